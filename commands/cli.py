@@ -1,0 +1,21 @@
+"""Entry point of the ``prime-runs`` console script.
+
+Each subcommand lives in its own module and is registered here, so a command is easy to
+find and the top level stays a table of contents.
+"""
+
+from __future__ import annotations
+
+import click
+
+from prime_runs_spool import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="prime-runs")
+def cli() -> None:
+    """Spool eval episodes to disk and sync them to the Prime Intellect platform exactly once."""
+
+
+def main() -> None:
+    cli()

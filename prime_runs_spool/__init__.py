@@ -1,0 +1,16 @@
+"""prime-runs-spool: an eval never loses an episode, and a sync never duplicates one.
+
+The package is layered bottom-up; each layer only imports the ones below it:
+
+1. ``framing``      – the byte format of one spool line (see docs/spool-format.md)
+2. ``writer`` / ``reader`` – segment files: durable group-committed appends, streaming reads
+3. ``masking`` / ``manifest`` / ``summary`` / ``projection`` – what a run carries
+4. ``client``       – the platform's HTTP API
+5. ``sync``         – exactly-once shipping of spools to a platform
+
+The command line (``commands/``) is a thin shell over these.
+"""
+
+from prime_runs_spool._version import __version__
+
+__all__ = ["__version__"]
