@@ -57,3 +57,7 @@ class CorruptSpoolError(SpoolError):
         self.offset = offset
         self.reason = reason
         super().__init__(f"{path}: corrupt at byte {offset}: {reason}")
+
+
+class SyncError(SpoolError):
+    """A run could not be synced; the message is one line for the user."""

@@ -1,0 +1,52 @@
+"""Shared output helpers for the commands: usage errors, path checks, a progress line."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+EXIT_USAGE = 2
+
+
+def fail_usage(message: str) -> None:
+    """One line on stderr, exit 2: a user error gets no traceback."""
+    click.echo(f"prime-runs: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def require_paths(paths: Iterable[Path]) -> list[Path]:
+    roots = list(paths)
+    for path in roots:
+        if not path.exists():
+            fail_usage(f"{path}: no such file or directory")
+    return roots
+
+
+class Progress:
+    """A single self-rewriting status line on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._runs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def update(self, report: Any) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._runs[report.path] = report
+            pushed = sum(r.pushed_now for r in self._runs.values())
+            sent = sum(r.bytes_sent for r in self._runs.values())
+            line = f"\rsyncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
+            sys.stderr.write(line.ljust(72))
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._runs:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

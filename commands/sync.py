@@ -1,0 +1,144 @@
+"""``prime-runs sync``: push every spool under some paths to a platform, exactly once.
+
+Thin by design: it resolves settings, starts the embedded local platform for ``--local``,
+and prints what the library's reports say. The protocol lives in
+``prime_runs_spool.sync``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from prime_runs_spool.client import PlatformClient
+from prime_runs_spool.settings import Secret, Settings, load_settings
+from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
+from prime_runs_spool.sync.runner import new_replay_id, sync_paths
+from prime_runs_spool.sync.state import Destination, destination_key
+from commands.output import Progress, fail_usage, require_paths
+
+#: Exit codes (docs/cli.md).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+#: Report states that mean the run did not get where it should.
+FAILED_STATES = {"error", "corrupt"}
+
+
+def default_local_db() -> Path:
+    return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")
+
+
+@contextlib.contextmanager
+def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None
+                 ) -> Iterator[tuple[Settings, Destination, str | None]]:
+    """Settings and the destination identity; for ``--local``, a running embedded platform."""
+    if local:
+        from prime_runs_spool.platform.server import EmbeddedPlatform
+
+        db_path = (db or default_local_db()).expanduser().resolve()
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
+        with EmbeddedPlatform(db_path) as platform:
+            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
+                                frontend_url=platform.base_url)
+            identity = f"local|{db_path}|{team or ''}"
+            yield settings, Destination(key=destination_key(identity), base_url=f"local:{db_path}",
+                                        team_id=team), str(db_path)
+        return
+    settings = load_settings(base_url=base_url, team_id=team)
+    if not settings.api_key:
+        fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "
+                   "or sync into the local platform with --local")
+    identity = f"{settings.base_url}|{settings.team_id or ''}"
+    yield settings, Destination(key=destination_key(identity), base_url=settings.base_url,
+                                team_id=settings.team_id), None
+
+
+@click.command("sync")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
+@click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
+@click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
+@click.option("--db", type=click.Path(path_type=Path), help="The local platform's database (with --local).")
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Runs synced in parallel.")
+@click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")
+@click.option("--dry-run", is_flag=True, help="Read everything and report what would be sent; send nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+@click.option("--skip-corrupt", is_flag=True,
+              help="Skip past a corrupt segment's damaged rest (recorded in the evaluation's metadata).")
+@click.option("--request-lifetime", type=click.FloatRange(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
+              default=DEFAULT_REQUEST_LIFETIME, show_default=True,
+              help="Seconds after which an unanswered request can no longer land (env PRIME_RUNS_REQUEST_LIFETIME).")
+@click.option("--timeout", type=click.FloatRange(0.1), default=120.0, show_default=True,
+              help="Seconds to wait for one answer.")
+@click.option("--max-attempts", type=click.IntRange(1), default=10, show_default=True,
+              help="Consecutive failures of one request before a run gives up (its state is kept).")
+@click.option("--replay", is_flag=True, help="Push runs again as new evaluations (see docs/sync.md).")
+@click.option("--name", help="With --replay: the new evaluations' name.")
+@click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
+def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
+         jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
+         request_lifetime: float, timeout: float, max_attempts: int, replay: bool, name: str | None,
+         tags: tuple[str, ...], verbose: bool) -> None:
+    """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
+
+    Run it any number of times, interrupt it anywhere: each episode's sample lands once, each
+    evaluation is created once and finalized once. Exit 0 when every run is synced or has
+    nothing to do, 1 when some run failed, 2 on a usage or configuration error.
+    """
+    roots = require_paths(paths or (Path("."),))
+    if name and not replay:
+        fail_usage("--name goes with --replay")
+    from prime_runs_spool.sync.retry import Backoff
+
+    options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
+                          backoff=Backoff(max_attempts=max_attempts),
+                          replay_id=new_replay_id() if replay else None, name=name, tags=tags)
+    progress = Progress(enabled=not as_json and sys.stderr.isatty())
+    with _destination(local, db, base_url, team) as (settings, destination, local_db):
+        with PlatformClient(settings, timeout=timeout) as client:
+            reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
+                                 on_progress=progress.update)
+    progress.close()
+    _print(reports, as_json=as_json, local_db=local_db)
+    sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
+
+
+def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> None:
+    if as_json:
+        document: dict[str, Any] = {
+            "runs": [report.as_json() for report in reports],
+            "ok": not any(r.state in FAILED_STATES for r in reports),
+        }
+        if local_db:
+            document["local_db"] = local_db
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        return
+    if not reports:
+        click.echo("no runs found")
+        return
+    for report in reports:
+        line = f"{report.state:<10} {report.path}"
+        if report.evaluation_id:
+            line += f"  evaluation {report.evaluation_id}"
+        line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
+        if report.url:
+            line += f"  {report.url}"
+        click.echo(line)
+        for warning in report.warnings:
+            click.echo(f"  warning: {warning}")
+        if report.error:
+            click.echo(f"  error: {report.error}")
+    if local_db:
+        click.echo(f"browse with: prime-runs platform serve --db {local_db}")

@@ -1,0 +1,217 @@
+"""The platform's evaluations API (docs/sync.md, reference/platform-api.md), as typed calls.
+
+The client does one request per call and never retries: whether a failed request may be
+sent again depends on what it does (an append is not idempotent), which only the sync engine
+knows. What the client adds is the classification every retry decision rests on:
+
+- ``NOT_SENT``: the platform cannot have acted (connection refused, connect timeout, 429).
+- ``ANSWERED``: the platform finished with the request and said it failed (a 500 or 503 from
+  the service): one read tells whether it acted.
+- ``IN_DOUBT``: the request may be in flight still, or may have been processed with its
+  answer lost (a timeout after sending, a reset, 502, 504): it is reconciled only once it can
+  no longer land (the request-lifetime fence).
+- ``FATAL``: resending cannot help (401, 402, 403, 404, 409, 413, 422, other 4xx).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+import orjson
+
+from prime_runs_spool._version import __version__
+from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.settings import Settings
+
+#: The platform refuses request bodies larger than this (platform-api.md).
+MAX_REQUEST_BYTES = 26_214_400
+
+
+class FailureKind(enum.Enum):
+    NOT_SENT = "not_sent"
+    ANSWERED = "answered"
+    IN_DOUBT = "in_doubt"
+    FATAL = "fatal"
+
+
+_FATAL_ADVICE = {
+    401: "the platform refused the API key; check PRIME_API_KEY or ~/.prime/config.json",
+    402: "the platform asks for payment; add credits to the account or team, then sync again",
+    403: "the API key may not write here; check --team / PRIME_TEAM_ID and the key's permissions",
+    404: "the platform does not know this id; if the evaluation was deleted, replay the run with --replay",
+    409: "the platform reported a conflict",
+    413: "the request was too large for the platform",
+    422: "the platform rejected the request body",
+}
+
+
+class PlatformError(SpoolError):
+    """A request failed; ``kind`` says what may be done about it."""
+
+    def __init__(
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: rare enough that our own backoff is as good
+
+
+def _detail(response: httpx.Response) -> str:
+    """A short, single-line excerpt of an error body (never a request body)."""
+    text = response.text.strip().replace("\n", " ")
+    return text[:200]
+
+
+def classify_response(method: str, path: str, response: httpx.Response) -> PlatformError:
+    status = response.status_code
+    what = f"{method} {path} answered {status}"
+    if status == 429:
+        return PlatformError(FailureKind.NOT_SENT, f"{what} (rate limited)", status=status,
+                             retry_after=_retry_after(response))
+    if status in (502, 504):
+        return PlatformError(FailureKind.IN_DOUBT, f"{what} (gateway)", status=status,
+                             retry_after=_retry_after(response))
+    if status >= 500:
+        return PlatformError(FailureKind.ANSWERED, what, status=status,
+                             retry_after=_retry_after(response))
+    advice = _FATAL_ADVICE.get(status, "the platform refused the request")
+    detail = _detail(response)
+    return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
+                         status=status)
+
+
+def classify_transport_error(method: str, path: str, exc: httpx.TransportError) -> PlatformError:
+    name = type(exc).__name__
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({name})")
+    return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({name})")
+
+
+class PlatformClient:
+    """Typed calls to ``{base_url}/api/v1``. One instance per destination; thread-safe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        timeout: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
+        if settings.api_key:
+            headers["Authorization"] = f"Bearer {settings.api_key.reveal()}"
+        self._http = httpx.Client(
+            base_url=settings.base_url + "/api/v1",
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> PlatformClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        headers = {}
+        if json_body is not None:
+            content = orjson.dumps(json_body)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            response = self._http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise classify_transport_error(method, path, exc) from None
+        if response.status_code >= 400:
+            raise classify_response(method, path, response)
+        try:
+            return orjson.loads(response.content) if response.content else None
+        except orjson.JSONDecodeError:
+            # The platform said yes but its answer is unreadable: for a non-idempotent call
+            # that is as good as a lost answer.
+            raise PlatformError(FailureKind.IN_DOUBT,
+                                f"{method} {path}: unreadable answer", status=response.status_code) from None
+
+    def _team(self) -> dict[str, str]:
+        return {"team_id": self.settings.team_id} if self.settings.team_id else {}
+
+    # -- endpoints ---------------------------------------------------------------------
+
+    def resolve_environment(self, name: str) -> str:
+        """Get-or-create an environment by name; safe to repeat."""
+        body = self._request("POST", "/environmentshub/resolve", json_body={"name": name, **self._team()})
+        return str(body["data"]["id"])
+
+    def create_evaluation(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """NOT idempotent: every success is a new evaluation."""
+        return self._request("POST", "/evaluations/", json_body={**payload, **self._team()})
+
+    def push_samples(self, evaluation_id: str, body: bytes) -> dict[str, Any]:
+        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document)."""
+        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=body)
+
+    def update_evaluation(
+        self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Idempotent; ``metadata`` replaces the stored document whole."""
+        payload: dict[str, Any] = {}
+        if metadata is not None:
+            payload["metadata"] = metadata
+        if metrics is not None:
+            payload["metrics"] = metrics
+        return self._request("PUT", f"/evaluations/{evaluation_id}", json_body=payload)
+
+    def finalize(self, evaluation_id: str, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+        """NOT idempotent: each call enqueues the platform's statistics job again."""
+        return self._request("POST", f"/evaluations/{evaluation_id}/finalize",
+                             json_body={"metrics": dict(metrics or {})})
+
+    def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/evaluations/{evaluation_id}")
+
+    def list_evaluations(
+        self, *, environment_name: str | None = None, skip: int = 0, limit: int = 50,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"skip": skip, "limit": limit, **self._team()}
+        if environment_name:
+            params["environment_name"] = environment_name
+        return self._request("GET", "/evaluations/", params=params)
+
+    def list_samples(self, evaluation_id: str, *, page: int = 1, limit: int = 100) -> dict[str, Any]:
+        return self._request("GET", f"/evaluations/{evaluation_id}/samples",
+                             params={"page": page, "limit": limit})

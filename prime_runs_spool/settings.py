@@ -1,0 +1,96 @@
+"""Where a sync sends to and with which key: environment first, then ``~/.prime/config.json``.
+
+The names and precedence are the platform's public clients' (docs/sync.md). The API key is
+held in a :class:`Secret` whose ``repr`` and ``str`` never show it, so it cannot reach a log
+line or a traceback by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_BASE_URL = "https://api.primeintellect.ai"
+DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
+
+
+class Secret:
+    """A string that does not print itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A destination: where samples go, as whom, and where a person can look at them."""
+
+    base_url: str
+    api_key: Secret | None
+    team_id: str | None
+    frontend_url: str
+
+    def viewer_url(self, evaluation_id: str) -> str:
+        return f"{self.frontend_url.rstrip('/')}/dashboard/evaluations/{evaluation_id}"
+
+
+def normalize_base_url(url: str) -> str:
+    """Strip a trailing slash and a trailing ``/api/v1``, as the public clients do."""
+    url = url.strip().rstrip("/")
+    if url.endswith("/api/v1"):
+        url = url[: -len("/api/v1")]
+    return url
+
+
+def load_settings(
+    *,
+    base_url: str | None = None,
+    team_id: str | None = None,
+    env: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> Settings:
+    """Resolve settings: explicit arguments, then the environment, then the config file."""
+    env = os.environ if env is None else env
+    config_path = config_path or Path(env.get("HOME", str(Path.home()))) / ".prime" / "config.json"
+    file_settings: dict[str, object] = {}
+    try:
+        loaded = json.loads(config_path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            file_settings = loaded
+    except (OSError, ValueError):
+        pass  # no config file, or one we cannot read: the environment decides alone
+
+    def pick(explicit: str | None, env_names: tuple[str, ...], file_key: str) -> str | None:
+        if explicit:
+            return explicit
+        for name in env_names:
+            if env.get(name):
+                return env[name]
+        value = file_settings.get(file_key)
+        return value if isinstance(value, str) and value else None
+
+    key = pick(None, ("PRIME_API_KEY",), "api_key")
+    return Settings(
+        base_url=normalize_base_url(
+            pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
+        ),
+        api_key=Secret(key) if key else None,
+        team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
+        frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
+    )

@@ -1,0 +1,579 @@
+"""The sync protocol for one run and one destination (docs/sync.md).
+
+Invariant, true at every instant a process could die: the platform holds exactly the first
+``state.samples_pushed`` rows of the run's row stream on ``state.evaluation_id``, plus at
+most the one request that ``state.in_flight`` announces. Every non-idempotent request is
+announced in the state file (with its send time) before it is sent, and settled after:
+
+- its answer arrived: the state moves past it;
+- it certainly was not processed (connection refused, 429): it is sent again;
+- the platform answered an error (500, 503): one read tells whether it acted;
+- it is in doubt (timeout, reset, 502, 504, a sync killed mid-request): a read tells if it
+  landed; if not, sync waits until it can no longer land (its send time plus the request
+  lifetime) and reads again before sending anything.
+
+So nothing is ever sent twice, and nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.client import FailureKind, PlatformClient, PlatformError
+from prime_runs_spool.errors import CorruptSpoolError, SpoolError, SyncError
+from prime_runs_spool.layout import list_segments, writer_alive
+from prime_runs_spool.manifest import v0_metadata
+from prime_runs_spool.projection import SampleTooLargeError
+from prime_runs_spool.reader import iter_records
+from prime_runs_spool.summary import SummaryAccumulator
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.rows import RowStream, batches, skip_rows
+from prime_runs_spool.sync.state import (
+    Destination,
+    InFlight,
+    StateProblem,
+    SyncState,
+    load_state,
+    save_state,
+    state_path,
+)
+
+#: The default request lifetime for the real platform: after this long, a request sent and
+#: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
+DEFAULT_REQUEST_LIFETIME = 600.0
+
+
+@dataclass
+class SyncOptions:
+    request_lifetime: float = DEFAULT_REQUEST_LIFETIME
+    max_request_bytes: int = 26_214_400
+    skip_corrupt: bool = False
+    dry_run: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
+    #: For --replay: a new evaluation per replay, found again by this id.
+    replay_id: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class RunReport:
+    path: str
+    local_run_id: str | None = None
+    name: str | None = None
+    evaluation_id: str | None = None
+    url: str | None = None
+    pushed_now: int = 0
+    pushed_total: int = 0
+    #: up_to_date, synced (completed and finalized), live, failed, crashed, corrupt,
+    #: skipped (another sync holds it), dry_run, error
+    state: str = "error"
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The run's manifest: the first manifest record of its first segment."""
+    for record in iter_records(run_dir):
+        if record.type == "manifest":
+            return record.data
+        if record.type == "episode":
+            break
+    return None
+
+
+class RunSync:
+    """Sync one run to one destination. Not thread-safe: one per run, under its sync lock."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        client: PlatformClient,
+        destination: Destination,
+        options: SyncOptions,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        on_progress: Callable[[RunReport], None] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.client = client
+        self.destination = destination
+        self.options = options
+        self.clock = clock
+        self.sleep = sleep
+        self.on_progress = on_progress or (lambda report: None)
+        self.report = RunReport(path=str(run_dir))
+
+    # -- entry point ---------------------------------------------------------------------
+
+    def run(self) -> RunReport:
+        report = self.report
+        try:
+            self._run()
+        except CorruptSpoolError as exc:
+            report.state, report.error = "corrupt", f"{exc}; everything before it was pushed"
+        except (SpoolError, SampleTooLargeError) as exc:
+            report.state, report.error = "error", str(exc)
+        except OSError as exc:
+            report.state = "error"
+            report.error = f"{exc.filename or self.run_dir}: {exc.strerror or exc}"
+        return report
+
+    def _run(self) -> None:
+        manifest = read_manifest(self.run_dir)
+        if manifest is None:
+            if writer_alive(self.run_dir):
+                self.report.state = "live"
+                self.report.warnings.append("no manifest yet; the writer is still starting")
+                return
+            raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
+        self.manifest = manifest
+        local_id = str(manifest.get("run_id"))
+        self.report.local_run_id = local_id
+        self.report.name = manifest.get("name")
+        self.path = state_path(self.run_dir, self.destination.key, self.options.replay_id)
+        untrusted = False
+        try:
+            state = load_state(self.path, destination=self.destination, local_run_id=local_id)
+        except StateProblem as problem:
+            self.report.warnings.append(f"{problem}; reconciling with the platform")
+            state, untrusted = None, True
+        fresh = state is None
+        if state is None:
+            state = SyncState(destination=self.destination, local_run_id=local_id,
+                              replay_id=self.options.replay_id)
+        self.state = state
+        self._show()
+        if not untrusted and self._up_to_date():
+            self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
+            return
+        if self.options.dry_run:
+            self._dry_run()
+            return
+        adopted = self._ensure_evaluation(fresh=fresh, untrusted=untrusted)
+        self._reconcile_samples(force=adopted)
+        self._push_all()
+
+    # -- small helpers ---------------------------------------------------------------------
+
+    def _show(self) -> None:
+        state = self.state
+        self.report.evaluation_id = state.evaluation_id
+        self.report.url = state.viewer_url
+        self.report.pushed_total = state.samples_pushed
+        self.on_progress(self.report)
+
+    def _save(self) -> None:
+        save_state(self.path, self.state)
+        self._show()
+
+    def _up_to_date(self) -> bool:
+        """Nothing new since the last sync: answered from file sizes, not by reading."""
+        state = self.state
+        if state.in_flight is not None or state.cursor is None or state.evaluation_id is None:
+            return False
+        segments = list_segments(self.run_dir)
+        if not segments or segments[-1].index != state.cursor.segment_index:
+            return False
+        if segments[-1].path.stat().st_size != state.cursor.offset:
+            return False
+        if state.finalized or state.terminal in ("failed", "crashed", "completed"):
+            return True
+        return writer_alive(self.run_dir)
+
+    def _wait_until(self, deadline: float) -> None:
+        while (remaining := deadline - self.clock()) > 0:
+            self.sleep(min(remaining, 5.0))
+
+    def _fence(self, sent_at: float) -> None:
+        """Wait until a request sent at ``sent_at`` can no longer be processed."""
+        self._wait_until(sent_at + self.options.request_lifetime)
+
+    def _retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run an idempotent call, retrying every failure that is not fatal."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except PlatformError as exc:
+                attempt += 1
+                if exc.kind is FailureKind.FATAL or attempt >= self.options.backoff.max_attempts:
+                    raise self._give_up(what, exc, attempt) from None
+                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+
+    def _give_up(self, what: str, exc: PlatformError, attempt: int) -> SyncError:
+        if exc.kind is FailureKind.FATAL:
+            return SyncError(f"{what}: {exc}")
+        return SyncError(f"{what}: still failing after {attempt} attempts ({exc}); "
+                         "the state is saved, run prime-runs sync again later")
+
+    # -- the evaluation ----------------------------------------------------------------------
+
+    def _environment_names(self) -> list[str]:
+        names = [str(name) for name in self.manifest.get("environments") or [] if name]
+        return names or [str(self.manifest.get("name") or "default")]
+
+    def _metadata(self, terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        metadata = v0_metadata(self.manifest)
+        metadata["local_run_id"] = self.state.local_run_id
+        if self.options.replay_id:
+            metadata["replay_id"] = self.options.replay_id
+        if self.state.skipped:
+            metadata["skipped_corruption"] = list(self.state.skipped)
+        if terminal is not None:
+            metadata["prime_runs"] = dict(terminal)
+        return metadata
+
+    def _create_payload(self, environment_ids: list[str]) -> dict[str, Any]:
+        manifest = self.manifest
+        tags = list(dict.fromkeys([*(manifest.get("tags") or []), *self.options.tags]))
+        payload: dict[str, Any] = {
+            "name": self.options.name or manifest.get("name") or self.state.local_run_id,
+            "environments": [{"id": env_id} for env_id in environment_ids],
+            "tags": tags,
+            "model_name": manifest.get("model"),
+            "framework": manifest.get("framework"),
+            "metadata": self._metadata(),
+        }
+        dataset = manifest.get("dataset") or (manifest.get("environments") or [None])[0]
+        if dataset:
+            payload["dataset"] = dataset
+        return {key: value for key, value in payload.items() if value is not None}
+
+    def _find_existing(self) -> dict[str, Any] | None:
+        """An evaluation already carrying this run's local id (and replay id), if any."""
+        environment = self._environment_names()[0]
+        matches: list[dict[str, Any]] = []
+        skip = 0
+        while True:
+            page = self._retry("listing evaluations", lambda: self.client.list_evaluations(
+                environment_name=environment, skip=skip, limit=100))
+            items = page.get("evaluations") or []
+            for item in items:
+                metadata = item.get("metadata") or {}
+                if (metadata.get("local_run_id") == self.state.local_run_id
+                        and metadata.get("replay_id") == self.options.replay_id):
+                    matches.append(item)
+            skip += len(items)
+            if not items or skip >= int(page.get("total") or 0):
+                break
+        if len(matches) > 1:
+            self.report.warnings.append(
+                f"{len(matches)} evaluations carry local run id {self.state.local_run_id}; using the oldest")
+        matches.sort(key=lambda item: str(item.get("created_at") or ""))
+        return matches[0] if matches else None
+
+    def _adopt(self, evaluation: Mapping[str, Any]) -> None:
+        evaluation_id = str(evaluation.get("evaluation_id") or evaluation.get("id"))
+        self.state.evaluation_id = evaluation_id
+        self.state.viewer_url = evaluation.get("viewer_url") or self.client.settings.viewer_url(evaluation_id)
+        self.state.in_flight = None
+        if str(evaluation.get("status", "")).upper() == "COMPLETED":
+            self.state.finalized = True
+        self._save()
+
+    def _ensure_evaluation(self, *, fresh: bool, untrusted: bool) -> bool:
+        """Make sure the state names this run's one evaluation; returns True when it was
+        found on the platform rather than created now (its samples need reconciling)."""
+        state = self.state
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == "create" else None
+        if state.evaluation_id and pending is None:
+            return False
+        if untrusted:
+            # Whatever wrote the damaged state may have had a request in flight.
+            self._fence(self.clock())
+        if pending is not None or fresh or untrusted:
+            found = self._find_existing()
+            if found is None and pending is not None:
+                self._fence(pending.sent_at)
+                found = self._find_existing()
+            if found is not None:
+                self._adopt(found)
+                return True
+        self._create()
+        return False
+
+    def _create(self) -> None:
+        environment_ids = [
+            self._retry(f"resolving environment {name!r}", lambda name=name: self.client.resolve_environment(name))
+            for name in self._environment_names()
+        ]
+        payload = self._create_payload(environment_ids)
+        attempt = 0
+        while True:
+            sent_at = self.clock()
+            self.state.in_flight = InFlight(kind="create", sent_at=sent_at)
+            self._save()
+            try:
+                created = self.client.create_evaluation(payload)
+            except PlatformError as exc:
+                if exc.kind is FailureKind.FATAL:
+                    raise self._give_up("creating the evaluation", exc, attempt + 1) from None
+                if exc.kind is not FailureKind.NOT_SENT:
+                    found = self._find_existing()
+                    if found is None and exc.kind is FailureKind.IN_DOUBT:
+                        self._fence(sent_at)
+                        found = self._find_existing()
+                    if found is not None:
+                        self._adopt(found)
+                        return
+                attempt += 1
+                if attempt >= self.options.backoff.max_attempts:
+                    raise self._give_up("creating the evaluation", exc, attempt) from None
+                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+                continue
+            self._adopt(created)
+            return
+
+    # -- samples ---------------------------------------------------------------------------
+
+    def _stream(self) -> RowStream:
+        return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
+                         self.options.max_request_bytes, self.options.skip_corrupt)
+
+    def _total_samples(self) -> int:
+        evaluation = self._retry("reading the evaluation", lambda: self.client.get_evaluation(
+            str(self.state.evaluation_id)))
+        return int(evaluation.get("total_samples") or 0)
+
+    def _reconcile_samples(self, *, force: bool) -> None:
+        """Settle an announced samples request, or (``force``) re-derive the cursor from
+        what the platform holds: our rows are always appended in order, so the count of
+        rows on the platform says exactly how far the stream got."""
+        state = self.state
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == "samples" else None
+        if pending is None and not force:
+            return
+        total = self._total_samples()
+        if pending is not None and pending.end is not None:
+            if total == state.samples_pushed + pending.rows:
+                state.advance(pending.end, pending.rows, pending.episodes)
+                state.in_flight = None
+                self._save()
+                return
+            self._fence(pending.sent_at)
+            total = self._total_samples()
+            if total == state.samples_pushed + pending.rows:
+                state.advance(pending.end, pending.rows, pending.episodes)
+                state.in_flight = None
+                self._save()
+                return
+        missing = total - state.samples_pushed
+        if missing < 0:
+            raise SyncError(
+                f"the platform holds {total} samples of evaluation {state.evaluation_id}, fewer than the "
+                f"{state.samples_pushed} this sync recorded; refusing to guess (use --replay for a new evaluation)")
+        if missing:
+            cursor, episodes, last_id = skip_rows(self._stream(), missing)
+            self._check_last_sample(total, last_id)
+            assert cursor is not None
+            state.advance(cursor, missing, episodes)
+        state.in_flight = None
+        self._save()
+
+    def _check_last_sample(self, total: int, expected_id: Any) -> None:
+        """The row at index ``total - 1`` on the platform must be ours: if it is not, the
+        count cannot be trusted to say what landed."""
+        limit = 100
+        page = (total - 1) // limit + 1
+        listing = self._retry("reading samples", lambda: self.client.list_samples(
+            str(self.state.evaluation_id), page=page, limit=limit))
+        samples = listing.get("samples") or []
+        index = (total - 1) % limit
+        found = samples[index].get("sample_id") if index < len(samples) else None
+        if found != expected_id:
+            raise SyncError(
+                f"evaluation {self.state.evaluation_id} holds samples that do not match this spool "
+                f"(sample {total} is {found!r}, expected {expected_id!r}); refusing to guess "
+                "(use --replay for a new evaluation)")
+
+    def _push_all(self) -> None:
+        while True:
+            stream = self._stream()
+            try:
+                for batch in batches(stream, self.options.max_request_bytes):
+                    if batch.rows:
+                        self._send(batch)
+                    elif batch.end is not None and batch.end != self.state.cursor:
+                        self.state.advance(batch.end, 0, 0)
+                        self._save()
+            finally:
+                if stream.skipped:
+                    known = {(s["segment"], s["offset"]) for s in self.state.skipped}
+                    self.state.skipped.extend(
+                        s for s in stream.skipped if (s["segment"], s["offset"]) not in known)
+                    self._save()
+            if stream.seal is not None:
+                self._finish(str(stream.seal.get("status")), stream.seal)
+                return
+            if writer_alive(self.run_dir):
+                self.report.state = "live"
+                return
+            # The writer is gone. It may have appended (or sealed) between our last read
+            # and its exit: read once more before calling the run crashed.
+            if self._drained(stream):
+                self._finish("crashed", None)
+                return
+
+    def _drained(self, stream: RowStream) -> bool:
+        probe = self._stream()
+        for _ in probe.rows():
+            return False
+        return probe.seal is None and probe.cursor == stream.cursor
+
+    def _send(self, batch: Any) -> None:
+        body = batch.body()
+        state = self.state
+        attempt = 0
+        while True:
+            sent_at = self.clock()
+            state.in_flight = InFlight(kind="samples", sent_at=sent_at, rows=len(batch.rows),
+                                       episodes=batch.episodes, end=batch.end)
+            self._save()
+            try:
+                self.client.push_samples(str(state.evaluation_id), body)
+            except PlatformError as exc:
+                if exc.kind is FailureKind.FATAL:
+                    raise self._give_up("pushing samples", exc, attempt + 1) from None
+                if exc.kind is not FailureKind.NOT_SENT:
+                    before = state.samples_pushed
+                    self._settle_samples(sent_at, in_doubt=exc.kind is FailureKind.IN_DOUBT)
+                    if state.samples_pushed != before:
+                        break
+                attempt += 1
+                if attempt >= self.options.backoff.max_attempts:
+                    raise self._give_up("pushing samples", exc, attempt) from None
+                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+                continue
+            state.advance(batch.end, len(batch.rows), batch.episodes)
+            state.in_flight = None
+            self._save()
+            break
+        self.report.pushed_now += len(batch.rows)
+        self.report.bytes_sent += len(body)
+        self._show()
+
+    def _settle_samples(self, sent_at: float, *, in_doubt: bool) -> None:
+        """After a failed append: did it land? Only an in-doubt request needs the fence."""
+        state = self.state
+        pending = state.in_flight
+        assert pending is not None and pending.kind == "samples" and pending.end is not None
+        for waited in (False, True):
+            if waited:
+                if not in_doubt:
+                    break
+                self._fence(sent_at)
+            total = self._total_samples()
+            if total == state.samples_pushed + pending.rows:
+                state.advance(pending.end, pending.rows, pending.episodes)
+                state.in_flight = None
+                self._save()
+                return
+            if total != state.samples_pushed:
+                raise SyncError(
+                    f"evaluation {state.evaluation_id} holds {total} samples; expected "
+                    f"{state.samples_pushed} or {state.samples_pushed + pending.rows}: refusing to guess")
+        state.in_flight = None
+        self._save()
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    def _summary(self, seal: Mapping[str, Any] | None) -> dict[str, Any]:
+        if seal and isinstance(seal.get("summary"), Mapping):
+            return dict(seal["summary"])
+        accumulator = SummaryAccumulator()
+        for record in iter_records(self.run_dir):
+            if record.type == "episode":
+                accumulator.add(record.data)
+        return accumulator.result()
+
+    def _finish(self, status: str, seal: Mapping[str, Any] | None) -> None:
+        state = self.state
+        metrics = self._summary(seal)
+        evaluation_id = str(state.evaluation_id)
+        if status == "completed":
+            if not state.finalized:
+                metadata = self._metadata()
+                self._retry("recording metadata", lambda: self.client.update_evaluation(
+                    evaluation_id, metadata=metadata, metrics=metrics))
+                self._finalize(metrics)
+            state.terminal = "completed"
+            self._save()
+            self.report.state = "synced"
+            return
+        terminal = {
+            "status": status,
+            "finished_at": (seal or {}).get("finished_at"),
+            "error": (seal or {}).get("error"),
+        }
+        metadata = self._metadata(terminal)
+        self._retry("recording the run's end", lambda: self.client.update_evaluation(
+            evaluation_id, metadata=metadata, metrics=metrics))
+        state.terminal = status
+        self._save()
+        self.report.state = status
+
+    def _finalize(self, metrics: Mapping[str, Any]) -> None:
+        state = self.state
+        evaluation_id = str(state.evaluation_id)
+
+        def completed() -> bool:
+            evaluation = self._retry("reading the evaluation", lambda: self.client.get_evaluation(evaluation_id))
+            return str(evaluation.get("status", "")).upper() == "COMPLETED"
+
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == "finalize" else None
+        if pending is not None:
+            if completed():
+                state.finalized = True
+            else:
+                self._fence(pending.sent_at)
+                state.finalized = completed()
+            state.in_flight = None
+            self._save()
+            if state.finalized:
+                return
+        attempt = 0
+        while True:
+            sent_at = self.clock()
+            state.in_flight = InFlight(kind="finalize", sent_at=sent_at)
+            self._save()
+            try:
+                self.client.finalize(evaluation_id, metrics)
+            except PlatformError as exc:
+                if exc.kind is FailureKind.FATAL:
+                    raise self._give_up("finalizing", exc, attempt + 1) from None
+                if exc.kind is not FailureKind.NOT_SENT:
+                    done = completed()
+                    if not done and exc.kind is FailureKind.IN_DOUBT:
+                        self._fence(sent_at)
+                        done = completed()
+                    if done:
+                        break
+                attempt += 1
+                if attempt >= self.options.backoff.max_attempts:
+                    raise self._give_up("finalizing", exc, attempt) from None
+                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+                continue
+            break
+        state.finalized = True
+        state.in_flight = None
+        self._save()
+
+    # -- dry run -----------------------------------------------------------------------------
+
+    def _dry_run(self) -> None:
+        stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
+                           self.options.max_request_bytes, self.options.skip_corrupt)
+        for batch in batches(stream, self.options.max_request_bytes):
+            self.report.pushed_now += len(batch.rows)
+            self.report.bytes_sent += batch.size if batch.rows else 0
+        self.report.state = "dry_run"

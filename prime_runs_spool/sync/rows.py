@@ -1,0 +1,174 @@
+"""A run's spool as a stream of encoded sample rows, each with the cursor after it.
+
+The row stream is deterministic: the same spool and the same evaluation id always give the
+same rows in the same order (the writer stamped each episode's rollout number, masking
+happened before the disk). That is what lets sync count rows instead of remembering them:
+"the platform holds our first N rows" pins down exactly where to resume.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.errors import CorruptSpoolError, SyncError
+from prime_runs_spool.layout import list_segments
+from prime_runs_spool.projection import SampleTooLargeError, project_episode
+from prime_runs_spool.reader import Position, iter_records
+from prime_runs_spool.sync.state import Cursor
+
+#: ``{"samples":[]}``: what a request body adds around its rows.
+ENVELOPE_BYTES = 14
+
+_SEGMENT_RE = re.compile(r"seg-(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    data: bytes
+    sample_id: Any
+    #: Where the stream resumes once this row is acknowledged.
+    after: Cursor
+    #: True when this is the episode's last row.
+    closes_episode: bool
+
+
+@dataclass
+class RowStream:
+    """Rows of one run from ``cursor`` on. After iteration, ``seal`` holds the seal that ended
+    the log (None when the last segment is unsealed) and ``cursor`` the end reached."""
+
+    run_dir: Path
+    cursor: Cursor | None
+    evaluation_id: str
+    max_request_bytes: int
+    skip_corrupt: bool = False
+    seal: dict[str, Any] | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def _records(self) -> Iterator[Any]:
+        start = None
+        if self.cursor is not None:
+            start = Position(self.cursor.segment_index, self.cursor.offset, self.cursor.next_seq)
+        while True:
+            try:
+                yield from iter_records(self.run_dir, start=start)
+                return
+            except CorruptSpoolError as exc:
+                if not self.skip_corrupt:
+                    raise
+                match = _SEGMENT_RE.search(str(exc.path))
+                index = int(match.group(1)) if match else 0
+                later = [seg for seg in list_segments(self.run_dir) if seg.index > index]
+                self.skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason})
+                if not later:
+                    self.seal = None
+                    return
+                start = Position(later[0].index, 0, 0)
+                self.cursor = Cursor(segment_index=later[0].index, offset=0, next_seq=0)
+
+    def rows(self) -> Iterator[Row]:
+        for record in self._records():
+            after = Cursor(segment_index=record.segment_index, offset=record.end_offset,
+                           next_seq=record.seq + 1)
+            if record.type == "header":
+                self.seal = None  # a later segment: the run was resumed after that seal
+            elif record.type == "seal":
+                self.seal = record.data
+            if record.type != "episode":
+                self.cursor = after
+                continue
+            already = 0
+            if (self.cursor is not None and self.cursor.rows_done
+                    and (self.cursor.segment_index, self.cursor.offset)
+                    == (record.segment_index, record.offset)):
+                already = self.cursor.rows_done
+            meta = record.meta or {}
+            rows = project_episode(record.data, meta.get("rollout_number"),
+                                   evaluation_id=self.evaluation_id,
+                                   max_request_bytes=self.max_request_bytes)
+            last = len(rows) - 1
+            for number, row in enumerate(rows):
+                if number < already:
+                    continue
+                data = orjson.dumps(row)
+                if len(data) + ENVELOPE_BYTES > self.max_request_bytes:
+                    raise SampleTooLargeError(
+                        f"episode {record.data.get('id')!r}: a row of {len(data)} bytes does not fit "
+                        f"a request of {self.max_request_bytes} bytes")
+                cursor = after if number == last else Cursor(
+                    segment_index=record.segment_index, offset=record.offset,
+                    next_seq=record.seq, rows_done=number + 1)
+                yield Row(data, row.get("sample_id"), cursor, number == last)
+            self.cursor = after
+
+
+@dataclass
+class Batch:
+    """Rows for one request; ``end`` is where the cursor goes once they are acknowledged."""
+
+    rows: list[bytes]
+    end: Cursor | None
+    episodes: int
+    last_sample_id: Any = None
+
+    def body(self) -> bytes:
+        return b'{"samples":[' + b",".join(self.rows) + b"]}"
+
+    @property
+    def size(self) -> int:
+        return ENVELOPE_BYTES + sum(len(row) for row in self.rows) + max(0, len(self.rows) - 1)
+
+
+def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
+    """Fill requests up to ``max_request_bytes`` (envelope counted) from the stream.
+
+    A batch with no rows is yielded at the end when the stream moved past records that
+    carry none (a seal, a resumed segment's header), so the cursor can reach the end. When
+    the stream fails (corruption, a row too large), what was batched before is yielded
+    first, then the error is raised: everything before the failure gets pushed.
+    """
+    start = stream.cursor
+    rows: list[bytes] = []
+    size = ENVELOPE_BYTES
+    episodes = 0
+    end: Cursor | None = None
+    last_id: Any = None
+    try:
+        for row in stream.rows():
+            extra = len(row.data) + (1 if rows else 0)
+            if rows and size + extra > max_request_bytes:
+                yield Batch(rows, end, episodes, last_id)
+                rows, size, episodes = [], ENVELOPE_BYTES, 0
+                extra = len(row.data)
+            rows.append(row.data)
+            size += extra
+            end, last_id = row.after, row.sample_id
+            episodes += row.closes_episode
+    except (CorruptSpoolError, SampleTooLargeError):
+        if rows:
+            yield Batch(rows, end, episodes, last_id)
+        raise
+    if rows or stream.cursor != start:
+        yield Batch(rows, stream.cursor, episodes, last_id)
+
+
+def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
+    """Consume ``count`` rows without sending them; returns (cursor after them, episodes
+    they closed, the last one's sample id). Used when the platform already holds them."""
+    if count == 0:
+        return stream.cursor, 0, None
+    seen = episodes = 0
+    last_id: Any = None
+    for row in stream.rows():
+        seen += 1
+        episodes += row.closes_episode
+        last_id = row.sample_id
+        if seen == count:
+            return row.after, episodes, last_id
+    raise SyncError(f"the platform holds {count} rows but this spool has only {seen} to give")

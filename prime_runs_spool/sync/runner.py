@@ -1,0 +1,70 @@
+"""Sync every run found under some paths, in parallel, each under its own sync lock.
+
+One run's failure never stops the others: each run gets its own report, and the caller
+turns the reports into an exit code.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from prime_runs_spool.client import PlatformClient
+from prime_runs_spool.layout import SPOOL_DIR, find_runs
+from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
+from prime_runs_spool.sync.state import Destination
+
+SYNC_LOCK = "sync.lock"
+
+
+def sync_run(
+    run_dir: Path,
+    client: PlatformClient,
+    destination: Destination,
+    options: SyncOptions,
+    *,
+    wait: bool = False,
+    on_progress: Callable[[RunReport], None] | None = None,
+) -> RunReport:
+    """Sync one run, unless another sync holds it (then report ``skipped``, or wait)."""
+    lock = FileLock(run_dir / SPOOL_DIR / SYNC_LOCK, timeout=-1 if wait else 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return RunReport(path=str(run_dir), state="skipped",
+                         error="another prime-runs sync is working on this run (use --wait to wait for it)")
+    except OSError as exc:
+        return RunReport(path=str(run_dir), state="error",
+                         error=f"cannot take the sync lock in {run_dir / SPOOL_DIR}: {exc.strerror}")
+    try:
+        return RunSync(run_dir, client, destination, options, on_progress=on_progress).run()
+    finally:
+        lock.release()
+
+
+def sync_paths(
+    paths: Iterable[Path],
+    client: PlatformClient,
+    destination: Destination,
+    options: SyncOptions,
+    *,
+    jobs: int = 4,
+    wait: bool = False,
+    on_progress: Callable[[RunReport], None] | None = None,
+) -> list[RunReport]:
+    """Sync every run under ``paths``; reports come back in discovery order."""
+    runs = list(find_runs(paths))
+    if not runs:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
+        futures = [pool.submit(sync_run, run_dir, client, destination, options, wait=wait,
+                               on_progress=on_progress) for run_dir in runs]
+        return [future.result() for future in futures]
+
+
+def new_replay_id() -> str:
+    return uuid.uuid4().hex

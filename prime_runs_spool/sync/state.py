@@ -1,0 +1,140 @@
+"""What sync remembers beside a spool, one file per destination (docs/sync.md, "State").
+
+The state is a promise about the platform: "exactly ``samples_pushed`` rows of this run's
+row stream are on evaluation ``evaluation_id``, and nothing else of ours is in flight, unless
+``in_flight`` says so". Everything sync does keeps that promise true at every instant a
+process could die, which is why each change is written atomically (temporary file, fsync,
+rename, fsync of the directory) *before* the request it announces is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+STATE_VERSION = 1
+
+
+class Cursor(BaseModel):
+    """Where the next unacknowledged row starts: a spool position, plus how many rows of the
+    episode there were already acknowledged (only an episode sent as one row per trace
+    can be split across requests)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    segment_index: int
+    offset: int
+    next_seq: int
+    rows_done: int = 0
+
+
+class InFlight(BaseModel):
+    """A non-idempotent request that was, or may have been, sent and is not yet settled."""
+
+    kind: Literal["create", "samples", "finalize"]
+    #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
+    #: after ``sent_at + request lifetime``.
+    sent_at: float
+    #: For ``samples``: how many rows the request carries and where the cursor goes once
+    #: they are known to have landed.
+    rows: int = 0
+    episodes: int = 0
+    end: Cursor | None = None
+
+
+class Destination(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    base_url: str
+    team_id: str | None = None
+
+
+class SyncState(BaseModel):
+    version: int = STATE_VERSION
+    destination: Destination
+    local_run_id: str
+    #: Set for ``--replay``: which replay this state belongs to (docs/sync.md, "Replay").
+    replay_id: str | None = None
+    evaluation_id: str | None = None
+    viewer_url: str | None = None
+    cursor: Cursor | None = None
+    #: Per segment index: the acknowledged byte offset and sequence number reached in it.
+    segments: dict[str, dict[str, int]] = {}
+    samples_pushed: int = 0
+    episodes_pushed: int = 0
+    finalized: bool = False
+    #: The terminal state last recorded on the platform: "completed", "failed", "crashed".
+    terminal: str | None = None
+    in_flight: InFlight | None = None
+    #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
+    skipped: list[dict[str, object]] = []
+    updated_at: float = 0.0
+
+    def advance(self, end: Cursor, rows: int, episodes: int) -> None:
+        """Acknowledge ``rows`` rows: the cursor moves to ``end``."""
+        self.cursor = end
+        self.samples_pushed += rows
+        self.episodes_pushed += episodes
+        self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
+
+
+class StateProblem(Exception):
+    """A state file exists but cannot be trusted (unreadable, corrupt, or someone else's)."""
+
+
+def destination_key(identity: str) -> str:
+    """A short, stable file name for a destination; ``identity`` is e.g. ``base_url|team``."""
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
+
+
+def state_path(run_dir: Path, dest_key: str, replay_id: str | None = None) -> Path:
+    name = dest_key if replay_id is None else f"{dest_key}-replay-{replay_id}"
+    return run_dir / "spool" / "sync" / f"{name}.json"
+
+
+def load_state(path: Path, *, destination: Destination, local_run_id: str) -> SyncState | None:
+    """The state at ``path``; None when there is none; :class:`StateProblem` when there is
+    one that must not be trusted (sync then reconciles with the platform instead)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateProblem(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        state = SyncState.model_validate_json(raw)
+    except ValidationError:
+        raise StateProblem(f"{path} is damaged") from None
+    if state.version > STATE_VERSION:
+        raise StateProblem(f"{path} was written by a newer prime-runs-spool (state v{state.version})")
+    if state.local_run_id != local_run_id or state.destination.key != destination.key:
+        raise StateProblem(f"{path} belongs to another run or destination")
+    return state
+
+
+def save_state(path: Path, state: SyncState) -> None:
+    """Replace the state file atomically and durably."""
+    state.updated_at = time.time()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = state.model_dump_json(indent=1).encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,104 @@
+"""The platform client classifies every failure the way the sync protocol relies on."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from prime_runs_spool.client import FailureKind, PlatformClient, PlatformError
+from prime_runs_spool.settings import Secret, Settings, load_settings, normalize_base_url
+
+
+def client_with(handler) -> PlatformClient:
+    settings = Settings(base_url="http://platform.test", api_key=Secret("sk-test-key-value"),
+                        team_id="team-1", frontend_url="http://app.test")
+    return PlatformClient(settings, transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(429, FailureKind.NOT_SENT), (500, FailureKind.ANSWERED), (503, FailureKind.ANSWERED),
+     (502, FailureKind.IN_DOUBT), (504, FailureKind.IN_DOUBT), (401, FailureKind.FATAL),
+     (402, FailureKind.FATAL), (403, FailureKind.FATAL), (404, FailureKind.FATAL),
+     (409, FailureKind.FATAL), (413, FailureKind.FATAL), (422, FailureKind.FATAL)],
+)
+def test_status_codes_are_classified(status: int, kind: FailureKind) -> None:
+    client = client_with(lambda request: httpx.Response(status, headers={"Retry-After": "3"}))
+    with pytest.raises(PlatformError) as caught:
+        client.push_samples("ev1", b'{"samples":[]}')
+    assert caught.value.kind is kind
+    assert caught.value.status == status
+    if status == 429:
+        assert caught.value.retry_after == 3.0
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [(httpx.ConnectError("refused"), FailureKind.NOT_SENT),
+     (httpx.ConnectTimeout("slow"), FailureKind.NOT_SENT),
+     (httpx.ReadTimeout("late"), FailureKind.IN_DOUBT),
+     (httpx.RemoteProtocolError("reset"), FailureKind.IN_DOUBT),
+     (httpx.ReadError("reset"), FailureKind.IN_DOUBT),
+     (httpx.WriteError("broken pipe"), FailureKind.IN_DOUBT)],
+)
+def test_transport_errors_are_classified(exc: Exception, kind: FailureKind) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    with pytest.raises(PlatformError) as caught:
+        client_with(handler).finalize("ev1", {})
+    assert caught.value.kind is kind
+
+
+def test_requests_carry_key_team_and_exact_body() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/resolve"):
+            return httpx.Response(200, json={"data": {"id": "env-1"}})
+        return httpx.Response(200, json={"evaluation_id": "ev1", "samples_pushed": 1})
+
+    client = client_with(handler)
+    assert client.resolve_environment("gsm8k") == "env-1"
+    client.push_samples("ev1", b'{"samples":[{"a":1}]}')
+    assert seen[0].headers["authorization"] == "Bearer sk-test-key-value"
+    assert seen[0].url.path == "/api/v1/environmentshub/resolve"
+    assert b'"team_id":"team-1"' in seen[0].content
+    assert seen[1].url.path == "/api/v1/evaluations/ev1/samples"
+    assert seen[1].content == b'{"samples":[{"a":1}]}'
+
+
+def test_unreadable_success_is_in_doubt() -> None:
+    client = client_with(lambda request: httpx.Response(200, content=b"<html>"))
+    with pytest.raises(PlatformError) as caught:
+        client.create_evaluation({"name": "x"})
+    assert caught.value.kind is FailureKind.IN_DOUBT
+
+
+def test_fatal_error_message_says_what_to_do_and_hides_the_key() -> None:
+    client = client_with(lambda request: httpx.Response(401, json={"detail": "bad key"}))
+    with pytest.raises(PlatformError) as caught:
+        client.get_evaluation("ev1")
+    message = str(caught.value)
+    assert "PRIME_API_KEY" in message
+    assert "sk-test-key-value" not in message and "sk-test-key-value" not in repr(client.settings)
+
+
+def test_settings_precedence(tmp_path) -> None:
+    config = tmp_path / ".prime" / "config.json"
+    config.parent.mkdir()
+    config.write_text('{"api_key": "from-file", "base_url": "https://file.example/api/v1", "team_id": "t-file"}')
+    from_file = load_settings(env={"HOME": str(tmp_path)})
+    assert from_file.api_key is not None and from_file.api_key.reveal() == "from-file"
+    assert from_file.base_url == "https://file.example"
+    assert from_file.team_id == "t-file"
+    from_env = load_settings(env={"HOME": str(tmp_path), "PRIME_API_KEY": "from-env",
+                                  "PRIME_BASE_URL": "http://old.example/"})
+    assert from_env.api_key.reveal() == "from-env"
+    assert from_env.base_url == "http://old.example"
+    explicit = load_settings(base_url="http://flag.example", team_id="t-flag", env={"HOME": str(tmp_path)})
+    assert (explicit.base_url, explicit.team_id) == ("http://flag.example", "t-flag")
+    assert normalize_base_url("https://x.example/api/v1/") == "https://x.example"
+    nothing = load_settings(env={"HOME": str(tmp_path / "nowhere")})
+    assert nothing.api_key is None
