@@ -1,0 +1,159 @@
+"""The byte format of one spool line (docs/spool-format.md, section 2).
+
+A line is ``{"data":PAYLOAD,"seq":N,"type":"T"[,"meta":M],"crc":"CCCCCCCC"}\\n``. The payload
+comes first so that the expensive part, serializing and checksumming a record that may be
+megabytes, happens before the writer knows the record's sequence number: the CRC-32 is then
+extended over the few bytes that follow once the number is assigned. The checksum sits in
+a fixed-width trailer, so a reader verifies a line without parsing or re-serializing it.
+
+This module knows nothing about files; the writer and reader build on it.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.errors import RecordNotSerializableError, RecordTooLargeError
+
+#: The version of docs/spool-format.md this code writes and the newest it reads.
+FORMAT_VERSION = 1
+
+#: No line may be longer than this (line feed included); bounds a reader's memory.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+#: ``,"crc":"`` + 8 hex digits + ``"}`` + line feed.
+TRAILER_LEN = 19
+
+RECORD_TYPES = ("header", "manifest", "episode", "seal")
+
+_DATA_OPEN = b'{"data":'
+_DATA_OPEN_CRC = zlib.crc32(_DATA_OPEN)
+_TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')
+_TYPE_RE = re.compile(r"[a-z_]+\Z")
+
+
+def to_jsonable(record: Any) -> Any:
+    """Turn what a caller hands us into something orjson serializes.
+
+    Pydantic models and verifiers' episodes expose ``to_record()`` or ``model_dump``; a
+    mapping passes as it is. Anything else is left for orjson to accept or refuse.
+    """
+    to_record = getattr(record, "to_record", None)
+    if callable(to_record):
+        return to_record()
+    model_dump = getattr(record, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    return record
+
+
+def serialize(value: Any, what: str = "record") -> bytes:
+    """Serialize ``value`` with orjson, or raise an error that names the offending field."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        path, reason = _find_unserializable(value)
+        raise RecordNotSerializableError(what, path, reason or str(exc)) from None
+
+
+def _find_unserializable(value: Any, path: str = "") -> tuple[str, str]:
+    """Walk ``value`` to the first part orjson refuses; only runs after a failure."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path or "", f"key {key!r} is a {type(key).__name__}, not a string"
+            found = _find_unserializable(item, f"{path}.{key}" if path else key)
+            if found[1]:
+                return found
+        return "", ""
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _find_unserializable(item, f"{path}[{index}]")
+            if found[1]:
+                return found
+        return "", ""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        return path, f"{exc} (a {type(value).__name__})"
+    return "", ""
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A record serialized and checksummed, waiting for its sequence number."""
+
+    data: bytes
+    #: CRC-32 of ``{"data":`` followed by ``data``: the first part of the line's checksum.
+    crc: int
+
+
+def prepare(record: Any, what: str = "record") -> Payload:
+    """Serialize and checksum a record. Safe to call outside any lock, concurrently."""
+    data = serialize(to_jsonable(record), what)
+    if len(data) + 200 > MAX_LINE_BYTES:
+        raise RecordTooLargeError(
+            f"{what} is {len(data)} bytes serialized; a spool line holds at most "
+            f"{MAX_LINE_BYTES} bytes"
+        )
+    return Payload(data, zlib.crc32(data, _DATA_OPEN_CRC))
+
+
+def frame(payload: Payload, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> list[bytes]:
+    """The parts of one line, ready for ``os.writev``: no copy of the payload is made."""
+    if not _TYPE_RE.match(record_type):
+        raise ValueError(f"record type {record_type!r} must be lowercase letters and '_'")
+    middle = b',"seq":%d,"type":"%s"' % (seq, record_type.encode("ascii"))
+    if meta is not None:
+        middle += b',"meta":' + serialize(meta, f"{record_type} meta")
+    crc = zlib.crc32(middle, payload.crc)
+    return [_DATA_OPEN, payload.data, middle + b',"crc":"%08x"}\n' % crc]
+
+
+def encode_line(record: Any, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> bytes:
+    """One whole line; for tests and tools. The writer uses :func:`prepare` and :func:`frame`."""
+    return b"".join(frame(prepare(record), seq, record_type, meta))
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """An intact line, parsed."""
+
+    seq: int
+    type: str
+    data: Any
+    meta: dict[str, Any] | None
+
+
+def parse_line(line: bytes) -> Line | None:
+    """Return the parsed line if it is intact (docs/spool-format.md, section 4), else None.
+
+    The checksum is verified on the raw bytes before anything is parsed: a damaged line is
+    never handed to the JSON parser's mercy, and never re-serialized.
+    """
+    if len(line) > MAX_LINE_BYTES or len(line) < TRAILER_LEN + len(_DATA_OPEN):
+        return None
+    match = _TRAILER_RE.search(line, len(line) - TRAILER_LEN)
+    if match is None or not line.startswith(_DATA_OPEN):
+        return None
+    body_end = len(line) - TRAILER_LEN
+    if zlib.crc32(memoryview(line)[:body_end]) != int(match.group(1), 16):
+        return None
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or "data" not in obj:
+        return None
+    seq, record_type, meta = obj.get("seq"), obj.get("type"), obj.get("meta")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(record_type, str):
+        return None
+    if meta is not None and not isinstance(meta, dict):
+        return None
+    return Line(seq, record_type, obj["data"], meta)
