@@ -247,3 +247,15 @@ def test_reward_without_rewards_is_integer_zero_and_usage_null() -> None:
     assert row["reward"] == 0 and isinstance(row["reward"], int)
     assert row["token_usage"] is None and row["trajectory"] == [] and row["completion"] == []
     assert row["is_truncated"] is True
+
+
+@pytest.mark.parametrize("name", [
+    "projection/episodes.jsonl", "projection/samples.jsonl", "episode_example.json", "eval_example.toml",
+])
+def test_committed_fixtures_match_the_shared_reference(name: str) -> None:
+    from conftest import REFERENCE_DIR
+
+    shared = REFERENCE_DIR / name
+    if not shared.exists():
+        pytest.skip("the shared reference is not present on this machine")
+    assert (FIXTURES.parent / name).read_bytes() == shared.read_bytes()
