@@ -236,24 +236,24 @@ def project_episode_encoded(
 
 
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
-    """A copy of ``record`` whose ``run.id`` (and each trace's, where set) is ``evaluation_id``.
+    """A copy of ``record`` whose ``run.id``, and every member trace's, is ``evaluation_id``.
 
-    Only the ``run`` objects and the containers leading to them are copied; everything
-    else is shared with the spooled record. A record or trace without a ``run`` mapping is
-    left without one: we replace the id, we do not invent a run.
+    Upstream copies the episode's run onto every member trace when it uploads, so a trace
+    row found on the platform leads back to its evaluation: we do the same. A record without
+    a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and the containers
+    leading to them are copied; everything else is shared with the spooled record.
     """
     out = dict(record)
     run = record.get("run")
-    if isinstance(run, Mapping):
-        out["run"] = {**run, "id": evaluation_id}
+    episode_run = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
+    out["run"] = episode_run
     traces = record.get("traces")
     if traces:
         new_traces = []
         for trace in traces:
             trace_run = trace.get("run")
-            if isinstance(trace_run, Mapping):
-                trace = {**trace, "run": {**trace_run, "id": evaluation_id}}
-            new_traces.append(trace)
+            stamped = {**trace_run, "id": evaluation_id} if isinstance(trace_run, Mapping) else episode_run
+            new_traces.append({**trace, "run": stamped})
         out["traces"] = new_traces
     return out
 

@@ -71,11 +71,25 @@ def test_evaluation_id_replaces_run_id_on_episode_and_member_traces(episodes: li
     assert wrapper_ids_restored == original
 
 
-def test_evaluation_id_does_not_invent_a_run(episodes: list[dict]) -> None:
+def test_evaluation_id_is_stamped_where_there_was_no_run(episodes: list[dict]) -> None:
     record = episodes[2]
     assert "run" not in record
     (row,) = project_episode(record, 2, evaluation_id="eval-123")
-    assert row["info"]["native_wrapper"] == record
+    wrapper = row["info"]["native_wrapper"]
+    assert wrapper["run"] == {"id": "eval-123"}
+    assert all(trace["run"]["id"] == "eval-123" for trace in wrapper["traces"])
+    without_ids = {key: value for key, value in wrapper.items() if key != "run"}
+    without_ids["traces"] = [{k: v for k, v in t.items() if k != "run"} for t in wrapper["traces"]]
+    assert without_ids == record
+    assert "run" not in record
+
+
+def test_member_traces_without_run_get_the_episode_run(episodes: list[dict]) -> None:
+    record = episodes[1]
+    assert all("run" not in trace for trace in record["traces"])
+    (row,) = project_episode(record, 1, evaluation_id="eval-9")
+    wrapper = row["info"]["native_wrapper"]
+    assert [trace["run"] for trace in wrapper["traces"]] == [{**record["run"], "id": "eval-9"}] * 2
 
 
 def test_without_evaluation_id_the_wrapper_is_the_record(episodes: list[dict]) -> None:
