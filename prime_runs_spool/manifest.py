@@ -1,0 +1,194 @@
+"""The run manifest: who the run is, what it was configured with, and its launch file.
+
+Written first in a spool, before any episode, and later sent as the evaluation's
+metadata. Two rules keep it safe to ship (see docs/masking.md):
+
+- ``config`` carries only the fields somebody set, with every credential table masked
+  by location; the API key is never an input here at all.
+- ``config_source`` (the launch file byte for byte) is attached only when parsing the
+  file finds none of the credential tables set. A verbatim file cannot be masked
+  without ceasing to be verbatim, so a file with a secret in it is left out whole, and
+  the warning names the table, never a value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from prime_runs_spool._version import __version__
+from prime_runs_spool.framing import FORMAT_VERSION
+from prime_runs_spool.masking import MaskRules, find_set_tables, mask
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+#: A launch file larger than this is not uploaded verbatim.
+MAX_CONFIG_SOURCE_BYTES = 256 * 1024
+#: The metadata keys the dashboard's evaluation list reads unconditionally.
+V0_KEYS = ("model", "num_examples", "rollouts_per_example")
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    name: str,
+    environments: Sequence[str],
+    model: str,
+    framework: str,
+    config: Any,
+    config_file: str | os.PathLike[str] | None,
+    num_examples: int | None,
+    rollouts_per_example: int | None,
+    created_at: dt.datetime | str | None = None,
+    extra_rules: MaskRules | Iterable[str | Iterable[str]] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The manifest record and the warnings to show the user (never containing a value).
+
+    ``config`` is a pydantic model (dumped with ``exclude_unset``) or a mapping. The v0
+    keys are then set in it from the explicit arguments, which win over what the config
+    holds: they are what the runner actually ran (``num_examples`` is the selected task
+    count, ``-1`` when unknown), while the config may hold an alias or a default. An
+    argument left ``None`` keeps the config's value if it has one, else the v0 default
+    (``-1`` examples, ``1`` rollout).
+    """
+    rules = MaskRules.defaults_for_config()
+    if extra_rules is not None:
+        rules = rules.extended(extra_rules)
+    dumped = mask(_config_dump(config), rules)
+    for key, value, default in (
+        ("model", model, None),
+        ("num_examples", num_examples, -1),
+        ("rollouts_per_example", rollouts_per_example, 1),
+    ):
+        if value is not None:
+            dumped[key] = value
+        elif dumped.get(key) is None:
+            dumped[key] = default
+
+    warnings: list[str] = []
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "name": name,
+        "environments": list(environments),
+        "model": model,
+        "framework": framework,
+        "created_at": _iso_utc(created_at),
+        "package_version": __version__,
+        "format_version": FORMAT_VERSION,
+        "config": dumped,
+    }
+    if config_file is not None:
+        source = read_config_source(config_file, rules, warnings)
+        if source is not None:
+            manifest["config_source"] = source
+    return manifest, warnings
+
+
+def v0_metadata(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation metadata sync sends for a run.
+
+    The masked config at top level (that is where the dashboard looks for the v0 keys
+    and its structured Config view), the v0 keys, ``config_source`` when the launch file
+    was clean, and ``local_run_id`` so the evaluation leads back to the spool.
+    """
+    config = manifest.get("config") or {}
+    metadata = dict(config)
+    for key in V0_KEYS:
+        metadata[key] = config.get(key, manifest.get(key))
+    if "config_source" in manifest:
+        metadata["config_source"] = manifest["config_source"]
+    metadata["local_run_id"] = manifest["run_id"]
+    return metadata
+
+
+def read_config_source(
+    config_file: str | os.PathLike[str], rules: MaskRules, warnings: list[str]
+) -> dict[str, str] | None:
+    """``{format, text, filename}`` for a clean launch file, else ``None`` plus a warning."""
+    filename = os.path.basename(os.fspath(config_file))
+    prefix = f"config_source left out: {filename}"
+    try:
+        with open(config_file, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_SOURCE_BYTES + 1)
+    except OSError as exc:
+        warnings.append(f"{prefix} cannot be read ({exc.strerror or type(exc).__name__})")
+        return None
+    if len(raw) > MAX_CONFIG_SOURCE_BYTES:
+        warnings.append(f"{prefix} is over {MAX_CONFIG_SOURCE_BYTES // 1024} KiB")
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        warnings.append(f"{prefix} is not UTF-8")
+        return None
+    fmt = _format_of(filename, text)
+    if fmt is None:
+        warnings.append(f"{prefix} is neither TOML nor JSON, so it cannot be checked for credentials")
+        return None
+    try:
+        parsed = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        warnings.append(f"{prefix} does not parse as TOML ({exc})")
+        return None
+    except json.JSONDecodeError as exc:
+        warnings.append(f"{prefix} does not parse as JSON (line {exc.lineno}, column {exc.colno})")
+        return None
+    tables = find_set_tables(parsed, rules)
+    if tables:
+        warnings.append(f"{prefix} sets the credential table(s) {', '.join(tables)}")
+        return None
+    return {"format": fmt, "text": text, "filename": filename}
+
+
+def _format_of(filename: str, text: str) -> str | None:
+    extension = os.path.splitext(filename)[1].lower()
+    if extension == ".toml":
+        return "toml"
+    if extension == ".json":
+        return "json"
+    if extension in (".yaml", ".yml"):
+        return None
+    return "json" if text.lstrip().startswith(("{", "[")) else "toml"
+
+
+def _config_dump(config: Any) -> dict[str, Any]:
+    """The fields set on ``config``, as plain JSON data (never aliasing the input)."""
+    if config is None:
+        return {}
+    if hasattr(config, "model_dump"):
+        dumped = config.model_dump(mode="json", exclude_unset=True)
+    elif isinstance(config, Mapping):
+        dumped = dict(config)
+    else:
+        raise TypeError(f"config must be a pydantic model or a mapping, not {type(config).__name__}")
+    # Through JSON once: a fresh copy, holding exactly what any reader of the spool will see.
+    return orjson.loads(orjson.dumps(dumped, default=_jsonable, option=orjson.OPT_NON_STR_KEYS))
+
+
+def _jsonable(value: Any) -> Any:
+    """orjson's fallback for what a hand-built config mapping may hold."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_unset=True)
+    return str(value)
+
+
+def _iso_utc(created_at: dt.datetime | str | None) -> str:
+    if isinstance(created_at, str):
+        return created_at
+    when = created_at or dt.datetime.now(dt.timezone.utc)
+    if when.tzinfo is None:
+        raise ValueError("created_at must be timezone-aware")
+    return when.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,471 @@
+"""Episode records -> v0 sample rows, exactly as the upstream projection builds them.
+
+The platform's dashboard reads the v0 row format, and the upstream SDK
+(``prime_runs.projection.build_samples``) defines it. We reproduce that projection from
+episode *records* (plain mappings, as they sit in the spool), so that a spool synced
+later lands on the platform exactly as a live upload would have. The golden pairs in
+``fixtures/reference/projection/`` pin the behaviour; ``docs/projection.md`` describes it.
+
+The only deliberate differences from upstream: ``run.id`` can be replaced by the
+evaluation id (the spool keeps the local id; see platform-api.md, "Identity"), and the
+records we project were masked when they were spooled.
+
+Sync projects one episode at a time, with the rollout number the spool writer stamped on
+it, so the pieces are separate: :func:`rollout_key` and :class:`RolloutCounter` number
+episodes, :func:`project_episode` builds the rows, :func:`build_samples` composes the two
+for a whole ordered list.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import orjson
+
+#: The platform's ceiling on one ``POST /evaluations/{id}/samples`` body.
+MAX_REQUEST_BYTES = 26_214_400
+#: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
+ENVELOPE_BYTES = 14
+
+#: Stop conditions that mean the trace was cut short.
+_TRUNCATING_STOPS = frozenset(
+    {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "context_length"}
+)
+
+#: Keys every row has, in order; a reward is never flattened onto one of these.
+FIXED_KEYS = (
+    "sample_id",
+    "example_id",
+    "rollout_number",
+    "episode_id",
+    "agent",
+    "trainable",
+    "task",
+    "prompt",
+    "completion",
+    "answer",
+    "tool_defs",
+    "reward",
+    "timing",
+    "is_completed",
+    "is_truncated",
+    "metrics",
+    "error",
+    "stop_condition",
+    "trajectory",
+    "token_usage",
+    "info",
+)
+_FIXED = frozenset(FIXED_KEYS)
+
+
+class _NoRow:
+    """Sentinel type: an episode without traces has no row and takes no rollout number."""
+
+    _instance: _NoRow | None = None
+
+    def __new__(cls) -> _NoRow:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_ROW"
+
+
+NO_ROW = _NoRow()
+
+
+class SampleTooLargeError(ValueError):
+    """Even a single trace's row cannot fit in one request: the episode cannot be sent.
+
+    Raised rather than dropping the episode, so a run never silently loses a sample.
+    """
+
+    def __init__(self, episode_id: Any, trace_id: Any, size: int, limit: int) -> None:
+        self.episode_id = episode_id
+        self.trace_id = trace_id
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"episode {episode_id}: the row of trace {trace_id} needs {size} bytes with the "
+            f"request envelope, over the {limit}-byte request limit; it cannot be sent"
+        )
+
+
+class EncodedRow(NamedTuple):
+    """A row and its compact JSON encoding, so a caller never serializes a row twice."""
+
+    row: dict[str, Any]
+    body: bytes
+
+
+# --------------------------------------------------------------------------- numbering
+
+
+def summary_trace_index(record: Mapping[str, Any]) -> int | None:
+    """Index of the trace a row is projected from: the first trainable one, else the first."""
+    traces = record.get("traces") or ()
+    for i, trace in enumerate(traces):
+        if (trace.get("agent") or {}).get("trainable"):
+            return i
+    return 0 if traces else None
+
+
+def rollout_key(record: Mapping[str, Any]) -> Any:
+    """What rollout numbers count per: the summary trace's ``task.data.idx``.
+
+    ``None`` is a valid key; an episode without traces returns :data:`NO_ROW`.
+    """
+    index = summary_trace_index(record)
+    if index is None:
+        return NO_ROW
+    return _task_data(record["traces"][index]).get("idx")
+
+
+class RolloutCounter:
+    """Numbers episodes 1, 2, 3... per :func:`rollout_key`, in arrival order.
+
+    The spool writer stamps each record with ``next_number(record)`` so sync never
+    rescans a spool to number rows; a resumed run seeds the counter with the counts of
+    its earlier segments (``seed(counter.counts())`` round-trips).
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[Any, int] = {}
+
+    def next_number(self, record: Mapping[str, Any]) -> int | None:
+        """The rollout number of the next episode; ``None`` (and no count) without traces."""
+        key = rollout_key(record)
+        if key is NO_ROW:
+            return None
+        number = self._counts.get(key, 0) + 1
+        self._counts[key] = number
+        return number
+
+    def observe(self, key: Any, number: int) -> None:
+        """Record that an episode with ``key`` already took ``number`` (e.g. on resume)."""
+        if number > self._counts.get(key, 0):
+            self._counts[key] = number
+
+    def seed(self, counts: Mapping[Any, int] | Iterable[tuple[Any, int]]) -> None:
+        """Continue from earlier counts (a mapping or ``(key, count)`` pairs)."""
+        pairs = counts.items() if isinstance(counts, Mapping) else counts
+        for key, number in pairs:
+            self.observe(key, number)
+
+    def counts(self) -> dict[Any, int]:
+        """The highest number issued per key (a copy)."""
+        return dict(self._counts)
+
+
+# --------------------------------------------------------------------------- projection
+
+
+def build_samples(
+    episodes: Iterable[Mapping[str, Any]], *, evaluation_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Project an ordered list of episode records, numbering rollouts as they arrive."""
+    counter = RolloutCounter()
+    rows: list[dict[str, Any]] = []
+    for record in episodes:
+        number = counter.next_number(record)
+        if number is not None:
+            rows.extend(project_episode(record, number, evaluation_id=evaluation_id))
+    return rows
+
+
+def project_episode(
+    record: Mapping[str, Any],
+    rollout_number: int,
+    *,
+    evaluation_id: str | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+) -> list[dict[str, Any]]:
+    """The rows of one episode: one row, or one per trace when that one would not fit."""
+    return [
+        encoded.row
+        for encoded in project_episode_encoded(
+            record,
+            rollout_number,
+            evaluation_id=evaluation_id,
+            max_request_bytes=max_request_bytes,
+        )
+    ]
+
+
+def project_episode_encoded(
+    record: Mapping[str, Any],
+    rollout_number: int,
+    *,
+    evaluation_id: str | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+) -> list[EncodedRow]:
+    """Like :func:`project_episode`, with each row's compact JSON ``body`` (UTF-8).
+
+    A row fits when its compact JSON plus the 14-byte ``{"samples":[]}`` envelope is at
+    most ``max_request_bytes`` (inclusive), measured as upstream measures it. Raises
+    :class:`SampleTooLargeError` when a per-trace row cannot fit either.
+    """
+    traces: Sequence[Mapping[str, Any]] = record.get("traces") or ()
+    if not traces:
+        return []
+    wrapper = _with_run_id(record, evaluation_id) if evaluation_id is not None else record
+    index = summary_trace_index(record)
+    assert index is not None
+    trace = traces[index]
+    info = dict(trace.get("info") or {})
+    info["native_wrapper"] = wrapper
+    info["native_trace_index"] = index
+    row = _trace_row(trace, record.get("id"), record.get("id"), rollout_number, info)
+    body, fits = _encode_within(row, max_request_bytes)
+    if fits:
+        return [EncodedRow(row, body)]
+
+    out = []
+    for trace in traces:
+        row = _trace_row(trace, trace.get("id"), record.get("id"), rollout_number, trace.get("info"))
+        body, fits = _encode_within(row, max_request_bytes)
+        if not fits:
+            size = max(len(body), _upstream_size(row)) + ENVELOPE_BYTES
+            raise SampleTooLargeError(record.get("id"), trace.get("id"), size, max_request_bytes)
+        out.append(EncodedRow(row, body))
+    return out
+
+
+def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
+    """A copy of ``record`` whose ``run.id``, and every member trace's, is ``evaluation_id``.
+
+    Upstream copies the episode's run onto every member trace when it uploads, so a trace
+    row found on the platform leads back to its evaluation: we do the same. A record without
+    a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and the containers
+    leading to them are copied; everything else is shared with the spooled record.
+    """
+    out = dict(record)
+    run = record.get("run")
+    episode_run = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
+    out["run"] = episode_run
+    traces = record.get("traces")
+    if traces:
+        new_traces = []
+        for trace in traces:
+            trace_run = trace.get("run")
+            stamped = {**trace_run, "id": evaluation_id} if isinstance(trace_run, Mapping) else episode_run
+            new_traces.append({**trace, "run": stamped})
+        out["traces"] = new_traces
+    return out
+
+
+def _trace_row(
+    trace: Mapping[str, Any],
+    sample_id: Any,
+    episode_id: Any,
+    rollout_number: int,
+    info: Any,
+) -> dict[str, Any]:
+    """One v0 row from one trace (see platform-api.md, "The v0 sample row")."""
+    data = _task_data(trace)
+    agent = trace.get("agent") or {}
+    branches = [_branch(trace, path) for path in _paths(trace.get("nodes") or ())]
+    tools = trace.get("tools")
+    errors = trace.get("errors") or ()
+    rewards = trace.get("rewards") or {}
+    row: dict[str, Any] = {
+        "sample_id": sample_id,
+        "example_id": data.get("idx"),
+        "rollout_number": rollout_number,
+        "episode_id": episode_id,
+        "agent": agent.get("name"),
+        "trainable": agent.get("trainable"),
+        "task": _drop_none(data),
+        "prompt": [],
+        "completion": branches[-1]["messages"] if branches else [],
+        "answer": data.get("answer"),
+        "tool_defs": [_drop_none(tool) for tool in tools] if tools else None,
+        "reward": trace_reward(trace),
+        "timing": _drop_none_deep(trace.get("timing")),
+        "is_completed": trace.get("is_completed"),
+        "is_truncated": _is_truncated(trace),
+        "metrics": trace.get("metrics") or {},
+        "error": _drop_none(errors[-1]) if errors else None,
+        "stop_condition": trace.get("stop_condition"),
+        "trajectory": branches,
+        "token_usage": _token_usage(trace.get("calls") or ()),
+        "info": info,
+    }
+    for name, reward in rewards.items():
+        if _is_null_reward(reward) or name in _FIXED:
+            continue
+        row[name] = reward["score"]
+    return row
+
+
+def _task_data(trace: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (trace.get("task") or {}).get("data") or {}
+
+
+def _is_null_reward(reward: Any) -> bool:
+    return not isinstance(reward, Mapping) or reward.get("score") is None
+
+
+def trace_reward(trace: Mapping[str, Any]) -> Any:
+    """Sum of ``score * weight`` over the trace's non-null rewards, in order (int 0 if none).
+
+    Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
+    """
+    total: Any = 0
+    for reward in (trace.get("rewards") or {}).values():
+        if _is_null_reward(reward):
+            continue
+        weight = reward.get("weight")
+        total += reward["score"] * (1.0 if weight is None else weight)
+    return total
+
+
+def _is_truncated(trace: Mapping[str, Any]) -> bool:
+    if trace.get("stop_condition") in _TRUNCATING_STOPS:
+        return True
+    for call in reversed(trace.get("calls") or ()):
+        if not call.get("error"):
+            return call.get("finish_reason") == "length"
+    return False
+
+
+def _paths(nodes: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Root-to-leaf node index paths, leaves in index order."""
+    parents = {node.get("parent") for node in nodes}
+    paths = []
+    for leaf in range(len(nodes)):
+        if leaf in parents:
+            continue
+        path = []
+        current: int | None = leaf
+        while current is not None:
+            path.append(current)
+            current = nodes[current].get("parent")
+        path.reverse()
+        paths.append(path)
+    return paths
+
+
+def _call_input(usage: Mapping[str, Any]) -> int:
+    return usage.get("prompt_tokens", 0) + (usage.get("cached_input_tokens") or 0)
+
+
+def _branch(trace: Mapping[str, Any], path: list[int]) -> dict[str, Any]:
+    nodes = trace["nodes"]
+    by_node: dict[int, Mapping[str, Any]] = {}
+    for call in trace.get("calls") or ():
+        node = call.get("node")
+        if node is not None:
+            by_node[node] = call
+    num_input = 0
+    num_output = 0
+    previous_total = 0
+    for index in path:
+        call = by_node.get(index)
+        usage = call.get("usage") if call is not None else None
+        if not usage:
+            continue
+        current_input = _call_input(usage)
+        num_input += max(0, current_input - previous_total)
+        num_output += usage.get("completion_tokens", 0)
+        previous_total = current_input + usage.get("completion_tokens", 0)
+    return {
+        "messages": [_message(nodes[index].get("message")) for index in path],
+        "num_input_tokens": num_input,
+        "num_output_tokens": num_output,
+    }
+
+
+def _message(message: Any) -> Any:
+    """A message with its model fields' nulls dropped (tool calls and content parts too)."""
+    if not isinstance(message, Mapping):
+        return message
+    out = _drop_none(message)
+    for key in ("tool_calls", "content"):
+        value = out.get(key)
+        if isinstance(value, list):
+            out[key] = [_drop_none(item) if isinstance(item, Mapping) else item for item in value]
+    return out
+
+
+_OPTIONAL_USAGE = ("cached_input_tokens", "reasoning_tokens", "cost")
+
+
+def _token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Usage summed over every call that has any (never ``extra_usage``)."""
+    totals: dict[str, Any] | None = None
+    optional: dict[str, Any] = {}
+    for call in calls:
+        usage = call.get("usage")
+        if not usage:
+            continue
+        if totals is None:
+            totals = {"prompt_tokens": 0, "completion_tokens": 0}
+        totals["prompt_tokens"] += usage.get("prompt_tokens", 0)
+        totals["completion_tokens"] += usage.get("completion_tokens", 0)
+        for key in _OPTIONAL_USAGE:
+            value = usage.get(key)
+            if value is not None:
+                optional[key] = optional.get(key, 0) + value
+    if totals is None:
+        return None
+    for key in _OPTIONAL_USAGE:
+        if key in optional:
+            totals[key] = optional[key]
+    return totals
+
+
+def _drop_none(value: Any) -> Any:
+    """A model's dump without its ``None`` fields; nested free-form dicts keep theirs."""
+    if not isinstance(value, Mapping):
+        return value
+    return {key: item for key, item in value.items() if item is not None}
+
+
+def _drop_none_deep(value: Any) -> Any:
+    """For structures made only of models (timing): drop ``None`` fields at every level."""
+    if not isinstance(value, Mapping):
+        return value
+    return {key: _drop_none_deep(item) for key, item in value.items() if item is not None}
+
+
+# --------------------------------------------------------------------------- sizing
+
+
+def _upstream_size(row: Mapping[str, Any]) -> int:
+    """Bytes of the row as upstream measures it: compact ``json.dumps``, UTF-8."""
+    text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8"))
+
+
+def encode_row(row: Mapping[str, Any]) -> bytes:
+    """Compact JSON of a row (orjson; stdlib json for what orjson refuses, e.g. huge ints)."""
+    try:
+        return orjson.dumps(row)
+    except TypeError:  # orjson.JSONEncodeError subclasses TypeError
+        return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _encode_within(row: Mapping[str, Any], limit: int) -> tuple[bytes, bool]:
+    """Encode ``row`` and decide whether it fits one request with the envelope.
+
+    A row fits when both the upstream measure (compact ``json.dumps``) and the bytes we
+    actually send (orjson) fit. The two agree byte for byte except on some floats (either
+    can print shorter: ``1e-05`` vs ``0.00001``) and non-finite ones (orjson writes
+    ``null`` where json writes ``-Infinity``); such a number, with the delimiter that
+    follows it, is never more than twice as long in json as in orjson. So the exact,
+    slower upstream measure is only needed when orjson's size is above a third of the
+    budget (a third, not a half, for margin) and within it.
+    """
+    body = encode_row(row)
+    budget = limit - ENVELOPE_BYTES
+    size = len(body)
+    if size > budget:
+        return body, False
+    if 3 * size <= budget:
+        return body, True
+    return body, _upstream_size(row) <= budget
