@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from commands.sync import sync
 from commands.verify import verify
 from prime_runs_spool import __version__
 
@@ -19,6 +20,7 @@ def cli() -> None:
 
 
 cli.add_command(verify)
+cli.add_command(sync)
 
 
 def main() -> None:

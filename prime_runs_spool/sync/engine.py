@@ -25,13 +25,13 @@ from typing import Any
 
 from prime_runs_spool.client import FailureKind, PlatformClient, PlatformError
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, SyncError
-from prime_runs_spool.layout import list_segments, writer_alive
+from prime_runs_spool.layout import list_segments
 from prime_runs_spool.manifest import v0_metadata
 from prime_runs_spool.projection import SampleTooLargeError
-from prime_runs_spool.reader import iter_records
+from prime_runs_spool.reader import iter_records, writer_alive
 from prime_runs_spool.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.rows import RowStream, batches, skip_rows
+from prime_runs_spool.sync.rows import RowStream, batches, records, skip_rows
 from prime_runs_spool.sync.state import (
     Destination,
     InFlight,
@@ -78,6 +78,11 @@ class RunReport:
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def run_writer_alive(run_dir: Path) -> bool:
+    """Whether any process still holds a writer lock on one of the run's segments."""
+    return any(writer_alive(path) for _, path in list_segments(run_dir))
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any] | None:
@@ -131,7 +136,7 @@ class RunSync:
     def _run(self) -> None:
         manifest = read_manifest(self.run_dir)
         if manifest is None:
-            if writer_alive(self.run_dir):
+            if run_writer_alive(self.run_dir):
                 self.report.state = "live"
                 self.report.warnings.append("no manifest yet; the writer is still starting")
                 return
@@ -182,13 +187,13 @@ class RunSync:
         if state.in_flight is not None or state.cursor is None or state.evaluation_id is None:
             return False
         segments = list_segments(self.run_dir)
-        if not segments or segments[-1].index != state.cursor.segment_index:
+        if not segments or segments[-1][0] != state.cursor.segment_index:
             return False
-        if segments[-1].path.stat().st_size != state.cursor.offset:
+        if segments[-1][1].stat().st_size != state.cursor.offset:
             return False
         if state.finalized or state.terminal in ("failed", "crashed", "completed"):
             return True
-        return writer_alive(self.run_dir)
+        return run_writer_alive(self.run_dir)
 
     def _wait_until(self, deadline: float) -> None:
         while (remaining := deadline - self.clock()) > 0:
@@ -410,12 +415,13 @@ class RunSync:
                 if stream.skipped:
                     known = {(s["segment"], s["offset"]) for s in self.state.skipped}
                     self.state.skipped.extend(
-                        s for s in stream.skipped if (s["segment"], s["offset"]) not in known)
+                        {k: v for k, v in s.items() if k != "last"} for s in stream.skipped
+                        if (s["segment"], s["offset"]) not in known)
                     self._save()
             if stream.seal is not None:
                 self._finish(str(stream.seal.get("status")), stream.seal)
                 return
-            if writer_alive(self.run_dir):
+            if run_writer_alive(self.run_dir):
                 self.report.state = "live"
                 return
             # The writer is gone. It may have appended (or sealed) between our last read
@@ -491,7 +497,7 @@ class RunSync:
         if seal and isinstance(seal.get("summary"), Mapping):
             return dict(seal["summary"])
         accumulator = SummaryAccumulator()
-        for record in iter_records(self.run_dir):
+        for record in records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
             if record.type == "episode":
                 accumulator.add(record.data)
         return accumulator.result()

@@ -14,16 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from prime_runs_spool.errors import CorruptSpoolError, SyncError
 from prime_runs_spool.layout import list_segments
-from prime_runs_spool.projection import SampleTooLargeError, project_episode
+from prime_runs_spool.projection import ENVELOPE_BYTES, SampleTooLargeError, project_episode_encoded
 from prime_runs_spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
-
-#: ``{"samples":[]}``: what a request body adds around its rows.
-ENVELOPE_BYTES = 14
 
 _SEGMENT_RE = re.compile(r"seg-(\d+)\.jsonl$")
 
@@ -36,6 +31,28 @@ class Row:
     after: Cursor
     #: True when this is the episode's last row.
     closes_episode: bool
+
+
+def records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
+            skipped: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+    """The run's records from ``start``; with ``skip_corrupt``, a corrupt segment's damaged
+    rest is passed over (noted in ``skipped``) and reading goes on with the next segment."""
+    while True:
+        try:
+            yield from iter_records(run_dir, start=start)
+            return
+        except CorruptSpoolError as exc:
+            if not skip_corrupt:
+                raise
+            match = _SEGMENT_RE.search(str(exc.path))
+            index = int(match.group(1)) if match else 0
+            later = [seg for seg, _ in list_segments(run_dir) if seg > index]
+            if skipped is not None:
+                skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason,
+                                "last": not later})
+            if not later:
+                return
+            start = Position(later[0], 0, 0)
 
 
 @dataclass
@@ -55,22 +72,10 @@ class RowStream:
         start = None
         if self.cursor is not None:
             start = Position(self.cursor.segment_index, self.cursor.offset, self.cursor.next_seq)
-        while True:
-            try:
-                yield from iter_records(self.run_dir, start=start)
-                return
-            except CorruptSpoolError as exc:
-                if not self.skip_corrupt:
-                    raise
-                match = _SEGMENT_RE.search(str(exc.path))
-                index = int(match.group(1)) if match else 0
-                later = [seg for seg in list_segments(self.run_dir) if seg.index > index]
-                self.skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason})
-                if not later:
-                    self.seal = None
-                    return
-                start = Position(later[0].index, 0, 0)
-                self.cursor = Cursor(segment_index=later[0].index, offset=0, next_seq=0)
+        for record in records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+            yield record
+        if self.skipped and self.skipped[-1].get("last"):
+            self.seal = None
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
@@ -89,18 +94,13 @@ class RowStream:
                     == (record.segment_index, record.offset)):
                 already = self.cursor.rows_done
             meta = record.meta or {}
-            rows = project_episode(record.data, meta.get("rollout_number"),
-                                   evaluation_id=self.evaluation_id,
-                                   max_request_bytes=self.max_request_bytes)
+            rows = project_episode_encoded(record.data, meta.get("rollout_number"),
+                                           evaluation_id=self.evaluation_id,
+                                           max_request_bytes=self.max_request_bytes)
             last = len(rows) - 1
-            for number, row in enumerate(rows):
+            for number, (row, data) in enumerate(rows):
                 if number < already:
                     continue
-                data = orjson.dumps(row)
-                if len(data) + ENVELOPE_BYTES > self.max_request_bytes:
-                    raise SampleTooLargeError(
-                        f"episode {record.data.get('id')!r}: a row of {len(data)} bytes does not fit "
-                        f"a request of {self.max_request_bytes} bytes")
                 cursor = after if number == last else Cursor(
                     segment_index=record.segment_index, offset=record.offset,
                     next_seq=record.seq, rows_done=number + 1)

@@ -14,7 +14,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.client import PlatformClient
-from prime_runs_spool.layout import SPOOL_DIR, find_runs
+from prime_runs_spool.layout import SPOOL_DIRNAME, find_runs
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.state import Destination
 
@@ -31,7 +31,7 @@ def sync_run(
     on_progress: Callable[[RunReport], None] | None = None,
 ) -> RunReport:
     """Sync one run, unless another sync holds it (then report ``skipped``, or wait)."""
-    lock = FileLock(run_dir / SPOOL_DIR / SYNC_LOCK, timeout=-1 if wait else 0)
+    lock = FileLock(run_dir / SPOOL_DIRNAME / SYNC_LOCK, timeout=-1 if wait else 0)
     try:
         lock.acquire()
     except Timeout:
@@ -39,7 +39,7 @@ def sync_run(
                          error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
         return RunReport(path=str(run_dir), state="error",
-                         error=f"cannot take the sync lock in {run_dir / SPOOL_DIR}: {exc.strerror}")
+                         error=f"cannot take the sync lock in {run_dir / SPOOL_DIRNAME}: {exc.strerror}")
     try:
         return RunSync(run_dir, client, destination, options, on_progress=on_progress).run()
     finally:

@@ -1,0 +1,69 @@
+"""Build spools for sync tests straight through the segment writer (no runner API needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fixtures.episodes import make_episode
+from prime_runs_spool.projection import RolloutCounter
+from prime_runs_spool.writer import SegmentWriter
+
+
+def manifest_for(run_id: str, name: str = "synthetic-run", environment: str = "gsm8k") -> dict[str, Any]:
+    return {"run_id": run_id, "name": name, "environments": [environment], "model": "Qwen/Qwen3-8B",
+            "framework": "verifiers", "config": {"model": "Qwen/Qwen3-8B"}, "num_examples": 10,
+            "rollouts_per_example": 3}
+
+
+class RunBuilder:
+    """Writes one run: a manifest, then episodes numbered as the writer would number them."""
+
+    def __init__(self, run_dir: Path, run_id: str, *, salt: str = "", environment: str = "gsm8k") -> None:
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.salt = salt or run_id
+        self.environment = environment
+        self.counter = RolloutCounter()
+        self.count = 0
+        self.ids: list[str] = []
+        self.writer: SegmentWriter | None = None
+
+    def open_segment(self) -> SegmentWriter:
+        self.writer = SegmentWriter.create(self.run_dir, self.run_id)
+        self.writer.append("manifest", manifest_for(self.run_id, environment=self.environment))
+        return self.writer
+
+    def add(self, n: int, *, size: int = 2_000, traces: int = 1) -> None:
+        assert self.writer is not None
+        items = []
+        for _ in range(n):
+            episode = make_episode(self.count, size=size, run_id=self.run_id, salt=self.salt, traces=traces)
+            self.count += 1
+            self.ids.append(episode["id"])
+            items.append(("episode", episode, {"episode_id": episode["id"],
+                                               "rollout_number": self.counter.next_number(episode)}))
+        self.writer.append_many(items)
+
+    def seal(self, status: str = "completed", error: str | None = None) -> None:
+        assert self.writer is not None
+        self.writer.seal(status, error=error)
+        self.writer = None
+
+    def abandon(self) -> None:
+        """Close without sealing: as far as readers can tell, the writer crashed."""
+        assert self.writer is not None
+        self.writer.close()
+        self.writer = None
+
+
+def build_run(run_dir: Path, run_id: str, episodes: int, *, status: str | None = "completed",
+              size: int = 2_000) -> RunBuilder:
+    builder = RunBuilder(run_dir, run_id)
+    builder.open_segment()
+    builder.add(episodes, size=size)
+    if status is None:
+        builder.abandon()
+    else:
+        builder.seal(status)
+    return builder

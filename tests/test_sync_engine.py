@@ -1,0 +1,325 @@
+"""The sync protocol against an in-memory platform (fast); the end-to-end tests repeat the
+important cases against the real local platform process."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fake_platform import FakePlatform
+from spool_builders import RunBuilder, build_run
+from prime_runs_spool.client import PlatformClient
+from prime_runs_spool.settings import Secret, Settings
+from prime_runs_spool.sync.engine import RunSync, SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import Destination, state_path
+
+DEST = Destination(key="dest1", base_url="http://fake")
+
+
+class FakeTime:
+    """A clock that only moves when the engine sleeps; sleeping also lets delayed requests land."""
+
+    def __init__(self, platform: FakePlatform) -> None:
+        self.now = 1_000_000.0
+        self.slept = 0.0
+        self.platform = platform
+        self.delayed: list[tuple[float, httpx.Request]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        for due, request in list(self.delayed):
+            if due <= self.now:
+                self.delayed.remove((due, request))
+                self.platform._apply(request.method, request.url.path.removeprefix("/api/v1"), request)
+
+
+@pytest.fixture
+def platform() -> FakePlatform:
+    return FakePlatform()
+
+
+def syncer(run_dir: Path, platform: FakePlatform, time: FakeTime | None = None, **options) -> RunSync:
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    client = PlatformClient(settings, transport=platform.transport())
+    opts = SyncOptions(request_lifetime=options.pop("lifetime", 30.0),
+                       backoff=Backoff(base=0.01, cap=0.05, max_attempts=options.pop("attempts", 10)),
+                       **options)
+    time = time or FakeTime(platform)
+    return RunSync(run_dir, client, DEST, opts, clock=time.clock, sleep=time.sleep)
+
+
+def only_evaluation(platform: FakePlatform) -> tuple[dict, list[dict]]:
+    assert len(platform.evaluations) == 1, platform.evaluations
+    (evaluation_id, evaluation), = platform.evaluations.items()
+    return evaluation, platform.samples[evaluation_id]
+
+
+def assert_exactly_once(platform: FakePlatform, builder: RunBuilder) -> dict:
+    evaluation, rows = only_evaluation(platform)
+    ids = [row["sample_id"] for row in rows]
+    assert ids == builder.ids, "every episode once, in spool order"
+    return evaluation
+
+
+def test_sync_twice_pushes_once_and_finalizes_once(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 25)
+    first = syncer(builder.run_dir, platform, max_request_bytes=20_000).run()
+    assert (first.state, first.pushed_now) == ("synced", 25)
+    second = syncer(builder.run_dir, platform).run()
+    assert (second.state, second.pushed_now) == ("up_to_date", 0)
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 1 and evaluation["status"] == "COMPLETED"
+    assert evaluation["metadata"]["local_run_id"] == "r1"
+    assert evaluation["metrics"]["avg_reward"] == pytest.approx(12 / 25)
+    row = platform.samples[evaluation["evaluation_id"]][0]
+    assert row["info"]["native_wrapper"]["run"]["id"] == evaluation["evaluation_id"]
+
+
+def test_appended_segment_sends_only_new_episodes(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(5)
+    builder.abandon()
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    evaluation, _ = only_evaluation(platform)
+    assert evaluation["metadata"]["prime_runs"]["status"] == "crashed"
+    assert evaluation["finalize_count"] == 0
+    builder.open_segment()  # the run is resumed by a new process: a second segment
+    builder.add(4)
+    builder.seal()
+    report = syncer(builder.run_dir, platform).run()
+    assert (report.state, report.pushed_now, report.pushed_total) == ("synced", 4, 9)
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 1
+    assert "prime_runs" not in evaluation["metadata"]
+
+
+@pytest.mark.parametrize("path_suffix", ["/evaluations/", "/samples", "/finalize"])
+@pytest.mark.parametrize("error", [httpx.ReadTimeout("late"), httpx.RemoteProtocolError("reset")])
+def test_answer_lost_after_commit_is_not_repeated(tmp_path: Path, platform: FakePlatform,
+                                                  path_suffix: str, error: Exception) -> None:
+    builder = build_run(tmp_path / "run", "r1", 12)
+    failed = []
+
+    def fault(method: str, path: str, phase: str):
+        if method == "POST" and phase == "after" and path.endswith(path_suffix) and len(failed) < 2:
+            failed.append(path)
+            raise error
+
+    platform.fault = fault
+    report = syncer(builder.run_dir, platform, max_request_bytes=10_000).run()
+    assert report.state == "synced", report.error
+    assert failed, "the fault must have happened"
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 1
+
+
+def test_a_500_after_commit_is_settled_without_waiting(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 6)
+    platform.fault = lambda m, p, phase: httpx.Response(500) if p.endswith("/samples") and phase == "after" \
+        and not platform.fault_used.append(1) and len(platform.fault_used) == 1 else None
+    platform.fault_used = []
+    time = FakeTime(platform)
+    report = syncer(builder.run_dir, platform, time).run()
+    assert report.state == "synced"
+    assert_exactly_once(platform, builder)
+    assert time.slept < 1.0, "an answered error needs one read, not the request-lifetime fence"
+
+
+def test_in_doubt_request_that_lands_late_is_fenced(tmp_path: Path, platform: FakePlatform) -> None:
+    """The first append times out while still in flight and lands 20 s later: sync must wait
+    for the fence instead of resending at once (which would duplicate every row)."""
+    builder = build_run(tmp_path / "run", "r1", 8)
+    time = FakeTime(platform)
+    held = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
+            held.append(request)
+            time.delayed.append((time.now + 20.0, request))
+            raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
+    assert report.state == "synced", report.error
+    assert held and not time.delayed
+    assert_exactly_once(platform, builder)
+    assert time.slept >= 30.0
+
+
+def test_refused_connections_and_429_are_retried(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 5)
+    seen = Counter()
+
+    def fault(method: str, path: str, phase: str):
+        if phase != "before":
+            return None
+        seen[path] += 1
+        if seen[path] == 1:
+            raise httpx.ConnectError("refused")
+        if seen[path] == 2:
+            return httpx.Response(429, headers={"Retry-After": "0"})
+        return None
+
+    platform.fault = fault
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    assert_exactly_once(platform, builder)
+
+
+def test_lost_state_finds_the_evaluation_and_resumes(tmp_path: Path, platform: FakePlatform) -> None:
+    """A CI job that syncs a downloaded artifact has no state file: it must not create a second
+    evaluation nor push again what is there."""
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(7)
+    builder.abandon()
+    syncer(builder.run_dir, platform, max_request_bytes=8_000).run()
+    state_path(builder.run_dir, DEST.key).unlink()
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "synced", report.error
+    assert report.pushed_now == 3
+    assert assert_exactly_once(platform, builder)["finalize_count"] == 1
+
+
+def test_damaged_state_waits_a_lifetime_then_reconciles(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 4, status=None)
+    syncer(builder.run_dir, platform).run()
+    path = state_path(builder.run_dir, DEST.key)
+    path.write_text("{not json")
+    time = FakeTime(platform)
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
+    assert any("damaged" in warning for warning in report.warnings)
+    assert time.slept >= 30.0
+    assert report.pushed_now == 0
+    assert_exactly_once(platform, builder)
+    assert json.loads(path.read_text())["samples_pushed"] == 4
+
+
+def test_failed_run_records_its_end_and_is_not_finalized(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal("failed", error="RuntimeError: judge unreachable")
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "failed"
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 0
+    assert evaluation["metadata"]["prime_runs"]["status"] == "failed"
+    assert evaluation["metadata"]["prime_runs"]["error"] == "RuntimeError: judge unreachable"
+    assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+
+
+def test_live_run_is_pushed_and_left_open(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(4)
+    report = syncer(builder.run_dir, platform).run()
+    assert (report.state, report.pushed_now) == ("live", 4)
+    builder.add(2)
+    assert syncer(builder.run_dir, platform).run().pushed_now == 2
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    assert assert_exactly_once(platform, builder)["finalize_count"] == 1
+
+
+def test_corruption_stops_the_run_after_pushing_what_precedes(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 6)
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    lines = segment.read_bytes().split(b"\n")
+    offset = sum(len(line) + 1 for line in lines[:5])  # header, manifest, three episodes
+    damaged = bytearray(segment.read_bytes())
+    damaged[offset + 30] ^= 0x01
+    segment.write_bytes(bytes(damaged))
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "corrupt"
+    assert f"byte {offset}" in report.error and "seg-000001.jsonl" in report.error
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids[:3]
+    assert evaluation["finalize_count"] == 0
+
+
+def test_skip_corrupt_goes_on_with_the_next_segment_and_says_so(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(4)
+    builder.abandon()
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    cut = data.index(b"\n", data.index(b'"type":"episode"')) + 40  # inside the second episode
+    data[cut] ^= 0x01
+    segment.write_bytes(bytes(data))
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+    report = syncer(builder.run_dir, platform, skip_corrupt=True).run()
+    assert report.state == "synced", report.error
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == [builder.ids[0]] + builder.ids[4:]
+    skipped = evaluation["metadata"]["skipped_corruption"]
+    assert skipped[0]["segment"] == 1 and skipped[0]["offset"] > 0
+
+
+def test_an_episode_too_large_for_any_request_stops_only_its_run(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, size=30_000)
+    builder.seal()
+    report = syncer(builder.run_dir, platform, max_request_bytes=25_000).run()
+    assert report.state == "error"
+    assert builder.ids[2] in report.error
+    _, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids[:2]
+
+
+def test_an_episode_sent_as_one_row_per_trace(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2, size=9_000, traces=3)
+    builder.seal()
+    report = syncer(builder.run_dir, platform, max_request_bytes=10_000).run()
+    assert report.state == "synced", report.error
+    _, rows = only_evaluation(platform)
+    assert len(rows) == 6 and len({row["sample_id"] for row in rows}) == 6
+    assert all(row["rollout_number"] == 1 for row in rows[:3])
+
+
+def test_fatal_answer_stops_with_advice(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 2)
+    platform.fault = lambda m, p, phase: httpx.Response(401, json={"detail": "bad key"})
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "error" and "PRIME_API_KEY" in report.error
+
+
+def test_platform_with_fewer_rows_than_recorded_is_refused(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 4, status=None)
+    syncer(builder.run_dir, platform).run()
+    evaluation, rows = only_evaluation(platform)
+    del rows[-1]
+    state_file = state_path(builder.run_dir, DEST.key)
+    state = json.loads(state_file.read_text())
+    state["in_flight"] = {"kind": "samples", "sent_at": 0, "rows": 1, "episodes": 1, "end": state["cursor"]}
+    state_file.write_text(json.dumps(state))
+    report = syncer(builder.run_dir, platform, lifetime=0.0).run()
+    assert report.state == "error" and "refusing to guess" in report.error
+
+
+def test_dry_run_sends_nothing(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = build_run(tmp_path / "run", "r1", 5)
+    report = syncer(builder.run_dir, platform, dry_run=True).run()
+    assert (report.state, report.pushed_now) == ("dry_run", 5)
+    assert report.bytes_sent > 0
+    assert platform.requests == []
