@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -84,8 +85,13 @@ def test_after_commit_faults_fail_the_client_but_the_platform_committed(
     proxy, platform, evaluation_id, kind, error
 ):
     proxy.set_rates({kind: 1.0})
+    proxy.delay = 5.0
+    # Only the delay is meant to outlast the client; a slow commit on a busy machine must not.
     with pytest.raises(error):
-        push_through(proxy, evaluation_id, timeout=0.4)
+        push_through(proxy, evaluation_id, timeout=1.0 if kind == "delay_after" else 30.0)
+    deadline = time.monotonic() + 10
+    while proxy.log[0].upstream_status is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # a delayed request may still be on its way to the platform
     assert committed(platform, evaluation_id) == 2
     assert proxy.faults() == [kind] and proxy.log[0].upstream_status == 200
 
