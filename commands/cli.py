@@ -25,3 +25,8 @@ cli.add_command(sync)
 
 def main() -> None:
     cli()
+
+
+from commands.platform import platform  # noqa: E402  (one line per subcommand group)
+
+cli.add_command(platform)
