@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import platform_process
 from conftest import CLI, child_env
@@ -267,6 +269,29 @@ def test_samples_pagination_edges(client):
         assert client.get(url, params=params).status_code == 422
 
 
+@pytest.fixture(scope="module")
+def paged_eval(client) -> str:
+    e = new_eval(client)
+    push(client, e["evaluation_id"], [{"i": i} for i in range(237)])
+    return e["evaluation_id"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limit=st.integers(1, 300))
+def test_paging_through_samples_yields_every_row_once_in_order(client, paged_eval, limit):
+    rows, page, pages = [], 1, []
+    while True:
+        got = client.get(f"/evaluations/{paged_eval}/samples", params={"page": page, "limit": limit}).json()
+        assert got["total"] == 237 and got["limit"] == limit and got["page"] == page
+        rows += got["samples"]
+        pages.append(len(got["samples"]))
+        if not got["hasMore"]:
+            break
+        page += 1
+    assert rows == [{"i": i} for i in range(237)]
+    assert len(pages) == -(-237 // limit) and all(n == limit for n in pages[:-1])
+
+
 def _body_of_size(size: int) -> bytes:
     head, tail = b'{"samples":[{"pad":"', b'"}]}'
     return head + b"x" * (size - len(head) - len(tail)) + tail
@@ -365,6 +390,21 @@ def test_restart_keeps_everything(tmp_path):
         assert got["metadata"] == {"model": "m"} and got["finalize_count"] == 1
         rows = c.get(f"/evaluations/{e['evaluation_id']}/samples").json()["samples"]
         assert rows == [{"i": i} for i in range(5)]
+
+
+def test_acknowledged_writes_survive_a_crash(tmp_path):
+    db = tmp_path / "platform.db"
+    proc = platform_process.start(db)
+    with httpx.Client(base_url=proc.api, timeout=30) as c:
+        e = new_eval(c)
+        for i in range(10):
+            assert push(c, e["evaluation_id"], [{"i": i}]).status_code == 200
+    proc.proc.kill()
+    proc.proc.wait(15)
+    with platform_process.running(db) as again, httpx.Client(base_url=again.api, timeout=30) as c:
+        assert get_eval(c, e["evaluation_id"])["total_samples"] == 10
+        rows = c.get(f"/evaluations/{e['evaluation_id']}/samples").json()["samples"]
+        assert rows == [{"i": i} for i in range(10)]
 
 
 def test_sigint_also_stops_cleanly(tmp_path):
