@@ -19,3 +19,8 @@ def cli() -> None:
 
 def main() -> None:
     cli()
+
+
+from commands.platform import platform  # noqa: E402  (one line per subcommand group)
+
+cli.add_command(platform)
