@@ -32,7 +32,7 @@ def test_a_torn_tail_is_clean(tmp_path: Path):
     write_segment(tmp_path, data[:-10])
     done = verify(str(tmp_path))
     assert done.returncode == 0
-    assert "torn" in done.stdout and f"torn tail at byte" in done.stdout
+    assert "torn" in done.stdout and "torn tail at byte" in done.stdout
 
 
 def test_corruption_exits_1_with_file_and_offset(tmp_path: Path):
