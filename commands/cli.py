@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import click
 
+from commands.platform import platform
+from commands.status import status
 from commands.sync import sync
 from commands.verify import verify
 from prime_runs_spool import __version__
@@ -21,12 +23,9 @@ def cli() -> None:
 
 cli.add_command(verify)
 cli.add_command(sync)
+cli.add_command(status)
+cli.add_command(platform)
 
 
 def main() -> None:
     cli()
-
-
-from commands.platform import platform  # noqa: E402  (one line per subcommand group)
-
-cli.add_command(platform)

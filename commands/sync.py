@@ -20,6 +20,7 @@ import orjson
 from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
+from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.runner import new_replay_id, sync_paths
 from prime_runs_spool.sync.state import Destination, destination_key
 from commands.output import Progress, fail_usage, require_paths
@@ -86,11 +87,15 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--replay", is_flag=True, help="Push runs again as new evaluations (see docs/sync.md).")
 @click.option("--name", help="With --replay: the new evaluations' name.")
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
+@click.option("--max-request-bytes", type=click.IntRange(1024, 26_214_400), default=26_214_400, hidden=True,
+              help="Request body ceiling (tests and benchmarks use smaller ones).")
+@click.option("--backoff-cap", type=click.FloatRange(0.0), default=30.0, hidden=True,
+              help="Longest wait between retries, in seconds.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
          jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
          request_lifetime: float, timeout: float, max_attempts: int, replay: bool, name: str | None,
-         tags: tuple[str, ...], verbose: bool) -> None:
+         tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, verbose: bool) -> None:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
     Run it any number of times, interrupt it anywhere: each episode's sample lands once, each
@@ -100,10 +105,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     roots = require_paths(paths or (Path("."),))
     if name and not replay:
         fail_usage("--name goes with --replay")
-    from prime_runs_spool.sync.retry import Backoff
-
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
-                          backoff=Backoff(max_attempts=max_attempts),
+                          max_request_bytes=max_request_bytes,
+                          backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay_id=new_replay_id() if replay else None, name=name, tags=tags)
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     with _destination(local, db, base_url, team) as (settings, destination, local_db):

@@ -1,0 +1,50 @@
+"""``prime-runs status``: what each spool holds and what each destination has, offline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from commands.output import require_paths
+from prime_runs_spool.layout import find_runs
+from prime_runs_spool.status import run_status
+
+
+@click.command("status")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+def status(paths: tuple[Path, ...], as_json: bool) -> None:
+    """Show every run spool under PATHS (default: .): name, model, state, episodes, and per
+    destination what was pushed, what is pending and the evaluation URL. Makes no request.
+
+    Exit 0, or 2 when a path does not exist.
+    """
+    runs = [run_status(run_dir) for run_dir in find_runs(require_paths(paths or (Path("."),)))]
+    if as_json:
+        click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())
+        return
+    if not runs:
+        click.echo("no runs found")
+        return
+    for run in runs:
+        click.echo(f"{run.state:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
+                   f"{run.episodes} episodes in {run.segments} segment(s)")
+        if run.error:
+            click.echo(f"  error: {run.error}")
+        if not run.destinations:
+            click.echo("  not synced anywhere yet")
+        for dest in run.destinations:
+            done = "finalized" if dest.finalized else (dest.terminal or "open")
+            line = (f"  -> {dest.destination}{' team ' + dest.team_id if dest.team_id else ''}: "
+                    f"{dest.samples_pushed} samples pushed, {dest.pending} episodes pending, {done}")
+            if dest.replay_id:
+                line += f" (replay {dest.replay_id[:8]})"
+            if dest.in_flight:
+                line += f", a {dest.in_flight} request in doubt"
+            if dest.url:
+                line += f"  {dest.url}"
+            click.echo(line)
+    sys.exit(0)

@@ -1,0 +1,241 @@
+"""Sync end to end: the real ``prime-runs sync`` command against the real local platform
+process over loopback HTTP, with real SIGKILLs and a real fault-injecting proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import platform_process
+from conftest import CLI, child_env
+from fixtures.fault_proxy import AFTER_FAULTS, BEFORE_FAULTS, FAULTS, FaultProxy
+from spool_builders import RunBuilder, build_run
+
+TOKEN = "e2e-token-not-a-secret"
+KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    db = tmp_path_factory.mktemp("platform") / "platform.db"
+    with platform_process.running(db, "--token", TOKEN) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def api(server):
+    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+        yield c
+
+
+def sync_cmd(base_url: str, *args: str) -> list[str]:
+    return CLI + ["sync", *args, "--base-url", base_url, "--request-lifetime", "0.5",
+                  "--backoff-cap", "0.2", "--timeout", "5"]
+
+
+def run_sync(base_url: str, *args: str, key: str = TOKEN, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=timeout,
+                          env=child_env(PRIME_API_KEY=key, HOME=os.environ.get("HOME", "/root")))
+
+
+def evaluations_of(api: httpx.Client, local_run_id: str, environment: str = "gsm8k") -> list[dict]:
+    found, skip = [], 0
+    while True:
+        page = api.get("/evaluations/", params={"environment_name": environment, "skip": skip, "limit": 100}).json()
+        found += [e for e in page["evaluations"] if (e.get("metadata") or {}).get("local_run_id") == local_run_id]
+        skip += len(page["evaluations"])
+        if not page["evaluations"] or skip >= page["total"]:
+            return found
+
+
+def sample_ids(api: httpx.Client, evaluation_id: str) -> list[str]:
+    ids, page = [], 1
+    while True:
+        body = api.get(f"/evaluations/{evaluation_id}/samples", params={"page": page, "limit": 100}).json()
+        ids += [row["sample_id"] for row in body["samples"]]
+        if not body["hasMore"]:
+            return ids
+        page += 1
+
+
+def assert_exactly_once(api: httpx.Client, builder: RunBuilder, *, finalized: bool = True) -> dict:
+    evaluations = evaluations_of(api, builder.run_id)
+    assert len(evaluations) == 1, f"{len(evaluations)} evaluations for run {builder.run_id}"
+    evaluation = api.get(f"/evaluations/{evaluations[0]['evaluation_id']}").json()
+    assert sample_ids(api, evaluation["evaluation_id"]) == builder.ids
+    assert evaluation["total_samples"] == len(builder.ids)
+    assert evaluation["finalize_count"] == (1 if finalized else 0)
+    return evaluation
+
+
+def test_sync_twice_pushes_each_episode_once(tmp_path: Path, server, api) -> None:
+    builder = build_run(tmp_path / "outputs" / "run-a", "e2e-twice", 30)
+    first = run_sync(server.base_url, str(tmp_path / "outputs"), "--json", "--max-request-bytes", "40000")
+    assert first.returncode == 0, first.stderr + first.stdout
+    report = json.loads(first.stdout)["runs"][0]
+    assert (report["state"], report["pushed_now"]) == ("synced", 30)
+    second = run_sync(server.base_url, str(tmp_path / "outputs"), "--json")
+    assert json.loads(second.stdout)["runs"][0]["state"] == "up_to_date"
+    evaluation = assert_exactly_once(api, builder)
+    assert report["evaluation_id"] == evaluation["evaluation_id"]
+    assert report["url"].endswith(f"/dashboard/evaluations/{evaluation['evaluation_id']}")
+
+
+def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, api) -> None:
+    builder = RunBuilder(tmp_path / "run", "e2e-resumed")
+    builder.open_segment()
+    builder.add(6)
+    builder.abandon()
+    assert run_sync(server.base_url, str(tmp_path)).returncode == 0
+    assert evaluations_of(api, builder.run_id)[0]["metadata"]["prime_runs"]["status"] == "crashed"
+    builder.open_segment()
+    builder.add(5)
+    builder.seal()
+    result = run_sync(server.base_url, str(tmp_path), "--json")
+    report = json.loads(result.stdout)["runs"][0]
+    assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("synced", 5, 11)
+    evaluation = assert_exactly_once(api, builder)
+    assert "prime_runs" not in evaluation["metadata"]
+    assert evaluation["status"] == "COMPLETED"
+
+
+def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, server, api) -> None:
+    """SIGKILL ``prime-runs sync`` at random moments (at least PRIME_RUNS_SYNC_KILLS times,
+    default 20) while it pushes one request per episode; then a sync runs to the end."""
+    builder = build_run(tmp_path / "run", "e2e-sigkill", 1200, size=1_800)
+    rng = random.Random(20261129)
+    env = child_env(PRIME_API_KEY=TOKEN)
+    cmd = sync_cmd(server.base_url, str(tmp_path), "--max-request-bytes", "6000")
+    kills = runs = 0
+    while kills < KILLS and runs < 3 * KILLS:
+        runs += 1
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(rng.uniform(0.35, 0.9))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
+    final = run_sync(server.base_url, str(tmp_path), "--json", "--max-request-bytes", "6000")
+    assert final.returncode == 0, final.stdout + final.stderr
+    assert json.loads(final.stdout)["runs"][0]["state"] in ("synced", "up_to_date")
+    assert_exactly_once(api, builder)
+
+
+def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, server, api) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"e2e-faults-{n}", 40) for n in range(3)]
+    rates = {fault: 0.3 / len(FAULTS) for fault in FAULTS}
+    with FaultProxy(server.base_url, seed=1129, rates=rates, delay=3.0, retry_after=0) as proxy:
+        for attempt in range(5):
+            result = run_sync(proxy.base_url, str(tmp_path), "--json", "--max-request-bytes", "10000",
+                              "--jobs", "1", "--timeout", "2", timeout=240)
+            runs = json.loads(result.stdout)["runs"]
+            if all(run["state"] == "synced" for run in runs):
+                break
+        seen = set(proxy.faults())
+    assert result.returncode == 0, result.stdout
+    for builder in builders:
+        assert_exactly_once(api, builder)
+    # The run met both kinds of failure: refused before the platform acted, lost after it did.
+    assert len(seen & set(AFTER_FAULTS)) >= 3 and len(seen & set(BEFORE_FAULTS)) >= 3, seen
+
+
+@pytest.mark.parametrize("parallel", [2, 4])
+def test_concurrent_syncs_of_one_tree(tmp_path: Path, server, api, parallel: int) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"e2e-concurrent-{parallel}-{n}", 30) for n in range(3)]
+    env = child_env(PRIME_API_KEY=TOKEN)
+    procs = [subprocess.Popen(sync_cmd(server.base_url, str(tmp_path), "--max-request-bytes", "12000"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(parallel)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+    final = run_sync(server.base_url, str(tmp_path), "--json")
+    assert {run["state"] for run in json.loads(final.stdout)["runs"]} <= {"synced", "up_to_date"}
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
+
+def test_one_broken_run_does_not_stop_the_others(tmp_path: Path, server, api) -> None:
+    good = build_run(tmp_path / "good", "e2e-good-neighbour", 4)
+    bad = build_run(tmp_path / "bad", "e2e-bad-neighbour", 4)
+    segment = bad.run_dir / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    third_line = [i for i, b in enumerate(data) if b == 0x0A][1] + 1
+    data[third_line + 20] ^= 0x04
+    segment.write_bytes(bytes(data))
+    result = run_sync(server.base_url, str(tmp_path), "--json")
+    assert result.returncode == 1
+    runs = {Path(run["path"]).name: run for run in json.loads(result.stdout)["runs"]}
+    assert runs["good"]["state"] == "synced"
+    assert runs["bad"]["state"] == "corrupt"
+    assert f"corrupt at byte {third_line}" in runs["bad"]["error"]
+    assert_exactly_once(api, good)
+
+
+def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, server) -> None:
+    build_run(tmp_path / "run", "e2e-errors", 2)
+    env = child_env(HOME=str(tmp_path))
+    no_key = subprocess.run(CLI + ["sync", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert no_key.returncode == 2
+    assert no_key.stderr.strip().count("\n") == 0 and "PRIME_API_KEY" in no_key.stderr
+    assert "Traceback" not in no_key.stderr
+    missing = run_sync(server.base_url, str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    wrong_key = run_sync(server.base_url, str(tmp_path), key="wrong-key-value")
+    assert wrong_key.returncode == 1
+    assert "401" in wrong_key.stdout and "PRIME_API_KEY" in wrong_key.stdout
+    assert "wrong-key-value" not in wrong_key.stdout + wrong_key.stderr
+    assert "Traceback" not in wrong_key.stdout + wrong_key.stderr
+    (tmp_path / "empty").mkdir()
+    empty = run_sync(server.base_url, str(tmp_path / "empty"), "--json")
+    assert empty.returncode == 0 and json.loads(empty.stdout)["runs"] == []
+
+
+def test_local_mode_runs_the_embedded_platform(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "outputs" / "run", "e2e-local", 5)
+    db = tmp_path / "local.db"
+    cmd = CLI + ["sync", str(tmp_path / "outputs"), "--local", "--db", str(db)]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "synced" in first.stdout and f"--db {db}" in first.stdout
+    second = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert json.loads(second.stdout)["runs"][0]["state"] == "up_to_date"
+    with platform_process.running(db) as proc, httpx.Client(base_url=proc.api) as api:
+        assert_exactly_once(api, builder)
+
+
+def test_status_shows_pushed_and_pending_per_destination_offline(tmp_path: Path, server) -> None:
+    builder = RunBuilder(tmp_path / "run", "e2e-status")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+
+    def status() -> dict:
+        out = subprocess.run(CLI + ["status", str(tmp_path), "--json"], capture_output=True, text=True,
+                             env=child_env(), timeout=60)
+        assert out.returncode == 0, out.stderr
+        (run,) = json.loads(out.stdout)["runs"]
+        return run
+
+    before = status()
+    assert (before["state"], before["episodes"], before["destinations"]) == ("crashed", 3, [])
+    assert run_sync(server.base_url, str(tmp_path)).returncode == 0
+    builder.open_segment()
+    builder.add(2)
+    after = status()
+    assert after["state"] == "live" and after["episodes"] == 5
+    (dest,) = after["destinations"]
+    assert (dest["samples_pushed"], dest["pending"], dest["terminal"]) == (3, 2, "crashed")
+    assert dest["destination"] == server.base_url and dest["url"]
+    builder.seal()
+    text = subprocess.run(CLI + ["status", str(tmp_path)], capture_output=True, text=True, env=child_env())
+    assert "2 episodes pending" in text.stdout and "completed" in text.stdout
