@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from commands.verify import verify
 from prime_runs_spool import __version__
 
 
@@ -15,6 +16,9 @@ from prime_runs_spool import __version__
 @click.version_option(__version__, prog_name="prime-runs")
 def cli() -> None:
     """Spool eval episodes to disk and sync them to the Prime Intellect platform exactly once."""
+
+
+cli.add_command(verify)
 
 
 def main() -> None:

@@ -12,5 +12,17 @@ The command line (``commands/``) is a thin shell over these.
 """
 
 from prime_runs_spool._version import __version__
+from prime_runs_spool.reader import Position, Record, SegmentInfo, Spool, iter_records, read_run, scan_segment
+from prime_runs_spool.writer import SegmentWriter
 
-__all__ = ["__version__"]
+__all__ = [
+    "Position",
+    "Record",
+    "SegmentInfo",
+    "SegmentWriter",
+    "Spool",
+    "__version__",
+    "iter_records",
+    "read_run",
+    "scan_segment",
+]

@@ -24,6 +24,14 @@ class RecordNotSerializableError(SpoolError, TypeError):
         super().__init__(f"cannot serialize {what}: {where}: {reason}")
 
 
+class NoSuchPathError(SpoolError, FileNotFoundError):
+    """A path given to look for runs does not exist."""
+
+
+class NotARunError(SpoolError):
+    """A directory read as a run holds no spool segment."""
+
+
 class RecordTooLargeError(SpoolError, ValueError):
     """A record's line would exceed the format's line limit."""
 

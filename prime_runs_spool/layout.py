@@ -1,0 +1,118 @@
+"""Where a run's spool lives on disk (docs/spool-format.md, section 1).
+
+Only names and directories: nothing here reads or writes a segment's content. Keeping the
+naming rules in one module means the writer, the reader and ``find_runs`` can never
+disagree about which files form a run's log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from prime_runs_spool.errors import NoSuchPathError
+
+SPOOL_DIRNAME = "spool"
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+_SEGMENT_RE = re.compile(r"seg-(\d{6,})\.jsonl\Z")
+
+
+def spool_dir(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / SPOOL_DIRNAME
+
+
+def segment_name(index: int) -> str:
+    return f"seg-{index:06d}.jsonl"
+
+
+def segment_path(run_dir: str | os.PathLike[str], index: int) -> Path:
+    return spool_dir(run_dir) / segment_name(index)
+
+
+def lock_path(run_dir: str | os.PathLike[str], index: int) -> Path:
+    """The writer lock of segment ``index``: held (flock) for as long as its writer lives."""
+    return spool_dir(run_dir) / f"seg-{index:06d}.lock"
+
+
+def segment_index(name: str) -> int | None:
+    """The index in a segment file's name, or None if the name is not a segment's."""
+    match = _SEGMENT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """The run's segments as ``(index, path)``, in index order: the order of the run's log."""
+    folder = spool_dir(run_dir)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        index = segment_index(name)
+        if index is not None and index > 0:
+            found.append((index, folder / name))
+    found.sort()
+    return found
+
+
+def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """Create the run directory and its spool folder (``0700`` when we create them)."""
+    folder = spool_dir(run_dir)
+    os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
+    try:
+        os.mkdir(folder, DIR_MODE)
+    except FileExistsError:
+        pass
+    return folder
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory is one whose (real, not symlinked) ``spool/`` holds a segment."""
+    folder = path / SPOOL_DIRNAME
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return bool(list_segments(path))
+
+
+def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Every run directory under ``paths``, each once, in a deterministic order.
+
+    A path may be a run directory, its ``spool/`` folder, or any folder above runs. Symbolic
+    links below a given path are not followed, so a walk never leaves the tree it was given
+    (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
+    look like "nothing to do".
+    """
+    seen: set[Path] = set()
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise NoSuchPathError(f"path does not exist: {given}")
+        if root.name == SPOOL_DIRNAME and is_run_dir(root.parent):
+            root = root.parent
+        for run in _walk(root):
+            key = run.resolve()
+            if key not in seen:
+                seen.add(key)
+                yield run
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    if not root.is_dir():
+        return
+    if is_run_dir(root):
+        yield root
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name == SPOOL_DIRNAME and is_run_dir(root):
+            continue
+        yield from _walk(Path(entry.path))

@@ -1,0 +1,336 @@
+"""Streaming reads of a run's spool (docs/spool-format.md, sections 4, 6 and 7).
+
+The reader holds at most one line in memory (``MAX_LINE_BYTES``), whatever a spool's size,
+and only ever reads forward. It never trusts a line it has not verified: the checksum is
+checked on the raw bytes first (``framing.parse_line``), then the sequence number.
+
+A line that fails is classified by what follows it in its segment. A line still missing
+its line feed is the last thing on disk, so it is a torn tail (it may be a line a live
+writer is writing right now: looking past it would race with that writer). A complete but
+damaged line is corruption if an intact line follows it, otherwise a torn tail. Everything
+is read under the writer's feet: files are only appended to, so what was read stays true.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
+from prime_runs_spool.framing import FORMAT_VERSION, MAX_LINE_BYTES, Line, parse_line
+from prime_runs_spool.layout import list_segments, segment_index, segment_path
+
+#: A line longer than this is invalid; module-level so tests can shrink it.
+_LINE_LIMIT = MAX_LINE_BYTES
+#: How much of an over-long line is held at once while skipping it.
+_SKIP_CHUNK = 1 << 20
+_READ_BUFFER = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """The start of a line in a run, and the sequence number that line must carry."""
+
+    segment_index: int
+    offset: int
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One verified record. ``after`` is where to resume reading once it is handled."""
+
+    segment_index: int
+    offset: int
+    end_offset: int
+    seq: int
+    type: str
+    data: Any
+    meta: dict[str, Any] | None
+
+    @property
+    def after(self) -> Position:
+        return Position(self.segment_index, self.end_offset, self.seq + 1)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What a full scan of one segment found. ``records`` counts the lines after the header."""
+
+    path: Path
+    index: int
+    size: int
+    run_id: str | None
+    format_version: int | None
+    records: int
+    episodes: int
+    sealed: str | None
+    torn_offset: int | None
+    corrupt_offset: int | None
+    corrupt_reason: str | None
+    live: bool
+
+    @property
+    def empty(self) -> bool:
+        """No intact header: the writer died before its segment's first line was durable."""
+        return self.format_version is None and self.corrupt_offset is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["path"] = str(self.path)
+        return out
+
+
+@dataclass
+class _SegmentState:
+    """What a walk over a segment learned, filled in as it goes."""
+
+    header: dict[str, Any] | None = None
+    seal: dict[str, Any] | None = None
+    torn_offset: int | None = None
+    records: int = 0
+    episodes: int = 0
+    manifest: Any = field(default=None)
+    has_manifest: bool = False
+
+
+def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """``(offset, line, end)`` for each line from ``offset``.
+
+    The last line may lack its line feed (end of file). An over-long line is skipped in
+    chunks, never held whole, and comes back as ``b""`` when a line feed ends it, None when
+    the file ends first.
+    """
+    f.seek(offset)
+    while True:
+        line = f.readline(_LINE_LIMIT + 1)
+        if not line:
+            return
+        if len(line) <= _LINE_LIMIT:
+            end = offset + len(line)
+            yield offset, line, end
+            offset = end
+            continue
+        end = offset + len(line)
+        while not line.endswith(b"\n"):
+            line = f.readline(_SKIP_CHUNK)
+            if not line:
+                break
+            end += len(line)
+        yield offset, (b"" if line.endswith(b"\n") else None), end
+        offset = end
+
+
+def _walk_segment(
+    path: Path, index: int, state: _SegmentState, start: Position | None = None
+) -> Iterator[Record]:
+    """Yield the records of one segment (after its header), filling in ``state``.
+
+    Raises CorruptSpoolError after yielding every good record before the damage, and
+    UnsupportedFormatError before yielding anything from a newer format.
+    """
+    with open(path, "rb", buffering=_READ_BUFFER) as f:
+        lines = _raw_lines(f, 0)
+        expect = 0
+        if start is not None and start.offset > 0:
+            first = next(lines, None)
+            parsed = parse_line(first[1]) if first and first[1] else None
+            if parsed is None:
+                raise CorruptSpoolError(path, 0, "the header is not intact, yet a position after it was recorded")
+            _check_header(path, 0, parsed, state)
+            lines = _raw_lines(f, start.offset)
+            expect = start.next_seq
+        for offset, raw, end in lines:
+            parsed = parse_line(raw) if raw else None
+            if parsed is None:
+                if state.seal is not None:
+                    raise CorruptSpoolError(path, offset, "bytes after the seal")
+                if raw is None or (raw and not raw.endswith(b"\n")):
+                    state.torn_offset = offset  # no line feed: the last bytes on disk, a torn tail
+                    return
+                for later_offset, later_raw, _ in lines:
+                    if later_raw and parse_line(later_raw) is not None:
+                        raise CorruptSpoolError(
+                            path, offset, f"damaged line, with an intact line after it at byte {later_offset}"
+                        )
+                state.torn_offset = offset
+                return
+            if state.seal is not None:
+                raise CorruptSpoolError(path, offset, f"a {parsed.type} line after the seal")
+            if parsed.seq != expect:
+                raise CorruptSpoolError(path, offset, f"sequence number {parsed.seq}, expected {expect}")
+            if expect == 0:
+                _check_header(path, offset, parsed, state)
+            else:
+                if parsed.type == "header":
+                    raise CorruptSpoolError(path, offset, "a second header")
+                state.records += 1
+                if parsed.type == "episode":
+                    state.episodes += 1
+                elif parsed.type == "seal":
+                    state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
+                elif parsed.type == "manifest" and not state.has_manifest:
+                    state.manifest, state.has_manifest = parsed.data, True
+                yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
+            expect += 1
+
+
+def _check_header(path: Path, offset: int, parsed: Line, state: _SegmentState) -> None:
+    if parsed.type != "header" or parsed.seq != 0:
+        raise CorruptSpoolError(path, offset, f"the first line is a {parsed.type} line, not the header")
+    data = parsed.data
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CorruptSpoolError(path, offset, f"the header has no valid format_version ({version!r})")
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatError(path, version, FORMAT_VERSION)
+    state.header = data
+
+
+def iter_records(run_dir: str | os.PathLike[str], start: Position | None = None) -> Iterator[Record]:
+    """Every record of a run after ``start`` (default: the beginning), all segments in order.
+
+    Headers are checked, not yielded; manifests, episodes, seals and record types this
+    version does not know are yielded. A torn tail ends its segment silently; corruption
+    raises CorruptSpoolError once every good record before it has been yielded.
+    """
+    segments = list_segments(run_dir)
+    if start is not None and start.segment_index not in {index for index, _ in segments}:
+        raise CorruptSpoolError(
+            segment_path(run_dir, start.segment_index), start.offset, "the segment of the recorded position is missing"
+        )
+    for index, path in segments:
+        if start is not None and index < start.segment_index:
+            continue
+        from_here = start if start is not None and index == start.segment_index else None
+        yield from _walk_segment(path, index, _SegmentState(), from_here)
+
+
+def writer_alive(segment: Path) -> bool:
+    """Whether a live process holds the segment's writer lock.
+
+    Probes with a *shared*, non-blocking flock on a read-only descriptor and drops it at
+    once: it conflicts with a writer's exclusive lock only, never with another reader,
+    needs no write permission, and never creates a file.
+    """
+    try:
+        fd = os.open(segment.with_suffix(".lock"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except PermissionError:  # some filesystems report contention as EACCES
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _scan(path: Path, index: int, state: _SegmentState) -> SegmentInfo:
+    live = writer_alive(path)  # before reading: a writer that exits meanwhile leaves a sealed file
+    corrupt: CorruptSpoolError | None = None
+    try:
+        for _ in _walk_segment(path, index, state):
+            pass
+    except CorruptSpoolError as exc:
+        corrupt = exc
+    header = state.header or {}
+    return SegmentInfo(
+        path=path,
+        index=index,
+        size=path.stat().st_size,
+        run_id=header.get("run_id"),
+        format_version=header.get("format_version"),
+        records=state.records,
+        episodes=state.episodes,
+        sealed=state.seal.get("status") if state.seal is not None else None,
+        torn_offset=state.torn_offset,
+        corrupt_offset=corrupt.offset if corrupt else None,
+        corrupt_reason=corrupt.reason if corrupt else None,
+        live=live,
+    )
+
+
+def scan_segment(path: str | os.PathLike[str]) -> SegmentInfo:
+    """Read one segment to its end and say what it holds; raises only for a newer format."""
+    path = Path(path)
+    index = segment_index(path.name)
+    if index is None:
+        raise ValueError(f"{path} is not named like a spool segment (seg-NNNNNN.jsonl)")
+    return _scan(path, index, _SegmentState())
+
+
+class Spool:
+    """A run's spool as read at one moment: its segments, manifest and status."""
+
+    def __init__(self, run_dir: Path, segments: list[SegmentInfo], manifest: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.segments = segments
+        self.manifest = manifest
+
+    @property
+    def run_id(self) -> str | None:
+        return next((s.run_id for s in self.segments if s.run_id is not None), None)
+
+    @property
+    def corrupt(self) -> SegmentInfo | None:
+        """The first segment holding corruption, if any."""
+        return next((s for s in self.segments if s.corrupt_offset is not None), None)
+
+    @property
+    def status(self) -> str:
+        """``corrupt``, the last seal's status, ``live``, ``torn`` or ``crashed`` (section 7)."""
+        if self.corrupt is not None:
+            return "corrupt"
+        last = self.segments[-1]
+        if last.sealed is not None:
+            return str(last.sealed)
+        if last.live:
+            return "live"
+        return "torn" if last.torn_offset is not None else "crashed"
+
+    @property
+    def records_count(self) -> int:
+        return sum(s.records for s in self.segments)
+
+    @property
+    def episodes_count(self) -> int:
+        return sum(s.episodes for s in self.segments)
+
+    def records(self, start: Position | None = None) -> Iterator[Record]:
+        """Stream the run's records again, from disk (sees what was appended since)."""
+        return iter_records(self.run_dir, start)
+
+    def episodes(self) -> Iterator[Any]:
+        """The episode records' data, as logged, in order, across all segments."""
+        for record in iter_records(self.run_dir):
+            if record.type == "episode":
+                yield record.data
+
+
+def read_run(run_dir: str | os.PathLike[str]) -> Spool:
+    """Scan every segment of a run (read-only; fine while a writer appends).
+
+    Raises NotARunError when the directory holds no segment and UnsupportedFormatError
+    when any segment is newer than this reader.
+    """
+    run_dir = Path(run_dir)
+    segments = list_segments(run_dir)
+    if not segments:
+        raise NotARunError(f"{run_dir}: no spool segments (expected {segment_path(run_dir, 1)})")
+    infos: list[SegmentInfo] = []
+    manifest: dict[str, Any] | None = None
+    for index, path in segments:
+        state = _SegmentState()
+        infos.append(_scan(path, index, state))
+        if manifest is None and state.header is not None and isinstance(state.manifest, dict):
+            manifest = state.manifest
+    return Spool(run_dir, infos, manifest or {})

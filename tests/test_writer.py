@@ -1,0 +1,326 @@
+"""The writer's contract: durable on return, grouped syncs, clean failures, locks, modes."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import child_env
+from prime_runs_spool import read_run, writer as writer_module
+from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
+from prime_runs_spool.reader import iter_records, writer_alive
+from prime_runs_spool.writer import SegmentWriter
+
+
+class SyncLedger:
+    """Wraps fdatasync: remembers how many bytes of each file were synced, and how often."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> None:
+        self.synced: dict[int, int] = {}
+        self.calls = 0
+        self.delay = delay
+        real = writer_module._fdatasync
+
+        def fdatasync(fd: int) -> None:
+            if self.delay:
+                time.sleep(self.delay)
+            size = os.fstat(fd).st_size
+            real(fd)
+            self.synced[os.fstat(fd).st_ino] = size
+            self.calls += 1
+
+        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+
+    def synced_bytes(self, path: Path) -> int:
+        return self.synced.get(path.stat().st_ino, 0)
+
+
+def test_append_returns_only_after_its_line_is_synced(tmp_path: Path, monkeypatch):
+    ledger = SyncLedger(monkeypatch)
+    w = SegmentWriter.create(tmp_path, "r")
+    assert ledger.synced_bytes(w.path) == w.path.stat().st_size  # the header is durable at once
+    for i in range(20):
+        w.append("episode", {"i": i})
+        assert ledger.synced_bytes(w.path) == w.path.stat().st_size
+    w.seal("completed")
+    assert ledger.synced_bytes(w.path) == w.path.stat().st_size
+    assert [r.data for r in iter_records(tmp_path)][:-1] == [{"i": i} for i in range(20)]
+
+
+def test_64_threads_share_syncs_and_get_contiguous_seqs(tmp_path: Path, monkeypatch):
+    ledger = SyncLedger(monkeypatch, delay=0.002)
+    w = SegmentWriter.create(tmp_path, "r")
+    synced_at_return: list[tuple[int, int]] = []
+    seqs: list[int] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in range(20):
+            seq = w.append("episode", {"t": t, "i": i})
+            size = ledger.synced_bytes(w.path)
+            with lock:
+                seqs.append(seq)
+                synced_at_return.append((seq, size))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(64)]
+    calls_before = ledger.calls
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seqs) == list(range(1, 64 * 20 + 1))
+    assert ledger.calls - calls_before < 64 * 20 / 4, "appends were not grouped"
+    records = {r.seq: r for r in iter_records(tmp_path)}
+    for seq, size in synced_at_return:
+        assert records[seq].end_offset <= size  # durable when append returned
+    per_thread: dict[int, list[int]] = {}
+    for r in sorted(records.values(), key=lambda r: r.seq):
+        per_thread.setdefault(r.data["t"], []).append(r.data["i"])
+    assert all(v == list(range(20)) for v in per_thread.values())
+    w.close()
+
+
+def test_async_appends_never_block_the_event_loop(tmp_path: Path, monkeypatch):
+    SyncLedger(monkeypatch, delay=0.05)  # a slow disk: each sync takes 50 ms
+    w = SegmentWriter.create(tmp_path, "r")
+
+    async def main() -> tuple[list[int], int, float]:
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        tick_task = asyncio.create_task(ticker())
+        started = time.monotonic()
+        seqs = []
+        for _ in range(3):  # three waves, each waiting on at least one slow sync
+            seqs += await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(50)))
+        elapsed = time.monotonic() - started
+        stop.set()
+        await tick_task
+        return seqs, ticks, elapsed
+
+    seqs, ticks, elapsed = asyncio.run(main())
+    assert sorted(seqs) == list(range(1, 151))
+    assert elapsed >= 0.15
+    assert ticks >= elapsed / 0.005 * 0.4, f"the loop was blocked: {ticks} ticks in {elapsed:.2f}s"
+    assert asyncio.run(w.append_many_async([("episode", {"x": 1}), ("episode", {"x": 2})])) == [151, 152]
+    w.seal("completed")
+    assert read_run(tmp_path).segments[0].episodes == 152
+
+
+def test_unserializable_record_writes_nothing_and_leaves_the_writer_usable(tmp_path: Path):
+    w = SegmentWriter.create(tmp_path, "r")
+    w.append("episode", {"ok": 1})
+    before = w.path.read_bytes()
+    with pytest.raises(RecordNotSerializableError, match=r"field payload\.when"):
+        w.append("episode", {"payload": {"when": object()}})
+    with pytest.raises(RecordNotSerializableError):
+        w.append_many([("episode", {"fine": 1}), ("episode", {1: "non-string key"})])
+    with pytest.raises(RecordNotSerializableError):
+        w.append("episode", {"ok": 2}, meta={"bad": object()})
+    assert w.path.read_bytes() == before
+    assert w.append("episode", {"ok": 3}) == 2
+    w.seal("completed")
+    assert [r.seq for r in iter_records(tmp_path)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("call, code", [("_writev", errno.ENOSPC), ("_fdatasync", errno.EIO)])
+def test_a_disk_error_fails_the_group_and_breaks_the_writer(tmp_path: Path, monkeypatch, call, code):
+    w = SegmentWriter.create(tmp_path, "r")
+    w.append("episode", {"i": 0})
+
+    def fail(*args):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(writer_module, call, fail)
+    with pytest.raises(SpoolWriteError, match=os.strerror(code)) as info:
+        w.append("episode", {"i": 1})
+    assert info.value.errno == code
+    monkeypatch.undo()
+    with pytest.raises(WriterClosedError, match="broken"):
+        w.append("episode", {"i": 2})  # never retried, even once the disk is fine again
+    with pytest.raises(WriterClosedError):
+        w.seal("completed")
+    assert not writer_alive(w.path)  # the segment is given up at once
+    w.close()
+    assert [r.data for r in iter_records(tmp_path)][-1] in ({"i": 0}, {"i": 1})
+    w2 = SegmentWriter.create(tmp_path, "r")
+    assert w2.index == 2
+    w2.close()
+
+
+def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp_path: Path, monkeypatch):
+    real = writer_module._fdatasync
+    calls = 0
+    durable_size = 0
+
+    def flaky(fd: int) -> None:
+        nonlocal calls, durable_size
+        calls += 1
+        time.sleep(0.001)
+        if calls >= 6:
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+        durable_size = os.fstat(fd).st_size
+
+    w = SegmentWriter.create(tmp_path, "r")
+    monkeypatch.setattr(writer_module, "_fdatasync", flaky)
+    ok: list[int] = []
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in range(30):
+            try:
+                seq = w.append("episode", {"t": t, "i": i})
+            except (SpoolWriteError, WriterClosedError) as exc:
+                with lock:
+                    failed.append(exc)
+                return
+            with lock:
+                ok.append(seq)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(failed) == 16
+    assert any(isinstance(e, SpoolWriteError) for e in failed)
+    ends = {r.seq: r.end_offset for r in iter_records(tmp_path)}
+    assert all(ends[seq] <= durable_size for seq in ok)
+
+
+def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch):
+    real = writer_module._writev
+
+    def dribble(fd: int, parts) -> int:  # a write(2) may write less than asked
+        first = bytes(parts[0])[:7]
+        return real(fd, [first])
+
+    w = SegmentWriter.create(tmp_path, "r")
+    seqs = w.append_many([("episode", {"i": i}) for i in range(700)])  # 2100 iovecs
+    monkeypatch.setattr(writer_module, "_writev", dribble)
+    seqs += w.append_many([("episode", {"j": i, "pad": "x" * 30}) for i in range(5)])
+    monkeypatch.undo()
+    w.seal("completed")
+    assert seqs == list(range(1, 706))
+    spool = read_run(tmp_path)
+    assert spool.status == "completed" and spool.segments[0].episodes == 705
+
+
+def test_real_disk_full_on_a_tiny_tmpfs(tmp_path: Path):
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        w = SegmentWriter.create(mount_point / "run", "r")
+        durable = []
+        with pytest.raises(SpoolWriteError, match="No space left"):
+            for i in range(1000):
+                durable.append(w.append("episode", {"i": i, "pad": "y" * 1000}))
+        got = [r.seq for r in iter_records(mount_point / "run")]
+        assert got[: len(durable)] == durable
+        assert read_run(mount_point / "run").status in ("torn", "crashed")
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_modes_are_private(tmp_path: Path):
+    old = os.umask(0o022)
+    try:
+        w = SegmentWriter.create(tmp_path / "new-run", "r")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new-run").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new-run" / "spool").stat().st_mode) == 0o700
+    assert stat.S_IMODE(w.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(w.path.with_suffix(".lock").stat().st_mode) == 0o600
+    w.close()
+
+
+def test_lock_is_held_while_open_and_freed_by_seal_and_close(tmp_path: Path):
+    w = SegmentWriter.create(tmp_path, "r")
+    assert writer_alive(w.path) and read_run(tmp_path).status == "live"
+    w.seal("failed", error="boom")
+    assert not writer_alive(w.path)
+    spool = read_run(tmp_path)
+    assert spool.status == "failed"
+    w2 = SegmentWriter.create(tmp_path, "r")
+    assert writer_alive(w2.path)
+    w2.close()
+    assert not writer_alive(w2.path) and read_run(tmp_path).status == "crashed"
+    with pytest.raises(WriterClosedError):
+        w2.append("episode", {})
+
+
+def test_lock_frees_itself_when_the_writer_process_is_killed(tmp_path: Path):
+    script = (
+        "import sys, time\n"
+        "from prime_runs_spool import SegmentWriter\n"
+        "w = SegmentWriter.create(sys.argv[1], 'r')\n"
+        "w.append('episode', {'i': 1})\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE,
+                             env=child_env(), text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        assert read_run(tmp_path).status == "live"
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        child.kill()
+    assert read_run(tmp_path).status == "crashed"
+    w = SegmentWriter.create(tmp_path, "r")
+    assert w.index == 2
+    w.close()
+
+
+def test_a_second_writer_on_a_live_run_takes_a_new_segment(tmp_path: Path):
+    first = SegmentWriter.create(tmp_path, "r")
+    second = SegmentWriter.create(tmp_path, "r")
+    assert (first.index, second.index) == (1, 2)
+    first.append("episode", {"w": 1})
+    second.append("episode", {"w": 2})
+    first.seal("completed")
+    second.seal("completed")
+    assert [e for e in read_run(tmp_path).episodes()] == [{"w": 1}, {"w": 2}]
+
+
+def test_seal_records_what_the_segment_holds(tmp_path: Path):
+    w = SegmentWriter.create(tmp_path, "r")
+    w.append("manifest", {"name": "m"})
+    w.append_many([("episode", {"i": i}) for i in range(3)])
+    with pytest.raises(ValueError):
+        w.seal("done")
+    with pytest.raises(ValueError):
+        w.append("seal", {})
+    assert w.seal("completed", summary={"reward": 0.5}) == 5
+    seal = list(iter_records(tmp_path))[-1]
+    assert seal.type == "seal"
+    assert {k: seal.data[k] for k in ("status", "last_seq", "episodes", "summary", "error")} == {
+        "status": "completed", "last_seq": 4, "episodes": 3, "summary": {"reward": 0.5}, "error": None,
+    }
+    with pytest.raises(WriterClosedError):
+        w.append("episode", {})
+    w.close()
