@@ -65,3 +65,15 @@ class CorruptSpoolError(SpoolError):
         self.offset = offset
         self.reason = reason
         super().__init__(f"{path}: corrupt at byte {offset}: {reason}")
+
+
+class RunClosedError(SpoolError):
+    """An episode was logged to a run that is already finished or aborted."""
+
+
+class RunMismatchError(SpoolError, ValueError):
+    """``open_run`` was asked to continue a run directory as a different run."""
+
+
+class RunInUseError(SpoolError):
+    """Another live process is writing this run: two writers would record episodes twice."""
