@@ -218,8 +218,16 @@ class Run:
         """Mask and serialize each episode, outside any lock; fails before anything is numbered."""
         if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
+        episodes = list(episodes)
+        peeked = [_peek_id(episode) for episode in episodes]
+        with self._cond:
+            known = [episode_id is not None and episode_id in self._seen for episode_id in peeked]
         prepared = []
-        for episode in episodes:
+        skipped = 0
+        for episode, already in zip(episodes, known):
+            if already:
+                skipped += 1  # a resumed run re-logging what it kept: not even serialized
+                continue
             record = to_jsonable(episode)
             if not isinstance(record, Mapping):
                 raise TypeError(
@@ -227,6 +235,9 @@ class Run:
                 )
             record = mask(record, self._episode_rules)
             prepared.append((record, prepare(record, "episode"), episode_id_of(record)))
+        if skipped:
+            with self._cond:
+                self._skipped += skipped
         return prepared
 
     def _admit(
@@ -454,6 +465,12 @@ def _extra_rules(mask_rules: ExtraRules) -> MaskRules | None:
     if isinstance(mask_rules, MaskRules):
         return mask_rules
     return MaskRules.of(*mask_rules)
+
+
+def _peek_id(episode: Any) -> str | None:
+    """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
+    value = episode.get("id") if isinstance(episode, Mapping) else getattr(episode, "id", None)
+    return None if value is None else str(value)
 
 
 def _on_running_loop() -> bool:

@@ -536,3 +536,19 @@ def test_resumed_disabled_run_reads_and_writes_nothing(tmp_path: Path) -> None:
     run.log_episodes([make_episode("a")])
     run.finish()
     assert {p: p.read_bytes() for p in run_files(tmp_path)} == before
+
+
+def test_known_episodes_are_skipped_without_being_serialized(tmp_path: Path) -> None:
+    class Kept:
+        """A kept episode object: serializing it again would be wasted work on resume."""
+
+        id = "a"
+
+        def to_record(self) -> dict[str, Any]:
+            raise AssertionError("a known episode must not be serialized again")
+
+    run = basic_run(tmp_path)
+    run.log_episodes([make_episode("a")])
+    assert run.log_episodes([Kept(), {"id": "a", "unserializable": object()}]) == 0
+    assert run.episodes_skipped == 2
+    run.finish()
