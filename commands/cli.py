@@ -23,3 +23,8 @@ cli.add_command(verify)
 
 def main() -> None:
     cli()
+
+
+from commands.platform import platform  # noqa: E402  (one line per subcommand group)
+
+cli.add_command(platform)

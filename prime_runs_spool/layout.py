@@ -92,9 +92,8 @@ def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
         root = Path(given)
         if not root.exists():
             raise NoSuchPathError(f"path does not exist: {given}")
-        if root.name == SPOOL_DIRNAME and is_run_dir(root.parent):
-            root = root.parent
-        for run in _walk(root):
+        spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
+        for run in [root.parent] if spool_of_run else _walk(root):
             key = run.resolve()
             if key not in seen:
                 seen.add(key)

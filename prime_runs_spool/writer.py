@@ -2,12 +2,15 @@
 
 docs/spool-format.md, section 5, is the contract. An append returns only once its line is
 written and fdatasync'ed. Concurrent appenders share that cost (group commit): each one
-serializes and checksums its record *outside* the lock (``framing.prepare``), takes its
-sequence numbers and queues its line's parts under the lock, and then either waits or,
-when nobody is writing, becomes the *leader*: it takes every queued part, writes them with
-``os.writev`` and syncs once, marks them durable and wakes the others. No dedicated thread
-runs while nothing is appended; an async caller whose record needs a leader starts one on
-a short-lived thread, so the event loop itself never waits on a disk.
+serializes and checksums its record *outside* any lock (``framing.prepare``), then, under a
+short mutex, takes its sequence numbers and adds its line's parts to the open *batch*. The
+first member of a batch is its *leader*: it waits for the previous batch's flush to end
+(the flush lock), closes its batch, writes all of it with ``os.writev`` and syncs once, then
+wakes exactly that batch's members. While one batch is being synced the next one fills up,
+so the group size follows the load. Waking only a batch's own members (rather than every
+waiter) is what lets 64 threads get near the disk's grouped ceiling (docs/benchmarks.md).
+An async caller whose record opens a batch leads it from a short-lived thread, so the
+event loop never waits on a disk.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -21,7 +24,6 @@ import os
 import socket
 import threading
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,6 +65,18 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class _Batch:
+    """Lines that will reach the disk in one writev and one fdatasync."""
+
+    __slots__ = ("parts", "done", "error", "futures")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | memoryview] = []
+        self.done = threading.Event()
+        self.error: SpoolWriteError | None = None
+        self.futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+
 class SegmentWriter:
     """Appends records to one new segment of a run; see the module docstring.
 
@@ -78,17 +92,15 @@ class SegmentWriter:
         self._fd: int | None = fd
         self._lock = lock
         self._segment_id = str(uuid.uuid4())
-        self._cond = threading.Condition(threading.Lock())
-        # Everything below is guarded by self._cond.
-        self._queue: list[bytes | memoryview] = []
+        self._mutex = threading.Lock()
+        # Serializes flushes, so batches reach the file in sequence order.
+        self._flush_lock = threading.Lock()
+        # Everything below is guarded by self._mutex.
+        self._open: _Batch | None = None
         self._next_seq = 0
-        self._durable_seq = -1
         self._episodes = 0
-        self._leading = False
         self._closing = False
         self._failure: OSError | None = None
-        self._sync_waiting: list[int] = []
-        self._async_waiters: deque[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
 
     # -- creation -------------------------------------------------------------------------
 
@@ -167,18 +179,18 @@ class SegmentWriter:
     @property
     def next_seq(self) -> int:
         """The sequence number the next appended record will get."""
-        with self._cond:
+        with self._mutex:
             return self._next_seq
 
     @property
     def episodes(self) -> int:
         """Episode records appended so far (queued or durable)."""
-        with self._cond:
+        with self._mutex:
             return self._episodes
 
     @property
     def closed(self) -> bool:
-        with self._cond:
+        with self._mutex:
             return self._closing or self._failure is not None
 
     # -- appending ------------------------------------------------------------------------
@@ -204,14 +216,11 @@ class SegmentWriter:
         prepared = self._prepare_items(items)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        with self._cond:
-            first, last = self._enqueue(prepared)
-            self._async_waiters.append((last, loop, future))
-            start_leader = not self._leading
-            if start_leader:
-                self._leading = True  # reserved for the thread below: nobody else leads meanwhile
-        if start_leader:
-            threading.Thread(target=self._lead_reserved, name=f"spool-seg-{self._index}", daemon=False).start()
+        with self._mutex:
+            batch, first, last, leads = self._enqueue(prepared)
+            batch.futures.append((loop, future))
+        if leads:
+            threading.Thread(target=self._lead, args=(batch,), name=f"spool-seg-{self._index}").start()
         await future
         return list(range(first, last + 1))
 
@@ -223,7 +232,7 @@ class SegmentWriter:
         """
         if status not in SEAL_STATUSES:
             raise ValueError(f"seal status must be one of {', '.join(SEAL_STATUSES)}, not {status!r}")
-        with self._cond:
+        with self._mutex:
             self._check_open()
             data = {
                 "status": status,
@@ -234,21 +243,20 @@ class SegmentWriter:
                 "error": error,
             }
             payload = prepare(data, "seal")
-            _, last = self._enqueue([(payload, "seal", None)])
+            batch, _, last, leads = self._enqueue([(payload, "seal", None)])
             self._closing = True
-            self._wait_durable(last)
+        self._finish(batch, leads)
         self.close()
         return last
 
     def close(self) -> None:
-        """Flush what is queued, then release the segment without sealing it. Idempotent."""
-        with self._cond:
+        """Let queued appends finish, then release the segment without sealing it. Idempotent."""
+        with self._mutex:
             self._closing = True
-            while self._fd is not None and self._failure is None and (self._queue or self._leading):
-                if self._leading:
-                    self._cond.wait()
-                else:
-                    self._lead(own_last=self._next_seq - 1)
+            pending = self._open
+        if pending is not None:
+            pending.done.wait()
+        with self._flush_lock, self._mutex:
             self._release()
 
     def __enter__(self) -> SegmentWriter:
@@ -281,8 +289,11 @@ class SegmentWriter:
         if self._closing:
             raise WriterClosedError(f"{self._path}: writer is sealed or closed")
 
-    def _enqueue(self, prepared: list[_Prepared]) -> tuple[int, int]:
-        """Number and queue lines (lock held). Framing fails before any state changes."""
+    def _enqueue(self, prepared: list[_Prepared]) -> tuple[_Batch, int, int, bool]:
+        """Number lines and add them to the open batch (mutex held); framing fails before any change.
+
+        Returns the batch, the first and last sequence numbers, and whether the caller leads.
+        """
         self._check_open()
         parts: list[bytes | memoryview] = []
         seq = self._next_seq
@@ -292,74 +303,55 @@ class SegmentWriter:
             episodes += record_type == "episode"
             seq += 1
         first = self._next_seq
-        self._queue.extend(parts)
+        batch = self._open
+        leads = batch is None
+        if batch is None:
+            batch = self._open = _Batch()
+        batch.parts.extend(parts)
         self._next_seq = seq
         self._episodes += episodes
-        return first, seq - 1
+        return batch, first, seq - 1, leads
 
     def _commit(self, prepared: list[_Prepared]) -> list[int]:
         if not prepared:
             return []
-        with self._cond:
-            first, last = self._enqueue(prepared)
-            self._wait_durable(last)
+        with self._mutex:
+            batch, first, last, leads = self._enqueue(prepared)
+        self._finish(batch, leads)
         return list(range(first, last + 1))
 
-    def _wait_durable(self, last: int) -> None:
-        """Return once seq ``last`` is durable, leading a flush when nobody else is (lock held)."""
-        while self._durable_seq < last:
-            if self._failure is not None:
-                raise self._write_error() from self._failure
-            if self._leading:
-                self._sync_waiting.append(last)
+    def _finish(self, batch: _Batch, leads: bool) -> None:
+        """Lead or wait for ``batch``; return once it is durable, raise if it failed."""
+        if leads:
+            self._lead(batch)
+        else:
+            batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    def _lead(self, batch: _Batch) -> None:
+        """Flush ``batch`` once the previous flush is over, then wake its members."""
+        with self._flush_lock:
+            with self._mutex:
+                if self._open is batch:
+                    self._open = None  # later appends open the next batch
+                failure = self._failure
+            if failure is None:
                 try:
-                    self._cond.wait()
-                finally:
-                    self._sync_waiting.remove(last)
-            else:
-                self._lead(own_last=last)
-
-    def _lead_reserved(self) -> None:
-        """Body of a leader thread started for async appenders (``_leading`` already set)."""
-        with self._cond:
-            self._leading = False
-            self._lead(own_last=None)
-
-    def _lead(self, own_last: int | None) -> None:
-        """Flush queued lines until the queue is empty (lock held, released while writing).
-
-        The leader hands over once its own record is durable and a blocked thread still waits
-        for a later one: that thread leads next, so no caller is kept past its own record
-        for long. Async waiters never lead, so the queue is drained before leaving otherwise.
-        """
-        self._leading = True
-        try:
-            while self._queue and self._failure is None:
-                if (own_last is None or self._durable_seq >= own_last) and any(
-                    seq > self._durable_seq for seq in self._sync_waiting
-                ):
-                    break
-                batch, self._queue = self._queue, []
-                batch_last = self._next_seq - 1
-                error: OSError | None = None
-                self._cond.release()
-                try:
-                    self._flush(batch)
+                    self._flush(batch.parts)
                 except OSError as exc:
-                    error = exc
-                finally:
-                    self._cond.acquire()
-                if error is not None:
-                    self._failure = error
-                    self._queue = []
-                    self._release()
-                else:
-                    self._durable_seq = batch_last
-                self._resolve_async()
-                self._cond.notify_all()
-        finally:
-            self._leading = False
-            self._cond.notify_all()
+                    failure = exc
+                    with self._mutex:
+                        self._failure = exc
+                        self._release()
+            if failure is not None:
+                batch.error = self._write_error(failure)
+        batch.done.set()
+        for loop, future in batch.futures:
+            try:
+                loop.call_soon_threadsafe(_settle, future, batch.error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
     def _flush(self, parts: list[bytes | memoryview]) -> None:
         """Write every part (looping over short writes and IOV_MAX chunks), then fdatasync once."""
@@ -382,26 +374,9 @@ class SegmentWriter:
                 start += 1
         _fdatasync(fd)
 
-    def _resolve_async(self) -> None:
-        """Complete the futures of async appenders whose lines are now durable (or failed)."""
-        while self._async_waiters:
-            last, loop, future = self._async_waiters[0]
-            if self._failure is None and last > self._durable_seq:
-                return
-            self._async_waiters.popleft()
-            if self._failure is None:
-                outcome: BaseException | None = None
-            else:
-                outcome = self._write_error()
-            try:
-                loop.call_soon_threadsafe(_settle, future, outcome)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-    def _write_error(self) -> SpoolWriteError:
-        assert self._failure is not None
-        error = SpoolWriteError(f"{self._path}: append not durable, segment closed: {self._failure}")
-        error.errno = self._failure.errno
+    def _write_error(self, failure: OSError) -> SpoolWriteError:
+        error = SpoolWriteError(f"{self._path}: append not durable, segment closed: {failure}")
+        error.errno = failure.errno
         return error
 
     def _release(self) -> None:
@@ -412,7 +387,7 @@ class SegmentWriter:
             self._lock.release()
 
     def _abandon(self) -> None:
-        with self._cond:
+        with self._mutex:
             self._closing = True
             self._release()
 

@@ -1,0 +1,45 @@
+"""``prime-runs platform``: run the local platform (see docs/local-platform.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from prime_runs_spool.platform.server import serve
+from prime_runs_spool.platform.store import StoreError
+
+
+@click.group("platform")
+def platform() -> None:
+    """Run a local, SQLite-backed implementation of the platform's evaluations API."""
+
+
+@platform.command("serve")
+@click.option("--db", "db_path", required=True, help="SQLite database file (created if missing).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN' on /api/.")
+@click.option("--frontend-url", default=None,
+              help="Base of viewer_url links (default: this server's own URL).")
+def serve_command(
+    db_path: str, host: str, port: int, token: str | None, frontend_url: str | None
+) -> None:
+    """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
+
+    Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
+    address cannot be bound).
+    """
+    try:
+        serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
+              out=sys.stdout)
+    except StoreError as exc:
+        _usage_error(str(exc))
+    except OSError as exc:
+        _usage_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+def _usage_error(message: str) -> None:
+    click.echo(f"prime-runs platform serve: error: {message}", err=True)
+    sys.exit(2)

@@ -1,0 +1,340 @@
+"""The local platform's HTTP surface: the evaluations API under ``/api/v1``.
+
+It reproduces the real platform's semantics as its public clients see them (see
+``docs/local-platform.md``), including the unkind ones, because sync is only proven
+exactly-once against a server that would duplicate: samples append without deduplication,
+evaluation create and finalize are not idempotent. Every state change goes straight to the
+``Store``; the app holds no state of its own, so a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from prime_runs_spool.platform.store import NotFound, Store
+
+#: Largest request body the platform accepts (25 MiB), as the real one does.
+MAX_BODY_BYTES = 26_214_400
+#: How much of an over-limit body is read and thrown away so the client, still sending,
+#: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
+_DRAIN_BYTES = 64 * 1024 * 1024
+#: Upper bound of ``limit`` on the list endpoints, so one request cannot ask for everything.
+MAX_PAGE_LIMIT = 1000
+
+API = "/api/v1"
+
+
+class ORJSONResponse(JSONResponse):
+    """JSON via orjson: the same bytes-for-bytes encoder the client and the store use."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+# -- request bodies -------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ResolveBody(_Body):
+    name: str = Field(min_length=1)
+    team_id: str | None = None
+
+
+class EnvironmentRef(_Body):
+    id: str = Field(min_length=1)
+    version_id: str | None = None
+
+
+class CreateBody(_Body):
+    name: str = Field(min_length=1)
+    environments: list[EnvironmentRef]
+    tags: list[str] = Field(default_factory=list)
+    model_name: str | None = None
+    dataset: str | None = None
+    framework: str | None = None
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    team_id: str | None = None
+
+
+class UpdateBody(_Body):
+    metadata: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+
+
+class FinalizeBody(_Body):
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- middleware and helpers ------------------------------------------------------------
+
+
+class BearerAuth:
+    """Refuse ``/api/`` requests without ``Authorization: Bearer <token>`` (401).
+
+    A pure ASGI middleware so the check runs before a body is read: a client with a wrong
+    key learns that first, not that its 30 MiB body was too large.
+    """
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = ORJSONResponse(
+                    {"detail": "invalid or missing API key"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request body, refusing (413) one over ``MAX_BODY_BYTES`` without buffering it.
+
+    Both the declared ``Content-Length`` and the bytes actually streamed are checked, so a
+    chunked upload cannot get around the limit.
+    """
+    declared = request.headers.get("content-length")
+    stream = request.stream()
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        await _drain(stream)
+        raise HTTPException(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in stream:
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            await _drain(stream)
+            raise HTTPException(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _drain(stream: AsyncIterator[bytes]) -> None:
+    """Read and discard the rest of a refused body, up to ``_DRAIN_BYTES``."""
+    drained = 0
+    async for chunk in stream:
+        drained += len(chunk)
+        if drained > _DRAIN_BYTES:
+            return
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await _read_body(request)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPException(422, f"malformed JSON body: {exc}") from None
+
+
+async def _model_body(request: Request, model: type[_Body]) -> Any:
+    data = await _json_body(request)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        raise _Unprocessable(errors) from None
+
+
+class _Unprocessable(HTTPException):
+    """A 422 whose detail is pydantic's structured error list, like FastAPI's."""
+
+    def __init__(self, errors: list[Any]) -> None:
+        super().__init__(422)
+        self.errors = errors
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HTTPException(422, f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise HTTPException(422, f"{name} must be between {low} and {high}")
+    return value
+
+
+# -- the app --------------------------------------------------------------------------
+
+
+def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None) -> Starlette:
+    """The platform app over ``store``.
+
+    ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
+    where ``/dashboard/evaluations/{id}`` serves a read-only page, so the link sync prints
+    opens something real.
+    """
+
+    def viewer_url(request: Request, evaluation_id: str) -> str:
+        base = frontend_url or str(request.base_url)
+        return f"{base.rstrip('/')}/dashboard/evaluations/{evaluation_id}"
+
+    def document(request: Request, evaluation: dict[str, Any]) -> dict[str, Any]:
+        return {**evaluation, "viewer_url": viewer_url(request, evaluation["evaluation_id"])}
+
+    async def resolve_environment(request: Request) -> Response:
+        body = await _model_body(request, ResolveBody)
+        env = await run_in_threadpool(store.resolve_environment, body.name, body.team_id)
+        return ORJSONResponse({"data": env})
+
+    async def get_environment(request: Request) -> Response:
+        owner, name = request.path_params["owner"], request.path_params["name"]
+        env = await run_in_threadpool(store.get_environment, owner, name)
+        return ORJSONResponse({"data": env})
+
+    async def create_evaluation(request: Request) -> Response:
+        body = await _model_body(request, CreateBody)
+        fields = body.model_dump()
+        fields["environments"] = [ref.model_dump(exclude_none=True) for ref in body.environments]
+        evaluation = await run_in_threadpool(lambda: store.create_evaluation(**fields))
+        return ORJSONResponse(document(request, evaluation), status_code=201)
+
+    async def list_evaluations(request: Request) -> Response:
+        skip = _int_param(request, "skip", 0, 0, 2**62)
+        limit = _int_param(request, "limit", 50, 1, MAX_PAGE_LIMIT)
+        evaluations, total = await run_in_threadpool(
+            lambda: store.list_evaluations(
+                skip=skip,
+                limit=limit,
+                environment_name=request.query_params.get("environment_name"),
+                team_id=request.query_params.get("team_id"),
+            )
+        )
+        return ORJSONResponse(
+            {
+                "evaluations": [document(request, e) for e in evaluations],
+                "total": total,
+                "skip": skip,
+                "limit": limit,
+            }
+        )
+
+    async def get_evaluation(request: Request) -> Response:
+        evaluation = await run_in_threadpool(store.get_evaluation, request.path_params["id"])
+        return ORJSONResponse(document(request, evaluation))
+
+    async def update_evaluation(request: Request) -> Response:
+        body = await _model_body(request, UpdateBody)
+        evaluation = await run_in_threadpool(
+            lambda: store.update_evaluation(
+                request.path_params["id"], metadata=body.metadata, metrics=body.metrics
+            )
+        )
+        return ORJSONResponse(document(request, evaluation))
+
+    async def finalize_evaluation(request: Request) -> Response:
+        body = await _model_body(request, FinalizeBody)
+        evaluation = await run_in_threadpool(
+            store.finalize, request.path_params["id"], body.metrics
+        )
+        return ORJSONResponse(document(request, evaluation))
+
+    async def push_samples(request: Request) -> Response:
+        data = await _json_body(request)
+        samples = data.get("samples") if isinstance(data, dict) else None
+        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+            raise HTTPException(422, 'body must be {"samples": [object, ...]}')
+        bodies = [orjson.dumps(sample).decode() for sample in samples]
+        evaluation = await run_in_threadpool(
+            store.append_samples, request.path_params["id"], bodies
+        )
+        return ORJSONResponse(
+            {
+                "evaluation_id": evaluation["evaluation_id"],
+                "samples_pushed": len(bodies),
+                "status": evaluation["status"],
+            }
+        )
+
+    async def list_samples(request: Request) -> Response:
+        page = _int_param(request, "page", 1, 1, 2**40)
+        limit = _int_param(request, "limit", 100, 1, MAX_PAGE_LIMIT)
+        bodies, total = await run_in_threadpool(
+            lambda: store.list_samples(
+                request.path_params["id"], offset=(page - 1) * limit, limit=limit
+            )
+        )
+        return ORJSONResponse(
+            {
+                # Rows go out as stored: no parse and re-encode of up to 25 MiB each.
+                "samples": [orjson.Fragment(body) for body in bodies],
+                "total": total,
+                "page": page,
+                "limit": limit,
+                "hasMore": page * limit < total,
+            }
+        )
+
+    async def dashboard(request: Request) -> Response:
+        evaluation = await run_in_threadpool(store.get_evaluation, request.path_params["id"])
+        return HTMLResponse(_render_dashboard(evaluation))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        detail = exc.errors if isinstance(exc, _Unprocessable) else exc.detail
+        return ORJSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return ORJSONResponse({"detail": str(exc.args[0])}, status_code=404)
+
+    routes = [
+        Route(f"{API}/environmentshub/resolve", resolve_environment, methods=["POST"]),
+        Route(f"{API}/environmentshub/{{owner}}/{{name}}/@latest", get_environment, methods=["GET"]),
+        Route(f"{API}/evaluations/", create_evaluation, methods=["POST"]),
+        Route(f"{API}/evaluations/", list_evaluations, methods=["GET"]),
+        Route(f"{API}/evaluations/{{id}}", get_evaluation, methods=["GET"]),
+        Route(f"{API}/evaluations/{{id}}", update_evaluation, methods=["PUT"]),
+        Route(f"{API}/evaluations/{{id}}/finalize", finalize_evaluation, methods=["POST"]),
+        Route(f"{API}/evaluations/{{id}}/samples", push_samples, methods=["POST"]),
+        Route(f"{API}/evaluations/{{id}}/samples", list_samples, methods=["GET"]),
+        Route("/dashboard/evaluations/{id}", dashboard, methods=["GET"]),
+    ]
+    middleware = [Middleware(BearerAuth, token=token)] if token else []
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={HTTPException: http_error, NotFound: not_found},
+    )
+
+
+def _render_dashboard(evaluation: dict[str, Any]) -> str:
+    """A plain read-only page: enough for a user to see that the upload landed."""
+    e = {k: html.escape(str(v)) for k, v in evaluation.items()}
+    pretty = html.escape(orjson.dumps(evaluation, option=orjson.OPT_INDENT_2).decode())
+    api = f"{API}/evaluations/{e['evaluation_id']}"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{e['name']}: local platform</title></head><body>"
+        f"<h1>{e['name']}</h1>"
+        f"<p>Evaluation <code>{e['evaluation_id']}</code>, status <b>{e['status']}</b>, "
+        f"model {e['model_name']}, <b>{e['total_samples']}</b> samples.</p>"
+        f"<p>JSON: <a href='{api}'>evaluation</a>, <a href='{api}/samples'>samples</a></p>"
+        f"<pre>{pretty}</pre></body></html>"
+    )

@@ -1,0 +1,62 @@
+"""Start ``prime-runs platform serve`` as a real subprocess, for the platform's tests."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from conftest import CLI, child_env
+
+STARTUP_TIMEOUT = 30.0
+
+
+@dataclass
+class PlatformProcess:
+    proc: subprocess.Popen[str]
+    base_url: str
+
+    @property
+    def api(self) -> str:
+        return self.base_url + "/api/v1"
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def first_line(proc: subprocess.Popen[str], timeout: float = STARTUP_TIMEOUT) -> str:
+    """The child's first stdout line, or an AssertionError (with its stderr) in time."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not box or not box[0]:
+        proc.kill()
+        raise AssertionError(f"no first line from {proc.args}: {proc.stderr.read()}")
+    return box[0].rstrip("\n")
+
+
+def start(db: Path, *extra: str) -> PlatformProcess:
+    proc = subprocess.Popen(
+        CLI + ["platform", "serve", "--db", str(db), "--port", "0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+    )
+    return PlatformProcess(proc, first_line(proc))
+
+
+@contextmanager
+def running(db: Path, *extra: str) -> Iterator[PlatformProcess]:
+    """A platform process for the block; stopped with SIGTERM, which must exit 0."""
+    platform = start(db, *extra)
+    try:
+        yield platform
+    finally:
+        if platform.proc.poll() is None:
+            status = platform.terminate()
+            assert status == 0, platform.proc.stderr.read()

@@ -1,0 +1,451 @@
+"""The local platform, end to end: a real ``prime-runs platform serve`` process over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import platform_process
+from conftest import CLI, child_env
+from prime_runs_spool.platform import EmbeddedPlatform
+from prime_runs_spool.platform.app import MAX_BODY_BYTES
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    db = tmp_path_factory.mktemp("platform") / "platform.db"
+    with platform_process.running(db, "--token", TOKEN) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.api, headers=headers, timeout=60) as c:
+        yield c
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def env_id(client: httpx.Client, name: str | None = None) -> str:
+    r = client.post("/environmentshub/resolve", json={"name": name or unique("env")})
+    assert r.status_code == 200, r.text
+    return r.json()["data"]["id"]
+
+
+def new_eval(client: httpx.Client, **fields) -> dict:
+    body = {"name": unique("run"), "environments": [{"id": env_id(client)}], "tags": []}
+    body.update(fields)
+    r = client.post("/evaluations/", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def get_eval(client: httpx.Client, evaluation_id: str) -> dict:
+    r = client.get(f"/evaluations/{evaluation_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def push(client: httpx.Client, evaluation_id: str, samples: list[dict]) -> httpx.Response:
+    return client.post(f"/evaluations/{evaluation_id}/samples", json={"samples": samples})
+
+
+# -- environments ---------------------------------------------------------------------
+
+
+def test_resolve_is_get_or_create_and_lookup_finds_it(client):
+    name = unique("gsm8k")
+    first = env_id(client, name)
+    assert env_id(client, name) == first
+    assert env_id(client, unique("other")) != first
+    r = client.get(f"/environmentshub/local/{name}/@latest")
+    assert r.status_code == 200
+    assert r.json()["data"]["id"] == first and r.json()["data"]["name"] == name
+
+
+def test_resolve_with_owner_in_name_and_team(client):
+    name = unique("math")
+    owned = env_id(client, f"alice/{name}")
+    assert client.get(f"/environmentshub/alice/{name}/@latest").json()["data"]["id"] == owned
+    r = client.post("/environmentshub/resolve", json={"name": name, "team_id": "team-9"})
+    team_env = r.json()["data"]
+    assert team_env["owner"] == "team-9" and team_env["id"] != owned
+
+
+def test_environment_lookup_unknown_is_404(client):
+    assert client.get(f"/environmentshub/nobody/{unique('x')}/@latest").status_code == 404
+
+
+def test_resolve_malformed_is_422(client):
+    assert client.post("/environmentshub/resolve", json={"team_id": "t"}).status_code == 422
+    assert client.post("/environmentshub/resolve", json={"name": ""}).status_code == 422
+
+
+# -- evaluations ----------------------------------------------------------------------
+
+
+def test_create_returns_201_with_the_fields_clients_read(client, server):
+    e = new_eval(
+        client, model_name="m-1", metadata={"model": "m-1", "num_examples": 3},
+        metrics={"x": 1}, tags=["a"], dataset="d", framework="verifiers",
+    )
+    assert e["status"] == "RUNNING"
+    assert e["viewer_url"] == f"{server.base_url}/dashboard/evaluations/{e['evaluation_id']}"
+    assert e["created_at"] and e["model_name"] == "m-1" and e["tags"] == ["a"]
+    got = get_eval(client, e["evaluation_id"])
+    assert got["metadata"] == {"model": "m-1", "num_examples": 3}
+    assert got["metrics"] == {"x": 1}
+    assert got["total_samples"] == 0 and got["finalize_count"] == 0
+
+
+def test_create_is_not_idempotent(client):
+    team = unique("team")
+    env = env_id(client)
+    body = {"name": "same", "environments": [{"id": env}], "tags": [], "team_id": team}
+    ids = {client.post("/evaluations/", json=body).json()["evaluation_id"] for _ in range(2)}
+    assert len(ids) == 2
+    assert client.get("/evaluations/", params={"team_id": team}).json()["total"] == 2
+
+
+def test_create_with_unknown_environment_is_404(client):
+    body = {"name": "r", "environments": [{"id": "no-such-env"}], "tags": []}
+    assert client.post("/evaluations/", json=body).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{", b"[]", b"{}", b'{"name": "r"}', b'{"name": "r", "environments": "e"}',
+     b'{"name": 5, "environments": []}', b'{"name": "r", "environments": [], "metadata": []}'],
+)
+def test_create_malformed_is_422(client, content):
+    r = client.post("/evaluations/", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert "detail" in r.json()
+
+
+def test_get_unknown_is_404(client):
+    assert client.get("/evaluations/no-such-id").status_code == 404
+
+
+def test_put_replaces_metadata_whole_and_keeps_what_is_left_out(client):
+    e = new_eval(client, metadata={"a": 1, "b": 2}, metrics={"m": 1})
+    r = client.put(f"/evaluations/{e['evaluation_id']}", json={"metadata": {"c": 3}})
+    assert r.status_code == 200 and r.json()["metadata"] == {"c": 3}
+    got = get_eval(client, e["evaluation_id"])
+    assert got["metadata"] == {"c": 3} and got["metrics"] == {"m": 1}
+    client.put(f"/evaluations/{e['evaluation_id']}", json={"metrics": {"n": 2}})
+    got = get_eval(client, e["evaluation_id"])
+    assert got["metadata"] == {"c": 3} and got["metrics"] == {"n": 2}
+
+
+def test_put_unknown_is_404_and_malformed_is_422(client):
+    assert client.put("/evaluations/nope", json={"metadata": {}}).status_code == 404
+    e = new_eval(client)
+    assert client.put(f"/evaluations/{e['evaluation_id']}", json={"metadata": [1]}).status_code == 422
+
+
+def test_finalize_completes_and_a_second_finalize_is_recorded(client):
+    e = new_eval(client, metrics={"kept": 1})
+    r = client.post(f"/evaluations/{e['evaluation_id']}/finalize", json={"metrics": {"avg_reward": 0.5}})
+    assert r.status_code == 200
+    assert r.json()["status"] == "COMPLETED" and r.json()["finalize_count"] == 1
+    assert r.json()["metrics"] == {"kept": 1, "avg_reward": 0.5}
+    r = client.post(f"/evaluations/{e['evaluation_id']}/finalize", json={"metrics": {}})
+    assert r.status_code == 200
+    got = get_eval(client, e["evaluation_id"])
+    assert got["finalize_count"] == 2 and got["status"] == "COMPLETED" and got["finalized_at"]
+
+
+def test_finalize_unknown_is_404_and_malformed_is_422(client):
+    assert client.post("/evaluations/nope/finalize", json={"metrics": {}}).status_code == 404
+    e = new_eval(client)
+    r = client.post(f"/evaluations/{e['evaluation_id']}/finalize", json={"metrics": 3})
+    assert r.status_code == 422
+    assert get_eval(client, e["evaluation_id"])["finalize_count"] == 0
+
+
+# -- listing --------------------------------------------------------------------------
+
+
+def test_list_pages_newest_first_with_filters(client):
+    team = unique("team")
+    env_name = unique("listenv")
+    env = env_id(client, env_name)
+    ids = [
+        client.post(
+            "/evaluations/",
+            json={"name": f"r{i}", "environments": [{"id": env}], "tags": [], "team_id": team},
+        ).json()["evaluation_id"]
+        for i in range(3)
+    ]
+    new_eval(client, team_id=team)  # same team, other environment
+    page = client.get("/evaluations/", params={"environment_name": env_name, "limit": 2}).json()
+    assert page["total"] == 3 and page["skip"] == 0 and page["limit"] == 2
+    assert [e["evaluation_id"] for e in page["evaluations"]] == ids[::-1][:2]
+    rest = client.get("/evaluations/", params={"environment_name": env_name, "skip": 2, "limit": 2}).json()
+    assert [e["evaluation_id"] for e in rest["evaluations"]] == ids[:1]
+    past = client.get("/evaluations/", params={"environment_name": env_name, "skip": 3}).json()
+    assert past["evaluations"] == [] and past["total"] == 3
+    full = client.get("/evaluations/", params={"environment_name": f"local/{env_name}"}).json()
+    assert full["total"] == 3
+    assert client.get("/evaluations/", params={"team_id": team}).json()["total"] == 4
+    listed = page["evaluations"][0]
+    assert {"evaluation_id", "name", "model_name", "status", "metadata", "metrics"} <= listed.keys()
+
+
+def test_list_defaults_and_bad_params(client):
+    for _ in range(2):
+        new_eval(client)
+    page = client.get("/evaluations/").json()
+    assert page["skip"] == 0 and page["limit"] == 50
+    assert page["total"] >= 2 and len(page["evaluations"]) == min(50, page["total"])
+    for params in ({"limit": 0}, {"skip": -1}, {"limit": "x"}):
+        assert client.get("/evaluations/", params=params).status_code == 422
+
+
+# -- samples --------------------------------------------------------------------------
+
+
+def test_samples_append_without_dedup_in_order(client):
+    e = new_eval(client)
+    rows = [{"sample_id": "s1", "reward": 1.0}, {"sample_id": "s2", "nested": {"k": [1, 2]}}]
+    r = push(client, e["evaluation_id"], rows)
+    assert r.status_code == 200
+    assert r.json() == {"evaluation_id": e["evaluation_id"], "samples_pushed": 2, "status": "RUNNING"}
+    push(client, e["evaluation_id"], rows)  # the very same rows again
+    assert get_eval(client, e["evaluation_id"])["total_samples"] == 4
+    got = client.get(f"/evaluations/{e['evaluation_id']}/samples").json()
+    assert got["samples"] == rows + rows and got["total"] == 4
+
+
+@pytest.mark.parametrize(
+    "content", [b"not json", b"[]", b"{}", b'{"samples": {}}', b'{"samples": [1]}']
+)
+def test_samples_malformed_is_422(client, content):
+    e = new_eval(client)
+    r = client.post(
+        f"/evaluations/{e['evaluation_id']}/samples",
+        content=content, headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422
+    assert get_eval(client, e["evaluation_id"])["total_samples"] == 0
+
+
+def test_samples_unknown_evaluation_is_404(client):
+    assert push(client, "no-such-id", [{"a": 1}]).status_code == 404
+    assert client.get("/evaluations/no-such-id/samples").status_code == 404
+
+
+def test_samples_pagination_edges(client):
+    e = new_eval(client)
+    url = f"/evaluations/{e['evaluation_id']}/samples"
+    empty = client.get(url).json()
+    assert empty == {"samples": [], "total": 0, "page": 1, "limit": 100, "hasMore": False}
+    push(client, e["evaluation_id"], [{"i": i} for i in range(200)])
+    p1 = client.get(url).json()
+    assert [s["i"] for s in p1["samples"]] == list(range(100)) and p1["hasMore"] is True
+    p2 = client.get(url, params={"page": 2}).json()
+    assert [s["i"] for s in p2["samples"]] == list(range(100, 200)) and p2["hasMore"] is False
+    p3 = client.get(url, params={"page": 3}).json()
+    assert p3["samples"] == [] and p3["hasMore"] is False and p3["total"] == 200
+    odd = client.get(url, params={"page": 3, "limit": 70}).json()
+    assert [s["i"] for s in odd["samples"]] == list(range(140, 200)) and odd["hasMore"] is False
+    short = client.get(url, params={"page": 2, "limit": 70}).json()
+    assert short["hasMore"] is True and len(short["samples"]) == 70
+    for params in ({"page": 0}, {"limit": 0}, {"page": "x"}):
+        assert client.get(url, params=params).status_code == 422
+
+
+@pytest.fixture(scope="module")
+def paged_eval(client) -> str:
+    e = new_eval(client)
+    push(client, e["evaluation_id"], [{"i": i} for i in range(237)])
+    return e["evaluation_id"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limit=st.integers(1, 300))
+def test_paging_through_samples_yields_every_row_once_in_order(client, paged_eval, limit):
+    rows, page, pages = [], 1, []
+    while True:
+        got = client.get(f"/evaluations/{paged_eval}/samples", params={"page": page, "limit": limit}).json()
+        assert got["total"] == 237 and got["limit"] == limit and got["page"] == page
+        rows += got["samples"]
+        pages.append(len(got["samples"]))
+        if not got["hasMore"]:
+            break
+        page += 1
+    assert rows == [{"i": i} for i in range(237)]
+    assert len(pages) == -(-237 // limit) and all(n == limit for n in pages[:-1])
+
+
+def _body_of_size(size: int) -> bytes:
+    head, tail = b'{"samples":[{"pad":"', b'"}]}'
+    return head + b"x" * (size - len(head) - len(tail)) + tail
+
+
+def test_body_limit_exact_is_accepted_one_over_is_413(client):
+    e = new_eval(client)
+    url = f"/evaluations/{e['evaluation_id']}/samples"
+    headers = {"content-type": "application/json"}
+    at_limit = _body_of_size(MAX_BODY_BYTES)
+    assert len(at_limit) == 26_214_400
+    assert client.post(url, content=at_limit, headers=headers).status_code == 200
+    over = _body_of_size(MAX_BODY_BYTES + 1)
+    assert client.post(url, content=over, headers=headers).status_code == 413
+    # Without a Content-Length (chunked), the streamed size is what counts.
+    chunks = (over[i : i + (1 << 20)] for i in range(0, len(over), 1 << 20))
+    assert client.post(url, content=chunks, headers=headers).status_code == 413
+    assert get_eval(client, e["evaluation_id"])["total_samples"] == 1
+
+
+def test_concurrent_appends_lose_nothing(server):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.api, headers=headers, timeout=60) as c:
+        evaluation_id = new_eval(c)["evaluation_id"]
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            with httpx.Client(base_url=server.api, headers=headers, timeout=60) as c:
+                for i in range(25):
+                    r = push(c, evaluation_id, [{"t": t, "i": i, "j": 0}, {"t": t, "i": i, "j": 1}])
+                    assert r.status_code == 200, r.text
+        except BaseException as exc:  # surfaced below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    with httpx.Client(base_url=server.api, headers=headers, timeout=60) as c:
+        assert get_eval(c, evaluation_id)["total_samples"] == 400
+        rows = c.get(f"/evaluations/{evaluation_id}/samples", params={"limit": 1000}).json()["samples"]
+    assert len(rows) == 400
+    assert {(r["t"], r["i"], r["j"]) for r in rows} == {
+        (t, i, j) for t in range(8) for i in range(25) for j in range(2)
+    }
+    for t in range(8):  # each client's rows arrive in the order it sent them
+        mine = [(r["i"], r["j"]) for r in rows if r["t"] == t]
+        assert mine == sorted(mine)
+
+
+# -- auth, dashboard ------------------------------------------------------------------
+
+
+def test_missing_or_wrong_token_is_401(server):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        r = httpx.get(f"{server.api}/evaluations/", headers=headers)
+        assert r.status_code == 401, headers
+        r = httpx.post(f"{server.api}/evaluations/", headers=headers, json={})
+        assert r.status_code == 401, headers
+
+
+def test_viewer_url_serves_a_read_only_page(client):
+    e = new_eval(client, name=unique("viewme"))
+    push(client, e["evaluation_id"], [{"a": 1}] * 3)
+    page = httpx.get(e["viewer_url"])
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert e["name"] in page.text and "<b>3</b> samples" in page.text
+    assert httpx.get(e["viewer_url"].rsplit("/", 1)[0] + "/nope").status_code == 404
+
+
+def test_frontend_url_sets_viewer_url(tmp_path):
+    with platform_process.running(tmp_path / "p.db", "--frontend-url", "https://dash.example/") as p:
+        env = httpx.post(f"{p.api}/environmentshub/resolve", json={"name": "e"}).json()["data"]["id"]
+        e = httpx.post(f"{p.api}/evaluations/", json={"name": "r", "environments": [{"id": env}]}).json()
+    assert e["viewer_url"] == f"https://dash.example/dashboard/evaluations/{e['evaluation_id']}"
+
+
+# -- process lifecycle ----------------------------------------------------------------
+
+
+def test_restart_keeps_everything(tmp_path):
+    db = tmp_path / "platform.db"
+    proc = platform_process.start(db)
+    with httpx.Client(base_url=proc.api, timeout=30) as c:  # no --token: no auth needed
+        e = new_eval(c, metadata={"model": "m"})
+        push(c, e["evaluation_id"], [{"i": i} for i in range(5)])
+        c.post(f"/evaluations/{e['evaluation_id']}/finalize", json={"metrics": {"avg_reward": 1}})
+    assert proc.terminate() == 0
+    assert proc.proc.stdout.read() == ""  # the URL was the only line
+    with platform_process.running(db) as again, httpx.Client(base_url=again.api, timeout=30) as c:
+        got = get_eval(c, e["evaluation_id"])
+        assert got["total_samples"] == 5 and got["status"] == "COMPLETED"
+        assert got["metadata"] == {"model": "m"} and got["finalize_count"] == 1
+        rows = c.get(f"/evaluations/{e['evaluation_id']}/samples").json()["samples"]
+        assert rows == [{"i": i} for i in range(5)]
+
+
+def test_acknowledged_writes_survive_a_crash(tmp_path):
+    db = tmp_path / "platform.db"
+    proc = platform_process.start(db)
+    with httpx.Client(base_url=proc.api, timeout=30) as c:
+        e = new_eval(c)
+        for i in range(10):
+            assert push(c, e["evaluation_id"], [{"i": i}]).status_code == 200
+    proc.proc.kill()
+    proc.proc.wait(15)
+    with platform_process.running(db) as again, httpx.Client(base_url=again.api, timeout=30) as c:
+        assert get_eval(c, e["evaluation_id"])["total_samples"] == 10
+        rows = c.get(f"/evaluations/{e['evaluation_id']}/samples").json()["samples"]
+        assert rows == [{"i": i} for i in range(10)]
+
+
+def test_sigint_also_stops_cleanly(tmp_path):
+    import signal
+
+    proc = platform_process.start(tmp_path / "p.db")
+    proc.proc.send_signal(signal.SIGINT)
+    assert proc.proc.wait(15) == 0
+    assert "Traceback" not in proc.proc.stderr.read()
+
+
+def _serve_fails(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        CLI + ["platform", "serve", *args], capture_output=True, text=True,
+        env=child_env(), timeout=30,
+    )
+
+
+def test_unusable_db_path_is_a_one_line_usage_error(tmp_path):
+    done = _serve_fails("--db", str(tmp_path / "missing-dir" / "p.db"))
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "cannot open database" in done.stderr
+
+
+def test_busy_port_is_a_one_line_usage_error(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        done = _serve_fails("--db", str(tmp_path / "p.db"), "--port", port)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_embedded_platform_serves_and_stops(tmp_path: Path):
+    with EmbeddedPlatform(tmp_path / "p.db", token="t") as platform:
+        url = f"{platform.base_url}/api/v1/evaluations/"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer t"}).json()["total"] == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=5)
+    with pytest.raises(RuntimeError):
+        platform.base_url
