@@ -20,7 +20,7 @@ import pytest
 
 import prime_runs_spool.writer as writer_module
 from prime_runs_spool import RunClosedError, open_run, read_run
-from prime_runs_spool.errors import RunInUseError, RunMismatchError, SpoolWriteError
+from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolWriteError
 from prime_runs_spool.framing import FORMAT_VERSION, parse_line
 from prime_runs_spool.layout import list_segments
 from prime_runs_spool.masking import MASK
@@ -278,7 +278,8 @@ def test_abort_error_is_one_truncated_line() -> None:
 
 @pytest.mark.parametrize(
     ("exc", "status"),
-    [(ValueError("boom"), "failed"), (KeyboardInterrupt(), "crashed"), (asyncio.CancelledError(), "crashed")],
+    [(ValueError("boom"), "failed"), (KeyboardInterrupt(), "crashed"), (asyncio.CancelledError(), "crashed"),
+     (SystemExit(3), "crashed")],
 )
 def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, status: str) -> None:
     with pytest.raises(type(exc)):
@@ -552,3 +553,17 @@ def test_known_episodes_are_skipped_without_being_serialized(tmp_path: Path) -> 
     assert run.log_episodes([Kept(), {"id": "a", "unserializable": object()}]) == 0
     assert run.episodes_skipped == 2
     run.finish()
+
+
+def test_a_corrupt_spool_is_not_resumed(tmp_path: Path) -> None:
+    first = basic_run(tmp_path)
+    first.log_episodes([make_episode("a"), make_episode("b")])
+    first.finish()
+    segment = list_segments(tmp_path)[0][1]
+    data = bytearray(segment.read_bytes())
+    second_line = data.index(b"\n") + 1
+    data[second_line + 20] ^= 0x01  # damage the manifest line; intact lines follow it
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CorruptSpoolError):
+        basic_run(tmp_path)
+    assert len(list_segments(tmp_path)) == 1

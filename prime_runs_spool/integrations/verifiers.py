@@ -72,7 +72,9 @@ def open_eval_run(
     mode = eval_mode(push)
     run_dir = eval_run_dir(config)
     # A resumed run keeps the id its spool already holds; a new one takes the runner's.
-    run_id = None if list_segments(run_dir) else _runner_run_id(config)
+    # (A disabled run does not even look at the disk.)
+    resuming = mode != DISABLED and bool(list_segments(run_dir))
+    run_id = None if resuming else _runner_run_id(config)
     run = open_run(
         run_dir,
         name=config.run.name,
