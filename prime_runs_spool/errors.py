@@ -69,3 +69,15 @@ class CorruptSpoolError(SpoolError):
 
 class SyncError(SpoolError):
     """A run could not be synced; the message is one line for the user."""
+
+
+class RunClosedError(SpoolError):
+    """An episode was logged to a run that is already finished or aborted."""
+
+
+class RunMismatchError(SpoolError, ValueError):
+    """``open_run`` was asked to continue a run directory as a different run."""
+
+
+class RunInUseError(SpoolError):
+    """Another live process is writing this run: two writers would record episodes twice."""

@@ -275,7 +275,10 @@ class SegmentWriter:
             meta = item[2] if len(item) > 2 else None  # type: ignore[misc]
             if record_type in ("header", "seal"):
                 raise ValueError(f"{record_type!r} records are written by the writer itself")
-            prepared.append((prepare(record, record_type), record_type, meta))
+            # A caller that must see serialization errors before it commits to anything
+            # (the run numbers episodes first) hands over a Payload it prepared itself.
+            payload = record if isinstance(record, Payload) else prepare(record, record_type)
+            prepared.append((payload, record_type, meta))
         return prepared
 
     def _check_open(self) -> None:

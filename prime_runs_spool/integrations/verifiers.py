@@ -1,0 +1,163 @@
+"""The verifiers eval runner's side of a run, duck-typed on verifiers' ``EvalConfig``.
+
+This gives the runner what the seed's ``utils/platform.py`` gave it, without the network:
+
+    run = open_eval_run(config, num_examples=len(tasks), push=push, config_file=at_file)
+    ... await run.log_episodes_async([episode]) as each rollout lands ...
+    await asyncio.to_thread(finish_eval_run, run)      # or abort_eval_run(run, exc)
+
+What it reads from the config (attributes, never imports): ``run.name``, ``run.dir``
+(else ``run.name``), ``run.id`` (optional: the runner's own id, kept as the run id so the
+episodes it stamps match the spool), ``output_dir`` (else ``outputs``), ``model``,
+``env.taskset.id`` (else ``env.id``), ``num_rollouts`` (else ``rollouts_per_example``).
+
+The run directory is ``output_dir / run.dir``: the directory verifiers already writes
+the run's results and ``configs/eval.json`` to, so the spool travels with them and
+``--resume`` (same directory) continues the same run. docs/integration.md explains.
+
+The eval must never fail because of the spool's optional parts: a config that cannot be
+dumped is left out of the manifest with a warning, and aborting never raises. What is not
+optional is durability: a disk error while opening the run or appending an episode
+surfaces, because an eval that believes its episodes are safe when they are not is the
+failure this package exists to prevent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.layout import list_segments
+from prime_runs_spool.modes import DISABLED, resolve_mode
+from prime_runs_spool.run import Run, open_run
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: Where verifiers writes its outputs when the config does not say.
+DEFAULT_OUTPUT_DIR = "outputs"
+
+
+def eval_run_dir(config: Any) -> Path:
+    """``output_dir / run.dir``: the run's own directory, beside its results."""
+    run = config.run
+    folder = getattr(run, "dir", None) or run.name
+    return Path(getattr(config, "output_dir", None) or DEFAULT_OUTPUT_DIR) / os.fspath(folder)
+
+
+def eval_mode(push: bool) -> str:
+    """``--no-push`` and ``PRIME_RUNS_MODE=disabled`` both keep the run off the disk.
+
+    Otherwise the mode comes from ``PRIME_RUNS_MODE`` (``offline`` by default); an
+    unknown value is still an error, so a typo never silently changes what is recorded.
+    """
+    mode = resolve_mode(None)
+    return DISABLED if not push else mode
+
+
+def open_eval_run(
+    config: Any,
+    *,
+    num_examples: int | None,
+    push: bool = True,
+    config_file: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Open (or, under ``--resume``, continue) the run before the first rollout.
+
+    ``num_examples`` is the number of tasks selected (``None`` or ``-1`` when unknown);
+    ``config_file`` the ``@`` file the eval was launched from, if any.
+    """
+    mode = eval_mode(push)
+    run_dir = eval_run_dir(config)
+    # A resumed run keeps the id its spool already holds; a new one takes the runner's.
+    # (A disabled run does not even look at the disk.)
+    resuming = mode != DISABLED and bool(list_segments(run_dir))
+    run_id = None if resuming else _runner_run_id(config)
+    run = open_run(
+        run_dir,
+        name=config.run.name,
+        environments=_environments(config),
+        model=getattr(config, "model", None),
+        framework="verifiers",
+        config=_config_record(config),
+        config_file=config_file,
+        num_examples=num_examples,
+        rollouts_per_example=_first_attr(config, "num_rollouts", "rollouts_per_example"),
+        run_id=run_id,
+        mode=mode,
+    )
+    _adopt_id(config, run)
+    return run
+
+
+def finish_eval_run(run: Run | None, episodes: Iterable[Any] | None = None) -> dict[str, Any] | None:
+    """Seal the run completed with the summary of all its episodes; returns the summary.
+
+    ``episodes`` (optional) are logged first: ones already logged are skipped by id
+    without being serialized again, so a runner that streamed every episode may still
+    pass the full list, and one that streamed none loses nothing. Call it through
+    ``asyncio.to_thread`` from an event loop. A disk error surfaces.
+    """
+    if run is None:
+        return None
+    if episodes is not None:
+        run.log_episodes(episodes)
+    return run.finish()
+
+
+def abort_eval_run(run: Run | None, error: BaseException | str) -> None:
+    """Seal the run failed (crashed for Ctrl-C or a cancellation). Never raises."""
+    if run is None:
+        return
+    try:
+        run.abort(error)
+    except Exception as exc:  # on an exit path: the eval's own error is the one to show
+        _log.warning("run %s could not be aborted: %s", run.id, type(exc).__name__)
+
+
+def _environments(config: Any) -> list[str]:
+    env = getattr(config, "env", None)
+    taskset = getattr(env, "taskset", None)
+    for candidate in (getattr(taskset, "id", None), getattr(env, "id", None)):
+        if candidate:
+            return [str(candidate)]
+    return []
+
+
+def _first_attr(config: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _runner_run_id(config: Any) -> str | None:
+    value = getattr(config.run, "id", None)
+    return str(value) if value else None
+
+
+def _adopt_id(config: Any, run: Run) -> None:
+    """Tell the runner the run's id when it differs (a resumed spool's id wins)."""
+    adopt = getattr(config.run, "adopt_id", None)
+    if callable(adopt) and _runner_run_id(config) != run.id:
+        adopt(run.id)
+
+
+def _config_record(config: Any) -> dict[str, Any] | None:
+    """The fields somebody set on the config, or None (with a warning) if it cannot be dumped.
+
+    Dumped here rather than in ``open_run`` so that a config that fails to serialize costs
+    only the manifest's ``config``, never the run.
+    """
+    dump = getattr(config, "model_dump", None)
+    if not callable(dump):
+        _log.warning("run %s: config left out of the manifest (not a pydantic model)", config.run.name)
+        return None
+    try:
+        return dump(mode="json", exclude_unset=True)
+    except Exception as exc:
+        _log.warning("run %s: config left out of the manifest (%s)", config.run.name, type(exc).__name__)
+        return None

@@ -1,0 +1,95 @@
+"""What a resumed run inherits from the spool it continues.
+
+verifiers' ``--resume`` restarts in the same run directory and re-logs the episodes it
+kept. To continue the run rather than start a second one, the new writer needs the run's
+id, whether a manifest was already written, the episode ids already recorded (so they are
+not recorded twice), the rollout numbers already issued (so numbering continues), and the
+summary so far (so ``finish`` covers the whole run). All of it comes from one forward pass
+over the existing segments, holding one line at a time: memory grows with the number of
+episode ids and rollout keys, never with the spool's size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import RunInUseError
+from prime_runs_spool.framing import parse_line
+from prime_runs_spool.layout import list_segments
+from prime_runs_spool.projection import RolloutCounter, rollout_key
+from prime_runs_spool.reader import iter_records, writer_alive
+from prime_runs_spool.summary import SummaryAccumulator
+
+#: A header line is a few hundred bytes; reading this much of a segment always covers it.
+_HEADER_READ_LIMIT = 64 * 1024
+
+
+@dataclass
+class PriorRun:
+    """The state of a run's existing spool, as a resuming writer needs it."""
+
+    run_id: str | None = None
+    manifest: dict[str, Any] | None = None
+    episode_ids: set[str] = field(default_factory=set)
+    counter: RolloutCounter = field(default_factory=RolloutCounter)
+    summary: SummaryAccumulator = field(default_factory=SummaryAccumulator)
+    episodes: int = 0
+    segments: int = 0
+
+
+def episode_id_of(record: Any) -> str | None:
+    """The id an episode record is de-duplicated by (its ``id``), as text; None if it has none."""
+    value = record.get("id") if isinstance(record, dict) else None
+    return None if value is None else str(value)
+
+
+def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
+    """Stream the run's existing segments (none: an empty :class:`PriorRun`).
+
+    Raises :class:`RunInUseError` when a live process still holds one of the segments,
+    and lets the reader's ``CorruptSpoolError`` through: appending after damage would put
+    new episodes where no reader can reach them.
+    """
+    prior = PriorRun()
+    segments = list_segments(run_dir)
+    for _, path in segments:
+        if writer_alive(path):
+            raise RunInUseError(
+                f"{path}: another process is still writing this run; "
+                "wait for it to exit before resuming the run"
+            )
+        if prior.run_id is None:
+            prior.run_id = _header_run_id(path)
+    prior.segments = len(segments)
+    for record in iter_records(run_dir):
+        if record.type == "manifest" and prior.manifest is None and isinstance(record.data, dict):
+            prior.manifest = record.data
+        elif record.type == "episode" and isinstance(record.data, dict):
+            _observe_episode(prior, record.data, record.meta or {})
+    return prior
+
+
+def _observe_episode(prior: PriorRun, data: dict[str, Any], meta: dict[str, Any]) -> None:
+    prior.episodes += 1
+    episode_id = meta.get("episode_id") or episode_id_of(data)
+    if episode_id is not None:
+        prior.episode_ids.add(str(episode_id))
+    number = meta.get("rollout_number")
+    if isinstance(number, int):
+        prior.counter.observe(rollout_key(data), number)
+    else:
+        prior.counter.next_number(data)
+    prior.summary.add(data)
+
+
+def _header_run_id(path: Path) -> str | None:
+    """The run id in a segment's header line, or None when the header is not intact."""
+    with open(path, "rb") as handle:
+        line = parse_line(handle.readline(_HEADER_READ_LIMIT))
+    if line is None or line.type != "header" or not isinstance(line.data, dict):
+        return None
+    run_id = line.data.get("run_id")
+    return run_id if isinstance(run_id, str) else None

@@ -1,0 +1,511 @@
+"""The eval runner's API: open a run, log episodes as they land, finish or abort it.
+
+A :class:`Run` is held for the length of an eval. ``open_run`` writes the manifest before
+anything else, so a spool that holds an episode always says which run it belongs to.
+``log_episodes`` returns only once every episode it recorded is durable: the eval may then
+forget them. Every episode is masked at the credential locations *before* it is
+serialized, so no secret ever reaches the disk, and stamped with the rollout number its
+platform row will carry, assigned here in arrival order so sync never rescans the spool.
+
+Exactly one writer process owns a run at a time. Within it, ``log_episodes`` is
+thread-safe, and concurrent calls share fsyncs (the segment writer's group commit): the
+run's own lock is held only to number episodes, never across a disk write.
+
+docs/integration.md shows how an eval runner wires this in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import datetime as dt
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
+from prime_runs_spool.framing import Payload, prepare, to_jsonable
+from prime_runs_spool.manifest import build_manifest
+from prime_runs_spool.masking import MaskRules, mask
+from prime_runs_spool.modes import DISABLED, resolve_mode, writes_spool
+from prime_runs_spool.projection import RolloutCounter
+from prime_runs_spool.resume import PriorRun, episode_id_of, scan_prior_run
+from prime_runs_spool.summary import SummaryAccumulator
+from prime_runs_spool.writer import SegmentWriter
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: A seal's ``error`` is one line of at most this many characters.
+ERROR_MAX_CHARS = 500
+#: Exceptions that mean the process was stopped rather than the run failing on its own.
+INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, asyncio.CancelledError, SystemExit)
+#: What the exit hook records for a run the process left open.
+EXITED_OPEN_ERROR = "the process exited without finishing the run"
+
+OPEN = "open"
+
+ExtraRules = MaskRules | Iterable[str | Iterable[str]] | None
+DurableListener = Callable[["Run"], None]
+
+
+def describe_error(error: BaseException | str) -> str:
+    """``Type: message`` on one line, truncated: what a seal records about a failure."""
+    if isinstance(error, BaseException):
+        message = str(error)
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    else:
+        text = str(error)
+    text = " ".join(text.split())
+    if len(text) > ERROR_MAX_CHARS:
+        text = text[: ERROR_MAX_CHARS - 3] + "..."
+    return text
+
+
+def seal_status_for(error: BaseException | str) -> str:
+    """``crashed`` when the process was interrupted or cancelled, ``failed`` otherwise."""
+    return "crashed" if isinstance(error, INTERRUPTS) else "failed"
+
+
+class Run:
+    """One eval run. Create it with :func:`open_run`; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        run_dir: Path,
+        mode: str,
+        manifest: dict[str, Any],
+        resumed: bool,
+        writer: SegmentWriter | None,
+        prior: PriorRun,
+        episode_rules: MaskRules,
+    ) -> None:
+        self._id = run_id
+        self._dir = run_dir
+        self._mode = mode
+        self._manifest = manifest
+        self._resumed = resumed
+        self._writer = writer
+        self._episode_rules = episode_rules
+        self._cond = threading.Condition(threading.Lock())
+        # Everything below is guarded by self._cond.
+        self._status = OPEN
+        self._seen = prior.episode_ids
+        self._counter: RolloutCounter = prior.counter
+        self._summary: SummaryAccumulator = prior.summary
+        self._logged = 0
+        self._skipped = 0
+        self._inflight = 0
+        self._inflight_async = 0
+        self._final_summary: dict[str, Any] | None = None
+        self._listeners: list[DurableListener] = []
+        # Serializes finish/abort/the exit hook, so a second caller waits for the first seal.
+        self._closing = threading.Lock()
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The run's local id; the caller stamps it on every episode (``episode.run.id``)."""
+        return self._id
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The run's manifest: the first segment's, for a resumed run."""
+        return self._manifest
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this process continues a run an earlier process started."""
+        return self._resumed
+
+    @property
+    def status(self) -> str:
+        """``open``, then ``completed``, ``failed`` or ``crashed``."""
+        with self._cond:
+            return self._status
+
+    @property
+    def episodes_logged(self) -> int:
+        """Episodes this process recorded (durable), not counting skipped duplicates."""
+        with self._cond:
+            return self._logged
+
+    @property
+    def episodes_skipped(self) -> int:
+        """Episodes not recorded because their id was already in the run's spool."""
+        with self._cond:
+            return self._skipped
+
+    def summary(self) -> dict[str, Any]:
+        """The run summary so far, over every durable episode of the run (all segments)."""
+        with self._cond:
+            return self._summary.result()
+
+    def add_durable_listener(self, listener: DurableListener) -> None:
+        """Call ``listener(run)`` after each durable append and after the seal.
+
+        The seam for a shipper that streams the spool while the run is live: it learns
+        that there is more to read, then reads it from the spool, so it never ships
+        anything that is not durable. A listener's exception is logged, never raised
+        into the eval.
+        """
+        with self._cond:
+            self._listeners.append(listener)
+
+    # -- logging episodes -----------------------------------------------------------------
+
+    def log_episodes(self, episodes: Iterable[Any]) -> int:
+        """Record ``episodes``; returns once each recorded one is durable.
+
+        Returns how many were recorded. An episode whose id the run already holds (a
+        resumed run re-logging what it kept, or a repeat within this call) is skipped and
+        counted in :attr:`episodes_skipped`. Raises :class:`RunClosedError` once the run is
+        finished or aborted, and the writer's errors when the disk fails.
+        """
+        items, records = self._admit(self._prepare(episodes), is_async=False)
+        if not items:
+            return 0
+        durable = False
+        try:
+            if self._writer is not None:
+                self._writer.append_many(items)
+            durable = True
+        except WriterClosedError as exc:
+            if self.status != OPEN:  # lost a race with finish/abort: say so plainly
+                raise self._closed_error() from exc
+            raise
+        finally:
+            self._settle(records, durable, is_async=False)
+        return len(items)
+
+    async def log_episodes_async(self, episodes: Iterable[Any]) -> int:
+        """:meth:`log_episodes` for an event loop: the loop never waits on a write or an fsync.
+
+        Masking and serializing happen on the loop (about a millisecond per megabyte);
+        the write and the sync happen on the writer's leader thread.
+        """
+        items, records = self._admit(self._prepare(episodes), is_async=True)
+        if not items:
+            return 0
+        durable = False
+        try:
+            if self._writer is not None:
+                await self._writer.append_many_async(items)
+            durable = True
+        except WriterClosedError as exc:
+            if self.status != OPEN:  # lost a race with finish/abort: say so plainly
+                raise self._closed_error() from exc
+            raise
+        finally:
+            self._settle(records, durable, is_async=True)
+        return len(items)
+
+    def _prepare(self, episodes: Iterable[Any]) -> list[tuple[Mapping[str, Any], Payload, str | None]]:
+        """Mask and serialize each episode, outside any lock; fails before anything is numbered."""
+        if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
+            raise TypeError("log_episodes takes a list of episodes, not a single episode")
+        episodes = list(episodes)
+        peeked = [_peek_id(episode) for episode in episodes]
+        with self._cond:
+            known = [episode_id is not None and episode_id in self._seen for episode_id in peeked]
+        prepared = []
+        skipped = 0
+        for episode, already in zip(episodes, known):
+            if already:
+                skipped += 1  # a resumed run re-logging what it kept: not even serialized
+                continue
+            record = to_jsonable(episode)
+            if not isinstance(record, Mapping):
+                raise TypeError(
+                    f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}"
+                )
+            record = mask(record, self._episode_rules)
+            prepared.append((record, prepare(record, "episode"), episode_id_of(record)))
+        if skipped:
+            with self._cond:
+                self._skipped += skipped
+        return prepared
+
+    def _admit(
+        self, prepared: list[tuple[Mapping[str, Any], Payload, str | None]], *, is_async: bool
+    ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Mapping[str, Any]]]:
+        """De-duplicate and number episodes in arrival order (lock held, no I/O)."""
+        items: list[tuple[str, Payload, dict[str, Any]]] = []
+        records: list[Mapping[str, Any]] = []
+        with self._cond:
+            if self._status != OPEN:
+                raise self._closed_error()
+            for record, payload, episode_id in prepared:
+                if episode_id is not None:
+                    if episode_id in self._seen:
+                        self._skipped += 1
+                        continue
+                    self._seen.add(episode_id)
+                meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number(record)}
+                items.append(("episode", payload, meta))
+                records.append(record)
+            if items:
+                self._inflight += 1
+                self._inflight_async += is_async
+        return items, records
+
+    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> None:
+        """Count durable episodes into the summary; let a waiting ``finish`` go on."""
+        with self._cond:
+            if durable:
+                for record in records:
+                    self._summary.add(record)
+                self._logged += len(records)
+            self._inflight -= 1
+            self._inflight_async -= is_async
+            self._cond.notify_all()
+            listeners = list(self._listeners) if durable and self._writer is not None else []
+        self._notify(listeners)
+
+    def _closed_error(self) -> RunClosedError:
+        return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
+
+    # -- ending the run -------------------------------------------------------------------
+
+    def finish(self, summary: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """Seal the run ``completed``; returns the summary sealed with it.
+
+        Without ``summary``, the summary of every episode of the run is computed from what
+        was logged (no re-read). Waits for appends in flight, so the summary and the seal
+        cover exactly the durable episodes. Idempotent: once the run is sealed (either
+        way), returns what was sealed and does nothing else.
+        """
+        with self._closing:
+            with self._cond:
+                if self._status != OPEN:
+                    return self._final_summary
+                if self._inflight_async and _on_running_loop():
+                    raise RuntimeError(
+                        "finish() would block the event loop while log_episodes_async calls are "
+                        "in flight; await them first, or call finish via asyncio.to_thread"
+                    )
+                while self._inflight:
+                    self._cond.wait()
+                final = dict(summary) if summary is not None else self._summary.result()
+            self._seal("completed", summary=final, error=None)
+            return final
+
+    def abort(self, error: BaseException | str) -> None:
+        """Seal the run ``failed``, or ``crashed`` for an interrupt or a cancellation.
+
+        The error is recorded as one line (``Type: message``, truncated). Never raises on
+        the way out of a failing eval: a seal that cannot be written is logged (the reader
+        then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
+        :meth:`finish`.
+        """
+        self._close_without_finishing(seal_status_for(error), describe_error(error))
+
+    def _close_without_finishing(self, status: str, error: str) -> None:
+        """Seal with ``status`` and no summary: sync computes one from the episodes.
+
+        Does not wait for appends in flight: an async append on a cancelled loop may never
+        settle. An append that loses the race with the seal raises :class:`RunClosedError`.
+        """
+        with self._closing:
+            with self._cond:
+                if self._status != OPEN:
+                    return
+            try:
+                self._seal(status, summary=None, error=error)
+            except Exception as exc:  # the eval is already failing: report, don't mask its error
+                _log.warning("run %s could not be sealed %s: %s", self._id, status, describe_error(exc))
+
+    def _seal(self, status: str, *, summary: dict[str, Any] | None, error: str | None) -> None:
+        with self._cond:
+            # Closed before the seal is written, so later logs raise RunClosedError rather
+            # than a writer error.
+            self._status = "closing"
+        try:
+            if self._writer is not None:
+                self._writer.seal(status, summary=summary, error=error)
+        except BaseException:
+            with self._cond:
+                self._status = "crashed"  # left unsealed: what every reader will call it
+            raise
+        finally:
+            _forget(self)
+        with self._cond:
+            self._status = status
+            self._final_summary = summary
+            listeners = list(self._listeners) if self._writer is not None else []
+        self._notify(listeners)
+
+    def _notify(self, listeners: list[DurableListener]) -> None:
+        for listener in listeners:
+            try:
+                listener(self)
+            except Exception as exc:
+                _log.warning("a durable-append listener of run %s failed: %s", self._id, describe_error(exc))
+
+    # -- context manager ------------------------------------------------------------------
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.finish()
+        else:
+            self.abort(exc)
+
+    def __repr__(self) -> str:
+        return f"Run(id={self._id!r}, mode={self._mode!r}, status={self.status!r}, dir={str(self._dir)!r})"
+
+
+def open_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    name: str,
+    environments: Sequence[str] = (),
+    model: str | None = None,
+    framework: str = "verifiers",
+    config: Any = None,
+    config_file: str | os.PathLike[str] | None = None,
+    num_examples: int | None = None,
+    rollouts_per_example: int | None = None,
+    run_id: str | None = None,
+    mode: str | None = None,
+    mask_rules: ExtraRules = None,
+    created_at: dt.datetime | str | None = None,
+) -> Run:
+    """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
+
+    ``config`` is a pydantic model or a mapping; only the fields somebody set are recorded,
+    with every credential table masked. ``config_file`` is the ``@`` file the run was
+    launched from: recorded byte for byte only when it sets no credential table.
+    ``mask_rules`` adds a producer's own locations (docs/masking.md), matched against the
+    config and against every episode record.
+
+    ``mode`` (else ``PRIME_RUNS_MODE``, else ``offline``): ``offline`` writes the spool;
+    ``online`` does too (its shipper is a later addition); ``disabled`` writes nothing and
+    gives the same object, with a locally issued id.
+
+    When ``run_dir`` already holds a spool, this continues that run: same id (a different
+    ``run_id`` is an error), a new segment whose manifest record carries ``"resumed": true``
+    and what this process was opened with, episode ids already recorded skipped, rollout
+    numbers and the summary continued.
+    """
+    mode = resolve_mode(mode)
+    run_dir = Path(run_dir)
+    extra = _extra_rules(mask_rules)
+    episode_rules = MaskRules.defaults_for_episode().extended(extra) if extra else MaskRules.defaults_for_episode()
+
+    prior = scan_prior_run(run_dir) if writes_spool(mode) else PriorRun()
+    if prior.run_id is not None and run_id is not None and run_id != prior.run_id:
+        raise RunMismatchError(
+            f"{run_dir} holds run {prior.run_id}, not {run_id}; "
+            "resume it without a run id, or use another run directory"
+        )
+    run_id = prior.run_id or run_id or str(uuid.uuid4())
+    resumed = prior.manifest is not None
+
+    manifest, warnings = build_manifest(
+        run_id=run_id,
+        name=name,
+        environments=environments,
+        model=model,
+        framework=framework,
+        config=config,
+        config_file=config_file,
+        num_examples=num_examples,
+        rollouts_per_example=rollouts_per_example,
+        created_at=created_at,
+        extra_rules=extra,
+    )
+    for warning in warnings:
+        _log.warning("run %s: %s", run_id, warning)
+    if resumed:
+        manifest["resumed"] = True
+
+    writer = None
+    if mode != DISABLED:
+        writer = SegmentWriter.create(run_dir, run_id)
+        try:
+            writer.append("manifest", manifest)
+        except BaseException:
+            writer.close()
+            raise
+    run = Run(
+        run_id=run_id,
+        run_dir=run_dir,
+        mode=mode,
+        manifest=prior.manifest if resumed else manifest,
+        resumed=resumed,
+        writer=writer,
+        prior=prior,
+        episode_rules=episode_rules,
+    )
+    if writer is not None:
+        _remember(run)
+    return run
+
+
+def _extra_rules(mask_rules: ExtraRules) -> MaskRules | None:
+    if mask_rules is None:
+        return None
+    if isinstance(mask_rules, MaskRules):
+        return mask_rules
+    return MaskRules.of(*mask_rules)
+
+
+def _peek_id(episode: Any) -> str | None:
+    """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
+    value = episode.get("id") if isinstance(episode, Mapping) else getattr(episode, "id", None)
+    return None if value is None else str(value)
+
+
+def _on_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+# -- the exit hook ------------------------------------------------------------------------
+#
+# A run the process leaves open on a normal exit is sealed crashed, so a reader does not
+# have to guess from a missing seal and a released lock. Strong references on purpose: a
+# run dropped without finishing must still be sealed, not garbage-collected unsealed.
+
+_open_runs: set[Run] = set()
+_open_runs_lock = threading.Lock()
+
+
+def _remember(run: Run) -> None:
+    with _open_runs_lock:
+        _open_runs.add(run)
+
+
+def _forget(run: Run) -> None:
+    with _open_runs_lock:
+        _open_runs.discard(run)
+
+
+def _seal_open_runs() -> None:
+    with _open_runs_lock:
+        runs = list(_open_runs)
+    for run in runs:
+        run._close_without_finishing("crashed", EXITED_OPEN_ERROR)
+
+
+atexit.register(_seal_open_runs)

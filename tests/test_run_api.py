@@ -1,0 +1,568 @@
+"""The eval runner's API: open_run, log_episodes, finish, abort, modes, resume, exit hook."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+import prime_runs_spool.writer as writer_module
+from prime_runs_spool import RunClosedError, open_run, read_run
+from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolWriteError
+from prime_runs_spool.framing import FORMAT_VERSION, parse_line
+from prime_runs_spool.layout import list_segments
+from prime_runs_spool.masking import MASK
+from prime_runs_spool.run import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
+from tests.conftest import child_env
+from tests.run_helpers import all_bytes_under, make_episode, make_trace, run_files
+
+
+def lines_of(segment: Path) -> list[Any]:
+    return [parse_line(raw) for raw in segment.read_bytes().splitlines(keepends=True)]
+
+
+def episode_metas(run_dir: Path) -> list[dict[str, Any]]:
+    return [r.meta for r in read_run(run_dir).records() if r.type == "episode"]
+
+
+def seal_of(run_dir: Path, segment: int = -1) -> dict[str, Any]:
+    last = lines_of(list_segments(run_dir)[segment][1])[-1]
+    assert last.type == "seal"
+    return last.data
+
+
+def basic_run(run_dir: Path, **kwargs: Any):
+    args: dict[str, Any] = {"name": "gsm8k-test", "environments": ["gsm8k"], "model": "m", "num_examples": 4,
+                            "rollouts_per_example": 2}
+    args.update(kwargs)
+    return open_run(run_dir, **args)
+
+
+# -- manifest ------------------------------------------------------------------------------
+
+
+def test_manifest_is_written_first_with_identity(tmp_path: Path) -> None:
+    run = basic_run(tmp_path / "r", config={"model": "m", "client": {"headers": {"X-Key": "s3cret"}}})
+    uuid.UUID(run.id)  # a UUID when the caller passes none
+    run.log_episodes([make_episode("e1")])
+    run.finish()
+    lines = lines_of(list_segments(tmp_path / "r")[0][1])
+    assert [line.type for line in lines] == ["header", "manifest", "episode", "seal"]
+    manifest = lines[1].data
+    assert manifest["run_id"] == run.id == lines[0].data["run_id"]
+    assert manifest["name"] == "gsm8k-test"
+    assert manifest["environments"] == ["gsm8k"]
+    assert manifest["framework"] == "verifiers"
+    assert manifest["format_version"] == FORMAT_VERSION
+    assert manifest["config"]["client"]["headers"] == {"X-Key": MASK}
+    assert run.manifest == manifest
+    assert "resumed" not in manifest
+
+
+def test_given_run_id_and_created_at_are_used(tmp_path: Path) -> None:
+    run = basic_run(tmp_path, run_id="fixed-id", created_at="2026-01-02T03:04:05Z")
+    run.finish()
+    assert read_run(tmp_path).manifest["run_id"] == "fixed-id"
+    assert read_run(tmp_path).manifest["created_at"] == "2026-01-02T03:04:05Z"
+
+
+class ClientConfig(pydantic.BaseModel):
+    base_url: str = "https://default.invalid"
+    headers: dict[str, str] = {}
+
+
+class EvalConfig(pydantic.BaseModel):
+    model: str = "default-model"
+    num_examples: int = 5
+    rollouts_per_example: int = 1
+    client: ClientConfig = ClientConfig()
+
+
+def test_pydantic_config_records_set_fields_and_v0_keys(tmp_path: Path) -> None:
+    config = EvalConfig(client=ClientConfig(headers={"Authorization": "Bearer tok"}))
+    run = open_run(tmp_path, name="n", config=config)
+    run.finish()
+    recorded = read_run(tmp_path).manifest["config"]
+    assert recorded["client"] == {"headers": {"Authorization": MASK}}  # base_url was not set
+    # exclude_unset dropped them, the dashboard needs them: v0 defaults fill in.
+    assert "model" in recorded and recorded["model"] is None  # no model argument: present, unknown
+    assert recorded["num_examples"] == -1
+    assert recorded["rollouts_per_example"] == 1
+
+
+def test_v0_keys_come_from_the_arguments(tmp_path: Path) -> None:
+    run = open_run(tmp_path, name="n", model="qwen", config={"num_tasks": 20},
+                   num_examples=20, rollouts_per_example=3)
+    run.finish()
+    recorded = read_run(tmp_path).manifest["config"]
+    assert (recorded["model"], recorded["num_examples"], recorded["rollouts_per_example"]) == ("qwen", 20, 3)
+
+
+def test_config_source_kept_for_a_clean_file(tmp_path: Path) -> None:
+    source = tmp_path / "eval.toml"
+    source.write_text('model = "m"\n[client.headers]\n')
+    run = open_run(tmp_path / "r", name="n", config_file=source)
+    run.finish()
+    assert read_run(tmp_path / "r").manifest["config_source"] == {
+        "format": "toml", "text": source.read_text(), "filename": "eval.toml"}
+
+
+def test_config_source_with_credentials_left_out_and_warned_by_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = tmp_path / "eval.toml"
+    source.write_text('model = "m"\n[env.solver.harness.env]\nHF_TOKEN = "hf_SECRETVALUE"\n')
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        run = open_run(tmp_path / "r", name="n", config_file=source)
+    run.finish()
+    assert "config_source" not in read_run(tmp_path / "r").manifest
+    assert "env.solver.harness.env" in caplog.text
+    assert "hf_SECRETVALUE" not in caplog.text
+    assert b"hf_SECRETVALUE" not in all_bytes_under(tmp_path / "r")
+
+
+# -- episodes ------------------------------------------------------------------------------
+
+
+def test_rollout_numbers_per_idx_in_arrival_order(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    run.log_episodes([make_episode("a", 0), make_episode("b", 1), make_episode("c", 0)])
+    run.log_episodes([make_episode("d", None, traces=[]), make_episode("e", 0), make_episode("f", None)])
+    run.finish()
+    assert episode_metas(tmp_path) == [
+        {"episode_id": "a", "rollout_number": 1},
+        {"episode_id": "b", "rollout_number": 1},
+        {"episode_id": "c", "rollout_number": 2},
+        {"episode_id": "d", "rollout_number": None},  # no traces: no row, no number
+        {"episode_id": "e", "rollout_number": 3},
+        {"episode_id": "f", "rollout_number": 1},  # None is an idx of its own
+    ]
+
+
+def test_duplicates_within_a_call_and_across_calls_are_skipped(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    assert run.log_episodes([make_episode("a"), make_episode("a"), make_episode(None), make_episode(None)]) == 3
+    assert run.log_episodes([make_episode("a")]) == 0
+    assert (run.episodes_logged, run.episodes_skipped) == (3, 2)
+    run.finish()
+    assert [m["episode_id"] for m in episode_metas(tmp_path)] == ["a", None, None]
+
+
+class Episode(pydantic.BaseModel):
+    id: str
+    ok: bool
+    traces: list[dict[str, Any]]
+
+
+class RecordEpisode:
+    """Like verifiers' episode objects: serializes itself with to_record()."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    def to_record(self) -> dict[str, Any]:
+        return self.record
+
+
+def test_pydantic_and_to_record_episodes_are_masked_and_logged(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    model = Episode(id="p", ok=True, traces=[make_trace(0, headers={"H": "pydantic-secret"})])
+    run.log_episodes([model, RecordEpisode(make_episode("r", harness_env={"T": "record-secret"}))])
+    run.finish()
+    assert [m["episode_id"] for m in episode_metas(tmp_path)] == ["p", "r"]
+    raw = all_bytes_under(tmp_path)
+    assert b"pydantic-secret" not in raw and b"record-secret" not in raw
+
+
+def test_bad_episodes_are_refused_before_anything_is_numbered(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(TypeError, match="list of episodes"):
+        run.log_episodes(make_episode("a"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="mapping or a pydantic model"):
+        run.log_episodes([42])
+    with pytest.raises(TypeError):
+        run.log_episodes([make_episode("x"), {"id": "y", "bad": object()}])
+    run.log_episodes([make_episode("x")])  # "x" was not taken by the failed call
+    run.finish()
+    assert episode_metas(tmp_path) == [{"episode_id": "x", "rollout_number": 1}]
+
+
+def test_summary_end_to_end_against_hand_computed_values(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    run.log_episodes([
+        # trainable reward 0.5*1 + 1*0 = 0.5; the judge's 9.0 must not count
+        make_episode("a", traces=[make_trace(0, rewards={"x": (0.5, 1.0), "y": (1.0, 0.0)}, metrics={"m": 1.0}),
+                                  make_trace(0, trainable=False, rewards={"j": (9.0, 1.0)}, metrics={"m": 9.0})]),
+        make_episode("b", ok=False, rewards={"x": (1.0, 2.0)}, metrics={"m": 3.0, "n": float("nan")}),
+        make_episode("c", traces=[]),
+    ])
+    expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"m": 2.0}, "avg_error": 1 / 3}
+    assert run.finish() == expected
+    assert seal_of(tmp_path)["summary"] == expected
+    assert seal_of(tmp_path)["episodes"] == 3
+
+
+def test_explicit_summary_is_sealed_as_given(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    run.log_episodes([make_episode("a")])
+    assert run.finish({"avg_reward": 7.0}) == {"avg_reward": 7.0}
+    assert seal_of(tmp_path)["summary"] == {"avg_reward": 7.0}
+
+
+def test_concurrent_threads_number_without_gaps(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+
+    def worker(t: int) -> None:
+        for i in range(6):
+            run.log_episodes([make_episode(f"{t}-{i}", i % 2)])
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    run.finish()
+    metas = episode_metas(tmp_path)
+    assert len(metas) == 36 == len({m["episode_id"] for m in metas})
+    for idx in (0, 1):
+        numbers = sorted(m["rollout_number"] for m in metas if int(m["episode_id"].split("-")[1]) % 2 == idx)
+        assert numbers == list(range(1, 19))
+
+
+# -- finishing and aborting ----------------------------------------------------------------
+
+
+def test_finish_and_abort_are_idempotent(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    run.log_episodes([make_episode("a")])
+    summary = run.finish()
+    assert run.finish() == summary
+    run.abort(RuntimeError("late"))
+    assert run.status == "completed"
+    assert len(lines_of(list_segments(tmp_path)[0][1])) == 4  # one seal only
+    failed = basic_run(tmp_path / "f")
+    failed.abort(RuntimeError("x"))
+    failed.abort(RuntimeError("y"))
+    assert failed.finish() is None
+    assert failed.status == "failed"
+    assert seal_of(tmp_path / "f")["error"] == "RuntimeError: x"
+
+
+def test_log_after_finish_raises_a_clear_error(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    run.finish()
+    with pytest.raises(RunClosedError, match="already completed"):
+        run.log_episodes([make_episode("a")])
+    with pytest.raises(RunClosedError):
+        asyncio.run(run.log_episodes_async([make_episode("a")]))
+
+
+def test_abort_error_is_one_truncated_line() -> None:
+    text = describe_error(ValueError("first line\nsecond " + "x" * 2000))
+    assert text.startswith("ValueError: first line second ")
+    assert "\n" not in text and len(text) == ERROR_MAX_CHARS
+    assert describe_error(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [(ValueError("boom"), "failed"), (KeyboardInterrupt(), "crashed"), (asyncio.CancelledError(), "crashed"),
+     (SystemExit(3), "crashed")],
+)
+def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, status: str) -> None:
+    with pytest.raises(type(exc)):
+        with basic_run(tmp_path) as run:
+            run.log_episodes([make_episode("a")])
+            raise exc
+    assert run.status == status
+    seal = seal_of(tmp_path)
+    assert seal["status"] == status and seal["error"] == describe_error(exc)
+    assert read_run(tmp_path).status == status
+
+
+def test_context_manager_normal_exit_finishes(tmp_path: Path) -> None:
+    with basic_run(tmp_path) as run:
+        run.log_episodes([make_episode("a")])
+    assert run.status == "completed"
+    assert seal_of(tmp_path)["summary"]["avg_reward"] == 1.0
+
+
+def test_exit_hook_seals_an_open_run_crashed(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        from prime_runs_spool import open_run
+        run = open_run({str(tmp_path)!r}, name="left-open")
+        run.log_episodes([{{"id": "a", "ok": True, "traces": []}}])
+    """)
+    subprocess.run([sys.executable, "-c", script], env=child_env(), check=True, timeout=60)
+    spool = read_run(tmp_path)
+    assert spool.status == "crashed" and spool.episodes_count == 1
+    assert seal_of(tmp_path)["error"] == EXITED_OPEN_ERROR
+
+
+def test_api_key_in_the_environment_never_reaches_the_spool(tmp_path: Path) -> None:
+    key = "pit_" + uuid.uuid4().hex
+    script = textwrap.dedent(f"""
+        import logging, os
+        logging.basicConfig(level=logging.DEBUG)
+        from prime_runs_spool import open_run
+        key = os.environ["PRIME_API_KEY"]
+        config = {{"client": {{"api_key_var": "PRIME_API_KEY", "headers": {{"Authorization": "Bearer " + key}}}}}}
+        trace = {{"agent": {{"trainable": True, "config": {{"client": {{"headers": {{"Authorization": key}}}},
+                 "harness": {{"env": {{"PRIME_API_KEY": key}}}}}}}}, "task": {{"data": {{"idx": 0}}}}}}
+        with open_run({str(tmp_path)!r}, name="n", config=config) as run:
+            run.log_episodes([{{"id": "a", "ok": True, "traces": [trace]}}])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=child_env(PRIME_API_KEY=key),
+                          capture_output=True, check=True, timeout=60)
+    assert key.encode() not in all_bytes_under(tmp_path)
+    assert key.encode() not in done.stdout + done.stderr
+    assert read_run(tmp_path).status == "completed"
+
+
+# -- async ---------------------------------------------------------------------------------
+
+
+def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_sync = writer_module._fdatasync
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.3)
+        real_sync(fd)
+
+    run = basic_run(tmp_path)
+    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+
+    async def main() -> tuple[int, float]:
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        await asyncio.gather(*(run.log_episodes_async([make_episode(f"e{i}", i)]) for i in range(4)))
+        elapsed = time.monotonic() - started
+        stop.set()
+        await task
+        return ticks, elapsed
+
+    ticks, elapsed = asyncio.run(main())
+    assert elapsed >= 0.3
+    assert ticks >= 10  # the loop kept running while the disk was slow
+    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    run.finish()
+    assert len(episode_metas(tmp_path)) == 4
+
+
+def test_finish_on_the_loop_with_async_appends_in_flight_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    real_sync = writer_module._fdatasync
+
+    def held_sync(fd: int) -> None:
+        release.wait(10)
+        real_sync(fd)
+
+    run = basic_run(tmp_path)
+    monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+
+    async def main() -> None:
+        task = asyncio.create_task(run.log_episodes_async([make_episode("a")]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="to_thread"):
+            run.finish()
+        release.set()
+        await task
+        await asyncio.to_thread(run.finish)
+
+    asyncio.run(main())
+    assert read_run(tmp_path).status == "completed"
+
+
+# -- failures of the disk -------------------------------------------------------------------
+
+
+def test_a_disk_error_on_append_surfaces_and_abort_stays_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = basic_run(tmp_path)
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    with pytest.raises(SpoolWriteError):
+        run.log_episodes([make_episode("a")])
+    run.abort(SpoolWriteError("disk"))  # must not raise on the way out
+    assert run.status == "crashed"
+    assert run.episodes_logged == 0
+
+
+def test_durable_listeners_hear_each_append_and_the_seal(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    heard: list[tuple[str, int]] = []
+    run.add_durable_listener(lambda r: heard.append((r.status, r.episodes_logged)))
+    run.add_durable_listener(lambda r: 1 / 0)  # a failing listener never reaches the eval
+    run.log_episodes([make_episode("a")])
+    run.log_episodes([make_episode("b")])
+    run.finish()
+    assert heard == [("open", 1), ("open", 2), ("completed", 2)]
+
+
+# -- modes ---------------------------------------------------------------------------------
+
+
+def test_disabled_mode_writes_nothing_but_behaves_the_same(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    run = basic_run(run_dir, mode="disabled", config={"client": {"headers": {"A": "b"}}})
+    assert run.mode == "disabled" and uuid.UUID(run.id)
+    assert run.log_episodes([make_episode("a"), make_episode("a")]) == 1
+    with pytest.raises(TypeError):
+        run.log_episodes([42])
+    assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {}, "avg_error": 0.0}
+    with pytest.raises(RunClosedError):
+        run.log_episodes([make_episode("b")])
+    assert not run_dir.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mode_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIME_RUNS_MODE", "disabled")
+    assert basic_run(tmp_path / "d").mode == "disabled"
+    assert basic_run(tmp_path / "o", mode="offline").mode == "offline"  # the argument wins
+    assert not (tmp_path / "d").exists()
+    monkeypatch.setenv("PRIME_RUNS_MODE", "offlnie")
+    with pytest.raises(ValueError, match="PRIME_RUNS_MODE.*offline, online, disabled"):
+        basic_run(tmp_path / "x")
+
+
+def test_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown mode 'shipping': expected one of offline, online, disabled"):
+        basic_run(tmp_path, mode="shipping")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_online_mode_spools_like_offline(tmp_path: Path) -> None:
+    with basic_run(tmp_path, mode="online") as run:
+        run.log_episodes([make_episode("a")])
+    assert run.mode == "online"
+    assert read_run(tmp_path).status == "completed"
+
+
+# -- resume --------------------------------------------------------------------------------
+
+
+def test_resume_continues_the_same_run(tmp_path: Path) -> None:
+    first = basic_run(tmp_path, config={"model": "m", "x": 1})
+    first.log_episodes([make_episode("a", 0), make_episode("b", 0), make_episode("c", 1, ok=False)])
+    first.abort(KeyboardInterrupt())
+
+    second = basic_run(tmp_path, config={"model": "m", "x": 2})
+    assert second.id == first.id and second.resumed
+    assert second.manifest["config"]["x"] == 1  # the original manifest is the run's
+    # The runner re-logs what it kept, then new rollouts.
+    assert second.log_episodes([make_episode("a", 0), make_episode("b", 0)]) == 0
+    assert second.log_episodes([make_episode("d", 0), make_episode("e", 1)]) == 2
+    assert (second.episodes_logged, second.episodes_skipped) == (2, 2)
+    summary = second.finish()
+    assert summary["avg_error"] == pytest.approx(1 / 5)  # the whole run, not just this segment
+
+    segments = list_segments(tmp_path)
+    assert [index for index, _ in segments] == [1, 2]
+    new_manifest = lines_of(segments[1][1])[1]
+    assert new_manifest.type == "manifest"
+    assert new_manifest.data["resumed"] is True and new_manifest.data["config"]["x"] == 2
+    assert new_manifest.data["run_id"] == first.id
+    spool = read_run(tmp_path)
+    assert spool.status == "completed" and spool.episodes_count == 5
+    assert spool.manifest["config"]["x"] == 1
+    assert [(m["episode_id"], m["rollout_number"]) for m in episode_metas(tmp_path)] == [
+        ("a", 1), ("b", 2), ("c", 1), ("d", 3), ("e", 2)]
+
+
+def test_resume_after_a_crash_without_a_seal(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import os
+        from prime_runs_spool import open_run
+        run = open_run({str(tmp_path)!r}, name="n", run_id="crashing")
+        run.log_episodes([{{"id": "a", "ok": True, "traces": []}}])
+        os._exit(1)
+    """)
+    subprocess.run([sys.executable, "-c", script], env=child_env(), timeout=60)
+    assert read_run(tmp_path).status == "crashed"
+    with open_run(tmp_path, name="n") as run:
+        assert run.id == "crashing"
+        assert run.log_episodes([{"id": "a", "ok": True, "traces": []}, {"id": "b", "ok": True}]) == 1
+    assert read_run(tmp_path).episodes_count == 2
+
+
+def test_resume_with_a_different_run_id_is_an_error(tmp_path: Path) -> None:
+    basic_run(tmp_path, run_id="one").finish()
+    with pytest.raises(RunMismatchError, match="holds run one, not two"):
+        basic_run(tmp_path, run_id="two")
+    assert len(list_segments(tmp_path)) == 1
+    basic_run(tmp_path, run_id="one").finish()  # the same id is fine
+    assert len(list_segments(tmp_path)) == 2
+
+
+def test_a_run_still_being_written_is_not_resumed(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(RunInUseError, match="still writing"):
+        basic_run(tmp_path)
+    run.finish()
+
+
+def test_resumed_disabled_run_reads_and_writes_nothing(tmp_path: Path) -> None:
+    basic_run(tmp_path, run_id="one").finish()
+    before = {p: p.read_bytes() for p in run_files(tmp_path)}
+    run = basic_run(tmp_path, mode="disabled", run_id="other")
+    run.log_episodes([make_episode("a")])
+    run.finish()
+    assert {p: p.read_bytes() for p in run_files(tmp_path)} == before
+
+
+def test_known_episodes_are_skipped_without_being_serialized(tmp_path: Path) -> None:
+    class Kept:
+        """A kept episode object: serializing it again would be wasted work on resume."""
+
+        id = "a"
+
+        def to_record(self) -> dict[str, Any]:
+            raise AssertionError("a known episode must not be serialized again")
+
+    run = basic_run(tmp_path)
+    run.log_episodes([make_episode("a")])
+    assert run.log_episodes([Kept(), {"id": "a", "unserializable": object()}]) == 0
+    assert run.episodes_skipped == 2
+    run.finish()
+
+
+def test_a_corrupt_spool_is_not_resumed(tmp_path: Path) -> None:
+    first = basic_run(tmp_path)
+    first.log_episodes([make_episode("a"), make_episode("b")])
+    first.finish()
+    segment = list_segments(tmp_path)[0][1]
+    data = bytearray(segment.read_bytes())
+    second_line = data.index(b"\n") + 1
+    data[second_line + 20] ^= 0x01  # damage the manifest line; intact lines follow it
+    segment.write_bytes(bytes(data))
+    with pytest.raises(CorruptSpoolError):
+        basic_run(tmp_path)
+    assert len(list_segments(tmp_path)) == 1

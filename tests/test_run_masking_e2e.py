@@ -1,0 +1,170 @@
+"""Masking, end to end, as a property: no secret byte reaches any file of a run.
+
+Hypothesis builds eval configs and episodes with random secret values at every
+credential location (credential-locations.md) and random keys and values everywhere
+else, writes a whole run through the public API, then reads the raw bytes of every file
+under the run directory. Every secret must be absent; every other value must read back
+unchanged. The launch file (outside the run directory) holds the same secrets, so
+``config_source`` must be left out too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import string
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prime_runs_spool import open_run, read_run
+from prime_runs_spool.masking import MASK
+from tests.run_helpers import all_bytes_under
+
+# Secrets are marked by a prefix no other generated text can contain ("-" is used nowhere
+# else), so a byte search cannot be fooled by a coincidence. Non-ASCII letters check that
+# the UTF-8 bytes, not just ASCII, stay out.
+SECRET_ALPHABET = string.ascii_letters + string.digits + "éßж"
+secrets = st.text(SECRET_ALPHABET, min_size=6, max_size=16).map(lambda s: f"sk-{s}")
+table_keys = st.text(string.ascii_letters + string.digits + "_-.", min_size=1, max_size=10)
+tables = st.dictionaries(table_keys, secrets, min_size=1, max_size=3)
+
+# Keys "elsewhere" start with k_: they can never spell a credential location by accident.
+plain_keys = st.from_regex(r"k_[a-z0-9]{1,6}", fullmatch=True)
+plain_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(string.ascii_letters + string.digits + " ", max_size=12),
+)
+plain_values = st.recursive(
+    plain_leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain_keys, inner, max_size=3),
+    max_leaves=6,
+)
+extras = st.dictionaries(plain_keys, plain_values, max_size=3)
+seat_names = st.sampled_from(["agent", "solver", "judge", "assistant", "user", "critic"])
+
+
+class Built:
+    """A value as given, the value expected back (credentials masked), and its secrets."""
+
+    def __init__(self) -> None:
+        self.secrets: list[str] = []
+
+    def table(self, draw: Any) -> tuple[dict[str, str], dict[str, str]]:
+        given_table = draw(tables)
+        self.secrets.extend(given_table.values())
+        return given_table, {key: MASK for key in given_table}
+
+
+def _with_extras(draw: Any, given_part: dict[str, Any], expected_part: dict[str, Any]) -> None:
+    more = draw(extras)
+    given_part.update(more)
+    expected_part.update(copy.deepcopy(more))
+
+
+@st.composite
+def seat_configs(draw: Any, built: Built) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A seat's config: its own client headers and its harness env, plus anything else."""
+    headers, headers_masked = built.table(draw)
+    env, env_masked = built.table(draw)
+    given_seat = {"client": {"headers": headers, "api_key_var": "PRIME_API_KEY"}, "harness": {"id": "bash", "env": env}}
+    expected_seat = {"client": {"headers": headers_masked, "api_key_var": "PRIME_API_KEY"},
+                     "harness": {"id": "bash", "env": env_masked}}
+    _with_extras(draw, given_seat, expected_seat)
+    return given_seat, expected_seat
+
+
+@st.composite
+def cases(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    built = Built()
+    headers, headers_masked = built.table(draw)
+    config: dict[str, Any] = {"client": {"headers": headers}, "env": {}}
+    expected: dict[str, Any] = {"client": {"headers": headers_masked}, "env": {}}
+    for seat in draw(st.lists(seat_names, min_size=1, max_size=3, unique=True)):
+        config["env"][seat], expected["env"][seat] = draw(seat_configs(built))
+    judges = [built.table(draw) for _ in range(draw(st.integers(1, 2)))]
+    config["env"]["taskset"] = {"id": "gsm8k", "task": {"judges": [{"headers": g} for g, _ in judges]}}
+    expected["env"]["taskset"] = {"id": "gsm8k", "task": {"judges": [{"headers": m} for _, m in judges]}}
+    _with_extras(draw, config, expected)
+
+    episodes, expected_episodes = [], []
+    for number in range(draw(st.integers(1, 3))):
+        traces, expected_traces = [], []
+        for _ in range(draw(st.integers(1, 2))):
+            seat_given, seat_expected = draw(seat_configs(built))
+            trace = {"agent": {"trainable": True}, "task": {"data": {"idx": number}}}
+            expected_trace = copy.deepcopy(trace)
+            trace["agent"]["config"], expected_trace["agent"]["config"] = seat_given, seat_expected
+            _with_extras(draw, trace, expected_trace)
+            traces.append(trace)
+            expected_traces.append(expected_trace)
+        episode = {"id": f"ep{number}", "ok": True, "traces": traces}
+        expected_episode = {"id": f"ep{number}", "ok": True, "traces": expected_traces}
+        _with_extras(draw, episode, expected_episode)
+        episodes.append(episode)
+        expected_episodes.append(expected_episode)
+    return config, expected, episodes, expected_episodes, built.secrets
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_no_secret_reaches_any_file_and_everything_else_survives(case: Any) -> None:
+    config, expected_config, episodes, expected_episodes, secret_values = case
+    with tempfile.TemporaryDirectory() as tmp:
+        launch_file = Path(tmp) / "eval.json"
+        launch_file.write_text(json.dumps(config), encoding="utf-8")
+        run_dir = Path(tmp) / "outputs" / "run"
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = records.append  # type: ignore[method-assign]
+        logger = logging.getLogger("prime_runs_spool")
+        logger.addHandler(handler)
+        try:
+            run = open_run(run_dir, name="prop", model="m", config=config, config_file=launch_file,
+                           num_examples=3, rollouts_per_example=1)
+            run.log_episodes(episodes)
+            run.finish()
+        finally:
+            logger.removeHandler(handler)
+
+        raw = all_bytes_under(run_dir)
+        logged = "\n".join(record.getMessage() for record in records)
+        for secret in secret_values:
+            assert secret.encode("utf-8") not in raw
+            assert secret not in logged
+        assert "sets the credential table(s)" in logged
+
+        spool = read_run(run_dir)
+        assert spool.status == "completed"
+        assert "config_source" not in spool.manifest
+        recorded = dict(spool.manifest["config"])
+        assert (recorded.pop("model"), recorded.pop("num_examples"), recorded.pop("rollouts_per_example")) == ("m", 3, 1)
+        assert recorded == expected_config
+        assert list(spool.episodes()) == expected_episodes
+        # The caller's objects are never modified by masking.
+        assert all(secret in json.dumps(config, ensure_ascii=False) + json.dumps(episodes, ensure_ascii=False)
+                   for secret in secret_values)
+
+
+def test_the_property_would_catch_an_unmasked_location(tmp_path: Path) -> None:
+    """The byte check is real: a secret outside the rules does reach the spool."""
+    run = open_run(tmp_path, name="n", config={"client": {"token": "sk-NOTATABLE"}})
+    run.finish()
+    assert b"sk-NOTATABLE" in all_bytes_under(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["config", "episode"])
+def test_producer_rules_mask_their_own_locations(tmp_path: Path, where: str) -> None:
+    value = {"auth": {"token": "sk-PRODUCER"}}
+    run = open_run(tmp_path, name="n", config=value if where == "config" else None, mask_rules=["**.auth.token"])
+    if where == "episode":
+        run.log_episodes([{"id": "a", "ok": True, **value}])
+    run.finish()
+    assert b"sk-PRODUCER" not in all_bytes_under(tmp_path)

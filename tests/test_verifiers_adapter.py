@@ -1,0 +1,202 @@
+"""The verifiers adapter, against config objects shaped like verifiers' EvalConfig."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pydantic
+import pytest
+
+import prime_runs_spool.writer as writer_module
+from prime_runs_spool import read_run
+from prime_runs_spool.errors import SpoolWriteError
+from prime_runs_spool.integrations.verifiers import (
+    abort_eval_run,
+    eval_run_dir,
+    finish_eval_run,
+    open_eval_run,
+)
+from prime_runs_spool.masking import MASK
+from tests.run_helpers import all_bytes_under, make_episode
+
+
+class ClientConfig(pydantic.BaseModel):
+    type: str = "eval"
+    base_url: str | None = None
+    headers: dict[str, str] = {}
+
+
+class TasksetConfig(pydantic.BaseModel):
+    id: str
+
+
+class EnvConfig(pydantic.BaseModel):
+    id: str
+    taskset: TasksetConfig | None = None
+
+
+class RunConfig(pydantic.BaseModel):
+    name: str
+    dir: str | None = None
+    id: str | None = None
+    _adopted: str | None = pydantic.PrivateAttr(default=None)
+
+    def adopt_id(self, run_id: str) -> None:
+        self._adopted = run_id
+
+
+class EvalConfig(pydantic.BaseModel):
+    """The part of verifiers' v1 EvalConfig the adapter reads."""
+
+    model: str = "default/model"
+    num_rollouts: int = 1
+    output_dir: str = "outputs"
+    run: RunConfig
+    client: ClientConfig | None = None
+    env: EnvConfig
+
+
+def eval_config(tmp_path: Path, **run: Any) -> EvalConfig:
+    return EvalConfig(
+        model="Qwen/Qwen3-8B",
+        num_rollouts=3,
+        output_dir=str(tmp_path / "outputs"),
+        run=RunConfig(name="gsm8k-judge-qwen3-8b", **run),
+        client=ClientConfig(headers={"CF-Access-Client-Secret": "cfs_SECRET"}),
+        env=EnvConfig(id="agentic-judge", taskset=TasksetConfig(id="gsm8k")),
+    )
+
+
+def test_opens_in_output_dir_slash_run_dir_with_the_manifest(tmp_path: Path) -> None:
+    config = eval_config(tmp_path, dir="2026-01-01-gsm8k", id="runner-id")
+    at_file = tmp_path / "eval.toml"
+    at_file.write_text('model = "Qwen/Qwen3-8B"\n[run]\nname = "gsm8k-judge-qwen3-8b"\n')
+    run = open_eval_run(config, num_examples=20, config_file=at_file)
+    assert run.dir == tmp_path / "outputs" / "2026-01-01-gsm8k"
+    assert run.id == "runner-id" and run.mode == "offline"
+    run.log_episodes([make_episode("a", run_id=run.id)])
+    assert finish_eval_run(run)["avg_reward"] == 1.0
+    spool = read_run(run.dir)
+    manifest = spool.manifest
+    assert (manifest["name"], manifest["model"], manifest["environments"], manifest["framework"]) == (
+        "gsm8k-judge-qwen3-8b", "Qwen/Qwen3-8B", ["gsm8k"], "verifiers")
+    assert manifest["config"]["client"]["headers"] == {"CF-Access-Client-Secret": MASK}
+    assert (manifest["config"]["num_examples"], manifest["config"]["rollouts_per_example"]) == (20, 3)
+    assert manifest["config_source"]["filename"] == "eval.toml"
+    assert spool.status == "completed"
+    assert b"cfs_SECRET" not in all_bytes_under(run.dir)
+
+
+def test_run_dir_defaults_to_the_run_name_and_outputs() -> None:
+    config = SimpleNamespace(run=SimpleNamespace(name="my-run"))
+    assert eval_run_dir(config) == Path("outputs") / "my-run"
+
+
+def test_environment_falls_back_to_the_env_id(tmp_path: Path) -> None:
+    config = eval_config(tmp_path)
+    config.env.taskset = None
+    run = open_eval_run(config, num_examples=None)
+    finish_eval_run(run)
+    assert read_run(run.dir).manifest["environments"] == ["agentic-judge"]
+
+
+@pytest.mark.parametrize(("push", "env_mode"), [(False, None), (True, "disabled"), (False, "online")])
+def test_no_push_and_disabled_mode_write_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, push: bool, env_mode: str | None
+) -> None:
+    if env_mode is None:
+        monkeypatch.delenv("PRIME_RUNS_MODE", raising=False)
+    else:
+        monkeypatch.setenv("PRIME_RUNS_MODE", env_mode)
+    config = eval_config(tmp_path, id="local-uuid")
+    run = open_eval_run(config, num_examples=2, push=push)
+    assert run.mode == "disabled" and run.id == "local-uuid"  # a local run keeps its own id
+    run.log_episodes([make_episode("a")])
+    assert finish_eval_run(run)["avg_error"] == 0.0
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_finish_logs_the_episodes_it_is_given_once(tmp_path: Path) -> None:
+    run = open_eval_run(eval_config(tmp_path), num_examples=2)
+    episodes = [make_episode("a"), make_episode("b", ok=False)]
+    run.log_episodes(episodes[:1])  # streamed one of them
+    summary = finish_eval_run(run, episodes)
+    assert summary["avg_error"] == 0.5
+    assert read_run(run.dir).episodes_count == 2
+
+
+def test_resume_continues_the_spools_run_and_the_runner_adopts_its_id(tmp_path: Path) -> None:
+    first = open_eval_run(eval_config(tmp_path, id="first-id"), num_examples=2)
+    first.log_episodes([make_episode("a")])
+    abort_eval_run(first, KeyboardInterrupt())
+    config = eval_config(tmp_path, id="fresh-id-after-restart")
+    second = open_eval_run(config, num_examples=2)
+    assert second.id == "first-id" and second.resumed
+    assert config.run._adopted == "first-id"
+    second.log_episodes([make_episode("a"), make_episode("b")])
+    finish_eval_run(second)
+    spool = read_run(second.dir)
+    assert (spool.status, spool.episodes_count, len(spool.segments)) == ("completed", 2, 2)
+
+
+def test_a_config_that_cannot_be_dumped_costs_only_the_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(EvalConfig):
+        def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+            raise ValueError("cannot serialize secret-bearing field")
+
+    base = eval_config(tmp_path)
+    config = Broken(**{name: getattr(base, name) for name in type(base).model_fields})
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        run = open_eval_run(config, num_examples=4)
+    finish_eval_run(run)
+    manifest = read_run(run.dir).manifest
+    assert manifest["config"] == {"model": "Qwen/Qwen3-8B", "num_examples": 4, "rollouts_per_example": 3}
+    assert "config left out" in caplog.text and "secret-bearing" not in caplog.text
+
+
+def test_duck_typed_config_without_pydantic(tmp_path: Path) -> None:
+    config = SimpleNamespace(
+        model="m", num_rollouts=2, output_dir=str(tmp_path), run=SimpleNamespace(name="plain"),
+        env=SimpleNamespace(id="e", taskset=SimpleNamespace(id="t")),
+    )
+    run = open_eval_run(config, num_examples=1)
+    finish_eval_run(run, [make_episode("a")])
+    spool = read_run(tmp_path / "plain")
+    assert spool.manifest["environments"] == ["t"] and spool.episodes_count == 1
+
+
+def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    abort_eval_run(None, RuntimeError("open failed"))
+    assert finish_eval_run(None) is None
+    run = open_eval_run(eval_config(tmp_path), num_examples=1)
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    with pytest.raises(SpoolWriteError):  # durability is not optional: the eval must hear it
+        run.log_episodes([make_episode("a")])
+    abort_eval_run(run, RuntimeError("eval failed"))  # the seal fails too, quietly
+
+
+def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
+    run = open_eval_run(eval_config(tmp_path), num_examples=1)
+
+    async def eval_loop() -> None:
+        try:
+            await run.log_episodes_async([make_episode("a")])
+            raise asyncio.CancelledError
+        except BaseException as exc:
+            abort_eval_run(run, exc)
+            raise
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(eval_loop())
+    assert read_run(run.dir).status == "crashed"
