@@ -32,6 +32,12 @@ EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 FAILED_STATES = {"error", "corrupt"}
 
 
+#: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
+#: ``--local`` links to: the embedded server itself lives only as long as the command.
+LOCAL_BROWSE_PORT = 8765
+LOCAL_FRONTEND = f"http://127.0.0.1:{LOCAL_BROWSE_PORT}"
+
+
 def default_local_db() -> Path:
     return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")
 
@@ -48,9 +54,9 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
             db_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
-        with EmbeddedPlatform(db_path) as platform:
+        with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND) as platform:
             settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
-                                frontend_url=platform.base_url)
+                                frontend_url=LOCAL_FRONTEND)
             identity = f"local|{db_path}|{team or ''}"
             yield settings, Destination(key=destination_key(identity), base_url=f"local:{db_path}",
                                         team_id=team), str(db_path)
@@ -110,10 +116,18 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay_id=new_replay_id() if replay else None, name=name, tags=tags)
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
-    with _destination(local, db, base_url, team) as (settings, destination, local_db):
-        with PlatformClient(settings, timeout=timeout) as client:
-            reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
-                                 on_progress=progress.update)
+    try:
+        with _destination(local, db, base_url, team) as (settings, destination, local_db):
+            with PlatformClient(settings, timeout=timeout) as client:
+                reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
+                                     on_progress=progress.update)
+    except Exception as exc:  # an internal error: one line, unless asked for the traceback
+        if verbose:
+            raise
+        progress.close()
+        click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
+                   "for the traceback)", err=True)
+        sys.exit(EXIT_RUN_FAILED)
     progress.close()
     _print(reports, as_json=as_json, local_db=local_db)
     sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
@@ -145,4 +159,4 @@ def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> 
         if report.error:
             click.echo(f"  error: {report.error}")
     if local_db:
-        click.echo(f"browse with: prime-runs platform serve --db {local_db}")
+        click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")

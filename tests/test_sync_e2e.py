@@ -206,7 +206,8 @@ def test_local_mode_runs_the_embedded_platform(tmp_path: Path) -> None:
     cmd = CLI + ["sync", str(tmp_path / "outputs"), "--local", "--db", str(db)]
     first = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=60)
     assert first.returncode == 0, first.stderr
-    assert "synced" in first.stdout and f"--db {db}" in first.stdout
+    assert "synced" in first.stdout and f"--db {db} --port 8765" in first.stdout
+    assert "http://127.0.0.1:8765/dashboard/evaluations/" in first.stdout
     second = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=child_env(), timeout=60)
     assert json.loads(second.stdout)["runs"][0]["state"] == "up_to_date"
     with platform_process.running(db) as proc, httpx.Client(base_url=proc.api) as api:
