@@ -323,3 +323,23 @@ def test_dry_run_sends_nothing(tmp_path: Path, platform: FakePlatform) -> None:
     assert (report.state, report.pushed_now) == ("dry_run", 5)
     assert report.bytes_sent > 0
     assert platform.requests == []
+
+
+def test_a_torn_run_is_not_read_again_once_recorded(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    with segment.open("ab") as tail:
+        tail.write(b'{"data":{"half a line')
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    requests = len(platform.requests)
+    again = syncer(builder.run_dir, platform).run()
+    assert again.state == "up_to_date"
+    assert len(platform.requests) == requests, "a recorded torn run needs no request"
+    builder.open_segment()  # resumed: the new segment is news
+    builder.add(1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    assert_exactly_once(platform, builder)

@@ -189,11 +189,14 @@ class RunSync:
         segments = list_segments(self.run_dir)
         if not segments or segments[-1][0] != state.cursor.segment_index:
             return False
-        if segments[-1][1].stat().st_size != state.cursor.offset:
-            return False
-        if state.finalized or state.terminal in ("failed", "crashed", "completed"):
-            return True
-        return run_writer_alive(self.run_dir)
+        size = segments[-1][1].stat().st_size
+        if state.finalized or state.terminal is not None:
+            return size in (state.cursor.offset, state.terminal_size)
+        return size == state.cursor.offset and run_writer_alive(self.run_dir)
+
+    def _last_segment_size(self) -> int | None:
+        segments = list_segments(self.run_dir)
+        return segments[-1][1].stat().st_size if segments else None
 
     def _wait_until(self, deadline: float) -> None:
         while (remaining := deadline - self.clock()) > 0:
@@ -513,6 +516,7 @@ class RunSync:
                     evaluation_id, metadata=metadata, metrics=metrics))
                 self._finalize(metrics)
             state.terminal = "completed"
+            state.terminal_size = self._last_segment_size()
             self._save()
             self.report.state = "synced"
             return
@@ -525,6 +529,7 @@ class RunSync:
         self._retry("recording the run's end", lambda: self.client.update_evaluation(
             evaluation_id, metadata=metadata, metrics=metrics))
         state.terminal = status
+        state.terminal_size = self._last_segment_size()
         self._save()
         self.report.state = status
 

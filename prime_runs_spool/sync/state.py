@@ -71,6 +71,9 @@ class SyncState(BaseModel):
     finalized: bool = False
     #: The terminal state last recorded on the platform: "completed", "failed", "crashed".
     terminal: str | None = None
+    #: Size of the last segment when ``terminal`` was recorded. A crashed writer may leave a
+    #: torn tail past the cursor; while the file keeps this size there is nothing new.
+    terminal_size: int | None = None
     in_flight: InFlight | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
