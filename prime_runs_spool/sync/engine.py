@@ -31,8 +31,9 @@ from prime_runs_spool.projection import SampleTooLargeError
 from prime_runs_spool.reader import iter_records, writer_alive
 from prime_runs_spool.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.rows import RowStream, batches, records, skip_rows
+from prime_runs_spool.sync.rows import Batch, RowStream, batches, records, skip_rows
 from prime_runs_spool.sync.state import (
+    Cursor,
     Destination,
     InFlight,
     StateProblem,
@@ -45,6 +46,9 @@ from prime_runs_spool.sync.state import (
 #: The default request lifetime for the real platform: after this long, a request sent and
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
+
+#: What :meth:`RunSync._send_once` returns for a request that landed but lost its answer.
+LANDED = object()
 
 
 @dataclass
@@ -224,6 +228,39 @@ class RunSync:
         return SyncError(f"{what}: still failing after {attempt} attempts ({exc}); "
                          "the state is saved, run prime-runs sync again later")
 
+    def _settled(self, sent_at: float, landed: Callable[[], bool], *, in_doubt: bool = True) -> bool:
+        """Did a request sent at ``sent_at`` land? Reads once; when it did not and the request
+        may still be in flight, waits until it can no longer land and reads again."""
+        if landed():
+            return True
+        if not in_doubt:
+            return False
+        self._fence(sent_at)
+        return landed()
+
+    def _send_once(self, what: str, in_flight: InFlight, send: Callable[[], Any],
+                   landed: Callable[[], bool]) -> Any:
+        """Send a request that must not be processed twice: announce it in the state, send it,
+        and after a failure resend only once ``landed`` says it did not (and cannot) land.
+        Returns the answer, or :data:`LANDED` when it landed but its answer was lost."""
+        attempt = 0
+        while True:
+            sent_at = self.clock()
+            self.state.in_flight = in_flight.model_copy(update={"sent_at": sent_at})
+            self._save()
+            try:
+                return send()
+            except PlatformError as exc:
+                if exc.kind is FailureKind.FATAL:
+                    raise self._give_up(what, exc, attempt + 1) from None
+                if exc.kind is not FailureKind.NOT_SENT and self._settled(
+                        sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):
+                    return LANDED
+                attempt += 1
+                if attempt >= self.options.backoff.max_attempts:
+                    raise self._give_up(what, exc, attempt) from None
+                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+
     # -- the evaluation ----------------------------------------------------------------------
 
     def _environment_names(self) -> list[str]:
@@ -299,16 +336,19 @@ class RunSync:
         if untrusted:
             # Whatever wrote the damaged state may have had a request in flight.
             self._fence(self.clock())
-        if pending is not None or fresh or untrusted:
-            found = self._find_existing()
-            if found is None and pending is not None:
-                self._fence(pending.sent_at)
-                found = self._find_existing()
-            if found is not None:
-                self._adopt(found)
+        if pending is not None:
+            if self._settled(pending.sent_at, self._adopt_existing):
                 return True
+        elif (fresh or untrusted) and self._adopt_existing():
+            return True
         self._create()
         return False
+
+    def _adopt_existing(self) -> bool:
+        found = self._find_existing()
+        if found is not None:
+            self._adopt(found)
+        return found is not None
 
     def _create(self) -> None:
         environment_ids = [
@@ -316,31 +356,10 @@ class RunSync:
             for name in self._environment_names()
         ]
         payload = self._create_payload(environment_ids)
-        attempt = 0
-        while True:
-            sent_at = self.clock()
-            self.state.in_flight = InFlight(kind="create", sent_at=sent_at)
-            self._save()
-            try:
-                created = self.client.create_evaluation(payload)
-            except PlatformError as exc:
-                if exc.kind is FailureKind.FATAL:
-                    raise self._give_up("creating the evaluation", exc, attempt + 1) from None
-                if exc.kind is not FailureKind.NOT_SENT:
-                    found = self._find_existing()
-                    if found is None and exc.kind is FailureKind.IN_DOUBT:
-                        self._fence(sent_at)
-                        found = self._find_existing()
-                    if found is not None:
-                        self._adopt(found)
-                        return
-                attempt += 1
-                if attempt >= self.options.backoff.max_attempts:
-                    raise self._give_up("creating the evaluation", exc, attempt) from None
-                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
-                continue
+        created = self._send_once("creating the evaluation", InFlight(kind="create", sent_at=0.0),
+                                  lambda: self.client.create_evaluation(payload), self._adopt_existing)
+        if created is not LANDED:
             self._adopt(created)
-            return
 
     # -- samples ---------------------------------------------------------------------------
 
@@ -361,20 +380,11 @@ class RunSync:
         pending = state.in_flight if state.in_flight and state.in_flight.kind == "samples" else None
         if pending is None and not force:
             return
-        total = self._total_samples()
         if pending is not None and pending.end is not None:
-            if total == state.samples_pushed + pending.rows:
-                state.advance(pending.end, pending.rows, pending.episodes)
-                state.in_flight = None
-                self._save()
+            if self._settled(pending.sent_at, lambda: self._samples_landed(pending.rows)):
+                self._acknowledge(pending.end, pending.rows, pending.episodes)
                 return
-            self._fence(pending.sent_at)
-            total = self._total_samples()
-            if total == state.samples_pushed + pending.rows:
-                state.advance(pending.end, pending.rows, pending.episodes)
-                state.in_flight = None
-                self._save()
-                return
+        total = self._total_samples()
         missing = total - state.samples_pushed
         if missing < 0:
             raise SyncError(
@@ -386,6 +396,23 @@ class RunSync:
             assert cursor is not None
             state.advance(cursor, missing, episodes)
         state.in_flight = None
+        self._save()
+
+    def _samples_landed(self, rows: int) -> bool:
+        """Whether the announced request of ``rows`` rows is on the platform; any count but
+        "all of them" or "none of them" means the platform is not what we think it is."""
+        total = self._total_samples()
+        if total == self.state.samples_pushed + rows:
+            return True
+        if total == self.state.samples_pushed:
+            return False
+        raise SyncError(
+            f"evaluation {self.state.evaluation_id} holds {total} samples; expected "
+            f"{self.state.samples_pushed} or {self.state.samples_pushed + rows}: refusing to guess")
+
+    def _acknowledge(self, end: Cursor, rows: int, episodes: int) -> None:
+        self.state.advance(end, rows, episodes)
+        self.state.in_flight = None
         self._save()
 
     def _check_last_sample(self, total: int, expected_id: Any) -> None:
@@ -439,60 +466,18 @@ class RunSync:
             return False
         return probe.seal is None and probe.cursor == stream.cursor
 
-    def _send(self, batch: Any) -> None:
+    def _send(self, batch: Batch) -> None:
         body = batch.body()
-        state = self.state
-        attempt = 0
-        while True:
-            sent_at = self.clock()
-            state.in_flight = InFlight(kind="samples", sent_at=sent_at, rows=len(batch.rows),
-                                       episodes=batch.episodes, end=batch.end)
-            self._save()
-            try:
-                self.client.push_samples(str(state.evaluation_id), body)
-            except PlatformError as exc:
-                if exc.kind is FailureKind.FATAL:
-                    raise self._give_up("pushing samples", exc, attempt + 1) from None
-                if exc.kind is not FailureKind.NOT_SENT:
-                    before = state.samples_pushed
-                    self._settle_samples(sent_at, in_doubt=exc.kind is FailureKind.IN_DOUBT)
-                    if state.samples_pushed != before:
-                        break
-                attempt += 1
-                if attempt >= self.options.backoff.max_attempts:
-                    raise self._give_up("pushing samples", exc, attempt) from None
-                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
-                continue
-            state.advance(batch.end, len(batch.rows), batch.episodes)
-            state.in_flight = None
-            self._save()
-            break
-        self.report.pushed_now += len(batch.rows)
+        rows = len(batch.rows)
+        assert batch.end is not None
+        self._send_once("pushing samples",
+                        InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes, end=batch.end),
+                        lambda: self.client.push_samples(str(self.state.evaluation_id), body),
+                        lambda: self._samples_landed(rows))
+        self._acknowledge(batch.end, rows, batch.episodes)
+        self.report.pushed_now += rows
         self.report.bytes_sent += len(body)
         self._show()
-
-    def _settle_samples(self, sent_at: float, *, in_doubt: bool) -> None:
-        """After a failed append: did it land? Only an in-doubt request needs the fence."""
-        state = self.state
-        pending = state.in_flight
-        assert pending is not None and pending.kind == "samples" and pending.end is not None
-        for waited in (False, True):
-            if waited:
-                if not in_doubt:
-                    break
-                self._fence(sent_at)
-            total = self._total_samples()
-            if total == state.samples_pushed + pending.rows:
-                state.advance(pending.end, pending.rows, pending.episodes)
-                state.in_flight = None
-                self._save()
-                return
-            if total != state.samples_pushed:
-                raise SyncError(
-                    f"evaluation {state.evaluation_id} holds {total} samples; expected "
-                    f"{state.samples_pushed} or {state.samples_pushed + pending.rows}: refusing to guess")
-        state.in_flight = None
-        self._save()
 
     # -- finishing ---------------------------------------------------------------------------
 
@@ -542,39 +527,9 @@ class RunSync:
             return str(evaluation.get("status", "")).upper() == "COMPLETED"
 
         pending = state.in_flight if state.in_flight and state.in_flight.kind == "finalize" else None
-        if pending is not None:
-            if completed():
-                state.finalized = True
-            else:
-                self._fence(pending.sent_at)
-                state.finalized = completed()
-            state.in_flight = None
-            self._save()
-            if state.finalized:
-                return
-        attempt = 0
-        while True:
-            sent_at = self.clock()
-            state.in_flight = InFlight(kind="finalize", sent_at=sent_at)
-            self._save()
-            try:
-                self.client.finalize(evaluation_id, metrics)
-            except PlatformError as exc:
-                if exc.kind is FailureKind.FATAL:
-                    raise self._give_up("finalizing", exc, attempt + 1) from None
-                if exc.kind is not FailureKind.NOT_SENT:
-                    done = completed()
-                    if not done and exc.kind is FailureKind.IN_DOUBT:
-                        self._fence(sent_at)
-                        done = completed()
-                    if done:
-                        break
-                attempt += 1
-                if attempt >= self.options.backoff.max_attempts:
-                    raise self._give_up("finalizing", exc, attempt) from None
-                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
-                continue
-            break
+        if pending is None or not self._settled(pending.sent_at, completed):
+            self._send_once("finalizing", InFlight(kind="finalize", sent_at=0.0),
+                            lambda: self.client.finalize(evaluation_id, metrics), completed)
         state.finalized = True
         state.in_flight = None
         self._save()
