@@ -60,3 +60,23 @@ def running(db: Path, *extra: str) -> Iterator[PlatformProcess]:
         if platform.proc.poll() is None:
             status = platform.terminate()
             assert status == 0, platform.proc.stderr.read()
+
+
+def module_fixtures(token: str, client_name: str = "api") -> tuple[object, object]:
+    """A module-scoped ``server`` (a platform process requiring ``token``) and a client
+    fixture named ``client_name`` (httpx, to its ``/api/v1``, carrying the token)."""
+    import httpx
+    import pytest
+
+    @pytest.fixture(scope="module", name="server")
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformProcess]:
+        db = tmp_path_factory.mktemp("platform") / "platform.db"
+        with running(db, "--token", token) as proc:
+            yield proc
+
+    @pytest.fixture(scope="module", name=client_name)
+    def api(server: PlatformProcess) -> Iterator[httpx.Client]:
+        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+            yield c
+
+    return server, api

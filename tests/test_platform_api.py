@@ -21,18 +21,7 @@ from prime_runs_spool.platform.app import MAX_BODY_BYTES
 TOKEN = "s3cret-token"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    db = tmp_path_factory.mktemp("platform") / "platform.db"
-    with platform_process.running(db, "--token", TOKEN) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with httpx.Client(base_url=server.api, headers=headers, timeout=60) as c:
-        yield c
+server, client = platform_process.module_fixtures(TOKEN, client_name="client")
 
 
 def unique(prefix: str) -> str:

@@ -23,17 +23,7 @@ TOKEN = "e2e-token-not-a-secret"
 KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    db = tmp_path_factory.mktemp("platform") / "platform.db"
-    with platform_process.running(db, "--token", TOKEN) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def api(server):
-    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
-        yield c
+server, api = platform_process.module_fixtures(TOKEN)
 
 
 def sync_cmd(base_url: str, *args: str) -> list[str]:
