@@ -406,7 +406,7 @@ class RunSync:
             stream = self._stream()
             try:
                 for batch in batches(stream, self.options.max_request_bytes):
-                    if batch.rows:
+                    if batch.count:
                         self._send(batch)
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0)
@@ -442,7 +442,7 @@ class RunSync:
         attempt = 0
         while True:
             sent_at = self.clock()
-            state.in_flight = InFlight(kind="samples", sent_at=sent_at, rows=len(batch.rows),
+            state.in_flight = InFlight(kind="samples", sent_at=sent_at, rows=batch.count,
                                        episodes=batch.episodes, end=batch.end)
             self._save()
             try:
@@ -460,12 +460,14 @@ class RunSync:
                     raise self._give_up("pushing samples", exc, attempt) from None
                 self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
                 continue
-            state.advance(batch.end, len(batch.rows), batch.episodes)
+            state.advance(batch.end, batch.count, batch.episodes)
             state.in_flight = None
             self._save()
             break
-        self.report.pushed_now += len(batch.rows)
+        self.report.pushed_now += batch.count
         self.report.bytes_sent += len(body)
+        del body
+        batch.release()  # so the next batch is built without this one's body still alive
         self._show()
 
     def _settle_samples(self, sent_at: float, *, in_doubt: bool) -> None:
@@ -580,6 +582,6 @@ class RunSync:
         stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
                            self.options.max_request_bytes, self.options.skip_corrupt)
         for batch in batches(stream, self.options.max_request_bytes):
-            self.report.pushed_now += len(batch.rows)
-            self.report.bytes_sent += batch.size if batch.rows else 0
+            self.report.pushed_now += batch.count
+            self.report.bytes_sent += batch.size if batch.count else 0
         self.report.state = "dry_run"

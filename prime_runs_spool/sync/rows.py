@@ -108,21 +108,55 @@ class RowStream:
             self.cursor = after
 
 
-@dataclass
 class Batch:
-    """Rows for one request; ``end`` is where the cursor goes once they are acknowledged."""
+    """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
+    once they are acknowledged.
 
-    rows: list[bytes]
-    end: Cursor | None
-    episodes: int
-    last_sample_id: Any = None
+    The body is built in place, one row appended at a time, so a batch costs one buffer
+    of at most the request ceiling: no list of rows beside it, no join, no second copy.
+    """
 
-    def body(self) -> bytes:
-        return b'{"samples":[' + b",".join(self.rows) + b"]}"
+    __slots__ = ("_buffer", "count", "end", "episodes", "last_sample_id")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(_OPEN)
+        self.count = 0
+        self.end: Cursor | None = None
+        self.episodes = 0
+        self.last_sample_id: Any = None
 
     @property
     def size(self) -> int:
-        return ENVELOPE_BYTES + sum(len(row) for row in self.rows) + max(0, len(self.rows) - 1)
+        """Bytes of the finished body, the ``{"samples":[]}`` envelope counted."""
+        return len(self._buffer) + len(_CLOSE)
+
+    def fits(self, row: bytes, limit: int) -> bool:
+        """Whether ``row`` can join without taking the body over ``limit`` (an empty batch
+        takes any row: one that cannot fit alone was refused by the projection)."""
+        return not self.count or self.size + 1 + len(row) <= limit
+
+    def add(self, row: Row) -> None:
+        if self.count:
+            self._buffer += b","
+        self._buffer += row.data
+        self.count += 1
+        self.end, self.last_sample_id = row.after, row.sample_id
+        self.episodes += row.closes_episode
+
+    def release(self) -> None:
+        """Drop the body once it is sent (the counts and cursor stay)."""
+        self._buffer = bytearray()
+
+    def body(self) -> bytearray:
+        """The request body, ``{"samples":[row,...]}`` (the batch is finished by this)."""
+        if not self._buffer.endswith(_CLOSE):
+            self._buffer += _CLOSE
+        return self._buffer
+
+
+_OPEN = b'{"samples":['
+_CLOSE = b"]}"
+assert len(_OPEN) + len(_CLOSE) == ENVELOPE_BYTES
 
 
 def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
@@ -132,30 +166,24 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
     carry none (a seal, a resumed segment's header), so the cursor can reach the end. When
     the stream fails (corruption, a row too large), what was batched before is yielded
     first, then the error is raised: everything before the failure gets pushed.
+
+    Only one batch is alive at a time here: the caller sends it before asking for the next.
     """
     start = stream.cursor
-    rows: list[bytes] = []
-    size = ENVELOPE_BYTES
-    episodes = 0
-    end: Cursor | None = None
-    last_id: Any = None
+    batch = Batch()
     try:
         for row in stream.rows():
-            extra = len(row.data) + (1 if rows else 0)
-            if rows and size + extra > max_request_bytes:
-                yield Batch(rows, end, episodes, last_id)
-                rows, size, episodes = [], ENVELOPE_BYTES, 0
-                extra = len(row.data)
-            rows.append(row.data)
-            size += extra
-            end, last_id = row.after, row.sample_id
-            episodes += row.closes_episode
+            if not batch.fits(row.data, max_request_bytes):
+                yield batch
+                batch = Batch()
+            batch.add(row)
     except (CorruptSpoolError, SampleTooLargeError):
-        if rows:
-            yield Batch(rows, end, episodes, last_id)
+        if batch.count:
+            yield batch
         raise
-    if rows or stream.cursor != start:
-        yield Batch(rows, stream.cursor, episodes, last_id)
+    if batch.count or stream.cursor != start:
+        batch.end = stream.cursor  # past the records after the last row too (a seal)
+        yield batch
 
 
 def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
