@@ -64,7 +64,7 @@ def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
         evaluation_id = str(evaluation["evaluation_id"])
         # Built outside the timed region: the same rows, in the same requests, sync sends.
         stream = RowStream(run_dir, None, evaluation_id, max_request_bytes)
-        bodies = [batch.body() for batch in batches(stream, max_request_bytes) if batch.rows]
+        bodies = [bytes(batch.body()) for batch in batches(stream, max_request_bytes) if batch.count]
         rows = sum(b.count(b'"sample_id"') for b in bodies)  # one per row (row keys are fixed)
         headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json",
                    "Accept": "application/json"}

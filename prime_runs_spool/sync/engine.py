@@ -31,7 +31,7 @@ from prime_runs_spool.projection import SampleTooLargeError
 from prime_runs_spool.reader import iter_records, writer_alive
 from prime_runs_spool.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.rows import RowStream, batches, records, skip_rows
+from prime_runs_spool.sync.rows import RowStream, batches, read_ahead, records, skip_rows
 from prime_runs_spool.sync.state import (
     Destination,
     InFlight,
@@ -405,7 +405,7 @@ class RunSync:
         while True:
             stream = self._stream()
             try:
-                for batch in batches(stream, self.options.max_request_bytes):
+                for batch in read_ahead(batches(stream, self.options.max_request_bytes)):
                     if batch.count:
                         self._send(batch)
                     elif batch.end is not None and batch.end != self.state.cursor:

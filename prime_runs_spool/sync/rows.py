@@ -8,8 +8,10 @@ happened before the disk). That is what lets sync count rows instead of remember
 
 from __future__ import annotations
 
+import queue
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,65 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
     if batch.count or stream.cursor != start:
         batch.end = stream.cursor  # past the records after the last row too (a seal)
         yield batch
+
+
+def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
+    """``items``, produced one batch ahead on a thread of their own.
+
+    While a request is on the wire (the GIL released, waiting for the platform) the next
+    batch is read, projected and encoded, instead of after the answer. At most two batches
+    are alive: the producer hands one over and waits until it is taken before it builds the
+    next, and the consumer releases each body once it is sent. Items and the error that
+    ends them arrive in order, exactly as iterating ``items`` directly would give them, and
+    only the consumer touches the sync state. When the consumer stops early, the producer
+    closes ``items`` and ends before this generator returns, so anything ``items`` updates
+    (a stream's cursor, seal, skipped corruption) is settled when it does.
+    """
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand(kind: str, value: Any) -> bool:
+        handoff.put((kind, value))
+        while not stop.is_set():  # wait until it is taken (or the consumer gave up)
+            if handoff.unfinished_tasks == 0:
+                return True
+            with handoff.all_tasks_done:
+                handoff.all_tasks_done.wait(0.1)
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not hand("item", item):
+                    return
+            hand("end", None)
+        except BaseException as exc:  # noqa: BLE001 - handed over, raised by the consumer
+            hand("error", exc)
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="prime-runs-sync-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            handoff.task_done()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+        with handoff.all_tasks_done:
+            handoff.all_tasks_done.notify_all()
+        try:  # unblock a producer waiting to hand over
+            handoff.get_nowait()
+            handoff.task_done()
+        except queue.Empty:
+            pass
+        thread.join()
 
 
 def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
