@@ -28,6 +28,31 @@ from prime_runs_spool.settings import Settings
 
 #: The platform refuses request bodies larger than this (platform-api.md).
 MAX_REQUEST_BYTES = 26_214_400
+#: A samples body goes out in slices of this size (views, not copies): handed whole to
+#: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
+_SEND_CHUNK = 1 << 20
+
+
+class _Chunks:
+    """A body as views of at most ``_SEND_CHUNK`` bytes; re-iterable, so nothing is
+    consumed if the request has to be built again."""
+
+    def __init__(self, body: bytes | bytearray | memoryview) -> None:
+        self._view = memoryview(body).cast("B")
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def __iter__(self) -> Any:
+        view = self._view
+        for start in range(0, len(view), _SEND_CHUNK):
+            yield view[start:start + _SEND_CHUNK]
+
+    def drop(self) -> None:
+        """Let go of the body. httpx keeps the request in a reference cycle with its
+        response, which only the garbage collector frees (and 25 MiB bytes do not make it
+        run): without this, every body sent stays in memory until it happens to."""
+        self._view = memoryview(b"")
 
 
 class FailureKind(enum.Enum):
@@ -144,7 +169,7 @@ class PlatformClient:
         path: str,
         *,
         json_body: Any = None,
-        content: bytes | None = None,
+        content: bytes | _Chunks | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> Any:
         headers = {}
@@ -152,10 +177,16 @@ class PlatformClient:
             content = orjson.dumps(json_body)
         if content is not None:
             headers["Content-Type"] = "application/json"
+        if isinstance(content, _Chunks):
+            # A declared length, so httpx sends the views as they are, not chunked.
+            headers["Content-Length"] = str(len(content))
         try:
             response = self._http.request(method, path, content=content, params=params, headers=headers)
         except httpx.TransportError as exc:
             raise classify_transport_error(method, path, exc) from None
+        finally:
+            if isinstance(content, _Chunks):
+                content.drop()
         if response.status_code >= 400:
             raise classify_response(method, path, response)
         try:
@@ -180,9 +211,9 @@ class PlatformClient:
         """NOT idempotent: every success is a new evaluation."""
         return self._request("POST", "/evaluations/", json_body={**payload, **self._team()})
 
-    def push_samples(self, evaluation_id: str, body: bytes) -> dict[str, Any]:
+    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview) -> dict[str, Any]:
         """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document)."""
-        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=body)
+        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body))
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,

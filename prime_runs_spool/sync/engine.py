@@ -31,7 +31,7 @@ from prime_runs_spool.projection import SampleTooLargeError
 from prime_runs_spool.reader import iter_records, writer_alive
 from prime_runs_spool.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.rows import Batch, RowStream, batches, records, skip_rows
+from prime_runs_spool.sync.rows import Batch, RowStream, batches, read_ahead, records, skip_rows
 from prime_runs_spool.sync.state import (
     Cursor,
     Destination,
@@ -435,8 +435,8 @@ class RunSync:
         while True:
             stream = self._stream()
             try:
-                for batch in batches(stream, self.options.max_request_bytes):
-                    if batch.rows:
+                for batch in read_ahead(batches(stream, self.options.max_request_bytes)):
+                    if batch.count:
                         self._send(batch)
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0)
@@ -468,7 +468,7 @@ class RunSync:
 
     def _send(self, batch: Batch) -> None:
         body = batch.body()
-        rows = len(batch.rows)
+        rows = batch.count
         assert batch.end is not None
         self._send_once("pushing samples",
                         InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes, end=batch.end),
@@ -477,6 +477,8 @@ class RunSync:
         self._acknowledge(batch.end, rows, batch.episodes)
         self.report.pushed_now += rows
         self.report.bytes_sent += len(body)
+        del body
+        batch.release()  # so the next batch is built without this one's body still alive
         self._show()
 
     # -- finishing ---------------------------------------------------------------------------
@@ -540,6 +542,6 @@ class RunSync:
         stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
                            self.options.max_request_bytes, self.options.skip_corrupt)
         for batch in batches(stream, self.options.max_request_bytes):
-            self.report.pushed_now += len(batch.rows)
-            self.report.bytes_sent += batch.size if batch.rows else 0
+            self.report.pushed_now += batch.count
+            self.report.bytes_sent += batch.size if batch.count else 0
         self.report.state = "dry_run"

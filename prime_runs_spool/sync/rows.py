@@ -8,8 +8,10 @@ happened before the disk). That is what lets sync count rows instead of remember
 
 from __future__ import annotations
 
+import queue
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,21 +110,55 @@ class RowStream:
             self.cursor = after
 
 
-@dataclass
 class Batch:
-    """Rows for one request; ``end`` is where the cursor goes once they are acknowledged."""
+    """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
+    once they are acknowledged.
 
-    rows: list[bytes]
-    end: Cursor | None
-    episodes: int
-    last_sample_id: Any = None
+    The body is built in place, one row appended at a time, so a batch costs one buffer
+    of at most the request ceiling: no list of rows beside it, no join, no second copy.
+    """
 
-    def body(self) -> bytes:
-        return b'{"samples":[' + b",".join(self.rows) + b"]}"
+    __slots__ = ("_buffer", "count", "end", "episodes", "last_sample_id")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(_OPEN)
+        self.count = 0
+        self.end: Cursor | None = None
+        self.episodes = 0
+        self.last_sample_id: Any = None
 
     @property
     def size(self) -> int:
-        return ENVELOPE_BYTES + sum(len(row) for row in self.rows) + max(0, len(self.rows) - 1)
+        """Bytes of the finished body, the ``{"samples":[]}`` envelope counted."""
+        return len(self._buffer) + len(_CLOSE)
+
+    def fits(self, row: bytes, limit: int) -> bool:
+        """Whether ``row`` can join without taking the body over ``limit`` (an empty batch
+        takes any row: one that cannot fit alone was refused by the projection)."""
+        return not self.count or self.size + 1 + len(row) <= limit
+
+    def add(self, row: Row) -> None:
+        if self.count:
+            self._buffer += b","
+        self._buffer += row.data
+        self.count += 1
+        self.end, self.last_sample_id = row.after, row.sample_id
+        self.episodes += row.closes_episode
+
+    def release(self) -> None:
+        """Drop the body once it is sent (the counts and cursor stay)."""
+        self._buffer = bytearray()
+
+    def body(self) -> bytearray:
+        """The request body, ``{"samples":[row,...]}`` (the batch is finished by this)."""
+        if not self._buffer.endswith(_CLOSE):
+            self._buffer += _CLOSE
+        return self._buffer
+
+
+_OPEN = b'{"samples":['
+_CLOSE = b"]}"
+assert len(_OPEN) + len(_CLOSE) == ENVELOPE_BYTES
 
 
 def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
@@ -132,30 +168,83 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
     carry none (a seal, a resumed segment's header), so the cursor can reach the end. When
     the stream fails (corruption, a row too large), what was batched before is yielded
     first, then the error is raised: everything before the failure gets pushed.
+
+    Only one batch is alive at a time here: the caller sends it before asking for the next.
     """
     start = stream.cursor
-    rows: list[bytes] = []
-    size = ENVELOPE_BYTES
-    episodes = 0
-    end: Cursor | None = None
-    last_id: Any = None
+    batch = Batch()
     try:
         for row in stream.rows():
-            extra = len(row.data) + (1 if rows else 0)
-            if rows and size + extra > max_request_bytes:
-                yield Batch(rows, end, episodes, last_id)
-                rows, size, episodes = [], ENVELOPE_BYTES, 0
-                extra = len(row.data)
-            rows.append(row.data)
-            size += extra
-            end, last_id = row.after, row.sample_id
-            episodes += row.closes_episode
+            if not batch.fits(row.data, max_request_bytes):
+                yield batch
+                batch = Batch()
+            batch.add(row)
     except (CorruptSpoolError, SampleTooLargeError):
-        if rows:
-            yield Batch(rows, end, episodes, last_id)
+        if batch.count:
+            yield batch
         raise
-    if rows or stream.cursor != start:
-        yield Batch(rows, stream.cursor, episodes, last_id)
+    if batch.count or stream.cursor != start:
+        batch.end = stream.cursor  # past the records after the last row too (a seal)
+        yield batch
+
+
+def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
+    """``items``, produced one batch ahead on a thread of their own.
+
+    While a request is on the wire (the GIL released, waiting for the platform) the next
+    batch is read, projected and encoded, instead of after the answer. At most two batches
+    are alive: the producer hands one over and waits until it is taken before it builds the
+    next, and the consumer releases each body once it is sent. Items and the error that
+    ends them arrive in order, exactly as iterating ``items`` directly would give them, and
+    only the consumer touches the sync state. When the consumer stops early, the producer
+    closes ``items`` and ends before this generator returns, so anything ``items`` updates
+    (a stream's cursor, seal, skipped corruption) is settled when it does.
+    """
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand(kind: str, value: Any) -> bool:
+        handoff.put((kind, value))
+        while not stop.is_set():  # wait until it is taken (or the consumer gave up)
+            if handoff.unfinished_tasks == 0:
+                return True
+            with handoff.all_tasks_done:
+                handoff.all_tasks_done.wait(0.1)
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not hand("item", item):
+                    return
+            hand("end", None)
+        except BaseException as exc:  # noqa: BLE001 - handed over, raised by the consumer
+            hand("error", exc)
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=produce, name="prime-runs-sync-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            handoff.task_done()
+            if kind == "item":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+    finally:
+        stop.set()
+        with handoff.all_tasks_done:
+            handoff.all_tasks_done.notify_all()
+        try:  # unblock a producer waiting to hand over
+            handoff.get_nowait()
+            handoff.task_done()
+        except queue.Empty:
+            pass
+        thread.join()
 
 
 def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:

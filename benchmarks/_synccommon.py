@@ -1,0 +1,158 @@
+"""Shared pieces of the sync benchmarks: spools, a platform subprocess, a client, stats.
+
+Not a benchmark itself. Every scratch folder is made under ``--dir`` (default: the
+repository's parent directory's disk, never /tmp, which may be a tmpfs) and removed after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fixtures.episodes import make_episode  # noqa: E402
+from prime_runs_spool.client import PlatformClient  # noqa: E402
+from prime_runs_spool.projection import RolloutCounter  # noqa: E402
+from prime_runs_spool.settings import Secret, Settings  # noqa: E402
+from prime_runs_spool.summary import SummaryAccumulator  # noqa: E402
+from prime_runs_spool.sync.state import Destination, destination_key  # noqa: E402
+from prime_runs_spool.writer import SegmentWriter  # noqa: E402
+
+PYTHON = sys.executable
+API_KEY = "bench-key"
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PRIME_API_KEY"] = API_KEY
+    env.pop("PRIME_TEAM_ID", None)
+    return env
+
+
+@contextmanager
+def scratch(base: str | None, prefix: str) -> Iterator[Path]:
+    """A scratch folder on a real disk (``base``, default the repository's folder)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base or str(ROOT)))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_run(run_dir: Path, run_id: str, episodes: int, size: int, *, group: int = 500) -> int:
+    """One sealed run of ``episodes`` episodes of about ``size`` bytes; returns its bytes on disk.
+
+    Written as the runner writes (rollout numbers stamped, a summary in the seal), in
+    groups of ``group`` records per ``append_many`` (one fdatasync per group).
+    """
+    counter = RolloutCounter()
+    summary = SummaryAccumulator()
+    writer = SegmentWriter.create(run_dir, run_id)
+    writer.append("manifest", {"run_id": run_id, "name": f"bench-{run_id}", "environments": ["gsm8k"],
+                               "model": "Qwen/Qwen3-8B", "framework": "verifiers",
+                               "config": {"model": "Qwen/Qwen3-8B"}})
+    done = 0
+    while done < episodes:
+        items = []
+        for number in range(done, min(episodes, done + group)):
+            episode = make_episode(number, size=size, run_id=run_id, salt=run_id)
+            summary.add(episode)
+            items.append(("episode", episode, {"episode_id": episode["id"],
+                                               "rollout_number": counter.next_number(episode)}))
+        writer.append_many(items)
+        done += len(items)
+    writer.seal("completed", summary=summary.result())
+    return sum(p.stat().st_size for p in (run_dir / "spool").glob("seg-*.jsonl"))
+
+
+def write_tree(root: Path, runs: int, total_bytes: int, size: int) -> tuple[int, int]:
+    """``runs`` runs holding about ``total_bytes`` together; returns (episodes, bytes)."""
+    per_run = max(1, total_bytes // runs // (size + 400))
+    written = 0
+    for number in range(runs):
+        written += write_run(root / f"run-{number:03d}", f"bench-{number:03d}-{uuid.uuid4().hex[:8]}",
+                             per_run, size)
+    return per_run * runs, written
+
+
+@dataclass
+class Platform:
+    proc: subprocess.Popen[str]
+    base_url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@contextmanager
+def platform(db: Path) -> Iterator[Platform]:
+    """``prime-runs platform serve`` in its own process (its own GIL) on ``db``."""
+    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0"],
+                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(60)
+    if not box or not box[0]:
+        proc.kill()
+        raise RuntimeError(f"the platform did not start: {proc.stderr.read()}")
+    server = Platform(proc, box[0].strip())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def client_for(base_url: str) -> tuple[PlatformClient, Destination]:
+    settings = Settings(base_url=base_url, api_key=Secret(API_KEY), team_id=None, frontend_url=base_url)
+    identity = f"{base_url}|"
+    return PlatformClient(settings), Destination(key=destination_key(identity), base_url=base_url)
+
+
+def drop_state(root: Path) -> None:
+    """Forget every sync state below ``root`` (so the next sync starts fresh)."""
+    for folder in root.glob("**/spool/sync"):
+        shutil.rmtree(folder)
+
+
+def spread(values: list[float]) -> str:
+    """``median (min-max)`` of some figures."""
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:.3f}"
+    return f"{med:.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def human(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1024 or unit == "GB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{nbytes:.0f} B"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GB"
+
+
+def now() -> float:
+    return time.perf_counter()
