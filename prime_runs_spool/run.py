@@ -270,6 +270,10 @@ class Run:
                 for record in records:
                     self._summary.add(record)
                 self._logged += len(records)
+            else:
+                # Not durable: a retry of these episodes must not be taken for a duplicate
+                # and silently skipped; it has to meet the writer's error again.
+                self._seen.difference_update(episode_id_of(record) for record in records)
             self._inflight -= 1
             self._inflight_async -= is_async
             self._cond.notify_all()

@@ -19,7 +19,7 @@ import pytest
 
 import prime_runs_spool.writer as writer_module
 from prime_runs_spool import RunClosedError, open_run, read_run
-from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolWriteError
+from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
 from prime_runs_spool.framing import FORMAT_VERSION, parse_line
 from prime_runs_spool.layout import list_segments
 from prime_runs_spool.masking import MASK
@@ -409,6 +409,9 @@ def test_a_disk_error_on_append_surfaces_and_abort_stays_quiet(
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
     with pytest.raises(SpoolWriteError):
+        run.log_episodes([make_episode("a")])
+    # Retrying the episode that failed must fail too, never pass as an already-logged duplicate.
+    with pytest.raises(SpoolError):
         run.log_episodes([make_episode("a")])
     run.abort(SpoolWriteError("disk"))  # must not raise on the way out
     assert run.status == "crashed"
