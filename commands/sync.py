@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -20,9 +22,10 @@ import orjson
 from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
+from prime_runs_spool.sync.follow import FollowOptions, Follower, Stopped
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.runner import new_replay_id, sync_paths
-from prime_runs_spool.sync.state import Destination, destination_key
+from prime_runs_spool.sync.runner import sync_paths
+from prime_runs_spool.sync.state import Destination, destination_key, remote_destination
 from commands.output import Progress, fail_usage, require_paths
 
 #: Exit codes (docs/cli.md).
@@ -65,9 +68,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
     if not settings.api_key:
         fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "
                    "or sync into the local platform with --local")
-    identity = f"{settings.base_url}|{settings.team_id or ''}"
-    yield settings, Destination(key=destination_key(identity), base_url=settings.base_url,
-                                team_id=settings.team_id), None
+    yield settings, remote_destination(settings.base_url, settings.team_id), None
 
 
 @click.command("sync")
@@ -90,17 +91,28 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
               help="Seconds to wait for one answer.")
 @click.option("--max-attempts", type=click.IntRange(1), default=10, show_default=True,
               help="Consecutive failures of one request before a run gives up (its state is kept).")
-@click.option("--replay", is_flag=True, help="Push runs again as new evaluations (see docs/sync.md).")
+@click.option("--follow", is_flag=True,
+              help="Keep following live spools: push episodes as they are appended, pick up new runs, "
+                   "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
+@click.option("--exit-when-idle", is_flag=True,
+              help="With --follow: exit once every run found is finished and no writer is live.")
+@click.option("--poll-interval", type=click.FloatRange(0.01), default=0.1, show_default=True,
+              help="With --follow: seconds between looks at each spool's size.")
+@click.option("--replay", is_flag=True,
+              help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
+@click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
 @click.option("--name", help="With --replay: the new evaluations' name.")
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
 @click.option("--max-request-bytes", type=click.IntRange(1024, 26_214_400), default=26_214_400, hidden=True,
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--backoff-cap", type=click.FloatRange(0.0), default=30.0, hidden=True,
+              envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
          jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
-         request_lifetime: float, timeout: float, max_attempts: int, replay: bool, name: str | None,
+         request_lifetime: float, timeout: float, max_attempts: int, follow: bool, exit_when_idle: bool,
+         poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
          tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, verbose: bool) -> None:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
@@ -109,16 +121,24 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     nothing to do, 1 when some run failed, 2 on a usage or configuration error.
     """
     roots = require_paths(paths or (Path("."),))
-    if name and not replay:
-        fail_usage("--name goes with --replay")
+    if (name or replay_id) and not replay:
+        fail_usage("--name and --replay-id go with --replay")
+    if follow and (replay or dry_run):
+        fail_usage("--follow does not combine with --replay or --dry-run")
+    if exit_when_idle and not follow:
+        fail_usage("--exit-when-idle goes with --follow")
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
-                          replay_id=new_replay_id() if replay else None, name=name, tags=tags)
-    progress = Progress(enabled=not as_json and sys.stderr.isatty())
+                          replay=replay, replay_id=replay_id, name=name, tags=tags)
+    progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     try:
         with _destination(local, db, base_url, team) as (settings, destination, local_db):
             with PlatformClient(settings, timeout=timeout) as client:
+                if follow:
+                    _follow(Follower(roots, client, destination, options,
+                                     FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
+                                     on_report=_event_printer(as_json)))
                 reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update)
     except Exception as exc:  # an internal error: one line, unless asked for the traceback
@@ -131,6 +151,40 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     progress.close()
     _print(reports, as_json=as_json, local_db=local_db)
     sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
+
+
+def _follow(follower: Follower) -> NoReturn:
+    """Follow until SIGINT/SIGTERM (exit 0) or, with --exit-when-idle, until idle (exit 1
+    when a run ended in error). The first signal stops at the next step boundary; a second
+    one stops at once (still safe: the state is consistent at every instant)."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        if follower.stop.is_set():
+            raise Stopped
+        follower.stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        reports = follower.run()
+    except Stopped:
+        reports = []
+    if follower.stop.is_set():
+        sys.exit(EXIT_OK)
+    sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
+
+
+def _event_printer(as_json: bool) -> Callable[[RunReport], None]:
+    """While following: one line per change of a run's state (a JSON object with --json)."""
+
+    def emit(report: RunReport) -> None:
+        if as_json:
+            click.echo(orjson.dumps(report.as_json()).decode())
+        else:
+            _print_report(report)
+        sys.stdout.flush()
+
+    return emit
 
 
 def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> None:
@@ -147,16 +201,20 @@ def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> 
         click.echo("no runs found")
         return
     for report in reports:
-        line = f"{report.state:<10} {report.path}"
-        if report.evaluation_id:
-            line += f"  evaluation {report.evaluation_id}"
-        line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
-        if report.url:
-            line += f"  {report.url}"
-        click.echo(line)
-        for warning in report.warnings:
-            click.echo(f"  warning: {warning}")
-        if report.error:
-            click.echo(f"  error: {report.error}")
+        _print_report(report)
     if local_db:
         click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")
+
+
+def _print_report(report: RunReport) -> None:
+    line = f"{report.state:<10} {report.path}"
+    if report.evaluation_id:
+        line += f"  evaluation {report.evaluation_id}"
+    line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
+    if report.url:
+        line += f"  {report.url}"
+    click.echo(line)
+    for warning in report.warnings:
+        click.echo(f"  warning: {warning}")
+    if report.error:
+        click.echo(f"  error: {report.error}")

@@ -25,17 +25,20 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
 from prime_runs_spool.framing import Payload, prepare, to_jsonable
 from prime_runs_spool.manifest import build_manifest
 from prime_runs_spool.masking import MaskRules, mask
-from prime_runs_spool.modes import DISABLED, resolve_mode, writes_spool
+from prime_runs_spool.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.projection import RolloutCounter
 from prime_runs_spool.resume import PriorRun, episode_id_of, scan_prior_run
 from prime_runs_spool.summary import SummaryAccumulator
 from prime_runs_spool.writer import SegmentWriter
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.shipper import Shipper
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -104,6 +107,10 @@ class Run:
         self._inflight_async = 0
         self._final_summary: dict[str, Any] | None = None
         self._listeners: list[DurableListener] = []
+        #: Durable episodes of the whole run (earlier segments included): what pending counts from.
+        self._prior_episodes = prior.episodes
+        self._shipper: Shipper | None = None
+        self._ship_timeout = 0.0
         # Serializes finish/abort/the exit hook, so a second caller waits for the first seal.
         self._closing = threading.Lock()
 
@@ -149,6 +156,29 @@ class Run:
         """Episodes not recorded because their id was already in the run's spool."""
         with self._cond:
             return self._skipped
+
+    # -- online mode: the shipper's progress, for a runner's dashboard footer ------------
+
+    @property
+    def evaluation_url(self) -> str | None:
+        """The platform evaluation's URL once the online shipper created it; else None."""
+        state = self._shipper.progress() if self._shipper else None
+        return state.viewer_url if state else None
+
+    @property
+    def pushed(self) -> int:
+        """Episodes the platform acknowledged (online mode; 0 otherwise). Read from the
+        shipper's state file: a small read, no request."""
+        state = self._shipper.progress() if self._shipper else None
+        return state.episodes_pushed if state else 0
+
+    @property
+    def pending(self) -> int:
+        """Durable episodes of the run not yet acknowledged by the platform (in offline
+        mode: all of them, for ``prime-runs sync`` to ship)."""
+        with self._cond:
+            total = self._prior_episodes + self._logged
+        return max(0, total - self.pushed)
 
     def summary(self) -> dict[str, Any]:
         """The run summary so far, over every durable episode of the run (all segments)."""
@@ -305,7 +335,10 @@ class Run:
                 while self._inflight:
                     self._cond.wait()
                 final = dict(summary) if summary is not None else self._summary.result()
-            self._seal("completed", summary=final, error=None)
+            try:
+                self._seal("completed", summary=final, error=None)
+            finally:
+                self._drain_shipper()
             return final
 
     def abort(self, error: BaseException | str) -> None:
@@ -332,6 +365,30 @@ class Run:
                 self._seal(status, summary=None, error=error)
             except Exception as exc:  # the eval is already failing: report, don't mask its error
                 _log.warning("run %s could not be sealed %s: %s", self._id, status, describe_error(exc))
+            finally:
+                self._drain_shipper()
+
+    def _start_shipper(self, timeout: float | None) -> None:
+        """Online mode: start shipping the spool in the background (the manifest is durable)."""
+        from prime_runs_spool.sync.shipper import Shipper, ship_timeout
+
+        self._ship_timeout = ship_timeout(timeout)
+        try:
+            self._shipper = Shipper.start(self._dir)
+        except Exception as exc:  # shipping is optional; the spool is what must not fail
+            _log.warning("run %s: the online shipper could not be started: %s", self._id, describe_error(exc))
+
+    def _drain_shipper(self) -> None:
+        """After the seal: let the shipper finish within the bounded time, then stop it.
+        The shipper object stays, so progress can still be read after the run ends."""
+        shipper = self._shipper
+        if shipper is None or not shipper.running:
+            return
+        status = shipper.drain(self._ship_timeout)
+        if status != 0:
+            _log.warning("run %s: the online shipper did not finish within %.0f s (exit %s); "
+                         "run prime-runs sync to ship the rest (its log: %s)", self._id,
+                         self._ship_timeout, status, self._dir / "spool" / "shipper.log")
 
     def _seal(self, status: str, *, summary: dict[str, Any] | None, error: str | None) -> None:
         with self._cond:
@@ -390,6 +447,7 @@ def open_run(
     mode: str | None = None,
     mask_rules: ExtraRules = None,
     created_at: dt.datetime | str | None = None,
+    ship_timeout: float | None = None,
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -400,8 +458,11 @@ def open_run(
     config and against every episode record.
 
     ``mode`` (else ``PRIME_RUNS_MODE``, else ``offline``): ``offline`` writes the spool;
-    ``online`` does too (its shipper is a later addition); ``disabled`` writes nothing and
-    gives the same object, with a locally issued id.
+    ``online`` does too and ships it in the background while the run goes on (a child
+    ``prime-runs sync --follow``; docs/integration.md); ``disabled`` writes nothing and
+    gives the same object, with a locally issued id. ``ship_timeout`` (else
+    ``PRIME_RUNS_SHIP_TIMEOUT``, else 30 s): how long ``finish``/``abort`` let the online
+    shipper drain before stopping it.
 
     When ``run_dir`` already holds a spool, this continues that run: same id (a different
     ``run_id`` is an error), a new segment whose manifest record carries ``"resumed": true``
@@ -460,6 +521,8 @@ def open_run(
     )
     if writer is not None:
         _remember(run)
+        if mode == ONLINE:
+            run._start_shipper(ship_timeout)
     return run
 
 

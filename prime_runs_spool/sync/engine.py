@@ -58,7 +58,10 @@ class SyncOptions:
     skip_corrupt: bool = False
     dry_run: bool = False
     backoff: Backoff = field(default_factory=Backoff)
-    #: For --replay: a new evaluation per replay, found again by this id.
+    #: For --replay: push each run as a new evaluation. Without ``replay_id``, each run
+    #: continues its latest unfinished replay or starts one (sync/replay.py).
+    replay: bool = False
+    #: The replay's id: its own state file, and the key the evaluation is found again by.
     replay_id: str | None = None
     name: str | None = None
     tags: tuple[str, ...] = ()
@@ -79,6 +82,7 @@ class RunReport:
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     bytes_sent: int = 0
+    replay_id: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -120,7 +124,7 @@ class RunSync:
         self.clock = clock
         self.sleep = sleep
         self.on_progress = on_progress or (lambda report: None)
-        self.report = RunReport(path=str(run_dir))
+        self.report = RunReport(path=str(run_dir), replay_id=options.replay_id)
 
     # -- entry point ---------------------------------------------------------------------
 

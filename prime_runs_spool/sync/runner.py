@@ -6,7 +6,7 @@ turns the reports into an exit code.
 
 from __future__ import annotations
 
-import uuid
+import dataclasses
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,9 +16,24 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.layout import SPOOL_DIRNAME, find_runs
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
+from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
 
 SYNC_LOCK = "sync.lock"
+
+
+def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
+    """The run's sync lock (``spool/sync.lock``), not yet taken: at most one sync or follower
+    works on a run at a time; the kernel drops it when its holder dies."""
+    return FileLock(run_dir / SPOOL_DIRNAME / SYNC_LOCK, timeout=-1 if wait else 0)
+
+
+def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:
+    """The options for one run: with ``replay`` and no explicit id, the run's own replay id
+    (its latest unfinished replay to this destination, else a new one). Call under the lock."""
+    if options.replay and options.replay_id is None:
+        return dataclasses.replace(options, replay_id=replay_id_for(run_dir, destination.key))
+    return options
 
 
 def sync_run(
@@ -31,7 +46,7 @@ def sync_run(
     on_progress: Callable[[RunReport], None] | None = None,
 ) -> RunReport:
     """Sync one run, unless another sync holds it (then report ``skipped``, or wait)."""
-    lock = FileLock(run_dir / SPOOL_DIRNAME / SYNC_LOCK, timeout=-1 if wait else 0)
+    lock = sync_lock(run_dir, wait=wait)
     try:
         lock.acquire()
     except Timeout:
@@ -41,7 +56,8 @@ def sync_run(
         return RunReport(path=str(run_dir), state="error",
                          error=f"cannot take the sync lock in {run_dir / SPOOL_DIRNAME}: {exc.strerror}")
     try:
-        return RunSync(run_dir, client, destination, options, on_progress=on_progress).run()
+        return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
+                       on_progress=on_progress).run()
     finally:
         lock.release()
 
@@ -64,7 +80,3 @@ def sync_paths(
         futures = [pool.submit(sync_run, run_dir, client, destination, options, wait=wait,
                                on_progress=on_progress) for run_dir in runs]
         return [future.result() for future in futures]
-
-
-def new_replay_id() -> str:
-    return uuid.uuid4().hex

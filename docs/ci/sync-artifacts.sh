@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sync (or, with --replay, push again as new evaluations) every run spool under DIR, for a
+# CI job: docs/ci.md. The JSON report goes to $SYNC_REPORT (default sync-report.json), a
+# one-line summary per run to stdout.
+#
+#   docs/ci/sync-artifacts.sh [--replay] DIR [prime-runs sync options...]
+#
+# Exit codes are prime-runs sync's (docs/cli.md): 0 every run synced, up to date or its end
+# recorded; 1 some run failed to sync (listed on stderr; its state is kept, so re-running
+# the job carries on); 2 usage or configuration error, e.g. no PRIME_API_KEY.
+set -uo pipefail
+
+prime_runs=${PRIME_RUNS:-prime-runs}   # a command line; tests set "python -m commands"
+report=${SYNC_REPORT:-sync-report.json}
+replay=()
+if [ "${1:-}" = "--replay" ]; then
+  replay=(--replay)
+  shift
+fi
+if [ $# -lt 1 ]; then
+  echo "usage: $0 [--replay] DIR [prime-runs sync options...]" >&2
+  exit 2
+fi
+dir=$1
+shift
+
+# shellcheck disable=SC2086  # $prime_runs is a command line on purpose
+$prime_runs sync "$dir" "${replay[@]}" --json "$@" > "$report"
+status=$?
+
+if [ -s "$report" ]; then
+  python3 - "$report" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for run in report["runs"]:
+    line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
+    print(line + (f"  {run['url']}" if run.get("url") else ""))
+    if run["state"] in ("error", "corrupt"):
+        print(f"FAILED {run['path']}: {run['error']}", file=sys.stderr)
+if not report["runs"]:
+    print("no runs found")
+PY
+fi
+case $status in
+  0) ;;
+  1) echo "some runs failed to sync; re-run this job to carry on from the saved state" >&2 ;;
+  *) echo "prime-runs sync could not start (exit $status): check PRIME_API_KEY and the options" >&2 ;;
+esac
+exit $status

@@ -1,0 +1,130 @@
+"""The online mode's shipper: ``prime-runs sync --follow`` on one run, in a child process.
+
+Why a child process rather than a thread in the eval:
+
+- **No contention with the eval.** Reading, projecting and sending rows is CPU work in
+  Python; in a thread it would compete for the eval's GIL and show up in its append
+  latency. A child process has its own interpreter.
+- **Crash isolation.** Nothing the shipper meets (a hung socket, a bug, a platform storm)
+  can raise into, block or kill the eval; nothing the eval does (``os._exit``, a segfault)
+  can leave the sync state half-written, because the child's protocol is crash-safe anyway.
+- **One code path.** The child runs exactly ``--follow`` under the run's sync lock, so the
+  online mode has the same guarantees as a plain sync, and a ``prime-runs sync`` started
+  alongside simply skips the run while the shipper holds it.
+
+The eval only starts it (after the manifest is durable), reads its progress from the sync
+state file (a few hundred bytes, no request), and at the end gives it a bounded time to
+drain before stopping it. Whatever is left is picked up by a later ``prime-runs sync``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from prime_runs_spool.layout import spool_dir
+from prime_runs_spool.settings import load_settings
+from prime_runs_spool.sync.state import Destination, SyncState, remote_destination, state_path
+
+_log = logging.getLogger("prime_runs_spool")
+
+SHIP_TIMEOUT_ENV = "PRIME_RUNS_SHIP_TIMEOUT"
+#: Seconds ``finish()`` lets the shipper drain before stopping it.
+DEFAULT_SHIP_TIMEOUT = 30.0
+#: After SIGTERM, how long the child gets to end its current request before SIGKILL
+#: (which is safe too: the sync state is consistent at every instant).
+TERMINATE_GRACE = 5.0
+#: The child's log, beside the segments (verify and sync only look at ``seg-*`` files).
+LOG_NAME = "shipper.log"
+#: Seconds the child waits for one answer: bounds how long a SIGTERM can take to act.
+CHILD_REQUEST_TIMEOUT = 30.0
+
+
+def ship_timeout(explicit: float | None = None) -> float:
+    """``explicit``, else ``PRIME_RUNS_SHIP_TIMEOUT``, else 30 s; never negative."""
+    if explicit is not None:
+        return max(0.0, float(explicit))
+    raw = os.environ.get(SHIP_TIMEOUT_ENV)
+    if raw:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            _log.warning("ignoring %s=%r: not a number of seconds", SHIP_TIMEOUT_ENV, raw)
+    return DEFAULT_SHIP_TIMEOUT
+
+
+def _code_root() -> str:
+    """The directory holding this very ``prime_runs_spool`` (and ``commands``): the child
+    must run the same code as the eval, whatever its working directory."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class Shipper:
+    """A running shipper child for one run; see the module docstring."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], run_dir: Path, destination: Destination) -> None:
+        self._proc = proc
+        self._run_dir = run_dir
+        self.destination = destination
+
+    @classmethod
+    def start(cls, run_dir: Path) -> Shipper | None:
+        """Start shipping ``run_dir``; None (with a warning) when there are no credentials,
+        or the child cannot be started. Never raises: the eval goes on either way."""
+        settings = load_settings()
+        if not settings.api_key:
+            _log.warning("online mode: no API key (PRIME_API_KEY), so nothing is shipped while the run "
+                         "goes on; the spool is complete, run prime-runs sync later")
+            return None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_code_root(), env.get("PYTHONPATH")]))
+        env.pop("PRIME_RUNS_MODE", None)  # the child writes no run of its own
+        cmd = [sys.executable, "-m", "commands", "sync", "--follow", "--exit-when-idle",
+               "--timeout", str(CHILD_REQUEST_TIMEOUT), "--base-url", settings.base_url, str(run_dir)]
+        if settings.team_id:
+            cmd += ["--team", settings.team_id]
+        try:
+            with open(spool_dir(run_dir) / LOG_NAME, "ab") as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, close_fds=True,
+                                        # its own session: a Ctrl-C meant for the eval does not
+                                        # cut the shipper off before finish() lets it drain.
+                                        start_new_session=True)
+        except OSError as exc:
+            _log.warning("online mode: the shipper could not be started (%s); run prime-runs sync later", exc)
+            return None
+        return cls(proc, run_dir, remote_destination(settings.base_url, settings.team_id))
+
+    @property
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def progress(self) -> SyncState | None:
+        """What the shipper has acknowledged so far, from its state file (no request)."""
+        try:
+            return SyncState.model_validate_json(state_path(self._run_dir, self.destination.key).read_bytes())
+        except (OSError, ValueError):
+            return None
+
+    def drain(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` s for the child to finish on its own (it exits once the
+        sealed run is synced), then stop it: SIGTERM, a short grace, SIGKILL. Returns its
+        exit status (None if it could not be reaped)."""
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        for sig, grace in ((signal.SIGTERM, TERMINATE_GRACE), (signal.SIGKILL, TERMINATE_GRACE)):
+            try:
+                self._proc.send_signal(sig)
+                return self._proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                continue
+            except OSError:
+                break
+        _log.warning("online mode: the shipper (pid %s) did not stop", self._proc.pid)
+        return None

@@ -1,0 +1,84 @@
+"""docs/ci.md's recipe, as the CI jobs run it: an eval writes runs offline, the spools travel
+as an artifact, ``docs/ci/sync-artifacts.sh`` syncs them (exit codes as documented), a
+second job syncing the same artifact adds nothing, and a replay job makes new evaluations."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO_ROOT, child_env
+from prime_runs_spool import read_run
+from test_sync_e2e import TOKEN, api, server  # noqa: F401
+
+SCRIPT = REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh"
+
+
+def job(tmp_path: Path, base_url: str, *args: str, key: str | None = TOKEN) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """One CI job: the script, in a fresh working directory, as the workflow calls it."""
+    workdir = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}"
+    workdir.mkdir()
+    env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_BASE_URL=base_url,
+                    PRIME_RUNS_REQUEST_LIFETIME="0.5", HOME=str(tmp_path))
+    if key:
+        env["PRIME_API_KEY"] = key
+    result = subprocess.run(["bash", str(SCRIPT), *args], cwd=workdir, capture_output=True, text=True,
+                            env=env, timeout=120)
+    report_path = workdir / "sync-report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() and report_path.stat().st_size else {}
+    return result, report
+
+
+def download(artifact: Path, where: Path) -> Path:
+    """What actions/download-artifact gives a job: a fresh copy, no sync state of any job."""
+    shutil.copytree(artifact, where)
+    return where
+
+
+def test_ci_recipe_syncs_artifacts_once_and_replays_them(tmp_path: Path, server, api) -> None:
+    artifact = tmp_path / "artifact" / "outputs"
+    subprocess.run([sys.executable, "-m", "fixtures.make_outputs", str(artifact)], check=True,
+                   cwd=REPO_ROOT, env=child_env(), capture_output=True, timeout=60)
+
+    first, report = job(tmp_path, server.base_url, str(download(artifact, tmp_path / "dl-1")))
+    assert first.returncode == 0, first.stderr
+    runs = {Path(run["path"]).name: run for run in report["runs"]}
+    assert len(runs) == 6 and {run["state"] for run in runs.values()} <= {"synced", "failed", "crashed"}
+    assert f"synced     {runs['gsm8k-completed']['path']}" in first.stdout
+
+    second, again = job(tmp_path, server.base_url, str(download(artifact, tmp_path / "dl-2")))
+    assert second.returncode == 0, second.stderr
+    for run in again["runs"]:
+        name = Path(run["path"]).name
+        assert run["pushed_now"] == 0 and run["evaluation_id"] == runs[name]["evaluation_id"], run
+        total = api.get(f"/evaluations/{run['evaluation_id']}").json()["total_samples"]
+        assert total == read_run(artifact / name).episodes_count
+
+    replay, replayed = job(tmp_path, server.base_url, "--replay", str(download(artifact, tmp_path / "dl-3")),
+                           "--tag", "replayed")
+    assert replay.returncode == 0, replay.stderr
+    for run in replayed["runs"]:
+        name = Path(run["path"]).name
+        assert run["replay_id"] and run["evaluation_id"] != runs[name]["evaluation_id"]
+        evaluation = api.get(f"/evaluations/{run['evaluation_id']}").json()
+        assert evaluation["total_samples"] == read_run(artifact / name).episodes_count
+        assert "replayed" in evaluation["tags"]
+
+
+def test_ci_recipe_exit_codes(tmp_path: Path, server) -> None:
+    artifact = tmp_path / "outputs"
+    subprocess.run([sys.executable, "-m", "fixtures.make_outputs", str(artifact)], check=True,
+                   cwd=REPO_ROOT, env=child_env(), capture_output=True, timeout=60)
+    no_key, _ = job(tmp_path, server.base_url, str(artifact), key=None)
+    assert no_key.returncode == 2 and "PRIME_API_KEY" in no_key.stderr
+    segment = artifact / "gsm8k-failed" / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    data[data.index(b"\n", data.index(b'"episode"')) - 30] ^= 0x04  # damage the first episode
+    segment.write_bytes(bytes(data))
+    broken, report = job(tmp_path, server.base_url, str(artifact))
+    assert broken.returncode == 1
+    assert f"FAILED {artifact / 'gsm8k-failed'}: " in broken.stderr and "corrupt at byte" in broken.stderr
+    assert {run["state"] for run in report["runs"] if "gsm8k-failed" not in run["path"]} <= {"synced", "failed", "crashed"}

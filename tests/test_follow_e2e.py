@@ -1,0 +1,146 @@
+"""``prime-runs sync --follow`` end to end: the real command following spools that a writer
+is still appending to, against the real local platform process, with SIGKILLs, SIGTERM and
+a network outage through the fault proxy."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import child_env
+from platform_process import first_line
+from fixtures.fault_proxy import FaultProxy
+from spool_builders import RunBuilder
+from test_sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, sample_ids, server, sync_cmd  # noqa: F401
+
+
+def follow(base_url: str, *paths: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    cmd = sync_cmd(base_url, "--follow", "--json", *map(str, paths), *extra)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> float:
+    """Poll until ``condition()``; returns the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def pushed(api: httpx.Client, run_id: str) -> int:
+    evaluations = evaluations_of(api, run_id)
+    return len(sample_ids(api, evaluations[0]["evaluation_id"])) if evaluations else -1
+
+
+def test_follow_streams_live_runs_picks_up_new_ones_and_finishes_each(tmp_path: Path, server, api) -> None:
+    outputs = tmp_path / "outputs"
+    first = RunBuilder(outputs / "a", "follow-live-a")
+    first.open_segment()
+    proc = follow(server.base_url, outputs, extra=("--exit-when-idle",))
+    try:
+        # The evaluation exists as soon as the manifest is durable, before any episode.
+        wait_for(lambda: pushed(api, first.run_id) == 0, what="the evaluation of a run with no episode")
+        delays = []
+        for _ in range(3):
+            first.add(2)
+            delays.append(wait_for(lambda: pushed(api, first.run_id) == len(first.ids), what="live episodes"))
+        assert max(delays) < 2.5, delays
+        second = RunBuilder(outputs / "b", "follow-live-b")
+        second.open_segment()
+        second.add(4)
+        wait_for(lambda: pushed(api, second.run_id) == 4, what="a run that appeared while following")
+        first.add(1)
+        first.seal()
+        second.abandon()  # its writer "dies": the run must be recorded crashed
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert {(Path(e["path"]).name, e["state"]) for e in events} >= {("a", "live"), ("a", "synced"), ("b", "crashed")}
+    assert_exactly_once(api, first)
+    crashed = assert_exactly_once(api, second, finalized=False)
+    assert crashed["metadata"]["prime_runs"]["status"] == "crashed"
+
+
+def test_follower_killed_and_stopped_midway_then_exactly_once(tmp_path: Path, server, api) -> None:
+    """SIGKILL the follower at random moments while a writer appends, SIGTERM one (exit 0,
+    promptly), then a last follower finishes the run: every episode once, one finalize."""
+    builder = RunBuilder(tmp_path / "run", "follow-kill")
+    builder.open_segment()
+    done = threading.Event()
+
+    def write() -> None:
+        for _ in range(40):
+            builder.add(5, size=1_500)
+            time.sleep(0.06)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    rng = random.Random(611)
+    extra = ("--max-request-bytes", "5000")
+    kills = 0
+    try:
+        while not done.is_set():
+            proc = follow(server.base_url, tmp_path, extra=extra)
+            time.sleep(rng.uniform(0.4, 0.9))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            proc.communicate()
+        stopped = follow(server.base_url, tmp_path, extra=extra)
+        assert json.loads(first_line(stopped))["state"] == "live"  # following, mid-run
+        stopped.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, err = stopped.communicate(timeout=15)
+        assert stopped.returncode == 0, err
+        assert time.monotonic() - started < 5
+    finally:
+        writer.join()
+    assert kills >= 3
+    builder.seal()
+    last = follow(server.base_url, tmp_path, extra=(*extra, "--exit-when-idle"))
+    out, err = last.communicate(timeout=60)
+    assert last.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["state"] == "synced"
+    assert_exactly_once(api, builder)
+
+
+def test_follow_rides_out_a_network_outage(tmp_path: Path, server, api) -> None:
+    builder = RunBuilder(tmp_path / "run", "follow-outage")
+    builder.open_segment()
+    builder.add(3)
+    with FaultProxy(server.base_url, seed=7) as proxy:
+        proc = follow(proxy.base_url, tmp_path, extra=("--exit-when-idle", "--max-attempts", "3"))
+        try:
+            wait_for(lambda: pushed(api, builder.run_id) == 3, what="the first episodes")
+            proxy.set_rates({"reset_before": 1.0})
+            for _ in range(6):
+                builder.add(2)
+                time.sleep(0.4)
+            assert pushed(api, builder.run_id) == 3  # nothing got through the outage
+            proxy.set_rates({})
+            catch_up = wait_for(lambda: pushed(api, builder.run_id) == len(builder.ids), what="catching up")
+            builder.seal()
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        assert "reset_before" in proxy.faults()
+    assert proc.returncode == 0, err
+    assert catch_up < 5, catch_up
+    states = [json.loads(line)["state"] for line in out.splitlines()]
+    assert "error" in states and states[-1] == "synced"  # it gave up a pass, then came back
+    assert_exactly_once(api, builder)
