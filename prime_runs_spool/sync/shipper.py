@@ -43,6 +43,14 @@ LOG_NAME = "shipper.log"
 #: Seconds the child waits for one answer: bounds how long a SIGTERM can take to act.
 CHILD_REQUEST_TIMEOUT = 30.0
 
+#: The shipper looks for new episodes this often: fewer, larger requests than an interactive
+#: follower's, so its state fsyncs compete less with the eval's appends, and still well
+#: within a second of each append.
+SHIPPER_POLL_INTERVAL = 0.5
+
+#: How much the shipper child yields the CPU to the eval (nice increment).
+SHIPPER_NICENESS = 10
+
 
 def ship_timeout(explicit: float | None = None) -> float:
     """``explicit``, else ``PRIME_RUNS_SHIP_TIMEOUT``, else 30 s; never negative."""
@@ -61,6 +69,11 @@ def _code_root() -> str:
     """The directory holding this very ``prime_runs_spool`` (and ``commands``): the child
     must run the same code as the eval, whatever its working directory."""
     return str(Path(__file__).resolve().parents[2])
+
+
+def _lower_priority() -> None:
+    """Runs in the child before exec: lower its CPU priority below the eval's."""
+    os.nice(SHIPPER_NICENESS)
 
 
 class Shipper:
@@ -84,6 +97,7 @@ class Shipper:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_code_root(), env.get("PYTHONPATH")]))
         env.pop("PRIME_RUNS_MODE", None)  # the child writes no run of its own
         cmd = [sys.executable, "-m", "commands", "sync", "--follow", "--exit-when-idle",
+               "--poll-interval", str(SHIPPER_POLL_INTERVAL),
                "--timeout", str(CHILD_REQUEST_TIMEOUT), "--base-url", settings.base_url, str(run_dir)]
         if settings.team_id:
             cmd += ["--team", settings.team_id]
@@ -93,7 +107,10 @@ class Shipper:
                                         env=env, close_fds=True,
                                         # its own session: a Ctrl-C meant for the eval does not
                                         # cut the shipper off before finish() lets it drain.
-                                        start_new_session=True)
+                                        start_new_session=True,
+                                        # the eval comes first: the shipper takes the CPU it
+                                        # leaves (append latency, docs/benchmarks.md).
+                                        preexec_fn=_lower_priority)
         except OSError as exc:
             _log.warning("online mode: the shipper could not be started (%s); run prime-runs sync later", exc)
             return None
