@@ -363,17 +363,19 @@ class SegmentWriter:
         waiter = _allocate_lock()
         waiter.acquire()
         batch.waiters.append(waiter)
-        return batch, waiter
+        return batch, waiter, len(batch.waiters)
 
     def _wait(self, joined: Any, parts: list[bytes | memoryview]) -> None:
         """Return once the lines ``_join`` took are durable; raise if their group failed."""
         if joined is None:
             error = self._lead(None, parts)
         else:
-            batch, waiter = joined
+            batch, waiter, after = joined
             waiter.acquire()  # released when the batch is settled, or when it is ours to lead
             if batch.leader is waiter:
                 self._lead_open(batch)
+            elif after < len(batch.waiters):  # no one joins a settled batch: no mutex needed
+                batch.waiters[after].release()  # wake the next member (see _settle_batch)
             error = batch.error
         if error is not None:
             raise error
@@ -472,11 +474,17 @@ class SegmentWriter:
 
 
 def _settle_batch(batch: _Batch) -> None:
-    """Wake every member of a flushed (or failed) batch but its leader."""
-    leader = batch.leader
-    for waiter in batch.waiters:
-        if waiter is not leader:
-            waiter.release()
+    """Wake the members of a flushed (or failed) batch, but its leader.
+
+    Only the first member is woken here; each member wakes the next one as it wakes up.
+    Waking all of them at once would put dozens of threads in the queue for the GIL,
+    the leader passing the flush on among them; a chain keeps that queue short.
+    """
+    waiters = batch.waiters
+    if waiters:
+        first = 1 if waiters[0] is batch.leader else 0
+        if first < len(waiters):
+            waiters[first].release()
     for loop, future in batch.futures:
         try:
             loop.call_soon_threadsafe(_settle, future, batch.error)
