@@ -2,15 +2,20 @@
 
 docs/spool-format.md, section 5, is the contract. An append returns only once its line is
 written and fdatasync'ed. Concurrent appenders share that cost (group commit): each one
-serializes and checksums its record *outside* any lock (``framing.prepare``), then, under a
-short mutex, takes its sequence numbers and adds its line's parts to the open *batch*. The
-first member of a batch is its *leader*: it waits for the previous batch's flush to end
-(the flush lock), closes its batch, writes all of it with ``os.writev`` and syncs once, then
-wakes exactly that batch's members. While one batch is being synced the next one fills up,
-so the group size follows the load. Waking only a batch's own members (rather than every
-waiter) is what lets 64 threads get near the disk's grouped ceiling (docs/benchmarks.md).
-An async caller whose record opens a batch leads it from a short-lived thread, so the
-event loop never waits on a disk.
+serializes and checksums its record, and builds the part of its line that does not depend
+on the sequence number, *outside* any lock (``framing.prepare``, ``framing.framing_rest``);
+under a short mutex it takes its sequence numbers and frames the line's tail.
+
+At most one flush runs at a time. An appender that finds nobody flushing writes and syncs
+its own lines inline (one ``writev``, one ``fdatasync``; no other thread, no hand-off).
+One that finds a flush in progress adds its lines to the open *batch* and sleeps on its
+own lock. When a flush ends, its leader wakes one member of the open batch to flush it;
+that new leader closes the batch only when it starts writing, so it takes everything
+queued by then (the busier the writer, the bigger the groups). A flushed batch's members
+are woken as a chain, each waking the next, so the GIL queue stays short and the next
+flush is not stuck behind dozens of woken threads (docs/benchmarks.md has the figures).
+An async caller that finds nobody flushing leads from a short-lived thread, so the event
+loop never waits on a disk.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -371,12 +376,20 @@ class SegmentWriter:
             error = self._lead(None, parts)
         else:
             batch, waiter, after = joined
-            waiter.acquire()  # released when the batch is settled, or when it is ours to lead
+            interrupted: BaseException | None = None
+            while True:  # released when the batch is settled, or when it is ours to lead
+                try:
+                    waiter.acquire()
+                    break
+                except BaseException as exc:  # KeyboardInterrupt: others depend on our part
+                    interrupted = interrupted or exc
             if batch.leader is waiter:
                 self._lead_open(batch)
             elif after < len(batch.waiters):  # no one joins a settled batch: no mutex needed
                 batch.waiters[after].release()  # wake the next member (see _settle_batch)
             error = batch.error
+            if interrupted is not None:
+                raise interrupted
         if error is not None:
             raise error
 
@@ -397,13 +410,17 @@ class SegmentWriter:
         """Write and sync ``parts`` (the caller holds the flushing job), pass the job on to the
         next batch, then settle ``batch`` (``None`` for a lone appender's own lines)."""
         error: SpoolWriteError | None = None
+        failure: OSError | None = None
+        unexpected: BaseException | None = None
         try:
             self._flush(parts)
         except OSError as exc:
-            error = self._write_error(exc)
-            failure: OSError | None = exc
-        else:
-            failure = None
+            failure = exc
+        except BaseException as exc:  # not a disk error, but what reached the disk is unknown
+            unexpected = exc
+            failure = OSError(f"flush interrupted by {type(exc).__name__}: {exc}")
+        if failure is not None:
+            error = self._write_error(failure)
         successor: Any = None
         with self._mutex:
             queued = self._open
@@ -429,6 +446,8 @@ class SegmentWriter:
         if batch is not None:
             batch.error = error
             _settle_batch(batch)
+        if unexpected is not None:
+            raise unexpected
         return error
 
     def _start_helper(self, target: Any, *args: Any) -> None:

@@ -406,3 +406,43 @@ def test_threads_and_async_tasks_share_groups_and_close_waits_for_them(tmp_path:
     w.close()
     assert sorted(results) == list(range(1, 8 * 10 + 40 + 1))
     assert [r.seq for r in iter_records(tmp_path)] == list(range(1, 8 * 10 + 40 + 1))
+
+
+def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_others(tmp_path: Path, monkeypatch):
+    real = writer_module._fdatasync
+    calls = 0
+
+    def odd(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.002)
+        if calls == 3:
+            raise RuntimeError("not a disk error")
+        real(fd)
+
+    w = SegmentWriter.create(tmp_path, "r")
+    monkeypatch.setattr(writer_module, "_fdatasync", odd)
+    outcomes: list[object] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in range(20):
+            try:
+                w.append("episode", {"t": t, "i": i})
+            except (RuntimeError, SpoolWriteError, WriterClosedError) as exc:
+                with lock:
+                    outcomes.append(type(exc))
+                return
+        with lock:
+            outcomes.append("done")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "appenders hung after a failed flush"
+    assert RuntimeError in outcomes and "done" not in outcomes
+    with pytest.raises(WriterClosedError, match="broken"):
+        w.append("episode", {})
+    w.close()
