@@ -8,13 +8,14 @@ default the current directory; not /tmp if that is a tmpfs), with the same bytes
 * single: one appender, ``SegmentWriter.append`` per episode, against a bare loop of
   ``os.write`` + ``os.fdatasync`` of the same line, framing included, to a new file opened
   with the writer's flags (the writer syncs with fdatasync too: both pay for the same
-  guarantee).
+  guarantee). The two take turns in blocks of 8 appends, so both see the same disk.
 * grouped: 64 appender threads against the disk's grouped ceiling: one thread writing the
   same lines, 64 per ``writev`` and one fdatasync per 64.
 
 On a shared machine the disk's sync latency drifts by a factor of two from one second to
-the next, so each size is measured in N rounds; a round measures a baseline and the spool
-right after each other (in alternating order from round to round) and yields one ratio.
+the next, so each size is measured in N rounds; in a round the 64-thread spool and its
+ceiling run right after each other (in alternating order from round to round), the single
+appender and its bare loop in interleaved blocks; each round yields one ratio of each.
 The table gives the median rates, the median ratio and the range of the N ratios.
 """
 
@@ -53,18 +54,38 @@ def episode(size: int) -> dict:
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
 
-def bare_single(folder: Path, line: bytes, seconds: float) -> float:
+def single_pair(folder: Path, record: dict, line: bytes, seconds: float, block: int = 8) -> tuple[float, float]:
+    """One appender: the bare loop and the spool, interleaved in blocks of ``block`` appends.
+
+    The disk's sync latency drifts from one second to the next on a shared machine; blocks of
+    a few milliseconds, taking turns (and turns at going first), see the same disk.
+    """
+    run_dir = Path(tempfile.mkdtemp(dir=folder))
+    writer = SegmentWriter.create(run_dir, "bench")
     fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
-    count, start = 0, time.perf_counter()
+    bare_time = spool_time = 0.0
+    count = 0
+    deadline = time.perf_counter() + 2 * seconds
     try:
-        while time.perf_counter() - start < seconds:
-            os.write(fd, line)
-            os.fdatasync(fd)
-            count += 1
+        while time.perf_counter() < deadline:
+            for turn in ((0, 1) if count % (2 * block) == 0 else (1, 0)):
+                start = time.perf_counter()
+                if turn == 0:
+                    for _ in range(block):
+                        os.write(fd, line)
+                        os.fdatasync(fd)
+                    bare_time += time.perf_counter() - start
+                else:
+                    for _ in range(block):
+                        writer.append("episode", record)
+                    spool_time += time.perf_counter() - start
+            count += block
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
-    return count / (time.perf_counter() - start)
+        writer.close()
+        shutil.rmtree(run_dir)
+    return count / bare_time, count / spool_time
 
 
 def bare_grouped(folder: Path, line: bytes, seconds: float) -> float:
@@ -112,18 +133,14 @@ def measure(folder: Path, size: int, seconds: float, rounds: int) -> tuple[list[
     single: list[tuple[float, float]] = []
     grouped: list[tuple[float, float]] = []
     for n in range(rounds):
-        pairs = [
-            (single, lambda: bare_single(folder, line, seconds), lambda: spool_run(folder, record, 1, seconds)),
-            (grouped, lambda: bare_grouped(folder, line, seconds), lambda: spool_run(folder, record, THREADS, seconds)),
-        ]
-        for results, bare, spool in pairs:
-            if n % 2:  # alternate which goes first, so drift in the disk cancels out
-                s = spool()
-                b = bare()
-            else:
-                b = bare()
-                s = spool()
-            results.append((b, s))
+        single.append(single_pair(folder, record, line, seconds))
+        if n % 2:  # alternate which goes first, so drift in the disk cancels out
+            s = spool_run(folder, record, THREADS, seconds)
+            b = bare_grouped(folder, line, seconds)
+        else:
+            b = bare_grouped(folder, line, seconds)
+            s = spool_run(folder, record, THREADS, seconds)
+        grouped.append((b, s))
     return single, grouped
 
 
