@@ -105,13 +105,22 @@ def prepare(record: Any, what: str = "record") -> Payload:
     return Payload(data, zlib.crc32(data, _DATA_OPEN_CRC))
 
 
-def frame(payload: Payload, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> list[bytes]:
-    """The parts of one line, ready for ``os.writev``: no copy of the payload is made."""
+def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> bytes:
+    """What follows the sequence number in a line: ``,"type":"T"`` and ``,"meta":M`` if any.
+
+    It does not depend on the sequence number, so the writer builds it outside its lock.
+    """
     if not _TYPE_RE.match(record_type):
         raise ValueError(f"record type {record_type!r} must be lowercase letters and '_'")
-    middle = b',"seq":%d,"type":"%s"' % (seq, record_type.encode("ascii"))
+    rest = b',"type":"%s"' % record_type.encode("ascii")
     if meta is not None:
-        middle += b',"meta":' + serialize(meta, f"{record_type} meta")
+        rest += b',"meta":' + serialize(meta, f"{record_type} meta")
+    return rest
+
+
+def frame(payload: Payload, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> list[bytes]:
+    """The parts of one line, ready for ``os.writev``: no copy of the payload is made."""
+    middle = b',"seq":%d' % seq + framing_rest(record_type, meta)
     crc = zlib.crc32(middle, payload.crc)
     return [_DATA_OPEN, payload.data, middle + b',"crc":"%08x"}\n' % crc]
 

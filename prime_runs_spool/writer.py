@@ -2,15 +2,20 @@
 
 docs/spool-format.md, section 5, is the contract. An append returns only once its line is
 written and fdatasync'ed. Concurrent appenders share that cost (group commit): each one
-serializes and checksums its record *outside* any lock (``framing.prepare``), then, under a
-short mutex, takes its sequence numbers and adds its line's parts to the open *batch*. The
-first member of a batch is its *leader*: it waits for the previous batch's flush to end
-(the flush lock), closes its batch, writes all of it with ``os.writev`` and syncs once, then
-wakes exactly that batch's members. While one batch is being synced the next one fills up,
-so the group size follows the load. Waking only a batch's own members (rather than every
-waiter) is what lets 64 threads get near the disk's grouped ceiling (docs/benchmarks.md).
-An async caller whose record opens a batch leads it from a short-lived thread, so the
-event loop never waits on a disk.
+serializes and checksums its record, and builds the part of its line that does not depend
+on the sequence number, *outside* any lock (``framing.prepare``, ``framing.framing_rest``);
+under a short mutex it takes its sequence numbers and frames the line's tail.
+
+At most one flush runs at a time. An appender that finds nobody flushing writes and syncs
+its own lines inline (one ``writev``, one ``fdatasync``; no other thread, no hand-off).
+One that finds a flush in progress adds its lines to the open *batch* and sleeps on its
+own lock. When a flush ends, its leader wakes one member of the open batch to flush it;
+that new leader closes the batch only when it starts writing, so it takes everything
+queued by then (the busier the writer, the bigger the groups). A flushed batch's members
+are woken as a chain, each waking the next, so the GIL queue stays short and the next
+flush is not stuck behind dozens of woken threads (docs/benchmarks.md has the figures).
+An async caller that finds nobody flushing leads from a short-lived thread, so the event
+loop never waits on a disk.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -24,6 +29,7 @@ import os
 import socket
 import threading
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +39,7 @@ import filelock
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
-from prime_runs_spool.framing import FORMAT_VERSION, Payload, frame, prepare
+from prime_runs_spool.framing import _DATA_OPEN, FORMAT_VERSION, Payload, framing_rest, prepare
 from prime_runs_spool.layout import FILE_MODE, ensure_spool_dir, list_segments, lock_path, segment_path
 
 # The two system calls a durable append depends on, looked up through the module so tests
@@ -49,7 +55,11 @@ SEAL_STATUSES = ("completed", "failed", "crashed")
 #: What ``append_many`` takes: ``(record_type, record)`` or ``(record_type, record, meta)``.
 Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
 
-_Prepared = tuple[Payload, str, Union[Mapping[str, Any], None]]
+#: A record ready to be numbered: its payload, the line's tail after the sequence number,
+#: and whether it is an episode.
+_Prepared = tuple[Payload, bytes, bool]
+
+_allocate_lock = threading.Lock
 
 
 def _utc_now() -> str:
@@ -66,15 +76,24 @@ def _fsync_dir(folder: Path) -> None:
 
 
 class _Batch:
-    """Lines that will reach the disk in one writev and one fdatasync."""
+    """Lines that will reach the disk in one writev and one fdatasync, and who waits for them.
 
-    __slots__ = ("parts", "done", "error", "futures")
+    A thread caller waits on its own raw lock (``waiters``), acquired on its behalf when it
+    joins and released by whoever settles the batch: waking a batch wakes exactly its members,
+    and each of them with one futex hand-off, with no condition variable to re-acquire. An
+    async caller waits on a future (``futures``), settled through its loop.
+    """
+
+    __slots__ = ("parts", "waiters", "futures", "error", "leader")
 
     def __init__(self) -> None:
         self.parts: list[bytes | memoryview] = []
-        self.done = threading.Event()
-        self.error: SpoolWriteError | None = None
+        self.waiters: list[Any] = []
         self.futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.error: SpoolWriteError | None = None
+        #: The member's lock that was handed the job of flushing this batch (or True for a
+        #: helper thread); None while the batch waits behind the flush in progress.
+        self.leader: Any = None
 
 
 class SegmentWriter:
@@ -93,14 +112,20 @@ class SegmentWriter:
         self._lock = lock
         self._segment_id = str(uuid.uuid4())
         self._mutex = threading.Lock()
-        # Serializes flushes, so batches reach the file in sequence order.
-        self._flush_lock = threading.Lock()
         # Everything below is guarded by self._mutex.
+        #: True from the moment a caller takes the job of flushing until the chain of
+        #: flushes ends with nothing queued: at most one flush runs at a time, so lines
+        #: reach the file in sequence order.
+        self._flushing = False
+        #: Lines queued behind the flush in progress; whoever leads it closes it.
         self._open: _Batch | None = None
         self._next_seq = 0
         self._episodes = 0
         self._closing = False
         self._failure: OSError | None = None
+        #: close() waits on this for the flush chain to end; notified only when _closers > 0.
+        self._idle = threading.Condition(self._mutex)
+        self._closers = 0
 
     # -- creation -------------------------------------------------------------------------
 
@@ -146,7 +171,7 @@ class SegmentWriter:
                 "created_at": _utc_now(),
                 "writer": {"pid": os.getpid(), "hostname": socket.gethostname(), "package_version": __version__},
             }
-            writer._commit([(prepare(header, "header"), "header", None)])
+            writer._commit([_prepare_item("header", header, None, internal=True)])
             _fsync_dir(folder)
         except BaseException:
             writer._abandon()
@@ -197,11 +222,15 @@ class SegmentWriter:
 
     def append(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """Append one record; returns its sequence number once the line is durable."""
-        return self.append_many([(record_type, record, meta)])[0]
+        return self._commit([_prepare_item(record_type, record, meta)])
 
     def append_many(self, items: Iterable[Item]) -> list[int]:
         """Append records as one group (contiguous sequence numbers); returns once all are durable."""
-        return self._commit(self._prepare_items(items))
+        prepared = self._prepare_items(items)
+        if not prepared:
+            return []
+        first = self._commit(prepared)
+        return list(range(first, first + len(prepared)))
 
     async def append_async(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
@@ -211,18 +240,33 @@ class SegmentWriter:
         """:meth:`append_many` for asyncio.
 
         Serializing happens on the loop (orjson: about a millisecond per megabyte); the write
-        and the sync happen on a leader thread, which resolves this call's future.
+        and the sync happen on a leader thread (another caller's, or a short-lived one this
+        call starts when nobody is flushing), which resolves this call's future.
         """
         prepared = self._prepare_items(items)
+        if not prepared:
+            return []
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
-            batch, first, last, leads = self._enqueue(prepared)
-            batch.futures.append((loop, future))
-        if leads:
-            threading.Thread(target=self._lead, args=(batch,), name=f"spool-seg-{self._index}").start()
+            first, parts = self._number(prepared)
+            if self._flushing:
+                batch = self._open
+                if batch is None:
+                    batch = self._open = _Batch()
+                batch.parts += parts
+                batch.futures.append((loop, future))
+                batch = None
+            else:  # nobody is flushing: a helper thread leads this call's lines
+                self._flushing = True
+                batch = _Batch()
+                batch.parts = parts
+                batch.futures.append((loop, future))
+                batch.leader = True
+        if batch is not None:
+            self._start_helper(self._lead, batch, batch.parts)
         await future
-        return list(range(first, last + 1))
+        return list(range(first, first + len(prepared)))
 
     def seal(self, status: str, *, summary: Any = None, error: str | None = None) -> int:
         """Write the seal record (the segment's last line), make it durable, and close.
@@ -242,21 +286,23 @@ class SegmentWriter:
                 "summary": summary,
                 "error": error,
             }
-            payload = prepare(data, "seal")
-            batch, _, last, leads = self._enqueue([(payload, "seal", None)])
+            seq, parts = self._number([_prepare_item("seal", data, None, internal=True)])
+            joined = self._join(parts)
             self._closing = True
-        self._finish(batch, leads)
+        self._wait(joined, parts)
         self.close()
-        return last
+        return seq
 
     def close(self) -> None:
         """Let queued appends finish, then release the segment without sealing it. Idempotent."""
         with self._mutex:
             self._closing = True
-            pending = self._open
-        if pending is not None:
-            pending.done.wait()
-        with self._flush_lock, self._mutex:
+            self._closers += 1
+            try:
+                while self._flushing:
+                    self._idle.wait()
+            finally:
+                self._closers -= 1
             self._release()
 
     def __enter__(self) -> SegmentWriter:
@@ -266,19 +312,22 @@ class SegmentWriter:
         self.close()
 
     # -- group commit internals -----------------------------------------------------------
+    #
+    # A caller that finds nobody flushing takes the job itself (``_flushing``) and writes
+    # and syncs its own lines inline: a lone appender costs one writev and one fdatasync,
+    # with no other thread, lock hand-off or wake-up involved. Callers that arrive while a
+    # flush is in progress queue their lines in the open batch and sleep on their own lock.
+    # When a flush ends, its leader hands the job to one member of the open batch (waking
+    # it first, so the disk idles as little as possible) and then wakes its own members.
+    # The new leader closes the batch only when it starts writing, so it takes everything
+    # queued by then: the busier the writer, the bigger the groups.
 
     @staticmethod
     def _prepare_items(items: Iterable[Item]) -> list[_Prepared]:
         prepared: list[_Prepared] = []
         for item in items:
-            record_type, record = item[0], item[1]
             meta = item[2] if len(item) > 2 else None  # type: ignore[misc]
-            if record_type in ("header", "seal"):
-                raise ValueError(f"{record_type!r} records are written by the writer itself")
-            # A caller that must see serialization errors before it commits to anything
-            # (the run numbers episodes first) hands over a Payload it prepared itself.
-            payload = record if isinstance(record, Payload) else prepare(record, record_type)
-            prepared.append((payload, record_type, meta))
+            prepared.append(_prepare_item(item[0], item[1], meta))
         return prepared
 
     def _check_open(self) -> None:
@@ -289,69 +338,120 @@ class SegmentWriter:
         if self._closing:
             raise WriterClosedError(f"{self._path}: writer is sealed or closed")
 
-    def _enqueue(self, prepared: list[_Prepared]) -> tuple[_Batch, int, int, bool]:
-        """Number lines and add them to the open batch (mutex held); framing fails before any change.
+    def _number(self, prepared: list[_Prepared]) -> tuple[int, list[bytes | memoryview]]:
+        """Give lines their sequence numbers and frame them (mutex held).
 
-        Returns the batch, the first and last sequence numbers, and whether the caller leads.
+        Returns the first sequence number and the lines' parts. Only the short tail of each
+        line (sequence number and checksum) is built here; the rest was prepared outside.
         """
         self._check_open()
+        first = seq = self._next_seq
         parts: list[bytes | memoryview] = []
-        seq = self._next_seq
-        episodes = 0
-        for payload, record_type, meta in prepared:
-            parts.extend(frame(payload, seq, record_type, meta))
-            episodes += record_type == "episode"
+        for payload, rest, is_episode in prepared:
+            middle = b',"seq":%d%s' % (seq, rest)
+            parts += (_DATA_OPEN, payload.data, b'%s,"crc":"%08x"}\n' % (middle, zlib.crc32(middle, payload.crc)))
+            self._episodes += is_episode
             seq += 1
-        first = self._next_seq
+        self._next_seq = seq
+        return first, parts
+
+    def _join(self, parts: list[bytes | memoryview]) -> Any:
+        """Lead or queue ``parts`` (mutex held): None if the caller must flush them itself,
+        else the ``(batch, lock)`` it waits on."""
+        if not self._flushing:
+            self._flushing = True
+            return None
         batch = self._open
-        leads = batch is None
         if batch is None:
             batch = self._open = _Batch()
-        batch.parts.extend(parts)
-        self._next_seq = seq
-        self._episodes += episodes
-        return batch, first, seq - 1, leads
+        batch.parts += parts
+        waiter = _allocate_lock()
+        waiter.acquire()
+        batch.waiters.append(waiter)
+        return batch, waiter, len(batch.waiters)
 
-    def _commit(self, prepared: list[_Prepared]) -> list[int]:
-        if not prepared:
-            return []
-        with self._mutex:
-            batch, first, last, leads = self._enqueue(prepared)
-        self._finish(batch, leads)
-        return list(range(first, last + 1))
-
-    def _finish(self, batch: _Batch, leads: bool) -> None:
-        """Lead or wait for ``batch``; return once it is durable, raise if it failed."""
-        if leads:
-            self._lead(batch)
+    def _wait(self, joined: Any, parts: list[bytes | memoryview]) -> None:
+        """Return once the lines ``_join`` took are durable; raise if their group failed."""
+        if joined is None:
+            error = self._lead(None, parts)
         else:
-            batch.done.wait()
-        if batch.error is not None:
-            raise batch.error
-
-    def _lead(self, batch: _Batch) -> None:
-        """Flush ``batch`` once the previous flush is over, then wake its members."""
-        with self._flush_lock:
-            with self._mutex:
-                if self._open is batch:
-                    self._open = None  # later appends open the next batch
-                failure = self._failure
-            if failure is None:
+            batch, waiter, after = joined
+            interrupted: BaseException | None = None
+            while True:  # released when the batch is settled, or when it is ours to lead
                 try:
-                    self._flush(batch.parts)
-                except OSError as exc:
-                    failure = exc
-                    with self._mutex:
-                        self._failure = exc
-                        self._release()
+                    waiter.acquire()
+                    break
+                except BaseException as exc:  # KeyboardInterrupt: others depend on our part
+                    interrupted = interrupted or exc
+            if batch.leader is waiter:
+                self._lead_open(batch)
+            elif after < len(batch.waiters):  # no one joins a settled batch: no mutex needed
+                batch.waiters[after].release()  # wake the next member (see _settle_batch)
+            error = batch.error
+            if interrupted is not None:
+                raise interrupted
+        if error is not None:
+            raise error
+
+    def _commit(self, prepared: list[_Prepared]) -> int:
+        with self._mutex:
+            first, parts = self._number(prepared)
+            joined = self._join(parts)
+        self._wait(joined, parts)
+        return first
+
+    def _lead_open(self, batch: _Batch) -> None:
+        """Close the open ``batch`` (everything queued until now is in it) and flush it."""
+        with self._mutex:
+            self._open = None
+        self._lead(batch, batch.parts)
+
+    def _lead(self, batch: _Batch | None, parts: list[bytes | memoryview]) -> SpoolWriteError | None:
+        """Write and sync ``parts`` (the caller holds the flushing job), pass the job on to the
+        next batch, then settle ``batch`` (``None`` for a lone appender's own lines)."""
+        error: SpoolWriteError | None = None
+        failure: OSError | None = None
+        unexpected: BaseException | None = None
+        try:
+            self._flush(parts)
+        except OSError as exc:
+            failure = exc
+        except BaseException as exc:  # not a disk error, but what reached the disk is unknown
+            unexpected = exc
+            failure = OSError(f"flush interrupted by {type(exc).__name__}: {exc}")
+        if failure is not None:
+            error = self._write_error(failure)
+        successor: Any = None
+        with self._mutex:
+            queued = self._open
             if failure is not None:
-                batch.error = self._write_error(failure)
-        batch.done.set()
-        for loop, future in batch.futures:
-            try:
-                loop.call_soon_threadsafe(_settle, future, batch.error)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
+                self._failure = failure
+                self._release()
+            if queued is None or failure is not None:
+                # The chain ends. A failure fails what is queued too: it can never be written.
+                self._open = None
+                self._flushing = False
+                if self._closers:
+                    self._idle.notify_all()
+            else:
+                successor = queued.leader = queued.waiters[0] if queued.waiters else True
+        if queued is not None:
+            if failure is not None:
+                queued.error = error
+                _settle_batch(queued)
+            elif successor is True:  # only async callers queued: a helper thread leads them
+                self._start_helper(self._lead_open, queued)
+            else:
+                successor.release()
+        if batch is not None:
+            batch.error = error
+            _settle_batch(batch)
+        if unexpected is not None:
+            raise unexpected
+        return error
+
+    def _start_helper(self, target: Any, *args: Any) -> None:
+        threading.Thread(target=target, args=args, name=f"spool-seg-{self._index}", daemon=True).start()
 
     def _flush(self, parts: list[bytes | memoryview]) -> None:
         """Write every part (looping over short writes and IOV_MAX chunks), then fdatasync once."""
@@ -390,6 +490,36 @@ class SegmentWriter:
         with self._mutex:
             self._closing = True
             self._release()
+
+
+def _settle_batch(batch: _Batch) -> None:
+    """Wake the members of a flushed (or failed) batch, but its leader.
+
+    Only the first member is woken here; each member wakes the next one as it wakes up.
+    Waking all of them at once would put dozens of threads in the queue for the GIL,
+    the leader passing the flush on among them; a chain keeps that queue short.
+    """
+    waiters = batch.waiters
+    if waiters:
+        first = 1 if waiters[0] is batch.leader else 0
+        if first < len(waiters):
+            waiters[first].release()
+    for loop, future in batch.futures:
+        try:
+            loop.call_soon_threadsafe(_settle, future, batch.error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
+    """Serialize and checksum a record and build its line's fixed tail, outside any lock."""
+    if not internal and record_type in ("header", "seal"):
+        raise ValueError(f"{record_type!r} records are written by the writer itself")
+    rest = framing_rest(record_type, meta)
+    # A caller that must see serialization errors before it commits to anything (the run
+    # numbers episodes first) hands over a Payload it prepared itself.
+    payload = record if isinstance(record, Payload) else prepare(record, record_type)
+    return payload, rest, record_type == "episode"
 
 
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:

@@ -324,3 +324,125 @@ def test_seal_records_what_the_segment_holds(tmp_path: Path):
     with pytest.raises(WriterClosedError):
         w.append("episode", {})
     w.close()
+
+
+class SyscallCounter:
+    """Counts the writer's writev and fdatasync calls (through its test hooks)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> None:
+        self.writev = self.fdatasync = 0
+        real_writev, real_sync = writer_module._writev, writer_module._fdatasync
+
+        def writev(fd: int, parts) -> int:
+            self.writev += 1
+            return real_writev(fd, parts)
+
+        def fdatasync(fd: int) -> None:
+            self.fdatasync += 1
+            if delay:
+                time.sleep(delay)
+            real_sync(fd)
+
+        monkeypatch.setattr(writer_module, "_writev", writev)
+        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+
+
+def test_a_lone_appender_makes_one_writev_and_one_fdatasync_per_append_inline(tmp_path: Path, monkeypatch):
+    w = SegmentWriter.create(tmp_path, "r")
+    calls = SyscallCounter(monkeypatch)
+    threads_before = threading.active_count()
+    for i in range(50):
+        assert w.append("episode", {"i": i}) == i + 1
+        assert (calls.writev, calls.fdatasync) == (i + 1, i + 1)
+    assert w.append_many([("episode", {"j": j}) for j in range(5)]) == [51, 52, 53, 54, 55]
+    assert (calls.writev, calls.fdatasync) == (51, 51)  # a group of five: one of each
+    assert threading.active_count() == threads_before  # no helper thread, no hand-off
+    w.seal("completed")
+    assert (calls.writev, calls.fdatasync) == (52, 52)
+
+
+def test_concurrent_appenders_make_fewer_syncs_than_appends(tmp_path: Path, monkeypatch):
+    w = SegmentWriter.create(tmp_path, "r")
+    calls = SyscallCounter(monkeypatch, delay=0.001)
+    barrier = threading.Barrier(16)
+
+    def work(t: int) -> None:
+        barrier.wait()
+        for i in range(25):
+            w.append("episode", {"t": t, "i": i})
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls.fdatasync < 16 * 25 / 2
+    assert calls.writev == calls.fdatasync  # one write per group (no short writes here)
+    w.seal("completed")
+    assert [r.seq for r in iter_records(tmp_path)] == list(range(1, 16 * 25 + 2))
+
+
+def test_threads_and_async_tasks_share_groups_and_close_waits_for_them(tmp_path: Path, monkeypatch):
+    SyncLedger(monkeypatch, delay=0.002)
+    w = SegmentWriter.create(tmp_path, "r")
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in range(10):
+            seq = w.append("episode", {"t": t, "i": i})
+            with lock:
+                results.append(seq)
+
+    async def tasks() -> list[int]:
+        return await asyncio.gather(*(w.append_async("episode", {"a": i}) for i in range(40)))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    results += asyncio.run(tasks())
+    for t in threads:
+        t.join()
+    w.close()
+    assert sorted(results) == list(range(1, 8 * 10 + 40 + 1))
+    assert [r.seq for r in iter_records(tmp_path)] == list(range(1, 8 * 10 + 40 + 1))
+
+
+def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_others(tmp_path: Path, monkeypatch):
+    real = writer_module._fdatasync
+    calls = 0
+
+    def odd(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.002)
+        if calls == 3:
+            raise RuntimeError("not a disk error")
+        real(fd)
+
+    w = SegmentWriter.create(tmp_path, "r")
+    monkeypatch.setattr(writer_module, "_fdatasync", odd)
+    outcomes: list[object] = []
+    lock = threading.Lock()
+
+    def work(t: int) -> None:
+        for i in range(20):
+            try:
+                w.append("episode", {"t": t, "i": i})
+            except (RuntimeError, SpoolWriteError, WriterClosedError) as exc:
+                with lock:
+                    outcomes.append(type(exc))
+                return
+        with lock:
+            outcomes.append("done")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "appenders hung after a failed flush"
+    assert RuntimeError in outcomes and "done" not in outcomes
+    with pytest.raises(WriterClosedError, match="broken"):
+        w.append("episode", {})
+    w.close()
