@@ -100,7 +100,7 @@ def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, a
 def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, server, api) -> None:
     """SIGKILL ``prime-runs sync`` at random moments (at least PRIME_RUNS_SYNC_KILLS times,
     default 20) while it pushes one request per episode; then a sync runs to the end."""
-    builder = build_run(tmp_path / "run", "e2e-sigkill", 1200, size=1_800)
+    builder = build_run(tmp_path / "run", "e2e-sigkill", 60 * KILLS, size=1_800)  # work for every kill
     rng = random.Random(20261129)
     env = child_env(PRIME_API_KEY=TOKEN)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--max-request-bytes", "6000")
