@@ -2,7 +2,7 @@
 
 A line is ``{"data":PAYLOAD,"seq":N,"type":"T"[,"meta":M],"crc":"CCCCCCCC"}\\n``. The payload
 comes first so that the expensive part, serializing and checksumming a record that may be
-megabytes, happens before the writer knows the record's sequence number: the CRC-32 is then
+megabytes, happens before the writer knows the record's sequence number: the CRC-32C is then
 extended over the few bytes that follow once the number is assigned. The checksum sits in
 a fixed-width trailer, so a reader verifies a line without parsing or re-serializing it.
 
@@ -12,12 +12,12 @@ This module knows nothing about files; the writer and reader build on it.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from crc32c import crc32c as checksum
 
 from prime_runs_spool.errors import RecordNotSerializableError, RecordTooLargeError
 
@@ -33,7 +33,7 @@ TRAILER_LEN = 19
 RECORD_TYPES = ("header", "manifest", "episode", "seal")
 
 _DATA_OPEN = b'{"data":'
-_DATA_OPEN_CRC = zlib.crc32(_DATA_OPEN)
+_DATA_OPEN_CRC = checksum(_DATA_OPEN)
 _TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')
 _TYPE_RE = re.compile(r"[a-z_]+\Z")
 
@@ -90,7 +90,7 @@ class Payload:
     """A record serialized and checksummed, waiting for its sequence number."""
 
     data: bytes
-    #: CRC-32 of ``{"data":`` followed by ``data``: the first part of the line's checksum.
+    #: CRC-32C of ``{"data":`` followed by ``data``: the first part of the line's checksum.
     crc: int
 
 
@@ -102,7 +102,7 @@ def prepare(record: Any, what: str = "record") -> Payload:
             f"{what} is {len(data)} bytes serialized; a spool line holds at most "
             f"{MAX_LINE_BYTES} bytes"
         )
-    return Payload(data, zlib.crc32(data, _DATA_OPEN_CRC))
+    return Payload(data, checksum(data, _DATA_OPEN_CRC))
 
 
 def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> bytes:
@@ -121,7 +121,7 @@ def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> byt
 def frame(payload: Payload, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> list[bytes]:
     """The parts of one line, ready for ``os.writev``: no copy of the payload is made."""
     middle = b',"seq":%d' % seq + framing_rest(record_type, meta)
-    crc = zlib.crc32(middle, payload.crc)
+    crc = checksum(middle, payload.crc)
     return [_DATA_OPEN, payload.data, middle + b',"crc":"%08x"}\n' % crc]
 
 
@@ -152,7 +152,7 @@ def parse_line(line: bytes) -> Line | None:
     if match is None or not line.startswith(_DATA_OPEN):
         return None
     body_end = len(line) - TRAILER_LEN
-    if zlib.crc32(memoryview(line)[:body_end]) != int(match.group(1), 16):
+    if checksum(memoryview(line)[:body_end]) != int(match.group(1), 16):
         return None
     try:
         obj = orjson.loads(line)

@@ -29,7 +29,6 @@ import os
 import socket
 import threading
 import uuid
-import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +38,7 @@ import filelock
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
-from prime_runs_spool.framing import _DATA_OPEN, FORMAT_VERSION, Payload, framing_rest, prepare
+from prime_runs_spool.framing import _DATA_OPEN, FORMAT_VERSION, Payload, checksum, framing_rest, prepare
 from prime_runs_spool.layout import FILE_MODE, ensure_spool_dir, list_segments, lock_path, segment_path
 
 # The two system calls a durable append depends on, looked up through the module so tests
@@ -349,7 +348,7 @@ class SegmentWriter:
         parts: list[bytes | memoryview] = []
         for payload, rest, is_episode in prepared:
             middle = b',"seq":%d%s' % (seq, rest)
-            parts += (_DATA_OPEN, payload.data, b'%s,"crc":"%08x"}\n' % (middle, zlib.crc32(middle, payload.crc)))
+            parts += (_DATA_OPEN, payload.data, b'%s,"crc":"%08x"}\n' % (middle, checksum(middle, payload.crc)))
             self._episodes += is_episode
             seq += 1
         self._next_seq = seq
