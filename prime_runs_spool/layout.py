@@ -38,6 +38,11 @@ def lock_path(run_dir: str | os.PathLike[str], index: int) -> Path:
     return spool_dir(run_dir) / f"seg-{index:06d}.lock"
 
 
+def durable_mark_path(run_dir: str | os.PathLike[str], index: int) -> Path:
+    """Where segment ``index``'s live writer publishes how many of its bytes are fsync'd."""
+    return spool_dir(run_dir) / f"seg-{index:06d}.durable"
+
+
 def segment_index(name: str) -> int | None:
     """The index in a segment file's name, or None if the name is not a segment's."""
     match = _SEGMENT_RE.match(name)

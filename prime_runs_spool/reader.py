@@ -191,12 +191,18 @@ def _check_header(path: Path, offset: int, parsed: Line, state: _SegmentState) -
     state.header = data
 
 
-def iter_records(run_dir: str | os.PathLike[str], start: Position | None = None) -> Iterator[Record]:
+def iter_records(
+    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False
+) -> Iterator[Record]:
     """Every record of a run after ``start`` (default: the beginning), all segments in order.
 
     Headers are checked, not yielded; manifests, episodes, seals and record types this
     version does not know are yielded. A torn tail ends its segment silently; corruption
     raises CorruptSpoolError once every good record before it has been yielded.
+
+    ``durable_only``: in a segment whose writer is alive, stop at the writer's durable mark
+    (docs/spool-format.md, section 5). A live writer's last lines can be in the file before
+    they are fsync'd; whoever ships records elsewhere must not ship those.
     """
     segments = list_segments(run_dir)
     if start is not None and start.segment_index not in {index for index, _ in segments}:
@@ -207,7 +213,27 @@ def iter_records(run_dir: str | os.PathLike[str], start: Position | None = None)
         if start is not None and index < start.segment_index:
             continue
         from_here = start if start is not None and index == start.segment_index else None
-        yield from _walk_segment(path, index, _SegmentState(), from_here)
+        limit = durable_mark(path) if durable_only and writer_alive(path) else None
+        for record in _walk_segment(path, index, _SegmentState(), from_here):
+            if limit is not None and record.end_offset > limit:
+                return  # not yet durable; nothing after it may be read either
+            yield record
+
+
+def durable_mark(segment: Path) -> int:
+    """How many bytes of ``segment`` its live writer has fsync'd (0 when it has not said).
+
+    Read it only after :func:`writer_alive` said yes: a dead writer's mark means nothing.
+    """
+    try:
+        with open(segment.with_suffix(".durable"), "rb") as f:
+            text = f.read(64)
+    except OSError:
+        return 0
+    try:
+        return int(text.strip() or b"0")
+    except ValueError:
+        return 0
 
 
 def writer_alive(segment: Path) -> bool:

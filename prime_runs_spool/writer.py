@@ -39,7 +39,14 @@ import filelock
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
 from prime_runs_spool.framing import _DATA_OPEN, FORMAT_VERSION, Payload, checksum, framing_rest, prepare
-from prime_runs_spool.layout import FILE_MODE, ensure_spool_dir, list_segments, lock_path, segment_path
+from prime_runs_spool.layout import (
+    FILE_MODE,
+    durable_mark_path,
+    ensure_spool_dir,
+    list_segments,
+    lock_path,
+    segment_path,
+)
 
 # The two system calls a durable append depends on, looked up through the module so tests
 # can inject disk faults and simulate power loss (tests/test_writer.py, test_power_loss.py).
@@ -102,13 +109,18 @@ class SegmentWriter:
     which leaves the segment unsealed, as a crash would).
     """
 
-    def __init__(self, run_dir: Path, run_id: str, index: int, fd: int, lock: filelock.BaseFileLock) -> None:
+    def __init__(self, run_dir: Path, run_id: str, index: int, fd: int, lock: filelock.BaseFileLock,
+                 mark_fd: int | None = None) -> None:
         self._run_dir = run_dir
         self._run_id = run_id
         self._index = index
         self._path = segment_path(run_dir, index)
         self._fd: int | None = fd
         self._lock = lock
+        #: The durable mark (docs/spool-format.md, section 5): how many bytes of the segment
+        #: are fsync'd, for readers that must not ship what a power cut could still take back.
+        self._mark_fd = mark_fd
+        self._durable = 0
         self._segment_id = str(uuid.uuid4())
         self._mutex = threading.Lock()
         # Everything below is guarded by self._mutex.
@@ -160,7 +172,14 @@ class SegmentWriter:
                 lock.release()
                 raise
             break
-        writer = cls(run_dir, run_id, index, fd, lock)
+        try:
+            mark_fd = os.open(durable_mark_path(run_dir, index),
+                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+        except BaseException:
+            os.close(fd)
+            lock.release()
+            raise
+        writer = cls(run_dir, run_id, index, fd, lock, mark_fd)
         try:
             header = {
                 "format_version": FORMAT_VERSION,
@@ -457,6 +476,7 @@ class SegmentWriter:
         fd = self._fd
         if fd is None:
             raise OSError(f"{self._path} is closed")
+        total = sum(len(part) for part in parts)
         start = 0
         while start < len(parts):
             chunk = parts[start : start + _IOV_MAX]
@@ -472,6 +492,17 @@ class SegmentWriter:
                 written -= size
                 start += 1
         _fdatasync(fd)
+        self._durable += total
+        self._publish_durable()
+
+    def _publish_durable(self) -> None:
+        """Overwrite the durable mark. Not fsync'd: it only means anything while this process
+        lives (readers ignore it otherwise), and a stale mark only makes a reader wait."""
+        if self._mark_fd is not None:
+            try:
+                os.pwrite(self._mark_fd, b"%020d\n" % self._durable, 0)
+            except OSError:
+                pass  # readers then stop at the last mark that was written: later, not wrong
 
     def _write_error(self, failure: OSError) -> SpoolWriteError:
         error = SpoolWriteError(f"{self._path}: append not durable, segment closed: {failure}")
@@ -483,6 +514,9 @@ class SegmentWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            if self._mark_fd is not None:
+                os.close(self._mark_fd)
+                self._mark_fd = None
             self._lock.release()
 
     def _abandon(self) -> None:

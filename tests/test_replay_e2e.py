@@ -47,16 +47,23 @@ def test_replay_makes_new_evaluations_and_keeps_the_earlier_state(tmp_path: Path
 
 
 def test_an_interrupted_replay_is_continued_exactly_once(tmp_path: Path, server, api) -> None:
-    builder = build_run(tmp_path / "run", "replay-killed", 300, size=1_800)
+    builder = build_run(tmp_path / "run", "replay-killed", 600, size=1_800)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--replay", "--max-request-bytes", "6000")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=child_env(PRIME_API_KEY=TOKEN))
-    time.sleep(1.2)
+
+    def pushed_so_far() -> int:
+        found = [e for group in by_replay(api, builder.run_id).values() for e in group]
+        return api.get(f"/evaluations/{found[0]['evaluation_id']}").json()["total_samples"] if found else 0
+
+    deadline = time.monotonic() + 60
+    while pushed_so_far() == 0 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # kill it as soon as the replay is under way: one request per episode
     assert proc.poll() is None, "the replay finished before it could be interrupted"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (partial,) = by_replay(api, builder.run_id).values()
-    assert 0 < api.get(f"/evaluations/{partial[0]['evaluation_id']}").json()["total_samples"] < 300
+    assert 0 < api.get(f"/evaluations/{partial[0]['evaluation_id']}").json()["total_samples"] < 600
     result = run_sync(server.base_url, str(tmp_path), "--replay", "--json")
     report = json.loads(result.stdout)["runs"][0]
     assert report["state"] == "synced" and report["evaluation_id"] == partial[0]["evaluation_id"]

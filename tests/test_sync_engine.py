@@ -343,3 +343,56 @@ def test_a_torn_run_is_not_read_again_once_recorded(tmp_path: Path, platform: Fa
     builder.seal()
     assert syncer(builder.run_dir, platform).run().state == "synced"
     assert_exactly_once(platform, builder)
+
+
+def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, platform: FakePlatform,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live writer's line is in the file before its fdatasync returns; a power cut could
+    still take it back, so sync must not put it on the platform until it is durable."""
+    import threading
+
+    import prime_runs_spool.writer as writer_module
+
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    release, syncing = threading.Event(), threading.Event()
+    real_sync = writer_module._fdatasync
+
+    def held_sync(fd: int) -> None:
+        syncing.set()
+        release.wait(10)
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+    appender = threading.Thread(target=builder.add, args=(1,))
+    appender.start()
+    assert syncing.wait(10)  # the third episode is written, its fdatasync not done
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    assert segment.read_bytes().count(b'"type":"episode"') == 3
+    first = syncer(builder.run_dir, platform).run()
+    assert (first.state, first.pushed_now) == ("live", 2)
+    release.set()
+    appender.join(10)
+    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    second = syncer(builder.run_dir, platform).run()
+    assert (second.state, second.pushed_now) == ("live", 1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    assert_exactly_once(platform, builder)
+
+
+def test_a_sync_that_read_the_seal_but_died_before_finishing_still_finalizes(
+        tmp_path: Path, platform: FakePlatform) -> None:
+    """The cursor can pass the seal (state saved) before the run is finished: the next sync
+    reads nothing new, yet must know the run was sealed completed, and finalize it."""
+    builder = build_run(tmp_path / "run", "r1", 3)
+    first = syncer(builder.run_dir, platform)
+    first._finish = lambda status, seal: (_ for _ in ()).throw(KeyboardInterrupt)  # killed here
+    with pytest.raises(KeyboardInterrupt):
+        first.run()
+    evaluation, _ = only_evaluation(platform)
+    assert evaluation["finalize_count"] == 0
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "synced", report
+    assert assert_exactly_once(platform, builder)["finalize_count"] == 1

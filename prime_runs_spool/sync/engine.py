@@ -369,7 +369,7 @@ class RunSync:
 
     def _stream(self) -> RowStream:
         return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
-                         self.options.max_request_bytes, self.options.skip_corrupt)
+                         self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal)
 
     def _total_samples(self) -> int:
         evaluation = self._retry("reading the evaluation", lambda: self.client.get_evaluation(
@@ -386,7 +386,7 @@ class RunSync:
             return
         if pending is not None and pending.end is not None:
             if self._settled(pending.sent_at, lambda: self._samples_landed(pending.rows)):
-                self._acknowledge(pending.end, pending.rows, pending.episodes)
+                self._acknowledge(pending.end, pending.rows, pending.episodes, pending.seal)
                 return
         total = self._total_samples()
         missing = total - state.samples_pushed
@@ -414,8 +414,8 @@ class RunSync:
             f"evaluation {self.state.evaluation_id} holds {total} samples; expected "
             f"{self.state.samples_pushed} or {self.state.samples_pushed + rows}: refusing to guess")
 
-    def _acknowledge(self, end: Cursor, rows: int, episodes: int) -> None:
-        self.state.advance(end, rows, episodes)
+    def _acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
+        self.state.advance(end, rows, episodes, seal)
         self.state.in_flight = None
         self._save()
 
@@ -443,7 +443,7 @@ class RunSync:
                     if batch.count:
                         self._send(batch)
                     elif batch.end is not None and batch.end != self.state.cursor:
-                        self.state.advance(batch.end, 0, 0)
+                        self.state.advance(batch.end, 0, 0, batch.seal)
                         self._save()
             finally:
                 if stream.skipped:
@@ -475,10 +475,11 @@ class RunSync:
         rows = batch.count
         assert batch.end is not None
         self._send_once("pushing samples",
-                        InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes, end=batch.end),
+                        InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes,
+                                 end=batch.end, seal=batch.seal),
                         lambda: self.client.push_samples(str(self.state.evaluation_id), body),
                         lambda: self._samples_landed(rows))
-        self._acknowledge(batch.end, rows, batch.episodes)
+        self._acknowledge(batch.end, rows, batch.episodes, batch.seal)
         self.report.pushed_now += rows
         self.report.bytes_sent += len(body)
         del body

@@ -36,7 +36,7 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.layout import find_runs, list_segments
-from prime_runs_spool.reader import writer_alive
+from prime_runs_spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.runner import sync_lock
 from prime_runs_spool.sync.state import Destination
@@ -46,7 +46,7 @@ DONE_STATES = frozenset({"synced", "up_to_date", "failed", "crashed", "corrupt"}
 #: Report states that mean the run did not get where it should.
 FAILED_STATES = frozenset({"error", "corrupt"})
 
-Signature = tuple[tuple[tuple[int, int], ...], bool]
+Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
 
 
 class Stopped(BaseException):
@@ -66,8 +66,9 @@ class FollowOptions:
 
 
 def signature(run_dir: Path) -> Signature:
-    """What the run's spool looks like from outside: segment sizes, and whether the last
-    segment's writer is alive. Any append, new segment, seal or writer death changes it."""
+    """What the run's spool looks like from outside: segment sizes, whether the last
+    segment's writer is alive, and how far it has fsync'd. Any append made durable, new
+    segment, seal or writer death changes it."""
     sizes = []
     segments = list_segments(run_dir)
     for index, path in segments:
@@ -75,7 +76,8 @@ def signature(run_dir: Path) -> Signature:
             sizes.append((index, path.stat().st_size))
         except FileNotFoundError:
             continue
-    return tuple(sizes), bool(segments) and writer_alive(segments[-1][1])
+    alive = bool(segments) and writer_alive(segments[-1][1])
+    return tuple(sizes), alive, durable_mark(segments[-1][1]) if alive else None
 
 
 @dataclass

@@ -41,7 +41,7 @@ def records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool 
     rest is passed over (noted in ``skipped``) and reading goes on with the next segment."""
     while True:
         try:
-            yield from iter_records(run_dir, start=start)
+            yield from iter_records(run_dir, start=start, durable_only=True)
             return
         except CorruptSpoolError as exc:
             if not skip_corrupt:
@@ -118,7 +118,7 @@ class Batch:
     of at most the request ceiling: no list of rows beside it, no join, no second copy.
     """
 
-    __slots__ = ("_buffer", "count", "end", "episodes", "last_sample_id")
+    __slots__ = ("_buffer", "count", "end", "episodes", "last_sample_id", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
@@ -126,6 +126,8 @@ class Batch:
         self.end: Cursor | None = None
         self.episodes = 0
         self.last_sample_id: Any = None
+        #: Set on the last batch of a pass: the seal its end is past, if the log ends sealed.
+        self.seal: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -185,6 +187,7 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
         raise
     if batch.count or stream.cursor != start:
         batch.end = stream.cursor  # past the records after the last row too (a seal)
+        batch.seal = stream.seal
         yield batch
 
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -45,6 +45,8 @@ class InFlight(BaseModel):
     rows: int = 0
     episodes: int = 0
     end: Cursor | None = None
+    #: The seal at ``end``, when the request's rows reach the end of a sealed log.
+    seal: dict[str, Any] | None = None
 
 
 class Destination(BaseModel):
@@ -66,6 +68,9 @@ class SyncState(BaseModel):
     cursor: Cursor | None = None
     #: Per segment index: the acknowledged byte offset and sequence number reached in it.
     segments: dict[str, dict[str, int]] = {}
+    #: The seal the cursor has passed, when the log ends there: a sync killed after reading
+    #: it but before finishing the run must still know, on its next start, how the run ended.
+    seal: dict[str, Any] | None = None
     samples_pushed: int = 0
     episodes_pushed: int = 0
     finalized: bool = False
@@ -79,9 +84,10 @@ class SyncState(BaseModel):
     skipped: list[dict[str, object]] = []
     updated_at: float = 0.0
 
-    def advance(self, end: Cursor, rows: int, episodes: int) -> None:
-        """Acknowledge ``rows`` rows: the cursor moves to ``end``."""
+    def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
+        """Acknowledge ``rows`` rows: the cursor moves to ``end`` (past ``seal``, if given)."""
         self.cursor = end
+        self.seal = seal
         self.samples_pushed += rows
         self.episodes_pushed += episodes
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
