@@ -21,6 +21,7 @@ from spool_builders import RunBuilder, build_run
 
 TOKEN = "e2e-token-not-a-secret"
 KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
+FAULT_SEED = int(os.environ.get("PRIME_RUNS_FAULT_SEED", "1129"))
 
 
 server, api = platform_process.module_fixtures(TOKEN)
@@ -123,7 +124,7 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
 def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, server, api) -> None:
     builders = [build_run(tmp_path / f"run-{n}", f"e2e-faults-{n}", 40) for n in range(3)]
     rates = {fault: 0.3 / len(FAULTS) for fault in FAULTS}
-    with FaultProxy(server.base_url, seed=1129, rates=rates, delay=3.0, retry_after=0) as proxy:
+    with FaultProxy(server.base_url, seed=FAULT_SEED, rates=rates, delay=3.0, retry_after=0) as proxy:
         for attempt in range(5):
             result = run_sync(proxy.base_url, str(tmp_path), "--json", "--max-request-bytes", "10000",
                               "--jobs", "1", "--timeout", "2", timeout=240)
