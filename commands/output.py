@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,19 @@ def require_paths(paths: Iterable[Path]) -> list[Path]:
 
 
 class Progress:
-    """A single self-rewriting status line on a terminal; silent otherwise."""
+    """A single self-rewriting status line on a terminal; silent otherwise.
 
-    def __init__(self, enabled: bool) -> None:
+    Redrawn only when its text changes, at most ten times a second: progress callbacks
+    come from every run's worker thread after every request.
+    """
+
+    def __init__(self, enabled: bool, clock: Any = time.monotonic) -> None:
         self.enabled = enabled
         self._runs: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._clock = clock
+        self._shown = ""
+        self._drawn_at = 0.0
 
     def update(self, report: Any) -> None:
         if not self.enabled:
@@ -42,11 +50,15 @@ class Progress:
             self._runs[report.path] = report
             pushed = sum(r.pushed_now for r in self._runs.values())
             sent = sum(r.bytes_sent for r in self._runs.values())
-            line = f"\rsyncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
-            sys.stderr.write(line.ljust(72))
+            line = f"syncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
+            now = self._clock()
+            if line == self._shown or now - self._drawn_at < 0.1:
+                return
+            self._shown, self._drawn_at = line, now
+            sys.stderr.write("\r" + line.ljust(72))
             sys.stderr.flush()
 
     def close(self) -> None:
-        if self.enabled and self._runs:
-            sys.stderr.write("\n")
+        if self.enabled and self._shown:
+            sys.stderr.write("\r" + " " * 72 + "\r")
             sys.stderr.flush()
