@@ -30,8 +30,6 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 #: ``,"crc":"`` + 8 hex digits + ``"}`` + line feed.
 TRAILER_LEN = 19
 
-RECORD_TYPES = ("header", "manifest", "episode", "seal")
-
 _DATA_OPEN = b'{"data":'
 _DATA_OPEN_CRC = checksum(_DATA_OPEN)
 _TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')

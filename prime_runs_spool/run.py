@@ -188,10 +188,11 @@ class Run:
     def add_durable_listener(self, listener: DurableListener) -> None:
         """Call ``listener(run)`` after each durable append and after the seal.
 
-        The seam for a shipper that streams the spool while the run is live: it learns
-        that there is more to read, then reads it from the spool, so it never ships
-        anything that is not durable. A listener's exception is logged, never raised
-        into the eval.
+        For a runner's own in-process consumers (a dashboard, a progress bar): they learn
+        that there is more in the spool, and read it from there, so they never see anything
+        that is not durable. (The online shipper is a separate process that watches the
+        spool's files instead: docs/integration.md.) A listener's exception is logged,
+        never raised into the eval.
         """
         with self._cond:
             self._listeners.append(listener)

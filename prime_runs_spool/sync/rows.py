@@ -118,14 +118,13 @@ class Batch:
     of at most the request ceiling: no list of rows beside it, no join, no second copy.
     """
 
-    __slots__ = ("_buffer", "count", "end", "episodes", "last_sample_id", "seal")
+    __slots__ = ("_buffer", "count", "end", "episodes", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
         self.count = 0
         self.end: Cursor | None = None
         self.episodes = 0
-        self.last_sample_id: Any = None
         #: Set on the last batch of a pass: the seal its end is past, if the log ends sealed.
         self.seal: dict[str, Any] | None = None
 
@@ -144,7 +143,7 @@ class Batch:
             self._buffer += b","
         self._buffer += row.data
         self.count += 1
-        self.end, self.last_sample_id = row.after, row.sample_id
+        self.end = row.after
         self.episodes += row.closes_episode
 
     def release(self) -> None:
