@@ -117,8 +117,16 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
     assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
     final = run_sync(server.base_url, str(tmp_path), "--json", "--max-request-bytes", "6000")
     assert final.returncode == 0, final.stdout + final.stderr
-    assert json.loads(final.stdout)["runs"][0]["state"] in ("synced", "up_to_date")
-    assert_exactly_once(api, builder)
+    assert json.loads(final.stdout)["runs"][0]["state"] in ("synced", "up_to_date"), final.stdout
+    try:
+        assert_exactly_once(api, builder)
+    except AssertionError as failure:  # say where it went wrong, not just that it did
+        evaluations = evaluations_of(api, builder.run_id)
+        ids = sample_ids(api, evaluations[0]["evaluation_id"]) if evaluations else []
+        first_bad = next((n for n, (a, b) in enumerate(zip(ids, builder.ids)) if a != b), None)
+        state = next((tmp_path / "run" / "spool" / "sync").glob("*.json")).read_text()
+        raise AssertionError(f"{len(evaluations)} evaluation(s), {len(ids)} rows for {len(builder.ids)} "
+                             f"episodes, first mismatch at row {first_bad}; state: {state}") from failure
 
 
 def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, server, api) -> None:
