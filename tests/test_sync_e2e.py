@@ -28,7 +28,7 @@ server, api = platform_process.module_fixtures(TOKEN)
 
 
 def sync_cmd(base_url: str, *args: str) -> list[str]:
-    return CLI + ["sync", *args, "--base-url", base_url, "--request-lifetime", "0.5",
+    return CLI + ["sync", *args, "--base-url", base_url, "--request-lifetime", "1.0",
                   "--backoff-cap", "0.2", "--timeout", "5"]
 
 
