@@ -23,8 +23,12 @@ def platform() -> None:
 @click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN' on /api/.")
 @click.option("--frontend-url", default=None,
               help="Base of viewer_url links (default: this server's own URL).")
+@click.option("--request-deadline", type=click.FloatRange(0), default=None,
+              help="Refuse (503, nothing written) a write still uncommitted this many seconds "
+                   "after its request arrived.")
 def serve_command(
-    db_path: str, host: str, port: int, token: str | None, frontend_url: str | None
+    db_path: str, host: str, port: int, token: str | None, frontend_url: str | None,
+    request_deadline: float | None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
 
@@ -33,7 +37,7 @@ def serve_command(
     """
     try:
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
-              out=sys.stdout)
+              request_deadline=request_deadline, out=sys.stdout)
     except StoreError as exc:
         _usage_error(str(exc))
     except OSError as exc:

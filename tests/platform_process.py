@@ -62,7 +62,7 @@ def running(db: Path, *extra: str) -> Iterator[PlatformProcess]:
             assert status == 0, platform.proc.stderr.read()
 
 
-def module_fixtures(token: str, client_name: str = "api") -> tuple[object, object]:
+def module_fixtures(token: str, client_name: str = "api", *extra: str) -> tuple[object, object]:
     """A module-scoped ``server`` (a platform process requiring ``token``) and a client
     fixture named ``client_name`` (httpx, to its ``/api/v1``, carrying the token)."""
     import httpx
@@ -71,7 +71,7 @@ def module_fixtures(token: str, client_name: str = "api") -> tuple[object, objec
     @pytest.fixture(scope="module", name="server")
     def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformProcess]:
         db = tmp_path_factory.mktemp("platform") / "platform.db"
-        with running(db, "--token", token) as proc:
+        with running(db, "--token", token, *extra) as proc:
             yield proc
 
     @pytest.fixture(scope="module", name=client_name)

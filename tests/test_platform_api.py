@@ -438,3 +438,12 @@ def test_embedded_platform_serves_and_stops(tmp_path: Path):
         httpx.get(url, timeout=5)
     with pytest.raises(RuntimeError):
         platform.base_url
+
+
+def test_a_write_past_its_request_deadline_is_refused_and_not_committed(tmp_path: Path) -> None:
+    with platform_process.running(tmp_path / "deadline.db", "--request-deadline", "0") as proc, \
+            httpx.Client(base_url=proc.api, timeout=30) as api:
+        refused = api.post("/environmentshub/resolve", json={"name": "gsm8k"})
+        assert refused.status_code == 503 and "deadline" in refused.json()["detail"]
+        assert api.get("/environmentshub/local/gsm8k/@latest").status_code == 404  # nothing written
+        assert api.get("/evaluations/").json()["total"] == 0  # reads are not refused

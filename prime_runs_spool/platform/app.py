@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import html
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from prime_runs_spool.platform.store import NotFound, Store
+from prime_runs_spool.platform.store import DeadlineExceeded, NotFound, Store, write_deadline
 
 #: Largest request body the platform accepts (25 MiB), as the real one does.
 MAX_BODY_BYTES = 26_214_400
@@ -184,7 +185,8 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 # -- the app --------------------------------------------------------------------------
 
 
-def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None) -> Starlette:
+def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
+               request_deadline: float | None = None) -> Starlette:
     """The platform app over ``store``.
 
     ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
@@ -304,6 +306,9 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
     async def not_found(request: Request, exc: Exception) -> Response:
         return ORJSONResponse({"detail": str(exc.args[0])}, status_code=404)
 
+    async def deadline_exceeded(request: Request, exc: Exception) -> Response:
+        return ORJSONResponse({"detail": str(exc)}, status_code=503)
+
     routes = [
         Route(f"{API}/environmentshub/resolve", resolve_environment, methods=["POST"]),
         Route(f"{API}/environmentshub/{{owner}}/{{name}}/@latest", get_environment, methods=["GET"]),
@@ -317,11 +322,30 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route("/dashboard/evaluations/{id}", dashboard, methods=["GET"]),
     ]
     middleware = [Middleware(BearerAuth, token=token)] if token else []
+    if request_deadline is not None:
+        middleware.insert(0, Middleware(RequestDeadline, seconds=request_deadline))
     return Starlette(
         routes=routes,
         middleware=middleware,
-        exception_handlers={HTTPException: http_error, NotFound: not_found},
+        exception_handlers={HTTPException: http_error, NotFound: not_found,
+                            DeadlineExceeded: deadline_exceeded},
     )
+
+
+class RequestDeadline:
+    """Give every request a deadline, counted from its arrival: a write still uncommitted
+    by then is refused (503) and rolled back (``store.write_deadline``)."""
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        token = write_deadline.set(time.monotonic() + self.seconds)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            write_deadline.reset(token)
 
 
 def _render_dashboard(evaluation: dict[str, Any]) -> str:

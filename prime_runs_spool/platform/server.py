@@ -70,12 +70,14 @@ class EmbeddedPlatform:
         host: str = "127.0.0.1",
         port: int = 0,
         frontend_url: str | None = None,
+        request_deadline: float | None = None,
     ) -> None:
         self.db_path = Path(db_path)
         self.token = token
         self.host = host
         self.port = port
         self.frontend_url = frontend_url
+        self.request_deadline = request_deadline
         self._store: Store | None = None
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -95,7 +97,8 @@ class EmbeddedPlatform:
         self._store = Store(self.db_path)
         try:
             self._sock = bind_socket(self.host, self.port)
-            app = create_app(self._store, token=self.token, frontend_url=self.frontend_url)
+            app = create_app(self._store, token=self.token, frontend_url=self.frontend_url,
+                             request_deadline=self.request_deadline)
             config = uvicorn.Config(
                 app,
                 log_level="warning",
@@ -154,6 +157,7 @@ def serve(
     port: int = 0,
     token: str | None = None,
     frontend_url: str | None = None,
+    request_deadline: float | None = None,
     out: TextIO,
 ) -> None:
     """Serve until SIGTERM or SIGINT; write the base URL as the first line of ``out``.
@@ -169,7 +173,7 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with EmbeddedPlatform(
-        db_path, token, host=host, port=port, frontend_url=frontend_url
+        db_path, token, host=host, port=port, frontend_url=frontend_url, request_deadline=request_deadline
     ) as platform:
         out.write(platform.base_url + "\n")
         out.flush()

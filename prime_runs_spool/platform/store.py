@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import uuid
+from contextvars import ContextVar
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -24,6 +26,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+#: When set (a ``time.monotonic()`` value), no write commits after it: the request that
+#: asked for the write has outlived its deadline (``--request-deadline``). It makes the
+#: sync protocol's assumption, that a request cannot land later than its lifetime after
+#: it was sent, true of this platform by construction (docs/local-platform.md).
+write_deadline: ContextVar[float | None] = ContextVar("write_deadline", default=None)
+
+
+class DeadlineExceeded(Exception):
+    """A write was refused, uncommitted, because its request outlived its deadline."""
+
 
 #: Owner given to an environment resolved without ``owner/`` in its name and without a team.
 DEFAULT_OWNER = "local"
@@ -130,6 +143,9 @@ class Store:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            deadline = write_deadline.get()
+            if deadline is not None and time.monotonic() > deadline:
+                raise DeadlineExceeded("the request outlived its deadline; nothing was written")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
