@@ -242,3 +242,26 @@ def test_status_shows_pushed_and_pending_per_destination_offline(tmp_path: Path,
     builder.seal()
     text = subprocess.run(CLI + ["status", str(tmp_path)], capture_output=True, text=True, env=child_env())
     assert "2 episodes pending" in text.stdout and "completed" in text.stdout
+
+
+def test_a_run_held_by_another_sync_is_skipped_or_waited_for(tmp_path: Path, server, api) -> None:
+    from filelock import FileLock
+
+    builder = build_run(tmp_path / "run", "e2e-wait", 3)
+    held = FileLock(str(builder.run_dir / "spool" / "sync.lock"))
+    held.acquire()
+    try:
+        skipped = run_sync(server.base_url, str(tmp_path), "--json")
+        assert skipped.returncode == 0
+        (report,) = json.loads(skipped.stdout)["runs"]
+        assert report["state"] == "skipped" and "--wait" in report["error"]
+        assert evaluations_of(api, builder.run_id) == []
+        waiting = subprocess.Popen(sync_cmd(server.base_url, str(tmp_path), "--json", "--wait"),
+                                   stdout=subprocess.PIPE, text=True, env=child_env(PRIME_API_KEY=TOKEN))
+        time.sleep(1.0)
+        assert waiting.poll() is None, "--wait must wait for the lock"
+    finally:
+        held.release()
+    out, _ = waiting.communicate(timeout=60)
+    assert json.loads(out)["runs"][0]["state"] == "synced"
+    assert_exactly_once(api, builder)
