@@ -127,3 +127,18 @@ def test_find_runs_walks_in_order_without_following_symlinks(tmp_path: Path):
     assert list(find_runs([tmp_path / "empty"])) == []
     with pytest.raises(NoSuchPathError, match="does not exist"):
         list(find_runs([tmp_path / "missing"]))
+
+
+def test_a_record_type_this_reader_does_not_know_is_passed_over_by_episode_readers(tmp_path: Path):
+    """Spec section 3: new record types may be added without a version change; an old
+    reader yields them as records but they are not episodes and break nothing."""
+    w = SegmentWriter.create(tmp_path, "r")
+    w.append("manifest", {"run_id": "r"})
+    w.append("episode", {"id": "e1"})
+    w.append("annotation", {"note": "from a future writer"})
+    w.append("episode", {"id": "e2"})
+    w.seal("completed")
+    spool = read_run(tmp_path)
+    assert spool.status == "completed" and spool.corrupt is None
+    assert [e["id"] for e in spool.episodes()] == ["e1", "e2"]
+    assert [r.type for r in iter_records(tmp_path)] == ["manifest", "episode", "annotation", "episode", "seal"]

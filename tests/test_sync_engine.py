@@ -396,3 +396,25 @@ def test_a_sync_that_read_the_seal_but_died_before_finishing_still_finalizes(
     report = syncer(builder.run_dir, platform).run()
     assert report.state == "synced", report
     assert assert_exactly_once(platform, builder)["finalize_count"] == 1
+
+
+@pytest.mark.parametrize("tamper", ["newer version", "another run", "another destination"])
+def test_a_state_file_that_is_not_ours_is_set_aside_and_reconciled(
+        tmp_path: Path, platform: FakePlatform, tamper: str) -> None:
+    builder = build_run(tmp_path / "run", "r1", 4, status=None)
+    syncer(builder.run_dir, platform).run()
+    path = state_path(builder.run_dir, DEST.key)
+    state = json.loads(path.read_text())
+    if tamper == "newer version":
+        state["version"] = 99
+    elif tamper == "another run":
+        state["local_run_id"] = "someone-else"
+    else:
+        state["destination"]["key"] = "elsewhere"
+    state["samples_pushed"] = 0  # a state that is not trusted must not be believed either
+    path.write_text(json.dumps(state))
+    time = FakeTime(platform)
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
+    assert any("reconciling with the platform" in warning for warning in report.warnings)
+    assert time.slept >= 30.0 and report.pushed_now == 0
+    assert_exactly_once(platform, builder)
