@@ -22,6 +22,7 @@ The table gives the median rates, the median ratio and the range of the N ratios
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import statistics
@@ -103,6 +104,108 @@ def bare_grouped(folder: Path, line: bytes, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
+def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> float:
+    """The leanest group commit threads can have: the floor for any threaded design here.
+
+    ``threads`` threads append the same pre-serialized line (no serializing, no checksum,
+    no framing). A caller that finds nobody flushing leads: it writes its line, and after
+    each flush hands the lead to the first thread queued behind it, which takes the whole
+    queue in one writev and one fdatasync; followers sleep on their own lock until their
+    group is synced. Whatever this reaches, no threaded writer reaches more on this machine:
+    the gap between it and the ceiling is what waking a thread per append costs.
+    """
+    path = folder / "lean.jsonl"
+    fd = os.open(path, FLAGS, 0o600)
+    mutex = threading.Lock()
+    queued: list[bytes] = []
+    waiters: list[threading.Lock] = []
+    handed: list[threading.Lock | None] = [None]  # the follower that was handed the lead
+    flushing = [False]
+
+    def append() -> None:
+        nonlocal queued, waiters
+        with mutex:
+            if flushing[0]:
+                me: threading.Lock | None = threading.Lock()
+                me.acquire()
+                queued.append(line)
+                waiters.append(me)
+            else:
+                flushing[0] = True
+                me = None
+        if me is not None:
+            me.acquire()  # released once our group is synced, or when we are handed the lead
+            if handed[0] is not me:
+                return
+            with mutex:
+                parts, group = queued, waiters
+                queued, waiters = [], []
+        else:
+            parts, group = [line], []
+        os.writev(fd, parts)
+        os.fdatasync(fd)
+        with mutex:
+            successor = waiters[0] if waiters else None
+            handed[0] = successor
+            if successor is None:
+                flushing[0] = False
+        if successor is not None:
+            successor.release()
+        for waiter in group:
+            if waiter is not me:
+                waiter.release()
+
+    counts = [0] * threads
+    deadline = time.perf_counter() + seconds
+
+    def work(t: int) -> None:
+        while time.perf_counter() < deadline:
+            append()
+            counts[t] += 1
+
+    try:
+        return _run_threads(work, threads, counts)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _run_threads(work, threads: int, counts: list[int]) -> float:
+    start = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def spool_async(folder: Path, record: dict, tasks: int, seconds: float) -> float:
+    """``tasks`` asyncio tasks on one event loop, each awaiting ``append_async`` in a loop."""
+    run_dir = Path(tempfile.mkdtemp(dir=folder))
+    writer = SegmentWriter.create(run_dir, "bench")
+
+    async def main() -> float:
+        count = 0
+        deadline = time.perf_counter() + seconds
+
+        async def work() -> None:
+            nonlocal count
+            while time.perf_counter() < deadline:
+                await writer.append_async("episode", record)
+                count += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(work() for _ in range(tasks)))
+        return count / (time.perf_counter() - start)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        writer.close()
+        shutil.rmtree(run_dir)
+
+
 def spool_run(folder: Path, record: dict, threads: int, seconds: float) -> float:
     run_dir = Path(tempfile.mkdtemp(dir=folder))
     writer = SegmentWriter.create(run_dir, "bench")
@@ -114,62 +217,80 @@ def spool_run(folder: Path, record: dict, threads: int, seconds: float) -> float
             writer.append("episode", record)
             counts[t] += 1
 
-    start = time.perf_counter()
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - start
-    writer.close()
-    shutil.rmtree(run_dir)
-    return sum(counts) / elapsed
+    try:
+        return _run_threads(work, threads, counts)
+    finally:
+        writer.close()
+        shutil.rmtree(run_dir)
 
 
-def measure(folder: Path, size: int, seconds: float, rounds: int) -> tuple[list[tuple[float, float]], ...]:
-    """``rounds`` pairs (baseline, spool) for one appender, then for 64 threads."""
+def measure(folder: Path, size: int, seconds: float, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """``rounds`` pairs (baseline, measured) for each row of the table.
+
+    In a round, the grouped ceiling and the three 64-way runs take turns right after each
+    other, in an order that rotates from round to round, so drift in the disk cancels out.
+    """
     record = episode(size)
     line = encode_line(record, 12345, "episode")
-    single: list[tuple[float, float]] = []
-    grouped: list[tuple[float, float]] = []
+    pairs: dict[str, list[tuple[float, float]]] = {"single": [], "threads": [], "lean": [], "async": []}
+    runs = {
+        "threads": lambda: spool_run(folder, record, THREADS, seconds),
+        "lean": lambda: lean_grouped(folder, line, THREADS, seconds),
+        "async": lambda: spool_async(folder, record, THREADS, seconds),
+    }
     for n in range(rounds):
-        single.append(single_pair(folder, record, line, seconds))
-        if n % 2:  # alternate which goes first, so drift in the disk cancels out
-            s = spool_run(folder, record, THREADS, seconds)
-            b = bare_grouped(folder, line, seconds)
-        else:
-            b = bare_grouped(folder, line, seconds)
-            s = spool_run(folder, record, THREADS, seconds)
-        grouped.append((b, s))
-    return single, grouped
+        pairs["single"].append(single_pair(folder, record, line, seconds))
+        order = ["ceiling", *runs]
+        order = order[n % len(order):] + order[: n % len(order)]
+        rates = {name: bare_grouped(folder, line, seconds) if name == "ceiling" else runs[name]() for name in order}
+        for name in runs:
+            pairs[name].append((rates["ceiling"], rates[name]))
+    return pairs
 
 
-def summary(pairs: list[tuple[float, float]]) -> str:
+def ratio(pairs: list[tuple[float, float]]) -> str:
+    """The median ratio over the rounds and its range."""
     ratios = [s / b for b, s in pairs]
-    bare = statistics.median(b for b, _ in pairs)
-    spool = statistics.median(s for _, s in pairs)
-    return f"{bare:>9.0f} {spool:>9.0f} {statistics.median(ratios):>6.2f} {min(ratios):>5.2f}-{max(ratios):<5.2f}"
+    return f"{statistics.median(ratios):>5.2f} {min(ratios):>4.2f}-{max(ratios):<4.2f}"
+
+
+def rate(values) -> str:
+    return f"{statistics.median(values):>7.0f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=".", help="where to put the scratch folder (default: current directory)")
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.4 s phases (about 20 s in all)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.4 s phases (about 40 s in all)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per size (default 7, quick 3)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per phase (default 0.6, quick 0.4)")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="run the whole benchmark on this one CPU (sched_setaffinity), to see what "
+                             "waking threads across CPUs costs")
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     seconds = args.seconds or (0.4 if args.quick else 0.6)
     rounds = args.rounds or (3 if args.quick else 7)
     folder = Path(tempfile.mkdtemp(prefix="spool-bench-", dir=args.dir))
+    cpus = f"on CPU {args.cpu} of {os.cpu_count()}" if args.cpu is not None else f"{os.cpu_count()} cores"
     try:
-        print(f"scratch folder: {folder} ({os.cpu_count()} cores); appends per second, median of "
-              f"{rounds} rounds of {seconds:g} s phases (2 MB: {2 * seconds:g} s); ratio: median and range over the rounds")
-        print(f"{'episode':>8} | {'bare':>9} {'spool 1':>9} {'ratio':>6} {'range':>11} | "
-              f"{'ceiling':>9} {'spool 64':>9} {'ratio':>6} {'range':>11}")
+        print(f"scratch folder: {folder} ({cpus}); appends per second, median of {rounds} rounds of "
+              f"{seconds:g} s phases (2 MB: {2 * seconds:g} s); ratio: median and range over the rounds")
+        print("one appender: the spool vs a bare write+fdatasync loop.  64-way: each against the grouped "
+              "ceiling (one thread, 64 lines per writev+fdatasync): the spool from 64 threads, the leanest "
+              "threaded group commit (pre-serialized lines) from 64 threads, the spool from 64 asyncio tasks")
+        print(f"{'episode':>7} | {'bare':>7} {'spool 1':>7} {'ratio':>5} {'range':>9} | {'ceiling':>7} | "
+              f"{'threads':>7} {'ratio':>5} {'range':>9} | {'lean':>7} {'ratio':>5} {'range':>9} | "
+              f"{'async':>7} {'ratio':>5} {'range':>9}")
         for label, size in (("2 KB", 2_000), ("20 KB", 20_000), ("2 MB", 2_000_000)):
             # A 2 MB group of 64 takes about half a second to write: give those phases more time.
-            single, grouped = measure(folder, size, seconds * (2 if size >= 1_000_000 else 1), rounds)
-            print(f"{label:>8} | {summary(single)} | {summary(grouped)}", flush=True)
+            pairs = measure(folder, size, seconds * (2 if size >= 1_000_000 else 1), rounds)
+            single = pairs["single"]
+            cells = [f"{label:>7}", f"{rate(b for b, _ in single)} {rate(s for _, s in single)} {ratio(single)}",
+                     rate(b for b, _ in pairs["threads"])]
+            cells += [f"{rate(s for _, s in pairs[name])} {ratio(pairs[name])}" for name in ("threads", "lean", "async")]
+            print(" | ".join(cells), flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

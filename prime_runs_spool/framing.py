@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from crc32c import crc32c as checksum
@@ -34,6 +34,8 @@ _DATA_OPEN = b'{"data":'
 _DATA_OPEN_CRC = checksum(_DATA_OPEN)
 _TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')
 _TYPE_RE = re.compile(r"[a-z_]+\Z")
+#: framing_rest's answer for a record type with no meta, by type: built once, not per append.
+_BARE_REST: dict[str, bytes] = {}
 
 
 def to_jsonable(record: Any) -> Any:
@@ -83,9 +85,12 @@ def _find_unserializable(value: Any, path: str = "") -> tuple[str, str]:
     return "", ""
 
 
-@dataclass(frozen=True, slots=True)
-class Payload:
-    """A record serialized and checksummed, waiting for its sequence number."""
+class Payload(NamedTuple):
+    """A record serialized and checksummed, waiting for its sequence number.
+
+    A named tuple, not a frozen dataclass: one is built per append, and a frozen
+    dataclass's ``__init__`` costs about a microsecond more (docs/benchmarks.md).
+    """
 
     data: bytes
     #: CRC-32C of ``{"data":`` followed by ``data``: the first part of the line's checksum.
@@ -108,9 +113,15 @@ def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> byt
 
     It does not depend on the sequence number, so the writer builds it outside its lock.
     """
+    if meta is None:
+        cached = _BARE_REST.get(record_type)
+        if cached is not None:
+            return cached
     if not _TYPE_RE.match(record_type):
         raise ValueError(f"record type {record_type!r} must be lowercase letters and '_'")
     rest = b',"type":"%s"' % record_type.encode("ascii")
+    if meta is None and len(_BARE_REST) < 64:
+        _BARE_REST[record_type] = rest
     if meta is not None:
         rest += b',"meta":' + serialize(meta, f"{record_type} meta")
     return rest

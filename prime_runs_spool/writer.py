@@ -14,8 +14,10 @@ that new leader closes the batch only when it starts writing, so it takes everyt
 queued by then (the busier the writer, the bigger the groups). A flushed batch's members
 are woken as a chain, each waking the next, so the GIL queue stays short and the next
 flush is not stuck behind dozens of woken threads (docs/benchmarks.md has the figures).
-An async caller that finds nobody flushing leads from a short-lived thread, so the event
-loop never waits on a disk.
+An async caller never writes or syncs on its event loop: when nobody is flushing, it
+hands the flush to the writer's helper thread (one per writer, started on first use) and
+leaves the batch open, so the tasks the loop runs before it next waits join that group;
+each flushed batch settles a loop's futures with one call into that loop.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import socket
 import threading
 import uuid
@@ -137,6 +140,8 @@ class SegmentWriter:
         #: close() waits on this for the flush chain to end; notified only when _closers > 0.
         self._idle = threading.Condition(self._mutex)
         self._closers = 0
+        #: Flushes for the helper thread, which leads groups of async callers; see _start_helper.
+        self._jobs: queue.SimpleQueue[Any] | None = None
 
     # -- creation -------------------------------------------------------------------------
 
@@ -252,39 +257,43 @@ class SegmentWriter:
 
     async def append_async(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
-        return (await self.append_many_async([(record_type, record, meta)]))[0]
+        return await self._commit_async([_prepare_item(record_type, record, meta)])
 
     async def append_many_async(self, items: Iterable[Item]) -> list[int]:
         """:meth:`append_many` for asyncio.
 
         Serializing happens on the loop (orjson: about a millisecond per megabyte); the write
-        and the sync happen on a leader thread (another caller's, or a short-lived one this
-        call starts when nobody is flushing), which resolves this call's future.
+        and the sync happen on a leader thread (a thread caller's, or the writer's helper
+        thread when nobody is flushing), which resolves this call's future.
         """
         prepared = self._prepare_items(items)
         if not prepared:
             return []
+        first = await self._commit_async(prepared)
+        return list(range(first, first + len(prepared)))
+
+    async def _commit_async(self, prepared: list[_Prepared]) -> int:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
             first, parts = self._number(prepared)
+            batch = self._open
+            if batch is None:
+                batch = self._open = _Batch()
+            batch.parts += parts
+            batch.futures.append((loop, future))
             if self._flushing:
-                batch = self._open
-                if batch is None:
-                    batch = self._open = _Batch()
-                batch.parts += parts
-                batch.futures.append((loop, future))
                 batch = None
-            else:  # nobody is flushing: a helper thread leads this call's lines
+            else:
+                # Nobody is flushing: the helper thread leads. The batch stays open until
+                # the helper starts writing, so the other tasks this loop runs before it
+                # next waits join this group instead of each waiting for a sync of its own.
                 self._flushing = True
-                batch = _Batch()
-                batch.parts = parts
-                batch.futures.append((loop, future))
                 batch.leader = True
         if batch is not None:
-            self._start_helper(self._lead, batch, batch.parts)
+            self._start_helper(self._lead_open, batch)
         await future
-        return list(range(first, first + len(prepared)))
+        return first
 
     def seal(self, status: str, *, summary: Any = None, error: str | None = None) -> int:
         """Write the seal record (the segment's last line), make it durable, and close.
@@ -469,7 +478,22 @@ class SegmentWriter:
         return error
 
     def _start_helper(self, target: Any, *args: Any) -> None:
-        threading.Thread(target=target, args=args, name=f"spool-seg-{self._index}", daemon=True).start()
+        """Hand a flush to the writer's helper thread (started on first use).
+
+        One long-lived thread rather than one per flush: starting a thread costs more than
+        syncing a small group, and the helper hands itself the next group without a wake-up.
+        At most one flush runs at a time (``_flushing``), so the queue never holds more
+        than one job.
+        """
+        jobs = self._jobs
+        if jobs is None:
+            with self._mutex:
+                jobs = self._jobs
+                if jobs is None:
+                    jobs = self._jobs = queue.SimpleQueue()
+                    threading.Thread(target=_helper_loop, args=(jobs,), name=f"spool-seg-{self._index}",
+                                     daemon=True).start()
+        jobs.put((target, args))
 
     def _flush(self, parts: list[bytes | memoryview]) -> None:
         """Write every part (looping over short writes and IOV_MAX chunks), then fdatasync once."""
@@ -510,7 +534,10 @@ class SegmentWriter:
         return error
 
     def _release(self) -> None:
-        """Close the file and free the writer lock (lock held)."""
+        """Close the file, free the writer lock and let the helper thread go (mutex held)."""
+        if self._jobs is not None:
+            self._jobs.put(None)
+            self._jobs = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -525,6 +552,19 @@ class SegmentWriter:
             self._release()
 
 
+def _helper_loop(jobs: queue.SimpleQueue[Any]) -> None:
+    """Run flushes handed to a writer's helper thread until the writer releases it (None)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        target, args = job
+        try:
+            target(*args)
+        except BaseException:  # _lead settled the batch with the error; keep serving the writer
+            pass
+
+
 def _settle_batch(batch: _Batch) -> None:
     """Wake the members of a flushed (or failed) batch, but its leader.
 
@@ -537,11 +577,17 @@ def _settle_batch(batch: _Batch) -> None:
         first = 1 if waiters[0] is batch.leader else 0
         if first < len(waiters):
             waiters[first].release()
-    for loop, future in batch.futures:
-        try:
-            loop.call_soon_threadsafe(_settle, future, batch.error)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
+    if batch.futures:
+        # One call per event loop, not per future: each call_soon_threadsafe writes to the
+        # loop's wake-up pipe, a system call and a wake-up for the loop each.
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        for loop, future in batch.futures:
+            by_loop.setdefault(loop, []).append(future)
+        for loop, futures in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, futures, batch.error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
 
 def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
@@ -555,10 +601,11 @@ def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None,
     return payload, rest, record_type == "episode"
 
 
-def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for future in futures:
+        if future.done():  # cancelled while it waited
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

@@ -446,3 +446,81 @@ def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_
     with pytest.raises(WriterClosedError, match="broken"):
         w.append("episode", {})
     w.close()
+
+
+def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_path: Path, monkeypatch):
+    """An async leader's batch stays open until the helper thread starts writing.
+
+    The tasks a loop runs before it next waits join that group: 32 tasks gathered at once
+    make one group, not a group of one (the first task) and then the rest.
+    """
+    w = SegmentWriter.create(tmp_path, "r")
+    groups: list[int] = []
+    syncs = SyscallCounter(monkeypatch)
+    counted_writev = writer_module._writev
+
+    def writev(fd: int, parts) -> int:
+        groups.append(len(parts) // 3)  # three parts per line
+        return counted_writev(fd, parts)
+
+    monkeypatch.setattr(writer_module, "_writev", writev)
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(32)))
+
+    assert asyncio.run(main()) == list(range(1, 33))
+    assert groups[0] > 1, f"the first task was synced alone: groups {groups}"
+    assert syncs.fdatasync <= 2, f"{syncs.fdatasync} syncs for 32 tasks appending at once: groups {groups}"
+    w.close()
+
+
+def test_async_flushes_run_on_one_helper_thread_that_ends_with_the_writer(tmp_path: Path, monkeypatch):
+    w = SegmentWriter.create(tmp_path, "r")
+    flushers: list[threading.Thread] = []
+    real = writer_module._fdatasync
+
+    def fdatasync(fd: int) -> None:
+        flushers.append(threading.current_thread())
+        real(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+
+    async def main() -> None:
+        for i in range(20):  # one at a time: every append makes the helper lead a flush
+            await w.append_async("episode", {"i": i})
+
+    asyncio.run(main())
+    assert len(flushers) == 20
+    helper = flushers[0]
+    assert helper is not threading.main_thread()
+    assert all(thread is helper for thread in flushers), "a new thread for every flush"
+    w.seal("completed")
+    helper.join(5)
+    assert not helper.is_alive(), "the helper thread outlived its writer"
+
+
+def test_tasks_on_two_event_loops_append_to_one_writer(tmp_path: Path, monkeypatch):
+    SyncLedger(monkeypatch, delay=0.001)
+    w = SegmentWriter.create(tmp_path, "r")
+    results: list[list[int]] = [[], []]
+
+    def loop_thread(n: int) -> None:
+        async def main() -> list[int]:
+            seqs: list[int] = []
+            for _ in range(5):
+                seqs += await asyncio.gather(*(w.append_async("episode", {"loop": n, "i": i}) for i in range(20)))
+            return seqs
+
+        results[n] = asyncio.run(main())
+
+    threads = [threading.Thread(target=loop_thread, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads), "a loop's tasks were never settled"
+    w.seal("completed")
+    assert sorted(results[0] + results[1]) == list(range(1, 201))
+    by_seq = {r.seq: r.data for r in iter_records(tmp_path) if r.type == "episode"}
+    for n in range(2):
+        assert [by_seq[seq]["loop"] for seq in results[n]] == [n] * 100
