@@ -1,6 +1,6 @@
 """Append throughput of the spool writer against what the disk itself allows.
 
-Run: ``python3 benchmarks/append.py [--dir DIR] [--quick] [--rounds N] [--seconds S]``
+Run: ``python3 benchmarks/append.py [--dir DIR] [--quick] [--rounds N] [--seconds S] [--cpu N] [--sync-delay MS]``
 
 Each figure is measured in the same run, on the same disk (a scratch folder under --dir,
 default the current directory; not /tmp if that is a tmpfs), with the same bytes:
@@ -9,12 +9,14 @@ default the current directory; not /tmp if that is a tmpfs), with the same bytes
   ``os.write`` + ``os.fdatasync`` of the same line, framing included, to a new file opened
   with the writer's flags (the writer syncs with fdatasync too: both pay for the same
   guarantee). The two take turns in blocks of 8 appends, so both see the same disk.
-* grouped: 64 appender threads against the disk's grouped ceiling: one thread writing the
-  same lines, 64 per ``writev`` and one fdatasync per 64.
+* grouped: against the disk's grouped ceiling, one thread writing the same lines, 64 per
+  ``writev`` and one fdatasync per 64: 64 appender threads; the leanest threaded group
+  commit (the same lines pre-serialized, see ``lean_grouped``), the floor for any threaded
+  writer on this machine; 64 asyncio tasks awaiting ``append_async``.
 
 On a shared machine the disk's sync latency drifts by a factor of two from one second to
-the next, so each size is measured in N rounds; in a round the 64-thread spool and its
-ceiling run right after each other (in alternating order from round to round), the single
+the next, so each size is measured in N rounds; in a round the ceiling and the three 64-way runs
+go right after each other (in an order that rotates from round to round), the single
 appender and its bare loop in interleaved blocks; each round yields one ratio of each.
 The table gives the median rates, the median ratio and the range of the N ratios.
 """
@@ -35,9 +37,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prime_runs_spool.framing import encode_line  # noqa: E402
+from prime_runs_spool import writer as writer_module  # noqa: E402
 from prime_runs_spool.writer import SegmentWriter  # noqa: E402
 
 THREADS = 64
+
+#: The sync every figure pays for; --sync-delay wraps it (and the writer's) to play a slower disk.
+fdatasync = os.fdatasync
+
+
+def slow_syncs(delay: float) -> None:
+    """Make every sync, the writer's and the baselines', cost ``delay`` seconds more.
+
+    A disk whose syncs reach stable storage takes a millisecond or more per sync; this VM's
+    take 0.15-0.35 ms. Adding the same delay to every sync of every figure shows how the
+    ratios move on such a disk.
+    """
+    global fdatasync
+    real = os.fdatasync
+
+    def delayed(fd: int) -> None:
+        real(fd)
+        time.sleep(delay)
+
+    fdatasync = delayed
+    writer_module._fdatasync = delayed
 
 
 def episode(size: int) -> dict:
@@ -74,7 +98,7 @@ def single_pair(folder: Path, record: dict, line: bytes, seconds: float, block: 
                 if turn == 0:
                     for _ in range(block):
                         os.write(fd, line)
-                        os.fdatasync(fd)
+                        fdatasync(fd)
                     bare_time += time.perf_counter() - start
                 else:
                     for _ in range(block):
@@ -96,7 +120,7 @@ def bare_grouped(folder: Path, line: bytes, seconds: float) -> float:
     try:
         while time.perf_counter() - start < seconds:
             os.writev(fd, group)
-            os.fdatasync(fd)
+            fdatasync(fd)
             count += THREADS
     finally:
         os.close(fd)
@@ -143,7 +167,7 @@ def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> flo
         else:
             parts, group = [line], []
         os.writev(fd, parts)
-        os.fdatasync(fd)
+        fdatasync(fd)
         with mutex:
             successor = waiters[0] if waiters else None
             handed[0] = successor
@@ -267,13 +291,20 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=None,
                         help="run the whole benchmark on this one CPU (sched_setaffinity), to see what "
                              "waking threads across CPUs costs")
+    parser.add_argument("--sync-delay", type=float, default=0.0, metavar="MS",
+                        help="add MS milliseconds to every sync, the spool's and the baselines', "
+                             "to see the ratios on a slower disk")
     args = parser.parse_args()
+    if args.sync_delay:
+        slow_syncs(args.sync_delay / 1000)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     seconds = args.seconds or (0.4 if args.quick else 0.6)
     rounds = args.rounds or (3 if args.quick else 7)
     folder = Path(tempfile.mkdtemp(prefix="spool-bench-", dir=args.dir))
     cpus = f"on CPU {args.cpu} of {os.cpu_count()}" if args.cpu is not None else f"{os.cpu_count()} cores"
+    if args.sync_delay:
+        cpus += f", every sync {args.sync_delay:g} ms slower"
     try:
         print(f"scratch folder: {folder} ({cpus}); appends per second, median of {rounds} rounds of "
               f"{seconds:g} s phases (2 MB: {2 * seconds:g} s); ratio: median and range over the rounds")
