@@ -32,6 +32,7 @@ import queue
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -493,6 +494,7 @@ class SegmentWriter:
                     jobs = self._jobs = queue.SimpleQueue()
                     threading.Thread(target=_helper_loop, args=(jobs,), name=f"spool-seg-{self._index}",
                                      daemon=True).start()
+                    weakref.finalize(self, jobs.put, None)  # dropped without close: let it go
         jobs.put((target, args))
 
     def _flush(self, parts: list[bytes | memoryview]) -> None:
@@ -558,11 +560,13 @@ def _helper_loop(jobs: queue.SimpleQueue[Any]) -> None:
         job = jobs.get()
         if job is None:
             return
-        target, args = job
         try:
-            target(*args)
+            job[0](*job[1])
         except BaseException:  # _lead settled the batch with the error; keep serving the writer
             pass
+        # Hold nothing while waiting: the last job's bound method would keep a writer that
+        # its owner dropped without closing alive, file and lock included.
+        del job
 
 
 def _settle_batch(batch: _Batch) -> None:

@@ -524,3 +524,20 @@ def test_tasks_on_two_event_loops_append_to_one_writer(tmp_path: Path, monkeypat
     by_seq = {r.seq: r.data for r in iter_records(tmp_path) if r.type == "episode"}
     for n in range(2):
         assert [by_seq[seq]["loop"] for seq in results[n]] == [n] * 100
+
+
+def test_the_helper_thread_does_not_keep_a_dropped_writer_alive(tmp_path: Path):
+    import gc
+    import weakref
+
+    w = SegmentWriter.create(tmp_path, "r")
+    before = set(threading.enumerate())
+    asyncio.run(w.append_async("episode", {"i": 1}))  # the helper thread led that flush
+    helpers = [t for t in set(threading.enumerate()) - before if t.name.startswith("spool-seg-")]
+    assert len(helpers) == 1
+    ref = weakref.ref(w)
+    del w
+    gc.collect()
+    assert ref() is None, "the idle helper thread still holds the writer"
+    helpers[0].join(5)
+    assert not helpers[0].is_alive(), "the helper thread of a dropped writer never ends"
