@@ -1,12 +1,12 @@
 """Peak memory (RSS) of ``prime-runs sync`` pushing a large spool to the local platform.
 
-Run: ``python3 benchmarks/sync_memory.py [--mb 1024] [--runs 1] [--repeat 1] [--quick] [--dir DIR]``
+Run: ``python3 benchmarks/sync_memory.py [--mb 1024] [--runs 1] [--jobs 1] [--repeat 1] [--quick] [--dir DIR]``
 
 A tree of ``--runs`` sealed runs holding ``--mb`` megabytes is written (not timed), then
-synced by ``python -m commands sync TREE --base-url URL --jobs 1`` as its own process, to a
+synced by ``python -m commands sync TREE --base-url URL --jobs N`` as its own process, to a
 ``prime-runs platform serve`` process on a fresh database; the platform's memory is not
-counted. Peak RSS is the sync process's own ``ru_maxrss``, read with ``os.wait4`` on its
-pid (the same figure ``getrusage(RUSAGE_CHILDREN)`` gives, for this one child). For scale,
+counted. Peak RSS is the sync process's own ``ru_maxrss``, read with ``os.wait4`` by
+fixtures/peak_rss.py, which starts it (so this script's memory is not counted in). For scale,
 the same interpreter importing the CLI and exiting is measured too.
 Goal (issue 5): under 150 MB.
 """
@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,13 +29,17 @@ GOAL_MB = 150
 
 
 def run_measured(argv: list[str]) -> tuple[int, float, str]:
-    """Run ``argv``; returns (exit status, peak RSS in MB, stdout)."""
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=null)
-        out = proc.stdout.read().decode()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, out  # ru_maxrss is in KB on Linux
+    """Run ``argv`` through fixtures/peak_rss.py; returns (exit status, peak RSS in MB, stdout).
+
+    Not a plain ``wait4`` on our own child: Linux would count this script's memory at the
+    fork in the child's peak (fixtures/peak_rss.py explains).
+    """
+    with tempfile.TemporaryDirectory() as folder, open(os.devnull, "wb") as null:
+        peak_file = Path(folder) / "peak"
+        proc = subprocess.run([PYTHON, str(ROOT / "fixtures" / "peak_rss.py"), str(peak_file), *argv],
+                              cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=null)
+        peak_kb = int(peak_file.read_text()) if peak_file.exists() else 0
+    return proc.returncode, peak_kb / 1024, proc.stdout.decode()
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
 from prime_runs_spool.sync.follow import FollowOptions, Follower, Stopped
+from prime_runs_spool.sync.memory import return_large_blocks_promptly
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.runner import sync_paths
 from prime_runs_spool.sync.state import Destination, destination_key, remote_destination
@@ -132,6 +133,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay=replay, replay_id=replay_id, name=name, tags=tags)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
+    return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     try:
         with _destination(local, db, base_url, team) as (settings, destination, local_db):
             with PlatformClient(settings, timeout=timeout) as client:

@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from fixtures.fault_proxy import AFTER_FAULTS, BEFORE_FAULTS, FAULTS, FaultProxy
 from spool_builders import RunBuilder, build_run
 
 TOKEN = "e2e-token-not-a-secret"
+#: Runs a command and reports its own peak RSS (see its docstring for why not wait4 here).
+PEAK_RSS = Path(__file__).resolve().parent.parent / "fixtures" / "peak_rss.py"
 KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
 FAULT_SEED = int(os.environ.get("PRIME_RUNS_FAULT_SEED", "1129"))
 
@@ -265,3 +268,25 @@ def test_a_run_held_by_another_sync_is_skipped_or_waited_for(tmp_path: Path, ser
     out, _ = waiting.communicate(timeout=60)
     assert json.loads(out)["runs"][0]["state"] == "synced"
     assert_exactly_once(api, builder)
+
+
+def test_four_large_runs_synced_by_four_jobs_stay_under_150_mb(tmp_path: Path, server, api) -> None:
+    """Peak memory is bounded whatever ``--jobs``: each run needs several 25 MiB requests, and
+    four at once would hold eight such bodies (250 MB and more) without the process-wide
+    bound on large bodies and the allocator giving them back (docs/sync.md, "Memory")."""
+    salt = os.urandom(4).hex()
+    builders = [build_run(tmp_path / f"big{n}", f"big-{salt}-{n}", 1000, size=20_000) for n in range(4)]
+    out_path, err_path, peak_path = tmp_path / "sync.out", tmp_path / "sync.err", tmp_path / "peak"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.run([sys.executable, str(PEAK_RSS), str(peak_path),
+                               *sync_cmd(server.base_url, str(tmp_path), "--jobs", "4", "--json")],
+                              stdout=out, stderr=err, timeout=300,
+                              env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root")))
+    report = json.loads(out_path.read_text())
+    assert proc.returncode == 0, err_path.read_text()
+    peak_mb = int(peak_path.read_text()) / 1024
+    assert [r["state"] for r in report["runs"]] == ["synced"] * 4
+    assert sum(r["bytes_sent"] for r in report["runs"]) > 4 * 2 * 25 * 2**20, "not large enough to prove a bound"
+    for builder in builders:
+        assert_exactly_once(api, builder)
+    assert peak_mb < 150, f"sync of four large runs with --jobs 4 peaked at {peak_mb:.0f} MB"

@@ -4,6 +4,8 @@ important cases against the real local platform process."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +16,9 @@ from fake_platform import FakePlatform
 from spool_builders import RunBuilder, build_run
 from prime_runs_spool.client import PlatformClient
 from prime_runs_spool.settings import Secret, Settings
+from prime_runs_spool.sync import rows as rows_module
 from prime_runs_spool.sync.engine import RunSync, SyncOptions
+from prime_runs_spool.sync.runner import sync_paths
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import Destination, state_path
 
@@ -418,3 +422,55 @@ def test_a_state_file_that_is_not_ours_is_set_aside_and_reconciled(
     assert any("reconciling with the platform" in warning for warning in report.warnings)
     assert time.slept >= 30.0 and report.pushed_now == 0
     assert_exactly_once(platform, builder)
+
+
+class CountingBudget:
+    """Stands in for rows.LARGE_BODIES: the same semaphore, counting what is held and who waited."""
+
+    def __init__(self, tokens: int) -> None:
+        self._semaphore = threading.BoundedSemaphore(tokens)
+        self._lock = threading.Lock()
+        self.held = self.most_held = self.waited = 0
+
+    def acquire(self) -> None:
+        if not self._semaphore.acquire(blocking=False):
+            with self._lock:
+                self.waited += 1
+            self._semaphore.acquire()
+        with self._lock:
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+
+    def release(self) -> None:
+        with self._lock:
+            self.held -= 1
+        self._semaphore.release()
+
+
+@pytest.mark.parametrize("tokens", [2, 1])
+def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
+        tmp_path: Path, platform: FakePlatform, monkeypatch, tokens: int) -> None:
+    """``--jobs 6`` over six runs of several large requests each: never more than ``tokens``
+    large bodies at once, no deadlock even with one token, and every run exactly once."""
+    budget = CountingBudget(tokens)
+    monkeypatch.setattr(rows_module, "LARGE_BODIES", budget)
+    monkeypatch.setattr(rows_module, "LARGE_BODY", 8_000)  # "large" at this scale
+    builders = [build_run(tmp_path / f"run{n}", f"r{n}", 30) for n in range(6)]
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    transport = platform.transport()
+    handle = transport.handler
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        time.sleep(0.002)  # a request on the wire for a while, so runs overlap
+        return handle(request)
+
+    client = PlatformClient(settings, transport=httpx.MockTransport(slow))
+    options = SyncOptions(request_lifetime=30.0, max_request_bytes=20_000, backoff=Backoff(base=0.01, cap=0.05))
+    reports = sync_paths([tmp_path], client, DEST, options, jobs=6)
+    assert [r.state for r in reports] == ["synced"] * 6
+    assert budget.most_held <= tokens, f"{budget.most_held} large bodies alive at once"
+    assert budget.waited > 0, "the bound never had to hold a run back: the test proves nothing"
+    assert budget.held == 0, "a token was never given back"
+    assert len(platform.evaluations) == 6
+    pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
+    assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"

@@ -441,7 +441,10 @@ class RunSync:
             try:
                 for batch in read_ahead(batches(stream, self.options.max_request_bytes)):
                     if batch.count:
-                        self._send(batch)
+                        try:
+                            self._send(batch)
+                        finally:
+                            batch.release()  # its body, and its large-body token
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0, batch.seal)
                         self._save()

@@ -110,18 +110,35 @@ class RowStream:
             self.cursor = after
 
 
+#: A request body that grows past this many bytes is *large*: it must first take one of
+#: LARGE_BODIES' tokens. Small bodies (a small or live run's requests) never wait.
+LARGE_BODY = 1 << 20
+
+#: How many large request bodies may be alive at once in this process, whatever ``--jobs``:
+#: each run holds up to two (one on the wire, the next being built), so without a
+#: process-wide bound ``--jobs 4`` over four large runs held eight 25 MiB bodies (392 MB
+#: peak RSS; docs/benchmarks.md). A batch takes a token whole, before its body grows past
+#: LARGE_BODY, and never takes a second one, so a batch that waits for a token holds none
+#: and every token is held by a batch that can finish: no deadlock, even with one token.
+LARGE_BODIES = threading.BoundedSemaphore(2)
+
+
 class Batch:
     """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
     once they are acknowledged.
 
     The body is built in place, one row appended at a time, so a batch costs one buffer
     of at most the request ceiling: no list of rows beside it, no join, no second copy.
+    A body about to grow past LARGE_BODY first takes a LARGE_BODIES token, which
+    :meth:`release` (or, for a batch dropped unsent, its collection) gives back.
     """
 
-    __slots__ = ("_buffer", "count", "end", "episodes", "seal")
+    __slots__ = ("_buffer", "_budget", "count", "end", "episodes", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
+        #: The LARGE_BODIES semaphore whose token this batch holds, if it holds one.
+        self._budget: threading.BoundedSemaphore | None = None
         self.count = 0
         self.end: Cursor | None = None
         self.episodes = 0
@@ -139,6 +156,10 @@ class Batch:
         return not self.count or self.size + 1 + len(row) <= limit
 
     def add(self, row: Row) -> None:
+        if self._budget is None and len(self._buffer) + 1 + len(row.data) > LARGE_BODY:
+            budget = LARGE_BODIES
+            budget.acquire()
+            self._budget = budget
         if self.count:
             self._buffer += b","
         self._buffer += row.data
@@ -147,8 +168,18 @@ class Batch:
         self.episodes += row.closes_episode
 
     def release(self) -> None:
-        """Drop the body once it is sent (the counts and cursor stay)."""
+        """Drop the body once it is sent (the counts and cursor stay), and its token."""
         self._buffer = bytearray()
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.release()
+
+    def __del__(self) -> None:
+        # A batch dropped unsent (an error, a consumer that stopped early) gives its token back.
+        budget = getattr(self, "_budget", None)
+        if budget is not None:
+            self._budget = None
+            budget.release()
 
     def body(self) -> bytearray:
         """The request body, ``{"samples":[row,...]}`` (the batch is finished by this)."""
