@@ -444,7 +444,7 @@ class RunSync:
                         try:
                             self._send(batch)
                         finally:
-                            batch.release()  # its body, and its large-body token
+                            batch.release()  # its body and its large-body token, sent or not
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0, batch.seal)
                         self._save()
@@ -485,8 +485,7 @@ class RunSync:
         self._acknowledge(batch.end, rows, batch.episodes, batch.seal)
         self.report.pushed_now += rows
         self.report.bytes_sent += len(body)
-        del body
-        batch.release()  # so the next batch is built without this one's body still alive
+        del body  # _push_all releases the batch: the next one is built without this body alive
         self._show()
 
     # -- finishing ---------------------------------------------------------------------------
