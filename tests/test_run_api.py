@@ -25,6 +25,7 @@ from prime_runs_spool.layout import list_segments
 from prime_runs_spool.masking import MASK
 from prime_runs_spool.run import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
 from tests.conftest import child_env
+from tests.loop_ticker import Ticker
 from tests.run_helpers import all_bytes_under, make_episode, make_trace, run_files
 
 
@@ -344,23 +345,9 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
 
     async def main() -> tuple[int, float]:
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        started = time.monotonic()
-        await asyncio.gather(*(run.log_episodes_async([make_episode(f"e{i}", i)]) for i in range(4)))
-        elapsed = time.monotonic() - started
-        stop.set()
-        await task
-        return ticks, elapsed
+        async with Ticker(0.01) as ticker:
+            await asyncio.gather(*(run.log_episodes_async([make_episode(f"e{i}", i)]) for i in range(4)))
+        return ticker.ticks, ticker.elapsed
 
     ticks, elapsed = asyncio.run(main())
     assert elapsed >= 0.3

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env
+from loop_ticker import Ticker
 from prime_runs_spool import read_run, writer as writer_module
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.reader import iter_records, writer_alive
@@ -95,24 +96,11 @@ def test_async_appends_never_block_the_event_loop(tmp_path: Path, monkeypatch):
     w = SegmentWriter.create(tmp_path, "r")
 
     async def main() -> tuple[list[int], int, float]:
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        tick_task = asyncio.create_task(ticker())
-        started = time.monotonic()
         seqs = []
-        for _ in range(3):  # three waves, each waiting on at least one slow sync
-            seqs += await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(50)))
-        elapsed = time.monotonic() - started
-        stop.set()
-        await tick_task
-        return seqs, ticks, elapsed
+        async with Ticker(0.005) as ticker:
+            for _ in range(3):  # three waves, each waiting on at least one slow sync
+                seqs += await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(50)))
+        return seqs, ticker.ticks, ticker.elapsed
 
     seqs, ticks, elapsed = asyncio.run(main())
     assert sorted(seqs) == list(range(1, 151))
