@@ -6,6 +6,7 @@ repository's parent directory's disk, never /tmp, which may be a tmpfs) and remo
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -34,6 +35,16 @@ from prime_runs_spool.writer import SegmentWriter  # noqa: E402
 
 PYTHON = sys.executable
 API_KEY = "bench-key"
+
+
+def arguments(doc: str | None, *, repeat: int, quick: str) -> argparse.ArgumentParser:
+    """The options every sync benchmark takes; each script adds its own and its --quick."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=20_000, help="bytes per episode, about")
+    parser.add_argument("--repeat", type=int, default=repeat)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--dir", default=None, help="scratch folder parent (a real disk, not tmpfs)")
+    return parser
 
 
 def child_env() -> dict[str, str]:

@@ -13,7 +13,6 @@ Goal (issue 5): under 150 MB.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _synccommon import PYTHON, ROOT, child_env, human, now, platform, scratch, write_tree  # noqa: E402
+from _synccommon import PYTHON, ROOT, arguments, child_env, human, now, platform, scratch, write_tree  # noqa: E402
 
 GOAL_MB = 150
 
@@ -43,14 +42,10 @@ def run_measured(argv: list[str]) -> tuple[int, float, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, repeat=1, quick="100 MB")
     parser.add_argument("--mb", type=float, default=1024, help="megabytes of spool")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="sync --jobs (runs in parallel)")
-    parser.add_argument("--size", type=int, default=20_000, help="bytes per episode, about")
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="100 MB")
-    parser.add_argument("--dir", default=None, help="scratch folder parent (a real disk, not tmpfs)")
     args = parser.parse_args()
     if args.quick:
         args.mb = min(args.mb, 100)

@@ -18,7 +18,6 @@ Goal (issue 5): the large tree's time at most 1.5x the small one's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synccommon import (  # noqa: E402
-    PYTHON, ROOT, child_env, client_for, human, now, platform, scratch, spread, write_tree,
+    PYTHON, ROOT, arguments, child_env, client_for, human, now, platform, scratch, spread, write_tree,
 )
 
 from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
@@ -74,14 +73,10 @@ def measure(work: Path, label: str, total_bytes: int, runs: int, size: int, repe
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, repeat=7, quick="10 MB against 100 MB, 3 repeats")
     parser.add_argument("--small-mb", type=float, default=10)
     parser.add_argument("--large-mb", type=float, default=1024)
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--size", type=int, default=20_000, help="bytes per episode, about")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="10 MB against 100 MB, 3 repeats")
-    parser.add_argument("--dir", default=None, help="scratch folder parent (a real disk, not tmpfs)")
     args = parser.parse_args()
     if args.quick:
         args.large_mb, args.repeat = min(args.large_mb, 100), min(args.repeat, 3)

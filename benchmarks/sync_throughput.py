@@ -21,7 +21,6 @@ Goal (issue 5): sync time at most 1.3x the bare loop's.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 from _synccommon import (  # noqa: E402
-    API_KEY, client_for, drop_state, human, now, platform, scratch, spread, write_run,
+    API_KEY, arguments, client_for, drop_state, human, now, platform, scratch, spread, write_run,
 )
 
 from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
@@ -80,13 +79,9 @@ def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, repeat=3, quick="2,000 episodes, 2 repeats")
     parser.add_argument("--episodes", type=int, default=10_000)
-    parser.add_argument("--size", type=int, default=20_000, help="bytes per episode, about")
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-request-bytes", type=int, default=26_214_400)
-    parser.add_argument("--quick", action="store_true", help="2,000 episodes, 2 repeats")
-    parser.add_argument("--dir", default=None, help="scratch folder parent (a real disk, not tmpfs)")
     args = parser.parse_args()
     if args.quick:
         args.episodes, args.repeat = min(args.episodes, 2_000), min(args.repeat, 2)
