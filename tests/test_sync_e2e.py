@@ -104,10 +104,38 @@ def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, a
     assert evaluation["status"] == "COMPLETED"
 
 
+def pushed_so_far(api: httpx.Client, run_id: str) -> int:
+    """How many samples of the run the platform holds now (0 before its evaluation exists)."""
+    evaluations = evaluations_of(api, run_id)
+    return evaluations[0]["total_samples"] if evaluations else 0
+
+
+def kill_on_progress(proc: subprocess.Popen[bytes], api: httpx.Client, run_id: str, more: int,
+                     patience: float = 60.0) -> bool:
+    """SIGKILL ``proc`` once the platform holds ``more`` samples beyond what it held when called
+    (``more == 0``: as soon as it is seen running). False if the sync ended first.
+
+    Killing on observed progress, not after a fixed sleep, is what keeps this test independent
+    of the machine's speed: every kill lands while the sync is mid-push, and each one consumes
+    a bounded amount of the run, so there is always work left for the next."""
+    target = pushed_so_far(api, run_id) + more
+    deadline = time.monotonic() + patience
+    while proc.poll() is None:
+        if more == 0 or pushed_so_far(api, run_id) >= target:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        assert time.monotonic() < deadline, f"sync made no progress in {patience} s"
+        time.sleep(0.005)
+    return False
+
+
 def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, server, api) -> None:
-    """SIGKILL ``prime-runs sync`` at random moments (at least PRIME_RUNS_SYNC_KILLS times,
-    default 20) while it pushes one request per episode; then a sync runs to the end."""
-    builder = build_run(tmp_path / "run", "e2e-sigkill", 60 * KILLS, size=1_800)  # work for every kill
+    """SIGKILL ``prime-runs sync`` (at least PRIME_RUNS_SYNC_KILLS times, default 20) at moments
+    chosen by what it has done: during start-up, or after it pushed 1 to 12 more samples; then
+    a sync runs to the end. Each kill consumes at most a few dozen of the run's 60 episodes per
+    kill, so no sync can finish early and leave the loop without syncs to kill."""
+    builder = build_run(tmp_path / "run", "e2e-sigkill", 60 * KILLS, size=1_800)
     rng = random.Random(20261129)
     env = child_env(PRIME_API_KEY=TOKEN)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--max-request-bytes", "6000")
@@ -115,10 +143,11 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
     while kills < KILLS and runs < 3 * KILLS:
         runs += 1
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(0.35, 0.9))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
+        if rng.random() < 0.2:  # during start-up: state read, evaluation looked up or created
+            time.sleep(rng.uniform(0.0, 0.3))
+            kills += kill_on_progress(proc, api, builder.run_id, 0)
+        else:
+            kills += kill_on_progress(proc, api, builder.run_id, rng.randint(1, 12))
         proc.wait()
     assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
     final = run_sync(server.base_url, str(tmp_path), "--json", "--max-request-bytes", "6000")
