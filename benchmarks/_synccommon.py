@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fixtures.episodes import make_episode  # noqa: E402
-from prime_runs_spool.client import PlatformClient  # noqa: E402
-from prime_runs_spool.projection import RolloutCounter  # noqa: E402
-from prime_runs_spool.settings import Secret, Settings  # noqa: E402
-from prime_runs_spool.summary import SummaryAccumulator  # noqa: E402
+from prime_runs_spool.platform_api.client import PlatformClient  # noqa: E402
+from prime_runs_spool.content.episodes import RolloutCounter  # noqa: E402
+from prime_runs_spool.platform_api.settings import Secret, Settings  # noqa: E402
+from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
 from prime_runs_spool.sync.state import Destination, destination_key  # noqa: E402
-from prime_runs_spool.writer import SegmentWriter  # noqa: E402
+from prime_runs_spool.spool.writer import SegmentWriter  # noqa: E402
 
 PYTHON = sys.executable
 API_KEY = "bench-key"

@@ -36,9 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prime_runs_spool.framing import encode_line  # noqa: E402
-from prime_runs_spool import writer as writer_module  # noqa: E402
-from prime_runs_spool.writer import SegmentWriter  # noqa: E402
+from prime_runs_spool.spool.format import encode_line  # noqa: E402
+from prime_runs_spool.spool import writer as writer_module  # noqa: E402
+from prime_runs_spool.spool.writer import SegmentWriter  # noqa: E402
 
 THREADS = 64
 

@@ -50,7 +50,7 @@ def main() -> None:
     if args.quick:
         args.mb = min(args.mb, 100)
 
-    _, baseline, _ = run_measured([PYTHON, "-c", "import commands.cli, prime_runs_spool.sync.runner"])
+    _, baseline, _ = run_measured([PYTHON, "-c", "import commands.cli, prime_runs_spool.sync.many"])
     rows = []
     with scratch(args.dir, "syncbench-mem-") as work:
         tree = work / "tree"

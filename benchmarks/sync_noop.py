@@ -31,7 +31,7 @@ from _synccommon import (  # noqa: E402
 )
 
 from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
-from prime_runs_spool.sync.runner import sync_paths  # noqa: E402
+from prime_runs_spool.sync.many import sync_paths  # noqa: E402
 
 GOAL = 1.5
 

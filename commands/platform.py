@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from prime_runs_spool.platform.server import serve
-from prime_runs_spool.platform.store import StoreError
+from prime_runs_spool.local_platform.server import serve
+from prime_runs_spool.local_platform.store import StoreError
 
 
 @click.group("platform")

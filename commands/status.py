@@ -9,8 +9,8 @@ import click
 import orjson
 
 from commands.output import require_paths
-from prime_runs_spool.layout import find_runs
-from prime_runs_spool.status import run_status
+from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.sync.status import run_status
 
 
 @click.command("status")

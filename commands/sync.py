@@ -9,32 +9,35 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import orjson
 
-from prime_runs_spool.client import PlatformClient
-from prime_runs_spool.settings import Secret, Settings, load_settings
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
-from prime_runs_spool.sync.follow import FollowOptions, Follower, Stopped
+from prime_runs_spool.sync.console import (
+    DEFAULT_BACKOFF_CAP,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_TIMEOUT,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    event_printer,
+    exit_code,
+    follow_until_stopped,
+    report_lines,
+)
+from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.runner import sync_paths
+from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.state import Destination, destination_key, remote_destination
 from commands.output import Progress, fail_usage, require_paths
-
-#: Exit codes (docs/cli.md).
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
-
-#: Report states that mean the run did not get where it should.
-FAILED_STATES = {"error", "corrupt"}
-
 
 #: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
 #: ``--local`` links to: the embedded server itself lives only as long as the command.
@@ -51,7 +54,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
                  ) -> Iterator[tuple[Settings, Destination, str | None]]:
     """Settings and the destination identity; for ``--local``, a running embedded platform."""
     if local:
-        from prime_runs_spool.platform.server import EmbeddedPlatform
+        from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
         db_path = (db or default_local_db()).expanduser().resolve()
         try:
@@ -88,16 +91,16 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--request-lifetime", type=click.FloatRange(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
               default=DEFAULT_REQUEST_LIFETIME, show_default=True,
               help="Seconds after which an unanswered request can no longer land (env PRIME_RUNS_REQUEST_LIFETIME).")
-@click.option("--timeout", type=click.FloatRange(0.1), default=120.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(0.1), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for one answer.")
-@click.option("--max-attempts", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--max-attempts", type=click.IntRange(1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
               help="Consecutive failures of one request before a run gives up (its state is kept).")
 @click.option("--follow", is_flag=True,
               help="Keep following live spools: push episodes as they are appended, pick up new runs, "
                    "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
 @click.option("--exit-when-idle", is_flag=True,
               help="With --follow: exit once every run found is finished and no writer is live.")
-@click.option("--poll-interval", type=click.FloatRange(0.01), default=0.1, show_default=True,
+@click.option("--poll-interval", type=click.FloatRange(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
               help="With --follow: seconds between looks at each spool's size.")
 @click.option("--replay", is_flag=True,
               help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
@@ -106,7 +109,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
 @click.option("--max-request-bytes", type=click.IntRange(1024, 26_214_400), default=26_214_400, hidden=True,
               help="Request body ceiling (tests and benchmarks use smaller ones).")
-@click.option("--backoff-cap", type=click.FloatRange(0.0), default=30.0, hidden=True,
+@click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
@@ -138,9 +141,10 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         with _destination(local, db, base_url, team) as (settings, destination, local_db):
             with PlatformClient(settings, timeout=timeout) as client:
                 if follow:
-                    _follow(Follower(roots, client, destination, options,
-                                     FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
-                                     on_report=_event_printer(as_json)))
+                    sys.exit(follow_until_stopped(Follower(
+                        roots, client, destination, options,
+                        FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
+                        on_report=event_printer(as_json, click.echo, sys.stdout.flush))))
                 reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update)
     except Exception as exc:  # an internal error: one line, unless asked for the traceback
@@ -152,48 +156,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         sys.exit(EXIT_RUN_FAILED)
     progress.close()
     _print(reports, as_json=as_json, local_db=local_db)
-    sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
-
-
-def _follow(follower: Follower) -> NoReturn:
-    """Follow until SIGINT/SIGTERM (exit 0) or, with --exit-when-idle, until idle (exit 1
-    when a run ended in error). The first signal stops at the next step boundary; a second
-    one stops at once (still safe: the state is consistent at every instant)."""
-
-    def on_signal(signum: int, frame: object) -> None:
-        if follower.stop.is_set():
-            raise Stopped
-        follower.stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
-    try:
-        reports = follower.run()
-    except Stopped:
-        reports = []
-    if follower.stop.is_set():
-        sys.exit(EXIT_OK)
-    sys.exit(EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK)
-
-
-def _event_printer(as_json: bool) -> Callable[[RunReport], None]:
-    """While following: one line per change of a run's state (a JSON object with --json)."""
-
-    def emit(report: RunReport) -> None:
-        if as_json:
-            click.echo(orjson.dumps(report.as_json()).decode())
-        else:
-            _print_report(report)
-        sys.stdout.flush()
-
-    return emit
+    sys.exit(exit_code(reports))
 
 
 def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> None:
     if as_json:
         document: dict[str, Any] = {
             "runs": [report.as_json() for report in reports],
-            "ok": not any(r.state in FAILED_STATES for r in reports),
+            "ok": exit_code(reports) == EXIT_OK,
         }
         if local_db:
             document["local_db"] = local_db
@@ -203,20 +173,7 @@ def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> 
         click.echo("no runs found")
         return
     for report in reports:
-        _print_report(report)
+        for line in report_lines(report):
+            click.echo(line)
     if local_db:
         click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")
-
-
-def _print_report(report: RunReport) -> None:
-    line = f"{report.state:<10} {report.path}"
-    if report.evaluation_id:
-        line += f"  evaluation {report.evaluation_id}"
-    line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
-    if report.url:
-        line += f"  {report.url}"
-    click.echo(line)
-    for warning in report.warnings:
-        click.echo(f"  warning: {warning}")
-    if report.error:
-        click.echo(f"  error: {report.error}")

@@ -15,8 +15,8 @@ import click
 import orjson
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnsupportedFormatError
-from prime_runs_spool.layout import find_runs
-from prime_runs_spool.reader import read_run
+from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.spool.reader import read_run
 
 
 def _check_run(run_dir: Path) -> dict[str, Any]:

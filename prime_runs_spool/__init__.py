@@ -15,9 +15,9 @@ The command line (``commands/``) is a thin shell over these.
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import RunClosedError
-from prime_runs_spool.reader import Position, Record, SegmentInfo, Spool, iter_records, read_run, scan_segment
-from prime_runs_spool.run import Run, open_run
-from prime_runs_spool.writer import SegmentWriter
+from prime_runs_spool.spool.reader import Position, Record, SegmentInfo, Spool, iter_records, read_run, scan_segment
+from prime_runs_spool.runner.run import Run, open_run
+from prime_runs_spool.spool.writer import SegmentWriter
 
 __all__ = [
     "Position",

@@ -1,32 +1,10 @@
-"""Shared test helpers.
-
-Subprocesses must import *this* checkout's code, not whatever an editable install points
-at, so every child gets ``PYTHONPATH`` set to the repository root.
-"""
+"""Fixtures shared by the tests; the helpers themselves live in ``tests/support/``."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REFERENCE_DIR = REPO_ROOT.parent / "shared" / "reference"
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment for a child process that runs this checkout's code."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("PRIME_API_KEY", None)
-    env.update(extra)
-    return env
-
-
-#: argv prefix that runs the ``prime-runs`` command line from this checkout.
-CLI = [sys.executable, "-m", "commands"]
+from support.env import child_env
 
 
 @pytest.fixture

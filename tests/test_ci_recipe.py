@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT, child_env
+from support.env import REPO_ROOT, child_env
 from prime_runs_spool import read_run
-from test_sync_e2e import TOKEN, api, server  # noqa: F401
+from support.sync_e2e import TOKEN, api, server  # noqa: F401
 
 SCRIPT = REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh"
 

@@ -1,7 +1,7 @@
 """The console script exists and answers --version and --help without a traceback."""
 
 import subprocess
-from conftest import CLI, child_env
+from support.env import CLI, child_env
 
 from prime_runs_spool import __version__
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from prime_runs_spool.client import FailureKind, PlatformClient, PlatformError
-from prime_runs_spool.settings import Secret, Settings, load_settings, normalize_base_url
+from prime_runs_spool.platform_api.client import FailureKind, PlatformClient, PlatformError
+from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings, normalize_base_url
 
 
 def client_with(handler) -> PlatformClient:

@@ -15,11 +15,11 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import child_env
+from support.env import child_env
 from prime_runs_spool import read_run
-from prime_runs_spool.reader import iter_records
+from prime_runs_spool.spool.reader import iter_records
 
-SCRIPT = Path(__file__).with_name("crash_writer.py")
+SCRIPT = Path(__file__).parent / "support" / "crash_writer.py"
 LOOPS = int(os.environ.get("PRIME_RUNS_CRASH_LOOPS", "30"))
 
 

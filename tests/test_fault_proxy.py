@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-import platform_process
-from conftest import REPO_ROOT, child_env
+from support import platform_process
+from support.env import REPO_ROOT, child_env
 from fixtures.fault_proxy import AFTER_FAULTS, FAULTS, NO_FAULT, FaultProxy, check_rates, spread
 
 

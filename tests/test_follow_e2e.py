@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import child_env
-from platform_process import first_line
+from support.env import child_env
+from support.platform_process import first_line
 from fixtures.fault_proxy import FaultProxy
-from spool_builders import RunBuilder
-from test_sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, sample_ids, server, sync_cmd  # noqa: F401
+from support.runs import RunBuilder
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, sample_ids, server, sync_cmd  # noqa: F401
 
 
 def follow(base_url: str, *paths: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen[str]:

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool.errors import CorruptSpoolError, RecordNotSerializableError
-from prime_runs_spool.framing import encode_line, parse_line, prepare
-from prime_runs_spool.reader import iter_records, read_run
-from spool_helpers import as_tuples, build_segment, write_segment
+from prime_runs_spool.spool.format import encode_line, parse_line, prepare
+from prime_runs_spool.spool.reader import iter_records, read_run
+from support.segments import as_tuples, build_segment, write_segment
 
 json_scalars = (
     st.none()

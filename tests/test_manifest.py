@@ -13,9 +13,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.framing import FORMAT_VERSION
-from prime_runs_spool.manifest import MAX_CONFIG_SOURCE_BYTES, build_manifest, v0_metadata
-from prime_runs_spool.masking import MASK
+from prime_runs_spool.spool.format import FORMAT_VERSION
+from prime_runs_spool.content.manifest import MAX_CONFIG_SOURCE_BYTES, build_manifest, v0_metadata
+from prime_runs_spool.content.masking import MASK
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference"
 SECRET = "SECRETVALUE0123456789"

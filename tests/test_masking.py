@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prime_runs_spool.masking import MASK, MaskRules, find_set_tables, mask, parse_pattern
+from prime_runs_spool.content.masking import MASK, MaskRules, find_set_tables, mask, parse_pattern
 
 if sys.version_info >= (3, 11):
     import tomllib

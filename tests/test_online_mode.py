@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import CLI, child_env
+from support.env import CLI, child_env
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run, read_run
-from prime_runs_spool.sync.shipper import LOG_NAME
+from prime_runs_spool.runner.online import LOG_NAME
 from test_follow_e2e import wait_for
-from test_sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
 
 
 def episodes(run_id: str, start: int, count: int) -> list[dict]:

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import platform_process
-from conftest import CLI, child_env
-from prime_runs_spool.platform import EmbeddedPlatform
-from prime_runs_spool.platform.app import MAX_BODY_BYTES
+from support import platform_process
+from support.env import CLI, child_env
+from prime_runs_spool.local_platform import EmbeddedPlatform
+from prime_runs_spool.local_platform.app import MAX_BODY_BYTES
 
 TOKEN = "s3cret-token"
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool import writer as writer_module
+from prime_runs_spool.spool import writer as writer_module
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.reader import iter_records, read_run
-from prime_runs_spool.writer import SegmentWriter
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.reader import iter_records, read_run
+from prime_runs_spool.spool.writer import SegmentWriter
 
 
 class PowerLossDisk:

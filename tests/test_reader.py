@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool import reader as reader_module
+from prime_runs_spool.spool import reader as reader_module
 from prime_runs_spool.errors import CorruptSpoolError, NoSuchPathError, UnsupportedFormatError
-from prime_runs_spool.framing import encode_line
-from prime_runs_spool.layout import find_runs
-from prime_runs_spool.reader import Position, iter_records, read_run, scan_segment
-from prime_runs_spool.writer import SegmentWriter
-from spool_helpers import build_segment, header, write_segment
+from prime_runs_spool.spool.format import encode_line
+from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.spool.reader import Position, iter_records, read_run, scan_segment
+from prime_runs_spool.spool.writer import SegmentWriter
+from support.segments import build_segment, header, write_segment
 
 
 def test_sequence_gap_second_header_and_data_after_seal_are_corruption(tmp_path: Path):

@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import child_env
-from spool_builders import build_run
-from test_sync_e2e import TOKEN, api, evaluations_of, run_sync, sample_ids, server, sync_cmd  # noqa: F401
+from support.env import child_env
+from support.runs import build_run
+from support.sync_e2e import TOKEN, api, evaluations_of, run_sync, sample_ids, server, sync_cmd  # noqa: F401
 
 
 def by_replay(api, run_id: str) -> dict[str | None, list[dict]]:

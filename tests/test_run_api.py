@@ -17,16 +17,16 @@ from typing import Any
 import pydantic
 import pytest
 
-import prime_runs_spool.writer as writer_module
+import prime_runs_spool.spool.writer as writer_module
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
-from prime_runs_spool.framing import FORMAT_VERSION, parse_line
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.masking import MASK
-from prime_runs_spool.run import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
-from tests.conftest import child_env
-from tests.loop_ticker import Ticker
-from tests.run_helpers import all_bytes_under, make_episode, make_trace, run_files
+from prime_runs_spool.spool.format import FORMAT_VERSION, parse_line
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.content.masking import MASK
+from prime_runs_spool.runner.run import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
+from support.env import child_env
+from support.loop_ticker import Ticker
+from support.episodes import all_bytes_under, make_episode, make_trace, run_files
 
 
 def lines_of(segment: Path) -> list[Any]:

@@ -11,8 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
-import platform_process
-from conftest import CLI, child_env
+from support import platform_process
+from support.env import CLI, child_env
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
 from prime_runs_spool import open_run
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool.summary import SummaryAccumulator, compute_summary
+from prime_runs_spool.content.summary import SummaryAccumulator, compute_summary
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "projection"
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fake_platform import FakePlatform
-from spool_builders import RunBuilder, build_run
-from prime_runs_spool.client import PlatformClient
-from prime_runs_spool.settings import Secret, Settings
+from support.fake_platform import FakePlatform
+from support.runs import RunBuilder, build_run
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.sync import rows as rows_module
 from prime_runs_spool.sync.engine import RunSync, SyncOptions
-from prime_runs_spool.sync.runner import sync_paths
+from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import Destination, state_path
 
@@ -355,7 +355,7 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
     still take it back, so sync must not put it on the platform until it is durable."""
     import threading
 
-    import prime_runs_spool.writer as writer_module
+    import prime_runs_spool.spool.writer as writer_module
 
     builder = RunBuilder(tmp_path / "run", "r1")
     builder.open_segment()

@@ -12,17 +12,17 @@ from typing import Any
 import pydantic
 import pytest
 
-import prime_runs_spool.writer as writer_module
+import prime_runs_spool.spool.writer as writer_module
 from prime_runs_spool import read_run
 from prime_runs_spool.errors import SpoolWriteError
-from prime_runs_spool.integrations.verifiers import (
+from prime_runs_spool.runner.verifiers import (
     abort_eval_run,
     eval_run_dir,
     finish_eval_run,
     open_eval_run,
 )
-from prime_runs_spool.masking import MASK
-from tests.run_helpers import all_bytes_under, make_episode
+from prime_runs_spool.content.masking import MASK
+from support.episodes import all_bytes_under, make_episode
 
 
 class ClientConfig(pydantic.BaseModel):

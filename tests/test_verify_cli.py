@@ -6,9 +6,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import CLI, child_env
-from prime_runs_spool.writer import SegmentWriter
-from spool_helpers import build_segment, write_segment
+from support.env import CLI, child_env
+from prime_runs_spool.spool.writer import SegmentWriter
+from support.segments import build_segment, write_segment
 
 
 def verify(*args: str) -> subprocess.CompletedProcess[str]:

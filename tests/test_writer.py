@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import child_env
-from loop_ticker import Ticker
-from prime_runs_spool import read_run, writer as writer_module
+from support.env import child_env
+from support.loop_ticker import Ticker
+from prime_runs_spool import read_run
+from prime_runs_spool.spool import writer as writer_module
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
-from prime_runs_spool.reader import iter_records, writer_alive
-from prime_runs_spool.writer import SegmentWriter
+from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.writer import SegmentWriter
 
 
 class SyncLedger:

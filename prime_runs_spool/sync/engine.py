@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.client import FailureKind, PlatformClient, PlatformError
+from prime_runs_spool.platform_api.client import FailureKind, PlatformClient, PlatformError
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, SyncError
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.manifest import v0_metadata
-from prime_runs_spool.projection import SampleTooLargeError
-from prime_runs_spool.reader import iter_records, writer_alive
-from prime_runs_spool.summary import SummaryAccumulator
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.content.manifest import v0_metadata
+from prime_runs_spool.platform_api.v0 import SampleTooLargeError
+from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.rows import Batch, RowStream, batches, read_ahead, records, skip_rows
 from prime_runs_spool.sync.state import (

@@ -33,12 +33,12 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from prime_runs_spool.client import PlatformClient
+from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.layout import find_runs, list_segments
-from prime_runs_spool.reader import durable_mark, writer_alive
+from prime_runs_spool.spool.layout import find_runs, list_segments
+from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
-from prime_runs_spool.sync.runner import sync_lock
+from prime_runs_spool.sync.many import sync_lock
 from prime_runs_spool.sync.state import Destination
 
 #: Report states after which a run with no live writer has nothing left to follow.

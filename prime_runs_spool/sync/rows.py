@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import CorruptSpoolError, SyncError
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.projection import ENVELOPE_BYTES, SampleTooLargeError, project_episode_encoded
-from prime_runs_spool.reader import Position, iter_records
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, SampleTooLargeError, project_episode_encoded
+from prime_runs_spool.spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
 
 _SEGMENT_RE = re.compile(r"seg-(\d+)\.jsonl$")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from prime_runs_spool.client import PlatformClient
-from prime_runs_spool.layout import SPOOL_DIRNAME, find_runs
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination

@@ -1,4 +1,5 @@
-"""The online mode's shipper: ``prime-runs sync --follow`` on one run, in a child process.
+"""The online mode's shipper: ``python -m prime_runs_spool.sync --follow`` on one run, in a
+child process.
 
 Why a child process rather than a thread in the eval:
 
@@ -26,8 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prime_runs_spool.layout import spool_dir
-from prime_runs_spool.settings import load_settings
+from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.state import Destination, SyncState, remote_destination, state_path
 
 _log = logging.getLogger("prime_runs_spool")
@@ -65,10 +66,12 @@ def ship_timeout(explicit: float | None = None) -> float:
     return DEFAULT_SHIP_TIMEOUT
 
 
-def _code_root() -> str:
-    """The directory holding this very ``prime_runs_spool`` (and ``commands``): the child
-    must run the same code as the eval, whatever its working directory."""
-    return str(Path(__file__).resolve().parents[2])
+def _import_path() -> str:
+    """``PYTHONPATH`` for the child: this interpreter's own import path, in order, so the
+    child imports the very ``prime_runs_spool`` the eval runs (a checkout, a virtualenv or
+    an install), whatever its working directory."""
+    entries = [entry or os.getcwd() for entry in sys.path]
+    return os.pathsep.join(filter(None, [*entries, os.environ.get("PYTHONPATH")]))
 
 
 def _lower_priority() -> None:
@@ -94,9 +97,9 @@ class Shipper:
                          "goes on; the spool is complete, run prime-runs sync later")
             return None
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_code_root(), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = _import_path()
         env.pop("PRIME_RUNS_MODE", None)  # the child writes no run of its own
-        cmd = [sys.executable, "-m", "commands", "sync", "--follow", "--exit-when-idle",
+        cmd = [sys.executable, "-m", "prime_runs_spool.sync", "--follow", "--exit-when-idle",
                "--poll-interval", str(SHIPPER_POLL_INTERVAL),
                "--timeout", str(CHILD_REQUEST_TIMEOUT), "--base-url", settings.base_url, str(run_dir)]
         if settings.team_id:

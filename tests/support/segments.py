@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.framing import FORMAT_VERSION, encode_line
-from prime_runs_spool.layout import ensure_spool_dir, segment_path
+from prime_runs_spool.spool.format import FORMAT_VERSION, encode_line
+from prime_runs_spool.spool.layout import ensure_spool_dir, segment_path
 
 #: (offset, end_offset, seq, type, data, meta) of one line a test wrote.
 Written = tuple[int, int, int, str, Any, Any]

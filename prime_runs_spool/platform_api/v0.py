@@ -24,6 +24,14 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from prime_runs_spool.content.episodes import (
+    RolloutCounter,
+    is_null_reward,
+    summary_trace_index,
+    task_data,
+    trace_reward,
+)
+
 #: The platform's ceiling on one ``POST /evaluations/{id}/samples`` body.
 MAX_REQUEST_BYTES = 26_214_400
 #: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
@@ -61,23 +69,6 @@ FIXED_KEYS = (
 _FIXED = frozenset(FIXED_KEYS)
 
 
-class _NoRow:
-    """Sentinel type: an episode without traces has no row and takes no rollout number."""
-
-    _instance: _NoRow | None = None
-
-    def __new__(cls) -> _NoRow:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "NO_ROW"
-
-
-NO_ROW = _NoRow()
-
-
 class SampleTooLargeError(ValueError):
     """Even a single trace's row cannot fit in one request: the episode cannot be sent.
 
@@ -100,65 +91,6 @@ class EncodedRow(NamedTuple):
 
     row: dict[str, Any]
     body: bytes
-
-
-# --------------------------------------------------------------------------- numbering
-
-
-def summary_trace_index(record: Mapping[str, Any]) -> int | None:
-    """Index of the trace a row is projected from: the first trainable one, else the first."""
-    traces = record.get("traces") or ()
-    for i, trace in enumerate(traces):
-        if (trace.get("agent") or {}).get("trainable"):
-            return i
-    return 0 if traces else None
-
-
-def rollout_key(record: Mapping[str, Any]) -> Any:
-    """What rollout numbers count per: the summary trace's ``task.data.idx``.
-
-    ``None`` is a valid key; an episode without traces returns :data:`NO_ROW`.
-    """
-    index = summary_trace_index(record)
-    if index is None:
-        return NO_ROW
-    return _task_data(record["traces"][index]).get("idx")
-
-
-class RolloutCounter:
-    """Numbers episodes 1, 2, 3... per :func:`rollout_key`, in arrival order.
-
-    The spool writer stamps each record with ``next_number(record)`` so sync never
-    rescans a spool to number rows; a resumed run seeds the counter with the counts of
-    its earlier segments (``seed(counter.counts())`` round-trips).
-    """
-
-    def __init__(self) -> None:
-        self._counts: dict[Any, int] = {}
-
-    def next_number(self, record: Mapping[str, Any]) -> int | None:
-        """The rollout number of the next episode; ``None`` (and no count) without traces."""
-        key = rollout_key(record)
-        if key is NO_ROW:
-            return None
-        number = self._counts.get(key, 0) + 1
-        self._counts[key] = number
-        return number
-
-    def observe(self, key: Any, number: int) -> None:
-        """Record that an episode with ``key`` already took ``number`` (e.g. on resume)."""
-        if number > self._counts.get(key, 0):
-            self._counts[key] = number
-
-    def seed(self, counts: Mapping[Any, int] | Iterable[tuple[Any, int]]) -> None:
-        """Continue from earlier counts (a mapping or ``(key, count)`` pairs)."""
-        pairs = counts.items() if isinstance(counts, Mapping) else counts
-        for key, number in pairs:
-            self.observe(key, number)
-
-    def counts(self) -> dict[Any, int]:
-        """The highest number issued per key (a copy)."""
-        return dict(self._counts)
 
 
 # --------------------------------------------------------------------------- projection
@@ -266,7 +198,7 @@ def _trace_row(
     info: Any,
 ) -> dict[str, Any]:
     """One v0 row from one trace (see platform-api.md, "The v0 sample row")."""
-    data = _task_data(trace)
+    data = task_data(trace)
     agent = trace.get("agent") or {}
     branches = [_branch(trace, path) for path in _paths(trace.get("nodes") or ())]
     tools = trace.get("tools")
@@ -296,32 +228,10 @@ def _trace_row(
         "info": info,
     }
     for name, reward in rewards.items():
-        if _is_null_reward(reward) or name in _FIXED:
+        if is_null_reward(reward) or name in _FIXED:
             continue
         row[name] = reward["score"]
     return row
-
-
-def _task_data(trace: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (trace.get("task") or {}).get("data") or {}
-
-
-def _is_null_reward(reward: Any) -> bool:
-    return not isinstance(reward, Mapping) or reward.get("score") is None
-
-
-def trace_reward(trace: Mapping[str, Any]) -> Any:
-    """Sum of ``score * weight`` over the trace's non-null rewards, in order (int 0 if none).
-
-    Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
-    """
-    total: Any = 0
-    for reward in (trace.get("rewards") or {}).values():
-        if _is_null_reward(reward):
-            continue
-        weight = reward.get("weight")
-        total += reward["score"] * (1.0 if weight is None else weight)
-    return total
 
 
 def _is_truncated(trace: Mapping[str, Any]) -> bool:

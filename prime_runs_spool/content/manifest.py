@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.framing import FORMAT_VERSION
-from prime_runs_spool.masking import MaskRules, find_set_tables, mask
+from prime_runs_spool.spool.format import FORMAT_VERSION
+from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
 
 if sys.version_info >= (3, 11):
     import tomllib

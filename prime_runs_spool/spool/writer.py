@@ -42,8 +42,8 @@ import filelock
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
-from prime_runs_spool.framing import _DATA_OPEN, FORMAT_VERSION, Payload, checksum, framing_rest, prepare
-from prime_runs_spool.layout import (
+from prime_runs_spool.spool.format import _DATA_OPEN, FORMAT_VERSION, Payload, checksum, framing_rest, prepare
+from prime_runs_spool.spool.layout import (
     FILE_MODE,
     durable_mark_path,
     ensure_spool_dir,

@@ -24,7 +24,7 @@ import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.settings import Settings
+from prime_runs_spool.platform_api.settings import Settings
 
 #: The platform refuses request bodies larger than this (platform-api.md).
 MAX_REQUEST_BYTES = 26_214_400

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from prime_runs_spool.platform.store import DeadlineExceeded, NotFound, Store, write_deadline
+from prime_runs_spool.local_platform.store import DeadlineExceeded, NotFound, Store, write_deadline
 
 #: Largest request body the platform accepts (25 MiB), as the real one does.
 MAX_BODY_BYTES = 26_214_400

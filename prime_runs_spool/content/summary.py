@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prime_runs_spool.projection import trace_reward
+from prime_runs_spool.content.episodes import trace_reward
 
 
 class _Means:

@@ -9,7 +9,7 @@ idempotent), and so that ``prime-runs sync --local`` works on a machine with no 
 - ``server`` – running the app with uvicorn, as a process or embedded in a thread
 """
 
-from prime_runs_spool.platform.server import EmbeddedPlatform
-from prime_runs_spool.platform.store import Store
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.local_platform.store import Store
 
 __all__ = ["EmbeddedPlatform", "Store"]

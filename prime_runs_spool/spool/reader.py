@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
-from prime_runs_spool.framing import FORMAT_VERSION, MAX_LINE_BYTES, Line, parse_line
-from prime_runs_spool.layout import list_segments, segment_index, segment_path
+from prime_runs_spool.spool.format import FORMAT_VERSION, MAX_LINE_BYTES, Line, parse_line
+from prime_runs_spool.spool.layout import list_segments, segment_index, segment_path
 
 #: A line longer than this is invalid; module-level so tests can shrink it.
 _LINE_LIMIT = MAX_LINE_BYTES

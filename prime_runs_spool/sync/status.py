@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.layout import spool_dir
-from prime_runs_spool.reader import Position, iter_records, read_run
+from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.spool.reader import Position, iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
 
 

@@ -21,8 +21,8 @@ from typing import TextIO
 
 import uvicorn
 
-from prime_runs_spool.platform.app import create_app
-from prime_runs_spool.platform.store import Store
+from prime_runs_spool.local_platform.app import create_app
+from prime_runs_spool.local_platform.store import Store
 
 _STARTUP_TIMEOUT = 30.0
 _SHUTDOWN_TIMEOUT = 10.0

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunInUseError
-from prime_runs_spool.framing import parse_line
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.projection import RolloutCounter, rollout_key
-from prime_runs_spool.reader import iter_records, writer_alive
-from prime_runs_spool.summary import SummaryAccumulator
+from prime_runs_spool.spool.format import parse_line
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
+from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.content.summary import SummaryAccumulator
 
 #: A header line is a few hundred bytes; reading this much of a segment always covers it.
 _HEADER_READ_LIMIT = 64 * 1024
@@ -38,12 +38,6 @@ class PriorRun:
     summary: SummaryAccumulator = field(default_factory=SummaryAccumulator)
     episodes: int = 0
     segments: int = 0
-
-
-def episode_id_of(record: Any) -> str | None:
-    """The id an episode record is de-duplicated by (its ``id``), as text; None if it has none."""
-    value = record.get("id") if isinstance(record, dict) else None
-    return None if value is None else str(value)
 
 
 def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:

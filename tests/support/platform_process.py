@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import CLI, child_env
+from support.env import CLI, child_env
 
 STARTUP_TIMEOUT = 30.0
 

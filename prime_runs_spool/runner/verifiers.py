@@ -30,9 +30,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.layout import list_segments
-from prime_runs_spool.modes import DISABLED, resolve_mode
-from prime_runs_spool.run import Run, open_run
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.runner.modes import DISABLED, resolve_mode
+from prime_runs_spool.runner.run import Run, open_run
 
 _log = logging.getLogger("prime_runs_spool")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from fixtures.episodes import make_episode
-from prime_runs_spool.projection import RolloutCounter
-from prime_runs_spool.writer import SegmentWriter
+from prime_runs_spool.content.episodes import RolloutCounter
+from prime_runs_spool.spool.writer import SegmentWriter
 
 
 def manifest_for(run_id: str, name: str = "synthetic-run", environment: str = "gsm8k") -> dict[str, Any]:

@@ -28,17 +28,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.framing import Payload, prepare, to_jsonable
-from prime_runs_spool.manifest import build_manifest
-from prime_runs_spool.masking import MaskRules, mask
-from prime_runs_spool.modes import DISABLED, ONLINE, resolve_mode, writes_spool
-from prime_runs_spool.projection import RolloutCounter
-from prime_runs_spool.resume import PriorRun, episode_id_of, scan_prior_run
-from prime_runs_spool.summary import SummaryAccumulator
-from prime_runs_spool.writer import SegmentWriter
+from prime_runs_spool.spool.format import Payload, prepare, to_jsonable
+from prime_runs_spool.content.manifest import build_manifest
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
+from prime_runs_spool.content.episodes import RolloutCounter
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
+from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.spool.writer import SegmentWriter
 
 if TYPE_CHECKING:
-    from prime_runs_spool.sync.shipper import Shipper
+    from prime_runs_spool.runner.online import Shipper
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -371,7 +372,7 @@ class Run:
 
     def _start_shipper(self, timeout: float | None) -> None:
         """Online mode: start shipping the spool in the background (the manifest is durable)."""
-        from prime_runs_spool.sync.shipper import Shipper, ship_timeout
+        from prime_runs_spool.runner.online import Shipper, ship_timeout
 
         self._ship_timeout = ship_timeout(timeout)
         try:

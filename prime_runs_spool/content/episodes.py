@@ -1,0 +1,112 @@
+"""What an episode record is, as everything above the spool reads it: its id, the trace it
+is summarised by, its rollout number and its reward.
+
+One home for these so the runner (which stamps rollout numbers and de-duplicates by id),
+the run summary and the platform's v0 rows (platform_api/v0.py) can never disagree on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class _NoRow:
+    """Sentinel type: an episode without traces has no row and takes no rollout number."""
+
+    _instance: _NoRow | None = None
+
+    def __new__(cls) -> _NoRow:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_ROW"
+
+
+NO_ROW = _NoRow()
+
+
+def episode_id_of(record: Any) -> str | None:
+    """The id an episode record is de-duplicated by (its ``id``), as text; None if it has none."""
+    value = record.get("id") if isinstance(record, dict) else None
+    return None if value is None else str(value)
+
+
+def summary_trace_index(record: Mapping[str, Any]) -> int | None:
+    """Index of the trace a row is projected from: the first trainable one, else the first."""
+    traces = record.get("traces") or ()
+    for i, trace in enumerate(traces):
+        if (trace.get("agent") or {}).get("trainable"):
+            return i
+    return 0 if traces else None
+
+
+def rollout_key(record: Mapping[str, Any]) -> Any:
+    """What rollout numbers count per: the summary trace's ``task.data.idx``.
+
+    ``None`` is a valid key; an episode without traces returns :data:`NO_ROW`.
+    """
+    index = summary_trace_index(record)
+    if index is None:
+        return NO_ROW
+    return task_data(record["traces"][index]).get("idx")
+
+
+class RolloutCounter:
+    """Numbers episodes 1, 2, 3... per :func:`rollout_key`, in arrival order.
+
+    The spool writer stamps each record with ``next_number(record)`` so sync never
+    rescans a spool to number rows; a resumed run seeds the counter with the counts of
+    its earlier segments (``seed(counter.counts())`` round-trips).
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[Any, int] = {}
+
+    def next_number(self, record: Mapping[str, Any]) -> int | None:
+        """The rollout number of the next episode; ``None`` (and no count) without traces."""
+        key = rollout_key(record)
+        if key is NO_ROW:
+            return None
+        number = self._counts.get(key, 0) + 1
+        self._counts[key] = number
+        return number
+
+    def observe(self, key: Any, number: int) -> None:
+        """Record that an episode with ``key`` already took ``number`` (e.g. on resume)."""
+        if number > self._counts.get(key, 0):
+            self._counts[key] = number
+
+    def seed(self, counts: Mapping[Any, int] | Iterable[tuple[Any, int]]) -> None:
+        """Continue from earlier counts (a mapping or ``(key, count)`` pairs)."""
+        pairs = counts.items() if isinstance(counts, Mapping) else counts
+        for key, number in pairs:
+            self.observe(key, number)
+
+    def counts(self) -> dict[Any, int]:
+        """The highest number issued per key (a copy)."""
+        return dict(self._counts)
+
+
+def task_data(trace: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (trace.get("task") or {}).get("data") or {}
+
+
+def is_null_reward(reward: Any) -> bool:
+    return not isinstance(reward, Mapping) or reward.get("score") is None
+
+
+def trace_reward(trace: Mapping[str, Any]) -> Any:
+    """Sum of ``score * weight`` over the trace's non-null rewards, in order (int 0 if none).
+
+    Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
+    """
+    total: Any = 0
+    for reward in (trace.get("rewards") or {}).values():
+        if is_null_reward(reward):
+            continue
+        weight = reward.get("weight")
+        total += reward["score"] * (1.0 if weight is None else weight)
+    return total

@@ -1,0 +1,113 @@
+"""``python -m prime_runs_spool.sync``: sync (or follow) runs to the remote platform.
+
+The library's own entry point, so the online shipper (runner/online.py) can start a sync
+with nothing but this package and ``sys.executable``: the command line in ``commands/``
+is not needed at run time. It takes the remote subset of ``prime-runs sync``'s options,
+with the same defaults, environment variables, output lines and exit codes
+(docs/cli.md); ``--local``, ``--replay`` and ``--dry-run`` stay with ``prime-runs sync``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import load_settings
+from prime_runs_spool.sync.console import (
+    DEFAULT_BACKOFF_CAP,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_TIMEOUT,
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+    event_printer,
+    exit_code,
+    follow_until_stopped,
+    report_lines,
+)
+from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, SyncOptions
+from prime_runs_spool.sync.follow import FollowOptions, Follower
+from prime_runs_spool.sync.many import sync_paths
+from prime_runs_spool.sync.memory import return_large_blocks_promptly
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import remote_destination
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every usage error
+        self.exit(EXIT_USAGE, f"prime-runs: {message}\n")
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        sys.stderr.write(f"prime-runs: {name}={raw!r} is not a number of seconds\n")
+        sys.exit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m prime_runs_spool.sync", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", type=Path, default=[Path(".")])
+    parser.add_argument("--base-url")
+    parser.add_argument("--team")
+    parser.add_argument("--jobs", "-j", type=int, default=4)
+    parser.add_argument("--json", dest="as_json", action="store_true")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
+    parser.add_argument("--request-lifetime", type=float,
+                        default=_env_float("PRIME_RUNS_REQUEST_LIFETIME", DEFAULT_REQUEST_LIFETIME))
+    parser.add_argument("--backoff-cap", type=float,
+                        default=_env_float("PRIME_RUNS_BACKOFF_CAP", DEFAULT_BACKOFF_CAP))
+    parser.add_argument("--follow", action="store_true")
+    parser.add_argument("--exit-when-idle", action="store_true")
+    parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    for path in args.paths:
+        if not path.exists():
+            sys.stderr.write(f"prime-runs: {path}: no such file or directory\n")
+            return EXIT_USAGE
+    settings = load_settings(base_url=args.base_url, team_id=args.team)
+    if not settings.api_key:
+        sys.stderr.write("prime-runs: no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json)\n")
+        return EXIT_USAGE
+    cap = args.backoff_cap
+    options = SyncOptions(request_lifetime=args.request_lifetime,
+                          backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=args.max_attempts))
+    destination = remote_destination(settings.base_url, settings.team_id)
+    return_large_blocks_promptly()
+    try:
+        with PlatformClient(settings, timeout=args.timeout) as client:
+            if args.follow:
+                printer = event_printer(args.as_json, print, sys.stdout.flush)
+                return follow_until_stopped(Follower(
+                    list(args.paths), client, destination, options,
+                    FollowOptions(poll_interval=args.poll_interval, exit_when_idle=args.exit_when_idle),
+                    on_report=printer))
+            reports = sync_paths(list(args.paths), client, destination, options, jobs=args.jobs)
+    except Exception as exc:  # an internal error: one line, as prime-runs sync prints it
+        sys.stderr.write(f"prime-runs: internal error: {type(exc).__name__}: {exc}\n")
+        return EXIT_RUN_FAILED
+    if args.as_json:
+        print(orjson.dumps({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}).decode())
+    else:
+        for report in reports:
+            print("\n".join(report_lines(report)))
+    return exit_code(reports)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""What a sync tells a person, and how a followed sync ends: shared by ``prime-runs sync``
+(commands/sync.py) and ``python -m prime_runs_spool.sync`` (the online shipper's child),
+so both print the same lines and exit with the same codes (docs/cli.md)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterable
+
+import orjson
+
+from prime_runs_spool.sync.engine import RunReport
+from prime_runs_spool.sync.follow import FAILED_STATES, Follower, Stopped
+
+#: Exit codes (docs/cli.md).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+#: The defaults of the command-line options that are not SyncOptions' own.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_BACKOFF_CAP = 30.0
+DEFAULT_POLL_INTERVAL = 0.1
+
+
+def exit_code(reports: Iterable[RunReport]) -> int:
+    """0 when every run got where it should, 1 when some run failed."""
+    return EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK
+
+
+def report_lines(report: RunReport) -> list[str]:
+    """One run's report as the human-readable lines the commands print."""
+    line = f"{report.state:<10} {report.path}"
+    if report.evaluation_id:
+        line += f"  evaluation {report.evaluation_id}"
+    line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
+    if report.url:
+        line += f"  {report.url}"
+    lines = [line]
+    lines += [f"  warning: {warning}" for warning in report.warnings]
+    if report.error:
+        lines.append(f"  error: {report.error}")
+    return lines
+
+
+def event_printer(as_json: bool, echo: Callable[[str], None], flush: Callable[[], None]
+                  ) -> Callable[[RunReport], None]:
+    """While following: one line per change of a run's state (a JSON object with --json)."""
+
+    def emit(report: RunReport) -> None:
+        if as_json:
+            echo(orjson.dumps(report.as_json()).decode())
+        else:
+            for line in report_lines(report):
+                echo(line)
+        flush()
+
+    return emit
+
+
+def follow_until_stopped(follower: Follower) -> int:
+    """Follow until SIGINT/SIGTERM (exit 0) or, with ``exit_when_idle``, until idle (exit 1
+    when a run ended in error); returns the exit code. The first signal stops at the next
+    step boundary; a second one stops at once (still safe: the state is consistent at
+    every instant)."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        if follower.stop.is_set():
+            raise Stopped
+        follower.stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        reports = follower.run()
+    except Stopped:
+        reports = []
+    if follower.stop.is_set():
+        return EXIT_OK
+    return exit_code(reports)

@@ -1,0 +1,11 @@
+"""Helpers shared by the tests, imported as ``from support.NAME import ...``.
+
+- ``env``             – this checkout's root, the child-process environment, the CLI argv
+- ``episodes``        – the small episode factory the run API's tests use, and file helpers
+- ``segments``        – spool bytes built by hand (for reader and framing tests)
+- ``runs``            – whole runs written through the segment writer (for sync tests)
+- ``fake_platform``   – an in-memory platform behind ``httpx.MockTransport``
+- ``platform_process`` – the local platform started as a real process
+- ``crash_writer``    – a writer process for SIGKILL tests
+- ``loop_ticker``     – proves an event loop kept running
+"""
