@@ -32,6 +32,7 @@ from _synccommon import (  # noqa: E402
     API_KEY, arguments, client_for, drop_state, human, now, platform, scratch, spread, write_run,
 )
 
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES  # noqa: E402
 from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
 from prime_runs_spool.sync.rows import RowStream, batches  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
@@ -81,7 +82,7 @@ def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
 def main() -> None:
     parser = arguments(__doc__, repeat=3, quick="2,000 episodes, 2 repeats")
     parser.add_argument("--episodes", type=int, default=10_000)
-    parser.add_argument("--max-request-bytes", type=int, default=26_214_400)
+    parser.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES)
     args = parser.parse_args()
     if args.quick:
         args.episodes, args.repeat = min(args.episodes, 2_000), min(args.repeat, 2)

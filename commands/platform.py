@@ -7,7 +7,7 @@ import sys
 import click
 
 from prime_runs_spool.local_platform.server import serve
-from prime_runs_spool.local_platform.store import StoreError
+from prime_runs_spool.errors import StoreError
 
 
 @click.group("platform")

@@ -18,6 +18,7 @@ import click
 import orjson
 
 from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
 from prime_runs_spool.sync.console import (
@@ -107,7 +108,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
 @click.option("--name", help="With --replay: the new evaluations' name.")
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
-@click.option("--max-request-bytes", type=click.IntRange(1024, 26_214_400), default=26_214_400, hidden=True,
+@click.option("--max-request-bytes", type=click.IntRange(1024, MAX_REQUEST_BYTES), default=MAX_REQUEST_BYTES, hidden=True,
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",

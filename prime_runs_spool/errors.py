@@ -1,12 +1,30 @@
 """The exceptions the library raises, in one place so callers can catch them by kind.
 
+Every one is a :class:`SpoolError`, so ``except SpoolError`` catches everything this
+package raises on purpose. Each also keeps the built-in base its callers relied on before
+(``ValueError``, ``LookupError``...), so moving it here changed no ``except`` clause.
+
 Every message is one line that says what is wrong and, where there is something to do,
 what to do: the command line prints them as they are.
+
+The tree, by layer:
+
+- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
+  ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
+  ``NoSuchPathError``, ``NotARunError``
+- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
+- platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
+- sync: ``SyncError``, ``StateProblem``
+- local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
+
+Outside the tree, on purpose: :class:`Stopped`, a ``BaseException`` (see its docstring).
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
+from typing import Any
 
 
 class SpoolError(Exception):
@@ -64,7 +82,12 @@ class CorruptSpoolError(SpoolError):
         self.path = path
         self.offset = offset
         self.reason = reason
-        super().__init__(f"{path}: corrupt at byte {offset}: {reason}")
+        super().__init__(corruption_message(path, offset, reason))
+
+
+def corruption_message(path: object, offset: object, reason: object) -> str:
+    """How every report names a corrupt line: ``<segment>: corrupt at byte N: <reason>``."""
+    return f"{path}: corrupt at byte {offset}: {reason}"
 
 
 class SyncError(SpoolError):
@@ -81,3 +104,72 @@ class RunMismatchError(SpoolError, ValueError):
 
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
+
+
+class FailureKind(enum.Enum):
+    """What a failed platform request means for a retry (docs/sync.md, "Failures")."""
+
+    NOT_SENT = "not_sent"
+    ANSWERED = "answered"
+    IN_DOUBT = "in_doubt"
+    FATAL = "fatal"
+
+
+class PlatformError(SpoolError):
+    """A request failed; ``kind`` says what may be done about it."""
+
+    def __init__(
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class SampleTooLargeError(SpoolError, ValueError):
+    """Even a single trace's row cannot fit in one request: the episode cannot be sent.
+
+    Raised rather than dropping the episode, so a run never silently loses a sample.
+    """
+
+    def __init__(self, episode_id: Any, trace_id: Any, size: int, limit: int) -> None:
+        self.episode_id = episode_id
+        self.trace_id = trace_id
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"episode {episode_id}: the row of trace {trace_id} needs {size} bytes with the "
+            f"request envelope, over the {limit}-byte request limit; it cannot be sent"
+        )
+
+
+class StateProblem(SpoolError):
+    """A sync state file exists but cannot be trusted (unreadable, corrupt, or someone
+    else's): sync then reconciles with the platform instead of trusting it."""
+
+
+class StoreError(SpoolError):
+    """The local platform's database cannot be opened or initialised (a usage error, not a bug)."""
+
+
+class NotFound(SpoolError, LookupError):
+    """An id (evaluation or environment) the local platform's store does not hold."""
+
+
+class DeadlineExceeded(SpoolError):
+    """A local platform write was refused, uncommitted, because its request outlived its deadline."""
+
+
+class Stopped(BaseException):
+    """Raised out of a follower's wait once a stop was asked for (a second SIGINT/SIGTERM).
+
+    Deliberately a ``BaseException`` and outside the :class:`SpoolError` tree, like
+    ``KeyboardInterrupt``: it is control flow, not an error, and it must pass through every
+    ``except Exception`` / ``except SpoolError`` in the engine so the follower stops at once.
+    """

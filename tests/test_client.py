@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from prime_runs_spool.platform_api.client import FailureKind, PlatformClient, PlatformError
+from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings, normalize_base_url
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.content.episodes import NO_ROW, RolloutCounter, rollout_key
 from prime_runs_spool.platform_api.v0 import (
     ENVELOPE_BYTES,
     FIXED_KEYS,
-    SampleTooLargeError,
     build_samples,
     project_episode,
     project_episode_encoded,

@@ -26,10 +26,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from prime_runs_spool.local_platform.store import DeadlineExceeded, NotFound, Store, write_deadline
+from prime_runs_spool.errors import DeadlineExceeded, NotFound
+#: The largest request body accepted is the real platform's limit.
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.local_platform.store import Store, write_deadline
 
-#: Largest request body the platform accepts (25 MiB), as the real one does.
-MAX_BODY_BYTES = 26_214_400
 #: How much of an over-limit body is read and thrown away so the client, still sending,
 #: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
 _DRAIN_BYTES = 64 * 1024 * 1024
@@ -114,23 +115,23 @@ class BearerAuth:
 
 
 async def _read_body(request: Request) -> bytes:
-    """The request body, refusing (413) one over ``MAX_BODY_BYTES`` without buffering it.
+    """The request body, refusing (413) one over ``MAX_REQUEST_BYTES`` without buffering it.
 
     Both the declared ``Content-Length`` and the bytes actually streamed are checked, so a
     chunked upload cannot get around the limit.
     """
     declared = request.headers.get("content-length")
     stream = request.stream()
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared is not None and declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
         await _drain(stream)
-        raise HTTPException(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+        raise HTTPException(413, f"request body exceeds {MAX_REQUEST_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in stream:
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > MAX_REQUEST_BYTES:
             await _drain(stream)
-            raise HTTPException(413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+            raise HTTPException(413, f"request body exceeds {MAX_REQUEST_BYTES} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -27,15 +27,13 @@ from typing import Any
 
 import orjson
 
+from prime_runs_spool.errors import DeadlineExceeded, NotFound, StoreError
+
 #: When set (a ``time.monotonic()`` value), no write commits after it: the request that
 #: asked for the write has outlived its deadline (``--request-deadline``). It makes the
 #: sync protocol's assumption, that a request cannot land later than its lifetime after
 #: it was sent, true of this platform by construction (docs/local-platform.md).
 write_deadline: ContextVar[float | None] = ContextVar("write_deadline", default=None)
-
-
-class DeadlineExceeded(Exception):
-    """A write was refused, uncommitted, because its request outlived its deadline."""
 
 
 #: Owner given to an environment resolved without ``owner/`` in its name and without a team.
@@ -88,14 +86,6 @@ _EVALUATION_COLUMNS = (
     "metadata, metrics, status, created_at, updated_at, finalized_at, finalize_count, "
     "total_samples"
 )
-
-
-class NotFound(LookupError):
-    """An id (evaluation or environment) the store does not hold."""
-
-
-class StoreError(Exception):
-    """The database cannot be opened or initialised (a usage error, not a bug)."""
 
 
 def _now() -> str:

@@ -15,7 +15,6 @@ knows. What the client adds is the classification every retry decision rests on:
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,11 +22,9 @@ import httpx
 import orjson
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.settings import Settings
 
-#: The platform refuses request bodies larger than this (platform-api.md).
-MAX_REQUEST_BYTES = 26_214_400
 #: A samples body goes out in slices of this size (views, not copies): handed whole to
 #: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
 _SEND_CHUNK = 1 << 20
@@ -55,13 +52,6 @@ class _Chunks:
         self._view = memoryview(b"")
 
 
-class FailureKind(enum.Enum):
-    NOT_SENT = "not_sent"
-    ANSWERED = "answered"
-    IN_DOUBT = "in_doubt"
-    FATAL = "fatal"
-
-
 _FATAL_ADVICE = {
     401: "the platform refused the API key; check PRIME_API_KEY or ~/.prime/config.json",
     402: "the platform asks for payment; add credits to the account or team, then sync again",
@@ -71,23 +61,6 @@ _FATAL_ADVICE = {
     413: "the request was too large for the platform",
     422: "the platform rejected the request body",
 }
-
-
-class PlatformError(SpoolError):
-    """A request failed; ``kind`` says what may be done about it."""
-
-    def __init__(
-        self,
-        kind: FailureKind,
-        message: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        self.kind = kind
-        self.status = status
-        self.retry_after = retry_after
-        super().__init__(message)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

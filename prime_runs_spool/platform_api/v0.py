@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -32,7 +33,8 @@ from prime_runs_spool.content.episodes import (
     trace_reward,
 )
 
-#: The platform's ceiling on one ``POST /evaluations/{id}/samples`` body.
+#: The platform's ceiling on one request body (25 MiB, docs/platform-api.md): the one
+#: definition; the client, sync's batching, the CLI and the local platform all read it.
 MAX_REQUEST_BYTES = 26_214_400
 #: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
 ENVELOPE_BYTES = 14
@@ -67,23 +69,6 @@ FIXED_KEYS = (
     "info",
 )
 _FIXED = frozenset(FIXED_KEYS)
-
-
-class SampleTooLargeError(ValueError):
-    """Even a single trace's row cannot fit in one request: the episode cannot be sent.
-
-    Raised rather than dropping the episode, so a run never silently loses a sample.
-    """
-
-    def __init__(self, episode_id: Any, trace_id: Any, size: int, limit: int) -> None:
-        self.episode_id = episode_id
-        self.trace_id = trace_id
-        self.size = size
-        self.limit = limit
-        super().__init__(
-            f"episode {episode_id}: the row of trace {trace_id} needs {size} bytes with the "
-            f"request envelope, over the {limit}-byte request limit; it cannot be sent"
-        )
 
 
 class EncodedRow(NamedTuple):

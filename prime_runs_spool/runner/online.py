@@ -27,9 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.spool.layout import shipper_log_path, sync_state_path
 from prime_runs_spool.platform_api.settings import load_settings
-from prime_runs_spool.sync.state import Destination, SyncState, remote_destination, state_path
+from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -39,8 +39,6 @@ DEFAULT_SHIP_TIMEOUT = 30.0
 #: After SIGTERM, how long the child gets to end its current request before SIGKILL
 #: (which is safe too: the sync state is consistent at every instant).
 TERMINATE_GRACE = 5.0
-#: The child's log, beside the segments (verify and sync only look at ``seg-*`` files).
-LOG_NAME = "shipper.log"
 #: Seconds the child waits for one answer: bounds how long a SIGTERM can take to act.
 CHILD_REQUEST_TIMEOUT = 30.0
 
@@ -105,7 +103,7 @@ class Shipper:
         if settings.team_id:
             cmd += ["--team", settings.team_id]
         try:
-            with open(spool_dir(run_dir) / LOG_NAME, "ab") as log:
+            with open(shipper_log_path(run_dir), "ab") as log:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         env=env, close_fds=True,
                                         # its own session: a Ctrl-C meant for the eval does not
@@ -126,7 +124,7 @@ class Shipper:
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far, from its state file (no request)."""
         try:
-            return SyncState.model_validate_json(state_path(self._run_dir, self.destination.key).read_bytes())
+            return SyncState.model_validate_json(sync_state_path(self._run_dir, self.destination.key).read_bytes())
         except (OSError, ValueError):
             return None
 

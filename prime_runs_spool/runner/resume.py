@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunInUseError
-from prime_runs_spool.spool.format import parse_line
+from prime_runs_spool.spool.format import EPISODE, HEADER, MANIFEST, parse_line
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
 from prime_runs_spool.spool.reader import iter_records, writer_alive
@@ -59,9 +59,9 @@ def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
             prior.run_id = _header_run_id(path)
     prior.segments = len(segments)
     for record in iter_records(run_dir):
-        if record.type == "manifest" and prior.manifest is None and isinstance(record.data, dict):
+        if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
-        elif record.type == "episode" and isinstance(record.data, dict):
+        elif record.type == EPISODE and isinstance(record.data, dict):
             _observe_episode(prior, record.data, record.meta or {})
     return prior
 
@@ -83,7 +83,7 @@ def _header_run_id(path: Path) -> str | None:
     """The run id in a segment's header line, or None when the header is not intact."""
     with open(path, "rb") as handle:
         line = parse_line(handle.readline(_HEADER_READ_LIMIT))
-    if line is None or line.type != "header" or not isinstance(line.data, dict):
+    if line is None or line.type != HEADER or not isinstance(line.data, dict):
         return None
     run_id = line.data.get("run_id")
     return run_id if isinstance(run_id, str) else None

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import Payload, prepare, to_jsonable
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST, Payload, prepare, to_jsonable
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.spool.layout import shipper_log_path
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
@@ -71,7 +72,7 @@ def describe_error(error: BaseException | str) -> str:
 
 def seal_status_for(error: BaseException | str) -> str:
     """``crashed`` when the process was interrupted or cancelled, ``failed`` otherwise."""
-    return "crashed" if isinstance(error, INTERRUPTS) else "failed"
+    return CRASHED if isinstance(error, INTERRUPTS) else FAILED
 
 
 class Run:
@@ -266,7 +267,7 @@ class Run:
                     f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}"
                 )
             record = mask(record, self._episode_rules)
-            prepared.append((record, prepare(record, "episode"), episode_id_of(record)))
+            prepared.append((record, prepare(record, EPISODE), episode_id_of(record)))
         if skipped:
             with self._cond:
                 self._skipped += skipped
@@ -288,7 +289,7 @@ class Run:
                         continue
                     self._seen.add(episode_id)
                 meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number(record)}
-                items.append(("episode", payload, meta))
+                items.append((EPISODE, payload, meta))
                 records.append(record)
             if items:
                 self._inflight += 1
@@ -338,7 +339,7 @@ class Run:
                     self._cond.wait()
                 final = dict(summary) if summary is not None else self._summary.result()
             try:
-                self._seal("completed", summary=final, error=None)
+                self._seal(COMPLETED, summary=final, error=None)
             finally:
                 self._drain_shipper()
             return final
@@ -390,7 +391,7 @@ class Run:
         if status != 0:
             _log.warning("run %s: the online shipper did not finish within %.0f s (exit %s); "
                          "run prime-runs sync to ship the rest (its log: %s)", self._id,
-                         self._ship_timeout, status, self._dir / "spool" / "shipper.log")
+                         self._ship_timeout, status, shipper_log_path(self._dir))
 
     def _seal(self, status: str, *, summary: dict[str, Any] | None, error: str | None) -> None:
         with self._cond:
@@ -402,7 +403,7 @@ class Run:
                 self._writer.seal(status, summary=summary, error=error)
         except BaseException:
             with self._cond:
-                self._status = "crashed"  # left unsealed: what every reader will call it
+                self._status = CRASHED  # left unsealed: what every reader will call it
             raise
         finally:
             _forget(self)
@@ -507,7 +508,7 @@ def open_run(
     if mode != DISABLED:
         writer = SegmentWriter.create(run_dir, run_id)
         try:
-            writer.append("manifest", manifest)
+            writer.append(MANIFEST, manifest)
         except BaseException:
             writer.close()
             raise
@@ -574,7 +575,7 @@ def _seal_open_runs() -> None:
     with _open_runs_lock:
         runs = list(_open_runs)
     for run in runs:
-        run._close_without_finishing("crashed", EXITED_OPEN_ERROR)
+        run._close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
 
 
 atexit.register(_seal_open_runs)

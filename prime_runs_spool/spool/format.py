@@ -6,7 +6,9 @@ megabytes, happens before the writer knows the record's sequence number: the CRC
 extended over the few bytes that follow once the number is assigned. The checksum sits in
 a fixed-width trailer, so a reader verifies a line without parsing or re-serializing it.
 
-This module knows nothing about files; the writer and reader build on it.
+It is also the one home of the format's vocabulary: the record types and the statuses a
+seal records. This module knows nothing about files; the writer and reader build on it,
+and :func:`frame_line` is the only code that assembles a line.
 """
 
 from __future__ import annotations
@@ -29,6 +31,21 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 
 #: ``,"crc":"`` + 8 hex digits + ``"}`` + line feed.
 TRAILER_LEN = 19
+
+#: Record types (docs/spool-format.md, section 3). ``header`` and ``seal`` are written by
+#: the writer itself; a run writes ``manifest`` first, then ``episode`` records.
+HEADER = "header"
+MANIFEST = "manifest"
+EPISODE = "episode"
+SEAL = "seal"
+#: The record types only the writer may write.
+WRITER_RECORD_TYPES = (HEADER, SEAL)
+
+#: How a run ended, as its seal records it (section 3, "seal").
+COMPLETED = "completed"
+FAILED = "failed"
+CRASHED = "crashed"
+SEAL_STATUSES = (COMPLETED, FAILED, CRASHED)
 
 _DATA_OPEN = b'{"data":'
 _DATA_OPEN_CRC = checksum(_DATA_OPEN)
@@ -127,11 +144,17 @@ def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> byt
     return rest
 
 
+def frame_line(payload: Payload, seq: int, rest: bytes) -> tuple[bytes, bytes, bytes]:
+    """The parts of one line from a prepared payload and :func:`framing_rest`'s ``rest``,
+    ready for ``os.writev`` (no copy of the payload is made). The only encoder of a line:
+    the writer calls it under its lock, where only this short tail is left to build."""
+    middle = b',"seq":%d%s' % (seq, rest)
+    return _DATA_OPEN, payload.data, b'%s,"crc":"%08x"}\n' % (middle, checksum(middle, payload.crc))
+
+
 def frame(payload: Payload, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> list[bytes]:
     """The parts of one line, ready for ``os.writev``: no copy of the payload is made."""
-    middle = b',"seq":%d' % seq + framing_rest(record_type, meta)
-    crc = checksum(middle, payload.crc)
-    return [_DATA_OPEN, payload.data, middle + b',"crc":"%08x"}\n' % crc]
+    return list(frame_line(payload, seq, framing_rest(record_type, meta)))
 
 
 def encode_line(record: Any, seq: int, record_type: str, meta: Mapping[str, Any] | None = None) -> bytes:

@@ -1,8 +1,14 @@
 """Where a run's spool lives on disk (docs/spool-format.md, section 1).
 
 Only names and directories: nothing here reads or writes a segment's content. Keeping the
-naming rules in one module means the writer, the reader and ``find_runs`` can never
-disagree about which files form a run's log.
+naming rules in one module means the writer, the reader, sync and ``find_runs`` can never
+disagree about which files form a run's log. Every file under ``<run_dir>/spool/`` is
+named here:
+
+- ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock,
+  ``seg-NNNNNN.durable`` its live writer's durable mark;
+- ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
+  ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log.
 """
 
 from __future__ import annotations
@@ -15,6 +21,12 @@ from pathlib import Path
 from prime_runs_spool.errors import NoSuchPathError
 
 SPOOL_DIRNAME = "spool"
+#: Sync's state files, one per destination (and per replay), inside the spool folder.
+SYNC_DIRNAME = "sync"
+#: The run's sync lock: at most one sync or follower works on a run at a time.
+SYNC_LOCK_NAME = "sync.lock"
+#: The online shipper's log (verify and sync only look at ``seg-*`` files).
+SHIPPER_LOG_NAME = "shipper.log"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -35,18 +47,57 @@ def segment_path(run_dir: str | os.PathLike[str], index: int) -> Path:
 
 def lock_path(run_dir: str | os.PathLike[str], index: int) -> Path:
     """The writer lock of segment ``index``: held (flock) for as long as its writer lives."""
-    return spool_dir(run_dir) / f"seg-{index:06d}.lock"
+    return lock_path_of(segment_path(run_dir, index))
 
 
 def durable_mark_path(run_dir: str | os.PathLike[str], index: int) -> Path:
     """Where segment ``index``'s live writer publishes how many of its bytes are fsync'd."""
-    return spool_dir(run_dir) / f"seg-{index:06d}.durable"
+    return durable_mark_path_of(segment_path(run_dir, index))
+
+
+def lock_path_of(segment: Path) -> Path:
+    """The writer lock beside a segment file (``seg-NNNNNN.lock``)."""
+    return segment.with_suffix(".lock")
+
+
+def durable_mark_path_of(segment: Path) -> Path:
+    """The durable mark beside a segment file (``seg-NNNNNN.durable``)."""
+    return segment.with_suffix(".durable")
+
+
+def sync_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """Where sync keeps its state files for the run."""
+    return spool_dir(run_dir) / SYNC_DIRNAME
+
+
+def sync_state_path(run_dir: str | os.PathLike[str], dest_key: str, replay_id: str | None = None) -> Path:
+    """Sync's state for one destination (and, for ``--replay``, one replay of it)."""
+    name = dest_key if replay_id is None else f"{dest_key}-replay-{replay_id}"
+    return sync_dir(run_dir) / f"{name}.json"
+
+
+def replay_state_glob(dest_key: str) -> str:
+    """The pattern matching every replay state file of one destination (see sync_state_path)."""
+    return f"{dest_key}-replay-*.json"
+
+
+def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / SYNC_LOCK_NAME
+
+
+def shipper_log_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / SHIPPER_LOG_NAME
 
 
 def segment_index(name: str) -> int | None:
     """The index in a segment file's name, or None if the name is not a segment's."""
     match = _SEGMENT_RE.match(name)
     return int(match.group(1)) if match else None
+
+
+def segment_index_of(path: str | os.PathLike[str]) -> int | None:
+    """The index of the segment at ``path`` (any directory), or None if it is not a segment."""
+    return segment_index(Path(path).name)
 
 
 def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:

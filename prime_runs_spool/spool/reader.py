@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
-from prime_runs_spool.spool.format import FORMAT_VERSION, MAX_LINE_BYTES, Line, parse_line
-from prime_runs_spool.spool.layout import list_segments, segment_index, segment_path
+from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, SEAL, parse_line
+from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments, lock_path_of, segment_index, segment_path
 
 #: A line longer than this is invalid; module-level so tests can shrink it.
 _LINE_LIMIT = MAX_LINE_BYTES
@@ -166,21 +166,21 @@ def _walk_segment(
             if expect == 0:
                 _check_header(path, offset, parsed, state)
             else:
-                if parsed.type == "header":
+                if parsed.type == HEADER:
                     raise CorruptSpoolError(path, offset, "a second header")
                 state.records += 1
-                if parsed.type == "episode":
+                if parsed.type == EPISODE:
                     state.episodes += 1
-                elif parsed.type == "seal":
+                elif parsed.type == SEAL:
                     state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
-                elif parsed.type == "manifest" and not state.has_manifest:
+                elif parsed.type == MANIFEST and not state.has_manifest:
                     state.manifest, state.has_manifest = parsed.data, True
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
 
 
 def _check_header(path: Path, offset: int, parsed: Line, state: _SegmentState) -> None:
-    if parsed.type != "header" or parsed.seq != 0:
+    if parsed.type != HEADER or parsed.seq != 0:
         raise CorruptSpoolError(path, offset, f"the first line is a {parsed.type} line, not the header")
     data = parsed.data
     version = data.get("format_version") if isinstance(data, dict) else None
@@ -226,7 +226,7 @@ def durable_mark(segment: Path) -> int:
     Read it only after :func:`writer_alive` said yes: a dead writer's mark means nothing.
     """
     try:
-        with open(segment.with_suffix(".durable"), "rb") as f:
+        with open(durable_mark_path_of(segment), "rb") as f:
             text = f.read(64)
     except OSError:
         return 0
@@ -244,7 +244,7 @@ def writer_alive(segment: Path) -> bool:
     needs no write permission, and never creates a file.
     """
     try:
-        fd = os.open(segment.with_suffix(".lock"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return False
     try:
@@ -321,7 +321,7 @@ class Spool:
             return str(last.sealed)
         if last.live:
             return "live"
-        return "torn" if last.torn_offset is not None else "crashed"
+        return "torn" if last.torn_offset is not None else CRASHED
 
     @property
     def records_count(self) -> int:
@@ -338,7 +338,7 @@ class Spool:
     def episodes(self) -> Iterator[Any]:
         """The episode records' data, as logged, in order, across all segments."""
         for record in iter_records(self.run_dir):
-            if record.type == "episode":
+            if record.type == EPISODE:
                 yield record.data
 
 

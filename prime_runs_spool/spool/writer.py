@@ -42,7 +42,18 @@ import filelock
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
-from prime_runs_spool.spool.format import _DATA_OPEN, FORMAT_VERSION, Payload, checksum, framing_rest, prepare
+from prime_runs_spool.spool.format import (
+    EPISODE,
+    FORMAT_VERSION,
+    HEADER,
+    SEAL,
+    SEAL_STATUSES,
+    WRITER_RECORD_TYPES,
+    Payload,
+    frame_line,
+    framing_rest,
+    prepare,
+)
 from prime_runs_spool.spool.layout import (
     FILE_MODE,
     durable_mark_path,
@@ -60,7 +71,6 @@ _fdatasync = getattr(os, "fdatasync", os.fsync)
 #: Parts handed to one writev call; Linux refuses more than IOV_MAX (1024).
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
-SEAL_STATUSES = ("completed", "failed", "crashed")
 
 #: What ``append_many`` takes: ``(record_type, record)`` or ``(record_type, record, meta)``.
 Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
@@ -195,7 +205,7 @@ class SegmentWriter:
                 "created_at": _utc_now(),
                 "writer": {"pid": os.getpid(), "hostname": socket.gethostname(), "package_version": __version__},
             }
-            writer._commit([_prepare_item("header", header, None, internal=True)])
+            writer._commit([_prepare_item(HEADER, header, None, internal=True)])
             _fsync_dir(folder)
         except BaseException:
             writer._abandon()
@@ -314,7 +324,7 @@ class SegmentWriter:
                 "summary": summary,
                 "error": error,
             }
-            seq, parts = self._number([_prepare_item("seal", data, None, internal=True)])
+            seq, parts = self._number([_prepare_item(SEAL, data, None, internal=True)])
             joined = self._join(parts)
             self._closing = True
         self._wait(joined, parts)
@@ -376,8 +386,7 @@ class SegmentWriter:
         first = seq = self._next_seq
         parts: list[bytes | memoryview] = []
         for payload, rest, is_episode in prepared:
-            middle = b',"seq":%d%s' % (seq, rest)
-            parts += (_DATA_OPEN, payload.data, b'%s,"crc":"%08x"}\n' % (middle, checksum(middle, payload.crc)))
+            parts += frame_line(payload, seq, rest)
             self._episodes += is_episode
             seq += 1
         self._next_seq = seq
@@ -596,13 +605,13 @@ def _settle_batch(batch: _Batch) -> None:
 
 def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
     """Serialize and checksum a record and build its line's fixed tail, outside any lock."""
-    if not internal and record_type in ("header", "seal"):
+    if not internal and record_type in WRITER_RECORD_TYPES:
         raise ValueError(f"{record_type!r} records are written by the writer itself")
     rest = framing_rest(record_type, meta)
     # A caller that must see serialization errors before it commits to anything (the run
     # numbers episodes first) hands over a Payload it prepared itself.
     payload = record if isinstance(record, Payload) else prepare(record, record_type)
-    return payload, rest, record_type == "episode"
+    return payload, rest, record_type == EPISODE
 
 
 def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:

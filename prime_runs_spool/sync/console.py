@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 import orjson
 
 from prime_runs_spool.sync.engine import RunReport
-from prime_runs_spool.sync.follow import FAILED_STATES, Follower, Stopped
+from prime_runs_spool.errors import Stopped
+from prime_runs_spool.sync.follow import FAILED_STATES, Follower
 
 #: Exit codes (docs/cli.md).
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2

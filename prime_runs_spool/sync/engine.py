@@ -23,11 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.platform_api.client import FailureKind, PlatformClient, PlatformError
-from prime_runs_spool.errors import CorruptSpoolError, SpoolError, SyncError
-from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.errors import (
+    CorruptSpoolError,
+    FailureKind,
+    PlatformError,
+    SampleTooLargeError,
+    SpoolError,
+    StateProblem,
+    SyncError,
+)
+from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.content.manifest import v0_metadata
-from prime_runs_spool.platform_api.v0 import SampleTooLargeError
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
@@ -36,11 +45,9 @@ from prime_runs_spool.sync.state import (
     Cursor,
     Destination,
     InFlight,
-    StateProblem,
     SyncState,
     load_state,
     save_state,
-    state_path,
 )
 
 #: The default request lifetime for the real platform: after this long, a request sent and
@@ -54,7 +61,7 @@ LANDED = object()
 @dataclass
 class SyncOptions:
     request_lifetime: float = DEFAULT_REQUEST_LIFETIME
-    max_request_bytes: int = 26_214_400
+    max_request_bytes: int = MAX_REQUEST_BYTES
     skip_corrupt: bool = False
     dry_run: bool = False
     backoff: Backoff = field(default_factory=Backoff)
@@ -96,9 +103,9 @@ def run_writer_alive(run_dir: Path) -> bool:
 def read_manifest(run_dir: Path) -> dict[str, Any] | None:
     """The run's manifest: the first manifest record of its first segment."""
     for record in iter_records(run_dir):
-        if record.type == "manifest":
+        if record.type == MANIFEST:
             return record.data
-        if record.type == "episode":
+        if record.type == EPISODE:
             break
     return None
 
@@ -153,7 +160,7 @@ class RunSync:
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")
-        self.path = state_path(self.run_dir, self.destination.key, self.options.replay_id)
+        self.path = sync_state_path(self.run_dir, self.destination.key, self.options.replay_id)
         untrusted = False
         try:
             state = load_state(self.path, destination=self.destination, local_run_id=local_id)
@@ -464,7 +471,7 @@ class RunSync:
             # The writer is gone. It may have appended (or sealed) between our last read
             # and its exit: read once more before calling the run crashed.
             if self._drained(stream):
-                self._finish("crashed", None)
+                self._finish(CRASHED, None)
                 return
 
     def _drained(self, stream: RowStream) -> bool:
@@ -495,7 +502,7 @@ class RunSync:
             return dict(seal["summary"])
         accumulator = SummaryAccumulator()
         for record in records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type == "episode":
+            if record.type == EPISODE:
                 accumulator.add(record.data)
         return accumulator.result()
 
@@ -503,13 +510,13 @@ class RunSync:
         state = self.state
         metrics = self._summary(seal)
         evaluation_id = str(state.evaluation_id)
-        if status == "completed":
+        if status == COMPLETED:
             if not state.finalized:
                 metadata = self._metadata()
                 self._retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
                 self._finalize(metrics)
-            state.terminal = "completed"
+            state.terminal = COMPLETED
             state.terminal_size = self._last_segment_size()
             self._save()
             self.report.state = "synced"

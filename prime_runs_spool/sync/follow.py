@@ -34,7 +34,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.errors import SpoolError, Stopped
+from prime_runs_spool.spool.format import CRASHED, FAILED
 from prime_runs_spool.spool.layout import find_runs, list_segments
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
@@ -42,16 +43,11 @@ from prime_runs_spool.sync.many import sync_lock
 from prime_runs_spool.sync.state import Destination
 
 #: Report states after which a run with no live writer has nothing left to follow.
-DONE_STATES = frozenset({"synced", "up_to_date", "failed", "crashed", "corrupt"})
+DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CRASHED, "corrupt"})
 #: Report states that mean the run did not get where it should.
 FAILED_STATES = frozenset({"error", "corrupt"})
 
 Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
-
-
-class Stopped(BaseException):
-    """Raised out of a wait once a stop was asked for (a BaseException, so no ``except
-    Exception`` in the engine can swallow it)."""
 
 
 @dataclass

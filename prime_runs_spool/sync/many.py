@@ -14,18 +14,15 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs
+from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
 
-SYNC_LOCK = "sync.lock"
-
-
 def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
     """The run's sync lock (``spool/sync.lock``), not yet taken: at most one sync or follower
     works on a run at a time; the kernel drops it when its holder dies."""
-    return FileLock(run_dir / SPOOL_DIRNAME / SYNC_LOCK, timeout=-1 if wait else 0)
+    return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0)
 
 
 def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:
@@ -54,7 +51,7 @@ def sync_run(
                          error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
         return RunReport(path=str(run_dir), state="error",
-                         error=f"cannot take the sync lock in {run_dir / SPOOL_DIRNAME}: {exc.strerror}")
+                         error=f"cannot take the sync lock in {spool_dir(run_dir)}: {exc.strerror}")
     try:
         return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
                        on_progress=on_progress).run()

@@ -13,10 +13,12 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from prime_runs_spool.sync.state import SyncState, replay_state_glob
+from prime_runs_spool.spool.format import SEAL_STATUSES
+from prime_runs_spool.spool.layout import replay_state_glob, sync_dir
+from prime_runs_spool.sync.state import SyncState
 
 #: Ends a state records once the run's end is on the platform.
-TERMINAL = ("completed", "failed", "crashed")
+TERMINAL = SEAL_STATUSES
 
 
 def finished(state: SyncState) -> bool:
@@ -27,7 +29,7 @@ def finished(state: SyncState) -> bool:
 def unfinished_replay(run_dir: Path, dest_key: str) -> str | None:
     """The id of the most recently updated unfinished replay of this run to ``dest_key``."""
     candidates: list[tuple[float, str]] = []
-    for path in (run_dir / "spool" / "sync").glob(replay_state_glob(dest_key)):
+    for path in sync_dir(run_dir).glob(replay_state_glob(dest_key)):
         try:
             state = SyncState.model_validate_json(path.read_bytes())
         except (OSError, ValueError):

@@ -9,21 +9,18 @@ happened before the disk). That is what lets sync count rows instead of remember
 from __future__ import annotations
 
 import queue
-import re
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import CorruptSpoolError, SyncError
-from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, SampleTooLargeError, project_episode_encoded
+from prime_runs_spool.spool.format import EPISODE, HEADER, SEAL
+from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
+from prime_runs_spool.spool.layout import list_segments, segment_index_of
+from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
-
-_SEGMENT_RE = re.compile(r"seg-(\d+)\.jsonl$")
-
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -46,8 +43,7 @@ def records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool 
         except CorruptSpoolError as exc:
             if not skip_corrupt:
                 raise
-            match = _SEGMENT_RE.search(str(exc.path))
-            index = int(match.group(1)) if match else 0
+            index = segment_index_of(exc.path) or 0
             later = [seg for seg, _ in list_segments(run_dir) if seg > index]
             if skipped is not None:
                 skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason,
@@ -83,11 +79,11 @@ class RowStream:
         for record in self._records():
             after = Cursor(segment_index=record.segment_index, offset=record.end_offset,
                            next_seq=record.seq + 1)
-            if record.type == "header":
+            if record.type == HEADER:
                 self.seal = None  # a later segment: the run was resumed after that seal
-            elif record.type == "seal":
+            elif record.type == SEAL:
                 self.seal = record.data
-            if record.type != "episode":
+            if record.type != EPISODE:
                 self.cursor = after
                 continue
             already = 0

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from prime_runs_spool.errors import StateProblem
+
 STATE_VERSION = 1
 
 
@@ -93,10 +95,6 @@ class SyncState(BaseModel):
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
 
 
-class StateProblem(Exception):
-    """A state file exists but cannot be trusted (unreadable, corrupt, or someone else's)."""
-
-
 def destination_key(identity: str) -> str:
     """A short, stable file name for a destination; ``identity`` is e.g. ``base_url|team``."""
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
@@ -107,16 +105,6 @@ def remote_destination(base_url: str, team_id: str | None) -> Destination:
     command line and the online shipper both name destinations this way, so a run's online
     state and a later ``prime-runs sync`` share one state file."""
     return Destination(key=destination_key(f"{base_url}|{team_id or ''}"), base_url=base_url, team_id=team_id)
-
-
-def state_path(run_dir: Path, dest_key: str, replay_id: str | None = None) -> Path:
-    name = dest_key if replay_id is None else f"{dest_key}-replay-{replay_id}"
-    return run_dir / "spool" / "sync" / f"{name}.json"
-
-
-def replay_state_glob(dest_key: str) -> str:
-    """The pattern matching every replay state file of one destination (see state_path)."""
-    return f"{dest_key}-replay-*.json"
 
 
 def load_state(path: Path, *, destination: Destination, local_run_id: str) -> SyncState | None:

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.spool.layout import sync_dir
 from prime_runs_spool.spool.reader import Position, iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
 
@@ -51,7 +52,7 @@ def _episodes_after(run_dir: Path, state: SyncState) -> int:
     cursor = state.cursor
     start = None if cursor is None else Position(cursor.segment_index, cursor.offset, cursor.next_seq)
     try:
-        return sum(1 for record in iter_records(run_dir, start) if record.type == "episode")
+        return sum(1 for record in iter_records(run_dir, start) if record.type == EPISODE)
     except SpoolError:
         return 0  # the corruption is reported by the run's own state
 
@@ -72,7 +73,7 @@ def run_status(run_dir: Path) -> RunStatus:
     status.episodes = spool.episodes_count
     if spool.corrupt is not None:
         status.error = f"{spool.corrupt.path}: corrupt at byte {spool.corrupt.corrupt_offset}: {spool.corrupt.corrupt_reason}"
-    for path in sorted((spool_dir(run_dir) / "sync").glob("*.json")):
+    for path in sorted(sync_dir(run_dir).glob("*.json")):
         try:
             state = SyncState.model_validate_json(path.read_bytes())
         except (OSError, ValueError):
