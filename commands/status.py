@@ -30,7 +30,7 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         click.echo("no runs found")
         return
     for run in runs:
-        click.echo(f"{run.state:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
+        click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
                    f"{run.episodes} episodes in {run.segments} segment(s)")
         if run.error:
             click.echo(f"  error: {run.error}")

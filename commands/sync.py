@@ -37,7 +37,7 @@ from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.many import sync_paths
-from prime_runs_spool.sync.state import Destination, destination_key, remote_destination
+from prime_runs_spool.sync.state import Destination, local_destination, remote_destination
 from commands.output import Progress, fail_usage, require_paths
 
 #: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
@@ -65,9 +65,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
         with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND) as platform:
             settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
                                 frontend_url=LOCAL_FRONTEND)
-            identity = f"local|{db_path}|{team or ''}"
-            yield settings, Destination(key=destination_key(identity), base_url=f"local:{db_path}",
-                                        team_id=team), str(db_path)
+            yield settings, local_destination(db_path, team), str(db_path)
         return
     settings = load_settings(base_url=base_url, team_id=team)
     if not settings.api_key:

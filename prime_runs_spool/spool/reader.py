@@ -53,6 +53,11 @@ class Record:
     meta: dict[str, Any] | None
 
     @property
+    def position(self) -> Position:
+        """Where this record starts."""
+        return Position(self.segment_index, self.offset, self.seq)
+
+    @property
     def after(self) -> Position:
         return Position(self.segment_index, self.end_offset, self.seq + 1)
 

@@ -40,7 +40,7 @@ from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.rows import Batch, RowStream, batches, read_ahead, records, skip_rows
+from prime_runs_spool.sync.rows import Batch, RowStream, batches, durable_records, read_ahead, skip_rows
 from prime_runs_spool.sync.state import (
     Cursor,
     Destination,
@@ -501,7 +501,7 @@ class RunSync:
         if seal and isinstance(seal.get("summary"), Mapping):
             return dict(seal["summary"])
         accumulator = SummaryAccumulator()
-        for record in records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
+        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
             if record.type == EPISODE:
                 accumulator.add(record.data)
         return accumulator.result()

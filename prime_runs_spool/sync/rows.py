@@ -32,10 +32,12 @@ class Row:
     closes_episode: bool
 
 
-def records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
+def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
             skipped: list[dict[str, Any]] | None = None) -> Iterator[Any]:
-    """The run's records from ``start``; with ``skip_corrupt``, a corrupt segment's damaged
-    rest is passed over (noted in ``skipped``) and reading goes on with the next segment."""
+    """The run's *durable* records from ``start`` (as far as a live writer's durable mark);
+    with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
+    ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
+    reads everything on disk and stops at damage."""
     while True:
         try:
             yield from iter_records(run_dir, start=start, durable_only=True)
@@ -67,18 +69,15 @@ class RowStream:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def _records(self) -> Iterator[Any]:
-        start = None
-        if self.cursor is not None:
-            start = Position(self.cursor.segment_index, self.cursor.offset, self.cursor.next_seq)
-        for record in records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+        start = None if self.cursor is None else self.cursor.position
+        for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
             yield record
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
-            after = Cursor(segment_index=record.segment_index, offset=record.end_offset,
-                           next_seq=record.seq + 1)
+            after = Cursor.at(record.after)
             if record.type == HEADER:
                 self.seal = None  # a later segment: the run was resumed after that seal
             elif record.type == SEAL:
@@ -99,9 +98,7 @@ class RowStream:
             for number, (row, data) in enumerate(rows):
                 if number < already:
                     continue
-                cursor = after if number == last else Cursor(
-                    segment_index=record.segment_index, offset=record.offset,
-                    next_seq=record.seq, rows_done=number + 1)
+                cursor = after if number == last else Cursor.at(record.position, rows_done=number + 1)
                 yield Row(data, row.get("sample_id"), cursor, number == last)
             self.cursor = after
 

@@ -18,14 +18,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prime_runs_spool.errors import StateProblem
+from prime_runs_spool.spool.reader import Position
 
 STATE_VERSION = 1
 
 
 class Cursor(BaseModel):
-    """Where the next unacknowledged row starts: a spool position, plus how many rows of the
-    episode there were already acknowledged (only an episode sent as one row per trace
-    can be split across requests)."""
+    """Where the next unacknowledged row starts: a spool :class:`Position` (same fields, same
+    meaning), plus how many rows of the episode there were already acknowledged (only an
+    episode sent as one row per trace can be split across requests). A pydantic model
+    because it is persisted in the state file; convert with :meth:`at` and :attr:`position`,
+    never field by field."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -33,6 +36,16 @@ class Cursor(BaseModel):
     offset: int
     next_seq: int
     rows_done: int = 0
+
+    @classmethod
+    def at(cls, position: Position, rows_done: int = 0) -> Cursor:
+        return cls(segment_index=position.segment_index, offset=position.offset,
+                   next_seq=position.next_seq, rows_done=rows_done)
+
+    @property
+    def position(self) -> Position:
+        """Where reading resumes (the start of the episode when ``rows_done`` > 0)."""
+        return Position(self.segment_index, self.offset, self.next_seq)
 
 
 class InFlight(BaseModel):
@@ -105,6 +118,13 @@ def remote_destination(base_url: str, team_id: str | None) -> Destination:
     command line and the online shipper both name destinations this way, so a run's online
     state and a later ``prime-runs sync`` share one state file."""
     return Destination(key=destination_key(f"{base_url}|{team_id or ''}"), base_url=base_url, team_id=team_id)
+
+
+def local_destination(db_path: Path, team_id: str | None) -> Destination:
+    """The destination identity of the local platform's database at ``db_path``: named by
+    the database, not by the embedded server's port, which changes with every start."""
+    return Destination(key=destination_key(f"local|{db_path}|{team_id or ''}"), base_url=f"local:{db_path}",
+                       team_id=team_id)
 
 
 def load_state(path: Path, *, destination: Destination, local_run_id: str) -> SyncState | None:

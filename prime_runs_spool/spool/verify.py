@@ -1,0 +1,66 @@
+"""The verdict of ``prime-runs verify`` on spools, as plain data (the ``--json`` shape).
+
+In the library rather than the command so that anything (a CI step, a test, the command
+line) reaches the same verdict; ``commands/verify.py`` only prints it. Read-only: a torn
+tail on an unsealed segment is clean, corruption or a newer format is not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import UnsupportedFormatError, corruption_message
+from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.spool.reader import read_run
+
+
+def check_run(run_dir: Path) -> dict[str, Any]:
+    """The verdict on one run: ``ok``, its status, counts, the first corruption, its segments."""
+    try:
+        spool = read_run(run_dir)
+    except UnsupportedFormatError as exc:
+        return {"run_dir": str(run_dir), "ok": False, "status": None, "error": str(exc), "segments": []}
+    corrupt = spool.corrupt
+    return {
+        "run_dir": str(run_dir),
+        "ok": corrupt is None,
+        "run_id": spool.run_id,
+        "status": spool.status,
+        "records": spool.records_count,
+        "episodes": spool.episodes_count,
+        "error": corruption_message(corrupt.path, corrupt.corrupt_offset, corrupt.corrupt_reason)
+        if corrupt
+        else None,
+        "segments": [segment.to_dict() for segment in spool.segments],
+    }
+
+
+@dataclass
+class Verdict:
+    """Every run found under some paths, and the paths under which none was found."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    paths_without_runs: list[str] = field(default_factory=list)
+
+    @property
+    def bad(self) -> list[dict[str, Any]]:
+        return [run for run in self.runs if not run["ok"]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": not self.bad, "runs": self.runs, "paths_without_runs": self.paths_without_runs}
+
+
+def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
+    """Check every run under ``paths``. Raises ``NoSuchPathError`` for a missing path, and
+    lets a ``SpoolError`` or ``OSError`` that stops the walk through."""
+    verdict = Verdict()
+    for path in paths:
+        found = [check_run(run_dir) for run_dir in find_runs([path])]
+        if not found:
+            verdict.paths_without_runs.append(str(path))
+        verdict.runs.extend(found)
+    return verdict
