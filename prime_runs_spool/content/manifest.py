@@ -33,8 +33,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: A launch file larger than this is not uploaded verbatim.
 MAX_CONFIG_SOURCE_BYTES = 256 * 1024
-#: The metadata keys the dashboard's evaluation list reads unconditionally.
-V0_KEYS = ("model", "num_examples", "rollouts_per_example")
 
 
 def build_manifest(
@@ -91,23 +89,6 @@ def build_manifest(
         if source is not None:
             manifest["config_source"] = source
     return manifest, warnings
-
-
-def v0_metadata(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The evaluation metadata sync sends for a run.
-
-    The masked config at top level (that is where the dashboard looks for the v0 keys
-    and its structured Config view), the v0 keys, ``config_source`` when the launch file
-    was clean, and ``local_run_id`` so the evaluation leads back to the spool.
-    """
-    config = manifest.get("config") or {}
-    metadata = dict(config)
-    for key in V0_KEYS:
-        metadata[key] = config.get(key, manifest.get(key))
-    if "config_source" in manifest:
-        metadata["config_source"] = manifest["config_source"]
-    metadata["local_run_id"] = manifest["run_id"]
-    return metadata
 
 
 def read_config_source(

@@ -38,6 +38,8 @@ from prime_runs_spool.content.episodes import (
 MAX_REQUEST_BYTES = 26_214_400
 #: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
 ENVELOPE_BYTES = 14
+#: The metadata keys the dashboard's evaluation list reads unconditionally.
+V0_KEYS = ("model", "num_examples", "rollouts_per_example")
 
 #: Stop conditions that mean the trace was cut short.
 _TRUNCATING_STOPS = frozenset(
@@ -364,3 +366,41 @@ def _encode_within(row: Mapping[str, Any], limit: int) -> tuple[bytes, bool]:
     if 3 * size <= budget:
         return body, True
     return body, _upstream_size(row) <= budget
+
+
+# --------------------------------------------------------------------------- evaluations
+
+
+def v0_metadata(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation metadata sync sends for a run.
+
+    The masked config at top level (that is where the dashboard looks for the v0 keys
+    and its structured Config view), the v0 keys, ``config_source`` when the launch file
+    was clean, and ``local_run_id`` so the evaluation leads back to the spool.
+    """
+    config = manifest.get("config") or {}
+    metadata = dict(config)
+    for key in V0_KEYS:
+        metadata[key] = config.get(key, manifest.get(key))
+    if "config_source" in manifest:
+        metadata["config_source"] = manifest["config_source"]
+    metadata["local_run_id"] = manifest["run_id"]
+    return metadata
+
+
+def create_body(manifest: Mapping[str, Any], *, name: str, environment_ids: list[str], tags: list[str],
+                metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of ``POST /evaluations/`` for a run (docs/platform-api.md): None fields left
+    out, ``dataset`` the manifest's or else its first environment."""
+    body: dict[str, Any] = {
+        "name": name,
+        "environments": [{"id": env_id} for env_id in environment_ids],
+        "tags": tags,
+        "model_name": manifest.get("model"),
+        "framework": manifest.get("framework"),
+        "metadata": dict(metadata),
+    }
+    dataset = manifest.get("dataset") or (manifest.get("environments") or [None])[0]
+    if dataset:
+        body["dataset"] = dataset
+    return {key: value for key, value in body.items() if value is not None}

@@ -35,8 +35,7 @@ from prime_runs_spool.errors import (
     SyncError,
 )
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
-from prime_runs_spool.content.manifest import v0_metadata
-from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, create_body, v0_metadata
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.sync.retry import Backoff
@@ -291,19 +290,10 @@ class RunSync:
 
     def _create_payload(self, environment_ids: list[str]) -> dict[str, Any]:
         manifest = self.manifest
-        tags = list(dict.fromkeys([*(manifest.get("tags") or []), *self.options.tags]))
-        payload: dict[str, Any] = {
-            "name": self.options.name or manifest.get("name") or self.state.local_run_id,
-            "environments": [{"id": env_id} for env_id in environment_ids],
-            "tags": tags,
-            "model_name": manifest.get("model"),
-            "framework": manifest.get("framework"),
-            "metadata": self._metadata(),
-        }
-        dataset = manifest.get("dataset") or (manifest.get("environments") or [None])[0]
-        if dataset:
-            payload["dataset"] = dataset
-        return {key: value for key, value in payload.items() if value is not None}
+        return create_body(manifest, name=self.options.name or manifest.get("name") or self.state.local_run_id,
+                           environment_ids=environment_ids,
+                           tags=list(dict.fromkeys([*(manifest.get("tags") or []), *self.options.tags])),
+                           metadata=self._metadata())
 
     def _find_existing(self) -> dict[str, Any] | None:
         """An evaluation already carrying this run's local id (and replay id), if any."""

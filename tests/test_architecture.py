@@ -1,0 +1,159 @@
+"""The tree's rules (docs/architecture.md, "Rules"), checked by reading the imports.
+
+Static, with ``ast``: nothing is imported, so a lazy import inside a function counts as
+much as one at the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from support.env import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "prime_runs_spool"
+
+#: The layers, lowest first: each may import itself and the layers before it, never one
+#: after it. The same order is stated in docs/architecture.md.
+LAYERS = ["errors", "spool", "content", "platform_api", "sync", "runner", "local_platform"]
+
+#: Modules that belong to the lowest layer with errors.py: they import nothing of ours.
+BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors"}
+
+#: What runner/ may import from sync/: only the state file's model, never the engine.
+RUNNER_MAY_IMPORT_FROM_SYNC = {"prime_runs_spool.sync.state"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (absolute names; ``from X import Y`` yields X and X.Y)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import; this package imports absolutely"
+            names.append(node.module or "")
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def _layer(module: str) -> str | None:
+    """The layer of one of our modules; None for the package's facade (``__init__``)."""
+    if module in BASE_MODULES:
+        return BASE_MODULES[module]
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _ours(name: str) -> str | None:
+    """The module of ours that an imported name refers to (longest match), if any."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def test_every_module_is_in_a_layer() -> None:
+    """A new folder or root module must be placed in LAYERS (and the docs) on purpose."""
+    stray = [m for m in MODULES if m != "prime_runs_spool" and _layer(m) is None]
+    assert stray == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_layer_imports_only_layers_below_it(module: str) -> None:
+    layer = _layer(module)
+    if layer is None:
+        return  # the package facade re-exports the public API of several layers
+    rank = LAYERS.index(layer)
+    above = []
+    for name in _imports(MODULES[module]):
+        target = _ours(name)
+        if target is None or target == "prime_runs_spool":
+            continue
+        if LAYERS.index(_layer(target) or "errors") > rank:
+            above.append(target)
+    assert above == [], f"{module} ({layer}) imports from a higher layer"
+
+
+def test_runner_reads_only_the_sync_state() -> None:
+    for module, path in MODULES.items():
+        if _layer(module) != "runner":
+            continue
+        reached = {_ours(name) for name in _imports(path)} - {None}
+        from_sync = {m for m in reached if _layer(m) == "sync"}
+        assert from_sync <= RUNNER_MAY_IMPORT_FROM_SYNC, module
+
+
+def _constants(path: Path) -> list[tuple[object, int]]:
+    """Literal values in ``path`` with their lines, leaving out docstrings and ``__slots__``."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skip.add(id(body[0].value))
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            skip.update(id(n) for n in ast.walk(node.value))
+    return [(n.value, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in skip]
+
+
+def test_nothing_in_the_library_imports_or_launches_commands() -> None:
+    offenders = []
+    for module, path in MODULES.items():
+        if any(name == "commands" or name.startswith("commands.") for name in _imports(path)):
+            offenders.append(f"{module} imports commands")
+        for value, line in _constants(path):
+            if isinstance(value, str) and (value == "commands" or value.startswith("commands.")):
+                offenders.append(f"{module}:{line} names the commands package")
+    assert offenders == []
+
+
+#: Each fact, and the one module allowed to spell it out.
+FACTS = {
+    26_214_400: "prime_runs_spool.platform_api.v0",  # the platform's 25 MiB request limit
+    "header": "prime_runs_spool.spool.format",
+    "manifest": "prime_runs_spool.spool.format",
+    "episode": "prime_runs_spool.spool.format",
+    "seal": "prime_runs_spool.spool.format",
+    "completed": "prime_runs_spool.spool.format",
+    "failed": "prime_runs_spool.spool.format",
+    "crashed": "prime_runs_spool.spool.format",
+    "spool": "prime_runs_spool.spool.layout",
+    "sync": "prime_runs_spool.spool.layout",
+    "sync.lock": "prime_runs_spool.spool.layout",
+    "shipper.log": "prime_runs_spool.spool.layout",
+    ".lock": "prime_runs_spool.spool.layout",
+    ".durable": "prime_runs_spool.spool.layout",
+}
+
+
+def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
+    homes: dict[object, Counter[str]] = {fact: Counter() for fact in FACTS}
+    sources = {**MODULES, **{f"commands.{p.stem}": p for p in (REPO_ROOT / "commands").glob("*.py")}}
+    for module, path in sources.items():
+        for value, _ in _constants(path):
+            if type(value) in (int, str) and value in homes and not isinstance(value, bool):
+                homes[value][module] += 1
+    wrong = {fact: dict(found) for fact, found in homes.items() if set(found) != {FACTS[fact]}}
+    # the click command's own name is not a file name
+    if "sync" in wrong and set(wrong["sync"]) == {FACTS["sync"], "commands.sync"}:
+        del wrong["sync"]
+    assert wrong == {}
