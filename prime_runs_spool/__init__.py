@@ -1,16 +1,19 @@
 """prime-runs-spool: an eval never loses an episode, and a sync never duplicates one.
 
-The package is layered bottom-up; each layer only imports the ones below it:
+The package is layered bottom-up; each layer only imports the ones before it
+(docs/architecture.md, checked by tests/test_architecture.py):
 
-1. ``framing``      – the byte format of one spool line (see docs/spool-format.md)
-2. ``writer`` / ``reader`` – segment files: durable group-committed appends, streaming reads
-3. ``masking`` / ``manifest`` / ``summary`` / ``projection`` – what a run carries
-   ``run`` (with ``modes``, ``resume``) – the eval runner's API: ``open_run`` and ``Run``;
-   ``integrations.verifiers`` adapts it to verifiers' ``EvalConfig``
-4. ``client``       – the platform's HTTP API
-5. ``sync``         – exactly-once shipping of spools to a platform
+1. ``errors``         – every exception, one tree under ``SpoolError``
+2. ``spool``          – the on-disk format and files: durable appends, streaming reads
+3. ``content``        – what a run carries: masking, manifest, summary, episode numbering
+4. ``platform_api``   – the real platform's contract: settings, client, v0 wire format
+5. ``sync``           – exactly-once shipping of spools to a platform
+6. ``runner``         – the eval runner's API: ``open_run`` and ``Run``, the verifiers
+                        adapter, the online shipper
+7. ``local_platform`` – the evaluations API on SQLite, for tests and ``--local``
 
-The command line (``commands/``) is a thin shell over these.
+The command line (``commands/``) is a thin shell over these. This module re-exports the
+public API.
 """
 
 from prime_runs_spool._version import __version__

@@ -1,7 +1,7 @@
 """Masking, end to end, as a property: no secret byte reaches any file of a run.
 
 Hypothesis builds eval configs and episodes with random secret values at every
-credential location (credential-locations.md) and random keys and values everywhere
+credential location (docs/masking.md) and random keys and values everywhere
 else, writes a whole run through the public API, then reads the raw bytes of every file
 under the run directory. Every secret must be absent; every other value must read back
 unchanged. The launch file (outside the run directory) holds the same secrets, so

@@ -25,7 +25,7 @@ MASK = "***"
 Pattern = tuple[str, ...]
 _States = frozenset[tuple[int, int]]
 
-#: Where credentials sit in a verifiers eval config (credential-locations.md), generalized
+#: Where credentials sit in a verifiers eval config (docs/masking.md, "Where credentials sit"), generalized
 #: so any seat and any nesting works: a ``headers`` table under any client or judge, and
 #: an ``env`` table under any harness.
 CONFIG_PATTERNS: tuple[Pattern, ...] = (

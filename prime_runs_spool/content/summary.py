@@ -4,7 +4,7 @@ Computed from episode *records*, streaming, so the runner can seal a run with it
 can recompute it for a run that crashed before writing one, without holding a spool in
 memory.
 
-Semantics (platform-api.md, "Metadata the dashboard reads"):
+Semantics (docs/platform-api.md, "What the dashboard reads"):
 
 - A trace's reward is the projection's: the sum of ``score * weight`` over its non-null
   rewards (0 with none), so ``avg_reward`` agrees with the rows' ``reward`` column.

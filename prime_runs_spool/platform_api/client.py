@@ -1,4 +1,4 @@
-"""The platform's evaluations API (docs/sync.md, reference/platform-api.md), as typed calls.
+"""The platform's evaluations API (docs/platform-api.md, docs/sync.md), as typed calls.
 
 The client does one request per call and never retries: whether a failed request may be
 sent again depends on what it does (an append is not idempotent), which only the sync engine

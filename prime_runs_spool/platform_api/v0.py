@@ -7,7 +7,7 @@ later lands on the platform exactly as a live upload would have. The golden pair
 ``fixtures/reference/projection/`` pin the behaviour; ``docs/projection.md`` describes it.
 
 The only deliberate differences from upstream: ``run.id`` can be replaced by the
-evaluation id (the spool keeps the local id; see platform-api.md, "Identity"), and the
+evaluation id (the spool keeps the local id; see docs/platform-api.md, "Identity"), and the
 records we project were masked when they were spooled.
 
 Sync projects one episode at a time, with the rollout number the spool writer stamped on
@@ -184,7 +184,7 @@ def _trace_row(
     rollout_number: int,
     info: Any,
 ) -> dict[str, Any]:
-    """One v0 row from one trace (see platform-api.md, "The v0 sample row")."""
+    """One v0 row from one trace (see docs/platform-api.md, "The v0 sample row")."""
     data = task_data(trace)
     agent = trace.get("agent") or {}
     branches = [_branch(trace, path) for path in _paths(trace.get("nodes") or ())]
