@@ -131,6 +131,11 @@ class RunSync:
         self.sleep = sleep
         self.on_progress = on_progress or (lambda report: None)
         self.report = RunReport(path=str(run_dir), replay_id=options.replay_id)
+        #: The state file this sync reads and announces every step in.
+        self.path = sync_state_path(run_dir, destination.key, options.replay_id)
+        #: The run's manifest and its sync state: read by run() before anything uses them.
+        self.manifest: dict[str, Any] = {}
+        self.state: SyncState | None = None
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -159,7 +164,6 @@ class RunSync:
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")
-        self.path = sync_state_path(self.run_dir, self.destination.key, self.options.replay_id)
         untrusted = False
         try:
             state = load_state(self.path, destination=self.destination, local_run_id=local_id)
