@@ -12,7 +12,7 @@ import pytest
 from prime_runs_spool import read_run
 from prime_runs_spool.spool.layout import find_runs
 from support.env import CLI, REPO_ROOT, child_env
-from support.episodes import all_bytes_under
+from support.files import all_bytes_under
 
 COMMITTED = REPO_ROOT / "fixtures" / "outputs"
 #: The fake credentials in the reference episodes and eval_example.toml.

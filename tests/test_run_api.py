@@ -26,7 +26,8 @@ from prime_runs_spool.content.masking import MASK
 from prime_runs_spool.runner.run import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
 from support.env import child_env
 from support.loop_ticker import Ticker
-from support.episodes import all_bytes_under, make_episode, make_trace, run_files
+from support.episodes import small_episode, small_trace
+from support.files import all_bytes_under, run_files
 
 
 def lines_of(segment: Path) -> list[Any]:
@@ -56,7 +57,7 @@ def basic_run(run_dir: Path, **kwargs: Any):
 def test_manifest_is_written_first_with_identity(tmp_path: Path) -> None:
     run = basic_run(tmp_path / "r", config={"model": "m", "client": {"headers": {"X-Key": "s3cret"}}})
     uuid.UUID(run.id)  # a UUID when the caller passes none
-    run.log_episodes([make_episode("e1")])
+    run.log_episodes([small_episode("e1")])
     run.finish()
     lines = lines_of(list_segments(tmp_path / "r")[0][1])
     assert [line.type for line in lines] == ["header", "manifest", "episode", "seal"]
@@ -138,8 +139,8 @@ def test_config_source_with_credentials_left_out_and_warned_by_name(
 
 def test_rollout_numbers_per_idx_in_arrival_order(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
-    run.log_episodes([make_episode("a", 0), make_episode("b", 1), make_episode("c", 0)])
-    run.log_episodes([make_episode("d", None, traces=[]), make_episode("e", 0), make_episode("f", None)])
+    run.log_episodes([small_episode("a", 0), small_episode("b", 1), small_episode("c", 0)])
+    run.log_episodes([small_episode("d", None, traces=[]), small_episode("e", 0), small_episode("f", None)])
     run.finish()
     assert episode_metas(tmp_path) == [
         {"episode_id": "a", "rollout_number": 1},
@@ -153,8 +154,8 @@ def test_rollout_numbers_per_idx_in_arrival_order(tmp_path: Path) -> None:
 
 def test_duplicates_within_a_call_and_across_calls_are_skipped(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
-    assert run.log_episodes([make_episode("a"), make_episode("a"), make_episode(None), make_episode(None)]) == 3
-    assert run.log_episodes([make_episode("a")]) == 0
+    assert run.log_episodes([small_episode("a"), small_episode("a"), small_episode(None), small_episode(None)]) == 3
+    assert run.log_episodes([small_episode("a")]) == 0
     assert (run.episodes_logged, run.episodes_skipped) == (3, 2)
     run.finish()
     assert [m["episode_id"] for m in episode_metas(tmp_path)] == ["a", None, None]
@@ -178,8 +179,8 @@ class RecordEpisode:
 
 def test_pydantic_and_to_record_episodes_are_masked_and_logged(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
-    model = Episode(id="p", ok=True, traces=[make_trace(0, headers={"H": "pydantic-secret"})])
-    run.log_episodes([model, RecordEpisode(make_episode("r", harness_env={"T": "record-secret"}))])
+    model = Episode(id="p", ok=True, traces=[small_trace(0, headers={"H": "pydantic-secret"})])
+    run.log_episodes([model, RecordEpisode(small_episode("r", harness_env={"T": "record-secret"}))])
     run.finish()
     assert [m["episode_id"] for m in episode_metas(tmp_path)] == ["p", "r"]
     raw = all_bytes_under(tmp_path)
@@ -189,12 +190,12 @@ def test_pydantic_and_to_record_episodes_are_masked_and_logged(tmp_path: Path) -
 def test_bad_episodes_are_refused_before_anything_is_numbered(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
     with pytest.raises(TypeError, match="list of episodes"):
-        run.log_episodes(make_episode("a"))  # type: ignore[arg-type]
+        run.log_episodes(small_episode("a"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="mapping or a pydantic model"):
         run.log_episodes([42])
     with pytest.raises(TypeError):
-        run.log_episodes([make_episode("x"), {"id": "y", "bad": object()}])
-    run.log_episodes([make_episode("x")])  # "x" was not taken by the failed call
+        run.log_episodes([small_episode("x"), {"id": "y", "bad": object()}])
+    run.log_episodes([small_episode("x")])  # "x" was not taken by the failed call
     run.finish()
     assert episode_metas(tmp_path) == [{"episode_id": "x", "rollout_number": 1}]
 
@@ -203,10 +204,10 @@ def test_summary_end_to_end_against_hand_computed_values(tmp_path: Path) -> None
     run = basic_run(tmp_path)
     run.log_episodes([
         # trainable reward 0.5*1 + 1*0 = 0.5; the judge's 9.0 must not count
-        make_episode("a", traces=[make_trace(0, rewards={"x": (0.5, 1.0), "y": (1.0, 0.0)}, metrics={"m": 1.0}),
-                                  make_trace(0, trainable=False, rewards={"j": (9.0, 1.0)}, metrics={"m": 9.0})]),
-        make_episode("b", ok=False, rewards={"x": (1.0, 2.0)}, metrics={"m": 3.0, "n": float("nan")}),
-        make_episode("c", traces=[]),
+        small_episode("a", traces=[small_trace(0, rewards={"x": (0.5, 1.0), "y": (1.0, 0.0)}, metrics={"m": 1.0}),
+                                  small_trace(0, trainable=False, rewards={"j": (9.0, 1.0)}, metrics={"m": 9.0})]),
+        small_episode("b", ok=False, rewards={"x": (1.0, 2.0)}, metrics={"m": 3.0, "n": float("nan")}),
+        small_episode("c", traces=[]),
     ])
     expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"m": 2.0}, "avg_error": 1 / 3}
     assert run.finish() == expected
@@ -216,7 +217,7 @@ def test_summary_end_to_end_against_hand_computed_values(tmp_path: Path) -> None
 
 def test_explicit_summary_is_sealed_as_given(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
-    run.log_episodes([make_episode("a")])
+    run.log_episodes([small_episode("a")])
     assert run.finish({"avg_reward": 7.0}) == {"avg_reward": 7.0}
     assert seal_of(tmp_path)["summary"] == {"avg_reward": 7.0}
 
@@ -226,7 +227,7 @@ def test_concurrent_threads_number_without_gaps(tmp_path: Path) -> None:
 
     def worker(t: int) -> None:
         for i in range(6):
-            run.log_episodes([make_episode(f"{t}-{i}", i % 2)])
+            run.log_episodes([small_episode(f"{t}-{i}", i % 2)])
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
     for thread in threads:
@@ -246,7 +247,7 @@ def test_concurrent_threads_number_without_gaps(tmp_path: Path) -> None:
 
 def test_finish_and_abort_are_idempotent(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
-    run.log_episodes([make_episode("a")])
+    run.log_episodes([small_episode("a")])
     summary = run.finish()
     assert run.finish() == summary
     run.abort(RuntimeError("late"))
@@ -264,9 +265,9 @@ def test_log_after_finish_raises_a_clear_error(tmp_path: Path) -> None:
     run = basic_run(tmp_path)
     run.finish()
     with pytest.raises(RunClosedError, match="already completed"):
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     with pytest.raises(RunClosedError):
-        asyncio.run(run.log_episodes_async([make_episode("a")]))
+        asyncio.run(run.log_episodes_async([small_episode("a")]))
 
 
 def test_abort_error_is_one_truncated_line() -> None:
@@ -284,7 +285,7 @@ def test_abort_error_is_one_truncated_line() -> None:
 def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, status: str) -> None:
     with pytest.raises(type(exc)):
         with basic_run(tmp_path) as run:
-            run.log_episodes([make_episode("a")])
+            run.log_episodes([small_episode("a")])
             raise exc
     assert run.status == status
     seal = seal_of(tmp_path)
@@ -294,7 +295,7 @@ def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, sta
 
 def test_context_manager_normal_exit_finishes(tmp_path: Path) -> None:
     with basic_run(tmp_path) as run:
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     assert run.status == "completed"
     assert seal_of(tmp_path)["summary"]["avg_reward"] == 1.0
 
@@ -346,7 +347,7 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
 
     async def main() -> tuple[int, float]:
         async with Ticker(0.01) as ticker:
-            await asyncio.gather(*(run.log_episodes_async([make_episode(f"e{i}", i)]) for i in range(4)))
+            await asyncio.gather(*(run.log_episodes_async([small_episode(f"e{i}", i)]) for i in range(4)))
         return ticker.ticks, ticker.elapsed
 
     ticks, elapsed = asyncio.run(main())
@@ -371,7 +372,7 @@ def test_finish_on_the_loop_with_async_appends_in_flight_is_refused(
     monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
 
     async def main() -> None:
-        task = asyncio.create_task(run.log_episodes_async([make_episode("a")]))
+        task = asyncio.create_task(run.log_episodes_async([small_episode("a")]))
         await asyncio.sleep(0.05)
         with pytest.raises(RuntimeError, match="to_thread"):
             run.finish()
@@ -396,10 +397,10 @@ def test_a_disk_error_on_append_surfaces_and_abort_stays_quiet(
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
     with pytest.raises(SpoolWriteError):
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     # Retrying the episode that failed must fail too, never pass as an already-logged duplicate.
     with pytest.raises(SpoolError):
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     run.abort(SpoolWriteError("disk"))  # must not raise on the way out
     assert run.status == "crashed"
     assert run.episodes_logged == 0
@@ -410,8 +411,8 @@ def test_durable_listeners_hear_each_append_and_the_seal(tmp_path: Path) -> None
     heard: list[tuple[str, int]] = []
     run.add_durable_listener(lambda r: heard.append((r.status, r.episodes_logged)))
     run.add_durable_listener(lambda r: 1 / 0)  # a failing listener never reaches the eval
-    run.log_episodes([make_episode("a")])
-    run.log_episodes([make_episode("b")])
+    run.log_episodes([small_episode("a")])
+    run.log_episodes([small_episode("b")])
     run.finish()
     assert heard == [("open", 1), ("open", 2), ("completed", 2)]
 
@@ -423,12 +424,12 @@ def test_disabled_mode_writes_nothing_but_behaves_the_same(tmp_path: Path) -> No
     run_dir = tmp_path / "r"
     run = basic_run(run_dir, mode="disabled", config={"client": {"headers": {"A": "b"}}})
     assert run.mode == "disabled" and uuid.UUID(run.id)
-    assert run.log_episodes([make_episode("a"), make_episode("a")]) == 1
+    assert run.log_episodes([small_episode("a"), small_episode("a")]) == 1
     with pytest.raises(TypeError):
         run.log_episodes([42])
     assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {}, "avg_error": 0.0}
     with pytest.raises(RunClosedError):
-        run.log_episodes([make_episode("b")])
+        run.log_episodes([small_episode("b")])
     assert not run_dir.exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -451,7 +452,7 @@ def test_unknown_mode_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_online_mode_spools_like_offline(tmp_path: Path) -> None:
     with basic_run(tmp_path, mode="online") as run:
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     assert run.mode == "online"
     assert read_run(tmp_path).status == "completed"
 
@@ -461,15 +462,15 @@ def test_online_mode_spools_like_offline(tmp_path: Path) -> None:
 
 def test_resume_continues_the_same_run(tmp_path: Path) -> None:
     first = basic_run(tmp_path, config={"model": "m", "x": 1})
-    first.log_episodes([make_episode("a", 0), make_episode("b", 0), make_episode("c", 1, ok=False)])
+    first.log_episodes([small_episode("a", 0), small_episode("b", 0), small_episode("c", 1, ok=False)])
     first.abort(KeyboardInterrupt())
 
     second = basic_run(tmp_path, config={"model": "m", "x": 2})
     assert second.id == first.id and second.resumed
     assert second.manifest["config"]["x"] == 1  # the original manifest is the run's
     # The runner re-logs what it kept, then new rollouts.
-    assert second.log_episodes([make_episode("a", 0), make_episode("b", 0)]) == 0
-    assert second.log_episodes([make_episode("d", 0), make_episode("e", 1)]) == 2
+    assert second.log_episodes([small_episode("a", 0), small_episode("b", 0)]) == 0
+    assert second.log_episodes([small_episode("d", 0), small_episode("e", 1)]) == 2
     assert (second.episodes_logged, second.episodes_skipped) == (2, 2)
     summary = second.finish()
     assert summary["avg_error"] == pytest.approx(1 / 5)  # the whole run, not just this segment
@@ -523,7 +524,7 @@ def test_resumed_disabled_run_reads_and_writes_nothing(tmp_path: Path) -> None:
     basic_run(tmp_path, run_id="one").finish()
     before = {p: p.read_bytes() for p in run_files(tmp_path)}
     run = basic_run(tmp_path, mode="disabled", run_id="other")
-    run.log_episodes([make_episode("a")])
+    run.log_episodes([small_episode("a")])
     run.finish()
     assert {p: p.read_bytes() for p in run_files(tmp_path)} == before
 
@@ -538,7 +539,7 @@ def test_known_episodes_are_skipped_without_being_serialized(tmp_path: Path) -> 
             raise AssertionError("a known episode must not be serialized again")
 
     run = basic_run(tmp_path)
-    run.log_episodes([make_episode("a")])
+    run.log_episodes([small_episode("a")])
     assert run.log_episodes([Kept(), {"id": "a", "unserializable": object()}]) == 0
     assert run.episodes_skipped == 2
     run.finish()
@@ -546,7 +547,7 @@ def test_known_episodes_are_skipped_without_being_serialized(tmp_path: Path) -> 
 
 def test_a_corrupt_spool_is_not_resumed(tmp_path: Path) -> None:
     first = basic_run(tmp_path)
-    first.log_episodes([make_episode("a"), make_episode("b")])
+    first.log_episodes([small_episode("a"), small_episode("b")])
     first.finish()
     segment = list_segments(tmp_path)[0][1]
     data = bytearray(segment.read_bytes())

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.content.masking import MASK
-from support.episodes import all_bytes_under
+from support.files import all_bytes_under
 
 # Secrets are marked by a prefix no other generated text can contain ("-" is used nowhere
 # else), so a byte search cannot be fooled by a coincidence. Non-ASCII letters check that

@@ -22,7 +22,8 @@ from prime_runs_spool.runner.verifiers import (
     open_eval_run,
 )
 from prime_runs_spool.content.masking import MASK
-from support.episodes import all_bytes_under, make_episode
+from support.episodes import small_episode
+from support.files import all_bytes_under
 
 
 class ClientConfig(pydantic.BaseModel):
@@ -79,7 +80,7 @@ def test_opens_in_output_dir_slash_run_dir_with_the_manifest(tmp_path: Path) -> 
     run = open_eval_run(config, num_examples=20, config_file=at_file)
     assert run.dir == tmp_path / "outputs" / "2026-01-01-gsm8k"
     assert run.id == "runner-id" and run.mode == "offline"
-    run.log_episodes([make_episode("a", run_id=run.id)])
+    run.log_episodes([small_episode("a", run_id=run.id)])
     assert finish_eval_run(run)["avg_reward"] == 1.0
     spool = read_run(run.dir)
     manifest = spool.manifest
@@ -116,14 +117,14 @@ def test_no_push_and_disabled_mode_write_nothing(
     config = eval_config(tmp_path, id="local-uuid")
     run = open_eval_run(config, num_examples=2, push=push)
     assert run.mode == "disabled" and run.id == "local-uuid"  # a local run keeps its own id
-    run.log_episodes([make_episode("a")])
+    run.log_episodes([small_episode("a")])
     assert finish_eval_run(run)["avg_error"] == 0.0
     assert not (tmp_path / "outputs").exists()
 
 
 def test_finish_logs_the_episodes_it_is_given_once(tmp_path: Path) -> None:
     run = open_eval_run(eval_config(tmp_path), num_examples=2)
-    episodes = [make_episode("a"), make_episode("b", ok=False)]
+    episodes = [small_episode("a"), small_episode("b", ok=False)]
     run.log_episodes(episodes[:1])  # streamed one of them
     summary = finish_eval_run(run, episodes)
     assert summary["avg_error"] == 0.5
@@ -132,13 +133,13 @@ def test_finish_logs_the_episodes_it_is_given_once(tmp_path: Path) -> None:
 
 def test_resume_continues_the_spools_run_and_the_runner_adopts_its_id(tmp_path: Path) -> None:
     first = open_eval_run(eval_config(tmp_path, id="first-id"), num_examples=2)
-    first.log_episodes([make_episode("a")])
+    first.log_episodes([small_episode("a")])
     abort_eval_run(first, KeyboardInterrupt())
     config = eval_config(tmp_path, id="fresh-id-after-restart")
     second = open_eval_run(config, num_examples=2)
     assert second.id == "first-id" and second.resumed
     assert config.run._adopted == "first-id"
-    second.log_episodes([make_episode("a"), make_episode("b")])
+    second.log_episodes([small_episode("a"), small_episode("b")])
     finish_eval_run(second)
     spool = read_run(second.dir)
     assert (spool.status, spool.episodes_count, len(spool.segments)) == ("completed", 2, 2)
@@ -167,7 +168,7 @@ def test_duck_typed_config_without_pydantic(tmp_path: Path) -> None:
         env=SimpleNamespace(id="e", taskset=SimpleNamespace(id="t")),
     )
     run = open_eval_run(config, num_examples=1)
-    finish_eval_run(run, [make_episode("a")])
+    finish_eval_run(run, [small_episode("a")])
     spool = read_run(tmp_path / "plain")
     assert spool.manifest["environments"] == ["t"] and spool.episodes_count == 1
 
@@ -182,7 +183,7 @@ def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
     with pytest.raises(SpoolWriteError):  # durability is not optional: the eval must hear it
-        run.log_episodes([make_episode("a")])
+        run.log_episodes([small_episode("a")])
     abort_eval_run(run, RuntimeError("eval failed"))  # the seal fails too, quietly
 
 
@@ -191,7 +192,7 @@ def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
 
     async def eval_loop() -> None:
         try:
-            await run.log_episodes_async([make_episode("a")])
+            await run.log_episodes_async([small_episode("a")])
             raise asyncio.CancelledError
         except BaseException as exc:
             abort_eval_run(run, exc)

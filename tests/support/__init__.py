@@ -1,9 +1,12 @@
 """Helpers shared by the tests, imported as ``from support.NAME import ...``.
 
 - ``env``             – this checkout's root, the child-process environment, the CLI argv
-- ``episodes``        – the small episode factory the run API's tests use, and file helpers
+- ``episodes``        – the small episode factory of the run API's tests (the sized one is
+                        ``fixtures.episodes.make_episode``, shared with the benchmarks)
+- ``files``           – every file under a folder, and all their bytes
 - ``segments``        – spool bytes built by hand (for reader and framing tests)
 - ``runs``            – whole runs written through the segment writer (for sync tests)
+- ``sync_e2e``        – the local platform fixture, the sync command line, exactly-once checks
 - ``fake_platform``   – an in-memory platform behind ``httpx.MockTransport``
 - ``platform_process`` – the local platform started as a real process
 - ``crash_writer``    – a writer process for SIGKILL tests

@@ -1,4 +1,7 @@
-"""Small synthetic episodes and configs for the run API's tests.
+"""Small synthetic episodes for the run API's tests (``small_episode``, ``small_trace``).
+
+The sized, fully verifiers-shaped factory that sync tests and benchmarks use is
+``fixtures.episodes.make_episode``; this one builds the smallest records the run API reads.
 
 Small on purpose: these tests fsync for every call, so records stay a few hundred bytes.
 The shape is the one verifiers writes (episode_example.json), reduced to what the run API
@@ -8,11 +11,10 @@ rewards and metrics.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 
-def make_trace(
+def small_trace(
     idx: Any = 0,
     *,
     trainable: bool = True,
@@ -41,7 +43,7 @@ def make_trace(
     }
 
 
-def make_episode(
+def small_episode(
     episode_id: str | None,
     idx: Any = 0,
     *,
@@ -54,14 +56,5 @@ def make_episode(
         "id": episode_id,
         "run": {"type": "eval", "id": run_id},
         "ok": ok,
-        "traces": traces if traces is not None else [make_trace(idx, **trace_kwargs)],
+        "traces": traces if traces is not None else [small_trace(idx, **trace_kwargs)],
     }
-
-
-def all_bytes_under(root: Path) -> bytes:
-    """Every byte of every file under ``root``, concatenated (for 'no secret anywhere' checks)."""
-    return b"".join(path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file())
-
-
-def run_files(root: Path) -> list[Path]:
-    return sorted(path for path in root.rglob("*") if path.is_file())
