@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from fixtures.episodes import make_episode  # noqa: E402
 from prime_runs_spool.platform_api.client import PlatformClient  # noqa: E402
 from prime_runs_spool.content.episodes import RolloutCounter  # noqa: E402
+from prime_runs_spool.spool.layout import list_segments  # noqa: E402
 from prime_runs_spool.platform_api.settings import Secret, Settings  # noqa: E402
 from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
 from prime_runs_spool.sync.state import Destination, destination_key  # noqa: E402
@@ -88,7 +89,7 @@ def write_run(run_dir: Path, run_id: str, episodes: int, size: int, *, group: in
         writer.append_many(items)
         done += len(items)
     writer.seal("completed", summary=summary.result())
-    return sum(p.stat().st_size for p in (run_dir / "spool").glob("seg-*.jsonl"))
+    return sum(path.stat().st_size for _, path in list_segments(run_dir))
 
 
 def write_tree(root: Path, runs: int, total_bytes: int, size: int) -> tuple[int, int]:
