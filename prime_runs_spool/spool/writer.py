@@ -3,8 +3,9 @@
 docs/spool-format.md, section 5, is the contract. An append returns only once its line is
 written and fdatasync'ed. Concurrent appenders share that cost (group commit): each one
 serializes and checksums its record, and builds the part of its line that does not depend
-on the sequence number, *outside* any lock (``framing.prepare``, ``framing.framing_rest``);
-under a short mutex it takes its sequence numbers and frames the line's tail.
+on the sequence number, *outside* any lock (``format.prepare``, ``format.framing_rest``);
+under a short mutex it takes its sequence numbers and frames the line's tail
+(``format.frame_line``).
 
 At most one flush runs at a time. An appender that finds nobody flushing writes and syncs
 its own lines inline (one ``writev``, one ``fdatasync``; no other thread, no hand-off).
@@ -17,7 +18,9 @@ flush is not stuck behind dozens of woken threads (docs/benchmarks.md has the fi
 An async caller never writes or syncs on its event loop: when nobody is flushing, it
 hands the flush to the writer's helper thread (one per writer, started on first use) and
 leaves the batch open, so the tasks the loop runs before it next waits join that group;
-each flushed batch settles a loop's futures with one call into that loop.
+each flushed batch settles a loop's futures with one call into that loop. The batch and
+the waking of its members live in ``spool/commit.py``; this module keeps the segment, its
+locks and the flush.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -42,6 +45,7 @@ import filelock
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
+from prime_runs_spool.spool.commit import Batch, helper_loop, settle_batch
 from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
@@ -95,27 +99,6 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-class _Batch:
-    """Lines that will reach the disk in one writev and one fdatasync, and who waits for them.
-
-    A thread caller waits on its own raw lock (``waiters``), acquired on its behalf when it
-    joins and released by whoever settles the batch: waking a batch wakes exactly its members,
-    and each of them with one futex hand-off, with no condition variable to re-acquire. An
-    async caller waits on a future (``futures``), settled through its loop.
-    """
-
-    __slots__ = ("parts", "waiters", "futures", "error", "leader")
-
-    def __init__(self) -> None:
-        self.parts: list[bytes | memoryview] = []
-        self.waiters: list[Any] = []
-        self.futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self.error: SpoolWriteError | None = None
-        #: The member's lock that was handed the job of flushing this batch (or True for a
-        #: helper thread); None while the batch waits behind the flush in progress.
-        self.leader: Any = None
-
-
 class SegmentWriter:
     """Appends records to one new segment of a run; see the module docstring.
 
@@ -143,7 +126,7 @@ class SegmentWriter:
         #: reach the file in sequence order.
         self._flushing = False
         #: Lines queued behind the flush in progress; whoever leads it closes it.
-        self._open: _Batch | None = None
+        self._open: Batch | None = None
         self._next_seq = 0
         self._episodes = 0
         self._closing = False
@@ -290,7 +273,7 @@ class SegmentWriter:
             first, parts = self._number(prepared)
             batch = self._open
             if batch is None:
-                batch = self._open = _Batch()
+                batch = self._open = Batch()
             batch.parts += parts
             batch.futures.append((loop, future))
             if self._flushing:
@@ -400,7 +383,7 @@ class SegmentWriter:
             return None
         batch = self._open
         if batch is None:
-            batch = self._open = _Batch()
+            batch = self._open = Batch()
         batch.parts += parts
         waiter = _allocate_lock()
         waiter.acquire()
@@ -423,7 +406,7 @@ class SegmentWriter:
             if batch.leader is waiter:
                 self._lead_open(batch)
             elif after < len(batch.waiters):  # no one joins a settled batch: no mutex needed
-                batch.waiters[after].release()  # wake the next member (see _settle_batch)
+                batch.waiters[after].release()  # wake the next member (see settle_batch)
             error = batch.error
             if interrupted is not None:
                 raise interrupted
@@ -437,13 +420,13 @@ class SegmentWriter:
         self._wait(joined, parts)
         return first
 
-    def _lead_open(self, batch: _Batch) -> None:
+    def _lead_open(self, batch: Batch) -> None:
         """Close the open ``batch`` (everything queued until now is in it) and flush it."""
         with self._mutex:
             self._open = None
         self._lead(batch, batch.parts)
 
-    def _lead(self, batch: _Batch | None, parts: list[bytes | memoryview]) -> SpoolWriteError | None:
+    def _lead(self, batch: Batch | None, parts: list[bytes | memoryview]) -> SpoolWriteError | None:
         """Write and sync ``parts`` (the caller holds the flushing job), pass the job on to the
         next batch, then settle ``batch`` (``None`` for a lone appender's own lines)."""
         error: SpoolWriteError | None = None
@@ -475,14 +458,14 @@ class SegmentWriter:
         if queued is not None:
             if failure is not None:
                 queued.error = error
-                _settle_batch(queued)
+                settle_batch(queued)
             elif successor is True:  # only async callers queued: a helper thread leads them
                 self._start_helper(self._lead_open, queued)
             else:
                 successor.release()
         if batch is not None:
             batch.error = error
-            _settle_batch(batch)
+            settle_batch(batch)
         if unexpected is not None:
             raise unexpected
         return error
@@ -501,7 +484,7 @@ class SegmentWriter:
                 jobs = self._jobs
                 if jobs is None:
                     jobs = self._jobs = queue.SimpleQueue()
-                    threading.Thread(target=_helper_loop, args=(jobs,), name=f"spool-seg-{self._index}",
+                    threading.Thread(target=helper_loop, args=(jobs,), name=f"spool-seg-{self._index}",
                                      daemon=True).start()
                     weakref.finalize(self, jobs.put, None)  # dropped without close: let it go
         jobs.put((target, args))
@@ -563,46 +546,6 @@ class SegmentWriter:
             self._release()
 
 
-def _helper_loop(jobs: queue.SimpleQueue[Any]) -> None:
-    """Run flushes handed to a writer's helper thread until the writer releases it (None)."""
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        try:
-            job[0](*job[1])
-        except BaseException:  # _lead settled the batch with the error; keep serving the writer
-            pass
-        # Hold nothing while waiting: the last job's bound method would keep a writer that
-        # its owner dropped without closing alive, file and lock included.
-        del job
-
-
-def _settle_batch(batch: _Batch) -> None:
-    """Wake the members of a flushed (or failed) batch, but its leader.
-
-    Only the first member is woken here; each member wakes the next one as it wakes up.
-    Waking all of them at once would put dozens of threads in the queue for the GIL,
-    the leader passing the flush on among them; a chain keeps that queue short.
-    """
-    waiters = batch.waiters
-    if waiters:
-        first = 1 if waiters[0] is batch.leader else 0
-        if first < len(waiters):
-            waiters[first].release()
-    if batch.futures:
-        # One call per event loop, not per future: each call_soon_threadsafe writes to the
-        # loop's wake-up pipe, a system call and a wake-up for the loop each.
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        for loop, future in batch.futures:
-            by_loop.setdefault(loop, []).append(future)
-        for loop, futures in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle_all, futures, batch.error)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-
 def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
     """Serialize and checksum a record and build its line's fixed tail, outside any lock."""
     if not internal and record_type in WRITER_RECORD_TYPES:
@@ -612,13 +555,3 @@ def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None,
     # numbers episodes first) hands over a Payload it prepared itself.
     payload = record if isinstance(record, Payload) else prepare(record, record_type)
     return payload, rest, record_type == EPISODE
-
-
-def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
-    for future in futures:
-        if future.done():  # cancelled while it waited
-            continue
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
