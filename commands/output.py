@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -21,10 +22,16 @@ def fail_usage(message: str) -> None:
 
 
 def require_paths(paths: Iterable[Path]) -> list[Path]:
+    """The paths, once each exists; a path that exists but cannot be read is let through,
+    for the walk to name it beside the runs that can be read."""
     roots = list(paths)
     for path in roots:
-        if not path.exists():
+        try:
+            os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
             fail_usage(f"{path}: no such file or directory")
+        except OSError:
+            pass
     return roots
 
 

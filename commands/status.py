@@ -9,12 +9,11 @@ import click
 import orjson
 
 from commands.output import require_paths
-from prime_runs_spool.spool.layout import find_runs
-from prime_runs_spool.sync.status import run_status
+from prime_runs_spool.sync.status import statuses
 
 
 @click.command("status")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 def status(paths: tuple[Path, ...], as_json: bool) -> None:
     """Show every run spool under PATHS (default: .): name, model, state, episodes, and per
@@ -22,7 +21,7 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
 
     Exit 0, or 2 when a path does not exist.
     """
-    runs = [run_status(run_dir) for run_dir in find_runs(require_paths(paths or (Path("."),)))]
+    runs = statuses(require_paths(paths or (Path("."),)))
     if as_json:
         click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())
         return
@@ -30,11 +29,15 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         click.echo("no runs found")
         return
     for run in runs:
+        if run.run_id is None and run.error:  # nothing of the spool could be read
+            click.echo(f"{run.status:<10} {run.path}")
+            click.echo(f"  error: {run.error}")
+            continue
         click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
                    f"{run.episodes} episodes in {run.segments} segment(s)")
         if run.error:
             click.echo(f"  error: {run.error}")
-        if not run.destinations:
+        if not run.destinations and run.status != "error":
             click.echo("  not synced anywhere yet")
         for dest in run.destinations:
             done = "finalized" if dest.finalized else (dest.terminal or "open")

@@ -75,7 +75,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
 
 @click.command("sync")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")

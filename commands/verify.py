@@ -51,7 +51,7 @@ def _print_human(runs: list[dict[str, Any]], empty_paths: list[str]) -> None:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption."""

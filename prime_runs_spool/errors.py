@@ -11,7 +11,7 @@ The tree, by layer:
 
 - spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
   ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
-  ``NoSuchPathError``, ``NotARunError``
+  ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``
 - runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
@@ -44,6 +44,12 @@ class RecordNotSerializableError(SpoolError, TypeError):
 
 class NoSuchPathError(SpoolError, FileNotFoundError):
     """A path given to look for runs does not exist."""
+
+
+class NotASegmentFileError(SpoolError, OSError):
+    """Something named like a segment is not a regular file (a FIFO, a directory, a device):
+    opening a FIFO would block every reader forever, so it is refused before that, as an
+    unreadable file (``errno`` EINVAL, ``filename`` the path)."""
 
 
 class NotARunError(SpoolError):

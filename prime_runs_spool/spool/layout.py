@@ -13,12 +13,14 @@ named here:
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from prime_runs_spool.errors import NoSuchPathError
+from prime_runs_spool.errors import NoSuchPathError, NotASegmentFileError
 
 SPOOL_DIRNAME = "spool"
 #: Sync's state files, one per destination (and per replay), inside the spool folder.
@@ -104,14 +106,16 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     """The run's segments as ``(index, path)``, in index order: the order of the run's log."""
     folder = spool_dir(run_dir)
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(folder))
     except FileNotFoundError:
         return []
     found = []
-    for name in names:
-        index = segment_index(name)
+    for entry in entries:
+        index = segment_index(entry.name)
         if index is not None and index > 0:
-            found.append((index, folder / name))
+            if not entry.is_file():  # d_type, no extra system call; a symlink is followed
+                raise NotASegmentFileError(errno.EINVAL, "not a regular file", entry.path)
+            found.append((index, folder / entry.name))
     found.sort()
     return found
 
@@ -128,46 +132,105 @@ def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
 
 
 def is_run_dir(path: Path) -> bool:
-    """A run directory is one whose (real, not symlinked) ``spool/`` holds a segment."""
+    """A run directory is one whose (real, not symlinked) ``spool/`` holds a segment.
+
+    Raises :class:`OSError` (its ``filename`` the directory that could not be read) when
+    ``path`` or its ``spool/`` cannot be looked into: "cannot tell" is not "no".
+    """
     folder = path / SPOOL_DIRNAME
-    if folder.is_symlink() or not folder.is_dir():
+    try:
+        mode = os.lstat(folder).st_mode
+    except (FileNotFoundError, NotADirectoryError):
         return False
-    return bool(list_segments(path))
+    except OSError as exc:
+        raise _unreadable(exc, path) from None
+    if not stat.S_ISDIR(mode):
+        return False
+    return bool(list_segments(path))  # its OSError names the spool folder or the file
 
 
-def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+def _unreadable(exc: OSError, directory: Path) -> OSError:
+    """``exc`` naming the directory whose contents could not be read."""
+    return type(exc)(exc.errno, exc.strerror, str(directory))
+
+
+def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:
+    """How every command names what it could not read (the error's file, else ``where``), and why."""
+    return f"{exc.filename or where}: cannot be read ({exc.strerror or exc})"
+
+
+#: Told of each directory under the paths that could not be read whole (a run may hide in
+#: it), with the error (whose ``filename`` is what failed: the directory itself, its
+#: ``spool/`` or a file in it); the walk then goes on with the rest of the tree.
+OnUnreadable = Callable[[Path, OSError], None]
+
+
+def _raise(path: Path, exc: OSError) -> None:
+    raise exc
+
+
+def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
 
     A path may be a run directory, its ``spool/`` folder, or any folder above runs. Symbolic
     links below a given path are not followed, so a walk never leaves the tree it was given
     (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
     look like "nothing to do".
+
+    A directory that cannot be read (permissions, an I/O error, a stale mount) is never
+    skipped silently, and never stops the walk when ``on_unreadable`` is given: it is told
+    of the directory (in walk order, between the runs) and the walk goes on. Without it,
+    the :class:`OSError` is raised.
     """
+    report = on_unreadable or _raise
     seen: set[Path] = set()
     for given in paths:
         root = Path(given)
-        if not root.exists():
-            raise NoSuchPathError(f"path does not exist: {given}")
-        spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
-        for run in [root.parent] if spool_of_run else _walk(root):
+        try:
+            os.stat(root)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoSuchPathError(f"path does not exist: {given}") from None
+        except OSError as exc:
+            report(root, exc)
+            continue
+        try:
+            spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
+        except OSError as exc:
+            report(root.parent, exc)
+            continue
+        for run in [root.parent] if spool_of_run else _walk(root, report):
             key = run.resolve()
             if key not in seen:
                 seen.add(key)
                 yield run
 
 
-def _walk(root: Path) -> Iterator[Path]:
-    if not root.is_dir():
+def _walk(root: Path, report: OnUnreadable) -> Iterator[Path]:
+    try:
+        if not root.is_dir():
+            return
+        run = is_run_dir(root)
+    except FileNotFoundError:
+        return  # removed while we walked: nothing there any more
+    except OSError as exc:
+        report(root, exc)
         return
-    if is_run_dir(root):
+    if run:
         yield root
     try:
         entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    except OSError:
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        report(root, exc)
         return
     for entry in entries:
-        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+        try:
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError as exc:
+            report(Path(entry.path), exc)
             continue
-        if entry.name == SPOOL_DIRNAME and is_run_dir(root):
+        if entry.name == SPOOL_DIRNAME and run:
             continue
-        yield from _walk(Path(entry.path))
+        yield from _walk(Path(entry.path), report)

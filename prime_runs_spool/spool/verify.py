@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import UnsupportedFormatError, corruption_message
-from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.spool.layout import find_runs, unreadable_message
 from prime_runs_spool.spool.reader import read_run
 
 
@@ -23,7 +23,9 @@ def check_run(run_dir: Path) -> dict[str, Any]:
     try:
         spool = read_run(run_dir)
     except UnsupportedFormatError as exc:
-        return {"run_dir": str(run_dir), "ok": False, "status": None, "error": str(exc), "segments": []}
+        return _unverifiable(run_dir, str(exc))
+    except OSError as exc:  # a segment or the spool folder that cannot be read
+        return _unverifiable(run_dir, unreadable_message(exc, run_dir))
     corrupt = spool.corrupt
     return {
         "run_dir": str(run_dir),
@@ -37,6 +39,11 @@ def check_run(run_dir: Path) -> dict[str, Any]:
         else None,
         "segments": [segment.to_dict() for segment in spool.segments],
     }
+
+
+def _unverifiable(run_dir: str | os.PathLike[str], error: str) -> dict[str, Any]:
+    """The verdict on a run (or a directory that may hold one) that could not be read whole."""
+    return {"run_dir": str(run_dir), "ok": False, "status": None, "error": error, "segments": []}
 
 
 @dataclass
@@ -55,11 +62,18 @@ class Verdict:
 
 
 def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
-    """Check every run under ``paths``. Raises ``NoSuchPathError`` for a missing path, and
-    lets a ``SpoolError`` or ``OSError`` that stops the walk through."""
+    """Check every run under ``paths``. Raises ``NoSuchPathError`` for a missing path. A
+    directory that cannot be read is a failed verdict of its own, between the others: one
+    unreadable run never hides the rest."""
     verdict = Verdict()
     for path in paths:
-        found = [check_run(run_dir) for run_dir in find_runs([path])]
+        found: list[dict[str, Any]] = []
+
+        def unreadable(directory: Path, exc: OSError) -> None:
+            found.append(_unverifiable(directory, unreadable_message(exc, directory)))
+
+        for run_dir in find_runs([path], unreadable):
+            found.append(check_run(run_dir))
         if not found:
             verdict.paths_without_runs.append(str(path))
         verdict.runs.extend(found)

@@ -77,9 +77,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     for path in args.paths:
-        if not path.exists():
+        try:
+            os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
             sys.stderr.write(f"prime-runs: {path}: no such file or directory\n")
             return EXIT_USAGE
+        except OSError:
+            pass  # it exists but cannot be read: the walk names it beside the readable runs
     settings = load_settings(base_url=args.base_url, team_id=args.team)
     if not settings.api_key:
         sys.stderr.write("prime-runs: no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json)\n")

@@ -36,10 +36,10 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CRASHED, FAILED
-from prime_runs_spool.spool.layout import find_runs, list_segments
+from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
-from prime_runs_spool.sync.many import sync_lock
+from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
 
 #: Report states after which a run with no live writer has nothing left to follow.
@@ -104,6 +104,9 @@ class Follower:
     stop: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
     runs: dict[Path, Followed] = field(default_factory=dict)
+    #: Directories under the paths that could not be read at the last walk, with the report
+    #: printed for each (once, when first met).
+    unreadable: dict[Path, RunReport] = field(default_factory=dict)
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -124,7 +127,7 @@ class Follower:
         finally:
             for followed in self.runs.values():
                 self._release(followed)
-        return [f.report for f in self.runs.values() if f.report is not None]
+        return [f.report for f in self.runs.values() if f.report is not None] + list(self.unreadable.values())
 
     def idle(self) -> bool:
         """Every run found is done (or failed) with no writer live: nothing more will come
@@ -145,16 +148,29 @@ class Follower:
     # -- runs ------------------------------------------------------------------------------
 
     def _scan(self) -> None:
-        for run_dir in _find(self.paths):
+        unreadable: dict[Path, RunReport] = {}
+
+        def note(path: Path, exc: OSError) -> None:
+            unreadable[path] = self.unreadable.get(path) or unreadable_report(path, exc)
+
+        for run_dir in _find(self.paths, note):
             key = run_dir.resolve()
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
+        for path, report in unreadable.items():
+            if path not in self.unreadable:
+                self.on_report(report)  # said once; a directory that becomes readable is followed
+        self.unreadable = unreadable
 
     def _step(self, followed: Followed) -> None:
         failing = followed.report is not None and followed.report.state == "error"
         if failing and self.clock() < followed.retry_at:
             return
-        current = signature(followed.run_dir)
+        try:
+            current = signature(followed.run_dir)
+        except OSError as exc:  # its spool became unreadable: this run waits, the others go on
+            self._record(followed, unreadable_report(followed.run_dir, exc), live=False)
+            return
         if current == followed.seen and not failing:
             return
         if not self._acquire(followed):
@@ -207,12 +223,13 @@ class Follower:
             followed.lock = None
 
 
-def _find(paths: Iterable[Path]) -> list[Path]:
-    """The runs under ``paths`` now; a path that vanished while following just has none."""
+def _find(paths: Iterable[Path], on_unreadable: OnUnreadable) -> list[Path]:
+    """The runs under ``paths`` now; a path that vanished while following just has none,
+    and a directory that cannot be read is told to ``on_unreadable``, not skipped."""
     found = []
     for path in paths:
         try:
-            found.extend(find_runs([path]))
-        except (SpoolError, OSError):
+            found.extend(find_runs([path], on_unreadable))
+        except SpoolError:
             continue
     return found

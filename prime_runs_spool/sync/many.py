@@ -14,7 +14,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path
+from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path, unreadable_message
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
@@ -55,8 +55,28 @@ def sync_run(
     try:
         return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
                        on_progress=on_progress).run()
+    except OSError as exc:  # e.g. its state folder cannot be listed: this run only
+        return RunReport(path=str(run_dir), state="error", error=unreadable_message(exc, run_dir))
+    except Exception as exc:  # a bug met on this run must not cost the others their sync
+        return RunReport(path=str(run_dir), state="error",
+                         error=f"internal error: {type(exc).__name__}: {exc}")
     finally:
         lock.release()
+
+
+def unreadable_report(path: Path, exc: OSError) -> RunReport:
+    """The report of a directory under the paths that could not be read: a run may be in it,
+    so the sync did not get everything it was asked to (exit 1)."""
+    return RunReport(path=str(path), state="error", error=unreadable_message(exc, path))
+
+
+def discover(paths: Iterable[Path]) -> list[Path | RunReport]:
+    """The runs under ``paths`` in walk order, with a ready report in place of each
+    directory that could not be read."""
+    found: list[Path | RunReport] = []
+    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_report(path, exc))):
+        found.append(run_dir)
+    return found
 
 
 def sync_paths(
@@ -69,11 +89,14 @@ def sync_paths(
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
 ) -> list[RunReport]:
-    """Sync every run under ``paths``; reports come back in discovery order."""
-    runs = list(find_runs(paths))
-    if not runs:
+    """Sync every run under ``paths``; reports come back in discovery order. A directory
+    that cannot be read gets a report of its own (``error``, naming it and why) in its place
+    among the others, which are synced all the same."""
+    found = discover(paths)
+    if not found:
         return []
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
-        futures = [pool.submit(sync_run, run_dir, client, destination, options, wait=wait,
-                               on_progress=on_progress) for run_dir in runs]
-        return [future.result() for future in futures]
+        futures = [item if isinstance(item, RunReport) else
+                   pool.submit(sync_run, item, client, destination, options, wait=wait, on_progress=on_progress)
+                   for item in found]
+        return [item if isinstance(item, RunReport) else item.result() for item in futures]

@@ -3,13 +3,14 @@ what its sync state says is on the platform. Offline: no request is made."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
-from prime_runs_spool.spool.layout import sync_dir
+from prime_runs_spool.spool.layout import find_runs, sync_dir, unreadable_message
 from prime_runs_spool.spool.reader import iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
 
@@ -60,6 +61,20 @@ def _episodes_after(run_dir: Path, state: SyncState) -> int:
         return 0  # the corruption is reported by the run's own state
 
 
+def unreadable_status(path: Path, exc: OSError) -> RunStatus:
+    """The status of a directory under the paths that could not be read (a run may be in it)."""
+    return RunStatus(path=str(path), status="error", error=unreadable_message(exc, path))
+
+
+def statuses(paths: Iterable[Path]) -> list[RunStatus]:
+    """The status of every run under ``paths``, and of every directory that could not be
+    read among them (in walk order): one unreadable run never hides the others."""
+    found: list[RunStatus] = []
+    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_status(path, exc))):
+        found.append(run_status(run_dir))
+    return found
+
+
 def run_status(run_dir: Path) -> RunStatus:
     run = RunStatus(path=str(run_dir))
     try:
@@ -67,6 +82,8 @@ def run_status(run_dir: Path) -> RunStatus:
     except SpoolError as exc:
         run.status, run.error = "error", str(exc)
         return run
+    except OSError as exc:
+        return unreadable_status(run_dir, exc)
     manifest = spool.manifest
     run.run_id = spool.run_id
     run.name = manifest.get("name")
@@ -76,10 +93,18 @@ def run_status(run_dir: Path) -> RunStatus:
     run.episodes = spool.episodes_count
     if spool.corrupt is not None:
         run.error = corruption_message(spool.corrupt.path, spool.corrupt.corrupt_offset, spool.corrupt.corrupt_reason)
-    for path in sorted(sync_dir(run_dir).glob("*.json")):
+    try:
+        state_files = sorted(sync_dir(run_dir).glob("*.json"))
+    except OSError as exc:
+        state_files = []
+        run.error = unreadable_message(exc, sync_dir(run_dir))
+    for path in state_files:
         try:
             state = SyncState.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
+        except OSError as exc:
+            run.error = unreadable_message(exc, path)
+            continue
+        except ValueError:
             continue
         run.destinations.append(DestinationStatus(
             destination=state.destination.base_url, team_id=state.destination.team_id,

@@ -1,0 +1,118 @@
+"""One unreadable directory among runs: every command reports the others and names it.
+
+Permissions are real: a directory at mode 000. Root reads through mode bits, so when the
+tests run as root each command runs without the two capabilities that let it
+(``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``, dropped with ``setpriv``); that is exactly
+what root meets on an NFS export with root squashing or a FUSE mount it does not own. A
+FIFO named like a segment needs no such help: it stops root as surely as anyone (an
+``open`` of it blocks until a writer comes, i.e. forever).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.env import CLI, child_env
+from support.runs import build_run
+
+if os.geteuid() == 0:
+    SETPRIV = shutil.which("setpriv")
+    AS_UNPRIVILEGED = [SETPRIV, "--bounding-set=-dac_override,-dac_read_search"] if SETPRIV else None
+else:
+    AS_UNPRIVILEGED = []
+
+pytestmark = pytest.mark.skipif(AS_UNPRIVILEGED is None, reason="root without setpriv: mode 000 would not bite")
+
+
+def command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*AS_UNPRIVILEGED, *CLI, *args], capture_output=True, text=True,
+                          env=child_env(), timeout=timeout)
+
+
+@pytest.fixture
+def tree(tmp_path: Path):
+    """Five runs: two readable, one at mode 000, one whose spool/ is at 000, one with a
+    segment at 000, one with a FIFO where its second segment should be."""
+    root = tmp_path / "outputs"
+    for name in ("a-good", "b-dir", "c-spool", "d-segment", "e-fifo", "f-good"):
+        build_run(root / name, f"unreadable-{name}", 3)
+    os.mkfifo(root / "e-fifo" / "spool" / "seg-000002.jsonl")
+    blocked = [root / "b-dir", root / "c-spool" / "spool", root / "d-segment" / "spool" / "seg-000001.jsonl"]
+    for path in blocked:
+        path.chmod(0)
+    yield root
+    for path in blocked:
+        path.chmod(0o700)
+
+
+def assert_no_traceback(done: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert "internal error" not in done.stdout + done.stderr, done.stderr
+
+
+def test_sync_pushes_the_readable_runs_names_the_others_and_exits_1(tree: Path, tmp_path: Path) -> None:
+    done = command("sync", str(tree), "--local", "--db", str(tmp_path / "local.db"), "--json", timeout=120)
+    assert_no_traceback(done)
+    assert done.returncode == 1, done.stderr
+    reports = {Path(r["path"]).name: r for r in json.loads(done.stdout)["runs"]}
+    assert reports["a-good"]["state"] == reports["f-good"]["state"] == "synced"
+    assert reports["a-good"]["pushed_now"] == reports["f-good"]["pushed_now"] == 3
+    for name, culprit, why in [("b-dir", "b-dir", "Permission denied"),
+                               ("c-spool", "c-spool/spool", "Permission denied"),
+                               ("d-segment", "d-segment/spool/seg-000001.jsonl", "Permission denied"),
+                               ("e-fifo", "e-fifo/spool/seg-000002.jsonl", "not a regular file")]:
+        assert reports[name]["state"] == "error", reports[name]
+        assert f"{tree / culprit}: " in reports[name]["error"] and why in reports[name]["error"], reports[name]
+    # Human output too: one line per run, the unreadable ones named with the reason.
+    text = command("sync", str(tree), "--local", "--db", str(tmp_path / "local.db"), timeout=120)
+    assert_no_traceback(text)
+    assert text.returncode == 1
+    assert f"{tree / 'b-dir'}: cannot be read (Permission denied)" in text.stdout
+
+
+def test_status_reports_every_run_and_names_the_unreadable_ones(tree: Path) -> None:
+    done = command("status", str(tree), "--json")
+    assert_no_traceback(done)
+    assert done.returncode == 0, done.stderr
+    runs = {Path(r["path"]).name: r for r in json.loads(done.stdout)["runs"]}
+    assert set(runs) == {"a-good", "b-dir", "c-spool", "d-segment", "e-fifo", "f-good"}
+    assert runs["a-good"]["state"] == runs["f-good"]["state"] == "completed"
+    assert runs["a-good"]["episodes"] == 3
+    for name in ("b-dir", "c-spool", "d-segment", "e-fifo"):
+        assert runs[name]["state"] == "error" and "cannot be read" in runs[name]["error"], runs[name]
+    text = command("status", str(tree))
+    assert_no_traceback(text)
+    assert f"{tree / 'c-spool' / 'spool'}: cannot be read (Permission denied)" in text.stdout
+
+
+def test_verify_checks_every_readable_run_and_fails_naming_the_unreadable(tree: Path) -> None:
+    done = command("verify", str(tree), "--json")
+    assert_no_traceback(done)
+    assert done.returncode == 1, done.stderr
+    runs = {Path(r["run_dir"]).name: r for r in json.loads(done.stdout)["runs"]}
+    assert runs["a-good"]["ok"] and runs["f-good"]["ok"] and runs["a-good"]["status"] == "completed"
+    for name in ("b-dir", "c-spool", "d-segment", "e-fifo"):
+        assert not runs[name]["ok"] and "cannot be read" in runs[name]["error"], runs[name]
+    assert done.stderr.strip().count("\n") == 0 and "4 of 6 run(s) failed verification" in done.stderr
+    # Given the unreadable directory itself: named, not "no such file", not a crash.
+    alone = command("verify", str(tree / "b-dir"))
+    assert_no_traceback(alone)
+    assert alone.returncode == 1 and "Permission denied" in alone.stdout + alone.stderr
+
+
+def test_follow_syncs_the_readable_runs_and_names_the_unreadable_once(tree: Path, tmp_path: Path) -> None:
+    done = command("sync", "--follow", "--exit-when-idle", str(tree), "--local", "--db", str(tmp_path / "local.db"),
+                   "--json", timeout=120)
+    assert_no_traceback(done)
+    assert done.returncode == 1, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    final = {Path(e["path"]).name: e["state"] for e in events}
+    assert final["a-good"] == final["f-good"] == "synced"
+    assert [e["path"] for e in events].count(str(tree / "b-dir")) == 1
+    assert final["b-dir"] == final["c-spool"] == final["d-segment"] == final["e-fifo"] == "error"
