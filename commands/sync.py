@@ -17,6 +17,7 @@ from typing import Any
 import click
 import orjson
 
+from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
@@ -67,7 +68,10 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
                                 frontend_url=LOCAL_FRONTEND)
             yield settings, local_destination(db_path, team), str(db_path)
         return
-    settings = load_settings(base_url=base_url, team_id=team)
+    try:
+        settings = load_settings(base_url=base_url, team_id=team)
+    except InvalidBaseUrlError as exc:
+        fail_usage(str(exc))
     if not settings.api_key:
         fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "
                    "or sync into the local platform with --local")

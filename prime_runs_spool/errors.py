@@ -13,7 +13,8 @@ The tree, by layer:
   ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
   ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``
 - runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
-- platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
+- platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
+  ``InvalidBaseUrlError``
 - sync: ``SyncError``, ``StateProblem``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
 
@@ -136,6 +137,11 @@ class PlatformError(SpoolError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class InvalidBaseUrlError(SpoolError, ValueError):
+    """The platform's base URL (``--base-url``, the environment or the config file) cannot
+    name any server: a usage error, reported at once, never retried."""
 
 
 class SampleTooLargeError(SpoolError, ValueError):

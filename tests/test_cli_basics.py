@@ -35,3 +35,22 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
         "syncing 1 run(s): 0 samples, 0.0 MB sent",
         "syncing 1 run(s): 5 samples, 0.0 MB sent",
     ]
+
+
+def test_a_malformed_base_url_is_a_usage_error_at_once(tmp_path):
+    """Exit 2 with one line, not 85 s of retries (the old ``htp:/typo``) nor an internal
+    error (the old ``http://[::1``); both entry points, the flag and the environment."""
+    import sys
+
+    run = tmp_path / "run"
+    (run / "spool").mkdir(parents=True)
+    (run / "spool" / "seg-000001.jsonl").write_bytes(b"")
+    for bad in ("htp:/typo", "http://[::1"):
+        for argv, extra in [(CLI + ["sync", str(tmp_path), "--base-url", bad], {}),
+                            (CLI + ["sync", str(tmp_path)], {"PRIME_API_BASE_URL": bad}),
+                            ([sys.executable, "-m", "prime_runs_spool.sync", str(tmp_path), "--base-url", bad], {})]:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                                  env=child_env(PRIME_API_KEY="k", HOME=str(tmp_path), **extra))
+            assert done.returncode == 2, (argv, done.stdout, done.stderr)
+            assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+            assert f"{bad!r} is not a usable URL" in done.stderr and "Traceback" not in done.stderr

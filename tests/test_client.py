@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -103,3 +105,36 @@ def test_settings_precedence(tmp_path) -> None:
     assert normalize_base_url("https://x.example/api/v1/") == "https://x.example"
     nothing = load_settings(env={"HOME": str(tmp_path / "nowhere")})
     assert nothing.api_key is None
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("htp:/typo", "does not start with http:// or https://"),
+    ("localhost:8000", "does not start with http:// or https://"),
+    ("http://[::1", "invalid ipv6 url"),
+    ("http://", "names no host"),
+    ("ftp://files.example", "scheme must be http or https"),
+    ("http://127.0.0.1:99999", "port out of range"),
+    ("http://platform.example?team=1", "no ?query"),
+])
+def test_a_base_url_no_request_could_reach_is_refused_naming_where_it_came_from(tmp_path, url, why) -> None:
+    from prime_runs_spool.errors import InvalidBaseUrlError
+
+    with pytest.raises(InvalidBaseUrlError, match=re.escape(why)) as flag:
+        load_settings(base_url=url, env={"HOME": str(tmp_path)})
+    assert str(flag.value).startswith(f"--base-url {url!r} is not a usable URL")
+    with pytest.raises(InvalidBaseUrlError, match="^PRIME_API_BASE_URL "):
+        load_settings(env={"HOME": str(tmp_path), "PRIME_API_BASE_URL": url})
+    config = tmp_path / ".prime" / "config.json"
+    config.parent.mkdir(exist_ok=True)
+    config.write_text(f'{{"base_url": "{url}"}}')
+    with pytest.raises(InvalidBaseUrlError, match=f"^base_url in {re.escape(str(config))} "):
+        load_settings(env={"HOME": str(tmp_path)})
+
+
+def test_a_refused_base_url_never_shows_its_userinfo(tmp_path) -> None:
+    from prime_runs_spool.errors import InvalidBaseUrlError
+
+    with pytest.raises(InvalidBaseUrlError) as refused:
+        load_settings(base_url="http://user:hunter2@platform.example:port/", env={"HOME": str(tmp_path)})
+    assert "hunter2" not in str(refused.value) and "***@platform.example:port" in str(refused.value)
+    assert load_settings(base_url="http://[::1]:8000/api/v1", env={"HOME": str(tmp_path)}).base_url == "http://[::1]:8000"

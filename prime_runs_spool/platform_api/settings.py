@@ -12,6 +12,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from prime_runs_spool.errors import InvalidBaseUrlError
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
 DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
@@ -50,12 +55,62 @@ class Settings:
         return f"{self.frontend_url.rstrip('/')}/dashboard/evaluations/{evaluation_id}"
 
 
-def normalize_base_url(url: str) -> str:
-    """Strip a trailing slash and a trailing ``/api/v1``, as the public clients do."""
-    url = url.strip().rstrip("/")
+#: The schemes a platform can be reached by.
+BASE_URL_SCHEMES = ("http", "https")
+
+
+def normalize_base_url(url: str, source: str = "the base URL") -> str:
+    """Strip a trailing slash and a trailing ``/api/v1``, as the public clients do, after
+    checking that ``url`` can reach a platform at all.
+
+    Raises :class:`InvalidBaseUrlError` (naming ``source``, e.g. ``--base-url``) for a URL
+    no request could ever go to: a typo must fail at once as a usage error, not be retried
+    as if the network were down.
+    """
+    given = url.strip()
+    url = given.rstrip("/")
     if url.endswith("/api/v1"):
         url = url[: -len("/api/v1")]
+    problem = _base_url_problem(url) if "://" in given else "it does not start with http:// or https://"
+    if problem:
+        raise InvalidBaseUrlError(f"{source} {_shown(given)!r} is not a usable URL: {problem}; "
+                                  f"give one like {DEFAULT_BASE_URL}")
     return url
+
+
+def _base_url_problem(url: str) -> str | None:
+    """What makes ``url`` unusable as a platform's base URL, or None."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number in range
+    except ValueError as exc:
+        return str(exc).lower().rstrip(".")
+    if parts.scheme.lower() not in BASE_URL_SCHEMES:
+        return f"the scheme must be http or https, not {parts.scheme!r}"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "port 0 cannot be connected to"
+    if parts.query or parts.fragment:
+        return "a base URL takes no ?query or #fragment"
+    if any(ch.isspace() for ch in url):
+        return "it contains white space"
+    try:
+        httpx.URL(url + "/api/v1")  # what the client will build on it
+    except httpx.InvalidURL as exc:
+        return str(exc).lower().rstrip(".")
+    return None
+
+
+def _shown(url: str) -> str:
+    """``url`` as an error message may show it: any ``user:password@`` replaced by ``***@``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}://{authority}{slash}{path}"
 
 
 def load_settings(
@@ -86,11 +141,20 @@ def load_settings(
         return value if isinstance(value, str) and value else None
 
     key = pick(None, ("PRIME_API_KEY",), "api_key")
+    chosen = pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
     return Settings(
-        base_url=normalize_base_url(
-            pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
-        ),
+        base_url=normalize_base_url(chosen, _source_of(chosen, base_url, env, config_path)),
         api_key=Secret(key) if key else None,
         team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
     )
+
+
+def _source_of(chosen: str, explicit: str | None, env: Mapping[str, str], config_path: Path) -> str:
+    """Where the base URL ``chosen`` came from, for an error message that says what to fix."""
+    if explicit:
+        return "--base-url"
+    for name in ("PRIME_API_BASE_URL", "PRIME_BASE_URL"):
+        if env.get(name) == chosen:
+            return name
+    return f"base_url in {config_path}"

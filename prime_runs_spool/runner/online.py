@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.spool.layout import shipper_log_path, sync_state_path
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
@@ -89,7 +90,12 @@ class Shipper:
     def start(cls, run_dir: Path) -> Shipper | None:
         """Start shipping ``run_dir``; None (with a warning) when there are no credentials,
         or the child cannot be started. Never raises: the eval goes on either way."""
-        settings = load_settings()
+        try:
+            settings = load_settings()
+        except InvalidBaseUrlError as exc:
+            _log.warning("online mode: %s; nothing is shipped while the run goes on; the spool is complete, "
+                         "run prime-runs sync later", exc)
+            return None
         if not settings.api_key:
             _log.warning("online mode: no API key (PRIME_API_KEY), so nothing is shipped while the run "
                          "goes on; the spool is complete, run prime-runs sync later")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.console import (
@@ -84,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         except OSError:
             pass  # it exists but cannot be read: the walk names it beside the readable runs
-    settings = load_settings(base_url=args.base_url, team_id=args.team)
+    try:
+        settings = load_settings(base_url=args.base_url, team_id=args.team)
+    except InvalidBaseUrlError as exc:
+        sys.stderr.write(f"prime-runs: {exc}\n")
+        return EXIT_USAGE
     if not settings.api_key:
         sys.stderr.write("prime-runs: no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json)\n")
         return EXIT_USAGE
