@@ -32,7 +32,8 @@ SHIPPER_LOG_NAME = "shipper.log"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
-_SEGMENT_RE = re.compile(r"seg-(\d{6,})\.jsonl\Z")
+_SEGMENT_PREFIX = "seg-"
+_SEGMENT_RE = re.compile(re.escape(_SEGMENT_PREFIX) + r"(\d{6,})\.jsonl\Z")
 
 
 def spool_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -40,7 +41,7 @@ def spool_dir(run_dir: str | os.PathLike[str]) -> Path:
 
 
 def segment_name(index: int) -> str:
-    return f"seg-{index:06d}.jsonl"
+    return f"{_SEGMENT_PREFIX}{index:06d}.jsonl"
 
 
 def segment_path(run_dir: str | os.PathLike[str], index: int) -> Path:
@@ -95,6 +96,12 @@ def segment_index(name: str) -> int | None:
     """The index in a segment file's name, or None if the name is not a segment's."""
     match = _SEGMENT_RE.match(name)
     return int(match.group(1)) if match else None
+
+
+def is_segment_family(name: str) -> bool:
+    """Whether ``name`` is a segment's, its writer lock's or its durable mark's: the files a
+    writer changes (a watcher ignores the rest of the spool folder, sync's own files)."""
+    return name.startswith(_SEGMENT_PREFIX)
 
 
 def segment_index_of(path: str | os.PathLike[str]) -> int | None:
@@ -169,7 +176,8 @@ def _raise(path: Path, exc: OSError) -> None:
     raise exc
 
 
-def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None) -> Iterator[Path]:
+def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,
+              on_folder: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
 
     A path may be a run directory, its ``spool/`` folder, or any folder above runs. Symbolic
@@ -181,8 +189,12 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
     skipped silently, and never stops the walk when ``on_unreadable`` is given: it is told
     of the directory (in walk order, between the runs) and the walk goes on. Without it,
     the :class:`OSError` is raised.
+
+    ``on_folder`` is told of every folder the walk looked into that is not a run (where a
+    new run could appear: a follower watches them).
     """
     report = on_unreadable or _raise
+    folder_seen = on_folder or (lambda folder: None)
     seen: set[Path] = set()
     for given in paths:
         root = Path(given)
@@ -198,14 +210,14 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
         except OSError as exc:
             report(root.parent, exc)
             continue
-        for run in [root.parent] if spool_of_run else _walk(root, report):
+        for run in [root.parent] if spool_of_run else _walk(root, report, folder_seen):
             key = run.resolve()
             if key not in seen:
                 seen.add(key)
                 yield run
 
 
-def _walk(root: Path, report: OnUnreadable) -> Iterator[Path]:
+def _walk(root: Path, report: OnUnreadable, folder_seen: Callable[[Path], None]) -> Iterator[Path]:
     try:
         if not root.is_dir():
             return
@@ -217,6 +229,8 @@ def _walk(root: Path, report: OnUnreadable) -> Iterator[Path]:
         return
     if run:
         yield root
+    else:
+        folder_seen(root)
     try:
         entries = sorted(os.scandir(root), key=lambda entry: entry.name)
     except FileNotFoundError:
@@ -233,4 +247,4 @@ def _walk(root: Path, report: OnUnreadable) -> Iterator[Path]:
             continue
         if entry.name == SPOOL_DIRNAME and run:
             continue
-        yield from _walk(Path(entry.path), report)
+        yield from _walk(Path(entry.path), report, folder_seen)

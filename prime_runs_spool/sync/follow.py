@@ -6,12 +6,15 @@ everything docs/sync.md guarantees (one evaluation, exactly once, one finalize, 
 recording) holds for following too, and a follower killed anywhere leaves a state that the
 next sync or follower carries on from.
 
-What following adds is *when* to run a pass. Every ``poll_interval`` the follower looks at
-each run's *signature*: the segment list, each segment's size, and whether the last
-segment's writer lock is held (a ``listdir``, a ``stat`` per segment and one ``flock``
-probe; no reading). Only a changed signature costs a pass, which reads from the state's
-cursor, so a quiet run costs almost nothing however large its spool is. Every
-``rescan_interval`` the paths are walked again for runs that appeared.
+What following adds is *when* to run a pass. The follower looks at a run's *signature*:
+the segment list, each segment's size, and whether the last segment's writer lock is held
+(a ``listdir``, a ``stat`` per segment and one ``flock`` probe; no reading). Only a changed
+signature costs a pass, which reads from the state's cursor, so a look costs the same
+however large the spool is. It looks when the kernel says the run's spool changed
+(sync/watch.py), at most once per ``poll_interval``; where the kernel cannot tell, it polls,
+doubling an idle run's interval up to ``IDLE_POLL_CAP``. Idle runs thus cost what their
+changes cost, not runs x polls. The paths are walked again for new runs when a watched
+folder of the tree changes, and every ``rescan_interval`` where one is not watched.
 
 A pass that ends in ``error`` (the platform down longer than ``--max-attempts`` allows, say)
 is tried again after a backoff delay even if the spool did not change: a following shipper
@@ -36,11 +39,12 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CRASHED, FAILED
-from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments
+from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
 from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
 DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CRASHED, "corrupt"})
@@ -48,6 +52,16 @@ DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CRASHED, "corrupt"})
 FAILED_STATES = frozenset({"error", "corrupt"})
 
 Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
+
+#: The longest an idle run goes without a look when only polling can tell of its changes:
+#: an episode appended to a long-idle run is seen within about this (docs/sync.md).
+IDLE_POLL_CAP = 1.0
+#: The same when the kernel reports its changes (sync/watch.py): a safety net only.
+TRUSTED_LOOK_INTERVAL = 30.0
+#: Walks of the paths for new runs when every folder of the tree is watched: a safety net.
+TRUSTED_RESCAN_INTERVAL = 30.0
+#: How often a wait on events looks at the stop flag.
+STOP_CHECK_INTERVAL = 0.25
 
 
 @dataclass
@@ -90,6 +104,13 @@ class Followed:
     errors: int = 0
     #: Nothing to do until the spool changes: the lock is released.
     done: bool = False
+    #: When to take its signature next, when it was last taken, and the current idle
+    #: interval (it doubles while nothing changes, up to a cap: see :meth:`Follower._step`).
+    next_look: float = 0.0
+    last_look: float = float("-inf")
+    interval: float = 0.0
+    #: Whether the kernel tells us of its changes (sync/watch.py).
+    watched: bool = False
 
 
 @dataclass
@@ -104,29 +125,43 @@ class Follower:
     stop: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
     runs: dict[Path, Followed] = field(default_factory=dict)
+    #: What the kernel tells of changes to the runs and the tree; closed when :meth:`run` ends.
+    watch: ChangeWatch = field(default_factory=ChangeWatch)
     #: Directories under the paths that could not be read at the last walk, with the report
     #: printed for each (once, when first met).
     unreadable: dict[Path, RunReport] = field(default_factory=dict)
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
-        next_scan = 0.0
+        next_scan, last_scan, tree_pending = 0.0, float("-inf"), False
         try:
             while not self.stop.is_set():
-                if self.clock() >= next_scan:
+                changed, tree_changed, lost = self.watch.take()
+                tree_pending = tree_pending or tree_changed
+                now = self.clock()
+                if tree_pending:  # a folder of the tree changed: walk soon, at most once a poll
+                    next_scan = min(next_scan, last_scan + self.follow.poll_interval)
+                if now >= next_scan:
                     self._scan()
-                    next_scan = self.clock() + self.follow.rescan_interval
-                for followed in list(self.runs.values()):
+                    last_scan, tree_pending = now, False
+                    rare = self.watch.tree_complete and not lost
+                    next_scan = self.clock() + (TRUSTED_RESCAN_INTERVAL if rare else self.follow.rescan_interval)
+                for key, followed in list(self.runs.items()):
                     self._check_stop()
-                    self._step(followed)
+                    if lost or key in changed:  # told it changed: look now, or once the poll interval allows
+                        followed.next_look = min(followed.next_look, followed.last_look + self.follow.poll_interval)
+                    if self.clock() >= followed.next_look:
+                        self._step(key, followed)
                 if self.follow.exit_when_idle and self.idle():
                     break
-                self._sleep(self.follow.poll_interval)
+                due = min([next_scan, *(f.next_look for f in self.runs.values())])
+                self._wait(due - self.clock())
         except Stopped:
             pass
         finally:
             for followed in self.runs.values():
                 self._release(followed)
+            self.watch.close()
         return [f.report for f in self.runs.values() if f.report is not None] + list(self.unreadable.values())
 
     def idle(self) -> bool:
@@ -145,6 +180,14 @@ class Follower:
         if self.stop.wait(max(0.0, seconds)):
             raise Stopped
 
+    def _wait(self, seconds: float) -> None:
+        """Until the next look is due, an event comes, or a stop (seen within a quarter second)."""
+        if not self.watch.available:
+            self._sleep(seconds)
+            return
+        self.watch.wait(min(max(0.0, seconds), STOP_CHECK_INTERVAL))
+        self._check_stop()
+
     # -- runs ------------------------------------------------------------------------------
 
     def _scan(self) -> None:
@@ -153,18 +196,25 @@ class Follower:
         def note(path: Path, exc: OSError) -> None:
             unreadable[path] = self.unreadable.get(path) or unreadable_report(path, exc)
 
-        for run_dir in _find(self.paths, note):
+        folders: set[Path] = set()
+        for run_dir in _find(self.paths, note, folders.add):
             key = run_dir.resolve()
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
+            self.runs[key].watched = self.watch.watch_run(key, spool_dir(run_dir))
+        self.watch.watch_tree(folders)
         for path, report in unreadable.items():
             if path not in self.unreadable:
                 self.on_report(report)  # said once; a directory that becomes readable is followed
         self.unreadable = unreadable
 
-    def _step(self, followed: Followed) -> None:
+    def _step(self, key: Path, followed: Followed) -> None:
+        now = self.clock()
+        followed.last_look = now
+        followed.next_look = now + self.follow.poll_interval  # unless decided otherwise below
         failing = followed.report is not None and followed.report.state == "error"
-        if failing and self.clock() < followed.retry_at:
+        if failing and now < followed.retry_at:
+            followed.next_look = followed.retry_at
             return
         try:
             current = signature(followed.run_dir)
@@ -172,7 +222,16 @@ class Follower:
             self._record(followed, unreadable_report(followed.run_dir, exc), live=False)
             return
         if current == followed.seen and not failing:
+            # Idle. When the kernel tells us of every change (sync/watch.py), the next look is
+            # a safety net only; when polling must find changes, look again later and later.
+            if followed.watched and self.watch.watching(key):
+                followed.interval = TRUSTED_LOOK_INTERVAL
+            else:
+                followed.interval = min(max(followed.interval * 2, self.follow.poll_interval),
+                                        max(IDLE_POLL_CAP, self.follow.poll_interval))
+            followed.next_look = now + followed.interval
             return
+        followed.interval = 0.0
         if not self._acquire(followed):
             return
         followed.done = False
@@ -187,6 +246,7 @@ class Follower:
         if report.state == "error":
             followed.errors += 1
             followed.retry_at = self.clock() + self.options.backoff.delay(followed.errors)
+            followed.next_look = followed.retry_at
             # No writer can change anything, and the pass already retried --max-attempts
             # times: leave it to a later sync rather than follow it forever.
             followed.done = not live
@@ -223,13 +283,13 @@ class Follower:
             followed.lock = None
 
 
-def _find(paths: Iterable[Path], on_unreadable: OnUnreadable) -> list[Path]:
+def _find(paths: Iterable[Path], on_unreadable: OnUnreadable, on_folder: Callable[[Path], None]) -> list[Path]:
     """The runs under ``paths`` now; a path that vanished while following just has none,
     and a directory that cannot be read is told to ``on_unreadable``, not skipped."""
     found = []
     for path in paths:
         try:
-            found.extend(find_runs([path], on_unreadable))
+            found.extend(find_runs([path], on_unreadable, on_folder))
         except SpoolError:
             continue
     return found
