@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-EXIT_USAGE = 2
+from prime_runs_spool.sync.options import EXIT_USAGE
 
 
 def fail_usage(message: str) -> None:

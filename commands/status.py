@@ -9,7 +9,6 @@ import click
 import orjson
 
 from commands.output import require_paths
-from prime_runs_spool.sync.status import statuses
 
 
 @click.command("status")
@@ -21,6 +20,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
 
     Exit 0, or 2 when a path does not exist.
     """
+    from prime_runs_spool.sync.status import statuses  # the state model: only when run
+
     runs = statuses(require_paths(paths or (Path("."),)))
     if as_json:
         click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())

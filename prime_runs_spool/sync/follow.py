@@ -41,7 +41,8 @@ from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CRASHED, FAILED
 from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
-from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
 from prime_runs_spool.sync.watch import ChangeWatch
