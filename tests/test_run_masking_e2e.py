@@ -193,3 +193,16 @@ def test_producer_rules_mask_their_own_locations(tmp_path: Path, where: str) -> 
         run.log_episodes([{"id": "a", "ok": True, **value}])
     run.finish()
     assert b"sk-PRODUCER" not in all_bytes_under(tmp_path)
+
+
+def test_a_credential_in_a_launch_file_comment_never_reaches_the_spool(tmp_path: Path) -> None:
+    """The launch file travels as config_source, but its comments do not: nothing checked them."""
+    launch = tmp_path / "eval.toml"
+    launch.write_text('# PRIME_API_KEY=sk-IN_A_COMMENT_123\nmodel = "m"  # or sk-AFTER_A_VALUE_456\n'
+                      '[client]\nbase_url = "https://api.example/v1#frag"\n', encoding="utf-8")
+    run = open_run(tmp_path / "run", name="n", config_file=launch)
+    run.finish()
+    raw = all_bytes_under(tmp_path / "run")
+    assert b"sk-IN_A_COMMENT_123" not in raw and b"sk-AFTER_A_VALUE_456" not in raw
+    source = read_run(tmp_path / "run").manifest["config_source"]
+    assert source["text"] == 'model = "m"\n[client]\nbase_url = "https://api.example/v1#frag"\n'
