@@ -161,14 +161,14 @@ def _dotted(path: tuple) -> str:
     return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_config_secrets_never_survive_and_nothing_else_changes(case) -> None:
     config, tables = case
     _property(config, tables, MaskRules.defaults_for_config())
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(episodes())
 def test_episode_secrets_never_survive_and_nothing_else_changes(case) -> None:
     record, tables = case
@@ -414,3 +414,55 @@ def test_masked_output_is_never_shared_with_a_later_episode() -> None:
     first["traces"][0]["agent"]["config"]["client"]["headers"]["X"] = "SECRETLEAK"
     second = mask(copy.deepcopy(record), rules)
     assert second["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": MASK}
+
+
+# -- the memo is invisible: same results as a fresh walk, whatever changed in between -------
+
+odd_leaf = st.one_of(
+    free_leaf, st.just(float("nan")), st.just(float("inf")), st.just(1), st.just(True), st.just(1.0),
+    st.just(MASK), st.just("https://u:SECRETUI1@h/"), st.tuples(st.just("SECRETTUPLE1")),
+)
+
+
+@st.composite
+def mutation_sequences(draw) -> list[dict]:
+    """A config, then the same config (fresh copies) changed one value at a time."""
+    config, _, _ = draw(placed_configs())
+    sequence = [copy.deepcopy(config)]
+    for _ in range(draw(st.integers(1, 6))):
+        config = copy.deepcopy(config)
+        if draw(st.booleans()):  # an unchanged copy: answered from the memo
+            sequence.append(config)
+            continue
+        path = list(draw(st.lists(st.sampled_from(["client", "headers", "api_key", "a", "b", 0]),
+                                  min_size=1, max_size=3)))
+        node: Any = config
+        for key in path[:-1]:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(key, {}) if isinstance(node.get(key), dict) or key not in node else node[key]
+        if isinstance(node, dict):
+            node[path[-1]] = draw(st.one_of(odd_leaf, table_values().map(lambda pair: pair[0])))
+        sequence.append(config)
+    return sequence
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutation_sequences(), st.sampled_from(["config", "episode"]))
+def test_the_memo_answers_exactly_what_a_fresh_walk_does(sequence, which) -> None:
+    rules = MaskRules.defaults_for_config() if which == "config" else MaskRules.defaults_for_episode()
+    for config in sequence:
+        obj = config if which == "config" else {"id": "e", "traces": [{"agent": {"config": config}}] * 2}
+        memoized, walked = mask(obj, rules), mask(obj, rules, memo=False)
+        assert repr(memoized) == repr(walked)  # repr: NaN, 1 vs True vs 1.0, tuples all differ
+
+
+def test_values_that_are_not_plain_json_are_walked() -> None:
+    """No serialization, no memo: tuples, non-str keys and huge ints are walked every time."""
+    rules = MaskRules.defaults_for_config()
+    odd = {"client": {"headers": ("SECRETT1",), "api_key": "SECRETK1"}, 0: {"env_vars": {1: "SECRETI1"}},
+           "big": 2**80}
+    for _ in range(2):
+        out = mask(odd, rules)
+        assert "SECRET" not in repr(out) and out["big"] == 2**80
+    assert rules._memo.hits == 0

@@ -151,8 +151,11 @@ class MaskRules:
 
     def _start(self) -> tuple[_States, bool]:
         """The states at the root, and whether a URL scope covers the root itself."""
-        states = self._closure((i, 0) for i in range(len(self.patterns) + len(self.url_scopes)))
-        return states, () in self.url_scopes
+        start = self._memo.start
+        if start is None:
+            states = self._closure((i, 0) for i in range(len(self.patterns) + len(self.url_scopes)))
+            start = self._memo.start = (states, () in self.url_scopes)
+        return start
 
     def _closure(self, states: Iterable[tuple[int, int]]) -> _States:
         """Add the states reached by letting each ``**`` match zero segments."""
@@ -199,6 +202,17 @@ class MaskRules:
         )
         return live, masked, table, scoped
 
+    def _literals(self, states: _States) -> tuple[str, ...] | None:
+        """The keys some pattern can step into, when every live segment is a literal;
+        ``None`` when a ``*`` or ``**`` is live (every key must be looked at)."""
+        memo = self._memo.literals
+        if states in memo:
+            return memo[states]
+        segments = [self._rule(rule)[pos] for rule, pos in states]
+        found = None if any(s in ("*", "**") for s in segments) else tuple(dict.fromkeys(segments))
+        memo[states] = found
+        return found
+
     def _dense(self, states: _States) -> bool:
         """Whether the walk below visits every node (a ``**`` is live): worth memoizing."""
         found = self._memo.dense.get(states)
@@ -231,8 +245,10 @@ class _Memo:
     """
 
     def __init__(self) -> None:
+        self.start: tuple[_States, bool] | None = None
         self.steps: dict[tuple[_States, str], _Step] = {}
         self.dense: dict[_States, bool] = {}
+        self.literals: dict[_States, tuple[str, ...] | None] = {}
         self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
         self.lock = threading.Lock()
         self.hits = 0
@@ -261,22 +277,34 @@ class _Memo:
         return plan
 
 
-def mask(obj: Any, rules: MaskRules) -> Any:
+def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
     """``obj`` with every value at a credential location replaced by :data:`MASK`.
 
     Never mutates ``obj``: only the mappings and lists on the way to a masked value are
     copied; every other subtree is shared with the input, so masking a large episode
     costs a walk of its config subtrees, not a deep copy. ``None`` is never masked (it
-    carries nothing), nor a value that already is :data:`MASK`.
+    carries nothing), nor a value that already is :data:`MASK`. ``memo=False`` walks
+    every config afresh instead of consulting the rules' memo (the benchmark's baseline);
+    the result is the same.
     """
     states, scoped = rules._start()
     if _children(obj) is None:
         return mask_url_userinfo(obj) if scoped and isinstance(obj, str) else obj
-    plan = _plan(obj, rules, states, scoped, memoize=True)
+    plan = _plan(obj, rules, states, scoped, memoize=memo)
     return obj if plan is None else _apply(obj, plan)
 
 
+_STR_ONLY = frozenset((str,))
+
+
 def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
+    kind = type(obj)
+    if kind is dict:  # the common cases first: an ABC check costs more than the rest of a step
+        return obj.items()
+    if kind is list:
+        return enumerate(obj)
+    if kind is str or obj is None or kind is int or kind is float or kind is bool:
+        return None
     if isinstance(obj, Mapping):
         return obj.items()
     if isinstance(obj, (list, tuple)):
@@ -291,7 +319,12 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
     if memoize and (scoped or rules._dense(states)):
         return rules._memo.plan_of(obj, rules, states, scoped)
     plan: Plan = {}
-    for key, value in _children(obj):  # type: ignore[union-attr]
+    children = _children(obj)
+    literals = None if scoped else rules._literals(states)
+    if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
+        # Look up the few keys a pattern names (only with str keys: 0 would match "0").
+        children = [(key, obj[key]) for key in literals if key in obj]
+    for key, value in children:  # type: ignore[union-attr]
         if value is None:
             continue
         after, masked, table, starts_scope = rules._step(states, key)
@@ -300,6 +333,8 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
                 plan[key] = MASK
             continue
         below = scoped or starts_scope
+        if not after and not below and not table:
+            continue  # no pattern reaches below this key
         if _children(value) is not None:
             sub = _plan(value, rules, after, below, memoize=memoize)
             if sub is not None:
@@ -316,7 +351,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
 
 def _apply(obj: Any, plan: Plan) -> Any:
     """A copy of the container ``obj`` along the plan; everything else shared."""
-    out: Any = dict(obj) if isinstance(obj, Mapping) else list(obj)
+    out: Any = dict(obj) if type(obj) is dict or isinstance(obj, Mapping) else list(obj)
     for key, change in plan.items():
         out[key] = change if isinstance(change, str) else _apply(obj[key], change)
     return out
