@@ -466,3 +466,30 @@ def test_values_that_are_not_plain_json_are_walked() -> None:
         out = mask(odd, rules)
         assert "SECRET" not in repr(out) and out["big"] == 2**80
     assert rules._memo.hits == 0
+
+
+def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:
+    """Many threads masking different configs through one rules object (as a Run's 64
+    appender threads do) each get exactly what a fresh walk gives for their own config."""
+    import threading
+
+    rules = MaskRules.defaults_for_episode()
+    configs = [{"client": {"base_url": f"https://u{n}:SECRET{n:04d}@h/v1", "headers": {f"K{n}": "SECRETH"},
+                           "model": n}} for n in range(300)]  # more than the memo holds
+    expected = [orjson.dumps(mask({"traces": [{"agent": {"config": c}}]}, rules, memo=False)) for c in configs]
+    failures: list[int] = []
+
+    def worker(offset: int) -> None:
+        for i in range(400):
+            n = (i * 7 + offset) % len(configs)
+            out = mask({"traces": [{"agent": {"config": copy.deepcopy(configs[n])}}]}, rules)
+            if orjson.dumps(out) != expected[n]:
+                failures.append(n)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and rules._memo.hits > 0
+    assert b"SECRET" not in b"".join(expected)
