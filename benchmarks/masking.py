@@ -20,10 +20,13 @@ so a load that drifts within a second weighs on every phase alike:
   issue-11 locations and the memo), fewer locations, walked as it was. Skipped when git
   cannot show that revision.
 * ``dumps``: ``orjson.dumps`` of the masked record, the serialization every episode pays
-  anyway, for scale.
+  anyway, for scale;
+* ``miss`` against ``miss-walk``: the worst case for the memo, episodes whose configs
+  never repeat (a per-episode seed), with and without the memo: what a useless memo costs.
 
 Prints microseconds per episode (median over rounds) and the ratios walk/memo and
-before/memo per round (median and range): how many times faster the memo is.
+before/memo per round (median and range): how many times faster the memo is; and
+miss/miss-walk: how much slower it is when it never hits.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ BEFORE_REV = "217fb85"
 BLOCK = 25
 
 
-def episodes(count: int) -> list[dict]:
+def episodes(count: int, *, unique_configs: bool = False) -> list[dict]:
     base = json.loads(EXAMPLE.read_text(encoding="utf-8"))
     base["traces"][0]["info"] = {"notes": "lorem ipsum dolor sit amet " * 560}  # ~15 KB
     out = []
@@ -61,6 +64,8 @@ def episodes(count: int) -> list[dict]:
         record["id"] = f"{base['id']}-{number}"
         for t, trace in enumerate(record["traces"]):
             trace["id"] = f"{trace['id']}-{number}-{t}"
+            if unique_configs:  # a per-episode seed: no config ever repeats, every lookup misses
+                trace["agent"]["config"]["sampling"]["seed"] = number
         out.append(record)
     return out
 
@@ -79,12 +84,12 @@ def module_at(rev: str) -> types.ModuleType | None:
     return module
 
 
-def timed(work, records: list[dict]) -> float:
-    """Seconds per episode for ``work`` over ``records``."""
+def timed(work, numbers: range) -> float:
+    """Seconds spent by ``work`` on episodes ``numbers``."""
     start = time.perf_counter()
-    for record in records:
-        work(record)
-    return (time.perf_counter() - start) / len(records)
+    for number in numbers:
+        work(number)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -95,6 +100,7 @@ def main() -> None:
     args = parser.parse_args()
 
     records = episodes(args.episodes)
+    unique = episodes(args.episodes, unique_configs=True)
     size = len(orjson.dumps(records[0]))
     before = module_at(args.before)
 
@@ -107,17 +113,20 @@ def main() -> None:
     def phases() -> dict:
         rules = masking.MaskRules.defaults_for_episode()
         out = {
-            "memo": lambda r: masking.mask(r, rules),
-            "walk": lambda r: masking.mask(r, rules, memo=False),
-            "dumps": lambda r: orjson.dumps(masking.mask(r, rules)),
+            "memo": lambda n: masking.mask(records[n], rules),
+            "walk": lambda n: masking.mask(records[n], rules, memo=False),
+            "dumps": lambda n: orjson.dumps(masking.mask(records[n], rules)),
+            # The worst case: configs that never repeat, so every lookup misses.
+            "miss": lambda n: masking.mask(unique[n], rules),
+            "miss-walk": lambda n: masking.mask(unique[n], rules, memo=False),
         }
         if before is not None:
             old_rules = before.MaskRules.defaults_for_episode()
-            out["before"] = lambda r: before.mask(r, old_rules)
+            out["before"] = lambda n: before.mask(records[n], old_rules)
         return out
 
     samples: dict[str, list[float]] = {}
-    ratios: dict[str, list[float]] = {"walk/memo": [], "before/memo": []}
+    ratios: dict[str, list[float]] = {"walk/memo": [], "before/memo": [], "miss/miss-walk": []}
     for round_number in range(args.rounds):
         work = phases()
         names = list(work)
@@ -125,21 +134,22 @@ def main() -> None:
         # Blocks of BLOCK episodes, each phase in turn on the same block, the order rotating:
         # on a shared machine the load drifts within a second, and every phase sees the same.
         for block_number, start in enumerate(range(0, len(records), BLOCK)):
-            block = records[start:start + BLOCK]
+            block = range(start, min(start + BLOCK, len(records)))
             turn = (round_number + block_number) % len(names)
             for name in names[turn:] + names[:turn]:
-                spent[name] += timed(work[name], block) * len(block)
+                spent[name] += timed(work[name], block)
         got = {name: seconds / len(records) for name, seconds in spent.items()}
         got["dumps"] -= got["memo"]  # the serialization alone
         for name, value in got.items():
             samples.setdefault(name, []).append(value)
         ratios["walk/memo"].append(got["walk"] / got["memo"])
+        ratios["miss/miss-walk"].append(got["miss"] / got["miss-walk"])
         if "before" in got:
             ratios["before/memo"].append(got["before"] / got["memo"])
 
     print(f"{args.episodes} episodes of {size / 1000:.1f} KB, {args.rounds} rounds; "
           f"microseconds per episode (median over rounds)")
-    for name in ("memo", "walk", "before", "dumps"):
+    for name in ("memo", "walk", "before", "dumps", "miss", "miss-walk"):
         if name in samples:
             print(f"  {name:7s} {statistics.median(samples[name]) * 1e6:8.1f} us")
     for name, values in ratios.items():

@@ -392,6 +392,7 @@ def test_a_config_mutated_between_episodes_is_masked_afresh() -> None:
     record = {"id": "e", "traces": [{"agent": {"config": config}}]}
     for _ in range(3):
         assert b"SECRET" not in orjson.dumps(mask(record, rules))
+    assert rules._memo.hits >= 1  # the memo now holds this config's plan
     config["client"]["base_url"] = "https://u:SECRETB2@api.example/v1"  # same objects, new secret
     config["client"]["api_key"] = "SECRETC3"
     config["model"] = 1
@@ -401,9 +402,11 @@ def test_a_config_mutated_between_episodes_is_masked_afresh() -> None:
     assert out["traces"][0]["agent"]["config"]["model"] == 1
     config["model"] = True  # equal to 1 as a Python value, not as data: not answered from the memo
     assert mask(record, rules)["traces"][0]["agent"]["config"]["model"] is True
+    config["client"]["headers"] = {"X": None}
+    for _ in range(2):  # memoized: nothing to mask in {"X": null}
+        assert mask(record, rules)["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": None}
     config["client"]["headers"] = {"X": float("nan")}  # serializes like None: verified by equality
     assert mask(record, rules)["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": MASK}
-    assert rules._memo.hits >= 2
 
 
 def test_masked_output_is_never_shared_with_a_later_episode() -> None:

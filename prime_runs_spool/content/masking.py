@@ -229,10 +229,12 @@ class MaskRules:
 # an input value, so applying a memoized plan to an equal input is exactly a fresh walk.
 Plan = dict[Union[str, int], Union[str, "Plan"]]
 
-#: Bounds on the memo: entries, the size of one memoized subtree, and the step cache.
+#: Bounds on the memo: entries, the size of one memoized subtree, the step cache, and the
+#: hashes of subtrees seen once (a plan is kept from a subtree's second sighting).
 _MAX_PLANS = 256
 _MAX_PLAN_BYTES = 64 * 1024
 _MAX_STEPS = 65536
+_MAX_SEEN = 4096
 
 
 class _Memo:
@@ -250,6 +252,7 @@ class _Memo:
         self.dense: dict[_States, bool] = {}
         self.literals: dict[_States, tuple[str, ...] | None] = {}
         self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
+        self.seen_once: set[int] = set()
         self.lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -269,6 +272,14 @@ class _Memo:
         self.misses += 1
         plan = _plan(obj, rules, states, scoped, memoize=False)
         if found is None:
+            # Kept from its second sighting on: a config that never repeats (a per-episode
+            # seed) costs a serialization, not a copy and an eviction per episode.
+            sighting = hash(key)
+            if sighting not in self.seen_once:
+                if len(self.seen_once) >= _MAX_SEEN:
+                    self.seen_once.clear()
+                self.seen_once.add(sighting)
+                return plan
             reference = orjson.loads(serialized)  # our own copy: nobody else can mutate it
             with self.lock:
                 while len(self.plans) >= _MAX_PLANS:
