@@ -1,4 +1,4 @@
-"""Mask credentials by *location*, never by guessing from a value.
+"""Mask credentials by *location*, never by guessing from a key or a value.
 
 A verifiers config (and every trace's resolved seat config) can carry a credential in a
 few kinds of places: a client's API key, a headers or query table (``headers``,
