@@ -496,3 +496,16 @@ def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:
         thread.join()
     assert failures == [] and rules._memo.hits > 0
     assert b"SECRET" not in b"".join(expected)
+
+
+def test_a_memo_that_never_hits_steps_aside_then_tries_again() -> None:
+    """Configs that never repeat make the memo walk without serializing for a while;
+    configs that then repeat are memoized again. Every answer is a fresh walk's."""
+    rules = MaskRules.defaults_for_config()
+    for n in range(64):
+        assert mask({"seed": n, "headers": {"X": "SECRETQ"}}, rules) == {"seed": n, "headers": {"X": MASK}}
+    assert rules._memo.bypass > 0
+    repeated = {"client": {"base_url": "https://u:SECRETP@h/"}, "seed": -1}
+    for _ in range(600):
+        assert mask(repeated, rules) == {"client": {"base_url": "https://***@h/"}, "seed": -1}
+    assert rules._memo.bypass == 0 and rules._memo.hits > 0

@@ -235,6 +235,10 @@ _MAX_PLANS = 256
 _MAX_PLAN_BYTES = 64 * 1024
 _MAX_STEPS = 65536
 _MAX_SEEN = 4096
+#: Lookups per window, and how many configs are then walked without the memo when
+#: under one in eight of a window's lookups were answered.
+_WINDOW = 64
+_BYPASS = 448
 
 
 class _Memo:
@@ -256,8 +260,19 @@ class _Memo:
         self.lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        # A useless memo costs a serialization per config: after a window of lookups
+        # with few hits, the next _BYPASS configs are walked without asking.
+        self.window = self.window_hits = self.bypass = 0
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+        if self.bypass:  # configs have not been repeating: walk without the serialization
+            self.bypass -= 1
+            return _plan(obj, rules, states, scoped, memoize=False)
+        self.window += 1
+        if self.window == _WINDOW:
+            if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
+                self.bypass = _BYPASS
+            self.window = self.window_hits = 0
         try:
             serialized = orjson.dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
@@ -268,6 +283,7 @@ class _Memo:
         found = self.plans.get(key)
         if found is not None and found[0] == obj:
             self.hits += 1
+            self.window_hits += 1
             return found[1]
         self.misses += 1
         plan = _plan(obj, rules, states, scoped, memoize=False)
