@@ -9,8 +9,10 @@ each carrying its seat's resolved config) padded with 15 KB of text in one trace
 next but never the same objects, so only an equality-verified memo can help.
 
 Measured in one run, in the same process, on the same episodes: in each round every phase
-takes its turn on each block of 25 episodes, in an order that rotates from block to block,
-so a load that drifts within a second weighs on every phase alike:
+takes its turn on each block of 25 episodes, in an order that rotates and reverses from
+block to block (so each phase goes before each other one as often as after it: the first
+to touch a block warms the caches for the rest), so a load that drifts within a second
+weighs on every phase alike:
 
 * ``memo``: ``mask(record, rules)``, the writer's call; a fresh ``MaskRules`` per round,
   so every round starts with an empty memo and pays its misses;
@@ -136,8 +138,11 @@ def main() -> None:
         # on a shared machine the load drifts within a second, and every phase sees the same.
         for block_number, start in enumerate(range(0, len(records), BLOCK)):
             block = range(start, min(start + BLOCK, len(records)))
-            turn = (round_number + block_number) % len(names)
-            for name in names[turn:] + names[:turn]:
+            turn = (round_number + block_number // 2) % len(names)
+            order = names[turn:] + names[:turn]
+            if block_number % 2:  # every pair of phases in both orders: the first warms the caches
+                order.reverse()
+            for name in order:
                 spent[name] += timed(work[name], block)
         got = {name: seconds / len(records) for name, seconds in spent.items()}
         got["dumps"] -= got["memo"]  # the serialization alone
