@@ -34,6 +34,9 @@ LEAKED = {
 }
 
 
+COMMENT_SECRET = "cm_LAUNCH_FILE_COMMENT_8888"
+
+
 def leaky_seat() -> dict:
     """A seat config holding a secret at each location that leaked in issue 11."""
     return {
@@ -127,8 +130,9 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
 def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path: Path) -> None:
     """``sync --local``: the spool, its sync state and the embedded platform's database hold
     none of the values at the locations that leaked in issue 11, yet the rows arrived."""
+    # A clean launch file but for a comment: it is uploaded, without the comment.
     launch = tmp_path / "eval.toml"
-    launch.write_text(EVAL_TOML.replace("[client]", f"# api_key = \"{LEAKED['client.api_key']}\"\n[client]"))
+    launch.write_text(f'model = "m"\n# api_key = "{COMMENT_SECRET}"\n[client]\ntype = "eval"  # {COMMENT_SECRET}\n')
     run_dir = tmp_path / "outputs" / "run"
     with open_run(run_dir, name="leaks", environments=["gsm8k"], model="m", config={"model": "m", **leaky_seat()},
                   config_file=str(launch), num_examples=3, rollouts_per_example=1) as run:
@@ -148,10 +152,11 @@ def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path
             rows = api.get(f"/evaluations/{report['evaluation_id']}/samples").json()["samples"]
     assert len(rows) == 3
     assert evaluation["metadata"]["client"]["base_url"] == "https://***@vllm.internal/v1"
+    assert evaluation["metadata"]["config_source"]["text"] == 'model = "m"\n[client]\ntype = "eval"\n'
     seat = rows[0]["info"]["native_wrapper"]["traces"][0]["agent"]["config"]
     assert seat["client"]["api_key"] == "***" and seat["env_vars"] == {"TOKEN": "***"}
     places = {"run directory": all_bytes(run_dir), "local platform database": all_bytes(db.parent),
               "sync output": (result.stdout + result.stderr).encode()}
-    for location, secret in LEAKED.items():
+    for location, secret in {**LEAKED, "a comment of the launch file": COMMENT_SECRET}.items():
         for where, data in places.items():
             assert secret.encode() not in data, f"the value at {location} reached the {where}"
