@@ -347,7 +347,7 @@ def open_run(
 
     ``config`` is a pydantic model or a mapping; only the fields somebody set are recorded,
     with every credential table masked. ``config_file`` is the ``@`` file the run was
-    launched from: recorded byte for byte only when it sets no credential table.
+    launched from: recorded, comments dropped, only when it sets no credential location.
     ``mask_rules`` adds a producer's own locations (docs/masking.md), matched against the
     config and against every episode record.
 
