@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload, prepare, to_jsonable
+from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload
 from prime_runs_spool.content.manifest import build_manifest
-from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
@@ -42,6 +42,7 @@ from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_status_for
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
+from prime_runs_spool.runner.admission import Prepared, prepare_episode
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -220,8 +221,9 @@ class Run:
             self._settle(records, durable, is_async=True)
         return len(items)
 
-    def _prepare(self, episodes: Iterable[Any]) -> list[tuple[Mapping[str, Any], Payload, str | None]]:
-        """Mask and serialize each episode, outside any lock; fails before anything is numbered."""
+    def _prepare(self, episodes: Iterable[Any]) -> list[Prepared]:
+        """Check, mask and serialize each episode, outside any lock (runner/admission.py):
+        any episode of the call that cannot be recorded fails it before anything is numbered."""
         if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         episodes = list(episodes)
@@ -234,20 +236,14 @@ class Run:
             if already:
                 skipped += 1  # a resumed run re-logging what it kept: not even serialized
                 continue
-            record = to_jsonable(episode)
-            if not isinstance(record, Mapping):
-                raise TypeError(
-                    f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}"
-                )
-            record = mask(record, self._episode_rules)
-            prepared.append((record, prepare(record, EPISODE), episode_id_of(record)))
+            prepared.append(prepare_episode(episode, self._episode_rules))
         if skipped:
             with self._cond:
                 self._skipped += skipped
         return prepared
 
     def _admit(
-        self, prepared: list[tuple[Mapping[str, Any], Payload, str | None]], *, is_async: bool
+        self, prepared: list[Prepared], *, is_async: bool
     ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Mapping[str, Any]]]:
         """De-duplicate and number episodes in arrival order (lock held, no I/O)."""
         items: list[tuple[str, Payload, dict[str, Any]]] = []

@@ -1,0 +1,42 @@
+"""What an episode must pass before a run numbers it: made a record, masked, serialized.
+
+Everything here runs outside the run's lock and before anything of the call is numbered,
+so an episode that cannot be recorded fails its whole call with one line that says why,
+and nothing of that call reaches the spool (docs/integration.md, "What is refused").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.errors import RecordNotSerializableError
+from prime_runs_spool.runner.ending import describe_error
+from prime_runs_spool.spool.format import EPISODE, Payload, find_unserializable, prepare, to_jsonable
+
+#: An episode ready to be numbered: its masked record, its serialized line payload, its id.
+Prepared = tuple[Mapping[str, Any], Payload, "str | None"]
+
+
+def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
+    """``episode`` as it will be written, or the error that says why it cannot be.
+
+    A circular reference or nesting deeper than JSON holds is a
+    :class:`RecordNotSerializableError` naming the field, never a ``RecursionError``.
+    """
+    try:
+        record = to_jsonable(episode)
+    except (ValueError, RecursionError) as exc:  # e.g. pydantic's "Circular reference detected"
+        raise RecordNotSerializableError(EPISODE, "", describe_error(exc)) from None
+    if not isinstance(record, Mapping):
+        raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
+    episode_id = episode_id_of(record)
+    what = f"{EPISODE} {episode_id}" if episode_id is not None else EPISODE
+    try:
+        record = mask(record, rules)
+    except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
+        path, reason = find_unserializable(record)
+        raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
+    return record, prepare(record, what), episode_id
