@@ -72,6 +72,73 @@ def finish_within(run: Any, seconds: float) -> dict[str, Any] | None:
     return result["summary"]
 
 
+# -- bug 2: a bad-shape episode is refused whole, and finish never hangs ---------------------
+
+
+def _with(trace_change: dict[str, Any]) -> dict[str, Any]:
+    episode = small_episode("bad")
+    episode["traces"][0].update(trace_change)
+    return episode
+
+
+@pytest.mark.parametrize(
+    ("episode", "field"),
+    [
+        (_with({"metrics": [1.0, 2.0]}), "traces[0].metrics"),
+        (_with({"rewards": [{"score": 1.0}]}), "traces[0].rewards"),
+        (_with({"agent": ["solver"]}), "traces[0].agent"),
+        (_with({"task": {"data": ["idx", 0]}}), "traces[0].task.data"),
+        ({"id": "bad", "ok": True, "traces": {"t": small_trace()}}, "traces"),
+        ({"id": "bad", "ok": True, "traces": ["not a trace"]}, "traces[0]"),
+    ],
+    ids=["metrics-list", "rewards-list", "agent-list", "task-data-list", "traces-mapping", "trace-string"],
+)
+def test_a_bad_shape_episode_is_refused_whole_and_finish_returns(
+    tmp_path: Path, episode: dict[str, Any], field: str
+) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(MalformedEpisodeError) as refused:
+        run.log_episodes([small_episode("good"), episode])
+    message = str(refused.value)
+    assert field in message and "bad" in message and "\n" not in message
+    assert episode_metas(tmp_path) == []  # not partly recorded: nothing of the call
+    assert run.episodes_logged == 0
+    assert run.log_episodes([small_episode("good")]) == 1  # the good one was not taken
+    summary = finish_within(run, 10)
+    assert summary is not None and summary["avg_reward"] == 1.0
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["good"]
+    assert read_run(tmp_path).status == "completed"
+
+
+def test_a_bad_shape_async_episode_is_refused_and_finish_returns(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+
+    async def main() -> None:
+        with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.metrics"):
+            await run.log_episodes_async([_with({"metrics": ["accuracy", 1.0]})])
+
+    asyncio.run(main())
+    finish_within(run, 10)
+    assert episode_metas(tmp_path) == []
+
+
+def test_a_summary_failure_after_the_write_never_strands_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth: whatever the summary code meets after an episode is durable, the
+    append is counted as recorded (it is on disk) and finish still returns."""
+    run = basic_run(tmp_path)
+
+    def broken_add(self: Any, episode: Any) -> None:
+        raise AttributeError("'list' object has no attribute 'items'")
+
+    monkeypatch.setattr("prime_runs_spool.content.summary.SummaryAccumulator.add", broken_add)
+    assert run.log_episodes([small_episode("a")]) == 1
+    assert run.episodes_logged == 1
+    finish_within(run, 10)
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["a"]
+
+
 # -- deep nesting and circular references ----------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.episodes import check_episode, episode_id_of
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import RecordNotSerializableError
 from prime_runs_spool.runner.ending import describe_error
@@ -23,7 +23,8 @@ Prepared = tuple[Mapping[str, Any], Payload, "str | None"]
 def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
 
-    A circular reference or nesting deeper than JSON holds is a
+    An episode without the shape its summary and rows are computed from is a
+    :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
     :class:`RecordNotSerializableError` naming the field, never a ``RecursionError``.
     """
     try:
@@ -34,6 +35,7 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
         raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
     episode_id = episode_id_of(record)
     what = f"{EPISODE} {episode_id}" if episode_id is not None else EPISODE
+    check_episode(record)  # the shape the summary, the numbering and the rows read
     try:
         record = mask(record, rules)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree

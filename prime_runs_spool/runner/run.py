@@ -266,21 +266,36 @@ class Run:
         return items, records
 
     def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> None:
-        """Count durable episodes into the summary; let a waiting ``finish`` go on."""
+        """Count durable episodes into the summary; let a waiting ``finish`` go on.
+
+        Nothing here can leave the append counted in flight: ``finish`` and the exit hook
+        wait for that count, so a failure here once stranded the run forever.
+        """
         with self._cond:
-            if durable:
-                for record in records:
-                    self._summary.add(record)
-                self._logged += len(records)
-            else:
-                # Not durable: a retry of these episodes must not be taken for a duplicate
-                # and silently skipped; it has to meet the writer's error again.
-                self._seen.difference_update(episode_id_of(record) for record in records)
-            self._inflight -= 1
-            self._inflight_async -= is_async
-            self._cond.notify_all()
+            try:
+                if durable:
+                    self._logged += len(records)
+                    for record in records:
+                        self._count_in_summary(record)
+                else:
+                    # Not durable: a retry of these episodes must not be taken for a duplicate
+                    # and silently skipped; it has to meet the writer's error again.
+                    self._seen.difference_update(episode_id_of(record) for record in records)
+            finally:
+                self._inflight -= 1
+                self._inflight_async -= is_async
+                self._cond.notify_all()
             listeners = self._listeners.snapshot() if durable and self._writer is not None else []
         self._listeners.notify(self, listeners)
+
+    def _count_in_summary(self, record: Mapping[str, Any]) -> None:
+        """Add a durable episode to the summary. It is recorded whatever happens here, so a
+        failure is logged, never raised (``check_episode`` keeps it from happening)."""
+        try:
+            self._summary.add(record)
+        except Exception as exc:
+            _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
+                       self._id, episode_id_of(record), describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
         return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
