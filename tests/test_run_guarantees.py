@@ -139,6 +139,22 @@ def test_a_summary_failure_after_the_write_never_strands_finish(
     assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["a"]
 
 
+# -- bug 3: a failed call admits none of its episodes ----------------------------------------
+
+
+@pytest.mark.parametrize("idx", [[0, 1], {"i": 0}], ids=["list", "mapping"])
+def test_a_failed_call_marks_none_of_its_good_episodes_as_seen(tmp_path: Path, idx: Any) -> None:
+    run = basic_run(tmp_path)
+    good, bad = small_episode("good", 0), small_episode("bad", idx)
+    with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.task\.data\.idx"):
+        run.log_episodes([good, bad])
+    assert run.episodes_skipped == 0
+    assert run.log_episodes([good]) == 1
+    finish_within(run, 10)
+    # The failed call took no rollout number either: the retried episode is rollout 1.
+    assert episode_metas(tmp_path) == [{"episode_id": "good", "rollout_number": 1}]
+
+
 # -- deep nesting and circular references ----------------------------------------------------
 
 

@@ -114,6 +114,8 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
     return total
 
 
+#: What a ``task.data.idx`` may be: a JSON scalar, so rollout numbers can count by it.
+_IDX_TYPES = (str, int, float, bool)
 #: What a reward's ``score`` and ``weight`` may be when set: numbers the rows and the summary add up.
 _NUMBER_TYPES = (int, float)
 
@@ -151,6 +153,9 @@ def check_episode(record: Mapping[str, Any]) -> None:
         data = (trace.get("task") or {}).get("data")
         if data is not None and not isinstance(data, Mapping):
             _malformed(episode_id, f"{where}.task.data", "a mapping (idx, prompt, answer...)", data)
+        idx = (data or {}).get("idx")
+        if idx is not None and not isinstance(idx, _IDX_TYPES):
+            _malformed(episode_id, f"{where}.task.data.idx", "a string or a number (the example's index)", idx)
         for name, reward in (trace.get("rewards") or {}).items():
             if not isinstance(reward, Mapping):
                 continue  # read as a null reward by the summary and the rows alike

@@ -183,7 +183,7 @@ class Run:
         counted in :attr:`episodes_skipped`. Raises :class:`RunClosedError` once the run is
         finished or aborted, and the writer's errors when the disk fails.
         """
-        items, records = self._admit(self._prepare(episodes), is_async=False)
+        items, records = self._admit(*self._prepare(episodes), is_async=False)
         if not items:
             return 0
         durable = False
@@ -205,7 +205,7 @@ class Run:
         Masking and serializing happen on the loop (about a millisecond per megabyte);
         the write and the sync happen on the writer's leader thread.
         """
-        items, records = self._admit(self._prepare(episodes), is_async=True)
+        items, records = self._admit(*self._prepare(episodes), is_async=True)
         if not items:
             return 0
         durable = False
@@ -221,9 +221,13 @@ class Run:
             self._settle(records, durable, is_async=True)
         return len(items)
 
-    def _prepare(self, episodes: Iterable[Any]) -> list[Prepared]:
+    def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
         """Check, mask and serialize each episode, outside any lock (runner/admission.py):
-        any episode of the call that cannot be recorded fails it before anything is numbered."""
+        any episode of the call that cannot be recorded fails it before anything is numbered.
+
+        Returns the prepared episodes and how many were skipped as already in the run (they
+        are counted by ``_admit``, so a call that fails counts nothing).
+        """
         if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         episodes = list(episodes)
@@ -237,20 +241,23 @@ class Run:
                 skipped += 1  # a resumed run re-logging what it kept: not even serialized
                 continue
             prepared.append(prepare_episode(episode, self._episode_rules))
-        if skipped:
-            with self._cond:
-                self._skipped += skipped
-        return prepared
+        return prepared, skipped
 
     def _admit(
-        self, prepared: list[Prepared], *, is_async: bool
+        self, prepared: list[Prepared], skipped: int, *, is_async: bool
     ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Mapping[str, Any]]]:
-        """De-duplicate and number episodes in arrival order (lock held, no I/O)."""
+        """De-duplicate and number episodes in arrival order (lock held, no I/O).
+
+        All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
+        included, which the numbering counts by), so once the run is found open nothing here
+        can fail half way and leave ids taken, or numbers issued, by a call that raised.
+        """
         items: list[tuple[str, Payload, dict[str, Any]]] = []
         records: list[Mapping[str, Any]] = []
         with self._cond:
             if self._status != OPEN:
                 raise self._closed_error()
+            self._skipped += skipped
             for record, payload, episode_id in prepared:
                 if episode_id is not None:
                     if episode_id in self._seen:
