@@ -155,6 +155,29 @@ def test_a_failed_call_marks_none_of_its_good_episodes_as_seen(tmp_path: Path, i
     assert episode_metas(tmp_path) == [{"episode_id": "good", "rollout_number": 1}]
 
 
+# -- an episode too large for any request -----------------------------------------------------
+
+
+def _blob_episode(episode_id: str, size: int) -> dict[str, Any]:
+    episode = small_episode(episode_id)
+    episode["traces"][0]["info"] = {"blob": "x" * size}
+    return episode
+
+
+def test_an_episode_no_request_can_carry_is_refused_at_append(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(EpisodeTooLargeError) as refused:
+        run.log_episodes([small_episode("small"), _blob_episode("huge", MAX_REQUEST_BYTES + 1_000_000)])
+    message = str(refused.value)
+    assert "huge" in message and str(MAX_REQUEST_BYTES) in message and "\n" not in message
+    assert episode_metas(tmp_path) == []
+    # Over the limit as one row (the wrapper repeats the trace) but not as per-trace rows:
+    # sync splits it, so it is accepted.
+    assert run.log_episodes([small_episode("small"), _blob_episode("splits", MAX_REQUEST_BYTES * 2 // 3)]) == 2
+    finish_within(run, 10)
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["small", "splits"]
+
+
 # -- deep nesting and circular references ----------------------------------------------------
 
 

@@ -12,7 +12,13 @@ from typing import Any
 
 from prime_runs_spool.content.episodes import check_episode, episode_id_of
 from prime_runs_spool.content.masking import MaskRules, mask
-from prime_runs_spool.errors import RecordNotSerializableError
+from prime_runs_spool.errors import (
+    EpisodeTooLargeError,
+    MalformedEpisodeError,
+    RecordNotSerializableError,
+    SampleTooLargeError,
+)
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
 from prime_runs_spool.runner.ending import describe_error
 from prime_runs_spool.spool.format import EPISODE, Payload, find_unserializable, prepare, to_jsonable
 
@@ -41,4 +47,28 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
-    return record, prepare(record, what), episode_id
+    payload = prepare(record, what)
+    _check_sendable(record, payload, what)
+    return record, payload, episode_id
+
+
+def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> None:
+    """Refuse an episode no platform request could carry (platform_api/v0.py's limit).
+
+    Accepted, it would block its run's sync forever at that row: refusing it here, where
+    the eval can still shrink it, is the one place the loss is not silent.
+    """
+    try:
+        check_sendable(record, len(payload.data))
+    except SampleTooLargeError as exc:
+        raise EpisodeTooLargeError(
+            f"{what} cannot be recorded: the row of its trace {exc.trace_id} needs {exc.size} bytes, "
+            f"over the platform's {MAX_REQUEST_BYTES}-byte request limit, so it could never be "
+            "uploaded; nothing of this call was recorded: shrink the episode (its largest fields) "
+            "and log it again"
+        ) from None
+    except Exception as exc:  # the rows sync would build from it cannot be built at all
+        raise MalformedEpisodeError(
+            f"{what}: its platform rows cannot be built ({describe_error(exc)}); "
+            "nothing of this call was recorded: fix the episode and log it again"
+        ) from None
