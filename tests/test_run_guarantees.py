@@ -227,3 +227,68 @@ def test_deep_nesting_and_cycles_raise_not_serializable_naming_the_field(
     assert episode_metas(tmp_path) == []
     assert run.log_episodes([small_episode("good")]) == 1
     finish_within(run, 10)
+
+
+# -- second round 2: a cancelled async append ------------------------------------------------
+
+
+def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = basic_run(tmp_path)
+    real_sync = writer_module._fdatasync
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.05)
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    episodes = [small_episode(f"e{i}", i % 5) for i in range(50)]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            *(asyncio.wait_for(run.log_episodes_async([episode]), 0.01) for episode in episodes),
+            return_exceptions=True,
+        )
+
+    outcomes = asyncio.run(main())
+    assert sum(isinstance(outcome, asyncio.TimeoutError) for outcome in outcomes) >= 40
+    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    assert run.log_episodes(episodes) == 0  # every one is on its way to the disk already
+    finish_within(run, 10)
+    ids = [meta["episode_id"] for meta in episode_metas(tmp_path)]
+    assert sorted(ids) == sorted(e["id"] for e in episodes)  # each once
+    assert run.episodes_logged == 50
+    seal = json.loads(list_segments(tmp_path)[-1][1].read_bytes().splitlines()[-1])["data"]
+    assert seal["episodes"] == 50 and seal["summary"]["avg_error"] == 0.0
+
+
+
+
+def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's side: ``on_settled`` is called once the lines are durable, by the thread
+    that made them so, even though the task awaiting them was cancelled."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+
+    real_sync = writer_module._fdatasync
+    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: (time.sleep(0.05), real_sync(fd)))
+    writer = SegmentWriter.create(tmp_path, "run")
+    heard: list[Any] = []
+    settled = threading.Event()
+
+    def on_settled(error: BaseException | None) -> None:
+        heard.append(error)
+        settled.set()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(writer.append_many_async([("episode", {"id": "a"})], on_settled=on_settled))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert settled.wait(10) and heard == [None]
+    writer.close()
+    assert [line.data["id"] for line in episode_lines(tmp_path)] == ["a"]
+    with pytest.raises(Exception):
+        asyncio.run(writer.append_many_async([("episode", {"id": "b"})], on_settled=on_settled))
+    assert len(heard) == 2 and heard[1] is not None  # refused before queueing: told at once

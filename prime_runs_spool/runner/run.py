@@ -196,7 +196,8 @@ class Run:
                 raise self._closed_error() from exc
             raise
         finally:
-            self._settle(records, durable, is_async=False)
+            listeners = self._settle(records, durable, is_async=False)
+        self._listeners.notify(self, listeners)
         return len(items)
 
     async def log_episodes_async(self, episodes: Iterable[Any]) -> int:
@@ -204,21 +205,31 @@ class Run:
 
         Masking and serializing happen on the loop (about a millisecond per megabyte);
         the write and the sync happen on the writer's leader thread.
+
+        Cancelling the call (a ``wait_for`` timeout) once its episodes reached the writer
+        does not stop them reaching the disk, so it does not forget them either: the thread
+        that makes them durable (or fails to) counts them, whatever became of this task.
+        Until then ``finish`` waits for them, and a call with the same ids skips them.
         """
         items, records = self._admit(*self._prepare(episodes), is_async=True)
         if not items:
             return 0
-        durable = False
+        if self._writer is None:
+            self._listeners.notify(self, self._settle(records, True, is_async=True))
+            return len(items)
+        heard: list[list[DurableListener]] = []
+
+        def settled(error: BaseException | None) -> None:  # on the thread that settled the group
+            heard.append(self._settle(records, error is None, is_async=True))
+
         try:
-            if self._writer is not None:
-                await self._writer.append_many_async(items)
-            durable = True
+            await self._writer.append_many_async(items, on_settled=settled)
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
-        finally:
-            self._settle(records, durable, is_async=True)
+        # A cancelled call's listeners are not called: the next append or the seal is heard.
+        self._listeners.notify(self, heard[0] if heard else [])
         return len(items)
 
     def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
@@ -272,8 +283,9 @@ class Run:
                 self._inflight_async += is_async
         return items, records
 
-    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> None:
-        """Count durable episodes into the summary; let a waiting ``finish`` go on.
+    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> list[DurableListener]:
+        """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns
+        the listeners to tell (outside the lock, by whoever awaits the append).
 
         Nothing here can leave the append counted in flight: ``finish`` and the exit hook
         wait for that count, so a failure here once stranded the run forever.
@@ -292,8 +304,7 @@ class Run:
                 self._inflight -= 1
                 self._inflight_async -= is_async
                 self._cond.notify_all()
-            listeners = self._listeners.snapshot() if durable and self._writer is not None else []
-        self._listeners.notify(self, listeners)
+            return self._listeners.snapshot() if durable and self._writer is not None else []
 
     def _count_in_summary(self, record: Mapping[str, Any]) -> None:
         """Add a durable episode to the summary. It is recorded whatever happens here, so a

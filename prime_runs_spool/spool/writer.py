@@ -36,7 +36,7 @@ import socket
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Union
@@ -82,6 +82,9 @@ Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
 #: A record ready to be numbered: its payload, the line's tail after the sequence number,
 #: and whether it is an episode.
 _Prepared = tuple[Payload, bytes, bool]
+
+#: What ``append_many_async`` calls once its records' fate is known: None, or the error.
+Settled = Callable[[Union[BaseException, None]], None]
 
 _allocate_lock = threading.Lock
 
@@ -253,20 +256,41 @@ class SegmentWriter:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
         return await self._commit_async([_prepare_item(record_type, record, meta)])
 
-    async def append_many_async(self, items: Iterable[Item]) -> list[int]:
+    async def append_many_async(self, items: Iterable[Item], *, on_settled: Settled | None = None) -> list[int]:
         """:meth:`append_many` for asyncio.
 
         Serializing happens on the loop (orjson: about a millisecond per megabyte); the write
         and the sync happen on a leader thread (a thread caller's, or the writer's helper
         thread when nobody is flushing), which resolves this call's future.
+
+        ``on_settled(error)`` is called exactly once: with ``None`` once the records are
+        durable, with the error once they are known not to be (at once when this call fails
+        before queueing them). It is called by the thread that settles their group, so it
+        is called even when the awaiting task is cancelled (a ``wait_for`` timeout) after the
+        records were queued, which does not stop them reaching the disk.
         """
-        prepared = self._prepare_items(items)
-        if not prepared:
+        try:
+            prepared = self._prepare_items(items)
+            future, first = self._queue_async(prepared, on_settled) if prepared else (None, 0)
+        except BaseException as exc:
+            if on_settled is not None:
+                on_settled(exc)
+            raise
+        if future is None:
+            if on_settled is not None:
+                on_settled(None)
             return []
-        first = await self._commit_async(prepared)
+        await future
         return list(range(first, first + len(prepared)))
 
     async def _commit_async(self, prepared: list[_Prepared]) -> int:
+        future, first = self._queue_async(prepared, None)
+        await future
+        return first
+
+    def _queue_async(self, prepared: list[_Prepared], on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
+        """Number ``prepared`` and queue it in the open batch (no await: nothing can cancel
+        it half way); returns the future its flush settles and the first sequence number."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
@@ -276,6 +300,8 @@ class SegmentWriter:
                 batch = self._open = Batch()
             batch.parts += parts
             batch.futures.append((loop, future))
+            if on_settled is not None:
+                batch.callbacks.append(on_settled)
             if self._flushing:
                 batch = None
             else:
@@ -286,8 +312,7 @@ class SegmentWriter:
                 batch.leader = True
         if batch is not None:
             self._start_helper(self._lead_open, batch)
-        await future
-        return first
+        return future, first
 
     def seal(self, status: str, *, summary: Any = None, error: str | None = None) -> int:
         """Write the seal record (the segment's last line), make it durable, and close.
