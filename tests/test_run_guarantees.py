@@ -292,3 +292,46 @@ def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monk
     with pytest.raises(Exception):
         asyncio.run(writer.append_many_async([("episode", {"id": "b"})], on_settled=on_settled))
     assert len(heard) == 2 and heard[1] is not None  # refused before queueing: told at once
+# -- second round 5: finish stops admitting -------------------------------------------------
+
+
+def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = basic_run(tmp_path)
+    real_sync = writer_module._fdatasync
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.005)  # something is always in flight
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    stop = threading.Event()
+    closed: list[BaseException] = []
+
+    def keep_logging(worker: int) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                run.log_episodes([small_episode(f"w{worker}-{n}", n)])
+            except RunClosedError as exc:
+                closed.append(exc)
+                return
+            n += 1
+
+    workers = [threading.Thread(target=keep_logging, args=(w,), daemon=True) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    try:
+        while run.episodes_logged < 20:
+            time.sleep(0.01)
+        summary = finish_within(run, 10)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+    assert len(closed) == 4 and all("finish" in str(exc) or "completed" in str(exc) for exc in closed)
+    on_disk = len(episode_metas(tmp_path))
+    seal = json.loads(list_segments(tmp_path)[-1][1].read_bytes().splitlines()[-1])["data"]
+    assert seal["episodes"] == on_disk == run.episodes_logged
+    assert summary is not None and summary["avg_error"] == 0.0

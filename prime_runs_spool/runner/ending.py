@@ -63,17 +63,22 @@ class Ending:
         self._final_summary: dict[str, Any] | None = None
 
     def finish(self, summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """Run.finish: wait for appends in flight, then seal ``completed``."""
+        """Run.finish: refuse new appends, wait for those admitted, then seal ``completed``.
+
+        Refusing first is what lets it return while other threads keep logging: waiting for
+        "nothing in flight" while still admitting once starved it for good.
+        """
         run = self._run
         with self._closing:
             with run._cond:
-                if run._status != OPEN:
+                if run._status not in (OPEN, CLOSING):  # CLOSING: a finish interrupted while waiting
                     return self._final_summary
                 if run._inflight_async and _on_running_loop():
                     raise RuntimeError(
                         "finish() would block the event loop while log_episodes_async calls are "
                         "in flight; await them first, or call finish via asyncio.to_thread"
                     )
+                run._status = CLOSING  # from here on, _admit refuses with RunClosedError
                 while run._inflight:
                     run._cond.wait()
                 final = dict(summary) if summary is not None else run._summary.result()
@@ -92,7 +97,7 @@ class Ending:
         run = self._run
         with self._closing:
             with run._cond:
-                if run._status != OPEN:
+                if run._status not in (OPEN, CLOSING):  # CLOSING: not sealed yet
                     return
             try:
                 self._seal(status, summary=None, error=error)

@@ -39,7 +39,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_status_for
+from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_status_for
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
 from prime_runs_spool.runner.admission import Prepared, prepare_episode
@@ -118,7 +118,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``open``, then ``completed``, ``failed`` or ``crashed``."""
+        """``open``, then ``completed``, ``failed`` or ``crashed`` (``closing`` while being sealed)."""
         with self._cond:
             return self._status
 
@@ -316,6 +316,8 @@ class Run:
                        self._id, episode_id_of(record), describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
+        if self._status == CLOSING:
+            return RunClosedError(f"run {self._id} is being finished; it takes no more episodes")
         return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
 
     # -- ending the run -------------------------------------------------------------------
@@ -324,9 +326,11 @@ class Run:
         """Seal the run ``completed``; returns the summary sealed with it.
 
         Without ``summary``, the summary of every episode of the run is computed from what
-        was logged (no re-read). Waits for appends in flight, so the summary and the seal
-        cover exactly the durable episodes. Idempotent: once the run is sealed (either
-        way), returns what was sealed and does nothing else.
+        was logged (no re-read). From the moment it starts, new appends are refused with
+        :class:`RunClosedError`; it waits only for those already admitted, so it returns
+        however busy other threads keep the run, and the summary and the seal cover exactly
+        the durable episodes. Idempotent: once the run is sealed (either way), returns what
+        was sealed and does nothing else.
         """
         return self._ending.finish(summary)
 
