@@ -335,3 +335,119 @@ def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
     seal = json.loads(list_segments(tmp_path)[-1][1].read_bytes().splitlines()[-1])["data"]
     assert seal["episodes"] == on_disk == run.episodes_logged
     assert summary is not None and summary["avg_error"] == 0.0
+
+
+# -- second round 1: fork ----------------------------------------------------------------------
+
+_FORK_SCENARIOS = r"""
+import multiprocessing, os, sys
+from prime_runs_spool import open_run, read_run
+from prime_runs_spool.errors import RunForkedError
+
+def episode(episode_id, idx=0):
+    return {"id": episode_id, "ok": True, "run": {"id": "local"},
+            "traces": [{"id": "t", "agent": {"name": "solver", "trainable": True},
+                        "task": {"data": {"idx": idx}}, "rewards": {"r": {"score": 1.0, "weight": 1.0}}}]}
+
+def open_(name):
+    return open_run(os.path.join(sys.argv[1], name), name=name, environments=["gsm8k"], model="m")
+
+def in_child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            sys.stdout.flush()
+        sys.exit(0)  # a normal exit: the exit hooks run in the child
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+
+# 1. a child that logs
+run = open_("child-logs")
+run.log_episodes([episode("p0"), episode("p1")])
+def child_logs():
+    try:
+        run.log_episodes([episode("c0")])
+        print("child-logs: logged")
+    except RunForkedError as exc:
+        print("child-logs: refused:", exc)
+    try:
+        run.finish()  # nor may it seal the parent's run
+        print("child-logs: finished")
+    except RunForkedError:
+        print("child-logs: finish refused")
+in_child(child_logs)
+run.log_episodes([episode("p2"), episode("p3")])
+run.finish()
+
+# 2. a child that only exits
+run = open_("child-exits")
+run.log_episodes([episode("p0")])
+in_child(lambda: None)
+print("child-exits: after the child:", read_run(run.dir).status)
+run.log_episodes([episode(f"p{i}") for i in range(1, 4)])
+run.finish()
+
+# 3. a fork pool of 4 workers
+run = open_("pool")
+run.log_episodes([episode("p0")])
+def work(i):
+    made = episode(f"w{i}", i % 4)
+    try:
+        run.log_episodes([made])
+        return "logged", made
+    except RunForkedError as exc:
+        return "refused: " + str(exc), made
+with multiprocessing.get_context("fork").Pool(4) as pool:
+    results = pool.map(work, range(40))
+print("pool:", sorted({outcome.split(":")[0] for outcome, _ in results}))
+run.log_episodes([made for outcome, made in results if outcome != "logged"])  # the parent logs them
+print("pool: status before finish:", read_run(run.dir).status)
+run.finish()
+"""
+
+
+def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    script = tmp_path / "fork_scenarios.py"
+    script.write_text(_FORK_SCENARIOS)
+    done = subprocess.run([sys.executable, str(script), str(outputs)], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "child-logs: refused:" in out and "fork" in out and "child-logs: finish refused" in out
+    assert "child-exits: after the child: live" in out
+    assert "pool: ['refused']" in out and "pool: status before finish: live" in out
+
+    expected = {"child-logs": 4, "child-exits": 4, "pool": 41}
+    for name, count in expected.items():
+        spool = read_run(outputs / name)
+        assert spool.status == "completed", name
+        seqs = [line.seq for _, path in list_segments(outputs / name)
+                for line in map(parse_line, path.read_bytes().splitlines(keepends=True))]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), name
+        assert len(episode_metas(outputs / name)) == count, name
+
+    verify = subprocess.run(CLI + ["verify", str(outputs)], capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    db = tmp_path / "local.db"
+    sync = subprocess.run(CLI + ["sync", str(outputs), "--local", "--db", str(db), "--json"],
+                          capture_output=True, text=True, env=child_env(), timeout=120)
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+
+    from prime_runs_spool.local_platform.store import Store
+
+    store = Store(db)
+    try:
+        evaluations, total = store.list_evaluations(skip=0, limit=100)
+        assert total == 3
+        for evaluation in evaluations:
+            name = evaluation["name"]
+            bodies, pushed = store.list_samples(evaluation["evaluation_id"], offset=0, limit=1000)
+            ids = [json.loads(body)["sample_id"] for body in bodies]
+            assert pushed == expected[name] and len(set(ids)) == len(ids) == expected[name], name
+    finally:
+        store.close()

@@ -43,6 +43,7 @@ from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
 from prime_runs_spool.runner.admission import Prepared, prepare_episode
+from prime_runs_spool.runner.forks import Ownership
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -90,6 +91,8 @@ class Run:
         self._shipping = Shipping(run_id, run_dir)
         #: finish, abort and the exit hook: the one way a run is sealed.
         self._ending = Ending(self)
+        #: The process that opened the run, the only one that may write or seal it.
+        self._ownership = Ownership(self)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -181,8 +184,10 @@ class Run:
         Returns how many were recorded. An episode whose id the run already holds (a
         resumed run re-logging what it kept, or a repeat within this call) is skipped and
         counted in :attr:`episodes_skipped`. Raises :class:`RunClosedError` once the run is
-        finished or aborted, and the writer's errors when the disk fails.
+        finished or aborted, :class:`RunForkedError` in a forked child, and the writer's
+        errors when the disk fails.
         """
+        self._ownership.check(self._id)
         items, records = self._admit(*self._prepare(episodes), is_async=False)
         if not items:
             return 0
@@ -211,6 +216,7 @@ class Run:
         that makes them durable (or fails to) counts them, whatever became of this task.
         Until then ``finish`` waits for them, and a call with the same ids skips them.
         """
+        self._ownership.check(self._id)
         items, records = self._admit(*self._prepare(episodes), is_async=True)
         if not items:
             return 0
@@ -330,8 +336,9 @@ class Run:
         :class:`RunClosedError`; it waits only for those already admitted, so it returns
         however busy other threads keep the run, and the summary and the seal cover exactly
         the durable episodes. Idempotent: once the run is sealed (either way), returns what
-        was sealed and does nothing else.
+        was sealed and does nothing else. In a forked child it raises :class:`RunForkedError`.
         """
+        self._ownership.check(self._id)
         return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str) -> None:
@@ -340,7 +347,7 @@ class Run:
         The error is recorded as one line (``Type: message``, truncated). Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
-        :meth:`finish`.
+        :meth:`finish` and in a forked child (the run is its parent's).
         """
         self._ending.close_without_finishing(seal_status_for(error), describe_error(error))
 
@@ -350,6 +357,8 @@ class Run:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._ownership.forked:  # a forked child leaving the block: the run is its parent's
+            return
         if exc is None:
             self.finish()
         else:

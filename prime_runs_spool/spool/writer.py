@@ -139,6 +139,9 @@ class SegmentWriter:
         self._closers = 0
         #: Flushes for the helper thread, which leads groups of async callers; see _start_helper.
         self._jobs: queue.SimpleQueue[Any] | None = None
+        #: The process that opened the segment; set in a forked child (see _disown_after_fork).
+        self._owner_pid = os.getpid()
+        self._forked = False
 
     # -- creation -------------------------------------------------------------------------
 
@@ -182,6 +185,7 @@ class SegmentWriter:
             lock.release()
             raise
         writer = cls(run_dir, run_id, index, fd, lock, mark_fd)
+        _live_writers.add(writer)
         try:
             header = {
                 "format_version": FORMAT_VERSION,
@@ -377,6 +381,11 @@ class SegmentWriter:
         return prepared
 
     def _check_open(self) -> None:
+        if self._forked:
+            raise WriterClosedError(
+                f"{self._path}: this segment is written by process {self._owner_pid}; "
+                f"process {os.getpid()}, a fork of it, cannot append to it, seal it or close it"
+            )
         if self._failure is not None:
             raise WriterClosedError(
                 f"{self._path}: writer is broken by a disk error ({self._failure}); open a new segment"
@@ -565,10 +574,49 @@ class SegmentWriter:
                 self._mark_fd = None
             self._lock.release()
 
+    def _disown_after_fork(self) -> None:
+        """In a forked child: let go of the parent's segment without touching it.
+
+        The child got copies of the file descriptors and of every lock's state, possibly
+        mid-flush in a parent thread that does not exist here. It closes its copies of the
+        segment and mark descriptors (the parent's stay open), never writes, seals or
+        releases the writer lock (its release would unlock the parent's: flock belongs to
+        the open file, which the two share), and gets fresh locks so that nothing here waits
+        for a thread that was left behind. Every later call raises WriterClosedError.
+        """
+        self._mutex = threading.Lock()
+        self._idle = threading.Condition(self._mutex)
+        self._forked = True
+        self._closing = True
+        self._flushing = False
+        self._open = None
+        self._jobs = None  # the helper thread was not forked
+        for fd in (self._fd, self._mark_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._mark_fd = None  # so _release never reaches the lock
+
     def _abandon(self) -> None:
         with self._mutex:
             self._closing = True
             self._release()
+
+
+#: Every writer of this process, so a forked child can disown the ones it inherited.
+_live_writers: weakref.WeakSet[SegmentWriter] = weakref.WeakSet()
+
+
+def _disown_inherited_writers() -> None:
+    for writer in list(_live_writers):
+        if writer._owner_pid != os.getpid():
+            writer._disown_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_inherited_writers)
 
 
 def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
