@@ -405,6 +405,32 @@ print("pool:", sorted({outcome.split(":")[0] for outcome, _ in results}))
 run.log_episodes([made for outcome, made in results if outcome != "logged"])  # the parent logs them
 print("pool: status before finish:", read_run(run.dir).status)
 run.finish()
+
+# 4. forks while another thread keeps logging: the child may inherit a held lock, never waits on it
+import threading
+run = open_("busy")
+stop = threading.Event()
+def keep_logging():
+    n = 0
+    while not stop.is_set() and n < 300:
+        run.log_episodes([episode(f"b{n}", n % 4)])
+        n += 1
+logger = threading.Thread(target=keep_logging)
+logger.start()
+def child_busy():
+    try:
+        run.log_episodes([episode("child")])
+    except RunForkedError:
+        pass
+    run.status, run.episodes_logged, run.summary()  # no lock a lost thread held
+    run.abort(RuntimeError("a child's abort"))      # does nothing
+for _ in range(10):
+    in_child(child_busy)
+stop.set()
+logger.join()
+print("busy: status before finish:", read_run(run.dir).status)
+run.finish()
+print("busy: logged", run.episodes_logged)
 """
 
 
@@ -420,8 +446,10 @@ def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
     assert "child-logs: refused:" in out and "fork" in out and "child-logs: finish refused" in out
     assert "child-exits: after the child: live" in out
     assert "pool: ['refused']" in out and "pool: status before finish: live" in out
+    assert "busy: status before finish: live" in out
+    busy_logged = int(out.split("busy: logged ")[1].split()[0])
 
-    expected = {"child-logs": 4, "child-exits": 4, "pool": 41}
+    expected = {"child-logs": 4, "child-exits": 4, "pool": 41, "busy": busy_logged}
     for name, count in expected.items():
         spool = read_run(outputs / name)
         assert spool.status == "completed", name
@@ -443,7 +471,7 @@ def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
     store = Store(db)
     try:
         evaluations, total = store.list_evaluations(skip=0, limit=100)
-        assert total == 3
+        assert total == 4
         for evaluation in evaluations:
             name = evaluation["name"]
             bodies, pushed = store.list_samples(evaluation["evaluation_id"], offset=0, limit=1000)
