@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,6 @@ from prime_runs_spool.errors import (
     EpisodeTooLargeError,
     MalformedEpisodeError,
     RecordNotSerializableError,
-    RunForkedError,
 )
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.spool.format import parse_line
