@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import prime_runs_spool.spool.writer as writer_module
 from prime_runs_spool import RunClosedError, open_run, read_run
@@ -225,6 +227,59 @@ def test_deep_nesting_and_cycles_raise_not_serializable_naming_the_field(
     assert episode_metas(tmp_path) == []
     assert run.log_episodes([small_episode("good")]) == 1
     finish_within(run, 10)
+
+
+_json_leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=_json_values, bad=st.sampled_from(["object", "cycle", "deep"]), data=st.data())
+def test_the_first_field_json_cannot_hold_is_named(value: Any, bad: str, data: st.DataObject) -> None:
+    """Property: whatever the value, planting one bad thing at a container's place in it
+    makes serialize fail with that place named (or an earlier one in iteration order)."""
+    from prime_runs_spool.spool.format import find_unserializable, serialize
+
+    assert find_unserializable(value) == ("", "")
+    top: dict[str, Any] = {"v": value}
+    containers: list[tuple[Any, str]] = []  # (container, its path)
+    stack = [(top, "")]
+    while stack:
+        node, path = stack.pop()
+        containers.append((node, path))
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            child_path = f"{path}[{key}]" if isinstance(node, list) else (f"{path}.{key}" if path else key)
+            if isinstance(child, (dict, list)):
+                stack.append((child, child_path))
+    node, path = data.draw(st.sampled_from(containers))
+    planted: Any = object() if bad == "object" else (node if bad == "cycle" else _nested(300))
+    key: Any
+    if isinstance(node, dict):
+        key = "zz-planted"
+        node[key] = planted
+        where = f"{path}.{key}" if path else key
+    else:
+        key = len(node)
+        node.append(planted)
+        where = f"{path}[{key}]"
+    with pytest.raises(RecordNotSerializableError) as refused:
+        serialize(top)
+    named = refused.value.field_path
+    if bad == "deep":  # the 255th level, somewhere inside the planted nesting: a shortened path
+        true_path = where + ".a" * 300
+    else:
+        true_path = where
+    if "...(" in named:  # a long path keeps its first keys and its last two
+        assert true_path.startswith(named.split("...(")[0]) and "more levels" in named
+    else:
+        assert named == true_path
+    expected = {"object": "not JSON serializable", "cycle": "circular", "deep": "nested deeper"}[bad]
+    assert expected in refused.value.reason
 
 
 # -- second round 2: a cancelled async append ------------------------------------------------
