@@ -20,6 +20,7 @@ from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
@@ -55,6 +56,7 @@ class RunSync:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
+        index: EvaluationIndex | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -66,7 +68,7 @@ class RunSync:
         self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                  clock=clock, sleep=sleep, on_save=self._show)
         #: Finds, adopts or creates the run's one evaluation.
-        self.evaluation = Evaluation(self.protocol, client, options, self.report)
+        self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
         self.reconciler = Reconciler(self.protocol, client, self._stream)
         #: The run's manifest: read by run() before anything uses it.
