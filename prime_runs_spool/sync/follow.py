@@ -42,6 +42,7 @@ from prime_runs_spool.spool.format import CRASHED, FAILED
 from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
@@ -131,6 +132,8 @@ class Follower:
     #: Directories under the paths that could not be read at the last walk, with the report
     #: printed for each (once, when first met).
     unreadable: dict[Path, RunReport] = field(default_factory=dict)
+    #: The environment listings shared by the followed runs (sync/index.py).
+    index: EvaluationIndex = field(default_factory=EvaluationIndex)
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -238,7 +241,7 @@ class Follower:
         followed.done = False
         followed.seen = current
         report = RunSync(followed.run_dir, self.client, self.destination, self.options,
-                         sleep=self._sleep).run()
+                         sleep=self._sleep, index=self.index).run()
         self._record(followed, report, live=current[1])
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:

@@ -16,6 +16,7 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path, unreadable_message
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
@@ -42,8 +43,10 @@ def sync_run(
     *,
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
+    index: EvaluationIndex | None = None,
 ) -> RunReport:
-    """Sync one run, unless another sync holds it (then report ``skipped``, or wait)."""
+    """Sync one run, unless another sync holds it (then report ``skipped``, or wait).
+    ``index``: the environment listings shared with the other runs of this sync."""
     lock = sync_lock(run_dir, wait=wait)
     try:
         lock.acquire()
@@ -55,7 +58,7 @@ def sync_run(
                          error=f"cannot take the sync lock in {spool_dir(run_dir)}: {exc.strerror}")
     try:
         return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
-                       on_progress=on_progress).run()
+                       on_progress=on_progress, index=index).run()
     except OSError as exc:  # e.g. its state folder cannot be listed: this run only
         return RunReport(path=str(run_dir), state="error", error=unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
@@ -92,12 +95,16 @@ def sync_paths(
 ) -> list[RunReport]:
     """Sync every run under ``paths``; reports come back in discovery order. A directory
     that cannot be read gets a report of its own (``error``, naming it and why) in its place
-    among the others, which are synced all the same."""
+    among the others, which are synced all the same. The runs share one
+    :class:`EvaluationIndex`, so finding each new run's evaluation costs one small request
+    instead of a listing of the whole environment (sync/index.py)."""
     found = discover(paths)
     if not found:
         return []
+    index = EvaluationIndex()
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         futures = [item if isinstance(item, RunReport) else
-                   pool.submit(sync_run, item, client, destination, options, wait=wait, on_progress=on_progress)
+                   pool.submit(sync_run, item, client, destination, options, wait=wait, on_progress=on_progress,
+                               index=index)
                    for item in found]
         return [item if isinstance(item, RunReport) else item.result() for item in futures]
