@@ -477,3 +477,21 @@ def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
     assert len(platform.evaluations) == 6
     pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
     assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"
+
+
+def test_a_send_time_in_the_future_is_fenced_for_one_lifetime_at_most(tmp_path: Path, platform: FakePlatform) -> None:
+    """A state copied from a machine whose clock runs an hour ahead: the fence is measured
+    on this process's clock from when the state was read, and never exceeds the lifetime."""
+    builder = build_run(tmp_path / "run", "r1", 4, status=None)
+    syncer(builder.run_dir, platform).run()
+    state_file = state_path(builder.run_dir, DEST.key)
+    state = json.loads(state_file.read_text())
+    time = FakeTime(platform)
+    state["in_flight"] = {"kind": "samples", "sent_at": time.now + 3600, "rows": 1, "episodes": 1,
+                          "end": state["cursor"]}
+    state_file.write_text(json.dumps(state))
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
+    assert report.state == "crashed", report.error
+    assert 0 < time.slept <= 30.0 + 1.0, time.slept  # was 3630 s
+    assert_exactly_once(platform, builder)
+

@@ -57,6 +57,7 @@ class RunSync:
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
         index: EvaluationIndex | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -66,7 +67,7 @@ class RunSync:
         self.report = RunReport(path=str(run_dir), replay_id=options.replay_id)
         #: The exactly-once core: the state file, announcing, settling and fencing requests.
         self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
-                                 clock=clock, sleep=sleep, on_save=self._show)
+                                 clock=clock, sleep=sleep, on_save=self._show, monotonic=monotonic)
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
@@ -117,6 +118,7 @@ class RunSync:
             state = SyncState(destination=self.destination, local_run_id=local_id,
                               replay_id=self.options.replay_id)
         self.protocol.state = state
+        self.protocol.loaded()
         self._show()
         if not untrusted and self._up_to_date():
             self.report.state = "up_to_date" if state.finalized or state.terminal else "live"

@@ -19,6 +19,7 @@ engine's push loop) and the finalize call all go through it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,25 @@ class Protocol:
     """The state file of one run and destination, and the rules for every request it announces."""
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
-                 sleep: Callable[[float], None], on_save: Callable[[], None]) -> None:
+                 sleep: Callable[[float], None], on_save: Callable[[], None],
+                 monotonic: Callable[[], float] | None = None) -> None:
         #: The state file this sync reads and announces every step in.
         self.path = path
         self.options = options
+        #: Wall-clock seconds: only what is written to the state (``in_flight.sent_at``).
         self.clock = clock
+        #: This process's monotonic clock: what every wait is measured on (an injected
+        #: ``clock`` drives both, so tests can run the protocol on a fake time).
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
         self.sleep = sleep
+        #: ``(wall, monotonic)`` when the state was read: an announced request from an
+        #: earlier process is fenced from here, never by the wall clock alone.
+        self._loaded = (clock(), self.monotonic())
+        #: ``(sent_at, monotonic)`` of the last request this process sent.
+        self._sent: tuple[float, float] | None = None
+        #: Set when a request was settled as "did not land" after its fence, so the next
+        #: batch resends rows a late commit could duplicate: that batch is checked.
+        self.check_next_batch = False
         #: Called after every save, so the report follows the state.
         self.on_save = on_save
         #: The run's sync state: loaded (or started) by the engine before any request.
@@ -50,6 +64,10 @@ class Protocol:
         save_state(self.path, self.state)
         self.on_save()
 
+    def loaded(self) -> None:
+        """Note that the state was just read: the moment fences of its requests start from."""
+        self._loaded = (self.clock(), self.monotonic())
+
     def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
         """A samples request landed: move the state past it."""
         self.state.advance(end, rows, episodes, seal)
@@ -57,9 +75,21 @@ class Protocol:
         self.save()
 
     def fence(self, sent_at: float) -> None:
-        """Wait until a request sent at ``sent_at`` can no longer be processed."""
-        deadline = sent_at + self.options.request_lifetime
-        while (remaining := deadline - self.clock()) > 0:
+        """Wait until a request sent at ``sent_at`` (wall clock) can no longer be processed.
+
+        Measured on this process's monotonic clock and never longer than one lifetime: a
+        request this process sent is fenced from its own send; one read from the state from
+        the moment the state was read, for what is left of its lifetime by the wall clock
+        (a ``sent_at`` in the future counts as just sent). docs/sync.md, "Clocks", says what
+        a wall clock stepped forward can do.
+        """
+        lifetime = self.options.request_lifetime
+        if self._sent is not None and self._sent[0] == sent_at:
+            deadline = self._sent[1] + lifetime
+        else:
+            wall, mono = self._loaded
+            deadline = mono + min(lifetime, max(0.0, sent_at + lifetime - wall))
+        while (remaining := deadline - self.monotonic()) > 0:
             self.sleep(min(remaining, 5.0))
 
     def retry(self, what: str, call: Callable[[], Any]) -> Any:
@@ -82,7 +112,10 @@ class Protocol:
         if not in_doubt:
             return False
         self.fence(sent_at)
-        return landed()
+        if landed():
+            return True
+        self.check_next_batch = True  # a late commit would meet the resend: look after it
+        return False
 
     def send_once(self, what: str, in_flight: InFlight, send: Callable[[], Any],
                   landed: Callable[[], bool]) -> Any:
@@ -94,6 +127,7 @@ class Protocol:
             sent_at = self.clock()
             self.state.in_flight = in_flight.model_copy(update={"sent_at": sent_at})
             self.save()
+            self._sent = (sent_at, self.monotonic())
             try:
                 return send()
             except PlatformError as exc:
