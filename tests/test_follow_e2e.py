@@ -91,9 +91,9 @@ def test_follower_killed_and_stopped_midway_then_exactly_once(tmp_path: Path, se
     enough = threading.Event()
 
     def write() -> None:
-        while not enough.is_set() and len(builder.ids) < 2_000:
+        while not enough.is_set() and len(builder.ids) < 1_000:
             builder.add(5, size=1_500)
-            time.sleep(0.02)
+            time.sleep(0.2)
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -110,6 +110,8 @@ def test_follower_killed_and_stopped_midway_then_exactly_once(tmp_path: Path, se
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
             kills += 1
+        enough.set()
+        writer.join()  # the run stays live (its writer open), but a pass can now reach its end
         stopped = follow(server.base_url, tmp_path, extra=extra)
         assert json.loads(first_line(stopped))["state"] == "live"  # following, mid-run
         stopped.send_signal(signal.SIGTERM)
