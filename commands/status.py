@@ -50,6 +50,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                 line += f", a {dest.in_flight} request in doubt"
             if dest.skipped_too_large:
                 line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
+            if dest.mismatch:
+                line += f", MISMATCH: {dest.mismatch}"
             if dest.url:
                 line += f"  {dest.url}"
             click.echo(line)

@@ -17,7 +17,7 @@ The tree, by layer:
   ``EpisodeTooLargeError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
   ``InvalidBaseUrlError``
-- sync: ``SyncError``, ``StateProblem``
+- sync: ``SyncError`` (and ``SampleCountMismatchError``), ``StateProblem``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
 
 Outside the tree, on purpose: :class:`Stopped`, a ``BaseException`` (see its docstring).
@@ -101,6 +101,23 @@ def corruption_message(path: object, offset: object, reason: object) -> str:
 
 class SyncError(SpoolError):
     """A run could not be synced; the message is one line for the user."""
+
+
+class SampleCountMismatchError(SyncError):
+    """The platform holds samples of a run's evaluation that its sync state cannot account
+    for (more rows than were acknowledged, or a last row that is not the spool's): a request
+    landed after its lifetime, or someone else wrote to the evaluation. Sync reports it and
+    never finalizes over it; appends cannot be undone, so a person decides (--replay)."""
+
+    def __init__(self, evaluation_id: object, platform_samples: int, spool_samples: int, detail: str) -> None:
+        self.evaluation_id = evaluation_id
+        self.platform_samples = platform_samples
+        self.spool_samples = spool_samples
+        self.detail = detail
+        super().__init__(
+            f"evaluation {evaluation_id} holds {platform_samples} samples where this spool's sync accounts for "
+            f"{spool_samples} ({detail}): a request landed after its lifetime, or something else wrote to it; "
+            "refusing to guess, not finalized. Check the evaluation, then replay the run to a new one with --replay")
 
 
 class RunClosedError(SpoolError):

@@ -495,3 +495,22 @@ def test_a_send_time_in_the_future_is_fenced_for_one_lifetime_at_most(tmp_path: 
     assert 0 < time.slept <= 30.0 + 1.0, time.slept  # was 3630 s
     assert_exactly_once(platform, builder)
 
+
+def test_a_restored_older_state_is_checked_against_the_platform_and_never_finalizes_twice(
+        tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    syncer(builder.run_dir, platform).run()
+    state_file = state_path(builder.run_dir, DEST.key)
+    older = state_file.read_bytes()
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    state_file.write_bytes(older)
+    report = syncer(builder.run_dir, platform).run()
+    assert (report.state, report.pushed_now, report.pushed_total) == ("synced", 0, 5), report
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 1

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.summary import SummaryAccumulator
-from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SpoolError, StateProblem, SyncError
+from prime_runs_spool.errors import (
+    CorruptSpoolError,
+    SampleCountMismatchError,
+    SampleTooLargeError,
+    SpoolError,
+    StateProblem,
+    SyncError,
+)
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
@@ -71,7 +79,7 @@ class RunSync:
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
-        self.reconciler = Reconciler(self.protocol, client, self._stream)
+        self.reconciler = Reconciler(self.protocol, client, self._stream, self._stream_from_start)
         #: The run's manifest: read by run() before anything uses it.
         self.manifest: dict[str, Any] = {}
 
@@ -85,7 +93,11 @@ class RunSync:
     def run(self) -> RunReport:
         report = self.report
         try:
-            self._run()
+            try:
+                self._run()
+            except SampleCountMismatchError as exc:
+                self._record_mismatch(exc)
+                raise
         except CorruptSpoolError as exc:
             report.state, report.error = "corrupt", f"{exc}; everything before it was pushed"
         except (SpoolError, SampleTooLargeError) as exc:
@@ -128,6 +140,12 @@ class RunSync:
             return
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh, untrusted=untrusted)
         self.reconciler.reconcile(force=adopted)
+        # A state that parses is a cache, not the truth (an older copy, an edit): checked
+        # against the platform before anything is pushed, unless this process wrote it.
+        if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch):
+            if self.reconciler.verify():
+                self.report.warnings.append("the sync state disagreed with the platform; the platform's "
+                                            "count was taken (docs/sync.md, \"State\")")
         self._push_all()
 
     # -- small helpers ---------------------------------------------------------------------
@@ -142,7 +160,7 @@ class RunSync:
     def _up_to_date(self) -> bool:
         """Nothing new since the last sync: answered from file sizes, not by reading."""
         state = self.state
-        if state.in_flight is not None or state.cursor is None or state.evaluation_id is None:
+        if state.in_flight is not None or state.cursor is None or state.evaluation_id is None or state.mismatch:
             return False
         segments = list_segments(self.run_dir)
         if not segments or segments[-1][0] != state.cursor.segment_index:
@@ -161,6 +179,10 @@ class RunSync:
     def _stream(self) -> RowStream:
         return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
                          self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal)
+
+    def _stream_from_start(self) -> RowStream:
+        return RowStream(self.run_dir, None, str(self.state.evaluation_id),
+                         self.options.max_request_bytes, self.options.skip_corrupt)
 
     def _push_all(self) -> None:
         while True:
@@ -219,10 +241,13 @@ class RunSync:
         assert batch.end is not None
         self.protocol.send_once("pushing samples",
                         InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes,
-                                 end=batch.end, seal=batch.seal),
+                                 end=batch.end, seal=batch.seal, last_sample_id=batch.last_sample_id),
                         lambda: self.client.push_samples(str(self.state.evaluation_id), body),
                         lambda: self.reconciler.samples_landed(rows))
-        self.protocol.acknowledge(batch.end, rows, batch.episodes, batch.seal)
+        self.protocol.acknowledge(batch.end, rows, batch.episodes, batch.seal, batch.last_sample_id)
+        if self.protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?
+            self.protocol.check_next_batch = False
+            self.reconciler.check("after rows were resent once an earlier request could no longer land")
         self.report.pushed_now += rows
         self.report.bytes_sent += len(body)
         del body  # _push_all releases the batch: the next one is built without this body alive
@@ -245,6 +270,7 @@ class RunSync:
         evaluation_id = str(state.evaluation_id)
         if status == COMPLETED:
             if not state.finalized:
+                self.reconciler.check("before finalizing")  # never finalize over rows we cannot account for
                 metadata = self.evaluation.metadata(self.manifest)
                 self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
@@ -282,6 +308,21 @@ class RunSync:
         state.finalized = True
         state.in_flight = None
         self.protocol.save()
+
+    def _record_mismatch(self, exc: SampleCountMismatchError) -> None:
+        """Make a mismatch loud where people look: the state (``status``) and the
+        evaluation's metadata. The run is not finalized while it stands."""
+        state = self.state
+        state.mismatch = {"platform_samples": exc.platform_samples, "spool_samples": exc.spool_samples,
+                          "detail": exc.detail,
+                          "found_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.protocol.save()
+        metadata = self.evaluation.metadata(self.manifest)
+        try:
+            self.protocol.retry("recording the mismatch", lambda: self.client.update_evaluation(
+                str(state.evaluation_id), metadata=metadata))
+        except SyncError as failure:
+            self.report.warnings.append(f"the mismatch is not in the evaluation's metadata: {failure}")
 
     # -- dry run -----------------------------------------------------------------------------
 

@@ -44,6 +44,8 @@ class Evaluation:
             metadata["skipped_too_large"] = list(state.skipped_too_large)
         if terminal is not None:
             metadata["prime_runs"] = dict(terminal)
+        if state.mismatch:
+            metadata["prime_runs_mismatch"] = dict(state.mismatch)
         return metadata
 
     def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool) -> bool:

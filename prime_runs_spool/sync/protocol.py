@@ -68,9 +68,10 @@ class Protocol:
         """Note that the state was just read: the moment fences of its requests start from."""
         self._loaded = (self.clock(), self.monotonic())
 
-    def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
+    def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None,
+                    last_sample_id: Any = None) -> None:
         """A samples request landed: move the state past it."""
-        self.state.advance(end, rows, episodes, seal)
+        self.state.advance(end, rows, episodes, seal, last_sample_id)
         self.state.in_flight = None
         self.save()
 

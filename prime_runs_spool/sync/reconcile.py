@@ -1,7 +1,12 @@
 """Reconciling the samples the state remembers with the samples the platform holds.
 
 Our rows are always appended in order, so the count of rows on the platform says exactly
-how far the stream got; the last row's id is checked so the count can be trusted.
+how far the stream got; the last row's id is checked so the count can be trusted. The
+state file is only ever a cache of that: one read from disk is checked before it is
+trusted (:meth:`Reconciler.verify`), a disagreement is settled by deriving the cursor again
+from the platform's count, and a platform holding rows the stream cannot account for is a
+:class:`SampleCountMismatchError`, never guessed past (docs/sync.md, "State" and "When an
+assumption fails").
 """
 
 from __future__ import annotations
@@ -9,26 +14,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prime_runs_spool.errors import SyncError
+from prime_runs_spool.errors import SampleCountMismatchError, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.rows import RowStream, skip_rows
+
+#: The evaluation status of a finalized evaluation.
+COMPLETED_STATUS = "COMPLETED"
 
 
 class Reconciler:
     """Answers "which of our samples are on the platform?" and moves the state to match."""
 
-    def __init__(self, protocol: Protocol, client: PlatformClient, stream: Callable[[], RowStream]) -> None:
+    def __init__(self, protocol: Protocol, client: PlatformClient, stream: Callable[[], RowStream],
+                 stream_from_start: Callable[[], RowStream]) -> None:
         self.protocol = protocol
         self.client = client
         #: The run's row stream from the state's cursor (the engine's, so both read alike).
         self.stream = stream
+        #: The same stream from the run's first row.
+        self.stream_from_start = stream_from_start
+
+    def evaluation(self) -> dict[str, Any]:
+        state = self.protocol.state
+        return self.protocol.retry("reading the evaluation", lambda: self.client.get_evaluation(
+            str(state.evaluation_id)))
 
     def total_samples(self) -> int:
-        state = self.protocol.state
-        evaluation = self.protocol.retry("reading the evaluation", lambda: self.client.get_evaluation(
-            str(state.evaluation_id)))
-        return int(evaluation.get("total_samples") or 0)
+        return int(self.evaluation().get("total_samples") or 0)
 
     def reconcile(self, *, force: bool) -> None:
         """Settle an announced samples request, or (``force``) re-derive the cursor from
@@ -41,21 +54,83 @@ class Reconciler:
             return
         if pending is not None and pending.end is not None:
             if protocol.settled(pending.sent_at, lambda: self.samples_landed(pending.rows)):
-                protocol.acknowledge(pending.end, pending.rows, pending.episodes, pending.seal)
+                protocol.acknowledge(pending.end, pending.rows, pending.episodes, pending.seal,
+                                     pending.last_sample_id)
                 return
         total = self.total_samples()
         missing = total - state.samples_pushed
-        if missing < 0:
-            raise SyncError(
-                f"the platform holds {total} samples of evaluation {state.evaluation_id}, fewer than the "
-                f"{state.samples_pushed} this sync recorded; refusing to guess (use --replay for a new evaluation)")
+        if missing > 0:
+            try:
+                cursor, episodes, last_id = skip_rows(self.stream(), missing)
+            except SyncError:
+                cursor = None
+            if cursor is not None and self.platform_sample_id(total) == last_id:
+                state.advance(cursor, missing, episodes, last_sample_id=last_id)
+                missing = 0
         if missing:
-            cursor, episodes, last_id = skip_rows(self.stream(), missing)
-            self._check_last_sample(total, last_id)
-            assert cursor is not None
-            state.advance(cursor, missing, episodes)
+            self.rederive(total)
         state.in_flight = None
         protocol.save()
+
+    def verify(self) -> bool:
+        """Check a state read from disk against the platform before anything is pushed: the
+        evaluation's ``status`` against ``finalized``, ``total_samples`` against
+        ``samples_pushed`` and the platform's last row against ``last_sample_id``. Where
+        they disagree the platform wins. Returns True when the state had to be changed."""
+        protocol = self.protocol
+        state = protocol.state
+        evaluation = self.evaluation()
+        total = int(evaluation.get("total_samples") or 0)
+        completed = str(evaluation.get("status", "")).upper() == COMPLETED_STATUS
+        changed = False
+        if completed != state.finalized:
+            state.finalized = completed  # never a second finalize; never a finalize skipped
+            if completed and state.in_flight is not None and state.in_flight.kind == "finalize":
+                state.in_flight = None
+            if not completed:
+                state.terminal = state.terminal_size = None
+            changed = True
+        if state.in_flight is None or state.in_flight.kind != "samples":
+            if total != state.samples_pushed or (total and self.platform_sample_id(total) != state.last_sample_id):
+                self.rederive(total)
+                changed = True
+            elif state.mismatch is not None:
+                state.mismatch = None  # the platform agrees again (the evaluation was repaired)
+                changed = True
+        if changed:
+            protocol.save()
+        return changed
+
+    def rederive(self, total: int) -> None:
+        """Set the state to "the platform holds the stream's first ``total`` rows", read
+        from the start of the stream and checked against the platform's last row; raise
+        :class:`SampleCountMismatchError` if the stream cannot account for them. Not saved."""
+        state = self.protocol.state
+        cursor, episodes, last_id = None, 0, None
+        if total:
+            try:
+                cursor, episodes, last_id = skip_rows(self.stream_from_start(), total)
+            except SyncError:
+                raise self.mismatch(total, "the spool has fewer rows than that") from None
+            found = self.platform_sample_id(total)
+            if found != last_id:
+                raise self.mismatch(total, f"the platform's sample {total} is {found!r}, the spool's {last_id!r}")
+        state.cursor, state.segments, state.seal = None, {}, None
+        state.samples_pushed = state.episodes_pushed = 0
+        state.last_sample_id = None
+        state.terminal = state.terminal_size = None
+        if cursor is not None:
+            state.advance(cursor, total, episodes, last_sample_id=last_id)
+
+    def check(self, when: str) -> None:
+        """One read: the platform must hold exactly the rows the state acknowledged."""
+        total = self.total_samples()
+        if total != self.protocol.state.samples_pushed:
+            raise self.mismatch(total, f"found {when}")
+
+    def mismatch(self, total: int, detail: str) -> SampleCountMismatchError:
+        state = self.protocol.state
+        return SampleCountMismatchError(state.evaluation_id, total, state.samples_pushed, detail)
 
     def samples_landed(self, rows: int) -> bool:
         """Whether the announced request of ``rows`` rows is on the platform; any count but
@@ -66,13 +141,10 @@ class Reconciler:
             return True
         if total == state.samples_pushed:
             return False
-        raise SyncError(
-            f"evaluation {state.evaluation_id} holds {total} samples; expected "
-            f"{state.samples_pushed} or {state.samples_pushed + rows}: refusing to guess")
+        raise self.mismatch(total, f"expected {state.samples_pushed} or {state.samples_pushed + rows}")
 
-    def _check_last_sample(self, total: int, expected_id: Any) -> None:
-        """The row at index ``total - 1`` on the platform must be ours: if it is not, the
-        count cannot be trusted to say what landed."""
+    def platform_sample_id(self, total: int) -> Any:
+        """The sample id of the platform's row number ``total`` (1-based), or None."""
         evaluation_id = str(self.protocol.state.evaluation_id)
         limit = 100
         page = (total - 1) // limit + 1
@@ -80,9 +152,4 @@ class Reconciler:
             evaluation_id, page=page, limit=limit))
         samples = listing.get("samples") or []
         index = (total - 1) % limit
-        found = samples[index].get("sample_id") if index < len(samples) else None
-        if found != expected_id:
-            raise SyncError(
-                f"evaluation {evaluation_id} holds samples that do not match this spool "
-                f"(sample {total} is {found!r}, expected {expected_id!r}); refusing to guess "
-                "(use --replay for a new evaluation)")
+        return samples[index].get("sample_id") if index < len(samples) else None

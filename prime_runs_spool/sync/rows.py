@@ -137,7 +137,7 @@ class Batch:
     :meth:`release` (or, for a batch dropped unsent, its collection) gives back.
     """
 
-    __slots__ = ("_buffer", "_budget", "count", "end", "episodes", "seal")
+    __slots__ = ("_buffer", "_budget", "count", "end", "episodes", "last_sample_id", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
@@ -146,6 +146,8 @@ class Batch:
         self.count = 0
         self.end: Cursor | None = None
         self.episodes = 0
+        #: The sample id of its last row: what the platform's last row is once it landed.
+        self.last_sample_id: Any = None
         #: Set on the last batch of a pass: the seal its end is past, if the log ends sealed.
         self.seal: dict[str, Any] | None = None
 
@@ -170,6 +172,7 @@ class Batch:
         self.count += 1
         self.end = row.after
         self.episodes += row.closes_episode
+        self.last_sample_id = row.sample_id
 
     def release(self) -> None:
         """Drop the body once it is sent (the counts and cursor stay), and its token."""

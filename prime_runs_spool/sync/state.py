@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.spool.reader import Position
@@ -62,6 +62,8 @@ class InFlight(BaseModel):
     end: Cursor | None = None
     #: The seal at ``end``, when the request's rows reach the end of a sealed log.
     seal: dict[str, Any] | None = None
+    #: The sample id of the request's last row.
+    last_sample_id: Any = None
 
 
 class Destination(BaseModel):
@@ -88,6 +90,13 @@ class SyncState(BaseModel):
     seal: dict[str, Any] | None = None
     samples_pushed: int = 0
     episodes_pushed: int = 0
+    #: The sample id of the last acknowledged row: with ``samples_pushed``, what a sync
+    #: checks against the platform before trusting this file (docs/sync.md, "State").
+    last_sample_id: Any = None
+    #: Set when the platform was found holding samples this state cannot account for:
+    #: ``{platform_samples, spool_samples, detail, found_at}``. The run is not finalized
+    #: while it is set; every sync checks again and reports it.
+    mismatch: dict[str, Any] | None = None
     finalized: bool = False
     #: The terminal state last recorded on the platform: "completed", "failed", "crashed".
     terminal: str | None = None
@@ -101,13 +110,24 @@ class SyncState(BaseModel):
     #: ``{segment, offset, episode_id, reason}`` (docs/sync.md, "Rows").
     skipped_too_large: list[dict[str, object]] = []
     updated_at: float = 0.0
+    #: Whether this is, byte for byte, the file this process last wrote (and so already
+    #: checked against the platform): set by :func:`load_state`, never saved.
+    _written_here: bool = PrivateAttr(default=False)
 
-    def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
-        """Acknowledge ``rows`` rows: the cursor moves to ``end`` (past ``seal``, if given)."""
+    @property
+    def written_here(self) -> bool:
+        return self._written_here
+
+    def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None,
+                last_sample_id: Any = None) -> None:
+        """Acknowledge ``rows`` rows (the last one ``last_sample_id``): the cursor moves to
+        ``end`` (past ``seal``, if given)."""
         self.cursor = end
         self.seal = seal
         self.samples_pushed += rows
         self.episodes_pushed += episodes
+        if rows:
+            self.last_sample_id = last_sample_id
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
 
 
@@ -147,7 +167,18 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str) -> Sy
         raise StateProblem(f"{path} was written by a newer prime-runs-spool (state v{state.version})")
     if state.local_run_id != local_run_id or state.destination.key != destination.key:
         raise StateProblem(f"{path} belongs to another run or destination")
+    state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw)
     return state
+
+
+#: Per state file, the digest of what this process last wrote there. A file that still
+#: holds exactly that was checked against the platform by this process already (a follower
+#: reloads its state before every pass); any other file is checked before it is trusted.
+_OWN_WRITES: dict[str, str] = {}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def save_state(path: Path, state: SyncState) -> None:
@@ -156,6 +187,7 @@ def save_state(path: Path, state: SyncState) -> None:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = state.model_dump_json(indent=1).encode("utf-8")
+    _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
@@ -170,3 +202,4 @@ def save_state(path: Path, state: SyncState) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    _OWN_WRITES[str(path)] = _digest(data)

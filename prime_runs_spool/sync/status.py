@@ -31,6 +31,8 @@ class DestinationStatus:
     in_flight: str | None = None
     #: Episodes sync passed over because no request can carry one of their rows.
     skipped_too_large: int = 0
+    #: Set when the last sync found the platform holding samples it cannot account for.
+    mismatch: str | None = None
 
 
 @dataclass
@@ -61,6 +63,14 @@ def _episodes_after(run_dir: Path, state: SyncState) -> int:
         return sum(1 for record in iter_records(run_dir, start) if record.type == EPISODE)
     except SpoolError:
         return 0  # the corruption is reported by the run's own state
+
+
+def mismatch_text(mismatch: dict[str, Any] | None) -> str | None:
+    """A recorded sample-count mismatch, as ``status`` shows it."""
+    if not mismatch:
+        return None
+    return (f"the platform holds {mismatch.get('platform_samples')} samples, this spool's sync accounts for "
+            f"{mismatch.get('spool_samples')} ({mismatch.get('detail')}); not finalized")
 
 
 def unreadable_status(path: Path, exc: OSError) -> RunStatus:
@@ -115,5 +125,6 @@ def run_status(run_dir: Path) -> RunStatus:
             pending=_episodes_after(run_dir, state), finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
-            skipped_too_large=len(state.skipped_too_large)))
+            skipped_too_large=len(state.skipped_too_large),
+            mismatch=mismatch_text(state.mismatch)))
     return run
