@@ -154,7 +154,10 @@ class Follower:
                     self._check_stop()
                     if lost or key in changed:  # told it changed: look now, or once the poll interval allows
                         followed.next_look = min(followed.next_look, followed.last_look + self.follow.poll_interval)
-                    if self.clock() >= followed.next_look:
+                    # An idle run due within half a poll interval is looked at now: one
+                    # wake-up serves many, however the idle runs' looks are spread.
+                    early = self.follow.poll_interval / 2 if followed.interval > self.follow.poll_interval else 0.0
+                    if self.clock() + early >= followed.next_look:
                         self._step(key, followed)
                 if self.follow.exit_when_idle and self.idle():
                     break
