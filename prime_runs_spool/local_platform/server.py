@@ -1,6 +1,6 @@
 """Running the local platform with uvicorn: as a foreground server, or embedded in a thread.
 
-The listening socket is bound here, before uvicorn starts, and handed to it: with port 0
+The listening socket is bound before uvicorn starts (``viewer.server.bind_socket``) and handed to it: with port 0
 the kernel picks a free port and we know it without a probe-then-bind race, so tests and
 ``sync --local`` can run many platforms side by side.
 
@@ -22,34 +22,13 @@ from typing import TextIO
 import uvicorn
 
 from prime_runs_spool.local_platform.app import create_app
+from prime_runs_spool.viewer.auth import check_listen
+#: Where the socket is bound (shared with the viewer: one way to listen in this package).
+from prime_runs_spool.viewer.server import base_url_of, bind_socket
 from prime_runs_spool.local_platform.store import Store
 
 _STARTUP_TIMEOUT = 30.0
 _SHUTDOWN_TIMEOUT = 10.0
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (port 0: a free one).
-
-    The protocol is named explicitly: asyncio only sets ``TCP_NODELAY`` on accepted sockets
-    whose ``proto`` is ``IPPROTO_TCP``, and without it every keep-alive request waits out
-    the peer's 40 ms delayed ACK between uvicorn's header and body writes.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def base_url_of(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class EmbeddedPlatform:
@@ -163,8 +142,10 @@ def serve(
     """Serve until SIGTERM or SIGINT; write the base URL as the first line of ``out``.
 
     The line is written, and flushed, only once the server accepts connections, so a
-    parent process can use it as the readiness signal.
+    parent process can use it as the readiness signal. Raises UnsafeListenError, before
+    binding anything, for a non-loopback ``host`` without a ``token``.
     """
+    check_listen(host, token)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
