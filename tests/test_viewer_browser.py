@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from support.browser import launched
+from support.env import CLI, child_env
 from support.viewer_runs import EXPECTED_STATUSES, SCRIPT_PROMPT, build_outputs, start_live_writer
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
@@ -229,3 +233,39 @@ def test_a_live_run_appears_and_grows_while_a_writer_appends(page, viewer, outpu
         if writer.poll() is None:
             writer.kill()
             writer.wait()
+
+
+def test_export_opens_from_disk(browser, outputs, tmp_path):
+    subset = tmp_path / "runs"
+    subset.mkdir()
+    for name in ("gsm8k-completed", "script-prompt"):
+        shutil.copytree(outputs / name, subset / name)
+    out = tmp_path / "export"
+    done = subprocess.run(CLI + ["view", str(subset), "--export", str(out)], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    index = out / "index.html"
+    assert done.stdout.strip() == index.resolve().as_uri()
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in out.rglob("*") if p.is_file())
+    context = browser.new_context()
+    page = context.new_page()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(index.resolve().as_uri())
+    assert page.locator('tr[data-run="gsm8k-completed"] [data-status]').get_attribute("data-status") == "completed"
+    page.locator('tr[data-run="gsm8k-completed"] a.run-link').click()
+    assert page.locator("#match-count .total").inner_text() == "6"
+    assert page.locator("tr.sample").count() == 6
+    assert page.evaluate("getComputedStyle(document.querySelector('table.grid th')).fontWeight") == "600"  # css loaded
+    page.locator('tr.sample[data-n="1"] a.episode-link').click()
+    assert page.locator("section.trace").first.locator("li.turn").count() == 5
+    page.go_back()
+    page.locator('tr.sample[data-n="2"] td:nth-child(2) a').click()  # the group of example 1
+    assert page.locator("article.rollout").count() == 2
+    page.goto((out / "index.html").resolve().as_uri())
+    page.locator('tr[data-run="script-prompt"] a.run-link').click()
+    page.locator('tr.sample[data-n="1"] a.episode-link').click()
+    assert page.locator('li[data-role="user"] pre.content').first.inner_text() == SCRIPT_PROMPT
+    assert page.evaluate("window.__viewer_xss") is None
+    context.close()
+    assert requested and all(url.startswith("file://") for url in requested), requested

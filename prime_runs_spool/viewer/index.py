@@ -31,6 +31,9 @@ from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_
 #: An index that caught up is not re-read more often than this (seconds): a page of many
 #: runs polled every second must not re-open every spool on every poll.
 MIN_REFRESH_INTERVAL = 0.25
+#: A refresh reads at least this many records whatever its budget: every poll makes
+#: progress, and the first table page is there after the first one.
+MIN_RECORDS_PER_REFRESH = 100
 #: How many platform sample rows are fetched per store call while indexing.
 PLATFORM_PAGE = 200
 
@@ -150,9 +153,11 @@ class SpoolIndex(RunIndex):
             self.behind = False
             return
         self.behind = False
+        read = 0
         try:
             for record in iter_records(self.run_dir, self._position):
                 self._position = record.after
+                read += 1
                 if record.type == EPISODE:
                     meta = record.meta or {}
                     rollout = meta.get("rollout_number")
@@ -165,7 +170,7 @@ class SpoolIndex(RunIndex):
                     self.manifest = _masked_manifest(record.data)
                 elif record.type == SEAL:
                     self._seal = (record.segment_index, record.data if isinstance(record.data, dict) else {})
-                if time.monotonic() > deadline:
+                if read >= MIN_RECORDS_PER_REFRESH and time.monotonic() > deadline:
                     self.behind = True
                     break
         except CorruptSpoolError as exc:
