@@ -7,9 +7,10 @@ episode (never the episode itself), built by streaming the spool through the rea
 lines, and an episode page re-reads one record from its position.
 
 Why a time budget: the first look at a big run must not wait for the whole spool. Each
-``refresh`` reads for at most ``budget`` seconds and says whether it is still ``behind``;
-the first table page (in spool order) is ready as soon as its rows are, and the page keeps
-polling until the index has caught up.
+``refresh`` reads for at most ``budget`` seconds (and at least a page's worth of records)
+and says whether it is still ``behind``; the first table page (in spool order) is ready as
+soon as its rows are, a background thread reads the rest, and the page keeps polling until
+the index has caught up.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class RunIndex:
         self.error: str | None = None
         self._lock = threading.Lock()
         self._refreshed_at = -1.0
+        self._catcher: threading.Thread | None = None
 
     # -- what pages read ---------------------------------------------------------------
 
@@ -109,6 +111,20 @@ class RunIndex:
             self._read(now + budget)
             self._refreshed_at = time.monotonic()
 
+    def catch_up_in_background(self, chunk: float = 0.25) -> None:
+        """While the index is behind, keep reading in a daemon thread (one per index), in
+        chunks of ``chunk`` seconds so requests get the lock in between."""
+        with self._lock:
+            if not self.behind or (self._catcher is not None and self._catcher.is_alive()):
+                return
+
+            def run() -> None:
+                while self.behind:
+                    self.refresh(chunk)
+
+            self._catcher = threading.Thread(target=run, name=f"viewer-index-{self.key}", daemon=True)
+            self._catcher.start()
+
     def _read(self, deadline: float) -> None:
         raise NotImplementedError
 
@@ -152,7 +168,7 @@ class SpoolIndex(RunIndex):
         if self._corrupt:
             self.behind = False
             return
-        self.behind = False
+        behind = False  # published at the end: a reader polling ``behind`` sees no half-read state
         read = 0
         try:
             for record in iter_records(self.run_dir, self._position):
@@ -171,13 +187,14 @@ class SpoolIndex(RunIndex):
                 elif record.type == SEAL:
                     self._seal = (record.segment_index, record.data if isinstance(record.data, dict) else {})
                 if read >= MIN_RECORDS_PER_REFRESH and time.monotonic() > deadline:
-                    self.behind = True
+                    behind = True
                     break
         except CorruptSpoolError as exc:
             self._corrupt = True
             self.error = corruption_message(exc.path, exc.offset, exc.reason)
         except SpoolError as exc:
             self.error = str(exc)
+        self.behind = behind
         self._status = self._derive()
 
     def _derive(self) -> str:
@@ -256,7 +273,11 @@ class PlatformIndex(RunIndex):
 
         self.evaluation = self.store.get_evaluation(self.key)
         self._set_manifest()
-        self.behind = False
+        self.behind = self._read_samples(deadline)
+
+    def _read_samples(self, deadline: float) -> bool:
+        import orjson
+
         while True:
             bodies, _total = self.store.list_samples(self.key, offset=len(self.rows), limit=PLATFORM_PAGE)
             for body in bodies:
@@ -267,7 +288,6 @@ class PlatformIndex(RunIndex):
                 row, prompt = row_of_sample(len(self.rows) + 1, len(self.rows), sample)
                 self._add(row, prompt)
             if len(bodies) < PLATFORM_PAGE:
-                return
+                return False
             if time.monotonic() > deadline:
-                self.behind = True
-                return
+                return True

@@ -16,9 +16,10 @@ from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.sources import Source
 from prime_runs_spool.viewer.transcript import episode_of, final_answer, trace_views
 
-#: How long a page request may spend reading new lines of its runs (seconds).
-RUN_BUDGET = 0.3
-RUNS_PAGE_BUDGET = 0.05
+#: How long a page request may spend reading new lines of its runs (seconds); whatever is
+#: left is read by the index's background thread.
+RUN_BUDGET = 0.05
+RUNS_PAGE_BUDGET = 0.02
 #: The group view shows at most this many rollouts side by side.
 MAX_GROUP = 32
 #: The columns of the sample table before and after the run's metrics: (sort key, label).
@@ -37,6 +38,7 @@ class Pages:
             raise UnknownRunError("no run given (add ?run=KEY)")
         run = self.source.get(key)
         run.refresh(budget)
+        run.catch_up_in_background()
         return run
 
     def message(self, title: str, message: str) -> str:
@@ -46,6 +48,7 @@ class Pages:
         runs = self.source.runs()
         for run in runs:
             run.refresh(RUNS_PAGE_BUDGET)
+            run.catch_up_in_background()
         context = {"links": self.links, "runs": runs, "refresh": fragment_url}
         if params.get("fragment"):
             return render("_runs_table.html", **context)
