@@ -7,7 +7,6 @@ import sys
 import click
 
 
-
 @click.group("platform")
 def platform() -> None:
     """Run a local, SQLite-backed implementation of the platform's evaluations API."""
@@ -35,12 +34,12 @@ def serve_command(
     Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
     address cannot be bound, a non-loopback --host without --token).
     """
-    # Imported here, not at the top: the platform pulls in the viewer and uvicorn, which
-    # `prime-runs --help` and the other commands must not pay for.
     from prime_runs_spool.errors import StoreError, UnsafeListenError
-    from prime_runs_spool.local_platform.server import serve
 
     try:
+        # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving
+        from prime_runs_spool.local_platform.server import serve
+
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
               request_deadline=request_deadline, out=sys.stdout)
     except (StoreError, UnsafeListenError) as exc:

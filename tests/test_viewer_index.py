@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from support.runs import RunBuilder
 from support.viewer_runs import FIXTURE_OUTPUTS
 from fixtures.episodes import FAKE_HEADER_SECRET
-from prime_runs_spool.local_platform import EmbeddedPlatform
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.v0 import build_samples
 from prime_runs_spool.spool.reader import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
