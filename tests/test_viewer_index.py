@@ -142,3 +142,18 @@ def test_a_view_survives_its_own_url(sort, desc, page, rmin, rmax, rlt, errors, 
     view = TableQuery(sort=sort, desc=desc, page=page, rmin=rmin, rmax=rmax, rlt=rlt, errors=errors,
                       truncated=truncated, q=q, example=example)
     assert TableQuery.from_params(view.params()) == view
+
+
+def test_an_odd_record_is_a_row_and_never_stops_the_index(tmp_path):
+    writer = SegmentWriter.create(tmp_path / "run", "odd")
+    writer.append("manifest", {"run_id": "odd", "name": "odd"})
+    writer.append_many([("episode", {"id": "a", "traces": ["not a trace"]}, None),
+                        ("episode", ["not", "a", "record"], None),
+                        ("episode", {"id": "b", "ok": True, "traces": [{"task": {"data": {"idx": 3}}}]}, None)])
+    writer.seal("completed")
+    with EmbeddedServer(create_viewer_app(SpoolSource([tmp_path]))) as server:
+        page = httpx.get(server.base_url + "/run", params={"run": "run"})
+        assert page.status_code == 200 and '<b class="total">3</b>' in page.text
+        for n in (1, 2, 3):
+            assert httpx.get(server.base_url + "/episode", params={"run": "run", "n": n}).status_code == 200
+        assert httpx.get(server.base_url + "/group", params={"run": "run", "example": "3"}).status_code == 200

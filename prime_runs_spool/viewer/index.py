@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
@@ -32,6 +34,8 @@ from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_
 #: An index that caught up is not re-read more often than this (seconds): a page of many
 #: runs polled every second must not re-open every spool on every poll.
 MIN_REFRESH_INTERVAL = 0.25
+#: The status of a run that cannot be read at all (a newer format): the reason is in ``error``.
+UNREADABLE = "error"
 #: A refresh reads at least this many records whatever its budget: every poll makes
 #: progress, and the first table page is there after the first one.
 MIN_RECORDS_PER_REFRESH = 100
@@ -129,10 +133,12 @@ class RunIndex:
         raise NotImplementedError
 
     def _add(self, row: Row, prompt: str) -> None:
+        # Pages read these while the background thread adds to them: the list only grows
+        # (safe to iterate), the metric names are replaced, never changed in place.
         self.rows.append(row)
-        for name in row.metrics:
-            if name not in self.metric_names:
-                self.metric_names[name] = None
+        new = [name for name in row.metrics if name not in self.metric_names]
+        if new:
+            self.metric_names = {**self.metric_names, **dict.fromkeys(new)}
         if row.example_id not in self.prompts:
             self.prompts[row.example_id] = prompt[:SEARCH_CHARS].lower()
 
@@ -146,18 +152,22 @@ class SpoolIndex(RunIndex):
         self._position: Position | None = None
         self._seal: tuple[int, dict[str, Any]] | None = None
         self._summary = SummaryAccumulator()
+        self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
         self._corrupt = False
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
 
     @property
     def status(self) -> str:
-        return self._status
+        return UNREADABLE if self.error is not None and not self._corrupt else self._status
 
     @property
     def summary(self) -> dict[str, Any]:
         seal = self._seal[1] if self._seal else {}
         sealed = seal.get("summary") if isinstance(seal, Mapping) else None
-        return dict(sealed) if isinstance(sealed, Mapping) and not self.behind else self._summary.result()
+        if isinstance(sealed, Mapping) and not self.behind:
+            return dict(sealed)
+        with self._summary_lock:
+            return self._summary.result()
 
     def record(self, row: Row) -> Any:
         for record in iter_records(self.run_dir, row.where):
@@ -181,7 +191,11 @@ class SpoolIndex(RunIndex):
                                                  rollout if isinstance(rollout, int) else None)
                     self._add(row, prompt)
                     if isinstance(record.data, Mapping):
-                        self._summary.add(record.data)
+                        with self._summary_lock:
+                            try:
+                                self._summary.add(record.data)
+                            except (AttributeError, TypeError):
+                                pass  # an odd record counts in the table, not in the means
                 elif record.type == MANIFEST and not self.manifest and isinstance(record.data, Mapping):
                     self.manifest = _masked_manifest(record.data)
                 elif record.type == SEAL:
@@ -192,8 +206,11 @@ class SpoolIndex(RunIndex):
         except CorruptSpoolError as exc:
             self._corrupt = True
             self.error = corruption_message(exc.path, exc.offset, exc.reason)
-        except SpoolError as exc:
+        except SpoolError as exc:  # a newer format version: nothing of it can be read
             self.error = str(exc)
+        else:
+            if not self._corrupt:
+                self.error = None
         self.behind = behind
         self._status = self._derive()
 
@@ -261,23 +278,17 @@ class PlatformIndex(RunIndex):
         return dict(metrics) if isinstance(metrics, Mapping) else {}
 
     def record(self, row: Row) -> Any:
-        import orjson
-
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
         return orjson.loads(bodies[0])
 
     def _read(self, deadline: float) -> None:
-        import orjson
-
         self.evaluation = self.store.get_evaluation(self.key)
         self._set_manifest()
         self.behind = self._read_samples(deadline)
 
     def _read_samples(self, deadline: float) -> bool:
-        import orjson
-
         while True:
             bodies, _total = self.store.list_samples(self.key, offset=len(self.rows), limit=PLATFORM_PAGE)
             for body in bodies:

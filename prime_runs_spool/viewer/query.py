@@ -120,7 +120,8 @@ class TableQuery:
 
 
 def _fmt_float(value: float) -> str:
-    return repr(value) if value != int(value) else str(int(value)) if abs(value) < 1e15 else repr(value)
+    """Shortest text that reads back as the same float (``1`` rather than ``1.0``)."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
 def _sort_key(sort: str) -> Any:

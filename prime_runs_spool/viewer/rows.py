@@ -50,6 +50,11 @@ class Row:
 
 
 def _number(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
@@ -89,24 +94,23 @@ def _tokens(usage: Any) -> int | None:
 
 
 def _duration(timing: Any) -> float | None:
-    """Seconds from the trace's start to the latest ``end`` anywhere in its timing."""
-    if not isinstance(timing, Mapping):
+    """Seconds from the trace's start to the latest ``end`` of it or of its phases.
+
+    Two levels only (the trace's timing and its phases, as verifiers writes them): this
+    runs once per episode while a run is indexed, so it must stay cheap.
+    """
+    if not isinstance(timing, dict):
         return None
     start = _number(timing.get("start"))
-    ends: list[float] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            end = _number(node.get("end"))
-            if end is not None:
-                ends.append(end)
-            for value in node.values():
-                walk(value)
-
-    walk(timing)
-    if start is None or not ends:
+    if start is None:
         return None
-    return max(0.0, max(ends) - start)
+    latest = _number(timing.get("end"))
+    for phase in timing.values():
+        if isinstance(phase, dict):
+            end = _number(phase.get("end"))
+            if end is not None and (latest is None or end > latest):
+                latest = end
+    return None if latest is None else max(0.0, latest - start)
 
 
 def prompt_text(trace: Mapping[str, Any]) -> str:
@@ -131,8 +135,23 @@ def summary_trace(record: Any) -> Mapping[str, Any] | None:
     return trace if isinstance(trace, Mapping) else None
 
 
+#: What the error column says of a record whose shape the index cannot read.
+UNREADABLE_RECORD = "the episode record is not shaped like an episode"
+
+
 def row_of_episode(number: int, where: Any, record: Any, rollout: int | None) -> tuple[Row, str]:
-    """The row of a spooled episode record and its prompt text (for the search index)."""
+    """The row of a spooled episode record and its prompt text (for the search index).
+
+    Never raises: a record of another shape is a row with only its error set, so one odd
+    episode cannot stop a run's index.
+    """
+    try:
+        return _row_of_episode(number, where, record, rollout)
+    except (AttributeError, TypeError, KeyError, IndexError):
+        return Row(number, where, None, rollout, None, {}, UNREADABLE_RECORD, False, None, None, None), ""
+
+
+def _row_of_episode(number: int, where: Any, record: Any, rollout: int | None) -> tuple[Row, str]:
     trace = summary_trace(record) or {}
     try:
         reward = _number(trace_reward(trace)) if trace else None

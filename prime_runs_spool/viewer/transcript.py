@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.content.episodes import trace_reward
+from prime_runs_spool.content.episodes import summary_trace_index, trace_reward
 
 
 @dataclass
@@ -200,9 +200,15 @@ def trace_views(episode: Any) -> list[TraceView]:
 
 
 def final_answer(episode: Any) -> str:
-    """The last assistant message of the episode's first trace (for the group view)."""
-    for view in trace_views(episode)[:1]:
-        for turn in reversed(view.turns):
-            if turn.role == "assistant" and (turn.text or turn.tool_calls):
-                return turn.text or ", ".join(c.name for c in turn.tool_calls)
+    """The last assistant message of the episode's summary trace (for the group view)."""
+    try:
+        index = summary_trace_index(episode) if isinstance(episode, Mapping) else None
+    except (AttributeError, TypeError):  # traces that are not mappings: nothing to show
+        return ""
+    views = trace_views(episode)
+    if index is None or index >= len(views):
+        return ""
+    for turn in reversed(views[index].turns):
+        if turn.role == "assistant" and (turn.text or turn.tool_calls):
+            return turn.text or ", ".join(c.name for c in turn.tool_calls)
     return ""
