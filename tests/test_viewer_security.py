@@ -134,3 +134,21 @@ def test_the_dashboard_is_behind_the_token_and_the_api_keeps_its_bearer_check(tm
             assert session.get("/api/v1/evaluations/").status_code == 401
         assert httpx.get(f"{platform.api}/evaluations/").status_code == 401
         assert httpx.get(f"{platform.api}/evaluations/", headers=bearer).status_code == 200
+
+
+def test_without_a_token_pages_answer_only_to_loopback_host_names(tmp_path):
+    """A page elsewhere that points its own name at 127.0.0.1 (DNS rebinding) reads nothing."""
+    proc, url = _start_view(str(FIXTURES))
+    try:
+        for host in ("evil.example", "evil.example:80", "192.168.1.5"):
+            r = httpx.get(url, headers={"Host": host})
+            assert r.status_code == 403 and "Janet" not in r.text, host
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            assert httpx.get(url, headers={"Host": host}).status_code == 200, host
+    finally:
+        _stop(proc)
+    with platform_process.running(tmp_path / "p.db") as platform:
+        assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
+        assert httpx.get(platform.base_url + "/dashboard/").status_code == 200
+        assert httpx.get(platform.api + "/evaluations/", headers={"Host": "evil.example"}).status_code == 200

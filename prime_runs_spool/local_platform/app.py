@@ -31,7 +31,7 @@ from prime_runs_spool.errors import DeadlineExceeded, NotFound
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
 from prime_runs_spool.viewer.app import create_viewer_app
-from prime_runs_spool.viewer.auth import TokenGate
+from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 from prime_runs_spool.viewer.sources import PlatformSource
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
@@ -333,9 +333,11 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route(f"{DASHBOARD}/evaluations/{{id}}", dashboard, methods=["GET"]),
         Route("/", home, methods=["GET"]),
         # The dashboard is the viewer over this store; the gate below covers it.
-        Mount(DASHBOARD, app=create_viewer_app(PlatformSource(store))),
+        Mount(DASHBOARD, app=create_viewer_app(PlatformSource(store), mounted=True)),
     ]
-    middleware = [Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token else []
+    # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
+    middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token
+                  else [Middleware(LoopbackHostOnly)])
     if request_deadline is not None:
         middleware.insert(0, Middleware(RequestDeadline, seconds=request_deadline))
     return Starlette(

@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
-from prime_runs_spool.viewer.auth import TokenGate
+from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.pages import Pages
 from prime_runs_spool.viewer.render import ASSETS, Links, asset
@@ -43,11 +43,12 @@ def _html(text: str, status: int = 200) -> Response:
     return HTMLResponse(text, status_code=status, headers=SECURITY_HEADERS)
 
 
-def create_viewer_app(source: Source, *, token: str | None = None) -> Any:
-    """The viewer over ``source``; behind a :class:`TokenGate` when ``token`` is set.
+def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool = False) -> Any:
+    """The viewer over ``source``: behind a :class:`TokenGate` when ``token`` is set, else
+    answering only to loopback host names (:class:`LoopbackHostOnly`).
 
-    Mountable: links are built under the mount's ``root_path`` (the local platform mounts
-    it at ``/dashboard``).
+    ``mounted``: the app is mounted in another whose own middleware does both (the local
+    platform mounts it at ``/dashboard``); links are built under the mount's ``root_path``.
     """
 
     def pages(request: Request) -> Pages:
@@ -96,7 +97,9 @@ def create_viewer_app(source: Source, *, token: str | None = None) -> Any:
         Route("/static/{name}", static, methods=["GET"]),
     ]
     app: Any = Starlette(routes=routes)
-    return TokenGate(app, token) if token else app
+    if not mounted:
+        app = TokenGate(app, token) if token else LoopbackHostOnly(app)
+    return app
 
 
 def wait_indexed(run: RunIndex, seconds: float) -> None:

@@ -10,6 +10,9 @@ Two rules (docs/viewer.md, "Security"):
   once and the browser keeps a cookie that is ``HttpOnly`` (no script reads it) and
   ``SameSite=Strict`` (no other site's page sends it). The cookie holds an HMAC of the
   token, never the token itself. ``/api/`` keeps its own Bearer check.
+- **Without a token, only loopback names.** :class:`LoopbackHostOnly` refuses a request
+  whose ``Host`` is not a loopback address or ``localhost``: a web page elsewhere that
+  points its own domain name at 127.0.0.1 (DNS rebinding) must not read the runs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,30 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name: it may resolve to anything
+
+
+def _host_name(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            text = value.decode("latin-1").strip()
+            if text.startswith("["):  # [::1]:port
+                return text[1:text.find("]")] if "]" in text else text
+            return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    return ""
+
+
+class LoopbackHostOnly:
+    """ASGI middleware for a server without a token: pages only for loopback ``Host`` names."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(API_PREFIX) and not is_loopback(_host_name(scope)):
+            await _send(send, 403, b"this viewer answers only to a loopback address (or give it a --token)\n",
+                        [(b"content-type", b"text/plain; charset=utf-8")])
+            return
+        await self.app(scope, receive, send)
 
 
 def check_listen(host: str, token: str | None) -> None:
