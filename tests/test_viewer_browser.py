@@ -46,14 +46,19 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def page(browser, viewer):
+    """A fresh page; afterwards, no script error happened and nothing was loaded from
+    anywhere but the viewer itself (no CDN, no outside asset)."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     errors: list[str] = []
+    requested: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    context.on("request", lambda request: requested.append(request.url))
     yield page
     context.close()
     assert errors == []
+    assert requested and [url for url in requested if not url.startswith(viewer + "/")] == []
 
 
 def _shot(page, name: str, tmp_path: Path) -> None:

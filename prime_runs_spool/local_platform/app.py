@@ -30,9 +30,7 @@ from prime_runs_spool.errors import DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
-from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
-from prime_runs_spool.viewer.sources import PlatformSource
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
 #: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
@@ -333,7 +331,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route(f"{DASHBOARD}/evaluations/{{id}}", dashboard, methods=["GET"]),
         Route("/", home, methods=["GET"]),
         # The dashboard is the viewer over this store; the gate below covers it.
-        Mount(DASHBOARD, app=create_viewer_app(PlatformSource(store), mounted=True)),
+        Mount(DASHBOARD, app=_Dashboard(store)),
     ]
     # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
     middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token
@@ -346,6 +344,23 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         exception_handlers={HTTPException: http_error, NotFound: not_found,
                             DeadlineExceeded: deadline_exceeded},
     )
+
+
+class _Dashboard:
+    """The viewer over ``store``, built on the first dashboard request: its templates and
+    Jinja2 are not worth importing for a ``sync --local`` that never shows a page."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.app: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            from prime_runs_spool.viewer.app import create_viewer_app
+            from prime_runs_spool.viewer.sources import PlatformSource
+
+            self.app = create_viewer_app(PlatformSource(self.store), mounted=True)
+        await self.app(scope, receive, send)
 
 
 class RequestDeadline:
