@@ -43,6 +43,9 @@ MIN_RECORDS_PER_REFRESH = 100
 PLATFORM_PAGE = 200
 
 _CONFIG_RULES = MaskRules.defaults_for_config()
+#: At most this many runs are read in the background at once (a tree of many big runs
+#: opened together must not start as many threads fighting over two cores).
+_BACKGROUND_READERS = threading.BoundedSemaphore(2)
 
 
 class RunIndex:
@@ -124,7 +127,8 @@ class RunIndex:
 
             def run() -> None:
                 while self.behind:
-                    self.refresh(chunk)
+                    with _BACKGROUND_READERS:
+                        self.refresh(chunk)
 
             self._catcher = threading.Thread(target=run, name=f"viewer-index-{self.key}", daemon=True)
             self._catcher.start()
@@ -154,6 +158,7 @@ class SpoolIndex(RunIndex):
         self._summary = SummaryAccumulator()
         self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
         self._corrupt = False
+        self._seen_shape: tuple[tuple[int, ...], int] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
 
     @property
@@ -177,6 +182,10 @@ class SpoolIndex(RunIndex):
     def _read(self, deadline: float) -> None:
         if self._corrupt:
             self.behind = False
+            return
+        shape = self._shape()
+        if shape == self._seen_shape and not self.behind:
+            self._status = self._derive()  # nothing new on disk; only a writer may have gone
             return
         behind = False  # published at the end: a reader polling ``behind`` sees no half-read state
         read = 0
@@ -212,7 +221,19 @@ class SpoolIndex(RunIndex):
             if not self._corrupt:
                 self.error = None
         self.behind = behind
+        self._seen_shape = shape
         self._status = self._derive()
+
+    def _shape(self) -> tuple[tuple[int, ...], int]:
+        """The run's segments and the last one's size: unchanged means nothing to read."""
+        segments = list_segments(self.run_dir)
+        if not segments:
+            return (), 0
+        try:
+            size = segments[-1][1].stat().st_size
+        except OSError:
+            size = -1
+        return tuple(index for index, _ in segments), size
 
     def _derive(self) -> str:
         segments = list_segments(self.run_dir)
