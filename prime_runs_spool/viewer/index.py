@@ -43,6 +43,9 @@ MIN_RECORDS_PER_REFRESH = 100
 PLATFORM_PAGE = 200
 
 _CONFIG_RULES = MaskRules.defaults_for_config()
+#: Episodes were masked before they reached the disk; masking again what a page shows costs
+#: a walk of the config subtrees and keeps a foreign producer's slip off the screen.
+_EPISODE_RULES = MaskRules.defaults_for_episode()
 #: At most this many runs are read in the background at once (a tree of many big runs
 #: opened together must not start as many threads fighting over two cores).
 _BACKGROUND_READERS = threading.BoundedSemaphore(2)
@@ -176,7 +179,7 @@ class SpoolIndex(RunIndex):
 
     def record(self, row: Row) -> Any:
         for record in iter_records(self.run_dir, row.where):
-            return record.data
+            return mask(record.data, _EPISODE_RULES)
         raise CorruptSpoolError(self.run_dir, row.where.offset, "the episode is no longer where it was read")
 
     def _read(self, deadline: float) -> None:
