@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import tracemalloc
-from pathlib import Path
 
 import httpx
 from hypothesis import given, settings

@@ -8,7 +8,6 @@ out of the page's reach.
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import httpx
 import pytest

@@ -7,7 +7,6 @@ with other links (:class:`~.render.ExportLinks`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from prime_runs_spool.errors import UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
