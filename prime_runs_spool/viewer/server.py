@@ -81,9 +81,9 @@ class EmbeddedServer:
             deadline = time.monotonic() + _STARTUP_TIMEOUT
             while not self._server.started:
                 if not self._thread.is_alive():
-                    raise RuntimeError("the server stopped during startup")
+                    raise RuntimeError(f"the {self.name} server stopped during startup")
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the server did not start in time")
+                    raise RuntimeError(f"the {self.name} server did not start in time")
                 time.sleep(0.01)
         except BaseException:
             self.stop()
@@ -118,7 +118,7 @@ def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], st
         out.flush()
         while not stop.wait(0.5):
             if not server.is_alive():
-                raise RuntimeError("the server stopped unexpectedly")
+                raise RuntimeError("the server stopped unexpectedly")  # surfaces as exit 1 with its reason
 
 
 def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
