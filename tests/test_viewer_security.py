@@ -15,7 +15,8 @@ import pytest
 from support import platform_process
 from support.browser import launched
 from support.env import CLI, REPO_ROOT, child_env
-from prime_runs_spool.viewer.auth import COOKIE_NAME, is_loopback
+from prime_runs_spool.errors import UnsafeListenError
+from prime_runs_spool.viewer.auth import COOKIE_NAME, check_listen
 
 FIXTURES = REPO_ROOT / "fixtures" / "outputs"
 TOKEN = "view-s3cret"
@@ -44,8 +45,7 @@ def gated_view():
 
 
 @pytest.mark.parametrize(("command", "host"), [
-    (["view", str(FIXTURES)], "0.0.0.0"), (["view", str(FIXTURES)], "viewer.example"),
-    (["platform", "serve", "--db", "{db}"], "0.0.0.0"), (["platform", "serve", "--db", "{db}"], "::"),
+    (["view", str(FIXTURES)], "0.0.0.0"), (["platform", "serve", "--db", "{db}"], "::"),
 ])
 def test_a_non_loopback_host_without_a_token_is_refused(command, host, tmp_path):
     argv = [part.replace("{db}", str(tmp_path / "p.db")) for part in command]
@@ -56,17 +56,33 @@ def test_a_non_loopback_host_without_a_token_is_refused(command, host, tmp_path)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "refusing to listen on" in lines[0] and "--token" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "p.db").exists()  # refused before anything was opened or bound
 
 
-def test_loopback_is_the_default_and_needs_no_token():
+def test_which_hosts_need_a_token():
+    for host in ("0.0.0.0", "::", "192.0.2.1", "10.0.0.1", "viewer.example", "[::]"):
+        with pytest.raises(UnsafeListenError, match="refusing to listen on"):
+            check_listen(host, None)
+        check_listen(host, "a-token")  # any host, with a token
+    for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+        check_listen(host, None)
+
+
+def test_loopback_is_the_default_needs_no_token_and_answers_only_to_loopback_names():
+    """Without a token: a page elsewhere that points its own name at 127.0.0.1 (DNS
+    rebinding) reads nothing."""
     proc, url = _start_view(str(FIXTURES))
     try:
         assert url.startswith("http://127.0.0.1:")
         assert httpx.get(url).status_code == 200
+        for host in ("evil.example", "evil.example:80", "192.168.1.5"):
+            r = httpx.get(url, headers={"Host": host})
+            assert r.status_code == 403 and "Janet" not in r.text, host
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            assert httpx.get(url, headers={"Host": host}).status_code == 200, host
     finally:
         _stop(proc)
-    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
-    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.com")
 
 
 def test_with_a_token_every_page_and_asset_needs_it(gated_view):
@@ -135,18 +151,7 @@ def test_the_dashboard_is_behind_the_token_and_the_api_keeps_its_bearer_check(tm
         assert httpx.get(f"{platform.api}/evaluations/", headers=bearer).status_code == 200
 
 
-def test_without_a_token_pages_answer_only_to_loopback_host_names(tmp_path):
-    """A page elsewhere that points its own name at 127.0.0.1 (DNS rebinding) reads nothing."""
-    proc, url = _start_view(str(FIXTURES))
-    try:
-        for host in ("evil.example", "evil.example:80", "192.168.1.5"):
-            r = httpx.get(url, headers={"Host": host})
-            assert r.status_code == 403 and "Janet" not in r.text, host
-        port = url.rstrip("/").rsplit(":", 1)[1]
-        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
-            assert httpx.get(url, headers={"Host": host}).status_code == 200, host
-    finally:
-        _stop(proc)
+def test_without_a_token_the_dashboard_answers_only_to_loopback_names(tmp_path):
     with platform_process.running(tmp_path / "p.db") as platform:
         assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
         assert httpx.get(platform.base_url + "/dashboard/").status_code == 200
