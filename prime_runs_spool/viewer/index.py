@@ -281,7 +281,9 @@ class PlatformIndex(RunIndex):
         metadata = e.get("metadata") if isinstance(e.get("metadata"), Mapping) else {}
         self.manifest = {
             "name": e.get("name"), "model": e.get("model_name"),
-            "environments": [env.get("id") if isinstance(env, Mapping) else env for env in e.get("environments") or []],
+            # the environments are ids here; sync sends the environment's name as ``dataset``
+            "environments": [e["dataset"]] if e.get("dataset") else
+            [env.get("id") if isinstance(env, Mapping) else env for env in e.get("environments") or []],
             "created_at": e.get("created_at"), "framework": e.get("framework"), "evaluation_id": e.get("evaluation_id"),
             "local_run_id": metadata.get("local_run_id"), "tags": e.get("tags"),
             "total_samples": e.get("total_samples"), "finalized_at": e.get("finalized_at"),
