@@ -122,3 +122,38 @@ def test_view_usage_errors_are_one_line(tmp_path):
         done = subprocess.run(CLI + argv, capture_output=True, text=True, env=child_env(), timeout=60)
         assert done.returncode == 2, (argv, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+
+
+def _reference_episodes() -> list[dict]:
+    import json
+
+    from support.env import REPO_ROOT
+    from prime_runs_spool.spool.reader import read_run
+
+    reference = REPO_ROOT / "fixtures" / "reference"
+    episodes = [json.loads((reference / "episode_example.json").read_text(encoding="utf-8"))]
+    with open(reference / "projection" / "episodes.jsonl", encoding="utf-8") as handle:
+        episodes += [json.loads(line) for line in handle if line.strip()]
+    for run in ("gsm8k-completed", "gsm8k-resumed"):
+        episodes += list(read_run(REPO_ROOT / "fixtures" / "outputs" / run).episodes())
+    return episodes
+
+
+def test_a_row_means_what_the_platforms_v0_row_means():
+    """Each table column agrees with the v0 row sync would upload for the same episode, so the
+    viewer over a spool and the dashboard over the synced evaluation show the same table."""
+    from prime_runs_spool.platform_api.v0 import project_episode
+    from prime_runs_spool.viewer.rows import row_of_sample
+
+    checked = 0
+    for episode in _reference_episodes():
+        if not episode.get("traces"):
+            continue
+        mine, _ = row_of_episode(1, None, episode, 1)
+        sample = project_episode(episode, 1)[0]
+        theirs, _ = row_of_sample(1, None, sample)
+        for column in ("example_id", "rollout", "reward", "metrics", "truncated", "stop", "tokens", "duration"):
+            assert getattr(mine, column) == getattr(theirs, column), (column, episode.get("id"))
+        assert (mine.error is None) == (theirs.error is None) or episode.get("ok") is not True
+        checked += 1
+    assert checked >= 10
