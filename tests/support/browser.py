@@ -24,6 +24,8 @@ def launched() -> Iterator[Any]:
     """The chromium browser for a ``with`` block (a Playwright ``Browser``)."""
     from playwright.sync_api import sync_playwright
 
+    if not os.path.exists(CHROMIUM):  # fail, never skip: the browser tests are part of CI
+        raise RuntimeError(f"no chromium at {CHROMIUM}: apt-get install chromium (or set PRIME_RUNS_CHROMIUM)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
