@@ -92,6 +92,8 @@ LIVE_WRITER = textwrap.dedent("""\
     with open_run(run_dir, name="live-run", environments=["gsm8k"], model="Qwen/Qwen3-8B", run_id="live-run",
                   mode="offline") as run:
         for n in range(count):
+            if gate.exists():
+                break
             run.log_episodes([make_episode(n, size=0, run_id="live-run")])
             print(n + 1, flush=True)
             time.sleep(pause)
@@ -101,7 +103,8 @@ LIVE_WRITER = textwrap.dedent("""\
 
 
 def start_live_writer(run_dir: Path, count: int, pause: float, gate: Path) -> subprocess.Popen[str]:
-    """A child process that logs ``count`` episodes ``pause`` s apart, then seals once ``gate`` exists."""
+    """A child process that logs up to ``count`` episodes ``pause`` s apart, one number per line
+    on stdout as each is durable, and seals (completed) as soon as ``gate`` exists."""
     return subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(run_dir), str(count), str(pause), str(gate)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                             cwd=REPO_ROOT)
