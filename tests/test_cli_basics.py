@@ -61,7 +61,8 @@ def test_a_malformed_base_url_is_a_usage_error_at_once(tmp_path):
 HEAVY_FOR_HELP = (
     "httpx", "pydantic", "starlette", "uvicorn", "jinja2", "verifiers", "prime_traces", "obstore",
     "prime_runs_spool.spool.reader", "prime_runs_spool.sync.state", "prime_runs_spool.sync.engine",
-    "prime_runs_spool.runner.run", "prime_runs_spool.local_platform.app",
+    "prime_runs_spool.runner.run", "prime_runs_spool.local_platform.app", "prime_runs_spool.viewer.app",
+    "prime_runs_spool.viewer.index",
 )
 
 
