@@ -172,8 +172,8 @@ def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:
 OnUnreadable = Callable[[Path, OSError], None]
 
 
-def _raise(path: Path, exc: OSError) -> None:
-    raise exc
+def _pass_over(path: Path, exc: OSError) -> None:
+    """For a caller with nobody to tell: an unreadable directory has no runs it can read."""
 
 
 def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,
@@ -185,15 +185,15 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
     (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
     look like "nothing to do".
 
-    A directory that cannot be read (permissions, an I/O error, a stale mount) is never
-    skipped silently, and never stops the walk when ``on_unreadable`` is given: it is told
-    of the directory (in walk order, between the runs) and the walk goes on. Without it,
-    the :class:`OSError` is raised.
+    A directory that cannot be read (permissions, an I/O error, a stale mount) never stops
+    the walk: ``on_unreadable`` is told of it (in walk order, between the runs) and the walk
+    goes on. Every command passes one, so what it could not read is named to the person
+    who asked; without one (a caller with nobody to tell) it is passed over.
 
     ``on_folder`` is told of every folder the walk looked into that is not a run (where a
     new run could appear: a follower watches them).
     """
-    report = on_unreadable or _raise
+    report = on_unreadable or _pass_over
     folder_seen = on_folder or (lambda folder: None)
     seen: set[Path] = set()
     for given in paths:
