@@ -192,8 +192,21 @@ class Follower:
         if not self.watch.available:
             self._sleep(seconds)
             return
-        self.watch.wait(min(max(0.0, seconds), STOP_CHECK_INTERVAL))
+        seconds = max(0.0, seconds)
+        if self.watch.wait(min(seconds, STOP_CHECK_INTERVAL)) and not self._event_due():
+            # Events about runs that are to be looked at later anyway (a busy writer's
+            # appends): read the next ones a little later, rather than spin on each.
+            self._sleep(min(seconds, self.follow.poll_interval / 2))
         self._check_stop()
+
+    def _event_due(self) -> bool:
+        """Whether an event just read makes a look (or a walk) due now."""
+        changed, tree = self.watch.pending()
+        if tree:
+            return True
+        now = self.clock()
+        return any(followed.last_look + self.follow.poll_interval <= now
+                   for key in changed if (followed := self.runs.get(key)) is not None)
 
     # -- runs ------------------------------------------------------------------------------
 

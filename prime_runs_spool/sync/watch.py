@@ -194,16 +194,22 @@ class ChangeWatch:
 
     # -- events -------------------------------------------------------------------------
 
-    def wait(self, timeout: float) -> None:
-        """Block until an event arrives or ``timeout`` seconds pass, then take the events."""
+    def wait(self, timeout: float) -> bool:
+        """Block until an event arrives or ``timeout`` seconds pass, then read the events;
+        True when some were read."""
         timeout = max(0.0, timeout)
         if self._fd < 0:
             if timeout:
                 select.select([], [], [], timeout)
-            return
+            return False
         readable, _, _ = select.select([self._fd], [], [], timeout)
         if readable:
             self._read()
+        return bool(readable)
+
+    def pending(self) -> tuple[set[object], bool]:
+        """The runs told of and whether the tree changed, since the last :meth:`take`."""
+        return self._changed, self._tree_changed or self._overflow
 
     def _read(self) -> None:
         while True:
