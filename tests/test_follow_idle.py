@@ -149,3 +149,19 @@ def test_with_inotify_a_sigkilled_writer_is_recorded_crashed_without_waiting_for
     finally:
         writer.kill()
         writer.wait()
+
+
+@pytest.mark.skipif(not ChangeWatch().available, reason="no inotify here")
+def test_with_inotify_a_run_started_in_new_nested_folders_is_found_by_events(tmp_path: Path, monkeypatch) -> None:
+    """Folders created faster than they can be watched (``makedirs`` of three levels at
+    once, then the run) are walked again once watched, so the run is found long before the
+    30 s safety walk."""
+    monkeypatch.delenv(NO_INOTIFY_ENV, raising=False)
+    with Following(tmp_path, monkeypatch) as following:
+        following.idle_looks(0.5)
+        for n in range(3):
+            late = RunBuilder(tmp_path / f"new-{n}" / "deeper" / "still" / "run", f"idle-late-{n}")
+            late.open_segment()
+            late.add(1)
+            following.builders.append(late)
+            wait_for(lambda: following.samples() == RUNS + n + 1, f"run new-{n}'s episode", timeout=10)

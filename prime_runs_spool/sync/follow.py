@@ -146,8 +146,9 @@ class Follower:
                 if tree_pending:  # a folder of the tree changed: walk soon, at most once a poll
                     next_scan = min(next_scan, last_scan + self.follow.poll_interval)
                 if now >= next_scan:
-                    self._scan()
-                    last_scan, tree_pending = now, False
+                    # A folder watched only now may have changed before its watch: walk again.
+                    tree_pending = self._scan()
+                    last_scan = now
                     rare = self.watch.tree_complete and not lost
                     next_scan = self.clock() + (TRUSTED_RESCAN_INTERVAL if rare else self.follow.rescan_interval)
                 for key, followed in list(self.runs.items()):
@@ -210,7 +211,9 @@ class Follower:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def _scan(self) -> None:
+    def _scan(self) -> bool:
+        """Walk the paths for new runs (and unreadable directories); True when a folder
+        got a new watch, so another walk must follow (sync/watch.py)."""
         unreadable: dict[Path, RunReport] = {}
 
         def note(path: Path, exc: OSError) -> None:
@@ -222,11 +225,12 @@ class Follower:
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
             self.runs[key].watched = self.watch.watch_run(key, spool_dir(run_dir))
-        self.watch.watch_tree(folders)
+        added = self.watch.watch_tree(folders)
         for path, report in unreadable.items():
             if path not in self.unreadable:
                 self.on_report(report)  # said once; a directory that becomes readable is followed
         self.unreadable = unreadable
+        return added
 
     def _step(self, key: Path, followed: Followed) -> None:
         now = self.clock()

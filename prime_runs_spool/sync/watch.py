@@ -176,13 +176,15 @@ class ChangeWatch:
             self._runs.pop(wd, None)
             self._rm(wd)
 
-    def watch_tree(self, folders: set[Path]) -> None:
-        """Watch exactly ``folders`` (the walk's non-run folders) for runs appearing."""
+    def watch_tree(self, folders: set[Path]) -> bool:
+        """Watch exactly ``folders`` (the walk's non-run folders) for runs appearing. True
+        when a folder got a new watch: whatever was created in it between the walk's look
+        and the watch made no event, so the caller walks once more."""
         for folder in set(self._tree_wd) - folders:
             wd = self._tree_wd.pop(folder)
             self._tree.pop(wd, None)
             self._rm(wd)
-        complete = self.available
+        complete, added = self.available, False
         for folder in folders - set(self._tree_wd):
             wd = self._add(folder, TREE_EVENTS)
             if wd is None:
@@ -190,7 +192,9 @@ class ChangeWatch:
                 continue
             self._tree[wd] = folder
             self._tree_wd[folder] = wd
+            added = True
         self.tree_complete = complete and len(self._tree_wd) == len(folders)
+        return added
 
     # -- events -------------------------------------------------------------------------
 
