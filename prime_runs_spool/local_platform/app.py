@@ -30,6 +30,7 @@ from prime_runs_spool.errors import DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
+from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
 #: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
@@ -187,13 +188,15 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
-               request_deadline: float | None = None) -> Starlette:
+               request_deadline: float | None = None, traces: bool = False) -> Starlette:
     """The platform app over ``store``.
 
     ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
     where ``/dashboard/evaluations/{id}`` serves a read-only page, so the link sync prints
-    opens something real.
+    opens something real. ``traces`` turns the Prime Traces service on (local_platform/traces.py);
+    off, it answers ``service_not_enabled`` like an account that has it turned off.
     """
+    traces_store = TracesStore(store)
 
     def viewer_url(request: Request, evaluation_id: str) -> str:
         base = frontend_url or str(request.base_url)
@@ -297,7 +300,8 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
 
     async def dashboard(request: Request) -> Response:
         evaluation = await run_in_threadpool(store.get_evaluation, request.path_params["id"])
-        return HTMLResponse(_render_dashboard(evaluation))
+        held = await run_in_threadpool(traces_store.counts, evaluation["evaluation_id"])
+        return HTMLResponse(_render_dashboard(evaluation, held))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -321,6 +325,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route(f"{API}/evaluations/{{id}}/samples", push_samples, methods=["POST"]),
         Route(f"{API}/evaluations/{{id}}/samples", list_samples, methods=["GET"]),
         Route("/dashboard/evaluations/{id}", dashboard, methods=["GET"]),
+        *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
     middleware = [Middleware(BearerAuth, token=token)] if token else []
     if request_deadline is not None:
@@ -349,8 +354,9 @@ class RequestDeadline:
             write_deadline.reset(token)
 
 
-def _render_dashboard(evaluation: dict[str, Any]) -> str:
-    """A plain read-only page: enough for a user to see that the upload landed."""
+def _render_dashboard(evaluation: dict[str, Any], traces: dict[str, int]) -> str:
+    """A plain read-only page: enough for a user to see that the upload landed, in the
+    samples table and in Prime Traces (whose run id is the evaluation id)."""
     e = {k: html.escape(str(v)) for k, v in evaluation.items()}
     pretty = html.escape(orjson.dumps(evaluation, option=orjson.OPT_INDENT_2).decode())
     api = f"{API}/evaluations/{e['evaluation_id']}"
@@ -359,7 +365,9 @@ def _render_dashboard(evaluation: dict[str, Any]) -> str:
         f"<title>{e['name']}: local platform</title></head><body>"
         f"<h1>{e['name']}</h1>"
         f"<p>Evaluation <code>{e['evaluation_id']}</code>, status <b>{e['status']}</b>, "
-        f"model {e['model_name']}, <b>{e['total_samples']}</b> samples.</p>"
+        f"model {e['model_name']}, <b>{e['total_samples']}</b> samples; in Prime Traces "
+        f"<b>{traces['episodes']}</b> episodes, {traces['traces']} traces "
+        f"(<a href='{API}/episodes?run_id={e['evaluation_id']}'>episodes</a>).</p>"
         f"<p>JSON: <a href='{api}'>evaluation</a>, <a href='{api}/samples'>samples</a></p>"
         f"<pre>{pretty}</pre></body></html>"
     )

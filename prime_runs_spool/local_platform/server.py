@@ -71,8 +71,11 @@ class EmbeddedPlatform:
         port: int = 0,
         frontend_url: str | None = None,
         request_deadline: float | None = None,
+        traces: bool = False,
     ) -> None:
         self.db_path = Path(db_path)
+        #: Whether the Prime Traces service is on (off: it answers ``service_not_enabled``).
+        self.traces = traces
         self.token = token
         self.host = host
         self.port = port
@@ -98,7 +101,7 @@ class EmbeddedPlatform:
         try:
             self._sock = bind_socket(self.host, self.port)
             app = create_app(self._store, token=self.token, frontend_url=self.frontend_url,
-                             request_deadline=self.request_deadline)
+                             request_deadline=self.request_deadline, traces=self.traces)
             config = uvicorn.Config(
                 app,
                 log_level="warning",
@@ -158,6 +161,7 @@ def serve(
     token: str | None = None,
     frontend_url: str | None = None,
     request_deadline: float | None = None,
+    traces: bool = False,
     out: TextIO,
 ) -> None:
     """Serve until SIGTERM or SIGINT; write the base URL as the first line of ``out``.
@@ -173,7 +177,8 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with EmbeddedPlatform(
-        db_path, token, host=host, port=port, frontend_url=frontend_url, request_deadline=request_deadline
+        db_path, token, host=host, port=port, frontend_url=frontend_url, request_deadline=request_deadline,
+        traces=traces,
     ) as platform:
         out.write(platform.base_url + "\n")
         out.flush()
