@@ -115,6 +115,8 @@ class PlatformClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
+        #: Seconds to wait for one answer: the traces client (sync/traces.py) waits as long.
+        self.timeout = timeout
         headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
         if settings.api_key:
             headers["Authorization"] = f"Bearer {settings.api_key.reveal()}"
