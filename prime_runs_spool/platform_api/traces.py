@@ -29,6 +29,7 @@ from prime_traces import (
     TransportError,
 )
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
+from prime_traces.core.client import raise_for_response
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 
@@ -101,6 +102,21 @@ class TracesUploader:
 
     def close(self) -> None:
         self._client.close()
+
+    def enabled(self) -> bool:
+        """One cheap read: False only when the service says ``service_not_enabled`` (an
+        account-level answer, given to reads and writes alike). Anything else, a ``forbidden``
+        from a write-only token or a failure included, is left for the upload to decide, so
+        ``auto`` learns the common case without first building a 30 MiB batch."""
+        client = self._client
+        try:
+            response = client.client.get(client._url("/episodes"), params={"limit": 1})
+            raise_for_response(response)
+        except ForbiddenError as exc:
+            return exc.code != ErrorCode.SERVICE_NOT_ENABLED.value
+        except (APIError, httpx.HTTPError):
+            return True
+        return True
 
     def upload(self, batch: Batch, context: Mapping[str, str]) -> dict[str, Any]:
         """POST one batch (gzip, mtime 0: the same bytes on every attempt) and return its

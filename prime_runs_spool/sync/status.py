@@ -28,6 +28,11 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
+    #: Which store the run's episodes go to there: "traces", "samples", or None (undecided).
+    store: str | None = None
+    #: What Prime Traces holds of the run: committed uploads and the traces they carried.
+    uploads: int = 0
+    traces_pushed: int = 0
 
 
 @dataclass
@@ -87,5 +92,6 @@ def run_status(run_dir: Path) -> RunStatus:
             samples_pushed=state.samples_pushed, episodes_pushed=state.episodes_pushed,
             pending=_episodes_after(run_dir, state), finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
-            in_flight=state.in_flight.kind if state.in_flight else None))
+            in_flight=state.in_flight.kind if state.in_flight else None,
+            store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed))
     return run

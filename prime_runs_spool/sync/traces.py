@@ -41,7 +41,7 @@ from prime_runs_spool.platform_api.traces import (
 )
 from prime_runs_spool.spool.format import CRASHED, EPISODE, HEADER, SEAL
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
-from prime_runs_spool.sync.rows import durable_records
+from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records
 from prime_runs_spool.sync.state import Cursor, InFlight
 
 if TYPE_CHECKING:
@@ -109,29 +109,50 @@ def cut_batches(stream: LineStream, target_bytes: int) -> Iterator[Cut]:
     ``iter_batches`` reads one line past a batch before closing it, so the positions of the
     lines read wait in a queue: a batch of ``n`` lines ends where its ``n``-th line ends. The
     last batch ends past whatever follows its last episode (a seal), so the cursor can reach
-    the end of the log."""
+    the end of the log.
+
+    Memory is bounded as for samples (sync/rows.py): a batch about to grow past LARGE_BODY
+    first takes one of the process-wide LARGE_BODIES tokens and gives it back once it has
+    been sent (the caller drops each cut before asking for the next), so ``--jobs 4`` over
+    large runs holds two 30 MiB batches, not four. A batch waiting for a token holds none."""
     reached = stream.cursor
     pending: deque[Line] = deque()
     failure: list[BaseException] = []
+    held: list[Any] = []
+    buffered = [0]  # bytes of the lines read and not yet in a yielded batch
 
     def feed() -> Iterator[bytes]:
         try:
             for line in stream.lines():
+                if not held and buffered[0] + len(line.data) > LARGE_BODY:
+                    LARGE_BODIES.acquire()
+                    held.append(LARGE_BODIES)
                 pending.append(line)
+                buffered[0] += len(line.data)
                 yield line.data
         except CorruptSpoolError as exc:  # everything before the corruption still goes
             failure.append(exc)
 
+    def release() -> None:
+        while held:
+            held.pop().release()
+
     try:
         for batch in iter_batches(feed(), target_bytes=target_bytes, max_line_bytes=MAX_LINE_BYTES):
             taken = [pending.popleft() for _ in range(batch.num_lines)]
+            buffered[0] -= batch.size
             last = stream.done and not pending
             reached = stream.cursor if last else taken[-1].after
-            yield Cut(batch, reached, len(taken), sum(line.traces for line in taken),
-                      stream.seal if last else None)
+            cut = Cut(batch, reached, len(taken), sum(line.traces for line in taken), stream.seal if last else None)
+            del batch, taken
+            yield cut
+            del cut
+            release()  # sent: the next batch may take the token
     except TraceTooLargeError as exc:
         raise SyncError(f"an episode's line is {exc.size} bytes, over Prime Traces' {exc.limit}-byte "
                         "limit for one line; it cannot be sent (sync --to samples splits it by trace)") from None
+    finally:
+        release()
     if failure:
         raise failure[0]
     if stream.cursor != reached:
@@ -190,10 +211,13 @@ class TracesPush:
         """Push the run's episodes to Prime Traces and finish the run. False when ``auto``
         learned that the account has no Prime Traces before anything was committed there:
         the store is then recorded as samples, and the caller pushes samples instead."""
+        state = self.state
         try:
+            if (self.engine.options.to == AUTO and state.store is None and not state.uploads
+                    and not self._client().enabled()):
+                raise ServiceNotEnabled("Prime Traces is not enabled for this account")
             self._push()
         except ServiceNotEnabled as exc:
-            state = self.state
             if self.engine.options.to != AUTO or state.uploads:
                 committed = f" after {len(state.uploads)} batch(es) were committed there" if state.uploads else ""
                 raise SyncError(f"{exc}{committed}; the run stays in Prime Traces: turn it back on for the "
@@ -229,6 +253,7 @@ class TracesPush:
                             engine.protocol.save()
                         continue
                     self._send(cut)
+                    del cut  # its bytes are not kept alive while the next batch is built
             finally:
                 self._note_skipped(stream)
             if stream.seal is not None:
