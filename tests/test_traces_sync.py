@@ -157,3 +157,59 @@ def test_auto_falls_back_to_samples_on_service_not_enabled(tmp_path: Path) -> No
     (strict,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=True)
     assert strict.state == "error" and "went to samples" in strict.error
     json.dumps(report.as_json())
+
+
+def test_a_live_runs_announced_tail_batch_is_resent_byte_for_byte_after_more_appends(tmp_path: Path) -> None:
+    """The case the announcement exists for: a batch cut at a live run's durable end, committed,
+    its answer lost, the sync gone; then the writer appends more. Cutting afresh would put
+    the new episodes in that batch (another key: every episode in it stored twice); the
+    next sync must rebuild the announced bytes instead, and the platform replay them."""
+    from fixtures.fault_proxy import FaultProxy
+
+    builder = RunBuilder(tmp_path / "runs" / "run", "live-tail")
+    builder.open_segment()
+    builder.add(3)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        with FaultProxy(platform.base_url, rates={"drop_after": 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+            settings = Settings(base_url=proxy.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=proxy.base_url)
+            with PlatformClient(settings, timeout=5) as client:
+                (lost,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                     SyncOptions(to=TRACES, backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+        assert lost.state == "error" and [f for f in proxy.faults() if f != "none"] == ["drop_after"]
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.kind == "traces" and announced.episodes == 3
+        builder.add(4)  # the writer goes on; its tail is now longer than the announced batch
+        builder.seal()
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (done,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None), SyncOptions(to=TRACES))
+        assert (done.state, done.pushed_total) == ("synced", 7), done
+        state = _state(builder.run_dir)
+        assert state.uploads[0] == announced.digest
+        with TracesClient(api_key="x", base_url=platform.base_url) as traces:
+            items = traces.list_episodes(run_id=str(state.evaluation_id), limit=100).items
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+
+
+def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -> None:
+    import subprocess
+
+    from support import platform_process
+    from support.env import CLI, child_env
+
+    builder = build_run(tmp_path / "runs" / "run", "local-traces", 5)
+    db = tmp_path / "local.db"
+    cmd = CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--to", "traces", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    assert (report["state"], report["store"], report["pushed_total"]) == ("synced", TRACES, 5)
+    with platform_process.running(db, "--traces") as proc, \
+            TracesClient(api_key="x", base_url=proc.base_url) as traces:
+        assert traces.get_run(report["evaluation_id"]).episode_count == 5
+        assert httpx.get(f"{proc.api}/evaluations/{report['evaluation_id']}").json()["finalize_count"] == 1
+    assert len(builder.ids) == 5

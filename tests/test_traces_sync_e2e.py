@@ -240,3 +240,27 @@ def test_auto_on_a_platform_without_traces_sends_the_whole_run_to_samples_once(t
         assert "to samples: 25 samples pushed, 0 episodes pending, finalized" in text
         strict = traces_sync(off.base_url, str(tmp_path / "runs"), "--json")
         assert strict.returncode == 1 and "went to samples" in json.loads(strict.stdout)["runs"][0]["error"]
+
+
+def test_follow_ships_a_live_run_to_traces_and_finishes_it(tmp_path: Path, server, api) -> None:
+    builder = RunBuilder(tmp_path / "run", "traces-follow")
+    builder.open_segment()
+    builder.add(5)
+    proc = subprocess.Popen(sync_cmd(server.base_url, str(tmp_path), "--to", "traces", "--follow", "--exit-when-idle",
+                                     "--json", "--poll-interval", "0.05"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN))
+    try:
+        deadline = time.monotonic() + 60
+        while traces_so_far(api, builder.run_id) < 5:  # the live run's durable episodes, while it runs
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        builder.add(4)
+        builder.seal()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["state"] == "synced"
+    assert_traces_exactly_once(api, builder)
