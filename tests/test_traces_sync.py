@@ -213,3 +213,28 @@ def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -
         assert traces.get_run(report["evaluation_id"]).episode_count == 5
         assert httpx.get(f"{proc.api}/evaluations/{report['evaluation_id']}").json()["finalize_count"] == 1
     assert len(builder.ids) == 5
+
+
+def test_an_upload_answered_service_not_enabled_falls_back_too(tmp_path: Path, monkeypatch) -> None:
+    """Where the read that ``auto`` asks first does not tell (a write-only token, say), the
+    first upload's ``service_not_enabled`` sends the run to samples just the same."""
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
+    monkeypatch.setattr(TracesUploader, "enabled", lambda self: True)
+    builder = build_run(tmp_path / "runs" / "run", "upload-fallback", 4)
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=False)
+    assert (report.state, report.store, report.pushed_total) == ("synced", SAMPLES, 4), report
+    state = _state(builder.run_dir)
+    assert (state.store, state.in_flight, state.samples_pushed) == (SAMPLES, None, 4)
+
+
+def test_dry_run_to_traces_counts_episodes_and_sends_nothing(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "dry-traces", 9)
+    with EmbeddedPlatform(tmp_path / "p.db", traces=True) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(tmp_path / "p.db", None),
+                                   SyncOptions(to=TRACES, dry_run=True))
+    assert (report.state, report.store, report.pushed_now) == ("dry_run", TRACES, 9)
+    assert report.bytes_sent > 9 * 1_500 and not (builder.run_dir / "spool" / "sync").exists()

@@ -126,7 +126,10 @@ class RunSync:
             self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
             return
         if self.options.dry_run:
-            self._dry_run()
+            if (self.traces.recorded() or self.options.to) == TRACES:
+                self.traces.dry_run()
+            else:
+                self._dry_run()
             return
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh, untrusted=untrusted)
         if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():

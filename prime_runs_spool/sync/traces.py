@@ -30,7 +30,6 @@ from prime_traces import Batch, TraceTooLargeError, iter_batches
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
 from prime_runs_spool.platform_api.traces import (
-    MAX_BATCH_BYTES,
     MAX_LINE_BYTES,
     RUN_TYPE,
     TARGET_BATCH_BYTES,
@@ -42,7 +41,7 @@ from prime_runs_spool.platform_api.traces import (
 from prime_runs_spool.spool.format import CRASHED, EPISODE, HEADER, SEAL
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
 from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records
-from prime_runs_spool.sync.state import Cursor, InFlight
+from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 if TYPE_CHECKING:
     from prime_runs_spool.sync.engine import RunSync
@@ -167,7 +166,7 @@ class TracesPush:
         self._uploader: TracesUploader | None = None
 
     @property
-    def state(self):  # noqa: ANN201 - the engine's SyncState
+    def state(self) -> SyncState:
         return self.engine.state
 
     # -- which store ----------------------------------------------------------------------
@@ -206,6 +205,18 @@ class TracesPush:
         return chosen
 
     # -- pushing -----------------------------------------------------------------------------
+
+    def dry_run(self) -> None:
+        """What ``--dry-run`` reports for traces: the episodes and uncompressed bytes of the
+        batches that would be sent from the cursor (stamped with the evaluation id, when the
+        run has one yet), nothing sent."""
+        report = self.engine.report
+        for cut in cut_batches(LineStream(self.engine, self.state.cursor, seal=self.state.seal), self._target()):
+            if cut.batch is not None:
+                report.pushed_now += cut.episodes
+                report.bytes_sent += cut.batch.size
+        report.store = TRACES
+        report.state = "dry_run"
 
     def push(self) -> bool:
         """Push the run's episodes to Prime Traces and finish the run. False when ``auto``
@@ -358,5 +369,3 @@ class TracesPush:
                                   if (s["segment"], s["offset"]) not in known)
         self.engine.protocol.save()
 
-
-__all__ = ["TracesPush", "LineStream", "cut_batches", "MAX_BATCH_BYTES", "CorruptSpoolError"]
