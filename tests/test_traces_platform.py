@@ -131,9 +131,13 @@ def test_samples_and_traces_of_one_evaluation_are_both_visible(server, client: T
         eid = evaluation["evaluation_id"]
         api.post(f"/evaluations/{eid}/samples", json={"samples": [{"sample_id": "s0"}]}).raise_for_status()
         client.upload_lines(lines_for(eid, 3, "both"), line_format=LineFormat.EPISODE)
-        page = httpx.get(evaluation["viewer_url"]).text
-    assert "<b>1</b> samples" in page and "<b>3</b> episodes, 6 traces" in page
-    assert client.get_run(eid).episode_count == 3
+        held = api.get(f"/evaluations/{eid}").json()
+        rows = api.get(f"/evaluations/{eid}/samples").json()["samples"]
+    # one evaluation id, both stores: its samples, and Prime Traces' run of the same id
+    assert held["total_samples"] == 1 and [row["sample_id"] for row in rows] == ["s0"]
+    run = client.get_run(eid)
+    assert (run.episode_count, run.trace_count) == (3, 6)
+    assert len(client.list_episodes(run_id=eid).items) == 3
 
 
 def test_a_platform_without_traces_answers_service_not_enabled(tmp_path: Path) -> None:

@@ -26,25 +26,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prime_traces import Batch, TraceTooLargeError, iter_batches
-
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.platform_api.traces import (
-    MAX_LINE_BYTES,
-    RUN_TYPE,
-    TARGET_BATCH_BYTES,
-    TracesUploader,
-    encode_line,
-    receipt_id,
-    stamp_run,
-)
 from prime_runs_spool.spool.format import CRASHED, EPISODE, HEADER, SEAL
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
 from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 if TYPE_CHECKING:
+    from prime_traces import Batch
+
+    from prime_runs_spool.platform_api.traces import TracesUploader
     from prime_runs_spool.sync.engine import RunSync
+
+# prime-traces (and with it httpx) is imported where an upload is made, not here: a sync
+# with nothing to send must not pay for an HTTP stack (tests/test_sync_e2e.py).
 
 #: The upload context's ``source``: which producer the service sees.
 SOURCE = "prime-runs-spool"
@@ -70,6 +65,8 @@ class LineStream:
     done: bool = False
 
     def lines(self) -> Iterator[Line]:
+        from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
+
         engine = self.engine
         run_id = str(engine.state.evaluation_id)
         start = None if self.cursor is None else self.cursor.position
@@ -114,6 +111,10 @@ def cut_batches(stream: LineStream, target_bytes: int) -> Iterator[Cut]:
     first takes one of the process-wide LARGE_BODIES tokens and gives it back once it has
     been sent (the caller drops each cut before asking for the next), so ``--jobs 4`` over
     large runs holds two 30 MiB batches, not four. A batch waiting for a token holds none."""
+    from prime_traces import TraceTooLargeError, iter_batches
+
+    from prime_runs_spool.platform_api.traces import MAX_LINE_BYTES
+
     reached = stream.cursor
     pending: deque[Line] = deque()
     failure: list[BaseException] = []
@@ -246,6 +247,8 @@ class TracesPush:
         return True
 
     def _target(self) -> int:
+        from prime_runs_spool.platform_api.traces import TARGET_BATCH_BYTES
+
         return self.engine.options.traces_batch_bytes or TARGET_BATCH_BYTES
 
     def _push(self) -> None:
@@ -282,6 +285,8 @@ class TracesPush:
 
     def _resend(self, pending: InFlight) -> None:
         """The announced batch, rebuilt from its two positions: the same bytes, the same key."""
+        from prime_traces import Batch
+
         assert pending.end is not None
         stream = LineStream(self.engine, self.state.cursor)
         end = (pending.end.segment_index, pending.end.offset)
@@ -308,6 +313,8 @@ class TracesPush:
         self._commit(cut.batch, cut)
 
     def _commit(self, batch: Batch, cut: Cut) -> None:
+        from prime_runs_spool.platform_api.traces import receipt_id
+
         receipt = self._upload(batch)
         state = self.state
         assert cut.end is not None
@@ -323,6 +330,8 @@ class TracesPush:
 
     def _upload(self, batch: Batch) -> dict[str, Any]:
         """Send until committed: every failure but a refusal is retried with the same bytes."""
+        from prime_runs_spool.platform_api.traces import receipt_id
+
         protocol = self.engine.protocol
         backoff = self.engine.options.backoff
         attempt = 0
@@ -346,6 +355,8 @@ class TracesPush:
                 protocol.sleep(backoff.delay(attempt, exc.retry_after))
 
     def _client(self) -> TracesUploader:
+        from prime_runs_spool.platform_api.traces import TracesUploader
+
         if self._uploader is None:
             settings = self.engine.client.settings
             self._uploader = TracesUploader(settings.traces_base_url,
@@ -354,6 +365,8 @@ class TracesPush:
         return self._uploader
 
     def _context(self) -> dict[str, str]:
+        from prime_runs_spool.platform_api.traces import RUN_TYPE
+
         manifest = self.engine.manifest
         context = {"source": SOURCE, "run_type": RUN_TYPE, "local_run_id": self.state.local_run_id}
         for key in ("framework", "model"):
