@@ -238,3 +238,13 @@ def test_dry_run_to_traces_counts_episodes_and_sends_nothing(tmp_path: Path) -> 
                                    SyncOptions(to=TRACES, dry_run=True))
     assert (report.state, report.store, report.pushed_now) == ("dry_run", TRACES, 9)
     assert report.bytes_sent > 9 * 1_500 and not (builder.run_dir / "spool" / "sync").exists()
+
+
+def test_to_traces_on_an_account_without_them_keeps_no_store_and_says_what_to_do(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "strict-off", 3)
+    db = tmp_path / "p.db"
+    (refused,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=False)
+    assert refused.state == "error" and "--to samples" in refused.error, refused
+    assert _state(builder.run_dir).store is None  # not trapped in a store that holds nothing
+    (done,), _ = _sync(tmp_path, db, to=SAMPLES, batch_bytes=8_000, traces=False)
+    assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, 3), done

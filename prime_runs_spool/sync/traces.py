@@ -230,11 +230,17 @@ class TracesPush:
                 raise ServiceNotEnabled("Prime Traces is not enabled for this account")
             self._push()
         except ServiceNotEnabled as exc:
-            if self.engine.options.to != AUTO or state.uploads:
-                committed = f" after {len(state.uploads)} batch(es) were committed there" if state.uploads else ""
-                raise SyncError(f"{exc}{committed}; the run stays in Prime Traces: turn it back on for the "
-                                "account, or --replay the run to samples as a new evaluation") from None
-            state.store, state.in_flight = SAMPLES, None
+            if state.uploads:
+                raise SyncError(f"{exc}, after {len(state.uploads)} batch(es) of this run were committed "
+                                "there; the run stays in Prime Traces: turn it back on for the account, or "
+                                "--replay the run to samples as a new evaluation") from None
+            # Nothing of the run is in Prime Traces: no store is kept that would trap it there.
+            state.store, state.in_flight = None, None
+            if self.engine.options.to != AUTO:
+                self.engine.protocol.save()
+                raise SyncError(f"{exc}; nothing of this run was sent there: sync it with --to samples "
+                                "(or auto)") from None
+            state.store = SAMPLES
             self.engine.protocol.save()
             self.engine.report.store = SAMPLES
             self.engine.report.warnings.append("Prime Traces is not enabled for this account; "
