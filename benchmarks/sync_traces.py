@@ -19,18 +19,15 @@ It prints each median and the ratios (traces / samples, traces / library).
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _synccommon import API_KEY, PYTHON, ROOT, Platform, arguments, child_env, drop_state, now, scratch, spread, write_run  # noqa: E402
+from _synccommon import (  # noqa: E402
+    API_KEY, PYTHON, ROOT, arguments, child_env, cli_sync, drop_state, now, platform, scratch, spread, write_run)
 
 from prime_runs_spool.platform_api.traces import encode_line, stamp_run  # noqa: E402
 from prime_runs_spool.spool.reader import iter_records  # noqa: E402
@@ -44,39 +41,19 @@ print(len(receipts))
 """
 
 
-@contextmanager
-def traces_platform(db: Path) -> Iterator[Platform]:
-    """``prime-runs platform serve --traces`` in its own process on ``db``."""
-    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0",
-                             "--traces"], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(60)
-    if not box or not box[0]:
-        proc.kill()
-        raise RuntimeError(f"the platform did not start: {proc.stderr.read()}")
-    server = Platform(proc, box[0].strip())
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def timed(cmd: list[str]) -> tuple[float, str]:
+def timed(cmd: list[str]) -> float:
     start = now()
     proc = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True)
     elapsed = now() - start
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:4]} exited {proc.returncode}: {proc.stderr or proc.stdout[-2000:]}")
-    return elapsed, proc.stdout
+    return elapsed
 
 
 def sync(tree: Path, base_url: str, to: str, episodes: int) -> float:
-    elapsed, out = timed([PYTHON, "-m", "commands", "sync", str(tree), "--base-url", base_url, "--to", to, "--json"])
-    (report,) = json.loads(out)["runs"]
-    assert (report["state"], report["store"], report["pushed_total"]) == ("synced", to, episodes), report
+    elapsed, report = cli_sync(tree, base_url, "--to", to)
+    (run,) = report["runs"]
+    assert (run["state"], run["store"], run["pushed_total"]) == ("synced", to, episodes), run
     return elapsed
 
 
@@ -102,9 +79,9 @@ def main() -> None:
         for attempt in range(args.repeat):
             for what in figures:
                 drop_state(tree)
-                with traces_platform(work / f"{what}-{attempt}.db") as server:
+                with platform(work / f"{what}-{attempt}.db", "--traces") as server:
                     if what == "library":
-                        elapsed, out = timed([PYTHON, "-c", LIBRARY_UPLOAD, server.base_url, API_KEY, str(jsonl)])
+                        elapsed = timed([PYTHON, "-c", LIBRARY_UPLOAD, server.base_url, API_KEY, str(jsonl)])
                     else:
                         elapsed = sync(tree, server.base_url, what, args.episodes)
                 figures[what].append(elapsed)
