@@ -248,3 +248,14 @@ def test_to_traces_on_an_account_without_them_keeps_no_store_and_says_what_to_do
     assert _state(builder.run_dir).store is None  # not trapped in a store that holds nothing
     (done,), _ = _sync(tmp_path, db, to=SAMPLES, batch_bytes=8_000, traces=False)
     assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, 3), done
+
+
+def test_a_line_over_the_single_line_limit_is_refused_before_anything_is_sent(tmp_path: Path, monkeypatch) -> None:
+    import prime_runs_spool.platform_api.traces as contract
+
+    monkeypatch.setattr(contract, "MAX_LINE_BYTES", 1_000)  # 64 MiB in truth; episodes here are ~2 KB
+    builder = build_run(tmp_path / "runs" / "run", "too-long", 2)
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to=TRACES, batch_bytes=8_000)
+    assert report.state == "error" and "over Prime Traces' 1000-byte limit for one line" in report.error
+    state = _state(builder.run_dir)
+    assert (state.uploads, state.in_flight, state.episodes_pushed) == ([], None, 0)
