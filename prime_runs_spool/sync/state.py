@@ -62,16 +62,13 @@ class InFlight(BaseModel):
     end: Cursor | None = None
     #: The seal at ``end``, when the request's rows reach the end of a sealed log.
     seal: dict[str, Any] | None = None
-<<<<<<< HEAD
     #: The sample id of the request's last row.
     last_sample_id: Any = None
-=======
     #: For ``traces``: the SHA-256 of the batch's bytes (its idempotency key) and how many
     #: member traces it carries. The batch is the run's episode lines from the cursor to
     #: ``end``: a restarted sync rebuilds exactly these bytes and sends the same key.
     digest: str | None = None
     traces: int = 0
->>>>>>> main
 
 
 class Destination(BaseModel):
