@@ -102,6 +102,14 @@ class RunMismatchError(SpoolError, ValueError):
     """``open_run`` was asked to continue a run directory as a different run."""
 
 
+class UnsupportedRunConfigError(SpoolError, ValueError):
+    """An eval config asks for something the spool cannot do (``run.attach``)."""
+
+
+class VerifiersVersionError(SpoolError):
+    """The installed verifiers' eval runner is not one ``prime-runs eval`` knows how to bind."""
+
+
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
 

@@ -201,3 +201,62 @@ def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(eval_loop())
     assert read_run(run.dir).status == "crashed"
+
+
+# -- against the released verifiers (0.4.0): its real EvalConfig ---------------------------
+
+TASKSET_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "verifiers"
+
+
+def released_config(tmp_path: Path, **fields: Any) -> Any:
+    """verifiers' own EvalConfig, resolved the way vf-eval resolves it (the tiny taskset)."""
+    pytest.importorskip("verifiers.v1.configs.cli.eval")
+    import sys
+
+    if str(TASKSET_DIR) not in sys.path:
+        sys.path.insert(0, str(TASKSET_DIR))
+    from verifiers.v1.configs.cli.eval import EvalConfig as ReleasedEvalConfig
+
+    data = {"model": "fake/model", "num_rollouts": 2, "output_dir": str(tmp_path / "outputs"),
+            "run": {"name": "tiny"}, "env": {"taskset": {"id": "tiny_taskset"}},
+            "client": {"type": "eval", "headers": {"X-Secret": "sekrit_HEADER"}}, **fields}
+    return ReleasedEvalConfig.model_validate(data)
+
+
+def test_released_config_gets_the_runs_id_through_assign_id(tmp_path: Path) -> None:
+    config = released_config(tmp_path)
+    with pytest.raises(RuntimeError):  # 0.4.0: no id before open_run assigns one
+        config.run.id
+    run = open_eval_run(config, num_examples=3)
+    assert config.run.id == run.id  # assigned once, the spool's id
+    assert run.dir == tmp_path / "outputs" / "tiny"
+    finish_eval_run(run)
+    spool = read_run(run.dir)
+    assert spool.manifest["run_id"] == run.id and spool.manifest["environments"] == ["tiny_taskset"]
+    assert b"sekrit_HEADER" not in all_bytes_under(run.dir)
+
+
+def test_released_config_resumed_assigns_the_spools_id(tmp_path: Path) -> None:
+    first = open_eval_run(released_config(tmp_path), num_examples=3)
+    abort_eval_run(first, KeyboardInterrupt())
+    config = released_config(tmp_path)  # a new process: a fresh config, no id
+    second = open_eval_run(config, num_examples=3)
+    assert second.resumed and config.run.id == first.id == second.id
+    finish_eval_run(second)
+
+
+def test_released_config_no_push_keeps_the_run_off_disk(tmp_path: Path) -> None:
+    config = released_config(tmp_path, push=False)
+    run = open_eval_run(config, num_examples=3)  # push taken from the config
+    assert run.mode == "disabled" and config.run.id == run.id
+    finish_eval_run(run)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_released_config_with_attach_is_refused_clearly(tmp_path: Path) -> None:
+    from prime_runs_spool.errors import UnsupportedRunConfigError
+
+    config = released_config(tmp_path, run={"name": "tiny", "attach": "eval-123"})
+    with pytest.raises(UnsupportedRunConfigError, match="run.attach='eval-123' is not supported"):
+        open_eval_run(config, num_examples=3)
+    assert not (tmp_path / "outputs").exists()
