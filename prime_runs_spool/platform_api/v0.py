@@ -155,25 +155,24 @@ def project_episode_encoded(
 
 
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
-    """A copy of ``record`` whose ``run.id``, and every member trace's, is ``evaluation_id``.
+    """A copy of ``record`` whose ``run.id``, and that of every member trace that has a ``run``, is ``evaluation_id``.
 
-    Upstream copies the episode's run onto every member trace when it uploads, so a trace
-    row found on the platform leads back to its evaluation: we do the same. A record without
-    a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and the containers
-    leading to them are copied; everything else is shared with the spooled record.
+    prime-runs 0.1.4's sample rows wrap ``episode.to_record()`` of an episode the runner
+    stamped with the evaluation's id, so the wrapper's ``run.id`` is the evaluation id; a
+    member trace keeps what it had (verifiers 0.4.0 traces carry no ``run``: copying the
+    episode's onto each trace is the Prime Traces sink's doing, not the sample table's).
+    A record without a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and
+    the containers leading to them are copied; everything else is shared with the record.
     """
     out = dict(record)
     run = record.get("run")
-    episode_run = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
-    out["run"] = episode_run
+    out["run"] = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
     traces = record.get("traces")
-    if traces:
-        new_traces = []
-        for trace in traces:
-            trace_run = trace.get("run")
-            stamped = {**trace_run, "id": evaluation_id} if isinstance(trace_run, Mapping) else episode_run
-            new_traces.append({**trace, "run": stamped})
-        out["traces"] = new_traces
+    if traces and any(isinstance(trace.get("run"), Mapping) for trace in traces):
+        out["traces"] = [
+            {**trace, "run": {**trace["run"], "id": evaluation_id}} if isinstance(trace.get("run"), Mapping) else trace
+            for trace in traces
+        ]
     return out
 
 

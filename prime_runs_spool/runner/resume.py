@@ -12,6 +12,7 @@ episode ids and rollout keys, never with the spool's size.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,12 @@ class PriorRun:
     segments: int = 0
 
 
-def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
+def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] = ()) -> PriorRun:
     """Stream the run's existing segments (none: an empty :class:`PriorRun`).
+
+    ``superseded``: episode ids this resume replaces (content/supersede.py). They stay
+    known (never recorded again) but count neither in the summary nor in the episodes
+    total nor in the rollout numbers: the run continues from its effective set.
 
     Raises :class:`RunInUseError` when a live process still holds one of the segments,
     and lets the reader's ``CorruptSpoolError`` through: appending after damage would put
@@ -62,15 +67,19 @@ def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
         elif record.type == EPISODE and isinstance(record.data, dict):
-            _observe_episode(prior, record.data, record.meta or {})
+            _observe_episode(prior, record.data, record.meta or {}, superseded)
     return prior
 
 
-def _observe_episode(prior: PriorRun, data: dict[str, Any], meta: dict[str, Any]) -> None:
-    prior.episodes += 1
+def _observe_episode(
+    prior: PriorRun, data: dict[str, Any], meta: dict[str, Any], superseded: Collection[str]
+) -> None:
     episode_id = meta.get("episode_id") or episode_id_of(data)
     if episode_id is not None:
         prior.episode_ids.add(str(episode_id))
+        if str(episode_id) in superseded:
+            return
+    prior.episodes += 1
     number = meta.get("rollout_number")
     if isinstance(number, int):
         prior.counter.observe(rollout_key(data), number)

@@ -37,6 +37,7 @@ from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.spool.writer import SegmentWriter
 
 if TYPE_CHECKING:
@@ -451,6 +452,7 @@ def open_run(
     mask_rules: ExtraRules = None,
     created_at: dt.datetime | str | None = None,
     ship_timeout: float | None = None,
+    supersedes: Sequence[str] = (),
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -470,14 +472,17 @@ def open_run(
     When ``run_dir`` already holds a spool, this continues that run: same id (a different
     ``run_id`` is an error), a new segment whose manifest record carries ``"resumed": true``
     and what this process was opened with, episode ids already recorded skipped, rollout
-    numbers and the summary continued.
+    numbers and the summary continued. ``supersedes``: episode ids of the spool that this
+    resume replaces (verifiers' ``--resume`` re-runs their slots; content/supersede.py);
+    listed in the new segment's manifest record, left out of the summary from then on.
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
     extra = _extra_rules(mask_rules)
     episode_rules = MaskRules.defaults_for_episode().extended(extra) if extra else MaskRules.defaults_for_episode()
 
-    prior = scan_prior_run(run_dir) if writes_spool(mode) else PriorRun()
+    superseded = frozenset(supersedes)
+    prior = scan_prior_run(run_dir, superseded) if writes_spool(mode) else PriorRun()
     if prior.run_id is not None and run_id is not None and run_id != prior.run_id:
         raise RunMismatchError(
             f"{run_dir} holds run {prior.run_id}, not {run_id}; "
@@ -503,6 +508,8 @@ def open_run(
         _log.warning("run %s: %s", run_id, warning)
     if resumed:
         manifest["resumed"] = True
+        if supersedes:
+            manifest[SUPERSEDES_KEY] = sorted(superseded & prior.episode_ids)
 
     writer = None
     if mode != DISABLED:

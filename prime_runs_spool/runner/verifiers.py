@@ -71,12 +71,14 @@ def open_eval_run(
     num_examples: int | None,
     push: bool | None = None,
     config_file: str | os.PathLike[str] | None = None,
+    supersedes: Iterable[str] | None = None,
 ) -> Run:
     """Open (or, under ``--resume``, continue) the run before the first rollout.
 
     ``num_examples`` is the number of tasks selected (``None`` or ``-1`` when unknown);
     ``push`` whether the run is recorded (``None``: the config's own ``push``, else
-    ``True``); ``config_file`` the ``@`` file the eval was launched from, if any.
+    ``True``); ``config_file`` the ``@`` file the eval was launched from, if any;
+    ``supersedes`` the spool's episodes a ``--resume`` replaces (content/supersede.py).
 
     ``run.attach`` (a hosted evaluation's existing platform run) is refused with
     :class:`UnsupportedRunConfigError`: the spool syncs into an evaluation of its own, so
@@ -110,6 +112,7 @@ def open_eval_run(
         rollouts_per_example=_first_attr(config, "num_rollouts", "rollouts_per_example"),
         run_id=run_id,
         mode=mode,
+        supersedes=tuple(supersedes or ()),
     )
     _adopt_id(config, run)
     return run
