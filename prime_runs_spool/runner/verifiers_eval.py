@@ -49,7 +49,7 @@ from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.runner.modes import OFFLINE
 from prime_runs_spool.runner.run import Run
 from prime_runs_spool.runner.verifiers import abort_eval_run, eval_run_dir, finish_eval_run, open_eval_run
-from prime_runs_spool.spool.layout import verifiers_traces_path
+from prime_runs_spool.spool.layout import spool_dir, verifiers_traces_path
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -187,7 +187,7 @@ def sync_hint(session: EvalSession) -> str | None:
     if not offline:
         return None
     run_dir = offline[-1].dir
-    return f"spool written to {run_dir / 'spool'}; ship it with: prime-runs sync {run_dir}"
+    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {run_dir}"
 
 
 class _Hooks:
