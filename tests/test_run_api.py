@@ -209,7 +209,8 @@ def test_summary_end_to_end_against_hand_computed_values(tmp_path: Path) -> None
         small_episode("b", ok=False, rewards={"x": (1.0, 2.0)}, metrics={"m": 3.0, "n": float("nan")}),
         small_episode("c", traces=[]),
     ])
-    expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"m": 2.0}, "avg_error": 1 / 3}
+    # avg_metrics: the rewards' own scores (x: 0.5 and 1.0; y: 1.0) and the metrics
+    expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"x": 0.75, "y": 1.0, "m": 2.0}, "avg_error": 1 / 3}
     assert run.finish() == expected
     assert seal_of(tmp_path)["summary"] == expected
     assert seal_of(tmp_path)["episodes"] == 3
@@ -427,7 +428,7 @@ def test_disabled_mode_writes_nothing_but_behaves_the_same(tmp_path: Path) -> No
     assert run.log_episodes([small_episode("a"), small_episode("a")]) == 1
     with pytest.raises(TypeError):
         run.log_episodes([42])
-    assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {}, "avg_error": 0.0}
+    assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {"r": 1.0}, "avg_error": 0.0}
     with pytest.raises(RunClosedError):
         run.log_episodes([small_episode("b")])
     assert not run_dir.exists()

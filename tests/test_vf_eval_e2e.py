@@ -144,3 +144,22 @@ def test_online_mode_streams_the_run_into_the_platform(tmp_path: Path, chat_serv
     assert sorted(row["sample_id"] for row in rows) == sorted(e["id"] for e in spool.episodes())
     assert len(rows) == TASKS and evaluation["finalize_count"] == 1
     assert token.encode() not in all_bytes_under(run_dir(tmp_path) / "spool")
+
+
+def test_the_runs_summary_equals_the_sdks_from_episodes(clean_run: dict[str, Any]) -> None:
+    """The seal's summary and the evaluation's metrics are what verifiers' SDK computes."""
+    from prime_runs.metrics import from_episodes
+
+    tmp_path = clean_run["tmp"]
+    expected = from_episodes(wire_episodes(traces(tmp_path)))
+    assert expected["avg_metrics"]  # the reward and the metric: not {}
+    seal = [r for r in read_run(run_dir(tmp_path)).records() if r.type == "seal"][-1]
+    assert_summary(seal.data["summary"], expected)
+    evaluation, _ = local_samples(clean_run["db"])
+    assert_summary(evaluation["metrics"], expected)
+
+
+def assert_summary(found: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert found["avg_reward"] == pytest.approx(expected["avg_reward"])
+    assert found["avg_error"] == pytest.approx(expected["avg_error"])
+    assert found["avg_metrics"] == pytest.approx(expected["avg_metrics"])
