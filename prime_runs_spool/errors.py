@@ -170,6 +170,10 @@ class NotFound(SpoolError, LookupError):
     """An id (evaluation or environment) the local platform's store does not hold."""
 
 
+class AlreadyClosed(SpoolError):
+    """A status update reached a local platform evaluation that is already closed (409)."""
+
+
 class DeadlineExceeded(SpoolError):
     """A local platform write was refused, uncommitted, because its request outlived its deadline."""
 

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
+from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -36,6 +37,11 @@ from prime_runs_spool.content.episodes import (
 #: The platform's ceiling on one request body (25 MiB, docs/platform-api.md): the one
 #: definition; the client, sync's batching, the CLI and the local platform all read it.
 MAX_REQUEST_BYTES = 26_214_400
+#: The platform status a run that did not complete is closed out with, by seal status
+#: (prime-runs 0.1.4: a crash arrives as FAILED, with its reason in ``error_message``).
+TERMINAL_PLATFORM_STATUS = {FAILED: "FAILED", CANCELLED: "CANCELLED", CRASHED: "FAILED"}
+#: ``error_message`` is capped at this many characters (the platform caps it server-side too).
+ERROR_MESSAGE_MAX_CHARS = 4096
 #: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
 ENVELOPE_BYTES = 14
 #: The metadata keys the dashboard's evaluation list reads unconditionally.
@@ -403,3 +409,21 @@ def create_body(manifest: Mapping[str, Any], *, name: str, environment_ids: list
     if dataset:
         body["dataset"] = dataset
     return {key: value for key, value in body.items() if value is not None}
+
+
+def terminal_status_body(status: str, error: str | None) -> dict[str, Any]:
+    """``PUT /evaluations/{id}``'s body closing out a run that did not complete.
+
+    As prime-runs 0.1.4 sends it: ``{"status": "FAILED" | "CANCELLED", "error_message": ...}``,
+    the message at most :data:`ERROR_MESSAGE_MAX_CHARS` characters; a crash is ``FAILED``
+    with ``crashed: <reason>`` (or ``crashed``); no message is sent when there is none.
+    """
+    if status not in TERMINAL_PLATFORM_STATUS:
+        raise ValueError(f"no platform status for a run that ended {status!r}")
+    message = error
+    if status == CRASHED:
+        message = f"crashed: {error}" if error else "crashed"
+    body: dict[str, Any] = {"status": TERMINAL_PLATFORM_STATUS[status]}
+    if message:
+        body["error_message"] = message[:ERROR_MESSAGE_MAX_CHARS]
+    return body

@@ -89,7 +89,7 @@ class SyncState(BaseModel):
     samples_pushed: int = 0
     episodes_pushed: int = 0
     finalized: bool = False
-    #: The terminal state last recorded on the platform: "completed", "failed", "crashed".
+    #: The terminal state last recorded on the platform: "completed", "failed", "cancelled", "crashed".
     terminal: str | None = None
     #: Size of the last segment when ``terminal`` was recorded. A crashed writer may leave a
     #: torn tail past the cursor; while the file keeps this size there is nothing new.
