@@ -1,0 +1,66 @@
+"""What one sync is asked to do (:class:`SyncOptions`) and what it says it did (:class:`RunReport`).
+
+Kept apart from the engine so the command line, the follower and the console can build
+options and read reports without the protocol that acts on them, and cheap to import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.sync.retry import Backoff
+
+#: The default request lifetime for the real platform: after this long, a request sent and
+#: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
+DEFAULT_REQUEST_LIFETIME = 600.0
+
+#: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
+#: (docs/cli.md).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+#: The defaults of the command-line options that are not SyncOptions' own. They live here,
+#: in a module that imports almost nothing, so that defining the command's options (which
+#: ``prime-runs --help`` does) costs no import of the machinery behind them.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_BACKOFF_CAP = 30.0
+DEFAULT_POLL_INTERVAL = 0.1
+
+
+@dataclass
+class SyncOptions:
+    request_lifetime: float = DEFAULT_REQUEST_LIFETIME
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    skip_corrupt: bool = False
+    dry_run: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
+    #: For --replay: push each run as a new evaluation. Without ``replay_id``, each run
+    #: continues its latest unfinished replay or starts one (sync/replay.py).
+    replay: bool = False
+    #: The replay's id: its own state file, and the key the evaluation is found again by.
+    replay_id: str | None = None
+    name: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass
+class RunReport:
+    path: str
+    local_run_id: str | None = None
+    name: str | None = None
+    evaluation_id: str | None = None
+    url: str | None = None
+    pushed_now: int = 0
+    pushed_total: int = 0
+    #: up_to_date, synced (completed and finalized), live, failed, crashed, corrupt,
+    #: skipped (another sync holds it), dry_run, error
+    state: str = "error"
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+    replay_id: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
