@@ -225,7 +225,46 @@ def test_failed_run_records_its_end_and_is_not_finalized(tmp_path: Path, platfor
     assert evaluation["finalize_count"] == 0
     assert evaluation["metadata"]["prime_runs"]["status"] == "failed"
     assert evaluation["metadata"]["prime_runs"]["error"] == "RuntimeError: judge unreachable"
+    # closed out as prime-runs 0.1.4 does it: PUT {"status": "FAILED", "error_message": ...}
+    assert (evaluation["status"], evaluation["error_message"]) == ("FAILED", "RuntimeError: judge unreachable")
     assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+
+
+@pytest.mark.parametrize(("seal", "error", "platform_status", "message"), [
+    ("cancelled", "interrupted", "CANCELLED", "interrupted"),
+    ("crashed", "the process exited without finishing the run", "FAILED",
+     "crashed: the process exited without finishing the run"),
+    ("failed", "E" * 5000, "FAILED", "E" * 4096),
+])
+def test_a_run_that_did_not_complete_is_closed_out_with_its_status(
+    tmp_path: Path, platform: FakePlatform, seal: str, error: str, platform_status: str, message: str
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.seal(seal, error=error)
+    assert syncer(builder.run_dir, platform).run().state == seal
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 0
+    assert (evaluation["status"], evaluation["error_message"]) == (platform_status, message)
+    assert evaluation["metadata"]["prime_runs"]["status"] == seal  # today's record, alongside
+
+
+def test_a_crash_without_a_seal_arrives_as_failed_and_409_counts_as_closed(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.abandon()
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    evaluation, _ = only_evaluation(platform)
+    assert (evaluation["status"], evaluation["error_message"]) == ("FAILED", "crashed")
+    # the state file lost: a second pass closes it out again, meets 409, and is done
+    for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+        path.unlink()
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    assert platform.requests.count(("PUT", f"/evaluations/{evaluation['evaluation_id']}")) == 4
 
 
 def test_live_run_is_pushed_and_left_open(tmp_path: Path, platform: FakePlatform) -> None:

@@ -187,7 +187,7 @@ def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: py
     abort_eval_run(run, RuntimeError("eval failed"))  # the seal fails too, quietly
 
 
-def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
+def test_cancelled_eval_is_sealed_cancelled(tmp_path: Path) -> None:
     run = open_eval_run(eval_config(tmp_path), num_examples=1)
 
     async def eval_loop() -> None:
@@ -200,7 +200,10 @@ def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
 
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(eval_loop())
-    assert read_run(run.dir).status == "crashed"
+    spool = read_run(run.dir)
+    assert spool.status == "cancelled"
+    seal = [r for r in spool.records() if r.type == "seal"][-1]
+    assert seal.data["error"] == "interrupted"
 
 
 # -- against the released verifiers (0.4.0): its real EvalConfig ---------------------------

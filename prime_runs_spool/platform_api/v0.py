@@ -422,7 +422,7 @@ def terminal_status_body(status: str, error: str | None) -> dict[str, Any]:
         raise ValueError(f"no platform status for a run that ended {status!r}")
     message = error
     if status == CRASHED:
-        message = f"crashed: {error}" if error else "crashed"
+        message = f"{CRASHED}: {error}" if error else CRASHED
     body: dict[str, Any] = {"status": TERMINAL_PLATFORM_STATUS[status]}
     if message:
         body["error_message"] = message[:ERROR_MESSAGE_MAX_CHARS]

@@ -40,7 +40,7 @@ from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_status_for
+from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_error_for, seal_status_for
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
 
@@ -118,7 +118,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``open``, then ``completed``, ``failed`` or ``crashed``."""
+        """``open``, then ``completed``, ``failed``, ``cancelled`` or ``crashed``."""
         with self._cond:
             return self._status
 
@@ -303,14 +303,15 @@ class Run:
         return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str) -> None:
-        """Seal the run ``failed``, or ``crashed`` for an interrupt or a cancellation.
+        """Seal the run ``failed``, or ``cancelled`` for an interrupt or a cancellation.
 
-        The error is recorded as one line (``Type: message``, truncated). Never raises on
+        The error is recorded as one line: ``Type: message``, truncated, or
+        ``interrupted`` for a cancellation (as prime-runs 0.1.4 records it). Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
         :meth:`finish`.
         """
-        self._ending.close_without_finishing(seal_status_for(error), describe_error(error))
+        self._ending.close_without_finishing(seal_status_for(error), seal_error_for(error))
 
     # -- context manager ------------------------------------------------------------------
 

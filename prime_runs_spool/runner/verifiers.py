@@ -134,7 +134,7 @@ def finish_eval_run(run: Run | None, episodes: Iterable[Any] | None = None) -> d
 
 
 def abort_eval_run(run: Run | None, error: BaseException | str) -> None:
-    """Seal the run failed (crashed for Ctrl-C or a cancellation). Never raises."""
+    """Seal the run failed (cancelled, "interrupted", for Ctrl-C, SIGTERM or a cancellation). Never raises."""
     if run is None:
         return
     try:

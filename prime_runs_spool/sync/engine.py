@@ -16,7 +16,8 @@ from typing import Any
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SpoolError, StateProblem, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
+from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
@@ -245,6 +246,11 @@ class RunSync:
         metadata = self.evaluation.metadata(self.manifest, terminal)
         self.protocol.retry("recording the run's end", lambda: self.client.update_evaluation(
             evaluation_id, metadata=metadata, metrics=metrics))
+        # Then close it out as prime-runs 0.1.4 does: a second request, because the
+        # platform's status guard refuses a whole update once the evaluation is closed
+        # (409: already closed, which counts as done), and the metadata must land anyway.
+        body = terminal_status_body(status if status in TERMINAL_PLATFORM_STATUS else FAILED, terminal["error"])
+        self.protocol.retry("closing the evaluation out", lambda: self.client.set_terminal_status(evaluation_id, body))
         state.terminal = status
         state.terminal_size = self._last_segment_size()
         self.protocol.save()
