@@ -24,7 +24,7 @@ from prime_runs_spool.local_platform.store import Store  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
 from support.files import all_bytes_under  # noqa: E402
 from support.vf_eval import (  # noqa: E402
-    HEADER_SECRET, KEY_VALUE, TASKS, launch_file, run_dir, run_eval, traces, wire_episodes,
+    HEADER_SECRET, KEY_VALUE, TASKS, interrupt_eval, launch_file, run_dir, run_eval, traces, wire_episodes,
 )
 
 ROLLOUTS = 2
@@ -163,3 +163,45 @@ def assert_summary(found: dict[str, Any], expected: dict[str, Any]) -> None:
     assert found["avg_reward"] == pytest.approx(expected["avg_reward"])
     assert found["avg_error"] == pytest.approx(expected["avg_error"])
     assert found["avg_metrics"] == pytest.approx(expected["avg_metrics"])
+
+
+def episodes_in_spool(path: Path) -> int:
+    try:
+        return read_run(path).episodes_count
+    except Exception:  # not there yet
+        return 0
+
+
+def slots_of(rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return sorted((row["example_id"], row["rollout_number"]) for row in rows)
+
+
+def test_sigint_mid_run_is_cancelled_and_resume_continues_the_same_spool(tmp_path: Path) -> None:
+
+    slow = "Capital of France?"
+    with FakeChatServer(delay=60, slow_prompts=(slow,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        fast_slots = (TASKS - 1) * ROLLOUTS
+        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich",
+                                     when=lambda: episodes_in_spool(run_dir(tmp_path)) >= fast_slots)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        spool = read_run(run_dir(tmp_path))
+        assert spool.status == "cancelled"
+        seal = [r for r in spool.records() if r.type == "seal"][-1]
+        assert seal.data["error"] == "interrupted"
+        first_run_id = spool.run_id
+
+        server.release()
+        resumed = run_eval(tmp_path, "@", launch.name, "--no-rich", "--resume")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    spool = read_run(run_dir(tmp_path))
+    assert (spool.run_id, spool.status, len(spool.segments)) == (first_run_id, "completed", 2)
+    assert sorted(e["id"] for e in spool.episodes()) == sorted(row["id"] for row in traces(tmp_path))
+
+    db = tmp_path / "platform.db"
+    synced = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "outputs"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    evaluation, rows = local_samples(db)  # one evaluation
+    assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
+    assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1

@@ -235,7 +235,7 @@ def _superseded_by_resume(config: Any) -> list[str] | None:
     except NotARunError:
         return None
     kept = kept_episode_ids(verifiers_traces_path(run_dir))
-    return superseded_ids((_episode_id(record) for record in spool.iter_episodes()), kept)
+    return superseded_ids((_episode_id(record) for record in spool.episodes()), kept)
 
 
 def _episode_id(record: Any) -> str | None:
