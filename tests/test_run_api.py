@@ -560,3 +560,21 @@ def test_a_corrupt_spool_is_not_resumed(tmp_path: Path) -> None:
     with pytest.raises(CorruptSpoolError):
         basic_run(tmp_path)
     assert len(list_segments(tmp_path)) == 1
+
+
+def test_a_resume_that_supersedes_gives_the_retry_its_slot_number_and_summary(tmp_path: Path) -> None:
+    """content/supersede.py: the retry takes the superseded attempt's number (lowest free),
+    never one a remaining episode holds, and the summary covers the effective set only."""
+    first = basic_run(tmp_path)
+    first.log_episodes([small_episode("a"), small_episode("b", ok=False), small_episode("x", idx=1, ok=False)])
+    first.abort(KeyboardInterrupt())
+    second = open_run(tmp_path, name="n", supersedes=["b", "x"])
+    second.log_episodes([small_episode("c")])  # task 0's retry
+    assert second.finish()["avg_error"] == 0.0  # a and c; b and x replaced
+    third = open_run(tmp_path, name="n", supersedes=["b", "x"])  # b stays out of traces.jsonl
+    third.log_episodes([small_episode("d"), small_episode("y", idx=1)])
+    third.finish()
+    numbers = {meta["episode_id"]: meta["rollout_number"] for meta in episode_metas(tmp_path)}
+    assert numbers == {"a": 1, "b": 2, "x": 1, "c": 2, "d": 3, "y": 1}
+    manifests = [r.data for r in read_run(tmp_path).records() if r.type == "manifest"]
+    assert [m.get("supersedes") for m in manifests] == [None, ["b", "x"], ["b", "x"]]

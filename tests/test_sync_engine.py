@@ -515,3 +515,94 @@ def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
     assert len(platform.evaluations) == 6
     pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
     assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"
+
+
+# -- resumed runs: held-back errored episodes, superseded ones (docs/sync.md, "Resumed runs") --
+
+
+def test_errored_episodes_are_held_back_until_the_run_completes(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(1)
+    ok_ids = [builder.ids[i] for i in (0, 1, 4)]
+    errored = builder.ids[2:4]
+    builder.seal("cancelled", error="interrupted")
+    assert syncer(builder.run_dir, platform).run().state == "cancelled"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == ok_ids  # a resume is expected to retry the rest
+    assert evaluation["metadata"]["prime_runs"]["held_back"] == 2
+    # resumed, nothing retried, completes: the held-back ones go now, once
+    builder.open_segment()
+    builder.add(1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == ok_ids + [builder.ids[5]] + errored
+    assert evaluation["finalize_count"] == 1
+    assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+    assert len(platform.samples[evaluation["evaluation_id"]]) == 6
+
+
+def test_superseded_episodes_never_become_rows_and_metrics_follow_the_latest_seal(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(1, ok=False)
+    builder.abandon()  # crashed: the errored one is held back
+    syncer(builder.run_dir, platform).run()
+    errored = builder.ids[3]
+    builder.open_segment(supersedes=[errored])  # the resume re-ran its slot
+    builder.add(1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids[:3] + [builder.ids[4]]
+    assert evaluation["metrics"]["avg_error"] == 0.0  # over the effective set: the retry, not the error
+    assert "prime_runs" not in evaluation["metadata"]
+
+
+def test_a_superseded_episode_already_pushed_is_said_in_the_metadata(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()  # completed with an error: the errored episode is pushed
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    errored = builder.ids[2]
+    builder.open_segment(supersedes=[errored])  # then verifiers --resume retried it
+    builder.add(1)
+    builder.seal()
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "synced"
+    assert any("superseded" in warning and "append-only" in warning for warning in report.warnings)
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids  # append-only: the error stays
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [errored]
+    assert evaluation["metrics"]["avg_error"] == 0.0  # re-sent after the first finalize: the latest seal's
+    assert evaluation["finalize_count"] == 1
+
+
+def test_status_says_what_is_held_back_and_what_was_superseded_after_push(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    from prime_runs_spool.sync.status import run_status
+
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()
+    syncer(builder.run_dir, platform).run()  # completed: the errored one was pushed
+    builder.open_segment(supersedes=[builder.ids[2]])
+    builder.add(1)
+    builder.add(1, ok=False)
+    builder.seal("cancelled", error="interrupted")
+    syncer(builder.run_dir, platform).run()
+    status = run_status(builder.run_dir)
+    (dest,) = status.destinations
+    assert (status.status, status.superseded) == ("cancelled", 1)
+    assert (dest.held_back, dest.superseded_after_push) == (1, 1)

@@ -205,3 +205,35 @@ def test_sigint_mid_run_is_cancelled_and_resume_continues_the_same_spool(tmp_pat
     evaluation, rows = local_samples(db)  # one evaluation
     assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
     assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1
+
+
+def test_a_resume_that_retries_errored_rollouts_ends_equal_to_verifiers_results(
+    tmp_path: Path, chat_server: FakeChatServer
+) -> None:
+    """Task 1's rollouts error; --resume re-runs them and rewrites traces.jsonl without the
+    errored attempts. The evaluation ends with each slot once, the latest attempt."""
+    from prime_runs.metrics import from_episodes
+
+    launch = launch_file(tmp_path, chat_server.base_url, rollouts=ROLLOUTS)
+    first = run_eval(tmp_path, "@", launch.name, "--no-rich", TINY_TASKSET_FAIL="1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    errored = {row["id"] for row in traces(tmp_path) if not row["ok"]}
+    assert len(errored) == ROLLOUTS  # task 1, both rollouts
+    resumed = run_eval(tmp_path, "@", launch.name, "--no-rich", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
+
+    spool = read_run(run_dir(tmp_path))
+    assert spool.episodes_count == TASKS * ROLLOUTS + ROLLOUTS  # append-only: 8 for 6 slots
+    manifest = [r for r in spool.records() if r.type == "manifest"][-1].data
+    assert set(manifest["supersedes"]) == errored
+
+    db = tmp_path / "platform.db"
+    synced = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "outputs"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    evaluation, rows = local_samples(db)
+    assert sorted(row["sample_id"] for row in rows) == sorted(row["id"] for row in final)
+    assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
+    assert_summary(evaluation["metrics"], from_episodes(wire_episodes(final)))

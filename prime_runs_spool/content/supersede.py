@@ -85,6 +85,18 @@ def effective(episodes: Iterable[tuple[str | None, object]], superseded: set[str
             yield item
 
 
+def superseded_in_run(run_dir: str | os.PathLike[str]) -> set[str]:
+    """Every episode id a resumed segment of the run supersedes (two lines read per segment)."""
+    from prime_runs_spool.spool.reader import segment_manifests
+
+    return supersedes_of(segment_manifests(run_dir))
+
+
+def is_errored(record: object) -> bool:
+    """An episode a retry may replace: its ``ok`` is not ``True`` (what verifiers' resume re-runs)."""
+    return not (isinstance(record, dict) and record.get("ok") is True)
+
+
 def _row_id(line: bytes) -> str | None:
     if not line.strip():
         return None

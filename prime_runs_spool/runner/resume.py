@@ -63,28 +63,52 @@ def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] 
         if prior.run_id is None:
             prior.run_id = _header_run_id(path)
     prior.segments = len(segments)
+    numbers = _Numbers()
     for record in iter_records(run_dir):
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
         elif record.type == EPISODE and isinstance(record.data, dict):
-            _observe_episode(prior, record.data, record.meta or {}, superseded)
+            _observe_episode(prior, record.data, record.meta or {}, superseded, numbers)
+    numbers.give_back(prior.counter)
     return prior
 
 
+@dataclass
+class _Numbers:
+    """Rollout numbers seen during the scan: held by an episode that stays, or released by
+    a superseded one. A number is given back only if no remaining episode holds it (an
+    earlier retry may already have taken it)."""
+
+    held: dict[Any, set[int]] = field(default_factory=dict)
+    released: list[tuple[Any, int]] = field(default_factory=list)
+
+    def give_back(self, counter: RolloutCounter) -> None:
+        for key, number in self.released:
+            if number not in self.held.get(key, ()):
+                counter.release(key, number)
+
+
 def _observe_episode(
-    prior: PriorRun, data: dict[str, Any], meta: dict[str, Any], superseded: Collection[str]
+    prior: PriorRun, data: dict[str, Any], meta: dict[str, Any], superseded: Collection[str], numbers: _Numbers
 ) -> None:
     episode_id = meta.get("episode_id") or episode_id_of(data)
     if episode_id is not None:
         prior.episode_ids.add(str(episode_id))
-        if str(episode_id) in superseded:
-            return
-    prior.episodes += 1
     number = meta.get("rollout_number")
     if isinstance(number, int):
         prior.counter.observe(rollout_key(data), number)
     else:
-        prior.counter.next_number(data)
+        number = prior.counter.next_number(data)
+    key = rollout_key(data)
+    if episode_id is not None and str(episode_id) in superseded:
+        # Its slot is re-run: the retry takes its number (lowest free first, once the scan
+        # is done), and it counts neither in the summary nor in the run's episodes.
+        if isinstance(number, int):
+            numbers.released.append((key, number))
+        return
+    if isinstance(number, int):
+        numbers.held.setdefault(key, set()).add(number)
+    prior.episodes += 1
     prior.summary.add(data)
 
 

@@ -52,6 +52,9 @@ class InFlight(BaseModel):
     """A non-idempotent request that was, or may have been, sent and is not yet settled."""
 
     kind: Literal["create", "samples", "finalize"]
+    #: For a ``samples`` request releasing held-back episodes: their ids, recorded as
+    #: released once the request is known to have landed.
+    released: list[str] = []
     #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
     #: after ``sent_at + request lifetime``.
     sent_at: float
@@ -95,6 +98,13 @@ class SyncState(BaseModel):
     #: torn tail past the cursor; while the file keeps this size there is nothing new.
     terminal_size: int | None = None
     in_flight: InFlight | None = None
+    #: Held-back (errored) episodes pushed when the run completed (docs/sync.md, "Resumed runs").
+    released: list[str] = []
+    #: Episodes a later resume superseded after they were pushed: the append-only platform
+    #: still holds their rows (said in ``status`` and the evaluation's metadata).
+    superseded_pushed: list[str] = []
+    #: The metrics last sent with the metadata (a later seal that changes them sends them again).
+    metrics_sent: dict[str, Any] | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
     updated_at: float = 0.0

@@ -12,6 +12,8 @@ from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.spool.layout import sync_dir
 from prime_runs_spool.spool.reader import iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import is_errored, superseded_in_run
 
 
 @dataclass
@@ -28,6 +30,10 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
+    #: Errored episodes not pushed: held back until the run completes (a resume may retry them).
+    held_back: int = 0
+    #: Episodes a resume superseded after they were pushed: the platform keeps their rows.
+    superseded_after_push: int = 0
 
 
 @dataclass
@@ -41,6 +47,8 @@ class RunStatus:
     status: str = "unknown"
     segments: int = 0
     episodes: int = 0
+    #: Episodes a resumed segment superseded (content/supersede.py): not part of the results.
+    superseded: int = 0
     destinations: list[DestinationStatus] = field(default_factory=list)
     error: str | None = None
 
@@ -74,6 +82,8 @@ def run_status(run_dir: Path) -> RunStatus:
     run.status = spool.status
     run.segments = len(spool.segments)
     run.episodes = spool.episodes_count
+    superseded = superseded_in_run(run_dir)
+    run.superseded = len(superseded)
     if spool.corrupt is not None:
         run.error = corruption_message(spool.corrupt.path, spool.corrupt.corrupt_offset, spool.corrupt.corrupt_reason)
     for path in sorted(sync_dir(run_dir).glob("*.json")):
@@ -87,5 +97,29 @@ def run_status(run_dir: Path) -> RunStatus:
             samples_pushed=state.samples_pushed, episodes_pushed=state.episodes_pushed,
             pending=_episodes_after(run_dir, state), finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
-            in_flight=state.in_flight.kind if state.in_flight else None))
+            in_flight=state.in_flight.kind if state.in_flight else None,
+            held_back=_held_back(run_dir, state, superseded),
+            superseded_after_push=len(state.superseded_pushed)))
     return run
+
+
+def _held_back(run_dir: Path, state: SyncState, superseded: set[str]) -> int:
+    """Errored episodes behind the cursor that were neither released nor superseded."""
+    if state.cursor is None:
+        return 0
+    released = set(state.released)
+    end = (state.cursor.segment_index, state.cursor.offset)
+    held = 0
+    try:
+        for record in iter_records(run_dir):
+            if (record.segment_index, record.offset) >= end:
+                break
+            if record.type != EPISODE or not is_errored(record.data):
+                continue
+            episode_id = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
+            if episode_id is not None and (str(episode_id) in superseded or str(episode_id) in released):
+                continue
+            held += 1
+    except SpoolError:
+        pass  # the corruption is reported by the run's own state
+    return held
