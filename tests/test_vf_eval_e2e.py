@@ -70,6 +70,7 @@ def test_every_episode_is_in_the_spool_numbered_per_task_and_verify_is_clean(cle
     tmp_path = clean_run["tmp"]
     results = traces(tmp_path)
     assert len(results) == TASKS * ROLLOUTS
+    assert all(row["ok"] for row in results), [row.get("errors") for row in results]
     spool = read_run(run_dir(tmp_path))
     assert spool.status == "completed"
     records = list(spool.records())
@@ -176,55 +177,37 @@ def slots_of(rows: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return sorted((row["example_id"], row["rollout_number"]) for row in rows)
 
 
-def test_sigint_mid_run_is_cancelled_and_resume_continues_the_same_spool(tmp_path: Path) -> None:
+def test_sigint_then_a_resume_that_retries_errored_rollouts_ends_equal_to_verifiers_results(
+    tmp_path: Path,
+) -> None:
+    """Task 1's rollouts error and task 2's hang; SIGINT once tasks 0 and 1 are in the spool
+    seals it cancelled. --resume continues the same spool: verifiers re-runs task 2 and the
+    errored task 1 (rewriting traces.jsonl without the errored attempts), and sync --local
+    leaves one evaluation with each (example, rollout) slot once, the latest attempt, equal
+    to verifiers' final traces.jsonl, its metrics the SDK's over them."""
+    from prime_runs.metrics import from_episodes
 
-    slow = "Capital of France?"
-    with FakeChatServer(delay=60, slow_prompts=(slow,)) as server:
+    slow = "Capital of France?"  # task 2
+    with FakeChatServer(delay=120, slow_prompts=(slow,)) as server:
         launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
-        fast_slots = (TASKS - 1) * ROLLOUTS
-        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich",
-                                     when=lambda: episodes_in_spool(run_dir(tmp_path)) >= fast_slots)
+        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich", TINY_TASKSET_FAIL="1",
+                                     when=lambda: episodes_in_spool(run_dir(tmp_path)) >= 2 * ROLLOUTS)
         assert interrupted.returncode == 130, interrupted.stderr[-3000:]
         spool = read_run(run_dir(tmp_path))
         assert spool.status == "cancelled"
-        seal = [r for r in spool.records() if r.type == "seal"][-1]
-        assert seal.data["error"] == "interrupted"
+        assert [r for r in spool.records() if r.type == "seal"][-1].data["error"] == "interrupted"
+        errored = {e["id"] for e in spool.episodes() if not e["ok"]}
+        assert len(errored) == ROLLOUTS  # task 1, both rollouts
         first_run_id = spool.run_id
 
         server.release()
         resumed = run_eval(tmp_path, "@", launch.name, "--no-rich", "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-    spool = read_run(run_dir(tmp_path))
-    assert (spool.run_id, spool.status, len(spool.segments)) == (first_run_id, "completed", 2)
-    assert sorted(e["id"] for e in spool.episodes()) == sorted(row["id"] for row in traces(tmp_path))
-
-    db = tmp_path / "platform.db"
-    synced = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "outputs"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
-    assert synced.returncode == 0, synced.stdout + synced.stderr
-    evaluation, rows = local_samples(db)  # one evaluation
-    assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
-    assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1
-
-
-def test_a_resume_that_retries_errored_rollouts_ends_equal_to_verifiers_results(
-    tmp_path: Path, chat_server: FakeChatServer
-) -> None:
-    """Task 1's rollouts error; --resume re-runs them and rewrites traces.jsonl without the
-    errored attempts. The evaluation ends with each slot once, the latest attempt."""
-    from prime_runs.metrics import from_episodes
-
-    launch = launch_file(tmp_path, chat_server.base_url, rollouts=ROLLOUTS)
-    first = run_eval(tmp_path, "@", launch.name, "--no-rich", TINY_TASKSET_FAIL="1")
-    assert first.returncode == 0, first.stderr[-3000:]
-    errored = {row["id"] for row in traces(tmp_path) if not row["ok"]}
-    assert len(errored) == ROLLOUTS  # task 1, both rollouts
-    resumed = run_eval(tmp_path, "@", launch.name, "--no-rich", "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = traces(tmp_path)
     assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
 
     spool = read_run(run_dir(tmp_path))
+    assert (spool.run_id, spool.status, len(spool.segments)) == (first_run_id, "completed", 2)
     assert spool.episodes_count == TASKS * ROLLOUTS + ROLLOUTS  # append-only: 8 for 6 slots
     manifest = [r for r in spool.records() if r.type == "manifest"][-1].data
     assert set(manifest["supersedes"]) == errored
@@ -233,7 +216,8 @@ def test_a_resume_that_retries_errored_rollouts_ends_equal_to_verifiers_results(
     synced = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "outputs"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
     assert synced.returncode == 0, synced.stdout + synced.stderr
-    evaluation, rows = local_samples(db)
+    evaluation, rows = local_samples(db)  # one evaluation
     assert sorted(row["sample_id"] for row in rows) == sorted(row["id"] for row in final)
     assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
+    assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1
     assert_summary(evaluation["metrics"], from_episodes(wire_episodes(final)))

@@ -59,9 +59,52 @@ id = "null"
     return path
 
 
+#: A ``uv`` in front of the real one, for the null harness's chat program only. verifiers
+#: prepares that program with ``uv sync --script`` (its declared dependencies: openai, mcp,
+#: httpx, ...), which asks the package index every time, even with a warm cache. Those
+#: packages are verifiers' own dependencies, so they are already in this interpreter: the
+#: shim answers ``uv sync --script`` (nothing to install) and ``uv python find --script``
+#: (this interpreter), and hands everything else (``--help``, which verifiers checks) to the
+#: real uv. The harness, its program and the subprocess runtime stay verifiers' own; the
+#: run then needs nothing beyond loopback.
+UV_SHIM = """#!{python}
+import os, sys
+args = sys.argv[1:]
+if "--script" in args and "--help" not in args:
+    if args[:1] == ["sync"]:
+        sys.exit(0)
+    if args[:2] == ["python", "find"]:
+        print({python!r})
+        sys.exit(0)
+here = os.path.dirname(os.path.abspath(__file__))
+for folder in os.environ.get("PATH", "").split(os.pathsep):
+    candidate = os.path.join(folder, "uv")
+    if os.path.abspath(folder) != here and os.access(candidate, os.X_OK):
+        os.execv(candidate, [candidate, *args])
+sys.exit("uv shim: no real uv on PATH")
+"""
+
+
+def uv_shim_dir() -> Path:
+    """A folder holding the ``uv`` shim (written once per test process)."""
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"prs-uv-shim-{os.getpid()}"
+    shim = folder / "uv"
+    if not shim.exists():
+        folder.mkdir(mode=0o700, exist_ok=True)
+        shim.write_text(UV_SHIM.format(python=sys.executable))
+        shim.chmod(0o700)
+    return folder
+
+
 def eval_env(**extra: str) -> dict[str, str]:
     env = child_env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(TASKSET_DIR), env["PYTHONPATH"]])
+    env["PATH"] = os.pathsep.join([str(uv_shim_dir()), env.get("PATH", "")])
+    # Any package index lookup would fail: the run must need nothing beyond loopback.
+    env["UV_DEFAULT_INDEX"] = env["UV_INDEX_URL"] = "http://127.0.0.1:9/simple"
     env[KEY_VAR] = KEY_VALUE
     env.setdefault("PRIME_RUNS_MODE", "offline")
     env.pop("PRIME_RUNS_MODE", None) if "PRIME_RUNS_MODE" not in extra else None
