@@ -51,6 +51,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                          "(the platform keeps their rows; sync --replay for a clean evaluation)")
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
+            if dest.skipped_too_large:
+                line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
             if dest.url:
                 line += f"  {dest.url}"
             click.echo(line)

@@ -12,9 +12,12 @@ The tree, by layer:
 - spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
   ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
   ``NoSuchPathError``, ``NotARunError``
-- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
+- content: ``MalformedEpisodeError``
+- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``, ``RunForkedError``,
+  ``EpisodeTooLargeError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
+- viewer: ``UnsafeListenError``, ``UnknownRunError``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
 
 Outside the tree, on purpose: :class:`Stopped`, a ``BaseException`` (see its docstring).
@@ -98,6 +101,22 @@ class RunClosedError(SpoolError):
     """An episode was logged to a run that is already finished or aborted."""
 
 
+class RunForkedError(SpoolError):
+    """A forked child used the run its parent opened: only the process that opened a run
+    writes, seals or closes it (docs/integration.md, "Forked processes")."""
+
+
+class MalformedEpisodeError(SpoolError, TypeError):
+    """An episode lacks the shape its summary and its rows are computed from (a trace's
+    ``metrics`` that is a list, a ``task.data.idx`` that is a list...). Raised before
+    anything of the call is numbered or written."""
+
+
+class EpisodeTooLargeError(SpoolError, ValueError):
+    """No platform request can carry one of the episode's rows: refused at append, so the
+    run is never blocked by a row sync could never send (docs/integration.md)."""
+
+
 class RunMismatchError(SpoolError, ValueError):
     """``open_run`` was asked to continue a run directory as a different run."""
 
@@ -160,6 +179,21 @@ class SampleTooLargeError(SpoolError, ValueError):
 class StateProblem(SpoolError):
     """A sync state file exists but cannot be trusted (unreadable, corrupt, or someone
     else's): sync then reconciles with the platform instead of trusting it."""
+
+
+class UnsafeListenError(SpoolError, ValueError):
+    """A server was asked to listen beyond loopback without a token to keep strangers out."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        super().__init__(
+            f"refusing to listen on {host} without a token: anyone who can reach it would see the runs; "
+            "pass --token TOKEN, or listen on 127.0.0.1"
+        )
+
+
+class UnknownRunError(SpoolError, LookupError):
+    """A viewer page names a run, episode or example that the viewer does not have."""
 
 
 class StoreError(SpoolError):

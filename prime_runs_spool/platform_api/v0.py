@@ -160,6 +160,33 @@ def project_episode_encoded(
     return out
 
 
+#: Stand-ins for what is only known at sync time, each as long as it can plausibly get, so a
+#: row measured with them is never smaller than the row sync will build.
+_LONGEST_EVALUATION_ID = "x" * 64
+_LARGEST_ROLLOUT_NUMBER = 10**12
+#: What a row holds besides the parts of its record (its keys, counts and the envelope).
+_ROW_OVERHEAD_BYTES = 64 * 1024
+
+
+def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+    """Raise :class:`SampleTooLargeError` if one of ``record``'s rows could never be sent.
+
+    For the runner, which refuses such an episode at append rather than let it block its
+    run's sync forever. A row repeats its record at most this often: the record itself
+    (``native_wrapper``), its trace's ``info``, and the trace's messages once per branch
+    (a branch per node at most), with numbers up to twice as long as the upstream measure
+    prints them. An episode whose ``serialized_bytes`` cannot reach the limit that way is
+    accepted without building a row (the common case: it costs nothing); a larger one is
+    projected exactly as sync will project it.
+    """
+    traces = record.get("traces") or ()
+    nodes = max((len(trace.get("nodes") or ()) for trace in traces), default=0)
+    if 2 * serialized_bytes * (3 + nodes) + _ROW_OVERHEAD_BYTES <= max_request_bytes:
+        return
+    project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,
+                            max_request_bytes=max_request_bytes)
+
+
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
     """A copy of ``record`` whose ``run.id``, and that of every member trace that has a ``run``, is ``evaluation_id``.
 
@@ -211,12 +238,12 @@ def _trace_row(
         "reward": trace_reward(trace),
         "timing": _drop_none_deep(trace.get("timing")),
         "is_completed": trace.get("is_completed"),
-        "is_truncated": _is_truncated(trace),
+        "is_truncated": is_truncated(trace),
         "metrics": trace.get("metrics") or {},
         "error": _drop_none(errors[-1]) if errors else None,
         "stop_condition": trace.get("stop_condition"),
         "trajectory": branches,
-        "token_usage": _token_usage(trace.get("calls") or ()),
+        "token_usage": token_usage(trace.get("calls") or ()),
         "info": info,
     }
     for name, reward in rewards.items():
@@ -226,7 +253,9 @@ def _trace_row(
     return row
 
 
-def _is_truncated(trace: Mapping[str, Any]) -> bool:
+def is_truncated(trace: Mapping[str, Any]) -> bool:
+    """Whether the trace was cut short: a truncating stop condition, or a last call that hit
+    its length limit (the row's ``is_truncated``; the viewer's index reads it too)."""
     if trace.get("stop_condition") in _TRUNCATING_STOPS:
         return True
     for call in reversed(trace.get("calls") or ()):
@@ -297,7 +326,7 @@ def _message(message: Any) -> Any:
 _OPTIONAL_USAGE = ("cached_input_tokens", "reasoning_tokens", "cost")
 
 
-def _token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+def token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Usage summed over every call that has any (never ``extra_usage``)."""
     totals: dict[str, Any] | None = None
     optional: dict[str, Any] = {}

@@ -21,6 +21,7 @@ from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, M
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
@@ -64,6 +65,7 @@ class RunSync:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
+        index: EvaluationIndex | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -75,7 +77,7 @@ class RunSync:
         self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                  clock=clock, sleep=sleep, on_save=self._show)
         #: Finds, adopts or creates the run's one evaluation.
-        self.evaluation = Evaluation(self.protocol, client, options, self.report)
+        self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
         self.reconciler = Reconciler(self.protocol, client, self._stream)
         #: The run's manifest: read by run() before anything uses it.
@@ -192,6 +194,7 @@ class RunSync:
                         {k: v for k, v in s.items() if k != "last"} for s in stream.skipped
                         if (s["segment"], s["offset"]) not in known)
                     self.protocol.save()
+                self._record_too_large(stream)
             if stream.seal is not None:
                 self._finish(str(stream.seal.get("status")), stream.seal)
                 return
@@ -203,6 +206,18 @@ class RunSync:
             if self._drained(stream):
                 self._finish(CRASHED, None)
                 return
+
+    def _record_too_large(self, stream: RowStream) -> None:
+        """Keep the episodes the stream passed over as too large: in the state (so status
+        shows them and finishing puts them in the evaluation's metadata) and in the report."""
+        known = {(s["segment"], s["offset"]) for s in self.state.skipped_too_large}
+        new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
+        if not new:
+            return
+        self.state.skipped_too_large.extend(new)
+        self.protocol.save()
+        for skipped in new:
+            self.report.warnings.append(f"skipped: {skipped['reason']}")
 
     def _drained(self, stream: RowStream) -> bool:
         probe = self._stream()
@@ -262,8 +277,15 @@ class RunSync:
             episode_id = _episode_id(record)
             if episode_id in self.superseded or episode_id in released:
                 continue
-            rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
-                                           evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
+            try:
+                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
+                                               evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
+            except SampleTooLargeError as exc:  # never sendable: passed over and said, as in the stream
+                if not any(s.get("episode_id") == exc.episode_id for s in state.skipped_too_large):
+                    state.skipped_too_large.append({"segment": record.segment_index, "offset": record.offset,
+                                                    "episode_id": exc.episode_id, "reason": str(exc)})
+                    self.report.warnings.append(f"skipped: {exc}")
+                continue
             for _, data in rows:
                 if not batch.fits(data, limit):
                     self._send_released(batch, ids)

@@ -34,6 +34,8 @@ class DestinationStatus:
     held_back: int = 0
     #: Episodes a resume superseded after they were pushed: the platform keeps their rows.
     superseded_after_push: int = 0
+    #: Episodes sync passed over because no request can carry one of their rows.
+    skipped_too_large: int = 0
 
 
 @dataclass
@@ -99,7 +101,8 @@ def run_status(run_dir: Path) -> RunStatus:
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
             held_back=_held_back(run_dir, state, superseded),
-            superseded_after_push=len(state.superseded_pushed)))
+            superseded_after_push=len(state.superseded_pushed),
+            skipped_too_large=len(state.skipped_too_large)))
     return run
 
 
