@@ -263,3 +263,39 @@ def test_released_config_with_attach_is_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedRunConfigError, match="run.attach='eval-123' is not supported"):
         open_eval_run(config, num_examples=3)
     assert not (tmp_path / "outputs").exists()
+
+
+def test_sigterm_through_verifiers_interrupt_handler_seals_cancelled(tmp_path: Path) -> None:
+    """verifiers' eval turns SIGTERM (like Ctrl-C) into KeyboardInterrupt; the run ends cancelled."""
+    pytest.importorskip("verifiers.v1.utils.interrupt")
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from support.env import child_env
+
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(TASKSET_DIR)!r})
+        from verifiers.v1.configs.cli.eval import EvalConfig
+        from verifiers.v1.utils.interrupt import install_interrupt
+        from prime_runs_spool.runner.verifiers import abort_eval_run, open_eval_run
+        config = EvalConfig.model_validate({{"output_dir": {str(tmp_path)!r}, "run": {{"name": "term"}},
+                                             "env": {{"taskset": {{"id": "tiny_taskset"}}}}}})
+        install_interrupt()
+        run = open_eval_run(config, num_examples=1)
+        try:
+            print("ready", flush=True)
+            time.sleep(120)
+        except BaseException as exc:
+            abort_eval_run(run, exc)
+            raise SystemExit(130)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=child_env())
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    spool = read_run(tmp_path / "term")
+    assert spool.status == "cancelled"
+    assert [r for r in spool.records() if r.type == "seal"][-1].data["error"] == "interrupted"

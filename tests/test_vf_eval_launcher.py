@@ -106,3 +106,16 @@ def test_help_says_what_prime_runs_eval_adds_then_verifiers_help() -> None:
     assert "What prime-runs eval adds:" in result.stdout
     assert "usage: uv run vf-eval" in result.stdout  # verifiers' own help follows
     assert "--resume" in result.stdout
+
+
+def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) -> None:
+    from support.vf_eval import eval_env, launch_file
+
+    launch = launch_file(tmp_path, "http://127.0.0.1:9/v1")
+    result = subprocess.run(CLI + ["eval", "@", launch.name, "--no-rich", "--run.attach", "eval-123"], cwd=tmp_path,
+                            capture_output=True, text=True, env=eval_env(), timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "prime-runs eval: run.attach='eval-123' is not supported: a spool syncs into an evaluation of its own")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs" / "tiny" / "spool").exists()
