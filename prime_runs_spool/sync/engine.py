@@ -37,6 +37,13 @@ def _episode_id(record: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _no_errors(seal: Mapping[str, Any] | None) -> bool:
+    """The seal's summary says no episode of the run's effective set errored: nothing can be
+    held back, so finishing needs no second read of the spool (the common case)."""
+    summary = (seal or {}).get("summary")
+    return isinstance(summary, Mapping) and summary.get("avg_error") == 0
+
+
 def run_writer_alive(run_dir: Path) -> bool:
     """Whether any process still holds a writer lock on one of the run's segments."""
     return any(writer_alive(path) for _, path in list_segments(run_dir))
@@ -330,7 +337,7 @@ class RunSync:
 
     def _finish(self, status: str, seal: Mapping[str, Any] | None) -> None:
         state = self.state
-        if status == COMPLETED:
+        if status == COMPLETED and not _no_errors(seal):
             self._release_held()
         note = self._supersede_note()
         metrics = self._summary(seal)
