@@ -354,6 +354,7 @@ class RunSync:
                 self._finalize(metrics)
             state.terminal = COMPLETED
             state.terminal_size = self._last_segment_size()
+            state.held_back = 0
             self.protocol.save()
             self.report.state = "synced"
             return
@@ -362,7 +363,7 @@ class RunSync:
             "finished_at": (seal or {}).get("finished_at"),
             "error": (seal or {}).get("error"),
             # errored episodes not pushed: a resume is expected to retry them
-            "held_back": self._held_back(),
+            "held_back": (held := self._held_back()),
             **note,
         }
         metadata = self.evaluation.metadata(self.manifest, terminal)
@@ -375,6 +376,7 @@ class RunSync:
         self.protocol.retry("closing the evaluation out", lambda: self.client.set_terminal_status(evaluation_id, body))
         state.terminal = status
         state.terminal_size = self._last_segment_size()
+        state.held_back = held
         self.protocol.save()
         self.report.state = status
 

@@ -100,6 +100,8 @@ class SyncState(BaseModel):
     in_flight: InFlight | None = None
     #: Held-back (errored) episodes pushed when the run completed (docs/sync.md, "Resumed runs").
     released: list[str] = []
+    #: Errored episodes held back when the run's end was last recorded (0 once it completed).
+    held_back: int = 0
     #: Episodes a later resume superseded after they were pushed: the append-only platform
     #: still holds their rows (said in ``status`` and the evaluation's metadata).
     superseded_pushed: list[str] = []

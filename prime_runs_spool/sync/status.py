@@ -12,8 +12,7 @@ from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.spool.layout import sync_dir
 from prime_runs_spool.spool.reader import iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
-from prime_runs_spool.content.episodes import episode_id_of
-from prime_runs_spool.content.supersede import is_errored, superseded_in_run
+from prime_runs_spool.content.supersede import superseded_in_run
 
 
 @dataclass
@@ -30,7 +29,8 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
-    #: Errored episodes not pushed: held back until the run completes (a resume may retry them).
+    #: Errored episodes not pushed when the run's end was last synced: held back until the
+    #: run completes (a resume may retry them).
     held_back: int = 0
     #: Episodes a resume superseded after they were pushed: the platform keeps their rows.
     superseded_after_push: int = 0
@@ -100,29 +100,8 @@ def run_status(run_dir: Path) -> RunStatus:
             pending=_episodes_after(run_dir, state), finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
-            held_back=_held_back(run_dir, state, superseded),
+            held_back=state.held_back,
             superseded_after_push=len(state.superseded_pushed),
             skipped_too_large=len(state.skipped_too_large)))
     return run
 
-
-def _held_back(run_dir: Path, state: SyncState, superseded: set[str]) -> int:
-    """Errored episodes behind the cursor that were neither released nor superseded."""
-    if state.cursor is None:
-        return 0
-    released = set(state.released)
-    end = (state.cursor.segment_index, state.cursor.offset)
-    held = 0
-    try:
-        for record in iter_records(run_dir):
-            if (record.segment_index, record.offset) >= end:
-                break
-            if record.type != EPISODE or not is_errored(record.data):
-                continue
-            episode_id = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
-            if episode_id is not None and (str(episode_id) in superseded or str(episode_id) in released):
-                continue
-            held += 1
-    except SpoolError:
-        pass  # the corruption is reported by the run's own state
-    return held
