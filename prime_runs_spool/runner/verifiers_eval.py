@@ -38,6 +38,7 @@ import importlib
 import inspect
 import logging
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -46,9 +47,9 @@ from typing import Any
 
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.errors import VerifiersVersionError
-from prime_runs_spool.runner.modes import OFFLINE
+from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
-from prime_runs_spool.runner.verifiers import abort_eval_run, eval_run_dir, finish_eval_run, open_eval_run
+from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
 from prime_runs_spool.spool.layout import spool_dir, verifiers_traces_path
 
 _log = logging.getLogger("prime_runs_spool")
@@ -224,10 +225,10 @@ def _superseded_by_resume(config: Any) -> list[str] | None:
     By the time the runner calls ``open_run``, verifiers has rewritten ``traces.jsonl`` to
     the rollouts it keeps, so the file is the keep-verdict (content/supersede.py).
     """
-    if not getattr(config, "resume", False):
-        return None
-    from prime_runs_spool.spool.reader import read_run  # only on resume: one streaming pass
+    if not getattr(config, "resume", False) or eval_mode(bool(getattr(config, "push", True))) == DISABLED:
+        return None  # a disabled run does not even look at the disk
     from prime_runs_spool.errors import NotARunError
+    from prime_runs_spool.spool.reader import read_run  # only on resume: one streaming pass
 
     run_dir = eval_run_dir(config)
     try:
@@ -284,5 +285,5 @@ def _exit_code(code: Any) -> int:
         return 0
     if isinstance(code, int):
         return code
-    print(code, file=__import__("sys").stderr)  # SystemExit("message"): Python prints it and exits 1
+    print(code, file=sys.stderr)  # SystemExit("message"): as Python itself would, then exit 1
     return 1
