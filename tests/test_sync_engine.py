@@ -585,6 +585,13 @@ def test_a_superseded_episode_already_pushed_is_said_in_the_metadata(tmp_path: P
     assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [errored]
     assert evaluation["metrics"]["avg_error"] == 0.0  # re-sent after the first finalize: the latest seal's
     assert evaluation["finalize_count"] == 1
+    # the way out the warning names: a replay is a new evaluation of the effective set only
+    replay = syncer(builder.run_dir, platform, replay=True, replay_id="rp1").run()
+    assert replay.state == "synced"
+    (fresh,) = [e for e in platform.evaluations.values() if e["metadata"].get("replay_id") == "rp1"]
+    rows = platform.samples[fresh["evaluation_id"]]
+    assert [row["sample_id"] for row in rows] == builder.ids[:2] + [builder.ids[3]]
+    assert "prime_runs" not in fresh["metadata"] and fresh["finalize_count"] == 1
 
 
 def test_status_says_what_is_held_back_and_what_was_superseded_after_push(
