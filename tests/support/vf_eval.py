@@ -8,8 +8,10 @@ the fake chat server (``fixtures/fake_chat_server.py``) on loopback.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -96,6 +98,7 @@ def uv_shim_dir() -> Path:
         folder.mkdir(mode=0o700, exist_ok=True)
         shim.write_text(UV_SHIM.format(python=sys.executable))
         shim.chmod(0o700)
+        atexit.register(shutil.rmtree, folder, True)
     return folder
 
 
