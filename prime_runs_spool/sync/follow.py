@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
-from prime_runs_spool.spool.format import CRASHED, FAILED
+from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunSync
@@ -49,7 +49,7 @@ from prime_runs_spool.sync.state import Destination
 from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
-DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CRASHED, "corrupt"})
+DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CANCELLED, CRASHED, "corrupt"})
 #: Report states that mean the run did not get where it should.
 FAILED_STATES = frozenset({"error", "corrupt"})
 

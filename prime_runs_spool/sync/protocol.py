@@ -71,6 +71,9 @@ class Protocol:
     def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None,
                     last_sample_id: Any = None) -> None:
         """A samples request landed: move the state past it."""
+        pending = self.state.in_flight
+        if pending is not None and pending.released:
+            self.state.released.extend(i for i in pending.released if i not in self.state.released)
         self.state.advance(end, rows, episodes, seal, last_sample_id)
         self.state.in_flight = None
         self.save()

@@ -91,7 +91,12 @@ class Reconciler:
                 state.terminal = state.terminal_size = None
             changed = True
         if state.in_flight is None or state.in_flight.kind != "samples":
-            if total != state.samples_pushed or (total and self.platform_sample_id(total) != state.last_sample_id):
+            if state.released:
+                # Held-back episodes went after the stream's rows (docs/sync.md, "Resumed runs"):
+                # the rows are no longer the stream's prefix, so only the count can be checked.
+                if total != state.samples_pushed:
+                    raise self.mismatch(total, "after held-back episodes were pushed; not derived again")
+            elif total != state.samples_pushed or (total and self.platform_sample_id(total) != state.last_sample_id):
                 self.rederive(total)
                 changed = True
             elif state.mismatch is not None:
