@@ -11,11 +11,12 @@ assumption fails").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prime_runs_spool.errors import SampleCountMismatchError, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.spool.format import COMPLETED
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.rows import RowStream, skip_rows
 
@@ -27,13 +28,17 @@ class Reconciler:
     """Answers "which of our samples are on the platform?" and moves the state to match."""
 
     def __init__(self, protocol: Protocol, client: PlatformClient, stream: Callable[[], RowStream],
-                 stream_from_start: Callable[[], RowStream]) -> None:
+                 stream_from_start: Callable[[], RowStream],
+                 released: Callable[[], Iterator[tuple[str, Any, bool]]] = lambda: iter(())) -> None:
         self.protocol = protocol
         self.client = client
         #: The run's row stream from the state's cursor (the engine's, so both read alike).
         self.stream = stream
         #: The same stream from the run's first row.
         self.stream_from_start = stream_from_start
+        #: The rows a completed run's held-back episodes are released as, after the stream's
+        #: (docs/sync.md, "Resumed runs"): ``(episode id, sample id, closes the episode)``.
+        self.released = released
 
     def evaluation(self) -> dict[str, Any]:
         state = self.protocol.state
@@ -61,16 +66,55 @@ class Reconciler:
         missing = total - state.samples_pushed
         if missing > 0:
             try:
-                cursor, episodes, last_id = skip_rows(self.stream(), missing)
-            except SyncError:
-                cursor = None
-            if cursor is not None and self.platform_sample_id(total) == last_id:
-                state.advance(cursor, missing, episodes, last_sample_id=last_id)
+                self._take(self.stream(), missing, total)
                 missing = 0
+            except SyncError:
+                pass  # not from the cursor: derived again from the start below
         if missing:
             self.rederive(total)
         state.in_flight = None
         protocol.save()
+
+    def _take(self, stream: RowStream, count: int, total: int) -> None:
+        """Acknowledge ``count`` rows the platform holds past the state (its last one the
+        platform's row ``total``): the stream's rows from its cursor, then, past a completed
+        run's end, its released held-back episodes in release order. Raises SyncError (a
+        :class:`SampleCountMismatchError` for a last row that is not ours) if the spool
+        cannot account for them; the state is changed only when it can."""
+        state = self.protocol.state
+        cursor, episodes, last_id, seen = skip_rows(stream, count, partial=True)
+        closed: list[str] = []
+        if seen < count:
+            last_id, closed = self._skip_released(stream, count - seen, last_id)
+        found = self.platform_sample_id(total)
+        if found != last_id:
+            raise self.mismatch(total, f"the platform's sample {total} is {found!r}, the spool's {last_id!r}")
+        assert cursor is not None
+        state.advance(cursor, seen, episodes, stream.seal if seen < count else None)
+        state.last_sample_id = last_id
+        if seen < count:
+            state.samples_pushed += count - seen
+            state.released = [*state.released, *closed]
+            state.episodes_pushed += len(closed)
+
+    def _skip_released(self, stream: RowStream, count: int, last_id: Any) -> tuple[Any, list[str]]:
+        """The platform holds ``count`` rows past the stream's end: a completed run's
+        released episodes (pushed after the stream's rows, in their order). Returns the last
+        one's sample id and the episodes they close; anything else is a platform that does
+        not match this spool (SyncError)."""
+        if not (stream.seal and stream.seal.get("status") == COMPLETED):
+            raise SyncError(f"the platform holds {count} rows more than this spool has to give")
+        seen, closed = 0, []
+        for episode_id, sample_id, closes in self.released():
+            seen += 1
+            last_id = sample_id
+            if closes:
+                closed.append(episode_id)
+            if seen == count:
+                if not closes:
+                    raise SyncError("the platform holds part of a held-back episode's rows")
+                return last_id, closed
+        raise SyncError(f"the platform holds {count} rows more than this spool has to give")
 
     def verify(self) -> bool:
         """Check a state read from disk against the platform before anything is pushed: the
@@ -92,10 +136,11 @@ class Reconciler:
             changed = True
         if state.in_flight is None or state.in_flight.kind != "samples":
             if state.released:
-                # Held-back episodes went after the stream's rows (docs/sync.md, "Resumed runs"):
-                # the rows are no longer the stream's prefix, so only the count can be checked.
+                # Held-back episodes went after the stream's rows (docs/sync.md, "Resumed runs"),
+                # with no sample id kept: the count is checked, and derived again if it differs.
                 if total != state.samples_pushed:
-                    raise self.mismatch(total, "after held-back episodes were pushed; not derived again")
+                    self.rederive(total)
+                    changed = True
             elif total != state.samples_pushed or (total and self.platform_sample_id(total) != state.last_sample_id):
                 self.rederive(total)
                 changed = True
@@ -107,25 +152,27 @@ class Reconciler:
         return changed
 
     def rederive(self, total: int) -> None:
-        """Set the state to "the platform holds the stream's first ``total`` rows", read
-        from the start of the stream and checked against the platform's last row; raise
-        :class:`SampleCountMismatchError` if the stream cannot account for them. Not saved."""
+        """Set the state to "the platform holds the run's first ``total`` rows" (the
+        stream's from its start, then any released held-back episodes), checked against the
+        platform's last row; raise :class:`SampleCountMismatchError`, the state untouched,
+        if the spool cannot account for them. Not saved."""
         state = self.protocol.state
-        cursor, episodes, last_id = None, 0, None
-        if total:
-            try:
-                cursor, episodes, last_id = skip_rows(self.stream_from_start(), total)
-            except SyncError:
-                raise self.mismatch(total, "the spool has fewer rows than that") from None
-            found = self.platform_sample_id(total)
-            if found != last_id:
-                raise self.mismatch(total, f"the platform's sample {total} is {found!r}, the spool's {last_id!r}")
+        before = state.model_copy(deep=True)
         state.cursor, state.segments, state.seal = None, {}, None
         state.samples_pushed = state.episodes_pushed = 0
         state.last_sample_id = None
+        state.released = []
         state.terminal = state.terminal_size = None
-        if cursor is not None:
-            state.advance(cursor, total, episodes, last_sample_id=last_id)
+        if not total:
+            return
+        try:
+            self._take(self.stream_from_start(), total, total)
+        except SyncError as exc:
+            for name in type(state).model_fields:
+                setattr(state, name, getattr(before, name))
+            if isinstance(exc, SampleCountMismatchError):
+                raise
+            raise self.mismatch(total, str(exc)) from None
 
     def check(self, when: str) -> None:
         """One read: the platform must hold exactly the rows the state acknowledged."""
