@@ -25,17 +25,15 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.content.supersede import is_errored, superseded_in_run
-from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import superseded_in_run
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
-from prime_runs_spool.sync.rows import Batch, Row, RowStream, batches, durable_records, read_ahead
+from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
+                                        record_episode_id)
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
 
 
-def _episode_id(record: Any) -> str | None:
-    value = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
-    return None if value is None else str(value)
+_episode_id = record_episode_id
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -272,10 +270,8 @@ class RunSync:
 
     def _held_back(self) -> int:
         """Errored episodes of the effective set not pushed: held until the run completes."""
-        released = set(self.state.released)
-        return sum(1 for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt)
-                   if record.type == EPISODE and is_errored(record.data)
-                   and _episode_id(record) not in self.superseded and _episode_id(record) not in released)
+        return sum(1 for _ in held_episodes(self.run_dir, self.superseded, set(self.state.released),
+                                            skip_corrupt=self.options.skip_corrupt))
 
     def _release_held(self) -> None:
         """The run completed: push the errored episodes held back, those no resume superseded.
@@ -284,16 +280,15 @@ class RunSync:
         request (its ids recorded as released once it is known to have landed), so a sync
         killed half way neither loses nor repeats one.
         """
+        if self.state.store == TRACES:
+            self.traces.release_held()
+            return
         state = self.state
-        released = set(state.released)
         limit = self.options.max_request_bytes
         batch, ids = Batch(), []
-        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type != EPISODE or not is_errored(record.data):
-                continue
+        for record in held_episodes(self.run_dir, self.superseded, set(state.released),
+                                    skip_corrupt=self.options.skip_corrupt):
             episode_id = _episode_id(record)
-            if episode_id in self.superseded or episode_id in released:
-                continue
             try:
                 rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
                                                evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
