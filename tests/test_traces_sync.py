@@ -428,3 +428,40 @@ def test_a_resume_after_a_batch_was_announced_resends_the_announced_bytes_and_sa
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}
     assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
+
+
+def test_dry_run_to_traces_counts_what_a_completed_run_releases_and_not_what_is_held(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "dry-held")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(2, ok=False)
+
+    def dry() -> int:
+        with EmbeddedPlatform(tmp_path / "p.db", traces=True) as platform:
+            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=platform.base_url)
+            with PlatformClient(settings, timeout=5) as client:
+                (report,) = sync_paths([tmp_path / "runs"], client, local_destination(tmp_path / "p.db", None),
+                                       SyncOptions(to=TRACES, dry_run=True))
+        assert report.state == "dry_run", report
+        return report.pushed_now
+
+    assert dry() == 3  # live: the errored ones wait
+    builder.seal()
+    assert dry() == 5  # completed: they would be released
+
+
+def test_auto_releases_a_completed_runs_errored_episodes_to_traces_before_any_receipt(tmp_path: Path) -> None:
+    """Every episode errored: nothing is sent before the run's end, so no receipt has
+    recorded the store yet when the release comes; it still goes to Prime Traces."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "auto-all-errored")
+    builder.open_segment()
+    builder.add(3, ok=False)
+    builder.seal()
+    db = tmp_path / "p.db"
+    (report,), _ = _sync(tmp_path, db, to="auto", batch_bytes=5_000)
+    assert (report.state, report.store, report.pushed_total) == ("synced", TRACES, 3), report
+    state = _state(builder.run_dir)
+    assert (state.store, state.samples_pushed, state.released) == (TRACES, 0, builder.ids)
+    items, _ = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)

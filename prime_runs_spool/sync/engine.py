@@ -280,7 +280,7 @@ class RunSync:
         request (its ids recorded as released once it is known to have landed), so a sync
         killed half way neither loses nor repeats one.
         """
-        if self.state.store == TRACES:
+        if self.traces.pushing:
             self.traces.release_held()
             return
         state = self.state

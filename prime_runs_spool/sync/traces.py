@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.spool.format import CRASHED, EPISODE, HEADER, SEAL
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, HEADER, SEAL
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
 from prime_runs_spool.sync.rows import (LARGE_BODIES, LARGE_BODY, durable_records, held_episodes,
                                         record_episode_id, withheld)
@@ -205,6 +205,9 @@ class TracesPush:
     def __init__(self, engine: RunSync) -> None:
         self.engine = engine
         self._uploader: TracesUploader | None = None
+        #: Set while this pass pushes to Prime Traces: the run's end then releases held-back
+        #: episodes here, even before a first receipt recorded the store (``auto``).
+        self.pushing = False
 
     @property
     def state(self) -> SyncState:
@@ -252,10 +255,15 @@ class TracesPush:
         batches that would be sent from the cursor (stamped with the evaluation id, when the
         run has one yet), nothing sent."""
         report = self.engine.report
-        for cut in cut_batches(LineStream(self.engine, self.state.cursor, seal=self.state.seal), self._target()):
+        stream = LineStream(self.engine, self.state.cursor, seal=self.state.seal)
+        for cut in cut_batches(stream, self._target()):
             if cut.batch is not None:
                 report.pushed_now += cut.episodes
                 report.bytes_sent += cut.batch.size
+        if stream.seal is not None and stream.seal.get("status") == COMPLETED:  # and what it releases
+            for line in HeldStream(self.engine, stream.cursor).lines():
+                report.pushed_now += 1
+                report.bytes_sent += len(line.data)
         report.store = TRACES
         report.state = "dry_run"
 
@@ -299,6 +307,7 @@ class TracesPush:
 
     def _push(self) -> None:
         engine = self.engine
+        self.pushing = True
         pending = self.state.in_flight if self.state.in_flight and self.state.in_flight.kind == "traces" else None
         if pending is not None and pending.released:
             self._resend_released(pending)
