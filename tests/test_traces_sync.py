@@ -428,6 +428,32 @@ def test_a_resume_after_a_batch_was_announced_resends_the_announced_bytes_and_sa
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}
     assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
+    from prime_runs_spool.sync.status import run_status
+
+    (dest,) = run_status(builder.run_dir).destinations
+    assert (dest.held_back, dest.superseded_after_push) == (0, 1)
+
+
+def test_a_released_episode_a_later_resume_supersedes_is_said_and_metrics_follow(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-released-superseded")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()  # completed with an error: it is released to Prime Traces
+    db = tmp_path / "p.db"
+    (first,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert (first.state, first.pushed_total) == ("synced", 3), first
+    errored = builder.ids[2]
+    builder.open_segment(supersedes=[errored])  # then verifiers --resume retried it
+    builder.add(1)
+    builder.seal()
+    (second,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert second.state == "synced", second
+    assert any("superseded" in w and "append-only" in w for w in second.warnings)
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)  # it cannot be taken back
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [errored]
+    assert evaluation["metrics"]["avg_error"] == 0.0 and evaluation["finalize_count"] == 1
 
 
 def test_dry_run_to_traces_counts_what_a_completed_run_releases_and_not_what_is_held(tmp_path: Path) -> None:

@@ -16,6 +16,14 @@ and rebuilds exactly those bytes from the two positions: the same key, which the
 answers with the committed receipt instead of storing anything twice. No fence and no
 reconciliation are needed, unlike samples; and the batch a live run's tail produced is as
 fixed, once announced, as any other.
+
+Which episodes give a line is the samples rule, by the same function (sync/rows.py,
+``withheld``): a superseded episode never does, an errored one is held back until the run
+completes and is then released in batches of its own, cut the same way from the held-back
+episodes (a function of the sealed spool and the state's ``released``). An announced batch
+is never re-cut, even when a later resume superseded one of its episodes: it is rebuilt
+under the supersede lists it was cut with, sent, and the episode reported as superseded
+after push (docs/sync.md, "Prime Traces" and "Resumed runs").
 """
 
 from __future__ import annotations
@@ -353,7 +361,8 @@ class TracesPush:
         assert pending.end is not None
         end = (pending.end.segment_index, pending.end.offset)
         for hold in (True, False):
-            for superseded in [self.engine.superseded, *supersede_history_in_run(self.engine.run_dir)]:
+            history = supersede_history_in_run(self.engine.run_dir)
+            for superseded in [self.engine.superseded, *(h for h in history if h != self.engine.superseded)]:
                 stream = LineStream(self.engine, self.state.cursor, superseded=superseded, hold_errored=hold)
                 taken: list[Line] = []
                 for line in stream.lines():
