@@ -9,7 +9,7 @@ the exactly-once core in sync/protocol.py, whose docstring states the invariant.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ class RunSync:
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
-        self.reconciler = Reconciler(self.protocol, client, self._stream)
+        self.reconciler = Reconciler(self.protocol, client, self._stream, self._released_rows)
         #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
         self.traces = TracesPush(self)
         #: The run's manifest: read by run() before anything uses it.
@@ -270,8 +270,7 @@ class RunSync:
 
     def _held_back(self) -> int:
         """Errored episodes of the effective set not pushed: held until the run completes."""
-        return sum(1 for _ in held_episodes(self.run_dir, self.superseded, set(self.state.released),
-                                            skip_corrupt=self.options.skip_corrupt))
+        return sum(1 for _ in self._held_episodes())
 
     def _release_held(self) -> None:
         """The run completed: push the errored episodes held back, those no resume superseded.
@@ -286,9 +285,7 @@ class RunSync:
         state = self.state
         limit = self.options.max_request_bytes
         batch, ids = Batch(), []
-        for record in held_episodes(self.run_dir, self.superseded, set(state.released),
-                                    skip_corrupt=self.options.skip_corrupt):
-            episode_id = _episode_id(record)
+        for episode_id, record in self._held_episodes():
             try:
                 rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
                                                evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
@@ -306,6 +303,28 @@ class RunSync:
             ids.append(str(episode_id))
         if batch.count:
             self._send_released(batch, ids)
+
+    def _held_episodes(self) -> Iterator[tuple[str, Any]]:
+        """The errored episodes held back and not yet released, in the order releasing them
+        sends them (spool order, superseded ones left out): ``(episode id, record)``."""
+        for record in held_episodes(self.run_dir, self.superseded, set(self.state.released),
+                                    skip_corrupt=self.options.skip_corrupt):
+            yield str(_episode_id(record)), record
+
+    def _released_rows(self) -> Iterator[tuple[str, Any, bool]]:
+        """The rows releasing the held episodes sends, in order: ``(episode id, sample id,
+        closes the episode)``. Reconciling a completed run whose state was lost reads past
+        the stream into these (the platform may hold some of them already)."""
+        evaluation_id = str(self.state.evaluation_id)
+        for episode_id, record in self._held_episodes():
+            try:
+                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
+                                               evaluation_id=evaluation_id,
+                                               max_request_bytes=self.options.max_request_bytes)
+            except SampleTooLargeError:
+                continue  # never sent (see _release_held)
+            for number, (row, _) in enumerate(rows):
+                yield episode_id, row.get("sample_id"), number == len(rows) - 1
 
     def _send_released(self, batch: Batch, ids: list[str]) -> None:
         state = self.state

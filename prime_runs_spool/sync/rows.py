@@ -149,10 +149,15 @@ def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released
                   skip_corrupt: bool = False) -> Iterator[Any]:
     """The episode records a completed run releases: the ones :func:`withheld` held back,
     not superseded and not already released, in spool order. A function of the spool and
-    ``released`` only, so a sync that dies half way finds the same rest again."""
+    ``released`` only, so a sync that dies half way finds the same rest again. Both stores
+    release these (samples: engine._release_held; traces: TracesPush.release_held), and
+    reconciling a lost samples state reads them in this order. An episode without an id
+    cannot be recorded as released, so it is never released (it would go again each time)."""
     for record in durable_records(run_dir, skip_corrupt=skip_corrupt):
-        if (record.type == EPISODE and withheld(record, superseded, hold_errored=True) == HELD
-                and record_episode_id(record) not in released):
+        if record.type != EPISODE or withheld(record, superseded, hold_errored=True) != HELD:
+            continue
+        episode_id = record_episode_id(record)
+        if episode_id is not None and episode_id not in released:
             yield record
 
 
@@ -326,11 +331,13 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
         thread.join()
 
 
-def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
+def skip_rows(stream: RowStream, count: int, *, partial: bool = False) -> tuple[Cursor | None, int, Any, int]:
     """Consume ``count`` rows without sending them; returns (cursor after them, episodes
-    they closed, the last one's sample id). Used when the platform already holds them."""
+    they closed, the last one's sample id, rows consumed). Used when the platform already
+    holds them. With ``partial``, a stream that ends first is not an error: the cursor is
+    its end and the count says how far it got."""
     if count == 0:
-        return stream.cursor, 0, None
+        return stream.cursor, 0, None, 0
     seen = episodes = 0
     last_id: Any = None
     for row in stream.rows():
@@ -338,5 +345,7 @@ def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
         episodes += row.closes_episode
         last_id = row.sample_id
         if seen == count:
-            return row.after, episodes, last_id
+            return row.after, episodes, last_id, seen
+    if partial:
+        return stream.cursor, episodes, last_id, seen
     raise SyncError(f"the platform holds {count} rows but this spool has only {seen} to give")
