@@ -491,3 +491,51 @@ def test_auto_releases_a_completed_runs_errored_episodes_to_traces_before_any_re
     assert (state.store, state.samples_pushed, state.released) == (TRACES, 0, builder.ids)
     items, _ = _in_traces(db, builder.run_dir)
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+
+
+def test_an_announced_batch_is_rebuilt_under_the_supersede_lists_it_was_cut_with(tmp_path: Path) -> None:
+    """A resume may supersede an episode that is not errored (its task no longer selected):
+    if that episode is in an announced batch, the batch is still sent as announced."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-announced-ok")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        assert _sync_losing_uploads(tmp_path, db, platform).state == "error"
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.episodes == 2 and announced.released == []  # ids 0 and 1
+        gone = builder.ids[0]
+        builder.open_segment(supersedes=[gone])
+        builder.add(1)
+        builder.seal()
+        done = _sync_with(platform, tmp_path, db)
+        assert done.state == "synced", done
+    state = _state(builder.run_dir)
+    assert state.uploads[0] == announced.digest and state.superseded_pushed == [gone]
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
+
+
+def test_a_lost_state_after_the_release_resends_the_same_keys(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-release-lost-state")
+    builder.open_segment()
+    builder.add(6)
+    builder.add(3, ok=False)
+    builder.add(2)
+    builder.seal()
+    db = tmp_path / "p.db"
+    _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    first = _state(builder.run_dir)
+    assert len(first.released) == 3 and len(first.uploads) > 2
+    (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    path.unlink()
+    (report,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert report.state == "synced", report
+    again = _state(builder.run_dir)
+    assert (again.evaluation_id, again.uploads, again.released) == (first.evaluation_id, first.uploads, first.released)
+    items, _ = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}

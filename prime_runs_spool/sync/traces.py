@@ -88,7 +88,6 @@ class LineStream:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     superseded: frozenset[str] | None = None
-    hold_errored: bool = True
 
     def lines(self) -> Iterator[Line]:
         engine = self.engine
@@ -102,7 +101,7 @@ class LineStream:
                 self.seal = None  # a later segment: the run was resumed after that seal
             elif record.type == SEAL:
                 self.seal = record.data
-            if record.type == EPISODE and withheld(record, superseded, hold_errored=self.hold_errored) is None:
+            if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
                 yield _line(record, run_id, after)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
@@ -354,23 +353,22 @@ class TracesPush:
         Rebuilt under the supersede lists it was cut with: a resume since then may have
         superseded one of its episodes, and the announced bytes are what must be sent again
         (docs/sync.md, "Prime Traces"). So each earlier state of the run's superseded set is
-        tried, newest first (then, for a batch announced before episodes were held back,
-        the same without holding), and the one whose bytes hash to the digest is sent."""
+        tried, newest first, and the one whose bytes hash to the digest is sent (the digest
+        is SHA-256: no other set gives those bytes)."""
         from prime_runs_spool.content.supersede import supersede_history_in_run
 
         assert pending.end is not None
         end = (pending.end.segment_index, pending.end.offset)
-        for hold in (True, False):
-            history = supersede_history_in_run(self.engine.run_dir)
-            for superseded in [self.engine.superseded, *(h for h in history if h != self.engine.superseded)]:
-                stream = LineStream(self.engine, self.state.cursor, superseded=superseded, hold_errored=hold)
-                taken: list[Line] = []
-                for line in stream.lines():
-                    if (line.after.segment_index, line.after.offset) > end:
-                        break
-                    taken.append(line)
-                if self._resend_if_announced(pending, taken):
-                    return
+        history = supersede_history_in_run(self.engine.run_dir)
+        for superseded in [self.engine.superseded, *(h for h in history if h != self.engine.superseded)]:
+            stream = LineStream(self.engine, self.state.cursor, superseded=superseded)
+            taken: list[Line] = []
+            for line in stream.lines():
+                if (line.after.segment_index, line.after.offset) > end:
+                    break
+                taken.append(line)
+            if self._resend_if_announced(pending, taken):
+                return
         raise SyncError(f"the spool's episodes up to segment {pending.end.segment_index} byte "
                         f"{pending.end.offset} no longer hash to the batch announced for them; "
                         "was the spool modified? (prime-runs verify)")
