@@ -97,6 +97,9 @@ class SyncState(BaseModel):
     in_flight: InFlight | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
+    #: For a run in an object store: the lease generation of the syncer that wrote this
+    #: state (fencing, docs/sync.md "Object stores"); None for a local run.
+    fence: int | None = None
     updated_at: float = 0.0
 
     def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:

@@ -1,0 +1,154 @@
+"""``prime-runs sync s3://bucket/prefix`` end to end: the real command, the real local
+platform process, and a real S3 API (moto's server mode) on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import load_settings
+from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import remote_destination
+from prime_runs_spool.sync.store_sync import sync_store
+from support import moto_server
+from support.env import child_env
+from support.runs import RunBuilder, build_run
+from support.store_runs import get_object, put_object, upload_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[moto_server.MotoServer]:
+    with moto_server.running() as running, moto_server.environment(running.env()):
+        yield running
+
+
+@pytest.fixture
+def bucket_url(moto: moto_server.MotoServer) -> str:
+    return f"s3://{moto.new_bucket()}/outputs"
+
+
+def store_sync(base_url: str, moto: moto_server.MotoServer, home: Path, *args: str,
+               endpoint: str | None = None, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """``prime-runs sync`` with this machine's cache under ``home`` (each "machine" its own)."""
+    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=timeout,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                        **moto.env(endpoint), **env))
+
+
+def reports(result: subprocess.CompletedProcess[str]) -> list[dict]:
+    assert result.stdout, result.stderr
+    return json.loads(result.stdout)["runs"]
+
+
+def test_sync_from_the_bucket_twice_pushes_each_episode_once(tmp_path: Path, server, api, moto,
+                                                               bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-twice-{n}", 12) for n in range(2)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"node-{n}/run-{n}")
+    first = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json", "--max-request-bytes", "20000")
+    assert first.returncode == 0, first.stderr
+    assert sorted((r["state"], r["pushed_now"]) for r in reports(first)) == [("synced", 12)] * 2
+    assert reports(first)[0]["path"] == f"{bucket_url}/node-0/run-0"
+    second = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json")
+    assert second.returncode == 0, second.stderr
+    assert [(r["state"], r["pushed_now"]) for r in reports(second)] == [("up_to_date", 0)] * 2
+    # Another machine (no cache) finds the state in the bucket: nothing pushed either.
+    third = store_sync(server.base_url, moto, tmp_path / "m2", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(third)] == [("up_to_date", 0)] * 2
+    for builder in builders:
+        assert_exactly_once(api, builder)
+    lease = json.loads(get_object(bucket_url, "node-0/run-0/spool/sync.lease.json"))
+    assert lease["released"] is True and lease["generation"] >= 1
+
+
+def in_process_sync(base_url: str, url: str, home: Path, store: ObjectStore, **kwargs: object) -> list:
+    """The library's sync_store in this process (so the test can count the store's requests)."""
+    env = {"PRIME_API_KEY": TOKEN, "XDG_CACHE_HOME": str(home / "cache")}
+    with moto_server.environment(env):
+        settings = load_settings(base_url=base_url, env=env)
+        options = SyncOptions(request_lifetime=1.0, backoff=Backoff(base=0.05, cap=0.2, max_attempts=10))
+        with PlatformClient(settings, timeout=5) as client:
+            return sync_store(url, client, remote_destination(settings.base_url, None), options,
+                              store=store, **kwargs)
+
+
+def test_a_noop_resync_costs_one_listing_and_no_download(tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-noop-{n}", 5) for n in range(3)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    first = in_process_sync(server.base_url, bucket_url, tmp_path / "m", ObjectStore(bucket_url))
+    assert [r.state for r in first] == ["synced"] * 3
+    store = ObjectStore(bucket_url)
+    again = in_process_sync(server.base_url, bucket_url, tmp_path / "m", store)
+    assert [(r.state, r.pushed_now) for r in again] == [("up_to_date", 0)] * 3
+    assert dict(store.stats) == {"list": 1}  # no GET, no PUT: not a segment, not a state
+
+
+def test_a_segment_reuploaded_after_it_grew_pushes_only_the_new_episodes(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    builder = RunBuilder(tmp_path / "run", "store-grows")
+    builder.open_segment()
+    builder.add(10)
+    upload_run(bucket_url, builder.run_dir, "run")
+    first = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(first)] == [("crashed", 10)]  # no seal yet
+    builder.add(7)
+    builder.seal()
+    upload_run(bucket_url, builder.run_dir, "run")  # the whole segment again, grown
+    second = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in reports(second)] == [("synced", 7, 17)]
+    assert_exactly_once(api, builder)
+
+
+def _store_run(url: str, relative: str, tmp: Path):
+    from prime_runs_spool.store.source import find_store_runs
+
+    store = ObjectStore(url)
+    return next(r for r in find_store_runs(store, store.list(), tmp) if r.relative == relative)
+
+
+def _verdicts(spool) -> list[dict]:
+    import dataclasses
+
+    return [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "path"} for s in spool.segments]
+
+
+@pytest.mark.parametrize("damage", ["flip", "torn", "torn_complete_line"])
+def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path, server, api, moto,
+                                                                   bucket_url: str, damage: str) -> None:
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.spool.reader import read_run
+
+    builder = build_run(tmp_path / "run", f"store-{damage}", 9, status=None)
+    segment = segment_path(builder.run_dir, 1)
+    data = bytearray(segment.read_bytes())
+    lines = data.splitlines(keepends=True)
+    middle = sum(len(line) for line in lines[:5])  # the start of the 4th episode's line
+    if damage == "flip":
+        data[middle + 30] ^= 0x01  # a damaged line with intact lines after it: corruption
+    elif damage == "torn":
+        data = data[: middle + 30]  # the last line cut short: a torn tail
+    else:
+        data = data[:middle] + data[middle:middle + len(lines[5]) - 1] .replace(b"e", b"E", 1) + b"\n"
+    segment.write_bytes(bytes(data))
+    upload_run(bucket_url, builder.run_dir, "run")
+    local, remote = read_run(builder.run_dir), read_run(_store_run(bucket_url, "run", tmp_path / "c"))
+    assert _verdicts(remote) == _verdicts(local)
+    assert remote.status == local.status == ("corrupt" if damage == "flip" else "torn")
+    result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    [report] = reports(result)
+    if damage == "flip":
+        assert report["state"] == "corrupt" and result.returncode == 1
+        assert f"{bucket_url}/run/spool/seg-000001.jsonl: corrupt at byte {middle}" in report["error"]
+    else:
+        assert report["state"] == "crashed"
+    assert report["pushed_now"] == 3  # everything before the damage, nothing after
