@@ -182,6 +182,7 @@ class RunSync:
                         {k: v for k, v in s.items() if k != "last"} for s in stream.skipped
                         if (s["segment"], s["offset"]) not in known)
                     self.protocol.save()
+                self._record_too_large(stream)
             if stream.seal is not None:
                 self._finish(str(stream.seal.get("status")), stream.seal)
                 return
@@ -193,6 +194,18 @@ class RunSync:
             if self._drained(stream):
                 self._finish(CRASHED, None)
                 return
+
+    def _record_too_large(self, stream: RowStream) -> None:
+        """Keep the episodes the stream passed over as too large: in the state (so status
+        shows them and finishing puts them in the evaluation's metadata) and in the report."""
+        known = {(s["segment"], s["offset"]) for s in self.state.skipped_too_large}
+        new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
+        if not new:
+            return
+        self.state.skipped_too_large.extend(new)
+        self.protocol.save()
+        for skipped in new:
+            self.report.warnings.append(f"skipped: {skipped['reason']}")
 
     def _drained(self, stream: RowStream) -> bool:
         probe = self._stream()

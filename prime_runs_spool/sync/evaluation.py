@@ -40,6 +40,8 @@ class Evaluation:
             metadata["replay_id"] = self.options.replay_id
         if state.skipped:
             metadata["skipped_corruption"] = list(state.skipped)
+        if state.skipped_too_large:
+            metadata["skipped_too_large"] = list(state.skipped_too_large)
         if terminal is not None:
             metadata["prime_runs"] = dict(terminal)
         return metadata

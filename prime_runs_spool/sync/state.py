@@ -97,6 +97,9 @@ class SyncState(BaseModel):
     in_flight: InFlight | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
+    #: Episodes passed over because no request can carry one of their rows:
+    #: ``{segment, offset, episode_id, reason}`` (docs/sync.md, "Rows").
+    skipped_too_large: list[dict[str, object]] = []
     #: For a run in an object store: the lease generation of the syncer that wrote this
     #: state (fencing, docs/sync.md "Object stores"); None for a local run.
     fence: int | None = None
