@@ -152,3 +152,64 @@ def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path
     else:
         assert report["state"] == "crashed"
     assert report["pushed_now"] == 3  # everything before the damage, nothing after
+
+
+def test_two_syncers_on_two_machines_started_together_push_each_episode_once(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-pair-{n}", 8) for n in range(4)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    procs = [subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--json", "--wait", "--jobs", "2",
+                                       "--max-request-bytes", "8000"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / f"m{n}"),
+                                            XDG_CACHE_HOME=str(tmp_path / f"m{n}" / "cache"), **moto.env()))
+             for n in range(2)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    runs = [json.loads(out)["runs"] for out, _ in outs]
+    for n in range(4):
+        pushed = sorted(r[n]["pushed_now"] for r in runs)
+        assert pushed == [0, 8], runs  # one syncer pushed the run, the other found it done
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
+
+def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: Path, server, api, moto,
+                                                                    bucket_url: str) -> None:
+    import signal
+    import time
+
+    builder = build_run(tmp_path / "run", "store-paused", 40)
+    upload_run(bucket_url, builder.run_dir, "run")
+    env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    args = (bucket_url, "--json", "--max-request-bytes", "5000")
+    first = subprocess.Popen(sync_cmd(server.base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / "a"),
+                                                      XDG_CACHE_HOME=str(tmp_path / "a/cache"), **moto.env(), **env))
+    try:
+        deadline = time.monotonic() + 60
+        while not _pushed(api, builder.run_id):
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.02)
+        first.send_signal(signal.SIGSTOP)  # paused mid-sync, lease and all
+        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
+        assert second.returncode == 0, second.stderr
+        [taken] = reports(second)
+        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 40
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=60)
+    [stopped] = json.loads(out)["runs"]
+    assert first.returncode == 1 and stopped["state"] == "error", (out, err)
+    assert "taken over" in stopped["error"]
+    assert_exactly_once(api, builder)
+    lease = json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))
+    assert lease["generation"] == 2
+
+
+def _pushed(api, local_run_id: str) -> int:
+    from support.sync_e2e import evaluations_of
+
+    found = evaluations_of(api, local_run_id)
+    return found[0]["total_samples"] if found else 0

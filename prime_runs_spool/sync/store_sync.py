@@ -72,6 +72,12 @@ class StoreProtocol(Protocol):
                 else:
                     self.etag = self.store.replace(self.key, data, self.etag)
                 _cache(self.path, self.state, self.etag)
+            if self.state.in_flight is not None and self.clock() - self.lease.renewed_at >= self.lease.ttl:
+                # Paused (or slow) between renewing and here for a whole lease: another syncer
+                # may hold the run now. The announced request is not sent; whoever syncs next
+                # settles it like any request in doubt.
+                raise LeaseLost(f"{self.lease.store.location(self.lease.key)}: the lease ran out while "
+                                "announcing a request, so it may have been taken over; this syncer stops without sending it")
         except StoreError as exc:
             self.failure = exc
             raise
@@ -198,7 +204,8 @@ class StoreRunSync:
             return etag
         if state.fence is not None and state.fence > self.lease.generation:
             raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
-                            f"(generation {state.fence} > {self.lease.generation}); this syncer stops")
+                            f"(generation {state.fence} > {self.lease.generation}): the run was taken over by "
+                           "another syncer; this one stops")
         _cache(self.path, state, etag)
         return etag
 
