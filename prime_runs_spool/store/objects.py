@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -65,6 +67,7 @@ class ObjectStore:
                             "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}})
         except Exception as exc:  # a bad URL, or configuration the library rejects
             raise StoreError(f"{self.url}: cannot open the store: {_first_line(exc)}") from None
+        self._retries = retries
         self._lock = threading.Lock()
         #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
         #: what the benchmarks and tests count to prove a no-op costs one listing.
@@ -135,19 +138,27 @@ class ObjectStore:
         return self._put(key, data, {"e_tag": etag})
 
     def _put(self, key: str, data: bytes, mode: object) -> str | None:
+        """A conditional write, tried again after a failure that is not a refusal (the library
+        does not retry a conditional PUT whose connection failed). Safe: if an earlier try
+        landed, the next is refused, and the read-back finds our own bytes."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-        self._count("put")
-        try:
-            return obstore.put(self._store, key, data, mode=mode)["e_tag"]
-        except (AlreadyExistsError, PreconditionError):
-            now = self.read(key)  # a lost answer retried: refused, yet the first try landed
-            if now is not None and now[0] == data:
-                return now[1]
-            raise StoreConflict(f"{self.location(key)} was changed by someone else") from None
-        except Exception as exc:
-            raise self._error(exc, key, "write") from None
+        attempt = 0
+        while True:
+            self._count("put")
+            try:
+                return obstore.put(self._store, key, data, mode=mode)["e_tag"]
+            except (AlreadyExistsError, PreconditionError):
+                now = self.read(key)  # a lost answer retried: refused, yet the first try landed
+                if now is not None and now[0] == data:
+                    return now[1]
+                raise StoreConflict(f"{self.location(key)} was changed by someone else") from None
+            except Exception as exc:
+                attempt += 1
+                if attempt > self._retries:
+                    raise self._error(exc, key, "write") from None
+                time.sleep(min(5.0, 0.1 * 2 ** (attempt - 1)) * random.random())
 
     def _error(self, exc: Exception, key: str, verb: str) -> StoreError:
         from obstore.exceptions import PreconditionError
