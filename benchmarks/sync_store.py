@@ -1,0 +1,177 @@
+"""Sync from an object store (S3 API: moto's server on loopback) against the same spools on disk.
+
+Run: ``python3 benchmarks/sync_store.py [--episodes 10000] [--runs 1000] [--size 2000]
+[--repeat 3] [--quick] [--dir DIR]``
+
+Two measurements, each against a baseline in the same run (ratios printed):
+
+1. **Throughput**: one sealed run of ``--episodes`` episodes, uploaded to a bucket. Synced
+   from the bucket (``sync_store``) and, as the baseline, from the same spool on local disk
+   (``sync_paths``), each to a fresh ``prime-runs platform serve`` database, alternately,
+   ``--repeat`` times.
+2. **No-op re-sync** of ``--runs`` small synced runs: from the bucket (counting the store's
+   requests: it must be one listing and nothing else) and, as the baseline, the same runs on
+   local disk.
+
+The data is generated in a scratch folder (``--dir``) at run time and removed after; moto
+keeps the bucket in its own memory. Needs ``obstore`` and ``moto[server]`` (the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _synccommon import (  # noqa: E402
+    API_KEY, PYTHON, arguments, client_for, drop_state, human, now, platform, scratch, spread, write_run,
+)
+
+from prime_runs_spool.spool.layout import list_segments  # noqa: E402
+from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
+from prime_runs_spool.sync.many import sync_paths  # noqa: E402
+from prime_runs_spool.sync.options import SyncOptions  # noqa: E402
+from prime_runs_spool.sync.store_sync import sync_store  # noqa: E402
+
+
+def start_moto() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    box: list[str] = []
+    seen = threading.Event()
+
+    def watch() -> None:
+        for line in proc.stdout:
+            match = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+            if match and not box:
+                box.append(match.group(1))
+                seen.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    if not seen.wait(30):
+        proc.kill()
+        raise SystemExit("moto's server did not start")
+    endpoint = box[0]
+    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
+                       "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false", "AWS_EC2_METADATA_DISABLED": "true"})
+    return proc, endpoint
+
+
+def new_bucket(endpoint: str) -> str:
+    import httpx
+
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    httpx.put(f"{endpoint}/{name}").raise_for_status()
+    return f"s3://{name}/outputs"
+
+
+def upload(url: str, run_dir: Path, relative: str) -> None:
+    import obstore
+    from obstore.store import from_url
+
+    store = from_url(url)
+    for _, path in list_segments(run_dir):
+        with open(path, "rb") as f:  # streamed in parts: a large segment is never held whole
+            with obstore.open_writer(store, f"{relative}/spool/{path.name}") as out:
+                while chunk := f.read(8 << 20):
+                    out.write(chunk)
+
+
+def throughput(work: Path, endpoint: str, episodes: int, size: int, repeat: int) -> None:
+    run_dir = work / "big" / "run-000"
+    written = write_run(run_dir, f"bench-store-{uuid.uuid4().hex[:8]}", episodes, size)
+    url = new_bucket(endpoint)
+    upload(url, run_dir, "run-000")
+    print(f"throughput: 1 run, {episodes} episodes, {human(written)}", flush=True)
+    store_times, local_times = [], []
+    for n in range(repeat):
+        for kind in ("store", "local") if n % 2 == 0 else ("local", "store"):
+            with platform(work / f"{kind}-{n}.db") as server:
+                client, destination = client_for(server.base_url)
+                with client:
+                    start = now()
+                    if kind == "store":
+                        store = ObjectStore(url)
+                        reports = sync_store(url, client, destination, SyncOptions(),
+                                             state_dir=work / f"state-{n}", store=store)
+                        store_times.append(now() - start)
+                    else:
+                        drop_state(work / "big")
+                        reports = sync_paths([work / "big"], client, destination, SyncOptions())
+                        local_times.append(now() - start)
+                assert [r.state for r in reports] == ["synced"] and reports[0].pushed_now == episodes, reports
+    s, l = min(store_times), min(local_times)
+    print(f"  from the bucket {spread(store_times)} s ({episodes / s:,.0f} episodes/s), "
+          f"from local disk {spread(local_times)} s ({episodes / l:,.0f} episodes/s); "
+          f"bucket/local = {s / l:.2f}x (best of {repeat})", flush=True)
+
+
+def noop(work: Path, endpoint: str, runs: int, repeat: int) -> None:
+    tree = work / "many"
+    url = new_bucket(endpoint)
+    start = now()
+    for number in range(runs):
+        run_dir = tree / f"run-{number:04d}"
+        write_run(run_dir, f"bench-noop-{number:04d}-{uuid.uuid4().hex[:6]}", 1, 500)
+        upload(url, run_dir, f"run-{number:04d}")
+    print(f"no-op: {runs} runs written and uploaded in {now() - start:.1f} s", flush=True)
+    os.environ["XDG_CACHE_HOME"] = str(work / "cache")
+    with platform(work / "noop-store.db") as server:
+        client, destination = client_for(server.base_url)
+        with client:
+            start = now()
+            first = sync_store(url, client, destination, SyncOptions(), jobs=8)
+            assert all(r.state == "synced" for r in first), {r.state for r in first}
+            print(f"  first sync from the bucket: {now() - start:.1f} s", flush=True)
+            store_times = []
+            for _ in range(repeat):
+                store = ObjectStore(url)
+                start = now()
+                again = sync_store(url, client, destination, SyncOptions(), store=store)
+                store_times.append(now() - start)
+                assert all(r.state == "up_to_date" for r in again) and len(again) == runs
+                assert dict(store.stats) == {"list": 1}, dict(store.stats)
+    with platform(work / "noop-local.db") as server:
+        client, destination = client_for(server.base_url)
+        with client:
+            sync_paths([tree], client, destination, SyncOptions(), jobs=8)
+            local_times = []
+            for _ in range(repeat):
+                start = now()
+                again = sync_paths([tree], client, destination, SyncOptions())
+                local_times.append(now() - start)
+                assert all(r.state == "up_to_date" for r in again) and len(again) == runs
+    s, l = min(store_times), min(local_times)
+    print(f"  no-op re-sync of {runs} runs: from the bucket {spread(store_times)} s "
+          f"(store requests: 1 listing, 0 GET, 0 PUT), local {spread(local_times)} s; "
+          f"bucket/local = {s / l:.2f}x (best of {repeat})", flush=True)
+
+
+def main() -> None:
+    parser = arguments(__doc__, repeat=3, quick="1,000 episodes, 100 runs, 1 repeat")
+    parser.set_defaults(size=2_000)
+    parser.add_argument("--episodes", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=1_000)
+    args = parser.parse_args()
+    if args.quick:
+        args.episodes, args.runs, args.repeat = 1_000, 100, 1
+    os.environ["PRIME_API_KEY"] = API_KEY
+    proc, endpoint = start_moto()
+    try:
+        with scratch(args.dir, "bench-store-") as work:
+            throughput(work, endpoint, args.episodes, args.size, args.repeat)
+            noop(work, endpoint, args.runs, args.repeat)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
