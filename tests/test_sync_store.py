@@ -240,3 +240,26 @@ def test_store_errors_and_dropped_connections_lose_nothing_and_duplicate_nothing
     assert {"drop_after", "reset_after"} & set(faults), faults  # writes that landed unanswered
     for builder in builders:
         assert_exactly_once(api, builder)
+
+
+def test_verify_over_a_store_url_gives_the_local_verdict(tmp_path: Path, moto, bucket_url: str) -> None:
+    from support.env import CLI
+
+    good = build_run(tmp_path / "good", "store-verify-good", 4)
+    bad = build_run(tmp_path / "bad", "store-verify-bad", 4)
+    segment = next((bad.run_dir / "spool").glob("seg-*.jsonl"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    upload_run(bucket_url, good.run_dir, "good")
+    upload_run(bucket_url, bad.run_dir, "bad")
+    env = child_env(**moto.env())
+    local = subprocess.run(CLI + ["verify", str(tmp_path / "bad"), "--json"], capture_output=True, text=True, env=env)
+    remote = subprocess.run(CLI + ["verify", bucket_url, "--json"], capture_output=True, text=True, env=env)
+    assert remote.returncode == local.returncode == 1, remote.stderr
+    runs = {Path(r["run_dir"]).name: r for r in json.loads(remote.stdout)["runs"]}
+    assert runs["good"]["ok"] and runs["good"]["status"] == "completed"
+    [expected] = json.loads(local.stdout)["runs"]
+    assert runs["bad"]["status"] == expected["status"] == "corrupt"
+    assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
+    assert runs["bad"]["error"].startswith(f"{bucket_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
