@@ -1,0 +1,152 @@
+"""Runs in an object store read like local files (store/source.py, store/lease.py), on
+obstore's in-memory store: the reader's verdicts over ranged, bounded reads, and the lease."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prime_runs_spool.errors import LeaseLost, StoreConflict
+from prime_runs_spool.spool.reader import Position, iter_records, read_run
+from prime_runs_spool.store import source
+from prime_runs_spool.store.lease import Lease
+from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.store.source import find_store_runs
+from support.segments import as_tuples, build_segment, write_segment
+
+
+def _memory_store() -> ObjectStore:
+    import uuid
+
+    return ObjectStore(f"memory:///{uuid.uuid4().hex}")
+
+
+def _run_in_store(store: ObjectStore, segments: list[bytes], relative: str = "node/run"):
+    for index, data in enumerate(segments, start=1):
+        store.create(f"{relative}/spool/seg-{index:06d}.jsonl", data)
+    [run] = [r for r in find_store_runs(store, store.list(), Path("/unused")) if r.relative == relative]
+    return run
+
+
+def _verdicts(spool) -> list[dict]:
+    return [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "path"} for s in spool.segments]
+
+
+episodes = st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=300), max_size=3), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=episodes, second=episodes, cut=st.floats(0, 1), flip=st.one_of(st.none(), st.floats(0, 1)),
+       first_window=st.integers(1, 300), max_window=st.integers(1, 2000), resume=st.floats(0, 1))
+def test_a_run_in_the_store_reads_exactly_as_the_same_bytes_on_disk(
+        monkeypatch: pytest.MonkeyPatch, first, second, cut, flip, first_window, max_window, resume) -> None:
+    """Whatever the spool, its damage (a cut anywhere: torn; a flipped byte: corrupt or torn)
+    and the read windows, the store's run gives the local verdicts and the same records,
+    from the start and from any record's position."""
+    monkeypatch.setattr(source, "FIRST_WINDOW", first_window)
+    monkeypatch.setattr(source, "MAX_WINDOW", max(first_window, max_window))
+    one, _ = build_segment(first, seal=None)
+    two, written = build_segment(second, seal="completed", index=2)
+    two = bytearray(two[: int(len(two) * (0.5 + cut / 2))])
+    if flip is not None and two:
+        two[int(flip * (len(two) - 1))] ^= 0x20
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = Path(folder) / "run"
+        write_segment(run_dir, one, 1)
+        write_segment(run_dir, bytes(two), 2)
+        run = _run_in_store(_memory_store(), [one, bytes(two)])
+        assert _verdicts(read_run(run)) == _verdicts(read_run(run_dir))
+        local_records = _records(run_dir, None)
+        assert _records(run, None) == local_records
+        good = [r for r in local_records[1] if r[0] == 2]
+        if good:
+            segment, offset, seq = good[int(resume * (len(good) - 1))]
+            start = Position(segment, offset, seq)
+            assert _records(run, start) == _records(run_dir, start)
+
+
+def _records(run_dir, start):
+    out, error = [], None
+    try:
+        for record in iter_records(run_dir, start):
+            out.append((record.segment_index, record.offset, record.seq))
+    except Exception as exc:  # the verdict: corruption (or a bad header) after the good records
+        error = (type(exc).__name__, getattr(exc, "offset", None), getattr(exc, "reason", None))
+    return error, out
+
+
+def test_reads_are_ranged_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large segment is read in windows of at most MAX_WINDOW bytes, never whole."""
+    monkeypatch.setattr(source, "MAX_WINDOW", 64 * 1024)
+    data, written = build_segment([{"text": "x" * 20_000} for _ in range(200)])  # about 4 MB
+    store = _memory_store()
+    run = _run_in_store(store, [data])
+    sizes: list[int] = []
+    original = store.read_range
+
+    def counting(key: str, start: int, end: int, etag: str | None) -> bytes:
+        sizes.append(end - start)
+        return original(key, start, end, etag)
+
+    monkeypatch.setattr(store, "read_range", counting)
+    assert len(as_tuples(iter_records(run))) == len(written)
+    assert max(sizes) <= 64 * 1024 and sum(sizes) == len(data)
+    sizes.clear()
+    resume = written[-3]
+    list(iter_records(run, Position(1, resume[0], resume[2])))
+    assert sum(sizes) < 2 * 64 * 1024  # the header's window, then from the offset on
+
+
+def test_a_segment_replaced_while_it_is_read_is_refused_not_mixed() -> None:
+    data, _ = build_segment([{"n": n} for n in range(50)])
+    store = _memory_store()
+    run = _run_in_store(store, [data])
+    key = run.segments[0].info.key
+    store.replace(key, data + data[-10:], run.segments[0].info.etag)
+    with pytest.raises(StoreConflict):
+        list(iter_records(run))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_lease_goes_to_one_syncer_and_is_fenced_by_generation() -> None:
+    store, clock = _memory_store(), Clock()
+    a = Lease(store, "run/spool/sync.lease.json", owner="a", ttl=10, clock_skew=2, clock=clock)
+    b = Lease(store, "run/spool/sync.lease.json", owner="b", ttl=10, clock_skew=2, clock=clock)
+    assert a.try_take() and a.generation == 1
+    assert not b.try_take()  # held
+    clock.now += 11
+    assert not b.try_take()  # expired by a's clock, but not by more than the skew
+    clock.now += 2
+    assert b.try_take() and b.generation == 2
+    with pytest.raises(LeaseLost):
+        a.renew()
+    b.renew()
+    b.release()
+    assert a.try_take() and a.generation == 3  # released: taken at once, the generation grows
+    a.release()
+
+
+def test_a_renewal_keeps_the_lease_through_long_waits() -> None:
+    store, clock = _memory_store(), Clock()
+    a = Lease(store, "k", owner="a", ttl=3, clock_skew=0, clock=clock)
+    b = Lease(store, "k", owner="b", ttl=3, clock_skew=0, clock=clock)
+    assert a.try_take()
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    a.sleeper(sleep)(30)  # a fence wait ten times the lease's life
+    assert not b.try_take()
+    a.renew()
