@@ -263,3 +263,22 @@ def test_verify_over_a_store_url_gives_the_local_verdict(tmp_path: Path, moto, b
     assert runs["bad"]["status"] == expected["status"] == "corrupt"
     assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
     assert runs["bad"]["error"].startswith(f"{bucket_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+
+
+def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, server, api, moto,
+                                                                 bucket_url: str) -> None:
+    from support.env import CLI
+
+    builder = build_run(tmp_path / "run", "store-status", 6)
+    upload_run(bucket_url, builder.run_dir, "run")
+    before = subprocess.run(CLI + ["status", bucket_url, "--json"], capture_output=True, text=True,
+                            env=child_env(**moto.env()))
+    [run] = json.loads(before.stdout)["runs"]
+    assert (run["state"], run["episodes"], run["destinations"]) == ("completed", 6, [])
+    assert store_sync(server.base_url, moto, tmp_path / "m", bucket_url).returncode == 0
+    after = subprocess.run(CLI + ["status", bucket_url, "--json"], capture_output=True, text=True,
+                           env=child_env(**moto.env()))
+    [run] = json.loads(after.stdout)["runs"]
+    [dest] = run["destinations"]
+    assert (dest["samples_pushed"], dest["pending"], dest["finalized"]) == (6, 0, True)
+    assert run["path"] == f"{bucket_url}/run"

@@ -39,6 +39,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.state import Destination, SyncState, save_state
+from prime_runs_spool.sync.status import RunStatus, run_status
 
 #: How many times a pass starts over after another syncer's state write got in between.
 CONFLICT_PASSES = 3
@@ -252,3 +253,18 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
 
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         return list(pool.map(one, runs))
+
+
+def store_status(url: str, store: ObjectStore | None = None) -> list[RunStatus]:
+    """``prime-runs status`` over a store URL: each run's spool and the states beside it, as
+    ``sync/status.py`` reports a local run. Reads the store; no platform request."""
+    store = store or ObjectStore(url)
+    runs = find_store_runs(store, store.list(), Path("/nonexistent-local-face"))
+    out = []
+    for run in runs:
+        folder = run.key(sync_state_path("", "x").parent.as_posix()) + "/"
+        keys = sorted(k for k in run.objects if k.startswith(folder) and k.endswith(".json")
+                      and "/" not in k[len(folder):])
+        documents = [found[0] for key in keys if (found := store.read(key)) is not None]
+        out.append(run_status(run, states=documents))  # type: ignore[arg-type]
+    return out
