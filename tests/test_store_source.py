@@ -150,3 +150,18 @@ def test_a_renewal_keeps_the_lease_through_long_waits() -> None:
     a.sleeper(sleep)(30)  # a fence wait ten times the lease's life
     assert not b.try_take()
     a.renew()
+
+
+def test_a_lease_kept_alive_outlasts_one_long_request() -> None:
+    import time
+
+    store = _memory_store()
+    a = Lease(store, "k", owner="a", ttl=0.3, clock_skew=0)
+    b = Lease(store, "k", owner="b", ttl=0.3, clock_skew=0)
+    assert a.try_take()
+    with a.kept_alive():
+        time.sleep(1.0)  # a request three lease lifetimes long
+        assert not b.try_take()
+    a.renew()  # still ours
+    a.release()
+    assert b.try_take()

@@ -282,3 +282,20 @@ def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, s
     [dest] = run["destinations"]
     assert (dest["samples_pushed"], dest["pending"], dest["finalized"]) == (6, 0, True)
     assert run["path"] == f"{bucket_url}/run"
+
+
+def test_with_a_state_dir_the_state_stays_local_and_the_lease_in_the_store(tmp_path: Path, server, api, moto,
+                                                                          bucket_url: str) -> None:
+    builder = build_run(tmp_path / "run", "store-state-dir", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    state_dir = tmp_path / "state"
+    for expected in (("synced", 5), ("up_to_date", 0)):
+        result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json",
+                            PRIME_RUNS_STATE_DIR=str(state_dir))
+        assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [expected], result.stderr
+    [state_file] = state_dir.glob("store/*/run/spool/sync/*.json")
+    assert json.loads(state_file.read_text())["samples_pushed"] == 5
+    assert oct(state_file.stat().st_mode & 0o777) == "0o600"
+    assert get_object(bucket_url, f"run/spool/sync/{state_file.name}") is None  # not in the bucket
+    assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True
+    assert_exactly_once(api, builder)

@@ -20,12 +20,14 @@ to agree within ``clock_skew`` seconds (docs/sync.md says what remains and why i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict
 from prime_runs_spool.store.objects import ObjectStore
@@ -61,6 +63,8 @@ class Lease:
         self.etag: str | None = None
         self.renewed_at = 0.0
         self.holder: dict[str, object] | None = None
+        #: One write of the lease at a time: the sync and its keep-alive thread share it.
+        self._lock = threading.RLock()
 
     @property
     def held(self) -> bool:
@@ -112,24 +116,54 @@ class Lease:
                 return False
             sleep(min(1.0, max(0.05, self.ttl / 8)))
 
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(f"{self.store.location(self.key)}: the lease (generation {self.generation}) "
+                         "was taken over by another syncer after it expired; this one stops "
+                         "and the other carries on")
+
     def renew(self) -> None:
         """Extend our lease (``If-Match`` our last etag); :class:`LeaseLost` if it was taken over."""
-        if self.etag is None:
-            raise LeaseLost(f"{self.store.location(self.key)}: this syncer holds no lease")
-        now = self.clock()
-        try:
-            self.etag = self.store.replace(self.key, self._body(self.generation), self.etag)
-        except StoreConflict:
-            self.etag = None
-            raise LeaseLost(f"{self.store.location(self.key)}: the lease (generation {self.generation}) "
-                            "was taken over by another syncer after it expired; this one stops "
-                            "and the other carries on") from None
-        self.renewed_at = now
+        with self._lock:
+            if self.etag is None:
+                raise self._lost()
+            now = self.clock()
+            try:
+                self.etag = self.store.replace(self.key, self._body(self.generation), self.etag)
+            except StoreConflict:
+                self.etag = None
+                raise self._lost() from None
+            self.renewed_at = now
 
     def renew_if_old(self) -> None:
         """Renew once a third of the lease has passed: what long waits call between naps."""
-        if self.etag is not None and self.clock() - self.renewed_at > self.ttl / 3:
-            self.renew()
+        with self._lock:
+            if self.etag is not None and self.clock() - self.renewed_at > self.ttl / 3:
+                self.renew()
+
+    @contextlib.contextmanager
+    def kept_alive(self) -> Iterator[None]:
+        """Renew the lease in the background while the block runs, so one long request (a
+        25 MiB body on a slow link) does not outlast it. The sync still renews before each
+        state write: that, not this thread, is the fence. A paused process pauses this
+        thread too, so its lease expires as it should."""
+        stop = threading.Event()
+
+        def keep() -> None:
+            while not stop.wait(max(0.05, self.ttl / 6)):
+                try:
+                    self.renew_if_old()
+                except LeaseLost:
+                    return  # the sync's next state write finds out and stops
+                except Exception:  # noqa: BLE001  a store hiccup: the next tick tries again
+                    continue
+
+        thread = threading.Thread(target=keep, name="prime-runs-lease", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def sleeper(self, sleep: Callable[[float], None] = time.sleep) -> Callable[[float], None]:
         """A ``sleep`` that keeps the lease alive across long waits (the protocol's fences)."""
@@ -142,11 +176,12 @@ class Lease:
 
     def release(self) -> None:
         """Give the lease up (``If-Match``); a lease already taken over is left alone."""
-        if self.etag is None:
-            return
-        try:
-            self.store.replace(self.key, self._body(self.generation, released=True), self.etag)
-        except StoreConflict:
-            pass
-        finally:
-            self.etag = None
+        with self._lock:
+            if self.etag is None:
+                return
+            try:
+                self.store.replace(self.key, self._body(self.generation, released=True), self.etag)
+            except StoreConflict:
+                pass
+            finally:
+                self.etag = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,16 +88,27 @@ class StoreProtocol(Protocol):
 
 def _cache(path: Path, state: SyncState, etag: str | None) -> None:
     """Keep this machine's copy of a state held in the store, with its etag (written last,
-    so an etag on disk always describes the copy beside it)."""
+    so an etag on disk always describes the copy beside it). Not fsync'd: it is a cache,
+    trusted only while the store's listing shows the same etag."""
     marker = state_etag_path(path)
     marker.unlink(missing_ok=True)
-    save_state(path, state)
+    _write_private(path, state.model_dump_json(indent=1).encode("utf-8"))
     if etag:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, etag.encode())
-        finally:
-            os.close(fd)
+        _write_private(marker, etag.encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` (0600, in 0700 folders) in one rename."""
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _parse(data: bytes) -> SyncState | None:
@@ -143,7 +155,8 @@ class StoreRunSync:
         except StoreError as exc:
             return RunReport(path=str(self.run), state="error", error=str(exc))
         try:
-            return self._passes()
+            with self.lease.kept_alive():
+                return self._passes()
         finally:
             try:
                 self.lease.release()
@@ -200,8 +213,7 @@ class StoreRunSync:
         data, etag = found
         state = _parse(data)
         if state is None:  # damaged: the engine sets it aside; we replace it by etag
-            self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-            self.path.write_bytes(data)
+            _write_private(self.path, data)
             return etag
         if state.fence is not None and state.fence > self.lease.generation:
             raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
