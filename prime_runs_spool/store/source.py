@@ -23,8 +23,10 @@ from prime_runs_spool.store.objects import ObjectInfo, ObjectStore
 
 #: The first read after a seek fetches this much (a header, a few records)...
 FIRST_WINDOW = 64 * 1024
-#: ...and each next one four times more, up to this: what one segment read holds at most.
-MAX_WINDOW = 8 * 1024 * 1024
+#: ...and each next one four times more, up to this: what one open segment holds at most
+#: (its read buffer). 4 MiB: a GET's latency is paid once per 4 MiB, and ``--jobs 4`` holds
+#: 16 MiB of segment reads at most.
+MAX_WINDOW = 4 * 1024 * 1024
 
 
 class _RangedReader(io.RawIOBase):
@@ -82,7 +84,8 @@ class StoreSegment:
         return SimpleNamespace(st_size=self.info.size)
 
     def open_bytes(self) -> io.BufferedReader:
-        return io.BufferedReader(_RangedReader(self.store, self.info), buffer_size=FIRST_WINDOW)
+        # The buffer is the largest window: the raw reader returns less while its window grows.
+        return io.BufferedReader(_RangedReader(self.store, self.info), buffer_size=MAX_WINDOW)
 
     def writer_alive(self) -> bool:
         """No writer lock travels with a copied spool: a store's segment is never live."""
