@@ -39,7 +39,7 @@ def store_urls(paths: tuple[Any, ...]) -> list[str]:
 
 def sync_urls(params: dict[str, Any]) -> None:
     """Run ``prime-runs sync`` over store URLs with the command's options; exits."""
-    from commands.sync import _destination, _print
+    from commands.sync import _destination
     from prime_runs_spool.errors import StoreError
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
@@ -66,7 +66,7 @@ def sync_urls(params: dict[str, Any]) -> None:
     reports = []
     try:
         with _destination(params["local"], params["db"], params["base_url"], params["team"]) as (
-                settings, destination, local_db):
+                settings, destination, _local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
                 for url in urls:
                     try:
@@ -85,5 +85,24 @@ def sync_urls(params: dict[str, Any]) -> None:
                    "for the traceback)", err=True)
         sys.exit(EXIT_RUN_FAILED)
     progress.close()
-    _print(reports, as_json=as_json, local_db=local_db)
+    _print(reports, as_json=as_json)
     sys.exit(exit_code(reports))
+
+
+def _print(reports: list[Any], *, as_json: bool) -> None:
+    """The reports as ``prime-runs sync`` prints them (docs/cli.md)."""
+    import orjson
+
+    from prime_runs_spool.sync.console import exit_code, report_lines
+    from prime_runs_spool.sync.options import EXIT_OK
+
+    if as_json:
+        document = {"runs": [report.as_json() for report in reports], "ok": exit_code(reports) == EXIT_OK}
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        return
+    if not reports:
+        click.echo("no runs found")
+        return
+    for report in reports:
+        for line in report_lines(report):
+            click.echo(line)

@@ -299,3 +299,11 @@ def test_with_a_state_dir_the_state_stays_local_and_the_lease_in_the_store(tmp_p
     assert get_object(bucket_url, f"run/spool/sync/{state_file.name}") is None  # not in the bucket
     assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True
     assert_exactly_once(api, builder)
+
+
+def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, moto) -> None:
+    missing = store_sync(server.base_url, moto, tmp_path / "m", "s3://no-such-bucket-here/x")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1 and "s3://no-such-bucket-here/x: cannot list" in missing.stderr
+    mixed = store_sync(server.base_url, moto, tmp_path / "m", "s3://bucket/x", str(tmp_path))
+    assert mixed.returncode == 2 and "not both" in mixed.stderr

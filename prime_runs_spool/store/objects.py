@@ -56,9 +56,11 @@ class ObjectStore:
     """The objects under one URL's prefix. Thread-safe (the library's client is)."""
 
     def __init__(self, url: str) -> None:
-        from obstore.store import from_url
-
         self.url = url.rstrip("/")
+        try:
+            from obstore.store import from_url
+        except ImportError:
+            raise StoreError(f"{self.url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
         retries = int(os.environ.get(RETRIES_ENV) or DEFAULT_RETRIES)
         try:
             self._store = from_url(self.url, retry_config={
