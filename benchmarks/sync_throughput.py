@@ -25,10 +25,8 @@ Goals (issue 14): cli at most 1.2x bare, and faster than prime-evals.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,8 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 from _synccommon import (  # noqa: E402
-    API_KEY, PYTHON, ROOT, arguments, child_env, client_for, drop_state, human, now, platform, scratch, spread,
-    write_run,
+    API_KEY, arguments, cli_sync, client_for, drop_state, human, now, platform, scratch, spread, write_run,
 )
 
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES  # noqa: E402
@@ -67,14 +64,9 @@ def time_sync(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
 def time_cli(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> tuple[float, int, int]:
     drop_state(run_dir)
     with platform(work / f"cli-{label}.db") as server:
-        start = now()
-        proc = subprocess.run([PYTHON, "-m", "commands", "sync", str(run_dir), "--base-url", server.base_url,
-                               "--json", "--jobs", "1", "--max-request-bytes", str(max_request_bytes)],
-                              cwd=ROOT, env=child_env(), capture_output=True, text=True)
-        elapsed = now() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout[-2000:]}")
-    (report,) = json.loads(proc.stdout)["runs"]
+        elapsed, document = cli_sync(run_dir, server.base_url, "--jobs", "1",
+                                     "--max-request-bytes", str(max_request_bytes))
+    (report,) = document["runs"]
     return elapsed, report["pushed_now"], report["bytes_sent"]
 
 
