@@ -307,3 +307,49 @@ def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, mot
     assert missing.stderr.count("\n") == 1 and "s3://no-such-bucket-here/x: cannot list" in missing.stderr
     mixed = store_sync(server.base_url, moto, tmp_path / "m", "s3://bucket/x", str(tmp_path))
     assert mixed.returncode == 2 and "not both" in mixed.stderr
+
+
+def mirror_once(moto: moto_server.MotoServer, *args: str) -> subprocess.CompletedProcess[str]:
+    from support.env import CLI
+
+    return subprocess.run(CLI + ["mirror", "--once", "--json", *args], capture_output=True, text=True, timeout=60,
+                          env=child_env(**moto.env()))
+
+
+def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    """The writer side: ``prime-runs mirror`` copies a live run's segment up to the durable
+    mark (bytes past it, a write in progress, stay local), then the sealed rest; a sync from
+    the bucket after each pass ships each episode once."""
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.spool.reader import durable_mark
+
+    outputs = tmp_path / "outputs"
+    builder = RunBuilder(outputs / "eval-1", "store-mirror")
+    builder.open_segment()
+    builder.add(6)
+    segment = segment_path(builder.run_dir, 1)
+    durable = durable_mark(segment)
+    with open(segment, "ab") as f:
+        f.write(b'{"not yet durable')  # a line on its way: in the file, not fsync'd
+    first = mirror_once(moto, str(outputs), bucket_url)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["url"] == f"{bucket_url}/eval-1"
+    assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()[:durable]
+    os.truncate(segment, durable)  # the write in progress, undone (the writer appends at the end)
+    assert mirror_once(moto, str(outputs), bucket_url).stdout == ""  # nothing changed: nothing sent
+    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("crashed", 6)]
+    builder.add(4)
+    builder.seal()
+    assert mirror_once(moto, str(outputs), bucket_url).returncode == 0
+    assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()
+    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 4)]
+    assert_exactly_once(api, builder)
+    assert {key.rsplit("/", 1)[-1] for key in _keys(bucket_url)} >= {"seg-000001.jsonl"}
+    assert not [k for k in _keys(bucket_url) if k.endswith((".lock", ".durable"))]
+
+
+def _keys(url: str) -> list[str]:
+    return [info.key for info in ObjectStore(url).list()]

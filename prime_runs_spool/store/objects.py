@@ -28,6 +28,8 @@ SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
 RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
 RETRY_TIMEOUT = datetime.timedelta(seconds=120)
+#: Bytes read from a file and sent per part of an upload (the mirror's): what an upload holds.
+UPLOAD_PART_BYTES = 8 * 1024 * 1024
 
 
 def is_store_url(text: object) -> bool:
@@ -138,6 +140,29 @@ class ObjectStore:
     def replace(self, key: str, data: bytes, etag: str) -> str | None:
         """Write ``key`` only if it still is ``etag`` (``If-Match``); its new etag."""
         return self._put(key, data, {"e_tag": etag})
+
+    def upload_prefix(self, key: str, path: os.PathLike[str] | str, size: int) -> None:
+        """Replace ``key`` with the first ``size`` bytes of the file at ``path``, streamed in
+        parts (a large segment is never held whole); a failed upload is aborted, leaving the
+        object as it was. Unconditional: only the spool's mirror writes segments."""
+        import obstore
+
+        self._count("put")
+        try:
+            with open(path, "rb") as f, obstore.open_writer(self._store, key) as out:
+                left = size
+                while left > 0:
+                    chunk = f.read(min(UPLOAD_PART_BYTES, left))
+                    if not chunk:
+                        raise StoreError(f"{path}: shorter than the {size} bytes to upload")
+                    out.write(chunk)
+                    left -= len(chunk)
+        except StoreError:
+            raise
+        except OSError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, key, "upload") from None
 
     def _put(self, key: str, data: bytes, mode: object) -> str | None:
         """A conditional write, tried again after a failure that is not a refusal (the library
