@@ -353,3 +353,11 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
 
 def _keys(url: str) -> list[str]:
     return [info.key for info in ObjectStore(url).list()]
+
+
+def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, moto, bucket_url: str) -> None:
+    builder = build_run(tmp_path / "run", "store-dry", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--dry-run")
+    assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [("dry_run", 5)], result.stderr
+    assert _keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state

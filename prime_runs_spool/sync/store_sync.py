@@ -147,6 +147,10 @@ class StoreRunSync:
             done = self._up_to_date()
             if done is not None:
                 return done
+            if self.options.dry_run:  # reads only: no lease, no state written
+                self._load_for_pass()
+                return RunSync(self.run, self.client, self.destination, self.options, index=self.index,
+                               on_progress=self.on_progress).run()
             if not self.lease.take(wait=self.wait):
                 holder = self.lease.holder or {}
                 return RunReport(path=str(self.run), state="skipped",
@@ -193,7 +197,8 @@ class StoreRunSync:
             return None
         probe = RunSync(self.run, self.client, self.destination, self.options, index=self.index)
         probe.protocol.state = state
-        if not probe._up_to_date():  # the engine's own rule: sizes against the cursor
+        # The engine's own rule (sizes against the cursor), not a copy of it.
+        if not probe._up_to_date():
             return None
         report = probe.report
         report.state = "up_to_date" if state.finalized or state.terminal else "live"
