@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from commands.output import fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
+from prime_runs_spool.sync.options import SAMPLES, TRACES
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.status import DestinationStatus
 
 
 @click.command("status")
@@ -42,7 +47,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         return
     for run in runs:
         click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
-                   f"{run.episodes} episodes in {run.segments} segment(s)")
+                   f"{run.episodes} episodes in {run.segments} segment(s)"
+                   + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:
             click.echo(f"  error: {run.error}")
         if not run.destinations:
@@ -50,9 +56,14 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         for dest in run.destinations:
             done = "finalized" if dest.finalized else (dest.terminal or "open")
             line = (f"  -> {dest.destination}{' team ' + dest.team_id if dest.team_id else ''}: "
-                    f"{dest.samples_pushed} samples pushed, {dest.pending} episodes pending, {done}")
+                    f"{_held(dest)}, {dest.pending} episodes pending, {done}")
             if dest.replay_id:
                 line += f" (replay {dest.replay_id[:8]})"
+            if dest.held_back:
+                line += f", {dest.held_back} errored held back until the run completes"
+            if dest.superseded_after_push:
+                line += (f", {dest.superseded_after_push} superseded after they were pushed "
+                         "(the platform keeps their rows; sync --replay for a clean evaluation)")
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
             if dest.skipped_too_large:
@@ -61,3 +72,13 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                 line += f"  {dest.url}"
             click.echo(line)
     sys.exit(0)
+
+
+def _held(dest: DestinationStatus) -> str:
+    """What the destination's store holds of the run, in that store's own terms."""
+    if dest.store == TRACES:
+        return (f"to traces: {dest.episodes_pushed} episodes ({dest.traces_pushed} traces) "
+                f"in {dest.uploads} uploads")
+    if dest.store == SAMPLES or dest.samples_pushed:
+        return f"to samples: {dest.samples_pushed} samples pushed"
+    return "nothing pushed yet"

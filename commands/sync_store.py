@@ -54,6 +54,8 @@ def sync_urls(params: dict[str, Any]) -> None:
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
     if params.get("follow") or params.get("replay"):
         fail_usage("--follow and --replay do not work over a store URL yet; sync a local copy for those")
+    if params.get("to") == "traces":
+        fail_usage("--to traces does not work over a store URL yet (samples do); sync a local copy for traces")
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
     cap = params["backoff_cap"]
     options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],

@@ -121,6 +121,14 @@ class RunMismatchError(SpoolError, ValueError):
     """``open_run`` was asked to continue a run directory as a different run."""
 
 
+class UnsupportedRunConfigError(SpoolError, ValueError):
+    """An eval config asks for something the spool cannot do (``run.attach``)."""
+
+
+class VerifiersVersionError(SpoolError):
+    """The installed verifiers' eval runner is not one ``prime-runs eval`` knows how to bind."""
+
+
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
 
@@ -149,6 +157,14 @@ class PlatformError(SpoolError):
         self.status = status
         self.retry_after = retry_after
         super().__init__(message)
+
+
+class ServiceNotEnabled(PlatformError):
+    """Prime Traces answered ``service_not_enabled``: the account has it turned off, so
+    ``sync --to auto`` sends the run to legacy samples (when no batch was committed yet)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(FailureKind.FATAL, message, status=status)
 
 
 class SampleTooLargeError(SpoolError, ValueError):
@@ -194,6 +210,10 @@ class StoreError(SpoolError):
 
 class NotFound(SpoolError, LookupError):
     """An id (evaluation or environment) the local platform's store does not hold."""
+
+
+class AlreadyClosed(SpoolError):
+    """A status update reached a local platform evaluation that is already closed (409)."""
 
 
 class DeadlineExceeded(SpoolError):

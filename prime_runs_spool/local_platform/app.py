@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 import orjson
@@ -26,10 +26,11 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from prime_runs_spool.errors import DeadlineExceeded, NotFound
+from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
+from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
 from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
@@ -83,6 +84,9 @@ class CreateBody(_Body):
 class UpdateBody(_Body):
     metadata: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    #: A producer closing the evaluation out (prime-runs 0.1.4); COMPLETED only comes from finalize.
+    status: Literal["FAILED", "CANCELLED"] | None = None
+    error_message: str | None = None
 
 
 class FinalizeBody(_Body):
@@ -190,13 +194,15 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
-               request_deadline: float | None = None) -> Starlette:
+               request_deadline: float | None = None, traces: bool = False) -> Starlette:
     """The platform app over ``store``.
 
     ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
     where ``/dashboard/evaluations/{id}`` serves a read-only page, so the link sync prints
-    opens something real.
+    opens something real. ``traces`` turns the Prime Traces service on (local_platform/traces.py);
+    off, it answers ``service_not_enabled`` like an account that has it turned off.
     """
+    traces_store = TracesStore(store)
 
     def viewer_url(request: Request, evaluation_id: str) -> str:
         base = frontend_url or str(request.base_url)
@@ -250,7 +256,8 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         body = await _model_body(request, UpdateBody)
         evaluation = await run_in_threadpool(
             lambda: store.update_evaluation(
-                request.path_params["id"], metadata=body.metadata, metrics=body.metrics
+                request.path_params["id"], metadata=body.metadata, metrics=body.metrics,
+                status=body.status, error_message=body.error_message,
             )
         )
         return ORJSONResponse(document(request, evaluation))
@@ -318,6 +325,9 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
     async def deadline_exceeded(request: Request, exc: Exception) -> Response:
         return ORJSONResponse({"detail": str(exc)}, status_code=503)
 
+    async def already_closed(request: Request, exc: Exception) -> Response:
+        return ORJSONResponse({"detail": str(exc)}, status_code=409)
+
     routes = [
         Route(f"{API}/environmentshub/resolve", resolve_environment, methods=["POST"]),
         Route(f"{API}/environmentshub/{{owner}}/{{name}}/@latest", get_environment, methods=["GET"]),
@@ -332,6 +342,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route("/", home, methods=["GET"]),
         # The dashboard is the viewer over this store; the gate below covers it.
         Mount(DASHBOARD, app=_Dashboard(store)),
+        *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
     # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
     middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token
@@ -342,7 +353,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         routes=routes,
         middleware=middleware,
         exception_handlers={HTTPException: http_error, NotFound: not_found,
-                            DeadlineExceeded: deadline_exceeded},
+                            DeadlineExceeded: deadline_exceeded, AlreadyClosed: already_closed},
     )
 
 

@@ -28,6 +28,8 @@ SYNC_DIRNAME = "sync"
 SYNC_LOCK_NAME = "sync.lock"
 #: The online shipper's log (verify and sync only look at ``seg-*`` files).
 SHIPPER_LOG_NAME = "shipper.log"
+#: verifiers' own results file, beside the spool in the run directory (not ours: read only).
+VERIFIERS_TRACES_NAME = "traces.jsonl"
 #: In an object store, beside a run's segments: the lease a syncer holds on the run while it
 #: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
 SYNC_LEASE_NAME = "sync.lease.json"
@@ -101,6 +103,11 @@ def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
 
 def shipper_log_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SHIPPER_LOG_NAME
+
+
+def verifiers_traces_path(run_dir: str | os.PathLike[str]) -> Path:
+    """verifiers' ``traces.jsonl`` of a run (its results; ``--resume`` rewrites it)."""
+    return Path(run_dir) / VERIFIERS_TRACES_NAME
 
 
 def segment_index(name: str) -> int | None:
