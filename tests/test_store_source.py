@@ -165,3 +165,37 @@ def test_a_lease_kept_alive_outlasts_one_long_request() -> None:
     a.renew()  # still ours
     a.release()
     assert b.try_take()
+
+
+def test_the_state_is_replaced_only_from_the_version_last_read(tmp_path: Path) -> None:
+    """Two syncers that read the same state version: the first write wins, the second is
+    refused (and stops its pass) instead of overwriting what the first announced."""
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import Destination, SyncState
+    from prime_runs_spool.sync.store_sync import StoreProtocol
+
+    store = _memory_store()
+    destination = Destination(key="d", base_url="http://x")
+    protocols = []
+    for name in ("a", "b"):
+        lease = Lease(store, f"lease-{name}", owner=name, ttl=60)  # each its own lease: only CAS guards
+        assert lease.try_take()
+        protocol = StoreProtocol(tmp_path / name / "state.json", SyncOptions(), clock=lambda: 0.0,
+                                 sleep=lambda s: None, on_save=lambda: None, lease=lease, store=store,
+                                 key="run/spool/sync/d.json", etag=None)
+        protocol.state = SyncState(destination=destination, local_run_id="r", samples_pushed=0)
+        protocols.append(protocol)
+    a, b = protocols
+    a.state.samples_pushed = 5
+    a.save()
+    b.state.samples_pushed = 7
+    with pytest.raises(StoreConflict):
+        b.save()  # created-only: a's state exists
+    assert isinstance(b.failure, StoreConflict)
+    b.etag = a.etag  # b now read a's version...
+    a.state.samples_pushed = 6
+    a.save()  # ...and a moved on
+    with pytest.raises(StoreConflict):
+        b.save()
+    assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).samples_pushed == 6
+    assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).fence == 1
