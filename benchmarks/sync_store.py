@@ -1,7 +1,7 @@
 """Sync from an object store (S3 API: moto's server on loopback) against the same spools on disk.
 
 Run: ``python3 benchmarks/sync_store.py [--episodes 10000] [--runs 1000] [--size 2000]
-[--repeat 3] [--quick] [--dir DIR]``
+[--peak-mb 300] [--repeat 3] [--only throughput|noop|peak] [--quick] [--dir DIR]``
 
 Two measurements, each against a baseline in the same run (ratios printed):
 
@@ -12,6 +12,8 @@ Two measurements, each against a baseline in the same run (ratios printed):
 2. **No-op re-sync** of ``--runs`` small synced runs: from the bucket (counting the store's
    requests: it must be one listing and nothing else) and, as the baseline, the same runs on
    local disk.
+3. **Peak memory** of the ``prime-runs sync`` process syncing one run of ``--peak-mb`` MB
+   (episodes of 20 KB) from the bucket, and the same run from local disk (fixtures/peak_rss.py).
 
 The data is generated in a scratch folder (``--dir``) at run time and removed after; moto
 keeps the bucket in its own memory. Needs ``obstore`` and ``moto[server]`` (the ``test`` extra).
@@ -30,7 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synccommon import (  # noqa: E402
-    API_KEY, PYTHON, arguments, client_for, drop_state, human, now, platform, scratch, spread, write_run,
+    API_KEY, PYTHON, ROOT, arguments, child_env, client_for, drop_state, human, now, platform, scratch, spread,
+    write_run,
 )
 
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
@@ -167,20 +170,57 @@ def noop(work: Path, endpoint: str, runs: int, repeat: int) -> None:
           f"bucket/local = {s / l:.2f}x (best of {repeat})", flush=True)
 
 
+def peak_rss(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
+    """Run ``argv`` through fixtures/peak_rss.py (so this script's memory is not counted)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "peak"
+        proc = subprocess.run([PYTHON, str(ROOT / "fixtures" / "peak_rss.py"), str(out), *argv], cwd=ROOT,
+                              env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout}")
+        return proc.returncode, int(out.read_text()) / 1024
+
+
+def peak_memory(work: Path, endpoint: str, mb: float) -> None:
+    run_dir = work / "peak" / "run-000"
+    episodes = max(1, int(mb * 1e6 // 20_400))
+    written = write_run(run_dir, f"bench-peak-{uuid.uuid4().hex[:8]}", episodes, 20_000)
+    url = new_bucket(endpoint)
+    upload(url, run_dir, "run-000")
+    print(f"peak memory: 1 run, {episodes} episodes, {human(written)}", flush=True)
+    figures = {}
+    for kind, target in (("bucket", url), ("local", str(work / "peak"))):
+        with platform(work / f"peak-{kind}.db") as server:
+            env = {**child_env(), "XDG_CACHE_HOME": str(work / "peak-cache")}
+            start = now()
+            _, figures[kind] = peak_rss([PYTHON, "-m", "commands", "sync", target, "--base-url", server.base_url,
+                                         "--json"], env)
+            print(f"  from the {kind}: peak RSS {figures[kind]:.1f} MB ({now() - start:.1f} s)", flush=True)
+    print(f"  bucket/local peak = {figures['bucket'] / figures['local']:.2f}x", flush=True)
+
+
 def main() -> None:
     parser = arguments(__doc__, repeat=3, quick="1,000 episodes, 100 runs, 1 repeat")
     parser.set_defaults(size=2_000)
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1_000)
+    parser.add_argument("--peak-mb", type=float, default=300, help="spool size for the peak-memory figure")
+    parser.add_argument("--only", choices=("throughput", "noop", "peak"), help="one measurement only")
     args = parser.parse_args()
     if args.quick:
-        args.episodes, args.runs, args.repeat = 1_000, 100, 1
+        args.episodes, args.runs, args.repeat, args.peak_mb = 1_000, 100, 1, 30
     os.environ["PRIME_API_KEY"] = API_KEY
     proc, endpoint = start_moto()
     try:
         with scratch(args.dir, "bench-store-") as work:
-            throughput(work, endpoint, args.episodes, args.size, args.repeat)
-            noop(work, endpoint, args.runs, args.repeat)
+            if args.only in (None, "throughput"):
+                throughput(work, endpoint, args.episodes, args.size, args.repeat)
+            if args.only in (None, "noop"):
+                noop(work, endpoint, args.runs, args.repeat)
+            if args.only in (None, "peak"):
+                peak_memory(work, endpoint, args.peak_mb)
     finally:
         proc.terminate()
         proc.wait(10)
