@@ -124,8 +124,12 @@ def default_local_root(url: str, state_dir: Path | None) -> Path:
     base = state_dir if state_dir is not None else (
         Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "prime-runs")
     root = base.expanduser() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
-    root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    os.chmod(base.expanduser() / "store", DIR_MODE)
+    try:
+        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        os.chmod(base.expanduser() / "store", DIR_MODE)
+    except OSError as exc:
+        raise StoreError(f"cannot create {root} (this machine's folder for {url}): {exc.strerror}; "
+                         "set --state-dir or XDG_CACHE_HOME to a writable folder") from None
     return root
 
 
