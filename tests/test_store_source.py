@@ -199,3 +199,21 @@ def test_the_state_is_replaced_only_from_the_version_last_read(tmp_path: Path) -
         b.save()
     assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).samples_pushed == 6
     assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).fence == 1
+
+
+def test_a_resumed_runs_superseded_episodes_are_read_from_the_store_too(tmp_path: Path) -> None:
+    """The manifests of every segment (what a resume supersedes) come through the store's
+    reads like the records do: a store run supersedes what the same run on disk does."""
+    from prime_runs_spool.content.supersede import SUPERSEDES_KEY, superseded_in_run
+    from prime_runs_spool.spool.format import encode_line
+    from support.segments import header
+
+    def segment(index: int, manifest: dict) -> bytes:
+        return encode_line(header(index=index), 0, "header") + encode_line(manifest, 1, "manifest")
+
+    one = segment(1, {"name": "run"})
+    two = segment(2, {"name": "run", SUPERSEDES_KEY: ["e-3", "e-7"]})
+    write_segment(tmp_path / "run", one, 1)
+    write_segment(tmp_path / "run", two, 2)
+    run = _run_in_store(_memory_store(), [one, two])
+    assert superseded_in_run(run) == superseded_in_run(tmp_path / "run") == {"e-3", "e-7"}

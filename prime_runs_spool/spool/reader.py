@@ -266,7 +266,7 @@ def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any
     """
     for _, path in list_segments(run_dir):
         try:
-            handle = open(path, "rb")
+            handle = _open_segment(path)
         except FileNotFoundError:
             continue
         with handle:
