@@ -361,3 +361,26 @@ def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, 
     result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--dry-run")
     assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [("dry_run", 5)], result.stderr
     assert _keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state
+
+
+def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    import threading
+    import time
+
+    from prime_runs_spool.store.lease import Lease
+
+    builder = build_run(tmp_path / "run", "store-held", 4)
+    upload_run(bucket_url, builder.run_dir, "run")
+    other = Lease(ObjectStore(bucket_url), "run/spool/sync.lease.json", owner="elsewhere:1:x", ttl=60)
+    assert other.try_take()
+    skipped = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert skipped.returncode == 0, skipped.stderr
+    [report] = reports(skipped)
+    assert report["state"] == "skipped" and "elsewhere:1:x" in report["error"] and "--wait" in report["error"]
+    threading.Timer(1.0, other.release).start()  # the other syncer finishes a second later
+    start = time.monotonic()
+    waited = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--wait")
+    assert [(r["state"], r["pushed_now"]) for r in reports(waited)] == [("synced", 4)]
+    assert time.monotonic() - start >= 1.0
+    assert_exactly_once(api, builder)
