@@ -139,8 +139,9 @@ def find_store_runs(store: ObjectStore, listing: Iterable[ObjectInfo], local_roo
                 relative = "/".join(parts[:-2])
                 segments.setdefault(relative, []).append(StoreSegment(store, info, index))
     for info in infos:
-        for relative in _owners(info.key, segments):
-            objects.setdefault(relative, {})[info.key] = info
+        owner = _owner(info.key, segments)
+        if owner is not None:
+            objects.setdefault(owner, {})[info.key] = info
     runs = []
     for relative in sorted(segments):
         found = sorted(segments[relative], key=lambda s: s.index)
@@ -149,12 +150,10 @@ def find_store_runs(store: ObjectStore, listing: Iterable[ObjectInfo], local_roo
     return runs
 
 
-def _owners(key: str, runs: dict[str, list[StoreSegment]]) -> list[str]:
-    """The run whose ``spool/`` folder holds ``key``, if any."""
-    head, marker, _ = key.rpartition(f"{SPOOL_DIRNAME}/")
-    while marker:
-        relative = head.rstrip("/")
-        if relative in runs:
-            return [relative]
-        head, marker, _ = head[:-1].rpartition(f"{SPOOL_DIRNAME}/") if head else ("", "", "")
-    return []
+def _owner(key: str, runs: dict[str, list[StoreSegment]]) -> str | None:
+    """The run whose ``spool/`` folder holds ``key`` (its state, its lease), if any."""
+    parts = key.split("/")
+    for at in range(len(parts) - 2, -1, -1):
+        if parts[at] == SPOOL_DIRNAME and "/".join(parts[:at]) in runs:
+            return "/".join(parts[:at])
+    return None
