@@ -217,3 +217,16 @@ def test_a_resumed_runs_superseded_episodes_are_read_from_the_store_too(tmp_path
     write_segment(tmp_path / "run", two, 2)
     run = _run_in_store(_memory_store(), [one, two])
     assert superseded_in_run(run) == superseded_in_run(tmp_path / "run") == {"e-3", "e-7"}
+
+
+def test_runs_are_found_at_any_depth_and_at_the_prefix_itself() -> None:
+    data, _ = build_segment([{"n": 1}])
+    store = _memory_store()
+    for key in ("spool/seg-000001.jsonl", "a/spool/seg-000001.jsonl", "a/b/c/spool/seg-000002.jsonl",
+                "a/spool/sync/d.json", "a/spool/sync.lease.json", "x/notes.txt", "y/spool/seg-x.jsonl"):
+        store.create(key, data)
+    runs = {run.relative: run for run in find_store_runs(store, store.list(), Path("/unused"))}
+    assert sorted(runs) == ["", "a", "a/b/c"]
+    assert sorted(runs["a"].objects) == ["a/spool/seg-000001.jsonl", "a/spool/sync.lease.json", "a/spool/sync/d.json"]
+    assert runs[""].key("spool", "sync.lease.json") == "spool/sync.lease.json"
+    assert str(runs["a/b/c"]) == f"{store.url}/a/b/c"
