@@ -72,6 +72,7 @@ class RunSync:
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
         index: EvaluationIndex | None = None,
+        make_protocol: Callable[..., Protocol] = Protocol,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -80,7 +81,8 @@ class RunSync:
         self.on_progress = on_progress or (lambda report: None)
         self.report = RunReport(path=str(run_dir), replay_id=options.replay_id)
         #: The exactly-once core: the state file, announcing, settling and fencing requests.
-        self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
+        #: ``make_protocol``: a subclass keeping the state elsewhere (sync/store_sync.py).
+        self.protocol = make_protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                  clock=clock, sleep=sleep, on_save=self._show)
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
