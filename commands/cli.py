@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from commands.eval import eval_command
+from commands.mirror import mirror
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -29,6 +30,7 @@ cli.add_command(status)
 cli.add_command(platform)
 cli.add_command(eval_command)
 cli.add_command(view)
+cli.add_command(mirror)
 
 
 def main() -> None:

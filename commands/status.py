@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from commands.output import require_paths
+from commands.output import fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @click.command("status")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 def status(paths: tuple[Path, ...], as_json: bool) -> None:
     """Show every run spool under PATHS (default: .): name, model, state, episodes, and per
@@ -27,7 +28,16 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
     """
     from prime_runs_spool.sync.status import statuses  # the state model: only when run
 
-    runs = statuses(require_paths(paths or (Path("."),)))
+    local = [p for p in paths if not isinstance(p, str)]
+    runs = statuses(require_paths(local or ((Path("."),) if not paths else ())))
+    for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
+        from prime_runs_spool.errors import StoreError
+        from prime_runs_spool.sync.store_sync import store_status
+
+        try:
+            runs += store_status(url)
+        except StoreError as exc:
+            fail_usage(str(exc))
     if as_json:
         click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())
         return

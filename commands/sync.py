@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from commands.output import Progress, fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.options import (
@@ -85,7 +86,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
 
 @click.command("sync")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path, readable=False))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
@@ -147,6 +148,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
 
+    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
+        sync_urls(click.get_current_context().params)
     roots = require_paths(paths or (Path("."),))
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")

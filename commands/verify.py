@@ -16,6 +16,8 @@ from typing import Any
 import click
 import orjson
 
+from commands.sync_store import PathOrURL, store_urls
+
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
 
 
@@ -50,14 +52,20 @@ def _print_human(runs: list[dict[str, Any]], empty_paths: list[str]) -> None:
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, readable=False))
+@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption."""
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
 
     try:
-        verdict = verify_paths(paths)
+        verdict = verify_paths([p for p in paths if not isinstance(p, str)])
+        for url in store_urls(paths):  # s3://bucket/prefix and the like
+            from prime_runs_spool.store.verify import verify_store
+
+            found = verify_store(url)
+            verdict.runs += found.runs
+            verdict.paths_without_runs += found.paths_without_runs
     except (NoSuchPathError, SpoolError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -3,7 +3,7 @@ what its sync state says is on the platform. Offline: no request is made."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,17 @@ def statuses(paths: Iterable[Path]) -> list[RunStatus]:
     return found
 
 
-def run_status(run_dir: Path) -> RunStatus:
+def _local_states(run_dir: Path) -> Iterator[bytes]:
+    for path in sorted(sync_dir(run_dir).glob("*.json")):
+        try:
+            yield path.read_bytes()
+        except OSError:
+            continue
+
+
+def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatus:
+    """``states``: the run's sync state documents, when they are not files beside the spool
+    (a run in an object store keeps them as objects: sync/store_sync.py)."""
     run = RunStatus(path=str(run_dir))
     try:
         spool = read_run(run_dir)
@@ -120,17 +130,9 @@ def run_status(run_dir: Path) -> RunStatus:
     run.superseded = len(superseded)
     if spool.corrupt is not None:
         run.error = corruption_message(spool.corrupt.path, spool.corrupt.corrupt_offset, spool.corrupt.corrupt_reason)
-    try:
-        state_files = sorted(sync_dir(run_dir).glob("*.json"))
-    except OSError as exc:
-        state_files = []
-        run.error = unreadable_message(exc, sync_dir(run_dir))
-    for path in state_files:
+    for document in _local_states(run_dir) if states is None else states:
         try:
-            state = SyncState.model_validate_json(path.read_bytes())
-        except OSError as exc:
-            run.error = unreadable_message(exc, path)
-            continue
+            state = SyncState.model_validate_json(document)
         except ValueError:
             continue
         run.destinations.append(DestinationStatus(
