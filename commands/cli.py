@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from commands.import_ import import_
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -25,6 +26,7 @@ cli.add_command(verify)
 cli.add_command(sync)
 cli.add_command(status)
 cli.add_command(platform)
+cli.add_command(import_)
 
 
 def main() -> None:

@@ -12,7 +12,9 @@ The tree, by layer:
 - spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
   ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
   ``NoSuchPathError``, ``NotARunError``
-- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
+- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``; importing eval
+  outputs: ``ImportSourceError`` and its ``CorruptOutputError``, ``ReadOnlySourceError``,
+  ``RewrittenOutputError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
@@ -104,6 +106,29 @@ class RunMismatchError(SpoolError, ValueError):
 
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
+
+
+class ImportSourceError(SpoolError):
+    """An eval output folder cannot be imported as it is; nothing of that run was imported."""
+
+
+class CorruptOutputError(ImportSourceError):
+    """A line of an eval output file is damaged and is not its torn last line."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}: line {line} is damaged ({reason}) and lines follow it; "
+                         "nothing of this run was imported (repair or remove that line, or re-run the eval)")
+
+
+class ReadOnlySourceError(ImportSourceError):
+    """The eval output folder cannot be written, and no state directory was given."""
+
+
+class RewrittenOutputError(ImportSourceError):
+    """``traces.jsonl`` no longer holds episodes an earlier import recorded (a resume rewrote it)."""
 
 
 class FailureKind(enum.Enum):

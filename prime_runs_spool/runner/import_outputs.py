@@ -1,0 +1,313 @@
+"""``prime-runs import``: turn an eval output folder written without a spool into one.
+
+The spool is written through ``open_run`` and ``Run.log_episodes``, the live path itself,
+so it is exactly what the eval would have written had it used a spool: the manifest built
+from the resolved config (masked by location; the launch file attached only when it sets
+no credential table), every episode masked at append, rollout numbers assigned in arrival
+order (the file's order), the summary over the whole run, one seal
+(``runner/import_outcome.py`` decides which).
+
+Idempotent and incremental. The episode ids already in the spool are compared with the
+source's: none new and the same ending means nothing is written (not even an empty
+segment); new episodes, or a different ending (a run imported while still running),
+go into one new segment, as a resumed run's would. A source that lost episodes the spool
+holds was rewritten by a ``--resume`` that retried rollouts: refused
+(:class:`RewrittenOutputError`), never imported twice over.
+
+Where the spool goes: beside the outputs (``<run dir>/spool/``), or with ``state_dir``
+under ``state_dir/imports/<digest of the source's absolute path>/<run id>/``, which is how
+a read-only source is synced without writing into it. ``spool/import.json`` records the
+source of an imported spool (``prime-runs sync`` refreshes those, and leaves spools a live
+run wrote alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import (
+    ImportSourceError,
+    NotARunError,
+    ReadOnlySourceError,
+    RewrittenOutputError,
+    SpoolError,
+)
+from prime_runs_spool.content.manifest import read_config_source
+from prime_runs_spool.content.masking import MaskRules
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, FAILED
+from prime_runs_spool.spool.layout import (
+    DIR_MODE,
+    FILE_MODE,
+    find_eval_outputs,
+    import_mark_path,
+    is_run_dir,
+    list_segments,
+    state_dir_run,
+    state_dir_source,
+    traces_path,
+)
+from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.runner.import_source import SourceRun, read_v040
+from prime_runs_spool.runner.import_v0 import read_v0
+from prime_runs_spool.runner.resume import scan_prior_run
+from prime_runs_spool.runner.run import open_run
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: The environment variable ``--state-dir`` defaults to.
+STATE_DIR_ENV = "PRIME_RUNS_STATE_DIR"
+#: Episodes handed to ``log_episodes`` at once: one fsync per batch, bounded memory.
+BATCH = 32
+
+#: Report states.
+IMPORTED = "imported"        # a new spool
+APPENDED = "appended"        # a new segment in an imported spool
+UP_TO_DATE = "up_to_date"    # nothing new
+SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
+EMPTY = "empty"              # no episode yet: nothing written
+ERROR = "error"
+
+
+@dataclass
+class ImportReport:
+    """What importing one eval output folder did."""
+
+    source: str
+    state: str
+    run_dir: str | None = None
+    run_id: str | None = None
+    name: str | None = None
+    layout: str | None = None
+    episodes_added: int = 0
+    episodes_total: int = 0
+    #: The seal the spool ends with, and the finer verdict (``cancelled`` is sealed crashed).
+    status: str | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def default_state_dir(state_dir: str | os.PathLike[str] | None) -> Path | None:
+    value = state_dir if state_dir is not None else os.environ.get(STATE_DIR_ENV) or None
+    return Path(value).expanduser() if value else None
+
+
+def source_key(source: Path) -> str:
+    """The digest a state directory files a source under: of its absolute path."""
+    return hashlib.sha256(str(source.resolve()).encode("utf-8")).hexdigest()[:16]
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` must not be written: the kernel says so (``os.access``), or no one
+    has write permission on it. The second is honoured even for root, who may write anyway:
+    a folder its owner made read-only (an artifact unpacked 0555) is left as it is."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return True
+    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:
+    """Where the spool of ``source`` lives (see the module docstring)."""
+    if state_dir is None:
+        return source
+    folder = state_dir_source(state_dir, source_key(source))
+    if folder.is_dir():  # the run id the state dir already holds wins, as for a resume
+        existing = sorted(p for p in folder.iterdir() if p.is_dir())
+        if existing:
+            return existing[0]
+    return state_dir_run(state_dir, source_key(source), _safe(run_id))
+
+
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:128] or "run"
+
+
+def read_source(output_dir: Path) -> SourceRun:
+    return read_v040(output_dir) if traces_path(output_dir).is_file() else read_v0(output_dir)
+
+
+def is_imported(run_dir: Path) -> bool:
+    return import_mark_path(run_dir).is_file()
+
+
+def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportReport:
+    """Import one eval output folder; never raises for a bad source (the report says)."""
+    report = ImportReport(source=str(output_dir), state=ERROR)
+    try:
+        _import(output_dir, state_dir, report)
+    except ImportSourceError as exc:
+        report.state, report.error = ERROR, str(exc)
+    except SpoolError as exc:
+        report.state, report.error = ERROR, f"{output_dir}: {exc}"
+    except OSError as exc:
+        report.state, report.error = ERROR, f"{output_dir}: {exc.strerror or exc} ({exc.filename or ''})"
+    return report
+
+
+def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
+                 refresh_only: bool = False) -> list[ImportReport]:
+    """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
+    does) skips folders whose spool the eval wrote itself."""
+    reports = []
+    for output_dir in find_eval_outputs(paths):
+        if refresh_only and spooled_by_eval(output_dir):
+            continue
+        reports.append(import_output(output_dir, state_dir=state_dir))
+    return reports
+
+
+def spooled_by_eval(output_dir: Path) -> bool:
+    """The eval wrote a spool beside its outputs (no import mark): sync ships that one."""
+    return is_run_dir(output_dir) and not is_imported(output_dir)
+
+
+def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
+    """An eval output folder with no spool, here or under ``state_dir``."""
+    if is_run_dir(output_dir):
+        return False
+    if state_dir is not None:
+        folder = state_dir_source(state_dir, source_key(output_dir))
+        if folder.is_dir() and any(is_run_dir(p) for p in folder.iterdir() if p.is_dir()):
+            return False
+    return True
+
+
+def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
+    if spooled_by_eval(output_dir) and state_dir is None:
+        report.state, report.run_dir = SPOOLED, str(output_dir)
+        report.reason = "the eval wrote its own spool here; prime-runs sync ships it"
+        return
+    source = read_source(output_dir)
+    report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
+    report.reason = source.outcome.reason
+    if not source.ids or source.run_id is None:
+        report.state, report.episodes_total = EMPTY, 0
+        report.reason = "no episode in the outputs yet: nothing to import"
+        return
+    run_dir = imported_run_dir(output_dir, source.run_id, state_dir)
+    report.run_dir = str(run_dir)
+    if state_dir is None and is_read_only(output_dir):
+        raise ReadOnlySourceError(
+            f"{output_dir} is read-only: keep the imported spool and the sync state elsewhere with "
+            f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
+    prior = scan_prior_run(run_dir) if list_segments(run_dir) else None
+    known = prior.episode_ids if prior is not None else set()
+    source_ids = set(source.ids)
+    lost = len(known - source_ids)
+    if lost:
+        raise RewrittenOutputError(
+            f"{traces_path(output_dir) if source.layout != 'v0' else output_dir}: {lost} episode(s) imported "
+            "earlier are no longer there (a --resume that retried rollouts rewrote the file); importing it "
+            "again would count those rollouts twice, so this run was left as it was imported")
+    new = [episode_id for episode_id in source.ids if episode_id not in known]
+    report.run_id = prior.run_id if prior is not None and prior.run_id else source.run_id
+    status_now = _status(run_dir) if prior is not None else None
+    if prior is not None and not new and status_now == source.outcome.status:
+        report.state, report.status = UP_TO_DATE, status_now
+        report.episodes_total = prior.episodes
+        return
+    report.warnings = _config_warnings(source)
+    _write(source, run_dir, report, prior is not None, set(new))
+    report.state = APPENDED if prior is not None else IMPORTED
+    report.episodes_added = len(new)
+    report.episodes_total = (prior.episodes if prior is not None else 0) + len(new)
+    report.status = source.outcome.status
+    _write_mark(run_dir, source, report)
+
+
+def _status(run_dir: Path) -> str | None:
+    try:
+        return read_run(run_dir).status
+    except (NotARunError, SpoolError):
+        return None
+
+
+def _config_warnings(source: SourceRun) -> list[str]:
+    """What ``open_run`` will warn about the launch file (a credential table, by name)."""
+    warnings: list[str] = []
+    if source.config_file is not None:
+        read_config_source(source.config_file, MaskRules.defaults_for_config(), warnings)
+    return warnings
+
+
+def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str]) -> None:
+    if not resuming:
+        os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
+    run = open_run(
+        run_dir,
+        name=source.name,
+        environments=source.environments,
+        model=source.model,
+        framework="verifiers",
+        config=source.config,
+        config_file=source.config_file,
+        num_examples=source.num_examples,
+        rollouts_per_example=source.rollouts_per_example,
+        run_id=None if resuming else source.run_id,
+        mode="offline",
+        created_at=source.created_at,
+    )
+    try:
+        batch: list[dict[str, Any]] = []
+        for episode in source.episodes():
+            if episode["id"] in new:
+                batch.append(episode)
+            if len(batch) >= BATCH:
+                run.log_episodes(batch)
+                batch = []
+        if batch:
+            run.log_episodes(batch)
+    except BaseException as exc:
+        run.abort(exc)
+        raise
+    outcome = source.outcome
+    if outcome.status == COMPLETED:
+        run.finish()
+    elif outcome.status == FAILED:
+        run.abort(outcome.reason)
+    else:
+        # crashed (cancelled included): what the live path seals for an interrupt.
+        run._close_without_finishing(CRASHED, outcome.reason)
+
+
+def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
+    """``spool/import.json``: the source of this spool, written atomically (0600)."""
+    mark = import_mark_path(run_dir)
+    data = json.dumps({"source": str(source.path.resolve()), "layout": source.layout,
+                       "run_id": report.run_id, "episodes": report.episodes_total,
+                       "source_bytes": source.size, "status": report.status}, indent=1).encode()
+    tmp = mark.with_name(f".{mark.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, mark)
+
+
+def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
+    """The given paths under which there is neither a spool nor an eval output folder: a
+    CI job that finds nothing must not look like one that shipped everything."""
+    from prime_runs_spool.spool.layout import find_runs
+
+    empty = []
+    for path in paths:
+        if next(iter(find_runs([path])), None) is None and next(iter(find_eval_outputs([path])), None) is None:
+            empty.append(path)
+    return empty
