@@ -43,7 +43,7 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, FAILED
+from prime_runs_spool.spool.format import COMPLETED, CRASHED
 from prime_runs_spool.spool.layout import (
     DIR_MODE,
     FILE_MODE,
@@ -278,11 +278,8 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
     outcome = source.outcome
     if outcome.status == COMPLETED:
         run.finish()
-    elif outcome.status == FAILED:
-        run.abort(outcome.reason)
-    else:
-        # crashed (cancelled included): what the live path seals for an interrupt.
-        run._close_without_finishing(CRASHED, outcome.reason)
+    else:  # failed, or crashed (cancelled included: what the live path seals for Ctrl-C)
+        run.abort(outcome.reason, crashed=outcome.status == CRASHED)
 
 
 def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
