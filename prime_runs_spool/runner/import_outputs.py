@@ -308,3 +308,25 @@ def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> 
         if next(iter(find_runs([path])), None) is None and next(iter(find_eval_outputs([path])), None) is None:
             empty.append(path)
     return empty
+
+
+def not_spooled(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
+    """Eval output folders under ``paths`` with no spool (beside them or in ``state_dir``)."""
+    return [p for p in find_eval_outputs(paths) if unspooled(p, state_dir)]
+
+
+def spool_roots(paths: Iterable[Path], state_dir: Path | None) -> list[Path]:
+    """Where the spools of ``paths`` are: the paths, plus (with a state directory) the folder
+    it keeps for each eval output found under them."""
+    roots = list(paths)
+    if state_dir is not None:
+        for output_dir in find_eval_outputs(list(roots)):
+            folder = state_dir_source(state_dir, source_key(output_dir))
+            if folder.is_dir():
+                roots.append(folder)
+    return roots
+
+
+def import_command(output_dir: Path, state_dir: Path | None) -> str:
+    """The command that imports ``output_dir`` (what ``status`` and ``verify`` suggest)."""
+    return f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
