@@ -232,3 +232,32 @@ def test_nothing_found_exits_1_unless_allow_empty(tmp_path: Path) -> None:
     done = cli("import", str(empty))
     assert done.returncode == 1 and "nothing found" in done.stderr
     assert cli("import", str(empty), "--allow-empty").returncode == 0
+
+
+def test_concurrent_imports_of_one_run_record_each_episode_once(tmp_path: Path) -> None:
+    import threading
+
+    root = copy_fixture(tmp_path, "vf040-completed")
+    start = threading.Barrier(6)
+    reports = []
+
+    def one() -> None:
+        start.wait()
+        reports.append(import_output(root / "vf040-completed"))
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r.state for r in reports) == ["imported"] + ["up_to_date"] * 5, [r.error for r in reports]
+    spool = read_run(root / "vf040-completed")
+    assert spool.episodes_count == 4 and len(spool.segments) == 1
+
+
+def test_everything_written_is_private(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    root = copy_fixture(tmp_path, "vf040-completed")
+    import_output(root / "vf040-completed", state_dir=state)
+    written = [p for p in state.rglob("*")]
+    assert written and all((p.stat().st_mode & 0o777) == (0o700 if p.is_dir() else 0o600) for p in written)

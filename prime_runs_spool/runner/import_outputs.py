@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from prime_runs_spool.errors import (
     ImportSourceError,
     NotARunError,
@@ -47,7 +49,9 @@ from prime_runs_spool.spool.format import COMPLETED, CRASHED
 from prime_runs_spool.spool.layout import (
     DIR_MODE,
     FILE_MODE,
+    ensure_spool_dir,
     find_eval_outputs,
+    import_lock_path,
     import_mark_path,
     is_run_dir,
     list_segments,
@@ -205,6 +209,13 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
         raise ReadOnlySourceError(
             f"{output_dir} is read-only: keep the imported spool and the sync state elsewhere with "
             f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
+    _private_dirs(run_dir)
+    ensure_spool_dir(run_dir)
+    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
+        _import_locked(source, output_dir, run_dir, report)
+
+
+def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport) -> None:
     prior = scan_prior_run(run_dir) if list_segments(run_dir) else None
     known = prior.episode_ids if prior is not None else set()
     source_ids = set(source.ids)
@@ -230,6 +241,17 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
     _write_mark(run_dir, source, report)
 
 
+def _private_dirs(run_dir: Path) -> None:
+    """Create ``run_dir`` and any missing parent as 0700 (a state directory's levels)."""
+    missing = []
+    folder = run_dir
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        os.mkdir(folder, DIR_MODE)
+
+
 def _status(run_dir: Path) -> str | None:
     try:
         return read_run(run_dir).status
@@ -246,8 +268,6 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str]) -> None:
-    if not resuming:
-        os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
     run = open_run(
         run_dir,
         name=source.name,

@@ -8,7 +8,9 @@ named here:
 - ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock,
   ``seg-NNNNNN.durable`` its live writer's durable mark;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
-  ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log.
+  ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
+- ``import.json`` and ``import.lock``, in a spool ``prime-runs import`` wrote: its source,
+  and the lock an import holds while it writes.
 """
 
 from __future__ import annotations
@@ -192,6 +194,8 @@ V0_RESULTS_NAME = "results.jsonl"
 #: Beside an imported spool's segments: where it was imported from and how far (the
 #: importer's own bookkeeping; readers and sync look only at ``seg-*`` files).
 IMPORT_MARK_NAME = "import.json"
+#: Held while an import writes a spool: two imports of one source never both write it.
+IMPORT_LOCK_NAME = "import.lock"
 #: Under ``--state-dir``: one folder per imported source run.
 STATE_IMPORTS_DIRNAME = "imports"
 
@@ -232,6 +236,10 @@ def v0_paths(output_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
 
 def import_mark_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / IMPORT_MARK_NAME
+
+
+def import_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / IMPORT_LOCK_NAME
 
 
 def state_dir_run(state_dir: str | os.PathLike[str], source_key: str, run_id: str) -> Path:
