@@ -11,26 +11,25 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import orjson
 
 from commands.output import require_paths
-from prime_runs_spool.errors import NoSuchPathError
-from prime_runs_spool.runner.import_outputs import (
-    ERROR,
-    STATE_DIR_ENV,
-    ImportReport,
-    default_state_dir,
-    import_paths,
-    paths_with_nothing,
-)
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
-EXIT_FAILED = 1
+if TYPE_CHECKING:
+    from prime_runs_spool.runner.import_outputs import ImportReport
+
+# The importer (and the writer behind it) is imported where it runs, not here:
+# ``prime-runs --help`` must not pay for it (tests/test_cli_basics.py).
 
 
 def import_line(report: ImportReport) -> list[str]:
     """One line per run (plus its warnings and error): shared with ``prime-runs sync``."""
+    from prime_runs_spool.runner.import_outputs import ERROR
+
     if report.state == ERROR:
         return [f"error       {report.source}", f"  error: {report.error}"]
     where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
@@ -67,6 +66,11 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
 
     Run it again any time: nothing is added twice; episodes appended since go into a new segment.
     """
+    import orjson
+
+    from prime_runs_spool.errors import NoSuchPathError
+    from prime_runs_spool.runner.import_outputs import ERROR, import_paths, paths_with_nothing
+
     quiet_library_warnings()
     roots = require_paths(paths)
     state = default_state_dir(state_dir)
@@ -75,7 +79,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
         empty = paths_with_nothing(roots)
     except NoSuchPathError as exc:
         click.echo(f"prime-runs: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     failed = [r for r in reports if r.state == ERROR]
     if as_json:
         click.echo(orjson.dumps({"ok": not failed and (allow_empty or not empty),
@@ -91,6 +95,6 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     if failed:
         click.echo(f"prime-runs: {len(failed)} of {len(reports)} run(s) could not be imported: {failed[0].error}",
                    err=True)
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_RUN_FAILED)
     if empty and not allow_empty:
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_RUN_FAILED)

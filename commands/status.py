@@ -10,16 +10,7 @@ import orjson
 
 from commands.import_ import nothing_found_message
 from commands.output import require_paths
-from prime_runs_spool.runner.import_outputs import (
-    STATE_DIR_ENV,
-    default_state_dir,
-    import_command,
-    not_spooled,
-    paths_with_nothing,
-    spool_roots,
-)
-from prime_runs_spool.spool.layout import find_runs
-from prime_runs_spool.sync.status import run_status
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 
 
 @click.command("status")
@@ -36,6 +27,10 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
     a path does not exist.
     """
+    from prime_runs_spool.runner.import_outputs import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.spool.layout import find_runs
+    from prime_runs_spool.sync.status import run_status  # the state model: only when run
+
     given = require_paths(paths or (Path("."),))
     state = default_state_dir(state_dir)
     runs = [run_status(run_dir) for run_dir in find_runs(spool_roots(given, state))]

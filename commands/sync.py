@@ -12,45 +12,33 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
-from prime_runs_spool.platform_api.client import PlatformClient
+from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
+from commands.output import Progress, fail_usage, require_paths
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
-from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
-from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
-from prime_runs_spool.sync.console import (
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.options import (
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_LIFETIME,
     DEFAULT_TIMEOUT,
     EXIT_OK,
     EXIT_RUN_FAILED,
-    event_printer,
-    exit_code,
-    follow_until_stopped,
-    report_lines,
 )
-from prime_runs_spool.sync.follow import FollowOptions, Follower
-from prime_runs_spool.sync.memory import return_large_blocks_promptly
-from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.many import sync_paths
-from prime_runs_spool.sync.state import Destination, local_destination, remote_destination
-from prime_runs_spool.runner.import_outputs import (
-    ERROR as IMPORT_ERROR,
-    STATE_DIR_ENV,
-    ImportReport,
-    default_state_dir,
-    import_command,
-    import_paths,
-    not_spooled,
-    paths_with_nothing,
-    spool_roots,
-)
-from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import Progress, fail_usage, require_paths
+
+if TYPE_CHECKING:
+    from prime_runs_spool.platform_api.settings import Settings
+    from prime_runs_spool.runner.import_outputs import ImportReport
+    from prime_runs_spool.sync.options import RunReport
+    from prime_runs_spool.sync.state import Destination
+
+# The machinery behind the command (the HTTP client, the state model, the engine) is
+# imported in the functions that use it, not here: ``prime-runs --help`` defines every
+# command's options and must not pay for any of it (tests/test_cli_basics.py).
 
 #: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
 #: ``--local`` links to: the embedded server itself lives only as long as the command.
@@ -66,6 +54,9 @@ def default_local_db() -> Path:
 def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None
                  ) -> Iterator[tuple[Settings, Destination, str | None]]:
     """Settings and the destination identity; for ``--local``, a running embedded platform."""
+    from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
+    from prime_runs_spool.sync.state import local_destination, remote_destination
+
     if local:
         from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
@@ -143,17 +134,22 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     and finalized once. Exit 0 when every run is synced or has nothing to do, 1 when some run
     failed or a path holds nothing to sync, 2 on a usage or configuration error.
     """
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
+    from prime_runs_spool.sync.follow import FollowOptions, Follower
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.memory import return_large_blocks_promptly
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.runner.import_outputs import (
+        ERROR as IMPORT_ERROR,
+        import_paths,
+        not_spooled,
+        paths_with_nothing,
+        spool_roots,
+    )
+
     given = require_paths(paths or (Path("."),))
-    quiet_library_warnings()
-    state = default_state_dir(state_dir)
-    empty = [] if follow else paths_with_nothing(given)
-    left_out: list[Path] = []
-    imports: list[ImportReport] = []
-    if no_import or dry_run:
-        left_out = not_spooled(given, state)
-    else:
-        imports = import_paths(given, state_dir=state, refresh_only=True)
-    roots = spool_roots(given, state)
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")
     if follow and (replay or dry_run):
@@ -164,6 +160,16 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay=replay, replay_id=replay_id, name=name, tags=tags)
+    quiet_library_warnings()
+    state = default_state_dir(state_dir)
+    empty = [] if follow else paths_with_nothing(given)
+    left_out: list[Path] = []
+    imports: list[ImportReport] = []
+    if no_import or dry_run:
+        left_out = not_spooled(given, state)
+    else:
+        imports = import_paths(given, state_dir=state, refresh_only=True)
+    roots = spool_roots(given, state)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     try:
@@ -199,6 +205,11 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
 
 def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
            *, as_json: bool, local_db: str | None, ok: bool) -> None:
+    import orjson
+
+    from prime_runs_spool.runner.import_outputs import import_command
+    from prime_runs_spool.sync.console import report_lines
+
     if as_json:
         document: dict[str, Any] = {
             "runs": [report.as_json() for report in reports],

@@ -16,17 +16,9 @@ from typing import Any
 import click
 import orjson
 
-from prime_runs_spool.errors import NoSuchPathError, SpoolError
 from commands.import_ import nothing_found_message
-from prime_runs_spool.runner.import_outputs import (
-    STATE_DIR_ENV,
-    default_state_dir,
-    import_command,
-    not_spooled,
-    paths_with_nothing,
-    spool_roots,
-)
-from prime_runs_spool.spool.verify import verify_paths
+from prime_runs_spool.errors import NoSuchPathError, SpoolError
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
@@ -68,6 +60,9 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
     Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
+    from prime_runs_spool.runner.import_outputs import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
+
     state = default_state_dir(state_dir)
     try:
         verdict = verify_paths(spool_roots(list(paths), state))

@@ -60,6 +60,7 @@ from prime_runs_spool.spool.layout import (
     traces_path,
 )
 from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV
 from prime_runs_spool.runner.import_source import SourceRun, read_v040
 from prime_runs_spool.runner.import_v0 import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
@@ -67,8 +68,6 @@ from prime_runs_spool.runner.run import open_run
 
 _log = logging.getLogger("prime_runs_spool")
 
-#: The environment variable ``--state-dir`` defaults to.
-STATE_DIR_ENV = "PRIME_RUNS_STATE_DIR"
 #: Episodes handed to ``log_episodes`` at once: one fsync per batch, bounded memory.
 BATCH = 32
 
@@ -102,11 +101,6 @@ class ImportReport:
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def default_state_dir(state_dir: str | os.PathLike[str] | None) -> Path | None:
-    value = state_dir if state_dir is not None else os.environ.get(STATE_DIR_ENV) or None
-    return Path(value).expanduser() if value else None
 
 
 def source_key(source: Path) -> str:
