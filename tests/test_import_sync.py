@@ -74,3 +74,18 @@ def test_nothing_found_is_not_success(tmp_path: Path) -> None:
         assert "nothing found: neither a spool nor eval outputs" in done.stderr and "Traceback" not in done.stderr
         allowed = cli(command[0], str(empty), *command[1:], "--allow-empty")
         assert allowed.returncode == 0, (command, allowed.stderr)
+
+
+def test_sync_picks_up_episodes_appended_since_an_earlier_import(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    traces = root / "vf040-completed" / "traces.jsonl"
+    lines = traces.read_bytes().splitlines(keepends=True)
+    traces.write_bytes(b"".join(lines[:3]))
+    db = tmp_path / "p.db"
+    first = json.loads(cli("sync", str(root), "--local", "--db", str(db), "--json").stdout)
+    assert [r["pushed_now"] for r in first["runs"]] == [3]
+    with open(traces, "ab") as handle:
+        handle.write(lines[3])
+    second = json.loads(cli("sync", str(root), "--local", "--db", str(db), "--json").stdout)
+    assert [(r["state"], r["episodes_added"]) for r in second["imports"]] == [("appended", 1)]
+    assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in second["runs"]] == [("synced", 1, 4)]
