@@ -261,3 +261,14 @@ def test_everything_written_is_private(tmp_path: Path) -> None:
     import_output(root / "vf040-completed", state_dir=state)
     written = [p for p in state.rglob("*")]
     assert written and all((p.stat().st_mode & 0o777) == (0o700 if p.is_dir() else 0o600) for p in written)
+
+
+def test_abort_with_a_status_seals_that_status(tmp_path: Path) -> None:
+    from prime_runs_spool import open_run
+
+    run = open_run(tmp_path / "r", name="r")
+    with pytest.raises(ValueError):
+        run.abort("no", status="completed")
+    run.abort("the outputs do not say", status="crashed")
+    segment = read_run(tmp_path / "r").segments[-1]
+    assert segment.sealed == "crashed"

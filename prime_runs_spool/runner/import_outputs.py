@@ -45,7 +45,7 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
-from prime_runs_spool.spool.format import COMPLETED, CRASHED
+from prime_runs_spool.spool.format import COMPLETED
 from prime_runs_spool.spool.layout import (
     DIR_MODE,
     FILE_MODE,
@@ -293,7 +293,7 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
     if outcome.status == COMPLETED:
         run.finish()
     else:  # failed, or crashed (cancelled included: what the live path seals for Ctrl-C)
-        run.abort(outcome.reason, crashed=outcome.status == CRASHED)
+        run.abort(outcome.reason, status=outcome.status)
 
 
 def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:

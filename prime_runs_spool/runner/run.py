@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import CRASHED, EPISODE, FAILED, MANIFEST, Payload, prepare, to_jsonable
+from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload, prepare, to_jsonable
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
@@ -301,18 +301,20 @@ class Run:
         """
         return self._ending.finish(summary)
 
-    def abort(self, error: BaseException | str, *, crashed: bool | None = None) -> None:
+    def abort(self, error: BaseException | str, *, status: str | None = None) -> None:
         """Seal the run ``failed``, or ``crashed`` for an interrupt or a cancellation.
 
-        The error is recorded as one line (``Type: message``, truncated). ``crashed``
-        overrides the choice when the caller knows how the run ended better than the error's
-        type says (``prime-runs import`` reads it from the eval's outputs). Never raises on
+        The error is recorded as one line (``Type: message``, truncated). ``status`` (a seal
+        status other than ``completed``) overrides the choice when the caller knows how the
+        run ended better than the error's type says (``prime-runs import`` reads it from the
+        eval's outputs). Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
         :meth:`finish`.
         """
-        status = seal_status_for(error) if crashed is None else (CRASHED if crashed else FAILED)
-        self._ending.close_without_finishing(status, describe_error(error))
+        if status is not None and (status == COMPLETED or status not in SEAL_STATUSES):
+            raise ValueError(f"abort seals one of {[s for s in SEAL_STATUSES if s != COMPLETED]}, not {status!r}")
+        self._ending.close_without_finishing(status or seal_status_for(error), describe_error(error))
 
     # -- context manager ------------------------------------------------------------------
 
