@@ -192,7 +192,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     progress.close()
     failed_imports = [r for r in imports if r.state == IMPORT_ERROR]
     code = exit_code(reports)
-    if failed_imports or (empty and not allow_empty):
+    # Nothing to push at all (no spool, no eval output with an episode) is not success either.
+    nothing = not reports and not allow_empty and not empty and not left_out
+    if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
     _print(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
     for path in empty:
@@ -200,6 +202,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     if failed_imports:
         click.echo(f"prime-runs: {len(failed_imports)} run(s) could not be imported: {failed_imports[0].error}",
                    err=True)
+    elif nothing:
+        click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "
+                   "(--allow-empty makes this exit 0)", err=True)
     sys.exit(code)
 
 

@@ -89,3 +89,28 @@ def test_sync_picks_up_episodes_appended_since_an_earlier_import(tmp_path: Path)
     second = json.loads(cli("sync", str(root), "--local", "--db", str(db), "--json").stdout)
     assert [(r["state"], r["episodes_added"]) for r in second["imports"]] == [("appended", 1)]
     assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in second["runs"]] == [("synced", 1, 4)]
+
+
+def test_outputs_without_any_episode_are_nothing_to_sync(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    (root / "vf040-completed" / "traces.jsonl").write_bytes(b"")  # died before its first rollout
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"))
+    assert done.returncode == 1 and "nothing to sync" in done.stderr
+    assert "no episode in the outputs yet" in done.stdout
+    assert cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--allow-empty").returncode == 0
+
+
+def test_a_spool_the_eval_wrote_itself_is_left_alone(tmp_path: Path) -> None:
+    from prime_runs_spool import open_run, read_run
+
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
+    with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
+        run.log_episodes(episodes[:2])  # the live path spooled only these
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["imports"] == []
+    assert [r["pushed_now"] for r in report["runs"]] == [2]
+    assert read_run(run_dir).episodes_count == 2
+    assert "not spooled" not in cli("status", str(root)).stdout
