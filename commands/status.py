@@ -64,6 +64,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                 line += f" (replay {dest.replay_id[:8]})"
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
+            if dest.skipped_too_large:
+                line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
             if dest.url:
                 line += f"  {dest.url}"
             click.echo(line)

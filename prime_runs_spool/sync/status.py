@@ -28,6 +28,8 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
+    #: Episodes sync passed over because no request can carry one of their rows.
+    skipped_too_large: int = 0
 
 
 @dataclass
@@ -87,5 +89,6 @@ def run_status(run_dir: Path) -> RunStatus:
             samples_pushed=state.samples_pushed, episodes_pushed=state.episodes_pushed,
             pending=_episodes_after(run_dir, state), finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
-            in_flight=state.in_flight.kind if state.in_flight else None))
+            in_flight=state.in_flight.kind if state.in_flight else None,
+            skipped_too_large=len(state.skipped_too_large)))
     return run
