@@ -71,3 +71,12 @@ def test_lines_appended_after_the_scan_are_left_for_the_next_import(tmp_path: Pa
     with open(path, "ab") as handle:
         handle.write(b'{"id":"b","traces":[]}\n')
     assert [e["id"] for e in iter_episodes(scan)] == ["a"]
+
+
+def test_an_episode_the_run_would_refuse_is_refused_before_anything_is_imported(tmp_path: Path) -> None:
+    from prime_runs_spool.errors import ImportSourceError
+
+    path = tmp_path / "traces.jsonl"
+    _write(path, [{"id": "a", "traces": []}, {"id": "b", "traces": [{"metrics": [1, 2]}]}])
+    with pytest.raises(ImportSourceError, match="line 2 cannot be recorded"):
+        scan_traces(path)

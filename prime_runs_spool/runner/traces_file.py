@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.errors import CorruptOutputError
+from prime_runs_spool.content.episodes import check_episode
+from prime_runs_spool.errors import CorruptOutputError, ImportSourceError, MalformedEpisodeError
 
 
 @dataclass
@@ -83,6 +84,11 @@ def scan_traces(path: Path) -> TracesScan:
             pending = (number, reason)  # a torn tail, unless a line follows (it cannot)
             scan.torn_bytes = len(raw)
             continue
+        try:
+            check_episode(record)  # refused here, whole, rather than half-way through the import
+        except MalformedEpisodeError as exc:
+            raise ImportSourceError(f"{path}: line {number} cannot be recorded ({exc}); "
+                                    "nothing of this run was imported") from None
         _observe(scan, record)
         scan.end = end
     return scan
