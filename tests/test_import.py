@@ -272,3 +272,16 @@ def test_abort_with_a_status_seals_that_status(tmp_path: Path) -> None:
     run.abort("the outputs do not say", status="crashed")
     segment = read_run(tmp_path / "r").segments[-1]
     assert segment.sealed == "crashed"
+
+
+def test_a_run_the_eval_spooled_itself_is_never_imported_even_into_a_state_dir(tmp_path: Path) -> None:
+    from prime_runs_spool import open_run
+
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    with open_run(run_dir, name="live") as run:
+        run.log_episodes(traces_of(run_dir)[:1])
+    for state_dir in (None, tmp_path / "state"):
+        report = import_output(run_dir, state_dir=state_dir)
+        assert report.state == "spooled" and report.episodes_added == 0
+    assert not (tmp_path / "state").exists()

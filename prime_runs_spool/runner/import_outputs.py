@@ -186,7 +186,7 @@ def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
 
 
 def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
-    if spooled_by_eval(output_dir) and state_dir is None:
+    if spooled_by_eval(output_dir):  # with or without a state dir: one spool per run, ever
         report.state, report.run_dir = SPOOLED, str(output_dir)
         report.reason = "the eval wrote its own spool here; prime-runs sync ships it"
         return
