@@ -202,6 +202,7 @@ def test_a_rewritten_traces_file_is_refused_and_left_as_imported(tmp_path: Path)
     ("vf040-completed", "completed", "completed"),
     ("vf040-cancelled", "crashed", "cancelled"),
     ("vf040-torn", "crashed", "crashed"),
+    ("vf040-killed", "crashed", "crashed"),  # SIGKILL: the log ends mid-run, no teardown
 ])
 def test_how_the_run_ended(tmp_path: Path, case: str, status: str, kind: str) -> None:
     root = copy_fixture(tmp_path, case)
