@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 
 def import_line(report: ImportReport) -> list[str]:
     """One line per run (plus its warnings and error): shared with ``prime-runs sync``."""
-    from prime_runs_spool.runner.import_outputs import ERROR
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES
 
-    if report.state == ERROR:
-        return [f"error       {report.source}", f"  error: {report.error}"]
+    if report.state in FAILED_STATES:
+        return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
     where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
     if report.state in ("imported", "appended", "up_to_date"):
         line = (f"{report.state:<11} {report.source}{where}: {report.episodes_added} episode(s) added, "
@@ -69,7 +69,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     import orjson
 
     from prime_runs_spool.errors import NoSuchPathError
-    from prime_runs_spool.runner.import_outputs import ERROR, import_paths, paths_with_nothing
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES, import_paths, paths_with_nothing
 
     quiet_library_warnings()
     roots = require_paths(paths)
@@ -80,7 +80,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     except NoSuchPathError as exc:
         click.echo(f"prime-runs: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    failed = [r for r in reports if r.state == ERROR]
+    failed = [r for r in reports if r.state in FAILED_STATES]
     if as_json:
         click.echo(orjson.dumps({"ok": not failed and (allow_empty or not empty),
                                  "imports": [r.as_json() for r in reports],

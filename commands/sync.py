@@ -142,7 +142,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.runner.import_outputs import (
-        ERROR as IMPORT_ERROR,
+        FAILED_STATES as IMPORT_FAILED,
         import_paths,
         not_spooled,
         paths_with_nothing,
@@ -190,7 +190,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                    "for the traceback)", err=True)
         sys.exit(EXIT_RUN_FAILED)
     progress.close()
-    failed_imports = [r for r in imports if r.state == IMPORT_ERROR]
+    failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     code = exit_code(reports)
     # Nothing to push at all (no spool, no eval output with an episode) is not success either.
     nothing = not reports and not allow_empty and not empty and not left_out

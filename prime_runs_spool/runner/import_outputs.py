@@ -78,6 +78,9 @@ UP_TO_DATE = "up_to_date"    # nothing new
 SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
 EMPTY = "empty"              # no episode yet: nothing written
 ERROR = "error"
+LEFT = "left"                # rewritten by a resume: left as it was imported (an error too)
+#: The states that make ``prime-runs import`` and ``sync`` exit 1.
+FAILED_STATES = (ERROR, LEFT)
 
 
 @dataclass
@@ -148,6 +151,8 @@ def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportR
     report = ImportReport(source=str(output_dir), state=ERROR)
     try:
         _import(output_dir, state_dir, report)
+    except RewrittenOutputError as exc:
+        report.state, report.error = LEFT, str(exc)
     except ImportSourceError as exc:
         report.state, report.error = ERROR, str(exc)
     except SpoolError as exc:
