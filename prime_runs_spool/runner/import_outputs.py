@@ -232,6 +232,10 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
         report.episodes_total = prior.episodes
         return
     report.warnings = _config_warnings(source)
+    if prior is None:
+        # Marked before the first segment exists: nobody ever sees this spool without its
+        # mark and takes it for one the eval wrote itself.
+        _write_mark(run_dir, source, report)
     _write(source, run_dir, report, prior is not None, set(new))
     report.state = APPENDED if prior is not None else IMPORTED
     report.episodes_added = len(new)
