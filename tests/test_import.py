@@ -287,3 +287,36 @@ def test_a_run_the_eval_spooled_itself_is_never_imported_even_into_a_state_dir(t
         report = import_output(run_dir, state_dir=state_dir)
         assert report.state == "spooled" and report.episodes_added == 0
     assert not (tmp_path / "state").exists()
+
+
+def test_an_import_killed_midway_is_completed_by_the_next_each_episode_once(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    originals = traces_of(run_dir)
+    with open(run_dir / "traces.jsonl", "w") as handle:  # 1,200 episodes: long enough to kill midway
+        for n in range(1200):
+            record = json.loads(json.dumps(originals[n % 4]))
+            record["id"] = f"{n:05d}-{record['id']}"
+            handle.write(json.dumps(record) + "\n")
+    proc = subprocess.Popen(CLI + ["import", str(run_dir)], env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if segment.exists() and segment.stat().st_size > 200_000:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the import finished before it could be killed"
+    partial = read_run(run_dir).episodes_count
+    assert 0 < partial < 1200
+    report = import_output(run_dir)
+    assert (report.state, report.episodes_total, report.status) == ("appended", 1200, "completed")
+    ids = [r.meta["episode_id"] for r in read_run(run_dir).records() if r.type == "episode"]
+    assert ids == [f"{n:05d}-{originals[n % 4]['id']}" for n in range(1200)]  # each once, in order
+    assert import_output(run_dir).state == "up_to_date"
