@@ -320,3 +320,15 @@ def test_an_import_killed_midway_is_completed_by_the_next_each_episode_once(tmp_
     ids = [r.meta["episode_id"] for r in read_run(run_dir).records() if r.type == "episode"]
     assert ids == [f"{n:05d}-{originals[n % 4]['id']}" for n in range(1200)]  # each once, in order
     assert import_output(run_dir).state == "up_to_date"
+
+
+def test_a_clean_launch_file_is_recorded_as_config_source(tmp_path: Path) -> None:
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    launch = run_dir / "configs" / "eval.toml"
+    text = launch.read_text()
+    clean = text[: text.index("[client.headers]")] + text[text.index("[env.taskset]"):]
+    launch.write_text(clean)
+    report = import_output(run_dir)
+    assert report.warnings == []
+    assert read_run(run_dir).manifest["config_source"] == {"format": "toml", "text": clean, "filename": "eval.toml"}
