@@ -6,8 +6,6 @@ import sys
 
 import click
 
-from prime_runs_spool.errors import StoreError
-
 
 @click.group("platform")
 def platform() -> None:
@@ -19,7 +17,9 @@ def platform() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on; 0 picks a free one.")
-@click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN' on /api/.")
+@click.option("--token", default=None,
+              help="Require 'Authorization: Bearer TOKEN' on /api/, and the token (entered once in "
+                   "the browser) on every dashboard page. Required for a non-loopback --host.")
 @click.option("--frontend-url", default=None,
               help="Base of viewer_url links (default: this server's own URL).")
 @click.option("--request-deadline", type=click.FloatRange(0), default=None,
@@ -32,14 +32,17 @@ def serve_command(
     """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
 
     Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
-    address cannot be bound).
+    address cannot be bound, a non-loopback --host without --token).
     """
+    from prime_runs_spool.errors import StoreError, UnsafeListenError
+
     try:
-        from prime_runs_spool.local_platform.server import serve  # the server stack only when serving
+        # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving
+        from prime_runs_spool.local_platform.server import serve
 
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
               request_deadline=request_deadline, out=sys.stdout)
-    except StoreError as exc:
+    except (StoreError, UnsafeListenError) as exc:
         _usage_error(str(exc))
     except OSError as exc:
         _usage_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
