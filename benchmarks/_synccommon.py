@@ -119,9 +119,10 @@ class Platform:
 
 
 @contextmanager
-def platform(db: Path) -> Iterator[Platform]:
-    """``prime-runs platform serve`` in its own process (its own GIL) on ``db``."""
-    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0"],
+def platform(db: Path, *extra: str) -> Iterator[Platform]:
+    """``prime-runs platform serve`` in its own process (its own GIL) on ``db`` (``extra``:
+    more options, e.g. ``--traces``)."""
+    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0", *extra],
                             cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)

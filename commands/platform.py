@@ -25,9 +25,12 @@ def platform() -> None:
 @click.option("--request-deadline", type=click.FloatRange(0), default=None,
               help="Refuse (503, nothing written) a write still uncommitted this many seconds "
                    "after its request arrived.")
+@click.option("--traces", is_flag=True,
+              help="Turn the Prime Traces service on (off, it answers service_not_enabled, like an "
+                   "account without it; see docs/local-platform.md).")
 def serve_command(
     db_path: str, host: str, port: int, token: str | None, frontend_url: str | None,
-    request_deadline: float | None,
+    request_deadline: float | None, traces: bool,
 ) -> None:
     """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
 
@@ -41,7 +44,7 @@ def serve_command(
         from prime_runs_spool.local_platform.server import serve
 
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
-              request_deadline=request_deadline, out=sys.stdout)
+              request_deadline=request_deadline, traces=traces, out=sys.stdout)
     except (StoreError, UnsafeListenError) as exc:
         _usage_error(str(exc))
     except OSError as exc:

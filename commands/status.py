@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -11,6 +12,10 @@ import orjson
 from commands.import_ import nothing_found_message
 from commands.output import require_paths
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.options import SAMPLES, TRACES
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.status import DestinationStatus
 
 
 @click.command("status")
@@ -59,7 +64,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         for dest in run.destinations:
             done = "finalized" if dest.finalized else (dest.terminal or "open")
             line = (f"  -> {dest.destination}{' team ' + dest.team_id if dest.team_id else ''}: "
-                    f"{dest.samples_pushed} samples pushed, {dest.pending} episodes pending, {done}")
+                    f"{_held(dest)}, {dest.pending} episodes pending, {done}")
             if dest.replay_id:
                 line += f" (replay {dest.replay_id[:8]})"
             if dest.in_flight:
@@ -70,3 +75,13 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                 line += f"  {dest.url}"
             click.echo(line)
     sys.exit(code)
+
+
+def _held(dest: DestinationStatus) -> str:
+    """What the destination's store holds of the run, in that store's own terms."""
+    if dest.store == TRACES:
+        return (f"to traces: {dest.episodes_pushed} episodes ({dest.traces_pushed} traces) "
+                f"in {dest.uploads} uploads")
+    if dest.store == SAMPLES or dest.samples_pushed:
+        return f"to samples: {dest.samples_pushed} samples pushed"
+    return "nothing pushed yet"

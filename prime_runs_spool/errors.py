@@ -175,6 +175,14 @@ class PlatformError(SpoolError):
         super().__init__(message)
 
 
+class ServiceNotEnabled(PlatformError):
+    """Prime Traces answered ``service_not_enabled``: the account has it turned off, so
+    ``sync --to auto`` sends the run to legacy samples (when no batch was committed yet)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(FailureKind.FATAL, message, status=status)
+
+
 class SampleTooLargeError(SpoolError, ValueError):
     """Even a single trace's row cannot fit in one request: the episode cannot be sent.
 

@@ -30,6 +30,7 @@ from prime_runs_spool.errors import DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
+from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
 from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
@@ -190,13 +191,15 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
-               request_deadline: float | None = None) -> Starlette:
+               request_deadline: float | None = None, traces: bool = False) -> Starlette:
     """The platform app over ``store``.
 
     ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
     where ``/dashboard/evaluations/{id}`` serves a read-only page, so the link sync prints
-    opens something real.
+    opens something real. ``traces`` turns the Prime Traces service on (local_platform/traces.py);
+    off, it answers ``service_not_enabled`` like an account that has it turned off.
     """
+    traces_store = TracesStore(store)
 
     def viewer_url(request: Request, evaluation_id: str) -> str:
         base = frontend_url or str(request.base_url)
@@ -332,6 +335,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route("/", home, methods=["GET"]),
         # The dashboard is the viewer over this store; the gate below covers it.
         Mount(DASHBOARD, app=_Dashboard(store)),
+        *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
     # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
     middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token

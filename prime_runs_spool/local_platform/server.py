@@ -41,8 +41,11 @@ class EmbeddedPlatform:
         port: int = 0,
         frontend_url: str | None = None,
         request_deadline: float | None = None,
+        traces: bool = False,
     ) -> None:
         self.db_path = Path(db_path)
+        #: Whether the Prime Traces service is on (off: it answers ``service_not_enabled``).
+        self.traces = traces
         self.token = token
         self.host = host
         self.port = port
@@ -65,7 +68,7 @@ class EmbeddedPlatform:
         self._store = Store(self.db_path)
         try:
             app = create_app(self._store, token=self.token, frontend_url=self.frontend_url,
-                             request_deadline=self.request_deadline)
+                             request_deadline=self.request_deadline, traces=self.traces)
             self._server = EmbeddedServer(app, host=self.host, port=self.port, name="prime-runs-platform")
             self._server.__enter__()
         except BaseException:
@@ -98,6 +101,7 @@ def serve(
     token: str | None = None,
     frontend_url: str | None = None,
     request_deadline: float | None = None,
+    traces: bool = False,
     out: TextIO,
 ) -> None:
     """Serve until SIGTERM or SIGINT; write the base URL as the first line of ``out``.
@@ -108,4 +112,4 @@ def serve(
     """
     check_listen(host, token)
     run_until_signalled(EmbeddedPlatform(db_path, token, host=host, port=port, frontend_url=frontend_url,
-                                         request_deadline=request_deadline), out)
+                                         request_deadline=request_deadline, traces=traces), out)

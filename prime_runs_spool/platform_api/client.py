@@ -124,6 +124,8 @@ class PlatformClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
+        #: Seconds to wait for one answer: the traces client (sync/traces.py) waits as long.
+        self.timeout = timeout
         self._timeout = timeout
         self._transport = transport
         self._lock = threading.Lock()
