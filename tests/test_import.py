@@ -72,10 +72,7 @@ def upstream_rows(episodes: list[dict[str, Any]], evaluation_id: str) -> list[di
         episode = WireEpisode.model_validate({**record, "traces": []})
         episode.traces = [Trace[WireTaskData].model_validate(trace) for trace in record["traces"]]
         objects.append(episode)
-    rows = json.loads(json.dumps(build_samples(objects)))
-    for row in rows:  # the wrapper as uploaded: the SDK stamps the run on member traces too
-        row["info"]["native_wrapper"] = stamp_run(row["info"]["native_wrapper"], evaluation_id)
-    return rows
+    return json.loads(json.dumps(build_samples(objects)))
 
 
 def test_import_then_sync_local_one_evaluation_per_run_rows_are_the_projection(tmp_path: Path) -> None:
@@ -89,7 +86,7 @@ def test_import_then_sync_local_one_evaluation_per_run_rows_are_the_projection(t
     reports = {Path(r["path"]).name: r for r in json.loads(synced.stdout)["runs"]}
     assert {name: r["pushed_now"] for name, r in reports.items()} == {
         "vf040-completed": 4, "vf040-cancelled": 1, "v0-completed": 4}
-    assert reports["vf040-completed"]["state"] == "synced" and reports["vf040-cancelled"]["state"] == "crashed"
+    assert reports["vf040-completed"]["state"] == "synced" and reports["vf040-cancelled"]["state"] == "cancelled"
 
     stored = db_rows(db)
     assert len(stored) == 3  # one evaluation per run
@@ -186,21 +183,48 @@ def test_a_bad_middle_line_refuses_that_run_and_the_others_go_on(tmp_path: Path)
     assert read_run(root / "vf040-completed").episodes_count == 4
 
 
-def test_a_rewritten_traces_file_is_refused_and_left_as_imported(tmp_path: Path) -> None:
+def test_a_resume_that_retried_rollouts_supersedes_them_as_the_live_path_does(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-completed")
     run_dir = root / "vf040-completed"
+    traces = run_dir / "traces.jsonl"
+    episodes = traces_of(run_dir)
+    episodes[1]["ok"] = False  # an errored attempt: what verifiers' --resume re-runs
+    traces.write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    assert import_output(run_dir).episodes_added == 4
+    retry = json.loads(json.dumps(episodes[1]))
+    retry["id"], retry["ok"] = "retry-of-" + episodes[1]["id"], True
+    # verifiers' resume rewrites the file with the rollouts it keeps, then appends the retries.
+    final = [episodes[0], episodes[2], episodes[3], retry]
+    traces.write_text("".join(json.dumps(e) + "\n" for e in final))
+    report = import_output(run_dir)
+    assert (report.state, report.episodes_added, report.superseded, report.episodes_total) == ("appended", 1, 1, 4)
+    assert read_run(run_dir).segments[-1].sealed == "completed"
+    again = import_output(run_dir)
+    assert (again.state, again.episodes_total) == ("up_to_date", 4)
+    assert len(read_run(run_dir).segments) == 2
+    db = tmp_path / "p.db"
+    synced = cli("sync", str(root), "--local", "--db", str(db), "--json")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    ((evaluation, rows),) = db_rows(db)
+    assert [row["sample_id"] for row in rows] == [e["id"] for e in final]  # each slot once, the retry
+    assert rows == upstream_rows(final, evaluation["evaluation_id"])
+
+
+def test_a_changed_v0_results_file_is_left_as_imported(tmp_path: Path) -> None:
+    root = copy_fixture(tmp_path, "v0-completed")
+    run_dir = root / "v0-completed"
     import_output(run_dir)
     before = spool_files(run_dir)
-    lines = (run_dir / "traces.jsonl").read_bytes().splitlines(keepends=True)
-    (run_dir / "traces.jsonl").write_bytes(b"".join(lines[1:]))  # a resume dropped an errored attempt
+    results = run_dir / "results.jsonl"
+    results.write_bytes(b"".join(results.read_bytes().splitlines(keepends=True)[1:]))
     report = import_output(run_dir)
-    assert report.state == "left" and "rewrote the file" in report.error
+    assert report.state == "left" and "no longer in results.jsonl" in report.error
     assert spool_files(run_dir) == before
 
 
 @pytest.mark.parametrize("case, status, kind", [
     ("vf040-completed", "completed", "completed"),
-    ("vf040-cancelled", "crashed", "cancelled"),
+    ("vf040-cancelled", "cancelled", "cancelled"),
     ("vf040-torn", "crashed", "crashed"),
     ("vf040-killed", "crashed", "crashed"),  # SIGKILL: the log ends mid-run, no teardown
 ])

@@ -13,7 +13,7 @@ So, for the latest attempt (``logs/latest``, else the highest ``attempt_N``):
 | what the outputs show | kind | seal |
 | --- | --- | --- |
 | a torn last line of ``traces.jsonl`` (verifiers writes each line whole, under a lock, shielded from cancellation: only a dying process tears one) | crashed | ``crashed`` |
-| the interrupt line | cancelled | ``crashed`` (what the live path seals for Ctrl-C) |
+| the interrupt line | cancelled | ``cancelled`` (``interrupted``, as the live path seals a Ctrl-C) |
 | every planned rollout in ``traces.jsonl``, no torn tail | completed | ``completed`` |
 | rollouts missing, the teardown line after the last rollout started | failed | ``failed`` |
 | anything else: killed, still running, no log, no plan | crashed | ``crashed`` |
@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, FAILED
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
 from prime_runs_spool.spool.layout import LATEST_LOG_LINK, LOGS_DIRNAME, EVAL_LOG_NAME, attempt_log_paths
 
-CANCELLED = "cancelled"
 _PLAN = re.compile(r"running (\d+)x(\d+) rollouts")
 _INTERRUPTED = "interrupted"
 _TEARDOWN = "interception down"
@@ -88,7 +87,7 @@ def v040_outcome(output_dir: Path, per_task: dict[Any, int], torn: bool) -> Outc
                        f"({planned} complete rollouts written)", tasks, rollouts)
     lines = _read(latest)
     if any(_INTERRUPTED in line and "WARNING" in line for line in lines):
-        return Outcome(CRASHED, CANCELLED, f"cancelled: vf-eval was interrupted (SIGINT or SIGTERM) with "
+        return Outcome(CANCELLED, CANCELLED, f"cancelled: vf-eval was interrupted (SIGINT or SIGTERM) with "
                        f"{planned} rollouts written", tasks, rollouts)
     complete = (tasks is not None and rollouts is not None and len(per_task) >= tasks
                 and all(count >= rollouts for count in per_task.values()))

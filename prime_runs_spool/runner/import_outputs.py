@@ -10,9 +10,11 @@ order (the file's order), the summary over the whole run, one seal
 Idempotent and incremental. The episode ids already in the spool are compared with the
 source's: none new and the same ending means nothing is written (not even an empty
 segment); new episodes, or a different ending (a run imported while still running),
-go into one new segment, as a resumed run's would. A source that lost episodes the spool
-holds was rewritten by a ``--resume`` that retried rollouts: refused
-(:class:`RewrittenOutputError`), never imported twice over.
+go into one new segment, as a resumed run's would. A ``traces.jsonl`` that lost episodes
+the spool holds was rewritten by a ``--resume`` that retried rollouts: the lost ones are
+superseded by the new segment, the rule a live resume follows (content/supersede.py), so
+each slot counts once. The older layout has no resume: a ``results.jsonl`` that lost rows is
+refused (:class:`RewrittenOutputError`) and the run left as it was imported.
 
 Where the spool goes: beside the outputs (``<run dir>/spool/``), or with ``state_dir``
 under ``state_dir/imports/<digest of the source's absolute path>/<run id>/``, which is how
@@ -45,7 +47,9 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
-from prime_runs_spool.spool.format import COMPLETED
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.spool.layout import (
     DIR_MODE,
     FILE_MODE,
@@ -57,11 +61,11 @@ from prime_runs_spool.spool.layout import (
     list_segments,
     state_dir_run,
     state_dir_source,
-    traces_path,
+    verifiers_traces_path,
 )
 from prime_runs_spool.spool.reader import read_run
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV
-from prime_runs_spool.runner.import_source import SourceRun, read_v040
+from prime_runs_spool.runner.import_source import V0, SourceRun, read_v040
 from prime_runs_spool.runner.import_v0 import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
 from prime_runs_spool.runner.run import open_run
@@ -94,6 +98,9 @@ class ImportReport:
     name: str | None = None
     layout: str | None = None
     episodes_added: int = 0
+    #: Episodes of the spool this import superseded (a resume rewrote traces.jsonl).
+    superseded: int = 0
+    #: The run's effective episodes in the spool (superseded ones left out).
     episodes_total: int = 0
     #: The seal the spool ends with, and the finer verdict (``cancelled`` is sealed crashed).
     status: str | None = None
@@ -139,7 +146,7 @@ def _safe(run_id: str) -> str:
 
 
 def read_source(output_dir: Path) -> SourceRun:
-    return read_v040(output_dir) if traces_path(output_dir).is_file() else read_v0(output_dir)
+    return read_v040(output_dir) if verifiers_traces_path(output_dir).is_file() else read_v0(output_dir)
 
 
 def is_imported(run_dir: Path) -> bool:
@@ -215,19 +222,15 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
 
 
 def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport) -> None:
-    prior = scan_prior_run(run_dir) if list_segments(run_dir) else None
+    resuming = bool(list_segments(run_dir))
+    already = superseded_in_run(run_dir) if resuming else set()
+    prior = scan_prior_run(run_dir, already) if resuming else None
     known = prior.episode_ids if prior is not None else set()
-    source_ids = set(source.ids)
-    lost = len(known - source_ids)
-    if lost:
-        raise RewrittenOutputError(
-            f"{traces_path(output_dir) if source.layout != 'v0' else output_dir}: {lost} episode(s) imported "
-            "earlier are no longer there (a --resume that retried rollouts rewrote the file); importing it "
-            "again would count those rollouts twice, so this run was left as it was imported")
-    new = [episode_id for episode_id in source.ids if episode_id not in known]
+    supersedes = _superseded_now(run_dir, source, already) if prior is not None else []
+    new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
     report.run_id = prior.run_id if prior is not None and prior.run_id else source.run_id
     status_now = _status(run_dir) if prior is not None else None
-    if prior is not None and not new and status_now == source.outcome.status:
+    if prior is not None and not new and not supersedes and status_now == source.outcome.status:
         report.state, report.status = UP_TO_DATE, status_now
         report.episodes_total = prior.episodes
         return
@@ -236,12 +239,34 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
         # Marked before the first segment exists: nobody ever sees this spool without its
         # mark and takes it for one the eval wrote itself.
         _write_mark(run_dir, source, report)
-    _write(source, run_dir, report, prior is not None, set(new))
+    _write(source, run_dir, report, prior is not None, set(new), supersedes)
     report.state = APPENDED if prior is not None else IMPORTED
     report.episodes_added = len(new)
-    report.episodes_total = (prior.episodes if prior is not None else 0) + len(new)
+    report.superseded = len(supersedes)
+    report.episodes_total = (prior.episodes if prior is not None else 0) - len(supersedes) + len(new)
     report.status = source.outcome.status
     _write_mark(run_dir, source, report)
+
+
+def _superseded_now(run_dir: Path, source: SourceRun, already: set[str]) -> list[str]:
+    """The spool's episodes the source no longer holds: a ``--resume`` that retried rollouts
+    rewrote ``traces.jsonl`` without them, and re-ran their slots. The same rule as a live
+    resume (content/supersede.py): they are superseded, in spool order. The older layout
+    has no resume, so a changed ``results.jsonl`` is refused instead."""
+    kept = set(source.ids) | already
+    gone = superseded_ids((record_id for record_id in _spool_episode_ids(run_dir)), kept)
+    if gone and source.layout == V0:
+        raise RewrittenOutputError(
+            f"{source.path}: {len(gone)} row(s) imported earlier are no longer in results.jsonl; the older "
+            "layout has no resume that would explain it, so this run was left as it was imported")
+    return gone
+
+
+def _spool_episode_ids(run_dir: Path) -> Iterable[str | None]:
+    for record in read_run(run_dir).records():
+        if record.type == EPISODE:
+            meta = record.meta or {}
+            yield meta.get("episode_id") or episode_id_of(record.data)
 
 
 def _private_dirs(run_dir: Path) -> None:
@@ -270,7 +295,8 @@ def _config_warnings(source: SourceRun) -> list[str]:
     return warnings
 
 
-def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str]) -> None:
+def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
+           supersedes: list[str]) -> None:
     run = open_run(
         run_dir,
         name=source.name,
@@ -284,6 +310,7 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
         run_id=None if resuming else source.run_id,
         mode="offline",
         created_at=source.created_at,
+        supersedes=supersedes,
     )
     try:
         batch: list[dict[str, Any]] = []
@@ -301,7 +328,9 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
     outcome = source.outcome
     if outcome.status == COMPLETED:
         run.finish()
-    else:  # failed, or crashed (cancelled included: what the live path seals for Ctrl-C)
+    elif outcome.status == CANCELLED:  # exactly what the live path seals for a Ctrl-C
+        run.abort(KeyboardInterrupt())
+    else:  # failed, or crashed: the reason says which rule decided
         run.abort(outcome.reason, status=outcome.status)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
-from prime_runs_spool.spool.layout import launch_file_paths, resolved_config_paths, traces_path
+from prime_runs_spool.spool.layout import launch_file_paths, resolved_config_paths, verifiers_traces_path
 from prime_runs_spool.runner.import_outcome import Outcome, v040_outcome
 from prime_runs_spool.runner.traces_file import iter_episodes, scan_traces
 
@@ -55,7 +55,7 @@ class SourceRun:
 
 def read_v040(output_dir: Path) -> SourceRun:
     """Read a verifiers 0.4.0 run directory; raises :class:`ImportSourceError` subclasses."""
-    scan = scan_traces(traces_path(output_dir))
+    scan = scan_traces(verifiers_traces_path(output_dir))
     config = _resolved_config(output_dir)
     run = config.get("run") if isinstance(config.get("run"), dict) else {}
     env = config.get("env") if isinstance(config.get("env"), dict) else {}

@@ -29,6 +29,8 @@ SYNC_DIRNAME = "sync"
 SYNC_LOCK_NAME = "sync.lock"
 #: The online shipper's log (verify and sync only look at ``seg-*`` files).
 SHIPPER_LOG_NAME = "shipper.log"
+#: verifiers' own results file, beside the spool in the run directory (not ours: read only).
+VERIFIERS_TRACES_NAME = "traces.jsonl"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -89,6 +91,11 @@ def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
 
 def shipper_log_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SHIPPER_LOG_NAME
+
+
+def verifiers_traces_path(run_dir: str | os.PathLike[str]) -> Path:
+    """verifiers' ``traces.jsonl`` of a run (its results; ``--resume`` rewrites it)."""
+    return Path(run_dir) / VERIFIERS_TRACES_NAME
 
 
 def segment_index(name: str) -> int | None:
@@ -182,7 +189,6 @@ def _walk(root: Path) -> Iterator[Path]:
 # ``configs/resolved/<cli>.json`` (the resolved config) and ``logs/attempt_N/eval.log``
 # (``logs/latest`` links the newest). The older layout is ``metadata.json`` + ``results.jsonl``.
 
-TRACES_NAME = "traces.jsonl"
 CONFIGS_DIRNAME = "configs"
 RESOLVED_DIRNAME = "resolved"
 LOGS_DIRNAME = "logs"
@@ -198,10 +204,6 @@ IMPORT_MARK_NAME = "import.json"
 IMPORT_LOCK_NAME = "import.lock"
 #: Under ``--state-dir``: one folder per imported source run.
 STATE_IMPORTS_DIRNAME = "imports"
-
-
-def traces_path(output_dir: str | os.PathLike[str]) -> Path:
-    return Path(output_dir) / TRACES_NAME
 
 
 def resolved_config_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
@@ -254,7 +256,7 @@ def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path
 
 def is_eval_output_dir(path: Path) -> bool:
     """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``."""
-    if traces_path(path).is_file():
+    if verifiers_traces_path(path).is_file():
         return True
     metadata, results = v0_paths(path)
     return metadata.is_file() and results.is_file()
