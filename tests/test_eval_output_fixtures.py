@@ -42,7 +42,7 @@ def test_the_committed_outputs_are_small_and_real() -> None:
     assert verdicts(EVAL_OUTPUTS) == {
         "vf040-completed": ("completed", "completed", 4),
         "vf040-cancelled": ("cancelled", "cancelled", 1),
-        "vf040-killed": ("crashed", "crashed", 2),
+        "vf040-killed": ("crashed", "crashed", 1),
         "vf040-torn": ("crashed", "crashed", 3),
         "v0-completed": ("completed", "completed", 4),
     }

@@ -120,7 +120,7 @@ def test_the_spool_is_what_the_live_path_writes(tmp_path: Path) -> None:
     assert spool.run_id == episodes[0]["run"]["id"]
     manifest = spool.manifest
     assert (manifest["name"], manifest["model"], manifest["environments"]) == (
-        "vf040-completed", "fake/tiny-model", ["tiny-arith"])
+        "vf040-completed", "fake/tiny-model", ["tiny_taskset"])
     assert (manifest["config"]["num_examples"], manifest["config"]["rollouts_per_example"]) == (2, 2)
     records = [r for r in spool.records() if r.type == "episode"]
     assert [r.meta for r in records] == [{"episode_id": e["id"], "rollout_number": n}
@@ -359,5 +359,5 @@ def test_a_clean_launch_file_is_recorded_as_config_source(tmp_path: Path) -> Non
     from prime_runs_spool.content.manifest import read_config_source
 
     expected = read_config_source(launch, MaskRules.defaults_for_config(), [])
-    assert expected is not None and "tiny-arith" in expected["text"]
+    assert expected is not None and "tiny_taskset" in expected["text"]
     assert read_run(run_dir).manifest["config_source"] == expected
