@@ -83,6 +83,11 @@ def test_read_only_source_synced_twice_with_a_state_dir_is_pushed_once(read_only
     again = json.loads(second.stdout)
     assert [r["pushed_now"] for r in again["runs"]] == [0, 0]
     assert {r["state"] for r in again["imports"]} == {"up_to_date"}
+    # A fresh state directory (a CI cache lost): the run is found again by its local id, nothing twice.
+    third = cli("sync", str(read_only_artifact), "--local", "--db", str(db), "--json",
+                "--state-dir", str(tmp_path / "other-state"))
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert [r["pushed_now"] for r in json.loads(third.stdout)["runs"]] == [0, 0]
     assert snapshot(read_only_artifact) == before  # not a byte, name or mode written
 
     from prime_runs_spool.local_platform.store import Store
