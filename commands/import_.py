@@ -69,7 +69,8 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     import orjson
 
     from prime_runs_spool.errors import NoSuchPathError
-    from prime_runs_spool.runner.import_outputs import FAILED_STATES, import_paths, paths_with_nothing
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES, import_paths
+    from prime_runs_spool.runner.import_places import paths_with_nothing
 
     quiet_library_warnings()
     roots = require_paths(paths)

@@ -32,7 +32,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
     a path does not exist.
     """
-    from prime_runs_spool.runner.import_outputs import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.spool.layout import find_runs
     from prime_runs_spool.sync.status import run_status  # the state model: only when run
 

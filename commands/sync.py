@@ -153,13 +153,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.runner.import_outputs import (
-        FAILED_STATES as IMPORT_FAILED,
-        import_paths,
-        not_spooled,
-        paths_with_nothing,
-        spool_roots,
-    )
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES as IMPORT_FAILED, import_paths
+    from prime_runs_spool.runner.import_places import not_spooled, paths_with_nothing, spool_roots
 
     given = require_paths(paths or (Path("."),))
     if (name or replay_id) and not replay:
@@ -229,7 +224,7 @@ def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list
            *, as_json: bool, local_db: str | None, ok: bool) -> None:
     import orjson
 
-    from prime_runs_spool.runner.import_outputs import import_command
+    from prime_runs_spool.runner.import_places import import_command
     from prime_runs_spool.sync.console import report_lines
 
     if as_json:

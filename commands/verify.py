@@ -60,7 +60,7 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
     Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
-    from prime_runs_spool.runner.import_outputs import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
 
     state = default_state_dir(state_dir)

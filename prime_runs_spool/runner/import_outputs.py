@@ -16,21 +16,19 @@ superseded by the new segment, the rule a live resume follows (content/supersede
 each slot counts once. The older layout has no resume: a ``results.jsonl`` that lost rows is
 refused (:class:`RewrittenOutputError`) and the run left as it was imported.
 
-Where the spool goes: beside the outputs (``<run dir>/spool/``), or with ``state_dir``
-under ``state_dir/imports/<digest of the source's absolute path>/<run id>/``, which is how
-a read-only source is synced without writing into it. ``spool/import.json`` records the
+Where the spool goes (``runner/import_places.py``): beside the outputs
+(``<run dir>/spool/``), or with ``state_dir`` under ``state_dir/imports/<digest of the
+source's absolute path>/<run id>/``, which is how a read-only source is synced without
+writing into it. ``spool/import.json`` records the
 source of an imported spool (``prime-runs sync`` refreshes those, and leaves spools a live
 run wrote alone).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,20 +49,22 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.spool.layout import (
-    DIR_MODE,
     FILE_MODE,
     ensure_spool_dir,
     find_eval_outputs,
     import_lock_path,
     import_mark_path,
-    is_run_dir,
     list_segments,
-    state_dir_run,
-    state_dir_source,
     verifiers_traces_path,
 )
 from prime_runs_spool.spool.reader import read_run
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV
+from prime_runs_spool.runner.import_places import (
+    imported_run_dir,
+    is_read_only,
+    private_dirs,
+    spooled_by_eval,
+)
 from prime_runs_spool.runner.import_source import V0, SourceRun, read_v040
 from prime_runs_spool.runner.import_v0 import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
@@ -113,44 +113,8 @@ class ImportReport:
         return dict(self.__dict__)
 
 
-def source_key(source: Path) -> str:
-    """The digest a state directory files a source under: of its absolute path."""
-    return hashlib.sha256(str(source.resolve()).encode("utf-8")).hexdigest()[:16]
-
-
-def is_read_only(path: Path) -> bool:
-    """Whether ``path`` must not be written: the kernel says so (``os.access``), or no one
-    has write permission on it. The second is honoured even for root, who may write anyway:
-    a folder its owner made read-only (an artifact unpacked 0555) is left as it is."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return True
-    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
-
-
-def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:
-    """Where the spool of ``source`` lives (see the module docstring)."""
-    if state_dir is None:
-        return source
-    folder = state_dir_source(state_dir, source_key(source))
-    if folder.is_dir():  # the run id the state dir already holds wins, as for a resume
-        existing = sorted(p for p in folder.iterdir() if p.is_dir())
-        if existing:
-            return existing[0]
-    return state_dir_run(state_dir, source_key(source), _safe(run_id))
-
-
-def _safe(run_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:128] or "run"
-
-
 def read_source(output_dir: Path) -> SourceRun:
     return read_v040(output_dir) if verifiers_traces_path(output_dir).is_file() else read_v0(output_dir)
-
-
-def is_imported(run_dir: Path) -> bool:
-    return import_mark_path(run_dir).is_file()
 
 
 def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportReport:
@@ -181,22 +145,6 @@ def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
     return reports
 
 
-def spooled_by_eval(output_dir: Path) -> bool:
-    """The eval wrote a spool beside its outputs (no import mark): sync ships that one."""
-    return is_run_dir(output_dir) and not is_imported(output_dir)
-
-
-def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
-    """An eval output folder with no spool, here or under ``state_dir``."""
-    if is_run_dir(output_dir):
-        return False
-    if state_dir is not None:
-        folder = state_dir_source(state_dir, source_key(output_dir))
-        if folder.is_dir() and any(is_run_dir(p) for p in folder.iterdir() if p.is_dir()):
-            return False
-    return True
-
-
 def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
     if spooled_by_eval(output_dir):  # with or without a state dir: one spool per run, ever
         report.state, report.run_dir = SPOOLED, str(output_dir)
@@ -215,7 +163,7 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
         raise ReadOnlySourceError(
             f"{output_dir} is read-only: keep the imported spool and the sync state elsewhere with "
             f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
-    _private_dirs(run_dir)
+    private_dirs(run_dir)
     ensure_spool_dir(run_dir)
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
         _import_locked(source, output_dir, run_dir, report)
@@ -267,17 +215,6 @@ def _spool_episode_ids(run_dir: Path) -> Iterable[str | None]:
         if record.type == EPISODE:
             meta = record.meta or {}
             yield meta.get("episode_id") or episode_id_of(record.data)
-
-
-def _private_dirs(run_dir: Path) -> None:
-    """Create ``run_dir`` and any missing parent as 0700 (a state directory's levels)."""
-    missing = []
-    folder = run_dir
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for folder in reversed(missing):
-        os.mkdir(folder, DIR_MODE)
 
 
 def _status(run_dir: Path) -> str | None:
@@ -348,37 +285,3 @@ def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, mark)
-
-
-def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
-    """The given paths under which there is neither a spool nor an eval output folder: a
-    CI job that finds nothing must not look like one that shipped everything."""
-    from prime_runs_spool.spool.layout import find_runs
-
-    empty = []
-    for path in paths:
-        if next(iter(find_runs([path])), None) is None and next(iter(find_eval_outputs([path])), None) is None:
-            empty.append(path)
-    return empty
-
-
-def not_spooled(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
-    """Eval output folders under ``paths`` with no spool (beside them or in ``state_dir``)."""
-    return [p for p in find_eval_outputs(paths) if unspooled(p, state_dir)]
-
-
-def spool_roots(paths: Iterable[Path], state_dir: Path | None) -> list[Path]:
-    """Where the spools of ``paths`` are: the paths, plus (with a state directory) the folder
-    it keeps for each eval output found under them."""
-    roots = list(paths)
-    if state_dir is not None:
-        for output_dir in find_eval_outputs(list(roots)):
-            folder = state_dir_source(state_dir, source_key(output_dir))
-            if folder.is_dir():
-                roots.append(folder)
-    return roots
-
-
-def import_command(output_dir: Path, state_dir: Path | None) -> str:
-    """The command that imports ``output_dir`` (what ``status`` and ``verify`` suggest)."""
-    return f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
