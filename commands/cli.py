@@ -10,6 +10,7 @@ import click
 
 from commands.import_ import import_
 from commands.eval import eval_command
+from commands.mirror import mirror
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -31,6 +32,7 @@ cli.add_command(platform)
 cli.add_command(import_)
 cli.add_command(eval_command)
 cli.add_command(view)
+cli.add_command(mirror)
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ import click
 import orjson
 
 from commands.import_ import nothing_found_message
-from commands.output import require_paths
+from commands.output import fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @click.command("status")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
@@ -36,9 +37,18 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     from prime_runs_spool.spool.layout import find_runs
     from prime_runs_spool.sync.status import run_status  # the state model: only when run
 
-    given = require_paths(paths or (Path("."),))
+    local = [p for p in paths if not isinstance(p, str)]
+    given = require_paths(local or ((Path("."),) if not paths else ()))
     state = default_state_dir(state_dir)
     runs = [run_status(run_dir) for run_dir in find_runs(spool_roots(given, state))]
+    for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
+        from prime_runs_spool.errors import StoreError
+        from prime_runs_spool.sync.store_sync import store_status
+
+        try:
+            runs += store_status(url)
+        except StoreError as exc:
+            fail_usage(str(exc))
     missing = not_spooled(given, state)
     empty = paths_with_nothing(given)
     for path in empty:

@@ -18,6 +18,7 @@ import click
 
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
 from commands.output import Progress, fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
@@ -84,7 +85,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
 
 @click.command("sync")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path))
 @click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
@@ -156,6 +157,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.runner.import_outputs import FAILED_STATES as IMPORT_FAILED, import_paths
     from prime_runs_spool.runner.import_places import not_spooled, paths_with_nothing, spool_roots
 
+    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
+        sync_urls(click.get_current_context().params)
     given = require_paths(paths or (Path("."),))
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")

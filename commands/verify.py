@@ -17,6 +17,7 @@ import click
 import orjson
 
 from commands.import_ import nothing_found_message
+from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 
@@ -52,7 +53,7 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
@@ -65,9 +66,17 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
 
     state = default_state_dir(state_dir)
     try:
-        verdict = verify_paths(spool_roots(list(paths), state))
-        missing = [(p, import_command(p, state)) for p in not_spooled(paths, state)]
-        empty = paths_with_nothing(paths)
+        local = [p for p in paths if not isinstance(p, str)]
+        verdict = verify_paths(spool_roots(local, state))
+        store_empty: list[str] = []
+        for url in store_urls(paths):  # s3://bucket/prefix and the like
+            from prime_runs_spool.store.verify import verify_store
+
+            found = verify_store(url)
+            verdict.runs += found.runs
+            store_empty += found.paths_without_runs
+        missing = [(p, import_command(p, state)) for p in not_spooled(local, state)]
+        empty = [*paths_with_nothing(local), *store_empty]
     except (NoSuchPathError, SpoolError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

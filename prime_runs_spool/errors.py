@@ -252,3 +252,17 @@ class Stopped(BaseException):
     ``KeyboardInterrupt``: it is control flow, not an error, and it must pass through every
     ``except Exception`` / ``except SpoolError`` in the engine so the follower stops at once.
     """
+
+
+class StoreError(SpoolError):
+    """An object store (``s3://``, ``gs://``...) failed or refused a request; one line for the user."""
+
+
+class StoreConflict(StoreError):
+    """A conditional write was refused: the object was created or replaced by someone else
+    since we read it (docs/sync.md, "Object stores")."""
+
+
+class LeaseLost(StoreError):
+    """This syncer's lease on a run was taken over by another after it expired: the syncer
+    must stop before its next request (fencing by generation, docs/sync.md)."""

@@ -9,6 +9,7 @@ named here:
   ``seg-NNNNNN.durable`` its live writer's durable mark;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
   ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
+- in an object store only, ``sync.lease.json``, a syncer's lease on the run;
 - ``import.json`` and ``import.lock``, in a spool ``prime-runs import`` wrote: its source,
   and the lock an import holds while it writes.
 """
@@ -31,6 +32,9 @@ SYNC_LOCK_NAME = "sync.lock"
 SHIPPER_LOG_NAME = "shipper.log"
 #: verifiers' own results file, beside the spool in the run directory (not ours: read only).
 VERIFIERS_TRACES_NAME = "traces.jsonl"
+#: In an object store, beside a run's segments: the lease a syncer holds on the run while it
+#: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
+SYNC_LEASE_NAME = "sync.lease.json"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -85,6 +89,16 @@ def replay_state_glob(dest_key: str) -> str:
     return f"{dest_key}-replay-*.json"
 
 
+def sync_lease_path(run_dir: str | os.PathLike[str]) -> Path:
+    """Where a run in an object store keeps its syncer's lease (relative to the run)."""
+    return spool_dir(run_dir) / SYNC_LEASE_NAME
+
+
+def state_etag_path(state_path: Path) -> Path:
+    """Beside a locally cached copy of a state kept in an object store: the etag it had."""
+    return state_path.with_name(f"{state_path.name}.etag")
+
+
 def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SYNC_LOCK_NAME
 
@@ -110,7 +124,13 @@ def segment_index_of(path: str | os.PathLike[str]) -> int | None:
 
 
 def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """The run's segments as ``(index, path)``, in index order: the order of the run's log."""
+    """The run's segments as ``(index, path)``, in index order: the order of the run's log.
+
+    A run read from an object store (``prime_runs_spool.store.source.StoreRun``) lists its
+    own segments, from the store's listing; every reader of a run goes through here."""
+    own = getattr(run_dir, "list_segments", None)
+    if own is not None:
+        return own()
     folder = spool_dir(run_dir)
     try:
         names = os.listdir(folder)
