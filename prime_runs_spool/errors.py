@@ -229,7 +229,7 @@ class UnknownRunError(SpoolError, LookupError):
     """A viewer page names a run, episode or example that the viewer does not have."""
 
 
-class StoreError(SpoolError):
+class PlatformDatabaseError(SpoolError):
     """The local platform's database cannot be opened or initialised (a usage error, not a bug)."""
 
 

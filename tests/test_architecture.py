@@ -158,3 +158,11 @@ def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
     if "sync" in wrong and set(wrong["sync"]) == {FACTS["sync"], "commands.sync"}:
         del wrong["sync"]
     assert wrong == {}
+
+
+def test_every_name_in_the_error_tree_is_defined_once() -> None:
+    """errors.py is the one home of every exception: a second class of the same name there
+    silently replaces the first for everyone who imports it."""
+    tree = ast.parse((PACKAGE / "errors.py").read_text())
+    names = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
