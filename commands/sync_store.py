@@ -15,9 +15,8 @@ from typing import Any
 import click
 
 from commands.output import Progress, fail_usage
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV
 
-#: ``--state-dir`` (when the command has it) and its environment variable.
-STATE_DIR_ENV = "PRIME_RUNS_STATE_DIR"
 
 
 class PathOrURL(click.Path):

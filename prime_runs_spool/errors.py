@@ -14,7 +14,8 @@ The tree, by layer:
   ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``
 - content: ``MalformedEpisodeError``
 - runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``, ``RunForkedError``,
-  ``EpisodeTooLargeError``
+  ``EpisodeTooLargeError``; importing eval outputs: ``ImportSourceError`` and its
+  ``CorruptOutputError``, ``ReadOnlySourceError``, ``RewrittenOutputError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
   ``InvalidBaseUrlError``
 - sync: ``SyncError`` (and ``SampleCountMismatchError``), ``StateProblem``
@@ -155,6 +156,30 @@ class VerifiersVersionError(SpoolError):
 
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
+
+
+class ImportSourceError(SpoolError):
+    """An eval output folder cannot be imported as it is; nothing of that run was imported."""
+
+
+class CorruptOutputError(ImportSourceError):
+    """A line of an eval output file is damaged and is not its torn last line."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}: line {line} is damaged ({reason}) and lines follow it; "
+                         "nothing of this run was imported (repair or remove that line, or re-run the eval)")
+
+
+class ReadOnlySourceError(ImportSourceError):
+    """The eval output folder cannot be written, and no state directory was given."""
+
+
+class RewrittenOutputError(ImportSourceError):
+    """An older-layout ``results.jsonl`` no longer holds rows an earlier import recorded (that
+    layout has no resume whose supersede rule would explain it)."""
 
 
 class FailureKind(enum.Enum):
