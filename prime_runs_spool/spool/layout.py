@@ -205,6 +205,10 @@ def _pass_over(path: Path, exc: OSError) -> None:
     """For a caller with nobody to tell: an unreadable directory has no runs it can read."""
 
 
+def _no_folder(folder: Path) -> None:
+    """For a caller that does not watch the folders a walk went through."""
+
+
 def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,
               on_folder: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
@@ -223,7 +227,26 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
     new run could appear: a follower watches them).
     """
     report = on_unreadable or _pass_over
-    folder_seen = on_folder or (lambda folder: None)
+    folder_seen = on_folder or _no_folder
+
+    def runs_under(root: Path) -> Iterator[Path]:
+        try:
+            spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
+        except OSError as exc:
+            report(root.parent, exc)
+            return iter(())
+        if spool_of_run:
+            return iter([root.parent])
+        return _walk(root, is_run_dir, lambda folder, name: name == SPOOL_DIRNAME and is_run_dir(folder),
+                     report, folder_seen)
+
+    return _each_once(paths, runs_under, report)
+
+
+def _each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Path], Iterator[Path]],
+               report: OnUnreadable = _pass_over) -> Iterator[Path]:
+    """What ``found_under`` finds below each path, each folder once (by its real path); a path
+    that does not exist raises :class:`NoSuchPathError`, one that cannot be read is reported."""
     seen: set[Path] = set()
     for given in paths:
         root = Path(given)
@@ -234,29 +257,29 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
         except OSError as exc:
             report(root, exc)
             continue
-        try:
-            spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
-        except OSError as exc:
-            report(root.parent, exc)
-            continue
-        for run in [root.parent] if spool_of_run else _walk(root, report, folder_seen):
-            key = run.resolve()
+        for found in found_under(root):
+            key = found.resolve()
             if key not in seen:
                 seen.add(key)
-                yield run
+                yield found
 
 
-def _walk(root: Path, report: OnUnreadable, folder_seen: Callable[[Path], None]) -> Iterator[Path]:
+def _walk(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, str], bool],
+          report: OnUnreadable = _pass_over, folder_seen: Callable[[Path], None] = _no_folder) -> Iterator[Path]:
+    """Folders below ``root`` (itself included) that ``matches``, in name order; symbolic
+    links are not followed, and a child folder ``prune(folder, name)`` says no to is not
+    entered. A folder that cannot be read is told to ``report`` and not entered; every
+    folder entered that does not match is told to ``folder_seen``."""
     try:
         if not root.is_dir():
             return
-        run = is_run_dir(root)
+        found = matches(root)
     except FileNotFoundError:
         return  # removed while we walked: nothing there any more
     except OSError as exc:
         report(root, exc)
         return
-    if run:
+    if found:
         yield root
     else:
         folder_seen(root)
@@ -271,12 +294,12 @@ def _walk(root: Path, report: OnUnreadable, folder_seen: Callable[[Path], None])
         try:
             if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
                 continue
+            if prune(root, entry.name):
+                continue
         except OSError as exc:
             report(Path(entry.path), exc)
             continue
-        if entry.name == SPOOL_DIRNAME and run:
-            continue
-        yield from _walk(Path(entry.path), report, folder_seen)
+        yield from _walk(Path(entry.path), matches, prune, report, folder_seen)
 
 
 # -- what an eval runner writes without a spool (docs/integration.md, "Importing") --------
@@ -363,41 +386,5 @@ def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]
     """Every eval output folder under ``paths``, each once, deterministic order; symbolic
     links are not followed and a spool folder is never entered. A missing path raises
     :class:`NoSuchPathError`, as for :func:`find_runs`."""
-    seen: set[Path] = set()
-    for given in paths:
-        root = Path(given)
-        try:
-            os.stat(root)
-        except (FileNotFoundError, NotADirectoryError):
-            raise NoSuchPathError(f"path does not exist: {given}") from None
-        except OSError:
-            continue  # cannot be read: find_runs names it to the person who asked
-        for found in _walk_outputs(root):
-            key = found.resolve()
-            if key not in seen:
-                seen.add(key)
-                yield found
-
-
-def _walk_outputs(root: Path) -> Iterator[Path]:
-    try:
-        if not root.is_dir():
-            return
-        output = is_eval_output_dir(root)
-    except OSError:
-        return  # cannot be read: find_runs names it to the person who asked
-    if output:
-        yield root
-    try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-                continue
-        except OSError:
-            continue
-        if entry.name in (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME):
-            continue
-        yield from _walk_outputs(Path(entry.path))
+    skipped = (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME)
+    return _each_once(paths, lambda root: _walk(root, is_eval_output_dir, lambda folder, name: name in skipped))
