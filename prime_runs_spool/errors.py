@@ -9,10 +9,11 @@ what to do: the command line prints them as they are.
 
 The tree, by layer:
 
-- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
-  ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
-  ``NoSuchPathError``, ``NotARunError``
-- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``
+- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``
+  (and its ``SegmentGoneError``), ``WriterClosedError``, ``UnsupportedFormatError``,
+  ``CorruptSpoolError``, ``NoSuchPathError``, ``NotARunError``, ``RunInUseError`` (raised
+  by the writer when another process opens the same run, and by the runner)
+- runner: ``RunClosedError``, ``RunMismatchError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
@@ -56,6 +57,11 @@ class RecordTooLargeError(SpoolError, ValueError):
 
 class SpoolWriteError(SpoolError, OSError):
     """Writing or syncing a segment failed; the records involved are not durable."""
+
+
+class SegmentGoneError(SpoolWriteError):
+    """The segment file (or its run directory) was deleted or replaced under its live writer:
+    what it appends is unreachable. The writer is closed for good."""
 
 
 class WriterClosedError(SpoolError):

@@ -38,6 +38,9 @@ class PriorRun:
     summary: SummaryAccumulator = field(default_factory=SummaryAccumulator)
     episodes: int = 0
     segments: int = 0
+    #: The highest segment index scanned (0: none). The new segment is created only if it is
+    #: still the last one, so two processes opening the run at once never both write it.
+    last_index: int = 0
 
 
 def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
@@ -58,6 +61,7 @@ def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
         if prior.run_id is None:
             prior.run_id = _header_run_id(path)
     prior.segments = len(segments)
+    prior.last_index = segments[-1][0] if segments else 0
     for record in iter_records(run_dir):
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data

@@ -5,8 +5,10 @@ naming rules in one module means the writer, the reader, sync and ``find_runs`` 
 disagree about which files form a run's log. Every file under ``<run_dir>/spool/`` is
 named here:
 
-- ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock,
+- ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock (and, for a moment,
+  ``seg-NNNNNN.lock.new``, the replacement of a lock file someone deleted),
   ``seg-NNNNNN.durable`` its live writer's durable mark;
+- ``run.lock`` the run lock, held while a writer opens the run;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
   ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log.
 """
@@ -25,6 +27,8 @@ SPOOL_DIRNAME = "spool"
 SYNC_DIRNAME = "sync"
 #: The run's sync lock: at most one sync or follower works on a run at a time.
 SYNC_LOCK_NAME = "sync.lock"
+#: Held (flock) by a writer while it opens the run: opening is atomic against another opener.
+RUN_LOCK_NAME = "run.lock"
 #: The online shipper's log (verify and sync only look at ``seg-*`` files).
 SHIPPER_LOG_NAME = "shipper.log"
 DIR_MODE = 0o700
@@ -58,6 +62,16 @@ def durable_mark_path(run_dir: str | os.PathLike[str], index: int) -> Path:
 def lock_path_of(segment: Path) -> Path:
     """The writer lock beside a segment file (``seg-NNNNNN.lock``)."""
     return segment.with_suffix(".lock")
+
+
+def lock_replacement_path_of(segment: Path) -> Path:
+    """Where a writer builds a new lock file before renaming it over a deleted one."""
+    return segment.with_suffix(".lock.new")
+
+
+def run_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The run lock: opening a run (scan, then create a segment) holds it (docs/spool-format.md, 1.)."""
+    return spool_dir(run_dir) / RUN_LOCK_NAME
 
 
 def durable_mark_path_of(segment: Path) -> Path:

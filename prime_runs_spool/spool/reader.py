@@ -4,11 +4,13 @@ The reader holds at most one line in memory (``MAX_LINE_BYTES``), whatever a spo
 and only ever reads forward. It never trusts a line it has not verified: the checksum is
 checked on the raw bytes first (``framing.parse_line``), then the sequence number.
 
-A line that fails is classified by what follows it in its segment. A line still missing
-its line feed is the last thing on disk, so it is a torn tail (it may be a line a live
-writer is writing right now: looking past it would race with that writer). A complete but
-damaged line is corruption if an intact line follows it, otherwise a torn tail. Everything
-is read under the writer's feet: files are only appended to, so what was read stays true.
+A line that fails is classified by its line feed alone. A line still missing its line
+feed is the last thing on disk, so it is a torn tail (it may be a line a live writer is
+writing right now: looking past it would race with that writer). A complete but damaged
+line is corruption: an interrupted append never leaves one, since a line's line feed is
+its last byte. The segments are also checked against each other and their names
+(``crosscheck.RunLedger``). Everything is read under the writer's feet: files are only
+appended to, so what was read stays true.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
+from prime_runs_spool.spool.crosscheck import RunLedger
+from prime_runs_spool.spool.process import process_alive
 from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, SEAL, parse_line
 from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments, lock_path_of, segment_index, segment_path
 
@@ -29,6 +33,8 @@ _LINE_LIMIT = MAX_LINE_BYTES
 #: How much of an over-long line is held at once while skipping it.
 _SKIP_CHUNK = 1 << 20
 _READ_BUFFER = 1 << 16
+#: A header line is a few hundred bytes; reading this much of a segment always covers it.
+_HEADER_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,8 @@ class SegmentInfo:
     corrupt_offset: int | None
     corrupt_reason: str | None
     live: bool
+    #: The lock file is gone while the writer the header names is alive here (section 5).
+    lock_missing: bool = False
 
     @property
     def empty(self) -> bool:
@@ -131,22 +139,46 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
 
 
 def _walk_segment(
-    path: Path, index: int, state: _SegmentState, start: Position | None = None
+    path: Path, index: int, state: _SegmentState, start: Position | None = None,
+    ledger: RunLedger | None = None,
 ) -> Iterator[Record]:
-    """Yield the records of one segment (after its header), filling in ``state``.
+    """Yield the records of one segment (after its header), filling in ``state``, and check
+    it against the run's earlier segments (``ledger``; a fresh one checks it alone).
 
     Raises CorruptSpoolError after yielding every good record before the damage, and
     UnsupportedFormatError before yielding anything from a newer format.
     """
+    ledger = ledger if ledger is not None else _ledger_at(index)
+    resumed = start is not None and start.offset > 0
+    try:
+        ledger.begin(path, index, whole=not resumed)
+        yield from _walk_lines(path, index, state, start if resumed else None, ledger)
+    except CorruptSpoolError:
+        ledger.damaged()
+        raise
+    ledger.end()
+
+
+def _ledger_at(index: int) -> RunLedger:
+    """A ledger for reading one segment on its own: as if every segment before it was fine."""
+    ledger = RunLedger(from_start=index == 1)
+    ledger.last_index = index - 1
+    return ledger
+
+
+def _walk_lines(
+    path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger
+) -> Iterator[Record]:
+    mark = durable_mark(path)  # before reading: the file can only have grown past it since
     with open(path, "rb", buffering=_READ_BUFFER) as f:
         lines = _raw_lines(f, 0)
         expect = 0
-        if start is not None and start.offset > 0:
+        if start is not None:
             first = next(lines, None)
             parsed = parse_line(first[1]) if first and first[1] else None
             if parsed is None:
                 raise CorruptSpoolError(path, 0, "the header is not intact, yet a position after it was recorded")
-            _check_header(path, 0, parsed, state)
+            _check_header(path, index, parsed, state, ledger)
             lines = _raw_lines(f, start.offset)
             expect = start.next_seq
         for offset, raw, end in lines:
@@ -154,46 +186,69 @@ def _walk_segment(
             if parsed is None:
                 if state.seal is not None:
                     raise CorruptSpoolError(path, offset, "bytes after the seal")
-                if raw is None or (raw and not raw.endswith(b"\n")):
+                if raw is None or (raw and not raw.endswith(b"\n")):  # b"": an over-long complete line
                     state.torn_offset = offset  # no line feed: the last bytes on disk, a torn tail
-                    return
-                for later_offset, later_raw, _ in lines:
-                    if later_raw and parse_line(later_raw) is not None:
-                        raise CorruptSpoolError(
-                            path, offset, f"damaged line, with an intact line after it at byte {later_offset}"
-                        )
-                state.torn_offset = offset
-                return
+                    break
+                # A complete line: an interrupted append cannot leave one behind.
+                what = "the first line is not an intact header" if offset == 0 else "a damaged line"
+                if raw.endswith(b"\r\n"):
+                    what += " (it ends in CR LF: the file's line endings were converted)"
+                elif raw == b"":
+                    what = "a line longer than the format's limit"
+                raise CorruptSpoolError(path, offset, what + "; a complete line that fails its check is never a torn tail")
             if state.seal is not None:
                 raise CorruptSpoolError(path, offset, f"a {parsed.type} line after the seal")
             if parsed.seq != expect:
                 raise CorruptSpoolError(path, offset, f"sequence number {parsed.seq}, expected {expect}")
             if expect == 0:
-                _check_header(path, offset, parsed, state)
+                _check_header(path, index, parsed, state, ledger)
             else:
                 if parsed.type == HEADER:
                     raise CorruptSpoolError(path, offset, "a second header")
                 state.records += 1
                 if parsed.type == EPISODE:
                     state.episodes += 1
+                    ledger.episode(path, offset, parsed.meta)
                 elif parsed.type == SEAL:
+                    ledger.seal(path, offset, parsed.seq, parsed.data)
                     state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
                 elif parsed.type == MANIFEST and not state.has_manifest:
                     state.manifest, state.has_manifest = parsed.data, True
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
+        size = os.fstat(f.fileno()).st_size
+    if size < mark:
+        raise CorruptSpoolError(
+            path, size, f"the file ends at byte {size}, but its writer had made {mark} bytes durable: "
+            "it was truncated")
 
 
-def _check_header(path: Path, offset: int, parsed: Line, state: _SegmentState) -> None:
+def _check_header(path: Path, index: int, parsed: Line, state: _SegmentState, ledger: RunLedger) -> None:
     if parsed.type != HEADER or parsed.seq != 0:
-        raise CorruptSpoolError(path, offset, f"the first line is a {parsed.type} line, not the header")
+        raise CorruptSpoolError(path, 0, f"the first line is a {parsed.type} line, not the header")
     data = parsed.data
     version = data.get("format_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CorruptSpoolError(path, offset, f"the header has no valid format_version ({version!r})")
+        raise CorruptSpoolError(path, 0, f"the header has no valid format_version ({version!r})")
     if version > FORMAT_VERSION:
         raise UnsupportedFormatError(path, version, FORMAT_VERSION)
     state.header = data
+    ledger.header(path, index, data)
+
+
+def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: RunLedger) -> None:
+    """Rules 1 and 2 of section 4.1 for the segments before ``upto``, reading headers only:
+    a reader resuming at a position still refuses a run whose segments disagree."""
+    for index, path in segments:
+        if index >= upto:
+            return
+        ledger.begin(path, index)
+        with open(path, "rb") as f:
+            first = f.readline(_HEADER_LIMIT)
+        parsed = parse_line(first) if first.endswith(b"\n") else None
+        if parsed is not None and parsed.type == HEADER and isinstance(parsed.data, dict):
+            ledger.header(path, index, parsed.data)
+        ledger.end()
 
 
 def iter_records(
@@ -214,12 +269,15 @@ def iter_records(
         raise CorruptSpoolError(
             segment_path(run_dir, start.segment_index), start.offset, "the segment of the recorded position is missing"
         )
+    ledger = RunLedger(from_start=start is None)
+    if start is not None:
+        _check_earlier_headers(segments, start.segment_index, ledger)
     for index, path in segments:
         if start is not None and index < start.segment_index:
             continue
         from_here = start if start is not None and index == start.segment_index else None
         limit = durable_mark(path) if durable_only and writer_alive(path) else None
-        for record in _walk_segment(path, index, _SegmentState(), from_here):
+        for record in _walk_segment(path, index, _SegmentState(), from_here, ledger):
             if limit is not None and record.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
             yield record
@@ -251,7 +309,7 @@ def writer_alive(segment: Path) -> bool:
     try:
         fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return False
+        return lock_deleted_under_writer(segment)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -265,11 +323,29 @@ def writer_alive(segment: Path) -> bool:
         os.close(fd)
 
 
-def _scan(path: Path, index: int, state: _SegmentState) -> SegmentInfo:
+def lock_deleted_under_writer(segment: Path) -> bool:
+    """Whether the segment's lock file is missing while the process its header names is
+    alive on this machine (docs/spool-format.md, section 5): someone deleted the lock of a
+    live writer, which must still count as live. A header without the process's boot id
+    and start time (an older writer, another machine) never counts."""
+    if os.path.exists(lock_path_of(segment)):
+        return False
+    try:
+        with open(segment, "rb") as f:
+            first = f.readline(_HEADER_LIMIT)
+    except OSError:
+        return False
+    parsed = parse_line(first) if first.endswith(b"\n") else None
+    if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+        return False
+    return process_alive(parsed.data.get("writer"))
+
+
+def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None = None) -> SegmentInfo:
     live = writer_alive(path)  # before reading: a writer that exits meanwhile leaves a sealed file
     corrupt: CorruptSpoolError | None = None
     try:
-        for _ in _walk_segment(path, index, state):
+        for _ in _walk_segment(path, index, state, ledger=ledger):
             pass
     except CorruptSpoolError as exc:
         corrupt = exc
@@ -287,6 +363,7 @@ def _scan(path: Path, index: int, state: _SegmentState) -> SegmentInfo:
         corrupt_offset=corrupt.offset if corrupt else None,
         corrupt_reason=corrupt.reason if corrupt else None,
         live=live,
+        lock_missing=live and lock_deleted_under_writer(path),
     )
 
 
@@ -359,9 +436,10 @@ def read_run(run_dir: str | os.PathLike[str]) -> Spool:
         raise NotARunError(f"{run_dir}: no spool segments (expected {segment_path(run_dir, 1)})")
     infos: list[SegmentInfo] = []
     manifest: dict[str, Any] | None = None
+    ledger = RunLedger()
     for index, path in segments:
         state = _SegmentState()
-        infos.append(_scan(path, index, state))
+        infos.append(_scan(path, index, state, ledger))
         if manifest is None and state.header is not None and isinstance(state.manifest, dict):
             manifest = state.manifest
     return Spool(run_dir, infos, manifest or {})
