@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.spool.format import EPISODE, HEADER, SEAL
+from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
 from prime_runs_spool.spool.layout import list_segments, segment_index_of
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
@@ -58,7 +58,13 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
 @dataclass
 class RowStream:
     """Rows of one run from ``cursor`` on. After iteration, ``seal`` holds the seal that ended
-    the log (None when the last segment is unsealed) and ``cursor`` the end reached."""
+    the log (None when the last segment is unsealed) and ``cursor`` the end reached.
+
+    Only the *last* segment's seal ends the log (docs/spool-format.md, section 7): a seal
+    is dropped as soon as a record of a later segment is read, and once more at the end if
+    a later segment exists that yielded nothing yet (a resumed writer that has written
+    only its header). The reader passes no headers on, so the segment index is what tells.
+    """
 
     run_dir: Path
     cursor: Cursor | None
@@ -67,21 +73,31 @@ class RowStream:
     skip_corrupt: bool = False
     seal: dict[str, Any] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
+    seal_segment: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seal is not None and self.seal_segment is None and self.cursor is not None:
+            self.seal_segment = self.cursor.segment_index
 
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+            if self.seal is not None and record.segment_index != self.seal_segment:
+                self.seal = None  # a later segment: the run was resumed after that seal
             yield record
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
+        if self.seal is not None:
+            segments = list_segments(self.run_dir)
+            if segments and segments[-1][0] != self.seal_segment:
+                self.seal = None  # a later segment exists, with nothing durable past its header yet
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
             after = Cursor.at(record.after)
-            if record.type == HEADER:
-                self.seal = None  # a later segment: the run was resumed after that seal
-            elif record.type == SEAL:
-                self.seal = record.data
+            if record.type == SEAL:
+                self.seal, self.seal_segment = record.data, record.segment_index
             if record.type != EPISODE:
                 self.cursor = after
                 continue
