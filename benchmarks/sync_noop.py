@@ -30,7 +30,7 @@ from _synccommon import (  # noqa: E402
     PYTHON, ROOT, arguments, child_env, client_for, human, now, platform, scratch, spread, write_tree,
 )
 
-from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
+from prime_runs_spool.sync.options import SyncOptions  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
 
 GOAL = 1.5

@@ -33,7 +33,7 @@ from _synccommon import (  # noqa: E402
 )
 
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES  # noqa: E402
-from prime_runs_spool.sync.engine import SyncOptions  # noqa: E402
+from prime_runs_spool.sync.options import SyncOptions  # noqa: E402
 from prime_runs_spool.sync.rows import RowStream, batches  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
 

@@ -20,7 +20,7 @@ import orjson
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
-from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
 from prime_runs_spool.sync.console import (
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,

@@ -17,7 +17,8 @@ from support.runs import RunBuilder, build_run
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.sync import rows as rows_module
-from prime_runs_spool.sync.engine import RunSync, SyncOptions
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.spool.layout import sync_state_path as state_path

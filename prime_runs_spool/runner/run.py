@@ -11,68 +11,41 @@ Exactly one writer process owns a run at a time. Within it, ``log_episodes`` is
 thread-safe, and concurrent calls share fsyncs (the segment writer's group commit): the
 run's own lock is held only to number episodes, never across a disk write.
 
+This module admits and numbers episodes and holds the public API; how a run ends (finish,
+abort, the exit hook) is runner/ending.py, the online shipper's supervision
+runner/shipping.py, and the durable listeners runner/listeners.py.
+
 docs/integration.md shows how an eval runner wires this in.
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import datetime as dt
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST, Payload, prepare, to_jsonable
+from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload, prepare, to_jsonable
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules, mask
-from prime_runs_spool.spool.layout import shipper_log_path
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.writer import SegmentWriter
-
-if TYPE_CHECKING:
-    from prime_runs_spool.runner.online import Shipper
+from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_status_for
+from prime_runs_spool.runner.listeners import DurableListener, Listeners
+from prime_runs_spool.runner.shipping import Shipping
 
 _log = logging.getLogger("prime_runs_spool")
 
-#: A seal's ``error`` is one line of at most this many characters.
-ERROR_MAX_CHARS = 500
-#: Exceptions that mean the process was stopped rather than the run failing on its own.
-INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, asyncio.CancelledError, SystemExit)
-#: What the exit hook records for a run the process left open.
-EXITED_OPEN_ERROR = "the process exited without finishing the run"
-
-OPEN = "open"
-
 ExtraRules = MaskRules | Iterable[str | Iterable[str]] | None
-DurableListener = Callable[["Run"], None]
-
-
-def describe_error(error: BaseException | str) -> str:
-    """``Type: message`` on one line, truncated: what a seal records about a failure."""
-    if isinstance(error, BaseException):
-        message = str(error)
-        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    else:
-        text = str(error)
-    text = " ".join(text.split())
-    if len(text) > ERROR_MAX_CHARS:
-        text = text[: ERROR_MAX_CHARS - 3] + "..."
-    return text
-
-
-def seal_status_for(error: BaseException | str) -> str:
-    """``crashed`` when the process was interrupted or cancelled, ``failed`` otherwise."""
-    return CRASHED if isinstance(error, INTERRUPTS) else FAILED
 
 
 class Run:
@@ -107,14 +80,15 @@ class Run:
         self._skipped = 0
         self._inflight = 0
         self._inflight_async = 0
-        self._final_summary: dict[str, Any] | None = None
-        self._listeners: list[DurableListener] = []
         #: Durable episodes of the whole run (earlier segments included): what pending counts from.
         self._prior_episodes = prior.episodes
-        self._shipper: Shipper | None = None
-        self._ship_timeout = 0.0
-        # Serializes finish/abort/the exit hook, so a second caller waits for the first seal.
-        self._closing = threading.Lock()
+        # The collaborators: a lock of theirs may be taken under the run's, never the reverse.
+        #: The eval's in-process consumers, told after each durable append and the seal.
+        self._listeners = Listeners(run_id)
+        #: Online mode's shipper (started by open_run), drained after the seal.
+        self._shipping = Shipping(run_id, run_dir)
+        #: finish, abort and the exit hook: the one way a run is sealed.
+        self._ending = Ending(self)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -164,14 +138,14 @@ class Run:
     @property
     def evaluation_url(self) -> str | None:
         """The platform evaluation's URL once the online shipper created it; else None."""
-        state = self._shipper.progress() if self._shipper else None
+        state = self._shipping.progress()
         return state.viewer_url if state else None
 
     @property
     def pushed(self) -> int:
         """Episodes the platform acknowledged (online mode; 0 otherwise). Read from the
         shipper's state file: a small read, no request."""
-        state = self._shipper.progress() if self._shipper else None
+        state = self._shipping.progress()
         return state.episodes_pushed if state else 0
 
     @property
@@ -196,8 +170,7 @@ class Run:
         spool's files instead: docs/integration.md.) A listener's exception is logged,
         never raised into the eval.
         """
-        with self._cond:
-            self._listeners.append(listener)
+        self._listeners.add(listener)
 
     # -- logging episodes -----------------------------------------------------------------
 
@@ -310,8 +283,8 @@ class Run:
             self._inflight -= 1
             self._inflight_async -= is_async
             self._cond.notify_all()
-            listeners = list(self._listeners) if durable and self._writer is not None else []
-        self._notify(listeners)
+            listeners = self._listeners.snapshot() if durable and self._writer is not None else []
+        self._listeners.notify(self, listeners)
 
     def _closed_error(self) -> RunClosedError:
         return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
@@ -326,23 +299,7 @@ class Run:
         cover exactly the durable episodes. Idempotent: once the run is sealed (either
         way), returns what was sealed and does nothing else.
         """
-        with self._closing:
-            with self._cond:
-                if self._status != OPEN:
-                    return self._final_summary
-                if self._inflight_async and _on_running_loop():
-                    raise RuntimeError(
-                        "finish() would block the event loop while log_episodes_async calls are "
-                        "in flight; await them first, or call finish via asyncio.to_thread"
-                    )
-                while self._inflight:
-                    self._cond.wait()
-                final = dict(summary) if summary is not None else self._summary.result()
-            try:
-                self._seal(COMPLETED, summary=final, error=None)
-            finally:
-                self._drain_shipper()
-            return final
+        return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str) -> None:
         """Seal the run ``failed``, or ``crashed`` for an interrupt or a cancellation.
@@ -352,73 +309,7 @@ class Run:
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
         :meth:`finish`.
         """
-        self._close_without_finishing(seal_status_for(error), describe_error(error))
-
-    def _close_without_finishing(self, status: str, error: str) -> None:
-        """Seal with ``status`` and no summary: sync computes one from the episodes.
-
-        Does not wait for appends in flight: an async append on a cancelled loop may never
-        settle. An append that loses the race with the seal raises :class:`RunClosedError`.
-        """
-        with self._closing:
-            with self._cond:
-                if self._status != OPEN:
-                    return
-            try:
-                self._seal(status, summary=None, error=error)
-            except Exception as exc:  # the eval is already failing: report, don't mask its error
-                _log.warning("run %s could not be sealed %s: %s", self._id, status, describe_error(exc))
-            finally:
-                self._drain_shipper()
-
-    def _start_shipper(self, timeout: float | None) -> None:
-        """Online mode: start shipping the spool in the background (the manifest is durable)."""
-        from prime_runs_spool.runner.online import Shipper, ship_timeout
-
-        self._ship_timeout = ship_timeout(timeout)
-        try:
-            self._shipper = Shipper.start(self._dir)
-        except Exception as exc:  # shipping is optional; the spool is what must not fail
-            _log.warning("run %s: the online shipper could not be started: %s", self._id, describe_error(exc))
-
-    def _drain_shipper(self) -> None:
-        """After the seal: let the shipper finish within the bounded time, then stop it.
-        The shipper object stays, so progress can still be read after the run ends."""
-        shipper = self._shipper
-        if shipper is None or not shipper.running:
-            return
-        status = shipper.drain(self._ship_timeout)
-        if status != 0:
-            _log.warning("run %s: the online shipper did not finish within %.0f s (exit %s); "
-                         "run prime-runs sync to ship the rest (its log: %s)", self._id,
-                         self._ship_timeout, status, shipper_log_path(self._dir))
-
-    def _seal(self, status: str, *, summary: dict[str, Any] | None, error: str | None) -> None:
-        with self._cond:
-            # Closed before the seal is written, so later logs raise RunClosedError rather
-            # than a writer error.
-            self._status = "closing"
-        try:
-            if self._writer is not None:
-                self._writer.seal(status, summary=summary, error=error)
-        except BaseException:
-            with self._cond:
-                self._status = CRASHED  # left unsealed: what every reader will call it
-            raise
-        finally:
-            _forget(self)
-        with self._cond:
-            self._status = status
-            self._final_summary = summary
-            listeners = list(self._listeners) if self._writer is not None else []
-        self._notify(listeners)
-
-    def _notify(self, listeners: list[DurableListener]) -> None:
-        for listener in listeners:
-            try:
-                listener(self)
-            except Exception as exc:
-                _log.warning("a durable-append listener of run %s failed: %s", self._id, describe_error(exc))
+        self._ending.close_without_finishing(seal_status_for(error), describe_error(error))
 
     # -- context manager ------------------------------------------------------------------
 
@@ -524,9 +415,9 @@ def open_run(
         episode_rules=episode_rules,
     )
     if writer is not None:
-        _remember(run)
+        remember(run)
         if mode == ONLINE:
-            run._start_shipper(ship_timeout)
+            run._shipping.start(ship_timeout)
     return run
 
 
@@ -542,41 +433,3 @@ def _peek_id(episode: Any) -> str | None:
     """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
     value = episode.get("id") if isinstance(episode, Mapping) else getattr(episode, "id", None)
     return None if value is None else str(value)
-
-
-def _on_running_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-# -- the exit hook ------------------------------------------------------------------------
-#
-# A run the process leaves open on a normal exit is sealed crashed, so a reader does not
-# have to guess from a missing seal and a released lock. Strong references on purpose: a
-# run dropped without finishing must still be sealed, not garbage-collected unsealed.
-
-_open_runs: set[Run] = set()
-_open_runs_lock = threading.Lock()
-
-
-def _remember(run: Run) -> None:
-    with _open_runs_lock:
-        _open_runs.add(run)
-
-
-def _forget(run: Run) -> None:
-    with _open_runs_lock:
-        _open_runs.discard(run)
-
-
-def _seal_open_runs() -> None:
-    with _open_runs_lock:
-        runs = list(_open_runs)
-    for run in runs:
-        run._close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
-
-
-atexit.register(_seal_open_runs)

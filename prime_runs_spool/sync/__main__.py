@@ -31,7 +31,7 @@ from prime_runs_spool.sync.console import (
     follow_until_stopped,
     report_lines,
 )
-from prime_runs_spool.sync.engine import DEFAULT_REQUEST_LIFETIME, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, SyncOptions
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.memory import return_large_blocks_promptly

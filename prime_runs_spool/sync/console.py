@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 import orjson
 
-from prime_runs_spool.sync.engine import RunReport
+from prime_runs_spool.sync.options import RunReport
 from prime_runs_spool.errors import Stopped
 from prime_runs_spool.sync.follow import FAILED_STATES, Follower
 

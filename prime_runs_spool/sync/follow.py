@@ -38,7 +38,8 @@ from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CRASHED, FAILED
 from prime_runs_spool.spool.layout import find_runs, list_segments
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
-from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock
 from prime_runs_spool.sync.state import Destination
 

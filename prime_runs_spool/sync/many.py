@@ -15,7 +15,8 @@ from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path
-from prime_runs_spool.sync.engine import RunReport, RunSync, SyncOptions
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
 

@@ -1,0 +1,47 @@
+"""A run's durable listeners: the eval's in-process consumers, told when there is more to read.
+
+A listener hears after each durable append and after the seal, and reads the spool itself,
+so it never sees anything that is not durable. Its failure is logged, never raised into the
+eval: a dashboard must not stop the run it shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from prime_runs_spool.runner.ending import describe_error
+
+if TYPE_CHECKING:
+    from prime_runs_spool.runner.run import Run
+
+_log = logging.getLogger("prime_runs_spool")
+
+DurableListener = Callable[["Run"], None]
+
+
+class Listeners:
+    """The listeners of one run; safe to add to while appends are notifying."""
+
+    def __init__(self, run_id: str) -> None:
+        self._run_id = run_id
+        self._lock = threading.Lock()
+        self._listeners: list[DurableListener] = []
+
+    def add(self, listener: DurableListener) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def snapshot(self) -> list[DurableListener]:
+        """The listeners as they are now: taken under the run's lock, called outside it."""
+        with self._lock:
+            return list(self._listeners)
+
+    def notify(self, run: Run, listeners: list[DurableListener]) -> None:
+        for listener in listeners:
+            try:
+                listener(run)
+            except Exception as exc:
+                _log.warning("a durable-append listener of run %s failed: %s", self._run_id, describe_error(exc))

@@ -1,0 +1,124 @@
+"""The run's one evaluation on the platform: found again, adopted, or created exactly once.
+
+A run is matched to its evaluation by the local run id (and replay id) in the evaluation's
+metadata, so a sync that lost its state finds the same evaluation instead of making a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.v0 import create_body, v0_metadata
+from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.protocol import LANDED, Protocol
+from prime_runs_spool.sync.state import InFlight
+
+
+class Evaluation:
+    """Finds, creates and adopts the evaluation a run's rows go to; builds its metadata."""
+
+    def __init__(self, protocol: Protocol, client: PlatformClient, options: SyncOptions,
+                 report: RunReport) -> None:
+        self.protocol = protocol
+        self.client = client
+        self.options = options
+        #: Where a surprise found on the platform (several matching evaluations) is told.
+        self.report = report
+
+    def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The evaluation's metadata: the manifest's, plus what finds this run again."""
+        state = self.protocol.state
+        metadata = v0_metadata(manifest)
+        metadata["local_run_id"] = state.local_run_id
+        if self.options.replay_id:
+            metadata["replay_id"] = self.options.replay_id
+        if state.skipped:
+            metadata["skipped_corruption"] = list(state.skipped)
+        if terminal is not None:
+            metadata["prime_runs"] = dict(terminal)
+        return metadata
+
+    def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool) -> bool:
+        """Make sure the state names this run's one evaluation; returns True when it was
+        found on the platform rather than created now (its samples need reconciling)."""
+        protocol = self.protocol
+        state = protocol.state
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == "create" else None
+        if state.evaluation_id and pending is None:
+            return False
+        if untrusted:
+            # Whatever wrote the damaged state may have had a request in flight.
+            protocol.fence(protocol.clock())
+        if pending is not None:
+            if protocol.settled(pending.sent_at, lambda: self._adopt_existing(manifest)):
+                return True
+        elif (fresh or untrusted) and self._adopt_existing(manifest):
+            return True
+        self._create(manifest)
+        return False
+
+    def _environment_names(self, manifest: Mapping[str, Any]) -> list[str]:
+        names = [str(name) for name in manifest.get("environments") or [] if name]
+        return names or [str(manifest.get("name") or "default")]
+
+    def _create_payload(self, manifest: Mapping[str, Any], environment_ids: list[str]) -> dict[str, Any]:
+        return create_body(manifest,
+                           name=self.options.name or manifest.get("name") or self.protocol.state.local_run_id,
+                           environment_ids=environment_ids,
+                           tags=list(dict.fromkeys([*(manifest.get("tags") or []), *self.options.tags])),
+                           metadata=self.metadata(manifest))
+
+    def _find_existing(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+        """An evaluation already carrying this run's local id (and replay id), if any."""
+        local_run_id = self.protocol.state.local_run_id
+        environment = self._environment_names(manifest)[0]
+        matches: list[dict[str, Any]] = []
+        skip = 0
+        while True:
+            page = self.protocol.retry("listing evaluations", lambda: self.client.list_evaluations(
+                environment_name=environment, skip=skip, limit=100))
+            items = page.get("evaluations") or []
+            for item in items:
+                metadata = item.get("metadata") or {}
+                if (metadata.get("local_run_id") == local_run_id
+                        and metadata.get("replay_id") == self.options.replay_id):
+                    matches.append(item)
+            skip += len(items)
+            if not items or skip >= int(page.get("total") or 0):
+                break
+        if len(matches) > 1:
+            self.report.warnings.append(
+                f"{len(matches)} evaluations carry local run id {local_run_id}; using the oldest")
+        matches.sort(key=lambda item: str(item.get("created_at") or ""))
+        return matches[0] if matches else None
+
+    def _adopt(self, evaluation: Mapping[str, Any]) -> None:
+        state = self.protocol.state
+        evaluation_id = str(evaluation.get("evaluation_id") or evaluation.get("id"))
+        state.evaluation_id = evaluation_id
+        state.viewer_url = evaluation.get("viewer_url") or self.client.settings.viewer_url(evaluation_id)
+        state.in_flight = None
+        if str(evaluation.get("status", "")).upper() == "COMPLETED":
+            state.finalized = True
+        self.protocol.save()
+
+    def _adopt_existing(self, manifest: Mapping[str, Any]) -> bool:
+        found = self._find_existing(manifest)
+        if found is not None:
+            self._adopt(found)
+        return found is not None
+
+    def _create(self, manifest: Mapping[str, Any]) -> None:
+        environment_ids = [
+            self.protocol.retry(f"resolving environment {name!r}",
+                                lambda name=name: self.client.resolve_environment(name))
+            for name in self._environment_names(manifest)
+        ]
+        payload = self._create_payload(manifest, environment_ids)
+        created = self.protocol.send_once("creating the evaluation", InFlight(kind="create", sent_at=0.0),
+                                          lambda: self.client.create_evaluation(payload),
+                                          lambda: self._adopt_existing(manifest))
+        if created is not LANDED:
+            self._adopt(created)
