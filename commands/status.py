@@ -34,6 +34,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                    f"{run.episodes} episodes in {run.segments} segment(s)")
         if run.error:
             click.echo(f"  error: {run.error}")
+        for warning in run.warnings:
+            click.echo(f"  warning: {warning}")
         if not run.destinations:
             click.echo("  not synced anywhere yet")
         for dest in run.destinations:

@@ -5,6 +5,7 @@ never a torn tail, an empty segment or a smaller run."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
@@ -218,3 +219,29 @@ def test_verify_names_the_file_and_offset_and_exits_1(tmp_path: Path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "seg-000004.jsonl: CORRUPT at byte 0" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def _verify(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "verify", *args], capture_output=True, text=True, env=child_env(), timeout=60)
+
+
+def test_verify_given_a_segment_file_verifies_that_segments_run(tmp_path: Path):
+    _three_segment_run(tmp_path / "run")
+    done = _verify("--json", str(segment_path(tmp_path / "run", 2)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert [run["run_dir"] for run in report["runs"]] == [str(tmp_path / "run")]
+    assert report["runs"][0]["episodes"] == 12 and report["paths_without_runs"] == []
+    shutil.copy(segment_path(tmp_path / "run", 2), segment_path(tmp_path / "run", 4))
+    done = _verify(str(segment_path(tmp_path / "run", 1)))
+    assert done.returncode == 1 and "seg-000004.jsonl: CORRUPT at byte 0" in done.stdout
+
+
+def test_verify_given_another_file_says_what_it_expects_and_exits_2(tmp_path: Path):
+    _three_segment_run(tmp_path / "run")
+    for path in (tmp_path / "notes.txt", tmp_path / "run" / "spool" / "seg-000001.lock"):
+        path.touch()
+        done = _verify(str(path))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "is a file, not a run" in done.stderr and "no runs found" not in done.stdout
+        assert "Traceback" not in done.stderr

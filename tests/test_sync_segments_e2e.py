@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from prime_runs_spool import open_run
-from prime_runs_spool.spool.layout import segment_path
+from prime_runs_spool.spool.layout import lock_path, segment_path
 from prime_runs_spool.spool.writer import SegmentWriter
+from support.env import CLI, child_env
 from support.episodes import small_episode
 from support.runs import RunBuilder
 from support.sync_e2e import api, evaluations_of, run_sync, sample_ids, server  # noqa: F401
@@ -89,3 +91,31 @@ def test_a_duplicated_segment_is_refused_by_sync_naming_file_and_offset(tmp_path
     assert not evaluations or api.get(f"/evaluations/{evaluations[0]['evaluation_id']}").json()["finalize_count"] == 0
     if evaluations:
         assert len(sample_ids(api, evaluations[0]["evaluation_id"])) <= 6
+
+
+def test_a_deleted_lock_that_let_a_second_writer_in_is_reported_and_counted_pending(
+        tmp_path: Path, server, api) -> None:
+    first = RunBuilder(tmp_path / "run", "e2e-two-writers")
+    first.open_segment()
+    first.add(2)
+    assert _report(run_sync(server.base_url, str(tmp_path), "--json"))["pushed_now"] == 2
+    lock_path(tmp_path / "run", 1).unlink()
+    second = RunBuilder(tmp_path / "run", "e2e-two-writers", salt="second")
+    second.writer = SegmentWriter.create(tmp_path / "run", second.run_id)  # admitted: an old opener, no checks
+    second.add(1)
+    assert _report(run_sync(server.base_url, str(tmp_path), "--json"))["pushed_now"] == 1
+    first.add(2)  # behind the cursor, which is in segment 2 now
+
+    status = subprocess.run([*CLI, "status", "--json", str(tmp_path)], capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    run = json.loads(status.stdout)["runs"][0]
+    assert run["destinations"][0]["pending"] == 2, run
+    assert "two processes are writing this run" in run["error"]
+    human = subprocess.run([*CLI, "status", str(tmp_path)], capture_output=True, text=True, env=child_env(),
+                           timeout=60).stdout
+    assert "0 episodes pending" not in human and "2 episodes pending" in human
+    verify = subprocess.run([*CLI, "verify", str(tmp_path)], capture_output=True, text=True, env=child_env(),
+                            timeout=60)
+    assert verify.returncode == 1 and "two processes are writing this run" in verify.stdout + verify.stderr
+    first.abandon()
+    second.abandon()

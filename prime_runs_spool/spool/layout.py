@@ -149,10 +149,18 @@ def is_run_dir(path: Path) -> bool:
     return bool(list_segments(path))
 
 
+def is_segment_file(path: Path) -> bool:
+    """Whether ``path`` is a file named like a segment inside a run's ``spool/`` folder."""
+    return (segment_index(path.name) is not None and path.parent.name == SPOOL_DIRNAME
+            and path.is_file())
+
+
 def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
 
-    A path may be a run directory, its ``spool/`` folder, or any folder above runs. Symbolic
+    A path may be a run directory, its ``spool/`` folder, one of its segment files (which
+    stands for its whole run: a segment is only meaningful in its run's log), or any folder
+    above runs. Symbolic
     links below a given path are not followed, so a walk never leaves the tree it was given
     (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
     look like "nothing to do".
@@ -163,7 +171,11 @@ def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
         if not root.exists():
             raise NoSuchPathError(f"path does not exist: {given}")
         spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
-        for run in [root.parent] if spool_of_run else _walk(root):
+        if is_segment_file(root):
+            runs: Iterable[Path] = [root.parent.parent]
+        else:
+            runs = [root.parent] if spool_of_run else _walk(root)
+        for run in runs:
             key = run.resolve()
             if key not in seen:
                 seen.add(key)

@@ -394,6 +394,25 @@ class Spool:
         return next((s for s in self.segments if s.corrupt_offset is not None), None)
 
     @property
+    def problem(self) -> str | None:
+        """Two writers on one run (docs/spool-format.md, section 5): an earlier segment whose
+        writer is live while a later segment exists. Whatever that writer appends now is
+        behind every sync cursor. None when the run has one writer at most."""
+        for segment in self.segments[:-1]:
+            if segment.live and segment.sealed is None:
+                why = " (its lock file was deleted)" if segment.lock_missing else ""
+                return (f"{segment.path}: its writer is still live{why} while a later segment exists: two "
+                        "processes are writing this run, and what the earlier one appends now is never synced; "
+                        "stop one of them")
+        return None
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a reader should say about a run that is not wrong in itself (a deleted lock file)."""
+        return [f"{segment.path.name}: its lock file was deleted while its writer is alive"
+                for segment in self.segments if segment.lock_missing]
+
+    @property
     def status(self) -> str:
         """``corrupt``, the last seal's status, ``live``, ``torn`` or ``crashed`` (section 7)."""
         if self.corrupt is not None:
