@@ -18,6 +18,7 @@ import click
 import orjson
 
 from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.spool.layout import make_private_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
 from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
@@ -59,7 +60,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
         db_path = (db or default_local_db()).expanduser().resolve()
         try:
-            db_path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(db_path.parent)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
         with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND) as platform:

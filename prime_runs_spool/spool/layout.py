@@ -34,6 +34,9 @@ SHIPPER_LOG_NAME = "shipper.log"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
+#: The files SQLite keeps beside a database in WAL mode (the local platform's store).
+SQLITE_SIDECAR_SUFFIXES = ("-wal", "-shm")
+
 _SEGMENT_RE = re.compile(r"seg-(\d{6,})\.jsonl\Z")
 
 
@@ -139,6 +142,38 @@ def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
     except FileExistsError:
         pass
     return folder
+
+
+def open_private(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (creating it ``0600``) a file this package writes outside the segment writer,
+    and take away any access for others that an older version or another tool left
+    (docs/spool-format.md, section 1: everything the package writes is ``0600``)."""
+    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass  # not ours to change (another user's file): open it as it is
+    return fd
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> None:
+    """Create a directory ``0700`` (and any missing parent, also ``0700``)."""
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+
+
+def private_database(path: str | os.PathLike[str]) -> None:
+    """Make sure an SQLite database and its WAL sidecars are ``0600`` before SQLite opens
+    them: SQLite creates the sidecars with the database file's mode, so creating the
+    database ``0600`` first is enough for new files; existing ones are tightened."""
+    os.close(open_private(path, os.O_RDWR))
+    for suffix in SQLITE_SIDECAR_SUFFIXES:
+        sidecar = f"{os.fspath(path)}{suffix}"
+        try:
+            if os.stat(sidecar).st_mode & 0o077:
+                os.chmod(sidecar, FILE_MODE)
+        except OSError:
+            pass
 
 
 def is_run_dir(path: Path) -> bool:
