@@ -60,7 +60,7 @@ def test_sync_local_writes_nothing_others_can_read(tmp_path: Path):
     done = subprocess.run([*CLI, "sync", "--local", "--db", str(db), str(tmp_path / "runs")],
                           capture_output=True, text=True, env=child_env(HOME=str(tmp_path / "home")), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _loose(_modes(db.parent), db.parent) == {}
+    assert _loose(_modes(db.parent.parent), db.parent.parent) == {}  # the folders it created too
     assert {p.name for p in db.parent.iterdir()} >= {"local.db"}
     assert _loose(_modes(tmp_path / "runs" / "run"), tmp_path / "runs" / "run") == {}
     assert (spool_dir(tmp_path / "runs" / "run") / "sync.lock").exists()
@@ -70,9 +70,9 @@ def test_the_spool_and_the_shipper_log_are_private(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PRIME_API_KEY", "not-a-real-key")
     monkeypatch.setenv("PRIME_API_BASE_URL", "http://127.0.0.1:9")  # nothing listens: the shipper just retries
-    run = open_run(tmp_path / "run", name="t", mode="online", ship_timeout=0.5)
+    run = open_run(tmp_path / "outputs" / "run", name="t", mode="online", ship_timeout=0.5)
     run.log_episodes([small_episode("a")])
     run.finish()
-    log = spool_dir(tmp_path / "run") / SHIPPER_LOG_NAME
+    log = spool_dir(tmp_path / "outputs" / "run") / SHIPPER_LOG_NAME
     assert log.exists()
-    assert _loose(_modes(tmp_path / "run"), tmp_path / "run") == {}
+    assert _loose(_modes(tmp_path / "outputs"), tmp_path / "outputs") == {}  # outputs/ was created too

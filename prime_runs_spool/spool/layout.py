@@ -136,11 +136,7 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
 def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
     """Create the run directory and its spool folder (``0700`` when we create them)."""
     folder = spool_dir(run_dir)
-    os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
-    try:
-        os.mkdir(folder, DIR_MODE)
-    except FileExistsError:
-        pass
+    make_private_dir(folder)
     return folder
 
 
@@ -158,8 +154,20 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
 
 
 def make_private_dir(path: str | os.PathLike[str]) -> None:
-    """Create a directory ``0700`` (and any missing parent, also ``0700``)."""
-    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
+    gives parents the umask's default mode, often ``0755``)."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            pass
 
 
 def private_database(path: str | os.PathLike[str]) -> None:
