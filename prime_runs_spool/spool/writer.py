@@ -42,6 +42,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterable, Mapping
@@ -100,6 +101,8 @@ _log = logging.getLogger("prime_runs_spool")
 
 #: How long an opener waits for another one to finish opening the same run.
 RUN_LOCK_TIMEOUT = 30.0
+#: Seconds between checks that our lock file is still there (one fstat; see _check_files).
+LOCK_CHECK_INTERVAL = 0.1
 
 
 def _utc_now() -> str:
@@ -130,10 +133,10 @@ class SegmentWriter:
         self._path = segment_path(run_dir, index)
         self._fd: int | None = fd
         self._lock = lock
-        #: (device, inode) of the segment and of the lock file we hold: what the paths must
-        #: still name after each sync (docs/spool-format.md, section 5).
-        self._file_id = _file_id(os.fstat(fd))
-        self._lock_id = _path_id(lock_path(run_dir, index))
+        #: A second descriptor on the lock file we hold: its link count says, with one
+        #: fstat, whether the file was deleted or replaced (docs/spool-format.md, section 5).
+        self._lock_watch: int | None = _open_watch(lock_path(run_dir, index))
+        self._next_lock_check = time.monotonic() + LOCK_CHECK_INTERVAL
         #: Descriptors of lock files this writer put back after someone deleted its own.
         self._replacement_locks: list[int] = []
         #: Episodes in the run's earlier segments, as the opener counted them (None: not told).
@@ -574,14 +577,23 @@ class SegmentWriter:
         self._publish_durable()
 
     def _check_files(self) -> None:
-        """Raise :class:`SegmentGoneError` if the segment's path no longer names our file, and
-        put our lock file back if someone deleted or replaced it (two ``stat`` calls: a few
-        microseconds against a sync's hundreds)."""
-        if _path_id(self._path) != self._file_id:
+        """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
+        directory deleted, or replaced by another file: its link count is 0), and put our
+        lock file back if someone deleted or replaced it. One ``fstat`` per flush (about
+        2 µs against a sync's hundreds), the lock's at most every LOCK_CHECK_INTERVAL."""
+        fd = self._fd
+        if fd is not None and os.fstat(fd).st_nlink == 0:
             raise SegmentGoneError(
                 f"{self._path}: the segment file (or its run directory) was deleted or replaced while "
                 "this process was writing it; what it appended is unreachable, so the run stops here")
-        if _path_id(lock_path(self._run_dir, self._index)) != self._lock_id:
+        watch = self._lock_watch
+        if watch is None:
+            return
+        now = time.monotonic()
+        if now < self._next_lock_check:
+            return
+        self._next_lock_check = now + LOCK_CHECK_INTERVAL
+        if os.fstat(watch).st_nlink == 0:
             self._replace_lock()
 
     def _replace_lock(self) -> None:
@@ -593,7 +605,6 @@ class SegmentWriter:
             fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
         except OSError as exc:
             _log.warning("%s: the writer lock file was deleted and cannot be put back: %s", target, exc)
-            self._lock_id = None  # do not retry on every flush
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -601,10 +612,11 @@ class SegmentWriter:
         except OSError as exc:
             os.close(fd)
             _log.warning("%s: the writer lock file was deleted and cannot be put back: %s", target, exc)
-            self._lock_id = None
             return
         self._replacement_locks.append(fd)
-        self._lock_id = _file_id(os.fstat(fd))
+        if self._lock_watch is not None:
+            os.close(self._lock_watch)
+        self._lock_watch = os.dup(fd)
         _log.warning("%s: the writer lock file was deleted while this process held it; put it back "
                      "(a process that opened the run meanwhile may be writing it too)", target)
 
@@ -638,6 +650,9 @@ class SegmentWriter:
             for replacement in self._replacement_locks:
                 os.close(replacement)
             self._replacement_locks = []
+            if self._lock_watch is not None:
+                os.close(self._lock_watch)
+                self._lock_watch = None
             self._lock.release()
 
     def _abandon(self) -> None:
@@ -646,14 +661,11 @@ class SegmentWriter:
             self._release()
 
 
-def _file_id(stat: os.stat_result) -> tuple[int, int]:
-    return stat.st_dev, stat.st_ino
-
-
-def _path_id(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of what ``path`` names now, or None when it names nothing."""
+def _open_watch(path: Path) -> int | None:
+    """A read-only descriptor on the lock file just taken (the same inode the flock is on;
+    closing it never drops that lock, which belongs to the other descriptor)."""
     try:
-        return _file_id(os.stat(path))
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
 
