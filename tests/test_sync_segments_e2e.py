@@ -119,3 +119,31 @@ def test_a_deleted_lock_that_let_a_second_writer_in_is_reported_and_counted_pend
     assert verify.returncode == 1 and "two processes are writing this run" in verify.stdout + verify.stderr
     first.abandon()
     second.abandon()
+
+
+def test_an_earlier_segment_damaged_after_it_was_synced(tmp_path: Path, server, api) -> None:
+    """Resuming at its cursor, sync still checks the headers before it: a plain sync refuses,
+    ``--skip-corrupt`` notes it and goes on from the cursor, never reading anything twice."""
+    builder = RunBuilder(tmp_path / "run", "e2e-late-damage")
+    for _ in range(3):
+        builder.open_segment()
+        builder.add(2)
+        builder.abandon()
+    assert _report(run_sync(server.base_url, str(tmp_path), "--json"))["pushed_now"] == 6  # cursor in seg 3
+    second = segment_path(tmp_path / "run", 2)
+    data = bytearray(second.read_bytes())
+    data[20] ^= 0x01  # inside its header line
+    second.write_bytes(bytes(data))
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+
+    plain = run_sync(server.base_url, str(tmp_path), "--json")
+    assert plain.returncode == 1 and _report(plain)["state"] == "corrupt"
+    assert "seg-000002.jsonl: corrupt at byte 0" in _report(plain)["error"]
+    skipping = run_sync(server.base_url, str(tmp_path), "--json", "--skip-corrupt")
+    assert skipping.returncode == 0, skipping.stdout + skipping.stderr
+    assert (_report(skipping)["state"], _report(skipping)["pushed_now"]) == ("synced", 2)
+    evaluation = api.get(f"/evaluations/{evaluations_of(api, builder.run_id)[0]['evaluation_id']}").json()
+    assert sample_ids(api, evaluation["evaluation_id"]) == builder.ids
+    assert evaluation["metadata"]["skipped_corruption"][0]["segment"] == 2

@@ -245,14 +245,19 @@ def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: 
         ledger.begin(path, index)
         with open(path, "rb") as f:
             first = f.readline(_HEADER_LIMIT)
-        parsed = parse_line(first) if first.endswith(b"\n") else None
-        if parsed is not None and parsed.type == HEADER and isinstance(parsed.data, dict):
-            ledger.header(path, index, parsed.data)
+        if not first.endswith(b"\n"):
+            ledger.end()  # empty: its writer died before its header was durable
+            continue
+        parsed = parse_line(first)
+        if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+            raise CorruptSpoolError(path, 0, "the first line is not an intact header")
+        ledger.header(path, index, parsed.data)
         ledger.end()
 
 
 def iter_records(
-    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False
+    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
+    check_earlier: bool = True,
 ) -> Iterator[Record]:
     """Every record of a run after ``start`` (default: the beginning), all segments in order.
 
@@ -263,6 +268,9 @@ def iter_records(
     ``durable_only``: in a segment whose writer is alive, stop at the writer's durable mark
     (docs/spool-format.md, section 5). A live writer's last lines can be in the file before
     they are fsync'd; whoever ships records elsewhere must not ship those.
+    ``check_earlier``: from a ``start``, check the headers of the segments before it first
+    (docs/spool-format.md, section 4.1, rules 1 and 2); False for a reader that already
+    passed over damage there on purpose (``sync --skip-corrupt``).
     """
     segments = list_segments(run_dir)
     if start is not None and start.segment_index not in {index for index, _ in segments}:
@@ -271,7 +279,10 @@ def iter_records(
         )
     ledger = RunLedger(from_start=start is None)
     if start is not None:
-        _check_earlier_headers(segments, start.segment_index, ledger)
+        if check_earlier:  # before anything is yielded: a refusal never follows a record
+            _check_earlier_headers(segments, start.segment_index, ledger)
+        else:
+            ledger.last_index = start.segment_index - 1
     for index, path in segments:
         if start is not None and index < start.segment_index:
             continue

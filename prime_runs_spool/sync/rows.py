@@ -38,14 +38,23 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
     with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
     ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
     reads everything on disk and stops at damage."""
+    check_earlier = True
     while True:
         try:
-            yield from iter_records(run_dir, start=start, durable_only=True)
+            yield from iter_records(run_dir, start=start, durable_only=True, check_earlier=check_earlier)
             return
         except CorruptSpoolError as exc:
             if not skip_corrupt:
                 raise
             index = segment_index_of(exc.path) or 0
+            if start is not None and index < start.segment_index:
+                # A segment before the position (its header disagrees with the run): found
+                # before anything was yielded, and already behind us. Note it, read on from
+                # the same position without looking back, so nothing is read twice.
+                if skipped is not None:
+                    skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason, "last": False})
+                check_earlier = False
+                continue
             later = [seg for seg, _ in list_segments(run_dir) if seg > index]
             if skipped is not None:
                 skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason,
@@ -53,6 +62,7 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
             if not later:
                 return
             start = Position(later[0], 0, 0)
+            check_earlier = False  # every segment before it was read or checked in this pass
 
 
 @dataclass
