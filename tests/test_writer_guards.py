@@ -70,6 +70,12 @@ def test_a_run_directory_deleted_under_a_live_writer_raises_at_the_next_append_a
     assert isinstance(SegmentGoneError("x"), SpoolWriteError)
     run.abort("gone")  # quiet: the writer is already closed
 
+    finishing = open_run(tmp_path / "finishing", name="t")
+    finishing.log_episodes([small_episode("a")])
+    shutil.rmtree(tmp_path / "finishing")
+    with pytest.raises(SegmentGoneError):
+        finishing.finish()  # the seal would land in a file no reader can find
+
     writer = SegmentWriter.create(tmp_path / "other", "r")
     writer.append("episode", {"id": "x"})
     shutil.rmtree(tmp_path / "other")
