@@ -245,3 +245,13 @@ def test_verify_given_another_file_says_what_it_expects_and_exits_2(tmp_path: Pa
         assert done.returncode == 2, done.stdout + done.stderr
         assert "is a file, not a run" in done.stderr and "no runs found" not in done.stdout
         assert "Traceback" not in done.stderr
+
+
+def test_verify_calls_a_crlf_segment_corrupt_not_empty(tmp_path: Path):
+    builder = _three_segment_run(tmp_path / "run")
+    second = segment_path(tmp_path / "run", 2)
+    second.write_bytes(second.read_bytes().replace(b"\n", b"\r\n"))
+    done = _verify(str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "seg-000002.jsonl: CORRUPT at byte 0" in done.stdout and "empty" not in done.stdout
+    assert builder.count == 12
