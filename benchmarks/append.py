@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -128,7 +129,9 @@ def bare_grouped(folder: Path, line: bytes, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
-def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> float:
+def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float,
+                 serialize: Callable[[int], bytes] | None = None,
+                 stop: threading.Event | None = None) -> float:
     """The leanest group commit threads can have: the floor for any threaded design here.
 
     ``threads`` threads append the same pre-serialized line (no serializing, no checksum,
@@ -137,6 +140,10 @@ def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> flo
     queue in one writev and one fdatasync; followers sleep on their own lock until their
     group is synced. Whatever this reaches, no threaded writer reaches more on this machine:
     the gap between it and the ceiling is what waking a thread per append costs.
+
+    With ``serialize``, each append first builds its own line (``serialize(thread)``), as a
+    runner that serializes its episode before queueing it must (benchmarks/log_episodes.py);
+    ``stop``, once set, ends the phase early.
     """
     path = folder / "lean.jsonl"
     fd = os.open(path, FLAGS, 0o600)
@@ -146,7 +153,7 @@ def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> flo
     handed: list[threading.Lock | None] = [None]  # the follower that was handed the lead
     flushing = [False]
 
-    def append() -> None:
+    def append(line: bytes) -> None:
         nonlocal queued, waiters
         with mutex:
             if flushing[0]:
@@ -184,7 +191,10 @@ def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float) -> flo
 
     def work(t: int) -> None:
         while time.perf_counter() < deadline:
-            append()
+            mine = serialize(t) if serialize is not None else line
+            if stop is not None and stop.is_set():
+                return
+            append(mine)
             counts[t] += 1
 
     try:

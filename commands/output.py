@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-EXIT_USAGE = 2
+from prime_runs_spool.sync.options import EXIT_USAGE
 
 
 def fail_usage(message: str) -> None:

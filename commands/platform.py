@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from prime_runs_spool.local_platform.server import serve
 from prime_runs_spool.errors import StoreError
 
 
@@ -36,6 +35,8 @@ def serve_command(
     address cannot be bound).
     """
     try:
+        from prime_runs_spool.local_platform.server import serve  # the server stack only when serving
+
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
               request_deadline=request_deadline, out=sys.stdout)
     except StoreError as exc:

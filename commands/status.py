@@ -9,8 +9,6 @@ import click
 import orjson
 
 from commands.output import require_paths
-from prime_runs_spool.spool.layout import find_runs
-from prime_runs_spool.sync.status import run_status
 
 
 @click.command("status")
@@ -22,6 +20,9 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
 
     Exit 0, or 2 when a path does not exist.
     """
+    from prime_runs_spool.spool.layout import find_runs
+    from prime_runs_spool.sync.status import run_status  # the state model: only when run
+
     runs = [run_status(run_dir) for run_dir in find_runs(require_paths(paths or (Path("."),)))]
     if as_json:
         click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())
@@ -46,6 +47,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                 line += f" (replay {dest.replay_id[:8]})"
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
+            if dest.skipped_too_large:
+                line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
             if dest.url:
                 line += f"  {dest.url}"
             click.echo(line)

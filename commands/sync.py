@@ -12,34 +12,30 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import orjson
 
-from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import make_private_dir
+from commands.output import Progress, fail_usage, require_paths
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
-from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
-from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, RunReport, SyncOptions
-from prime_runs_spool.sync.console import (
+from prime_runs_spool.sync.options import (
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL,
+    DEFAULT_REQUEST_LIFETIME,
     DEFAULT_TIMEOUT,
     EXIT_OK,
     EXIT_RUN_FAILED,
-    event_printer,
-    exit_code,
-    follow_until_stopped,
-    report_lines,
 )
-from prime_runs_spool.sync.follow import FollowOptions, Follower
-from prime_runs_spool.sync.memory import return_large_blocks_promptly
-from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.many import sync_paths
-from prime_runs_spool.sync.state import Destination, local_destination, remote_destination
-from commands.output import Progress, fail_usage, require_paths
+
+if TYPE_CHECKING:
+    from prime_runs_spool.platform_api.settings import Settings
+    from prime_runs_spool.sync.options import RunReport
+    from prime_runs_spool.sync.state import Destination
+
+# The machinery behind the command (the HTTP client, the state model, the engine) is
+# imported in the functions that use it, not here: ``prime-runs --help`` defines every
+# command's options and must not pay for any of it (tests/test_cli_basics.py).
 
 #: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
 #: ``--local`` links to: the embedded server itself lives only as long as the command.
@@ -55,8 +51,12 @@ def default_local_db() -> Path:
 def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None
                  ) -> Iterator[tuple[Settings, Destination, str | None]]:
     """Settings and the destination identity; for ``--local``, a running embedded platform."""
+    from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
+    from prime_runs_spool.sync.state import local_destination, remote_destination
+
     if local:
         from prime_runs_spool.local_platform.server import EmbeddedPlatform
+        from prime_runs_spool.spool.layout import make_private_dir
 
         db_path = (db or default_local_db()).expanduser().resolve()
         try:
@@ -124,6 +124,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     evaluation is created once and finalized once. Exit 0 when every run is synced or has
     nothing to do, 1 when some run failed, 2 on a usage or configuration error.
     """
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
+    from prime_runs_spool.sync.follow import FollowOptions, Follower
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.memory import return_large_blocks_promptly
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+
     roots = require_paths(paths or (Path("."),))
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")
@@ -160,6 +168,10 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
 
 
 def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> None:
+    import orjson
+
+    from prime_runs_spool.sync.console import exit_code, report_lines
+
     if as_json:
         document: dict[str, Any] = {
             "runs": [report.as_json() for report in reports],

@@ -17,7 +17,6 @@ import click
 import orjson
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
-from prime_runs_spool.spool.verify import verify_paths
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
@@ -57,6 +56,8 @@ def _print_human(runs: list[dict[str, Any]], empty_paths: list[str]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 def verify(paths: tuple[Path, ...], as_json: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption."""
+    from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
+
     try:
         verdict = verify_paths(paths)
     except (NoSuchPathError, SpoolError, OSError) as exc:

@@ -13,7 +13,9 @@ The tree, by layer:
   (and its ``SegmentGoneError``), ``WriterClosedError``, ``UnsupportedFormatError``,
   ``CorruptSpoolError``, ``NoSuchPathError``, ``NotARunError``, ``RunInUseError`` (raised
   by the writer when another process opens the same run, and by the runner)
-- runner: ``RunClosedError``, ``RunMismatchError``
+- content: ``MalformedEpisodeError``
+- runner: ``RunClosedError``, ``RunMismatchError``, ``RunForkedError``,
+  ``EpisodeTooLargeError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
@@ -102,6 +104,22 @@ class SyncError(SpoolError):
 
 class RunClosedError(SpoolError):
     """An episode was logged to a run that is already finished or aborted."""
+
+
+class RunForkedError(SpoolError):
+    """A forked child used the run its parent opened: only the process that opened a run
+    writes, seals or closes it (docs/integration.md, "Forked processes")."""
+
+
+class MalformedEpisodeError(SpoolError, TypeError):
+    """An episode lacks the shape its summary and its rows are computed from (a trace's
+    ``metrics`` that is a list, a ``task.data.idx`` that is a list...). Raised before
+    anything of the call is numbered or written."""
+
+
+class EpisodeTooLargeError(SpoolError, ValueError):
+    """No platform request can carry one of the episode's rows: refused at append, so the
+    run is never blocked by a row sync could never send (docs/integration.md)."""
 
 
 class RunMismatchError(SpoolError, ValueError):

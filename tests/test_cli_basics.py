@@ -35,3 +35,24 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
         "syncing 1 run(s): 0 samples, 0.0 MB sent",
         "syncing 1 run(s): 5 samples, 0.0 MB sent",
     ]
+
+
+#: What ``prime-runs --help`` must not import: the machinery behind the commands. Each costs
+#: tens of milliseconds of start-up (benchmarks/startup.py), and --help uses none of it.
+HEAVY_FOR_HELP = (
+    "httpx", "pydantic", "starlette", "uvicorn", "jinja2", "verifiers", "prime_traces", "obstore",
+    "prime_runs_spool.spool.reader", "prime_runs_spool.sync.state", "prime_runs_spool.sync.engine",
+    "prime_runs_spool.runner.run", "prime_runs_spool.local_platform.app",
+)
+
+
+def test_help_imports_none_of_the_machinery_behind_the_commands():
+    probe = ("import sys, json\n"
+             "from click.testing import CliRunner\n"
+             "from commands.cli import cli\n"
+             "result = CliRunner().invoke(cli, ['--help'])\n"
+             "assert result.exit_code == 0, result.output\n"
+             f"print(json.dumps([m for m in {HEAVY_FOR_HELP!r} if m in sys.modules]))\n")
+    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"prime-runs --help imported {done.stdout.strip()}"

@@ -20,7 +20,7 @@ from prime_runs_spool.content.masking import MASK
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference"
 SECRET = "SECRETVALUE0123456789"
-CLEAN_TOML = b'# a comment kept verbatim\nmodel = "m"\n\n[client]\nbase_url = "http://x"\nheaders = {}\n\n[env.solver.harness]\nid = "bash"\n'
+CLEAN_TOML = b'model = "m"\n\n[client]\nbase_url = "http://x"\nheaders = {}\n\n[env.solver.harness]\nid = "bash"\n'
 
 
 def _build(config: Any = None, config_file: Any = None, **overrides: Any) -> tuple[dict, list[str]]:
@@ -102,7 +102,7 @@ def test_extra_rules_mask_a_producers_own_locations() -> None:
     assert manifest["config"]["auth"] == {"token": MASK}
 
 
-def test_clean_file_kept_byte_for_byte(tmp_path: Path) -> None:
+def test_clean_file_without_comments_kept_byte_for_byte(tmp_path: Path) -> None:
     path = tmp_path / "eval.toml"
     path.write_bytes(CLEAN_TOML.replace(b"\n", b"\r\n"))
     manifest, warnings = _build(config_file=str(path))
@@ -170,7 +170,7 @@ def test_file_over_256_kib(tmp_path: Path) -> None:
     path.write_bytes(line * (MAX_CONFIG_SOURCE_BYTES // len(line)) + b"x = 12345\n")
     manifest, warnings = _build(config_file=path)
     assert "config_source" not in manifest and "over 256 KiB" in warnings[0]
-    path.write_bytes(b"#" * (MAX_CONFIG_SOURCE_BYTES - 1) + b"\n")  # exactly the limit: kept
+    path.write_bytes(b'x = "' + b"a" * (MAX_CONFIG_SOURCE_BYTES - 7) + b'"\n')  # exactly the limit: kept
     manifest, warnings = _build(config_file=path)
     assert warnings == [] and len(manifest["config_source"]["text"]) == MAX_CONFIG_SOURCE_BYTES
 
@@ -220,3 +220,64 @@ def test_the_api_key_never_enters_the_manifest(tmp_path: Path, monkeypatch: pyte
     assert SECRET.encode() not in blob
     assert manifest["config"]["client"]["api_key_var"] == "PRIME_API_KEY"
     assert os.environ["PRIME_API_KEY"] == SECRET
+
+
+COMMENTED_TOML = """\
+# launched with: eval @ eval.toml   (my key is sk-COMMENTSECRET1, do not share)
+model = "m"    # token: sk-COMMENTSECRET2
+url = "https://host/#not-a-comment"  \t# sk-COMMENTSECRET3
+quote = 'a "# literal'
+[client]
+  # headers were {Authorization = "Bearer sk-COMMENTSECRET4"}
+base_url = "http://x" # sk-COMMENTSECRET5
+note = \"\"\"
+# a line of a string, not a comment
+\\"\"\" still # the string \"\"\"\"  # sk-COMMENTSECRET6
+lit = \'\'\'# also kept\'\'\'
+"""
+
+UNCOMMENTED_TOML = """\
+model = "m"
+url = "https://host/#not-a-comment"
+quote = 'a "# literal'
+[client]
+base_url = "http://x"
+note = \"\"\"
+# a line of a string, not a comment
+\\"\"\" still # the string \"\"\"\"
+lit = \'\'\'# also kept\'\'\'
+"""
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_toml_files_comments_never_travel(tmp_path: Path, newline: str) -> None:
+    """config_source is the file with its comments dropped: a secret in a comment is not in
+    the parse, so nothing else could have checked it. Every other byte is kept."""
+    path = tmp_path / "eval.toml"
+    path.write_bytes(COMMENTED_TOML.replace("\n", newline).encode())
+    manifest, warnings = _build(config_file=path)
+    assert warnings == []
+    text = manifest["config_source"]["text"]
+    assert "COMMENTSECRET" not in text
+    assert text == UNCOMMENTED_TOML.replace("\n", newline)
+    import tomllib
+
+    assert tomllib.loads(text) == tomllib.loads(COMMENTED_TOML)
+
+
+def test_a_json_file_repeating_a_key_is_left_out(tmp_path: Path) -> None:
+    """json keeps the last of two equal keys, so the first would travel unchecked."""
+    path = tmp_path / "eval.json"
+    path.write_text('{"client": {"headers": {"X": "%s"}}, "client": {}}' % SECRET, encoding="utf-8")
+    manifest, warnings = _build(config_file=path)
+    assert "config_source" not in manifest
+    assert warnings == ["config_source left out: eval.json gives the key(s) client twice in one object"]
+
+
+@pytest.mark.parametrize("where", ["client.api_key", "client.base_url"])
+def test_a_file_with_a_key_or_a_url_credential_is_left_out_naming_it(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "eval.toml"
+    value = SECRET if where == "client.api_key" else f"https://u:{SECRET}@host/v1"
+    path.write_text(f'[client]\n{where.split(".")[1]} = "{value}"\n', encoding="utf-8")
+    manifest, warnings = _build(config_file=path)
+    assert "config_source" not in manifest and where in warnings[0] and SECRET not in warnings[0]

@@ -24,7 +24,9 @@ else:  # pragma: no cover
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference"
 
 # Free keys and values are lowercase; secrets are uppercase, so neither can fake the other.
-RESERVED = {"client", "headers", "judges", "judge", "harness", "env", "traces", "agent", "config"}
+RESERVED = {"client", "headers", "judges", "judge", "harness", "env", "traces", "agent", "config", "runtime",
+            "extra_headers", "default_headers", "default_query", "extra_query", "env_vars",
+            "api_key", "auth_token", "azure_ad_token"}
 free_key = st.text("abcdefghij", min_size=1, max_size=6).filter(lambda k: k not in RESERVED)
 free_leaf = st.one_of(
     st.none(), st.booleans(), st.integers(-10**6, 10**6),
@@ -159,14 +161,14 @@ def _dotted(path: tuple) -> str:
     return out
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_config_secrets_never_survive_and_nothing_else_changes(case) -> None:
     config, tables = case
     _property(config, tables, MaskRules.defaults_for_config())
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(episodes())
 def test_episode_secrets_never_survive_and_nothing_else_changes(case) -> None:
     record, tables = case
@@ -218,10 +220,292 @@ def test_star_matches_list_indices_and_double_star_matches_zero_segments() -> No
     rules = MaskRules.of("**.headers.*")
     assert mask({"headers": ["SECRETA", "SECRETB"]}, rules) == {"headers": [MASK, MASK]}
     assert mask([{"headers": {"k": "SECRETC"}}], rules) == [{"headers": {"k": MASK}}]
-    assert mask({"headers": "not a table"}, rules) == {"headers": "not a table"}
+    # A table given as one value is masked whole (it may be "Authorization: Bearer ...").
+    assert mask({"headers": "Authorization: Bearer SECRETD"}, rules) == {"headers": MASK}
+    assert mask({"headers": None}, rules) == {"headers": None}
+    assert find_set_tables({"a": {"headers": "SECRETE"}}, rules) == ["a.headers"]
 
 
 @pytest.mark.parametrize("bad", ["", "a..b", "a.**", ()])
 def test_invalid_patterns_are_rejected(bad) -> None:
     with pytest.raises(ValueError):
         parse_pattern(bad)
+
+
+# -- every location, anywhere: secrets placed in arbitrary surrounding structure ------------
+
+#: Each credential location (docs/masking.md): tables, whose every entry is masked (and which
+#: are masked whole when given as one value), and single values.
+TABLE_LOCATIONS = [("headers",), ("extra_headers",), ("default_headers",), ("default_query",),
+                   ("extra_query",), ("harness", "env"), ("runtime", "env"), ("env_vars",)]
+VALUE_LOCATIONS = [("api_key",), ("auth_token",), ("azure_ad_token",)]
+SECRET_WORD = st.text("ABCDEFGHKLMNPQRSTUVWXYZ0123456789", min_size=6, max_size=10).map(lambda s: "SECRET" + s)
+entry_key = st.text("ABCDEFG-_", min_size=1, max_size=8)
+free_text = st.text("abcdefghij :/.", max_size=10)  # may hold "://" but never "@"
+
+
+@st.composite
+def table_values(draw) -> tuple[Any, Any]:
+    """A credential table in each shape a config gives one: mapping, list, one string."""
+    shape = draw(st.sampled_from(["mapping", "list", "string", "nested"]))
+    if shape == "mapping":
+        table = draw(st.dictionaries(entry_key, SECRET_WORD, min_size=1, max_size=3))
+        return table, {key: MASK for key in table}
+    if shape == "list":
+        table = draw(st.lists(SECRET_WORD.map(lambda s: f"Authorization: Bearer {s}"), min_size=1, max_size=3))
+        return table, [MASK] * len(table)
+    if shape == "nested":
+        table = {draw(entry_key): {"value": draw(SECRET_WORD), "n": 1}}
+        return table, {key: MASK for key in table}
+    return f"Authorization: Bearer {draw(SECRET_WORD)}", MASK
+
+
+@st.composite
+def urls_with_userinfo(draw) -> tuple[str, str]:
+    """A string holding a URL with credentials in its userinfo, and what it must become."""
+    scheme = draw(st.sampled_from(["https", "http", "postgresql+psycopg", "redis", "git+ssh"]))
+    user = draw(SECRET_WORD)
+    password = draw(st.one_of(st.none(), SECRET_WORD, SECRET_WORD.map(lambda s: s[:5] + "/@:" + s[5:])))
+    userinfo = user if password is None else f"{user}:{password}"
+    host = draw(st.sampled_from(["api.example.com", "10.0.0.1:8000", "[::1]:5432", "h"]))
+    tail = draw(st.sampled_from(["", "/", "/v1", "/v1?x=1#f"]))
+    before = draw(st.sampled_from(["", "url ", "--index-url="]))
+    after = draw(st.sampled_from(["", " and more", "\nnext"]))
+    return f"{before}{scheme}://{userinfo}@{host}{tail}{after}", f"{before}{scheme}://{MASK}@{host}{tail}{after}"
+
+
+@st.composite
+def placed_configs(draw) -> tuple[dict, dict, list[str]]:
+    """A free config with secrets placed at random credential locations at random depths.
+
+    Returns the config, exactly what masking must make of it, and the secret words placed.
+    """
+    config = draw(st.dictionaries(free_key, free_tree, max_size=4))
+    expected = copy.deepcopy(config)
+    for _ in range(draw(st.integers(1, 5))):
+        prefix = tuple(draw(st.lists(free_key, max_size=3)))
+        kind = draw(st.sampled_from(["table", "value", "url"]))
+        if kind == "table":
+            path = (*prefix, *draw(st.sampled_from(TABLE_LOCATIONS)))
+            given_value, expected_value = draw(table_values())
+        elif kind == "value":
+            path = (*prefix, *draw(st.sampled_from(VALUE_LOCATIONS)))
+            given_value = draw(st.one_of(SECRET_WORD, st.lists(SECRET_WORD, min_size=1, max_size=2)))
+            expected_value = MASK
+        else:
+            path = (*prefix, draw(free_key))
+            given_value, expected_value = draw(urls_with_userinfo())
+            if draw(st.booleans()):  # a URL inside a list of strings
+                given_value, expected_value = [draw(free_text), given_value], [None, expected_value]
+                expected_value[0] = given_value[0]
+        _set(config, path, given_value)
+        _set(expected, path, expected_value)
+    words = [word for word in _words(config) if word.startswith("SECRET")]
+    return config, expected, words
+
+
+def _words(obj: Any) -> list[str]:
+    import re
+
+    return re.findall(r"SECRET[A-Z0-9]*", orjson.dumps(obj).decode())
+
+
+def _exactly(out: Any, expected: Any) -> None:
+    """Equal, with the same types everywhere (1 is not True, 1.0 is not 1)."""
+    assert out == expected
+    assert orjson.dumps(out) == orjson.dumps(expected)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(placed_configs())
+def test_a_secret_at_any_location_never_survives_in_a_config(case) -> None:
+    config, expected, words = case
+    snapshot = copy.deepcopy(config)
+    rules = MaskRules.defaults_for_config()
+    out = mask(config, rules)
+    assert config == snapshot  # never mutated
+    dumped = orjson.dumps(out).decode()
+    for word in words:
+        assert word[:10] not in dumped
+    _exactly(out, expected)
+    assert (find_set_tables(config, rules) == []) == (words == [])
+    _exactly(mask(config, rules), expected)  # again, now through the memo
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(placed_configs(), min_size=1, max_size=3), st.dictionaries(free_key, free_tree, max_size=3))
+def test_a_secret_at_any_location_never_survives_in_an_episode(cases, outside) -> None:
+    # The same kinds of values outside the traces' configs are the eval's data: kept.
+    lookalike = {"headers": {"H": "visible"}, "api_key": "kept", "url": "https://me:visible@host/"}
+    record = {**outside, "info": lookalike, "traces": []}
+    expected = {**copy.deepcopy(outside), "info": copy.deepcopy(lookalike), "traces": []}
+    for config, expected_config, _ in cases:
+        record["traces"].append({"agent": {"config": config, "name": "solver"}, "nodes": [lookalike]})
+        expected["traces"].append({"agent": {"config": expected_config, "name": "solver"}, "nodes": [lookalike]})
+    snapshot = copy.deepcopy(record)
+    rules = MaskRules.defaults_for_episode()
+    for _ in range(2):  # the second pass answers from the memo
+        out = mask(record, rules)
+        assert record == snapshot
+        _exactly(out, expected)
+        dumped = orjson.dumps(out).decode()
+        for _, _, words in cases:
+            for word in words:
+                assert word[:10] not in dumped
+
+
+@settings(max_examples=200, deadline=None)
+@given(free_tree, st.sampled_from(["config", "episode"]))
+def test_data_without_credentials_is_returned_as_is(tree, which) -> None:
+    obj = {"traces": [{"agent": {"config": {"k": tree}}}]} if which == "episode" else {"k": tree}
+    rules = MaskRules.defaults_for_config() if which == "config" else MaskRules.defaults_for_episode()
+    assert mask(obj, rules) is obj
+    assert find_set_tables(obj, rules) == []
+
+
+def test_the_locations_that_leaked_in_issue_11() -> None:
+    config = {
+        "client": {"type": "eval", "base_url": "https://bob:SECRETPW1@vllm.example/v1", "api_key": "SECRETKEY1",
+                   "extra_headers": {"X-A": "SECRETX1"}, "default_headers": {"X-B": "SECRETX2"}},
+        "sampling_args": {"extra_headers": {"Authorization": "Bearer SECRETX3"}},
+        "env": {"solver": {"env_vars": {"TOKEN": "SECRETENV1"},
+                           "client": {"headers": "Authorization: Bearer SECRETX4"}}},
+    }
+    rules = MaskRules.defaults_for_config()
+    out = mask(config, rules)
+    assert b"SECRET" not in orjson.dumps(out)
+    assert out["client"]["base_url"] == "https://***@vllm.example/v1"
+    assert out["client"]["api_key"] == MASK and out["client"]["type"] == "eval"
+    assert out["env"]["solver"]["client"]["headers"] == MASK
+    assert find_set_tables(config, rules) == [
+        "client.base_url", "client.api_key", "client.extra_headers", "client.default_headers",
+        "sampling_args.extra_headers", "env.solver.env_vars", "env.solver.client.headers",
+    ]
+    episode = {"id": "e", "traces": [{"agent": {"config": config}}]}
+    assert b"SECRET" not in orjson.dumps(mask(episode, MaskRules.defaults_for_episode()))
+
+
+def test_a_config_mutated_between_episodes_is_masked_afresh() -> None:
+    """The memo never trusts an object's identity: the same dict, changed in place, is re-walked."""
+    rules = MaskRules.defaults_for_episode()
+    config = {"client": {"base_url": "https://api.example/v1", "headers": {"X": "SECRETA1"}}, "model": "m"}
+    record = {"id": "e", "traces": [{"agent": {"config": config}}]}
+    for _ in range(3):
+        assert b"SECRET" not in orjson.dumps(mask(record, rules))
+    assert rules._memo.hits >= 1  # the memo now holds this config's plan
+    config["client"]["base_url"] = "https://u:SECRETB2@api.example/v1"  # same objects, new secret
+    config["client"]["api_key"] = "SECRETC3"
+    config["model"] = 1
+    out = mask(record, rules)
+    assert b"SECRET" not in orjson.dumps(out)
+    assert out["traces"][0]["agent"]["config"]["client"]["base_url"] == "https://***@api.example/v1"
+    assert out["traces"][0]["agent"]["config"]["model"] == 1
+    config["model"] = True  # equal to 1 as a Python value, not as data: not answered from the memo
+    assert mask(record, rules)["traces"][0]["agent"]["config"]["model"] is True
+    config["client"]["headers"] = {"X": None}
+    for _ in range(2):  # memoized: nothing to mask in {"X": null}
+        assert mask(record, rules)["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": None}
+    config["client"]["headers"] = {"X": float("nan")}  # serializes like None: verified by equality
+    assert mask(record, rules)["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": MASK}
+
+
+def test_masked_output_is_never_shared_with_a_later_episode() -> None:
+    """Mutating one masked result cannot change the next: plans hold no input values."""
+    rules = MaskRules.defaults_for_episode()
+    record = {"traces": [{"agent": {"config": {"client": {"headers": {"X": "SECRETA1"}}}}}]}
+    first = mask(record, rules)
+    first["traces"][0]["agent"]["config"]["client"]["headers"]["X"] = "SECRETLEAK"
+    second = mask(copy.deepcopy(record), rules)
+    assert second["traces"][0]["agent"]["config"]["client"]["headers"] == {"X": MASK}
+
+
+# -- the memo is invisible: same results as a fresh walk, whatever changed in between -------
+
+odd_leaf = st.one_of(
+    free_leaf, st.just(float("nan")), st.just(float("inf")), st.just(1), st.just(True), st.just(1.0),
+    st.just(MASK), st.just("https://u:SECRETUI1@h/"), st.tuples(st.just("SECRETTUPLE1")),
+)
+
+
+@st.composite
+def mutation_sequences(draw) -> list[dict]:
+    """A config, then the same config (fresh copies) changed one value at a time."""
+    config, _, _ = draw(placed_configs())
+    sequence = [copy.deepcopy(config)]
+    for _ in range(draw(st.integers(1, 6))):
+        config = copy.deepcopy(config)
+        if draw(st.booleans()):  # an unchanged copy: answered from the memo
+            sequence.append(config)
+            continue
+        path = list(draw(st.lists(st.sampled_from(["client", "headers", "api_key", "a", "b", 0]),
+                                  min_size=1, max_size=3)))
+        node: Any = config
+        for key in path[:-1]:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(key, {}) if isinstance(node.get(key), dict) or key not in node else node[key]
+        if isinstance(node, dict):
+            node[path[-1]] = draw(st.one_of(odd_leaf, table_values().map(lambda pair: pair[0])))
+        sequence.append(config)
+    return sequence
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutation_sequences(), st.sampled_from(["config", "episode"]))
+def test_the_memo_answers_exactly_what_a_fresh_walk_does(sequence, which) -> None:
+    rules = MaskRules.defaults_for_config() if which == "config" else MaskRules.defaults_for_episode()
+    for config in sequence:
+        obj = config if which == "config" else {"id": "e", "traces": [{"agent": {"config": config}}] * 2}
+        memoized, walked = mask(obj, rules), mask(obj, rules, memo=False)
+        assert repr(memoized) == repr(walked)  # repr: NaN, 1 vs True vs 1.0, tuples all differ
+
+
+def test_values_that_are_not_plain_json_are_walked() -> None:
+    """No serialization, no memo: tuples, non-str keys and huge ints are walked every time."""
+    rules = MaskRules.defaults_for_config()
+    odd = {"client": {"headers": ("SECRETT1",), "api_key": "SECRETK1"}, 0: {"env_vars": {1: "SECRETI1"}},
+           "big": 2**80}
+    for _ in range(2):
+        out = mask(odd, rules)
+        assert "SECRET" not in repr(out) and out["big"] == 2**80
+    assert rules._memo.hits == 0
+
+
+def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:
+    """Many threads masking different configs through one rules object (as a Run's 64
+    appender threads do) each get exactly what a fresh walk gives for their own config."""
+    import threading
+
+    rules = MaskRules.defaults_for_episode()
+    configs = [{"client": {"base_url": f"https://u{n}:SECRET{n:04d}@h/v1", "headers": {f"K{n}": "SECRETH"},
+                           "model": n}} for n in range(300)]  # more than the memo holds
+    expected = [orjson.dumps(mask({"traces": [{"agent": {"config": c}}]}, rules, memo=False)) for c in configs]
+    failures: list[int] = []
+
+    def worker(offset: int) -> None:
+        for i in range(400):
+            n = (i * 7 + offset) % len(configs)
+            out = mask({"traces": [{"agent": {"config": copy.deepcopy(configs[n])}}]}, rules)
+            if orjson.dumps(out) != expected[n]:
+                failures.append(n)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and rules._memo.hits > 0
+    assert b"SECRET" not in b"".join(expected)
+
+
+def test_a_memo_that_never_hits_steps_aside_then_tries_again() -> None:
+    """Configs that never repeat make the memo walk without serializing for a while;
+    configs that then repeat are memoized again. Every answer is a fresh walk's."""
+    rules = MaskRules.defaults_for_config()
+    for n in range(64):
+        assert mask({"seed": n, "headers": {"X": "SECRETQ"}}, rules) == {"seed": n, "headers": {"X": MASK}}
+    assert rules._memo.bypass > 0
+    repeated = {"client": {"base_url": "https://u:SECRETP@h/"}, "seed": -1}
+    for _ in range(600):
+        assert mask(repeated, rules) == {"client": {"base_url": "https://***@h/"}, "seed": -1}
+    assert rules._memo.bypass == 0 and rules._memo.hits > 0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from support import platform_process
 from support.env import CLI, child_env
-from prime_runs_spool.local_platform import EmbeddedPlatform
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES as MAX_BODY_BYTES
 
 TOKEN = "s3cret-token"

@@ -71,12 +71,37 @@ def _with_extras(draw: Any, given_part: dict[str, Any], expected_part: dict[str,
 
 @st.composite
 def seat_configs(draw: Any, built: Built) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A seat's config: its own client headers and its harness env, plus anything else."""
-    headers, headers_masked = built.table(draw)
+    """A seat's config with a secret at every kind of location an OpenAI-compatible client
+    config uses: its client's headers (as a table or as one string), extra and default
+    headers, API key and the userinfo of its base URL; its harness env; its env_vars;
+    and the per-request ``sampling_args.extra_headers``. Plus anything else."""
     env, env_masked = built.table(draw)
-    given_seat = {"client": {"headers": headers, "api_key_var": "PRIME_API_KEY"}, "harness": {"id": "bash", "env": env}}
-    expected_seat = {"client": {"headers": headers_masked, "api_key_var": "PRIME_API_KEY"},
-                     "harness": {"id": "bash", "env": env_masked}}
+    extra, extra_masked = built.table(draw)
+    default, default_masked = built.table(draw)
+    request, request_masked = built.table(draw)
+    env_vars, env_vars_masked = built.table(draw)
+    if draw(st.booleans()):
+        headers, headers_masked = built.table(draw)
+    else:  # headers given as one string
+        value = draw(secrets)
+        built.secrets.append(value)
+        headers, headers_masked = f"Authorization: Bearer {value}", MASK
+    api_key, user, password = draw(secrets), draw(secrets), draw(secrets)
+    built.secrets.extend([api_key, user, password])
+    given_seat = {
+        "client": {"headers": headers, "api_key_var": "PRIME_API_KEY", "api_key": api_key,
+                   "base_url": f"https://{user}:{password}@vllm.example:8000/v1",
+                   "extra_headers": extra, "default_headers": default},
+        "harness": {"id": "bash", "env": env}, "env_vars": env_vars,
+        "sampling_args": {"temperature": 0.5, "extra_headers": request},
+    }
+    expected_seat = {
+        "client": {"headers": headers_masked, "api_key_var": "PRIME_API_KEY", "api_key": MASK,
+                   "base_url": f"https://{MASK}@vllm.example:8000/v1",
+                   "extra_headers": extra_masked, "default_headers": default_masked},
+        "harness": {"id": "bash", "env": env_masked}, "env_vars": env_vars_masked,
+        "sampling_args": {"temperature": 0.5, "extra_headers": request_masked},
+    }
     _with_extras(draw, given_seat, expected_seat)
     return given_seat, expected_seat
 
@@ -168,3 +193,16 @@ def test_producer_rules_mask_their_own_locations(tmp_path: Path, where: str) -> 
         run.log_episodes([{"id": "a", "ok": True, **value}])
     run.finish()
     assert b"sk-PRODUCER" not in all_bytes_under(tmp_path)
+
+
+def test_a_credential_in_a_launch_file_comment_never_reaches_the_spool(tmp_path: Path) -> None:
+    """The launch file travels as config_source, but its comments do not: nothing checked them."""
+    launch = tmp_path / "eval.toml"
+    launch.write_text('# PRIME_API_KEY=sk-IN_A_COMMENT_123\nmodel = "m"  # or sk-AFTER_A_VALUE_456\n'
+                      '[client]\nbase_url = "https://api.example/v1#frag"\n', encoding="utf-8")
+    run = open_run(tmp_path / "run", name="n", config_file=launch)
+    run.finish()
+    raw = all_bytes_under(tmp_path / "run")
+    assert b"sk-IN_A_COMMENT_123" not in raw and b"sk-AFTER_A_VALUE_456" not in raw
+    source = read_run(tmp_path / "run").manifest["config_source"]
+    assert source["text"] == 'model = "m"\n[client]\nbase_url = "https://api.example/v1#frag"\n'

@@ -15,11 +15,47 @@ from support import platform_process
 from support.env import CLI, child_env
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
 from prime_runs_spool import open_run
+from prime_runs_spool.spool import layout
 
 API_KEY = "prk-live-9f8e7d6c5b4a39281706"
 CONFIG_HEADER_SECRET = "cfs_CONFIG_HEADER_SECRET_5521"
 JUDGE_HEADER_SECRET = "judge_HEADER_SECRET_9910"
 HARNESS_SECRET = "hf_HARNESS_ENV_SECRET_3377"
+# The locations that leaked before (issue 11), each with its own value, in the config and in
+# every trace's resolved config.
+LEAKED = {
+    "client.api_key": "sk-CLIENT_API_KEY_1111",
+    "client.extra_headers": "xh_EXTRA_HEADER_2222",
+    "client.default_headers": "dh_DEFAULT_HEADER_3333",
+    "sampling_args.extra_headers": "sa_REQUEST_HEADER_4444",
+    "client.base_url userinfo": "pw_BASE_URL_PASSWORD_5555",
+    "env_vars": "ev_ENV_VARS_SECRET_6666",
+    "headers as a string": "hs_HEADER_STRING_7777",
+}
+
+
+COMMENT_SECRET = "cm_LAUNCH_FILE_COMMENT_8888"
+
+
+def leaky_seat() -> dict:
+    """A seat config holding a secret at each location that leaked in issue 11."""
+    return {
+        "client": {"type": "eval", "api_key": LEAKED["client.api_key"],
+                   "base_url": f"https://svc:{LEAKED['client.base_url userinfo']}@vllm.internal/v1",
+                   "extra_headers": {"X-Extra": LEAKED["client.extra_headers"]},
+                   "default_headers": {"X-Default": LEAKED["client.default_headers"]}},
+        "sampling_args": {"extra_headers": {"Authorization": f"Bearer {LEAKED['sampling_args.extra_headers']}"}},
+        "env_vars": {"TOKEN": LEAKED["env_vars"]},
+        "judge": {"headers": f"Authorization: Bearer {LEAKED['headers as a string']}"},
+    }
+
+
+def leaky_episodes(run_id: str) -> list[dict]:
+    episodes = [make_episode(n, run_id=run_id) for n in range(3)]
+    for episode in episodes:
+        for trace in episode["traces"]:
+            trace["agent"]["config"].update(leaky_seat())
+    return episodes
 
 EVAL_TOML = f"""\
 model = "Qwen/Qwen3-8B"
@@ -44,9 +80,10 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
     launch = tmp_path / "eval.toml"
     launch.write_text(EVAL_TOML)
     config = {
+        **leaky_seat(),
         "model": "Qwen/Qwen3-8B",
-        "client": {"type": "eval", "headers": {"CF-Access-Client-Secret": CONFIG_HEADER_SECRET}},
-        "env": {"solver": {"harness": {"env": {"HF_TOKEN": HARNESS_SECRET}}},
+        "client": {**leaky_seat()["client"], "headers": {"CF-Access-Client-Secret": CONFIG_HEADER_SECRET}},
+        "env": {"solver": {"harness": {"env": {"HF_TOKEN": HARNESS_SECRET}}, **leaky_seat()},
                 "taskset": {"task": {"judges": [{"headers": {"Authorization": JUDGE_HEADER_SECRET}}]}}},
     }
     run_dir = tmp_path / "outputs" / "run"
@@ -54,11 +91,11 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
     try:
         with open_run(run_dir, name="secrets", environments=["gsm8k"], model="Qwen/Qwen3-8B",
                       config=config, config_file=str(launch), num_examples=3, rollouts_per_example=1) as run:
-            run.log_episodes([make_episode(n, run_id=run.id) for n in range(3)])
+            run.log_episodes(leaky_episodes(run.id))
     finally:
         del os.environ["PRIME_API_KEY"]
     secrets = [API_KEY, CONFIG_HEADER_SECRET, JUDGE_HEADER_SECRET, HARNESS_SECRET,
-               FAKE_HEADER_SECRET, FAKE_ENV_SECRET]
+               FAKE_HEADER_SECRET, FAKE_ENV_SECRET, *LEAKED.values()]
 
     db = tmp_path / "platform" / "platform.db"
     db.parent.mkdir()
@@ -88,3 +125,38 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
     for secret in secrets:
         for where, data in places.items():
             assert secret.encode() not in data, f"a secret reached the {where}"
+
+
+def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path: Path) -> None:
+    """``sync --local``: the spool, its sync state and the embedded platform's database hold
+    none of the values at the locations that leaked in issue 11, yet the rows arrived."""
+    # A clean launch file but for a comment: it is uploaded, without the comment.
+    launch = tmp_path / "eval.toml"
+    launch.write_text(f'model = "m"\n# api_key = "{COMMENT_SECRET}"\n[client]\ntype = "eval"  # {COMMENT_SECRET}\n')
+    run_dir = tmp_path / "outputs" / "run"
+    with open_run(run_dir, name="leaks", environments=["gsm8k"], model="m", config={"model": "m", **leaky_seat()},
+                  config_file=str(launch), num_examples=3, rollouts_per_example=1) as run:
+        run.log_episodes(leaky_episodes(run.id))
+    db = tmp_path / "local" / "platform.db"
+    result = subprocess.run(CLI + ["sync", str(tmp_path / "outputs"), "--local", "--db", str(db), "--json"],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)["runs"][0]
+    assert (report["state"], report["pushed_now"]) == ("synced", 3)
+    assert list(layout.sync_dir(run_dir).iterdir()), "sync wrote its state"
+    with platform_process.running(db) as server:
+        import httpx
+
+        with httpx.Client(base_url=server.api) as api:
+            evaluation = api.get(f"/evaluations/{report['evaluation_id']}").json()
+            rows = api.get(f"/evaluations/{report['evaluation_id']}/samples").json()["samples"]
+    assert len(rows) == 3
+    assert evaluation["metadata"]["client"]["base_url"] == "https://***@vllm.internal/v1"
+    assert evaluation["metadata"]["config_source"]["text"] == 'model = "m"\n[client]\ntype = "eval"\n'
+    seat = rows[0]["info"]["native_wrapper"]["traces"][0]["agent"]["config"]
+    assert seat["client"]["api_key"] == "***" and seat["env_vars"] == {"TOKEN": "***"}
+    places = {"run directory": all_bytes(run_dir), "local platform database": all_bytes(db.parent),
+              "sync output": (result.stdout + result.stderr).encode()}
+    for location, secret in {**LEAKED, "a comment of the launch file": COMMENT_SECRET}.items():
+        for where, data in places.items():
+            assert secret.encode() not in data, f"the value at {location} reached the {where}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from prime_runs_spool.errors import MalformedEpisodeError
+
 
 class _NoRow:
     """Sentinel type: an episode without traces has no row and takes no rollout number."""
@@ -110,3 +112,61 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
         weight = reward.get("weight")
         total += reward["score"] * (1.0 if weight is None else weight)
     return total
+
+
+#: What a ``task.data.idx`` may be: a JSON scalar, so rollout numbers can count by it.
+_IDX_TYPES = (str, int, float, bool)
+#: What a reward's ``score`` and ``weight`` may be when set: numbers the rows and the summary add up.
+_NUMBER_TYPES = (int, float)
+
+
+def check_episode(record: Mapping[str, Any]) -> None:
+    """Raise :class:`MalformedEpisodeError` unless ``record`` has the shape the run summary,
+    the rollout numbering and the v0 rows read.
+
+    Only the fields those read are checked, and only their kind (a mapping where a mapping
+    is read, a list where a list is read): everything else in an episode is free-form. Run
+    before anything is numbered, so a malformed episode is refused whole, never half
+    recorded: a ``metrics`` that is a list once reached the spool and then broke the
+    summary (issue 11).
+    """
+    episode_id = record.get("id")
+    traces = record.get("traces")
+    if traces is None:
+        return
+    if not isinstance(traces, (list, tuple)):
+        _malformed(episode_id, "traces", "a list of traces", traces)
+    for i, trace in enumerate(traces):
+        where = f"traces[{i}]"
+        if not isinstance(trace, Mapping):
+            _malformed(episode_id, where, "a mapping (one trace)", trace)
+        for key, meaning in (("agent", "a mapping (name, trainable, config)"), ("task", "a mapping (type, data)"),
+                             ("rewards", "a mapping (reward name -> {score, weight})"),
+                             ("metrics", "a mapping (metric name -> number)"), ("info", "a mapping")):
+            value = trace.get(key)
+            if value is not None and not isinstance(value, Mapping):
+                _malformed(episode_id, f"{where}.{key}", meaning, value)
+        for key in ("nodes", "calls", "errors", "tools"):
+            value = trace.get(key)
+            if value is not None and not isinstance(value, (list, tuple)):
+                _malformed(episode_id, f"{where}.{key}", "a list", value)
+        data = (trace.get("task") or {}).get("data")
+        if data is not None and not isinstance(data, Mapping):
+            _malformed(episode_id, f"{where}.task.data", "a mapping (idx, prompt, answer...)", data)
+        idx = (data or {}).get("idx")
+        if idx is not None and not isinstance(idx, _IDX_TYPES):
+            _malformed(episode_id, f"{where}.task.data.idx", "a string or a number (the example's index)", idx)
+        for name, reward in (trace.get("rewards") or {}).items():
+            if not isinstance(reward, Mapping):
+                continue  # read as a null reward by the summary and the rows alike
+            for part in ("score", "weight"):
+                number = reward.get(part)
+                if number is not None and not isinstance(number, _NUMBER_TYPES):
+                    _malformed(episode_id, f"{where}.rewards.{name}.{part}", "a number or null", number)
+
+
+def _malformed(episode_id: Any, field: str, expected: str, found: Any) -> None:
+    raise MalformedEpisodeError(
+        f"episode {episode_id}: {field} must be {expected}, not a {type(found).__name__}; "
+        "nothing of this call was recorded: fix the episode and log it again"
+    )

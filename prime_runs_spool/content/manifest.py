@@ -5,10 +5,12 @@ metadata. Two rules keep it safe to ship (see docs/masking.md):
 
 - ``config`` carries only the fields somebody set, with every credential table masked
   by location; the API key is never an input here at all.
-- ``config_source`` (the launch file byte for byte) is attached only when parsing the
-  file finds none of the credential tables set. A verbatim file cannot be masked
-  without ceasing to be verbatim, so a file with a secret in it is left out whole, and
-  the warning names the table, never a value.
+- ``config_source`` (the launch file as written) is attached only when parsing the
+  file finds nothing to mask. A verbatim file cannot be masked without ceasing to be
+  verbatim, so a file with a secret in it is left out whole, and the warning names the
+  location, never a value. What the parse cannot see cannot be checked, so it does not
+  travel: a TOML file's comments are dropped (every other byte is kept, and the result
+  must parse to the same thing), and a JSON file that repeats a key is left out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
+from prime_runs_spool.content.toml_comments import drop_comments
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -115,19 +118,48 @@ def read_config_source(
     if fmt is None:
         warnings.append(f"{prefix} is neither TOML nor JSON, so it cannot be checked for credentials")
         return None
+    repeated: list[str] = []
     try:
-        parsed = tomllib.loads(text) if fmt == "toml" else json.loads(text)
+        parsed = tomllib.loads(text) if fmt == "toml" else json.loads(
+            text, object_pairs_hook=lambda pairs: _object_noting_repeats(pairs, repeated))
     except tomllib.TOMLDecodeError as exc:
         warnings.append(f"{prefix} does not parse as TOML ({exc})")
         return None
     except json.JSONDecodeError as exc:
         warnings.append(f"{prefix} does not parse as JSON (line {exc.lineno}, column {exc.colno})")
         return None
+    if repeated:  # json keeps the last: an earlier value would travel unchecked
+        warnings.append(f"{prefix} gives the key(s) {', '.join(sorted(set(repeated)))} twice in one object")
+        return None
     tables = find_set_tables(parsed, rules)
     if tables:
         warnings.append(f"{prefix} sets the credential table(s) {', '.join(tables)}")
         return None
+    if fmt == "toml":
+        # A comment is not in the parse, so nothing above checked it: it does not travel.
+        uncommented = drop_comments(text)
+        if uncommented is not text and not _same_parse(uncommented, parsed):
+            warnings.append(f"{prefix}: its comments cannot be dropped without changing what it says")
+            return None
+        text = uncommented
     return {"format": fmt, "text": text, "filename": filename}
+
+
+def _object_noting_repeats(pairs: list[tuple[str, Any]], repeated: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            repeated.append(key)
+        out[key] = value
+    return out
+
+
+def _same_parse(text: str, parsed: Any) -> bool:
+    """Whether ``text`` parses as TOML to exactly ``parsed`` (a NaN never compares equal)."""
+    try:
+        return tomllib.loads(text) == parsed
+    except tomllib.TOMLDecodeError:
+        return False
 
 
 def _format_of(filename: str, text: str) -> str | None:

@@ -1,23 +1,36 @@
-"""Mask credentials by *location*, never by key name.
+"""Mask credentials by *location*, never by guessing from a key or a value.
 
-A verifiers config (and every trace's resolved seat config) has exactly two kinds of
-free-form string tables that can carry a credential: a client's or judge's ``headers``
-and a harness's ``env``. Whatever a key in them is called, its value may be a secret, and
-no key-name heuristic can be trusted to spot one, so every value at those locations is
-replaced by :data:`MASK`; keys stay, so a reader still sees that a header was set.
+A verifiers config (and every trace's resolved seat config) can carry a credential in a
+few kinds of places: a client's API key, a headers or query table (``headers``,
+``extra_headers``, ``default_headers``, ...), an environment table handed to a harness or a
+sandbox (``harness.env``, ``env_vars``), and the userinfo of a URL (``user:pass@``).
+Whatever a key in such a table is called, its value may be a secret, and no key-name
+heuristic can be trusted to spot one, so every value at those locations is replaced by
+:data:`MASK`; keys stay, so a reader still sees that a header was set.
 
 Locations are data (:class:`MaskRules`): patterns over the path from the root, one
 segment per mapping key or list index. A segment is a literal key, ``*`` (exactly one key
-or index) or ``**`` (any number of segments, including none). ``docs/masking.md`` lists
-the defaults and how another producer adds its own.
+or index) or ``**`` (any number of segments, including none). A pattern that ends in
+``*`` names a table: when the table is given as a single value instead (``headers =
+"Authorization: Bearer ..."``), that value is masked whole. URL scopes name the subtrees
+in which every string has the userinfo of any URL in it masked. ``docs/masking.md``
+lists the defaults and how another producer adds its own.
+
+Episodes repeat their seats' configs from one episode to the next, so the work of
+finding what to mask in a config is memoized (:class:`_Memo`), keyed by the subtree's
+exact serialization and verified by equality: a config that changed in any way is
+walked afresh.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import orjson
 
 #: What a masked value becomes.
 MASK = "***"
@@ -25,21 +38,55 @@ MASK = "***"
 Pattern = tuple[str, ...]
 _States = frozenset[tuple[int, int]]
 
-#: Where credentials sit in a verifiers eval config (docs/masking.md, "Where credentials sit"), generalized
-#: so any seat and any nesting works: a ``headers`` table under any client or judge, and
-#: an ``env`` table under any harness.
-CONFIG_PATTERNS: tuple[Pattern, ...] = (
-    ("**", "client", "headers", "*"),
-    ("**", "judges", "*", "headers", "*"),
-    ("**", "judge", "headers", "*"),
+#: Tables whose every entry may be a credential, wherever they sit in a config: HTTP
+#: headers (a client's, a judge's, a request's ``sampling_args``), query parameters
+#: (some providers take the key as ``?key=``) and environment tables.
+_TABLES: tuple[Pattern, ...] = (
+    ("**", "headers", "*"),
+    ("**", "extra_headers", "*"),
+    ("**", "default_headers", "*"),
+    ("**", "default_query", "*"),
+    ("**", "extra_query", "*"),
     ("**", "harness", "env", "*"),
+    ("**", "runtime", "env", "*"),
+    ("**", "env_vars", "*"),
 )
 
-#: Each trace of an episode record stores its seat's resolved config under
-#: ``agent.config``: the same locations, below that root.
-EPISODE_PATTERNS: tuple[Pattern, ...] = tuple(
-    ("traces", "*", "agent", "config", *pattern) for pattern in CONFIG_PATTERNS
+#: Single values that are a credential, wherever they sit in a config: the API key and
+#: bearer tokens OpenAI-compatible clients take as constructor arguments.
+_VALUES: tuple[Pattern, ...] = (
+    ("**", "api_key"),
+    ("**", "auth_token"),
+    ("**", "azure_ad_token"),
 )
+
+#: The credential locations of a verifiers eval config (docs/masking.md, "Where
+#: credentials sit"): any seat, any nesting, no list of seat names.
+CONFIG_PATTERNS: tuple[Pattern, ...] = _TABLES + _VALUES
+
+#: Where a trace of an episode record keeps its seat's resolved config.
+TRACE_CONFIG: Pattern = ("traces", "*", "agent", "config")
+
+#: The same locations inside every trace of an episode record.
+EPISODE_PATTERNS: tuple[Pattern, ...] = tuple((*TRACE_CONFIG, *pattern) for pattern in CONFIG_PATTERNS)
+
+#: The subtrees in which every string has its URLs' userinfo masked: the whole config,
+#: and each trace's resolved config (``()`` is the root).
+CONFIG_URL_SCOPES: tuple[Pattern, ...] = ((),)
+EPISODE_URL_SCOPES: tuple[Pattern, ...] = (TRACE_CONFIG,)
+
+# ``scheme://`` then everything up to the LAST ``@`` before the URL ends (whitespace):
+# a malformed password holding ``/`` or ``@`` is masked whole, at the price of masking a
+# path that happens to contain ``@``.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)\S*@")
+
+
+def mask_url_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by :data:`MASK`."""
+    if "@" not in text or "://" not in text:
+        return text
+    masked = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    return text if masked == text else masked
 
 
 def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
@@ -55,11 +102,19 @@ def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
     return segments
 
 
+# What one step of the automaton yields: the states below the key, whether the value
+# there is masked whole, whether it is a table's entry (a scalar there is masked), and
+# whether a URL scope starts there.
+_Step = tuple[_States, bool, bool, bool]
+
+
 @dataclass(frozen=True)
 class MaskRules:
     """An immutable set of location patterns; :meth:`extended` adds a producer's own."""
 
     patterns: tuple[Pattern, ...]
+    url_scopes: tuple[Pattern, ...] = ()
+    _memo: _Memo = field(default_factory=lambda: _Memo(), init=False, repr=False, compare=False, hash=False)
 
     @classmethod
     def of(cls, *patterns: str | Iterable[str]) -> MaskRules:
@@ -67,45 +122,68 @@ class MaskRules:
 
     @classmethod
     def defaults_for_config(cls) -> MaskRules:
-        """The verifiers eval-config locations (:data:`CONFIG_PATTERNS`)."""
-        return cls(CONFIG_PATTERNS)
+        """The verifiers eval-config locations (:data:`CONFIG_PATTERNS`), URLs everywhere."""
+        return cls(CONFIG_PATTERNS, CONFIG_URL_SCOPES)
 
     @classmethod
     def defaults_for_episode(cls) -> MaskRules:
-        """The same locations inside each trace of an episode record."""
-        return cls(EPISODE_PATTERNS)
+        """The same locations inside each trace's resolved config of an episode record."""
+        return cls(EPISODE_PATTERNS, EPISODE_URL_SCOPES)
 
     def extended(self, patterns: Iterable[str | Iterable[str]] | MaskRules) -> MaskRules:
         """These rules plus ``patterns`` (duplicates dropped, order kept)."""
-        extra = patterns.patterns if isinstance(patterns, MaskRules) else map(parse_pattern, patterns)
-        merged = dict.fromkeys((*self.patterns, *extra))
-        return MaskRules(tuple(merged))
+        if isinstance(patterns, MaskRules):
+            extra, scopes = patterns.patterns, patterns.url_scopes
+        else:
+            extra, scopes = tuple(map(parse_pattern, patterns)), ()
+        return MaskRules(
+            tuple(dict.fromkeys((*self.patterns, *extra))),
+            tuple(dict.fromkeys((*self.url_scopes, *scopes))),
+        )
 
     # -- matching ------------------------------------------------------------------
+    # One automaton runs the mask patterns (indices below len(patterns)) and the URL
+    # scopes (the indices after them) side by side.
 
-    def _start(self) -> _States:
-        return self._closure((i, 0) for i in range(len(self.patterns)))
+    def _rule(self, index: int) -> Pattern:
+        n = len(self.patterns)
+        return self.patterns[index] if index < n else self.url_scopes[index - n]
+
+    def _start(self) -> tuple[_States, bool]:
+        """The states at the root, and whether a URL scope covers the root itself."""
+        start = self._memo.start
+        if start is None:
+            states = self._closure((i, 0) for i in range(len(self.patterns) + len(self.url_scopes)))
+            start = self._memo.start = (states, () in self.url_scopes)
+        return start
 
     def _closure(self, states: Iterable[tuple[int, int]]) -> _States:
         """Add the states reached by letting each ``**`` match zero segments."""
         out = set()
         for rule, pos in states:
             out.add((rule, pos))
-            pattern = self.patterns[rule]
+            pattern = self._rule(rule)
             while pos < len(pattern) and pattern[pos] == "**":
                 pos += 1
                 out.add((rule, pos))
         return frozenset(out)
 
-    def _step(self, states: _States, key: str | int) -> tuple[_States, bool]:
-        """States after descending into ``key``, and whether that location is masked."""
-        return _cached_step(self, states, key)
+    def _step(self, states: _States, key: str | int) -> _Step:
+        # Keyed by the key's text: ``True`` and ``1`` are equal as dict keys, not as segments.
+        text = key if type(key) is str else str(key)
+        steps = self._memo.steps
+        found = steps.get((states, text))
+        if found is None:
+            found = self._step_uncached(states, text)
+            if len(steps) > _MAX_STEPS:
+                steps.clear()
+            steps[(states, text)] = found
+        return found
 
-    def _step_uncached(self, states: _States, key: str | int) -> tuple[_States, bool]:
-        text = key if isinstance(key, str) else str(key)
+    def _step_uncached(self, states: _States, text: str) -> _Step:
         moved = []
         for rule, pos in states:
-            pattern = self.patterns[rule]
+            pattern = self._rule(rule)
             if pos == len(pattern):
                 continue
             segment = pattern[pos]
@@ -114,27 +192,146 @@ class MaskRules:
             elif segment == "*" or segment == text:
                 moved.append((rule, pos + 1))
         after = self._closure(moved)
-        matched = any(pos == len(self.patterns[rule]) for rule, pos in after)
-        return after, matched
+        n = len(self.patterns)
+        masked = any(rule < n and pos == len(self.patterns[rule]) for rule, pos in after)
+        table = any(rule < n and pos == len(self.patterns[rule]) - 1 and self.patterns[rule][-1] == "*"
+                    for rule, pos in after)
+        scoped = any(rule >= n and pos == len(self._rule(rule)) for rule, pos in after)
+        live = frozenset(
+            (rule, pos) for rule, pos in after if pos < len(self._rule(rule))
+        )
+        return live, masked, table, scoped
+
+    def _literals(self, states: _States) -> tuple[str, ...] | None:
+        """The keys some pattern can step into, when every live segment is a literal;
+        ``None`` when a ``*`` or ``**`` is live (every key must be looked at)."""
+        memo = self._memo.literals
+        if states in memo:
+            return memo[states]
+        segments = [self._rule(rule)[pos] for rule, pos in states]
+        found = None if any(s in ("*", "**") for s in segments) else tuple(dict.fromkeys(segments))
+        memo[states] = found
+        return found
+
+    def _dense(self, states: _States) -> bool:
+        """Whether the walk below visits every node (a ``**`` is live): worth memoizing."""
+        found = self._memo.dense.get(states)
+        if found is None:
+            found = any(self._rule(rule)[pos] == "**" for rule, pos in states)
+            self._memo.dense[states] = found
+        return found
 
 
-@lru_cache(maxsize=4096)
-def _cached_step(rules: MaskRules, states: _States, key: str | int) -> tuple[_States, bool]:
-    # Configs repeat the same keys in every trace of every episode: memoize the automaton.
-    return rules._step_uncached(states, key)
+# -- plans -------------------------------------------------------------------------
+# A plan says what changes under a container: for each key, either the string that
+# replaces the value (MASK, or a URL with its userinfo masked) or the plan below it.
+# ``None`` means nothing changes. Plans hold keys and replacement strings only, never
+# an input value, so applying a memoized plan to an equal input is exactly a fresh walk.
+Plan = dict[Union[str, int], Union[str, "Plan"]]
+
+#: Bounds on the memo: entries, the size of one memoized subtree, the step cache, and the
+#: hashes of subtrees seen once (a plan is kept from a subtree's second sighting).
+_MAX_PLANS = 256
+_MAX_PLAN_BYTES = 64 * 1024
+_MAX_STEPS = 65536
+_MAX_SEEN = 4096
+#: Lookups per window, and how many configs are then walked without the memo when
+#: under one in eight of a window's lookups were answered.
+_WINDOW = 64
+_BYPASS = 448
 
 
-def mask(obj: Any, rules: MaskRules) -> Any:
+class _Memo:
+    """Per-rules caches: automaton steps, and the plans of subtrees seen before.
+
+    A plan is keyed by the subtree's exact orjson serialization (keys, order, types and
+    string contents) and checked against an equal copy before use, so a subtree that
+    differs in any byte or any value (``NaN`` serializes as ``null``) is walked afresh.
+    The identity of an object is never a key: an eval may mutate its config in place.
+    """
+
+    def __init__(self) -> None:
+        self.start: tuple[_States, bool] | None = None
+        self.steps: dict[tuple[_States, str], _Step] = {}
+        self.dense: dict[_States, bool] = {}
+        self.literals: dict[_States, tuple[str, ...] | None] = {}
+        self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
+        self.seen_once: set[int] = set()
+        self.lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        # A useless memo costs a serialization per config: after a window of lookups
+        # with few hits, the next _BYPASS configs are walked without asking.
+        self.window = self.window_hits = self.bypass = 0
+
+    def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+        if self.bypass:  # configs have not been repeating: walk without the serialization
+            self.bypass -= 1
+            return _plan(obj, rules, states, scoped, memoize=False)
+        self.window += 1
+        if self.window == _WINDOW:
+            if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
+                self.bypass = _BYPASS
+            self.window = self.window_hits = 0
+        try:
+            serialized = orjson.dumps(obj)
+        except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
+            return _plan(obj, rules, states, scoped, memoize=False)
+        if len(serialized) > _MAX_PLAN_BYTES:
+            return _plan(obj, rules, states, scoped, memoize=False)
+        key = (states, scoped, serialized)
+        found = self.plans.get(key)
+        if found is not None and found[0] == obj:
+            self.hits += 1
+            self.window_hits += 1
+            return found[1]
+        self.misses += 1
+        plan = _plan(obj, rules, states, scoped, memoize=False)
+        if found is None:
+            # Kept from its second sighting on: a config that never repeats (a per-episode
+            # seed) costs a serialization, not a copy and an eviction per episode.
+            sighting = hash(key)
+            if sighting not in self.seen_once:
+                if len(self.seen_once) >= _MAX_SEEN:
+                    self.seen_once.clear()
+                self.seen_once.add(sighting)
+                return plan
+            reference = orjson.loads(serialized)  # our own copy: nobody else can mutate it
+            with self.lock:
+                while len(self.plans) >= _MAX_PLANS:
+                    self.plans.pop(next(iter(self.plans)))
+                self.plans[key] = (reference, plan)
+        return plan
+
+
+def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
     """``obj`` with every value at a credential location replaced by :data:`MASK`.
 
     Never mutates ``obj``: only the mappings and lists on the way to a masked value are
     copied; every other subtree is shared with the input, so masking a large episode
-    costs a walk of its config subtrees, not a deep copy.
+    costs a walk of its config subtrees, not a deep copy. ``None`` is never masked (it
+    carries nothing), nor a value that already is :data:`MASK`. ``memo=False`` walks
+    every config afresh instead of consulting the rules' memo (the benchmark's baseline);
+    the result is the same.
     """
-    return _mask(obj, rules, rules._start())
+    states, scoped = rules._start()
+    if _children(obj) is None:
+        return mask_url_userinfo(obj) if scoped and isinstance(obj, str) else obj
+    plan = _plan(obj, rules, states, scoped, memoize=memo)
+    return obj if plan is None else _apply(obj, plan)
+
+
+_STR_ONLY = frozenset((str,))
 
 
 def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
+    kind = type(obj)
+    if kind is dict:  # the common cases first: an ABC check costs more than the rest of a step
+        return obj.items()
+    if kind is list:
+        return enumerate(obj)
+    if kind is str or obj is None or kind is int or kind is float or kind is bool:
+        return None
     if isinstance(obj, Mapping):
         return obj.items()
     if isinstance(obj, (list, tuple)):
@@ -142,58 +339,97 @@ def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
     return None
 
 
-def _mask(obj: Any, rules: MaskRules, states: _States) -> Any:
+def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize: bool) -> Plan | None:
+    """What changes under the container ``obj`` (``None``: nothing)."""
+    if not states and not scoped:
+        return None
+    if memoize and (scoped or rules._dense(states)):
+        return rules._memo.plan_of(obj, rules, states, scoped)
+    plan: Plan = {}
     children = _children(obj)
-    if children is None or not states:
-        return obj
-    changed: dict[str | int, Any] = {}
-    for key, value in children:
-        after, matched = rules._step(states, key)
-        if matched:
-            changed[key] = MASK
-        elif after:
-            new = _mask(value, rules, after)
-            if new is not value:
-                changed[key] = new
-    if not changed:
-        return obj
-    if isinstance(obj, Mapping):
-        return {key: changed.get(key, value) for key, value in obj.items()}
-    return [changed.get(i, value) for i, value in enumerate(obj)]
+    literals = None if scoped else rules._literals(states)
+    if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
+        # Look up the few keys a pattern names (only with str keys: 0 would match "0").
+        children = [(key, obj[key]) for key in literals if key in obj]
+    for key, value in children:  # type: ignore[union-attr]
+        if value is None:
+            continue
+        after, masked, table, starts_scope = rules._step(states, key)
+        if masked:
+            if not _is_mask(value):
+                plan[key] = MASK
+            continue
+        below = scoped or starts_scope
+        if not after and not below and not table:
+            continue  # no pattern reaches below this key
+        if _children(value) is not None:
+            sub = _plan(value, rules, after, below, memoize=memoize)
+            if sub is not None:
+                plan[key] = sub
+        elif table:  # a table given as one value: all of it may be the credential
+            if not _is_mask(value):
+                plan[key] = MASK
+        elif below and isinstance(value, str):
+            masked_url = mask_url_userinfo(value)
+            if masked_url is not value:
+                plan[key] = masked_url
+    return plan or None
+
+
+def _apply(obj: Any, plan: Plan) -> Any:
+    """A copy of the container ``obj`` along the plan; everything else shared."""
+    out: Any = dict(obj) if type(obj) is dict or isinstance(obj, Mapping) else list(obj)
+    for key, change in plan.items():
+        out[key] = change if isinstance(change, str) else _apply(obj[key], change)
+    return out
 
 
 def find_set_tables(obj: Any, rules: MaskRules) -> list[str]:
-    """Paths of the credential tables in ``obj`` that hold at least one entry.
+    """Paths of the credential locations in ``obj`` that masking would change.
 
-    Names only, never values: used to explain why a launch file is not uploaded. A
-    table is the container of the masked values (``client.headers``); for a pattern
-    that ends in a literal key, the location itself when it holds a non-empty value.
-    List indices are written ``[i]``: ``env.taskset.task.judges[0].headers``.
+    Names only, never values: used to explain why a launch file is not uploaded. For a
+    table (a pattern ending in ``*``) that is the table (``client.headers``); for any
+    other location, the location itself (``client.api_key``, ``client.base_url`` for a
+    URL with userinfo). List indices are written ``[i]``: ``env.taskset.task.judges[0].headers``.
     """
+    states, scoped = rules._start()
+    if _children(obj) is None:
+        return []
     found: dict[str, None] = {}
-    _find(obj, rules, rules._start(), (), found)
+    _find(obj, rules, states, scoped, (), found)
     return list(found)
 
 
 def _find(
-    obj: Any, rules: MaskRules, states: _States, path: tuple[str | int, ...], found: dict[str, None]
+    obj: Any, rules: MaskRules, states: _States, scoped: bool, path: tuple[str | int, ...],
+    found: dict[str, None],
 ) -> None:
-    children = _children(obj)
-    if children is None or not states:
+    plan = _plan(obj, rules, states, scoped, memoize=False)
+    if plan is None:
         return
-    for key, value in children:
-        after, matched = rules._step(states, key)
-        if matched:
-            ends_in_wildcard = any(
-                pos == len(rules.patterns[rule]) and rules.patterns[rule][-1] == "*"
-                for rule, pos in after
-            )
-            if ends_in_wildcard:
-                found[_dotted(path)] = None
-            elif value not in (None, "", {}, []):
+    for key, change in plan.items():
+        after, masked, table, starts_scope = rules._step(states, key)
+        value = obj[key]
+        if isinstance(change, str):
+            if masked and _ends_in_wildcard(rules, states):
+                found[_dotted(path)] = None  # an entry of a table: name the table
+            else:
                 found[_dotted((*path, key))] = None
-        elif after:
-            _find(value, rules, after, (*path, key), found)
+        else:
+            _find(value, rules, after, scoped or starts_scope, (*path, key), found)
+
+
+def _ends_in_wildcard(rules: MaskRules, states: _States) -> bool:
+    """Whether the next key is masked as a table's entry (a pattern ending in ``*``)."""
+    n = len(rules.patterns)
+    return any(
+        rule < n and pos == len(rules.patterns[rule]) - 1 and rules.patterns[rule][-1] == "*"
+        for rule, pos in states
+    )
+
+
+def _is_mask(value: Any) -> bool:
+    return type(value) is str and value == MASK
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:

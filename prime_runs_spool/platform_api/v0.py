@@ -154,6 +154,33 @@ def project_episode_encoded(
     return out
 
 
+#: Stand-ins for what is only known at sync time, each as long as it can plausibly get, so a
+#: row measured with them is never smaller than the row sync will build.
+_LONGEST_EVALUATION_ID = "x" * 64
+_LARGEST_ROLLOUT_NUMBER = 10**12
+#: What a row holds besides the parts of its record (its keys, counts and the envelope).
+_ROW_OVERHEAD_BYTES = 64 * 1024
+
+
+def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+    """Raise :class:`SampleTooLargeError` if one of ``record``'s rows could never be sent.
+
+    For the runner, which refuses such an episode at append rather than let it block its
+    run's sync forever. A row repeats its record at most this often: the record itself
+    (``native_wrapper``), its trace's ``info``, and the trace's messages once per branch
+    (a branch per node at most), with numbers up to twice as long as the upstream measure
+    prints them. An episode whose ``serialized_bytes`` cannot reach the limit that way is
+    accepted without building a row (the common case: it costs nothing); a larger one is
+    projected exactly as sync will project it.
+    """
+    traces = record.get("traces") or ()
+    nodes = max((len(trace.get("nodes") or ()) for trace in traces), default=0)
+    if 2 * serialized_bytes * (3 + nodes) + _ROW_OVERHEAD_BYTES <= max_request_bytes:
+        return
+    project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,
+                            max_request_bytes=max_request_bytes)
+
+
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
     """A copy of ``record`` whose ``run.id``, and every member trace's, is ``evaluation_id``.
 

@@ -62,18 +62,27 @@ class Ending:
         #: The summary sealed with the run (None until then, and for a run not finished).
         self._final_summary: dict[str, Any] | None = None
 
+    def reset_after_fork(self) -> None:
+        """In a forked child (runner/forks.py): a fresh lock, never one a lost thread held."""
+        self._closing = threading.Lock()
+
     def finish(self, summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        """Run.finish: wait for appends in flight, then seal ``completed``."""
+        """Run.finish: refuse new appends, wait for those admitted, then seal ``completed``.
+
+        Refusing first is what lets it return while other threads keep logging: waiting for
+        "nothing in flight" while still admitting once starved it for good.
+        """
         run = self._run
         with self._closing:
             with run._cond:
-                if run._status != OPEN:
+                if run._status not in (OPEN, CLOSING):  # CLOSING: a finish interrupted while waiting
                     return self._final_summary
                 if run._inflight_async and _on_running_loop():
                     raise RuntimeError(
                         "finish() would block the event loop while log_episodes_async calls are "
                         "in flight; await them first, or call finish via asyncio.to_thread"
                     )
+                run._status = CLOSING  # from here on, _admit refuses with RunClosedError
                 while run._inflight:
                     run._cond.wait()
                 final = dict(summary) if summary is not None else run._summary.result()
@@ -88,11 +97,14 @@ class Ending:
 
         Does not wait for appends in flight: an async append on a cancelled loop may never
         settle. An append that loses the race with the seal raises :class:`RunClosedError`.
+        Does nothing in a forked child: the run is its parent's (runner/forks.py).
         """
         run = self._run
+        if run._ownership.forked:
+            return
         with self._closing:
             with run._cond:
-                if run._status != OPEN:
+                if run._status not in (OPEN, CLOSING):  # CLOSING: not sealed yet
                     return
             try:
                 self._seal(status, summary=None, error=error)
@@ -150,6 +162,13 @@ def remember(run: Run) -> None:
 def forget(run: Run) -> None:
     with _open_runs_lock:
         _open_runs.discard(run)
+
+
+def forget_all_after_fork() -> None:
+    """In a forked child: the open runs are the parent's, so the child's exit seals none."""
+    global _open_runs_lock
+    _open_runs_lock = threading.Lock()  # a parent thread may have held it at the fork
+    _open_runs.clear()
 
 
 def _seal_open_runs() -> None:

@@ -30,18 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload, prepare, to_jsonable
+from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload
 from prime_runs_spool.content.manifest import build_manifest
-from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import OPEN, Ending, describe_error, remember, seal_status_for
+from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_status_for
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
+from prime_runs_spool.runner.admission import Prepared, prepare_episode
+from prime_runs_spool.runner.forks import Ownership
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -89,6 +91,8 @@ class Run:
         self._shipping = Shipping(run_id, run_dir)
         #: finish, abort and the exit hook: the one way a run is sealed.
         self._ending = Ending(self)
+        #: The process that opened the run, the only one that may write or seal it.
+        self._ownership = Ownership(self)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -117,7 +121,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``open``, then ``completed``, ``failed`` or ``crashed``."""
+        """``open``, then ``completed``, ``failed`` or ``crashed`` (``closing`` while being sealed)."""
         with self._cond:
             return self._status
 
@@ -180,9 +184,11 @@ class Run:
         Returns how many were recorded. An episode whose id the run already holds (a
         resumed run re-logging what it kept, or a repeat within this call) is skipped and
         counted in :attr:`episodes_skipped`. Raises :class:`RunClosedError` once the run is
-        finished or aborted, and the writer's errors when the disk fails.
+        finished or aborted, :class:`RunForkedError` in a forked child, and the writer's
+        errors when the disk fails.
         """
-        items, records = self._admit(self._prepare(episodes), is_async=False)
+        self._ownership.check(self._id)
+        items, records = self._admit(*self._prepare(episodes), is_async=False)
         if not items:
             return 0
         durable = False
@@ -195,7 +201,8 @@ class Run:
                 raise self._closed_error() from exc
             raise
         finally:
-            self._settle(records, durable, is_async=False)
+            listeners = self._settle(records, durable, is_async=False)
+        self._listeners.notify(self, listeners)
         return len(items)
 
     async def log_episodes_async(self, episodes: Iterable[Any]) -> int:
@@ -203,25 +210,41 @@ class Run:
 
         Masking and serializing happen on the loop (about a millisecond per megabyte);
         the write and the sync happen on the writer's leader thread.
+
+        Cancelling the call (a ``wait_for`` timeout) once its episodes reached the writer
+        does not stop them reaching the disk, so it does not forget them either: the thread
+        that makes them durable (or fails to) counts them, whatever became of this task.
+        Until then ``finish`` waits for them, and a call with the same ids skips them.
         """
-        items, records = self._admit(self._prepare(episodes), is_async=True)
+        self._ownership.check(self._id)
+        items, records = self._admit(*self._prepare(episodes), is_async=True)
         if not items:
             return 0
-        durable = False
+        if self._writer is None:
+            self._listeners.notify(self, self._settle(records, True, is_async=True))
+            return len(items)
+        heard: list[list[DurableListener]] = []
+
+        def settled(error: BaseException | None) -> None:  # on the thread that settled the group
+            heard.append(self._settle(records, error is None, is_async=True))
+
         try:
-            if self._writer is not None:
-                await self._writer.append_many_async(items)
-            durable = True
+            await self._writer.append_many_async(items, on_settled=settled)
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
-        finally:
-            self._settle(records, durable, is_async=True)
+        # A cancelled call's listeners are not called: the next append or the seal is heard.
+        self._listeners.notify(self, heard[0] if heard else [])
         return len(items)
 
-    def _prepare(self, episodes: Iterable[Any]) -> list[tuple[Mapping[str, Any], Payload, str | None]]:
-        """Mask and serialize each episode, outside any lock; fails before anything is numbered."""
+    def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
+        """Check, mask and serialize each episode, outside any lock (runner/admission.py):
+        any episode of the call that cannot be recorded fails it before anything is numbered.
+
+        Returns the prepared episodes and how many were skipped as already in the run (they
+        are counted by ``_admit``, so a call that fails counts nothing).
+        """
         if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         episodes = list(episodes)
@@ -234,27 +257,24 @@ class Run:
             if already:
                 skipped += 1  # a resumed run re-logging what it kept: not even serialized
                 continue
-            record = to_jsonable(episode)
-            if not isinstance(record, Mapping):
-                raise TypeError(
-                    f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}"
-                )
-            record = mask(record, self._episode_rules)
-            prepared.append((record, prepare(record, EPISODE), episode_id_of(record)))
-        if skipped:
-            with self._cond:
-                self._skipped += skipped
-        return prepared
+            prepared.append(prepare_episode(episode, self._episode_rules))
+        return prepared, skipped
 
     def _admit(
-        self, prepared: list[tuple[Mapping[str, Any], Payload, str | None]], *, is_async: bool
+        self, prepared: list[Prepared], skipped: int, *, is_async: bool
     ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Mapping[str, Any]]]:
-        """De-duplicate and number episodes in arrival order (lock held, no I/O)."""
+        """De-duplicate and number episodes in arrival order (lock held, no I/O).
+
+        All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
+        included, which the numbering counts by), so once the run is found open nothing here
+        can fail half way and leave ids taken, or numbers issued, by a call that raised.
+        """
         items: list[tuple[str, Payload, dict[str, Any]]] = []
         records: list[Mapping[str, Any]] = []
         with self._cond:
             if self._status != OPEN:
                 raise self._closed_error()
+            self._skipped += skipped
             for record, payload, episode_id in prepared:
                 if episode_id is not None:
                     if episode_id in self._seen:
@@ -269,24 +289,41 @@ class Run:
                 self._inflight_async += is_async
         return items, records
 
-    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> None:
-        """Count durable episodes into the summary; let a waiting ``finish`` go on."""
+    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> list[DurableListener]:
+        """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns
+        the listeners to tell (outside the lock, by whoever awaits the append).
+
+        Nothing here can leave the append counted in flight: ``finish`` and the exit hook
+        wait for that count, so a failure here once stranded the run forever.
+        """
         with self._cond:
-            if durable:
-                for record in records:
-                    self._summary.add(record)
-                self._logged += len(records)
-            else:
-                # Not durable: a retry of these episodes must not be taken for a duplicate
-                # and silently skipped; it has to meet the writer's error again.
-                self._seen.difference_update(episode_id_of(record) for record in records)
-            self._inflight -= 1
-            self._inflight_async -= is_async
-            self._cond.notify_all()
-            listeners = self._listeners.snapshot() if durable and self._writer is not None else []
-        self._listeners.notify(self, listeners)
+            try:
+                if durable:
+                    self._logged += len(records)
+                    for record in records:
+                        self._count_in_summary(record)
+                else:
+                    # Not durable: a retry of these episodes must not be taken for a duplicate
+                    # and silently skipped; it has to meet the writer's error again.
+                    self._seen.difference_update(episode_id_of(record) for record in records)
+            finally:
+                self._inflight -= 1
+                self._inflight_async -= is_async
+                self._cond.notify_all()
+            return self._listeners.snapshot() if durable and self._writer is not None else []
+
+    def _count_in_summary(self, record: Mapping[str, Any]) -> None:
+        """Add a durable episode to the summary. It is recorded whatever happens here, so a
+        failure is logged, never raised (``check_episode`` keeps it from happening)."""
+        try:
+            self._summary.add(record)
+        except Exception as exc:
+            _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
+                       self._id, episode_id_of(record), describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
+        if self._status == CLOSING:
+            return RunClosedError(f"run {self._id} is being finished; it takes no more episodes")
         return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
 
     # -- ending the run -------------------------------------------------------------------
@@ -295,10 +332,13 @@ class Run:
         """Seal the run ``completed``; returns the summary sealed with it.
 
         Without ``summary``, the summary of every episode of the run is computed from what
-        was logged (no re-read). Waits for appends in flight, so the summary and the seal
-        cover exactly the durable episodes. Idempotent: once the run is sealed (either
-        way), returns what was sealed and does nothing else.
+        was logged (no re-read). From the moment it starts, new appends are refused with
+        :class:`RunClosedError`; it waits only for those already admitted, so it returns
+        however busy other threads keep the run, and the summary and the seal cover exactly
+        the durable episodes. Idempotent: once the run is sealed (either way), returns what
+        was sealed and does nothing else. In a forked child it raises :class:`RunForkedError`.
         """
+        self._ownership.check(self._id)
         return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str) -> None:
@@ -307,7 +347,7 @@ class Run:
         The error is recorded as one line (``Type: message``, truncated). Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
-        :meth:`finish`.
+        :meth:`finish` and in a forked child (the run is its parent's).
         """
         self._ending.close_without_finishing(seal_status_for(error), describe_error(error))
 
@@ -317,6 +357,8 @@ class Run:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._ownership.forked:  # a forked child leaving the block: the run is its parent's
+            return
         if exc is None:
             self.finish()
         else:
@@ -347,7 +389,7 @@ def open_run(
 
     ``config`` is a pydantic model or a mapping; only the fields somebody set are recorded,
     with every credential table masked. ``config_file`` is the ``@`` file the run was
-    launched from: recorded byte for byte only when it sets no credential table.
+    launched from: recorded, comments dropped, only when it sets no credential location.
     ``mask_rules`` adds a producer's own locations (docs/masking.md), matched against the
     config and against every episode record.
 

@@ -26,12 +26,15 @@ class Batch:
     async caller waits on a future (``futures``), settled through its loop.
     """
 
-    __slots__ = ("parts", "waiters", "futures", "error", "leader")
+    __slots__ = ("parts", "waiters", "futures", "callbacks", "error", "leader")
 
     def __init__(self) -> None:
         self.parts: list[bytes | memoryview] = []
         self.waiters: list[Any] = []
         self.futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        #: Called with the batch's error (None once durable) by whoever settles it, whatever
+        #: became of the task awaiting the future: a cancelled append still learns its fate.
+        self.callbacks: list[Any] = []
         self.error: SpoolWriteError | None = None
         #: The member's lock that was handed the job of flushing this batch (or True for a
         #: helper thread); None while the batch waits behind the flush in progress.
@@ -54,12 +57,17 @@ def helper_loop(jobs: queue.SimpleQueue[Any]) -> None:
 
 
 def settle_batch(batch: Batch) -> None:
-    """Wake the members of a flushed (or failed) batch, but its leader.
+    """Tell a flushed (or failed) batch's callbacks its outcome, then wake its members but its leader.
 
     Only the first member is woken here; each member wakes the next one as it wakes up.
     Waking all of them at once would put dozens of threads in the queue for the GIL,
     the leader passing the flush on among them; a chain keeps that queue short.
     """
+    for callback in batch.callbacks:
+        try:
+            callback(batch.error)
+        except Exception:  # the callback's owner accounts for itself; the writer goes on
+            pass
     waiters = batch.waiters
     if waiters:
         first = 1 if waiters[0] is batch.leader else 0

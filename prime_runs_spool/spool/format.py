@@ -75,31 +75,89 @@ def serialize(value: Any, what: str = "record") -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-        path, reason = _find_unserializable(value)
+        path, reason = find_unserializable(value)
         raise RecordNotSerializableError(what, path, reason or str(exc)) from None
 
 
-def _find_unserializable(value: Any, path: str = "") -> tuple[str, str]:
-    """Walk ``value`` to the first part orjson refuses; only runs after a failure."""
+#: The deepest nesting of mappings and lists orjson serializes (the record itself is level 1).
+MAX_NESTING = 254
+#: A field path longer than this many keys is shortened in messages (its start and its end kept).
+_PATH_SHOWN = 10
+
+
+def find_unserializable(value: Any) -> tuple[str, str]:
+    """The first field of ``value`` JSON cannot hold, and why: ``(path, reason)``, or ``("", "")``.
+
+    Only runs after a failure, to name the field. Iterative, with the containers on the
+    current path remembered, so neither a circular reference nor nesting thousands of levels
+    deep can raise ``RecursionError`` here: both are reported as the field where they start.
+    """
+    keys: list[str | int] = []
+    on_path = {id(value)}
+    stack: list[tuple[Any, Any]] = []  # (container, iterator over its children)
+    children = _children_of(value)
+    if children is None:
+        return "", _leaf_problem(value)
+    stack.append((value, children))
+    while stack:
+        container, children = stack[-1]
+        step = next(children, None)
+        if step is None:
+            stack.pop()
+            on_path.discard(id(container))
+            if keys:
+                keys.pop()
+            continue
+        key, item = step
+        if isinstance(container, Mapping) and not isinstance(key, str):
+            return _path_text(keys), f"key {key!r} is a {type(key).__name__}, not a string"
+        grandchildren = _children_of(item)
+        if grandchildren is None:
+            problem = _leaf_problem(item)
+            if problem:
+                return _path_text([*keys, key]), problem
+            continue
+        keys.append(key)
+        if id(item) in on_path:
+            return _path_text(keys), "circular reference: the value contains itself"
+        if len(keys) + 1 > MAX_NESTING:
+            return _path_text(keys), f"nested deeper than {MAX_NESTING} levels, more than JSON here holds"
+        on_path.add(id(item))
+        stack.append((item, grandchildren))
+    return "", ""
+
+
+def _children_of(value: Any) -> Any:
     if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return path or "", f"key {key!r} is a {type(key).__name__}, not a string"
-            found = _find_unserializable(item, f"{path}.{key}" if path else key)
-            if found[1]:
-                return found
-        return "", ""
+        return iter(value.items())
     if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _find_unserializable(item, f"{path}[{index}]")
-            if found[1]:
-                return found
-        return "", ""
+        return enumerate(value)
+    return None
+
+
+def _leaf_problem(value: Any) -> str:
     try:
         orjson.dumps(value)
     except TypeError as exc:
-        return path, f"{exc} (a {type(value).__name__})"
-    return "", ""
+        return f"{exc} (a {type(value).__name__})"
+    return ""
+
+
+def _path_text(keys: list[str | int]) -> str:
+    """``traces[0].info.a``; a long path keeps its first and last keys around the count left out."""
+    def text(part: list[str | int], first: bool) -> str:
+        out = ""
+        for key in part:
+            if isinstance(key, int):
+                out += f"[{key}]"
+            else:
+                out += key if first and not out else f".{key}"
+        return out
+
+    if len(keys) <= _PATH_SHOWN:
+        return text(keys, True)
+    head, tail = keys[: _PATH_SHOWN - 2], keys[-2:]
+    return f"{text(head, True)}...({len(keys) - len(head) - len(tail)} more levels){text(tail, False)}"
 
 
 class Payload(NamedTuple):

@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Union
@@ -94,6 +94,9 @@ Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
 #: A record ready to be numbered: its payload, the line's tail after the sequence number,
 #: and whether it is an episode.
 _Prepared = tuple[Payload, bytes, bool]
+
+#: What ``append_many_async`` calls once its records' fate is known: None, or the error.
+Settled = Callable[[Union[BaseException, None]], None]
 
 _allocate_lock = threading.Lock
 
@@ -163,6 +166,9 @@ class SegmentWriter:
         self._closers = 0
         #: Flushes for the helper thread, which leads groups of async callers; see _start_helper.
         self._jobs: queue.SimpleQueue[Any] | None = None
+        #: The process that opened the segment; set in a forked child (see _disown_after_fork).
+        self._owner_pid = os.getpid()
+        self._forked = False
 
     # -- creation -------------------------------------------------------------------------
 
@@ -238,6 +244,7 @@ class SegmentWriter:
             lock.release()
             raise
         writer = cls(run_dir, run_id, index, fd, lock, mark_fd, prior_episodes)
+        _live_writers.add(writer)
         try:
             header = {
                 "format_version": FORMAT_VERSION,
@@ -314,20 +321,41 @@ class SegmentWriter:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
         return await self._commit_async([_prepare_item(record_type, record, meta)])
 
-    async def append_many_async(self, items: Iterable[Item]) -> list[int]:
+    async def append_many_async(self, items: Iterable[Item], *, on_settled: Settled | None = None) -> list[int]:
         """:meth:`append_many` for asyncio.
 
         Serializing happens on the loop (orjson: about a millisecond per megabyte); the write
         and the sync happen on a leader thread (a thread caller's, or the writer's helper
         thread when nobody is flushing), which resolves this call's future.
+
+        ``on_settled(error)`` is called exactly once: with ``None`` once the records are
+        durable, with the error once they are known not to be (at once when this call fails
+        before queueing them). It is called by the thread that settles their group, so it
+        is called even when the awaiting task is cancelled (a ``wait_for`` timeout) after the
+        records were queued, which does not stop them reaching the disk.
         """
-        prepared = self._prepare_items(items)
-        if not prepared:
+        try:
+            prepared = self._prepare_items(items)
+            future, first = self._queue_async(prepared, on_settled) if prepared else (None, 0)
+        except BaseException as exc:
+            if on_settled is not None:
+                on_settled(exc)
+            raise
+        if future is None:
+            if on_settled is not None:
+                on_settled(None)
             return []
-        first = await self._commit_async(prepared)
+        await future
         return list(range(first, first + len(prepared)))
 
     async def _commit_async(self, prepared: list[_Prepared]) -> int:
+        future, first = self._queue_async(prepared, None)
+        await future
+        return first
+
+    def _queue_async(self, prepared: list[_Prepared], on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
+        """Number ``prepared`` and queue it in the open batch (no await: nothing can cancel
+        it half way); returns the future its flush settles and the first sequence number."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
@@ -337,6 +365,8 @@ class SegmentWriter:
                 batch = self._open = Batch()
             batch.parts += parts
             batch.futures.append((loop, future))
+            if on_settled is not None:
+                batch.callbacks.append(on_settled)
             if self._flushing:
                 batch = None
             else:
@@ -347,8 +377,7 @@ class SegmentWriter:
                 batch.leader = True
         if batch is not None:
             self._start_helper(self._lead_open, batch)
-        await future
-        return first
+        return future, first
 
     def seal(self, status: str, *, summary: Any = None, error: str | None = None) -> int:
         """Write the seal record (the segment's last line), make it durable, and close.
@@ -414,6 +443,11 @@ class SegmentWriter:
         return prepared
 
     def _check_open(self) -> None:
+        if self._forked:
+            raise WriterClosedError(
+                f"{self._path}: this segment is written by process {self._owner_pid}; "
+                f"process {os.getpid()}, a fork of it, cannot append to it, seal it or close it"
+            )
         if self._failure is not None:
             raise WriterClosedError(
                 f"{self._path}: writer is broken by a disk error ({self._failure}); open a new segment"
@@ -655,10 +689,52 @@ class SegmentWriter:
                 self._lock_watch = None
             self._lock.release()
 
+    def _disown_after_fork(self) -> None:
+        """In a forked child: let go of the parent's segment without touching it.
+
+        The child got copies of the file descriptors and of every lock's state, possibly
+        mid-flush in a parent thread that does not exist here. It closes its copies of the
+        segment and mark descriptors (the parent's stay open), never writes, seals or
+        releases the writer lock (its release would unlock the parent's: flock belongs to
+        the open file, which the two share), and gets fresh locks so that nothing here waits
+        for a thread that was left behind. Every later call raises WriterClosedError.
+        """
+        self._mutex = threading.Lock()
+        self._idle = threading.Condition(self._mutex)
+        self._forked = True
+        self._closing = True
+        self._flushing = False
+        self._open = None
+        self._jobs = None  # the helper thread was not forked
+        # Its copies of the lock watch and of any replacement lock go too: closing a copy
+        # never drops a flock the parent's descriptor holds.
+        for fd in (self._fd, self._mark_fd, self._lock_watch, *self._replacement_locks):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._mark_fd = self._lock_watch = None  # so _release never reaches the lock
+        self._replacement_locks = []
+
     def _abandon(self) -> None:
         with self._mutex:
             self._closing = True
             self._release()
+
+
+#: Every writer of this process, so a forked child can disown the ones it inherited.
+_live_writers: weakref.WeakSet[SegmentWriter] = weakref.WeakSet()
+
+
+def _disown_inherited_writers() -> None:
+    for writer in list(_live_writers):
+        if writer._owner_pid != os.getpid():
+            writer._disown_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_inherited_writers)
 
 
 def _open_watch(path: Path) -> int | None:

@@ -13,14 +13,15 @@ from prime_runs_spool.sync.options import RunReport
 from prime_runs_spool.errors import Stopped
 from prime_runs_spool.sync.follow import FAILED_STATES, Follower
 
-#: Exit codes (docs/cli.md).
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
-
-#: The defaults of the command-line options that are not SyncOptions' own.
-DEFAULT_TIMEOUT = 120.0
-DEFAULT_MAX_ATTEMPTS = 10
-DEFAULT_BACKOFF_CAP = 30.0
-DEFAULT_POLL_INTERVAL = 0.1
+from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
+    DEFAULT_BACKOFF_CAP,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_TIMEOUT,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+)
 
 
 def exit_code(reports: Iterable[RunReport]) -> int:

@@ -20,6 +20,7 @@ from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
@@ -55,6 +56,7 @@ class RunSync:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
+        index: EvaluationIndex | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -66,7 +68,7 @@ class RunSync:
         self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                  clock=clock, sleep=sleep, on_save=self._show)
         #: Finds, adopts or creates the run's one evaluation.
-        self.evaluation = Evaluation(self.protocol, client, options, self.report)
+        self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
         self.reconciler = Reconciler(self.protocol, client, self._stream)
         #: The run's manifest: read by run() before anything uses it.
@@ -178,6 +180,7 @@ class RunSync:
                         {k: v for k, v in s.items() if k != "last"} for s in stream.skipped
                         if (s["segment"], s["offset"]) not in known)
                     self.protocol.save()
+                self._record_too_large(stream)
             if stream.seal is not None:
                 self._finish(str(stream.seal.get("status")), stream.seal)
                 return
@@ -189,6 +192,18 @@ class RunSync:
             if self._drained(stream):
                 self._finish(CRASHED, None)
                 return
+
+    def _record_too_large(self, stream: RowStream) -> None:
+        """Keep the episodes the stream passed over as too large: in the state (so status
+        shows them and finishing puts them in the evaluation's metadata) and in the report."""
+        known = {(s["segment"], s["offset"]) for s in self.state.skipped_too_large}
+        new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
+        if not new:
+            return
+        self.state.skipped_too_large.extend(new)
+        self.protocol.save()
+        for skipped in new:
+            self.report.warnings.append(f"skipped: {skipped['reason']}")
 
     def _drained(self, stream: RowStream) -> bool:
         probe = self._stream()

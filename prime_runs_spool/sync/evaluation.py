@@ -11,6 +11,7 @@ from typing import Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import create_body, v0_metadata
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
 from prime_runs_spool.sync.state import InFlight
@@ -20,12 +21,15 @@ class Evaluation:
     """Finds, creates and adopts the evaluation a run's rows go to; builds its metadata."""
 
     def __init__(self, protocol: Protocol, client: PlatformClient, options: SyncOptions,
-                 report: RunReport) -> None:
+                 report: RunReport, index: EvaluationIndex | None = None) -> None:
         self.protocol = protocol
         self.client = client
         self.options = options
         #: Where a surprise found on the platform (several matching evaluations) is told.
         self.report = report
+        #: The environment's evaluations, shared with the other runs of this sync (or this
+        #: run's own): what finding the run's evaluation again reads.
+        self.index = index if index is not None else EvaluationIndex()
 
     def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The evaluation's metadata: the manifest's, plus what finds this run again."""
@@ -36,6 +40,8 @@ class Evaluation:
             metadata["replay_id"] = self.options.replay_id
         if state.skipped:
             metadata["skipped_corruption"] = list(state.skipped)
+        if state.skipped_too_large:
+            metadata["skipped_too_large"] = list(state.skipped_too_large)
         if terminal is not None:
             metadata["prime_runs"] = dict(terminal)
         return metadata
@@ -74,20 +80,17 @@ class Evaluation:
         """An evaluation already carrying this run's local id (and replay id), if any."""
         local_run_id = self.protocol.state.local_run_id
         environment = self._environment_names(manifest)[0]
-        matches: list[dict[str, Any]] = []
-        skip = 0
-        while True:
-            page = self.protocol.retry("listing evaluations", lambda: self.client.list_evaluations(
-                environment_name=environment, skip=skip, limit=100))
-            items = page.get("evaluations") or []
-            for item in items:
-                metadata = item.get("metadata") or {}
-                if (metadata.get("local_run_id") == local_run_id
-                        and metadata.get("replay_id") == self.options.replay_id):
-                    matches.append(item)
-            skip += len(items)
-            if not items or skip >= int(page.get("total") or 0):
-                break
+
+        def read_page(skip: int, limit: int) -> Mapping[str, Any]:
+            return self.protocol.retry("listing evaluations", lambda: self.client.list_evaluations(
+                environment_name=environment, skip=skip, limit=limit))
+
+        def ours(item: Mapping[str, Any]) -> bool:
+            metadata = item.get("metadata") or {}
+            return (metadata.get("local_run_id") == local_run_id
+                    and metadata.get("replay_id") == self.options.replay_id)
+
+        matches = [dict(item) for item in self.index.find(environment, read_page, ours)]
         if len(matches) > 1:
             self.report.warnings.append(
                 f"{len(matches)} evaluations carry local run id {local_run_id}; using the oldest")
@@ -121,4 +124,5 @@ class Evaluation:
                                           lambda: self.client.create_evaluation(payload),
                                           lambda: self._adopt_existing(manifest))
         if created is not LANDED:
+            self.index.add(self._environment_names(manifest)[0], {**created, "metadata": payload["metadata"]})
             self._adopt(created)

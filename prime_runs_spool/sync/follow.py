@@ -39,6 +39,7 @@ from prime_runs_spool.spool.format import CRASHED, FAILED
 from prime_runs_spool.spool.layout import find_runs, list_segments
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock
 from prime_runs_spool.sync.state import Destination
@@ -105,6 +106,8 @@ class Follower:
     stop: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
     runs: dict[Path, Followed] = field(default_factory=dict)
+    #: The environment listings shared by the followed runs (sync/index.py).
+    index: EvaluationIndex = field(default_factory=EvaluationIndex)
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -163,7 +166,7 @@ class Follower:
         followed.done = False
         followed.seen = current
         report = RunSync(followed.run_dir, self.client, self.destination, self.options,
-                         sleep=self._sleep).run()
+                         sleep=self._sleep, index=self.index).run()
         self._record(followed, report, live=current[1])
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:

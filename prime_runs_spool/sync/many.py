@@ -16,6 +16,7 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import FILE_MODE, find_runs, spool_dir, sync_lock_path
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
@@ -42,8 +43,10 @@ def sync_run(
     *,
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
+    index: EvaluationIndex | None = None,
 ) -> RunReport:
-    """Sync one run, unless another sync holds it (then report ``skipped``, or wait)."""
+    """Sync one run, unless another sync holds it (then report ``skipped``, or wait).
+    ``index``: the environment listings shared with the other runs of this sync."""
     lock = sync_lock(run_dir, wait=wait)
     try:
         lock.acquire()
@@ -55,7 +58,7 @@ def sync_run(
                          error=f"cannot take the sync lock in {spool_dir(run_dir)}: {exc.strerror}")
     try:
         return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
-                       on_progress=on_progress).run()
+                       on_progress=on_progress, index=index).run()
     finally:
         lock.release()
 
@@ -70,11 +73,14 @@ def sync_paths(
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
 ) -> list[RunReport]:
-    """Sync every run under ``paths``; reports come back in discovery order."""
+    """Sync every run under ``paths``; reports come back in discovery order. The runs share
+    one :class:`EvaluationIndex`, so finding each new run's evaluation costs one small
+    request instead of a listing of the whole environment (sync/index.py)."""
     runs = list(find_runs(paths))
     if not runs:
         return []
+    index = EvaluationIndex()
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         futures = [pool.submit(sync_run, run_dir, client, destination, options, wait=wait,
-                               on_progress=on_progress) for run_dir in runs]
+                               on_progress=on_progress, index=index) for run_dir in runs]
         return [future.result() for future in futures]

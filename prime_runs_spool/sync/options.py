@@ -1,7 +1,7 @@
 """What one sync is asked to do (:class:`SyncOptions`) and what it says it did (:class:`RunReport`).
 
 Kept apart from the engine so the command line, the follower and the console can build
-options and read reports without the protocol that acts on them.
+options and read reports without the protocol that acts on them, and cheap to import.
 """
 
 from __future__ import annotations
@@ -15,6 +15,18 @@ from prime_runs_spool.sync.retry import Backoff
 #: The default request lifetime for the real platform: after this long, a request sent and
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
+
+#: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
+#: (docs/cli.md).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+#: The defaults of the command-line options that are not SyncOptions' own. They live here,
+#: in a module that imports almost nothing, so that defining the command's options (which
+#: ``prime-runs --help`` does) costs no import of the machinery behind them.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_BACKOFF_CAP = 30.0
+DEFAULT_POLL_INTERVAL = 0.1
 
 
 @dataclass

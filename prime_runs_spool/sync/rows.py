@@ -85,6 +85,9 @@ class RowStream:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
     seal_segment: int | None = None
+    #: Episodes passed over because no request can carry one of their rows (written before
+    #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
+    too_large: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.seal is not None and self.seal_segment is None and self.cursor is not None:
@@ -117,9 +120,17 @@ class RowStream:
                     == (record.segment_index, record.offset)):
                 already = self.cursor.rows_done
             meta = record.meta or {}
-            rows = project_episode_encoded(record.data, meta.get("rollout_number"),
-                                           evaluation_id=self.evaluation_id,
-                                           max_request_bytes=self.max_request_bytes)
+            try:
+                rows = project_episode_encoded(record.data, meta.get("rollout_number"),
+                                               evaluation_id=self.evaluation_id,
+                                               max_request_bytes=self.max_request_bytes)
+            except SampleTooLargeError as exc:
+                # It can never be sent: blocking on it would stop everything after it for
+                # good. Pass over it, and say so (the state, status, the evaluation's metadata).
+                self.too_large.append({"segment": record.segment_index, "offset": record.offset,
+                                       "episode_id": exc.episode_id, "reason": str(exc)})
+                self.cursor = after
+                continue
             last = len(rows) - 1
             for number, (row, data) in enumerate(rows):
                 if number < already:

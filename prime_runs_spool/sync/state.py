@@ -97,6 +97,9 @@ class SyncState(BaseModel):
     in_flight: InFlight | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
+    #: Episodes passed over because no request can carry one of their rows:
+    #: ``{segment, offset, episode_id, reason}`` (docs/sync.md, "Rows").
+    skipped_too_large: list[dict[str, object]] = []
     updated_at: float = 0.0
 
     def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:

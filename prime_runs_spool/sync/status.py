@@ -29,6 +29,8 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
+    #: Episodes sync passed over because no request can carry one of their rows.
+    skipped_too_large: int = 0
 
 
 @dataclass
@@ -98,5 +100,6 @@ def run_status(run_dir: Path) -> RunStatus:
             pending=max(_episodes_after(run_dir, state), behind - state.episodes_pushed),
             finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
-            in_flight=state.in_flight.kind if state.in_flight else None))
+            in_flight=state.in_flight.kind if state.in_flight else None,
+            skipped_too_large=len(state.skipped_too_large)))
     return run

@@ -1,0 +1,238 @@
+"""The runner's own append path, ``Run.log_episodes``, with realistic episodes, against
+what the disk and the interpreter allow.
+
+Run: ``python3 benchmarks/log_episodes.py [--dir DIR] [--quick] [--rounds N] [--seconds S]``
+
+An eval does not call the writer: it calls ``Run.log_episodes`` with verifiers episode
+records whose traces carry their seat's resolved config, so masking, admission, numbering
+and the summary are all on the path. The episodes here are
+``fixtures/reference/episode_example.json`` (a real record: two traces, each with its
+config) padded with 15 KB of text in one trace's ``info``: about 25 KB serialized. Each is a
+fresh object tree (parsed anew, its ids changed), as an eval's episodes are, so nothing is
+shared between them that a cache keyed by identity could exploit.
+
+Three ratios, each measured in the same round as its baseline, on the same disk:
+
+* one appender: ``log_episodes([episode])`` per episode against a bare loop that serializes
+  the same episode with orjson, writes it and fdatasyncs; the two take turns in blocks of 8.
+* 64 threads: ``log_episodes`` from 64 threads against the leanest threaded group commit
+  (benchmarks/append.py ``lean_grouped``), where each thread serializes its episode with
+  orjson and queues it, a leader writes the queue with one writev and one fdatasync, and
+  followers sleep on their own lock.
+* 64 asyncio tasks: ``log_episodes_async`` from 64 tasks on one loop against the 64 threads.
+
+Goals (issue 14): 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
+ends early if the pool runs out, so a rate is episodes over the time actually spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from append import FLAGS, THREADS, lean_grouped  # noqa: E402
+from prime_runs_spool import open_run  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
+PADDING = 15_000
+
+
+class Pool:
+    """Distinct, freshly parsed episodes, handed out once each per phase."""
+
+    def __init__(self, size: int) -> None:
+        template = orjson.loads(EXAMPLE.read_bytes())
+        template["traces"][0].setdefault("info", {})["notes"] = "y" * PADDING
+        self.template = orjson.dumps(template)
+        self.episode_bytes = len(self.template)
+        self.episodes = [self._make(n) for n in range(size)]
+        self.lock = threading.Lock()
+        self.next = 0
+
+    def _make(self, n: int) -> dict:
+        episode = orjson.loads(self.template)
+        episode["id"] = f"bench-{n:08d}"
+        episode["task"]["data"]["idx"] = n % 100
+        for t, trace in enumerate(episode["traces"]):
+            trace["id"] = f"bench-{n:08d}-{t}"
+            trace["task"]["data"]["idx"] = n % 100
+        return episode
+
+    def reset(self) -> None:
+        self.next = 0
+
+    def take(self) -> dict | None:
+        with self.lock:
+            if self.next >= len(self.episodes):
+                return None
+            self.next += 1
+            return self.episodes[self.next - 1]
+
+
+def fresh_run(folder: Path):
+    run_dir = Path(tempfile.mkdtemp(dir=folder))
+    return run_dir, open_run(run_dir, name="bench", model="Qwen/Qwen3-8B", environments=["gsm8k"])
+
+
+def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
+    """The bare serialize+write+fdatasync loop and ``log_episodes``, in interleaved blocks."""
+    pool.reset()
+    run_dir, run = fresh_run(folder)
+    fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
+    bare_time = spool_time = 0.0
+    bare = spool = 0
+    deadline = time.perf_counter() + 2 * seconds
+    try:
+        while time.perf_counter() < deadline:
+            episodes = [pool.take() for _ in range(2 * block)]
+            if episodes[-1] is None:
+                break
+            for turn in ((0, 1) if (bare + spool) % (4 * block) == 0 else (1, 0)):
+                mine = episodes[:block] if turn == 0 else episodes[block:]
+                start = time.perf_counter()
+                if turn == 0:
+                    for episode in mine:
+                        os.write(fd, orjson.dumps(episode) + b"\n")
+                        os.fdatasync(fd)
+                    bare_time += time.perf_counter() - start
+                    bare += block
+                else:
+                    for episode in mine:
+                        run.log_episodes([episode])
+                    spool_time += time.perf_counter() - start
+                    spool += block
+    finally:
+        os.close(fd)
+        os.unlink(folder / "bare.jsonl")
+        run.finish()
+        shutil.rmtree(run_dir)
+    return bare / bare_time, spool / spool_time
+
+
+def run_threads(folder: Path, pool: Pool, seconds: float) -> float:
+    pool.reset()
+    run_dir, run = fresh_run(folder)
+    counts = [0] * THREADS
+    deadline = time.perf_counter() + seconds
+
+    def work(t: int) -> None:
+        while time.perf_counter() < deadline:
+            episode = pool.take()
+            if episode is None:
+                return
+            run.log_episodes([episode])
+            counts[t] += 1
+
+    try:
+        return _timed_threads(work, counts)
+    finally:
+        run.finish()
+        shutil.rmtree(run_dir)
+
+
+def lean_threads(folder: Path, pool: Pool, seconds: float) -> float:
+    pool.reset()
+    stop = threading.Event()
+
+    def serialize(t: int) -> bytes:
+        episode = pool.take()
+        if episode is None:  # pool spent: end this phase (lean_grouped counts what was done)
+            stop.set()
+            return b""
+        return orjson.dumps(episode) + b"\n"
+
+    return lean_grouped(folder, b"", THREADS, seconds, serialize=serialize, stop=stop)
+
+
+def run_tasks(folder: Path, pool: Pool, seconds: float) -> float:
+    pool.reset()
+    run_dir, run = fresh_run(folder)
+
+    async def main() -> float:
+        count = 0
+        deadline = time.perf_counter() + seconds
+
+        async def work() -> None:
+            nonlocal count
+            while time.perf_counter() < deadline:
+                episode = pool.take()
+                if episode is None:
+                    return
+                await run.log_episodes_async([episode])
+                count += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(work() for _ in range(THREADS)))
+        return count / (time.perf_counter() - start)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        run.finish()
+        shutil.rmtree(run_dir)
+
+
+def _timed_threads(work, counts: list[int]) -> float:
+    start = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def summary(pairs: list[tuple[float, float]]) -> str:
+    ratios = [measured / baseline for baseline, measured in pairs]
+    return (f"{statistics.median(b for b, _ in pairs):>7.0f} {statistics.median(m for _, m in pairs):>7.0f} "
+            f"{statistics.median(ratios):>5.2f} {min(ratios):>4.2f}-{max(ratios):<4.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default=".", help="where to put the scratch folder (default: current directory)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.4 s phases")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5, quick 3)")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per phase (default 0.6, quick 0.4)")
+    parser.add_argument("--pool", type=int, default=8_000, help="distinct episodes per phase (default 8000)")
+    args = parser.parse_args()
+    seconds = args.seconds or (0.4 if args.quick else 0.6)
+    rounds = args.rounds or (3 if args.quick else 5)
+    pool = Pool(args.pool)
+    folder = Path(tempfile.mkdtemp(prefix="log-episodes-bench-", dir=args.dir))
+    results: dict[str, list[tuple[float, float]]] = {"single": [], "threads": [], "tasks": []}
+    try:
+        print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
+              f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
+        for n in range(rounds):
+            results["single"].append(single_pair(folder, pool, seconds))
+            lean = lean_threads(folder, pool, seconds)
+            threads = run_threads(folder, pool, seconds)
+            tasks = run_tasks(folder, pool, seconds)
+            results["threads"].append((lean, threads))
+            results["tasks"].append((threads, tasks))
+            print(f"  round {n + 1}: single {results['single'][-1][1] / results['single'][-1][0]:.2f}, "
+                  f"threads/lean {threads / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
+        print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
+        print(f"{'1 appender vs serialize+write+sync':<34} | {summary(results['single'])} | 0.8")
+        print(f"{'64 threads vs lean group commit':<34} | {summary(results['threads'])} | 0.8")
+        print(f"{'64 asyncio tasks vs 64 threads':<34} | {summary(results['tasks'])} | 1.0")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Start-up of the command line: what a person waits for before anything happens.
+
+Run: ``python3 benchmarks/startup.py [--repeat N]``
+
+Each figure is the wall time of a whole process, interpreter start included, median (and
+range) over N runs taken in turns, so drift on a shared machine hits them all alike:
+
+* floor: ``python3 -c pass`` plus importing click, the least any click command costs;
+* ``prime-runs --help``;
+* a no-op ``prime-runs sync`` of one run that was already synced (nothing to send), against
+  a local platform running in its own process, as a re-sync in CI meets it.
+
+Goal (issue 14): both commands under 0.25 s. The last column is each against the floor.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _synccommon import API_KEY, PYTHON, ROOT, arguments, child_env, platform, scratch, spread, write_run  # noqa: E402
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+    return elapsed
+
+
+def main() -> None:
+    args = arguments(__doc__, repeat=9, quick="3 runs of each").parse_args()
+    repeat = 3 if args.quick else args.repeat
+    with scratch(args.dir, "startup-bench-") as root:
+        write_run(root / "runs" / "run-000", "startup-bench-run", 20, 2_000)
+        with platform(root / "platform.db") as server:
+            env = child_env()
+            env.update(PRIME_API_KEY=API_KEY, PRIME_API_BASE_URL=server.base_url)
+            sync = [PYTHON, "-m", "commands", "sync", str(root / "runs")]
+            timed(sync, env)  # the first sync pushes; every timed one after it has nothing to do
+            commands = {
+                "floor (python -c 'import click')": [PYTHON, "-c", "import click"],
+                "prime-runs --help": [PYTHON, "-m", "commands", "--help"],
+                "no-op prime-runs sync (1 run)": sync,
+            }
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            for _ in range(repeat):
+                for name, argv in commands.items():
+                    times[name].append(timed(argv, env))
+    floor = statistics.median(times["floor (python -c 'import click')"])
+    print(f"wall seconds, median (range) of {repeat} runs; {os.cpu_count()} cores")
+    for name, values in times.items():
+        print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""What an episode must pass before a run numbers it: made a record, masked, serialized.
+
+Everything here runs outside the run's lock and before anything of the call is numbered,
+so an episode that cannot be recorded fails its whole call with one line that says why,
+and nothing of that call reaches the spool (docs/integration.md, "What is refused").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prime_runs_spool.content.episodes import check_episode, episode_id_of
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.errors import (
+    EpisodeTooLargeError,
+    MalformedEpisodeError,
+    RecordNotSerializableError,
+    SampleTooLargeError,
+)
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
+from prime_runs_spool.runner.ending import describe_error
+from prime_runs_spool.spool.format import EPISODE, Payload, find_unserializable, prepare, to_jsonable
+
+#: An episode ready to be numbered: its masked record, its serialized line payload, its id.
+Prepared = tuple[Mapping[str, Any], Payload, "str | None"]
+
+
+def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
+    """``episode`` as it will be written, or the error that says why it cannot be.
+
+    An episode without the shape its summary and rows are computed from is a
+    :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
+    :class:`RecordNotSerializableError` naming the field, never a ``RecursionError``.
+    """
+    try:
+        record = to_jsonable(episode)
+    except (ValueError, RecursionError) as exc:  # e.g. pydantic's "Circular reference detected"
+        raise RecordNotSerializableError(EPISODE, "", describe_error(exc)) from None
+    if not isinstance(record, Mapping):
+        raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
+    episode_id = episode_id_of(record)
+    what = f"{EPISODE} {episode_id}" if episode_id is not None else EPISODE
+    check_episode(record)  # the shape the summary, the numbering and the rows read
+    try:
+        record = mask(record, rules)
+    except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
+        path, reason = find_unserializable(record)
+        raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
+    payload = prepare(record, what)
+    _check_sendable(record, payload, what)
+    return record, payload, episode_id
+
+
+def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> None:
+    """Refuse an episode no platform request could carry (platform_api/v0.py's limit).
+
+    Accepted, it would block its run's sync forever at that row: refusing it here, where
+    the eval can still shrink it, is the one place the loss is not silent.
+    """
+    try:
+        check_sendable(record, len(payload.data))
+    except SampleTooLargeError as exc:
+        raise EpisodeTooLargeError(
+            f"{what} cannot be recorded: the row of its trace {exc.trace_id} needs {exc.size} bytes, "
+            f"over the platform's {MAX_REQUEST_BYTES}-byte request limit, so it could never be "
+            "uploaded; nothing of this call was recorded: shrink the episode (its largest fields) "
+            "and log it again"
+        ) from None
+    except Exception as exc:  # the rows sync would build from it cannot be built at all
+        raise MalformedEpisodeError(
+            f"{what}: its platform rows cannot be built ({describe_error(exc)}); "
+            "nothing of this call was recorded: fix the episode and log it again"
+        ) from None

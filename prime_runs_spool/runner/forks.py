@@ -1,0 +1,71 @@
+"""A forked child never touches its parent's run (docs/integration.md, "Forked processes").
+
+Evals fork: ``multiprocessing`` pools with the ``fork`` start method, libraries that fork
+workers. The child inherits every open :class:`~prime_runs_spool.runner.run.Run`: its
+writer, open segment, sequence counter and exit hook. Left alone, a child that logged
+interleaved sequence numbers with its parent's, and one that merely exited sealed the
+parent's run ``crashed`` under it.
+
+So, in the child (``os.register_at_fork``), every inherited run is marked forked: logging,
+``finish`` and ``abort`` then raise :class:`RunForkedError`, or, on the way out (``abort``,
+a ``with`` block's exit, the exit hook), do nothing. The child's exit hook forgets them,
+and the segment writer disowns its own side (spool/writer.py): nothing written, sealed,
+closed or unlocked. The chosen behaviour is an error rather than a segment of the child's
+own: a run's segments follow one another, one writer at a time, and a child's segment
+would interleave with its parent's under that rule.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from prime_runs_spool.errors import RunForkedError
+from prime_runs_spool.runner import ending
+
+if TYPE_CHECKING:
+    from prime_runs_spool.runner.run import Run
+
+#: Every run of this process, open or not (weakly): those a forked child must disown.
+_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+
+class Ownership:
+    """Which process a run belongs to: the one that opened it."""
+
+    def __init__(self, run: Run) -> None:
+        self.pid = os.getpid()
+        #: Set in a forked child by the fork hook.
+        self.forked = False
+        _runs.add(run)
+
+    def check(self, run_id: str) -> None:
+        """Raise :class:`RunForkedError` in a forked child."""
+        if self.forked:
+            raise RunForkedError(
+                f"run {run_id} belongs to process {self.pid}, which opened it; this process "
+                f"({os.getpid()}) is a fork of it and cannot log to it, finish it or abort it: "
+                "return the episodes to that process (e.g. as the results of the pool's tasks) "
+                "and log them there"
+            )
+
+
+def _disown_runs_after_fork() -> None:
+    """In the child: mark every inherited run forked and forget it in the exit hook.
+
+    The locks a parent thread may have held at the fork are replaced, never taken: that
+    thread does not exist here, and anything waiting for it would wait forever.
+    """
+    ending.forget_all_after_fork()
+    for run in list(_runs):
+        ownership = run._ownership
+        if ownership.pid != os.getpid():
+            ownership.forked = True
+            run._cond = threading.Condition(threading.Lock())
+            run._ending.reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_runs_after_fork)

@@ -1,0 +1,111 @@
+"""Finding a new run's evaluation costs one small request, not a listing of the whole
+environment (sync/index.py), and still sees every evaluation that exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.fake_platform import FakePlatform
+from support.runs import build_run
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+from prime_runs_spool.spool.layout import sync_dir
+from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.many import sync_paths
+from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.state import Destination
+
+DEST = Destination(key="index-dest", base_url="http://local")
+
+
+class CountingClient(PlatformClient):
+    """Counts the evaluations that listings hand back: the work a lookup costs."""
+
+    listed = 0
+
+    def list_evaluations(self, **kwargs):
+        page = super().list_evaluations(**kwargs)
+        self.listed += len(page.get("evaluations") or [])
+        return page
+
+
+def test_first_sync_of_many_new_runs_reads_a_linear_number_of_listed_evaluations(tmp_path: Path) -> None:
+    runs = 40
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n:03d}", f"index-run-{n:03d}", 1)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            reports = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
+            assert [r.state for r in reports] == ["synced"] * runs
+            # A listing of the whole environment per run reads 0 + 1 + ... + 39 = 780 items.
+            assert client.listed <= 3 * runs, client.listed
+
+            # Every state lost: each run must find its evaluation again, none is created twice.
+            for n in range(runs):
+                for path in sync_dir(tmp_path / "runs" / f"run-{n:03d}").glob("*.json"):
+                    path.unlink()
+            client.listed = 0
+            again = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
+            assert [r.pushed_now for r in again] == [0] * runs
+            assert {r.evaluation_id for r in again} == {r.evaluation_id for r in reports}
+            assert client.listed <= 3 * runs, client.listed
+            total = client.list_evaluations(environment_name="gsm8k", skip=0, limit=1)["total"]
+            assert total == runs
+
+
+def _reader(items: list[dict], calls: list[tuple[int, int]]):
+    def read_page(skip: int, limit: int) -> dict:
+        calls.append((skip, limit))
+        return {"evaluations": items[skip:skip + limit], "total": len(items)}
+    return read_page
+
+
+def _ours(run_id: str):
+    return lambda item: item["metadata"]["local_run_id"] == run_id
+
+
+def test_an_evaluation_created_elsewhere_after_the_first_listing_is_found_newest_first() -> None:
+    items = [{"evaluation_id": f"e{n}", "metadata": {"local_run_id": f"r{n}"}} for n in range(250)][::-1]
+    calls: list[tuple[int, int]] = []
+    index = EvaluationIndex()
+    assert index.find("gsm8k", _reader(items, calls), _ours("r3"))[0]["evaluation_id"] == "e3"
+    assert len(calls) == 3  # the whole environment, once
+    calls.clear()
+    assert index.find("gsm8k", _reader(items, calls), _ours("r7"))[0]["evaluation_id"] == "e7"
+    assert calls == [(0, 1)]  # nothing new: one item read
+    items.insert(0, {"evaluation_id": "e-new", "metadata": {"local_run_id": "r-new"}})
+    calls.clear()
+    assert index.find("gsm8k", _reader(items, calls), _ours("r-new"))[0]["evaluation_id"] == "e-new"
+    assert len(calls) <= 2
+
+
+def test_whatever_the_order_a_count_that_does_not_add_up_lists_everything_again() -> None:
+    # Oldest first: what is new sits at the end, where the head check does not look.
+    items = [{"evaluation_id": f"e{n}", "metadata": {"local_run_id": f"r{n}"}} for n in range(120)]
+    calls: list[tuple[int, int]] = []
+    index = EvaluationIndex()
+    assert index.find("gsm8k", _reader(items, calls), _ours("r-late")) == []
+    items.append({"evaluation_id": "e-late", "metadata": {"local_run_id": "r-late"}})
+    assert [i["evaluation_id"] for i in index.find("gsm8k", _reader(items, calls), _ours("r-late"))] == ["e-late"]
+    # A deletion is a mismatch too: the index lists again rather than answer from memory.
+    del items[0]
+    assert index.find("gsm8k", _reader(items, calls), _ours("r0")) == []
+
+
+def test_runs_sharing_an_index_never_create_a_second_evaluation_on_an_oldest_first_platform(tmp_path: Path) -> None:
+    platform = FakePlatform()
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    for n in range(12):
+        build_run(tmp_path / f"run-{n:02d}", f"fake-run-{n:02d}", 2)
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        first = sync_paths([tmp_path], client, DEST, SyncOptions(), jobs=3)
+        for n in range(12):
+            for path in sync_dir(tmp_path / f"run-{n:02d}").glob("*.json"):
+                path.unlink()
+        second = sync_paths([tmp_path], client, DEST, SyncOptions(), jobs=3)
+    assert [r.state for r in first] == ["synced"] * 12
+    assert [r.pushed_now for r in second] == [0] * 12
+    assert len(platform.evaluations) == 12
+    assert all(len(rows) == 2 for rows in platform.samples.values())

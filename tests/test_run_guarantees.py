@@ -1,0 +1,534 @@
+"""What the run API guarantees when an eval misbehaves (issue 11, the runner's part).
+
+A malformed or oversized episode is refused whole, before anything of its call is numbered;
+settling an append can never strand ``finish``; a cancelled async append is still accounted
+for; ``finish`` stops admitting appends; a forked child never touches its parent's run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import prime_runs_spool.spool.writer as writer_module
+from prime_runs_spool import RunClosedError, open_run, read_run
+from prime_runs_spool.errors import (
+    EpisodeTooLargeError,
+    MalformedEpisodeError,
+    RecordNotSerializableError,
+)
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.spool.format import parse_line
+from prime_runs_spool.spool.layout import list_segments
+from support.env import CLI, child_env
+from support.episodes import small_episode, small_trace
+
+
+def basic_run(run_dir: Path, **kwargs: Any):
+    return open_run(run_dir, name="guarantees", environments=["gsm8k"], model="m", **kwargs)
+
+
+def episode_lines(run_dir: Path) -> list[Any]:
+    """Every intact episode line of the run, read straight from the segment files."""
+    found = []
+    for _, path in list_segments(run_dir):
+        for raw in path.read_bytes().splitlines(keepends=True):
+            line = parse_line(raw)
+            if line is not None and line.type == "episode":
+                found.append(line)
+    return found
+
+
+def episode_metas(run_dir: Path) -> list[dict[str, Any]]:
+    return [line.meta for line in episode_lines(run_dir)]
+
+
+def finish_within(run: Any, seconds: float) -> dict[str, Any] | None:
+    """``run.finish()`` on a thread; fails (instead of hanging the suite) if it blocks."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["summary"] = run.finish()
+        except BaseException as exc:  # pragma: no cover - reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"finish() did not return within {seconds} s"
+    if "error" in result:
+        raise result["error"]
+    return result["summary"]
+
+
+# -- bug 2: a bad-shape episode is refused whole, and finish never hangs ---------------------
+
+
+def _with(trace_change: dict[str, Any]) -> dict[str, Any]:
+    episode = small_episode("bad")
+    episode["traces"][0].update(trace_change)
+    return episode
+
+
+@pytest.mark.parametrize(
+    ("episode", "field"),
+    [
+        (_with({"metrics": [1.0, 2.0]}), "traces[0].metrics"),
+        (_with({"rewards": [{"score": 1.0}]}), "traces[0].rewards"),
+        (_with({"agent": ["solver"]}), "traces[0].agent"),
+        (_with({"task": {"data": ["idx", 0]}}), "traces[0].task.data"),
+        ({"id": "bad", "ok": True, "traces": {"t": small_trace()}}, "traces"),
+        ({"id": "bad", "ok": True, "traces": ["not a trace"]}, "traces[0]"),
+    ],
+    ids=["metrics-list", "rewards-list", "agent-list", "task-data-list", "traces-mapping", "trace-string"],
+)
+def test_a_bad_shape_episode_is_refused_whole_and_finish_returns(
+    tmp_path: Path, episode: dict[str, Any], field: str
+) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(MalformedEpisodeError) as refused:
+        run.log_episodes([small_episode("good"), episode])
+    message = str(refused.value)
+    assert field in message and "bad" in message and "\n" not in message
+    assert episode_metas(tmp_path) == []  # not partly recorded: nothing of the call
+    assert run.episodes_logged == 0
+    assert run.log_episodes([small_episode("good")]) == 1  # the good one was not taken
+    summary = finish_within(run, 10)
+    assert summary is not None and summary["avg_reward"] == 1.0
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["good"]
+    assert read_run(tmp_path).status == "completed"
+
+
+def test_a_bad_shape_async_episode_is_refused_and_finish_returns(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+
+    async def main() -> None:
+        with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.metrics"):
+            await run.log_episodes_async([_with({"metrics": ["accuracy", 1.0]})])
+
+    asyncio.run(main())
+    finish_within(run, 10)
+    assert episode_metas(tmp_path) == []
+
+
+def test_a_summary_failure_after_the_write_never_strands_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth: whatever the summary code meets after an episode is durable, the
+    append is counted as recorded (it is on disk) and finish still returns."""
+    run = basic_run(tmp_path)
+
+    def broken_add(self: Any, episode: Any) -> None:
+        raise AttributeError("'list' object has no attribute 'items'")
+
+    monkeypatch.setattr("prime_runs_spool.content.summary.SummaryAccumulator.add", broken_add)
+    assert run.log_episodes([small_episode("a")]) == 1
+    assert run.episodes_logged == 1
+    finish_within(run, 10)
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["a"]
+
+
+# -- bug 3: a failed call admits none of its episodes ----------------------------------------
+
+
+@pytest.mark.parametrize("idx", [[0, 1], {"i": 0}], ids=["list", "mapping"])
+def test_a_failed_call_marks_none_of_its_good_episodes_as_seen(tmp_path: Path, idx: Any) -> None:
+    run = basic_run(tmp_path)
+    good, bad = small_episode("good", 0), small_episode("bad", idx)
+    with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.task\.data\.idx"):
+        run.log_episodes([good, bad])
+    assert run.episodes_skipped == 0
+    assert run.log_episodes([good]) == 1
+    finish_within(run, 10)
+    # The failed call took no rollout number either: the retried episode is rollout 1.
+    assert episode_metas(tmp_path) == [{"episode_id": "good", "rollout_number": 1}]
+
+
+# -- an episode too large for any request -----------------------------------------------------
+
+
+def _blob_episode(episode_id: str, size: int) -> dict[str, Any]:
+    episode = small_episode(episode_id)
+    episode["traces"][0]["info"] = {"blob": "x" * size}
+    return episode
+
+
+def test_an_episode_no_request_can_carry_is_refused_at_append(tmp_path: Path) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(EpisodeTooLargeError) as refused:
+        run.log_episodes([small_episode("small"), _blob_episode("huge", MAX_REQUEST_BYTES + 1_000_000)])
+    message = str(refused.value)
+    assert "huge" in message and str(MAX_REQUEST_BYTES) in message and "\n" not in message
+    assert episode_metas(tmp_path) == []
+    # Over the limit as one row (the wrapper repeats the trace) but not as per-trace rows:
+    # sync splits it, so it is accepted.
+    assert run.log_episodes([small_episode("small"), _blob_episode("splits", MAX_REQUEST_BYTES * 2 // 3)]) == 2
+    finish_within(run, 10)
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["small", "splits"]
+
+
+# -- deep nesting and circular references ----------------------------------------------------
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    current = top
+    for _ in range(depth):
+        current["a"] = {}
+        current = current["a"]
+    return top
+
+
+def _circular_info() -> dict[str, Any]:
+    episode = small_episode("loop")
+    info: dict[str, Any] = {"ok": 1}
+    info["self"] = info
+    episode["traces"][0]["info"] = info
+    return episode
+
+
+def _circular_config() -> dict[str, Any]:
+    episode = small_episode("loop")
+    config = episode["traces"][0]["agent"]["config"]
+    config["parent"] = config  # inside the subtree masking walks
+    return episode
+
+
+@pytest.mark.parametrize(
+    ("episode", "field", "reason"),
+    [
+        ({**small_episode("deep"), "extra": _nested(300)}, "extra.a.a", "nested"),
+        ({**small_episode("deep"), "extra": _nested(5000)}, "extra.a.a", "nested"),
+        (_circular_info(), "traces[0].info.self", "circular"),
+        (_circular_config(), "traces[0].agent.config.parent", "circular"),
+    ],
+    ids=["300-levels", "5000-levels", "cycle", "cycle-in-config"],
+)
+def test_deep_nesting_and_cycles_raise_not_serializable_naming_the_field(
+    tmp_path: Path, episode: dict[str, Any], field: str, reason: str
+) -> None:
+    run = basic_run(tmp_path)
+    with pytest.raises(RecordNotSerializableError) as refused:
+        run.log_episodes([small_episode("good"), episode])
+    message = str(refused.value)
+    assert field in message and reason in message
+    assert "\n" not in message and len(message) < 400
+    assert episode_metas(tmp_path) == []
+    assert run.log_episodes([small_episode("good")]) == 1
+    finish_within(run, 10)
+
+
+_json_leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5)
+_json_values = st.recursive(
+    _json_leaves,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=_json_values, bad=st.sampled_from(["object", "cycle", "deep"]), data=st.data())
+def test_the_first_field_json_cannot_hold_is_named(value: Any, bad: str, data: st.DataObject) -> None:
+    """Property: whatever the value, planting one bad thing at a container's place in it
+    makes serialize fail with that place named (or an earlier one in iteration order)."""
+    from prime_runs_spool.spool.format import find_unserializable, serialize
+
+    assert find_unserializable(value) == ("", "")
+    top: dict[str, Any] = {"v": value}
+    containers: list[tuple[Any, str]] = []  # (container, its path)
+    stack = [(top, "")]
+    while stack:
+        node, path = stack.pop()
+        containers.append((node, path))
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            child_path = f"{path}[{key}]" if isinstance(node, list) else (f"{path}.{key}" if path else key)
+            if isinstance(child, (dict, list)):
+                stack.append((child, child_path))
+    node, path = data.draw(st.sampled_from(containers))
+    planted: Any = object() if bad == "object" else (node if bad == "cycle" else _nested(300))
+    key: Any
+    if isinstance(node, dict):
+        key = "zz-planted"
+        node[key] = planted
+        where = f"{path}.{key}" if path else key
+    else:
+        key = len(node)
+        node.append(planted)
+        where = f"{path}[{key}]"
+    with pytest.raises(RecordNotSerializableError) as refused:
+        serialize(top)
+    named = refused.value.field_path
+    if bad == "deep":  # the 255th level, somewhere inside the planted nesting: a shortened path
+        true_path = where + ".a" * 300
+    else:
+        true_path = where
+    if "...(" in named:  # a long path keeps its first keys and its last two
+        assert true_path.startswith(named.split("...(")[0]) and "more levels" in named
+    else:
+        assert named == true_path
+    expected = {"object": "not JSON serializable", "cycle": "circular", "deep": "nested deeper"}[bad]
+    assert expected in refused.value.reason
+
+
+# -- second round 2: a cancelled async append ------------------------------------------------
+
+
+def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = basic_run(tmp_path)
+    real_sync = writer_module._fdatasync
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.05)
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    episodes = [small_episode(f"e{i}", i % 5) for i in range(50)]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            *(asyncio.wait_for(run.log_episodes_async([episode]), 0.01) for episode in episodes),
+            return_exceptions=True,
+        )
+
+    outcomes = asyncio.run(main())
+    assert sum(isinstance(outcome, asyncio.TimeoutError) for outcome in outcomes) >= 40
+    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    assert run.log_episodes(episodes) == 0  # every one is on its way to the disk already
+    finish_within(run, 10)
+    ids = [meta["episode_id"] for meta in episode_metas(tmp_path)]
+    assert sorted(ids) == sorted(e["id"] for e in episodes)  # each once
+    assert run.episodes_logged == 50
+    seal = json.loads(list_segments(tmp_path)[-1][1].read_bytes().splitlines()[-1])["data"]
+    assert seal["episodes"] == 50 and seal["summary"]["avg_error"] == 0.0
+
+
+
+
+def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's side: ``on_settled`` is called once the lines are durable, by the thread
+    that made them so, even though the task awaiting them was cancelled."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+
+    real_sync = writer_module._fdatasync
+    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: (time.sleep(0.05), real_sync(fd)))
+    writer = SegmentWriter.create(tmp_path, "run")
+    heard: list[Any] = []
+    settled = threading.Event()
+
+    def on_settled(error: BaseException | None) -> None:
+        heard.append(error)
+        settled.set()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(writer.append_many_async([("episode", {"id": "a"})], on_settled=on_settled))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert settled.wait(10) and heard == [None]
+    writer.close()
+    assert [line.data["id"] for line in episode_lines(tmp_path)] == ["a"]
+    with pytest.raises(Exception):
+        asyncio.run(writer.append_many_async([("episode", {"id": "b"})], on_settled=on_settled))
+    assert len(heard) == 2 and heard[1] is not None  # refused before queueing: told at once
+# -- second round 5: finish stops admitting -------------------------------------------------
+
+
+def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = basic_run(tmp_path)
+    real_sync = writer_module._fdatasync
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.005)  # something is always in flight
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    stop = threading.Event()
+    closed: list[BaseException] = []
+
+    def keep_logging(worker: int) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                run.log_episodes([small_episode(f"w{worker}-{n}", n)])
+            except RunClosedError as exc:
+                closed.append(exc)
+                return
+            n += 1
+
+    workers = [threading.Thread(target=keep_logging, args=(w,), daemon=True) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    try:
+        while run.episodes_logged < 20:
+            time.sleep(0.01)
+        summary = finish_within(run, 10)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+    assert len(closed) == 4 and all("finish" in str(exc) or "completed" in str(exc) for exc in closed)
+    on_disk = len(episode_metas(tmp_path))
+    seal = json.loads(list_segments(tmp_path)[-1][1].read_bytes().splitlines()[-1])["data"]
+    assert seal["episodes"] == on_disk == run.episodes_logged
+    assert summary is not None and summary["avg_error"] == 0.0
+
+
+# -- second round 1: fork ----------------------------------------------------------------------
+
+_FORK_SCENARIOS = r"""
+import multiprocessing, os, sys
+from prime_runs_spool import open_run, read_run
+from prime_runs_spool.errors import RunForkedError
+
+def episode(episode_id, idx=0):
+    return {"id": episode_id, "ok": True, "run": {"id": "local"},
+            "traces": [{"id": "t", "agent": {"name": "solver", "trainable": True},
+                        "task": {"data": {"idx": idx}}, "rewards": {"r": {"score": 1.0, "weight": 1.0}}}]}
+
+def open_(name):
+    return open_run(os.path.join(sys.argv[1], name), name=name, environments=["gsm8k"], model="m")
+
+def in_child(body):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            body()
+        finally:
+            sys.stdout.flush()
+        sys.exit(0)  # a normal exit: the exit hooks run in the child
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+
+# 1. a child that logs
+run = open_("child-logs")
+run.log_episodes([episode("p0"), episode("p1")])
+def child_logs():
+    try:
+        run.log_episodes([episode("c0")])
+        print("child-logs: logged")
+    except RunForkedError as exc:
+        print("child-logs: refused:", exc)
+    try:
+        run.finish()  # nor may it seal the parent's run
+        print("child-logs: finished")
+    except RunForkedError:
+        print("child-logs: finish refused")
+in_child(child_logs)
+run.log_episodes([episode("p2"), episode("p3")])
+run.finish()
+
+# 2. a child that only exits
+run = open_("child-exits")
+run.log_episodes([episode("p0")])
+in_child(lambda: None)
+print("child-exits: after the child:", read_run(run.dir).status)
+run.log_episodes([episode(f"p{i}") for i in range(1, 4)])
+run.finish()
+
+# 3. a fork pool of 4 workers
+run = open_("pool")
+run.log_episodes([episode("p0")])
+def work(i):
+    made = episode(f"w{i}", i % 4)
+    try:
+        run.log_episodes([made])
+        return "logged", made
+    except RunForkedError as exc:
+        return "refused: " + str(exc), made
+with multiprocessing.get_context("fork").Pool(4) as pool:
+    results = pool.map(work, range(40))
+print("pool:", sorted({outcome.split(":")[0] for outcome, _ in results}))
+run.log_episodes([made for outcome, made in results if outcome != "logged"])  # the parent logs them
+print("pool: status before finish:", read_run(run.dir).status)
+run.finish()
+
+# 4. forks while another thread keeps logging: the child may inherit a held lock, never waits on it
+import threading
+run = open_("busy")
+stop = threading.Event()
+def keep_logging():
+    n = 0
+    while not stop.is_set() and n < 300:
+        run.log_episodes([episode(f"b{n}", n % 4)])
+        n += 1
+logger = threading.Thread(target=keep_logging)
+logger.start()
+def child_busy():
+    try:
+        run.log_episodes([episode("child")])
+    except RunForkedError:
+        pass
+    run.status, run.episodes_logged, run.summary()  # no lock a lost thread held
+    run.abort(RuntimeError("a child's abort"))      # does nothing
+for _ in range(10):
+    in_child(child_busy)
+stop.set()
+logger.join()
+print("busy: status before finish:", read_run(run.dir).status)
+run.finish()
+print("busy: logged", run.episodes_logged)
+"""
+
+
+def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    script = tmp_path / "fork_scenarios.py"
+    script.write_text(_FORK_SCENARIOS)
+    done = subprocess.run([sys.executable, str(script), str(outputs)], capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "child-logs: refused:" in out and "fork" in out and "child-logs: finish refused" in out
+    assert "child-exits: after the child: live" in out
+    assert "pool: ['refused']" in out and "pool: status before finish: live" in out
+    assert "busy: status before finish: live" in out
+    busy_logged = int(out.split("busy: logged ")[1].split()[0])
+
+    expected = {"child-logs": 4, "child-exits": 4, "pool": 41, "busy": busy_logged}
+    for name, count in expected.items():
+        spool = read_run(outputs / name)
+        assert spool.status == "completed", name
+        seqs = [line.seq for _, path in list_segments(outputs / name)
+                for line in map(parse_line, path.read_bytes().splitlines(keepends=True))]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), name
+        assert len(episode_metas(outputs / name)) == count, name
+
+    verify = subprocess.run(CLI + ["verify", str(outputs)], capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    db = tmp_path / "local.db"
+    sync = subprocess.run(CLI + ["sync", str(outputs), "--local", "--db", str(db), "--json"],
+                          capture_output=True, text=True, env=child_env(), timeout=120)
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+
+    from prime_runs_spool.local_platform.store import Store
+
+    store = Store(db)
+    try:
+        evaluations, total = store.list_evaluations(skip=0, limit=100)
+        assert total == 4
+        for evaluation in evaluations:
+            name = evaluation["name"]
+            bodies, pushed = store.list_samples(evaluation["evaluation_id"], offset=0, limit=1000)
+            ids = [json.loads(body)["sample_id"] for body in bodies]
+            assert pushed == expected[name] and len(set(ids)) == len(ids) == expected[name], name
+    finally:
+        store.close()
