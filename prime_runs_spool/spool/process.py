@@ -9,13 +9,16 @@ finding a segment's lock file deleted can still tell a live writer from a dead o
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
+@functools.lru_cache(maxsize=1)
 def _boot_id() -> str | None:
+    """This boot's id: read once, it cannot change while this process runs."""
     try:
         with open(_BOOT_ID, encoding="ascii") as f:
             return f.read().strip() or None
@@ -47,6 +50,6 @@ def process_alive(writer: Any) -> bool:
     if not isinstance(writer, dict):
         return False
     pid, boot_id, start_time = writer.get("pid"), writer.get("boot_id"), writer.get("start_time")
-    if not isinstance(pid, int) or boot_id is None or start_time is None:
-        return False
-    return boot_id == _boot_id() and start_time == _start_time(pid)
+    if not isinstance(pid, int) or boot_id is None or start_time is None or boot_id != _boot_id():
+        return False  # another machine, another boot, or a writer that did not say: not provably alive
+    return start_time == _start_time(pid)

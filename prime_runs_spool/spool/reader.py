@@ -341,15 +341,37 @@ def lock_deleted_under_writer(segment: Path) -> bool:
     and start time (an older writer, another machine) never counts."""
     if os.path.exists(lock_path_of(segment)):
         return False
+    return process_alive(_header_writer(segment))
+
+
+#: A segment's header never changes once written: its ``writer`` is kept per path and file
+#: identity, so a follower polling lock-less copies (CI artifacts) pays a ``stat``, not a read.
+_WRITERS: dict[str, tuple[tuple[int, int], Any]] = {}
+_WRITERS_MAX = 4096
+
+
+def _header_writer(segment: Path) -> Any:
+    """The ``writer`` of a segment's header, or None when it has no intact header yet."""
+    try:
+        stat = os.stat(segment)
+    except OSError:
+        return None
+    key, identity = os.fspath(segment), (stat.st_dev, stat.st_ino)
+    cached = _WRITERS.get(key)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
     try:
         with open(segment, "rb") as f:
             first = f.readline(_HEADER_LIMIT)
     except OSError:
-        return False
+        return None
     parsed = parse_line(first) if first.endswith(b"\n") else None
     if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
-        return False
-    return process_alive(parsed.data.get("writer"))
+        return None  # not cached: the header may not be durable yet
+    if len(_WRITERS) >= _WRITERS_MAX:
+        _WRITERS.clear()
+    _WRITERS[key] = (identity, parsed.data.get("writer"))
+    return parsed.data.get("writer")
 
 
 def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None = None) -> SegmentInfo:
