@@ -320,7 +320,7 @@ def writer_alive(segment: Path) -> bool:
     try:
         fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return lock_deleted_under_writer(segment)
+        return process_alive(_header_writer(segment))  # the lock file is gone: section 5
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
