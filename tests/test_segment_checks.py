@@ -55,6 +55,23 @@ def test_crlf_line_endings_are_corruption_at_byte_0_never_empty(tmp_path: Path, 
 
 
 @fs_settings
+@given(small_episodes, st.booleans(), st.data())
+def test_any_line_converted_to_crlf_is_corruption_at_that_line(tmp_path: Path, episodes, sealed, data):
+    original, written = build_segment(episodes, seal="completed" if sealed else None)
+    starts = [0] + [start for start, *_ in written]
+    ends = [written[0][0] if written else len(original)] + [end for _, end, *_ in written]
+    chosen = sorted(data.draw(st.sets(st.integers(0, len(starts) - 1), min_size=1)))
+    converted = bytearray(original)
+    for k in reversed(chosen):  # from the end, so earlier offsets stay put
+        converted[ends[k] - 1:ends[k]] = b"\r\n"
+    run = tmp_path / f"crlf-some-{random.random()}"
+    write_segment(run, bytes(converted))
+    info = scan_segment(segment_path(run, 1))
+    assert (info.corrupt_offset, info.torn_offset, info.empty) == (starts[chosen[0]], None, False)
+    assert "CR LF" in (info.corrupt_reason or "")
+
+
+@fs_settings
 @given(small_episodes, st.data())
 def test_a_complete_line_failing_its_checksum_is_corruption_even_when_last(tmp_path: Path, episodes, data):
     original, written = build_segment(episodes, seal=data.draw(st.sampled_from([None, "completed"])))
@@ -79,7 +96,8 @@ def test_only_a_line_without_its_line_feed_is_torn(tmp_path: Path, episodes, dat
     cut = data.draw(st.integers(0, len(original) - 1))
     damaged = bytearray(original[:cut])
     if damaged and damaged[-1:] != b"\n" and data.draw(st.booleans()):
-        damaged[-1] ^= 0x20  # garble the unfinished line too: still torn, it has no line feed
+        # Garble the unfinished line too: still torn, it has no line feed (never make one).
+        damaged[-1] ^= 0x20 if damaged[-1] ^ 0x20 != 0x0A else 0x01
     run = tmp_path / f"cut-{random.random()}"
     write_segment(run, bytes(damaged))
     info = scan_segment(segment_path(run, 1))
