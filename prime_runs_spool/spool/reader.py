@@ -217,7 +217,9 @@ def _walk_lines(
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
         size = os.fstat(f.fileno()).st_size
-    if size < mark:
+    # A live writer rewrites its mark in place, so a read racing with that rewrite can be
+    # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
+    if size < mark and not writer_alive(path):
         raise CorruptSpoolError(
             path, size, f"the file ends at byte {size}, but its writer had made {mark} bytes durable: "
             "it was truncated")
