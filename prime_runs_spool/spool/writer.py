@@ -24,9 +24,9 @@ locks and the flush.
 
 Opening is atomic against another opener: ``create`` holds the run lock while it checks
 that the run still has the segments its caller scanned and creates the next one. After
-every sync the writer checks that its segment's path still names the file it writes (a
-deleted run directory raises :class:`SegmentGoneError`) and that its lock file is still the
-one it holds (a deleted lock file is put back), docs/spool-format.md, section 5.
+every sync the writer checks that its segment file still has a name (a deleted run
+directory raises :class:`SegmentGoneError`), and now and then that its lock file does (a
+deleted lock file is put back): docs/spool-format.md, section 5.
 
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
@@ -627,8 +627,11 @@ class SegmentWriter:
         if now < self._next_lock_check:
             return
         self._next_lock_check = now + LOCK_CHECK_INTERVAL
-        if os.fstat(watch).st_nlink == 0:
-            self._replace_lock()
+        try:
+            if os.fstat(watch).st_nlink == 0:
+                self._replace_lock()
+        except OSError as exc:  # the lock is a guard for readers; never fail an append for it
+            _log.warning("%s: could not check the writer lock file: %s", self._path, exc)
 
     def _replace_lock(self) -> None:
         """Someone deleted our lock file: readers would take the segment for a crashed one and an
