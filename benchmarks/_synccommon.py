@@ -7,6 +7,7 @@ repository's parent directory's disk, never /tmp, which may be a tmpfs) and remo
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -118,9 +119,10 @@ class Platform:
 
 
 @contextmanager
-def platform(db: Path) -> Iterator[Platform]:
-    """``prime-runs platform serve`` in its own process (its own GIL) on ``db``."""
-    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0"],
+def platform(db: Path, *extra: str) -> Iterator[Platform]:
+    """``prime-runs platform serve`` in its own process (its own GIL) on ``db`` (``extra``:
+    more options, e.g. ``--traces``)."""
+    proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0", *extra],
                             cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
@@ -140,6 +142,17 @@ def client_for(base_url: str) -> tuple[PlatformClient, Destination]:
     settings = Settings(base_url=base_url, api_key=Secret(API_KEY), team_id=None, frontend_url=base_url)
     identity = f"{base_url}|"
     return PlatformClient(settings), Destination(key=destination_key(identity), base_url=base_url)
+
+
+def cli_sync(tree: Path, base_url: str, *extra: str) -> tuple[float, dict]:
+    """``prime-runs sync TREE --json`` as a fresh process: its wall time and its report."""
+    start = now()
+    proc = subprocess.run([PYTHON, "-m", "commands", "sync", str(tree), "--base-url", base_url, "--json", *extra],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True)
+    elapsed = now() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout[-2000:]}")
+    return elapsed, json.loads(proc.stdout)
 
 
 def drop_state(root: Path) -> None:

@@ -80,38 +80,50 @@ def episode(size: int) -> dict:
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
 
-def single_pair(folder: Path, record: dict, line: bytes, seconds: float, block: int = 8) -> tuple[float, float]:
-    """One appender: the bare loop and the spool, interleaved in blocks of ``block`` appends.
+def interleaved(bare: Callable[[], bool], ours: Callable[[], bool], seconds: float,
+                block: int = 8) -> tuple[float, float]:
+    """Rates of two one-at-a-time loops, run in turns of ``block`` steps each.
 
     The disk's sync latency drifts from one second to the next on a shared machine; blocks of
-    a few milliseconds, taking turns (and turns at going first), see the same disk.
+    a few milliseconds, taking turns (and turns at going first), see the same disk. A step
+    returns False when it has nothing left to do, which ends the measurement.
     """
+    times, counts = [0.0, 0.0], [0, 0]
+    deadline = time.perf_counter() + 2 * seconds
+    while time.perf_counter() < deadline:
+        for turn in ((0, 1) if sum(counts) % (4 * block) == 0 else (1, 0)):
+            step = bare if turn == 0 else ours
+            start = time.perf_counter()
+            for _ in range(block):
+                if not step():
+                    return counts[0] / times[0], counts[1] / times[1]
+                counts[turn] += 1
+            times[turn] += time.perf_counter() - start
+    return counts[0] / times[0], counts[1] / times[1]
+
+
+def single_pair(folder: Path, record: dict, line: bytes, seconds: float, block: int = 8) -> tuple[float, float]:
+    """One appender: the bare loop and the spool, interleaved in blocks of ``block`` appends."""
     run_dir = Path(tempfile.mkdtemp(dir=folder))
     writer = SegmentWriter.create(run_dir, "bench")
     fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
-    bare_time = spool_time = 0.0
-    count = 0
-    deadline = time.perf_counter() + 2 * seconds
+
+    def bare() -> bool:
+        os.write(fd, line)
+        fdatasync(fd)
+        return True
+
+    def spool() -> bool:
+        writer.append("episode", record)
+        return True
+
     try:
-        while time.perf_counter() < deadline:
-            for turn in ((0, 1) if count % (2 * block) == 0 else (1, 0)):
-                start = time.perf_counter()
-                if turn == 0:
-                    for _ in range(block):
-                        os.write(fd, line)
-                        fdatasync(fd)
-                    bare_time += time.perf_counter() - start
-                else:
-                    for _ in range(block):
-                        writer.append("episode", record)
-                    spool_time += time.perf_counter() - start
-            count += block
+        return interleaved(bare, spool, seconds, block)
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
         writer.close()
         shutil.rmtree(run_dir)
-    return count / bare_time, count / spool_time
 
 
 def bare_grouped(folder: Path, line: bytes, seconds: float) -> float:

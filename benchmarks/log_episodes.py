@@ -43,7 +43,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from append import FLAGS, THREADS, lean_grouped  # noqa: E402
+from append import FLAGS, THREADS, interleaved, lean_grouped  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
@@ -87,39 +87,34 @@ def fresh_run(folder: Path):
     return run_dir, open_run(run_dir, name="bench", model="Qwen/Qwen3-8B", environments=["gsm8k"])
 
 
-def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
+def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]:
     """The bare serialize+write+fdatasync loop and ``log_episodes``, in interleaved blocks."""
     pool.reset()
     run_dir, run = fresh_run(folder)
     fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
-    bare_time = spool_time = 0.0
-    bare = spool = 0
-    deadline = time.perf_counter() + 2 * seconds
+
+    def bare() -> bool:
+        episode = pool.take()
+        if episode is None:
+            return False
+        os.write(fd, orjson.dumps(episode) + b"\n")
+        os.fdatasync(fd)
+        return True
+
+    def spool() -> bool:
+        episode = pool.take()
+        if episode is None:
+            return False
+        run.log_episodes([episode])
+        return True
+
     try:
-        while time.perf_counter() < deadline:
-            episodes = [pool.take() for _ in range(2 * block)]
-            if episodes[-1] is None:
-                break
-            for turn in ((0, 1) if (bare + spool) % (4 * block) == 0 else (1, 0)):
-                mine = episodes[:block] if turn == 0 else episodes[block:]
-                start = time.perf_counter()
-                if turn == 0:
-                    for episode in mine:
-                        os.write(fd, orjson.dumps(episode) + b"\n")
-                        os.fdatasync(fd)
-                    bare_time += time.perf_counter() - start
-                    bare += block
-                else:
-                    for episode in mine:
-                        run.log_episodes([episode])
-                    spool_time += time.perf_counter() - start
-                    spool += block
+        return interleaved(bare, spool, seconds)
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
         run.finish()
         shutil.rmtree(run_dir)
-    return bare / bare_time, spool / spool_time
 
 
 def run_threads(folder: Path, pool: Pool, seconds: float) -> float:

@@ -16,28 +16,16 @@ their no-op re-sync in under 5 s.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _synccommon import PYTHON, ROOT, arguments, child_env, now, platform, scratch, spread, write_run  # noqa: E402
+from _synccommon import arguments, cli_sync, now, platform, scratch, spread, write_run  # noqa: E402
 
 FIRST_GOAL, NOOP_GOAL = 30.0, 5.0
-
-
-def cli_sync(tree: Path, base_url: str) -> tuple[float, dict]:
-    start = now()
-    proc = subprocess.run([PYTHON, "-m", "commands", "sync", str(tree), "--base-url", base_url, "--json"],
-                          cwd=ROOT, env=child_env(), capture_output=True, text=True)
-    elapsed = now() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout[-2000:]}")
-    return elapsed, json.loads(proc.stdout)
 
 
 def measure(work: Path, runs: int, episodes: int, size: int, repeat: int) -> tuple[float, list[float]]:

@@ -18,32 +18,20 @@ Goal (issue 5): the large tree's time at most 1.5x the small one's.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synccommon import (  # noqa: E402
-    PYTHON, ROOT, arguments, child_env, client_for, human, now, platform, scratch, spread, write_tree,
+    arguments, cli_sync, client_for, human, now, platform, scratch, spread, write_tree,
 )
 
 from prime_runs_spool.sync.options import SyncOptions  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
 
 GOAL = 1.5
-
-
-def cli_sync(tree: Path, base_url: str) -> tuple[float, dict]:
-    start = now()
-    proc = subprocess.run([PYTHON, "-m", "commands", "sync", str(tree), "--base-url", base_url, "--json"],
-                          cwd=ROOT, env=child_env(), capture_output=True, text=True)
-    elapsed = now() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout}")
-    return elapsed, json.loads(proc.stdout)
 
 
 def measure(work: Path, label: str, total_bytes: int, runs: int, size: int, repeat: int) -> dict:

@@ -12,6 +12,7 @@ from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
 from commands.verify import verify
+from commands.view import view
 from prime_runs_spool import __version__
 
 
@@ -25,6 +26,7 @@ cli.add_command(verify)
 cli.add_command(sync)
 cli.add_command(status)
 cli.add_command(platform)
+cli.add_command(view)
 
 
 def main() -> None:

@@ -6,8 +6,6 @@ import sys
 
 import click
 
-from prime_runs_spool.errors import StoreError
-
 
 @click.group("platform")
 def platform() -> None:
@@ -19,27 +17,35 @@ def platform() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on; 0 picks a free one.")
-@click.option("--token", default=None, help="Require 'Authorization: Bearer TOKEN' on /api/.")
+@click.option("--token", default=None,
+              help="Require 'Authorization: Bearer TOKEN' on /api/, and the token (entered once in "
+                   "the browser) on every dashboard page. Required for a non-loopback --host.")
 @click.option("--frontend-url", default=None,
               help="Base of viewer_url links (default: this server's own URL).")
 @click.option("--request-deadline", type=click.FloatRange(0), default=None,
               help="Refuse (503, nothing written) a write still uncommitted this many seconds "
                    "after its request arrived.")
+@click.option("--traces", is_flag=True,
+              help="Turn the Prime Traces service on (off, it answers service_not_enabled, like an "
+                   "account without it; see docs/local-platform.md).")
 def serve_command(
     db_path: str, host: str, port: int, token: str | None, frontend_url: str | None,
-    request_deadline: float | None,
+    request_deadline: float | None, traces: bool,
 ) -> None:
     """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
 
     Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
-    address cannot be bound).
+    address cannot be bound, a non-loopback --host without --token).
     """
+    from prime_runs_spool.errors import StoreError, UnsafeListenError
+
     try:
-        from prime_runs_spool.local_platform.server import serve  # the server stack only when serving
+        # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving
+        from prime_runs_spool.local_platform.server import serve
 
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
-              request_deadline=request_deadline, out=sys.stdout)
-    except StoreError as exc:
+              request_deadline=request_deadline, traces=traces, out=sys.stdout)
+    except (StoreError, UnsafeListenError) as exc:
         _usage_error(str(exc))
     except OSError as exc:
         _usage_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

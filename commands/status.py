@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from commands.output import require_paths
+from prime_runs_spool.sync.options import SAMPLES, TRACES
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.status import DestinationStatus
 
 
 @click.command("status")
@@ -42,7 +47,7 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         for dest in run.destinations:
             done = "finalized" if dest.finalized else (dest.terminal or "open")
             line = (f"  -> {dest.destination}{' team ' + dest.team_id if dest.team_id else ''}: "
-                    f"{dest.samples_pushed} samples pushed, {dest.pending} episodes pending, {done}")
+                    f"{_held(dest)}, {dest.pending} episodes pending, {done}")
             if dest.replay_id:
                 line += f" (replay {dest.replay_id[:8]})"
             if dest.in_flight:
@@ -53,3 +58,13 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                 line += f"  {dest.url}"
             click.echo(line)
     sys.exit(0)
+
+
+def _held(dest: DestinationStatus) -> str:
+    """What the destination's store holds of the run, in that store's own terms."""
+    if dest.store == TRACES:
+        return (f"to traces: {dest.episodes_pushed} episodes ({dest.traces_pushed} traces) "
+                f"in {dest.uploads} uploads")
+    if dest.store == SAMPLES or dest.samples_pushed:
+        return f"to samples: {dest.samples_pushed} samples pushed"
+    return "nothing pushed yet"

@@ -19,6 +19,10 @@ import click
 from commands.output import Progress, fail_usage, require_paths
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.options import (
+    AUTO,
+    STORE_ENV,
+    STORES,
+    TRACES,
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL,
@@ -48,9 +52,10 @@ def default_local_db() -> Path:
 
 
 @contextlib.contextmanager
-def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None
+def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None, traces: bool = False
                  ) -> Iterator[tuple[Settings, Destination, str | None]]:
-    """Settings and the destination identity; for ``--local``, a running embedded platform."""
+    """Settings and the destination identity; for ``--local``, a running embedded platform
+    (with its Prime Traces service on when ``traces``: ``--to traces``)."""
     from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
     from prime_runs_spool.sync.state import local_destination, remote_destination
 
@@ -63,7 +68,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
             make_private_dir(db_path.parent)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
-        with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND) as platform:
+        with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces) as platform:
             settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
                                 frontend_url=LOCAL_FRONTEND)
             yield settings, local_destination(db_path, team), str(db_path)
@@ -81,6 +86,9 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
 @click.option("--db", type=click.Path(path_type=Path), help="The local platform's database (with --local).")
+@click.option("--to", "to", type=click.Choice(STORES), default=AUTO, show_default=True, envvar=STORE_ENV,
+              help="Where episodes go: Prime Traces, the legacy samples table, or auto (traces, falling back "
+                   f"to samples if the account has no Prime Traces; env {STORE_ENV}). Recorded per run.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Runs synced in parallel.")
 @click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")
@@ -109,6 +117,8 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
 @click.option("--max-request-bytes", type=click.IntRange(1024, MAX_REQUEST_BYTES), default=MAX_REQUEST_BYTES, hidden=True,
               help="Request body ceiling (tests and benchmarks use smaller ones).")
+@click.option("--traces-batch-bytes", type=click.IntRange(1024), default=None, hidden=True,
+              help="Uncompressed bytes at which a traces batch closes (tests use smaller ones).")
 @click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
@@ -117,7 +127,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
          jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
          request_lifetime: float, timeout: float, max_attempts: int, follow: bool, exit_when_idle: bool,
          poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
-         tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, verbose: bool) -> None:
+         tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, verbose: bool, to: str,
+         traces_batch_bytes: int | None) -> None:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
     Run it any number of times, interrupt it anywhere: each episode's sample lands once, each
@@ -142,11 +153,12 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
-                          replay=replay, replay_id=replay_id, name=name, tags=tags)
+                          replay=replay, replay_id=replay_id, name=name, tags=tags, to=to,
+                          traces_batch_bytes=traces_batch_bytes)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     try:
-        with _destination(local, db, base_url, team) as (settings, destination, local_db):
+        with _destination(local, db, base_url, team, to == TRACES) as (settings, destination, local_db):
             with PlatformClient(settings, timeout=timeout) as client:
                 if follow:
                     sys.exit(follow_until_stopped(Follower(

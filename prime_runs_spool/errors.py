@@ -18,6 +18,7 @@ The tree, by layer:
   ``EpisodeTooLargeError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
+- viewer: ``UnsafeListenError``, ``UnknownRunError``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
 
 Outside the tree, on purpose: :class:`Stopped`, a ``BaseException`` (see its docstring).
@@ -156,6 +157,14 @@ class PlatformError(SpoolError):
         super().__init__(message)
 
 
+class ServiceNotEnabled(PlatformError):
+    """Prime Traces answered ``service_not_enabled``: the account has it turned off, so
+    ``sync --to auto`` sends the run to legacy samples (when no batch was committed yet)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(FailureKind.FATAL, message, status=status)
+
+
 class SampleTooLargeError(SpoolError, ValueError):
     """Even a single trace's row cannot fit in one request: the episode cannot be sent.
 
@@ -176,6 +185,21 @@ class SampleTooLargeError(SpoolError, ValueError):
 class StateProblem(SpoolError):
     """A sync state file exists but cannot be trusted (unreadable, corrupt, or someone
     else's): sync then reconciles with the platform instead of trusting it."""
+
+
+class UnsafeListenError(SpoolError, ValueError):
+    """A server was asked to listen beyond loopback without a token to keep strangers out."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        super().__init__(
+            f"refusing to listen on {host} without a token: anyone who can reach it would see the runs; "
+            "pass --token TOKEN, or listen on 127.0.0.1"
+        )
+
+
+class UnknownRunError(SpoolError, LookupError):
+    """A viewer page names a run, episode or example that the viewer does not have."""
 
 
 class StoreError(SpoolError):

@@ -42,7 +42,8 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
 HEAVY_FOR_HELP = (
     "httpx", "pydantic", "starlette", "uvicorn", "jinja2", "verifiers", "prime_traces", "obstore",
     "prime_runs_spool.spool.reader", "prime_runs_spool.sync.state", "prime_runs_spool.sync.engine",
-    "prime_runs_spool.runner.run", "prime_runs_spool.local_platform.app",
+    "prime_runs_spool.runner.run", "prime_runs_spool.local_platform.app", "prime_runs_spool.viewer.app",
+    "prime_runs_spool.viewer.index",
 )
 
 

@@ -109,3 +109,21 @@ def test_runs_sharing_an_index_never_create_a_second_evaluation_on_an_oldest_fir
     assert [r.pushed_now for r in second] == [0] * 12
     assert len(platform.evaluations) == 12
     assert all(len(rows) == 2 for rows in platform.samples.values())
+
+
+def test_the_runs_of_one_sync_resolve_each_environment_once(tmp_path: Path) -> None:
+    platform = FakePlatform()
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    for n in range(6):
+        build_run(tmp_path / f"run-{n}", f"env-once-{n}", 1)
+    resolved: list[str] = []
+
+    class Client(PlatformClient):
+        def resolve_environment(self, name: str) -> str:
+            resolved.append(name)
+            return super().resolve_environment(name)
+
+    with Client(settings, transport=platform.transport()) as client:
+        reports = sync_paths([tmp_path], client, DEST, SyncOptions(), jobs=3)
+    assert [r.state for r in reports] == ["synced"] * 6
+    assert resolved == ["gsm8k"]

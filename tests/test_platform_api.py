@@ -345,13 +345,16 @@ def test_missing_or_wrong_token_is_401(server):
         assert r.status_code == 401, headers
 
 
-def test_viewer_url_serves_a_read_only_page(client):
+def test_viewer_url_serves_a_read_only_page(client, server):
     e = new_eval(client, name=unique("viewme"))
     push(client, e["evaluation_id"], [{"a": 1}] * 3)
-    page = httpx.get(e["viewer_url"])
-    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    assert e["name"] in page.text and "<b>3</b> samples" in page.text
-    assert httpx.get(e["viewer_url"].rsplit("/", 1)[0] + "/nope").status_code == 404
+    assert httpx.get(e["viewer_url"]).status_code == 303  # behind the token (docs/viewer.md)
+    login = httpx.post(f"{server.base_url}/login", data={"token": TOKEN, "next": "/"})
+    with httpx.Client(cookies=login.cookies, follow_redirects=True) as browser:
+        page = browser.get(e["viewer_url"])
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert e["name"] in page.text and '<b class="total">3</b> samples' in page.text
+        assert browser.get(e["viewer_url"].rsplit("/", 1)[0] + "/nope").status_code == 404
 
 
 def test_frontend_url_sets_viewer_url(tmp_path):

@@ -280,3 +280,18 @@ def test_four_large_runs_synced_by_four_jobs_stay_under_150_mb(tmp_path: Path) -
         for builder in builders:
             assert_exactly_once(own_api, builder)
     assert peak_mb < 150, f"sync of four large runs with --jobs 4 peaked at {peak_mb:.0f} MB"
+
+
+def test_a_sync_with_nothing_to_send_imports_no_http_stack(tmp_path: Path, server, api) -> None:
+    """A re-sync of a synced run makes no request, so its start-up must not pay for httpx
+    (and httpcore, trio, rich where installed): benchmarks/startup.py."""
+    builder = build_run(tmp_path / "run", f"noop-imports-{os.urandom(3).hex()}", 3)
+    assert run_sync(server.base_url, str(tmp_path)).returncode == 0
+    again = subprocess.run([sys.executable, "-X", "importtime", *sync_cmd(server.base_url, str(tmp_path), "--json")[1:]],
+                           capture_output=True, text=True, timeout=60,
+                           env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root")))
+    assert again.returncode == 0, again.stderr
+    assert [r["state"] for r in json.loads(again.stdout)["runs"]] == ["up_to_date"]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines() if line.startswith("import time:")}
+    assert "httpx" not in imported and "httpcore" not in imported
+    assert_exactly_once(api, builder)

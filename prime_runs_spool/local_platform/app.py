@@ -10,10 +10,10 @@ evaluation create and finalize are not idempotent. Every state change goes strai
 from __future__ import annotations
 
 import hmac
-import html
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,14 +22,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prime_runs_spool.errors import DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
+from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
+from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
 #: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
@@ -38,6 +40,8 @@ _DRAIN_BYTES = 64 * 1024 * 1024
 MAX_PAGE_LIMIT = 1000
 
 API = "/api/v1"
+#: Where the viewer over the platform's evaluations is mounted.
+DASHBOARD = "/dashboard"
 
 
 class ORJSONResponse(JSONResponse):
@@ -187,13 +191,15 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 
 def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
-               request_deadline: float | None = None) -> Starlette:
+               request_deadline: float | None = None, traces: bool = False) -> Starlette:
     """The platform app over ``store``.
 
     ``frontend_url`` is the base of ``viewer_url``; by default the server's own base URL,
     where ``/dashboard/evaluations/{id}`` serves a read-only page, so the link sync prints
-    opens something real.
+    opens something real. ``traces`` turns the Prime Traces service on (local_platform/traces.py);
+    off, it answers ``service_not_enabled`` like an account that has it turned off.
     """
+    traces_store = TracesStore(store)
 
     def viewer_url(request: Request, evaluation_id: str) -> str:
         base = frontend_url or str(request.base_url)
@@ -296,8 +302,13 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         )
 
     async def dashboard(request: Request) -> Response:
-        evaluation = await run_in_threadpool(store.get_evaluation, request.path_params["id"])
-        return HTMLResponse(_render_dashboard(evaluation))
+        # The evaluation's viewer_url: the viewer's run page for it (same query kept).
+        await run_in_threadpool(store.get_evaluation, request.path_params["id"])  # 404 if unknown
+        query = urlencode({"run": request.path_params["id"]})
+        return RedirectResponse(f"{DASHBOARD}/run?{query}", status_code=307)
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse(f"{DASHBOARD}/", status_code=307)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -320,9 +331,15 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route(f"{API}/evaluations/{{id}}/finalize", finalize_evaluation, methods=["POST"]),
         Route(f"{API}/evaluations/{{id}}/samples", push_samples, methods=["POST"]),
         Route(f"{API}/evaluations/{{id}}/samples", list_samples, methods=["GET"]),
-        Route("/dashboard/evaluations/{id}", dashboard, methods=["GET"]),
+        Route(f"{DASHBOARD}/evaluations/{{id}}", dashboard, methods=["GET"]),
+        Route("/", home, methods=["GET"]),
+        # The dashboard is the viewer over this store; the gate below covers it.
+        Mount(DASHBOARD, app=_Dashboard(store)),
+        *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
-    middleware = [Middleware(BearerAuth, token=token)] if token else []
+    # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
+    middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token
+                  else [Middleware(LoopbackHostOnly)])
     if request_deadline is not None:
         middleware.insert(0, Middleware(RequestDeadline, seconds=request_deadline))
     return Starlette(
@@ -331,6 +348,23 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         exception_handlers={HTTPException: http_error, NotFound: not_found,
                             DeadlineExceeded: deadline_exceeded},
     )
+
+
+class _Dashboard:
+    """The viewer over ``store``, built on the first dashboard request: its templates and
+    Jinja2 are not worth importing for a ``sync --local`` that never shows a page."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.app: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            from prime_runs_spool.viewer.app import create_viewer_app
+            from prime_runs_spool.viewer.sources import PlatformSource
+
+            self.app = create_viewer_app(PlatformSource(self.store), mounted=True)
+        await self.app(scope, receive, send)
 
 
 class RequestDeadline:
@@ -347,19 +381,3 @@ class RequestDeadline:
             await self.app(scope, receive, send)
         finally:
             write_deadline.reset(token)
-
-
-def _render_dashboard(evaluation: dict[str, Any]) -> str:
-    """A plain read-only page: enough for a user to see that the upload landed."""
-    e = {k: html.escape(str(v)) for k, v in evaluation.items()}
-    pretty = html.escape(orjson.dumps(evaluation, option=orjson.OPT_INDENT_2).decode())
-    api = f"{API}/evaluations/{e['evaluation_id']}"
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{e['name']}: local platform</title></head><body>"
-        f"<h1>{e['name']}</h1>"
-        f"<p>Evaluation <code>{e['evaluation_id']}</code>, status <b>{e['status']}</b>, "
-        f"model {e['model_name']}, <b>{e['total_samples']}</b> samples.</p>"
-        f"<p>JSON: <a href='{api}'>evaluation</a>, <a href='{api}/samples'>samples</a></p>"
-        f"<pre>{pretty}</pre></body></html>"
-    )

@@ -15,15 +15,22 @@ knows. What the client adds is the classification every retry decision rests on:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.settings import Settings
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx (with httpcore, and trio or rich where they are installed) is imported on the first
+# request, not with this module: a sync with nothing to send makes no request, and its
+# start-up should not pay for an HTTP stack it never uses (benchmarks/startup.py).
 
 #: A samples body goes out in slices of this size (views, not copies): handed whole to
 #: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
@@ -98,6 +105,8 @@ def classify_response(method: str, path: str, response: httpx.Response) -> Platf
 
 
 def classify_transport_error(method: str, path: str, exc: httpx.TransportError) -> PlatformError:
+    import httpx
+
     name = type(exc).__name__
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
         return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({name})")
@@ -115,18 +124,34 @@ class PlatformClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
-        headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
-        if settings.api_key:
-            headers["Authorization"] = f"Bearer {settings.api_key.reveal()}"
-        self._http = httpx.Client(
-            base_url=settings.base_url + "/api/v1",
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            transport=transport,
-        )
+        #: Seconds to wait for one answer: the traces client (sync/traces.py) waits as long.
+        self.timeout = timeout
+        self._timeout = timeout
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._http: httpx.Client | None = None
+
+    def _connection(self) -> httpx.Client:
+        """The HTTP client, made on first use (the module docstring says why)."""
+        with self._lock:
+            if self._http is None:
+                import httpx
+
+                headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
+                if self.settings.api_key:
+                    headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
+                self._http = httpx.Client(
+                    base_url=self.settings.base_url + "/api/v1",
+                    headers=headers,
+                    timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
+                    transport=self._transport,
+                )
+            return self._http
 
     def close(self) -> None:
-        self._http.close()
+        with self._lock:
+            if self._http is not None:
+                self._http.close()
 
     def __enter__(self) -> PlatformClient:
         return self
@@ -153,8 +178,10 @@ class PlatformClient:
         if isinstance(content, _Chunks):
             # A declared length, so httpx sends the views as they are, not chunked.
             headers["Content-Length"] = str(len(content))
+        import httpx
+
         try:
-            response = self._http.request(method, path, content=content, params=params, headers=headers)
+            response = self._connection().request(method, path, content=content, params=params, headers=headers)
         except httpx.TransportError as exc:
             raise classify_transport_error(method, path, exc) from None
         finally:

@@ -45,6 +45,14 @@ class Settings:
     api_key: Secret | None
     team_id: str | None
     frontend_url: str
+    #: The Prime Traces service, when it is not at ``base_url`` (PRIME_TRACES_URL, or
+    #: ``traces_url`` in the config file). Production serves both on one domain, as does the
+    #: local platform, so by default traces go where the evaluations go.
+    traces_url: str | None = None
+
+    @property
+    def traces_base_url(self) -> str:
+        return self.traces_url or self.base_url
 
     def viewer_url(self, evaluation_id: str) -> str:
         return f"{self.frontend_url.rstrip('/')}/dashboard/evaluations/{evaluation_id}"
@@ -93,4 +101,9 @@ def load_settings(
         api_key=Secret(key) if key else None,
         team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
+        traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
+
+
+def _traces_url(url: str | None) -> str | None:
+    return normalize_base_url(url) if url else None

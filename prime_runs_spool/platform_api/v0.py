@@ -233,12 +233,12 @@ def _trace_row(
         "reward": trace_reward(trace),
         "timing": _drop_none_deep(trace.get("timing")),
         "is_completed": trace.get("is_completed"),
-        "is_truncated": _is_truncated(trace),
+        "is_truncated": is_truncated(trace),
         "metrics": trace.get("metrics") or {},
         "error": _drop_none(errors[-1]) if errors else None,
         "stop_condition": trace.get("stop_condition"),
         "trajectory": branches,
-        "token_usage": _token_usage(trace.get("calls") or ()),
+        "token_usage": token_usage(trace.get("calls") or ()),
         "info": info,
     }
     for name, reward in rewards.items():
@@ -248,7 +248,9 @@ def _trace_row(
     return row
 
 
-def _is_truncated(trace: Mapping[str, Any]) -> bool:
+def is_truncated(trace: Mapping[str, Any]) -> bool:
+    """Whether the trace was cut short: a truncating stop condition, or a last call that hit
+    its length limit (the row's ``is_truncated``; the viewer's index reads it too)."""
     if trace.get("stop_condition") in _TRUNCATING_STOPS:
         return True
     for call in reversed(trace.get("calls") or ()):
@@ -319,7 +321,7 @@ def _message(message: Any) -> Any:
 _OPTIONAL_USAGE = ("cached_input_tokens", "reasoning_tokens", "cost")
 
 
-def _token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+def token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Usage summed over every call that has any (never ``extra_usage``)."""
     totals: dict[str, Any] | None = None
     optional: dict[str, Any] = {}

@@ -37,6 +37,28 @@ _READ_BUFFER = 1 << 16
 _HEADER_LIMIT = 64 * 1024
 
 
+#: The statuses a run can have besides its seal's (docs/spool-format.md, section 7).
+LIVE = "live"
+TORN = "torn"
+CORRUPT = "corrupt"
+
+
+def derive_status(*, corrupt: bool, last_sealed: str | None, live: bool, torn: bool) -> str:
+    """A run's status from what its segments show: the one rule, shared by :class:`Spool`
+    and by readers that follow a spool incrementally (the viewer's index).
+
+    Corruption wins; then the last segment's seal; then a live writer; then a torn tail;
+    a run with none of these is ``crashed`` (its writer died between two lines).
+    """
+    if corrupt:
+        return CORRUPT
+    if last_sealed is not None:
+        return str(last_sealed)
+    if live:
+        return LIVE
+    return TORN if torn else CRASHED
+
+
 @dataclass(frozen=True, slots=True)
 class Position:
     """The start of a line in a run, and the sequence number that line must carry."""
@@ -450,14 +472,9 @@ class Spool:
     @property
     def status(self) -> str:
         """``corrupt``, the last seal's status, ``live``, ``torn`` or ``crashed`` (section 7)."""
-        if self.corrupt is not None:
-            return "corrupt"
         last = self.segments[-1]
-        if last.sealed is not None:
-            return str(last.sealed)
-        if last.live:
-            return "live"
-        return "torn" if last.torn_offset is not None else CRASHED
+        return derive_status(corrupt=self.corrupt is not None, last_sealed=last.sealed, live=last.live,
+                             torn=last.torn_offset is not None)
 
     @property
     def records_count(self) -> int:

@@ -31,7 +31,7 @@ from prime_runs_spool.sync.console import (
     follow_until_stopped,
     report_lines,
 )
-from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME, SyncOptions
+from prime_runs_spool.sync.options import AUTO, DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES, SyncOptions
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--follow", action="store_true")
     parser.add_argument("--exit-when-idle", action="store_true")
     parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
+    parser.add_argument("--to", choices=STORES, default=os.environ.get(STORE_ENV) or AUTO)
     return parser
 
 
@@ -86,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     cap = args.backoff_cap
     options = SyncOptions(request_lifetime=args.request_lifetime,
-                          backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=args.max_attempts))
+                          backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=args.max_attempts),
+                          to=args.to)
     destination = remote_destination(settings.base_url, settings.team_id)
     return_large_blocks_promptly()
     try:

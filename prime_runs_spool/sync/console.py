@@ -35,6 +35,8 @@ def report_lines(report: RunReport) -> list[str]:
     if report.evaluation_id:
         line += f"  evaluation {report.evaluation_id}"
     line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
+    if report.store:
+        line += f" to {report.store}"
     if report.url:
         line += f"  {report.url}"
     lines = [line]

@@ -21,11 +21,12 @@ from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
 from prime_runs_spool.sync.rows import Batch, RowStream, batches, durable_records, read_ahead
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
+from prime_runs_spool.sync.traces import TracesPush
 
 
 def run_writer_alive(run_dir: Path) -> bool:
@@ -71,6 +72,8 @@ class RunSync:
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
         self.reconciler = Reconciler(self.protocol, client, self._stream)
+        #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
+        self.traces = TracesPush(self)
         #: The run's manifest: read by run() before anything uses it.
         self.manifest: dict[str, Any] = {}
 
@@ -118,13 +121,19 @@ class RunSync:
                               replay_id=self.options.replay_id)
         self.protocol.state = state
         self._show()
+        self.traces.recorded()  # a run recorded in one store is never sent to the other
         if not untrusted and self._up_to_date():
             self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
             return
         if self.options.dry_run:
-            self._dry_run()
+            if (self.traces.recorded() or self.options.to) == TRACES:
+                self.traces.dry_run()
+            else:
+                self._dry_run()
             return
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh, untrusted=untrusted)
+        if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
+            return
         self.reconciler.reconcile(force=adopted)
         self._push_all()
 
@@ -134,7 +143,8 @@ class RunSync:
         state = self.state
         self.report.evaluation_id = state.evaluation_id
         self.report.url = state.viewer_url
-        self.report.pushed_total = state.samples_pushed
+        self.report.store = state.store
+        self.report.pushed_total = state.episodes_pushed if state.store == TRACES else state.samples_pushed
         self.on_progress(self.report)
 
     def _up_to_date(self) -> bool:

@@ -115,8 +115,8 @@ class Evaluation:
 
     def _create(self, manifest: Mapping[str, Any]) -> None:
         environment_ids = [
-            self.protocol.retry(f"resolving environment {name!r}",
-                                lambda name=name: self.client.resolve_environment(name))
+            self.index.environment_id(name, lambda name=name: self.protocol.retry(
+                f"resolving environment {name!r}", lambda: self.client.resolve_environment(name)))
             for name in self._environment_names(manifest)
         ]
         payload = self._create_payload(manifest, environment_ids)

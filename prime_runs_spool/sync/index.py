@@ -1,4 +1,5 @@
-"""The evaluations of an environment, listed once per sync and kept current cheaply.
+"""The evaluations of an environment, listed once per sync and kept current cheaply; and
+the environments' ids, resolved once per sync.
 
 A run whose state is new or lost must find out whether an evaluation already carries its
 local run id before it creates one (sync/evaluation.py). Listing every evaluation of the
@@ -12,6 +13,9 @@ seen. The count is what makes this safe whatever the platform's order: when what
 plus what was just read does not add up to the platform's total, the index lists the whole
 environment again. A lookup therefore sees every evaluation that existed when it started,
 as a full listing would, at the cost of one small request when nothing new appeared.
+
+Resolving an environment by name is a get-or-create that answers the same id every time, so
+the runs of one sync resolve each name once (a request per new run saved).
 
 What the count cannot see: an evaluation deleted while another was created in the same
 window leaves the total unchanged. Deleting evaluations during a sync is outside what sync
@@ -51,6 +55,16 @@ class EvaluationIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._environments: dict[str, _Environment] = {}
+        self._environment_ids: dict[str, str] = {}
+        self._resolving = threading.Lock()
+
+    def environment_id(self, name: str, resolve: Callable[[], str]) -> str:
+        """The id of environment ``name``: ``resolve()`` the first time, remembered after."""
+        with self._resolving:  # one resolution at a time: each name is asked for once
+            known = self._environment_ids.get(name)
+            if known is None:
+                known = self._environment_ids[name] = resolve()
+            return known
 
     def _environment(self, name: str) -> _Environment:
         with self._lock:

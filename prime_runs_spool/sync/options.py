@@ -12,6 +12,16 @@ from typing import Any
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.retry import Backoff
 
+#: Where a run's episodes go on a destination (``sync --to``): Prime Traces, the legacy samples
+#: table, or ``auto``: traces, falling back to samples when the account answers
+#: ``service_not_enabled`` before any batch was committed (docs/sync.md, "Destinations").
+TRACES = "traces"
+SAMPLES = "samples"
+AUTO = "auto"
+STORES = (TRACES, SAMPLES, AUTO)
+#: The environment variable that sets ``--to`` for ``prime-runs sync`` and the online shipper.
+STORE_ENV = "PRIME_RUNS_SYNC_TO"
+
 #: The default request lifetime for the real platform: after this long, a request sent and
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
@@ -43,6 +53,11 @@ class SyncOptions:
     replay_id: str | None = None
     name: str | None = None
     tags: tuple[str, ...] = ()
+    #: Where episodes go: TRACES, SAMPLES or AUTO. The library's default stays SAMPLES, as
+    #: before there was a choice; the command line's default is AUTO.
+    to: str = SAMPLES
+    #: Uncompressed bytes at which a traces batch closes (tests use smaller ones).
+    traces_batch_bytes: int | None = None
 
 
 @dataclass
@@ -61,6 +76,8 @@ class RunReport:
     warnings: list[str] = field(default_factory=list)
     bytes_sent: int = 0
     replay_id: str | None = None
+    #: Which store the run's episodes went to: TRACES or SAMPLES (None: not decided yet).
+    store: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -51,7 +51,7 @@ class Cursor(BaseModel):
 class InFlight(BaseModel):
     """A non-idempotent request that was, or may have been, sent and is not yet settled."""
 
-    kind: Literal["create", "samples", "finalize"]
+    kind: Literal["create", "samples", "finalize", "traces"]
     #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
     #: after ``sent_at + request lifetime``.
     sent_at: float
@@ -62,6 +62,11 @@ class InFlight(BaseModel):
     end: Cursor | None = None
     #: The seal at ``end``, when the request's rows reach the end of a sealed log.
     seal: dict[str, Any] | None = None
+    #: For ``traces``: the SHA-256 of the batch's bytes (its idempotency key) and how many
+    #: member traces it carries. The batch is the run's episode lines from the cursor to
+    #: ``end``: a restarted sync rebuilds exactly these bytes and sends the same key.
+    digest: str | None = None
+    traces: int = 0
 
 
 class Destination(BaseModel):
@@ -95,6 +100,13 @@ class SyncState(BaseModel):
     #: torn tail past the cursor; while the file keeps this size there is nothing new.
     terminal_size: int | None = None
     in_flight: InFlight | None = None
+    #: Which store this run's episodes go to on this destination, once decided: "traces" or
+    #: "samples" (sync/traces.py). Recorded so that one run never ends up half in each.
+    store: str | None = None
+    #: For traces: the upload id (the content digest) of every committed batch, in order,
+    #: and the member traces they carried.
+    uploads: list[str] = []
+    traces_pushed: int = 0
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
     #: Episodes passed over because no request can carry one of their rows:

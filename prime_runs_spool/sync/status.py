@@ -31,6 +31,11 @@ class DestinationStatus:
     in_flight: str | None = None
     #: Episodes sync passed over because no request can carry one of their rows.
     skipped_too_large: int = 0
+    #: Which store the run's episodes go to there: "traces", "samples", or None (undecided).
+    store: str | None = None
+    #: What Prime Traces holds of the run: committed uploads and the traces they carried.
+    uploads: int = 0
+    traces_pushed: int = 0
 
 
 @dataclass
@@ -101,5 +106,6 @@ def run_status(run_dir: Path) -> RunStatus:
             finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
-            skipped_too_large=len(state.skipped_too_large)))
+            skipped_too_large=len(state.skipped_too_large),
+            store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed))
     return run

@@ -1,0 +1,55 @@
+"""``prime-runs view``: a local web viewer over spools (see docs/viewer.md).
+
+The viewer (Jinja2, Starlette, uvicorn) is imported only when the command runs, so
+``prime-runs --help`` and the other commands do not pay for it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from commands.output import fail_usage, require_paths
+
+
+@click.command("view")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --token.")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on; 0 picks a free one.")
+@click.option("--token", default=None, envvar="PRIME_RUNS_VIEW_TOKEN",
+              help="Require this token (entered once in the browser) for every page. "
+                   "Also read from PRIME_RUNS_VIEW_TOKEN.")
+@click.option("--export", "export_dir", type=click.Path(path_type=Path), default=None,
+              help="Write a static copy of the pages to this folder and exit, instead of serving.")
+def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, export_dir: Path | None) -> None:
+    """Serve a web viewer over every run spool under PATHS (default: .), reading the spools
+    only: no platform, no network. The first line of stdout is the URL to open.
+
+    Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 2 on a usage error (a
+    path does not exist, a non-loopback --host without --token, the address cannot be bound).
+    """
+    from prime_runs_spool.errors import SpoolError
+    from prime_runs_spool.viewer.server import serve_viewer
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    roots = require_paths(paths or (Path("."),))
+    if export_dir is not None:
+        from prime_runs_spool.viewer.export import export
+
+        try:
+            count = export(SpoolSource(roots), export_dir)
+        except (SpoolError, OSError) as exc:
+            fail_usage(f"view --export: {exc}")
+        click.echo(f"{(export_dir / 'index.html').resolve().as_uri()}")
+        click.echo(f"wrote {count} files to {export_dir}", err=True)
+        return
+    try:
+        serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout)
+    except SpoolError as exc:
+        fail_usage(f"view: {exc}")
+    except OSError as exc:
+        fail_usage(f"view: cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -1,0 +1,154 @@
+"""Prime Traces' wire contract, as sync and the local platform both need it (docs/platform-api.md).
+
+The `prime-traces` package is the client made for this service, so its constants, its
+batching and its HTTP client are used as they are; what lives here is what it leaves to a
+producer: how one episode record becomes one line (stamped with the run, encoded as the
+library encodes in-memory records), and how the client's typed errors map onto the retry
+classes every other platform call uses (``FailureKind``).
+
+Why an upload may always be sent again: its idempotency key is the SHA-256 of the exact
+uncompressed bytes, and the service replays the committed receipt for a key it already
+holds instead of storing twice. So, unlike a samples append, a traces upload needs no
+request-lifetime fence: every failure short of a refusal is retried with the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from prime_traces import (
+    APIError,
+    ErrorCode,
+    ForbiddenError,
+    LineFormat,
+    RetryableAPIError,
+    TracesAPIClient,
+    TransportError,
+)
+from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
+from prime_traces.core.client import raise_for_response
+
+from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
+
+#: A batch closes at this many uncompressed bytes (the library's default, under the
+#: deployed transport's 32 MiB request cap); one line over MAX_LINE_BYTES is refused locally.
+TARGET_BATCH_BYTES = DEFAULT_TARGET_BATCH_BYTES
+__all__ = ["TARGET_BATCH_BYTES", "MAX_BATCH_BYTES", "MAX_LINE_BYTES", "EPISODE_LINES", "RUN_TYPE",
+           "SCHEMA_VERSION", "stamp_run", "encode_line", "TracesUploader", "receipt_id"]
+
+#: Each line is one whole episode with its member traces (``X-Prime-Line-Format``).
+EPISODE_LINES = LineFormat.EPISODE
+#: What ``run.type`` says of every run sync uploads: an evaluation.
+RUN_TYPE = "eval"
+#: The metadata part's ``schema_version``: the only one the service defines.
+SCHEMA_VERSION = 1
+#: The header carrying the content address, and its one accepted shape.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+LINE_FORMAT_HEADER = "X-Prime-Line-Format"
+KEY_PREFIX = "sha256:"
+
+
+def stamp_run(record: Mapping[str, Any], run_id: str, run_type: str = RUN_TYPE) -> dict[str, Any]:
+    """A copy of ``record`` keyed to the platform's run: ``run.id`` and ``run.type`` set on the
+    episode and on every member trace, whatever the producer recorded, the rest of each
+    ``run`` block kept. The service reads a trace's run from ``trace.run.id`` only, so the
+    members matter; a member without a ``run`` takes the episode's. (Upstream prime-runs
+    stamps every uploaded copy the same way; tests/test_traces_sync.py checks ours against it.)"""
+    stamped = dict(record)
+    run = _rekey(stamped.get("run"), run_id, run_type)
+    stamped["run"] = run
+    members = stamped.get("traces")
+    if isinstance(members, list):
+        stamped["traces"] = [
+            {**member, "run": _rekey(member.get("run") or run, run_id, run_type)}
+            if isinstance(member, Mapping) else member
+            for member in members
+        ]
+    return stamped
+
+
+def _rekey(run: Any, run_id: str, run_type: str) -> dict[str, Any]:
+    keyed = dict(run) if isinstance(run, Mapping) else {}
+    keyed["id"] = run_id
+    keyed["type"] = run_type
+    return keyed
+
+
+def encode_line(record: Mapping[str, Any]) -> bytes:
+    """One JSONL line, encoded exactly as ``TracesClient.upload_records`` encodes a record
+    (compact separators, UTF-8 kept, NaN refused), so a line we build and the library's
+    line for the same record are the same bytes and hash to the same key."""
+    return json.dumps(dict(record), ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def receipt_id(receipt: Mapping[str, Any]) -> str:
+    return str(receipt.get("upload_id"))
+
+
+class TracesUploader:
+    """One Prime Traces service, as sync calls it: one upload per call, never retried here
+    (the sync engine owns retries, as for every other request), failures classified."""
+
+    def __init__(self, base_url: str, api_key: str | None, team_id: str | None, *,
+                 timeout: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url
+        self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
+                                       timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                                       transport=transport)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def enabled(self) -> bool:
+        """One cheap read: False only when the service says ``service_not_enabled`` (an
+        account-level answer, given to reads and writes alike). Anything else, a ``forbidden``
+        from a write-only token or a failure included, is left for the upload to decide, so
+        ``auto`` learns the common case without first building a 30 MiB batch."""
+        client = self._client
+        try:
+            response = client.client.get(client._url("/episodes"), params={"limit": 1})
+            raise_for_response(response)
+        except ForbiddenError as exc:
+            return exc.code != ErrorCode.SERVICE_NOT_ENABLED.value
+        except (APIError, httpx.HTTPError):
+            return True
+        return True
+
+    def upload(self, batch: Batch, context: Mapping[str, str]) -> dict[str, Any]:
+        """POST one batch (gzip, mtime 0: the same bytes on every attempt) and return its
+        receipt; raises :class:`PlatformError` (:class:`ServiceNotEnabled` for an account
+        without Prime Traces)."""
+        try:
+            return self._client.upload_batch(batch.data, batch.idempotency_key, line_format=EPISODE_LINES,
+                                             schema_version=SCHEMA_VERSION, context=dict(context) or None,
+                                             compress=True)
+        except APIError as exc:
+            raise classify(exc) from None
+
+
+def classify(exc: APIError) -> PlatformError:
+    """The library's typed error as a retry class. Content addressing makes every ambiguous
+    outcome safe to resend, so nothing here is ``IN_DOUBT`` in the samples sense: whatever
+    is not a refusal is sent again, with the same key."""
+    code = exc.code or ""
+    status = exc.status_code
+    if isinstance(exc, ForbiddenError) and code == ErrorCode.SERVICE_NOT_ENABLED.value:
+        return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({exc})", status=status)
+    if isinstance(exc, RetryableAPIError):
+        return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status} {code}".rstrip(),
+                             status=status, retry_after=exc.retry_after)
+    if isinstance(exc, TransportError):
+        return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({exc})")
+    if status is not None and status >= 500:
+        return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status}", status=status)
+    advice = {401: "the traces service refused the API key; check PRIME_API_KEY",
+              403: "the API key may not write traces here; check its scopes and --team",
+              400: "the traces service rejected the batch",
+              409: "the traces service holds these bytes under another line format"}.get(status or 0,
+                                                                                        "refused")
+    return PlatformError(FailureKind.FATAL, f"POST /traces answered {status} {code}: {advice} ({exc})",
+                         status=status)

@@ -1,0 +1,170 @@
+"""Keeping strangers out of the viewer and the platform's dashboard.
+
+Two rules (docs/viewer.md, "Security"):
+
+- **Loopback by default, a token otherwise.** A server asked to listen on anything but a
+  loopback address refuses to start without a token (:func:`check_listen`): runs hold
+  prompts, answers and configs that are nobody else's business.
+- **With a token, every page and asset needs it.** :class:`TokenGate` answers any request
+  outside ``/api/`` that lacks the session cookie with a login form; the token is entered
+  once and the browser keeps a cookie that is ``HttpOnly`` (no script reads it) and
+  ``SameSite=Strict`` (no other site's page sends it). The cookie holds an HMAC of the
+  token, never the token itself. ``/api/`` keeps its own Bearer check.
+- **Without a token, only loopback names.** :class:`LoopbackHostOnly` refuses a request
+  whose ``Host`` is not a loopback address or ``localhost``: a web page elsewhere that
+  points its own domain name at 127.0.0.1 (DNS rebinding) must not read the runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import ipaddress
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from prime_runs_spool.errors import UnsafeListenError
+
+COOKIE_NAME = "prime_runs_session"
+LOGIN_PATH = "/login"
+#: Requests under these prefixes are left to their own check (the API's Bearer token).
+API_PREFIX = "/api/"
+#: A login form body larger than this is refused.
+_MAX_FORM_BYTES = 8 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def _host_name(scope: dict[str, Any]) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            text = value.decode("latin-1").strip()
+            if text.startswith("["):  # [::1]:port
+                return text[1:text.find("]")] if "]" in text else text
+            return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    return ""
+
+
+class LoopbackHostOnly:
+    """ASGI middleware for a server without a token: pages only for loopback ``Host`` names."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(API_PREFIX) and not is_loopback(_host_name(scope)):
+            await _send(send, 403, b"this viewer answers only to a loopback address (or give it a --token)\n",
+                        [(b"content-type", b"text/plain; charset=utf-8")])
+            return
+        await self.app(scope, receive, send)
+
+
+def check_listen(host: str, token: str | None) -> None:
+    """Refuse to listen beyond loopback without a token (raises :class:`UnsafeListenError`)."""
+    if not token and not is_loopback(host):
+        raise UnsafeListenError(host)
+
+
+def session_value(token: str) -> str:
+    """What the cookie holds: proof of the token, from which the token cannot be read back."""
+    return hmac.new(token.encode(), b"prime-runs viewer session", hashlib.sha256).hexdigest()
+
+
+def _cookies(scope: dict[str, Any]) -> dict[str, str]:
+    jar: SimpleCookie = SimpleCookie()
+    for name, value in scope.get("headers", ()):
+        if name == b"cookie":
+            try:
+                jar.load(value.decode("latin-1"))
+            except Exception:  # noqa: BLE001 - a malformed cookie header is just no cookie
+                continue
+    return {key: morsel.value for key, morsel in jar.items()}
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this server is a place to go back to after logging in."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+class TokenGate:
+    """ASGI middleware: every HTTP request outside ``/api/`` needs the session cookie."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token
+        self.session = session_value(token)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(API_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == LOGIN_PATH:
+            await self._login(scope, receive, send)
+            return
+        given = _cookies(scope).get(COOKIE_NAME, "")
+        if hmac.compare_digest(given.encode(), self.session.encode()):
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "HEAD"):
+            target = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
+            await _send(send, 303, b"", [(b"location", f"{LOGIN_PATH}?{urlencode({'next': target})}".encode())])
+        else:
+            await _send(send, 401, b"a token is required\n", [(b"content-type", b"text/plain; charset=utf-8")])
+
+    async def _login(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        target = _safe_next((query.get("next") or ["/"])[0])
+        if scope["method"] != "POST":
+            await _send(send, 200, _login_page(target, failed=False), _HTML)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > _MAX_FORM_BYTES:
+                await _send(send, 413, b"form too large\n", [(b"content-type", b"text/plain")])
+                return
+            if not message.get("more_body"):
+                break
+        form = parse_qs(body.decode("utf-8", "replace"))
+        given = (form.get("token") or [""])[0]
+        target = _safe_next((form.get("next") or [target])[0])
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            await _send(send, 401, _login_page(target, failed=True), _HTML)
+            return
+        cookie = f"{COOKIE_NAME}={self.session}; Path=/; HttpOnly; SameSite=Strict"
+        await _send(send, 303, b"", [(b"location", target.encode()), (b"set-cookie", cookie.encode())])
+
+
+_HTML = [(b"content-type", b"text/html; charset=utf-8")]
+
+
+def _login_page(target: str, *, failed: bool) -> bytes:
+    note = "<p>That token is not right.</p>" if failed else ""
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Token required</title></head>"
+        "<body><h1>Token required</h1><p>This viewer was started with a token. Enter it once; "
+        "the browser keeps a session cookie.</p>" + note +
+        f"<form method='post' action='{LOGIN_PATH}'><input type='hidden' name='next' value='{html.escape(target, quote=True)}'>"
+        "<label>token <input type='password' name='token' autofocus></label> <button type='submit'>enter</button>"
+        "</form></body></html>"
+    ).encode()
+
+
+async def _send(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store"),
+               (b"x-content-type-options", b"nosniff")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

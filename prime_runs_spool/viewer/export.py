@@ -1,0 +1,68 @@
+"""``prime-runs view --export DIR``: the same pages, written as files that open from disk.
+
+The export is the default view of every page: the runs page, each run's table pages in
+spool order, every episode and every example's group. Sorting, filtering and compare need
+a server, so their controls are left out (the templates ask ``links.static_export``). Links
+are relative file names and the stylesheet and script are copied beside the pages, so the
+folder opens from ``file://`` and can be zipped or served by any static server.
+
+Written 0600 in 0700 folders, like everything the package writes: the pages hold the runs'
+prompts and answers. Memory stays bounded: one episode record is held at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prime_runs_spool.spool.layout import DIR_MODE, FILE_MODE
+from prime_runs_spool.viewer.app import wait_indexed
+from prime_runs_spool.viewer.pages import Pages
+from prime_runs_spool.viewer.query import PAGE_SIZE
+from prime_runs_spool.viewer.render import ASSETS, ExportLinks, asset
+from prime_runs_spool.viewer.sources import Source
+
+#: How long the export waits for one run's index (seconds): a spool being written is cut there.
+INDEX_WAIT = 600.0
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
+    """Write every page of ``source`` under ``out_dir``; returns how many files were written."""
+    out = Path(out_dir)
+    os.makedirs(out, mode=DIR_MODE, exist_ok=True)
+    os.makedirs(out / "static", mode=DIR_MODE, exist_ok=True)
+    links = ExportLinks()
+    pages = Pages(source, links)
+    written = 0
+    for name in ASSETS:
+        _write(out / "static" / name, asset(name))
+        written += 1
+    runs = source.runs()
+    for run in runs:
+        wait_indexed(run, INDEX_WAIT)
+    _write(out / links.runs(), pages.runs({}, None).encode())
+    written += 1
+    for run in runs:
+        page_count = max(1, -(-len(run.rows) // PAGE_SIZE))
+        for page in range(1, page_count + 1):
+            name = links.run(run.key, {"page": str(page)})
+            assert name is not None
+            _write(out / name, pages.run({"run": run.key, "page": str(page)}, None).encode())
+            written += 1
+        for row in run.rows:
+            name = links.episode(run.key, row.number)
+            assert name is not None
+            _write(out / name, pages.episode({"run": run.key, "n": str(row.number)}).encode())
+            written += 1
+        for example in dict.fromkeys(str(row.example_id) for row in run.rows):
+            name = links.group(run.key, example)
+            assert name is not None
+            _write(out / name, pages.group({"run": run.key, "example": example}).encode())
+            written += 1
+    return written

@@ -1,0 +1,330 @@
+"""A run's table index, kept up to date by reading forward from where it stopped.
+
+Why an index at all: the sample table sorts and filters a whole run, and must open a run of
+100,000 episodes as fast as one of 100. So each run gets one small :class:`~.rows.Row` per
+episode (never the episode itself), built by streaming the spool through the reader API
+(``iter_records`` from the last :class:`Position`): a growing spool costs only its new
+lines, and an episode page re-reads one record from its position.
+
+Why a time budget: the first look at a big run must not wait for the whole spool. Each
+``refresh`` reads for at most ``budget`` seconds (and at least a page's worth of records)
+and says whether it is still ``behind``; the first table page (in spool order) is ready as
+soon as its rows are, a background thread reads the rest, and the page keeps polling until
+the index has caught up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
+from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.reader import LIVE, Position, derive_status, iter_records, scan_segment, writer_alive
+from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
+
+#: An index that caught up is not re-read more often than this (seconds): a page of many
+#: runs polled every second must not re-open every spool on every poll.
+MIN_REFRESH_INTERVAL = 0.25
+#: The status of a run that cannot be read at all (a newer format): the reason is in ``error``.
+UNREADABLE = "error"
+#: A refresh reads at least this many records whatever its budget: every poll makes
+#: progress, and the first table page is there after the first one.
+MIN_RECORDS_PER_REFRESH = 100
+#: How many platform sample rows are fetched per store call while indexing.
+PLATFORM_PAGE = 200
+
+_CONFIG_RULES = MaskRules.defaults_for_config()
+#: Episodes were masked before they reached the disk; masking again what a page shows costs
+#: a walk of the config subtrees and keeps a foreign producer's slip off the screen.
+_EPISODE_RULES = MaskRules.defaults_for_episode()
+#: At most this many runs are read in the background at once (a tree of many big runs
+#: opened together must not start as many threads fighting over two cores).
+_BACKGROUND_READERS = threading.BoundedSemaphore(2)
+
+
+class RunIndex:
+    """What the viewer knows about one run; subclasses fill it from a spool or the platform."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.rows: list[Row] = []
+        #: The prompt text of each example id (first seen), lowercased and cut to SEARCH_CHARS.
+        self.prompts: dict[Any, str] = {}
+        self.metric_names: dict[str, None] = {}
+        self.manifest: dict[str, Any] = {}
+        self.behind = True
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._refreshed_at = -1.0
+        self._catcher: threading.Thread | None = None
+
+    # -- what pages read ---------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def live(self) -> bool:
+        return self.status == LIVE
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name") or self.key)
+
+    @property
+    def model(self) -> str | None:
+        return self.manifest.get("model")
+
+    @property
+    def environments(self) -> list[str]:
+        envs = self.manifest.get("environments") or []
+        return [str(e.get("id") if isinstance(e, Mapping) else e) for e in envs]
+
+    @property
+    def started(self) -> str | None:
+        return self.manifest.get("created_at")
+
+    @property
+    def config(self) -> Any:
+        return self.manifest.get("config")
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def episodes(self) -> int:
+        return len(self.rows)
+
+    def record(self, row: Row) -> Any:
+        """The full stored record of ``row`` (masked as stored), read again from its source."""
+        raise NotImplementedError
+
+    # -- indexing ----------------------------------------------------------------------
+
+    def refresh(self, budget: float = 0.25) -> None:
+        """Read what is new, for at most about ``budget`` seconds (thread-safe)."""
+        with self._lock:
+            now = time.monotonic()
+            if not self.behind and now - self._refreshed_at < MIN_REFRESH_INTERVAL:
+                return
+            self._read(now + budget)
+            self._refreshed_at = time.monotonic()
+
+    def catch_up_in_background(self, chunk: float = 0.25) -> None:
+        """While the index is behind, keep reading in a daemon thread (one per index), in
+        chunks of ``chunk`` seconds so requests get the lock in between."""
+        with self._lock:
+            if not self.behind or (self._catcher is not None and self._catcher.is_alive()):
+                return
+
+            def run() -> None:
+                while self.behind:
+                    with _BACKGROUND_READERS:
+                        self.refresh(chunk)
+
+            self._catcher = threading.Thread(target=run, name=f"viewer-index-{self.key}", daemon=True)
+            self._catcher.start()
+
+    def _read(self, deadline: float) -> None:
+        raise NotImplementedError
+
+    def _add(self, row: Row, prompt: str) -> None:
+        # Pages read these while the background thread adds to them: the list only grows
+        # (safe to iterate), the metric names are replaced, never changed in place.
+        self.rows.append(row)
+        new = [name for name in row.metrics if name not in self.metric_names]
+        if new:
+            self.metric_names = {**self.metric_names, **dict.fromkeys(new)}
+        if row.example_id not in self.prompts:
+            self.prompts[row.example_id] = prompt[:SEARCH_CHARS].lower()
+
+
+class SpoolIndex(RunIndex):
+    """The index of one run directory's spool, read only through the spool reader."""
+
+    def __init__(self, key: str, run_dir: Path) -> None:
+        super().__init__(key)
+        self.run_dir = run_dir
+        self._position: Position | None = None
+        self._seal: tuple[int, dict[str, Any]] | None = None
+        self._summary = SummaryAccumulator()
+        self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
+        self._corrupt = False
+        self._seen_shape: tuple[tuple[int, ...], int] | None = None
+        self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
+
+    @property
+    def status(self) -> str:
+        return UNREADABLE if self.error is not None and not self._corrupt else self._status
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        seal = self._seal[1] if self._seal else {}
+        sealed = seal.get("summary") if isinstance(seal, Mapping) else None
+        if isinstance(sealed, Mapping) and not self.behind:
+            return dict(sealed)
+        with self._summary_lock:
+            return self._summary.result()
+
+    def record(self, row: Row) -> Any:
+        for record in iter_records(self.run_dir, row.where):
+            return mask(record.data, _EPISODE_RULES)
+        raise CorruptSpoolError(self.run_dir, row.where.offset, "the episode is no longer where it was read")
+
+    def _read(self, deadline: float) -> None:
+        if self._corrupt:
+            self.behind = False
+            return
+        shape = self._shape()
+        if shape == self._seen_shape and not self.behind:
+            self._status = self._derive()  # nothing new on disk; only a writer may have gone
+            return
+        behind = False  # published at the end: a reader polling ``behind`` sees no half-read state
+        read = 0
+        try:
+            for record in iter_records(self.run_dir, self._position):
+                self._position = record.after
+                read += 1
+                if record.type == EPISODE:
+                    meta = record.meta or {}
+                    rollout = meta.get("rollout_number")
+                    row, prompt = row_of_episode(len(self.rows) + 1, record.position, record.data,
+                                                 rollout if isinstance(rollout, int) else None)
+                    self._add(row, prompt)
+                    if isinstance(record.data, Mapping):
+                        with self._summary_lock:
+                            try:
+                                self._summary.add(record.data)
+                            except (AttributeError, TypeError):
+                                pass  # an odd record counts in the table, not in the means
+                elif record.type == MANIFEST and not self.manifest and isinstance(record.data, Mapping):
+                    self.manifest = _masked_manifest(record.data)
+                elif record.type == SEAL:
+                    self._seal = (record.segment_index, record.data if isinstance(record.data, dict) else {})
+                if read >= MIN_RECORDS_PER_REFRESH and time.monotonic() > deadline:
+                    behind = True
+                    break
+        except CorruptSpoolError as exc:
+            self._corrupt = True
+            self.error = corruption_message(exc.path, exc.offset, exc.reason)
+        except SpoolError as exc:  # a newer format version: nothing of it can be read
+            self.error = str(exc)
+        else:
+            if not self._corrupt:
+                self.error = None
+        self.behind = behind
+        self._seen_shape = shape
+        self._status = self._derive()
+
+    def _shape(self) -> tuple[tuple[int, ...], int]:
+        """The run's segments and the last one's size: unchanged means nothing to read."""
+        segments = list_segments(self.run_dir)
+        if not segments:
+            return (), 0
+        try:
+            size = segments[-1][1].stat().st_size
+        except OSError:
+            size = -1
+        return tuple(index for index, _ in segments), size
+
+    def _derive(self) -> str:
+        segments = list_segments(self.run_dir)
+        if self._corrupt or not segments:
+            return derive_status(corrupt=self._corrupt, last_sealed=None, live=False, torn=False)
+        last_index, last_path = segments[-1]
+        sealed = None
+        if self._seal is not None and self._seal[0] == last_index:
+            sealed = self._seal[1].get("status")
+            sealed = None if sealed is None else str(sealed)
+        live = sealed is None and writer_alive(last_path)
+        torn = False
+        if sealed is None and not live and not self.behind:
+            position = self._position
+            if position is not None and position.segment_index == last_index:
+                torn = last_path.stat().st_size > position.offset  # bytes after the last good line
+            else:  # nothing read yet from the last segment: ask the reader about it (it is short)
+                torn = scan_segment(last_path).torn_offset is not None
+        return derive_status(corrupt=False, last_sealed=sealed, live=live, torn=torn)
+
+
+def _masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest as stored, its config masked again: a spool from an older or foreign
+    producer may have missed a location, and the viewer must never be the one to show it."""
+    out = dict(manifest)
+    if isinstance(out.get("config"), Mapping):
+        out["config"] = mask(out["config"], _CONFIG_RULES)
+    return out
+
+
+class PlatformIndex(RunIndex):
+    """The index of one local-platform evaluation: its v0 sample rows, in upload order."""
+
+    def __init__(self, store: Any, evaluation: Mapping[str, Any]) -> None:
+        super().__init__(str(evaluation["evaluation_id"]))
+        self.store = store
+        self.evaluation: dict[str, Any] = dict(evaluation)
+        self._set_manifest()
+
+    def _set_manifest(self) -> None:
+        e = self.evaluation
+        metadata = e.get("metadata") if isinstance(e.get("metadata"), Mapping) else {}
+        self.manifest = {
+            "name": e.get("name"), "model": e.get("model_name"),
+            # the environments are ids here; sync sends the environment's name as ``dataset``
+            "environments": [e["dataset"]] if e.get("dataset") else
+            [env.get("id") if isinstance(env, Mapping) else env for env in e.get("environments") or []],
+            "created_at": e.get("created_at"), "framework": e.get("framework"), "evaluation_id": e.get("evaluation_id"),
+            "local_run_id": metadata.get("local_run_id"), "tags": e.get("tags"),
+            "total_samples": e.get("total_samples"), "finalized_at": e.get("finalized_at"),
+            "config": mask(dict(metadata), _CONFIG_RULES),
+        }
+
+    @property
+    def status(self) -> str:
+        return str(self.evaluation.get("status") or "unknown").lower()
+
+    @property
+    def live(self) -> bool:
+        return self.evaluation.get("finalized_at") is None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        metrics = self.evaluation.get("metrics")
+        return dict(metrics) if isinstance(metrics, Mapping) else {}
+
+    def record(self, row: Row) -> Any:
+        bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
+        if not bodies:
+            raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
+        return orjson.loads(bodies[0])
+
+    def _read(self, deadline: float) -> None:
+        self.evaluation = self.store.get_evaluation(self.key)
+        self._set_manifest()
+        self.behind = self._read_samples(deadline)
+
+    def _read_samples(self, deadline: float) -> bool:
+        while True:
+            bodies, _total = self.store.list_samples(self.key, offset=len(self.rows), limit=PLATFORM_PAGE)
+            for body in bodies:
+                try:
+                    sample = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    sample = None
+                row, prompt = row_of_sample(len(self.rows) + 1, len(self.rows), sample)
+                self._add(row, prompt)
+            if len(bodies) < PLATFORM_PAGE:
+                return False
+            if time.monotonic() > deadline:
+                return True

@@ -1,0 +1,117 @@
+"""Each page of the viewer, from its view state (a dict of query parameters) to HTML.
+
+Kept apart from the HTTP app so the static export renders exactly the same pages, only
+with other links (:class:`~.render.ExportLinks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prime_runs_spool.errors import UnknownRunError
+from prime_runs_spool.viewer.index import RunIndex
+from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, compare, histogram, table_page
+from prime_runs_spool.viewer.render import Links, render
+from prime_runs_spool.viewer.sources import Source
+from prime_runs_spool.viewer.transcript import episode_of, final_answer, trace_views
+
+#: How long a page request may spend reading new lines of its runs (seconds); whatever is
+#: left is read by the index's background thread.
+RUN_BUDGET = 0.05
+RUNS_PAGE_BUDGET = 0.02
+#: The group view shows at most this many rollouts side by side.
+MAX_GROUP = 32
+#: The columns of the sample table before and after the run's metrics: (sort key, label).
+COLUMNS_BEFORE = (("n", "#"), ("example", "example"), ("rollout", "rollout"), ("reward", "reward"))
+COLUMNS_AFTER = (("error", "error"), ("truncated", "truncated"), ("stop", "stop"), ("tokens", "tokens"),
+                 ("duration", "time"))
+
+
+class Pages:
+    def __init__(self, source: Source, links: Links) -> None:
+        self.source = source
+        self.links = links
+
+    def _run(self, key: str | None, budget: float = RUN_BUDGET) -> RunIndex:
+        if not key:
+            raise UnknownRunError("no run given (add ?run=KEY)")
+        run = self.source.get(key)
+        run.refresh(budget)
+        run.catch_up_in_background()
+        return run
+
+    def message(self, title: str, message: str) -> str:
+        return render("message.html", links=self.links, title=title, message=message)
+
+    def runs(self, params: Mapping[str, str], fragment_url: str | None) -> str:
+        runs = self.source.runs()
+        for run in runs:
+            run.refresh(RUNS_PAGE_BUDGET)
+            run.catch_up_in_background()
+        context = {"links": self.links, "runs": runs, "refresh": fragment_url}
+        if params.get("fragment"):
+            return render("_runs_table.html", **context)
+        return render("runs.html", **context)
+
+    def run(self, params: Mapping[str, str], fragment_url: str | None) -> str:
+        run = self._run(params.get("run"))
+        query = TableQuery.from_params(params)
+        metric_names = list(run.metric_names)
+        columns = [*COLUMNS_BEFORE, *((f"metric:{name}", name) for name in metric_names), *COLUMNS_AFTER]
+        summary = run.summary
+        items = [(key, value) for key, value in summary.items() if not isinstance(value, Mapping)]
+        for key, value in summary.items():
+            if isinstance(value, Mapping):
+                items += [(f"{key}.{name}", inner) for name, inner in value.items()]
+        context = {
+            "links": self.links, "run": run, "query": query, "table": table_page(run, query),
+            "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
+            "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
+            "refresh": fragment_url if (run.live or run.behind) else None,
+        }
+        if params.get("fragment"):
+            return render("_run_body.html", **context)
+        return render("run.html", **context)
+
+    def episode(self, params: Mapping[str, str]) -> str:
+        run = self._run(params.get("run"))
+        try:
+            number = int(params.get("n") or "")
+        except ValueError:
+            raise UnknownRunError("no episode number given (add &n=NUMBER)") from None
+        if not 1 <= number <= len(run.rows):
+            raise UnknownRunError(f"run {run.key!r} has no episode {number} (it has {len(run.rows)})")
+        row = run.rows[number - 1]
+        raw = run.record(row)
+        episode = episode_of(raw)
+        return render("episode.html", links=self.links, run=run, row=row, raw=raw, episode=episode,
+                      traces=trace_views(episode), prev=number - 1 if number > 1 else None,
+                      next=number + 1 if number < len(run.rows) else None)
+
+    def group(self, params: Mapping[str, str]) -> str:
+        run = self._run(params.get("run"))
+        example = params.get("example")
+        rows = [row for row in run.rows if str(row.example_id) == example]
+        if not rows:
+            raise UnknownRunError(f"run {run.key!r} has no example {example!r}")
+        rows.sort(key=lambda r: (r.rollout is None, r.rollout or 0, r.number))
+        shown = rows[:MAX_GROUP]
+        cards = [{"row": row, "answer": final_answer(episode_of(run.record(row)))} for row in shown]
+        prompt = None
+        if cards:
+            traces = trace_views(episode_of(run.record(shown[0])))
+            prompt = next((t.task_prompt for t in traces if t.task_prompt), None)
+        return render("group.html", links=self.links, run=run, example=example, cards=cards, prompt=prompt,
+                      more=len(rows) - len(shown))
+
+    def compare(self, params: Mapping[str, str]) -> str:
+        a, b = self._run(params.get("a")), self._run(params.get("b"))
+        show = params.get("show") if params.get("show") in COMPARE_SHOWS else "all"
+        everything = compare(a, b, "all")
+        counts = {name: (len(everything) if name == "all" else sum(r.kind == name for r in everything))
+                  for name in COMPARE_SHOWS}
+        rows = everything if show == "all" else compare(a, b, show)
+        shows = [("all", "all"), ("improved", "improved"), ("regressed", "regressed"), ("only", "only in one")]
+        return render("compare.html", links=self.links, a=a, b=b, show=show, rows=rows, counts=counts,
+                      shows=shows)
+

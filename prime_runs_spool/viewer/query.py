@@ -1,0 +1,245 @@
+"""The sample table's view state: filters, sort and page, read from and written to the URL.
+
+The URL is the whole state (a link reopens the same view), so every field here has a
+query parameter, and :meth:`TableQuery.params` writes back only what differs from the
+default. Filtering and sorting run on the index's rows, server side: a page of the table
+is ``PAGE_SIZE`` rows whatever the run's size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from prime_runs_spool.viewer.index import RunIndex
+from prime_runs_spool.viewer.rows import Row
+
+PAGE_SIZE = 50
+#: The reward histogram has one bin per distinct reward up to this many, else this many equal bins.
+HISTOGRAM_BINS = 10
+
+#: Sortable columns and how each sorts; a metric sorts as ``metric:NAME``.
+SORT_KEYS = {
+    "n": lambda r: r.number,
+    "example": lambda r: (r.example_id is None, str(r.example_id) if not isinstance(r.example_id, int) else "",
+                          r.example_id if isinstance(r.example_id, int) else 0),
+    "rollout": lambda r: (r.rollout is None, r.rollout or 0),
+    "reward": lambda r: (r.reward is None, r.reward or 0.0),
+    "error": lambda r: (r.error is None, r.error or ""),
+    "truncated": lambda r: r.truncated,
+    "stop": lambda r: (r.stop is None, r.stop or ""),
+    "tokens": lambda r: (r.tokens is None, r.tokens or 0),
+    "duration": lambda r: (r.duration is None, r.duration or 0.0),
+}
+
+
+def _float(raw: str | None) -> float | None:
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _int(raw: str | None, default: int) -> int:
+    try:
+        return max(1, int(raw)) if raw is not None else default
+    except ValueError:
+        return default
+
+
+def _flag(raw: str | None) -> bool:
+    return raw is not None and raw not in ("", "0", "false", "off")
+
+
+@dataclass(frozen=True)
+class TableQuery:
+    """One view of a run's table. ``rlt`` is an exclusive upper reward bound (a histogram bin)."""
+
+    sort: str = "n"
+    desc: bool = False
+    page: int = 1
+    rmin: float | None = None
+    rmax: float | None = None
+    rlt: float | None = None
+    errors: bool = False
+    truncated: bool = False
+    q: str = ""
+    example: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> TableQuery:
+        sort = params.get("sort") or "n"
+        if sort not in SORT_KEYS and not sort.startswith("metric:"):
+            sort = "n"
+        example = params.get("example")
+        return cls(sort=sort, desc=_flag(params.get("desc")), page=_int(params.get("page"), 1),
+                   rmin=_float(params.get("rmin")), rmax=_float(params.get("rmax")), rlt=_float(params.get("rlt")),
+                   errors=_flag(params.get("errors")), truncated=_flag(params.get("truncated")),
+                   q=(params.get("q") or "").strip()[:200], example=example if example not in (None, "") else None)
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The query parameters of this view with ``changes`` applied, defaults left out."""
+        view = replace(self, **changes)
+        out: dict[str, str] = {}
+        default = TableQuery()
+        for field in fields(self):
+            value = getattr(view, field.name)
+            if value == getattr(default, field.name):
+                continue
+            out[field.name] = ("1" if value else "0") if isinstance(value, bool) else (
+                _fmt_float(value) if isinstance(value, float) else str(value))
+        return out
+
+    @property
+    def filtered(self) -> bool:
+        return any((self.rmin is not None, self.rmax is not None, self.rlt is not None, self.errors, self.truncated,
+                    self.q, self.example is not None))
+
+    def matches(self, row: Row, prompts: Mapping[Any, str]) -> bool:
+        reward = row.reward
+        if self.rmin is not None and (reward is None or reward < self.rmin):
+            return False
+        if self.rmax is not None and (reward is None or reward > self.rmax):
+            return False
+        if self.rlt is not None and (reward is None or reward >= self.rlt):
+            return False
+        if self.errors and row.error is None:
+            return False
+        if self.truncated and not row.truncated:
+            return False
+        if self.example is not None and str(row.example_id) != self.example:
+            return False
+        if self.q and self.q.lower() not in prompts.get(row.example_id, ""):
+            return False
+        return True
+
+
+def _fmt_float(value: float) -> str:
+    """Shortest text that reads back as the same float (``1`` rather than ``1.0``)."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _sort_key(sort: str) -> Any:
+    if sort.startswith("metric:"):
+        name = sort[len("metric:"):]
+        return lambda r: (name not in r.metrics, r.metrics.get(name, 0.0))
+    return SORT_KEYS[sort]
+
+
+@dataclass
+class TablePage:
+    rows: list[Row]
+    total: int
+    page: int
+    pages: int
+
+
+def table_page(index: RunIndex, query: TableQuery) -> TablePage:
+    """The rows of ``query``'s page, and how many rows match in all."""
+    rows = index.rows
+    if query.filtered:
+        rows = [row for row in rows if query.matches(row, index.prompts)]
+    if query.sort != "n" or query.desc:
+        rows = sorted(rows, key=_sort_key(query.sort), reverse=query.desc)
+    total = len(rows)
+    pages = max(1, -(-total // PAGE_SIZE))
+    page = min(query.page, pages)
+    start = (page - 1) * PAGE_SIZE
+    return TablePage(rows[start:start + PAGE_SIZE], total, page, pages)
+
+
+@dataclass
+class Bin:
+    label: str
+    count: int
+    params: dict[str, str]
+    active: bool
+
+
+def histogram(index: RunIndex, query: TableQuery) -> list[Bin]:
+    """Reward bins over the whole run (unfiltered), each carrying the filter it applies."""
+    rewards = [row.reward for row in index.rows if row.reward is not None]
+    if not rewards:
+        return []
+    distinct = sorted(set(rewards))
+    base = {"rmin": None, "rmax": None, "rlt": None, "page": 1}
+    if len(distinct) <= HISTOGRAM_BINS:
+        counts: dict[float, int] = {}
+        for reward in rewards:
+            counts[reward] = counts.get(reward, 0) + 1
+        return [Bin(_fmt_float(value), counts[value], query.params(**{**base, "rmin": value, "rmax": value}),
+                    query.rmin == value and query.rmax == value) for value in distinct]
+    low, high = distinct[0], distinct[-1]
+    width = (high - low) / HISTOGRAM_BINS
+    bins = [0] * HISTOGRAM_BINS
+    for reward in rewards:
+        bins[min(HISTOGRAM_BINS - 1, int((reward - low) / width))] += 1
+    out = []
+    for i, count in enumerate(bins):
+        a = low + i * width
+        b = high if i == HISTOGRAM_BINS - 1 else low + (i + 1) * width
+        last = i == HISTOGRAM_BINS - 1
+        change = {**base, "rmin": a, "rmax": b} if last else {**base, "rmin": a, "rlt": b}
+        active = query.rmin == a and ((query.rmax == b) if last else (query.rlt == b))
+        out.append(Bin(f"{a:.3g}–{b:.3g}", count, query.params(**change), active))
+    return out
+
+
+# -- compare --------------------------------------------------------------------------
+
+COMPARE_SHOWS = ("all", "improved", "regressed", "only")
+
+
+@dataclass
+class CompareRow:
+    example_id: Any
+    a: float | None
+    b: float | None
+    a_count: int
+    b_count: int
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def kind(self) -> str:
+        if self.a_count == 0 or self.b_count == 0:
+            return "only"
+        delta = self.delta
+        if delta is None or delta == 0:
+            return "same"
+        return "improved" if delta > 0 else "regressed"
+
+
+def _means(index: RunIndex) -> dict[str, tuple[Any, float | None, int]]:
+    sums: dict[str, list[Any]] = {}
+    for row in index.rows:
+        key = str(row.example_id)
+        entry = sums.setdefault(key, [row.example_id, 0.0, 0, 0])
+        entry[3] += 1
+        if row.reward is not None:
+            entry[1] += row.reward
+            entry[2] += 1
+    return {key: (e[0], e[1] / e[2] if e[2] else None, e[3]) for key, e in sums.items()}
+
+
+def compare(a: RunIndex, b: RunIndex, show: str) -> list[CompareRow]:
+    """Per example id: each run's mean reward over its rollouts; ``show`` filters by kind."""
+    left, right = _means(a), _means(b)
+    out = []
+    for key in sorted(set(left) | set(right), key=lambda k: (len(k), k)):
+        la, ra = left.get(key), right.get(key)
+        example = (la or ra)[0]  # type: ignore[index]
+        row = CompareRow(example, la[1] if la else None, ra[1] if ra else None, la[2] if la else 0,
+                         ra[2] if ra else 0)
+        if show == "all" or row.kind == show:
+            out.append(row)
+    if show in ("improved", "regressed"):
+        out.sort(key=lambda r: r.delta or 0.0, reverse=show == "improved")
+    return out

@@ -1,0 +1,155 @@
+"""Rendering the viewer's pages: one Jinja2 environment, autoescaping everything.
+
+Why Jinja2 with autoescape on: every string an episode holds (a prompt, a tool's output,
+a model's answer) is attacker-controlled as far as the browser is concerned, so escaping
+must be the default that nothing forgets, not a call each template has to remember.
+
+Links are built by a :class:`Links` object, so the same templates serve a live server
+(query-string URLs under a mount prefix) and a static export (relative file names).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+
+from prime_runs_spool.viewer.transcript import pretty
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+#: The assets the pages load; nothing else is served from the static folder.
+ASSETS = ("viewer.css", "viewer.js")
+
+
+class Links:
+    """URLs of a live viewer mounted at ``prefix`` (``""`` or e.g. ``/dashboard``)."""
+
+    static_export = False
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix.rstrip("/")
+
+    def _url(self, path: str, params: Mapping[str, Any]) -> str:
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        return f"{self.prefix}{path}" + (f"?{query}" if query else "")
+
+    def runs(self) -> str:
+        return f"{self.prefix}/"
+
+    def run(self, key: str, params: Mapping[str, Any] | None = None) -> str | None:
+        return self._url("/run", {"run": key, **(params or {})})
+
+    def episode(self, key: str, number: int) -> str | None:
+        return self._url("/episode", {"run": key, "n": number})
+
+    def group(self, key: str, example: Any) -> str | None:
+        return self._url("/group", {"run": key, "example": example})
+
+    def compare(self, params: Mapping[str, Any]) -> str | None:
+        return self._url("/compare", params)
+
+    def static(self, name: str) -> str:
+        return f"{self.prefix}/static/{name}"
+
+
+def file_slug(key: Any) -> str:
+    """A file-name-safe, collision-free name for a run key or example id."""
+    text = str(key)
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:40].strip("._") or "x"
+    return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+class ExportLinks(Links):
+    """Relative file names of a static export: the default view of each page only."""
+
+    static_export = True
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def runs(self) -> str:
+        return "index.html"
+
+    def run(self, key: str, params: Mapping[str, Any] | None = None) -> str | None:
+        params = dict(params or {})
+        page = params.pop("page", "1")
+        if params:
+            return None  # filters and sorts need the server
+        return f"run-{file_slug(key)}-p{page}.html"
+
+    def episode(self, key: str, number: int) -> str | None:
+        return f"episode-{file_slug(key)}-{number}.html"
+
+    def group(self, key: str, example: Any) -> str | None:
+        return f"group-{file_slug(key)}-{file_slug(example)}.html"
+
+    def compare(self, params: Mapping[str, Any]) -> str | None:
+        return None
+
+    def static(self, name: str) -> str:
+        return f"static/{name}"
+
+
+def fmt_number(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.{digits}g}" if abs(value) < 1e6 else f"{value:.3e}"
+    return str(value)
+
+
+def fmt_seconds(value: Any) -> str:
+    return "–" if not isinstance(value, (int, float)) else f"{value:.2f} s"
+
+
+def fmt_time(value: Any) -> str:
+    """An ISO timestamp as ``2026-01-15 12:00:00Z``; anything else as it is."""
+    if not isinstance(value, str):
+        return "–" if value is None else str(value)
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S") + ("Z" if when.tzinfo is not None else "")
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty)
+    return env
+
+
+ENV = _environment()
+
+
+def render(template: str, **context: Any) -> str:
+    return ENV.get_template(template).render(**context)
+
+
+def asset(name: str) -> bytes:
+    if name not in ASSETS:
+        raise KeyError(name)
+    return (STATIC / name).read_bytes()

@@ -1,0 +1,137 @@
+"""Running an ASGI app with uvicorn on a socket bound here: the viewer's, or the platform's.
+
+The listening socket is bound before uvicorn starts and handed to it: with port 0 the
+kernel picks a free port and we know it without a probe-then-bind race, so tests can run
+many servers side by side. uvicorn runs in a background thread, so the main thread owns
+SIGTERM/SIGINT and stops the server cleanly with exit status 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from types import FrameType, TracebackType
+from typing import Any, TextIO
+
+import uvicorn
+
+from prime_runs_spool.viewer.auth import check_listen
+
+_STARTUP_TIMEOUT = 30.0
+_SHUTDOWN_TIMEOUT = 10.0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one).
+
+    The protocol is named explicitly: asyncio only sets ``TCP_NODELAY`` on accepted sockets
+    whose ``proto`` is ``IPPROTO_TCP``, and without it every keep-alive request waits out
+    the peer's 40 ms delayed ACK between uvicorn's header and body writes.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def base_url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class EmbeddedServer:
+    """``app`` served by uvicorn in a thread on ``host:port`` for the ``with`` block."""
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "prime-runs-server") -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.name = name
+        self._sock: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self._sock is None:
+            raise RuntimeError("the server is not running")
+        return base_url_of(self._sock)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> EmbeddedServer:
+        try:
+            self._sock = bind_socket(self.host, self.port)
+            config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                    timeout_graceful_shutdown=5)
+            self._server = uvicorn.Server(config)
+            self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                            name=self.name, daemon=True)
+            self._thread.start()
+            deadline = time.monotonic() + _STARTUP_TIMEOUT
+            while not self._server.started:
+                if not self._thread.is_alive():
+                    raise RuntimeError(f"the {self.name} server stopped during startup")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the {self.name} server did not start in time")
+                time.sleep(0.01)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(_SHUTDOWN_TIMEOUT)
+        if self._sock is not None:
+            self._sock.close()
+        self._server = self._thread = self._sock = None
+
+
+def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], str] = lambda url: url) -> None:
+    """Enter ``server``, print its URL as the first line of ``out``, serve until SIGTERM/SIGINT."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with server:
+        out.write(first_line(server.base_url) + "\n")
+        out.flush()
+        while not stop.wait(0.5):
+            if not server.is_alive():
+                raise RuntimeError("the server stopped unexpectedly")  # surfaces as exit 1 with its reason
+
+
+def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 out: TextIO) -> None:
+    """``prime-runs view``: serve the viewer over the spools under ``paths`` until signalled.
+
+    Raises UnsafeListenError (before binding) for a non-loopback host without a token,
+    NoSuchPathError for a path that does not exist, OSError when the address cannot be bound.
+    """
+    from prime_runs_spool.viewer.app import create_viewer_app
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    check_listen(host, token)
+    app = create_viewer_app(SpoolSource(paths), token=token)
+    run_until_signalled(EmbeddedServer(app, host=host, port=port, name="prime-runs-view"), out,
+                        lambda url: url + "/")

@@ -1,0 +1,118 @@
+"""Where the viewer's runs come from: spools under some paths, or the local platform's store.
+
+Both give the pages the same thing, a list of :class:`~.index.RunIndex` by key, so one set
+of pages serves ``prime-runs view`` and the platform's dashboard.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
+from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
+
+#: New runs under the paths are looked for at most this often (seconds).
+RESCAN_INTERVAL = 0.5
+#: At most this many evaluations are listed from a platform store.
+MAX_EVALUATIONS = 1000
+
+
+class Source:
+    """A set of runs by key; ``runs()`` refreshes the list, ``get(key)`` finds one."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunIndex] = {}
+        self._lock = threading.Lock()
+
+    def runs(self) -> list[RunIndex]:
+        raise NotImplementedError
+
+    def get(self, key: str) -> RunIndex:
+        run = self._runs.get(key)
+        if run is None:
+            self.runs()
+            run = self._runs.get(key)
+        if run is None:
+            raise UnknownRunError(f"no run {key!r} here")
+        return run
+
+
+class SpoolSource(Source):
+    """Every run directory under ``paths``, found again as new ones appear."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+        super().__init__()
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            if not path.exists():
+                raise NoSuchPathError(f"path does not exist: {path}")
+        self._scanned_at = -1.0
+        self._order: list[str] = []
+
+    def _key_of(self, run_dir: Path) -> str:
+        for root in self.paths:
+            try:
+                relative = run_dir.resolve().relative_to(root.resolve())
+            except ValueError:
+                continue
+            return relative.as_posix() if str(relative) != "." else run_dir.resolve().name
+        return run_dir.name
+
+    def runs(self) -> list[RunIndex]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._scanned_at >= RESCAN_INTERVAL:
+                self._scanned_at = now
+                try:
+                    found = list(find_runs(self.paths))
+                except SpoolError:
+                    found = []
+                known = {run.run_dir.resolve() for run in self._runs.values() if isinstance(run, SpoolIndex)}
+                for run_dir in found:
+                    if run_dir.resolve() in known:
+                        continue
+                    key = self._key_of(run_dir)
+                    while key in self._runs:
+                        key += "+"
+                    self._runs[key] = SpoolIndex(key, run_dir)
+                    self._order.append(key)
+            return [self._runs[key] for key in self._order]
+
+
+class PlatformSource(Source):
+    """The evaluations of a local platform's store, newest first."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__()
+        self.store = store
+
+    def runs(self) -> list[RunIndex]:
+        evaluations, _ = self.store.list_evaluations(skip=0, limit=MAX_EVALUATIONS)
+        with self._lock:
+            out = []
+            for evaluation in evaluations:
+                key = str(evaluation["evaluation_id"])
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = PlatformIndex(self.store, evaluation)
+                out.append(run)
+            return out
+
+    def get(self, key: str) -> RunIndex:
+        run = self._runs.get(key)
+        if run is None:
+            from prime_runs_spool.errors import NotFound
+
+            try:
+                evaluation = self.store.get_evaluation(key)
+            except NotFound:
+                raise UnknownRunError(f"no evaluation {key!r} here") from None
+            with self._lock:
+                run = self._runs.setdefault(key, PlatformIndex(self.store, evaluation))
+        return run

@@ -1,0 +1,214 @@
+"""An episode record made ready to show: its traces, turn by turn, with scoring and timing.
+
+Pages never walk raw records themselves: this module turns one record into plain lists
+and strings (escaping is the template engine's job, and it does it everywhere). It reads
+records as verifiers writes them (``traces[].nodes[].message``, ``calls``, ``rewards``);
+a sample row from the platform is turned back into its episode (``info.native_wrapper``)
+or, when it was uploaded per trace, shown from its own ``completion``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.content.episodes import summary_trace_index, trace_reward
+
+
+@dataclass
+class ToolCall:
+    id: str | None
+    name: str
+    arguments: str
+
+
+@dataclass
+class Turn:
+    index: int
+    role: str
+    text: str
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    parent: int | None = None
+
+
+@dataclass
+class TraceView:
+    name: str
+    trainable: bool
+    turns: list[Turn]
+    rewards: list[tuple[str, Any, Any]]
+    reward: Any
+    metrics: dict[str, Any]
+    stop_condition: Any
+    errors: list[Any]
+    timing: list[tuple[str, str]]
+    calls: list[dict[str, Any]]
+    judge_answer: str | None
+    task_prompt: str | None
+    answer: Any
+
+
+def episode_of(record: Any) -> Any:
+    """The episode record behind what a source stored (a spool record or a v0 sample row)."""
+    if isinstance(record, Mapping) and "traces" in record:
+        return record
+    if isinstance(record, Mapping):
+        info = record.get("info")
+        wrapper = info.get("native_wrapper") if isinstance(info, Mapping) else None
+        if isinstance(wrapper, Mapping) and "traces" in wrapper:
+            return wrapper
+        completion = record.get("completion") if isinstance(record.get("completion"), list) else []
+        trace = {
+            "agent": {"name": record.get("agent") or "sample", "trainable": record.get("trainable")},
+            "task": {"data": record.get("task") if isinstance(record.get("task"), Mapping) else {}},
+            "nodes": [{"message": m} for m in completion],
+            "rewards": {}, "metrics": record.get("metrics") or {},
+            "stop_condition": record.get("stop_condition"),
+            "errors": [record["error"]] if record.get("error") else [],
+            "timing": record.get("timing"),
+        }
+        return {"id": record.get("episode_id"), "ok": record.get("error") is None, "traces": [trace],
+                "_reward": record.get("reward")}
+    return {"traces": []}
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(pretty(part))
+        return "\n".join(parts)
+    return pretty(content)
+
+
+def pretty(value: Any) -> str:
+    """Indented JSON of anything a record holds (non-JSON values as text)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str).decode()
+    except TypeError:
+        return str(value)
+
+
+def _arguments(raw: Any) -> str:
+    if isinstance(raw, str):
+        try:
+            return pretty(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            return raw
+    return pretty(raw)
+
+
+def _turns(trace: Mapping[str, Any]) -> list[Turn]:
+    turns = []
+    for index, node in enumerate(trace.get("nodes") or ()):
+        if not isinstance(node, Mapping):
+            continue
+        message = node.get("message") if isinstance(node.get("message"), Mapping) else {}
+        calls = []
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping):
+                function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                calls.append(ToolCall(call.get("id"), str(function.get("name") or "?"),
+                                      _arguments(function.get("arguments"))))
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        parent = node.get("parent")
+        turns.append(Turn(index, str(message.get("role") or "?"), _text(message.get("content")),
+                          _text(reasoning) if reasoning else None, calls, message.get("tool_call_id"),
+                          message.get("name"), parent if isinstance(parent, int) else None))
+    return turns
+
+
+def _timing(timing: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Timing flattened to ``(phase, "12.34 s")`` rows: durations, or end - start."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(timing, Mapping):
+        return out
+    start, end = timing.get("start"), timing.get("end")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        out.append((prefix or "total", f"{end - start:.2f} s"))
+    duration = timing.get("duration")
+    if isinstance(duration, (int, float)):
+        out.append((prefix or "total", f"{duration:.2f} s"))
+    for key, value in timing.items():
+        if isinstance(value, Mapping):
+            out += _timing(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def _calls(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for call in trace.get("calls") or ():
+        if not isinstance(call, Mapping):
+            continue
+        usage = call.get("usage") if isinstance(call.get("usage"), Mapping) else {}
+        time = call.get("time") if isinstance(call.get("time"), Mapping) else {}
+        seconds = None
+        if isinstance(time.get("start"), (int, float)) and isinstance(time.get("end"), (int, float)):
+            seconds = time["end"] - time["start"]
+        out.append({"node": call.get("node"), "model": call.get("model"), "finish": call.get("finish_reason"),
+                    "usage": dict(usage), "seconds": seconds, "error": call.get("error")})
+    return out
+
+
+def trace_views(episode: Any) -> list[TraceView]:
+    views = []
+    for trace in (episode.get("traces") if isinstance(episode, Mapping) else None) or ():
+        if not isinstance(trace, Mapping):
+            continue
+        agent = trace.get("agent") if isinstance(trace.get("agent"), Mapping) else {}
+        rewards = []
+        for name, reward in (trace.get("rewards") or {}).items():
+            if isinstance(reward, Mapping):
+                rewards.append((str(name), reward.get("score"), reward.get("weight")))
+            else:
+                rewards.append((str(name), reward, None))
+        try:
+            total = trace_reward(trace)
+        except (TypeError, AttributeError):
+            total = None
+        if not rewards and isinstance(episode, Mapping) and "_reward" in episode:
+            total = episode["_reward"]
+        turns = _turns(trace)
+        name = str(agent.get("name") or "trace")
+        judge = None
+        if "judge" in name.lower() or (agent.get("trainable") is False and len(episode.get("traces") or ()) > 1):
+            answers = [t.text for t in turns if t.role == "assistant" and t.text]
+            judge = answers[-1] if answers else None
+        data = (trace.get("task") or {}).get("data") if isinstance(trace.get("task"), Mapping) else None
+        data = data if isinstance(data, Mapping) else {}
+        views.append(TraceView(
+            name=name, trainable=bool(agent.get("trainable")), turns=turns, rewards=rewards, reward=total,
+            metrics=dict(trace.get("metrics") or {}), stop_condition=trace.get("stop_condition"),
+            errors=list(trace.get("errors") or ()), timing=_timing(trace.get("timing")), calls=_calls(trace),
+            judge_answer=judge, task_prompt=_text(data.get("prompt")) if data.get("prompt") is not None else None,
+            answer=data.get("answer"),
+        ))
+    return views
+
+
+def final_answer(episode: Any) -> str:
+    """The last assistant message of the episode's summary trace (for the group view)."""
+    try:
+        index = summary_trace_index(episode) if isinstance(episode, Mapping) else None
+    except (AttributeError, TypeError):  # traces that are not mappings: nothing to show
+        return ""
+    views = trace_views(episode)
+    if index is None or index >= len(views):
+        return ""
+    for turn in reversed(views[index].turns):
+        if turn.role == "assistant" and (turn.text or turn.tool_calls):
+            return turn.text or ", ".join(c.name for c in turn.tool_calls)
+    return ""

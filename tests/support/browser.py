@@ -1,0 +1,34 @@
+"""A real browser for the viewer's tests: Debian's chromium, driven by Playwright.
+
+Playwright cannot download its own browsers here (no network), so it launches the system
+chromium by path. One browser per test module keeps the tests fast; each test opens its
+own page (and context, so cookies never leak from one test into another).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: Where the system browser is (Debian's chromium package); PRIME_RUNS_CHROMIUM overrides it.
+CHROMIUM = os.environ.get("PRIME_RUNS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+@contextmanager
+def launched() -> Iterator[Any]:
+    """The chromium browser for a ``with`` block (a Playwright ``Browser``)."""
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):  # fail, never skip: the browser tests are part of CI
+        raise RuntimeError(f"no chromium at {CHROMIUM}: apt-get install chromium (or set PRIME_RUNS_CHROMIUM)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,0 +1,276 @@
+"""Sync's Prime Traces batches: stamped and encoded as upstream does it, cut exactly as the
+`prime-traces` library cuts the same lines, and sent under the same keys.
+
+In process, against the embedded local platform with its traces service on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prime_runs.sinks.base import stamp_run as upstream_stamp_run
+from prime_traces import LineFormat, TracesAPIClient, TracesClient
+from prime_traces.traces import _encode_record as upstream_encode
+
+from fixtures.episodes import make_episode
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+from prime_runs_spool.platform_api.traces import encode_line, stamp_run
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.sync.many import sync_paths
+from prime_runs_spool.sync.options import SAMPLES, TRACES, SyncOptions
+from prime_runs_spool.sync.state import SyncState, local_destination
+from prime_runs_spool.sync.retry import Backoff
+from support.runs import RunBuilder, build_run
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.text(max_size=8),
+                      st.floats(allow_nan=False, allow_infinity=False))
+json_values = st.recursive(json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=8)
+runs = st.one_of(st.none(), st.text(max_size=5), st.dictionaries(st.sampled_from(["id", "type", "name", "work"]),
+                                                                   json_values, max_size=4))
+members = st.lists(st.one_of(st.dictionaries(st.sampled_from(["id", "run", "nodes"]), json_values, max_size=3)
+                             .flatmap(lambda m: runs.map(lambda r: {**m, "run": r} if r is not None else m)),
+                             json_leaf), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=runs, traces=st.one_of(st.none(), members), extra=st.dictionaries(st.text(max_size=6), json_values,
+                                                                             max_size=3),
+       run_id=st.text(min_size=1, max_size=12))
+def test_stamping_and_encoding_match_upstream(run, traces, extra, run_id) -> None:
+    record = {**extra, "id": "e-1"}
+    if run is not None:
+        record["run"] = run
+    if traces is not None:
+        record["traces"] = traces
+    ours = stamp_run(record, run_id)
+    assert ours == upstream_stamp_run(record, run_id)
+    assert encode_line(ours) == upstream_encode(ours, 1)
+    assert ours["run"]["id"] == run_id and ours["run"]["type"] == "eval"
+
+
+def _sync(tmp_path: Path, db: Path, *, to: str, batch_bytes: int, traces: bool = True) -> tuple[list, Settings]:
+    with EmbeddedPlatform(db, traces=traces) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=10) as client:
+            reports = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                 SyncOptions(to=to, traces_batch_bytes=batch_bytes, request_lifetime=0.5,
+                                             backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)))
+    return reports, settings
+
+
+def _state(run_dir: Path) -> SyncState:
+    (path,) = (run_dir / "spool" / "sync").glob("*.json")
+    return SyncState.model_validate_json(path.read_bytes())
+
+
+def test_our_batches_are_the_librarys_batching_of_the_same_lines(tmp_path: Path) -> None:
+    """The keys sync committed are the keys ``TracesClient.upload_records`` sends for the same
+    episodes stamped by upstream prime-runs: same lines, same boundaries, same gzip bytes."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "byte-equal")
+    builder.open_segment()
+    builder.add(30, size=3_000, traces=2)
+    builder.abandon()
+    builder.open_segment()  # a resumed run: the lines of both segments, in order
+    builder.add(17, size=2_500)
+    builder.seal()
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to=TRACES, batch_bytes=20_000)
+    assert (report.state, report.store, report.pushed_now) == ("synced", TRACES, 47), report
+    state = _state(builder.run_dir)
+
+    records = [upstream_stamp_run(r.data, str(state.evaluation_id)) for r in iter_records(builder.run_dir)
+               if r.type == "episode"]
+    sent: list[tuple[str, bytes]] = []
+
+    def platform(request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        start = body.index(b"\x1f\x8b")  # the gzip member inside the traces part
+        member = body[start:body.rindex(b"\r\n--")]
+        sent.append((request.headers["Idempotency-Key"], member))
+        return httpx.Response(200, json={"upload_id": request.headers["Idempotency-Key"][7:], "status": "committed"})
+
+    library = TracesClient(api_client=TracesAPIClient(api_key="k", base_url="http://traces.test",
+                                                      transport=httpx.MockTransport(platform)))
+    library.upload_records(records, line_format=LineFormat.EPISODE, target_batch_bytes=20_000)
+    assert len(sent) > 5
+    assert [f"sha256:{digest}" for digest in state.uploads] == [key for key, _ in sent]
+    # and the uncompressed bytes behind each key are exactly what the library would send
+    uploaded = b"".join(gzip.decompress(member) for _, member in sent)
+    assert uploaded == b"".join(encode_line(stamp_run(r.data, str(state.evaluation_id)))
+                                for r in iter_records(builder.run_dir) if r.type == "episode")
+
+
+def test_a_second_sync_and_a_lost_state_resend_the_same_keys(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "lost-state", 20)
+    db = tmp_path / "p.db"
+    _sync(tmp_path, db, to=TRACES, batch_bytes=8_000)
+    first = _state(builder.run_dir)
+    (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    path.unlink()
+    (report,), settings = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000)
+    assert report.state == "synced", report
+    again = _state(builder.run_dir)
+    assert again.evaluation_id == first.evaluation_id and again.uploads == first.uploads
+    with EmbeddedPlatform(db, traces=True) as platform, \
+            TracesClient(api_key="x", base_url=platform.base_url) as traces:
+        items = traces.list_episodes(run_id=str(first.evaluation_id), limit=100).items
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+
+
+def test_the_store_is_recorded_and_a_run_never_ends_up_half_in_each(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "half")
+    builder.open_segment()
+    builder.add(4)
+    builder.abandon()
+    db = tmp_path / "p.db"
+    (report,), _ = _sync(tmp_path, db, to="auto", batch_bytes=8_000)
+    assert (report.state, report.store) == ("crashed", TRACES)
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    (refused,), _ = _sync(tmp_path, db, to=SAMPLES, batch_bytes=8_000)
+    assert refused.state == "error" and "went to traces" in refused.error and "--replay" in refused.error
+    # auto follows the recorded choice even on a platform that now says it has no traces
+    (stuck,), _ = _sync(tmp_path, db, to="auto", batch_bytes=8_000, traces=False)
+    assert stuck.state == "error" and "stays in Prime Traces" in stuck.error
+    (done,), _ = _sync(tmp_path, db, to="auto", batch_bytes=8_000)
+    assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, 7)
+    assert _state(builder.run_dir).samples_pushed == 0
+
+
+def test_auto_falls_back_to_samples_on_service_not_enabled(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "fallback", 6)
+    db = tmp_path / "p.db"
+    (report,), _ = _sync(tmp_path, db, to="auto", batch_bytes=8_000, traces=False)
+    assert (report.state, report.store, report.pushed_total) == ("synced", SAMPLES, 6), report
+    assert any("not enabled" in w for w in report.warnings)
+    state = _state(builder.run_dir)
+    assert (state.store, state.uploads, state.samples_pushed) == (SAMPLES, [], 6)
+    (strict,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=True)
+    assert strict.state == "error" and "went to samples" in strict.error
+    json.dumps(report.as_json())
+
+
+def test_a_live_runs_announced_tail_batch_is_resent_byte_for_byte_after_more_appends(tmp_path: Path) -> None:
+    """The case the announcement exists for: a batch cut at a live run's durable end, committed,
+    its answer lost, the sync gone; then the writer appends more. Cutting afresh would put
+    the new episodes in that batch (another key: every episode in it stored twice); the
+    next sync must rebuild the announced bytes instead, and the platform replay them."""
+    from fixtures.fault_proxy import FaultProxy
+
+    builder = RunBuilder(tmp_path / "runs" / "run", "live-tail")
+    builder.open_segment()
+    builder.add(3)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        with FaultProxy(platform.base_url, rates={"drop_after": 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+            settings = Settings(base_url=proxy.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=proxy.base_url)
+            with PlatformClient(settings, timeout=5) as client:
+                (lost,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                     SyncOptions(to=TRACES, backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+        assert lost.state == "error" and [f for f in proxy.faults() if f != "none"] == ["drop_after"]
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.kind == "traces" and announced.episodes == 3
+        builder.add(4)  # the writer goes on; its tail is now longer than the announced batch
+        builder.seal()
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (done,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None), SyncOptions(to=TRACES))
+        assert (done.state, done.pushed_total) == ("synced", 7), done
+        state = _state(builder.run_dir)
+        assert state.uploads[0] == announced.digest
+        with TracesClient(api_key="x", base_url=platform.base_url) as traces:
+            items = traces.list_episodes(run_id=str(state.evaluation_id), limit=100).items
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+
+
+def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -> None:
+    import subprocess
+
+    from support import platform_process
+    from support.env import CLI, child_env
+
+    builder = build_run(tmp_path / "runs" / "run", "local-traces", 5)
+    db = tmp_path / "local.db"
+    cmd = CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--to", "traces", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    assert (report["state"], report["store"], report["pushed_total"]) == ("synced", TRACES, 5)
+    with platform_process.running(db, "--traces") as proc, \
+            TracesClient(api_key="x", base_url=proc.base_url) as traces:
+        assert traces.get_run(report["evaluation_id"]).episode_count == 5
+        assert httpx.get(f"{proc.api}/evaluations/{report['evaluation_id']}").json()["finalize_count"] == 1
+    assert len(builder.ids) == 5
+
+
+def test_an_upload_answered_service_not_enabled_falls_back_too(tmp_path: Path, monkeypatch) -> None:
+    """Where the read that ``auto`` asks first does not tell (a write-only token, say), the
+    first upload's ``service_not_enabled`` sends the run to samples just the same."""
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
+    monkeypatch.setattr(TracesUploader, "enabled", lambda self: True)
+    builder = build_run(tmp_path / "runs" / "run", "upload-fallback", 4)
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=False)
+    assert (report.state, report.store, report.pushed_total) == ("synced", SAMPLES, 4), report
+    state = _state(builder.run_dir)
+    assert (state.store, state.in_flight, state.samples_pushed) == (SAMPLES, None, 4)
+
+
+def test_dry_run_to_traces_counts_episodes_and_sends_nothing(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "dry-traces", 9)
+    with EmbeddedPlatform(tmp_path / "p.db", traces=True) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(tmp_path / "p.db", None),
+                                   SyncOptions(to=TRACES, dry_run=True))
+    assert (report.state, report.store, report.pushed_now) == ("dry_run", TRACES, 9)
+    assert report.bytes_sent > 9 * 1_500 and not (builder.run_dir / "spool" / "sync").exists()
+
+
+def test_to_traces_on_an_account_without_them_keeps_no_store_and_says_what_to_do(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "strict-off", 3)
+    db = tmp_path / "p.db"
+    (refused,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=False)
+    assert refused.state == "error" and "--to samples" in refused.error, refused
+    assert _state(builder.run_dir).store is None  # not trapped in a store that holds nothing
+    (done,), _ = _sync(tmp_path, db, to=SAMPLES, batch_bytes=8_000, traces=False)
+    assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, 3), done
+
+
+def test_a_line_over_the_single_line_limit_is_refused_before_anything_is_sent(tmp_path: Path, monkeypatch) -> None:
+    import prime_runs_spool.platform_api.traces as contract
+
+    monkeypatch.setattr(contract, "MAX_LINE_BYTES", 1_000)  # 64 MiB in truth; episodes here are ~2 KB
+    builder = build_run(tmp_path / "runs" / "run", "too-long", 2)
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to=TRACES, batch_bytes=8_000)
+    assert report.state == "error" and "over Prime Traces' 1000-byte limit for one line" in report.error
+    state = _state(builder.run_dir)
+    assert (state.uploads, state.in_flight, state.episodes_pushed) == ([], None, 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=st.lists(st.integers(2, 300), min_size=1, max_size=60), target=st.integers(1, 1_000),
+       data=st.data())
+def test_cutting_from_a_committed_boundary_gives_the_same_batches_as_from_the_start(sizes, target, data) -> None:
+    """What a resumed sync relies on: the library's builder starts afresh after each batch, so
+    the batches after boundary k are those of the lines after it, cut alone."""
+    from prime_traces import iter_batches
+
+    lines = [b"x" * (size - 1) + b"\n" for size in sizes]  # never blank, as an episode line
+    whole = list(iter_batches(lines, target_bytes=target))
+    k = data.draw(st.integers(0, len(whole) - 1))
+    start = sum(batch.num_lines for batch in whole[:k])
+    assert [b.digest for b in iter_batches(lines[start:], target_bytes=target)] == [b.digest for b in whole[k:]]

@@ -1,0 +1,158 @@
+"""Who gets into the viewer and the platform's dashboard (docs/viewer.md, "Security").
+
+Real processes (``prime-runs view``, ``prime-runs platform serve``) on loopback ports,
+spoken to over HTTP; one test logs in with a real browser to see the cookie stay
+out of the page's reach.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+import pytest
+
+from support import platform_process
+from support.browser import launched
+from support.env import CLI, REPO_ROOT, child_env
+from prime_runs_spool.errors import UnsafeListenError
+from prime_runs_spool.viewer.auth import COOKIE_NAME, check_listen
+
+FIXTURES = REPO_ROOT / "fixtures" / "outputs"
+TOKEN = "view-s3cret"
+#: Every kind of page and asset the viewer serves, and a path that matches none.
+VIEWER_PATHS = ["/", "/?fragment=1", "/run?run=gsm8k-completed", "/run?run=gsm8k-completed&fragment=1",
+                "/episode?run=gsm8k-completed&n=1", "/group?run=gsm8k-completed&example=0",
+                "/compare?a=gsm8k-completed&b=gsm8k-failed", "/static/viewer.css", "/static/viewer.js", "/nope"]
+
+
+def _start_view(*args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(CLI + ["view", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env())
+    return proc, platform_process.first_line(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    assert proc.wait(15) == 0, proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def gated_view():
+    proc, url = _start_view(str(FIXTURES), "--token", TOKEN)
+    yield url.rstrip("/")
+    _stop(proc)
+
+
+@pytest.mark.parametrize(("command", "host"), [
+    (["view", str(FIXTURES)], "0.0.0.0"), (["platform", "serve", "--db", "{db}"], "::"),
+])
+def test_a_non_loopback_host_without_a_token_is_refused(command, host, tmp_path):
+    argv = [part.replace("{db}", str(tmp_path / "p.db")) for part in command]
+    done = subprocess.run(CLI + argv + ["--host", host, "--port", "0"], capture_output=True, text=True,
+                          env=child_env(), timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refusing to listen on" in lines[0] and "--token" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "p.db").exists()  # refused before anything was opened or bound
+
+
+def test_which_hosts_need_a_token():
+    for host in ("0.0.0.0", "::", "192.0.2.1", "10.0.0.1", "viewer.example", "[::]"):
+        with pytest.raises(UnsafeListenError, match="refusing to listen on"):
+            check_listen(host, None)
+        check_listen(host, "a-token")  # any host, with a token
+    for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"):
+        check_listen(host, None)
+
+
+def test_loopback_is_the_default_needs_no_token_and_answers_only_to_loopback_names():
+    """Without a token: a page elsewhere that points its own name at 127.0.0.1 (DNS
+    rebinding) reads nothing."""
+    proc, url = _start_view(str(FIXTURES))
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        assert httpx.get(url).status_code == 200
+        for host in ("evil.example", "evil.example:80", "192.168.1.5"):
+            r = httpx.get(url, headers={"Host": host})
+            assert r.status_code == 403 and "Janet" not in r.text, host
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            assert httpx.get(url, headers={"Host": host}).status_code == 200, host
+    finally:
+        _stop(proc)
+
+
+def test_with_a_token_every_page_and_asset_needs_it(gated_view):
+    for path in VIEWER_PATHS:
+        r = httpx.get(gated_view + path)
+        assert r.status_code == 303, path
+        assert r.headers["location"].startswith("/login?next="), path
+        assert "Janet" not in r.text and "body{" not in r.text
+        assert httpx.post(gated_view + path, data={"x": "1"}).status_code == 401, path
+        forged = httpx.get(gated_view + path, cookies={COOKIE_NAME: TOKEN})  # the token itself is not a session
+        assert forged.status_code == 303, path
+
+
+def test_the_token_is_entered_once_and_kept_in_an_httponly_samesite_cookie(gated_view):
+    wrong = httpx.post(gated_view + "/login", data={"token": "nope", "next": "/"})
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    r = httpx.post(gated_view + "/login", data={"token": TOKEN, "next": "/run?run=gsm8k-completed"})
+    assert r.status_code == 303 and r.headers["location"] == "/run?run=gsm8k-completed"
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
+    with httpx.Client(base_url=gated_view, cookies=r.cookies) as session:
+        for path in VIEWER_PATHS:
+            assert session.get(path).status_code == (404 if path == "/nope" else 200), path
+    # a login only ever sends the browser back to this server
+    for evil in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
+        r = httpx.post(gated_view + "/login", data={"token": TOKEN, "next": evil})
+        assert r.headers["location"] == "/"
+
+
+def test_a_browser_logs_in_once_and_no_script_can_read_the_cookie(gated_view):
+    with launched() as browser:
+        page = browser.new_page()
+        page.goto(gated_view + "/run?run=gsm8k-completed")
+        assert page.url.startswith(gated_view + "/login")
+        page.fill('input[name="token"]', TOKEN)
+        page.click('button[type="submit"]')
+        page.wait_for_url(gated_view + "/run?run=gsm8k-completed")
+        assert page.locator("#match-count .total").inner_text() == "6"
+        assert page.evaluate("document.cookie") == ""  # HttpOnly: not visible to scripts
+        page.goto(gated_view + "/episode?run=gsm8k-completed&n=2")  # no second prompt
+        assert page.url.endswith("/episode?run=gsm8k-completed&n=2")
+
+
+def test_the_dashboard_is_behind_the_token_and_the_api_keeps_its_bearer_check(tmp_path):
+    with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform:
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        env = httpx.post(f"{platform.api}/environmentshub/resolve", json={"name": "gsm8k"}, headers=bearer)
+        evaluation = httpx.post(f"{platform.api}/evaluations/", headers=bearer, json={
+            "name": "secret-eval", "environments": [{"id": env.json()["data"]["id"]}],
+            "metadata": {"config_source": {"format": "toml", "text": "model = 'private'", "filename": "e.toml"}}}).json()
+        base = platform.base_url
+        pages = [evaluation["viewer_url"].replace(base, ""), "/", "/dashboard/", "/dashboard/static/viewer.css",
+                 f"/dashboard/run?run={evaluation['evaluation_id']}"]
+        for path in pages:
+            r = httpx.get(base + path)
+            assert r.status_code == 303 and r.headers["location"].startswith("/login"), path
+            assert "private" not in r.text and "secret-eval" not in r.text
+        login = httpx.post(base + "/login", data={"token": TOKEN, "next": "/dashboard/"})
+        assert login.status_code == 303
+        with httpx.Client(base_url=base, cookies=login.cookies, follow_redirects=True) as session:
+            page = session.get(evaluation["viewer_url"].replace(base, ""))
+            assert page.status_code == 200 and "secret-eval" in page.text
+            # the session cookie opens pages, never the API: that stays Bearer-only
+            assert session.get("/api/v1/evaluations/").status_code == 401
+        assert httpx.get(f"{platform.api}/evaluations/").status_code == 401
+        assert httpx.get(f"{platform.api}/evaluations/", headers=bearer).status_code == 200
+
+
+def test_without_a_token_the_dashboard_answers_only_to_loopback_names(tmp_path):
+    with platform_process.running(tmp_path / "p.db") as platform:
+        assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
+        assert httpx.get(platform.base_url + "/dashboard/").status_code == 200
+        assert httpx.get(platform.api + "/evaluations/", headers={"Host": "evil.example"}).status_code == 200
