@@ -65,6 +65,31 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
             check_earlier = False  # every segment before it was read or checked in this pass
 
 
+def track_seal(seal: dict[str, Any] | None, seal_segment: int | None, record: Any
+               ) -> tuple[dict[str, Any] | None, int | None]:
+    """The seal that ends the log so far, and its segment, once ``record`` is read.
+
+    Only the *last* segment's seal ends a run (docs/spool-format.md, section 7): a record
+    of a later segment drops the seal (the run was resumed after it). The reader passes no
+    headers on, so the record's segment index is what tells. Every stream that ships a run
+    (rows for samples, lines for traces) follows its seal with this and :func:`seal_if_last`.
+    """
+    if seal is not None and record.segment_index != seal_segment:
+        seal, seal_segment = None, None
+    if record.type == SEAL:
+        seal, seal_segment = record.data, record.segment_index
+    return seal, seal_segment
+
+
+def seal_if_last(run_dir: Path, seal: dict[str, Any] | None, seal_segment: int | None) -> dict[str, Any] | None:
+    """``seal`` if no segment follows its own at the end of a pass, else None: a resumed
+    writer that has written only its header yields no record, yet its run is not over."""
+    if seal is None:
+        return None
+    segments = list_segments(run_dir)
+    return None if segments and segments[-1][0] != seal_segment else seal
+
+
 @dataclass
 class RowStream:
     """Rows of one run from ``cursor`` on. After iteration, ``seal`` holds the seal that ended
@@ -96,21 +121,15 @@ class RowStream:
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
-            if self.seal is not None and record.segment_index != self.seal_segment:
-                self.seal = None  # a later segment: the run was resumed after that seal
+            self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
-        if self.seal is not None:
-            segments = list_segments(self.run_dir)
-            if segments and segments[-1][0] != self.seal_segment:
-                self.seal = None  # a later segment exists, with nothing durable past its header yet
+        self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
             after = Cursor.at(record.after)
-            if record.type == SEAL:
-                self.seal, self.seal_segment = record.data, record.segment_index
             if record.type != EPISODE:
                 self.cursor = after
                 continue

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.spool.format import CRASHED, EPISODE, HEADER, SEAL
+from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
-from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records
+from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records, seal_if_last, track_seal
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 if TYPE_CHECKING:
@@ -63,6 +63,12 @@ class LineStream:
     seal: dict[str, Any] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
+    seal_segment: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seal is not None and self.seal_segment is None and self.cursor is not None:
+            self.seal_segment = self.cursor.segment_index
 
     def lines(self) -> Iterator[Line]:
         from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
@@ -73,10 +79,7 @@ class LineStream:
         for record in durable_records(engine.run_dir, start, skip_corrupt=engine.options.skip_corrupt,
                                       skipped=self.skipped):
             after = Cursor.at(record.after)
-            if record.type == HEADER:
-                self.seal = None  # a later segment: the run was resumed after that seal
-            elif record.type == SEAL:
-                self.seal = record.data
+            self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if record.type == EPISODE:
                 members = record.data.get("traces")
                 yield Line(encode_line(stamp_run(record.data, run_id, RUN_TYPE)), after,
@@ -84,6 +87,7 @@ class LineStream:
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
+        self.seal = seal_if_last(engine.run_dir, self.seal, self.seal_segment)
         self.done = True
 
 
