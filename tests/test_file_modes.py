@@ -76,3 +76,13 @@ def test_the_spool_and_the_shipper_log_are_private(tmp_path: Path, monkeypatch: 
     log = spool_dir(tmp_path / "outputs" / "run") / SHIPPER_LOG_NAME
     assert log.exists()
     assert _loose(_modes(tmp_path / "outputs"), tmp_path / "outputs") == {}  # outputs/ was created too
+
+
+def test_a_viewer_export_is_private_folders_included(tmp_path: Path):
+    build_run(tmp_path / "runs" / "run", "modes-export", 2)
+    out = tmp_path / "site" / "export"  # "site" is created too
+    done = subprocess.run([*CLI, "view", str(tmp_path / "runs"), "--export", str(out)], capture_output=True,
+                          text=True, env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(out.rglob("*.html"))
+    assert _loose(_modes(tmp_path / "site"), tmp_path / "site") == {}
