@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from commands.eval import eval_command
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -26,6 +27,7 @@ cli.add_command(verify)
 cli.add_command(sync)
 cli.add_command(status)
 cli.add_command(platform)
+cli.add_command(eval_command)
 cli.add_command(view)
 
 

@@ -37,7 +37,8 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
         return
     for run in runs:
         click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
-                   f"{run.episodes} episodes in {run.segments} segment(s)")
+                   f"{run.episodes} episodes in {run.segments} segment(s)"
+                   + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:
             click.echo(f"  error: {run.error}")
         for warning in run.warnings:
@@ -50,6 +51,11 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
                     f"{_held(dest)}, {dest.pending} episodes pending, {done}")
             if dest.replay_id:
                 line += f" (replay {dest.replay_id[:8]})"
+            if dest.held_back:
+                line += f", {dest.held_back} errored held back until the run completes"
+            if dest.superseded_after_push:
+                line += (f", {dest.superseded_after_push} superseded after they were pushed "
+                         "(the platform keeps their rows; sync --replay for a clean evaluation)")
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
             if dest.skipped_too_large:

@@ -127,6 +127,14 @@ class RunMismatchError(SpoolError, ValueError):
     """``open_run`` was asked to continue a run directory as a different run."""
 
 
+class UnsupportedRunConfigError(SpoolError, ValueError):
+    """An eval config asks for something the spool cannot do (``run.attach``)."""
+
+
+class VerifiersVersionError(SpoolError):
+    """The installed verifiers' eval runner is not one ``prime-runs eval`` knows how to bind."""
+
+
 class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
 
@@ -208,6 +216,10 @@ class StoreError(SpoolError):
 
 class NotFound(SpoolError, LookupError):
     """An id (evaluation or environment) the local platform's store does not hold."""
+
+
+class AlreadyClosed(SpoolError):
+    """A status update reached a local platform evaluation that is already closed (409)."""
 
 
 class DeadlineExceeded(SpoolError):

@@ -54,7 +54,7 @@ def test_regenerating_gives_the_committed_runs(regenerated: Path) -> None:
         "gsm8k-resumed": "completed",
         "judge-credentials": "completed",
     }
-    assert committed["gsm8k-resumed"]["segments"] == [("crashed", 3, False), ("completed", 3, False)]
+    assert committed["gsm8k-resumed"]["segments"] == [("cancelled", 3, False), ("completed", 3, False)]
     assert committed["gsm8k-clean-source"]["config_source"]
     assert not committed["judge-credentials"]["config_source"]
 

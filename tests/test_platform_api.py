@@ -158,6 +158,41 @@ def test_finalize_completes_and_a_second_finalize_is_recorded(client):
     assert got["finalize_count"] == 2 and got["status"] == "COMPLETED" and got["finalized_at"]
 
 
+def test_put_status_closes_out_failed_or_cancelled_and_a_closed_one_is_409(client):
+    """prime-runs 0.1.4's close-out: PUT {"status", "error_message"}; 409 once closed."""
+    cancelled = new_eval(client)["evaluation_id"]
+    r = client.put(f"/evaluations/{cancelled}", json={"status": "CANCELLED", "error_message": "interrupted"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["error_message"]) == ("CANCELLED", "interrupted")
+    again = client.put(f"/evaluations/{cancelled}", json={"status": "FAILED", "metadata": {"x": 1}})
+    assert again.status_code == 409  # the whole update refused: nothing written
+    assert get_eval(client, cancelled)["metadata"] != {"x": 1}
+    assert get_eval(client, cancelled)["status"] == "CANCELLED"
+    # a resumed run that completes may still finalize it
+    assert client.post(f"/evaluations/{cancelled}/finalize", json={"metrics": {}}).json()["status"] == "COMPLETED"
+
+    failed = new_eval(client)["evaluation_id"]
+    r = client.put(f"/evaluations/{failed}", json={"status": "FAILED", "error_message": "x" * 5000})
+    assert r.json()["status"] == "FAILED" and len(r.json()["error_message"]) == 4096
+    assert client.put(f"/evaluations/{failed}", json={"status": "COMPLETED"}).status_code == 422
+
+
+def test_the_client_treats_409_as_already_closed(server):
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.platform_api.v0 import terminal_status_body
+
+    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as raw:
+        evaluation_id = new_eval(raw)["evaluation_id"]
+    settings = Settings(base_url=server.base_url, api_key=Secret(TOKEN), team_id=None, frontend_url=server.base_url)
+    with PlatformClient(settings) as platform:
+        body = terminal_status_body("crashed", "the process exited without finishing the run")
+        assert body == {"status": "FAILED", "error_message": "crashed: the process exited without finishing the run"}
+        assert platform.set_terminal_status(evaluation_id, body) is True
+        assert platform.set_terminal_status(evaluation_id, terminal_status_body("cancelled", "interrupted")) is False
+        assert platform.get_evaluation(evaluation_id)["status"] == "FAILED"
+
+
 def test_finalize_unknown_is_404_and_malformed_is_422(client):
     assert client.post("/evaluations/nope/finalize", json={"metrics": {}}).status_code == 404
     e = new_eval(client)

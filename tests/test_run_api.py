@@ -209,7 +209,8 @@ def test_summary_end_to_end_against_hand_computed_values(tmp_path: Path) -> None
         small_episode("b", ok=False, rewards={"x": (1.0, 2.0)}, metrics={"m": 3.0, "n": float("nan")}),
         small_episode("c", traces=[]),
     ])
-    expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"m": 2.0}, "avg_error": 1 / 3}
+    # avg_metrics: the rewards' own scores (x: 0.5 and 1.0; y: 1.0) and the metrics
+    expected = {"avg_reward": (0.5 + 2.0) / 2, "avg_metrics": {"x": 0.75, "y": 1.0, "m": 2.0}, "avg_error": 1 / 3}
     assert run.finish() == expected
     assert seal_of(tmp_path)["summary"] == expected
     assert seal_of(tmp_path)["episodes"] == 3
@@ -279,8 +280,8 @@ def test_abort_error_is_one_truncated_line() -> None:
 
 @pytest.mark.parametrize(
     ("exc", "status"),
-    [(ValueError("boom"), "failed"), (KeyboardInterrupt(), "crashed"), (asyncio.CancelledError(), "crashed"),
-     (SystemExit(3), "crashed")],
+    [(ValueError("boom"), "failed"), (KeyboardInterrupt(), "cancelled"), (asyncio.CancelledError(), "cancelled"),
+     (SystemExit(3), "cancelled")],
 )
 def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, status: str) -> None:
     with pytest.raises(type(exc)):
@@ -289,7 +290,9 @@ def test_context_manager_exception_paths(tmp_path: Path, exc: BaseException, sta
             raise exc
     assert run.status == status
     seal = seal_of(tmp_path)
-    assert seal["status"] == status and seal["error"] == describe_error(exc)
+    # an interrupt is recorded as prime-runs 0.1.4 records it: cancelled, "interrupted"
+    assert seal["status"] == status
+    assert seal["error"] == ("interrupted" if status == "cancelled" else describe_error(exc))
     assert read_run(tmp_path).status == status
 
 
@@ -427,7 +430,7 @@ def test_disabled_mode_writes_nothing_but_behaves_the_same(tmp_path: Path) -> No
     assert run.log_episodes([small_episode("a"), small_episode("a")]) == 1
     with pytest.raises(TypeError):
         run.log_episodes([42])
-    assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {}, "avg_error": 0.0}
+    assert run.finish() == {"avg_reward": 1.0, "avg_metrics": {"r": 1.0}, "avg_error": 0.0}
     with pytest.raises(RunClosedError):
         run.log_episodes([small_episode("b")])
     assert not run_dir.exists()
@@ -557,3 +560,21 @@ def test_a_corrupt_spool_is_not_resumed(tmp_path: Path) -> None:
     with pytest.raises(CorruptSpoolError):
         basic_run(tmp_path)
     assert len(list_segments(tmp_path)) == 1
+
+
+def test_a_resume_that_supersedes_gives_the_retry_its_slot_number_and_summary(tmp_path: Path) -> None:
+    """content/supersede.py: the retry takes the superseded attempt's number (lowest free),
+    never one a remaining episode holds, and the summary covers the effective set only."""
+    first = basic_run(tmp_path)
+    first.log_episodes([small_episode("a"), small_episode("b", ok=False), small_episode("x", idx=1, ok=False)])
+    first.abort(KeyboardInterrupt())
+    second = open_run(tmp_path, name="n", supersedes=["b", "x"])
+    second.log_episodes([small_episode("c")])  # task 0's retry
+    assert second.finish()["avg_error"] == 0.0  # a and c; b and x replaced
+    third = open_run(tmp_path, name="n", supersedes=["b", "x"])  # b stays out of traces.jsonl
+    third.log_episodes([small_episode("d"), small_episode("y", idx=1)])
+    third.finish()
+    numbers = {meta["episode_id"]: meta["rollout_number"] for meta in episode_metas(tmp_path)}
+    assert numbers == {"a": 1, "b": 2, "x": 1, "c": 2, "d": 3, "y": 1}
+    manifests = [r.data for r in read_run(tmp_path).records() if r.type == "manifest"]
+    assert [m.get("supersedes") for m in manifests] == [None, ["b", "x"], ["b", "x"]]

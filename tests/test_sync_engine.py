@@ -225,7 +225,46 @@ def test_failed_run_records_its_end_and_is_not_finalized(tmp_path: Path, platfor
     assert evaluation["finalize_count"] == 0
     assert evaluation["metadata"]["prime_runs"]["status"] == "failed"
     assert evaluation["metadata"]["prime_runs"]["error"] == "RuntimeError: judge unreachable"
+    # closed out as prime-runs 0.1.4 does it: PUT {"status": "FAILED", "error_message": ...}
+    assert (evaluation["status"], evaluation["error_message"]) == ("FAILED", "RuntimeError: judge unreachable")
     assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+
+
+@pytest.mark.parametrize(("seal", "error", "platform_status", "message"), [
+    ("cancelled", "interrupted", "CANCELLED", "interrupted"),
+    ("crashed", "the process exited without finishing the run", "FAILED",
+     "crashed: the process exited without finishing the run"),
+    ("failed", "E" * 5000, "FAILED", "E" * 4096),
+])
+def test_a_run_that_did_not_complete_is_closed_out_with_its_status(
+    tmp_path: Path, platform: FakePlatform, seal: str, error: str, platform_status: str, message: str
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.seal(seal, error=error)
+    assert syncer(builder.run_dir, platform).run().state == seal
+    evaluation = assert_exactly_once(platform, builder)
+    assert evaluation["finalize_count"] == 0
+    assert (evaluation["status"], evaluation["error_message"]) == (platform_status, message)
+    assert evaluation["metadata"]["prime_runs"]["status"] == seal  # today's record, alongside
+
+
+def test_a_crash_without_a_seal_arrives_as_failed_and_409_counts_as_closed(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.abandon()
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    evaluation, _ = only_evaluation(platform)
+    assert (evaluation["status"], evaluation["error_message"]) == ("FAILED", "crashed")
+    # the state file lost: a second pass closes it out again, meets 409, and is done
+    for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+        path.unlink()
+    assert syncer(builder.run_dir, platform).run().state == "crashed"
+    assert platform.requests.count(("PUT", f"/evaluations/{evaluation['evaluation_id']}")) == 4
 
 
 def test_live_run_is_pushed_and_left_open(tmp_path: Path, platform: FakePlatform) -> None:
@@ -477,3 +516,101 @@ def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
     assert len(platform.evaluations) == 6
     pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
     assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"
+
+
+# -- resumed runs: held-back errored episodes, superseded ones (docs/sync.md, "Resumed runs") --
+
+
+def test_errored_episodes_are_held_back_until_the_run_completes(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(1)
+    ok_ids = [builder.ids[i] for i in (0, 1, 4)]
+    errored = builder.ids[2:4]
+    builder.seal("cancelled", error="interrupted")
+    assert syncer(builder.run_dir, platform).run().state == "cancelled"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == ok_ids  # a resume is expected to retry the rest
+    assert evaluation["metadata"]["prime_runs"]["held_back"] == 2
+    # resumed, nothing retried, completes: the held-back ones go now, once
+    builder.open_segment()
+    builder.add(1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == ok_ids + [builder.ids[5]] + errored
+    assert evaluation["finalize_count"] == 1
+    assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+    assert len(platform.samples[evaluation["evaluation_id"]]) == 6
+
+
+def test_superseded_episodes_never_become_rows_and_metrics_follow_the_latest_seal(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(1, ok=False)
+    builder.abandon()  # crashed: the errored one is held back
+    syncer(builder.run_dir, platform).run()
+    errored = builder.ids[3]
+    builder.open_segment(supersedes=[errored])  # the resume re-ran its slot
+    builder.add(1)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids[:3] + [builder.ids[4]]
+    assert evaluation["metrics"]["avg_error"] == 0.0  # over the effective set: the retry, not the error
+    assert "prime_runs" not in evaluation["metadata"]
+
+
+def test_a_superseded_episode_already_pushed_is_said_in_the_metadata(tmp_path: Path, platform: FakePlatform) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()  # completed with an error: the errored episode is pushed
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    errored = builder.ids[2]
+    builder.open_segment(supersedes=[errored])  # then verifiers --resume retried it
+    builder.add(1)
+    builder.seal()
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "synced"
+    assert any("superseded" in warning and "append-only" in warning for warning in report.warnings)
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == builder.ids  # append-only: the error stays
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [errored]
+    assert evaluation["metrics"]["avg_error"] == 0.0  # re-sent after the first finalize: the latest seal's
+    assert evaluation["finalize_count"] == 1
+    # the way out the warning names: a replay is a new evaluation of the effective set only
+    replay = syncer(builder.run_dir, platform, replay=True, replay_id="rp1").run()
+    assert replay.state == "synced"
+    (fresh,) = [e for e in platform.evaluations.values() if e["metadata"].get("replay_id") == "rp1"]
+    rows = platform.samples[fresh["evaluation_id"]]
+    assert [row["sample_id"] for row in rows] == builder.ids[:2] + [builder.ids[3]]
+    assert "prime_runs" not in fresh["metadata"] and fresh["finalize_count"] == 1
+
+
+def test_status_says_what_is_held_back_and_what_was_superseded_after_push(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    from prime_runs_spool.sync.status import run_status
+
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()
+    syncer(builder.run_dir, platform).run()  # completed: the errored one was pushed
+    builder.open_segment(supersedes=[builder.ids[2]])
+    builder.add(1)
+    builder.add(1, ok=False)
+    builder.seal("cancelled", error="interrupted")
+    syncer(builder.run_dir, platform).run()
+    status = run_status(builder.run_dir)
+    (dest,) = status.destinations
+    assert (status.status, status.superseded) == ("cancelled", 1)
+    assert (dest.held_back, dest.superseded_after_push) == (1, 1)

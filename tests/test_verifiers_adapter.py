@@ -187,7 +187,7 @@ def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: py
     abort_eval_run(run, RuntimeError("eval failed"))  # the seal fails too, quietly
 
 
-def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
+def test_cancelled_eval_is_sealed_cancelled(tmp_path: Path) -> None:
     run = open_eval_run(eval_config(tmp_path), num_examples=1)
 
     async def eval_loop() -> None:
@@ -200,4 +200,102 @@ def test_cancelled_eval_is_sealed_crashed(tmp_path: Path) -> None:
 
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(eval_loop())
-    assert read_run(run.dir).status == "crashed"
+    spool = read_run(run.dir)
+    assert spool.status == "cancelled"
+    seal = [r for r in spool.records() if r.type == "seal"][-1]
+    assert seal.data["error"] == "interrupted"
+
+
+# -- against the released verifiers (0.4.0): its real EvalConfig ---------------------------
+
+TASKSET_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "verifiers"
+
+
+def released_config(tmp_path: Path, **fields: Any) -> Any:
+    """verifiers' own EvalConfig, resolved the way vf-eval resolves it (the tiny taskset)."""
+    pytest.importorskip("verifiers.v1.configs.cli.eval")
+    import sys
+
+    if str(TASKSET_DIR) not in sys.path:
+        sys.path.insert(0, str(TASKSET_DIR))
+    from verifiers.v1.configs.cli.eval import EvalConfig as ReleasedEvalConfig
+
+    data = {"model": "fake/model", "num_rollouts": 2, "output_dir": str(tmp_path / "outputs"),
+            "run": {"name": "tiny"}, "env": {"taskset": {"id": "tiny_taskset"}},
+            "client": {"type": "eval", "headers": {"X-Secret": "sekrit_HEADER"}}, **fields}
+    return ReleasedEvalConfig.model_validate(data)
+
+
+def test_released_config_gets_the_runs_id_through_assign_id(tmp_path: Path) -> None:
+    config = released_config(tmp_path)
+    with pytest.raises(RuntimeError):  # 0.4.0: no id before open_run assigns one
+        config.run.id
+    run = open_eval_run(config, num_examples=3)
+    assert config.run.id == run.id  # assigned once, the spool's id
+    assert run.dir == tmp_path / "outputs" / "tiny"
+    finish_eval_run(run)
+    spool = read_run(run.dir)
+    assert spool.manifest["run_id"] == run.id and spool.manifest["environments"] == ["tiny_taskset"]
+    assert b"sekrit_HEADER" not in all_bytes_under(run.dir)
+
+
+def test_released_config_resumed_assigns_the_spools_id(tmp_path: Path) -> None:
+    first = open_eval_run(released_config(tmp_path), num_examples=3)
+    abort_eval_run(first, KeyboardInterrupt())
+    config = released_config(tmp_path)  # a new process: a fresh config, no id
+    second = open_eval_run(config, num_examples=3)
+    assert second.resumed and config.run.id == first.id == second.id
+    finish_eval_run(second)
+
+
+def test_released_config_no_push_keeps_the_run_off_disk(tmp_path: Path) -> None:
+    config = released_config(tmp_path, push=False)
+    run = open_eval_run(config, num_examples=3)  # push taken from the config
+    assert run.mode == "disabled" and config.run.id == run.id
+    finish_eval_run(run)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_released_config_with_attach_is_refused_clearly(tmp_path: Path) -> None:
+    from prime_runs_spool.errors import UnsupportedRunConfigError
+
+    config = released_config(tmp_path, run={"name": "tiny", "attach": "eval-123"})
+    with pytest.raises(UnsupportedRunConfigError, match="run.attach='eval-123' is not supported"):
+        open_eval_run(config, num_examples=3)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_sigterm_through_verifiers_interrupt_handler_seals_cancelled(tmp_path: Path) -> None:
+    """verifiers' eval turns SIGTERM (like Ctrl-C) into KeyboardInterrupt; the run ends cancelled."""
+    pytest.importorskip("verifiers.v1.utils.interrupt")
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    from support.env import child_env
+
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(TASKSET_DIR)!r})
+        from verifiers.v1.configs.cli.eval import EvalConfig
+        from verifiers.v1.utils.interrupt import install_interrupt
+        from prime_runs_spool.runner.verifiers import abort_eval_run, open_eval_run
+        config = EvalConfig.model_validate({{"output_dir": {str(tmp_path)!r}, "run": {{"name": "term"}},
+                                             "env": {{"taskset": {{"id": "tiny_taskset"}}}}}})
+        install_interrupt()
+        run = open_eval_run(config, num_examples=1)
+        try:
+            print("ready", flush=True)
+            time.sleep(120)
+        except BaseException as exc:
+            abort_eval_run(run, exc)
+            raise SystemExit(130)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=child_env())
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    spool = read_run(tmp_path / "term")
+    assert spool.status == "cancelled"
+    assert [r for r in spool.records() if r.type == "seal"][-1].data["error"] == "interrupted"

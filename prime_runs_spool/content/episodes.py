@@ -7,6 +7,8 @@ the run summary and the platform's v0 rows (platform_api/v0.py) can never disagr
 
 from __future__ import annotations
 
+import heapq
+
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -66,15 +68,30 @@ class RolloutCounter:
 
     def __init__(self) -> None:
         self._counts: dict[Any, int] = {}
+        #: Numbers given back per key (a superseded attempt's, content/supersede.py), reused
+        #: lowest first, so a run's numbers stay 1..n per task after retried rollouts.
+        self._free: dict[Any, list[int]] = {}
 
     def next_number(self, record: Mapping[str, Any]) -> int | None:
-        """The rollout number of the next episode; ``None`` (and no count) without traces."""
+        """The rollout number of the next episode; ``None`` (and no count) without traces.
+
+        The lowest number given back with :meth:`release`, else one past the highest issued.
+        """
         key = rollout_key(record)
         if key is NO_ROW:
             return None
+        free = self._free.get(key)
+        if free:
+            return heapq.heappop(free)
         number = self._counts.get(key, 0) + 1
         self._counts[key] = number
         return number
+
+    def release(self, key: Any, number: int) -> None:
+        """Give ``number`` back: the episode that held it was superseded, its slot is re-run."""
+        free = self._free.setdefault(key, [])
+        if number not in free:
+            heapq.heappush(free, number)
 
     def observe(self, key: Any, number: int) -> None:
         """Record that an episode with ``key`` already took ``number`` (e.g. on resume)."""

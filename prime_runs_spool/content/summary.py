@@ -14,11 +14,19 @@ Semantics (docs/platform-api.md, "What the dashboard reads"):
   then filtered), and it keeps one definition per run: a per-episode fallback would
   silently mix judges' scores into a policy's average whenever a single episode lost
   its trainable trace.
-- A metric's mean is over the traces that report it.
+- ``avg_metrics`` holds, per name, each reward's own ``score`` (unweighted) and each
+  metric, averaged over the traces that report it; a metric and a reward of the same
+  name on one trace count once, as the metric. This is prime-runs 0.1.4's
+  ``prime_runs.metrics.from_episodes``, which verifiers 0.4.0 seals its runs with: the
+  summary of a run equals the SDK's for the same episodes (tests/test_summary.py and the
+  real ``vf-eval`` run in tests/test_vf_eval_e2e.py check it against the function).
 - ``avg_error`` is the share of episodes whose ``ok`` is not ``True`` (a record without
   ``ok`` counts as an error: we cannot claim it succeeded).
-- Non-finite numbers (NaN, ±inf) are dropped before averaging, as are non-numeric
-  metric values. A mean over nothing is ``None``.
+- A run with no scored trace has ``avg_reward`` 0.0, and one with no episode
+  ``avg_error`` 0.0, as the SDK reports them.
+- The one difference from the SDK, on purpose: non-finite numbers (NaN, ±inf) and
+  non-numeric values are dropped before averaging (the SDK would carry a NaN into a JSON
+  body that cannot hold it); a mean whose every value was dropped is ``None``.
 """
 
 from __future__ import annotations
@@ -44,14 +52,22 @@ class _Means:
         if reward is not None:
             self.reward_sum += reward
             self.reward_count += 1
-        for name, value in (trace.get("metrics") or {}).items():
+        values = {
+            name: reward.get("score")
+            for name, reward in (trace.get("rewards") or {}).items()
+            if isinstance(reward, Mapping) and reward.get("score") is not None
+        }
+        values.update((name, value) for name, value in (trace.get("metrics") or {}).items() if value is not None)
+        for name, value in values.items():
             number = _finite(value)
             if number is not None:
                 self.metric_sums[name] = self.metric_sums.get(name, 0.0) + number
                 self.metric_counts[name] = self.metric_counts.get(name, 0) + 1
 
-    def reward(self) -> float | None:
-        return self.reward_sum / self.reward_count if self.reward_count else None
+    def reward(self, traces: int) -> float | None:
+        if self.reward_count:
+            return self.reward_sum / self.reward_count
+        return 0.0 if traces == 0 else None  # nothing scored (SDK: 0.0) vs every value dropped
 
     def metrics(self) -> dict[str, float]:
         return {name: self.metric_sums[name] / self.metric_counts[name] for name in self.metric_sums}
@@ -82,12 +98,14 @@ class SummaryAccumulator:
         # Counted apart from the means: a trainable trace whose numbers were all dropped
         # as non-finite is still trainable, and must not switch the run to all traces.
         self._trainable_traces = 0
+        self._traces = 0
 
     def add(self, episode: Mapping[str, Any]) -> None:
         self._episodes += 1
         if episode.get("ok") is not True:
             self._errors += 1
         for trace in episode.get("traces") or ():
+            self._traces += 1
             self._all.add(trace)
             if (trace.get("agent") or {}).get("trainable"):
                 self._trainable_traces += 1
@@ -96,10 +114,11 @@ class SummaryAccumulator:
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
         pool = self._trainable if self._trainable_traces else self._all
+        traces = self._trainable_traces or self._traces
         return {
-            "avg_reward": pool.reward(),
+            "avg_reward": pool.reward(traces),
             "avg_metrics": pool.metrics(),
-            "avg_error": self._errors / self._episodes if self._episodes else None,
+            "avg_error": self._errors / self._episodes if self._episodes else 0.0,
         }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 import orjson
@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from prime_runs_spool.errors import DeadlineExceeded, NotFound
+from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
@@ -84,6 +84,9 @@ class CreateBody(_Body):
 class UpdateBody(_Body):
     metadata: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
+    #: A producer closing the evaluation out (prime-runs 0.1.4); COMPLETED only comes from finalize.
+    status: Literal["FAILED", "CANCELLED"] | None = None
+    error_message: str | None = None
 
 
 class FinalizeBody(_Body):
@@ -253,7 +256,8 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         body = await _model_body(request, UpdateBody)
         evaluation = await run_in_threadpool(
             lambda: store.update_evaluation(
-                request.path_params["id"], metadata=body.metadata, metrics=body.metrics
+                request.path_params["id"], metadata=body.metadata, metrics=body.metrics,
+                status=body.status, error_message=body.error_message,
             )
         )
         return ORJSONResponse(document(request, evaluation))
@@ -321,6 +325,9 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
     async def deadline_exceeded(request: Request, exc: Exception) -> Response:
         return ORJSONResponse({"detail": str(exc)}, status_code=503)
 
+    async def already_closed(request: Request, exc: Exception) -> Response:
+        return ORJSONResponse({"detail": str(exc)}, status_code=409)
+
     routes = [
         Route(f"{API}/environmentshub/resolve", resolve_environment, methods=["POST"]),
         Route(f"{API}/environmentshub/{{owner}}/{{name}}/@latest", get_environment, methods=["GET"]),
@@ -346,7 +353,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         routes=routes,
         middleware=middleware,
         exception_handlers={HTTPException: http_error, NotFound: not_found,
-                            DeadlineExceeded: deadline_exceeded},
+                            DeadlineExceeded: deadline_exceeded, AlreadyClosed: already_closed},
     )
 
 

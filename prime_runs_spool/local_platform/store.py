@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.errors import DeadlineExceeded, NotFound, StoreError
+from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, StoreError
 from prime_runs_spool.spool.layout import private_database
 
 #: When set (a ``time.monotonic()`` value), no write commits after it: the request that
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     updated_at TEXT NOT NULL,
     finalized_at TEXT,
     finalize_count INTEGER NOT NULL DEFAULT 0,
-    total_samples INTEGER NOT NULL DEFAULT 0
+    total_samples INTEGER NOT NULL DEFAULT 0,
+    error_message TEXT
 );
 CREATE TABLE IF NOT EXISTS evaluation_environments (
     evaluation_id TEXT NOT NULL,
@@ -85,8 +86,14 @@ CREATE INDEX IF NOT EXISTS samples_by_evaluation ON samples (evaluation_id, seq)
 _EVALUATION_COLUMNS = (
     "id, name, model_name, dataset, framework, description, team_id, environments, tags, "
     "metadata, metrics, status, created_at, updated_at, finalized_at, finalize_count, "
-    "total_samples"
+    "total_samples, error_message"
 )
+#: The statuses a producer may close an evaluation out with (``PUT /evaluations/{id}``).
+CLOSING_STATUSES = ("FAILED", "CANCELLED")
+#: Statuses after which a status update is refused with 409, as the platform's status guard does.
+CLOSED_STATUSES = ("COMPLETED", "FAILED", "CANCELLED")
+#: The platform keeps at most this many characters of ``error_message``.
+ERROR_MESSAGE_MAX_CHARS = 4096
 
 
 def _now() -> str:
@@ -108,9 +115,17 @@ class Store:
         try:
             private_database(self.path)  # it holds episodes and errors: 0600, like the spool
             self._conn().executescript(_SCHEMA)
+            self._add_missing_columns()
         except (sqlite3.Error, OSError) as exc:
             self.close()
             raise StoreError(f"cannot open database {self.path}: {exc}") from None
+
+    def _add_missing_columns(self) -> None:
+        """A database written before ``error_message`` existed gets the column (NULL)."""
+        conn = self._conn()
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(evaluations)")}
+        if "error_message" not in columns:
+            conn.execute("ALTER TABLE evaluations ADD COLUMN error_message TEXT")
 
     # -- connections -------------------------------------------------------------------
 
@@ -251,10 +266,27 @@ class Store:
         *,
         metadata: dict[str, Any] | None,
         metrics: dict[str, Any] | None,
+        status: str | None = None,
+        error_message: str | None = None,
     ) -> dict[str, Any]:
-        """Replace ``metadata`` and/or ``metrics`` whole (a field left out is kept)."""
+        """Replace ``metadata`` and/or ``metrics`` whole (a field left out is kept).
+
+        ``status`` (``FAILED`` or ``CANCELLED``, checked by the app) closes the evaluation
+        out, with ``error_message`` capped at 4,096 characters. An evaluation already
+        closed refuses the whole update (:class:`AlreadyClosed`, a 409), nothing written,
+        as the platform's status guard does; finalizing it later is still accepted (a
+        resumed run that completes).
+        """
         with self._write() as conn:
-            self._require(conn, evaluation_id)
+            (current,) = self._require(conn, evaluation_id, "status")
+            if status is not None:
+                if current in CLOSED_STATUSES:
+                    raise AlreadyClosed(f"evaluation {evaluation_id} is already {current}")
+                conn.execute(
+                    "UPDATE evaluations SET status = ?, error_message = ? WHERE id = ?",
+                    (status, None if error_message is None else error_message[:ERROR_MESSAGE_MAX_CHARS],
+                     evaluation_id),
+                )
             if metadata is not None:
                 conn.execute(
                     "UPDATE evaluations SET metadata = ? WHERE id = ?",
@@ -374,7 +406,7 @@ def _evaluation(row: tuple[Any, ...]) -> dict[str, Any]:
     (
         evaluation_id, name, model_name, dataset, framework, description, team_id,
         environments, tags, metadata, metrics, status, created_at, updated_at,
-        finalized_at, finalize_count, total_samples,
+        finalized_at, finalize_count, total_samples, error_message,
     ) = row
     return {
         "evaluation_id": evaluation_id,
@@ -395,4 +427,5 @@ def _evaluation(row: tuple[Any, ...]) -> dict[str, Any]:
         "finalized_at": finalized_at,
         "finalize_count": finalize_count,
         "total_samples": total_samples,
+        "error_message": error_message,
     }

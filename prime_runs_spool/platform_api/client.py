@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 #: A samples body goes out in slices of this size (views, not copies): handed whole to
 #: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
 _SEND_CHUNK = 1 << 20
+#: The answer to a status update of an evaluation that is already closed.
+CONFLICT = 409
 
 
 class _Chunks:
@@ -226,6 +228,20 @@ class PlatformClient:
         if metrics is not None:
             payload["metrics"] = metrics
         return self._request("PUT", f"/evaluations/{evaluation_id}", json_body=payload)
+
+    def set_terminal_status(self, evaluation_id: str, body: Mapping[str, Any]) -> bool:
+        """Close the evaluation out as FAILED or CANCELLED (``v0.terminal_status_body``).
+
+        Idempotent. Returns False when the platform answers 409: the evaluation is already
+        closed, so its outcome is recorded either way (as prime-runs 0.1.4 treats it).
+        """
+        try:
+            self._request("PUT", f"/evaluations/{evaluation_id}", json_body=dict(body))
+        except PlatformError as exc:
+            if exc.status == CONFLICT:
+                return False
+            raise
+        return True
 
     def finalize(self, evaluation_id: str, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
         """NOT idempotent: each call enqueues the platform's statistics job again."""

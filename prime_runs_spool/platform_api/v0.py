@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
+from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -36,6 +37,11 @@ from prime_runs_spool.content.episodes import (
 #: The platform's ceiling on one request body (25 MiB, docs/platform-api.md): the one
 #: definition; the client, sync's batching, the CLI and the local platform all read it.
 MAX_REQUEST_BYTES = 26_214_400
+#: The platform status a run that did not complete is closed out with, by seal status
+#: (prime-runs 0.1.4: a crash arrives as FAILED, with its reason in ``error_message``).
+TERMINAL_PLATFORM_STATUS = {FAILED: "FAILED", CANCELLED: "CANCELLED", CRASHED: "FAILED"}
+#: ``error_message`` is capped at this many characters (the platform caps it server-side too).
+ERROR_MESSAGE_MAX_CHARS = 4096
 #: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
 ENVELOPE_BYTES = 14
 #: The metadata keys the dashboard's evaluation list reads unconditionally.
@@ -182,25 +188,24 @@ def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request
 
 
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
-    """A copy of ``record`` whose ``run.id``, and every member trace's, is ``evaluation_id``.
+    """A copy of ``record`` whose ``run.id``, and that of every member trace that has a ``run``, is ``evaluation_id``.
 
-    Upstream copies the episode's run onto every member trace when it uploads, so a trace
-    row found on the platform leads back to its evaluation: we do the same. A record without
-    a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and the containers
-    leading to them are copied; everything else is shared with the spooled record.
+    prime-runs 0.1.4's sample rows wrap ``episode.to_record()`` of an episode the runner
+    stamped with the evaluation's id, so the wrapper's ``run.id`` is the evaluation id; a
+    member trace keeps what it had (verifiers 0.4.0 traces carry no ``run``: copying the
+    episode's onto each trace is the Prime Traces sink's doing, not the sample table's).
+    A record without a ``run`` gets ``{"id": evaluation_id}``. Only the ``run`` objects and
+    the containers leading to them are copied; everything else is shared with the record.
     """
     out = dict(record)
     run = record.get("run")
-    episode_run = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
-    out["run"] = episode_run
+    out["run"] = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
     traces = record.get("traces")
-    if traces:
-        new_traces = []
-        for trace in traces:
-            trace_run = trace.get("run")
-            stamped = {**trace_run, "id": evaluation_id} if isinstance(trace_run, Mapping) else episode_run
-            new_traces.append({**trace, "run": stamped})
-        out["traces"] = new_traces
+    if traces and any(isinstance(trace.get("run"), Mapping) for trace in traces):
+        out["traces"] = [
+            {**trace, "run": {**trace["run"], "id": evaluation_id}} if isinstance(trace.get("run"), Mapping) else trace
+            for trace in traces
+        ]
     return out
 
 
@@ -433,3 +438,21 @@ def create_body(manifest: Mapping[str, Any], *, name: str, environment_ids: list
     if dataset:
         body["dataset"] = dataset
     return {key: value for key, value in body.items() if value is not None}
+
+
+def terminal_status_body(status: str, error: str | None) -> dict[str, Any]:
+    """``PUT /evaluations/{id}``'s body closing out a run that did not complete.
+
+    As prime-runs 0.1.4 sends it: ``{"status": "FAILED" | "CANCELLED", "error_message": ...}``,
+    the message at most :data:`ERROR_MESSAGE_MAX_CHARS` characters; a crash is ``FAILED``
+    with ``crashed: <reason>`` (or ``crashed``); no message is sent when there is none.
+    """
+    if status not in TERMINAL_PLATFORM_STATUS:
+        raise ValueError(f"no platform status for a run that ended {status!r}")
+    message = error
+    if status == CRASHED:
+        message = f"{CRASHED}: {error}" if error else CRASHED
+    body: dict[str, Any] = {"status": TERMINAL_PLATFORM_STATUS[status]}
+    if message:
+        body["error_message"] = message[:ERROR_MESSAGE_MAX_CHARS]
+    return body

@@ -1,4 +1,4 @@
-"""How a run ends: sealed ``completed`` by ``finish``, ``failed``/``crashed`` by ``abort``,
+"""How a run ends: sealed ``completed`` by ``finish``, ``failed``/``cancelled`` by ``abort``,
 or ``crashed`` by the exit hook for a run the process left open.
 
 Every way out goes through one :class:`Ending` per run, serialized, so a second caller waits
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, FAILED
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
 
 if TYPE_CHECKING:
     from prime_runs_spool.runner.run import Run
@@ -25,6 +25,8 @@ _log = logging.getLogger("prime_runs_spool")
 ERROR_MAX_CHARS = 500
 #: Exceptions that mean the process was stopped rather than the run failing on its own.
 INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, asyncio.CancelledError, SystemExit)
+#: What a cancelled run's seal records, as prime-runs 0.1.4 does (the interrupt has no message worth keeping).
+INTERRUPTED_ERROR = "interrupted"
 #: What the exit hook records for a run the process left open.
 EXITED_OPEN_ERROR = "the process exited without finishing the run"
 
@@ -47,8 +49,19 @@ def describe_error(error: BaseException | str) -> str:
 
 
 def seal_status_for(error: BaseException | str) -> str:
-    """``crashed`` when the process was interrupted or cancelled, ``failed`` otherwise."""
-    return CRASHED if isinstance(error, INTERRUPTS) else FAILED
+    """``cancelled`` when the process was stopped on purpose (Ctrl-C, SIGTERM raised as
+    ``KeyboardInterrupt``, a cancelled task, ``SystemExit``), ``failed`` otherwise.
+
+    As upstream (prime-runs 0.1.4 via verifiers' ``abort_run``): an interrupt is not a
+    crash. ``crashed`` is left for a run nobody closed: the exit hook's, or a killed
+    process's unsealed segment.
+    """
+    return CANCELLED if isinstance(error, INTERRUPTS) else FAILED
+
+
+def seal_error_for(error: BaseException | str) -> str:
+    """The seal's one-line ``error``: ``interrupted`` for a cancellation, else ``Type: message``."""
+    return INTERRUPTED_ERROR if seal_status_for(error) == CANCELLED else describe_error(error)
 
 
 class Ending:

@@ -12,6 +12,7 @@ episode ids and rollout keys, never with the spool's size.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,13 +39,20 @@ class PriorRun:
     summary: SummaryAccumulator = field(default_factory=SummaryAccumulator)
     episodes: int = 0
     segments: int = 0
+    #: Every episode line of the existing segments, superseded ones included: what a reader
+    #: counts, so what the new segment's header records (docs/spool-format.md, 4.1).
+    episode_lines: int = 0
     #: The highest segment index scanned (0: none). The new segment is created only if it is
     #: still the last one, so two processes opening the run at once never both write it.
     last_index: int = 0
 
 
-def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
+def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] = ()) -> PriorRun:
     """Stream the run's existing segments (none: an empty :class:`PriorRun`).
+
+    ``superseded``: episode ids this resume replaces (content/supersede.py). They stay
+    known (never recorded again) but count neither in the summary nor in the episodes
+    total nor in the rollout numbers: the run continues from its effective set.
 
     Raises :class:`RunInUseError` when a live process still holds one of the segments,
     and lets the reader's ``CorruptSpoolError`` through: appending after damage would put
@@ -62,16 +70,36 @@ def scan_prior_run(run_dir: str | os.PathLike[str]) -> PriorRun:
             prior.run_id = _header_run_id(path)
     prior.segments = len(segments)
     prior.last_index = segments[-1][0] if segments else 0
+    numbers = _Numbers()
     for record in iter_records(run_dir):
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
-        elif record.type == EPISODE and isinstance(record.data, dict):
-            _observe_episode(prior, record.data, record.meta or {})
+        elif record.type == EPISODE:
+            prior.episode_lines += 1
+            if isinstance(record.data, dict):
+                _observe_episode(prior, record.data, record.meta or {}, superseded, numbers)
+    numbers.give_back(prior.counter)
     return prior
 
 
-def _observe_episode(prior: PriorRun, data: dict[str, Any], meta: dict[str, Any]) -> None:
-    prior.episodes += 1
+@dataclass
+class _Numbers:
+    """Rollout numbers seen during the scan: held by an episode that stays, or released by
+    a superseded one. A number is given back only if no remaining episode holds it (an
+    earlier retry may already have taken it)."""
+
+    held: dict[Any, set[int]] = field(default_factory=dict)
+    released: list[tuple[Any, int]] = field(default_factory=list)
+
+    def give_back(self, counter: RolloutCounter) -> None:
+        for key, number in self.released:
+            if number not in self.held.get(key, ()):
+                counter.release(key, number)
+
+
+def _observe_episode(
+    prior: PriorRun, data: dict[str, Any], meta: dict[str, Any], superseded: Collection[str], numbers: _Numbers
+) -> None:
     episode_id = meta.get("episode_id") or episode_id_of(data)
     if episode_id is not None:
         prior.episode_ids.add(str(episode_id))
@@ -79,7 +107,17 @@ def _observe_episode(prior: PriorRun, data: dict[str, Any], meta: dict[str, Any]
     if isinstance(number, int):
         prior.counter.observe(rollout_key(data), number)
     else:
-        prior.counter.next_number(data)
+        number = prior.counter.next_number(data)
+    key = rollout_key(data)
+    if episode_id is not None and str(episode_id) in superseded:
+        # Its slot is re-run: the retry takes its number (lowest free first, once the scan
+        # is done), and it counts neither in the summary nor in the run's episodes.
+        if isinstance(number, int):
+            numbers.released.append((key, number))
+        return
+    if isinstance(number, int):
+        numbers.held.setdefault(key, set()).add(number)
+    prior.episodes += 1
     prior.summary.add(data)
 
 

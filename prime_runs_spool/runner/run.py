@@ -38,8 +38,9 @@ from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_status_for
+from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_error_for, seal_status_for
 from prime_runs_spool.runner.listeners import DurableListener, Listeners
 from prime_runs_spool.runner.shipping import Shipping
 from prime_runs_spool.runner.admission import Prepared, prepare_episode
@@ -121,7 +122,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``open``, then ``completed``, ``failed`` or ``crashed`` (``closing`` while being sealed)."""
+        """``open``, then ``completed``, ``failed``, ``cancelled`` or ``crashed`` (``closing`` while being sealed)."""
         with self._cond:
             return self._status
 
@@ -342,14 +343,15 @@ class Run:
         return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str) -> None:
-        """Seal the run ``failed``, or ``crashed`` for an interrupt or a cancellation.
+        """Seal the run ``failed``, or ``cancelled`` for an interrupt or a cancellation.
 
-        The error is recorded as one line (``Type: message``, truncated). Never raises on
+        The error is recorded as one line: ``Type: message``, truncated, or
+        ``interrupted`` for a cancellation (as prime-runs 0.1.4 records it). Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
         :meth:`finish` and in a forked child (the run is its parent's).
         """
-        self._ending.close_without_finishing(seal_status_for(error), describe_error(error))
+        self._ending.close_without_finishing(seal_status_for(error), seal_error_for(error))
 
     # -- context manager ------------------------------------------------------------------
 
@@ -384,6 +386,7 @@ def open_run(
     mask_rules: ExtraRules = None,
     created_at: dt.datetime | str | None = None,
     ship_timeout: float | None = None,
+    supersedes: Sequence[str] = (),
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -403,14 +406,17 @@ def open_run(
     When ``run_dir`` already holds a spool, this continues that run: same id (a different
     ``run_id`` is an error), a new segment whose manifest record carries ``"resumed": true``
     and what this process was opened with, episode ids already recorded skipped, rollout
-    numbers and the summary continued.
+    numbers and the summary continued. ``supersedes``: episode ids of the spool that this
+    resume replaces (verifiers' ``--resume`` re-runs their slots; content/supersede.py);
+    listed in the new segment's manifest record, left out of the summary from then on.
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
     extra = _extra_rules(mask_rules)
     episode_rules = MaskRules.defaults_for_episode().extended(extra) if extra else MaskRules.defaults_for_episode()
 
-    prior = scan_prior_run(run_dir) if writes_spool(mode) else PriorRun()
+    superseded = frozenset(supersedes)
+    prior = scan_prior_run(run_dir, superseded) if writes_spool(mode) else PriorRun()
     if prior.run_id is not None and run_id is not None and run_id != prior.run_id:
         raise RunMismatchError(
             f"{run_dir} holds run {prior.run_id}, not {run_id}; "
@@ -436,11 +442,13 @@ def open_run(
         _log.warning("run %s: %s", run_id, warning)
     if resumed:
         manifest["resumed"] = True
+        if supersedes:
+            manifest[SUPERSEDES_KEY] = sorted(superseded & prior.episode_ids)
 
     writer = None
     if mode != DISABLED:
         writer = SegmentWriter.create(run_dir, run_id, expected_last=prior.last_index,
-                                      prior_episodes=prior.episodes)
+                                      prior_episodes=prior.episode_lines)
         try:
             writer.append(MANIFEST, manifest)
         except BaseException:

@@ -8,8 +8,15 @@ This gives the runner what the seed's ``utils/platform.py`` gave it, without the
 
 What it reads from the config (attributes, never imports): ``run.name``, ``run.dir``
 (else ``run.name``), ``run.id`` (optional: the runner's own id, kept as the run id so the
-episodes it stamps match the spool), ``output_dir`` (else ``outputs``), ``model``,
-``env.taskset.id`` (else ``env.id``), ``num_rollouts`` (else ``rollouts_per_example``).
+episodes it stamps match the spool; verifiers 0.4.0's ``RunConfig.id`` is a property that
+raises ``RuntimeError`` until an id is assigned, which counts as "no id yet"),
+``run.attach`` (refused: see :func:`open_eval_run`), ``push`` (``False`` is ``--no-push``),
+``output_dir`` (else ``outputs``), ``model``, ``env.taskset.id`` (else ``env.id``),
+``num_rollouts`` (else ``rollouts_per_example``).
+
+What it gives back: the run's id, through ``config.run.assign_id(id)`` (verifiers 0.4.0:
+callable once, before the first rollout; every episode the runner stamps afterwards
+carries it), else ``config.run.adopt_id(id)`` on configs that have that instead.
 
 The run directory is ``output_dir / run.dir``: the directory verifiers already writes
 the run's results and ``configs/eval.json`` to, so the spool travels with them and
@@ -30,6 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.errors import UnsupportedRunConfigError
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.runner.modes import DISABLED, resolve_mode
 from prime_runs_spool.runner.run import Run, open_run
@@ -61,14 +69,31 @@ def open_eval_run(
     config: Any,
     *,
     num_examples: int | None,
-    push: bool = True,
+    push: bool | None = None,
     config_file: str | os.PathLike[str] | None = None,
+    supersedes: Iterable[str] | None = None,
 ) -> Run:
     """Open (or, under ``--resume``, continue) the run before the first rollout.
 
     ``num_examples`` is the number of tasks selected (``None`` or ``-1`` when unknown);
-    ``config_file`` the ``@`` file the eval was launched from, if any.
+    ``push`` whether the run is recorded (``None``: the config's own ``push``, else
+    ``True``); ``config_file`` the ``@`` file the eval was launched from, if any;
+    ``supersedes`` the spool's episodes a ``--resume`` replaces (content/supersede.py).
+
+    ``run.attach`` (a hosted evaluation's existing platform run) is refused with
+    :class:`UnsupportedRunConfigError`: the spool syncs into an evaluation of its own, so
+    accepting it would leave the launcher's evaluation waiting forever while the user
+    believes the episodes went there.
     """
+    if push is None:
+        push = bool(getattr(config, "push", True))
+    attach = getattr(config.run, "attach", None)
+    if attach:
+        raise UnsupportedRunConfigError(
+            f"run.attach={attach!r} is not supported: a spool syncs into an evaluation of its "
+            "own, not into an existing platform run; drop run.attach (and sync the spool "
+            "with prime-runs sync), or run the eval with verifiers' own vf-eval"
+        )
     mode = eval_mode(push)
     run_dir = eval_run_dir(config)
     # A resumed run keeps the id its spool already holds; a new one takes the runner's.
@@ -87,6 +112,7 @@ def open_eval_run(
         rollouts_per_example=_first_attr(config, "num_rollouts", "rollouts_per_example"),
         run_id=run_id,
         mode=mode,
+        supersedes=tuple(supersedes or ()),
     )
     _adopt_id(config, run)
     return run
@@ -108,7 +134,7 @@ def finish_eval_run(run: Run | None, episodes: Iterable[Any] | None = None) -> d
 
 
 def abort_eval_run(run: Run | None, error: BaseException | str) -> None:
-    """Seal the run failed (crashed for Ctrl-C or a cancellation). Never raises."""
+    """Seal the run failed (cancelled, "interrupted", for Ctrl-C, SIGTERM or a cancellation). Never raises."""
     if run is None:
         return
     try:
@@ -135,15 +161,32 @@ def _first_attr(config: Any, *names: str) -> Any:
 
 
 def _runner_run_id(config: Any) -> str | None:
-    value = getattr(config.run, "id", None)
+    """The runner's own run id, or None when it has none yet.
+
+    verifiers 0.4.0's ``RunConfig.id`` raises ``RuntimeError`` until ``assign_id`` ran;
+    older shapes have a plain attribute, or none at all.
+    """
+    try:
+        value = getattr(config.run, "id", None)
+    except RuntimeError:
+        return None
     return str(value) if value else None
 
 
 def _adopt_id(config: Any, run: Run) -> None:
-    """Tell the runner the run's id when it differs (a resumed spool's id wins)."""
-    adopt = getattr(config.run, "adopt_id", None)
-    if callable(adopt) and _runner_run_id(config) != run.id:
-        adopt(run.id)
+    """Give the runner the run's id (a resumed spool's id wins over the runner's own).
+
+    ``assign_id`` (verifiers 0.4.0) may be called once, and a second call with another id
+    raises; it is called only when the runner's id differs, so a runner that already holds
+    this id is left alone. ``adopt_id`` is the older name for the same.
+    """
+    if _runner_run_id(config) == run.id:
+        return
+    for name in ("assign_id", "adopt_id"):
+        give = getattr(config.run, name, None)
+        if callable(give):
+            give(run.id)
+            return
 
 
 def _config_record(config: Any) -> dict[str, Any] | None:

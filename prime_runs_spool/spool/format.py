@@ -44,8 +44,10 @@ WRITER_RECORD_TYPES = (HEADER, SEAL)
 #: How a run ended, as its seal records it (section 3, "seal").
 COMPLETED = "completed"
 FAILED = "failed"
+#: Stopped on purpose (Ctrl-C, SIGTERM, a cancelled task), as prime-runs 0.1.4 records it.
+CANCELLED = "cancelled"
 CRASHED = "crashed"
-SEAL_STATUSES = (COMPLETED, FAILED, CRASHED)
+SEAL_STATUSES = (COMPLETED, FAILED, CANCELLED, CRASHED)
 
 _DATA_OPEN = b'{"data":'
 _DATA_OPEN_CRC = checksum(_DATA_OPEN)

@@ -31,6 +31,8 @@ SYNC_LOCK_NAME = "sync.lock"
 RUN_LOCK_NAME = "run.lock"
 #: The online shipper's log (verify and sync only look at ``seg-*`` files).
 SHIPPER_LOG_NAME = "shipper.log"
+#: verifiers' own results file, beside the spool in the run directory (not ours: read only).
+VERIFIERS_TRACES_NAME = "traces.jsonl"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -104,6 +106,11 @@ def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
 
 def shipper_log_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SHIPPER_LOG_NAME
+
+
+def verifiers_traces_path(run_dir: str | os.PathLike[str]) -> Path:
+    """verifiers' ``traces.jsonl`` of a run (its results; ``--resume`` rewrites it)."""
+    return Path(run_dir) / VERIFIERS_TRACES_NAME
 
 
 def segment_index(name: str) -> int | None:

@@ -318,6 +318,28 @@ def iter_records(
             yield record
 
 
+def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Each segment's manifest record (the line after its header), in segment order.
+
+    Reads two lines per segment, never a whole segment: a resumed segment's manifest says
+    what that process was opened with (and which episodes it supersedes), which a reader
+    needs before it reads the episodes. A segment whose first lines are not intact is
+    passed over here; ``iter_records`` reports the damage.
+    """
+    for _, path in list_segments(run_dir):
+        try:
+            handle = open(path, "rb")
+        except FileNotFoundError:
+            continue
+        with handle:
+            header = parse_line(handle.readline(MAX_LINE_BYTES + 1))
+            if header is None or header.type != HEADER:
+                continue
+            line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
+        if line is not None and line.type == MANIFEST and isinstance(line.data, dict):
+            yield line.data
+
+
 def durable_mark(segment: Path) -> int:
     """How many bytes of ``segment`` its live writer has fsync'd (0 when it has not said).
 

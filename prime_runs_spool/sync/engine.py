@@ -16,7 +16,8 @@ from typing import Any
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SpoolError, StateProblem, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, MANIFEST
+from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
@@ -24,9 +25,24 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.sync.rows import Batch, RowStream, batches, durable_records, read_ahead
+from prime_runs_spool.content.supersede import is_errored, superseded_in_run
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.platform_api.v0 import project_episode_encoded
+from prime_runs_spool.sync.rows import Batch, Row, RowStream, batches, durable_records, read_ahead
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
+
+
+def _episode_id(record: Any) -> str | None:
+    value = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
+    return None if value is None else str(value)
+
+
+def _no_errors(seal: Mapping[str, Any] | None) -> bool:
+    """The seal's summary says no episode of the run's effective set errored: nothing can be
+    held back, so finishing needs no second read of the spool (the common case)."""
+    summary = (seal or {}).get("summary")
+    return isinstance(summary, Mapping) and summary.get("avg_error") == 0
 
 
 def run_writer_alive(run_dir: Path) -> bool:
@@ -76,6 +92,8 @@ class RunSync:
         self.traces = TracesPush(self)
         #: The run's manifest: read by run() before anything uses it.
         self.manifest: dict[str, Any] = {}
+        #: Episode ids a resumed segment superseded (read at the start of each pass).
+        self.superseded: frozenset[str] = frozenset()
 
     @property
     def state(self) -> SyncState:
@@ -106,6 +124,8 @@ class RunSync:
                 return
             raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
         self.manifest = manifest
+        # Episodes a resumed segment replaced (content/supersede.py): never rows.
+        self.superseded = frozenset(superseded_in_run(self.run_dir))
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")
@@ -168,7 +188,8 @@ class RunSync:
 
     def _stream(self) -> RowStream:
         return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
-                         self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal)
+                         self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal,
+                         superseded=self.superseded, hold_errored=True)
 
     def _push_all(self) -> None:
         while True:
@@ -239,26 +260,111 @@ class RunSync:
     # -- finishing ---------------------------------------------------------------------------
 
     def _summary(self, seal: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The seal's summary (a resumed run's covers its effective set), else one computed
+        by streaming the spool's effective set: every episode but the superseded ones."""
         if seal and isinstance(seal.get("summary"), Mapping):
             return dict(seal["summary"])
         accumulator = SummaryAccumulator()
         for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type == EPISODE:
+            if record.type == EPISODE and _episode_id(record) not in self.superseded:
                 accumulator.add(record.data)
         return accumulator.result()
 
+    def _held_back(self) -> int:
+        """Errored episodes of the effective set not pushed: held until the run completes."""
+        released = set(self.state.released)
+        return sum(1 for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt)
+                   if record.type == EPISODE and is_errored(record.data)
+                   and _episode_id(record) not in self.superseded and _episode_id(record) not in released)
+
+    def _release_held(self) -> None:
+        """The run completed: push the errored episodes held back, those no resume superseded.
+
+        In spool order, in requests of the usual size, each announced like any samples
+        request (its ids recorded as released once it is known to have landed), so a sync
+        killed half way neither loses nor repeats one.
+        """
+        state = self.state
+        released = set(state.released)
+        limit = self.options.max_request_bytes
+        batch, ids = Batch(), []
+        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
+            if record.type != EPISODE or not is_errored(record.data):
+                continue
+            episode_id = _episode_id(record)
+            if episode_id in self.superseded or episode_id in released:
+                continue
+            try:
+                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
+                                               evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
+            except SampleTooLargeError as exc:  # never sendable: passed over and said, as in the stream
+                if not any(s.get("episode_id") == exc.episode_id for s in state.skipped_too_large):
+                    state.skipped_too_large.append({"segment": record.segment_index, "offset": record.offset,
+                                                    "episode_id": exc.episode_id, "reason": str(exc)})
+                    self.report.warnings.append(f"skipped: {exc}")
+                continue
+            for _, data in rows:
+                if not batch.fits(data, limit):
+                    self._send_released(batch, ids)
+                    batch, ids = Batch(), []
+                batch.add(Row(data, None, state.cursor, True))
+            ids.append(str(episode_id))
+        if batch.count:
+            self._send_released(batch, ids)
+
+    def _send_released(self, batch: Batch, ids: list[str]) -> None:
+        state = self.state
+        try:
+            body = batch.body()
+            rows = batch.count
+            self.protocol.send_once(
+                "pushing held-back episodes",
+                InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=len(ids), end=state.cursor,
+                         seal=state.seal, released=list(ids)),
+                lambda: self.client.push_samples(str(state.evaluation_id), body),
+                lambda: self.reconciler.samples_landed(rows))
+            assert state.cursor is not None
+            self.protocol.acknowledge(state.cursor, rows, len(ids), state.seal)
+            self.report.pushed_now += rows
+            self.report.bytes_sent += len(body)
+        finally:
+            batch.release()
+        self._show()
+
+    def _supersede_note(self) -> dict[str, Any]:
+        """What the evaluation's metadata says about superseded episodes already pushed."""
+        state = self.state
+        pushed = sorted(self.superseded & set(state.released) | set(state.superseded_pushed))
+        if pushed != state.superseded_pushed:
+            state.superseded_pushed = pushed
+            self.protocol.save()
+        if pushed:
+            self.report.warnings.append(
+                f"{len(pushed)} episode(s) pushed before a resume superseded them: the platform keeps "
+                "their rows (append-only); sync --replay gives a clean evaluation")
+            return {"superseded_after_push": pushed}
+        return {}
+
     def _finish(self, status: str, seal: Mapping[str, Any] | None) -> None:
         state = self.state
+        if status == COMPLETED and not _no_errors(seal):
+            self._release_held()
+        note = self._supersede_note()
         metrics = self._summary(seal)
         evaluation_id = str(state.evaluation_id)
         if status == COMPLETED:
-            if not state.finalized:
-                metadata = self.evaluation.metadata(self.manifest)
+            if not state.finalized or metrics != state.metrics_sent or note:
+                # Also after the first finalize: a resumed run's later seal changes them.
+                metadata = self.evaluation.metadata(self.manifest, note or None)
                 self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
+                state.metrics_sent = metrics
+                self.protocol.save()
+            if not state.finalized:
                 self._finalize(metrics)
             state.terminal = COMPLETED
             state.terminal_size = self._last_segment_size()
+            state.held_back = 0
             self.protocol.save()
             self.report.state = "synced"
             return
@@ -266,12 +372,21 @@ class RunSync:
             "status": status,
             "finished_at": (seal or {}).get("finished_at"),
             "error": (seal or {}).get("error"),
+            # errored episodes not pushed: a resume is expected to retry them
+            "held_back": (held := self._held_back()),
+            **note,
         }
         metadata = self.evaluation.metadata(self.manifest, terminal)
         self.protocol.retry("recording the run's end", lambda: self.client.update_evaluation(
             evaluation_id, metadata=metadata, metrics=metrics))
+        # Then close it out as prime-runs 0.1.4 does: a second request, because the
+        # platform's status guard refuses a whole update once the evaluation is closed
+        # (409: already closed, which counts as done), and the metadata must land anyway.
+        body = terminal_status_body(status if status in TERMINAL_PLATFORM_STATUS else FAILED, terminal["error"])
+        self.protocol.retry("closing the evaluation out", lambda: self.client.set_terminal_status(evaluation_id, body))
         state.terminal = status
         state.terminal_size = self._last_segment_size()
+        state.held_back = held
         self.protocol.save()
         self.report.state = status
 

@@ -35,7 +35,7 @@ from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
-from prime_runs_spool.spool.format import CRASHED, FAILED
+from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.spool.layout import find_runs, list_segments
 from prime_runs_spool.spool.reader import durable_mark, writer_alive
 from prime_runs_spool.sync.engine import RunSync
@@ -45,7 +45,7 @@ from prime_runs_spool.sync.many import sync_lock
 from prime_runs_spool.sync.state import Destination
 
 #: Report states after which a run with no live writer has nothing left to follow.
-DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CRASHED, "corrupt"})
+DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CANCELLED, CRASHED, "corrupt"})
 #: Report states that mean the run did not get where it should.
 FAILED_STATES = frozenset({"error", "corrupt"})
 

@@ -52,6 +52,9 @@ class Protocol:
 
     def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:
         """A samples request landed: move the state past it."""
+        pending = self.state.in_flight
+        if pending is not None and pending.released:
+            self.state.released.extend(i for i in pending.released if i not in self.state.released)
         self.state.advance(end, rows, episodes, seal)
         self.state.in_flight = None
         self.save()

@@ -21,6 +21,8 @@ from prime_runs_spool.spool.layout import list_segments, segment_index_of
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import is_errored
 
 @dataclass(frozen=True, slots=True)
 class Row:
@@ -110,6 +112,11 @@ class RowStream:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
     seal_segment: int | None = None
+    #: Episodes that give no row: superseded by a resumed segment (content/supersede.py).
+    superseded: frozenset[str] = frozenset()
+    #: Errored episodes are held back (no row here): a resume may still retry them; the
+    #: engine releases them when the run completes (docs/sync.md, "Resumed runs").
+    hold_errored: bool = False
     #: Episodes passed over because no request can carry one of their rows (written before
     #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
     too_large: list[dict[str, Any]] = field(default_factory=list)
@@ -130,7 +137,7 @@ class RowStream:
     def rows(self) -> Iterator[Row]:
         for record in self._records():
             after = Cursor.at(record.after)
-            if record.type != EPISODE:
+            if record.type != EPISODE or self._gives_no_row(record):
                 self.cursor = after
                 continue
             already = 0
@@ -157,6 +164,12 @@ class RowStream:
                 cursor = after if number == last else Cursor.at(record.position, rows_done=number + 1)
                 yield Row(data, row.get("sample_id"), cursor, number == last)
             self.cursor = after
+
+    def _gives_no_row(self, record: Any) -> bool:
+        episode_id = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
+        if episode_id is not None and str(episode_id) in self.superseded:
+            return True
+        return self.hold_errored and is_errored(record.data)
 
 
 #: A request body that grows past this many bytes is *large*: it must first take one of

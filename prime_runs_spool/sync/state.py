@@ -52,6 +52,9 @@ class InFlight(BaseModel):
     """A non-idempotent request that was, or may have been, sent and is not yet settled."""
 
     kind: Literal["create", "samples", "finalize", "traces"]
+    #: For a ``samples`` request releasing held-back episodes: their ids, recorded as
+    #: released once the request is known to have landed.
+    released: list[str] = []
     #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
     #: after ``sent_at + request lifetime``.
     sent_at: float
@@ -94,7 +97,7 @@ class SyncState(BaseModel):
     samples_pushed: int = 0
     episodes_pushed: int = 0
     finalized: bool = False
-    #: The terminal state last recorded on the platform: "completed", "failed", "crashed".
+    #: The terminal state last recorded on the platform: "completed", "failed", "cancelled", "crashed".
     terminal: str | None = None
     #: Size of the last segment when ``terminal`` was recorded. A crashed writer may leave a
     #: torn tail past the cursor; while the file keeps this size there is nothing new.
@@ -107,6 +110,15 @@ class SyncState(BaseModel):
     #: and the member traces they carried.
     uploads: list[str] = []
     traces_pushed: int = 0
+    #: Held-back (errored) episodes pushed when the run completed (docs/sync.md, "Resumed runs").
+    released: list[str] = []
+    #: Errored episodes held back when the run's end was last recorded (0 once it completed).
+    held_back: int = 0
+    #: Episodes a later resume superseded after they were pushed: the append-only platform
+    #: still holds their rows (said in ``status`` and the evaluation's metadata).
+    superseded_pushed: list[str] = []
+    #: The metrics last sent with the metadata (a later seal that changes them sends them again).
+    metrics_sent: dict[str, Any] | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = []
     #: Episodes passed over because no request can carry one of their rows:

@@ -12,6 +12,7 @@ from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.spool.layout import sync_dir
 from prime_runs_spool.spool.reader import iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
+from prime_runs_spool.content.supersede import superseded_in_run
 
 
 @dataclass
@@ -29,6 +30,11 @@ class DestinationStatus:
     terminal: str | None
     replay_id: str | None = None
     in_flight: str | None = None
+    #: Errored episodes not pushed when the run's end was last synced: held back until the
+    #: run completes (a resume may retry them).
+    held_back: int = 0
+    #: Episodes a resume superseded after they were pushed: the platform keeps their rows.
+    superseded_after_push: int = 0
     #: Episodes sync passed over because no request can carry one of their rows.
     skipped_too_large: int = 0
     #: Which store the run's episodes go to there: "traces", "samples", or None (undecided).
@@ -49,6 +55,8 @@ class RunStatus:
     status: str = "unknown"
     segments: int = 0
     episodes: int = 0
+    #: Episodes a resumed segment superseded (content/supersede.py): not part of the results.
+    superseded: int = 0
     destinations: list[DestinationStatus] = field(default_factory=list)
     error: str | None = None
     #: What is not wrong in itself but worth saying (a lock file deleted under its writer).
@@ -84,6 +92,8 @@ def run_status(run_dir: Path) -> RunStatus:
     run.status = spool.status
     run.segments = len(spool.segments)
     run.episodes = spool.episodes_count
+    superseded = superseded_in_run(run_dir)
+    run.superseded = len(superseded)
     if spool.corrupt is not None:
         run.error = corruption_message(spool.corrupt.path, spool.corrupt.corrupt_offset, spool.corrupt.corrupt_reason)
     else:
@@ -106,6 +116,9 @@ def run_status(run_dir: Path) -> RunStatus:
             finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
+            held_back=state.held_back,
+            superseded_after_push=len(state.superseded_pushed),
             skipped_too_large=len(state.skipped_too_large),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed))
     return run
+

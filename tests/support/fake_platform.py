@@ -72,6 +72,11 @@ class FakePlatform:
             return httpx.Response(200, json={"samples": chunk, "total": len(rows), "page": page,
                                              "limit": limit, "hasMore": page * limit < len(rows)})
         if method == "PUT" and len(parts) == 2:
+            if "status" in body:  # a producer's close-out; refused whole once closed
+                if evaluation["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
+                    return httpx.Response(409, json={"detail": "already closed"})
+                evaluation["status"] = body["status"]
+                evaluation["error_message"] = body.get("error_message")
             if "metadata" in body:
                 evaluation["metadata"] = body["metadata"]
             if "metrics" in body:

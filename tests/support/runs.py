@@ -29,16 +29,21 @@ class RunBuilder:
         self.ids: list[str] = []
         self.writer: SegmentWriter | None = None
 
-    def open_segment(self) -> SegmentWriter:
+    def open_segment(self, *, supersedes: list[str] | None = None) -> SegmentWriter:
+        """A new segment; ``supersedes`` lists earlier episodes a resume replaces (as
+        ``prime-runs eval --resume`` records them in the resumed segment's manifest)."""
         self.writer = SegmentWriter.create(self.run_dir, self.run_id)
-        self.writer.append("manifest", manifest_for(self.run_id, environment=self.environment))
+        manifest = manifest_for(self.run_id, environment=self.environment)
+        if supersedes:
+            manifest.update(resumed=True, supersedes=list(supersedes))
+        self.writer.append("manifest", manifest)
         return self.writer
 
-    def add(self, n: int, *, size: int = 2_000, traces: int = 1) -> None:
+    def add(self, n: int, *, size: int = 2_000, traces: int = 1, ok: bool = True) -> None:
         assert self.writer is not None
         items = []
         for _ in range(n):
-            episode = make_episode(self.count, size=size, run_id=self.run_id, salt=self.salt, traces=traces)
+            episode = make_episode(self.count, size=size, run_id=self.run_id, salt=self.salt, traces=traces, ok=ok)
             self.count += 1
             self.ids.append(episode["id"])
             items.append(("episode", episode, {"episode_id": episode["id"],

@@ -1,0 +1,289 @@
+"""``prime-runs eval``: the installed verifiers' own eval command, with its platform hooks bound to the spool.
+
+verifiers' eval runner (``verifiers.v1.cli.eval.runner``) imports four hooks by name from
+``verifiers.v1.utils.platform``: ``open_run(config, state, *, num_examples)``,
+``log_episodes(run, episodes)``, ``finish_run(run, episodes, state)`` and
+``abort_run(run, error, state)``. Upstream they drive the online SDK, which drops records
+when its queue is full. :func:`run_vf_eval` replaces the runner module's four names with
+the spool's (and puts them back afterwards), then calls verifiers' own ``main`` with the
+arguments unchanged. Everything else is verifiers': argument parsing, ``@`` files,
+``--resume``, the dashboard, the exit code.
+
+What the bound hooks do:
+
+- ``open_run``: :func:`~prime_runs_spool.runner.verifiers.open_eval_run` in
+  ``output_dir / run.dir`` (beside ``traces.jsonl``), with the launch ``@`` file; the
+  config gets the run's id (``assign_id``). On ``--resume``, the episodes verifiers did
+  not keep in its rewritten ``traces.jsonl`` are recorded as superseded
+  (``content/supersede.py``). It also routes this package's log records into verifiers'
+  own log (``eval.log`` and the dashboard's log view): verifiers sends only its own
+  logger there, so our warnings would otherwise be lost behind the dashboard.
+- ``log_episodes``: durable on return, and a disk error **raises** (upstream swallows:
+  its records are best effort; ours are the point). The runner calls it from
+  ``on_complete``, so a rollout counts as done only once its episode is in the spool.
+- ``finish_run``: logs any episode not yet logged, seals ``completed`` with the summary.
+- ``abort_run``: seals ``cancelled`` on Ctrl-C, SIGTERM or cancellation, else ``failed``.
+
+Versions: the hooks are matched by name and signature against :data:`HOOKS`. An
+installed verifiers outside :data:`SUPPORTED_RANGE`, or whose runner does not import
+exactly these hooks, is refused (:class:`VerifiersVersionError`) before anything runs:
+an eval that runs without a spool while the user believes it has one is the failure
+this command exists to prevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import logging
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
+from prime_runs_spool.errors import VerifiersVersionError
+from prime_runs_spool.runner.modes import DISABLED, OFFLINE
+from prime_runs_spool.runner.run import Run
+from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
+from prime_runs_spool.spool.layout import spool_dir, verifiers_traces_path
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: The verifiers releases whose eval runner this module binds (lowest included, highest not).
+SUPPORTED_MIN = (0, 4, 0)
+SUPPORTED_BELOW = (0, 5, 0)
+SUPPORTED_RANGE = ">=0.4.0,<0.5.0"
+#: The module whose hook names are replaced, and each hook's parameters, in order.
+RUNNER_MODULE = "verifiers.v1.cli.eval.runner"
+MAIN_MODULE = "verifiers.v1.cli.eval.main"
+HOOKS: dict[str, tuple[str, ...]] = {
+    "open_run": ("config", "state", "num_examples"),
+    "log_episodes": ("run", "episodes"),
+    "finish_run": ("run", "episodes", "state"),
+    "abort_run": ("run", "error", "state"),
+}
+#: verifiers' library logger: the one its ``setup_logging`` sends to ``eval.log``.
+VERIFIERS_LOGGER = "verifiers.v1"
+
+#: What ``prime-runs eval --help`` prints above verifiers' own help.
+HELP_PREAMBLE = f"""\
+prime-runs eval [VF-EVAL ARGUMENTS...]
+
+Runs the installed verifiers' own eval (vf-eval, verifiers {SUPPORTED_RANGE}) in this
+process, with every argument passed through unchanged, and records every episode in a
+crash-safe spool (output_dir/run.dir/spool/, beside traces.jsonl) before it counts as done.
+What prime-runs eval adds:
+  - offline by default: the spool only; it prints how to sync it at the end
+    (PRIME_RUNS_MODE=online streams it to the platform while the eval runs;
+    --no-push or PRIME_RUNS_MODE=disabled keeps the run off the disk)
+  - --resume continues the same spool; retried rollouts supersede the errored ones
+  - Ctrl-C / SIGTERM seal the run 'cancelled'; a killed process leaves it 'crashed'
+  - run.attach is refused (a spool syncs into an evaluation of its own)
+The exit code is verifiers' own. verifiers' help follows.
+"""
+
+
+@dataclass
+class EvalSession:
+    """What one ``prime-runs eval`` invocation opened: for its closing line and for tests."""
+
+    argv: list[str]
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def launch_file(self) -> str | None:
+        return launch_file_of(self.argv)
+
+
+def installed_version() -> str | None:
+    """The installed verifiers' version, or None when it is not installed."""
+    try:
+        return metadata.version("verifiers")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_verifiers() -> Any:
+    """The runner module, once the installed verifiers is one this binds; else a clear error."""
+    version = installed_version()
+    if version is None:
+        raise VerifiersVersionError(
+            "verifiers is not installed; install it with: pip install 'prime-runs-spool[verifiers]' "
+            f"(verifiers {SUPPORTED_RANGE})"
+        )
+    parsed = _release(version)
+    if parsed is None or not SUPPORTED_MIN <= parsed < SUPPORTED_BELOW:
+        raise VerifiersVersionError(
+            f"verifiers {version} is installed; prime-runs eval supports verifiers {SUPPORTED_RANGE}. "
+            f"Install a supported one: pip install 'verifiers{SUPPORTED_RANGE}'"
+        )
+    try:
+        runner = importlib.import_module(RUNNER_MODULE)
+        importlib.import_module(MAIN_MODULE)
+    except Exception as exc:
+        raise VerifiersVersionError(
+            f"verifiers {version}: its eval runner cannot be imported ({type(exc).__name__}: {exc}); "
+            f"prime-runs eval supports verifiers {SUPPORTED_RANGE}"
+        ) from None
+    differences = [problem for name, params in HOOKS.items() if (problem := _hook_problem(runner, name, params))]
+    if differences:
+        raise VerifiersVersionError(
+            f"verifiers {version}: its eval runner's platform hooks differ from what prime-runs eval "
+            f"binds ({'; '.join(differences)}); supported: verifiers {SUPPORTED_RANGE}"
+        )
+    return runner
+
+
+def launch_file_of(argv: Sequence[str]) -> str | None:
+    """The root ``@ file`` the eval was launched from (the first one), as verifiers reads it.
+
+    A ``--flag @ file`` is a nested reference belonging to that flag, not the launch file.
+    """
+    for index, arg in enumerate(argv):
+        if arg == "@" and index + 1 < len(argv) and (index == 0 or not argv[index - 1].startswith("--")):
+            return argv[index + 1]
+    return None
+
+
+@contextlib.contextmanager
+def bound_hooks(session: EvalSession) -> Iterator[None]:
+    """The runner module's four hook names bound to the spool for the block, then restored."""
+    runner = check_verifiers()
+    originals = {name: getattr(runner, name) for name in HOOKS}
+    hooks = _Hooks(session)
+    for name in HOOKS:
+        setattr(runner, name, getattr(hooks, name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(runner, name, original)
+
+
+def run_vf_eval(argv: Sequence[str]) -> tuple[int, EvalSession]:
+    """verifiers' eval ``main(argv)`` with the hooks bound; returns (exit code, session).
+
+    The exit code is verifiers' own: 0 on success, its ``SystemExit`` code otherwise
+    (130 for Ctrl-C). An exception verifiers lets escape is re-raised after the hooks are
+    restored (its traceback is verifiers' to show).
+    """
+    session = EvalSession(argv=list(argv))
+    with bound_hooks(session):
+        main = importlib.import_module(MAIN_MODULE).main
+        try:
+            main(list(argv))
+        except SystemExit as exc:
+            return _exit_code(exc.code), session
+    return 0, session
+
+
+def sync_hint(session: EvalSession) -> str | None:
+    """The one closing line for an offline run that wrote a spool: how to ship it."""
+    offline = [run for run in session.runs if run.mode == OFFLINE]
+    if not offline:
+        return None
+    run_dir = offline[-1].dir
+    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {run_dir}"
+
+
+class _Hooks:
+    """The four hooks, with the signatures verifiers' runner calls them with."""
+
+    def __init__(self, session: EvalSession) -> None:
+        self._session = session
+
+    def open_run(self, config: Any, state: Any, *, num_examples: int) -> Run:
+        _route_logs_to_verifiers()
+        supersedes = _superseded_by_resume(config)
+        run = open_eval_run(
+            config, num_examples=num_examples, config_file=self._session.launch_file, supersedes=supersedes
+        )
+        self._session.runs.append(run)
+        if supersedes:
+            _log.info("run %s: resumed; %d earlier episode(s) superseded by retried rollouts", run.id, len(supersedes))
+        return run
+
+    def log_episodes(self, run: Run, episodes: list[Any]) -> None:
+        if episodes:
+            run.log_episodes(episodes)
+
+    def finish_run(self, run: Run, episodes: list[Any], state: Any) -> None:
+        finish_eval_run(run, episodes)
+
+    def abort_run(self, run: Run, error: BaseException, state: Any) -> None:
+        abort_eval_run(run, error)
+
+
+def _superseded_by_resume(config: Any) -> list[str] | None:
+    """On ``--resume``: the spool's episodes that verifiers did not keep (it re-runs their slots).
+
+    By the time the runner calls ``open_run``, verifiers has rewritten ``traces.jsonl`` to
+    the rollouts it keeps, so the file is the keep-verdict (content/supersede.py).
+    """
+    if not getattr(config, "resume", False) or eval_mode(bool(getattr(config, "push", True))) == DISABLED:
+        return None  # a disabled run does not even look at the disk
+    from prime_runs_spool.errors import NotARunError
+    from prime_runs_spool.spool.reader import read_run  # only on resume: one streaming pass
+
+    run_dir = eval_run_dir(config)
+    try:
+        spool = read_run(run_dir)
+    except NotARunError:
+        return None
+    kept = kept_episode_ids(verifiers_traces_path(run_dir))
+    return superseded_ids((_episode_id(record) for record in spool.episodes()), kept)
+
+
+def _episode_id(record: Any) -> str | None:
+    value = record.get("id") if isinstance(record, dict) else None
+    return None if value is None else str(value)
+
+
+def _route_logs_to_verifiers() -> None:
+    """Send this package's log records where verifiers sends its own (``eval.log``, the dashboard).
+
+    verifiers' ``setup_logging`` (already run by its ``main``) attaches its handler to its
+    library logger only; the same handlers on ours put our warnings in the same file.
+    """
+    ours = logging.getLogger("prime_runs_spool")
+    theirs = logging.getLogger(VERIFIERS_LOGGER)
+    for handler in theirs.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    if theirs.handlers:
+        ours.setLevel(theirs.level or logging.INFO)
+        ours.propagate = False
+
+
+def _hook_problem(runner: Any, name: str, params: tuple[str, ...]) -> str | None:
+    hook = getattr(runner, name, None)
+    if not callable(hook):
+        return f"no {name}"
+    try:
+        found = tuple(inspect.signature(hook).parameters)
+    except (TypeError, ValueError):
+        return f"{name} has no readable signature"
+    if found != params:
+        return f"{name}({', '.join(found)}) instead of {name}({', '.join(params)})"
+    return None
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # SystemExit("message"): as Python itself would, then exit 1
+    return 1

@@ -1,0 +1,156 @@
+"""Running the real verifiers eval through ``prime-runs eval`` in a test: the launch file,
+the child process, and reading back what it wrote.
+
+The eval runs the tiny taskset (``fixtures/verifiers/tiny_taskset``) on verifiers'
+``subprocess`` runtime with its ``null`` harness (a chat program run by ``uv``), against
+the fake chat server (``fixtures/fake_chat_server.py``) on loopback.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from support.env import CLI, REPO_ROOT, child_env
+
+TASKSET_DIR = REPO_ROOT / "fixtures" / "verifiers"
+#: The secret placed in the launch file's ``[client] headers``; must never reach our files.
+HEADER_SECRET = "cfs_LAUNCH_FILE_HEADER_SECRET_0123"
+#: The model client's API key variable and value (verifiers reads it from the environment).
+KEY_VAR = "TINY_MODEL_KEY"
+KEY_VALUE = "sk-model-key-SECRET-4567"
+RUN_NAME = "tiny"
+TASKS = 3
+
+
+def launch_file(tmp_path: Path, base_url: str, *, rollouts: int = 2) -> Path:
+    path = tmp_path / "eval.toml"
+    path.write_text(f"""\
+model = "fake/model"
+num_rollouts = {rollouts}
+max_concurrent = 8
+output_dir = "outputs"
+
+[run]
+name = "{RUN_NAME}"
+
+[client]
+type = "eval"
+base_url = "{base_url}"
+api_key_var = "{KEY_VAR}"
+
+[client.headers]
+CF-Access-Client-Secret = "{HEADER_SECRET}"
+
+[env.taskset]
+id = "tiny_taskset"
+
+[env.agent.runtime]
+type = "subprocess"
+
+[env.agent.harness]
+id = "null"
+""")
+    return path
+
+
+#: A ``uv`` in front of the real one, for the null harness's chat program only. verifiers
+#: prepares that program with ``uv sync --script`` (its declared dependencies: openai, mcp,
+#: httpx, ...), which asks the package index every time, even with a warm cache. Those
+#: packages are verifiers' own dependencies, so they are already in this interpreter: the
+#: shim answers ``uv sync --script`` (nothing to install) and ``uv python find --script``
+#: (this interpreter), and hands everything else (``--help``, which verifiers checks) to the
+#: real uv. The harness, its program and the subprocess runtime stay verifiers' own; the
+#: run then needs nothing beyond loopback.
+UV_SHIM = """#!{python}
+import os, sys
+args = sys.argv[1:]
+if "--script" in args and "--help" not in args:
+    if args[:1] == ["sync"]:
+        sys.exit(0)
+    if args[:2] == ["python", "find"]:
+        print({python!r})
+        sys.exit(0)
+here = os.path.dirname(os.path.abspath(__file__))
+for folder in os.environ.get("PATH", "").split(os.pathsep):
+    candidate = os.path.join(folder, "uv")
+    if os.path.abspath(folder) != here and os.access(candidate, os.X_OK):
+        os.execv(candidate, [candidate, *args])
+sys.exit("uv shim: no real uv on PATH")
+"""
+
+
+def uv_shim_dir() -> Path:
+    """A folder holding the ``uv`` shim (written once per test process)."""
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"prs-uv-shim-{os.getpid()}"
+    shim = folder / "uv"
+    if not shim.exists():
+        folder.mkdir(mode=0o700, exist_ok=True)
+        shim.write_text(UV_SHIM.format(python=sys.executable))
+        shim.chmod(0o700)
+        atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def eval_env(**extra: str) -> dict[str, str]:
+    env = child_env(**extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(TASKSET_DIR), env["PYTHONPATH"]])
+    env["PATH"] = os.pathsep.join([str(uv_shim_dir()), env.get("PATH", "")])
+    # Any package index lookup would fail: the run must need nothing beyond loopback.
+    env["UV_DEFAULT_INDEX"] = env["UV_INDEX_URL"] = "http://127.0.0.1:9/simple"
+    env[KEY_VAR] = KEY_VALUE
+    env.setdefault("PRIME_RUNS_MODE", "offline")
+    env.pop("PRIME_RUNS_MODE", None) if "PRIME_RUNS_MODE" not in extra else None
+    return env
+
+
+def eval_cmd(*args: str) -> list[str]:
+    return CLI + ["eval", *args]
+
+
+def run_eval(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(eval_cmd(*args), cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+                          env=eval_env(**env))
+
+
+def interrupt_eval(tmp_path: Path, *args: str, when: Any, sig: int = signal.SIGINT,
+                   timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    """Start the eval, send ``sig`` once ``when()`` is true, and wait for it to exit."""
+    proc = subprocess.Popen(eval_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=eval_env(**env))
+    deadline = time.monotonic() + timeout
+    while not when():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate()
+            raise AssertionError(f"the eval ended before the interrupt (exit {proc.returncode}): {err[-3000:]}")
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "outputs" / RUN_NAME
+
+
+def traces(tmp_path: Path) -> list[dict[str, Any]]:
+    """verifiers' own results (``traces.jsonl``), in file order."""
+    path = run_dir(tmp_path) / "traces.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wire_episodes(rows: list[dict[str, Any]]) -> list[Any]:
+    """verifiers' own episode objects for result rows (what the SDK's functions take)."""
+    from verifiers.v1.episode import WireEpisode
+
+    return [WireEpisode.model_validate(row) for row in rows]

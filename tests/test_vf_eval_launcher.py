@@ -1,0 +1,121 @@
+"""``prime-runs eval``'s launcher, in process: version detection, hook binding, logging, the CLI shell."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("verifiers.v1.cli.eval.runner")
+
+import verifiers.v1.cli.eval.runner as vf_runner  # noqa: E402
+
+from commands.cli import cli  # noqa: E402
+from prime_runs_spool.errors import VerifiersVersionError  # noqa: E402
+from prime_runs_spool.runner import verifiers_eval  # noqa: E402
+from prime_runs_spool.runner.verifiers_eval import (  # noqa: E402
+    EvalSession, SUPPORTED_RANGE, bound_hooks, check_verifiers, launch_file_of,
+)
+from support.env import CLI, child_env  # noqa: E402
+
+
+def test_the_installed_release_is_supported() -> None:
+    assert check_verifiers() is vf_runner
+
+
+@pytest.mark.parametrize("version", ["0.3.9", "0.5.0", "1.0.0", "garbage"])
+def test_an_unsupported_version_names_itself_and_the_range(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    monkeypatch.setattr(verifiers_eval, "installed_version", lambda: version)
+    with pytest.raises(VerifiersVersionError) as caught:
+        check_verifiers()
+    assert f"verifiers {version} is installed" in str(caught.value)
+    assert SUPPORTED_RANGE in str(caught.value)
+
+
+def test_verifiers_not_installed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verifiers_eval, "installed_version", lambda: None)
+    with pytest.raises(VerifiersVersionError, match=r"pip install 'prime-runs-spool\[verifiers\]'"):
+        check_verifiers()
+
+
+def test_a_runner_whose_hooks_differ_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vf_runner, "finish_run", lambda run, episodes: None)
+    monkeypatch.delattr(vf_runner, "abort_run")
+    with pytest.raises(VerifiersVersionError) as caught:
+        check_verifiers()
+    message = str(caught.value)
+    assert "finish_run(run, episodes) instead of finish_run(run, episodes, state)" in message
+    assert "no abort_run" in message and SUPPORTED_RANGE in message
+
+
+def test_hooks_are_bound_for_the_block_and_restored() -> None:
+    originals = {name: getattr(vf_runner, name) for name in verifiers_eval.HOOKS}
+    with bound_hooks(EvalSession(argv=[])):
+        for name, original in originals.items():
+            assert getattr(vf_runner, name) is not original
+            assert getattr(vf_runner, name).__self__.__class__.__name__ == "_Hooks"
+    assert {name: getattr(vf_runner, name) for name in verifiers_eval.HOOKS} == originals
+
+
+def test_the_launch_file_is_the_root_at_reference() -> None:
+    assert launch_file_of(["@", "eval.toml", "--resume"]) == "eval.toml"
+    assert launch_file_of(["tiny", "--env.taskset", "@", "nested.toml"]) is None
+    assert launch_file_of(["-n", "3"]) is None
+
+
+def test_our_warnings_reach_verifiers_own_log(tmp_path: Path) -> None:
+    """verifiers' setup_logging sends only its own logger to eval.log; the hook adds ours."""
+    from loguru import logger as loguru_logger
+    from verifiers.v1.utils.logging import setup_logging
+
+    ours = logging.getLogger("prime_runs_spool")
+    saved = (list(ours.handlers), ours.level, ours.propagate)
+    log_file = tmp_path / "eval.log"
+    setup_logging("INFO", log_file=str(log_file), console=False)
+    try:
+        verifiers_eval._route_logs_to_verifiers()
+        logging.getLogger("prime_runs_spool.runner").warning("spool warning for the eval log")
+        loguru_logger.complete()
+        line = next(line for line in log_file.read_text().splitlines() if "spool warning" in line)
+        assert "WARNING spool warning for the eval log" in line
+    finally:
+        loguru_logger.remove()
+        ours.handlers[:] = saved[0]
+        ours.setLevel(saved[1])
+        ours.propagate = saved[2]
+        logging.getLogger("verifiers.v1").handlers.clear()
+
+
+def test_cli_refuses_an_unsupported_version_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verifiers_eval, "installed_version", lambda: "0.9.1")
+    result = CliRunner().invoke(cli, ["eval", "@", "eval.toml"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"prime-runs eval: verifiers 0.9.1 is installed; prime-runs eval supports verifiers {SUPPORTED_RANGE}. "
+        f"Install a supported one: pip install 'verifiers{SUPPORTED_RANGE}'"
+    ]
+
+
+def test_help_says_what_prime_runs_eval_adds_then_verifiers_help() -> None:
+    result = subprocess.run(CLI + ["eval", "--help"], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("prime-runs eval [VF-EVAL ARGUMENTS...]")
+    assert "What prime-runs eval adds:" in result.stdout
+    assert "usage: uv run vf-eval" in result.stdout  # verifiers' own help follows
+    assert "--resume" in result.stdout
+
+
+def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) -> None:
+    from support.vf_eval import eval_env, launch_file
+
+    launch = launch_file(tmp_path, "http://127.0.0.1:9/v1")
+    result = subprocess.run(CLI + ["eval", "@", launch.name, "--no-rich", "--run.attach", "eval-123"], cwd=tmp_path,
+                            capture_output=True, text=True, env=eval_env(), timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "prime-runs eval: run.attach='eval-123' is not supported: a spool syncs into an evaluation of its own")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs" / "tiny" / "spool").exists()
