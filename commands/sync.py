@@ -20,6 +20,7 @@ from commands.output import Progress, fail_usage, require_paths
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.options import (
     AUTO,
+    SAMPLES,
     STORE_ENV,
     STORES,
     TRACES,
@@ -150,6 +151,10 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         fail_usage("--follow does not combine with --replay or --dry-run")
     if exit_when_idle and not follow:
         fail_usage("--exit-when-idle goes with --follow")
+    if local and to == AUTO:
+        # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
+        # learn that, and fall back for every run (with a warning each). Say samples at once.
+        to = SAMPLES
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),

@@ -295,3 +295,16 @@ def test_a_sync_with_nothing_to_send_imports_no_http_stack(tmp_path: Path, serve
     imported = {line.rsplit("|", 1)[-1].strip() for line in again.stderr.splitlines() if line.startswith("import time:")}
     assert "httpx" not in imported and "httpcore" not in imported
     assert_exactly_once(api, builder)
+
+
+def test_sync_local_with_the_default_store_goes_to_samples_without_a_warning_per_run(tmp_path: Path) -> None:
+    """The embedded platform has no Prime Traces unless --to traces: auto means samples there,
+    not a probe and a fallback warning for every run."""
+    for n in range(2):
+        build_run(tmp_path / "runs" / f"run-{n}", f"local-auto-{n}-{os.urandom(3).hex()}", 2)
+    done = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "local.db"),
+                                 "--json"], capture_output=True, text=True, timeout=120,
+                          env=child_env(HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)["runs"]
+    assert [(r["state"], r["store"], r["warnings"]) for r in runs] == [("synced", "samples", [])] * 2

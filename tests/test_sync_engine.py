@@ -546,6 +546,56 @@ def test_errored_episodes_are_held_back_until_the_run_completes(tmp_path: Path, 
     assert len(platform.samples[evaluation["evaluation_id"]]) == 6
 
 
+def test_a_lost_state_after_held_back_episodes_were_released_pushes_nothing_again(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    """A copy of a completed run with no state (a CI artifact job) finds the evaluation and
+    reads past the stream into the released episodes: nothing twice, no second finalize."""
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.add(2)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    assert len(rows) == 5
+    for path in state_path(builder.run_dir, DEST.key).parent.glob("*.json"):
+        path.unlink()
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state in ("synced", "up_to_date"), report.error
+    assert report.pushed_now == 0
+    evaluation, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == [builder.ids[i] for i in (0, 1, 3, 4, 2)]
+    assert evaluation["finalize_count"] == 1
+    assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+
+
+def test_a_lost_state_with_some_released_episodes_on_the_platform_pushes_only_the_rest(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(1, ok=False)
+    builder.add(1)
+    builder.add(1, ok=False)
+    builder.seal()
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    evaluation, rows = only_evaluation(platform)
+    evaluation_id = evaluation["evaluation_id"]
+    # As if the sync died after the first released episode landed: drop the last row and
+    # the finalize, and lose the state.
+    platform.samples[evaluation_id].pop()
+    platform.evaluations[evaluation_id]["status"] = "RUNNING"
+    for path in state_path(builder.run_dir, DEST.key).parent.glob("*.json"):
+        path.unlink()
+    report = syncer(builder.run_dir, platform).run()
+    assert report.state == "synced", report.error
+    assert report.pushed_now == 1
+    _, rows = only_evaluation(platform)
+    assert [row["sample_id"] for row in rows] == [builder.ids[i] for i in (1, 0, 2)]
+
+
 def test_superseded_episodes_never_become_rows_and_metrics_follow_the_latest_seal(
     tmp_path: Path, platform: FakePlatform
 ) -> None:

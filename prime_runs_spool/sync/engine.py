@@ -9,7 +9,7 @@ the exactly-once core in sync/protocol.py, whose docstring states the invariant.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ class RunSync:
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: Matches the state's sample count with the platform's.
-        self.reconciler = Reconciler(self.protocol, client, self._stream)
+        self.reconciler = Reconciler(self.protocol, client, self._stream, self._released_rows)
         #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
         self.traces = TracesPush(self)
         #: The run's manifest: read by run() before anything uses it.
@@ -285,15 +285,9 @@ class RunSync:
         killed half way neither loses nor repeats one.
         """
         state = self.state
-        released = set(state.released)
         limit = self.options.max_request_bytes
         batch, ids = Batch(), []
-        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type != EPISODE or not is_errored(record.data):
-                continue
-            episode_id = _episode_id(record)
-            if episode_id in self.superseded or episode_id in released:
-                continue
+        for episode_id, record in self._held_episodes():
             try:
                 rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
                                                evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
@@ -311,6 +305,33 @@ class RunSync:
             ids.append(str(episode_id))
         if batch.count:
             self._send_released(batch, ids)
+
+    def _held_episodes(self) -> Iterator[tuple[str, Any]]:
+        """The errored episodes held back and not yet released, in the order releasing them
+        sends them (spool order, superseded ones left out): ``(episode id, record)``."""
+        released = set(self.state.released)
+        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
+            if record.type != EPISODE or not is_errored(record.data):
+                continue
+            episode_id = _episode_id(record)
+            if episode_id is None or episode_id in self.superseded or episode_id in released:
+                continue
+            yield episode_id, record
+
+    def _released_rows(self) -> Iterator[tuple[str, Any, bool]]:
+        """The rows releasing the held episodes sends, in order: ``(episode id, sample id,
+        closes the episode)``. Reconciling a completed run whose state was lost reads past
+        the stream into these (the platform may hold some of them already)."""
+        evaluation_id = str(self.state.evaluation_id)
+        for episode_id, record in self._held_episodes():
+            try:
+                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
+                                               evaluation_id=evaluation_id,
+                                               max_request_bytes=self.options.max_request_bytes)
+            except SampleTooLargeError:
+                continue  # never sent (see _release_held)
+            for number, (row, _) in enumerate(rows):
+                yield episode_id, row.get("sample_id"), number == len(rows) - 1
 
     def _send_released(self, batch: Batch, ids: list[str]) -> None:
         state = self.state

@@ -6,10 +6,11 @@ how far the stream got; the last row's id is checked so the count can be trusted
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prime_runs_spool.errors import SyncError
+from prime_runs_spool.spool.format import COMPLETED
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.rows import RowStream, skip_rows
@@ -18,11 +19,15 @@ from prime_runs_spool.sync.rows import RowStream, skip_rows
 class Reconciler:
     """Answers "which of our samples are on the platform?" and moves the state to match."""
 
-    def __init__(self, protocol: Protocol, client: PlatformClient, stream: Callable[[], RowStream]) -> None:
+    def __init__(self, protocol: Protocol, client: PlatformClient, stream: Callable[[], RowStream],
+                 released: Callable[[], Iterator[tuple[str, Any, bool]]] = lambda: iter(())) -> None:
         self.protocol = protocol
         self.client = client
         #: The run's row stream from the state's cursor (the engine's, so both read alike).
         self.stream = stream
+        #: The rows a completed run's held-back episodes are released as, after the stream's
+        #: (docs/sync.md, "Resumed runs"): ``(episode id, sample id, closes the episode)``.
+        self.released = released
 
     def total_samples(self) -> int:
         state = self.protocol.state
@@ -50,12 +55,39 @@ class Reconciler:
                 f"the platform holds {total} samples of evaluation {state.evaluation_id}, fewer than the "
                 f"{state.samples_pushed} this sync recorded; refusing to guess (use --replay for a new evaluation)")
         if missing:
-            cursor, episodes, last_id = skip_rows(self.stream(), missing)
+            stream = self.stream()
+            cursor, episodes, last_id, seen = skip_rows(stream, missing, partial=True)
+            if seen < missing:
+                last_id = self._skip_released(stream, missing - seen, last_id)
             self._check_last_sample(total, last_id)
             assert cursor is not None
-            state.advance(cursor, missing, episodes)
+            state.advance(cursor, seen, episodes, stream.seal if seen < missing else None)
+            if seen < missing:
+                state.samples_pushed += missing - seen
         state.in_flight = None
         protocol.save()
+
+    def _skip_released(self, stream: RowStream, count: int, last_id: Any) -> Any:
+        """The platform holds ``count`` rows past the stream's end: a completed run's
+        released episodes (pushed after the stream's rows, in their order). Record them as
+        released; anything else is a platform that does not match this spool."""
+        state = self.protocol.state
+        if not (stream.seal and stream.seal.get("status") == COMPLETED):
+            raise SyncError(f"the platform holds {count} rows more than this spool has to give")
+        seen, closed = 0, []
+        for episode_id, sample_id, closes in self.released():
+            seen += 1
+            last_id = sample_id
+            if closes:
+                closed.append(episode_id)
+            if seen == count:
+                if not closes:
+                    raise SyncError("the platform holds part of a held-back episode's rows; refusing to "
+                                    "guess (use --replay for a new evaluation)")
+                state.released = [*state.released, *closed]
+                state.episodes_pushed += len(closed)
+                return last_id
+        raise SyncError(f"the platform holds {count} rows more than this spool has to give")
 
     def samples_landed(self, rows: int) -> bool:
         """Whether the announced request of ``rows`` rows is on the platform; any count but

@@ -342,11 +342,13 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
         thread.join()
 
 
-def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
+def skip_rows(stream: RowStream, count: int, *, partial: bool = False) -> tuple[Cursor | None, int, Any, int]:
     """Consume ``count`` rows without sending them; returns (cursor after them, episodes
-    they closed, the last one's sample id). Used when the platform already holds them."""
+    they closed, the last one's sample id, rows consumed). Used when the platform already
+    holds them. With ``partial``, a stream that ends first is not an error: the cursor is
+    its end and the count says how far it got."""
     if count == 0:
-        return stream.cursor, 0, None
+        return stream.cursor, 0, None, 0
     seen = episodes = 0
     last_id: Any = None
     for row in stream.rows():
@@ -354,5 +356,7 @@ def skip_rows(stream: RowStream, count: int) -> tuple[Cursor | None, int, Any]:
         episodes += row.closes_episode
         last_id = row.sample_id
         if seen == count:
-            return row.after, episodes, last_id
+            return row.after, episodes, last_id, seen
+    if partial:
+        return stream.cursor, episodes, last_id, seen
     raise SyncError(f"the platform holds {count} rows but this spool has only {seen} to give")
