@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import click
 
+from commands.import_ import import_
 from commands.eval import eval_command
+from commands.mirror import mirror
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -27,8 +29,10 @@ cli.add_command(verify)
 cli.add_command(sync)
 cli.add_command(status)
 cli.add_command(platform)
+cli.add_command(import_)
 cli.add_command(eval_command)
 cli.add_command(view)
+cli.add_command(mirror)
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ def serve_command(
     Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
     address cannot be bound, a non-loopback --host without --token).
     """
-    from prime_runs_spool.errors import StoreError, UnsafeListenError
+    from prime_runs_spool.errors import PlatformDatabaseError, UnsafeListenError
 
     try:
         # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving
@@ -45,7 +45,7 @@ def serve_command(
 
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
               request_deadline=request_deadline, traces=traces, out=sys.stdout)
-    except (StoreError, UnsafeListenError) as exc:
+    except (PlatformDatabaseError, UnsafeListenError) as exc:
         _usage_error(str(exc))
     except OSError as exc:
         _usage_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from commands.output import require_paths
+from commands.import_ import nothing_found_message
+from commands.output import fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
 if TYPE_CHECKING:
@@ -17,24 +20,50 @@ if TYPE_CHECKING:
 
 
 @click.command("status")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
-def status(paths: tuple[Path, ...], as_json: bool) -> None:
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Show every run spool under PATHS (default: .): name, model, state, episodes, and per
     destination what was pushed, what is pending and the evaluation URL. Makes no request.
+    Eval outputs with no spool are listed as "not spooled", with the command that imports them.
 
-    Exit 0, or 2 when a path does not exist.
+    Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
+    a path does not exist.
     """
+    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.spool.layout import find_runs
     from prime_runs_spool.sync.status import run_status  # the state model: only when run
 
-    runs = [run_status(run_dir) for run_dir in find_runs(require_paths(paths or (Path("."),)))]
+    local = [p for p in paths if not isinstance(p, str)]
+    given = require_paths(local or ((Path("."),) if not paths else ()))
+    state = default_state_dir(state_dir)
+    runs = [run_status(run_dir) for run_dir in find_runs(spool_roots(given, state))]
+    for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
+        from prime_runs_spool.errors import StoreError
+        from prime_runs_spool.sync.store_sync import store_status
+
+        try:
+            runs += store_status(url)
+        except StoreError as exc:
+            fail_usage(str(exc))
+    missing = not_spooled(given, state)
+    empty = paths_with_nothing(given)
+    for path in empty:
+        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+    code = 1 if empty and not allow_empty else 0
     if as_json:
-        click.echo(orjson.dumps({"runs": [run.as_json() for run in runs]}, option=orjson.OPT_INDENT_2).decode())
-        return
-    if not runs:
+        click.echo(orjson.dumps({"runs": [run.as_json() for run in runs],
+                                 "not_spooled": [{"path": str(p), "fix": import_command(p, state)} for p in missing]},
+                                option=orjson.OPT_INDENT_2).decode())
+        sys.exit(code)
+    for path in missing:
+        click.echo(f"{'not spooled':<10} {path}  eval outputs without a spool (run: {import_command(path, state)})")
+    if not runs and not missing:
         click.echo("no runs found")
-        return
+        sys.exit(code)
     for run in runs:
         click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
                    f"{run.episodes} episodes in {run.segments} segment(s)"
@@ -63,7 +92,7 @@ def status(paths: tuple[Path, ...], as_json: bool) -> None:
             if dest.url:
                 line += f"  {dest.url}"
             click.echo(line)
-    sys.exit(0)
+    sys.exit(code)
 
 
 def _held(dest: DestinationStatus) -> str:

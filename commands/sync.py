@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
 from commands.output import Progress, fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
     AUTO,
     SAMPLES,
@@ -35,6 +38,7 @@ from prime_runs_spool.sync.options import (
 
 if TYPE_CHECKING:
     from prime_runs_spool.platform_api.settings import Settings
+    from prime_runs_spool.runner.import_outputs import ImportReport
     from prime_runs_spool.sync.options import RunReport
     from prime_runs_spool.sync.state import Destination
 
@@ -82,7 +86,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
 
 @click.command("sync")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path))
 @click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
@@ -123,18 +127,26 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
+@click.option("--no-import", is_flag=True,
+              help="Do not import eval outputs that have no spool; list them instead.")
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Keep imported spools and their sync state here, not in the sources (env {STATE_DIR_ENV}).")
+@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
          jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
          request_lifetime: float, timeout: float, max_attempts: int, follow: bool, exit_when_idle: bool,
          poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
-         tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, verbose: bool, to: str,
+         tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, no_import: bool,
+         state_dir: Path | None, allow_empty: bool, verbose: bool, to: str,
          traces_batch_bytes: int | None) -> None:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
-    Run it any number of times, interrupt it anywhere: each episode's sample lands once, each
-    evaluation is created once and finalized once. Exit 0 when every run is synced or has
-    nothing to do, 1 when some run failed, 2 on a usage or configuration error.
+    Eval outputs written without a spool (verifiers' traces.jsonl, or metadata.json +
+    results.jsonl) are imported first, unless --no-import. Run it any number of times,
+    interrupt it anywhere: each episode's sample lands once, each evaluation is created once
+    and finalized once. Exit 0 when every run is synced or has nothing to do, 1 when some run
+    failed or a path holds nothing to sync, 2 on a usage or configuration error.
     """
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
@@ -143,8 +155,12 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES as IMPORT_FAILED, import_paths
+    from prime_runs_spool.runner.import_places import not_spooled, paths_with_nothing, spool_roots
 
-    roots = require_paths(paths or (Path("."),))
+    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
+        sync_urls(click.get_current_context().params)
+    given = require_paths(paths or (Path("."),))
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")
     if follow and (replay or dry_run):
@@ -160,6 +176,16 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay=replay, replay_id=replay_id, name=name, tags=tags, to=to,
                           traces_batch_bytes=traces_batch_bytes)
+    quiet_library_warnings()
+    state = default_state_dir(state_dir)
+    empty = [] if follow else paths_with_nothing(given)
+    left_out: list[Path] = []
+    imports: list[ImportReport] = []
+    if no_import or dry_run:
+        left_out = not_spooled(given, state)
+    else:
+        imports = import_paths(given, state_dir=state, refresh_only=True)
+    roots = spool_roots(given, state)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     try:
@@ -180,24 +206,47 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                    "for the traceback)", err=True)
         sys.exit(EXIT_RUN_FAILED)
     progress.close()
-    _print(reports, as_json=as_json, local_db=local_db)
-    sys.exit(exit_code(reports))
+    failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
+    code = exit_code(reports)
+    # Nothing to push at all (no spool, no eval output with an episode) is not success either.
+    nothing = not reports and not allow_empty and not empty and not left_out
+    if failed_imports or (empty and not allow_empty) or nothing:
+        code = EXIT_RUN_FAILED
+    _print(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
+    for path in empty:
+        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+    if failed_imports:
+        click.echo(f"prime-runs: {len(failed_imports)} run(s) could not be imported: {failed_imports[0].error}",
+                   err=True)
+    elif nothing:
+        click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "
+                   "(--allow-empty makes this exit 0)", err=True)
+    sys.exit(code)
 
 
-def _print(reports: list[RunReport], *, as_json: bool, local_db: str | None) -> None:
+def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
+           *, as_json: bool, local_db: str | None, ok: bool) -> None:
     import orjson
 
-    from prime_runs_spool.sync.console import exit_code, report_lines
+    from prime_runs_spool.runner.import_places import import_command
+    from prime_runs_spool.sync.console import report_lines
 
     if as_json:
         document: dict[str, Any] = {
             "runs": [report.as_json() for report in reports],
-            "ok": exit_code(reports) == EXIT_OK,
+            "imports": [report.as_json() for report in imports],
+            "not_imported": [str(path) for path in left_out],
+            "ok": ok,
         }
         if local_db:
             document["local_db"] = local_db
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
         return
+    for imported in imports:
+        for line in import_line(imported):
+            click.echo(line)
+    for path in left_out:
+        click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
     if not reports:
         click.echo("no runs found")
         return

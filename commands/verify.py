@@ -16,7 +16,10 @@ from typing import Any
 import click
 import orjson
 
+from commands.import_ import nothing_found_message
+from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
@@ -34,7 +37,9 @@ def _segment_line(segment: dict[str, Any]) -> str:
     return f"  {name}: " + ", ".join(parts)
 
 
-def _print_human(runs: list[dict[str, Any]], empty_paths: list[str]) -> None:
+def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) -> None:
+    for path, fix in missing:
+        click.echo(f"{path}: not spooled: eval outputs without a spool (run: {fix})")
     for run in runs:
         if run["status"] is None:
             click.echo(f"{run['run_dir']}: UNREADABLE: {run['error']}")
@@ -47,29 +52,50 @@ def _print_human(runs: list[dict[str, Any]], empty_paths: list[str]) -> None:
             click.echo(_segment_line(segment))
         if run["error"] and run["status"] != "corrupt":
             click.echo(f"  PROBLEM: {run['error']}")
-    for path in empty_paths:
-        click.echo(f"{path}: no runs found")
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-def verify(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption."""
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
+    """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
+    Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
+    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
 
+    state = default_state_dir(state_dir)
     try:
-        verdict = verify_paths(paths)
+        local = [p for p in paths if not isinstance(p, str)]
+        verdict = verify_paths(spool_roots(local, state))
+        store_empty: list[str] = []
+        for url in store_urls(paths):  # s3://bucket/prefix and the like
+            from prime_runs_spool.store.verify import verify_store
+
+            found = verify_store(url)
+            verdict.runs += found.runs
+            store_empty += found.paths_without_runs
+        missing = [(p, import_command(p, state)) for p in not_spooled(local, state)]
+        empty = [*paths_with_nothing(local), *store_empty]
     except (NoSuchPathError, SpoolError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     runs, bad = verdict.runs, verdict.bad
     if as_json:
-        click.echo(orjson.dumps(verdict.as_json(), option=orjson.OPT_INDENT_2).decode())
+        document = verdict.as_json()
+        document["paths_without_runs"] = [str(p) for p in empty]
+        document["not_spooled"] = [{"path": str(p), "fix": fix} for p, fix in missing]
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
     else:
-        _print_human(runs, verdict.paths_without_runs)
+        _print_human(runs, missing)
+    for path in empty:
+        click.echo(f"error: {nothing_found_message(path)}", err=True)
     if bad:
         click.echo(f"error: {len(bad)} of {len(runs)} run(s) failed verification: {bad[0]['error']}", err=True)
+        sys.exit(1)
+    if empty and not allow_empty:
         sys.exit(1)
     if not as_json:
         click.echo(f"ok: {len(runs)} run(s) verified, no corruption")

@@ -15,7 +15,8 @@ The tree, by layer:
   by the writer when another process opens the same run, and by the runner)
 - content: ``MalformedEpisodeError``
 - runner: ``RunClosedError``, ``RunMismatchError``, ``RunForkedError``,
-  ``EpisodeTooLargeError``
+  ``EpisodeTooLargeError``; importing eval outputs: ``ImportSourceError`` and its
+  ``CorruptOutputError``, ``ReadOnlySourceError``, ``RewrittenOutputError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``
 - sync: ``SyncError``, ``StateProblem``
 - viewer: ``UnsafeListenError``, ``UnknownRunError``
@@ -139,6 +140,30 @@ class RunInUseError(SpoolError):
     """Another live process is writing this run: two writers would record episodes twice."""
 
 
+class ImportSourceError(SpoolError):
+    """An eval output folder cannot be imported as it is; nothing of that run was imported."""
+
+
+class CorruptOutputError(ImportSourceError):
+    """A line of an eval output file is damaged and is not its torn last line."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}: line {line} is damaged ({reason}) and lines follow it; "
+                         "nothing of this run was imported (repair or remove that line, or re-run the eval)")
+
+
+class ReadOnlySourceError(ImportSourceError):
+    """The eval output folder cannot be written, and no state directory was given."""
+
+
+class RewrittenOutputError(ImportSourceError):
+    """An older-layout ``results.jsonl`` no longer holds rows an earlier import recorded (that
+    layout has no resume whose supersede rule would explain it)."""
+
+
 class FailureKind(enum.Enum):
     """What a failed platform request means for a retry (docs/sync.md, "Failures")."""
 
@@ -210,7 +235,7 @@ class UnknownRunError(SpoolError, LookupError):
     """A viewer page names a run, episode or example that the viewer does not have."""
 
 
-class StoreError(SpoolError):
+class PlatformDatabaseError(SpoolError):
     """The local platform's database cannot be opened or initialised (a usage error, not a bug)."""
 
 
@@ -233,3 +258,17 @@ class Stopped(BaseException):
     ``KeyboardInterrupt``: it is control flow, not an error, and it must pass through every
     ``except Exception`` / ``except SpoolError`` in the engine so the follower stops at once.
     """
+
+
+class StoreError(SpoolError):
+    """An object store (``s3://``, ``gs://``...) failed or refused a request; one line for the user."""
+
+
+class StoreConflict(StoreError):
+    """A conditional write was refused: the object was created or replaced by someone else
+    since we read it (docs/sync.md, "Object stores")."""
+
+
+class LeaseLost(StoreError):
+    """This syncer's lease on a run was taken over by another after it expired: the syncer
+    must stop before its next request (fencing by generation, docs/sync.md)."""

@@ -18,7 +18,7 @@ PACKAGE = REPO_ROOT / "prime_runs_spool"
 
 #: The layers, lowest first: each may import itself and the layers before it, never one
 #: after it. The same order is stated in docs/architecture.md.
-LAYERS = ["errors", "spool", "content", "platform_api", "sync", "runner", "viewer", "local_platform"]
+LAYERS = ["errors", "spool", "store", "content", "platform_api", "sync", "runner", "viewer", "local_platform"]
 
 #: Modules that belong to the lowest layer with errors.py: they import nothing of ours.
 BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors"}
@@ -143,6 +143,7 @@ FACTS = {
     "shipper.log": "prime_runs_spool.spool.layout",
     ".lock": "prime_runs_spool.spool.layout",
     ".durable": "prime_runs_spool.spool.layout",
+    "sync.lease.json": "prime_runs_spool.spool.layout",
 }
 
 
@@ -158,3 +159,11 @@ def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
     if "sync" in wrong and set(wrong["sync"]) == {FACTS["sync"], "commands.sync"}:
         del wrong["sync"]
     assert wrong == {}
+
+
+def test_every_name_in_the_error_tree_is_defined_once() -> None:
+    """errors.py is the one home of every exception: a second class of the same name there
+    silently replaces the first for everyone who imports it."""
+    tree = ast.parse((PACKAGE / "errors.py").read_text())
+    names = [node.name for node in tree.body if isinstance(node, ast.ClassDef)]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})

@@ -185,7 +185,10 @@ def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, serv
     assert "Traceback" not in wrong_key.stdout + wrong_key.stderr
     (tmp_path / "empty").mkdir()
     empty = run_sync(server.base_url, str(tmp_path / "empty"), "--json")
-    assert empty.returncode == 0 and json.loads(empty.stdout)["runs"] == []
+    assert empty.returncode == 1 and json.loads(empty.stdout)["runs"] == []  # nothing found is not success
+    assert "nothing found" in empty.stderr
+    allowed = run_sync(server.base_url, str(tmp_path / "empty"), "--json", "--allow-empty")
+    assert allowed.returncode == 0 and json.loads(allowed.stdout)["ok"] is True
 
 
 def test_local_mode_runs_the_embedded_platform(tmp_path: Path) -> None:

@@ -274,3 +274,268 @@ def test_cutting_from_a_committed_boundary_gives_the_same_batches_as_from_the_st
     k = data.draw(st.integers(0, len(whole) - 1))
     start = sum(batch.num_lines for batch in whole[:k])
     assert [b.digest for b in iter_batches(lines[start:], target_bytes=target)] == [b.digest for b in whole[k:]]
+
+
+# -- resumed runs (docs/sync.md, "Resumed runs" and "Prime Traces"): the samples rule, for traces --
+
+
+def _in_traces(db: Path, run_dir: Path) -> tuple[list, dict]:
+    """The run's episodes in Prime Traces and its evaluation, read from the local platform."""
+    state = _state(run_dir)
+    with EmbeddedPlatform(db, traces=True) as platform, \
+            TracesClient(api_key="x", base_url=platform.base_url) as traces:
+        items = traces.list_episodes(run_id=str(state.evaluation_id), limit=100).items
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{state.evaluation_id}").json()
+    return items, evaluation
+
+
+def test_a_resume_that_supersedes_an_errored_episode_leaves_each_slot_once_in_traces(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-supersede")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(1, ok=False)
+    builder.abandon()  # crashed; verifiers --resume retries the errored rollout
+    db = tmp_path / "p.db"
+    (crashed,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert crashed.state == "crashed", crashed
+    errored = builder.ids[3]
+    builder.open_segment(supersedes=[errored])
+    builder.add(1)  # the retry, in the errored attempt's slot
+    builder.seal()
+    (done,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert (done.state, done.store) == ("synced", TRACES), done
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids[:3] + [builder.ids[4]])
+    assert {i.model_extra["generation"] for i in items} == {1}
+    assert evaluation["finalize_count"] == 1 and evaluation["metrics"]["avg_error"] == 0.0
+    state = _state(builder.run_dir)
+    assert (state.episodes_pushed, state.released, state.superseded_pushed) == (4, [], [])
+
+
+def test_errored_episodes_wait_in_the_spool_until_the_run_completes(tmp_path: Path) -> None:
+    from prime_runs_spool.sync.status import run_status
+
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-held")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(1)
+    errored = builder.ids[2:4]
+    ok = [builder.ids[i] for i in (0, 1, 4)]
+    db = tmp_path / "p.db"
+    (live,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert live.state == "live", live
+    assert sorted(i.episode_id for i in _in_traces(db, builder.run_dir)[0]) == sorted(ok)
+    builder.seal("failed", error="boom")
+    (failed,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert failed.state == "failed", failed
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(ok)
+    assert evaluation["metadata"]["prime_runs"]["held_back"] == 2 and evaluation["finalize_count"] == 0
+    (dest,) = run_status(builder.run_dir).destinations
+    assert (dest.held_back, dest.superseded_after_push) == (2, 0)
+    builder.open_segment()  # resumed, nothing retried: it completes with the errors
+    builder.add(1)
+    builder.seal()
+    (done,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert (done.state, done.pushed_total) == ("synced", 6), done
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+    assert evaluation["finalize_count"] == 1
+    state = _state(builder.run_dir)
+    assert (state.released, state.held_back, state.in_flight) == (errored, 0, None)
+    (again,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert again.state == "up_to_date", again
+
+
+def _sync_losing_uploads(tmp_path: Path, db: Path, platform: EmbeddedPlatform):
+    """A sync whose every upload commits and then loses its answer: it stops, announced."""
+    from fixtures.fault_proxy import FaultProxy
+
+    with FaultProxy(platform.base_url, rates={"drop_after": 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+        settings = Settings(base_url=proxy.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=proxy.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (lost,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                 SyncOptions(to=TRACES, traces_batch_bytes=5_000,
+                                             backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+    return lost
+
+
+def _sync_with(platform: EmbeddedPlatform, tmp_path: Path, db: Path):
+    settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                        frontend_url=platform.base_url)
+    with PlatformClient(settings, timeout=5) as client:
+        (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                               SyncOptions(to=TRACES, traces_batch_bytes=5_000))
+    return report
+
+
+def _held_run(tmp_path: Path, run_id: str) -> RunBuilder:
+    builder = RunBuilder(tmp_path / "runs" / "run", run_id)
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.seal("cancelled", error="interrupted")
+    return builder
+
+
+def test_a_release_batch_announced_then_lost_is_resent_under_the_same_key(tmp_path: Path) -> None:
+    builder = _held_run(tmp_path, "traces-release-lost")
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        assert _sync_with(platform, tmp_path, db).state == "cancelled"
+        builder.open_segment()  # resumed, nothing left to run: completes with its errors
+        builder.seal()
+        lost = _sync_losing_uploads(tmp_path, db, platform)
+        assert lost.state == "error", lost
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.kind == "traces"
+        assert announced.released == builder.ids[2:4]  # the release batch, committed, answer lost
+        done = _sync_with(platform, tmp_path, db)
+        assert (done.state, done.pushed_total) == ("synced", 4), done
+    state = _state(builder.run_dir)
+    assert announced.digest in state.uploads and state.released == builder.ids[2:4]
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}  # the same key: replayed, not stored again
+    assert evaluation["finalize_count"] == 1
+
+
+def test_a_resume_after_a_batch_was_announced_resends_the_announced_bytes_and_says_so(tmp_path: Path) -> None:
+    """An announced batch is never re-cut: a later resume that supersedes one of its episodes
+    does not change what is sent again (another key would store the others twice)."""
+    builder = _held_run(tmp_path, "traces-announced-resume")
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        assert _sync_with(platform, tmp_path, db).state == "cancelled"
+        builder.open_segment()
+        builder.seal()
+        assert _sync_losing_uploads(tmp_path, db, platform).state == "error"
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.released == builder.ids[2:4]
+        gone = builder.ids[2]
+        builder.open_segment(supersedes=[gone])  # resumed again: one errored slot retried
+        builder.add(1)
+        builder.seal()
+        done = _sync_with(platform, tmp_path, db)
+        assert done.state == "synced", done
+        assert any("superseded" in w for w in done.warnings)
+    state = _state(builder.run_dir)
+    assert announced.digest in state.uploads and state.superseded_pushed == [gone]
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
+    from prime_runs_spool.sync.status import run_status
+
+    (dest,) = run_status(builder.run_dir).destinations
+    assert (dest.held_back, dest.superseded_after_push) == (0, 1)
+
+
+def test_a_released_episode_a_later_resume_supersedes_is_said_and_metrics_follow(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-released-superseded")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(1, ok=False)
+    builder.seal()  # completed with an error: it is released to Prime Traces
+    db = tmp_path / "p.db"
+    (first,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert (first.state, first.pushed_total) == ("synced", 3), first
+    errored = builder.ids[2]
+    builder.open_segment(supersedes=[errored])  # then verifiers --resume retried it
+    builder.add(1)
+    builder.seal()
+    (second,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert second.state == "synced", second
+    assert any("superseded" in w and "append-only" in w for w in second.warnings)
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)  # it cannot be taken back
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [errored]
+    assert evaluation["metrics"]["avg_error"] == 0.0 and evaluation["finalize_count"] == 1
+
+
+def test_dry_run_to_traces_counts_what_a_completed_run_releases_and_not_what_is_held(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "dry-held")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(2, ok=False)
+
+    def dry() -> int:
+        with EmbeddedPlatform(tmp_path / "p.db", traces=True) as platform:
+            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=platform.base_url)
+            with PlatformClient(settings, timeout=5) as client:
+                (report,) = sync_paths([tmp_path / "runs"], client, local_destination(tmp_path / "p.db", None),
+                                       SyncOptions(to=TRACES, dry_run=True))
+        assert report.state == "dry_run", report
+        return report.pushed_now
+
+    assert dry() == 3  # live: the errored ones wait
+    builder.seal()
+    assert dry() == 5  # completed: they would be released
+
+
+def test_auto_releases_a_completed_runs_errored_episodes_to_traces_before_any_receipt(tmp_path: Path) -> None:
+    """Every episode errored: nothing is sent before the run's end, so no receipt has
+    recorded the store yet when the release comes; it still goes to Prime Traces."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "auto-all-errored")
+    builder.open_segment()
+    builder.add(3, ok=False)
+    builder.seal()
+    db = tmp_path / "p.db"
+    (report,), _ = _sync(tmp_path, db, to="auto", batch_bytes=5_000)
+    assert (report.state, report.store, report.pushed_total) == ("synced", TRACES, 3), report
+    state = _state(builder.run_dir)
+    assert (state.store, state.samples_pushed, state.released) == (TRACES, 0, builder.ids)
+    items, _ = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+
+
+def test_an_announced_batch_is_rebuilt_under_the_supersede_lists_it_was_cut_with(tmp_path: Path) -> None:
+    """A resume may supersede an episode that is not errored (its task no longer selected):
+    if that episode is in an announced batch, the batch is still sent as announced."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-announced-ok")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        assert _sync_losing_uploads(tmp_path, db, platform).state == "error"
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.episodes == 2 and announced.released == []  # ids 0 and 1
+        gone = builder.ids[0]
+        builder.open_segment(supersedes=[gone])
+        builder.add(1)
+        builder.seal()
+        done = _sync_with(platform, tmp_path, db)
+        assert done.state == "synced", done
+    state = _state(builder.run_dir)
+    assert state.uploads[0] == announced.digest and state.superseded_pushed == [gone]
+    items, evaluation = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}
+    assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
+
+
+def test_a_lost_state_after_the_release_resends_the_same_keys(tmp_path: Path) -> None:
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-release-lost-state")
+    builder.open_segment()
+    builder.add(6)
+    builder.add(3, ok=False)
+    builder.add(2)
+    builder.seal()
+    db = tmp_path / "p.db"
+    _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    first = _state(builder.run_dir)
+    assert len(first.released) == 3 and len(first.uploads) > 2
+    (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    path.unlink()
+    (report,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
+    assert report.state == "synced", report
+    again = _state(builder.run_dir)
+    assert (again.evaluation_id, again.uploads, again.released) == (first.evaluation_id, first.uploads, first.released)
+    items, _ = _in_traces(db, builder.run_dir)
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}

@@ -264,3 +264,32 @@ def test_follow_ships_a_live_run_to_traces_and_finishes_it(tmp_path: Path, serve
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["state"] == "synced"
     assert_traces_exactly_once(api, builder)
+
+
+def test_a_resumed_run_that_retried_an_errored_rollout_holds_each_slot_once(tmp_path: Path, server, api) -> None:
+    """docs/sync.md, "Resumed runs": the errored attempt waits while the run has not completed,
+    the resume supersedes it, and Prime Traces ends with the retry only."""
+    builder = RunBuilder(tmp_path / "run", "traces-resumed")
+    builder.open_segment()
+    builder.add(4)
+    builder.add(1, ok=False)
+    builder.seal("cancelled", error="interrupted")
+    first = traces_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(first.stdout)["runs"][0]["state"] == "cancelled", first.stderr + first.stdout
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    assert len(episodes_in_traces(api, evaluation["evaluation_id"])) == 4  # the errored one is held back
+    text = subprocess.run(CLI + ["status", str(tmp_path)], capture_output=True, text=True, env=child_env()).stdout
+    assert "1 errored held back until the run completes" in text, text
+    errored = builder.ids[4]
+    builder.open_segment(supersedes=[errored])  # verifiers --resume re-ran its slot
+    builder.add(1)
+    builder.seal()
+    second = traces_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(second.stdout)["runs"][0]["state"] == "synced", second.stderr + second.stdout
+    evaluation = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
+    assert (evaluation["finalize_count"], evaluation["status"], evaluation["total_samples"]) == (1, "COMPLETED", 0)
+    items = episodes_in_traces(api, evaluation["evaluation_id"])
+    assert sorted(item["episode_id"] for item in items) == sorted(builder.ids[:4] + [builder.ids[5]])
+    assert {item["generation"] for item in items} == {1}
+    state = state_of(builder)
+    assert (state["episodes_pushed"], state["held_back"], state["superseded_pushed"]) == (5, 0, [])

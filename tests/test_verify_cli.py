@@ -63,9 +63,10 @@ def test_a_missing_path_exits_2_with_one_line(tmp_path: Path):
     assert "Traceback" not in done.stderr
 
 
-def test_no_runs_found_is_not_an_error(tmp_path: Path):
+def test_nothing_found_exits_1_unless_allow_empty(tmp_path: Path):
     done = verify(str(tmp_path))
-    assert done.returncode == 0 and "no runs found" in done.stdout
+    assert done.returncode == 1 and "nothing found" in done.stderr and "Traceback" not in done.stderr
+    assert verify("--allow-empty", str(tmp_path)).returncode == 0
 
 
 def test_json_report(tmp_path: Path):

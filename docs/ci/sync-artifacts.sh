@@ -5,9 +5,12 @@
 #
 #   docs/ci/sync-artifacts.sh [--replay] DIR [prime-runs sync options...]
 #
+# Eval outputs written without a spool (verifiers' traces.jsonl, metadata.json +
+# results.jsonl) are imported first; for a read-only artifact pass --state-dir DIR.
 # Exit codes are prime-runs sync's (docs/cli.md): 0 every run synced, up to date or its end
-# recorded; 1 some run failed to sync (listed on stderr; its state is kept, so re-running
-# the job carries on); 2 usage or configuration error, e.g. no PRIME_API_KEY.
+# recorded; 1 some run failed to sync or import (listed on stderr; its state is kept, so
+# re-running the job carries on), or DIR holds nothing to sync; 2 usage or configuration
+# error, e.g. no PRIME_API_KEY.
 set -uo pipefail
 
 prime_runs=${PRIME_RUNS:-prime-runs}   # a command line; tests set "python -m commands"
@@ -32,18 +35,22 @@ if [ -s "$report" ]; then
   python3 - "$report" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
+for imported in report.get("imports", []):
+    print(f"{imported['state']:<10} {imported['source']}  (eval outputs imported into {imported['run_dir']})")
+    if imported["state"] == "error":
+        print(f"FAILED {imported['source']}: {imported['error']}", file=sys.stderr)
 for run in report["runs"]:
     line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
     print(line + (f"  {run['url']}" if run.get("url") else ""))
     if run["state"] in ("error", "corrupt"):
         print(f"FAILED {run['path']}: {run['error']}", file=sys.stderr)
 if not report["runs"]:
-    print("no runs found")
+    print("no runs found (the job fails unless --allow-empty is passed)")
 PY
 fi
 case $status in
   0) ;;
-  1) echo "some runs failed to sync; re-run this job to carry on from the saved state" >&2 ;;
+  1) echo "some runs failed to sync (or nothing was found); re-run this job to carry on from the saved state" >&2 ;;
   *) echo "prime-runs sync could not start (exit $status): check PRIME_API_KEY and the options" >&2 ;;
 esac
 exit $status

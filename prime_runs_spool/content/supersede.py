@@ -85,6 +85,25 @@ def effective(episodes: Iterable[tuple[str | None, object]], superseded: set[str
             yield item
 
 
+def supersede_history(manifests: Iterable[object]) -> list[frozenset[str]]:
+    """The run's superseded set as it stood after each segment opened, newest first and each
+    distinct set once, ending with the empty set (before any resume). A batch announced
+    before a later resume was cut under one of these (sync/traces.py rebuilds it)."""
+    sets: list[frozenset[str]] = [frozenset()]
+    for manifest in manifests:
+        grown = sets[-1] | supersedes_of([manifest])
+        if grown != sets[-1]:
+            sets.append(frozenset(grown))
+    return sets[::-1]
+
+
+def supersede_history_in_run(run_dir: str | os.PathLike[str]) -> list[frozenset[str]]:
+    """:func:`supersede_history` of the run's segment manifests (two lines read per segment)."""
+    from prime_runs_spool.spool.reader import segment_manifests
+
+    return supersede_history(segment_manifests(run_dir))
+
+
 def superseded_in_run(run_dir: str | os.PathLike[str]) -> set[str]:
     """Every episode id a resumed segment of the run supersedes (two lines read per segment)."""
     from prime_runs_spool.spool.reader import segment_manifests

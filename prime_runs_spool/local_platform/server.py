@@ -28,7 +28,7 @@ class EmbeddedPlatform:
     >>> with EmbeddedPlatform("platform.db") as platform:
     ...     httpx.get(f"{platform.base_url}/api/v1/evaluations/")
 
-    Entering raises ``StoreError`` if the database cannot be opened and ``OSError`` if
+    Entering raises ``PlatformDatabaseError`` if the database cannot be opened and ``OSError`` if
     the address cannot be bound; leaving stops the server and closes the database.
     """
 

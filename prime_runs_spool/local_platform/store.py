@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, StoreError
+from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, PlatformDatabaseError
 from prime_runs_spool.spool.layout import private_database
 
 #: When set (a ``time.monotonic()`` value), no write commits after it: the request that
@@ -118,7 +118,7 @@ class Store:
             self._add_missing_columns()
         except (sqlite3.Error, OSError) as exc:
             self.close()
-            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+            raise PlatformDatabaseError(f"cannot open database {self.path}: {exc}") from None
 
     def _add_missing_columns(self) -> None:
         """A database written before ``error_message`` existed gets the column (NULL)."""

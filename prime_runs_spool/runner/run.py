@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import EPISODE, MANIFEST, Payload
+from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
@@ -342,16 +342,24 @@ class Run:
         self._ownership.check(self._id)
         return self._ending.finish(summary)
 
-    def abort(self, error: BaseException | str) -> None:
+    def abort(self, error: BaseException | str, *, status: str | None = None) -> None:
         """Seal the run ``failed``, or ``cancelled`` for an interrupt or a cancellation.
 
         The error is recorded as one line: ``Type: message``, truncated, or
-        ``interrupted`` for a cancellation (as prime-runs 0.1.4 records it). Never raises on
+        ``interrupted`` for a cancellation (as prime-runs 0.1.4 records it). ``status`` (a
+        seal status other than ``completed``) overrides the choice when the caller knows how
+        the run ended better than the error's type says (``prime-runs import`` reads it from
+        the eval's outputs); the error is then recorded as given. Never raises on
         the way out of a failing eval: a seal that cannot be written is logged (the reader
         then sees the segment unsealed, i.e. crashed). Idempotent, and a no-op after
         :meth:`finish` and in a forked child (the run is its parent's).
         """
-        self._ending.close_without_finishing(seal_status_for(error), seal_error_for(error))
+        if status is not None and (status == COMPLETED or status not in SEAL_STATUSES):
+            raise ValueError(f"abort seals one of {[s for s in SEAL_STATUSES if s != COMPLETED]}, not {status!r}")
+        if status is None:
+            self._ending.close_without_finishing(seal_status_for(error), seal_error_for(error))
+        else:
+            self._ending.close_without_finishing(status, describe_error(error))
 
     # -- context manager ------------------------------------------------------------------
 

@@ -10,7 +10,10 @@ named here:
   ``seg-NNNNNN.durable`` its live writer's durable mark;
 - ``run.lock`` the run lock, held while a writer opens the run;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
-  ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log.
+  ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
+- in an object store only, ``sync.lease.json``, a syncer's lease on the run;
+- ``import.json`` and ``import.lock``, in a spool ``prime-runs import`` wrote: its source,
+  and the lock an import holds while it writes.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ RUN_LOCK_NAME = "run.lock"
 SHIPPER_LOG_NAME = "shipper.log"
 #: verifiers' own results file, beside the spool in the run directory (not ours: read only).
 VERIFIERS_TRACES_NAME = "traces.jsonl"
+#: In an object store, beside a run's segments: the lease a syncer holds on the run while it
+#: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
+SYNC_LEASE_NAME = "sync.lease.json"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -100,6 +106,16 @@ def replay_state_glob(dest_key: str) -> str:
     return f"{dest_key}-replay-*.json"
 
 
+def sync_lease_path(run_dir: str | os.PathLike[str]) -> Path:
+    """Where a run in an object store keeps its syncer's lease (relative to the run)."""
+    return spool_dir(run_dir) / SYNC_LEASE_NAME
+
+
+def state_etag_path(state_path: Path) -> Path:
+    """Beside a locally cached copy of a state kept in an object store: the etag it had."""
+    return state_path.with_name(f"{state_path.name}.etag")
+
+
 def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SYNC_LOCK_NAME
 
@@ -125,7 +141,13 @@ def segment_index_of(path: str | os.PathLike[str]) -> int | None:
 
 
 def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """The run's segments as ``(index, path)``, in index order: the order of the run's log."""
+    """The run's segments as ``(index, path)``, in index order: the order of the run's log.
+
+    A run read from an object store (``prime_runs_spool.store.source.StoreRun``) lists its
+    own segments, from the store's listing; every reader of a run goes through here."""
+    own = getattr(run_dir, "list_segments", None)
+    if own is not None:
+        return own()
     folder = spool_dir(run_dir)
     try:
         names = os.listdir(folder)
@@ -247,3 +269,116 @@ def _walk(root: Path) -> Iterator[Path]:
         if entry.name == SPOOL_DIRNAME and is_run_dir(root):
             continue
         yield from _walk(Path(entry.path))
+
+
+# -- what an eval runner writes without a spool (docs/integration.md, "Importing") --------
+#
+# ``prime-runs import`` reads these; nothing here ever writes them. verifiers 0.4.0 writes,
+# per run directory: ``traces.jsonl``, ``configs/<cli>.toml`` (the launch file, verbatim),
+# ``configs/resolved/<cli>.json`` (the resolved config) and ``logs/attempt_N/eval.log``
+# (``logs/latest`` links the newest). The older layout is ``metadata.json`` + ``results.jsonl``.
+
+CONFIGS_DIRNAME = "configs"
+RESOLVED_DIRNAME = "resolved"
+LOGS_DIRNAME = "logs"
+LATEST_LOG_LINK = "latest"
+ATTEMPT_PREFIX = "attempt_"
+EVAL_LOG_NAME = "eval.log"
+V0_METADATA_NAME = "metadata.json"
+V0_RESULTS_NAME = "results.jsonl"
+#: Beside an imported spool's segments: where it was imported from and how far (the
+#: importer's own bookkeeping; readers and sync look only at ``seg-*`` files).
+IMPORT_MARK_NAME = "import.json"
+#: Held while an import writes a spool: two imports of one source never both write it.
+IMPORT_LOCK_NAME = "import.lock"
+#: Under ``--state-dir``: one folder per imported source run.
+STATE_IMPORTS_DIRNAME = "imports"
+
+
+def resolved_config_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """``configs/resolved/*.json``, sorted (verifiers reads the first one back too)."""
+    folder = Path(output_dir) / CONFIGS_DIRNAME / RESOLVED_DIRNAME
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def launch_file_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """``configs/*.toml``: the launch file(s) copied verbatim."""
+    folder = Path(output_dir) / CONFIGS_DIRNAME
+    return sorted(p for p in folder.glob("*.toml") if p.is_file()) if folder.is_dir() else []
+
+
+def attempt_log_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every ``logs/attempt_N/eval.log`` that exists, oldest attempt first."""
+    folder = Path(output_dir) / LOGS_DIRNAME
+    found = []
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            number = entry.name[len(ATTEMPT_PREFIX):]
+            if entry.name.startswith(ATTEMPT_PREFIX) and number.isdigit() and not entry.is_symlink():
+                log = entry / EVAL_LOG_NAME
+                if log.is_file():
+                    found.append((int(number), log))
+    return [log for _, log in sorted(found)]
+
+
+def v0_paths(output_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    return Path(output_dir) / V0_METADATA_NAME, Path(output_dir) / V0_RESULTS_NAME
+
+
+def import_mark_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / IMPORT_MARK_NAME
+
+
+def import_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / IMPORT_LOCK_NAME
+
+
+def state_dir_run(state_dir: str | os.PathLike[str], source_key: str, run_id: str) -> Path:
+    """Where ``--state-dir`` keeps the spool imported from one source run: keyed by the
+    source's absolute path (``source_key``, a digest of it) and the run id."""
+    return Path(state_dir) / STATE_IMPORTS_DIRNAME / source_key / run_id
+
+
+def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path:
+    return Path(state_dir) / STATE_IMPORTS_DIRNAME / source_key
+
+
+def is_eval_output_dir(path: Path) -> bool:
+    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``."""
+    if verifiers_traces_path(path).is_file():
+        return True
+    metadata, results = v0_paths(path)
+    return metadata.is_file() and results.is_file()
+
+
+def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Every eval output folder under ``paths``, each once, deterministic order; symbolic
+    links are not followed and a spool folder is never entered. A missing path raises
+    :class:`NoSuchPathError`, as for :func:`find_runs`."""
+    seen: set[Path] = set()
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise NoSuchPathError(f"path does not exist: {given}")
+        for found in _walk_outputs(root):
+            key = found.resolve()
+            if key not in seen:
+                seen.add(key)
+                yield found
+
+
+def _walk_outputs(root: Path) -> Iterator[Path]:
+    if not root.is_dir():
+        return
+    if is_eval_output_dir(root):
+        yield root
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.name in (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME):
+            continue
+        yield from _walk_outputs(Path(entry.path))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -115,7 +115,7 @@ class SegmentInfo:
         return self.format_version is None and self.corrupt_offset is None
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}  # no deep copy of path
         out["path"] = str(self.path)
         return out
 
@@ -191,8 +191,9 @@ def _ledger_at(index: int) -> RunLedger:
 def _walk_lines(
     path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger
 ) -> Iterator[Record]:
-    mark = durable_mark(path)  # before reading: the file can only have grown past it since
-    with open(path, "rb", buffering=_READ_BUFFER) as f:
+    local = getattr(path, "open_bytes", None) is None  # an object store's segment has no mark
+    mark = durable_mark(path) if local else 0  # before reading: the file only grew past it since
+    with _open_segment(path) as f:
         lines = _raw_lines(f, 0)
         expect = 0
         if start is not None:
@@ -238,13 +239,22 @@ def _walk_lines(
                     state.manifest, state.has_manifest = parsed.data, True
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
-        size = os.fstat(f.fileno()).st_size
+        size = os.fstat(f.fileno()).st_size if local else mark
     # A live writer rewrites its mark in place, so a read racing with that rewrite can be
     # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
     if size < mark and not writer_alive(path):
         raise CorruptSpoolError(
             path, size, f"the file ends at byte {size}, but its writer had made {mark} bytes durable: "
             "it was truncated")
+
+
+def _open_segment(path: Path) -> IO[bytes]:
+    """A segment's bytes: a local file, or a segment in an object store, which opens its
+    own ranged, bounded reads (``prime_runs_spool.store.source.StoreSegment``)."""
+    own = getattr(path, "open_bytes", None)
+    if own is not None:
+        return own()
+    return open(path, "rb", buffering=_READ_BUFFER)
 
 
 def _check_header(path: Path, index: int, parsed: Line, state: _SegmentState, ledger: RunLedger) -> None:
@@ -267,7 +277,7 @@ def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: 
         if index >= upto:
             return
         ledger.begin(path, index)
-        with open(path, "rb") as f:
+        with _open_segment(path) as f:
             first = f.readline(_HEADER_LIMIT)
         if not first.endswith(b"\n"):
             ledger.end()  # empty: its writer died before its header was durable
@@ -328,7 +338,7 @@ def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any
     """
     for _, path in list_segments(run_dir):
         try:
-            handle = open(path, "rb")
+            handle = _open_segment(path)
         except FileNotFoundError:
             continue
         with handle:
@@ -361,8 +371,12 @@ def writer_alive(segment: Path) -> bool:
 
     Probes with a *shared*, non-blocking flock on a read-only descriptor and drops it at
     once: it conflicts with a writer's exclusive lock only, never with another reader,
-    needs no write permission, and never creates a file.
+    needs no write permission, and never creates a file. A segment in an object store
+    answers for itself (no writer lock travels with a copied spool: never alive).
     """
+    own = getattr(segment, "writer_alive", None)
+    if own is not None:
+        return bool(own())
     try:
         fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -523,7 +537,8 @@ def read_run(run_dir: str | os.PathLike[str]) -> Spool:
     Raises NotARunError when the directory holds no segment and UnsupportedFormatError
     when any segment is newer than this reader.
     """
-    run_dir = Path(run_dir)
+    if getattr(run_dir, "list_segments", None) is None:
+        run_dir = Path(run_dir)
     segments = list_segments(run_dir)
     if not segments:
         raise NotARunError(f"{run_dir}: no spool segments (expected {segment_path(run_dir, 1)})")

@@ -25,17 +25,15 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.content.supersede import is_errored, superseded_in_run
-from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import superseded_in_run
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
-from prime_runs_spool.sync.rows import Batch, Row, RowStream, batches, durable_records, read_ahead
+from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
+                                        record_episode_id)
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
 
 
-def _episode_id(record: Any) -> str | None:
-    value = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
-    return None if value is None else str(value)
+_episode_id = record_episode_id
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -74,6 +72,7 @@ class RunSync:
         sleep: Callable[[float], None] = time.sleep,
         on_progress: Callable[[RunReport], None] | None = None,
         index: EvaluationIndex | None = None,
+        make_protocol: Callable[..., Protocol] = Protocol,
     ) -> None:
         self.run_dir = run_dir
         self.client = client
@@ -82,7 +81,8 @@ class RunSync:
         self.on_progress = on_progress or (lambda report: None)
         self.report = RunReport(path=str(run_dir), replay_id=options.replay_id)
         #: The exactly-once core: the state file, announcing, settling and fencing requests.
-        self.protocol = Protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
+        #: ``make_protocol``: a subclass keeping the state elsewhere (sync/store_sync.py).
+        self.protocol = make_protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                  clock=clock, sleep=sleep, on_save=self._show)
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
@@ -272,10 +272,7 @@ class RunSync:
 
     def _held_back(self) -> int:
         """Errored episodes of the effective set not pushed: held until the run completes."""
-        released = set(self.state.released)
-        return sum(1 for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt)
-                   if record.type == EPISODE and is_errored(record.data)
-                   and _episode_id(record) not in self.superseded and _episode_id(record) not in released)
+        return sum(1 for _ in self._held_episodes())
 
     def _release_held(self) -> None:
         """The run completed: push the errored episodes held back, those no resume superseded.
@@ -284,6 +281,9 @@ class RunSync:
         request (its ids recorded as released once it is known to have landed), so a sync
         killed half way neither loses nor repeats one.
         """
+        if self.traces.pushing:
+            self.traces.release_held()
+            return
         state = self.state
         limit = self.options.max_request_bytes
         batch, ids = Batch(), []
@@ -309,14 +309,9 @@ class RunSync:
     def _held_episodes(self) -> Iterator[tuple[str, Any]]:
         """The errored episodes held back and not yet released, in the order releasing them
         sends them (spool order, superseded ones left out): ``(episode id, record)``."""
-        released = set(self.state.released)
-        for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type != EPISODE or not is_errored(record.data):
-                continue
-            episode_id = _episode_id(record)
-            if episode_id is None or episode_id in self.superseded or episode_id in released:
-                continue
-            yield episode_id, record
+        for record in held_episodes(self.run_dir, self.superseded, set(self.state.released),
+                                    skip_corrupt=self.options.skip_corrupt):
+            yield str(_episode_id(record)), record
 
     def _released_rows(self) -> Iterator[tuple[str, Any, bool]]:
         """The rows releasing the held episodes sends, in order: ``(episode id, sample id,

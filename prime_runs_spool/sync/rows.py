@@ -166,10 +166,44 @@ class RowStream:
             self.cursor = after
 
     def _gives_no_row(self, record: Any) -> bool:
-        episode_id = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
-        if episode_id is not None and str(episode_id) in self.superseded:
-            return True
-        return self.hold_errored and is_errored(record.data)
+        return withheld(record, self.superseded, hold_errored=self.hold_errored) is not None
+
+
+def record_episode_id(record: Any) -> str | None:
+    """The episode id of a spool episode record: the writer's stamp, else the episode's own."""
+    value = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
+    return None if value is None else str(value)
+
+
+#: Why an episode record gives nothing to a destination (docs/sync.md, "Resumed runs").
+SUPERSEDED = "superseded"
+HELD = "held"
+
+
+def withheld(record: Any, superseded: frozenset[str] | set[str], *, hold_errored: bool) -> str | None:
+    """The one rule, for samples and Prime Traces alike, of which episodes a run gives now:
+    None when this episode record is sent, SUPERSEDED when a resumed segment replaced it
+    (never sent), HELD when it errored and the run has not completed (a resume may still
+    retry it; sent when the run completes, see :func:`held_episodes`)."""
+    if record_episode_id(record) in superseded:
+        return SUPERSEDED
+    return HELD if hold_errored and is_errored(record.data) else None
+
+
+def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released: set[str], *,
+                  skip_corrupt: bool = False) -> Iterator[Any]:
+    """The episode records a completed run releases: the ones :func:`withheld` held back,
+    not superseded and not already released, in spool order. A function of the spool and
+    ``released`` only, so a sync that dies half way finds the same rest again. Both stores
+    release these (samples: engine._release_held; traces: TracesPush.release_held), and
+    reconciling a lost samples state reads them in this order. An episode without an id
+    cannot be recorded as released, so it is never released (it would go again each time)."""
+    for record in durable_records(run_dir, skip_corrupt=skip_corrupt):
+        if record.type != EPISODE or withheld(record, superseded, hold_errored=True) != HELD:
+            continue
+        episode_id = record_episode_id(record)
+        if episode_id is not None and episode_id not in released:
+            yield record
 
 
 #: A request body that grows past this many bytes is *large*: it must first take one of

@@ -124,6 +124,9 @@ class SyncState(BaseModel):
     #: Episodes passed over because no request can carry one of their rows:
     #: ``{segment, offset, episode_id, reason}`` (docs/sync.md, "Rows").
     skipped_too_large: list[dict[str, object]] = []
+    #: For a run in an object store: the lease generation of the syncer that wrote this
+    #: state (fencing, docs/sync.md "Object stores"); None for a local run.
+    fence: int | None = None
     updated_at: float = 0.0
 
     def advance(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None) -> None:

@@ -3,6 +3,7 @@ what its sync state says is on the platform. Offline: no request is made."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,17 @@ def _episodes_after(run_dir: Path, state: SyncState) -> int:
         return 0  # the corruption is reported by the run's own state
 
 
-def run_status(run_dir: Path) -> RunStatus:
+def _local_states(run_dir: Path) -> Iterator[bytes]:
+    for path in sorted(sync_dir(run_dir).glob("*.json")):
+        try:
+            yield path.read_bytes()
+        except OSError:
+            continue
+
+
+def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatus:
+    """``states``: the run's sync state documents, when they are not files beside the spool
+    (a run in an object store keeps them as objects: sync/store_sync.py)."""
     run = RunStatus(path=str(run_dir))
     try:
         spool = read_run(run_dir)
@@ -103,10 +114,10 @@ def run_status(run_dir: Path) -> RunStatus:
     # past the cursor undercounts; every episode not pushed is pending then. Otherwise the
     # cursor says it exactly (an episode that gets no row is never "pushed").
     behind = spool.episodes_count if spool.problem else 0
-    for path in sorted(sync_dir(run_dir).glob("*.json")):
+    for document in _local_states(run_dir) if states is None else states:
         try:
-            state = SyncState.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
+            state = SyncState.model_validate_json(document)
+        except ValueError:
             continue
         run.destinations.append(DestinationStatus(
             destination=state.destination.base_url, team_id=state.destination.team_id,

@@ -16,6 +16,14 @@ and rebuilds exactly those bytes from the two positions: the same key, which the
 answers with the committed receipt instead of storing anything twice. No fence and no
 reconciliation are needed, unlike samples; and the batch a live run's tail produced is as
 fixed, once announced, as any other.
+
+Which episodes give a line is the samples rule, by the same function (sync/rows.py,
+``withheld``): a superseded episode never does, an errored one is held back until the run
+completes and is then released in batches of its own, cut the same way from the held-back
+episodes (a function of the sealed spool and the state's ``released``). An announced batch
+is never re-cut, even when a later resume superseded one of its episodes: it is rebuilt
+under the supersede lists it was cut with, sent, and the episode reported as superseded
+after push (docs/sync.md, "Prime Traces" and "Resumed runs").
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.spool.format import CRASHED, EPISODE
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
-from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY, durable_records, seal_if_last, track_seal
+from prime_runs_spool.sync.rows import (LARGE_BODIES, LARGE_BODY, durable_records, held_episodes,
+                                        record_episode_id, seal_if_last, track_seal,
+                                        withheld)
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 if TYPE_CHECKING:
@@ -51,18 +61,34 @@ class Line:
     #: Where the spool resumes after this episode.
     after: Cursor
     traces: int
+    episode_id: str | None = None
+
+
+def _line(record: Any, run_id: str, after: Cursor) -> Line:
+    """An episode record as one Prime Traces line (stamped with the platform's run)."""
+    from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
+
+    members = record.data.get("traces")
+    return Line(encode_line(stamp_run(record.data, run_id, RUN_TYPE)), after,
+                len(members) if isinstance(members, list) else 0, record_episode_id(record))
 
 
 @dataclass
 class LineStream:
     """The run's episode lines from ``cursor`` on. After iteration, ``seal`` holds the seal
-    that ended the log (None when the last segment is unsealed) and ``cursor`` the end."""
+    that ended the log (None when the last segment is unsealed) and ``cursor`` the end.
+
+    An episode the samples rule withholds (sync/rows.py, ``withheld``: superseded, or
+    errored and held back) gives no line: the cursor moves past it as past a seal.
+    ``superseded`` is the engine's set unless given (a pending batch is rebuilt under the
+    set it was cut with)."""
 
     engine: RunSync
     cursor: Cursor | None
     seal: dict[str, Any] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    superseded: frozenset[str] | None = None
     #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
     seal_segment: int | None = None
 
@@ -71,23 +97,40 @@ class LineStream:
             self.seal_segment = self.cursor.segment_index
 
     def lines(self) -> Iterator[Line]:
-        from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
-
         engine = self.engine
+        superseded = engine.superseded if self.superseded is None else self.superseded
         run_id = str(engine.state.evaluation_id)
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(engine.run_dir, start, skip_corrupt=engine.options.skip_corrupt,
                                       skipped=self.skipped):
             after = Cursor.at(record.after)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
-            if record.type == EPISODE:
-                members = record.data.get("traces")
-                yield Line(encode_line(stamp_run(record.data, run_id, RUN_TYPE)), after,
-                           len(members) if isinstance(members, list) else 0)
+            if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
+                yield _line(record, run_id, after)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
         self.seal = seal_if_last(engine.run_dir, self.seal, self.seal_segment)
+        self.done = True
+
+
+@dataclass
+class HeldStream:
+    """The lines a completed run releases (sync/rows.py, ``held_episodes``), as a stream
+    ``cut_batches`` can cut: the cursor stays where it is (they lie behind it)."""
+
+    engine: RunSync
+    cursor: Cursor | None
+    seal: dict[str, Any] | None = None
+    done: bool = False
+
+    def lines(self) -> Iterator[Line]:
+        engine = self.engine
+        run_id = str(engine.state.evaluation_id)
+        assert self.cursor is not None
+        for record in held_episodes(engine.run_dir, engine.superseded, set(engine.state.released),
+                                    skip_corrupt=engine.options.skip_corrupt):
+            yield _line(record, run_id, self.cursor)
         self.done = True
 
 
@@ -101,9 +144,13 @@ class Cut:
     episodes: int = 0
     traces: int = 0
     seal: dict[str, Any] | None = None
+    #: The episode ids of its lines, in order.
+    ids: list[str | None] = field(default_factory=list)
+    #: For a batch of held-back episodes: their ids, added to the state's ``released``.
+    released: list[str] = field(default_factory=list)
 
 
-def cut_batches(stream: LineStream, target_bytes: int) -> Iterator[Cut]:
+def cut_batches(stream: LineStream | HeldStream, target_bytes: int) -> Iterator[Cut]:
     """The stream's lines in the library's batches, each with the spool position it ends at.
 
     ``iter_batches`` reads one line past a batch before closing it, so the positions of the
@@ -147,7 +194,8 @@ def cut_batches(stream: LineStream, target_bytes: int) -> Iterator[Cut]:
             buffered[0] -= batch.size
             last = stream.done and not pending
             reached = stream.cursor if last else taken[-1].after
-            cut = Cut(batch, reached, len(taken), sum(line.traces for line in taken), stream.seal if last else None)
+            cut = Cut(batch, reached, len(taken), sum(line.traces for line in taken), stream.seal if last else None,
+                      [line.episode_id for line in taken])
             del batch, taken
             yield cut
             del cut
@@ -169,6 +217,9 @@ class TracesPush:
     def __init__(self, engine: RunSync) -> None:
         self.engine = engine
         self._uploader: TracesUploader | None = None
+        #: Set while this pass pushes to Prime Traces: the run's end then releases held-back
+        #: episodes here, even before a first receipt recorded the store (``auto``).
+        self.pushing = False
 
     @property
     def state(self) -> SyncState:
@@ -216,10 +267,15 @@ class TracesPush:
         batches that would be sent from the cursor (stamped with the evaluation id, when the
         run has one yet), nothing sent."""
         report = self.engine.report
-        for cut in cut_batches(LineStream(self.engine, self.state.cursor, seal=self.state.seal), self._target()):
+        stream = LineStream(self.engine, self.state.cursor, seal=self.state.seal)
+        for cut in cut_batches(stream, self._target()):
             if cut.batch is not None:
                 report.pushed_now += cut.episodes
                 report.bytes_sent += cut.batch.size
+        if stream.seal is not None and stream.seal.get("status") == COMPLETED:  # and what it releases
+            for line in HeldStream(self.engine, stream.cursor).lines():
+                report.pushed_now += 1
+                report.bytes_sent += len(line.data)
         report.store = TRACES
         report.state = "dry_run"
 
@@ -263,8 +319,11 @@ class TracesPush:
 
     def _push(self) -> None:
         engine = self.engine
+        self.pushing = True
         pending = self.state.in_flight if self.state.in_flight and self.state.in_flight.kind == "traces" else None
-        if pending is not None:
+        if pending is not None and pending.released:
+            self._resend_released(pending)
+        elif pending is not None:
             self._resend(pending)
         while True:
             # Starting past a seal already committed, the stream knows how the log ends.
@@ -294,31 +353,83 @@ class TracesPush:
                 return
 
     def _resend(self, pending: InFlight) -> None:
-        """The announced batch, rebuilt from its two positions: the same bytes, the same key."""
-        from prime_traces import Batch
+        """The announced batch, rebuilt from its two positions: the same bytes, the same key.
+
+        Rebuilt under the supersede lists it was cut with: a resume since then may have
+        superseded one of its episodes, and the announced bytes are what must be sent again
+        (docs/sync.md, "Prime Traces"). So each earlier state of the run's superseded set is
+        tried, newest first, and the one whose bytes hash to the digest is sent (the digest
+        is SHA-256: no other set gives those bytes)."""
+        from prime_runs_spool.content.supersede import supersede_history_in_run
 
         assert pending.end is not None
-        stream = LineStream(self.engine, self.state.cursor)
         end = (pending.end.segment_index, pending.end.offset)
+        history = supersede_history_in_run(self.engine.run_dir)
+        for superseded in [self.engine.superseded, *(h for h in history if h != self.engine.superseded)]:
+            stream = LineStream(self.engine, self.state.cursor, superseded=superseded)
+            taken: list[Line] = []
+            for line in stream.lines():
+                if (line.after.segment_index, line.after.offset) > end:
+                    break
+                taken.append(line)
+            if self._resend_if_announced(pending, taken):
+                return
+        raise SyncError(f"the spool's episodes up to segment {pending.end.segment_index} byte "
+                        f"{pending.end.offset} no longer hash to the batch announced for them; "
+                        "was the spool modified? (prime-runs verify)")
+
+    def _resend_released(self, pending: InFlight) -> None:
+        """An announced batch of held-back episodes, rebuilt from its ids (in spool order, as
+        it was cut): no later resume changes those records, so the bytes are the same."""
+        wanted = set(pending.released)
+        run_id = str(self.state.evaluation_id)
         taken: list[Line] = []
-        for line in stream.lines():
-            if (line.after.segment_index, line.after.offset) > end:
-                break
-            taken.append(line)
+        for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt):
+            if record.type == EPISODE and record_episode_id(record) in wanted:
+                wanted.discard(record_episode_id(record))
+                taken.append(_line(record, run_id, pending.end or record.after))
+        if not self._resend_if_announced(pending, taken):
+            raise SyncError(f"the held-back episodes announced for release ({len(pending.released)}) no longer "
+                            "hash to the batch announced for them; was the spool modified? (prime-runs verify)")
+
+    def _resend_if_announced(self, pending: InFlight, taken: list[Line]) -> bool:
+        """Send ``taken`` again if its bytes are the announced batch's; False if they are not."""
+        from prime_traces import Batch
+
         data = b"".join(line.data for line in taken)
         digest = hashlib.sha256(data).hexdigest()
         if digest != pending.digest:
-            raise SyncError(f"the spool's episodes up to segment {pending.end.segment_index} byte "
-                            f"{pending.end.offset} no longer hash to the batch announced for them; "
-                            "was the spool modified? (prime-runs verify)")
+            return False
+        # Superseded by a resume after it was announced: sent anyway, and said.
+        late = [i for i in (line.episode_id for line in taken)
+                if i is not None and i in self.engine.superseded and i not in self.state.superseded_pushed]
+        self.state.superseded_pushed.extend(late)
         batch = Batch(data=data, digest=digest, num_lines=len(taken), first_line_number=1)
-        self._commit(batch, Cut(batch, pending.end, pending.episodes, pending.traces, pending.seal))
+        self._commit(batch, Cut(batch, pending.end, pending.episodes, pending.traces, pending.seal,
+                                [line.episode_id for line in taken], list(pending.released)))
+        return True
+
+    def release_held(self) -> None:
+        """The run completed: send the errored episodes held back that no resume superseded,
+        in spool order, cut by the library's rule and announced like any batch (their ids
+        recorded as released with the receipt). Which they are is a function of the sealed
+        spool and ``released``, so a sync killed after a receipt cuts the same rest."""
+        # Called from the push loop's finish (engine._finish), which closes the uploader;
+        # an announced release batch was sent again at that loop's start.
+        for cut in cut_batches(HeldStream(self.engine, self.state.cursor, seal=self.state.seal), self._target()):
+            if cut.batch is None:
+                continue
+            cut.end, cut.seal = self.state.cursor, self.state.seal
+            cut.released = [str(i) for i in cut.ids]
+            self._send(cut)
+            del cut
 
     def _send(self, cut: Cut) -> None:
         assert cut.batch is not None and cut.end is not None
         protocol = self.engine.protocol
         self.state.in_flight = InFlight(kind="traces", sent_at=protocol.clock(), episodes=cut.episodes,
-                                        traces=cut.traces, end=cut.end, seal=cut.seal, digest=cut.batch.digest)
+                                        traces=cut.traces, end=cut.end, seal=cut.seal, digest=cut.batch.digest,
+                                        released=cut.released)
         protocol.save()
         self._commit(cut.batch, cut)
 
@@ -330,6 +441,7 @@ class TracesPush:
         assert cut.end is not None
         state.advance(cut.end, 0, cut.episodes, cut.seal)
         state.traces_pushed += cut.traces
+        state.released.extend(i for i in cut.released if i not in state.released)
         state.uploads.append(receipt_id(receipt))
         state.store = TRACES
         state.in_flight = None

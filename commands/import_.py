@@ -1,0 +1,101 @@
+"""``prime-runs import PATHS...``: turn eval output folders written without a spool into spools.
+
+The importer is the library's (``prime_runs_spool.runner.import_outputs``); this module
+prints its reports. Exit codes (docs/cli.md): 0 every run imported or up to date; 1 a run
+could not be imported (the others still were), or a path holds neither a spool nor eval
+outputs (unless ``--allow-empty``); 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from commands.output import require_paths
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from prime_runs_spool.runner.import_outputs import ImportReport
+
+# The importer (and the writer behind it) is imported where it runs, not here:
+# ``prime-runs --help`` must not pay for it (tests/test_cli_basics.py).
+
+
+def import_line(report: ImportReport) -> list[str]:
+    """One line per run (plus its warnings and error): shared with ``prime-runs sync``."""
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES
+
+    if report.state in FAILED_STATES:
+        return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
+    where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
+    if report.state in ("imported", "appended", "up_to_date"):
+        line = (f"{report.state:<11} {report.source}{where}: {report.episodes_added} episode(s) added, "
+                f"{report.episodes_total} in the spool, {report.status}")
+        if report.outcome and report.outcome != report.status:
+            line += f" ({report.outcome})"
+    else:
+        line = f"{report.state:<11} {report.source}: {report.reason}"
+    return [line] + [f"  warning: {warning}" for warning in report.warnings]
+
+
+def nothing_found_message(path: Path) -> str:
+    return (f"{path}: nothing found: neither a spool nor eval outputs (traces.jsonl, or metadata.json + "
+            "results.jsonl) under it")
+
+
+def quiet_library_warnings() -> None:
+    """The reports carry the library's warnings; don't print them twice through logging."""
+    logging.getLogger("prime_runs_spool").addHandler(logging.NullHandler())
+
+
+@click.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Keep the imported spools here instead of in the sources (env {STATE_DIR_ENV}); "
+                   "for read-only sources.")
+@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, as_json: bool) -> None:
+    """Import every eval output folder under PATHS (verifiers 0.4.0's traces.jsonl + configs/,
+    or the older metadata.json + results.jsonl) into a spool, as the eval would have written it.
+
+    Run it again any time: nothing is added twice; episodes appended since go into a new segment.
+    """
+    import orjson
+
+    from prime_runs_spool.errors import NoSuchPathError
+    from prime_runs_spool.runner.import_outputs import FAILED_STATES, import_paths
+    from prime_runs_spool.runner.import_places import paths_with_nothing
+
+    quiet_library_warnings()
+    roots = require_paths(paths)
+    state = default_state_dir(state_dir)
+    try:
+        reports = import_paths(roots, state_dir=state)
+        empty = paths_with_nothing(roots)
+    except NoSuchPathError as exc:
+        click.echo(f"prime-runs: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    failed = [r for r in reports if r.state in FAILED_STATES]
+    if as_json:
+        click.echo(orjson.dumps({"ok": not failed and (allow_empty or not empty),
+                                 "imports": [r.as_json() for r in reports],
+                                 "paths_without_runs": [str(p) for p in empty]},
+                                option=orjson.OPT_INDENT_2).decode())
+    else:
+        for report in reports:
+            for line in import_line(report):
+                click.echo(line)
+    for path in empty:
+        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+    if failed:
+        click.echo(f"prime-runs: {len(failed)} of {len(reports)} run(s) could not be imported: {failed[0].error}",
+                   err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    if empty and not allow_empty:
+        sys.exit(EXIT_RUN_FAILED)

@@ -1,0 +1,74 @@
+"""``prime-runs mirror PATH... URL``: keep a copy of the spools under PATHS in an object store.
+
+Thin: the work is ``prime_runs_spool.store.mirror``; this module parses options, waits
+between passes, stops on SIGINT/SIGTERM, and prints what each pass uploaded.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commands.output import fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls
+
+
+@click.command("mirror")
+@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--interval", type=click.FloatRange(0.05), default=None,
+              help="Seconds between passes (default 5, env PRIME_RUNS_MIRROR_INTERVAL).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run uploaded to.")
+def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: bool) -> None:
+    """Copy the run spools under PATHS into the store URL (the last argument), as they grow.
+
+    Sealed segments go once, whole; a live segment goes up to its writer's durable mark at
+    every pass, never past it. The local spool stays the durable copy. Runs until SIGINT or
+    SIGTERM (exit 0), or one pass with --once. Exit 1 when a pass (with --once) failed to
+    upload something, 2 on bad usage.
+    """
+    import orjson
+
+    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.store.mirror import default_interval, mirror as run_mirror
+    from prime_runs_spool.store.objects import ObjectStore
+
+    urls = store_urls(paths)
+    if len(urls) != 1 or not isinstance(paths[-1], str):
+        fail_usage("give local PATHS and then one store URL, e.g. prime-runs mirror outputs s3://bucket/outputs")
+    roots = require_paths([p for p in paths if not isinstance(p, str)])
+    if not roots:
+        fail_usage("give at least one local PATH before the store URL")
+    stopped = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopped.set())
+    failed = []
+
+    def show(reports: list[Any]) -> None:
+        for report in reports:
+            if report.error:
+                failed.append(report)
+            if not (report.uploaded or report.error):
+                continue
+            if as_json:
+                click.echo(orjson.dumps(report.as_json()).decode())
+            elif report.error:
+                click.echo(f"error      {report.path} -> {report.url}: {report.error}")
+            else:
+                click.echo(f"uploaded   {report.path} -> {report.url}: {', '.join(report.uploaded)} "
+                           f"({report.bytes_sent} bytes)")
+        sys.stdout.flush()
+
+    try:
+        store = ObjectStore(urls[0])
+        run_mirror(roots, store, interval=interval or default_interval(), once=once,
+                   stop=stopped.wait, on_pass=show)
+    except StoreError as exc:
+        click.echo(f"prime-runs: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(1 if once and failed else 0)

@@ -1,0 +1,109 @@
+"""``prime-runs sync s3://bucket/prefix``: the sync command over an object-store URL.
+
+Reached from ``commands/sync.py`` when a PATH is a store URL; it takes the same options
+(read from the click context) and prints the same reports. The work is the library's
+(``prime_runs_spool.sync.store_sync``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commands.output import Progress, fail_usage
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV
+
+
+
+class PathOrURL(click.Path):
+    """A PATH argument that may also be a store URL (kept as text: a Path would fold its
+    ``//``)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        from prime_runs_spool.store.objects import is_store_url
+
+        if is_store_url(value):
+            return str(value)
+        return super().convert(value, param, ctx)
+
+
+def store_urls(paths: tuple[Any, ...]) -> list[str]:
+    """The PATHS that are store URLs (PathOrURL leaves them as text)."""
+    return [p for p in paths if isinstance(p, str)]
+
+
+def sync_urls(params: dict[str, Any]) -> None:
+    """Run ``prime-runs sync`` over store URLs with the command's options; exits."""
+    from commands.sync import _destination
+    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.sync.console import exit_code
+    from prime_runs_spool.sync.memory import return_large_blocks_promptly
+    from prime_runs_spool.sync.options import EXIT_RUN_FAILED, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.store_sync import sync_store
+
+    paths = params["paths"]
+    urls = store_urls(paths)
+    if len(urls) != len(paths):
+        fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
+    if params.get("follow") or params.get("replay"):
+        fail_usage("--follow and --replay do not work over a store URL yet; sync a local copy for those")
+    if params.get("to") == "traces":
+        fail_usage("--to traces does not work over a store URL yet (samples do); sync a local copy for traces")
+    state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
+    cap = params["backoff_cap"]
+    options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
+                          dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
+                          backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
+                          tags=params["tags"])
+    as_json = params["as_json"]
+    progress = Progress(enabled=not as_json and sys.stderr.isatty())
+    return_large_blocks_promptly()
+    reports = []
+    try:
+        with _destination(params["local"], params["db"], params["base_url"], params["team"]) as (
+                settings, destination, _local_db):
+            with PlatformClient(settings, timeout=params["timeout"]) as client:
+                for url in urls:
+                    try:
+                        reports += sync_store(url, client, destination, options, jobs=params["jobs"],
+                                              wait=params["wait"], on_progress=progress.update,
+                                              state_dir=Path(state_dir) if state_dir else None)
+                    except StoreError as exc:
+                        progress.close()
+                        click.echo(f"prime-runs: {exc}", err=True)
+                        sys.exit(EXIT_RUN_FAILED)
+    except Exception as exc:
+        if params.get("verbose"):
+            raise
+        progress.close()
+        click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
+                   "for the traceback)", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    progress.close()
+    _print(reports, as_json=as_json)
+    sys.exit(exit_code(reports))
+
+
+def _print(reports: list[Any], *, as_json: bool) -> None:
+    """The reports as ``prime-runs sync`` prints them (docs/cli.md)."""
+    import orjson
+
+    from prime_runs_spool.sync.console import exit_code, report_lines
+    from prime_runs_spool.sync.options import EXIT_OK
+
+    if as_json:
+        document = {"runs": [report.as_json() for report in reports], "ok": exit_code(reports) == EXIT_OK}
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        return
+    if not reports:
+        click.echo("no runs found")
+        return
+    for report in reports:
+        for line in report_lines(report):
+            click.echo(line)

@@ -1,0 +1,287 @@
+"""``prime-runs import``: turn an eval output folder written without a spool into one.
+
+The spool is written through ``open_run`` and ``Run.log_episodes``, the live path itself,
+so it is exactly what the eval would have written had it used a spool: the manifest built
+from the resolved config (masked by location; the launch file attached only when it sets
+no credential table), every episode masked at append, rollout numbers assigned in arrival
+order (the file's order), the summary over the whole run, one seal
+(``runner/import_outcome.py`` decides which).
+
+Idempotent and incremental. The episode ids already in the spool are compared with the
+source's: none new and the same ending means nothing is written (not even an empty
+segment); new episodes, or a different ending (a run imported while still running),
+go into one new segment, as a resumed run's would. A ``traces.jsonl`` that lost episodes
+the spool holds was rewritten by a ``--resume`` that retried rollouts: the lost ones are
+superseded by the new segment, the rule a live resume follows (content/supersede.py), so
+each slot counts once. The older layout has no resume: a ``results.jsonl`` that lost rows is
+refused (:class:`RewrittenOutputError`) and the run left as it was imported.
+
+Where the spool goes (``runner/import_places.py``): beside the outputs
+(``<run dir>/spool/``), or with ``state_dir`` under ``state_dir/imports/<digest of the
+source's absolute path>/<run id>/``, which is how a read-only source is synced without
+writing into it. ``spool/import.json`` records the
+source of an imported spool (``prime-runs sync`` refreshes those, and leaves spools a live
+run wrote alone).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from prime_runs_spool.errors import (
+    ImportSourceError,
+    NotARunError,
+    ReadOnlySourceError,
+    RewrittenOutputError,
+    SpoolError,
+)
+from prime_runs_spool.content.manifest import read_config_source
+from prime_runs_spool.content.masking import MaskRules
+from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
+from prime_runs_spool.spool.layout import (
+    FILE_MODE,
+    ensure_spool_dir,
+    find_eval_outputs,
+    import_lock_path,
+    import_mark_path,
+    list_segments,
+    verifiers_traces_path,
+)
+from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.runner.import_options import STATE_DIR_ENV
+from prime_runs_spool.runner.import_places import (
+    imported_run_dir,
+    is_read_only,
+    private_dirs,
+    spooled_by_eval,
+)
+from prime_runs_spool.runner.import_source import V0, SourceRun, read_v040
+from prime_runs_spool.runner.import_v0 import read_v0
+from prime_runs_spool.runner.resume import scan_prior_run
+from prime_runs_spool.runner.run import open_run
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: Episodes handed to ``log_episodes`` at once: one fsync per batch, bounded memory.
+BATCH = 32
+
+#: Report states.
+IMPORTED = "imported"        # a new spool
+APPENDED = "appended"        # a new segment in an imported spool
+UP_TO_DATE = "up_to_date"    # nothing new
+SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
+EMPTY = "empty"              # no episode yet: nothing written
+ERROR = "error"
+LEFT = "left"                # rewritten by a resume: left as it was imported (an error too)
+#: The states that make ``prime-runs import`` and ``sync`` exit 1.
+FAILED_STATES = (ERROR, LEFT)
+
+
+@dataclass
+class ImportReport:
+    """What importing one eval output folder did."""
+
+    source: str
+    state: str
+    run_dir: str | None = None
+    run_id: str | None = None
+    name: str | None = None
+    layout: str | None = None
+    episodes_added: int = 0
+    #: Episodes of the spool this import superseded (a resume rewrote traces.jsonl).
+    superseded: int = 0
+    #: The run's effective episodes in the spool (superseded ones left out).
+    episodes_total: int = 0
+    #: The seal the spool ends with, and the finer verdict (``cancelled`` is sealed crashed).
+    status: str | None = None
+    outcome: str | None = None
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def read_source(output_dir: Path) -> SourceRun:
+    return read_v040(output_dir) if verifiers_traces_path(output_dir).is_file() else read_v0(output_dir)
+
+
+def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportReport:
+    """Import one eval output folder; never raises for a bad source (the report says)."""
+    report = ImportReport(source=str(output_dir), state=ERROR)
+    try:
+        _import(output_dir, state_dir, report)
+    except RewrittenOutputError as exc:
+        report.state, report.error = LEFT, str(exc)
+    except ImportSourceError as exc:
+        report.state, report.error = ERROR, str(exc)
+    except SpoolError as exc:
+        report.state, report.error = ERROR, f"{output_dir}: {exc}"
+    except OSError as exc:
+        report.state, report.error = ERROR, f"{output_dir}: {exc.strerror or exc} ({exc.filename or ''})"
+    return report
+
+
+def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
+                 refresh_only: bool = False) -> list[ImportReport]:
+    """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
+    does) skips folders whose spool the eval wrote itself."""
+    reports = []
+    for output_dir in find_eval_outputs(paths):
+        if refresh_only and spooled_by_eval(output_dir):
+            continue
+        reports.append(import_output(output_dir, state_dir=state_dir))
+    return reports
+
+
+def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
+    if spooled_by_eval(output_dir):  # with or without a state dir: one spool per run, ever
+        report.state, report.run_dir = SPOOLED, str(output_dir)
+        report.reason = "the eval wrote its own spool here; prime-runs sync ships it"
+        return
+    source = read_source(output_dir)
+    report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
+    report.reason = source.outcome.reason
+    if not source.ids or source.run_id is None:
+        report.state, report.episodes_total = EMPTY, 0
+        report.reason = "no episode in the outputs yet: nothing to import"
+        return
+    run_dir = imported_run_dir(output_dir, source.run_id, state_dir)
+    report.run_dir = str(run_dir)
+    if state_dir is None and is_read_only(output_dir):
+        raise ReadOnlySourceError(
+            f"{output_dir} is read-only: keep the imported spool and the sync state elsewhere with "
+            f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
+    private_dirs(run_dir)
+    ensure_spool_dir(run_dir)
+    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
+        _import_locked(source, output_dir, run_dir, report)
+
+
+def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport) -> None:
+    resuming = bool(list_segments(run_dir))
+    already = superseded_in_run(run_dir) if resuming else set()
+    prior = scan_prior_run(run_dir, already) if resuming else None
+    known = prior.episode_ids if prior is not None else set()
+    supersedes = _superseded_now(run_dir, source, already) if prior is not None else []
+    new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
+    report.run_id = prior.run_id if prior is not None and prior.run_id else source.run_id
+    status_now = _status(run_dir) if prior is not None else None
+    if prior is not None and not new and not supersedes and status_now == source.outcome.status:
+        report.state, report.status = UP_TO_DATE, status_now
+        report.episodes_total = prior.episodes
+        return
+    report.warnings = _config_warnings(source)
+    if prior is None:
+        # Marked before the first segment exists: nobody ever sees this spool without its
+        # mark and takes it for one the eval wrote itself.
+        _write_mark(run_dir, source, report)
+    _write(source, run_dir, report, prior is not None, set(new), supersedes)
+    report.state = APPENDED if prior is not None else IMPORTED
+    report.episodes_added = len(new)
+    report.superseded = len(supersedes)
+    report.episodes_total = (prior.episodes if prior is not None else 0) - len(supersedes) + len(new)
+    report.status = source.outcome.status
+    _write_mark(run_dir, source, report)
+
+
+def _superseded_now(run_dir: Path, source: SourceRun, already: set[str]) -> list[str]:
+    """The spool's episodes the source no longer holds: a ``--resume`` that retried rollouts
+    rewrote ``traces.jsonl`` without them, and re-ran their slots. The same rule as a live
+    resume (content/supersede.py): they are superseded, in spool order. The older layout
+    has no resume, so a changed ``results.jsonl`` is refused instead."""
+    kept = set(source.ids) | already
+    gone = superseded_ids((record_id for record_id in _spool_episode_ids(run_dir)), kept)
+    if gone and source.layout == V0:
+        raise RewrittenOutputError(
+            f"{source.path}: {len(gone)} row(s) imported earlier are no longer in results.jsonl; the older "
+            "layout has no resume that would explain it, so this run was left as it was imported")
+    return gone
+
+
+def _spool_episode_ids(run_dir: Path) -> Iterable[str | None]:
+    for record in read_run(run_dir).records():
+        if record.type == EPISODE:
+            meta = record.meta or {}
+            yield meta.get("episode_id") or episode_id_of(record.data)
+
+
+def _status(run_dir: Path) -> str | None:
+    try:
+        return read_run(run_dir).status
+    except (NotARunError, SpoolError):
+        return None
+
+
+def _config_warnings(source: SourceRun) -> list[str]:
+    """What ``open_run`` will warn about the launch file (a credential table, by name)."""
+    warnings: list[str] = []
+    if source.config_file is not None:
+        read_config_source(source.config_file, MaskRules.defaults_for_config(), warnings)
+    return warnings
+
+
+def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
+           supersedes: list[str]) -> None:
+    run = open_run(
+        run_dir,
+        name=source.name,
+        environments=source.environments,
+        model=source.model,
+        framework="verifiers",
+        config=source.config,
+        config_file=source.config_file,
+        num_examples=source.num_examples,
+        rollouts_per_example=source.rollouts_per_example,
+        run_id=None if resuming else source.run_id,
+        mode="offline",
+        created_at=source.created_at,
+        supersedes=supersedes,
+    )
+    try:
+        batch: list[dict[str, Any]] = []
+        for episode in source.episodes():
+            if episode["id"] in new:
+                batch.append(episode)
+            if len(batch) >= BATCH:
+                run.log_episodes(batch)
+                batch = []
+        if batch:
+            run.log_episodes(batch)
+    except BaseException as exc:
+        run.abort(exc)
+        raise
+    outcome = source.outcome
+    if outcome.status == COMPLETED:
+        run.finish()
+    elif outcome.status == CANCELLED:  # exactly what the live path seals for a Ctrl-C
+        run.abort(KeyboardInterrupt())
+    else:  # failed, or crashed: the reason says which rule decided
+        run.abort(outcome.reason, status=outcome.status)
+
+
+def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
+    """``spool/import.json``: the source of this spool, written atomically (0600)."""
+    mark = import_mark_path(run_dir)
+    data = json.dumps({"source": str(source.path.resolve()), "layout": source.layout,
+                       "run_id": report.run_id, "episodes": report.episodes_total,
+                       "source_bytes": source.size, "status": report.status}, indent=1).encode()
+    tmp = mark.with_name(f".{mark.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, mark)

@@ -1,0 +1,122 @@
+"""Where an imported spool lives, and what a tree of eval outputs holds, for the importer
+and the commands that look before they sync (``status``, ``verify``, ``sync --no-import``).
+
+A source's spool is beside it (``<run dir>/spool/``), or with a state directory under
+``DIR/imports/<digest of the source's absolute path>/<run id>/``: keyed so that the same
+folder synced again from the same place finds its spool and sync state, and a read-only
+source is never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from prime_runs_spool.spool.layout import (
+    DIR_MODE,
+    find_eval_outputs,
+    find_runs,
+    import_mark_path,
+    is_run_dir,
+    state_dir_run,
+    state_dir_source,
+)
+
+
+def source_key(source: Path) -> str:
+    """The digest a state directory files a source under: of its absolute path."""
+    return hashlib.sha256(str(source.resolve()).encode("utf-8")).hexdigest()[:16]
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` must not be written: the kernel says so (``os.access``), or no one
+    has write permission on it. The second is honoured even for root, who may write anyway:
+    a folder its owner made read-only (an artifact unpacked 0555) is left as it is."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return True
+    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:
+    """Where the spool of ``source`` lives (see the module docstring)."""
+    if state_dir is None:
+        return source
+    folder = state_dir_source(state_dir, source_key(source))
+    if folder.is_dir():  # the run id the state dir already holds wins, as for a resume
+        existing = sorted(p for p in folder.iterdir() if p.is_dir())
+        if existing:
+            return existing[0]
+    return state_dir_run(state_dir, source_key(source), _safe(run_id))
+
+
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:128] or "run"
+
+
+def is_imported(run_dir: Path) -> bool:
+    return import_mark_path(run_dir).is_file()
+
+
+def spooled_by_eval(output_dir: Path) -> bool:
+    """The eval wrote a spool beside its outputs (no import mark): sync ships that one."""
+    return is_run_dir(output_dir) and not is_imported(output_dir)
+
+
+def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
+    """An eval output folder with no spool, here or under ``state_dir``."""
+    if is_run_dir(output_dir):
+        return False
+    if state_dir is not None:
+        folder = state_dir_source(state_dir, source_key(output_dir))
+        if folder.is_dir() and any(is_run_dir(p) for p in folder.iterdir() if p.is_dir()):
+            return False
+    return True
+
+
+def private_dirs(run_dir: Path) -> None:
+    """Create ``run_dir`` and any missing parent as 0700 (a state directory's levels)."""
+    missing = []
+    folder = run_dir
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        os.mkdir(folder, DIR_MODE)
+
+
+def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
+    """The given paths under which there is neither a spool nor an eval output folder: a
+    CI job that finds nothing must not look like one that shipped everything."""
+    empty = []
+    for path in paths:
+        if next(iter(find_runs([path])), None) is None and next(iter(find_eval_outputs([path])), None) is None:
+            empty.append(path)
+    return empty
+
+
+def not_spooled(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
+    """Eval output folders under ``paths`` with no spool (beside them or in ``state_dir``)."""
+    return [p for p in find_eval_outputs(paths) if unspooled(p, state_dir)]
+
+
+def spool_roots(paths: Iterable[Path], state_dir: Path | None) -> list[Path]:
+    """Where the spools of ``paths`` are: the paths, plus (with a state directory) the folder
+    it keeps for each eval output found under them."""
+    roots = list(paths)
+    if state_dir is not None:
+        for output_dir in find_eval_outputs(list(roots)):
+            folder = state_dir_source(state_dir, source_key(output_dir))
+            if folder.is_dir():
+                roots.append(folder)
+    return roots
+
+
+def import_command(output_dir: Path, state_dir: Path | None) -> str:
+    """The command that imports ``output_dir`` (what ``status`` and ``verify`` suggest)."""
+    return f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")

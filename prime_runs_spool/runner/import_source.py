@@ -1,0 +1,101 @@
+"""One eval output folder, read as the run it records: identity, config, episodes, ending.
+
+The importer (``runner/import_outputs.py``) writes whatever a :class:`SourceRun` says
+through ``open_run``, so both layouts reach the spool exactly as a live run would have
+written them. This module reads verifiers 0.4.0's layout; ``runner/import_v0.py`` the
+older one.
+
+verifiers 0.4.0, per run directory: the episodes in ``traces.jsonl`` (each carries its
+run's id as ``run.id``), the resolved config in ``configs/resolved/<cli>.json`` (the
+name, model and environment come from it), the launch file in ``configs/<cli>.toml``, and
+the attempts' logs (``runner/import_outcome.py`` reads how the run ended from them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import ImportSourceError
+from prime_runs_spool.spool.layout import launch_file_paths, resolved_config_paths, verifiers_traces_path
+from prime_runs_spool.runner.import_outcome import Outcome, v040_outcome
+from prime_runs_spool.runner.traces_file import iter_episodes, scan_traces
+
+#: ``layout`` values.
+VERIFIERS_040 = "verifiers-0.4"
+V0 = "v0"
+
+
+@dataclass
+class SourceRun:
+    """What the importer needs of one eval output folder (episodes are streamed)."""
+
+    path: Path
+    layout: str
+    run_id: str | None
+    name: str
+    model: str | None
+    environments: list[str]
+    config: dict[str, Any] | None
+    config_file: Path | None
+    num_examples: int | None
+    rollouts_per_example: int | None
+    created_at: str | None
+    #: Episode ids in source order.
+    ids: list[str]
+    episodes: Callable[[], Iterator[dict[str, Any]]]
+    outcome: Outcome
+    #: Bytes of the episode file that were checked (the import mark records them).
+    size: int
+
+
+def read_v040(output_dir: Path) -> SourceRun:
+    """Read a verifiers 0.4.0 run directory; raises :class:`ImportSourceError` subclasses."""
+    scan = scan_traces(verifiers_traces_path(output_dir))
+    config = _resolved_config(output_dir)
+    run = config.get("run") if isinstance(config.get("run"), dict) else {}
+    env = config.get("env") if isinstance(config.get("env"), dict) else {}
+    taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
+    environments = [str(v) for v in (taskset.get("id"), env.get("id")) if v][:1]
+    outcome = v040_outcome(output_dir, scan.per_task, torn=bool(scan.torn_bytes))
+    rollouts = config.get("num_rollouts")
+    launch = launch_file_paths(output_dir)
+    return SourceRun(
+        path=output_dir,
+        layout=VERIFIERS_040,
+        run_id=scan.run_id,
+        name=str(run.get("name") or scan.run_name or output_dir.name),
+        model=config.get("model") if isinstance(config.get("model"), str) else None,
+        environments=environments,
+        config=config or None,
+        config_file=launch[0] if len(launch) == 1 else None,
+        num_examples=outcome.tasks,
+        rollouts_per_example=rollouts if isinstance(rollouts, int) else outcome.rollouts,
+        created_at=_iso(scan.started_at),
+        ids=scan.ids,
+        episodes=lambda: iter_episodes(scan),
+        outcome=outcome,
+        size=scan.end,
+    )
+
+
+def _resolved_config(output_dir: Path) -> dict[str, Any]:
+    paths = resolved_config_paths(output_dir)
+    if not paths:
+        return {}
+    try:
+        value = json.loads(paths[0].read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportSourceError(f"{paths[0]}: cannot be read as JSON ({type(exc).__name__}); "
+                                "nothing of this run was imported") from None
+    return value if isinstance(value, dict) else {}
+
+
+def _iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat().replace("+00:00", "Z")

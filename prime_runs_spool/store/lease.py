@@ -1,0 +1,187 @@
+"""A syncer's lease on one run in an object store: the cross-machine ``sync.lock``.
+
+The lease is one small object beside the run's segments (``spool/sync.lease.json``) holding
+``{owner, generation, expires_at, released}``. It is never deleted, so its generation only
+grows:
+
+- **take**: create it (``If-None-Match: *``, generation 1); if it exists and is released or
+  expired, replace it (``If-Match`` its etag) with generation + 1. Two syncers racing for it
+  cannot both win: the store accepts one write per etag.
+- **renew** before every write of the sync state (so before every non-idempotent request:
+  each is announced in the state first), and during long waits: ``If-Match`` our own last
+  etag. Refused means another syncer took it over after it expired: :class:`LeaseLost`,
+  and the syncer stops (fencing by generation: the state records the generation that wrote it).
+- **release** when done: rewrite it ``released`` (``If-Match``), so the next taker need not
+  wait for the expiry.
+
+Expiry is judged by the local clock against the holder's ``expires_at``; clocks are assumed
+to agree within ``clock_skew`` seconds (docs/sync.md says what remains and why it is safe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from prime_runs_spool.errors import LeaseLost, StoreConflict
+from prime_runs_spool.store.objects import ObjectStore
+
+#: Seconds a lease lasts unless renewed (env ``PRIME_RUNS_LEASE_TTL``).
+DEFAULT_TTL = 60.0
+TTL_ENV = "PRIME_RUNS_LEASE_TTL"
+#: How far two machines' clocks may disagree, in seconds: a lease is taken over only this
+#: long after its holder's own clock says it expired.
+DEFAULT_CLOCK_SKEW = 5.0
+SKEW_ENV = "PRIME_RUNS_LEASE_CLOCK_SKEW"
+
+
+def default_owner() -> str:
+    """Who holds a lease: host, pid and a random part (a restarted pid is another owner)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """The lease on one run. Not thread-safe: one per run, used by that run's sync."""
+
+    def __init__(self, store: ObjectStore, key: str, *, owner: str | None = None, ttl: float | None = None,
+                 clock_skew: float | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.key = store, key
+        self.owner = owner or default_owner()
+        self.ttl = float(ttl if ttl is not None else os.environ.get(TTL_ENV) or DEFAULT_TTL)
+        self.clock_skew = float(clock_skew if clock_skew is not None
+                                else os.environ.get(SKEW_ENV) or DEFAULT_CLOCK_SKEW)
+        self.clock = clock
+        #: The generation we hold (0: none), the lease object's etag after our last write,
+        #: and when that write was made (local clock).
+        self.generation = 0
+        self.etag: str | None = None
+        self.renewed_at = 0.0
+        self.holder: dict[str, object] | None = None
+        #: One write of the lease at a time: the sync and its keep-alive thread share it.
+        self._lock = threading.RLock()
+
+    @property
+    def held(self) -> bool:
+        return self.etag is not None
+
+    def _body(self, generation: int, *, released: bool = False) -> bytes:
+        now = self.clock()
+        return json.dumps({"owner": self.owner, "generation": generation,
+                           "expires_at": 0.0 if released else now + self.ttl,
+                           "released": released, "written_at": now,
+                           "nonce": uuid.uuid4().hex}, sort_keys=True).encode()
+
+    def try_take(self) -> bool:
+        """Take the lease if it is free, released or expired; False when someone holds it."""
+        now = self.clock()
+        try:
+            self.etag = self.store.create(self.key, self._body(1))
+            self.generation, self.renewed_at = 1, now
+            return True
+        except StoreConflict:
+            pass
+        current = self.store.read(self.key)
+        if current is None:
+            return False  # deleted between the two calls: the next try creates it
+        data, etag = current
+        try:
+            holder = json.loads(data)
+            generation = int(holder.get("generation", 0))
+            free = bool(holder.get("released")) or float(holder.get("expires_at", 0)) + self.clock_skew < now
+        except (ValueError, TypeError, AttributeError):
+            holder, generation, free = {}, 0, True  # an unreadable lease is no lease
+        self.holder = holder
+        if not free or etag is None:
+            return False
+        try:
+            self.etag = self.store.replace(self.key, self._body(generation + 1), etag)
+        except StoreConflict:
+            return False  # another syncer took it first
+        self.generation, self.renewed_at = generation + 1, now
+        return True
+
+    def take(self, *, wait: bool, sleep: Callable[[float], None] = time.sleep,
+             stop: Callable[[], bool] = lambda: False) -> bool:
+        """Take the lease; with ``wait``, poll until it is free (or ``stop``)."""
+        while True:
+            if self.try_take():
+                return True
+            if not wait or stop():
+                return False
+            sleep(min(1.0, max(0.05, self.ttl / 8)))
+
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(f"{self.store.location(self.key)}: the lease (generation {self.generation}) "
+                         "was taken over by another syncer after it expired; this one stops "
+                         "and the other carries on")
+
+    def renew(self) -> None:
+        """Extend our lease (``If-Match`` our last etag); :class:`LeaseLost` if it was taken over."""
+        with self._lock:
+            if self.etag is None:
+                raise self._lost()
+            now = self.clock()
+            try:
+                self.etag = self.store.replace(self.key, self._body(self.generation), self.etag)
+            except StoreConflict:
+                self.etag = None
+                raise self._lost() from None
+            self.renewed_at = now
+
+    def renew_if_old(self) -> None:
+        """Renew once a third of the lease has passed: what long waits call between naps."""
+        with self._lock:
+            if self.etag is not None and self.clock() - self.renewed_at > self.ttl / 3:
+                self.renew()
+
+    @contextlib.contextmanager
+    def kept_alive(self) -> Iterator[None]:
+        """Renew the lease in the background while the block runs, so one long request (a
+        25 MiB body on a slow link) does not outlast it. The sync still renews before each
+        state write: that, not this thread, is the fence. A paused process pauses this
+        thread too, so its lease expires as it should."""
+        stop = threading.Event()
+
+        def keep() -> None:
+            while not stop.wait(max(0.05, self.ttl / 6)):
+                try:
+                    self.renew_if_old()
+                except LeaseLost:
+                    return  # the sync's next state write finds out and stops
+                except Exception:  # noqa: BLE001  a store hiccup: the next tick tries again
+                    continue
+
+        thread = threading.Thread(target=keep, name="prime-runs-lease", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def sleeper(self, sleep: Callable[[float], None] = time.sleep) -> Callable[[float], None]:
+        """A ``sleep`` that keeps the lease alive across long waits (the protocol's fences)."""
+        def nap(seconds: float) -> None:
+            deadline = self.clock() + seconds
+            while (left := deadline - self.clock()) > 0:
+                sleep(min(left, max(0.05, self.ttl / 4)))
+                self.renew_if_old()
+        return nap
+
+    def release(self) -> None:
+        """Give the lease up (``If-Match``); a lease already taken over is left alone."""
+        with self._lock:
+            if self.etag is None:
+                return
+            try:
+                self.store.replace(self.key, self._body(self.generation, released=True), self.etag)
+            except StoreConflict:
+                pass
+            finally:
+                self.etag = None

@@ -1,0 +1,99 @@
+"""``prime-runs mirror PATH... s3://bucket/prefix``: copy spools into a store as they grow.
+
+So a node's spool reaches the store without a separate copy step, and ``prime-runs sync
+s3://...`` can ship it from there. The local spool stays the durable copy; the store's copy
+is only ever a prefix of it that is already durable:
+
+- a segment whose writer is gone (sealed, or crashed) is uploaded whole, once, when its size
+  differs from the object's;
+- the live segment is uploaded up to its writer's **durable mark** (docs/spool-format.md,
+  section 5), never further: a line written but not yet fsync'd could still be lost by a
+  power cut, and a sync reading the store (where no writer lock travels) would ship it.
+
+Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
+grows", which store sync reads from its recorded offset. Only segments are copied: never
+locks, durable marks, sync state or logs. One pass costs one listing of the prefix and one
+``stat`` per segment; an unchanged spool uploads nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prime_runs_spool.errors import StoreError
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
+from prime_runs_spool.spool.reader import durable_mark, writer_alive
+from prime_runs_spool.store.objects import ObjectStore
+
+@dataclass
+class MirrorReport:
+    """One pass over one run: what was uploaded."""
+
+    path: str
+    url: str
+    uploaded: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+    error: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+def _run_key(root: Path, run_dir: Path) -> str:
+    """Where a run goes under the prefix: its path below the given root, as ``aws s3 cp -r
+    ROOT s3://bucket/prefix`` would put it (a root that is itself a run goes by its name)."""
+    try:
+        relative = run_dir.resolve().relative_to(root.resolve())
+    except ValueError:
+        relative = Path(run_dir.name)
+    if relative == Path(".") or relative.name == SPOOL_DIRNAME:
+        relative = Path(run_dir.resolve().name)
+    return relative.as_posix()
+
+
+def _target_size(segment: Path) -> int:
+    """How much of a segment may travel: all of it once its writer is gone, else what the
+    writer has said is durable."""
+    size = segment.stat().st_size
+    if writer_alive(segment):
+        return min(size, durable_mark(segment))
+    return size
+
+
+def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]:
+    """Upload what changed in every run under ``roots``; one report per run."""
+    listed = {info.key: info.size for info in store.list()}
+    reports = []
+    for root in roots:
+        for run_dir in find_runs([root]):
+            key = _run_key(Path(root), run_dir)
+            report = MirrorReport(path=str(run_dir), url=store.location(key))
+            try:
+                for _, segment in list_segments(run_dir):
+                    object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
+                    size = _target_size(segment)
+                    if size == 0 or listed.get(object_key) == size:
+                        continue
+                    store.upload_prefix(object_key, segment, size)
+                    report.uploaded.append(segment.name)
+                    report.bytes_sent += size
+            except (StoreError, OSError) as exc:
+                report.error = str(exc) if isinstance(exc, StoreError) else f"{exc.filename}: {exc.strerror}"
+            reports.append(report)
+    return reports
+
+
+def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool,
+           stop: Callable[[float], bool], on_pass: Callable[[list[MirrorReport]], None]) -> None:
+    """Mirror until ``stop(interval)`` says so (it waits, and is True once asked to stop)."""
+    while True:
+        on_pass(mirror_pass(roots, store))
+        if once or stop(interval):
+            return
+
+
+def default_interval() -> float:
+    return float(os.environ.get("PRIME_RUNS_MIRROR_INTERVAL") or 5.0)

@@ -1,0 +1,196 @@
+"""One object store, behind the few operations sync needs (docs/sync.md, "Object stores").
+
+Built on obstore: its ``PutMode`` has exactly the two conditional writes the lease and the
+state rely on (create-only, ``If-None-Match: *``; replace-if-unchanged, ``If-Match: <etag>``),
+it reads credentials from the usual environment and config of each store, and its reads
+take byte ranges. Every failure leaves here as a :class:`StoreError` with one line of text.
+
+A conditional write whose answer is lost is retried by the library, and the retry is then
+refused (the first attempt landed): a refusal is therefore checked by reading the object
+back, and when it holds exactly the bytes we wrote, the write was ours.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from prime_runs_spool.errors import StoreConflict, StoreError
+
+#: The URL schemes the library opens (which were tested: docs/cli.md).
+SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
+#: How often the library retries a failed request (connection errors, 5xx), and for how long.
+RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
+DEFAULT_RETRIES = 10
+RETRY_TIMEOUT = datetime.timedelta(seconds=120)
+#: Bytes read from a file and sent per part of an upload (the mirror's): what an upload holds.
+UPLOAD_PART_BYTES = 8 * 1024 * 1024
+
+
+def is_store_url(text: object) -> bool:
+    """Whether a command-line argument names an object store rather than a local path."""
+    if not isinstance(text, str) or "://" not in text:
+        return False
+    return text.split("://", 1)[0].lower() in SCHEMES
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object of a listing: its key below the store's prefix, its size and its etag."""
+
+    key: str
+    size: int
+    etag: str | None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+class ObjectStore:
+    """The objects under one URL's prefix. Thread-safe (the library's client is)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        try:
+            from obstore.store import from_url
+        except ImportError:
+            raise StoreError(f"{self.url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
+        retries = int(os.environ.get(RETRIES_ENV) or DEFAULT_RETRIES)
+        try:
+            self._store = from_url(self.url, retry_config={
+                "max_retries": retries, "retry_timeout": RETRY_TIMEOUT,
+                "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
+                            "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}})
+        except Exception as exc:  # a bad URL, or configuration the library rejects
+            raise StoreError(f"{self.url}: cannot open the store: {_first_line(exc)}") from None
+        self._retries = retries
+        self._lock = threading.Lock()
+        #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
+        #: what the benchmarks and tests count to prove a no-op costs one listing.
+        self.stats: Counter[str] = Counter()
+
+    def location(self, key: str) -> str:
+        """The full URL of ``key``, as reports name it."""
+        return f"{self.url}/{key}" if key else self.url
+
+    def _count(self, kind: str, amount: int = 1) -> None:
+        with self._lock:
+            self.stats[kind] += amount
+
+    def list(self) -> list[ObjectInfo]:
+        """Every object under the prefix (one listing, paged by the library)."""
+        import obstore
+
+        self._count("list")
+        found = []
+        try:
+            for page in obstore.list(self._store, chunk_size=1000):
+                found += [ObjectInfo(str(m["path"]), int(m["size"]), m.get("e_tag")) for m in page]
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise StoreError(f"{self.url}: cannot list: {_first_line(exc)}") from None
+        return found
+
+    def read_range(self, key: str, start: int, end: int, etag: str | None) -> bytes:
+        """Bytes ``[start, end)`` of ``key``, refused if the object is no longer ``etag``
+        (re-uploaded since it was listed: what was listed is what gets read, or nothing)."""
+        import obstore
+
+        if end <= start:
+            return b""
+        self._count("get")
+        options: dict[str, object] = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+        try:
+            data = bytes(obstore.get(self._store, key, options=options).bytes())
+        except Exception as exc:
+            raise self._error(exc, key, "read") from None
+        self._count("bytes_read", len(data))
+        return data
+
+    def read(self, key: str) -> tuple[bytes, str | None] | None:
+        """A small object whole, with its etag; None when there is none."""
+        import obstore
+
+        self._count("get")
+        try:
+            result = obstore.get(self._store, key)
+            data = bytes(result.bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._error(exc, key, "read") from None
+        self._count("bytes_read", len(data))
+        return data, result.meta.get("e_tag")
+
+    def create(self, key: str, data: bytes) -> str | None:
+        """Write ``key`` only if it does not exist (``If-None-Match: *``); its new etag."""
+        return self._put(key, data, "create")
+
+    def replace(self, key: str, data: bytes, etag: str) -> str | None:
+        """Write ``key`` only if it still is ``etag`` (``If-Match``); its new etag."""
+        return self._put(key, data, {"e_tag": etag})
+
+    def upload_prefix(self, key: str, path: os.PathLike[str] | str, size: int) -> None:
+        """Replace ``key`` with the first ``size`` bytes of the file at ``path``, streamed in
+        parts (a large segment is never held whole); a failed upload is aborted, leaving the
+        object as it was. Unconditional: only the spool's mirror writes segments."""
+        import obstore
+
+        self._count("put")
+        try:
+            with open(path, "rb") as f, obstore.open_writer(self._store, key) as out:
+                left = size
+                while left > 0:
+                    chunk = f.read(min(UPLOAD_PART_BYTES, left))
+                    if not chunk:
+                        raise StoreError(f"{path}: shorter than the {size} bytes to upload")
+                    out.write(chunk)
+                    left -= len(chunk)
+        except StoreError:
+            raise
+        except OSError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, key, "upload") from None
+
+    def _put(self, key: str, data: bytes, mode: object) -> str | None:
+        """A conditional write, tried again after a failure that is not a refusal (the library
+        does not retry a conditional PUT whose connection failed). Safe: if an earlier try
+        landed, the next is refused, and the read-back finds our own bytes."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        attempt = 0
+        while True:
+            self._count("put")
+            try:
+                return obstore.put(self._store, key, data, mode=mode)["e_tag"]
+            except (AlreadyExistsError, PreconditionError):
+                now = self.read(key)  # a lost answer retried: refused, yet the first try landed
+                if now is not None and now[0] == data:
+                    return now[1]
+                raise StoreConflict(f"{self.location(key)} was changed by someone else") from None
+            except Exception as exc:
+                attempt += 1
+                if attempt > self._retries:
+                    raise self._error(exc, key, "write") from None
+                time.sleep(min(5.0, 0.1 * 2 ** (attempt - 1)) * random.random())
+
+    def _error(self, exc: Exception, key: str, verb: str) -> StoreError:
+        from obstore.exceptions import PreconditionError
+
+        if isinstance(exc, PreconditionError):
+            return StoreConflict(f"{self.location(key)} changed while it was read (re-uploaded?); "
+                                 "sync again to read the new version")
+        return StoreError(f"{self.location(key)}: cannot {verb}: {_first_line(exc)}")

@@ -1,0 +1,291 @@
+"""Sync the runs under an object-store URL (``prime-runs sync s3://bucket/prefix``).
+
+Every run is read where it lies (store/source.py: the ordinary reader over ranged reads), and
+synced by the ordinary engine (sync/engine.py) under two changes, both in this module:
+
+- **the lock is a lease** in the store (store/lease.py), taken before the run's first
+  request and renewed before every write of the state;
+- **the state lives in the store** beside the spool (``spool/sync/<dest>.json``, as locally),
+  written only by compare-and-swap on its etag (:class:`StoreProtocol`), or in
+  ``--state-dir`` when given. Every non-idempotent request is announced in the state first,
+  so two syncers can never both announce from the same state: the second one's write is
+  refused, it reloads and reconciles (docs/sync.md, "Object stores").
+
+A no-op re-sync costs one listing: the state's etag in the listing is compared with the one
+cached on this machine, and the segments' sizes with the state's cursor; nothing is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.spool.layout import DIR_MODE, state_etag_path, sync_lease_path, sync_state_path
+from prime_runs_spool.store.lease import Lease
+from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.store.source import StoreRun, find_store_runs
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.state import Destination, SyncState, save_state
+from prime_runs_spool.sync.status import RunStatus, run_status
+
+#: How many times a pass starts over after another syncer's state write got in between.
+CONFLICT_PASSES = 3
+CACHE_ENV = "XDG_CACHE_HOME"
+
+
+class StoreProtocol(Protocol):
+    """The protocol with the state in an object store: each save renews the lease (fencing:
+    a syncer taken over stops here, before the request the save announces) and replaces the
+    state only if it is still the version this syncer last read or wrote (``If-Match``)."""
+
+    def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
+                 sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,
+                 store: ObjectStore | None, key: str, etag: str | None) -> None:
+        super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save)
+        self.lease, self.store, self.key, self.etag = lease, store, key, etag
+        #: The store failure that stopped this pass, if one did (a conflict starts it over).
+        self.failure: StoreError | None = None
+
+    def save(self) -> None:
+        try:
+            self.lease.renew()
+            self.state.fence = self.lease.generation
+            if self.store is None:  # --state-dir: the state is a local file, the lease fences
+                save_state(self.path, self.state)
+            else:
+                self.state.updated_at = time.time()
+                data = self.state.model_dump_json(indent=1).encode("utf-8")
+                if self.etag is None:
+                    self.etag = self.store.create(self.key, data)
+                else:
+                    self.etag = self.store.replace(self.key, data, self.etag)
+                _cache(self.path, self.state, self.etag)
+            if self.state.in_flight is not None and self.clock() - self.lease.renewed_at >= self.lease.ttl:
+                # Paused (or slow) between renewing and here for a whole lease: another syncer
+                # may hold the run now. The announced request is not sent; whoever syncs next
+                # settles it like any request in doubt.
+                raise LeaseLost(f"{self.lease.store.location(self.lease.key)}: the lease ran out while "
+                                "announcing a request, so it may have been taken over; this syncer stops without sending it")
+        except StoreError as exc:
+            self.failure = exc
+            raise
+        self.on_save()
+
+
+def _cache(path: Path, state: SyncState, etag: str | None) -> None:
+    """Keep this machine's copy of a state held in the store, with its etag (written last,
+    so an etag on disk always describes the copy beside it). Not fsync'd: it is a cache,
+    trusted only while the store's listing shows the same etag."""
+    marker = state_etag_path(path)
+    marker.unlink(missing_ok=True)
+    _write_private(path, state.model_dump_json(indent=1).encode("utf-8"))
+    if etag:
+        _write_private(marker, etag.encode())
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` (0600, in 0700 folders) in one rename."""
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _parse(data: bytes) -> SyncState | None:
+    try:
+        return SyncState.model_validate_json(data)
+    except ValidationError:
+        return None
+
+
+def default_local_root(url: str, state_dir: Path | None) -> Path:
+    """This machine's folder for one store URL: under ``--state-dir`` when given (the state
+    lives there), else in the user's cache (only copies of the store's state live there)."""
+    base = state_dir if state_dir is not None else (
+        Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "prime-runs")
+    root = base.expanduser() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    try:
+        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        os.chmod(base.expanduser() / "store", DIR_MODE)
+    except OSError as exc:
+        raise StoreError(f"cannot create {root} (this machine's folder for {url}): {exc.strerror}; "
+                         "set --state-dir or XDG_CACHE_HOME to a writable folder") from None
+    return root
+
+
+class StoreRunSync:
+    """Sync one run in the store to one destination: the up-to-date check, the lease, the
+    passes of the engine."""
+
+    def __init__(self, run: StoreRun, client: PlatformClient, destination: Destination, options: SyncOptions,
+                 *, in_store: bool, wait: bool, index: EvaluationIndex | None,
+                 on_progress: Callable[[RunReport], None] | None) -> None:
+        self.run, self.client, self.destination, self.options = run, client, destination, options
+        self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
+        self.path = sync_state_path(run, destination.key)
+        self.key = run.key(sync_state_path("", destination.key).as_posix())
+        self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()))
+
+    def sync(self) -> RunReport:
+        try:
+            done = self._up_to_date()
+            if done is not None:
+                return done
+            if self.options.dry_run:  # reads only: no lease, no state written
+                self._load_for_pass()
+                return RunSync(self.run, self.client, self.destination, self.options, index=self.index,
+                               on_progress=self.on_progress).run()
+            if not self.lease.take(wait=self.wait):
+                holder = self.lease.holder or {}
+                return RunReport(path=str(self.run), state="skipped",
+                                 error=f"another prime-runs sync ({holder.get('owner', 'unknown')}) holds "
+                                       "this run's lease (use --wait to wait for it)")
+        except StoreError as exc:
+            return RunReport(path=str(self.run), state="error", error=str(exc))
+        try:
+            with self.lease.kept_alive():
+                return self._passes()
+        finally:
+            try:
+                self.lease.release()
+            except StoreError:
+                pass  # it expires by itself
+
+    def _known_state(self) -> SyncState | None:
+        """The state as of the listing, read from the store only if this machine's copy is
+        not that version."""
+        if not self.in_store:
+            try:
+                return _parse(self.path.read_bytes())
+            except OSError:
+                return None
+        listed = self.run.objects.get(self.key)
+        if listed is None:
+            return None
+        try:
+            if state_etag_path(self.path).read_text() == listed.etag:
+                return _parse(self.path.read_bytes())
+        except OSError:
+            pass
+        found = self.run.store.read(self.key)
+        if found is None:
+            return None
+        state = _parse(found[0])
+        if state is not None:
+            _cache(self.path, state, found[1])
+        return state
+
+    def _up_to_date(self) -> RunReport | None:
+        state = self._known_state()
+        if state is None:
+            return None
+        probe = RunSync(self.run, self.client, self.destination, self.options, index=self.index)
+        probe.protocol.state = state
+        # The engine's own rule (sizes against the cursor), not a copy of it.
+        if not probe._up_to_date():
+            return None
+        report = probe.report
+        report.state = "up_to_date" if state.finalized or state.terminal else "live"
+        report.local_run_id, report.evaluation_id = state.local_run_id, state.evaluation_id
+        report.url, report.pushed_total = state.viewer_url, state.samples_pushed
+        return report
+
+    def _load_for_pass(self) -> str | None:
+        """Put the store's current state where the engine loads it; its etag."""
+        if not self.in_store:
+            return None
+        found = self.run.store.read(self.key)
+        if found is None:
+            self.path.unlink(missing_ok=True)
+            state_etag_path(self.path).unlink(missing_ok=True)
+            return None
+        data, etag = found
+        state = _parse(data)
+        if state is None:  # damaged: the engine sets it aside; we replace it by etag
+            _write_private(self.path, data)
+            return etag
+        if state.fence is not None and state.fence > self.lease.generation:
+            raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
+                            f"(generation {state.fence} > {self.lease.generation}): the run was taken over by "
+                           "another syncer; this one stops")
+        _cache(self.path, state, etag)
+        return etag
+
+    def _passes(self) -> RunReport:
+        report = RunReport(path=str(self.run), state="error")
+        for attempt in range(CONFLICT_PASSES):
+            try:
+                etag = self._load_for_pass()
+            except StoreError as exc:
+                report.error = str(exc)
+                return report
+            make: Any = functools.partial(StoreProtocol, lease=self.lease,
+                                          store=self.run.store if self.in_store else None, key=self.key, etag=etag)
+            engine = RunSync(self.run, self.client, self.destination, self.options, sleep=self.lease.sleeper(),
+                             on_progress=self.on_progress, index=self.index, make_protocol=make)
+            report = engine.run()
+            failure = engine.protocol.failure
+            if isinstance(failure, LeaseLost):
+                report.state, report.error = "error", str(failure)
+                return report
+            if isinstance(failure, StoreConflict) and attempt + 1 < CONFLICT_PASSES:
+                continue  # another syncer's write got in between: reload it and reconcile
+            return report
+        return report
+
+
+def sync_store(url: str, client: PlatformClient, destination: Destination, options: SyncOptions, *,
+               jobs: int = 4, wait: bool = False, state_dir: Path | None = None,
+               store: ObjectStore | None = None,
+               on_progress: Callable[[RunReport], None] | None = None) -> list[RunReport]:
+    """Sync every run under ``url``; reports in key order. One listing finds the runs, their
+    segments and their states. ``state_dir``: keep the states there instead of in the store
+    (the lease stays in the store: it is what other machines see)."""
+    store = store or ObjectStore(url)
+    listing = store.list()
+    runs = find_store_runs(store, listing, default_local_root(store.url, state_dir))
+    if not runs:
+        return []
+    index = EvaluationIndex()
+
+    def one(run: StoreRun) -> RunReport:
+        return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
+                            index=index, on_progress=on_progress).sync()
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
+        return list(pool.map(one, runs))
+
+
+def store_status(url: str, store: ObjectStore | None = None) -> list[RunStatus]:
+    """``prime-runs status`` over a store URL: each run's spool and the states beside it, as
+    ``sync/status.py`` reports a local run. Reads the store; no platform request."""
+    store = store or ObjectStore(url)
+    runs = find_store_runs(store, store.list(), Path("/nonexistent-local-face"))
+    out = []
+    for run in runs:
+        folder = run.key(sync_state_path("", "x").parent.as_posix()) + "/"
+        keys = sorted(k for k in run.objects if k.startswith(folder) and k.endswith(".json")
+                      and "/" not in k[len(folder):])
+        documents = [found[0] for key in keys if (found := store.read(key)) is not None]
+        out.append(run_status(run, states=documents))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,116 @@
+"""``sync``, ``status`` and ``verify`` over eval outputs that have no spool: sync imports them
+first (unless ``--no-import``), the others list them as "not spooled" with the fix, and a
+path with nothing at all under it is a failure (exit 1) unless ``--allow-empty``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from support.env import CLI, REPO_ROOT, child_env
+
+EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=120, env=child_env())
+
+
+def tree(tmp_path: Path, *names: str) -> Path:
+    root = tmp_path / "artifact"
+    for name in names:
+        shutil.copytree(EVAL_OUTPUTS / name, root / name, symlinks=True)
+    return root
+
+
+def test_sync_imports_unspooled_outputs_first_one_line_each(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed", "v0-completed")
+    db = tmp_path / "p.db"
+    done = cli("sync", str(root), "--local", "--db", str(db))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("imported ") for line in lines) == 2
+    assert sum(line.startswith("synced ") for line in lines) == 2
+    again = cli("sync", str(root), "--local", "--db", str(db), "--json")
+    report = json.loads(again.stdout)
+    assert again.returncode == 0 and report["ok"] is True
+    assert sorted((Path(r["source"]).name, r["state"]) for r in report["imports"]) == [
+        ("v0-completed", "up_to_date"), ("vf040-completed", "up_to_date")]
+    assert [r["pushed_now"] for r in report["runs"]] == [0, 0]
+
+
+def test_sync_no_import_says_which_runs_it_left_out(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--no-import")
+    assert done.returncode == 0, done.stderr
+    assert f"not spooled {root / 'vf040-completed'}: not imported (run: prime-runs import" in done.stdout
+    assert not (root / "vf040-completed" / "spool").exists()
+    as_json = json.loads(cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--no-import",
+                             "--json").stdout)
+    assert as_json["not_imported"] == [str(root / "vf040-completed")] and as_json["imports"] == []
+
+
+def test_status_and_verify_list_not_spooled_runs_with_the_fix(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    fix = f"prime-runs import {root / 'vf040-completed'}"
+    status = cli("status", str(root))
+    assert status.returncode == 0 and "not spooled" in status.stdout and fix in status.stdout
+    verify = cli("verify", str(root))
+    assert verify.returncode == 0 and "not spooled" in verify.stdout and fix in verify.stdout
+    document = json.loads(cli("status", str(root), "--json").stdout)
+    assert document["not_spooled"] == [{"path": str(root / "vf040-completed"), "fix": fix}]
+    assert cli("import", str(root)).returncode == 0
+    assert "not spooled" not in cli("status", str(root)).stdout
+
+
+def test_nothing_found_is_not_success(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "some" / "folder").mkdir(parents=True)
+    for command in (["sync", "--local", "--db", str(tmp_path / "p.db")], ["status"], ["verify"]):
+        done = cli(command[0], str(empty), *command[1:])
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "nothing found: neither a spool nor eval outputs" in done.stderr and "Traceback" not in done.stderr
+        allowed = cli(command[0], str(empty), *command[1:], "--allow-empty")
+        assert allowed.returncode == 0, (command, allowed.stderr)
+
+
+def test_sync_picks_up_episodes_appended_since_an_earlier_import(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    traces = root / "vf040-completed" / "traces.jsonl"
+    lines = traces.read_bytes().splitlines(keepends=True)
+    traces.write_bytes(b"".join(lines[:3]))
+    db = tmp_path / "p.db"
+    first = json.loads(cli("sync", str(root), "--local", "--db", str(db), "--json").stdout)
+    assert [r["pushed_now"] for r in first["runs"]] == [3]
+    with open(traces, "ab") as handle:
+        handle.write(lines[3])
+    second = json.loads(cli("sync", str(root), "--local", "--db", str(db), "--json").stdout)
+    assert [(r["state"], r["episodes_added"]) for r in second["imports"]] == [("appended", 1)]
+    assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in second["runs"]] == [("synced", 1, 4)]
+
+
+def test_outputs_without_any_episode_are_nothing_to_sync(tmp_path: Path) -> None:
+    root = tree(tmp_path, "vf040-completed")
+    (root / "vf040-completed" / "traces.jsonl").write_bytes(b"")  # died before its first rollout
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"))
+    assert done.returncode == 1 and "nothing to sync" in done.stderr
+    assert "no episode in the outputs yet" in done.stdout
+    assert cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--allow-empty").returncode == 0
+
+
+def test_a_spool_the_eval_wrote_itself_is_left_alone(tmp_path: Path) -> None:
+    from prime_runs_spool import open_run, read_run
+
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
+    with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
+        run.log_episodes(episodes[:2])  # the live path spooled only these
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["imports"] == []
+    assert [r["pushed_now"] for r in report["runs"]] == [2]
+    assert read_run(run_dir).episodes_count == 2
+    assert "not spooled" not in cli("status", str(root)).stdout

@@ -1,0 +1,386 @@
+"""``prime-runs sync s3://bucket/prefix`` end to end: the real command, the real local
+platform process, and a real S3 API (moto's server mode) on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import load_settings
+from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import remote_destination
+from prime_runs_spool.sync.store_sync import sync_store
+from support import moto_server
+from support.env import child_env
+from support.runs import RunBuilder, build_run
+from support.store_runs import get_object, put_object, upload_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[moto_server.MotoServer]:
+    with moto_server.running() as running, moto_server.environment(running.env()):
+        yield running
+
+
+@pytest.fixture
+def bucket_url(moto: moto_server.MotoServer) -> str:
+    return f"s3://{moto.new_bucket()}/outputs"
+
+
+def store_sync(base_url: str, moto: moto_server.MotoServer, home: Path, *args: str,
+               endpoint: str | None = None, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """``prime-runs sync`` with this machine's cache under ``home`` (each "machine" its own)."""
+    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=timeout,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                        **moto.env(endpoint), **env))
+
+
+def reports(result: subprocess.CompletedProcess[str]) -> list[dict]:
+    assert result.stdout, result.stderr
+    return json.loads(result.stdout)["runs"]
+
+
+def test_sync_from_the_bucket_twice_pushes_each_episode_once(tmp_path: Path, server, api, moto,
+                                                               bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-twice-{n}", 12) for n in range(2)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"node-{n}/run-{n}")
+    first = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json", "--max-request-bytes", "20000")
+    assert first.returncode == 0, first.stderr
+    assert sorted((r["state"], r["pushed_now"]) for r in reports(first)) == [("synced", 12)] * 2
+    assert reports(first)[0]["path"] == f"{bucket_url}/node-0/run-0"
+    second = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json")
+    assert second.returncode == 0, second.stderr
+    assert [(r["state"], r["pushed_now"]) for r in reports(second)] == [("up_to_date", 0)] * 2
+    # Another machine (no cache) finds the state in the bucket: nothing pushed either.
+    third = store_sync(server.base_url, moto, tmp_path / "m2", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(third)] == [("up_to_date", 0)] * 2
+    for builder in builders:
+        assert_exactly_once(api, builder)
+    lease = json.loads(get_object(bucket_url, "node-0/run-0/spool/sync.lease.json"))
+    assert lease["released"] is True and lease["generation"] >= 1
+
+
+def in_process_sync(base_url: str, url: str, home: Path, store: ObjectStore, **kwargs: object) -> list:
+    """The library's sync_store in this process (so the test can count the store's requests)."""
+    env = {"PRIME_API_KEY": TOKEN, "XDG_CACHE_HOME": str(home / "cache")}
+    with moto_server.environment(env):
+        settings = load_settings(base_url=base_url, env=env)
+        options = SyncOptions(request_lifetime=1.0, backoff=Backoff(base=0.05, cap=0.2, max_attempts=10))
+        with PlatformClient(settings, timeout=5) as client:
+            return sync_store(url, client, remote_destination(settings.base_url, None), options,
+                              store=store, **kwargs)
+
+
+def test_a_noop_resync_costs_one_listing_and_no_download(tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-noop-{n}", 5) for n in range(3)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    first = in_process_sync(server.base_url, bucket_url, tmp_path / "m", ObjectStore(bucket_url))
+    assert [r.state for r in first] == ["synced"] * 3
+    store = ObjectStore(bucket_url)
+    again = in_process_sync(server.base_url, bucket_url, tmp_path / "m", store)
+    assert [(r.state, r.pushed_now) for r in again] == [("up_to_date", 0)] * 3
+    assert dict(store.stats) == {"list": 1}  # no GET, no PUT: not a segment, not a state
+
+
+def test_a_segment_reuploaded_after_it_grew_pushes_only_the_new_episodes(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    builder = RunBuilder(tmp_path / "run", "store-grows")
+    builder.open_segment()
+    builder.add(10)
+    upload_run(bucket_url, builder.run_dir, "run")
+    first = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(first)] == [("crashed", 10)]  # no seal yet
+    builder.add(7)
+    builder.seal()
+    upload_run(bucket_url, builder.run_dir, "run")  # the whole segment again, grown
+    second = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in reports(second)] == [("synced", 7, 17)]
+    assert_exactly_once(api, builder)
+
+
+def _store_run(url: str, relative: str, tmp: Path):
+    from prime_runs_spool.store.source import find_store_runs
+
+    store = ObjectStore(url)
+    return next(r for r in find_store_runs(store, store.list(), tmp) if r.relative == relative)
+
+
+def _verdicts(spool) -> list[dict]:
+    import dataclasses
+
+    return [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "path"} for s in spool.segments]
+
+
+@pytest.mark.parametrize("damage", ["flip", "torn", "torn_complete_line"])
+def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path, server, api, moto,
+                                                                   bucket_url: str, damage: str) -> None:
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.spool.reader import read_run
+
+    builder = build_run(tmp_path / "run", f"store-{damage}", 9, status=None)
+    segment = segment_path(builder.run_dir, 1)
+    data = bytearray(segment.read_bytes())
+    lines = data.splitlines(keepends=True)
+    middle = sum(len(line) for line in lines[:5])  # the start of the 4th episode's line
+    if damage == "flip":
+        data[middle + 30] ^= 0x01  # a damaged line with intact lines after it: corruption
+    elif damage == "torn":
+        data = data[: middle + 30]  # the last line cut short: a torn tail
+    else:
+        data = data[:middle] + data[middle:middle + len(lines[5]) - 1] .replace(b"e", b"E", 1) + b"\n"
+    segment.write_bytes(bytes(data))
+    upload_run(bucket_url, builder.run_dir, "run")
+    local, remote = read_run(builder.run_dir), read_run(_store_run(bucket_url, "run", tmp_path / "c"))
+    assert _verdicts(remote) == _verdicts(local)
+    assert remote.status == local.status == ("corrupt" if damage == "flip" else "torn")
+    result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    [report] = reports(result)
+    if damage == "flip":
+        assert report["state"] == "corrupt" and result.returncode == 1
+        assert f"{bucket_url}/run/spool/seg-000001.jsonl: corrupt at byte {middle}" in report["error"]
+    else:
+        assert report["state"] == "crashed"
+    assert report["pushed_now"] == 3  # everything before the damage, nothing after
+
+
+def test_two_syncers_on_two_machines_started_together_push_each_episode_once(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"store-pair-{n}", 8) for n in range(4)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    procs = [subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--json", "--wait", "--jobs", "2",
+                                       "--max-request-bytes", "8000"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / f"m{n}"),
+                                            XDG_CACHE_HOME=str(tmp_path / f"m{n}" / "cache"), **moto.env()))
+             for n in range(2)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    runs = [json.loads(out)["runs"] for out, _ in outs]
+    for n in range(4):
+        pushed = sorted(r[n]["pushed_now"] for r in runs)
+        assert pushed == [0, 8], runs  # one syncer pushed the run, the other found it done
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
+
+def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: Path, server, api, moto,
+                                                                    bucket_url: str) -> None:
+    import signal
+    import time
+
+    builder = build_run(tmp_path / "run", "store-paused", 100)  # about 50 requests: time to pause it
+    upload_run(bucket_url, builder.run_dir, "run")
+    env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    args = (bucket_url, "--json", "--max-request-bytes", "5000")
+    first = subprocess.Popen(sync_cmd(server.base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / "a"),
+                                                      XDG_CACHE_HOME=str(tmp_path / "a/cache"), **moto.env(), **env))
+    try:
+        deadline = time.monotonic() + 60
+        while not _pushed(api, builder.run_id):
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.02)
+        first.send_signal(signal.SIGSTOP)  # paused mid-sync, lease and all
+        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
+        assert second.returncode == 0, second.stderr
+        [taken] = reports(second)
+        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 100, taken
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=60)
+    [stopped] = json.loads(out)["runs"]
+    assert first.returncode == 1 and stopped["state"] == "error", (out, err)
+    assert "taken over" in stopped["error"]
+    assert_exactly_once(api, builder)
+    lease = json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))
+    assert lease["generation"] == 2
+
+
+def _pushed(api, local_run_id: str) -> int:
+    from support.sync_e2e import evaluations_of
+
+    found = evaluations_of(api, local_run_id)
+    return found[0]["total_samples"] if found else 0
+
+
+def test_store_errors_and_dropped_connections_lose_nothing_and_duplicate_nothing(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """A fault proxy in front of the S3 API: 5xx, 429, resets before the request, and
+    answers lost *after* the store applied a write (a conditional PUT retried then meets its
+    own write). Sync is run until it says done; every episode is on the platform once."""
+    from fixtures.fault_proxy import FaultProxy, spread
+
+    builders = [build_run(tmp_path / f"run-{n}", f"store-faults-{n}", 10) for n in range(3)]
+    for n, builder in enumerate(builders):
+        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    kinds = ("status_500", "status_503", "rate_limit", "reset_before", "drop_after", "reset_after")
+    with FaultProxy(moto.endpoint, seed=17, rates=spread(0.25, kinds), retry_after=0) as proxy:
+        for attempt in range(6):
+            result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json",
+                                "--max-request-bytes", "8000", "--wait", endpoint=proxy.base_url,
+                                PRIME_RUNS_STORE_RETRIES="4", PRIME_RUNS_LEASE_TTL="2",
+                                PRIME_RUNS_LEASE_CLOCK_SKEW="0")
+            # A lease whose release was lost to a fault is waited out (--wait): it expires.
+            if result.returncode == 0 and {r["state"] for r in reports(result)} <= {"synced", "up_to_date"}:
+                break
+        assert result.returncode == 0, result.stdout + result.stderr
+        faults = proxy.faults()
+    assert {"drop_after", "reset_after"} & set(faults), faults  # writes that landed unanswered
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
+
+def test_verify_over_a_store_url_gives_the_local_verdict(tmp_path: Path, moto, bucket_url: str) -> None:
+    from support.env import CLI
+
+    good = build_run(tmp_path / "good", "store-verify-good", 4)
+    bad = build_run(tmp_path / "bad", "store-verify-bad", 4)
+    segment = next((bad.run_dir / "spool").glob("seg-*.jsonl"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    upload_run(bucket_url, good.run_dir, "good")
+    upload_run(bucket_url, bad.run_dir, "bad")
+    env = child_env(**moto.env())
+    local = subprocess.run(CLI + ["verify", str(tmp_path / "bad"), "--json"], capture_output=True, text=True, env=env)
+    remote = subprocess.run(CLI + ["verify", bucket_url, "--json"], capture_output=True, text=True, env=env)
+    assert remote.returncode == local.returncode == 1, remote.stderr
+    runs = {Path(r["run_dir"]).name: r for r in json.loads(remote.stdout)["runs"]}
+    assert runs["good"]["ok"] and runs["good"]["status"] == "completed"
+    [expected] = json.loads(local.stdout)["runs"]
+    assert runs["bad"]["status"] == expected["status"] == "corrupt"
+    assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
+    assert runs["bad"]["error"].startswith(f"{bucket_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+
+
+def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, server, api, moto,
+                                                                 bucket_url: str) -> None:
+    from support.env import CLI
+
+    builder = build_run(tmp_path / "run", "store-status", 6)
+    upload_run(bucket_url, builder.run_dir, "run")
+    before = subprocess.run(CLI + ["status", bucket_url, "--json"], capture_output=True, text=True,
+                            env=child_env(**moto.env()))
+    [run] = json.loads(before.stdout)["runs"]
+    assert (run["state"], run["episodes"], run["destinations"]) == ("completed", 6, [])
+    assert store_sync(server.base_url, moto, tmp_path / "m", bucket_url).returncode == 0
+    after = subprocess.run(CLI + ["status", bucket_url, "--json"], capture_output=True, text=True,
+                           env=child_env(**moto.env()))
+    [run] = json.loads(after.stdout)["runs"]
+    [dest] = run["destinations"]
+    assert (dest["samples_pushed"], dest["pending"], dest["finalized"]) == (6, 0, True)
+    assert run["path"] == f"{bucket_url}/run"
+
+
+def test_with_a_state_dir_the_state_stays_local_and_the_lease_in_the_store(tmp_path: Path, server, api, moto,
+                                                                          bucket_url: str) -> None:
+    builder = build_run(tmp_path / "run", "store-state-dir", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    state_dir = tmp_path / "state"
+    for expected in (("synced", 5), ("up_to_date", 0)):
+        result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json",
+                            PRIME_RUNS_STATE_DIR=str(state_dir))
+        assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [expected], result.stderr
+    [state_file] = state_dir.glob("store/*/run/spool/sync/*.json")
+    assert json.loads(state_file.read_text())["samples_pushed"] == 5
+    assert oct(state_file.stat().st_mode & 0o777) == "0o600"
+    assert get_object(bucket_url, f"run/spool/sync/{state_file.name}") is None  # not in the bucket
+    assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True
+    assert_exactly_once(api, builder)
+
+
+def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, moto) -> None:
+    missing = store_sync(server.base_url, moto, tmp_path / "m", "s3://no-such-bucket-here/x")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.count("\n") == 1 and "s3://no-such-bucket-here/x: cannot list" in missing.stderr
+    mixed = store_sync(server.base_url, moto, tmp_path / "m", "s3://bucket/x", str(tmp_path))
+    assert mixed.returncode == 2 and "not both" in mixed.stderr
+
+
+def mirror_once(moto: moto_server.MotoServer, *args: str) -> subprocess.CompletedProcess[str]:
+    from support.env import CLI
+
+    return subprocess.run(CLI + ["mirror", "--once", "--json", *args], capture_output=True, text=True, timeout=60,
+                          env=child_env(**moto.env()))
+
+
+def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    """The writer side: ``prime-runs mirror`` copies a live run's segment up to the durable
+    mark (bytes past it, a write in progress, stay local), then the sealed rest; a sync from
+    the bucket after each pass ships each episode once."""
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.spool.reader import durable_mark
+
+    outputs = tmp_path / "outputs"
+    builder = RunBuilder(outputs / "eval-1", "store-mirror")
+    builder.open_segment()
+    builder.add(6)
+    segment = segment_path(builder.run_dir, 1)
+    durable = durable_mark(segment)
+    with open(segment, "ab") as f:
+        f.write(b'{"not yet durable')  # a line on its way: in the file, not fsync'd
+    first = mirror_once(moto, str(outputs), bucket_url)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["url"] == f"{bucket_url}/eval-1"
+    assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()[:durable]
+    os.truncate(segment, durable)  # the write in progress, undone (the writer appends at the end)
+    assert mirror_once(moto, str(outputs), bucket_url).stdout == ""  # nothing changed: nothing sent
+    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("crashed", 6)]
+    builder.add(4)
+    builder.seal()
+    assert mirror_once(moto, str(outputs), bucket_url).returncode == 0
+    assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()
+    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 4)]
+    assert_exactly_once(api, builder)
+    assert {key.rsplit("/", 1)[-1] for key in _keys(bucket_url)} >= {"seg-000001.jsonl"}
+    assert not [k for k in _keys(bucket_url) if k.endswith((".lock", ".durable"))]
+
+
+def _keys(url: str) -> list[str]:
+    return [info.key for info in ObjectStore(url).list()]
+
+
+def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, moto, bucket_url: str) -> None:
+    builder = build_run(tmp_path / "run", "store-dry", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--dry-run")
+    assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [("dry_run", 5)], result.stderr
+    assert _keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state
+
+
+def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_path: Path, server, api, moto,
+                                                                        bucket_url: str) -> None:
+    import threading
+    import time
+
+    from prime_runs_spool.store.lease import Lease
+
+    builder = build_run(tmp_path / "run", "store-held", 4)
+    upload_run(bucket_url, builder.run_dir, "run")
+    other = Lease(ObjectStore(bucket_url), "run/spool/sync.lease.json", owner="elsewhere:1:x", ttl=60)
+    assert other.try_take()
+    skipped = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
+    assert skipped.returncode == 0, skipped.stderr
+    [report] = reports(skipped)
+    assert report["state"] == "skipped" and "elsewhere:1:x" in report["error"] and "--wait" in report["error"]
+    threading.Timer(1.0, other.release).start()  # the other syncer finishes a second later
+    start = time.monotonic()
+    waited = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--wait")
+    assert [(r["state"], r["pushed_now"]) for r in reports(waited)] == [("synced", 4)]
+    assert time.monotonic() - start >= 1.0
+    assert_exactly_once(api, builder)
