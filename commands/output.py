@@ -11,13 +11,21 @@ from typing import Any
 
 import click
 
-from prime_runs_spool.sync.options import EXIT_USAGE
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 
 def fail_usage(message: str) -> None:
     """One line on stderr, exit 2: a user error gets no traceback."""
     click.echo(f"prime-runs: {message}", err=True)
     sys.exit(EXIT_USAGE)
+
+
+def internal_error(exc: BaseException) -> None:
+    """An error no code path expected: one line and exit 1 (``--verbose`` shows the traceback
+    instead; the caller re-raises then)."""
+    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
+               "for the traceback)", err=True)
+    sys.exit(EXIT_RUN_FAILED)
 
 
 def require_paths(paths: Iterable[Path]) -> list[Path]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import Progress, fail_usage, require_paths
+from commands.output import Progress, fail_usage, internal_error, require_paths
 from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
@@ -202,9 +202,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         if verbose:
             raise
         progress.close()
-        click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
-                   "for the traceback)", err=True)
-        sys.exit(EXIT_RUN_FAILED)
+        internal_error(exc)
     progress.close()
     failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     code = exit_code(reports)

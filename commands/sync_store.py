@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from commands.output import Progress, fail_usage
+from commands.output import Progress, fail_usage, internal_error
 from prime_runs_spool.runner.import_options import STATE_DIR_ENV
 
 
@@ -82,9 +82,7 @@ def sync_urls(params: dict[str, Any]) -> None:
         if params.get("verbose"):
             raise
         progress.close()
-        click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
-                   "for the traceback)", err=True)
-        sys.exit(EXIT_RUN_FAILED)
+        internal_error(exc)
     progress.close()
     _print(reports, as_json=as_json)
     sys.exit(exit_code(reports))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.errors import NoSuchPathError
@@ -237,27 +237,38 @@ def find_runs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
     look like "nothing to do".
     """
+    def runs_under(root: Path) -> Iterator[Path]:
+        if is_segment_file(root):
+            return iter([root.parent.parent])
+        if root.name == SPOOL_DIRNAME and is_run_dir(root.parent):
+            return iter([root.parent])
+        return _walk(root, is_run_dir, lambda folder, name: name == SPOOL_DIRNAME and is_run_dir(folder))
+
+    return _each_once(paths, runs_under)
+
+
+def _each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Path], Iterator[Path]]
+               ) -> Iterator[Path]:
+    """What ``found_under`` finds below each path, each folder once (by its real path); a path
+    that does not exist raises :class:`NoSuchPathError`."""
     seen: set[Path] = set()
     for given in paths:
         root = Path(given)
         if not root.exists():
             raise NoSuchPathError(f"path does not exist: {given}")
-        spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
-        if is_segment_file(root):
-            runs: Iterable[Path] = [root.parent.parent]
-        else:
-            runs = [root.parent] if spool_of_run else _walk(root)
-        for run in runs:
-            key = run.resolve()
+        for found in found_under(root):
+            key = found.resolve()
             if key not in seen:
                 seen.add(key)
-                yield run
+                yield found
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, str], bool]) -> Iterator[Path]:
+    """Folders below ``root`` (itself included) that ``matches``, in name order; symbolic
+    links are not followed, and a child folder ``prune(folder, name)`` says no to is not entered."""
     if not root.is_dir():
         return
-    if is_run_dir(root):
+    if matches(root):
         yield root
     try:
         entries = sorted(os.scandir(root), key=lambda entry: entry.name)
@@ -266,9 +277,9 @@ def _walk(root: Path) -> Iterator[Path]:
     for entry in entries:
         if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
             continue
-        if entry.name == SPOOL_DIRNAME and is_run_dir(root):
+        if prune(root, entry.name):
             continue
-        yield from _walk(Path(entry.path))
+        yield from _walk(Path(entry.path), matches, prune)
 
 
 # -- what an eval runner writes without a spool (docs/integration.md, "Importing") --------
@@ -355,30 +366,5 @@ def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]
     """Every eval output folder under ``paths``, each once, deterministic order; symbolic
     links are not followed and a spool folder is never entered. A missing path raises
     :class:`NoSuchPathError`, as for :func:`find_runs`."""
-    seen: set[Path] = set()
-    for given in paths:
-        root = Path(given)
-        if not root.exists():
-            raise NoSuchPathError(f"path does not exist: {given}")
-        for found in _walk_outputs(root):
-            key = found.resolve()
-            if key not in seen:
-                seen.add(key)
-                yield found
-
-
-def _walk_outputs(root: Path) -> Iterator[Path]:
-    if not root.is_dir():
-        return
-    if is_eval_output_dir(root):
-        yield root
-    try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    except OSError:
-        return
-    for entry in entries:
-        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-            continue
-        if entry.name in (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME):
-            continue
-        yield from _walk_outputs(Path(entry.path))
+    skipped = (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME)
+    return _each_once(paths, lambda root: _walk(root, is_eval_output_dir, lambda folder, name: name in skipped))
