@@ -73,6 +73,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                    + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:
             click.echo(f"  error: {run.error}")
+        for warning in run.warnings:
+            click.echo(f"  warning: {warning}")
         if not run.destinations and run.status != "error":
             click.echo("  not synced anywhere yet")
         for dest in run.destinations:

@@ -67,10 +67,11 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 
     if local:
         from prime_runs_spool.local_platform.server import EmbeddedPlatform
+        from prime_runs_spool.spool.layout import make_private_dir
 
         db_path = (db or default_local_db()).expanduser().resolve()
         try:
-            db_path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(db_path.parent)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
         with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces) as platform:

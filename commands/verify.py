@@ -33,7 +33,7 @@ def _segment_line(segment: dict[str, Any]) -> str:
     if segment["torn_offset"] is not None:
         parts.append(f"torn tail at byte {segment['torn_offset']}")
     if segment["live"]:
-        parts.append("writer live")
+        parts.append("writer live (its lock file was deleted)" if segment.get("lock_missing") else "writer live")
     return f"  {name}: " + ", ".join(parts)
 
 
@@ -50,6 +50,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
         )
         for segment in run["segments"]:
             click.echo(_segment_line(segment))
+        if run["error"] and run["status"] != "corrupt":
+            click.echo(f"  PROBLEM: {run['error']}")
 
 
 @click.command()

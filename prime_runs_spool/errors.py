@@ -9,11 +9,12 @@ what to do: the command line prints them as they are.
 
 The tree, by layer:
 
-- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``,
-  ``WriterClosedError``, ``UnsupportedFormatError``, ``CorruptSpoolError``,
-  ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``
+- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``
+  (and its ``SegmentGoneError``), ``WriterClosedError``, ``UnsupportedFormatError``,
+  ``CorruptSpoolError``, ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``, ``RunInUseError`` (raised
+  by the writer when another process opens the same run, and by the runner)
 - content: ``MalformedEpisodeError``
-- runner: ``RunClosedError``, ``RunMismatchError``, ``RunInUseError``, ``RunForkedError``,
+- runner: ``RunClosedError``, ``RunMismatchError``, ``RunForkedError``,
   ``EpisodeTooLargeError``; importing eval outputs: ``ImportSourceError`` and its
   ``CorruptOutputError``, ``ReadOnlySourceError``, ``RewrittenOutputError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
@@ -67,6 +68,11 @@ class RecordTooLargeError(SpoolError, ValueError):
 
 class SpoolWriteError(SpoolError, OSError):
     """Writing or syncing a segment failed; the records involved are not durable."""
+
+
+class SegmentGoneError(SpoolWriteError):
+    """The segment file (or its run directory) was deleted or replaced under its live writer:
+    what it appends is unreachable. The writer is closed for good."""
 
 
 class WriterClosedError(SpoolError):

@@ -139,6 +139,7 @@ FACTS = {
     "spool": "prime_runs_spool.spool.layout",
     "sync": "prime_runs_spool.spool.layout",
     "sync.lock": "prime_runs_spool.spool.layout",
+    "run.lock": "prime_runs_spool.spool.layout",
     "shipper.log": "prime_runs_spool.spool.layout",
     ".lock": "prime_runs_spool.spool.layout",
     ".durable": "prime_runs_spool.spool.layout",

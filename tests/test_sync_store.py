@@ -125,7 +125,7 @@ def _verdicts(spool) -> list[dict]:
 @pytest.mark.parametrize("damage", ["flip", "torn", "torn_complete_line"])
 def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path, server, api, moto,
                                                                    bucket_url: str, damage: str) -> None:
-    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
     from prime_runs_spool.spool.reader import read_run
 
     builder = build_run(tmp_path / "run", f"store-{damage}", 9, status=None)
@@ -137,16 +137,21 @@ def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path
         data[middle + 30] ^= 0x01  # a damaged line with intact lines after it: corruption
     elif damage == "torn":
         data = data[: middle + 30]  # the last line cut short: a torn tail
+        # A real torn tail is never below the writer's durable mark (it was never synced);
+        # cutting durable bytes is truncation, which the local reader would call corrupt.
+        durable_mark_path_of(segment).unlink()
     else:
+        # A complete last line that fails its check: corruption too (docs/spool-format.md,
+        # section 4: an interrupted append never leaves a line feed behind).
         data = data[:middle] + data[middle:middle + len(lines[5]) - 1] .replace(b"e", b"E", 1) + b"\n"
     segment.write_bytes(bytes(data))
     upload_run(bucket_url, builder.run_dir, "run")
     local, remote = read_run(builder.run_dir), read_run(_store_run(bucket_url, "run", tmp_path / "c"))
     assert _verdicts(remote) == _verdicts(local)
-    assert remote.status == local.status == ("corrupt" if damage == "flip" else "torn")
+    assert remote.status == local.status == ("torn" if damage == "torn" else "corrupt")
     result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
     [report] = reports(result)
-    if damage == "flip":
+    if damage != "torn":
         assert report["state"] == "corrupt" and result.returncode == 1
         assert f"{bucket_url}/run/spool/seg-000001.jsonl: corrupt at byte {middle}" in report["error"]
     else:

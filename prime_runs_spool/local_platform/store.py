@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, PlatformDatabaseError
+from prime_runs_spool.spool.layout import private_database
 
 #: When set (a ``time.monotonic()`` value), no write commits after it: the request that
 #: asked for the write has outlived its deadline (``--request-deadline``). It makes the
@@ -112,6 +113,7 @@ class Store:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         try:
+            private_database(self.path)  # it holds episodes and errors: 0600, like the spool
             self._conn().executescript(_SCHEMA)
             self._add_missing_columns()
         except (sqlite3.Error, OSError) as exc:

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from prime_runs_spool.errors import InvalidBaseUrlError
-from prime_runs_spool.spool.layout import shipper_log_path, sync_state_path
+from prime_runs_spool.spool.layout import open_private, shipper_log_path, sync_state_path
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
 
@@ -109,7 +109,9 @@ class Shipper:
         if settings.team_id:
             cmd += ["--team", settings.team_id]
         try:
-            with open(shipper_log_path(run_dir), "ab") as log:
+            # Its log holds errors, maybe episode ids: 0600, like everything the package writes.
+            log_fd = open_private(shipper_log_path(run_dir), os.O_WRONLY | os.O_APPEND)
+            with os.fdopen(log_fd, "ab") as log:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         env=env, close_fds=True,
                                         # its own session: a Ctrl-C meant for the eval does not

@@ -39,6 +39,12 @@ class PriorRun:
     summary: SummaryAccumulator = field(default_factory=SummaryAccumulator)
     episodes: int = 0
     segments: int = 0
+    #: Every episode line of the existing segments, superseded ones included: what a reader
+    #: counts, so what the new segment's header records (docs/spool-format.md, 4.1).
+    episode_lines: int = 0
+    #: The highest segment index scanned (0: none). The new segment is created only if it is
+    #: still the last one, so two processes opening the run at once never both write it.
+    last_index: int = 0
 
 
 def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] = ()) -> PriorRun:
@@ -63,12 +69,15 @@ def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] 
         if prior.run_id is None:
             prior.run_id = _header_run_id(path)
     prior.segments = len(segments)
+    prior.last_index = segments[-1][0] if segments else 0
     numbers = _Numbers()
     for record in iter_records(run_dir):
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
-        elif record.type == EPISODE and isinstance(record.data, dict):
-            _observe_episode(prior, record.data, record.meta or {}, superseded, numbers)
+        elif record.type == EPISODE:
+            prior.episode_lines += 1
+            if isinstance(record.data, dict):
+                _observe_episode(prior, record.data, record.meta or {}, superseded, numbers)
     numbers.give_back(prior.counter)
     return prior
 

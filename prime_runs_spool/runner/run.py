@@ -455,7 +455,8 @@ def open_run(
 
     writer = None
     if mode != DISABLED:
-        writer = SegmentWriter.create(run_dir, run_id)
+        writer = SegmentWriter.create(run_dir, run_id, expected_last=prior.last_index,
+                                      prior_episodes=prior.episode_lines)
         try:
             writer.append(MANIFEST, manifest)
         except BaseException:

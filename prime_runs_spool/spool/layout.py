@@ -5,8 +5,10 @@ naming rules in one module means the writer, the reader, sync and ``find_runs`` 
 disagree about which files form a run's log. Every file under ``<run_dir>/spool/`` is
 named here:
 
-- ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock,
+- ``seg-NNNNNN.jsonl`` a segment, ``seg-NNNNNN.lock`` its writer lock (and, for a moment,
+  ``seg-NNNNNN.lock.new``, the replacement of a lock file someone deleted),
   ``seg-NNNNNN.durable`` its live writer's durable mark;
+- ``run.lock`` the run lock, held while a writer opens the run;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
   ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
 - in an object store only, ``sync.lease.json``, a syncer's lease on the run;
@@ -30,6 +32,8 @@ SPOOL_DIRNAME = "spool"
 SYNC_DIRNAME = "sync"
 #: The run's sync lock: at most one sync or follower works on a run at a time.
 SYNC_LOCK_NAME = "sync.lock"
+#: Held (flock) by a writer while it opens the run: opening is atomic against another opener.
+RUN_LOCK_NAME = "run.lock"
 #: The online shipper's log (verify and sync only look at ``seg-*`` files).
 SHIPPER_LOG_NAME = "shipper.log"
 #: verifiers' own results file, beside the spool in the run directory (not ours: read only).
@@ -39,6 +43,9 @@ VERIFIERS_TRACES_NAME = "traces.jsonl"
 SYNC_LEASE_NAME = "sync.lease.json"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+
+#: The files SQLite keeps beside a database in WAL mode (the local platform's store).
+SQLITE_SIDECAR_SUFFIXES = ("-wal", "-shm")
 
 _SEGMENT_PREFIX = "seg-"
 _SEGMENT_RE = re.compile(re.escape(_SEGMENT_PREFIX) + r"(\d{6,})\.jsonl\Z")
@@ -69,6 +76,16 @@ def durable_mark_path(run_dir: str | os.PathLike[str], index: int) -> Path:
 def lock_path_of(segment: Path) -> Path:
     """The writer lock beside a segment file (``seg-NNNNNN.lock``)."""
     return segment.with_suffix(".lock")
+
+
+def lock_replacement_path_of(segment: Path) -> Path:
+    """Where a writer builds a new lock file before renaming it over a deleted one."""
+    return segment.with_suffix(".lock.new")
+
+
+def run_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The run lock: opening a run (scan, then create a segment) holds it (docs/spool-format.md, 1.)."""
+    return spool_dir(run_dir) / RUN_LOCK_NAME
 
 
 def durable_mark_path_of(segment: Path) -> Path:
@@ -159,12 +176,52 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
 def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
     """Create the run directory and its spool folder (``0700`` when we create them)."""
     folder = spool_dir(run_dir)
-    os.makedirs(run_dir, mode=DIR_MODE, exist_ok=True)
-    try:
-        os.mkdir(folder, DIR_MODE)
-    except FileExistsError:
-        pass
+    make_private_dir(folder)
     return folder
+
+
+def open_private(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (creating it ``0600``) a file this package writes outside the segment writer,
+    and take away any access for others that an older version or another tool left
+    (docs/spool-format.md, section 1: everything the package writes is ``0600``)."""
+    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass  # not ours to change (another user's file): open it as it is
+    return fd
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> None:
+    """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
+    gives parents the umask's default mode, often ``0755``)."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            pass
+
+
+def private_database(path: str | os.PathLike[str]) -> None:
+    """Make sure an SQLite database and its WAL sidecars are ``0600`` before SQLite opens
+    them: SQLite creates the sidecars with the database file's mode, so creating the
+    database ``0600`` first is enough for new files; existing ones are tightened."""
+    os.close(open_private(path, os.O_RDWR))
+    for suffix in SQLITE_SIDECAR_SUFFIXES:
+        sidecar = f"{os.fspath(path)}{suffix}"
+        try:
+            if os.stat(sidecar).st_mode & 0o077:
+                os.chmod(sidecar, FILE_MODE)
+        except OSError:
+            pass
 
 
 def is_run_dir(path: Path) -> bool:
@@ -183,6 +240,12 @@ def is_run_dir(path: Path) -> bool:
     if not stat.S_ISDIR(mode):
         return False
     return bool(list_segments(path))  # its OSError names the spool folder or the file
+
+
+def is_segment_file(path: Path) -> bool:
+    """Whether ``path`` is a file named like a segment inside a run's ``spool/`` folder."""
+    return (segment_index(path.name) is not None and path.parent.name == SPOOL_DIRNAME
+            and path.is_file())
 
 
 def _unreadable(exc: OSError, directory: Path) -> OSError:
@@ -213,7 +276,9 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
               on_folder: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
 
-    A path may be a run directory, its ``spool/`` folder, or any folder above runs. Symbolic
+    A path may be a run directory, its ``spool/`` folder, one of its segment files (which
+    stands for its whole run: a segment is only meaningful in its run's log), or any folder
+    above runs. Symbolic
     links below a given path are not followed, so a walk never leaves the tree it was given
     (nor loops). A path that does not exist raises :class:`NoSuchPathError`: a typo must not
     look like "nothing to do".
@@ -230,6 +295,8 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
     folder_seen = on_folder or _no_folder
 
     def runs_under(root: Path) -> Iterator[Path]:
+        if is_segment_file(root):
+            return iter([root.parent.parent])
         try:
             spool_of_run = root.name == SPOOL_DIRNAME and is_run_dir(root.parent)
         except OSError as exc:

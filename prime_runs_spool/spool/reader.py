@@ -4,11 +4,13 @@ The reader holds at most one line in memory (``MAX_LINE_BYTES``), whatever a spo
 and only ever reads forward. It never trusts a line it has not verified: the checksum is
 checked on the raw bytes first (``framing.parse_line``), then the sequence number.
 
-A line that fails is classified by what follows it in its segment. A line still missing
-its line feed is the last thing on disk, so it is a torn tail (it may be a line a live
-writer is writing right now: looking past it would race with that writer). A complete but
-damaged line is corruption if an intact line follows it, otherwise a torn tail. Everything
-is read under the writer's feet: files are only appended to, so what was read stays true.
+A line that fails is classified by its line feed alone. A line still missing its line
+feed is the last thing on disk, so it is a torn tail (it may be a line a live writer is
+writing right now: looking past it would race with that writer). A complete but damaged
+line is corruption: an interrupted append never leaves one, since a line's line feed is
+its last byte. The segments are also checked against each other and their names
+(``crosscheck.RunLedger``). Everything is read under the writer's feet: files are only
+appended to, so what was read stays true.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
+from prime_runs_spool.spool.crosscheck import RunLedger
+from prime_runs_spool.spool.process import process_alive
 from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, SEAL, parse_line
 from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments, lock_path_of, segment_index, segment_path
 
@@ -29,6 +33,8 @@ _LINE_LIMIT = MAX_LINE_BYTES
 #: How much of an over-long line is held at once while skipping it.
 _SKIP_CHUNK = 1 << 20
 _READ_BUFFER = 1 << 16
+#: A header line is a few hundred bytes; reading this much of a segment always covers it.
+_HEADER_LIMIT = 64 * 1024
 
 
 #: The statuses a run can have besides its seal's (docs/spool-format.md, section 7).
@@ -100,6 +106,8 @@ class SegmentInfo:
     corrupt_offset: int | None
     corrupt_reason: str | None
     live: bool
+    #: The lock file is gone while the writer the header names is alive here (section 5).
+    lock_missing: bool = False
 
     @property
     def empty(self) -> bool:
@@ -153,22 +161,47 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
 
 
 def _walk_segment(
-    path: Path, index: int, state: _SegmentState, start: Position | None = None
+    path: Path, index: int, state: _SegmentState, start: Position | None = None,
+    ledger: RunLedger | None = None,
 ) -> Iterator[Record]:
-    """Yield the records of one segment (after its header), filling in ``state``.
+    """Yield the records of one segment (after its header), filling in ``state``, and check
+    it against the run's earlier segments (``ledger``; a fresh one checks it alone).
 
     Raises CorruptSpoolError after yielding every good record before the damage, and
     UnsupportedFormatError before yielding anything from a newer format.
     """
+    ledger = ledger if ledger is not None else _ledger_at(index)
+    resumed = start is not None and start.offset > 0
+    try:
+        ledger.begin(path, index, whole=not resumed)
+        yield from _walk_lines(path, index, state, start if resumed else None, ledger)
+    except CorruptSpoolError:
+        ledger.damaged()
+        raise
+    ledger.end()
+
+
+def _ledger_at(index: int) -> RunLedger:
+    """A ledger for reading one segment on its own: as if every segment before it was fine."""
+    ledger = RunLedger(from_start=index == 1)
+    ledger.last_index = index - 1
+    return ledger
+
+
+def _walk_lines(
+    path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger
+) -> Iterator[Record]:
+    local = getattr(path, "open_bytes", None) is None  # an object store's segment has no mark
+    mark = durable_mark(path) if local else 0  # before reading: the file only grew past it since
     with _open_segment(path) as f:
         lines = _raw_lines(f, 0)
         expect = 0
-        if start is not None and start.offset > 0:
+        if start is not None:
             first = next(lines, None)
             parsed = parse_line(first[1]) if first and first[1] else None
             if parsed is None:
                 raise CorruptSpoolError(path, 0, "the header is not intact, yet a position after it was recorded")
-            _check_header(path, 0, parsed, state)
+            _check_header(path, index, parsed, state, ledger)
             lines = _raw_lines(f, start.offset)
             expect = start.next_seq
         for offset, raw, end in lines:
@@ -176,34 +209,43 @@ def _walk_segment(
             if parsed is None:
                 if state.seal is not None:
                     raise CorruptSpoolError(path, offset, "bytes after the seal")
-                if raw is None or (raw and not raw.endswith(b"\n")):
+                if raw is None or (raw and not raw.endswith(b"\n")):  # b"": an over-long complete line
                     state.torn_offset = offset  # no line feed: the last bytes on disk, a torn tail
-                    return
-                for later_offset, later_raw, _ in lines:
-                    if later_raw and parse_line(later_raw) is not None:
-                        raise CorruptSpoolError(
-                            path, offset, f"damaged line, with an intact line after it at byte {later_offset}"
-                        )
-                state.torn_offset = offset
-                return
+                    break
+                # A complete line: an interrupted append cannot leave one behind.
+                what = "the first line is not an intact header" if offset == 0 else "a damaged line"
+                if raw.endswith(b"\r\n"):
+                    what += " (it ends in CR LF: the file's line endings were converted)"
+                elif raw == b"":
+                    what = "a line longer than the format's limit"
+                raise CorruptSpoolError(path, offset, what + "; a complete line that fails its check is never a torn tail")
             if state.seal is not None:
                 raise CorruptSpoolError(path, offset, f"a {parsed.type} line after the seal")
             if parsed.seq != expect:
                 raise CorruptSpoolError(path, offset, f"sequence number {parsed.seq}, expected {expect}")
             if expect == 0:
-                _check_header(path, offset, parsed, state)
+                _check_header(path, index, parsed, state, ledger)
             else:
                 if parsed.type == HEADER:
                     raise CorruptSpoolError(path, offset, "a second header")
                 state.records += 1
                 if parsed.type == EPISODE:
                     state.episodes += 1
+                    ledger.episode(path, offset, parsed.meta)
                 elif parsed.type == SEAL:
+                    ledger.seal(path, offset, parsed.seq, parsed.data)
                     state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
                 elif parsed.type == MANIFEST and not state.has_manifest:
                     state.manifest, state.has_manifest = parsed.data, True
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
+        size = os.fstat(f.fileno()).st_size if local else mark
+    # A live writer rewrites its mark in place, so a read racing with that rewrite can be
+    # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
+    if size < mark and not writer_alive(path):
+        raise CorruptSpoolError(
+            path, size, f"the file ends at byte {size}, but its writer had made {mark} bytes durable: "
+            "it was truncated")
 
 
 def _open_segment(path: Path) -> IO[bytes]:
@@ -215,20 +257,41 @@ def _open_segment(path: Path) -> IO[bytes]:
     return open(path, "rb", buffering=_READ_BUFFER)
 
 
-def _check_header(path: Path, offset: int, parsed: Line, state: _SegmentState) -> None:
+def _check_header(path: Path, index: int, parsed: Line, state: _SegmentState, ledger: RunLedger) -> None:
     if parsed.type != HEADER or parsed.seq != 0:
-        raise CorruptSpoolError(path, offset, f"the first line is a {parsed.type} line, not the header")
+        raise CorruptSpoolError(path, 0, f"the first line is a {parsed.type} line, not the header")
     data = parsed.data
     version = data.get("format_version") if isinstance(data, dict) else None
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CorruptSpoolError(path, offset, f"the header has no valid format_version ({version!r})")
+        raise CorruptSpoolError(path, 0, f"the header has no valid format_version ({version!r})")
     if version > FORMAT_VERSION:
         raise UnsupportedFormatError(path, version, FORMAT_VERSION)
     state.header = data
+    ledger.header(path, index, data)
+
+
+def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: RunLedger) -> None:
+    """Rules 1 and 2 of section 4.1 for the segments before ``upto``, reading headers only:
+    a reader resuming at a position still refuses a run whose segments disagree."""
+    for index, path in segments:
+        if index >= upto:
+            return
+        ledger.begin(path, index)
+        with _open_segment(path) as f:
+            first = f.readline(_HEADER_LIMIT)
+        if not first.endswith(b"\n"):
+            ledger.end()  # empty: its writer died before its header was durable
+            continue
+        parsed = parse_line(first)
+        if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+            raise CorruptSpoolError(path, 0, "the first line is not an intact header")
+        ledger.header(path, index, parsed.data)
+        ledger.end()
 
 
 def iter_records(
-    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False
+    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
+    check_earlier: bool = True,
 ) -> Iterator[Record]:
     """Every record of a run after ``start`` (default: the beginning), all segments in order.
 
@@ -239,18 +302,27 @@ def iter_records(
     ``durable_only``: in a segment whose writer is alive, stop at the writer's durable mark
     (docs/spool-format.md, section 5). A live writer's last lines can be in the file before
     they are fsync'd; whoever ships records elsewhere must not ship those.
+    ``check_earlier``: from a ``start``, check the headers of the segments before it first
+    (docs/spool-format.md, section 4.1, rules 1 and 2); False for a reader that already
+    passed over damage there on purpose (``sync --skip-corrupt``).
     """
     segments = list_segments(run_dir)
     if start is not None and start.segment_index not in {index for index, _ in segments}:
         raise CorruptSpoolError(
             segment_path(run_dir, start.segment_index), start.offset, "the segment of the recorded position is missing"
         )
+    ledger = RunLedger(from_start=start is None)
+    if start is not None:
+        if check_earlier:  # before anything is yielded: a refusal never follows a record
+            _check_earlier_headers(segments, start.segment_index, ledger)
+        else:
+            ledger.last_index = start.segment_index - 1
     for index, path in segments:
         if start is not None and index < start.segment_index:
             continue
         from_here = start if start is not None and index == start.segment_index else None
         limit = durable_mark(path) if durable_only and writer_alive(path) else None
-        for record in _walk_segment(path, index, _SegmentState(), from_here):
+        for record in _walk_segment(path, index, _SegmentState(), from_here, ledger):
             if limit is not None and record.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
             yield record
@@ -308,7 +380,7 @@ def writer_alive(segment: Path) -> bool:
     try:
         fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        return False
+        return process_alive(_header_writer(segment))  # the lock file is gone: section 5
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -322,11 +394,51 @@ def writer_alive(segment: Path) -> bool:
         os.close(fd)
 
 
-def _scan(path: Path, index: int, state: _SegmentState) -> SegmentInfo:
+def lock_deleted_under_writer(segment: Path) -> bool:
+    """Whether the segment's lock file is missing while the process its header names is
+    alive on this machine (docs/spool-format.md, section 5): someone deleted the lock of a
+    live writer, which must still count as live. A header without the process's boot id
+    and start time (an older writer, another machine) never counts."""
+    if os.path.exists(lock_path_of(segment)):
+        return False
+    return process_alive(_header_writer(segment))
+
+
+#: A segment's header never changes once written: its ``writer`` is kept per path and file
+#: identity, so a follower polling lock-less copies (CI artifacts) pays a ``stat``, not a read.
+_WRITERS: dict[str, tuple[tuple[int, int], Any]] = {}
+_WRITERS_MAX = 4096
+
+
+def _header_writer(segment: Path) -> Any:
+    """The ``writer`` of a segment's header, or None when it has no intact header yet."""
+    try:
+        stat = os.stat(segment)
+    except OSError:
+        return None
+    key, identity = os.fspath(segment), (stat.st_dev, stat.st_ino)
+    cached = _WRITERS.get(key)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    try:
+        with open(segment, "rb") as f:
+            first = f.readline(_HEADER_LIMIT)
+    except OSError:
+        return None
+    parsed = parse_line(first) if first.endswith(b"\n") else None
+    if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+        return None  # not cached: the header may not be durable yet
+    if len(_WRITERS) >= _WRITERS_MAX:
+        _WRITERS.clear()
+    _WRITERS[key] = (identity, parsed.data.get("writer"))
+    return parsed.data.get("writer")
+
+
+def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None = None) -> SegmentInfo:
     live = writer_alive(path)  # before reading: a writer that exits meanwhile leaves a sealed file
     corrupt: CorruptSpoolError | None = None
     try:
-        for _ in _walk_segment(path, index, state):
+        for _ in _walk_segment(path, index, state, ledger=ledger):
             pass
     except CorruptSpoolError as exc:
         corrupt = exc
@@ -344,6 +456,7 @@ def _scan(path: Path, index: int, state: _SegmentState) -> SegmentInfo:
         corrupt_offset=corrupt.offset if corrupt else None,
         corrupt_reason=corrupt.reason if corrupt else None,
         live=live,
+        lock_missing=live and lock_deleted_under_writer(path),
     )
 
 
@@ -372,6 +485,25 @@ class Spool:
     def corrupt(self) -> SegmentInfo | None:
         """The first segment holding corruption, if any."""
         return next((s for s in self.segments if s.corrupt_offset is not None), None)
+
+    @property
+    def problem(self) -> str | None:
+        """Two writers on one run (docs/spool-format.md, section 5): an earlier segment whose
+        writer is live while a later segment exists. Whatever that writer appends now is
+        behind every sync cursor. None when the run has one writer at most."""
+        for segment in self.segments[:-1]:
+            if segment.live and segment.sealed is None:
+                why = " (its lock file was deleted)" if segment.lock_missing else ""
+                return (f"{segment.path}: its writer is still live{why} while a later segment exists: two "
+                        "processes are writing this run, and what the earlier one appends now is never synced; "
+                        "stop one of them")
+        return None
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a reader should say about a run that is not wrong in itself (a deleted lock file)."""
+        return [f"{segment.path.name}: its lock file was deleted while its writer is alive"
+                for segment in self.segments if segment.lock_missing]
 
     @property
     def status(self) -> str:
@@ -412,9 +544,10 @@ def read_run(run_dir: str | os.PathLike[str]) -> Spool:
         raise NotARunError(f"{run_dir}: no spool segments (expected {segment_path(run_dir, 1)})")
     infos: list[SegmentInfo] = []
     manifest: dict[str, Any] | None = None
+    ledger = RunLedger()
     for index, path in segments:
         state = _SegmentState()
-        infos.append(_scan(path, index, state))
+        infos.append(_scan(path, index, state, ledger))
         if manifest is None and state.header is not None and isinstance(state.manifest, dict):
             manifest = state.manifest
     return Spool(run_dir, infos, manifest or {})

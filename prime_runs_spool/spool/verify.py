@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import UnsupportedFormatError, corruption_message
-from prime_runs_spool.spool.layout import find_runs, unreadable_message
+from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
+from prime_runs_spool.spool.layout import find_runs, is_segment_file, unreadable_message
 from prime_runs_spool.spool.reader import read_run
 
 
@@ -27,16 +27,18 @@ def check_run(run_dir: Path) -> dict[str, Any]:
     except OSError as exc:  # a segment or the spool folder that cannot be read
         return _unverifiable(run_dir, unreadable_message(exc, run_dir))
     corrupt = spool.corrupt
+    problem = spool.problem
     return {
         "run_dir": str(run_dir),
-        "ok": corrupt is None,
+        "ok": corrupt is None and problem is None,
         "run_id": spool.run_id,
         "status": spool.status,
         "records": spool.records_count,
         "episodes": spool.episodes_count,
         "error": corruption_message(corrupt.path, corrupt.corrupt_offset, corrupt.corrupt_reason)
         if corrupt
-        else None,
+        else problem,
+        "warnings": spool.warnings,
         "segments": [segment.to_dict() for segment in spool.segments],
     }
 
@@ -62,11 +64,16 @@ class Verdict:
 
 
 def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
-    """Check every run under ``paths``. Raises ``NoSuchPathError`` for a missing path. A
+    """Check every run under ``paths`` (a segment file stands for its run). Raises
+    ``NoSuchPathError`` for a missing path, ``NotARunError`` for a file that is no segment. A
     directory that cannot be read is a failed verdict of its own, between the others: one
     unreadable run never hides the rest."""
     verdict = Verdict()
     for path in paths:
+        if Path(path).is_file() and not is_segment_file(Path(path)):
+            raise NotARunError(
+                f"{path} is a file, not a run: give a run directory, its spool/ folder, one of its "
+                "segment files (spool/seg-NNNNNN.jsonl), or a folder above runs")
         found: list[dict[str, Any]] = []
 
         def unreadable(directory: Path, exc: OSError) -> None:

@@ -22,6 +22,12 @@ each flushed batch settles a loop's futures with one call into that loop. The ba
 the waking of its members live in ``spool/commit.py``; this module keeps the segment, its
 locks and the flush.
 
+Opening is atomic against another opener: ``create`` holds the run lock while it checks
+that the run still has the segments its caller scanned and creates the next one. After
+every sync the writer checks that its segment file still has a name (a deleted run
+directory raises :class:`SegmentGoneError`), and now and then that its lock file does (a
+deleted lock file is put back): docs/spool-format.md, section 5.
+
 A failed write or sync breaks the writer for good: after a failed fsync the kernel may have
 dropped the dirty pages, so a retry could report lost data as durable. The caller starts a
 new segment (a new ``SegmentWriter``) instead.
@@ -30,10 +36,13 @@ new segment (a new ``SegmentWriter``) instead.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import logging
 import os
 import queue
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -44,7 +53,7 @@ from typing import Any, Union
 import filelock
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.errors import SpoolWriteError, WriterClosedError
+from prime_runs_spool.errors import RunInUseError, SegmentGoneError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.commit import Batch, helper_loop, settle_batch
 from prime_runs_spool.spool.format import (
     EPISODE,
@@ -64,8 +73,11 @@ from prime_runs_spool.spool.layout import (
     ensure_spool_dir,
     list_segments,
     lock_path,
+    lock_replacement_path_of,
+    run_lock_path,
     segment_path,
 )
+from prime_runs_spool.spool.process import identity
 
 # The two system calls a durable append depends on, looked up through the module so tests
 # can inject disk faults and simulate power loss (tests/test_writer.py, test_power_loss.py).
@@ -87,6 +99,13 @@ _Prepared = tuple[Payload, bytes, bool]
 Settled = Callable[[Union[BaseException, None]], None]
 
 _allocate_lock = threading.Lock
+
+_log = logging.getLogger("prime_runs_spool")
+
+#: How long an opener waits for another one to finish opening the same run.
+RUN_LOCK_TIMEOUT = 30.0
+#: Seconds between checks that our lock file is still there (one fstat; see _check_files).
+LOCK_CHECK_INTERVAL = 0.1
 
 
 def _utc_now() -> str:
@@ -110,13 +129,21 @@ class SegmentWriter:
     """
 
     def __init__(self, run_dir: Path, run_id: str, index: int, fd: int, lock: filelock.BaseFileLock,
-                 mark_fd: int | None = None) -> None:
+                 mark_fd: int | None = None, prior_episodes: int | None = None) -> None:
         self._run_dir = run_dir
         self._run_id = run_id
         self._index = index
         self._path = segment_path(run_dir, index)
         self._fd: int | None = fd
         self._lock = lock
+        #: A second descriptor on the lock file we hold: its link count says, with one
+        #: fstat, whether the file was deleted or replaced (docs/spool-format.md, section 5).
+        self._lock_watch: int | None = _open_watch(lock_path(run_dir, index))
+        self._next_lock_check = time.monotonic() + LOCK_CHECK_INTERVAL
+        #: Descriptors of lock files this writer put back after someone deleted its own.
+        self._replacement_locks: list[int] = []
+        #: Episodes in the run's earlier segments, as the opener counted them (None: not told).
+        self._prior_episodes = prior_episodes
         #: The durable mark (docs/spool-format.md, section 5): how many bytes of the segment
         #: are fsync'd, for readers that must not ship what a power cut could still take back.
         self._mark_fd = mark_fd
@@ -146,16 +173,48 @@ class SegmentWriter:
     # -- creation -------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, run_dir: str | os.PathLike[str], run_id: str) -> SegmentWriter:
+    def create(cls, run_dir: str | os.PathLike[str], run_id: str, *, expected_last: int | None = None,
+               prior_episodes: int | None = None) -> SegmentWriter:
         """Open a new segment of ``run_dir``'s spool: the next free index, locked, with its header durable.
 
-        The lock is taken *before* the segment file is created, so a reader never sees a
+        Holds the run lock throughout (docs/spool-format.md, section 1). ``expected_last``
+        is the highest segment index the caller saw when it scanned the run (0: none): if
+        the run has another by now, another process opened it meanwhile and this raises
+        :class:`RunInUseError` rather than start a second writer. ``prior_episodes``, the
+        episodes the caller counted in those segments, goes into the header and the seal,
+        so a reader can tell when an earlier segment lost lines.
+
+        The segment lock is taken *before* the file is created, so a reader never sees a
         segment whose writer is alive but unlocked (it would call the run crashed). The file
         itself is created with ``O_CREAT|O_EXCL``: two writers never share a segment.
         """
         run_dir = Path(run_dir)
+        ensure_spool_dir(run_dir)
+        run_lock = filelock.UnixFileLock(run_lock_path(run_dir), mode=FILE_MODE, thread_local=False)
+        try:
+            run_lock.acquire(timeout=RUN_LOCK_TIMEOUT)
+        except filelock.Timeout:
+            raise RunInUseError(
+                f"{run_dir}: another process has been opening this run for {RUN_LOCK_TIMEOUT:.0f} s "
+                "(it holds the run lock); wait for it, or check that it is not stuck") from None
+        try:
+            return cls._create_locked(run_dir, run_id, expected_last, prior_episodes)
+        finally:
+            run_lock.release()
+
+    @classmethod
+    def _create_locked(cls, run_dir: Path, run_id: str, expected_last: int | None,
+                       prior_episodes: int | None) -> SegmentWriter:
         folder = ensure_spool_dir(run_dir)
-        index = cls._next_free_index(run_dir)
+        segments = list_segments(run_dir)
+        last = segments[-1][0] if segments else 0
+        if expected_last is not None and last != expected_last:
+            raise RunInUseError(
+                f"{run_dir}: another process opened this run at the same time (it now has segment "
+                f"{last}, not {expected_last}); two writers would record episodes twice, so this one stops")
+        if segments:
+            _fsync_file(segments[-1][1])  # what the opener counted there must outlive a power cut
+        index = last + 1
         while True:
             lock = filelock.UnixFileLock(lock_path(run_dir, index), mode=FILE_MODE, thread_local=False)
             try:
@@ -184,7 +243,7 @@ class SegmentWriter:
             os.close(fd)
             lock.release()
             raise
-        writer = cls(run_dir, run_id, index, fd, lock, mark_fd)
+        writer = cls(run_dir, run_id, index, fd, lock, mark_fd, prior_episodes)
         _live_writers.add(writer)
         try:
             header = {
@@ -193,7 +252,9 @@ class SegmentWriter:
                 "segment_id": writer._segment_id,
                 "segment_index": index,
                 "created_at": _utc_now(),
-                "writer": {"pid": os.getpid(), "hostname": socket.gethostname(), "package_version": __version__},
+                "writer": {"pid": os.getpid(), "hostname": socket.gethostname(), "package_version": __version__,
+                           **identity()},
+                "prior_episodes": prior_episodes,
             }
             writer._commit([_prepare_item(HEADER, header, None, internal=True)])
             _fsync_dir(folder)
@@ -332,6 +393,7 @@ class SegmentWriter:
                 "status": status,
                 "last_seq": self._next_seq - 1,
                 "episodes": self._episodes,
+                "run_episodes": None if self._prior_episodes is None else self._prior_episodes + self._episodes,
                 "finished_at": _utc_now(),
                 "summary": summary,
                 "error": error,
@@ -544,8 +606,56 @@ class SegmentWriter:
                 written -= size
                 start += 1
         _fdatasync(fd)
+        self._check_files()
         self._durable += total
         self._publish_durable()
+
+    def _check_files(self) -> None:
+        """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
+        directory deleted, or replaced by another file: its link count is 0), and put our
+        lock file back if someone deleted or replaced it. One ``fstat`` per flush (about
+        2 µs against a sync's hundreds), the lock's at most every LOCK_CHECK_INTERVAL."""
+        fd = self._fd
+        if fd is not None and os.fstat(fd).st_nlink == 0:
+            raise SegmentGoneError(
+                f"{self._path}: the segment file (or its run directory) was deleted or replaced while "
+                "this process was writing it; what it appended is unreachable, so the run stops here")
+        watch = self._lock_watch
+        if watch is None:
+            return
+        now = time.monotonic()
+        if now < self._next_lock_check:
+            return
+        self._next_lock_check = now + LOCK_CHECK_INTERVAL
+        try:
+            if os.fstat(watch).st_nlink == 0:
+                self._replace_lock()
+        except OSError as exc:  # the lock is a guard for readers; never fail an append for it
+            _log.warning("%s: could not check the writer lock file: %s", self._path, exc)
+
+    def _replace_lock(self) -> None:
+        """Someone deleted our lock file: readers would take the segment for a crashed one and an
+        opener would start a second writer. Put a locked file back in its place, atomically."""
+        target = lock_path(self._run_dir, self._index)
+        fresh = lock_replacement_path_of(self._path)
+        try:
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+        except OSError as exc:
+            _log.warning("%s: the writer lock file was deleted and cannot be put back: %s", target, exc)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(fresh, target)
+        except OSError as exc:
+            os.close(fd)
+            _log.warning("%s: the writer lock file was deleted and cannot be put back: %s", target, exc)
+            return
+        self._replacement_locks.append(fd)
+        if self._lock_watch is not None:
+            os.close(self._lock_watch)
+        self._lock_watch = os.dup(fd)
+        _log.warning("%s: the writer lock file was deleted while this process held it; put it back "
+                     "(a process that opened the run meanwhile may be writing it too)", target)
 
     def _publish_durable(self) -> None:
         """Overwrite the durable mark. Not fsync'd: it only means anything while this process
@@ -557,6 +667,8 @@ class SegmentWriter:
                 pass  # readers then stop at the last mark that was written: later, not wrong
 
     def _write_error(self, failure: OSError) -> SpoolWriteError:
+        if isinstance(failure, SegmentGoneError):
+            return failure
         error = SpoolWriteError(f"{self._path}: append not durable, segment closed: {failure}")
         error.errno = failure.errno
         return error
@@ -572,6 +684,12 @@ class SegmentWriter:
             if self._mark_fd is not None:
                 os.close(self._mark_fd)
                 self._mark_fd = None
+            for replacement in self._replacement_locks:
+                os.close(replacement)
+            self._replacement_locks = []
+            if self._lock_watch is not None:
+                os.close(self._lock_watch)
+                self._lock_watch = None
             self._lock.release()
 
     def _disown_after_fork(self) -> None:
@@ -591,13 +709,16 @@ class SegmentWriter:
         self._flushing = False
         self._open = None
         self._jobs = None  # the helper thread was not forked
-        for fd in (self._fd, self._mark_fd):
+        # Its copies of the lock watch and of any replacement lock go too: closing a copy
+        # never drops a flock the parent's descriptor holds.
+        for fd in (self._fd, self._mark_fd, self._lock_watch, *self._replacement_locks):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._fd = self._mark_fd = None  # so _release never reaches the lock
+        self._fd = self._mark_fd = self._lock_watch = None  # so _release never reaches the lock
+        self._replacement_locks = []
 
     def _abandon(self) -> None:
         with self._mutex:
@@ -617,6 +738,29 @@ def _disown_inherited_writers() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_disown_inherited_writers)
+
+
+def _open_watch(path: Path) -> int | None:
+    """A read-only descriptor on the lock file just taken (the same inode the flock is on;
+    closing it never drops that lock, which belongs to the other descriptor)."""
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+def _fsync_file(path: Path) -> None:
+    """Make an earlier segment's bytes durable (a dead writer's last lines may not be)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:

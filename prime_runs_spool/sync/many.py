@@ -14,7 +14,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import find_runs, spool_dir, sync_lock_path, unreadable_message
+from prime_runs_spool.spool.layout import FILE_MODE, find_runs, spool_dir, sync_lock_path, unreadable_message
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
@@ -24,7 +24,7 @@ from prime_runs_spool.sync.state import Destination
 def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
     """The run's sync lock (``spool/sync.lock``), not yet taken: at most one sync or follower
     works on a run at a time; the kernel drops it when its holder dies."""
-    return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0)
+    return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0, mode=FILE_MODE)
 
 
 def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:

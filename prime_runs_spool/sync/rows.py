@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.spool.format import EPISODE, HEADER, SEAL
+from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
 from prime_runs_spool.spool.layout import list_segments, segment_index_of
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
@@ -40,14 +40,23 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
     with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
     ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
     reads everything on disk and stops at damage."""
+    check_earlier = True
     while True:
         try:
-            yield from iter_records(run_dir, start=start, durable_only=True)
+            yield from iter_records(run_dir, start=start, durable_only=True, check_earlier=check_earlier)
             return
         except CorruptSpoolError as exc:
             if not skip_corrupt:
                 raise
             index = segment_index_of(exc.path) or 0
+            if start is not None and index < start.segment_index:
+                # A segment before the position (its header disagrees with the run): found
+                # before anything was yielded, and already behind us. Note it, read on from
+                # the same position without looking back, so nothing is read twice.
+                if skipped is not None:
+                    skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason, "last": False})
+                check_earlier = False
+                continue
             later = [seg for seg, _ in list_segments(run_dir) if seg > index]
             if skipped is not None:
                 skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason,
@@ -55,12 +64,44 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
             if not later:
                 return
             start = Position(later[0], 0, 0)
+            check_earlier = False  # every segment before it was read or checked in this pass
+
+
+def track_seal(seal: dict[str, Any] | None, seal_segment: int | None, record: Any
+               ) -> tuple[dict[str, Any] | None, int | None]:
+    """The seal that ends the log so far, and its segment, once ``record`` is read.
+
+    Only the *last* segment's seal ends a run (docs/spool-format.md, section 7): a record
+    of a later segment drops the seal (the run was resumed after it). The reader passes no
+    headers on, so the record's segment index is what tells. Every stream that ships a run
+    (rows for samples, lines for traces) follows its seal with this and :func:`seal_if_last`.
+    """
+    if seal is not None and record.segment_index != seal_segment:
+        seal, seal_segment = None, None
+    if record.type == SEAL:
+        seal, seal_segment = record.data, record.segment_index
+    return seal, seal_segment
+
+
+def seal_if_last(run_dir: Path, seal: dict[str, Any] | None, seal_segment: int | None) -> dict[str, Any] | None:
+    """``seal`` if no segment follows its own at the end of a pass, else None: a resumed
+    writer that has written only its header yields no record, yet its run is not over."""
+    if seal is None:
+        return None
+    segments = list_segments(run_dir)
+    return None if segments and segments[-1][0] != seal_segment else seal
 
 
 @dataclass
 class RowStream:
     """Rows of one run from ``cursor`` on. After iteration, ``seal`` holds the seal that ended
-    the log (None when the last segment is unsealed) and ``cursor`` the end reached."""
+    the log (None when the last segment is unsealed) and ``cursor`` the end reached.
+
+    Only the *last* segment's seal ends the log (docs/spool-format.md, section 7): a seal
+    is dropped as soon as a record of a later segment is read, and once more at the end if
+    a later segment exists that yielded nothing yet (a resumed writer that has written
+    only its header). The reader passes no headers on, so the segment index is what tells.
+    """
 
     run_dir: Path
     cursor: Cursor | None
@@ -69,6 +110,8 @@ class RowStream:
     skip_corrupt: bool = False
     seal: dict[str, Any] | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
+    seal_segment: int | None = None
     #: Episodes that give no row: superseded by a resumed segment (content/supersede.py).
     superseded: frozenset[str] = frozenset()
     #: Errored episodes are held back (no row here): a resume may still retry them; the
@@ -78,20 +121,22 @@ class RowStream:
     #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
     too_large: list[dict[str, Any]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.seal is not None and self.seal_segment is None and self.cursor is not None:
+            self.seal_segment = self.cursor.segment_index
+
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+            self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
+        self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
             after = Cursor.at(record.after)
-            if record.type == HEADER:
-                self.seal = None  # a later segment: the run was resumed after that seal
-            elif record.type == SEAL:
-                self.seal = record.data
             if record.type != EPISODE or self._gives_no_row(record):
                 self.cursor = after
                 continue

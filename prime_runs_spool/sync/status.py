@@ -24,7 +24,8 @@ class DestinationStatus:
     url: str | None
     samples_pushed: int
     episodes_pushed: int
-    #: Episodes in the spool past the acknowledged cursor.
+    #: Episodes in the spool not acknowledged: past the cursor, or more if the spool holds
+    #: more episodes than were pushed (an earlier segment that grew behind the cursor).
     pending: int
     finalized: bool
     terminal: str | None
@@ -61,6 +62,8 @@ class RunStatus:
     superseded: int = 0
     destinations: list[DestinationStatus] = field(default_factory=list)
     error: str | None = None
+    #: What is not wrong in itself but worth saying (a lock file deleted under its writer).
+    warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         # The --json key stays "state" (docs/cli.md), in the same place.
@@ -130,6 +133,13 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
     run.superseded = len(superseded)
     if spool.corrupt is not None:
         run.error = corruption_message(spool.corrupt.path, spool.corrupt.corrupt_offset, spool.corrupt.corrupt_reason)
+    else:
+        run.error = spool.problem
+    run.warnings = spool.warnings
+    # Two writers (Spool.problem): an earlier segment grows behind every cursor, so what is
+    # past the cursor undercounts; every episode not pushed is pending then. Otherwise the
+    # cursor says it exactly (an episode that gets no row is never "pushed").
+    behind = spool.episodes_count if spool.problem else 0
     for document in _local_states(run_dir) if states is None else states:
         try:
             state = SyncState.model_validate_json(document)
@@ -139,7 +149,8 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
             destination=state.destination.base_url, team_id=state.destination.team_id,
             evaluation_id=state.evaluation_id, url=state.viewer_url,
             samples_pushed=state.samples_pushed, episodes_pushed=state.episodes_pushed,
-            pending=_episodes_after(run_dir, state), finalized=state.finalized,
+            pending=max(_episodes_after(run_dir, state), behind - state.episodes_pushed),
+            finalized=state.finalized,
             terminal=state.terminal, replay_id=state.replay_id,
             in_flight=state.in_flight.kind if state.in_flight else None,
             held_back=state.held_back,

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, HEADER, SEAL
+from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
 from prime_runs_spool.sync.rows import (LARGE_BODIES, LARGE_BODY, durable_records, held_episodes,
-                                        record_episode_id, withheld)
+                                        record_episode_id, seal_if_last, track_seal,
+                                        withheld)
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 if TYPE_CHECKING:
@@ -88,6 +89,12 @@ class LineStream:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     superseded: frozenset[str] | None = None
+    #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
+    seal_segment: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seal is not None and self.seal_segment is None and self.cursor is not None:
+            self.seal_segment = self.cursor.segment_index
 
     def lines(self) -> Iterator[Line]:
         engine = self.engine
@@ -97,15 +104,13 @@ class LineStream:
         for record in durable_records(engine.run_dir, start, skip_corrupt=engine.options.skip_corrupt,
                                       skipped=self.skipped):
             after = Cursor.at(record.after)
-            if record.type == HEADER:
-                self.seal = None  # a later segment: the run was resumed after that seal
-            elif record.type == SEAL:
-                self.seal = record.data
+            self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
                 yield _line(record, run_id, after)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
+        self.seal = seal_if_last(engine.run_dir, self.seal, self.seal_segment)
         self.done = True
 
 

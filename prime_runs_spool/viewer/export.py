@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import DIR_MODE, FILE_MODE
+from prime_runs_spool.spool.layout import FILE_MODE, make_private_dir
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.pages import Pages
 from prime_runs_spool.viewer.query import PAGE_SIZE
@@ -35,8 +35,7 @@ def _write(path: Path, data: bytes) -> None:
 def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
     """Write every page of ``source`` under ``out_dir``; returns how many files were written."""
     out = Path(out_dir)
-    os.makedirs(out, mode=DIR_MODE, exist_ok=True)
-    os.makedirs(out / "static", mode=DIR_MODE, exist_ok=True)
+    make_private_dir(out / "static")  # 0700, and so is every missing parent (os.makedirs: 0755)
     links = ExportLinks()
     pages = Pages(source, links)
     written = 0

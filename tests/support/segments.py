@@ -33,7 +33,9 @@ def build_segment(
 ) -> tuple[bytes, list[Written]]:
     """A whole segment: header, manifest, episodes, optional seal; and its lines after the header."""
     lines: list[tuple[str, Any, Any]] = [("manifest", {"name": "test"}, None)]
-    lines += [("episode", ep, {"episode_id": str(i), "rollout_number": i}) for i, ep in enumerate(episodes)]
+    # Episode ids are unique within the run (a later segment repeating one is corruption).
+    lines += [("episode", ep, {"episode_id": str(i) if index == 1 else f"{index}-{i}", "rollout_number": i})
+              for i, ep in enumerate(episodes)]
     if seal is not None:
         lines.append(("seal", {"status": seal, "last_seq": len(lines), "episodes": len(episodes),
                                "finished_at": "2026-01-01T00:00:01Z", "summary": None, "error": None}, None))

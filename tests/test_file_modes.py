@@ -1,0 +1,88 @@
+"""Everything the package writes is 0600 and every directory it creates 0700, whatever the
+umask lets through (docs/spool-format.md, section 1): spool files and locks, sync state,
+the local platform's database with its WAL files, and the online shipper's log."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool import open_run
+from prime_runs_spool.local_platform.store import Store
+from prime_runs_spool.spool.layout import SHIPPER_LOG_NAME, spool_dir
+from support.env import CLI, child_env
+from support.episodes import small_episode
+from support.runs import build_run
+
+
+@pytest.fixture(autouse=True)
+def permissive_umask() -> Iterator[None]:
+    """A umask that would let 0644 through: only our own modes can keep files private."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _modes(root: Path) -> dict[str, str]:
+    out = {}
+    for path in [root, *root.rglob("*")]:
+        out[str(path.relative_to(root.parent))] = oct(stat.S_IMODE(path.lstat().st_mode))
+    return out
+
+
+def _loose(modes: dict[str, str], root: Path) -> dict[str, str]:
+    return {name: mode for name, mode in modes.items()
+            if mode != ("0o700" if (root.parent / name).is_dir() else "0o600")}
+
+
+def test_the_local_platform_database_and_its_wal_files_are_0600(tmp_path: Path):
+    db = tmp_path / "db" / "platform.db"
+    db.parent.mkdir(mode=0o700)
+    store = Store(db)  # open, with its schema written: the WAL files exist now
+    try:
+        assert {p.name for p in db.parent.iterdir()} == {"platform.db", "platform.db-wal", "platform.db-shm"}
+        assert _loose(_modes(db.parent), db.parent) == {}
+    finally:
+        store.close()
+    os.chmod(db, 0o644)  # an older version's database: tightened when opened
+    Store(db).close()
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_sync_local_writes_nothing_others_can_read(tmp_path: Path):
+    build_run(tmp_path / "runs" / "run", "modes-run", 3)
+    db = tmp_path / "home" / "platform" / "local.db"
+    done = subprocess.run([*CLI, "sync", "--local", "--db", str(db), str(tmp_path / "runs")],
+                          capture_output=True, text=True, env=child_env(HOME=str(tmp_path / "home")), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _loose(_modes(db.parent.parent), db.parent.parent) == {}  # the folders it created too
+    assert {p.name for p in db.parent.iterdir()} >= {"local.db"}
+    assert _loose(_modes(tmp_path / "runs" / "run"), tmp_path / "runs" / "run") == {}
+    assert (spool_dir(tmp_path / "runs" / "run") / "sync.lock").exists()
+
+
+def test_the_spool_and_the_shipper_log_are_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PRIME_API_KEY", "not-a-real-key")
+    monkeypatch.setenv("PRIME_API_BASE_URL", "http://127.0.0.1:9")  # nothing listens: the shipper just retries
+    run = open_run(tmp_path / "outputs" / "run", name="t", mode="online", ship_timeout=0.5)
+    run.log_episodes([small_episode("a")])
+    run.finish()
+    log = spool_dir(tmp_path / "outputs" / "run") / SHIPPER_LOG_NAME
+    assert log.exists()
+    assert _loose(_modes(tmp_path / "outputs"), tmp_path / "outputs") == {}  # outputs/ was created too
+
+
+def test_a_viewer_export_is_private_folders_included(tmp_path: Path):
+    build_run(tmp_path / "runs" / "run", "modes-export", 2)
+    out = tmp_path / "site" / "export"  # "site" is created too
+    done = subprocess.run([*CLI, "view", str(tmp_path / "runs"), "--export", str(out)], capture_output=True,
+                          text=True, env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(out.rglob("*.html"))
+    assert _loose(_modes(tmp_path / "site"), tmp_path / "site") == {}
