@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prime_runs_spool import open_run  # noqa: E402
-from prime_runs_spool.runner.import_outputs import BATCH, import_output  # noqa: E402
+from prime_runs_spool.importer.outputs import BATCH, import_output  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parent.parent / "fixtures" / "eval_outputs" / "vf040-completed"
 

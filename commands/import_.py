@@ -1,6 +1,6 @@
 """``prime-runs import PATHS...``: turn eval output folders written without a spool into spools.
 
-The importer is the library's (``prime_runs_spool.runner.import_outputs``); this module
+The importer is the library's (``prime_runs_spool.importer.outputs``); this module
 prints its reports. Exit codes (docs/cli.md): 0 every run imported or up to date; 1 a run
 could not be imported (the others still were), or a path holds neither a spool nor eval
 outputs (unless ``--allow-empty``); 2 bad usage.
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import click
 
 from commands.output import require_paths
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from prime_runs_spool.runner.import_outputs import ImportReport
+    from prime_runs_spool.importer.outputs import ImportReport
 
 # The importer (and the writer behind it) is imported where it runs, not here:
 # ``prime-runs --help`` must not pay for it (tests/test_cli_basics.py).
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def import_line(report: ImportReport) -> list[str]:
     """One line per run (plus its warnings and error): shared with ``prime-runs sync``."""
-    from prime_runs_spool.runner.import_outputs import FAILED_STATES
+    from prime_runs_spool.importer.outputs import FAILED_STATES
 
     if report.state in FAILED_STATES:
         return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
@@ -69,8 +69,8 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     import orjson
 
     from prime_runs_spool.errors import NoSuchPathError
-    from prime_runs_spool.runner.import_outputs import FAILED_STATES, import_paths
-    from prime_runs_spool.runner.import_places import paths_with_nothing
+    from prime_runs_spool.importer.outputs import FAILED_STATES, import_paths
+    from prime_runs_spool.importer.places import paths_with_nothing
 
     quiet_library_warnings()
     roots = require_paths(paths)

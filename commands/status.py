@@ -12,7 +12,7 @@ import orjson
 from commands.import_ import nothing_found_message
 from commands.output import fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
     a path does not exist.
     """
-    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.sync.status import statuses  # the state model: only when run
 
     local = [p for p in paths if not isinstance(p, str)]

@@ -21,7 +21,7 @@ from commands.output import Progress, fail_usage, internal_error, require_paths
 from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
     AUTO,
     SAMPLES,
@@ -39,7 +39,7 @@ from prime_runs_spool.sync.options import (
 
 if TYPE_CHECKING:
     from prime_runs_spool.platform_api.settings import Settings
-    from prime_runs_spool.runner.import_outputs import ImportReport
+    from prime_runs_spool.importer.outputs import ImportReport
     from prime_runs_spool.sync.options import RunReport
     from prime_runs_spool.sync.state import Destination
 
@@ -159,8 +159,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.runner.import_outputs import FAILED_STATES as IMPORT_FAILED, import_paths
-    from prime_runs_spool.runner.import_places import not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
+    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots
 
     if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
         sync_urls(click.get_current_context().params)
@@ -230,7 +230,7 @@ def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list
            *, as_json: bool, local_db: str | None, ok: bool) -> None:
     import orjson
 
-    from prime_runs_spool.runner.import_places import import_command
+    from prime_runs_spool.importer.places import import_command
     from prime_runs_spool.sync.console import report_lines
 
     if as_json:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from commands.output import Progress, fail_usage, internal_error
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV
+from prime_runs_spool.importer.options import STATE_DIR_ENV
 
 
 

@@ -19,7 +19,7 @@ import orjson
 from commands.import_ import nothing_found_message
 from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
@@ -63,7 +63,7 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
     Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
-    from prime_runs_spool.runner.import_places import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
 
     state = default_state_dir(state_dir)

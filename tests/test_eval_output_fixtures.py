@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.make_eval_outputs import FAKE_CREDENTIAL
-from prime_runs_spool.runner.import_outputs import read_source
+from prime_runs_spool.importer.outputs import read_source
 from support.env import REPO_ROOT, child_env
 
 EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"

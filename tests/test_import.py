@@ -15,7 +15,7 @@ from fixtures.make_eval_outputs import FAKE_CREDENTIAL
 from prime_runs_spool import read_run
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.local_platform.store import Store
-from prime_runs_spool.runner.import_outputs import import_output
+from prime_runs_spool.importer.outputs import import_output
 from prime_runs_spool.spool.layout import list_segments
 from support.env import CLI, REPO_ROOT, child_env
 from support.files import all_bytes_under

@@ -1,4 +1,4 @@
-"""Reading ``traces.jsonl`` strictly (runner/traces_file.py), as properties over any file:
+"""Reading ``traces.jsonl`` strictly (importer/traces_file.py), as properties over any file:
 a torn last line is the end of the data; any damaged line before the last is corruption
 naming its line; what is read back is exactly the complete episodes, in order."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool.errors import CorruptOutputError
-from prime_runs_spool.runner.traces_file import iter_episodes, scan_traces
+from prime_runs_spool.importer.traces_file import iter_episodes, scan_traces
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 episodes = st.lists(st.builds(lambda n, s: {"id": f"e{n}", "run": {"id": "r"}, "note": s,

@@ -28,9 +28,9 @@ from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.spool.layout import v0_paths
-from prime_runs_spool.runner.import_outcome import v0_outcome
-from prime_runs_spool.runner.import_source import V0, SourceRun
-from prime_runs_spool.runner.traces_file import CorruptOutputError
+from prime_runs_spool.importer.outcome import v0_outcome
+from prime_runs_spool.importer.source import V0, SourceRun
+from prime_runs_spool.importer.traces_file import CorruptOutputError
 
 #: Row keys that are not a reward function's score.
 _ROW_KEYS = frozenset({"id", "example_id", "prompt", "completion", "answer", "reward", "task", "info",
@@ -81,7 +81,7 @@ def _episode_id(run_id: str, line: int) -> str:
 
 def _check_rows(path: Path) -> tuple[list[int], int]:
     """Line numbers of the rows and where they end; the same torn-tail and corruption rules
-    as ``traces.jsonl`` (``runner/traces_file.py``)."""
+    as ``traces.jsonl`` (``importer/traces_file.py``)."""
     lines: list[int] = []
     end = offset = 0
     pending: tuple[int, str] | None = None

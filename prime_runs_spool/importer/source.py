@@ -1,14 +1,14 @@
 """One eval output folder, read as the run it records: identity, config, episodes, ending.
 
-The importer (``runner/import_outputs.py``) writes whatever a :class:`SourceRun` says
+The importer (``importer/outputs.py``) writes whatever a :class:`SourceRun` says
 through ``open_run``, so both layouts reach the spool exactly as a live run would have
-written them. This module reads verifiers 0.4.0's layout; ``runner/import_v0.py`` the
+written them. This module reads verifiers 0.4.0's layout; ``importer/v0_layout.py`` the
 older one.
 
 verifiers 0.4.0, per run directory: the episodes in ``traces.jsonl`` (each carries its
 run's id as ``run.id``), the resolved config in ``configs/resolved/<cli>.json`` (the
 name, model and environment come from it), the launch file in ``configs/<cli>.toml``, and
-the attempts' logs (``runner/import_outcome.py`` reads how the run ended from them).
+the attempts' logs (``importer/outcome.py`` reads how the run ended from them).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.spool.layout import launch_file_paths, resolved_config_paths, verifiers_traces_path
-from prime_runs_spool.runner.import_outcome import Outcome, v040_outcome
-from prime_runs_spool.runner.traces_file import iter_episodes, scan_traces
+from prime_runs_spool.importer.outcome import Outcome, v040_outcome
+from prime_runs_spool.importer.traces_file import iter_episodes, scan_traces
 
 #: ``layout`` values.
 VERIFIERS_040 = "verifiers-0.4"

@@ -5,7 +5,7 @@ so it is exactly what the eval would have written had it used a spool: the manif
 from the resolved config (masked by location; the launch file attached only when it sets
 no credential table), every episode masked at append, rollout numbers assigned in arrival
 order (the file's order), the summary over the whole run, one seal
-(``runner/import_outcome.py`` decides which).
+(``importer/outcome.py`` decides which).
 
 Idempotent and incremental. The episode ids already in the spool are compared with the
 source's: none new and the same ending means nothing is written (not even an empty
@@ -16,7 +16,7 @@ superseded by the new segment, the rule a live resume follows (content/supersede
 each slot counts once. The older layout has no resume: a ``results.jsonl`` that lost rows is
 refused (:class:`RewrittenOutputError`) and the run left as it was imported.
 
-Where the spool goes (``runner/import_places.py``): beside the outputs
+Where the spool goes (``importer/places.py``): beside the outputs
 (``<run dir>/spool/``), or with ``state_dir`` under ``state_dir/imports/<digest of the
 source's absolute path>/<run id>/``, which is how a read-only source is synced without
 writing into it. ``spool/import.json`` records the
@@ -58,15 +58,15 @@ from prime_runs_spool.spool.layout import (
     verifiers_traces_path,
 )
 from prime_runs_spool.spool.reader import read_run
-from prime_runs_spool.runner.import_options import STATE_DIR_ENV
-from prime_runs_spool.runner.import_places import (
+from prime_runs_spool.importer.options import STATE_DIR_ENV
+from prime_runs_spool.importer.places import (
     imported_run_dir,
     is_read_only,
     private_dirs,
     spooled_by_eval,
 )
-from prime_runs_spool.runner.import_source import V0, SourceRun, read_v040
-from prime_runs_spool.runner.import_v0 import read_v0
+from prime_runs_spool.importer.source import V0, SourceRun, read_v040
+from prime_runs_spool.importer.v0_layout import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
 from prime_runs_spool.runner.run import open_run
 
