@@ -723,3 +723,19 @@ def test_a_state_read_from_disk_after_held_back_episodes_went_is_checked_by_coun
     assert report.state == "synced", report.error
     _, rows = only_evaluation(platform)
     assert len(rows) == 4 and len({row["sample_id"] for row in rows}) == 4
+
+
+def test_status_says_when_a_sync_state_is_damaged_or_unreadable(tmp_path: Path, platform: FakePlatform) -> None:
+    from prime_runs_spool.sync.status import run_status
+
+    builder = build_run(tmp_path / "run", "r1", 2)
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    path = state_path(builder.run_dir, DEST.key)
+    assert run_status(builder.run_dir).warnings == []
+    path.write_text("{not json")
+    status = run_status(builder.run_dir)
+    assert status.destinations == [] and any("damaged" in w for w in status.warnings)
+    path.unlink()
+    path.mkdir()  # a state "file" that cannot be read, even by root
+    status = run_status(builder.run_dir)
+    assert any("cannot be read" in w for w in status.warnings), status.warnings

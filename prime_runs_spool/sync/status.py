@@ -103,12 +103,14 @@ def statuses(paths: Iterable[Path]) -> list[RunStatus]:
     return found
 
 
-def _local_states(run_dir: Path) -> Iterator[bytes]:
+def _local_states(run_dir: Path, warnings: list[str]) -> Iterator[bytes]:
+    """The run's state files; one that cannot be read is said in ``warnings``, not skipped
+    in silence (status would otherwise show its destination as never synced)."""
     for path in sorted(sync_dir(run_dir).glob("*.json")):
         try:
             yield path.read_bytes()
-        except OSError:
-            continue
+        except OSError as exc:
+            warnings.append(f"sync state {path} cannot be read ({exc.strerror or exc})")
 
 
 def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatus:
@@ -140,10 +142,11 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
     # past the cursor undercounts; every episode not pushed is pending then. Otherwise the
     # cursor says it exactly (an episode that gets no row is never "pushed").
     behind = spool.episodes_count if spool.problem else 0
-    for document in _local_states(run_dir) if states is None else states:
+    for document in _local_states(run_dir, run.warnings) if states is None else states:
         try:
             state = SyncState.model_validate_json(document)
         except ValueError:
+            run.warnings.append("a sync state is damaged; the next sync reconciles it with the platform")
             continue
         run.destinations.append(DestinationStatus(
             destination=state.destination.base_url, team_id=state.destination.team_id,
