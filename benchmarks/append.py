@@ -210,13 +210,13 @@ def lean_grouped(folder: Path, line: bytes, threads: int, seconds: float,
             counts[t] += 1
 
     try:
-        return _run_threads(work, threads, counts)
+        return run_threads(work, threads, counts)
     finally:
         os.close(fd)
         os.unlink(path)
 
 
-def _run_threads(work, threads: int, counts: list[int]) -> float:
+def run_threads(work, threads: int, counts: list[int]) -> float:
     start = time.perf_counter()
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for worker in workers:
@@ -264,7 +264,7 @@ def spool_run(folder: Path, record: dict, threads: int, seconds: float) -> float
             counts[t] += 1
 
     try:
-        return _run_threads(work, threads, counts)
+        return run_threads(work, threads, counts)
     finally:
         writer.close()
         shutil.rmtree(run_dir)

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from append import FLAGS, THREADS, interleaved, lean_grouped  # noqa: E402
+from append import run_threads as timed_threads  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
@@ -132,7 +133,7 @@ def run_threads(folder: Path, pool: Pool, seconds: float) -> float:
             counts[t] += 1
 
     try:
-        return _timed_threads(work, counts)
+        return timed_threads(work, THREADS, counts)
     finally:
         run.finish()
         shutil.rmtree(run_dir)
@@ -178,16 +179,6 @@ def run_tasks(folder: Path, pool: Pool, seconds: float) -> float:
     finally:
         run.finish()
         shutil.rmtree(run_dir)
-
-
-def _timed_threads(work, counts: list[int]) -> float:
-    start = time.perf_counter()
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return sum(counts) / (time.perf_counter() - start)
 
 
 def summary(pairs: list[tuple[float, float]]) -> str:
