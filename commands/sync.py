@@ -154,7 +154,6 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     """
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
-    from prime_runs_spool.sync.follow import FollowOptions, Follower
     from prime_runs_spool.sync.many import sync_paths
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
@@ -196,6 +195,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         with _destination(local, db, base_url, team, to == TRACES) as (settings, destination, local_db):
             with PlatformClient(settings, timeout=timeout) as client:
                 if follow:
+                    from prime_runs_spool.sync.follow import FollowOptions, Follower
+
                     sys.exit(follow_until_stopped(Follower(
                         roots, client, destination, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),

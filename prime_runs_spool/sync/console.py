@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import orjson
 
-from prime_runs_spool.sync.options import RunReport
 from prime_runs_spool.errors import Stopped
-from prime_runs_spool.sync.follow import FAILED_STATES, Follower
-
+from prime_runs_spool.sync.options import FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,
@@ -22,6 +21,9 @@ from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined
     EXIT_RUN_FAILED,
     EXIT_USAGE,
 )
+
+if TYPE_CHECKING:  # the follower (and its inotify watch) is imported only for --follow
+    from prime_runs_spool.sync.follow import Follower
 
 
 def exit_code(reports: Iterable[RunReport]) -> int:

@@ -50,8 +50,6 @@ from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
 DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CANCELLED, CRASHED, "corrupt"})
-#: Report states that mean the run did not get where it should.
-FAILED_STATES = frozenset({"error", "corrupt"})
 
 Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
 

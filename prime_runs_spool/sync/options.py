@@ -26,6 +26,9 @@ STORE_ENV = "PRIME_RUNS_SYNC_TO"
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
 
+#: Report states that mean the run did not get where it should (exit 1).
+FAILED_STATES = frozenset({"error", "corrupt"})
+
 #: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
 #: (docs/cli.md).
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
