@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from support import platform_process
 from support.env import CLI, child_env
 from fixtures.fault_proxy import AFTER_FAULTS, BEFORE_FAULTS, FAULTS, FaultProxy
 from support.runs import RunBuilder, build_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, run_sync, sample_ids, server, sync_cmd  # noqa: F401
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, kill_on_progress, run_sync, sample_ids, server, sync_cmd  # noqa: F401
 
 #: Runs a command and reports its own peak RSS (see its docstring for why not wait4 here).
 PEAK_RSS = Path(__file__).resolve().parent.parent / "fixtures" / "peak_rss.py"
@@ -64,26 +63,6 @@ def pushed_so_far(api: httpx.Client, run_id: str) -> int:
     return evaluations[0]["total_samples"] if evaluations else 0
 
 
-def kill_on_progress(proc: subprocess.Popen[bytes], api: httpx.Client, run_id: str, more: int,
-                     patience: float = 60.0) -> bool:
-    """SIGKILL ``proc`` once the platform holds ``more`` samples beyond what it held when called
-    (``more == 0``: as soon as it is seen running). False if the sync ended first.
-
-    Killing on observed progress, not after a fixed sleep, is what keeps this test independent
-    of the machine's speed: every kill lands while the sync is mid-push, and each one consumes
-    a bounded amount of the run, so there is always work left for the next."""
-    target = pushed_so_far(api, run_id) + more
-    deadline = time.monotonic() + patience
-    while proc.poll() is None:
-        if more == 0 or pushed_so_far(api, run_id) >= target:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            return True
-        assert time.monotonic() < deadline, f"sync made no progress in {patience} s"
-        time.sleep(0.005)
-    return False
-
-
 def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, server, api) -> None:
     """SIGKILL ``prime-runs sync`` (at least PRIME_RUNS_SYNC_KILLS times, default 20) at moments
     chosen by what it has done: during start-up, or after it pushed 1 to 12 more samples; then
@@ -99,9 +78,9 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         if rng.random() < 0.2:  # during start-up: state read, evaluation looked up or created
             time.sleep(rng.uniform(0.0, 0.3))
-            kills += kill_on_progress(proc, api, builder.run_id, 0)
+            kills += kill_on_progress(proc, lambda: pushed_so_far(api, builder.run_id), 0)
         else:
-            kills += kill_on_progress(proc, api, builder.run_id, rng.randint(1, 12))
+            kills += kill_on_progress(proc, lambda: pushed_so_far(api, builder.run_id), rng.randint(1, 12))
         proc.wait()
     assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
     final = run_sync(server.base_url, str(tmp_path), "--json", "--max-request-bytes", "6000")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import time
@@ -25,7 +24,7 @@ from fixtures.fault_proxy import AFTER_FAULTS, FAULTS, FaultProxy
 from support import platform_process
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
-from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
+from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
 
 KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
 FAULT_SEED = int(os.environ.get("PRIME_RUNS_FAULT_SEED", "1129"))
@@ -126,22 +125,6 @@ def traces_so_far(api: httpx.Client, run_id: str) -> int:
     return run.json()["episode_count"] if run.status_code == 200 else 0
 
 
-def kill_on_progress(proc: subprocess.Popen[bytes], api: httpx.Client, run_id: str, more: int,
-                     patience: float = 60.0) -> bool:
-    """SIGKILL ``proc`` once Prime Traces holds ``more`` of the run's episodes beyond what it
-    held when called (``more == 0``: as soon as it is seen running); False if it ended first."""
-    target = traces_so_far(api, run_id) + more
-    deadline = time.monotonic() + patience
-    while proc.poll() is None:
-        if more == 0 or traces_so_far(api, run_id) >= target:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            return True
-        assert time.monotonic() < deadline, f"sync made no progress in {patience} s"
-        time.sleep(0.005)
-    return False
-
-
 def test_sigkilled_syncs_then_a_full_sync_store_each_episode_once(tmp_path: Path, traces_server, api) -> None:
     """SIGKILL ``prime-runs sync --to traces`` at least PRIME_RUNS_SYNC_KILLS times (default 20)
     on observed progress: during start-up, or once 1 to 12 more episodes were committed;
@@ -158,9 +141,9 @@ def test_sigkilled_syncs_then_a_full_sync_store_each_episode_once(tmp_path: Path
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         if rng.random() < 0.2:
             time.sleep(rng.uniform(0.0, 0.3))
-            kills += kill_on_progress(proc, api, builder.run_id, 0)
+            kills += kill_on_progress(proc, lambda: traces_so_far(api, builder.run_id), 0)
         else:
-            kills += kill_on_progress(proc, api, builder.run_id, rng.randint(1, 12))
+            kills += kill_on_progress(proc, lambda: traces_so_far(api, builder.run_id), rng.randint(1, 12))
         proc.wait()
     assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
     final = traces_sync(server.base_url, str(tmp_path), "--json", "--traces-batch-bytes", "6000")

@@ -5,7 +5,10 @@ checks of exactly once (one evaluation, each sample once, finalized once)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable
 
 import httpx
 
@@ -60,3 +63,24 @@ def assert_exactly_once(api: httpx.Client, builder: RunBuilder, *, finalized: bo
     assert evaluation["total_samples"] == len(builder.ids)
     assert evaluation["finalize_count"] == (1 if finalized else 0)
     return evaluation
+
+
+def kill_on_progress(proc: subprocess.Popen[bytes], held: Callable[[], int], more: int,
+                     patience: float = 60.0) -> bool:
+    """SIGKILL ``proc`` once ``held()`` (what the platform holds of the run) is ``more`` beyond
+    what it was when called (``more == 0``: as soon as it is seen running). False if the sync
+    ended first.
+
+    Killing on observed progress, not after a fixed sleep, is what keeps the SIGKILL tests
+    independent of the machine's speed: every kill lands while the sync is mid-push, and each
+    one consumes a bounded amount of the run, so there is always work left for the next."""
+    target = held() + more
+    deadline = time.monotonic() + patience
+    while proc.poll() is None:
+        if more == 0 or held() >= target:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        assert time.monotonic() < deadline, f"sync made no progress in {patience} s"
+        time.sleep(0.005)
+    return False
