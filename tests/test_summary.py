@@ -142,3 +142,73 @@ def test_summary_equals_the_sdks_from_episodes(episodes: list[dict]) -> None:
     assert ours["avg_metrics"].keys() == sdk["avg_metrics"].keys()
     for name, value in sdk["avg_metrics"].items():
         assert ours["avg_metrics"][name] == pytest.approx(value)
+
+
+# -- the accumulator reads each trace once: the same result as the reading the docstring states
+
+
+def _reference_summary(episodes: list[dict]) -> dict:
+    """The module docstring's semantics written plainly, one population at a time (the code
+    before each trace was read once for both populations): the accumulator must give
+    exactly this, key order and signed zeros included."""
+    import math
+
+    def finite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value) if math.isfinite(float(value)) else None
+
+    def trace_numbers(trace):
+        try:
+            reward = 0
+            for entry in (trace.get("rewards") or {}).values():
+                if isinstance(entry, dict) and entry.get("score") is not None:
+                    weight = entry.get("weight")
+                    reward += entry["score"] * (1.0 if weight is None else weight)
+        except TypeError:
+            reward = None
+        values = {name: entry.get("score") for name, entry in (trace.get("rewards") or {}).items()
+                  if isinstance(entry, dict) and entry.get("score") is not None}
+        values.update((name, value) for name, value in (trace.get("metrics") or {}).items() if value is not None)
+        return finite(reward), values
+
+    def means(traces):
+        reward_sum, reward_count, sums, counts = 0.0, 0, {}, {}
+        for trace in traces:
+            reward, values = trace_numbers(trace)
+            if reward is not None:
+                reward_sum, reward_count = reward_sum + reward, reward_count + 1
+            for name, value in values.items():
+                number = finite(value)
+                if number is not None:
+                    sums[name] = sums.get(name, 0.0) + number
+                    counts[name] = counts.get(name, 0) + 1
+        return reward_sum, reward_count, {name: sums[name] / counts[name] for name in sums}
+
+    every = [trace for episode in episodes for trace in episode.get("traces") or ()]
+    trainable = [trace for trace in every if (trace.get("agent") or {}).get("trainable")]
+    pool = trainable or every
+    reward_sum, reward_count, metrics = means(pool)
+    return {
+        "avg_reward": reward_sum / reward_count if reward_count else (0.0 if not pool else None),
+        "avg_metrics": metrics,
+        "avg_error": sum(episode.get("ok") is not True for episode in episodes) / len(episodes) if episodes else 0.0,
+    }
+
+
+odd_number = st.one_of(finite, st.just(-0.0), st.just(float("nan")), st.just(float("inf")), st.just(-float("inf")),
+                       st.integers(-3, 3), st.booleans(), st.none(), st.just("x"))
+odd_traces = st.lists(st.fixed_dictionaries({
+    "agent": st.fixed_dictionaries({"trainable": st.booleans()}),
+    "rewards": st.dictionaries(st.sampled_from(["a", "b", "m", "z"]), st.one_of(
+        st.none(), st.just("not a reward"),
+        st.fixed_dictionaries({"score": odd_number.filter(lambda v: not isinstance(v, str)),
+                               "weight": st.one_of(st.none(), st.sampled_from([0.5, 1.0, 2.0, float("inf")]))}))),
+    "metrics": st.dictionaries(st.sampled_from(["m", "a", "n", "b"]), odd_number),
+}), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": odd_traces}), max_size=5))
+def test_summary_is_exactly_the_plain_reading(episodes: list[dict]) -> None:
+    assert repr(compute_summary(episodes)) == repr(_reference_summary(episodes))

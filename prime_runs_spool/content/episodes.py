@@ -151,35 +151,46 @@ def check_episode(record: Mapping[str, Any]) -> None:
     traces = record.get("traces")
     if traces is None:
         return
-    if not isinstance(traces, (list, tuple)):
+    if type(traces) is not list and not isinstance(traces, (list, tuple)):
         _malformed(episode_id, "traces", "a list of traces", traces)
+    # Exact dict and list first: an ABC check costs more than the rest of a field's check.
     for i, trace in enumerate(traces):
-        where = f"traces[{i}]"
-        if not isinstance(trace, Mapping):
-            _malformed(episode_id, where, "a mapping (one trace)", trace)
-        for key, meaning in (("agent", "a mapping (name, trainable, config)"), ("task", "a mapping (type, data)"),
-                             ("rewards", "a mapping (reward name -> {score, weight})"),
-                             ("metrics", "a mapping (metric name -> number)"), ("info", "a mapping")):
-            value = trace.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                _malformed(episode_id, f"{where}.{key}", meaning, value)
-        for key in ("nodes", "calls", "errors", "tools"):
-            value = trace.get(key)
-            if value is not None and not isinstance(value, (list, tuple)):
-                _malformed(episode_id, f"{where}.{key}", "a list", value)
-        data = (trace.get("task") or {}).get("data")
-        if data is not None and not isinstance(data, Mapping):
-            _malformed(episode_id, f"{where}.task.data", "a mapping (idx, prompt, answer...)", data)
-        idx = (data or {}).get("idx")
-        if idx is not None and not isinstance(idx, _IDX_TYPES):
-            _malformed(episode_id, f"{where}.task.data.idx", "a string or a number (the example's index)", idx)
-        for name, reward in (trace.get("rewards") or {}).items():
-            if not isinstance(reward, Mapping):
-                continue  # read as a null reward by the summary and the rows alike
-            for part in ("score", "weight"):
-                number = reward.get(part)
-                if number is not None and not isinstance(number, _NUMBER_TYPES):
-                    _malformed(episode_id, f"{where}.rewards.{name}.{part}", "a number or null", number)
+        if type(trace) is not dict and not isinstance(trace, Mapping):
+            _malformed(episode_id, f"traces[{i}]", "a mapping (one trace)", trace)
+        get = trace.get
+        for key, meaning in _TRACE_MAPPINGS:
+            value = get(key)
+            if value is not None and type(value) is not dict and not isinstance(value, Mapping):
+                _malformed(episode_id, f"traces[{i}].{key}", meaning, value)
+        for key in _TRACE_LISTS:
+            value = get(key)
+            if value is not None and type(value) is not list and not isinstance(value, (list, tuple)):
+                _malformed(episode_id, f"traces[{i}].{key}", "a list", value)
+        data = (get("task") or {}).get("data")
+        if data is not None:
+            if type(data) is not dict and not isinstance(data, Mapping):
+                _malformed(episode_id, f"traces[{i}].task.data", "a mapping (idx, prompt, answer...)", data)
+            idx = data.get("idx")
+            if idx is not None and not isinstance(idx, _IDX_TYPES):
+                _malformed(episode_id, f"traces[{i}].task.data.idx", "a string or a number (the example's index)",
+                           idx)
+        rewards = get("rewards")
+        if rewards:
+            for name, reward in rewards.items():
+                if type(reward) is not dict and not isinstance(reward, Mapping):
+                    continue  # read as a null reward by the summary and the rows alike
+                for part in ("score", "weight"):
+                    number = reward.get(part)
+                    if number is not None and type(number) is not float and not isinstance(number, _NUMBER_TYPES):
+                        _malformed(episode_id, f"traces[{i}].rewards.{name}.{part}", "a number or null", number)
+
+
+#: The fields of a trace that are read as mappings, and what each holds (for the message).
+_TRACE_MAPPINGS = (("agent", "a mapping (name, trainable, config)"), ("task", "a mapping (type, data)"),
+                   ("rewards", "a mapping (reward name -> {score, weight})"),
+                   ("metrics", "a mapping (metric name -> number)"), ("info", "a mapping"))
+#: The fields of a trace that are read as lists.
+_TRACE_LISTS = ("nodes", "calls", "errors", "tools")
 
 
 def _malformed(episode_id: Any, field: str, expected: str, found: Any) -> None:

@@ -47,22 +47,19 @@ class _Means:
         self.metric_sums: dict[str, float] = {}
         self.metric_counts: dict[str, int] = {}
 
-    def add(self, trace: Mapping[str, Any]) -> None:
-        reward = _finite(_safe_reward(trace))
+    def add(self, reward: float | None, numbers: list[tuple[str, float]]) -> None:
+        """Count one trace, given as :func:`_trace_numbers` reads it."""
         if reward is not None:
             self.reward_sum += reward
             self.reward_count += 1
-        values = {
-            name: reward.get("score")
-            for name, reward in (trace.get("rewards") or {}).items()
-            if isinstance(reward, Mapping) and reward.get("score") is not None
-        }
-        values.update((name, value) for name, value in (trace.get("metrics") or {}).items() if value is not None)
-        for name, value in values.items():
-            number = _finite(value)
-            if number is not None:
-                self.metric_sums[name] = self.metric_sums.get(name, 0.0) + number
-                self.metric_counts[name] = self.metric_counts.get(name, 0) + 1
+        sums, counts = self.metric_sums, self.metric_counts
+        for name, number in numbers:
+            if name in sums:
+                sums[name] += number
+                counts[name] += 1
+            else:
+                sums[name] = 0.0 + number  # as a sum from 0.0: -0.0 becomes 0.0
+                counts[name] = 1
 
     def reward(self, traces: int) -> float | None:
         if self.reward_count:
@@ -71,6 +68,40 @@ class _Means:
 
     def metrics(self) -> dict[str, float]:
         return {name: self.metric_sums[name] / self.metric_counts[name] for name in self.metric_sums}
+
+
+def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[str, float]]]:
+    """What a trace adds to a population's means, read once however many populations count
+    it (the trainable one and all traces): its finite reward (None if dropped), and the
+    finite value of each name it reports, in the order the names first appear (each
+    reward's own score, then each metric; a metric replaces a reward's score of its name)."""
+    reward = _finite(_safe_reward(trace))
+    rewards = trace.get("rewards")
+    metrics = trace.get("metrics")
+    if not rewards:
+        if not metrics:
+            return reward, []
+        values: Any = metrics.items()  # no reward name to replace: the metrics as they are
+    else:
+        values = {
+            name: entry.get("score")
+            for name, entry in rewards.items()
+            if isinstance(entry, Mapping) and entry.get("score") is not None
+        }
+        if metrics:
+            values.update((name, value) for name, value in metrics.items() if value is not None)
+        values = values.items()
+    numbers = []
+    for name, value in values:
+        kind = type(value)
+        if kind is float:  # the common case first: a plain float, kept unless NaN or infinite
+            if value - value == 0.0:
+                numbers.append((name, value))
+        elif value is not None:
+            number = _finite(value)
+            if number is not None:
+                numbers.append((name, number))
+    return reward, numbers
 
 
 def _safe_reward(trace: Mapping[str, Any]) -> Any:
@@ -106,10 +137,11 @@ class SummaryAccumulator:
             self._errors += 1
         for trace in episode.get("traces") or ():
             self._traces += 1
-            self._all.add(trace)
+            reward, numbers = _trace_numbers(trace)
+            self._all.add(reward, numbers)
             if (trace.get("agent") or {}).get("trainable"):
                 self._trainable_traces += 1
-                self._trainable.add(trace)
+                self._trainable.add(reward, numbers)
 
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
