@@ -28,7 +28,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import orjson
 
@@ -202,24 +202,30 @@ class MaskRules:
         )
         return live, masked, table, scoped
 
-    def _literals(self, states: _States) -> tuple[str, ...] | None:
-        """The keys some pattern can step into, when every live segment is a literal;
-        ``None`` when a ``*`` or ``**`` is live (every key must be looked at)."""
-        memo = self._memo.literals
-        if states in memo:
-            return memo[states]
-        segments = [self._rule(rule)[pos] for rule, pos in states]
-        found = None if any(s in ("*", "**") for s in segments) else tuple(dict.fromkeys(segments))
-        memo[states] = found
+    def _shape(self, states: _States) -> _Shape:
+        """What the walk needs to know about ``states`` before looking at a container's keys
+        (computed once per set of states): see :class:`_Shape`."""
+        found = self._memo.shapes.get(states)
+        if found is None:
+            segments = [self._rule(rule)[pos] for rule, pos in states]
+            wild = any(s in ("*", "**") for s in segments)
+            literals = None if wild else {key: self._step(states, key) for key in segments}
+            # Every key steps alike when no literal is live: one step for all of them.
+            uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None
+            found = _Shape(any(s == "**" for s in segments), literals, uniform)
+            self._memo.shapes[states] = found
         return found
 
-    def _dense(self, states: _States) -> bool:
-        """Whether the walk below visits every node (a ``**`` is live): worth memoizing."""
-        found = self._memo.dense.get(states)
-        if found is None:
-            found = any(self._rule(rule)[pos] == "**" for rule, pos in states)
-            self._memo.dense[states] = found
-        return found
+
+class _Shape(NamedTuple):
+    """Per set of automaton states: whether a ``**`` is live (the walk below visits every
+    node: worth memoizing); when every live segment is a literal, the keys a pattern can
+    step into with their steps (else ``None``: every key must be looked at); when none is
+    a literal, the one step every key takes (else ``None``: stepped key by key)."""
+
+    dense: bool
+    literals: dict[str, _Step] | None
+    uniform: _Step | None
 
 
 # -- plans -------------------------------------------------------------------------
@@ -253,8 +259,7 @@ class _Memo:
     def __init__(self) -> None:
         self.start: tuple[_States, bool] | None = None
         self.steps: dict[tuple[_States, str], _Step] = {}
-        self.dense: dict[_States, bool] = {}
-        self.literals: dict[_States, tuple[str, ...] | None] = {}
+        self.shapes: dict[_States, _Shape] = {}
         self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
         self.seen_once: set[int] = set()
         self.lock = threading.Lock()
@@ -343,18 +348,27 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
     """What changes under the container ``obj`` (``None``: nothing)."""
     if not states and not scoped:
         return None
-    if memoize and (scoped or rules._dense(states)):
-        return rules._memo.plan_of(obj, rules, states, scoped)
+    if scoped:  # every string below is looked at: each key is stepped
+        if memoize:
+            return rules._memo.plan_of(obj, rules, states, scoped)
+        literals = uniform = None
+    else:
+        shape = rules._shape(states)
+        if memoize and shape.dense:
+            return rules._memo.plan_of(obj, rules, states, scoped)
+        literals, uniform = shape.literals, shape.uniform
     plan: Plan = {}
-    children = _children(obj)
-    literals = None if scoped else rules._literals(states)
     if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
         # Look up the few keys a pattern names (only with str keys: 0 would match "0").
-        children = [(key, obj[key]) for key in literals if key in obj]
-    for key, value in children:  # type: ignore[union-attr]
+        children: Any = [(key, obj[key]) for key in literals if key in obj]
+    else:
+        children = _children(obj)
+        literals = None
+    for key, value in children:
         if value is None:
             continue
-        after, masked, table, starts_scope = rules._step(states, key)
+        after, masked, table, starts_scope = (
+            uniform or (literals[key] if literals is not None else rules._step(states, key)))
         if masked:
             if not _is_mask(value):
                 plan[key] = MASK
@@ -378,9 +392,11 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
 
 def _apply(obj: Any, plan: Plan) -> Any:
     """A copy of the container ``obj`` along the plan; everything else shared."""
-    out: Any = dict(obj) if type(obj) is dict or isinstance(obj, Mapping) else list(obj)
+    kind = type(obj)
+    out: Any = obj.copy() if kind is dict else dict(obj) if isinstance(obj, Mapping) else list(obj)
     for key, change in plan.items():
-        out[key] = change if isinstance(change, str) else _apply(obj[key], change)
+        # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
+        out[key] = change if type(change) is str else _apply(obj[key], change)
     return out
 
 
