@@ -509,3 +509,48 @@ def test_a_memo_that_never_hits_steps_aside_then_tries_again() -> None:
     for _ in range(600):
         assert mask(repeated, rules) == {"client": {"base_url": "https://***@h/"}, "seed": -1}
     assert rules._memo.bypass == 0 and rules._memo.hits > 0
+
+
+# -- the one-pass walk above the memoized subtrees is the plan-then-copy walk ----------------
+
+segment = st.sampled_from(["a", "b", "0", "1", "*", "traces", "headers"])
+rule_patterns = st.lists(st.lists(st.one_of(segment, segment, segment, st.just("**")), min_size=1, max_size=4)
+                         .filter(lambda p: p[-1] != "**"), min_size=1, max_size=3)
+odd_key = st.one_of(st.sampled_from(["a", "b", "0", "1", "traces", "headers", "x"]), st.integers(0, 1))
+odd_tree = st.recursive(
+    st.one_of(free_leaf, st.just(MASK), secret_text, st.just("https://u:SECRETURL1@h/")),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner, inner),
+                            st.dictionaries(odd_key, inner, max_size=4)),
+    max_leaves=16,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd_tree, rule_patterns, st.lists(st.sampled_from([(), ("a",), ("b", "*")]), max_size=2))
+def test_any_rules_mask_alike_walked_or_memoized(tree, patterns, scopes) -> None:
+    """Whatever the rules (literals, ``*``, ``**``, URL scopes) and the data (int keys,
+    tuples, masks already there), ``mask`` answers what the plain walk does, through the
+    memo or not, and never changes its input."""
+    rules = MaskRules(tuple(tuple(p) for p in patterns), tuple(scopes))
+    before = repr(tree)
+    walked = repr(mask(tree, rules, memo=False))
+    for _ in range(3):  # the second sighting on is answered from the memo where it can be
+        assert repr(mask(tree, rules)) == walked
+        assert repr(mask(copy.deepcopy(tree), rules)) == walked
+    assert repr(tree) == before
+
+
+@given(st.lists(st.tuples(secret_text, secret_text, secret_text), min_size=2, max_size=12))
+def test_same_structure_new_secrets_are_always_masked(secrets) -> None:
+    """Episodes whose configs have one structure and differ only in the secrets at the
+    masked locations: through one rules object (its memo warm after the first two), no
+    secret of any episode survives, and everything else is kept."""
+    rules = MaskRules.defaults_for_episode()
+    for key, header, password in secrets:
+        config = {"client": {"base_url": f"https://user:{password}@api.example/v1", "api_key": key,
+                             "headers": {"Authorization": header}}, "model": "m", "harness": {"env": {"T": key}}}
+        episode = {"id": "e", "traces": [{"agent": {"config": config, "name": "solver"}, "info": {"k": "v"}}]}
+        out = orjson.dumps(mask(episode, rules))
+        assert b"SECRET" not in out
+        assert orjson.loads(out)["traces"][0]["agent"]["config"]["client"]["base_url"] == "https://***@api.example/v1"
+        assert b'"model":"m"' in out and b'"info":{"k":"v"}' in out

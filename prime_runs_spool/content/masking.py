@@ -322,7 +322,10 @@ def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
     states, scoped = rules._start()
     if _children(obj) is None:
         return mask_url_userinfo(obj) if scoped and isinstance(obj, str) else obj
-    plan = _plan(obj, rules, states, scoped, memoize=memo)
+    if memo:
+        out = _masked(obj, rules, states, scoped)
+        return obj if out is None else out
+    plan = _plan(obj, rules, states, scoped, memoize=False)
     return obj if plan is None else _apply(obj, plan)
 
 
@@ -390,10 +393,67 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
     return plan or None
 
 
+def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+    """``_apply(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
+    changes: above the memoized subtrees (an episode's root, its traces, their agents) the
+    walk copies as it goes instead of building a plan to walk again."""
+    if not states and not scoped:
+        return None
+    shape = None if scoped else rules._shape(states)
+    if shape is None or shape.dense:  # a URL scope or a live ``**``: the memo answers
+        plan = rules._memo.plan_of(obj, rules, states, scoped)
+        return None if plan is None else _apply(obj, plan)
+    literals, uniform = shape.literals, shape.uniform
+    if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
+        # Look up the few keys a pattern names (only with str keys: 0 would match "0").
+        children: Any = [(key, obj[key]) for key in literals if key in obj]
+    else:
+        children = _children(obj)
+        literals = None
+    out: Any = None
+    for key, value in children:  # _plan's steps, with ``scoped`` false
+        if value is None:
+            continue
+        after, masked, table, starts_scope = (
+            uniform or (literals[key] if literals is not None else rules._step(states, key)))
+        if masked:
+            if _is_mask(value):
+                continue
+            change: Any = MASK
+        elif not after and not starts_scope and not table:
+            continue  # no pattern reaches below this key
+        elif _children(value) is not None:
+            change = _masked(value, rules, after, starts_scope)
+            if change is None:
+                continue
+        elif table:  # a table given as one value: all of it may be the credential
+            if _is_mask(value):
+                continue
+            change = MASK
+        elif starts_scope and isinstance(value, str):
+            change = mask_url_userinfo(value)
+            if change is value:
+                continue
+        else:
+            continue
+        if out is None:
+            out = _copy(obj)
+        out[key] = change
+    return out
+
+
+def _copy(obj: Any) -> Any:
+    """A shallow copy of a container, as masking returns it (a mapping as a dict, a tuple as a list)."""
+    kind = type(obj)
+    if kind is dict or kind is list:
+        return obj.copy()
+    return dict(obj) if isinstance(obj, Mapping) else list(obj)
+
+
 def _apply(obj: Any, plan: Plan) -> Any:
     """A copy of the container ``obj`` along the plan; everything else shared."""
     kind = type(obj)
-    out: Any = obj.copy() if kind is dict else dict(obj) if isinstance(obj, Mapping) else list(obj)
+    out: Any = obj.copy() if kind is dict or kind is list else dict(obj) if isinstance(obj, Mapping) else list(obj)
     for key, change in plan.items():
         # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
         out[key] = change if type(change) is str else _apply(obj[key], change)
