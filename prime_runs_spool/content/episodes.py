@@ -77,7 +77,10 @@ class RolloutCounter:
 
         The lowest number given back with :meth:`release`, else one past the highest issued.
         """
-        key = rollout_key(record)
+        return self.next_number_for(rollout_key(record))
+
+    def next_number_for(self, key: Any) -> int | None:
+        """:meth:`next_number` given the record's :func:`rollout_key` (read outside a lock)."""
         if key is NO_ROW:
             return None
         free = self._free.get(key)

@@ -104,6 +104,20 @@ def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[s
     return reward, numbers
 
 
+#: What an episode adds to the summary: whether it counts as an error, and per trace whether
+#: it is trainable, its finite reward (None if dropped) and its finite named values.
+EpisodeReading = tuple[bool, list[tuple[bool, "float | None", list[tuple[str, float]]]]]
+
+
+def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
+    """Everything :class:`SummaryAccumulator` counts of ``episode``, read once."""
+    traces = []
+    for trace in episode.get("traces") or ():
+        reward, numbers = _trace_numbers(trace)
+        traces.append((bool((trace.get("agent") or {}).get("trainable")), reward, numbers))
+    return episode.get("ok") is not True, traces
+
+
 def _safe_reward(trace: Mapping[str, Any]) -> Any:
     try:
         return trace_reward(trace)
@@ -132,14 +146,18 @@ class SummaryAccumulator:
         self._traces = 0
 
     def add(self, episode: Mapping[str, Any]) -> None:
+        self.add_reading(read_episode(episode))
+
+    def add_reading(self, reading: EpisodeReading) -> None:
+        """Count an episode as :func:`read_episode` read it: a few additions, so a run can
+        read its episodes outside its lock and count them under it."""
+        error, traces = reading
         self._episodes += 1
-        if episode.get("ok") is not True:
-            self._errors += 1
-        for trace in episode.get("traces") or ():
+        self._errors += error
+        for trainable, reward, numbers in traces:
             self._traces += 1
-            reward, numbers = _trace_numbers(trace)
             self._all.add(reward, numbers)
-            if (trace.get("agent") or {}).get("trainable"):
+            if trainable:
                 self._trainable_traces += 1
                 self._trainable.add(reward, numbers)
 

@@ -8,9 +8,10 @@ and nothing of that call reaches the spool (docs/integration.md, "What is refuse
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from prime_runs_spool.content.episodes import check_episode, episode_id_of
+from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
+from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
     EpisodeTooLargeError,
@@ -22,8 +23,19 @@ from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
 from prime_runs_spool.runner.ending import describe_error
 from prime_runs_spool.spool.format import EPISODE, Payload, find_unserializable, prepare, to_jsonable
 
-#: An episode ready to be numbered: its masked record, its serialized line payload, its id.
-Prepared = tuple[Mapping[str, Any], Payload, "str | None"]
+class Prepared(NamedTuple):
+    """An episode ready to be numbered, with what the run's lock then needs of it read
+    already, so that the lock is held for a few additions per episode."""
+
+    #: The masked record, as it was serialized.
+    record: Mapping[str, Any]
+    payload: Payload
+    episode_id: str | None
+    #: What its rollout number counts by (content/episodes.py ``rollout_key``).
+    rollout_key: Any
+    #: What the summary counts of it (content/summary.py ``read_episode``), or the error
+    #: reading it raised: the episode is recorded all the same, and the error logged.
+    reading: EpisodeReading | Exception
 
 
 def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
@@ -49,7 +61,11 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
         raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
     payload = prepare(record, what)
     _check_sendable(record, payload, what)
-    return record, payload, episode_id
+    try:
+        reading: EpisodeReading | Exception = read_episode(record)
+    except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
+        reading = exc
+    return Prepared(record, payload, episode_id, rollout_key(record), reading)
 
 
 def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> None:

@@ -35,7 +35,6 @@ from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
-from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
@@ -248,22 +247,22 @@ class Run:
         """
         if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
-        episodes = list(episodes)
-        peeked = [_peek_id(episode) for episode in episodes]
-        with self._cond:
-            known = [episode_id is not None and episode_id in self._seen for episode_id in peeked]
+        seen = self._seen
         prepared = []
         skipped = 0
-        for episode, already in zip(episodes, known):
-            if already:
-                skipped += 1  # a resumed run re-logging what it kept: not even serialized
+        for episode in list(episodes):
+            episode_id = _peek_id(episode)
+            # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
+            # a resumed run's re-logged episodes are not even serialized; _admit decides.
+            if episode_id is not None and episode_id in seen:
+                skipped += 1
                 continue
             prepared.append(prepare_episode(episode, self._episode_rules))
         return prepared, skipped
 
     def _admit(
         self, prepared: list[Prepared], skipped: int, *, is_async: bool
-    ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Mapping[str, Any]]]:
+    ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Prepared]]:
         """De-duplicate and number episodes in arrival order (lock held, no I/O).
 
         All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
@@ -271,26 +270,27 @@ class Run:
         can fail half way and leave ids taken, or numbers issued, by a call that raised.
         """
         items: list[tuple[str, Payload, dict[str, Any]]] = []
-        records: list[Mapping[str, Any]] = []
+        records: list[Prepared] = []
         with self._cond:
             if self._status != OPEN:
                 raise self._closed_error()
             self._skipped += skipped
-            for record, payload, episode_id in prepared:
+            for episode in prepared:
+                episode_id = episode.episode_id
                 if episode_id is not None:
                     if episode_id in self._seen:
                         self._skipped += 1
                         continue
                     self._seen.add(episode_id)
-                meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number(record)}
-                items.append((EPISODE, payload, meta))
-                records.append(record)
+                meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number_for(episode.rollout_key)}
+                items.append((EPISODE, episode.payload, meta))
+                records.append(episode)
             if items:
                 self._inflight += 1
                 self._inflight_async += is_async
         return items, records
 
-    def _settle(self, records: list[Mapping[str, Any]], durable: bool, *, is_async: bool) -> list[DurableListener]:
+    def _settle(self, records: list[Prepared], durable: bool, *, is_async: bool) -> list[DurableListener]:
         """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns
         the listeners to tell (outside the lock, by whoever awaits the append).
 
@@ -306,21 +306,25 @@ class Run:
                 else:
                     # Not durable: a retry of these episodes must not be taken for a duplicate
                     # and silently skipped; it has to meet the writer's error again.
-                    self._seen.difference_update(episode_id_of(record) for record in records)
+                    self._seen.difference_update(record.episode_id for record in records)
             finally:
                 self._inflight -= 1
                 self._inflight_async -= is_async
                 self._cond.notify_all()
             return self._listeners.snapshot() if durable and self._writer is not None else []
 
-    def _count_in_summary(self, record: Mapping[str, Any]) -> None:
+    def _count_in_summary(self, record: Prepared) -> None:
         """Add a durable episode to the summary. It is recorded whatever happens here, so a
-        failure is logged, never raised (``check_episode`` keeps it from happening)."""
+        failure (reading it, before; counting it, here) is logged, never raised
+        (``check_episode`` keeps it from happening)."""
         try:
-            self._summary.add(record)
+            reading = record.reading
+            if isinstance(reading, Exception):
+                raise reading
+            self._summary.add_reading(reading)
         except Exception as exc:
             _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
-                       self._id, episode_id_of(record), describe_error(exc))
+                       self._id, record.episode_id, describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
         if self._status == CLOSING:

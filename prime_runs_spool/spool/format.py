@@ -53,7 +53,7 @@ _DATA_OPEN = b'{"data":'
 _DATA_OPEN_CRC = checksum(_DATA_OPEN)
 _TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')
 _TYPE_RE = re.compile(r"[a-z_]+\Z")
-#: framing_rest's answer for a record type with no meta, by type: built once, not per append.
+#: framing_rest's answer for a record type with no meta, by type: checked and built once, not per append.
 _BARE_REST: dict[str, bytes] = {}
 
 
@@ -190,18 +190,16 @@ def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> byt
 
     It does not depend on the sequence number, so the writer builds it outside its lock.
     """
+    bare = _BARE_REST.get(record_type)
+    if bare is None:
+        if not _TYPE_RE.match(record_type):
+            raise ValueError(f"record type {record_type!r} must be lowercase letters and '_'")
+        bare = b',"type":"%s"' % record_type.encode("ascii")
+        if len(_BARE_REST) < 64:
+            _BARE_REST[record_type] = bare
     if meta is None:
-        cached = _BARE_REST.get(record_type)
-        if cached is not None:
-            return cached
-    if not _TYPE_RE.match(record_type):
-        raise ValueError(f"record type {record_type!r} must be lowercase letters and '_'")
-    rest = b',"type":"%s"' % record_type.encode("ascii")
-    if meta is None and len(_BARE_REST) < 64:
-        _BARE_REST[record_type] = rest
-    if meta is not None:
-        rest += b',"meta":' + serialize(meta, f"{record_type} meta")
-    return rest
+        return bare
+    return bare + b',"meta":' + serialize(meta, f"{record_type} meta")
 
 
 def frame_line(payload: Payload, seq: int, rest: bytes) -> tuple[bytes, bytes, bytes]:
