@@ -20,6 +20,12 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   orjson and queues it, a leader writes the queue with one writev and one fdatasync, and
   followers sleep on their own lock.
 * 64 asyncio tasks: ``log_episodes_async`` from 64 tasks on one loop against the 64 threads.
+* the floor with the work no spool can skip: the lean group commit whose threads also check
+  each episode's shape and mask it (``check_episode``, ``mask`` with the run's rules and
+  their memo) before serializing it; against the lean floor it says how much of the
+  64-thread gap that work alone costs on this machine, and the 64 threads against it what
+  the rest of the spool (numbering, the summary, framing, CRC-32C, the durable mark, the
+  hand-offs) costs.
 
 Goals (issue 14): 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
 ends early if the pool runs out, so a rate is episodes over the time actually spent.
@@ -46,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from append import FLAGS, THREADS, interleaved, lean_grouped  # noqa: E402
 from append import run_threads as timed_threads  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
+from prime_runs_spool.content.episodes import check_episode  # noqa: E402
+from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
 PADDING = 15_000
@@ -139,15 +147,21 @@ def run_threads(folder: Path, pool: Pool, seconds: float) -> float:
         shutil.rmtree(run_dir)
 
 
-def lean_threads(folder: Path, pool: Pool, seconds: float) -> float:
+def lean_threads(folder: Path, pool: Pool, seconds: float, *, must: bool = False) -> float:
+    """The lean group commit; with ``must``, each thread first does what no spool of these
+    episodes can skip: check the episode's shape and mask it (the run's rules and memo)."""
     pool.reset()
     stop = threading.Event()
+    rules = MaskRules.defaults_for_episode()
 
     def serialize(t: int) -> bytes:
         episode = pool.take()
         if episode is None:  # pool spent: end this phase (lean_grouped counts what was done)
             stop.set()
             return b""
+        if must:
+            check_episode(episode)
+            episode = mask(episode, rules)
         return orjson.dumps(episode) + b"\n"
 
     return lean_grouped(folder, b"", THREADS, seconds, serialize=serialize, stop=stop)
@@ -199,7 +213,7 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 5)
     pool = Pool(args.pool)
     folder = Path(tempfile.mkdtemp(prefix="log-episodes-bench-", dir=args.dir))
-    results: dict[str, list[tuple[float, float]]] = {"single": [], "threads": [], "tasks": []}
+    results: dict[str, list[tuple[float, float]]] = {"single": [], "threads": [], "tasks": [], "floor": []}
     try:
         print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
@@ -207,14 +221,20 @@ def main() -> None:
             results["single"].append(single_pair(folder, pool, seconds))
             lean = lean_threads(folder, pool, seconds)
             threads = run_threads(folder, pool, seconds)
+            must = lean_threads(folder, pool, seconds, must=True)
             tasks = run_tasks(folder, pool, seconds)
             results["threads"].append((lean, threads))
+            results["floor"].append((must, threads))
             results["tasks"].append((threads, tasks))
             print(f"  round {n + 1}: single {results['single'][-1][1] / results['single'][-1][0]:.2f}, "
-                  f"threads/lean {threads / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
+                  f"threads/lean {threads / lean:.2f}, threads/(lean+must) {threads / must:.2f}, "
+                  f"(lean+must)/lean {must / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
         print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
         print(f"{'1 appender vs serialize+write+sync':<34} | {summary(results['single'])} | 0.8")
         print(f"{'64 threads vs lean group commit':<34} | {summary(results['threads'])} | 0.8")
+        print(f"{'64 threads vs lean + check + mask':<34} | {summary(results['floor'])} | -")
+        print(f"{'lean + check + mask vs lean':<34} | "
+              f"{summary([(lean, must) for (lean, _), (must, _) in zip(results['threads'], results['floor'])])} | -")
         print(f"{'64 asyncio tasks vs 64 threads':<34} | {summary(results['tasks'])} | 1.0")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
