@@ -245,7 +245,8 @@ class Run:
         Returns the prepared episodes and how many were skipped as already in the run (they
         are counted by ``_admit``, so a call that fails counts nothing).
         """
-        if isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump"):
+        if type(episodes) is not list and (
+                isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump")):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         seen = self._seen
         prepared = []
@@ -493,5 +494,5 @@ def _extra_rules(mask_rules: ExtraRules) -> MaskRules | None:
 
 def _peek_id(episode: Any) -> str | None:
     """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
-    value = episode.get("id") if isinstance(episode, Mapping) else getattr(episode, "id", None)
+    value = episode.get("id") if type(episode) is dict or isinstance(episode, Mapping) else getattr(episode, "id", None)
     return None if value is None else str(value)

@@ -63,6 +63,8 @@ def to_jsonable(record: Any) -> Any:
     Pydantic models and verifiers' episodes expose ``to_record()`` or ``model_dump``; a
     mapping passes as it is. Anything else is left for orjson to accept or refuse.
     """
+    if type(record) is dict:  # the common case, and a plain dict has neither method
+        return record
     to_record = getattr(record, "to_record", None)
     if callable(to_record):
         return to_record()
