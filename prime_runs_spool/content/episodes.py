@@ -117,7 +117,8 @@ def task_data(trace: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def is_null_reward(reward: Any) -> bool:
-    return not isinstance(reward, Mapping) or reward.get("score") is None
+    # An exact dict first: an ABC check costs more than the rest of a reward's reading.
+    return (type(reward) is not dict and not isinstance(reward, Mapping)) or reward.get("score") is None
 
 
 def trace_reward(trace: Mapping[str, Any]) -> Any:

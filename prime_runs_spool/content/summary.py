@@ -86,7 +86,7 @@ def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[s
         values = {
             name: entry.get("score")
             for name, entry in rewards.items()
-            if isinstance(entry, Mapping) and entry.get("score") is not None
+            if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None
         }
         if metrics:
             values.update((name, value) for name, value in metrics.items() if value is not None)
@@ -126,6 +126,8 @@ def _safe_reward(trace: Mapping[str, Any]) -> Any:
 
 
 def _finite(value: Any) -> float | None:
+    if type(value) is float:  # the common case first
+        return value if value - value == 0.0 else None  # NaN and infinities give NaN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     number = float(value)
