@@ -399,16 +399,20 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
     walk copies as it goes instead of building a plan to walk again."""
     if not states and not scoped:
         return None
-    shape = None if scoped else rules._shape(states)
+    shape = None if scoped else (rules._memo.shapes.get(states) or rules._shape(states))
     if shape is None or shape.dense:  # a URL scope or a live ``**``: the memo answers
         plan = rules._memo.plan_of(obj, rules, states, scoped)
         return None if plan is None else _apply(obj, plan)
     literals, uniform = shape.literals, shape.uniform
     if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
         # Look up the few keys a pattern names (only with str keys: 0 would match "0").
-        children: Any = [(key, obj[key]) for key in literals if key in obj]
+        if len(literals) == 1:  # the common case (``traces``, ``agent``, ``config``): no comprehension
+            (only,) = literals
+            children: Any = ((only, obj[only]),) if only in obj else ()
+        else:
+            children = [(key, obj[key]) for key in literals if key in obj]
     else:
-        children = _children(obj)
+        children = obj.items() if type(obj) is dict else enumerate(obj) if type(obj) is list else _children(obj)
         literals = None
     out: Any = None
     for key, value in children:  # _plan's steps, with ``scoped`` false
@@ -422,7 +426,7 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
             change: Any = MASK
         elif not after and not starts_scope and not table:
             continue  # no pattern reaches below this key
-        elif _children(value) is not None:
+        elif type(value) is dict or type(value) is list or _children(value) is not None:
             change = _masked(value, rules, after, starts_scope)
             if change is None:
                 continue
@@ -437,7 +441,7 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         else:
             continue
         if out is None:
-            out = _copy(obj)
+            out = obj.copy() if type(obj) is dict or type(obj) is list else _copy(obj)
         out[key] = change
     return out
 

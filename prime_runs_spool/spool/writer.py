@@ -590,7 +590,7 @@ class SegmentWriter:
         fd = self._fd
         if fd is None:
             raise OSError(f"{self._path} is closed")
-        total = sum(len(part) for part in parts)
+        total = sum(map(len, parts))
         start = 0
         while start < len(parts):
             chunk = parts[start : start + _IOV_MAX]
