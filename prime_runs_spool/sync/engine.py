@@ -33,6 +33,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
+from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.supersede import superseded_in_run
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
 from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
@@ -101,8 +102,10 @@ class RunSync:
                                      self._released_rows)
         #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
         self.traces = TracesPush(self)
-        #: The run's manifest: read by run() before anything uses it.
+        #: The run's manifest: read by run() before anything uses it (masked again when
+        #: ``remask``: the spool was written under older masking rules, content/remask.py).
         self.manifest: dict[str, Any] = {}
+        self.remask = False
         #: Episode ids a resumed segment superseded (read at the start of each pass).
         self.superseded: frozenset[str] = frozenset()
 
@@ -138,7 +141,9 @@ class RunSync:
                 self.report.warnings.append("no manifest yet; the writer is still starting")
                 return
             raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
-        self.manifest = manifest
+        # Written under older masking rules: nothing of it travels until today's mask it.
+        self.remask = needs_remask(manifest)
+        self.manifest = remask_manifest(manifest, self.report.warnings) if self.remask else manifest
         # Episodes a resumed segment replaced (content/supersede.py): never rows.
         self.superseded = frozenset(superseded_in_run(self.run_dir))
         local_id = str(manifest.get("run_id"))
@@ -211,14 +216,14 @@ class RunSync:
     def _stream(self) -> RowStream:
         return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
                          self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal,
-                         superseded=self.superseded, hold_errored=True)
+                         superseded=self.superseded, hold_errored=True, remask=self.remask)
 
     def _stream_from_start(self) -> RowStream:
         """The run's rows from its first, read as the pushes read them (what ``_stream`` does
         from the cursor)."""
         return RowStream(self.run_dir, None, str(self.state.evaluation_id),
                          self.options.max_request_bytes, self.options.skip_corrupt,
-                         superseded=self.superseded, hold_errored=True)
+                         superseded=self.superseded, hold_errored=True, remask=self.remask)
 
     def _push_all(self) -> None:
         while True:
@@ -475,7 +480,7 @@ class RunSync:
 
     def _dry_run(self) -> None:
         stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
-                           self.options.max_request_bytes, self.options.skip_corrupt)
+                           self.options.max_request_bytes, self.options.skip_corrupt, remask=self.remask)
         for batch in batches(stream, self.options.max_request_bytes):
             self.report.pushed_now += batch.count
             self.report.bytes_sent += batch.size if batch.count else 0

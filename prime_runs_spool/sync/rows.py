@@ -22,6 +22,7 @@ from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_enc
 from prime_runs_spool.spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
 from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,9 @@ class RowStream:
     #: Episodes passed over because no request can carry one of their rows (written before
     #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
     too_large: list[dict[str, Any]] = field(default_factory=list)
+    #: The spool was written under older masking rules: each episode is masked again by
+    #: today's before it becomes a row (content/remask.py).
+    remask: bool = False
 
     def __post_init__(self) -> None:
         if self.seal is not None and self.seal_segment is None and self.cursor is not None:
@@ -147,7 +151,8 @@ class RowStream:
                 already = self.cursor.rows_done
             meta = record.meta or {}
             try:
-                rows = project_episode_encoded(record.data, meta.get("rollout_number"),
+                data = remask_episode(record.data) if self.remask else record.data
+                rows = project_episode_encoded(data, meta.get("rollout_number"),
                                                evaluation_id=self.evaluation_id,
                                                max_request_bytes=self.max_request_bytes)
             except SampleTooLargeError as exc:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
@@ -64,12 +65,14 @@ class Line:
     episode_id: str | None = None
 
 
-def _line(record: Any, run_id: str, after: Cursor) -> Line:
-    """An episode record as one Prime Traces line (stamped with the platform's run)."""
+def _line(record: Any, run_id: str, after: Cursor, *, remask: bool) -> Line:
+    """An episode record as one Prime Traces line (stamped with the platform's run); masked
+    again by today's rules first when the spool was written under older ones."""
     from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
 
-    members = record.data.get("traces")
-    return Line(encode_line(stamp_run(record.data, run_id, RUN_TYPE)), after,
+    data = remask_episode(record.data) if remask else record.data
+    members = data.get("traces")
+    return Line(encode_line(stamp_run(data, run_id, RUN_TYPE)), after,
                 len(members) if isinstance(members, list) else 0, record_episode_id(record))
 
 
@@ -106,7 +109,7 @@ class LineStream:
             after = Cursor.at(record.after)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
-                yield _line(record, run_id, after)
+                yield _line(record, run_id, after, remask=engine.remask)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
@@ -130,7 +133,7 @@ class HeldStream:
         assert self.cursor is not None
         for record in held_episodes(engine.run_dir, engine.superseded, set(engine.state.released),
                                     skip_corrupt=engine.options.skip_corrupt):
-            yield _line(record, run_id, self.cursor)
+            yield _line(record, run_id, self.cursor, remask=engine.remask)
         self.done = True
 
 
@@ -387,7 +390,7 @@ class TracesPush:
         for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt):
             if record.type == EPISODE and record_episode_id(record) in wanted:
                 wanted.discard(record_episode_id(record))
-                taken.append(_line(record, run_id, pending.end or record.after))
+                taken.append(_line(record, run_id, pending.end or record.after, remask=self.engine.remask))
         if not self._resend_if_announced(pending, taken):
             raise SyncError(f"the held-back episodes announced for release ({len(pending.released)}) no longer "
                             "hash to the batch announced for them; was the spool modified? (prime-runs verify)")
