@@ -43,7 +43,7 @@ def sync_urls(params: dict[str, Any]) -> None:
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import EXIT_RUN_FAILED, SyncOptions
+    from prime_runs_spool.sync.options import EXIT_RUN_FAILED, TRACES, SyncOptions
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.sync.store_sync import sync_store
 
@@ -53,20 +53,18 @@ def sync_urls(params: dict[str, Any]) -> None:
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
     if params.get("follow") or params.get("replay"):
         fail_usage("--follow and --replay do not work over a store URL yet; sync a local copy for those")
-    if params.get("to") == "traces":
-        fail_usage("--to traces does not work over a store URL yet (samples do); sync a local copy for traces")
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
     cap = params["backoff_cap"]
     options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
                           dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
                           backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
-                          tags=params["tags"])
+                          tags=params["tags"], to=params["to"], traces_batch_bytes=params.get("traces_batch_bytes"))
     as_json = params["as_json"]
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     return_large_blocks_promptly()
     reports = []
     try:
-        with _destination(params["local"], params["db"], params["base_url"], params["team"]) as (
+        with _destination(params["local"], params["db"], params["base_url"], params["team"], params["to"] == TRACES) as (
                 settings, destination, _local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
                 for url in urls:
