@@ -161,11 +161,11 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
     from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots
 
+    if (name or replay_id) and not replay:
+        fail_usage("--name and --replay-id go with --replay")
     if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
         sync_urls(click.get_current_context().params)
     given = require_paths(paths or (Path("."),))
-    if (name or replay_id) and not replay:
-        fail_usage("--name and --replay-id go with --replay")
     if follow and (replay or dry_run):
         fail_usage("--follow does not combine with --replay or --dry-run")
     if exit_when_idle and not follow:

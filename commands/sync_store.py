@@ -51,14 +51,15 @@ def sync_urls(params: dict[str, Any]) -> None:
     urls = store_urls(paths)
     if len(urls) != len(paths):
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
-    if params.get("follow") or params.get("replay"):
-        fail_usage("--follow and --replay do not work over a store URL yet; sync a local copy for those")
+    if params.get("follow"):
+        fail_usage("--follow does not work over a store URL yet; sync a local copy, or run the sync again")
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
     cap = params["backoff_cap"]
     options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
                           dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
                           backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
-                          tags=params["tags"], to=params["to"], traces_batch_bytes=params.get("traces_batch_bytes"))
+                          tags=params["tags"], to=params["to"], replay=params["replay"],
+                          replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"))
     as_json = params["as_json"]
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     return_large_blocks_promptly()

@@ -11,6 +11,7 @@ destination that has not reached its end, and carries that one on.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from prime_runs_spool.spool.format import SEAL_STATUSES
@@ -28,17 +29,33 @@ def finished(state: SyncState) -> bool:
 
 def unfinished_replay(run_dir: Path, dest_key: str) -> str | None:
     """The id of the most recently updated unfinished replay of this run to ``dest_key``."""
-    candidates: list[tuple[float, str]] = []
+    documents = []
     for path in sync_dir(run_dir).glob(replay_state_glob(dest_key)):
         try:
-            state = SyncState.model_validate_json(path.read_bytes())
-        except (OSError, ValueError):
+            documents.append(path.read_bytes())
+        except OSError:
+            continue
+    return latest_unfinished(documents, dest_key)
+
+
+def latest_unfinished(documents: Iterable[bytes], dest_key: str) -> str | None:
+    """Of these replay states (a run's local files, or its objects in a store), the id of
+    the most recently updated one to ``dest_key`` that is not finished."""
+    candidates: list[tuple[float, str]] = []
+    for document in documents:
+        try:
+            state = SyncState.model_validate_json(document)
+        except ValueError:
             continue  # a damaged replay state is not continued; a new replay starts instead
         if state.replay_id and state.destination.key == dest_key and not finished(state):
             candidates.append((state.updated_at, state.replay_id))
     return max(candidates)[1] if candidates else None
 
 
+def new_replay_id() -> str:
+    return uuid.uuid4().hex
+
+
 def replay_id_for(run_dir: Path, dest_key: str) -> str:
     """The replay to push ``run_dir`` under: the unfinished one, else a fresh id."""
-    return unfinished_replay(run_dir, dest_key) or uuid.uuid4().hex
+    return unfinished_replay(run_dir, dest_key) or new_replay_id()
