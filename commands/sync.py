@@ -215,7 +215,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     nothing = not reports and not allow_empty and not empty and not left_out
     if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
-    _print(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
+    print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
     for path in empty:
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     if failed_imports:
@@ -227,8 +227,10 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     sys.exit(code)
 
 
-def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
-           *, as_json: bool, local_db: str | None, ok: bool) -> None:
+def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
+                  *, as_json: bool, local_db: str | None, ok: bool) -> None:
+    """The reports as ``prime-runs sync`` prints them (docs/cli.md), for local paths and
+    store URLs alike (commands/sync_store.py), so a script reads one format."""
     import orjson
 
     from prime_runs_spool.importer.places import import_command

@@ -43,7 +43,7 @@ def sync_urls(params: dict[str, Any]) -> None:
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import EXIT_RUN_FAILED, TRACES, SyncOptions
+    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, TRACES, SyncOptions
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.sync.store_sync import sync_store
 
@@ -64,9 +64,10 @@ def sync_urls(params: dict[str, Any]) -> None:
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     return_large_blocks_promptly()
     reports = []
+    local_db = None
     try:
         with _destination(params["local"], params["db"], params["base_url"], params["team"], params["to"] == TRACES) as (
-                settings, destination, _local_db):
+                settings, destination, local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
                 for url in urls:
                     try:
@@ -83,24 +84,7 @@ def sync_urls(params: dict[str, Any]) -> None:
         progress.close()
         internal_error(exc)
     progress.close()
-    _print(reports, as_json=as_json)
+    from commands.sync import print_reports  # the local sync's printer: one output format
+
+    print_reports(reports, [], [], None, as_json=as_json, local_db=local_db, ok=exit_code(reports) == EXIT_OK)
     sys.exit(exit_code(reports))
-
-
-def _print(reports: list[Any], *, as_json: bool) -> None:
-    """The reports as ``prime-runs sync`` prints them (docs/cli.md)."""
-    import orjson
-
-    from prime_runs_spool.sync.console import exit_code, report_lines
-    from prime_runs_spool.sync.options import EXIT_OK
-
-    if as_json:
-        document = {"runs": [report.as_json() for report in reports], "ok": exit_code(reports) == EXIT_OK}
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
-        return
-    if not reports:
-        click.echo("no runs found")
-        return
-    for report in reports:
-        for line in report_lines(report):
-            click.echo(line)
