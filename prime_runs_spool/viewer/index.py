@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -267,12 +268,23 @@ def _masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class PlatformIndex(RunIndex):
-    """The index of one local-platform evaluation: its v0 sample rows, in upload order."""
+@dataclass(frozen=True)
+class InTraces:
+    """Where a dashboard row's episode is when its run went to Prime Traces: its position
+    in the platform's Prime Traces store (a sample row's is its offset)."""
 
-    def __init__(self, store: Any, evaluation: Mapping[str, Any]) -> None:
+    seq: int
+
+
+class PlatformIndex(RunIndex):
+    """The index of one local-platform evaluation: its v0 sample rows in upload order, or,
+    for a run that went to Prime Traces (no samples), its episodes there in upload order."""
+
+    def __init__(self, store: Any, evaluation: Mapping[str, Any], traces: Any = None) -> None:
         super().__init__(str(evaluation["evaluation_id"]))
-        self.store = store
+        self.store, self.traces = store, traces
+        #: The ``seq`` of the last Prime Traces episode read (they are read by position).
+        self._after = 0
         self.evaluation: dict[str, Any] = dict(evaluation)
         self._set_manifest()
 
@@ -304,6 +316,11 @@ class PlatformIndex(RunIndex):
         return dict(metrics) if isinstance(metrics, Mapping) else {}
 
     def record(self, row: Row) -> Any:
+        if isinstance(row.where, InTraces):
+            episode = self.traces.episode_at(row.where.seq)
+            if episode is None:
+                raise CorruptSpoolError(Path(self.key), row.where.seq, "the episode is gone")
+            return episode
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
@@ -312,7 +329,22 @@ class PlatformIndex(RunIndex):
     def _read(self, deadline: float) -> None:
         self.evaluation = self.store.get_evaluation(self.key)
         self._set_manifest()
-        self.behind = self._read_samples(deadline)
+        if self.traces is not None and not self.evaluation.get("total_samples"):
+            self.behind = self._read_episodes(deadline)
+        else:
+            self.behind = self._read_samples(deadline)
+
+    def _read_episodes(self, deadline: float) -> bool:
+        while True:
+            found = self.traces.run_episodes(self.key, self._after, PLATFORM_PAGE)
+            for seq, episode in found:
+                row, prompt = row_of_episode(len(self.rows) + 1, InTraces(seq), episode, None)
+                self._add(row, prompt)
+                self._after = seq
+            if len(found) < PLATFORM_PAGE:
+                return False
+            if time.monotonic() > deadline:
+                return True
 
     def _read_samples(self, deadline: float) -> bool:
         while True:
