@@ -111,6 +111,8 @@ def test_a_current_spool_is_not_masked_again(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.setattr(rows_module, "remask_episode", lambda record: calls.append(record) or record)
     manifest = {**old_manifest("new-run"), "masking_version": MASKING_VERSION}
     assert not needs_remask(manifest) and needs_remask(old_manifest("x"))
+    for claimed in (MASKING_VERSION + 1, 10**9, -1, "1", True, 1.0, None):  # only today's exact version is trusted
+        assert needs_remask({**manifest, "masking_version": claimed}), claimed
     write_old_spool(tmp_path, "new-run", manifest=manifest)
     assert len(list(RowStream(tmp_path, None, "ev", 1 << 22, remask=False).rows())) == 3
     assert calls == []
