@@ -725,6 +725,50 @@ def test_a_state_read_from_disk_after_held_back_episodes_went_is_checked_by_coun
     assert len(rows) == 4 and len({row["sample_id"] for row in rows}) == 4
 
 
+@pytest.mark.parametrize("change", [
+    {"samples_pushed": "4"}, {"samples_pushed": True}, {"samples_pushed": 4.0}, {"finalized": 1},
+    {"cursor": {"segment_index": 1, "offset": 0}}, {"cursor": [1, 0, 0]}, {"destination": None},
+    {"in_flight": {"kind": "upload", "sent_at": 1.0}}, {"in_flight": {"kind": "samples"}},
+    {"uploads": [1]}, {"segments": {"1": {"offset": "0", "seq": 0}}}, {"local_run_id": None},
+], ids=repr)
+def test_a_state_with_a_wrongly_typed_field_is_damaged(tmp_path: Path, platform: FakePlatform,
+                                                       change: dict) -> None:
+    """Well-formed JSON is not enough: every field is checked against the state's model
+    (sync/typed_json.py), as strictly as pydantic did or more, and a file that fails is
+    reported damaged, so the sync reconciles with the platform instead of trusting it."""
+    from prime_runs_spool.sync.status import run_status
+
+    builder = build_run(tmp_path / "run", "r1", 4)
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    path = state_path(builder.run_dir, DEST.key)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    assert any("damaged" in w for w in run_status(builder.run_dir).warnings)
+    report = syncer(builder.run_dir, platform, FakeTime(platform), lifetime=1.0).run()
+    assert any("damaged" in warning for warning in report.warnings), report.warnings
+    assert report.state == "synced" and report.pushed_now == 0
+    assert_exactly_once(platform, builder)
+
+
+def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> None:
+    """What save_state writes, from_json reads back equal; a field a later version added is
+    ignored (as pydantic did), a missing one takes its default."""
+    from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
+
+    state = SyncState(destination=DEST, local_run_id="r1", cursor=Cursor(segment_index=2, offset=10, next_seq=3),
+                      in_flight=InFlight(kind="samples", sent_at=1.5, rows=2, released=["a"],
+                                         end=Cursor(segment_index=2, offset=20, next_seq=4, rows_done=1)),
+                      segments={"2": {"offset": 10, "seq": 3}}, seal={"status": "completed"}, uploads=["u"])
+    path = tmp_path / "state.json"
+    save_state(path, state)
+    assert SyncState.from_json(path.read_bytes()) == state
+    document = json.loads(path.read_bytes())
+    assert "_written_here" not in document
+    document["a_later_field"] = {"x": 1}
+    del document["uploads"]
+    again = SyncState.from_json(json.dumps(document).encode())
+    assert again.uploads == [] and again.cursor == state.cursor and again.in_flight == state.in_flight
+
+
 def test_status_says_when_a_sync_state_is_damaged_or_unreadable(tmp_path: Path, platform: FakePlatform) -> None:
     from prime_runs_spool.sync.status import run_status
 
