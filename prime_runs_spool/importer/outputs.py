@@ -68,7 +68,6 @@ from prime_runs_spool.importer.places import (
 from prime_runs_spool.importer.source import V0, SourceRun, read_v040
 from prime_runs_spool.importer.v0_layout import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
-from prime_runs_spool.runner.run import open_run
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -234,6 +233,10 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
            supersedes: list[str]) -> None:
+    # Here, not at the top: the writer (and the asyncio it brings) costs about 25 ms to
+    # import, and a ``prime-runs sync`` that finds nothing to import must not pay for it.
+    from prime_runs_spool.runner.run import open_run
+
     run = open_run(
         run_dir,
         name=source.name,
