@@ -243,11 +243,16 @@ class _SpareBodies:
         self._lock = threading.Lock()
         self._spare: list[bytearray] = []
         self.in_use = 0
+        #: Large buffers made rather than reused, since the process started.
+        self.made = 0
 
     def take(self) -> bytearray:
         with self._lock:
             self.in_use += 1
-            return self._spare.pop() if self._spare else bytearray()
+            if self._spare:
+                return self._spare.pop()
+            self.made += 1
+            return bytearray()
 
     def give(self, buffer: bytearray) -> None:
         with self._lock:
@@ -278,6 +283,11 @@ def _resizable(buffer: bytearray) -> bool:
 
 
 SPARE_BODIES = _SpareBodies()
+
+
+def settle_spare_bodies() -> None:
+    """A run's push is over: free the spare large buffers, unless another run still holds one."""
+    SPARE_BODIES.settle()
 
 
 class Batch:
