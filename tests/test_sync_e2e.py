@@ -266,13 +266,14 @@ def test_four_large_runs_synced_by_four_jobs_stay_under_150_mb(tmp_path: Path) -
 
 #: What a ``prime-runs sync`` with nothing to send must not import: it answers from the state
 #: file and the spool's sizes (benchmarks/startup.py, goal under 0.25 s). Each of these costs
-#: 25-100 ms of start-up: pydantic (the state is checked by sync/typed_json.py), the HTTP
+#: 10-100 ms of start-up: pydantic (the state is checked by sync/typed_json.py), the HTTP
 #: stack (imported on the first request), the writer and asyncio (only an import writes),
-#: the local platform's server stack and the viewer.
+#: the importer (only when there are outputs to import), the local platform's server stack
+#: and the viewer.
 HEAVY_FOR_NO_OP_SYNC = (
     "pydantic", "httpx", "httpcore", "h11", "asyncio", "starlette", "uvicorn", "jinja2", "verifiers",
     "prime_traces", "obstore", "prime_runs_spool.runner.run", "prime_runs_spool.spool.writer",
-    "prime_runs_spool.local_platform.app", "prime_runs_spool.viewer.app",
+    "prime_runs_spool.importer.outputs", "prime_runs_spool.local_platform.app", "prime_runs_spool.viewer.app",
 )
 
 
