@@ -11,6 +11,11 @@ range) over N runs taken in turns, so drift on a shared machine hits them all al
   a local platform running in its own process, as a re-sync in CI meets it.
 
 Goal (issue 14): both commands under 0.25 s. The last column is each against the floor.
+
+Whether Python may cache bytecode changes the figures: with ``PYTHONDONTWRITEBYTECODE`` set
+(as on the shared development machines) and this checkout never compiled, every module of the
+package is compiled from source at every start, about 0.09 s of CPU for a no-op sync
+(docs/benchmarks.md, issue 14). The script says which case it measured.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ def main() -> None:
                 for name, argv in commands.items():
                     times[name].append(timed(argv, env))
     floor = statistics.median(times["floor (python -c 'import click')"])
-    print(f"wall seconds, median (range) of {repeat} runs; {os.cpu_count()} cores")
+    cached = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+    print(f"wall seconds, median (range) of {repeat} runs; {os.cpu_count()} cores; bytecode caching {cached}")
     for name, values in times.items():
         print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor")
 
