@@ -162,8 +162,9 @@ class SyncState:
             raise StateFormatError(str(exc)) from None
 
     def to_json(self) -> bytes:
-        """The file's bytes: every field but the private ones, in definition order."""
-        return orjson.dumps(self, option=orjson.OPT_INDENT_2)
+        """The file's bytes: every field but the private ones, in definition order (a
+        mapping's non-string keys written as strings, as JSON has them)."""
+        return orjson.dumps(self, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
     @property
     def written_here(self) -> bool:
