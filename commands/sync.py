@@ -158,8 +158,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
-    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
 
     if (name or replay_id) and not replay:
         fail_usage("--name and --replay-id go with --replay")
@@ -184,10 +183,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     empty = [] if follow else paths_with_nothing(given)
     left_out: list[Path] = []
     imports: list[ImportReport] = []
+    failed_imports: list[ImportReport] = []
     if no_import or dry_run:
         left_out = not_spooled(given, state)
-    else:
+    elif to_refresh(given):  # the importer (and the writer under it) only when there is work for it
+        from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
+
         imports = import_paths(given, state_dir=state, refresh_only=True)
+        failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     roots = spool_roots(given, state)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
@@ -209,7 +212,6 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         progress.close()
         internal_error(exc)
     progress.close()
-    failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     code = exit_code(reports)
     # Nothing to push at all (no spool, no eval output with an episode) is not success either.
     nothing = not reports and not allow_empty and not empty and not left_out

@@ -37,7 +37,7 @@ from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.supersede import superseded_in_run
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
 from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
-                                        record_episode_id)
+                                        record_episode_id, settle_spare_bodies)
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
 
@@ -239,6 +239,7 @@ class RunSync:
                         self.state.advance(batch.end, 0, 0, batch.seal)
                         self.protocol.save()
             finally:
+                settle_spare_bodies()  # this run's bodies are sent
                 if stream.skipped:
                     known = {(s["segment"], s["offset"]) for s in self.state.skipped}
                     self.state.skipped.extend(

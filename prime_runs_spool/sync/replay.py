@@ -44,7 +44,7 @@ def latest_unfinished(documents: Iterable[bytes], dest_key: str) -> str | None:
     candidates: list[tuple[float, str]] = []
     for document in documents:
         try:
-            state = SyncState.model_validate_json(document)
+            state = SyncState.from_json(document)
         except ValueError:
             continue  # a damaged replay state is not continued; a new replay starts instead
         if state.replay_id and state.destination.key == dest_key and not finished(state):

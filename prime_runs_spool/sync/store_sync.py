@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -42,7 +41,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
-from prime_runs_spool.sync.state import Destination, SyncState, save_state
+from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
 from prime_runs_spool.sync.status import RunStatus, run_status
 
 #: How many times a pass starts over after another syncer's state write got in between.
@@ -71,7 +70,7 @@ class StoreProtocol(Protocol):
                 save_state(self.path, self.state)
             else:
                 self.state.updated_at = time.time()
-                data = self.state.model_dump_json(indent=1).encode("utf-8")
+                data = self.state.to_json()
                 if self.etag is None:
                     self.etag = self.store.create(self.key, data)
                 else:
@@ -95,7 +94,7 @@ def _cache(path: Path, state: SyncState, etag: str | None) -> None:
     trusted only while the store's listing shows the same etag."""
     marker = state_etag_path(path)
     marker.unlink(missing_ok=True)
-    _write_private(path, state.model_dump_json(indent=1).encode("utf-8"))
+    _write_private(path, state.to_json())
     if etag:
         _write_private(marker, etag.encode())
 
@@ -116,8 +115,8 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def _parse(data: bytes) -> SyncState | None:
     try:
-        return SyncState.model_validate_json(data)
-    except ValidationError:
+        return SyncState.from_json(data)
+    except StateFormatError:
         return None
 
 
