@@ -160,11 +160,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
 
-    if (name or replay_id) and not replay:
+    from prime_runs_spool.spool.layout import valid_replay_id
+
+    # The options' own rules first: they hold for local paths and store URLs alike.
+    if (name or replay_id is not None) and not replay:
         fail_usage("--name and --replay-id go with --replay")
-    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
-        sync_urls(click.get_current_context().params)
-    given = require_paths(paths or (Path("."),))
+    if replay_id is not None and not valid_replay_id(replay_id):
+        fail_usage(f"--replay-id {replay_id!r} is not a replay id: 1 to 64 letters, digits, '_' or '-', "
+                   "starting with a letter or digit (the report's replay_id)")
     if follow and (replay or dry_run):
         fail_usage("--follow does not combine with --replay or --dry-run")
     if exit_when_idle and not follow:
@@ -173,6 +176,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
         # learn that, and fall back for every run (with a warning each). Say samples at once.
         to = SAMPLES
+    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
+        sync_urls({**click.get_current_context().params, "to": to})
+    given = require_paths(paths or (Path("."),))
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),

@@ -39,7 +39,7 @@ def store_urls(paths: tuple[Any, ...]) -> list[str]:
 def sync_urls(params: dict[str, Any]) -> None:
     """Run ``prime-runs sync`` over store URLs with the command's options; exits."""
     from commands.sync import _destination
-    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
@@ -74,6 +74,9 @@ def sync_urls(params: dict[str, Any]) -> None:
                         reports += sync_store(url, client, destination, options, jobs=params["jobs"],
                                               wait=params["wait"], on_progress=progress.update,
                                               state_dir=Path(state_dir) if state_dir else None)
+                    except StoreSetupError as exc:  # the URL or the setup, not the store: usage
+                        progress.close()
+                        fail_usage(str(exc))
                     except StoreError as exc:
                         progress.close()
                         click.echo(f"prime-runs: {exc}", err=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,25 @@ class Row:
 
 
 def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
-            skipped: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+                    skipped: list[dict[str, Any]] | None = None, remask: bool = False) -> Iterator[Any]:
     """The run's *durable* records from ``start`` (as far as a live writer's durable mark);
     with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
     ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
-    reads everything on disk and stops at damage."""
+    reads everything on disk and stops at damage.
+
+    With ``remask`` (the spool was written under older masking rules), every episode comes
+    out masked again by today's (content/remask.py). Every path that sends an episode, or
+    counts the rows one gives, reads it here, so none of them can send it otherwise."""
+    records = _durable(run_dir, start, skip_corrupt, skipped)
+    if not remask:
+        yield from records
+        return
+    for record in records:
+        yield replace(record, data=remask_episode(record.data)) if record.type == EPISODE else record
+
+
+def _durable(run_dir: Path, start: Position | None, skip_corrupt: bool,
+             skipped: list[dict[str, Any]] | None) -> Iterator[Any]:
     check_earlier = True
     while True:
         try:
@@ -131,7 +145,8 @@ class RowStream:
 
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
-        for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+        for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped,
+                                      remask=self.remask):
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
         if self.skipped and self.skipped[-1].get("last"):
@@ -151,8 +166,7 @@ class RowStream:
                 already = self.cursor.rows_done
             meta = record.meta or {}
             try:
-                data = remask_episode(record.data) if self.remask else record.data
-                rows = project_episode_encoded(data, meta.get("rollout_number"),
+                rows = project_episode_encoded(record.data, meta.get("rollout_number"),
                                                evaluation_id=self.evaluation_id,
                                                max_request_bytes=self.max_request_bytes)
             except SampleTooLargeError as exc:
@@ -196,14 +210,14 @@ def withheld(record: Any, superseded: frozenset[str] | set[str], *, hold_errored
 
 
 def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released: set[str], *,
-                  skip_corrupt: bool = False) -> Iterator[Any]:
+                  skip_corrupt: bool = False, remask: bool = False) -> Iterator[Any]:
     """The episode records a completed run releases: the ones :func:`withheld` held back,
     not superseded and not already released, in spool order. A function of the spool and
     ``released`` only, so a sync that dies half way finds the same rest again. Both stores
     release these (samples: engine._release_held; traces: TracesPush.release_held), and
     reconciling a lost samples state reads them in this order. An episode without an id
     cannot be recorded as released, so it is never released (it would go again each time)."""
-    for record in durable_records(run_dir, skip_corrupt=skip_corrupt):
+    for record in durable_records(run_dir, skip_corrupt=skip_corrupt, remask=remask):
         if record.type != EPISODE or withheld(record, superseded, hold_errored=True) != HELD:
             continue
         episode_id = record_episode_id(record)

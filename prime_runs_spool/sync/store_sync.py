@@ -158,20 +158,25 @@ class StoreRunSync:
         pattern = self.run.key((sync_dir("") / replay_state_glob(self.destination.key)).as_posix())
         if self.in_store:
             keys = [key for key in self.run.objects if fnmatch.fnmatchcase(key, pattern)]
-            documents = [found[0] for key in keys if (found := self.run.store.read(key)) is not None]
+            documents = [(key.rsplit("/", 1)[-1], found[0]) for key in keys
+                         if (found := self.run.store.read(key)) is not None]
         else:
-            documents = [path.read_bytes() for path in self.path.parent.glob(replay_state_glob(self.destination.key))]
+            documents = [(path.name, path.read_bytes())
+                         for path in self.path.parent.glob(replay_state_glob(self.destination.key))]
         replay_id = latest_unfinished(documents, self.destination.key) or new_replay_id()
         self.options = dataclasses.replace(self.options, replay_id=replay_id)
         self._locate(replay_id)
 
     def sync(self) -> RunReport:
         try:
-            if self.options.replay and self.options.replay_id is None and not self.options.dry_run:
-                if not self.lease.take(wait=self.wait):
-                    return self._held()
-                self._choose_replay()
-                return self._kept()
+            if self.options.replay and self.options.replay_id is None:
+                if self.options.dry_run:  # reads only: the replay it would push, no lease
+                    self._choose_replay()
+                else:
+                    if not self.lease.take(wait=self.wait):
+                        return self._held()
+                    self._choose_replay()
+                    return self._kept()
             done = self._up_to_date()
             if done is not None:
                 return done
@@ -235,10 +240,10 @@ class StoreRunSync:
         # The engine's own rule (sizes against the cursor), not a copy of it.
         if not probe._up_to_date():
             return None
+        probe._show()  # the engine's own report of a state (its store, its totals), not a copy
         report = probe.report
         report.state = "up_to_date" if state.finalized or state.terminal else "live"
-        report.local_run_id, report.evaluation_id = state.local_run_id, state.evaluation_id
-        report.url, report.pushed_total = state.viewer_url, state.samples_pushed
+        report.local_run_id = state.local_run_id
         return report
 
     def _load_for_pass(self) -> str | None:

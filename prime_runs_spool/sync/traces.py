@@ -34,7 +34,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
@@ -65,14 +64,12 @@ class Line:
     episode_id: str | None = None
 
 
-def _line(record: Any, run_id: str, after: Cursor, *, remask: bool) -> Line:
-    """An episode record as one Prime Traces line (stamped with the platform's run); masked
-    again by today's rules first when the spool was written under older ones."""
+def _line(record: Any, run_id: str, after: Cursor) -> Line:
+    """An episode record as one Prime Traces line (stamped with the platform's run)."""
     from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
 
-    data = remask_episode(record.data) if remask else record.data
-    members = data.get("traces")
-    return Line(encode_line(stamp_run(data, run_id, RUN_TYPE)), after,
+    members = record.data.get("traces")
+    return Line(encode_line(stamp_run(record.data, run_id, RUN_TYPE)), after,
                 len(members) if isinstance(members, list) else 0, record_episode_id(record))
 
 
@@ -105,11 +102,11 @@ class LineStream:
         run_id = str(engine.state.evaluation_id)
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(engine.run_dir, start, skip_corrupt=engine.options.skip_corrupt,
-                                      skipped=self.skipped):
+                                      skipped=self.skipped, remask=engine.remask):
             after = Cursor.at(record.after)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
-                yield _line(record, run_id, after, remask=engine.remask)
+                yield _line(record, run_id, after)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
             self.seal = None
@@ -132,8 +129,8 @@ class HeldStream:
         run_id = str(engine.state.evaluation_id)
         assert self.cursor is not None
         for record in held_episodes(engine.run_dir, engine.superseded, set(engine.state.released),
-                                    skip_corrupt=engine.options.skip_corrupt):
-            yield _line(record, run_id, self.cursor, remask=engine.remask)
+                                    skip_corrupt=engine.options.skip_corrupt, remask=engine.remask):
+            yield _line(record, run_id, self.cursor)
         self.done = True
 
 
@@ -387,10 +384,11 @@ class TracesPush:
         wanted = set(pending.released)
         run_id = str(self.state.evaluation_id)
         taken: list[Line] = []
-        for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt):
+        for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt,
+                                      remask=self.engine.remask):
             if record.type == EPISODE and record_episode_id(record) in wanted:
                 wanted.discard(record_episode_id(record))
-                taken.append(_line(record, run_id, pending.end or record.after, remask=self.engine.remask))
+                taken.append(_line(record, run_id, pending.end or record.after))
         if not self._resend_if_announced(pending, taken):
             raise SyncError(f"the held-back episodes announced for release ({len(pending.released)}) no longer "
                             "hash to the batch announced for them; was the spool modified? (prime-runs verify)")

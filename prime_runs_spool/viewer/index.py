@@ -268,6 +268,14 @@ def _masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _masked_sample(sample: Any) -> Any:
+    """A v0 sample row with the episode it carries (``info.native_wrapper``) masked."""
+    info = sample.get("info") if isinstance(sample, Mapping) else None
+    if not isinstance(info, Mapping) or not isinstance(info.get("native_wrapper"), Mapping):
+        return sample
+    return {**sample, "info": {**info, "native_wrapper": mask(info["native_wrapper"], _EPISODE_RULES)}}
+
+
 @dataclass(frozen=True)
 class InTraces:
     """Where a dashboard row's episode is when its run went to Prime Traces: its position
@@ -316,15 +324,17 @@ class PlatformIndex(RunIndex):
         return dict(metrics) if isinstance(metrics, Mapping) else {}
 
     def record(self, row: Row) -> Any:
+        """The row's record, masked again on display as a spool's is (docs/masking.md, "What
+        the viewer shows"): whatever a producer uploaded, no page shows a credential."""
         if isinstance(row.where, InTraces):
             episode = self.traces.episode_at(row.where.seq)
             if episode is None:
                 raise CorruptSpoolError(Path(self.key), row.where.seq, "the episode is gone")
-            return episode
+            return mask(episode, _EPISODE_RULES)
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
-        return orjson.loads(bodies[0])
+        return _masked_sample(orjson.loads(bodies[0]))
 
     def _read(self, deadline: float) -> None:
         self.evaluation = self.store.get_evaluation(self.key)
