@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from fixtures.episodes import make_episode  # noqa: E402
 from prime_runs_spool.platform_api.client import PlatformClient  # noqa: E402
 from prime_runs_spool.content.episodes import RolloutCounter  # noqa: E402
+from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask  # noqa: E402
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
 from prime_runs_spool.platform_api.settings import Secret, Settings  # noqa: E402
 from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
@@ -76,14 +77,17 @@ def write_run(run_dir: Path, run_id: str, episodes: int, size: int, *, group: in
     counter = RolloutCounter()
     summary = SummaryAccumulator()
     writer = SegmentWriter.create(run_dir, run_id)
+    # What open_run writes: a manifest of today's masking version, episodes masked at append
+    # (so sync passes them through as it does a real spool's, content/remask.py).
     writer.append("manifest", {"run_id": run_id, "name": f"bench-{run_id}", "environments": ["gsm8k"],
                                "model": "Qwen/Qwen3-8B", "framework": "verifiers",
-                               "config": {"model": "Qwen/Qwen3-8B"}})
+                               "masking_version": MASKING_VERSION, "config": {"model": "Qwen/Qwen3-8B"}})
+    rules = MaskRules.defaults_for_episode()
     done = 0
     while done < episodes:
         items = []
         for number in range(done, min(episodes, done + group)):
-            episode = make_episode(number, size=size, run_id=run_id, salt=run_id)
+            episode = mask(make_episode(number, size=size, run_id=run_id, salt=run_id), rules)
             summary.add(episode)
             items.append(("episode", episode, {"episode_id": episode["id"],
                                                "rollout_number": counter.next_number(episode)}))

@@ -10,12 +10,19 @@ range) over N runs taken in turns, so drift on a shared machine hits them all al
 * a no-op ``prime-runs sync`` of one run that was already synced (nothing to send), against
   a local platform running in its own process, as a re-sync in CI meets it.
 
-Goal (issue 14): both commands under 0.25 s. The last column is each against the floor.
+Goal (issue 14): both commands under 0.25 s. Beside the wall time, each against the floor,
+and the CPU time of the process (user + system), which a busy machine moves far less.
+
+Whether Python may cache bytecode changes the figures: with ``PYTHONDONTWRITEBYTECODE`` set
+(as on the shared development machines) and this checkout never compiled, every module of the
+package is compiled from source at every start, about 0.09 s of CPU for a no-op sync
+(docs/benchmarks.md, issue 14). The script says which case it measured.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,13 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synccommon import API_KEY, PYTHON, ROOT, arguments, child_env, platform, scratch, spread, write_run  # noqa: E402
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, the process and any child it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
-    return elapsed
+    return elapsed, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def main() -> None:
@@ -53,13 +63,18 @@ def main() -> None:
                 "no-op prime-runs sync (1 run)": sync,
             }
             times: dict[str, list[float]] = {name: [] for name in commands}
+            cpu: dict[str, list[float]] = {name: [] for name in commands}
             for _ in range(repeat):
                 for name, argv in commands.items():
-                    times[name].append(timed(argv, env))
+                    wall, used = timed(argv, env)
+                    times[name].append(wall)
+                    cpu[name].append(used)
     floor = statistics.median(times["floor (python -c 'import click')"])
-    print(f"wall seconds, median (range) of {repeat} runs; {os.cpu_count()} cores")
+    cached = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+    print(f"seconds, median (range) of {repeat} runs; {os.cpu_count()} cores; bytecode caching {cached}")
+    print(f"{'':<36} {'wall':<24} {'':>11} {'CPU (user + system)':<24}")
     for name, values in times.items():
-        print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor")
+        print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor {spread(cpu[name]):<24}")
 
 
 if __name__ == "__main__":

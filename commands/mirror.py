@@ -34,7 +34,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     """
     import orjson
 
-    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.store.mirror import default_interval, mirror as run_mirror
     from prime_runs_spool.store.objects import ObjectStore
 
@@ -68,6 +68,8 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
         store = ObjectStore(urls[0])
         run_mirror(roots, store, interval=interval or default_interval(), once=once,
                    stop=stopped.wait, on_pass=show)
+    except StoreSetupError as exc:  # the URL or the setup, not the store: usage
+        fail_usage(str(exc))
     except StoreError as exc:
         click.echo(f"prime-runs: {exc}", err=True)
         sys.exit(1)

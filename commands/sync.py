@@ -158,14 +158,16 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
-    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
 
-    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
-        sync_urls(click.get_current_context().params)
-    given = require_paths(paths or (Path("."),))
-    if (name or replay_id) and not replay:
+    from prime_runs_spool.spool.layout import valid_replay_id
+
+    # The options' own rules first: they hold for local paths and store URLs alike.
+    if (name or replay_id is not None) and not replay:
         fail_usage("--name and --replay-id go with --replay")
+    if replay_id is not None and not valid_replay_id(replay_id):
+        fail_usage(f"--replay-id {replay_id!r} is not a replay id: 1 to 64 letters, digits, '_' or '-', "
+                   "starting with a letter or digit (the report's replay_id)")
     if follow and (replay or dry_run):
         fail_usage("--follow does not combine with --replay or --dry-run")
     if exit_when_idle and not follow:
@@ -174,6 +176,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
         # learn that, and fall back for every run (with a warning each). Say samples at once.
         to = SAMPLES
+    if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
+        sync_urls({**click.get_current_context().params, "to": to})
+    given = require_paths(paths or (Path("."),))
     options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
@@ -184,10 +189,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     empty = [] if follow else paths_with_nothing(given)
     left_out: list[Path] = []
     imports: list[ImportReport] = []
+    failed_imports: list[ImportReport] = []
     if no_import or dry_run:
         left_out = not_spooled(given, state)
-    else:
+    elif to_refresh(given):  # the importer (and the writer under it) only when there is work for it
+        from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
+
         imports = import_paths(given, state_dir=state, refresh_only=True)
+        failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     roots = spool_roots(given, state)
     progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
@@ -209,13 +218,12 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         progress.close()
         internal_error(exc)
     progress.close()
-    failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     code = exit_code(reports)
     # Nothing to push at all (no spool, no eval output with an episode) is not success either.
     nothing = not reports and not allow_empty and not empty and not left_out
     if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
-    _print(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
+    print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
     for path in empty:
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     if failed_imports:
@@ -227,8 +235,10 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     sys.exit(code)
 
 
-def _print(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
-           *, as_json: bool, local_db: str | None, ok: bool) -> None:
+def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
+                  *, as_json: bool, local_db: str | None, ok: bool) -> None:
+    """The reports as ``prime-runs sync`` prints them (docs/cli.md), for local paths and
+    store URLs alike (commands/sync_store.py), so a script reads one format."""
     import orjson
 
     from prime_runs_spool.importer.places import import_command

@@ -39,11 +39,11 @@ def store_urls(paths: tuple[Any, ...]) -> list[str]:
 def sync_urls(params: dict[str, Any]) -> None:
     """Run ``prime-runs sync`` over store URLs with the command's options; exits."""
     from commands.sync import _destination
-    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import EXIT_RUN_FAILED, SyncOptions
+    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, TRACES, SyncOptions
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.sync.store_sync import sync_store
 
@@ -51,29 +51,32 @@ def sync_urls(params: dict[str, Any]) -> None:
     urls = store_urls(paths)
     if len(urls) != len(paths):
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
-    if params.get("follow") or params.get("replay"):
-        fail_usage("--follow and --replay do not work over a store URL yet; sync a local copy for those")
-    if params.get("to") == "traces":
-        fail_usage("--to traces does not work over a store URL yet (samples do); sync a local copy for traces")
+    if params.get("follow"):
+        fail_usage("--follow does not work over a store URL yet; sync a local copy, or run the sync again")
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
     cap = params["backoff_cap"]
     options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
                           dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
                           backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
-                          tags=params["tags"])
+                          tags=params["tags"], to=params["to"], replay=params["replay"],
+                          replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"))
     as_json = params["as_json"]
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     return_large_blocks_promptly()
     reports = []
+    local_db = None
     try:
-        with _destination(params["local"], params["db"], params["base_url"], params["team"]) as (
-                settings, destination, _local_db):
+        with _destination(params["local"], params["db"], params["base_url"], params["team"], params["to"] == TRACES) as (
+                settings, destination, local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
                 for url in urls:
                     try:
                         reports += sync_store(url, client, destination, options, jobs=params["jobs"],
                                               wait=params["wait"], on_progress=progress.update,
                                               state_dir=Path(state_dir) if state_dir else None)
+                    except StoreSetupError as exc:  # the URL or the setup, not the store: usage
+                        progress.close()
+                        fail_usage(str(exc))
                     except StoreError as exc:
                         progress.close()
                         click.echo(f"prime-runs: {exc}", err=True)
@@ -84,24 +87,7 @@ def sync_urls(params: dict[str, Any]) -> None:
         progress.close()
         internal_error(exc)
     progress.close()
-    _print(reports, as_json=as_json)
+    from commands.sync import print_reports  # the local sync's printer: one output format
+
+    print_reports(reports, [], [], None, as_json=as_json, local_db=local_db, ok=exit_code(reports) == EXIT_OK)
     sys.exit(exit_code(reports))
-
-
-def _print(reports: list[Any], *, as_json: bool) -> None:
-    """The reports as ``prime-runs sync`` prints them (docs/cli.md)."""
-    import orjson
-
-    from prime_runs_spool.sync.console import exit_code, report_lines
-    from prime_runs_spool.sync.options import EXIT_OK
-
-    if as_json:
-        document = {"runs": [report.as_json() for report in reports], "ok": exit_code(reports) == EXIT_OK}
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
-        return
-    if not reports:
-        click.echo("no runs found")
-        return
-    for report in reports:
-        for line in report_lines(report):
-            click.echo(line)

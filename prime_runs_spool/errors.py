@@ -293,6 +293,12 @@ class StoreError(SpoolError):
     """An object store (``s3://``, ``gs://``...) failed or refused a request; one line for the user."""
 
 
+class StoreSetupError(StoreError):
+    """The store cannot be used at all as given (a URL the library does not recognise,
+    configuration it rejects, obstore not installed): a usage or configuration error, exit 2,
+    where a store that answers with a failure is exit 1."""
+
+
 class StoreConflict(StoreError):
     """A conditional write was refused: the object was created or replaced by someone else
     since we read it (docs/sync.md, "Object stores")."""

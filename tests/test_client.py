@@ -138,3 +138,17 @@ def test_a_refused_base_url_never_shows_its_userinfo(tmp_path) -> None:
         load_settings(base_url="http://user:hunter2@platform.example:port/", env={"HOME": str(tmp_path)})
     assert "hunter2" not in str(refused.value) and "***@platform.example:port" in str(refused.value)
     assert load_settings(base_url="http://[::1]:8000/api/v1", env={"HOME": str(tmp_path)}).base_url == "http://[::1]:8000"
+
+
+def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
+    """h11 copies each slice it is handed: a slice at the 1 MiB mmap threshold the sync command
+    fixes (sync/memory.py) made every copy a fresh mapping, faulted in and unmapped again,
+    about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md, issue 14)."""
+    from prime_runs_spool.platform_api.client import SEND_CHUNK, _Chunks
+    from prime_runs_spool.sync.memory import LARGE_BLOCK
+
+    assert SEND_CHUNK * 4 <= LARGE_BLOCK
+    body = bytes(range(256)) * (SEND_CHUNK * 2 // 256) + b"!"
+    slices = list(_Chunks(body))
+    assert [len(s) for s in slices] == [SEND_CHUNK, SEND_CHUNK, 1]
+    assert b"".join(slices) == body

@@ -197,8 +197,8 @@ def test_the_state_is_replaced_only_from_the_version_last_read(tmp_path: Path) -
     a.save()  # ...and a moved on
     with pytest.raises(StoreConflict):
         b.save()
-    assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).samples_pushed == 6
-    assert SyncState.model_validate_json(store.read("run/spool/sync/d.json")[0]).fence == 1
+    assert SyncState.from_json(store.read("run/spool/sync/d.json")[0]).samples_pushed == 6
+    assert SyncState.from_json(store.read("run/spool/sync/d.json")[0]).fence == 1
 
 
 def test_a_resumed_runs_superseded_episodes_are_read_from_the_store_too(tmp_path: Path) -> None:

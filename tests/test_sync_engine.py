@@ -472,7 +472,7 @@ class CountingBudget:
     def __init__(self, tokens: int) -> None:
         self._semaphore = threading.BoundedSemaphore(tokens)
         self._lock = threading.Lock()
-        self.held = self.most_held = self.waited = 0
+        self.held = self.most_held = self.waited = self.taken = 0
 
     def acquire(self) -> None:
         if not self._semaphore.acquire(blocking=False):
@@ -481,6 +481,7 @@ class CountingBudget:
             self._semaphore.acquire()
         with self._lock:
             self.held += 1
+            self.taken += 1
             self.most_held = max(self.most_held, self.held)
 
     def release(self) -> None:
@@ -489,13 +490,29 @@ class CountingBudget:
         self._semaphore.release()
 
 
+class CountingSpares(rows_module._SpareBodies):
+    """rows.SPARE_BODIES, counting the most large buffers alive at once (in use or spare)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.most_alive = 0
+
+    def take(self) -> bytearray:
+        buffer = super().take()
+        with self._lock:
+            self.most_alive = max(self.most_alive, self.in_use + self.spares)
+        return buffer
+
+
 @pytest.mark.parametrize("tokens", [2, 1])
 def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
         tmp_path: Path, platform: FakePlatform, monkeypatch, tokens: int) -> None:
     """``--jobs 6`` over six runs of several large requests each: never more than ``tokens``
     large bodies at once, no deadlock even with one token, and every run exactly once."""
     budget = CountingBudget(tokens)
+    spares = CountingSpares()
     monkeypatch.setattr(rows_module, "LARGE_BODIES", budget)
+    monkeypatch.setattr(rows_module, "SPARE_BODIES", spares)
     monkeypatch.setattr(rows_module, "LARGE_BODY", 8_000)  # "large" at this scale
     builders = [build_run(tmp_path / f"run{n}", f"r{n}", 30) for n in range(6)]
     settings = Settings("http://fake", Secret("key"), None, "http://app")
@@ -513,6 +530,11 @@ def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
     assert budget.most_held <= tokens, f"{budget.most_held} large bodies alive at once"
     assert budget.waited > 0, "the bound never had to hold a run back: the test proves nothing"
     assert budget.held == 0, "a token was never given back"
+    # Large bodies reuse the buffers sent ones gave back, and there are never more large
+    # buffers, in use or spare, than tokens held.
+    assert 0 < spares.made < budget.taken, f"{spares.made} large buffers made for {budget.taken} bodies"
+    assert spares.most_alive <= budget.most_held, f"{spares.most_alive} large buffers alive at once"
+    assert (spares.in_use, spares.spares) == (0, 0), "a large buffer outlived the sync"
     assert len(platform.evaluations) == 6
     pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
     assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"
@@ -723,6 +745,50 @@ def test_a_state_read_from_disk_after_held_back_episodes_went_is_checked_by_coun
     assert report.state == "synced", report.error
     _, rows = only_evaluation(platform)
     assert len(rows) == 4 and len({row["sample_id"] for row in rows}) == 4
+
+
+@pytest.mark.parametrize("change", [
+    {"samples_pushed": "4"}, {"samples_pushed": True}, {"samples_pushed": 4.0}, {"finalized": 1},
+    {"cursor": {"segment_index": 1, "offset": 0}}, {"cursor": [1, 0, 0]}, {"destination": None},
+    {"in_flight": {"kind": "upload", "sent_at": 1.0}}, {"in_flight": {"kind": "samples"}},
+    {"uploads": [1]}, {"segments": {"1": {"offset": "0", "seq": 0}}}, {"local_run_id": None},
+], ids=repr)
+def test_a_state_with_a_wrongly_typed_field_is_damaged(tmp_path: Path, platform: FakePlatform,
+                                                       change: dict) -> None:
+    """Well-formed JSON is not enough: every field is checked against the state's model
+    (sync/typed_json.py), as strictly as pydantic did or more, and a file that fails is
+    reported damaged, so the sync reconciles with the platform instead of trusting it."""
+    from prime_runs_spool.sync.status import run_status
+
+    builder = build_run(tmp_path / "run", "r1", 4)
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    path = state_path(builder.run_dir, DEST.key)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    assert any("damaged" in w for w in run_status(builder.run_dir).warnings)
+    report = syncer(builder.run_dir, platform, FakeTime(platform), lifetime=1.0).run()
+    assert any("damaged" in warning for warning in report.warnings), report.warnings
+    assert report.state == "synced" and report.pushed_now == 0
+    assert_exactly_once(platform, builder)
+
+
+def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> None:
+    """What save_state writes, from_json reads back equal; a field a later version added is
+    ignored (as pydantic did), a missing one takes its default."""
+    from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
+
+    state = SyncState(destination=DEST, local_run_id="r1", cursor=Cursor(segment_index=2, offset=10, next_seq=3),
+                      in_flight=InFlight(kind="samples", sent_at=1.5, rows=2, released=["a"],
+                                         end=Cursor(segment_index=2, offset=20, next_seq=4, rows_done=1)),
+                      segments={"2": {"offset": 10, "seq": 3}}, seal={"status": "completed"}, uploads=["u"])
+    path = tmp_path / "state.json"
+    save_state(path, state)
+    assert SyncState.from_json(path.read_bytes()) == state
+    document = json.loads(path.read_bytes())
+    assert "_written_here" not in document
+    document["a_later_field"] = {"x": 1}
+    del document["uploads"]
+    again = SyncState.from_json(json.dumps(document).encode())
+    assert again.uploads == [] and again.cursor == state.cursor and again.in_flight == state.in_flight
 
 
 def test_status_says_when_a_sync_state_is_damaged_or_unreadable(tmp_path: Path, platform: FakePlatform) -> None:

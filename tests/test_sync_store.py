@@ -22,7 +22,7 @@ from support import moto_server
 from support.env import child_env
 from support.runs import RunBuilder, build_run
 from support.store_runs import get_object, put_object, upload_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -389,3 +389,41 @@ def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_pat
     assert [(r["state"], r["pushed_now"]) for r in reports(waited)] == [("synced", 4)]
     assert time.monotonic() - start >= 1.0
     assert_exactly_once(api, builder)
+
+
+def test_replay_from_the_bucket_continues_an_interrupted_replay_then_starts_anew(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """``--replay`` over a store URL: a replay SIGKILLed mid-push is continued (the same
+    replay id, found among the states in the bucket), not doubled; once it finished, the
+    next ``--replay`` is a new evaluation. Every evaluation holds each row once."""
+    from support.sync_e2e import kill_on_progress, sample_ids
+
+    builder = build_run(tmp_path / "run", "store-replay", 60)
+    upload_run(bucket_url, builder.run_dir, "run")
+    home = tmp_path / "m"
+    first = store_sync(server.base_url, moto, home, bucket_url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(first)] == [("synced", 60)], first.stderr
+
+    def rows_held() -> int:
+        return sum(e["total_samples"] for e in evaluations_of(api, builder.run_id))
+
+    lease = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}  # the killed one's expires soon
+    env = child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env(), **lease)
+    proc = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--replay", "--max-request-bytes", "6000"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    assert kill_on_progress(proc, rows_held, 5), "the replay ended before it was killed"
+    proc.wait()
+    again = store_sync(server.base_url, moto, home, bucket_url, "--replay", "--json", "--wait", **lease)
+    (report,) = reports(again)
+    assert report["state"] == "synced" and report["replay_id"], again.stderr
+    evaluations = evaluations_of(api, builder.run_id)
+    assert len(evaluations) == 2, f"{len(evaluations)} evaluations: the killed replay was not continued"
+    replay_ids = {(e.get("metadata") or {}).get("replay_id") for e in evaluations}
+    assert replay_ids == {None, report["replay_id"]}
+    assert report["pushed_now"] < 60  # it went on from where the killed one stopped
+    for evaluation in evaluations:
+        assert sample_ids(api, evaluation["evaluation_id"]) == builder.ids
+    newer = store_sync(server.base_url, moto, home, bucket_url, "--replay", "--json")
+    (fresh,) = reports(newer)
+    assert (fresh["state"], fresh["pushed_now"]) == ("synced", 60) and fresh["replay_id"] != report["replay_id"]
+    assert len(evaluations_of(api, builder.run_id)) == 3

@@ -68,7 +68,7 @@ def _sync(tmp_path: Path, db: Path, *, to: str, batch_bytes: int, traces: bool =
 
 def _state(run_dir: Path) -> SyncState:
     (path,) = (run_dir / "spool" / "sync").glob("*.json")
-    return SyncState.model_validate_json(path.read_bytes())
+    return SyncState.from_json(path.read_bytes())
 
 
 def test_our_batches_are_the_librarys_batching_of_the_same_lines(tmp_path: Path) -> None:

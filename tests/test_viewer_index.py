@@ -156,3 +156,29 @@ def test_an_odd_record_is_a_row_and_never_stops_the_index(tmp_path):
         for n in (1, 2, 3):
             assert httpx.get(server.base_url + "/episode", params={"run": "run", "n": n}).status_code == 200
         assert httpx.get(server.base_url + "/group", params={"run": "run", "example": "3"}).status_code == 200
+
+
+def test_the_dashboard_lists_a_run_that_went_to_prime_traces(tmp_path):
+    """A run synced ``--to traces`` has no sample rows: the dashboard lists its episodes from
+    the platform's Prime Traces store instead, and an episode page shows its transcript."""
+    import json
+    import subprocess
+
+    from support.env import CLI, child_env
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(FIXTURE_OUTPUTS / "gsm8k-completed", outputs / "gsm8k-completed")
+    db = tmp_path / "p.db"
+    result = subprocess.run(CLI + ["sync", str(outputs), "--local", "--db", str(db), "--to", "traces", "--json"],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    assert (report["store"], report["pushed_now"]) == ("traces", 6)
+    with EmbeddedPlatform(db, traces=True) as platform, httpx.Client(follow_redirects=True) as browser:
+        page = browser.get(platform.base_url + "/dashboard/run", params={"run": report["evaluation_id"]})
+        assert page.status_code == 200 and '<b class="total">6</b> samples' in page.text, page.text[:2000]
+        episode = browser.get(platform.base_url + "/dashboard/episode",
+                              params={"run": report["evaluation_id"], "n": 1})
+        roles = re.findall(r'data-role="(\w+)"', episode.text)
+        assert roles[:5] == ["system", "user", "assistant", "tool", "assistant"]
+        assert FAKE_HEADER_SECRET not in page.text + episode.text

@@ -64,6 +64,7 @@ from prime_runs_spool.importer.places import (
     is_read_only,
     private_dirs,
     spooled_by_eval,
+    to_refresh,
 )
 from prime_runs_spool.importer.source import V0, SourceRun, read_v040
 from prime_runs_spool.importer.v0_layout import read_v0
@@ -137,12 +138,8 @@ def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
                  refresh_only: bool = False) -> list[ImportReport]:
     """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
     does) skips folders whose spool the eval wrote itself."""
-    reports = []
-    for output_dir in find_eval_outputs(paths):
-        if refresh_only and spooled_by_eval(output_dir):
-            continue
-        reports.append(import_output(output_dir, state_dir=state_dir))
-    return reports
+    found = to_refresh(paths) if refresh_only else find_eval_outputs(paths)
+    return [import_output(output_dir, state_dir=state_dir) for output_dir in found]
 
 
 def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:

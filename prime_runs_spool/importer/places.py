@@ -68,6 +68,12 @@ def spooled_by_eval(output_dir: Path) -> bool:
     return is_run_dir(output_dir) and not is_imported(output_dir)
 
 
+def to_refresh(paths: Iterable[Path]) -> list[Path]:
+    """The eval output folders under ``paths`` that ``prime-runs sync`` imports (or refreshes)
+    before it syncs: all but those whose spool the eval wrote itself."""
+    return [output_dir for output_dir in find_eval_outputs(paths) if not spooled_by_eval(output_dir)]
+
+
 def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
     """An eval output folder with no spool, here or under ``state_dir``."""
     if is_run_dir(output_dir):

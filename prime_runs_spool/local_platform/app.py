@@ -341,7 +341,7 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         Route(f"{DASHBOARD}/evaluations/{{id}}", dashboard, methods=["GET"]),
         Route("/", home, methods=["GET"]),
         # The dashboard is the viewer over this store; the gate below covers it.
-        Mount(DASHBOARD, app=_Dashboard(store)),
+        Mount(DASHBOARD, app=_Dashboard(store, traces_store)),
         *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
     # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
@@ -361,8 +361,8 @@ class _Dashboard:
     """The viewer over ``store``, built on the first dashboard request: its templates and
     Jinja2 are not worth importing for a ``sync --local`` that never shows a page."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, traces: TracesStore) -> None:
+        self.store, self.traces = store, traces
         self.app: Any = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -370,7 +370,7 @@ class _Dashboard:
             from prime_runs_spool.viewer.app import create_viewer_app
             from prime_runs_spool.viewer.sources import PlatformSource
 
-            self.app = create_viewer_app(PlatformSource(self.store), mounted=True)
+            self.app = create_viewer_app(PlatformSource(self.store, self.traces), mounted=True)
         await self.app(scope, receive, send)
 
 

@@ -398,6 +398,35 @@ class TracesStore:
                                    (run_id,)).fetchone()[0]
         return {"episodes": episodes, "episode_copies": copies, "traces": traces, "uploads": uploads}
 
+    def run_episodes(self, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """The run's current episodes stored after ``after`` (their ``seq``), oldest first,
+        each whole again: what the dashboard lists for a run that went to Prime Traces
+        (a position, not an offset, so an episode moved to another run meanwhile shifts nothing)."""
+        with self.store._read() as conn:
+            rows = conn.execute("SELECT seq, upload_id, envelope FROM trace_episodes WHERE run_id = ? AND current = 1"
+                                " AND seq > ? ORDER BY seq LIMIT ?", (run_id, after, limit)).fetchall()
+            return [(seq, self._whole(conn, upload_id, envelope)) for seq, upload_id, envelope in rows]
+
+    def episode_at(self, seq: int) -> dict[str, Any] | None:
+        """One stored episode by its ``seq``, whole (None when there is none)."""
+        with self.store._read() as conn:
+            row = conn.execute("SELECT upload_id, envelope FROM trace_episodes WHERE seq = ?", (seq,)).fetchone()
+            return None if row is None else self._whole(conn, row[0], row[1])
+
+    @staticmethod
+    def _whole(conn: Any, upload_id: str, envelope: str) -> dict[str, Any]:
+        """An episode's envelope with its traces' documents (of the same upload) in place of
+        their ids."""
+        episode = orjson.loads(envelope)
+        traces = []
+        for trace_id in episode.get("traces") or []:
+            row = conn.execute("SELECT body FROM trace_docs WHERE trace_id = ? AND upload_id = ?",
+                               (trace_id, upload_id)).fetchone()
+            if row is not None:
+                traces.append(orjson.loads(row[0]))
+        episode["traces"] = traces
+        return episode
+
     def upload_replays(self) -> dict[str, int]:
         with self.store._read() as conn:
             return dict(conn.execute("SELECT upload_id, replays FROM trace_uploads").fetchall())

@@ -34,13 +34,18 @@ if TYPE_CHECKING:
 
 #: A samples body goes out in slices of this size (views, not copies): handed whole to
 #: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
-_SEND_CHUNK = 1 << 20
+#: h11 still copies each slice (joined with its framing), so a slice stays well under the
+#: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB every
+#: copy was a fresh mapping, zero-filled page by page and unmapped again, which cost about
+#: 0.4 s of CPU per 550 MB sent (docs/benchmarks.md, issue 14); at 256 KiB the copies reuse
+#: the heap. tests/test_client.py checks the two sizes against each other.
+SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.
 CONFLICT = 409
 
 
 class _Chunks:
-    """A body as views of at most ``_SEND_CHUNK`` bytes; re-iterable, so nothing is
+    """A body as views of at most ``SEND_CHUNK`` bytes; re-iterable, so nothing is
     consumed if the request has to be built again."""
 
     def __init__(self, body: bytes | bytearray | memoryview) -> None:
@@ -51,8 +56,8 @@ class _Chunks:
 
     def __iter__(self) -> Any:
         view = self._view
-        for start in range(0, len(view), _SEND_CHUNK):
-            yield view[start:start + _SEND_CHUNK]
+        for start in range(0, len(view), SEND_CHUNK):
+            yield view[start:start + SEND_CHUNK]
 
     def drop(self) -> None:
         """Let go of the body. httpx keeps the request in a reference cycle with its

@@ -132,7 +132,7 @@ class Shipper:
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far, from its state file (no request)."""
         try:
-            return SyncState.model_validate_json(sync_state_path(self._run_dir, self.destination.key).read_bytes())
+            return SyncState.from_json(sync_state_path(self._run_dir, self.destination.key).read_bytes())
         except (OSError, ValueError):
             return None
 

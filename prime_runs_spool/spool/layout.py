@@ -98,8 +98,21 @@ def sync_dir(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SYNC_DIRNAME
 
 
+#: What a replay id may be. It is part of a state file's name (and of an object's key), so
+#: it holds nothing that could name a file elsewhere: letters, digits, ``_`` and ``-``. The
+#: ids sync makes are uuid4 hex (32 of these).
+REPLAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def valid_replay_id(replay_id: object) -> bool:
+    return isinstance(replay_id, str) and REPLAY_ID.fullmatch(replay_id) is not None
+
+
 def sync_state_path(run_dir: str | os.PathLike[str], dest_key: str, replay_id: str | None = None) -> Path:
-    """Sync's state for one destination (and, for ``--replay``, one replay of it)."""
+    """Sync's state for one destination (and, for ``--replay``, one replay of it). A replay
+    id that is not :data:`REPLAY_ID` is refused, so no id can name a file elsewhere."""
+    if replay_id is not None and not valid_replay_id(replay_id):
+        raise ValueError(f"not a replay id: {replay_id!r} (1 to 64 letters, digits, '_' or '-')")
     name = dest_key if replay_id is None else f"{dest_key}-replay-{replay_id}"
     return sync_dir(run_dir) / f"{name}.json"
 

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from prime_runs_spool.errors import StoreConflict, StoreError
+from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
@@ -62,7 +62,7 @@ class ObjectStore:
         try:
             from obstore.store import from_url
         except ImportError:
-            raise StoreError(f"{self.url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
+            raise StoreSetupError(f"{url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
         retries = int(os.environ.get(RETRIES_ENV) or DEFAULT_RETRIES)
         try:
             self._store = from_url(self.url, retry_config={
@@ -70,7 +70,7 @@ class ObjectStore:
                 "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
                             "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}})
         except Exception as exc:  # a bad URL, or configuration the library rejects
-            raise StoreError(f"{self.url}: cannot open the store: {_first_line(exc)}") from None
+            raise StoreSetupError(f"{url}: cannot open the store: {_first_line(exc)}") from None
         self._retries = retries
         self._lock = threading.Lock()
         #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):

@@ -27,16 +27,17 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
-from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.content.supersede import superseded_in_run
+from prime_runs_spool.content.remask import needs_remask, remask_manifest
+from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
 from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
-                                        record_episode_id)
+                                        record_episode_id, settle_spare_bodies)
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
 
@@ -101,8 +102,10 @@ class RunSync:
                                      self._released_rows)
         #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
         self.traces = TracesPush(self)
-        #: The run's manifest: read by run() before anything uses it.
+        #: The run's manifest: read by run() before anything uses it (masked again when
+        #: ``remask``: the spool was written under older masking rules, content/remask.py).
         self.manifest: dict[str, Any] = {}
+        self.remask = False
         #: Episode ids a resumed segment superseded (read at the start of each pass).
         self.superseded: frozenset[str] = frozenset()
 
@@ -138,9 +141,13 @@ class RunSync:
                 self.report.warnings.append("no manifest yet; the writer is still starting")
                 return
             raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
-        self.manifest = manifest
+        manifests = list(segment_manifests(self.run_dir))  # two lines read per segment
+        # Written, or resumed, under older masking rules: nothing of it travels until today's
+        # mask it (a segment's own manifest says what the process that wrote it masked).
+        self.remask = any(needs_remask(m) for m in [manifest, *manifests])
+        self.manifest = remask_manifest(manifest, self.report.warnings) if self.remask else manifest
         # Episodes a resumed segment replaced (content/supersede.py): never rows.
-        self.superseded = frozenset(superseded_in_run(self.run_dir))
+        self.superseded = frozenset(supersedes_of(manifests))
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")
@@ -211,14 +218,14 @@ class RunSync:
     def _stream(self) -> RowStream:
         return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
                          self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal,
-                         superseded=self.superseded, hold_errored=True)
+                         superseded=self.superseded, hold_errored=True, remask=self.remask)
 
     def _stream_from_start(self) -> RowStream:
         """The run's rows from its first, read as the pushes read them (what ``_stream`` does
         from the cursor)."""
         return RowStream(self.run_dir, None, str(self.state.evaluation_id),
                          self.options.max_request_bytes, self.options.skip_corrupt,
-                         superseded=self.superseded, hold_errored=True)
+                         superseded=self.superseded, hold_errored=True, remask=self.remask)
 
     def _push_all(self) -> None:
         while True:
@@ -234,6 +241,7 @@ class RunSync:
                         self.state.advance(batch.end, 0, 0, batch.seal)
                         self.protocol.save()
             finally:
+                settle_spare_bodies()  # this run's bodies are sent
                 if stream.skipped:
                     known = {(s["segment"], s["offset"]) for s in self.state.skipped}
                     self.state.skipped.extend(
@@ -342,7 +350,7 @@ class RunSync:
         """The errored episodes held back and not yet released, in the order releasing them
         sends them (spool order, superseded ones left out): ``(episode id, record)``."""
         for record in held_episodes(self.run_dir, self.superseded, set(self.state.released),
-                                    skip_corrupt=self.options.skip_corrupt):
+                                    skip_corrupt=self.options.skip_corrupt, remask=self.remask):
             yield str(_episode_id(record)), record
 
     def _released_rows(self) -> Iterator[tuple[str, Any, bool]]:
@@ -475,7 +483,7 @@ class RunSync:
 
     def _dry_run(self) -> None:
         stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
-                           self.options.max_request_bytes, self.options.skip_corrupt)
+                           self.options.max_request_bytes, self.options.skip_corrupt, remask=self.remask)
         for batch in batches(stream, self.options.max_request_bytes):
             self.report.pushed_now += batch.count
             self.report.bytes_sent += batch.size if batch.count else 0

@@ -16,7 +16,6 @@ nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 #: mallopt's parameter number for the mmap threshold (glibc's malloc.h).
 _M_MMAP_THRESHOLD = -3
@@ -28,9 +27,12 @@ LARGE_BLOCK = 1 << 20
 def return_large_blocks_promptly(threshold: int = LARGE_BLOCK) -> bool:
     """Fix glibc's mmap threshold at ``threshold`` bytes; True if the C library took it."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        # The process's own symbols, the C library's among them. Not find_library("c"):
+        # with ctypes.util it costs about 7 ms (it runs ldconfig in a child process), which
+        # every sync, even one with nothing to send, paid at start (issue 14).
+        libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
-    except (OSError, AttributeError):  # no mallopt here (macOS, Windows)
+    except (OSError, AttributeError, TypeError):  # no mallopt here (macOS, Windows)
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

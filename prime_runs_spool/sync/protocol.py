@@ -19,6 +19,7 @@ engine's push loop) and the finalize call all go through it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -129,7 +130,7 @@ class Protocol:
         attempt = 0
         while True:
             sent_at = self.clock()
-            self.state.in_flight = in_flight.model_copy(update={"sent_at": sent_at})
+            self.state.in_flight = dataclasses.replace(in_flight, sent_at=sent_at)
             self.save()
             self._sent = (sent_at, self.monotonic())
             try:

@@ -11,6 +11,8 @@ assumption fails").
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -157,7 +159,7 @@ class Reconciler:
         platform's last row; raise :class:`SampleCountMismatchError`, the state untouched,
         if the spool cannot account for them. Not saved."""
         state = self.protocol.state
-        before = state.model_copy(deep=True)
+        before = copy.deepcopy(state)
         state.cursor, state.segments, state.seal = None, {}, None
         state.samples_pushed = state.episodes_pushed = 0
         state.last_sample_id = None
@@ -168,8 +170,8 @@ class Reconciler:
         try:
             self._take(self.stream_from_start(), total, total)
         except SyncError as exc:
-            for name in type(state).model_fields:
-                setattr(state, name, getattr(before, name))
+            for item in dataclasses.fields(state):
+                setattr(state, item.name, getattr(before, item.name))
             if isinstance(exc, SampleCountMismatchError):
                 raise
             raise self.mismatch(total, str(exc)) from None

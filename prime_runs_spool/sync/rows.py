@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_enc
 from prime_runs_spool.spool.reader import Position, iter_records
 from prime_runs_spool.sync.state import Cursor
 from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +36,25 @@ class Row:
 
 
 def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
-            skipped: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+                    skipped: list[dict[str, Any]] | None = None, remask: bool = False) -> Iterator[Any]:
     """The run's *durable* records from ``start`` (as far as a live writer's durable mark);
     with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
     ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
-    reads everything on disk and stops at damage."""
+    reads everything on disk and stops at damage.
+
+    With ``remask`` (the spool was written under older masking rules), every episode comes
+    out masked again by today's (content/remask.py). Every path that sends an episode, or
+    counts the rows one gives, reads it here, so none of them can send it otherwise."""
+    records = _durable(run_dir, start, skip_corrupt, skipped)
+    if not remask:
+        yield from records
+        return
+    for record in records:
+        yield replace(record, data=remask_episode(record.data)) if record.type == EPISODE else record
+
+
+def _durable(run_dir: Path, start: Position | None, skip_corrupt: bool,
+             skipped: list[dict[str, Any]] | None) -> Iterator[Any]:
     check_earlier = True
     while True:
         try:
@@ -120,6 +135,9 @@ class RowStream:
     #: Episodes passed over because no request can carry one of their rows (written before
     #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
     too_large: list[dict[str, Any]] = field(default_factory=list)
+    #: The spool was written under older masking rules: each episode is masked again by
+    #: today's before it becomes a row (content/remask.py).
+    remask: bool = False
 
     def __post_init__(self) -> None:
         if self.seal is not None and self.seal_segment is None and self.cursor is not None:
@@ -127,7 +145,8 @@ class RowStream:
 
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
-        for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped):
+        for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped,
+                                      remask=self.remask):
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
         if self.skipped and self.skipped[-1].get("last"):
@@ -191,14 +210,14 @@ def withheld(record: Any, superseded: frozenset[str] | set[str], *, hold_errored
 
 
 def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released: set[str], *,
-                  skip_corrupt: bool = False) -> Iterator[Any]:
+                  skip_corrupt: bool = False, remask: bool = False) -> Iterator[Any]:
     """The episode records a completed run releases: the ones :func:`withheld` held back,
     not superseded and not already released, in spool order. A function of the spool and
     ``released`` only, so a sync that dies half way finds the same rest again. Both stores
     release these (samples: engine._release_held; traces: TracesPush.release_held), and
     reconciling a lost samples state reads them in this order. An episode without an id
     cannot be recorded as released, so it is never released (it would go again each time)."""
-    for record in durable_records(run_dir, skip_corrupt=skip_corrupt):
+    for record in durable_records(run_dir, skip_corrupt=skip_corrupt, remask=remask):
         if record.type != EPISODE or withheld(record, superseded, hold_errored=True) != HELD:
             continue
         episode_id = record_episode_id(record)
@@ -219,6 +238,72 @@ LARGE_BODY = 1 << 20
 LARGE_BODIES = threading.BoundedSemaphore(2)
 
 
+class _SpareBodies:
+    """Large body buffers kept for the next large batch instead of being freed.
+
+    The ``prime-runs sync`` command fixes glibc's mmap threshold (sync/memory.py), so a
+    large buffer freed goes back to the system at once, and a new one is mapped and zero-filled
+    page by page as it fills: about 6,400 page faults per 25 MiB body, 0.4 s of CPU per 550
+    MB sent (docs/benchmarks.md, issue 14). Kept here, a buffer is filled again in place.
+
+    Only a batch holding a LARGE_BODIES token owns a large buffer, and it takes a spare one
+    before it makes a new one, so there are never more large buffers, in use or spare, than
+    batches that held a token at once: the bound on memory stays the tokens'. A run's push
+    calls :meth:`settle` when it is done, which drops the spares unless another run's batch
+    still holds a buffer, so a process that is done syncing keeps none.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spare: list[bytearray] = []
+        self.in_use = 0
+        #: Large buffers made rather than reused, since the process started.
+        self.made = 0
+
+    def take(self) -> bytearray:
+        with self._lock:
+            self.in_use += 1
+            if self._spare:
+                return self._spare.pop()
+            self.made += 1
+            return bytearray()
+
+    def give(self, buffer: bytearray) -> None:
+        with self._lock:
+            self.in_use -= 1
+            if _resizable(buffer):
+                self._spare.append(buffer)
+
+    def settle(self) -> None:
+        """Free the spare buffers if no batch holds one (a push is over)."""
+        with self._lock:
+            if not self.in_use:
+                self._spare.clear()
+
+    @property
+    def spares(self) -> int:
+        return len(self._spare)
+
+
+def _resizable(buffer: bytearray) -> bool:
+    """False while a view of ``buffer`` is still alive somewhere (a request that failed half
+    way may hold one until it is collected): such a buffer cannot grow, so it is not kept."""
+    try:
+        buffer.append(0)
+    except BufferError:
+        return False
+    del buffer[-1]
+    return True
+
+
+SPARE_BODIES = _SpareBodies()
+
+
+def settle_spare_bodies() -> None:
+    """A run's push is over: free the spare large buffers, unless another run still holds one."""
+    SPARE_BODIES.settle()
+
+
 class Batch:
     """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
     once they are acknowledged.
@@ -226,13 +311,16 @@ class Batch:
     The body is built in place, one row appended at a time, so a batch costs one buffer
     of at most the request ceiling: no list of rows beside it, no join, no second copy.
     A body about to grow past LARGE_BODY first takes a LARGE_BODIES token, which
-    :meth:`release` (or, for a batch dropped unsent, its collection) gives back.
+    :meth:`release` (or, for a batch dropped unsent, its collection) gives back, and with it
+    a large buffer from SPARE_BODIES, given back with the token. A reused buffer may be
+    longer than the body: ``_length`` is where the body ends.
     """
 
-    __slots__ = ("_buffer", "_budget", "count", "end", "episodes", "last_sample_id", "seal")
+    __slots__ = ("_buffer", "_budget", "_length", "count", "end", "episodes", "last_sample_id", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
+        self._length = len(_OPEN)
         #: The LARGE_BODIES semaphore whose token this batch holds, if it holds one.
         self._budget: threading.BoundedSemaphore | None = None
         self.count = 0
@@ -246,7 +334,7 @@ class Batch:
     @property
     def size(self) -> int:
         """Bytes of the finished body, the ``{"samples":[]}`` envelope counted."""
-        return len(self._buffer) + len(_CLOSE)
+        return self._length + len(_CLOSE)
 
     def fits(self, row: bytes, limit: int) -> bool:
         """Whether ``row`` can join without taking the body over ``limit`` (an empty batch
@@ -254,23 +342,32 @@ class Batch:
         return not self.count or self.size + 1 + len(row) <= limit
 
     def add(self, row: Row) -> None:
-        if self._budget is None and len(self._buffer) + 1 + len(row.data) > LARGE_BODY:
+        if self._budget is None and self._length + 1 + len(row.data) > LARGE_BODY:
             budget = LARGE_BODIES
             budget.acquire()
             self._budget = budget
+            large = SPARE_BODIES.take()
+            large[0:self._length] = memoryview(self._buffer)[:self._length]
+            self._buffer = large
         if self.count:
-            self._buffer += b","
-        self._buffer += row.data
+            self._write(b",")
+        self._write(row.data)
         self.count += 1
         self.end = row.after
         self.episodes += row.closes_episode
         self.last_sample_id = row.sample_id
 
+    def _write(self, data: bytes) -> None:
+        end = self._length + len(data)
+        self._buffer[self._length:end] = data  # in place in a reused buffer, else appended
+        self._length = end
+
     def release(self) -> None:
         """Drop the body once it is sent (the counts and cursor stay), and its token."""
-        self._buffer = bytearray()
+        buffer, self._buffer = self._buffer, bytearray()
         budget, self._budget = self._budget, None
         if budget is not None:
+            SPARE_BODIES.give(buffer)
             budget.release()
 
     def __del__(self) -> None:
@@ -278,12 +375,14 @@ class Batch:
         budget = getattr(self, "_budget", None)
         if budget is not None:
             self._budget = None
+            SPARE_BODIES.give(self._buffer)
             budget.release()
 
     def body(self) -> bytearray:
         """The request body, ``{"samples":[row,...]}`` (the batch is finished by this)."""
-        if not self._buffer.endswith(_CLOSE):
-            self._buffer += _CLOSE
+        end = self._length + len(_CLOSE)
+        self._buffer[self._length:end] = _CLOSE
+        del self._buffer[end:]  # what a reused buffer held past the body
         return self._buffer
 
 

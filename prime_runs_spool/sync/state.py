@@ -12,25 +12,30 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
+import orjson
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.spool.reader import Position
+from prime_runs_spool.sync.typed_json import DocumentError, build
 
 STATE_VERSION = 1
 
 
-class Cursor(BaseModel):
+class StateFormatError(ValueError):
+    """Bytes that are not a sync state document (the message says what is wrong)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cursor:
     """Where the next unacknowledged row starts: a spool :class:`Position` (same fields, same
     meaning), plus how many rows of the episode there were already acknowledged (only an
-    episode sent as one row per trace can be split across requests). A pydantic model
-    because it is persisted in the state file; convert with :meth:`at` and :attr:`position`,
-    never field by field."""
-
-    model_config = ConfigDict(frozen=True)
+    episode sent as one row per trace can be split across requests). Its own type because
+    it is persisted in the state file; convert with :meth:`at` and :attr:`position`, never
+    field by field."""
 
     segment_index: int
     offset: int
@@ -48,13 +53,14 @@ class Cursor(BaseModel):
         return Position(self.segment_index, self.offset, self.next_seq)
 
 
-class InFlight(BaseModel):
+@dataclass(kw_only=True)
+class InFlight:
     """A non-idempotent request that was, or may have been, sent and is not yet settled."""
 
     kind: Literal["create", "samples", "finalize", "traces"]
     #: For a ``samples`` request releasing held-back episodes: their ids, recorded as
     #: released once the request is known to have landed.
-    released: list[str] = []
+    released: list[str] = field(default_factory=list)
     #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
     #: after ``sent_at + request lifetime``.
     sent_at: float
@@ -74,15 +80,19 @@ class InFlight(BaseModel):
     traces: int = 0
 
 
-class Destination(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class Destination:
     key: str
     base_url: str
     team_id: str | None = None
 
 
-class SyncState(BaseModel):
+@dataclass(kw_only=True)
+class SyncState:
+    """The state file's document. Every field is checked against its annotation when the
+    file is read (:meth:`from_json`, strictly: sync/typed_json.py); a file that fails is
+    damaged, and sync reconciles with the platform instead of trusting it."""
+
     version: int = STATE_VERSION
     destination: Destination
     local_run_id: str
@@ -92,7 +102,7 @@ class SyncState(BaseModel):
     viewer_url: str | None = None
     cursor: Cursor | None = None
     #: Per segment index: the acknowledged byte offset and sequence number reached in it.
-    segments: dict[str, dict[str, int]] = {}
+    segments: dict[str, dict[str, int]] = field(default_factory=dict)
     #: The seal the cursor has passed, when the log ends there: a sync killed after reading
     #: it but before finishing the run must still know, on its next start, how the run ended.
     seal: dict[str, Any] | None = None
@@ -117,29 +127,44 @@ class SyncState(BaseModel):
     store: str | None = None
     #: For traces: the upload id (the content digest) of every committed batch, in order,
     #: and the member traces they carried.
-    uploads: list[str] = []
+    uploads: list[str] = field(default_factory=list)
     traces_pushed: int = 0
     #: Held-back (errored) episodes pushed when the run completed (docs/sync.md, "Resumed runs").
-    released: list[str] = []
+    released: list[str] = field(default_factory=list)
     #: Errored episodes held back when the run's end was last recorded (0 once it completed).
     held_back: int = 0
     #: Episodes a later resume superseded after they were pushed: the append-only platform
     #: still holds their rows (said in ``status`` and the evaluation's metadata).
-    superseded_pushed: list[str] = []
+    superseded_pushed: list[str] = field(default_factory=list)
     #: The metrics last sent with the metadata (a later seal that changes them sends them again).
     metrics_sent: dict[str, Any] | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
-    skipped: list[dict[str, object]] = []
+    skipped: list[dict[str, object]] = field(default_factory=list)
     #: Episodes passed over because no request can carry one of their rows:
     #: ``{segment, offset, episode_id, reason}`` (docs/sync.md, "Rows").
-    skipped_too_large: list[dict[str, object]] = []
+    skipped_too_large: list[dict[str, object]] = field(default_factory=list)
     #: For a run in an object store: the lease generation of the syncer that wrote this
     #: state (fencing, docs/sync.md "Object stores"); None for a local run.
     fence: int | None = None
     updated_at: float = 0.0
     #: Whether this is, byte for byte, the file this process last wrote (and so already
-    #: checked against the platform): set by :func:`load_state`, never saved.
-    _written_here: bool = PrivateAttr(default=False)
+    #: checked against the platform): set by :func:`load_state`, never saved (a leading
+    #: underscore keeps it out of the file).
+    _written_here: bool = field(default=False, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> SyncState:
+        """The state a file holds; :class:`StateFormatError` when it is not one (not JSON,
+        or any field not what its annotation says)."""
+        try:
+            return build(cls, orjson.loads(data))
+        except (orjson.JSONDecodeError, DocumentError) as exc:
+            raise StateFormatError(str(exc)) from None
+
+    def to_json(self) -> bytes:
+        """The file's bytes: every field but the private ones, in definition order (a
+        mapping's non-string keys written as strings, as JSON has them)."""
+        return orjson.dumps(self, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
     @property
     def written_here(self) -> bool:
@@ -187,8 +212,8 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str) -> Sy
     except OSError as exc:
         raise StateProblem(f"cannot read {path}: {exc.strerror}") from None
     try:
-        state = SyncState.model_validate_json(raw)
-    except ValidationError:
+        state = SyncState.from_json(raw)
+    except StateFormatError:
         raise StateProblem(f"{path} is damaged") from None
     if state.version > STATE_VERSION:
         raise StateProblem(f"{path} was written by a newer prime-runs-spool (state v{state.version})")
@@ -213,7 +238,7 @@ def save_state(path: Path, state: SyncState) -> None:
     state.updated_at = time.time()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = state.model_dump_json(indent=1).encode("utf-8")
+    data = state.to_json()
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -144,9 +144,10 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
     behind = spool.episodes_count if spool.problem else 0
     for document in _local_states(run_dir, run.warnings) if states is None else states:
         try:
-            state = SyncState.model_validate_json(document)
+            state = SyncState.from_json(document)
         except ValueError:
-            run.warnings.append("a sync state is damaged; the next sync reconciles it with the platform")
+            run.warnings.append("a sync state is damaged; the next sync reconciles it with the platform "
+                                "(a replay's: --replay-id ID continues that replay, --replay alone starts a new one)")
             continue
         run.destinations.append(DestinationStatus(
             destination=state.destination.base_url, team_id=state.destination.team_id,

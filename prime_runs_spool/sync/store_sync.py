@@ -17,6 +17,8 @@ cached on this machine, and the segments' sizes with the state's cursor; nothing
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import functools
 import hashlib
 import os
@@ -27,11 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import DIR_MODE, state_etag_path, sync_lease_path, sync_state_path
+from prime_runs_spool.spool.layout import DIR_MODE, replay_state_glob, state_etag_path, sync_dir, sync_lease_path, sync_state_path
 from prime_runs_spool.store.lease import Lease
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
@@ -39,7 +40,8 @@ from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.state import Destination, SyncState, save_state
+from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
+from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
 from prime_runs_spool.sync.status import RunStatus, run_status
 
 #: How many times a pass starts over after another syncer's state write got in between.
@@ -68,7 +70,7 @@ class StoreProtocol(Protocol):
                 save_state(self.path, self.state)
             else:
                 self.state.updated_at = time.time()
-                data = self.state.model_dump_json(indent=1).encode("utf-8")
+                data = self.state.to_json()
                 if self.etag is None:
                     self.etag = self.store.create(self.key, data)
                 else:
@@ -92,7 +94,7 @@ def _cache(path: Path, state: SyncState, etag: str | None) -> None:
     trusted only while the store's listing shows the same etag."""
     marker = state_etag_path(path)
     marker.unlink(missing_ok=True)
-    _write_private(path, state.model_dump_json(indent=1).encode("utf-8"))
+    _write_private(path, state.to_json())
     if etag:
         _write_private(marker, etag.encode())
 
@@ -113,8 +115,8 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def _parse(data: bytes) -> SyncState | None:
     try:
-        return SyncState.model_validate_json(data)
-    except ValidationError:
+        return SyncState.from_json(data)
+    except StateFormatError:
         return None
 
 
@@ -142,12 +144,39 @@ class StoreRunSync:
                  on_progress: Callable[[RunReport], None] | None) -> None:
         self.run, self.client, self.destination, self.options = run, client, destination, options
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
-        self.path = sync_state_path(run, destination.key)
-        self.key = run.key(sync_state_path("", destination.key).as_posix())
+        self._locate(options.replay_id)
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()))
+
+    def _locate(self, replay_id: str | None) -> None:
+        """Where this sync's state lives: the destination's, or one replay's of it."""
+        self.path = sync_state_path(self.run, self.destination.key, replay_id)
+        self.key = self.run.key(sync_state_path("", self.destination.key, replay_id).as_posix())
+
+    def _choose_replay(self) -> None:
+        """``--replay`` without an id, under the lease (as the local lock): continue the run's
+        latest unfinished replay to this destination, else start a new one (sync/replay.py)."""
+        pattern = self.run.key((sync_dir("") / replay_state_glob(self.destination.key)).as_posix())
+        if self.in_store:
+            keys = [key for key in self.run.objects if fnmatch.fnmatchcase(key, pattern)]
+            documents = [(key.rsplit("/", 1)[-1], found[0]) for key in keys
+                         if (found := self.run.store.read(key)) is not None]
+        else:
+            documents = [(path.name, path.read_bytes())
+                         for path in self.path.parent.glob(replay_state_glob(self.destination.key))]
+        replay_id = latest_unfinished(documents, self.destination.key) or new_replay_id()
+        self.options = dataclasses.replace(self.options, replay_id=replay_id)
+        self._locate(replay_id)
 
     def sync(self) -> RunReport:
         try:
+            if self.options.replay and self.options.replay_id is None:
+                if self.options.dry_run:  # reads only: the replay it would push, no lease
+                    self._choose_replay()
+                else:
+                    if not self.lease.take(wait=self.wait):
+                        return self._held()
+                    self._choose_replay()
+                    return self._kept()
             done = self._up_to_date()
             if done is not None:
                 return done
@@ -156,12 +185,19 @@ class StoreRunSync:
                 return RunSync(self.run, self.client, self.destination, self.options, index=self.index,
                                on_progress=self.on_progress).run()
             if not self.lease.take(wait=self.wait):
-                holder = self.lease.holder or {}
-                return RunReport(path=str(self.run), state="skipped",
-                                 error=f"another prime-runs sync ({holder.get('owner', 'unknown')}) holds "
-                                       "this run's lease (use --wait to wait for it)")
+                return self._held()
         except StoreError as exc:
             return RunReport(path=str(self.run), state="error", error=str(exc))
+        return self._kept()
+
+    def _held(self) -> RunReport:
+        holder = self.lease.holder or {}
+        return RunReport(path=str(self.run), state="skipped",
+                         error=f"another prime-runs sync ({holder.get('owner', 'unknown')}) holds "
+                               "this run's lease (use --wait to wait for it)")
+
+    def _kept(self) -> RunReport:
+        """The passes under the lease just taken; released after."""
         try:
             with self.lease.kept_alive():
                 return self._passes()
@@ -204,10 +240,10 @@ class StoreRunSync:
         # The engine's own rule (sizes against the cursor), not a copy of it.
         if not probe._up_to_date():
             return None
+        probe._show()  # the engine's own report of a state (its store, its totals), not a copy
         report = probe.report
         report.state = "up_to_date" if state.finalized or state.terminal else "live"
-        report.local_run_id, report.evaluation_id = state.local_run_id, state.evaluation_id
-        report.url, report.pushed_total = state.viewer_url, state.samples_pushed
+        report.local_run_id = state.local_run_id
         return report
 
     def _load_for_pass(self) -> str | None:

@@ -102,7 +102,7 @@ class LineStream:
         run_id = str(engine.state.evaluation_id)
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(engine.run_dir, start, skip_corrupt=engine.options.skip_corrupt,
-                                      skipped=self.skipped):
+                                      skipped=self.skipped, remask=engine.remask):
             after = Cursor.at(record.after)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
@@ -129,7 +129,7 @@ class HeldStream:
         run_id = str(engine.state.evaluation_id)
         assert self.cursor is not None
         for record in held_episodes(engine.run_dir, engine.superseded, set(engine.state.released),
-                                    skip_corrupt=engine.options.skip_corrupt):
+                                    skip_corrupt=engine.options.skip_corrupt, remask=engine.remask):
             yield _line(record, run_id, self.cursor)
         self.done = True
 
@@ -384,7 +384,8 @@ class TracesPush:
         wanted = set(pending.released)
         run_id = str(self.state.evaluation_id)
         taken: list[Line] = []
-        for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt):
+        for record in durable_records(self.engine.run_dir, skip_corrupt=self.engine.options.skip_corrupt,
+                                      remask=self.engine.remask):
             if record.type == EPISODE and record_episode_id(record) in wanted:
                 wanted.discard(record_episode_id(record))
                 taken.append(_line(record, run_id, pending.end or record.after))

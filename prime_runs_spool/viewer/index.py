@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -267,12 +268,31 @@ def _masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class PlatformIndex(RunIndex):
-    """The index of one local-platform evaluation: its v0 sample rows, in upload order."""
+def _masked_sample(sample: Any) -> Any:
+    """A v0 sample row with the episode it carries (``info.native_wrapper``) masked."""
+    info = sample.get("info") if isinstance(sample, Mapping) else None
+    if not isinstance(info, Mapping) or not isinstance(info.get("native_wrapper"), Mapping):
+        return sample
+    return {**sample, "info": {**info, "native_wrapper": mask(info["native_wrapper"], _EPISODE_RULES)}}
 
-    def __init__(self, store: Any, evaluation: Mapping[str, Any]) -> None:
+
+@dataclass(frozen=True)
+class InTraces:
+    """Where a dashboard row's episode is when its run went to Prime Traces: its position
+    in the platform's Prime Traces store (a sample row's is its offset)."""
+
+    seq: int
+
+
+class PlatformIndex(RunIndex):
+    """The index of one local-platform evaluation: its v0 sample rows in upload order, or,
+    for a run that went to Prime Traces (no samples), its episodes there in upload order."""
+
+    def __init__(self, store: Any, evaluation: Mapping[str, Any], traces: Any = None) -> None:
         super().__init__(str(evaluation["evaluation_id"]))
-        self.store = store
+        self.store, self.traces = store, traces
+        #: The ``seq`` of the last Prime Traces episode read (they are read by position).
+        self._after = 0
         self.evaluation: dict[str, Any] = dict(evaluation)
         self._set_manifest()
 
@@ -304,15 +324,37 @@ class PlatformIndex(RunIndex):
         return dict(metrics) if isinstance(metrics, Mapping) else {}
 
     def record(self, row: Row) -> Any:
+        """The row's record, masked again on display as a spool's is (docs/masking.md, "What
+        the viewer shows"): whatever a producer uploaded, no page shows a credential."""
+        if isinstance(row.where, InTraces):
+            episode = self.traces.episode_at(row.where.seq)
+            if episode is None:
+                raise CorruptSpoolError(Path(self.key), row.where.seq, "the episode is gone")
+            return mask(episode, _EPISODE_RULES)
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
-        return orjson.loads(bodies[0])
+        return _masked_sample(orjson.loads(bodies[0]))
 
     def _read(self, deadline: float) -> None:
         self.evaluation = self.store.get_evaluation(self.key)
         self._set_manifest()
-        self.behind = self._read_samples(deadline)
+        if self.traces is not None and not self.evaluation.get("total_samples"):
+            self.behind = self._read_episodes(deadline)
+        else:
+            self.behind = self._read_samples(deadline)
+
+    def _read_episodes(self, deadline: float) -> bool:
+        while True:
+            found = self.traces.run_episodes(self.key, self._after, PLATFORM_PAGE)
+            for seq, episode in found:
+                row, prompt = row_of_episode(len(self.rows) + 1, InTraces(seq), episode, None)
+                self._add(row, prompt)
+                self._after = seq
+            if len(found) < PLATFORM_PAGE:
+                return False
+            if time.monotonic() > deadline:
+                return True
 
     def _read_samples(self, deadline: float) -> bool:
         while True:

@@ -86,11 +86,12 @@ class SpoolSource(Source):
 
 
 class PlatformSource(Source):
-    """The evaluations of a local platform's store, newest first."""
+    """The evaluations of a local platform's store, newest first; ``traces`` (its Prime
+    Traces store) gives the episodes of the evaluations whose runs went there."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, traces: Any = None) -> None:
         super().__init__()
-        self.store = store
+        self.store, self.traces = store, traces
 
     def runs(self) -> list[RunIndex]:
         evaluations, _ = self.store.list_evaluations(skip=0, limit=MAX_EVALUATIONS)
@@ -100,7 +101,7 @@ class PlatformSource(Source):
                 key = str(evaluation["evaluation_id"])
                 run = self._runs.get(key)
                 if run is None:
-                    run = self._runs[key] = PlatformIndex(self.store, evaluation)
+                    run = self._runs[key] = PlatformIndex(self.store, evaluation, self.traces)
                 out.append(run)
             return out
 
@@ -114,5 +115,5 @@ class PlatformSource(Source):
             except NotFound:
                 raise UnknownRunError(f"no evaluation {key!r} here") from None
             with self._lock:
-                run = self._runs.setdefault(key, PlatformIndex(self.store, evaluation))
+                run = self._runs.setdefault(key, PlatformIndex(self.store, evaluation, self.traces))
         return run

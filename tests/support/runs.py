@@ -1,4 +1,8 @@
-"""Build spools for sync tests straight through the segment writer (no runner API needed)."""
+"""Build spools for sync tests straight through the segment writer (no runner API needed).
+
+They hold what ``open_run`` writes today: a manifest of the current masking version and
+episodes masked at append, so sync passes them through untouched (content/remask.py);
+tests/test_remask_e2e.py builds the older kind on purpose."""
 
 from __future__ import annotations
 
@@ -7,13 +11,16 @@ from typing import Any
 
 from fixtures.episodes import make_episode
 from prime_runs_spool.content.episodes import RolloutCounter
+from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
 from prime_runs_spool.spool.writer import SegmentWriter
+
+_EPISODE_RULES = MaskRules.defaults_for_episode()
 
 
 def manifest_for(run_id: str, name: str = "synthetic-run", environment: str = "gsm8k") -> dict[str, Any]:
     return {"run_id": run_id, "name": name, "environments": [environment], "model": "Qwen/Qwen3-8B",
             "framework": "verifiers", "config": {"model": "Qwen/Qwen3-8B"}, "num_examples": 10,
-            "rollouts_per_example": 3}
+            "rollouts_per_example": 3, "masking_version": MASKING_VERSION}
 
 
 class RunBuilder:
@@ -43,7 +50,8 @@ class RunBuilder:
         assert self.writer is not None
         items = []
         for _ in range(n):
-            episode = make_episode(self.count, size=size, run_id=self.run_id, salt=self.salt, traces=traces, ok=ok)
+            episode = mask(make_episode(self.count, size=size, run_id=self.run_id, salt=self.salt, traces=traces, ok=ok),
+                           _EPISODE_RULES)
             self.count += 1
             self.ids.append(episode["id"])
             items.append(("episode", episode, {"episode_id": episode["id"],

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from support.env import CLI, REPO_ROOT, child_env
+from fixtures.vf_launch import TASKSETS as TASKSET_DIR
+from fixtures.vf_launch import launch_file_text, write_uv_shim
+from support.env import CLI, child_env
 
-TASKSET_DIR = REPO_ROOT / "fixtures" / "verifiers"
 #: The secret placed in the launch file's ``[client] headers``; must never reach our files.
 HEADER_SECRET = "cfs_LAUNCH_FILE_HEADER_SECRET_0123"
 #: The model client's API key variable and value (verifiers reads it from the environment).
@@ -32,72 +33,19 @@ TASKS = 3
 
 def launch_file(tmp_path: Path, base_url: str, *, rollouts: int = 2) -> Path:
     path = tmp_path / "eval.toml"
-    path.write_text(f"""\
-model = "fake/model"
-num_rollouts = {rollouts}
-max_concurrent = 8
-output_dir = "outputs"
-
-[run]
-name = "{RUN_NAME}"
-
-[client]
-type = "eval"
-base_url = "{base_url}"
-api_key_var = "{KEY_VAR}"
-
-[client.headers]
-CF-Access-Client-Secret = "{HEADER_SECRET}"
-
-[env.taskset]
-id = "tiny_taskset"
-
-[env.agent.runtime]
-type = "subprocess"
-
-[env.agent.harness]
-id = "null"
-""")
+    path.write_text(launch_file_text(run_name=RUN_NAME, base_url=base_url, model="fake/model", rollouts=rollouts,
+                                     max_concurrent=8, key_var=KEY_VAR, header_name="CF-Access-Client-Secret",
+                                     header_secret=HEADER_SECRET, output_dir="outputs"))
     return path
-
-
-#: A ``uv`` in front of the real one, for the null harness's chat program only. verifiers
-#: prepares that program with ``uv sync --script`` (its declared dependencies: openai, mcp,
-#: httpx, ...), which asks the package index every time, even with a warm cache. Those
-#: packages are verifiers' own dependencies, so they are already in this interpreter: the
-#: shim answers ``uv sync --script`` (nothing to install) and ``uv python find --script``
-#: (this interpreter), and hands everything else (``--help``, which verifiers checks) to the
-#: real uv. The harness, its program and the subprocess runtime stay verifiers' own; the
-#: run then needs nothing beyond loopback.
-UV_SHIM = """#!{python}
-import os, sys
-args = sys.argv[1:]
-if "--script" in args and "--help" not in args:
-    if args[:1] == ["sync"]:
-        sys.exit(0)
-    if args[:2] == ["python", "find"]:
-        print({python!r})
-        sys.exit(0)
-here = os.path.dirname(os.path.abspath(__file__))
-for folder in os.environ.get("PATH", "").split(os.pathsep):
-    candidate = os.path.join(folder, "uv")
-    if os.path.abspath(folder) != here and os.access(candidate, os.X_OK):
-        os.execv(candidate, [candidate, *args])
-sys.exit("uv shim: no real uv on PATH")
-"""
 
 
 def uv_shim_dir() -> Path:
     """A folder holding the ``uv`` shim (written once per test process)."""
-    import sys
     import tempfile
 
     folder = Path(tempfile.gettempdir()) / f"prs-uv-shim-{os.getpid()}"
-    shim = folder / "uv"
-    if not shim.exists():
-        folder.mkdir(mode=0o700, exist_ok=True)
-        shim.write_text(UV_SHIM.format(python=sys.executable))
-        shim.chmod(0o700)
+    if not (folder / "uv").exists():
+        write_uv_shim(folder)
         atexit.register(shutil.rmtree, folder, True)
     return folder
 

@@ -1,0 +1,59 @@
+"""Bring a spool written under older masking rules up to today's before it travels.
+
+Masking happens at append, so a spool holds what the rules of its day masked. When a
+credential location is added (content/masking.py, :data:`MASKING_VERSION`), a spool
+written before then may hold a credential in clear text at the new location; the spool
+itself is the user's own file and is left as it is, but nothing of it reaches a
+destination unmasked: sync passes its manifest and every episode through here first.
+A spool recorded under the current version is passed through untouched (masking again
+would change nothing and cost a walk of every config), so only old spools pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+
+_CONFIG_RULES = MaskRules.defaults_for_config()
+_EPISODE_RULES = MaskRules.defaults_for_episode()
+
+
+def masked_under(manifest: Mapping[str, Any]) -> int:
+    """The masking version the spool was written under (0: before versions were recorded)."""
+    version = manifest.get("masking_version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else 0
+
+
+def needs_remask(manifest: Mapping[str, Any]) -> bool:
+    """Whether the spool's records must be masked again before they travel: unless it says
+    exactly today's version. One that claims a later version is masked again too (today's
+    rules are a subset of a later version's, so that costs time and never changes a record
+    a later version really wrote), and so is anything that is not a version at all."""
+    return masked_under(manifest) != MASKING_VERSION
+
+
+def remask_manifest(manifest: Mapping[str, Any], warnings: list[str] | None = None) -> dict[str, Any]:
+    """``manifest`` as today's rules would have recorded it: its config masked again, and
+    its launch file left out if today's check refuses it (the warning says why)."""
+    from prime_runs_spool.content.manifest import checked_config_source  # only old spools pay its imports
+
+    out = dict(manifest)
+    config = out.get("config")
+    if isinstance(config, Mapping):
+        out["config"] = mask(dict(config), _CONFIG_RULES)
+    source = out.get("config_source")
+    if source is not None:
+        out.pop("config_source")
+        if isinstance(source, Mapping) and isinstance(source.get("text"), str):
+            checked = checked_config_source(source["text"], str(source.get("filename") or "config"),
+                                            _CONFIG_RULES, warnings if warnings is not None else [])
+            if checked is not None:
+                out["config_source"] = checked
+    return out
+
+
+def remask_episode(record: Mapping[str, Any]) -> Any:
+    """An episode record masked by today's episode rules (never mutates ``record``)."""
+    return mask(record, _EPISODE_RULES)

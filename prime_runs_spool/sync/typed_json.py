@@ -1,0 +1,117 @@
+"""Build a dataclass from a parsed JSON document, checking every value against its annotations.
+
+Why not pydantic: the sync state is the only model a sync reads, and importing pydantic and
+building its models cost about 0.1 s of CPU, a third of a no-op ``prime-runs sync``
+(docs/benchmarks.md, "Where users feel it"). The annotations stay the one definition of the
+file's shape; this module reads them.
+
+Strict on JSON's own types, stricter than pydantic's lax mode: an ``int`` is a JSON integer
+(not a boolean, a float or a numeric string), a ``float`` a JSON number, a ``str`` a string, a
+``bool`` ``true`` or ``false``. Keys the dataclass does not name are ignored (a later version's
+fields); a missing field takes its default, and one without a default is an error.
+
+Supported annotations, all the state file uses: ``int``, ``float``, ``str``, ``bool``, ``None``,
+``Any`` and ``object`` (anything), ``X | Y``, ``Literal[...]``, ``list[X]``, ``dict[str, X]`` and
+nested dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class DocumentError(ValueError):
+    """The document does not have the dataclass's shape; the message says where."""
+
+
+_HINTS: dict[type, list[tuple[dataclasses.Field[Any], Any]]] = {}
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    """``cls``'s init fields with their resolved annotations (resolved once per class)."""
+    known = _HINTS.get(cls)
+    if known is None:
+        hints = typing.get_type_hints(cls)
+        known = _HINTS[cls] = [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+    return known
+
+
+def build(cls: type[T], document: Any) -> T:
+    """``cls`` from ``document`` (what ``orjson.loads`` gave); :class:`DocumentError` if any
+    value is not what its annotation says."""
+    return _value(cls, document, "$")
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
+    if hint is Any or hint is object:
+        return value
+    if hint is None or hint is type(None):
+        if value is None:
+            return None
+        raise DocumentError(f"{where}: expected null")
+    if hint is bool:
+        if value is True or value is False:
+            return value
+        raise DocumentError(f"{where}: expected a boolean")
+    if hint is int:
+        if type(value) is int:
+            return value
+        raise DocumentError(f"{where}: expected an integer")
+    if hint is float:
+        if type(value) in (int, float):
+            return float(value)
+        raise DocumentError(f"{where}: expected a number")
+    if hint is str:
+        if type(value) is str:
+            return value
+        raise DocumentError(f"{where}: expected a string")
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass(hint, value, where)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        if value is None and type(None) in args:
+            return None
+        options = [option for option in args if option is not type(None)]
+        if len(options) == 1:  # X | None, not null: X's own complaint says the most
+            return _value(options[0], value, where)
+        for option in options:
+            try:
+                return _value(option, value, where)
+            except DocumentError:
+                continue
+        raise DocumentError(f"{where}: matches none of {hint}")
+    if origin is Literal:
+        if any(value == allowed and type(value) is type(allowed) for allowed in args):
+            return value
+        raise DocumentError(f"{where}: expected one of {list(args)}")
+    if origin is list:
+        if type(value) is not list:
+            raise DocumentError(f"{where}: expected an array")
+        (item,) = args
+        return [_value(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if type(value) is not dict:
+            raise DocumentError(f"{where}: expected an object")
+        key, item = args
+        if key is not str:
+            raise TypeError(f"unsupported key type {key} at {where}")
+        return {k: _value(item, v, f"{where}.{k}") for k, v in value.items()}
+    raise TypeError(f"unsupported annotation {hint!r} at {where}")
+
+
+def _dataclass(cls: type, value: Any, where: str) -> Any:
+    if type(value) is not dict:
+        raise DocumentError(f"{where}: expected an object")
+    given = {}
+    for field, hint in _fields(cls):
+        if field.name in value:
+            given[field.name] = _value(hint, value[field.name], f"{where}.{field.name}")
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise DocumentError(f"{where}: {field.name} is missing")
+    return cls(**given)

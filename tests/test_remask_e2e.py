@@ -1,0 +1,167 @@
+"""Spools written under older masking rules: nothing they hold at today's credential
+locations travels (content/remask.py, docs/masking.md "Spools written under older rules").
+
+The spools here are written straight through the segment writer, the way an earlier
+version of this package left them: a manifest without ``masking_version`` and episodes
+holding credentials in clear text at locations that version did not mask. Sync must mask
+them again before the rows, the metadata and the Prime Traces documents leave, while the
+spool itself is left byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prime_traces import TracesClient
+
+from fixtures.episodes import make_episode
+from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+from prime_runs_spool.content.remask import needs_remask, remask_manifest
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.writer import SegmentWriter
+from prime_runs_spool.sync.rows import RowStream
+from support import platform_process
+from support.env import CLI, child_env
+from test_secrets_travel_e2e import API_KEY, LEAKED, all_bytes, leaky_seat
+
+LAUNCH_SECRET = "ls_OLD_LAUNCH_FILE_SECRET_4242"
+CONFIG_SECRET = "cs_OLD_CONFIG_SECRET_1357"
+SECRETS = [*LEAKED.values(), LAUNCH_SECRET, CONFIG_SECRET]
+
+
+def old_manifest(run_id: str) -> dict:
+    """A manifest as an older writer recorded it: no ``masking_version``, its config and
+    launch file holding what today's rules mask."""
+    return {"run_id": run_id, "name": f"old-{run_id}", "environments": ["gsm8k"], "model": "m",
+            "framework": "verifiers", "format_version": 1,
+            "config": {"model": "m", **leaky_seat(), "env_vars": {"TOKEN": CONFIG_SECRET}},
+            "config_source": {"format": "toml", "filename": "eval.toml",
+                              "text": f'model = "m"\n[client.default_headers]\nX-Key = "{LAUNCH_SECRET}"\n'}}
+
+
+def write_old_spool(run_dir: Path, run_id: str, episodes: int = 3, *, manifest: dict | None = None) -> bytes:
+    """Returns the spool's bytes as written (the test checks sync leaves them alone)."""
+    writer = SegmentWriter.create(run_dir, run_id)
+    writer.append("manifest", manifest if manifest is not None else old_manifest(run_id))
+    items = []
+    for number in range(episodes):
+        episode = make_episode(number, run_id=run_id)
+        for trace in episode["traces"]:
+            trace["agent"]["config"].update(leaky_seat())
+        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
+    writer.append_many(items)
+    writer.seal("completed")
+    return all_bytes(run_dir)
+
+
+def test_an_old_spool_reaches_the_platform_masked_and_is_left_as_it_was(tmp_path: Path) -> None:
+    written = {}
+    for destination in ("samples", "traces"):  # a run goes to one destination: one run each
+        written[destination] = write_old_spool(tmp_path / destination / "old", f"old-{destination}")
+        assert all(secret.encode() in written[destination] for secret in LEAKED.values())  # it does hold them
+    db = tmp_path / "platform" / "platform.db"
+    db.parent.mkdir()
+    outputs = []
+    with platform_process.running(db, "--token", API_KEY, "--traces") as server:
+        for destination in ("samples", "traces"):
+            result = subprocess.run(
+                CLI + ["sync", str(tmp_path / destination), "--base-url", server.base_url, "--to", destination,
+                       "--json"], capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=API_KEY))
+            assert result.returncode == 0, result.stdout + result.stderr
+            (report,) = json.loads(result.stdout)["runs"]
+            assert (report["state"], report["pushed_now"]) == ("synced", 3), report
+            outputs.append(result.stdout + result.stderr)
+            if destination == "samples":
+                with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {API_KEY}"}) as api:
+                    evaluation = api.get(f"/evaluations/{report['evaluation_id']}").json()
+                    rows = api.get(f"/evaluations/{report['evaluation_id']}/samples").json()["samples"]
+            else:
+                with TracesClient(api_key=API_KEY, base_url=server.base_url) as traces:
+                    (member, *_) = traces.list(run_id=report["evaluation_id"], limit=100).items
+                    document = json.loads(traces.get_raw(member.trace_id))
+    # what arrived is masked where today's rules mask, and still says what was set
+    assert len(rows) == 3
+    assert evaluation["metadata"]["env_vars"] == {"TOKEN": "***"}
+    assert "config_source" not in evaluation["metadata"]  # today's check refuses that launch file
+    seat = rows[0]["info"]["native_wrapper"]["traces"][0]["agent"]["config"]
+    assert seat["client"]["extra_headers"] == {"X-Extra": "***"} and seat["client"]["api_key"] == "***"
+    assert document["agent"]["config"]["env_vars"] == {"TOKEN": "***"}
+    places = {"platform database": all_bytes(db.parent), "sync output": "".join(outputs).encode()}
+    for secret in SECRETS:
+        for where, data in places.items():
+            assert secret.encode() not in data, f"a secret of the old spool reached the {where}"
+    for destination, before in written.items():  # the user's spool itself is left as it was
+        segments = [path for _, path in list_segments(tmp_path / destination / "old")]
+        assert segments and all(path.read_bytes() in before for path in segments)
+
+
+def test_a_current_spool_is_not_masked_again(tmp_path: Path, monkeypatch) -> None:
+    """A spool recorded under today's rules was masked at append: sync passes its records
+    through untouched rather than walk every config again."""
+    import prime_runs_spool.sync.rows as rows_module
+
+    calls = []
+    monkeypatch.setattr(rows_module, "remask_episode", lambda record: calls.append(record) or record)
+    manifest = {**old_manifest("new-run"), "masking_version": MASKING_VERSION}
+    assert not needs_remask(manifest) and needs_remask(old_manifest("x"))
+    for claimed in (MASKING_VERSION + 1, 10**9, -1, "1", True, 1.0, None):  # only today's exact version is trusted
+        assert needs_remask({**manifest, "masking_version": claimed}), claimed
+    write_old_spool(tmp_path, "new-run", manifest=manifest)
+    assert len(list(RowStream(tmp_path, None, "ev", 1 << 22, remask=False).rows())) == 3
+    assert calls == []
+    assert len(list(RowStream(tmp_path, None, "ev", 1 << 22, remask=True).rows())) == 3
+    assert len(calls) == 3
+
+
+secret_text = st.text(string.ascii_letters + string.digits, min_size=8, max_size=16).map(lambda s: f"zq-{s}")
+locations = st.sampled_from([
+    ("client", "headers"), ("client", "extra_headers"), ("client", "default_headers"), ("client", "default_query"),
+    ("sampling_args", "extra_headers"), ("harness", "env"), ("runtime", "env"), ("env_vars",), ("judge", "headers"),
+])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(placed=st.lists(st.tuples(locations, st.text(string.ascii_letters, min_size=1, max_size=8), secret_text),
+                       min_size=1, max_size=5),
+       api_key=secret_text)
+def test_rows_of_an_old_spool_hold_no_credential_at_any_current_location(placed, api_key) -> None:
+    """Property: whatever an old spool holds at today's locations, no row carries it, and
+    re-masking an already masked record changes nothing."""
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = Path(folder)
+        writer = SegmentWriter.create(run_dir, "prop")
+        writer.append("manifest", {"run_id": "prop", "name": "prop", "environments": ["e"], "config": {}})
+        episode = make_episode(0, run_id="prop")
+        config = episode["traces"][0]["agent"]["config"]
+        config.setdefault("client", {})["api_key"] = api_key
+        for path, key, secret in placed:
+            table = config
+            for part in path:
+                table = table.setdefault(part, {})
+            table[key] = secret
+        writer.append_many([("episode", episode, {"episode_id": episode["id"], "rollout_number": 0})])
+        writer.close()
+        body = b"".join(row.data for row in RowStream(run_dir, None, "ev", 1 << 22, remask=True).rows())
+    assert body
+    for secret in [api_key, *(secret for _, _, secret in placed)]:
+        assert secret.encode() not in body
+    rules = MaskRules.defaults_for_episode()
+    masked = mask(episode, rules)
+    assert mask(masked, rules) == masked
+
+
+def test_remask_manifest_keeps_a_launch_file_that_today_still_accepts() -> None:
+    clean = {**old_manifest("r"), "config_source": {"format": "toml", "filename": "eval.toml", "text": 'model = "m"\n'}}
+    warnings: list[str] = []
+    again = remask_manifest(clean, warnings)
+    assert again["config_source"] == clean["config_source"] and warnings == []
+    refused = remask_manifest(old_manifest("r"), warnings)
+    assert "config_source" not in refused and "client.default_headers" in warnings[0]
+    assert refused["config"]["client"]["api_key"] == "***"
