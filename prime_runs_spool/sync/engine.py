@@ -117,7 +117,12 @@ class RunSync:
         report = self.report
         try:
             try:
-                self._run()
+                try:
+                    self._run()
+                except BaseException:
+                    self.protocol.flush(quietly=True)  # the pass's own failure is the one told
+                    raise
+                self.protocol.flush()
             except SampleCountMismatchError as exc:
                 self._record_mismatch(exc)
                 raise
@@ -232,7 +237,7 @@ class RunSync:
                             batch.release()  # its body and its large-body token, sent or not
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0, batch.seal)
-                        self.protocol.save()
+                        self.protocol.note()  # records that are not rows: read again at no risk
             finally:
                 if stream.skipped:
                     known = {(s["segment"], s["offset"]) for s in self.state.skipped}
@@ -409,7 +414,7 @@ class RunSync:
                 self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
                 state.metrics_sent = metrics
-                self.protocol.save()
+                self.protocol.note()  # lost, it costs one more idempotent PUT
             if not state.finalized:
                 self._finalize(metrics)
             state.terminal = COMPLETED
@@ -454,7 +459,7 @@ class RunSync:
                             lambda: self.client.finalize(evaluation_id, metrics), completed)
         state.finalized = True
         state.in_flight = None
-        self.protocol.save()
+        self.protocol.note()  # the file announces the finalize: the next sync reads its status
 
     def _record_mismatch(self, exc: SampleCountMismatchError) -> None:
         """Make a mismatch loud where people look: the state (``status``) and the

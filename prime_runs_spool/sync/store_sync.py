@@ -60,7 +60,7 @@ class StoreProtocol(Protocol):
         #: The store failure that stopped this pass, if one did (a conflict starts it over).
         self.failure: StoreError | None = None
 
-    def save(self) -> None:
+    def _write(self) -> None:
         try:
             self.lease.renew()
             self.state.fence = self.lease.generation
@@ -83,7 +83,6 @@ class StoreProtocol(Protocol):
         except StoreError as exc:
             self.failure = exc
             raise
-        self.on_save()
 
 
 def _cache(path: Path, state: SyncState, etag: str | None) -> None:

@@ -255,7 +255,7 @@ class TracesPush:
         chosen = recorded or (None if asked == AUTO else asked)
         if chosen is not None and state.store != chosen:
             state.store = chosen
-            self.engine.protocol.save()
+            self.engine.protocol.note()  # written before anything is sent to it (protocol.note)
         self.engine.report.store = chosen
         return chosen
 
@@ -300,7 +300,7 @@ class TracesPush:
                 raise SyncError(f"{exc}; nothing of this run was sent there: sync it with --to samples "
                                 "(or auto)") from None
             state.store = SAMPLES
-            self.engine.protocol.save()
+            self.engine.protocol.note()  # with the first samples announcement; lost, the probe is asked again
             self.engine.report.store = SAMPLES
             self.engine.report.warnings.append("Prime Traces is not enabled for this account; "
                                                "the run goes to legacy samples")
