@@ -406,15 +406,18 @@ class RunSync:
         metrics = self._summary(seal)
         evaluation_id = str(state.evaluation_id)
         if status == COMPLETED:
-            if not state.finalized and state.store != TRACES:
-                self.reconciler.check("before finalizing")  # never finalize over rows we cannot account for
+            answer = None
             if not state.finalized or metrics != state.metrics_sent or note:
                 # Also after the first finalize: a resumed run's later seal changes them.
                 metadata = self.evaluation.metadata(self.manifest, note or None)
-                self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
+                answer = self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
                 state.metrics_sent = metrics
                 self.protocol.note()  # lost, it costs one more idempotent PUT
+            if not state.finalized and state.store != TRACES:
+                # Never finalize over rows we cannot account for: read from the PUT's answer
+                # (the evaluation, as of that request) when it carries the count.
+                self.reconciler.check("before finalizing", answer)
             if not state.finalized:
                 self._finalize(metrics)
             state.terminal = COMPLETED
