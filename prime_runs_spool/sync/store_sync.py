@@ -37,7 +37,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.state import Destination, SyncState, save_state
 from prime_runs_spool.sync.status import RunStatus, run_status
@@ -254,7 +254,7 @@ class StoreRunSync:
 
 
 def sync_store(url: str, client: PlatformClient, destination: Destination, options: SyncOptions, *,
-               jobs: int = 4, wait: bool = False, state_dir: Path | None = None,
+               jobs: int = DEFAULT_JOBS, wait: bool = False, state_dir: Path | None = None,
                store: ObjectStore | None = None,
                on_progress: Callable[[RunReport], None] | None = None) -> list[RunReport]:
     """Sync every run under ``url``; reports in key order. One listing finds the runs, their
