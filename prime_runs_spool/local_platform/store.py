@@ -2,7 +2,9 @@
 
 Why SQLite in WAL mode with ``synchronous=FULL``: the platform must survive a restart
 between a sync's requests and must never acknowledge a write it could lose, because sync's
-exactly-once checks read back what the platform says it holds. WAL lets readers run
+exactly-once checks read back what the platform says it holds (``NORMAL`` survives a
+killed server but not a power cut; docs/local-platform.md says why FULL and what it costs).
+WAL lets readers run
 while a writer commits; every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent
 appends serialise in the database rather than in this process, and every read that needs
 two facts (a page of samples and their total) reads them from one snapshot.
