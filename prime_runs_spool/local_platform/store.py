@@ -336,10 +336,14 @@ class Store:
         """A page of evaluations, newest first, and how many match in all."""
         where, args = ["1 = 1"], []
         if environment_name is not None:
+            # Per evaluation, one lookup in evaluation_environments' key: a page newest first
+            # reads only its own rows, where "id IN (every evaluation of the environment)"
+            # built that whole list for every page (2 ms a page at 2,000 evaluations, and a
+            # sync of 2,000 new runs reads the head of the listing once or twice a run).
             where.append(
-                "id IN (SELECT ee.evaluation_id FROM evaluation_environments ee"
-                " JOIN environments e ON e.id = ee.environment_id"
-                " WHERE e.name = ? OR e.owner || '/' || e.name = ?)"
+                "EXISTS (SELECT 1 FROM evaluation_environments ee WHERE ee.evaluation_id = evaluations.id"
+                " AND ee.environment_id IN (SELECT e.id FROM environments e"
+                " WHERE e.name = ? OR e.owner || '/' || e.name = ?))"
             )
             args += [environment_name, environment_name]
         if team_id is not None:
