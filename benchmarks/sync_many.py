@@ -10,12 +10,16 @@ process with an empty database, then re-synced ``--repeat`` times with nothing t
 
 What is linear shows in the per-run time: if the first sync is linear in the number of runs,
 the large tree's seconds per run equal the small one's (the last line's ratio stays near 1;
-a quadratic sync makes it about 4). Goals (issue 14): 2,000 new runs in under 30 s, and
+a quadratic sync makes it about 4). The CPU the sync process and the platform process spent
+on the first sync is printed per run too: on a shared machine it moves far less than the
+wall time. Goals (issue 14): 2,000 new runs in under 30 s, and
 their no-op re-sync in under 5 s.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import statistics
 import sys
 import uuid
@@ -28,6 +32,21 @@ from _synccommon import arguments, cli_sync, now, platform, scratch, spread, wri
 FIRST_GOAL, NOOP_GOAL = 30.0, 5.0
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children: the syncs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a running process has used (Linux /proc; 0 elsewhere): the platform."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(work: Path, runs: int, episodes: int, size: int, repeat: int) -> tuple[float, list[float]]:
     tree = work / f"tree-{runs}"
     start = now()
@@ -35,9 +54,12 @@ def measure(work: Path, runs: int, episodes: int, size: int, repeat: int) -> tup
         write_run(tree / f"run-{number:05d}", f"many-{number:05d}-{uuid.uuid4().hex[:8]}", episodes, size)
     print(f"{runs} runs of {episodes} episodes written in {now() - start:.1f} s", flush=True)
     with platform(work / f"many-{runs}.db") as server:
+        cpu, served = children_cpu(), process_cpu(server.proc.pid)
         first, report = cli_sync(tree, server.base_url)
+        cpu, served = children_cpu() - cpu, process_cpu(server.proc.pid) - served
         assert len(report["runs"]) == runs and all(r["state"] == "synced" for r in report["runs"]), report
-        print(f"  first sync: {first:.1f} s ({1000 * first / runs:.1f} ms a run)", flush=True)
+        print(f"  first sync: {first:.1f} s ({1000 * first / runs:.1f} ms a run); CPU a run: the sync's "
+              f"{1000 * cpu / runs:.1f} ms, the platform's {1000 * served / runs:.1f} ms", flush=True)
         noop = []
         for _ in range(repeat):
             elapsed, report = cli_sync(tree, server.base_url)

@@ -29,6 +29,7 @@ from prime_runs_spool.sync.options import (
     STORES,
     TRACES,
     DEFAULT_BACKOFF_CAP,
+    DEFAULT_JOBS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REQUEST_LIFETIME,
@@ -98,7 +99,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--to", "to", type=click.Choice(STORES), default=AUTO, show_default=True, envvar=STORE_ENV,
               help="Where episodes go: Prime Traces, the legacy samples table, or auto (traces, falling back "
                    f"to samples if the account has no Prime Traces; env {STORE_ENV}). Recorded per run.")
-@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True,
               help="Runs synced in parallel.")
 @click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")
 @click.option("--dry-run", is_flag=True, help="Read everything and report what would be sent; send nothing.")

@@ -84,6 +84,31 @@ def test_an_evaluation_created_elsewhere_after_the_first_listing_is_found_newest
     assert len(calls) <= 2
 
 
+def test_evaluations_created_between_the_reads_of_a_lookup_do_not_cost_a_listing_of_everything() -> None:
+    """Other jobs' creates land at the head while a lookup reads it: read again from the head
+    (not from an offset, which skips them and makes the count disagree), the lookup finds
+    them without listing the whole environment. With 8 jobs on 2,000 new runs the offset
+    reads made most lookups list everything (7,385 listing reads)."""
+    items = [{"evaluation_id": f"e{n}", "metadata": {"local_run_id": f"r{n}"}} for n in range(300)][::-1]
+    index = EvaluationIndex()
+    calls: list[tuple[int, int]] = []
+    index.find("gsm8k", _reader(items, calls), _ours("r0"))
+    created = iter(range(1000))
+
+    def busy_reader(skip: int, limit: int) -> dict:
+        """Two evaluations are created just before every read."""
+        for _ in range(2):
+            n = next(created)
+            items.insert(0, {"evaluation_id": f"new{n}", "metadata": {"local_run_id": f"new-r{n}"}})
+        calls.append((skip, limit))
+        return {"evaluations": items[skip:skip + limit], "total": len(items)}
+
+    calls.clear()
+    found = index.find("gsm8k", busy_reader, _ours("new-r0"))
+    assert [item["evaluation_id"] for item in found] == ["new0"]
+    assert all(skip == 0 for skip, _ in calls) and len(calls) <= 6, calls  # never the whole environment
+
+
 def test_whatever_the_order_a_count_that_does_not_add_up_lists_everything_again() -> None:
     # Oldest first: what is new sits at the end, where the head check does not look.
     items = [{"evaluation_id": f"e{n}", "metadata": {"local_run_id": f"r{n}"}} for n in range(120)]

@@ -3,6 +3,7 @@ important cases against the real local platform process."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -442,6 +443,71 @@ def test_a_sync_that_read_the_seal_but_died_before_finishing_still_finalizes(
     report = syncer(builder.run_dir, platform).run()
     assert report.state == "synced", report
     assert assert_exactly_once(platform, builder)["finalize_count"] == 1
+
+
+class _Killed(BaseException):
+    """A SIGKILL, as far as the pass can tell: nothing after it runs, nothing catches it."""
+
+
+def _recording_writes(monkeypatch, kill_at: int | None = None) -> list:
+    """Copies of every state the protocol writes, in order; with ``kill_at``, the process
+    "dies" just before its ``kill_at``-th write (1-based), the file holding the one before."""
+    from prime_runs_spool.sync import protocol as protocol_module
+    from prime_runs_spool.sync.state import save_state as real
+
+    writes: list = []
+
+    def write(path, state):
+        if kill_at is not None and len(writes) + 1 == kill_at:
+            raise _Killed
+        writes.append(copy.deepcopy(state))
+        real(path, state)
+
+    monkeypatch.setattr(protocol_module, "save_state", write)
+    return writes
+
+
+def test_a_new_run_writes_its_state_before_each_request_it_announces_and_once_at_the_end(
+        tmp_path: Path, platform: FakePlatform, monkeypatch) -> None:
+    """A brand new completed run of one request of samples: the create, the samples and the
+    finalize are announced (each write fsync'd before its request), and what their answers
+    taught goes in the next write, or in the one write that ends the pass (protocol.note).
+    It took nine writes before: a save after each answer, the store and the metrics too."""
+    writes = _recording_writes(monkeypatch)
+    builder = build_run(tmp_path / "run", "r1", 5)
+    assert syncer(builder.run_dir, platform).run().state == "synced"
+    assert [w.in_flight.kind if w.in_flight else None for w in writes] == ["create", "samples", "finalize", None]
+    assert writes[1].evaluation_id and writes[1].store == "samples"  # the create's answer, carried
+    assert writes[2].samples_pushed == 5 and writes[2].metrics_sent  # the samples' answer, the PUT's
+    last = writes[-1]
+    assert (last.finalized, last.terminal, last.samples_pushed, last.in_flight) == (True, "completed", 5, None)
+    again = len(platform.requests)
+    assert syncer(builder.run_dir, platform).run().state == "up_to_date"
+    assert len(writes) == 4 and len(platform.requests) == again  # the file alone says so
+
+
+def test_a_sync_killed_before_any_of_its_state_writes_is_finished_by_the_next_without_a_fence(
+        tmp_path: Path, monkeypatch) -> None:
+    """Killed just before each write of a pass in turn (the file one write behind what the
+    platform answered: an evaluation created, rows appended, a finalize done), the next
+    sync settles what the file announces by reading, never by waiting out a request
+    lifetime, and the run ends with one evaluation, each row once and one finalize."""
+    total = _recording_writes(monkeypatch)
+    builder = build_run(tmp_path / "full" / "run", "r1", 25)
+    assert syncer(builder.run_dir, FakePlatform(), max_request_bytes=20_000).run().state == "synced"
+    assert sum(1 for w in total if w.in_flight and w.in_flight.kind == "samples") >= 3
+    for kill_at in range(1, len(total) + 1):
+        platform = FakePlatform()
+        builder = build_run(tmp_path / f"kill-{kill_at}" / "run", "r1", 25)
+        _recording_writes(monkeypatch, kill_at)
+        with pytest.raises(_Killed):
+            syncer(builder.run_dir, platform, max_request_bytes=20_000).run()
+        _recording_writes(monkeypatch)
+        clock = FakeTime(platform)
+        report = syncer(builder.run_dir, platform, clock, max_request_bytes=20_000).run()
+        assert report.state in ("synced", "up_to_date"), (kill_at, report)
+        assert clock.slept == 0, f"killed before write {kill_at}: the next sync waited {clock.slept} s"
+        assert assert_exactly_once(platform, builder)["finalize_count"] == 1
 
 
 @pytest.mark.parametrize("tamper", ["newer version", "another run", "another destination"])

@@ -215,6 +215,33 @@ def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -
     assert len(builder.ids) == 5
 
 
+def test_the_runs_of_one_sync_share_one_traces_uploader_and_one_probe(tmp_path: Path, monkeypatch) -> None:
+    """The uploader is made once per client, not per run (each costs an SSL context, about
+    30 ms of CPU, and a connection: most of the first sync of many small runs), and ``auto``'s
+    probe is answered once for them all (docs/benchmarks.md, "Where users feel it")."""
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
+    made, probes = [], []
+    make, send = TracesUploader.__init__, httpx.Client.send
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        make(self, *args, **kwargs)
+
+    def counting_send(self, request, *args, **kwargs):
+        if request.url.path.endswith("/episodes"):
+            probes.append(request.url.path)
+        return send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(TracesUploader, "__init__", counting_init)
+    monkeypatch.setattr(httpx.Client, "send", counting_send)
+    for number in range(5):
+        build_run(tmp_path / "runs" / f"run-{number}", f"shared-{number}", 2)
+    reports, _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=False)
+    assert [(r.state, r.store) for r in reports] == [("synced", SAMPLES)] * 5, reports
+    assert (len(made), len(probes)) == (1, 1)
+
+
 def test_an_upload_answered_service_not_enabled_falls_back_too(tmp_path: Path, monkeypatch) -> None:
     """Where the read that ``auto`` asks first does not tell (a write-only token, say), the
     first upload's ``service_not_enabled`` sends the run to samples just the same."""

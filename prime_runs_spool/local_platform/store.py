@@ -2,7 +2,9 @@
 
 Why SQLite in WAL mode with ``synchronous=FULL``: the platform must survive a restart
 between a sync's requests and must never acknowledge a write it could lose, because sync's
-exactly-once checks read back what the platform says it holds. WAL lets readers run
+exactly-once checks read back what the platform says it holds (``NORMAL`` survives a
+killed server but not a power cut; docs/local-platform.md says why FULL and what it costs).
+WAL lets readers run
 while a writer commits; every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent
 appends serialise in the database rather than in this process, and every read that needs
 two facts (a page of samples and their total) reads them from one snapshot.
@@ -334,10 +336,14 @@ class Store:
         """A page of evaluations, newest first, and how many match in all."""
         where, args = ["1 = 1"], []
         if environment_name is not None:
+            # Per evaluation, one lookup in evaluation_environments' key: a page newest first
+            # reads only its own rows, where "id IN (every evaluation of the environment)"
+            # built that whole list for every page (2 ms a page at 2,000 evaluations, and a
+            # sync of 2,000 new runs reads the head of the listing once or twice a run).
             where.append(
-                "id IN (SELECT ee.evaluation_id FROM evaluation_environments ee"
-                " JOIN environments e ON e.id = ee.environment_id"
-                " WHERE e.name = ? OR e.owner || '/' || e.name = ?)"
+                "EXISTS (SELECT 1 FROM evaluation_environments ee WHERE ee.evaluation_id = evaluations.id"
+                " AND ee.environment_id IN (SELECT e.id FROM environments e"
+                " WHERE e.name = ? OR e.owner || '/' || e.name = ?))"
             )
             args += [environment_name, environment_name]
         if team_id is not None:

@@ -28,6 +28,8 @@ from prime_runs_spool.platform_api.settings import Settings
 if TYPE_CHECKING:
     import httpx
 
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
 # httpx (with httpcore, and trio or rich where they are installed) is imported on the first
 # request, not with this module: a sync with nothing to send makes no request, and its
 # start-up should not pay for an HTTP stack it never uses (benchmarks/startup.py).
@@ -137,6 +139,7 @@ class PlatformClient:
         self._transport = transport
         self._lock = threading.Lock()
         self._http: httpx.Client | None = None
+        self._traces: TracesUploader | None = None
 
     def _connection(self) -> httpx.Client:
         """The HTTP client, made on first use (the module docstring says why)."""
@@ -155,10 +158,26 @@ class PlatformClient:
                 )
             return self._http
 
+    def traces(self) -> TracesUploader:
+        """The destination's Prime Traces client, made on first use and shared like the HTTP
+        client: one per sync, not one per run. Each costs an SSL context (about 30 ms of CPU
+        loading the CA bundle) and a connection of its own: made per run, that was most of
+        the first sync of many small runs (docs/benchmarks.md, "Where users feel it")."""
+        with self._lock:
+            if self._traces is None:
+                from prime_runs_spool.platform_api.traces import TracesUploader
+
+                self._traces = TracesUploader(self.settings.traces_base_url,
+                                              self.settings.api_key.reveal() if self.settings.api_key else None,
+                                              self.settings.team_id, timeout=self._timeout)
+            return self._traces
+
     def close(self) -> None:
         with self._lock:
             if self._http is not None:
                 self._http.close()
+            if self._traces is not None:
+                self._traces.close()
 
     def __enter__(self) -> PlatformClient:
         return self

@@ -32,7 +32,8 @@ from prime_runs_spool.sync.console import (
     follow_until_stopped,
     report_lines,
 )
-from prime_runs_spool.sync.options import AUTO, DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES, SyncOptions
+from prime_runs_spool.sync.options import (AUTO, DEFAULT_JOBS, DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES,
+                                           SyncOptions)
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("paths", nargs="*", type=Path, default=[Path(".")])
     parser.add_argument("--base-url")
     parser.add_argument("--team")
-    parser.add_argument("--jobs", "-j", type=int, default=4)
+    parser.add_argument("--jobs", "-j", type=int, default=DEFAULT_JOBS)
     parser.add_argument("--json", dest="as_json", action="store_true")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)

@@ -120,7 +120,12 @@ class RunSync:
         report = self.report
         try:
             try:
-                self._run()
+                try:
+                    self._run()
+                except BaseException:
+                    self.protocol.flush(quietly=True)  # the pass's own failure is the one told
+                    raise
+                self.protocol.flush()
             except SampleCountMismatchError as exc:
                 self._record_mismatch(exc)
                 raise
@@ -239,7 +244,7 @@ class RunSync:
                             batch.release()  # its body and its large-body token, sent or not
                     elif batch.end is not None and batch.end != self.state.cursor:
                         self.state.advance(batch.end, 0, 0, batch.seal)
-                        self.protocol.save()
+                        self.protocol.note()  # records that are not rows: read again at no risk
             finally:
                 settle_spare_bodies()  # this run's bodies are sent
                 if stream.skipped:
@@ -409,15 +414,18 @@ class RunSync:
         metrics = self._summary(seal)
         evaluation_id = str(state.evaluation_id)
         if status == COMPLETED:
-            if not state.finalized and state.store != TRACES:
-                self.reconciler.check("before finalizing")  # never finalize over rows we cannot account for
+            answer = None
             if not state.finalized or metrics != state.metrics_sent or note:
                 # Also after the first finalize: a resumed run's later seal changes them.
                 metadata = self.evaluation.metadata(self.manifest, note or None)
-                self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
+                answer = self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
                     evaluation_id, metadata=metadata, metrics=metrics))
                 state.metrics_sent = metrics
-                self.protocol.save()
+                self.protocol.note()  # lost, it costs one more idempotent PUT
+            if not state.finalized and state.store != TRACES:
+                # Never finalize over rows we cannot account for: read from the PUT's answer
+                # (the evaluation, as of that request) when it carries the count.
+                self.reconciler.check("before finalizing", answer)
             if not state.finalized:
                 self._finalize(metrics)
             state.terminal = COMPLETED
@@ -462,7 +470,7 @@ class RunSync:
                             lambda: self.client.finalize(evaluation_id, metrics), completed)
         state.finalized = True
         state.in_flight = None
-        self.protocol.save()
+        self.protocol.note()  # the file announces the finalize: the next sync reads its status
 
     def _record_mismatch(self, exc: SampleCountMismatchError) -> None:
         """Make a mismatch loud where people look: the state (``status``) and the

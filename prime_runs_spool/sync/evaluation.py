@@ -107,7 +107,9 @@ class Evaluation:
         state.in_flight = None
         if str(evaluation.get("status", "")).upper() == "COMPLETED":
             state.finalized = True
-        self.protocol.save()
+        # Found by its local run id, as the next sync would find it again: carried by the
+        # next save (the announcement of the run's first request to it) or the pass's end.
+        self.protocol.note()
 
     def _adopt_existing(self, manifest: Mapping[str, Any]) -> bool:
         found = self._find_existing(manifest)

@@ -17,7 +17,7 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import FILE_MODE, find_runs, spool_dir, sync_lock_path, unreadable_message
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.state import Destination
 
@@ -89,7 +89,7 @@ def sync_paths(
     destination: Destination,
     options: SyncOptions,
     *,
-    jobs: int = 4,
+    jobs: int = DEFAULT_JOBS,
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
 ) -> list[RunReport]:

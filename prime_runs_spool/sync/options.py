@@ -40,6 +40,13 @@ DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_BACKOFF_CAP = 30.0
 DEFAULT_POLL_INTERVAL = 0.1
+#: Runs synced at once. A small run waits on its requests and its fsync'd state writes far
+#: longer than it computes, so more runs at once overlap those waits (against a remote
+#: platform each round trip weighs more still); the figures are in docs/benchmarks.md,
+#: "Where users feel it". Memory does not grow with it (at most two large bodies are alive
+#: per process, sync/rows.py): eight jobs over eight large runs peaked at 123 MB, four at
+#: 114 MB. One run is one job whatever the setting.
+DEFAULT_JOBS = 8
 
 
 @dataclass

@@ -60,10 +60,51 @@ class Protocol:
         self.on_save = on_save
         #: The run's sync state: loaded (or started) by the engine before any request.
         self.state: SyncState | None = None
+        #: Whether the state holds changes :meth:`note` made that the file does not have yet.
+        self.unsaved = False
+        #: Set while a write is under way, so still set after one that failed.
+        self._writing = False
 
     def save(self) -> None:
-        save_state(self.path, self.state)
+        """Write the state now, atomically and durably: what announces a request, before it
+        is sent, and what records anything the platform cannot tell the next sync."""
+        self._writing = True
+        self._write()
+        self._writing = self.unsaved = False
         self.on_save()
+
+    def _write(self) -> None:
+        save_state(self.path, self.state)
+
+    def note(self) -> None:
+        """The state changed in a way the next sync can learn again from the platform: the
+        answer to a request the file already announces (an evaluation created, rows or a
+        finalize that landed), or a fact read from the spool or the platform again at no
+        risk (a cursor past records that are not rows, the store samples go to, the metrics
+        sent with an idempotent PUT). Not written on its own: the next :meth:`save` (the
+        announcement of the next request, written before that request is sent) carries it,
+        or :meth:`flush` at the end of the pass. A process killed in between leaves a file
+        that is behind but still true (the invariant allows the request it announces to
+        have landed), and the next sync settles that request as after any crash, by one
+        read and without a fence, because it did land (docs/sync.md, "State")."""
+        self.unsaved = True
+        self.on_save()
+
+    def flush(self, *, quietly: bool = False) -> None:
+        """Write what :meth:`note` left unsaved, once, at the end of a pass (the engine's
+        ``run``), whether it went well or not: so a finished run's file says so (the next
+        sync's "up to date?" answers from it without a request), and a failed pass leaves
+        no more for the next sync to read back than it must. Never after a write that
+        failed: that one may have been announcing a request that then was not sent, and
+        writing it now would make the next sync fence a request that never left.
+        ``quietly``: a failure to write is not raised (the pass is failing already)."""
+        if not self.unsaved or self._writing:
+            return
+        try:
+            self.save()
+        except Exception:
+            if not quietly:
+                raise
 
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""
@@ -77,7 +118,7 @@ class Protocol:
             self.state.released.extend(i for i in pending.released if i not in self.state.released)
         self.state.advance(end, rows, episodes, seal, last_sample_id)
         self.state.in_flight = None
-        self.save()
+        self.note()  # the file announces the request: the next sync sees it landed
 
     def fence(self, sent_at: float) -> None:
         """Wait until a request sent at ``sent_at`` (wall clock) can no longer be processed.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prime_runs_spool.errors import SampleCountMismatchError, SyncError
@@ -176,9 +176,14 @@ class Reconciler:
                 raise
             raise self.mismatch(total, str(exc)) from None
 
-    def check(self, when: str) -> None:
-        """One read: the platform must hold exactly the rows the state acknowledged."""
-        total = self.total_samples()
+    def check(self, when: str, evaluation: Mapping[str, Any] | None = None) -> None:
+        """One read: the platform must hold exactly the rows the state acknowledged.
+        ``evaluation``: an answer the platform just gave with the evaluation in it (the
+        metadata PUT's, before finalizing); its ``total_samples`` is that read, when it
+        carries one (the docs promise it only of ``GET /evaluations/{id}``), else the GET is
+        made."""
+        known = (evaluation or {}).get("total_samples")
+        total = known if isinstance(known, int) and not isinstance(known, bool) else self.total_samples()
         if total != self.protocol.state.samples_pushed:
             raise self.mismatch(total, f"found {when}")
 

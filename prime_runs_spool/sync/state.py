@@ -3,8 +3,10 @@
 The state is a promise about the platform: "exactly ``samples_pushed`` rows of this run's
 row stream are on evaluation ``evaluation_id``, and nothing else of ours is in flight, unless
 ``in_flight`` says so". Everything sync does keeps that promise true at every instant a
-process could die, which is why each change is written atomically (temporary file, fsync,
-rename, fsync of the directory) *before* the request it announces is sent.
+process could die, which is why the state is written atomically (temporary file, fsync,
+rename, fsync of the directory) *before* each request it announces is sent. What an answer
+teaches may wait for the next such write: a file one answer behind is still true
+(sync/protocol.py, ``Protocol.note``).
 """
 
 from __future__ import annotations

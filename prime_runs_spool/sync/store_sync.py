@@ -38,7 +38,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
 from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
@@ -62,7 +62,7 @@ class StoreProtocol(Protocol):
         #: The store failure that stopped this pass, if one did (a conflict starts it over).
         self.failure: StoreError | None = None
 
-    def save(self) -> None:
+    def _write(self) -> None:
         try:
             self.lease.renew()
             self.state.fence = self.lease.generation
@@ -85,7 +85,6 @@ class StoreProtocol(Protocol):
         except StoreError as exc:
             self.failure = exc
             raise
-        self.on_save()
 
 
 def _cache(path: Path, state: SyncState, etag: str | None) -> None:
@@ -291,7 +290,7 @@ class StoreRunSync:
 
 
 def sync_store(url: str, client: PlatformClient, destination: Destination, options: SyncOptions, *,
-               jobs: int = 4, wait: bool = False, state_dir: Path | None = None,
+               jobs: int = DEFAULT_JOBS, wait: bool = False, state_dir: Path | None = None,
                store: ObjectStore | None = None,
                on_progress: Callable[[RunReport], None] | None = None) -> list[RunReport]:
     """Sync every run under ``url``; reports in key order. One listing finds the runs, their

@@ -216,7 +216,6 @@ class TracesPush:
 
     def __init__(self, engine: RunSync) -> None:
         self.engine = engine
-        self._uploader: TracesUploader | None = None
         #: Set while this pass pushes to Prime Traces: the run's end then releases held-back
         #: episodes here, even before a first receipt recorded the store (``auto``).
         self.pushing = False
@@ -256,7 +255,7 @@ class TracesPush:
         chosen = recorded or (None if asked == AUTO else asked)
         if chosen is not None and state.store != chosen:
             state.store = chosen
-            self.engine.protocol.save()
+            self.engine.protocol.note()  # written before anything is sent to it (protocol.note)
         self.engine.report.store = chosen
         return chosen
 
@@ -301,15 +300,11 @@ class TracesPush:
                 raise SyncError(f"{exc}; nothing of this run was sent there: sync it with --to samples "
                                 "(or auto)") from None
             state.store = SAMPLES
-            self.engine.protocol.save()
+            self.engine.protocol.note()  # with the first samples announcement; lost, the probe is asked again
             self.engine.report.store = SAMPLES
             self.engine.report.warnings.append("Prime Traces is not enabled for this account; "
                                                "the run goes to legacy samples")
             return False
-        finally:
-            if self._uploader is not None:
-                self._uploader.close()
-                self._uploader = None
         return True
 
     def _target(self) -> int:
@@ -415,7 +410,7 @@ class TracesPush:
         in spool order, cut by the library's rule and announced like any batch (their ids
         recorded as released with the receipt). Which they are is a function of the sealed
         spool and ``released``, so a sync killed after a receipt cuts the same rest."""
-        # Called from the push loop's finish (engine._finish), which closes the uploader;
+        # Called from the push loop's finish (engine._finish);
         # an announced release batch was sent again at that loop's start.
         for cut in cut_batches(HeldStream(self.engine, self.state.cursor, seal=self.state.seal), self._target()):
             if cut.batch is None:
@@ -478,14 +473,8 @@ class TracesPush:
                 protocol.sleep(backoff.delay(attempt, exc.retry_after))
 
     def _client(self) -> TracesUploader:
-        from prime_runs_spool.platform_api.traces import TracesUploader
-
-        if self._uploader is None:
-            settings = self.engine.client.settings
-            self._uploader = TracesUploader(settings.traces_base_url,
-                                            settings.api_key.reveal() if settings.api_key else None,
-                                            settings.team_id, timeout=self.engine.client.timeout)
-        return self._uploader
+        """The destination's uploader, shared by every run of this sync (PlatformClient.traces)."""
+        return self.engine.client.traces()
 
     def _context(self) -> dict[str, str]:
         from prime_runs_spool.platform_api.traces import RUN_TYPE
