@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
 
 from support import moto_server, platform_process
 from support.env import child_env
@@ -21,23 +18,8 @@ from test_traces_sync_e2e import episodes_in_traces
 LEASE = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[moto_server.MotoServer]:
-    with moto_server.running() as running, moto_server.environment(running.env()):
-        yield running
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[platform_process.PlatformProcess]:
-    db = tmp_path_factory.mktemp("attack-store") / "platform.db"
-    with platform_process.running(db, "--token", TOKEN, "--traces") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def api(server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
-        yield client
+moto = moto_server.module_fixture()
+server, api = platform_process.module_fixtures(TOKEN, "api", "--traces")
 
 
 def machine(moto, home: Path) -> dict[str, str]:

@@ -8,7 +8,6 @@ tests prove it of moto's server mode through the same library calls the code mak
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,10 +16,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from support import moto_server
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[moto_server.MotoServer]:
-    with moto_server.running() as server, moto_server.environment(server.env()):
-        yield server
+moto = moto_server.module_fixture()
 
 
 @pytest.fixture

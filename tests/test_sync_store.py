@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,11 @@ from prime_runs_spool.sync.store_sync import sync_store
 from support import moto_server
 from support.env import child_env
 from support.runs import RunBuilder, build_run
-from support.store_runs import get_object, put_object, upload_run
+from support.store_runs import get_object, upload_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[moto_server.MotoServer]:
-    with moto_server.running() as running, moto_server.environment(running.env()):
-        yield running
+moto = moto_server.module_fixture()
 
 
 @pytest.fixture

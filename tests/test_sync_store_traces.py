@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from prime_runs_spool.store.objects import ObjectStore
 from support import moto_server, platform_process
@@ -21,23 +19,8 @@ from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
 from test_traces_sync_e2e import episodes_in_traces
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[moto_server.MotoServer]:
-    with moto_server.running() as running, moto_server.environment(running.env()):
-        yield running
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[platform_process.PlatformProcess]:
-    db = tmp_path_factory.mktemp("store-traces") / "platform.db"
-    with platform_process.running(db, "--token", TOKEN, "--traces") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def api(server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
-        yield client
+moto = moto_server.module_fixture()
+server, api = platform_process.module_fixtures(TOKEN, "api", "--traces")
 
 
 def machine(moto: moto_server.MotoServer, home: Path) -> dict[str, str]:

@@ -85,3 +85,16 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def module_fixture() -> object:
+    """A module-scoped ``moto`` fixture: one S3 server for a test file, its endpoint and
+    credentials in this process's environment too (``moto = moto_server.module_fixture()``)."""
+    import pytest
+
+    @pytest.fixture(scope="module", name="moto")
+    def moto() -> Iterator[MotoServer]:
+        with running() as server, environment(server.env()):
+            yield server
+
+    return moto
