@@ -254,17 +254,24 @@ class RunSync:
                         if (s["segment"], s["offset"]) not in known)
                     self.protocol.save()
                 self._record_too_large(stream)
-            if stream.seal is not None:
-                self._finish(str(stream.seal.get("status")), stream.seal)
+            if self.pass_ended(stream.seal, lambda: self._drained(stream)):
                 return
-            if run_writer_alive(self.run_dir):
-                self.report.state = "live"
-                return
-            # The writer is gone. It may have appended (or sealed) between our last read
-            # and its exit: read once more before calling the run crashed.
-            if self._drained(stream):
-                self._finish(CRASHED, None)
-                return
+
+    def pass_ended(self, seal: dict[str, Any] | None, drained: Callable[[], bool]) -> bool:
+        """How a pass that read to the end of the log ends, for either store: with the
+        seal's status; ``live`` while the writer holds its lock; ``crashed`` once the
+        writer is gone and ``drained()`` (a read after that) finds nothing more, since it
+        may have appended, or sealed, between our last read and its exit. False: read again."""
+        if seal is not None:
+            self._finish(str(seal.get("status")), seal)
+            return True
+        if run_writer_alive(self.run_dir):
+            self.report.state = "live"
+            return True
+        if drained():
+            self._finish(CRASHED, None)
+            return True
+        return False
 
     def _record_too_large(self, stream: RowStream) -> None:
         """Keep the episodes the stream passed over as too large: in the state (so status

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, FailureKind, PlatformError, ServiceNotEnabled, SyncError
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE
+from prime_runs_spool.spool.format import COMPLETED, EPISODE
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES
 from prime_runs_spool.sync.rows import (LARGE_BODIES, LARGE_BODY, durable_records, held_episodes,
                                         record_episode_id, seal_if_last, track_seal,
@@ -334,18 +334,13 @@ class TracesPush:
                     del cut  # its bytes are not kept alive while the next batch is built
             finally:
                 self._note_skipped(stream)
-            if stream.seal is not None:
-                engine._finish(str(stream.seal.get("status")), stream.seal)
+            if engine.pass_ended(stream.seal, self._drained):
                 return
-            from prime_runs_spool.sync.engine import run_writer_alive
 
-            if run_writer_alive(engine.run_dir):
-                engine.report.state = "live"
-                return
-            probe = LineStream(engine, self.state.cursor)
-            if next(probe.lines(), None) is None and probe.seal is None:
-                engine._finish(CRASHED, None)
-                return
+    def _drained(self) -> bool:
+        """Nothing more to read from the cursor: no line, no seal."""
+        probe = LineStream(self.engine, self.state.cursor)
+        return next(probe.lines(), None) is None and probe.seal is None
 
     def _resend(self, pending: InFlight) -> None:
         """The announced batch, rebuilt from its two positions: the same bytes, the same key.
