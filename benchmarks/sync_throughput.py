@@ -16,6 +16,9 @@ a fresh ``prime-runs platform serve`` process (its own GIL):
 * **bare**: an evaluation is created and the request bodies are built with the same projection
   and batching (``RowStream`` + ``batches``) *before* the clock starts; timed: a plain
   ``httpx.Client`` loop POSTing those bodies, nothing else.
+* **bare+cpu**: the bare loop while another process burns as much CPU as the cli process
+  used in the same round, started with the loop: the floor on two cores, since the work sync
+  must do (read, check, project every row) competes with the platform for the cores.
 * **prime-evals**: the same rows as Python objects, built before the clock; timed:
   ``EvalsClient.push_samples`` (prime-evals 0.2, its default 4 concurrent uploads), which
   re-serializes and batches them itself.
@@ -117,7 +120,8 @@ def time_prime_evals(work: Path, run_dir: Path, label: str, max_request_bytes: i
     return elapsed, int(result["samples_pushed"]), sent
 
 
-def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> tuple[float, int, int]:
+def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int,
+              burn: float = 0.0) -> tuple[float, int, int]:
     with platform(work / f"bare-{label}.db") as server:
         client, _ = client_for(server.base_url)
         with client:
@@ -130,13 +134,35 @@ def time_bare(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
                    "Accept": "application/json"}
         url = f"{server.base_url}/api/v1/evaluations/{evaluation_id}/samples"
         with httpx.Client(timeout=120.0) as http:
+            burner = _burner(burn)
             start = now()
             for body in bodies:
                 http.post(url, content=body, headers=headers).raise_for_status()
             elapsed = now() - start
+            if burner is not None:
+                burner.wait()
         sent = sum(len(b) for b in bodies)
         del bodies
     return elapsed, rows, sent
+
+
+#: A process that keeps one core busy for argv[1] seconds of its own CPU.
+_BURN = ("import sys, time\nend = time.process_time() + float(sys.argv[1])\n"
+         "while time.process_time() < end:\n    pass\n")
+
+
+def time_bare_with_cpu(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> tuple[float, int, int]:
+    """The bare loop while another process spends as much CPU as the cli process did this
+    round, started with the loop: the floor on this machine's two cores, where the work sync
+    cannot skip (reading, checking and projecting every row) competes with the platform for
+    the same cores as the cli's does."""
+    return time_bare(work, run_dir, label, max_request_bytes, burn=CPU["cli"][-1][0] if CPU["cli"] else 0.0)
+
+
+def _burner(seconds: float):  # noqa: ANN202  (a Popen or None)
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", _BURN, f"{seconds:.3f}"]) if seconds > 0 else None
 
 
 def main() -> None:
@@ -155,9 +181,11 @@ def main() -> None:
         if importlib.util.find_spec("prime_evals") is None:
             print("prime-evals is not installed: its figure is left out", flush=True)
             del ways["prime-evals"]
+        ways["bare+cpu"] = time_bare_with_cpu  # after the cli in each round: it burns the cli's CPU
         times: dict[str, list[float]] = {name: [] for name in ways}
         for i in range(args.repeat):
-            order = list(ways)[i % len(ways):] + list(ways)[:i % len(ways)]
+            turns = [name for name in ways if name != "bare+cpu"]
+            order = turns[i % len(turns):] + turns[:i % len(turns)] + ["bare+cpu"]
             sent: dict[str, tuple[int, int]] = {}
             for name in order:
                 elapsed, rows, nbytes = ways[name](work, run_dir, f"{name}-{i}", args.max_request_bytes)
