@@ -155,3 +155,38 @@ def test_the_runs_of_one_sync_resolve_each_environment_once(tmp_path: Path) -> N
         reports = sync_paths([tmp_path], client, DEST, SyncOptions(), jobs=3)
     assert [r.state for r in reports] == ["synced"] * 6
     assert resolved == ["gsm8k"]
+
+
+def test_runs_with_nothing_to_send_are_answered_without_a_pass(tmp_path: Path, monkeypatch) -> None:
+    """A re-sync answers the unchanged runs in its own thread (RunSync.probe): no pass, no
+    lock, no request; a run that grew since, and one whose state was lost, get their pass."""
+    import prime_runs_spool.sync.many as many
+    from support.runs import RunBuilder
+
+    for n in range(6):
+        build_run(tmp_path / "runs" / f"run-{n}", f"probe-run-{n}", 2)
+    grows = RunBuilder(tmp_path / "runs" / "run-grows", "probe-grows")
+    grows.open_segment()
+    grows.add(2)
+    grows.abandon()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with PlatformClient(settings) as client:
+            first = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
+            assert sorted(r.state for r in first) == ["crashed"] + ["synced"] * 6
+            passes: list[str] = []
+            real = many.sync_run
+            monkeypatch.setattr(many, "sync_run", lambda run_dir, *a, **k: passes.append(run_dir.name) or real(
+                run_dir, *a, **k))
+            again = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
+            assert [r.state for r in again] == ["up_to_date"] * 7 and passes == []
+            assert [r.pushed_total for r in again] == [2] * 7
+            grows.open_segment()  # the crashed run resumed and wrote more
+            grows.add(3)
+            grows.seal()
+            for path in sync_dir(tmp_path / "runs" / "run-0").glob("*.json"):
+                path.unlink()  # a lost state: only a pass can find the evaluation again
+            third = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
+            assert sorted(passes) == ["run-0", "run-grows"]
+            states = {Path(r.path).name: (r.state, r.pushed_now) for r in third}
+            assert states["run-grows"] == ("synced", 3) and states["run-0"][1] == 0

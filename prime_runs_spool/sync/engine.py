@@ -138,6 +138,37 @@ class RunSync:
             report.error = f"{exc.filename or self.run_dir}: {exc.strerror or exc}"
         return report
 
+    def probe(self) -> RunReport | None:
+        """The run's report when it is up to date, else None (a pass is needed).
+
+        The same rule as a pass (the state against the files' sizes, the store ``--to``
+        names), read without the run's lock and writing nothing: a state is replaced
+        whole by a rename, so what is read is one whole state, and one that says the spool
+        was all sent while the files still end where it says is the answer a pass would
+        give. So a sync of many runs answers the unchanged ones in its own thread, not
+        through the worker pool, where runs with nothing to send would only contend for
+        the GIL. Anything unusual (no manifest, no state or a damaged one, an error) is
+        None: the pass, under the lock, deals with it.
+        """
+        try:
+            manifest = read_manifest(self.run_dir)
+            if manifest is None:
+                return None
+            local_id = str(manifest.get("run_id"))
+            state = load_state(self.protocol.path, destination=self.destination, local_run_id=local_id)
+            if state is None:
+                return None
+            self.protocol.state = state
+            self.traces.recorded()  # --to naming the other store is the pass's error to report
+            if not self._up_to_date():
+                return None
+        except (StateProblem, SpoolError, SampleTooLargeError, OSError):
+            return None
+        self.report.local_run_id, self.report.name = local_id, manifest.get("name")
+        self._show()
+        self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
+        return self.report
+
     def _run(self) -> None:
         manifest = read_manifest(self.run_dir)
         if manifest is None:

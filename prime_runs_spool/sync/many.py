@@ -104,7 +104,20 @@ def sync_paths(
     index = EvaluationIndex()
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         futures = [item if isinstance(item, RunReport) else
+                   up_to_date(item, client, destination, options, on_progress) or
                    pool.submit(sync_run, item, client, destination, options, wait=wait, on_progress=on_progress,
                                index=index)
                    for item in found]
         return [item if isinstance(item, RunReport) else item.result() for item in futures]
+
+
+def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
+               on_progress: Callable[[RunReport], None] | None) -> RunReport | None:
+    """The report of a run with nothing to send, found in this thread (RunSync.probe), or
+    None. A replay is chosen under the run's lock, so it always takes the pool."""
+    if options.replay:
+        return None
+    try:
+        return RunSync(run_dir, client, destination, options, on_progress=on_progress).probe()
+    except Exception:  # the pass reports whatever this is, under the lock
+        return None
