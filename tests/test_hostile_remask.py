@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from fixtures.episodes import make_episode
 from prime_runs_spool.spool.writer import SegmentWriter
@@ -43,17 +44,10 @@ def sync_and_collect(tmp_path: Path, to: str) -> tuple[dict, bytes, str]:
     return report, all_bytes(db.parent), result.stdout + result.stderr
 
 
-def test_errored_episode_released_at_completion_is_remasked_samples(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to", ["samples", "traces"])
+def test_errored_episode_released_at_completion_is_remasked(tmp_path: Path, to: str) -> None:
     write_old_spool_with_errors(tmp_path / "runs" / "old", "old-err")
-    report, database, output = sync_and_collect(tmp_path, "samples")
-    assert report["state"] == "synced", report
-    leaked = [s for s in LEAKED.values() if s.encode() in database]
-    assert not leaked, f"held-back (errored) episode released unmasked: {leaked}"
-
-
-def test_errored_episode_released_at_completion_is_remasked_traces(tmp_path: Path) -> None:
-    write_old_spool_with_errors(tmp_path / "runs" / "old", "old-err")
-    report, database, output = sync_and_collect(tmp_path, "traces")
+    report, database, output = sync_and_collect(tmp_path, to)
     assert report["state"] == "synced", report
     leaked = [s for s in LEAKED.values() if s.encode() in database]
     assert not leaked, f"held-back (errored) episode released unmasked: {leaked}"
@@ -128,7 +122,6 @@ def test_an_old_manifest_whose_config_is_a_string_is_one_line_not_a_crash(tmp_pa
     assert result.returncode in (0, 1) and result.stdout, (result.returncode, result.stdout, result.stderr)
 
 
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("version", ["1", True, -1, 1.0, 0, None, [], {}, 1.5])
