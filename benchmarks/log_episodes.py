@@ -26,6 +26,10 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   64-thread gap that work alone costs on this machine, and the 64 threads against it what
   the rest of the spool (numbering, the summary, framing, CRC-32C, the durable mark, the
   hand-offs) costs.
+* the same for one appender: the bare loop against itself doing the work no spool can skip
+  and writing the line as the format frames it (check, mask, CRC-32C, the framed line), in
+  turns of 8. Its ratio is a ceiling on the single appender's: a spool also numbers,
+  summarizes, locks and publishes its durable mark.
 
 Goals (issue 14): 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
 ends early if the pool runs out, so a rate is episodes over the time actually spent.
@@ -42,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -54,6 +59,7 @@ from append import run_threads as timed_threads  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
 from prime_runs_spool.content.episodes import check_episode  # noqa: E402
 from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
+from prime_runs_spool.spool.format import EPISODE, frame_line, framing_rest, prepare  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
 PADDING = 15_000
@@ -96,19 +102,41 @@ def fresh_run(folder: Path):
     return run_dir, open_run(run_dir, name="bench", model="Qwen/Qwen3-8B", environments=["gsm8k"])
 
 
+def bare_loop(fd: int, pool: Pool, *, must: bool = False) -> Callable[[], bool]:
+    """One step of the bare loop: take an episode, serialize it with orjson, write it, fdatasync.
+
+    With ``must``, the step first does what no spool of these episodes can skip, and frames
+    the line as the format requires: check the episode's shape, mask it (the run's default
+    rules and their memo), checksum it with CRC-32C and write the framed line
+    (``spool.format.prepare`` and ``frame_line``). No numbering, no summary, no lock, no
+    durable mark: whatever else a spool does only adds to it, so its rate against the bare
+    loop's is a ceiling on the single appender's ratio.
+    """
+    rules = MaskRules.defaults_for_episode()
+    rest = framing_rest(EPISODE)
+    seq = [0]
+
+    def step() -> bool:
+        episode = pool.take()
+        if episode is None:
+            return False
+        if must:
+            check_episode(episode)
+            seq[0] += 1
+            os.writev(fd, frame_line(prepare(mask(episode, rules), EPISODE), seq[0], rest))
+        else:
+            os.write(fd, orjson.dumps(episode) + b"\n")
+        os.fdatasync(fd)
+        return True
+
+    return step
+
+
 def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]:
     """The bare serialize+write+fdatasync loop and ``log_episodes``, in interleaved blocks."""
     pool.reset()
     run_dir, run = fresh_run(folder)
     fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
-
-    def bare() -> bool:
-        episode = pool.take()
-        if episode is None:
-            return False
-        os.write(fd, orjson.dumps(episode) + b"\n")
-        os.fdatasync(fd)
-        return True
 
     def spool() -> bool:
         episode = pool.take()
@@ -118,12 +146,24 @@ def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]
         return True
 
     try:
-        return interleaved(bare, spool, seconds)
+        return interleaved(bare_loop(fd, pool), spool, seconds)
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
         run.finish()
         shutil.rmtree(run_dir)
+
+
+def single_floor(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]:
+    """The bare loop and the same loop doing the work no spool can skip, in interleaved blocks."""
+    pool.reset()
+    fds = [os.open(folder / name, FLAGS, 0o600) for name in ("bare.jsonl", "must.jsonl")]
+    try:
+        return interleaved(bare_loop(fds[0], pool), bare_loop(fds[1], pool, must=True), seconds)
+    finally:
+        for fd, name in zip(fds, ("bare.jsonl", "must.jsonl")):
+            os.close(fd)
+            os.unlink(folder / name)
 
 
 def run_threads(folder: Path, pool: Pool, seconds: float) -> float:
@@ -213,12 +253,14 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 5)
     pool = Pool(args.pool)
     folder = Path(tempfile.mkdtemp(prefix="log-episodes-bench-", dir=args.dir))
-    results: dict[str, list[tuple[float, float]]] = {"single": [], "threads": [], "tasks": [], "floor": []}
+    results: dict[str, list[tuple[float, float]]] = {"single": [], "single_floor": [], "threads": [], "tasks": [],
+                                                      "floor": []}
     try:
         print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
         for n in range(rounds):
             results["single"].append(single_pair(folder, pool, seconds))
+            results["single_floor"].append(single_floor(folder, pool, seconds))
             lean = lean_threads(folder, pool, seconds)
             threads = run_threads(folder, pool, seconds)
             must = lean_threads(folder, pool, seconds, must=True)
@@ -227,10 +269,12 @@ def main() -> None:
             results["floor"].append((must, threads))
             results["tasks"].append((threads, tasks))
             print(f"  round {n + 1}: single {results['single'][-1][1] / results['single'][-1][0]:.2f}, "
+                  f"(bare+must)/bare {results['single_floor'][-1][1] / results['single_floor'][-1][0]:.2f}, "
                   f"threads/lean {threads / lean:.2f}, threads/(lean+must) {threads / must:.2f}, "
                   f"(lean+must)/lean {must / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
         print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
         print(f"{'1 appender vs serialize+write+sync':<34} | {summary(results['single'])} | 0.8")
+        print(f"{'bare + check + mask + CRC vs bare':<34} | {summary(results['single_floor'])} | -")
         print(f"{'64 threads vs lean group commit':<34} | {summary(results['threads'])} | 0.8")
         print(f"{'64 threads vs lean + check + mask':<34} | {summary(results['floor'])} | -")
         print(f"{'lean + check + mask vs lean':<34} | "
