@@ -152,3 +152,27 @@ def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
     slices = list(_Chunks(body))
     assert [len(s) for s in slices] == [SEND_CHUNK, SEND_CHUNK, 1]
     assert b"".join(slices) == body
+
+
+def test_on_sent_is_called_once_the_whole_body_is_written() -> None:
+    """The sync builds its next request only once this one's body is on the wire
+    (sync/rows.py, ``read_ahead``): ``on_sent`` must not come before the last slice."""
+    from prime_runs_spool.platform_api.client import SEND_CHUNK, _Chunks
+
+    calls: list[int] = []
+    body = b"x" * (SEND_CHUNK * 2 + 5)
+    slices = _Chunks(body, lambda: calls.append(1))
+    taken = 0
+    for _ in slices:
+        assert not calls  # not before the last slice is asked for again
+        taken += 1
+    assert taken == 3 and calls == [1]
+
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.read())
+        return httpx.Response(200, json={"evaluation_id": "ev1", "samples_pushed": 1})
+
+    client_with(handler).push_samples("ev1", body, on_sent=lambda: calls.append(2))
+    assert seen == [body] and calls == [1, 2]

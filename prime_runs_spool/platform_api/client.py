@@ -16,7 +16,7 @@ knows. What the client adds is the classification every retry decision rests on:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -50,8 +50,9 @@ class _Chunks:
     """A body as views of at most ``SEND_CHUNK`` bytes; re-iterable, so nothing is
     consumed if the request has to be built again."""
 
-    def __init__(self, body: bytes | bytearray | memoryview) -> None:
+    def __init__(self, body: bytes | bytearray | memoryview, on_sent: Callable[[], None] | None = None) -> None:
         self._view = memoryview(body).cast("B")
+        self._on_sent = on_sent
 
     def __len__(self) -> int:
         return len(self._view)
@@ -60,6 +61,8 @@ class _Chunks:
         view = self._view
         for start in range(0, len(view), SEND_CHUNK):
             yield view[start:start + SEND_CHUNK]
+        if self._on_sent is not None:  # asked for the next slice: the last one was written
+            self._on_sent()
 
     def drop(self) -> None:
         """Let go of the body. httpx keeps the request in a reference cycle with its
@@ -237,9 +240,12 @@ class PlatformClient:
         """NOT idempotent: every success is a new evaluation."""
         return self._request("POST", "/evaluations/", json_body={**payload, **self._team()})
 
-    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview) -> dict[str, Any]:
-        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document)."""
-        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body))
+    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview, *,
+                     on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
+        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document).
+        ``on_sent``: called once the whole body is written to the connection (the sync
+        builds its next request only then: sync/rows.py, ``read_ahead``)."""
+        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body, on_sent))
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,
