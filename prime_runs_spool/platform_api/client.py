@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import httpx
 
     from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_runs_spool.platform_api.traces_probe import TracesProbe
 
 # httpx (with httpcore, and trio or rich where they are installed) is imported on the first
 # request, not with this module: a sync with nothing to send makes no request, and its
@@ -143,6 +144,7 @@ class PlatformClient:
         self._lock = threading.Lock()
         self._http: httpx.Client | None = None
         self._traces: TracesUploader | None = None
+        self._traces_probe: TracesProbe | None = None
 
     def _connection(self) -> httpx.Client:
         """The HTTP client, made on first use (the module docstring says why)."""
@@ -174,6 +176,18 @@ class PlatformClient:
                                               self.settings.api_key.reveal() if self.settings.api_key else None,
                                               self.settings.team_id, timeout=self._timeout)
             return self._traces
+
+    def traces_probe(self) -> TracesProbe:
+        """Whether the account has Prime Traces (``--to auto``), asked on this client's own
+        connection and shared like the uploader: no prime-traces import, no second TLS
+        context, for the common answer (platform_api/traces_probe.py says why)."""
+        with self._lock:
+            if self._traces_probe is None:
+                from prime_runs_spool.platform_api.traces_probe import TracesProbe
+
+                self._traces_probe = TracesProbe(lambda url, **kw: self._connection().get(url, **kw),
+                                                 self.settings.traces_base_url, self.settings.team_id)
+            return self._traces_probe
 
     def close(self) -> None:
         with self._lock:
