@@ -176,3 +176,22 @@ def test_on_sent_is_called_once_the_whole_body_is_written() -> None:
 
     client_with(handler).push_samples("ev1", body, on_sent=lambda: calls.append(2))
     assert seen == [body] and calls == [1, 2]
+
+
+def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> None:
+    """Loading the CA bundle costs about 25 ms of CPU that a client never making a TLS
+    connection does not need (docs/benchmarks.md, issue 14); what it gets instead trusts no
+    certificate, so TLS through it can only fail. Any https URL keeps the default."""
+    import ssl
+
+    from prime_runs_spool.platform_api.client import _tls_for
+
+    context = _tls_for("http://127.0.0.1:8000", "http://127.0.0.1:8000")
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] == 0
+    assert _tls_for("https://api.primeintellect.ai", "https://api.primeintellect.ai") is True
+    assert _tls_for("http://127.0.0.1:8000", "https://traces.example") is True
+    settings = Settings(base_url="http://127.0.0.1:9", api_key=Secret("k"), team_id=None, frontend_url="http://x")
+    with PlatformClient(settings) as client:
+        client._connection()  # made without the bundle, and usable

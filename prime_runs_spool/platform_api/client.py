@@ -72,6 +72,21 @@ class _Chunks:
         self._view = memoryview(b"")
 
 
+def _tls_for(*urls: str) -> Any:
+    """httpx's ``verify`` for a client that talks to ``urls`` only (it follows no redirect).
+
+    The default loads the CA bundle, about 25 ms of CPU, even for a client that never
+    makes a TLS connection, as for the local platform (docs/benchmarks.md, issue 14). When
+    every URL is plain ``http``, the client gets a TLS context that trusts no certificate
+    at all instead: nothing uses it, and if anything did, verification would fail, never
+    pass unchecked."""
+    if any(not url.startswith("http://") for url in urls):
+        return True
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED, no CA loaded
+
+
 _FATAL_ADVICE = {
     401: "the platform refused the API key; check PRIME_API_KEY or ~/.prime/config.json",
     402: "the platform asks for payment; add credits to the account or team, then sync again",
@@ -160,6 +175,7 @@ class PlatformClient:
                     headers=headers,
                     timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
                     transport=self._transport,
+                    verify=_tls_for(self.settings.base_url, self.settings.traces_base_url),
                 )
             return self._http
 
