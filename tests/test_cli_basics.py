@@ -92,3 +92,23 @@ def test_sync_exits_without_the_final_garbage_collections(tmp_path):
     done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "frozen True", done.stderr
+
+
+def test_the_http_stack_still_sends_without_the_extras_a_sync_leaves_out():
+    """``prime-runs sync`` makes trio and httpx's command line unimportable
+    (commands.output.without_unused_http_extras): httpx and httpcore must still import and
+    send, as they do where those are not installed."""
+    probe = ("import sys\n"
+             "from commands.output import UNUSED_HTTP_EXTRAS, without_unused_http_extras\n"
+             "without_unused_http_extras()\n"
+             "import httpx\n"
+             "with httpx.Client(transport=httpx.HTTPTransport()) as http:\n"
+             "    try:\n"
+             "        http.get('http://127.0.0.1:9/')\n"
+             "    except httpx.ConnectError:\n"
+             "        pass\n"
+             "assert sys.modules['httpcore'] is not None\n"
+             "print(sorted(n for n in ('trio', 'rich', 'pygments', *UNUSED_HTTP_EXTRAS) if sys.modules.get(n)))\n")
+    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
