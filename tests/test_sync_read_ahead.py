@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from prime_runs_spool.sync.rows import Batch, Row, read_ahead
+from prime_runs_spool.sync.rows import ON_WIRE_WAIT, Batch, Row, read_ahead
 from prime_runs_spool.sync.state import Cursor
 
 
@@ -35,7 +35,7 @@ def test_the_next_batch_is_built_only_once_the_one_handed_over_is_on_the_wire() 
     for batch in read_ahead(produce()):
         got.append(batch.count)
         if len(got) == 1:
-            assert not second.wait(0.3), "built while the first batch was not sent yet"
+            assert not second.wait(ON_WIRE_WAIT / 2), "built while the first batch was not sent yet"
             assert built == [0]
             batch.sent()
             assert second.wait(5), "not built once the first batch was on the wire"
@@ -72,3 +72,23 @@ def test_an_error_after_a_sent_batch_still_arrives() -> None:
     first.sent()
     with pytest.raises(ValueError, match="broken"):
         next(items)
+
+
+def test_a_body_still_going_out_does_not_hold_the_next_batch_for_long() -> None:
+    """A slow upload (a remote platform): the next batch is built alongside it after
+    ON_WIRE_WAIT, not only after the whole body went out."""
+    built = threading.Event()
+
+    def produce() -> Iterator[Batch]:
+        yield _batch(0)
+        built.set()
+        yield _batch(1)
+
+    items = read_ahead(produce())
+    first = next(items)  # never marked sent
+    start = time.monotonic()
+    assert built.wait(5)
+    assert time.monotonic() - start >= ON_WIRE_WAIT * 0.9
+    first.release()
+    next(items).release()
+    items.close()

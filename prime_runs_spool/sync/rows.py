@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -432,6 +433,13 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
         yield batch
 
 
+#: The longest the read-ahead waits for the batch it handed over to be on the wire before it
+#: builds the next one anyway (seconds): a body still going out by then is an upload slower
+#: than the building, whose sender mostly waits on the socket with the GIL released, so the
+#: next batch is better built alongside than after it.
+ON_WIRE_WAIT = 0.25
+
+
 def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     """``items``, produced one batch ahead on a thread of their own.
 
@@ -441,17 +449,19 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     next, and the consumer releases each body once it is sent.
 
     The producer starts the next batch only once the one handed over is *on the wire*
-    (:meth:`Batch.sent`: its whole body written to the connection) or released, so the
-    building (CPU under the GIL) falls in the time the platform takes to store the rows
-    and answer, not in the consumer's own work: the state written before the request (a
-    few syscalls, each of which would wait up to the interpreter's switch interval for the
-    GIL a busy producer holds) and the body's slices written one by one. Built as soon as
-    the previous one was taken, the next batch cost the sync about 20 ms per 25 MiB request
-    that way (docs/benchmarks.md, issue 14). Items and the error that
-    ends them arrive in order, exactly as iterating ``items`` directly would give them, and
-    only the consumer touches the sync state. When the consumer stops early, the producer
-    closes ``items`` and ends before this generator returns, so anything ``items`` updates
-    (a stream's cursor, seal, skipped corruption) is settled when it does.
+    (:meth:`Batch.sent`: its whole body written to the connection), released, or
+    ON_WIRE_WAIT after it was taken, so the building (CPU under the GIL) falls in the
+    time the platform takes to store the rows and answer, not in the consumer's own work:
+    the state written before the request (a few syscalls, each of which would wait up to
+    the interpreter's switch interval for the GIL a busy producer holds) and the body's
+    slices written one by one. Built as soon as the previous one was taken, the next batch
+    cost the sync 20-40 ms per 25 MiB request that way (docs/benchmarks.md, issue 14).
+
+    Items and the error that ends them arrive in order, exactly as iterating ``items``
+    directly would give them, and only the consumer touches the sync state. When the
+    consumer stops early, the producer closes ``items`` and ends before this generator
+    returns, so anything ``items`` updates (a stream's cursor, seal, skipped corruption) is
+    settled when it does.
     """
     handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -468,9 +478,12 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     def on_wire(batch: Batch) -> bool:
         if not batch.count:
             return True  # nothing to send: the end of a pass
-        while not batch.wait_sent(0.1):
+        deadline = time.monotonic() + ON_WIRE_WAIT
+        while not batch.wait_sent(min(0.1, max(0.0, deadline - time.monotonic()))):
             if stop.is_set():
                 return False
+            if time.monotonic() >= deadline:
+                return True  # a slow upload: its sender mostly waits on the socket
         return True
 
     def produce() -> None:
