@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -27,6 +28,42 @@ def internal_error(exc: BaseException) -> None:
     click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
                "for the traceback)", err=True)
     sys.exit(EXIT_RUN_FAILED)
+
+
+#: What the HTTP stack imports only because it is installed, and a sync never runs:
+#: httpcore imports trio (for async code under trio), httpx its own command line (rich and
+#: pygments). About 0.1 s of CPU before a sync's first request (docs/benchmarks.md, issue 14).
+UNUSED_HTTP_EXTRAS = ("trio", "httpx._main")
+
+
+def without_unused_http_extras() -> None:
+    """Make the imports of UNUSED_HTTP_EXTRAS fail in this process, as if they were not
+    installed (a ``None`` in ``sys.modules``), for a command whose process is ours.
+
+    Both importers expect that: trio is optional to httpcore, and httpx's command line
+    needs extras, each import guarded by ``except ImportError``; nothing in a sync calls
+    either (tests/test_cli_basics.py checks that httpx still sends with them left out).
+    A module already imported is left as it is.
+    """
+    for name in UNUSED_HTTP_EXTRAS:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def leave(code: int) -> None:
+    """Exit with ``code`` once a command's work is done, without the interpreter's final
+    garbage collections.
+
+    At exit CPython collects the whole heap again and again while it tears the modules
+    down: with httpx, httpcore (and trio), prime-traces and pydantic imported, about 0.1 s
+    the user waits for after the report is printed, longer than the finalize request
+    (docs/benchmarks.md, issue 14). By the time this is called everything the command
+    must finish is finished (state files written and fsync'd, locks released, clients
+    closed, the report written), so the objects alive are frozen (``gc.freeze``): atexit
+    handlers, the flush of stdout and stderr and the modules' teardown still run, and
+    the process's end frees what a collection would have.
+    """
+    gc.freeze()
+    sys.exit(code)
 
 
 def require_paths(paths: Iterable[Path]) -> list[Path]:

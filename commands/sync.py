@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import Progress, fail_usage, internal_error, require_paths
+from commands.output import Progress, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
@@ -163,6 +163,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
 
     from prime_runs_spool.spool.layout import valid_replay_id
 
+    without_unused_http_extras()  # before anything imports httpx
     # The options' own rules first: they hold for local paths and store URLs alike.
     if (name or replay_id is not None) and not replay:
         fail_usage("--name and --replay-id go with --replay")
@@ -233,7 +234,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     elif nothing:
         click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "
                    "(--allow-empty makes this exit 0)", err=True)
-    sys.exit(code)
+    leave(code)
 
 
 def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,

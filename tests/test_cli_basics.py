@@ -76,3 +76,39 @@ def test_help_imports_none_of_the_machinery_behind_the_commands():
     done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"prime-runs --help imported {done.stdout.strip()}"
+
+
+def test_sync_exits_without_the_final_garbage_collections(tmp_path):
+    """``prime-runs sync`` leaves through ``commands.output.leave``: the heap is frozen
+    before the interpreter's teardown, which otherwise collects it again and again (about
+    0.1 s after the report, docs/benchmarks.md, issue 14), and the exit status is kept."""
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count() > 0}\\n'))\n"
+             "from commands.cli import main\n"
+             f"sys.argv = ['prime-runs', 'sync', {str(tmp_path)!r}, '--base-url', 'http://127.0.0.1:9',\n"
+             "            '--allow-empty']\n"
+             "main()\n")
+    env = {**child_env(), "PRIME_API_KEY": "k"}
+    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "frozen True", done.stderr
+
+
+def test_the_http_stack_still_sends_without_the_extras_a_sync_leaves_out():
+    """``prime-runs sync`` makes trio and httpx's command line unimportable
+    (commands.output.without_unused_http_extras): httpx and httpcore must still import and
+    send, as they do where those are not installed."""
+    probe = ("import sys\n"
+             "from commands.output import UNUSED_HTTP_EXTRAS, without_unused_http_extras\n"
+             "without_unused_http_extras()\n"
+             "import httpx\n"
+             "with httpx.Client(transport=httpx.HTTPTransport()) as http:\n"
+             "    try:\n"
+             "        http.get('http://127.0.0.1:9/')\n"
+             "    except httpx.ConnectError:\n"
+             "        pass\n"
+             "assert sys.modules['httpcore'] is not None\n"
+             "print(sorted(n for n in ('trio', 'rich', 'pygments', *UNUSED_HTTP_EXTRAS) if sys.modules.get(n)))\n")
+    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

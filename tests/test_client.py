@@ -152,3 +152,46 @@ def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
     slices = list(_Chunks(body))
     assert [len(s) for s in slices] == [SEND_CHUNK, SEND_CHUNK, 1]
     assert b"".join(slices) == body
+
+
+def test_on_sent_is_called_once_the_whole_body_is_written() -> None:
+    """The sync builds its next request only once this one's body is on the wire
+    (sync/rows.py, ``read_ahead``): ``on_sent`` must not come before the last slice."""
+    from prime_runs_spool.platform_api.client import SEND_CHUNK, _Chunks
+
+    calls: list[int] = []
+    body = b"x" * (SEND_CHUNK * 2 + 5)
+    slices = _Chunks(body, lambda: calls.append(1))
+    taken = 0
+    for _ in slices:
+        assert not calls  # not before the last slice is asked for again
+        taken += 1
+    assert taken == 3 and calls == [1]
+
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.read())
+        return httpx.Response(200, json={"evaluation_id": "ev1", "samples_pushed": 1})
+
+    client_with(handler).push_samples("ev1", body, on_sent=lambda: calls.append(2))
+    assert seen == [body] and calls == [1, 2]
+
+
+def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> None:
+    """Loading the CA bundle costs about 25 ms of CPU that a client never making a TLS
+    connection does not need (docs/benchmarks.md, issue 14); what it gets instead trusts no
+    certificate, so TLS through it can only fail. Any https URL keeps the default."""
+    import ssl
+
+    from prime_runs_spool.platform_api.client import _tls_for
+
+    context = _tls_for("http://127.0.0.1:8000", "http://127.0.0.1:8000")
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.cert_store_stats()["x509_ca"] == 0
+    assert _tls_for("https://api.primeintellect.ai", "https://api.primeintellect.ai") is True
+    assert _tls_for("http://127.0.0.1:8000", "https://traces.example") is True
+    settings = Settings(base_url="http://127.0.0.1:9", api_key=Secret("k"), team_id=None, frontend_url="http://x")
+    with PlatformClient(settings) as client:
+        client._connection()  # made without the bundle, and usable

@@ -293,6 +293,25 @@ def test_a_sync_with_nothing_to_send_imports_no_http_stack(tmp_path: Path, serve
     assert_exactly_once(api, builder)
 
 
+def test_a_first_sync_to_an_account_without_prime_traces_imports_neither_its_client_nor_pydantic(
+        tmp_path: Path, server, api) -> None:
+    """``--to auto`` asks whether the account has Prime Traces on the platform client's own
+    connection (platform_api/traces_probe.py): the prime-traces client and pydantic under
+    it, about 0.14 s of CPU, are imported only to upload there."""
+    builder = build_run(tmp_path / "run", f"probe-imports-{os.urandom(3).hex()}", 3)
+    first = subprocess.run([sys.executable, "-X", "importtime", *sync_cmd(server.base_url, str(tmp_path), "--json")[1:]],
+                           capture_output=True, text=True, timeout=60,
+                           env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root")))
+    assert first.returncode == 0, first.stderr
+    assert [(r["state"], r["store"]) for r in json.loads(first.stdout)["runs"]] == [("synced", "samples")]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in first.stderr.splitlines() if line.startswith("import time:")}
+    assert "httpx" in imported  # it did send
+    # nor what the HTTP stack imports only because it is installed (commands.output; an
+    # import that fails is listed too, so the check names a module of each package)
+    assert [name for name in ("prime_traces", "pydantic", "trio._core", "rich.console") if name in imported] == []
+    assert_exactly_once(api, builder)
+
+
 def test_sync_local_with_the_default_store_goes_to_samples_without_a_warning_per_run(tmp_path: Path) -> None:
     """The embedded platform has no Prime Traces unless --to traces: auto means samples there,
     not a probe and a fallback warning for every run."""

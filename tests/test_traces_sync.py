@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prime_runs.sinks.base import stamp_run as upstream_stamp_run
@@ -215,10 +216,14 @@ def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -
     assert len(builder.ids) == 5
 
 
-def test_the_runs_of_one_sync_share_one_traces_uploader_and_one_probe(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("traces", [False, True])
+def test_the_runs_of_one_sync_share_one_traces_uploader_and_one_probe(tmp_path: Path, monkeypatch,
+                                                                     traces: bool) -> None:
     """The uploader is made once per client, not per run (each costs an SSL context, about
     30 ms of CPU, and a connection: most of the first sync of many small runs), and ``auto``'s
-    probe is answered once for them all (docs/benchmarks.md, "Where users feel it")."""
+    probe is answered once for them all (docs/benchmarks.md, "Where users feel it"). The
+    probe is asked on the platform client's connection: an account without Prime Traces
+    gets no uploader at all (platform_api/traces_probe.py)."""
     from prime_runs_spool.platform_api.traces import TracesUploader
 
     made, probes = [], []
@@ -237,17 +242,56 @@ def test_the_runs_of_one_sync_share_one_traces_uploader_and_one_probe(tmp_path: 
     monkeypatch.setattr(httpx.Client, "send", counting_send)
     for number in range(5):
         build_run(tmp_path / "runs" / f"run-{number}", f"shared-{number}", 2)
-    reports, _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=False)
-    assert [(r.state, r.store) for r in reports] == [("synced", SAMPLES)] * 5, reports
-    assert (len(made), len(probes)) == (1, 1)
+    reports, _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=traces)
+    assert [(r.state, r.store) for r in reports] == [("synced", TRACES if traces else SAMPLES)] * 5, reports
+    assert (len(made), len(probes)) == (1 if traces else 0, 1)
+
+
+def test_the_probe_reads_the_service_as_the_library_does() -> None:
+    """The probe's two names of the service's contract are the library's own."""
+    from prime_traces import ErrorCode
+
+    from prime_runs_spool.platform_api.traces_probe import SERVICE_NOT_ENABLED, TEAM_HEADER
+
+    assert SERVICE_NOT_ENABLED == ErrorCode.SERVICE_NOT_ENABLED.value
+    library = TracesAPIClient(api_key="k", base_url="http://traces.test", team_id="team-1")
+    try:
+        assert library.client.headers[TEAM_HEADER] == "team-1"
+    finally:
+        library.close()
+
+
+@pytest.mark.parametrize(("status", "body", "answer", "kept"), [
+    (200, {"episodes": []}, True, True),
+    (403, {"error": {"code": "service_not_enabled", "message": "off"}}, False, True),
+    (403, {"error": {"code": "forbidden", "message": "write-only token"}}, True, True),
+    (401, {"error": {"code": "unauthorized"}}, True, False),
+    (503, {"detail": "down"}, True, False),
+])
+def test_the_probe_answers_and_keeps_only_what_the_service_said_of_the_account(
+        status: int, body: dict, answer: bool, kept: bool) -> None:
+    from prime_runs_spool.platform_api.traces_probe import TracesProbe
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(status, json=body)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as http:
+        probe = TracesProbe(http.get, "http://traces.test", "team-1")
+        assert (probe.enabled(), probe.enabled()) == (answer, answer)
+    assert len(seen) == (1 if kept else 2)
+    assert str(seen[0].url) == "http://traces.test/api/v1/episodes?limit=1"
+    assert seen[0].headers["X-Prime-Team-ID"] == "team-1"
 
 
 def test_an_upload_answered_service_not_enabled_falls_back_too(tmp_path: Path, monkeypatch) -> None:
     """Where the read that ``auto`` asks first does not tell (a write-only token, say), the
     first upload's ``service_not_enabled`` sends the run to samples just the same."""
-    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_runs_spool.platform_api.traces_probe import TracesProbe
 
-    monkeypatch.setattr(TracesUploader, "enabled", lambda self: True)
+    monkeypatch.setattr(TracesProbe, "enabled", lambda self: True)
     builder = build_run(tmp_path / "runs" / "run", "upload-fallback", 4)
     (report,), _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000, traces=False)
     assert (report.state, report.store, report.pushed_total) == ("synced", SAMPLES, 4), report

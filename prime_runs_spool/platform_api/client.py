@@ -16,7 +16,7 @@ knows. What the client adds is the classification every retry decision rests on:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import httpx
 
     from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_runs_spool.platform_api.traces_probe import TracesProbe
 
 # httpx (with httpcore, and trio or rich where they are installed) is imported on the first
 # request, not with this module: a sync with nothing to send makes no request, and its
@@ -50,8 +51,9 @@ class _Chunks:
     """A body as views of at most ``SEND_CHUNK`` bytes; re-iterable, so nothing is
     consumed if the request has to be built again."""
 
-    def __init__(self, body: bytes | bytearray | memoryview) -> None:
+    def __init__(self, body: bytes | bytearray | memoryview, on_sent: Callable[[], None] | None = None) -> None:
         self._view = memoryview(body).cast("B")
+        self._on_sent = on_sent
 
     def __len__(self) -> int:
         return len(self._view)
@@ -60,12 +62,29 @@ class _Chunks:
         view = self._view
         for start in range(0, len(view), SEND_CHUNK):
             yield view[start:start + SEND_CHUNK]
+        if self._on_sent is not None:  # asked for the next slice: the last one was written
+            self._on_sent()
 
     def drop(self) -> None:
         """Let go of the body. httpx keeps the request in a reference cycle with its
         response, which only the garbage collector frees (and 25 MiB bytes do not make it
         run): without this, every body sent stays in memory until it happens to."""
         self._view = memoryview(b"")
+
+
+def _tls_for(*urls: str) -> Any:
+    """httpx's ``verify`` for a client that talks to ``urls`` only (it follows no redirect).
+
+    The default loads the CA bundle, about 25 ms of CPU, even for a client that never
+    makes a TLS connection, as for the local platform (docs/benchmarks.md, issue 14). When
+    every URL is plain ``http``, the client gets a TLS context that trusts no certificate
+    at all instead: nothing uses it, and if anything did, verification would fail, never
+    pass unchecked."""
+    if any(not url.startswith("http://") for url in urls):
+        return True
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED, no CA loaded
 
 
 _FATAL_ADVICE = {
@@ -140,6 +159,7 @@ class PlatformClient:
         self._lock = threading.Lock()
         self._http: httpx.Client | None = None
         self._traces: TracesUploader | None = None
+        self._traces_probe: TracesProbe | None = None
 
     def _connection(self) -> httpx.Client:
         """The HTTP client, made on first use (the module docstring says why)."""
@@ -155,6 +175,7 @@ class PlatformClient:
                     headers=headers,
                     timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
                     transport=self._transport,
+                    verify=_tls_for(self.settings.base_url, self.settings.traces_base_url),
                 )
             return self._http
 
@@ -171,6 +192,18 @@ class PlatformClient:
                                               self.settings.api_key.reveal() if self.settings.api_key else None,
                                               self.settings.team_id, timeout=self._timeout)
             return self._traces
+
+    def traces_probe(self) -> TracesProbe:
+        """Whether the account has Prime Traces (``--to auto``), asked on this client's own
+        connection and shared like the uploader: no prime-traces import, no second TLS
+        context, for the common answer (platform_api/traces_probe.py says why)."""
+        with self._lock:
+            if self._traces_probe is None:
+                from prime_runs_spool.platform_api.traces_probe import TracesProbe
+
+                self._traces_probe = TracesProbe(lambda url, **kw: self._connection().get(url, **kw),
+                                                 self.settings.traces_base_url, self.settings.team_id)
+            return self._traces_probe
 
     def close(self) -> None:
         with self._lock:
@@ -237,9 +270,12 @@ class PlatformClient:
         """NOT idempotent: every success is a new evaluation."""
         return self._request("POST", "/evaluations/", json_body={**payload, **self._team()})
 
-    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview) -> dict[str, Any]:
-        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document)."""
-        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body))
+    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview, *,
+                     on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
+        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document).
+        ``on_sent``: called once the whole body is written to the connection (the sync
+        builds its next request only then: sync/rows.py, ``read_ahead``)."""
+        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body, on_sent))
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,

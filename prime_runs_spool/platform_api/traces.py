@@ -15,8 +15,6 @@ request-lifetime fence: every failure short of a refusal is retried with the sam
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +29,6 @@ from prime_traces import (
     TransportError,
 )
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
-from prime_traces.core.client import raise_for_response
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 
@@ -51,10 +48,6 @@ SCHEMA_VERSION = 1
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 LINE_FORMAT_HEADER = "X-Prime-Line-Format"
 KEY_PREFIX = "sha256:"
-#: How long the service's answer to "is Prime Traces enabled for this account?" is taken as
-#: still true: the runs of one sync (and a follower's new runs within this window) share one
-#: probe instead of one each.
-ENABLED_ANSWER_SECONDS = 60.0
 
 
 def stamp_run(record: Mapping[str, Any], run_id: str, run_type: str = RUN_TYPE) -> dict[str, Any]:
@@ -105,36 +98,9 @@ class TracesUploader:
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                                        transport=transport)
-        self._probe = threading.Lock()
-        #: The service's last answer to the probe and when it came (monotonic): kept for
-        #: ``ENABLED_ANSWER_SECONDS``; a failed probe is not kept.
-        self._enabled: tuple[bool, float] | None = None
 
     def close(self) -> None:
         self._client.close()
-
-    def enabled(self) -> bool:
-        """One cheap read: False only when the service says ``service_not_enabled`` (an
-        account-level answer, given to reads and writes alike). Anything else, a ``forbidden``
-        from a write-only token or a failure included, is left for the upload to decide, so
-        ``auto`` learns the common case without first building a 30 MiB batch. The
-        service's answer is remembered for ``ENABLED_ANSWER_SECONDS`` (the uploader is shared
-        by the runs of a sync: PlatformClient.traces)."""
-        with self._probe:
-            known = self._enabled
-            if known is not None and time.monotonic() - known[1] < ENABLED_ANSWER_SECONDS:
-                return known[0]
-            client = self._client
-            try:
-                response = client.client.get(client._url("/episodes"), params={"limit": 1})
-                raise_for_response(response)
-                answer = True
-            except ForbiddenError as exc:
-                answer = exc.code != ErrorCode.SERVICE_NOT_ENABLED.value
-            except (APIError, httpx.HTTPError):
-                return True  # no answer from the service: nothing to remember
-            self._enabled = (answer, time.monotonic())
-            return answer
 
     def upload(self, batch: Batch, context: Mapping[str, str]) -> dict[str, Any]:
         """POST one batch (gzip, mtime 0: the same bytes on every attempt) and return its

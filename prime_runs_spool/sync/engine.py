@@ -329,7 +329,7 @@ class RunSync:
         self.protocol.send_once("pushing samples",
                         InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes,
                                  end=batch.end, seal=batch.seal, last_sample_id=batch.last_sample_id),
-                        lambda: self.client.push_samples(str(self.state.evaluation_id), body),
+                        lambda: self.client.push_samples(str(self.state.evaluation_id), body, on_sent=batch.sent),
                         lambda: self.reconciler.samples_landed(rows))
         self.protocol.acknowledge(batch.end, rows, batch.episodes, batch.seal, batch.last_sample_id)
         if self.protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?

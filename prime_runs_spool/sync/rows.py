@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -316,11 +317,14 @@ class Batch:
     longer than the body: ``_length`` is where the body ends.
     """
 
-    __slots__ = ("_buffer", "_budget", "_length", "count", "end", "episodes", "last_sample_id", "seal")
+    __slots__ = ("_buffer", "_budget", "_length", "_on_wire", "count", "end", "episodes", "last_sample_id", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
         self._length = len(_OPEN)
+        #: Set once the body is on the wire (or released): :func:`read_ahead` builds the
+        #: next batch only then.
+        self._on_wire = threading.Event()
         #: The LARGE_BODIES semaphore whose token this batch holds, if it holds one.
         self._budget: threading.BoundedSemaphore | None = None
         self.count = 0
@@ -362,8 +366,18 @@ class Batch:
         self._buffer[self._length:end] = data  # in place in a reused buffer, else appended
         self._length = end
 
+    def sent(self) -> None:
+        """The whole body has been handed to the connection: the request is now the
+        platform's to answer (the client calls this, ``PlatformClient.push_samples``)."""
+        self._on_wire.set()
+
+    def wait_sent(self, timeout: float) -> bool:
+        """Whether the body went on the wire (or the batch was released) within ``timeout``."""
+        return self._on_wire.wait(timeout)
+
     def release(self) -> None:
         """Drop the body once it is sent (the counts and cursor stay), and its token."""
+        self._on_wire.set()  # sent or given up: nothing waits on it any more
         buffer, self._buffer = self._buffer, bytearray()
         budget, self._budget = self._budget, None
         if budget is not None:
@@ -419,17 +433,35 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
         yield batch
 
 
+#: The longest the read-ahead waits for the batch it handed over to be on the wire before it
+#: builds the next one anyway (seconds): a body still going out by then is an upload slower
+#: than the building, whose sender mostly waits on the socket with the GIL released, so the
+#: next batch is better built alongside than after it.
+ON_WIRE_WAIT = 0.25
+
+
 def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     """``items``, produced one batch ahead on a thread of their own.
 
     While a request is on the wire (the GIL released, waiting for the platform) the next
     batch is read, projected and encoded, instead of after the answer. At most two batches
     are alive: the producer hands one over and waits until it is taken before it builds the
-    next, and the consumer releases each body once it is sent. Items and the error that
-    ends them arrive in order, exactly as iterating ``items`` directly would give them, and
-    only the consumer touches the sync state. When the consumer stops early, the producer
-    closes ``items`` and ends before this generator returns, so anything ``items`` updates
-    (a stream's cursor, seal, skipped corruption) is settled when it does.
+    next, and the consumer releases each body once it is sent.
+
+    The producer starts the next batch only once the one handed over is *on the wire*
+    (:meth:`Batch.sent`: its whole body written to the connection), released, or
+    ON_WIRE_WAIT after it was taken, so the building (CPU under the GIL) falls in the
+    time the platform takes to store the rows and answer, not in the consumer's own work:
+    the state written before the request (a few syscalls, each of which would wait up to
+    the interpreter's switch interval for the GIL a busy producer holds) and the body's
+    slices written one by one. Built as soon as the previous one was taken, the next batch
+    cost the sync 20-40 ms per 25 MiB request that way (docs/benchmarks.md, issue 14).
+
+    Items and the error that ends them arrive in order, exactly as iterating ``items``
+    directly would give them, and only the consumer touches the sync state. When the
+    consumer stops early, the producer closes ``items`` and ends before this generator
+    returns, so anything ``items`` updates (a stream's cursor, seal, skipped corruption) is
+    settled when it does.
     """
     handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -443,10 +475,21 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
                 handoff.all_tasks_done.wait(0.1)
         return False
 
+    def on_wire(batch: Batch) -> bool:
+        if not batch.count:
+            return True  # nothing to send: the end of a pass
+        deadline = time.monotonic() + ON_WIRE_WAIT
+        while not batch.wait_sent(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if stop.is_set():
+                return False
+            if time.monotonic() >= deadline:
+                return True  # a slow upload: its sender mostly waits on the socket
+        return True
+
     def produce() -> None:
         try:
             for item in items:
-                if not hand("item", item):
+                if not hand("item", item) or not on_wire(item):
                     return
             hand("end", None)
         except BaseException as exc:  # noqa: BLE001 - handed over, raised by the consumer

@@ -285,7 +285,7 @@ class TracesPush:
         state = self.state
         try:
             if (self.engine.options.to == AUTO and state.store is None and not state.uploads
-                    and not self._client().enabled()):
+                    and not self.engine.client.traces_probe().enabled()):
                 raise ServiceNotEnabled("Prime Traces is not enabled for this account")
             self._push()
         except ServiceNotEnabled as exc:

@@ -1,0 +1,79 @@
+"""``--to auto``'s one question to Prime Traces, "does this account have it?", asked on the
+platform client's own connection (docs/sync.md, "Destinations").
+
+Asked through the ``prime-traces`` client, the question cost more than its answer: that
+client's import (pydantic's models under it) and its own TLS context, about 0.14 s of CPU
+before the first samples request of every ``auto`` sync to an account without Prime Traces,
+the local platform's included (docs/benchmarks.md, issue 14). The read is one GET of the
+episode listing with the account's key and team; the answer is in the service's error
+envelope, ``{"error": {"code": ...}}``, which the library reads the same way
+(``prime_traces.core.client``; tests/test_traces_sync.py checks the two names below
+against the library's). An account that has Prime Traces uploads through the library as
+before (platform_api/traces.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: The error code of an account that has Prime Traces turned off
+#: (``prime_traces.ErrorCode.SERVICE_NOT_ENABLED``).
+SERVICE_NOT_ENABLED = "service_not_enabled"
+#: The header naming the team, spelled as the service declares it (as the library sends it).
+TEAM_HEADER = "X-Prime-Team-ID"
+#: How long the service's answer is taken as still true: the runs of one sync (and a
+#: follower's new runs within this window) share one probe instead of one each.
+ENABLED_ANSWER_SECONDS = 60.0
+#: Where the probe reads, under the service's base URL.
+PROBE_PATH = "/api/v1/episodes"
+
+
+def _error_code(response: Any) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
+
+
+class TracesProbe:
+    """The answer for one service, shared by the runs of a sync (``PlatformClient.traces_probe``)."""
+
+    def __init__(self, get: Callable[..., Any], base_url: str, team_id: str | None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        #: ``httpx.Client.get`` of the platform client's connection (its key in its headers).
+        self._get = get
+        self._url = base_url.rstrip("/") + PROBE_PATH
+        self._headers = {TEAM_HEADER: team_id} if team_id else {}
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: The service's last answer and when it came; a failed probe is not kept.
+        self._answer: tuple[bool, float] | None = None
+
+    def enabled(self) -> bool:
+        """One cheap read: False only when the service says ``service_not_enabled`` (an
+        account-level answer, given to reads and writes alike). Anything else, a 403 with
+        another code (a write-only token) or a failure included, is left for the upload to
+        decide, so ``auto`` learns the common case without first building a 30 MiB batch."""
+        import httpx
+
+        with self._lock:
+            known = self._answer
+            if known is not None and self._clock() - known[1] < ENABLED_ANSWER_SECONDS:
+                return known[0]
+            try:
+                response = self._get(self._url, params={"limit": 1}, headers=self._headers)
+            except httpx.HTTPError:
+                return True  # no answer from the service: nothing to remember
+            if response.status_code == 403:
+                answer = _error_code(response) != SERVICE_NOT_ENABLED
+            elif response.is_success:
+                answer = True
+            else:
+                return True  # not an answer about the account: nothing to remember
+            self._answer = (answer, self._clock())
+            return answer
