@@ -152,3 +152,46 @@ def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
     slices = list(_Chunks(body))
     assert [len(s) for s in slices] == [SEND_CHUNK, SEND_CHUNK, 1]
     assert b"".join(slices) == body
+
+
+def test_a_query_goes_out_as_httpx_would_encode_it() -> None:
+    """The client builds each URL itself (one parse, not httpx's three): the same bytes."""
+    seen: list[httpx.Request] = []
+    client = client_with(lambda request: seen.append(request) or httpx.Response(200, json={"evaluations": []}))
+    client.list_evaluations(environment_name="math & more/é?x=1", skip=3, limit=7)
+    expected = httpx.Request("GET", "http://platform.test/api/v1/evaluations/",
+                             params={"skip": 3, "limit": 7, "team_id": "team-1",
+                                     "environment_name": "math & more/é?x=1"}).url
+    assert seen[0].url == expected
+    assert seen[0].url.params["environment_name"] == "math & more/é?x=1"
+
+
+def test_each_request_in_flight_has_an_http_client_of_its_own_and_they_are_reused() -> None:
+    """httpcore's pool checks every connection it holds against the others twice per
+    request: one pool per request in flight keeps that to one connection each."""
+    import threading
+
+    inside, release = threading.Barrier(3), threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/ev-slow"):
+            inside.wait(5)
+            release.wait(5)
+        return httpx.Response(200, json={"evaluation_id": "x"})
+
+    client = client_with(handler)
+    threads = [threading.Thread(target=client.get_evaluation, args=("ev-slow",)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    inside.wait(5)  # both requests are in the handler at once
+    client.get_evaluation("ev-fast")  # a third, meanwhile
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert len(client._made) == 3
+    for _ in range(5):
+        client.get_evaluation("ev-fast")  # one at a time: no new client
+    assert len(client._made) == 3
+    made = list(client._made)
+    client.close()
+    assert all(http.is_closed for http in made)
