@@ -195,3 +195,16 @@ def test_each_request_in_flight_has_an_http_client_of_its_own_and_they_are_reuse
     made = list(client._made)
     client.close()
     assert all(http.is_closed for http in made)
+
+
+def test_the_client_keeps_no_cookie_the_platform_sets() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"evaluation_id": "x"}, headers={"Set-Cookie": "session=abc; Path=/"})
+
+    client = client_with(handler)
+    client.get_evaluation("ev1")
+    client.get_evaluation("ev1")
+    assert "cookie" not in seen[1].headers

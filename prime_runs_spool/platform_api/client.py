@@ -15,6 +15,7 @@ knows. What the client adds is the classification every retry decision rests on:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,27 @@ def classify_transport_error(method: str, path: str, exc: httpx.TransportError) 
     return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({name})")
 
 
+@functools.cache
+def _client_class() -> type[httpx.Client]:
+    """``httpx.Client`` without cookies. The API is authorized by its key, never by a cookie,
+    and httpx reads every answer's headers for cookies through the standard library's
+    ``CookieJar`` (an ``urllib`` request built per answer): a tenth of a small request's
+    instructions (docs/benchmarks.md, "Many runs, per run"). Its ``cookies`` is one empty
+    jar that keeps nothing."""
+    import httpx
+
+    class NoCookies(httpx.Cookies):
+        def extract_cookies(self, response: httpx.Response) -> None:
+            return None
+
+    none = NoCookies()
+
+    class Client(httpx.Client):
+        cookies = property(lambda self: none, lambda self, value: None)  # type: ignore[assignment]
+
+    return Client
+
+
 class PlatformClient:
     """Typed calls to ``{base_url}/api/v1``. One instance per destination; thread-safe."""
 
@@ -167,7 +189,7 @@ class PlatformClient:
             headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
             if self.settings.api_key:
                 headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
-            http = httpx.Client(
+            http = _client_class()(
                 headers=headers,
                 timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
                 transport=self._transport,
