@@ -234,3 +234,17 @@ def test_a_lookup_matches_the_local_run_id_and_the_replay_id_exactly() -> None:
     # An evaluation seen again with other metadata is found by what it carries now.
     index.add("gsm8k", {"evaluation_id": "other", "metadata": {"local_run_id": "r3"}})
     assert ids(("r3", None)) == ["other"]
+
+
+def test_a_run_never_synced_here_is_given_to_a_pass_without_reading_its_spool(tmp_path: Path, monkeypatch) -> None:
+    import prime_runs_spool.sync.engine as engine
+    from prime_runs_spool.sync.engine import RunSync
+
+    build_run(tmp_path / "run", "probe-fresh", 2)
+    read: list[Path] = []
+    monkeypatch.setattr(engine, "read_manifest", lambda run_dir: read.append(run_dir))
+    platform = FakePlatform()
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        assert RunSync(tmp_path / "run", client, DEST, SyncOptions()).probe() is None
+    assert read == []

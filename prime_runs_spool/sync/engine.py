@@ -151,6 +151,8 @@ class RunSync:
         None: the pass, under the lock, deals with it.
         """
         try:
+            if not self.protocol.path.exists():  # never synced here: no need to read the spool
+                return None
             manifest = read_manifest(self.run_dir)
             if manifest is None:
                 return None
