@@ -14,8 +14,9 @@ inflates the Python-heavy code several times) and prints the top functions.
 
 CPU time moves with the load on a shared machine (other processes' cache and the GIL's
 hand-offs); for an A/B figure the load cannot move, count instructions instead, e.g.
-``valgrind --tool=cachegrind --cache-sim=no python3 benchmarks/sync_many_cpu.py --runs 30``
-against ``--runs 90`` (the difference over 60 runs is the per-run figure).
+``valgrind --tool=cachegrind --cache-sim=no python3 benchmarks/sync_many_cpu.py --runs 30
+--tree T30`` against ``--runs 90 --tree T90``, each tree written by a run outside valgrind
+first (the difference over 60 runs is the per-run figure).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--dir", default=None, help="scratch folder parent (a real disk, not tmpfs)")
+    parser.add_argument("--tree", type=Path, default=None,
+                        help="the runs' tree: written there if missing, and kept (for cachegrind, so that "
+                             "writing it is not counted)")
     args = parser.parse_args()
     os.environ["PRIME_API_KEY"] = API_KEY
     os.environ.pop("PRIME_TEAM_ID", None)
@@ -81,9 +85,10 @@ def main() -> None:
     if args.profile:
         many.sync_run = profiled
     with scratch(args.dir, "syncbench-many-cpu-") as work:
-        tree = work / "tree"
-        for number in range(args.runs):
-            write_run(tree / f"run-{number:05d}", f"cpu-{number:05d}-{uuid.uuid4().hex[:8]}", 3, 2_000)
+        tree = args.tree or work / "tree"
+        if not tree.exists():
+            for number in range(args.runs):
+                write_run(tree / f"run-{number:05d}", f"cpu-{number:05d}-{uuid.uuid4().hex[:8]}", 3, 2_000)
         for round_number in range(args.rounds):
             drop_state(tree)
             requests.update(count=0, cpu=0.0)
