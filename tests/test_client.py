@@ -195,3 +195,59 @@ def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> 
     settings = Settings(base_url="http://127.0.0.1:9", api_key=Secret("k"), team_id=None, frontend_url="http://x")
     with PlatformClient(settings) as client:
         client._connection()  # made without the bundle, and usable
+
+
+def test_a_query_goes_out_as_httpx_would_encode_it() -> None:
+    """The client builds each URL itself (one parse, not httpx's three): the same bytes."""
+    seen: list[httpx.Request] = []
+    client = client_with(lambda request: seen.append(request) or httpx.Response(200, json={"evaluations": []}))
+    client.list_evaluations(environment_name="math & more/é?x=1", skip=3, limit=7)
+    expected = httpx.Request("GET", "http://platform.test/api/v1/evaluations/",
+                             params={"skip": 3, "limit": 7, "team_id": "team-1",
+                                     "environment_name": "math & more/é?x=1"}).url
+    assert seen[0].url == expected
+    assert seen[0].url.params["environment_name"] == "math & more/é?x=1"
+
+
+def test_each_request_in_flight_has_an_http_client_of_its_own_and_they_are_reused() -> None:
+    """httpcore's pool checks every connection it holds against the others twice per
+    request: one pool per request in flight keeps that to one connection each."""
+    import threading
+
+    inside, release = threading.Barrier(3), threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/ev-slow"):
+            inside.wait(5)
+            release.wait(5)
+        return httpx.Response(200, json={"evaluation_id": "x"})
+
+    client = client_with(handler)
+    threads = [threading.Thread(target=client.get_evaluation, args=("ev-slow",)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    inside.wait(5)  # both requests are in the handler at once
+    client.get_evaluation("ev-fast")  # a third, meanwhile
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert len(client._made) == 3
+    for _ in range(5):
+        client.get_evaluation("ev-fast")  # one at a time: no new client
+    assert len(client._made) == 3
+    made = list(client._made)
+    client.close()
+    assert all(http.is_closed for http in made)
+
+
+def test_the_client_keeps_no_cookie_the_platform_sets() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"evaluation_id": "x"}, headers={"Set-Cookie": "session=abc; Path=/"})
+
+    client = client_with(handler)
+    client.get_evaluation("ev1")
+    client.get_evaluation("ev1")
+    assert "cookie" not in seen[1].headers

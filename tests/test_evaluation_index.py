@@ -65,8 +65,8 @@ def _reader(items: list[dict], calls: list[tuple[int, int]]):
     return read_page
 
 
-def _ours(run_id: str):
-    return lambda item: item["metadata"]["local_run_id"] == run_id
+def _ours(run_id: str) -> tuple[str, None]:
+    return (run_id, None)
 
 
 def test_an_evaluation_created_elsewhere_after_the_first_listing_is_found_newest_first() -> None:
@@ -190,3 +190,61 @@ def test_runs_with_nothing_to_send_are_answered_without_a_pass(tmp_path: Path, m
             assert sorted(passes) == ["run-0", "run-grows"]
             states = {Path(r.path).name: (r.state, r.pushed_now) for r in third}
             assert states["run-grows"] == ("synced", 3) and states["run-0"][1] == 0
+
+
+def test_a_lookup_reads_one_more_item_at_first_for_each_create_of_this_sync_in_flight() -> None:
+    """Another job's create may land at the head before its answer is added to the index: a
+    first read of one item then meets it and reads again. With that create counted, the
+    first read is long enough to reach a known evaluation."""
+    items = [{"evaluation_id": f"e{n}", "metadata": {"local_run_id": f"r{n}"}} for n in range(10)][::-1]
+    index = EvaluationIndex()
+    calls: list[tuple[int, int]] = []
+    index.find("gsm8k", _reader(items, calls), _ours("r0"))
+    with index.creating("gsm8k"):
+        # landed on the platform, its answer not yet back
+        items.insert(0, {"evaluation_id": "e-other", "metadata": {"local_run_id": "r-other"}})
+        calls.clear()
+        assert index.find("gsm8k", _reader(items, calls), _ours("r-mine")) == []
+        assert calls == [(0, 2)]
+        index.add("gsm8k", items[0])
+    calls.clear()
+    assert index.find("gsm8k", _reader(items, calls), _ours("r-other"))[0]["evaluation_id"] == "e-other"
+    assert calls == [(0, 1)]  # nothing in flight: one item
+
+
+def test_a_lookup_matches_the_local_run_id_and_the_replay_id_exactly() -> None:
+    items = [{"evaluation_id": "plain", "metadata": {"local_run_id": "r1"}},
+             {"evaluation_id": "replay-a", "metadata": {"local_run_id": "r1", "replay_id": "a"}},
+             {"evaluation_id": "replay-b", "metadata": {"local_run_id": "r1", "replay_id": "b"}},
+             {"evaluation_id": "other", "metadata": {"local_run_id": "r2"}},
+             {"evaluation_id": "odd", "metadata": ["r1"]},
+             {"evaluation_id": "none"},
+             {"evaluation_id": "number", "metadata": {"local_run_id": 1}}]
+    index = EvaluationIndex()
+    calls: list[tuple[int, int]] = []
+
+    def ids(run: tuple) -> list[str]:
+        return [item["evaluation_id"] for item in index.find("gsm8k", _reader(items, calls), run)]
+
+    assert ids(("r1", None)) == ["plain"]
+    assert ids(("r1", "a")) == ["replay-a"]
+    assert ids(("r1", "c")) == []
+    assert ids(("r2", None)) == ["other"]
+    assert ids(("1", None)) == []
+    # An evaluation seen again with other metadata is found by what it carries now.
+    index.add("gsm8k", {"evaluation_id": "other", "metadata": {"local_run_id": "r3"}})
+    assert ids(("r3", None)) == ["other"]
+
+
+def test_a_run_never_synced_here_is_given_to_a_pass_without_reading_its_spool(tmp_path: Path, monkeypatch) -> None:
+    import prime_runs_spool.sync.engine as engine
+    from prime_runs_spool.sync.engine import RunSync
+
+    build_run(tmp_path / "run", "probe-fresh", 2)
+    read: list[Path] = []
+    monkeypatch.setattr(engine, "read_manifest", lambda run_dir: read.append(run_dir))
+    platform = FakePlatform()
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        assert RunSync(tmp_path / "run", client, DEST, SyncOptions()).probe() is None
+    assert read == []

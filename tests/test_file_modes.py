@@ -86,3 +86,24 @@ def test_a_viewer_export_is_private_folders_included(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert any(out.rglob("*.html"))
     assert _loose(_modes(tmp_path / "site"), tmp_path / "site") == {}
+
+
+def test_a_state_file_is_0600_in_a_0700_folder_made_only_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """save_state makes the folder on a run's first state only: a mkdir per write was two
+    syscalls of four state writes a new run (docs/benchmarks.md, "Many runs, per run")."""
+    from prime_runs_spool.sync.state import Destination, SyncState, save_state
+
+    made: list[Path] = []
+    real_mkdir = Path.mkdir
+    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: made.append(self) or real_mkdir(self, *a, **k))
+    path = tmp_path / "run" / "spool" / "sync" / "dest.json"
+    state = SyncState(destination=Destination(key="dest", base_url="http://x"), local_run_id="r")
+    save_state(path, state)
+    assert made and made[0] == path.parent  # and its parents, made on the way
+    first = len(made)
+    save_state(path, state)
+    save_state(path, state)
+    assert len(made) == first
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert SyncState.from_json(path.read_bytes()).local_run_id == "r"

@@ -36,8 +36,8 @@ from prime_runs_spool.sync.reconcile import Reconciler
 from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
-from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes, read_ahead,
-                                        record_episode_id, settle_spare_bodies)
+from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes,
+                                        read_ahead_if_worth_it, record_episode_id, settle_spare_bodies)
 from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
 from prime_runs_spool.sync.traces import TracesPush
 
@@ -151,6 +151,8 @@ class RunSync:
         None: the pass, under the lock, deals with it.
         """
         try:
+            if not self.protocol.path.exists():  # never synced here: no need to read the spool
+                return None
             manifest = read_manifest(self.run_dir)
             if manifest is None:
                 return None
@@ -267,7 +269,7 @@ class RunSync:
         while True:
             stream = self._stream()
             try:
-                for batch in read_ahead(batches(stream, self.options.max_request_bytes)):
+                for batch in read_ahead_if_worth_it(stream, batches(stream, self.options.max_request_bytes)):
                     if batch.count:
                         try:
                             self._send(batch)

@@ -87,12 +87,8 @@ class Evaluation:
             return self.protocol.retry("listing evaluations", lambda: self.client.list_evaluations(
                 environment_name=environment, skip=skip, limit=limit))
 
-        def ours(item: Mapping[str, Any]) -> bool:
-            metadata = item.get("metadata") or {}
-            return (metadata.get("local_run_id") == local_run_id
-                    and metadata.get("replay_id") == self.options.replay_id)
-
-        matches = [dict(item) for item in self.index.find(environment, read_page, ours)]
+        matches = [dict(item) for item in self.index.find(environment, read_page,
+                                                          (local_run_id, self.options.replay_id))]
         if len(matches) > 1:
             self.report.warnings.append(
                 f"{len(matches)} evaluations carry local run id {local_run_id}; using the oldest")
@@ -124,9 +120,12 @@ class Evaluation:
             for name in self._environment_names(manifest)
         ]
         payload = self._create_payload(manifest, environment_ids)
-        created = self.protocol.send_once("creating the evaluation", InFlight(kind="create", sent_at=0.0),
-                                          lambda: self.client.create_evaluation(payload),
-                                          lambda: self._adopt_existing(manifest))
+        environment = self._environment_names(manifest)[0]
+        with self.index.creating(environment):
+            created = self.protocol.send_once("creating the evaluation", InFlight(kind="create", sent_at=0.0),
+                                              lambda: self.client.create_evaluation(payload),
+                                              lambda: self._adopt_existing(manifest))
+            if created is not LANDED:
+                self.index.add(environment, {**created, "metadata": payload["metadata"]})
         if created is not LANDED:
-            self.index.add(self._environment_names(manifest)[0], {**created, "metadata": payload["metadata"]})
             self._adopt(created)

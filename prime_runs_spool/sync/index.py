@@ -25,11 +25,15 @@ promises (docs/sync.md, "Assumptions").
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 #: Reads one page of an environment's listing: ``(skip, limit) -> {evaluations, total}``.
 PageReader = Callable[[int, int], Mapping[str, Any]]
+
+#: What identifies the run an evaluation belongs to: ``(local run id, replay id or None)``.
+RunKey = tuple[str, "str | None"]
 
 #: Evaluations read per request when paging.
 PAGE = 100
@@ -43,10 +47,39 @@ class _Environment:
         self.loaded = False
         #: evaluation id -> the listing's item for it (its ``metadata`` identifies the run).
         self.items: dict[str, Mapping[str, Any]] = {}
+        #: The same items by the run they belong to (:func:`run_key`), so a lookup costs
+        #: the same whatever the number of evaluations: scanning them all for each new
+        #: run made the first sync of 2,000 runs quadratic again (docs/benchmarks.md).
+        self.by_run: dict[RunKey, dict[str, Mapping[str, Any]]] = {}
+        #: Creates of this sync sent and not yet added: the head of the listing may hold
+        #: as many evaluations this index does not know yet.
+        self.creating = 0
+
+    def put(self, item: Mapping[str, Any]) -> None:
+        item_id = _item_id(item)
+        old = self.items.get(item_id)
+        if old is not None:
+            self.by_run.get(run_key(old), {}).pop(item_id, None)
+        self.items[item_id] = item
+        key = run_key(item)
+        if key is not None:
+            self.by_run.setdefault(key, {})[item_id] = item
 
 
 def _item_id(item: Mapping[str, Any]) -> str:
     return str(item.get("evaluation_id") or item.get("id"))
+
+
+def run_key(item: Mapping[str, Any]) -> RunKey | None:
+    """The run an evaluation of the listing belongs to, from its metadata (sync/evaluation.py
+    writes ``local_run_id``, and ``replay_id`` for a replay); None for one that names no run."""
+    metadata = item.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    local_run_id, replay_id = metadata.get("local_run_id"), metadata.get("replay_id")
+    if not isinstance(local_run_id, str) or not (replay_id is None or isinstance(replay_id, str)):
+        return None
+    return (local_run_id, replay_id)
 
 
 class EvaluationIndex:
@@ -70,35 +103,48 @@ class EvaluationIndex:
         with self._lock:
             return self._environments.setdefault(name, _Environment())
 
-    def find(self, environment: str, read_page: PageReader, match: Callable[[Mapping[str, Any]], bool]
-             ) -> list[Mapping[str, Any]]:
-        """Every evaluation of ``environment`` that ``match`` accepts, as of now."""
+    def find(self, environment: str, read_page: PageReader, run: RunKey) -> list[Mapping[str, Any]]:
+        """Every evaluation of ``environment`` that belongs to ``run`` (:func:`run_key`), as
+        of now, in listing order."""
         known = self._environment(environment)
         with known.lock:
             if not known.loaded or not self._caught_up(known, read_page):
                 self._reload(known, read_page)
-            return [item for item in known.items.values() if match(item)]
+            return list(known.by_run.get(run, {}).values())
+
+    @contextmanager
+    def creating(self, environment: str) -> Iterator[None]:
+        """Around a create of this sync, from before it is sent until :meth:`add` (or its
+        failure): while it lasts, lookups read that many more items at the head at first."""
+        known = self._environment(environment)
+        with self._lock:
+            known.creating += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                known.creating -= 1
 
     def add(self, environment: str, item: Mapping[str, Any]) -> None:
         """An evaluation this sync just created: known without reading it back."""
         known = self._environment(environment)
         with known.lock:
             if known.loaded:
-                known.items[_item_id(item)] = item
+                known.put(item)
 
     @staticmethod
     def _reload(known: _Environment, read_page: PageReader) -> None:
-        items: dict[str, Mapping[str, Any]] = {}
+        fresh = _Environment()
         skip = 0
         while True:
             page = read_page(skip, PAGE)
             batch = page.get("evaluations") or []
             for item in batch:
-                items[_item_id(item)] = item
+                fresh.put(item)
             skip += len(batch)
             if not batch or skip >= int(page.get("total") or 0):
                 break
-        known.items = items
+        known.items, known.by_run = fresh.items, fresh.by_run
         known.loaded = True
 
     @staticmethod
@@ -112,8 +158,13 @@ class EvaluationIndex:
         listing, so a read at an offset would skip the new ones and the count would not add
         up, costing a listing of the whole environment. With 8 jobs on 2,000 new runs that
         happened for most lookups (7,385 listing reads, quadratic); read from the head, a
-        lookup sees every evaluation created before its last read began."""
-        limit = 1  # the first look is one item: usually nothing is new
+        lookup sees every evaluation created before its last read began.
+
+        The first read is one item (usually nothing is new), plus one for each create of
+        this sync in flight: those may have landed at the head before their answers were
+        added here, and with 8 jobs a read of one item met one of them often enough to
+        make a lookup 1.7 reads (docs/benchmarks.md, "Many runs, per run")."""
+        limit = min(PAGE, 1 + known.creating)
         while True:
             page = read_page(0, limit)
             batch = page.get("evaluations") or []
@@ -126,7 +177,8 @@ class EvaluationIndex:
                     break
                 fresh[_item_id(item)] = item
             if reached_known or len(batch) < limit:  # a known one, or the listing's end
-                known.items.update(fresh)
+                for item in fresh.values():
+                    known.put(item)
                 return len(known.items) == total
             if limit >= PAGE:
                 return False  # more than a page is new: list everything again

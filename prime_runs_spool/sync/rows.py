@@ -154,6 +154,22 @@ class RowStream:
             self.seal = None
         self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
 
+    def unread_bytes(self) -> int | None:
+        """Bytes of the log past the cursor, from the segments' sizes (None when a size
+        cannot be read): what reading the rest of the run costs, about."""
+        try:
+            total = 0
+            for index, path in list_segments(self.run_dir):
+                if self.cursor is not None and index < self.cursor.segment_index:
+                    continue
+                size = path.stat().st_size
+                if self.cursor is not None and index == self.cursor.segment_index:
+                    size -= self.cursor.offset
+                total += max(0, size)
+            return total
+        except (OSError, AttributeError):
+            return None
+
     def rows(self) -> Iterator[Row]:
         for record in self._records():
             after = Cursor.at(record.after)
@@ -431,6 +447,22 @@ def batches(stream: RowStream, max_request_bytes: int) -> Iterator[Batch]:
         batch.end = stream.cursor  # past the records after the last row too (a seal)
         batch.seal = stream.seal
         yield batch
+
+
+#: Up to this much left to read past the cursor, a run is read in the sending thread: the
+#: rest fits one request or two, so there is nothing to read while one is on the wire, and
+#: a thread of its own per small run (started, handed each batch, joined) cost more than
+#: the reading; with 8 jobs it also doubled the threads taking turns at the GIL.
+INLINE_REST_BYTES = 1 << 20
+
+
+def read_ahead_if_worth_it(stream: RowStream, items: Generator[Batch, None, None]) -> Iterator[Batch]:
+    """``items`` (batches of ``stream``) through :func:`read_ahead`, unless what is left of
+    the run is small (``INLINE_REST_BYTES``): the same batches, in the same order, either way."""
+    rest = stream.unread_bytes()
+    if rest is not None and rest <= INLINE_REST_BYTES:
+        return items
+    return read_ahead(items)
 
 
 #: The longest the read-ahead waits for the batch it handed over to be on the wire before it

@@ -238,11 +238,14 @@ def _digest(data: bytes) -> str:
 def save_state(path: Path, state: SyncState) -> None:
     """Replace the state file atomically and durably."""
     state.updated_at = time.time()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = state.to_json()
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except FileNotFoundError:  # the first state of this run: its folder first (0700)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
         while view:
