@@ -32,7 +32,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     SIGTERM (exit 0), or one pass with --once. Exit 1 when a pass (with --once) failed to
     upload something, 2 on bad usage.
     """
-    import orjson
+    from prime_runs_spool.sync.console import json_report
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.store.mirror import default_interval, mirror as run_mirror
@@ -56,7 +56,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
             if not (report.uploaded or report.error):
                 continue
             if as_json:
-                click.echo(orjson.dumps(report.as_json()).decode())
+                click.echo(json_report(report.as_json()))
             elif report.error:
                 click.echo(f"error      {report.path} -> {report.url}: {report.error}")
             else:

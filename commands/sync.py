@@ -240,10 +240,8 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
                   *, as_json: bool, local_db: str | None, ok: bool) -> None:
     """The reports as ``prime-runs sync`` prints them (docs/cli.md), for local paths and
     store URLs alike (commands/sync_store.py), so a script reads one format."""
-    import orjson
-
     from prime_runs_spool.importer.places import import_command
-    from prime_runs_spool.sync.console import report_lines
+    from prime_runs_spool.sync.console import json_report, report_lines
 
     if as_json:
         document: dict[str, Any] = {
@@ -254,7 +252,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         }
         if local_db:
             document["local_db"] = local_db
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_report(document, indent=True))
         return
     for imported in imports:
         for line in import_line(imported):

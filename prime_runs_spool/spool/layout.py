@@ -285,6 +285,22 @@ def _no_folder(folder: Path) -> None:
     """For a caller that does not watch the folders a walk went through."""
 
 
+def printable(text: str) -> str:
+    """``text`` (a path as Python decodes a file name) as valid UTF-8: a name that is not
+    UTF-8 decodes to lone surrogates, which a JSON encoder, a URL or a web page refuses;
+    its undecodable bytes are shown as ``\\xNN`` instead, so one odd folder name never
+    stops a report or a page that lists the other runs."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,
               on_folder: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import orjson
 
 from prime_runs_spool.errors import InvalidBaseUrlError
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -28,6 +27,7 @@ from prime_runs_spool.sync.console import (
     EXIT_RUN_FAILED,
     EXIT_USAGE,
     event_printer,
+    json_report,
     exit_code,
     follow_until_stopped,
     report_lines,
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"prime-runs: internal error: {type(exc).__name__}: {exc}\n")
         return EXIT_RUN_FAILED
     if args.as_json:
-        print(orjson.dumps({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}).decode())
+        print(json_report({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}))
     else:
         for report in reports:
             print("\n".join(report_lines(report)))
