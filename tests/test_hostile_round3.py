@@ -76,3 +76,65 @@ def test_the_viewer_lists_and_opens_a_run_whose_folder_name_is_not_utf8(odd_tree
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def _local_sync(root: Path, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _cli("sync", "--local", "--db", str(db), "--to", "samples", "--request-lifetime", "1", "--json",
+                str(root), *args)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("evaluation_id", "../../../teams/someone-else"),   # aimed the user's key at another path of the API
+    ("cursor", {"segment_index": -1, "offset": 0, "next_seq": 0, "rows_done": 0}),  # "corrupt seg--00001"
+    ("store", "bogus"),                                  # "sync it with --to bogus"
+])
+def test_a_received_state_with_values_no_sync_writes_is_damaged(tmp_path: Path, field: str, value: object) -> None:
+    """A spool received with its sync state (a CI artifact): values of the right JSON type
+    that no sync writes were trusted. The state is damaged instead: sync reconciles with
+    the platform, finds the run's evaluation and reports the run synced."""
+    from prime_runs_spool.spool.layout import sync_dir
+
+    builder = build_run(tmp_path / "runs" / "r", "received-state", 3)
+    db = tmp_path / "local.db"
+    first = _local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0, first.stderr
+    evaluation_id = json.loads(first.stdout)["runs"][0]["evaluation_id"]
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    state = json.loads(state_file.read_text())
+    state.update({field: value, "finalized": False, "terminal": None})
+    state_file.write_text(json.dumps(state))
+    again = _local_sync(tmp_path / "runs", db)
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["evaluation_id"], run["pushed_total"]) == ("synced", evaluation_id, 3), run
+    assert any("damaged" in warning for warning in run["warnings"]), run
+
+
+def test_the_client_sends_nothing_for_an_id_that_is_not_one_path_segment() -> None:
+    from prime_runs_spool.errors import FailureKind, PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    sent: list[str] = []
+    transport = httpx.MockTransport(lambda request: sent.append(str(request.url)) or httpx.Response(200, json={}))
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret("k"), team_id=None,
+                        frontend_url="http://platform.invalid")
+    with PlatformClient(settings, transport=transport) as client:
+        for bad in ("..", "../../x", "a/b", "a?b=1", "a%2Fb", "", "x" * 65):
+            with pytest.raises(PlatformError) as caught:
+                client.push_samples(bad, b'{"samples":[]}')
+            assert caught.value.kind is FailureKind.FATAL
+        client.get_evaluation("dd8a5b36-5461-44c7-9384-9c341638dd79")
+    assert sent == ["http://platform.invalid/api/v1/evaluations/dd8a5b36-5461-44c7-9384-9c341638dd79"], sent
+
+
+def test_a_base_url_with_a_password_is_a_usage_error_that_does_not_show_it(tmp_path: Path) -> None:
+    """It was taken: httpx sent the userinfo as Basic auth in place of the API key (401), and
+    a platform that took it would have had the password written into the state file's
+    destination."""
+    build_run(tmp_path / "runs" / "r", "userinfo-url", 1)
+    result = _cli("sync", str(tmp_path / "runs"), "--base-url", "http://someone:pw-s3cret@127.0.0.1:9",
+                  "--max-attempts", "1", PRIME_API_KEY="key")
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "pw-s3cret" not in result.stdout + result.stderr
+    assert "user:password@" in result.stderr.strip().splitlines()[-1]
+    assert not list((tmp_path / "runs" / "r" / "spool").glob("sync/*.json"))

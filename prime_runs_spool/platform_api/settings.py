@@ -99,6 +99,10 @@ def _base_url_problem(url: str) -> str | None:
         return "port 0 cannot be connected to"
     if parts.query or parts.fragment:
         return "a base URL takes no ?query or #fragment"
+    if "@" in parts.netloc:
+        # httpx would send it as Basic auth in place of the API key, and the state file
+        # records the base URL (its destination): a password there would reach the disk.
+        return "a base URL takes no user:password@ (the API key goes in PRIME_API_KEY)"
     if any(ch.isspace() or ord(ch) < 32 for ch in url):
         return "it contains white space or control characters"
     return None
