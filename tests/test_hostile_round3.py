@@ -138,3 +138,53 @@ def test_a_base_url_with_a_password_is_a_usage_error_that_does_not_show_it(tmp_p
     assert "pw-s3cret" not in result.stdout + result.stderr
     assert "user:password@" in result.stderr.strip().splitlines()[-1]
     assert not list((tmp_path / "runs" / "r" / "spool").glob("sync/*.json"))
+
+
+@pytest.fixture
+def trickling_platform():
+    """A platform (or a proxy before it) that answers every request with a status line and
+    then one header line every 0.3 s, forever: never silent long enough for a read timeout."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                while not stop.wait(0.3):
+                    conn.sendall(b"X-Still-Here: yes\r\n")
+            except OSError:
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    server.close()
+
+
+@pytest.mark.xfail(strict=True, reason="--timeout bounds each read, not the answer: httpx has no total deadline, "
+                                       "so a platform or proxy that trickles bytes holds a sync forever")
+def test_a_platform_that_trickles_its_answer_does_not_hold_a_sync_forever(tmp_path: Path, trickling_platform) -> None:
+    build_run(tmp_path / "runs" / "r", "trickled", 1)
+    try:
+        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", trickling_platform,
+                                       "--to", "samples", "--timeout", "1", "--max-attempts", "1",
+                                       "--request-lifetime", "1"],
+                                capture_output=True, text=True, timeout=8, env=child_env(PRIME_API_KEY="key"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("sync --timeout 1 against a trickling platform still ran after 8 s")
+    assert result.returncode == 1, result.stderr
