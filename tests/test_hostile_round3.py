@@ -188,3 +188,66 @@ def test_a_platform_that_trickles_its_answer_does_not_hold_a_sync_forever(tmp_pa
     except subprocess.TimeoutExpired:
         pytest.fail("sync --timeout 1 against a trickling platform still ran after 8 s")
     assert result.returncode == 1, result.stderr
+
+
+@pytest.fixture
+def samples_gate():
+    """A forwarding proxy before a platform that holds every ``POST .../samples`` until a
+    second one has arrived (or 10 s passed): two syncs that each read the evaluation's count
+    before either append commits, deterministically."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    barrier = threading.Barrier(2, timeout=10)
+    upstream: list[str] = []
+
+    class Forward(BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.command == "POST" and self.path.endswith("/samples"):
+                try:
+                    barrier.wait()
+                except threading.BrokenBarrierError:
+                    pass
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+            answer = httpx.request(self.command, upstream[0] + self.path, content=body, headers=headers, timeout=30)
+            self.send_response(answer.status_code)
+            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+            self.send_header("Content-Length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        do_GET = do_POST = do_PUT = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield upstream, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.xfail(strict=True, reason="the sync lock is per folder: two copies of one spool (cp -r, two CI jobs "
+                                       "on one artifact) synced at once both append every row, or make two "
+                                       "evaluations; only the object-store lease serializes syncers of one run")
+def test_two_copies_of_a_spool_synced_at_once_store_each_episode_once(tmp_path: Path, samples_gate) -> None:
+    from support.sync_e2e import evaluations_of
+
+    upstream, gate = samples_gate
+    builder = build_run(tmp_path / "one" / "r", "copied-run", 4)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    db = tmp_path / "platform" / "p.db"
+    db.parent.mkdir()
+    with platform_process.running(db, "--token", "gate-token") as server:
+        upstream.append(server.base_url)
+        syncs = [subprocess.Popen(CLI + ["sync", str(tmp_path / copy), "--base-url", gate, "--to", "samples",
+                                         "--request-lifetime", "1", "--timeout", "20"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=child_env(PRIME_API_KEY="gate-token")) for copy in ("one", "two")]
+        for proc in syncs:
+            proc.communicate(timeout=60)
+        with httpx.Client(base_url=server.api, headers={"Authorization": "Bearer gate-token"}) as api:
+            evaluations = evaluations_of(api, builder.run_id)
+            totals = [api.get(f"/evaluations/{e['id']}").json()["total_samples"] for e in evaluations]
+    assert totals == [4], f"{len(evaluations)} evaluation(s) holding {totals} samples for 4 episodes"
