@@ -148,6 +148,8 @@ class PlatformClient:
             if self._http is None:
                 import httpx
 
+                from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
+
                 headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
                 if self.settings.api_key:
                     headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
@@ -155,7 +157,7 @@ class PlatformClient:
                     base_url=self.settings.base_url + "/api/v1",
                     headers=headers,
                     timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
-                    transport=self._transport,
+                    transport=self._transport or AnswerDeadlineTransport(self._timeout),
                 )
             return self._http
 

@@ -34,6 +34,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 from prime_traces.core.client import raise_for_response
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
+from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 
 #: A batch closes at this many uncompressed bytes (the library's default, under the
 #: deployed transport's 32 MiB request cap); one line over MAX_LINE_BYTES is refused locally.
@@ -104,7 +105,7 @@ class TracesUploader:
         self.base_url = base_url
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                                       transport=transport)
+                                       transport=transport or AnswerDeadlineTransport(timeout))
         self._probe = threading.Lock()
         #: The service's last answer to the probe and when it came (monotonic): kept for
         #: ``ENABLED_ANSWER_SECONDS``; a failed probe is not kept.
