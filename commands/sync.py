@@ -19,7 +19,7 @@ import click
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
 from commands.output import Progress, fail_usage, internal_error, require_paths
 from commands.sync_store import PathOrURL, store_urls, sync_urls
-from prime_runs_spool.errors import InvalidBaseUrlError
+from prime_runs_spool.errors import InvalidSettingsError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
@@ -82,7 +82,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
         return
     try:
         settings = load_settings(base_url=base_url, team_id=team)
-    except InvalidBaseUrlError as exc:
+    except InvalidSettingsError as exc:
         fail_usage(str(exc))
     if not settings.api_key:
         fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "

@@ -265,3 +265,22 @@ def test_the_traces_client_does_not_wait_forever_for_a_trickled_answer(trickling
     finally:
         uploader.close()
     assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize("key", ["sk-bad\r\nX-Injected: yes", "sk-bad key", "sk-bad-\u00e9"])
+def test_an_api_key_no_header_can_carry_is_a_usage_error_that_does_not_show_it(tmp_path: Path, key: str) -> None:
+    """httpx failed on every request with it, which sync took for a lost answer ("no answer
+    (LocalProtocolError)": retried, fences waited out) or an internal error."""
+    build_run(tmp_path / "runs" / "r", "bad-key", 1)
+    result = _cli("sync", str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9", "--max-attempts", "1",
+                  PRIME_API_KEY=key)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "sk-bad" not in result.stdout + result.stderr
+    assert "PRIME_API_KEY" in result.stderr.strip().splitlines()[-1]
+
+
+def test_an_api_key_pasted_with_its_line_feed_is_used_without_it() -> None:
+    from prime_runs_spool.platform_api.settings import load_settings
+
+    settings = load_settings(env={"PRIME_API_KEY": "sk-good\n", "HOME": "/nonexistent"})
+    assert settings.api_key is not None and settings.api_key.reveal() == "sk-good"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-from prime_runs_spool.errors import InvalidBaseUrlError
+from prime_runs_spool.errors import InvalidSettingsError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.console import (
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass  # it exists but cannot be read: the walk names it beside the readable runs
     try:
         settings = load_settings(base_url=args.base_url, team_id=args.team)
-    except InvalidBaseUrlError as exc:
+    except InvalidSettingsError as exc:
         sys.stderr.write(f"prime-runs: {exc}\n")
         return EXIT_USAGE
     if not settings.api_key:
