@@ -284,3 +284,42 @@ def test_an_api_key_pasted_with_its_line_feed_is_used_without_it() -> None:
 
     settings = load_settings(env={"PRIME_API_KEY": "sk-good\n", "HOME": "/nonexistent"})
     assert settings.api_key is not None and settings.api_key.reveal() == "sk-good"
+
+
+def _not_a_regular_file(path: Path, kind: str) -> None:
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:  # a device: /dev/null, not /dev/zero, so that a regression fails without filling memory
+        path.symlink_to("/dev/null")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_sync_state_that_is_not_a_regular_file_does_not_hang_status_or_sync(tmp_path: Path, kind: str) -> None:
+    """A FIFO blocked status and sync at open forever; a link to /dev/zero read until memory
+    ran out. A received spool (an artifact unpacked from a tarball) can hold either."""
+    from prime_runs_spool.spool.layout import sync_dir
+
+    builder = build_run(tmp_path / "runs" / "r", f"state-{kind}", 2)
+    db = tmp_path / "local.db"
+    assert _local_sync(tmp_path / "runs", db).returncode == 0
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    _not_a_regular_file(state_file, kind)
+    status = subprocess.run(CLI + ["status", str(tmp_path / "runs")], capture_output=True, text=True, timeout=20,
+                            env=child_env())
+    assert status.returncode == 0 and "not a regular file" in status.stdout, status.stdout + status.stderr
+    again = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "--to", "samples", "--request-lifetime", "1",
+                                  "--json", str(tmp_path / "runs")],
+                           capture_output=True, text=True, timeout=30, env=child_env())
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["pushed_total"]) == ("synced", 2), run
+    assert state_file.is_file() and not state_file.is_symlink()
+
+
+def test_an_import_whose_resolved_config_is_a_fifo_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    root = tmp_path / "outputs"
+    shutil.copytree(VF040, root / "a")
+    _not_a_regular_file(root / "a" / "configs" / "resolved" / "eval.json", "fifo")
+    result = subprocess.run(CLI + ["import", str(root)], capture_output=True, text=True, timeout=20, env=child_env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "eval.json" in result.stderr.strip().splitlines()[-1]

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from prime_runs_spool.errors import InvalidSettingsError
-from prime_runs_spool.spool.layout import open_private, shipper_log_path, sync_state_path
+from prime_runs_spool.spool.layout import open_private, read_regular_file, shipper_log_path, sync_state_path
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
 
@@ -132,7 +132,7 @@ class Shipper:
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far, from its state file (no request)."""
         try:
-            return SyncState.from_json(sync_state_path(self._run_dir, self.destination.key).read_bytes())
+            return SyncState.from_json(read_regular_file(sync_state_path(self._run_dir, self.destination.key)))
         except (OSError, ValueError):
             return None
 

@@ -206,6 +206,20 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
+def read_regular_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the regular file at ``path`` (a symlink is followed); an ``OSError``
+    (EINVAL, "not a regular file") for anything else. For the small files read whole
+    beside a spool or an eval's outputs (sync states and their etags, an import's JSON
+    files): one that is a FIFO would block its reader at ``open`` forever, a link to
+    ``/dev/zero`` would fill its memory, and a folder received from elsewhere (an artifact
+    unpacked from a tarball) may hold either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        return file.read()
+
+
 def make_private_dir(path: str | os.PathLike[str]) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``)."""

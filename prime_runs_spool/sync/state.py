@@ -22,6 +22,7 @@ import orjson
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
+from prime_runs_spool.spool.layout import read_regular_file
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.typed_json import DocumentError, build
@@ -231,7 +232,7 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str) -> Sy
     """The state at ``path``; None when there is none; :class:`StateProblem` when there is
     one that must not be trusted (sync then reconciles with the platform instead)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -32,7 +32,8 @@ from typing import Any
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import DIR_MODE, replay_state_glob, state_etag_path, sync_dir, sync_lease_path, sync_state_path
+from prime_runs_spool.spool.layout import (DIR_MODE, read_regular_file, replay_state_glob, state_etag_path, sync_dir,
+                                           sync_lease_path, sync_state_path)
 from prime_runs_spool.store.lease import Lease
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
@@ -160,8 +161,12 @@ class StoreRunSync:
             documents = [(key.rsplit("/", 1)[-1], found[0]) for key in keys
                          if (found := self.run.store.read(key)) is not None]
         else:
-            documents = [(path.name, path.read_bytes())
-                         for path in self.path.parent.glob(replay_state_glob(self.destination.key))]
+            documents = []
+            for path in self.path.parent.glob(replay_state_glob(self.destination.key)):
+                try:
+                    documents.append((path.name, read_regular_file(path)))
+                except OSError:
+                    continue  # as locally (sync/replay.py): a state that cannot be read is no replay to continue
         replay_id = latest_unfinished(documents, self.destination.key) or new_replay_id()
         self.options = dataclasses.replace(self.options, replay_id=replay_id)
         self._locate(replay_id)
@@ -211,15 +216,15 @@ class StoreRunSync:
         not that version."""
         if not self.in_store:
             try:
-                return _parse(self.path.read_bytes())
+                return _parse(read_regular_file(self.path))
             except OSError:
                 return None
         listed = self.run.objects.get(self.key)
         if listed is None:
             return None
         try:
-            if state_etag_path(self.path).read_text() == listed.etag:
-                return _parse(self.path.read_bytes())
+            if read_regular_file(state_etag_path(self.path)).decode(errors="replace") == listed.etag:
+                return _parse(read_regular_file(self.path))
         except OSError:
             pass
         found = self.run.store.read(self.key)
