@@ -323,3 +323,29 @@ def test_an_import_whose_resolved_config_is_a_fifo_is_an_error_not_a_hang(tmp_pa
     result = subprocess.run(CLI + ["import", str(root)], capture_output=True, text=True, timeout=20, env=child_env())
     assert result.returncode == 1, result.stdout + result.stderr
     assert "eval.json" in result.stderr.strip().splitlines()[-1]
+
+
+def test_environments_given_as_one_string_are_one_environment(tmp_path: Path) -> None:
+    """A str is a Sequence[str]: open_run(environments="gsm8k") recorded five environments,
+    g, s, m, 8 and k, and sync created each on the platform and attached the evaluation to
+    all of them. A foreign manifest holding the bare string was split the same way by sync."""
+    import sqlite3
+
+    from prime_runs_spool import open_run
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    with open_run(tmp_path / "runs" / "api", name="one-string", environments="gsm8k", model="m") as run:
+        pass
+    foreign = SegmentWriter.create(tmp_path / "runs" / "foreign", "foreign-env-string")
+    foreign.append("manifest", {**manifest_for("foreign-env-string"), "environments": "math500"})
+    foreign.seal("completed")
+    from prime_runs_spool.sync.engine import read_manifest
+
+    assert read_manifest(tmp_path / "runs" / "api")["environments"] == ["gsm8k"], run.id
+    db = tmp_path / "local.db"
+    result = _local_sync(tmp_path / "runs", db)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with sqlite3.connect(db) as connection:
+        names = sorted(row[0] for row in connection.execute("SELECT name FROM environments"))
+    assert names == ["gsm8k", "math500"], names

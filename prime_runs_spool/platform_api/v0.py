@@ -27,6 +27,7 @@ import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
+from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -448,7 +449,7 @@ def create_body(manifest: Mapping[str, Any], *, name: str, environment_ids: list
         "framework": manifest.get("framework"),
         "metadata": dict(metadata),
     }
-    dataset = manifest.get("dataset") or (manifest.get("environments") or [None])[0]
+    dataset = manifest.get("dataset") or next(iter(environment_list(manifest.get("environments"))), None)
     if dataset:
         body["dataset"] = dataset
     return {key: value for key, value in body.items() if value is not None}
