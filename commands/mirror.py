@@ -14,14 +14,14 @@ from typing import Any
 
 import click
 
-from commands.output import fail_usage, require_paths
+from commands.output import Seconds, fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
 
 
 @click.command("mirror")
 @click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
 @click.option("--once", is_flag=True, help="One pass, then exit.")
-@click.option("--interval", type=click.FloatRange(0.05), default=None,
+@click.option("--interval", type=Seconds(0.05), default=None,
               help="Seconds between passes (default 5, env PRIME_RUNS_MIRROR_INTERVAL).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run uploaded to.")
 def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: bool) -> None:

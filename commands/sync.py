@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import Progress, fail_usage, internal_error, require_paths
+from commands.output import Progress, Seconds, fail_usage, internal_error, require_paths
 from commands.sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import InvalidSettingsError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
@@ -106,10 +106,10 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 @click.option("--skip-corrupt", is_flag=True,
               help="Skip past a corrupt segment's damaged rest (recorded in the evaluation's metadata).")
-@click.option("--request-lifetime", type=click.FloatRange(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
+@click.option("--request-lifetime", type=Seconds(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
               default=DEFAULT_REQUEST_LIFETIME, show_default=True,
               help="Seconds after which an unanswered request can no longer land (env PRIME_RUNS_REQUEST_LIFETIME).")
-@click.option("--timeout", type=click.FloatRange(0.1), default=DEFAULT_TIMEOUT, show_default=True,
+@click.option("--timeout", type=Seconds(0.1), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for one answer.")
 @click.option("--max-attempts", type=click.IntRange(1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
               help="Consecutive failures of one request before a run gives up (its state is kept).")
@@ -118,7 +118,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
                    "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
 @click.option("--exit-when-idle", is_flag=True,
               help="With --follow: exit once every run found is finished and no writer is live.")
-@click.option("--poll-interval", type=click.FloatRange(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
+@click.option("--poll-interval", type=Seconds(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
               help="With --follow: seconds between looks at each spool's size.")
 @click.option("--replay", is_flag=True,
               help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
@@ -129,7 +129,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--traces-batch-bytes", type=click.IntRange(1024), default=None, hidden=True,
               help="Uncompressed bytes at which a traces batch closes (tests use smaller ones).")
-@click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
+@click.option("--backoff-cap", type=Seconds(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
 @click.option("--no-import", is_flag=True,

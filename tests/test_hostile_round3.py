@@ -349,3 +349,24 @@ def test_environments_given_as_one_string_are_one_environment(tmp_path: Path) ->
     with sqlite3.connect(db) as connection:
         names = sorted(row[0] for row in connection.execute("SELECT name FROM environments"))
     assert names == ["gsm8k", "math500"], names
+
+
+@pytest.mark.parametrize(("argv", "env"), [
+    (["--request-lifetime", "nan"], {}),        # NaN passes FloatRange: every fence ended at once
+    ([], {"PRIME_RUNS_REQUEST_LIFETIME": "nan"}),
+    (["--timeout", "inf"], {}),                 # internal error: OverflowError
+    (["--timeout", "nan"], {}),
+    (["--backoff-cap", "nan"], {}),
+])
+@pytest.mark.parametrize("entry", ["prime-runs", "shipper"])
+def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: list[str], env: dict[str, str],
+                                                       entry: str) -> None:
+    import sys
+
+    build_run(tmp_path / "runs" / "r", "nan-seconds", 1)
+    command = CLI + ["sync"] if entry == "prime-runs" else [sys.executable, "-m", "prime_runs_spool.sync"]
+    result = subprocess.run(command + [str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9",
+                                       "--max-attempts", "1", *argv],
+                            capture_output=True, text=True, timeout=30, env=child_env(PRIME_API_KEY="key", **env))
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "finite" in result.stderr
