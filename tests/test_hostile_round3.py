@@ -370,3 +370,35 @@ def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: lis
                             capture_output=True, text=True, timeout=30, env=child_env(PRIME_API_KEY="key", **env))
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "finite" in result.stderr
+
+
+def test_an_episode_whose_line_would_pass_the_format_limit_is_refused_not_written(tmp_path: Path) -> None:
+    """format.prepare leaves 200 bytes for the framing; the meta repeats the episode id, so
+    an id of megabytes made a line over MAX_LINE_BYTES. The writer wrote it, and every
+    reader then stopped at it as corrupt ("a line longer than the format's limit"), with
+    every episode after it: `prime-runs import` of such a traces.jsonl made a corrupt spool."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool import open_run
+    from prime_runs_spool.errors import RecordTooLargeError
+    from prime_runs_spool.spool import format as spool_format
+    from prime_runs_spool.spool.writer import SegmentWriter
+
+    limit = 1 << 20
+    original = spool_format.MAX_LINE_BYTES
+    with pytest.MonkeyPatch.context() as patch:  # a small limit, so the test writes little
+        for module in ("prime_runs_spool.spool.format", "prime_runs_spool.runner.admission"):
+            patch.setattr(f"{module}.MAX_LINE_BYTES", limit, raising=False)
+        with open_run(tmp_path / "api", name="long-id", environments=["gsm8k"], model="m") as run:
+            episode = make_episode(0, size=100, run_id=run.id, salt="long")
+            episode["id"] = "z" * (limit * 2 // 3)
+            with pytest.raises(RecordTooLargeError) as caught:
+                run.log_episodes([episode])
+            assert len(str(caught.value)) < 300
+            run.log_episodes([make_episode(1, size=100, run_id=run.id, salt="long")])
+        writer = SegmentWriter.create(tmp_path / "direct", "direct-long-meta")
+        with pytest.raises(RecordTooLargeError):
+            writer.append("episode", {"id": "q"}, {"episode_id": "q" * limit})
+        writer.close()
+    assert spool_format.MAX_LINE_BYTES == original
+    result = _cli("verify", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
