@@ -19,7 +19,7 @@ import click
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
 from commands.output import Progress, Seconds, fail_usage, internal_error, require_paths
 from commands.sync_store import PathOrURL, store_urls, sync_urls
-from prime_runs_spool.errors import InvalidSettingsError
+from prime_runs_spool.errors import InvalidSettingsError, PlatformDatabaseError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
@@ -75,7 +75,11 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
             make_private_dir(db_path.parent)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
-        with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces) as platform:
+        with contextlib.ExitStack() as stack:
+            try:
+                platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces))
+            except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
+                fail_usage(f"--db: {exc}")
             settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
                                 frontend_url=LOCAL_FRONTEND)
             yield settings, local_destination(db_path, team), str(db_path)

@@ -402,3 +402,14 @@ def test_an_episode_whose_line_would_pass_the_format_limit_is_refused_not_writte
     assert spool_format.MAX_LINE_BYTES == original
     result = _cli("verify", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_local_db_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> None:
+    """It was "internal error: PlatformDatabaseError" (exit 1), as if the tool had failed."""
+    build_run(tmp_path / "runs" / "r", "bad-local-db", 1)
+    (tmp_path / "notes.db").write_text("my notes, not SQLite\n")
+    result = _cli("sync", "--local", "--db", str(tmp_path / "notes.db"), str(tmp_path / "runs"))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--db" in last and "internal error" not in last, last
+    assert (tmp_path / "notes.db").read_text() == "my notes, not SQLite\n"
