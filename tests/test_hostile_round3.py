@@ -413,3 +413,38 @@ def test_a_local_db_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> N
     last = result.stderr.strip().splitlines()[-1]
     assert "--db" in last and "internal error" not in last, last
     assert (tmp_path / "notes.db").read_text() == "my notes, not SQLite\n"
+
+
+@pytest.mark.parametrize("lease", [
+    {"expires_at": 1e308},           # "held" forever: every syncer skipped the run, always
+    {"expires_at": float("nan")},    # likewise: NaN is never past
+    {"expires_at": 1000.0, "generation": 1e300},  # an internal error ended the whole sync
+    {"expires_at": 1000.0, "generation": True},
+])
+def test_a_lease_no_syncer_writes_is_no_lease(lease: dict) -> None:
+    import uuid
+
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    body = {"owner": "elsewhere", "generation": 3, "released": False, "written_at": 1000.0, "nonce": "n", **lease}
+    store.create("run/spool/sync.lease.json", json.dumps(body).encode())
+    taker = Lease(store, "run/spool/sync.lease.json", owner="me", ttl=60, clock_skew=5, clock=lambda: 1000.0)
+    assert taker.try_take()
+    assert type(taker.generation) is int and taker.generation < 1 << 62
+    taker.release()
+
+
+def test_a_lease_held_within_its_ttl_and_the_clock_skew_is_still_held() -> None:
+    import uuid
+
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    ahead = {"owner": "elsewhere", "generation": 3, "released": False, "written_at": 1004.0, "nonce": "n",
+             "expires_at": 1000.0 + 60 + 5}  # its clock 5 s ahead of ours, the most the skew allows
+    store.create("run/spool/sync.lease.json", json.dumps(ahead).encode())
+    assert not Lease(store, "run/spool/sync.lease.json", owner="me", ttl=60, clock_skew=5,
+                     clock=lambda: 1000.0).try_take()
