@@ -448,3 +448,34 @@ def test_a_lease_held_within_its_ttl_and_the_clock_skew_is_still_held() -> None:
     store.create("run/spool/sync.lease.json", json.dumps(ahead).encode())
     assert not Lease(store, "run/spool/sync.lease.json", owner="me", ttl=60, clock_skew=5,
                      clock=lambda: 1000.0).try_take()
+
+
+def test_a_store_run_whose_pass_fails_unexpectedly_does_not_stop_the_others(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local sync reports a bug met on one run as that run's error (sync/many.py); over a
+    store URL the exception went through the pool and the whole command ended in "internal
+    error" (a lease of generation 1e300 did it), every other run's report lost."""
+    import uuid
+
+    from prime_runs_spool.spool.layout import list_segments
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync import store_sync
+    from prime_runs_spool.sync.options import RunReport, SyncOptions
+    from prime_runs_spool.sync.state import remote_destination
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    for name in ("a", "b"):
+        builder = build_run(tmp_path / name, f"store-isolation-{name}", 1)
+        for _, path in list_segments(builder.run_dir):
+            store.create(f"{name}/spool/{path.name}", path.read_bytes())
+
+    def sync(self: store_sync.StoreRunSync) -> RunReport:
+        if str(self.run).endswith("/a"):
+            raise RuntimeError("a bug met on run a")
+        return RunReport(path=str(self.run), state="up_to_date")
+
+    monkeypatch.setattr(store_sync.StoreRunSync, "sync", sync)
+    reports = store_sync.sync_store(store.url, None, remote_destination("http://platform.invalid", None),
+                                    SyncOptions(), store=store)
+    assert [(r.path.rsplit("/", 1)[-1], r.state) for r in reports] == [("a", "error"), ("b", "up_to_date")]
+    assert "a bug met on run a" in (reports[0].error or "")

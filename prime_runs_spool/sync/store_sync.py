@@ -39,6 +39,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.many import internal_error_report
 from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
@@ -309,8 +310,11 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     index = EvaluationIndex()
 
     def one(run: StoreRun) -> RunReport:
-        return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
-                            index=index, on_progress=on_progress).sync()
+        try:
+            return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
+                                index=index, on_progress=on_progress).sync()
+        except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
+            return internal_error_report(str(run), exc)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         return list(pool.map(one, runs))
