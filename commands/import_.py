@@ -66,10 +66,9 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
 
     Run it again any time: nothing is added twice; episodes appended since go into a new segment.
     """
-    import orjson
-
     from prime_runs_spool.errors import NoSuchPathError
     from prime_runs_spool.importer.outputs import FAILED_STATES, import_paths
+    from prime_runs_spool.sync.console import json_report
     from prime_runs_spool.importer.places import paths_with_nothing
 
     quiet_library_warnings()
@@ -83,10 +82,10 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
         sys.exit(EXIT_USAGE)
     failed = [r for r in reports if r.state in FAILED_STATES]
     if as_json:
-        click.echo(orjson.dumps({"ok": not failed and (allow_empty or not empty),
+        click.echo(json_report({"ok": not failed and (allow_empty or not empty),
                                  "imports": [r.as_json() for r in reports],
                                  "paths_without_runs": [str(p) for p in empty]},
-                                option=orjson.OPT_INDENT_2).decode())
+                                indent=True))
     else:
         for report in reports:
             for line in import_line(report):

@@ -14,14 +14,14 @@ from typing import Any
 
 import click
 
-from commands.output import fail_usage, require_paths
+from commands.output import Seconds, fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
 
 
 @click.command("mirror")
 @click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
 @click.option("--once", is_flag=True, help="One pass, then exit.")
-@click.option("--interval", type=click.FloatRange(0.05), default=None,
+@click.option("--interval", type=Seconds(0.05), default=None,
               help="Seconds between passes (default 5, env PRIME_RUNS_MIRROR_INTERVAL).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run uploaded to.")
 def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: bool) -> None:
@@ -32,7 +32,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     SIGTERM (exit 0), or one pass with --once. Exit 1 when a pass (with --once) failed to
     upload something, 2 on bad usage.
     """
-    import orjson
+    from prime_runs_spool.sync.console import json_report
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.store.mirror import default_interval, mirror as run_mirror
@@ -56,7 +56,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
             if not (report.uploaded or report.error):
                 continue
             if as_json:
-                click.echo(orjson.dumps(report.as_json()).decode())
+                click.echo(json_report(report.as_json()))
             elif report.error:
                 click.echo(f"error      {report.path} -> {report.url}: {report.error}")
             else:

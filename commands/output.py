@@ -13,7 +13,25 @@ from typing import Any
 
 import click
 
-from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE, seconds_problem
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds of at least ``minimum``, finite: click's FloatRange lets NaN and
+    infinity through (sync/options.py, ``seconds_problem``, says what they did)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0) -> None:
+        super().__init__(min=minimum)
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds = float(super().convert(value, param, ctx))
+        problem = seconds_problem(seconds, self.minimum)
+        if problem:
+            self.fail(problem, param, ctx)
+        return seconds
 
 
 def fail_usage(message: str) -> None:

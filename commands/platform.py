@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from commands.output import Seconds
+
 
 @click.group("platform")
 def platform() -> None:
@@ -22,7 +24,7 @@ def platform() -> None:
                    "the browser) on every dashboard page. Required for a non-loopback --host.")
 @click.option("--frontend-url", default=None,
               help="Base of viewer_url links (default: this server's own URL).")
-@click.option("--request-deadline", type=click.FloatRange(0), default=None,
+@click.option("--request-deadline", type=Seconds(0), default=None,
               help="Refuse (503, nothing written) a write still uncommitted this many seconds "
                    "after its request arrived.")
 @click.option("--traces", is_flag=True,

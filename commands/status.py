@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import orjson
 
 from commands.import_ import nothing_found_message
 from commands.output import fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.console import json_report
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     code = 1 if empty and not allow_empty else 0
     if as_json:
-        click.echo(orjson.dumps({"runs": [run.as_json() for run in runs],
+        click.echo(json_report({"runs": [run.as_json() for run in runs],
                                  "not_spooled": [{"path": str(p), "fix": import_command(p, state)} for p in missing]},
-                                option=orjson.OPT_INDENT_2).decode())
+                                indent=True))
         sys.exit(code)
     for path in missing:
         click.echo(f"{'not spooled':<10} {path}  eval outputs without a spool (run: {import_command(path, state)})")

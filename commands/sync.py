@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import Progress, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
+from commands.output import (Progress, Seconds, fail_usage, internal_error, leave, require_paths,
+                            without_unused_http_extras)
 from commands.sync_store import PathOrURL, store_urls, sync_urls
-from prime_runs_spool.errors import InvalidBaseUrlError
+from prime_runs_spool.errors import InvalidSettingsError, PlatformDatabaseError
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
@@ -75,14 +76,18 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
             make_private_dir(db_path.parent)
         except OSError as exc:
             fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
-        with EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces) as platform:
+        with contextlib.ExitStack() as stack:
+            try:
+                platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces))
+            except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
+                fail_usage(f"--db: {exc}")
             settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
                                 frontend_url=LOCAL_FRONTEND)
             yield settings, local_destination(db_path, team), str(db_path)
         return
     try:
         settings = load_settings(base_url=base_url, team_id=team)
-    except InvalidBaseUrlError as exc:
+    except InvalidSettingsError as exc:
         fail_usage(str(exc))
     if not settings.api_key:
         fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "
@@ -106,10 +111,10 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 @click.option("--skip-corrupt", is_flag=True,
               help="Skip past a corrupt segment's damaged rest (recorded in the evaluation's metadata).")
-@click.option("--request-lifetime", type=click.FloatRange(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
+@click.option("--request-lifetime", type=Seconds(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
               default=DEFAULT_REQUEST_LIFETIME, show_default=True,
               help="Seconds after which an unanswered request can no longer land (env PRIME_RUNS_REQUEST_LIFETIME).")
-@click.option("--timeout", type=click.FloatRange(0.1), default=DEFAULT_TIMEOUT, show_default=True,
+@click.option("--timeout", type=Seconds(0.1), default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for one answer.")
 @click.option("--max-attempts", type=click.IntRange(1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
               help="Consecutive failures of one request before a run gives up (its state is kept).")
@@ -118,7 +123,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
                    "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
 @click.option("--exit-when-idle", is_flag=True,
               help="With --follow: exit once every run found is finished and no writer is live.")
-@click.option("--poll-interval", type=click.FloatRange(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
+@click.option("--poll-interval", type=Seconds(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
               help="With --follow: seconds between looks at each spool's size.")
 @click.option("--replay", is_flag=True,
               help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
@@ -129,7 +134,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--traces-batch-bytes", type=click.IntRange(1024), default=None, hidden=True,
               help="Uncompressed bytes at which a traces batch closes (tests use smaller ones).")
-@click.option("--backoff-cap", type=click.FloatRange(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
+@click.option("--backoff-cap", type=Seconds(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
               envvar="PRIME_RUNS_BACKOFF_CAP",
               help="Longest wait between retries, in seconds.")
 @click.option("--no-import", is_flag=True,
@@ -241,10 +246,8 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
                   *, as_json: bool, local_db: str | None, ok: bool) -> None:
     """The reports as ``prime-runs sync`` prints them (docs/cli.md), for local paths and
     store URLs alike (commands/sync_store.py), so a script reads one format."""
-    import orjson
-
     from prime_runs_spool.importer.places import import_command
-    from prime_runs_spool.sync.console import report_lines
+    from prime_runs_spool.sync.console import json_report, report_lines
 
     if as_json:
         document: dict[str, Any] = {
@@ -255,7 +258,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         }
         if local_db:
             document["local_db"] = local_db
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_report(document, indent=True))
         return
     for imported in imports:
         for line in import_line(imported):

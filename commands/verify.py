@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
 from commands.import_ import nothing_found_message
 from commands.sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.sync.console import json_report
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
@@ -87,7 +87,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         document = verdict.as_json()
         document["paths_without_runs"] = [str(p) for p in empty]
         document["not_spooled"] = [{"path": str(p), "fix": fix} for p, fix in missing]
-        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
+        click.echo(json_report(document, indent=True))
     else:
         _print_human(runs, missing)
     for path in empty:

@@ -18,7 +18,7 @@ The tree, by layer:
   ``EpisodeTooLargeError``; importing eval outputs: ``ImportSourceError`` and its
   ``CorruptOutputError``, ``ReadOnlySourceError``, ``RewrittenOutputError``
 - platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
-  ``InvalidBaseUrlError``
+  ``InvalidSettingsError`` (and its ``InvalidBaseUrlError``)
 - sync: ``SyncError`` (and ``SampleCountMismatchError``), ``StateProblem``
 - viewer: ``UnsafeListenError``, ``UnknownRunError``
 - local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
@@ -214,7 +214,12 @@ class PlatformError(SpoolError):
         super().__init__(message)
 
 
-class InvalidBaseUrlError(SpoolError, ValueError):
+class InvalidSettingsError(SpoolError, ValueError):
+    """A destination setting no request can carry (a base URL that names no server, an API
+    key an HTTP header cannot hold): a usage error, reported at once, never retried."""
+
+
+class InvalidBaseUrlError(InvalidSettingsError):
     """The platform's base URL (``--base-url``, the environment or the config file) cannot
     name any server: a usage error, reported at once, never retried."""
 

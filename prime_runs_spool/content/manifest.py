@@ -26,6 +26,7 @@ import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.spool.format import FORMAT_VERSION
+from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, find_set_tables, mask
 from prime_runs_spool.content.toml_comments import drop_comments
 
@@ -79,7 +80,7 @@ def build_manifest(
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "name": name,
-        "environments": list(environments),
+        "environments": environment_list(environments),
         "model": model,
         "framework": framework,
         "created_at": _iso_utc(created_at),

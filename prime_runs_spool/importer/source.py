@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
-from prime_runs_spool.spool.layout import launch_file_paths, resolved_config_paths, verifiers_traces_path
+from prime_runs_spool.spool.layout import (launch_file_paths, read_regular_file, resolved_config_paths,
+                                           verifiers_traces_path)
 from prime_runs_spool.importer.outcome import Outcome, v040_outcome
 from prime_runs_spool.importer.traces_file import iter_episodes, scan_traces
 
@@ -88,7 +89,7 @@ def _resolved_config(output_dir: Path) -> dict[str, Any]:
     if not paths:
         return {}
     try:
-        value = json.loads(paths[0].read_text(encoding="utf-8"))
+        value = json.loads(read_regular_file(paths[0]).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImportSourceError(f"{paths[0]}: cannot be read as JSON ({type(exc).__name__}); "
                                 "nothing of this run was imported") from None

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
-from prime_runs_spool.spool.layout import v0_paths
+from prime_runs_spool.spool.layout import read_regular_file, v0_paths
 from prime_runs_spool.importer.outcome import v0_outcome
 from prime_runs_spool.importer.source import V0, SourceRun
 from prime_runs_spool.importer.traces_file import CorruptOutputError
@@ -42,7 +42,7 @@ _NAMESPACE = uuid.UUID("8f1c6a52-3f9e-4d6b-9a57-2f0c1f7e4b11")
 def read_v0(output_dir: Path) -> SourceRun:
     metadata_path, results_path = v0_paths(output_dir)
     try:
-        raw = metadata_path.read_bytes()
+        raw = read_regular_file(metadata_path)
         metadata = json.loads(raw)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImportSourceError(f"{metadata_path}: cannot be read as JSON ({type(exc).__name__}); "

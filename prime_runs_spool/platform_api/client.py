@@ -25,6 +25,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.settings import Settings
+from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
 if TYPE_CHECKING:
     import httpx
@@ -210,11 +211,12 @@ class PlatformClient:
             headers = {"User-Agent": f"prime-runs-spool/{__version__}", "Accept": "application/json"}
             if self.settings.api_key:
                 headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
+            from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
+
             http = _client_class()(
                 headers=headers,
                 timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
-                transport=self._transport,
-                verify=self._ssl,
+                transport=self._transport or AnswerDeadlineTransport(self._timeout, verify=self._ssl),
             )
             self._made.append(http)
             return http
@@ -325,6 +327,15 @@ class PlatformClient:
             raise PlatformError(FailureKind.IN_DOUBT,
                                 f"{method} {path}: unreadable answer", status=response.status_code) from None
 
+    @staticmethod
+    def _evaluation(evaluation_id: str, tail: str = "") -> str:
+        """The path of an evaluation (``tail`` below it); a FATAL error, sending nothing, for
+        an id that is not one plain path segment (``v0.is_evaluation_id``)."""
+        if not is_evaluation_id(evaluation_id):
+            raise PlatformError(FailureKind.FATAL, f"{evaluation_id[:80]!r} is not an evaluation id; nothing was "
+                                "sent (is the sync state damaged? delete it and sync again)")
+        return f"/evaluations/{evaluation_id}{tail}"
+
     def _team(self) -> dict[str, str]:
         return {"team_id": self.settings.team_id} if self.settings.team_id else {}
 
@@ -344,7 +355,7 @@ class PlatformClient:
         """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document).
         ``on_sent``: called once the whole body is written to the connection (the sync
         builds its next request only then: sync/rows.py, ``read_ahead``)."""
-        return self._request("POST", f"/evaluations/{evaluation_id}/samples", content=_Chunks(body, on_sent))
+        return self._request("POST", self._evaluation(evaluation_id, "/samples"), content=_Chunks(body, on_sent))
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,
@@ -356,7 +367,7 @@ class PlatformClient:
             payload["metadata"] = metadata
         if metrics is not None:
             payload["metrics"] = metrics
-        return self._request("PUT", f"/evaluations/{evaluation_id}", json_body=payload)
+        return self._request("PUT", self._evaluation(evaluation_id), json_body=payload)
 
     def set_terminal_status(self, evaluation_id: str, body: Mapping[str, Any]) -> bool:
         """Close the evaluation out as FAILED or CANCELLED (``v0.terminal_status_body``).
@@ -365,7 +376,7 @@ class PlatformClient:
         closed, so its outcome is recorded either way (as prime-runs 0.1.4 treats it).
         """
         try:
-            self._request("PUT", f"/evaluations/{evaluation_id}", json_body=dict(body))
+            self._request("PUT", self._evaluation(evaluation_id), json_body=dict(body))
         except PlatformError as exc:
             if exc.status == CONFLICT:
                 return False
@@ -374,11 +385,11 @@ class PlatformClient:
 
     def finalize(self, evaluation_id: str, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
         """NOT idempotent: each call enqueues the platform's statistics job again."""
-        return self._request("POST", f"/evaluations/{evaluation_id}/finalize",
+        return self._request("POST", self._evaluation(evaluation_id, "/finalize"),
                              json_body={"metrics": dict(metrics or {})})
 
     def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/evaluations/{evaluation_id}")
+        return self._request("GET", self._evaluation(evaluation_id))
 
     def list_evaluations(
         self, *, environment_name: str | None = None, skip: int = 0, limit: int = 50,
@@ -389,5 +400,5 @@ class PlatformClient:
         return self._request("GET", "/evaluations/", params=params)
 
     def list_samples(self, evaluation_id: str, *, page: int = 1, limit: int = 100) -> dict[str, Any]:
-        return self._request("GET", f"/evaluations/{evaluation_id}/samples",
+        return self._request("GET", self._evaluation(evaluation_id, "/samples"),
                              params={"page": page, "limit": limit})

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from prime_runs_spool.errors import InvalidBaseUrlError
+from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
 DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
@@ -99,6 +99,10 @@ def _base_url_problem(url: str) -> str | None:
         return "port 0 cannot be connected to"
     if parts.query or parts.fragment:
         return "a base URL takes no ?query or #fragment"
+    if "@" in parts.netloc:
+        # httpx would send it as Basic auth in place of the API key, and the state file
+        # records the base URL (its destination): a password there would reach the disk.
+        return "a base URL takes no user:password@ (the API key goes in PRIME_API_KEY)"
     if any(ch.isspace() or ord(ch) < 32 for ch in url):
         return "it contains white space or control characters"
     return None
@@ -142,7 +146,8 @@ def load_settings(
         value = file_settings.get(file_key)
         return value if isinstance(value, str) and value else None
 
-    key = pick(None, ("PRIME_API_KEY",), "api_key")
+    key = _header_safe_key(pick(None, ("PRIME_API_KEY",), "api_key"),
+                           "PRIME_API_KEY" if env.get("PRIME_API_KEY") else f"api_key in {config_path}")
     chosen = pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
     return Settings(
         base_url=normalize_base_url(chosen, _source_of(chosen, base_url, env, config_path)),
@@ -151,6 +156,20 @@ def load_settings(
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
         traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
+
+
+def _header_safe_key(key: str | None, source: str) -> str | None:
+    """``key`` without the white space around it (a key pasted with its line feed); an
+    :class:`InvalidSettingsError` naming ``source``, never the key, when what is left cannot
+    go in an ``Authorization`` header. Sent as it was, httpx failed on every request in a
+    way sync takes for a lost answer, retried, and waited out its fences."""
+    if key is None:
+        return None
+    key = key.strip()
+    if key and not all("!" <= ch <= "~" for ch in key):
+        raise InvalidSettingsError(f"the API key ({source}) holds a character an HTTP header cannot carry "
+                                   "(a line break, a space, a control or non-ASCII character); nothing was sent")
+    return key or None
 
 
 def _source_of(chosen: str, explicit: str | None, env: Mapping[str, str], config_path: Path) -> str:

@@ -31,6 +31,7 @@ from prime_traces import (
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
+from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 
 #: A batch closes at this many uncompressed bytes (the library's default, under the
 #: deployed transport's 32 MiB request cap); one line over MAX_LINE_BYTES is refused locally.
@@ -97,7 +98,7 @@ class TracesUploader:
         self.base_url = base_url
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                                       transport=transport)
+                                       transport=transport or AnswerDeadlineTransport(timeout))
 
     def close(self) -> None:
         self._client.close()

@@ -19,6 +19,7 @@ for a whole ordered list.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
+from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -160,9 +162,22 @@ def project_episode_encoded(
     return out
 
 
+#: An evaluation id as sync accepts one: the platform's are UUIDs (Prime Traces' are run
+#: ids), and each goes into request paths (``/evaluations/{id}/samples``), so it must be one
+#: plain path segment (no ``/``, ``?``, ``%``, no ``.`` or ``..``) and no longer than the row
+#: budget below assumes. A sync state received with a spool (a CI artifact) is not trusted to
+#: aim the user's key at another path of the API.
+MAX_EVALUATION_ID_CHARS = 64
+_EVALUATION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.:-]{{0,{MAX_EVALUATION_ID_CHARS - 1}}}")
+
+
+def is_evaluation_id(value: object) -> bool:
+    return isinstance(value, str) and _EVALUATION_ID.fullmatch(value) is not None
+
+
 #: Stand-ins for what is only known at sync time, each as long as it can plausibly get, so a
 #: row measured with them is never smaller than the row sync will build.
-_LONGEST_EVALUATION_ID = "x" * 64
+_LONGEST_EVALUATION_ID = "x" * MAX_EVALUATION_ID_CHARS
 _LARGEST_ROLLOUT_NUMBER = 10**12
 #: What a row holds besides the parts of its record (its keys, counts and the envelope).
 _ROW_OVERHEAD_BYTES = 64 * 1024
@@ -434,7 +449,7 @@ def create_body(manifest: Mapping[str, Any], *, name: str, environment_ids: list
         "framework": manifest.get("framework"),
         "metadata": dict(metadata),
     }
-    dataset = manifest.get("dataset") or (manifest.get("environments") or [None])[0]
+    dataset = manifest.get("dataset") or next(iter(environment_list(manifest.get("environments"))), None)
     if dataset:
         body["dataset"] = dataset
     return {key: value for key, value in body.items() if value is not None}

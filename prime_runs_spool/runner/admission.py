@@ -21,7 +21,8 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
 from prime_runs_spool.runner.ending import describe_error
-from prime_runs_spool.spool.format import EPISODE, Payload, find_unserializable, prepare, to_jsonable
+from prime_runs_spool.spool.format import (EPISODE, MAX_LINE_BYTES, Payload, check_line_fits, find_unserializable,
+                                           framing_rest, prepare, to_jsonable)
 
 class Prepared(NamedTuple):
     """An episode ready to be numbered, with what the run's lock then needs of it read
@@ -52,7 +53,8 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
     if not isinstance(record, Mapping):
         raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
     episode_id = episode_id_of(record)
-    what = f"{EPISODE} {episode_id}" if episode_id is not None else EPISODE
+    shown = episode_id if episode_id is None or len(episode_id) <= 100 else f"{episode_id[:60]}...({len(episode_id)} characters)"
+    what = f"{EPISODE} {shown}" if episode_id is not None else EPISODE  # one line, however long the id
     check_episode(record)  # the shape the summary, the numbering and the rows read
     try:
         record = mask(record, rules)
@@ -60,12 +62,21 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
     payload = prepare(record, what)
+    if episode_id is not None and len(payload.data) + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
+        check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}), what)
     _check_sendable(record, payload, what)
     try:
         reading: EpisodeReading | Exception = read_episode(record)
     except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
         reading = exc
     return Prepared(record, payload, episode_id, rollout_key(record), reading)
+
+
+#: The line's framing and meta besides the id (which JSON makes at most 6 bytes a character):
+#: only an episode whose line could then pass ``MAX_LINE_BYTES`` (one near the limit, or with
+#: an id of megabytes) is checked with the meta it will get, before it is numbered (the
+#: writer would refuse it only after). The rest cost one addition.
+_META_BYTES = 256
 
 
 def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> None:

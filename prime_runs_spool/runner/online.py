@@ -27,8 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prime_runs_spool.errors import InvalidBaseUrlError
-from prime_runs_spool.spool.layout import open_private, shipper_log_path, sync_state_path
+from prime_runs_spool.errors import InvalidSettingsError
+from prime_runs_spool.spool.layout import open_private, read_regular_file, shipper_log_path, sync_state_path
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
 
@@ -92,7 +92,7 @@ class Shipper:
         or the child cannot be started. Never raises: the eval goes on either way."""
         try:
             settings = load_settings()
-        except InvalidBaseUrlError as exc:
+        except InvalidSettingsError as exc:
             _log.warning("online mode: %s; nothing is shipped while the run goes on; the spool is complete, "
                          "run prime-runs sync later", exc)
             return None
@@ -132,7 +132,7 @@ class Shipper:
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far, from its state file (no request)."""
         try:
-            return SyncState.from_json(sync_state_path(self._run_dir, self.destination.key).read_bytes())
+            return SyncState.from_json(read_regular_file(sync_state_path(self._run_dir, self.destination.key)))
         except (OSError, ValueError):
             return None
 

@@ -187,6 +187,23 @@ def prepare(record: Any, what: str = "record") -> Payload:
     return Payload(data, checksum(data, _DATA_OPEN_CRC))
 
 
+#: What a line holds besides its record's data and :func:`framing_rest`'s tail: ``{"data":``,
+#: ``,"seq":`` with up to 20 digits, and the trailer.
+_FRAME_BYTES = len(_DATA_OPEN) + len(b',"seq":') + 20 + TRAILER_LEN
+
+
+def check_line_fits(payload: Payload, rest: bytes, what: str = "record") -> None:
+    """Raise :class:`RecordTooLargeError` when the line of ``payload`` with ``rest`` (its
+    type and meta) would be longer than ``MAX_LINE_BYTES``. :func:`prepare` leaves 200
+    bytes for the framing, which a long meta (an episode id of megabytes repeats in it) can
+    overrun: such a line was written, and every reader then stopped at it as corrupt, with
+    every record after it."""
+    size = _FRAME_BYTES + len(payload.data) + len(rest)
+    if size > MAX_LINE_BYTES:
+        raise RecordTooLargeError(f"{what} makes a line of {size} bytes with its meta; a spool line holds "
+                                  f"at most {MAX_LINE_BYTES} bytes")
+
+
 def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> bytes:
     """What follows the sequence number in a line: ``,"type":"T"`` and ``,"meta":M`` if any.
 

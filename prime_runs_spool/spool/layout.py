@@ -206,6 +206,20 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
+def read_regular_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the regular file at ``path`` (a symlink is followed); an ``OSError``
+    (EINVAL, "not a regular file") for anything else. For the small files read whole
+    beside a spool or an eval's outputs (sync states and their etags, an import's JSON
+    files): one that is a FIFO would block its reader at ``open`` forever, a link to
+    ``/dev/zero`` would fill its memory, and a folder received from elsewhere (an artifact
+    unpacked from a tarball) may hold either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        return file.read()
+
+
 def make_private_dir(path: str | os.PathLike[str]) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``)."""
@@ -283,6 +297,22 @@ def _pass_over(path: Path, exc: OSError) -> None:
 
 def _no_folder(folder: Path) -> None:
     """For a caller that does not watch the folders a walk went through."""
+
+
+def printable(text: str) -> str:
+    """``text`` (a path as Python decodes a file name) as valid UTF-8: a name that is not
+    UTF-8 decodes to lone surrogates, which a JSON encoder, a URL or a web page refuses;
+    its undecodable bytes are shown as ``\\xNN`` instead, so one odd folder name never
+    stops a report or a page that lists the other runs."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,

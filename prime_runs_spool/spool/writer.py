@@ -63,6 +63,7 @@ from prime_runs_spool.spool.format import (
     SEAL_STATUSES,
     WRITER_RECORD_TYPES,
     Payload,
+    check_line_fits,
     frame_line,
     framing_rest,
     prepare,
@@ -771,4 +772,5 @@ def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None,
     # A caller that must see serialization errors before it commits to anything (the run
     # numbers episodes first) hands over a Payload it prepared itself.
     payload = record if isinstance(record, Payload) else prepare(record, record_type)
+    check_line_fits(payload, rest, record_type)
     return payload, rest, record_type == EPISODE

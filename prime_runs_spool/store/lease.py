@@ -92,8 +92,7 @@ class Lease:
         data, etag = current
         try:
             holder = json.loads(data)
-            generation = int(holder.get("generation", 0))
-            free = bool(holder.get("released")) or float(holder.get("expires_at", 0)) + self.clock_skew < now
+            generation, free = self._judge(holder, now)
         except (ValueError, TypeError, AttributeError):
             holder, generation, free = {}, 0, True  # an unreadable lease is no lease
         self.holder = holder
@@ -105,6 +104,23 @@ class Lease:
             return False  # another syncer took it first
         self.generation, self.renewed_at = generation + 1, now
         return True
+
+    def _judge(self, holder: dict[str, object], now: float) -> tuple[int, bool]:
+        """The holder's generation and whether its lease is free; ValueError for a lease no
+        syncer writes, which is then no lease: a generation that is not a small whole number
+        (1e300 ended the whole command in an internal error when the next one was written
+        to the state), an expiry that is not a finite number, or one further ahead than a
+        holder can set it (its ``now + ttl``, its clock within ``clock_skew`` of ours): a
+        lease expiring in 1e308, or NaN, blocked the run for every syncer forever."""
+        generation = holder.get("generation", 0)
+        if type(generation) is not int or not 0 <= generation < 1 << 62:
+            raise ValueError(f"lease generation {generation!r}")
+        if holder.get("released"):
+            return generation, True
+        expires_at = float(holder.get("expires_at", 0))  # type: ignore[arg-type]
+        if not now - 1e12 < expires_at <= now + self.ttl + self.clock_skew:
+            raise ValueError(f"lease expiry {expires_at!r}")
+        return generation, expires_at + self.clock_skew < now
 
     def take(self, *, wait: bool, sleep: Callable[[float], None] = time.sleep,
              stop: Callable[[], bool] = lambda: False) -> bool:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import orjson
 
-from prime_runs_spool.errors import InvalidBaseUrlError
+from prime_runs_spool.errors import InvalidSettingsError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.sync.console import (
@@ -28,12 +27,13 @@ from prime_runs_spool.sync.console import (
     EXIT_RUN_FAILED,
     EXIT_USAGE,
     event_printer,
+    json_report,
     exit_code,
     follow_until_stopped,
     report_lines,
 )
 from prime_runs_spool.sync.options import (AUTO, DEFAULT_JOBS, DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES,
-                                           SyncOptions)
+                                           SyncOptions, seconds_problem)
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
@@ -51,10 +51,27 @@ def _env_float(name: str, default: float) -> float:
     if not raw:
         return default
     try:
-        return float(raw)
-    except ValueError:
-        sys.stderr.write(f"prime-runs: {name}={raw!r} is not a number of seconds\n")
+        return _seconds(0.0)(raw)
+    except (ValueError, argparse.ArgumentTypeError):
+        sys.stderr.write(f"prime-runs: {name}={raw!r} is not a finite number of seconds, at least 0\n")
         sys.exit(EXIT_USAGE)
+
+
+def _seconds(minimum: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds of at least ``minimum`` (as the
+    command line's ``Seconds``; sync/options.py, ``seconds_problem``)."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        problem = seconds_problem(value, minimum)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return convert
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,15 +81,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--team")
     parser.add_argument("--jobs", "-j", type=int, default=DEFAULT_JOBS)
     parser.add_argument("--json", dest="as_json", action="store_true")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("--timeout", type=_seconds(0.1), default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
-    parser.add_argument("--request-lifetime", type=float,
+    parser.add_argument("--request-lifetime", type=_seconds(0.0),
                         default=_env_float("PRIME_RUNS_REQUEST_LIFETIME", DEFAULT_REQUEST_LIFETIME))
-    parser.add_argument("--backoff-cap", type=float,
+    parser.add_argument("--backoff-cap", type=_seconds(0.0),
                         default=_env_float("PRIME_RUNS_BACKOFF_CAP", DEFAULT_BACKOFF_CAP))
     parser.add_argument("--follow", action="store_true")
     parser.add_argument("--exit-when-idle", action="store_true")
-    parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
+    parser.add_argument("--poll-interval", type=_seconds(0.01), default=DEFAULT_POLL_INTERVAL)
     parser.add_argument("--to", choices=STORES, default=os.environ.get(STORE_ENV) or AUTO)
     return parser
 
@@ -89,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass  # it exists but cannot be read: the walk names it beside the readable runs
     try:
         settings = load_settings(base_url=args.base_url, team_id=args.team)
-    except InvalidBaseUrlError as exc:
+    except InvalidSettingsError as exc:
         sys.stderr.write(f"prime-runs: {exc}\n")
         return EXIT_USAGE
     if not settings.api_key:
@@ -114,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"prime-runs: internal error: {type(exc).__name__}: {exc}\n")
         return EXIT_RUN_FAILED
     if args.as_json:
-        print(orjson.dumps({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}).decode())
+        print(json_report({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}))
     else:
         for report in reports:
             print("\n".join(report_lines(report)))

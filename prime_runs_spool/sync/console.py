@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from prime_runs_spool.errors import Stopped
+from prime_runs_spool.spool.layout import printable
 from prime_runs_spool.sync.options import FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
@@ -24,6 +25,28 @@ from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined
 
 if TYPE_CHECKING:  # the follower (and its inotify watch) is imported only for --follow
     from prime_runs_spool.sync.follow import Follower
+
+
+def json_report(document: object, *, indent: bool = False) -> str:
+    """``document`` as the JSON text every ``--json`` report prints. A path under a folder
+    whose name is not UTF-8 holds lone surrogates, which orjson refuses: then, and only
+    then, every string is made printable first (spool/layout.py, ``printable``), so such a
+    folder is named in the report instead of the report ending in a traceback."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    try:
+        return orjson.dumps(document, option=option).decode()
+    except TypeError:
+        return orjson.dumps(_printable(document), option=option).decode()
+
+
+def _printable(value: object) -> object:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable(v) for v in value]
+    return value
 
 
 def exit_code(reports: Iterable[RunReport]) -> int:
@@ -54,7 +77,7 @@ def event_printer(as_json: bool, echo: Callable[[str], None], flush: Callable[[]
 
     def emit(report: RunReport) -> None:
         if as_json:
-            echo(orjson.dumps(report.as_json()).decode())
+            echo(json_report(report.as_json()))
         else:
             for line in report_lines(report):
                 echo(line)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.platform_api.v0 import create_body, v0_metadata
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
@@ -68,7 +69,7 @@ class Evaluation:
         return False
 
     def _environment_names(self, manifest: Mapping[str, Any]) -> list[str]:
-        names = [str(name) for name in manifest.get("environments") or [] if name]
+        names = [str(name) for name in environment_list(manifest.get("environments")) if name]
         return names or [str(manifest.get("name") or "default")]
 
     def _create_payload(self, manifest: Mapping[str, Any], environment_ids: list[str]) -> dict[str, Any]:

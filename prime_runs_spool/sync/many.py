@@ -62,10 +62,15 @@ def sync_run(
     except OSError as exc:  # e.g. its state folder cannot be listed: this run only
         return RunReport(path=str(run_dir), state="error", error=unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
-        return RunReport(path=str(run_dir), state="error",
-                         error=f"internal error: {type(exc).__name__}: {exc}")
+        return internal_error_report(str(run_dir), exc)
     finally:
         lock.release()
+
+
+def internal_error_report(path: str, exc: Exception) -> RunReport:
+    """The report of a run whose pass met an error no code path expected: that run's
+    ``error``, so the others (local or in a store) still get their sync."""
+    return RunReport(path=path, state="error", error=f"internal error: {type(exc).__name__}: {exc}")
 
 
 def unreadable_report(path: Path, exc: OSError) -> RunReport:

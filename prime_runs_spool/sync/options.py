@@ -26,6 +26,18 @@ STORE_ENV = "PRIME_RUNS_SYNC_TO"
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
 
+def seconds_problem(value: float, minimum: float = 0.0) -> str | None:
+    """Why ``value`` is not a number of seconds sync can wait by, or None. NaN passes every
+    range check (it compares false with everything): a NaN request lifetime made every
+    fence end at once, so a request in doubt was resent before it could no longer land; an
+    infinite one waits forever, an infinite timeout overflowed the clock."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{value} is not a finite number of seconds"
+    if value < minimum:
+        return f"{value:g} is below the least allowed, {minimum:g} s"
+    return None
+
+
 #: Report states that mean the run did not get where it should (exit 1).
 FAILED_STATES = frozenset({"error", "corrupt"})
 

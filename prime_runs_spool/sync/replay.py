@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from prime_runs_spool.spool.format import SEAL_STATUSES
-from prime_runs_spool.spool.layout import replay_state_glob, sync_dir, sync_state_path, valid_replay_id
+from prime_runs_spool.spool.layout import (read_regular_file, replay_state_glob, sync_dir, sync_state_path,
+                                           valid_replay_id)
 from prime_runs_spool.sync.state import SyncState
 
 #: Ends a state records once the run's end is on the platform.
@@ -32,7 +33,7 @@ def unfinished_replay(run_dir: Path, dest_key: str) -> str | None:
     documents = []
     for path in sync_dir(run_dir).glob(replay_state_glob(dest_key)):
         try:
-            documents.append((path.name, path.read_bytes()))
+            documents.append((path.name, read_regular_file(path)))
         except OSError:
             continue
     return latest_unfinished(documents, dest_key)

@@ -21,7 +21,10 @@ from typing import Any, Literal
 import orjson
 
 from prime_runs_spool.errors import StateProblem
+from prime_runs_spool.platform_api.v0 import is_evaluation_id
+from prime_runs_spool.spool.layout import read_regular_file
 from prime_runs_spool.spool.reader import Position
+from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.typed_json import DocumentError, build
 
 STATE_VERSION = 1
@@ -159,9 +162,30 @@ class SyncState:
         """The state a file holds; :class:`StateFormatError` when it is not one (not JSON,
         or any field not what its annotation says)."""
         try:
-            return build(cls, orjson.loads(data))
+            state = build(cls, orjson.loads(data))
         except (orjson.JSONDecodeError, DocumentError) as exc:
             raise StateFormatError(str(exc)) from None
+        problem = state._value_problem()
+        if problem:
+            raise StateFormatError(problem)
+        return state
+
+    def _value_problem(self) -> str | None:
+        """What no sync writes, though its type is right: such a file is damaged too. An id
+        that is not one path segment would aim requests at other paths of the API, a
+        negative position would be read as a segment no run has (and the spool reported
+        corrupt), an unknown store would be named as the one to sync to."""
+        if self.evaluation_id is not None and not is_evaluation_id(self.evaluation_id):
+            return f"evaluation_id {self.evaluation_id[:80]!r} is not an evaluation id"
+        if self.store not in (None, TRACES, SAMPLES):
+            return f"store {self.store[:80]!r} is not {TRACES} or {SAMPLES}"
+        cursors = [self.cursor, self.in_flight.end if self.in_flight else None]
+        for cursor in filter(None, cursors):
+            if cursor.segment_index < 1 or min(cursor.offset, cursor.next_seq, cursor.rows_done) < 0:
+                return f"a cursor is not a spool position: {cursor}"
+        if min(self.samples_pushed, self.episodes_pushed, self.traces_pushed) < 0:
+            return "a count is negative"
+        return None
 
     def to_json(self) -> bytes:
         """The file's bytes: every field but the private ones, in definition order (a
@@ -208,7 +232,7 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str) -> Sy
     """The state at ``path``; None when there is none; :class:`StateProblem` when there is
     one that must not be trusted (sync then reconciles with the platform instead)."""
     try:
-        raw = path.read_bytes()
+        raw = read_regular_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

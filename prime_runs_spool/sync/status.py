@@ -10,7 +10,7 @@ from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
-from prime_runs_spool.spool.layout import find_runs, sync_dir, unreadable_message
+from prime_runs_spool.spool.layout import find_runs, read_regular_file, sync_dir, unreadable_message
 from prime_runs_spool.spool.reader import iter_records, read_run
 from prime_runs_spool.sync.state import SyncState
 from prime_runs_spool.content.supersede import superseded_in_run
@@ -108,7 +108,7 @@ def _local_states(run_dir: Path, warnings: list[str]) -> Iterator[bytes]:
     in silence (status would otherwise show its destination as never synced)."""
     for path in sorted(sync_dir(run_dir).glob("*.json")):
         try:
-            yield path.read_bytes()
+            yield read_regular_file(path)
         except OSError as exc:
             warnings.append(f"sync state {path} cannot be read ({exc.strerror or exc})")
 

@@ -32,12 +32,14 @@ from typing import Any
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import DIR_MODE, replay_state_glob, state_etag_path, sync_dir, sync_lease_path, sync_state_path
+from prime_runs_spool.spool.layout import (DIR_MODE, read_regular_file, replay_state_glob, state_etag_path, sync_dir,
+                                           sync_lease_path, sync_state_path)
 from prime_runs_spool.store.lease import Lease
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.many import internal_error_report
 from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
@@ -160,8 +162,12 @@ class StoreRunSync:
             documents = [(key.rsplit("/", 1)[-1], found[0]) for key in keys
                          if (found := self.run.store.read(key)) is not None]
         else:
-            documents = [(path.name, path.read_bytes())
-                         for path in self.path.parent.glob(replay_state_glob(self.destination.key))]
+            documents = []
+            for path in self.path.parent.glob(replay_state_glob(self.destination.key)):
+                try:
+                    documents.append((path.name, read_regular_file(path)))
+                except OSError:
+                    continue  # as locally (sync/replay.py): a state that cannot be read is no replay to continue
         replay_id = latest_unfinished(documents, self.destination.key) or new_replay_id()
         self.options = dataclasses.replace(self.options, replay_id=replay_id)
         self._locate(replay_id)
@@ -211,15 +217,15 @@ class StoreRunSync:
         not that version."""
         if not self.in_store:
             try:
-                return _parse(self.path.read_bytes())
+                return _parse(read_regular_file(self.path))
             except OSError:
                 return None
         listed = self.run.objects.get(self.key)
         if listed is None:
             return None
         try:
-            if state_etag_path(self.path).read_text() == listed.etag:
-                return _parse(self.path.read_bytes())
+            if read_regular_file(state_etag_path(self.path)).decode(errors="replace") == listed.etag:
+                return _parse(read_regular_file(self.path))
         except OSError:
             pass
         found = self.run.store.read(self.key)
@@ -304,8 +310,11 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     index = EvaluationIndex()
 
     def one(run: StoreRun) -> RunReport:
-        return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
-                            index=index, on_progress=on_progress).sync()
+        try:
+            return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
+                                index=index, on_progress=on_progress).sync()
+        except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
+            return internal_error_report(str(run), exc)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         return list(pool.map(one, runs))

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
@@ -88,7 +89,7 @@ class RunIndex:
 
     @property
     def environments(self) -> list[str]:
-        envs = self.manifest.get("environments") or []
+        envs = environment_list(self.manifest.get("environments"))
         return [str(e.get("id") if isinstance(e, Mapping) else e) for e in envs]
 
     @property

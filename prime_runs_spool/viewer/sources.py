@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
-from prime_runs_spool.spool.layout import find_runs
+from prime_runs_spool.spool.layout import find_runs, printable
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
 
 #: New runs under the paths are looked for at most this often (seconds).
@@ -56,6 +56,11 @@ class SpoolSource(Source):
         self._order: list[str] = []
 
     def _key_of(self, run_dir: Path) -> str:
+        """The run's key in the viewer's URLs: its path below the root it was found under,
+        made printable (a folder name that is not UTF-8 cannot go into a URL or a page)."""
+        return printable(self._relative_name(run_dir))
+
+    def _relative_name(self, run_dir: Path) -> str:
         for root in self.paths:
             try:
                 relative = run_dir.resolve().relative_to(root.resolve())

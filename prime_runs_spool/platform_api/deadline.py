@@ -1,0 +1,93 @@
+"""An HTTP transport whose answers must arrive whole within the timeout.
+
+httpx's read timeout bounds each read from the socket, not the answer: a platform, or a
+proxy before it, that sends one byte of its status line or headers every few seconds never
+goes silent for that long, and a sync would wait for it forever. ``--timeout S`` promises
+"seconds to wait for one answer", so the transport here bounds the answer: from the first
+read of a request's answer, every read of it (status line, headers, body) gets only what
+is left of ``timeout``, and one past it fails as a read timeout (the client classifies it
+``IN_DOUBT``, like any lost answer). Sending is not bounded as a whole (a 25 MiB body over a
+slow link may take longer than the answer should): each write keeps httpx's own timeout.
+
+It is an httpcore network backend under httpx's own transport, because a read is the one
+place that sees every byte of an answer, whichever connection of the pool it comes from.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpcore
+import httpx
+
+_answer = threading.local()
+
+
+class _AnswerDeadline:
+    """Per thread (a sync request is sent and read on its caller's thread): when the
+    current answer must be complete by, armed at its first read."""
+
+    @staticmethod
+    def reset(budget: float) -> None:
+        _answer.budget = budget
+        _answer.deadline = None
+
+    @staticmethod
+    def bound(timeout: float | None) -> float | None:
+        budget = getattr(_answer, "budget", None)
+        if budget is None:
+            return timeout
+        now = time.monotonic()
+        if _answer.deadline is None:
+            _answer.deadline = now + budget
+        left = _answer.deadline - now
+        if left <= 0:
+            raise httpcore.ReadTimeout(f"no complete answer within {budget:g} s")
+        return left if timeout is None else min(timeout, left)
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _AnswerDeadline.bound(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.SyncBackend):
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return _Stream(super().connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        return _Stream(super().connect_unix_socket(*args, **kwargs))
+
+
+class AnswerDeadlineTransport(httpx.HTTPTransport):
+    """httpx's default transport (same limits, environment; TLS as ``verify`` says, httpx's
+    default unless given), each answer bounded by ``timeout`` seconds from its first byte awaited."""
+
+    def __init__(self, timeout: float, *, verify: Any = True) -> None:
+        super().__init__(verify=verify)
+        self._budget = timeout
+        # The one httpx transport attribute reached into: HTTPTransport takes no network
+        # backend, its connection pool does (httpcore.ConnectionPool(network_backend=...)).
+        self._pool._network_backend = _Backend()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        _AnswerDeadline.reset(self._budget)
+        return super().handle_request(request)
