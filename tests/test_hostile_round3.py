@@ -429,6 +429,7 @@ def test_a_local_db_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("lease", [
     {"expires_at": 1e308},           # "held" forever: every syncer skipped the run, always
+    {"expires_at": 1000.0 + 2 * 86400},  # more than a day ahead: no syncer writes one
     {"expires_at": float("nan")},    # likewise: NaN is never past
     {"expires_at": 1000.0, "generation": 1e300},  # an internal error ended the whole sync
     {"expires_at": 1000.0, "generation": True},
@@ -448,16 +449,22 @@ def test_a_lease_no_syncer_writes_is_no_lease(lease: dict) -> None:
     taker.release()
 
 
-def test_a_lease_held_within_its_ttl_and_the_clock_skew_is_still_held() -> None:
+@pytest.mark.parametrize("expires_at", [1000.0 + 60 + 5,      # its clock 5 s ahead of ours, as the skew allows
+                                        1000.0 + 3600,        # its TTL an hour, ours a minute (set per machine)
+                                        1000.0 + 86400])      # a day: the longest a lease may claim
+def test_a_lease_another_syncer_may_hold_is_still_held(expires_at: float) -> None:
+    """The check above must not take over a lease a syncer wrote: one renewed after this
+    syncer read its clock (an early version failed tests/test_hostile_store_replay.py that
+    way), or one from a machine whose PRIME_RUNS_LEASE_TTL is longer than ours."""
     import uuid
 
     from prime_runs_spool.store.lease import Lease
     from prime_runs_spool.store.objects import ObjectStore
 
     store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
-    ahead = {"owner": "elsewhere", "generation": 3, "released": False, "written_at": 1004.0, "nonce": "n",
-             "expires_at": 1000.0 + 60 + 5}  # its clock 5 s ahead of ours, the most the skew allows
-    store.create("run/spool/sync.lease.json", json.dumps(ahead).encode())
+    held = {"owner": "elsewhere", "generation": 3, "released": False, "written_at": 1000.0, "nonce": "n",
+            "expires_at": expires_at}
+    store.create("run/spool/sync.lease.json", json.dumps(held).encode())
     assert not Lease(store, "run/spool/sync.lease.json", owner="me", ttl=60, clock_skew=5,
                      clock=lambda: 1000.0).try_take()
 
@@ -491,3 +498,21 @@ def test_a_store_run_whose_pass_fails_unexpectedly_does_not_stop_the_others(tmp_
                                     SyncOptions(), store=store)
     assert [(r.path.rsplit("/", 1)[-1], r.state) for r in reports] == [("a", "error"), ("b", "up_to_date")]
     assert "a bug met on run a" in (reports[0].error or "")
+
+
+@pytest.mark.parametrize("command", ["verify", "status", "import"])
+def test_a_tree_a_thousand_folders_deep_is_walked_not_a_recursion_error(tmp_path: Path, command: str) -> None:
+    """layout._walk recursed once per folder: 1,100 levels ended every command that looks
+    for runs (verify, status, import, sync, view) in a RecursionError traceback."""
+    deep = tmp_path / "tree" / Path(*["d"] * 1100)
+    build_run(deep / "run", "deep-run", 1)
+    shutil.copytree(VF040, deep / "outputs")
+    try:
+        result = _cli(command, str(tmp_path / "tree"))
+    finally:  # shutil.rmtree (pytest's clean-up of old tmp folders) recurses as deep: unwind it here
+        shutil.rmtree(deep)
+        while (deep := deep.parent) != tmp_path:
+            deep.rmdir()
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-500:]
+    assert ("deep-run" in result.stdout or "d/run" in result.stdout or "imported" in result.stdout), result.stdout[-500:]

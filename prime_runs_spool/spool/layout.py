@@ -379,37 +379,54 @@ def _walk(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, st
     """Folders below ``root`` (itself included) that ``matches``, in name order; symbolic
     links are not followed, and a child folder ``prune(folder, name)`` says no to is not
     entered. A folder that cannot be read is told to ``report`` and not entered; every
-    folder entered that does not match is told to ``folder_seen``."""
-    try:
-        if not root.is_dir():
-            return
-        found = matches(root)
-    except FileNotFoundError:
-        return  # removed while we walked: nothing there any more
-    except OSError as exc:
-        report(root, exc)
-        return
-    if found:
-        yield root
-    else:
-        folder_seen(root)
-    try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        report(root, exc)
-        return
+    folder entered that does not match is told to ``folder_seen``.
+
+    Depth first with a stack of its own, not by recursion: a tree a thousand folders deep
+    ended every command in a RecursionError traceback. Each folder's children are looked
+    at one by one as the walk comes back to it, so folders are found, and unreadable ones
+    reported, in the order a recursive walk gives."""
+    pending: list[Iterator[Path]] = [iter((root,))]
+    while pending:
+        folder = next(pending[-1], None)
+        if folder is None:
+            pending.pop()
+            continue
+        try:
+            if not folder.is_dir():
+                continue
+            found = matches(folder)
+        except FileNotFoundError:
+            continue  # removed while we walked: nothing there any more
+        except OSError as exc:
+            report(folder, exc)
+            continue
+        if found:
+            yield folder
+        else:
+            folder_seen(folder)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            report(folder, exc)
+            continue
+        pending.append(_child_folders(folder, entries, prune, report))
+
+
+def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callable[[Path, str], bool],
+                   report: OnUnreadable) -> Iterator[Path]:
+    """The entries of ``folder`` that ``_walk`` enters, each judged only when reached."""
     for entry in entries:
         try:
             if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
                 continue
-            if prune(root, entry.name):
+            if prune(folder, entry.name):
                 continue
         except OSError as exc:
             report(Path(entry.path), exc)
             continue
-        yield from _walk(Path(entry.path), matches, prune, report, folder_seen)
+        yield Path(entry.path)
 
 
 # -- what an eval runner writes without a spool (docs/integration.md, "Importing") --------

@@ -39,6 +39,9 @@ TTL_ENV = "PRIME_RUNS_LEASE_TTL"
 #: long after its holder's own clock says it expired.
 DEFAULT_CLOCK_SKEW = 5.0
 SKEW_ENV = "PRIME_RUNS_LEASE_CLOCK_SKEW"
+#: A lease that says it lasts longer than this (or this machine's own TTL, if longer) from
+#: now is no lease: no syncer writes one, and one that did would hold the run until then.
+LONGEST_TTL = 24 * 3600.0
 
 
 def default_owner() -> str:
@@ -109,16 +112,19 @@ class Lease:
         """The holder's generation and whether its lease is free; ValueError for a lease no
         syncer writes, which is then no lease: a generation that is not a small whole number
         (1e300 ended the whole command in an internal error when the next one was written
-        to the state), an expiry that is not a finite number, or one further ahead than a
-        holder can set it (its ``now + ttl``, its clock within ``clock_skew`` of ours): a
-        lease expiring in 1e308, or NaN, blocked the run for every syncer forever."""
+        to the state), an expiry that is not a finite number, or one further ahead than any
+        holder sets it (a lease expiring in 1e308, or NaN, blocked the run for every syncer
+        forever). The horizon is not this machine's own TTL, which another machine's may
+        exceed (``PRIME_RUNS_LEASE_TTL`` is per machine), and is measured from the clock as
+        read after the lease, which its holder may have renewed since ``now``."""
         generation = holder.get("generation", 0)
         if type(generation) is not int or not 0 <= generation < 1 << 62:
             raise ValueError(f"lease generation {generation!r}")
         if holder.get("released"):
             return generation, True
         expires_at = float(holder.get("expires_at", 0))  # type: ignore[arg-type]
-        if not now - 1e12 < expires_at <= now + self.ttl + self.clock_skew:
+        horizon = self.clock() + max(self.ttl, LONGEST_TTL) + self.clock_skew
+        if not now - 1e12 < expires_at <= horizon:
             raise ValueError(f"lease expiry {expires_at!r}")
         return generation, expires_at + self.clock_skew < now
 
