@@ -165,3 +165,22 @@ def test_with_inotify_a_run_started_in_new_nested_folders_is_found_by_events(tmp
             late.add(1)
             following.builders.append(late)
             wait_for(lambda: following.samples() == RUNS + n + 1, f"run new-{n}'s episode", timeout=10)
+
+
+def test_a_pass_after_the_one_that_synced_a_run_keeps_it_reported_synced(tmp_path) -> None:
+    """The pass that finalized a run can still see its writer alive (the seal is written, the
+    lock not yet let go); the next pass finds nothing to do. That is no change of the run:
+    no ``up_to_date`` line after ``synced`` (docs/cli.md, "Following"), and the run's
+    last report stays ``synced``."""
+    from prime_runs_spool.sync.follow import Followed, Follower
+    from prime_runs_spool.sync.options import RunReport
+
+    told: list[str] = []
+    follower = Follower(paths=[tmp_path], client=None, destination=None, options=None,  # type: ignore[arg-type]
+                        on_report=lambda report: told.append(report.state))
+    followed = Followed(run_dir=tmp_path)
+    follower._record(followed, RunReport(path=str(tmp_path), evaluation_id="ev1", state="live"), live=True)
+    follower._record(followed, RunReport(path=str(tmp_path), evaluation_id="ev1", state="synced"), live=True)
+    follower._record(followed, RunReport(path=str(tmp_path), evaluation_id="ev1", state="up_to_date"), live=False)
+    assert told == ["live", "synced"]
+    assert followed.report is not None and followed.report.state == "synced" and followed.done

@@ -45,7 +45,7 @@ class TracesProbe:
 
     def __init__(self, get: Callable[..., Any], base_url: str, team_id: str | None, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        #: ``httpx.Client.get`` of the platform client's connection (its key in its headers).
+        #: A GET on the platform client's HTTP clients (``PlatformClient._get``: its key in their headers).
         self._get = get
         self._url = base_url.rstrip("/") + PROBE_PATH
         self._headers = {TEAM_HEADER: team_id} if team_id else {}

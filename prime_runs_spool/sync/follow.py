@@ -264,6 +264,12 @@ class Follower:
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:
         previous = followed.report
+        if (previous is not None and previous.state == "synced" and report.state == "up_to_date"
+                and previous.evaluation_id == report.evaluation_id):
+            # A pass after the one that finished the run (its writer was still letting go
+            # of the lock then) finds nothing to do: the run is still the synced one, not
+            # news, and its last line stays ``synced`` as docs/cli.md says.
+            report = previous
         followed.report = report
         if report.state == "error":
             followed.errors += 1
