@@ -162,6 +162,7 @@ def test_the_follower_skips_a_run_a_copy_holds_and_syncs_it_once_free(tmp_path: 
         while not any(r.state == "skipped" for r in seen) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert [r.state for r in seen] == ["skipped"], [(r.state, r.error) for r in seen]
+        assert "copy of this run" in seen[0].error and "tried again every 1 s" in seen[0].error
         assert platform.evaluations == {}
     finally:
         held.release()

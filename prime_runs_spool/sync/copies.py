@@ -71,8 +71,12 @@ class CopyLock:
         :class:`CopyBusyError` when another pass still holds it, naming its folder;
         :class:`SyncError` when the folder or file cannot be used."""
         try:
-            folder = private_folder(COPY_LOCKS_DIRNAME)
-            fd = os.open(copy_lock_path(folder, self.stem), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+            try:
+                folder = _folder()
+                fd = os.open(copy_lock_path(folder, self.stem), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+            except FileNotFoundError:  # the cache was cleared while this process ran
+                folder = _folder(again=True)
+                fd = os.open(copy_lock_path(folder, self.stem), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
         except OSError as exc:
             raise SyncError(f"cannot take this run's copy lock in {exc.filename or COPY_LOCKS_DIRNAME}: "
                             f"{exc.strerror or exc}; set {CACHE_ENV} to a writable folder") from None
@@ -120,13 +124,25 @@ class CopyLock:
 
     def _busy_message(self, folder: Path, wait: float | None) -> str:
         other = _read_note(copy_holder_path(folder, self.stem)).get("run") or "another folder"
+        waited = (f"waited {wait:g} s for it (--copy-wait S or {COPY_WAIT_ENV} waits longer, --wait until it "
+                  "is done)") if wait else "not waited for"
         return (f"another prime-runs sync on this machine is pushing a copy of this run (local run id "
-                f"{self.local_run_id}) to this destination, from {other}; waited {wait:g} s: it syncs "
-                f"the run, or sync again later (--copy-wait S or {COPY_WAIT_ENV} waits longer, --wait until "
-                "it is done)")
+                f"{self.local_run_id}) to this destination, from {other}; {waited}")
 
 
 _NO_FOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+#: The copy locks' folder, made (0700) once per process and cache location: checking it at
+#: every pass cost more than the lock itself.
+_FOLDERS: dict[tuple[str | None, str | None], Path] = {}
+
+
+def _folder(*, again: bool = False) -> Path:
+    key = (os.environ.get(CACHE_ENV), os.environ.get("HOME"))
+    folder = None if again else _FOLDERS.get(key)
+    if folder is None:
+        folder = _FOLDERS[key] = private_folder(COPY_LOCKS_DIRNAME)
+    return folder
 
 
 def _try_lock(fd: int) -> bool:

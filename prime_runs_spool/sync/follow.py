@@ -291,6 +291,7 @@ class Follower:
             # whether or not this spool changes (that copy may end before it has all of this one).
             followed.seen = None
             followed.next_look = self.clock() + COPY_RETRY_INTERVAL
+            report.error = f"{report.error}; tried again every {COPY_RETRY_INTERVAL:g} s"
         if followed.done:
             self._release(followed)
         if previous is None or (previous.state, previous.evaluation_id, previous.error) != (
