@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from support.env import CLI, child_env
@@ -46,7 +47,7 @@ def _client(platform: FakePlatform) -> PlatformClient:
 
 
 def _options(**extra) -> SyncOptions:
-    return SyncOptions(request_lifetime=0.05, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3), **extra)
+    return SyncOptions(**{"request_lifetime": 0.05, "backoff": Backoff(base=0.01, cap=0.05, max_attempts=3), **extra})
 
 
 def _pass(run_dir: Path, platform: FakePlatform, **extra):
@@ -85,6 +86,68 @@ def test_a_state_this_process_wrote_is_checked_again_once_a_copy_pushed(tmp_path
     assert _rows(platform) == builder.ids
     (evaluation,) = platform.evaluations.values()
     assert evaluation["finalize_count"] == 1
+
+
+class _Stop(BaseException):
+    """A pass stopped where it waits (as a follower's stop, or a kill, ends it)."""
+
+
+class _Time:
+    """A clock that moves only when slept on; sleeping lets delayed requests land."""
+
+    def __init__(self, platform: FakePlatform) -> None:
+        self.now, self.slept, self.platform, self.delayed = 1_000_000.0, 0.0, platform, []
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        for due, request in list(self.delayed):
+            if due <= self.now:
+                self.delayed.remove((due, request))
+                self.platform._apply(request.method, request.url.path.removeprefix("/api/v1"), request)
+
+
+@pytest.mark.parametrize("ending", ["stopped", "killed"])
+def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_is_read(
+        tmp_path: Path, monkeypatch, ending: str) -> None:
+    """Copy one's append times out while still on its way (it lands 20 s later) and its pass
+    ends there: stopped (it notes the request in doubt as it lets go of the lock) or killed
+    (its note still says "under way"; its state file announced the request). Copy two must
+    not read the platform's count and append before that request can no longer land: the
+    late commit then doubled every row of it."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "in-doubt", 6)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    held: list = []
+
+    def handle(request):
+        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
+            held.append(request)
+            clock.delayed.append((clock.now + 20.0, request))
+            raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+
+    def stop(seconds: float) -> None:
+        raise _Stop
+
+    if ending == "killed":  # what a SIGKILL leaves: the lock dropped, the note not rewritten
+        monkeypatch.setattr(CopyLock, "release", lambda self, pending=None: os.close(self._fd))
+    first = RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0),
+                    clock=lambda: clock.now, sleep=stop)
+    with pytest.raises(_Stop):
+        first.run()
+    monkeypatch.undo()
+    assert held and clock.delayed, "the first copy's append is still on its way"
+    second = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options(request_lifetime=30.0),
+                     clock=lambda: clock.now, sleep=clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert second.state == "synced", second.error
+    assert any("another copy" in warning for warning in second.warnings), second.warnings
+    assert clock.slept >= 30.0 + 60
+    assert _rows(platform) == builder.ids
 
 
 def test_a_pass_after_its_own_asks_the_platform_nothing_more(tmp_path: Path) -> None:

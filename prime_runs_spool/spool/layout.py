@@ -82,13 +82,9 @@ def lock_path_of(segment: Path) -> Path:
 
 
 def copy_lock_path(folder: Path, stem: str) -> Path:
-    """One run's copy lock on one destination (flock'd, never deleted): ``stem`` names both."""
+    """One run's copy lock on one destination (flock'd, never deleted; it holds its last
+    holder's note, sync/copies.py): ``stem`` names the run and destination."""
     return folder / f"{stem}.lock"
-
-
-def copy_holder_path(folder: Path, stem: str) -> Path:
-    """Beside the copy lock: which state file its last holder synced from (sync/copies.py)."""
-    return folder / f"{stem}.holder"
 
 
 def lock_replacement_path_of(segment: Path) -> Path:

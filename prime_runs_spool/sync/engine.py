@@ -29,7 +29,7 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
-from prime_runs_spool.sync.copies import CopyLock
+from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
@@ -218,9 +218,22 @@ class RunSync:
             return
         # From here on the pass may write to the platform: one copy of the run at a time on
         # this machine (sync/copies.py), whichever folder it is in.
-        with CopyLock(self.destination.key, local_id, self.options.replay_id, self.protocol.path,
-                      str(self.run_dir)).hold(self.options.copy_wait) as copies:
+        copies = CopyLock(self.destination.key, local_id, self.options.replay_id, self.protocol.path,
+                          str(self.run_dir)).hold(self.options.copy_wait)
+        try:
+            self._fence_other_copy(copies.in_doubt())
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign)
+        finally:
+            copies.release(self.state.in_flight)
+
+    def _fence_other_copy(self, sent_at: float | None) -> None:
+        """Wait out a request the last pass of another copy of the run may still have on its
+        way (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
+        if sent_at is None:
+            return
+        self.report.warnings.append("the last sync of another copy of this run ended with a request in doubt; "
+                                    "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
+        self.protocol.fence(self.protocol.clock() if sent_at == UNKNOWN else sent_at)
 
     def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool) -> None:
         """The pass's part that writes to the platform, under the run's copy lock.
