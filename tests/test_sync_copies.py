@@ -109,7 +109,7 @@ class _Time:
 
 @pytest.mark.parametrize("ending", ["stopped", "killed"])
 def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_is_read(
-        tmp_path: Path, monkeypatch, ending: str) -> None:
+        tmp_path: Path, ending: str) -> None:
     """Copy one's append times out while still on its way (it lands 20 s later) and its pass
     ends there: stopped (it notes the request in doubt as it lets go of the lock) or killed
     (its note still says "under way"; its state file announced the request). Copy two must
@@ -133,20 +133,29 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
     def stop(seconds: float) -> None:
         raise _Stop
 
+    release = CopyLock.release
     if ending == "killed":  # what a SIGKILL leaves: the lock dropped, the note not rewritten
-        monkeypatch.setattr(CopyLock, "release", lambda self, pending=None: os.close(self._fd))
-    first = RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0),
-                    clock=lambda: clock.now, sleep=stop)
-    with pytest.raises(_Stop):
-        first.run()
-    monkeypatch.undo()
+        CopyLock.release = lambda self, pending=None: os.close(self._fd)  # type: ignore[method-assign]
+    try:
+        first = RunSync(builder.run_dir, _client(platform), DEST,
+                        _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=stop)
+        with pytest.raises(_Stop):
+            first.run()
+    finally:
+        CopyLock.release = release  # type: ignore[method-assign]
     assert held and clock.delayed, "the first copy's append is still on its way"
-    second = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options(request_lifetime=30.0),
+    second = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options(request_lifetime=30.0, max_request_bytes=6_000),
                      clock=lambda: clock.now, sleep=clock.sleep).run()
     clock.sleep(60)  # whatever was still on its way lands now
     assert second.state == "synced", second.error
     assert any("another copy" in warning for warning in second.warnings), second.warnings
     assert clock.slept >= 30.0 + 60
+    assert _rows(platform) == builder.ids
+    # And the first copy, whose state still announces that request: the count, grown by the
+    # other copy's rows too, is taken once the request is waited out (a mismatch before).
+    again = RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0, max_request_bytes=6_000),
+                    clock=lambda: clock.now, sleep=clock.sleep).run()
+    assert (again.state, again.pushed_now) == ("synced", 0), again.error
     assert _rows(platform) == builder.ids
 
 

@@ -240,6 +240,13 @@ class RunSync:
         ``foreign``: another state (a copy of the spool) may have pushed to the run's
         evaluation since this state was last written, so nothing in it is trusted unchecked."""
         state = self.state
+        pending = state.in_flight
+        if foreign and pending is not None and pending.kind == "samples":
+            # Our request in doubt, and another copy may have pushed since: its count cannot
+            # tell whether ours landed. Waited out, the platform's count is the whole truth
+            # (checked below, as a state from disk is).
+            self.protocol.fence(pending.sent_at)
+            state.in_flight = None
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
         if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
