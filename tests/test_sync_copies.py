@@ -36,7 +36,7 @@ from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.state import Destination, local_destination
+from prime_runs_spool.sync.state import Destination, InFlight, local_destination
 from prime_runs_spool.sync.user_cache import cache_root
 
 DEST = Destination(key="dest-copies", base_url="http://fake")
@@ -157,6 +157,17 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
                     clock=lambda: clock.now, sleep=clock.sleep).run()
     assert (again.state, again.pushed_now) == ("synced", 0), again.error
     assert _rows(platform) == builder.ids
+
+
+def test_a_request_another_copy_left_long_ago_costs_no_wait(tmp_path: Path) -> None:
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "one" / "r", "long-ago", 2)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    _holding(builder.run_dir, "long-ago").release(InFlight(kind="samples", sent_at=time.time() - 3600))
+    started = time.monotonic()
+    report = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options(request_lifetime=30.0)).run()
+    assert report.state == "synced" and report.warnings == [], (report.error, report.warnings)
+    assert time.monotonic() - started < 10
 
 
 def test_a_pass_after_its_own_asks_the_platform_nothing_more(tmp_path: Path) -> None:

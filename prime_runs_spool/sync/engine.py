@@ -229,11 +229,12 @@ class RunSync:
     def _fence_other_copy(self, sent_at: float | None) -> None:
         """Wait out a request the last pass of another copy of the run may still have on its
         way (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
-        if sent_at is None:
-            return
+        now = self.protocol.clock()
+        if sent_at is None or sent_at + self.options.request_lifetime <= now:
+            return  # none, or one that can no longer land
         self.report.warnings.append("the last sync of another copy of this run ended with a request in doubt; "
                                     "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
-        self.protocol.fence(self.protocol.clock() if sent_at == UNKNOWN else sent_at)
+        self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
 
     def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool) -> None:
         """The pass's part that writes to the platform, under the run's copy lock.
