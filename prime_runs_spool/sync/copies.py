@@ -83,6 +83,7 @@ class CopyLock:
         self.foreign = True
         #: The note the last holder left, as found by :meth:`hold`.
         self.previous: dict[str, Any] = {}
+        self._in_doubt: float | None = None
         self._fd: int | None = None
 
     def hold(self, wait: float | None) -> CopyLock:
@@ -108,7 +109,8 @@ class CopyLock:
                 time.sleep(POLL if left is None else min(POLL, left))
             self.previous = _read_note(fd)
             self.foreign = self.previous.get("holder") != self.holder
-            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True})
+            self._in_doubt = self._left_in_doubt()
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True, **self._handed_on()})
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
             raise
@@ -120,20 +122,40 @@ class CopyLock:
         way, which this pass must wait out (``Protocol.fence``) before it reads the platform;
         :data:`UNKNOWN` when there may be one sent at a time the note cannot tell; None when
         there is none, or it is this pass's own state's to settle (the last holder synced
-        from it)."""
+        from it). Read by :meth:`hold`."""
+        return self._in_doubt
+
+    def _left_in_doubt(self) -> float | None:
+        """What :meth:`in_doubt` answers, from the note :meth:`hold` found: the request the
+        last holder, another copy, left in doubt, and the one a pass before it left, which
+        the last holder was to wait out and handed on (``others``) because it may have been
+        stopped or killed before it had (this pass's own last holding too)."""
         note = self.previous
-        if not self.foreign or not note:
+        if not note:
             return None
-        if not note.get("under_way"):
-            sent_at = note.get("in_doubt")
-            return float(sent_at) if isinstance(sent_at, (int, float)) and not isinstance(sent_at, bool) else None
-        # It died mid-pass: its state file announced any request before sending it.
-        try:
-            state = SyncState.from_json(read_regular_file(os.fsdecode(bytes.fromhex(str(note["holder"])))))
-        except (KeyError, OSError, ValueError, StateFormatError):
-            return UNKNOWN  # moved, deleted or damaged since: it cannot say
-        pending = state.in_flight
-        return pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
+        times = [_send_time(note.get("others"))]
+        if self.foreign and not note.get("under_way"):
+            times.append(_send_time(note.get("in_doubt")))
+        elif self.foreign:  # it died mid-pass: its state file announced any request before sending it
+            try:
+                state = SyncState.from_json(read_regular_file(os.fsdecode(bytes.fromhex(str(note["holder"])))))
+            except (KeyError, OSError, ValueError, StateFormatError):
+                times.append(UNKNOWN)  # moved, deleted or damaged since: it cannot say
+            else:
+                pending = state.in_flight
+                if pending is not None and pending.kind in _NOT_IDEMPOTENT:
+                    times.append(pending.sent_at)
+        known = [sent_at for sent_at in times if sent_at is not None]
+        return max(known) if known else None
+
+    def _handed_on(self) -> dict[str, float]:
+        """The note's ``others``: the request in doubt this pass is to wait out, handed on
+        until it can no longer land (a stale one costs the next pass nothing), so that a
+        pass stopped while it waits does not let the next one in without waiting. A time
+        the note could not tell counts from now."""
+        if self._in_doubt is None:
+            return {}
+        return {"others": time.time() if self._in_doubt == UNKNOWN else self._in_doubt}
 
     def release(self, pending: InFlight | None = None) -> None:
         """Let the next pass in, noting the send time of ``pending``, the request this pass
@@ -143,7 +165,8 @@ class CopyLock:
         fd, self._fd = self._fd, None
         in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
         try:
-            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt})
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt,
+                             **self._handed_on()})
         finally:
             os.close(fd)  # closing the only descriptor drops the flock
 
@@ -174,6 +197,18 @@ def _folder(*, again: bool = False) -> Path:
     if folder is None:
         folder = _FOLDERS[key] = private_folder(COPY_LOCKS_DIRNAME)
     return folder
+
+
+def _send_time(value: Any) -> float | None:
+    """A send time as a note holds it: None when there is none; :data:`UNKNOWN` for one no
+    clock can be compared with (a note edited or torn: NaN, infinite, or too large a number)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return UNKNOWN
+    return seconds if math.isfinite(seconds) else UNKNOWN
 
 
 def _try_lock(fd: int) -> bool:

@@ -1,0 +1,134 @@
+"""Hostile review of the copy lock (sync/copies.py, docs/sync.md "Concurrency"), kept as
+regression tests: copies of one spool synced at once with real processes against the
+platform process, a holder SIGKILLed mid-push, a tampered lock file, odd waits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from support import platform_process
+from support.env import CLI, child_env
+from support.runs import build_run
+from support.sync_e2e import evaluations_of, sample_ids
+
+TOKEN = "copies-token"
+
+
+class _Proxy:
+    """A forwarding proxy before the platform process that can hold ``POST .../samples``
+    for ``delay`` seconds (forwarded anyway, as a platform processes a request whose
+    client went away) and counts them."""
+
+    def __init__(self, upstream: str, delay: float = 0.0) -> None:
+        self.upstream, self.delay, self.samples_posts = upstream, delay, 0
+        self.seen = threading.Event()
+        proxy = self
+
+        class Forward(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command == "POST" and self.path.endswith("/samples"):
+                    proxy.samples_posts += 1
+                    proxy.seen.set()
+                    time.sleep(proxy.delay)
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                answer = httpx.request(self.command, proxy.upstream + self.path, content=body, headers=headers,
+                                       timeout=30)
+                try:
+                    self.send_response(answer.status_code)
+                    self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+                    self.send_header("Content-Length", str(len(answer.content)))
+                    self.end_headers()
+                    self.wfile.write(answer.content)
+                except OSError:
+                    pass  # the client went away (killed): the request was processed all the same
+
+            do_GET = do_POST = do_PUT = _forward
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _sync(*args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(CLI + ["sync", "--to", "samples", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=child_env(PRIME_API_KEY=TOKEN, **env))
+
+
+def _stored(server, run_id: str) -> list[list[str]]:
+    with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        return [sample_ids(api, e["id"]) for e in evaluations_of(api, run_id)]
+
+
+@pytest.fixture
+def platform(tmp_path: Path):
+    db = tmp_path / "platform" / "p.db"
+    db.parent.mkdir()
+    with platform_process.running(db, "--token", TOKEN) as server:
+        yield server
+
+
+# -- a request in doubt handed on from copy to copy ------------------------------------------
+
+from support.fake_platform import FakePlatform  # noqa: E402
+from test_sync_copies import DEST, _client, _options, _rows, _Stop, _Time  # noqa: E402
+from prime_runs_spool.sync.engine import RunSync  # noqa: E402
+
+
+@pytest.mark.parametrize("third", ["another copy", "the interrupted copy again"])
+def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_was_stopped(
+        tmp_path: Path, third: str) -> None:
+    """Copy one's append is in doubt (it lands 20 s later) and its pass stops. Copy two
+    takes over and waits that request out; stopped during the wait (Ctrl-C, a follower
+    stopped, a CI step cancelled), its note said nothing was in doubt, so the next pass,
+    of a third copy or of copy two again, read the count and appended at once: the late
+    commit then doubled the rows."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "handed-on", 6)
+    for copy in ("two", "three"):
+        shutil.copytree(tmp_path / "one", tmp_path / copy)
+    held: list = []
+
+    def handle(request):
+        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
+            held.append(request)
+            clock.delayed.append((clock.now + 20.0, request))
+            raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+
+    def stop(seconds: float) -> None:
+        raise _Stop
+
+    def sync(copy: str, sleep):
+        return RunSync(tmp_path / copy / "r", _client(platform), DEST,
+                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+
+    with pytest.raises(_Stop):
+        sync("one", stop).run()
+    assert held and clock.delayed, "copy one's append is still on its way"
+    with pytest.raises(_Stop):
+        sync("two", stop).run()  # stopped where it waits for copy one's request
+    assert clock.delayed and _rows(platform) == [], "copy two sent nothing"
+    report = sync("three" if third == "another copy" else "two", clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert report.state == "synced", report.error
+    assert _rows(platform) == builder.ids
