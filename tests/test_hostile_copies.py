@@ -132,3 +132,57 @@ def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_wa
     clock.sleep(60)  # whatever was still on its way lands now
     assert report.state == "synced", report.error
     assert _rows(platform) == builder.ids
+
+
+# -- a lock file tampered with ----------------------------------------------------------------
+
+from prime_runs_spool.sync.copies import run_key_digest  # noqa: E402
+from prime_runs_spool.sync.user_cache import cache_root  # noqa: E402
+
+
+def _lock_file(run_id: str) -> Path:
+    folder = cache_root() / "copies"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder / f"{run_key_digest(DEST.key, run_id, None)}.lock"
+
+
+@pytest.mark.parametrize("note", [
+    b"\x00\xffnot a note{",
+    b'{"holder": "00", "in_doubt": 1' + b"0" * 400 + b"}",  # float() of it raised OverflowError
+    b'{"holder": "00", "in_doubt": NaN}',
+    b'{"holder": "00", "others": Infinity}',
+    b'{"holder": "zz", "under_way": true}',
+    b'{"holder": "2f00", "under_way": true}',  # a path with a NUL in it
+    b"[1, 2]",
+    b" " * (3 << 20) + b"{}",
+], ids=["garbage", "huge-int", "nan", "infinite", "not-hex", "nul", "list", "huge-file"])
+def test_a_note_that_makes_no_sense_costs_one_wait_and_pushes_each_episode_once(tmp_path: Path, note: bytes) -> None:
+    """What a note cannot tell counts as a request in doubt at an unknown time: waited out
+    (one request lifetime), never a crash, never a second copy of a row."""
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "r", "tampered", 3)
+    _lock_file("tampered").write_bytes(note)
+    report = RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=0.2)).run()
+    assert (report.state, report.pushed_now) == ("synced", 3), report.error
+    assert _rows(platform) == builder.ids
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_a_lock_file_that_is_no_file_is_the_run_s_error_in_one_line_naming_it(tmp_path: Path, kind: str) -> None:
+    """A FIFO was opened and locked, then reading the note failed: "<run folder>: Illegal
+    seek", naming neither the lock file nor what to do."""
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "r", "not-a-file", 1)
+    lock = _lock_file("not-a-file")
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "directory":
+        lock.mkdir()
+    else:
+        (tmp_path / "elsewhere").write_text("{}")
+        lock.symlink_to(tmp_path / "elsewhere")
+    report = RunSync(builder.run_dir, _client(platform), DEST, _options()).run()
+    assert report.state == "error" and report.error is not None and "\n" not in report.error
+    assert "copy lock" in report.error and lock.name in report.error, report.error
+    assert platform.evaluations == {}
+    assert (tmp_path / "elsewhere").read_text() == "{}" if kind == "symlink" else True

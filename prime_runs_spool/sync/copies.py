@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,9 @@ class CopyLock:
             raise SyncError(f"cannot take this run's copy lock in {printable(str(exc.filename or COPY_LOCKS_DIRNAME))}: "
                             f"{exc.strerror or exc}; set {CACHE_ENV} to a writable folder") from None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: no note could be read from it
+                raise SyncError(f"this run's copy lock {printable(copy_lock_path(_folder(), self.stem).as_posix())} "
+                                "is not a regular file; remove it (sync makes it again)")
             deadline = None if wait is None else time.monotonic() + max(0.0, wait)
             while not _try_lock(fd):
                 left = None if deadline is None else deadline - time.monotonic()
