@@ -186,3 +186,27 @@ def test_a_lock_file_that_is_no_file_is_the_run_s_error_in_one_line_naming_it(tm
     assert "copy lock" in report.error and lock.name in report.error, report.error
     assert platform.evaluations == {}
     assert (tmp_path / "elsewhere").read_text() == "{}" if kind == "symlink" else True
+
+
+# -- where the locks are ------------------------------------------------------------------------
+
+from prime_runs_spool.errors import CopyBusyError  # noqa: E402
+from prime_runs_spool.sync.copies import CopyLock  # noqa: E402
+
+
+def test_copies_synced_from_two_working_folders_with_a_relative_cache_share_one_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``XDG_CACHE_HOME=.cache`` (a CI config) named a cache under each sync's working
+    folder: two jobs on one machine took two locks and both appended every row. The XDG
+    specification says to ignore a relative path; the default (``~/.cache``) is used."""
+    monkeypatch.setenv("XDG_CACHE_HOME", ".cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for job in ("job-one", "job-two"):
+        (tmp_path / job).mkdir()
+    monkeypatch.chdir(tmp_path / "job-one")
+    with CopyLock(DEST.key, "relative", None, tmp_path / "job-one" / "state.json", "job-one").hold(0):
+        monkeypatch.chdir(tmp_path / "job-two")
+        with pytest.raises(CopyBusyError):
+            CopyLock(DEST.key, "relative", None, tmp_path / "job-two" / "state.json", "job-two").hold(0)
+    assert cache_root() == tmp_path / "home" / ".cache" / "prime-runs"
+    assert not (tmp_path / "job-one" / ".cache").exists()

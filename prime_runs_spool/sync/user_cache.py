@@ -18,8 +18,14 @@ CACHE_ENV = "XDG_CACHE_HOME"
 
 
 def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/prime-runs``, else ``~/.cache/prime-runs`` (not created)."""
-    return (Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "prime-runs").expanduser()
+    """``$XDG_CACHE_HOME/prime-runs``, else ``~/.cache/prime-runs`` (not created).
+
+    A relative ``XDG_CACHE_HOME`` is ignored, as the XDG base directory specification asks:
+    taken as it was, it named a folder under each process's working directory, so two syncs
+    of copies of one spool started from two folders took two different copy locks and both
+    pushed every row."""
+    given = Path(os.environ.get(CACHE_ENV) or "").expanduser()
+    return (given if given.is_absolute() else Path.home() / ".cache") / "prime-runs"
 
 
 def private_folder(name: str) -> Path:
