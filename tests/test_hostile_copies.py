@@ -210,3 +210,37 @@ def test_copies_synced_from_two_working_folders_with_a_relative_cache_share_one_
             CopyLock(DEST.key, "relative", None, tmp_path / "job-two" / "state.json", "job-two").hold(0)
     assert cache_root() == tmp_path / "home" / ".cache" / "prime-runs"
     assert not (tmp_path / "job-one" / ".cache").exists()
+
+
+# -- one destination spelled two ways ------------------------------------------------------------
+
+from test_hostile_round3 import samples_gate  # noqa: E402,F401  (the fixture)
+from prime_runs_spool.sync.state import remote_destination  # noqa: E402
+
+
+def test_two_spellings_of_one_platform_are_one_destination() -> None:
+    one = remote_destination("https://api.example.com/x", "team")
+    assert remote_destination("HTTPS://API.Example.com:443/x", "team").key == one.key
+    assert remote_destination("https://api.example.com:8443/x", "team").key != one.key
+    assert remote_destination("https://api.example.com/x", None).key != one.key
+    assert remote_destination("http://[::1]:80", None).key == remote_destination("http://[::1]", None).key
+
+
+def test_copies_synced_at_once_through_two_spellings_of_one_platform_store_each_episode_once(
+        tmp_path: Path, samples_gate) -> None:
+    """``HTTP://host`` in one job and ``http://host`` in the other: two destination keys, so
+    two copy locks, and both copies appended every row (the gate holds each append until a
+    second has arrived)."""
+    upstream, gate = samples_gate
+    builder = build_run(tmp_path / "one" / "r", "two-spellings", 4)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    db = tmp_path / "platform" / "p.db"
+    db.parent.mkdir()
+    with platform_process.running(db, "--token", TOKEN) as server:
+        upstream.append(server.base_url)
+        syncs = [_sync(str(tmp_path / copy), "--base-url", url, "--request-lifetime", "1", "--timeout", "20")
+                 for copy, url in (("one", gate), ("two", gate.replace("http://", "HTTP://")))]
+        outputs = [proc.communicate(timeout=60) for proc in syncs]
+        stored = _stored(server, builder.run_id)
+    assert [len(rows) for rows in stored] == [4], outputs
+    assert [proc.returncode for proc in syncs] == [0, 0], outputs

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -218,7 +219,30 @@ def remote_destination(base_url: str, team_id: str | None) -> Destination:
     """The destination identity of a platform reached over HTTP: ``base_url|team``. The
     command line and the online shipper both name destinations this way, so a run's online
     state and a later ``prime-runs sync`` share one state file."""
-    return Destination(key=destination_key(f"{base_url}|{team_id or ''}"), base_url=base_url, team_id=team_id)
+    return Destination(key=destination_key(f"{_same_platform(base_url)}|{team_id or ''}"), base_url=base_url,
+                       team_id=team_id)
+
+
+#: The port a scheme's URL means when it names none.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _same_platform(base_url: str) -> str:
+    """``base_url`` spelled one way for every spelling of one platform: the scheme and host
+    in lower case, the scheme's own port left out. Two spellings made two destinations, so
+    copies of one spool synced at once through each (``https://API.example.com:443`` in one CI
+    job, ``https://api.example.com`` in another) took two copy locks (sync/copies.py) and
+    both appended every row. A URL already spelled so is its own identity: no state file
+    changes name."""
+    try:
+        parts = urlsplit(base_url)
+        scheme, host, port = parts.scheme.lower(), parts.hostname or "", parts.port
+    except ValueError:  # not a URL the settings let through: it names itself
+        return base_url
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address keeps its brackets
+    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def local_destination(db_path: Path, team_id: str | None) -> Destination:
