@@ -244,3 +244,29 @@ def test_copies_synced_at_once_through_two_spellings_of_one_platform_store_each_
         stored = _stored(server, builder.run_id)
     assert [len(rows) for rows in stored] == [4], outputs
     assert [proc.returncode for proc in syncs] == [0, 0], outputs
+
+
+# -- which store ---------------------------------------------------------------------------------
+
+def test_a_copy_synced_with_another_store_than_the_first_copy_does_not_put_the_run_in_both(
+        tmp_path: Path) -> None:
+    """Copy one's episodes went to Prime Traces; copy two, synced ``--to samples``, found the
+    evaluation (no samples on it, so nothing told it the store) and appended every episode
+    to the samples table as well. The holder note says where they went."""
+    build_run(tmp_path / "one" / "r", "two-stores", 3)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    db = str(tmp_path / "local.db")
+
+    def sync(copy: str, store: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(CLI + ["sync", "--local", "--db", db, "--to", store, str(tmp_path / copy)],
+                              capture_output=True, text=True, timeout=120, env=child_env())
+
+    first = sync("one", "traces")
+    assert first.returncode == 0 and first.stdout.split()[0] == "synced", first.stdout + first.stderr
+    second = sync("two", "samples")
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert second.stdout.split()[0] == "error" and "--to traces" in second.stdout, second.stdout
+    third = sync("two", "traces")  # (--local takes auto for samples)
+    # (its batches cut again from the start are the same keys: the service stores none twice)
+    assert third.returncode == 0 and third.stdout.split()[0] == "synced", third.stdout + third.stderr
+    assert "(total 3) to traces" in third.stdout, third.stdout

@@ -135,7 +135,7 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
 
     release = CopyLock.release
     if ending == "killed":  # what a SIGKILL leaves: the lock dropped, the note not rewritten
-        CopyLock.release = lambda self, pending=None: os.close(self._fd)  # type: ignore[method-assign]
+        CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
     try:
         first = RunSync(builder.run_dir, _client(platform), DEST,
                         _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=stop)

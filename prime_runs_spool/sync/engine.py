@@ -222,9 +222,10 @@ class RunSync:
                           str(self.run_dir)).hold(self.options.copy_wait)
         try:
             self._fence_other_copy(copies.in_doubt())
-            self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign)
+            self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
+                             other_store=copies.store if copies.foreign else None)
         finally:
-            copies.release(self.state.in_flight)
+            copies.release(self.state.in_flight, self.state.store)
 
     def _fence_other_copy(self, sent_at: float | None) -> None:
         """Wait out a request the last pass of another copy of the run may still have on its
@@ -236,7 +237,7 @@ class RunSync:
                                     "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
         self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
 
-    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool) -> None:
+    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_store: str | None) -> None:
         """The pass's part that writes to the platform, under the run's copy lock.
         ``foreign``: another state (a copy of the spool) may have pushed to the run's
         evaluation since this state was last written, so nothing in it is trusted unchecked."""
@@ -250,6 +251,11 @@ class RunSync:
             state.in_flight = None
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
+        if adopted and other_store is not None and self.traces.recorded() is None:
+            # The other copy's store, which the platform's count cannot tell for Prime Traces:
+            # one run never ends up half in each (sync/traces.py, choose).
+            state.store = other_store
+            self.protocol.note()
         if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
             return
         self.reconciler.reconcile(force=adopted)
