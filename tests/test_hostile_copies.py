@@ -18,8 +18,16 @@ import pytest
 
 from support import platform_process
 from support.env import CLI, child_env
+from support.fake_platform import FakePlatform
 from support.runs import build_run
 from support.sync_e2e import evaluations_of, sample_ids
+from test_hostile_round3 import samples_gate  # noqa: F401 (a fixture)
+from test_sync_copies import DEST, _client, _options, _rows, _Stop, _Time
+from prime_runs_spool.errors import CopyBusyError
+from prime_runs_spool.sync.copies import CopyLock, run_key_digest
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.state import remote_destination
+from prime_runs_spool.sync.user_cache import cache_root
 
 TOKEN = "copies-token"
 
@@ -86,10 +94,6 @@ def platform(tmp_path: Path):
 
 # -- a request in doubt handed on from copy to copy ------------------------------------------
 
-from support.fake_platform import FakePlatform  # noqa: E402
-from test_sync_copies import DEST, _client, _options, _rows, _Stop, _Time  # noqa: E402
-from prime_runs_spool.sync.engine import RunSync  # noqa: E402
-
 
 @pytest.mark.parametrize("third", ["another copy", "the interrupted copy again"])
 def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_was_stopped(
@@ -135,9 +139,6 @@ def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_wa
 
 
 # -- a lock file tampered with ----------------------------------------------------------------
-
-from prime_runs_spool.sync.copies import run_key_digest  # noqa: E402
-from prime_runs_spool.sync.user_cache import cache_root  # noqa: E402
 
 
 def _lock_file(run_id: str) -> Path:
@@ -190,9 +191,6 @@ def test_a_lock_file_that_is_no_file_is_the_run_s_error_in_one_line_naming_it(tm
 
 # -- where the locks are ------------------------------------------------------------------------
 
-from prime_runs_spool.errors import CopyBusyError  # noqa: E402
-from prime_runs_spool.sync.copies import CopyLock  # noqa: E402
-
 
 def test_copies_synced_from_two_working_folders_with_a_relative_cache_share_one_lock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,9 +211,6 @@ def test_copies_synced_from_two_working_folders_with_a_relative_cache_share_one_
 
 
 # -- one destination spelled two ways ------------------------------------------------------------
-
-from test_hostile_round3 import samples_gate  # noqa: E402,F401  (the fixture)
-from prime_runs_spool.sync.state import remote_destination  # noqa: E402
 
 
 def test_two_spellings_of_one_platform_are_one_destination() -> None:
@@ -270,3 +265,55 @@ def test_a_copy_synced_with_another_store_than_the_first_copy_does_not_put_the_r
     # (its batches cut again from the start are the same keys: the service stores none twice)
     assert third.returncode == 0 and third.stdout.split()[0] == "synced", third.stdout + third.stderr
     assert "(total 3) to traces" in third.stdout, third.stdout
+
+
+# -- what held up, kept ----------------------------------------------------------------------------
+
+def test_five_copies_synced_at_once_every_way_store_each_episode_once(tmp_path: Path, platform) -> None:
+    """--jobs 1, --jobs 8, --follow, --wait and a long --copy-wait, all at once, each batch
+    slowed down so that they overlap."""
+    proxy = _Proxy(platform.base_url, delay=0.05)
+    try:
+        builder = build_run(tmp_path / "c0" / "r", "five-copies", 30)
+        for n in range(1, 5):
+            shutil.copytree(tmp_path / "c0", tmp_path / f"c{n}")
+        common = ["--base-url", proxy.url, "--request-lifetime", "2", "--timeout", "20", "--max-request-bytes", "6000"]
+        ways = [["--jobs", "1"], ["--jobs", "8"], ["--follow", "--exit-when-idle"], ["--wait"], ["--copy-wait", "120"]]
+        syncs = [_sync(str(tmp_path / f"c{n}"), *common, *way) for n, way in enumerate(ways)]
+        outputs = [proc.communicate(timeout=180) for proc in syncs]
+    finally:
+        proxy.close()
+    assert [sorted(rows) for rows in _stored(platform, builder.run_id)] == [sorted(builder.ids)], outputs
+    assert [proc.returncode for proc in syncs] == [0] * 5, outputs
+
+
+def test_a_copy_killed_mid_append_while_another_waits_lets_it_finish_once(tmp_path: Path, platform) -> None:
+    """The waiting copy gets the lock as the kernel drops it, finds the note "under way",
+    and waits out the append the killed one's state announced (it lands after the kill)."""
+    proxy = _Proxy(platform.base_url, delay=1.5)
+    try:
+        builder = build_run(tmp_path / "c0" / "r", "killed-mid-append", 8)
+        shutil.copytree(tmp_path / "c0", tmp_path / "c1")
+        common = ["--base-url", proxy.url, "--request-lifetime", "3", "--timeout", "20", "--max-request-bytes", "6000"]
+        first = _sync(str(tmp_path / "c0"), *common)
+        assert proxy.seen.wait(30), first.communicate()
+        second = _sync(str(tmp_path / "c1"), *common, "--copy-wait", "60")
+        time.sleep(0.8)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        output = second.communicate(timeout=120)
+        time.sleep(2)  # anything still on its way has landed
+    finally:
+        proxy.close()
+    assert [sorted(rows) for rows in _stored(platform, builder.run_id)] == [sorted(builder.ids)], output
+    assert second.returncode == 0 and output[0].split()[0] == "synced", output
+
+
+def test_other_destinations_and_replays_do_not_wait_for_a_copy(tmp_path: Path) -> None:
+    with CopyLock(DEST.key, "apart", None, tmp_path / "a.json", "a").hold(0):
+        with CopyLock("another-destination", "apart", None, tmp_path / "b.json", "b").hold(0):
+            pass
+        with CopyLock(DEST.key, "apart", "replay-1", tmp_path / "b.json", "b").hold(0):
+            pass
+        with pytest.raises(CopyBusyError):
+            CopyLock(DEST.key, "apart", None, tmp_path / "b.json", "b").hold(0.05)
