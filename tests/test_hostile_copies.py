@@ -317,3 +317,41 @@ def test_other_destinations_and_replays_do_not_wait_for_a_copy(tmp_path: Path) -
             pass
         with pytest.raises(CopyBusyError):
             CopyLock(DEST.key, "apart", None, tmp_path / "b.json", "b").hold(0.05)
+
+
+# -- a copy behind the platform --------------------------------------------------------------------
+
+def test_a_copy_taken_before_the_run_ended_synced_after_it_is_up_to_date_not_a_mismatch(tmp_path: Path) -> None:
+    """A CI artifact taken while the run was live (3 episodes), synced after the whole run
+    (5) was: reported a mismatch ("a request landed after its lifetime, or something else
+    wrote to it"), exit 1, and the flag written into the finalized evaluation's metadata."""
+    from support.runs import RunBuilder
+
+    platform = FakePlatform()
+    builder = RunBuilder(tmp_path / "one" / "r", "behind")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    shutil.copytree(tmp_path / "one", tmp_path / "two")  # the earlier copy
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+    assert RunSync(builder.run_dir, _client(platform), DEST, _options()).run().state == "synced"
+    report = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options()).run()
+    assert (report.state, report.pushed_now, report.error) == ("up_to_date", 0, None)
+    assert any("holds 3 of the evaluation's 5" in warning for warning in report.warnings), report.warnings
+    (evaluation,) = platform.evaluations.values()
+    assert "prime_runs_mismatch" not in (evaluation.get("metadata") or {}), evaluation
+    assert _rows(platform) == builder.ids
+
+
+def test_rows_past_a_copy_that_repeat_its_own_are_still_a_mismatch(tmp_path: Path) -> None:
+    """What a late commit leaves (one of our rows again) is no other copy's progress."""
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "one" / "r", "repeated", 3, status=None)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    assert RunSync(builder.run_dir, _client(platform), DEST, _options()).run().state == "crashed"
+    (rows,) = platform.samples.values()
+    rows.append(dict(rows[-1]))  # a late commit of the last request
+    report = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options()).run()
+    assert report.state == "error" and "holds 4 samples" in (report.error or ""), (report.state, report.error)

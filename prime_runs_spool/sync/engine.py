@@ -258,14 +258,25 @@ class RunSync:
             self.protocol.note()
         if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
             return
-        self.reconciler.reconcile(force=adopted)
-        # A state that parses is a cache, not the truth (an older copy, an edit, another copy
-        # having pushed since): checked against the platform before anything is pushed,
-        # unless this process wrote it and no other copy held the run since.
-        if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch or foreign):
-            if self.reconciler.verify():
-                self.report.warnings.append("the sync state disagreed with the platform; the platform's "
-                                            "count was taken (docs/sync.md, \"State\")")
+        try:
+            self.reconciler.reconcile(force=adopted)
+            # A state that parses is a cache, not the truth (an older copy, an edit, another copy
+            # having pushed since): checked against the platform before anything is pushed,
+            # unless this process wrote it and no other copy held the run since.
+            if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch or foreign):
+                if self.reconciler.verify():
+                    self.report.warnings.append("the sync state disagreed with the platform; the platform's "
+                                                "count was taken (docs/sync.md, \"State\")")
+        except SampleCountMismatchError as exc:
+            rows = self.reconciler.behind(exc.platform_samples)
+            if rows is None:
+                raise
+            # Nothing this copy holds is missing there, and nothing of it is to be sent.
+            self.report.state = "up_to_date"
+            self.report.warnings.append(
+                f"this copy of the run holds {rows} of the evaluation's {exc.platform_samples} samples, its first "
+                "ones: another copy, further on, pushed the rest; nothing to push (docs/sync.md, \"Concurrency\")")
+            return
         self._push_all()
 
     # -- small helpers ---------------------------------------------------------------------

@@ -153,6 +153,27 @@ class Reconciler:
             protocol.save()
         return changed
 
+    def behind(self, total: int) -> int | None:
+        """This spool's rows, when it is an earlier copy of the run than the one that pushed
+        the platform's ``total`` rows (a CI artifact taken before the run ended, synced after
+        the whole run was): the platform's first rows are exactly this spool's, the spool
+        ends before a ``completed`` seal, and the platform's last row is none of this
+        spool's (a late commit repeats one of ours: that is a mismatch). Else None."""
+        stream = self.stream_from_start()
+        ids: set[Any] = set()
+        seen, last_id = 0, None
+        for row in stream.rows():
+            seen += 1
+            ids.add(row.sample_id)
+            last_id = row.sample_id
+            if seen >= total:
+                return None
+        if not seen or (stream.seal or {}).get("status") == COMPLETED:
+            return None
+        if self.platform_sample_id(seen) != last_id or self.platform_sample_id(total) in ids:
+            return None
+        return seen
+
     def rederive(self, total: int) -> None:
         """Set the state to "the platform holds the run's first ``total`` rows" (the
         stream's from its start, then any released held-back episodes), checked against the
