@@ -41,6 +41,8 @@ class Protocol:
                  monotonic: Callable[[], float] | None = None) -> None:
         #: The state file this sync reads and announces every step in.
         self.path = path
+        #: What messages call the state: the file, unless it is a copy of one kept elsewhere.
+        self.shown: str | None = None
         self.options = options
         #: Wall-clock seconds: only what is written to the state (``in_flight.sent_at``).
         self.clock = clock

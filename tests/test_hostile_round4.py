@@ -1,0 +1,209 @@
+"""Hostile review, round 4, kept as regression tests: what round 3 left (a store state's
+messages, sync-state writes that fail, odd paths and environment values, odd manifests, a
+platform whose answers lack what the wire contract promises), then new attacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support.env import CLI, child_env
+from support.runs import build_run
+
+
+def _cli(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=timeout, env=child_env(**env))
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _memory_store_with(tmp_path: Path, *names: str):  # noqa: ANN202
+    """A memory:// store holding one small sealed run per name, at ``<name>/spool/``."""
+    from prime_runs_spool.spool.layout import list_segments
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    for name in names:
+        builder = build_run(tmp_path / "src" / name, f"r4-{name}-{uuid.uuid4().hex[:6]}", 2)
+        for _, path in list_segments(builder.run_dir):
+            store.create(f"{name}/spool/{path.name}", path.read_bytes())
+    return store
+
+
+def _store_sync_local(tmp_path: Path, store) -> list:  # noqa: ANN001
+    """``sync_store`` in this process against the embedded local platform."""
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.state import local_destination
+    from prime_runs_spool.sync.store_sync import sync_store
+
+    db = tmp_path / "local.db"
+    with EmbeddedPlatform(db) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url="http://frontend.invalid")
+        with PlatformClient(settings, timeout=10) as client:
+            return sync_store(store.url, client, local_destination(db, None),
+                              SyncOptions(request_lifetime=1.0, to=SAMPLES), store=store)
+
+
+# -- 1. a store run's damaged state is named by its URL, not by this machine's cache -----------
+
+
+def test_a_damaged_state_in_a_store_is_named_by_its_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning named ~/.cache/prime-runs/store/<hash>/...: a file the user never made
+    and cannot find the object from."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    store = _memory_store_with(tmp_path, "a")
+    (first,) = _store_sync_local(tmp_path, store)
+    assert first.state == "synced", first
+    (key,) = [k for k in (info.key for info in store.list()) if k.startswith("a/spool/sync/") and k.endswith(".json")]
+    store.replace(key, b"{not json", store.read(key)[1])
+    (again,) = _store_sync_local(tmp_path, store)
+    assert again.state == "synced" and again.pushed_total == 2, again
+    (warning,) = [w for w in again.warnings if "damaged" in w]
+    assert warning.startswith(f"{store.url}/{key} is damaged"), warning
+    assert str(tmp_path / "cache") not in warning, warning
+
+
+# -- 2. a sync-state write that fails leaves no temporary file ---------------------------------
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def _state(run_id: str = "tmp-left"):  # noqa: ANN202
+    from prime_runs_spool.sync.state import SyncState, remote_destination
+
+    return SyncState(destination=remote_destination("http://platform.invalid", None), local_run_id=run_id)
+
+
+def test_a_state_write_that_cannot_be_renamed_into_place_leaves_no_tmp_file(tmp_path: Path) -> None:
+    from prime_runs_spool.sync.state import save_state
+
+    target = tmp_path / "sync" / "dest.json"
+    target.mkdir(parents=True)  # a folder where the state goes: the rename fails
+    with pytest.raises(OSError):
+        save_state(target, _state())
+    assert _leftovers(target.parent) == []
+
+
+def test_a_state_write_on_a_full_disk_leaves_no_tmp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from prime_runs_spool.sync import state as state_module
+
+    target = tmp_path / "sync" / "dest.json"
+    target.parent.mkdir()
+    state_module.save_state(target, _state())
+    before = target.read_bytes()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_module.os, "fsync", full)
+    with pytest.raises(OSError):
+        state_module.save_state(target, _state())
+    monkeypatch.undo()
+    assert _leftovers(target.parent) == []
+    assert target.read_bytes() == before  # the old state, whole: the write stayed atomic
+
+
+def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from prime_runs_spool.sync import store_sync
+
+    target = tmp_path / "cache" / "dest.json"
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_sync.os, "write", full)
+    with pytest.raises(OSError):
+        store_sync._write_private(target, b"{}")
+    monkeypatch.setattr(store_sync.os, "write", real_write)
+    assert _leftovers(target.parent) == []
+
+
+# -- 3. a path that is a FIFO (or a device) is named as such, not "nothing found" --------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_verify_given_a_fifo_or_a_device_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    """verify said "nothing found: neither a spool nor eval outputs under it", as if the path
+    were an empty folder; a regular file that is no segment was already a usage error."""
+    path = tmp_path / "odd"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")
+    result = _cli("verify", str(path), timeout=20)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    expected = "a FIFO" if kind == "fifo" else "a device"
+    assert f"is {expected}, not a regular file or folder" in _last_line(result), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["import"], ["sync", "--local", "--db", "{db}"]])
+def test_the_other_commands_given_a_fifo_say_it_is_not_a_file_or_folder(tmp_path: Path, command: list[str]) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    argv = [a.replace("{db}", str(tmp_path / "local.db")) for a in command]
+    result = _cli(*argv, str(tmp_path / "pipe"), timeout=30)
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "it is a FIFO, not a regular file or folder" in _last_line(result), result.stderr
+
+
+# -- 4. lease and mirror seconds from the environment get the finite check ---------------------
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("PRIME_RUNS_LEASE_TTL", "nan", "finite"),        # NaN expiry: every other syncer took it for no lease
+    ("PRIME_RUNS_LEASE_TTL", "inf", "finite"),
+    ("PRIME_RUNS_LEASE_TTL", "-5", "below"),          # expired as it was written
+    ("PRIME_RUNS_LEASE_TTL", "172800", "more than"),  # past every syncer's horizon: no lease to them
+    ("PRIME_RUNS_LEASE_TTL", "soon", "not a number"),  # was an internal error per run
+    ("PRIME_RUNS_LEASE_CLOCK_SKEW", "nan", "finite"),
+    ("PRIME_RUNS_LEASE_CLOCK_SKEW", "-1", "below"),
+])
+def test_lease_settings_that_are_not_usable_are_a_usage_error(tmp_path: Path, name: str, value: str,
+                                                              said: str) -> None:
+    result = _cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"memory:///{uuid.uuid4().hex}",
+                  timeout=60, **{name: value})
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert _last_line(result).startswith(f"prime-runs: {name}") and said in _last_line(result), result.stderr
+
+
+def test_a_lease_ttl_of_a_few_seconds_is_still_taken(tmp_path: Path) -> None:
+    from prime_runs_spool.sync.store_sync import lease_problem
+
+    for ttl, skew in (("1.5", "0"), ("2", ""), ("", ""), ("86400", "5")):
+        env = {"PRIME_RUNS_LEASE_TTL": ttl, "PRIME_RUNS_LEASE_CLOCK_SKEW": skew}
+        with pytest.MonkeyPatch.context() as patch:
+            for key, text in env.items():
+                patch.setenv(key, text)
+            assert lease_problem() is None, env
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_a_mirror_interval_from_the_environment_is_checked_like_the_option(tmp_path: Path, value: str) -> None:
+    """It was float(env) unchecked: NaN or a negative one made Event.wait return at once (a
+    pass after pass, a listing each, as fast as the store answered), inf ended the mirror in
+    an OverflowError traceback after its first pass."""
+    build_run(tmp_path / "runs" / "r", "mirror-interval", 1)
+    result = _cli("mirror", "--once", str(tmp_path / "runs"), f"memory:///{uuid.uuid4().hex}", timeout=30,
+                  PRIME_RUNS_MIRROR_INTERVAL=value)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "PRIME_RUNS_MIRROR_INTERVAL" in _last_line(result), result.stderr
