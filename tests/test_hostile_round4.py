@@ -207,3 +207,56 @@ def test_a_mirror_interval_from_the_environment_is_checked_like_the_option(tmp_p
                   PRIME_RUNS_MIRROR_INTERVAL=value)
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "PRIME_RUNS_MIRROR_INTERVAL" in _last_line(result), result.stderr
+
+
+# -- 5. a manifest sync cannot send is that run's precise error, not an internal error ---------
+
+
+def _foreign_run(run_dir: Path, run_id: str, **manifest: object) -> None:
+    """A run whose manifest some other producer wrote (the writer takes any JSON object)."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    writer = SegmentWriter.create(run_dir, run_id)
+    writer.append("manifest", {**manifest_for(run_id), **manifest})
+    writer.seal("completed")
+
+
+def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) -> None:
+    """Each was "internal error: TypeError: cannot convert dictionary update sequence..."
+    (config), "internal error: InvalidURL: URL too long" (a 100 KB environment name, put in
+    the evaluations listing's query), "internal error: TypeError: Value after * must be an
+    iterable" (tags)."""
+    from prime_runs_spool.content.environments import MAX_ENVIRONMENT_NAME_CHARS
+
+    root = tmp_path / "runs"
+    cases = {
+        "config-list": ({"config": [1, 2]}, "its config is list '[1, 2]', not an object"),
+        "config-text": ({"config": "model=x"}, "its config is str 'model=x', not an object"),
+        "env-long": ({"environments": ["e" * 100_000]}, "is 100,000 characters, over the limit of 256"),
+        "env-number": ({"environments": [7]}, "an environment name is int '7', not a string"),
+        "tags-number": ({"tags": 5}, "its tags are '5', not a list of strings"),
+    }
+    for name, (manifest, _) in cases.items():
+        _foreign_run(root / name, f"r4-{name}", **manifest)
+    _foreign_run(root / "env-at-limit", "r4-env-at-limit", environments=["e" * MAX_ENVIRONMENT_NAME_CHARS])
+    _foreign_run(root / "tags-text", "r4-tags-text", tags="nightly")
+    result = _cli("sync", "--local", "--db", str(tmp_path / "local.db"), "--to", "samples", "--json", str(root))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    runs = {Path(run["path"]).name: run for run in json.loads(result.stdout)["runs"]}
+    for name, (_, said) in cases.items():
+        assert runs[name]["state"] == "error", runs[name]
+        assert said in runs[name]["error"] and "internal error" not in runs[name]["error"], runs[name]["error"]
+        assert runs[name]["error"].startswith("the run's manifest cannot be sent: "), runs[name]["error"]
+    assert runs["env-at-limit"]["state"] == "synced", runs["env-at-limit"]
+    assert runs["tags-text"]["state"] == "synced", runs["tags-text"]
+
+
+def test_tags_given_as_one_string_are_one_tag() -> None:
+    """As one environment given as a string is one environment: "nightly" was seven tags."""
+    from prime_runs_spool.sync.evaluation import _tags
+
+    assert _tags("nightly") == ["nightly"]
+    assert _tags(["a", "b"]) == ["a", "b"]
+    assert _tags(None) == []
