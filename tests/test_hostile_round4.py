@@ -212,13 +212,13 @@ def test_a_mirror_interval_from_the_environment_is_checked_like_the_option(tmp_p
 # -- 5. a manifest sync cannot send is that run's precise error, not an internal error ---------
 
 
-def _foreign_run(run_dir: Path, run_id: str, **manifest: object) -> None:
+def _foreign_run(run_dir: Path, local_id: str, **manifest: object) -> None:
     """A run whose manifest some other producer wrote (the writer takes any JSON object)."""
     from prime_runs_spool.spool.writer import SegmentWriter
     from support.runs import manifest_for
 
-    writer = SegmentWriter.create(run_dir, run_id)
-    writer.append("manifest", {**manifest_for(run_id), **manifest})
+    writer = SegmentWriter.create(run_dir, local_id)
+    writer.append("manifest", {**manifest_for(local_id), **manifest})
     writer.seal("completed")
 
 
@@ -226,7 +226,7 @@ def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) 
     """Each was "internal error: TypeError: cannot convert dictionary update sequence..."
     (config), "internal error: InvalidURL: URL too long" (a 100 KB environment name, put in
     the evaluations listing's query), "internal error: TypeError: Value after * must be an
-    iterable" (tags)."""
+    iterable" (tags), "internal error: KeyError: 'run_id'" (a manifest without one)."""
     from prime_runs_spool.content.environments import MAX_ENVIRONMENT_NAME_CHARS
 
     root = tmp_path / "runs"
@@ -236,6 +236,7 @@ def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) 
         "env-long": ({"environments": ["e" * 100_000]}, "is 100,000 characters, over the limit of 256"),
         "env-number": ({"environments": [7]}, "an environment name is int '7', not a string"),
         "tags-number": ({"tags": 5}, "its tags are '5', not a list of strings"),
+        "no-run-id": ({"run_id": None}, "its run_id is 'None', not a run id"),
     }
     for name, (manifest, _) in cases.items():
         _foreign_run(root / name, f"r4-{name}", **manifest)

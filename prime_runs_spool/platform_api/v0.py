@@ -424,7 +424,11 @@ def manifest_problem(manifest: Mapping[str, Any]) -> str | None:
     """Why a run's manifest cannot become an evaluation (its create body and metadata), or
     None: what :func:`v0_metadata` and :func:`create_body` take as given. A manifest comes
     from whoever wrote the spool (a foreign producer, an edit): a ``config`` of ``[1, 2]``
-    or ``tags`` of ``5`` ended that run's sync in "internal error: TypeError"."""
+    or ``tags`` of ``5`` ended that run's sync in "internal error: TypeError", one without a
+    ``run_id`` in "internal error: KeyError" (and every such run was local run "None")."""
+    run_id = manifest.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        return f"its run_id is {str(run_id)[:40]!r}, not a run id"
     config = manifest.get("config")
     if config is not None and not isinstance(config, Mapping):
         return f"its config is {type(config).__name__} {str(config)[:40]!r}, not an object"
