@@ -403,3 +403,31 @@ def test_a_create_whose_answer_lacks_the_id_is_settled_as_a_lost_answer(tmp_path
         (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
     assert report.state == "synced", report
     assert list(platform.samples) == ["ev1"] and len(platform.samples["ev1"]) == 3
+
+
+# -- round 4: new findings -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["s3://AKIAEXAMPLE:pw-s3cret@bucket/runs", "s3://bucket/runs?aws_secret_access_key=pw-s3cret",
+                                 "memory:///runs#pw-s3cret"])
+@pytest.mark.parametrize("command", [["sync", "--local", "--db", "{db}"], ["status"], ["verify"], ["mirror", "{runs}"]])
+def test_a_store_url_carrying_a_secret_is_a_usage_error_that_does_not_show_it(tmp_path: Path, url: str,
+                                                                              command: list[str]) -> None:
+    """obstore drops a URL's user:password@, ?query and #fragment without a word: a key
+    pasted there was not used, and every report line (and --json's paths) printed it back,
+    into the CI log."""
+    build_run(tmp_path / "runs" / "r", "url-secret", 1)
+    argv = [a.replace("{db}", str(tmp_path / "local.db")).replace("{runs}", str(tmp_path / "runs")) for a in command]
+    result = _cli(*argv, url, timeout=60, AWS_EC2_METADATA_DISABLED="true", PRIME_RUNS_STORE_RETRIES="0")
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "pw-s3cret" not in result.stdout + result.stderr
+    assert "a store URL takes no" in _last_line(result), result.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1000000"])
+def test_store_retries_that_are_not_a_small_whole_number_are_a_usage_error(value: str) -> None:
+    """`status s3://...` with PRIME_RUNS_STORE_RETRIES=abc ended in a ValueError traceback."""
+    result = _cli("status", f"memory:///{uuid.uuid4().hex}", timeout=30, PRIME_RUNS_STORE_RETRIES=value)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert _last_line(result).startswith("prime-runs: PRIME_RUNS_STORE_RETRIES="), result.stderr
