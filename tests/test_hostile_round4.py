@@ -431,3 +431,58 @@ def test_store_retries_that_are_not_a_small_whole_number_are_a_usage_error(value
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert _last_line(result).startswith("prime-runs: PRIME_RUNS_STORE_RETRIES="), result.stderr
+
+
+def _spool_of(tmp_path: Path, episodes: list[dict]) -> Path:
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    writer = SegmentWriter.create(tmp_path / "runs" / "odd", "odd-shapes")
+    writer.append("manifest", manifest_for("odd-shapes"))
+    for n, episode in enumerate(episodes):
+        writer.append("episode", episode, {"episode_id": f"odd-{n}", "rollout_number": n})
+    writer.seal("completed")
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("traces",), 5), (("traces", 0, "nodes"), 5), (("traces", 0, "calls"), True), (("traces", 0, "rewards"), [1]),
+    (("traces", 0, "metrics"), [1, 2]), (("traces", 0, "metrics"), "s"), (("traces", 0, "errors"), 5),
+])
+def test_an_episode_of_another_shape_shows_its_page(tmp_path: Path, where: tuple, value: object) -> None:
+    """trace_views took every field for the type verifiers writes: "internal server error"
+    (and a traceback in the viewer's log) for the page of a foreign producer's episode."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.viewer.pages import Pages
+    from prime_runs_spool.viewer.render import Links
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    episode = make_episode(0, size=50)
+    holder: object = episode
+    for step in where[:-1]:
+        holder = holder[step]  # type: ignore[index]
+    holder[where[-1]] = value  # type: ignore[index]
+    pages = Pages(SpoolSource([_spool_of(tmp_path, [episode, make_episode(1, size=50)])]), Links())
+    assert "<html" in pages.episode({"run": "odd", "n": "1"}).lower()
+    assert "<html" in pages.run({"run": "odd"}, "/run?run=odd&fragment=1").lower()
+
+
+def test_an_example_id_that_is_not_a_plain_value_does_not_take_the_runs_pages_down(tmp_path: Path) -> None:
+    """The index keys search text by example id: an idx of [1] raised "unhashable type" in
+    the middle of indexing, so the run's list (and every page of it) answered 500."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.viewer.pages import Pages
+    from prime_runs_spool.viewer.render import Links
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    odd = make_episode(0, size=50)
+    odd["traces"][0]["task"]["data"]["idx"] = [1]
+    for trace in odd["traces"]:
+        trace["task"]["data"]["idx"] = {"split": "test", "n": 1}
+    source = SpoolSource([_spool_of(tmp_path, [make_episode(1, size=50), odd, make_episode(2, size=50)])])
+    pages = Pages(source, Links())
+    html = pages.run({"run": "odd"}, "/run?run=odd&fragment=1")
+    run = source.get("odd")
+    assert len(run.rows) == 3, html[-300:]
+    group = pages.group({"run": "odd", "example": str({"split": "test", "n": 1})})
+    assert "odd-shapes" in group or "split" in group
