@@ -51,11 +51,14 @@ def fail_usage(message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def internal_error(exc: BaseException) -> None:
+#: Set (to anything) to see the traceback of an internal error of any command.
+TRACEBACK_ENV = "PRIME_RUNS_TRACEBACK"
+
+
+def internal_error(exc: BaseException, hint: str = "run with --verbose for the traceback") -> None:
     """An error no code path expected: one line and exit 1 (``--verbose`` shows the traceback
     instead; the caller re-raises then)."""
-    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
-               "for the traceback)", err=True)
+    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
     sys.exit(EXIT_RUN_FAILED)
 
 

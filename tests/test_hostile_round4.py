@@ -486,3 +486,76 @@ def test_an_example_id_that_is_not_a_plain_value_does_not_take_the_runs_pages_do
     assert len(run.rows) == 3, html[-300:]
     group = pages.group({"run": "odd", "example": str({"split": "test", "n": 1})})
     assert "odd-shapes" in group or "split" in group
+
+
+def test_an_older_layout_row_whose_prompt_is_a_number_is_imported(tmp_path: Path) -> None:
+    """row_to_episode iterated the prompt: `prime-runs import` of such a results.jsonl ended
+    in a TypeError traceback, and no other folder under the path was imported either."""
+    import shutil
+
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    for name in ("a", "b"):
+        shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "v0-completed", root / name)
+    results = root / "a" / "results.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    rows[0]["prompt"], rows[1]["completion"] = 5, True
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = _cli("import", "--json", str(root))
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr
+    assert [r["state"] for r in json.loads(result.stdout)["imports"]] == ["imported", "imported"]
+
+
+def test_an_import_that_fails_unexpectedly_does_not_stop_the_others(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from prime_runs_spool.importer import outputs
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    for name in ("a", "b"):
+        shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", root / name)
+    real = outputs.read_source
+
+    def read_source(output_dir: Path):  # noqa: ANN202
+        if output_dir.name == "a":
+            raise RuntimeError("a bug met on folder a")
+        return real(output_dir)
+
+    monkeypatch.setattr(outputs, "read_source", read_source)
+    reports = outputs.import_paths([root])
+    assert [(Path(r.source).name, r.state) for r in reports] == [("a", "error"), ("b", "imported")]
+    assert "internal error: RuntimeError: a bug met on folder a" in (reports[0].error or "")
+
+
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["import"]])
+def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path: Path, command: list[str],
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Only `sync` turned a bug into one line; every other command printed the traceback."""
+    import sys
+
+    from commands import cli
+    from prime_runs_spool.spool import layout
+
+    build_run(tmp_path / "runs" / "r", "unexpected", 1)
+
+    def broken(*args: object, **kwargs: object):  # noqa: ANN202
+        raise RuntimeError("a bug met on the way")
+
+    monkeypatch.setattr(layout, "_each_once", broken)
+    monkeypatch.setattr(sys, "argv", ["prime-runs", *command, str(tmp_path / "runs")])
+    monkeypatch.delenv("PRIME_RUNS_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("prime-runs: internal error: RuntimeError: a bug met on the way "
+                                            "(set PRIME_RUNS_TRACEBACK=1 for the traceback)")
+    monkeypatch.setenv("PRIME_RUNS_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        cli.main()

@@ -123,9 +123,12 @@ def _episodes(path: Path, end: int, run_id: str, metadata: dict[str, Any]) -> It
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
+    """A row's prompt or completion as messages: a string is one, a list holds them; any
+    other value (a number: "internal error: TypeError" before) is none, and stays in the
+    task data as the row had it."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    return [m for m in value or [] if isinstance(m, dict)]
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
 def row_to_episode(row: dict[str, Any], episode_id: str, run_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
