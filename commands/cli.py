@@ -7,6 +7,7 @@ find and the top level stays a table of contents.
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -40,10 +41,12 @@ cli.add_command(mirror)
 
 def main() -> None:
     """The command line; an error no code path expected ends in one line, never a traceback
-    (``PRIME_RUNS_TRACEBACK=1`` shows it): every command gets what ``sync`` has had."""
+    (``PRIME_RUNS_TRACEBACK=1`` shows it): every command gets what ``sync`` has had. Not
+    ``eval``: what escapes it is verifiers' (the user's environment code, most often), shown
+    as ``vf-eval`` shows it."""
     try:
         cli()
     except Exception as exc:
-        if os.environ.get(TRACEBACK_ENV):
+        if os.environ.get(TRACEBACK_ENV) or sys.argv[1:2] == [eval_command.name]:
             raise
         internal_error(exc, f"set {TRACEBACK_ENV}=1 for the traceback")
