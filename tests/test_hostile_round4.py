@@ -559,3 +559,46 @@ def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path
     monkeypatch.setenv("PRIME_RUNS_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         cli.main()
+
+
+@pytest.mark.parametrize("refused", ["POST /evaluations/", "POST /evaluations/ev1/samples"])
+def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path: Path, refused: str) -> None:
+    """A 4xx left the request announced in the state: the next sync (the user fixed the
+    key's team, or the body) first waited a whole request lifetime, 10 minutes by default,
+    for a request the platform had refused. Now it goes at once, and sends each row once."""
+    import httpx
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import Destination
+    from support.fake_platform import FakePlatform
+
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "r", "refused-then-fixed", 3)
+    method, path = refused.split(" ")
+    platform.fault = lambda m, p, phase: (httpx.Response(403, json={"detail": "not in this team"})
+                                          if (m, p, phase) == (method, path, "before") else None)
+    slept: list[float] = []
+    now = [1_000_000.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    def sync():  # noqa: ANN202
+        settings = Settings("http://fake", Secret("key"), None, "http://app")
+        options = SyncOptions(request_lifetime=600.0, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02))
+        client = PlatformClient(settings, transport=platform.transport())
+        return RunSync(builder.run_dir, client, Destination(key="d", base_url="http://fake"), options,
+                       clock=lambda: now[0], sleep=sleep).run()
+
+    first = sync()
+    assert first.state == "error" and "403" in (first.error or ""), first
+    platform.fault = None
+    second = sync()
+    assert second.state == "synced", second
+    assert sum(slept) < 5, f"the next sync waited {sum(slept):.0f} s for a refused request"
+    assert len(platform.evaluations) == 1 and [len(rows) for rows in platform.samples.values()] == [3]
