@@ -602,3 +602,24 @@ def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path:
     assert second.state == "synced", second
     assert sum(slept) < 5, f"the next sync waited {sum(slept):.0f} s for a refused request"
     assert len(platform.evaluations) == 1 and [len(rows) for rows in platform.samples.values()] == [3]
+
+
+def test_a_file_url_sync_is_a_usage_error_that_writes_nothing_there(tmp_path: Path) -> None:
+    """obstore's local file store has no If-Match replace: every run's sync failed on its
+    lease ("PutMode::Update not yet implemented"), after creating a sync.lease.json in the
+    user's folder. Now: one line naming the local path to sync instead, nothing written."""
+    import shutil
+
+    from prime_runs_spool.spool.layout import list_segments
+
+    builder = build_run(tmp_path / "src" / "r", "file-url", 2)
+    (tmp_path / "bucket" / "r" / "spool").mkdir(parents=True)
+    for _, path in list_segments(builder.run_dir):
+        shutil.copy(path, tmp_path / "bucket" / "r" / "spool" / path.name)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "bucket").rglob("*"))
+    result = _cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"file://{tmp_path / 'bucket'}",
+                  timeout=60, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert _last_line(result).endswith(f"prime-runs sync {tmp_path / 'bucket'}"), result.stderr
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "bucket").rglob("*")) == before
+    assert _cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there

@@ -24,6 +24,10 @@ from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
+#: Schemes whose store in the library cannot replace an object only if unchanged (``If-Match``;
+#: obstore's LocalFileSystem: "PutMode::Update not yet implemented"): the lease and the state
+#: rely on it, so sync refuses them up front (verify, status and mirror work there).
+NO_CONDITIONAL_REPLACE = ("file",)
 #: How often the library retries a failed request (connection errors, 5xx), and for how long.
 RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
@@ -115,6 +119,11 @@ class ObjectStore:
         #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
         #: what the benchmarks and tests count to prove a no-op costs one listing.
         self.stats: Counter[str] = Counter()
+
+    @property
+    def replaces_conditionally(self) -> bool:
+        """Whether :meth:`replace` works here (see :data:`NO_CONDITIONAL_REPLACE`)."""
+        return self.url.split("://", 1)[0].lower() not in NO_CONDITIONAL_REPLACE
 
     def location(self, key: str) -> str:
         """The full URL of ``key``, as reports name it."""
