@@ -623,3 +623,19 @@ def test_a_file_url_sync_is_a_usage_error_that_writes_nothing_there(tmp_path: Pa
     assert _last_line(result).endswith(f"prime-runs sync {tmp_path / 'bucket'}"), result.stderr
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "bucket").rglob("*")) == before
     assert _cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there
+
+
+def test_an_imports_unreadable_config_says_why(tmp_path: Path) -> None:
+    """It said "cannot be read as JSON (OSError)": the exception's type, not what is wrong."""
+    import shutil
+
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", root / "a")
+    config = root / "a" / "configs" / "resolved" / "eval.json"
+    config.unlink()
+    os.mkfifo(config)
+    result = _cli("import", str(root), timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "eval.json: cannot be read as JSON (not a regular file)" in _last_line(result), result.stderr
