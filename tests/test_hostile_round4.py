@@ -639,3 +639,50 @@ def test_an_imports_unreadable_config_says_why(tmp_path: Path) -> None:
     result = _cli("import", str(root), timeout=30)
     assert result.returncode == 1, result.stderr
     assert "eval.json: cannot be read as JSON (not a regular file)" in _last_line(result), result.stderr
+
+
+def _echo(request):  # noqa: ANN001, ANN202
+    """An endpoint that answers a refusal quoting the request's headers (a debugging proxy,
+    an echo service behind a misconfigured base URL)."""
+    import httpx
+
+    said = f"you sent {request.headers.get('authorization')}"
+    return httpx.Response(400, json={"error": {"code": "invalid_trace", "message": said}, "detail": said})
+
+
+def test_an_answer_that_echoes_the_api_key_does_not_print_it() -> None:
+    """The error line quoted the first 200 characters of the body: the key, in the report,
+    the CI log, and the online shipper's log file."""
+    import httpx
+
+    from prime_runs_spool.errors import PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret("sk-live-SECRET-0123456789"), team_id=None,
+                        frontend_url="http://platform.invalid")
+    with PlatformClient(settings, transport=httpx.MockTransport(_echo)) as client:
+        with pytest.raises(PlatformError) as caught:
+            client.list_evaluations(environment_name="gsm8k")
+    assert "SECRET" not in str(caught.value) and "Bearer ***" in str(caught.value), caught.value
+
+
+def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
+    import hashlib
+
+    import httpx
+
+    from prime_runs_spool.errors import PlatformError
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    uploader = TracesUploader("http://traces.invalid", "sk-live-SECRET-0123456789", None,
+                              transport=httpx.MockTransport(_echo))
+    try:
+        with pytest.raises(PlatformError) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value

@@ -25,7 +25,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api import answers
-from prime_runs_spool.platform_api.settings import Settings
+from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
 if TYPE_CHECKING:
@@ -111,13 +111,18 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None  # an HTTP date: rare enough that our own backoff is as good
 
 
-def _detail(response: httpx.Response) -> str:
-    """A short, single-line excerpt of an error body (never a request body)."""
+def _detail(response: httpx.Response, secret: Secret | None = None) -> str:
+    """A short, single-line excerpt of an error body (never a request body), with the API
+    key scrubbed out of it before it is cut (a body that echoes the request's headers
+    printed the key into the report, a CI log, the shipper's log file)."""
     text = response.text.strip().replace("\n", " ")
+    if secret is not None:
+        text = secret.scrub(text)
     return text[:200]
 
 
-def classify_response(method: str, path: str, response: httpx.Response) -> PlatformError:
+def classify_response(method: str, path: str, response: httpx.Response,
+                      secret: Secret | None = None) -> PlatformError:
     status = response.status_code
     what = f"{method} {path} answered {status}"
     if status == 429:
@@ -130,7 +135,7 @@ def classify_response(method: str, path: str, response: httpx.Response) -> Platf
         return PlatformError(FailureKind.ANSWERED, what, status=status,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request")
-    detail = _detail(response)
+    detail = _detail(response, secret)
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
 
@@ -319,7 +324,7 @@ class PlatformClient:
             if isinstance(content, _Chunks):
                 content.drop()
         if response.status_code >= 400:
-            raise classify_response(method, path, response)
+            raise classify_response(method, path, response, self.settings.api_key)
         try:
             return orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
