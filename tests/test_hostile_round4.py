@@ -686,3 +686,29 @@ def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
     finally:
         uploader.close()
     assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value
+
+
+def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_others(tmp_path: Path) -> None:
+    """Pages were opened O_CREAT|O_TRUNC: through a symbolic link planted in an export
+    folder someone else prepared (the link's target, a file of the user's, overwritten
+    with a page), and keeping an older file's mode (0644: the runs' prompts for all)."""
+    import stat
+
+    build_run(tmp_path / "runs" / "r", "export-links", 1)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "static").mkdir()
+    older = out / "static" / "viewer.css"
+    older.write_text("old")
+    older.chmod(0o644)
+    victim = tmp_path / "bashrc"
+    victim.write_text("the user's own file\n")
+    (out / "index.html").symlink_to(victim)
+    result = _cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
+    assert victim.read_text() == "the user's own file\n"
+    assert result.returncode == 2 and "index.html" in _last_line(result), (result.returncode, result.stderr)
+    (out / "index.html").unlink()
+    result = _cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert set(modes.values()) == {0o600}, modes
