@@ -47,11 +47,13 @@ class _Means:
         self.metric_sums: dict[str, float] = {}
         self.metric_counts: dict[str, int] = {}
 
-    def add(self, reward: float | None, numbers: list[tuple[str, float]]) -> None:
+    def add(self, reward: float | None, numbers: list[tuple[str, float]] | tuple[()]) -> None:
         """Count one trace, given as :func:`_trace_numbers` reads it."""
         if reward is not None:
             self.reward_sum += reward
             self.reward_count += 1
+        if not numbers:
+            return
         sums, counts = self.metric_sums, self.metric_counts
         for name, number in numbers:
             if name in sums:
@@ -70,31 +72,37 @@ class _Means:
         return {name: self.metric_sums[name] / self.metric_counts[name] for name in self.metric_sums}
 
 
-def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[str, float]]]:
-    """What a trace adds to a population's means, read once however many populations count
-    it (the trainable one and all traces): its finite reward (None if dropped), and the
-    finite value of each name it reports, in the order the names first appear (each
-    reward's own score, then each metric; a metric replaces a reward's score of its name)."""
-    reward = _finite(_safe_reward(trace))
-    rewards = trace.get("rewards")
-    metrics = trace.get("metrics")
-    if not rewards:
-        if not metrics:
-            return reward, []
-        values: Any = metrics.items()  # no reward name to replace: the metrics as they are
-    else:
-        values = {
-            name: entry.get("score")
-            for name, entry in rewards.items()
-            if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None
-        }
+def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> tuple[float | None, list[tuple[str, float]]]:
+    """What a trace with ``rewards`` or ``metrics`` (its own, read by the caller; not both
+    empty) adds to a population's means, read once however many populations count it (the
+    trainable one and all traces): its finite reward (None if dropped), and the finite
+    value of each name it reports, in the order the names first appear (each reward's own
+    score, then each metric; a metric replaces a reward's score of its name)."""
+    if rewards:
+        try:
+            reward = trace_reward(trace)
+        except TypeError:  # a non-numeric score or weight: not a reward we can average
+            reward = None
+        else:
+            if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
+                reward = _finite(reward)
+        values: Any = {}
+        for name, entry in rewards.items():
+            if type(entry) is dict or isinstance(entry, Mapping):
+                score = entry.get("score")
+                if score is not None:
+                    values[name] = score
         if metrics:
-            values.update((name, value) for name, value in metrics.items() if value is not None)
+            for name, value in metrics.items():
+                if value is not None:
+                    values[name] = value
         values = values.items()
+    else:  # no reward: the sum over none, 0 (as trace_reward reads it)
+        reward = 0.0
+        values = metrics.items()  # no reward name to replace: the metrics as they are
     numbers = []
     for name, value in values:
-        kind = type(value)
-        if kind is float:  # the common case first: a plain float, kept unless NaN or infinite
+        if type(value) is float:  # the common case first: a plain float, kept unless NaN or infinite
             if value - value == 0.0:
                 numbers.append((name, value))
         elif value is not None:
@@ -106,23 +114,23 @@ def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[s
 
 #: What an episode adds to the summary: whether it counts as an error, and per trace whether
 #: it is trainable, its finite reward (None if dropped) and its finite named values.
-EpisodeReading = tuple[bool, list[tuple[bool, "float | None", list[tuple[str, float]]]]]
+EpisodeReading = tuple[bool, list[tuple[bool, "float | None", "list[tuple[str, float]] | tuple[()]"]]]
+
+#: The reading of a trace with no rewards and no metrics: its reward is the sum over none.
+_NOTHING_SCORED = (0.0, ())
 
 
 def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
     """Everything :class:`SummaryAccumulator` counts of ``episode``, read once."""
     traces = []
     for trace in episode.get("traces") or ():
-        reward, numbers = _trace_numbers(trace)
-        traces.append((bool((trace.get("agent") or {}).get("trainable")), reward, numbers))
+        get = trace.get
+        agent = get("agent")
+        rewards = get("rewards")
+        metrics = get("metrics")
+        reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
+        traces.append((bool(agent.get("trainable")) if agent else False, reward, numbers))
     return episode.get("ok") is not True, traces
-
-
-def _safe_reward(trace: Mapping[str, Any]) -> Any:
-    try:
-        return trace_reward(trace)
-    except TypeError:  # a non-numeric score or weight: not a reward we can average
-        return None
 
 
 def _finite(value: Any) -> float | None:
@@ -135,11 +143,15 @@ def _finite(value: Any) -> float | None:
 
 
 class SummaryAccumulator:
-    """Incremental form of :func:`compute_summary`: ``add`` each episode, then ``result``."""
+    """Incremental form of :func:`compute_summary`: ``add`` each episode, then ``result``.
+
+    Each trace is counted in one population: the trainable traces, or the others. The run
+    averages over all traces only when none is trainable, and then all of them are the
+    others, in the same order: so a trainable trace is added once, not twice."""
 
     def __init__(self) -> None:
         self._trainable = _Means()
-        self._all = _Means()
+        self._others = _Means()
         self._episodes = 0
         self._errors = 0
         # Counted apart from the means: a trainable trace whose numbers were all dropped
@@ -156,16 +168,17 @@ class SummaryAccumulator:
         error, traces = reading
         self._episodes += 1
         self._errors += error
+        self._traces += len(traces)
         for trainable, reward, numbers in traces:
-            self._traces += 1
-            self._all.add(reward, numbers)
             if trainable:
                 self._trainable_traces += 1
                 self._trainable.add(reward, numbers)
+            else:
+                self._others.add(reward, numbers)
 
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
-        pool = self._trainable if self._trainable_traces else self._all
+        pool = self._trainable if self._trainable_traces else self._others  # others: all traces, then
         traces = self._trainable_traces or self._traces
         return {
             "avg_reward": pool.reward(traces),

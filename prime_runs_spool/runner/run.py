@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload
+from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload, episode_rest
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
@@ -72,8 +72,11 @@ class Run:
         self._resumed = resumed
         self._writer = writer
         self._episode_rules = episode_rules
-        self._cond = threading.Condition(threading.Lock())
-        # Everything below is guarded by self._cond.
+        #: The run's lock; ``_cond`` is on it, for ``finish`` to wait for appends in flight.
+        #: The append path takes the lock itself (a Condition's ``with`` is Python code).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Everything below is guarded by self._lock.
         self._status = OPEN
         self._seen = prior.episode_ids
         self._counter: RolloutCounter = prior.counter
@@ -187,14 +190,15 @@ class Run:
         finished or aborted, :class:`RunForkedError` in a forked child, and the writer's
         errors when the disk fails.
         """
-        self._ownership.check(self._id)
-        items, records = self._admit(*self._prepare(episodes), is_async=False)
-        if not items:
+        if self._ownership.forked:
+            self._ownership.check(self._id)
+        lines, records = self._admit(*self._prepare(episodes), is_async=False)
+        if not lines:
             return 0
         durable = False
         try:
             if self._writer is not None:
-                self._writer.append_many(items)
+                self._writer.append_episodes(lines)
             durable = True
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
@@ -202,8 +206,9 @@ class Run:
             raise
         finally:
             listeners = self._settle(records, durable, is_async=False)
-        self._listeners.notify(self, listeners)
-        return len(items)
+        if listeners:
+            self._listeners.notify(self, listeners)
+        return len(lines)
 
     async def log_episodes_async(self, episodes: Iterable[Any]) -> int:
         """:meth:`log_episodes` for an event loop: the loop never waits on a write or an fsync.
@@ -216,27 +221,28 @@ class Run:
         that makes them durable (or fails to) counts them, whatever became of this task.
         Until then ``finish`` waits for them, and a call with the same ids skips them.
         """
-        self._ownership.check(self._id)
-        items, records = self._admit(*self._prepare(episodes), is_async=True)
-        if not items:
+        if self._ownership.forked:
+            self._ownership.check(self._id)
+        lines, records = self._admit(*self._prepare(episodes), is_async=True)
+        if not lines:
             return 0
         if self._writer is None:
             self._listeners.notify(self, self._settle(records, True, is_async=True))
-            return len(items)
-        heard: list[list[DurableListener]] = []
+            return len(lines)
+        heard: list[tuple[DurableListener, ...]] = []
 
         def settled(error: BaseException | None) -> None:  # on the thread that settled the group
             heard.append(self._settle(records, error is None, is_async=True))
 
         try:
-            await self._writer.append_many_async(items, on_settled=settled)
+            await self._writer.append_episodes_async(lines, on_settled=settled)
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
         # A cancelled call's listeners are not called: the next append or the seal is heard.
-        self._listeners.notify(self, heard[0] if heard else [])
-        return len(items)
+        self._listeners.notify(self, heard[0] if heard else ())
+        return len(lines)
 
     def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
         """Check, mask and serialize each episode, outside any lock (runner/admission.py):
@@ -263,47 +269,61 @@ class Run:
 
     def _admit(
         self, prepared: list[Prepared], skipped: int, *, is_async: bool
-    ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Prepared]]:
+    ) -> tuple[list[tuple[Payload, bytes]], list[Prepared]]:
         """De-duplicate and number episodes in arrival order (lock held, no I/O).
+
+        Returns each admitted episode's payload with the rest of its line's framing (its
+        type and meta: ``episode_rest``), and the admitted episodes.
 
         All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
         included, which the numbering counts by), so once the run is found open nothing here
         can fail half way and leave ids taken, or numbers issued, by a call that raised.
         """
-        items: list[tuple[str, Payload, dict[str, Any]]] = []
+        lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] = []
-        with self._cond:
+        seen = self._seen
+        number_for = self._counter.next_number_for
+        with self._lock:
             if self._status != OPEN:
                 raise self._closed_error()
             self._skipped += skipped
             for episode in prepared:
                 episode_id = episode.episode_id
                 if episode_id is not None:
-                    if episode_id in self._seen:
+                    if episode_id in seen:
                         self._skipped += 1
                         continue
-                    self._seen.add(episode_id)
-                meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number_for(episode.rollout_key)}
-                items.append((EPISODE, episode.payload, meta))
+                    seen.add(episode_id)
+                lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
                 records.append(episode)
-            if items:
+            if lines:
                 self._inflight += 1
                 self._inflight_async += is_async
-        return items, records
+        return lines, records
 
-    def _settle(self, records: list[Prepared], durable: bool, *, is_async: bool) -> list[DurableListener]:
+    def _settle(self, records: list[Prepared], durable: bool, *, is_async: bool) -> tuple[DurableListener, ...]:
         """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns
         the listeners to tell (outside the lock, by whoever awaits the append).
 
         Nothing here can leave the append counted in flight: ``finish`` and the exit hook
         wait for that count, so a failure here once stranded the run forever.
         """
-        with self._cond:
+        with self._lock:
             try:
                 if durable:
                     self._logged += len(records)
+                    add_reading = self._summary.add_reading
                     for record in records:
-                        self._count_in_summary(record)
+                        # Recorded whatever happens here, so a failure (reading it, before;
+                        # counting it, here) is logged, never raised (check_episode keeps it
+                        # from happening).
+                        try:
+                            reading = record.reading
+                            if isinstance(reading, Exception):
+                                raise reading
+                            add_reading(reading)
+                        except Exception as exc:
+                            self._summary_failed(record, exc)
                 else:
                     # Not durable: a retry of these episodes must not be taken for a duplicate
                     # and silently skipped; it has to meet the writer's error again.
@@ -311,21 +331,13 @@ class Run:
             finally:
                 self._inflight -= 1
                 self._inflight_async -= is_async
-                self._cond.notify_all()
-            return self._listeners.snapshot() if durable and self._writer is not None else []
+                if self._status != OPEN:  # only a finish (CLOSING) waits for appends in flight
+                    self._cond.notify_all()
+            return self._listeners.snapshot() if durable and self._writer is not None else ()
 
-    def _count_in_summary(self, record: Prepared) -> None:
-        """Add a durable episode to the summary. It is recorded whatever happens here, so a
-        failure (reading it, before; counting it, here) is logged, never raised
-        (``check_episode`` keeps it from happening)."""
-        try:
-            reading = record.reading
-            if isinstance(reading, Exception):
-                raise reading
-            self._summary.add_reading(reading)
-        except Exception as exc:
-            _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
-                       self._id, record.episode_id, describe_error(exc))
+    def _summary_failed(self, record: Prepared, exc: Exception) -> None:
+        _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
+                   self._id, record.episode_id, describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
         if self._status == CLOSING:

@@ -92,9 +92,8 @@ _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 10
 #: What ``append_many`` takes: ``(record_type, record)`` or ``(record_type, record, meta)``.
 Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
 
-#: A record ready to be numbered: its payload, the line's tail after the sequence number,
-#: and whether it is an episode.
-_Prepared = tuple[Payload, bytes, bool]
+#: A record ready to be numbered: its payload and the line's tail after the sequence number.
+_Line = tuple[Payload, bytes]
 
 #: What ``append_many_async`` calls once its records' fate is known: None, or the error.
 Settled = Callable[[Union[BaseException, None]], None]
@@ -257,7 +256,7 @@ class SegmentWriter:
                            **identity()},
                 "prior_episodes": prior_episodes,
             }
-            writer._commit([_prepare_item(HEADER, header, None, internal=True)])
+            writer._commit([_prepare_item(HEADER, header, None, internal=True)], 0)
             _fsync_dir(folder)
         except BaseException:
             writer._abandon()
@@ -308,19 +307,26 @@ class SegmentWriter:
 
     def append(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """Append one record; returns its sequence number once the line is durable."""
-        return self._commit([_prepare_item(record_type, record, meta)])
+        return self._commit([_prepare_item(record_type, record, meta)], record_type == EPISODE)
 
     def append_many(self, items: Iterable[Item]) -> list[int]:
         """Append records as one group (contiguous sequence numbers); returns once all are durable."""
-        prepared = self._prepare_items(items)
-        if not prepared:
+        lines, episodes = self._prepare_items(items)
+        if not lines:
             return []
-        first = self._commit(prepared)
-        return list(range(first, first + len(prepared)))
+        first = self._commit(lines, episodes)
+        return list(range(first, first + len(lines)))
+
+    def append_episodes(self, lines: list[tuple[Payload, bytes]]) -> int:
+        """Append episode records as one group; returns the first sequence number once all
+        are durable. Each line is given as its prepared payload and its ``framing_rest``
+        (``format.episode_rest``): the run builds both, outside this writer's mutex, so
+        nothing is serialized here (``append_many`` serializes each meta)."""
+        return self._commit(_checked(lines), len(lines)) if lines else self.next_seq
 
     async def append_async(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
-        return await self._commit_async([_prepare_item(record_type, record, meta)])
+        return await self._commit_async([_prepare_item(record_type, record, meta)], record_type == EPISODE)
 
     async def append_many_async(self, items: Iterable[Item], *, on_settled: Settled | None = None) -> list[int]:
         """:meth:`append_many` for asyncio.
@@ -335,9 +341,24 @@ class SegmentWriter:
         is called even when the awaiting task is cancelled (a ``wait_for`` timeout) after the
         records were queued, which does not stop them reaching the disk.
         """
+        first, count = await self._append_prepared_async(lambda: self._prepare_items(items), on_settled)
+        return list(range(first, first + count))
+
+    async def append_episodes_async(self, lines: list[tuple[Payload, bytes]], *,
+                                    on_settled: Settled | None = None) -> int:
+        """:meth:`append_episodes` for asyncio; ``on_settled`` as for :meth:`append_many_async`.
+        Returns the first sequence number (the next one when ``lines`` is empty)."""
+        first, count = await self._append_prepared_async(lambda: (_checked(lines), len(lines)), on_settled)
+        return first if count else self.next_seq
+
+    async def _append_prepared_async(self, prepare: Callable[[], tuple[list[_Line], int]],
+                                     on_settled: Settled | None) -> tuple[int, int]:
+        """Queue the lines ``prepare()`` returns (with how many are episodes) and wait for
+        them; returns their first sequence number and how many there were (see
+        :meth:`append_many_async` for ``on_settled``)."""
         try:
-            prepared = self._prepare_items(items)
-            future, first = self._queue_async(prepared, on_settled) if prepared else (None, 0)
+            prepared, episodes = prepare()
+            future, first = self._queue_async(prepared, episodes, on_settled) if prepared else (None, 0)
         except BaseException as exc:
             if on_settled is not None:
                 on_settled(exc)
@@ -345,22 +366,23 @@ class SegmentWriter:
         if future is None:
             if on_settled is not None:
                 on_settled(None)
-            return []
+            return 0, 0
         await future
-        return list(range(first, first + len(prepared)))
+        return first, len(prepared)
 
-    async def _commit_async(self, prepared: list[_Prepared]) -> int:
-        future, first = self._queue_async(prepared, None)
+    async def _commit_async(self, prepared: list[_Line], episodes: int) -> int:
+        future, first = self._queue_async(prepared, episodes, None)
         await future
         return first
 
-    def _queue_async(self, prepared: list[_Prepared], on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
+    def _queue_async(self, prepared: list[_Line], episodes: int,
+                     on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
         """Number ``prepared`` and queue it in the open batch (no await: nothing can cancel
         it half way); returns the future its flush settles and the first sequence number."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
-            first, parts = self._number(prepared)
+            first, parts = self._number(prepared, episodes)
             batch = self._open
             if batch is None:
                 batch = self._open = Batch()
@@ -399,7 +421,7 @@ class SegmentWriter:
                 "summary": summary,
                 "error": error,
             }
-            seq, parts = self._number([_prepare_item(SEAL, data, None, internal=True)])
+            seq, parts = self._number([_prepare_item(SEAL, data, None, internal=True)], 0)
             joined = self._join(parts)
             self._closing = True
         self._wait(joined, parts)
@@ -436,12 +458,15 @@ class SegmentWriter:
     # queued by then: the busier the writer, the bigger the groups.
 
     @staticmethod
-    def _prepare_items(items: Iterable[Item]) -> list[_Prepared]:
-        prepared: list[_Prepared] = []
+    def _prepare_items(items: Iterable[Item]) -> tuple[list[_Line], int]:
+        """The items' lines, and how many of them are episodes."""
+        prepared: list[_Line] = []
+        episodes = 0
         for item in items:
             meta = item[2] if len(item) > 2 else None  # type: ignore[misc]
             prepared.append(_prepare_item(item[0], item[1], meta))
-        return prepared
+            episodes += item[0] == EPISODE
+        return prepared, episodes
 
     def _check_open(self) -> None:
         if self._forked:
@@ -456,7 +481,7 @@ class SegmentWriter:
         if self._closing:
             raise WriterClosedError(f"{self._path}: writer is sealed or closed")
 
-    def _number(self, prepared: list[_Prepared]) -> tuple[int, list[bytes | memoryview]]:
+    def _number(self, prepared: list[_Line], episodes: int) -> tuple[int, list[bytes | memoryview]]:
         """Give lines their sequence numbers and frame them (mutex held).
 
         Returns the first sequence number and the lines' parts. Only the short tail of each
@@ -465,11 +490,11 @@ class SegmentWriter:
         self._check_open()
         first = seq = self._next_seq
         parts: list[bytes | memoryview] = []
-        for payload, rest, is_episode in prepared:
+        for payload, rest in prepared:
             parts += frame_line(payload, seq, rest)
-            self._episodes += is_episode
             seq += 1
         self._next_seq = seq
+        self._episodes += episodes
         return first, parts
 
     def _join(self, parts: list[bytes | memoryview]) -> Any:
@@ -510,11 +535,20 @@ class SegmentWriter:
         if error is not None:
             raise error
 
-    def _commit(self, prepared: list[_Prepared]) -> int:
+    def _commit(self, prepared: list[_Line], episodes: int) -> int:
         with self._mutex:
-            first, parts = self._number(prepared)
-            joined = self._join(parts)
-        self._wait(joined, parts)
+            first, parts = self._number(prepared, episodes)
+            if self._flushing:
+                joined = self._join(parts)
+            else:  # nobody flushing: ours to write and sync, inline (the lone appender's path)
+                self._flushing = True
+                joined = None
+        if joined is None:
+            error = self._lead(None, parts)
+            if error is not None:
+                raise error
+        else:
+            self._wait(joined, parts)
         return first
 
     def _lead_open(self, batch: Batch) -> None:
@@ -592,24 +626,48 @@ class SegmentWriter:
         if fd is None:
             raise OSError(f"{self._path} is closed")
         total = sum(map(len, parts))
+        if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
+            written = _writev(fd, parts)
+            if written != total:
+                self._write_rest(fd, parts, written)
+        else:
+            self._write_rest(fd, parts, None)
+        _fdatasync(fd)
+        # _check_files and _publish_durable, their common case inline (once per flush).
+        if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and time.monotonic() >= self._next_lock_check):
+            self._check_files()
+        self._durable += total
+        if self._mark_fd is not None:
+            self._publish_durable()
+
+    def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
+        """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
+        of them), or all of them (``None``), looping over short writes and IOV_MAX chunks."""
         start = 0
+        if written is not None:
+            if written <= 0:
+                raise OSError(f"writev wrote {written} bytes to {self._path}")
+            start = self._skip_written(parts, 0, len(parts), written)
         while start < len(parts):
             chunk = parts[start : start + _IOV_MAX]
             written = _writev(fd, chunk)
             if written <= 0:
                 raise OSError(f"writev wrote {written} bytes to {self._path}")
-            # Skip the parts written whole; keep the unwritten rest of a partly written one.
-            for part in chunk:
-                size = len(part)
-                if written < size:
-                    parts[start] = memoryview(part)[written:]
-                    break
-                written -= size
-                start += 1
-        _fdatasync(fd)
-        self._check_files()
-        self._durable += total
-        self._publish_durable()
+            start = self._skip_written(parts, start, start + len(chunk), written)
+
+    @staticmethod
+    def _skip_written(parts: list[bytes | memoryview], start: int, end: int, written: int) -> int:
+        """Skip the parts written whole; keep the unwritten rest of a partly written one.
+        Returns the index of the first part not written whole."""
+        while start < end:
+            part = parts[start]
+            size = len(part)
+            if written < size:
+                parts[start] = memoryview(part)[written:]
+                break
+            written -= size
+            start += 1
+        return start
 
     def _check_files(self) -> None:
         """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
@@ -764,7 +822,14 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
+def _checked(lines: list[_Line]) -> list[_Line]:
+    """``lines`` (episodes given with their ``format.episode_rest``), once each is known to fit a line."""
+    for payload, rest in lines:
+        check_line_fits(payload, rest, EPISODE)
+    return lines
+
+
+def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Line:
     """Serialize and checksum a record and build its line's fixed tail, outside any lock."""
     if not internal and record_type in WRITER_RECORD_TYPES:
         raise ValueError(f"{record_type!r} records are written by the writer itself")
@@ -773,4 +838,4 @@ def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None,
     # numbers episodes first) hands over a Payload it prepared itself.
     payload = record if isinstance(record, Payload) else prepare(record, record_type)
     check_line_fits(payload, rest, record_type)
-    return payload, rest, record_type == EPISODE
+    return payload, rest
