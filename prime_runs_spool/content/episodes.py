@@ -131,11 +131,18 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
 
     Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
     """
+    return reward_and_scores(trace.get("rewards"))[0]
+
+
+def reward_and_scores(rewards: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+    """:func:`trace_reward` of a trace with these ``rewards``, and each non-null reward's
+    own ``score`` by name, in order: read in one pass (the run summary needs both of each
+    episode). Raises ``TypeError`` as the sum does for a non-numeric score or weight."""
     total: Any = 0
-    rewards = trace.get("rewards")
+    scores: dict[str, Any] = {}
     if not rewards:
-        return total
-    for reward in rewards.values():
+        return total, scores
+    for name, reward in rewards.items():
         if type(reward) is dict:  # is_null_reward's common case, without the call
             score = reward.get("score")
             if score is None:
@@ -144,9 +151,10 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
             continue
         else:
             score = reward["score"]
+        scores[name] = score
         weight = reward.get("weight")
         total += score * (1.0 if weight is None else weight)
-    return total
+    return total, scores
 
 
 #: What a ``task.data.idx`` may be: a JSON scalar, so rollout numbers can count by it.

@@ -40,8 +40,11 @@ class Prepared(NamedTuple):
     reading: EpisodeReading | Exception
 
 
-def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
+def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
+
+    ``peeked_id``: the id the caller already read of a plain-dict ``episode`` (its
+    ``episode_id_of``), so it is not read twice.
 
     An episode without the shape its summary and rows are computed from is a
     :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
@@ -49,6 +52,7 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
     """
     if type(episode) is dict:  # the common case: a plain dict is its own record
         record = episode
+        episode_id = peeked_id if peeked_id is not None else episode_id_of(record)
     else:
         try:
             record = to_jsonable(episode)
@@ -56,7 +60,7 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
             raise RecordNotSerializableError(EPISODE, "", describe_error(exc)) from None
         if not isinstance(record, Mapping):
             raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
-    episode_id = episode_id_of(record)
+        episode_id = episode_id_of(record)
     what = partial(_episode_name, episode_id)  # its name in a message: built only if one is raised
     check_episode(record)  # the shape the summary, the numbering and the rows read
     try:

@@ -190,7 +190,11 @@ class Payload(NamedTuple):
 
 def prepare(record: Any, what: What = "record") -> Payload:
     """Serialize and checksum a record. Safe to call outside any lock, concurrently."""
-    data = serialize(record if type(record) is dict else to_jsonable(record), what)
+    value = record if type(record) is dict else to_jsonable(record)
+    try:
+        data = orjson.dumps(value)
+    except TypeError:  # serialize's error, naming the field
+        data = serialize(value, what)
     if len(data) + 200 > MAX_LINE_BYTES:
         raise RecordTooLargeError(
             f"{_what(what)} is {len(data)} bytes serialized; a spool line holds at most "
@@ -203,6 +207,9 @@ def prepare(record: Any, what: What = "record") -> Payload:
 #: What a line holds besides its record's data and :func:`framing_rest`'s tail: ``{"data":``,
 #: ``,"seq":`` with up to 20 digits, and the trailer.
 _FRAME_BYTES = len(_DATA_OPEN) + len(b',"seq":') + 20 + TRAILER_LEN
+#: The most a record's data and its :func:`framing_rest` may hold together in one line: a
+#: sum under it needs no :func:`check_line_fits` call.
+LINE_ROOM = MAX_LINE_BYTES - _FRAME_BYTES
 
 
 def check_line_fits(payload: Payload, rest: bytes, what: What = "record") -> None:

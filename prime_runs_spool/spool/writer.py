@@ -59,6 +59,7 @@ from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
     HEADER,
+    LINE_ROOM,
     SEAL,
     SEAL_STATUSES,
     WRITER_RECORD_TYPES,
@@ -487,7 +488,8 @@ class SegmentWriter:
         Returns the first sequence number and the lines' parts. Only the short tail of each
         line (sequence number and checksum) is built here; the rest was prepared outside.
         """
-        self._check_open()
+        if self._forked or self._failure is not None or self._closing:
+            self._check_open()  # raises
         first = seq = self._next_seq
         parts: list[bytes | memoryview] = []
         for payload, rest in prepared:
@@ -536,13 +538,17 @@ class SegmentWriter:
             raise error
 
     def _commit(self, prepared: list[_Line], episodes: int) -> int:
-        with self._mutex:
+        mutex = self._mutex
+        mutex.acquire()  # not ``with``: about half the cost, on every append
+        try:
             first, parts = self._number(prepared, episodes)
             if self._flushing:
                 joined = self._join(parts)
             else:  # nobody flushing: ours to write and sync, inline (the lone appender's path)
                 self._flushing = True
                 joined = None
+        finally:
+            mutex.release()
         if joined is None:
             error = self._lead(None, parts)
             if error is not None:
@@ -559,41 +565,55 @@ class SegmentWriter:
 
     def _lead(self, batch: Batch | None, parts: list[bytes | memoryview]) -> SpoolWriteError | None:
         """Write and sync ``parts`` (the caller holds the flushing job), pass the job on to the
-        next batch, then settle ``batch`` (``None`` for a lone appender's own lines)."""
-        error: SpoolWriteError | None = None
-        failure: OSError | None = None
-        unexpected: BaseException | None = None
+        next batch, then settle ``batch`` (``None`` for a lone appender's own lines).
+
+        Returns the error the group failed with (also set on ``batch``), or None."""
         try:
             self._flush(parts)
-        except OSError as exc:
-            failure = exc
-        except BaseException as exc:  # not a disk error, but what reached the disk is unknown
-            unexpected = exc
-            failure = OSError(f"flush interrupted by {type(exc).__name__}: {exc}")
-        if failure is not None:
-            error = self._write_error(failure)
-        successor: Any = None
-        with self._mutex:
+        except BaseException as exc:
+            return self._lead_failed(batch, exc)
+        mutex = self._mutex
+        mutex.acquire()  # not ``with``: about half the cost, on every flush
+        try:
             queued = self._open
-            if failure is not None:
-                self._failure = failure
-                self._release()
-            if queued is None or failure is not None:
-                # The chain ends. A failure fails what is queued too: it can never be written.
-                self._open = None
+            if queued is None:  # the chain ends
                 self._flushing = False
                 if self._closers:
                     self._idle.notify_all()
             else:
                 successor = queued.leader = queued.waiters[0] if queued.waiters else True
+        finally:
+            mutex.release()
         if queued is not None:
-            if failure is not None:
-                queued.error = error
-                settle_batch(queued)
-            elif successor is True:  # only async callers queued: a helper thread leads them
+            if successor is True:  # only async callers queued: a helper thread leads them
                 self._start_helper(self._lead_open, queued)
             else:
                 successor.release()
+        if batch is not None:
+            settle_batch(batch)
+        return None
+
+    def _lead_failed(self, batch: Batch | None, exc: BaseException) -> SpoolWriteError:
+        """:meth:`_lead` once its flush raised ``exc``: the writer is broken for good, and the
+        group and everything queued behind it fail with the error (raised again when it
+        was not a disk error: what reached the disk is unknown)."""
+        if isinstance(exc, OSError):
+            failure, unexpected = exc, None
+        else:
+            failure, unexpected = OSError(f"flush interrupted by {type(exc).__name__}: {exc}"), exc
+        error = self._write_error(failure)
+        with self._mutex:
+            queued = self._open
+            self._failure = failure
+            self._release()
+            # The chain ends. A failure fails what is queued too: it can never be written.
+            self._open = None
+            self._flushing = False
+            if self._closers:
+                self._idle.notify_all()
+        if queued is not None:
+            queued.error = error
+            settle_batch(queued)
         if batch is not None:
             batch.error = error
             settle_batch(batch)
@@ -633,12 +653,18 @@ class SegmentWriter:
         else:
             self._write_rest(fd, parts, None)
         _fdatasync(fd)
-        # _check_files and _publish_durable, their common case inline (once per flush).
+        # _check_files, its common case inline (once per flush).
         if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and time.monotonic() >= self._next_lock_check):
             self._check_files()
         self._durable += total
-        if self._mark_fd is not None:
-            self._publish_durable()
+        mark = self._mark_fd
+        if mark is not None:
+            # The durable mark. Not fsync'd: it only means anything while this process lives
+            # (readers ignore it otherwise), and a stale mark only makes a reader wait.
+            try:
+                os.pwrite(mark, b"%020d\n" % self._durable, 0)
+            except OSError:
+                pass  # readers then stop at the last mark that was written: later, not wrong
 
     def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
         """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
@@ -715,15 +741,6 @@ class SegmentWriter:
         self._lock_watch = os.dup(fd)
         _log.warning("%s: the writer lock file was deleted while this process held it; put it back "
                      "(a process that opened the run meanwhile may be writing it too)", target)
-
-    def _publish_durable(self) -> None:
-        """Overwrite the durable mark. Not fsync'd: it only means anything while this process
-        lives (readers ignore it otherwise), and a stale mark only makes a reader wait."""
-        if self._mark_fd is not None:
-            try:
-                os.pwrite(self._mark_fd, b"%020d\n" % self._durable, 0)
-            except OSError:
-                pass  # readers then stop at the last mark that was written: later, not wrong
 
     def _write_error(self, failure: OSError) -> SpoolWriteError:
         if isinstance(failure, SegmentGoneError):
@@ -825,7 +842,8 @@ def _fsync_file(path: Path) -> None:
 def _checked(lines: list[_Line]) -> list[_Line]:
     """``lines`` (episodes given with their ``format.episode_rest``), once each is known to fit a line."""
     for payload, rest in lines:
-        check_line_fits(payload, rest, EPISODE)
+        if len(payload.data) + len(rest) > LINE_ROOM:  # check_line_fits's bound, without the call
+            check_line_fits(payload, rest, EPISODE)
     return lines
 
 
