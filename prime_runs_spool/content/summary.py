@@ -138,7 +138,8 @@ class SummaryAccumulator:
 
     Each trace is counted in one population: the trainable traces, or the others. The run
     averages over all traces only when none is trainable, and then all of them are the
-    others, in the same order: so a trainable trace is added once, not twice."""
+    others, in the same order: so a trainable trace is added once, not twice, and once a
+    trace of the run was trainable the others are no longer added up at all."""
 
     def __init__(self) -> None:
         self._trainable = _Means()
@@ -164,6 +165,8 @@ class SummaryAccumulator:
             if trainable:
                 self._trainable_traces += 1
                 means = self._trainable
+            elif self._trainable_traces:
+                continue  # the others are averaged only in a run with no trainable trace (result)
             else:
                 means = self._others
             if reward is not None:
