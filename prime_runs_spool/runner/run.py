@@ -288,7 +288,7 @@ class Run:
         can fail half way and leave ids taken, or numbers issued, by a call that raised.
         """
         lines: list[tuple[Payload, bytes]] = []
-        records: list[Prepared] = []
+        records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
         seen = self._seen
         number_for = self._counter.next_number_for
         lock = self._lock
@@ -303,17 +303,20 @@ class Run:
                 if episode_id is not None:
                     if episode_id in seen:
                         self._skipped += 1
+                        if records is None:
+                            records = prepared[:len(lines)]
                         continue
                     seen.add(episode_id)
                 lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
-                records.append(episode)
+                if records is not None:
+                    records.append(episode)
             if lines:
                 self._inflight += 1
                 if is_async:
                     self._inflight_async += 1
         finally:
             lock.release()
-        return lines, records
+        return lines, prepared if records is None else records
 
     def _settle(self, records: list[Prepared], durable: bool, is_async: bool) -> tuple[DurableListener, ...]:
         """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns

@@ -323,7 +323,12 @@ class SegmentWriter:
         are durable. Each line is given as its prepared payload and its ``framing_rest``
         (``format.episode_rest``): the run builds both, outside this writer's mutex, so
         nothing is serialized here (``append_many`` serializes each meta)."""
-        return self._commit(_checked(lines), len(lines)) if lines else self.next_seq
+        if not lines:
+            return self.next_seq
+        for payload, rest in lines:  # _checked, without the call
+            if len(payload.data) + len(rest) > LINE_ROOM:
+                check_line_fits(payload, rest, EPISODE)
+        return self._commit(lines, len(lines))
 
     async def append_async(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
