@@ -6,11 +6,15 @@ find and the top level stays a table of contents.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from commands.import_ import import_
 from commands.eval import eval_command
 from commands.mirror import mirror
+from commands.output import TRACEBACK_ENV, internal_error
 from commands.platform import platform
 from commands.status import status
 from commands.sync import sync
@@ -36,4 +40,13 @@ cli.add_command(mirror)
 
 
 def main() -> None:
-    cli()
+    """The command line; an error no code path expected ends in one line, never a traceback
+    (``PRIME_RUNS_TRACEBACK=1`` shows it): every command gets what ``sync`` has had. Not
+    ``eval``: what escapes it is verifiers' (the user's environment code, most often), shown
+    as ``vf-eval`` shows it."""
+    try:
+        cli()
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV) or sys.argv[1:2] == [eval_command.name]:
+            raise
+        internal_error(exc, f"set {TRACEBACK_ENV}=1 for the traceback")

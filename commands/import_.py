@@ -44,6 +44,11 @@ def import_line(report: ImportReport) -> list[str]:
 
 
 def nothing_found_message(path: Path) -> str:
+    from prime_runs_spool.spool.layout import special_file_kind
+
+    kind = special_file_kind(path)
+    if kind is not None:  # a FIFO has nothing "under it": say what it is instead
+        return f"{path}: nothing found: it is {kind}, not a regular file or folder"
     return (f"{path}: nothing found: neither a spool nor eval outputs (traces.jsonl, or metadata.json + "
             "results.jsonl) under it")
 

@@ -21,7 +21,7 @@ from commands.sync_store import PathOrURL, store_urls
 @click.command("mirror")
 @click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path))
 @click.option("--once", is_flag=True, help="One pass, then exit.")
-@click.option("--interval", type=Seconds(0.05), default=None,
+@click.option("--interval", type=Seconds(0.05), default=None, envvar="PRIME_RUNS_MIRROR_INTERVAL",
               help="Seconds between passes (default 5, env PRIME_RUNS_MIRROR_INTERVAL).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run uploaded to.")
 def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: bool) -> None:
@@ -35,7 +35,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     from prime_runs_spool.sync.console import json_report
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
-    from prime_runs_spool.store.mirror import default_interval, mirror as run_mirror
+    from prime_runs_spool.store.mirror import DEFAULT_INTERVAL, mirror as run_mirror
     from prime_runs_spool.store.objects import ObjectStore
 
     urls = store_urls(paths)
@@ -66,7 +66,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
 
     try:
         store = ObjectStore(urls[0])
-        run_mirror(roots, store, interval=interval or default_interval(), once=once,
+        run_mirror(roots, store, interval=interval or DEFAULT_INTERVAL, once=once,
                    stop=stopped.wait, on_pass=show)
     except StoreSetupError as exc:  # the URL or the setup, not the store: usage
         fail_usage(str(exc))

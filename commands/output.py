@@ -33,6 +33,17 @@ class Seconds(click.FloatRange):
             self.fail(problem, param, ctx)
         return seconds
 
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        """click names the option even when the value came from its environment variable,
+        which is then the one to fix: say so."""
+        from click.core import ParameterSource
+
+        envvar = getattr(param, "envvar", None)
+        if ctx is not None and param is not None and param.name and isinstance(envvar, str) \
+                and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+            message = f"{message} (from {envvar})"
+        super().fail(message, param, ctx)
+
 
 def fail_usage(message: str) -> None:
     """One line on stderr, exit 2: a user error gets no traceback."""
@@ -40,11 +51,14 @@ def fail_usage(message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def internal_error(exc: BaseException) -> None:
+#: Set (to anything) to see the traceback of an internal error of any command.
+TRACEBACK_ENV = "PRIME_RUNS_TRACEBACK"
+
+
+def internal_error(exc: BaseException, hint: str = "run with --verbose for the traceback") -> None:
     """An error no code path expected: one line and exit 1 (``--verbose`` shows the traceback
     instead; the caller re-raises then)."""
-    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} (run with --verbose "
-               "for the traceback)", err=True)
+    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
     sys.exit(EXIT_RUN_FAILED)
 
 

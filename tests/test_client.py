@@ -200,7 +200,7 @@ def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> 
 def test_a_query_goes_out_as_httpx_would_encode_it() -> None:
     """The client builds each URL itself (one parse, not httpx's three): the same bytes."""
     seen: list[httpx.Request] = []
-    client = client_with(lambda request: seen.append(request) or httpx.Response(200, json={"evaluations": []}))
+    client = client_with(lambda request: seen.append(request) or httpx.Response(200, json={"evaluations": [], "total": 0}))
     client.list_evaluations(environment_name="math & more/é?x=1", skip=3, limit=7)
     expected = httpx.Request("GET", "http://platform.test/api/v1/evaluations/",
                              params={"skip": 3, "limit": 7, "team_id": "team-1",
@@ -220,7 +220,7 @@ def test_each_request_in_flight_has_an_http_client_of_its_own_and_they_are_reuse
         if request.url.path.endswith("/ev-slow"):
             inside.wait(5)
             release.wait(5)
-        return httpx.Response(200, json={"evaluation_id": "x"})
+        return httpx.Response(200, json={"evaluation_id": "x", "status": "RUNNING", "total_samples": 0})
 
     client = client_with(handler)
     threads = [threading.Thread(target=client.get_evaluation, args=("ev-slow",)) for _ in range(2)]
@@ -245,7 +245,8 @@ def test_the_client_keeps_no_cookie_the_platform_sets() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, json={"evaluation_id": "x"}, headers={"Set-Cookie": "session=abc; Path=/"})
+        return httpx.Response(200, json={"evaluation_id": "x", "status": "RUNNING", "total_samples": 0},
+                              headers={"Set-Cookie": "session=abc; Path=/"})
 
     client = client_with(handler)
     client.get_evaluation("ev1")

@@ -115,7 +115,9 @@ def test_the_client_sends_nothing_for_an_id_that_is_not_one_path_segment() -> No
     from prime_runs_spool.platform_api.settings import Secret, Settings
 
     sent: list[str] = []
-    transport = httpx.MockTransport(lambda request: sent.append(str(request.url)) or httpx.Response(200, json={}))
+    evaluation = {"evaluation_id": "dd8a5b36-5461-44c7-9384-9c341638dd79", "status": "RUNNING", "total_samples": 0}
+    transport = httpx.MockTransport(lambda request: sent.append(str(request.url)) or httpx.Response(200,
+                                                                                                  json=evaluation))
     settings = Settings(base_url="http://platform.invalid", api_key=Secret("k"), team_id=None,
                         frontend_url="http://platform.invalid")
     with PlatformClient(settings, transport=transport) as client:

@@ -20,3 +20,23 @@ def environment_list(environments: Any) -> list[Any]:
     if isinstance(environments, Iterable) and not isinstance(environments, Mapping):
         return list(environments)
     return []
+
+
+#: The longest environment name sync sends (characters). Environment ids are short
+#: (``owner/name``); a name of 100 KB made the evaluations listing's URL too long for the
+#: HTTP client ("internal error: InvalidURL"), and no platform keeps such a name.
+MAX_ENVIRONMENT_NAME_CHARS = 256
+
+
+def environment_problem(environments: Any) -> str | None:
+    """Why the names :func:`environment_list` reads from ``environments`` cannot be sent
+    (one that is not a string, or longer than :data:`MAX_ENVIRONMENT_NAME_CHARS`), or None."""
+    for name in environment_list(environments):
+        if name is None or name == "":
+            continue  # no name: passed over, as sync always did
+        if not isinstance(name, str):
+            return f"an environment name is {type(name).__name__} {str(name)[:40]!r}, not a string"
+        if len(name) > MAX_ENVIRONMENT_NAME_CHARS:
+            return (f"the environment name {name[:40]!r}... is {len(name):,} characters, over the "
+                    f"limit of {MAX_ENVIRONMENT_NAME_CHARS}")
+    return None

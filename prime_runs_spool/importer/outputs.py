@@ -131,6 +131,8 @@ def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportR
         report.state, report.error = ERROR, f"{output_dir}: {exc}"
     except OSError as exc:
         report.state, report.error = ERROR, f"{output_dir}: {exc.strerror or exc} ({exc.filename or ''})"
+    except Exception as exc:  # as sync does (sync/many.py): one folder's bug must not stop the others
+        report.state, report.error = ERROR, f"{output_dir}: internal error: {type(exc).__name__}: {exc}"
     return report
 
 

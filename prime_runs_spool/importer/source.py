@@ -84,6 +84,13 @@ def read_v040(output_dir: Path) -> SourceRun:
     )
 
 
+def unreadable_json(path: Path, exc: Exception) -> ImportSourceError:
+    """The error for a JSON file of the outputs that cannot be read: why, as the system says
+    it ("not a regular file", "Permission denied"), not only the exception's type."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    return ImportSourceError(f"{path}: cannot be read as JSON ({why}); nothing of this run was imported")
+
+
 def _resolved_config(output_dir: Path) -> dict[str, Any]:
     paths = resolved_config_paths(output_dir)
     if not paths:
@@ -91,8 +98,7 @@ def _resolved_config(output_dir: Path) -> dict[str, Any]:
     try:
         value = json.loads(read_regular_file(paths[0]).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportSourceError(f"{paths[0]}: cannot be read as JSON ({type(exc).__name__}); "
-                                "nothing of this run was imported") from None
+        raise unreadable_json(paths[0], exc) from None
     return value if isinstance(value, dict) else {}
 
 

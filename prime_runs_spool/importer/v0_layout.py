@@ -29,7 +29,7 @@ from typing import Any
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.spool.layout import read_regular_file, v0_paths
 from prime_runs_spool.importer.outcome import v0_outcome
-from prime_runs_spool.importer.source import V0, SourceRun
+from prime_runs_spool.importer.source import V0, SourceRun, unreadable_json
 from prime_runs_spool.importer.traces_file import CorruptOutputError
 
 #: Row keys that are not a reward function's score.
@@ -45,8 +45,7 @@ def read_v0(output_dir: Path) -> SourceRun:
         raw = read_regular_file(metadata_path)
         metadata = json.loads(raw)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportSourceError(f"{metadata_path}: cannot be read as JSON ({type(exc).__name__}); "
-                                "nothing of this run was imported") from None
+        raise unreadable_json(metadata_path, exc) from None
     if not isinstance(metadata, dict):
         raise ImportSourceError(f"{metadata_path}: not a JSON object; nothing of this run was imported")
     run_id = str(uuid.uuid5(_NAMESPACE, hashlib.sha256(raw).hexdigest()))
@@ -123,9 +122,12 @@ def _episodes(path: Path, end: int, run_id: str, metadata: dict[str, Any]) -> It
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
+    """A row's prompt or completion as messages: a string is one, a list holds them; any
+    other value (a number: "internal error: TypeError" before) is none, and stays in the
+    task data as the row had it."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    return [m for m in value or [] if isinstance(m, dict)]
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
 def row_to_episode(row: dict[str, Any], episode_id: str, run_id: str, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,8 @@ import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError
-from prime_runs_spool.platform_api.settings import Settings
+from prime_runs_spool.platform_api import answers
+from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
 if TYPE_CHECKING:
@@ -110,13 +111,18 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None  # an HTTP date: rare enough that our own backoff is as good
 
 
-def _detail(response: httpx.Response) -> str:
-    """A short, single-line excerpt of an error body (never a request body)."""
+def _detail(response: httpx.Response, secret: Secret | None = None) -> str:
+    """A short, single-line excerpt of an error body (never a request body), with the API
+    key scrubbed out of it before it is cut (a body that echoes the request's headers
+    printed the key into the report, a CI log, the shipper's log file)."""
     text = response.text.strip().replace("\n", " ")
+    if secret is not None:
+        text = secret.scrub(text)
     return text[:200]
 
 
-def classify_response(method: str, path: str, response: httpx.Response) -> PlatformError:
+def classify_response(method: str, path: str, response: httpx.Response,
+                      secret: Secret | None = None) -> PlatformError:
     status = response.status_code
     what = f"{method} {path} answered {status}"
     if status == 429:
@@ -129,7 +135,7 @@ def classify_response(method: str, path: str, response: httpx.Response) -> Platf
         return PlatformError(FailureKind.ANSWERED, what, status=status,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request")
-    detail = _detail(response)
+    detail = _detail(response, secret)
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
 
@@ -318,7 +324,7 @@ class PlatformClient:
             if isinstance(content, _Chunks):
                 content.drop()
         if response.status_code >= 400:
-            raise classify_response(method, path, response)
+            raise classify_response(method, path, response, self.settings.api_key)
         try:
             return orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
@@ -344,11 +350,12 @@ class PlatformClient:
     def resolve_environment(self, name: str) -> str:
         """Get-or-create an environment by name; safe to repeat."""
         body = self._request("POST", "/environmentshub/resolve", json_body={"name": name, **self._team()})
-        return str(body["data"]["id"])
+        return answers.environment_id(body, "POST /environmentshub/resolve")
 
     def create_evaluation(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """NOT idempotent: every success is a new evaluation."""
-        return self._request("POST", "/evaluations/", json_body={**payload, **self._team()})
+        return answers.created_evaluation(self._request("POST", "/evaluations/", json_body={**payload, **self._team()}),
+                                          "POST /evaluations/")
 
     def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview, *,
                      on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -367,7 +374,7 @@ class PlatformClient:
             payload["metadata"] = metadata
         if metrics is not None:
             payload["metrics"] = metrics
-        return self._request("PUT", self._evaluation(evaluation_id), json_body=payload)
+        return answers.optional_object(self._request("PUT", self._evaluation(evaluation_id), json_body=payload))
 
     def set_terminal_status(self, evaluation_id: str, body: Mapping[str, Any]) -> bool:
         """Close the evaluation out as FAILED or CANCELLED (``v0.terminal_status_body``).
@@ -389,7 +396,8 @@ class PlatformClient:
                              json_body={"metrics": dict(metrics or {})})
 
     def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
-        return self._request("GET", self._evaluation(evaluation_id))
+        path = self._evaluation(evaluation_id)
+        return answers.evaluation(self._request("GET", path), f"GET {path}")
 
     def list_evaluations(
         self, *, environment_name: str | None = None, skip: int = 0, limit: int = 50,
@@ -397,8 +405,8 @@ class PlatformClient:
         params: dict[str, Any] = {"skip": skip, "limit": limit, **self._team()}
         if environment_name:
             params["environment_name"] = environment_name
-        return self._request("GET", "/evaluations/", params=params)
+        return answers.evaluations_page(self._request("GET", "/evaluations/", params=params), "GET /evaluations/")
 
     def list_samples(self, evaluation_id: str, *, page: int = 1, limit: int = 100) -> dict[str, Any]:
-        return self._request("GET", self._evaluation(evaluation_id, "/samples"),
-                             params={"page": page, "limit": limit})
+        path = self._evaluation(evaluation_id, "/samples")
+        return answers.samples_page(self._request("GET", path, params={"page": page, "limit": limit}), f"GET {path}")

@@ -39,6 +39,12 @@ class Secret:
     def __bool__(self) -> bool:
         return bool(self._value)
 
+    def scrub(self, text: str) -> str:
+        """``text`` with the secret in it replaced by ``***``: for what a server answered,
+        which an endpoint (a debugging proxy, an echo service, a misconfigured gateway) may
+        have filled with the request's own ``Authorization`` header."""
+        return text.replace(self._value, "***") if self._value else text
+
 
 @dataclass(frozen=True)
 class Settings:

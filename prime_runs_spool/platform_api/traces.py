@@ -32,6 +32,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
+from prime_runs_spool.platform_api.settings import Secret
 
 #: A batch closes at this many uncompressed bytes (the library's default, under the
 #: deployed transport's 32 MiB request cap); one line over MAX_LINE_BYTES is refused locally.
@@ -96,6 +97,8 @@ class TracesUploader:
     def __init__(self, base_url: str, api_key: str | None, team_id: str | None, *,
                  timeout: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url
+        #: The key, to scrub it from what the service answers (an echo of the headers).
+        self._secret = Secret(api_key or "")
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                                        transport=transport or AnswerDeadlineTransport(timeout))
@@ -112,22 +115,23 @@ class TracesUploader:
                                              schema_version=SCHEMA_VERSION, context=dict(context) or None,
                                              compress=True)
         except APIError as exc:
-            raise classify(exc) from None
+            raise classify(exc, self._secret) from None
 
 
-def classify(exc: APIError) -> PlatformError:
+def classify(exc: APIError, secret: Secret | None = None) -> PlatformError:
     """The library's typed error as a retry class. Content addressing makes every ambiguous
     outcome safe to resend, so nothing here is ``IN_DOUBT`` in the samples sense: whatever
     is not a refusal is sent again, with the same key."""
     code = exc.code or ""
     status = exc.status_code
+    said = secret.scrub(str(exc)) if secret is not None else str(exc)  # the service's words, without the key
     if isinstance(exc, ForbiddenError) and code == ErrorCode.SERVICE_NOT_ENABLED.value:
-        return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({exc})", status=status)
+        return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({said})", status=status)
     if isinstance(exc, RetryableAPIError):
         return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status} {code}".rstrip(),
                              status=status, retry_after=exc.retry_after)
     if isinstance(exc, TransportError):
-        return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({exc})")
+        return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
         return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status}", status=status)
     advice = {401: "the traces service refused the API key; check PRIME_API_KEY",
@@ -135,5 +139,5 @@ def classify(exc: APIError) -> PlatformError:
               400: "the traces service rejected the batch",
               409: "the traces service holds these bytes under another line format"}.get(status or 0,
                                                                                         "refused")
-    return PlatformError(FailureKind.FATAL, f"POST /traces answered {status} {code}: {advice} ({exc})",
+    return PlatformError(FailureKind.FATAL, f"POST /traces answered {status} {code}: {advice} ({said})",
                          status=status)

@@ -27,7 +27,7 @@ import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
-from prime_runs_spool.content.environments import environment_list
+from prime_runs_spool.content.environments import environment_list, environment_problem
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     is_null_reward,
@@ -194,8 +194,11 @@ def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request
     accepted without building a row (the common case: it costs nothing); a larger one is
     projected exactly as sync will project it.
     """
-    traces = record.get("traces") or ()
-    nodes = max((len(trace.get("nodes") or ()) for trace in traces), default=0)
+    nodes = 0  # the most nodes of one trace (a loop: max() of a generator costs more than the check)
+    for trace in record.get("traces") or ():
+        count = len(trace.get("nodes") or ())
+        if count > nodes:
+            nodes = count
     if 2 * serialized_bytes * (3 + nodes) + _ROW_OVERHEAD_BYTES <= max_request_bytes:
         return
     project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,
@@ -418,6 +421,25 @@ def _encode_within(row: Mapping[str, Any], limit: int) -> tuple[bytes, bool]:
 
 
 # --------------------------------------------------------------------------- evaluations
+
+
+def manifest_problem(manifest: Mapping[str, Any]) -> str | None:
+    """Why a run's manifest cannot become an evaluation (its create body and metadata), or
+    None: what :func:`v0_metadata` and :func:`create_body` take as given. A manifest comes
+    from whoever wrote the spool (a foreign producer, an edit): a ``config`` of ``[1, 2]``
+    or ``tags`` of ``5`` ended that run's sync in "internal error: TypeError", one without a
+    ``run_id`` in "internal error: KeyError" (and every such run was local run "None")."""
+    run_id = manifest.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        return f"its run_id is {str(run_id)[:40]!r}, not a run id"
+    config = manifest.get("config")
+    if config is not None and not isinstance(config, Mapping):
+        return f"its config is {type(config).__name__} {str(config)[:40]!r}, not an object"
+    tags = manifest.get("tags")
+    if tags is not None and not isinstance(tags, str) and not (
+            isinstance(tags, list) and all(isinstance(tag, str) for tag in tags)):
+        return f"its tags are {str(tags)[:40]!r}, not a list of strings"
+    return environment_problem(manifest.get("environments"))
 
 
 def v0_metadata(manifest: Mapping[str, Any]) -> dict[str, Any]:

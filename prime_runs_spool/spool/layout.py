@@ -229,6 +229,23 @@ def read_regular_file(path: str | os.PathLike[str]) -> bytes:
         return file.read()
 
 
+def special_file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (a symlink followed):
+    ``"a FIFO"``, ``"a socket"``, ``"a device"``; None for a file, a folder, or nothing
+    there. A command given one says so, rather than "nothing found" under it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
 def make_private_dir(path: str | os.PathLike[str]) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``)."""

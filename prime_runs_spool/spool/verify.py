@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
-from prime_runs_spool.spool.layout import find_runs, is_segment_file, unreadable_message
+from prime_runs_spool.spool.layout import find_runs, is_segment_file, special_file_kind, unreadable_message
 from prime_runs_spool.spool.reader import read_run
 
 
@@ -70,9 +70,11 @@ def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
     unreadable run never hides the rest."""
     verdict = Verdict()
     for path in paths:
-        if Path(path).is_file() and not is_segment_file(Path(path)):
+        kind = special_file_kind(path)
+        if kind is not None or (Path(path).is_file() and not is_segment_file(Path(path))):
+            what = f"{kind}, not a regular file or folder" if kind else "a file, not a run"
             raise NotARunError(
-                f"{path} is a file, not a run: give a run directory, its spool/ folder, one of its "
+                f"{path} is {what}: give a run directory, its spool/ folder, one of its "
                 "segment files (spool/seg-NNNNNN.jsonl), or a folder above runs")
         found: list[dict[str, Any]] = []
 

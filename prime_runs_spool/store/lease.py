@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict
 from prime_runs_spool.store.objects import ObjectStore
@@ -42,6 +42,23 @@ SKEW_ENV = "PRIME_RUNS_LEASE_CLOCK_SKEW"
 #: A lease that says it lasts longer than this (or this machine's own TTL, if longer) from
 #: now is no lease: no syncer writes one, and one that did would hold the run until then.
 LONGEST_TTL = 24 * 3600.0
+#: The shortest lease a machine may set: renewed every sixth of it, a shorter one is mostly renewals.
+SHORTEST_TTL = 1.0
+
+
+def env_timing(env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """``(ttl, clock_skew)`` as this machine's environment sets them, else the defaults;
+    ValueError, naming the variable, for a value that is not a number. Whether they are
+    usable (finite, in range) is sync's rule to check (sync/store_sync.py, ``lease_problem``)."""
+    env = os.environ if env is None else env
+    out = []
+    for name, default in ((TTL_ENV, DEFAULT_TTL), (SKEW_ENV, DEFAULT_CLOCK_SKEW)):
+        text = env.get(name) or ""
+        try:
+            out.append(float(text) if text else default)
+        except ValueError:
+            raise ValueError(f"{name}={text[:40]!r} is not a number of seconds") from None
+    return out[0], out[1]
 
 
 def default_owner() -> str:
@@ -56,9 +73,11 @@ class Lease:
                  clock_skew: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store, self.key = store, key
         self.owner = owner or default_owner()
-        self.ttl = float(ttl if ttl is not None else os.environ.get(TTL_ENV) or DEFAULT_TTL)
-        self.clock_skew = float(clock_skew if clock_skew is not None
-                                else os.environ.get(SKEW_ENV) or DEFAULT_CLOCK_SKEW)
+        if ttl is None or clock_skew is None:
+            env_ttl, env_skew = env_timing()
+            ttl = env_ttl if ttl is None else ttl
+            clock_skew = env_skew if clock_skew is None else clock_skew
+        self.ttl, self.clock_skew = float(ttl), float(clock_skew)
         self.clock = clock
         #: The generation we hold (0: none), the lease object's etag after our last write,
         #: and when that write was made (local clock).

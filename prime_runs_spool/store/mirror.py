@@ -18,7 +18,6 @@ locks, durable marks, sync state or logs. One pass costs one listing of the pref
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,5 +94,6 @@ def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool
             return
 
 
-def default_interval() -> float:
-    return float(os.environ.get("PRIME_RUNS_MIRROR_INTERVAL") or 5.0)
+#: Seconds between passes unless ``--interval`` (or ``PRIME_RUNS_MIRROR_INTERVAL``, read by
+#: the command line, which checks it as it checks the option) says otherwise.
+DEFAULT_INTERVAL = 5.0

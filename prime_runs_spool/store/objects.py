@@ -24,9 +24,14 @@ from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
+#: Schemes whose store in the library cannot replace an object only if unchanged (``If-Match``;
+#: obstore's LocalFileSystem: "PutMode::Update not yet implemented"): the lease and the state
+#: rely on it, so sync refuses them up front (verify, status and mirror work there).
+NO_CONDITIONAL_REPLACE = ("file",)
 #: How often the library retries a failed request (connection errors, 5xx), and for how long.
 RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
+MAX_RETRIES = 100
 RETRY_TIMEOUT = datetime.timedelta(seconds=120)
 #: Bytes read from a file and sent per part of an upload (the mirror's): what an upload holds.
 UPLOAD_PART_BYTES = 8 * 1024 * 1024
@@ -48,6 +53,41 @@ class ObjectInfo:
     etag: str | None
 
 
+def url_problem(url: str) -> str | None:
+    """Why a store URL cannot be used as given, or None. The store library takes neither a
+    ``user:password@`` nor a ``?query`` or ``#fragment`` from the URL: it drops them without
+    a word (credentials and settings come from the environment), so a key pasted into the
+    URL was not used, and was printed back in every report line, a CI log's included. A
+    prefix cut at a ``?`` or ``#`` would be another prefix than the one named."""
+    rest = url.partition("://")[2]
+    if "@" in rest.partition("/")[0]:
+        return ("a store URL takes no user:password@ (the store library ignores it; credentials come from "
+                "the environment, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+    if "?" in rest or "#" in rest:
+        return ("a store URL takes no ?query or #fragment (the store library ignores it; settings come from "
+                "the environment, e.g. AWS_ENDPOINT_URL)")
+    return None
+
+
+def _shown(url: str) -> str:
+    """``url`` as a message about it may show it: its scheme and bucket only when it holds
+    what :func:`url_problem` refuses (a secret may be in that part)."""
+    scheme, _, rest = url.partition("://")
+    host = rest.partition("/")[0].rpartition("@")[2].partition("?")[0].partition("#")[0]
+    return f"{scheme}://{host}/..."
+
+
+def _retries() -> int:
+    text = (os.environ.get(RETRIES_ENV) or "").strip()
+    try:
+        retries = int(text) if text else DEFAULT_RETRIES
+    except ValueError:
+        retries = -1
+    if not 0 <= retries <= MAX_RETRIES:
+        raise StoreSetupError(f"{RETRIES_ENV}={text[:40]!r} is not a whole number from 0 to {MAX_RETRIES}")
+    return retries
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
@@ -58,12 +98,15 @@ class ObjectStore:
     """The objects under one URL's prefix. Thread-safe (the library's client is)."""
 
     def __init__(self, url: str) -> None:
+        problem = url_problem(url)
+        if problem:
+            raise StoreSetupError(f"{_shown(url)}: {problem}")
         self.url = url.rstrip("/")
         try:
             from obstore.store import from_url
         except ImportError:
             raise StoreSetupError(f"{url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
-        retries = int(os.environ.get(RETRIES_ENV) or DEFAULT_RETRIES)
+        retries = _retries()
         try:
             self._store = from_url(self.url, retry_config={
                 "max_retries": retries, "retry_timeout": RETRY_TIMEOUT,
@@ -76,6 +119,11 @@ class ObjectStore:
         #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
         #: what the benchmarks and tests count to prove a no-op costs one listing.
         self.stats: Counter[str] = Counter()
+
+    @property
+    def replaces_conditionally(self) -> bool:
+        """Whether :meth:`replace` works here (see :data:`NO_CONDITIONAL_REPLACE`)."""
+        return self.url.split("://", 1)[0].lower() not in NO_CONDITIONAL_REPLACE
 
     def location(self, key: str) -> str:
         """The full URL of ``key``, as reports name it."""

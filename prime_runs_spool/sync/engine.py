@@ -195,7 +195,8 @@ class RunSync:
         self.report.name = manifest.get("name")
         untrusted = False
         try:
-            state = load_state(self.protocol.path, destination=self.destination, local_run_id=local_id)
+            state = load_state(self.protocol.path, destination=self.destination, local_run_id=local_id,
+                               shown=self.protocol.shown)
         except StateProblem as problem:
             self.report.warnings.append(f"{problem}; reconciling with the platform")
             state, untrusted = None, True

@@ -11,7 +11,8 @@ from typing import Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.content.environments import environment_list
-from prime_runs_spool.platform_api.v0 import create_body, v0_metadata
+from prime_runs_spool.errors import SyncError
+from prime_runs_spool.platform_api.v0 import create_body, manifest_problem, v0_metadata
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
@@ -52,6 +53,9 @@ class Evaluation:
     def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool) -> bool:
         """Make sure the state names this run's one evaluation; returns True when it was
         found on the platform rather than created now (its samples need reconciling)."""
+        problem = manifest_problem(manifest)
+        if problem:  # before any request: the same spool cannot become an evaluation later either
+            raise SyncError(f"the run's manifest cannot be sent: {problem} (docs/manifest.md)")
         protocol = self.protocol
         state = protocol.state
         pending = state.in_flight if state.in_flight and state.in_flight.kind == "create" else None
@@ -76,7 +80,7 @@ class Evaluation:
         return create_body(manifest,
                            name=self.options.name or manifest.get("name") or self.protocol.state.local_run_id,
                            environment_ids=environment_ids,
-                           tags=list(dict.fromkeys([*(manifest.get("tags") or []), *self.options.tags])),
+                           tags=list(dict.fromkeys([*_tags(manifest.get("tags")), *self.options.tags])),
                            metadata=self.metadata(manifest))
 
     def _find_existing(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -130,3 +134,9 @@ class Evaluation:
                 self.index.add(environment, {**created, "metadata": payload["metadata"]})
         if created is not LANDED:
             self._adopt(created)
+
+
+def _tags(tags: Any) -> list[str]:
+    """The manifest's tags as a list: one tag given as a string is one tag (as one
+    environment is, content/environments.py), not one per letter."""
+    return [tags] if isinstance(tags, str) else list(tags or [])

@@ -41,6 +41,8 @@ class Protocol:
                  monotonic: Callable[[], float] | None = None) -> None:
         #: The state file this sync reads and announces every step in.
         self.path = path
+        #: What messages call the state: the file, unless it is a copy of one kept elsewhere.
+        self.shown: str | None = None
         self.options = options
         #: Wall-clock seconds: only what is written to the state (``in_flight.sent_at``).
         self.clock = clock
@@ -178,6 +180,12 @@ class Protocol:
                 return send()
             except PlatformError as exc:
                 if exc.kind is FailureKind.FATAL:
+                    # Refused (a 4xx) or never sent: it did not happen. Left announced, the next
+                    # sync fenced it for a whole request lifetime (10 minutes by default) before
+                    # doing anything, after a refusal the user had just fixed (a 403, a 422).
+                    # The pass's end (``flush``) records that.
+                    self.state.in_flight = None
+                    self.note()
                     raise _give_up(what, exc, attempt + 1) from None
                 if exc.kind is not FailureKind.NOT_SENT and self.settled(
                         sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):

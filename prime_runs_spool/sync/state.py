@@ -11,6 +11,7 @@ teaches may wait for the next such write: a file one answer behind is still true
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -252,23 +253,27 @@ def local_destination(db_path: Path, team_id: str | None) -> Destination:
                        team_id=team_id)
 
 
-def load_state(path: Path, *, destination: Destination, local_run_id: str) -> SyncState | None:
+def load_state(path: Path, *, destination: Destination, local_run_id: str,
+               shown: str | None = None) -> SyncState | None:
     """The state at ``path``; None when there is none; :class:`StateProblem` when there is
-    one that must not be trusted (sync then reconciles with the platform instead)."""
+    one that must not be trusted (sync then reconciles with the platform instead).
+    ``shown``: what the messages call the state, when ``path`` is only this machine's copy
+    of it (a run in an object store: the object's URL, which the user knows, not the cache)."""
+    name = shown or path
     try:
         raw = read_regular_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StateProblem(f"cannot read {path}: {exc.strerror}") from None
+        raise StateProblem(f"cannot read {name}: {exc.strerror}") from None
     try:
         state = SyncState.from_json(raw)
     except StateFormatError:
-        raise StateProblem(f"{path} is damaged") from None
+        raise StateProblem(f"{name} is damaged") from None
     if state.version > STATE_VERSION:
-        raise StateProblem(f"{path} was written by a newer prime-runs-spool (state v{state.version})")
+        raise StateProblem(f"{name} was written by a newer prime-runs-spool (state v{state.version})")
     if state.local_run_id != local_run_id or state.destination.key != destination.key:
-        raise StateProblem(f"{path} belongs to another run or destination")
+        raise StateProblem(f"{name} belongs to another run or destination")
     state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw)
     return state
 
@@ -295,13 +300,18 @@ def save_state(path: Path, state: SyncState) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a folder where the file goes: no .tmp left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -17,6 +17,7 @@ cached on this machine, and the segments' sizes with the state's cursor; nothing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -30,17 +31,17 @@ from pathlib import Path
 from typing import Any
 
 
-from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
+from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import (DIR_MODE, read_regular_file, replay_state_glob, state_etag_path, sync_dir,
                                            sync_lease_path, sync_state_path)
-from prime_runs_spool.store.lease import Lease
+from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import internal_error_report
-from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions, seconds_problem
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
 from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
@@ -61,6 +62,8 @@ class StoreProtocol(Protocol):
                  store: ObjectStore | None, key: str, etag: str | None) -> None:
         super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save)
         self.lease, self.store, self.key, self.etag = lease, store, key, etag
+        if store is not None:  # the file is this machine's cache of the object: name the object
+            self.shown = store.location(key)
         #: The store failure that stopped this pass, if one did (a conflict starts it over).
         self.failure: StoreError | None = None
 
@@ -106,12 +109,17 @@ def _write_private(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no .tmp left behind in this machine's cache
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _parse(data: bytes) -> SyncState | None:
@@ -296,14 +304,40 @@ class StoreRunSync:
         return report
 
 
+def lease_problem() -> str | None:
+    """Why this machine's lease settings (``PRIME_RUNS_LEASE_TTL``, ``..._CLOCK_SKEW``) cannot
+    be used, or None. Unchecked, a NaN TTL wrote leases other syncers take for no lease (so
+    two synced one run at once), one over a day likewise, a negative one expired at once."""
+    try:
+        ttl, skew = env_timing()
+    except ValueError as exc:
+        return str(exc)
+    for name, value, least in ((TTL_ENV, ttl, SHORTEST_TTL), (SKEW_ENV, skew, 0.0)):
+        problem = seconds_problem(value, least)
+        if problem is None and value > LONGEST_TTL:
+            problem = f"{value:g} is more than a lease may claim, {LONGEST_TTL:g} s"
+        if problem:
+            return f"{name}: {problem}"
+    return None
+
+
 def sync_store(url: str, client: PlatformClient, destination: Destination, options: SyncOptions, *,
                jobs: int = DEFAULT_JOBS, wait: bool = False, state_dir: Path | None = None,
                store: ObjectStore | None = None,
                on_progress: Callable[[RunReport], None] | None = None) -> list[RunReport]:
     """Sync every run under ``url``; reports in key order. One listing finds the runs, their
     segments and their states. ``state_dir``: keep the states there instead of in the store
-    (the lease stays in the store: it is what other machines see)."""
+    (the lease stays in the store: it is what other machines see). :class:`StoreSetupError`
+    for lease settings that cannot be used (:func:`lease_problem`)."""
+    problem = lease_problem()
+    if problem:
+        raise StoreSetupError(problem)
     store = store or ObjectStore(url)
+    if not store.replaces_conditionally:  # every lease write would fail: say why, before the first
+        local = store.url.split("://", 1)[1] or "/"
+        raise StoreSetupError(f"{store.url}: sync cannot use this store (it cannot replace an object only if "
+                              f"unchanged, which the lease and the sync state rely on); sync the folder as a "
+                              f"local path instead: prime-runs sync {local}")
     listing = store.list()
     runs = find_store_runs(store, listing, default_local_root(store.url, state_dir))
     if not runs:

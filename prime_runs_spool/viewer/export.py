@@ -12,6 +12,7 @@ prompts and answers. Memory stays bounded: one episode record is held at a time.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -27,8 +28,13 @@ INDEX_WAIT = 600.0
 
 
 def _write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    """Write one page, 0600 even over an older file of another mode (``O_CREAT``'s mode is
+    only a new file's), and never through a symbolic link: an export folder someone else
+    prepared (``/tmp/report``, with ``index.html`` linked to the user's ``~/.bashrc``) had
+    the link's target truncated and overwritten with a page."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
     with os.fdopen(fd, "wb") as handle:
+        os.fchmod(fd, FILE_MODE)
         handle.write(data)
 
 
@@ -36,6 +42,8 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
     """Write every page of ``source`` under ``out_dir``; returns how many files were written."""
     out = Path(out_dir)
     make_private_dir(out / "static")  # 0700, and so is every missing parent (os.makedirs: 0755)
+    if (out / "static").is_symlink():  # the assets would go wherever it points
+        raise OSError(errno.ELOOP, "is a symbolic link; give a folder of your own", str(out / "static"))
     links = ExportLinks()
     pages = Pages(source, links)
     written = 0

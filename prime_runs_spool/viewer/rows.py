@@ -60,6 +60,15 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _example_id(value: Any) -> Any:
+    """An example id as rows keep it: a plain value as it is, anything else (a list, a
+    mapping) as its text. The index keys its search text by example id: an idx of ``[1]``
+    raised "unhashable type" there, and every page of the run answered 500 after it."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return str(value)
+
+
 def _metrics(raw: Any) -> dict[str, float]:
     if not isinstance(raw, Mapping):
         return {}
@@ -169,7 +178,7 @@ def _row_of_episode(number: int, where: Any, record: Any, rollout: int | None) -
     except (AttributeError, TypeError):
         usage, truncated = None, False
     stop = trace.get("stop_condition")
-    row = Row(number, where, task_data(trace).get("idx") if trace else None, rollout, reward,
+    row = Row(number, where, _example_id(task_data(trace).get("idx")) if trace else None, rollout, reward,
               _metrics(trace.get("metrics")), error, truncated, None if stop is None else str(stop),
               _tokens(usage), _duration(trace.get("timing")))
     return row, prompt_text(trace) if trace else ""
@@ -183,7 +192,7 @@ def row_of_sample(number: int, where: Any, sample: Any) -> tuple[Row, str]:
     prompt = task.get("prompt")
     rollout = sample.get("rollout_number")
     stop = sample.get("stop_condition")
-    row = Row(number, where, sample.get("example_id"), rollout if isinstance(rollout, int) else None,
+    row = Row(number, where, _example_id(sample.get("example_id")), rollout if isinstance(rollout, int) else None,
               _number(sample.get("reward")), _metrics(sample.get("metrics")), _error_text(sample.get("error")),
               sample.get("is_truncated") is True, None if stop is None else str(stop),
               _tokens(sample.get("token_usage")), _duration(sample.get("timing")))

@@ -78,6 +78,17 @@ def episode_of(record: Any) -> Any:
     return {"traces": []}
 
 
+def _seq(value: Any) -> list[Any] | tuple[Any, ...]:
+    """``value`` when it is a list, else nothing: a record of another shape (``"traces": 5``,
+    ``"metrics": [1]``, from a foreign producer) shows what it can, never a 500 page."""
+    return value if isinstance(value, (list, tuple)) else ()
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (see :func:`_seq`)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def _text(content: Any) -> str:
     if content is None:
         return ""
@@ -113,12 +124,12 @@ def _arguments(raw: Any) -> str:
 
 def _turns(trace: Mapping[str, Any]) -> list[Turn]:
     turns = []
-    for index, node in enumerate(trace.get("nodes") or ()):
+    for index, node in enumerate(_seq(trace.get("nodes"))):
         if not isinstance(node, Mapping):
             continue
         message = node.get("message") if isinstance(node.get("message"), Mapping) else {}
         calls = []
-        for call in message.get("tool_calls") or ():
+        for call in _seq(message.get("tool_calls")):
             if isinstance(call, Mapping):
                 function = call.get("function") if isinstance(call.get("function"), Mapping) else call
                 calls.append(ToolCall(call.get("id"), str(function.get("name") or "?"),
@@ -150,7 +161,7 @@ def _timing(timing: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 def _calls(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
-    for call in trace.get("calls") or ():
+    for call in _seq(trace.get("calls")):
         if not isinstance(call, Mapping):
             continue
         usage = call.get("usage") if isinstance(call.get("usage"), Mapping) else {}
@@ -165,12 +176,12 @@ def _calls(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def trace_views(episode: Any) -> list[TraceView]:
     views = []
-    for trace in (episode.get("traces") if isinstance(episode, Mapping) else None) or ():
+    for trace in _seq(episode.get("traces") if isinstance(episode, Mapping) else None):
         if not isinstance(trace, Mapping):
             continue
         agent = trace.get("agent") if isinstance(trace.get("agent"), Mapping) else {}
         rewards = []
-        for name, reward in (trace.get("rewards") or {}).items():
+        for name, reward in _map(trace.get("rewards")).items():
             if isinstance(reward, Mapping):
                 rewards.append((str(name), reward.get("score"), reward.get("weight")))
             else:
@@ -184,15 +195,15 @@ def trace_views(episode: Any) -> list[TraceView]:
         turns = _turns(trace)
         name = str(agent.get("name") or "trace")
         judge = None
-        if "judge" in name.lower() or (agent.get("trainable") is False and len(episode.get("traces") or ()) > 1):
+        if "judge" in name.lower() or (agent.get("trainable") is False and len(_seq(episode.get("traces"))) > 1):
             answers = [t.text for t in turns if t.role == "assistant" and t.text]
             judge = answers[-1] if answers else None
         data = (trace.get("task") or {}).get("data") if isinstance(trace.get("task"), Mapping) else None
         data = data if isinstance(data, Mapping) else {}
         views.append(TraceView(
             name=name, trainable=bool(agent.get("trainable")), turns=turns, rewards=rewards, reward=total,
-            metrics=dict(trace.get("metrics") or {}), stop_condition=trace.get("stop_condition"),
-            errors=list(trace.get("errors") or ()), timing=_timing(trace.get("timing")), calls=_calls(trace),
+            metrics=dict(_map(trace.get("metrics"))), stop_condition=trace.get("stop_condition"),
+            errors=list(_seq(trace.get("errors"))), timing=_timing(trace.get("timing")), calls=_calls(trace),
             judge_answer=judge, task_prompt=_text(data.get("prompt")) if data.get("prompt") is not None else None,
             answer=data.get("answer"),
         ))

@@ -1,0 +1,100 @@
+"""What sync reads from the evaluations API's answers (docs/platform-api.md, "Endpoints"),
+checked as each answer arrives, before anything acts on it.
+
+Sync decides from these fields what is on the platform: an evaluations listing without its
+``total`` read as "no more pages" (the run's evaluation, further on, missed and a second one
+created), an evaluation without ``total_samples`` as "no rows yet" (every row sent again),
+a created evaluation without its id as the evaluation ``"None"``. A platform (or a proxy
+before it) that answered ``{}`` got "internal error: KeyError" per run at best. An answer
+lacking a field is a :class:`PlatformError` naming the field: ``FATAL`` for a read (nothing
+was done; the same answer would come again), ``IN_DOUBT`` for a create, which may have
+created an evaluation whose id the answer lost (the protocol settles it as any lost answer).
+
+Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
+through untouched), and none of this runs per samples request (their answers carry nothing
+sync uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.platform_api.v0 import is_evaluation_id
+
+
+def lacks(what: str, where: str, kind: FailureKind = FailureKind.FATAL) -> PlatformError:
+    """The error for an answer to ``where`` (``METHOD /path``) without ``what``."""
+    return PlatformError(kind, f"{where}: the platform's answer lacks {what} (docs/platform-api.md)")
+
+
+def _object(answer: Any, where: str, what: str, kind: FailureKind = FailureKind.FATAL) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise lacks(what, where, kind)
+    return answer
+
+
+def _count(answer: Mapping[str, Any], field: str) -> bool:
+    value = answer.get(field)
+    return type(value) is int and value >= 0
+
+
+def _evaluation_id(item: Mapping[str, Any]) -> Any:
+    return item.get("evaluation_id") or item.get("id")
+
+
+def environment_id(answer: Any, where: str) -> str:
+    """``{data: {id}}`` of ``POST /environmentshub/resolve``: the id."""
+    data = _object(answer, where, "data.id").get("data")
+    found = data.get("id") if isinstance(data, Mapping) else None
+    if isinstance(found, bool) or not isinstance(found, (str, int)) or found == "":
+        raise lacks("data.id (the environment's id)", where)
+    return str(found)
+
+
+def created_evaluation(answer: Any, where: str) -> dict[str, Any]:
+    """``POST /evaluations/``'s answer, which must carry the new evaluation's id."""
+    body = _object(answer, where, "evaluation_id", FailureKind.IN_DOUBT)
+    if not is_evaluation_id(_evaluation_id(body)):
+        raise lacks("evaluation_id (the evaluation it may have created)", where, FailureKind.IN_DOUBT)
+    return body  # type: ignore[return-value]
+
+
+def evaluation(answer: Any, where: str) -> dict[str, Any]:
+    """``GET /evaluations/{id}``: its ``status`` and ``total_samples`` (a count)."""
+    body = _object(answer, where, "status and total_samples")
+    if not isinstance(body.get("status"), str):
+        raise lacks("status", where)
+    if not _count(body, "total_samples"):
+        raise lacks("total_samples (a count)", where)
+    return body  # type: ignore[return-value]
+
+
+def evaluations_page(answer: Any, where: str) -> dict[str, Any]:
+    """``GET /evaluations/``: ``evaluations`` (each an object with its id) and ``total``."""
+    body = _object(answer, where, "evaluations and total")
+    items = body.get("evaluations")
+    if not isinstance(items, list):
+        raise lacks("evaluations (a list)", where)
+    if not _count(body, "total"):
+        raise lacks("total (a count)", where)
+    for item in items:
+        if not isinstance(item, Mapping) or not is_evaluation_id(_evaluation_id(item)):
+            raise lacks("an evaluation_id in every item of evaluations", where)
+    return body  # type: ignore[return-value]
+
+
+def samples_page(answer: Any, where: str) -> dict[str, Any]:
+    """``GET /evaluations/{id}/samples``: ``samples``, each an object."""
+    body = _object(answer, where, "samples")
+    items = body.get("samples")
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
+        raise lacks("samples (a list of objects)", where)
+    return body  # type: ignore[return-value]
+
+
+def optional_object(answer: Any) -> dict[str, Any]:
+    """An answer sync may read a field from when it is there (a ``PUT``'s evaluation): an
+    object, or an empty one (``[1]`` made ``.get`` an AttributeError)."""
+    return answer if isinstance(answer, dict) else {}
