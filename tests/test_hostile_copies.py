@@ -25,6 +25,7 @@ from test_hostile_round3 import samples_gate  # noqa: F401 (a fixture)
 from test_sync_copies import DEST, _client, _options, _rows, _Stop, _Time
 from prime_runs_spool.errors import CopyBusyError
 from prime_runs_spool.sync.copies import CopyLock, run_key_digest
+from prime_runs_spool.spool.layout import sync_state_path
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.state import remote_destination
 from prime_runs_spool.sync.user_cache import cache_root
@@ -355,3 +356,46 @@ def test_rows_past_a_copy_that_repeat_its_own_are_still_a_mismatch(tmp_path: Pat
     rows.append(dict(rows[-1]))  # a late commit of the last request
     report = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options()).run()
     assert report.state == "error" and "holds 4 samples" in (report.error or ""), (report.state, report.error)
+
+
+# -- a folder whose state went with its last pass ---------------------------------------------------
+
+def test_a_sync_killed_mid_append_then_its_state_deleted_waits_the_append_out(tmp_path: Path) -> None:
+    """The copy lock's note names the folder's own state, "under way": the pass died. With
+    that state gone (the artifact unpacked again over the folder, the state removed to "start
+    clean"), the next pass found nothing announced, read the count and appended at once, and
+    the killed pass's late append doubled its rows. What it announced is gone: a lifetime."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "state-gone", 6)
+    held: list = []
+
+    def handle(request):
+        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
+            held.append(request)
+            clock.delayed.append((clock.now + 20.0, request))
+            raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+
+    def stop(seconds: float) -> None:
+        raise _Stop
+
+    def sync(sleep):
+        return RunSync(builder.run_dir, _client(platform), DEST,
+                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+
+    release = CopyLock.release
+    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
+    try:  # what a SIGKILL leaves: the lock dropped, the note still "under way"
+        with pytest.raises(_Stop):
+            sync(stop).run()
+    finally:
+        CopyLock.release = release  # type: ignore[method-assign]
+    assert held and clock.delayed
+    sync_state_path(builder.run_dir, DEST.key).unlink()
+    report = sync(clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert report.state == "synced", report.error
+    assert _rows(platform) == builder.ids

@@ -139,22 +139,25 @@ class CopyLock:
         """What :meth:`in_doubt` answers, from the note :meth:`hold` found: the request the
         last holder, another copy, left in doubt, and the one a pass before it left, which
         the last holder was to wait out and handed on (``others``) because it may have been
-        stopped or killed before it had (this pass's own last holding too)."""
+        stopped or killed before it had (this pass's own last holding too); and, for a last
+        holder that died mid-pass, the request its state file announces."""
         note = self.previous
         if not note:
             return None
         times = [_send_time(note.get("others"))]
         if self.foreign and not note.get("under_way"):
             times.append(_send_time(note.get("in_doubt")))
-        elif self.foreign:  # it died mid-pass: its state file announced any request before sending it
+        elif note.get("under_way"):  # it died mid-pass: its state file announced any request before sending it
             try:
                 state = SyncState.from_json(read_regular_file(os.fsdecode(bytes.fromhex(str(note["holder"])))))
             except (KeyError, OSError, ValueError, StateFormatError):
-                times.append(UNKNOWN)  # moved, deleted or damaged since: it cannot say
+                # Moved, deleted or damaged since: it cannot say. This pass's own state too
+                # (the folder unpacked again after a kill): what it announced is gone with it.
+                times.append(UNKNOWN)
             else:
                 pending = state.in_flight
-                if pending is not None and pending.kind in _NOT_IDEMPOTENT:
-                    times.append(pending.sent_at)
+                if self.foreign and pending is not None and pending.kind in _NOT_IDEMPOTENT:
+                    times.append(pending.sent_at)  # this pass's own is its protocol's to settle
         known = [sent_at for sent_at in times if sent_at is not None]
         return max(known) if known else None
 
