@@ -712,3 +712,24 @@ def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_oth
     assert result.returncode == 0, result.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
     assert set(modes.values()) == {0o600}, modes
+
+
+@pytest.mark.parametrize("name", ["seg-000001.lock", "seg-000001.durable"])
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["sync", "--local", "--db", "{db}"], ["view", "--export", "{out}"]])
+def test_a_segment_lock_or_durable_mark_that_is_a_fifo_does_not_hang_any_command(tmp_path: Path, name: str,
+                                                                               command: list[str]) -> None:
+    """The reader opened a segment's writer lock (to probe it) and its durable mark
+    (before every walk of the segment) with a blocking open: a FIFO in either place, in a
+    spool received from elsewhere, held verify, status, sync and view forever."""
+    builder = build_run(tmp_path / "runs" / "r", "fifo-lock", 2, status=None)  # unsealed: its lock is probed
+    target = builder.run_dir / "spool" / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    argv = [a.replace("{db}", str(tmp_path / "local.db")).replace("{out}", str(tmp_path / "site")) for a in command]
+    try:
+        result = subprocess.run(CLI + argv + [str(tmp_path / "runs")], capture_output=True, text=True, timeout=30,
+                                env=child_env())
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command)} still ran after 30 s with {name} a FIFO")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
