@@ -733,3 +733,23 @@ def test_a_segment_lock_or_durable_mark_that_is_a_fifo_does_not_hang_any_command
         pytest.fail(f"{' '.join(command)} still ran after 30 s with {name} a FIFO")
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 0, (result.stdout, result.stderr)
+
+
+def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """store.read fetched an object whole: a received bucket with gigabytes at a run's
+    sync/<dest>.json (or its lease) was read into memory, run by run."""
+    from prime_runs_spool.store import objects
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(objects, "MAX_SMALL_OBJECT_BYTES", 4096)
+    store = _memory_store_with(tmp_path, "a", "b")
+    reports = _store_sync_local(tmp_path, store)
+    assert [r.state for r in reports] == ["synced", "synced"], reports
+    (key,) = [i.key for i in store.list() if i.key.startswith("a/spool/sync/") and i.key.endswith(".json")]
+    store.replace(key, b"{" + b" " * 10_000 + b"}", store.read(key)[1])
+    fetched = store.stats["bytes_read"]
+    (first, second) = _store_sync_local(tmp_path, store)
+    assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
+    assert second.state == "up_to_date", second
+    assert store.stats["bytes_read"] - fetched < 10_000
