@@ -753,3 +753,18 @@ def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path
     assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
     assert second.state == "up_to_date", second
     assert store.stats["bytes_read"] - fetched < 10_000
+
+
+def test_a_huge_local_state_file_is_set_aside_not_read_into_memory(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from prime_runs_spool.spool import layout
+    from prime_runs_spool.sync.state import load_state, remote_destination
+    from prime_runs_spool.errors import StateProblem
+
+    monkeypatch.setattr(layout, "MAX_SMALL_FILE_BYTES", 4096)
+    path = tmp_path / "state.json"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # a sparse gigabyte: nothing of it may be read
+    with pytest.raises(StateProblem) as caught:
+        load_state(path, destination=remote_destination("http://x", None), local_run_id="r")
+    assert "larger than 4,096 bytes" in str(caught.value), caught.value

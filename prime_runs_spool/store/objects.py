@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
+from prime_runs_spool.spool.layout import MAX_SMALL_FILE_BYTES
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
@@ -33,9 +34,9 @@ RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
 MAX_RETRIES = 100
 RETRY_TIMEOUT = datetime.timedelta(seconds=120)
-#: The most :meth:`ObjectStore.read` fetches whole: far more than any sync state or lease
-#: holds. A received bucket's state object of gigabytes was read into memory whole.
-MAX_SMALL_OBJECT_BYTES = 64 * 1024 * 1024
+#: The most :meth:`ObjectStore.read` fetches whole (the local limit, spool/layout.py): a
+#: received bucket's state object of gigabytes was read into memory whole.
+MAX_SMALL_OBJECT_BYTES = MAX_SMALL_FILE_BYTES
 #: Bytes read from a file and sent per part of an upload (the mirror's): what an upload holds.
 UPLOAD_PART_BYTES = 8 * 1024 * 1024
 
