@@ -25,11 +25,13 @@ from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import (
     AUTO,
+    COPY_WAIT_ENV,
     SAMPLES,
     STORE_ENV,
     STORES,
     TRACES,
     DEFAULT_BACKOFF_CAP,
+    DEFAULT_COPY_WAIT,
     DEFAULT_JOBS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL,
@@ -107,6 +109,9 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True,
               help="Runs synced in parallel.")
 @click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")
+@click.option("--copy-wait", type=Seconds(0), envvar=COPY_WAIT_ENV, default=DEFAULT_COPY_WAIT, show_default=True,
+              help="Seconds to wait for another sync on this machine pushing a copy of a run (another folder "
+                   f"holding the same run) to the same platform, before skipping it (env {COPY_WAIT_ENV}).")
 @click.option("--dry-run", is_flag=True, help="Read everything and report what would be sent; send nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 @click.option("--skip-corrupt", is_flag=True,
@@ -144,7 +149,7 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
-         jobs: int, wait: bool, dry_run: bool, as_json: bool, skip_corrupt: bool,
+         jobs: int, wait: bool, copy_wait: float, dry_run: bool, as_json: bool, skip_corrupt: bool,
          request_lifetime: float, timeout: float, max_attempts: int, follow: bool, exit_when_idle: bool,
          poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
          tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, no_import: bool,
@@ -190,7 +195,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                           max_request_bytes=max_request_bytes,
                           backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
                           replay=replay, replay_id=replay_id, name=name, tags=tags, to=to,
-                          traces_batch_bytes=traces_batch_bytes)
+                          traces_batch_bytes=traces_batch_bytes, copy_wait=copy_wait)
     quiet_library_warnings()
     state = default_state_dir(state_dir)
     empty = [] if follow else paths_with_nothing(given)

@@ -59,7 +59,8 @@ def sync_urls(params: dict[str, Any]) -> None:
                           dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
                           backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
                           tags=params["tags"], to=params["to"], replay=params["replay"],
-                          replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"))
+                          replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"),
+                          copy_wait=params["copy_wait"])
     as_json = params["as_json"]
     progress = Progress(enabled=not as_json and sys.stderr.isatty())
     return_large_blocks_promptly()

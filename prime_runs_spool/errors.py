@@ -111,6 +111,13 @@ class SyncError(SpoolError):
     """A run could not be synced; the message is one line for the user."""
 
 
+class CopyBusyError(SyncError):
+    """Another sync on this machine is pushing a copy of this run (a copy of its spool folder:
+    ``cp -r``, one CI artifact unpacked twice) to the same destination, and did not finish
+    within the wait allowed (sync/copies.py). The run is reported ``skipped``, not failed:
+    the other copy is syncing it."""
+
+
 class SampleCountMismatchError(SyncError):
     """The platform holds samples of a run's evaluation that its sync state cannot account
     for (more rows than were acknowledged, or a last row that is not the spool's): a request

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool.errors import CorruptSpoolError, RecordNotSerializableError
-from prime_runs_spool.spool.format import encode_line, parse_line, prepare
+from prime_runs_spool.spool.format import encode_line, episode_rest, framing_rest, parse_line, prepare
 from prime_runs_spool.spool.reader import iter_records, read_run
 from support.segments import as_tuples, build_segment, write_segment
 
@@ -116,3 +116,11 @@ def test_serialization_errors_name_the_field(record, field):
         prepare(record, "episode")
     assert info.value.field_path == field
     assert field in str(info.value) and "episode" in str(info.value)
+
+
+@given(st.none() | st.text(), st.none() | st.integers(0, 10**18))
+def test_an_episodes_rest_is_framing_rest_of_its_meta_byte_for_byte(episode_id, rollout_number):
+    """The run frames each episode's type and meta with ``episode_rest`` (no mapping, no
+    serialization of it whole); the line must be the one ``framing_rest`` makes of the meta."""
+    meta = {"episode_id": episode_id, "rollout_number": rollout_number}
+    assert episode_rest(episode_id, rollout_number) == framing_rest("episode", meta)

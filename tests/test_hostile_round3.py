@@ -230,10 +230,10 @@ def samples_gate():
     server.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason="the sync lock is per folder: two copies of one spool (cp -r, two CI jobs "
-                                       "on one artifact) synced at once both append every row, or make two "
-                                       "evaluations; only the object-store lease serializes syncers of one run")
 def test_two_copies_of_a_spool_synced_at_once_store_each_episode_once(tmp_path: Path, samples_gate) -> None:
+    """The sync lock is per folder: two copies of one spool (cp -r, two CI jobs on one
+    artifact) synced at once both appended every row, or made two evaluations. The copy lock
+    (sync/copies.py) makes the second wait, and it then finds the first's evaluation and rows."""
     from support.sync_e2e import evaluations_of
 
     upstream, gate = samples_gate
@@ -247,12 +247,13 @@ def test_two_copies_of_a_spool_synced_at_once_store_each_episode_once(tmp_path: 
                                          "--request-lifetime", "1", "--timeout", "20"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=child_env(PRIME_API_KEY="gate-token")) for copy in ("one", "two")]
-        for proc in syncs:
-            proc.communicate(timeout=60)
+        outputs = [proc.communicate(timeout=60) for proc in syncs]
         with httpx.Client(base_url=server.api, headers={"Authorization": "Bearer gate-token"}) as api:
             evaluations = evaluations_of(api, builder.run_id)
             totals = [api.get(f"/evaluations/{e['id']}").json()["total_samples"] for e in evaluations]
     assert totals == [4], f"{len(evaluations)} evaluation(s) holding {totals} samples for 4 episodes"
+    assert [proc.returncode for proc in syncs] == [0, 0], outputs
+    assert sorted(out.split()[0] for out, _ in outputs) == ["synced", "synced"], outputs
 
 
 def test_the_traces_clients_do_not_wait_forever_for_a_trickled_answer(trickling_platform) -> None:

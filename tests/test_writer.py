@@ -530,3 +530,25 @@ def test_the_helper_thread_does_not_keep_a_dropped_writer_alive(tmp_path: Path):
     assert ref() is None, "the idle helper thread still holds the writer"
     helpers[0].join(5)
     assert not helpers[0].is_alive(), "the helper thread of a dropped writer never ends"
+
+
+def test_append_episodes_writes_the_lines_append_many_writes(tmp_path: Path):
+    """The run's path (payloads and ``episode_rest`` built outside the writer) makes the same
+    bytes, sequence numbers and episode count as ``append_many`` with each meta mapping."""
+    from prime_runs_spool.spool.format import episode_rest, prepare
+
+    records = [({"i": i, "text": "é\n" * i}, {"episode_id": f"e{i}" if i % 3 else None, "rollout_number": i or None})
+               for i in range(6)]
+    many = SegmentWriter.create(tmp_path / "many", "r")
+    assert many.append_many([("episode", record, meta) for record, meta in records[:2]]) == [1, 2]
+    assert many.append_many([("episode", record, meta) for record, meta in records[2:]]) == [3, 4, 5, 6]
+    lines = SegmentWriter.create(tmp_path / "lines", "r")
+    as_lines = [(prepare(record), episode_rest(meta["episode_id"], meta["rollout_number"])) for record, meta in records]
+    assert lines.append_episodes(as_lines[:2]) == 1
+    assert lines.append_episodes([]) == 3
+    assert asyncio.run(lines.append_episodes_async(as_lines[2:])) == 3
+    for w in (many, lines):
+        assert w.episodes == 6
+        w.close()
+    body = [path.read_bytes().split(b"\n")[1:] for path in (many.path, lines.path)]  # after the headers
+    assert body[0] == body[1] and len(body[0]) == 7  # six lines and the empty rest after the last

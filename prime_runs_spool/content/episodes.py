@@ -34,16 +34,19 @@ NO_ROW = _NoRow()
 
 def episode_id_of(record: Any) -> str | None:
     """The id an episode record is de-duplicated by (its ``id``), as text; None if it has none."""
-    value = record.get("id") if isinstance(record, dict) else None
-    return None if value is None else str(value)
+    value = record.get("id") if type(record) is dict or isinstance(record, dict) else None
+    return value if value is None or type(value) is str else str(value)
 
 
 def summary_trace_index(record: Mapping[str, Any]) -> int | None:
     """Index of the trace a row is projected from: the first trainable one, else the first."""
     traces = record.get("traces") or ()
-    for i, trace in enumerate(traces):
-        if (trace.get("agent") or {}).get("trainable"):
+    i = 0
+    for trace in traces:
+        agent = trace.get("agent")
+        if agent and agent.get("trainable"):
             return i
+        i += 1
     return 0 if traces else None
 
 
@@ -55,7 +58,9 @@ def rollout_key(record: Mapping[str, Any]) -> Any:
     index = summary_trace_index(record)
     if index is None:
         return NO_ROW
-    return task_data(record["traces"][index]).get("idx")
+    task = record["traces"][index].get("task")  # task_data(...), without the call
+    data = task.get("data") if task else None
+    return data.get("idx") if data else None
 
 
 class RolloutCounter:
@@ -126,13 +131,30 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
 
     Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
     """
+    return reward_and_scores(trace.get("rewards"))[0]
+
+
+def reward_and_scores(rewards: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+    """:func:`trace_reward` of a trace with these ``rewards``, and each non-null reward's
+    own ``score`` by name, in order: read in one pass (the run summary needs both of each
+    episode). Raises ``TypeError`` as the sum does for a non-numeric score or weight."""
     total: Any = 0
-    for reward in (trace.get("rewards") or {}).values():
-        if is_null_reward(reward):
+    scores: dict[str, Any] = {}
+    if not rewards:
+        return total, scores
+    for name, reward in rewards.items():
+        if type(reward) is dict:  # is_null_reward's common case, without the call
+            score = reward.get("score")
+            if score is None:
+                continue
+        elif is_null_reward(reward):
             continue
+        else:
+            score = reward["score"]
+        scores[name] = score
         weight = reward.get("weight")
-        total += reward["score"] * (1.0 if weight is None else weight)
-    return total
+        total += score * (1.0 if weight is None else weight)
+    return total, scores
 
 
 #: What a ``task.data.idx`` may be: a JSON scalar, so rollout numbers can count by it.

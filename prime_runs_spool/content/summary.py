@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from prime_runs_spool.content.episodes import trace_reward
+from prime_runs_spool.content.episodes import reward_and_scores
 
 
 class _Means:
@@ -47,20 +47,6 @@ class _Means:
         self.metric_sums: dict[str, float] = {}
         self.metric_counts: dict[str, int] = {}
 
-    def add(self, reward: float | None, numbers: list[tuple[str, float]]) -> None:
-        """Count one trace, given as :func:`_trace_numbers` reads it."""
-        if reward is not None:
-            self.reward_sum += reward
-            self.reward_count += 1
-        sums, counts = self.metric_sums, self.metric_counts
-        for name, number in numbers:
-            if name in sums:
-                sums[name] += number
-                counts[name] += 1
-            else:
-                sums[name] = 0.0 + number  # as a sum from 0.0: -0.0 becomes 0.0
-                counts[name] = 1
-
     def reward(self, traces: int) -> float | None:
         if self.reward_count:
             return self.reward_sum / self.reward_count
@@ -70,59 +56,72 @@ class _Means:
         return {name: self.metric_sums[name] / self.metric_counts[name] for name in self.metric_sums}
 
 
-def _trace_numbers(trace: Mapping[str, Any]) -> tuple[float | None, list[tuple[str, float]]]:
-    """What a trace adds to a population's means, read once however many populations count
-    it (the trainable one and all traces): its finite reward (None if dropped), and the
-    finite value of each name it reports, in the order the names first appear (each
-    reward's own score, then each metric; a metric replaces a reward's score of its name)."""
-    reward = _finite(_safe_reward(trace))
-    rewards = trace.get("rewards")
-    metrics = trace.get("metrics")
-    if not rewards:
-        if not metrics:
-            return reward, []
-        values: Any = metrics.items()  # no reward name to replace: the metrics as they are
-    else:
-        values = {
-            name: entry.get("score")
-            for name, entry in rewards.items()
-            if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None
-        }
+#: What a trace adds to its population's means (:func:`_trace_numbers`): its finite reward
+#: (None if dropped), and the finite value of each name it reports, in the order the names
+#: first appear.
+TraceNumbers = tuple["float | None", "dict[str, float]"]
+
+#: The reading of a trace with no rewards and no metrics: its reward is the sum over none
+#: (as ``content.episodes.trace_reward`` reads it). Never mutated: nothing adds to a reading.
+_NOTHING_SCORED: TraceNumbers = (0.0, {})
+
+
+def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> TraceNumbers:
+    """What a trace with ``rewards`` or ``metrics`` (its own, read by the caller; not both
+    empty) adds to a population's means, read once however many populations count it (the
+    trainable one and all traces): its finite reward (None if dropped), and the finite
+    value of each name it reports, in the order the names first appear (each reward's own
+    score, then each metric; a metric replaces a reward's score of its name)."""
+    if rewards:
+        try:
+            reward, values = reward_and_scores(rewards)  # trace_reward, and the scores by name
+        except TypeError:  # a non-numeric score or weight: not a reward we can average
+            reward = None
+            values = {name: entry.get("score") for name, entry in rewards.items()
+                      if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None}
+        else:
+            if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
+                reward = _finite(reward)
         if metrics:
-            values.update((name, value) for name, value in metrics.items() if value is not None)
-        values = values.items()
-    numbers = []
-    for name, value in values:
-        kind = type(value)
-        if kind is float:  # the common case first: a plain float, kept unless NaN or infinite
+            for name, value in metrics.items():
+                if value is not None:
+                    values[name] = value
+    else:
+        reward = 0.0
+        values = metrics  # no reward name to replace: the metrics as they are
+    for value in values.values():
+        if type(value) is not float or value - value != 0.0:  # not a finite float: drop or convert
+            break
+    else:  # the common case: every value a finite float, kept as it is (a copy of the trace's own)
+        return reward, values if rewards else dict(values)
+    numbers = {}
+    for name, value in values.items():
+        if type(value) is float:
             if value - value == 0.0:
-                numbers.append((name, value))
+                numbers[name] = value
         elif value is not None:
             number = _finite(value)
             if number is not None:
-                numbers.append((name, number))
+                numbers[name] = number
     return reward, numbers
 
 
 #: What an episode adds to the summary: whether it counts as an error, and per trace whether
-#: it is trainable, its finite reward (None if dropped) and its finite named values.
-EpisodeReading = tuple[bool, list[tuple[bool, "float | None", list[tuple[str, float]]]]]
+#: it is trainable, then its :data:`TraceNumbers`.
+EpisodeReading = tuple[bool, list[tuple[bool, "float | None", "dict[str, float]"]]]
 
 
 def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
     """Everything :class:`SummaryAccumulator` counts of ``episode``, read once."""
     traces = []
     for trace in episode.get("traces") or ():
-        reward, numbers = _trace_numbers(trace)
-        traces.append((bool((trace.get("agent") or {}).get("trainable")), reward, numbers))
+        get = trace.get
+        agent = get("agent")
+        rewards = get("rewards")
+        metrics = get("metrics")
+        reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
+        traces.append((bool(agent.get("trainable")) if agent else False, reward, numbers))
     return episode.get("ok") is not True, traces
-
-
-def _safe_reward(trace: Mapping[str, Any]) -> Any:
-    try:
-        return trace_reward(trace)
-    except TypeError:  # a non-numeric score or weight: not a reward we can average
-        return None
 
 
 def _finite(value: Any) -> float | None:
@@ -135,11 +134,16 @@ def _finite(value: Any) -> float | None:
 
 
 class SummaryAccumulator:
-    """Incremental form of :func:`compute_summary`: ``add`` each episode, then ``result``."""
+    """Incremental form of :func:`compute_summary`: ``add`` each episode, then ``result``.
+
+    Each trace is counted in one population: the trainable traces, or the others. The run
+    averages over all traces only when none is trainable, and then all of them are the
+    others, in the same order: so a trainable trace is added once, not twice, and once a
+    trace of the run was trainable the others are no longer added up at all."""
 
     def __init__(self) -> None:
         self._trainable = _Means()
-        self._all = _Means()
+        self._others = _Means()
         self._episodes = 0
         self._errors = 0
         # Counted apart from the means: a trainable trace whose numbers were all dropped
@@ -156,16 +160,31 @@ class SummaryAccumulator:
         error, traces = reading
         self._episodes += 1
         self._errors += error
+        self._traces += len(traces)
         for trainable, reward, numbers in traces:
-            self._traces += 1
-            self._all.add(reward, numbers)
             if trainable:
                 self._trainable_traces += 1
-                self._trainable.add(reward, numbers)
+                means = self._trainable
+            elif self._trainable_traces:
+                continue  # the others are averaged only in a run with no trainable trace (result)
+            else:
+                means = self._others
+            if reward is not None:
+                means.reward_sum += reward
+                means.reward_count += 1
+            if numbers:
+                sums, counts = means.metric_sums, means.metric_counts
+                for name, number in numbers.items():
+                    if name in sums:
+                        sums[name] += number
+                        counts[name] += 1
+                    else:
+                        sums[name] = 0.0 + number  # as a sum from 0.0: -0.0 becomes 0.0
+                        counts[name] = 1
 
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
-        pool = self._trainable if self._trainable_traces else self._all
+        pool = self._trainable if self._trainable_traces else self._others  # others: all traces, then
         traces = self._trainable_traces or self._traces
         return {
             "avg_reward": pool.reward(traces),

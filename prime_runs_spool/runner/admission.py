@@ -7,7 +7,8 @@ and nothing of that call reaches the spool (docs/integration.md, "What is refuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
@@ -39,28 +40,34 @@ class Prepared(NamedTuple):
     reading: EpisodeReading | Exception
 
 
-def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
+def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
+
+    ``peeked_id``: the id the caller already read of a plain-dict ``episode`` (its
+    ``episode_id_of``), so it is not read twice.
 
     An episode without the shape its summary and rows are computed from is a
     :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
     :class:`RecordNotSerializableError` naming the field, never a ``RecursionError``.
     """
-    try:
-        record = to_jsonable(episode)
-    except (ValueError, RecursionError) as exc:  # e.g. pydantic's "Circular reference detected"
-        raise RecordNotSerializableError(EPISODE, "", describe_error(exc)) from None
-    if not isinstance(record, Mapping):
-        raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
-    episode_id = episode_id_of(record)
-    shown = episode_id if episode_id is None or len(episode_id) <= 100 else f"{episode_id[:60]}...({len(episode_id)} characters)"
-    what = f"{EPISODE} {shown}" if episode_id is not None else EPISODE  # one line, however long the id
+    if type(episode) is dict:  # the common case: a plain dict is its own record
+        record = episode
+        episode_id = peeked_id if peeked_id is not None else episode_id_of(record)
+    else:
+        try:
+            record = to_jsonable(episode)
+        except (ValueError, RecursionError) as exc:  # e.g. pydantic's "Circular reference detected"
+            raise RecordNotSerializableError(EPISODE, "", describe_error(exc)) from None
+        if not isinstance(record, Mapping):
+            raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
+        episode_id = episode_id_of(record)
+    what = partial(_episode_name, episode_id)  # its name in a message: built only if one is raised
     check_episode(record)  # the shape the summary, the numbering and the rows read
     try:
         record = mask(record, rules)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
-        raise RecordNotSerializableError(what, path, reason or "nested too deeply to mask") from None
+        raise RecordNotSerializableError(what(), path, reason or "nested too deeply to mask") from None
     payload = prepare(record, what)
     if episode_id is not None and len(payload.data) + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
         check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}), what)
@@ -69,7 +76,19 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
         reading: EpisodeReading | Exception = read_episode(record)
     except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
         reading = exc
-    return Prepared(record, payload, episode_id, rollout_key(record), reading)
+    # tuple.__new__: a named tuple's own __new__ is Python code, this is one C call
+    return _new_tuple(Prepared, (record, payload, episode_id, rollout_key(record), reading))
+
+
+_new_tuple = tuple.__new__
+
+
+def _episode_name(episode_id: str | None) -> str:
+    """An episode's name in an error message (``episode ID``): one line, however long the id."""
+    if episode_id is None:
+        return EPISODE
+    shown = episode_id if len(episode_id) <= 100 else f"{episode_id[:60]}...({len(episode_id)} characters)"
+    return f"{EPISODE} {shown}"
 
 
 #: The line's framing and meta besides the id (which JSON makes at most 6 bytes a character):
@@ -79,7 +98,7 @@ def prepare_episode(episode: Any, rules: MaskRules) -> Prepared:
 _META_BYTES = 256
 
 
-def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> None:
+def _check_sendable(record: Mapping[str, Any], payload: Payload, what: Callable[[], str]) -> None:
     """Refuse an episode no platform request could carry (platform_api/v0.py's limit).
 
     Accepted, it would block its run's sync forever at that row: refusing it here, where
@@ -89,13 +108,13 @@ def _check_sendable(record: Mapping[str, Any], payload: Payload, what: str) -> N
         check_sendable(record, len(payload.data))
     except SampleTooLargeError as exc:
         raise EpisodeTooLargeError(
-            f"{what} cannot be recorded: the row of its trace {exc.trace_id} needs {exc.size} bytes, "
+            f"{what()} cannot be recorded: the row of its trace {exc.trace_id} needs {exc.size} bytes, "
             f"over the platform's {MAX_REQUEST_BYTES}-byte request limit, so it could never be "
             "uploaded; nothing of this call was recorded: shrink the episode (its largest fields) "
             "and log it again"
         ) from None
     except Exception as exc:  # the rows sync would build from it cannot be built at all
         raise MalformedEpisodeError(
-            f"{what}: its platform rows cannot be built ({describe_error(exc)}); "
+            f"{what()}: its platform rows cannot be built ({describe_error(exc)}); "
             "nothing of this call was recorded: fix the episode and log it again"
         ) from None

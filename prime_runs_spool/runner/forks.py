@@ -63,7 +63,8 @@ def _disown_runs_after_fork() -> None:
         ownership = run._ownership
         if ownership.pid != os.getpid():
             ownership.forked = True
-            run._cond = threading.Condition(threading.Lock())
+            run._lock = threading.Lock()
+            run._cond = threading.Condition(run._lock)
             run._ending.reset_after_fork()
 
 

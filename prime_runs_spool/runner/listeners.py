@@ -23,23 +23,25 @@ DurableListener = Callable[["Run"], None]
 
 
 class Listeners:
-    """The listeners of one run; safe to add to while appends are notifying."""
+    """The listeners of one run; safe to add to while appends are notifying.
+
+    Held as a tuple that ``add`` replaces: a snapshot is the tuple itself, with no lock and
+    no copy, which every append takes (usually of none)."""
 
     def __init__(self, run_id: str) -> None:
         self._run_id = run_id
         self._lock = threading.Lock()
-        self._listeners: list[DurableListener] = []
+        self._listeners: tuple[DurableListener, ...] = ()
 
     def add(self, listener: DurableListener) -> None:
         with self._lock:
-            self._listeners.append(listener)
+            self._listeners = (*self._listeners, listener)
 
-    def snapshot(self) -> list[DurableListener]:
+    def snapshot(self) -> tuple[DurableListener, ...]:
         """The listeners as they are now: taken under the run's lock, called outside it."""
-        with self._lock:
-            return list(self._listeners)
+        return self._listeners
 
-    def notify(self, run: Run, listeners: list[DurableListener]) -> None:
+    def notify(self, run: Run, listeners: tuple[DurableListener, ...]) -> None:
         for listener in listeners:
             try:
                 listener(run)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload
+from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload, episode_rest
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
@@ -72,8 +72,11 @@ class Run:
         self._resumed = resumed
         self._writer = writer
         self._episode_rules = episode_rules
-        self._cond = threading.Condition(threading.Lock())
-        # Everything below is guarded by self._cond.
+        #: The run's lock; ``_cond`` is on it, for ``finish`` to wait for appends in flight.
+        #: The append path takes the lock itself (a Condition's ``with`` is Python code).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Everything below is guarded by self._lock.
         self._status = OPEN
         self._seen = prior.episode_ids
         self._counter: RolloutCounter = prior.counter
@@ -187,23 +190,26 @@ class Run:
         finished or aborted, :class:`RunForkedError` in a forked child, and the writer's
         errors when the disk fails.
         """
-        self._ownership.check(self._id)
-        items, records = self._admit(*self._prepare(episodes), is_async=False)
-        if not items:
+        if self._ownership.forked:
+            self._ownership.check(self._id)
+        prepared, skipped = self._prepare(episodes)
+        lines, records = self._admit(prepared, skipped, False)
+        if not lines:
             return 0
         durable = False
         try:
             if self._writer is not None:
-                self._writer.append_many(items)
+                self._writer.append_episodes(lines)
             durable = True
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
         finally:
-            listeners = self._settle(records, durable, is_async=False)
-        self._listeners.notify(self, listeners)
-        return len(items)
+            listeners = self._settle(records, durable, False)
+        if listeners:
+            self._listeners.notify(self, listeners)
+        return len(lines)
 
     async def log_episodes_async(self, episodes: Iterable[Any]) -> int:
         """:meth:`log_episodes` for an event loop: the loop never waits on a write or an fsync.
@@ -216,27 +222,29 @@ class Run:
         that makes them durable (or fails to) counts them, whatever became of this task.
         Until then ``finish`` waits for them, and a call with the same ids skips them.
         """
-        self._ownership.check(self._id)
-        items, records = self._admit(*self._prepare(episodes), is_async=True)
-        if not items:
+        if self._ownership.forked:
+            self._ownership.check(self._id)
+        prepared, skipped = self._prepare(episodes)
+        lines, records = self._admit(prepared, skipped, True)
+        if not lines:
             return 0
         if self._writer is None:
-            self._listeners.notify(self, self._settle(records, True, is_async=True))
-            return len(items)
-        heard: list[list[DurableListener]] = []
+            self._listeners.notify(self, self._settle(records, True, True))
+            return len(lines)
+        heard: list[tuple[DurableListener, ...]] = []
 
         def settled(error: BaseException | None) -> None:  # on the thread that settled the group
-            heard.append(self._settle(records, error is None, is_async=True))
+            heard.append(self._settle(records, error is None, True))
 
         try:
-            await self._writer.append_many_async(items, on_settled=settled)
+            await self._writer.append_episodes_async(lines, on_settled=settled)
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
         # A cancelled call's listeners are not called: the next append or the seal is heard.
-        self._listeners.notify(self, heard[0] if heard else [])
-        return len(items)
+        self._listeners.notify(self, heard[0] if heard else ())
+        return len(lines)
 
     def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
         """Check, mask and serialize each episode, outside any lock (runner/admission.py):
@@ -249,83 +257,108 @@ class Run:
                 isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump")):
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         seen = self._seen
+        rules = self._episode_rules
         prepared = []
         skipped = 0
         for episode in list(episodes):
-            episode_id = _peek_id(episode)
+            if type(episode) is dict:  # _peek_id's common case (episode_id_of's reading), without the call
+                episode_id = episode.get("id")
+                if episode_id is not None and type(episode_id) is not str:
+                    episode_id = str(episode_id)
+            else:
+                episode_id = _peek_id(episode)
             # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
             # a resumed run's re-logged episodes are not even serialized; _admit decides.
             if episode_id is not None and episode_id in seen:
                 skipped += 1
                 continue
-            prepared.append(prepare_episode(episode, self._episode_rules))
+            prepared.append(prepare_episode(episode, rules, episode_id))
         return prepared, skipped
 
     def _admit(
-        self, prepared: list[Prepared], skipped: int, *, is_async: bool
-    ) -> tuple[list[tuple[str, Payload, dict[str, Any]]], list[Prepared]]:
+        self, prepared: list[Prepared], skipped: int, is_async: bool
+    ) -> tuple[list[tuple[Payload, bytes]], list[Prepared]]:
         """De-duplicate and number episodes in arrival order (lock held, no I/O).
+
+        Returns each admitted episode's payload with the rest of its line's framing (its
+        type and meta: ``episode_rest``), and the admitted episodes.
 
         All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
         included, which the numbering counts by), so once the run is found open nothing here
         can fail half way and leave ids taken, or numbers issued, by a call that raised.
         """
-        items: list[tuple[str, Payload, dict[str, Any]]] = []
-        records: list[Prepared] = []
-        with self._cond:
+        lines: list[tuple[Payload, bytes]] = []
+        records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
+        seen = self._seen
+        number_for = self._counter.next_number_for
+        lock = self._lock
+        lock.acquire()  # not ``with``: about half the cost, on every append
+        try:
             if self._status != OPEN:
                 raise self._closed_error()
-            self._skipped += skipped
+            if skipped:
+                self._skipped += skipped
             for episode in prepared:
                 episode_id = episode.episode_id
                 if episode_id is not None:
-                    if episode_id in self._seen:
+                    if episode_id in seen:
                         self._skipped += 1
+                        if records is None:
+                            records = prepared[:len(lines)]
                         continue
-                    self._seen.add(episode_id)
-                meta = {"episode_id": episode_id, "rollout_number": self._counter.next_number_for(episode.rollout_key)}
-                items.append((EPISODE, episode.payload, meta))
-                records.append(episode)
-            if items:
+                    seen.add(episode_id)
+                lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
+                if records is not None:
+                    records.append(episode)
+            if lines:
                 self._inflight += 1
-                self._inflight_async += is_async
-        return items, records
+                if is_async:
+                    self._inflight_async += 1
+        finally:
+            lock.release()
+        return lines, prepared if records is None else records
 
-    def _settle(self, records: list[Prepared], durable: bool, *, is_async: bool) -> list[DurableListener]:
+    def _settle(self, records: list[Prepared], durable: bool, is_async: bool) -> tuple[DurableListener, ...]:
         """Count durable episodes into the summary; let a waiting ``finish`` go on. Returns
         the listeners to tell (outside the lock, by whoever awaits the append).
 
         Nothing here can leave the append counted in flight: ``finish`` and the exit hook
         wait for that count, so a failure here once stranded the run forever.
         """
-        with self._cond:
-            try:
-                if durable:
-                    self._logged += len(records)
-                    for record in records:
-                        self._count_in_summary(record)
-                else:
-                    # Not durable: a retry of these episodes must not be taken for a duplicate
-                    # and silently skipped; it has to meet the writer's error again.
-                    self._seen.difference_update(record.episode_id for record in records)
-            finally:
-                self._inflight -= 1
-                self._inflight_async -= is_async
-                self._cond.notify_all()
-            return self._listeners.snapshot() if durable and self._writer is not None else []
-
-    def _count_in_summary(self, record: Prepared) -> None:
-        """Add a durable episode to the summary. It is recorded whatever happens here, so a
-        failure (reading it, before; counting it, here) is logged, never raised
-        (``check_episode`` keeps it from happening)."""
+        lock = self._lock
+        lock.acquire()  # not ``with``: about half the cost, on every append
         try:
-            reading = record.reading
-            if isinstance(reading, Exception):
-                raise reading
-            self._summary.add_reading(reading)
-        except Exception as exc:
-            _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
-                       self._id, record.episode_id, describe_error(exc))
+            if durable:
+                self._logged += len(records)
+                add_reading = self._summary.add_reading
+                for record in records:
+                    # Recorded whatever happens here, so a failure (reading it, before;
+                    # counting it, here) is logged, never raised (check_episode keeps it
+                    # from happening).
+                    reading = record.reading
+                    if type(reading) is tuple:
+                        try:
+                            add_reading(reading)
+                        except Exception as exc:
+                            self._summary_failed(record, exc)
+                    else:  # the error reading it raised
+                        self._summary_failed(record, reading)
+            else:
+                # Not durable: a retry of these episodes must not be taken for a duplicate
+                # and silently skipped; it has to meet the writer's error again.
+                self._seen.difference_update(record.episode_id for record in records)
+        finally:
+            self._inflight -= 1
+            if is_async:
+                self._inflight_async -= 1
+            if self._status != OPEN:  # only a finish (CLOSING) waits for appends in flight
+                self._cond.notify_all()
+            lock.release()
+        return self._listeners.snapshot() if durable and self._writer is not None else ()
+
+    def _summary_failed(self, record: Prepared, exc: Exception) -> None:
+        _log.error("run %s: episode %s is recorded, but the summary cannot count it: %s",
+                   self._id, record.episode_id, describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
         if self._status == CLOSING:

@@ -14,9 +14,9 @@ and :func:`frame_line` is the only code that assembles a line.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Union
 
 import orjson
 from crc32c import crc32c as checksum
@@ -74,13 +74,22 @@ def to_jsonable(record: Any) -> Any:
     return record
 
 
-def serialize(value: Any, what: str = "record") -> bytes:
+#: What a record is called in an error message: the text, or a function that makes it (a
+#: caller that builds it from an id only pays for it when something fails).
+What = Union[str, Callable[[], str]]
+
+
+def _what(what: What) -> str:
+    return what if isinstance(what, str) else what()
+
+
+def serialize(value: Any, what: What = "record") -> bytes:
     """Serialize ``value`` with orjson, or raise an error that names the offending field."""
     try:
         return orjson.dumps(value)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         path, reason = find_unserializable(value)
-        raise RecordNotSerializableError(what, path, reason or str(exc)) from None
+        raise RecordNotSerializableError(_what(what), path, reason or str(exc)) from None
 
 
 #: The deepest nesting of mappings and lists orjson serializes (the record itself is level 1).
@@ -164,6 +173,9 @@ def _path_text(keys: list[str | int]) -> str:
     return f"{text(head, True)}...({len(keys) - len(head) - len(tail)} more levels){text(tail, False)}"
 
 
+_new_tuple = tuple.__new__
+
+
 class Payload(NamedTuple):
     """A record serialized and checksummed, waiting for its sequence number.
 
@@ -176,23 +188,31 @@ class Payload(NamedTuple):
     crc: int
 
 
-def prepare(record: Any, what: str = "record") -> Payload:
+def prepare(record: Any, what: What = "record") -> Payload:
     """Serialize and checksum a record. Safe to call outside any lock, concurrently."""
-    data = serialize(to_jsonable(record), what)
+    value = record if type(record) is dict else to_jsonable(record)
+    try:
+        data = orjson.dumps(value)
+    except TypeError:  # serialize's error, naming the field
+        data = serialize(value, what)
     if len(data) + 200 > MAX_LINE_BYTES:
         raise RecordTooLargeError(
-            f"{what} is {len(data)} bytes serialized; a spool line holds at most "
+            f"{_what(what)} is {len(data)} bytes serialized; a spool line holds at most "
             f"{MAX_LINE_BYTES} bytes"
         )
-    return Payload(data, checksum(data, _DATA_OPEN_CRC))
+    # tuple.__new__: a named tuple's own __new__ is Python code, this is one C call
+    return _new_tuple(Payload, (data, checksum(data, _DATA_OPEN_CRC)))
 
 
 #: What a line holds besides its record's data and :func:`framing_rest`'s tail: ``{"data":``,
 #: ``,"seq":`` with up to 20 digits, and the trailer.
 _FRAME_BYTES = len(_DATA_OPEN) + len(b',"seq":') + 20 + TRAILER_LEN
+#: The most a record's data and its :func:`framing_rest` may hold together in one line: a
+#: sum under it needs no :func:`check_line_fits` call.
+LINE_ROOM = MAX_LINE_BYTES - _FRAME_BYTES
 
 
-def check_line_fits(payload: Payload, rest: bytes, what: str = "record") -> None:
+def check_line_fits(payload: Payload, rest: bytes, what: What = "record") -> None:
     """Raise :class:`RecordTooLargeError` when the line of ``payload`` with ``rest`` (its
     type and meta) would be longer than ``MAX_LINE_BYTES``. :func:`prepare` leaves 200
     bytes for the framing, which a long meta (an episode id of megabytes repeats in it) can
@@ -200,7 +220,7 @@ def check_line_fits(payload: Payload, rest: bytes, what: str = "record") -> None
     every record after it."""
     size = _FRAME_BYTES + len(payload.data) + len(rest)
     if size > MAX_LINE_BYTES:
-        raise RecordTooLargeError(f"{what} makes a line of {size} bytes with its meta; a spool line holds "
+        raise RecordTooLargeError(f"{_what(what)} makes a line of {size} bytes with its meta; a spool line holds "
                                   f"at most {MAX_LINE_BYTES} bytes")
 
 
@@ -219,6 +239,18 @@ def framing_rest(record_type: str, meta: Mapping[str, Any] | None = None) -> byt
     if meta is None:
         return bare
     return bare + b',"meta":' + serialize(meta, f"{record_type} meta")
+
+
+_EPISODE_META_OPEN = b',"type":"%s","meta":{"episode_id":' % EPISODE.encode("ascii")
+
+
+def episode_rest(episode_id: str | None, rollout_number: int | None) -> bytes:
+    """``framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": rollout_number})``,
+    byte for byte, without building the meta mapping or serializing it whole: the run calls
+    it once per episode, under its lock (tests/test_framing.py holds the two equal)."""
+    return b"%s%s,\"rollout_number\":%s}" % (
+        _EPISODE_META_OPEN, orjson.dumps(episode_id),
+        b"null" if rollout_number is None else b"%d" % rollout_number)
 
 
 def frame_line(payload: Payload, seq: int, rest: bytes) -> tuple[bytes, bytes, bytes]:

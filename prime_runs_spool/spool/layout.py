@@ -41,6 +41,9 @@ VERIFIERS_TRACES_NAME = "traces.jsonl"
 #: In an object store, beside a run's segments: the lease a syncer holds on the run while it
 #: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
 SYNC_LEASE_NAME = "sync.lease.json"
+#: In this user's cache, outside any spool (sync/user_cache.py): the folder of the copy locks,
+#: which keep syncs of copies of one spool folder apart (sync/copies.py, docs/sync.md "Concurrency").
+COPY_LOCKS_DIRNAME = "copies"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -76,6 +79,12 @@ def durable_mark_path(run_dir: str | os.PathLike[str], index: int) -> Path:
 def lock_path_of(segment: Path) -> Path:
     """The writer lock beside a segment file (``seg-NNNNNN.lock``)."""
     return segment.with_suffix(".lock")
+
+
+def copy_lock_path(folder: Path, stem: str) -> Path:
+    """One run's copy lock on one destination (flock'd, never deleted; it holds its last
+    holder's note, sync/copies.py): ``stem`` names the run and destination."""
+    return folder / f"{stem}.lock"
 
 
 def lock_replacement_path_of(segment: Path) -> Path:

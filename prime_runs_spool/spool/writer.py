@@ -59,6 +59,7 @@ from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
     HEADER,
+    LINE_ROOM,
     SEAL,
     SEAL_STATUSES,
     WRITER_RECORD_TYPES,
@@ -92,9 +93,8 @@ _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 10
 #: What ``append_many`` takes: ``(record_type, record)`` or ``(record_type, record, meta)``.
 Item = Union[tuple[str, Any], tuple[str, Any, Union[Mapping[str, Any], None]]]
 
-#: A record ready to be numbered: its payload, the line's tail after the sequence number,
-#: and whether it is an episode.
-_Prepared = tuple[Payload, bytes, bool]
+#: A record ready to be numbered: its payload and the line's tail after the sequence number.
+_Line = tuple[Payload, bytes]
 
 #: What ``append_many_async`` calls once its records' fate is known: None, or the error.
 Settled = Callable[[Union[BaseException, None]], None]
@@ -257,7 +257,7 @@ class SegmentWriter:
                            **identity()},
                 "prior_episodes": prior_episodes,
             }
-            writer._commit([_prepare_item(HEADER, header, None, internal=True)])
+            writer._commit([_prepare_item(HEADER, header, None, internal=True)], 0)
             _fsync_dir(folder)
         except BaseException:
             writer._abandon()
@@ -308,19 +308,31 @@ class SegmentWriter:
 
     def append(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """Append one record; returns its sequence number once the line is durable."""
-        return self._commit([_prepare_item(record_type, record, meta)])
+        return self._commit([_prepare_item(record_type, record, meta)], record_type == EPISODE)
 
     def append_many(self, items: Iterable[Item]) -> list[int]:
         """Append records as one group (contiguous sequence numbers); returns once all are durable."""
-        prepared = self._prepare_items(items)
-        if not prepared:
+        lines, episodes = self._prepare_items(items)
+        if not lines:
             return []
-        first = self._commit(prepared)
-        return list(range(first, first + len(prepared)))
+        first = self._commit(lines, episodes)
+        return list(range(first, first + len(lines)))
+
+    def append_episodes(self, lines: list[tuple[Payload, bytes]]) -> int:
+        """Append episode records as one group; returns the first sequence number once all
+        are durable. Each line is given as its prepared payload and its ``framing_rest``
+        (``format.episode_rest``): the run builds both, outside this writer's mutex, so
+        nothing is serialized here (``append_many`` serializes each meta)."""
+        if not lines:
+            return self.next_seq
+        for payload, rest in lines:  # _checked, without the call
+            if len(payload.data) + len(rest) > LINE_ROOM:
+                check_line_fits(payload, rest, EPISODE)
+        return self._commit(lines, len(lines))
 
     async def append_async(self, record_type: str, record: Any, meta: Mapping[str, Any] | None = None) -> int:
         """:meth:`append` for asyncio: the event loop never waits on a write or an fsync."""
-        return await self._commit_async([_prepare_item(record_type, record, meta)])
+        return await self._commit_async([_prepare_item(record_type, record, meta)], record_type == EPISODE)
 
     async def append_many_async(self, items: Iterable[Item], *, on_settled: Settled | None = None) -> list[int]:
         """:meth:`append_many` for asyncio.
@@ -335,9 +347,24 @@ class SegmentWriter:
         is called even when the awaiting task is cancelled (a ``wait_for`` timeout) after the
         records were queued, which does not stop them reaching the disk.
         """
+        first, count = await self._append_prepared_async(lambda: self._prepare_items(items), on_settled)
+        return list(range(first, first + count))
+
+    async def append_episodes_async(self, lines: list[tuple[Payload, bytes]], *,
+                                    on_settled: Settled | None = None) -> int:
+        """:meth:`append_episodes` for asyncio; ``on_settled`` as for :meth:`append_many_async`.
+        Returns the first sequence number (the next one when ``lines`` is empty)."""
+        first, count = await self._append_prepared_async(lambda: (_checked(lines), len(lines)), on_settled)
+        return first if count else self.next_seq
+
+    async def _append_prepared_async(self, prepare: Callable[[], tuple[list[_Line], int]],
+                                     on_settled: Settled | None) -> tuple[int, int]:
+        """Queue the lines ``prepare()`` returns (with how many are episodes) and wait for
+        them; returns their first sequence number and how many there were (see
+        :meth:`append_many_async` for ``on_settled``)."""
         try:
-            prepared = self._prepare_items(items)
-            future, first = self._queue_async(prepared, on_settled) if prepared else (None, 0)
+            prepared, episodes = prepare()
+            future, first = self._queue_async(prepared, episodes, on_settled) if prepared else (None, 0)
         except BaseException as exc:
             if on_settled is not None:
                 on_settled(exc)
@@ -345,22 +372,23 @@ class SegmentWriter:
         if future is None:
             if on_settled is not None:
                 on_settled(None)
-            return []
+            return 0, 0
         await future
-        return list(range(first, first + len(prepared)))
+        return first, len(prepared)
 
-    async def _commit_async(self, prepared: list[_Prepared]) -> int:
-        future, first = self._queue_async(prepared, None)
+    async def _commit_async(self, prepared: list[_Line], episodes: int) -> int:
+        future, first = self._queue_async(prepared, episodes, None)
         await future
         return first
 
-    def _queue_async(self, prepared: list[_Prepared], on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
+    def _queue_async(self, prepared: list[_Line], episodes: int,
+                     on_settled: Settled | None) -> tuple[asyncio.Future[None], int]:
         """Number ``prepared`` and queue it in the open batch (no await: nothing can cancel
         it half way); returns the future its flush settles and the first sequence number."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._mutex:
-            first, parts = self._number(prepared)
+            first, parts = self._number(prepared, episodes)
             batch = self._open
             if batch is None:
                 batch = self._open = Batch()
@@ -399,7 +427,7 @@ class SegmentWriter:
                 "summary": summary,
                 "error": error,
             }
-            seq, parts = self._number([_prepare_item(SEAL, data, None, internal=True)])
+            seq, parts = self._number([_prepare_item(SEAL, data, None, internal=True)], 0)
             joined = self._join(parts)
             self._closing = True
         self._wait(joined, parts)
@@ -436,12 +464,15 @@ class SegmentWriter:
     # queued by then: the busier the writer, the bigger the groups.
 
     @staticmethod
-    def _prepare_items(items: Iterable[Item]) -> list[_Prepared]:
-        prepared: list[_Prepared] = []
+    def _prepare_items(items: Iterable[Item]) -> tuple[list[_Line], int]:
+        """The items' lines, and how many of them are episodes."""
+        prepared: list[_Line] = []
+        episodes = 0
         for item in items:
             meta = item[2] if len(item) > 2 else None  # type: ignore[misc]
             prepared.append(_prepare_item(item[0], item[1], meta))
-        return prepared
+            episodes += item[0] == EPISODE
+        return prepared, episodes
 
     def _check_open(self) -> None:
         if self._forked:
@@ -456,20 +487,21 @@ class SegmentWriter:
         if self._closing:
             raise WriterClosedError(f"{self._path}: writer is sealed or closed")
 
-    def _number(self, prepared: list[_Prepared]) -> tuple[int, list[bytes | memoryview]]:
+    def _number(self, prepared: list[_Line], episodes: int) -> tuple[int, list[bytes | memoryview]]:
         """Give lines their sequence numbers and frame them (mutex held).
 
         Returns the first sequence number and the lines' parts. Only the short tail of each
         line (sequence number and checksum) is built here; the rest was prepared outside.
         """
-        self._check_open()
+        if self._forked or self._failure is not None or self._closing:
+            self._check_open()  # raises
         first = seq = self._next_seq
         parts: list[bytes | memoryview] = []
-        for payload, rest, is_episode in prepared:
+        for payload, rest in prepared:
             parts += frame_line(payload, seq, rest)
-            self._episodes += is_episode
             seq += 1
         self._next_seq = seq
+        self._episodes += episodes
         return first, parts
 
     def _join(self, parts: list[bytes | memoryview]) -> Any:
@@ -510,11 +542,24 @@ class SegmentWriter:
         if error is not None:
             raise error
 
-    def _commit(self, prepared: list[_Prepared]) -> int:
-        with self._mutex:
-            first, parts = self._number(prepared)
-            joined = self._join(parts)
-        self._wait(joined, parts)
+    def _commit(self, prepared: list[_Line], episodes: int) -> int:
+        mutex = self._mutex
+        mutex.acquire()  # not ``with``: about half the cost, on every append
+        try:
+            first, parts = self._number(prepared, episodes)
+            if self._flushing:
+                joined = self._join(parts)
+            else:  # nobody flushing: ours to write and sync, inline (the lone appender's path)
+                self._flushing = True
+                joined = None
+        finally:
+            mutex.release()
+        if joined is None:
+            error = self._lead(None, parts)
+            if error is not None:
+                raise error
+        else:
+            self._wait(joined, parts)
         return first
 
     def _lead_open(self, batch: Batch) -> None:
@@ -525,41 +570,55 @@ class SegmentWriter:
 
     def _lead(self, batch: Batch | None, parts: list[bytes | memoryview]) -> SpoolWriteError | None:
         """Write and sync ``parts`` (the caller holds the flushing job), pass the job on to the
-        next batch, then settle ``batch`` (``None`` for a lone appender's own lines)."""
-        error: SpoolWriteError | None = None
-        failure: OSError | None = None
-        unexpected: BaseException | None = None
+        next batch, then settle ``batch`` (``None`` for a lone appender's own lines).
+
+        Returns the error the group failed with (also set on ``batch``), or None."""
         try:
             self._flush(parts)
-        except OSError as exc:
-            failure = exc
-        except BaseException as exc:  # not a disk error, but what reached the disk is unknown
-            unexpected = exc
-            failure = OSError(f"flush interrupted by {type(exc).__name__}: {exc}")
-        if failure is not None:
-            error = self._write_error(failure)
-        successor: Any = None
-        with self._mutex:
+        except BaseException as exc:
+            return self._lead_failed(batch, exc)
+        mutex = self._mutex
+        mutex.acquire()  # not ``with``: about half the cost, on every flush
+        try:
             queued = self._open
-            if failure is not None:
-                self._failure = failure
-                self._release()
-            if queued is None or failure is not None:
-                # The chain ends. A failure fails what is queued too: it can never be written.
-                self._open = None
+            if queued is None:  # the chain ends
                 self._flushing = False
                 if self._closers:
                     self._idle.notify_all()
             else:
                 successor = queued.leader = queued.waiters[0] if queued.waiters else True
+        finally:
+            mutex.release()
         if queued is not None:
-            if failure is not None:
-                queued.error = error
-                settle_batch(queued)
-            elif successor is True:  # only async callers queued: a helper thread leads them
+            if successor is True:  # only async callers queued: a helper thread leads them
                 self._start_helper(self._lead_open, queued)
             else:
                 successor.release()
+        if batch is not None:
+            settle_batch(batch)
+        return None
+
+    def _lead_failed(self, batch: Batch | None, exc: BaseException) -> SpoolWriteError:
+        """:meth:`_lead` once its flush raised ``exc``: the writer is broken for good, and the
+        group and everything queued behind it fail with the error (raised again when it
+        was not a disk error: what reached the disk is unknown)."""
+        if isinstance(exc, OSError):
+            failure, unexpected = exc, None
+        else:
+            failure, unexpected = OSError(f"flush interrupted by {type(exc).__name__}: {exc}"), exc
+        error = self._write_error(failure)
+        with self._mutex:
+            queued = self._open
+            self._failure = failure
+            self._release()
+            # The chain ends. A failure fails what is queued too: it can never be written.
+            self._open = None
+            self._flushing = False
+            if self._closers:
+                self._idle.notify_all()
+        if queued is not None:
+            queued.error = error
+            settle_batch(queued)
         if batch is not None:
             batch.error = error
             settle_batch(batch)
@@ -592,24 +651,54 @@ class SegmentWriter:
         if fd is None:
             raise OSError(f"{self._path} is closed")
         total = sum(map(len, parts))
+        if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
+            written = _writev(fd, parts)
+            if written != total:
+                self._write_rest(fd, parts, written)
+        else:
+            self._write_rest(fd, parts, None)
+        _fdatasync(fd)
+        # _check_files, its common case inline (once per flush).
+        if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and time.monotonic() >= self._next_lock_check):
+            self._check_files()
+        self._durable += total
+        mark = self._mark_fd
+        if mark is not None:
+            # The durable mark. Not fsync'd: it only means anything while this process lives
+            # (readers ignore it otherwise), and a stale mark only makes a reader wait.
+            try:
+                os.pwrite(mark, b"%020d\n" % self._durable, 0)
+            except OSError:
+                pass  # readers then stop at the last mark that was written: later, not wrong
+
+    def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
+        """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
+        of them), or all of them (``None``), looping over short writes and IOV_MAX chunks."""
         start = 0
+        if written is not None:
+            if written <= 0:
+                raise OSError(f"writev wrote {written} bytes to {self._path}")
+            start = self._skip_written(parts, 0, len(parts), written)
         while start < len(parts):
             chunk = parts[start : start + _IOV_MAX]
             written = _writev(fd, chunk)
             if written <= 0:
                 raise OSError(f"writev wrote {written} bytes to {self._path}")
-            # Skip the parts written whole; keep the unwritten rest of a partly written one.
-            for part in chunk:
-                size = len(part)
-                if written < size:
-                    parts[start] = memoryview(part)[written:]
-                    break
-                written -= size
-                start += 1
-        _fdatasync(fd)
-        self._check_files()
-        self._durable += total
-        self._publish_durable()
+            start = self._skip_written(parts, start, start + len(chunk), written)
+
+    @staticmethod
+    def _skip_written(parts: list[bytes | memoryview], start: int, end: int, written: int) -> int:
+        """Skip the parts written whole; keep the unwritten rest of a partly written one.
+        Returns the index of the first part not written whole."""
+        while start < end:
+            part = parts[start]
+            size = len(part)
+            if written < size:
+                parts[start] = memoryview(part)[written:]
+                break
+            written -= size
+            start += 1
+        return start
 
     def _check_files(self) -> None:
         """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
@@ -657,15 +746,6 @@ class SegmentWriter:
         self._lock_watch = os.dup(fd)
         _log.warning("%s: the writer lock file was deleted while this process held it; put it back "
                      "(a process that opened the run meanwhile may be writing it too)", target)
-
-    def _publish_durable(self) -> None:
-        """Overwrite the durable mark. Not fsync'd: it only means anything while this process
-        lives (readers ignore it otherwise), and a stale mark only makes a reader wait."""
-        if self._mark_fd is not None:
-            try:
-                os.pwrite(self._mark_fd, b"%020d\n" % self._durable, 0)
-            except OSError:
-                pass  # readers then stop at the last mark that was written: later, not wrong
 
     def _write_error(self, failure: OSError) -> SpoolWriteError:
         if isinstance(failure, SegmentGoneError):
@@ -764,7 +844,15 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Prepared:
+def _checked(lines: list[_Line]) -> list[_Line]:
+    """``lines`` (episodes given with their ``format.episode_rest``), once each is known to fit a line."""
+    for payload, rest in lines:
+        if len(payload.data) + len(rest) > LINE_ROOM:  # check_line_fits's bound, without the call
+            check_line_fits(payload, rest, EPISODE)
+    return lines
+
+
+def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None, internal: bool = False) -> _Line:
     """Serialize and checksum a record and build its line's fixed tail, outside any lock."""
     if not internal and record_type in WRITER_RECORD_TYPES:
         raise ValueError(f"{record_type!r} records are written by the writer itself")
@@ -773,4 +861,4 @@ def _prepare_item(record_type: str, record: Any, meta: Mapping[str, Any] | None,
     # numbers episodes first) hands over a Payload it prepared itself.
     payload = record if isinstance(record, Payload) else prepare(record, record_type)
     check_line_fits(payload, rest, record_type)
-    return payload, rest, record_type == EPISODE
+    return payload, rest

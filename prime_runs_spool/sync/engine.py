@@ -16,6 +16,7 @@ from typing import Any
 
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import (
+    CopyBusyError,
     CorruptSpoolError,
     SampleCountMismatchError,
     SampleTooLargeError,
@@ -28,6 +29,7 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
+from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
@@ -129,6 +131,8 @@ class RunSync:
             except SampleCountMismatchError as exc:
                 self._record_mismatch(exc)
                 raise
+        except CopyBusyError as exc:  # the other copy is syncing the run: not a failure
+            report.state, report.error = "skipped", str(exc)
         except CorruptSpoolError as exc:
             report.state, report.error = "corrupt", f"{exc}; everything before it was pushed"
         except (SpoolError, SampleTooLargeError) as exc:
@@ -213,13 +217,47 @@ class RunSync:
             else:
                 self._dry_run()
             return
-        adopted = self.evaluation.ensure(self.manifest, fresh=fresh, untrusted=untrusted)
+        # From here on the pass may write to the platform: one copy of the run at a time on
+        # this machine (sync/copies.py), whichever folder it is in.
+        copies = CopyLock(self.destination.key, local_id, self.options.replay_id, self.protocol.path,
+                          str(self.run_dir)).hold(self.options.copy_wait)
+        try:
+            self._fence_other_copy(copies.in_doubt())
+            self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign)
+        finally:
+            copies.release(self.state.in_flight)
+
+    def _fence_other_copy(self, sent_at: float | None) -> None:
+        """Wait out a request the last pass of another copy of the run may still have on its
+        way (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
+        now = self.protocol.clock()
+        if sent_at is None or sent_at + self.options.request_lifetime <= now:
+            return  # none, or one that can no longer land
+        self.report.warnings.append("the last sync of another copy of this run ended with a request in doubt; "
+                                    "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
+        self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
+
+    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool) -> None:
+        """The pass's part that writes to the platform, under the run's copy lock.
+        ``foreign``: another state (a copy of the spool) may have pushed to the run's
+        evaluation since this state was last written, so nothing in it is trusted unchecked."""
+        state = self.state
+        pending = state.in_flight
+        if foreign and pending is not None and pending.kind == "samples":
+            # Our request in doubt, and another copy may have pushed since: its count cannot
+            # tell whether ours landed. Waited out, the platform's count is the whole truth
+            # (checked below, as a state from disk is).
+            self.protocol.fence(pending.sent_at)
+            state.in_flight = None
+        # A copy may have created the evaluation meanwhile: looked for before one is created.
+        adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
         if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
             return
         self.reconciler.reconcile(force=adopted)
-        # A state that parses is a cache, not the truth (an older copy, an edit): checked
-        # against the platform before anything is pushed, unless this process wrote it.
-        if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch):
+        # A state that parses is a cache, not the truth (an older copy, an edit, another copy
+        # having pushed since): checked against the platform before anything is pushed,
+        # unless this process wrote it and no other copy held the run since.
+        if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch or foreign):
             if self.reconciler.verify():
                 self.report.warnings.append("the sync state disagreed with the platform; the platform's "
                                             "count was taken (docs/sync.md, \"State\")")

@@ -28,6 +28,7 @@ there loses nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -60,6 +61,8 @@ IDLE_POLL_CAP = 1.0
 TRUSTED_LOOK_INTERVAL = 30.0
 #: Walks of the paths for new runs when every folder of the tree is watched: a safety net.
 TRUSTED_RESCAN_INTERVAL = 30.0
+#: How soon a pass skipped because another sync was pushing a copy of the run is tried again.
+COPY_RETRY_INTERVAL = 1.0
 #: How often a wait on events looks at the stop flag.
 STOP_CHECK_INTERVAL = 0.25
 
@@ -258,8 +261,10 @@ class Follower:
             return
         followed.done = False
         followed.seen = current
-        report = RunSync(followed.run_dir, self.client, self.destination, self.options,
-                         sleep=self._sleep, index=self.index).run()
+        # copy_wait 0: a copy of the run pushed by another sync must not hold up every other
+        # run followed; the pass reports it skipped and is tried again (see _record).
+        report = RunSync(followed.run_dir, self.client, self.destination,
+                         dataclasses.replace(self.options, copy_wait=0.0), sleep=self._sleep, index=self.index).run()
         self._record(followed, report, live=current[1])
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:
@@ -281,6 +286,12 @@ class Follower:
         else:
             followed.errors = 0
             followed.done = report.state in DONE_STATES and not live
+        if report.state == "skipped":
+            # Another sync is pushing a copy of the run (sync/copies.py): a pass again soon,
+            # whether or not this spool changes (that copy may end before it has all of this one).
+            followed.seen = None
+            followed.next_look = self.clock() + COPY_RETRY_INTERVAL
+            report.error = f"{report.error}; tried again every {COPY_RETRY_INTERVAL:g} s"
         if followed.done:
             self._release(followed)
         if previous is None or (previous.state, previous.evaluation_id, previous.error) != (

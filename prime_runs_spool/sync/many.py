@@ -45,8 +45,10 @@ def sync_run(
     on_progress: Callable[[RunReport], None] | None = None,
     index: EvaluationIndex | None = None,
 ) -> RunReport:
-    """Sync one run, unless another sync holds it (then report ``skipped``, or wait).
-    ``index``: the environment listings shared with the other runs of this sync."""
+    """Sync one run, unless another sync holds it, or a copy of it (then report ``skipped``,
+    or wait). ``index``: the environment listings shared with the other runs of this sync."""
+    if wait:  # for a copy of the run in another folder too (sync/copies.py)
+        options = dataclasses.replace(options, copy_wait=None)
     lock = sync_lock(run_dir, wait=wait)
     try:
         lock.acquire()

@@ -38,6 +38,13 @@ def seconds_problem(value: float, minimum: float = 0.0) -> str | None:
     return None
 
 
+#: Seconds a pass waits by default for another sync pushing a copy of the same run to the
+#: same destination before it reports the run ``skipped`` (sync/copies.py; ``prime-runs sync
+#: --copy-wait``, env PRIME_RUNS_COPY_WAIT).
+DEFAULT_COPY_WAIT = 30.0
+#: The environment variable that sets ``--copy-wait``.
+COPY_WAIT_ENV = "PRIME_RUNS_COPY_WAIT"
+
 #: Report states that mean the run did not get where it should (exit 1).
 FAILED_STATES = frozenset({"error", "corrupt"})
 
@@ -80,6 +87,10 @@ class SyncOptions:
     to: str = SAMPLES
     #: Uncompressed bytes at which a traces batch closes (tests use smaller ones).
     traces_batch_bytes: int | None = None
+    #: Seconds a pass waits for another sync on this machine pushing a copy of the same run
+    #: (sync/copies.py) before reporting it ``skipped``; None: until that one is done
+    #: (``--wait``); 0: not at all (the follower, which tries again shortly).
+    copy_wait: float | None = DEFAULT_COPY_WAIT
 
 
 @dataclass
@@ -92,7 +103,7 @@ class RunReport:
     pushed_now: int = 0
     pushed_total: int = 0
     #: up_to_date, synced (completed and finalized), live, failed, crashed, corrupt,
-    #: skipped (another sync holds it), dry_run, error
+    #: skipped (another sync holds it, or a copy of it), dry_run, error
     state: str = "error"
     error: str | None = None
     warnings: list[str] = field(default_factory=list)

@@ -46,10 +46,10 @@ from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
 from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
 from prime_runs_spool.sync.status import RunStatus, run_status
+from prime_runs_spool.sync.user_cache import cache_root
 
 #: How many times a pass starts over after another syncer's state write got in between.
 CONFLICT_PASSES = 3
-CACHE_ENV = "XDG_CACHE_HOME"
 
 
 class StoreProtocol(Protocol):
@@ -132,8 +132,7 @@ def _parse(data: bytes) -> SyncState | None:
 def default_local_root(url: str, state_dir: Path | None) -> Path:
     """This machine's folder for one store URL: under ``--state-dir`` when given (the state
     lives there), else in the user's cache (only copies of the store's state live there)."""
-    base = state_dir if state_dir is not None else (
-        Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "prime-runs")
+    base = state_dir if state_dir is not None else cache_root()
     root = base.expanduser() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
     try:
         root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
@@ -151,6 +150,8 @@ class StoreRunSync:
     def __init__(self, run: StoreRun, client: PlatformClient, destination: Destination, options: SyncOptions,
                  *, in_store: bool, wait: bool, index: EvaluationIndex | None,
                  on_progress: Callable[[RunReport], None] | None) -> None:
+        if wait:  # for a copy of the run on this machine too (sync/copies.py)
+            options = dataclasses.replace(options, copy_wait=None)
         self.run, self.client, self.destination, self.options = run, client, destination, options
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
         self._locate(options.replay_id)

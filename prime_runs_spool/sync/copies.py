@@ -1,0 +1,209 @@
+"""Copies of one spool on this machine: the lock that keeps their passes apart, and what each
+holder leaves for the next (docs/sync.md, "Concurrency").
+
+The sync lock (``spool/sync.lock``) belongs to a spool's folder, so it does not see a copy of
+the folder (``cp -r``, one CI artifact unpacked by two jobs). What two copies share is on the
+platform: the run's one evaluation, found by the run's key (local run id, replay id) on one
+destination (sync/evaluation.py). So the part of a pass that may write to the platform (find
+or create the evaluation, append, finish) also holds a lock named by destination and run
+key, in this user's cache (``$XDG_CACHE_HOME/prime-runs/copies/``, spool/layout.py; folders
+0700, files 0600). It is an ``flock``: the kernel drops it when its holder dies, SIGKILL
+included, and its file is never deleted (unlinking a locked file lets a second holder in on
+a new inode).
+
+A lock alone is not enough, because each copy keeps a sync state of its own. So the lock file
+also holds a note, rewritten by each holder: which state file it syncs from, whether its pass
+is under way, and, when the pass ended, the send time of a request it left in doubt. A pass
+that finds another state named there, or none (:attr:`CopyLock.foreign`), knows another copy
+may have pushed since its own state was written, even one this process wrote itself: it
+checks that state against the platform before sending anything, as after a crash
+(sync/reconcile.py, ``Reconciler.verify``). And before it reads the platform at all, it waits
+out a request that other copy may still have on its way (:meth:`CopyLock.in_doubt`), as the
+protocol waits out its own (sync/protocol.py, ``Protocol.fence``): a holder that ended with
+one says when it was sent; one that died mid-pass left its note "under way", and its state
+file, which announces every request before it is sent, says whether one was.
+
+What this does not cover: copies synced at once from two machines, or by two users (each has
+its own cache), or by syncs whose ``XDG_CACHE_HOME`` differ. The platform's create and append
+are not idempotent and take no token that would let the second be refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.errors import CopyBusyError, SyncError
+from prime_runs_spool.spool.layout import COPY_LOCKS_DIRNAME, FILE_MODE, copy_lock_path, printable, read_regular_file
+from prime_runs_spool.sync.options import COPY_WAIT_ENV
+from prime_runs_spool.sync.state import InFlight, StateFormatError, SyncState
+from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
+
+#: How often a waiting pass tries the lock again.
+POLL = 0.1
+#: What :meth:`CopyLock.in_doubt` answers when another copy's pass may have left a request in
+#: flight at a time it cannot tell: the caller waits a whole request lifetime.
+UNKNOWN = math.inf
+#: The request kinds a copy's later pass could send a second time (sync/state.py, InFlight).
+#: A traces batch is not among them: it is content-addressed, a resend is answered with the
+#: receipt (sync/traces.py).
+_NOT_IDEMPOTENT = frozenset({"create", "samples", "finalize"})
+
+
+def run_key_digest(destination_key: str, local_run_id: str, replay_id: str | None) -> str:
+    """The file name stem for one run on one destination (JSON keeps the parts apart)."""
+    return hashlib.sha256(orjson.dumps([destination_key, local_run_id, replay_id])).hexdigest()[:32]
+
+
+class CopyLock:
+    """The lock of one run (its key) on one destination, held by the pass syncing from the
+    state file ``holder``: ``with CopyLock(...).hold(wait) as lock: ...``, and
+    :meth:`release` says what the pass leaves in doubt."""
+
+    def __init__(self, destination_key: str, local_run_id: str, replay_id: str | None, holder: Path,
+                 run: str) -> None:
+        self.stem = run_key_digest(destination_key, local_run_id, replay_id)
+        self.local_run_id = local_run_id
+        #: The state file this pass syncs from, what tells the copies apart (its absolute
+        #: path's bytes in hex: a folder name need not be UTF-8, the note is JSON).
+        self.holder = os.fsencode(os.path.abspath(holder)).hex()
+        #: The run's folder (or URL), named to whoever waits for it.
+        self.run = printable(run)
+        #: Set by :meth:`hold`: whether the last pass that held the lock synced another state
+        #: (or none is known), so this pass's state may be behind the platform.
+        self.foreign = True
+        #: The note the last holder left, as found by :meth:`hold`.
+        self.previous: dict[str, Any] = {}
+        self._fd: int | None = None
+
+    def hold(self, wait: float | None) -> CopyLock:
+        """Take the lock, waiting at most ``wait`` seconds (None: until it is free; the wait
+        is real time, whatever clock the engine runs on), and note this pass under way.
+        :class:`CopyBusyError` when another pass still holds it, naming its folder;
+        :class:`SyncError` when the folder or file cannot be used."""
+        try:
+            try:
+                fd = os.open(copy_lock_path(_folder(), self.stem), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+            except FileNotFoundError:  # the cache was cleared while this process ran
+                fd = os.open(copy_lock_path(_folder(again=True), self.stem),
+                             os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+        except OSError as exc:
+            raise SyncError(f"cannot take this run's copy lock in {printable(str(exc.filename or COPY_LOCKS_DIRNAME))}: "
+                            f"{exc.strerror or exc}; set {CACHE_ENV} to a writable folder") from None
+        try:
+            deadline = None if wait is None else time.monotonic() + max(0.0, wait)
+            while not _try_lock(fd):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise CopyBusyError(self._busy_message(_read_note(fd), wait))
+                time.sleep(POLL if left is None else min(POLL, left))
+            self.previous = _read_note(fd)
+            self.foreign = self.previous.get("holder") != self.holder
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True})
+        except BaseException:
+            os.close(fd)  # drops the lock too, if it was taken
+            raise
+        self._fd = fd
+        return self
+
+    def in_doubt(self) -> float | None:
+        """The wall-clock send time of a request another copy's pass may still have on its
+        way, which this pass must wait out (``Protocol.fence``) before it reads the platform;
+        :data:`UNKNOWN` when there may be one sent at a time the note cannot tell; None when
+        there is none, or it is this pass's own state's to settle (the last holder synced
+        from it)."""
+        note = self.previous
+        if not self.foreign or not note:
+            return None
+        if not note.get("under_way"):
+            sent_at = note.get("in_doubt")
+            return float(sent_at) if isinstance(sent_at, (int, float)) and not isinstance(sent_at, bool) else None
+        # It died mid-pass: its state file announced any request before sending it.
+        try:
+            state = SyncState.from_json(read_regular_file(os.fsdecode(bytes.fromhex(str(note["holder"])))))
+        except (KeyError, OSError, ValueError, StateFormatError):
+            return UNKNOWN  # moved, deleted or damaged since: it cannot say
+        pending = state.in_flight
+        return pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
+
+    def release(self, pending: InFlight | None = None) -> None:
+        """Let the next pass in, noting the send time of ``pending``, the request this pass
+        leaves unsettled (its state's ``in_flight``), for another copy to wait out."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
+        try:
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt})
+        finally:
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    def __enter__(self) -> CopyLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _busy_message(self, note: dict[str, Any], wait: float | None) -> str:
+        other = note.get("run") if isinstance(note.get("run"), str) else "another folder"
+        waited = (f"waited {wait:g} s for it (--copy-wait S or {COPY_WAIT_ENV} waits longer, --wait until it "
+                  "is done)") if wait else "not waited for"
+        return (f"another prime-runs sync on this machine is pushing a copy of this run (local run id "
+                f"{self.local_run_id}) to this destination, from {other}; {waited}")
+
+
+_NO_FOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+#: The copy locks' folder, made (0700) once per process and cache location: checking it at
+#: every pass cost more than the lock itself.
+_FOLDERS: dict[tuple[str | None, str | None], Path] = {}
+
+
+def _folder(*, again: bool = False) -> Path:
+    key = (os.environ.get(CACHE_ENV), os.environ.get("HOME"))
+    folder = None if again else _FOLDERS.get(key)
+    if folder is None:
+        folder = _FOLDERS[key] = private_folder(COPY_LOCKS_DIRNAME)
+    return folder
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise SyncError(f"cannot take this run's copy lock: {exc.strerror}") from None
+    return True
+
+
+def _write_note(fd: int, note: dict[str, Any]) -> None:
+    """Replace the note in the lock file: one write at its start, then the rest cut off. A
+    holder killed between the two leaves the new note followed by the old one's tail, which
+    :func:`_read_note` ignores. Not fsync'd: after a power cut every state is read by a new
+    process, which checks it against the platform anyway (SyncState.written_here)."""
+    data = orjson.dumps(note)
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+
+
+def _read_note(fd: int) -> dict[str, Any]:
+    """The note at the start of the lock file: {} for a new lock; for bytes that are no note
+    (torn by a power cut), one that says a pass was under way, from a state it cannot name."""
+    data = os.pread(fd, 1 << 16, 0)
+    if not data:
+        return {}
+    try:
+        note, _ = json.JSONDecoder().raw_decode(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        note = None
+    return note if isinstance(note, dict) else {"under_way": True}

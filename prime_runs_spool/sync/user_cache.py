@@ -1,0 +1,35 @@
+"""This user's cache folder for prime-runs on this machine: ``$XDG_CACHE_HOME/prime-runs``
+(default ``~/.cache/prime-runs``).
+
+What sync keeps outside the spools lives under it: the copies of states held in an object
+store (sync/store_sync.py) and the per-run locks that keep copies of one spool apart
+(sync/copies.py). One place says where, so both follow ``XDG_CACHE_HOME`` alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prime_runs_spool.spool.layout import DIR_MODE
+
+#: The environment variable that moves the cache (the XDG base directory convention).
+CACHE_ENV = "XDG_CACHE_HOME"
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/prime-runs``, else ``~/.cache/prime-runs`` (not created)."""
+    return (Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "prime-runs").expanduser()
+
+
+def private_folder(name: str) -> Path:
+    """``cache_root()/name``, created if needed, both folders 0700 (another user of the
+    machine must not read what sync keeps there, nor plant files in it). OSError when it
+    cannot be created."""
+    root = cache_root()
+    folder = root / name
+    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    for path in (root, folder):
+        if path.stat().st_mode & 0o777 != DIR_MODE:
+            os.chmod(path, DIR_MODE)
+    return folder
