@@ -712,3 +712,59 @@ def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_oth
     assert result.returncode == 0, result.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
     assert set(modes.values()) == {0o600}, modes
+
+
+@pytest.mark.parametrize("name", ["seg-000001.lock", "seg-000001.durable"])
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["sync", "--local", "--db", "{db}"], ["view", "--export", "{out}"]])
+def test_a_segment_lock_or_durable_mark_that_is_a_fifo_does_not_hang_any_command(tmp_path: Path, name: str,
+                                                                               command: list[str]) -> None:
+    """The reader opened a segment's writer lock (to probe it) and its durable mark
+    (before every walk of the segment) with a blocking open: a FIFO in either place, in a
+    spool received from elsewhere, held verify, status, sync and view forever."""
+    builder = build_run(tmp_path / "runs" / "r", "fifo-lock", 2, status=None)  # unsealed: its lock is probed
+    target = builder.run_dir / "spool" / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    argv = [a.replace("{db}", str(tmp_path / "local.db")).replace("{out}", str(tmp_path / "site")) for a in command]
+    try:
+        result = subprocess.run(CLI + argv + [str(tmp_path / "runs")], capture_output=True, text=True, timeout=30,
+                                env=child_env())
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command)} still ran after 30 s with {name} a FIFO")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
+
+
+def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """store.read fetched an object whole: a received bucket with gigabytes at a run's
+    sync/<dest>.json (or its lease) was read into memory, run by run."""
+    from prime_runs_spool.store import objects
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(objects, "MAX_SMALL_OBJECT_BYTES", 4096)
+    store = _memory_store_with(tmp_path, "a", "b")
+    reports = _store_sync_local(tmp_path, store)
+    assert [r.state for r in reports] == ["synced", "synced"], reports
+    (key,) = [i.key for i in store.list() if i.key.startswith("a/spool/sync/") and i.key.endswith(".json")]
+    store.replace(key, b"{" + b" " * 10_000 + b"}", store.read(key)[1])
+    fetched = store.stats["bytes_read"]
+    (first, second) = _store_sync_local(tmp_path, store)
+    assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
+    assert second.state == "up_to_date", second
+    assert store.stats["bytes_read"] - fetched < 10_000
+
+
+def test_a_huge_local_state_file_is_set_aside_not_read_into_memory(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from prime_runs_spool.spool import layout
+    from prime_runs_spool.sync.state import load_state, remote_destination
+    from prime_runs_spool.errors import StateProblem
+
+    monkeypatch.setattr(layout, "MAX_SMALL_FILE_BYTES", 4096)
+    path = tmp_path / "state.json"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # a sparse gigabyte: nothing of it may be read
+    with pytest.raises(StateProblem) as caught:
+        load_state(path, destination=remote_destination("http://x", None), local_run_id="r")
+    assert "larger than 4,096 bytes" in str(caught.value), caught.value

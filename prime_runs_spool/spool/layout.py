@@ -215,6 +215,12 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     return fd
 
 
+#: The most :func:`read_regular_file` reads, and an object store's small reads: far more
+#: than any sync state, etag, lease or import JSON file holds. One of gigabytes (a received
+#: spool's ``sync/<dest>.json``) was read into memory whole.
+MAX_SMALL_FILE_BYTES = 64 * 1024 * 1024
+
+
 def read_regular_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file at ``path`` (a symlink is followed); an ``OSError``
     (EINVAL, "not a regular file") for anything else. For the small files read whole
@@ -224,9 +230,12 @@ def read_regular_file(path: str | os.PathLike[str]) -> bytes:
     unpacked from a tarball) may hold either."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
-        return file.read()
+        if info.st_size > MAX_SMALL_FILE_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_SMALL_FILE_BYTES:,} bytes", os.fspath(path))
+        return file.read(MAX_SMALL_FILE_BYTES + 1)
 
 
 def special_file_kind(path: str | os.PathLike[str]) -> str | None:

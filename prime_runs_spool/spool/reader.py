@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,11 +356,16 @@ def durable_mark(segment: Path) -> int:
 
     Read it only after :func:`writer_alive` said yes: a dead writer's mark means nothing.
     """
-    try:
-        with open(durable_mark_path_of(segment), "rb") as f:
-            text = f.read(64)
+    try:  # non-blocking, and regular files only: a FIFO there held every reader at open forever
+        fd = os.open(durable_mark_path_of(segment), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return 0
+    try:
+        text = os.read(fd, 64) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
     try:
         return int(text.strip() or b"0")
     except ValueError:
@@ -377,11 +383,13 @@ def writer_alive(segment: Path) -> bool:
     own = getattr(segment, "writer_alive", None)
     if own is not None:
         return bool(own())
-    try:
-        fd = os.open(lock_path_of(segment), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:  # non-blocking: a FIFO in a lock's place held every reader at open forever
+        fd = os.open(lock_path_of(segment), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return process_alive(_header_writer(segment))  # the lock file is gone: section 5
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # no writer locks that: as if it were gone
+            return process_alive(_header_writer(segment))
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

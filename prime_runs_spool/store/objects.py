@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
+from prime_runs_spool.spool.layout import MAX_SMALL_FILE_BYTES
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
@@ -33,6 +34,9 @@ RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
 MAX_RETRIES = 100
 RETRY_TIMEOUT = datetime.timedelta(seconds=120)
+#: The most :meth:`ObjectStore.read` fetches whole (the local limit, spool/layout.py): a
+#: received bucket's state object of gigabytes was read into memory whole.
+MAX_SMALL_OBJECT_BYTES = MAX_SMALL_FILE_BYTES
 #: Bytes read from a file and sent per part of an upload (the mirror's): what an upload holds.
 UPLOAD_PART_BYTES = 8 * 1024 * 1024
 
@@ -173,9 +177,15 @@ class ObjectStore:
         self._count("get")
         try:
             result = obstore.get(self._store, key)
+            size = result.meta.get("size")
+            if isinstance(size, int) and size > MAX_SMALL_OBJECT_BYTES:  # before its body is fetched
+                raise StoreError(f"{self.location(key)}: {size:,} bytes, more than a sync state or lease ever "
+                                 f"holds ({MAX_SMALL_OBJECT_BYTES:,}); not read (delete it if it is not yours)")
             data = bytes(result.bytes())
         except FileNotFoundError:
             return None
+        except StoreError:
+            raise
         except Exception as exc:
             raise self._error(exc, key, "read") from None
         self._count("bytes_read", len(data))
