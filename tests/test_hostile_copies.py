@@ -22,7 +22,7 @@ from support.fake_platform import FakePlatform
 from support.runs import build_run
 from support.sync_e2e import evaluations_of, sample_ids
 from test_hostile_round3 import samples_gate  # noqa: F401 (a fixture)
-from test_sync_copies import DEST, _client, _options, _rows, _Stop, _Time
+from test_sync_copies import DEST, _client, _first_append_lands_late, _options, _rows, _Stop, _Time
 from prime_runs_spool.errors import CopyBusyError
 from prime_runs_spool.sync.copies import CopyLock, run_key_digest
 from prime_runs_spool.spool.layout import sync_state_path
@@ -109,16 +109,7 @@ def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_wa
     builder = build_run(tmp_path / "one" / "r", "handed-on", 6)
     for copy in ("two", "three"):
         shutil.copytree(tmp_path / "one", tmp_path / copy)
-    held: list = []
-
-    def handle(request):
-        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
-            held.append(request)
-            clock.delayed.append((clock.now + 20.0, request))
-            raise httpx.ReadTimeout("no answer yet")
-        return FakePlatform.handle(platform, request)
-
-    platform.handle = handle  # type: ignore[method-assign]
+    held = _first_append_lands_late(platform, clock)
 
     def stop(seconds: float) -> None:
         raise _Stop
@@ -368,16 +359,7 @@ def test_a_sync_killed_mid_append_then_its_state_deleted_waits_the_append_out(tm
     platform = FakePlatform()
     clock = _Time(platform)
     builder = build_run(tmp_path / "one" / "r", "state-gone", 6)
-    held: list = []
-
-    def handle(request):
-        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
-            held.append(request)
-            clock.delayed.append((clock.now + 20.0, request))
-            raise httpx.ReadTimeout("no answer yet")
-        return FakePlatform.handle(platform, request)
-
-    platform.handle = handle  # type: ignore[method-assign]
+    held = _first_append_lands_late(platform, clock)
 
     def stop(seconds: float) -> None:
         raise _Stop

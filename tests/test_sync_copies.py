@@ -107,6 +107,22 @@ class _Time:
                 self.platform._apply(request.method, request.url.path.removeprefix("/api/v1"), request)
 
 
+def _first_append_lands_late(platform: FakePlatform, clock: _Time) -> list:
+    """Make the platform's first samples append time out while still on its way: it lands 20
+    s (of ``clock``) later. Returns the list that holds that request once it was sent."""
+    held: list = []
+
+    def handle(request):
+        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
+            held.append(request)
+            clock.delayed.append((clock.now + 20.0, request))
+            raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+    return held
+
+
 @pytest.mark.parametrize("ending", ["stopped", "killed"])
 def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_is_read(
         tmp_path: Path, ending: str) -> None:
@@ -119,16 +135,7 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
     clock = _Time(platform)
     builder = build_run(tmp_path / "one" / "r", "in-doubt", 6)
     shutil.copytree(tmp_path / "one", tmp_path / "two")
-    held: list = []
-
-    def handle(request):
-        if request.url.path.endswith("/samples") and request.method == "POST" and not held:
-            held.append(request)
-            clock.delayed.append((clock.now + 20.0, request))
-            raise httpx.ReadTimeout("no answer yet")
-        return FakePlatform.handle(platform, request)
-
-    platform.handle = handle  # type: ignore[method-assign]
+    held = _first_append_lands_late(platform, clock)
 
     def stop(seconds: float) -> None:
         raise _Stop
