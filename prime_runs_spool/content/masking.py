@@ -218,7 +218,8 @@ class MaskRules:
             literals = None if wild else {key: self._step(states, key) for key in segments}
             # Every key steps alike when no literal is live: one step for all of them.
             uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None
-            found = _Shape(any(s == "**" for s in segments), literals, uniform)
+            single = next(iter(literals.items())) if literals is not None and len(literals) == 1 else None
+            found = _Shape(any(s == "**" for s in segments), literals, uniform, single)
             self._memo.shapes[states] = found
         return found
 
@@ -227,11 +228,13 @@ class _Shape(NamedTuple):
     """Per set of automaton states: whether a ``**`` is live (the walk below visits every
     node: worth memoizing); when every live segment is a literal, the keys a pattern can
     step into with their steps (else ``None``: every key must be looked at); when none is
-    a literal, the one step every key takes (else ``None``: stepped key by key)."""
+    a literal, the one step every key takes (else ``None``: stepped key by key); when
+    exactly one literal is live, that key and its step (the walk descends it without a call)."""
 
     dense: bool
     literals: dict[str, _Step] | None
     uniform: _Step | None
+    single: tuple[str, _Step] | None = None
 
 
 # -- plans -------------------------------------------------------------------------
@@ -402,7 +405,46 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
 def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
     """``_apply(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
     changes: above the memoized subtrees (an episode's root, its traces, their agents) the
-    walk copies as it goes instead of building a plan to walk again."""
+    walk copies as it goes instead of building a plan to walk again.
+
+    Where a pattern names exactly one key of a plain dict and the value there is a
+    container to walk (``traces``, a trace's ``agent``, an agent's ``config``), the walk
+    steps down in a loop, not a call, and copies the dicts it passed only once something
+    below changed: what :func:`_masked_here` would do for that one child."""
+    chain = None  # the dicts passed on the way down, with the key taken in each
+    shapes = rules._memo.shapes
+    while not scoped:
+        if not states:
+            return None
+        shape = shapes.get(states) or rules._shape(states)
+        single = shape.single
+        if single is None or type(obj) is not dict or not _STR_ONLY >= set(map(type, obj)):
+            break
+        key, (after, masked, table, starts_scope) = single
+        value = obj.get(key)
+        if value is None:  # absent, or None (never masked)
+            return None
+        if masked or not (type(value) is dict or type(value) is list):
+            break  # a value masked here, or a scalar or other container: the full step below
+        if not after and not starts_scope and not table:
+            return None  # no pattern reaches below this key
+        if chain is None:
+            chain = [(obj, key)]
+        else:
+            chain.append((obj, key))
+        obj, states, scoped = value, after, starts_scope
+    out = _masked_here(obj, rules, states, scoped)
+    if out is None or chain is None:
+        return out
+    for parent, key in reversed(chain):
+        copied = parent.copy()
+        copied[key] = out
+        out = copied
+    return out
+
+
+def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+    """One container of :func:`_masked`'s walk, its children stepped one by one."""
     if not states and not scoped:
         return None
     shape = None if scoped else (rules._memo.shapes.get(states) or rules._shape(states))
