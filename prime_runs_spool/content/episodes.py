@@ -184,14 +184,11 @@ def check_episode(record: Mapping[str, Any]) -> None:
         if type(trace) is not dict and not isinstance(trace, Mapping):
             _malformed(episode_id, f"traces[{i}]", "a mapping (one trace)", trace)
         get = trace.get
-        for key, meaning in _TRACE_MAPPINGS:
-            value = get(key)
-            if value is not None and type(value) is not dict and not isinstance(value, Mapping):
-                _malformed(episode_id, f"traces[{i}].{key}", meaning, value)
-        for key in _TRACE_LISTS:
-            value = get(key)
-            if value is not None and type(value) is not list and not isinstance(value, (list, tuple)):
-                _malformed(episode_id, f"traces[{i}].{key}", "a list", value)
+        # The common case in two C-level passes (every field an exact dict, list or None);
+        # anything else is looked at field by field, in the same order, by _check_kinds.
+        if not (_DICT_OR_NONE.issuperset(map(type, map(get, _TRACE_MAPPING_KEYS)))
+                and _LIST_OR_NONE.issuperset(map(type, map(get, _TRACE_LISTS)))):
+            _check_kinds(episode_id, i, get)
         data = (get("task") or {}).get("data")
         if data is not None:
             if type(data) is not dict and not isinstance(data, Mapping):
@@ -203,7 +200,12 @@ def check_episode(record: Mapping[str, Any]) -> None:
         rewards = get("rewards")
         if rewards:
             for name, reward in rewards.items():
-                if type(reward) is not dict and not isinstance(reward, Mapping):
+                if type(reward) is dict:  # the common case: float or null score and weight
+                    score = reward.get("score")
+                    weight = reward.get("weight")
+                    if (score is None or type(score) is float) and (weight is None or type(weight) is float):
+                        continue
+                elif not isinstance(reward, Mapping):
                     continue  # read as a null reward by the summary and the rows alike
                 for part in ("score", "weight"):
                     number = reward.get(part)
@@ -217,6 +219,22 @@ _TRACE_MAPPINGS = (("agent", "a mapping (name, trainable, config)"), ("task", "a
                    ("metrics", "a mapping (metric name -> number)"), ("info", "a mapping"))
 #: The fields of a trace that are read as lists.
 _TRACE_LISTS = ("nodes", "calls", "errors", "tools")
+_TRACE_MAPPING_KEYS = tuple(key for key, _ in _TRACE_MAPPINGS)
+_DICT_OR_NONE = frozenset((dict, type(None)))
+_LIST_OR_NONE = frozenset((list, type(None)))
+
+
+def _check_kinds(episode_id: Any, i: int, get: Any) -> None:
+    """The kinds of trace ``i``'s mapping and list fields, one by one (``get``: the trace's
+    ``get``): a mapping or list of another type passes, anything else is refused."""
+    for key, meaning in _TRACE_MAPPINGS:
+        value = get(key)
+        if value is not None and type(value) is not dict and not isinstance(value, Mapping):
+            _malformed(episode_id, f"traces[{i}].{key}", meaning, value)
+    for key in _TRACE_LISTS:
+        value = get(key)
+        if value is not None and type(value) is not list and not isinstance(value, (list, tuple)):
+            _malformed(episode_id, f"traces[{i}].{key}", "a list", value)
 
 
 def _malformed(episode_id: Any, field: str, expected: str, found: Any) -> None:
