@@ -557,3 +557,8 @@ def test_check_episode_fast_path_refuses_and_accepts_as_field_by_field() -> None
                           ({"rewards": {"r": {"score": 1.0, "weight": "2"}}}, "traces[0].rewards.r.weight")):
         with pytest.raises(MalformedEpisodeError, match=re.escape(field) + " must"):
             check_episode(episode(**change))
+    from prime_runs_spool.content.episodes import _TRACE_LISTS, _TRACE_MAPPINGS
+
+    for name in [key for key, _ in _TRACE_MAPPINGS] + list(_TRACE_LISTS):  # each named field is checked
+        with pytest.raises(MalformedEpisodeError, match=re.escape(f"traces[0].{name}") + " must"):
+            check_episode(episode(**{name: 3}))

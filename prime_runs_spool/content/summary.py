@@ -89,13 +89,11 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
     else:
         reward = 0.0
         values = metrics  # no reward name to replace: the metrics as they are
-    # The common case, in C: every value a float, and their sum finite (so is each: a NaN or
-    # an infinity makes it NaN or infinite; a sum that overflows only takes the loop below).
-    # Then the values are kept as they are (a copy of the trace's own).
-    if _FLOAT_ONLY.issuperset(map(type, values.values())):
-        total = sum(values.values(), 0.0)
-        if total - total == 0.0:
-            return reward, values if rewards else dict(values)
+    for value in values.values():
+        if type(value) is not float or value - value != 0.0:  # not a finite float: drop or convert
+            break
+    else:  # the common case: every value a finite float, kept as it is (a copy of the trace's own)
+        return reward, values if rewards else dict(values)
     numbers = {}
     for name, value in values.items():
         if type(value) is float:
@@ -124,9 +122,6 @@ def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
         reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
         traces.append((bool(agent.get("trainable")) if agent else False, reward, numbers))
     return episode.get("ok") is not True, traces
-
-
-_FLOAT_ONLY = frozenset((float,))
 
 
 def _finite(value: Any) -> float | None:
