@@ -554,3 +554,17 @@ def test_same_structure_new_secrets_are_always_masked(secrets) -> None:
         assert b"SECRET" not in out
         assert orjson.loads(out)["traces"][0]["agent"]["config"]["client"]["base_url"] == "https://***@api.example/v1"
         assert b'"model":"m"' in out and b'"info":{"k":"v"}' in out
+
+
+def test_a_one_key_descent_steps_non_str_keys_by_their_text() -> None:
+    """The walk steps down a key a pattern names without a call (``_masked``'s loop): a key
+    that is not a str but reads as the literal (``0`` for ``"0"``) is still stepped into,
+    and a value there that is masked whole, a scalar or None takes the full step."""
+    by_text = MaskRules.of(("0", "a"))
+    assert mask({0: {"a": "SECRETINT"}}, by_text) == {0: {"a": MASK}}
+    assert mask({"0": {"a": "SECRETSTR"}, 0: {"a": "SECRETINT"}}, by_text) == {"0": {"a": MASK}, 0: {"a": MASK}}
+    rules = MaskRules.of(("b", "c"))
+    assert mask({"b": {"c": {"d": "SECRETDICT"}}}, rules) == {"b": {"c": MASK}}
+    assert mask({"b": None, "x": 1}, rules) == {"b": None, "x": 1}
+    for tree in ({"0": {"a": "SECRETX"}}, {"b": ({"c": "k"},)}, {"b": {"c": None}}, {"b": "plain"}):
+        assert mask(tree, rules) == mask(tree, rules, memo=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -532,3 +533,32 @@ def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
             assert pushed == expected[name] and len(set(ids)) == len(ids) == expected[name], name
     finally:
         store.close()
+
+
+def test_check_episode_fast_path_refuses_and_accepts_as_field_by_field() -> None:
+    """check_episode's common case (exact dicts, lists, float scores) is checked in C-level
+    passes; every other kind falls back to the field-by-field checks: other mappings and
+    tuples pass, other kinds are refused naming the first bad field, in the fields' order."""
+    from types import MappingProxyType
+
+    from prime_runs_spool.content.episodes import check_episode
+
+    def episode(**change: Any) -> dict[str, Any]:
+        out = small_episode("e")
+        out["traces"][0].update(change)
+        return out
+
+    check_episode(episode(agent=MappingProxyType({"trainable": True}), nodes=(), info=MappingProxyType({})))
+    check_episode(episode(rewards={"r": {"score": 1, "weight": True}, "s": None, "t": "x"}))
+    check_episode(episode(rewards={"r": {"score": None, "weight": 0.5}}))
+    for change, field in (({"info": [1], "nodes": "x"}, "traces[0].info"), ({"nodes": "x", "tools": 1}, "traces[0].nodes"),
+                          ({"tools": {}}, "traces[0].tools"), ({"metrics": "m", "calls": 3}, "traces[0].metrics"),
+                          ({"rewards": {"r": {"score": "1"}}}, "traces[0].rewards.r.score"),
+                          ({"rewards": {"r": {"score": 1.0, "weight": "2"}}}, "traces[0].rewards.r.weight")):
+        with pytest.raises(MalformedEpisodeError, match=re.escape(field) + " must"):
+            check_episode(episode(**change))
+    from prime_runs_spool.content.episodes import _TRACE_LISTS, _TRACE_MAPPINGS
+
+    for name in [key for key, _ in _TRACE_MAPPINGS] + list(_TRACE_LISTS):  # each named field is checked
+        with pytest.raises(MalformedEpisodeError, match=re.escape(f"traces[0].{name}") + " must"):
+            check_episode(episode(**{name: 3}))

@@ -212,3 +212,15 @@ odd_traces = st.lists(st.fixed_dictionaries({
 @given(st.lists(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": odd_traces}), max_size=5))
 def test_summary_is_exactly_the_plain_reading(episodes: list[dict]) -> None:
     assert repr(compute_summary(episodes)) == repr(_reference_summary(episodes))
+
+
+def test_finite_values_whose_sum_overflows_are_all_kept() -> None:
+    """A trace's values are taken as they are when all are floats and their sum is finite;
+    finite values whose sum overflows, and infinities that cancel, take the value-by-value
+    reading: each finite one kept, each non-finite dropped."""
+    big = 1.5e308
+    summary = compute_summary([{"ok": True, "traces": [trace(True, {"a": r(big, 0.0)}, {"m": big, "n": float("inf"),
+                                                                                     "o": -float("inf")})]}])
+    assert summary["avg_metrics"] == {"a": big, "m": big}
+    summary = compute_summary([{"ok": True, "traces": [trace(True, None, {"m": big, "k": big, "z": -big})]}])
+    assert summary["avg_metrics"] == {"m": big, "k": big, "z": -big}

@@ -184,15 +184,16 @@ def check_episode(record: Mapping[str, Any]) -> None:
         if type(trace) is not dict and not isinstance(trace, Mapping):
             _malformed(episode_id, f"traces[{i}]", "a mapping (one trace)", trace)
         get = trace.get
-        for key, meaning in _TRACE_MAPPINGS:
-            value = get(key)
-            if value is not None and type(value) is not dict and not isinstance(value, Mapping):
-                _malformed(episode_id, f"traces[{i}].{key}", meaning, value)
-        for key in _TRACE_LISTS:
-            value = get(key)
-            if value is not None and type(value) is not list and not isinstance(value, (list, tuple)):
-                _malformed(episode_id, f"traces[{i}].{key}", "a list", value)
-        data = (get("task") or {}).get("data")
+        # The common case, unrolled (every field an exact dict, list or None: no loop over
+        # the names, no ABC check); anything else is looked at field by field, in the same
+        # order, by _check_kinds. Keep the names in step with _TRACE_MAPPINGS and _TRACE_LISTS.
+        if not (type(task := get("task")) in _DICT_OR_NONE and type(get("agent")) in _DICT_OR_NONE
+                and type(get("rewards")) in _DICT_OR_NONE and type(get("metrics")) in _DICT_OR_NONE
+                and type(get("info")) in _DICT_OR_NONE and type(get("nodes")) in _LIST_OR_NONE
+                and type(get("calls")) in _LIST_OR_NONE and type(get("errors")) in _LIST_OR_NONE
+                and type(get("tools")) in _LIST_OR_NONE):
+            _check_kinds(episode_id, i, get)
+        data = (task or {}).get("data")
         if data is not None:
             if type(data) is not dict and not isinstance(data, Mapping):
                 _malformed(episode_id, f"traces[{i}].task.data", "a mapping (idx, prompt, answer...)", data)
@@ -203,7 +204,12 @@ def check_episode(record: Mapping[str, Any]) -> None:
         rewards = get("rewards")
         if rewards:
             for name, reward in rewards.items():
-                if type(reward) is not dict and not isinstance(reward, Mapping):
+                if type(reward) is dict:  # the common case: float or null score and weight
+                    score = reward.get("score")
+                    weight = reward.get("weight")
+                    if (score is None or type(score) is float) and (weight is None or type(weight) is float):
+                        continue
+                elif not isinstance(reward, Mapping):
                     continue  # read as a null reward by the summary and the rows alike
                 for part in ("score", "weight"):
                     number = reward.get(part)
@@ -217,6 +223,21 @@ _TRACE_MAPPINGS = (("agent", "a mapping (name, trainable, config)"), ("task", "a
                    ("metrics", "a mapping (metric name -> number)"), ("info", "a mapping"))
 #: The fields of a trace that are read as lists.
 _TRACE_LISTS = ("nodes", "calls", "errors", "tools")
+_DICT_OR_NONE = frozenset((dict, type(None)))
+_LIST_OR_NONE = frozenset((list, type(None)))
+
+
+def _check_kinds(episode_id: Any, i: int, get: Any) -> None:
+    """The kinds of trace ``i``'s mapping and list fields, one by one (``get``: the trace's
+    ``get``): a mapping or list of another type passes, anything else is refused."""
+    for key, meaning in _TRACE_MAPPINGS:
+        value = get(key)
+        if value is not None and type(value) is not dict and not isinstance(value, Mapping):
+            _malformed(episode_id, f"traces[{i}].{key}", meaning, value)
+    for key in _TRACE_LISTS:
+        value = get(key)
+        if value is not None and type(value) is not list and not isinstance(value, (list, tuple)):
+            _malformed(episode_id, f"traces[{i}].{key}", "a list", value)
 
 
 def _malformed(episode_id: Any, field: str, expected: str, found: Any) -> None:

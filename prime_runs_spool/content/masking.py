@@ -208,6 +208,25 @@ class MaskRules:
         )
         return live, masked, table, scoped
 
+    def _route(self, states: _States) -> tuple[tuple[str, _States, bool], ...]:
+        """The levels below ``states`` at which exactly one key is named and stepping into it
+        neither masks nor ends every pattern: each as (key, the states below, whether a URL
+        scope starts there), down to the first level that is not one, or a URL scope's start
+        (below it the memo answers). Computed once per set of states, for :func:`_masked`."""
+        route = []
+        while states:
+            single = self._shape(states).single
+            if single is None:
+                break
+            key, (after, masked, _table, starts_scope) = single
+            if masked or not (after or starts_scope):
+                break
+            route.append((key, after, starts_scope))
+            if starts_scope:
+                break
+            states = after
+        return tuple(route)
+
     def _shape(self, states: _States) -> _Shape:
         """What the walk needs to know about ``states`` before looking at a container's keys
         (computed once per set of states): see :class:`_Shape`."""
@@ -218,7 +237,8 @@ class MaskRules:
             literals = None if wild else {key: self._step(states, key) for key in segments}
             # Every key steps alike when no literal is live: one step for all of them.
             uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None
-            found = _Shape(any(s == "**" for s in segments), literals, uniform)
+            single = next(iter(literals.items())) if literals is not None and len(literals) == 1 else None
+            found = _Shape(any(s == "**" for s in segments), literals, uniform, single)
             self._memo.shapes[states] = found
         return found
 
@@ -227,11 +247,13 @@ class _Shape(NamedTuple):
     """Per set of automaton states: whether a ``**`` is live (the walk below visits every
     node: worth memoizing); when every live segment is a literal, the keys a pattern can
     step into with their steps (else ``None``: every key must be looked at); when none is
-    a literal, the one step every key takes (else ``None``: stepped key by key)."""
+    a literal, the one step every key takes (else ``None``: stepped key by key); when
+    exactly one literal is live, that key and its step (:meth:`MaskRules._route`)."""
 
     dense: bool
     literals: dict[str, _Step] | None
     uniform: _Step | None
+    single: tuple[str, _Step] | None = None
 
 
 # -- plans -------------------------------------------------------------------------
@@ -266,6 +288,7 @@ class _Memo:
         self.start: tuple[_States, bool] | None = None
         self.steps: dict[tuple[_States, str], _Step] = {}
         self.shapes: dict[_States, _Shape] = {}
+        self.routes: dict[_States, tuple[tuple[str, _States, bool], ...]] = {}
         self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
         self.seen_once: set[int] = set()
         self.lock = threading.Lock()
@@ -402,7 +425,46 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
 def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
     """``_apply(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
     changes: above the memoized subtrees (an episode's root, its traces, their agents) the
-    walk copies as it goes instead of building a plan to walk again."""
+    walk copies as it goes instead of building a plan to walk again.
+
+    Where the patterns name exactly one key at each of a few levels (``traces``; a trace's
+    ``agent``, then its ``config``: :meth:`MaskRules._route`), the walk steps down them in a
+    loop, not a call per level, as long as each is a plain dict with str keys and the value
+    there a dict or list, and copies the dicts it passed only once something below changed:
+    what :func:`_masked_here` would do for that one child. Anything else at a level (a
+    missing key, a scalar, another container) is that level's full step."""
+    if scoped or not states:
+        return _masked_here(obj, rules, states, scoped)
+    routes = rules._memo.routes
+    route = routes.get(states)
+    if route is None:
+        route = routes[states] = rules._route(states)
+    chain = None  # the dicts passed on the way down, with the key taken in each
+    for key, after, starts_scope in route:
+        if type(obj) is not dict or not _STR_ONLY >= set(map(type, obj)):
+            break  # (only str keys: 0 would match "0", and is stepped by its text below)
+        value = obj.get(key)
+        if value is None:  # absent, or None (never masked): nothing below changes
+            return None
+        if type(value) is not dict and type(value) is not list:
+            break
+        if chain is None:
+            chain = [(obj, key)]
+        else:
+            chain.append((obj, key))
+        obj, states, scoped = value, after, starts_scope
+    out = _masked_here(obj, rules, states, scoped)
+    if out is None or chain is None:
+        return out
+    for parent, key in reversed(chain):
+        copied = parent.copy()
+        copied[key] = out
+        out = copied
+    return out
+
+
+def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+    """One container of :func:`_masked`'s walk, its children stepped one by one."""
     if not states and not scoped:
         return None
     shape = None if scoped else (rules._memo.shapes.get(states) or rules._shape(states))
