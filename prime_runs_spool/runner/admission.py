@@ -23,7 +23,7 @@ from prime_runs_spool.errors import (
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
 from prime_runs_spool.runner.ending import describe_error
 from prime_runs_spool.spool.format import (EPISODE, MAX_LINE_BYTES, Payload, check_line_fits, find_unserializable,
-                                           framing_rest, prepare, to_jsonable)
+                                           framing_rest, prepare, serialize, to_jsonable)
 
 class Prepared(NamedTuple):
     """An episode ready to be numbered, with what the run's lock then needs of it read
@@ -62,6 +62,11 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
             raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
         episode_id = episode_id_of(record)
     what = partial(_episode_name, episode_id)  # its name in a message: built only if one is raised
+    if episode_id is not None and not episode_id.isascii():
+        # The run frames the id into the line's meta under its lock, after taking the call's
+        # ids (format.episode_rest): an id JSON cannot hold (a lone surrogate, which the id's
+        # own str() can give) must be refused here, before anything of the call is taken.
+        serialize(episode_id, partial(_episode_id_name, episode_id))
     check_episode(record)  # the shape the summary, the numbering and the rows read
     try:
         record = mask(record, rules)
@@ -81,6 +86,10 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
 
 
 _new_tuple = tuple.__new__
+
+
+def _episode_id_name(episode_id: str) -> str:
+    return f"{_episode_name(episode_id)} id"
 
 
 def _episode_name(episode_id: str | None) -> str:
