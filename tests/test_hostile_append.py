@@ -191,3 +191,23 @@ def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_app
         with pytest.raises(WriterClosedError):
             w.append_episodes(_lines("y", 1))
     w.close()
+
+
+class _UnhashableIdx(str):
+    """A ``task.data.idx`` check_episode takes (a string) that the rollout counter cannot hash."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_rollout_key_the_counter_cannot_hash_gives_the_calls_ids_back(tmp_path: Path):
+    # _admit numbers each episode after taking its id, under the run's lock: a key the counter
+    # raised on left the call's ids taken, and a retry of its good episodes silently skipped.
+    run = basic_run(tmp_path / "run")
+    bad = {"id": "bad", "traces": [{"task": {"data": {"idx": _UnhashableIdx("a")}}}]}
+    with pytest.raises(TypeError):
+        run.log_episodes([{"id": "good", "traces": []}, {"id": "good", "traces": []}, bad])
+    assert run.log_episodes([{"id": "good", "traces": []}]) == 1
+    with pytest.raises(TypeError):
+        run.log_episodes([bad])
+    run.finish()
+    assert episode_ids_on_disk(tmp_path / "run") == ["good"]

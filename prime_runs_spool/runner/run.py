@@ -285,7 +285,9 @@ class Run:
 
         All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
         included, which the numbering counts by), so once the run is found open nothing here
-        can fail half way and leave ids taken, or numbers issued, by a call that raised.
+        can fail half way and leave ids taken, or numbers issued, by a call that raised. Should
+        something still raise here, the call's ids are given back before it propagates (its
+        numbers are not: a gap in the rollout numbers, never a silently skipped retry).
         """
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
@@ -298,18 +300,29 @@ class Run:
                 raise self._closed_error()
             if skipped:
                 self._skipped += skipped
-            for episode in prepared:
-                episode_id = episode.episode_id
-                if episode_id is not None:
-                    if episode_id in seen:
-                        self._skipped += 1
-                        if records is None:
-                            records = prepared[:len(lines)]
-                        continue
-                    seen.add(episode_id)
-                lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
-                if records is not None:
-                    records.append(episode)
+            episode_id = None
+            try:
+                for episode in prepared:
+                    episode_id = episode.episode_id
+                    if episode_id is not None:
+                        if episode_id in seen:
+                            self._skipped += 1
+                            if records is None:
+                                records = prepared[:len(lines)]
+                            continue
+                        seen.add(episode_id)
+                    lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
+                    if records is not None:
+                        records.append(episode)
+            except BaseException:
+                # What _prepare could not rule out (a rollout key the counter cannot hash: an
+                # idx of a str subclass without a hash): the call's ids are given back, so a
+                # retry of its good episodes is recorded, not skipped as duplicates.
+                admitted = prepared[:len(lines)] if records is None else records
+                seen.difference_update([e.episode_id for e in admitted if e.episode_id is not None])
+                if episode_id is not None:  # the one that failed: taken, not framed
+                    seen.discard(episode_id)
+                raise
             if lines:
                 self._inflight += 1
                 if is_async:
