@@ -211,3 +211,43 @@ def test_a_rollout_key_the_counter_cannot_hash_gives_the_calls_ids_back(tmp_path
         run.log_episodes([bad])
     run.finish()
     assert episode_ids_on_disk(tmp_path / "run") == ["good"]
+
+
+def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """log_episodes_async hands the writer its lines with their framing
+    (append_episodes_async); cancelled while the sync is under way and the sync then fails,
+    the run still learns the episodes are not durable: a retry meets the error instead of
+    being skipped as a duplicate, and finish does not wait for it forever."""
+    run = basic_run(tmp_path / "run")
+    run.log_episodes([{"id": "first", "traces": []}])
+    entered, release = threading.Event(), threading.Event()
+
+    def failing(fd: int) -> None:
+        entered.set()
+        assert release.wait(10)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(writer_module, "_fdatasync", failing)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(run.log_episodes_async([{"id": "late", "traces": []}]))
+        while not entered.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while run._inflight and time.monotonic() < deadline:  # settled by the helper thread
+        time.sleep(0.005)
+    assert run._inflight == 0
+    with pytest.raises((SpoolWriteError, WriterClosedError)):
+        run.log_episodes([{"id": "late", "traces": []}])
+    assert run.episodes_logged == 1 and run.episodes_skipped == 0
+    done = threading.Event()
+    finisher = threading.Thread(target=lambda: (pytest.raises(Exception, run.finish), done.set()), daemon=True)
+    finisher.start()
+    assert done.wait(10), "finish hung after a failed, cancelled async append"
