@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from prime_runs_spool import open_run
-from prime_runs_spool.errors import RecordNotSerializableError
+from prime_runs_spool.errors import MalformedEpisodeError, RecordNotSerializableError
 from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.layout import list_segments
 
@@ -202,15 +202,37 @@ class _UnhashableIdx(str):
 def test_a_rollout_key_the_counter_cannot_hash_gives_the_calls_ids_back(tmp_path: Path):
     # _admit numbers each episode after taking its id, under the run's lock: a key the counter
     # raised on left the call's ids taken, and a retry of its good episodes silently skipped.
+    # check_episode now refuses such an idx before the lock; _admit gives ids back anyway.
     run = basic_run(tmp_path / "run")
     bad = {"id": "bad", "traces": [{"task": {"data": {"idx": _UnhashableIdx("a")}}}]}
-    with pytest.raises(TypeError):
+    with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.task\.data\.idx"):
         run.log_episodes([{"id": "good", "traces": []}, {"id": "good", "traces": []}, bad])
     assert run.log_episodes([{"id": "good", "traces": []}]) == 1
-    with pytest.raises(TypeError):
+    with pytest.raises(MalformedEpisodeError):
         run.log_episodes([bad])
     run.finish()
     assert episode_ids_on_disk(tmp_path / "run") == ["good"]
+
+
+def test_admit_gives_the_calls_ids_back_whatever_raises_under_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    run = basic_run(tmp_path / "run")
+    real = run._counter.next_number_for
+
+    def failing(key: Any) -> Any:
+        if key == "boom":
+            raise RuntimeError("counter failed")
+        return real(key)
+
+    monkeypatch.setattr(run._counter, "next_number_for", failing)
+    bad = {"id": "bad", "traces": [{"task": {"data": {"idx": "boom"}}}]}
+    with pytest.raises(RuntimeError):
+        run.log_episodes([{"id": "good", "traces": []}, {"id": "good", "traces": []}, bad])
+    assert run.log_episodes([{"id": "good", "traces": []}]) == 1
+    monkeypatch.undo()
+    assert run.log_episodes([bad]) == 1
+    run.finish()
+    assert episode_ids_on_disk(tmp_path / "run") == ["good", "bad"]
 
 
 def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorded(

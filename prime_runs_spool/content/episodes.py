@@ -159,6 +159,22 @@ def reward_and_scores(rewards: Mapping[str, Any] | None) -> tuple[Any, dict[str,
 
 #: What a ``task.data.idx`` may be: a JSON scalar, so rollout numbers can count by it.
 _IDX_TYPES = (str, int, float, bool)
+_IDX_EXACT = frozenset(_IDX_TYPES)
+
+
+def _is_idx(idx: Any) -> bool:
+    """Whether an ``idx`` of a subclass of :data:`_IDX_TYPES` can be counted by: the rollout
+    counter keys a dict by it under the run's lock, where an unhashable one (a str subclass
+    with ``__hash__ = None``) once raised after the call's ids were taken."""
+    if not isinstance(idx, _IDX_TYPES):
+        return False
+    try:
+        hash(idx)
+    except TypeError:
+        return False
+    return True
+
+
 #: What a reward's ``score`` and ``weight`` may be when set: numbers the rows and the summary add up.
 _NUMBER_TYPES = (int, float)
 
@@ -198,7 +214,7 @@ def check_episode(record: Mapping[str, Any]) -> None:
             if type(data) is not dict and not isinstance(data, Mapping):
                 _malformed(episode_id, f"traces[{i}].task.data", "a mapping (idx, prompt, answer...)", data)
             idx = data.get("idx")
-            if idx is not None and not isinstance(idx, _IDX_TYPES):
+            if idx is not None and type(idx) not in _IDX_EXACT and not _is_idx(idx):
                 _malformed(episode_id, f"traces[{i}].task.data.idx", "a string or a number (the example's index)",
                            idx)
         rewards = get("rewards")
