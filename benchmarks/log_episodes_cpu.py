@@ -116,7 +116,7 @@ def stages(pool_size: int, folder: Path) -> dict[str, float]:
         def number(ps: list) -> None:
             for p in ps:
                 with writer._mutex:
-                    writer._number(p)
+                    writer._number(*p)  # _prepare_items: (lines, how many are episodes)
         out["writer: _number (seq, line tail)"] = per_episode(number, preps)
         accumulator = SummaryAccumulator()
         out["summary add"] = per_episode(stage_loop(accumulator.add), [p[0] for p in prepared])
