@@ -273,3 +273,27 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
     finisher = threading.Thread(target=lambda: (pytest.raises(Exception, run.finish), done.set()), daemon=True)
     finisher.start()
     assert done.wait(10), "finish hung after a failed, cancelled async append"
+
+
+def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothing_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    w = SegmentWriter.create(tmp_path, "r")
+    assert w.append_episodes(_lines("before", 1)) == 1
+    real = writer_module._writev
+    calls = 0
+
+    def short_then_full(fd: int, parts: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer_module, "_writev", short_then_full)
+    with pytest.raises(SpoolWriteError, match=os.strerror(errno.ENOSPC)):
+        w.append_episodes(_lines("lost", 2))
+    monkeypatch.undo()
+    with pytest.raises(WriterClosedError):
+        w.append_episodes(_lines("after", 1))
+    w.close()
+    assert [r.data for r in iter_records(tmp_path)] == [{"tag": "before", "i": 0}]  # the torn line is not read
