@@ -46,8 +46,9 @@ def test_an_episode_id_the_meta_cannot_hold_is_refused_before_any_id_is_taken(tm
     # call's ids: an id that meta cannot serialize once raised there, leaving every id of
     # the call taken, so a retry of the good episodes was silently skipped as duplicates.
     run = basic_run(tmp_path / "run")
-    with pytest.raises(RecordNotSerializableError):
+    with pytest.raises(RecordNotSerializableError, match=r"episode bad-\\udc80 id") as info:
         run.log_episodes([{"id": "good", "traces": []}, {"id": _SurrogateId("x"), "traces": []}])
+    str(info.value).encode("utf-8")  # printable: the surrogate escaped in the message
     assert run.log_episodes([{"id": "good", "traces": []}]) == 1
     assert run.episodes_skipped == 0
     with pytest.raises(RecordNotSerializableError):  # the bad one meets its error again

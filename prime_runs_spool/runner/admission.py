@@ -89,7 +89,8 @@ _new_tuple = tuple.__new__
 
 
 def _episode_id_name(episode_id: str) -> str:
-    return f"{_episode_name(episode_id)} id"
+    """An id JSON cannot hold, named with its lone surrogates escaped (the message is printable)."""
+    return f"{_episode_name(episode_id.encode('utf-8', 'backslashreplace').decode('utf-8'))} id"
 
 
 def _episode_name(episode_id: str | None) -> str:
