@@ -123,7 +123,7 @@ def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from prime_runs_spool.sync import store_sync
+    from prime_runs_spool.sync import state as state_module
 
     target = tmp_path / "cache" / "dest.json"
     real_write = os.write
@@ -131,10 +131,10 @@ def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
     def full(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store_sync.os, "write", full)
+    monkeypatch.setattr(state_module.os, "write", full)
     with pytest.raises(OSError):
-        store_sync._write_private(target, b"{}")
-    monkeypatch.setattr(store_sync.os, "write", real_write)
+        state_module.replace_private(target, b"{}", durable=False)  # the store state cache's writer
+    monkeypatch.setattr(state_module.os, "write", real_write)
     assert _leftovers(target.parent) == []
 
 

@@ -26,6 +26,7 @@ import pytest
 from support.env import CLI, child_env
 from support.fake_platform import FakePlatform
 from support.runs import RunBuilder, build_run
+from test_sync_engine import FakeTime
 from prime_runs_spool.errors import CopyBusyError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
@@ -92,19 +93,8 @@ class _Stop(BaseException):
     """A pass stopped where it waits (as a follower's stop, or a kill, ends it)."""
 
 
-class _Time:
-    """A clock that moves only when slept on; sleeping lets delayed requests land."""
-
-    def __init__(self, platform: FakePlatform) -> None:
-        self.now, self.slept, self.platform, self.delayed = 1_000_000.0, 0.0, platform, []
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-        self.slept += seconds
-        for due, request in list(self.delayed):
-            if due <= self.now:
-                self.delayed.remove((due, request))
-                self.platform._apply(request.method, request.url.path.removeprefix("/api/v1"), request)
+#: The engine tests' clock, which moves only when slept on (and lets delayed requests land).
+_Time = FakeTime
 
 
 def _first_append_lands_late(platform: FakePlatform, clock: _Time) -> list:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import orjson
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
-from prime_runs_spool.spool.layout import read_regular_file
+from prime_runs_spool.spool.layout import DIR_MODE, FILE_MODE, read_regular_file
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.typed_json import DocumentError, build
@@ -291,30 +292,40 @@ def _digest(data: bytes) -> str:
 def save_state(path: Path, state: SyncState) -> None:
     """Replace the state file atomically and durably."""
     state.updated_at = time.time()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = state.to_json()
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
+    replace_private(path, data, durable=True)
+    _OWN_WRITES[str(path)] = _digest(data)
+
+
+def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
+    """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
+    missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
+    file goes). ``durable``: the data and the rename are fsync'd (a state file); without it,
+    a cache (sync/store_sync.py's copy of a state held in the store)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    except FileNotFoundError:  # the first state of this run: its folder first (0700)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    except FileNotFoundError:  # the first file of this folder: the folder first
+        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:  # a full disk, a folder where the file goes: no .tmp left behind
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    _OWN_WRITES[str(path)] = _digest(data)
+    if durable:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

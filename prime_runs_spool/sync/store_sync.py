@@ -17,13 +17,11 @@ cached on this machine, and the segments' sizes with the state's cursor; nothing
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import fnmatch
 import functools
 import hashlib
 import os
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +42,7 @@ from prime_runs_spool.sync.many import internal_error_report
 from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions, seconds_problem
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
-from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, save_state
+from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, replace_private, save_state
 from prime_runs_spool.sync.status import RunStatus, run_status
 from prime_runs_spool.sync.user_cache import cache_root
 
@@ -98,28 +96,9 @@ def _cache(path: Path, state: SyncState, etag: str | None) -> None:
     trusted only while the store's listing shows the same etag."""
     marker = state_etag_path(path)
     marker.unlink(missing_ok=True)
-    _write_private(path, state.to_json())
+    replace_private(path, state.to_json(), durable=False)
     if etag:
-        _write_private(marker, etag.encode())
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` (0600, in 0700 folders) in one rename."""
-    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:  # a full disk: no .tmp left behind in this machine's cache
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        replace_private(marker, etag.encode(), durable=False)
 
 
 def _parse(data: bytes) -> SyncState | None:
@@ -272,7 +251,7 @@ class StoreRunSync:
         data, etag = found
         state = _parse(data)
         if state is None:  # damaged: the engine sets it aside; we replace it by etag
-            _write_private(self.path, data)
+            replace_private(self.path, data, durable=False)
             return etag
         if state.fence is not None and state.fence > self.lease.generation:
             raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
