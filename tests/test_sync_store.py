@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import subprocess
 from pathlib import Path
 
@@ -323,14 +324,18 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
     mark (bytes past it, a write in progress, stay local), then the sealed rest; a sync from
     the bucket after each pass ships each episode once."""
     from prime_runs_spool.spool.layout import segment_path
-    from prime_runs_spool.spool.reader import durable_mark
+    from prime_runs_spool.spool.durable_mark import durable_mark
 
     outputs = tmp_path / "outputs"
     builder = RunBuilder(outputs / "eval-1", "store-mirror")
     builder.open_segment()
     builder.add(6)
     segment = segment_path(builder.run_dir, 1)
-    durable = durable_mark(segment)
+    durable = segment.stat().st_size  # all fsync'd: the mark says so within MARK_INTERVAL
+    deadline = time.monotonic() + 5
+    while durable_mark(segment) != durable and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert durable_mark(segment) == durable
     with open(segment, "ab") as f:
         f.write(b'{"not yet durable')  # a line on its way: in the file, not fsync'd
     first = mirror_once(moto, str(outputs), bucket_url)

@@ -25,9 +25,10 @@ from typing import IO, Any
 
 from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
 from prime_runs_spool.spool.crosscheck import RunLedger
+from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.process import process_alive
 from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, SEAL, parse_line
-from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments, lock_path_of, segment_index, segment_path
+from prime_runs_spool.spool.layout import list_segments, lock_path_of, segment_index, segment_path
 
 #: A line longer than this is invalid; module-level so tests can shrink it.
 _LINE_LIMIT = MAX_LINE_BYTES
@@ -349,27 +350,6 @@ def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any
             line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
         if line is not None and line.type == MANIFEST and isinstance(line.data, dict):
             yield line.data
-
-
-def durable_mark(segment: Path) -> int:
-    """How many bytes of ``segment`` its live writer has fsync'd (0 when it has not said).
-
-    Read it only after :func:`writer_alive` said yes: a dead writer's mark means nothing.
-    """
-    try:  # non-blocking, and regular files only: a FIFO there held every reader at open forever
-        fd = os.open(durable_mark_path_of(segment), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return 0
-    try:
-        text = os.read(fd, 64) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
-    try:
-        return int(text.strip() or b"0")
-    except ValueError:
-        return 0
 
 
 def writer_alive(segment: Path) -> bool:

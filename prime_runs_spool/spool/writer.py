@@ -55,6 +55,7 @@ import filelock
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import RunInUseError, SegmentGoneError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.commit import Batch, helper_loop, settle_batch
+from prime_runs_spool.spool.durable_mark import MarkPublisher
 from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
@@ -100,6 +101,7 @@ _Line = tuple[Payload, bytes]
 Settled = Callable[[Union[BaseException, None]], None]
 
 _allocate_lock = threading.Lock
+_monotonic = time.monotonic
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -130,7 +132,7 @@ class SegmentWriter:
     """
 
     def __init__(self, run_dir: Path, run_id: str, index: int, fd: int, lock: filelock.BaseFileLock,
-                 mark_fd: int | None = None, prior_episodes: int | None = None) -> None:
+                 mark: MarkPublisher | None = None, prior_episodes: int | None = None) -> None:
         self._run_dir = run_dir
         self._run_id = run_id
         self._index = index
@@ -147,7 +149,7 @@ class SegmentWriter:
         self._prior_episodes = prior_episodes
         #: The durable mark (docs/spool-format.md, section 5): how many bytes of the segment
         #: are fsync'd, for readers that must not ship what a power cut could still take back.
-        self._mark_fd = mark_fd
+        self._mark = mark
         self._durable = 0
         self._segment_id = str(uuid.uuid4())
         self._mutex = threading.Lock()
@@ -244,7 +246,7 @@ class SegmentWriter:
             os.close(fd)
             lock.release()
             raise
-        writer = cls(run_dir, run_id, index, fd, lock, mark_fd, prior_episodes)
+        writer = cls(run_dir, run_id, index, fd, lock, MarkPublisher(mark_fd), prior_episodes)
         _live_writers.add(writer)
         try:
             header = {
@@ -658,18 +660,17 @@ class SegmentWriter:
         else:
             self._write_rest(fd, parts, None)
         _fdatasync(fd)
+        now = _monotonic()
         # _check_files, its common case inline (once per flush).
-        if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and time.monotonic() >= self._next_lock_check):
+        if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and now >= self._next_lock_check):
             self._check_files()
         self._durable += total
-        mark = self._mark_fd
+        mark = self._mark
         if mark is not None:
-            # The durable mark. Not fsync'd: it only means anything while this process lives
-            # (readers ignore it otherwise), and a stale mark only makes a reader wait.
-            try:
-                os.pwrite(mark, b"%020d\n" % self._durable, 0)
-            except OSError:
-                pass  # readers then stop at the last mark that was written: later, not wrong
+            # Not fsync'd: it only means anything while this process lives (readers ignore
+            # it otherwise), and a stale mark only makes a reader wait. At most every
+            # MARK_INTERVAL (spool/durable_mark.py says why).
+            mark.synced(self._durable, now)
 
     def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
         """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
@@ -762,9 +763,9 @@ class SegmentWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            if self._mark_fd is not None:
-                os.close(self._mark_fd)
-                self._mark_fd = None
+            if self._mark is not None:
+                self._mark.close()  # publishes what it still owes first
+                self._mark = None
             for replacement in self._replacement_locks:
                 os.close(replacement)
             self._replacement_locks = []
@@ -792,13 +793,15 @@ class SegmentWriter:
         self._jobs = None  # the helper thread was not forked
         # Its copies of the lock watch and of any replacement lock go too: closing a copy
         # never drops a flock the parent's descriptor holds.
-        for fd in (self._fd, self._mark_fd, self._lock_watch, *self._replacement_locks):
+        if self._mark is not None:
+            self._mark.disown()
+        for fd in (self._fd, self._lock_watch, *self._replacement_locks):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._fd = self._mark_fd = self._lock_watch = None  # so _release never reaches the lock
+        self._fd = self._mark = self._lock_watch = None  # so _release never reaches the lock
         self._replacement_locks = []
 
     def _abandon(self) -> None:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
-from prime_runs_spool.spool.reader import durable_mark, writer_alive
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.store.objects import ObjectStore
 
 @dataclass

@@ -41,7 +41,8 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
-from prime_runs_spool.spool.reader import durable_mark, writer_alive
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
