@@ -10,7 +10,7 @@ from pathlib import Path
 
 from support.env import child_env
 from support.runs import build_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, server  # noqa: F401
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server  # noqa: F401
 
 MODULE = [sys.executable, "-m", "prime_runs_spool.sync"]
 
@@ -36,3 +36,28 @@ def test_the_module_rejects_bad_usage_in_one_line(tmp_path: Path) -> None:
     for result, what in ((missing, "no such file or directory"), (no_key, "no API key")):
         assert result.returncode == 2
         assert what in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_module_waits_for_a_copy_as_long_as_the_environment_says(tmp_path: Path, server, api) -> None:
+    """``PRIME_RUNS_COPY_WAIT`` (and ``--copy-wait``) bound the wait for another sync pushing a
+    copy of the run, as for ``prime-runs sync``: the module used to wait its 30 s default."""
+    import shutil
+
+    from prime_runs_spool.spool.layout import sync_state_path
+    from prime_runs_spool.sync.copies import CopyLock
+    from prime_runs_spool.sync.state import remote_destination
+
+    builder = build_run(tmp_path / "one" / "r", "module-copy", 3)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    destination = remote_destination(server.base_url, None)
+    env = child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path), PRIME_RUNS_COPY_WAIT="0.2")
+    cmd = MODULE + [str(tmp_path / "two"), "--base-url", server.base_url, "--json", "--timeout", "5"]
+    with CopyLock(destination.key, "module-copy", None, sync_state_path(builder.run_dir, destination.key),
+                  str(builder.run_dir)).hold(0):
+        by_env = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=20)
+        by_flag = subprocess.run(cmd + ["--copy-wait", "0.1"], capture_output=True, text=True,
+                                 env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path)), timeout=20)
+    for result in (by_env, by_flag):
+        assert result.returncode == 0, result.stderr
+        assert [r["state"] for r in json.loads(result.stdout)["runs"]] == ["skipped"]
+    assert evaluations_of(api, builder.run_id) == []  # nothing was sent for the copy

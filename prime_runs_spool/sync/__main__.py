@@ -32,8 +32,9 @@ from prime_runs_spool.sync.console import (
     follow_until_stopped,
     report_lines,
 )
-from prime_runs_spool.sync.options import (AUTO, DEFAULT_JOBS, DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES,
-                                           SyncOptions, seconds_problem)
+from prime_runs_spool.sync.options import (AUTO, COPY_WAIT_ENV, DEFAULT_COPY_WAIT, DEFAULT_JOBS,
+                                           DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES, SyncOptions,
+                                           seconds_problem)
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.memory import return_large_blocks_promptly
@@ -81,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--team")
     parser.add_argument("--jobs", "-j", type=int, default=DEFAULT_JOBS)
     parser.add_argument("--json", dest="as_json", action="store_true")
+    parser.add_argument("--wait", action="store_true")
+    parser.add_argument("--copy-wait", type=_seconds(0.0), default=_env_float(COPY_WAIT_ENV, DEFAULT_COPY_WAIT))
     parser.add_argument("--timeout", type=_seconds(0.1), default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
     parser.add_argument("--request-lifetime", type=_seconds(0.0),
@@ -115,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap = args.backoff_cap
     options = SyncOptions(request_lifetime=args.request_lifetime,
                           backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=args.max_attempts),
-                          to=args.to)
+                          to=args.to, copy_wait=args.copy_wait)
     destination = remote_destination(settings.base_url, settings.team_id)
     return_large_blocks_promptly()
     try:
@@ -126,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     list(args.paths), client, destination, options,
                     FollowOptions(poll_interval=args.poll_interval, exit_when_idle=args.exit_when_idle),
                     on_report=printer))
-            reports = sync_paths(list(args.paths), client, destination, options, jobs=args.jobs)
+            reports = sync_paths(list(args.paths), client, destination, options, jobs=args.jobs, wait=args.wait)
     except Exception as exc:  # an internal error: one line, as prime-runs sync prints it
         sys.stderr.write(f"prime-runs: internal error: {type(exc).__name__}: {exc}\n")
         return EXIT_RUN_FAILED
