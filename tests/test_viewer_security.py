@@ -8,6 +8,7 @@ out of the page's reach.
 from __future__ import annotations
 
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -156,3 +157,47 @@ def test_without_a_token_the_dashboard_answers_only_to_loopback_names(tmp_path):
         assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
         assert httpx.get(platform.base_url + "/dashboard/").status_code == 200
         assert httpx.get(platform.api + "/evaluations/", headers={"Host": "evil.example"}).status_code == 200
+
+
+def test_wrong_tokens_make_the_next_try_wait_doubling_up_to_a_cap():
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES, MAX_LOGIN_WAIT, LoginThrottle
+
+    now = [1000.0]
+    throttle = LoginThrottle(clock=lambda: now[0])
+    for _ in range(FREE_LOGIN_FAILURES):
+        throttle.failed("10.0.0.1")
+        assert throttle.wait("10.0.0.1") == 0.0
+    waits = []
+    for _ in range(12):
+        throttle.failed("10.0.0.1")
+        waits.append(throttle.wait("10.0.0.1"))
+    assert waits[:4] == [1.0, 2.0, 4.0, 8.0] and waits[-1] == MAX_LOGIN_WAIT
+    assert throttle.wait("10.0.0.2") == 0.0  # another address is not held back
+    now[0] += MAX_LOGIN_WAIT
+    assert throttle.wait("10.0.0.1") == 0.0
+    throttle.succeeded("10.0.0.1")
+    throttle.failed("10.0.0.1")
+    assert throttle.wait("10.0.0.1") == 0.0  # a right token forgot the wrong ones
+    for n in range(10_000):  # memory stays bounded whoever knocks
+        throttle.failed(f"addr-{n}")
+    assert len(throttle._failures) <= 4096
+
+
+def test_a_guesser_is_held_back_and_its_tries_are_not_even_compared():
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES
+
+    proc, url = _start_view(str(FIXTURES), "--token", TOKEN)
+    base = url.rstrip("/")
+    try:
+        for n in range(FREE_LOGIN_FAILURES + 1):
+            r = httpx.post(base + "/login", data={"token": f"guess-{n}", "next": "/"})
+            assert r.status_code == 401, n
+        held = httpx.post(base + "/login", data={"token": TOKEN, "next": "/"})  # right, but too soon
+        assert held.status_code == 429 and held.headers["retry-after"] == "1"
+        assert "set-cookie" not in held.headers and "try again in 1 s" in held.text
+        time.sleep(1.1)
+        r = httpx.post(base + "/login", data={"token": TOKEN, "next": "/"})
+        assert r.status_code == 303 and COOKIE_NAME in r.headers["set-cookie"]
+        assert httpx.post(base + "/login", data={"token": "wrong", "next": "/"}).status_code == 401
+    finally:
+        _stop(proc)

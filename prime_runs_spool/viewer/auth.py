@@ -10,6 +10,8 @@ Two rules (docs/viewer.md, "Security"):
   once and the browser keeps a cookie that is ``HttpOnly`` (no script reads it) and
   ``SameSite=Strict`` (no other site's page sends it). The cookie holds an HMAC of the
   token, never the token itself. ``/api/`` keeps its own Bearer check.
+- **Guessing costs time.** After :data:`FREE_LOGIN_FAILURES` wrong tokens from one client
+  address, that address waits before its next try is even compared (:class:`LoginThrottle`).
 - **Without a token, only loopback names.** :class:`LoopbackHostOnly` refuses a request
   whose ``Host`` is not a loopback address or ``localhost``: a web page elsewhere that
   points its own domain name at 127.0.0.1 (DNS rebinding) must not read the runs.
@@ -21,6 +23,9 @@ import hashlib
 import hmac
 import html
 import ipaddress
+import math
+import time
+from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -33,6 +38,14 @@ LOGIN_PATH = "/login"
 API_PREFIX = "/api/"
 #: A login form body larger than this is refused.
 _MAX_FORM_BYTES = 8 * 1024
+#: Wrong tokens one client address may send before it has to wait: then 1 s, doubling with
+#: each wrong one, up to MAX_LOGIN_WAIT. A person who mistyped waits a second; a script
+#: that tried a thousand tokens waits five minutes between tries.
+FREE_LOGIN_FAILURES = 5
+MAX_LOGIN_WAIT = 300.0
+#: Client addresses remembered at most (the oldest are forgotten first): memory stays bounded
+#: whoever knocks.
+_MAX_ADDRESSES = 4096
 
 
 def is_loopback(host: str) -> bool:
@@ -98,6 +111,40 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
+class LoginThrottle:
+    """Wrong tokens per client address, and until when each address must wait.
+
+    An address with more than :data:`FREE_LOGIN_FAILURES` wrong tokens waits 1 s after the
+    next, then 2 s, 4 s... up to :data:`MAX_LOGIN_WAIT`; a right token forgets it. While it
+    waits, its tries are not compared at all, so a guesser learns nothing from them.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._failures: dict[str, tuple[int, float]] = {}  # address: (wrong tokens, wait until)
+
+    def wait(self, address: str) -> float:
+        """Seconds ``address`` must still wait before a try is compared (0: none)."""
+        entry = self._failures.get(address)
+        return max(0.0, entry[1] - self._clock()) if entry else 0.0
+
+    def failed(self, address: str) -> None:
+        count = self._failures.pop(address, (0, 0.0))[0] + 1
+        over = count - FREE_LOGIN_FAILURES
+        delay = min(MAX_LOGIN_WAIT, 2.0 ** min(over - 1, 30)) if over > 0 else 0.0
+        self._failures[address] = (count, self._clock() + delay)  # re-inserted: the newest
+        while len(self._failures) > _MAX_ADDRESSES:
+            del self._failures[next(iter(self._failures))]
+
+    def succeeded(self, address: str) -> None:
+        self._failures.pop(address, None)
+
+
+def _client_address(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
 class TokenGate:
     """ASGI middleware: every HTTP request outside ``/api/`` needs the session cookie."""
 
@@ -105,6 +152,7 @@ class TokenGate:
         self.app = app
         self.token = token
         self.session = session_value(token)
+        self.throttle = LoginThrottle()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"].startswith(API_PREFIX):
@@ -138,12 +186,21 @@ class TokenGate:
                 return
             if not message.get("more_body"):
                 break
+        address = _client_address(scope)
+        wait = self.throttle.wait(address)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            await _send(send, 429, f"too many wrong tokens from this address: try again in {seconds} s\n".encode(),
+                        [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", str(seconds).encode())])
+            return
         form = parse_qs(body.decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0]
         target = _safe_next((form.get("next") or [target])[0])
         if not hmac.compare_digest(given.encode(), self.token.encode()):
+            self.throttle.failed(address)
             await _send(send, 401, _login_page(target, failed=True), _HTML)
             return
+        self.throttle.succeeded(address)
         cookie = f"{COOKIE_NAME}={self.session}; Path=/; HttpOnly; SameSite=Strict"
         await _send(send, 303, b"", [(b"location", target.encode()), (b"set-cookie", cookie.encode())])
 
