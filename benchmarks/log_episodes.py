@@ -14,7 +14,12 @@ shared between them that a cache keyed by identity could exploit.
 Three ratios, each measured in the same round as its baseline, on the same disk:
 
 * one appender: ``log_episodes([episode])`` per episode against a bare loop that serializes
-  the same episode with orjson, writes it and fdatasyncs; the two take turns in blocks of 8.
+  the same episode with orjson, writes it and fdatasyncs; the two take turns in blocks of 8
+  (``--block``). Short turns follow the disk's drifting sync latency closely, but they are
+  not how an eval appends: the durable mark is written at most every 10 ms
+  (spool/durable_mark.py), so in turns of 8 (about 3 ms) nearly every turn starts with a
+  mark write, and the trailing one lands in the bare loop's turn. ``--block 64`` (about
+  25 ms a turn) is closer to an eval's steady appending.
 * 64 threads: ``log_episodes`` from 64 threads against the leanest threaded group commit
   (benchmarks/append.py ``lean_grouped``), where each thread serializes its episode with
   orjson and queues it, a leader writes the queue with one writev and one fdatasync, and
@@ -132,7 +137,7 @@ def bare_loop(fd: int, pool: Pool, *, must: bool = False) -> Callable[[], bool]:
     return step
 
 
-def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]:
+def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
     """The bare serialize+write+fdatasync loop and ``log_episodes``, in interleaved blocks."""
     pool.reset()
     run_dir, run = fresh_run(folder)
@@ -146,7 +151,7 @@ def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]
         return True
 
     try:
-        return interleaved(bare_loop(fd, pool), spool, seconds)
+        return interleaved(bare_loop(fd, pool), spool, seconds, block)
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
@@ -154,12 +159,12 @@ def single_pair(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]
         shutil.rmtree(run_dir)
 
 
-def single_floor(folder: Path, pool: Pool, seconds: float) -> tuple[float, float]:
+def single_floor(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
     """The bare loop and the same loop doing the work no spool can skip, in interleaved blocks."""
     pool.reset()
     fds = [os.open(folder / name, FLAGS, 0o600) for name in ("bare.jsonl", "must.jsonl")]
     try:
-        return interleaved(bare_loop(fds[0], pool), bare_loop(fds[1], pool, must=True), seconds)
+        return interleaved(bare_loop(fds[0], pool), bare_loop(fds[1], pool, must=True), seconds, block)
     finally:
         for fd, name in zip(fds, ("bare.jsonl", "must.jsonl")):
             os.close(fd)
@@ -248,6 +253,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5, quick 3)")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per phase (default 0.6, quick 0.4)")
     parser.add_argument("--pool", type=int, default=8_000, help="distinct episodes per phase (default 8000)")
+    parser.add_argument("--block", type=int, default=8,
+                        help="appends per turn of the one-appender pairs (default 8; see the docstring)")
     args = parser.parse_args()
     seconds = args.seconds or (0.4 if args.quick else 0.6)
     rounds = args.rounds or (3 if args.quick else 5)
@@ -259,8 +266,8 @@ def main() -> None:
         print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
         for n in range(rounds):
-            results["single"].append(single_pair(folder, pool, seconds))
-            results["single_floor"].append(single_floor(folder, pool, seconds))
+            results["single"].append(single_pair(folder, pool, seconds, args.block))
+            results["single_floor"].append(single_floor(folder, pool, seconds, args.block))
             lean = lean_threads(folder, pool, seconds)
             threads = run_threads(folder, pool, seconds)
             must = lean_threads(folder, pool, seconds, must=True)
