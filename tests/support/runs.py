@@ -6,12 +6,15 @@ tests/test_remask_e2e.py builds the older kind on purpose."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from fixtures.episodes import make_episode
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.layout import durable_mark_path_of
 from prime_runs_spool.spool.writer import SegmentWriter
 
 _EPISODE_RULES = MaskRules.defaults_for_episode()
@@ -57,6 +60,16 @@ class RunBuilder:
             items.append(("episode", episode, {"episode_id": episode["id"],
                                                "rollout_number": self.counter.next_number(episode)}))
         self.writer.append_many(items)
+        self.wait_for_mark()
+
+    def wait_for_mark(self, timeout: float = 5.0) -> None:
+        """Until the durable mark says what the writer synced: it is written at most every
+        10 ms (spool/durable_mark.py), and a sync of the live run reads up to it."""
+        assert self.writer is not None
+        path, deadline = self.writer.path, time.monotonic() + timeout
+        while durable_mark_path_of(path).exists() and durable_mark(path) != path.stat().st_size:
+            assert time.monotonic() < deadline, f"{path}: the durable mark did not catch up"
+            time.sleep(0.001)
 
     def seal(self, status: str = "completed", error: str | None = None) -> None:
         assert self.writer is not None
