@@ -305,11 +305,6 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
 from prime_runs_spool.content.summary import compute_summary  # noqa: E402
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pre-existing (also at a2bf650), left for a decision: the run reads an episode's summary from "
-    "the record in memory, where a NaN or infinite score drops the trace's reward; the line "
-    "holds null there (orjson), which the summary reads as a null reward (the trace's reward "
-    "is 0), so a resumed run or a summary computed from the spool counts it differently"))
 def test_the_live_summary_is_the_summary_of_what_was_written(tmp_path: Path):
     run = basic_run(tmp_path / "run")
     run.log_episodes([{"id": "a", "ok": True, "traces": [

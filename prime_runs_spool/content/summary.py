@@ -35,6 +35,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from prime_runs_spool.content.episodes import reward_and_scores
 
 
@@ -82,6 +84,8 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
         else:
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
+                if reward is None:  # a non-finite score or weight (or a finite sum that overflowed)
+                    values = _NonFinite(values)
         if metrics:
             for name, value in metrics.items():
                 if value is not None:
@@ -95,15 +99,25 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
     else:  # the common case: every value a finite float, kept as it is (a copy of the trace's own)
         return reward, values if rewards else dict(values)
     numbers = {}
+    non_finite = type(values) is _NonFinite
     for name, value in values.items():
         if type(value) is float:
             if value - value == 0.0:
                 numbers[name] = value
+            else:
+                non_finite = True
         elif value is not None:
             number = _finite(value)
             if number is not None:
                 numbers[name] = number
-    return reward, numbers
+    return reward, _NonFinite(numbers) if non_finite else numbers
+
+
+class _NonFinite(dict):
+    """A trace's numbers (a plain dict to :class:`SummaryAccumulator`) read past a NaN or an
+    infinity it dropped: the line holds that value as null, which reads otherwise (a null
+    score drops only its reward, a null metric leaves the reward's score of its name, a
+    null ``trainable`` is false). :func:`read_written` re-reads such an episode as written."""
 
 
 #: What an episode adds to the summary: whether it counts as an error, and per trace whether
@@ -120,8 +134,29 @@ def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
         rewards = get("rewards")
         metrics = get("metrics")
         reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
-        traces.append((bool(agent.get("trainable")) if agent else False, reward, numbers))
+        trainable = agent.get("trainable") if agent else False
+        if trainable is not True and trainable is not False:  # not a bool: read by its truth
+            if type(trainable) is float and trainable - trainable != 0.0:  # NaN or infinite: null on the line
+                numbers = _NonFinite(numbers)
+            trainable = bool(trainable)
+        traces.append((trainable, reward, numbers))
     return episode.get("ok") is not True, traces
+
+
+def read_written(episode: Mapping[str, Any], data: bytes) -> EpisodeReading:
+    """:func:`read_episode` of ``episode`` as ``data``, its serialization (orjson, as the
+    spool line holds it), reads: what a run counts live, so that its summary is the summary
+    of its spool, which a resumed run continues and sync recomputes.
+
+    The two readings differ only where ``episode`` holds a NaN or an infinity that the
+    reading meets (a score, a weight, a metric, ``trainable``): orjson writes it as null.
+    Only then, which the reading marks (:class:`_NonFinite`), is ``data`` parsed and read;
+    any other episode costs a look at each trace's numbers."""
+    reading = read_episode(episode)
+    for _, _, numbers in reading[1]:
+        if type(numbers) is _NonFinite:
+            return read_episode(orjson.loads(data))
+    return reading
 
 
 def _finite(value: Any) -> float | None:
