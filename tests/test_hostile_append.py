@@ -304,7 +304,9 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
 
 import itertools  # noqa: E402
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+import orjson  # noqa: E402
+
+from hypothesis import HealthCheck, example, given, settings, strategies as st  # noqa: E402
 
 from prime_runs_spool.content.summary import compute_summary  # noqa: E402
 from prime_runs_spool.spool.reader import read_run  # noqa: E402
@@ -346,10 +348,17 @@ def _sealed_summary(run_dir: Path) -> Any:
 
 
 _examples = itertools.count()
+nan, inf = float("nan"), float("inf")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_episodes, st.integers(0, 6))
+@example([{"ok": True, "traces": [  # each way a non-finite value reads otherwise than its null
+    {"agent": {"trainable": True},
+     "rewards": {"a": {"score": nan, "weight": None}, "b": {"score": 1.0, "weight": inf}}},
+    {"agent": {"trainable": True}, "rewards": {"m": {"score": 0.5, "weight": None}}, "metrics": {"m": -inf}},
+    {"agent": {"trainable": nan}, "rewards": {"a": {"score": 0.25, "weight": 2.0}}}]}], 0)
+@example([{"ok": False, "traces": [{"agent": {"trainable": True}, "metrics": {"m": -1.5e308}}] * 2}], 1)  # overflows
 def test_the_live_summary_is_the_spools_for_any_floats_and_after_a_resume(
         tmp_path: Path, episodes: list[dict[str, Any]], split: int):
     # repr: NaN equals itself and -0.0 differs from 0.0 (a mean of finite values can overflow to inf or NaN)
@@ -364,4 +373,6 @@ def test_the_live_summary_is_the_spools_for_any_floats_and_after_a_resume(
     assert second.log_episodes(episodes) == len(episodes[split:])  # the kept ones are skipped
     assert repr(second.summary()) == repr(_spool_summary(run_dir))
     sealed = second.finish()
-    assert repr(sealed) == repr(_spool_summary(run_dir)) == repr(_sealed_summary(run_dir))
+    assert repr(sealed) == repr(_spool_summary(run_dir))
+    # the seal holds it as JSON does: a mean whose finite values' sum overflowed (to ±inf) as null
+    assert _sealed_summary(run_dir) == orjson.loads(orjson.dumps(sealed))
