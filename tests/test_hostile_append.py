@@ -351,13 +351,17 @@ _examples = itertools.count()
 nan, inf = float("nan"), float("inf")
 
 
+def _scored(trainable: Any, rewards: dict[str, tuple[Any, Any]], metrics: dict[str, Any] | None = None) -> dict:
+    return {"agent": {"trainable": trainable}, "metrics": metrics or {},
+            "rewards": {name: {"score": score, "weight": weight} for name, (score, weight) in rewards.items()}}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_episodes, st.integers(0, 6))
-@example([{"ok": True, "traces": [  # each way a non-finite value reads otherwise than its null
-    {"agent": {"trainable": True},
-     "rewards": {"a": {"score": nan, "weight": None}, "b": {"score": 1.0, "weight": inf}}},
-    {"agent": {"trainable": True}, "rewards": {"m": {"score": 0.5, "weight": None}}, "metrics": {"m": -inf}},
-    {"agent": {"trainable": nan}, "rewards": {"a": {"score": 0.25, "weight": 2.0}}}]}], 0)
+@example([{"ok": True, "traces": [_scored(True, {"a": (nan, None)})]},  # each way a non-finite value reads
+          {"ok": True, "traces": [_scored(True, {"a": (1.0, inf)})]},  # otherwise than its null, one an episode
+          {"ok": True, "traces": [_scored(True, {"m": (0.5, None)}, {"m": -inf})]},
+          {"ok": True, "traces": [_scored(nan, {"a": (0.25, 2.0)})]}], 2)
 @example([{"ok": False, "traces": [{"agent": {"trainable": True}, "metrics": {"m": -1.5e308}}] * 2}], 1)  # overflows
 def test_the_live_summary_is_the_spools_for_any_floats_and_after_a_resume(
         tmp_path: Path, episodes: list[dict[str, Any]], split: int):

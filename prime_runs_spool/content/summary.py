@@ -68,12 +68,13 @@ TraceNumbers = tuple["float | None", "dict[str, float]"]
 _NOTHING_SCORED: TraceNumbers = (0.0, {})
 
 
-def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> TraceNumbers:
+def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written: bytes | None) -> TraceNumbers:
     """What a trace with ``rewards`` or ``metrics`` (its own, read by the caller; not both
     empty) adds to a population's means, read once however many populations count it (the
     trainable one and all traces): its finite reward (None if dropped), and the finite
     value of each name it reports, in the order the names first appear (each reward's own
-    score, then each metric; a metric replaces a reward's score of its name)."""
+    score, then each metric; a metric replaces a reward's score of its name). With ``written``
+    (read_episode's), raises :class:`_WrittenOtherwise` where it meets a NaN or an infinity."""
     if rewards:
         try:
             reward, values = reward_and_scores(rewards)  # trace_reward, and the scores by name
@@ -84,8 +85,8 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
         else:
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
-                if reward is None:  # a non-finite score or weight (or a finite sum that overflowed)
-                    values = _NonFinite(values)
+                if reward is None and written is not None:  # a non-finite score or weight (or sum)
+                    raise _WrittenOtherwise
         if metrics:
             for name, value in metrics.items():
                 if value is not None:
@@ -99,25 +100,17 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
     else:  # the common case: every value a finite float, kept as it is (a copy of the trace's own)
         return reward, values if rewards else dict(values)
     numbers = {}
-    non_finite = type(values) is _NonFinite
     for name, value in values.items():
         if type(value) is float:
             if value - value == 0.0:
                 numbers[name] = value
-            else:
-                non_finite = True
+            elif written is not None:
+                raise _WrittenOtherwise
         elif value is not None:
             number = _finite(value)
             if number is not None:
                 numbers[name] = number
-    return reward, _NonFinite(numbers) if non_finite else numbers
-
-
-class _NonFinite(dict):
-    """A trace's numbers (a plain dict to :class:`SummaryAccumulator`) read past a NaN or an
-    infinity it dropped: the line holds that value as null, which reads otherwise (a null
-    score drops only its reward, a null metric leaves the reward's score of its name, a
-    null ``trainable`` is false). :func:`read_written` re-reads such an episode as written."""
+    return reward, numbers
 
 
 #: What an episode adds to the summary: whether it counts as an error, and per trace whether
@@ -125,38 +118,40 @@ class _NonFinite(dict):
 EpisodeReading = tuple[bool, list[tuple[bool, "float | None", "dict[str, float]"]]]
 
 
-def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
-    """Everything :class:`SummaryAccumulator` counts of ``episode``, read once."""
+def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> EpisodeReading:
+    """Everything :class:`SummaryAccumulator` counts of ``episode``, read once.
+
+    ``written``: the episode's serialization (orjson's, the payload of its spool line), for
+    a run, whose summary must be the one its spool gives (a resumed run continues it, sync
+    recomputes it): then the reading is of the episode as written. The two differ only
+    where the reading meets a NaN or an infinity (a score, a weight, a metric,
+    ``trainable``), which orjson writes as null: a null score drops only its reward, a null
+    metric leaves the reward's score of its name, a null ``trainable`` is false. Only such
+    an episode, met, is parsed from ``written`` and read again; any other costs nothing more.
+    """
     traces = []
-    for trace in episode.get("traces") or ():
-        get = trace.get
-        agent = get("agent")
-        rewards = get("rewards")
-        metrics = get("metrics")
-        reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
-        trainable = agent.get("trainable") if agent else False
-        if trainable is not True and trainable is not False:  # not a bool: read by its truth
-            if type(trainable) is float and trainable - trainable != 0.0:  # NaN or infinite: null on the line
-                numbers = _NonFinite(numbers)
-            trainable = bool(trainable)
-        traces.append((trainable, reward, numbers))
+    try:
+        for trace in episode.get("traces") or ():
+            get = trace.get
+            agent = get("agent")
+            rewards = get("rewards")
+            metrics = get("metrics")
+            reward, numbers = (_trace_numbers(trace, rewards, metrics, written) if rewards or metrics
+                               else _NOTHING_SCORED)
+            trainable = agent.get("trainable") if agent else False
+            if trainable is not True and trainable is not False:  # not a bool: read by its truth
+                if written is not None and type(trainable) is float and trainable - trainable != 0.0:
+                    raise _WrittenOtherwise
+                trainable = bool(trainable)
+            traces.append((trainable, reward, numbers))
+    except _WrittenOtherwise:
+        return read_episode(orjson.loads(written))  # type: ignore[arg-type]  # raised only with it
     return episode.get("ok") is not True, traces
 
 
-def read_written(episode: Mapping[str, Any], data: bytes) -> EpisodeReading:
-    """:func:`read_episode` of ``episode`` as ``data``, its serialization (orjson, as the
-    spool line holds it), reads: what a run counts live, so that its summary is the summary
-    of its spool, which a resumed run continues and sync recomputes.
-
-    The two readings differ only where ``episode`` holds a NaN or an infinity that the
-    reading meets (a score, a weight, a metric, ``trainable``): orjson writes it as null.
-    Only then, which the reading marks (:class:`_NonFinite`), is ``data`` parsed and read;
-    any other episode costs a look at each trace's numbers."""
-    reading = read_episode(episode)
-    for _, _, numbers in reading[1]:
-        if type(numbers) is _NonFinite:
-            return read_episode(orjson.loads(data))
-    return reading
+class _WrittenOtherwise(Exception):
+    """A reading of an episode as written (:func:`read_episode`'s ``written``) met a value
+    its line holds otherwise (a NaN or an infinity, there null)."""
 
 
 def _finite(value: Any) -> float | None:
