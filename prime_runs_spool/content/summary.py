@@ -27,6 +27,16 @@ Semantics (docs/platform-api.md, "What the dashboard reads"):
 - The one difference from the SDK, on purpose: non-finite numbers (NaN, ±inf) and
   non-numeric values are dropped before averaging (the SDK would carry a NaN into a JSON
   body that cannot hold it); a mean whose every value was dropped is ``None``.
+
+A run counts each episode **as it was written** (``read_episode``'s ``written``, the line's
+payload), never as it was in memory: its live summary, the one it seals, is then the
+summary of its spool, which a resumed run continues and sync recomputes. The two readings
+differ only where an episode holds a NaN or an infinity that the reading meets, since the
+line holds it as null: a NaN score in memory drops its trace's reward, a null one is
+skipped (the reward is the sum of the others, 0 with none); a NaN weight drops the reward,
+a null one is 1; a NaN metric is dropped in place of the reward's score of its name, a
+null one leaves that score; a NaN ``trainable`` is true, a null one false. On episodes in
+memory (``compute_summary``, tests/test_summary.py) the semantics above hold as they are.
 """
 
 from __future__ import annotations
