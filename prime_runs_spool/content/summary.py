@@ -96,6 +96,7 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
                 if reward is None and written is not None:  # a non-finite score or weight (or sum)
+                    # (a sum of finite values past the float range reads alike: re-read for nothing)
                     raise _WrittenOtherwise
         if metrics:
             for name, value in metrics.items():
@@ -135,9 +136,10 @@ def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> Ep
     a run, whose summary must be the one its spool gives (a resumed run continues it, sync
     recomputes it): then the reading is of the episode as written. The two differ only
     where the reading meets a NaN or an infinity (a score, a weight, a metric,
-    ``trainable``), which orjson writes as null: a null score drops only its reward, a null
-    metric leaves the reward's score of its name, a null ``trainable`` is false. Only such
-    an episode, met, is parsed from ``written`` and read again; any other costs nothing more.
+    ``trainable``), which orjson writes as null: a null score is skipped (the trace's reward
+    is the others' sum), a null weight is 1, a null metric leaves the reward's score of its
+    name, a null ``trainable`` is false. Only such an episode, met, is parsed from
+    ``written`` and read again; any other costs nothing more (docs/benchmarks.md).
     """
     traces = []
     try:
