@@ -7,10 +7,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from prime_runs.metrics import from_episodes
-from prime_runs_spool.content.summary import SummaryAccumulator, compute_summary
+from prime_runs_spool.content.summary import SummaryAccumulator, compute_summary, read_episode
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "projection"
 
@@ -224,3 +224,33 @@ def test_finite_values_whose_sum_overflows_are_all_kept() -> None:
     assert summary["avg_metrics"] == {"a": big, "m": big}
     summary = compute_summary([{"ok": True, "traces": [trace(True, None, {"m": big, "k": big, "z": -big})]}])
     assert summary["avg_metrics"] == {"m": big, "k": big, "z": -big}
+
+
+# -- a run's reading: the episode as written ----------------------------------------------
+
+any_float = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+written_number = st.one_of(any_float, st.just(-0.0), st.just(5e-324), st.integers(-2**63, 2**63 - 1),
+                           st.booleans(), st.none(), st.just("x"))
+written_traces = st.lists(st.fixed_dictionaries({
+    "agent": st.fixed_dictionaries({"trainable": st.one_of(st.booleans(), any_float, st.none(), st.just(""))}),
+    "rewards": st.dictionaries(names, st.one_of(st.none(), st.fixed_dictionaries(
+        {"score": written_number, "weight": st.one_of(st.none(), any_float, st.integers(-3, 3))}))),
+    "metrics": st.dictionaries(names, written_number),
+}), max_size=3)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": written_traces}))
+@example({"ok": True, "traces": [trace(True, {"a": r(float("nan"), None)})]})  # each place a value is met
+@example({"ok": True, "traces": [trace(True, {"a": r(1.0, float("inf"))})]})
+@example({"ok": True, "traces": [trace(True, {"m": r(0.5, None)}, {"m": -float("inf")})]})
+@example({"ok": True, "traces": [{"agent": {"trainable": float("nan")}, "rewards": {"a": r(0.25, 2.0)}}]})
+def test_the_reading_with_its_serialization_is_the_reading_of_what_it_holds(episode: dict) -> None:
+    """The run's reading (runner/admission.py) is the one its spool's line gives, NaN and
+    infinities there null; the reading without it, compute_summary's, is left as it is."""
+    import orjson
+
+    written = orjson.dumps(episode)
+    plain = repr(read_episode(episode))
+    assert repr(read_episode(episode, written)) == repr(read_episode(orjson.loads(written)))
+    assert repr(read_episode(episode)) == plain

@@ -27,6 +27,16 @@ Semantics (docs/platform-api.md, "What the dashboard reads"):
 - The one difference from the SDK, on purpose: non-finite numbers (NaN, ±inf) and
   non-numeric values are dropped before averaging (the SDK would carry a NaN into a JSON
   body that cannot hold it); a mean whose every value was dropped is ``None``.
+
+A run counts each episode **as it was written** (``read_episode``'s ``written``, the line's
+payload), never as it was in memory: its live summary, the one it seals, is then the
+summary of its spool, which a resumed run continues and sync recomputes. The two readings
+differ only where an episode holds a NaN or an infinity that the reading meets, since the
+line holds it as null: a NaN score in memory drops its trace's reward, a null one is
+skipped (the reward is the sum of the others, 0 with none); a NaN weight drops the reward,
+a null one is 1; a NaN metric is dropped in place of the reward's score of its name, a
+null one leaves that score; a NaN ``trainable`` is true, a null one false. On episodes in
+memory (``compute_summary``, tests/test_summary.py) the semantics above hold as they are.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import orjson
 
 from prime_runs_spool.content.episodes import reward_and_scores
 
@@ -66,12 +78,13 @@ TraceNumbers = tuple["float | None", "dict[str, float]"]
 _NOTHING_SCORED: TraceNumbers = (0.0, {})
 
 
-def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> TraceNumbers:
+def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written: bytes | None) -> TraceNumbers:
     """What a trace with ``rewards`` or ``metrics`` (its own, read by the caller; not both
     empty) adds to a population's means, read once however many populations count it (the
     trainable one and all traces): its finite reward (None if dropped), and the finite
     value of each name it reports, in the order the names first appear (each reward's own
-    score, then each metric; a metric replaces a reward's score of its name)."""
+    score, then each metric; a metric replaces a reward's score of its name). With ``written``
+    (read_episode's), raises :class:`_WrittenOtherwise` where it meets a NaN or an infinity."""
     if rewards:
         try:
             reward, values = reward_and_scores(rewards)  # trace_reward, and the scores by name
@@ -82,6 +95,9 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
         else:
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
+                if reward is None and written is not None:  # a non-finite score or weight (or sum)
+                    # (a sum of finite values past the float range reads alike: re-read for nothing)
+                    raise _WrittenOtherwise
         if metrics:
             for name, value in metrics.items():
                 if value is not None:
@@ -99,6 +115,8 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
         if type(value) is float:
             if value - value == 0.0:
                 numbers[name] = value
+            elif written is not None:
+                raise _WrittenOtherwise
         elif value is not None:
             number = _finite(value)
             if number is not None:
@@ -111,17 +129,41 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any) -> Trac
 EpisodeReading = tuple[bool, list[tuple[bool, "float | None", "dict[str, float]"]]]
 
 
-def read_episode(episode: Mapping[str, Any]) -> EpisodeReading:
-    """Everything :class:`SummaryAccumulator` counts of ``episode``, read once."""
+def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> EpisodeReading:
+    """Everything :class:`SummaryAccumulator` counts of ``episode``, read once.
+
+    ``written``: the episode's serialization (orjson's, the payload of its spool line), for
+    a run, whose summary must be the one its spool gives (a resumed run continues it, sync
+    recomputes it): then the reading is of the episode as written. The two differ only
+    where the reading meets a NaN or an infinity (a score, a weight, a metric,
+    ``trainable``), which orjson writes as null: a null score is skipped (the trace's reward
+    is the others' sum), a null weight is 1, a null metric leaves the reward's score of its
+    name, a null ``trainable`` is false. Only such an episode, met, is parsed from
+    ``written`` and read again; any other costs nothing more (docs/benchmarks.md).
+    """
     traces = []
-    for trace in episode.get("traces") or ():
-        get = trace.get
-        agent = get("agent")
-        rewards = get("rewards")
-        metrics = get("metrics")
-        reward, numbers = _trace_numbers(trace, rewards, metrics) if rewards or metrics else _NOTHING_SCORED
-        traces.append((bool(agent.get("trainable")) if agent else False, reward, numbers))
+    try:
+        for trace in episode.get("traces") or ():
+            get = trace.get
+            agent = get("agent")
+            rewards = get("rewards")
+            metrics = get("metrics")
+            reward, numbers = (_trace_numbers(trace, rewards, metrics, written) if rewards or metrics
+                               else _NOTHING_SCORED)
+            trainable = agent.get("trainable") if agent else False
+            if trainable is not True and trainable is not False:  # not a bool: read by its truth
+                if written is not None and type(trainable) is float and trainable - trainable != 0.0:
+                    raise _WrittenOtherwise
+                trainable = bool(trainable)
+            traces.append((trainable, reward, numbers))
+    except _WrittenOtherwise:
+        return read_episode(orjson.loads(written))  # type: ignore[arg-type]  # raised only with it
     return episode.get("ok") is not True, traces
+
+
+class _WrittenOtherwise(Exception):
+    """A reading of an episode as written (:func:`read_episode`'s ``written``) met a value
+    its line holds otherwise (a NaN or an infinity, there null)."""
 
 
 def _finite(value: Any) -> float | None:

@@ -35,7 +35,7 @@ class Prepared(NamedTuple):
     episode_id: str | None
     #: What its rollout number counts by (content/episodes.py ``rollout_key``).
     rollout_key: Any
-    #: What the summary counts of it (content/summary.py ``read_episode``), or the error
+    #: What the summary counts of it as written (content/summary.py ``read_episode``), or the error
     #: reading it raised: the episode is recorded all the same, and the error logged.
     reading: EpisodeReading | Exception
 
@@ -78,7 +78,7 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}), what)
     _check_sendable(record, payload, what)
     try:
-        reading: EpisodeReading | Exception = read_episode(record)
+        reading: EpisodeReading | Exception = read_episode(record, payload.data)
     except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
         reading = exc
     # tuple.__new__: a named tuple's own __new__ is Python code, this is one C call
