@@ -181,3 +181,39 @@ def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Pa
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
                           env=child_env(), timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) -> None:
+    """Whatever holds a new segment's mark name is garbage (the segment did not exist and its
+    lock is ours): a FIFO there held ``create`` in its open forever (no reader), and a
+    symbolic link had it truncate the file the link points to."""
+    script = tmp_path / "fifo_mark.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        from pathlib import Path
+        from prime_runs_spool.spool.layout import durable_mark_path, ensure_spool_dir
+        from prime_runs_spool.spool.writer import SegmentWriter
+
+        run = Path(sys.argv[1]) / "run"
+        ensure_spool_dir(run)
+        os.mkfifo(durable_mark_path(run, 1))
+        victim = Path(sys.argv[1]) / "victim"
+        victim.write_text("keep me")
+        os.symlink(victim, durable_mark_path(run, 2))
+        for _ in range(2):
+            writer = SegmentWriter.create(run, "r")
+            writer.append("episode", {"id": "e"})
+            writer.close()
+            mark = durable_mark_path(run, writer.index)
+            assert not mark.is_symlink() and int(mark.read_bytes()) == writer.path.stat().st_size
+        assert victim.read_text() == "keep me"
+        print("ok")
+    """))
+    try:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                              env=child_env(), timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("SegmentWriter.create hung opening a FIFO at the mark's name")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+

@@ -32,7 +32,7 @@ import time
 import weakref
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import durable_mark_path_of
+from prime_runs_spool.spool.layout import FILE_MODE, durable_mark_path_of
 
 #: Seconds between two writes of one segment's mark, at most: a sync within this time of
 #: the last write is published when it ends (by the publisher thread), not at once.
@@ -45,6 +45,26 @@ _pwrite = os.pwrite
 def render(durable: int) -> bytes:
     """The mark's bytes for ``durable`` fsync'd bytes."""
     return b"%020d\n" % durable
+
+
+def open_mark(path: Path) -> int:
+    """Create a new segment's mark file at ``path``; its descriptor, for writing.
+
+    Whatever holds the name is garbage (the segment is new, its writer lock ours): it is
+    removed and the file created anew, never opened. Opened, a FIFO there held the writer in
+    ``open`` forever (no reader), and a symbolic link had it truncate and overwrite the file
+    it points to.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        pass
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, flags, FILE_MODE)
 
 
 def durable_mark(segment: Path) -> int:

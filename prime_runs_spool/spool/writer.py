@@ -55,7 +55,7 @@ import filelock
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import RunInUseError, SegmentGoneError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.commit import Batch, helper_loop, settle_batch
-from prime_runs_spool.spool.durable_mark import MarkPublisher
+from prime_runs_spool.spool.durable_mark import MarkPublisher, open_mark
 from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
@@ -240,8 +240,7 @@ class SegmentWriter:
                 raise
             break
         try:
-            mark_fd = os.open(durable_mark_path(run_dir, index),
-                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+            mark_fd = open_mark(durable_mark_path(run_dir, index))
         except BaseException:
             os.close(fd)
             lock.release()
