@@ -89,7 +89,7 @@ def test_close_writes_the_mark_it_still_owes(tmp_path: Path, monkeypatch: pytest
     """A sync left owed (the interval not over, the publisher thread not yet there) is marked
     by close, so a closed writer's mark says everything it synced (section 5's check 5)."""
     monkeypatch.setattr(mark_module, "MARK_INTERVAL", 3600.0)
-    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: None)  # the thread never comes
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: True)  # queued; the thread never comes
     writer = SegmentWriter.create(tmp_path, "run-1")
     for n in range(5):
         writer.append("episode", {"id": f"e{n}"})
@@ -183,6 +183,107 @@ def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Pa
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
+# -- attacks (round of 2026-12-02): each failed on 0d49555 ------------------------------
+
+
+@pytest.fixture
+def fresh_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publisher thread of the test's own (started on first use): one a test breaks is
+    never the one the other tests' writers use. And an interval long enough that a burst's
+    syncs are owed even on a slow shared disk."""
+    monkeypatch.setattr(mark_module, "_queue", None)
+    monkeypatch.setattr(mark_module, "MARK_INTERVAL", 0.2)
+
+
+def burst(writer: SegmentWriter, appends: int = 20) -> None:
+    """Appends within one interval (:func:`fresh_thread`'s): they leave the mark owed."""
+    for n in range(appends):
+        writer.append("episode", {"id": f"b{n}-{time.monotonic_ns()}"})
+
+
+def test_an_append_whose_mark_is_owed_never_fails_for_want_of_a_thread(tmp_path: Path, fresh_thread: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.12 refuses to start a thread once the interpreter is shutting down (an
+    atexit handler: runner/ending.py seals the runs left open there) and any Python refuses
+    one past the process's thread limit. The first owed mark starts the publisher thread; if
+    it cannot, the append must still succeed (a flush that raises breaks the writer for good)
+    and its flush writes the mark itself."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer)
+        assert durable_mark(writer.path) == writer.path.stat().st_size
+        writer.seal("completed")
+    finally:
+        writer.close()
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+
+
+def test_the_publisher_thread_survives_an_error_in_one_write(tmp_path: Path, fresh_thread: None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError (or any error but OSError) in one of the thread's writes must not end
+    the thread: every later owed mark of every writer in the process would stay stale
+    (followers wait) until its writer happens to sync again after the interval."""
+    failures = [1]
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if failures and threading.current_thread().name == "spool-durable-marks":
+            failures.pop()
+            raise MemoryError
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the old thread's traceback
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer)
+        deadline = time.monotonic() + 5
+        while failures and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not failures  # the thread met its error
+        time.sleep(2 * mark_module.MARK_INTERVAL)
+        burst(writer)
+        assert wait_until_caught_up(writer, timeout=2.0) < 2.0
+    finally:
+        writer.close()
+
+
+def test_an_append_never_waits_for_the_publisher_threads_write(tmp_path: Path, fresh_thread: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread's pwrite of a mark can be slow (it waits on a journal commit, or the spool
+    is on a network filesystem): an append that syncs meanwhile must not wait for it, and the
+    count it made durable is still published once the thread is done."""
+    stall = 0.5
+    in_write, stalled = threading.Event(), threading.Event()
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if threading.current_thread().name == "spool-durable-marks" and not in_write.is_set():
+            in_write.set()
+            time.sleep(stall)
+            stalled.set()
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer, 1)  # within the interval of the header's write: owed, the thread writes it
+        assert in_write.wait(5)
+        assert not stalled.is_set()
+        start = time.monotonic()
+        burst(writer, 3)
+        took = time.monotonic() - start
+        assert took < stall / 2, took
+        assert wait_until_caught_up(writer) < 5
+    finally:
+        writer.close()
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
 def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) -> None:
     """Whatever holds a new segment's mark name is garbage (the segment did not exist and its
@@ -217,3 +318,27 @@ def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) ->
         pytest.fail("SegmentWriter.create hung opening a FIFO at the mark's name")
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
+
+def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher thread late (the GIL, a busy machine) while a sync after the job's due
+    time wrote the mark itself, and the next sync owed it again: the late job must not write
+    it a second time within the interval (that write is what the interval saves); the job
+    queued for what is owed now writes it."""
+    writes = MarkWrites(monkeypatch)
+    jobs: list[float] = []
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
+    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
+    mark = mark_module.MarkPublisher(fd)
+    mark.interval = 0.01
+    mark.synced(100, 1000.000)  # written at once
+    mark.synced(200, 1000.005)  # owed: a job for 1000.010
+    mark.synced(300, 1000.012)  # the job is late: this sync writes the mark itself
+    mark.synced(400, 1000.015)  # owed again: a job of its own
+    assert writes.values == [100, 300] and len(jobs) == 2
+    mark.publish_owed(jobs[0])  # the late job, overtaken
+    assert writes.values == [100, 300]
+    mark.publish_owed(jobs[1])
+    assert writes.values == [100, 300, 400]
+    mark.close()
+    assert writes.values == [100, 300, 400]
+    assert int((tmp_path / "seg-000001.durable").read_bytes()) == 400
