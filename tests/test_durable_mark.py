@@ -342,3 +342,27 @@ def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, mo
     mark.close()
     assert writes.values == [100, 300, 400]
     assert int((tmp_path / "seg-000001.durable").read_bytes()) == 400
+
+
+def test_a_writer_whose_segment_was_deleted_never_writes_its_successors_mark(tmp_path: Path, fresh_thread: None) -> None:
+    """A live writer's segment and lock deleted (``rm seg-000001.*`` but the mark, say), and
+    the run opened again: the new writer takes index 1 again. Opened with O_TRUNC, its mark
+    was the old writer's file, and what the old one still owed (written by its close, or by
+    the publisher thread) made the new segment's mark say more bytes than that segment has
+    fsync'd: a follower ships what a power cut can take back, a reader calls it truncated."""
+    old = SegmentWriter.create(tmp_path, "run-1")
+    burst(old, 10)  # owed: the thread writes it only when fresh_thread's interval ends
+    mark_path = durable_mark_path(tmp_path, 1)
+    old.path.unlink()
+    (tmp_path / "spool" / "seg-000001.lock").unlink()
+    new = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        assert new.path == old.path and mark_path.exists()
+        with pytest.raises(Exception):
+            old.append("episode", {"id": "x"})  # SegmentGoneError: its segment has no name
+        old.close()
+        time.sleep(2 * mark_module.MARK_INTERVAL)
+        assert durable_mark(new.path) <= new.path.stat().st_size
+    finally:
+        new.close()
+    assert int(mark_path.read_bytes()) == new.path.stat().st_size
