@@ -52,8 +52,10 @@ def open_mark(path: Path) -> int:
 
     Whatever holds the name is garbage (the segment is new, its writer lock ours): it is
     removed and the file created anew, never opened. Opened, a FIFO there held the writer in
-    ``open`` forever (no reader), and a symbolic link had it truncate and overwrite the file
-    it points to.
+    ``open`` forever (no reader), a symbolic link had it truncate and overwrite the file it
+    points to, and the mark of a writer whose segment and lock were deleted under it (the run
+    then reopened at the same index) was shared with that writer, whose close still wrote
+    what it owed there: the new segment's mark ran ahead of its disk.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
