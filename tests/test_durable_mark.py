@@ -366,3 +366,26 @@ def test_a_writer_whose_segment_was_deleted_never_writes_its_successors_mark(tmp
     finally:
         new.close()
     assert int(mark_path.read_bytes()) == new.path.stat().st_size
+
+
+def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_to_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mark deleted under its live writer (a cleanup of stray files, a hand) read as 0 for
+    the rest of the run: a follower shipped nothing of the segment until its writer ended.
+    The writer's file checks (every LOCK_CHECK_INTERVAL, with the lock file's) put it back,
+    saying what is durable."""
+    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        writer.append("episode", {"id": "a"})
+        mark = durable_mark_path(tmp_path, 1)
+        mark.unlink()
+        writer.append("episode", {"id": "b"})
+        wait_until_caught_up(writer, timeout=2.0)
+        mark.unlink()
+        mark.write_text("99999999999999999999\n")  # replaced: another file under its name
+        writer.append("episode", {"id": "c"})
+        wait_until_caught_up(writer, timeout=2.0)
+    finally:
+        writer.close()
+    assert int(mark.read_bytes()) == writer.path.stat().st_size

@@ -163,6 +163,22 @@ class MarkPublisher:
         if fd is not None:
             os.close(fd)
 
+    def restore(self, path: Path) -> bool:
+        """Put the mark file back at ``path`` if someone deleted or replaced it (its link count
+        is 0), saying what is durable; True if it did. A reader finds no mark there then (0),
+        or another file's: a follower would ship nothing more until the writer ended. Called
+        by the writer's file checks, now and then (an ``fstat``)."""
+        fd = self._fd
+        if fd is None or os.fstat(fd).st_nlink:
+            return False
+        fresh = open_mark(path)
+        with self._lock:
+            fd, self._fd = self._fd, fresh
+            self._write(time.monotonic())
+        if fd is not None:
+            os.close(fd)
+        return True
+
     def disown(self) -> None:
         """In a forked child: close this process's copy of the file, never writing it (the
         parent's writer owns the mark). The lock may have been held by a thread that was not

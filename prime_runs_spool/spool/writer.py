@@ -703,8 +703,9 @@ class SegmentWriter:
     def _check_files(self) -> None:
         """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
         directory deleted, or replaced by another file: its link count is 0), and put our
-        lock file back if someone deleted or replaced it. One ``fstat`` per flush (about
-        2 µs against a sync's hundreds), the lock's at most every LOCK_CHECK_INTERVAL."""
+        lock file and durable mark back if someone deleted or replaced them. One ``fstat``
+        per flush (about 2 µs against a sync's hundreds), the lock's and the mark's at most
+        every LOCK_CHECK_INTERVAL."""
         fd = self._fd
         if fd is not None and os.fstat(fd).st_nlink == 0:
             raise SegmentGoneError(
@@ -722,6 +723,15 @@ class SegmentWriter:
                 self._replace_lock()
         except OSError as exc:  # the lock is a guard for readers; never fail an append for it
             _log.warning("%s: could not check the writer lock file: %s", self._path, exc)
+        mark = self._mark
+        if mark is None:
+            return
+        try:
+            if mark.restore(durable_mark_path(self._run_dir, self._index)):
+                _log.warning("%s: its durable mark was deleted or replaced while this process wrote the "
+                             "segment; put it back", self._path)
+        except OSError as exc:  # a missing mark only makes readers wait; never fail an append for it
+            _log.warning("%s: could not put the durable mark back: %s", self._path, exc)
 
     def _replace_lock(self) -> None:
         """Someone deleted our lock file: readers would take the segment for a crashed one and an
