@@ -389,3 +389,22 @@ def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_t
     finally:
         writer.close()
     assert int(mark.read_bytes()) == writer.path.stat().st_size
+
+
+def test_a_mark_that_cannot_be_put_back_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A directory in the deleted mark's place: the writer says so once, not at every check
+    (ten times a second), and its appends go on."""
+    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        mark = durable_mark_path(tmp_path, 1)
+        mark.unlink()
+        mark.mkdir()
+        mark.joinpath("keep").write_text("x")
+        with caplog.at_level("WARNING", logger="prime_runs_spool"):
+            for n in range(5):
+                writer.append("episode", {"id": f"e{n}"})
+        assert sum("durable mark" in record.getMessage() for record in caplog.records) == 1
+    finally:
+        writer.close()

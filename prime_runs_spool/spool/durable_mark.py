@@ -98,7 +98,7 @@ class MarkPublisher:
     writes the newest count then known, so the mark never goes back.
     """
 
-    __slots__ = ("_fd", "_lock", "_durable", "_due", "_owed", "interval", "__weakref__")
+    __slots__ = ("_fd", "_lock", "_durable", "_due", "_owed", "_restorable", "interval", "__weakref__")
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
@@ -112,6 +112,7 @@ class MarkPublisher:
         #: the job queued for it (None: nothing owed). A job that finds another due time here
         #: is stale (a sync after it came wrote the mark; what is owed now has its own job).
         self._owed: float | None = None
+        self._restorable = True  # False once putting the file back failed: tried once, not every check
 
     def synced(self, durable: int, now: float) -> None:
         """``durable`` bytes are fsync'd as of ``now`` (``time.monotonic()``): write the mark,
@@ -169,9 +170,11 @@ class MarkPublisher:
         or another file's: a follower would ship nothing more until the writer ended. Called
         by the writer's file checks, now and then (an ``fstat``)."""
         fd = self._fd
-        if fd is None or os.fstat(fd).st_nlink:
+        if fd is None or not self._restorable or os.fstat(fd).st_nlink:
             return False
-        fresh = open_mark(path)
+        self._restorable = False
+        fresh = open_mark(path)  # raises OSError: the writer logs it, once
+        self._restorable = True
         with self._lock:
             fd, self._fd = self._fd, fresh
             self._write(time.monotonic())
