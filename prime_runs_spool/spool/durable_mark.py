@@ -176,11 +176,12 @@ class MarkPublisher:
         fresh = open_mark(path)  # raises OSError: the writer logs it, once
         self._restorable = True
         with self._lock:
-            fd, self._fd = self._fd, fresh
-            self._write(time.monotonic())
-        if fd is not None:
-            os.close(fd)
-        return True
+            fd = self._fd
+            if fd is not None:  # not closed meanwhile
+                self._fd = fresh
+                self._write(time.monotonic())
+        os.close(fresh if fd is None else fd)
+        return fd is not None
 
     def disown(self) -> None:
         """In a forked child: close this process's copy of the file, never writing it (the
