@@ -258,7 +258,7 @@ def test_an_append_never_waits_for_the_publisher_threads_write(tmp_path: Path, f
     """The thread's pwrite of a mark can be slow (it waits on a journal commit, or the spool
     is on a network filesystem): an append that syncs meanwhile must not wait for it, and the
     count it made durable is still published once the thread is done."""
-    stall = 0.5
+    stall = 1.0
     in_write, stalled = threading.Event(), threading.Event()
     real = mark_module._pwrite
 
