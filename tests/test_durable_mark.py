@@ -408,3 +408,58 @@ def test_a_mark_that_cannot_be_put_back_is_reported_once(tmp_path: Path, monkeyp
         assert sum("durable mark" in record.getMessage() for record in caplog.records) == 1
     finally:
         writer.close()
+
+
+def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fresh_thread: None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flushes that find the thread writing owe it their count instead of waiting (see
+    test_an_append_never_waits_for_the_publisher_threads_write). With the thread's writes
+    slow at random and four appending threads: every value written was durable, none is
+    lower than the one before, the mark catches up while the writer lives, and close leaves
+    it at the whole segment."""
+    import random
+
+    monkeypatch.setattr(mark_module, "MARK_INTERVAL", 0.001)
+    synced = [0]
+    real_sync = writer_module._fdatasync
+
+    def fdatasync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        real_sync(fd)
+        synced[0] = max(synced[0], size)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    written: list[tuple[int, int]] = []
+    real_pwrite = mark_module._pwrite
+    rng = random.Random(7)
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        written.append((int(data), synced[0]))
+        if threading.current_thread().name == "spool-durable-marks":
+            time.sleep(rng.random() * 0.003)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    deadline = time.monotonic() + 0.5
+
+    def work(t: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            writer.append("episode", {"id": f"t{t}-{n}"})
+            n += 1
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        wait_until_caught_up(writer)
+        writer.append("episode", {"id": "last"})
+    finally:
+        writer.close()
+    values = [value for value, _ in written]
+    assert values == sorted(values)
+    assert all(value <= durable for value, durable in written)
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
