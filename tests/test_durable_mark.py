@@ -463,3 +463,36 @@ def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fres
     assert values == sorted(values)
     assert all(value <= durable for value, durable in written)
     assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+
+
+def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_writer_lock(
+        tmp_path: Path, fresh_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close waits for a mark write under way (the thread's pwrite can be slow) and a
+    SIGINT there raises KeyboardInterrupt out of that wait: the writer lock must still be let
+    go, or readers take the closed segment for a live one (and wait on its mark) until the
+    process exits."""
+    import signal
+
+    from prime_runs_spool.spool.reader import writer_alive
+
+    in_write = threading.Event()
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if threading.current_thread().name == "spool-durable-marks" and not in_write.is_set():
+            in_write.set()
+            time.sleep(1.0)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    burst(writer, 1)  # owed: the thread writes it, slowly
+    assert in_write.wait(5)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            writer.close()
+    finally:
+        timer.cancel()
+    assert not writer_alive(writer.path)

@@ -772,16 +772,20 @@ class SegmentWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            if self._mark is not None:
-                self._mark.close()  # publishes what it still owes first
-                self._mark = None
-            for replacement in self._replacement_locks:
-                os.close(replacement)
-            self._replacement_locks = []
-            if self._lock_watch is not None:
-                os.close(self._lock_watch)
-                self._lock_watch = None
-            self._lock.release()
+            mark, self._mark = self._mark, None
+            try:
+                if mark is not None:
+                    # Publishes what it still owes first, so it may wait for the publisher
+                    # thread's write: a KeyboardInterrupt there must not keep the lock held.
+                    mark.close()
+            finally:
+                for replacement in self._replacement_locks:
+                    os.close(replacement)
+                self._replacement_locks = []
+                if self._lock_watch is not None:
+                    os.close(self._lock_watch)
+                    self._lock_watch = None
+                self._lock.release()
 
     def _disown_after_fork(self) -> None:
         """In a forked child: let go of the parent's segment without touching it.
