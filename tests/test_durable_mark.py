@@ -488,11 +488,25 @@ def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_wr
     writer = SegmentWriter.create(tmp_path, "run-1")
     burst(writer, 1)  # owed: the thread writes it, slowly
     assert in_write.wait(5)
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    main = threading.get_ident()
+    waiting = mark_module.MarkPublisher.close.__code__
+
+    def interrupt_the_wait() -> None:  # only once close is in it: a stray SIGINT ends the session
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code is waiting:
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.001)
+
+    interrupter = threading.Thread(target=interrupt_the_wait)
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             writer.close()
     finally:
-        timer.cancel()
+        interrupter.join()
     assert not writer_alive(writer.path)
+    writer.close()  # and a second close is quiet
