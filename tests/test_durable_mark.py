@@ -89,7 +89,7 @@ def test_close_writes_the_mark_it_still_owes(tmp_path: Path, monkeypatch: pytest
     """A sync left owed (the interval not over, the publisher thread not yet there) is marked
     by close, so a closed writer's mark says everything it synced (section 5's check 5)."""
     monkeypatch.setattr(mark_module, "MARK_INTERVAL", 3600.0)
-    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: None)  # the thread never comes
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: True)  # queued; the thread never comes
     writer = SegmentWriter.create(tmp_path, "run-1")
     for n in range(5):
         writer.append("episode", {"id": f"e{n}"})
@@ -181,3 +181,332 @@ def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Pa
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
                           env=child_env(), timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+# -- attacks (round of 2026-12-02): each failed on 0d49555 ------------------------------
+
+
+@pytest.fixture
+def fresh_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publisher thread of the test's own (started on first use): one a test breaks is
+    never the one the other tests' writers use. And an interval long enough that a burst's
+    syncs are owed even on a slow shared disk."""
+    monkeypatch.setattr(mark_module, "_queue", None)
+    monkeypatch.setattr(mark_module, "MARK_INTERVAL", 0.2)
+
+
+def burst(writer: SegmentWriter, appends: int = 20) -> None:
+    """Appends within one interval (:func:`fresh_thread`'s): they leave the mark owed."""
+    for n in range(appends):
+        writer.append("episode", {"id": f"b{n}-{time.monotonic_ns()}"})
+
+
+def test_an_append_whose_mark_is_owed_never_fails_for_want_of_a_thread(tmp_path: Path, fresh_thread: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.12 refuses to start a thread once the interpreter is shutting down (an
+    atexit handler: runner/ending.py seals the runs left open there) and any Python refuses
+    one past the process's thread limit. The first owed mark starts the publisher thread; if
+    it cannot, the append must still succeed (a flush that raises breaks the writer for good)
+    and its flush writes the mark itself."""
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer)
+        assert durable_mark(writer.path) == writer.path.stat().st_size
+        writer.seal("completed")
+    finally:
+        writer.close()
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+
+
+def test_the_publisher_thread_survives_an_error_in_one_write(tmp_path: Path, fresh_thread: None,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError (or any error but OSError) in one of the thread's writes must not end
+    the thread: every later owed mark of every writer in the process would stay stale
+    (followers wait) until its writer happens to sync again after the interval."""
+    failures = [1]
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if failures and threading.current_thread().name == "spool-durable-marks":
+            failures.pop()
+            raise MemoryError
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the old thread's traceback
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer)
+        deadline = time.monotonic() + 5
+        while failures and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert not failures  # the thread met its error
+        time.sleep(2 * mark_module.MARK_INTERVAL)
+        burst(writer)
+        assert wait_until_caught_up(writer, timeout=2.0) < 2.0
+    finally:
+        writer.close()
+
+
+def test_an_append_never_waits_for_the_publisher_threads_write(tmp_path: Path, fresh_thread: None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread's pwrite of a mark can be slow (it waits on a journal commit, or the spool
+    is on a network filesystem): an append that syncs meanwhile must not wait for it, and the
+    count it made durable is still published once the thread is done."""
+    stall = 1.0
+    in_write, stalled = threading.Event(), threading.Event()
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if threading.current_thread().name == "spool-durable-marks" and not in_write.is_set():
+            in_write.set()
+            time.sleep(stall)
+            stalled.set()
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        burst(writer, 1)  # within the interval of the header's write: owed, the thread writes it
+        assert in_write.wait(5)
+        assert not stalled.is_set()
+        start = time.monotonic()
+        burst(writer, 3)
+        took = time.monotonic() - start
+        assert took < stall / 2, took
+        assert wait_until_caught_up(writer) < 5
+    finally:
+        writer.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) -> None:
+    """Whatever holds a new segment's mark name is garbage (the segment did not exist and its
+    lock is ours): a FIFO there held ``create`` in its open forever (no reader), and a
+    symbolic link had it truncate the file the link points to."""
+    script = tmp_path / "fifo_mark.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        from pathlib import Path
+        from prime_runs_spool.spool.layout import durable_mark_path, ensure_spool_dir
+        from prime_runs_spool.spool.writer import SegmentWriter
+
+        run = Path(sys.argv[1]) / "run"
+        ensure_spool_dir(run)
+        os.mkfifo(durable_mark_path(run, 1))
+        victim = Path(sys.argv[1]) / "victim"
+        victim.write_text("keep me")
+        os.symlink(victim, durable_mark_path(run, 2))
+        for _ in range(2):
+            writer = SegmentWriter.create(run, "r")
+            writer.append("episode", {"id": "e"})
+            writer.close()
+            mark = durable_mark_path(run, writer.index)
+            assert not mark.is_symlink() and int(mark.read_bytes()) == writer.path.stat().st_size
+        assert victim.read_text() == "keep me"
+        print("ok")
+    """))
+    try:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                              env=child_env(), timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("SegmentWriter.create hung opening a FIFO at the mark's name")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher thread late (the GIL, a busy machine) while a sync after the job's due
+    time wrote the mark itself, and the next sync owed it again: the late job must not write
+    it a second time within the interval (that write is what the interval saves); the job
+    queued for what is owed now writes it."""
+    writes = MarkWrites(monkeypatch)
+    jobs: list[float] = []
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
+    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
+    mark = mark_module.MarkPublisher(fd)
+    mark.interval = 0.01
+    mark.synced(100, 1000.000)  # written at once
+    mark.synced(200, 1000.005)  # owed: a job for 1000.010
+    mark.synced(300, 1000.012)  # the job is late: this sync writes the mark itself
+    mark.synced(400, 1000.015)  # owed again: a job of its own
+    assert writes.values == [100, 300] and len(jobs) == 2
+    mark.publish_owed(jobs[0])  # the late job, overtaken
+    assert writes.values == [100, 300]
+    mark.publish_owed(jobs[1])
+    assert writes.values == [100, 300, 400]
+    mark.close()
+    assert writes.values == [100, 300, 400]
+    assert int((tmp_path / "seg-000001.durable").read_bytes()) == 400
+
+
+def test_a_writer_whose_segment_was_deleted_never_writes_its_successors_mark(tmp_path: Path, fresh_thread: None) -> None:
+    """A live writer's segment and lock deleted (``rm seg-000001.*`` but the mark, say), and
+    the run opened again: the new writer takes index 1 again. Opened with O_TRUNC, its mark
+    was the old writer's file, and what the old one still owed (written by its close, or by
+    the publisher thread) made the new segment's mark say more bytes than that segment has
+    fsync'd: a follower ships what a power cut can take back, a reader calls it truncated."""
+    old = SegmentWriter.create(tmp_path, "run-1")
+    burst(old, 10)  # owed: the thread writes it only when fresh_thread's interval ends
+    mark_path = durable_mark_path(tmp_path, 1)
+    old.path.unlink()
+    (tmp_path / "spool" / "seg-000001.lock").unlink()
+    new = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        assert new.path == old.path and mark_path.exists()
+        with pytest.raises(Exception):
+            old.append("episode", {"id": "x"})  # SegmentGoneError: its segment has no name
+        old.close()
+        time.sleep(2 * mark_module.MARK_INTERVAL)
+        assert durable_mark(new.path) <= new.path.stat().st_size
+    finally:
+        new.close()
+    assert int(mark_path.read_bytes()) == new.path.stat().st_size
+
+
+def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_to_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mark deleted under its live writer (a cleanup of stray files, a hand) read as 0 for
+    the rest of the run: a follower shipped nothing of the segment until its writer ended.
+    The writer's file checks (every LOCK_CHECK_INTERVAL, with the lock file's) put it back,
+    saying what is durable."""
+    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        writer.append("episode", {"id": "a"})
+        mark = durable_mark_path(tmp_path, 1)
+        mark.unlink()
+        writer.append("episode", {"id": "b"})
+        wait_until_caught_up(writer, timeout=2.0)
+        mark.unlink()
+        mark.write_text("99999999999999999999\n")  # replaced: another file under its name
+        writer.append("episode", {"id": "c"})
+        wait_until_caught_up(writer, timeout=2.0)
+    finally:
+        writer.close()
+    assert int(mark.read_bytes()) == writer.path.stat().st_size
+
+
+def test_a_mark_that_cannot_be_put_back_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A directory in the deleted mark's place: the writer says so once, not at every check
+    (ten times a second), and its appends go on."""
+    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    try:
+        mark = durable_mark_path(tmp_path, 1)
+        mark.unlink()
+        mark.mkdir()
+        mark.joinpath("keep").write_text("x")
+        with caplog.at_level("WARNING", logger="prime_runs_spool"):
+            for n in range(5):
+                writer.append("episode", {"id": f"e{n}"})
+        assert sum("durable mark" in record.getMessage() for record in caplog.records) == 1
+    finally:
+        writer.close()
+
+
+def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fresh_thread: None,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flushes that find the thread writing owe it their count instead of waiting (see
+    test_an_append_never_waits_for_the_publisher_threads_write). With the thread's writes
+    slow at random and four appending threads: every value written was durable, none is
+    lower than the one before, the mark catches up while the writer lives, and close leaves
+    it at the whole segment."""
+    import random
+
+    monkeypatch.setattr(mark_module, "MARK_INTERVAL", 0.001)
+    synced = [0]
+    real_sync = writer_module._fdatasync
+
+    def fdatasync(fd: int) -> None:
+        size = os.fstat(fd).st_size
+        real_sync(fd)
+        synced[0] = max(synced[0], size)
+
+    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    written: list[tuple[int, int]] = []
+    real_pwrite = mark_module._pwrite
+    rng = random.Random(7)
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        written.append((int(data), synced[0]))
+        if threading.current_thread().name == "spool-durable-marks":
+            time.sleep(rng.random() * 0.003)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    deadline = time.monotonic() + 0.5
+
+    def work(t: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            writer.append("episode", {"id": f"t{t}-{n}"})
+            n += 1
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        wait_until_caught_up(writer)
+        writer.append("episode", {"id": "last"})
+    finally:
+        writer.close()
+    values = [value for value, _ in written]
+    assert values == sorted(values)
+    assert all(value <= durable for value, durable in written)
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+
+
+def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_writer_lock(
+        tmp_path: Path, fresh_thread: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close waits for a mark write under way (the thread's pwrite can be slow) and a
+    SIGINT there raises KeyboardInterrupt out of that wait: the writer lock must still be let
+    go, or readers take the closed segment for a live one (and wait on its mark) until the
+    process exits."""
+    import signal
+
+    from prime_runs_spool.spool.reader import writer_alive
+
+    in_write = threading.Event()
+    real = mark_module._pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if threading.current_thread().name == "spool-durable-marks" and not in_write.is_set():
+            in_write.set()
+            time.sleep(1.0)
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    burst(writer, 1)  # owed: the thread writes it, slowly
+    assert in_write.wait(5)
+    main = threading.get_ident()
+    waiting = mark_module.MarkPublisher.close.__code__
+
+    def interrupt_the_wait() -> None:  # only once close is in it: a stray SIGINT ends the session
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code is waiting:
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.001)
+
+    interrupter = threading.Thread(target=interrupt_the_wait)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            writer.close()
+    finally:
+        interrupter.join()
+    assert not writer_alive(writer.path)
+    writer.close()  # and a second close is quiet

@@ -32,7 +32,7 @@ import time
 import weakref
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import durable_mark_path_of
+from prime_runs_spool.spool.layout import FILE_MODE, durable_mark_path_of
 
 #: Seconds between two writes of one segment's mark, at most: a sync within this time of
 #: the last write is published when it ends (by the publisher thread), not at once.
@@ -45,6 +45,28 @@ _pwrite = os.pwrite
 def render(durable: int) -> bytes:
     """The mark's bytes for ``durable`` fsync'd bytes."""
     return b"%020d\n" % durable
+
+
+def open_mark(path: Path) -> int:
+    """Create a new segment's mark file at ``path``; its descriptor, for writing.
+
+    Whatever holds the name is garbage (the segment is new, its writer lock ours): it is
+    removed and the file created anew, never opened. Opened, a FIFO there held the writer in
+    ``open`` forever (no reader), a symbolic link had it truncate and overwrite the file it
+    points to, and the mark of a writer whose segment and lock were deleted under it (the run
+    then reopened at the same index) was shared with that writer, whose close still wrote
+    what it owed there: the new segment's mark ran ahead of its disk.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        pass
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, flags, FILE_MODE)
 
 
 def durable_mark(segment: Path) -> int:
@@ -76,7 +98,7 @@ class MarkPublisher:
     writes the newest count then known, so the mark never goes back.
     """
 
-    __slots__ = ("_fd", "_lock", "_durable", "_due", "_owed", "interval", "__weakref__")
+    __slots__ = ("_fd", "_lock", "_durable", "_due", "_owed", "_restorable", "interval", "__weakref__")
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
@@ -86,40 +108,80 @@ class MarkPublisher:
         self._lock = threading.Lock()
         self._durable = 0
         self._due = 0.0  # monotonic time from which a sync's count is written at once
-        self._owed = False  # a count newer than the file's waits for the publisher thread
+        #: When a count newer than the file's waits for the publisher thread: the due time of
+        #: the job queued for it (None: nothing owed). A job that finds another due time here
+        #: is stale (a sync after it came wrote the mark; what is owed now has its own job).
+        self._owed: float | None = None
+        self._restorable = True  # False once putting the file back failed: tried once, not every check
 
     def synced(self, durable: int, now: float) -> None:
         """``durable`` bytes are fsync'd as of ``now`` (``time.monotonic()``): write the mark,
         or leave it owed until the interval since the last write ends."""
+        # Stored before the lock: one flush runs at a time, so it only grows, and whoever
+        # writes the mark reads it after clearing _owed (see _write).
+        self._durable = durable
         lock = self._lock
-        lock.acquire()  # not ``with``: about half the cost, once per sync
+        if not lock.acquire(False):  # not ``with``: about half the cost, once per sync
+            # The publisher thread is writing the mark (close never overlaps a flush). An
+            # append never waits for it: its pwrite can be slow (a journal commit, a network
+            # filesystem). It writes this count if it read it; else it is owed from here.
+            if self._owed is None:
+                due = self._owed = now + self.interval
+                self._later(due)
+            return
         try:
-            self._durable = durable
             if now >= self._due:
                 self._write(now)
                 return
-            if self._owed:
+            if self._owed is not None:
                 return  # the publisher thread already has this mark in its queue
-            self._owed = True
-            due = self._due
+            due = self._owed = self._due
         finally:
             lock.release()
-        _publish_later(self, due)
+        self._later(due)
 
-    def publish_owed(self) -> None:
-        """Write what is owed (the publisher thread, once the interval ended)."""
+    def _later(self, due: float) -> None:
+        """Have the publisher thread write what is owed at ``due``; when no thread can be
+        had, write it now: a sync never fails for the mark's sake."""
+        if not _publish_later(self, due):
+            self.publish_owed(None)
+
+    def publish_owed(self, due: float | None) -> None:
+        """Write what is owed: by the publisher thread, once ``due`` came, if its job is still
+        the one for what is owed (else it is stale, and writing early would write the mark
+        twice in an interval); ``None``: whatever is owed, now."""
         with self._lock:
-            if self._owed:
+            owed = self._owed
+            if owed is not None and (due is None or due == owed):
                 self._write(time.monotonic())
 
     def close(self) -> None:
         """Write what is owed and close the file: a closed writer's mark says what it synced."""
         with self._lock:
-            if self._owed:
+            if self._owed is not None:
                 self._write(time.monotonic())
             fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+    def restore(self, path: Path) -> bool:
+        """Put the mark file back at ``path`` if someone deleted or replaced it (its link count
+        is 0), saying what is durable; True if it did. A reader finds no mark there then (0),
+        or another file's: a follower would ship nothing more until the writer ended. Called
+        by the writer's file checks, now and then (an ``fstat``)."""
+        fd = self._fd
+        if fd is None or not self._restorable or os.fstat(fd).st_nlink:
+            return False
+        self._restorable = False
+        fresh = open_mark(path)  # raises OSError: the writer logs it, once
+        self._restorable = True
+        with self._lock:
+            fd = self._fd
+            if fd is not None:  # not closed meanwhile
+                self._fd = fresh
+                self._write(time.monotonic())
+        os.close(fresh if fd is None else fd)
+        return fd is not None
 
     def disown(self) -> None:
         """In a forked child: close this process's copy of the file, never writing it (the
@@ -127,7 +189,7 @@ class MarkPublisher:
         forked, so it is not taken."""
         fd, self._fd = self._fd, None
         self._lock = threading.Lock()
-        self._owed = False
+        self._owed = None
         if fd is not None:
             try:
                 os.close(fd)
@@ -135,8 +197,10 @@ class MarkPublisher:
                 pass
 
     def _write(self, now: float) -> None:
-        """Write the newest count (``_lock`` held)."""
-        self._owed = False
+        """Write the newest count (``_lock`` held). ``_owed`` is cleared *before* the count is
+        read: a flush that stores a newer one while this write is under way and finds the
+        lock taken then finds nothing owed, and owes it (see :meth:`synced`)."""
+        self._owed = None
         self._due = now + self.interval
         fd = self._fd
         if fd is None:
@@ -159,19 +223,30 @@ _queue_pid = 0
 _start_lock = threading.Lock()
 
 
-def _publish_later(mark: MarkPublisher, due: float) -> None:
+def _publish_later(mark: MarkPublisher, due: float) -> bool:
+    """Queue ``mark``'s owed write for ``due``; False when there is no thread to do it."""
     jobs = _queue
     if jobs is None or _queue_pid != os.getpid():  # first use, or a forked child's first
         jobs = _start_thread()
+        if jobs is None:
+            return False
     jobs.put((due, weakref.ref(mark)))
+    return True
 
 
-def _start_thread() -> queue.SimpleQueue[tuple[float, weakref.ref[MarkPublisher]]]:
+def _start_thread() -> queue.SimpleQueue[tuple[float, weakref.ref[MarkPublisher]]] | None:
+    """The publisher thread's queue, the thread started if need be; None if it cannot be:
+    Python 3.12 starts no thread once the interpreter is shutting down (an atexit seal,
+    runner/ending.py), and no Python does past the process's thread limit."""
     global _queue, _queue_pid
     with _start_lock:
         if _queue is None or _queue_pid != os.getpid():
             jobs: queue.SimpleQueue[tuple[float, weakref.ref[MarkPublisher]]] = queue.SimpleQueue()
-            threading.Thread(target=_publish_loop, args=(jobs,), name="spool-durable-marks", daemon=True).start()
+            try:
+                threading.Thread(target=_publish_loop, args=(jobs,), name="spool-durable-marks",
+                                 daemon=True).start()
+            except Exception:  # RuntimeError: can't start new thread
+                return None
             _queue, _queue_pid = jobs, os.getpid()
         return _queue
 
@@ -190,10 +265,14 @@ if hasattr(os, "register_at_fork"):
 def _publish_loop(jobs: queue.SimpleQueue[tuple[float, weakref.ref[MarkPublisher]]]) -> None:
     while True:
         due, ref = jobs.get()
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        mark = ref()
-        if mark is not None:
-            mark.publish_owed()
+        mark = None
+        try:
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            mark = ref()
+            if mark is not None:
+                mark.publish_owed(due)
+        except BaseException:  # noqa: BLE001 - a MemoryError in one write: the thread ending
+            pass  # would leave every later owed mark of the process stale, and print a traceback
         del mark

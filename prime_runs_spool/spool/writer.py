@@ -55,7 +55,7 @@ import filelock
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import RunInUseError, SegmentGoneError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.commit import Batch, helper_loop, settle_batch
-from prime_runs_spool.spool.durable_mark import MarkPublisher
+from prime_runs_spool.spool.durable_mark import MarkPublisher, open_mark
 from prime_runs_spool.spool.format import (
     EPISODE,
     FORMAT_VERSION,
@@ -240,8 +240,7 @@ class SegmentWriter:
                 raise
             break
         try:
-            mark_fd = os.open(durable_mark_path(run_dir, index),
-                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+            mark_fd = open_mark(durable_mark_path(run_dir, index))
         except BaseException:
             os.close(fd)
             lock.release()
@@ -704,8 +703,9 @@ class SegmentWriter:
     def _check_files(self) -> None:
         """Raise :class:`SegmentGoneError` if our segment file lost its name (deleted, its run
         directory deleted, or replaced by another file: its link count is 0), and put our
-        lock file back if someone deleted or replaced it. One ``fstat`` per flush (about
-        2 µs against a sync's hundreds), the lock's at most every LOCK_CHECK_INTERVAL."""
+        lock file and durable mark back if someone deleted or replaced them. One ``fstat``
+        per flush (about 2 µs against a sync's hundreds), the lock's and the mark's at most
+        every LOCK_CHECK_INTERVAL."""
         fd = self._fd
         if fd is not None and os.fstat(fd).st_nlink == 0:
             raise SegmentGoneError(
@@ -723,6 +723,15 @@ class SegmentWriter:
                 self._replace_lock()
         except OSError as exc:  # the lock is a guard for readers; never fail an append for it
             _log.warning("%s: could not check the writer lock file: %s", self._path, exc)
+        mark = self._mark
+        if mark is None:
+            return
+        try:
+            if mark.restore(durable_mark_path(self._run_dir, self._index)):
+                _log.warning("%s: its durable mark was deleted or replaced while this process wrote the "
+                             "segment; put it back", self._path)
+        except OSError as exc:  # a missing mark only makes readers wait; never fail an append for it
+            _log.warning("%s: could not put the durable mark back: %s", self._path, exc)
 
     def _replace_lock(self) -> None:
         """Someone deleted our lock file: readers would take the segment for a crashed one and an
@@ -763,16 +772,20 @@ class SegmentWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-            if self._mark is not None:
-                self._mark.close()  # publishes what it still owes first
-                self._mark = None
-            for replacement in self._replacement_locks:
-                os.close(replacement)
-            self._replacement_locks = []
-            if self._lock_watch is not None:
-                os.close(self._lock_watch)
-                self._lock_watch = None
-            self._lock.release()
+            mark, self._mark = self._mark, None
+            try:
+                if mark is not None:
+                    # Publishes what it still owes first, so it may wait for the publisher
+                    # thread's write: a KeyboardInterrupt there must not keep the lock held.
+                    mark.close()
+            finally:
+                for replacement in self._replacement_locks:
+                    os.close(replacement)
+                self._replacement_locks = []
+                if self._lock_watch is not None:
+                    os.close(self._lock_watch)
+                    self._lock_watch = None
+                self._lock.release()
 
     def _disown_after_fork(self) -> None:
         """In a forked child: let go of the parent's segment without touching it.
