@@ -51,8 +51,7 @@ def sync_urls(params: dict[str, Any]) -> None:
     urls = store_urls(paths)
     if len(urls) != len(paths):
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
-    if params.get("follow"):
-        fail_usage("--follow does not work over a store URL yet; sync a local copy, or run the sync again")
+    follow = bool(params.get("follow"))
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
     cap = params["backoff_cap"]
     options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
@@ -62,7 +61,7 @@ def sync_urls(params: dict[str, Any]) -> None:
                           replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"),
                           copy_wait=params["copy_wait"])
     as_json = params["as_json"]
-    progress = Progress(enabled=not as_json and sys.stderr.isatty())
+    progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()
     reports = []
     local_db = None
@@ -70,18 +69,23 @@ def sync_urls(params: dict[str, Any]) -> None:
         with _destination(params["local"], params["db"], params["base_url"], params["team"], params["to"] == TRACES) as (
                 settings, destination, local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
-                for url in urls:
-                    try:
-                        reports += sync_store(url, client, destination, options, jobs=params["jobs"],
-                                              wait=params["wait"], on_progress=progress.update,
-                                              state_dir=Path(state_dir) if state_dir else None)
-                    except StoreSetupError as exc:  # the URL or the setup, not the store: usage
-                        progress.close()
-                        fail_usage(str(exc))
-                    except StoreError as exc:
-                        progress.close()
-                        click.echo(f"prime-runs: {exc}", err=True)
-                        sys.exit(EXIT_RUN_FAILED)
+
+                def sync_pass(url: str) -> list[Any]:
+                    return sync_store(url, client, destination, options, jobs=params["jobs"], wait=params["wait"],
+                                      on_progress=progress.update, state_dir=Path(state_dir) if state_dir else None)
+
+                try:
+                    if follow:
+                        sys.exit(_follow(urls, sync_pass, params))
+                    for url in urls:
+                        reports += sync_pass(url)
+                except StoreSetupError as exc:  # the URL or the setup, not the store: usage
+                    progress.close()
+                    fail_usage(str(exc))
+                except StoreError as exc:
+                    progress.close()
+                    click.echo(f"prime-runs: {exc}", err=True)
+                    sys.exit(EXIT_RUN_FAILED)
     except Exception as exc:
         if params.get("verbose"):
             raise
@@ -92,3 +96,20 @@ def sync_urls(params: dict[str, Any]) -> None:
 
     print_reports(reports, [], [], None, as_json=as_json, local_db=local_db, ok=exit_code(reports) == EXIT_OK)
     sys.exit(exit_code(reports))
+
+
+def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any]) -> int:
+    """``--follow`` over store URLs: a pass every ``--poll-interval`` (10 s unless given:
+    every pass costs store requests), each changed run reported as the local follower
+    reports it (sync/store_follow.py)."""
+    from click.core import ParameterSource
+
+    from prime_runs_spool.sync.console import event_printer, follow_until_stopped
+    from prime_runs_spool.sync.store_follow import STORE_POLL_INTERVAL, StoreFollower
+
+    given = click.get_current_context().get_parameter_source("poll_interval") is not ParameterSource.DEFAULT
+    return follow_until_stopped(StoreFollower(
+        urls, sync_pass, interval=params["poll_interval"] if given else STORE_POLL_INTERVAL,
+        exit_when_idle=params["exit_when_idle"],
+        on_report=event_printer(params["as_json"], click.echo, sys.stdout.flush),
+        on_error=lambda message: click.echo(f"prime-runs: {message}", err=True)))

@@ -428,3 +428,57 @@ def test_replay_from_the_bucket_continues_an_interrupted_replay_then_starts_anew
     (fresh,) = reports(newer)
     assert (fresh["state"], fresh["pushed_now"]) == ("synced", 60) and fresh["replay_id"] != report["replay_id"]
     assert len(evaluations_of(api, builder.run_id)) == 3
+
+
+def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sigint(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """``--follow`` over a store URL: a pass every ``--poll-interval``; each upload of the
+    growing segment is pushed once, a run uploaded later is found, a changed run is reported
+    as one line; SIGINT ends it with exit 0. With ``--exit-when-idle`` it ends after a pass
+    with nothing to do."""
+    import signal
+
+    builder = RunBuilder(tmp_path / "run", "store-follow")
+    builder.open_segment()
+    builder.add(5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    home = tmp_path / "m"
+    follower = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                              **moto.env()))
+    try:
+        deadline = time.monotonic() + 60
+        while _pushed(api, "store-follow") < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pushed(api, "store-follow") == 5
+        builder.add(4)
+        builder.seal()
+        upload_run(bucket_url, builder.run_dir, "run")
+        late = build_run(tmp_path / "late", "store-follow-late", 3)
+        upload_run(bucket_url, late.run_dir, "late")
+        while (_pushed(api, "store-follow") < 9 or _pushed(api, "store-follow-late") < 3) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.6)  # passes with nothing new: nothing more is sent, nothing is reported
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    pushed: dict[str, int] = {}
+    for report in lines:
+        pushed[report["path"].rsplit("/", 1)[1]] = pushed.get(report["path"].rsplit("/", 1)[1], 0) + report["pushed_now"]
+        assert report["state"] in ("crashed", "synced") or "changed while it was read" in report["error"], report
+    assert pushed == {"run": 9, "late": 3}, out
+    assert [r["state"] for r in lines if r["path"].endswith("/run")][-1] == "synced"
+    assert len(lines) <= 5, out  # one line a change: no line for a pass that found nothing new
+    assert "Traceback" not in err
+    assert_exactly_once(api, builder)
+    assert_exactly_once(api, late)
+    idle = store_sync(server.base_url, moto, home, bucket_url, "--follow", "--exit-when-idle", "--json",
+                      "--poll-interval", "0.1", timeout=60)
+    assert idle.returncode == 0, idle.stderr
+    assert sorted(r["state"] for r in map(json.loads, idle.stdout.splitlines())) == ["up_to_date", "up_to_date"]

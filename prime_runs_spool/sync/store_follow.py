@@ -1,0 +1,82 @@
+"""``prime-runs sync s3://... --follow``: following spools that lie in an object store.
+
+A store tells nobody when an object changes, and a segment in it is never *live*
+(docs/spool-format.md, section 1): ``prime-runs mirror`` or any copying tool uploads a live
+run's segment a piece at a time, and between uploads it reads as a crashed run. So
+following a store is a sync pass over its URLs every ``interval`` seconds (sync/store_sync.py
+does the pass, exactly once as ever; its state and lease say where the last pass got to),
+reporting each run whose state changed or that had episodes pushed (a pass that reads a
+segment while it is being uploaded again reports that run's ``error`` and the next pass
+reads it whole: nothing is lost or sent twice).
+
+*Idle* cannot mean "every writer gone" here, so ``exit_when_idle`` ends the follow after a
+pass that pushed nothing and changed no run's state: what a CI job uploading a finished
+mirror wants. The interval defaults to :data:`STORE_POLL_INTERVAL`, not the local
+follower's 0.1 s: each pass lists the prefix and reads each run's state, and a store bills
+every request (docs/sync.md, "Object stores").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from prime_runs_spool.errors import StoreError, StoreSetupError
+from prime_runs_spool.sync.options import RunReport
+
+#: Seconds between two passes over a store when ``--poll-interval`` is not given.
+STORE_POLL_INTERVAL = 10.0
+
+#: A run reported ``synced`` reads ``up_to_date`` at the next pass: no news, not reported.
+_ALL_THERE = {"up_to_date": "synced"}
+
+
+class StoreFollower:
+    """Sync passes over ``urls`` until ``stop`` is set (or, with ``exit_when_idle``, until a
+    pass finds nothing to do). The interface of sync/follow.py's ``Follower`` that
+    ``sync.console.follow_until_stopped`` drives: ``stop`` and ``run``."""
+
+    def __init__(self, urls: Sequence[str], sync_pass: Callable[[str], list[RunReport]], *,
+                 interval: float = STORE_POLL_INTERVAL, exit_when_idle: bool = False,
+                 on_report: Callable[[RunReport], None] = lambda report: None,
+                 on_error: Callable[[str], None] = lambda message: None) -> None:
+        self.urls = list(urls)
+        self.sync_pass = sync_pass
+        self.interval = interval
+        self.exit_when_idle = exit_when_idle
+        self.on_report = on_report
+        self.on_error = on_error
+        self.stop = threading.Event()
+
+    def run(self) -> list[RunReport]:
+        """Follow; returns the last pass's reports (their exit code is the follow's when it
+        ends idle). A store that fails on the first pass raises, as a plain sync would; on a
+        later one the error is told (``on_error``) and the next pass tries again."""
+        states: dict[str, str] = {}
+        reports: list[RunReport] = []
+        first = True
+        while not self.stop.is_set():
+            reports, changed = [], first
+            for url in self.urls:
+                try:
+                    found = self.sync_pass(url)
+                except StoreSetupError:
+                    raise
+                except StoreError as exc:
+                    if first:
+                        raise
+                    self.on_error(f"{url}: {exc} (trying again in {self.interval:g} s)")
+                    changed = True  # not idle: that pass found nothing, it did not look
+                    continue
+                for report in found:
+                    state = _ALL_THERE.get(report.state, report.state)
+                    if report.pushed_now or states.get(report.path) != state:
+                        self.on_report(report)
+                        changed = True
+                    states[report.path] = state
+                reports += found
+            first = False
+            if self.exit_when_idle and not changed:
+                break
+            self.stop.wait(self.interval)
+        return reports

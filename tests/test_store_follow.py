@@ -1,0 +1,67 @@
+"""sync/store_follow.py: a follow over store URLs is a pass every interval; what it reports,
+when it ends idle, and what a failing store does to it (the end-to-end test against a real
+S3 API is tests/test_sync_store.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prime_runs_spool.errors import StoreError, StoreSetupError
+from prime_runs_spool.sync.options import RunReport
+from prime_runs_spool.sync.store_follow import StoreFollower
+
+
+def _passes(*passes):
+    """A pass function answering with each of ``passes`` in turn (an exception is raised)."""
+    queue = list(passes)
+
+    def sync_pass(url: str) -> list[RunReport]:
+        answer = queue.pop(0) if queue else [RunReport(path=f"{url}/r", state="up_to_date")]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return sync_pass
+
+
+def test_only_changes_are_reported_and_an_idle_pass_ends_it():
+    heard: list[tuple[str, int]] = []
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [RunReport(path="s3://b/p/r", state="crashed", pushed_now=5)],
+        [RunReport(path="s3://b/p/r", state="synced", pushed_now=2)],
+        [RunReport(path="s3://b/p/r", state="up_to_date")],  # synced, read again: no news
+    ), interval=0, exit_when_idle=True, on_report=lambda r: heard.append((r.state, r.pushed_now)))
+    assert [r.state for r in follower.run()] == ["up_to_date"]  # the pass with nothing to do ended it
+    assert heard == [("crashed", 5), ("synced", 2)]
+    heard.clear()
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [RunReport(path="s3://b/p/r", state="crashed", pushed_now=5)],
+        [RunReport(path="s3://b/p/r", state="crashed")],  # an upload still to come: nothing new
+    ), interval=0, exit_when_idle=True, on_report=lambda r: heard.append((r.state, r.pushed_now)))
+    assert [r.state for r in follower.run()] == ["crashed"]
+    assert heard == [("crashed", 5)]
+
+
+def test_a_store_failing_later_is_told_and_tried_again_but_failing_first_raises():
+    told: list[str] = []
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [RunReport(path="s3://b/p/r", state="synced", pushed_now=1)], StoreError("connection reset"),
+    ), interval=0, exit_when_idle=True, on_error=told.append)
+    assert [r.state for r in follower.run()] == ["up_to_date"]
+    assert len(told) == 1 and "connection reset" in told[0] and "trying again" in told[0]
+    for first in (StoreError("no such bucket"), StoreSetupError("not a store URL")):
+        with pytest.raises(type(first)):
+            StoreFollower(["s3://b/p"], _passes(first), interval=0, exit_when_idle=True).run()
+    with pytest.raises(StoreSetupError):  # a setup error is never retried
+        StoreFollower(["s3://b/p"], _passes([], StoreSetupError("bad")), interval=0).run()
+
+
+def test_stop_ends_it_after_the_pass_in_progress():
+    follower = StoreFollower(["s3://b/p"], _passes(), interval=3600)
+
+    def sync_pass(url: str) -> list[RunReport]:
+        follower.stop.set()  # a SIGINT during the pass
+        return [RunReport(path=f"{url}/r", state="synced", pushed_now=1)]
+
+    follower.sync_pass = sync_pass
+    assert [r.pushed_now for r in follower.run()] == [1]
