@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +71,16 @@ def sync_urls(params: dict[str, Any]) -> None:
                 settings, destination, local_db):
             with PlatformClient(settings, timeout=params["timeout"]) as client:
 
+                stop = threading.Event() if follow else None  # --follow's: SIGINT sets it
+
                 def sync_pass(url: str) -> list[Any]:
                     return sync_store(url, client, destination, options, jobs=params["jobs"], wait=params["wait"],
-                                      on_progress=progress.update, state_dir=Path(state_dir) if state_dir else None)
+                                      on_progress=progress.update, state_dir=Path(state_dir) if state_dir else None,
+                                      stop=stop)
 
                 try:
                     if follow:
-                        sys.exit(_follow(urls, sync_pass, params))
+                        sys.exit(_follow(urls, sync_pass, params, stop))
                     for url in urls:
                         reports += sync_pass(url)
                 except StoreSetupError as exc:  # the URL or the setup, not the store: usage
@@ -98,7 +102,7 @@ def sync_urls(params: dict[str, Any]) -> None:
     sys.exit(exit_code(reports))
 
 
-def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any]) -> int:
+def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any], stop: Any) -> int:
     """``--follow`` over store URLs: a pass every ``--poll-interval`` (10 s unless given:
     every pass costs store requests), each changed run reported as the local follower
     reports it (sync/store_follow.py)."""
@@ -112,4 +116,4 @@ def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any]) -> int:
         urls, sync_pass, interval=params["poll_interval"] if given else STORE_POLL_INTERVAL,
         exit_when_idle=params["exit_when_idle"],
         on_report=event_printer(params["as_json"], click.echo, sys.stdout.flush),
-        on_error=lambda message: click.echo(f"prime-runs: {message}", err=True)))
+        on_error=lambda message: click.echo(f"prime-runs: {message}", err=True), stop=stop))

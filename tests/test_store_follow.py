@@ -65,3 +65,19 @@ def test_stop_ends_it_after_the_pass_in_progress():
 
     follower.sync_pass = sync_pass
     assert [r.pushed_now for r in follower.run()] == [1]
+
+
+def test_a_stop_during_one_urls_pass_is_not_followed_by_the_next_urls_pass():
+    """SIGINT while the first URL's pass runs: the follow ends after it, without a pass
+    over the second URL (which could take as long again)."""
+    called: list[str] = []
+    follower = StoreFollower(["s3://b/one", "s3://b/two"], lambda url: [], interval=0)
+
+    def sync_pass(url: str) -> list[RunReport]:
+        called.append(url)
+        follower.stop.set()
+        return [RunReport(path=f"{url}/r", state="synced", pushed_now=1)]
+
+    follower.sync_pass = sync_pass
+    follower.run()
+    assert called == ["s3://b/one"]

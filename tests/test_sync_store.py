@@ -482,3 +482,48 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
                       "--poll-interval", "0.1", timeout=60)
     assert idle.returncode == 0, idle.stderr
     assert sorted(r["state"] for r in map(json.loads, idle.stdout.splitlines())) == ["up_to_date", "up_to_date"]
+
+
+def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the_lease(
+        tmp_path: Path, moto, bucket_url: str) -> None:
+    """The platform down: a pass backs off for minutes (10 attempts, up to 30 s apart). A
+    SIGINT must end the follow at the next wait, as a local follow's, not after the pass;
+    the lease is released so the next sync need not wait for it to expire."""
+    import signal
+    import socket
+
+    from support.env import CLI
+
+    build = build_run(tmp_path / "run", "store-follow-down", 3)
+    upload_run(bucket_url, build.run_dir, "run")
+    with socket.socket() as closed:  # a port nobody listens on: every request is refused
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    home = tmp_path / "m"
+    follower = subprocess.Popen(
+        CLI + ["sync", bucket_url, "--follow", "--base-url", down, "--backoff-cap", "30", "--max-attempts", "10",
+               "--timeout", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the pass holds the lease: it is backing off
+            try:
+                if json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is False:
+                    break
+            except Exception:  # noqa: BLE001 - not written yet
+                pass
+            time.sleep(0.1)
+        time.sleep(2.0)
+        follower.send_signal(signal.SIGINT)
+        began = time.monotonic()
+        out, err = follower.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, err
+    assert took < 10, f"SIGINT took {took:.1f} s to end the follow"
+    assert "Traceback" not in err
+    assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True

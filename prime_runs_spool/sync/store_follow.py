@@ -39,14 +39,17 @@ class StoreFollower:
     def __init__(self, urls: Sequence[str], sync_pass: Callable[[str], list[RunReport]], *,
                  interval: float = STORE_POLL_INTERVAL, exit_when_idle: bool = False,
                  on_report: Callable[[RunReport], None] = lambda report: None,
-                 on_error: Callable[[str], None] = lambda message: None) -> None:
+                 on_error: Callable[[str], None] = lambda message: None,
+                 stop: threading.Event | None = None) -> None:
         self.urls = list(urls)
         self.sync_pass = sync_pass
         self.interval = interval
         self.exit_when_idle = exit_when_idle
         self.on_report = on_report
         self.on_error = on_error
-        self.stop = threading.Event()
+        #: Set by SIGINT/SIGTERM; give the same event to ``sync_pass`` (sync_store's ``stop``)
+        #: so that a pass under way ends at its next wait, not minutes later.
+        self.stop = stop if stop is not None else threading.Event()
 
     def run(self) -> list[RunReport]:
         """Follow; returns the last pass's reports (their exit code is the follow's when it
@@ -58,6 +61,8 @@ class StoreFollower:
         while not self.stop.is_set():
             reports, changed = [], first
             for url in self.urls:
+                if self.stop.is_set():  # a stop during one URL's pass: not the next URL's
+                    break
                 try:
                     found = self.sync_pass(url)
                 except StoreSetupError:

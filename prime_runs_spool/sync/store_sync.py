@@ -22,6 +22,7 @@ import fnmatch
 import functools
 import hashlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 
-from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError, StoreSetupError
+from prime_runs_spool.errors import LeaseLost, Stopped, StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import (DIR_MODE, read_regular_file, replay_state_glob, state_etag_path, sync_dir,
                                            sync_lease_path, sync_state_path)
@@ -128,11 +129,13 @@ class StoreRunSync:
 
     def __init__(self, run: StoreRun, client: PlatformClient, destination: Destination, options: SyncOptions,
                  *, in_store: bool, wait: bool, index: EvaluationIndex | None,
-                 on_progress: Callable[[RunReport], None] | None) -> None:
+                 on_progress: Callable[[RunReport], None] | None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         if wait:  # for a copy of the run on this machine too (sync/copies.py)
             options = dataclasses.replace(options, copy_wait=None)
         self.run, self.client, self.destination, self.options = run, client, destination, options
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
+        self.sleep = sleep  # every wait of the pass (backoff, fence, another's lease): a stop ends it there
         self._locate(options.replay_id)
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()))
 
@@ -166,7 +169,7 @@ class StoreRunSync:
                 if self.options.dry_run:  # reads only: the replay it would push, no lease
                     self._choose_replay()
                 else:
-                    if not self.lease.take(wait=self.wait):
+                    if not self.lease.take(wait=self.wait, sleep=self.sleep):
                         return self._held()
                     self._choose_replay()
                     return self._kept()
@@ -177,7 +180,7 @@ class StoreRunSync:
                 self._load_for_pass()
                 return RunSync(self.run, self.client, self.destination, self.options, index=self.index,
                                on_progress=self.on_progress).run()
-            if not self.lease.take(wait=self.wait):
+            if not self.lease.take(wait=self.wait, sleep=self.sleep):
                 return self._held()
         except StoreError as exc:
             return RunReport(path=str(self.run), state="error", error=str(exc))
@@ -270,7 +273,7 @@ class StoreRunSync:
                 return report
             make: Any = functools.partial(StoreProtocol, lease=self.lease,
                                           store=self.run.store if self.in_store else None, key=self.key, etag=etag)
-            engine = RunSync(self.run, self.client, self.destination, self.options, sleep=self.lease.sleeper(),
+            engine = RunSync(self.run, self.client, self.destination, self.options, sleep=self.lease.sleeper(self.sleep),
                              on_progress=self.on_progress, index=self.index, make_protocol=make)
             report = engine.run()
             failure = engine.protocol.failure
@@ -300,14 +303,23 @@ def lease_problem() -> str | None:
     return None
 
 
+def _stoppable_sleep(stop: threading.Event, seconds: float) -> None:
+    if stop.wait(max(0.0, seconds)):
+        raise Stopped
+
+
 def sync_store(url: str, client: PlatformClient, destination: Destination, options: SyncOptions, *,
                jobs: int = DEFAULT_JOBS, wait: bool = False, state_dir: Path | None = None,
                store: ObjectStore | None = None,
-               on_progress: Callable[[RunReport], None] | None = None) -> list[RunReport]:
+               on_progress: Callable[[RunReport], None] | None = None,
+               stop: threading.Event | None = None) -> list[RunReport]:
     """Sync every run under ``url``; reports in key order. One listing finds the runs, their
     segments and their states. ``state_dir``: keep the states there instead of in the store
     (the lease stays in the store: it is what other machines see). :class:`StoreSetupError`
-    for lease settings that cannot be used (:func:`lease_problem`)."""
+    for lease settings that cannot be used (:func:`lease_problem`). ``stop`` (``--follow``'s,
+    set by SIGINT): once set, a run not begun is not begun and every wait of a run under way
+    raises :class:`Stopped`, its lease released; without it a pass backing off from a platform
+    that is down held a SIGINT (two, three) for minutes."""
     problem = lease_problem()
     if problem:
         raise StoreSetupError(problem)
@@ -322,11 +334,14 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     if not runs:
         return []
     index = EvaluationIndex()
+    sleep = time.sleep if stop is None else functools.partial(_stoppable_sleep, stop)
 
     def one(run: StoreRun) -> RunReport:
+        if stop is not None and stop.is_set():
+            raise Stopped
         try:
             return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
-                                index=index, on_progress=on_progress).sync()
+                                index=index, on_progress=on_progress, sleep=sleep).sync()
         except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
             return internal_error_report(str(run), exc)
 
