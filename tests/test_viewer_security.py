@@ -164,7 +164,7 @@ def test_wrong_tokens_make_the_next_try_wait_doubling_up_to_a_cap():
 
     now = [1000.0]
     throttle = LoginThrottle(clock=lambda: now[0])
-    for _ in range(FREE_LOGIN_FAILURES):
+    for _ in range(FREE_LOGIN_FAILURES - 1):
         throttle.failed("10.0.0.1")
         assert throttle.wait("10.0.0.1") == 0.0
     waits = []
@@ -189,7 +189,7 @@ def test_a_guesser_is_held_back_and_its_tries_are_not_even_compared():
     proc, url = _start_view(str(FIXTURES), "--token", TOKEN)
     base = url.rstrip("/")
     try:
-        for n in range(FREE_LOGIN_FAILURES + 1):
+        for n in range(FREE_LOGIN_FAILURES):
             r = httpx.post(base + "/login", data={"token": f"guess-{n}", "next": "/"})
             assert r.status_code == 401, n
         held = httpx.post(base + "/login", data={"token": TOKEN, "next": "/"})  # right, but too soon
@@ -201,3 +201,51 @@ def test_a_guesser_is_held_back_and_its_tries_are_not_even_compared():
         assert httpx.post(base + "/login", data={"token": "wrong", "next": "/"}).status_code == 401
     finally:
         _stop(proc)
+
+
+def test_a_guesser_cannot_pick_its_address_with_a_forwarded_for_header():
+    """uvicorn believes ``X-Forwarded-For`` from 127.0.0.1 unless told not to: every client
+    on this machine, and every one behind an SSH tunnel or a local proxy, could name a new
+    address for each guess and never be held back."""
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES
+
+    proc, url = _start_view(str(FIXTURES), "--token", TOKEN)
+    base = url.rstrip("/")
+    try:
+        codes = [httpx.post(base + "/login", data={"token": f"guess-{n}", "next": "/"},
+                            headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
+                 for n in range(FREE_LOGIN_FAILURES + 3)]
+        assert codes[-1] == 429, codes
+    finally:
+        _stop(proc)
+
+
+def test_the_throttle_holds_an_ipv6_network_not_each_of_its_addresses():
+    """A client with IPv6 has a /64 (2**64 addresses) to pick from: throttled per address it
+    would never wait, and it would push every other address out of the table. So an IPv6
+    client is held back by its /64, and an IPv4 client seen as ``::ffff:a.b.c.d`` by its IPv4
+    address."""
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES, LoginThrottle
+
+    throttle = LoginThrottle(clock=lambda: 1000.0)
+    for n in range(FREE_LOGIN_FAILURES):
+        throttle.failed(f"2001:db8:1:2::{n + 1:x}")
+    assert throttle.wait("2001:db8:1:2:ffff:ffff:ffff:ffff") > 0
+    assert throttle.wait("2001:db8:1:3::1") == 0.0  # another network is not held back
+    for n in range(FREE_LOGIN_FAILURES):
+        throttle.failed("::ffff:198.51.100.7")
+    assert throttle.wait("198.51.100.7") > 0
+    throttle.succeeded("2001:db8:1:2::abcd")
+    assert throttle.wait("2001:db8:1:2::1") == 0.0
+
+
+def test_after_the_free_wrong_tokens_the_very_next_try_waits():
+    """docs/viewer.md: "After 5 wrong tokens from one client address, that address must wait
+    1 s before its next try": the sixth try, not the seventh."""
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES, LoginThrottle
+
+    throttle = LoginThrottle(clock=lambda: 1000.0)
+    for n in range(FREE_LOGIN_FAILURES):
+        assert throttle.wait("10.0.0.9") == 0.0, n
+        throttle.failed("10.0.0.9")
+    assert throttle.wait("10.0.0.9") == 1.0

@@ -114,8 +114,9 @@ def _safe_next(target: str | None) -> str:
 class LoginThrottle:
     """Wrong tokens per client address, and until when each address must wait.
 
-    An address with more than :data:`FREE_LOGIN_FAILURES` wrong tokens waits 1 s after the
-    next, then 2 s, 4 s... up to :data:`MAX_LOGIN_WAIT`; a right token forgets it. While it
+    An address with :data:`FREE_LOGIN_FAILURES` wrong tokens waits 1 s before its next try,
+    then 2 s after each wrong one more, 4 s... up to :data:`MAX_LOGIN_WAIT`; a right token
+    forgets it. While it
     waits, its tries are not compared at all, so a guesser learns nothing from them.
     """
 
@@ -125,19 +126,35 @@ class LoginThrottle:
 
     def wait(self, address: str) -> float:
         """Seconds ``address`` must still wait before a try is compared (0: none)."""
-        entry = self._failures.get(address)
+        entry = self._failures.get(throttled_as(address))
         return max(0.0, entry[1] - self._clock()) if entry else 0.0
 
     def failed(self, address: str) -> None:
+        address = throttled_as(address)
         count = self._failures.pop(address, (0, 0.0))[0] + 1
-        over = count - FREE_LOGIN_FAILURES
-        delay = min(MAX_LOGIN_WAIT, 2.0 ** min(over - 1, 30)) if over > 0 else 0.0
+        over = count - FREE_LOGIN_FAILURES  # 0 at the last free one: its next try waits 1 s
+        delay = min(MAX_LOGIN_WAIT, 2.0 ** min(over, 30)) if over >= 0 else 0.0
         self._failures[address] = (count, self._clock() + delay)  # re-inserted: the newest
         while len(self._failures) > _MAX_ADDRESSES:
             del self._failures[next(iter(self._failures))]
 
     def succeeded(self, address: str) -> None:
-        self._failures.pop(address, None)
+        self._failures.pop(throttled_as(address), None)
+
+
+def throttled_as(address: str) -> str:
+    """The client a throttle entry is for: an IPv6 address's /64, the network one host is
+    given (2**64 addresses: per address, a guesser would never wait, and would push every
+    other entry out of the table); an IPv4 address seen as ``::ffff:a.b.c.d`` as itself."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 def _client_address(scope: dict[str, Any]) -> str:

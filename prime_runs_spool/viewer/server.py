@@ -72,8 +72,10 @@ class EmbeddedServer:
     def __enter__(self) -> EmbeddedServer:
         try:
             self._sock = bind_socket(self.host, self.port)
+            # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from 127.0.0.1 as
+            # the client's address, and the login throttle (viewer/auth.py) counts by it.
             config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                    timeout_graceful_shutdown=5)
+                                    timeout_graceful_shutdown=5, proxy_headers=False)
             self._server = uvicorn.Server(config)
             self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                             name=self.name, daemon=True)
