@@ -249,3 +249,25 @@ def test_after_the_free_wrong_tokens_the_very_next_try_waits():
         assert throttle.wait("10.0.0.9") == 0.0, n
         throttle.failed("10.0.0.9")
     assert throttle.wait("10.0.0.9") == 1.0
+
+
+def test_the_api_bearer_check_is_throttled_with_the_login(tmp_path):
+    """The platform's ``/api/`` takes the same token as ``/login``: unthrottled, a guesser
+    skipped the login's waits by guessing Bearer keys there, as fast as the server answers.
+    Wrong keys count with wrong logins; while the address waits, a key is not compared
+    (429 with Retry-After, which the sync client waits out); a client with the right key
+    from another address is not held back."""
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES
+
+    with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform:
+        url = f"{platform.api}/evaluations/"
+        for n in range(FREE_LOGIN_FAILURES):
+            assert httpx.get(url, headers={"Authorization": f"Bearer guess-{n}"}).status_code == 401, n
+        held = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"})  # right, but too soon
+        assert held.status_code == 429 and held.headers["retry-after"] == "1", held.text
+        assert httpx.post(platform.base_url + "/login", data={"token": TOKEN}).status_code == 429  # one count
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as elsewhere:
+            assert elsewhere.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        time.sleep(1.1)
+        assert httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401  # forgotten

@@ -31,7 +31,7 @@ from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
 from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
-from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
+from prime_runs_spool.viewer.auth import LoginThrottle, LoopbackHostOnly, TokenGate, client_address, held_back
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,
 #: gets to read the 413 instead of a reset; beyond this the connection is simply dropped.
@@ -103,14 +103,20 @@ class BearerAuth:
     key learns that first, not that its 30 MiB body was too large.
     """
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, token: str, throttle: LoginThrottle) -> None:
         self.app = app
         self.expected = f"Bearer {token}".encode()
+        self.throttle = throttle  # the dashboard login's: one token, one count of wrong tries
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            address = client_address(scope)
+            if await held_back(self.throttle, address, send):
+                return
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
+                if given:  # a key that is wrong is a guess; none at all is not
+                    self.throttle.failed(address)
                 response = ORJSONResponse(
                     {"detail": "invalid or missing API key"},
                     status_code=401,
@@ -118,6 +124,7 @@ class BearerAuth:
                 )
                 await response(scope, receive, send)
                 return
+            self.throttle.succeeded(address)  # as a right login: the address's wrong keys are forgotten
         await self.app(scope, receive, send)
 
 
@@ -345,7 +352,9 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         *traces_routes(traces_store, enabled=traces, run_in_threadpool=run_in_threadpool),
     ]
     # The dashboard's gate (docs/viewer.md, "Security"): the token, or loopback names only.
-    middleware = ([Middleware(TokenGate, token=token), Middleware(BearerAuth, token=token)] if token
+    throttle = LoginThrottle()
+    middleware = ([Middleware(TokenGate, token=token, throttle=throttle),
+                   Middleware(BearerAuth, token=token, throttle=throttle)] if token
                   else [Middleware(LoopbackHostOnly)])
     if request_deadline is not None:
         middleware.insert(0, Middleware(RequestDeadline, seconds=request_deadline))

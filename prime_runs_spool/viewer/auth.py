@@ -11,7 +11,8 @@ Two rules (docs/viewer.md, "Security"):
   ``SameSite=Strict`` (no other site's page sends it). The cookie holds an HMAC of the
   token, never the token itself. ``/api/`` keeps its own Bearer check.
 - **Guessing costs time.** After :data:`FREE_LOGIN_FAILURES` wrong tokens from one client
-  address, that address waits before its next try is even compared (:class:`LoginThrottle`).
+  address, that address waits before its next try is even compared (:class:`LoginThrottle`;
+  the platform's Bearer check counts in the same one: it takes the same token).
 - **Without a token, only loopback names.** :class:`LoopbackHostOnly` refuses a request
   whose ``Host`` is not a loopback address or ``localhost``: a web page elsewhere that
   points its own domain name at 127.0.0.1 (DNS rebinding) must not read the runs.
@@ -157,7 +158,19 @@ def throttled_as(address: str) -> str:
     return str(ip)
 
 
-def _client_address(scope: dict[str, Any]) -> str:
+async def held_back(throttle: LoginThrottle, address: str, send: Any) -> bool:
+    """Answer 429 with ``Retry-After`` if ``address`` must still wait (True): the try is
+    then not compared at all."""
+    wait = throttle.wait(address)
+    if wait <= 0:
+        return False
+    seconds = math.ceil(wait)
+    await _send(send, 429, f"too many wrong tokens from this address: try again in {seconds} s\n".encode(),
+                [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", str(seconds).encode())])
+    return True
+
+
+def client_address(scope: dict[str, Any]) -> str:
     client = scope.get("client")
     return str(client[0]) if client else ""
 
@@ -165,11 +178,12 @@ def _client_address(scope: dict[str, Any]) -> str:
 class TokenGate:
     """ASGI middleware: every HTTP request outside ``/api/`` needs the session cookie."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, throttle: LoginThrottle | None = None) -> None:
         self.app = app
         self.token = token
         self.session = session_value(token)
-        self.throttle = LoginThrottle()
+        #: Shared with the platform's Bearer check, which takes the same token.
+        self.throttle = throttle or LoginThrottle()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"].startswith(API_PREFIX):
@@ -203,12 +217,8 @@ class TokenGate:
                 return
             if not message.get("more_body"):
                 break
-        address = _client_address(scope)
-        wait = self.throttle.wait(address)
-        if wait > 0:
-            seconds = math.ceil(wait)
-            await _send(send, 429, f"too many wrong tokens from this address: try again in {seconds} s\n".encode(),
-                        [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", str(seconds).encode())])
+        address = client_address(scope)
+        if await held_back(self.throttle, address, send):
             return
         form = parse_qs(body.decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0]
