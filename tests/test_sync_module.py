@@ -61,3 +61,24 @@ def test_the_module_waits_for_a_copy_as_long_as_the_environment_says(tmp_path: P
         assert result.returncode == 0, result.stderr
         assert [r["state"] for r in json.loads(result.stdout)["runs"]] == ["skipped"]
     assert evaluations_of(api, builder.run_id) == []  # nothing was sent for the copy
+
+
+def test_the_modules_environment_is_checked_as_prime_runs_syncs_is(tmp_path: Path) -> None:
+    """As with ``prime-runs sync`` (click): a flag given wins over a bad environment value, and
+    ``--help`` still answers; a bad value the flag does not replace is a one-line usage error,
+    ``PRIME_RUNS_SYNC_TO`` too (argparse checks ``choices`` against given values only, so the
+    module synced to a destination named ``bogus``)."""
+    env = {"PRIME_API_KEY": "k", "HOME": str(tmp_path)}
+    given = subprocess.run(MODULE + [str(tmp_path / "nope"), "--copy-wait", "1"], capture_output=True, text=True,
+                           env=child_env(PRIME_RUNS_COPY_WAIT="soon", **env), timeout=60)
+    assert given.returncode == 2 and "no such file or directory" in given.stderr, given.stderr  # got past the env
+    helped = subprocess.run(MODULE + ["--help"], capture_output=True, text=True,
+                            env=child_env(PRIME_RUNS_COPY_WAIT="soon", **env), timeout=60)
+    assert helped.returncode == 0 and "--copy-wait" in helped.stdout, helped.stderr
+    for name, value in (("PRIME_RUNS_COPY_WAIT", "soon"), ("PRIME_RUNS_BACKOFF_CAP", "nan"),
+                        ("PRIME_RUNS_SYNC_TO", "bogus")):
+        bad = subprocess.run(MODULE + [str(tmp_path)], capture_output=True, text=True,
+                             env=child_env(**{name: value}, **env), timeout=60)
+        assert bad.returncode == 2 and bad.stdout == "", (name, bad.stdout)
+        lines = bad.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0] and "Traceback" not in bad.stderr, (name, bad.stderr)

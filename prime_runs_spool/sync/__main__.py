@@ -83,22 +83,42 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", "-j", type=int, default=DEFAULT_JOBS)
     parser.add_argument("--json", dest="as_json", action="store_true")
     parser.add_argument("--wait", action="store_true")
-    parser.add_argument("--copy-wait", type=_seconds(0.0), default=_env_float(COPY_WAIT_ENV, DEFAULT_COPY_WAIT))
+    parser.add_argument("--copy-wait", type=_seconds(0.0))
     parser.add_argument("--timeout", type=_seconds(0.1), default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS)
-    parser.add_argument("--request-lifetime", type=_seconds(0.0),
-                        default=_env_float("PRIME_RUNS_REQUEST_LIFETIME", DEFAULT_REQUEST_LIFETIME))
-    parser.add_argument("--backoff-cap", type=_seconds(0.0),
-                        default=_env_float("PRIME_RUNS_BACKOFF_CAP", DEFAULT_BACKOFF_CAP))
+    parser.add_argument("--request-lifetime", type=_seconds(0.0))
+    parser.add_argument("--backoff-cap", type=_seconds(0.0))
     parser.add_argument("--follow", action="store_true")
     parser.add_argument("--exit-when-idle", action="store_true")
     parser.add_argument("--poll-interval", type=_seconds(0.01), default=DEFAULT_POLL_INTERVAL)
-    parser.add_argument("--to", choices=STORES, default=os.environ.get(STORE_ENV) or AUTO)
+    parser.add_argument("--to", choices=STORES)
     return parser
+
+
+#: The options an environment variable sets when the flag is not given (as click's
+#: ``envvar``), with their defaults: read after parsing, so that a flag given wins over a bad
+#: value and ``--help`` answers whatever the environment holds.
+_FROM_ENV = (("copy_wait", COPY_WAIT_ENV, DEFAULT_COPY_WAIT),
+             ("request_lifetime", "PRIME_RUNS_REQUEST_LIFETIME", DEFAULT_REQUEST_LIFETIME),
+             ("backoff_cap", "PRIME_RUNS_BACKOFF_CAP", DEFAULT_BACKOFF_CAP))
+
+
+def _from_env(args: argparse.Namespace) -> None:
+    """Fill the options not given from the environment (exits 2 on a bad value)."""
+    for dest, name, default in _FROM_ENV:
+        if getattr(args, dest) is None:
+            setattr(args, dest, _env_float(name, default))
+    if args.to is None:
+        raw = os.environ.get(STORE_ENV)
+        if raw and raw not in STORES:  # argparse checks choices against given values only
+            sys.stderr.write(f"prime-runs: {STORE_ENV}={raw!r} is not one of {', '.join(STORES)}\n")
+            sys.exit(EXIT_USAGE)
+        args.to = raw or AUTO
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _from_env(args)
     for path in args.paths:
         try:
             os.stat(path)
