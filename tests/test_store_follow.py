@@ -81,3 +81,32 @@ def test_a_stop_during_one_urls_pass_is_not_followed_by_the_next_urls_pass():
     follower.sync_pass = sync_pass
     follower.run()
     assert called == ["s3://b/one"]
+
+
+def test_a_crashed_run_read_again_with_nothing_new_is_no_news():
+    """A run uploaded a piece at a time is ``crashed`` after each pass that pushed, and the
+    next pass, finding nothing new, reads ``up_to_date``: that was a line per upload, for a
+    run whose state had not changed. So is a lease another follower held for one pass."""
+    heard: list[tuple[str, int]] = []
+    path = "s3://b/p/r"
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [RunReport(path=path, state="crashed", pushed_now=3, pushed_total=3)],
+        [RunReport(path=path, state="up_to_date", pushed_total=3)],
+        [RunReport(path=path, state="crashed", pushed_now=2, pushed_total=5)],
+        [RunReport(path=path, state="up_to_date", pushed_total=5)],
+        [RunReport(path=path, state="skipped", error="another prime-runs sync holds this run's lease")],
+        [RunReport(path=path, state="up_to_date", pushed_total=5)],
+        [RunReport(path=path, state="up_to_date", pushed_total=9)],  # another machine pushed 4
+        [RunReport(path=path, state="up_to_date", pushed_total=9)],
+    ), interval=0, on_report=lambda r: heard.append((r.state, r.pushed_total)))
+    passes, answers = follower.sync_pass, [0]
+
+    def counted(url: str) -> list[RunReport]:
+        answers[0] += 1
+        if answers[0] == 8:
+            follower.stop.set()
+        return passes(url)
+
+    follower.sync_pass = counted
+    follower.run()
+    assert heard == [("crashed", 3), ("crashed", 5), ("skipped", 0), ("up_to_date", 9)]

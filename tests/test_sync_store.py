@@ -527,3 +527,38 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
     assert took < 10, f"SIGINT took {took:.1f} s to end the follow"
     assert "Traceback" not in err
     assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True
+
+
+def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: Path, server, api, moto,
+                                                                      bucket_url: str) -> None:
+    """Each pass after an upload pushes and reads ``crashed`` (no seal yet); the pass after
+    it finds nothing new: no line for it (it was an ``up_to_date`` line per upload)."""
+    import signal
+
+    builder = RunBuilder(tmp_path / "run", "store-pieces")
+    builder.open_segment()
+    builder.add(3)
+    upload_run(bucket_url, builder.run_dir, "run")
+    home = tmp_path / "m"
+    follower = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.1"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                              **moto.env()))
+    try:
+        for total in (3, 5):
+            deadline = time.monotonic() + 60
+            while _pushed(api, "store-pieces") < total and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # several passes with nothing new
+            if total == 3:
+                builder.add(2)
+                upload_run(bucket_url, builder.run_dir, "run")
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, err
+    assert [(r["state"], r["pushed_now"]) for r in map(json.loads, out.splitlines())] == [("crashed", 3), ("crashed", 2)]
+    assert_exactly_once(api, builder, finalized=False)

@@ -22,13 +22,32 @@ import threading
 from collections.abc import Callable, Sequence
 
 from prime_runs_spool.errors import StoreError, StoreSetupError
+from prime_runs_spool.sync.follow import DONE_STATES
 from prime_runs_spool.sync.options import RunReport
 
 #: Seconds between two passes over a store when ``--poll-interval`` is not given.
 STORE_POLL_INTERVAL = 10.0
 
-#: A run reported ``synced`` reads ``up_to_date`` at the next pass: no news, not reported.
-_ALL_THERE = {"up_to_date": "synced"}
+
+def is_news(report: RunReport, seen: dict[str, tuple[str, int]], held: set[str]) -> bool:
+    """Whether ``report`` tells of a change since the run's last one, noting it in ``seen``
+    (each run's last state and total, a lease held elsewhere aside) and ``held`` (runs whose
+    last report was ``skipped``). A run left ``synced`` or ``crashed`` (an upload still to
+    come) reads ``up_to_date`` at the next pass: still what it was, no news, unless another
+    machine pushed meanwhile (its total grew). ``skipped`` (another syncer's lease) is told
+    once while it lasts, and the pass after it is judged against what the run was before."""
+    path = report.path
+    if report.state == "skipped":
+        new = path not in held
+        held.add(path)
+        return new
+    held.discard(path)
+    before = seen.get(path)
+    state = report.state
+    if state == "up_to_date" and before is not None and before[0] in DONE_STATES:
+        state = before[0]
+    seen[path] = (state, report.pushed_total)
+    return bool(report.pushed_now) or seen[path] != before
 
 
 class StoreFollower:
@@ -55,7 +74,8 @@ class StoreFollower:
         """Follow; returns the last pass's reports (their exit code is the follow's when it
         ends idle). A store that fails on the first pass raises, as a plain sync would; on a
         later one the error is told (``on_error``) and the next pass tries again."""
-        states: dict[str, str] = {}
+        seen: dict[str, tuple[str, int]] = {}
+        held: set[str] = set()
         reports: list[RunReport] = []
         first = True
         while not self.stop.is_set():
@@ -74,11 +94,9 @@ class StoreFollower:
                     changed = True  # not idle: that pass found nothing, it did not look
                     continue
                 for report in found:
-                    state = _ALL_THERE.get(report.state, report.state)
-                    if report.pushed_now or states.get(report.path) != state:
+                    if is_news(report, seen, held):
                         self.on_report(report)
                         changed = True
-                    states[report.path] = state
                 reports += found
             first = False
             if self.exit_when_idle and not changed:
