@@ -110,3 +110,16 @@ def test_a_crashed_run_read_again_with_nothing_new_is_no_news():
     follower.sync_pass = counted
     follower.run()
     assert heard == [("crashed", 3), ("crashed", 5), ("skipped", 0), ("up_to_date", 9)]
+
+
+def test_a_run_another_syncer_holds_is_not_idle():
+    """``skipped``: another syncer holds the run's lease, perhaps one SIGKILLed mid-pass whose
+    lease has still to expire. The run is not done; ``--exit-when-idle`` ended the follow at
+    the second pass (exit 0) with the rest of the run never pushed."""
+    held = RunReport(path="s3://b/p/r", state="skipped", error="another prime-runs sync holds this run's lease")
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [held], [held], [held],
+        [RunReport(path="s3://b/p/r", state="synced", pushed_now=7, pushed_total=9)],
+        [RunReport(path="s3://b/p/r", state="up_to_date", pushed_total=9)],
+    ), interval=0, exit_when_idle=True)
+    assert [r.state for r in follower.run()] == ["up_to_date"]

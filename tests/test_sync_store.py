@@ -562,3 +562,35 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
     assert follower.returncode == 0, err
     assert [(r["state"], r["pushed_now"]) for r in map(json.loads, out.splitlines())] == [("crashed", 3), ("crashed", 2)]
     assert_exactly_once(api, builder, finalized=False)
+
+
+def test_a_follower_killed_mid_pass_then_one_ending_when_idle_finishes_the_run_once(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """SIGKILL a follower while it pushes: its lease outlives it (for its TTL). The next one,
+    with ``--exit-when-idle``, finds the run ``skipped``: that is not idle (it ended there,
+    exit 0, the run half pushed); it carries on once the lease expires, exactly once."""
+    builder = RunBuilder(tmp_path / "run", "store-follow-killed")
+    builder.open_segment()
+    builder.add(300)
+    builder.seal()
+    upload_run(bucket_url, builder.run_dir, "run")
+    home = tmp_path / "m"
+    env = child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                    PRIME_RUNS_LEASE_TTL="3", **moto.env())
+    cmd = sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2",
+                   "--max-request-bytes", "20000")
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while _pushed(api, "store-follow-killed") < 40 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        first.kill()
+        first.communicate()
+    assert 40 <= _pushed(api, "store-follow-killed") < 300
+    second = subprocess.run(cmd + ["--exit-when-idle"], capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 0, second.stderr
+    lines = [json.loads(line) for line in second.stdout.splitlines()]
+    assert lines[0]["state"] == "skipped" and lines[-1]["state"] == "synced", second.stdout
+    assert "Traceback" not in second.stderr
+    assert_exactly_once(api, builder)

@@ -10,8 +10,9 @@ segment while it is being uploaded again reports that run's ``error`` and the ne
 reads it whole: nothing is lost or sent twice).
 
 *Idle* cannot mean "every writer gone" here, so ``exit_when_idle`` ends the follow after a
-pass that pushed nothing and changed no run's state: what a CI job uploading a finished
-mirror wants. The interval defaults to :data:`STORE_POLL_INTERVAL`, not the local
+pass that pushed nothing, changed no run's state and found no run another syncer holds:
+what a CI job uploading a finished mirror wants. The interval defaults to
+:data:`STORE_POLL_INTERVAL`, not the local
 follower's 0.1 s: each pass lists the prefix and reads each run's state, and a store bills
 every request (docs/sync.md, "Object stores").
 """
@@ -97,6 +98,9 @@ class StoreFollower:
                     if is_news(report, seen, held):
                         self.on_report(report)
                         changed = True
+                # Not idle while another syncer holds a run (it may be one killed mid-pass,
+                # its lease still to expire): that run is not done, only not ours yet.
+                changed = changed or any(report.state == "skipped" for report in found)
                 reports += found
             first = False
             if self.exit_when_idle and not changed:
