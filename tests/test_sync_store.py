@@ -594,3 +594,51 @@ def test_a_follower_killed_mid_pass_then_one_ending_when_idle_finishes_the_run_o
     assert lines[0]["state"] == "skipped" and lines[-1]["state"] == "synced", second.stdout
     assert "Traceback" not in second.stderr
     assert_exactly_once(api, builder)
+
+
+def test_a_second_sigint_ends_a_follow_whose_pass_waits_on_an_unanswered_request(
+        tmp_path: Path, moto, bucket_url: str) -> None:
+    """The platform takes the connection and never answers: the pass waits a whole
+    ``--timeout`` for it. The first SIGINT stops the follow when that request ends; a second
+    stops it at once (safe as a SIGKILL: the state is consistent at every instant, the lease
+    expires), as a second SIGINT stops a local follow."""
+    import signal
+    import socket
+
+    from support.env import CLI
+
+    build = build_run(tmp_path / "run", "store-follow-mute", 3)
+    upload_run(bucket_url, build.run_dir, "run")
+    with socket.socket() as mute:  # listens, never accepts: a request's answer never comes
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        home = tmp_path / "m"
+        follower = subprocess.Popen(
+            CLI + ["sync", bucket_url, "--follow", "--base-url", f"http://127.0.0.1:{mute.getsockname()[1]}",
+                   "--timeout", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the pass holds the lease: its request is out
+                try:
+                    if json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is False:
+                        break
+                except Exception:  # noqa: BLE001 - not written yet
+                    pass
+                time.sleep(0.1)
+            time.sleep(1.0)
+            follower.send_signal(signal.SIGINT)
+            time.sleep(1.0)
+            assert follower.poll() is None  # the first waits for the request
+            follower.send_signal(signal.SIGINT)
+            began = time.monotonic()
+            out, err = follower.communicate(timeout=60)
+            took = time.monotonic() - began
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.communicate()
+    assert follower.returncode == 0, err
+    assert took < 10, f"the second SIGINT took {took:.1f} s to end the follow"
+    assert "Traceback" not in err and "Exception ignored" not in err, err

@@ -345,8 +345,45 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
         except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
             return internal_error_report(str(run), exc)
 
+    if stop is not None:
+        return _stoppable_map(one, runs, max(1, jobs))
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
         return list(pool.map(one, runs))
+
+
+def _stoppable_map(work: Callable[[StoreRun], RunReport], runs: list[StoreRun], jobs: int) -> list[RunReport]:
+    """``work`` over ``runs`` in ``jobs`` daemon threads, results in order. Daemon, unlike a
+    ThreadPoolExecutor's, whose threads the interpreter joins at exit: a second SIGINT
+    (``Stopped`` raised in this thread's join) ends the follow at once, not when a request
+    the platform never answers times out; the state is consistent at every instant, and a
+    lease left held expires. A worker's exception (``Stopped`` after the first SIGINT) is
+    raised once every worker has ended, so each released its lease."""
+    results: list[RunReport | None] = [None] * len(runs)
+    failures: list[BaseException] = []
+    pending = iter(enumerate(runs))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                item = next(pending, None)
+            if item is None:
+                return
+            try:
+                results[item[0]] = work(item[1])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=worker, name=f"prime-runs-sync-{n}", daemon=True)
+               for n in range(min(jobs, len(runs)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return [report for report in results if report is not None]
 
 
 def store_status(url: str, store: ObjectStore | None = None) -> list[RunStatus]:
