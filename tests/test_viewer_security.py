@@ -271,3 +271,27 @@ def test_the_api_bearer_check_is_throttled_with_the_login(tmp_path):
         time.sleep(1.1)
         assert httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
         assert httpx.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401  # forgotten
+
+
+def test_many_wrong_logins_in_flight_at_once_get_no_more_tries_than_one_at_a_time():
+    """Forty wrong tokens sent at once, on forty connections: each is checked and counted with
+    no await between (viewer/auth.py), so exactly the free ones are compared."""
+    import asyncio
+
+    from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES
+
+    proc, url = _start_view(str(FIXTURES), "--token", TOKEN)
+    base = url.rstrip("/")
+
+    async def burst() -> list[int]:
+        limits = httpx.Limits(max_connections=40)
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+            answers = await asyncio.gather(*(client.post(base + "/login", data={"token": f"guess-{n}", "next": "/"})
+                                             for n in range(40)))
+        return [a.status_code for a in answers]
+
+    try:
+        codes = asyncio.run(burst())
+    finally:
+        _stop(proc)
+    assert sorted(codes) == [401] * FREE_LOGIN_FAILURES + [429] * (40 - FREE_LOGIN_FAILURES), codes

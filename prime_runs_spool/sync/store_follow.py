@@ -12,9 +12,8 @@ reads it whole: nothing is lost or sent twice).
 *Idle* cannot mean "every writer gone" here, so ``exit_when_idle`` ends the follow after a
 pass that pushed nothing, changed no run's state and found no run another syncer holds:
 what a CI job uploading a finished mirror wants. The interval defaults to
-:data:`STORE_POLL_INTERVAL`, not the local
-follower's 0.1 s: each pass lists the prefix and reads each run's state, and a store bills
-every request (docs/sync.md, "Object stores").
+:data:`STORE_POLL_INTERVAL`, not the local follower's 0.1 s: each pass lists the prefix and
+reads each run's state, and a store bills every request (docs/sync.md, "Object stores").
 """
 
 from __future__ import annotations
