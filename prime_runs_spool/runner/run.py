@@ -303,7 +303,8 @@ class Run:
             episode_id = None
             try:
                 for episode in prepared:
-                    episode_id = episode.episode_id
+                    # unpacked: one step, where each named field is an attribute lookup
+                    _record, payload, episode_id, key, _reading = episode
                     if episode_id is not None:
                         if episode_id in seen:
                             self._skipped += 1
@@ -311,7 +312,7 @@ class Run:
                                 records = prepared[:len(lines)]
                             continue
                         seen.add(episode_id)
-                    lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
+                    lines.append((payload, episode_rest(episode_id, number_for(key))))
                     if records is not None:
                         records.append(episode)
             except BaseException:
@@ -348,7 +349,7 @@ class Run:
                     # Recorded whatever happens here, so a failure (reading it, before;
                     # counting it, here) is logged, never raised (check_episode keeps it
                     # from happening).
-                    reading = record.reading
+                    _record, _payload, _id, _key, reading = record  # unpacked: no attribute lookup
                     if type(reading) is tuple:
                         try:
                             add_reading(reading)
