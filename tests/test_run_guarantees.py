@@ -224,7 +224,23 @@ def test_deep_nesting_and_cycles_raise_not_serializable_naming_the_field(
         run.log_episodes([small_episode("good"), episode])
     message = str(refused.value)
     assert field in message and reason in message
+    assert f"episode {episode['id']}" in message  # which episode of the call, too
     assert "\n" not in message and len(message) < 400
+    assert episode_metas(tmp_path) == []
+    assert run.log_episodes([small_episode("good")]) == 1
+    finish_within(run, 10)
+
+
+def test_a_value_json_cannot_hold_is_refused_naming_the_episode_and_the_field(tmp_path: Path) -> None:
+    """The name is built only once the serialization failed (admission.prepare_episode):
+    the message still says which episode of the call, and where in it."""
+    run = basic_run(tmp_path)
+    episode = small_episode("has-a-set")
+    episode["traces"][0]["info"] = {"tags": {"a", "b"}}
+    with pytest.raises(RecordNotSerializableError) as refused:
+        run.log_episodes([small_episode("good"), episode])
+    message = str(refused.value)
+    assert "episode has-a-set" in message and "traces[0].info.tags" in message
     assert episode_metas(tmp_path) == []
     assert run.log_episodes([small_episode("good")]) == 1
     finish_within(run, 10)

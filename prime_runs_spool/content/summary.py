@@ -124,9 +124,12 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written
     return reward, numbers
 
 
-#: What an episode adds to the summary: whether it counts as an error, and per trace whether
-#: it is trainable, then its :data:`TraceNumbers`.
-EpisodeReading = tuple[bool, list[tuple[bool, "float | None", "dict[str, float]"]]]
+#: What an episode adds to the summary (:func:`read_episode`): whether it counts as an error,
+#: how many traces it has, how many of them are trainable, and the :data:`TraceNumbers` of
+#: the traces its run averages over, in order: the trainable ones, or, in an episode with
+#: none, all of them. The rest are never read: once a trace of a run is trainable, the
+#: others are no longer averaged at all (:class:`SummaryAccumulator`).
+EpisodeReading = tuple[bool, int, int, list[TraceNumbers]]
 
 
 def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> EpisodeReading:
@@ -141,24 +144,33 @@ def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> Ep
     name, a null ``trainable`` is false. Only such an episode, met, is parsed from
     ``written`` and read again; any other costs nothing more (docs/benchmarks.md).
     """
-    traces = []
+    traces = episode.get("traces") or ()
+    counted: list[TraceNumbers] = []
+    trainables = 0
     try:
-        for trace in episode.get("traces") or ():
+        for trace in traces:
             get = trace.get
             agent = get("agent")
-            rewards = get("rewards")
-            metrics = get("metrics")
-            reward, numbers = (_trace_numbers(trace, rewards, metrics, written) if rewards or metrics
-                               else _NOTHING_SCORED)
             trainable = agent.get("trainable") if agent else False
             if trainable is not True and trainable is not False:  # not a bool: read by its truth
                 if written is not None and type(trainable) is float and trainable - trainable != 0.0:
                     raise _WrittenOtherwise
                 trainable = bool(trainable)
-            traces.append((trainable, reward, numbers))
+            if trainable:
+                if not trainables:  # the traces read until now are not trainable: not averaged
+                    counted = []
+                trainables += 1
+            elif trainables:
+                # A trainable trace came first: this one is not averaged, nor read (whichever
+                # way it was written: its trainable flag, read above, is the same there).
+                continue
+            rewards = get("rewards")
+            metrics = get("metrics")
+            counted.append(_trace_numbers(trace, rewards, metrics, written) if rewards or metrics
+                           else _NOTHING_SCORED)
     except _WrittenOtherwise:
         return read_episode(orjson.loads(written))  # type: ignore[arg-type]  # raised only with it
-    return episode.get("ok") is not True, traces
+    return episode.get("ok") is not True, len(traces), trainables, counted
 
 
 class _WrittenOtherwise(Exception):
@@ -199,18 +211,18 @@ class SummaryAccumulator:
     def add_reading(self, reading: EpisodeReading) -> None:
         """Count an episode as :func:`read_episode` read it: a few additions, so a run can
         read its episodes outside its lock and count them under it."""
-        error, traces = reading
+        error, traces, trainable, counted = reading
         self._episodes += 1
         self._errors += error
-        self._traces += len(traces)
-        for trainable, reward, numbers in traces:
-            if trainable:
-                self._trainable_traces += 1
-                means = self._trainable
-            elif self._trainable_traces:
-                continue  # the others are averaged only in a run with no trainable trace (result)
-            else:
-                means = self._others
+        self._traces += traces
+        if trainable:
+            self._trainable_traces += trainable
+            means = self._trainable
+        elif self._trainable_traces:
+            return  # the others are averaged only in a run with no trainable trace (result)
+        else:
+            means = self._others
+        for reward, numbers in counted:
             if reward is not None:
                 means.reward_sum += reward
                 means.reward_count += 1

@@ -7,9 +7,9 @@ and nothing of that call reaches the spool (docs/integration.md, "What is refuse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
@@ -18,6 +18,7 @@ from prime_runs_spool.errors import (
     EpisodeTooLargeError,
     MalformedEpisodeError,
     RecordNotSerializableError,
+    RecordTooLargeError,
     SampleTooLargeError,
 )
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
@@ -61,7 +62,7 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         if not isinstance(record, Mapping):
             raise TypeError(f"an episode must be a mapping or a pydantic model, not {type(episode).__name__}")
         episode_id = episode_id_of(record)
-    what = partial(_episode_name, episode_id)  # its name in a message: built only if one is raised
+    # The episode's name in a message (_episode_name) is built only on the way to raising one.
     if episode_id is not None and not episode_id.isascii():
         # The run frames the id into the line's meta under its lock, after taking the call's
         # ids (format.episode_rest): an id JSON cannot hold (a lone surrogate, which the id's
@@ -72,11 +73,21 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         record = mask(record, rules)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
-        raise RecordNotSerializableError(what(), path, reason or "nested too deeply to mask") from None
-    payload = prepare(record, what)
-    if episode_id is not None and len(payload.data) + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
-        check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}), what)
-    _check_sendable(record, payload, what)
+        raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None
+    try:
+        payload = prepare(record, EPISODE)
+    except (RecordNotSerializableError, RecordTooLargeError):
+        # Again, to raise the error with the episode's name in it: a name made for every
+        # episode (a partial) cost about 1.7k instructions of every append.
+        payload = prepare(record, partial(_episode_name, episode_id))
+    size = len(payload.data)
+    if episode_id is not None and size + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
+        check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}),
+                        partial(_episode_name, episode_id))
+    try:
+        check_sendable(record, size)
+    except Exception as exc:
+        _not_sendable(episode_id, exc)
     try:
         reading: EpisodeReading | Exception = read_episode(record, payload.data)
     except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
@@ -108,23 +119,22 @@ def _episode_name(episode_id: str | None) -> str:
 _META_BYTES = 256
 
 
-def _check_sendable(record: Mapping[str, Any], payload: Payload, what: Callable[[], str]) -> None:
-    """Refuse an episode no platform request could carry (platform_api/v0.py's limit).
+def _not_sendable(episode_id: str | None, exc: Exception) -> NoReturn:
+    """Refuse an episode no platform request could carry (platform_api/v0.py's
+    ``check_sendable`` raised ``exc``).
 
     Accepted, it would block its run's sync forever at that row: refusing it here, where
     the eval can still shrink it, is the one place the loss is not silent.
     """
-    try:
-        check_sendable(record, len(payload.data))
-    except SampleTooLargeError as exc:
+    if isinstance(exc, SampleTooLargeError):
         raise EpisodeTooLargeError(
-            f"{what()} cannot be recorded: the row of its trace {exc.trace_id} needs {exc.size} bytes, "
-            f"over the platform's {MAX_REQUEST_BYTES}-byte request limit, so it could never be "
+            f"{_episode_name(episode_id)} cannot be recorded: the row of its trace {exc.trace_id} needs "
+            f"{exc.size} bytes, over the platform's {MAX_REQUEST_BYTES}-byte request limit, so it could never be "
             "uploaded; nothing of this call was recorded: shrink the episode (its largest fields) "
             "and log it again"
         ) from None
-    except Exception as exc:  # the rows sync would build from it cannot be built at all
-        raise MalformedEpisodeError(
-            f"{what()}: its platform rows cannot be built ({describe_error(exc)}); "
-            "nothing of this call was recorded: fix the episode and log it again"
-        ) from None
+    # the rows sync would build from it cannot be built at all
+    raise MalformedEpisodeError(
+        f"{_episode_name(episode_id)}: its platform rows cannot be built ({describe_error(exc)}); "
+        "nothing of this call was recorded: fix the episode and log it again"
+    ) from None

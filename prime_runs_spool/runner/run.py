@@ -192,8 +192,7 @@ class Run:
         """
         if self._ownership.forked:
             self._ownership.check(self._id)
-        prepared, skipped = self._prepare(episodes)
-        lines, records = self._admit(prepared, skipped, False)
+        lines, records = self._admit(episodes, False)
         if not lines:
             return 0
         durable = False
@@ -224,8 +223,7 @@ class Run:
         """
         if self._ownership.forked:
             self._ownership.check(self._id)
-        prepared, skipped = self._prepare(episodes)
-        lines, records = self._admit(prepared, skipped, True)
+        lines, records = self._admit(episodes, True)
         if not lines:
             return 0
         if self._writer is None:
@@ -246,12 +244,22 @@ class Run:
         self._listeners.notify(self, heard[0] if heard else ())
         return len(lines)
 
-    def _prepare(self, episodes: Iterable[Any]) -> tuple[list[Prepared], int]:
-        """Check, mask and serialize each episode, outside any lock (runner/admission.py):
-        any episode of the call that cannot be recorded fails it before anything is numbered.
+    def _admit(
+        self, episodes: Iterable[Any], is_async: bool
+    ) -> tuple[list[tuple[Payload, bytes]], list[Prepared]]:
+        """Check, mask and serialize each episode outside any lock (runner/admission.py),
+        then de-duplicate and number them in arrival order (lock held, no I/O). One method
+        for the two steps: a call less on every append.
 
-        Returns the prepared episodes and how many were skipped as already in the run (they
-        are counted by ``_admit``, so a call that fails counts nothing).
+        Returns each admitted episode's payload with the rest of its line's framing (its
+        type and meta: ``episode_rest``), and the admitted episodes.
+
+        All or nothing: any episode of the call that cannot be recorded fails it before
+        anything is numbered or counted (its ``task.data.idx`` included, which the numbering
+        counts by), so once the run is found open nothing can fail half way and leave ids
+        taken, or numbers issued, by a call that raised. Should something still raise under
+        the lock, the call's ids are given back before it propagates (its numbers are not: a
+        gap in the rollout numbers, never a silently skipped retry).
         """
         if type(episodes) is not list and (
                 isinstance(episodes, (Mapping, str, bytes)) or hasattr(episodes, "model_dump")):
@@ -259,7 +267,7 @@ class Run:
         seen = self._seen
         rules = self._episode_rules
         prepared = []
-        skipped = 0
+        skipped = 0  # counted only once the call is admitted: a call that fails counts nothing
         for episode in list(episodes):
             if type(episode) is dict:  # _peek_id's common case (episode_id_of's reading), without the call
                 episode_id = episode.get("id")
@@ -268,27 +276,12 @@ class Run:
             else:
                 episode_id = _peek_id(episode)
             # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
-            # a resumed run's re-logged episodes are not even serialized; _admit decides.
+            # a resumed run's re-logged episodes are not even serialized; the lock decides.
             if episode_id is not None and episode_id in seen:
                 skipped += 1
                 continue
             prepared.append(prepare_episode(episode, rules, episode_id))
-        return prepared, skipped
 
-    def _admit(
-        self, prepared: list[Prepared], skipped: int, is_async: bool
-    ) -> tuple[list[tuple[Payload, bytes]], list[Prepared]]:
-        """De-duplicate and number episodes in arrival order (lock held, no I/O).
-
-        Returns each admitted episode's payload with the rest of its line's framing (its
-        type and meta: ``episode_rest``), and the admitted episodes.
-
-        All or nothing: ``_prepare`` checked every episode of the call (its ``task.data.idx``
-        included, which the numbering counts by), so once the run is found open nothing here
-        can fail half way and leave ids taken, or numbers issued, by a call that raised. Should
-        something still raise here, the call's ids are given back before it propagates (its
-        numbers are not: a gap in the rollout numbers, never a silently skipped retry).
-        """
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
         seen = self._seen
@@ -303,7 +296,8 @@ class Run:
             episode_id = None
             try:
                 for episode in prepared:
-                    episode_id = episode.episode_id
+                    # unpacked: one step, where each named field is an attribute lookup
+                    _record, payload, episode_id, key, _reading = episode
                     if episode_id is not None:
                         if episode_id in seen:
                             self._skipped += 1
@@ -311,11 +305,11 @@ class Run:
                                 records = prepared[:len(lines)]
                             continue
                         seen.add(episode_id)
-                    lines.append((episode.payload, episode_rest(episode_id, number_for(episode.rollout_key))))
+                    lines.append((payload, episode_rest(episode_id, number_for(key))))
                     if records is not None:
                         records.append(episode)
             except BaseException:
-                # What _prepare could not rule out (a rollout key the counter cannot hash: an
+                # What preparing could not rule out (a rollout key the counter cannot hash: an
                 # idx of a str subclass without a hash): the call's ids are given back, so a
                 # retry of its good episodes is recorded, not skipped as duplicates.
                 admitted = prepared[:len(lines)] if records is None else records
@@ -348,7 +342,7 @@ class Run:
                     # Recorded whatever happens here, so a failure (reading it, before;
                     # counting it, here) is logged, never raised (check_episode keeps it
                     # from happening).
-                    reading = record.reading
+                    _record, _payload, _id, _key, reading = record  # unpacked: no attribute lookup
                     if type(reading) is tuple:
                         try:
                             add_reading(reading)

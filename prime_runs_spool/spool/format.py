@@ -248,9 +248,9 @@ def episode_rest(episode_id: str | None, rollout_number: int | None) -> bytes:
     """``framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": rollout_number})``,
     byte for byte, without building the meta mapping or serializing it whole: the run calls
     it once per episode, under its lock (tests/test_framing.py holds the two equal)."""
-    return b"%s%s,\"rollout_number\":%s}" % (
-        _EPISODE_META_OPEN, orjson.dumps(episode_id),
-        b"null" if rollout_number is None else b"%d" % rollout_number)
+    if rollout_number is None:
+        return b'%s%s,"rollout_number":null}' % (_EPISODE_META_OPEN, orjson.dumps(episode_id))
+    return b'%s%s,"rollout_number":%d}' % (_EPISODE_META_OPEN, orjson.dumps(episode_id), rollout_number)
 
 
 def frame_line(payload: Payload, seq: int, rest: bytes) -> tuple[bytes, bytes, bytes]:

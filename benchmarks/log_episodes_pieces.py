@@ -1,0 +1,109 @@
+"""Instructions per call of one piece of the append path, counted by valgrind: warm, exact.
+
+Run: ``PYTHONHASHSEED=0 python3 benchmarks/log_episodes_pieces.py 'EXPRESSION' [...]`` (needs valgrind;
+about 10 s a piece)
+
+``log_episodes_instructions.py`` counts a whole append; this counts one piece of it, to see
+what a change to that piece saves. Each expression is evaluated with ``e`` bound to one of
+200 of log_episodes.py's episodes (the reference record padded to 25 KB, ids changed),
+over all 200, 12 times and 2 times, each under ``valgrind --tool=cachegrind
+--cache-sim=no``; the difference over the 2,000 calls between is one call's instructions,
+start-up, imports and building the episodes cancelled out, the loop and the call (``pass``:
+about 0.5k) included. The expression sees ``run`` (an open run whose fdatasync is a no-op; a
+log_episodes needs a fresh ``e["id"] = str(next(counter))`` first, or it is skipped as a
+duplicate), ``rules`` (the episode rules, their memo warmed by the first pass), the
+modules ``admission``, ``summary``, ``episodes``, ``format``, ``writer``, and ``orjson``,
+``os``, ``payload`` and ``rest`` (one episode's, for the writer's pieces). Examples:
+
+    'summary.read_episode(e)'
+    'admission.prepare_episode(e, rules, e["id"])'
+    'format.frame_line(payload, 5, rest)'
+    'e["id"] = str(next(counter)); run.log_episodes([e])'
+
+Set ``PYTHONHASHSEED`` (0): the hash seed moves a figure by a thousand or two between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EPISODES = 200
+FEW, MANY = 2, 12
+
+
+def run_piece(expression: str, passes: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    import gc
+
+    import orjson
+
+    from prime_runs_spool import open_run
+    from prime_runs_spool.content import episodes, summary
+    from prime_runs_spool.content.masking import MaskRules
+    from prime_runs_spool.runner import admission
+    from prime_runs_spool.spool import format, writer
+
+    writer._fdatasync = lambda fd: None
+    template = orjson.loads((ROOT / "fixtures" / "reference" / "episode_example.json").read_bytes())
+    template["traces"][0].setdefault("info", {})["notes"] = "y" * 15_000  # as log_episodes.py's Pool
+    raw = orjson.dumps(template)
+    pool = []
+    for n in range(EPISODES):
+        episode = orjson.loads(raw)
+        episode["id"] = f"bench-{n:08d}"
+        episode["task"]["data"]["idx"] = n % 100
+        for t, trace in enumerate(episode["traces"]):
+            trace["id"] = f"bench-{n:08d}-{t}"
+            trace["task"]["data"]["idx"] = n % 100
+        pool.append(episode)
+    gc.collect()
+    gc.freeze()
+    folder = Path(tempfile.mkdtemp(prefix="log-episodes-pieces-"))
+    try:
+        run = open_run(folder / "run", name="bench", model="m", environments=["gsm8k"])
+        names = dict(run=run, counter=iter(range(10**12)), rules=MaskRules.defaults_for_episode(),
+                     admission=admission, summary=summary, episodes=episodes, format=format, writer=writer,
+                     orjson=orjson, os=os, payload=format.prepare(pool[0]), rest=format.episode_rest("x", 1))
+        exec(f"def piece(e):\n    {expression}\n", names)
+        piece = names["piece"]
+        for _ in range(passes):
+            for episode in pool:
+                piece(episode)
+        run.finish()
+    finally:
+        shutil.rmtree(folder)
+
+
+def instructions(expression: str, passes: int) -> int:
+    out = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--passes", str(passes), expression],
+        capture_output=True, text=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise SystemExit(f"{expression!r} failed under valgrind:\n{out.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] == "--passes":
+        run_piece(args[2], int(args[1]))
+        return
+    if not args:
+        raise SystemExit(__doc__)
+    for expression in args:
+        per_call = (instructions(expression, MANY) - instructions(expression, FEW)) / ((MANY - FEW) * EPISODES)
+        print(f"{per_call / 1000:8.1f}k  {expression}")
+
+
+if __name__ == "__main__":
+    main()
