@@ -557,3 +557,41 @@ def test_append_episodes_writes_the_lines_append_many_writes(tmp_path: Path):
         w.close()
     body = [path.read_bytes().split(b"\n")[1:] for path in (many.path, lines.path)]  # after the headers
     assert body[0] == body[1] and len(body[0]) == 7  # six lines and the empty rest after the last
+
+
+def test_an_interrupt_as_the_lone_appender_starts_its_flush_fails_the_writer_instead_of_hanging_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt landing between an append taking the flushing job and the flush's
+    own error handling (at ``_lead``'s first line: Python checks for signals on entering a
+    function) left the job taken: every later append queued behind a flush that never came
+    and waited forever. Now the writer fails as after a failed flush (the interrupted lines
+    were numbered but never written), later appends raise at once, and the file reads clean."""
+    writer = SegmentWriter.create(tmp_path, "run-1")
+    writer.append("episode", {"id": "e0"})
+    real_lead = SegmentWriter._lead
+    calls = []
+
+    def interrupted_lead(self, batch, parts):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # as a signal delivered on entering _lead
+        return real_lead(self, batch, parts)
+
+    monkeypatch.setattr(SegmentWriter, "_lead", interrupted_lead)
+    with pytest.raises(KeyboardInterrupt):
+        writer.append("episode", {"id": "e1"})
+    outcome: list[BaseException | int] = []
+    later = threading.Thread(target=lambda: outcome.append(_append_or_error(writer, {"id": "e2"})), daemon=True)
+    later.start()
+    later.join(10)
+    assert not later.is_alive(), "an append after the interrupt waited forever for the flushing job"
+    assert isinstance(outcome[0], WriterClosedError), outcome
+    assert [r.data["id"] for r in iter_records(tmp_path) if r.type == "episode"] == ["e0"]
+    writer.close()
+
+
+def _append_or_error(writer: SegmentWriter, record: dict) -> BaseException | int:
+    try:
+        return writer.append("episode", record)
+    except BaseException as exc:  # noqa: BLE001 - the test looks at what it was
+        return exc

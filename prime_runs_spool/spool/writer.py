@@ -545,22 +545,33 @@ class SegmentWriter:
 
     def _commit(self, prepared: list[_Line], episodes: int) -> int:
         mutex = self._mutex
-        mutex.acquire()  # not ``with``: about half the cost, on every append
+        leading = False
         try:
-            first, parts = self._number(prepared, episodes)
-            if self._flushing:
-                joined = self._join(parts)
-            else:  # nobody flushing: ours to write and sync, inline (the lone appender's path)
-                self._flushing = True
-                joined = None
-        finally:
-            mutex.release()
-        if joined is None:
-            error = self._lead(None, parts)
-            if error is not None:
-                raise error
-        else:
-            self._wait(joined, parts)
+            mutex.acquire()  # not ``with``: about half the cost, on every append
+            try:
+                first, parts = self._number(prepared, episodes)
+                if self._flushing:
+                    joined = self._join(parts)
+                else:  # nobody flushing: ours to write and sync, inline (the lone appender's path)
+                    self._flushing = leading = True
+                    joined = None
+            finally:
+                mutex.release()
+            if joined is None:
+                error = self._lead(None, parts)
+                if error is not None:
+                    raise error
+                return first
+        except BaseException as exc:
+            # A KeyboardInterrupt between taking the flushing job and _lead's own handling
+            # (at _lead's first line, say) left the job taken forever: every later append
+            # queued behind a flush that never came, and hung. Our lines were numbered, not
+            # written, so the writer cannot go on (their sequence numbers would be a gap):
+            # it fails as after a failed flush, and what is queued fails with it.
+            if leading and self._failure is None and not isinstance(exc, SpoolWriteError):
+                self._lead_failed(None, exc)  # raises exc again (not an OSError)
+            raise
+        self._wait(joined, parts)
         return first
 
     def _lead_open(self, batch: Batch) -> None:
