@@ -24,14 +24,16 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _instructions import bench_episodes  # noqa: E402
+from _instructions import instructions as count_instructions  # noqa: E402
 MODES = ("none", "bare", "must", "spool")
 
 
@@ -45,18 +47,7 @@ def run_mode(mode: str, count: int) -> None:
     from prime_runs_spool.spool import writer as writer_module
 
     writer_module._fdatasync = lambda fd: None
-    template = orjson.loads((ROOT / "fixtures" / "reference" / "episode_example.json").read_bytes())
-    template["traces"][0].setdefault("info", {})["notes"] = "y" * 15_000  # as log_episodes.py's Pool
-    raw = orjson.dumps(template)
-    episodes = []
-    for n in range(count):
-        episode = orjson.loads(raw)
-        episode["id"] = f"bench-{n:08d}"
-        episode["task"]["data"]["idx"] = n % 100
-        for t, trace in enumerate(episode["traces"]):
-            trace["id"] = f"bench-{n:08d}-{t}"
-            trace["task"]["data"]["idx"] = n % 100
-        episodes.append(episode)
+    episodes = bench_episodes(count)
     # The episodes out of the collector's reach: how often building them set off a full
     # collection depends on what else was imported, which differs from mode to mode.
     gc.collect()
@@ -82,15 +73,7 @@ def run_mode(mode: str, count: int) -> None:
 
 
 def instructions(mode: str, count: int) -> int:
-    out = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--mode", mode, "--episodes", str(count)],
-        capture_output=True, text=True, check=True,
-    ).stderr
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if found is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out}")
-    return int(found.group(1).replace(",", ""))
+    return count_instructions(__file__, ["--mode", mode, "--episodes", str(count)])
 
 
 def main() -> None:

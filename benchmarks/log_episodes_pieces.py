@@ -26,14 +26,16 @@ Set ``PYTHONHASHSEED`` (0): the hash seed moves a figure by a thousand or two be
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _instructions import bench_episodes  # noqa: E402
+from _instructions import instructions as count_instructions  # noqa: E402
 EPISODES = 200
 FEW, MANY = 2, 12
 
@@ -51,18 +53,7 @@ def run_piece(expression: str, passes: int) -> None:
     from prime_runs_spool.spool import format, writer
 
     writer._fdatasync = lambda fd: None
-    template = orjson.loads((ROOT / "fixtures" / "reference" / "episode_example.json").read_bytes())
-    template["traces"][0].setdefault("info", {})["notes"] = "y" * 15_000  # as log_episodes.py's Pool
-    raw = orjson.dumps(template)
-    pool = []
-    for n in range(EPISODES):
-        episode = orjson.loads(raw)
-        episode["id"] = f"bench-{n:08d}"
-        episode["task"]["data"]["idx"] = n % 100
-        for t, trace in enumerate(episode["traces"]):
-            trace["id"] = f"bench-{n:08d}-{t}"
-            trace["task"]["data"]["idx"] = n % 100
-        pool.append(episode)
+    pool = bench_episodes(EPISODES)
     gc.collect()
     gc.freeze()
     folder = Path(tempfile.mkdtemp(prefix="log-episodes-pieces-"))
@@ -82,15 +73,7 @@ def run_piece(expression: str, passes: int) -> None:
 
 
 def instructions(expression: str, passes: int) -> int:
-    out = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--passes", str(passes), expression],
-        capture_output=True, text=True,
-    )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        raise SystemExit(f"{expression!r} failed under valgrind:\n{out.stderr[-2000:]}")
-    return int(found.group(1).replace(",", ""))
+    return count_instructions(__file__, ["--passes", str(passes), expression])
 
 
 def main() -> None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _instructions import instructions as count_instructions  # noqa: E402
+from _instructions import padded_episode  # noqa: E402
 MODES = {
     "plain": "read_episode(record): compute_summary's reading",
     "written": "read_episode(record, payload): the run's",
@@ -37,8 +39,7 @@ def run_mode(mode: str, calls: int) -> None:
     from prime_runs_spool.content.masking import MaskRules, mask
     from prime_runs_spool.content.summary import read_episode
 
-    episode = orjson.loads((ROOT / "fixtures" / "reference" / "episode_example.json").read_bytes())
-    episode["traces"][0].setdefault("info", {})["notes"] = "y" * 15_000  # as log_episodes.py's Pool
+    episode = padded_episode()
     if mode == "written-nan":
         next(iter(episode["traces"][0]["rewards"].values()))["score"] = float("nan")
     record = mask(episode, MaskRules.defaults_for_episode())
@@ -52,15 +53,7 @@ def run_mode(mode: str, calls: int) -> None:
 
 
 def instructions(mode: str, calls: int) -> int:
-    out = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--mode", mode, "--calls", str(calls)],
-        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-    ).stderr
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if found is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out}")
-    return int(found.group(1).replace(",", ""))
+    return count_instructions(__file__, ["--mode", mode, "--calls", str(calls)], {**os.environ, "PYTHONHASHSEED": "0"})
 
 
 def main() -> None:
