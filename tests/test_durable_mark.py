@@ -5,6 +5,7 @@ docs/spool-format.md, section 5)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 import subprocess
 import sys
 import textwrap
@@ -34,6 +35,35 @@ class MarkWrites:
             return real(fd, data, offset)
 
         monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+
+
+class DurableAndWritten:
+    """Each value the mark was written with, beside the most bytes an fdatasync had made
+    durable by then; ``slow``: how long a write of the publisher thread sleeps first."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, slow: Callable[[], float] | None = None) -> None:
+        self.synced = 0
+        self.written: list[tuple[int, int]] = []
+        real_sync, real_pwrite = writer_module._fdatasync, mark_module._pwrite
+
+        def fdatasync(fd: int) -> None:
+            size = os.fstat(fd).st_size
+            real_sync(fd)
+            self.synced = max(self.synced, size)
+
+        def pwrite(fd: int, data: bytes, offset: int) -> int:
+            self.written.append((int(data), self.synced))
+            if slow is not None and threading.current_thread().name == "spool-durable-marks":
+                time.sleep(slow())
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+
+    def values(self) -> list[int]:
+        """What was written, asserted never ahead of the disk."""
+        assert all(value <= durable for value, durable in self.written), self.written
+        return [value for value, _ in self.written]
 
 
 def wait_until_caught_up(writer: SegmentWriter, timeout: float = 5.0) -> float:
@@ -103,23 +133,7 @@ def test_the_mark_never_runs_ahead_of_the_disk_nor_back(tmp_path: Path, monkeypa
     """Eight appending threads, the flushes and the publisher thread all write the mark; every
     value written is a count some fdatasync had made durable when it was written, and none
     is lower than the one before."""
-    synced = [0]
-    real = writer_module._fdatasync
-
-    def fdatasync(fd: int) -> None:
-        size = os.fstat(fd).st_size
-        real(fd)
-        synced[0] = max(synced[0], size)
-
-    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
-    written: list[tuple[int, int]] = []
-    real_pwrite = mark_module._pwrite
-
-    def pwrite(fd: int, data: bytes, offset: int) -> int:
-        written.append((int(data), synced[0]))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    marks = DurableAndWritten(monkeypatch)
     writer = SegmentWriter.create(tmp_path, "run-1")
     deadline = time.monotonic() + 0.5
 
@@ -138,10 +152,9 @@ def test_the_mark_never_runs_ahead_of_the_disk_nor_back(tmp_path: Path, monkeypa
         wait_until_caught_up(writer)
     finally:
         writer.close()
-    values = [value for value, _ in written]
-    assert len(written) > 3
+    values = marks.values()
+    assert len(values) > 3
     assert values == sorted(values)
-    assert all(value <= durable for value, durable in written)
     assert values[-1] == writer.path.stat().st_size
 
 
@@ -420,26 +433,8 @@ def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fres
     import random
 
     monkeypatch.setattr(mark_module, "MARK_INTERVAL", 0.001)
-    synced = [0]
-    real_sync = writer_module._fdatasync
-
-    def fdatasync(fd: int) -> None:
-        size = os.fstat(fd).st_size
-        real_sync(fd)
-        synced[0] = max(synced[0], size)
-
-    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
-    written: list[tuple[int, int]] = []
-    real_pwrite = mark_module._pwrite
     rng = random.Random(7)
-
-    def pwrite(fd: int, data: bytes, offset: int) -> int:
-        written.append((int(data), synced[0]))
-        if threading.current_thread().name == "spool-durable-marks":
-            time.sleep(rng.random() * 0.003)
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+    marks = DurableAndWritten(monkeypatch, slow=lambda: rng.random() * 0.003)
     writer = SegmentWriter.create(tmp_path, "run-1")
     deadline = time.monotonic() + 0.5
 
@@ -459,9 +454,8 @@ def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fres
         writer.append("episode", {"id": "last"})
     finally:
         writer.close()
-    values = [value for value, _ in written]
+    values = marks.values()
     assert values == sorted(values)
-    assert all(value <= durable for value, durable in written)
     assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
 
 

@@ -19,7 +19,7 @@ from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import remote_destination
 from prime_runs_spool.sync.store_sync import sync_store
 from support import moto_server
-from support.env import child_env
+from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.store_runs import get_object, upload_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
@@ -484,6 +484,24 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     assert sorted(r["state"] for r in map(json.loads, idle.stdout.splitlines())) == ["up_to_date", "up_to_date"]
 
 
+def _follower_holding_the_lease(bucket_url: str, moto: moto_server.MotoServer, home: Path,
+                                *args: str) -> subprocess.Popen[str]:
+    """``prime-runs sync BUCKET --follow *args``, returned once its pass holds the lease of the
+    bucket's run ``run`` (within 30 s)."""
+    follower = subprocess.Popen(
+        CLI + ["sync", bucket_url, "--follow", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is False:
+                break
+        except Exception:  # noqa: BLE001 - not written yet
+            pass
+        time.sleep(0.1)
+    return follower
+
+
 def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the_lease(
         tmp_path: Path, moto, bucket_url: str) -> None:
     """The platform down: a pass backs off for minutes (10 attempts, up to 30 s apart). A
@@ -492,29 +510,15 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
     import signal
     import socket
 
-    from support.env import CLI
-
     build = build_run(tmp_path / "run", "store-follow-down", 3)
     upload_run(bucket_url, build.run_dir, "run")
     with socket.socket() as closed:  # a port nobody listens on: every request is refused
         closed.bind(("127.0.0.1", 0))
         down = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    home = tmp_path / "m"
-    follower = subprocess.Popen(
-        CLI + ["sync", bucket_url, "--follow", "--base-url", down, "--backoff-cap", "30", "--max-attempts", "10",
-               "--timeout", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+    follower = _follower_holding_the_lease(bucket_url, moto, tmp_path / "m", "--base-url", down,
+                                           "--backoff-cap", "30", "--max-attempts", "10", "--timeout", "5")
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # the pass holds the lease: it is backing off
-            try:
-                if json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is False:
-                    break
-            except Exception:  # noqa: BLE001 - not written yet
-                pass
-            time.sleep(0.1)
-        time.sleep(2.0)
+        time.sleep(2.0)  # the pass holds the lease: it is backing off
         follower.send_signal(signal.SIGINT)
         began = time.monotonic()
         out, err = follower.communicate(timeout=60)
@@ -605,29 +609,15 @@ def test_a_second_sigint_ends_a_follow_whose_pass_waits_on_an_unanswered_request
     import signal
     import socket
 
-    from support.env import CLI
-
     build = build_run(tmp_path / "run", "store-follow-mute", 3)
     upload_run(bucket_url, build.run_dir, "run")
     with socket.socket() as mute:  # listens, never accepts: a request's answer never comes
         mute.bind(("127.0.0.1", 0))
         mute.listen(16)
-        home = tmp_path / "m"
-        follower = subprocess.Popen(
-            CLI + ["sync", bucket_url, "--follow", "--base-url", f"http://127.0.0.1:{mute.getsockname()[1]}",
-                   "--timeout", "120"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+        follower = _follower_holding_the_lease(bucket_url, moto, tmp_path / "m", "--base-url",
+                                               f"http://127.0.0.1:{mute.getsockname()[1]}", "--timeout", "120")
         try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # the pass holds the lease: its request is out
-                try:
-                    if json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is False:
-                        break
-                except Exception:  # noqa: BLE001 - not written yet
-                    pass
-                time.sleep(0.1)
-            time.sleep(1.0)
+            time.sleep(1.0)  # the pass holds the lease: its request is out
             follower.send_signal(signal.SIGINT)
             time.sleep(1.0)
             assert follower.poll() is None  # the first waits for the request
