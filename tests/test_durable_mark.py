@@ -66,6 +66,23 @@ class DurableAndWritten:
         return [value for value, _ in self.written]
 
 
+def append_from_threads(writer: SegmentWriter, threads: int, deadline: float, *, pad: bool = False) -> None:
+    """``threads`` threads appending small episodes (of a few sizes, with ``pad``) until
+    ``deadline`` (``time.monotonic()``)."""
+
+    def work(t: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            writer.append("episode", {"id": f"t{t}-{n}", **({"pad": "x" * (n % 7 * 100)} if pad else {})})
+            n += 1
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
 def wait_until_caught_up(writer: SegmentWriter, timeout: float = 5.0) -> float:
     """Seconds until the mark says every byte of the segment is durable."""
     start = time.monotonic()
@@ -137,17 +154,7 @@ def test_the_mark_never_runs_ahead_of_the_disk_nor_back(tmp_path: Path, monkeypa
     writer = SegmentWriter.create(tmp_path, "run-1")
     deadline = time.monotonic() + 0.5
 
-    def work(t: int) -> None:
-        n = 0
-        while time.monotonic() < deadline:
-            writer.append("episode", {"id": f"t{t}-{n}", "pad": "x" * (n % 7 * 100)})
-            n += 1
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    append_from_threads(writer, 8, deadline, pad=True)
     try:
         wait_until_caught_up(writer)
     finally:
@@ -438,17 +445,7 @@ def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fres
     writer = SegmentWriter.create(tmp_path, "run-1")
     deadline = time.monotonic() + 0.5
 
-    def work(t: int) -> None:
-        n = 0
-        while time.monotonic() < deadline:
-            writer.append("episode", {"id": f"t{t}-{n}"})
-            n += 1
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    append_from_threads(writer, 4, deadline)
     try:
         wait_until_caught_up(writer)
         writer.append("episode", {"id": "last"})

@@ -443,10 +443,8 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     builder.add(5)
     upload_run(bucket_url, builder.run_dir, "run")
     home = tmp_path / "m"
-    follower = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                                              **moto.env()))
+    follower = _follow_process(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2"),
+                               moto, home)
     try:
         deadline = time.monotonic() + 60
         while _pushed(api, "store-follow") < 5 and time.monotonic() < deadline:
@@ -484,13 +482,18 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     assert sorted(r["state"] for r in map(json.loads, idle.stdout.splitlines())) == ["up_to_date", "up_to_date"]
 
 
+def _follow_process(cmd: list[str], moto: moto_server.MotoServer, home: Path) -> subprocess.Popen[str]:
+    """``cmd`` (a ``prime-runs sync --follow``) started with this machine's cache under ``home``."""
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                          **moto.env()))
+
+
 def _follower_holding_the_lease(bucket_url: str, moto: moto_server.MotoServer, home: Path,
                                 *args: str) -> subprocess.Popen[str]:
     """``prime-runs sync BUCKET --follow *args``, returned once its pass holds the lease of the
     bucket's run ``run`` (within 30 s)."""
-    follower = subprocess.Popen(
-        CLI + ["sync", bucket_url, "--follow", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env()))
+    follower = _follow_process(CLI + ["sync", bucket_url, "--follow", *args], moto, home)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -544,10 +547,8 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
     builder.add(3)
     upload_run(bucket_url, builder.run_dir, "run")
     home = tmp_path / "m"
-    follower = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.1"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                                              **moto.env()))
+    follower = _follow_process(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.1"),
+                               moto, home)
     try:
         for total in (3, 5):
             deadline = time.monotonic() + 60
