@@ -35,6 +35,12 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   and writing the line as the format frames it (check, mask, CRC-32C, the framed line), in
   turns of 8. Its ratio is a ceiling on the single appender's: a spool also numbers,
   summarizes, locks and publishes its durable mark.
+* one appender against the bare loop that also writes into padding, as the writer does
+  (docs/spool-format.md, section 5: NUL bytes written ahead, ``PADDING_BYTES`` at a time,
+  the lines written into them with ``pwrite``), in turns of 8: the spool's own cost with the
+  disk's part the same on both sides. The bare loop and the lean floors append to a
+  growing file, so each of their syncs also commits the filesystem's journal; the spool's
+  do not, which is most of what it gains on them.
 
 Goals (issue 14): 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
 ends early if the pool runs out, so a rate is episodes over the time actually spent.
@@ -64,7 +70,7 @@ from append import run_threads as timed_threads  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
 from prime_runs_spool.content.episodes import check_episode  # noqa: E402
 from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
-from prime_runs_spool.spool.format import EPISODE, frame_line, framing_rest, prepare  # noqa: E402
+from prime_runs_spool.spool.format import PADDING_BYTES, EPISODE, frame_line, framing_rest, prepare  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
 PADDING = 15_000
@@ -107,7 +113,11 @@ def fresh_run(folder: Path):
     return run_dir, open_run(run_dir, name="bench", model="Qwen/Qwen3-8B", environments=["gsm8k"])
 
 
-def bare_loop(fd: int, pool: Pool, *, must: bool = False) -> Callable[[], bool]:
+#: A file the bare loop writes into padding, as the writer does (so not O_APPEND).
+PADDED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+def bare_loop(fd: int, pool: Pool, *, must: bool = False, padded: bool = False) -> Callable[[], bool]:
     """One step of the bare loop: take an episode, serialize it with orjson, write it, fdatasync.
 
     With ``must``, the step first does what no spool of these episodes can skip, and frames
@@ -116,16 +126,27 @@ def bare_loop(fd: int, pool: Pool, *, must: bool = False) -> Callable[[], bool]:
     (``spool.format.prepare`` and ``frame_line``). No numbering, no summary, no lock, no
     durable mark: whatever else a spool does only adds to it, so its rate against the bare
     loop's is a ceiling on the single appender's ratio.
+
+    With ``padded``, the line goes into NUL padding written ahead of it, ``PADDING_BYTES``
+    whenever a line passes its end, as the writer's ``_pad`` does (``fd`` not O_APPEND).
     """
     rules = MaskRules.defaults_for_episode()
     rest = framing_rest(EPISODE)
     seq = [0]
+    zeros = bytes(PADDING_BYTES)
+    ends = [0, 0]  # where the lines end, where the padding ends
 
     def step() -> bool:
         episode = pool.take()
         if episode is None:
             return False
-        if must:
+        if padded:
+            line = orjson.dumps(episode) + b"\n"
+            os.pwrite(fd, line, ends[0])
+            ends[0] += len(line)
+            if ends[0] > ends[1]:
+                ends[1] = ends[0] + os.pwrite(fd, zeros, ends[0])
+        elif must:
             check_episode(episode)
             seq[0] += 1
             os.writev(fd, frame_line(prepare(mask(episode, rules), EPISODE), seq[0], rest))
@@ -137,11 +158,13 @@ def bare_loop(fd: int, pool: Pool, *, must: bool = False) -> Callable[[], bool]:
     return step
 
 
-def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
-    """The bare serialize+write+fdatasync loop and ``log_episodes``, in interleaved blocks."""
+def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8, *,
+                padded: bool = False) -> tuple[float, float]:
+    """The bare serialize+write+fdatasync loop (``padded``: writing into padding) and
+    ``log_episodes``, in interleaved blocks."""
     pool.reset()
     run_dir, run = fresh_run(folder)
-    fd = os.open(folder / "bare.jsonl", FLAGS, 0o600)
+    fd = os.open(folder / "bare.jsonl", PADDED_FLAGS if padded else FLAGS, 0o600)
 
     def spool() -> bool:
         episode = pool.take()
@@ -151,7 +174,7 @@ def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tup
         return True
 
     try:
-        return interleaved(bare_loop(fd, pool), spool, seconds, block)
+        return interleaved(bare_loop(fd, pool, padded=padded), spool, seconds, block)
     finally:
         os.close(fd)
         os.unlink(folder / "bare.jsonl")
@@ -260,14 +283,15 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 5)
     pool = Pool(args.pool)
     folder = Path(tempfile.mkdtemp(prefix="log-episodes-bench-", dir=args.dir))
-    results: dict[str, list[tuple[float, float]]] = {"single": [], "single_floor": [], "threads": [], "tasks": [],
-                                                      "floor": []}
+    results: dict[str, list[tuple[float, float]]] = {"single": [], "single_floor": [], "single_padded": [],
+                                                      "threads": [], "tasks": [], "floor": []}
     try:
         print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
         for n in range(rounds):
             results["single"].append(single_pair(folder, pool, seconds, args.block))
             results["single_floor"].append(single_floor(folder, pool, seconds, args.block))
+            results["single_padded"].append(single_pair(folder, pool, seconds, args.block, padded=True))
             lean = lean_threads(folder, pool, seconds)
             threads = run_threads(folder, pool, seconds)
             must = lean_threads(folder, pool, seconds, must=True)
@@ -277,11 +301,13 @@ def main() -> None:
             results["tasks"].append((threads, tasks))
             print(f"  round {n + 1}: single {results['single'][-1][1] / results['single'][-1][0]:.2f}, "
                   f"(bare+must)/bare {results['single_floor'][-1][1] / results['single_floor'][-1][0]:.2f}, "
+                  f"single/padded {results['single_padded'][-1][1] / results['single_padded'][-1][0]:.2f}, "
                   f"threads/lean {threads / lean:.2f}, threads/(lean+must) {threads / must:.2f}, "
                   f"(lean+must)/lean {must / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
         print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
         print(f"{'1 appender vs serialize+write+sync':<34} | {summary(results['single'])} | 0.8")
         print(f"{'bare + check + mask + CRC vs bare':<34} | {summary(results['single_floor'])} | -")
+        print(f"{'1 appender vs bare loop, padded':<34} | {summary(results['single_padded'])} | -")
         print(f"{'64 threads vs lean group commit':<34} | {summary(results['threads'])} | 0.8")
         print(f"{'64 threads vs lean + check + mask':<34} | {summary(results['floor'])} | -")
         print(f"{'lean + check + mask vs lean':<34} | "

@@ -47,7 +47,7 @@ class DurableAndWritten:
         real_sync, real_pwrite = writer_module._fdatasync, mark_module._pwrite
 
         def fdatasync(fd: int) -> None:
-            size = os.fstat(fd).st_size
+            size = os.lseek(fd, 0, os.SEEK_CUR)  # where the lines end: the file also holds padding
             real_sync(fd)
             self.synced = max(self.synced, size)
 
@@ -86,10 +86,10 @@ def append_from_threads(writer: SegmentWriter, threads: int, deadline: float, *,
 def wait_until_caught_up(writer: SegmentWriter, timeout: float = 5.0) -> float:
     """Seconds until the mark says every byte of the segment is durable."""
     start = time.monotonic()
-    while durable_mark(writer.path) != writer.path.stat().st_size:
+    while durable_mark(writer.path) != writer.durable_bytes:
         if time.monotonic() - start > timeout:
             raise AssertionError(f"the mark stayed at {durable_mark(writer.path)}, the segment has "
-                                 f"{writer.path.stat().st_size} bytes")
+                                 f"{writer.durable_bytes} bytes")
         time.sleep(0.001)
     return time.monotonic() - start
 
@@ -126,7 +126,7 @@ def test_a_lone_sync_is_marked_at_once(tmp_path: Path, monkeypatch: pytest.Monke
         for n in range(3):
             time.sleep(MARK_INTERVAL * 1.5)
             writer.append("episode", {"id": f"e{n}"})
-            assert durable_mark(writer.path) == writer.path.stat().st_size
+            assert durable_mark(writer.path) == writer.durable_bytes
         assert len(writes.values) == 4  # the header's sync, then each append's
     finally:
         writer.close()
@@ -140,7 +140,7 @@ def test_close_writes_the_mark_it_still_owes(tmp_path: Path, monkeypatch: pytest
     writer = SegmentWriter.create(tmp_path, "run-1")
     for n in range(5):
         writer.append("episode", {"id": f"e{n}"})
-    size = writer.path.stat().st_size
+    size = writer.durable_bytes
     assert durable_mark(writer.path) < size  # owed: the header's sync was marked, not these
     writer.close()
     assert int(durable_mark_path(tmp_path, 1).read_bytes()) == size
@@ -162,7 +162,7 @@ def test_the_mark_never_runs_ahead_of_the_disk_nor_back(tmp_path: Path, monkeypa
     values = marks.values()
     assert len(values) > 3
     assert values == sorted(values)
-    assert values[-1] == writer.path.stat().st_size
+    assert values[-1] == writer.durable_bytes
 
 
 def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Path) -> None:
@@ -185,16 +185,16 @@ def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Pa
             for n in range(50):
                 child.append("episode", {"id": f"c{n}"})
             deadline = time.monotonic() + 5
-            while durable_mark(child.path) != child.path.stat().st_size and time.monotonic() < deadline:
+            while durable_mark(child.path) != child.durable_bytes and time.monotonic() < deadline:
                 time.sleep(0.001)
-            ok = durable_mark(child.path) == child.path.stat().st_size
+            ok = durable_mark(child.path) == child.durable_bytes
             os._exit(0 if ok else 3)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         deadline = time.monotonic() + 5
-        while durable_mark(parent.path) != parent.path.stat().st_size and time.monotonic() < deadline:
+        while durable_mark(parent.path) != parent.durable_bytes and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert durable_mark(parent.path) == parent.path.stat().st_size
+        assert durable_mark(parent.path) == parent.durable_bytes
         parent.close()
         print("ok")
     """))
@@ -236,11 +236,11 @@ def test_an_append_whose_mark_is_owed_never_fails_for_want_of_a_thread(tmp_path:
     writer = SegmentWriter.create(tmp_path, "run-1")
     try:
         burst(writer)
-        assert durable_mark(writer.path) == writer.path.stat().st_size
+        assert durable_mark(writer.path) == writer.durable_bytes
         writer.seal("completed")
     finally:
         writer.close()
-    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.durable_bytes
 
 
 def test_the_publisher_thread_survives_an_error_in_one_write(tmp_path: Path, fresh_thread: None,
@@ -327,7 +327,7 @@ def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) ->
             writer.append("episode", {"id": "e"})
             writer.close()
             mark = durable_mark_path(run, writer.index)
-            assert not mark.is_symlink() and int(mark.read_bytes()) == writer.path.stat().st_size
+            assert not mark.is_symlink() and int(mark.read_bytes()) == writer.durable_bytes
         assert victim.read_text() == "keep me"
         print("ok")
     """))
@@ -382,10 +382,10 @@ def test_a_writer_whose_segment_was_deleted_never_writes_its_successors_mark(tmp
             old.append("episode", {"id": "x"})  # SegmentGoneError: its segment has no name
         old.close()
         time.sleep(2 * mark_module.MARK_INTERVAL)
-        assert durable_mark(new.path) <= new.path.stat().st_size
+        assert durable_mark(new.path) <= new.durable_bytes
     finally:
         new.close()
-    assert int(mark_path.read_bytes()) == new.path.stat().st_size
+    assert int(mark_path.read_bytes()) == new.durable_bytes
 
 
 def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_to_end(
@@ -408,7 +408,7 @@ def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_t
         wait_until_caught_up(writer, timeout=2.0)
     finally:
         writer.close()
-    assert int(mark.read_bytes()) == writer.path.stat().st_size
+    assert int(mark.read_bytes()) == writer.durable_bytes
 
 
 def test_a_mark_that_cannot_be_put_back_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -453,7 +453,7 @@ def test_slow_publisher_writes_never_lose_run_ahead_or_back(tmp_path: Path, fres
         writer.close()
     values = marks.values()
     assert values == sorted(values)
-    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.path.stat().st_size
+    assert int(durable_mark_path(tmp_path, 1).read_bytes()) == writer.durable_bytes
 
 
 def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_writer_lock(

@@ -148,7 +148,7 @@ def test_the_same_episode_id_in_two_segments_is_corruption_at_its_line(tmp_path:
     writer = builder.open_segment()
     episode = small_episode(builder.ids[1], run_id="run-d")
     writer.append("episode", episode, {"episode_id": episode["id"], "rollout_number": 9})
-    offset = writer.path.stat().st_size - len(encode_line(episode, 2, "episode",
+    offset = writer.durable_bytes - len(encode_line(episode, 2, "episode",
                                                           {"episode_id": episode["id"], "rollout_number": 9}))
     writer.seal("completed")
     error = _corruption(tmp_path)

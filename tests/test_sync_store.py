@@ -331,18 +331,26 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
     builder.open_segment()
     builder.add(6)
     segment = segment_path(builder.run_dir, 1)
-    durable = segment.stat().st_size  # all fsync'd: the mark says so within MARK_INTERVAL
+    durable = builder.writer.durable_bytes  # all fsync'd: the mark says so within MARK_INTERVAL
     deadline = time.monotonic() + 5
     while durable_mark(segment) != durable and time.monotonic() < deadline:
         time.sleep(0.005)
     assert durable_mark(segment) == durable
-    with open(segment, "ab") as f:
-        f.write(b'{"not yet durable')  # a line on its way: in the file, not fsync'd
+    on_its_way = b'{"not yet durable'
+    fd = os.open(segment, os.O_WRONLY)
+    try:  # a line on its way: in the file (written into the padding), not fsync'd
+        os.pwrite(fd, on_its_way, durable)
+    finally:
+        os.close(fd)
     first = mirror_once(moto, str(outputs), bucket_url)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["url"] == f"{bucket_url}/eval-1"
     assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()[:durable]
-    os.truncate(segment, durable)  # the write in progress, undone (the writer appends at the end)
+    fd = os.open(segment, os.O_WRONLY)
+    try:  # the write in progress, undone: padding again, where the writer writes its next line
+        os.pwrite(fd, bytes(len(on_its_way)), durable)
+    finally:
+        os.close(fd)
     assert mirror_once(moto, str(outputs), bucket_url).stdout == ""  # nothing changed: nothing sent
     synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
     assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("crashed", 6)]

@@ -32,6 +32,12 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 #: ``,"crc":"`` + 8 hex digits + ``"}`` + line feed.
 TRAILER_LEN = 19
 
+#: NUL bytes after a segment's last line are *padding*, not data (section 4): no line holds
+#: one (JSON text has none, nor has the framing), so a reader tells them apart by the byte.
+PAD_BYTE = 0
+#: How much padding a writer puts ahead of its lines at a time (section 5, "Padding").
+PADDING_BYTES = 1 << 20
+
 #: Record types (docs/spool-format.md, section 3). ``header`` and ``seal`` are written by
 #: the writer itself; a run writes ``manifest`` first, then ``episode`` records.
 HEADER = "header"

@@ -24,6 +24,7 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, NotASegmentFileError
 
@@ -100,6 +101,18 @@ def run_lock_path(run_dir: str | os.PathLike[str]) -> Path:
 def durable_mark_path_of(segment: Path) -> Path:
     """The durable mark beside a segment file (``seg-NNNNNN.durable``)."""
     return segment.with_suffix(".durable")
+
+
+def segment_version(segment: Any) -> str | None:
+    """Which version of a segment file this is, so that one copied or uploaded again can be
+    told from the one read before although its size is the same (a writer writes its lines
+    into padding: docs/spool-format.md, section 5). A local file: its inode and modification
+    time; a store's segment: its etag (None when the store gives none)."""
+    own = getattr(segment, "version", None)
+    if own is not None:
+        return own()
+    info = os.stat(segment)
+    return f"{info.st_ino}:{info.st_mtime_ns}"
 
 
 def sync_dir(run_dir: str | os.PathLike[str]) -> Path:

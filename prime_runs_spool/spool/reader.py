@@ -4,13 +4,15 @@ The reader holds at most one line in memory (``MAX_LINE_BYTES``), whatever a spo
 and only ever reads forward. It never trusts a line it has not verified: the checksum is
 checked on the raw bytes first (``framing.parse_line``), then the sequence number.
 
-A line that fails is classified by its line feed alone. A line still missing its line
-feed is the last thing on disk, so it is a torn tail (it may be a line a live writer is
-writing right now: looking past it would race with that writer). A complete but damaged
-line is corruption: an interrupted append never leaves one, since a line's line feed is
-its last byte. The segments are also checked against each other and their names
-(``crosscheck.RunLedger``). Everything is read under the writer's feet: files are only
-appended to, so what was read stays true.
+A line that fails is classified by its line feed and its NUL bytes. A line still missing
+its line feed is the last thing on disk: NUL bytes alone are the writer's padding, anything
+else a torn tail (it may be a line a live writer is writing right now: looking past it
+would race with that writer). A complete but damaged line is corruption, unless it holds
+a NUL byte and nothing intact follows it: no writer puts a NUL in a line, so it is a flush
+written into the padding that a crash (or a live writer, right now) left partly on disk.
+The segments are also checked against each other and their names
+(``crosscheck.RunLedger``). Everything is read under the writer's feet: a writer only
+writes past its last line, so what was read stays true.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from prime_runs_spool.errors import CorruptSpoolError, NotARunError, Unsupported
 from prime_runs_spool.spool.crosscheck import RunLedger
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.process import process_alive
-from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, SEAL, parse_line
+from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, PAD_BYTE, SEAL, parse_line
 from prime_runs_spool.spool.layout import list_segments, lock_path_of, segment_index, segment_path
 
 #: A line longer than this is invalid; module-level so tests can shrink it.
@@ -37,6 +39,7 @@ _SKIP_CHUNK = 1 << 20
 _READ_BUFFER = 1 << 16
 #: A header line is a few hundred bytes; reading this much of a segment always covers it.
 _HEADER_LIMIT = 64 * 1024
+_PAD = bytes((PAD_BYTE,))
 
 
 #: The statuses a run can have besides its seal's (docs/spool-format.md, section 7).
@@ -129,6 +132,8 @@ class _SegmentState:
     header: dict[str, Any] | None = None
     seal: dict[str, Any] | None = None
     torn_offset: int | None = None
+    #: Where the NUL padding after the last line begins (docs/spool-format.md, section 4).
+    padding_offset: int | None = None
     records: int = 0
     episodes: int = 0
     manifest: Any = field(default=None)
@@ -212,7 +217,15 @@ def _walk_lines(
                 if state.seal is not None:
                     raise CorruptSpoolError(path, offset, "bytes after the seal")
                 if raw is None or (raw and not raw.endswith(b"\n")):  # b"": an over-long complete line
-                    state.torn_offset = offset  # no line feed: the last bytes on disk, a torn tail
+                    # No line feed: the last bytes on disk. Padding if they are all NUL bytes
+                    # (the writer's, ahead of its lines), else a torn tail.
+                    if raw and not raw.strip(_PAD):
+                        state.padding_offset = offset
+                    else:
+                        state.torn_offset = offset
+                    break
+                if _PAD in raw and _holed_tail(path, lines, offset, mark):
+                    state.torn_offset = offset  # a flush a crash interrupted, or one being written
                     break
                 # A complete line: an interrupted append cannot leave one behind.
                 what = "the first line is not an intact header" if offset == 0 else "a damaged line"
@@ -241,13 +254,48 @@ def _walk_lines(
                     state.manifest, state.has_manifest = parsed.data, True
                 yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
             expect += 1
-        size = os.fstat(f.fileno()).st_size if local else mark
+        end = state.torn_offset if state.torn_offset is not None else state.padding_offset
+        if end is None:
+            end = os.fstat(f.fileno()).st_size if local else mark
     # A live writer rewrites its mark in place, so a read racing with that rewrite can be
     # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
-    if size < mark and not writer_alive(path):
+    if end < mark and not writer_alive(path):
         raise CorruptSpoolError(
-            path, size, f"the file ends at byte {size}, but its writer had made {mark} bytes durable: "
-            "it was truncated")
+            path, end, f"the segment's lines end at byte {end}, but its writer had made {mark} bytes durable: "
+            "it was truncated or lost bytes")
+
+
+def torn_after(segment: Path, offset: int) -> bool:
+    """Whether a segment holds a torn tail after ``offset``, the end of its last good line:
+    any byte there but the writer's NUL padding (docs/spool-format.md, section 4). For
+    readers that know where the lines end and need not read them again (the viewer's index)."""
+    with open(segment, "rb", buffering=0) as f:
+        f.seek(offset)
+        while True:
+            chunk = f.read(_SKIP_CHUNK)
+            if not chunk:
+                return False
+            if chunk.strip(_PAD):
+                return True
+
+
+def _holed_tail(path: Path, lines: Iterator[tuple[int, bytes | None, int]], offset: int, mark: int) -> bool:
+    """Whether the complete line at ``offset``, which holds a NUL byte, begins a torn tail
+    (docs/spool-format.md, section 4, rule 6) rather than corruption.
+
+    No writer puts a NUL byte in a line, so the line was never written whole: its bytes are
+    part padding. That is a torn tail when it is the flush a live writer is writing right
+    now (past its durable mark: a read can overtake the write, so more lines may follow),
+    or, in a segment whose writer is gone, when nothing but such lines, padding and a line
+    without its line feed follows it: a power cut left part of the last flush on disk, in
+    any order. An intact line after it means the line was synced once (lines are synced in
+    order): corruption. Consumes ``lines``; the walk stops either way."""
+    if offset >= mark and getattr(path, "open_bytes", None) is None and writer_alive(path):
+        return True
+    for _, raw, _ in lines:
+        if raw and raw.endswith(b"\n") and _PAD not in raw:
+            return False
+    return True
 
 
 def _open_segment(path: Path) -> IO[bytes]:

@@ -61,6 +61,7 @@ from prime_runs_spool.spool.format import (
     FORMAT_VERSION,
     HEADER,
     LINE_ROOM,
+    PADDING_BYTES,
     SEAL,
     SEAL_STATUSES,
     WRITER_RECORD_TYPES,
@@ -85,6 +86,9 @@ from prime_runs_spool.spool.process import identity
 # The two system calls a durable append depends on, looked up through the module so tests
 # can inject disk faults and simulate power loss (tests/test_writer.py, test_power_loss.py).
 _writev = os.writev
+_pwrite = os.pwrite
+#: The NUL bytes one padding write puts ahead of the lines (see SegmentWriter._pad).
+_PADDING = bytes(PADDING_BYTES)
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 #: Parts handed to one writev call; Linux refuses more than IOV_MAX (1024).
@@ -151,6 +155,8 @@ class SegmentWriter:
         #: are fsync'd, for readers that must not ship what a power cut could still take back.
         self._mark = mark
         self._durable = 0
+        #: Where the segment's NUL padding ends (see _pad); -1 once the writer pads no more.
+        self._padded = 0
         self._segment_id = str(uuid.uuid4())
         self._mutex = threading.Lock()
         # Everything below is guarded by self._mutex.
@@ -228,7 +234,9 @@ class SegmentWriter:
             try:
                 fd = os.open(
                     segment_path(run_dir, index),
-                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0),
+                    # Not O_APPEND: lines go at the file position, and the padding ahead of
+                    # them with pwrite (see _pad), which O_APPEND would put at the end.
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                     FILE_MODE,
                 )
             except FileExistsError:
@@ -299,6 +307,12 @@ class SegmentWriter:
         """Episode records appended so far (queued or durable)."""
         with self._mutex:
             return self._episodes
+
+    @property
+    def durable_bytes(self) -> int:
+        """How many of the segment's bytes are fsync'd: where its lines end once no flush is
+        in progress. Not the file's size, which counts the padding ahead of them (_pad)."""
+        return self._durable
 
     @property
     def closed(self) -> bool:
@@ -592,12 +606,16 @@ class SegmentWriter:
             if fd is None:
                 raise OSError(f"{self._path} is closed")
             total = sum(map(len, parts))
+            if self._closing and self._padded > self._durable:
+                self._unpad(fd)  # the seal (or what comes before it): no padding may follow a seal
             if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
                 written = _writev(fd, parts)
                 if written != total:
                     self._write_rest(fd, parts, written)
             else:
                 self._write_rest(fd, parts, None)
+            if self._durable + total > self._padded >= 0:  # these lines grew the file: pad ahead
+                self._pad(fd, self._durable + total, total)
             _fdatasync(fd)
             now = _monotonic()
             # _check_files, its common case inline (once per flush).
@@ -679,6 +697,40 @@ class SegmentWriter:
                                      daemon=True).start()
                     weakref.finalize(self, jobs.put, None)  # dropped without close: let it go
         jobs.put((target, args))
+
+    def _pad(self, fd: int, end: int, total: int) -> None:
+        """Write ``PADDING_BYTES`` of NUL bytes after the lines that end at ``end`` (a flush of
+        ``total`` bytes that grew the file), before the flush's fdatasync.
+
+        Why: on ext4 (and XFS) an fdatasync that must also make a new file size durable
+        commits the filesystem's journal; one whose bytes all land inside the file, on
+        blocks already written, does not. Lines written into padding that is already
+        durable cost the disk about half (docs/benchmarks.md). The padding is not data:
+        readers take NUL bytes after a segment's last line for padding (docs/spool-format.md,
+        sections 4 and 5), and the writer cuts it off before its seal and when it closes.
+
+        Best effort: the padding is never needed, so a failure to write it (a full disk)
+        only stops this writer padding. A flush larger than an eighth of the padding is
+        left unpadded: for records that large the bytes, not the journal, are the cost."""
+        if total > PADDING_BYTES // 8:
+            self._padded = end  # pad again once smaller lines grow the file
+            return
+        try:
+            written = _pwrite(fd, _PADDING, end)
+        except OSError as exc:
+            _log.warning("%s: cannot pad the segment ahead of its lines (%s); appending without padding",
+                         self._path, exc)
+            self._padded = -1
+            return
+        self._padded = end + written
+
+    def _unpad(self, fd: int) -> None:
+        """Cut the padding off the segment's end (the flush in progress writes there next).
+
+        Not synced on its own: the next fdatasync makes the new size durable with the lines
+        written after it, and a crash before it leaves padding, never a seal followed by it."""
+        os.ftruncate(fd, self._durable)
+        self._padded = -1
 
     def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
         """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
@@ -779,6 +831,11 @@ class SegmentWriter:
             self._jobs.put(None)
             self._jobs = None
         if self._fd is not None:
+            try:
+                if self._failure is None and self._padded > self._durable:
+                    self._unpad(self._fd)  # after a disk error what is in the file is unknown: left
+            except OSError as exc:
+                _log.warning("%s: cannot cut the padding off the segment's end (%s)", self._path, exc)
             os.close(self._fd)
             self._fd = None
             mark, self._mark = self._mark, None

@@ -83,6 +83,10 @@ class StoreSegment:
     def stat(self) -> SimpleNamespace:
         return SimpleNamespace(st_size=self.info.size)
 
+    def version(self) -> str | None:
+        """Which upload of the segment this is: its etag (``spool.layout.segment_version``)."""
+        return None if self.info.etag is None else f"etag:{self.info.etag}"
+
     def open_bytes(self) -> io.BufferedReader:
         # The buffer is the largest window: the raw reader returns less while its window grows.
         return io.BufferedReader(_RangedReader(self.store, self.info), buffer_size=MAX_WINDOW)

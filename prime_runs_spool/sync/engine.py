@@ -27,7 +27,8 @@ from prime_runs_spool.errors import (
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, sync_state_path
+from prime_runs_spool.spool.layout import list_segments, segment_version, sync_state_path
+from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
@@ -300,12 +301,25 @@ class RunSync:
             return False
         size = segments[-1][1].stat().st_size
         if state.finalized or state.terminal is not None:
-            return size in (state.cursor.offset, state.terminal_size)
-        return size == state.cursor.offset and run_writer_alive(self.run_dir)
+            if size == state.cursor.offset:
+                return True
+            if size != state.terminal_size:
+                return False
+            # A state from before versions were recorded: the size alone decides, as it did.
+            return state.terminal_version is None or state.terminal_version == segment_version(segments[-1][1])
+        if not run_writer_alive(self.run_dir):
+            return False
+        # A live writer's lines go into padding: its mark, not its file's size, grows.
+        return size == state.cursor.offset or durable_mark(segments[-1][1]) == state.cursor.offset
 
-    def _last_segment_size(self) -> int | None:
+    def _record_terminal(self, status: str) -> None:
+        """Record the run's end as sent, with the last segment as it is now (its size and
+        version: the bytes past the cursor, a torn tail or padding, are not read again)."""
+        state = self.state
+        state.terminal = status
         segments = list_segments(self.run_dir)
-        return segments[-1][1].stat().st_size if segments else None
+        state.terminal_size = segments[-1][1].stat().st_size if segments else None
+        state.terminal_version = segment_version(segments[-1][1]) if segments else None
 
     # -- samples ---------------------------------------------------------------------------
 
@@ -524,8 +538,7 @@ class RunSync:
                 self.reconciler.check("before finalizing", answer)
             if not state.finalized:
                 self._finalize(metrics)
-            state.terminal = COMPLETED
-            state.terminal_size = self._last_segment_size()
+            self._record_terminal(COMPLETED)
             state.held_back = 0
             self.protocol.save()
             self.report.state = "synced"
@@ -546,8 +559,7 @@ class RunSync:
         # (409: already closed, which counts as done), and the metadata must land anyway.
         body = terminal_status_body(status if status in TERMINAL_PLATFORM_STATUS else FAILED, terminal["error"])
         self.protocol.retry("closing the evaluation out", lambda: self.client.set_terminal_status(evaluation_id, body))
-        state.terminal = status
-        state.terminal_size = self._last_segment_size()
+        self._record_terminal(status)
         state.held_back = held
         self.protocol.save()
         self.report.state = status

@@ -134,7 +134,7 @@ class Reconciler:
             if completed and state.in_flight is not None and state.in_flight.kind == "finalize":
                 state.in_flight = None
             if not completed:
-                state.terminal = state.terminal_size = None
+                state.terminal = state.terminal_size = state.terminal_version = None
             changed = True
         if state.in_flight is None or state.in_flight.kind != "samples":
             if state.released:
@@ -185,7 +185,7 @@ class Reconciler:
         state.samples_pushed = state.episodes_pushed = 0
         state.last_sample_id = None
         state.released = []
-        state.terminal = state.terminal_size = None
+        state.terminal = state.terminal_size = state.terminal_version = None
         if not total:
             return
         try:

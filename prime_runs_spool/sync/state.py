@@ -129,6 +129,10 @@ class SyncState:
     #: Size of the last segment when ``terminal`` was recorded. A crashed writer may leave a
     #: torn tail past the cursor; while the file keeps this size there is nothing new.
     terminal_size: int | None = None
+    #: Which version of that last segment it was (``segment_version``): a writer writes its
+    #: lines into padding, so a copy of a live run re-copied or re-uploaded with more lines
+    #: can keep its size. None in a state from before it: the size alone decides.
+    terminal_version: str | None = None
     in_flight: InFlight | None = None
     #: Which store this run's episodes go to on this destination, once decided: "traces" or
     #: "samples" (sync/traces.py). Recorded so that one run never ends up half in each.

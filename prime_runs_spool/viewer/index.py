@@ -30,7 +30,10 @@ from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.spool.reader import LIVE, Position, derive_status, iter_records, scan_segment, writer_alive
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.reader import (
+    LIVE, Position, derive_status, iter_records, scan_segment, torn_after, writer_alive,
+)
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
 
 #: An index that caught up is not re-read more often than this (seconds): a page of many
@@ -163,7 +166,7 @@ class SpoolIndex(RunIndex):
         self._summary = SummaryAccumulator()
         self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
         self._corrupt = False
-        self._seen_shape: tuple[tuple[int, ...], int] | None = None
+        self._seen_shape: tuple[tuple[int, ...], int, int] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
 
     @property
@@ -229,16 +232,19 @@ class SpoolIndex(RunIndex):
         self._seen_shape = shape
         self._status = self._derive()
 
-    def _shape(self) -> tuple[tuple[int, ...], int]:
-        """The run's segments and the last one's size: unchanged means nothing to read."""
+    def _shape(self) -> tuple[tuple[int, ...], int, int]:
+        """The run's segments, the last one's size and its durable mark: unchanged means
+        nothing to read. The mark, because a live writer writes its lines into padding
+        that is already there (docs/spool-format.md, section 5): its file does not grow."""
         segments = list_segments(self.run_dir)
         if not segments:
-            return (), 0
+            return (), 0, 0
+        last = segments[-1][1]
         try:
-            size = segments[-1][1].stat().st_size
+            size = last.stat().st_size
         except OSError:
             size = -1
-        return tuple(index for index, _ in segments), size
+        return tuple(index for index, _ in segments), size, durable_mark(last)
 
     def _derive(self) -> str:
         segments = list_segments(self.run_dir)
@@ -254,7 +260,7 @@ class SpoolIndex(RunIndex):
         if sealed is None and not live and not self.behind:
             position = self._position
             if position is not None and position.segment_index == last_index:
-                torn = last_path.stat().st_size > position.offset  # bytes after the last good line
+                torn = torn_after(last_path, position.offset)  # bytes after the last good line, not padding
             else:  # nothing read yet from the last segment: ask the reader about it (it is short)
                 torn = scan_segment(last_path).torn_offset is not None
         return derive_status(corrupt=False, last_sealed=sealed, live=live, torn=torn)

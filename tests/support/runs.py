@@ -67,7 +67,7 @@ class RunBuilder:
         10 ms (spool/durable_mark.py), and a sync of the live run reads up to it."""
         assert self.writer is not None
         path, deadline = self.writer.path, time.monotonic() + timeout
-        while durable_mark_path_of(path).exists() and durable_mark(path) != path.stat().st_size:
+        while durable_mark_path_of(path).exists() and durable_mark(path) != self.writer.durable_bytes:
             assert time.monotonic() < deadline, f"{path}: the durable mark did not catch up"
             time.sleep(0.001)
 
