@@ -230,3 +230,22 @@ def test_runs_are_found_at_any_depth_and_at_the_prefix_itself() -> None:
     assert sorted(runs["a"].objects) == ["a/spool/seg-000001.jsonl", "a/spool/sync.lease.json", "a/spool/sync/d.json"]
     assert runs[""].key("spool", "sync.lease.json") == "spool/sync.lease.json"
     assert str(runs["a/b/c"]) == f"{store.url}/a/b/c"
+
+
+def test_a_half_synced_run_in_the_store_is_probed_without_a_durable_mark(tmp_path: Path) -> None:
+    """A pass that stopped half way (the platform down, a sync killed) leaves a state with a
+    cursor and no terminal status, and the next sync first probes it: the segment's size
+    against the cursor, then, for a live writer, its durable mark. A segment in a store has
+    neither a writer nor a mark beside it: the probe says "not up to date", it does not
+    fail on the object (it raised AttributeError: no ``with_suffix``)."""
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import Cursor, Destination, SyncState
+
+    data, _ = build_segment([{"n": n} for n in range(3)], seal=None)
+    run = _run_in_store(_memory_store(), [data])
+    destination = Destination(key="store-probe", base_url="http://local")
+    probe = RunSync(run, None, destination, SyncOptions())  # type: ignore[arg-type]
+    probe.protocol.state = SyncState(destination=destination, local_run_id="run-1", evaluation_id="ev",
+                                     cursor=Cursor(segment_index=1, offset=len(data) // 2, next_seq=2))
+    assert probe._up_to_date() is False  # noqa: SLF001 - the rule the store's sync asks first
