@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from support.env import child_env
 from support.runs import RunBuilder
-from prime_runs_spool.errors import CorruptSpoolError
+from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -292,3 +292,62 @@ def test_a_copy_of_a_live_run_copied_again_with_more_lines_of_the_same_size_is_s
             third, = sync_paths([tmp_path / "copies"], client, DEST, SyncOptions())
             assert (third.state, third.pushed_now) == ("up_to_date", 0)
     builder.seal()
+
+
+def test_ctrl_c_while_close_cuts_the_padding_still_releases_the_writer_lock(tmp_path: Path, monkeypatch) -> None:
+    """A SIGINT delivered as close's ftruncate returns raises KeyboardInterrupt there: the
+    segment, its mark and its writer lock must still be let go, or readers take the closed
+    segment for a live one until the process exits (as test_durable_mark.py asks of the mark)."""
+    from prime_runs_spool.spool.reader import writer_alive
+
+    writer = SegmentWriter.create(tmp_path, "pad")
+    writer.append("episode", {"n": 1})
+    real = os.ftruncate
+
+    def ftruncate(fd: int, length: int) -> None:
+        real(fd, length)
+        raise KeyboardInterrupt  # the signal's handler runs as the call returns
+
+    monkeypatch.setattr(writer_module.os, "ftruncate", ftruncate)
+    with pytest.raises(KeyboardInterrupt):
+        writer.close()
+    monkeypatch.undo()
+    assert not writer_alive(writer.path)
+    writer.close()  # and a second close is quiet
+    assert read_run(tmp_path).status == "crashed"
+
+
+@pytest.mark.parametrize("cut_at", [1, 2, 3])
+def test_a_power_cut_while_the_seal_is_synced_never_leaves_padding_after_it(
+        tmp_path: Path, monkeypatch, cut_at: int) -> None:
+    """The seal is written into the file cut to its last line. An fdatasync writes the data
+    first and commits the new size after: a power cut in between brings back the bytes
+    written in place with the size the last completed sync made durable. Had the cut not
+    been synced before the seal was written, that is the seal followed by the old padding,
+    which reads as corruption ("bytes after the seal"), though nothing reported durable
+    was lost. Modelled here: every page written survives, the size is the last synced one."""
+    writer = SegmentWriter.create(tmp_path, "pad")
+    writer.append("episode", {"n": 1})
+    path = writer.path
+    synced = [path.stat().st_size]
+    calls = [0]
+    real_sync = writer_module._fdatasync
+
+    def fdatasync(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == cut_at:
+            raise OSError(errno.EIO, "power is off")
+        real_sync(fd)
+        synced[0] = os.fstat(fd).st_size
+
+    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    try:
+        writer.seal("completed")
+    except SpoolWriteError:
+        pass
+    data = path.read_bytes()
+    path.write_bytes(data[: synced[0]] + bytes(max(0, synced[0] - len(data))))
+    spool = read_run(tmp_path)
+    assert spool.corrupt is None, spool.corrupt
+    assert spool.status in ("completed", "crashed")
+    assert [r.data["n"] for r in iter_records(tmp_path) if r.type == "episode"] == [1]

@@ -607,7 +607,9 @@ class SegmentWriter:
                 raise OSError(f"{self._path} is closed")
             total = sum(map(len, parts))
             if self._closing and self._padded > self._durable:
-                self._unpad(fd)  # the seal (or what comes before it): no padding may follow a seal
+                # The seal (or what comes before it): no padding may follow a seal, not even
+                # after a power cut in the middle of its sync (see _unpad).
+                self._unpad(fd, sync=True)
             if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
                 written = _writev(fd, parts)
                 if written != total:
@@ -724,13 +726,20 @@ class SegmentWriter:
             return
         self._padded = end + written
 
-    def _unpad(self, fd: int) -> None:
-        """Cut the padding off the segment's end (the flush in progress writes there next).
+    def _unpad(self, fd: int, *, sync: bool) -> None:
+        """Cut the padding off the segment's end, where its lines end.
 
-        Not synced on its own: the next fdatasync makes the new size durable with the lines
-        written after it, and a crash before it leaves padding, never a seal followed by it."""
+        ``sync``: before a flush writes there (the one that carries the seal), make the cut
+        durable first. An fdatasync writes the data, then commits the file's new size: a
+        power cut in between brings back the bytes written in place over the padding with
+        the size of the last completed sync, so a seal written into a cut not yet synced
+        could come back followed by the old padding, which reads as corruption. One more
+        sync per segment. At close nothing is written after the cut: it is not synced, and
+        a power cut that undoes it leaves padding after the last line, which is no data."""
         os.ftruncate(fd, self._durable)
         self._padded = -1
+        if sync:
+            _fdatasync(fd)
 
     def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
         """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
@@ -831,27 +840,32 @@ class SegmentWriter:
             self._jobs.put(None)
             self._jobs = None
         if self._fd is not None:
-            try:
-                if self._failure is None and self._padded > self._durable:
-                    self._unpad(self._fd)  # after a disk error what is in the file is unknown: left
-            except OSError as exc:
-                _log.warning("%s: cannot cut the padding off the segment's end (%s)", self._path, exc)
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
             mark, self._mark = self._mark, None
             try:
-                if mark is not None:
-                    # Publishes what it still owes first, so it may wait for the publisher
-                    # thread's write: a KeyboardInterrupt there must not keep the lock held.
-                    mark.close()
-            finally:
-                for replacement in self._replacement_locks:
-                    os.close(replacement)
-                self._replacement_locks = []
-                if self._lock_watch is not None:
-                    os.close(self._lock_watch)
-                    self._lock_watch = None
-                self._lock.release()
+                if self._failure is None and self._padded > self._durable:
+                    self._unpad(fd, sync=False)  # after a disk error what is in the file is unknown: left
+            except OSError as exc:
+                _log.warning("%s: cannot cut the padding off the segment's end (%s)", self._path, exc)
+            finally:  # a KeyboardInterrupt in the cut must not keep the file, the mark or the lock
+                self._close_files(fd, mark)
+
+    def _close_files(self, fd: int, mark: MarkPublisher | None) -> None:
+        """The rest of :meth:`_release`: close the segment and its mark, free the writer lock."""
+        os.close(fd)
+        try:
+            if mark is not None:
+                # Publishes what it still owes first, so it may wait for the publisher
+                # thread's write: a KeyboardInterrupt there must not keep the lock held.
+                mark.close()
+        finally:
+            for replacement in self._replacement_locks:
+                os.close(replacement)
+            self._replacement_locks = []
+            if self._lock_watch is not None:
+                os.close(self._lock_watch)
+                self._lock_watch = None
+            self._lock.release()
 
     def _disown_after_fork(self) -> None:
         """In a forked child: let go of the parent's segment without touching it.
