@@ -182,3 +182,27 @@ def test_the_dashboard_lists_a_run_that_went_to_prime_traces(tmp_path):
         roles = re.findall(r'data-role="(\w+)"', episode.text)
         assert roles[:5] == ["system", "user", "assistant", "tool", "assistant"]
         assert FAKE_HEADER_SECRET not in page.text + episode.text
+
+
+def test_a_writer_killed_with_its_last_mark_unpublished_has_its_last_episodes_read(tmp_path):
+    """Lines go into the padding (the file does not grow) and the durable mark is written at
+    most every 10 ms: a writer killed within that time of its last append changes neither
+    the file's size nor its mark. Its death must still make the index read on: the episode
+    was durable, and read_run shows it (and calls the run crashed, not torn)."""
+    import time
+
+    builder = RunBuilder(tmp_path / "run", "killed-owed")
+    writer = builder.open_segment()
+    builder.add(2, size=0)
+    index = SpoolIndex("run", tmp_path / "run")
+    wait_indexed(index, 10)
+    assert len(index.rows) == 2 and index.live
+    writer._mark._due = time.monotonic() + 3600  # noqa: SLF001 - the next mark stays owed
+    writer.append_many([("episode", {"id": "last", "n": 3})])
+    writer._lock.release()  # noqa: SLF001 - killed: the kernel drops its lock, leaves the file as it is
+    spool = read_run(tmp_path / "run")
+    assert (spool.status, spool.episodes_count) == ("crashed", 3)
+    index._refreshed_at = -1.0  # noqa: SLF001 - skip the poll throttle
+    wait_indexed(index, 10)
+    assert (index.status, len(index.rows)) == ("crashed", 3)
+    writer.close()

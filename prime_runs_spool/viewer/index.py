@@ -166,7 +166,7 @@ class SpoolIndex(RunIndex):
         self._summary = SummaryAccumulator()
         self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
         self._corrupt = False
-        self._seen_shape: tuple[tuple[int, ...], int, int] | None = None
+        self._seen_shape: tuple[tuple[int, ...], int, int, bool] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
 
     @property
@@ -232,19 +232,24 @@ class SpoolIndex(RunIndex):
         self._seen_shape = shape
         self._status = self._derive()
 
-    def _shape(self) -> tuple[tuple[int, ...], int, int]:
-        """The run's segments, the last one's size and its durable mark: unchanged means
-        nothing to read. The mark, because a live writer writes its lines into padding
-        that is already there (docs/spool-format.md, section 5): its file does not grow."""
+    def _shape(self) -> tuple[tuple[int, ...], int, int, bool]:
+        """The run's segments, the last one's size, its durable mark and whether its writer
+        is alive: unchanged means nothing to read. The mark, because a live writer writes
+        its lines into padding that is already there (docs/spool-format.md, section 5): its
+        file does not grow. Its writer's death, because the mark is written at most every
+        10 ms (spool/durable_mark.py): a writer killed within that time of its last lines
+        changed neither size nor mark. Taken before reading, so what a writer wrote before
+        it died is read by the first look after."""
         segments = list_segments(self.run_dir)
         if not segments:
-            return (), 0, 0
+            return (), 0, 0, False
         last = segments[-1][1]
+        alive = writer_alive(last)
         try:
             size = last.stat().st_size
         except OSError:
             size = -1
-        return tuple(index for index, _ in segments), size, durable_mark(last)
+        return tuple(index for index, _ in segments), size, durable_mark(last), alive
 
     def _derive(self) -> str:
         segments = list_segments(self.run_dir)
