@@ -351,3 +351,45 @@ def test_a_power_cut_while_the_seal_is_synced_never_leaves_padding_after_it(
     assert spool.corrupt is None, spool.corrupt
     assert spool.status in ("completed", "crashed")
     assert [r.data["n"] for r in iter_records(tmp_path) if r.type == "episode"] == [1]
+
+
+def _write_at(path: Path, data: bytes, offset: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
+def test_a_reader_that_overtook_a_writer_which_then_closed_still_sees_a_torn_tail(tmp_path: Path) -> None:
+    """A reader copies a page of the padding before the writer's next lines reach it and
+    the page after once they did: a line with a hole, intact lines after it. If the writer
+    then finishes, seals or closes, and exits before the reader gets to that line, whether
+    it is alive *now* says nothing about what the reader read: it was alive when the read
+    began, so the hole is a write overtaken, not a synced line lost (a kill leaves no holes;
+    a power cut stops the reader too). It read as corruption."""
+    builder = RunBuilder(tmp_path, "overtaken-then-closed")
+    writer = builder.open_segment()
+    builder.add(3, size=100)
+    lines = _lines(writer.path)
+    _write_at(writer.path, _holed(lines[-1], 10, 30) + lines[-1], writer.durable_bytes)
+    records = iter_records(tmp_path)
+    first = next(records)  # the read is under way: the segment's first bytes are read
+    builder.abandon()  # the writer closes and lets go of its lock
+    rest = list(records)  # on the bytes read while it was alive
+    assert [first.type] + [r.type for r in rest] == ["manifest", "episode", "episode", "episode"]
+
+
+def test_a_hole_in_a_durable_line_of_a_live_writer_is_corruption(tmp_path: Path) -> None:
+    """Section 4, rule 6: a holed line is a torn tail for a live writer only at or past its
+    durable mark. Before the mark it was synced: a loss, whether or not the writer is alive
+    (it read as a torn tail while the writer lived, and sync waited on it without a word)."""
+    builder = RunBuilder(tmp_path, "live-hole")
+    writer = builder.open_segment()
+    builder.add(3, size=100)
+    lines = _lines(writer.path)
+    start = writer.durable_bytes - len(lines[-1])
+    _write_at(writer.path, _holed(lines[-1], 10, 30), start)
+    info = scan_segment(writer.path)
+    assert info.live and info.corrupt_offset == start and info.torn_offset is None
+    builder.abandon()

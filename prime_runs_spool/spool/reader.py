@@ -199,7 +199,11 @@ def _walk_lines(
     path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger
 ) -> Iterator[Record]:
     local = getattr(path, "open_bytes", None) is None  # an object store's segment has no mark
-    mark = durable_mark(path) if local else 0  # before reading: the file only grew past it since
+    # Both before reading. The writer's liveness: a read while it lived can overtake its
+    # writes (rule 6), whatever it does by the time the walk gets there. Its mark: the
+    # lines before it were durable before anything here was read.
+    alive = local and writer_alive(path)
+    mark = durable_mark(path) if local else 0
     with _open_segment(path) as f:
         lines = _raw_lines(f, 0)
         expect = 0
@@ -224,7 +228,7 @@ def _walk_lines(
                     else:
                         state.torn_offset = offset
                     break
-                if _PAD in raw and _holed_tail(path, lines, offset, mark):
+                if _PAD in raw and _holed_tail(lines, offset, mark, alive):
                     state.torn_offset = offset  # a flush a crash interrupted, or one being written
                     break
                 # A complete line: an interrupted append cannot leave one behind.
@@ -279,19 +283,21 @@ def torn_after(segment: Path, offset: int) -> bool:
                 return True
 
 
-def _holed_tail(path: Path, lines: Iterator[tuple[int, bytes | None, int]], offset: int, mark: int) -> bool:
+def _holed_tail(lines: Iterator[tuple[int, bytes | None, int]], offset: int, mark: int, alive: bool) -> bool:
     """Whether the complete line at ``offset``, which holds a NUL byte, begins a torn tail
     (docs/spool-format.md, section 4, rule 6) rather than corruption.
 
     No writer puts a NUL byte in a line, so the line was never written whole: its bytes are
     part padding. That is a torn tail when it is the flush a live writer is writing right
-    now (past its durable mark: a read can overtake the write, so more lines may follow),
-    or, in a segment whose writer is gone, when nothing but such lines, padding and a line
-    without its line feed follows it: a power cut left part of the last flush on disk, in
-    any order. An intact line after it means the line was synced once (lines are synced in
-    order): corruption. Consumes ``lines``; the walk stops either way."""
-    if offset >= mark and getattr(path, "open_bytes", None) is None and writer_alive(path):
-        return True
+    now (past its durable mark: a read can overtake the write, so more lines may follow;
+    ``alive``: the writer was alive when the read began, whatever it did since), or, in a
+    segment whose writer is gone, when nothing but such lines, padding and a line without
+    its line feed follows it: a power cut left part of the last flush on disk, in any order.
+    An intact line after it means the line was synced once (lines are synced in order):
+    corruption. So is a hole before a live writer's mark: it was synced. Consumes ``lines``;
+    the walk stops either way."""
+    if alive:
+        return offset >= mark
     for _, raw, _ in lines:
         if raw and raw.endswith(b"\n") and _PAD not in raw:
             return False
