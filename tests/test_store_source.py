@@ -249,3 +249,34 @@ def test_a_half_synced_run_in_the_store_is_probed_without_a_durable_mark(tmp_pat
     probe.protocol.state = SyncState(destination=destination, local_run_id="run-1", evaluation_id="ev",
                                      cursor=Cursor(segment_index=1, offset=len(data) // 2, next_seq=2))
     assert probe._up_to_date() is False  # noqa: SLF001 - the rule the store's sync asks first
+
+
+def test_a_mirror_pass_over_a_writer_that_seals_meanwhile_uploads_the_sealed_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live segment's file holds its padding (docs/spool-format.md, section 5), and the
+    writer cuts it off when it seals. The mirror took the size first and asked whether the
+    writer lived after: a seal in between made that size the padded one, of a writer now
+    gone, so it uploaded "all" of a file shorter than that and the pass failed (shorter than
+    the bytes to upload). Asked the other way round, any answer is a prefix of the file."""
+    from prime_runs_spool.spool.reader import writer_alive
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from prime_runs_spool.store import mirror
+
+    run_dir = tmp_path / "run"
+    writer = SegmentWriter.create(run_dir, "mirrored")
+    writer.append("episode", {"n": 1})
+
+    def sealed_meanwhile(segment: Path) -> bool:
+        if not writer.closed:
+            writer.seal("completed")
+        return writer_alive(segment)
+
+    monkeypatch.setattr(mirror, "writer_alive", sealed_meanwhile)
+    store = _memory_store()
+    [report] = mirror.mirror_pass([run_dir], store)
+    assert report.error is None, report.error
+    monkeypatch.undo()
+    [report] = mirror.mirror_pass([run_dir], store)  # nothing left to upload: the whole sealed segment is there
+    assert report.uploaded == [] and report.error is None
+    [run] = find_store_runs(store, store.list(), tmp_path / "local")
+    assert read_run(run).status == "completed"

@@ -56,11 +56,16 @@ def _run_key(root: Path, run_dir: Path) -> str:
 
 def _target_size(segment: Path) -> int:
     """How much of a segment may travel: all of it once its writer is gone, else what the
-    writer has said is durable."""
-    size = segment.stat().st_size
+    writer has said is durable.
+
+    The writer first, the size after: a live writer's file holds padding after its lines,
+    which it cuts off when it seals or closes (docs/spool-format.md, section 5), so a size
+    taken while it lived and used once it is gone could be longer than the file. This way
+    round a live writer's answer is at most its mark (its lines stay), and a dead one's
+    file no longer changes."""
     if writer_alive(segment):
-        return min(size, durable_mark(segment))
-    return size
+        return min(segment.stat().st_size, durable_mark(segment))
+    return segment.stat().st_size
 
 
 def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]:
