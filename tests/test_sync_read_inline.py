@@ -48,3 +48,19 @@ def test_only_what_is_left_past_the_cursor_counts(tmp_path: Path, monkeypatch) -
     monkeypatch.setattr(rows, "INLINE_REST_BYTES", whole - 1)
     assert "prime-runs-sync-read-ahead" in _sent(tmp_path)[1]
     assert "prime-runs-sync-read-ahead" not in _sent(tmp_path, stream.cursor)[1]
+
+
+def test_a_live_runs_padding_is_not_counted_as_left_to_read(tmp_path: Path) -> None:
+    """A live writer's file holds a megabyte of padding after its lines (docs/spool-format.md,
+    section 5), which a sync, reading up to the durable mark, never reads: a follower's
+    pass over the few new episodes of a live run is read inline, not on a thread of its own."""
+    from support.runs import RunBuilder
+
+    builder = RunBuilder(tmp_path, "read-ahead-live")
+    builder.open_segment()
+    builder.add(3)
+    stream = RowStream(tmp_path, None, "ev", LIMIT)
+    rest = stream.unread_bytes()
+    assert rest is not None and rest <= builder.writer.durable_bytes  # type: ignore[union-attr]
+    assert "prime-runs-sync-read-ahead" not in _sent(tmp_path)[1]
+    builder.seal()

@@ -20,7 +20,8 @@ from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
 from prime_runs_spool.spool.layout import list_segments, segment_index_of
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
-from prime_runs_spool.spool.reader import Position, iter_records
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.reader import Position, iter_records, writer_alive
 from prime_runs_spool.sync.state import Cursor
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
@@ -156,13 +157,18 @@ class RowStream:
 
     def unread_bytes(self) -> int | None:
         """Bytes of the log past the cursor, from the segments' sizes (None when a size
-        cannot be read): what reading the rest of the run costs, about."""
+        cannot be read): what reading the rest of the run costs, about. The last segment's,
+        while its writer lives, up to its durable mark: its file also holds the padding
+        ahead of its lines (docs/spool-format.md, section 5), which this stream never reads."""
         try:
             total = 0
-            for index, path in list_segments(self.run_dir):
+            segments = list_segments(self.run_dir)
+            for index, path in segments:
                 if self.cursor is not None and index < self.cursor.segment_index:
                     continue
                 size = path.stat().st_size
+                if index == segments[-1][0] and writer_alive(path):
+                    size = min(size, durable_mark(path))
                 if self.cursor is not None and index == self.cursor.segment_index:
                     size -= self.cursor.offset
                 total += max(0, size)
