@@ -393,3 +393,23 @@ def test_a_hole_in_a_durable_line_of_a_live_writer_is_corruption(tmp_path: Path)
     info = scan_segment(writer.path)
     assert info.live and info.corrupt_offset == start and info.torn_offset is None
     builder.abandon()
+
+
+def test_a_seal_after_a_flush_too_large_to_pad_is_not_padded(tmp_path: Path, monkeypatch) -> None:
+    """A flush too large to pay for padding leaves none (the padding ends where its lines
+    do), so the seal after it found nothing to cut and, growing the file, was padded: the
+    seal was durable with padding after it until close cut it off (unsynced), so a reader
+    meanwhile, or a crash or power cut then, found bytes after the seal: corruption.
+    A large episode right before the end of a run is common (a long transcript)."""
+    writer = SegmentWriter.create(tmp_path, "big-then-seal")
+    writer.append("episode", {"text": "y" * (2 * PADDING_BYTES)})  # past the padding, too large to pad
+    assert writer.path.stat().st_size == writer.durable_bytes
+    at_sync: list[bytes] = []
+    real_sync = writer_module._fdatasync
+    monkeypatch.setattr(writer_module, "_fdatasync",
+                        lambda fd: real_sync(fd) or at_sync.append(writer.path.read_bytes()))
+    writer.seal("completed")
+    assert at_sync, "the seal was synced"
+    assert at_sync[-1].endswith(b"}\n"), "padding after the seal at the instant it became durable"
+    writer.path.write_bytes(at_sync[-1])  # a crash right after the seal's sync, before close
+    assert read_run(tmp_path).status == "completed"

@@ -606,10 +606,13 @@ class SegmentWriter:
             if fd is None:
                 raise OSError(f"{self._path} is closed")
             total = sum(map(len, parts))
-            if self._closing and self._padded > self._durable:
+            if self._closing:
                 # The seal (or what comes before it): no padding may follow a seal, not even
-                # after a power cut in the middle of its sync (see _unpad).
-                self._unpad(fd, sync=True)
+                # after a power cut in the middle of its sync (see _unpad); and none is put
+                # after it, though it grows the file (after a flush too large to pad, say).
+                if self._padded > self._durable:
+                    self._unpad(fd, sync=True)
+                self._padded = -1
             if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
                 written = _writev(fd, parts)
                 if written != total:
