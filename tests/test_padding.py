@@ -413,3 +413,35 @@ def test_a_seal_after_a_flush_too_large_to_pad_is_not_padded(tmp_path: Path, mon
     assert at_sync[-1].endswith(b"}\n"), "padding after the seal at the instant it became durable"
     writer.path.write_bytes(at_sync[-1])  # a crash right after the seal's sync, before close
     assert read_run(tmp_path).status == "completed"
+
+
+def test_the_viewer_reads_a_dead_writers_padding_once_not_on_every_refresh(tmp_path: Path, monkeypatch) -> None:
+    """Up to 1 MiB of padding sits after a killed writer's lines; whether it is padding or a
+    torn tail does not change while the file does not, so a dashboard refreshing many
+    crashed runs does not read it again each time."""
+    import prime_runs_spool.viewer.index as viewer_index
+    from prime_runs_spool.viewer.app import wait_indexed
+    from prime_runs_spool.viewer.index import SpoolIndex
+
+    builder = RunBuilder(tmp_path, "viewed")
+    writer = builder.open_segment()
+    builder.add(3, size=100)
+    path = writer.path
+    builder.abandon()
+    with open(path, "ab") as f:
+        f.write(bytes(PADDING_BYTES))  # as a SIGKILLed writer leaves it
+    reads: list[int] = []
+    real = viewer_index.torn_after
+    monkeypatch.setattr(viewer_index, "torn_after", lambda segment, offset: reads.append(offset) or real(segment, offset))
+    index = SpoolIndex("run", tmp_path)
+    for _ in range(3):
+        index._refreshed_at = -1.0  # noqa: SLF001 - skip the poll throttle
+        wait_indexed(index, 10)
+    assert index.status == "crashed" and len(index.rows) == 3
+    assert len(reads) == 1
+    with open(path, "r+b") as f:  # the file changes (a partial line in the padding): asked again
+        f.seek(writer.durable_bytes)
+        f.write(b'{"data":')
+    index._refreshed_at = -1.0  # noqa: SLF001
+    wait_indexed(index, 10)
+    assert index.status == "torn" and len(reads) == 2

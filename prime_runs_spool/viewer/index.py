@@ -29,7 +29,7 @@ from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
-from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import (
     LIVE, Position, derive_status, iter_records, scan_segment, torn_after, writer_alive,
@@ -166,6 +166,8 @@ class SpoolIndex(RunIndex):
         self._summary = SummaryAccumulator()
         self._summary_lock = threading.Lock()  # the accumulator is read while it is added to
         self._corrupt = False
+        #: The last answer to "torn?" for a dead writer's last segment, with the file it was for.
+        self._torn_seen: tuple[tuple[Any, ...], bool] | None = None
         self._seen_shape: tuple[tuple[int, ...], int, int, bool] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
 
@@ -264,10 +266,20 @@ class SpoolIndex(RunIndex):
         torn = False
         if sealed is None and not live and not self.behind:
             position = self._position
-            if position is not None and position.segment_index == last_index:
-                torn = torn_after(last_path, position.offset)  # bytes after the last good line, not padding
-            else:  # nothing read yet from the last segment: ask the reader about it (it is short)
-                torn = scan_segment(last_path).torn_offset is not None
+            here = position is not None and position.segment_index == last_index
+            try:  # the answer holds while the file is the same: a dead writer's padding is not read again
+                key = (last_index, position.offset if here else None, segment_version(last_path),
+                       last_path.stat().st_size)
+            except OSError:
+                key = None
+            if key is not None and self._torn_seen is not None and self._torn_seen[0] == key:
+                torn = self._torn_seen[1]
+            else:
+                if here:
+                    torn = torn_after(last_path, position.offset)  # bytes after the last good line, not padding
+                else:  # nothing read yet from the last segment: ask the reader about it (it is short)
+                    torn = scan_segment(last_path).torn_offset is not None
+                self._torn_seen = None if key is None else (key, torn)
         return derive_status(corrupt=False, last_sealed=sealed, live=live, torn=torn)
 
 
