@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import COMPLETED, EPISODE, MANIFEST, SEAL_STATUSES, Payload, episode_rest
+from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest
 from prime_runs_spool.content.manifest import build_manifest
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool

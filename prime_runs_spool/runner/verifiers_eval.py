@@ -42,7 +42,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
