@@ -445,3 +445,29 @@ def test_the_viewer_reads_a_dead_writers_padding_once_not_on_every_refresh(tmp_p
     index._refreshed_at = -1.0  # noqa: SLF001
     wait_indexed(index, 10)
     assert index.status == "torn" and len(reads) == 2
+
+
+def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tmp_path: Path) -> None:
+    """A crashed run's state written before ``terminal_version`` existed: the size alone
+    decides, as it did then (docs/sync.md), so an unchanged run is answered without a pass."""
+    import orjson
+
+    from prime_runs_spool.spool.layout import sync_dir
+
+    builder = RunBuilder(tmp_path / "runs" / "old", "old-state")
+    builder.open_segment()
+    builder.add(2)
+    builder.abandon()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings_ = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with PlatformClient(settings_) as client:
+            first, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
+            assert (first.state, first.pushed_now) == ("crashed", 2)
+            state_file, = sync_dir(tmp_path / "runs" / "old").glob("*.json")
+            state = orjson.loads(state_file.read_bytes())
+            assert state["terminal_version"] is not None
+            del state["terminal_version"]
+            state_file.write_bytes(orjson.dumps(state))
+            assert RunSync(tmp_path / "runs" / "old", client, DEST, SyncOptions()).probe() is not None
+            again, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
+            assert (again.state, again.pushed_now) == ("up_to_date", 0)
