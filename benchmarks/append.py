@@ -63,6 +63,16 @@ def slow_syncs(delay: float) -> None:
 
     fdatasync = delayed
     writer_module._fdatasync = delayed
+    real_pwritev = writer_module._pwritev
+
+    def delayed_pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
+        written = real_pwritev(fd, parts, offset, flags)
+        if flags:  # a synced write (RWF_DSYNC): its sync, delayed as fdatasync is
+            time.sleep(delay)
+        return written
+
+    if real_pwritev is not None:
+        writer_module._pwritev = delayed_pwritev
 
 
 def episode(size: int) -> dict:

@@ -186,6 +186,7 @@ def main() -> None:
     delay = args.sync_delay / 1000
     fake_sync = (lambda fd: time.sleep(delay)) if delay > 0 else (lambda fd: None)
     writer_module._fdatasync = fake_sync
+    writer_module._RWF_DSYNC = 0  # writers write, then call the fake sync (no synced pwritev)
     append_bench.fdatasync = fake_sync
     os.fdatasync = fake_sync  # lean_grouped's own sync
 

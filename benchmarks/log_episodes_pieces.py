@@ -53,6 +53,7 @@ def run_piece(expression: str, passes: int) -> None:
     from prime_runs_spool.spool import format, writer
 
     writer._fdatasync = lambda fd: None
+    writer._RWF_DSYNC = 0  # writers write, then call the no-op sync (no synced pwritev)
     pool = bench_episodes(EPISODES)
     gc.collect()
     gc.freeze()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from support.env import child_env
+from support.disk import split_synced_writes
 from prime_runs_spool.spool import durable_mark as mark_module
 from prime_runs_spool.spool import writer as writer_module
 from prime_runs_spool.spool.durable_mark import MARK_INTERVAL, durable_mark
@@ -47,7 +48,7 @@ class DurableAndWritten:
         real_sync, real_pwrite = writer_module._fdatasync, mark_module._pwrite
 
         def fdatasync(fd: int) -> None:
-            size = os.lseek(fd, 0, os.SEEK_CUR)  # where the lines end: the file also holds padding
+            size = split.lines_end(fd)  # where the lines end: the file also holds padding
             real_sync(fd)
             self.synced = max(self.synced, size)
 
@@ -58,6 +59,7 @@ class DurableAndWritten:
             return real_pwrite(fd, data, offset)
 
         monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        split = split_synced_writes(monkeypatch)
         monkeypatch.setattr(mark_module, "_pwrite", pwrite)
 
     def values(self) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool import open_run
 from prime_runs_spool.errors import MalformedEpisodeError, RecordNotSerializableError
 from prime_runs_spool.spool.format import parse_line
@@ -101,6 +102,7 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
         synced_size = os.fstat(fd).st_size
 
     monkeypatch.setattr(writer_module, "_fdatasync", gated)
+    split_synced_writes(monkeypatch)
     outcomes: dict[str, Any] = {}
 
     def append(name: str, n: int) -> None:
@@ -161,14 +163,17 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
         assert len([r for r in iter_records(tmp_path) if r.type == "episode"]) == 2 + 4 * 3 + 4 * 2
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize("first", [0, 5])
 def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_append(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: int):
-    """The inline path writes with one writev and only loops when it came back short: a
-    first writev of some bytes is completed; one of none is an error, not a success or a
-    loop forever."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: int, path: str):
+    """The inline path writes with one call (a synced pwritev, or a writev) and only loops
+    when it came back short: a first write of some bytes is completed; one of none is an
+    error, not a success or a loop forever."""
+    choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
     real = writer_module._writev
+    real_at = writer_module._pwritev
     calls = 0
 
     def short(fd: int, parts: Any) -> int:
@@ -178,7 +183,15 @@ def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_app
             return real(fd, [bytes(parts[0])[:first]]) if first else 0
         return real(fd, parts)
 
+    def short_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_at(fd, [bytes(parts[0])[:first]], offset, flags) if first else 0
+        return real_at(fd, parts, offset, flags)
+
     monkeypatch.setattr(writer_module, "_writev", short)
+    monkeypatch.setattr(writer_module, "_pwritev", short_at)
     if first:
         assert w.append_episodes(_lines("x", 3)) == 1
         monkeypatch.undo()
@@ -252,6 +265,7 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing)
+    split_synced_writes(monkeypatch)
 
     async def main() -> None:
         task = asyncio.ensure_future(run.log_episodes_async([{"id": "late", "traces": []}]))
@@ -276,11 +290,14 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
     assert done.wait(10), "finish hung after a failed, cancelled async append"
 
 
+@BOTH_PATHS
 def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothing_durable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str):
+    choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
     assert w.append_episodes(_lines("before", 1)) == 1
     real = writer_module._writev
+    real_at = writer_module._pwritev
     calls = 0
 
     def short_then_full(fd: int, parts: Any) -> int:
@@ -290,7 +307,15 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
             return real(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    def short_then_full_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_at(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]], offset, flags)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     monkeypatch.setattr(writer_module, "_writev", short_then_full)
+    monkeypatch.setattr(writer_module, "_pwritev", short_then_full_at)
     with pytest.raises(SpoolWriteError, match=os.strerror(errno.ENOSPC)):
         w.append_episodes(_lines("lost", 2))
     monkeypatch.undo()

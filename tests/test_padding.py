@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from support.env import child_env
 from support.runs import RunBuilder
+from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
@@ -51,6 +52,7 @@ def test_lines_go_into_the_padding_and_the_file_does_not_grow(tmp_path: Path, mo
     syncs: list[int] = []
     real_sync = writer_module._fdatasync
     monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    split_synced_writes(monkeypatch)
     writer = SegmentWriter.create(tmp_path, "pad")
     sizes = []
     for n in range(30):
@@ -84,6 +86,7 @@ def test_a_seal_is_never_followed_by_padding_not_even_when_it_becomes_durable(tm
     real_sync = writer_module._fdatasync
     monkeypatch.setattr(writer_module, "_fdatasync",
                         lambda fd: at_sync.append(writer.path.read_bytes()) or real_sync(fd))
+    split_synced_writes(monkeypatch)
     writer.append("episode", {"n": 2})
     writer.seal("completed")
     assert at_sync[0].endswith(b"\0")  # the padding was there before the seal
@@ -116,11 +119,22 @@ def test_a_killed_writer_leaves_padding_that_reads_as_a_clean_end(tmp_path: Path
     assert [r.data["n"] for r in iter_records(tmp_path) if r.type == "episode"] == list(range(6))
 
 
-def test_a_padding_write_that_fails_costs_no_append(tmp_path: Path, monkeypatch, caplog) -> None:
+@BOTH_PATHS
+def test_a_padding_write_that_fails_costs_no_append(tmp_path: Path, monkeypatch, caplog, path) -> None:
+    """A disk with room for the lines and not for their padding: in one synced pwritev the
+    kernel writes the lines and comes back short; the writer then pads with a pwrite of
+    its own, which fails, and it pads no more."""
+    choose_path(monkeypatch, path)
+    real_pwritev = writer_module._pwritev
+
     def full(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    def room_for_lines(fd: int, parts, offset: int, flags: int = 0) -> int:
+        return real_pwritev(fd, [part for part in parts if part is not writer_module._PADDING], offset, flags)
+
     monkeypatch.setattr(writer_module, "_pwrite", full)
+    monkeypatch.setattr(writer_module, "_pwritev", room_for_lines)
     writer = SegmentWriter.create(tmp_path, "full")
     with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
         for n in range(3):
@@ -341,6 +355,7 @@ def test_a_power_cut_while_the_seal_is_synced_never_leaves_padding_after_it(
         synced[0] = os.fstat(fd).st_size
 
     monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    split_synced_writes(monkeypatch)
     try:
         writer.seal("completed")
     except SpoolWriteError:
@@ -408,6 +423,7 @@ def test_a_seal_after_a_flush_too_large_to_pad_is_not_padded(tmp_path: Path, mon
     real_sync = writer_module._fdatasync
     monkeypatch.setattr(writer_module, "_fdatasync",
                         lambda fd: real_sync(fd) or at_sync.append(writer.path.read_bytes()))
+    split_synced_writes(monkeypatch)
     writer.seal("completed")
     assert at_sync, "the seal was synced"
     assert at_sync[-1].endswith(b"}\n"), "padding after the seal at the instant it became durable"

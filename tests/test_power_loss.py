@@ -1,6 +1,7 @@
 """Simulated power loss: every byte no completed fdatasync covered is lost or garbled.
 
-A fault-injecting layer wraps the writer's two system calls. It records, per file, how many
+A fault-injecting layer wraps the writer's system calls (a synced pwritev is played as
+its write, then its sync: tests/support/disk.py). It records, per file, how many
 bytes the last *completed* fdatasync covered (where the lines ended: the file position,
 not the size, which counts the padding ahead of them). At the "power cut" it makes every
 later call fail (the machine is off), then rewrites each segment the way a disk may come
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool.spool import writer as writer_module
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.layout import list_segments
@@ -46,15 +48,22 @@ class PowerLossDisk:
             return real_writev(fd, parts)
 
         def fdatasync(fd: int) -> None:
-            size = os.lseek(fd, 0, os.SEEK_CUR)  # the writer writes its lines at the position
+            size = self._split.lines_end(fd)  # where the lines end: the file also holds padding
             with self._guard:  # the sync and its bookkeeping are one step w.r.t. the cut
                 if self.off:
                     raise OSError(errno.EIO, "power is off")
                 real_sync(fd)
                 self.synced[os.fstat(fd).st_ino] = size
 
+        def before_write(fd: int) -> None:
+            with self._guard:
+                if self.off:
+                    raise OSError(errno.EIO, "power is off")
+
         monkeypatch.setattr(writer_module, "_writev", writev)
         monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        # A flagged pwritev played as the write, then this fdatasync: a cut in between loses it.
+        self._split = split_synced_writes(monkeypatch, before_write)
 
     def cut_power(self, run_dir: Path, rng: random.Random) -> None:
         with self._guard:
@@ -74,9 +83,11 @@ class PowerLossDisk:
             path.write_bytes(content[:keep] + tail)  # never longer than it was: only written bytes can return
 
 
+@BOTH_PATHS
 @pytest.mark.parametrize("seed", range(12))
-def test_what_was_reported_durable_survives_a_power_cut(tmp_path: Path, monkeypatch, seed: int):
+def test_what_was_reported_durable_survives_a_power_cut(tmp_path: Path, monkeypatch, seed: int, path: str):
     rng = random.Random(seed)
+    choose_path(monkeypatch, path)
     disk = PowerLossDisk(monkeypatch)
     durable: list[tuple[int, int, dict]] = []
     lock = threading.Lock()

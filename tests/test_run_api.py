@@ -18,6 +18,7 @@ import pydantic
 import pytest
 
 import prime_runs_spool.spool.writer as writer_module
+from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
 from prime_runs_spool.spool.format import FORMAT_VERSION, parse_line
@@ -347,6 +348,7 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
 
     run = basic_run(tmp_path)
     monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    split_synced_writes(monkeypatch)
 
     async def main() -> tuple[int, float]:
         async with Ticker(0.01) as ticker:
@@ -357,6 +359,7 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
     assert elapsed >= 0.3
     assert ticks >= 10  # the loop kept running while the disk was slow
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    split_synced_writes(monkeypatch)
     run.finish()
     assert len(episode_metas(tmp_path)) == 4
 
@@ -373,6 +376,7 @@ def test_finish_on_the_loop_with_async_appends_in_flight_is_refused(
 
     run = basic_run(tmp_path)
     monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+    split_synced_writes(monkeypatch)
 
     async def main() -> None:
         task = asyncio.create_task(run.log_episodes_async([small_episode("a")]))
@@ -399,6 +403,7 @@ def test_a_disk_error_on_append_surfaces_and_abort_stays_quiet(
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    split_synced_writes(monkeypatch)
     with pytest.raises(SpoolWriteError):
         run.log_episodes([small_episode("a")])
     # Retrying the episode that failed must fail too, never pass as an already-logged duplicate.

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import prime_runs_spool.spool.writer as writer_module
+from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import (
     EpisodeTooLargeError,
@@ -311,6 +312,7 @@ def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeyp
         real_sync(fd)
 
     monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    split_synced_writes(monkeypatch)
     episodes = [small_episode(f"e{i}", i % 5) for i in range(50)]
 
     async def main() -> list[Any]:
@@ -322,6 +324,7 @@ def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeyp
     outcomes = asyncio.run(main())
     assert sum(isinstance(outcome, asyncio.TimeoutError) for outcome in outcomes) >= 40
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    split_synced_writes(monkeypatch)
     assert run.log_episodes(episodes) == 0  # every one is on its way to the disk already
     finish_within(run, 10)
     ids = [meta["episode_id"] for meta in episode_metas(tmp_path)]
@@ -340,6 +343,7 @@ def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monk
 
     real_sync = writer_module._fdatasync
     monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: (time.sleep(0.05), real_sync(fd)))
+    split_synced_writes(monkeypatch)
     writer = SegmentWriter.create(tmp_path, "run")
     heard: list[Any] = []
     settled = threading.Event()
@@ -376,6 +380,7 @@ def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
         real_sync(fd)
 
     monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    split_synced_writes(monkeypatch)
     stop = threading.Event()
     closed: list[BaseException] = []
 

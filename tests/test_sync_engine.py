@@ -15,6 +15,7 @@ import pytest
 
 from support.fake_platform import FakePlatform
 from support.runs import RunBuilder, build_run
+from support.disk import split_synced_writes
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.sync import rows as rows_module
@@ -412,6 +413,7 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
         real_sync(fd)
 
     monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+    split_synced_writes(monkeypatch)
     appender = threading.Thread(target=builder.add, args=(1,))
     appender.start()
     assert syncing.wait(10)  # the third episode is written, its fdatasync not done
@@ -422,6 +424,7 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
     release.set()
     appender.join(10)
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    split_synced_writes(monkeypatch)
     second = syncer(builder.run_dir, platform).run()
     assert (second.state, second.pushed_now) == ("live", 1)
     builder.seal()

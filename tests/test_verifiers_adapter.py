@@ -13,6 +13,7 @@ import pydantic
 import pytest
 
 import prime_runs_spool.spool.writer as writer_module
+from support.disk import split_synced_writes
 from prime_runs_spool import read_run
 from prime_runs_spool.errors import SpoolWriteError
 from prime_runs_spool.runner.verifiers import (
@@ -182,6 +183,7 @@ def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: py
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    split_synced_writes(monkeypatch)
     with pytest.raises(SpoolWriteError):  # durability is not optional: the eval must hear it
         run.log_episodes([small_episode("a")])
     abort_eval_run(run, RuntimeError("eval failed"))  # the seal fails too, quietly

@@ -17,6 +17,7 @@ import pytest
 
 from support.env import child_env
 from support.loop_ticker import Ticker
+from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool import read_run
 from prime_runs_spool.spool import writer as writer_module
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
@@ -42,6 +43,7 @@ class SyncLedger:
             self.calls += 1
 
         monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        split_synced_writes(monkeypatch)
 
     def synced_bytes(self, path: Path) -> int:
         return self.synced.get(path.stat().st_ino, 0)
@@ -128,8 +130,12 @@ def test_unserializable_record_writes_nothing_and_leaves_the_writer_usable(tmp_p
     assert [r.seq for r in iter_records(tmp_path)] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("call, code", [("_writev", errno.ENOSPC), ("_fdatasync", errno.EIO)])
-def test_a_disk_error_fails_the_group_and_breaks_the_writer(tmp_path: Path, monkeypatch, call, code):
+@pytest.mark.parametrize("call, code, path", [
+    ("_pwritev", errno.ENOSPC, "one call"), ("_fdatasync", errno.EIO, "one call"),
+    ("_writev", errno.ENOSPC, "position writes"), ("_fdatasync", errno.EIO, "position writes")])
+def test_a_disk_error_fails_the_group_and_breaks_the_writer(tmp_path: Path, monkeypatch, call, code, path):
+    choose_path(monkeypatch, path)
+    split_synced_writes(monkeypatch)  # an fdatasync that fails fails the synced pwritev
     w = SegmentWriter.create(tmp_path, "r")
     w.append("episode", {"i": 0})
 
@@ -169,6 +175,7 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
 
     w = SegmentWriter.create(tmp_path, "r")
     monkeypatch.setattr(writer_module, "_fdatasync", flaky)
+    split_synced_writes(monkeypatch)
     ok: list[int] = []
     failed: list[BaseException] = []
     lock = threading.Lock()
@@ -195,16 +202,21 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
     assert all(ends[seq] <= durable_size for seq in ok)
 
 
-def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch):
-    real = writer_module._writev
+@BOTH_PATHS
+def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch, path):
+    choose_path(monkeypatch, path)
+    real_writev, real_pwritev = writer_module._writev, writer_module._pwritev
 
     def dribble(fd: int, parts) -> int:  # a write(2) may write less than asked
-        first = bytes(parts[0])[:7]
-        return real(fd, [first])
+        return real_writev(fd, [bytes(parts[0])[:7]])
+
+    def dribble_at(fd: int, parts, offset: int, flags: int = 0) -> int:
+        return real_pwritev(fd, [bytes(parts[0])[:7]], offset, flags)
 
     w = SegmentWriter.create(tmp_path, "r")
     seqs = w.append_many([("episode", {"i": i}) for i in range(700)])  # 2100 iovecs
     monkeypatch.setattr(writer_module, "_writev", dribble)
+    monkeypatch.setattr(writer_module, "_pwritev", dribble_at)
     seqs += w.append_many([("episode", {"j": i, "pad": "x" * 30}) for i in range(5)])
     monkeypatch.undo()
     w.seal("completed")
@@ -316,7 +328,8 @@ def test_seal_records_what_the_segment_holds(tmp_path: Path):
 
 
 class SyscallCounter:
-    """Counts the writer's writev and fdatasync calls (through its test hooks)."""
+    """Counts the writer's line writes (writev, or pwritev) and syncs (fdatasync, or the
+    flag of a synced pwritev, played as one: tests/support/disk.py)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> None:
         self.writev = self.fdatasync = 0
@@ -332,8 +345,68 @@ class SyscallCounter:
                 time.sleep(delay)
             real_sync(fd)
 
+        def pwritev(fd: int) -> None:
+            self.writev += 1
+
         monkeypatch.setattr(writer_module, "_writev", writev)
         monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        split_synced_writes(monkeypatch, pwritev)
+
+
+def test_a_flush_is_one_system_call_where_pwritev_can_sync(tmp_path: Path, monkeypatch):
+    """Where the kernel has RWF_DSYNC, a lone append is one pwritev that carries it, and
+    no fdatasync: the leader takes the GIL back once a flush, not twice (docs/benchmarks.md,
+    "One system call a flush"). The real calls, not the split test double."""
+    if not writer_module._RWF_DSYNC:
+        pytest.skip("this kernel or Python has no RWF_DSYNC")
+    flagged: list[int] = []
+    syncs: list[int] = []
+    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+
+    def pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
+        flagged.append(flags)
+        return real_pwritev(fd, parts, offset, flags)
+
+    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
+    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    w = SegmentWriter.create(tmp_path, "r")
+    for i in range(10):
+        w.append("episode", {"i": i})
+    assert flagged == [writer_module._RWF_DSYNC] * 11 and syncs == []  # the header's and ten appends
+    w.seal("completed")
+    assert len(syncs) == 1  # the cut of the padding, made durable before the seal (writer._unpad)
+    assert [r.data["i"] for r in iter_records(tmp_path) if r.type == "episode"] == list(range(10))
+
+
+@pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.EINVAL])
+def test_a_filesystem_that_refuses_the_sync_flag_gets_writes_and_fdatasyncs(tmp_path: Path, monkeypatch, code):
+    if not writer_module._RWF_DSYNC:
+        pytest.skip("this kernel or Python has no RWF_DSYNC")
+    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+    refused: list[int] = []
+    syncs: list[int] = []
+
+    def pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
+        if flags:
+            refused.append(flags)
+            raise OSError(code, os.strerror(code))
+        return real_pwritev(fd, parts, offset)
+
+    def fdatasync(fd: int) -> None:
+        syncs.append(os.lseek(fd, 0, os.SEEK_CUR))
+        real_sync(fd)
+
+    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
+    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    w = SegmentWriter.create(tmp_path, "r")
+    for i in range(5):
+        w.append("episode", {"i": i, "text": "x" * 100})
+        assert syncs[-1] == w.durable_bytes  # synced, and the file position is where lines end
+    assert refused == [writer_module._RWF_DSYNC]  # asked once, then never again
+    assert len(syncs) == 6
+    w.seal("completed")
+    spool = read_run(tmp_path)
+    assert spool.status == "completed" and spool.segments[0].episodes == 5
 
 
 def test_a_lone_appender_makes_one_writev_and_one_fdatasync_per_append_inline(tmp_path: Path, monkeypatch):
@@ -417,6 +490,7 @@ def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_
 
     w = SegmentWriter.create(tmp_path, "r")
     monkeypatch.setattr(writer_module, "_fdatasync", odd)
+    split_synced_writes(monkeypatch)
     outcomes: list[object] = []
     lock = threading.Lock()
 
@@ -452,13 +526,18 @@ def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_pat
     w = SegmentWriter.create(tmp_path, "r")
     groups: list[int] = []
     syncs = SyscallCounter(monkeypatch)
-    counted_writev = writer_module._writev
+    counted_writev, counted_pwritev = writer_module._writev, writer_module._pwritev
 
     def writev(fd: int, parts) -> int:
-        groups.append(len(parts) // 3)  # three parts per line
+        groups.append(len(parts) // 3)  # three parts per line (and perhaps the padding)
         return counted_writev(fd, parts)
 
+    def pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
+        groups.append(len(parts) // 3)
+        return counted_pwritev(fd, parts, offset, flags)
+
     monkeypatch.setattr(writer_module, "_writev", writev)
+    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
 
     async def main() -> list[int]:
         return await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(32)))
@@ -479,6 +558,7 @@ def test_async_flushes_run_on_one_helper_thread_that_ends_with_the_writer(tmp_pa
         real(fd)
 
     monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    split_synced_writes(monkeypatch)
 
     async def main() -> None:
         for i in range(20):  # one at a time: every append makes the helper lead a flush

@@ -36,6 +36,7 @@ new segment (a new ``SegmentWriter``) instead.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
@@ -83,10 +84,19 @@ from prime_runs_spool.spool.layout import (
 )
 from prime_runs_spool.spool.process import identity
 
-# The two system calls a durable append depends on, looked up through the module so tests
-# can inject disk faults and simulate power loss (tests/test_writer.py, test_power_loss.py).
+# The system calls a durable append depends on, looked up through the module so tests can
+# inject disk faults and simulate power loss (tests/support/disk.py, test_power_loss.py).
+#: Where the kernel has it, a flush is one positional ``pwritev`` with ``RWF_DSYNC`` (Linux
+#: 4.7+): it returns once its bytes, and the file size they need, are durable, as a write
+#: followed by ``fdatasync`` would, in one system call (see SegmentWriter._write_synced).
+_pwritev = getattr(os, "pwritev", None)
+#: 0 where the flag is missing: the writer then writes at the file position and fdatasyncs.
+_RWF_DSYNC = getattr(os, "RWF_DSYNC", 0) if _pwritev is not None else 0
 _writev = os.writev
 _pwrite = os.pwrite
+#: What a filesystem (or an old kernel) answers to a write flag it does not support.
+_FLAG_REFUSED = frozenset(code for code in (getattr(errno, name, None) for name in (
+    "EOPNOTSUPP", "ENOTSUP", "EINVAL", "ENOSYS")) if code is not None)
 #: The NUL bytes one padding write puts ahead of the lines (see SegmentWriter._pad).
 _PADDING = bytes(PADDING_BYTES)
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -155,6 +165,9 @@ class SegmentWriter:
         #: are fsync'd, for readers that must not ship what a power cut could still take back.
         self._mark = mark
         self._durable = 0
+        #: The flag that makes one pwritev durable (see _write_synced); 0: write at the file
+        #: position, then fdatasync. Chosen here, dropped if the filesystem refuses it.
+        self._dsync = _RWF_DSYNC
         #: Where the segment's NUL padding ends (see _pad); -1 once the writer pads no more.
         self._padded = 0
         self._segment_id = str(uuid.uuid4())
@@ -613,15 +626,18 @@ class SegmentWriter:
                 if self._padded > self._durable:
                     self._unpad(fd, sync=True)
                 self._padded = -1
-            if len(parts) <= _IOV_MAX:  # the common case: one writev writes it all
-                written = _writev(fd, parts)
-                if written != total:
-                    self._write_rest(fd, parts, written)
+            if self._dsync:  # the common case: one pwritev writes and syncs it all
+                self._write_synced(fd, parts, total)
             else:
-                self._write_rest(fd, parts, None)
-            if self._durable + total > self._padded >= 0:  # these lines grew the file: pad ahead
-                self._pad(fd, self._durable + total, total)
-            _fdatasync(fd)
+                if len(parts) <= _IOV_MAX:
+                    written = _writev(fd, parts)
+                    if written != total:
+                        self._write_rest(fd, parts, written)
+                else:
+                    self._write_rest(fd, parts, None)
+                if self._durable + total > self._padded >= 0:  # these lines grew the file: pad ahead
+                    self._pad(fd, self._durable + total, total)
+                _fdatasync(fd)
             now = _monotonic()
             # _check_files, its common case inline (once per flush).
             if os.fstat(fd).st_nlink == 0 or (self._lock_watch is not None and now >= self._next_lock_check):
@@ -702,6 +718,76 @@ class SegmentWriter:
                                      daemon=True).start()
                     weakref.finalize(self, jobs.put, None)  # dropped without close: let it go
         jobs.put((target, args))
+
+    def _write_synced(self, fd: int, parts: list[bytes | memoryview], total: int) -> None:
+        """Write ``parts`` (``total`` bytes) where the lines end and make them durable, with
+        one ``pwritev`` carrying ``RWF_DSYNC`` in the common case, the padding (see _pad)
+        after them in the same call when they grow the file.
+
+        Why one call: with a write and then an fdatasync, the thread leading a flush drops
+        and takes the GIL twice per flush, and the second take waits behind a busy event
+        loop for up to the interpreter's switch interval (5 ms) while the disk idles; an
+        async writer's groups then alternate between a few lines and dozens
+        (docs/benchmarks.md, "One system call a flush").
+
+        The flag syncs only the bytes that call wrote. So when it comes back short, or there
+        are more parts than one call takes, the rest is written without it, the padding
+        after them, and one ``fdatasync`` covers the lot. A filesystem that refuses the flag
+        gets the same, and the writer writes at the file position from then on."""
+        start = self._durable
+        end = start + total
+        pad = end > self._padded >= 0
+        if pad and total > PADDING_BYTES // 8:
+            self._padded = end  # too large to pay for padding (see _pad); pad again later
+            pad = False
+        iov = parts
+        if pad:
+            iov = parts.copy()
+            iov.append(_PADDING)
+        written = 0
+        if len(iov) <= _IOV_MAX:
+            try:
+                written = _pwritev(fd, iov, start, self._dsync)  # type: ignore[misc]
+            except OSError as exc:
+                if exc.errno not in _FLAG_REFUSED:
+                    raise
+                self._refused_flag(exc)
+            else:
+                if written == total + (PADDING_BYTES if pad else 0):
+                    if pad:
+                        self._padded = end + PADDING_BYTES
+                    return
+                if written <= 0:
+                    raise OSError(f"pwritev wrote {written} bytes to {self._path}")
+        if written > total:  # the lines whole, the padding in part
+            self._padded = start + written
+            pad = False
+        self._write_rest_at(fd, parts, min(written, total), start)
+        if pad:
+            self._pad(fd, end, total)
+        if not self._dsync:
+            os.lseek(fd, end, os.SEEK_SET)  # where the file position path goes on from
+        _fdatasync(fd)
+
+    def _refused_flag(self, exc: OSError) -> None:
+        """The filesystem refused ``RWF_DSYNC`` (``exc``; tmpfs and overlays on old kernels):
+        this flush and every later one write, then fdatasync."""
+        _log.info("%s: the filesystem refuses synced writes (%s); writing, then fdatasync", self._path, exc)
+        self._dsync = 0
+
+    def _write_rest_at(self, fd: int, parts: list[bytes | memoryview], written: int, start: int) -> None:
+        """Write what is left of ``parts`` after their first ``written`` bytes, at their place
+        in the file (``parts`` begin at offset ``start``), without a sync, looping over short
+        writes and IOV_MAX chunks."""
+        index = self._skip_written(parts, 0, len(parts), written)
+        offset = start + written
+        while index < len(parts):
+            chunk = parts[index : index + _IOV_MAX]
+            written = _pwritev(fd, chunk, offset)  # type: ignore[misc]
+            if written <= 0:
+                raise OSError(f"pwritev wrote {written} bytes to {self._path}")
+            offset += written
+            index = self._skip_written(parts, index, index + len(chunk), written)
 
     def _pad(self, fd: int, end: int, total: int) -> None:
         """Write ``PADDING_BYTES`` of NUL bytes after the lines that end at ``end`` (a flush of

@@ -1,0 +1,69 @@
+"""The writer's system calls, seen the way a test hooks them.
+
+A flush is one ``pwritev`` with ``RWF_DSYNC`` where the kernel has it, else a write at the
+file position and an ``fdatasync`` (docs/spool-format.md, section 5). Tests that delay,
+gate or fail the *sync*, or record what it made durable, hook ``writer._fdatasync``.
+``split_synced_writes`` plays each flagged call as what it means: the same positional
+write without the flag, then ``writer._fdatasync``, looked up when it is called so the
+test's own hook runs, whenever it was installed. ``use_position_writes`` makes writers
+created afterwards take the path without the flag, so a test can cover both.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pytest
+
+from prime_runs_spool.spool import writer as writer_module
+
+
+class SplitSyncs:
+    """Installed by :func:`split_synced_writes`; ``lines_end(fd)`` says where the lines of
+    the last write on ``fd`` end (the padding written after them not counted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, before_write: Callable[[int], None] | None) -> None:
+        self._ends: dict[int, int] = {}
+        self.flagged = 0
+        real = os.pwritev
+
+        def pwritev(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+            if before_write is not None:
+                before_write(fd)
+            written = real(fd, parts, offset)
+            lines = sum(len(part) for part in parts if part is not writer_module._PADDING)
+            self._ends[fd] = offset + min(written, lines)
+            if flags:
+                self.flagged += 1
+                writer_module._fdatasync(fd)
+            return written
+
+        monkeypatch.setattr(writer_module, "_pwritev", pwritev)
+
+    def lines_end(self, fd: int) -> int:
+        """Where the lines end: the last positional write's end, or the file position (the
+        path without the flag writes there)."""
+        return max(self._ends.get(fd, 0), os.lseek(fd, 0, os.SEEK_CUR))
+
+
+def split_synced_writes(monkeypatch: pytest.MonkeyPatch,
+                        before_write: Callable[[int], None] | None = None) -> SplitSyncs:
+    """Play every ``RWF_DSYNC`` write as a write, then ``writer._fdatasync`` (see the module
+    docstring); ``before_write(fd)`` runs ahead of each positional write (it may raise)."""
+    return SplitSyncs(monkeypatch, before_write)
+
+
+def use_position_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers created from now on write at the file position, then fdatasync."""
+    monkeypatch.setattr(writer_module, "_RWF_DSYNC", 0)
+
+
+#: Parametrize a test over both ways a flush reaches the disk.
+BOTH_PATHS = pytest.mark.parametrize("path", ["one call", "position writes"])
+
+
+def choose_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Set up ``path`` (a :data:`BOTH_PATHS` value) for writers created afterwards."""
+    if path == "position writes":
+        use_position_writes(monkeypatch)
