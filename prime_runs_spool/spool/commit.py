@@ -1,4 +1,4 @@
-"""Group commit's hand-off: the batch that one writev and one fdatasync make durable, and
+"""Group commit's hand-off: the batch that one flush (one synced pwritev) makes durable, and
 how its members are woken once it is (docs/spool-format.md, section 5).
 
 Out of the writer so that the writer keeps the segment (its lock, its durable mark, the
@@ -18,7 +18,7 @@ from prime_runs_spool.errors import SpoolWriteError
 
 
 class Batch:
-    """Lines that will reach the disk in one writev and one fdatasync, and who waits for them.
+    """Lines that will reach the disk in one flush (spool/writer.py), and who waits for them.
 
     A thread caller waits on its own raw lock (``waiters``), acquired on its behalf when it
     joins and released by whoever settles the batch: waking a batch wakes exactly its members,

@@ -8,7 +8,9 @@ under a short mutex it takes its sequence numbers and frames the line's tail
 (``format.frame_line``).
 
 At most one flush runs at a time. An appender that finds nobody flushing writes and syncs
-its own lines inline (one ``writev``, one ``fdatasync``; no other thread, no hand-off).
+its own lines inline (one ``pwritev`` carrying ``RWF_DSYNC``, which returns once they are
+durable; where the kernel lacks it, one ``writev`` and one ``fdatasync``; no other thread,
+no hand-off).
 One that finds a flush in progress adds its lines to the open *batch* and sleeps on its
 own lock. When a flush ends, its leader wakes one member of the open batch to flush it;
 that new leader closes the batch only when it starts writing, so it takes everything
@@ -483,7 +485,8 @@ class SegmentWriter:
     # -- group commit internals -----------------------------------------------------------
     #
     # A caller that finds nobody flushing takes the job itself (``_flushing``) and writes
-    # and syncs its own lines inline: a lone appender costs one writev and one fdatasync,
+    # and syncs its own lines inline: a lone appender costs one synced pwritev (see
+    # _write_synced; one writev and one fdatasync where the kernel lacks the flag),
     # with no other thread, lock hand-off or wake-up involved. Callers that arrive while a
     # flush is in progress queue their lines in the open batch and sleep on their own lock.
     # When a flush ends, its leader hands the job to one member of the open batch (waking
