@@ -487,3 +487,33 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
             assert RunSync(tmp_path / "runs" / "old", client, DEST, SyncOptions()).probe() is not None
             again, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
             assert (again.state, again.pushed_now) == ("up_to_date", 0)
+
+
+def test_a_synced_write_short_in_its_padding_keeps_the_part_written_and_syncs(tmp_path: Path, monkeypatch) -> None:
+    """The one synced pwritev that carries a flush's lines and its padding comes back with
+    the lines whole and only part of the padding: the writer counts what padding it has,
+    syncs, and its next lines go into that padding (the file does not grow)."""
+    if not writer_module._RWF_DSYNC:
+        pytest.skip("this kernel or Python has no RWF_DSYNC")
+    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+    short: list[int] = []
+    syncs: list[int] = []
+
+    def half_the_padding(fd: int, parts, offset: int, flags: int = 0) -> int:
+        if parts and parts[-1] is writer_module._PADDING and not short:
+            lines = list(parts[:-1])
+            short.append(sum(map(len, lines)))
+            return real_pwritev(fd, lines + [bytes(PADDING_BYTES // 2)], offset)  # no flag: the sync must follow
+        return real_pwritev(fd, parts, offset, flags)
+
+    monkeypatch.setattr(writer_module, "_pwritev", half_the_padding)
+    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    writer = SegmentWriter.create(tmp_path, "short-pad")
+    assert short and len(syncs) == 1  # the header's flush came back short, then was synced
+    size = writer.path.stat().st_size
+    assert size == writer.durable_bytes + PADDING_BYTES // 2
+    writer.append("episode", {"n": 1, "text": "x" * 1000})
+    assert writer.path.stat().st_size == size  # into the padding that was written
+    writer.seal("completed")
+    assert [r.data["n"] for r in iter_records(tmp_path) if r.type == "episode"] == [1]
+    assert read_run(tmp_path).status == "completed"

@@ -359,7 +359,6 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
     assert elapsed >= 0.3
     assert ticks >= 10  # the loop kept running while the disk was slow
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
-    split_synced_writes(monkeypatch)
     run.finish()
     assert len(episode_metas(tmp_path)) == 4
 

@@ -324,7 +324,6 @@ def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeyp
     outcomes = asyncio.run(main())
     assert sum(isinstance(outcome, asyncio.TimeoutError) for outcome in outcomes) >= 40
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
-    split_synced_writes(monkeypatch)
     assert run.log_episodes(episodes) == 0  # every one is on its way to the disk already
     finish_within(run, 10)
     ids = [meta["episode_id"] for meta in episode_metas(tmp_path)]

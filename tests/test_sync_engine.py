@@ -424,7 +424,6 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
     release.set()
     appender.join(10)
     monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
-    split_synced_writes(monkeypatch)
     second = syncer(builder.run_dir, platform).run()
     assert (second.state, second.pushed_now) == ("live", 1)
     builder.seal()

@@ -101,6 +101,9 @@ _FLAG_REFUSED = frozenset(code for code in (getattr(errno, name, None) for name 
     "EOPNOTSUPP", "ENOTSUP", "EINVAL", "ENOSYS")) if code is not None)
 #: The NUL bytes one padding write puts ahead of the lines (see SegmentWriter._pad).
 _PADDING = bytes(PADDING_BYTES)
+#: A flush larger than this is not padded: for records that large the bytes, not the journal,
+#: are the cost (see SegmentWriter._pad).
+_LARGEST_PADDED_FLUSH = PADDING_BYTES // 8
 _fdatasync = getattr(os, "fdatasync", os.fsync)
 
 #: Parts handed to one writev call; Linux refuses more than IOV_MAX (1024).
@@ -740,7 +743,7 @@ class SegmentWriter:
         start = self._durable
         end = start + total
         pad = end > self._padded >= 0
-        if pad and total > PADDING_BYTES // 8:
+        if pad and total > _LARGEST_PADDED_FLUSH:
             self._padded = end  # too large to pay for padding (see _pad); pad again later
             pad = False
         iov = parts
@@ -765,7 +768,7 @@ class SegmentWriter:
         if written > total:  # the lines whole, the padding in part
             self._padded = start + written
             pad = False
-        self._write_rest_at(fd, parts, min(written, total), start)
+        self._write_rest(fd, parts, min(written, total), start)
         if pad:
             self._pad(fd, end, total)
         if not self._dsync:
@@ -777,20 +780,6 @@ class SegmentWriter:
         this flush and every later one write, then fdatasync."""
         _log.info("%s: the filesystem refuses synced writes (%s); writing, then fdatasync", self._path, exc)
         self._dsync = 0
-
-    def _write_rest_at(self, fd: int, parts: list[bytes | memoryview], written: int, start: int) -> None:
-        """Write what is left of ``parts`` after their first ``written`` bytes, at their place
-        in the file (``parts`` begin at offset ``start``), without a sync, looping over short
-        writes and IOV_MAX chunks."""
-        index = self._skip_written(parts, 0, len(parts), written)
-        offset = start + written
-        while index < len(parts):
-            chunk = parts[index : index + _IOV_MAX]
-            written = _pwritev(fd, chunk, offset)  # type: ignore[misc]
-            if written <= 0:
-                raise OSError(f"pwritev wrote {written} bytes to {self._path}")
-            offset += written
-            index = self._skip_written(parts, index, index + len(chunk), written)
 
     def _pad(self, fd: int, end: int, total: int) -> None:
         """Write ``PADDING_BYTES`` of NUL bytes after the lines that end at ``end`` (a flush of
@@ -806,7 +795,7 @@ class SegmentWriter:
         Best effort: the padding is never needed, so a failure to write it (a full disk)
         only stops this writer padding. A flush larger than an eighth of the padding is
         left unpadded: for records that large the bytes, not the journal, are the cost."""
-        if total > PADDING_BYTES // 8:
+        if total > _LARGEST_PADDED_FLUSH:
             self._padded = end  # pad again once smaller lines grow the file
             return
         try:
@@ -833,19 +822,28 @@ class SegmentWriter:
         if sync:
             _fdatasync(fd)
 
-    def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None) -> None:
-        """Write what a first ``writev`` of all ``parts`` left unwritten (``written`` bytes
-        of them), or all of them (``None``), looping over short writes and IOV_MAX chunks."""
+    def _write_rest(self, fd: int, parts: list[bytes | memoryview], written: int | None,
+                    offset: int | None = None) -> None:
+        """Write what a first write of all ``parts`` left unwritten (``written`` bytes of
+        them), or all of them (``None``), without a sync, looping over short writes and
+        IOV_MAX chunks: at the file position (``writev``), or, given the ``offset`` where
+        ``parts`` begin, at their place in the file (``pwritev``)."""
         start = 0
         if written is not None:
-            if written <= 0:
+            if written <= 0 and offset is None:
                 raise OSError(f"writev wrote {written} bytes to {self._path}")
             start = self._skip_written(parts, 0, len(parts), written)
+            if offset is not None:
+                offset += written
         while start < len(parts):
             chunk = parts[start : start + _IOV_MAX]
-            written = _writev(fd, chunk)
+            if offset is None:
+                written = _writev(fd, chunk)
+            else:
+                written = _pwritev(fd, chunk, offset)  # type: ignore[misc]
+                offset += written
             if written <= 0:
-                raise OSError(f"writev wrote {written} bytes to {self._path}")
+                raise OSError(f"write wrote {written} bytes to {self._path}")
             start = self._skip_written(parts, start, start + len(chunk), written)
 
     @staticmethod

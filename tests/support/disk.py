@@ -25,7 +25,6 @@ class SplitSyncs:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, before_write: Callable[[int], None] | None) -> None:
         self._ends: dict[int, int] = {}
-        self.flagged = 0
         real = os.pwritev
 
         def pwritev(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
@@ -35,7 +34,6 @@ class SplitSyncs:
             lines = sum(len(part) for part in parts if part is not writer_module._PADDING)
             self._ends[fd] = offset + min(written, lines)
             if flags:
-                self.flagged += 1
                 writer_module._fdatasync(fd)
             return written
 
