@@ -7,6 +7,7 @@ out of the page's reach.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 
@@ -156,7 +157,96 @@ def test_without_a_token_the_dashboard_answers_only_to_loopback_names(tmp_path):
     with platform_process.running(tmp_path / "p.db") as platform:
         assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
         assert httpx.get(platform.base_url + "/dashboard/").status_code == 200
-        assert httpx.get(platform.api + "/evaluations/", headers={"Host": "evil.example"}).status_code == 200
+        assert httpx.get(platform.api + "/evaluations/").status_code == 200
+
+
+def _platform_with_rows(api: str, headers: dict[str, str] | None = None) -> str:
+    """An evaluation holding three rows with a prompt in each, on the platform at ``api``."""
+    env = httpx.post(f"{api}/environmentshub/resolve", json={"name": "gsm8k"}, headers=headers).json()["data"]["id"]
+    evaluation = httpx.post(f"{api}/evaluations/", json={"name": "private-eval", "environments": [{"id": env}]},
+                            headers=headers).json()["evaluation_id"]
+    rows = [{"example_id": n, "prompt": f"private prompt {n}"} for n in range(3)]
+    assert httpx.post(f"{api}/evaluations/{evaluation}/samples", json={"samples": rows},
+                      headers=headers).status_code == 200
+    return evaluation
+
+
+def test_without_a_token_the_api_answers_only_to_loopback_names(tmp_path):
+    """DNS rebinding: a page on rebind.attacker.example, its name pointed at 127.0.0.1, is
+    same-origin with itself and reaches the platform's port. Without a token, ``/api/`` must
+    answer it nothing: neither the rows nor a write."""
+    with platform_process.running(tmp_path / "p.db") as platform:
+        evaluation = _platform_with_rows(platform.api)
+        rebound = {"Host": "rebind.attacker.example"}
+        port = platform.base_url.rsplit(":", 1)[1]
+        for path in ("/evaluations/", f"/evaluations/{evaluation}", f"/evaluations/{evaluation}/samples"):
+            r = httpx.get(platform.api + path, headers=rebound)
+            assert r.status_code == 403 and "private" not in r.text, path
+            r = httpx.get(platform.api + path, headers={"Host": f"rebind.attacker.example:{port}"})
+            assert r.status_code == 403, path
+        copied = '{"samples": [{"example_id": 0, "prompt": "private prompt 0"}]}'
+        r = httpx.post(f"{platform.api}/evaluations/{evaluation}/samples", content=copied,
+                       headers={**rebound, "Content-Type": "application/json"})
+        assert r.status_code == 403
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            assert httpx.get(f"{platform.api}/evaluations/{evaluation}", headers={"Host": host}).status_code == 200
+        total = httpx.get(f"{platform.api}/evaluations/{evaluation}/samples").json()["total"]
+        assert total == 3
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/plain; charset=utf-8", None,
+                                          "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                                          "application/jsonx", "text/json"])
+def test_a_body_not_sent_as_json_is_refused_and_stores_nothing(tmp_path, content_type):
+    """A page on another origin may send, without asking first (a CORS "simple request"),
+    a POST typed ``text/plain``, a form, or an untyped ``Blob``, to 127.0.0.1 itself: its
+    ``Host`` is loopback. Only ``application/json`` needs the preflight this server never
+    grants, so a JSON endpoint reads nothing else (415)."""
+    with platform_process.running(tmp_path / "p.db") as platform:
+        evaluation = _platform_with_rows(platform.api)
+        copied = b'{"samples": [{"example_id": 0, "prompt": "private prompt 0"}]}'
+        headers = {"Content-Type": content_type} if content_type else {}
+        for path in (f"/evaluations/{evaluation}/samples", "/evaluations/", f"/evaluations/{evaluation}/finalize"):
+            r = httpx.post(platform.api + path, content=copied, headers=headers)
+            assert r.status_code == 415 and "application/json" in r.json()["detail"], (path, r.text)
+        r = httpx.put(f"{platform.api}/evaluations/{evaluation}", content=b'{"metadata": {"x": 1}}', headers=headers)
+        assert r.status_code == 415
+        document = httpx.get(f"{platform.api}/evaluations/{evaluation}").json()
+        assert document["total_samples"] == 3 and document["status"] != "COMPLETED"
+        assert httpx.get(f"{platform.api}/evaluations/").json()["total"] == 1
+        # The same row typed application/json (any case, with parameters) is stored.
+        r = httpx.post(f"{platform.api}/evaluations/{evaluation}/samples", content=copied,
+                       headers={"Content-Type": "Application/JSON; charset=utf-8"})
+        assert r.status_code == 200
+
+
+def test_the_real_clients_still_write_to_a_platform_without_a_token(tmp_path):
+    """prime-runs 0.1.4's own HTTP client (what verifiers ships with) and this package's sync
+    both type their bodies ``application/json``: a whole run through each is stored."""
+    from prime_runs._http import PlatformClient as PrimeRunsClient
+    from prime_runs._http import encode_json
+
+    with platform_process.running(tmp_path / "p.db") as platform:
+        client = PrimeRunsClient(api_key="unused", base_url=platform.base_url)
+        try:
+            env = client.post("/environmentshub/resolve", json_body={"name": "gsm8k"})["data"]["id"]
+            evaluation = client.post("/evaluations/", json_body={"name": "by-prime-runs",
+                                                                 "environments": [{"id": env}]})["evaluation_id"]
+            client.post(f"/evaluations/{evaluation}/samples", content=encode_json({"samples": [{"example_id": 0}]}))
+            client.put(f"/evaluations/{evaluation}", json_body={"metadata": {"k": "v"}})
+            client.post(f"/evaluations/{evaluation}/finalize", json_body={"metrics": {}})
+        finally:
+            client.close()
+        document = httpx.get(f"{platform.api}/evaluations/{evaluation}").json()
+        assert document["total_samples"] == 1 and document["status"] == "COMPLETED"
+        run = tmp_path / "gsm8k-completed"
+        shutil.copytree(FIXTURES / "gsm8k-completed", run)
+        done = subprocess.run(CLI + ["sync", str(run), "--base-url", platform.base_url, "--to", "samples"],
+                              capture_output=True, text=True, env=child_env(PRIME_API_KEY="unused"), timeout=120)
+        assert done.returncode == 0, done.stderr
+        pushed = [e for e in httpx.get(f"{platform.api}/evaluations/").json()["evaluations"]
+                  if e["evaluation_id"] != evaluation]
+        assert len(pushed) == 1 and pushed[0]["total_samples"] == 6 and pushed[0]["status"] == "COMPLETED"
 
 
 def test_wrong_tokens_make_the_next_try_wait_doubling_up_to_a_cap():

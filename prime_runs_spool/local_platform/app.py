@@ -159,7 +159,20 @@ async def _drain(stream: AsyncIterator[bytes]) -> None:
             return
 
 
+#: The one media type a JSON endpoint reads. Refusing every other (415), a missing one
+#: included, is what keeps a web page's cross-site "simple request" (``text/plain``, a form
+#: post, a typeless ``Blob``) from writing here: a page can send ``application/json`` only
+#: after a CORS preflight, which this server never grants.
+JSON_MEDIA_TYPE = "application/json"
+
+
+def _is_json(content_type: str | None) -> bool:
+    return (content_type or "").split(";", 1)[0].strip().lower() == JSON_MEDIA_TYPE
+
+
 async def _json_body(request: Request) -> Any:
+    if not _is_json(request.headers.get("content-type")):
+        raise HTTPException(415, f"the body must be sent as Content-Type: {JSON_MEDIA_TYPE}")
     raw = await _read_body(request)
     try:
         return orjson.loads(raw)

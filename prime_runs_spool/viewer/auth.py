@@ -14,8 +14,9 @@ Two rules (docs/viewer.md, "Security"):
   address, that address waits before its next try is even compared (:class:`LoginThrottle`;
   the platform's Bearer check counts in the same one: it takes the same token).
 - **Without a token, only loopback names.** :class:`LoopbackHostOnly` refuses a request
-  whose ``Host`` is not a loopback address or ``localhost``: a web page elsewhere that
-  points its own domain name at 127.0.0.1 (DNS rebinding) must not read the runs.
+  whose ``Host`` is not a loopback address or ``localhost``, the platform's ``/api/`` as
+  much as any page: a web page elsewhere that points its own domain name at 127.0.0.1
+  (DNS rebinding) must neither read the runs nor write rows.
 """
 
 from __future__ import annotations
@@ -70,14 +71,16 @@ def _host_name(scope: dict[str, Any]) -> str:
 
 
 class LoopbackHostOnly:
-    """ASGI middleware for a server without a token: pages only for loopback ``Host`` names."""
+    """ASGI middleware for a server without a token: every path (pages, assets, the
+    platform's ``/api/``) only for loopback ``Host`` names. Such a server listens only on
+    loopback (:func:`check_listen`), so a foreign name can only be a rebound one."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not scope["path"].startswith(API_PREFIX) and not is_loopback(_host_name(scope)):
-            await _send(send, 403, b"this viewer answers only to a loopback address (or give it a --token)\n",
+        if scope["type"] == "http" and not is_loopback(_host_name(scope)):
+            await _send(send, 403, b"this server answers only to a loopback address (or give it a --token)\n",
                         [(b"content-type", b"text/plain; charset=utf-8")])
             return
         await self.app(scope, receive, send)
