@@ -1,6 +1,6 @@
 """One object store, behind the few operations sync needs (docs/sync.md, "Object stores").
 
-Built on obstore: its ``PutMode`` has exactly the two conditional writes the lease and the
+Built on obstore (``file://`` aside, below): its ``PutMode`` has exactly the two conditional writes the lease and the
 state rely on (create-only, ``If-None-Match: *``; replace-if-unchanged, ``If-Match: <etag>``),
 it reads credentials from the usual environment and config of each store, and its reads
 take byte ranges. Every failure leaves here as a :class:`StoreError` with one line of text.
@@ -8,6 +8,10 @@ take byte ranges. Every failure leaves here as a :class:`StoreError` with one li
 A conditional write whose answer is lost is retried by the library, and the retry is then
 refused (the first attempt landed): a refusal is therefore checked by reading the object
 back, and when it holds exactly the bytes we wrote, the write was ours.
+
+``file://`` is served by :mod:`prime_runs_spool.store.local_files` instead: the library's
+local store cannot replace a file only if unchanged, so there the same calls are made on
+the folder directly, with a file lock and a compare behind the conditional replace.
 """
 
 from __future__ import annotations
@@ -19,16 +23,18 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.spool.layout import MAX_SMALL_FILE_BYTES
 
+if TYPE_CHECKING:
+    from prime_runs_spool.store.local_files import LocalFiles
+
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
-#: Schemes whose store in the library cannot replace an object only if unchanged (``If-Match``;
-#: obstore's LocalFileSystem: "PutMode::Update not yet implemented"): the lease and the state
-#: rely on it, so sync refuses them up front (verify, status and mirror work there).
-NO_CONDITIONAL_REPLACE = ("file",)
+#: The scheme served by local_files.py rather than the library.
+LOCAL_SCHEME = "file"
 #: How often the library retries a failed request (connection errors, 5xx), and for how long.
 RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
@@ -106,6 +112,16 @@ class ObjectStore:
         if problem:
             raise StoreSetupError(f"{_shown(url)}: {problem}")
         self.url = url.rstrip("/")
+        self._lock = threading.Lock()
+        #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
+        #: what the benchmarks and tests count to prove a no-op costs one listing.
+        self.stats: Counter[str] = Counter()
+        self._local: LocalFiles | None = None
+        if self.url.split("://", 1)[0].lower() == LOCAL_SCHEME:
+            from prime_runs_spool.store.local_files import LocalFiles, local_root
+
+            self._local = LocalFiles(local_root(self.url))
+            return
         try:
             from obstore.store import from_url
         except ImportError:
@@ -119,15 +135,6 @@ class ObjectStore:
         except Exception as exc:  # a bad URL, or configuration the library rejects
             raise StoreSetupError(f"{url}: cannot open the store: {_first_line(exc)}") from None
         self._retries = retries
-        self._lock = threading.Lock()
-        #: Requests made, by kind (``list``, ``get``, ``put``) and bytes read (``bytes_read``):
-        #: what the benchmarks and tests count to prove a no-op costs one listing.
-        self.stats: Counter[str] = Counter()
-
-    @property
-    def replaces_conditionally(self) -> bool:
-        """Whether :meth:`replace` works here (see :data:`NO_CONDITIONAL_REPLACE`)."""
-        return self.url.split("://", 1)[0].lower() not in NO_CONDITIONAL_REPLACE
 
     def location(self, key: str) -> str:
         """The full URL of ``key``, as reports name it."""
@@ -142,6 +149,11 @@ class ObjectStore:
         import obstore
 
         self._count("list")
+        if self._local is not None:
+            try:
+                return self._local.list()
+            except OSError as exc:
+                raise StoreError(f"{self.url}: cannot list: {_os_reason(exc)}") from None
         found = []
         try:
             for page in obstore.list(self._store, chunk_size=1000):
@@ -160,6 +172,15 @@ class ObjectStore:
         if end <= start:
             return b""
         self._count("get")
+        if self._local is not None:
+            try:
+                data = self._local.read_range(key, start, end, etag)
+            except StoreConflict:
+                raise _changed_while_read(self.location(key)) from None
+            except OSError as exc:
+                raise StoreError(f"{self.location(key)}: cannot read: {_os_reason(exc)}") from None
+            self._count("bytes_read", len(data))
+            return data
         options: dict[str, object] = {"range": (start, end)}
         if etag:
             options["if_match"] = etag
@@ -175,12 +196,13 @@ class ObjectStore:
         import obstore
 
         self._count("get")
+        if self._local is not None:
+            return self._read_local(key)
         try:
             result = obstore.get(self._store, key)
             size = result.meta.get("size")
             if isinstance(size, int) and size > MAX_SMALL_OBJECT_BYTES:  # before its body is fetched
-                raise StoreError(f"{self.location(key)}: {size:,} bytes, more than a sync state or lease ever "
-                                 f"holds ({MAX_SMALL_OBJECT_BYTES:,}); not read (delete it if it is not yours)")
+                raise self._too_large(key, size)
             data = bytes(result.bytes())
         except FileNotFoundError:
             return None
@@ -190,6 +212,24 @@ class ObjectStore:
             raise self._error(exc, key, "read") from None
         self._count("bytes_read", len(data))
         return data, result.meta.get("e_tag")
+
+    def _too_large(self, key: str, size: int) -> StoreError:
+        return StoreError(f"{self.location(key)}: {size:,} bytes, more than a sync state or lease ever "
+                          f"holds ({MAX_SMALL_OBJECT_BYTES:,}); not read (delete it if it is not yours)")
+
+    def _read_local(self, key: str) -> tuple[bytes, str | None] | None:
+        assert self._local is not None
+        try:
+            found = self._local.read(key, MAX_SMALL_OBJECT_BYTES)
+        except OSError as exc:
+            raise StoreError(f"{self.location(key)}: cannot read: {_os_reason(exc)}") from None
+        if found is None:
+            return None
+        data, etag, size = found
+        if size > MAX_SMALL_OBJECT_BYTES:
+            raise self._too_large(key, size)
+        self._count("bytes_read", len(data))
+        return data, etag
 
     def create(self, key: str, data: bytes) -> str | None:
         """Write ``key`` only if it does not exist (``If-None-Match: *``); its new etag."""
@@ -203,9 +243,14 @@ class ObjectStore:
         """Replace ``key`` with the first ``size`` bytes of the file at ``path``, streamed in
         parts (a large segment is never held whole); a failed upload is aborted, leaving the
         object as it was. Unconditional: only the spool's mirror writes segments."""
+        self._count("put")
+        if self._local is not None:
+            try:
+                return self._local.upload_prefix(key, path, size)
+            except OSError as exc:
+                raise StoreError(f"{self.location(key)}: cannot upload: {_os_reason(exc)}") from None
         import obstore
 
-        self._count("put")
         try:
             with open(path, "rb") as f, obstore.open_writer(self._store, key) as out:
                 left = size
@@ -226,6 +271,8 @@ class ObjectStore:
         """A conditional write, tried again after a failure that is not a refusal (the library
         does not retry a conditional PUT whose connection failed). Safe: if an earlier try
         landed, the next is refused, and the read-back finds our own bytes."""
+        if self._local is not None:
+            return self._put_local(key, data, mode)
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
@@ -245,10 +292,32 @@ class ObjectStore:
                     raise self._error(exc, key, "write") from None
                 time.sleep(min(5.0, 0.1 * 2 ** (attempt - 1)) * random.random())
 
+    def _put_local(self, key: str, data: bytes, mode: object) -> str:
+        """A conditional write on a local folder: no answer is lost there, so a refusal is one."""
+        assert self._local is not None
+        self._count("put")
+        try:
+            if mode == "create":
+                return self._local.create(key, data)
+            assert isinstance(mode, dict)
+            return self._local.replace(key, data, mode["e_tag"])
+        except StoreConflict:
+            raise StoreConflict(f"{self.location(key)} was changed by someone else") from None
+        except OSError as exc:
+            raise StoreError(f"{self.location(key)}: cannot write: {_os_reason(exc)}") from None
+
     def _error(self, exc: Exception, key: str, verb: str) -> StoreError:
         from obstore.exceptions import PreconditionError
 
         if isinstance(exc, PreconditionError):
-            return StoreConflict(f"{self.location(key)} changed while it was read (re-uploaded?); "
-                                 "sync again to read the new version")
+            return _changed_while_read(self.location(key))
         return StoreError(f"{self.location(key)}: cannot {verb}: {_first_line(exc)}")
+
+
+def _changed_while_read(location: str) -> StoreConflict:
+    return StoreConflict(f"{location} changed while it was read (re-uploaded?); sync again to read the new version")
+
+
+def _os_reason(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"

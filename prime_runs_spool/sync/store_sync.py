@@ -324,11 +324,6 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     if problem:
         raise StoreSetupError(problem)
     store = store or ObjectStore(url)
-    if not store.replaces_conditionally:  # every lease write would fail: say why, before the first
-        local = store.url.split("://", 1)[1] or "/"
-        raise StoreSetupError(f"{store.url}: sync cannot use this store (it cannot replace an object only if "
-                              f"unchanged, which the lease and the sync state rely on); sync the folder as a "
-                              f"local path instead: prime-runs sync {local}")
     listing = store.list()
     runs = find_store_runs(store, listing, default_local_root(store.url, state_dir))
     if not runs:

@@ -1,0 +1,200 @@
+"""``file://`` stores: the conditional writes the lease and the state rely on, made real on a
+local folder (store/local_files.py), and ``sync``, ``status``, ``verify`` and ``mirror`` over
+``file://`` end to end, as tests/test_sync_store.py runs them over moto's S3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool.errors import StoreConflict
+from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.layout import segment_path
+from prime_runs_spool.store.objects import ObjectStore
+from support.env import CLI, child_env
+from support.runs import RunBuilder, build_run
+from support.store_runs import upload_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+
+
+@pytest.fixture
+def folder_url(tmp_path: Path) -> str:
+    (tmp_path / "bucket" / "outputs").mkdir(parents=True)  # the library's local store writes under it
+    return f"file://{tmp_path}/bucket/outputs"
+
+
+def test_create_only_is_refused_when_the_file_exists(folder_url: str) -> None:
+    store = ObjectStore(folder_url)
+    store.create("run/spool/sync.lease.json", b"first")
+    with pytest.raises(StoreConflict):
+        store.create("run/spool/sync.lease.json", b"second")
+    assert store.read("run/spool/sync.lease.json")[0] == b"first"
+
+
+def test_replace_is_refused_once_the_file_changed(folder_url: str) -> None:
+    store = ObjectStore(folder_url)
+    first = store.create("state.json", b"v1")
+    second = store.replace("state.json", b"v2", first)
+    assert second != first
+    with pytest.raises(StoreConflict):
+        store.replace("state.json", b"v3", first)  # a stale etag
+    assert store.read("state.json") == (b"v2", second)
+    assert [(o.key, o.etag) for o in store.list()] == [("state.json", second)]  # the listing agrees
+    store.replace("state.json", b"v3", second)
+    assert store.read("state.json")[0] == b"v3"
+
+
+def test_a_same_size_rewrite_in_the_same_instant_gets_a_new_etag(folder_url: str) -> None:
+    """Inode numbers are reused and the kernel's file times are coarse: without a time of
+    our own an old etag could come back, and a stale replace would then succeed."""
+    store = ObjectStore(folder_url)
+    etag = store.create("lease.json", b"gen-0")
+    seen = {etag}
+    for n in range(1, 200):
+        etag = store.replace("lease.json", f"gen-{n % 10}".encode(), etag)
+        assert etag not in seen
+        seen.add(etag)
+
+
+def test_ranged_reads_are_refused_for_a_replaced_file(folder_url: str) -> None:
+    store = ObjectStore(folder_url)
+    etag = store.create("seg", b"0123456789")
+    assert store.read_range("seg", 2, 5, etag) == b"234"
+    store.replace("seg", b"abcdefghij", etag)
+    with pytest.raises(StoreConflict):
+        store.read_range("seg", 2, 5, etag)
+
+
+INCREMENTS = textwrap.dedent("""
+    import sys
+    from prime_runs_spool.errors import StoreConflict
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store, wins, refused = ObjectStore(sys.argv[1]), 0, 0
+    while wins < int(sys.argv[2]):
+        data, etag = store.read("counter")
+        try:
+            store.replace("counter", str(int(data) + 1).encode(), etag)
+            wins += 1
+        except StoreConflict:
+            refused += 1
+    print(refused)
+""")
+
+
+def test_processes_racing_to_replace_lose_no_update(folder_url: str) -> None:
+    """Four processes each add 1 to a counter 60 times by read-then-replace: every add that
+    was accepted is in the final count, so no two replaces succeeded from one version."""
+    ObjectStore(folder_url).create("counter", b"0")
+    procs = [subprocess.Popen([sys.executable, "-c", INCREMENTS, folder_url, "60"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=child_env()) for _ in range(4)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 4, outs
+    assert ObjectStore(folder_url).read("counter")[0] == b"240"
+    assert sum(int(out) for out, _ in outs) > 0, "the processes never raced: the test proved nothing"
+    assert [o.key for o in ObjectStore(folder_url).list()] == ["counter"]  # no temporary file left
+
+
+def file_sync(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=120,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache")))
+
+
+def reports(result: subprocess.CompletedProcess[str]) -> list[dict]:
+    assert result.stdout, result.stderr
+    return json.loads(result.stdout)["runs"]
+
+
+def test_sync_from_a_folder_url_twice_pushes_each_episode_once(tmp_path: Path, server, api,
+                                                               folder_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"file-twice-{n}", 9) for n in range(2)]
+    for n, builder in enumerate(builders):
+        upload_run(folder_url, builder.run_dir, f"node-{n}/run-{n}")
+    first = file_sync(server.base_url, tmp_path / "m1", folder_url, "--json", "--max-request-bytes", "20000")
+    assert first.returncode == 0, first.stderr
+    assert sorted((r["state"], r["pushed_now"]) for r in reports(first)) == [("synced", 9)] * 2
+    second = file_sync(server.base_url, tmp_path / "m2", folder_url, "--json")  # another machine
+    assert [(r["state"], r["pushed_now"]) for r in reports(second)] == [("up_to_date", 0)] * 2, second.stderr
+    for builder in builders:
+        assert_exactly_once(api, builder)
+    lease = json.loads(ObjectStore(folder_url).read("node-0/run-0/spool/sync.lease.json")[0])
+    assert lease["released"] is True and lease["generation"] >= 1
+    status = subprocess.run(CLI + ["status", folder_url, "--json"], capture_output=True, text=True,
+                            env=child_env())
+    assert status.returncode == 0, status.stderr
+    for run in json.loads(status.stdout)["runs"]:
+        [dest] = run["destinations"]
+        assert (dest["samples_pushed"], dest["pending"], dest["finalized"]) == (9, 0, True)
+
+
+def test_two_syncers_on_one_folder_url_push_each_episode_once(tmp_path: Path, server, api, folder_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"file-pair-{n}", 8) for n in range(3)]
+    for n, builder in enumerate(builders):
+        upload_run(folder_url, builder.run_dir, f"run-{n}")
+    procs = [subprocess.Popen(sync_cmd(server.base_url, folder_url, "--json", "--wait", "--jobs", "2",
+                                       "--max-request-bytes", "8000"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / f"m{n}"),
+                                            XDG_CACHE_HOME=str(tmp_path / f"m{n}" / "cache")))
+             for n in range(2)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    runs = [json.loads(out)["runs"] for out, _ in outs]
+    for n in range(3):
+        assert sorted(r[n]["pushed_now"] for r in runs) == [0, 8], runs
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
+
+def test_verify_over_a_folder_url_gives_the_local_verdict(tmp_path: Path, folder_url: str) -> None:
+    good = build_run(tmp_path / "good", "file-verify-good", 4)
+    bad = build_run(tmp_path / "bad", "file-verify-bad", 4)
+    segment = next((bad.run_dir / "spool").glob("seg-*.jsonl"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+    upload_run(folder_url, good.run_dir, "good")
+    upload_run(folder_url, bad.run_dir, "bad")
+    local = subprocess.run(CLI + ["verify", str(tmp_path / "bad"), "--json"], capture_output=True, text=True,
+                           env=child_env())
+    remote = subprocess.run(CLI + ["verify", folder_url, "--json"], capture_output=True, text=True, env=child_env())
+    assert remote.returncode == local.returncode == 1, remote.stderr
+    runs = {Path(r["run_dir"]).name: r for r in json.loads(remote.stdout)["runs"]}
+    assert runs["good"]["ok"] and runs["good"]["status"] == "completed"
+    [expected] = json.loads(local.stdout)["runs"]
+    assert runs["bad"]["status"] == expected["status"] == "corrupt"
+    assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
+    assert runs["bad"]["error"].startswith(f"{folder_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+
+
+def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, server, api, folder_url: str) -> None:
+    outputs = tmp_path / "outputs"
+    builder = RunBuilder(outputs / "eval-1", "file-mirror")
+    builder.open_segment()
+    builder.add(5)
+    segment = segment_path(builder.run_dir, 1)
+    deadline = time.monotonic() + 5
+    while durable_mark(segment) != builder.writer.durable_bytes and time.monotonic() < deadline:
+        time.sleep(0.005)  # the writer publishes its mark within MARK_INTERVAL
+    mirror = [*CLI, "mirror", "--once", "--json", str(outputs), folder_url]
+    first = subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=child_env())
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["url"] == f"{folder_url}/eval-1"
+    synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
+    [report] = reports(synced)
+    assert (report["state"], report["pushed_now"]) == ("crashed", 5), report  # no seal yet
+    builder.add(4)
+    builder.seal()
+    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=child_env()).returncode == 0
+    stored = Path(folder_url.removeprefix("file://")) / "eval-1" / "spool" / segment.name
+    assert stored.read_bytes() == segment.read_bytes()
+    synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
+    assert [r["state"] for r in reports(synced)] == ["synced"]
+    assert_exactly_once(api, builder)
+    assert oct(stored.stat().st_mode & 0o777) == "0o600"
