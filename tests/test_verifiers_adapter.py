@@ -107,20 +107,34 @@ def test_environment_falls_back_to_the_env_id(tmp_path: Path) -> None:
     assert read_run(run.dir).manifest["environments"] == ["agentic-judge"]
 
 
-@pytest.mark.parametrize(("push", "env_mode"), [(False, None), (True, "disabled"), (False, "online")])
-def test_no_push_and_disabled_mode_write_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, push: bool, env_mode: str | None
+def test_disabled_mode_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIME_RUNS_MODE", "disabled")
+    config = eval_config(tmp_path, id="local-uuid")
+    run = open_eval_run(config, num_examples=2, push=True)
+    assert run.mode == "disabled" and run.id == "local-uuid"  # a local run keeps its own id
+    run.log_episodes([small_episode("a")])
+    assert finish_eval_run(run)["avg_error"] == 0.0
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("env_mode", [None, "offline", "online"])
+def test_no_push_keeps_the_spool_and_streams_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_mode: str | None
 ) -> None:
+    """--no-push is verifiers' "send nothing while the eval runs": the spool is written
+    all the same (offline, even under PRIME_RUNS_MODE=online: no shipper is started)."""
     if env_mode is None:
         monkeypatch.delenv("PRIME_RUNS_MODE", raising=False)
     else:
         monkeypatch.setenv("PRIME_RUNS_MODE", env_mode)
     config = eval_config(tmp_path, id="local-uuid")
-    run = open_eval_run(config, num_examples=2, push=push)
-    assert run.mode == "disabled" and run.id == "local-uuid"  # a local run keeps its own id
+    run = open_eval_run(config, num_examples=2, push=False)
+    assert run.mode == "offline"
     run.log_episodes([small_episode("a")])
-    assert finish_eval_run(run)["avg_error"] == 0.0
-    assert not (tmp_path / "outputs").exists()
+    finish_eval_run(run)
+    spool = read_run(run.dir)
+    assert (spool.status, spool.episodes_count) == ("completed", 1)
+    assert not (run.dir / "spool" / "shipper.log").exists()
 
 
 def test_finish_logs_the_episodes_it_is_given_once(tmp_path: Path) -> None:
@@ -250,12 +264,13 @@ def test_released_config_resumed_assigns_the_spools_id(tmp_path: Path) -> None:
     finish_eval_run(second)
 
 
-def test_released_config_no_push_keeps_the_run_off_disk(tmp_path: Path) -> None:
+def test_released_config_no_push_still_writes_the_spool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PRIME_RUNS_MODE", raising=False)
     config = released_config(tmp_path, push=False)
     run = open_eval_run(config, num_examples=3)  # push taken from the config
-    assert run.mode == "disabled" and config.run.id == run.id
+    assert run.mode == "offline" and config.run.id == run.id
     finish_eval_run(run)
-    assert not (tmp_path / "outputs").exists()
+    assert read_run(run.dir).status == "completed"
 
 
 def test_released_config_with_attach_is_refused_clearly(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ What it reads from the config (attributes, never imports): ``run.name``, ``run.d
 (else ``run.name``), ``run.id`` (optional: the runner's own id, kept as the run id so the
 episodes it stamps match the spool; verifiers 0.4.0's ``RunConfig.id`` is a property that
 raises ``RuntimeError`` until an id is assigned, which counts as "no id yet"),
-``run.attach`` (refused: see :func:`open_eval_run`), ``push`` (``False`` is ``--no-push``),
+``run.attach`` (refused: see :func:`open_eval_run`), ``push`` (``False`` is ``--no-push``:
+nothing streamed while the eval runs, the spool written all the same),
 ``output_dir`` (else ``outputs``), ``model``, ``env.taskset.id`` (else ``env.id``),
 ``num_rollouts`` (else ``rollouts_per_example``).
 
@@ -39,7 +40,7 @@ from typing import Any
 
 from prime_runs_spool.errors import UnsupportedRunConfigError
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.runner.modes import DISABLED, resolve_mode
+from prime_runs_spool.runner.modes import DISABLED, OFFLINE, ONLINE, resolve_mode
 from prime_runs_spool.runner.run import Run, open_run
 
 _log = logging.getLogger("prime_runs_spool")
@@ -56,13 +57,16 @@ def eval_run_dir(config: Any) -> Path:
 
 
 def eval_mode(push: bool) -> str:
-    """``--no-push`` and ``PRIME_RUNS_MODE=disabled`` both keep the run off the disk.
+    """The mode from ``PRIME_RUNS_MODE`` (``offline`` by default), with ``--no-push``
+    turning ``online`` into ``offline``.
 
-    Otherwise the mode comes from ``PRIME_RUNS_MODE`` (``offline`` by default); an
-    unknown value is still an error, so a typo never silently changes what is recorded.
+    ``--no-push`` is verifiers' "do not send anything while the eval runs": it never turns
+    the spool off, because vf-eval users pass it by habit and the spool is what keeps their
+    episodes through a crash. Only ``PRIME_RUNS_MODE=disabled`` keeps the run off the disk.
+    An unknown value is an error, so a typo never silently changes what is recorded.
     """
     mode = resolve_mode(None)
-    return DISABLED if not push else mode
+    return OFFLINE if not push and mode == ONLINE else mode
 
 
 def open_eval_run(
@@ -76,8 +80,9 @@ def open_eval_run(
     """Open (or, under ``--resume``, continue) the run before the first rollout.
 
     ``num_examples`` is the number of tasks selected (``None`` or ``-1`` when unknown);
-    ``push`` whether the run is recorded (``None``: the config's own ``push``, else
-    ``True``); ``config_file`` the ``@`` file the eval was launched from, if any;
+    ``push`` whether the run may stream to the platform while it runs (``None``: the
+    config's own ``push``, else ``True``; ``False`` keeps an ``online`` run ``offline``,
+    the spool is written either way); ``config_file`` the ``@`` file the eval was launched from, if any;
     ``supersedes`` the spool's episodes a ``--resume`` replaces (content/supersede.py).
 
     ``run.attach`` (a hosted evaluation's existing platform run) is refused with

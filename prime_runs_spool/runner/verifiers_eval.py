@@ -79,7 +79,9 @@ crash-safe spool (output_dir/run.dir/spool/, beside traces.jsonl) before it coun
 What prime-runs eval adds:
   - offline by default: the spool only; it prints how to sync it at the end
     (PRIME_RUNS_MODE=online streams it to the platform while the eval runs;
-    --no-push or PRIME_RUNS_MODE=disabled keeps the run off the disk)
+    PRIME_RUNS_MODE=disabled keeps the run off the disk)
+  - --no-push keeps the spool: it only means nothing is streamed while the eval
+    runs (PRIME_RUNS_MODE=online is then offline); sync the spool afterwards
   - --resume continues the same spool; retried rollouts supersede the errored ones
   - Ctrl-C / SIGTERM seal the run 'cancelled'; a killed process leaves it 'crashed'
   - run.attach is refused (a spool syncs into an evaluation of its own)
