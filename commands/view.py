@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from commands.output import fail_usage, require_paths
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 
 
 @click.command("view")
@@ -25,9 +26,13 @@ from commands.output import fail_usage, require_paths
                    "Also read from PRIME_RUNS_VIEW_TOKEN.")
 @click.option("--export", "export_dir", type=click.Path(path_type=Path), default=None,
               help="Write a static copy of the pages to this folder and exit, instead of serving.")
-def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, export_dir: Path | None) -> None:
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, export_dir: Path | None,
+         state_dir: Path | None) -> None:
     """Serve a web viewer over every run spool under PATHS (default: .), reading the spools
-    only: no platform, no network. The first line of stdout is the URL to open.
+    only: no platform, no network. The first line of stdout is the URL to open. Eval outputs
+    with no spool are shown read-only, marked "not spooled", with the command that imports them.
 
     Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 2 on a usage error (a
     path does not exist, a non-loopback --host without --token, the address cannot be bound).
@@ -41,14 +46,15 @@ def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, expor
         from prime_runs_spool.viewer.export import export
 
         try:
-            count = export(SpoolSource(roots), export_dir)
+            count = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
         except (SpoolError, OSError) as exc:
             fail_usage(f"view --export: {exc}")
         click.echo(f"{(export_dir / 'index.html').resolve().as_uri()}")
         click.echo(f"wrote {count} files to {export_dir}", err=True)
         return
     try:
-        serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout)
+        serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,
+                     state_dir=default_state_dir(state_dir))
     except SpoolError as exc:
         fail_usage(f"view: {exc}")
     except OSError as exc:

@@ -57,11 +57,8 @@ class SourceRun:
 def read_v040(output_dir: Path) -> SourceRun:
     """Read a verifiers 0.4.0 run directory; raises :class:`ImportSourceError` subclasses."""
     scan = scan_traces(verifiers_traces_path(output_dir))
-    config = _resolved_config(output_dir)
-    run = config.get("run") if isinstance(config.get("run"), dict) else {}
-    env = config.get("env") if isinstance(config.get("env"), dict) else {}
-    taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
-    environments = [str(v) for v in (taskset.get("id"), env.get("id")) if v][:1]
+    config = resolved_config(output_dir)
+    identity = config_identity(config)
     outcome = v040_outcome(output_dir, scan.per_task, torn=bool(scan.torn_bytes))
     rollouts = config.get("num_rollouts")
     launch = launch_file_paths(output_dir)
@@ -69,9 +66,9 @@ def read_v040(output_dir: Path) -> SourceRun:
         path=output_dir,
         layout=VERIFIERS_040,
         run_id=scan.run_id,
-        name=str(run.get("name") or scan.run_name or output_dir.name),
-        model=config.get("model") if isinstance(config.get("model"), str) else None,
-        environments=environments,
+        name=identity.name or scan.run_name or output_dir.name,
+        model=identity.model,
+        environments=identity.environments,
         config=config or None,
         config_file=launch[0] if len(launch) == 1 else None,
         num_examples=outcome.tasks,
@@ -91,7 +88,28 @@ def unreadable_json(path: Path, exc: Exception) -> ImportSourceError:
     return ImportSourceError(f"{path}: cannot be read as JSON ({why}); nothing of this run was imported")
 
 
-def _resolved_config(output_dir: Path) -> dict[str, Any]:
+@dataclass
+class ConfigIdentity:
+    """What a resolved config names: the run's name (None: the config names none), model
+    and environment. Read without the episodes, so a viewer can list a run as cheaply as it
+    lists a spool's manifest."""
+
+    name: str | None
+    model: str | None
+    environments: list[str]
+
+
+def config_identity(config: dict[str, Any]) -> ConfigIdentity:
+    run = config.get("run") if isinstance(config.get("run"), dict) else {}
+    env = config.get("env") if isinstance(config.get("env"), dict) else {}
+    taskset = env.get("taskset") if isinstance(env.get("taskset"), dict) else {}
+    return ConfigIdentity(name=str(run["name"]) if run.get("name") else None,
+                          model=config.get("model") if isinstance(config.get("model"), str) else None,
+                          environments=[str(v) for v in (taskset.get("id"), env.get("id")) if v][:1])
+
+
+def resolved_config(output_dir: Path) -> dict[str, Any]:
+    """The run's resolved config (``configs/resolved/<cli>.json``), ``{}`` when there is none."""
     paths = resolved_config_paths(output_dir)
     if not paths:
         return {}

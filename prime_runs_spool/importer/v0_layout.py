@@ -29,7 +29,7 @@ from typing import Any
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.spool.layout import read_regular_file, v0_paths
 from prime_runs_spool.importer.outcome import v0_outcome
-from prime_runs_spool.importer.source import V0, SourceRun, unreadable_json
+from prime_runs_spool.importer.source import V0, ConfigIdentity, SourceRun, unreadable_json
 from prime_runs_spool.importer.traces_file import CorruptOutputError
 
 #: Row keys that are not a reward function's score.
@@ -39,8 +39,9 @@ _ROW_KEYS = frozenset({"id", "example_id", "prompt", "completion", "answer", "re
 _NAMESPACE = uuid.UUID("8f1c6a52-3f9e-4d6b-9a57-2f0c1f7e4b11")
 
 
-def read_v0(output_dir: Path) -> SourceRun:
-    metadata_path, results_path = v0_paths(output_dir)
+def read_metadata(output_dir: Path) -> tuple[bytes, dict[str, Any]]:
+    """``metadata.json``'s bytes and object; :class:`ImportSourceError` when it is not one."""
+    metadata_path, _ = v0_paths(output_dir)
     try:
         raw = read_regular_file(metadata_path)
         metadata = json.loads(raw)
@@ -48,19 +49,38 @@ def read_v0(output_dir: Path) -> SourceRun:
         raise unreadable_json(metadata_path, exc) from None
     if not isinstance(metadata, dict):
         raise ImportSourceError(f"{metadata_path}: not a JSON object; nothing of this run was imported")
-    run_id = str(uuid.uuid5(_NAMESPACE, hashlib.sha256(raw).hexdigest()))
-    rows, end = _check_rows(results_path)
+    return raw, metadata
+
+
+def metadata_identity(output_dir: Path, metadata: dict[str, Any]) -> ConfigIdentity:
+    """The run's name, model and environment as the metadata gives them."""
     env_id = metadata.get("env_id") or metadata.get("env")
     model = metadata.get("model")
+    return ConfigIdentity(name=f"{env_id or output_dir.name}--{model or 'unknown-model'}",
+                          model=model if isinstance(model, str) else None,
+                          environments=[str(env_id)] if env_id else [])
+
+
+def metadata_config(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The run's config: the metadata without its averages (those are results)."""
+    return {key: value for key, value in metadata.items() if not key.startswith("avg_")}
+
+
+def read_v0(output_dir: Path) -> SourceRun:
+    _, results_path = v0_paths(output_dir)
+    raw, metadata = read_metadata(output_dir)
+    run_id = str(uuid.uuid5(_NAMESPACE, hashlib.sha256(raw).hexdigest()))
+    rows, end = _check_rows(results_path)
+    identity = metadata_identity(output_dir, metadata)
     ids = [_episode_id(run_id, line) for line in rows]
-    config = {key: value for key, value in metadata.items() if not key.startswith("avg_")}
+    config = metadata_config(metadata)
     return SourceRun(
         path=output_dir,
         layout=V0,
         run_id=run_id,
-        name=f"{env_id or output_dir.name}--{model or 'unknown-model'}",
-        model=model if isinstance(model, str) else None,
-        environments=[str(env_id)] if env_id else [],
+        name=identity.name or output_dir.name,
+        model=identity.model,
+        environments=identity.environments,
         config=config,
         config_file=None,
         num_examples=metadata.get("num_examples") if isinstance(metadata.get("num_examples"), int) else None,

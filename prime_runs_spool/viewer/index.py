@@ -47,10 +47,10 @@ MIN_RECORDS_PER_REFRESH = 100
 #: How many platform sample rows are fetched per store call while indexing.
 PLATFORM_PAGE = 200
 
-_CONFIG_RULES = MaskRules.defaults_for_config()
+CONFIG_RULES = MaskRules.defaults_for_config()
 #: Episodes were masked before they reached the disk; masking again what a page shows costs
 #: a walk of the config subtrees and keeps a foreign producer's slip off the screen.
-_EPISODE_RULES = MaskRules.defaults_for_episode()
+EPISODE_RULES = MaskRules.defaults_for_episode()
 #: At most this many runs are read in the background at once (a tree of many big runs
 #: opened together must not start as many threads fighting over two cores).
 _BACKGROUND_READERS = threading.BoundedSemaphore(2)
@@ -58,6 +58,9 @@ _BACKGROUND_READERS = threading.BoundedSemaphore(2)
 
 class RunIndex:
     """What the viewer knows about one run; subclasses fill it from a spool or the platform."""
+
+    #: The command that would spool this run, for a run shown without a spool (else None).
+    fix: str | None = None
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -186,7 +189,7 @@ class SpoolIndex(RunIndex):
 
     def record(self, row: Row) -> Any:
         for record in iter_records(self.run_dir, row.where):
-            return mask(record.data, _EPISODE_RULES)
+            return mask(record.data, EPISODE_RULES)
         raise CorruptSpoolError(self.run_dir, row.where.offset, "the episode is no longer where it was read")
 
     def _read(self, deadline: float) -> None:
@@ -216,7 +219,7 @@ class SpoolIndex(RunIndex):
                             except (AttributeError, TypeError):
                                 pass  # an odd record counts in the table, not in the means
                 elif record.type == MANIFEST and not self.manifest and isinstance(record.data, Mapping):
-                    self.manifest = _masked_manifest(record.data)
+                    self.manifest = masked_manifest(record.data)
                 elif record.type == SEAL:
                     self._seal = (record.segment_index, record.data if isinstance(record.data, dict) else {})
                 if read >= MIN_RECORDS_PER_REFRESH and time.monotonic() > deadline:
@@ -283,12 +286,12 @@ class SpoolIndex(RunIndex):
         return derive_status(corrupt=False, last_sealed=sealed, live=live, torn=torn)
 
 
-def _masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The manifest as stored, its config masked again: a spool from an older or foreign
     producer may have missed a location, and the viewer must never be the one to show it."""
     out = dict(manifest)
     if isinstance(out.get("config"), Mapping):
-        out["config"] = mask(out["config"], _CONFIG_RULES)
+        out["config"] = mask(out["config"], CONFIG_RULES)
     return out
 
 
@@ -297,7 +300,7 @@ def _masked_sample(sample: Any) -> Any:
     info = sample.get("info") if isinstance(sample, Mapping) else None
     if not isinstance(info, Mapping) or not isinstance(info.get("native_wrapper"), Mapping):
         return sample
-    return {**sample, "info": {**info, "native_wrapper": mask(info["native_wrapper"], _EPISODE_RULES)}}
+    return {**sample, "info": {**info, "native_wrapper": mask(info["native_wrapper"], EPISODE_RULES)}}
 
 
 @dataclass(frozen=True)
@@ -331,7 +334,7 @@ class PlatformIndex(RunIndex):
             "created_at": e.get("created_at"), "framework": e.get("framework"), "evaluation_id": e.get("evaluation_id"),
             "local_run_id": metadata.get("local_run_id"), "tags": e.get("tags"),
             "total_samples": e.get("total_samples"), "finalized_at": e.get("finalized_at"),
-            "config": mask(dict(metadata), _CONFIG_RULES),
+            "config": mask(dict(metadata), CONFIG_RULES),
         }
 
     @property
@@ -354,7 +357,7 @@ class PlatformIndex(RunIndex):
             episode = self.traces.episode_at(row.where.seq)
             if episode is None:
                 raise CorruptSpoolError(Path(self.key), row.where.seq, "the episode is gone")
-            return mask(episode, _EPISODE_RULES)
+            return mask(episode, EPISODE_RULES)
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")

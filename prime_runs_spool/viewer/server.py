@@ -124,7 +124,7 @@ def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], st
 
 
 def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 out: TextIO) -> None:
+                 out: TextIO, state_dir: Any = None) -> None:
     """``prime-runs view``: serve the viewer over the spools under ``paths`` until signalled.
 
     Raises UnsafeListenError (before binding) for a non-loopback host without a token,
@@ -134,6 +134,6 @@ def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0
     from prime_runs_spool.viewer.sources import SpoolSource
 
     check_listen(host, token)
-    app = create_viewer_app(SpoolSource(paths), token=token)
+    app = create_viewer_app(SpoolSource(paths, state_dir), token=token)
     run_until_signalled(EmbeddedServer(app, host=host, port=port, name="prime-runs-view"), out,
                         lambda url: url + "/")

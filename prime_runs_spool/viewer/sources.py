@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
+from prime_runs_spool.importer.places import import_command, not_spooled, spool_roots
 from prime_runs_spool.spool.layout import find_runs, printable
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
+from prime_runs_spool.viewer.plain import PlainIndex
 
 #: New runs under the paths are looked for at most this often (seconds).
 RESCAN_INTERVAL = 0.5
@@ -44,11 +46,17 @@ class Source:
 
 
 class SpoolSource(Source):
-    """Every run directory under ``paths``, found again as new ones appear."""
+    """Every run directory under ``paths``, found again as new ones appear, and every eval
+    output folder there with no spool (shown read-only, :class:`~.plain.PlainIndex`).
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+    ``state_dir``: where ``prime-runs import --state-dir`` keeps the spools of outputs it
+    imported; those spools are shown, and their outputs are not "not spooled".
+    """
+
+    def __init__(self, paths: Iterable[str | os.PathLike[str]], state_dir: Path | None = None) -> None:
         super().__init__()
         self.paths = [Path(p) for p in paths]
+        self.state_dir = state_dir
         for path in self.paths:
             if not path.exists():
                 raise NoSuchPathError(f"path does not exist: {path}")
@@ -61,7 +69,7 @@ class SpoolSource(Source):
         return printable(self._relative_name(run_dir))
 
     def _relative_name(self, run_dir: Path) -> str:
-        for root in self.paths:
+        for root in [*self.paths, *([self.state_dir] if self.state_dir is not None else [])]:
             try:
                 relative = run_dir.resolve().relative_to(root.resolve())
             except ValueError:
@@ -74,20 +82,34 @@ class SpoolSource(Source):
             now = time.monotonic()
             if now - self._scanned_at >= RESCAN_INTERVAL:
                 self._scanned_at = now
-                try:
-                    found = list(find_runs(self.paths))
-                except SpoolError:
-                    found = []
-                known = {run.run_dir.resolve() for run in self._runs.values() if isinstance(run, SpoolIndex)}
-                for run_dir in found:
-                    if run_dir.resolve() in known:
-                        continue
-                    key = self._key_of(run_dir)
-                    while key in self._runs:
-                        key += "+"
-                    self._runs[key] = SpoolIndex(key, run_dir)
-                    self._order.append(key)
+                self._scan()
             return [self._runs[key] for key in self._order]
+
+    def _scan(self) -> None:
+        try:
+            found = list(find_runs(spool_roots(self.paths, self.state_dir)))
+            plain = not_spooled(self.paths, self.state_dir)
+        except (SpoolError, OSError):
+            return  # a path removed since: the runs already known stay shown
+        # Outputs spooled since they were listed are shown by their spool from now on.
+        still = {path.resolve() for path in plain}
+        for key in [k for k, run in self._runs.items()
+                    if isinstance(run, PlainIndex) and run.output_dir.resolve() not in still]:
+            del self._runs[key]
+            self._order.remove(key)
+        known = {run.run_dir.resolve() for run in self._runs.values() if isinstance(run, SpoolIndex)}
+        known |= {run.output_dir.resolve() for run in self._runs.values() if isinstance(run, PlainIndex)}
+        for folder in [*found, *plain]:
+            if folder.resolve() in known:
+                continue
+            key = self._key_of(folder)
+            while key in self._runs:
+                key += "+"
+            if folder in plain:
+                self._runs[key] = PlainIndex(key, folder, import_command(folder, self.state_dir))
+            else:
+                self._runs[key] = SpoolIndex(key, folder)
+            self._order.append(key)
 
 
 class PlatformSource(Source):
