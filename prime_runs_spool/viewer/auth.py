@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, unquote, urlencode
 
 from prime_runs_spool.errors import UnsafeListenError
 
@@ -108,11 +108,43 @@ def _cookies(scope: dict[str, Any]) -> dict[str, str]:
     return {key: morsel.value for key, morsel in jar.items()}
 
 
-def _safe_next(target: str | None) -> str:
-    """Only a path on this server is a place to go back to after logging in."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+#: How many times a ``next`` is percent-decoded to look for a hidden character: more layers
+#: than that is no view state this server ever made, and is refused.
+_DECODINGS = 3
+
+
+def _stays_here(text: str) -> bool:
+    """Whether ``text`` is a path on this server however a browser reads it: ``/`` then no
+    second ``/`` or ``\\``, no backslash anywhere, no control character (C0, DEL, C1).
+
+    Browsers drop tabs and line feeds from a URL, strip leading controls and spaces, and
+    read ``\\`` as ``/``: ``/<tab>/host`` and ``/\\host`` are ``//host``, another origin.
+    A scheme (``javascript:``, ``https:``) never starts with ``/``.
+    """
+    return (text[:1] == "/" and text[1:2] not in ("/", "\\") and "\\" not in text
+            and not any(ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F for char in text))
+
+
+def safe_next(target: str | None) -> str:
+    """Where to send a browser after it logged in: ``target`` if it is a path on this server
+    (:func:`_stays_here`) as given and in each percent-decoded form, else ``/``.
+
+    The decoded forms are checked too, so that a target decoded once more (by a proxy, or a
+    later page) cannot become another origin then. As given it must be printable ASCII, as
+    every URL this server sends to ``/login`` is: the ``Location`` header then carries it
+    byte for byte (a line feed there would be a refused header, never an answer).
+    """
+    if not target or not target.isascii() or not target.isprintable() or " " in target:
         return "/"
-    return target
+    text = target
+    for _ in range(_DECODINGS):
+        if not _stays_here(text):
+            return "/"
+        decoded = unquote(text, errors="replace")
+        if decoded == text:
+            return target
+        text = decoded
+    return "/"
 
 
 class LoginThrottle:
@@ -200,14 +232,16 @@ class TokenGate:
             await self.app(scope, receive, send)
             return
         if scope["method"] in ("GET", "HEAD"):
-            target = scope["path"] + ("?" + scope["query_string"].decode("latin-1") if scope.get("query_string") else "")
+            path = scope.get("raw_path") or scope["path"].encode()  # as sent: percent-encoded, ASCII
+            query = scope.get("query_string") or b""
+            target = (path + (b"?" + query if query else b"")).decode("latin-1")
             await _send(send, 303, b"", [(b"location", f"{LOGIN_PATH}?{urlencode({'next': target})}".encode())])
         else:
             await _send(send, 401, b"a token is required\n", [(b"content-type", b"text/plain; charset=utf-8")])
 
     async def _login(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        target = _safe_next((query.get("next") or ["/"])[0])
+        target = safe_next((query.get("next") or ["/"])[0])
         if scope["method"] != "POST":
             await _send(send, 200, _login_page(target, failed=False), _HTML)
             return
@@ -225,7 +259,7 @@ class TokenGate:
             return
         form = parse_qs(body.decode("utf-8", "replace"))
         given = (form.get("token") or [""])[0]
-        target = _safe_next((form.get("next") or [target])[0])
+        target = safe_next((form.get("next") or [target])[0])
         if not hmac.compare_digest(given.encode(), self.token.encode()):
             self.throttle.failed(address)
             await _send(send, 401, _login_page(target, failed=True), _HTML)
