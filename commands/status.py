@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,7 @@ from prime_runs_spool.sync.console import json_report
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
 if TYPE_CHECKING:
+    from prime_runs_spool.importer.agreement import Disagreement
     from prime_runs_spool.sync.status import DestinationStatus
 
 
@@ -34,12 +35,14 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     a path does not exist.
     """
     from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.agreement import disagreement
     from prime_runs_spool.sync.status import statuses  # the state model: only when run
 
     local = [p for p in paths if not isinstance(p, str)]
     given = require_paths(local or ((Path("."),) if not paths else ()))
     state = default_state_dir(state_dir)
     runs = statuses(spool_roots(given, state))
+    disagreements = {run.path: found for run in runs if (found := disagreement(Path(run.path))) is not None}
     for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
         from prime_runs_spool.errors import StoreError
         from prime_runs_spool.sync.store_sync import store_status
@@ -54,7 +57,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     code = 1 if empty and not allow_empty else 0
     if as_json:
-        click.echo(json_report({"runs": [run.as_json() for run in runs],
+        click.echo(json_report({"runs": [_with_disagreement(run.as_json(), disagreements.get(run.path))
+                                          for run in runs],
                                  "not_spooled": [{"path": str(p), "fix": import_command(p, state)} for p in missing]},
                                 indent=True))
         sys.exit(code)
@@ -75,6 +79,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
             click.echo(f"  error: {run.error}")
         for warning in run.warnings:
             click.echo(f"  warning: {warning}")
+        if run.path in disagreements:
+            click.echo(f"  DISAGREES: {disagreements[run.path].describe()}")
         if not run.destinations and run.status != "error":
             click.echo("  not synced anywhere yet")
         for dest in run.destinations:
@@ -98,6 +104,12 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                 line += f"  {dest.url}"
             click.echo(line)
     sys.exit(code)
+
+
+def _with_disagreement(document: dict[str, Any], found: Disagreement | None) -> dict[str, Any]:
+    """A run's JSON report, with how its spool and ``traces.jsonl`` differ (null: they agree)."""
+    document["traces_disagree"] = found.as_json() if found is not None else None
+    return document
 
 
 def _held(dest: DestinationStatus) -> str:

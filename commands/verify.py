@@ -52,6 +52,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
             click.echo(_segment_line(segment))
         if run["error"] and run["status"] != "corrupt":
             click.echo(f"  PROBLEM: {run['error']}")
+        if run.get("traces_disagree"):
+            click.echo(f"  DISAGREES: {run['traces_disagree']['describe']}")
 
 
 @click.command()
@@ -64,6 +66,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
     Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
     from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.agreement import disagreement
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run
 
     state = default_state_dir(state_dir)
@@ -77,6 +80,9 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
             found = verify_store(url)
             verdict.runs += found.runs
             store_empty += found.paths_without_runs
+        for run in verdict.runs:  # a local spool and the traces.jsonl beside it (importer/agreement.py)
+            found = None if "://" in run["run_dir"] else disagreement(Path(run["run_dir"]))
+            run["traces_disagree"] = None if found is None else {**found.as_json(), "describe": found.describe()}
         missing = [(p, import_command(p, state)) for p in not_spooled(local, state)]
         empty = [*paths_with_nothing(local), *store_empty]
     except (NoSuchPathError, SpoolError, OSError) as exc:
@@ -98,5 +104,8 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     if empty and not allow_empty:
         sys.exit(1)
     if not as_json:
-        click.echo(f"ok: {len(runs)} run(s) verified, no corruption")
+        disagree = sum(1 for run in runs if run.get("traces_disagree"))
+        click.echo(f"ok: {len(runs)} run(s) verified, no corruption"
+                   + (f"; {disagree} disagree with their traces.jsonl (the next sync spools the difference)"
+                      if disagree else ""))
 

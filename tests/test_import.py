@@ -301,16 +301,24 @@ def test_abort_with_a_status_seals_that_status(tmp_path: Path) -> None:
     assert segment.sealed == "crashed"
 
 
-def test_a_run_the_eval_spooled_itself_is_never_imported_even_into_a_state_dir(tmp_path: Path) -> None:
+def test_a_run_the_eval_spooled_itself_is_caught_up_in_its_own_spool_never_a_state_dir(tmp_path: Path) -> None:
+    """The eval's own spool is the run's one spool: what only traces.jsonl holds (plain
+    vf-eval continued the run) goes into it, once; nothing is imported elsewhere."""
     from prime_runs_spool import open_run
 
     root = copy_fixture(tmp_path, "vf040-completed")
     run_dir = root / "vf040-completed"
+    episodes = traces_of(run_dir)
     with open_run(run_dir, name="live") as run:
-        run.log_episodes(traces_of(run_dir)[:1])
-    for state_dir in (None, tmp_path / "state"):
+        run.log_episodes(episodes[:1])
+    states = []
+    for state_dir in (None, tmp_path / "state", None):
         report = import_output(run_dir, state_dir=state_dir)
-        assert report.state == "spooled" and report.episodes_added == 0
+        states.append((report.state, report.episodes_added))
+    assert states == [("appended", len(episodes) - 1), ("spooled", 0), ("spooled", 0)]
+    spool = read_run(run_dir)
+    assert sorted(e["id"] for e in spool.episodes()) == sorted(e["id"] for e in episodes)
+    assert (len(spool.segments), spool.status) == (2, "completed")
     assert not (tmp_path / "state").exists()
 
 

@@ -100,7 +100,10 @@ def test_outputs_without_any_episode_are_nothing_to_sync(tmp_path: Path) -> None
     assert cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--allow-empty").returncode == 0
 
 
-def test_a_spool_the_eval_wrote_itself_is_left_alone(tmp_path: Path) -> None:
+def test_a_spool_the_eval_wrote_itself_is_caught_up_with_its_traces_before_sync(tmp_path: Path) -> None:
+    """The live path spooled 2 of the 4 episodes verifiers wrote (plain vf-eval continued
+    the run): sync spools the other 2 into the eval's own spool first, then ships all 4;
+    the next sync reads neither file again (the agreement mark) and pushes nothing."""
     from prime_runs_spool import open_run, read_run
 
     root = tree(tmp_path, "vf040-completed")
@@ -108,9 +111,14 @@ def test_a_spool_the_eval_wrote_itself_is_left_alone(tmp_path: Path) -> None:
     episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
     with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
         run.log_episodes(episodes[:2])  # the live path spooled only these
+    assert "2 episode(s) the spool lacks" in cli("status", str(root)).stdout
     done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--json")
     report = json.loads(done.stdout)
-    assert done.returncode == 0 and report["imports"] == []
-    assert [r["pushed_now"] for r in report["runs"]] == [2]
-    assert read_run(run_dir).episodes_count == 2
-    assert "not spooled" not in cli("status", str(root)).stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(r["state"], r["episodes_added"]) for r in report["imports"]] == [("appended", len(episodes) - 2)]
+    assert [r["pushed_now"] for r in report["runs"]] == [len(episodes)]
+    assert read_run(run_dir).episodes_count == len(episodes)
+    again = json.loads(cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--json").stdout)
+    assert again["imports"] == [] and [r["pushed_now"] for r in again["runs"]] == [0]
+    status = cli("status", str(root)).stdout
+    assert "not spooled" not in status and "DISAGREES" not in status

@@ -58,6 +58,7 @@ from prime_runs_spool.spool.layout import (
     verifiers_traces_path,
 )
 from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.importer import agreement
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 from prime_runs_spool.importer.places import (
     imported_run_dir,
@@ -148,6 +149,8 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
     if spooled_by_eval(output_dir):  # with or without a state dir: one spool per run, ever
         report.state, report.run_dir = SPOOLED, str(output_dir)
         report.reason = "the eval wrote its own spool here; prime-runs sync ships it"
+        if verifiers_traces_path(output_dir).is_file():
+            _catch_up(output_dir, report)
         return
     source = read_source(output_dir)
     report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
@@ -193,6 +196,46 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
     report.episodes_total = (prior.episodes if prior is not None else 0) - len(supersedes) + len(new)
     report.status = source.outcome.status
     _write_mark(run_dir, source, report)
+
+
+def _catch_up(run_dir: Path, report: ImportReport) -> None:
+    """A spool the eval wrote, behind its ``traces.jsonl`` (importer/agreement.py): the
+    episodes only ``traces.jsonl`` holds go into a new segment, the spool's episodes it
+    dropped are superseded, as for an imported spool. The spool's own seal stands when
+    nothing differs."""
+    if agreement.is_live(run_dir):
+        report.reason = "the eval is still writing this run; its traces.jsonl is compared once it has exited"
+        return
+    traces_version = agreement.version(run_dir)
+    if traces_version is None or agreement.agreed(run_dir, traces_version):
+        return
+    source = read_source(run_dir)
+    if is_read_only(run_dir):
+        found = agreement.disagreement(run_dir)
+        if found is not None:
+            raise ReadOnlySourceError(f"{run_dir} is read-only, and its spool and traces.jsonl disagree: "
+                                      f"{found.describe()}; copy the folder somewhere writable and sync the copy")
+        return
+    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
+        already = superseded_in_run(run_dir)
+        prior = scan_prior_run(run_dir, already)
+        known = prior.episode_ids
+        new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
+        supersedes = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
+        report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
+        report.episodes_total = prior.episodes
+        report.status = _status(run_dir)
+        if new or supersedes:
+            report.warnings = _config_warnings(source)
+            _write(source, run_dir, report, True, set(new), supersedes)
+            report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
+            report.episodes_added, report.superseded = len(new), len(supersedes)
+            report.episodes_total = prior.episodes - len(supersedes) + len(new)
+            report.warnings.append(
+                f"{verifiers_traces_path(run_dir)} held {len(new)} episode(s) the spool lacked"
+                + (f" and dropped {len(supersedes)} it held (superseded)" if supersedes else "")
+                + ": the run was continued without the spool (plain vf-eval?); spooled now")
+    agreement.mark_agreed(run_dir, traces_version["traces"])
 
 
 def _superseded_now(run_dir: Path, source: SourceRun, already: set[str]) -> list[str]:

@@ -13,7 +13,10 @@ named here:
   ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
 - in an object store only, ``sync.lease.json``, a syncer's lease on the run;
 - ``import.json`` and ``import.lock``, in a spool ``prime-runs import`` wrote: its source,
-  and the lock an import holds while it writes.
+  and the lock an import holds while it writes (an import catching a spool the eval wrote
+  up with its ``traces.jsonl`` takes the same lock);
+- ``traces-agreed.json``, in a spool the eval wrote: the ``traces.jsonl`` and segments it
+  was last found to agree with, by episode id (importer/agreement.py).
 """
 
 from __future__ import annotations
@@ -497,6 +500,9 @@ V0_RESULTS_NAME = "results.jsonl"
 IMPORT_MARK_NAME = "import.json"
 #: Held while an import writes a spool: two imports of one source never both write it.
 IMPORT_LOCK_NAME = "import.lock"
+#: Beside the segments of a spool the eval wrote: the versions of ``traces.jsonl`` and of
+#: the segments last found to agree by episode id, so an unchanged run is not read again.
+AGREED_MARK_NAME = "traces-agreed.json"
 #: Under ``--state-dir``: one folder per imported source run.
 STATE_IMPORTS_DIRNAME = "imports"
 
@@ -537,6 +543,10 @@ def import_mark_path(run_dir: str | os.PathLike[str]) -> Path:
 
 def import_lock_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / IMPORT_LOCK_NAME
+
+
+def agreed_mark_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / AGREED_MARK_NAME
 
 
 def state_dir_run(state_dir: str | os.PathLike[str], source_key: str, run_id: str) -> Path:

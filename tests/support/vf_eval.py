@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,40 @@ def wire_episodes(rows: list[dict[str, Any]]) -> list[Any]:
     from verifiers.v1.episode import WireEpisode
 
     return [WireEpisode.model_validate(row) for row in rows]
+
+
+#: verifiers' own eval command, as ``vf-eval`` runs it (its console script's entry point).
+PLAIN_VF_EVAL = [sys.executable, "-c", "import sys; from verifiers.v1.cli.eval.main import main; sys.exit(main())"]
+
+
+def plain_cmd(*args: str) -> list[str]:
+    return PLAIN_VF_EVAL + list(args)
+
+
+def resolved_config(tmp_path: Path) -> str:
+    """What verifiers' own messages tell the user to resume with (relative to ``tmp_path``)."""
+    return str(Path("outputs") / RUN_NAME / "configs" / "resolved" / "eval.json")
+
+
+def run_plain(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    """Plain ``vf-eval`` (no spool hooks). It pushes by default: with no key it logs a
+    warning and runs with a disabled platform run (episodes stamped ``disabled-<hex>``),
+    unless the environment points it at a platform."""
+    return subprocess.run(plain_cmd(*args), cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+                          env=eval_env(HOME=str(tmp_path), **env))
+
+
+def interrupt_plain(tmp_path: Path, *args: str, when: Any, timeout: float = 180,
+                    **env: str) -> subprocess.CompletedProcess[str]:
+    """Plain ``vf-eval``, sent SIGINT once ``when()`` is true."""
+    proc = subprocess.Popen(plain_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=eval_env(HOME=str(tmp_path), **env))
+    deadline = time.monotonic() + timeout
+    while not when():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out, err = proc.communicate()
+            raise AssertionError(f"vf-eval ended before the interrupt (exit {proc.returncode}): {err[-3000:]}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

@@ -1,0 +1,104 @@
+"""A run folder written in turns by ``prime-runs eval`` and plain ``vf-eval``, with the real
+verifiers eval against the fake model server and the local platform.
+
+Plain vf-eval knows nothing of the spool: ``vf-eval @ <run>/configs/resolved/eval.json
+--resume`` (what verifiers tells the user after a Ctrl-C) appends to ``traces.jsonl`` only.
+The episodes it wrote are spooled before sync reads the run, status and verify name the
+difference until then, and the platform ends with every episode of ``traces.jsonl`` once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verifiers.v1.cli.eval.runner")
+
+from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
+from prime_runs_spool import read_run  # noqa: E402
+from prime_runs_spool.local_platform.store import Store  # noqa: E402
+from support.env import CLI, child_env  # noqa: E402
+from support.vf_eval import (  # noqa: E402
+    TASKS, interrupt_eval, launch_file, resolved_config, run_dir, run_eval, run_plain, traces,
+)
+
+ROLLOUTS = 2
+SLOW = "Capital of France?"  # task 2: held by the fake server until released
+
+
+def spool_episodes(path: Path) -> int:
+    try:
+        return read_run(path).episodes_count
+    except Exception:  # not there yet
+        return 0
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(CLI + list(args), cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env=child_env(HOME=str(tmp_path)))
+
+
+def platform_episodes(db: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Every sample on the local platform: (evaluation id, row), all evaluations."""
+    store = Store(db)
+    try:
+        evaluations, _ = store.list_evaluations(skip=0, limit=100)
+        rows = []
+        for evaluation in evaluations:
+            bodies, _ = store.list_samples(evaluation["evaluation_id"], offset=0, limit=10_000)
+            rows += [(evaluation["evaluation_id"], json.loads(body)) for body in bodies]
+        return rows
+    finally:
+        store.close()
+
+
+def evaluation(db: Path) -> dict[str, Any]:
+    store = Store(db)
+    try:
+        evaluations, total = store.list_evaluations(skip=0, limit=100)
+        assert total == 1, evaluations
+        return store.get_evaluation(evaluations[0]["evaluation_id"])
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_run_resumed_by_plain_vf_eval_reaches_the_platform_whole(tmp_path: Path) -> None:
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich",
+                                     when=lambda: spool_episodes(run_dir(tmp_path)) >= 2 * ROLLOUTS)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        server.release()
+        resumed = run_plain(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    assert spool_episodes(run_dir(tmp_path)) == 2 * ROLLOUTS  # plain vf-eval wrote no spool
+
+    status = cli(tmp_path, "status", "outputs")
+    assert status.returncode == 0, status.stderr
+    assert f"traces.jsonl holds {ROLLOUTS} episode(s) the spool lacks" in status.stdout, status.stdout
+    verify = cli(tmp_path, "verify", "--json", "outputs")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    [checked] = json.loads(verify.stdout)["runs"]
+    assert checked["traces_disagree"]["only_in_traces"] == ROLLOUTS
+
+    db = tmp_path / "platform.db"
+    synced = cli(tmp_path, "sync", "--local", "--db", str(db), "outputs")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    rows = platform_episodes(db)
+    assert sorted(row["sample_id"] for _, row in rows) == sorted(row["id"] for row in final)
+    found = evaluation(db)
+    assert found["status"] == "COMPLETED" and found["finalize_count"] == 1
+
+    spool = read_run(run_dir(tmp_path))
+    assert (spool.status, len(spool.segments), spool.episodes_count) == ("completed", 2, TASKS * ROLLOUTS)
+    again = cli(tmp_path, "sync", "--local", "--db", str(db), "outputs")
+    assert again.returncode == 0 and len(platform_episodes(db)) == TASKS * ROLLOUTS
+    after = cli(tmp_path, "status", "outputs")
+    assert "lacks" not in after.stdout, after.stdout
