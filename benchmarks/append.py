@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prime_runs_spool.spool.format import encode_line  # noqa: E402
-from prime_runs_spool.spool import writer as writer_module  # noqa: E402
+from prime_runs_spool.spool import durable_file  # noqa: E402
 from prime_runs_spool.spool.writer import SegmentWriter  # noqa: E402
 
 THREADS = 64
@@ -62,8 +62,8 @@ def slow_syncs(delay: float) -> None:
         time.sleep(delay)
 
     fdatasync = delayed
-    writer_module._fdatasync = delayed
-    real_pwritev = writer_module._pwritev
+    durable_file._fdatasync = delayed
+    real_pwritev = durable_file._pwritev
 
     def delayed_pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
         written = real_pwritev(fd, parts, offset, flags)
@@ -72,7 +72,7 @@ def slow_syncs(delay: float) -> None:
         return written
 
     if real_pwritev is not None:
-        writer_module._pwritev = delayed_pwritev
+        durable_file._pwritev = delayed_pwritev
 
 
 def episode(size: int) -> dict:

@@ -38,10 +38,10 @@ def spool_loop(folder: Path, pool: Pool, loop: str) -> tuple[Callable[[], bool],
     run_dir, run = fresh_run(folder)
     writer = run._writer
     if loop == "mark every sync":
-        writer._mark.interval = 0.0
+        writer._file.mark.interval = 0.0
     elif loop == "no mark":
-        writer._mark.close()
-        writer._mark = None
+        writer._file.mark.close()
+        writer._file.mark = None
 
     def step() -> bool:
         episode = pool.take()

@@ -52,7 +52,7 @@ from prime_runs_spool.content.masking import mask  # noqa: E402
 from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
 from prime_runs_spool.platform_api.v0 import check_sendable  # noqa: E402
 from prime_runs_spool.runner.admission import prepare_episode  # noqa: E402
-from prime_runs_spool.spool import writer as writer_module  # noqa: E402
+from prime_runs_spool.spool import durable_file  # noqa: E402
 from prime_runs_spool.spool.format import EPISODE, prepare, to_jsonable  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def stages(pool_size: int, folder: Path) -> dict[str, float]:
         writer = run._writer
         def number(ps: list) -> None:
             for p in ps:
-                with writer._mutex:
+                with writer._group._mutex:
                     writer._number(*p)  # _prepare_items: (lines, how many are episodes)
         out["writer: _number (seq, line tail)"] = per_episode(number, preps)
         accumulator = SummaryAccumulator()
@@ -185,8 +185,8 @@ def main() -> None:
 
     delay = args.sync_delay / 1000
     fake_sync = (lambda fd: time.sleep(delay)) if delay > 0 else (lambda fd: None)
-    writer_module._fdatasync = fake_sync
-    writer_module._RWF_DSYNC = 0  # writers write, then call the fake sync (no synced pwritev)
+    durable_file._fdatasync = fake_sync
+    durable_file._RWF_DSYNC = 0  # writers write, then call the fake sync (no synced pwritev)
     append_bench.fdatasync = fake_sync
     os.fdatasync = fake_sync  # lean_grouped's own sync
 

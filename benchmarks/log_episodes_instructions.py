@@ -44,10 +44,10 @@ def run_mode(mode: str, count: int) -> None:
     from prime_runs_spool import open_run
     from prime_runs_spool.content.episodes import check_episode
     from prime_runs_spool.content.masking import MaskRules, mask
-    from prime_runs_spool.spool import writer as writer_module
+    from prime_runs_spool.spool import durable_file
 
-    writer_module._fdatasync = lambda fd: None
-    writer_module._RWF_DSYNC = 0  # writers write, then call the no-op sync (no synced pwritev)
+    durable_file._fdatasync = lambda fd: None
+    durable_file._RWF_DSYNC = 0  # writers write, then call the no-op sync (no synced pwritev)
     episodes = bench_episodes(count)
     # The episodes out of the collector's reach: how often building them set off a full
     # collection depends on what else was imported, which differs from mode to mode.

@@ -8,7 +8,7 @@ Both loops write the same bytes (``--size``, default 25 KB, about a realistic ep
 fdatasync after each write; they take turns in blocks of 8 (benchmarks/append.py
 ``interleaved``), so both see the same disk. The padded loop writes ``PADDING_BYTES`` of
 NUL bytes after its line whenever a line passes the padding's end, before that line's
-fdatasync, exactly as ``SegmentWriter._pad`` does, so its figure includes writing the
+fdatasync, exactly as ``DurableFile._pad`` does, so its figure includes writing the
 padding. On ext4 the appending loop's every fdatasync also commits the journal (the file's
 new size); the padded loop's do so once per ``PADDING_BYTES``. Run with ``--dir`` on the
 disk you care about: on a tmpfs both are memory copies.

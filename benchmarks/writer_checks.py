@@ -51,7 +51,7 @@ def main() -> None:
 
         checks, syncs = [], []
         for _ in range(args.rounds):
-            checks.append(_per_call(writer._check_files, 20_000))
+            checks.append(_per_call(writer._file.check_names, 20_000))
             syncs.append(_per_call(bare, 200))
         writer.close()
         os.close(fd)

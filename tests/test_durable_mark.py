@@ -18,7 +18,8 @@ import pytest
 from support.env import child_env
 from support.disk import split_synced_writes
 from prime_runs_spool.spool import durable_mark as mark_module
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import durable_file
+from prime_runs_spool.spool import guards
 from prime_runs_spool.spool.durable_mark import MARK_INTERVAL, durable_mark
 from prime_runs_spool.spool.layout import durable_mark_path
 from prime_runs_spool.spool.writer import SegmentWriter
@@ -45,7 +46,7 @@ class DurableAndWritten:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, slow: Callable[[], float] | None = None) -> None:
         self.synced = 0
         self.written: list[tuple[int, int]] = []
-        real_sync, real_pwrite = writer_module._fdatasync, mark_module._pwrite
+        real_sync, real_pwrite = durable_file._fdatasync, mark_module._pwrite
 
         def fdatasync(fd: int) -> None:
             size = split.lines_end(fd)  # where the lines end: the file also holds padding
@@ -58,7 +59,7 @@ class DurableAndWritten:
                 time.sleep(slow())
             return real_pwrite(fd, data, offset)
 
-        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
         split = split_synced_writes(monkeypatch)
         monkeypatch.setattr(mark_module, "_pwrite", pwrite)
 
@@ -396,7 +397,7 @@ def test_a_deleted_mark_is_put_back_so_a_follower_does_not_wait_for_the_writer_t
     the rest of the run: a follower shipped nothing of the segment until its writer ended.
     The writer's file checks (every LOCK_CHECK_INTERVAL, with the lock file's) put it back,
     saying what is durable."""
-    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
+    monkeypatch.setattr(guards, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
     writer = SegmentWriter.create(tmp_path, "run-1")
     try:
         writer.append("episode", {"id": "a"})
@@ -417,7 +418,7 @@ def test_a_mark_that_cannot_be_put_back_is_reported_once(tmp_path: Path, monkeyp
                                                          caplog: pytest.LogCaptureFixture) -> None:
     """A directory in the deleted mark's place: the writer says so once, not at every check
     (ten times a second), and its appends go on."""
-    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)
+    monkeypatch.setattr(guards, "LOCK_CHECK_INTERVAL", 0.0)
     writer = SegmentWriter.create(tmp_path, "run-1")
     try:
         mark = durable_mark_path(tmp_path, 1)

@@ -67,7 +67,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 from prime_runs_spool.errors import SpoolWriteError, WriterClosedError  # noqa: E402
-from prime_runs_spool.spool import writer as writer_module  # noqa: E402
+from prime_runs_spool.spool import durable_file  # noqa: E402
 from prime_runs_spool.spool.format import episode_rest, prepare  # noqa: E402
 from prime_runs_spool.spool.reader import iter_records  # noqa: E402
 from prime_runs_spool.spool.writer import SegmentWriter  # noqa: E402
@@ -85,7 +85,7 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
     a broken segment can be written); a good one hands them the next sync. Nobody hangs,
     and what is reported durable is on disk with contiguous numbers."""
     w = SegmentWriter.create(tmp_path, "r")
-    real = writer_module._fdatasync
+    real = durable_file._fdatasync
     entered, release = threading.Event(), threading.Event()
     calls = 0
     synced_size = 0
@@ -101,7 +101,7 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
         real(fd)
         synced_size = os.fstat(fd).st_size
 
-    monkeypatch.setattr(writer_module, "_fdatasync", gated)
+    monkeypatch.setattr(durable_file, "_fdatasync", gated)
     split_synced_writes(monkeypatch)
     outcomes: dict[str, Any] = {}
 
@@ -114,7 +114,7 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
     lead = threading.Thread(target=append, args=("lead", 2))
     lead.start()
     assert entered.wait(10)
-    assert w._flushing  # the lone appender is mid-flush, inline
+    assert w._group._flushing  # the lone appender is mid-flush, inline
     threads = [threading.Thread(target=append, args=(f"t{i}", 3)) for i in range(4)]
     for t in threads:
         t.start()
@@ -131,7 +131,7 @@ def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_
     loop_thread.start()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # every late comer queued behind the flush
-        batch = w._open
+        batch = w._group._open
         if batch is not None and len(batch.waiters) == 4 and len(batch.futures) == 4:
             break
         time.sleep(0.005)
@@ -172,8 +172,8 @@ def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_app
     error, not a success or a loop forever."""
     choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
-    real = writer_module._writev
-    real_at = writer_module._pwritev
+    real = durable_file._writev
+    real_at = durable_file._pwritev
     calls = 0
 
     def short(fd: int, parts: Any) -> int:
@@ -190,8 +190,8 @@ def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_app
             return real_at(fd, [bytes(parts[0])[:first]], offset, flags) if first else 0
         return real_at(fd, parts, offset, flags)
 
-    monkeypatch.setattr(writer_module, "_writev", short)
-    monkeypatch.setattr(writer_module, "_pwritev", short_at)
+    monkeypatch.setattr(durable_file, "_writev", short)
+    monkeypatch.setattr(durable_file, "_pwritev", short_at)
     if first:
         assert w.append_episodes(_lines("x", 3)) == 1
         monkeypatch.undo()
@@ -264,7 +264,7 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
         assert release.wait(10)
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(writer_module, "_fdatasync", failing)
+    monkeypatch.setattr(durable_file, "_fdatasync", failing)
     split_synced_writes(monkeypatch)
 
     async def main() -> None:
@@ -296,8 +296,8 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
     choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
     assert w.append_episodes(_lines("before", 1)) == 1
-    real = writer_module._writev
-    real_at = writer_module._pwritev
+    real = durable_file._writev
+    real_at = durable_file._pwritev
     calls = 0
 
     def short_then_full(fd: int, parts: Any) -> int:
@@ -314,8 +314,8 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
             return real_at(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]], offset, flags)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(writer_module, "_writev", short_then_full)
-    monkeypatch.setattr(writer_module, "_pwritev", short_then_full_at)
+    monkeypatch.setattr(durable_file, "_writev", short_then_full)
+    monkeypatch.setattr(durable_file, "_pwritev", short_then_full_at)
     with pytest.raises(SpoolWriteError, match=os.strerror(errno.ENOSPC)):
         w.append_episodes(_lines("lost", 2))
     monkeypatch.undo()

@@ -30,7 +30,7 @@ from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import durable_file
 from prime_runs_spool.spool.format import PADDING_BYTES
 from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments
 from prime_runs_spool.spool.reader import iter_records, read_run, scan_segment
@@ -50,8 +50,8 @@ def _lines(path: Path) -> list[bytes]:
 
 def test_lines_go_into_the_padding_and_the_file_does_not_grow(tmp_path: Path, monkeypatch) -> None:
     syncs: list[int] = []
-    real_sync = writer_module._fdatasync
-    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    real_sync = durable_file._fdatasync
+    monkeypatch.setattr(durable_file, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
     split_synced_writes(monkeypatch)
     writer = SegmentWriter.create(tmp_path, "pad")
     sizes = []
@@ -83,8 +83,8 @@ def test_a_seal_is_never_followed_by_padding_not_even_when_it_becomes_durable(tm
     writer = SegmentWriter.create(tmp_path, "pad")
     writer.append("episode", {"n": 1})
     at_sync: list[bytes] = []
-    real_sync = writer_module._fdatasync
-    monkeypatch.setattr(writer_module, "_fdatasync",
+    real_sync = durable_file._fdatasync
+    monkeypatch.setattr(durable_file, "_fdatasync",
                         lambda fd: at_sync.append(writer.path.read_bytes()) or real_sync(fd))
     split_synced_writes(monkeypatch)
     writer.append("episode", {"n": 2})
@@ -125,16 +125,16 @@ def test_a_padding_write_that_fails_costs_no_append(tmp_path: Path, monkeypatch,
     kernel writes the lines and comes back short; the writer then pads with a pwrite of
     its own, which fails, and it pads no more."""
     choose_path(monkeypatch, path)
-    real_pwritev = writer_module._pwritev
+    real_pwritev = durable_file._pwritev
 
     def full(fd: int, data: bytes, offset: int) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def room_for_lines(fd: int, parts, offset: int, flags: int = 0) -> int:
-        return real_pwritev(fd, [part for part in parts if part is not writer_module._PADDING], offset, flags)
+        return real_pwritev(fd, [part for part in parts if part is not durable_file._PADDING], offset, flags)
 
-    monkeypatch.setattr(writer_module, "_pwrite", full)
-    monkeypatch.setattr(writer_module, "_pwritev", room_for_lines)
+    monkeypatch.setattr(durable_file, "_pwrite", full)
+    monkeypatch.setattr(durable_file, "_pwritev", room_for_lines)
     writer = SegmentWriter.create(tmp_path, "full")
     with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
         for n in range(3):
@@ -322,7 +322,7 @@ def test_ctrl_c_while_close_cuts_the_padding_still_releases_the_writer_lock(tmp_
         real(fd, length)
         raise KeyboardInterrupt  # the signal's handler runs as the call returns
 
-    monkeypatch.setattr(writer_module.os, "ftruncate", ftruncate)
+    monkeypatch.setattr(durable_file.os, "ftruncate", ftruncate)
     with pytest.raises(KeyboardInterrupt):
         writer.close()
     monkeypatch.undo()
@@ -345,7 +345,7 @@ def test_a_power_cut_while_the_seal_is_synced_never_leaves_padding_after_it(
     path = writer.path
     synced = [path.stat().st_size]
     calls = [0]
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def fdatasync(fd: int) -> None:
         calls[0] += 1
@@ -354,7 +354,7 @@ def test_a_power_cut_while_the_seal_is_synced_never_leaves_padding_after_it(
         real_sync(fd)
         synced[0] = os.fstat(fd).st_size
 
-    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
     split_synced_writes(monkeypatch)
     try:
         writer.seal("completed")
@@ -420,8 +420,8 @@ def test_a_seal_after_a_flush_too_large_to_pad_is_not_padded(tmp_path: Path, mon
     writer.append("episode", {"text": "y" * (2 * PADDING_BYTES)})  # past the padding, too large to pad
     assert writer.path.stat().st_size == writer.durable_bytes
     at_sync: list[bytes] = []
-    real_sync = writer_module._fdatasync
-    monkeypatch.setattr(writer_module, "_fdatasync",
+    real_sync = durable_file._fdatasync
+    monkeypatch.setattr(durable_file, "_fdatasync",
                         lambda fd: real_sync(fd) or at_sync.append(writer.path.read_bytes()))
     split_synced_writes(monkeypatch)
     writer.seal("completed")
@@ -493,21 +493,21 @@ def test_a_synced_write_short_in_its_padding_keeps_the_part_written_and_syncs(tm
     """The one synced pwritev that carries a flush's lines and its padding comes back with
     the lines whole and only part of the padding: the writer counts what padding it has,
     syncs, and its next lines go into that padding (the file does not grow)."""
-    if not writer_module._RWF_DSYNC:
+    if not durable_file._RWF_DSYNC:
         pytest.skip("this kernel or Python has no RWF_DSYNC")
-    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+    real_pwritev, real_sync = durable_file._pwritev, durable_file._fdatasync
     short: list[int] = []
     syncs: list[int] = []
 
     def half_the_padding(fd: int, parts, offset: int, flags: int = 0) -> int:
-        if parts and parts[-1] is writer_module._PADDING and not short:
+        if parts and parts[-1] is durable_file._PADDING and not short:
             lines = list(parts[:-1])
             short.append(sum(map(len, lines)))
             return real_pwritev(fd, lines + [bytes(PADDING_BYTES // 2)], offset)  # no flag: the sync must follow
         return real_pwritev(fd, parts, offset, flags)
 
-    monkeypatch.setattr(writer_module, "_pwritev", half_the_padding)
-    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    monkeypatch.setattr(durable_file, "_pwritev", half_the_padding)
+    monkeypatch.setattr(durable_file, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
     writer = SegmentWriter.create(tmp_path, "short-pad")
     assert short and len(syncs) == 1  # the header's flush came back short, then was synced
     size = writer.path.stat().st_size

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from support.disk import BOTH_PATHS, choose_path, split_synced_writes
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import durable_file
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.reader import iter_records, read_run
@@ -39,7 +39,7 @@ class PowerLossDisk:
         self._guard = threading.Lock()
         self.off = False
         self.synced: dict[int, int] = {}  # inode -> bytes covered by a completed fdatasync
-        real_writev, real_sync = writer_module._writev, writer_module._fdatasync
+        real_writev, real_sync = durable_file._writev, durable_file._fdatasync
 
         def writev(fd: int, parts) -> int:
             with self._guard:
@@ -60,8 +60,8 @@ class PowerLossDisk:
                 if self.off:
                     raise OSError(errno.EIO, "power is off")
 
-        monkeypatch.setattr(writer_module, "_writev", writev)
-        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        monkeypatch.setattr(durable_file, "_writev", writev)
+        monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
         # A flagged pwritev played as the write, then this fdatasync: a cut in between loses it.
         self._split = split_synced_writes(monkeypatch, before_write)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pydantic
 import pytest
 
-import prime_runs_spool.spool.writer as writer_module
+from prime_runs_spool.spool import durable_file
 from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
@@ -340,14 +340,14 @@ def test_api_key_in_the_environment_never_reaches_the_spool(tmp_path: Path) -> N
 
 
 def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def slow_sync(fd: int) -> None:
         time.sleep(0.3)
         real_sync(fd)
 
     run = basic_run(tmp_path)
-    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", slow_sync)
     split_synced_writes(monkeypatch)
 
     async def main() -> tuple[int, float]:
@@ -358,7 +358,7 @@ def test_async_logging_never_blocks_the_event_loop(tmp_path: Path, monkeypatch: 
     ticks, elapsed = asyncio.run(main())
     assert elapsed >= 0.3
     assert ticks >= 10  # the loop kept running while the disk was slow
-    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", real_sync)
     run.finish()
     assert len(episode_metas(tmp_path)) == 4
 
@@ -367,14 +367,14 @@ def test_finish_on_the_loop_with_async_appends_in_flight_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release = threading.Event()
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def held_sync(fd: int) -> None:
         release.wait(10)
         real_sync(fd)
 
     run = basic_run(tmp_path)
-    monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", held_sync)
     split_synced_writes(monkeypatch)
 
     async def main() -> None:
@@ -401,7 +401,7 @@ def test_a_disk_error_on_append_surfaces_and_abort_stays_quiet(
     def failing_sync(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", failing_sync)
     split_synced_writes(monkeypatch)
     with pytest.raises(SpoolWriteError):
         run.log_episodes([small_episode("a")])

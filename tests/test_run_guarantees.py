@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import prime_runs_spool.spool.writer as writer_module
+from prime_runs_spool.spool import durable_file
 from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import (
@@ -305,13 +305,13 @@ def test_the_first_field_json_cannot_hold_is_named(value: Any, bad: str, data: s
 
 def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = basic_run(tmp_path)
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def slow_sync(fd: int) -> None:
         time.sleep(0.05)
         real_sync(fd)
 
-    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", slow_sync)
     split_synced_writes(monkeypatch)
     episodes = [small_episode(f"e{i}", i % 5) for i in range(50)]
 
@@ -323,7 +323,7 @@ def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeyp
 
     outcomes = asyncio.run(main())
     assert sum(isinstance(outcome, asyncio.TimeoutError) for outcome in outcomes) >= 40
-    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", real_sync)
     assert run.log_episodes(episodes) == 0  # every one is on its way to the disk already
     finish_within(run, 10)
     ids = [meta["episode_id"] for meta in episode_metas(tmp_path)]
@@ -340,8 +340,8 @@ def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monk
     that made them so, even though the task awaiting them was cancelled."""
     from prime_runs_spool.spool.writer import SegmentWriter
 
-    real_sync = writer_module._fdatasync
-    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: (time.sleep(0.05), real_sync(fd)))
+    real_sync = durable_file._fdatasync
+    monkeypatch.setattr(durable_file, "_fdatasync", lambda fd: (time.sleep(0.05), real_sync(fd)))
     split_synced_writes(monkeypatch)
     writer = SegmentWriter.create(tmp_path, "run")
     heard: list[Any] = []
@@ -372,13 +372,13 @@ def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = basic_run(tmp_path)
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def slow_sync(fd: int) -> None:
         time.sleep(0.005)  # something is always in flight
         real_sync(fd)
 
-    monkeypatch.setattr(writer_module, "_fdatasync", slow_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", slow_sync)
     split_synced_writes(monkeypatch)
     stop = threading.Event()
     closed: list[BaseException] = []

@@ -399,20 +399,20 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
     still take it back, so sync must not put it on the platform until it is durable."""
     import threading
 
-    import prime_runs_spool.spool.writer as writer_module
+    from prime_runs_spool.spool import durable_file
 
     builder = RunBuilder(tmp_path / "run", "r1")
     builder.open_segment()
     builder.add(2)
     release, syncing = threading.Event(), threading.Event()
-    real_sync = writer_module._fdatasync
+    real_sync = durable_file._fdatasync
 
     def held_sync(fd: int) -> None:
         syncing.set()
         release.wait(10)
         real_sync(fd)
 
-    monkeypatch.setattr(writer_module, "_fdatasync", held_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", held_sync)
     split_synced_writes(monkeypatch)
     appender = threading.Thread(target=builder.add, args=(1,))
     appender.start()
@@ -423,7 +423,7 @@ def test_lines_a_live_writer_has_not_fsynced_are_not_shipped(tmp_path: Path, pla
     assert (first.state, first.pushed_now) == ("live", 2)
     release.set()
     appender.join(10)
-    monkeypatch.setattr(writer_module, "_fdatasync", real_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", real_sync)
     second = syncer(builder.run_dir, platform).run()
     assert (second.state, second.pushed_now) == ("live", 1)
     builder.seal()

@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 import pytest
 
-import prime_runs_spool.spool.writer as writer_module
+from prime_runs_spool.spool import durable_file
 from support.disk import split_synced_writes
 from prime_runs_spool import read_run
 from prime_runs_spool.errors import SpoolWriteError
@@ -196,7 +196,7 @@ def test_abort_never_raises_and_tolerates_no_run(tmp_path: Path, monkeypatch: py
     def failing_sync(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer_module, "_fdatasync", failing_sync)
+    monkeypatch.setattr(durable_file, "_fdatasync", failing_sync)
     split_synced_writes(monkeypatch)
     with pytest.raises(SpoolWriteError):  # durability is not optional: the eval must hear it
         run.log_episodes([small_episode("a")])

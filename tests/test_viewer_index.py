@@ -197,9 +197,9 @@ def test_a_writer_killed_with_its_last_mark_unpublished_has_its_last_episodes_re
     assert len(index.rows) == 2 and index.live
     # The next marks stay unwritten (as if owed when it died). Not by a far due time: the
     # process's one publisher thread would sleep on it, holding up every other writer's mark.
-    unpublished, writer._mark = writer._mark, None  # noqa: SLF001
+    unpublished, writer._file.mark = writer._file.mark, None  # noqa: SLF001
     writer.append_many([("episode", {"id": "last", "n": 3})])
-    writer._lock.release()  # noqa: SLF001 - killed: the kernel drops its lock, leaves the file as it is
+    writer._file.guard.lock.release()  # noqa: SLF001 - killed: the kernel drops its lock, leaves the file as it is
     spool = read_run(tmp_path / "run")
     assert (spool.status, spool.episodes_count) == ("crashed", 3)
     index._refreshed_at = -1.0  # noqa: SLF001 - skip the poll throttle

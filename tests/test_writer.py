@@ -19,9 +19,10 @@ from support.env import child_env
 from support.loop_ticker import Ticker
 from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool import read_run
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import durable_file
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.commit import GroupCommit
 from prime_runs_spool.spool.writer import SegmentWriter
 
 
@@ -32,7 +33,7 @@ class SyncLedger:
         self.synced: dict[int, int] = {}
         self.calls = 0
         self.delay = delay
-        real = writer_module._fdatasync
+        real = durable_file._fdatasync
 
         def fdatasync(fd: int) -> None:
             if self.delay:
@@ -42,7 +43,7 @@ class SyncLedger:
             self.synced[os.fstat(fd).st_ino] = size
             self.calls += 1
 
-        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
         split_synced_writes(monkeypatch)
 
     def synced_bytes(self, path: Path) -> int:
@@ -142,7 +143,7 @@ def test_a_disk_error_fails_the_group_and_breaks_the_writer(tmp_path: Path, monk
     def fail(*args):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(writer_module, call, fail)
+    monkeypatch.setattr(durable_file, call, fail)
     with pytest.raises(SpoolWriteError, match=os.strerror(code)) as info:
         w.append("episode", {"i": 1})
     assert info.value.errno == code
@@ -160,7 +161,7 @@ def test_a_disk_error_fails_the_group_and_breaks_the_writer(tmp_path: Path, monk
 
 
 def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp_path: Path, monkeypatch):
-    real = writer_module._fdatasync
+    real = durable_file._fdatasync
     calls = 0
     durable_size = 0
 
@@ -174,7 +175,7 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
         durable_size = os.fstat(fd).st_size
 
     w = SegmentWriter.create(tmp_path, "r")
-    monkeypatch.setattr(writer_module, "_fdatasync", flaky)
+    monkeypatch.setattr(durable_file, "_fdatasync", flaky)
     split_synced_writes(monkeypatch)
     ok: list[int] = []
     failed: list[BaseException] = []
@@ -205,7 +206,7 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
 @BOTH_PATHS
 def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch, path):
     choose_path(monkeypatch, path)
-    real_writev, real_pwritev = writer_module._writev, writer_module._pwritev
+    real_writev, real_pwritev = durable_file._writev, durable_file._pwritev
 
     def dribble(fd: int, parts) -> int:  # a write(2) may write less than asked
         return real_writev(fd, [bytes(parts[0])[:7]])
@@ -215,8 +216,8 @@ def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch, p
 
     w = SegmentWriter.create(tmp_path, "r")
     seqs = w.append_many([("episode", {"i": i}) for i in range(700)])  # 2100 iovecs
-    monkeypatch.setattr(writer_module, "_writev", dribble)
-    monkeypatch.setattr(writer_module, "_pwritev", dribble_at)
+    monkeypatch.setattr(durable_file, "_writev", dribble)
+    monkeypatch.setattr(durable_file, "_pwritev", dribble_at)
     seqs += w.append_many([("episode", {"j": i, "pad": "x" * 30}) for i in range(5)])
     monkeypatch.undo()
     w.seal("completed")
@@ -333,7 +334,7 @@ class SyscallCounter:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, delay: float = 0.0) -> None:
         self.writev = self.fdatasync = 0
-        real_writev, real_sync = writer_module._writev, writer_module._fdatasync
+        real_writev, real_sync = durable_file._writev, durable_file._fdatasync
 
         def writev(fd: int, parts) -> int:
             self.writev += 1
@@ -348,8 +349,8 @@ class SyscallCounter:
         def pwritev(fd: int) -> None:
             self.writev += 1
 
-        monkeypatch.setattr(writer_module, "_writev", writev)
-        monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+        monkeypatch.setattr(durable_file, "_writev", writev)
+        monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
         split_synced_writes(monkeypatch, pwritev)
 
 
@@ -357,32 +358,32 @@ def test_a_flush_is_one_system_call_where_pwritev_can_sync(tmp_path: Path, monke
     """Where the kernel has RWF_DSYNC, a lone append is one pwritev that carries it, and
     no fdatasync: the leader takes the GIL back once a flush, not twice (docs/benchmarks.md,
     "One system call a flush"). The real calls, not the split test double."""
-    if not writer_module._RWF_DSYNC:
+    if not durable_file._RWF_DSYNC:
         pytest.skip("this kernel or Python has no RWF_DSYNC")
     flagged: list[int] = []
     syncs: list[int] = []
-    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+    real_pwritev, real_sync = durable_file._pwritev, durable_file._fdatasync
 
     def pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
         flagged.append(flags)
         return real_pwritev(fd, parts, offset, flags)
 
-    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
-    monkeypatch.setattr(writer_module, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
+    monkeypatch.setattr(durable_file, "_pwritev", pwritev)
+    monkeypatch.setattr(durable_file, "_fdatasync", lambda fd: syncs.append(fd) or real_sync(fd))
     w = SegmentWriter.create(tmp_path, "r")
     for i in range(10):
         w.append("episode", {"i": i})
-    assert flagged == [writer_module._RWF_DSYNC] * 11 and syncs == []  # the header's and ten appends
+    assert flagged == [durable_file._RWF_DSYNC] * 11 and syncs == []  # the header's and ten appends
     w.seal("completed")
-    assert len(syncs) == 1  # the cut of the padding, made durable before the seal (writer._unpad)
+    assert len(syncs) == 1  # the cut of the padding, made durable before the seal (DurableFile._unpad)
     assert [r.data["i"] for r in iter_records(tmp_path) if r.type == "episode"] == list(range(10))
 
 
 @pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.EINVAL])
 def test_a_filesystem_that_refuses_the_sync_flag_gets_writes_and_fdatasyncs(tmp_path: Path, monkeypatch, code):
-    if not writer_module._RWF_DSYNC:
+    if not durable_file._RWF_DSYNC:
         pytest.skip("this kernel or Python has no RWF_DSYNC")
-    real_pwritev, real_sync = writer_module._pwritev, writer_module._fdatasync
+    real_pwritev, real_sync = durable_file._pwritev, durable_file._fdatasync
     refused: list[int] = []
     syncs: list[int] = []
 
@@ -396,13 +397,13 @@ def test_a_filesystem_that_refuses_the_sync_flag_gets_writes_and_fdatasyncs(tmp_
         syncs.append(os.lseek(fd, 0, os.SEEK_CUR))
         real_sync(fd)
 
-    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
-    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    monkeypatch.setattr(durable_file, "_pwritev", pwritev)
+    monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
     w = SegmentWriter.create(tmp_path, "r")
     for i in range(5):
         w.append("episode", {"i": i, "text": "x" * 100})
         assert syncs[-1] == w.durable_bytes  # synced, and the file position is where lines end
-    assert refused == [writer_module._RWF_DSYNC]  # asked once, then never again
+    assert refused == [durable_file._RWF_DSYNC]  # asked once, then never again
     assert len(syncs) == 6
     w.seal("completed")
     spool = read_run(tmp_path)
@@ -425,7 +426,7 @@ def test_a_lone_appender_makes_one_writev_and_one_fdatasync_per_append_inline(tm
     assert (calls.writev, calls.fdatasync) == (51, 51)  # a group of five: one of each
     assert threads() == threads_before  # no helper thread, no hand-off
     w.seal("completed")
-    # The seal's, and one before it that makes the cut of the padding durable (writer._unpad).
+    # The seal's, and one before it that makes the cut of the padding durable (DurableFile._unpad).
     assert (calls.writev, calls.fdatasync) == (52, 53)
 
 
@@ -477,7 +478,7 @@ def test_threads_and_async_tasks_share_groups_and_close_waits_for_them(tmp_path:
 
 
 def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_others(tmp_path: Path, monkeypatch):
-    real = writer_module._fdatasync
+    real = durable_file._fdatasync
     calls = 0
 
     def odd(fd: int) -> None:
@@ -489,7 +490,7 @@ def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_
         real(fd)
 
     w = SegmentWriter.create(tmp_path, "r")
-    monkeypatch.setattr(writer_module, "_fdatasync", odd)
+    monkeypatch.setattr(durable_file, "_fdatasync", odd)
     split_synced_writes(monkeypatch)
     outcomes: list[object] = []
     lock = threading.Lock()
@@ -526,7 +527,7 @@ def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_pat
     w = SegmentWriter.create(tmp_path, "r")
     groups: list[int] = []
     syncs = SyscallCounter(monkeypatch)
-    counted_writev, counted_pwritev = writer_module._writev, writer_module._pwritev
+    counted_writev, counted_pwritev = durable_file._writev, durable_file._pwritev
 
     def writev(fd: int, parts) -> int:
         groups.append(len(parts) // 3)  # three parts per line (and perhaps the padding)
@@ -536,8 +537,8 @@ def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_pat
         groups.append(len(parts) // 3)
         return counted_pwritev(fd, parts, offset, flags)
 
-    monkeypatch.setattr(writer_module, "_writev", writev)
-    monkeypatch.setattr(writer_module, "_pwritev", pwritev)
+    monkeypatch.setattr(durable_file, "_writev", writev)
+    monkeypatch.setattr(durable_file, "_pwritev", pwritev)
 
     async def main() -> list[int]:
         return await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(32)))
@@ -551,13 +552,13 @@ def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_pat
 def test_async_flushes_run_on_one_helper_thread_that_ends_with_the_writer(tmp_path: Path, monkeypatch):
     w = SegmentWriter.create(tmp_path, "r")
     flushers: list[threading.Thread] = []
-    real = writer_module._fdatasync
+    real = durable_file._fdatasync
 
     def fdatasync(fd: int) -> None:
         flushers.append(threading.current_thread())
         real(fd)
 
-    monkeypatch.setattr(writer_module, "_fdatasync", fdatasync)
+    monkeypatch.setattr(durable_file, "_fdatasync", fdatasync)
     split_synced_writes(monkeypatch)
 
     async def main() -> None:
@@ -649,7 +650,7 @@ def test_an_interrupt_as_the_lone_appender_starts_its_flush_fails_the_writer_ins
     were numbered but never written), later appends raise at once, and the file reads clean."""
     writer = SegmentWriter.create(tmp_path, "run-1")
     writer.append("episode", {"id": "e0"})
-    real_lead = SegmentWriter._lead
+    real_lead = GroupCommit._lead
     calls = []
 
     def interrupted_lead(self, batch, parts):
@@ -658,7 +659,7 @@ def test_an_interrupt_as_the_lone_appender_starts_its_flush_fails_the_writer_ins
             raise KeyboardInterrupt  # as a signal delivered on entering _lead
         return real_lead(self, batch, parts)
 
-    monkeypatch.setattr(SegmentWriter, "_lead", interrupted_lead)
+    monkeypatch.setattr(GroupCommit, "_lead", interrupted_lead)
     with pytest.raises(KeyboardInterrupt):
         writer.append("episode", {"id": "e1"})
     outcome: list[BaseException | int] = []

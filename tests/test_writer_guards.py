@@ -17,7 +17,7 @@ from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.layout import list_segments, lock_path, segment_path
 from prime_runs_spool.spool.reader import iter_records, read_run, writer_alive
 from prime_runs_spool.spool.verify import check_run
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import guards
 from prime_runs_spool.spool.writer import SegmentWriter
 from support.env import REPO_ROOT, child_env
 from support.episodes import small_episode
@@ -95,7 +95,7 @@ def test_a_segment_replaced_under_its_writer_is_detected(tmp_path: Path):
 
 def test_a_deleted_lock_file_is_put_back_by_its_writer_and_seen_by_readers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(writer_module, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
+    monkeypatch.setattr(guards, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush
     run = open_run(tmp_path, name="t")
     segment = segment_path(tmp_path, 1)
     lock_path(tmp_path, 1).unlink()

@@ -9,7 +9,7 @@ parent's run ``crashed`` under it.
 So, in the child (``os.register_at_fork``), every inherited run is marked forked: logging,
 ``finish`` and ``abort`` then raise :class:`RunForkedError`, or, on the way out (``abort``,
 a ``with`` block's exit, the exit hook), do nothing. The child's exit hook forgets them,
-and the segment writer disowns its own side (spool/writer.py): nothing written, sealed,
+and the segment writer disowns its own side (spool/guards.py): nothing written, sealed,
 closed or unlocked. The chosen behaviour is an error rather than a segment of the child's
 own: a run's segments follow one another, one writer at a time, and a child's segment
 would interleave with its parent's under that rule.

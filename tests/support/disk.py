@@ -2,9 +2,9 @@
 
 A flush is one ``pwritev`` with ``RWF_DSYNC`` where the kernel has it, else a write at the
 file position and an ``fdatasync`` (docs/spool-format.md, section 5). Tests that delay,
-gate or fail the *sync*, or record what it made durable, hook ``writer._fdatasync``.
+gate or fail the *sync*, or record what it made durable, hook ``durable_file._fdatasync``.
 ``split_synced_writes`` plays each flagged call as what it means: the same positional
-write without the flag, then ``writer._fdatasync``, looked up when it is called so the
+write without the flag, then ``durable_file._fdatasync``, looked up when it is called so the
 test's own hook runs, whenever it was installed. ``use_position_writes`` makes writers
 created afterwards take the path without the flag, so a test can cover both.
 """
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from prime_runs_spool.spool import writer as writer_module
+from prime_runs_spool.spool import durable_file
 
 
 class SplitSyncs:
@@ -31,13 +31,13 @@ class SplitSyncs:
             if before_write is not None:
                 before_write(fd)
             written = real(fd, parts, offset)
-            lines = sum(len(part) for part in parts if part is not writer_module._PADDING)
+            lines = sum(len(part) for part in parts if part is not durable_file._PADDING)
             self._ends[fd] = offset + min(written, lines)
             if flags:
-                writer_module._fdatasync(fd)
+                durable_file._fdatasync(fd)
             return written
 
-        monkeypatch.setattr(writer_module, "_pwritev", pwritev)
+        monkeypatch.setattr(durable_file, "_pwritev", pwritev)
 
     def lines_end(self, fd: int) -> int:
         """Where the lines end: the last positional write's end, or the file position (the
@@ -47,14 +47,14 @@ class SplitSyncs:
 
 def split_synced_writes(monkeypatch: pytest.MonkeyPatch,
                         before_write: Callable[[int], None] | None = None) -> SplitSyncs:
-    """Play every ``RWF_DSYNC`` write as a write, then ``writer._fdatasync`` (see the module
+    """Play every ``RWF_DSYNC`` write as a write, then ``durable_file._fdatasync`` (see the module
     docstring); ``before_write(fd)`` runs ahead of each positional write (it may raise)."""
     return SplitSyncs(monkeypatch, before_write)
 
 
 def use_position_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Writers created from now on write at the file position, then fdatasync."""
-    monkeypatch.setattr(writer_module, "_RWF_DSYNC", 0)
+    monkeypatch.setattr(durable_file, "_RWF_DSYNC", 0)
 
 
 #: Parametrize a test over both ways a flush reaches the disk.
