@@ -129,6 +129,27 @@ def test_sort_and_filters_are_server_side_and_in_the_url(page, viewer):
     assert int(page.locator("#match-count .total").inner_text()) >= 1
 
 
+def test_each_row_shows_its_prompt_and_answer_and_expands_in_place(page, viewer):
+    page.goto(viewer + "/run?run=gsm8k-completed")
+    first = page.locator('tr.sample[data-n="1"]')
+    assert first.locator("td.prompt").inner_text().startswith("Answer the math word problem")
+    answer = first.locator("td.answer details")
+    assert "#### 18" in answer.locator("summary").inner_text()
+    assert not answer.locator("pre").is_visible()
+    answer.locator("summary").click()  # in place: same page, the whole answer under the row's start
+    assert answer.locator("pre").is_visible()
+    assert answer.locator("pre").inner_text().startswith("She has 16 - 3 - 4 = 9 eggs left")
+    assert page.url.endswith("/run?run=gsm8k-completed")
+    # hostile prompts and answers stay text in the row too
+    page.goto(viewer + "/run?run=script-prompt")
+    row = page.locator('tr.sample[data-n="1"]')
+    assert row.locator("td.prompt").inner_text() == " ".join(SCRIPT_PROMPT.split())
+    row.locator("td.answer summary").click()
+    assert row.locator("td.answer pre").inner_text() == "</pre><script>window.__viewer_xss = 3</script>4"
+    assert page.evaluate("window.__viewer_xss") is None
+    assert page.locator("main script, main img").count() == 0
+
+
 def test_an_episode_shows_its_transcript(page, viewer, tmp_path):
     page.goto(viewer + "/run?run=gsm8k-completed")
     page.locator('tr.sample[data-n="1"] a.episode-link').click()
@@ -260,6 +281,7 @@ def test_export_opens_from_disk(browser, outputs, tmp_path):
     assert page.locator("#match-count .total").inner_text() == "6"
     assert page.locator("tr.sample").count() == 6
     assert page.evaluate("getComputedStyle(document.querySelector('table.grid th')).fontWeight") == "600"  # css loaded
+    assert "#### 18" in page.locator('tr.sample[data-n="1"] td.answer summary').inner_text()
     page.locator('tr.sample[data-n="1"] a.episode-link').click()
     assert page.locator("section.trace").first.locator("li.turn").count() == 5
     page.go_back()

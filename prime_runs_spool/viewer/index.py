@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,15 @@ class RunIndex:
         """The full stored record of ``row`` (masked as stored), read again from its source."""
         raise NotImplementedError
 
+    def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
+        """Each of ``rows`` with its record, one at a time (a :class:`SpoolError` for a row
+        that cannot be read is yielded in its place)."""
+        for row in rows:
+            try:
+                yield row, self.record(row)
+            except SpoolError as exc:
+                yield row, exc
+
     # -- indexing ----------------------------------------------------------------------
 
     def refresh(self, budget: float = 0.25) -> None:
@@ -191,6 +200,38 @@ class SpoolIndex(RunIndex):
         for record in iter_records(self.run_dir, row.where):
             return mask(record.data, EPISODE_RULES)
         raise CorruptSpoolError(self.run_dir, row.where.offset, "the episode is no longer where it was read")
+
+    def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
+        """Rows that follow each other in the run (a table page in spool order) are read in
+        one pass of the reader, not one open and verified start per row."""
+        i = 0
+        while i < len(rows):
+            j = i + 1
+            while j < len(rows) and rows[j].number == rows[j - 1].number + 1:
+                j += 1
+            if j - i == 1:
+                yield from super().records(rows[i:j])
+            else:
+                yield from self._consecutive(rows[i:j])
+            i = j
+
+    def _consecutive(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
+        wanted = iter(rows)
+        row = next(wanted, None)
+        try:
+            for record in iter_records(self.run_dir, rows[0].where):
+                if row is None:
+                    return
+                if record.type != EPISODE:
+                    continue
+                if record.position != row.where:  # not what the index read there: ask row by row
+                    break
+                yield row, mask(record.data, EPISODE_RULES)
+                row = next(wanted, None)
+        except SpoolError:
+            pass
+        rest = [] if row is None else [row, *wanted]
+        yield from super().records(rest)
 
     def _read(self, deadline: float) -> None:
         if self._corrupt:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prime_runs_spool.errors import UnknownRunError
+from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, compare, histogram, table_page
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.sources import Source
-from prime_runs_spool.viewer.transcript import episode_of, final_answer, trace_views
+from prime_runs_spool.viewer.rows import Row
+from prime_runs_spool.viewer.transcript import Glance, episode_of, final_answer, glance, trace_views
 
 #: How long a page request may spend reading new lines of its runs (seconds); whatever is
 #: left is read by the index's background thread.
@@ -22,7 +23,8 @@ RUNS_PAGE_BUDGET = 0.02
 #: The group view shows at most this many rollouts side by side.
 MAX_GROUP = 32
 #: The columns of the sample table before and after the run's metrics: (sort key, label).
-COLUMNS_BEFORE = (("n", "#"), ("example", "example"), ("rollout", "rollout"), ("reward", "reward"))
+COLUMNS_BEFORE = (("n", "#"), ("example", "example"), ("rollout", "rollout"), ("prompt", "prompt"),
+                  ("answer", "answer"), ("reward", "reward"))
 COLUMNS_AFTER = (("error", "error"), ("truncated", "truncated"), ("stop", "stop"), ("tokens", "tokens"),
                  ("duration", "time"))
 
@@ -63,8 +65,9 @@ class Pages:
         for key, value in summary.items():
             if isinstance(value, Mapping):
                 items += [(f"{key}.{name}", inner) for name, inner in value.items()]
+        table = table_page(run, query)
         context = {
-            "links": self.links, "run": run, "query": query, "table": table_page(run, query),
+            "links": self.links, "run": run, "query": query, "table": table, "glances": self._glances(run, table.rows),
             "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
             "refresh": fragment_url if (run.live or run.behind) else None,
@@ -72,6 +75,16 @@ class Pages:
         if params.get("fragment"):
             return render("_run_body.html", **context)
         return render("run.html", **context)
+
+    @staticmethod
+    def _glances(run: RunIndex, rows: list[Row]) -> dict[int, Glance]:
+        """Each shown row's prompt and answer, read from its record: the page's rows only,
+        one record at a time, so a table page costs its 50 records whatever the run's size."""
+        out = {}
+        for row, record in run.records(rows):
+            # a record that cannot be read shows nothing here: the row's error or the run's says why
+            out[row.number] = Glance("", "") if isinstance(record, SpoolError) else glance(episode_of(record))
+        return out
 
     def episode(self, params: Mapping[str, str]) -> str:
         run = self._run(params.get("run"))

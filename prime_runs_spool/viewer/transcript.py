@@ -223,3 +223,67 @@ def final_answer(episode: Any) -> str:
         if turn.role == "assistant" and (turn.text or turn.tool_calls):
             return turn.text or ", ".join(c.name for c in turn.tool_calls)
     return ""
+
+
+#: The sample table shows this many characters of a prompt and of an answer in a row; an
+#: expanded row shows the answer up to ANSWER_CHARS (the episode page has it whole).
+GLANCE_CHARS = 140
+ANSWER_CHARS = 20_000
+
+
+@dataclass
+class Glance:
+    """What a table row shows of its episode beyond the index's figures."""
+
+    prompt: str
+    answer: str
+
+    @property
+    def prompt_start(self) -> str:
+        return _start(self.prompt)
+
+    @property
+    def answer_start(self) -> str:
+        return _start(self.answer)
+
+    @property
+    def answer_cut(self) -> bool:
+        return len(self.answer) >= ANSWER_CHARS
+
+
+def _start(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= GLANCE_CHARS else flat[:GLANCE_CHARS - 1] + "…"
+
+
+def _prompt_of(prompt: Any) -> str:
+    """A task prompt as text: a string as it is, a list of messages as its last user message."""
+    if isinstance(prompt, list):
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        if users:
+            return _text(users[-1].get("content"))
+    return _text(prompt)
+
+
+def glance(episode: Any) -> Glance:
+    """The prompt and final answer of ``episode``'s summary trace (the row's trace). Only
+    that trace is walked: a table page asks this of each of its rows."""
+    traces = _seq(episode.get("traces")) if isinstance(episode, Mapping) else ()
+    try:
+        index = summary_trace_index(episode) if traces else None
+    except (AttributeError, TypeError):
+        index = None
+    trace = traces[index] if index is not None and index < len(traces) else None
+    if not isinstance(trace, Mapping):
+        return Glance("", "")
+    turns = _turns(trace)
+    data = _map(_map(trace.get("task")).get("data"))
+    prompt = _prompt_of(data["prompt"]) if data.get("prompt") is not None else ""
+    if not prompt:
+        prompt = next((turn.text for turn in turns if turn.role == "user"), "")
+    answer = ""
+    for turn in reversed(turns):
+        if turn.role == "assistant" and (turn.text or turn.tool_calls):
+            answer = turn.text or ", ".join(call.name for call in turn.tool_calls)
+            break
+    return Glance(prompt, answer[:ANSWER_CHARS])
