@@ -94,12 +94,12 @@ def test_a_state_file_is_0600_in_a_0700_folder_made_only_when_missing(tmp_path: 
     from prime_runs_spool.sync.state import Destination, SyncState, save_state
 
     made: list[Path] = []
-    real_mkdir = Path.mkdir
-    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: made.append(self) or real_mkdir(self, *a, **k))
+    real_mkdir = os.mkdir
+    monkeypatch.setattr(os, "mkdir", lambda folder, *a, **k: made.append(Path(folder)) or real_mkdir(folder, *a, **k))
     path = tmp_path / "run" / "spool" / "sync" / "dest.json"
     state = SyncState(destination=Destination(key="dest", base_url="http://x"), local_run_id="r")
     save_state(path, state)
-    assert made and made[0] == path.parent  # and its parents, made on the way
+    assert made == [tmp_path / "run", tmp_path / "run" / "spool", path.parent]  # its missing parents on the way
     first = len(made)
     save_state(path, state)
     save_state(path, state)

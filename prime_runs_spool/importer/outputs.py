@@ -63,7 +63,6 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV
 from prime_runs_spool.importer.places import (
     imported_run_dir,
     is_read_only,
-    private_dirs,
     spooled_by_eval,
     to_refresh,
 )
@@ -165,8 +164,7 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
         raise ReadOnlySourceError(
             f"{output_dir} is read-only: keep the imported spool and the sync state elsewhere with "
             f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
-    private_dirs(run_dir)
-    ensure_spool_dir(run_dir)
+    ensure_spool_dir(run_dir)  # and every missing level above it (a state directory's), 0700, durably
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
         _import_locked(source, output_dir, run_dir, report)
 

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from prime_runs_spool.spool.layout import (
-    DIR_MODE,
     find_eval_outputs,
     find_runs,
     import_mark_path,
@@ -87,17 +86,6 @@ def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
         if folder.is_dir() and any(is_run_dir(p) for p in folder.iterdir() if p.is_dir()):
             return False
     return True
-
-
-def private_dirs(run_dir: Path) -> None:
-    """Create ``run_dir`` and any missing parent as 0700 (a state directory's levels)."""
-    missing = []
-    folder = run_dir
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for folder in reversed(missing):
-        os.mkdir(folder, DIR_MODE)
 
 
 def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:

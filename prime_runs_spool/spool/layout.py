@@ -273,7 +273,12 @@ def special_file_kind(path: str | os.PathLike[str]) -> str | None:
 
 def make_private_dir(path: str | os.PathLike[str]) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
-    gives parents the umask's default mode, often ``0755``)."""
+    gives parents the umask's default mode, often ``0755``), durably: the folder holding each
+    new entry is fsync'd before this returns.
+
+    A new folder's name lives in its parent, and until that parent is fsync'd a power cut
+    may take the name back, and with it every file below, fsync'd or not: the first episode
+    a run acknowledges, or the first sync state announced there, would be gone."""
     path = Path(path)
     missing = []
     while not path.exists():
@@ -285,7 +290,18 @@ def make_private_dir(path: str | os.PathLike[str]) -> None:
         try:
             os.mkdir(folder, DIR_MODE)
         except FileExistsError:
-            pass
+            pass  # made by a racing process, which may not have fsync'd its parent yet
+    for folder in missing:
+        fsync_folder(folder.parent)
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+    """Make the names in ``folder`` (its new entries) durable, not just their content."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def private_database(path: str | os.PathLike[str]) -> None:

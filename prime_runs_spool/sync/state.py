@@ -25,7 +25,7 @@ import orjson
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
-from prime_runs_spool.spool.layout import DIR_MODE, FILE_MODE, read_regular_file
+from prime_runs_spool.spool.layout import FILE_MODE, fsync_folder, make_private_dir, read_regular_file
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.typed_json import DocumentError, build
@@ -311,7 +311,7 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     except FileNotFoundError:  # the first file of this folder: the folder first
-        path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        make_private_dir(path.parent)  # the new folders' names durable too
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:
@@ -328,8 +328,4 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
             os.unlink(tmp)
         raise
     if durable:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(path.parent)

@@ -32,8 +32,8 @@ from typing import Any
 
 from prime_runs_spool.errors import LeaseLost, Stopped, StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import (DIR_MODE, read_regular_file, replay_state_glob, state_etag_path, sync_dir,
-                                           sync_lease_path, sync_state_path)
+from prime_runs_spool.spool.layout import (DIR_MODE, make_private_dir, read_regular_file, replay_state_glob,
+                                           state_etag_path, sync_dir, sync_lease_path, sync_state_path)
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
@@ -115,7 +115,7 @@ def default_local_root(url: str, state_dir: Path | None) -> Path:
     base = state_dir if state_dir is not None else cache_root()
     root = base.expanduser() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
     try:
-        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        make_private_dir(root)  # with --state-dir the state lives below: its folders' names durable
         os.chmod(base.expanduser() / "store", DIR_MODE)
     except OSError as exc:
         raise StoreError(f"cannot create {root} (this machine's folder for {url}): {exc.strerror}; "

@@ -1,0 +1,91 @@
+"""A new folder's name is durable before anything in it is acknowledged (docs/spool-format.md).
+
+A folder's name lives in its parent's entries: until the parent is fsync'd, a power cut may
+take the name back, and every file below with it, fsync'd or not. These tests record every
+fsync of a folder, and what the folder held at that moment, while a real run is opened and
+logged to, and a real sync writes its first state (to the local platform over HTTP).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from support.episodes import small_episode
+from prime_runs_spool import open_run
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+from prime_runs_spool.spool.layout import spool_dir, sync_dir
+from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.store_sync import default_local_root
+
+
+class FolderSyncs:
+    """Every fsync of a folder: (device, inode) -> the names it held, each time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: dict[tuple[int, int], list[set[str]]] = {}
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                names = set(os.listdir(f"/proc/self/fd/{fd}"))
+                real_fsync(fd)
+                self.seen.setdefault((info.st_dev, info.st_ino), []).append(names)
+                return
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    def durable(self, entry: Path) -> bool:
+        """Whether ``entry``'s parent was fsync'd while it held ``entry``'s name."""
+        parent = os.stat(entry.parent)
+        return any(entry.name in names for names in self.seen.get((parent.st_dev, parent.st_ino), []))
+
+
+def _not_durable(syncs: FolderSyncs, entries: list[Path]) -> list[str]:
+    return [str(entry) for entry in entries if not syncs.durable(entry)]
+
+
+def test_open_run_makes_every_folder_it_created_durable_before_the_first_episode_returns(tmp_path, monkeypatch):
+    syncs = FolderSyncs(monkeypatch)
+    run_dir = tmp_path / "outputs" / "evals" / "gsm8k-run"
+    with open_run(run_dir, name="gsm8k-run", environments=["gsm8k"]) as run:
+        run.log_episodes([small_episode(None, 0)])
+        created = [tmp_path / "outputs", tmp_path / "outputs" / "evals", run_dir, spool_dir(run_dir)]
+        assert _not_durable(syncs, created) == []
+        segment = next(spool_dir(run_dir).glob("seg-*.jsonl"))
+        assert syncs.durable(segment)
+        run.finish()
+
+
+def test_the_first_sync_state_is_durable_with_the_folder_it_created(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    with open_run(run_dir, name="r", environments=["gsm8k"]) as run:
+        run.log_episodes([small_episode(None, n) for n in range(3)])
+        run.finish()
+    assert not sync_dir(run_dir).exists()
+    syncs = FolderSyncs(monkeypatch)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        client = PlatformClient(Settings(platform.base_url, Secret("local"), None, platform.base_url))
+        destination = Destination(key="local", base_url=platform.base_url)
+        report = RunSync(run_dir, client, destination, SyncOptions()).run()
+        client.close()
+    assert report.pushed_total == 3 and report.state == "synced", report
+    state = next(sync_dir(run_dir).glob("*.json"))
+    assert _not_durable(syncs, [sync_dir(run_dir), state]) == []
+
+
+def test_a_state_dir_for_a_store_is_made_durable_level_by_level(tmp_path, monkeypatch):
+    syncs = FolderSyncs(monkeypatch)
+    state_dir = tmp_path / "state" / "machine-a"
+    root = default_local_root("s3://bucket/outputs", state_dir)
+    levels = [tmp_path / "state", state_dir, state_dir / "store", root]
+    assert _not_durable(syncs, levels) == []
