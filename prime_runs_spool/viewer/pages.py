@@ -13,6 +13,7 @@ from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, compare, histogram, table_page
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.sources import Source
+from prime_runs_spool.viewer.statuses import meaning
 from prime_runs_spool.viewer.rows import Row
 from prime_runs_spool.viewer.transcript import Glance, episode_of, final_answer, glance, trace_views
 
@@ -50,7 +51,9 @@ class Pages:
         for run in runs:
             run.refresh(RUNS_PAGE_BUDGET)
             run.catch_up_in_background()
-        context = {"links": self.links, "runs": runs, "refresh": fragment_url}
+        shown = dict.fromkeys(run.status for run in runs)
+        legend = [(status, meaning(status)) for status in shown if meaning(status)]
+        context = {"links": self.links, "runs": runs, "refresh": fragment_url, "legend": legend}
         if params.get("fragment"):
             return render("_runs_table.html", **context)
         return render("runs.html", **context)
@@ -70,7 +73,7 @@ class Pages:
             "links": self.links, "run": run, "query": query, "table": table, "glances": self._glances(run, table.rows),
             "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
-            "refresh": fragment_url if (run.live or run.behind) else None,
+            "refresh": fragment_url if (run.live or run.behind) else None, "status_meaning": meaning(run.status),
         }
         if params.get("fragment"):
             return render("_run_body.html", **context)
@@ -97,9 +100,13 @@ class Pages:
         row = run.rows[number - 1]
         raw = run.record(row)
         episode = episode_of(raw)
+        traces = trace_views(episode)
+        seen = glance(episode)
+        expected = next((trace.answer for trace in traces if trace.task_prompt == seen.prompt), None)
+        lead = {"prompt": seen.prompt, "expected": expected} if seen.prompt else None
         return render("episode.html", links=self.links, run=run, row=row, raw=raw, episode=episode,
-                      traces=trace_views(episode), prev=number - 1 if number > 1 else None,
-                      next=number + 1 if number < len(run.rows) else None)
+                      traces=traces, lead=lead, status_meaning=meaning(run.status),
+                      prev=number - 1 if number > 1 else None, next=number + 1 if number < len(run.rows) else None)
 
     def group(self, params: Mapping[str, str]) -> str:
         run = self._run(params.get("run"))

@@ -52,6 +52,16 @@ class TraceView:
     judge_answer: str | None
     task_prompt: str | None
     answer: Any
+    call_columns: list[tuple[str, str, bool]] = field(default_factory=list)
+
+    @property
+    def silence(self) -> str:
+        """Why the transcript is empty, when it is: the trace's last error, else its stop."""
+        if self.errors:
+            return f"the episode failed before any message was recorded: {error_text(self.errors[-1])}"
+        if self.stop_condition:
+            return f"no message was recorded (it stopped: {self.stop_condition})"
+        return "this trace recorded no messages"
 
 
 def episode_of(record: Any) -> Any:
@@ -169,9 +179,35 @@ def _calls(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
         seconds = None
         if isinstance(time.get("start"), (int, float)) and isinstance(time.get("end"), (int, float)):
             seconds = time["end"] - time["start"]
-        out.append({"node": call.get("node"), "model": call.get("model"), "finish": call.get("finish_reason"),
-                    "usage": dict(usage), "seconds": seconds, "error": call.get("error")})
+        out.append({"node": call.get("node"), "model": call.get("model"), "endpoint": call.get("endpoint"),
+                    "finish": call.get("finish_reason"), "prompt": usage.get("prompt_tokens"),
+                    "completion": usage.get("completion_tokens"), "cached": usage.get("cached_input_tokens"),
+                    "reasoning": usage.get("reasoning_tokens"), "seconds": seconds,
+                    "error": error_text(call.get("error")) if call.get("error") else None})
     return out
+
+
+#: The model-call table's columns: (key in a call, heading, numeric). A column no call has a
+#: value for is left out: a failed call records a model, a time and an error, no usage.
+CALL_COLUMNS = (("node", "node", True), ("model", "model", False), ("endpoint", "endpoint", False),
+                ("finish", "finish", False), ("prompt", "prompt", True), ("completion", "completion", True),
+                ("cached", "cached", True), ("reasoning", "reasoning", True), ("seconds", "time", True),
+                ("error", "error", False))
+
+
+def call_columns(calls: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    return [column for column in CALL_COLUMNS if any(call.get(column[0]) is not None for call in calls)]
+
+
+def error_text(error: Any) -> str:
+    """An error as one line: ``Type: message (status 503)`` for verifiers' error objects."""
+    if isinstance(error, Mapping):
+        kind, message, status = error.get("type"), error.get("message"), error.get("status_code")
+        text = ": ".join(str(part) for part in (kind, message) if part)
+        if status is not None:
+            text += f" (status {status})"
+        return text or pretty(dict(error))
+    return str(error)
 
 
 def trace_views(episode: Any) -> list[TraceView]:
@@ -193,6 +229,7 @@ def trace_views(episode: Any) -> list[TraceView]:
         if not rewards and isinstance(episode, Mapping) and "_reward" in episode:
             total = episode["_reward"]
         turns = _turns(trace)
+        calls = _calls(trace)
         name = str(agent.get("name") or "trace")
         judge = None
         if "judge" in name.lower() or (agent.get("trainable") is False and len(_seq(episode.get("traces"))) > 1):
@@ -203,9 +240,9 @@ def trace_views(episode: Any) -> list[TraceView]:
         views.append(TraceView(
             name=name, trainable=bool(agent.get("trainable")), turns=turns, rewards=rewards, reward=total,
             metrics=dict(_map(trace.get("metrics"))), stop_condition=trace.get("stop_condition"),
-            errors=list(_seq(trace.get("errors"))), timing=_timing(trace.get("timing")), calls=_calls(trace),
-            judge_answer=judge, task_prompt=_text(data.get("prompt")) if data.get("prompt") is not None else None,
-            answer=data.get("answer"),
+            errors=list(_seq(trace.get("errors"))), timing=_timing(trace.get("timing")), calls=calls,
+            judge_answer=judge, task_prompt=_prompt_of(data.get("prompt")) if data.get("prompt") is not None else None,
+            answer=data.get("answer"), call_columns=call_columns(calls),
         ))
     return views
 
