@@ -1,7 +1,7 @@
 """A syncer's lease on one run in an object store: the cross-machine ``sync.lock``.
 
 The lease is one small object beside the run's segments (``spool/sync.lease.json``) holding
-``{owner, generation, expires_at, released}``. It is never deleted, so its generation only
+``{owner, generation, expires_at, released, in_flight_until, state_in_store}``. It is never deleted, so its generation only
 grows:
 
 - **take**: create it (``If-None-Match: *``, generation 1); if it exists and is released or
@@ -13,6 +13,13 @@ grows:
   and the syncer stops (fencing by generation: the state records the generation that wrote it).
 - **release** when done: rewrite it ``released`` (``If-Match``), so the next taker need not
   wait for the expiry.
+- **a request in flight** is announced in the lease too: every write carries
+  ``in_flight_until``, until when (the holder's wall clock) a request it announced may still
+  land, 0 when none is out, and ``state_in_store``, whether its announcements are also in a
+  state object every syncer reads. A taker that cannot read the holder's announcement (the
+  holder kept its state in its own ``--state-dir``, or the taker does) waits until that time
+  before it sends anything (:attr:`Lease.wait_until`): else the holder's late request and
+  the taker's resend of the same rows would both land.
 
 Expiry is judged by the local clock against the holder's ``expires_at``; clocks are assumed
 to agree within ``clock_skew`` seconds (docs/sync.md says what remains and why it is safe).
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import threading
@@ -70,8 +78,19 @@ class Lease:
     """The lease on one run. Not thread-safe: one per run, used by that run's sync."""
 
     def __init__(self, store: ObjectStore, key: str, *, owner: str | None = None, ttl: float | None = None,
-                 clock_skew: float | None = None, clock: Callable[[], float] = time.time) -> None:
+                 clock_skew: float | None = None, clock: Callable[[], float] = time.time,
+                 state_in_store: bool = True) -> None:
         self.store, self.key = store, key
+        #: Whether this holder announces its requests in a state object beside the lease
+        #: (False: in a ``--state-dir`` no other machine reads).
+        self.state_in_store = state_in_store
+        #: Until when (wall clock) a request this holder announced may still land: 0.0 when
+        #: none is out. Written with every write of the lease; the sync sets it with each
+        #: state write, from the request that state announces.
+        self.in_flight_until = 0.0
+        #: Until when (the previous holder's wall clock) a request it announced where this
+        #: holder cannot read it may still land: this holder sends nothing before then. 0.0: none.
+        self.wait_until = 0.0
         self.owner = owner or default_owner()
         if ttl is None or clock_skew is None:
             env_ttl, env_skew = env_timing()
@@ -97,6 +116,7 @@ class Lease:
         return json.dumps({"owner": self.owner, "generation": generation,
                            "expires_at": 0.0 if released else now + self.ttl,
                            "released": released, "written_at": now,
+                           "in_flight_until": self.in_flight_until, "state_in_store": self.state_in_store,
                            "nonce": uuid.uuid4().hex}, sort_keys=True).encode()
 
     def try_take(self) -> bool:
@@ -120,11 +140,16 @@ class Lease:
         self.holder = holder
         if not free or etag is None:
             return False
+        inherited = _in_flight_until(holder)
+        self.in_flight_until = inherited  # carried on, until our own state says what is out
         try:
             self.etag = self.store.replace(self.key, self._body(generation + 1), etag)
         except StoreConflict:
+            self.in_flight_until = 0.0
             return False  # another syncer took it first
         self.generation, self.renewed_at = generation + 1, now
+        both_in_store = self.state_in_store and holder.get("state_in_store") is True
+        self.wait_until = 0.0 if both_in_store else inherited
         return True
 
     def _judge(self, holder: dict[str, object], now: float) -> tuple[int, bool]:
@@ -226,3 +251,12 @@ class Lease:
                 pass
             finally:
                 self.etag = None
+
+
+def _in_flight_until(holder: Mapping[str, object]) -> float:
+    """The holder's ``in_flight_until``; 0.0 for none, or for a value no syncer writes (a
+    lease written before the field existed has none)."""
+    value = holder.get("in_flight_until", 0.0)
+    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        return 0.0
+    return max(0.0, float(value))  # type: ignore[arg-type]

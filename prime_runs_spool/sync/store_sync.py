@@ -68,6 +68,9 @@ class StoreProtocol(Protocol):
 
     def _write(self) -> None:
         try:
+            pending = self.state.in_flight
+            # In the lease too: the next holder may not read this state (a --state-dir).
+            self.lease.in_flight_until = pending.sent_at + self.options.request_lifetime if pending else 0.0
             self.lease.renew()
             self.state.fence = self.lease.generation
             if self.store is None:  # --state-dir: the state is a local file, the lease fences
@@ -137,7 +140,7 @@ class StoreRunSync:
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
         self.sleep = sleep  # every wait of the pass (backoff, fence, another's lease): a stop ends it there
         self._locate(options.replay_id)
-        self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()))
+        self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()), state_in_store=in_store)
 
     def _locate(self, replay_id: str | None) -> None:
         """Where this sync's state lives: the destination's, or one replay's of it."""
@@ -186,6 +189,20 @@ class StoreRunSync:
             return RunReport(path=str(self.run), state="error", error=str(exc))
         return self._kept()
 
+    def _wait_out_inherited_request(self) -> float:
+        """Before anything is sent: wait until a request the previous holder announced where
+        this sync cannot read it (its own --state-dir, or ours) can no longer land (its time,
+        plus the clock skew between the two machines). The lease is kept alive meanwhile,
+        still announcing that request, for whoever takes it if this sync dies waiting.
+        Never longer than a request lifetime, which every machine is assumed to share.
+        Returns the seconds waited."""
+        skew = self.lease.clock_skew
+        wait = min(self.lease.wait_until + skew - time.time(), self.options.request_lifetime + skew)
+        if wait <= 0:
+            return 0.0
+        self.lease.sleeper(self.sleep)(wait)
+        return wait
+
     def _held(self) -> RunReport:
         holder = self.lease.holder or {}
         return RunReport(path=str(self.run), state="skipped",
@@ -196,7 +213,12 @@ class StoreRunSync:
         """The passes under the lease just taken; released after."""
         try:
             with self.lease.kept_alive():
-                return self._passes()
+                waited = self._wait_out_inherited_request()
+                report = self._passes()
+                if waited:
+                    report.warnings.insert(0, f"waited {waited:.0f} s for a request the previous holder of the lease "
+                                              "announced where this sync cannot read it, so it cannot land twice")
+                return report
         finally:
             try:
                 self.lease.release()
