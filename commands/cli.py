@@ -13,6 +13,7 @@ import click
 
 from commands.import_ import import_
 from commands.eval import eval_command
+from commands.export import export
 from commands.mirror import mirror
 from commands.output import TRACEBACK_ENV, internal_error
 from commands.platform import platform
@@ -37,6 +38,7 @@ cli.add_command(import_)
 cli.add_command(eval_command)
 cli.add_command(view)
 cli.add_command(mirror)
+cli.add_command(export)
 
 
 def main() -> None:

@@ -30,10 +30,13 @@ _EXPORTS = {
     "RunClosedError": "prime_runs_spool.errors",
     "Run": "prime_runs_spool.runner.run",
     "open_run": "prime_runs_spool.runner.run",
+    "samples_df": "prime_runs_spool.export.tables",
+    "runs_df": "prime_runs_spool.export.tables",
 }
 
 if TYPE_CHECKING:
     from prime_runs_spool.errors import RunClosedError
+    from prime_runs_spool.export.tables import runs_df, samples_df
     from prime_runs_spool.runner.run import Run, open_run
     from prime_runs_spool.spool.reader import (Position, Record, SegmentInfo, Spool, iter_records, read_run,
                                                scan_segment)
@@ -65,5 +68,7 @@ __all__ = [
     "iter_records",
     "open_run",
     "read_run",
+    "runs_df",
+    "samples_df",
     "scan_segment",
 ]

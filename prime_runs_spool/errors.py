@@ -319,3 +319,13 @@ class StoreConflict(StoreError):
 class LeaseLost(StoreError):
     """This syncer's lease on a run was taken over by another after it expired: the syncer
     must stop before its next request (fencing by generation, docs/sync.md)."""
+
+
+class ExportError(SpoolError):
+    """A table could not be exported whole (``prime-runs export``, ``samples_df``): the runs
+    it could not read, each named with its reason."""
+
+
+class ExportSetupError(ExportError):
+    """An export cannot start as asked (a format not named, pyarrow missing for Parquet, an
+    output folder that does not exist): a usage error, exit 2."""

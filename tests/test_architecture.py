@@ -18,7 +18,7 @@ PACKAGE = REPO_ROOT / "prime_runs_spool"
 
 #: The layers, lowest first: each may import itself and the layers before it, never one
 #: after it. The same order is stated in docs/architecture.md.
-LAYERS = ["errors", "spool", "store", "content", "platform_api", "sync", "runner", "importer", "viewer", "local_platform"]
+LAYERS = ["errors", "spool", "store", "content", "platform_api", "sync", "runner", "importer", "export", "viewer", "local_platform"]
 
 #: Modules that belong to the lowest layer with errors.py: they import nothing of ours.
 BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors"}

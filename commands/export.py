@@ -1,0 +1,60 @@
+"""``prime-runs export PATH|URL... -o FILE``: the runs' results as one table file.
+
+Thin: the work is ``prime_runs_spool.export.tables``; this module checks the options and
+prints what was written. Exit codes (docs/cli.md): 0 every run exported whole; 1 a run
+could not be read whole (its rows before the damage are in the file), eval outputs without
+a spool were found (named with the ``prime-runs import`` command), or nothing was found; 2
+bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commands.output import fail_usage, require_paths
+from commands.sync_store import PathOrURL, store_urls
+from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
+
+
+@click.command("export")
+@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path, readable=False))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The file to write (replaced whole once the table is complete).")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default=None,
+              help="The file's format (default: from its suffix, .parquet, .csv or .jsonl).")
+@click.option("--runs", "per_run", is_flag=True, help="One row per run instead of one per episode.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON document.")
+def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as_json: bool) -> None:
+    """Write the episodes of every run under PATHS (folders or store URLs) as a table: one
+    row per episode (or per run, with --runs), each metric its own column, values as the
+    spool stores them (credentials masked). Parquet needs pyarrow:
+    pip install 'prime-runs-spool[export]'."""
+    from prime_runs_spool.errors import ExportSetupError, NoSuchPathError, StoreError, StoreSetupError
+    from prime_runs_spool.export.tables import export_file
+
+    targets = [*require_paths(p for p in paths if not isinstance(p, str)), *store_urls(paths)]
+    try:
+        report = export_file(targets, out, fmt, per_run=per_run)
+    except (ExportSetupError, StoreSetupError, NoSuchPathError) as exc:
+        fail_usage(str(exc))
+    except StoreError as exc:
+        click.echo(f"prime-runs: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    except OSError as exc:  # the output file: its folder read-only, the disk full
+        click.echo(f"prime-runs: {exc.filename or out}: cannot be written ({exc.strerror or exc})", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    written = report.runs > 0
+    if as_json:
+        click.echo(json.dumps({"ok": not report.problems, "output": str(out) if written else None,
+                               "runs": report.runs, "rows": report.rows, "columns": report.columns,
+                               "problems": report.problems}))
+    elif written:
+        click.echo(f"exported {report.rows} row(s) from {report.runs} run(s) to {out}")
+    for problem in report.problems:
+        click.echo(f"prime-runs: {problem}", err=True)
+    sys.exit(EXIT_RUN_FAILED if report.problems or not written else EXIT_OK)

@@ -1,0 +1,223 @@
+"""Where rows go: a Parquet, CSV or JSONL file, written row by row, or a pandas DataFrame.
+
+A file sink holds at most one Parquet row group (:data:`ROW_GROUP_ROWS` rows, or fewer once
+their text reaches :data:`ROW_GROUP_TEXT_BYTES`); CSV and JSONL hold one row. The file is
+written beside its destination under a temporary name, readable by its owner only (it holds
+what the spool holds), and renamed into place when the table is whole, so a reader never
+opens half a table and a failed export leaves the old file as it was.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from prime_runs_spool.errors import ExportSetupError
+from prime_runs_spool.export.columns import BOOL, FLOAT, INT, TEXT, Column
+
+FORMATS = ("parquet", "csv", "jsonl")
+#: Rows per Parquet row group, at most...
+ROW_GROUP_ROWS = 10_000
+#: ...and the text (prompts, answers) a row group holds before it is written anyway.
+ROW_GROUP_TEXT_BYTES = 8 * 1024 * 1024
+#: The extra that brings pyarrow.
+PARQUET_EXTRA = "pip install 'prime-runs-spool[export]'"
+
+
+class Sink(Protocol):
+    def write(self, row: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+def format_of(path: Path, given: str | None) -> str:
+    """The format asked for, else the one the file's suffix names."""
+    if given:
+        return given
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix in FORMATS:
+        return suffix
+    raise ExportSetupError(f"{path}: say which format with --format {'|'.join(FORMATS)} (or name the file "
+                           f"*.parquet, *.csv or *.jsonl)")
+
+
+def open_sink(path: Path, fmt: str, columns: list[Column]) -> Sink:
+    if fmt == "parquet":
+        return ParquetSink(path, columns)
+    if fmt == "csv":
+        return CsvSink(path, columns)
+    if fmt == "jsonl":
+        return JsonlSink(path, columns)
+    raise ExportSetupError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+
+
+def require_pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ExportSetupError(f"Parquet needs pyarrow: {PARQUET_EXTRA} (or export --format csv or jsonl)") from None
+    return pyarrow
+
+
+class _FileSink:
+    """The temporary file beside the destination, renamed into place by :meth:`close`."""
+
+    def __init__(self, path: Path, columns: list[Column]) -> None:
+        self.path = path
+        self.columns = columns
+        self.names = [column.name for column in columns]
+        folder = path.parent
+        if not folder.is_dir():
+            raise ExportSetupError(f"{path}: its folder {folder} does not exist")
+        self.temp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+    def _finish(self) -> None:
+        os.replace(self.temp, self.path)
+
+    def discard(self) -> None:
+        try:
+            os.unlink(self.temp)
+        except FileNotFoundError:
+            pass
+
+
+class JsonlSink(_FileSink):
+    def __init__(self, path: Path, columns: list[Column]) -> None:
+        super().__init__(path, columns)
+        self.file = os.fdopen(self.fd, "wb", buffering=1 << 20)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.file.write(orjson.dumps({name: row.get(name) for name in self.names}) + b"\n")
+
+    def close(self) -> None:
+        self.file.close()
+        self._finish()
+
+    def discard(self) -> None:
+        self.file.close()
+        super().discard()
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return value
+
+
+class CsvSink(_FileSink):
+    """RFC 4180: a header row, CRLF line ends, fields quoted where they hold a comma, a quote, a CR or an LF;
+    an empty field is a missing value, ``true``/``false`` a boolean."""
+
+    def __init__(self, path: Path, columns: list[Column]) -> None:
+        super().__init__(path, columns)
+        self.file = os.fdopen(self.fd, "w", encoding="utf-8", newline="", buffering=1 << 20)
+        self.writer = csv.writer(self.file, lineterminator="\r\n")  # so a lone \r in a field is quoted too
+        self.writer.writerow(self.names)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.writer.writerow([_csv_value(row.get(name)) for name in self.names])
+
+    def close(self) -> None:
+        self.file.close()
+        self._finish()
+
+    def discard(self) -> None:
+        self.file.close()
+        super().discard()
+
+
+def arrow_schema(columns: list[Column]) -> Any:
+    pa = require_pyarrow()
+    types = {TEXT: pa.string(), INT: pa.int64(), FLOAT: pa.float64(), BOOL: pa.bool_()}
+    return pa.schema([pa.field(column.name, types[column.kind]) for column in columns])
+
+
+class ParquetSink(_FileSink):
+    """One schema for the whole file (the columns are known before the first row); rows are
+    gathered column by column and written a row group at a time."""
+
+    def __init__(self, path: Path, columns: list[Column]) -> None:
+        pa = require_pyarrow()
+        import pyarrow.parquet as pq
+
+        super().__init__(path, columns)
+        self.pa = pa
+        self.schema = arrow_schema(columns)
+        self.file = os.fdopen(self.fd, "wb")
+        self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+        self.text_columns = [column.name for column in columns if column.kind == TEXT]
+        self._reset()
+
+    def _reset(self) -> None:
+        self.buffer: dict[str, list[Any]] = {name: [] for name in self.names}
+        self.rows = 0
+        self.text_bytes = 0
+
+    def write(self, row: dict[str, Any]) -> None:
+        for name, values in self.buffer.items():
+            values.append(row.get(name))
+        for name in self.text_columns:
+            value = row.get(name)
+            if value is not None:
+                self.text_bytes += len(value)
+        self.rows += 1
+        if self.rows >= ROW_GROUP_ROWS or self.text_bytes >= ROW_GROUP_TEXT_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            batch = self.pa.record_batch([self.buffer[name] for name in self.names], schema=self.schema)
+            self.writer.write_batch(batch)
+            del batch
+        self._reset()
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+        self.file.close()
+        self._finish()
+
+    def discard(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            self.file.close()
+            super().discard()
+
+
+class FrameSink:
+    """Rows gathered column by column for a pandas DataFrame (which holds them all)."""
+
+    _DTYPES = {TEXT: "string", INT: "Int64", FLOAT: "float64", BOOL: "boolean"}
+
+    def __init__(self, columns: list[Column]) -> None:
+        self.columns = columns
+        self.buffer: dict[str, list[Any]] = {column.name: [] for column in columns}
+
+    def write(self, row: dict[str, Any]) -> None:
+        for name, values in self.buffer.items():
+            values.append(row.get(name))
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        data = {}
+        for column in self.columns:
+            values = self.buffer[column.name]
+            if column.kind == FLOAT:
+                values = [float("nan") if value is None else value for value in values]
+            data[column.name] = pd.array(values, dtype=self._DTYPES[column.kind])
+        return pd.DataFrame(data, columns=[column.name for column in self.columns])

@@ -1,0 +1,319 @@
+"""``prime-runs export`` and ``samples_df`` / ``runs_df``: the results of runs as tables.
+
+The tables are read back by DuckDB and pandas, never by the code that wrote them, and
+checked against what the spools themselves say: each run's episode count and its summary
+(content/summary.py) computed from the spool's own episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET
+from prime_runs_spool.content.summary import compute_summary
+from prime_runs_spool.content.supersede import superseded_in_run
+from prime_runs_spool.export.tables import export_file
+from prime_runs_spool.spool.format import EPISODE, SEAL
+from prime_runs_spool.spool.layout import find_runs, segment_path
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.writer import SegmentWriter
+from support.env import CLI, child_env
+from support.runs import RunBuilder, build_run, manifest_for
+
+duckdb = pytest.importorskip("duckdb")
+pd = pytest.importorskip("pandas")
+pytest.importorskip("pyarrow")
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUTS = ROOT / "fixtures" / "outputs"
+#: The cleartext credentials fixtures/make_outputs.py wrote into judge-credentials' config.
+JUDGE_SECRETS = ("3f1c2b9e8d7a6f50.access", "cfs_EXAMPLE_NOT_A_REAL_SECRET", "hf_EXAMPLE_NOT_A_REAL_TOKEN")
+
+
+def export(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(CLI + ["export", *args], capture_output=True, text=True, timeout=120, env=child_env(),
+                          cwd=cwd)
+
+
+def read(table: Path) -> str:
+    """The DuckDB table function that reads ``table`` by its suffix."""
+    function = {".parquet": "read_parquet", ".csv": "read_csv", ".jsonl": "read_json"}[table.suffix]
+    return f"{function}('{table}')"
+
+
+def spool_truth(run_dir: Path) -> tuple[str, int, dict, dict | None]:
+    """(run id, effective episodes, summary of them, the seal's summary) from the spool itself."""
+    superseded = superseded_in_run(run_dir)
+    episodes, seal, run_id = [], None, None
+    for record in iter_records(run_dir):
+        if record.type == EPISODE and record.data.get("id") not in superseded:
+            episodes.append(record.data)
+        elif record.type == SEAL:
+            seal = record.data
+        elif record.type == "manifest" and run_id is None:
+            run_id = record.data["run_id"]
+    return run_id, len(episodes), compute_summary(episodes), (seal or {}).get("summary")
+
+
+def test_duckdb_reads_the_parquet_and_its_sums_are_the_spools_summaries(tmp_path: Path) -> None:
+    out = tmp_path / "samples.parquet"
+    result = export(str(OUTPUTS), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    runs = list(find_runs([OUTPUTS]))
+    assert result.stdout.startswith(f"exported ") and f"from {len(runs)} run(s)" in result.stdout
+    by_run = {row[0]: row[1:] for row in duckdb.sql(
+        f"SELECT run_id, count(*), sum(reward), avg(reward), avg(\"metric:correct\") FROM '{out}' GROUP BY run_id"
+    ).fetchall()}
+    assert len(by_run) == len(runs)
+    for run_dir in runs:
+        run_id, count, summary, sealed = spool_truth(run_dir)
+        rows, reward_sum, reward_mean, correct_mean = by_run[run_id]
+        assert rows == count
+        # one trainable trace per episode here: the rows' mean is the run summary's
+        assert math.isclose(reward_mean, summary["avg_reward"])
+        assert math.isclose(reward_sum, summary["avg_reward"] * count)
+        assert math.isclose(correct_mean, summary["avg_metrics"]["correct"])
+        if sealed is not None:
+            assert math.isclose(reward_mean, sealed["avg_reward"])
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+def test_csv_and_jsonl_hold_the_same_rows_as_the_parquet(tmp_path: Path) -> None:
+    tables = {}
+    for fmt in ("parquet", "csv", "jsonl"):
+        out = tmp_path / f"samples.{fmt}"
+        assert export(str(OUTPUTS), "-o", str(out)).returncode == 0
+        tables[fmt] = duckdb.sql(
+            f"SELECT run_id, episode_id, rollout, reward, \"metric:correct\", ok, prompt_tokens, prompt, final_answer "
+            f"FROM {read(out)} ORDER BY run_id, episode_id").fetchall()
+    assert tables["parquet"] and tables["csv"] == tables["parquet"] and tables["jsonl"] == tables["parquet"]
+    header = (tmp_path / "samples.csv").read_text().splitlines()[0].split(",")
+    assert header[:8] == ["run_id", "run_name", "model", "environment", "episode_id", "example_id", "rollout", "reward"]
+    assert "metric:correct" in header and header[-3:] == ["prompt", "final_answer", "reference_answer"]
+
+
+def test_runs_table_has_a_row_per_run_with_its_summary(tmp_path: Path) -> None:
+    out = tmp_path / "runs.parquet"
+    result = export(str(OUTPUTS), "--runs", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = {row[0]: row[1:] for row in duckdb.sql(
+        f"SELECT run_id, episodes, avg_reward, \"metric:correct\", status FROM '{out}'").fetchall()}
+    for run_dir in find_runs([OUTPUTS]):
+        run_id, count, summary, sealed = spool_truth(run_dir)
+        episodes, avg_reward, correct, status = rows[run_id]
+        assert episodes == count
+        expected = sealed if sealed is not None else summary
+        assert math.isclose(avg_reward, expected["avg_reward"])
+        assert math.isclose(correct, expected["avg_metrics"]["correct"])
+    assert rows["fixture-gsm8k-crashed-torn"][3] == "torn" and rows["fixture-gsm8k-failed"][3] == "failed"
+
+
+def test_masked_values_stay_masked_in_every_format(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "in" / "synthetic", "export-masked", 5)  # episodes masked at append
+    shutil.copytree(OUTPUTS / "judge-credentials", tmp_path / "in" / "judge-credentials")
+    for fmt in ("parquet", "csv", "jsonl"):
+        for table in ((), ("--runs",)):
+            out = tmp_path / f"t{len(table)}.{fmt}"
+            assert export_file([tmp_path / "in"], out, per_run=bool(table)).problems == []
+            cells = "\n".join(str(v) for row in duckdb.sql(f"SELECT * FROM {read(out)}").fetchall() for v in row)
+            for secret in (*JUDGE_SECRETS, FAKE_HEADER_SECRET, FAKE_ENV_SECRET):
+                assert secret not in cells and secret.encode() not in out.read_bytes()
+            if table:  # the runs' configs are exported as stored: masked where they were masked
+                [(config,)] = duckdb.sql(f"SELECT config FROM {read(out)} "
+                                         "WHERE run_id = 'fixture-judge-credentials'").fetchall()
+                headers = json.loads(config)["client"]["headers"]
+                assert headers == {"CF-Access-Client-Id": "***", "CF-Access-Client-Secret": "***"}
+    assert builder.ids
+
+
+def test_plain_eval_outputs_are_named_with_the_import_command(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "fixtures" / "eval_outputs" / "vf040-completed", tmp_path / "in" / "vf040-completed")
+    shutil.copytree(OUTPUTS / "gsm8k-completed", tmp_path / "in" / "gsm8k-completed")
+    out = tmp_path / "s.jsonl"
+    result = export(str(tmp_path / "in"), "-o", str(out))
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line == (f"prime-runs: {tmp_path / 'in' / 'vf040-completed'}: eval outputs without a spool; "
+                    f"spool them first: prime-runs import {tmp_path / 'in' / 'vf040-completed'}")
+    assert len(out.read_text().splitlines()) == 6  # the spooled run is exported all the same
+
+
+def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp_path: Path) -> None:
+    good = build_run(tmp_path / "in" / "good", "export-good", 4)
+    bad = build_run(tmp_path / "in" / "bad", "export-bad", 6)
+    segment = segment_path(bad.run_dir, 1)
+    lines = segment.read_bytes().splitlines(keepends=True)
+    damaged = bytearray(lines[5])  # header, manifest, 3 episodes intact; the 4th damaged
+    damaged[len(damaged) // 2] ^= 0x01
+    segment.write_bytes(b"".join(lines[:5]) + bytes(damaged) + b"".join(lines[6:]))
+    out = tmp_path / "s.csv"
+    result = export(str(tmp_path / "in"), "-o", str(out))
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"prime-runs: {segment}: corrupt at byte ") and "rows before it were exported" in line
+    frame = pd.read_csv(out)
+    assert frame.groupby("run_id").size().to_dict() == {"export-bad": 3, "export-good": 4}
+    assert good.ids
+
+
+def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    build_run(tmp_path / "run", "export-usage", 2)
+    for args, words in ((["-o", str(tmp_path / "x.txt")], "--format"),
+                        (["-o", str(tmp_path / "no" / "x.csv")], "does not exist"),
+                        (["--format", "xml", "-o", str(tmp_path / "x")], "xml")):
+        result = export(str(tmp_path / "run"), *args)
+        assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+    missing = export(str(tmp_path / "nowhere"), "-o", str(tmp_path / "x.csv"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = export(str(empty), "-o", str(tmp_path / "x.csv"))
+    assert nothing.returncode == 1 and "nothing found" in nothing.stderr and not (tmp_path / "x.csv").exists()
+
+
+def test_parquet_without_pyarrow_says_which_extra(tmp_path: Path) -> None:
+    build_run(tmp_path / "run", "export-noarrow", 2)
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.argv = ['prime-runs'] + sys.argv[1:]; "
+            "from commands.cli import main; main()")
+    result = subprocess.run([sys.executable, "-c", code, "export", str(tmp_path / "run"), "-o",
+                             str(tmp_path / "s.parquet")], capture_output=True, text=True, env=child_env())
+    assert result.returncode == 2 and "pip install 'prime-runs-spool[export]'" in result.stderr, result.stderr
+    assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_samples_df_and_runs_df_match_the_exported_file(tmp_path: Path) -> None:
+    from prime_runs_spool import runs_df, samples_df
+
+    out = tmp_path / "s.parquet"
+    assert export(str(OUTPUTS), "-o", str(out)).returncode == 0
+    frame = samples_df(OUTPUTS)
+    stored = pd.read_parquet(out)
+    assert list(frame.columns) == list(stored.columns) and len(frame) == len(stored)
+    assert frame["reward"].sum() == stored["reward"].sum()
+    assert frame["episode_id"].tolist() == stored["episode_id"].tolist()
+    runs = runs_df([OUTPUTS / "gsm8k-completed", OUTPUTS / "gsm8k-failed"])
+    assert sorted(runs["status"]) == ["completed", "failed"] and runs["episodes"].sum() == len(
+        frame[frame["run_id"].isin(["fixture-gsm8k-completed", "fixture-gsm8k-failed"])])
+
+
+def test_samples_df_raises_for_a_run_it_cannot_read_whole_unless_told_not_to(tmp_path: Path) -> None:
+    from prime_runs_spool import samples_df
+    from prime_runs_spool.errors import ExportError
+
+    shutil.copytree(ROOT / "fixtures" / "eval_outputs" / "vf040-completed", tmp_path / "vf")
+    with pytest.raises(ExportError, match="prime-runs import"):
+        samples_df(tmp_path)
+    build_run(tmp_path / "run", "export-df", 3)
+    with pytest.warns(UserWarning, match="prime-runs import"):
+        assert len(samples_df(tmp_path, strict=False)) == 3
+
+
+def test_a_live_run_is_read_to_the_same_records_by_both_passes(tmp_path: Path) -> None:
+    """What a writer appends between the two passes (a new metric name included) waits for
+    the next export: every row written has a column for each of its metrics."""
+    from prime_runs_spool.export import tables
+    from prime_runs_spool.export.reading import find
+
+    builder = RunBuilder(tmp_path / "live", "export-live")
+    builder.open_segment()
+    builder.add(4)
+    found = find([tmp_path / "live"])
+    report = tables.ExportReport()
+    plan = tables._plan_samples(found.runs, report.problems)
+    episode = {"id": "late", "ok": True, "traces": [{"task": {"data": {"idx": 99}}, "agent": {"trainable": True},
+                                                      "metrics": {"late_metric": 1.0}}]}
+    builder.writer.append("episode", episode, {"episode_id": "late", "rollout_number": 1})
+    builder.wait_for_mark()
+    rows = list(tables._sample_rows(found.runs, plan, report))
+    assert len(rows) == 4 and "late_metric" not in plan.names and not report.problems
+    builder.seal()
+    assert len(tables.samples_df(tmp_path / "live")) == 5  # the next export has it
+
+
+def test_export_from_a_folder_url_equals_the_local_export(tmp_path: Path) -> None:
+    build_run(tmp_path / "bucket" / "outputs" / "run-a", "export-url-a", 3)
+    build_run(tmp_path / "bucket" / "outputs" / "run-b", "export-url-b", 2)
+    local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
+    assert export(str(tmp_path / "bucket" / "outputs"), "-o", str(local)).returncode == 0
+    result = export(f"file://{tmp_path}/bucket/outputs", "-o", str(remote))
+    assert result.returncode == 0, result.stderr
+    assert remote.read_text() == local.read_text() and len(local.read_text().splitlines()) == 5
+
+
+METRIC_NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+VALUES = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6))
+TEXTS = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(episodes=st.lists(st.tuples(st.dictionaries(METRIC_NAMES, VALUES, max_size=4), TEXTS, TEXTS),
+                         min_size=1, max_size=5))
+def test_any_metric_names_values_and_texts_read_back_the_same_in_every_format(tmp_path_factory, episodes) -> None:
+    """Metric names with quotes, commas, line breaks or nothing at all; non-finite values
+    (empty, as the spool holds them: null); prompts and answers of any text: each format
+    reads back as what the spool holds."""
+    folder = tmp_path_factory.mktemp("hyp")
+    writer = SegmentWriter.create(folder / "run", "hyp-run")
+    writer.append("manifest", manifest_for("hyp-run"))
+    expected = []
+    for n, (metrics, prompt, answer) in enumerate(episodes):
+        trace = {"task": {"data": {"idx": n, "prompt": prompt}}, "agent": {"trainable": True}, "metrics": metrics,
+                 "nodes": [{"message": {"role": "user", "content": prompt}},
+                           {"parent": 0, "message": {"role": "assistant", "content": answer}}]}
+        writer.append("episode", {"id": f"e{n}", "ok": True, "traces": [trace]}, {"episode_id": f"e{n}",
+                                                                                  "rollout_number": 1})
+        numbers = {name: (float(v) if v is not None and math.isfinite(v) else None) for name, v in metrics.items()}
+        expected.append((f"e{n}", prompt, answer, numbers))
+    writer.seal("completed")
+    names = list(dict.fromkeys(name for _, _, _, numbers in expected for name in numbers))
+    for fmt in ("parquet", "csv", "jsonl"):
+        out = folder / f"t.{fmt}"
+        report = export_file([folder / "run"], out)  # in this process: a hundred examples in seconds
+        assert (report.rows, report.problems) == (len(episodes), [])
+        if fmt == "parquet":
+            frame = pd.read_parquet(out)
+        elif fmt == "csv":
+            frame = pd.read_csv(out, dtype=str, keep_default_na=False)
+        else:
+            frame = pd.DataFrame([json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]])
+        assert [c for c in frame.columns if c.startswith("metric:")] == [f"metric:{name}" for name in names]
+        for (episode_id, prompt, answer, numbers), (_, row) in zip(expected, frame.iterrows()):
+            assert row["episode_id"] == episode_id
+            assert (row["prompt"], row["final_answer"]) == (prompt, answer) or fmt == "csv" and (
+                (row["prompt"], row["final_answer"]) == (prompt or "", answer or ""))
+            for name in names:
+                cell = row[f"metric:{name}"]
+                want = numbers.get(name)
+                if fmt == "csv":
+                    assert cell == ("" if want is None else repr(want))
+                elif want is None:
+                    assert cell is None or (isinstance(cell, float) and math.isnan(cell))
+                else:
+                    assert cell == want
+
+
+@pytest.mark.slow
+def test_export_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
+    """Peak RSS of an export of 12,000 episodes of ~4 KB (about 45 MB of spool) against one
+    of 1,200: a run is never held, so ten times the episodes cost little more memory."""
+    peaks = {}
+    for count in (1_200, 12_000):
+        build_run(tmp_path / f"run-{count}", f"export-mem-{count}", count, size=4_000)
+        for fmt in ("parquet", "csv"):
+            peak_file = tmp_path / f"peak-{count}-{fmt}"
+            subprocess.run([sys.executable, str(ROOT / "fixtures" / "peak_rss.py"), str(peak_file), *CLI, "export",
+                            str(tmp_path / f"run-{count}"), "-o", str(tmp_path / f"out-{count}.{fmt}")],
+                           check=True, env=child_env(), capture_output=True)
+            peaks[count, fmt] = int(peak_file.read_text()) / 1024
+    for fmt in ("parquet", "csv"):
+        assert peaks[12_000, fmt] - peaks[1_200, fmt] < 40, peaks  # holding the run: hundreds of MB more
+    assert os.path.getsize(tmp_path / "out-12000.csv") > 12_000 * 2_000
