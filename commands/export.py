@@ -18,6 +18,7 @@ import click
 
 from commands.output import fail_usage, require_paths
 from commands.sync_store import PathOrURL, store_urls
+from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -29,7 +30,10 @@ from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
               help="The file's format (default: from its suffix, .parquet, .csv or .jsonl).")
 @click.option("--runs", "per_run", is_flag=True, help="One row per run instead of one per episode.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON document.")
-def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as_json: bool) -> None:
+@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as_json: bool,
+           state_dir: Path | None) -> None:
     """Write the episodes of every run under PATHS (folders or store URLs) as a table: one
     row per episode (or per run, with --runs), each metric its own column, values as the
     spool stores them (credentials masked). Parquet needs pyarrow:
@@ -39,7 +43,7 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
 
     targets = [*require_paths(p for p in paths if not isinstance(p, str)), *store_urls(paths)]
     try:
-        report = export_file(targets, out, fmt, per_run=per_run)
+        report = export_file(targets, out, fmt, per_run=per_run, state_dir=default_state_dir(state_dir))
     except (ExportSetupError, StoreSetupError, NoSuchPathError) as exc:
         fail_usage(str(exc))
     except StoreError as exc:

@@ -145,6 +145,15 @@ def test_plain_eval_outputs_are_named_with_the_import_command(tmp_path: Path) ->
     assert line == (f"prime-runs: {tmp_path / 'in' / 'vf040-completed'}: eval outputs without a spool; "
                     f"spool them first: prime-runs import {tmp_path / 'in' / 'vf040-completed'}")
     assert len(out.read_text().splitlines()) == 6  # the spooled run is exported all the same
+    state = tmp_path / "state"
+    imported = subprocess.run(CLI + ["import", str(tmp_path / "in" / "vf040-completed"), "--state-dir", str(state)],
+                              capture_output=True, text=True, env=child_env())
+    assert imported.returncode == 0, imported.stderr
+    again = export(str(tmp_path / "in"), "--state-dir", str(state), "-o", str(out))
+    assert again.returncode == 0, again.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    episodes = len((tmp_path / "in" / "vf040-completed" / "traces.jsonl").read_text().splitlines())
+    assert len(rows) == 6 + episodes and {row["run_name"] for row in rows} >= {"gsm8k-completed"}
 
 
 def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp_path: Path) -> None:

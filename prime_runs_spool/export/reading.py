@@ -46,20 +46,23 @@ class Found:
     problems: list[str] = field(default_factory=list)
 
 
-def find(targets: list[Path | str]) -> Found:
-    """The runs under ``targets`` (local paths, or store URLs given as text)."""
-    from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing
+def find(targets: list[Path | str], state_dir: Path | None = None) -> Found:
+    """The runs under ``targets`` (local paths, or store URLs given as text), and those
+    imported from eval outputs under them into ``state_dir`` (``prime-runs import
+    --state-dir``)."""
+    from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
 
     found = Found()
     local = [Path(t) for t in targets if not isinstance(t, str)]
     for url in (t for t in targets if isinstance(t, str)):
         found.runs += _store_runs(url, found)
     if local:
-        runs = find_runs(local, on_unreadable=lambda path, exc: found.problems.append(unreadable_message(exc, path)))
+        runs = find_runs(spool_roots(local, state_dir),
+                         on_unreadable=lambda path, exc: found.problems.append(unreadable_message(exc, path)))
         found.runs += [ExportRun(str(run_dir), run_dir) for run_dir in runs]
-        for output_dir in not_spooled(local):
+        for output_dir in not_spooled(local, state_dir):
             found.problems.append(f"{output_dir}: eval outputs without a spool; spool them first: "
-                                  f"{import_command(output_dir, None)}")
+                                  f"{import_command(output_dir, state_dir)}")
         for path in paths_with_nothing(local):
             found.problems.append(f"{path}: nothing found: no spool and no eval outputs under it")
     return found

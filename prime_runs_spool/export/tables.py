@@ -149,16 +149,18 @@ def _fill(sink_for: Any, found: Found, per_run: bool) -> tuple[Any, ExportReport
     return sink, report
 
 
-def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *, per_run: bool = False) -> ExportReport:
+def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *, per_run: bool = False,
+                state_dir: Path | None = None) -> ExportReport:
     """Write the samples table (or, ``per_run``, the runs table) of the runs under ``targets``
     (paths, or store URLs as text) to ``out``. Raises :class:`ExportSetupError` before
     reading anything when the export cannot be made as asked; a run that cannot be read
     whole is in ``problems``, and its rows before the damage are in the file. No file is
-    written when no run was found."""
+    written when no run was found. ``state_dir``: where ``prime-runs import --state-dir``
+    keeps the spools of eval outputs under ``targets``."""
     fmt = format_of(out, fmt)
     if fmt == "parquet":
         require_pyarrow()
-    found = find(targets)
+    found = find(targets, state_dir)
     if not found.runs:
         return ExportReport(problems=found.problems)
     sinks: list[Sink] = []
