@@ -64,7 +64,7 @@ def _shot(page, name: str, tmp_path: Path) -> None:
     target = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
     path = target / name
     page.screenshot(path=str(path), type="png")
-    assert path.stat().st_size < 150_000
+    assert path.stat().st_size < 200_000
 
 
 def _status_of(page, key: str) -> str:

@@ -35,6 +35,7 @@ from prime_runs_spool.spool.reader import (
     LIVE, Position, derive_status, iter_records, scan_segment, torn_after, writer_alive,
 )
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
+from prime_runs_spool.viewer.standing import Standing, SyncStates, standing
 
 #: An index that caught up is not re-read more often than this (seconds): a page of many
 #: runs polled every second must not re-open every spool on every poll.
@@ -118,6 +119,11 @@ class RunIndex:
         """The full stored record of ``row`` (masked as stored), read again from its source."""
         raise NotImplementedError
 
+    def standing(self) -> Standing | None:
+        """Where the run stands (``standing.Standing``): written and synced; None when the
+        source keeps no such figures (eval outputs with no spool, the platform's own runs)."""
+        return None
+
     def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
         """Each of ``rows`` with its record, one at a time (a :class:`SpoolError` for a row
         that cannot be read is yielded in its place)."""
@@ -182,10 +188,22 @@ class SpoolIndex(RunIndex):
         self._torn_seen: tuple[tuple[Any, ...], bool] | None = None
         self._seen_shape: tuple[tuple[int, ...], int, int, bool] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
+        self._sync_states: SyncStates | None = None
 
     @property
     def status(self) -> str:
         return UNREADABLE if self.error is not None and not self._corrupt else self._status
+
+    def standing(self) -> Standing:
+        if self._sync_states is None:
+            self._sync_states = SyncStates(self.run_dir)
+        shape = self._seen_shape
+        segments = len(shape[0]) if shape else 0
+        seal = self._seal
+        sealed = None
+        if seal is not None and shape and seal[0] == shape[0][-1]:
+            sealed = str(seal[1].get("status")) if seal[1].get("status") is not None else None
+        return standing(self.rows, segments, sealed, self._sync_states.read())
 
     @property
     def summary(self) -> dict[str, Any]:

@@ -53,7 +53,9 @@ class Pages:
             run.catch_up_in_background()
         shown = dict.fromkeys(run.status for run in runs)
         legend = [(status, meaning(status)) for status in shown if meaning(status)]
-        context = {"links": self.links, "runs": runs, "refresh": fragment_url, "legend": legend}
+        standings = {run.key: run.standing() for run in runs}
+        context = {"links": self.links, "runs": runs, "refresh": fragment_url, "legend": legend,
+                   "standings": standings, "show_synced": any(s is not None for s in standings.values())}
         if params.get("fragment"):
             return render("_runs_table.html", **context)
         return render("runs.html", **context)
@@ -74,6 +76,7 @@ class Pages:
             "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
             "refresh": fragment_url if (run.live or run.behind) else None, "status_meaning": meaning(run.status),
+            "standing": run.standing(),
         }
         if params.get("fragment"):
             return render("_run_body.html", **context)
