@@ -198,3 +198,17 @@ def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, s
     assert [r["state"] for r in reports(synced)] == ["synced"]
     assert_exactly_once(api, builder)
     assert oct(stored.stat().st_mode & 0o777) == "0o600"
+
+
+def test_gs_and_az_urls_open_the_library_store_behind_the_same_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No emulator for ``gs://`` runs here (docs/cli.md): what can be shown is that such a URL
+    is opened by the store library, behind the same ObjectStore calls sync makes on S3 (only
+    ``file://`` is served by the local folder code)."""
+    from obstore.store import AzureStore, GCSStore, S3Store
+
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1")  # Azure names its account
+    for url, kind in (("gs://bucket/outputs", GCSStore), ("az://container/outputs", AzureStore),
+                      ("s3://bucket/outputs", S3Store)):
+        store = ObjectStore(url)
+        assert isinstance(store._store, kind) and store._local is None
+    assert ObjectStore("file:///tmp/outputs")._local is not None
