@@ -19,8 +19,9 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback needs --token.")
-@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to listen on; 0 picks a free one.")
+@click.option("--port", default=None, type=click.IntRange(0, 65535),
+              help="Port to listen on; 0 picks a free one. Default: 7676, or the next free one.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in a browser once it listens.")
 @click.option("--token", default=None, envvar="PRIME_RUNS_VIEW_TOKEN",
               help="Require this token (entered once in the browser) for every page. "
                    "Also read from PRIME_RUNS_VIEW_TOKEN.")
@@ -28,8 +29,8 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
               help="Write a static copy of the pages to this folder and exit, instead of serving.")
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
-def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, export_dir: Path | None,
-         state_dir: Path | None) -> None:
+def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None, export_dir: Path | None,
+         state_dir: Path | None, open_browser: bool) -> None:
     """Serve a web viewer over every run spool under PATHS (default: .), reading the spools
     only: no platform, no network. The first line of stdout is the URL to open. Eval outputs
     with no spool are shown read-only, marked "not spooled", with the command that imports them.
@@ -54,8 +55,9 @@ def view(paths: tuple[Path, ...], host: str, port: int, token: str | None, expor
         return
     try:
         serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,
-                     state_dir=default_state_dir(state_dir))
+                     state_dir=default_state_dir(state_dir), open_in=sys.stderr if open_browser else None)
     except SpoolError as exc:
         fail_usage(f"view: {exc}")
     except OSError as exc:
-        fail_usage(f"view: cannot listen on {host}:{port}: {exc.strerror or exc}")
+        fail_usage(f"view: cannot listen on {host}:{port if port is not None else 'the default port'}: "
+                   f"{exc.strerror or exc}")

@@ -8,11 +8,12 @@ SIGTERM/SIGINT and stops the server cleanly with exit status 0.
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
@@ -43,6 +44,18 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_first_free(host: str, ports: Sequence[int]) -> socket.socket:
+    """A listening socket on the first of ``ports`` that is free on ``host``: a port in use
+    (``EADDRINUSE``) moves on to the next; any other failure, or the last port's, raises."""
+    for port in ports[:-1]:
+        try:
+            return bind_socket(host, port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+    return bind_socket(host, ports[-1])
+
+
 def base_url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -51,10 +64,12 @@ def base_url_of(sock: socket.socket) -> str:
 class EmbeddedServer:
     """``app`` served by uvicorn in a thread on ``host:port`` for the ``with`` block."""
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "prime-runs-server") -> None:
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int | Sequence[int] = 0,
+                 name: str = "prime-runs-server") -> None:
+        """``port``: one port (0: any free one), or ports to try in order (the first free)."""
         self.app = app
         self.host = host
-        self.port = port
+        self.ports = [port] if isinstance(port, int) else list(port)
         self.name = name
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -71,7 +86,7 @@ class EmbeddedServer:
 
     def __enter__(self) -> EmbeddedServer:
         try:
-            self._sock = bind_socket(self.host, self.port)
+            self._sock = bind_first_free(self.host, self.ports)
             # proxy_headers off: uvicorn would otherwise take X-Forwarded-For from 127.0.0.1 as
             # the client's address, and the login throttle (viewer/auth.py) counts by it.
             config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
@@ -106,8 +121,10 @@ class EmbeddedServer:
         self._server = self._thread = self._sock = None
 
 
-def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], str] = lambda url: url) -> None:
-    """Enter ``server``, print its URL as the first line of ``out``, serve until SIGTERM/SIGINT."""
+def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], str] = lambda url: url,
+                        then: Callable[[str], None] | None = None) -> None:
+    """Enter ``server``, print its URL as the first line of ``out``, serve until SIGTERM/SIGINT.
+    ``then``: called with that URL once it is printed (in a thread of its own)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -116,16 +133,49 @@ def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], st
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with server:
-        out.write(first_line(server.base_url) + "\n")
+        url = first_line(server.base_url)
+        out.write(url + "\n")
         out.flush()
+        if then is not None:
+            threading.Thread(target=then, args=(url,), name="prime-runs-view-open", daemon=True).start()
         while not stop.wait(0.5):
             if not server.is_alive():
                 raise RuntimeError("the server stopped unexpectedly")  # surfaces as exit 1 with its reason
 
 
-def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 out: TextIO, state_dir: Any = None) -> None:
+#: ``prime-runs view``'s port when none is given: the same every time, so a bookmark or an
+#: open tab keeps working across restarts; taken, the next of VIEW_PORT_TRIES, then any free one.
+DEFAULT_VIEW_PORT = 7676
+VIEW_PORT_TRIES = 10
+
+
+def view_ports(port: int | None) -> list[int]:
+    """The ports ``prime-runs view`` tries: ``port`` alone when given (0: any free one),
+    else the default, the ones after it, then any free one."""
+    if port is not None:
+        return [port]
+    return [*range(DEFAULT_VIEW_PORT, DEFAULT_VIEW_PORT + VIEW_PORT_TRIES), 0]
+
+
+def open_browser(url: str, err: TextIO) -> None:
+    """Open ``url`` in the user's browser (``$BROWSER``, else the system's); say so when none
+    could be started, rather than fail: the URL is on the first line of stdout anyway."""
+    import webbrowser
+
+    try:
+        opened = webbrowser.open(url)
+    except webbrowser.Error:
+        opened = False
+    if not opened:
+        err.write(f"prime-runs: no browser could be opened; open {url}\n")
+        err.flush()
+
+
+def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
+                 out: TextIO, state_dir: Any = None, open_in: TextIO | None = None) -> None:
     """``prime-runs view``: serve the viewer over the spools under ``paths`` until signalled.
+    ``port``: see :func:`view_ports`. ``open_in``: open the URL in a browser, saying on this
+    stream when none could be.
 
     Raises UnsafeListenError (before binding) for a non-loopback host without a token,
     NoSuchPathError for a path that does not exist, OSError when the address cannot be bound.
@@ -135,5 +185,6 @@ def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int = 0
 
     check_listen(host, token)
     app = create_viewer_app(SpoolSource(paths, state_dir), token=token)
-    run_until_signalled(EmbeddedServer(app, host=host, port=port, name="prime-runs-view"), out,
-                        lambda url: url + "/")
+    then = None if open_in is None else (lambda url: open_browser(url, open_in))
+    run_until_signalled(EmbeddedServer(app, host=host, port=view_ports(port), name="prime-runs-view"), out,
+                        lambda url: url + "/", then)

@@ -1,0 +1,113 @@
+"""``prime-runs view``'s port and ``--open``, as a real process.
+
+The default port is the same every time (a bookmark keeps working); when it is taken, the
+next free one is used rather than failing; an explicit ``--port`` is that port or a usage
+error. ``--open`` starts the user's browser (``$BROWSER``: here a script that records the
+URL it was given and fetches it, as a browser would) once the server answers.
+"""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from support import platform_process
+from support.env import CLI, REPO_ROOT, child_env
+from prime_runs_spool.viewer.server import DEFAULT_VIEW_PORT, VIEW_PORT_TRIES
+
+FIXTURES = REPO_ROOT / "fixtures" / "outputs"
+
+
+def _start(*args: str, **env: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(CLI + ["view", str(FIXTURES), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=child_env(**env))
+    return proc, platform_process.first_line(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.terminate()
+    assert proc.wait(15) == 0, proc.stderr.read()
+    return proc.stderr.read()
+
+
+def _holding(port: int) -> socket.socket | None:
+    """A socket listening on ``port`` (None when someone else already holds it)."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def test_the_default_port_is_stable_and_a_taken_one_falls_back():
+    held = _holding(DEFAULT_VIEW_PORT)
+    try:
+        proc, url = _start()
+        try:
+            port = urlsplit(url).port
+            assert port in range(DEFAULT_VIEW_PORT + 1, DEFAULT_VIEW_PORT + VIEW_PORT_TRIES)
+        finally:
+            _stop(proc)
+    finally:
+        if held is not None:
+            held.close()
+    if held is not None:  # it was free a moment ago: the default is what a user gets
+        proc, url = _start()
+        try:
+            assert url == f"http://127.0.0.1:{DEFAULT_VIEW_PORT}/"
+        finally:
+            _stop(proc)
+
+
+def test_an_explicit_port_that_is_taken_is_a_usage_error():
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    try:
+        port = held.getsockname()[1]
+        done = subprocess.run(CLI + ["view", str(FIXTURES), "--port", str(port)], capture_output=True, text=True,
+                              env=child_env(), timeout=60)
+    finally:
+        held.close()
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_open_starts_the_browser_on_the_viewer(tmp_path):
+    seen = tmp_path / "browser-saw"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!{sys.executable}\n"
+                       "import sys, urllib.request\n"
+                       "url = sys.argv[1]\n"
+                       "status = urllib.request.urlopen(url, timeout=10).status\n"
+                       f"open({str(seen)!r}, 'w').write(url + ' ' + str(status))\n")
+    browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
+    proc, url = _start("--port", "0", "--open", BROWSER=str(browser))
+    try:
+        deadline = time.monotonic() + 30
+        while not seen.exists() or not seen.read_text():
+            assert time.monotonic() < deadline, "the browser was not started"
+            time.sleep(0.05)
+        assert seen.read_text() == f"{url} 200"
+    finally:
+        _stop(proc)
+
+
+def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path):
+    proc, url = _start("--port", "0", "--open", BROWSER=str(tmp_path / "no-such-browser"), PATH=str(tmp_path),
+                       DISPLAY="", WAYLAND_DISPLAY="")
+    import httpx
+
+    try:
+        assert httpx.get(url, timeout=10).status_code == 200
+    finally:
+        err = _stop(proc)
+    assert f"no browser could be opened; open {url}" in err
