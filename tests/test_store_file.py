@@ -212,3 +212,33 @@ def test_gs_and_az_urls_open_the_library_store_behind_the_same_calls(monkeypatch
         store = ObjectStore(url)
         assert isinstance(store._store, kind) and store._local is None
     assert ObjectStore("file:///tmp/outputs")._local is not None
+
+
+def test_a_fifo_put_where_an_object_was_listed_is_an_error_not_a_hang(folder_url: str, tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from prime_runs_spool.errors import StoreError
+
+    store = ObjectStore(folder_url)
+    etag = store.create("run/spool/seg-000001.jsonl", b"0123456789")
+    path = tmp_path / "bucket" / "outputs" / "run" / "spool" / "seg-000001.jsonl"
+    path.unlink()
+    os.mkfifo(path)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.read_range("run/spool/seg-000001.jsonl", 0, 5, etag)
+        except BaseException as exc:  # noqa: BLE001 (the test inspects it)
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():  # let the blocked open return, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        raise AssertionError("a read of a FIFO blocked")
+    assert len(outcome) == 1 and isinstance(outcome[0], StoreError)
+    with pytest.raises(StoreError):  # nor is it read as a small object (a state, a lease)
+        store.read("run/spool/seg-000001.jsonl")

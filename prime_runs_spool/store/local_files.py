@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from prime_runs_spool.errors import StoreConflict, StoreSetupError
+from prime_runs_spool.spool.layout import make_private_dir
 from prime_runs_spool.store.objects import ObjectInfo
 
 #: Where a write is prepared before it lands, beside its object; never listed as an object.
@@ -98,10 +99,13 @@ class LocalFiles:
 
     def read_range(self, key: str, start: int, end: int, etag: str | None) -> bytes:
         """Bytes ``[start, end)``; :class:`StoreConflict` if the file is no longer ``etag``."""
-        with open(self.path(key), "rb") as f:
-            if etag is not None and etag_of(os.fstat(f.fileno())) != etag:
+        fd = os.open(self.path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO put there never blocks
+        try:
+            if etag is not None and etag_of(os.fstat(fd)) != etag:
                 raise StoreConflict("changed")
-            return os.pread(f.fileno(), end - start, start)
+            return os.pread(fd, end - start, start)
+        finally:
+            os.close(fd)
 
     def create(self, key: str, data: bytes) -> str:
         """Write ``key`` only if there is no file there; its etag."""
@@ -164,7 +168,8 @@ class LocalFiles:
         _sync_folder(target.parent)
 
     def _temp(self, target: Path) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not target.parent.is_dir():
+            make_private_dir(target.parent)  # durably: a new folder's name is fsync'd in its parent
         return target.with_name(f"{TEMP_PREFIX}{target.name}-{os.getpid()}-{secrets.token_hex(6)}")
 
     @staticmethod
