@@ -26,12 +26,15 @@ from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.spool.layout import find_runs, segment_path
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.spool.writer import SegmentWriter
+from support import moto_server
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run, manifest_for
 
 duckdb = pytest.importorskip("duckdb")
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
+
+moto = moto_server.module_fixture()
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = ROOT / "fixtures" / "outputs"
@@ -256,6 +259,21 @@ def test_export_from_a_folder_url_equals_the_local_export(tmp_path: Path) -> Non
     result = export(f"file://{tmp_path}/bucket/outputs", "-o", str(remote))
     assert result.returncode == 0, result.stderr
     assert remote.read_text() == local.read_text() and len(local.read_text().splitlines()) == 5
+
+
+def test_export_from_a_bucket_equals_the_local_export(tmp_path: Path, moto) -> None:
+    from support.store_runs import upload_run
+
+    url = f"s3://{moto.new_bucket()}/outputs"
+    for name in ("gsm8k-completed", "gsm8k-resumed", "judge-credentials"):
+        upload_run(url, OUTPUTS / name, name)
+        shutil.copytree(OUTPUTS / name, tmp_path / "local" / name)
+    local, remote = tmp_path / "local.csv", tmp_path / "remote.csv"
+    assert export(str(tmp_path / "local"), "-o", str(local)).returncode == 0
+    result = subprocess.run(CLI + ["export", url, "-o", str(remote)], capture_output=True, text=True, timeout=120,
+                            env=child_env(**moto.env()))
+    assert result.returncode == 0, result.stderr
+    assert remote.read_bytes() == local.read_bytes() and len(pd.read_csv(local)) == 6 + 6 + 4
 
 
 METRIC_NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
