@@ -174,6 +174,10 @@ def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp
     assert line.startswith(f"prime-runs: {segment}: corrupt at byte ") and "rows before it were exported" in line
     frame = pd.read_csv(out)
     assert frame.groupby("run_id").size().to_dict() == {"export-bad": 3, "export-good": 4}
+    as_json = export(str(tmp_path / "in"), "-o", str(out), "--json")
+    document = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and (document["ok"], document["runs"], document["rows"]) == (False, 2, 7)
+    assert document["problems"] == [line.removeprefix("prime-runs: ")] and "metric:correct" in document["columns"]
     assert good.ids
 
 
