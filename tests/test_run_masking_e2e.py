@@ -179,8 +179,9 @@ def test_no_secret_reaches_any_file_and_everything_else_survives(case: Any) -> N
 
 
 def test_the_property_would_catch_an_unmasked_location(tmp_path: Path) -> None:
-    """The byte check is real: a secret outside the rules does reach the spool."""
-    run = open_run(tmp_path, name="n", config={"client": {"token": "sk-NOTATABLE"}})
+    """The byte check is real: a secret outside the rules (neither at a location nor under
+    a secret-shaped name) does reach the spool."""
+    run = open_run(tmp_path, name="n", config={"client": {"note": "sk-NOTATABLE"}})
     run.finish()
     assert b"sk-NOTATABLE" in all_bytes_under(tmp_path)
 

@@ -1,4 +1,4 @@
-"""Mask credentials by *location*, never by guessing from a key or a value.
+"""Mask credentials by *location*, and by a key's name where the config is free-form.
 
 A verifiers config (and every trace's resolved seat config) can carry a credential in a
 few kinds of places: a client's API key, a headers or query table (``headers``,
@@ -7,6 +7,11 @@ sandbox (``harness.env``, ``env_vars``), and the userinfo of a URL (``user:pass@
 Whatever a key in such a table is called, its value may be a secret, and no key-name
 heuristic can be trusted to spot one, so every value at those locations is replaced by
 :data:`MASK`; keys stay, so a reader still sees that a header was set.
+
+An environment's own arguments have no schema to name locations in: a ``judge_api_key``,
+``hf_token`` or ``db_password`` there is a secret only by its name. So a key whose name is
+secret-shaped (:func:`is_secret_name`) has its value masked too, at any depth of a config:
+the name rule adds to the locations, it never replaces them.
 
 Locations are data (:class:`MaskRules`): patterns over the path from the root, one
 segment per mapping key or list index. A segment is a literal key, ``*`` (exactly one key
@@ -39,7 +44,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 1
+MASKING_VERSION = 2
 
 Pattern = tuple[str, ...]
 _States = frozenset[tuple[int, int]]
@@ -58,13 +63,51 @@ _TABLES: tuple[Pattern, ...] = (
     ("**", "env_vars", "*"),
 )
 
+#: A pattern segment matching one key whose name is secret-shaped (:func:`is_secret_name`),
+#: as ``*`` matches any one key.
+SECRET_NAME = "{secret}"
+
 #: Single values that are a credential, wherever they sit in a config: the API key and
-#: bearer tokens OpenAI-compatible clients take as constructor arguments.
+#: bearer tokens OpenAI-compatible clients take as constructor arguments, and the value of
+#: any key named like a secret (an environment's arguments, any free-form table).
 _VALUES: tuple[Pattern, ...] = (
     ("**", "api_key"),
     ("**", "auth_token"),
     ("**", "azure_ad_token"),
+    ("**", SECRET_NAME),
 )
+
+#: A name whose last word is one of these is secret-shaped: ``hf_token``, ``db_password``,
+#: ``client_secret``, ``credentials``. Only the last word: ``token_budget``,
+#: ``secret_name`` or ``password_file`` name something about a secret, not the secret.
+_SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
+                           "apikey", "authorization", "bearer", "cookie"})
+#: ``key`` is a secret only after one of these: ``api_key``, ``aws_secret_access_key``,
+#: ``private_key``; never ``sort_key`` or ``answer_key``.
+_KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "session",
+                        "master", "client", "account", "service", "subscription", "license", "ssh", "hmac"})
+#: Run together without separators (``openaiapikey``, ``githubtoken``): the name ends in one.
+_SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key called ``name`` is named like a secret: its last word (split at
+    ``_``, ``-``, ``.``, spaces, digits and camelCase) is ``token``, ``password``, ``secret``,
+    ``credentials``... (:data:`_SECRET_WORDS`), or it is ``key`` after ``api``,
+    ``access``, ``private``... (:data:`_KEY_KINDS`), or ``connection_string``; or the name
+    run together ends in ``apikey``, ``token``, ``password``... A name that says it holds
+    the *name* of a secret (``api_key_var``, ``token_env``) or counts something
+    (``max_tokens``) is not."""
+    words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
+    if not words:
+        return False
+    last = words[-1]
+    if last in _SECRET_WORDS:
+        return True
+    if len(words) >= 2 and ((last == "key" and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]):
+        return True
+    return len(words) == 1 and last.endswith(_SECRET_ENDINGS)
 
 #: The credential locations of a verifiers eval config (docs/masking.md, "Where
 #: credentials sit"): any seat, any nesting, no list of seat names.
@@ -195,7 +238,7 @@ class MaskRules:
             segment = pattern[pos]
             if segment == "**":
                 moved.append((rule, pos))
-            elif segment == "*" or segment == text:
+            elif segment == "*" or segment == text or (segment == SECRET_NAME and is_secret_name(text)):
                 moved.append((rule, pos + 1))
         after = self._closure(moved)
         n = len(self.patterns)
@@ -233,7 +276,7 @@ class MaskRules:
         found = self._memo.shapes.get(states)
         if found is None:
             segments = [self._rule(rule)[pos] for rule, pos in states]
-            wild = any(s in ("*", "**") for s in segments)
+            wild = any(s in ("*", "**", SECRET_NAME) for s in segments)  # every key must be looked at
             literals = None if wild else {key: self._step(states, key) for key in segments}
             # Every key steps alike when no literal is live: one step for all of them.
             uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None

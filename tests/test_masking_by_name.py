@@ -1,0 +1,165 @@
+"""Masking by a key's name, where the config is free-form (docs/masking.md, "Secrets by name").
+
+An environment's arguments have no schema: ``judge_api_key``, ``hf_token``, ``db_password``
+or ``aws_secret_access_key`` there are secrets only by their names. Whatever the depth,
+they must not reach the disk (a real run through ``open_run``), nor the platform from a
+spool written before the rule (sync masks it again), while names that only mention a
+secret (``api_key_var``, ``max_tokens``) keep their values.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fixtures.episodes import make_episode
+from prime_runs_spool import open_run
+from prime_runs_spool.content.masking import MASK, MaskRules, find_set_tables, is_secret_name
+from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.spool.writer import SegmentWriter
+from support import platform_process
+from support.env import CLI, child_env
+from test_secrets_travel_e2e import all_bytes
+
+SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key", "HF_TOKEN", "apiKey",
+                "X-Api-Key", "client_secret", "db_password", "credentials", "secretAccessKey", "githubtoken",
+                "openaiapikey", "private_key", "connection_string", "AccountKey", "sas_token", "access_token",
+                "Authorization", "passwd", "password2", "wandb.api_key", "slack-webhook-secret"]
+#: Names that say something about a secret, or count tokens, but do not hold one.
+PLAIN_NAMES = ["max_tokens", "api_key_var", "tokenizer", "token_budget", "secret_name", "password_file",
+               "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model"]
+
+
+def test_which_names_are_secret_shaped() -> None:
+    assert [name for name in SECRET_NAMES if not is_secret_name(name)] == []
+    assert [name for name in PLAIN_NAMES if is_secret_name(name)] == []
+
+
+_PREFIX = st.sampled_from(["", "judge", "hf", "aws", "db", "openai", "my", "prod", "sandbox", "upstream"])
+_BASE = st.sampled_from([["password"], ["token"], ["secret"], ["api", "key"], ["access", "key"],
+                         ["secret", "access", "key"], ["private", "key"], ["credentials"], ["passwd"],
+                         ["client", "secret"], ["auth", "token"], ["access", "token"], ["passphrase"]])
+
+
+@st.composite
+def secret_names(draw: Any) -> str:
+    """A secret-shaped name as people write them: snake, kebab, dotted, UPPER or camelCase."""
+    words = [w for w in [draw(_PREFIX)] if w] + draw(_BASE)
+    style = draw(st.sampled_from(["_", "-", ".", "upper", "camel"]))
+    if style == "upper":
+        return "_".join(words).upper()
+    if style == "camel":
+        return words[0] + "".join(word.capitalize() for word in words[1:])
+    return style.join(words)
+
+
+_PLAIN_KEY = st.sampled_from(["id", "args", "dataset", "split", "judge", "options", "nested", "max_tokens",
+                              "api_key_var", "tokenizer", "seed"])
+_PLAIN_LEAF = st.one_of(st.integers(0, 99), st.sampled_from(["gsm8k", "train", "VISIBLE_VALUE"]))
+
+
+@st.composite
+def env_args(draw: Any) -> tuple[dict, list[str]]:
+    """Free-form environment arguments with secrets under secret-shaped names at random depths
+    (in tables and in lists), and the secret values put there."""
+    root: dict = {name: draw(_PLAIN_LEAF) for name in draw(st.lists(_PLAIN_KEY, unique=True, max_size=3))}
+    secrets: list[str] = []
+    for n in range(draw(st.integers(1, 4))):
+        node: Any = root
+        for _ in range(draw(st.integers(0, 4))):
+            key = draw(_PLAIN_KEY)
+            if draw(st.booleans()):
+                child = node.setdefault(key, [])
+                if not isinstance(child, list):
+                    child = node[key] = []
+                child.append({})
+                node = child[-1]
+            else:
+                child = node.setdefault(key, {})
+                if not isinstance(child, dict):
+                    child = node[key] = {}
+                node = child
+        secret = f"SECRET-{n}-{draw(st.text('abcdef0123456789', min_size=8, max_size=8))}"
+        value = draw(st.sampled_from(["plain", "table", "list"]))
+        node[draw(secret_names())] = {"inner": secret} if value == "table" else [secret] if value == "list" else secret
+        secrets.append(secret)
+    return root, secrets
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=env_args(), seat_case=env_args())
+def test_a_secret_shaped_key_at_any_depth_of_env_args_never_reaches_the_disk(case, seat_case) -> None:
+    args, secrets = case
+    seat_args, seat_secrets = seat_case
+    config = {"model": "m", "max_tokens": 512, "client": {"api_key_var": "PRIME_API_KEY"},
+              "env": {"id": "agentic-judge", "taskset": {"id": "gsm8k", "args": args}}}
+    episode = make_episode(0, run_id="by-name")
+    episode["traces"][0]["agent"]["config"]["env_args"] = seat_args
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = Path(folder) / "run"
+        with open_run(run_dir, name="by-name", environments=["gsm8k"], config=config) as run:
+            run.log_episodes([episode])
+            on_disk = all_bytes(run_dir)  # acknowledged: durable, and masked already
+            run.finish()
+        for secret in secrets + seat_secrets:
+            assert secret.encode() not in on_disk, secret
+        manifest = read_run(run_dir).manifest
+        # what only names a secret, or counts tokens, is kept as it was
+        assert manifest["config"]["max_tokens"] == 512
+        assert manifest["config"]["client"]["api_key_var"] == "PRIME_API_KEY"
+        assert b"VISIBLE_VALUE" in on_disk or b"VISIBLE_VALUE" not in json.dumps([args, seat_args]).encode()
+
+
+def test_a_launch_file_setting_a_secret_by_name_is_left_out() -> None:
+    text = '[env.taskset]\nid = "gsm8k"\njudge_api_key = "sk-judge"\nmax_tokens = 10\n'
+    assert find_set_tables(tomllib.loads(text), MaskRules.defaults_for_config()) == ["env.taskset.judge_api_key"]
+
+
+def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_path: Path) -> None:
+    """Its manifest says masking version 1 (locations only): sync masks its config and its
+    episodes again by today's rules (content/remask.py), and leaves the spool as it was."""
+    from test_remask_e2e import old_manifest
+
+    secret, seat_secret = "sk-OLD-JUDGE-KEY-1234", "hf_OLD_SEAT_TOKEN_5678"
+    manifest = {**old_manifest("old-names"), "masking_version": 1,
+                "config": {"model": "m", "env": {"taskset": {"args": {"judge_api_key": secret, "split": "test"}}}}}
+    manifest.pop("config_source")
+    run_dir = tmp_path / "runs" / "old"
+    writer = SegmentWriter.create(run_dir, "old-names")
+    writer.append("manifest", manifest)
+    items = []
+    for number in range(3):  # episodes as that version wrote them: a seat's env args in clear text
+        episode = make_episode(number, run_id="old-names")
+        episode["traces"][0]["agent"]["config"]["env_args"] = {"hf_token": seat_secret}
+        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
+    writer.append_many(items)
+    writer.seal("completed")
+    written = all_bytes(run_dir)
+    spool_files = [path for _, path in list_segments(run_dir)]
+    assert secret.encode() in written and seat_secret.encode() in written
+    key = "platform-token-not-a-secret"
+    db = tmp_path / "platform" / "platform.db"
+    db.parent.mkdir()
+    with platform_process.running(db, "--token", key) as server:
+        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url,
+                                       "--to", "samples", "--json"],
+                                capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=key))
+        assert result.returncode == 0, result.stdout + result.stderr
+        [report] = json.loads(result.stdout)["runs"]
+        assert (report["state"], report["pushed_now"]) == ("synced", 3), report
+        import httpx
+
+        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {key}"}) as api:
+            metadata = api.get(f"/evaluations/{report['evaluation_id']}").json()["metadata"]
+    assert metadata["env"]["taskset"]["args"] == {"judge_api_key": MASK, "split": "test"}
+    assert secret.encode() not in all_bytes(db.parent) and secret not in result.stdout + result.stderr
+    assert seat_secret.encode() not in all_bytes(db.parent)
+    assert all(path.read_bytes() in written for path in spool_files)  # the user's spool, as it was
