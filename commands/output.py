@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
 import threading
 import time
@@ -43,6 +44,22 @@ class Seconds(click.FloatRange):
                 and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
             message = f"{message} (from {envvar})"
         super().fail(message, param, ctx)
+
+
+class Duration(Seconds):
+    """A duration: seconds, or a number with ``s``, ``m`` or ``h`` (``90``, ``90s``, ``5m``)."""
+
+    name = "duration"
+    UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, str) and value.strip()[-1:].lower() in self.UNITS:
+            text = value.strip()
+            try:
+                value = float(text[:-1]) * self.UNITS[text[-1].lower()]
+            except ValueError:
+                self.fail(f"{value!r} is not a duration (90, 90s, 5m, 1h)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def fail_usage(message: str) -> None:
@@ -112,6 +129,15 @@ def require_paths(paths: Iterable[Path]) -> list[Path]:
     return roots
 
 
+def _stderr_columns() -> int:
+    """The width of the terminal stderr is on (its own: stdout may be a pipe)."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return columns or shutil.get_terminal_size((120, 20)).columns
+
+
 class Progress:
     """A single self-rewriting status line on a terminal; silent otherwise.
 
@@ -126,6 +152,9 @@ class Progress:
         self._clock = clock
         self._shown = ""
         self._drawn_at = 0.0
+        self._totals = ""
+        #: The last retry told, shown after the totals until they move again.
+        self._retry = ""
 
     def update(self, report: Any) -> None:
         if not self.enabled:
@@ -134,15 +163,39 @@ class Progress:
             self._runs[report.path] = report
             pushed = sum(r.pushed_now for r in self._runs.values())
             sent = sum(r.bytes_sent for r in self._runs.values())
-            line = f"syncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
-            now = self._clock()
-            if line == self._shown or now - self._drawn_at < 0.1:
-                return
-            self._shown, self._drawn_at = line, now
-            sys.stderr.write("\r" + line.ljust(72))
-            sys.stderr.flush()
+            totals = f"syncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
+            if totals != self._totals:
+                self._totals, self._retry = totals, ""
+            self._draw(force=False)
+
+    def retrying(self, retry: Any) -> None:
+        """A failed request about to be tried again (sync/retry.py, ``Retry``): on the
+        progress line on a terminal, else one line on stderr, so a platform that is down is
+        never a silent wait (a CI log shows each try)."""
+        if not self.enabled:
+            click.echo(f"prime-runs: {retry.what} failed: {retry.why}; try {retry.attempt + 1} in {retry.delay:.1f} s",
+                       err=True)
+            return
+        with self._lock:  # the reason last: what a narrow terminal cuts is the least needed
+            self._retry = f"try {retry.attempt + 1} in {retry.delay:.1f} s, {retry.what} failed: {retry.why}"
+            self._draw(force=True)
+
+    def _draw(self, *, force: bool) -> None:
+        line = self._totals or "syncing"
+        if self._retry:
+            line = f"{line}; {self._retry}"
+        width = max(20, _stderr_columns() - 1)
+        line = line[:width]
+        now = self._clock()
+        if line == self._shown or (not force and now - self._drawn_at < 0.1):
+            return
+        # Padded with spaces over what the line before showed, as wide as it was.
+        pad = max(72, len(self._shown))
+        self._shown, self._drawn_at = line, now
+        sys.stderr.write("\r" + line.ljust(pad))
+        sys.stderr.flush()
 
     def close(self) -> None:
         if self.enabled and self._shown:
-            sys.stderr.write("\r" + " " * 72 + "\r")
+            sys.stderr.write("\r" + " " * max(72, len(self._shown)) + "\r")
             sys.stderr.flush()

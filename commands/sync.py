@@ -7,29 +7,23 @@ and prints what the library's reports say. The protocol lives in
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from commands.import_ import import_line, nothing_found_message, quiet_library_warnings
-from commands.output import (Progress, Seconds, fail_usage, internal_error, leave, require_paths,
-                            without_unused_http_extras)
-from commands.sync_store import PathOrURL, store_urls, sync_urls
-from prime_runs_spool.errors import InvalidSettingsError, PlatformDatabaseError
-from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from .import_ import nothing_found_message, quiet_library_warnings
+from .output import Duration, Seconds, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
+from .sync_report import print_reports
+from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings,
+                         stop_on_signals, sync_options)
+from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.options import (
     AUTO,
     COPY_WAIT_ENV,
-    SAMPLES,
-    STORE_ENV,
-    STORES,
-    TRACES,
     DEFAULT_BACKOFF_CAP,
     DEFAULT_COPY_WAIT,
     DEFAULT_JOBS,
@@ -39,62 +33,19 @@ from prime_runs_spool.sync.options import (
     DEFAULT_TIMEOUT,
     EXIT_OK,
     EXIT_RUN_FAILED,
+    SAMPLES,
+    STORE_ENV,
+    STORES,
+    TRACES,
 )
+from prime_runs_spool.sync.retry import DEFAULT_RETRY_FOR, RETRY_FOR_ENV
 
 if TYPE_CHECKING:
-    from prime_runs_spool.platform_api.settings import Settings
     from prime_runs_spool.importer.outputs import ImportReport
-    from prime_runs_spool.sync.options import RunReport
-    from prime_runs_spool.sync.state import Destination
 
 # The machinery behind the command (the HTTP client, the state model, the engine) is
 # imported in the functions that use it, not here: ``prime-runs --help`` defines every
 # command's options and must not pay for any of it (tests/test_cli_basics.py).
-
-#: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
-#: ``--local`` links to: the embedded server itself lives only as long as the command.
-LOCAL_BROWSE_PORT = 8765
-LOCAL_FRONTEND = f"http://127.0.0.1:{LOCAL_BROWSE_PORT}"
-
-
-def default_local_db() -> Path:
-    return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")
-
-
-@contextlib.contextmanager
-def _destination(local: bool, db: Path | None, base_url: str | None, team: str | None, traces: bool = False
-                 ) -> Iterator[tuple[Settings, Destination, str | None]]:
-    """Settings and the destination identity; for ``--local``, a running embedded platform
-    (with its Prime Traces service on when ``traces``: ``--to traces``)."""
-    from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings
-    from prime_runs_spool.sync.state import local_destination, remote_destination
-
-    if local:
-        from prime_runs_spool.local_platform.server import EmbeddedPlatform
-        from prime_runs_spool.spool.layout import make_private_dir
-
-        db_path = (db or default_local_db()).expanduser().resolve()
-        try:
-            make_private_dir(db_path.parent)
-        except OSError as exc:
-            fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
-        with contextlib.ExitStack() as stack:
-            try:
-                platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces))
-            except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
-                fail_usage(f"--db: {exc}")
-            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
-                                frontend_url=LOCAL_FRONTEND)
-            yield settings, local_destination(db_path, team), str(db_path)
-        return
-    try:
-        settings = load_settings(base_url=base_url, team_id=team)
-    except InvalidSettingsError as exc:
-        fail_usage(str(exc))
-    if not settings.api_key:
-        fail_usage("no API key: set PRIME_API_KEY (or api_key in ~/.prime/config.json), "
-                   "or sync into the local platform with --local")
-    yield settings, remote_destination(settings.base_url, settings.team_id), None
 
 
 @click.command("sync")
@@ -123,6 +74,9 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
               help="Seconds to wait for one answer.")
 @click.option("--max-attempts", type=click.IntRange(1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
               help="Consecutive failures of one request before a run gives up (its state is kept).")
+@click.option("--retry-for", type=Duration(0), default=DEFAULT_RETRY_FOR, show_default=True, envvar=RETRY_FOR_ENV,
+              help="How long a platform that fails every request is retried (90, 90s, 5m, 1h), all runs "
+                   f"together; then each run still failing is reported failed (env {RETRY_FOR_ENV}).")
 @click.option("--follow", is_flag=True,
               help="Keep following live spools: push episodes as they are appended, pick up new runs, "
                    "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
@@ -150,7 +104,8 @@ def _destination(local: bool, db: Path | None, base_url: str | None, team: str |
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
          jobs: int, wait: bool, copy_wait: float, dry_run: bool, as_json: bool, skip_corrupt: bool,
-         request_lifetime: float, timeout: float, max_attempts: int, follow: bool, exit_when_idle: bool,
+         request_lifetime: float, timeout: float, max_attempts: int, retry_for: float, follow: bool,
+         exit_when_idle: bool,
          poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
          tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, no_import: bool,
          state_dir: Path | None, allow_empty: bool, verbose: bool, to: str,
@@ -160,21 +115,36 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     Eval outputs written without a spool (verifiers' traces.jsonl, or metadata.json +
     results.jsonl) are imported first, unless --no-import. Run it any number of times,
     interrupt it anywhere: each episode's sample lands once, each evaluation is created once
-    and finalized once. Exit 0 when every run is synced or has nothing to do, 1 when some run
-    failed or a path holds nothing to sync, 2 on a usage or configuration error.
+    and finalized once. The first Ctrl-C (SIGINT, SIGTERM) stops at the next safe point within
+    about a second and exits 130; a second one stops at once. Every retry is shown.
+
+    The API key comes from PRIME_API_KEY, else api_key in ~/.prime/config.json (--dry-run and
+    --local need none); the platform from --base-url, PRIME_API_BASE_URL or base_url there.
+
+    Exit 0 when every run is synced or has nothing to do, 1 when some run failed or a path
+    holds nothing to sync, 2 on a usage or configuration error (no key, a refused key, a bad
+    URL) before anything is written, 130 after SIGINT or SIGTERM.
+
+    \b
+    Examples:
+      PRIME_API_KEY=... prime-runs sync outputs
+      prime-runs sync outputs --local            # into the local platform, no key
+      prime-runs sync outputs --dry-run --json   # what would be sent
+      prime-runs sync outputs --follow           # ship live runs as they grow
+      prime-runs sync /mnt/artifact --state-dir ~/.cache/prime-runs   # a read-only CI artifact
     """
+    from prime_runs_spool.errors import Stopped
+    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
     from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.spool.layout import valid_replay_id
     from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
     from prime_runs_spool.sync.many import sync_paths
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
-
-    from prime_runs_spool.spool.layout import valid_replay_id
 
     without_unused_http_extras()  # before anything imports httpx
-    # The options' own rules first: they hold for local paths and store URLs alike.
+    # Everything that can be wrong with the command is found before anything is written
+    # anywhere (an import, a state, a database): the options' own rules, which hold for local
+    # paths and store URLs alike, then the platform's settings and key.
     if (name or replay_id is not None) and not replay:
         fail_usage("--name and --replay-id go with --replay")
     if replay_id is not None and not valid_replay_id(replay_id):
@@ -188,17 +158,29 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
         # learn that, and fall back for every run (with a warning each). Say samples at once.
         to = SAMPLES
+    params = {**click.get_current_context().params, "to": to}
+    settings = None if local else remote_settings(base_url, team, need_key=not dry_run)
     if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
-        sync_urls({**click.get_current_context().params, "to": to})
+        sync_urls(params, settings)
     given = require_paths(paths or (Path("."),))
-    options = SyncOptions(request_lifetime=request_lifetime, skip_corrupt=skip_corrupt, dry_run=dry_run,
-                          max_request_bytes=max_request_bytes,
-                          backoff=Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts),
-                          replay=replay, replay_id=replay_id, name=name, tags=tags, to=to,
-                          traces_batch_bytes=traces_batch_bytes, copy_wait=copy_wait)
+    interrupt = stop_on_signals()
+    progress = progress_for(params)
+    options = sync_options(params, progress)
     quiet_library_warnings()
     state = default_state_dir(state_dir)
     empty = [] if follow else paths_with_nothing(given)
+    key_checked = False
+
+    def check_key_once() -> None:  # before the first write the platform could refuse
+        nonlocal key_checked
+        if settings is not None and not dry_run and not key_checked:
+            key_checked = True
+            try:
+                with interrupt.abortable():
+                    check_key(settings, timeout)
+            except Stopped:
+                pass  # the stop is set: nothing begins
+
     left_out: list[Path] = []
     imports: list[ImportReport] = []
     failed_imports: list[ImportReport] = []
@@ -207,23 +189,32 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     elif to_refresh(given):  # the importer (and the writer under it) only when there is work for it
         from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
 
+        check_key_once()
         imports = import_paths(given, state_dir=state, refresh_only=True)
         failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
+    if interrupt.is_set():
+        exit_interrupted([])
     roots = spool_roots(given, state)
-    progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
+    reports = []
     try:
-        with _destination(local, db, base_url, team, to == TRACES) as (settings, destination, local_db):
-            with PlatformClient(settings, timeout=timeout) as client:
+        with destination(local, db, settings, team, to == TRACES) as (settings_used, target, local_db):
+            with PlatformClient(settings_used, timeout=timeout) as client:
                 if follow:
                     from prime_runs_spool.sync.follow import FollowOptions, Follower
 
+                    interrupt.uninstall()  # the follower stops on signals its own way (docs/cli.md)
                     sys.exit(follow_until_stopped(Follower(
-                        roots, client, destination, options,
+                        roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
                         on_report=event_printer(as_json, click.echo, sys.stdout.flush))))
-                reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait,
-                                     on_progress=progress.update)
+                reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
+                                     on_progress=progress.update, stop=interrupt, first_pass=check_key_once,
+                                     state_dir=state)
+                if interrupt.is_set():
+                    progress.close()
+                    print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=False)
+                    exit_interrupted(reports)
     except Exception as exc:  # an internal error: one line, unless asked for the traceback
         if verbose:
             raise
@@ -245,36 +236,3 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "
                    "(--allow-empty makes this exit 0)", err=True)
     leave(code)
-
-
-def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
-                  *, as_json: bool, local_db: str | None, ok: bool) -> None:
-    """The reports as ``prime-runs sync`` prints them (docs/cli.md), for local paths and
-    store URLs alike (commands/sync_store.py), so a script reads one format."""
-    from prime_runs_spool.importer.places import import_command
-    from prime_runs_spool.sync.console import json_report, report_lines
-
-    if as_json:
-        document: dict[str, Any] = {
-            "runs": [report.as_json() for report in reports],
-            "imports": [report.as_json() for report in imports],
-            "not_imported": [str(path) for path in left_out],
-            "ok": ok,
-        }
-        if local_db:
-            document["local_db"] = local_db
-        click.echo(json_report(document, indent=True))
-        return
-    for imported in imports:
-        for line in import_line(imported):
-            click.echo(line)
-    for path in left_out:
-        click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
-    if not reports:
-        click.echo("no runs found")
-        return
-    for report in reports:
-        for line in report_lines(report):
-            click.echo(line)
-    if local_db:
-        click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")

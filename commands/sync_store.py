@@ -7,17 +7,20 @@ Reached from ``commands/sync.py`` when a PATH is a store URL; it takes the same 
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands.output import Progress, fail_usage, internal_error
+from .output import fail_usage, internal_error
+from .sync_report import print_reports
+from .sync_setup import destination, exit_interrupted, progress_for, stop_on_signals, sync_options
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
+if TYPE_CHECKING:
+    from prime_runs_spool.platform_api.settings import Settings
 
 
 class PathOrURL(click.Path):
@@ -37,15 +40,16 @@ def store_urls(paths: tuple[Any, ...]) -> list[str]:
     return [p for p in paths if isinstance(p, str)]
 
 
-def sync_urls(params: dict[str, Any]) -> None:
-    """Run ``prime-runs sync`` over store URLs with the command's options; exits."""
-    from commands.sync import _destination
-    from prime_runs_spool.errors import StoreError, StoreSetupError
+def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
+    """Run ``prime-runs sync`` over store URLs with the command's options; exits.
+    ``settings``: the remote platform's, checked already (None with ``--local``)."""
+    import os
+
+    from prime_runs_spool.errors import StoreError, StoreSetupError, Stopped
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, TRACES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, TRACES
     from prime_runs_spool.sync.store_sync import sync_store
 
     paths = params["paths"]
@@ -54,27 +58,24 @@ def sync_urls(params: dict[str, Any]) -> None:
         fail_usage("give either local paths or store URLs, not both (run prime-runs sync once for each)")
     follow = bool(params.get("follow"))
     state_dir = params.get("state_dir") or os.environ.get(STATE_DIR_ENV) or None
-    cap = params["backoff_cap"]
-    options = SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
-                          dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"],
-                          backoff=Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"]),
-                          tags=params["tags"], to=params["to"], replay=params["replay"],
-                          replay_id=params["replay_id"], name=params["name"], traces_batch_bytes=params.get("traces_batch_bytes"),
-                          copy_wait=params["copy_wait"])
-    as_json = params["as_json"]
-    progress = Progress(enabled=not as_json and sys.stderr.isatty() and not follow)
+    progress = progress_for(params)
+    options = sync_options(params, progress)
     return_large_blocks_promptly()
-    reports = []
+    reports: list[Any] = []
     local_db = None
+    # Not following: the first signal stops every run at its next safe point; a run on the
+    # wire finishes its request, so that its lease is released (the store's other syncers
+    # would otherwise wait out its lifetime). --follow stops its own way (docs/cli.md).
+    interrupt = None if follow else stop_on_signals()
     try:
-        with _destination(params["local"], params["db"], params["base_url"], params["team"], params["to"] == TRACES) as (
-                settings, destination, local_db):
-            with PlatformClient(settings, timeout=params["timeout"]) as client:
+        with destination(params["local"], params["db"], settings, params["team"], params["to"] == TRACES) as (
+                settings_used, target, local_db):
+            with PlatformClient(settings_used, timeout=params["timeout"]) as client:
 
-                stop = threading.Event() if follow else None  # --follow's: SIGINT sets it
+                stop = threading.Event() if follow else interrupt.event  # type: ignore[union-attr]
 
                 def sync_pass(url: str) -> list[Any]:
-                    return sync_store(url, client, destination, options, jobs=params["jobs"], wait=params["wait"],
+                    return sync_store(url, client, target, options, jobs=params["jobs"], wait=params["wait"],
                                       on_progress=progress.update, state_dir=Path(state_dir) if state_dir else None,
                                       stop=stop)
 
@@ -83,6 +84,9 @@ def sync_urls(params: dict[str, Any]) -> None:
                         sys.exit(_follow(urls, sync_pass, params, stop))
                     for url in urls:
                         reports += sync_pass(url)
+                except Stopped:
+                    progress.close()
+                    exit_interrupted(reports)
                 except StoreSetupError as exc:  # the URL or the setup, not the store: usage
                     progress.close()
                     fail_usage(str(exc))
@@ -96,9 +100,8 @@ def sync_urls(params: dict[str, Any]) -> None:
         progress.close()
         internal_error(exc)
     progress.close()
-    from commands.sync import print_reports  # the local sync's printer: one output format
-
-    print_reports(reports, [], [], None, as_json=as_json, local_db=local_db, ok=exit_code(reports) == EXIT_OK)
+    print_reports(reports, [], [], None, as_json=params["as_json"], local_db=local_db,
+                  ok=exit_code(reports) == EXIT_OK)
     sys.exit(exit_code(reports))
 
 

@@ -158,8 +158,9 @@ def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, serv
     missing = run_sync(server.base_url, str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no such file" in missing.stderr
     wrong_key = run_sync(server.base_url, str(tmp_path), key="wrong-key-value")
-    assert wrong_key.returncode == 1
-    assert "401" in wrong_key.stdout and "PRIME_API_KEY" in wrong_key.stdout
+    assert wrong_key.returncode == 2  # a configuration error, told once, before any run is touched
+    assert wrong_key.stderr.strip().count("\n") == 0 and wrong_key.stdout == ""
+    assert "401" in wrong_key.stderr and "PRIME_API_KEY" in wrong_key.stderr
     assert "wrong-key-value" not in wrong_key.stdout + wrong_key.stderr
     assert "Traceback" not in wrong_key.stdout + wrong_key.stderr
     (tmp_path / "empty").mkdir()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,22 +23,12 @@ from prime_runs_spool.spool.layout import (
     state_dir_run,
     state_dir_source,
 )
+from prime_runs_spool.sync.state import is_read_only  # noqa: F401  (one rule for spools and outputs)
 
 
 def source_key(source: Path) -> str:
     """The digest a state directory files a source under: of its absolute path."""
     return hashlib.sha256(str(source.resolve()).encode("utf-8")).hexdigest()[:16]
-
-
-def is_read_only(path: Path) -> bool:
-    """Whether ``path`` must not be written: the kernel says so (``os.access``), or no one
-    has write permission on it. The second is honoured even for root, who may write anyway:
-    a folder its owner made read-only (an artifact unpacked 0555) is left as it is."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return True
-    return not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
 def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:

@@ -143,10 +143,44 @@ def classify_response(method: str, path: str, response: httpx.Response,
 def classify_transport_error(method: str, path: str, exc: httpx.TransportError) -> PlatformError:
     import httpx
 
-    name = type(exc).__name__
+    why = transport_reason(exc)
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({name})")
-    return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({name})")
+        return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({why})")
+    return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({why})")
+
+
+def transport_reason(exc: BaseException) -> str:
+    """Why a request got no answer, in the words a person fixes it by: the connection was
+    refused, the host's name did not resolve (naming the host: a typo is the usual cause),
+    TLS failed, or a wait timed out; else the exception's own class."""
+    import httpx
+
+    host = _host_of(exc)
+    text = " ".join(str(part) for part in (exc, exc.__cause__, exc.__context__) if part is not None)
+    lowered = text.lower()
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    if "name or service not known" in lowered or "name resolution" in lowered or "nodename nor servname" in lowered \
+            or "no address associated" in lowered or "getaddrinfo" in lowered:
+        return f"host name {host or '?'} not resolved"
+    if "refused" in lowered:
+        return f"connection refused by {host or 'the host'}"
+    if "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
+        said = next((str(part) for part in (exc, exc.__cause__, exc.__context__) if part is not None and str(part)),
+                    type(exc).__name__)
+        return f"TLS failed with {host or 'the host'}: {said[:160]}"
+    if "reset" in lowered:
+        return "connection reset"
+    return type(exc).__name__
+
+
+def _host_of(exc: BaseException) -> str | None:
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return None
+    port = f":{url.port}" if url.port else ""
+    return f"{url.host}{port}"
 
 
 @functools.cache

@@ -7,24 +7,50 @@ turns the reports into an exit code.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from prime_runs_spool.errors import Stopped
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import FILE_MODE, find_runs, spool_dir, sync_lock_path, unreadable_message
+from prime_runs_spool.spool.layout import (FILE_MODE, find_runs, make_private_dir, spool_dir, sync_lock_path,
+                                           unreadable_message)
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions
+from prime_runs_spool.sync.interrupt import Interrupt
+from prime_runs_spool.sync.options import DEFAULT_JOBS, INTERRUPTED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 
 def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
-    """The run's sync lock (``spool/sync.lock``), not yet taken: at most one sync or follower
-    works on a run at a time; the kernel drops it when its holder dies."""
+    """The run's sync lock (``spool/sync.lock``; ``run_dir``: the run's state home, see
+    :func:`~prime_runs_spool.sync.state.state_home`), not yet taken: at most one sync or
+    follower works on a run at a time; the kernel drops it when its holder dies."""
     return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0, mode=FILE_MODE)
+
+
+def read_only_report(run_dir: Path) -> RunReport:
+    """The report of a spool on a read-only folder, with no state directory to sync it from."""
+    return RunReport(path=str(run_dir), state="error",
+                     error=f"{spool_dir(run_dir)} is read-only: sync keeps a run's lock and state beside its spool; "
+                           "give --state-dir DIR (or PRIME_RUNS_STATE_DIR=DIR) to keep them there instead")
+
+
+def engine_for(run_dir: Path, home: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
+               **kwargs: object) -> RunSync:
+    """The run's pass, its state kept under ``home`` (the run folder itself, or its folder
+    under the state directory for a read-only spool)."""
+    if home != run_dir:
+        def relocated(path: Path, *args: object, **more: object) -> Protocol:
+            return Protocol(home / path.relative_to(run_dir), *args, **more)  # type: ignore[arg-type]
+
+        kwargs["make_protocol"] = relocated
+    return RunSync(run_dir, client, destination, options, **kwargs)  # type: ignore[arg-type]
 
 
 def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:
@@ -44,12 +70,25 @@ def sync_run(
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
     index: EvaluationIndex | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    state_dir: Path | None = None,
 ) -> RunReport:
     """Sync one run, unless another sync holds it, or a copy of it (then report ``skipped``,
-    or wait). ``index``: the environment listings shared with the other runs of this sync."""
+    or wait). ``index``: the environment listings shared with the other runs of this sync.
+    ``sleep``: every wait of the pass; an :class:`Interrupt`'s ends the pass (``interrupted``).
+    ``state_dir``: where the lock and state of a spool on a read-only folder are kept."""
     if wait:  # for a copy of the run in another folder too (sync/copies.py)
         options = dataclasses.replace(options, copy_wait=None)
-    lock = sync_lock(run_dir, wait=wait)
+    home = state_home(run_dir, state_dir)
+    if home is None:
+        return read_only_report(run_dir)
+    if home != run_dir:
+        try:
+            make_private_dir(spool_dir(home))
+        except OSError as exc:
+            return RunReport(path=str(run_dir), state="error",
+                             error=f"cannot keep its sync state in {spool_dir(home)}: {exc.strerror or exc}")
+    lock = sync_lock(home, wait=wait)
     try:
         lock.acquire()
     except Timeout:
@@ -57,16 +96,30 @@ def sync_run(
                          error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
         return RunReport(path=str(run_dir), state="error",
-                         error=f"cannot take the sync lock in {spool_dir(run_dir)}: {exc.strerror}")
+                         error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
+    engine: RunSync | None = None
     try:
-        return RunSync(run_dir, client, destination, for_run(run_dir, destination, options),
-                       on_progress=on_progress, index=index).run()
+        adopt_states(run_dir, home)
+        engine = engine_for(run_dir, home, client, destination, for_run(home, destination, options),
+                            on_progress=on_progress, index=index, sleep=sleep)
+        return engine.run()
+    except Stopped:
+        return interrupted_report(run_dir, engine.report if engine is not None else None)
     except OSError as exc:  # e.g. its state folder cannot be listed: this run only
         return RunReport(path=str(run_dir), state="error", error=unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
         return internal_error_report(str(run_dir), exc)
     finally:
         lock.release()
+
+
+def interrupted_report(run_dir: Path, report: RunReport | None) -> RunReport:
+    """The report of a run the stop reached before its pass ended: what it pushed, and that
+    the next sync carries on."""
+    report = report or RunReport(path=str(run_dir))
+    report.state = INTERRUPTED
+    report.error = "stopped by a signal before its pass ended; the state is saved, the next sync carries on"
+    return report
 
 
 def internal_error_report(path: str, exc: Exception) -> RunReport:
@@ -99,32 +152,92 @@ def sync_paths(
     jobs: int = DEFAULT_JOBS,
     wait: bool = False,
     on_progress: Callable[[RunReport], None] | None = None,
+    stop: Interrupt | None = None,
+    first_pass: Callable[[], None] | None = None,
+    state_dir: Path | None = None,
 ) -> list[RunReport]:
-    """Sync every run under ``paths``; reports come back in discovery order. A directory
+    """Sync every run under ``paths``; reports come back in discovery order. ``stop``: once
+    asked, no run is begun, every pass ends at its next safe point, and this returns within
+    the stop's grace, each run not finished reported ``interrupted``. A directory
     that cannot be read gets a report of its own (``error``, naming it and why) in its place
     among the others, which are synced all the same. The runs share one
     :class:`EvaluationIndex`, so finding each new run's evaluation costs one small request
-    instead of a listing of the whole environment (sync/index.py)."""
+    instead of a listing of the whole environment (sync/index.py). ``first_pass``: called
+    once, in this thread, before the first pass begins (none does when every run is up to
+    date): the command checks the API key there. ``state_dir``: where the lock and state of
+    each spool on a read-only folder are kept (without it, such a run is an ``error`` naming
+    ``--state-dir``)."""
     found = discover(paths)
     if not found:
         return []
     index = EvaluationIndex()
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
-        futures = [item if isinstance(item, RunReport) else
-                   up_to_date(item, client, destination, options, on_progress) or
-                   pool.submit(sync_run, item, client, destination, options, wait=wait, on_progress=on_progress,
-                               index=index)
-                   for item in found]
-        return [item if isinstance(item, RunReport) else item.result() for item in futures]
+    sleep = stop.sleep if stop is not None else time.sleep
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
+    work: list[tuple[Path | RunReport, Future[RunReport] | RunReport | None]] = []
+    try:
+        for item in found:
+            if isinstance(item, RunReport):
+                work.append((item, item))
+            elif stop is not None and stop.is_set():
+                work.append((item, None))  # not begun: the stop came first
+            elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir)) is not None:
+                work.append((item, ready))
+            else:
+                if first_pass is not None:
+                    first_pass, begin = None, first_pass
+                    begin()
+                    if stop is not None and stop.is_set():
+                        work.append((item, None))
+                        continue
+                work.append((item, pool.submit(sync_run, item, client, destination, options, wait=wait,
+                                               on_progress=on_progress, index=index, sleep=sleep,
+                                               state_dir=state_dir)))
+        futures = [done for _, done in work if isinstance(done, Future)]
+        if stop is None:
+            wait_for(futures)
+        else:
+            _until_done_or_stopped(futures, stop)
+        return [_report(item, done) for item, done in work]
+    finally:
+        stopped = stop is not None and stop.is_set()
+        # Stopped: runs not begun are not begun, and a pass still on the wire after the grace
+        # is left to the process's end (its request announced), not waited for.
+        pool.shutdown(wait=not stopped, cancel_futures=stopped)
 
+
+def _until_done_or_stopped(futures: list[Future[RunReport]], stop: Interrupt) -> None:
+    """Wait for every pass; once the stop is asked, for at most its grace."""
+    pending = set(futures)
+    while pending:
+        if stop.is_set():
+            wait_for(pending, timeout=stop.grace_left())
+            return
+        _, pending = wait_for(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+
+
+def _report(item: Path | RunReport, done: Future[RunReport] | RunReport | None) -> RunReport:
+    if isinstance(done, RunReport):
+        return done
+    assert isinstance(item, Path)
+    if done is None or done.cancelled() or not done.done():
+        return interrupted_report(item, None)
+    return done.result()
+
+
+def unfinished(reports: Iterable[RunReport]) -> int:
+    """How many runs a stop ended before their pass did."""
+    return sum(1 for report in reports if report.state == INTERRUPTED)
 
 def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
-               on_progress: Callable[[RunReport], None] | None) -> RunReport | None:
+               on_progress: Callable[[RunReport], None] | None, state_dir: Path | None = None) -> RunReport | None:
     """The report of a run with nothing to send, found in this thread (RunSync.probe), or
     None. A replay is chosen under the run's lock, so it always takes the pool."""
     if options.replay:
         return None
     try:
-        return RunSync(run_dir, client, destination, options, on_progress=on_progress).probe()
+        home = state_home(run_dir, state_dir)
+        if home is None:
+            return read_only_report(run_dir)
+        return engine_for(run_dir, home, client, destination, options, on_progress=on_progress).probe()
     except Exception:  # the pass reports whatever this is, under the lock
         return None

@@ -49,8 +49,12 @@ COPY_WAIT_ENV = "PRIME_RUNS_COPY_WAIT"
 FAILED_STATES = frozenset({"error", "corrupt"})
 
 #: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
-#: (docs/cli.md).
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+#: (docs/cli.md); EXIT_INTERRUPTED (128 + SIGINT, as a shell reports Ctrl-C) after SIGINT or
+#: SIGTERM ended a sync that was not following.
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+#: The report state of a run whose pass a SIGINT or SIGTERM ended (or kept from starting).
+INTERRUPTED = "interrupted"
 
 #: The defaults of the command-line options that are not SyncOptions' own. They live here,
 #: in a module that imports almost nothing, so that defining the command's options (which
@@ -103,7 +107,7 @@ class RunReport:
     pushed_now: int = 0
     pushed_total: int = 0
     #: up_to_date, synced (completed and finalized), live, failed, crashed, corrupt,
-    #: skipped (another sync holds it, or a copy of it), dry_run, error
+    #: skipped (another sync holds it, or a copy of it), dry_run, interrupted, error
     state: str = "error"
     error: str | None = None
     warnings: list[str] = field(default_factory=list)

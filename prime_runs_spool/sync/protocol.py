@@ -71,6 +71,8 @@ class Protocol:
         """Write the state now, atomically and durably: what announces a request, before it
         is sent, and what records anything the platform cannot tell the next sync."""
         self._writing = True
+        if self.state is not None and self.state.in_flight is not None:
+            self.checkpoint()  # before an announcement: a stopped pass sends nothing more
         self._write()
         self._writing = self.unsaved = False
         self.on_save()
@@ -144,13 +146,33 @@ class Protocol:
         """Run an idempotent call, retrying every failure that is not fatal."""
         attempt = 0
         while True:
+            self.checkpoint()
             try:
-                return call()
+                answer = call()
             except PlatformError as exc:
                 attempt += 1
-                if exc.kind is FailureKind.FATAL or attempt >= self.options.backoff.max_attempts:
+                if exc.kind is FailureKind.FATAL:
                     raise _give_up(what, exc, attempt) from None
-                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+                self.back_off(what, exc, attempt)
+                continue
+            self.options.backoff.answered()
+            return answer
+
+    def checkpoint(self) -> None:
+        """Where a pass asked to stop ends: before a request is announced or sent. The pass's
+        ``sleep`` raises :class:`~prime_runs_spool.errors.Stopped` once a stop was asked
+        (sync/interrupt.py, the follower's), so sleeping no time at all is the question."""
+        self.sleep(0.0)
+
+    def back_off(self, what: str, exc: PlatformError, attempt: int) -> None:
+        """After failure number ``attempt`` of a request: wait (told to whoever watches the
+        retries, sync/retry.py) before the next try, or give up when the attempts or the
+        time allowed are spent."""
+        backoff = self.options.backoff
+        wait = backoff.next_wait(what, str(exc), attempt, exc.retry_after)
+        if wait is None:
+            raise _give_up(what, exc, attempt, backoff.gave_up_after()) from None
+        self.sleep(wait)
 
     def settled(self, sent_at: float, landed: Callable[[], bool], *, in_doubt: bool = True) -> bool:
         """Did a request sent at ``sent_at`` land? Reads once; when it did not and the request
@@ -177,7 +199,7 @@ class Protocol:
             self.save()
             self._sent = (sent_at, self.monotonic())
             try:
-                return send()
+                answer = send()
             except PlatformError as exc:
                 if exc.kind is FailureKind.FATAL:
                     # Refused (a 4xx) or never sent: it did not happen. Left announced, the next
@@ -191,13 +213,16 @@ class Protocol:
                         sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):
                     return LANDED
                 attempt += 1
-                if attempt >= self.options.backoff.max_attempts:
-                    raise _give_up(what, exc, attempt) from None
-                self.sleep(self.options.backoff.delay(attempt, exc.retry_after))
+                self.back_off(what, exc, attempt)
+                continue
+            self.options.backoff.answered()
+            return answer
 
 
-def _give_up(what: str, exc: PlatformError, attempt: int) -> SyncError:
+def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:
     if exc.kind is FailureKind.FATAL:
         return SyncError(f"{what}: {exc}")
-    return SyncError(f"{what}: still failing after {attempt} attempts ({exc}); "
+    tries = f"{attempt} attempt" + ("" if attempt == 1 else "s")
+    spent = f" over {seconds:.0f} s of failures on this platform" if seconds >= 1 else ""
+    return SyncError(f"{what}: still failing after {tries}{spent} ({exc}); "
                      "the state is saved, run prime-runs sync again later")

@@ -1,13 +1,49 @@
-"""How long to wait before trying again: exponential backoff with full jitter and a cap.
+"""How long to wait before trying again, for how long in all, and who is told.
 
-Jitter keeps many syncs (``--jobs``, CI matrices) from hammering a recovering platform in
-lockstep; ``Retry-After`` from the platform wins when it asks for longer.
+Exponential backoff with full jitter and a cap: jitter keeps many syncs (``--jobs``, CI
+matrices) from hammering a recovering platform in lockstep; ``Retry-After`` from the
+platform wins when it asks for longer.
+
+Two bounds end the retries of a failing request: ``max_attempts`` consecutive failures, and
+``retry_for`` seconds of failures on the platform. The second is shared by every run of one
+sync (they share one :class:`Backoff` through their options): a platform that is down
+costs the whole command ``retry_for``, not that much once per run, and a run started after
+the platform was given up on tries once and is reported failed at once. Any request that
+gets an answer ends the streak.
+
+Every wait is told (``on_retry``) before it starts: a retry is never silent
+(``prime-runs sync`` prints it on the progress line or as one line on stderr).
 """
 
 from __future__ import annotations
 
 import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+#: Seconds of consecutive failures on one platform after which a sync stops retrying
+#: (``prime-runs sync --retry-for``): long enough to ride out a deploy or a proxy restart,
+#: short enough that a CI job against a platform that is down ends in minutes.
+DEFAULT_RETRY_FOR = 180.0
+#: The environment variable that sets ``--retry-for``.
+RETRY_FOR_ENV = "PRIME_RUNS_RETRY_FOR"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One failed request about to be tried again: what failed, why, and when the next try is."""
+
+    #: What the sync was doing ("creating the evaluation", "uploading episodes to Prime Traces").
+    what: str
+    #: Why it failed, as the platform client worded it (refused, name not resolved, TLS,
+    #: timed out, an HTTP status).
+    why: str
+    #: The failed attempt's number (1 for the first failure).
+    attempt: int
+    #: Seconds until the next try.
+    delay: float
 
 
 @dataclass
@@ -17,7 +53,16 @@ class Backoff:
     #: Consecutive failures of one operation before the run gives up (its state is saved;
     #: the next sync carries on).
     max_attempts: int = 10
+    #: Seconds of failures on the platform after which every run gives up (None: no bound
+    #: but ``max_attempts``).
+    retry_for: float | None = None
+    #: Told of every wait before it starts.
+    on_retry: Callable[[Retry], None] | None = None
     rng: random.Random = field(default_factory=random.Random)
+    monotonic: Callable[[], float] = time.monotonic
+    #: When the current streak of failures began (None: the last request was answered).
+    _failing_since: float | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """The wait before retry number ``attempt`` (1 for the first retry)."""
@@ -26,3 +71,32 @@ class Backoff:
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.cap * 4))
         return wait
+
+    def answered(self) -> None:
+        """A request got an answer: the platform is up, the streak of failures is over."""
+        self._failing_since = None
+
+    def next_wait(self, what: str, why: str, attempt: int, retry_after: float | None = None) -> float | None:
+        """After failure number ``attempt`` of one request: the wait before trying again
+        (told to ``on_retry``), or None when it is time to give up."""
+        with self._lock:
+            now = self.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
+            spent = now - self._failing_since
+        if attempt >= self.max_attempts:
+            return None
+        wait = self.delay(attempt, retry_after)
+        if self.retry_for is not None:
+            left = self.retry_for - spent
+            if left <= 0:
+                return None
+            wait = min(wait, left)
+        if self.on_retry is not None:
+            self.on_retry(Retry(what=what, why=why, attempt=attempt, delay=wait))
+        return wait
+
+    def gave_up_after(self) -> float:
+        """Seconds the current streak of failures has lasted (0 when there is none)."""
+        since = self._failing_since
+        return 0.0 if since is None else max(0.0, self.monotonic() - since)

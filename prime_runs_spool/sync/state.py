@@ -25,7 +25,8 @@ import orjson
 
 from prime_runs_spool.errors import StateProblem
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
-from prime_runs_spool.spool.layout import FILE_MODE, fsync_folder, make_private_dir, read_regular_file
+from prime_runs_spool.spool.layout import (FILE_MODE, fsync_folder, make_private_dir, read_regular_file, spool_dir,
+                                           sync_dir)
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.typed_json import DocumentError, build
@@ -329,3 +330,66 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
         raise
     if durable:
         fsync_folder(path.parent)
+
+
+# -- where a run's sync state lives ------------------------------------------------------
+
+#: Under a state directory (``--state-dir``), the folder that keeps the sync lock and state
+#: of each spool that lies on a read-only source, one folder per spool, keyed by a digest of
+#: the run folder's absolute path; each holds ``spool/sync.lock`` and ``spool/sync/``, laid
+#: out as beside a spool.
+STATE_DIR_SPOOLS = "spools"
+
+
+def is_read_only(path: Path) -> bool:
+    """Whether ``path`` must not be written: the kernel says so (``os.access``: a read-only
+    mount, an immutable folder), or no one has write permission on it. The second is
+    honoured even for root, who may write anyway: a folder its owner made read-only (an
+    artifact unpacked 0555) is left as it is. One rule for spools and for plain eval outputs
+    (importer/places.py)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return True
+    if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return True
+    try:  # a read-only mount: os.access answers for permissions only on some kernels
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
+    """The folder whose ``spool/`` keeps ``run_dir``'s sync lock and state: the run folder
+    itself, or, when its spool folder is read-only, its folder under ``state_dir``; None when
+    the spool folder is read-only and there is no state directory (the caller names
+    ``--state-dir``)."""
+    if not is_read_only(spool_dir(run_dir)):
+        return run_dir
+    if state_dir is None:
+        return None
+    digest = hashlib.sha256(str(run_dir.resolve()).encode("utf-8")).hexdigest()[:16]
+    return state_dir / STATE_DIR_SPOOLS / digest
+
+
+def adopt_states(run_dir: Path, home: Path) -> None:
+    """The first time a read-only spool is synced from ``home``: copy the sync states written
+    beside it while it could still be written (a run synced, then archived read-only), so
+    this sync carries on from them instead of starting over."""
+    if home == run_dir:
+        return
+    source, target = sync_dir(run_dir), sync_dir(home)
+    try:
+        names = [p.name for p in source.glob("*.json")]
+    except OSError:
+        return
+    for name in names:
+        if (target / name).exists():
+            continue
+        try:
+            data = read_regular_file(source / name)
+        except OSError:
+            continue
+        replace_private(target / name, data, durable=True)

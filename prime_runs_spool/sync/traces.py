@@ -446,7 +446,6 @@ class TracesPush:
         from prime_runs_spool.platform_api.traces import receipt_id
 
         protocol = self.engine.protocol
-        backoff = self.engine.options.backoff
         attempt = 0
         while True:
             try:
@@ -454,6 +453,7 @@ class TracesPush:
                 if receipt_id(receipt) != batch.digest:
                     raise SyncError(f"Prime Traces answered upload id {receipt_id(receipt)!r} for a batch "
                                     f"whose digest is {batch.digest}")
+                self.engine.options.backoff.answered()
                 return receipt
             except ServiceNotEnabled:
                 raise
@@ -461,11 +461,7 @@ class TracesPush:
                 attempt += 1
                 if exc.kind is FailureKind.FATAL:
                     raise SyncError(f"uploading episodes to Prime Traces: {exc}") from None
-                if attempt >= backoff.max_attempts:
-                    raise SyncError(f"uploading episodes to Prime Traces: still failing after {attempt} "
-                                    f"attempts ({exc}); the state is saved, run prime-runs sync again "
-                                    "later") from None
-                protocol.sleep(backoff.delay(attempt, exc.retry_after))
+                protocol.back_off("uploading episodes to Prime Traces", exc, attempt)
 
     def _client(self) -> TracesUploader:
         """The destination's uploader, shared by every run of this sync (PlatformClient.traces)."""

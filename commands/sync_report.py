@@ -1,0 +1,49 @@
+"""What ``prime-runs sync`` prints at the end, for local paths and store URLs alike, so a
+script reads one format (docs/cli.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .sync_setup import LOCAL_BROWSE_PORT
+
+if TYPE_CHECKING:
+    from prime_runs_spool.importer.outputs import ImportReport
+    from prime_runs_spool.sync.options import RunReport
+
+
+def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
+                  *, as_json: bool, local_db: str | None, ok: bool) -> None:
+    """Each run's report (and each import's), as lines or one JSON document."""
+    from prime_runs_spool.importer.places import import_command
+    from prime_runs_spool.sync.console import json_report, report_lines
+
+    from .import_ import import_line
+
+    if as_json:
+        document: dict[str, Any] = {
+            "runs": [report.as_json() for report in reports],
+            "imports": [report.as_json() for report in imports],
+            "not_imported": [str(path) for path in left_out],
+            "ok": ok,
+        }
+        if local_db:
+            document["local_db"] = local_db
+        click.echo(json_report(document, indent=True))
+        return
+    for imported in imports:
+        for line in import_line(imported):
+            click.echo(line)
+    for path in left_out:
+        click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
+    if not reports:
+        click.echo("no runs found")
+        return
+    for report in reports:
+        for line in report_lines(report):
+            click.echo(line)
+    if local_db:
+        click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")

@@ -1,0 +1,154 @@
+"""What ``prime-runs sync`` settles before it touches anything: the platform and key it
+sends with, the options every pass shares, the stop a signal asks for.
+
+Shared by the local sync (commands/sync.py) and the sync over store URLs
+(commands/sync_store.py), so both check the same things, in the same order, and say the
+same words. Every configuration error found here exits 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .output import Progress, fail_usage
+
+if TYPE_CHECKING:
+    from prime_runs_spool.platform_api.settings import Settings
+    from prime_runs_spool.sync.interrupt import Interrupt
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import Destination
+
+#: Where ``prime-runs platform serve --port LOCAL_BROWSE_PORT`` serves the viewer pages that
+#: ``--local`` links to: the embedded server itself lives only as long as the command.
+LOCAL_BROWSE_PORT = 8765
+LOCAL_FRONTEND = f"http://127.0.0.1:{LOCAL_BROWSE_PORT}"
+
+#: What a person is told where the key comes from (``sync --help``, the missing-key error).
+KEY_SOURCES = "PRIME_API_KEY, else api_key in ~/.prime/config.json"
+
+
+def default_local_db() -> Path:
+    return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")
+
+
+def remote_settings(base_url: str | None, team: str | None, *, need_key: bool) -> Settings:
+    """The remote platform's settings, or exit 2 with one line: a base URL no request can
+    use, or no API key where one is needed (``--dry-run`` sends nothing and needs none)."""
+    from prime_runs_spool.errors import InvalidSettingsError
+    from prime_runs_spool.platform_api.settings import load_settings
+
+    try:
+        settings = load_settings(base_url=base_url, team_id=team)
+    except InvalidSettingsError as exc:
+        fail_usage(str(exc))
+    if need_key and not settings.api_key:
+        fail_usage(f"no API key: set {KEY_SOURCES}, or sync into the local platform with --local")
+    return settings
+
+
+def check_key(settings: Settings, timeout: float) -> None:
+    """One read with the key, before anything is written: a key the platform refuses (401) or
+    that may not read here (403) exits 2 once, instead of once per run after the imports.
+    A platform that cannot be reached is not a configuration error: the passes retry it."""
+    from prime_runs_spool.errors import FailureKind, PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+
+    try:
+        with PlatformClient(settings, timeout=min(timeout, 30.0)) as client:
+            client.list_evaluations(limit=1)
+    except PlatformError as exc:
+        if exc.kind is FailureKind.FATAL and exc.status in (401, 403):
+            fail_usage(str(exc))
+
+
+@contextlib.contextmanager
+def destination(local: bool, db: Path | None, settings: Settings | None, team: str | None,
+                traces: bool = False) -> Iterator[tuple[Settings, Destination, str | None]]:
+    """Settings and the destination identity; for ``--local``, a running embedded platform
+    (with its Prime Traces service on when ``traces``: ``--to traces``). ``settings``: the
+    remote platform's (:func:`remote_settings`), None with ``local``."""
+    from prime_runs_spool.errors import PlatformDatabaseError
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.state import local_destination, remote_destination
+
+    if not local:
+        assert settings is not None
+        yield settings, remote_destination(settings.base_url, settings.team_id), None
+        return
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.spool.layout import make_private_dir
+
+    db_path = (db or default_local_db()).expanduser().resolve()
+    try:
+        make_private_dir(db_path.parent)
+    except OSError as exc:
+        fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
+    with contextlib.ExitStack() as stack:
+        try:
+            platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces))
+        except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
+            fail_usage(f"--db: {exc}")
+        local_settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
+                                  frontend_url=LOCAL_FRONTEND)
+        yield local_settings, local_destination(db_path, team), str(db_path)
+
+
+def sync_options(params: dict[str, Any], progress: Progress) -> SyncOptions:
+    """The options every pass of this command shares, from its parameters; every retry is
+    told to ``progress`` (the progress line on a terminal, else a line on stderr)."""
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+
+    cap = params["backoff_cap"]
+    backoff = Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"],
+                      retry_for=params["retry_for"], on_retry=progress.retrying)
+    return SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
+                       dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"], backoff=backoff,
+                       replay=params["replay"], replay_id=params["replay_id"], name=params["name"],
+                       tags=params["tags"], to=params["to"], traces_batch_bytes=params.get("traces_batch_bytes"),
+                       copy_wait=params["copy_wait"])
+
+
+def progress_for(params: dict[str, Any]) -> Progress:
+    """The progress line: on a terminal, not with --json or --follow (their lines are the
+    output); retries are told either way."""
+    return Progress(enabled=not params["as_json"] and sys.stderr.isatty() and not params["follow"])
+
+
+def stop_on_signals() -> Interrupt:
+    """SIGINT and SIGTERM from here on: the first ends the sync at its next safe point, a
+    second at once (sync/interrupt.py)."""
+    from prime_runs_spool.sync.interrupt import Interrupt
+
+    interrupt = Interrupt()
+
+    def at_once() -> None:
+        os.write(2, b"\nprime-runs: stopped at once (second signal); every state is consistent, "
+                    b"run prime-runs sync again to carry on\n")
+
+    interrupt.install(on_second=at_once)
+    return interrupt
+
+
+def exit_interrupted(reports: list[Any]) -> None:
+    """After the first signal: one line saying what was done and what is left, then exit 130.
+    Through ``os._exit``, once the output is flushed: a pass still on the wire after the
+    grace is not waited for (its request is announced in its state, which the next sync
+    settles), and the kernel releases its lock."""
+    from prime_runs_spool.sync.options import EXIT_INTERRUPTED, INTERRUPTED
+
+    left = [r for r in reports if r.state == INTERRUPTED]
+    pushed = sum(r.pushed_now for r in reports)
+    click.echo(f"prime-runs: interrupted: {len(reports) - len(left)} run(s) done, {len(left)} left, "
+               f"{pushed} pushed by this sync; the state is saved, run the same prime-runs sync again to "
+               "carry on", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)

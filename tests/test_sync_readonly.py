@@ -1,0 +1,105 @@
+"""A spool on a read-only source (a CI artifact mounted read-only) syncs with ``--state-dir``,
+its sync lock and state kept there, the source never written; without it, one error line
+naming the flag. Read-only is decided as for plain eval outputs (importer/places.py), for
+root too: a real read-only bind mount where the machine allows one, else ``chattr +i``
+(which binds root), else the test is skipped; and a folder whose mode says read-only."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.runs import build_run
+from support.sync_e2e import api, assert_exactly_once, run_sync, server  # noqa: F401
+from test_import_readonly import snapshot
+
+
+def _run(*argv: str) -> bool:
+    return shutil.which(argv[0]) is not None and subprocess.run(list(argv), capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(where the runs are written, the same folder read-only): a read-only bind mount of
+    it, else the folder itself made immutable after the test wrote it."""
+    source, mount = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    mount.mkdir()
+    made: list[str] = []
+
+    def freeze() -> None:
+        if _run("mount", "--bind", str(source), str(mount)):
+            if _run("mount", "-o", "remount,bind,ro", str(mount)):
+                made.append("mount")
+                return
+            _run("umount", str(mount))
+        everything = [source, *source.rglob("*")]
+        if _run("chattr", "+i", *map(str, everything)):
+            made.append("chattr")
+            mount.rmdir()
+            mount.symlink_to(source)
+            return
+        pytest.skip("neither a read-only bind mount nor chattr +i is possible here")
+
+    yield source, mount, freeze  # type: ignore[misc]
+    if "mount" in made:
+        _run("umount", str(mount))
+    if "chattr" in made:
+        _run("chattr", "-R", "-i", str(source))
+
+
+def test_a_read_only_spool_syncs_with_state_dir_and_says_the_flag_without(read_only, tmp_path: Path,
+                                                                          server, api) -> None:
+    source, mount, freeze = read_only
+    builder = build_run(source / "run", "readonly-spool", 5)
+    freeze()
+    before = snapshot(mount)
+    refused = run_sync(server.base_url, str(mount), "--json")
+    assert refused.returncode == 1, refused.stderr
+    report = json.loads(refused.stdout)["runs"][0]
+    assert report["state"] == "error" and "--state-dir" in report["error"], report
+    state_dir = tmp_path / "state"
+    for expected in ("synced", "up_to_date"):
+        done = run_sync(server.base_url, str(mount), "--json", "--state-dir", str(state_dir))
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert json.loads(done.stdout)["runs"][0]["state"] == expected
+    assert snapshot(mount) == before, "the read-only source was written"
+    assert list(state_dir.glob("spools/*/spool/sync/*.json")), "the state is kept under --state-dir"
+    assert_exactly_once(api, builder)
+
+
+def test_a_spool_synced_then_archived_read_only_carries_on_from_its_state(read_only, tmp_path: Path,
+                                                                         server, api) -> None:
+    source, mount, freeze = read_only
+    builder = build_run(source / "run", "readonly-archived", 4)
+    first = run_sync(server.base_url, str(source))
+    assert first.returncode == 0, first.stderr
+    freeze()
+    again = run_sync(server.base_url, str(mount), "--json", "--state-dir", str(tmp_path / "state"))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["runs"][0]["state"] == "up_to_date"
+    assert_exactly_once(api, builder)
+
+
+def test_a_spool_folder_whose_mode_says_read_only_is_not_written_even_by_root(tmp_path: Path, server, api) -> None:
+    builder = build_run(tmp_path / "outputs" / "run", "readonly-mode", 3)
+    spool = tmp_path / "outputs" / "run" / "spool"
+    for path in sorted([spool, *spool.rglob("*")], reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        before = snapshot(tmp_path / "outputs")
+        refused = run_sync(server.base_url, str(tmp_path / "outputs"))
+        assert refused.returncode == 1
+        assert "is read-only" in refused.stdout and "--state-dir" in refused.stdout, refused.stdout
+        done = run_sync(server.base_url, str(tmp_path / "outputs"), "--state-dir", str(tmp_path / "state"))
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert snapshot(tmp_path / "outputs") == before
+        assert_exactly_once(api, builder)
+    finally:
+        for path in [spool, *spool.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)

@@ -1,0 +1,162 @@
+"""A sync is never silent and never writes before its configuration is known good: the real
+``prime-runs sync`` in a subprocess whose stdout and stderr are pipes (as in CI) or a
+terminal, against a closed port, a host name that does not resolve, and the local platform
+refusing the key."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import termios
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from support.env import child_env
+from support.runs import build_run
+from support.sync_e2e import TOKEN, server, sync_cmd  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+RETRY_LINE = re.compile(r"^prime-runs: (.+) failed: (.+); try (\d+) in (\d+\.\d) s$")
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_piped(base_url: str, *args: str, key: str | None = TOKEN, **env: str) -> tuple[int, str, list[tuple[float, str]], float]:
+    """The sync with pipes for stdout and stderr: exit status, stdout, each stderr line with
+    the second it arrived at, and the whole run's seconds."""
+    extra = {"PRIME_API_KEY": key} if key else {}
+    started = time.monotonic()
+    proc = subprocess.Popen(sync_cmd(base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(**extra, **env))
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: lines.extend((time.monotonic() - started, line.rstrip("\n"))
+                                                          for line in proc.stderr))
+    reader.start()
+    out = proc.stdout.read()
+    status = proc.wait(120)
+    reader.join()
+    return status, out, lines, time.monotonic() - started
+
+
+def test_a_closed_port_is_retried_visibly_and_given_up_after_retry_for(tmp_path: Path) -> None:
+    build_run(tmp_path / "outputs" / "run", "retry-closed", 3)
+    port = closed_port()
+    status, out, lines, took = run_piped(f"http://127.0.0.1:{port}", str(tmp_path / "outputs"),
+                                         "--retry-for", "3s", "--backoff-cap", "1")
+    retries = [RETRY_LINE.match(text) for _, text in lines if RETRY_LINE.match(text)]
+    assert status == 1, lines
+    assert len(retries) >= 2, lines
+    assert all(f"connection refused by 127.0.0.1:{port}" in m.group(2) for m in retries)
+    assert [int(m.group(3)) for m in retries] == list(range(2, len(retries) + 2))
+    first_retry_at = next(at for at, text in lines if RETRY_LINE.match(text))
+    assert first_retry_at < took - 1.0, "the retries were told as they happened, not at the end"
+    assert took < 3 + 8, f"{took:.1f} s for --retry-for 3s"
+    assert "still failing after" in out and "of failures on this platform" in out, out
+
+
+def test_a_host_name_that_does_not_resolve_is_named(tmp_path: Path) -> None:
+    build_run(tmp_path / "outputs" / "run", "retry-dns", 3)
+    status, out, lines, _ = run_piped("http://no-such-host.invalid", str(tmp_path / "outputs"), "--retry-for", "2s",
+                                      "--backoff-cap", "0.5")
+    assert status == 1
+    assert any("host name no-such-host.invalid not resolved" in text for _, text in lines if RETRY_LINE.match(text)), \
+        lines
+    assert "host name no-such-host.invalid not resolved" in out
+
+
+def test_retry_for_bounds_the_whole_wait_not_each_run(tmp_path: Path) -> None:
+    for n in range(5):
+        build_run(tmp_path / "outputs" / f"run-{n}", f"retry-budget-{n}", 2)
+    status, out, lines, took = run_piped(f"http://127.0.0.1:{closed_port()}", str(tmp_path / "outputs"),
+                                         "--jobs", "1", "--max-attempts", "1000", "--backoff-cap", "0.5",
+                                         PRIME_RUNS_RETRY_FOR="2")
+    assert status == 1, lines
+    assert out.count("error ") == 5, out
+    assert took < 2 + 6, f"{took:.1f} s for five runs against a platform that is down, --retry-for 2"
+
+
+def test_on_a_terminal_the_retries_are_on_the_progress_line(tmp_path: Path) -> None:
+    build_run(tmp_path / "outputs" / "run", "retry-tty", 2)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    proc = subprocess.Popen(sync_cmd(f"http://127.0.0.1:{closed_port()}", str(tmp_path / "outputs"),
+                                     "--retry-for", "2s", "--backoff-cap", "0.5"),
+                            stdout=subprocess.PIPE, stderr=slave, env=child_env(PRIME_API_KEY=TOKEN))
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(60)
+    os.close(master)
+    text = seen.decode(errors="replace")
+    assert re.search(r"\r[^\r\n]*try 2 in \d+\.\d s, [^\r\n]*failed: GET [^\r\n]*connection refused", text), text
+    assert "\nprime-runs: " not in text.split("\r")[0], "the retries are not lines of their own on a terminal"
+
+
+# -- configuration errors: once, exit 2, nothing written ---------------------------------
+
+
+def tree(root: Path, *, locks: bool = True) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*")
+                  if locks or p.suffix != ".lock")
+
+
+@pytest.fixture()
+def unspooled(tmp_path: Path) -> Path:
+    """Eval outputs without a spool (verifiers 0.4.0's), and a spool beside them."""
+    outputs = tmp_path / "outputs"
+    shutil.copytree(REPO / "fixtures" / "eval_outputs" / "vf040-completed", outputs / "vf040-completed")
+    build_run(outputs / "spooled", "config-errors", 2)
+    return outputs
+
+
+@pytest.mark.parametrize("case", ["no key", "refused key", "bad url", "unknown --to"])
+def test_a_configuration_error_is_told_once_exit_2_before_anything_is_written(unspooled: Path, server,
+                                                                           case: str) -> None:
+    before = tree(unspooled)
+    base, key, extra = server.base_url, TOKEN, []
+    if case == "no key":
+        key = None
+    elif case == "refused key":
+        key = "not-the-token"
+    elif case == "bad url":
+        base = "ftp://example.invalid"
+    else:
+        extra = ["--to", "elsewhere"]
+    status, out, lines, _ = run_piped(base, str(unspooled), *extra, key=key, HOME=str(unspooled.parent))
+    errors = [text for _, text in lines if text.strip()]
+    assert status == 2, lines
+    assert len(errors) == 1 or case == "unknown --to", errors  # click's usage block for the option
+    assert "Traceback" not in "\n".join(errors)
+    if case == "refused key":
+        assert "refused the API key" in errors[0] and "not-the-token" not in errors[0]
+    assert tree(unspooled) == before, "a configuration error wrote into the paths"
+    assert not (unspooled.parent / ".prime").exists()
+
+
+def test_dry_run_needs_no_key(unspooled: Path) -> None:
+    before = tree(unspooled, locks=False)
+    status, out, lines, _ = run_piped("http://127.0.0.1:9", str(unspooled), "--dry-run", key=None,
+                                      HOME=str(unspooled.parent))
+    assert status == 0, lines
+    assert "dry_run" in out
+    assert tree(unspooled, locks=False) == before  # the run's sync lock, taken, is all

@@ -1,0 +1,130 @@
+"""Ctrl-C and SIGTERM end ``prime-runs sync`` at its next safe point: the real command, the
+real local platform over loopback, a fault proxy that makes the interrupted request slow,
+failed or lost exactly when the signal comes; and the next sync still pushes each episode
+exactly once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.fault_proxy import NO_FAULT, FaultProxy
+from support.env import child_env
+from support.runs import build_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, run_sync, server, sync_cmd  # noqa: F401
+
+#: What the interrupted request meets, in turn: an answer slower than the grace (left
+#: announced), one within it (settled), a 503 (the signal lands in the backoff), a lost
+#: answer (settled by a read, or left in doubt).
+STEP_FAULTS = ("delay_after", "delay_after_short", "status_503", "drop_after")
+#: "About a second": the grace (1 s) plus an interpreter's exit, on a loaded machine.
+PROMPT = 3.0
+
+
+class StepProxy(FaultProxy):
+    """Forwards every request untouched but the one numbered ``step`` (0 first), which meets
+    ``fault``."""
+
+    step = -1
+    fault = NO_FAULT
+
+    def _decide(self, request: object) -> str:
+        if len(self.log) != self.step:
+            return NO_FAULT
+        if self.fault == "delay_after_short":
+            self.delay = 0.3
+            return "delay_after"
+        self.delay = 4.0
+        return self.fault
+
+
+def start_sync(base_url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(sync_cmd(base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN))
+
+
+def interrupt_at(proc: subprocess.Popen[str], proxy: StepProxy, step: int, patience: float = 60.0) -> float | None:
+    """SIGINT ``proc`` once request number ``step`` reached the proxy; the seconds it then
+    took to exit, or None when it ended before making that many requests."""
+    deadline = time.monotonic() + patience
+    while len(proxy.log) <= step:
+        if proc.poll() is not None:
+            return None
+        assert time.monotonic() < deadline, "the sync made no request in time"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    proc.wait(30)
+    return time.monotonic() - asked
+
+
+@pytest.mark.slow
+def test_a_sigint_at_every_request_stops_within_a_second_and_the_next_sync_is_exactly_once(
+        tmp_path: Path, server, api) -> None:
+    slowest = 0.0
+    step = 0
+    while True:
+        outputs = tmp_path / f"step-{step}"
+        builder = build_run(outputs / "run", f"sigint-step-{step}", 12, size=600)
+        with StepProxy(server.base_url) as proxy:
+            proxy.step, proxy.fault = step, STEP_FAULTS[step % len(STEP_FAULTS)]
+            proc = start_sync(proxy.base_url, str(outputs), "--max-request-bytes", "4096", "--jobs", "1")
+            took = interrupt_at(proc, proxy, step)
+            out, err = proc.communicate()
+        if took is None:  # the whole sync needs fewer requests: every step was interrupted once
+            assert proc.returncode == 0, err
+            assert_exactly_once(api, builder)
+            break
+        assert proc.returncode == 130, f"step {step} ({proxy.fault}): exit {proc.returncode}\n{err}"
+        assert took < PROMPT, f"step {step} ({proxy.fault}): {took:.2f} s from SIGINT to exit"
+        assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
+        assert "Traceback" not in err
+        slowest = max(slowest, took)
+        final = run_sync(server.base_url, str(outputs))
+        assert final.returncode == 0, f"step {step}: {final.stderr}{final.stdout}"
+        assert_exactly_once(api, builder)
+        step += 1
+    assert step >= 6, f"only {step} requests: the run was meant to take several batches"
+    print(f"slowest exit after SIGINT: {slowest:.2f} s over {step} steps")
+
+
+def test_a_second_sigint_exits_at_once_and_the_next_sync_is_exactly_once(tmp_path: Path, server, api) -> None:
+    builder = build_run(tmp_path / "outputs" / "run", "sigint-twice", 12, size=600)
+    with StepProxy(server.base_url) as proxy:
+        proxy.step, proxy.fault = 3, "delay_after"  # an answer that takes 4 s
+        proc = start_sync(proxy.base_url, str(tmp_path / "outputs"), "--max-request-bytes", "4096")
+        while len(proxy.log) <= 3:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        asked = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - asked
+    assert proc.returncode == 130, err
+    assert took < 0.9, f"{took:.2f} s after the second SIGINT"
+    assert "stopped at once" in err
+    final = run_sync(server.base_url, str(tmp_path / "outputs"))
+    assert final.returncode == 0, final.stderr
+    assert_exactly_once(api, builder)
+
+
+def test_sigterm_during_backoff_against_a_platform_that_is_down_stops_within_a_second(tmp_path: Path) -> None:
+    build_run(tmp_path / "outputs" / "run", "sigterm-down", 3)
+    proc = subprocess.Popen(sync_cmd("http://127.0.0.1:9", str(tmp_path / "outputs")) + ["--backoff-cap", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN, PRIME_RUNS_RETRY_FOR="10m"))
+    time.sleep(3.0)  # into the backoff
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    asked = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - asked < PROMPT
+    assert out.startswith("interrupted "), out  # the run's line says it
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: 0 run(s) done, 1 left")
