@@ -61,11 +61,29 @@ class Links:
         return f"{self.prefix}/static/{name}"
 
 
+#: Kept as they are in a file name; every other byte is written ``_xx`` (its hex).
+_SLUG_KEEP = re.compile(r"[a-z0-9.\-]")
+#: A slug longer than this is cut and its key's whole SHA-256 added, after ``~``.
+_MAX_SLUG = 105
+
+
 def file_slug(key: Any) -> str:
-    """A file-name-safe, collision-free name for a run key or example id."""
+    """A file-name-safe name for a run key or example id, different for different keys.
+
+    Lowercase letters, digits, ``.`` and ``-`` stay; every other byte of the key's UTF-8
+    (uppercase letters too: a case-insensitive disk would merge ``A`` and ``a``) becomes
+    ``_`` and its two hex digits, so a slug reads back to its key: no two keys share one,
+    however many share a prefix. A key whose slug would be longer than ``_MAX_SLUG``
+    characters (a file name has 255 bytes) is its slug's first 40 characters, ``~`` (in no
+    spelled-out slug) and its whole SHA-256: two such keys share a name only if they share
+    a SHA-256.
+    """
     text = str(key)
-    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:40].strip("._") or "x"
-    return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    slug = "".join(char if _SLUG_KEEP.fullmatch(char) else "".join(f"_{byte:02x}" for byte in char.encode())
+                   for char in text)
+    if len(slug) <= _MAX_SLUG:
+        return slug
+    return f"{slug[:40]}~{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 class ExportLinks(Links):
@@ -90,7 +108,7 @@ class ExportLinks(Links):
         return f"episode-{file_slug(key)}-{number}.html"
 
     def group(self, key: str, example: Any) -> str | None:
-        return f"group-{file_slug(key)}-{file_slug(example)}.html"
+        return f"group-{file_slug(key)}+{file_slug(example)}.html"  # "+": in no slug, so the two split one way
 
     def compare(self, params: Mapping[str, Any]) -> str | None:
         return None
