@@ -315,7 +315,8 @@ class ObjectStore:
 
 
 def _changed_while_read(location: str) -> StoreConflict:
-    return StoreConflict(f"{location} changed while it was read (re-uploaded?); run the command again to read the new version")
+    return StoreConflict(f"{location} changed while it was read (re-uploaded?); "
+                         "run the command again to read the new version")
 
 
 def _os_reason(exc: OSError) -> str:
