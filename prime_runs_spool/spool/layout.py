@@ -48,6 +48,9 @@ SYNC_LEASE_NAME = "sync.lease.json"
 #: In this user's cache, outside any spool (sync/user_cache.py): the folder of the copy locks,
 #: which keep syncs of copies of one spool folder apart (sync/copies.py, docs/sync.md "Concurrency").
 COPY_LOCKS_DIRNAME = "copies"
+#: In this user's cache: the viewer's full-text search indexes, one SQLite file per run
+#: (viewer/search.py); never in a run's folder, which the viewer only reads.
+VIEWER_SEARCH_DIRNAME = "viewer-search"
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 

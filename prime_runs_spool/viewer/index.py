@@ -15,6 +15,7 @@ the index has caught up.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -35,6 +36,7 @@ from prime_runs_spool.spool.reader import (
     LIVE, Position, derive_status, iter_records, scan_segment, torn_after, writer_alive,
 )
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
+from prime_runs_spool.viewer.search import SearchIndex
 from prime_runs_spool.viewer.standing import Standing, SyncStates, standing
 
 #: An index that caught up is not re-read more often than this (seconds): a page of many
@@ -119,6 +121,11 @@ class RunIndex:
         """The full stored record of ``row`` (masked as stored), read again from its source."""
         raise NotImplementedError
 
+    def search(self) -> SearchIndex | None:
+        """The run's full-text index (``search.py``); None where there is none (eval outputs
+        with no spool, the platform's runs, or a cache folder that cannot be written)."""
+        return None
+
     def standing(self) -> Standing | None:
         """Where the run stands (``standing.Standing``): written and synced; None when the
         source keeps no such figures (eval outputs with no spool, the platform's own runs)."""
@@ -189,10 +196,22 @@ class SpoolIndex(RunIndex):
         self._seen_shape: tuple[tuple[int, ...], int, int, bool] | None = None
         self._status = derive_status(corrupt=False, last_sealed=None, live=False, torn=False)
         self._sync_states: SyncStates | None = None
+        self._search: SearchIndex | None = None
+        self._search_failed = False
 
     @property
     def status(self) -> str:
         return UNREADABLE if self.error is not None and not self._corrupt else self._status
+
+    def search(self) -> SearchIndex | None:
+        with self._lock:
+            if self._search is None and not self._search_failed:
+                key = f"spool|{self.run_dir.resolve()}|{self.manifest.get('run_id') or ''}"
+                try:
+                    self._search = SearchIndex(self, key)
+                except (OSError, sqlite3.Error):
+                    self._search_failed = True  # no cache folder to write: the search box is left out
+            return self._search
 
     def standing(self) -> Standing:
         if self._sync_states is None:

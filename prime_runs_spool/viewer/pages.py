@@ -10,8 +10,9 @@ from collections.abc import Mapping
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
-from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, compare, histogram, table_page
+from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, choices, compare, histogram, table_page
 from prime_runs_spool.viewer.render import Links, render
+from prime_runs_spool.viewer.search import query_words
 from prime_runs_spool.viewer.sources import Source
 from prime_runs_spool.viewer.statuses import meaning
 from prime_runs_spool.viewer.rows import Row
@@ -70,13 +71,18 @@ class Pages:
         for key, value in summary.items():
             if isinstance(value, Mapping):
                 items += [(f"{key}.{name}", inner) for name, inner in value.items()]
-        table = table_page(run, query)
+        search = run.search()
+        hits = search.hits(query.text) if search is not None and query.text else None
+        table = table_page(run, query, hits)
+        stops, error_kinds = choices(run)
         context = {
             "links": self.links, "run": run, "query": query, "table": table, "glances": self._glances(run, table.rows),
             "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
             "refresh": fragment_url if (run.live or run.behind) else None, "status_meaning": meaning(run.status),
-            "standing": run.standing(),
+            "standing": run.standing(), "stops": stops, "error_kinds": error_kinds, "search": search,
+            "snippets": search.snippets(query.text, [row.number for row in table.rows])
+            if search is not None and query.text else {},
         }
         if params.get("fragment"):
             return render("_run_body.html", **context)
@@ -109,6 +115,7 @@ class Pages:
         lead = {"prompt": seen.prompt, "expected": expected} if seen.prompt else None
         return render("episode.html", links=self.links, run=run, row=row, raw=raw, episode=episode,
                       traces=traces, lead=lead, status_meaning=meaning(run.status),
+                      hl_words=query_words(params.get("hl") or "")[:20],
                       prev=number - 1 if number > 1 else None, next=number + 1 if number < len(run.rows) else None)
 
     def group(self, params: Mapping[str, str]) -> str:

@@ -70,6 +70,15 @@ class TableQuery:
     truncated: bool = False
     q: str = ""
     example: str | None = None
+    #: Rows whose stop condition is this, and whose error is of this kind (``error_kind``).
+    stop: str | None = None
+    ekind: str | None = None
+    #: One metric's range: ``metric`` between ``mmin`` and ``mmax`` (either may be open).
+    metric: str | None = None
+    mmin: float | None = None
+    mmax: float | None = None
+    #: Full-text search over the run's messages, tool calls and tool output (``search.py``).
+    text: str = ""
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> TableQuery:
@@ -80,7 +89,10 @@ class TableQuery:
         return cls(sort=sort, desc=_flag(params.get("desc")), page=_int(params.get("page"), 1),
                    rmin=_float(params.get("rmin")), rmax=_float(params.get("rmax")), rlt=_float(params.get("rlt")),
                    errors=_flag(params.get("errors")), truncated=_flag(params.get("truncated")),
-                   q=(params.get("q") or "").strip()[:200], example=example if example not in (None, "") else None)
+                   q=(params.get("q") or "").strip()[:200], example=example if example not in (None, "") else None,
+                   stop=params.get("stop") or None, ekind=params.get("ekind") or None,
+                   metric=params.get("metric") or None, mmin=_float(params.get("mmin")), mmax=_float(params.get("mmax")),
+                   text=(params.get("text") or "").strip()[:200])
 
     def params(self, **changes: Any) -> dict[str, str]:
         """The query parameters of this view with ``changes`` applied, defaults left out."""
@@ -98,9 +110,16 @@ class TableQuery:
     @property
     def filtered(self) -> bool:
         return any((self.rmin is not None, self.rmax is not None, self.rlt is not None, self.errors, self.truncated,
-                    self.q, self.example is not None))
+                    self.q, self.example is not None, self.stop is not None, self.ekind is not None,
+                    self.metric is not None and (self.mmin is not None or self.mmax is not None), self.text))
 
-    def matches(self, row: Row, prompts: Mapping[Any, str]) -> bool:
+    def cleared(self) -> dict[str, str]:
+        """This view's parameters with every filter dropped (sort kept, first page)."""
+        return self.params(rmin=None, rmax=None, rlt=None, errors=False, truncated=False, q="", example=None,
+                           stop=None, ekind=None, metric=None, mmin=None, mmax=None, text="", page=1)
+
+    def matches(self, row: Row, prompts: Mapping[Any, str], hits: Any = None) -> bool:
+        """``hits``: the row numbers the full-text search found (``text`` set)."""
         reward = row.reward
         if self.rmin is not None and (reward is None or reward < self.rmin):
             return False
@@ -116,7 +135,26 @@ class TableQuery:
             return False
         if self.q and self.q.lower() not in prompts.get(row.example_id, ""):
             return False
+        if self.stop is not None and row.stop != self.stop:
+            return False
+        if self.ekind is not None and error_kind(row.error) != self.ekind:
+            return False
+        if self.metric is not None and (self.mmin is not None or self.mmax is not None):
+            value = row.metrics.get(self.metric)
+            if value is None or (self.mmin is not None and value < self.mmin) or \
+                    (self.mmax is not None and value > self.mmax):
+                return False
+        if self.text and (hits is None or row.number not in hits):
+            return False
         return True
+
+
+def error_kind(error: str | None) -> str | None:
+    """The kind of a row's error: its type (the text before ``: ``), or the whole short text."""
+    if error is None:
+        return None
+    kind = error.split(": ", 1)[0]
+    return kind[:80]
 
 
 def _fmt_float(value: float) -> str:
@@ -139,11 +177,12 @@ class TablePage:
     pages: int
 
 
-def table_page(index: RunIndex, query: TableQuery) -> TablePage:
-    """The rows of ``query``'s page, and how many rows match in all."""
+def table_page(index: RunIndex, query: TableQuery, hits: Any = None) -> TablePage:
+    """The rows of ``query``'s page, and how many rows match in all. ``hits``: the row
+    numbers of the full-text search's matches, when ``query.text`` is set."""
     rows = index.rows
     if query.filtered:
-        rows = [row for row in rows if query.matches(row, index.prompts)]
+        rows = [row for row in rows if query.matches(row, index.prompts, hits)]
     if query.sort != "n" or query.desc:
         rows = sorted(rows, key=_sort_key(query.sort), reverse=query.desc)
     total = len(rows)
@@ -243,3 +282,15 @@ def compare(a: RunIndex, b: RunIndex, show: str) -> list[CompareRow]:
     if show in ("improved", "regressed"):
         out.sort(key=lambda r: r.delta or 0.0, reverse=show == "improved")
     return out
+
+
+def choices(index: RunIndex) -> tuple[list[str], list[str]]:
+    """The stop conditions and error kinds of the run's rows (what the filters offer)."""
+    stops: dict[str, None] = {}
+    kinds: dict[str, None] = {}
+    for row in index.rows:
+        if row.stop is not None:
+            stops[row.stop] = None
+        if row.error is not None:
+            kinds[error_kind(row.error) or ""] = None
+    return sorted(stops)[:200], sorted(kinds)[:200]

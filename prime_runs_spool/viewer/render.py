@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from prime_runs_spool.viewer.search import marked
 from prime_runs_spool.viewer.transcript import pretty
 
 HERE = Path(__file__).resolve().parent
@@ -48,8 +49,9 @@ class Links:
     def run(self, key: str, params: Mapping[str, Any] | None = None) -> str | None:
         return self._url("/run", {"run": key, **(params or {})})
 
-    def episode(self, key: str, number: int) -> str | None:
-        return self._url("/episode", {"run": key, "n": number})
+    def episode(self, key: str, number: int, hl: str | None = None) -> str | None:
+        """``hl``: words to highlight on the page (a search's)."""
+        return self._url("/episode", {"run": key, "n": number, "hl": hl or None})
 
     def group(self, key: str, example: Any) -> str | None:
         return self._url("/group", {"run": key, "example": example})
@@ -104,7 +106,7 @@ class ExportLinks(Links):
             return None  # filters and sorts need the server
         return f"run-{file_slug(key)}-p{page}.html"
 
-    def episode(self, key: str, number: int) -> str | None:
+    def episode(self, key: str, number: int, hl: str | None = None) -> str | None:
         return f"episode-{file_slug(key)}-{number}.html"
 
     def group(self, key: str, example: Any) -> str | None:
@@ -156,7 +158,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty)
+    env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty, marked=marked)
     return env
 
 

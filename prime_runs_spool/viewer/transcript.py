@@ -132,7 +132,7 @@ def _arguments(raw: Any) -> str:
     return pretty(raw)
 
 
-def _turns(trace: Mapping[str, Any]) -> list[Turn]:
+def turns_of(trace: Mapping[str, Any]) -> list[Turn]:
     turns = []
     for index, node in enumerate(_seq(trace.get("nodes"))):
         if not isinstance(node, Mapping):
@@ -228,7 +228,7 @@ def trace_views(episode: Any) -> list[TraceView]:
             total = None
         if not rewards and isinstance(episode, Mapping) and "_reward" in episode:
             total = episode["_reward"]
-        turns = _turns(trace)
+        turns = turns_of(trace)
         calls = _calls(trace)
         name = str(agent.get("name") or "trace")
         judge = None
@@ -313,7 +313,7 @@ def glance(episode: Any) -> Glance:
     trace = traces[index] if index is not None and index < len(traces) else None
     if not isinstance(trace, Mapping):
         return Glance("", "")
-    turns = _turns(trace)
+    turns = turns_of(trace)
     data = _map(_map(trace.get("task")).get("data"))
     prompt = _prompt_of(data["prompt"]) if data.get("prompt") is not None else ""
     if not prompt:

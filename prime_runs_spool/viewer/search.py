@@ -1,0 +1,184 @@
+"""Full-text search over a run's messages, tool calls and tool output (SQLite FTS5).
+
+Why a second index: the row index keeps a few figures per episode, never its text, so that a
+big run costs megabytes; searching every message needs the text, so it goes to disk, in an
+FTS5 table, one SQLite file per run in this user's cache (``spool/layout.py``'s
+``VIEWER_SEARCH_DIRNAME``), never in the run's folder, which the viewer only reads. The file
+is 0600 in a 0700 folder: it holds the runs' prompts and answers (masked as pages show them).
+
+Built like the row index: incrementally, from where it stopped (the rows it holds are the
+run's first ``count``, in spool order, so a growing spool costs only its new episodes), for
+at most a time budget per request; a background thread does the rest. A search answers
+from what is indexed so far, and the page says how far that is.
+
+A query is words, each matched as a token (FTS5's own syntax is not exposed: a stray quote
+or ``AND`` in a search box must not be an error); all words must occur.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.spool.layout import FILE_MODE, VIEWER_SEARCH_DIRNAME
+from prime_runs_spool.sync.user_cache import private_folder
+from prime_runs_spool.viewer.transcript import episode_of, turns_of
+
+#: How long a page request may spend indexing before it answers (seconds).
+SEARCH_BUDGET = 0.05
+#: Rows read per step while indexing (one reader pass each when they follow each other).
+CHUNK = 200
+#: The longest text kept per episode (characters): a huge tool output is searched up to here.
+MAX_TEXT = 1_000_000
+#: Tokens of context around a hit in a table row's snippet (FTS5 counts tokens).
+SNIPPET_TOKENS = 12
+_HIT_OPEN, _HIT_CLOSE, _ELLIPSIS = "\x01", "\x02", "…"
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def episode_text(episode: Any) -> str:
+    """Every message, reasoning, tool call (name and arguments) and tool output of ``episode``."""
+    parts: list[str] = []
+    traces = episode.get("traces") if isinstance(episode, Mapping) else None
+    for trace in traces if isinstance(traces, list) else ():
+        if not isinstance(trace, Mapping):
+            continue
+        for turn in turns_of(trace):
+            parts += [turn.text, turn.reasoning or ""]
+            for call in turn.tool_calls:
+                parts += [call.name, call.arguments]
+    return "\n".join(part for part in parts if part)[:MAX_TEXT]
+
+
+def match_expression(text: str) -> str | None:
+    """``text``'s words as an FTS5 query that matches episodes holding all of them."""
+    words = _WORD.findall(text)
+    return " ".join(f'"{word}"' for word in words) if words else None
+
+
+def query_words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+class SearchIndex:
+    """The full-text index of one run (``run``: its :class:`~.index.RunIndex`)."""
+
+    def __init__(self, run: Any, key: str) -> None:
+        self.run = run
+        self.path = private_folder(VIEWER_SEARCH_DIRNAME) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.sqlite3"
+        _create_private(self.path)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        self._catcher: threading.Thread | None = None
+        with self._lock:
+            self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS episodes USING fts5(body, tokenize='unicode61')")
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value)")
+            found = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
+            if found is not None and found[0] != key:  # another run once had this file name
+                self._db.execute("DELETE FROM episodes")
+                self._db.execute("DELETE FROM meta")
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'count'").fetchone()
+            #: How many of the run's first episodes are indexed.
+            self.count = int(row[0]) if row else 0
+
+    @property
+    def behind(self) -> bool:
+        return self.count < len(self.run.rows) or self.run.behind
+
+    def refresh(self, budget: float = SEARCH_BUDGET) -> None:
+        """Index the rows read since, for at most about ``budget`` seconds."""
+        deadline = time.monotonic() + budget
+        with self._lock:
+            while self.count < len(self.run.rows):
+                rows = self.run.rows[self.count:self.count + CHUNK]
+                entries = [(row.number, "" if isinstance(record, SpoolError) else episode_text(episode_of(record)))
+                           for row, record in self.run.records(rows)]
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO episodes (rowid, body) VALUES (?, ?)", entries)
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('count', ?)", (self.count + len(entries),))
+                self._db.execute("COMMIT")
+                self.count += len(entries)
+                if time.monotonic() > deadline:
+                    break
+
+    def catch_up_in_background(self) -> None:
+        if not self.behind or (self._catcher is not None and self._catcher.is_alive()):
+            return
+
+        def run() -> None:
+            while self.behind:
+                before = self.count
+                self.refresh(0.25)
+                if self.count == before:
+                    time.sleep(0.25)  # the row index is still reading: wait for its rows
+
+        self._catcher = threading.Thread(target=run, name=f"viewer-search-{self.run.key}", daemon=True)
+        self._catcher.start()
+
+    def hits(self, text: str) -> set[int]:
+        """The numbers of the indexed episodes holding every word of ``text``."""
+        self.refresh()
+        self.catch_up_in_background()
+        expression = match_expression(text)
+        if expression is None:
+            return set()
+        with self._lock:
+            return {row[0] for row in self._db.execute("SELECT rowid FROM episodes WHERE episodes MATCH ?",
+                                                       (expression,))}
+
+    def snippets(self, text: str, numbers: list[int]) -> dict[int, list[tuple[str, bool]]]:
+        """For each of ``numbers`` that matches, its best passage as ``(text, is_hit)`` pieces
+        (the template escapes each piece; only the hit marks are its own markup)."""
+        expression = match_expression(text)
+        if expression is None or not numbers:
+            return {}
+        marks = ",".join("?" * len(numbers))
+        with self._lock:
+            found = self._db.execute(
+                f"SELECT rowid, snippet(episodes, 0, ?, ?, ?, ?) FROM episodes WHERE episodes MATCH ? "
+                f"AND rowid IN ({marks})",
+                (_HIT_OPEN, _HIT_CLOSE, _ELLIPSIS, SNIPPET_TOKENS, expression, *numbers)).fetchall()
+        return {number: list(_pieces(snippet)) for number, snippet in found}
+
+
+def _pieces(snippet: str) -> Iterator[tuple[str, bool]]:
+    for i, part in enumerate(re.split(f"({_HIT_OPEN}.*?{_HIT_CLOSE})", snippet, flags=re.S)):
+        if part.startswith(_HIT_OPEN) and part.endswith(_HIT_CLOSE):
+            yield part[1:-1], True
+        elif part:
+            yield re.sub(r"\s+", " ", part), False
+
+
+def _create_private(path: Path) -> None:
+    """The database file, 0600 before SQLite writes anything into it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def marked(text: str, words: list[str]) -> list[tuple[str, bool]]:
+    """``text`` cut into ``(piece, is_hit)`` where each of ``words`` occurs (case-insensitive),
+    for the episode page's highlights."""
+    if not words or not text:
+        return [(text, False)]
+    pattern = re.compile("|".join(re.escape(word) for word in sorted(words, key=len, reverse=True)), re.I)
+    out, at = [], 0
+    for match in pattern.finditer(text):
+        if match.start() > at:
+            out.append((text[at:match.start()], False))
+        out.append((match.group(0), True))
+        at = match.end()
+    if at < len(text):
+        out.append((text[at:], False))
+    return out

@@ -1,0 +1,168 @@
+"""Full-text search and the table's filters, in Debian's chromium, over real spools.
+
+A run whose tool calls and tool outputs hold a word nothing else holds, in known episodes:
+the search finds exactly those (whether the word is in a message, a tool call's arguments
+or a tool's output), shows the passage with the word marked, and the episode page opens
+with it highlighted. The index lives in this user's cache (``XDG_CACHE_HOME``), 0600, and
+nothing is written beside the spools. Filters on stop reason, error kind and a metric's
+range are in the URL. Markup in a tool output stays text in the snippet and the highlight.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.episodes import make_episode
+from prime_runs_spool.spool.writer import SegmentWriter
+from prime_runs_spool.viewer.app import create_viewer_app
+from prime_runs_spool.viewer.search import SearchIndex
+from prime_runs_spool.viewer.server import EmbeddedServer
+from prime_runs_spool.viewer.sources import SpoolSource
+from support.browser import launched
+from support.viewer_runs import FIXTURE_OUTPUTS
+
+WORD = "zebraquartz"
+HOSTILE = f"<script>window.__viewer_xss = 10</script> {WORD} <img src=x onerror=\"window.__viewer_xss = 11\">"
+#: Episode number -> where the word is: a message, a tool call's arguments, a tool's output.
+PLANTED = {2: "message", 5: "call", 7: "output"}
+
+
+def _episode(n: int) -> dict:
+    episode = make_episode(n, size=0, run_id="search", idx=n)
+    nodes = episode["traces"][0]["nodes"]
+    where = PLANTED.get(n + 1)
+    if where == "message":
+        nodes[1]["message"]["content"] = f"the answer mentions {WORD} once"
+    elif where == "call":
+        nodes[1]["message"]["tool_calls"] = [{"id": "c1", "type": "function", "function": {
+            "name": "bash", "arguments": f'{{"command": "echo {WORD}"}}'}}]
+    elif where == "output":
+        nodes.append({"parent": 1, "message": {"role": "tool", "tool_call_id": "c1", "content": HOSTILE}})
+    return episode
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("search") / "outputs"
+    shutil.copytree(FIXTURE_OUTPUTS / "gsm8k-completed", out / "gsm8k-completed")
+    writer = SegmentWriter.create(out / "search", "search")
+    writer.append("manifest", {"run_id": "search", "name": "search", "environments": ["gsm8k"], "model": "m"})
+    writer.append_many([("episode", _episode(n), {"episode_id": f"e{n}", "rollout_number": 1}) for n in range(8)])
+    writer.seal("completed")
+    return out
+
+
+@pytest.fixture(scope="module")
+def viewer(outputs):
+    files = sorted(p for p in outputs.rglob("*"))
+    with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
+        yield server.base_url
+    assert sorted(p for p in outputs.rglob("*")) == files  # nothing written beside the spools
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched() as browser:
+        yield browser
+
+
+@pytest.fixture
+def page(browser, viewer):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert errors == []
+
+
+def _shown(page) -> list[int]:
+    return [int(n) for n in page.locator("tr.sample").evaluate_all("els => els.map(e => e.dataset.n)")]
+
+
+def test_full_text_search_finds_messages_tool_calls_and_tool_output(page, viewer):
+    page.goto(viewer + "/run?run=search")
+    page.locator('input[name="text"]').fill(WORD.upper())  # case does not matter
+    page.locator("form.filters button").click()
+    page.wait_for_url(re.compile(r"text=ZEBRAQUARTZ"))
+    assert _shown(page) == sorted(PLANTED)
+    assert page.locator("#match-count .total").inner_text() == str(len(PLANTED))
+    for n in PLANTED:
+        assert page.locator(f'tr.sample[data-n="{n}"] .hit mark').inner_text().lower() == WORD
+    # the index is in the user's cache (conftest gives each test its own), private
+    cache = Path(os.environ["XDG_CACHE_HOME"])
+    (index,) = (cache / "prime-runs" / "viewer-search").glob("*.sqlite3")
+    assert stat.S_IMODE(index.stat().st_mode) == 0o600
+    assert stat.S_IMODE(index.parent.stat().st_mode) == 0o700
+
+
+def test_a_hit_opens_its_episode_with_the_words_highlighted(page, viewer):
+    page.goto(viewer + f"/run?run=search&text={WORD}")
+    page.locator('tr.sample[data-n="5"] a.episode-link').click()
+    page.wait_for_url(re.compile(r"/episode\?run=search&n=5&hl="))
+    marks = page.locator("section.trace mark").all_inner_texts()
+    assert marks == [WORD]
+    assert WORD in page.locator(".tool-call pre").first.inner_text()
+
+
+def test_markup_in_a_tool_output_stays_text_in_the_snippet_and_the_highlight(page, viewer):
+    page.goto(viewer + f"/run?run=search&text={WORD}")
+    assert "<script>" in page.locator('tr.sample[data-n="7"] .hit').inner_text()
+    page.goto(viewer + f"/episode?run=search&n=7&hl={WORD}")
+    tool = page.locator('li[data-role="tool"] pre.content')
+    assert tool.inner_text() == HOSTILE
+    assert tool.locator("mark").inner_text() == WORD
+    assert page.evaluate("window.__viewer_xss") is None
+    assert page.locator("main script, main img").count() == 0
+
+
+def test_stop_error_kind_and_metric_filters_are_in_the_url(page, viewer):
+    page.goto(viewer + "/run?run=gsm8k-completed")
+    page.locator('select[name="ekind"]').select_option("not ok")
+    page.locator("form.filters button").click()
+    page.wait_for_url(re.compile(r"ekind=not\+ok"))
+    assert _shown(page) == [6]
+    page.goto(viewer + "/run?run=gsm8k-completed")
+    page.locator('select[name="metric"]').select_option("judge/solved")
+    page.locator('input[name="mmin"]').fill("1")
+    page.locator("form.filters button").click()
+    page.wait_for_url(re.compile(r"mmin=1"))
+    by_metric = _shown(page)
+    column = page.locator("table.samples-table thead th").all_inner_texts().index("judge/solved")
+    values = [row.locator("td").nth(column).inner_text() for row in page.locator("tr.sample").all()]
+    assert by_metric and set(values) == {"1"}
+    url = page.url
+    page.goto(url)  # the URL is the whole view
+    assert _shown(page) == by_metric
+    stop = page.locator('tr.sample[data-n="1"] td').nth(-3).inner_text()
+    page.goto(viewer + f"/run?run=gsm8k-completed&stop={stop}")
+    assert set(page.locator("tr.sample").evaluate_all("els => els.map(e => e.children[e.children.length - 3]"
+                                                      ".innerText)")) == {stop}
+
+
+def test_the_index_resumes_where_it_stopped_and_follows_a_growing_spool(tmp_path):
+    run_dir = tmp_path / "growing"
+    writer = SegmentWriter.create(run_dir, "growing")
+    writer.append_many([("episode", _episode(n), {"episode_id": f"g{n}", "rollout_number": 1}) for n in range(3)])
+    run = SpoolSource([tmp_path]).get("growing")
+    run.refresh(5)
+    assert run.search().hits(WORD) == {2}
+    writer.append_many([("episode", _episode(n), {"episode_id": f"g{n}", "rollout_number": 1}) for n in range(3, 8)])
+    deadline = time.monotonic() + 10
+    while len(run.rows) < 8:  # the row index reads what the writer's durable mark covers
+        assert time.monotonic() < deadline, len(run.rows)
+        time.sleep(0.05)
+        run.refresh(5)
+    assert run.search().hits(WORD) == set(PLANTED)
+    writer.seal("completed")
+    again = SpoolSource([tmp_path]).get("growing")  # a new viewer: the cache's index is reused
+    again.refresh(5)
+    assert SearchIndex(again, f"spool|{run_dir.resolve()}|").count == 8
