@@ -385,3 +385,25 @@ def test_many_wrong_logins_in_flight_at_once_get_no_more_tries_than_one_at_a_tim
     finally:
         _stop(proc)
     assert sorted(codes) == [401] * FREE_LOGIN_FAILURES + [429] * (40 - FREE_LOGIN_FAILURES), codes
+
+
+def test_a_form_posted_by_a_page_elsewhere_uploads_no_traces(tmp_path):
+    """The Prime Traces upload is multipart, a type any page may post without asking; but it
+    needs an ``Idempotency-Key`` header, which no page sends without a CORS preflight this
+    server never grants. A form post without one stores nothing; the real client's upload is."""
+    from prime_traces import LineFormat, TracesClient
+
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.platform_api.traces import encode_line, stamp_run
+
+    line = encode_line(stamp_run(make_episode(0), "run-x"))
+    with platform_process.running(tmp_path / "p.db", "--traces") as platform:
+        form = {"metadata": ("metadata.json", b"{}", "application/json"),
+                "traces": ("traces.jsonl", line, "application/x-ndjson")}
+        r = httpx.post(f"{platform.api}/traces", files=form)
+        assert r.status_code == 400 and "Idempotency-Key" in r.text, r.text
+        assert httpx.get(f"{platform.api}/traces").json()["items"] == []
+        with TracesClient(api_key="unused", base_url=platform.base_url) as client:
+            [receipt] = client.upload_lines([line], line_format=LineFormat.EPISODE, context={})
+        assert receipt.status == "committed"
+        assert len(httpx.get(f"{platform.api}/traces").json()["items"]) == 1
