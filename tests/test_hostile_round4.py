@@ -604,10 +604,12 @@ def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path:
     assert len(platform.evaluations) == 1 and [len(rows) for rows in platform.samples.values()] == [3]
 
 
-def test_a_file_url_sync_is_a_usage_error_that_writes_nothing_there(tmp_path: Path) -> None:
+def test_a_file_url_sync_ships_the_run_once_with_its_lease_and_state_in_the_folder(tmp_path: Path) -> None:
     """obstore's local file store has no If-Match replace: every run's sync failed on its
-    lease ("PutMode::Update not yet implemented"), after creating a sync.lease.json in the
-    user's folder. Now: one line naming the local path to sync instead, nothing written."""
+    lease ("PutMode::Update not yet implemented"). A file:// folder is now served by
+    store/local_files.py, whose replace is real: the run is synced, its lease and state
+    land beside its spool, and a second sync finds it up to date."""
+    import json
     import shutil
 
     from prime_runs_spool.spool.layout import list_segments
@@ -616,12 +618,14 @@ def test_a_file_url_sync_is_a_usage_error_that_writes_nothing_there(tmp_path: Pa
     (tmp_path / "bucket" / "r" / "spool").mkdir(parents=True)
     for _, path in list_segments(builder.run_dir):
         shutil.copy(path, tmp_path / "bucket" / "r" / "spool" / path.name)
-    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "bucket").rglob("*"))
-    result = _cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"file://{tmp_path / 'bucket'}",
-                  timeout=60, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    assert _last_line(result).endswith(f"prime-runs sync {tmp_path / 'bucket'}"), result.stderr
-    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "bucket").rglob("*")) == before
+    for expected in ("synced", "up_to_date"):
+        result = _cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"file://{tmp_path / 'bucket'}",
+                      "--json", timeout=60, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+        assert [r["state"] for r in json.loads(result.stdout)["runs"]] == [expected]
+    lease = json.loads((tmp_path / "bucket" / "r" / "spool" / "sync.lease.json").read_text())
+    assert lease["released"] is True
+    assert [p.name for p in (tmp_path / "bucket" / "r" / "spool" / "sync").glob("*.json")]
     assert _cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there
 
 
