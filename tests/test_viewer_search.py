@@ -166,3 +166,10 @@ def test_the_index_resumes_where_it_stopped_and_follows_a_growing_spool(tmp_path
     again = SpoolSource([tmp_path]).get("growing")  # a new viewer: the cache's index is reused
     again.refresh(5)
     assert SearchIndex(again, f"spool|{run_dir.resolve()}|").count == 8
+
+
+def test_no_index_is_made_for_a_run_nobody_searches(page, viewer):
+    page.goto(viewer + "/run?run=gsm8k-completed&stop=x")
+    page.goto(viewer + "/episode?run=gsm8k-completed&n=1")
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "prime-runs" / "viewer-search"
+    assert not cache.exists() or list(cache.glob("*.sqlite3")) == []

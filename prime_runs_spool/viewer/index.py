@@ -121,6 +121,9 @@ class RunIndex:
         """The full stored record of ``row`` (masked as stored), read again from its source."""
         raise NotImplementedError
 
+    #: Whether :meth:`search` can give an index (the page offers the search box then).
+    searchable = False
+
     def search(self) -> SearchIndex | None:
         """The run's full-text index (``search.py``); None where there is none (eval outputs
         with no spool, the platform's runs, or a cache folder that cannot be written)."""
@@ -202,6 +205,8 @@ class SpoolIndex(RunIndex):
     @property
     def status(self) -> str:
         return UNREADABLE if self.error is not None and not self._corrupt else self._status
+
+    searchable = True
 
     def search(self) -> SearchIndex | None:
         with self._lock:

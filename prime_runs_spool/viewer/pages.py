@@ -71,8 +71,8 @@ class Pages:
         for key, value in summary.items():
             if isinstance(value, Mapping):
                 items += [(f"{key}.{name}", inner) for name, inner in value.items()]
-        search = run.search()
-        hits = search.hits(query.text) if search is not None and query.text else None
+        search = run.search() if query.text else None  # no index is made for a run nobody searches
+        hits = search.hits(query.text) if search is not None else None
         table = table_page(run, query, hits)
         stops, error_kinds = choices(run)
         context = {
@@ -81,6 +81,7 @@ class Pages:
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
             "refresh": fragment_url if (run.live or run.behind) else None, "status_meaning": meaning(run.status),
             "standing": run.standing(), "stops": stops, "error_kinds": error_kinds, "search": search,
+            "searchable": run.searchable,
             "snippets": search.snippets(query.text, [row.number for row in table.rows])
             if search is not None and query.text else {},
         }
