@@ -34,8 +34,8 @@ from prime_runs_spool.sync.options import (
     EXIT_OK,
     EXIT_RUN_FAILED,
     SAMPLES,
-    STORE_ENV,
-    STORES,
+    SINK_ENV,
+    SINKS,
     TRACES,
 )
 from prime_runs_spool.sync.retry import DEFAULT_RETRY_FOR, RETRY_FOR_ENV
@@ -54,9 +54,9 @@ if TYPE_CHECKING:
 @click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
 @click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
 @click.option("--db", type=click.Path(path_type=Path), help="The local platform's database (with --local).")
-@click.option("--to", "to", type=click.Choice(STORES), default=AUTO, show_default=True, envvar=STORE_ENV,
+@click.option("--to", "to", type=click.Choice(SINKS), default=AUTO, show_default=True, envvar=SINK_ENV,
               help="Where episodes go: Prime Traces, the legacy samples table, or auto (traces, falling back "
-                   f"to samples if the account has no Prime Traces; env {STORE_ENV}). Recorded per run.")
+                   f"to samples if the account has no Prime Traces; env {SINK_ENV}). Recorded per run.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True,
               help="Runs synced in parallel.")
 @click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")

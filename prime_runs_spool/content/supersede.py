@@ -88,7 +88,7 @@ def effective(episodes: Iterable[tuple[str | None, object]], superseded: set[str
 def supersede_history(manifests: Iterable[object]) -> list[frozenset[str]]:
     """The run's superseded set as it stood after each segment opened, newest first and each
     distinct set once, ending with the empty set (before any resume). A batch announced
-    before a later resume was cut under one of these (sync/traces.py rebuilds it)."""
+    before a later resume was cut under one of these (sync/sinks/addressed.py rebuilds it)."""
     sets: list[frozenset[str]] = [frozenset()]
     for manifest in manifests:
         grown = sets[-1] | supersedes_of([manifest])

@@ -215,7 +215,7 @@ class PlatformClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.settings = settings
-        #: Seconds to wait for one answer: the traces client (sync/traces.py) waits as long.
+        #: Seconds to wait for one answer: the traces client (sync/sinks/traces.py) waits as long.
         self.timeout = timeout
         self._timeout = timeout
         self._transport = transport

@@ -1,5 +1,5 @@
 """``--to auto``'s one question to Prime Traces, "does this account have it?", asked on the
-platform client's own connection (docs/sync.md, "Destinations").
+platform client's own connection (docs/sync.md, "Sinks").
 
 Asked through the ``prime-traces`` client, the question cost more than its answer: that
 client's import (pydantic's models under it) and its own TLS context, about 0.14 s of CPU

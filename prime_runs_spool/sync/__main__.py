@@ -33,7 +33,7 @@ from prime_runs_spool.sync.console import (
     report_lines,
 )
 from prime_runs_spool.sync.options import (AUTO, COPY_WAIT_ENV, DEFAULT_COPY_WAIT, DEFAULT_JOBS,
-                                           DEFAULT_REQUEST_LIFETIME, STORE_ENV, STORES, SyncOptions,
+                                           DEFAULT_REQUEST_LIFETIME, SINK_ENV, SINKS, SyncOptions,
                                            seconds_problem)
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--follow", action="store_true")
     parser.add_argument("--exit-when-idle", action="store_true")
     parser.add_argument("--poll-interval", type=_seconds(0.01), default=DEFAULT_POLL_INTERVAL)
-    parser.add_argument("--to", choices=STORES)
+    parser.add_argument("--to", choices=SINKS)
     return parser
 
 
@@ -109,9 +109,9 @@ def _from_env(args: argparse.Namespace) -> None:
         if getattr(args, dest) is None:
             setattr(args, dest, _env_float(name, default))
     if args.to is None:
-        raw = os.environ.get(STORE_ENV)
-        if raw and raw not in STORES:  # argparse checks choices against given values only
-            sys.stderr.write(f"prime-runs: {STORE_ENV}={raw!r} is not one of {', '.join(STORES)}\n")
+        raw = os.environ.get(SINK_ENV)
+        if raw and raw not in SINKS:  # argparse checks choices against given values only
+            sys.stderr.write(f"prime-runs: {SINK_ENV}={raw!r} is not one of {', '.join(SINKS)}\n")
             sys.exit(EXIT_USAGE)
         args.to = raw or AUTO
 

@@ -45,8 +45,9 @@ import orjson
 
 from prime_runs_spool.errors import CopyBusyError, SyncError
 from prime_runs_spool.spool.layout import COPY_LOCKS_DIRNAME, FILE_MODE, copy_lock_path, printable, read_regular_file
-from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES, TRACES
-from prime_runs_spool.sync.state import InFlight, StateFormatError, SyncState
+from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
+from prime_runs_spool.sync.sinks.registry import is_sink
+from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, StateFormatError, SyncState
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
 
 #: How often a waiting pass tries the lock again.
@@ -56,8 +57,8 @@ POLL = 0.1
 UNKNOWN = math.inf
 #: The request kinds a copy's later pass could send a second time (sync/state.py, InFlight).
 #: A traces batch is not among them: it is content-addressed, a resend is answered with the
-#: receipt (sync/traces.py).
-_NOT_IDEMPOTENT = frozenset({"create", "samples", "finalize"})
+#: receipt (sync/sinks/addressed.py).
+_NOT_IDEMPOTENT = frozenset({CREATE, SAMPLES, FINALIZE})
 
 
 def run_key_digest(destination_key: str, local_run_id: str, replay_id: str | None) -> str:
@@ -85,10 +86,10 @@ class CopyLock:
         #: The note the last holder left, as found by :meth:`hold`.
         self.previous: dict[str, Any] = {}
         self._in_doubt: float | None = None
-        #: Set by :meth:`hold`: the store (TRACES or SAMPLES) a pass of this run last sent its
+        #: Set by :meth:`hold`: the sink (TRACES or SAMPLES) a pass of this run last sent its
         #: episodes to, as its note says: a copy whose own state does not know yet must not
         #: put them in the other one too.
-        self.store: str | None = None
+        self.sink: str | None = None
         self._fd: int | None = None
 
     def hold(self, wait: float | None) -> CopyLock:
@@ -118,8 +119,8 @@ class CopyLock:
             self.previous = _read_note(fd)
             self.foreign = self.previous.get("holder") != self.holder
             self._in_doubt = self._left_in_doubt()
-            store = self.previous.get("store")
-            self.store = store if store in (SAMPLES, TRACES) else None
+            sink = self.previous.get("store")  # the note's key, as notes already written have it
+            self.sink = sink if is_sink(sink) else None
             _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True, **self._handed_on()})
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
@@ -170,17 +171,17 @@ class CopyLock:
             return {}
         return {"others": time.time() if self._in_doubt == UNKNOWN else self._in_doubt}
 
-    def release(self, pending: InFlight | None = None, store: str | None = None) -> None:
+    def release(self, pending: InFlight | None = None, sink: str | None = None) -> None:
         """Let the next pass in, noting the send time of ``pending``, the request this pass
         leaves unsettled (its state's ``in_flight``), for another copy to wait out, and
-        ``store``, where its episodes went (else the one the note said)."""
+        ``sink``, where its episodes went (else the one the note said)."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
         try:
             _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt,
-                             "store": store or self.store, **self._handed_on()})
+                             "store": sink or self.sink, **self._handed_on()})
         finally:
             os.close(fd)  # closing the only descriptor drops the flock
 

@@ -1,20 +1,23 @@
-"""The run's flow for one run and one destination (docs/sync.md).
+"""One run's pass to one destination (docs/sync.md).
 
 A pass reads the manifest and the state, then: nothing new (up to date), a dry run, or the
-evaluation (sync/evaluation.py), the samples already on the platform (sync/reconcile.py),
-the push loop, and the run's end (metadata, finalize). Every request it makes goes through
-the exactly-once core in sync/protocol.py, whose docstring states the invariant.
+evaluation (sync/evaluation.py), the sink (sync/sinks/choice.py picks it), the one push loop
+that drives any sink (sync/sinks/base.py says the contract), and the run's end (metadata,
+finalize). Every request it makes goes through the exactly-once core in sync/protocol.py,
+whose docstring states the invariant.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import (
     CopyBusyError,
     CorruptSpoolError,
@@ -26,26 +29,21 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
+from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version, sync_state_path
-from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import SAMPLES, TRACES, RunReport, SyncOptions
+from prime_runs_spool.sync.options import (CORRUPT, DRY_RUN, ERROR, LIVE, SKIPPED, SYNCED, UP_TO_DATE, RunReport,
+                                           SyncOptions)
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.content.remask import needs_remask, remask_manifest
-from prime_runs_spool.content.supersede import supersedes_of
-from prime_runs_spool.platform_api.v0 import project_episode_encoded
-from prime_runs_spool.sync.rows import (Batch, Row, RowStream, batches, durable_records, held_episodes,
-                                        read_ahead_if_worth_it, record_episode_id, settle_spare_bodies)
-from prime_runs_spool.sync.state import Destination, InFlight, SyncState, load_state
-from prime_runs_spool.sync.traces import TracesPush
-
-
-_episode_id = record_episode_id
+from prime_runs_spool.sync.rows import durable_records, record_episode_id, settle_spare_bodies
+from prime_runs_spool.sync.sinks import choice
+from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
+from prime_runs_spool.sync.sinks.registry import is_sink
+from prime_runs_spool.sync.state import FINALIZE, Destination, InFlight, SyncState, load_state
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -96,26 +94,25 @@ class RunSync:
         #: The exactly-once core: the state file, announcing, settling and fencing requests.
         #: ``make_protocol``: a subclass keeping the state elsewhere (sync/store_sync.py).
         self.protocol = make_protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
-                                 clock=clock, sleep=sleep, on_save=self._show,
-                                 **({"monotonic": monotonic} if monotonic is not None else {}))
+                                      clock=clock, sleep=sleep, on_save=self._show,
+                                      **({"monotonic": monotonic} if monotonic is not None else {}))
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
-        #: Matches the state's sample count with the platform's.
-        self.reconciler = Reconciler(self.protocol, client, self._stream, self._stream_from_start,
-                                     self._released_rows)
-        #: The Prime Traces store: which store the run uses, and its push (sync/traces.py).
-        self.traces = TracesPush(self)
-        #: The run's manifest: read by run() before anything uses it (masked again when
-        #: ``remask``: the spool was written under older masking rules, content/remask.py).
-        self.manifest: dict[str, Any] = {}
-        self.remask = False
-        #: Episode ids a resumed segment superseded (read at the start of each pass).
-        self.superseded: frozenset[str] = frozenset()
+        #: What the pass gives a sink; its manifest (masked again when the spool was written
+        #: under older masking rules), superseded set and remask flag are read by run().
+        self.context = PassContext(run_dir, self.protocol, client, self.report, options, self._show)
+        #: The sink this pass pushes to, once chosen: the run's end releases held-back
+        #: episodes there, even before a first batch recorded it (``auto``).
+        self.sink: Sink | None = None
 
     @property
     def state(self) -> SyncState:
         """The run's sync state, held by the protocol (loaded by run() before any use)."""
         return self.protocol.state
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.context.manifest
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -133,20 +130,20 @@ class RunSync:
                 self._record_mismatch(exc)
                 raise
         except CopyBusyError as exc:  # the other copy is syncing the run: not a failure
-            report.state, report.error = "skipped", str(exc)
+            report.state, report.error = SKIPPED, str(exc)
         except CorruptSpoolError as exc:
-            report.state, report.error = "corrupt", f"{exc}; everything before it was pushed"
+            report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed"
         except (SpoolError, SampleTooLargeError) as exc:
-            report.state, report.error = "error", str(exc)
+            report.state, report.error = ERROR, str(exc)
         except OSError as exc:
-            report.state = "error"
+            report.state = ERROR
             report.error = f"{exc.filename or self.run_dir}: {exc.strerror or exc}"
         return report
 
     def probe(self) -> RunReport | None:
         """The run's report when it is up to date, else None (a pass is needed).
 
-        The same rule as a pass (the state against the files' sizes, the store ``--to``
+        The same rule as a pass (the state against the files' sizes, the sink ``--to``
         names), read without the run's lock and writing nothing: a state is replaced
         whole by a rename, so what is read is one whole state, and one that says the spool
         was all sent while the files still end where it says is the answer a pass would
@@ -166,31 +163,32 @@ class RunSync:
             if state is None:
                 return None
             self.protocol.state = state
-            self.traces.recorded()  # --to naming the other store is the pass's error to report
+            choice.recorded(state, self.options.to)  # --to naming the other sink is the pass's error to report
             if not self._up_to_date():
                 return None
         except (StateProblem, SpoolError, SampleTooLargeError, OSError):
             return None
         self.report.local_run_id, self.report.name = local_id, manifest.get("name")
         self._show()
-        self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
+        self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
         return self.report
 
     def _run(self) -> None:
         manifest = read_manifest(self.run_dir)
         if manifest is None:
             if run_writer_alive(self.run_dir):
-                self.report.state = "live"
+                self.report.state = LIVE
                 self.report.warnings.append("no manifest yet; the writer is still starting")
                 return
             raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
         manifests = list(segment_manifests(self.run_dir))  # two lines read per segment
+        context = self.context
         # Written, or resumed, under older masking rules: nothing of it travels until today's
         # mask it (a segment's own manifest says what the process that wrote it masked).
-        self.remask = any(needs_remask(m) for m in [manifest, *manifests])
-        self.manifest = remask_manifest(manifest, self.report.warnings) if self.remask else manifest
-        # Episodes a resumed segment replaced (content/supersede.py): never rows.
-        self.superseded = frozenset(supersedes_of(manifests))
+        context.remask = any(needs_remask(m) for m in [manifest, *manifests])
+        context.manifest = remask_manifest(manifest, self.report.warnings) if context.remask else manifest
+        # Episodes a resumed segment replaced (content/supersede.py): never sent.
+        context.superseded = frozenset(supersedes_of(manifests))
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")
@@ -208,15 +206,12 @@ class RunSync:
         self.protocol.state = state
         self.protocol.loaded()
         self._show()
-        self.traces.recorded()  # a run recorded in one store is never sent to the other
+        choice.recorded(state, self.options.to)  # a run recorded in one sink is never sent to another
         if not untrusted and self._up_to_date():
-            self.report.state = "up_to_date" if state.finalized or state.terminal else "live"
+            self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
             return
         if self.options.dry_run:
-            if (self.traces.recorded() or self.options.to) == TRACES:
-                self.traces.dry_run()
-            else:
-                self._dry_run()
+            self._dry_run()
             return
         # From here on the pass may write to the platform: one copy of the run at a time on
         # this machine (sync/copies.py), whichever folder it is in.
@@ -225,7 +220,7 @@ class RunSync:
         try:
             self._fence_other_copy(copies.in_doubt())
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
-                             other_store=copies.store if copies.foreign else None)
+                             other_sink=copies.sink if copies.foreign else None)
         finally:
             copies.release(self.state.in_flight, self.state.store)
 
@@ -239,47 +234,107 @@ class RunSync:
                                     "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
         self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
 
-    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_store: str | None) -> None:
+    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_sink: str | None) -> None:
         """The pass's part that writes to the platform, under the run's copy lock.
         ``foreign``: another state (a copy of the spool) may have pushed to the run's
         evaluation since this state was last written, so nothing in it is trusted unchecked."""
         state = self.state
         pending = state.in_flight
-        if foreign and pending is not None and pending.kind == "samples":
-            # Our request in doubt, and another copy may have pushed since: its count cannot
-            # tell whether ours landed. Waited out, the platform's count is the whole truth
-            # (checked below, as a state from disk is).
-            self.protocol.fence(pending.sent_at)
-            state.in_flight = None
+        if foreign and pending is not None and is_sink(pending.kind):
+            choice.make(pending.kind, self.context).another_copy_pushed()
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
-        if adopted and other_store is not None and self.traces.recorded() is None:
-            # The other copy's store, which the platform's count cannot tell for Prime Traces:
-            # one run never ends up half in each (sync/traces.py, choose).
-            state.store = other_store
+        if adopted and other_sink is not None and choice.recorded(state, self.options.to) is None:
+            # The other copy's sink, which the platform cannot always tell: one run never
+            # ends up half in two sinks (sync/sinks/choice.py).
+            state.store = other_sink
             self.protocol.note()
-        if self.traces.choose(adopted=adopted) != SAMPLES and self.traces.push():
+        origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
+        choice.push(self.context, adopted=adopted, push_to=lambda sink: self._push(sink, origin))
+
+    # -- the push loop -----------------------------------------------------------------------
+
+    def _push(self, sink: Sink, origin: StateOrigin) -> None:
+        """Push the run to ``sink`` and finish it: the one loop every sink is driven by."""
+        self.sink = sink
+        if not sink.settle(origin):
             return
-        try:
-            self.reconciler.reconcile(force=adopted)
-            # A state that parses is a cache, not the truth (an older copy, an edit, another copy
-            # having pushed since): checked against the platform before anything is pushed,
-            # unless this process wrote it and no other copy held the run since.
-            if not (fresh or untrusted or adopted) and (not state.written_here or state.mismatch or foreign):
-                if self.reconciler.verify():
-                    self.report.warnings.append("the sync state disagreed with the platform; the platform's "
-                                                "count was taken (docs/sync.md, \"State\")")
-        except SampleCountMismatchError as exc:
-            rows = self.reconciler.behind(exc.platform_samples)
-            if rows is None:
-                raise
-            # Nothing this copy holds is missing there, and nothing of it is to be sent.
-            self.report.state = "up_to_date"
-            self.report.warnings.append(
-                f"this copy of the run holds {rows} of the evaluation's {exc.platform_samples} samples, its first "
-                "ones: another copy, further on, pushed the rest; nothing to push (docs/sync.md, \"Concurrency\")")
-            return
-        self._push_all()
+        while True:
+            stream = sink.stream()
+            try:
+                for batch in sink.batches(stream):
+                    try:
+                        if batch.count:
+                            sink.send(batch)
+                        else:
+                            self._advance_past(batch.end, batch.seal)
+                    finally:
+                        batch.release()  # its body and its large-body token, sent or not
+            finally:
+                settle_spare_bodies()  # this run's bodies are sent
+                self._note_skipped(stream)
+            if self._pass_ended(stream.seal, lambda: self._drained(sink, stream)):
+                return
+
+    def _advance_past(self, end: Any, seal: dict[str, Any] | None) -> None:
+        """The one rule for records that give nothing to any sink (a seal, a resumed
+        segment's header, a withheld episode): the cursor moves past them, noted and not
+        written on its own (docs/sync.md, "Records that give nothing"). Lost, they are read
+        again at no risk: nothing was sent for them."""
+        if end is not None and end != self.state.cursor:
+            self.state.advance(end, 0, 0, seal)
+            self.protocol.note()
+
+    def _note_skipped(self, stream: SinkStream) -> None:
+        """Keep what the stream passed over: corruption (``--skip-corrupt``) and episodes no
+        request can carry, in the state (so status shows them and finishing puts them in the
+        evaluation's metadata) and, for the latter, in the report."""
+        state = self.state
+        if stream.skipped:
+            known = {(s["segment"], s["offset"]) for s in state.skipped}
+            state.skipped.extend({k: v for k, v in s.items() if k != "last"} for s in stream.skipped
+                                 if (s["segment"], s["offset"]) not in known)
+            self.protocol.save()
+        known = {(s["segment"], s["offset"]) for s in state.skipped_too_large}
+        new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
+        if new:
+            state.skipped_too_large.extend(new)
+            self.protocol.save()
+            for skipped in new:
+                self.report.warnings.append(f"skipped: {skipped['reason']}")
+
+    def _pass_ended(self, seal: dict[str, Any] | None, drained: Callable[[], bool]) -> bool:
+        """How a pass that read to the end of the log ends: with the seal's status; ``live``
+        while the writer holds its lock; ``crashed`` once the writer is gone and
+        ``drained()`` (a read after that) finds nothing more, since it may have appended, or
+        sealed, between our last read and its exit. False: read again."""
+        if seal is not None:
+            self._finish(str(seal.get("status")), seal)
+            return True
+        if run_writer_alive(self.run_dir):
+            self.report.state = LIVE
+            return True
+        if drained():
+            self._finish(CRASHED, None)
+            return True
+        return False
+
+    def _drained(self, sink: Sink, stream: SinkStream) -> bool:
+        """Nothing more to read past where ``stream`` ended: no item, no seal, no record."""
+        probe = sink.stream()
+        for _ in probe:
+            return False
+        return probe.seal is None and probe.cursor == stream.cursor
+
+    def _release_held(self) -> None:
+        """The run completed: send the errored episodes held back, those no resume
+        superseded, in batches the sink cuts, each announced like any of its batches."""
+        assert self.sink is not None
+        for batch in self.sink.held_batches():
+            try:
+                self.sink.send(batch)
+            finally:
+                batch.release()
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -288,7 +343,7 @@ class RunSync:
         self.report.evaluation_id = state.evaluation_id
         self.report.url = state.viewer_url
         self.report.store = state.store
-        self.report.pushed_total = state.episodes_pushed if state.store == TRACES else state.samples_pushed
+        self.report.pushed_total = choice.pushed_total(state)
         self.on_progress(self.report)
 
     def _up_to_date(self) -> bool:
@@ -321,97 +376,6 @@ class RunSync:
         state.terminal_size = segments[-1][1].stat().st_size if segments else None
         state.terminal_version = segment_version(segments[-1][1]) if segments else None
 
-    # -- samples ---------------------------------------------------------------------------
-
-    def _stream(self) -> RowStream:
-        return RowStream(self.run_dir, self.state.cursor, str(self.state.evaluation_id),
-                         self.options.max_request_bytes, self.options.skip_corrupt, seal=self.state.seal,
-                         superseded=self.superseded, hold_errored=True, remask=self.remask)
-
-    def _stream_from_start(self) -> RowStream:
-        """The run's rows from its first, read as the pushes read them (what ``_stream`` does
-        from the cursor)."""
-        return RowStream(self.run_dir, None, str(self.state.evaluation_id),
-                         self.options.max_request_bytes, self.options.skip_corrupt,
-                         superseded=self.superseded, hold_errored=True, remask=self.remask)
-
-    def _push_all(self) -> None:
-        while True:
-            stream = self._stream()
-            try:
-                for batch in read_ahead_if_worth_it(stream, batches(stream, self.options.max_request_bytes)):
-                    if batch.count:
-                        try:
-                            self._send(batch)
-                        finally:
-                            batch.release()  # its body and its large-body token, sent or not
-                    elif batch.end is not None and batch.end != self.state.cursor:
-                        self.state.advance(batch.end, 0, 0, batch.seal)
-                        self.protocol.note()  # records that are not rows: read again at no risk
-            finally:
-                settle_spare_bodies()  # this run's bodies are sent
-                if stream.skipped:
-                    known = {(s["segment"], s["offset"]) for s in self.state.skipped}
-                    self.state.skipped.extend(
-                        {k: v for k, v in s.items() if k != "last"} for s in stream.skipped
-                        if (s["segment"], s["offset"]) not in known)
-                    self.protocol.save()
-                self._record_too_large(stream)
-            if self.pass_ended(stream.seal, lambda: self._drained(stream)):
-                return
-
-    def pass_ended(self, seal: dict[str, Any] | None, drained: Callable[[], bool]) -> bool:
-        """How a pass that read to the end of the log ends, for either store: with the
-        seal's status; ``live`` while the writer holds its lock; ``crashed`` once the
-        writer is gone and ``drained()`` (a read after that) finds nothing more, since it
-        may have appended, or sealed, between our last read and its exit. False: read again."""
-        if seal is not None:
-            self._finish(str(seal.get("status")), seal)
-            return True
-        if run_writer_alive(self.run_dir):
-            self.report.state = "live"
-            return True
-        if drained():
-            self._finish(CRASHED, None)
-            return True
-        return False
-
-    def _record_too_large(self, stream: RowStream) -> None:
-        """Keep the episodes the stream passed over as too large: in the state (so status
-        shows them and finishing puts them in the evaluation's metadata) and in the report."""
-        known = {(s["segment"], s["offset"]) for s in self.state.skipped_too_large}
-        new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
-        if not new:
-            return
-        self.state.skipped_too_large.extend(new)
-        self.protocol.save()
-        for skipped in new:
-            self.report.warnings.append(f"skipped: {skipped['reason']}")
-
-    def _drained(self, stream: RowStream) -> bool:
-        probe = self._stream()
-        for _ in probe.rows():
-            return False
-        return probe.seal is None and probe.cursor == stream.cursor
-
-    def _send(self, batch: Batch) -> None:
-        body = batch.body()
-        rows = batch.count
-        assert batch.end is not None
-        self.protocol.send_once("pushing samples",
-                        InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=batch.episodes,
-                                 end=batch.end, seal=batch.seal, last_sample_id=batch.last_sample_id),
-                        lambda: self.client.push_samples(str(self.state.evaluation_id), body, on_sent=batch.sent),
-                        lambda: self.reconciler.samples_landed(rows))
-        self.protocol.acknowledge(batch.end, rows, batch.episodes, batch.seal, batch.last_sample_id)
-        if self.protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?
-            self.protocol.check_next_batch = False
-            self.reconciler.check("after rows were resent once an earlier request could no longer land")
-        self.report.pushed_now += rows
-        self.report.bytes_sent += len(body)
-        del body  # _push_all releases the batch: the next one is built without this body alive
-        self._show()
-
     # -- finishing ---------------------------------------------------------------------------
 
     def _summary(self, seal: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -421,91 +385,18 @@ class RunSync:
             return dict(seal["summary"])
         accumulator = SummaryAccumulator()
         for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
-            if record.type == EPISODE and _episode_id(record) not in self.superseded:
+            if record.type == EPISODE and record_episode_id(record) not in self.context.superseded:
                 accumulator.add(record.data)
         return accumulator.result()
 
     def _held_back(self) -> int:
         """Errored episodes of the effective set not pushed: held until the run completes."""
-        return sum(1 for _ in self._held_episodes())
-
-    def _release_held(self) -> None:
-        """The run completed: push the errored episodes held back, those no resume superseded.
-
-        In spool order, in requests of the usual size, each announced like any samples
-        request (its ids recorded as released once it is known to have landed), so a sync
-        killed half way neither loses nor repeats one.
-        """
-        if self.traces.pushing:
-            self.traces.release_held()
-            return
-        state = self.state
-        limit = self.options.max_request_bytes
-        batch, ids = Batch(), []
-        for episode_id, record in self._held_episodes():
-            try:
-                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
-                                               evaluation_id=str(state.evaluation_id), max_request_bytes=limit)
-            except SampleTooLargeError as exc:  # never sendable: passed over and said, as in the stream
-                if not any(s.get("episode_id") == exc.episode_id for s in state.skipped_too_large):
-                    state.skipped_too_large.append({"segment": record.segment_index, "offset": record.offset,
-                                                    "episode_id": exc.episode_id, "reason": str(exc)})
-                    self.report.warnings.append(f"skipped: {exc}")
-                continue
-            for _, data in rows:
-                if not batch.fits(data, limit):
-                    self._send_released(batch, ids)
-                    batch, ids = Batch(), []
-                batch.add(Row(data, None, state.cursor, True))
-            ids.append(str(episode_id))
-        if batch.count:
-            self._send_released(batch, ids)
-
-    def _held_episodes(self) -> Iterator[tuple[str, Any]]:
-        """The errored episodes held back and not yet released, in the order releasing them
-        sends them (spool order, superseded ones left out): ``(episode id, record)``."""
-        for record in held_episodes(self.run_dir, self.superseded, set(self.state.released),
-                                    skip_corrupt=self.options.skip_corrupt, remask=self.remask):
-            yield str(_episode_id(record)), record
-
-    def _released_rows(self) -> Iterator[tuple[str, Any, bool]]:
-        """The rows releasing the held episodes sends, in order: ``(episode id, sample id,
-        closes the episode)``. Reconciling a completed run whose state was lost reads past
-        the stream into these (the platform may hold some of them already)."""
-        evaluation_id = str(self.state.evaluation_id)
-        for episode_id, record in self._held_episodes():
-            try:
-                rows = project_episode_encoded(record.data, (record.meta or {}).get("rollout_number"),
-                                               evaluation_id=evaluation_id,
-                                               max_request_bytes=self.options.max_request_bytes)
-            except SampleTooLargeError:
-                continue  # never sent (see _release_held)
-            for number, (row, _) in enumerate(rows):
-                yield episode_id, row.get("sample_id"), number == len(rows) - 1
-
-    def _send_released(self, batch: Batch, ids: list[str]) -> None:
-        state = self.state
-        try:
-            body = batch.body()
-            rows = batch.count
-            self.protocol.send_once(
-                "pushing held-back episodes",
-                InFlight(kind="samples", sent_at=0.0, rows=rows, episodes=len(ids), end=state.cursor,
-                         seal=state.seal, released=list(ids)),
-                lambda: self.client.push_samples(str(state.evaluation_id), body),
-                lambda: self.reconciler.samples_landed(rows))
-            assert state.cursor is not None
-            self.protocol.acknowledge(state.cursor, rows, len(ids), state.seal)
-            self.report.pushed_now += rows
-            self.report.bytes_sent += len(body)
-        finally:
-            batch.release()
-        self._show()
+        return sum(1 for _ in self.context.held())
 
     def _supersede_note(self) -> dict[str, Any]:
         """What the evaluation's metadata says about superseded episodes already pushed."""
         state = self.state
-        pushed = sorted(self.superseded & set(state.released) | set(state.superseded_pushed))
+        pushed = sorted(self.context.superseded & set(state.released) | set(state.superseded_pushed))
         if pushed != state.superseded_pushed:
             state.superseded_pushed = pushed
             self.protocol.save()
@@ -518,6 +409,7 @@ class RunSync:
 
     def _finish(self, status: str, seal: Mapping[str, Any] | None) -> None:
         state = self.state
+        assert self.sink is not None
         if status == COMPLETED and not _no_errors(seal):
             self._release_held()
         note = self._supersede_note()
@@ -532,16 +424,13 @@ class RunSync:
                     evaluation_id, metadata=metadata, metrics=metrics))
                 state.metrics_sent = metrics
                 self.protocol.note()  # lost, it costs one more idempotent PUT
-            if not state.finalized and state.store != TRACES:
-                # Never finalize over rows we cannot account for: read from the PUT's answer
-                # (the evaluation, as of that request) when it carries the count.
-                self.reconciler.check("before finalizing", answer)
             if not state.finalized:
+                self.sink.before_finalize(answer)
                 self._finalize(metrics)
             self._record_terminal(COMPLETED)
             state.held_back = 0
             self.protocol.save()
-            self.report.state = "synced"
+            self.report.state = SYNCED
             return
         terminal = {
             "status": status,
@@ -572,10 +461,10 @@ class RunSync:
             evaluation = self.protocol.retry("reading the evaluation", lambda: self.client.get_evaluation(evaluation_id))
             return str(evaluation.get("status", "")).upper() == "COMPLETED"
 
-        pending = state.in_flight if state.in_flight and state.in_flight.kind == "finalize" else None
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == FINALIZE else None
         if pending is None or not self.protocol.settled(pending.sent_at, completed):
-            self.protocol.send_once("finalizing", InFlight(kind="finalize", sent_at=0.0),
-                            lambda: self.client.finalize(evaluation_id, metrics), completed)
+            self.protocol.send_once("finalizing", InFlight(kind=FINALIZE, sent_at=0.0),
+                                    lambda: self.client.finalize(evaluation_id, metrics), completed)
         state.finalized = True
         state.in_flight = None
         self.protocol.note()  # the file announces the finalize: the next sync reads its status
@@ -598,9 +487,19 @@ class RunSync:
     # -- dry run -----------------------------------------------------------------------------
 
     def _dry_run(self) -> None:
-        stream = RowStream(self.run_dir, self.state.cursor, self.state.evaluation_id or "dry-run",
-                           self.options.max_request_bytes, self.options.skip_corrupt, remask=self.remask)
-        for batch in batches(stream, self.options.max_request_bytes):
+        """What the pass would send from the cursor, counted in the sink's unit and never
+        sent: the batches the push loop would cut, and what a completed run releases."""
+        name, shown = choice.for_dry_run(self.state, self.options.to)
+        sink = choice.make(name, self.context)
+        stream = sink.stream()
+        for batch in sink.batches(stream):
             self.report.pushed_now += batch.count
             self.report.bytes_sent += batch.size if batch.count else 0
-        self.report.state = "dry_run"
+            batch.release()
+        if stream.seal is not None and stream.seal.get("status") == COMPLETED:
+            for batch in sink.held_batches():
+                self.report.pushed_now += batch.count
+                self.report.bytes_sent += batch.size
+                batch.release()
+        self.report.store = shown
+        self.report.state = DRY_RUN

@@ -16,7 +16,7 @@ from prime_runs_spool.platform_api.v0 import create_body, manifest_problem, v0_m
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
-from prime_runs_spool.sync.state import InFlight
+from prime_runs_spool.sync.state import CREATE, InFlight
 
 
 class Evaluation:
@@ -58,7 +58,7 @@ class Evaluation:
             raise SyncError(f"the run's manifest cannot be sent: {problem} (docs/manifest.md)")
         protocol = self.protocol
         state = protocol.state
-        pending = state.in_flight if state.in_flight and state.in_flight.kind == "create" else None
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == CREATE else None
         if state.evaluation_id and pending is None:
             return False
         if untrusted:
@@ -127,7 +127,7 @@ class Evaluation:
         payload = self._create_payload(manifest, environment_ids)
         environment = self._environment_names(manifest)[0]
         with self.index.creating(environment):
-            created = self.protocol.send_once("creating the evaluation", InFlight(kind="create", sent_at=0.0),
+            created = self.protocol.send_once("creating the evaluation", InFlight(kind=CREATE, sent_at=0.0),
                                               lambda: self.client.create_evaluation(payload),
                                               lambda: self._adopt_existing(manifest))
             if created is not LANDED:

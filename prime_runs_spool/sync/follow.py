@@ -45,13 +45,13 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.options import CORRUPT, ERROR, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
 from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
-DONE_STATES = frozenset({"synced", "up_to_date", FAILED, CANCELLED, CRASHED, "corrupt"})
+DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT})
 
 Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
 
@@ -238,7 +238,7 @@ class Follower:
         now = self.clock()
         followed.last_look = now
         followed.next_look = now + self.follow.poll_interval  # unless decided otherwise below
-        failing = followed.report is not None and followed.report.state == "error"
+        failing = followed.report is not None and followed.report.state == ERROR
         if failing and now < followed.retry_at:
             followed.next_look = followed.retry_at
             return
@@ -270,14 +270,14 @@ class Follower:
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:
         previous = followed.report
-        if (previous is not None and previous.state == "synced" and report.state == "up_to_date"
+        if (previous is not None and previous.state == SYNCED and report.state == UP_TO_DATE
                 and previous.evaluation_id == report.evaluation_id):
             # A pass after the one that finished the run (its writer was still letting go
             # of the lock then) finds nothing to do: the run is still the synced one, not
             # news, and its last line stays ``synced`` as docs/cli.md says.
             report = previous
         followed.report = report
-        if report.state == "error":
+        if report.state == ERROR:
             followed.errors += 1
             followed.retry_at = self.clock() + self.options.backoff.delay(followed.errors)
             followed.next_look = followed.retry_at
@@ -287,7 +287,7 @@ class Follower:
         else:
             followed.errors = 0
             followed.done = report.state in DONE_STATES and not live
-        if report.state == "skipped":
+        if report.state == SKIPPED:
             # Another sync is pushing a copy of the run (sync/copies.py): a pass again soon,
             # whether or not this spool changes (that copy may end before it has all of this one).
             followed.seen = None
@@ -306,10 +306,10 @@ class Follower:
         try:
             lock.acquire()
         except (Timeout, OSError) as exc:
-            skipped = RunReport(path=str(followed.run_dir), state="skipped",
+            skipped = RunReport(path=str(followed.run_dir), state=SKIPPED,
                                 error="another prime-runs sync is working on this run; following it once that ends"
                                 if isinstance(exc, Timeout) else f"cannot take the sync lock: {exc}")
-            if followed.report is None or followed.report.state != "skipped":
+            if followed.report is None or followed.report.state != SKIPPED:
                 followed.report = skipped
                 self.on_report(skipped)
             return False

@@ -22,7 +22,7 @@ from prime_runs_spool.spool.layout import (FILE_MODE, find_runs, make_private_di
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.interrupt import Interrupt
-from prime_runs_spool.sync.options import DEFAULT_JOBS, INTERRUPTED, RunReport, SyncOptions
+from prime_runs_spool.sync.options import DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
@@ -36,7 +36,7 @@ def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
 
 def read_only_report(run_dir: Path) -> RunReport:
     """The report of a spool on a read-only folder, with no state directory to sync it from."""
-    return RunReport(path=str(run_dir), state="error",
+    return RunReport(path=str(run_dir), state=ERROR,
                      error=f"{spool_dir(run_dir)} is read-only: sync keeps a run's lock and state beside its spool; "
                            "give --state-dir DIR (or PRIME_RUNS_STATE_DIR=DIR) to keep them there instead")
 
@@ -86,16 +86,16 @@ def sync_run(
         try:
             make_private_dir(spool_dir(home))
         except OSError as exc:
-            return RunReport(path=str(run_dir), state="error",
+            return RunReport(path=str(run_dir), state=ERROR,
                              error=f"cannot keep its sync state in {spool_dir(home)}: {exc.strerror or exc}")
     lock = sync_lock(home, wait=wait)
     try:
         lock.acquire()
     except Timeout:
-        return RunReport(path=str(run_dir), state="skipped",
+        return RunReport(path=str(run_dir), state=SKIPPED,
                          error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
-        return RunReport(path=str(run_dir), state="error",
+        return RunReport(path=str(run_dir), state=ERROR,
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
     engine: RunSync | None = None
     try:
@@ -106,7 +106,7 @@ def sync_run(
     except Stopped:
         return interrupted_report(run_dir, engine.report if engine is not None else None)
     except OSError as exc:  # e.g. its state folder cannot be listed: this run only
-        return RunReport(path=str(run_dir), state="error", error=unreadable_message(exc, run_dir))
+        return RunReport(path=str(run_dir), state=ERROR, error=unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
         return internal_error_report(str(run_dir), exc)
     finally:
@@ -125,13 +125,13 @@ def interrupted_report(run_dir: Path, report: RunReport | None) -> RunReport:
 def internal_error_report(path: str, exc: Exception) -> RunReport:
     """The report of a run whose pass met an error no code path expected: that run's
     ``error``, so the others (local or in a store) still get their sync."""
-    return RunReport(path=path, state="error", error=f"internal error: {type(exc).__name__}: {exc}")
+    return RunReport(path=path, state=ERROR, error=f"internal error: {type(exc).__name__}: {exc}")
 
 
 def unreadable_report(path: Path, exc: OSError) -> RunReport:
     """The report of a directory under the paths that could not be read: a run may be in it,
     so the sync did not get everything it was asked to (exit 1)."""
-    return RunReport(path=str(path), state="error", error=unreadable_message(exc, path))
+    return RunReport(path=str(path), state=ERROR, error=unreadable_message(exc, path))
 
 
 def discover(paths: Iterable[Path]) -> list[Path | RunReport]:

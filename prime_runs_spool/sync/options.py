@@ -12,15 +12,16 @@ from typing import Any
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.sync.retry import Backoff
 
-#: Where a run's episodes go on a destination (``sync --to``): Prime Traces, the legacy samples
-#: table, or ``auto``: traces, falling back to samples when the account answers
-#: ``service_not_enabled`` before any batch was committed (docs/sync.md, "Destinations").
+#: The sink a run's episodes go to on a destination (``sync --to``; sync/sinks/): Prime
+#: Traces, the legacy samples table, or ``auto``: traces, falling back to samples when the
+#: account answers ``service_not_enabled`` before any batch was committed (docs/sync.md,
+#: "Sinks"). The names are persisted (the state file's ``store``): they never change.
 TRACES = "traces"
 SAMPLES = "samples"
 AUTO = "auto"
-STORES = (TRACES, SAMPLES, AUTO)
+SINKS = (TRACES, SAMPLES, AUTO)
 #: The environment variable that sets ``--to`` for ``prime-runs sync`` and the online shipper.
-STORE_ENV = "PRIME_RUNS_SYNC_TO"
+SINK_ENV = "PRIME_RUNS_SYNC_TO"
 
 #: The default request lifetime for the real platform: after this long, a request sent and
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
@@ -45,16 +46,25 @@ DEFAULT_COPY_WAIT = 30.0
 #: The environment variable that sets ``--copy-wait``.
 COPY_WAIT_ENV = "PRIME_RUNS_COPY_WAIT"
 
+#: A run's report state (``RunReport.state``), beside the seal statuses a run's end is
+#: reported with (spool/format.py: completed runs are ``synced``; failed, cancelled, crashed).
+#: Printed and in ``--json``: the values never change.
+UP_TO_DATE = "up_to_date"   # nothing new since the last sync
+SYNCED = "synced"           # completed and finalized
+LIVE = "live"               # a writer still appends: pushed what is durable
+SKIPPED = "skipped"         # another sync holds the run, or a copy of it
+DRY_RUN = "dry_run"         # counted, nothing sent
+ERROR = "error"
+CORRUPT = "corrupt"         # stopped at corruption; everything before it was pushed
+INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it from starting)
+
 #: Report states that mean the run did not get where it should (exit 1).
-FAILED_STATES = frozenset({"error", "corrupt"})
+FAILED_STATES = frozenset({ERROR, CORRUPT})
 
 #: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
 #: (docs/cli.md); EXIT_INTERRUPTED (128 + SIGINT, as a shell reports Ctrl-C) after SIGINT or
 #: SIGTERM ended a sync that was not following.
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-#: The report state of a run whose pass a SIGINT or SIGTERM ended (or kept from starting).
-INTERRUPTED = "interrupted"
 
 #: The defaults of the command-line options that are not SyncOptions' own. They live here,
 #: in a module that imports almost nothing, so that defining the command's options (which
@@ -86,8 +96,8 @@ class SyncOptions:
     replay_id: str | None = None
     name: str | None = None
     tags: tuple[str, ...] = ()
-    #: Where episodes go: TRACES, SAMPLES or AUTO. The library's default stays SAMPLES, as
-    #: before there was a choice; the command line's default is AUTO.
+    #: The sink episodes go to: TRACES, SAMPLES (or another registered sink) or AUTO. The
+    #: library's default stays SAMPLES, as before there was a choice; the command line's is AUTO.
     to: str = SAMPLES
     #: Uncompressed bytes at which a traces batch closes (tests use smaller ones).
     traces_batch_bytes: int | None = None
@@ -106,14 +116,14 @@ class RunReport:
     url: str | None = None
     pushed_now: int = 0
     pushed_total: int = 0
-    #: up_to_date, synced (completed and finalized), live, failed, crashed, corrupt,
-    #: skipped (another sync holds it, or a copy of it), dry_run, interrupted, error
-    state: str = "error"
+    #: One of the report states above, or the seal status a run ended with.
+    state: str = ERROR
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
     bytes_sent: int = 0
     replay_id: str | None = None
-    #: Which store the run's episodes went to: TRACES or SAMPLES (None: not decided yet).
+    #: The sink the run's episodes went to: TRACES or SAMPLES (None: not decided yet). The
+    #: key keeps its name: it is part of ``--json``'s output.
     store: str | None = None
 
     def as_json(self) -> dict[str, Any]:

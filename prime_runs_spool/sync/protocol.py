@@ -13,8 +13,8 @@ announced in the state file (with its send time) before it is sent, and settled 
   lifetime) and reads again before sending anything.
 
 So nothing is ever sent twice, and nothing is skipped. This module knows no request in
-particular: the evaluation (sync/evaluation.py), the samples (sync/reconcile.py, the
-engine's push loop) and the finalize call all go through it.
+particular: the evaluation (sync/evaluation.py), each sink's batches (sync/sinks/), the
+samples read back (sync/reconcile.py) and the finalize call all go through it.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Protocol:
         """The state changed in a way the next sync can learn again from the platform: the
         answer to a request the file already announces (an evaluation created, rows or a
         finalize that landed), or a fact read from the spool or the platform again at no
-        risk (a cursor past records that are not rows, the store samples go to, the metrics
+        risk (a cursor past records that are not rows, the sink episodes go to, the metrics
         sent with an idempotent PUT). Not written on its own: the next :meth:`save` (the
         announcement of the next request, written before that request is sent) carries it,
         or :meth:`flush` at the end of the pass. A process killed in between leaves a file
@@ -142,13 +142,17 @@ class Protocol:
         while (remaining := deadline - self.monotonic()) > 0:
             self.sleep(min(remaining, 5.0))
 
-    def retry(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run an idempotent call, retrying every failure that is not fatal."""
+    def retry(self, what: str, call: Callable[[], Any], *,
+              passing: tuple[type[PlatformError], ...] = ()) -> Any:
+        """Run an idempotent call, retrying every failure that is not fatal. ``passing``:
+        failures raised as they are, for the caller to act on (a sink found unavailable)."""
         attempt = 0
         while True:
             self.checkpoint()
             try:
                 answer = call()
+            except passing:
+                raise
             except PlatformError as exc:
                 attempt += 1
                 if exc.kind is FailureKind.FATAL:

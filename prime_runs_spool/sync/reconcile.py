@@ -19,8 +19,10 @@ from typing import Any
 from prime_runs_spool.errors import SampleCountMismatchError, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import COMPLETED
+from prime_runs_spool.sync.options import SAMPLES
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.rows import RowStream, skip_rows
+from prime_runs_spool.sync.state import FINALIZE
 
 #: The evaluation status of a finalized evaluation.
 COMPLETED_STATUS = "COMPLETED"
@@ -56,7 +58,7 @@ class Reconciler:
         rows on the platform says exactly how far the stream got."""
         protocol = self.protocol
         state = protocol.state
-        pending = state.in_flight if state.in_flight and state.in_flight.kind == "samples" else None
+        pending = state.in_flight if state.in_flight and state.in_flight.kind == SAMPLES else None
         if pending is None and not force:
             return
         if pending is not None and pending.end is not None:
@@ -131,12 +133,12 @@ class Reconciler:
         changed = False
         if completed != state.finalized:
             state.finalized = completed  # never a second finalize; never a finalize skipped
-            if completed and state.in_flight is not None and state.in_flight.kind == "finalize":
+            if completed and state.in_flight is not None and state.in_flight.kind == FINALIZE:
                 state.in_flight = None
             if not completed:
                 state.terminal = state.terminal_size = state.terminal_version = None
             changed = True
-        if state.in_flight is None or state.in_flight.kind != "samples":
+        if state.in_flight is None or state.in_flight.kind != SAMPLES:
             if state.released:
                 # Held-back episodes went after the stream's rows (docs/sync.md, "Resumed runs"),
                 # with no sample id kept: the count is checked, and derived again if it differs.

@@ -132,7 +132,7 @@ class RowStream:
     #: Episodes that give no row: superseded by a resumed segment (content/supersede.py).
     superseded: frozenset[str] = frozenset()
     #: Errored episodes are held back (no row here): a resume may still retry them; the
-    #: engine releases them when the run completes (docs/sync.md, "Resumed runs").
+    #: pass releases them when the run completes (docs/sync.md, "Resumed runs").
     hold_errored: bool = False
     #: Episodes passed over because no request can carry one of their rows (written before
     #: the runner refused such episodes at append): ``{segment, offset, episode_id, reason}``.
@@ -175,6 +175,9 @@ class RowStream:
             return total
         except (OSError, AttributeError):
             return None
+
+    def __iter__(self) -> Iterator[Row]:
+        return self.rows()
 
     def rows(self) -> Iterator[Row]:
         for record in self._records():
@@ -223,7 +226,7 @@ HELD = "held"
 
 
 def withheld(record: Any, superseded: frozenset[str] | set[str], *, hold_errored: bool) -> str | None:
-    """The one rule, for samples and Prime Traces alike, of which episodes a run gives now:
+    """The one rule, for every sink alike, of which episodes a run gives now:
     None when this episode record is sent, SUPERSEDED when a resumed segment replaced it
     (never sent), HELD when it errored and the run has not completed (a resume may still
     retry it; sent when the run completes, see :func:`held_episodes`)."""
@@ -236,8 +239,8 @@ def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released
                   skip_corrupt: bool = False, remask: bool = False) -> Iterator[Any]:
     """The episode records a completed run releases: the ones :func:`withheld` held back,
     not superseded and not already released, in spool order. A function of the spool and
-    ``released`` only, so a sync that dies half way finds the same rest again. Both stores
-    release these (samples: engine._release_held; traces: TracesPush.release_held), and
+    ``released`` only, so a sync that dies half way finds the same rest again. Every sink
+    releases these (each sink's ``held_batches``, driven by the pass's run end), and
     reconciling a lost samples state reads them in this order. An episode without an id
     cannot be recorded as released, so it is never released (it would go again each time)."""
     for record in durable_records(run_dir, skip_corrupt=skip_corrupt, remask=remask):
@@ -339,7 +342,8 @@ class Batch:
     longer than the body: ``_length`` is where the body ends.
     """
 
-    __slots__ = ("_buffer", "_budget", "_length", "_on_wire", "count", "end", "episodes", "last_sample_id", "seal")
+    __slots__ = ("_buffer", "_budget", "_length", "_on_wire", "count", "end", "episodes", "last_sample_id",
+                 "released", "seal")
 
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
@@ -356,6 +360,8 @@ class Batch:
         self.last_sample_id: Any = None
         #: Set on the last batch of a pass: the seal its end is past, if the log ends sealed.
         self.seal: dict[str, Any] | None = None
+        #: For a batch releasing held-back episodes: their ids, recorded as released once it landed.
+        self.released: list[str] = []
 
     @property
     def size(self) -> int:

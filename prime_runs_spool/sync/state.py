@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -28,10 +28,16 @@ from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import (FILE_MODE, fsync_folder, make_private_dir, read_regular_file, spool_dir,
                                            sync_dir)
 from prime_runs_spool.spool.reader import Position
-from prime_runs_spool.sync.options import SAMPLES, TRACES
+from prime_runs_spool.sync.sinks.registry import is_sink, known
 from prime_runs_spool.sync.typed_json import DocumentError, build
 
 STATE_VERSION = 1
+
+#: What an announced request is (``InFlight.kind``): the evaluation's creation, its
+#: finalize, or a sink's batch, announced under the sink's name (``samples``, ``traces``).
+#: Persisted: the values never change.
+CREATE = "create"
+FINALIZE = "finalize"
 
 
 class StateFormatError(ValueError):
@@ -66,7 +72,8 @@ class Cursor:
 class InFlight:
     """A non-idempotent request that was, or may have been, sent and is not yet settled."""
 
-    kind: Literal["create", "samples", "finalize", "traces"]
+    #: CREATE, FINALIZE, or the name of the sink whose batch it is.
+    kind: str
     #: For a ``samples`` request releasing held-back episodes: their ids, recorded as
     #: released once the request is known to have landed.
     released: list[str] = field(default_factory=list)
@@ -135,8 +142,9 @@ class SyncState:
     #: can keep its size. None in a state from before it: the size alone decides.
     terminal_version: str | None = None
     in_flight: InFlight | None = None
-    #: Which store this run's episodes go to on this destination, once decided: "traces" or
-    #: "samples" (sync/traces.py). Recorded so that one run never ends up half in each.
+    #: The sink this run's episodes go to on this destination, once decided: "traces" or
+    #: "samples" (sync/sinks/choice.py). Recorded so that one run never ends up half in
+    #: each. The key keeps its name: the file is a persisted format.
     store: str | None = None
     #: For traces: the upload id (the content digest) of every committed batch, in order,
     #: and the member traces they carried.
@@ -182,11 +190,14 @@ class SyncState:
         """What no sync writes, though its type is right: such a file is damaged too. An id
         that is not one path segment would aim requests at other paths of the API, a
         negative position would be read as a segment no run has (and the spool reported
-        corrupt), an unknown store would be named as the one to sync to."""
+        corrupt), an unknown sink would be named as the one to sync to."""
         if self.evaluation_id is not None and not is_evaluation_id(self.evaluation_id):
             return f"evaluation_id {self.evaluation_id[:80]!r} is not an evaluation id"
-        if self.store not in (None, TRACES, SAMPLES):
-            return f"store {self.store[:80]!r} is not {TRACES} or {SAMPLES}"
+        if self.store is not None and not is_sink(self.store):
+            return f"store {self.store[:80]!r} is not {' or '.join(known())}"
+        if self.in_flight is not None and self.in_flight.kind not in (CREATE, FINALIZE) and not is_sink(
+                self.in_flight.kind):
+            return f"in_flight.kind {self.in_flight.kind[:80]!r} is not a request sync announces"
         cursors = [self.cursor, self.in_flight.end if self.in_flight else None]
         for cursor in filter(None, cursors):
             if cursor.segment_index < 1 or min(cursor.offset, cursor.next_seq, cursor.rows_done) < 0:

@@ -40,7 +40,8 @@ class DestinationStatus:
     skipped_too_large: int = 0
     #: Set when the last sync found the platform holding samples it cannot account for.
     mismatch: str | None = None
-    #: Which store the run's episodes go to there: "traces", "samples", or None (undecided).
+    #: The sink the run's episodes go to there: "traces", "samples", or None (undecided); the
+    #: key keeps its name, as in the state file and `--json`.
     store: str | None = None
     #: What Prime Traces holds of the run: committed uploads and the traces they carried.
     uploads: int = 0

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from prime_runs_spool.errors import StoreError, StoreSetupError
 from prime_runs_spool.sync.follow import DONE_STATES
-from prime_runs_spool.sync.options import RunReport
+from prime_runs_spool.sync.options import SKIPPED, UP_TO_DATE, RunReport
 
 #: Seconds between two passes over a store when ``--poll-interval`` is not given.
 STORE_POLL_INTERVAL = 10.0
@@ -37,14 +37,14 @@ def is_news(report: RunReport, seen: dict[str, tuple[str, int]], held: set[str])
     machine pushed meanwhile (its total grew). ``skipped`` (another syncer's lease) is told
     once while it lasts, and the pass after it is judged against what the run was before."""
     path = report.path
-    if report.state == "skipped":
+    if report.state == SKIPPED:
         new = path not in held
         held.add(path)
         return new
     held.discard(path)
     before = seen.get(path)
     state = report.state
-    if state == "up_to_date" and before is not None and before[0] in DONE_STATES:
+    if state == UP_TO_DATE and before is not None and before[0] in DONE_STATES:
         state = before[0]
     seen[path] = (state, report.pushed_total)
     return bool(report.pushed_now) or seen[path] != before
@@ -99,7 +99,7 @@ class StoreFollower:
                         changed = True
                 # Not idle while another syncer holds a run (it may be one killed mid-pass,
                 # its lease still to expire): that run is not done, only not ours yet.
-                changed = changed or any(report.state == "skipped" for report in found)
+                changed = changed or any(report.state == SKIPPED for report in found)
                 reports += found
             first = False
             if self.exit_when_idle and not changed:

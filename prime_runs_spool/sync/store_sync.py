@@ -40,7 +40,8 @@ from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import internal_error_report
-from prime_runs_spool.sync.options import DEFAULT_JOBS, RunReport, SyncOptions, seconds_problem
+from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, LIVE, SKIPPED, UP_TO_DATE, RunReport, SyncOptions,
+                                           seconds_problem)
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
 from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, replace_private, save_state
@@ -186,7 +187,7 @@ class StoreRunSync:
             if not self.lease.take(wait=self.wait, sleep=self.sleep):
                 return self._held()
         except StoreError as exc:
-            return RunReport(path=str(self.run), state="error", error=str(exc))
+            return RunReport(path=str(self.run), state=ERROR, error=str(exc))
         return self._kept()
 
     def _wait_out_inherited_request(self) -> float:
@@ -205,7 +206,7 @@ class StoreRunSync:
 
     def _held(self) -> RunReport:
         holder = self.lease.holder or {}
-        return RunReport(path=str(self.run), state="skipped",
+        return RunReport(path=str(self.run), state=SKIPPED,
                          error=f"another prime-runs sync ({holder.get('owner', 'unknown')}) holds "
                                "this run's lease (use --wait to wait for it)")
 
@@ -260,7 +261,7 @@ class StoreRunSync:
             return None
         probe._show()  # the engine's own report of a state (its store, its totals), not a copy
         report = probe.report
-        report.state = "up_to_date" if state.finalized or state.terminal else "live"
+        report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
         report.local_run_id = state.local_run_id
         return report
 
@@ -286,7 +287,7 @@ class StoreRunSync:
         return etag
 
     def _passes(self) -> RunReport:
-        report = RunReport(path=str(self.run), state="error")
+        report = RunReport(path=str(self.run), state=ERROR)
         for attempt in range(CONFLICT_PASSES):
             try:
                 etag = self._load_for_pass()
@@ -300,7 +301,7 @@ class StoreRunSync:
             report = engine.run()
             failure = engine.protocol.failure
             if isinstance(failure, LeaseLost):
-                report.state, report.error = "error", str(failure)
+                report.state, report.error = ERROR, str(failure)
                 return report
             if isinstance(failure, StoreConflict) and attempt + 1 < CONFLICT_PASSES:
                 continue  # another syncer's write got in between: reload it and reconcile

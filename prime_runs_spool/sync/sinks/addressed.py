@@ -1,0 +1,285 @@
+"""Sinks that address a batch by its content: exactly once by an idempotency key, not by
+counting (Prime Traces, sync/sinks/traces.py; any such sink needs only what differs).
+
+A batch is the run's episode lines between two spool positions: the state's cursor (where
+the previous committed batch ended) and an end the sink's batching rule picks. Its
+idempotency key is the SHA-256 of its bytes. Before a batch is sent, its end and digest are
+announced in the state (fsync'd). So a sync killed anywhere either had not sent it (and cuts
+the same batch again) or finds it announced and rebuilds exactly those bytes from the two
+positions: the same key, which the sink answers with the committed receipt instead of
+storing anything twice. No fence and no reconciliation are needed, and the batch a live
+run's tail produced is as fixed, once announced, as any other.
+
+Which episodes give a line is the rule every sink follows (sync/rows.py, ``withheld``): a
+superseded episode never does, an errored one is held back until the run completes and is
+then released in batches of its own, cut the same way from the held-back episodes (a
+function of the sealed spool and the state's ``released``). An announced batch is never
+re-cut, even when a later resume superseded one of its episodes: it is rebuilt under the
+supersede lists it was cut with, sent, and the episode reported as superseded after push
+(docs/sync.md, "Prime Traces" and "Resumed runs").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prime_runs_spool.errors import ServiceNotEnabled, SyncError
+from prime_runs_spool.spool.format import EPISODE
+from prime_runs_spool.sync.rows import durable_records, record_episode_id, seal_if_last, track_seal, withheld
+from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
+from prime_runs_spool.sync.state import Cursor, InFlight
+
+
+@dataclass(frozen=True)
+class Line:
+    data: bytes
+    #: Where the spool resumes after this episode (a held-back one lies behind the cursor:
+    #: the cursor, None before there is one).
+    after: Cursor | None
+    #: The episode's member traces.
+    traces: int
+    episode_id: str | None = None
+
+
+@dataclass
+class LineStream:
+    """The run's episode lines from ``cursor`` on (the sink's :class:`SinkStream`).
+
+    An episode the rule withholds (sync/rows.py, ``withheld``: superseded, or errored and
+    held back) gives no line: the cursor moves past it as past a seal. ``superseded`` is the
+    pass's set unless given (a pending batch is rebuilt under the set it was cut with)."""
+
+    sink: AddressedSink
+    cursor: Cursor | None
+    seal: dict[str, Any] | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    #: Always empty: a line too large for the sink fails the batch (the sink says why).
+    too_large: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    superseded: frozenset[str] | None = None
+    #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
+    seal_segment: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seal is not None and self.seal_segment is None and self.cursor is not None:
+            self.seal_segment = self.cursor.segment_index
+
+    def __iter__(self) -> Iterator[Line]:
+        return self.lines()
+
+    def lines(self) -> Iterator[Line]:
+        context = self.sink.context
+        superseded = context.superseded if self.superseded is None else self.superseded
+        start = None if self.cursor is None else self.cursor.position
+        for record in durable_records(context.run_dir, start, skip_corrupt=context.options.skip_corrupt,
+                                      skipped=self.skipped, remask=context.remask):
+            after = Cursor.at(record.after)
+            self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
+            if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
+                yield self.sink.line(record, after)
+            self.cursor = after
+        if self.skipped and self.skipped[-1].get("last"):
+            self.seal = None
+        self.seal = seal_if_last(context.run_dir, self.seal, self.seal_segment)
+        self.done = True
+
+
+@dataclass
+class HeldStream:
+    """The lines a completed run releases (``PassContext.held``), as a stream the batching
+    rule can cut: the cursor stays where it is (they lie behind it)."""
+
+    sink: AddressedSink
+    cursor: Cursor | None
+    seal: dict[str, Any] | None = None
+    done: bool = False
+
+    def lines(self) -> Iterator[Line]:
+        for record in self.sink.context.held():
+            yield self.sink.line(record, self.cursor)
+        self.done = True
+
+
+@dataclass
+class Cut:
+    """One batch (``data`` None: no episode, only records to move past, such as a seal) and
+    where the cursor goes once it is committed (the sink's :class:`SinkBatch`)."""
+
+    data: bytes | None
+    end: Cursor | None
+    episodes: int = 0
+    traces: int = 0
+    seal: dict[str, Any] | None = None
+    #: The episode ids of its lines, in order.
+    ids: list[str | None] = field(default_factory=list)
+    #: For a batch of held-back episodes: their ids, added to the state's ``released``.
+    released: list[str] = field(default_factory=list)
+    digest: str = ""
+    #: What the report counts: the batch's episodes (0 when it has none).
+    count: int = 0
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            self.digest = self.digest or hashlib.sha256(self.data).hexdigest()
+            self.count, self.size = self.episodes, len(self.data)
+
+    def release(self) -> None:
+        """Sent: its bytes are not kept alive while the next batch is built."""
+        self.data = None
+
+
+class AddressedSink(Sink):
+    """What every content-addressed sink does alike; a subclass says how an episode becomes
+    a line (:meth:`line`), where batches close (:meth:`cut`) and how one is uploaded
+    (:meth:`upload`)."""
+
+    @abstractmethod
+    def encode(self, record: Any) -> bytes:
+        """An episode record as this sink's line, stamped with ``context.run_id``."""
+
+    @abstractmethod
+    def cut(self, stream: LineStream | HeldStream) -> Iterator[Cut]:
+        """The stream's lines in batches, each with the position it ends at; the last past
+        whatever follows its last line (a ``Cut`` with no data when nothing does)."""
+
+    @abstractmethod
+    def upload(self, cut: Cut) -> str:
+        """Upload the batch's bytes under its digest; the receipt's upload id. Raises
+        PlatformError (its kind says whether to retry), ServiceNotEnabled when the account
+        has no such sink."""
+
+    def line(self, record: Any, after: Cursor | None) -> Line:
+        members = record.data.get("traces")
+        return Line(self.encode(record), after, len(members) if isinstance(members, list) else 0,
+                    record_episode_id(record))
+
+    def refuse_if_committed(self, reason: Exception) -> None:
+        uploads = self.state.uploads
+        if uploads:
+            raise SyncError(f"{reason}, after {len(uploads)} batch(es) of this run were committed there; the run "
+                            f"stays in {self.title}: turn it back on for the account, or --replay the run to "
+                            "samples as a new evaluation") from None
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def stream(self) -> LineStream:
+        # Starting past a seal already committed, the stream knows how the log ends.
+        return LineStream(self, self.state.cursor, seal=self.state.seal)
+
+    def batches(self, stream: LineStream) -> Iterator[Cut]:  # type: ignore[override]
+        return self.cut(stream)
+
+    def held_batches(self) -> Iterator[Cut]:
+        """Cut by the sink's own rule and announced like any batch (their ids recorded as
+        released with the receipt). Which they are is a function of the sealed spool and
+        ``released``, so a sync killed after a receipt cuts the same rest."""
+        for cut in self.cut(HeldStream(self, self.state.cursor, seal=self.state.seal)):
+            if cut.data is None:
+                continue
+            cut.end, cut.seal = self.state.cursor, self.state.seal
+            cut.released = [str(i) for i in cut.ids]
+            yield cut
+
+    def settle(self, origin: StateOrigin) -> bool:
+        """The batch the state announces, sent again: the same bytes, so the same key."""
+        pending = self.state.in_flight
+        if pending is not None and pending.kind == self.name:
+            if pending.released:
+                self._resend_released(pending)
+            else:
+                self._resend(pending)
+        return True
+
+    def send(self, cut: Cut) -> None:  # type: ignore[override]
+        assert cut.data is not None and cut.end is not None
+        protocol = self.context.protocol
+        self.state.in_flight = InFlight(kind=self.name, sent_at=protocol.clock(), episodes=cut.episodes,
+                                        traces=cut.traces, end=cut.end, seal=cut.seal, digest=cut.digest,
+                                        released=cut.released)
+        protocol.save()
+        self._commit(cut)
+
+    # -- committing ----------------------------------------------------------------------------
+
+    def _commit(self, cut: Cut) -> None:
+        receipt = self.context.protocol.retry(f"uploading episodes to {self.title}", lambda: self._upload(cut),
+                                              passing=(ServiceNotEnabled,))
+        state, report = self.state, self.context.report
+        assert cut.end is not None
+        state.advance(cut.end, 0, cut.episodes, cut.seal)
+        state.traces_pushed += cut.traces
+        state.released.extend(i for i in cut.released if i not in state.released)
+        state.uploads.append(receipt)
+        state.store = self.name
+        state.in_flight = None
+        self.context.protocol.save()
+        report.store = self.name
+        report.pushed_now += cut.episodes
+        report.bytes_sent += cut.size
+
+    def _upload(self, cut: Cut) -> str:
+        receipt = self.upload(cut)
+        if receipt != cut.digest:
+            raise SyncError(f"{self.title} answered upload id {receipt!r} for a batch whose digest is {cut.digest}")
+        return receipt
+
+    def _resend(self, pending: InFlight) -> None:
+        """The announced batch, rebuilt from its two positions: the same bytes, the same key.
+
+        Rebuilt under the supersede lists it was cut with: a resume since then may have
+        superseded one of its episodes, and the announced bytes are what must be sent again
+        (docs/sync.md, "Prime Traces"). So each earlier state of the run's superseded set is
+        tried, newest first, and the one whose bytes hash to the digest is sent (the digest
+        is SHA-256: no other set gives those bytes)."""
+        from prime_runs_spool.content.supersede import supersede_history_in_run
+
+        assert pending.end is not None
+        end = (pending.end.segment_index, pending.end.offset)
+        context = self.context
+        history = supersede_history_in_run(context.run_dir)
+        for superseded in [context.superseded, *(h for h in history if h != context.superseded)]:
+            stream = LineStream(self, self.state.cursor, superseded=superseded)
+            taken: list[Line] = []
+            for line in stream.lines():
+                if (line.after.segment_index, line.after.offset) > end:
+                    break
+                taken.append(line)
+            if self._resend_if_announced(pending, taken):
+                return
+        raise SyncError(f"the spool's episodes up to segment {pending.end.segment_index} byte "
+                        f"{pending.end.offset} no longer hash to the batch announced for them; "
+                        "was the spool modified? (prime-runs verify)")
+
+    def _resend_released(self, pending: InFlight) -> None:
+        """An announced batch of held-back episodes, rebuilt from its ids (in spool order, as
+        it was cut): no later resume changes those records, so the bytes are the same."""
+        context = self.context
+        wanted = set(pending.released)
+        taken: list[Line] = []
+        for record in durable_records(context.run_dir, skip_corrupt=context.options.skip_corrupt,
+                                      remask=context.remask):
+            if record.type == EPISODE and record_episode_id(record) in wanted:
+                wanted.discard(record_episode_id(record))
+                taken.append(self.line(record, pending.end or Cursor.at(record.after)))
+        if not self._resend_if_announced(pending, taken):
+            raise SyncError(f"the held-back episodes announced for release ({len(pending.released)}) no longer "
+                            "hash to the batch announced for them; was the spool modified? (prime-runs verify)")
+
+    def _resend_if_announced(self, pending: InFlight, taken: list[Line]) -> bool:
+        """Send ``taken`` again if its bytes are the announced batch's; False if they are not."""
+        data = b"".join(line.data for line in taken)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != pending.digest:
+            return False
+        # Superseded by a resume after it was announced: sent anyway, and said.
+        late = [i for i in (line.episode_id for line in taken)
+                if i is not None and i in self.context.superseded and i not in self.state.superseded_pushed]
+        self.state.superseded_pushed.extend(late)
+        self._commit(Cut(data, pending.end, pending.episodes, pending.traces, pending.seal,
+                         [line.episode_id for line in taken], list(pending.released), digest=digest))
+        return True

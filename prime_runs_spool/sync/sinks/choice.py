@@ -1,0 +1,98 @@
+"""Which sink a run's pass pushes to: the one place that decides (docs/sync.md, "Sinks").
+
+The sink the state records, else the one ``--to`` names, else ``auto``'s: the first of
+:data:`AUTO_ORDER` the account has (one cheap probe before the first batch), falling back
+to the next when it turns out unavailable before any of the run's batches was committed
+there. The choice is recorded in the state (``store``, a persisted key), so one run never
+ends up half in two sinks, and ``--to`` naming another sink than the recorded one is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prime_runs_spool.errors import ServiceNotEnabled, SyncError
+from prime_runs_spool.sync.options import AUTO, SAMPLES
+from prime_runs_spool.sync.sinks import samples, traces  # noqa: F401 - registered when imported
+from prime_runs_spool.sync.sinks.base import PassContext, Sink
+from prime_runs_spool.sync.sinks.registry import BUILT_IN, known, sink_class
+from prime_runs_spool.sync.state import SyncState
+
+#: What ``auto`` tries, in order (the built-in sinks, registry.py): Prime Traces, the
+#: platform's system of record, then the legacy samples table for an account without it.
+AUTO_ORDER = BUILT_IN
+
+
+def make(name: str, context: PassContext) -> Sink:
+    """The sink registered as ``name``, for this pass."""
+    sink: Sink = sink_class(name)(context)
+    return sink
+
+
+def recorded(state: SyncState, asked: str) -> str | None:
+    """The sink the state says this run uses (one from before the choice was recorded is
+    read from what it pushed); SyncError when ``asked`` (``--to``) names another, checked
+    first thing, so even a finished run says so rather than "up to date"."""
+    name = state.store
+    if name is None:
+        name = next((n for n in known() if sink_class(n).used_by(state)), None)
+    _refuse_other(name, asked)
+    return name
+
+
+def _refuse_other(name: str | None, asked: str) -> None:
+    if name is not None and asked != AUTO and asked != name:
+        raise SyncError(f"this run's episodes went to {name} on this destination, not {asked}; "
+                        f"sync it with --to {name} (or auto), or --replay it as a new evaluation")
+
+
+def pushed_total(state: SyncState) -> int:
+    """What a report counts as on the platform, in the unit of the run's sink (rows while
+    none is recorded, as a state from before the choice counted)."""
+    count: int = sink_class(state.store or SAMPLES).pushed_total(state)
+    return count
+
+
+def for_dry_run(state: SyncState, asked: str) -> tuple[str, str | None]:
+    """The sink a dry run counts for, and the one its report names: the recorded or asked
+    one; for ``auto`` undecided, the last of its order (a dry run asks the platform nothing,
+    not even the probe), named as undecided."""
+    name = recorded(state, asked) or (None if asked == AUTO else asked)
+    return name or AUTO_ORDER[-1], name
+
+
+def push(context: PassContext, *, adopted: bool, push_to: Callable[[Sink], None]) -> None:
+    """Choose the run's sink and ``push_to`` it; for ``auto``, fall back to the next sink
+    when one turns out unavailable before anything of the run was committed there."""
+    state, asked, report = context.state, context.options.to, context.report
+    name = recorded(state, asked)
+    if name is None and adopted:
+        # Found again with a lost state: what the platform holds of it names its sink.
+        name = next((n for n in known() if make(n, context).holds_run()), None)
+        _refuse_other(name, asked)
+    chosen = name or (None if asked == AUTO else asked)
+    if chosen is not None and state.store != chosen:
+        state.store = chosen
+        context.protocol.note()  # written before anything is sent to it (protocol.note)
+    report.store = chosen
+    sink = make(chosen or AUTO_ORDER[0], context)
+    try:
+        if chosen is None and not sink.available():
+            raise ServiceNotEnabled(f"{sink.title} is not enabled for this account")
+        push_to(sink)
+        return
+    except ServiceNotEnabled as exc:
+        sink.refuse_if_committed(exc)
+        # Nothing of the run is there: no sink is kept that would trap it.
+        state.store, state.in_flight = None, None
+        following = AUTO_ORDER[AUTO_ORDER.index(sink.name) + 1:] if sink.name in AUTO_ORDER else ()
+        if asked != AUTO or not following:
+            context.protocol.save()
+            advice = f"sync it with --to {following[0]} (or auto)" if following else "sync it with --to auto"
+            raise SyncError(f"{exc}; nothing of this run was sent there: {advice}") from None
+        fallback = make(following[0], context)
+        state.store = fallback.name
+        context.protocol.note()  # with the first announcement there; lost, the probe is asked again
+        report.store = fallback.name
+        report.warnings.append(f"{exc}; the run goes to {fallback.title}")
+    push_to(fallback)
