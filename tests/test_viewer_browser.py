@@ -294,3 +294,27 @@ def test_export_opens_from_disk(browser, outputs, tmp_path):
     assert page.evaluate("window.__viewer_xss") is None
     context.close()
     assert requested and all(url.startswith("file://") for url in requested), requested
+
+
+def test_the_runs_list_sorts_and_filters_in_the_url(page, viewer):
+    page.goto(viewer + "/")
+    page.locator('tr[data-run="gsm8k-completed"]').wait_for()
+    page.locator('th a[data-sort="episodes"]').click()
+    page.wait_for_url(re.compile(r"sort=episodes"))
+    page.locator('th a[data-sort="episodes"]').click()
+    page.wait_for_url(re.compile(r"desc=1"))
+    counts = [int(c) for c in page.locator("tr[data-run] td.episodes").all_inner_texts()]
+    assert counts == sorted(counts, reverse=True) and len(counts) >= len(EXPECTED_STATUSES)
+    page.locator('select[name="status"]').select_option("completed")
+    page.locator("form.runs-filter button").click()
+    page.wait_for_url(re.compile(r"status=completed"))
+    statuses = page.locator("tr[data-run] [data-status]").evaluate_all("els => els.map(e => e.dataset.status)")
+    assert set(statuses) == {"completed"}
+    assert len(statuses) >= sum(1 for s in EXPECTED_STATUSES.values() if s == "completed")  # + the live test's
+    assert "sort=episodes" in page.url  # the sort survives the filter
+    page.goto(viewer + "/?q=TORN")
+    assert page.locator("tr[data-run]").evaluate_all("els => els.map(e => e.dataset.run)") == ["gsm8k-crashed-torn"]
+    page.goto(viewer + "/?q=%3Cscript%3Ewindow.__viewer_xss%3D12%3C%2Fscript%3E")
+    assert "No run matches this filter" in page.locator("#runs").inner_text()
+    assert page.locator('input[name="q"]').input_value() == "<script>window.__viewer_xss=12</script>"
+    assert page.evaluate("window.__viewer_xss") is None

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
-from prime_runs_spool.viewer.query import COMPARE_SHOWS, TableQuery, choices, compare, histogram, table_page
+from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, histogram,
+                                           table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import query_words
 from prime_runs_spool.viewer.sources import Source
@@ -52,11 +53,15 @@ class Pages:
         for run in runs:
             run.refresh(RUNS_PAGE_BUDGET)
             run.catch_up_in_background()
+        query = RunsQuery.from_params(params)
+        statuses = sorted(dict.fromkeys(run.status for run in runs))
+        everything, runs = runs, query.apply(runs)
         shown = dict.fromkeys(run.status for run in runs)
         legend = [(status, meaning(status)) for status in shown if meaning(status)]
         standings = {run.key: run.standing() for run in runs}
         context = {"links": self.links, "runs": runs, "refresh": fragment_url, "legend": legend,
-                   "standings": standings, "show_synced": any(s is not None for s in standings.values())}
+                   "standings": standings, "show_synced": any(s is not None for s in standings.values()),
+                   "query": query, "statuses": statuses, "everything": everything}
         if params.get("fragment"):
             return render("_runs_table.html", **context)
         return render("runs.html", **context)

@@ -294,3 +294,61 @@ def choices(index: RunIndex) -> tuple[list[str], list[str]]:
         if row.error is not None:
             kinds[error_kind(row.error) or ""] = None
     return sorted(stops)[:200], sorted(kinds)[:200]
+
+
+# -- the runs page -----------------------------------------------------------------------
+
+#: The runs page's sortable columns and how each sorts (a run with no value last).
+RUN_SORTS: dict[str, Any] = {
+    "name": lambda r: (r.name.lower(),),
+    "status": lambda r: (r.status,),
+    "model": lambda r: (r.model is None, str(r.model or "").lower()),
+    "environment": lambda r: (not r.environments, ", ".join(r.environments).lower()),
+    "episodes": lambda r: (r.episodes,),
+    "reward": lambda r: (not isinstance(r.summary.get("avg_reward"), (int, float)),
+                         r.summary.get("avg_reward") if isinstance(r.summary.get("avg_reward"), (int, float)) else 0),
+    "started": lambda r: (r.started is None, str(r.started or "")),
+}
+
+
+@dataclass(frozen=True)
+class RunsQuery:
+    """The runs page's view: a sort, a text filter over name, key, model and environment,
+    and a status. Like the table's, it is all in the URL."""
+
+    sort: str | None = None
+    desc: bool = False
+    q: str = ""
+    status: str | None = None
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> RunsQuery:
+        sort = params.get("sort")
+        return cls(sort=sort if sort in RUN_SORTS else None, desc=_flag(params.get("desc")),
+                   q=(params.get("q") or "").strip()[:200], status=params.get("status") or None)
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        view = replace(self, **changes)
+        out = {}
+        if view.sort:
+            out["sort"] = view.sort
+        if view.desc:
+            out["desc"] = "1"
+        if view.q:
+            out["q"] = view.q
+        if view.status:
+            out["status"] = view.status
+        return out
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.q or self.status)
+
+    def apply(self, runs: list[RunIndex]) -> list[RunIndex]:
+        needle = self.q.lower()
+        shown = [run for run in runs if (not self.status or run.status == self.status) and (
+            not needle or any(needle in str(text).lower()
+                              for text in (run.name, run.key, run.model or "", *run.environments)))]
+        if self.sort:
+            shown.sort(key=RUN_SORTS[self.sort], reverse=self.desc)
+        return shown

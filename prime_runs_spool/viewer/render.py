@@ -46,6 +46,10 @@ class Links:
     def runs(self) -> str:
         return f"{self.prefix}/"
 
+    def runs_view(self, params: Mapping[str, Any]) -> str | None:
+        """The runs page sorted or filtered by ``params`` (None where that needs a server)."""
+        return self._url("/", params)
+
     def run(self, key: str, params: Mapping[str, Any] | None = None) -> str | None:
         return self._url("/run", {"run": key, **(params or {})})
 
@@ -98,6 +102,9 @@ class ExportLinks(Links):
 
     def runs(self) -> str:
         return "index.html"
+
+    def runs_view(self, params: Mapping[str, Any]) -> str | None:
+        return None
 
     def run(self, key: str, params: Mapping[str, Any] | None = None) -> str | None:
         params = dict(params or {})
