@@ -45,6 +45,7 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
+from prime_runs_spool.content.platform_runs import is_platform_run_id
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
@@ -225,7 +226,7 @@ def _catch_up(run_dir: Path, report: ImportReport) -> None:
         report.status = _status(run_dir)
         if new or supersedes:
             report.warnings = _config_warnings(source)
-            _write(source, run_dir, report, True, set(new), supersedes)
+            _write(source, run_dir, report, True, set(new), supersedes, spool_run_id=prior.run_id)
             report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
             report.episodes_added, report.superseded = len(new), len(supersedes)
             report.episodes_total = prior.episodes - len(supersedes) + len(new)
@@ -273,7 +274,9 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
-           supersedes: list[str]) -> None:
+           supersedes: list[str], spool_run_id: str | None = None) -> None:
+    """``spool_run_id``: the id of the spool the eval wrote itself, when catching it up (its
+    own id on episodes is a local one, not a platform's)."""
     run = open_run(
         run_dir,
         name=source.name,
@@ -288,6 +291,7 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
         mode="offline",
         created_at=source.created_at,
         supersedes=supersedes,
+        platform_runs=[run_id for run_id in source.run_ids if is_platform_run_id(run_id) and run_id != spool_run_id],
     )
     try:
         batch: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ class SourceRun:
     outcome: Outcome
     #: Bytes of the episode file that were checked (the import mark records them).
     size: int
+    #: Every distinct run id on the episodes, in file order (content/platform_runs.py says
+    #: which of them name a platform's run).
+    run_ids: list[str] = field(default_factory=list)
 
 
 def read_v040(output_dir: Path) -> SourceRun:
@@ -78,6 +81,7 @@ def read_v040(output_dir: Path) -> SourceRun:
         episodes=lambda: iter_episodes(scan),
         outcome=outcome,
         size=scan.end,
+        run_ids=scan.run_ids,
     )
 
 

@@ -35,6 +35,8 @@ class TracesScan:
     #: The run id of the first episode (``run.id``): the run's id.
     run_id: str | None = None
     run_name: str | None = None
+    #: Every distinct ``run.id`` on the episodes, in the order they first appear.
+    run_ids: list[str] = field(default_factory=list)
     #: Episodes per task ``idx`` (of each episode's first trace).
     per_task: dict[Any, int] = field(default_factory=dict)
     #: Earliest ``timing.start`` among the traces (epoch seconds), for ``created_at``.
@@ -97,6 +99,8 @@ def scan_traces(path: Path) -> TracesScan:
 def _observe(scan: TracesScan, record: dict[str, Any]) -> None:
     scan.ids.append(record["id"])
     run = record.get("run") if isinstance(record.get("run"), dict) else {}
+    if isinstance(run.get("id"), str) and run["id"] not in scan.run_ids:  # a few distinct ids at most
+        scan.run_ids.append(run["id"])
     if scan.run_id is None and isinstance(run.get("id"), str):
         scan.run_id = run["id"]
         scan.run_name = run.get("name") if isinstance(run.get("name"), str) else None

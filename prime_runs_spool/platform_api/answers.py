@@ -94,6 +94,23 @@ def samples_page(answer: Any, where: str) -> dict[str, Any]:
     return body  # type: ignore[return-value]
 
 
+def trace_episodes_page(response: Any, where: str) -> dict[str, Any]:
+    """A page of Prime Traces' episode listing (``{items: [{episode_id}], next_cursor}``):
+    its episode ids and the cursor of the next page (None: the last)."""
+    try:
+        body = _object(response.json(), where, "items")
+    except ValueError:
+        raise lacks("a JSON body", where) from None
+    items = body.get("items")
+    cursor = body.get("next_cursor")
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) and isinstance(item.get("episode_id"), str)
+                                              for item in items):
+        raise lacks("items[].episode_id", where)
+    if cursor is not None and not isinstance(cursor, str):
+        raise lacks("next_cursor (a string or null)", where)
+    return {"ids": [item["episode_id"] for item in items], "next_cursor": cursor or None}
+
+
 def optional_object(answer: Any) -> dict[str, Any]:
     """An answer sync may read a field from when it is there (a ``PUT``'s evaluation): an
     object, or an empty one (``[1]`` made ``.get`` an AttributeError)."""

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.
 CONFLICT = 409
+#: Episodes per page when reading a Prime Traces run's episode listing (the service's maximum).
+TRACE_LISTING_PAGE = 100
 
 
 class _Chunks:
@@ -440,6 +442,34 @@ class PlatformClient:
         if environment_name:
             params["environment_name"] = environment_name
         return answers.evaluations_page(self._request("GET", "/evaluations/", params=params), "GET /evaluations/")
+
+    def trace_run_episode_ids(self, run_id: str) -> list[str]:
+        """The ids of the episodes a Prime Traces run holds (its episode listing, every page),
+        read on this client's own connection. Empty when the account has no Prime Traces or
+        the key may not read it (a ``403``): then nothing is known to be there."""
+        from prime_runs_spool.platform_api.traces_probe import PROBE_PATH, TEAM_HEADER
+
+        url = self.settings.traces_base_url.rstrip("/") + PROBE_PATH
+        headers = {TEAM_HEADER: self.settings.team_id} if self.settings.team_id else {}
+        ids: list[str] = []
+        cursor: str | None = None
+        import httpx
+
+        while True:
+            params = {"run_id": run_id, "limit": TRACE_LISTING_PAGE, **({"cursor": cursor} if cursor else {})}
+            try:
+                response = self._get(url, params=params, headers=headers)
+            except httpx.TransportError as exc:
+                raise classify_transport_error("GET", PROBE_PATH, exc) from None
+            if response.status_code == 403:
+                return []
+            if response.status_code >= 400:
+                raise classify_response("GET", PROBE_PATH, response, self.settings.api_key)
+            page = answers.trace_episodes_page(response, f"GET {PROBE_PATH}")
+            ids += page["ids"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return ids
 
     def list_samples(self, evaluation_id: str, *, page: int = 1, limit: int = 100) -> dict[str, Any]:
         path = self._evaluation(evaluation_id, "/samples")

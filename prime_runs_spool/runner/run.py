@@ -37,6 +37,7 @@ from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.platform_runs import PLATFORM_RUNS_KEY
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_error_for, seal_status_for
@@ -440,6 +441,7 @@ def open_run(
     created_at: dt.datetime | str | None = None,
     ship_timeout: float | None = None,
     supersedes: Sequence[str] = (),
+    platform_runs: Sequence[str] = (),
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -462,6 +464,8 @@ def open_run(
     numbers and the summary continued. ``supersedes``: episode ids of the spool that this
     resume replaces (verifiers' ``--resume`` re-runs their slots; content/supersede.py);
     listed in the new segment's manifest record, left out of the summary from then on.
+    ``platform_runs``: platform run ids already holding episodes this segment records
+    (what vf-eval pushed on its own; content/platform_runs.py), listed in its manifest.
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
@@ -493,6 +497,9 @@ def open_run(
     )
     for warning in warnings:
         _log.warning("run %s: %s", run_id, warning)
+    platform_runs = [run for run in dict.fromkeys(platform_runs) if run != run_id]  # never the spool's own id
+    if platform_runs:
+        manifest[PLATFORM_RUNS_KEY] = platform_runs
     if resumed:
         manifest["resumed"] = True
         if supersedes:

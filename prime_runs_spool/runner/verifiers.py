@@ -76,6 +76,7 @@ def open_eval_run(
     push: bool | None = None,
     config_file: str | os.PathLike[str] | None = None,
     supersedes: Iterable[str] | None = None,
+    platform_runs: Iterable[str] | None = None,
 ) -> Run:
     """Open (or, under ``--resume``, continue) the run before the first rollout.
 
@@ -83,7 +84,9 @@ def open_eval_run(
     ``push`` whether the run may stream to the platform while it runs (``None``: the
     config's own ``push``, else ``True``; ``False`` keeps an ``online`` run ``offline``,
     the spool is written either way); ``config_file`` the ``@`` file the eval was launched from, if any;
-    ``supersedes`` the spool's episodes a ``--resume`` replaces (content/supersede.py).
+    ``supersedes`` the spool's episodes a ``--resume`` replaces (content/supersede.py);
+    ``platform_runs`` the platform runs plain vf-eval already pushed the kept episodes to
+    (content/platform_runs.py).
 
     ``run.attach`` (a hosted evaluation's existing platform run) is refused with
     :class:`UnsupportedRunConfigError`: the spool syncs into an evaluation of its own, so
@@ -118,6 +121,7 @@ def open_eval_run(
         run_id=run_id,
         mode=mode,
         supersedes=tuple(supersedes or ()),
+        platform_runs=tuple(platform_runs or ()),
     )
     _adopt_id(config, run)
     return run

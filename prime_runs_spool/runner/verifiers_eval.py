@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
@@ -202,7 +203,8 @@ class _Hooks:
         _route_logs_to_verifiers()
         supersedes = _superseded_by_resume(config)
         run = open_eval_run(
-            config, num_examples=num_examples, config_file=self._session.launch_file, supersedes=supersedes
+            config, num_examples=num_examples, config_file=self._session.launch_file, supersedes=supersedes,
+            platform_runs=_pushed_before_resume(config),
         )
         self._session.runs.append(run)
         if supersedes:
@@ -238,6 +240,15 @@ def _superseded_by_resume(config: Any) -> list[str] | None:
         return None
     kept = kept_episode_ids(verifiers_traces_path(run_dir))
     return superseded_ids((_episode_id(record) for record in spool.episodes()), kept)
+
+
+def _pushed_before_resume(config: Any) -> list[str]:
+    """On ``--resume``: the platform runs a plain, pushing vf-eval stamped on the episodes
+    verifiers kept (they are logged to this run too): sync adopts that evaluation
+    (content/platform_runs.py)."""
+    if not getattr(config, "resume", False) or eval_mode(bool(getattr(config, "push", True))) == DISABLED:
+        return []
+    return platform_runs_in(verifiers_traces_path(eval_run_dir(config)))
 
 
 def _episode_id(record: Any) -> str | None:

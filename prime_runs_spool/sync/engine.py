@@ -17,6 +17,7 @@ from typing import Any
 
 from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.platform_runs import platform_runs_of
 from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import (
     CopyBusyError,
@@ -189,6 +190,8 @@ class RunSync:
         context.manifest = remask_manifest(manifest, self.report.warnings) if context.remask else manifest
         # Episodes a resumed segment replaced (content/supersede.py): never sent.
         context.superseded = frozenset(supersedes_of(manifests))
+        # Platform runs vf-eval pushed these episodes to itself: the evaluation to adopt.
+        self.evaluation.platform_runs = platform_runs_of(manifests)
         local_id = str(manifest.get("run_id"))
         self.report.local_run_id = local_id
         self.report.name = manifest.get("name")

@@ -2,6 +2,9 @@
 
 A run is matched to its evaluation by the local run id (and replay id) in the evaluation's
 metadata, so a sync that lost its state finds the same evaluation instead of making a second.
+A run whose episodes vf-eval already pushed (their platform run ids, listed in the segment
+manifests: content/platform_runs.py) is matched to that evaluation, when this destination
+has it: what it holds is reconciled, only the rest is sent.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from typing import Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.content.environments import environment_list
-from prime_runs_spool.errors import SyncError
-from prime_runs_spool.platform_api.v0 import create_body, manifest_problem, v0_metadata
+from prime_runs_spool.errors import PlatformError, SyncError
+from prime_runs_spool.platform_api.v0 import create_body, is_evaluation_id, manifest_problem, v0_metadata
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
@@ -32,6 +35,8 @@ class Evaluation:
         #: The environment's evaluations, shared with the other runs of this sync (or this
         #: run's own): what finding the run's evaluation again reads.
         self.index = index if index is not None else EvaluationIndex()
+        #: Platform runs vf-eval pushed the run's episodes to, newest first (set by the engine).
+        self.platform_runs: list[str] = []
 
     def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The evaluation's metadata: the manifest's, plus what finds this run again."""
@@ -113,10 +118,38 @@ class Evaluation:
         self.protocol.note()
 
     def _adopt_existing(self, manifest: Mapping[str, Any]) -> bool:
-        found = self._find_existing(manifest)
+        found = self._find_existing(manifest) or self._pushed_by_vf_eval()
         if found is not None:
             self._adopt(found)
         return found is not None
+
+    def _pushed_by_vf_eval(self) -> dict[str, Any] | None:
+        """The newest platform run vf-eval pushed this run's episodes to, if this destination
+        has it (one ``GET`` per id; a 404 or 403 means another platform's or team's run).
+        Never for a replay: a replay is a new evaluation by definition."""
+        if self.options.replay_id:
+            return None
+        for run_id in self.platform_runs:
+            if not is_evaluation_id(run_id):
+                continue
+
+            def get(run_id: str = run_id) -> dict[str, Any] | None:
+                try:
+                    return self.client.get_evaluation(run_id)
+                except PlatformError as exc:
+                    if exc.status in (403, 404):
+                        return None
+                    raise
+
+            found = self.protocol.retry(f"looking up the platform run {run_id} vf-eval pushed to", get)
+            if found:
+                held = self.protocol.retry(f"listing the episodes of the platform run {run_id}",
+                                           lambda run_id=run_id: self.client.trace_run_episode_ids(run_id))
+                self.protocol.state.on_platform = list(dict.fromkeys(held))
+                self.report.warnings.append(
+                    f"adopted evaluation {run_id}: vf-eval already pushed this run there; only what it lacks is sent")
+                return {"evaluation_id": run_id, **dict(found)}
+        return None
 
     def _create(self, manifest: Mapping[str, Any]) -> None:
         environment_ids = [

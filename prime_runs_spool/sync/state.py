@@ -152,6 +152,10 @@ class SyncState:
     traces_pushed: int = 0
     #: Held-back (errored) episodes pushed when the run completed (docs/sync.md, "Resumed runs").
     released: list[str] = field(default_factory=list)
+    #: The episodes the platform run vf-eval pushed this run to held when sync adopted it
+    #: (docs/sync.md, "Runs vf-eval pushed"): never sent to Prime Traces again. Fixed at
+    #: adoption, before any batch is cut, so every batch is cut and rebuilt without them.
+    on_platform: list[str] = field(default_factory=list)
     #: Errored episodes held back when the run's end was last recorded (0 once it completed).
     held_back: int = 0
     #: Episodes a later resume superseded after they were pushed: the append-only platform

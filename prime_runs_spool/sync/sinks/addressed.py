@@ -11,7 +11,8 @@ storing anything twice. No fence and no reconciliation are needed, and the batch
 run's tail produced is as fixed, once announced, as any other.
 
 Which episodes give a line is the rule every sink follows (sync/rows.py, ``withheld``): a
-superseded episode never does, an errored one is held back until the run completes and is
+superseded episode never does, nor one the platform run held when sync adopted it from
+vf-eval's own push (the state's ``on_platform``, fixed before any batch is cut), an errored one is held back until the run completes and is
 then released in batches of its own, cut the same way from the held-back episodes (a
 function of the sealed spool and the state's ``released``). An announced batch is never
 re-cut, even when a later resume superseded one of its episodes: it is rebuilt under the
@@ -74,12 +75,14 @@ class LineStream:
     def lines(self) -> Iterator[Line]:
         context = self.sink.context
         superseded = context.superseded if self.superseded is None else self.superseded
+        on_platform = frozenset(context.state.on_platform)  # vf-eval pushed them there itself
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(context.run_dir, start, skip_corrupt=context.options.skip_corrupt,
                                       skipped=self.skipped, remask=context.remask):
             after = Cursor.at(record.after)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
-            if record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None:
+            if (record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None
+                    and record_episode_id(record) not in on_platform):
                 yield self.sink.line(record, after)
             self.cursor = after
         if self.skipped and self.skipped[-1].get("last"):
@@ -99,8 +102,10 @@ class HeldStream:
     done: bool = False
 
     def lines(self) -> Iterator[Line]:
+        on_platform = frozenset(self.sink.context.state.on_platform)
         for record in self.sink.context.held():
-            yield self.sink.line(record, self.cursor)
+            if record_episode_id(record) not in on_platform:
+                yield self.sink.line(record, self.cursor)
         self.done = True
 
 

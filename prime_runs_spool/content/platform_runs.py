@@ -1,0 +1,63 @@
+"""Which platform runs already hold a run's episodes: what plain vf-eval pushed on its own.
+
+verifiers' ``vf-eval`` pushes by default: it opens a run on the platform (an evaluation,
+whose id is also the Prime Traces run id) and stamps that id on every episode it writes to
+``traces.jsonl`` (``run.id``). With pushing off, or when it could not open one, the id is
+a local one, ``disabled-<hex>``, which names nothing on any platform.
+
+When such episodes are spooled (``prime-runs import``, or a spool the eval wrote caught up
+with its ``traces.jsonl``), the segment's manifest lists the platform run ids found on
+them, in the order they first appear (``"platform_runs": [ids]``). Sync then syncs the run
+into that evaluation rather than a second one (docs/sync.md, "Runs vf-eval pushed"): each
+``--resume`` of a pushing vf-eval opens a new platform run holding every episode kept so
+far, so the newest one is tried first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+
+#: The manifest key listing the platform run ids found on a segment's episodes.
+PLATFORM_RUNS_KEY = "platform_runs"
+#: verifiers' (prime-runs') local run ids, when pushing is off: never a platform's.
+DISABLED_PREFIX = "disabled-"
+
+
+def is_platform_run_id(value: object) -> bool:
+    """A run id vf-eval got from a platform (not a ``disabled-`` one, not empty)."""
+    return isinstance(value, str) and bool(value) and not value.startswith(DISABLED_PREFIX)
+
+
+def platform_runs_of(manifests: Iterable[object]) -> list[str]:
+    """The platform run ids the run's segment manifests list, newest first, each once."""
+    found: list[str] = []
+    for manifest in manifests:
+        if isinstance(manifest, dict):
+            found += [str(item) for item in manifest.get(PLATFORM_RUNS_KEY) or () if is_platform_run_id(item)]
+    return list(dict.fromkeys(reversed(found)))
+
+
+def platform_runs_in(results_path: str | os.PathLike[str]) -> list[str]:
+    """The platform run ids on the episodes of a ``traces.jsonl``, in the order they first
+    appear (empty when there is no file). One line held at a time; a line that is not an
+    episode is passed over, as verifiers itself does."""
+    found: list[str] = []
+    try:
+        handle = Path(results_path).open("rb")
+    except FileNotFoundError:
+        return found
+    with handle:
+        for line in handle:
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            run = row.get("run") if isinstance(row, dict) else None
+            run_id = run.get("id") if isinstance(run, dict) else None
+            if is_platform_run_id(run_id) and run_id not in found:
+                found.append(run_id)
+    return found

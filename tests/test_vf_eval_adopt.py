@@ -1,0 +1,161 @@
+"""A run plain vf-eval already pushed is synced into that evaluation, not a second one.
+
+The real vf-eval (verifiers 0.4.0, prime-runs 0.1.4) pushes by default: pointed at the local
+platform (``PRIME_API_BASE_URL``, ``PRIME_TRACES_URL``, ``PRIME_API_KEY``) it creates an
+evaluation and stamps its id on every episode of ``traces.jsonl`` (``run.id``). ``prime-runs
+sync`` of that folder adopts the evaluation: what it holds is reconciled, only the rest is
+sent, and it is finalized once. ``disabled-<hex>`` ids (pushing off) name nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("verifiers.v1.cli.eval.runner")
+
+from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
+from prime_runs_spool import read_run  # noqa: E402
+from support import platform_process  # noqa: E402
+from support.env import CLI, child_env  # noqa: E402
+from support.vf_eval import (  # noqa: E402
+    TASKS, interrupt_eval, launch_file, resolved_config, run_dir, run_plain, traces,
+)
+
+TOKEN = "vf-eval-adopt-token"
+ROLLOUTS = 2
+SLOW = "Capital of France?"  # task 2: held by the fake server until released
+
+
+@pytest.fixture
+def platform(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[platform_process.PlatformProcess]:
+    extra = ["--traces"] if getattr(request, "param", "traces") == "traces" else []
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, *extra) as running:
+        yield running
+
+
+def pushing_env(platform: platform_process.PlatformProcess) -> dict[str, str]:
+    """What verifiers 0.4.0 / prime-runs 0.1.4 read: the key, the platform, Prime Traces."""
+    return {"PRIME_API_KEY": TOKEN, "PRIME_API_BASE_URL": platform.base_url, "PRIME_TRACES_URL": platform.base_url}
+
+
+def sync(tmp_path: Path, platform: platform_process.PlatformProcess, to: str) -> dict[str, Any]:
+    done = subprocess.run(CLI + ["sync", "--json", "--to", to, "outputs"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180, env=child_env(HOME=str(tmp_path), **pushing_env(platform)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def api(platform: platform_process.PlatformProcess) -> httpx.Client:
+    return httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+
+def evaluations(client: httpx.Client) -> list[dict[str, Any]]:
+    return client.get("/evaluations/", params={"limit": 100}).json()["evaluations"]
+
+
+def trace_episodes(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = client.get("/episodes", params={"run_id": run_id, "limit": 100, **({"cursor": cursor} if cursor else {})})
+        page.raise_for_status()
+        items += page.json()["items"]
+        cursor = page.json()["next_cursor"]
+        if not cursor:
+            return items
+
+
+def platform_ids(rows: list[dict[str, Any]]) -> set[str]:
+    return {row["run"]["id"] for row in rows}
+
+
+@pytest.mark.slow
+def test_a_run_vf_eval_pushed_to_prime_traces_is_adopted_not_uploaded_again(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=1)
+        pushed = run_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform))
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    final = traces(tmp_path)
+    [platform_run] = platform_ids(final)
+    assert not platform_run.startswith("disabled-")
+
+    report = sync(tmp_path, platform, "auto")
+    [run] = report["runs"]
+    assert run["evaluation_id"] == platform_run and run["state"] == "synced"
+    with api(platform) as client:
+        [evaluation] = evaluations(client)
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+        assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)
+        items = trace_episodes(client, platform_run)
+    assert sorted(item["episode_id"] for item in items) == sorted(row["id"] for row in final)
+    assert [item for item in items if item["generation"] != 1] == []  # nothing uploaded again
+    assert run["pushed_now"] == 0
+    again = sync(tmp_path, platform, "auto")
+    assert [r["state"] for r in again["runs"]] == ["up_to_date"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["samples"], indirect=True)
+def test_a_run_vf_eval_pushed_to_samples_is_adopted_and_reconciled(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    """Without Prime Traces, vf-eval falls back to the samples table; sync finds them there."""
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=1)
+        pushed = run_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform))
+    assert pushed.returncode == 0, pushed.stderr[-3000:]
+    final = traces(tmp_path)
+    [platform_run] = platform_ids(final)
+
+    report = sync(tmp_path, platform, "auto")
+    [run] = report["runs"]
+    assert (run["evaluation_id"], run["pushed_now"], run["pushed_total"]) == (platform_run, 0, len(final))
+    with api(platform) as client:
+        assert len(evaluations(client)) == 1
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+    assert (evaluation["total_samples"], evaluation["finalize_count"]) == (len(final), 1)
+
+
+@pytest.mark.slow
+def test_prime_runs_eval_then_a_pushing_plain_resume_ends_in_vf_evals_evaluation(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    """``prime-runs eval`` (offline, never synced), Ctrl-C, then ``vf-eval ... --resume``
+    with pushing on: vf-eval opens a platform run and pushes the whole run into it (the
+    kept episodes too). Sync adopts that run: one evaluation, each episode once."""
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich",
+                                     when=lambda: _episodes(run_dir(tmp_path)) >= 2 * ROLLOUTS)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        server.release()
+        resumed = run_plain(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich",
+                            **pushing_env(platform))
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    pushed_to = {row["run"]["id"] for row in final} - {read_run(run_dir(tmp_path)).run_id}
+    [platform_run] = pushed_to
+
+    report = sync(tmp_path, platform, "auto")
+    assert [r["evaluation_id"] for r in report["runs"]] == [platform_run]
+    with api(platform) as client:
+        assert len(evaluations(client)) == 1
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+        items = trace_episodes(client, platform_run)
+    assert evaluation["finalize_count"] == 1
+    assert sorted(item["episode_id"] for item in items) == sorted(row["id"] for row in final)
+    assert [item for item in items if item["generation"] != 1] == []
+
+
+def _episodes(path: Path) -> int:
+    try:
+        return read_run(path).episodes_count
+    except Exception:  # not there yet
+        return 0
