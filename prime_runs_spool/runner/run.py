@@ -497,7 +497,8 @@ def open_run(
     )
     for warning in warnings:
         _log.warning("run %s: %s", run_id, warning)
-    platform_runs = [run for run in dict.fromkeys(platform_runs) if run != run_id]  # never the spool's own id
+    # A resumed spool's own id is a local one (or already listed by its first segment).
+    platform_runs = [run for run in dict.fromkeys(platform_runs) if run != prior.run_id]
     if platform_runs:
         manifest[PLATFORM_RUNS_KEY] = platform_runs
     if resumed:
