@@ -1,5 +1,5 @@
 """``python -m commands``: the same as the ``prime-runs`` console script."""
 
-from commands.cli import main
+from .cli import main
 
 main()

@@ -11,16 +11,16 @@ import sys
 
 import click
 
-from commands.import_ import import_
-from commands.eval import eval_command
-from commands.export import export
-from commands.mirror import mirror
-from commands.output import TRACEBACK_ENV, internal_error
-from commands.platform import platform
-from commands.status import status
-from commands.sync import sync
-from commands.verify import verify
-from commands.view import view
+from .import_ import import_
+from .eval import eval_command
+from .export import export
+from .mirror import mirror
+from .output import TRACEBACK_ENV, internal_error
+from .platform import platform
+from .status import status
+from .sync import sync
+from .verify import verify
+from .view import view
 from prime_runs_spool import __version__
 
 

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from commands.output import EXIT_USAGE
+from .output import EXIT_USAGE
 from prime_runs_spool.errors import SpoolError, VerifiersVersionError
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from commands.output import fail_usage, require_paths
-from commands.sync_store import PathOrURL, store_urls
+from .output import fail_usage, require_paths
+from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 

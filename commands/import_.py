@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commands.output import require_paths
+from .output import require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 

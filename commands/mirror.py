@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from commands.output import Seconds, fail_usage, require_paths
-from commands.sync_store import PathOrURL, store_urls
+from .output import Seconds, fail_usage, require_paths
+from .sync_store import PathOrURL, store_urls
 
 
 @click.command("mirror")

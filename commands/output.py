@@ -14,52 +14,8 @@ from typing import Any
 
 import click
 
-from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE, seconds_problem
-
-
-class Seconds(click.FloatRange):
-    """A number of seconds of at least ``minimum``, finite: click's FloatRange lets NaN and
-    infinity through (sync/options.py, ``seconds_problem``, says what they did)."""
-
-    name = "seconds"
-
-    def __init__(self, minimum: float = 0.0) -> None:
-        super().__init__(min=minimum)
-        self.minimum = minimum
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        seconds = float(super().convert(value, param, ctx))
-        problem = seconds_problem(seconds, self.minimum)
-        if problem:
-            self.fail(problem, param, ctx)
-        return seconds
-
-    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
-        """click names the option even when the value came from its environment variable,
-        which is then the one to fix: say so."""
-        from click.core import ParameterSource
-
-        envvar = getattr(param, "envvar", None)
-        if ctx is not None and param is not None and param.name and isinstance(envvar, str) \
-                and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
-            message = f"{message} (from {envvar})"
-        super().fail(message, param, ctx)
-
-
-class Duration(Seconds):
-    """A duration: seconds, or a number with ``s``, ``m`` or ``h`` (``90``, ``90s``, ``5m``)."""
-
-    name = "duration"
-    UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, str) and value.strip()[-1:].lower() in self.UNITS:
-            text = value.strip()
-            try:
-                value = float(text[:-1]) * self.UNITS[text[-1].lower()]
-            except ValueError:
-                self.fail(f"{value!r} is not a duration (90, 90s, 5m, 1h)", param, ctx)
-        return super().convert(value, param, ctx)
+from prime_runs_spool.sync.command_line import Duration, Seconds  # noqa: F401  (the commands' types)
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 
 def fail_usage(message: str) -> None:

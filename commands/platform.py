@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from commands.output import Seconds
+from .output import Seconds
 
 
 @click.group("platform")

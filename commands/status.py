@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands.import_ import nothing_found_message
-from commands.output import fail_usage, require_paths
-from commands.sync_store import PathOrURL, store_urls
+from .import_ import nothing_found_message
+from .output import fail_usage, require_paths
+from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.console import json_report
 from prime_runs_spool.sync.options import SAMPLES, TRACES

@@ -14,31 +14,15 @@ from typing import TYPE_CHECKING
 import click
 
 from .import_ import nothing_found_message, quiet_library_warnings
-from .output import Duration, Seconds, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
+from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import print_reports
-from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings,
-                         stop_on_signals, sync_options)
+from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
+                         sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
-from prime_runs_spool.sync.options import (
-    AUTO,
-    COPY_WAIT_ENV,
-    DEFAULT_BACKOFF_CAP,
-    DEFAULT_COPY_WAIT,
-    DEFAULT_JOBS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_REQUEST_LIFETIME,
-    DEFAULT_TIMEOUT,
-    EXIT_OK,
-    EXIT_RUN_FAILED,
-    SAMPLES,
-    SINK_ENV,
-    SINKS,
-    TRACES,
-)
-from prime_runs_spool.sync.retry import DEFAULT_RETRY_FOR, RETRY_FOR_ENV
+from prime_runs_spool.sync.command_line import shared_options
+from prime_runs_spool.sync.options import AUTO, EXIT_OK, EXIT_RUN_FAILED, SAMPLES, TRACES
 
 if TYPE_CHECKING:
     from prime_runs_spool.importer.outputs import ImportReport
@@ -50,40 +34,13 @@ if TYPE_CHECKING:
 
 @click.command("sync")
 @click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
-@click.option("--base-url", help="Platform API base URL (default: PRIME_API_BASE_URL or the public platform).")
-@click.option("--team", "team", help="Team id to sync into (default: PRIME_TEAM_ID).")
-@click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback.")
+@shared_options
+@click.option("--local", is_flag=True, help="Sync into the local platform, run embedded on loopback (no key needed).")
 @click.option("--db", type=click.Path(path_type=Path), help="The local platform's database (with --local).")
-@click.option("--to", "to", type=click.Choice(SINKS), default=AUTO, show_default=True, envvar=SINK_ENV,
-              help="Where episodes go: Prime Traces, the legacy samples table, or auto (traces, falling back "
-                   f"to samples if the account has no Prime Traces; env {SINK_ENV}). Recorded per run.")
-@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=DEFAULT_JOBS, show_default=True,
-              help="Runs synced in parallel.")
-@click.option("--wait", is_flag=True, help="Wait for another sync working on a run instead of skipping it.")
-@click.option("--copy-wait", type=Seconds(0), envvar=COPY_WAIT_ENV, default=DEFAULT_COPY_WAIT, show_default=True,
-              help="Seconds to wait for another sync on this machine pushing a copy of a run (another folder "
-                   f"holding the same run) to the same platform, before skipping it (env {COPY_WAIT_ENV}).")
-@click.option("--dry-run", is_flag=True, help="Read everything and report what would be sent; send nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+@click.option("--dry-run", is_flag=True, help="Read everything and report what would be sent; send nothing (no key "
+                                              "needed).")
 @click.option("--skip-corrupt", is_flag=True,
               help="Skip past a corrupt segment's damaged rest (recorded in the evaluation's metadata).")
-@click.option("--request-lifetime", type=Seconds(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
-              default=DEFAULT_REQUEST_LIFETIME, show_default=True,
-              help="Seconds after which an unanswered request can no longer land (env PRIME_RUNS_REQUEST_LIFETIME).")
-@click.option("--timeout", type=Seconds(0.1), default=DEFAULT_TIMEOUT, show_default=True,
-              help="Seconds to wait for one answer.")
-@click.option("--max-attempts", type=click.IntRange(1), default=DEFAULT_MAX_ATTEMPTS, show_default=True,
-              help="Consecutive failures of one request before a run gives up (its state is kept).")
-@click.option("--retry-for", type=Duration(0), default=DEFAULT_RETRY_FOR, show_default=True, envvar=RETRY_FOR_ENV,
-              help="How long a platform that fails every request is retried (90, 90s, 5m, 1h), all runs "
-                   f"together; then each run still failing is reported failed (env {RETRY_FOR_ENV}).")
-@click.option("--follow", is_flag=True,
-              help="Keep following live spools: push episodes as they are appended, pick up new runs, "
-                   "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")
-@click.option("--exit-when-idle", is_flag=True,
-              help="With --follow: exit once every run found is finished and no writer is live.")
-@click.option("--poll-interval", type=Seconds(0.01), default=DEFAULT_POLL_INTERVAL, show_default=True,
-              help="With --follow: seconds between looks at each spool's size.")
 @click.option("--replay", is_flag=True,
               help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
 @click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
@@ -93,13 +50,11 @@ if TYPE_CHECKING:
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--traces-batch-bytes", type=click.IntRange(1024), default=None, hidden=True,
               help="Uncompressed bytes at which a traces batch closes (tests use smaller ones).")
-@click.option("--backoff-cap", type=Seconds(0.0), default=DEFAULT_BACKOFF_CAP, hidden=True,
-              envvar="PRIME_RUNS_BACKOFF_CAP",
-              help="Longest wait between retries, in seconds.")
 @click.option("--no-import", is_flag=True,
               help="Do not import eval outputs that have no spool; list them instead.")
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
-              help=f"Keep imported spools and their sync state here, not in the sources (env {STATE_DIR_ENV}).")
+              help="Keep imported spools, and the sync lock and state of spools on a read-only source, here, "
+                   f"not in the sources (env {STATE_DIR_ENV}).")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,

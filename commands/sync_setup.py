@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .output import Progress, fail_usage
+from prime_runs_spool.sync.command_line import KEY_SOURCES
 
 if TYPE_CHECKING:
     from prime_runs_spool.platform_api.settings import Settings
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 #: ``--local`` links to: the embedded server itself lives only as long as the command.
 LOCAL_BROWSE_PORT = 8765
 LOCAL_FRONTEND = f"http://127.0.0.1:{LOCAL_BROWSE_PORT}"
-
-#: What a person is told where the key comes from (``sync --help``, the missing-key error).
-KEY_SOURCES = "PRIME_API_KEY, else api_key in ~/.prime/config.json"
-
 
 def default_local_db() -> Path:
     return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")

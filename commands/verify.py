@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from commands.import_ import nothing_found_message
-from commands.sync_store import PathOrURL, store_urls
+from .import_ import nothing_found_message
+from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.console import json_report

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from commands.output import fail_usage, require_paths
+from .output import fail_usage, require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 
 

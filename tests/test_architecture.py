@@ -247,3 +247,26 @@ def test_the_pass_names_no_sink() -> None:
     named = set(_imports(MODULES[PASS])) & SINK_SPECIFIC
     spelled = [value for value, _ in _constants(MODULES[PASS]) if value in ("samples", "traces")]
     assert (sorted(named), spelled) == ([], [])
+
+
+def _command_imports(path: Path) -> set[str]:
+    """The modules of the command line package (``commands``) that ``path`` imports, lazy
+    imports and type-checking imports included; relative imports resolved."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                base = node.module
+                found.update([base] if base else [alias.name for alias in node.names])
+            elif node.module and node.module.split(".")[0] == "commands":
+                found.add(node.module.split(".")[1] if "." in node.module else "")
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("commands."))
+    return {name for name in found if name}
+
+
+def test_the_command_line_has_no_import_cycle() -> None:
+    folder = REPO_ROOT / "commands"
+    modules = {path.stem for path in folder.glob("*.py")}
+    graph = {path.stem: _command_imports(path) & modules - {path.stem} for path in folder.glob("*.py")}
+    assert [sorted(cycle) for cycle in _cycles(graph)] == []

@@ -1,0 +1,76 @@
+"""The command line is defined once and installed under the project's own name: the wheel
+``pip`` builds from this checkout holds ``prime_runs_spool`` and ``prime_runs_spool_cli``
+(the ``commands/`` folder) and no top-level ``commands`` package, which would collide with
+any other distribution shipping one; and ``python -m prime_runs_spool.sync`` (what the online
+shipper launches) takes ``prime-runs sync``'s own options."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from support.env import REPO_ROOT
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_commands_package(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy: building in the checkout would leave build/ in it
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("prime_runs_spool", "commands"):
+        shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+                            str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"prime_runs_spool", "prime_runs_spool_cli"}, tops
+    expected = {f"prime_runs_spool/{p.relative_to(source / 'prime_runs_spool').as_posix()}"
+                for p in (source / "prime_runs_spool").rglob("*.py")}
+    expected |= {f"prime_runs_spool_cli/{p.name}" for p in (source / "commands").glob("*.py")}
+    assert expected <= set(names), sorted(expected - set(names))  # no subpackage left out
+    assert "prime_runs_spool/py.typed" in names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "prime-runs = prime_runs_spool_cli.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+    target = tmp_path / "installed"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                                str(wheel)], capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr
+    assert not (target / "commands").exists()
+    # The installed command line runs under its own name (its modules import each other
+    # relatively), from a folder that is not the checkout.
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run([sys.executable, "-c", "import sys; from prime_runs_spool_cli.cli import cli; "
+                          "import prime_runs_spool_cli, prime_runs_spool; "
+                          "assert prime_runs_spool_cli.__file__.startswith(sys.argv[1]), prime_runs_spool_cli.__file__; "
+                          "cli(['sync', '--help'])", str(target)],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert "--retry-for" in ran.stdout
+
+
+def test_the_shippers_options_are_prime_runs_syncs_own() -> None:
+    """``python -m prime_runs_spool.sync`` had restated them and drifted (``--jobs``
+    unbounded there, 1..64 here)."""
+    from commands.sync import sync
+    from prime_runs_spool.sync.__main__ import main
+
+    ours = {param.name: param for param in sync.params}
+    theirs = {param.name: param for param in main.params if param.name != "paths"}  # ours also takes store URLs
+    assert set(theirs) <= set(ours)
+    for name, param in theirs.items():
+        mine = ours[name]
+        assert (param.opts, param.secondary_opts, param.default, param.envvar, param.hidden if hasattr(param, "hidden")
+                else None, repr(param.type)) == \
+            (mine.opts, mine.secondary_opts, mine.default, mine.envvar, mine.hidden if hasattr(mine, "hidden")
+             else None, repr(mine.type)), name
+    assert {"base_url", "team", "to", "jobs", "timeout", "retry_for", "follow", "exit_when_idle"} <= set(theirs)
