@@ -21,7 +21,7 @@ from support.env import REPO_ROOT
 def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_commands_package(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: building in the checkout would leave build/ in it
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("prime_runs_spool", "commands"):
