@@ -271,7 +271,7 @@ def test_export_opens_from_disk(browser, outputs, tmp_path):
     index = out / "index.html"
     assert done.stdout.strip() == index.resolve().as_uri()
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in out.rglob("*") if p.is_file())
-    context = browser.new_context()
+    context = browser.new_context(offline=True)  # no network at all
     page = context.new_page()
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
@@ -282,6 +282,9 @@ def test_export_opens_from_disk(browser, outputs, tmp_path):
     assert page.locator("tr.sample").count() == 6
     assert page.evaluate("getComputedStyle(document.querySelector('table.grid th')).fontWeight") == "600"  # css loaded
     assert "#### 18" in page.locator('tr.sample[data-n="1"] td.answer summary').inner_text()
+    page.locator("a.plots-link").click()  # the plots, drawn offline by the vendored library
+    page.locator('section[data-plot-key="reward"] canvas[data-drawn="2"]').wait_for()
+    page.go_back()
     page.locator('tr.sample[data-n="1"] a.episode-link').click()
     assert page.locator("section.trace").first.locator("li.turn").count() == 5
     page.go_back()
@@ -318,3 +321,29 @@ def test_the_runs_list_sorts_and_filters_in_the_url(page, viewer):
     assert "No run matches this filter" in page.locator("#runs").inner_text()
     assert page.locator('input[name="q"]').input_value() == "<script>window.__viewer_xss=12</script>"
     assert page.evaluate("window.__viewer_xss") is None
+
+
+def test_the_plots_page_draws_each_distribution_with_axes_and_a_reward_bar_filters(page, viewer, tmp_path):
+    page.goto(viewer + "/run?run=gsm8k-completed")
+    page.locator("a.plots-link").click()
+    page.wait_for_url(re.compile(r"/plots\?run=gsm8k-completed"))
+    keys = page.locator("section.plot").evaluate_all("els => els.map(e => e.dataset.plotKey)")
+    assert keys[0] == "reward" and {"examples", "tokens", "duration"} <= set(keys)
+    assert any(key.startswith("metric:") for key in keys)
+    for canvas in page.locator("canvas[data-plot]").all():  # drawn by the vendored Chart.js
+        canvas.wait_for()
+        plot = canvas.evaluate("c => JSON.parse(c.dataset.plot)")
+        assert canvas.get_attribute("data-drawn") == str(len(plot["labels"]))
+    reward = page.locator('section[data-plot-key="reward"] canvas')
+    assert reward.evaluate("c => JSON.parse(c.dataset.plot).counts") == [3, 3]
+    axes = reward.evaluate("c => { const ch = Chart.getChart(c); return [ch.options.scales.x.title.text,"
+                           " ch.options.scales.y.title.text]; }")
+    assert axes == ["reward", "episodes"]
+    note = page.locator('section[data-plot-key="examples"] .plot-note').inner_text()
+    assert note.startswith("4 examples") and "pass@k" in note
+    _shot(page, "viewer-plots.png", tmp_path)
+    x, y = reward.evaluate("c => { const bar = Chart.getChart(c).getDatasetMeta(0).data[1]; return [bar.x, bar.y + 5]; }")
+    box = reward.bounding_box()
+    page.mouse.click(box["x"] + x, box["y"] + y)
+    page.wait_for_url(re.compile(r"/run\?run=gsm8k-completed.*rmin=1"))
+    assert set(page.locator("tr.sample td.reward").all_inner_texts()) == {"1"}

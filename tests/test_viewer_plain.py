@@ -111,6 +111,11 @@ def test_hostile_plain_outputs_stay_text(page, viewer):
     page.locator('tr[data-run="hostile"]').wait_for()
     page.goto(viewer + "/run?run=hostile")
     assert "onerror" in page.locator("table.samples-table thead").inner_text()  # the metric name, as text
+    page.goto(viewer + "/plots?run=hostile")
+    assert "onerror" in page.locator('section[data-plot-key^="metric:"] h2').inner_text()
+    page.locator('section[data-plot-key^="metric:"] canvas[data-drawn="1"]').wait_for()
+    assert page.evaluate("window.__viewer_xss") is None
+    assert page.locator("main img").count() == 0
     page.goto(viewer + "/episode?run=hostile&n=1")
     assert page.locator('li[data-role="user"] pre.content').first.inner_text() == SCRIPT_PROMPT
     assert page.evaluate("window.__viewer_xss") is None

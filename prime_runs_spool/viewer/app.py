@@ -36,7 +36,8 @@ SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-_CONTENT_TYPES = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+_CONTENT_TYPES = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8",
+                  "chart.umd.min.js": "text/javascript; charset=utf-8"}
 
 
 def _html(text: str, status: int = 200) -> Response:
@@ -79,6 +80,9 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
     async def group_page(request: Request) -> Response:
         return await render(request, lambda p, params, frag: p.group(params))
 
+    async def plots_page(request: Request) -> Response:
+        return await render(request, lambda p, params, frag: p.plots(params))
+
     async def compare_page(request: Request) -> Response:
         return await render(request, lambda p, params, frag: p.compare(params))
 
@@ -94,6 +98,7 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
         Route("/episode", episode_page, methods=["GET"]),
         Route("/group", group_page, methods=["GET"]),
         Route("/compare", compare_page, methods=["GET"]),
+        Route("/plots", plots_page, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
     ]
     app: Any = Starlette(routes=routes)

@@ -1,7 +1,7 @@
 """``prime-runs view --export DIR``: the same pages, written as files that open from disk.
 
 The export is the default view of every page: the runs page, each run's table pages in
-spool order, every episode and every example's group. Sorting, filtering and compare need
+spool order, its plots, every episode and every example's group. Sorting, filtering and compare need
 a server, so their controls are left out (the templates ask ``links.static_export``). Links
 are relative file names and the stylesheet and script are copied beside the pages, so the
 folder opens from ``file://`` and can be zipped or served by any static server.
@@ -62,6 +62,10 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
             assert name is not None
             _write(out / name, pages.run({"run": run.key, "page": str(page)}, None).encode())
             written += 1
+        name = links.plots(run.key)
+        assert name is not None
+        _write(out / name, pages.plots({"run": run.key}).encode())
+        written += 1
         for row in run.rows:
             name = links.episode(run.key, row.number)
             assert name is not None

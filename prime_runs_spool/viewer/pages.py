@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, histogram,
-                                           table_page)
+                                           plots, table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import query_words
 from prime_runs_spool.viewer.sources import Source
@@ -139,6 +139,12 @@ class Pages:
             prompt = next((t.task_prompt for t in traces if t.task_prompt), None)
         return render("group.html", links=self.links, run=run, example=example, cards=cards, prompt=prompt,
                       more=len(rows) - len(shown))
+
+    def plots(self, params: Mapping[str, str]) -> str:
+        run = self._run(params.get("run"))
+        shown = plots(run, lambda bin_params: self.links.run(run.key, bin_params))
+        return render("plots.html", links=self.links, run=run, plots=shown,
+                      data={plot.key: plot.as_data() for plot in shown})
 
     def compare(self, params: Mapping[str, str]) -> str:
         a, b = self._run(params.get("a")), self._run(params.get("b"))

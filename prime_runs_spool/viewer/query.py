@@ -352,3 +352,85 @@ class RunsQuery:
         if self.sort:
             shown.sort(key=RUN_SORTS[self.sort], reverse=self.desc)
         return shown
+
+
+# -- plots -------------------------------------------------------------------------------
+
+#: A distribution has one bar per distinct value up to this many, else this many equal bins.
+PLOT_BINS = 20
+#: At most this many metrics get a plot of their own.
+MAX_METRIC_PLOTS = 12
+
+
+@dataclass
+class Plot:
+    """One distribution: bars with their labels and counts, and the axes' names. ``links``:
+    for each bar, the filtered table it opens (None where there is none)."""
+
+    key: str
+    title: str
+    x_label: str
+    labels: list[str]
+    counts: list[int]
+    links: list[str | None]
+    note: str = ""
+
+    def as_data(self) -> dict[str, Any]:
+        return {"title": self.title, "x": self.x_label, "y": "episodes" if self.key != "examples" else "examples",
+                "labels": self.labels, "counts": self.counts, "links": self.links}
+
+
+def distribution(values: list[float], bins: int = PLOT_BINS) -> tuple[list[str], list[int]]:
+    """Bar labels and counts of ``values``: one bar per distinct value when there are few,
+    else ``bins`` equal-width bins from the least to the greatest."""
+    if not values:
+        return [], []
+    distinct = sorted(set(values))
+    if len(distinct) <= bins:
+        counts: dict[float, int] = {}
+        for value in values:
+            counts[value] = counts.get(value, 0) + 1
+        return [f"{value:.4g}" for value in distinct], [counts[value] for value in distinct]
+    low, high = distinct[0], distinct[-1]
+    width = (high - low) / bins
+    out = [0] * bins
+    for value in values:
+        out[min(bins - 1, int((value - low) / width))] += 1
+    return [f"{low + i * width:.3g}–{low + (i + 1) * width:.3g}" for i in range(bins)], out
+
+
+def plots(index: RunIndex, bin_link: Any) -> list[Plot]:
+    """The run's distributions: reward (each bar opening the table filtered to it), each
+    metric, the mean reward per example over its rollouts, tokens and time.
+    ``bin_link``: turns a reward bin's filter parameters into a URL."""
+    rows = list(index.rows)
+    out = []
+    bins = histogram(index, TableQuery())
+    if bins:
+        out.append(Plot("reward", "Reward", "reward", [b.label for b in bins], [b.count for b in bins],
+                        [bin_link(b.params) for b in bins]))
+    for name in list(index.metric_names)[:MAX_METRIC_PLOTS]:
+        labels, counts = distribution([row.metrics[name] for row in rows if name in row.metrics])
+        out.append(Plot(f"metric:{name}", f"Metric {name}", name, labels, counts, [None] * len(labels)))
+    per_example: dict[str, list[float]] = {}
+    for row in rows:
+        if row.reward is not None:
+            per_example.setdefault(str(row.example_id), []).append(row.reward)
+    if per_example:
+        means = [sum(values) / len(values) for values in per_example.values()]
+        labels, counts = distribution(means)
+        any_solved = sum(1 for values in per_example.values() if any(v > 0 for v in values))
+        all_solved = sum(1 for values in per_example.values() if all(v > 0 for v in values))
+        rollouts = sum(len(values) for values in per_example.values()) / len(per_example)
+        note = (f"{len(per_example)} examples, {rollouts:.3g} rollouts each on average; reward above 0 in at least "
+                f"one rollout: {any_solved} ({any_solved / len(per_example):.1%}, pass@k-style), in every "
+                f"rollout: {all_solved} ({all_solved / len(per_example):.1%})")
+        out.append(Plot("examples", "Mean reward per example", "mean reward over the example's rollouts",
+                        labels, counts, [None] * len(labels), note))
+    for key, title, x_label, values in (
+            ("tokens", "Tokens", "prompt + completion tokens", [float(r.tokens) for r in rows if r.tokens is not None]),
+            ("duration", "Time", "seconds", [r.duration for r in rows if r.duration is not None])):
+        labels, counts = distribution(values)
+        if labels:
+            out.append(Plot(key, title, x_label, labels, counts, [None] * len(labels)))
+    return out

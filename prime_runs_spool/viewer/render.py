@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 #: The assets the pages load; nothing else is served from the static folder.
-ASSETS = ("viewer.css", "viewer.js")
+ASSETS = ("viewer.css", "viewer.js", "chart.umd.min.js")
 
 
 class Links:
@@ -62,6 +62,9 @@ class Links:
 
     def compare(self, params: Mapping[str, Any]) -> str | None:
         return self._url("/compare", params)
+
+    def plots(self, key: str) -> str | None:
+        return self._url("/plots", {"run": key})
 
     def static(self, name: str) -> str:
         return f"{self.prefix}/static/{name}"
@@ -121,6 +124,9 @@ class ExportLinks(Links):
 
     def compare(self, params: Mapping[str, Any]) -> str | None:
         return None
+
+    def plots(self, key: str) -> str | None:
+        return f"plots-{file_slug(key)}.html"
 
     def static(self, name: str) -> str:
         return f"static/{name}"
