@@ -159,3 +159,44 @@ def _episodes(path: Path) -> int:
         return read_run(path).episodes_count
     except Exception:  # not there yet
         return 0
+
+
+@pytest.mark.slow
+def test_a_pushing_plain_vf_eval_then_prime_runs_eval_resume_ends_in_vf_evals_evaluation(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    """Plain vf-eval pushing, Ctrl-C (its platform run holds what it wrote, CANCELLED), then
+    ``prime-runs eval --resume``: the spool takes every kept episode and names vf-eval's run
+    (``platform_runs``); sync adopts it and sends only the rest, finalized once."""
+    from support.vf_eval import interrupt_plain, run_eval
+
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        interrupted = interrupt_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform),
+                                      when=lambda: _lines(run_dir(tmp_path) / "traces.jsonl") >= 2 * ROLLOUTS)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        [platform_run] = platform_ids(traces(tmp_path))
+        server.release()
+        resumed = run_eval(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    spool = read_run(run_dir(tmp_path))
+    assert sorted(e["id"] for e in spool.episodes()) == sorted(row["id"] for row in final)
+
+    report = sync(tmp_path, platform, "auto")
+    assert [r["evaluation_id"] for r in report["runs"]] == [platform_run]
+    assert report["runs"][0]["pushed_now"] == TASKS * ROLLOUTS - 2 * ROLLOUTS
+    with api(platform) as client:
+        assert len(evaluations(client)) == 1
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+        items = trace_episodes(client, platform_run)
+    assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)
+    assert sorted(item["episode_id"] for item in items) == sorted(row["id"] for row in final)
+    assert [item for item in items if item["generation"] != 1] == []
+
+
+def _lines(path: Path) -> int:
+    try:
+        return sum(1 for line in path.read_bytes().splitlines() if line.strip())
+    except FileNotFoundError:
+        return 0

@@ -102,3 +102,41 @@ def test_a_run_resumed_by_plain_vf_eval_reaches_the_platform_whole(tmp_path: Pat
     assert again.returncode == 0 and len(platform_episodes(db)) == TASKS * ROLLOUTS
     after = cli(tmp_path, "status", "outputs")
     assert "lacks" not in after.stdout, after.stdout
+
+
+@pytest.mark.slow
+def test_plain_then_prime_runs_eval_then_plain_again_with_a_sync_between(tmp_path: Path) -> None:
+    """Plain vf-eval (pushing off) Ctrl-C'd, synced (imported: a spool of its own), resumed by
+    ``prime-runs eval --resume`` and Ctrl-C'd again, synced, then finished by plain vf-eval
+    and synced: one evaluation, each episode of traces.jsonl once, finalized once."""
+    from support.vf_eval import interrupt_plain
+
+    db = tmp_path / "platform.db"
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        first = interrupt_plain(tmp_path, "@", launch.name, "--no-rich",
+                                when=lambda: len(_rows(tmp_path)) >= ROLLOUTS)
+        assert first.returncode == 130, first.stderr[-3000:]
+        assert cli(tmp_path, "sync", "--local", "--db", str(db), "outputs").returncode == 0
+        second = interrupt_eval(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich",
+                                when=lambda: len(_rows(tmp_path)) >= 2 * ROLLOUTS)
+        assert second.returncode == 130, second.stderr[-3000:]
+        assert cli(tmp_path, "sync", "--local", "--db", str(db), "outputs").returncode == 0
+        server.release()
+        third = run_plain(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich")
+        assert third.returncode == 0, third.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    synced = cli(tmp_path, "sync", "--local", "--db", str(db), "outputs")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    rows = platform_episodes(db)
+    assert sorted(row["sample_id"] for _, row in rows) == sorted(row["id"] for row in final)
+    found = evaluation(db)
+    assert found["status"] == "COMPLETED" and found["finalize_count"] == 1
+
+
+def _rows(tmp_path: Path) -> list[dict[str, Any]]:
+    try:
+        return traces(tmp_path)
+    except (FileNotFoundError, json.JSONDecodeError):  # not there yet, or a line being written
+        return []
