@@ -42,6 +42,14 @@ DEFAULT_SHIP_TIMEOUT = 30.0
 TERMINATE_GRACE = 5.0
 #: Seconds the child waits for one answer: bounds how long a SIGTERM can take to act.
 CHILD_REQUEST_TIMEOUT = 30.0
+#: Seconds of failures after which the child stops retrying a platform that fails every
+#: request (its ``--retry-for``); shorter than an interactive sync's, so that at the eval's
+#: end a platform that is down costs about this long, not the whole ``ship_timeout``: the
+#: child's last pass after the seal then fails at once and it exits. While the eval runs
+#: the follower still tries again after each backoff, so an outage is ridden out.
+CHILD_RETRY_FOR = 10.0
+#: How much of the end of ``shipper.log`` is read to tell why episodes were not shipped.
+LOG_TAIL_BYTES = 16_384
 
 #: The shipper looks for new episodes this often: fewer, larger requests than an interactive
 #: follower's, so its state fsyncs compete less with the eval's appends, and still well
@@ -87,24 +95,20 @@ class Shipper:
         self.destination = destination
 
     @classmethod
-    def start(cls, run_dir: Path) -> Shipper | None:
-        """Start shipping ``run_dir``; None (with a warning) when there are no credentials,
-        or the child cannot be started. Never raises: the eval goes on either way."""
+    def start(cls, run_dir: Path) -> Shipper | str:
+        """Start shipping ``run_dir``; else why not (no credentials, the child could not be
+        started), for the line at the run's end. Never raises: the eval goes on either way."""
         try:
             settings = load_settings()
         except InvalidSettingsError as exc:
-            _log.warning("online mode: %s; nothing is shipped while the run goes on; the spool is complete, "
-                         "run prime-runs sync later", exc)
-            return None
+            return str(exc)
         if not settings.api_key:
-            _log.warning("online mode: no API key (PRIME_API_KEY), so nothing is shipped while the run "
-                         "goes on; the spool is complete, run prime-runs sync later")
-            return None
+            return "no API key: set PRIME_API_KEY, or api_key in ~/.prime/config.json"
         env = dict(os.environ)
         env["PYTHONPATH"] = _import_path()
         env.pop("PRIME_RUNS_MODE", None)  # the child writes no run of its own
         cmd = [sys.executable, "-m", "prime_runs_spool.sync", "--follow", "--exit-when-idle",
-               "--poll-interval", str(SHIPPER_POLL_INTERVAL),
+               "--poll-interval", str(SHIPPER_POLL_INTERVAL), "--retry-for", str(CHILD_RETRY_FOR),
                "--timeout", str(CHILD_REQUEST_TIMEOUT), "--base-url", settings.base_url, str(run_dir)]
         if settings.team_id:
             cmd += ["--team", settings.team_id]
@@ -121,9 +125,22 @@ class Shipper:
                                         # leaves (append latency, docs/benchmarks.md).
                                         preexec_fn=_lower_priority)
         except OSError as exc:
-            _log.warning("online mode: the shipper could not be started (%s); run prime-runs sync later", exc)
-            return None
+            return f"the shipper could not be started: {exc}"
         return cls(proc, run_dir, remote_destination(settings.base_url, settings.team_id))
+
+    def why_not_shipped(self) -> str:
+        """Why the shipper left episodes behind, from the end of its log (each retry and
+        each run's error is a line there): the platform unreachable, the key refused (401)
+        or not allowed (403), else its last error; "it was stopped" when it said nothing."""
+        try:
+            with open(shipper_log_path(self._run_dir), "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
+                lines = log.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            lines = []
+        said = [line.strip() for line in lines if " failed: " in line or line.strip().startswith("error:")]
+        return reason_from(said[-1]) if said else "the shipper was stopped before it was done"
 
     @property
     def running(self) -> bool:
@@ -154,3 +171,18 @@ class Shipper:
                 break
         _log.warning("online mode: the shipper (pid %s) did not stop", self._proc.pid)
         return None
+
+
+def reason_from(line: str) -> str:
+    """A shipper log line (a retry or a run's error) as the reason a person acts on."""
+    text = line.removeprefix("prime-runs: ").removeprefix("error: ")
+    if "answered 401" in text:
+        return "the platform refused the API key (401): check PRIME_API_KEY"
+    if "answered 403" in text:
+        return "the API key may not write there (403): check the key's permissions and PRIME_TEAM_ID"
+    for cause in ("cannot connect (", "no answer ("):
+        if cause in text:
+            detail = text.split(cause, 1)[1].split(")", 1)[0]
+            return f"the platform was unreachable: {detail}"
+    return text[:300]
+

@@ -92,7 +92,7 @@ class Run:
         #: The eval's in-process consumers, told after each durable append and the seal.
         self._listeners = Listeners(run_id)
         #: Online mode's shipper (started by open_run), drained after the seal.
-        self._shipping = Shipping(run_id, run_dir)
+        self._shipping = Shipping(run_id, run_dir, pending=lambda: self.pending)
         #: finish, abort and the exit hook: the one way a run is sealed.
         self._ending = Ending(self)
         #: The process that opened the run, the only one that may write or seal it.

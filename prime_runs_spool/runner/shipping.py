@@ -8,11 +8,12 @@ process (runner/online.py) that watches the spool's files.
 from __future__ import annotations
 
 import logging
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prime_runs_spool.runner.ending import describe_error
-from prime_runs_spool.spool.layout import shipper_log_path
 
 if TYPE_CHECKING:
     from prime_runs_spool.runner.online import Shipper
@@ -24,22 +25,35 @@ _log = logging.getLogger("prime_runs_spool")
 class Shipping:
     """The online shipper of one run, if one was started."""
 
-    def __init__(self, run_id: str, run_dir: Path) -> None:
+    def __init__(self, run_id: str, run_dir: Path, pending: Callable[[], int] | None = None) -> None:
         self._run_id = run_id
         self._dir = run_dir
         self._shipper: Shipper | None = None
         #: How long the drain after the seal may take (``ship_timeout``), set when started.
         self._timeout = 0.0
+        #: Durable episodes the platform has not acknowledged (the run's ``pending``).
+        self._pending = pending or (lambda: 0)
+        #: Online mode was asked for (``start`` ran), so the run's end says what was not shipped.
+        self._online = False
+        #: Why no shipper runs, when one was asked for and could not be started.
+        self._not_started: str | None = None
 
     def start(self, timeout: float | None) -> None:
         """Start shipping the spool in the background (the manifest is durable)."""
         from prime_runs_spool.runner.online import Shipper, ship_timeout
 
+        self._online = True
         self._timeout = ship_timeout(timeout)
         try:
-            self._shipper = Shipper.start(self._dir)
+            started = Shipper.start(self._dir)
         except Exception as exc:  # shipping is optional; the spool is what must not fail
-            _log.warning("run %s: the online shipper could not be started: %s", self._run_id, describe_error(exc))
+            started = f"the online shipper could not be started: {describe_error(exc)}"
+        if isinstance(started, str):
+            self._not_started = started
+            _log.warning("run %s: online mode: %s; nothing is shipped while the run goes on, the spool is "
+                         "complete (prime-runs sync %s ships it)", self._run_id, started, self._dir)
+        else:
+            self._shipper = started
 
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far (its state file); None without a shipper.
@@ -47,12 +61,21 @@ class Shipping:
         return self._shipper.progress() if self._shipper else None
 
     def drain(self) -> None:
-        """After the seal: let the shipper finish within the bounded time, then stop it."""
-        shipper = self._shipper
-        if shipper is None or not shipper.running:
+        """After the seal: let the shipper finish within the bounded time, then stop it; then
+        one line if anything was not shipped: how many episodes, why, and the command that
+        ships them. Never raises, and never changes how the eval ends."""
+        if not self._online:
             return
-        status = shipper.drain(self._timeout)
-        if status != 0:
-            _log.warning("run %s: the online shipper did not finish within %.0f s (exit %s); "
-                         "run prime-runs sync to ship the rest (its log: %s)", self._run_id,
-                         self._timeout, status, shipper_log_path(self._dir))
+        shipper = self._shipper
+        if shipper is not None and shipper.running:
+            shipper.drain(self._timeout)
+        try:
+            left = self._pending()
+        except Exception:  # noqa: BLE001 - a count for a message must not fail the eval's end
+            return
+        if not left:
+            return
+        why = shipper.why_not_shipped() if shipper is not None else self._not_started or "no shipper ran"
+        _log.warning("run %s: online mode: %d episode%s not shipped (%s); ship %s with: prime-runs sync %s",
+                     self._run_id, left, "" if left == 1 else "s", why, "it" if left == 1 else "them",
+                     shlex.quote(str(self._dir)))

@@ -1,0 +1,77 @@
+"""Online mode tells the truth at the eval's end: one line when episodes were not shipped,
+saying how many, why (the platform unreachable, the key refused) and the command that ships
+them; a platform that is down adds a bounded time, not the whole drain timeout. The real
+shipper child, the real local platform, a closed port."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool import open_run
+from prime_runs_spool.runner.online import CHILD_RETRY_FOR
+from prime_runs_spool.spool.layout import SHIPPER_LOG_NAME
+from test_online_mode import episodes, platform_env  # noqa: F401
+from support.sync_e2e import server  # noqa: F401
+
+
+def not_shipped_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "not shipped" in r.getMessage()]
+
+
+@pytest.mark.slow
+def test_a_platform_that_is_down_costs_a_bounded_time_and_one_line_says_what_was_not_shipped(
+        tmp_path: Path, platform_env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    platform_env(f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("PRIME_RUNS_BACKOFF_CAP")  # the real backoff: up to 30 s between tries
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        run = open_run(tmp_path / "run", name="online-down-truth", environments=["gsm8k"], model="m",
+                       mode="online")  # the default drain timeout, 30 s
+        run.log_episodes(episodes(run.id, 0, 7))
+        started = time.monotonic()
+        run.finish()
+        took = time.monotonic() - started
+    assert took < CHILD_RETRY_FOR + 8, f"{took:.1f} s added by a platform that is down"
+    (line,) = not_shipped_lines(caplog)
+    assert "7 episodes not shipped" in line and "unreachable" in line, line
+    assert f"connection refused by 127.0.0.1:{port}" in line, line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    log = (tmp_path / "run" / "spool" / SHIPPER_LOG_NAME).read_text()
+    assert "failed: " in log and "; try 2 in " in log, "the shipper's retries are in its log"
+
+
+def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    platform_env(server.base_url, key="not-the-platforms-key")
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        run = open_run(tmp_path / "run", name="online-401", environments=["gsm8k"], model="m", mode="online",
+                       ship_timeout=20)
+        run.log_episodes(episodes(run.id, 0, 3))
+        started = time.monotonic()
+        run.finish()
+        took = time.monotonic() - started
+    (line,) = not_shipped_lines(caplog)
+    assert "3 episodes not shipped" in line and "refused the API key (401)" in line, line
+    assert "not-the-platforms-key" not in caplog.text
+    assert took < 15, f"{took:.1f} s"
+
+
+def test_nothing_is_said_when_everything_was_shipped(tmp_path: Path, server, platform_env,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from support.sync_e2e import TOKEN
+
+    platform_env(server.base_url, key=TOKEN)
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        run = open_run(tmp_path / "run", name="online-ok", environments=["gsm8k"], model="m", mode="online",
+                       ship_timeout=20)
+        run.log_episodes(episodes(run.id, 0, 3))
+        run.finish()
+    assert run.pending == 0
+    assert not_shipped_lines(caplog) == []
