@@ -98,6 +98,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                 line += f", a {dest.in_flight} request in doubt"
             if dest.skipped_too_large:
                 line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
+            if dest.lost:
+                line += f", LOST: the spool no longer holds what was pushed: {dest.lost}"
             if dest.mismatch:
                 line += f", MISMATCH: {dest.mismatch}"
             if dest.url:

@@ -22,10 +22,28 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.console import json_report
 
 
-def _segment_line(segment: dict[str, Any]) -> str:
+def _damage_line(name: str, damage: dict[str, Any]) -> str:
+    """One stretch of damage: where, how long, why, and which records it cost."""
+    what = f"{damage['length']} bytes"
+    if damage["lost"] is None:
+        what += ", records lost: unknown"
+    elif damage["lost"]:
+        what += f", {damage['lost']} record(s) lost from seq {damage['first_seq']}"
+    if damage["episode_ids"]:
+        what += f", episode id(s) legible: {', '.join(damage['episode_ids'])}"
+    return f"  {name}: CORRUPT at byte {damage['offset']} ({what}): {damage['reason']}"
+
+
+def _segment_lines(segment: dict[str, Any]) -> list[str]:
     name = Path(segment["path"]).name
     if segment["corrupt_offset"] is not None:
-        return f"  {name}: CORRUPT at byte {segment['corrupt_offset']}: {segment['corrupt_reason']}"
+        lines = [_damage_line(name, damage) for damage in segment["damage"]] or [
+            f"  {name}: CORRUPT at byte {segment['corrupt_offset']}: {segment['corrupt_reason']}"]
+        more = segment["damage_count"] - len(segment["damage"])
+        if more > 0:
+            lines.append(f"  {name}: ... and {more} more stretch(es) of damage")
+        intact = f"{segment['records']} intact records, {segment['episodes']} intact episodes"
+        return [*lines, f"  {name}: {intact}, " + (f"sealed {segment['sealed']}" if segment["sealed"] else "unsealed")]
     parts = [f"{segment['records']} records", f"{segment['episodes']} episodes"]
     if segment["format_version"] is None:
         parts = ["empty (no header)"]
@@ -34,7 +52,7 @@ def _segment_line(segment: dict[str, Any]) -> str:
         parts.append(f"torn tail at byte {segment['torn_offset']}")
     if segment["live"]:
         parts.append("writer live (its lock file was deleted)" if segment.get("lock_missing") else "writer live")
-    return f"  {name}: " + ", ".join(parts)
+    return [f"  {name}: " + ", ".join(parts)]
 
 
 def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) -> None:
@@ -49,7 +67,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
             f"{run['records']} records, {run['episodes']} episodes"
         )
         for segment in run["segments"]:
-            click.echo(_segment_line(segment))
+            for line in _segment_lines(segment):
+                click.echo(line)
         if run["error"] and run["status"] != "corrupt":
             click.echo(f"  PROBLEM: {run['error']}")
         if run.get("traces_disagree"):

@@ -102,6 +102,12 @@ class CorruptSpoolError(SpoolError):
         super().__init__(corruption_message(path, offset, reason))
 
 
+class PositionLostError(CorruptSpoolError):
+    """A recorded position (sync's cursor) is no longer the start of a line: the segment
+    lost lines a reader had already read, and sync already shipped (docs/spool-format.md,
+    section 6). Not damage to skip: what the platform holds is more than the spool has."""
+
+
 def corruption_message(path: object, offset: object, reason: object) -> str:
     """How every report names a corrupt line: ``<segment>: corrupt at byte N: <reason>``."""
     return f"{path}: corrupt at byte {offset}: {reason}"

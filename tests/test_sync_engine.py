@@ -298,7 +298,9 @@ def test_corruption_stops_the_run_after_pushing_what_precedes(tmp_path: Path, pl
     assert evaluation["finalize_count"] == 0
 
 
-def test_skip_corrupt_goes_on_with_the_next_segment_and_says_so(tmp_path: Path, platform: FakePlatform) -> None:
+def test_skip_corrupt_goes_on_at_the_next_line_and_says_so(tmp_path: Path, platform: FakePlatform) -> None:
+    """The reader resynchronizes: the damaged episode alone is skipped, every intact one
+    after it (in its segment and the next) is pushed, and the skip is said and recorded."""
     builder = RunBuilder(tmp_path / "run", "r1")
     builder.open_segment()
     builder.add(4)
@@ -314,9 +316,14 @@ def test_skip_corrupt_goes_on_with_the_next_segment_and_says_so(tmp_path: Path, 
     report = syncer(builder.run_dir, platform, skip_corrupt=True).run()
     assert report.state == "synced", report.error
     evaluation, rows = only_evaluation(platform)
-    assert [row["sample_id"] for row in rows] == [builder.ids[0]] + builder.ids[4:]
+    assert [row["sample_id"] for row in rows] == [builder.ids[0]] + builder.ids[2:]
     skipped = evaluation["metadata"]["skipped_corruption"]
-    assert skipped[0]["segment"] == 1 and skipped[0]["offset"] > 0
+    assert len(skipped) == 1 and skipped[0]["segment"] == 1 and skipped[0]["offset"] > 0
+    assert (skipped[0]["lost"], report.skipped_corrupt, report.skipped_records) == (1, 1, 1)
+    assert [w for w in report.warnings if w.startswith("skipped: ")] == [
+        f"skipped: {segment}: corrupt at byte {skipped[0]['offset']}: {skipped[0]['reason']} "
+        f"({skipped[0]['length']} bytes; 1 record(s) lost: seq {skipped[0]['first_seq']}; "
+        f"episode id(s) legible in them: {builder.ids[1]})"]
 
 
 def test_an_episode_too_large_for_any_request_is_skipped_and_said(tmp_path: Path, platform: FakePlatform) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 from filelock import FileLock
 
 from prime_runs_spool.errors import (
+    CorruptSpoolError,
     ImportSourceError,
     NotARunError,
     ReadOnlySourceError,
@@ -201,7 +202,16 @@ def _catch_up(run_dir: Path, report: ImportReport) -> None:
     """A spool the eval wrote, behind its ``traces.jsonl`` (importer/agreement.py): the
     episodes only ``traces.jsonl`` holds go into a new segment, the spool's episodes it
     dropped are superseded, as for an imported spool. The spool's own seal stands when
-    nothing differs."""
+    nothing differs. A damaged spool is left as it is: its damage is sync's to report (or,
+    with ``--skip-corrupt``, to pass over, recovering from ``traces.jsonl`` what it can:
+    sync/recover.py); spooling its damaged episodes again would copy them into the run."""
+    try:
+        _catch_up_intact(run_dir, report)
+    except CorruptSpoolError as exc:
+        report.reason = f"the spool is damaged, so it was not compared with traces.jsonl ({exc})"
+
+
+def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
     if agreement.is_live(run_dir):
         report.reason = "the eval is still writing this run; its traces.jsonl is compared once it has exited"
         return

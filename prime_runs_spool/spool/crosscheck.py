@@ -63,7 +63,7 @@ class RunLedger:
                 if missing else f"segment index {index} out of order")
 
     def header(self, path: Path, index: int, data: dict[str, Any]) -> None:
-        """Rule 2 (run id and file name) and the first half of rule 3 (``prior_episodes``)."""
+        """Rule 2: the header names this run, and the index in its file name."""
         run_id = data.get("run_id")
         if self.run_id is None:
             self.run_id = run_id if isinstance(run_id, str) else None
@@ -75,6 +75,10 @@ class RunLedger:
             raise CorruptSpoolError(
                 path, 0, f"the header says segment {data.get('segment_index')!r} but the file is named "
                 f"{segment_name(index)}: a segment copied or renamed")
+
+    def prior(self, path: Path, data: dict[str, Any]) -> None:
+        """The first half of rule 3: a header's ``prior_episodes`` is what the earlier
+        segments hold (checked only when every earlier episode line was counted)."""
         prior = _count(data.get("prior_episodes"))
         if prior is not None and self.episodes is not None and prior != self.episodes:
             found = self.episodes
@@ -122,6 +126,13 @@ class RunLedger:
             self.episodes += self.segment_episodes
         self._earlier_ids |= self._current_ids
         self._current_ids = set()
+
+    def lost(self) -> None:
+        """The current segment lost lines (a resynchronizing reader read past damage): its
+        counts, and the run's from here on, are no longer known, so they stop being checked;
+        the ids and the identity checks go on."""
+        self.episodes = None
+        self._segment_whole = False
 
     def damaged(self) -> None:
         """The current segment is corrupt: what it held is unknown, so counts stop being checked.

@@ -17,15 +17,20 @@ writes past its last line, so what was read stays true.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+import re
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from prime_runs_spool.errors import CorruptSpoolError, NotARunError, UnsupportedFormatError
+import orjson
+
+from prime_runs_spool.errors import (CorruptSpoolError, NotARunError, PositionLostError, UnsupportedFormatError,
+                                     corruption_message)
 from prime_runs_spool.spool.crosscheck import RunLedger
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.process import process_alive
@@ -95,6 +100,48 @@ class Record:
         return Position(self.segment_index, self.end_offset, self.seq + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Bytes of a segment a resynchronizing reader passed over (docs/spool-format.md,
+    section 4.2): complete lines that fail their checks, merged while no intact line comes
+    between them, or lines missing between two intact ones (``length`` 0). ``lost`` is how
+    many records the stretch held, from the sequence numbers around it (None when no
+    intact line of the segment follows it); ``first_seq`` the first of them;
+    ``episode_ids`` the ids still legible in a damaged line's meta (for the report, and to
+    find the episode elsewhere), never trusted on their own."""
+
+    segment_index: int
+    path: Path
+    offset: int
+    length: int
+    reason: str
+    first_seq: int | None = None
+    lost: int | None = None
+    episode_ids: tuple[str, ...] = ()
+    #: The rollout numbers legible beside ``episode_ids``, in the same order.
+    rollout_numbers: tuple[int | None, ...] = ()
+
+    @property
+    def end_offset(self) -> int:
+        return self.offset + self.length
+
+    def message(self) -> str:
+        """One line: where, how many bytes, why, and which records it cost."""
+        what = f"{self.reason} ({self.length} bytes"
+        if self.lost is None:
+            what += "; how many records they held is unknown: no intact line of the segment follows"
+        elif self.lost:
+            seqs = f"seq {self.first_seq}" if self.lost == 1 else f"seq {self.first_seq}-{self.first_seq + self.lost - 1}"
+            what += f"; {self.lost} record(s) lost: {seqs}"
+        if self.episode_ids:
+            what += f"; episode id(s) legible in them: {', '.join(self.episode_ids)}"
+        return corruption_message(self.path, self.offset, what + ")")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"segment": self.segment_index, "offset": self.offset, "length": self.length, "reason": self.reason,
+                "first_seq": self.first_seq, "lost": self.lost, "episode_ids": list(self.episode_ids)}
+
+
 @dataclass(frozen=True)
 class SegmentInfo:
     """What a full scan of one segment found. ``records`` counts the lines after the header."""
@@ -113,6 +160,10 @@ class SegmentInfo:
     live: bool
     #: The lock file is gone while the writer the header names is alive here (section 5).
     lock_missing: bool = False
+    #: Every stretch of damage a resynchronizing read found (``Damage.as_dict``), the
+    #: first DAMAGE_LISTED of them; ``damage_count`` counts them all.
+    damage: list[dict[str, Any]] = field(default_factory=list)
+    damage_count: int = 0
 
     @property
     def empty(self) -> bool:
@@ -169,19 +220,29 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
 
 def _walk_segment(
     path: Path, index: int, state: _SegmentState, start: Position | None = None,
-    ledger: RunLedger | None = None,
-) -> Iterator[Record]:
+    ledger: RunLedger | None = None, *, resync: bool = False,
+) -> Iterator[Record | Damage]:
     """Yield the records of one segment (after its header), filling in ``state``, and check
     it against the run's earlier segments (``ledger``; a fresh one checks it alone).
 
     Raises CorruptSpoolError after yielding every good record before the damage, and
-    UnsupportedFormatError before yielding anything from a newer format.
+    UnsupportedFormatError before yielding anything from a newer format. With ``resync``,
+    damage is yielded as :class:`Damage` instead and the walk goes on at the next line
+    boundary (docs/spool-format.md, section 4.2); only a newer format still raises.
     """
     ledger = ledger if ledger is not None else _ledger_at(index)
     resumed = start is not None and start.offset > 0
+    walk = _Walk(path, index, state, start if resumed else None, ledger, resync)
     try:
         ledger.begin(path, index, whole=not resumed)
-        yield from _walk_lines(path, index, state, start if resumed else None, ledger)
+    except CorruptSpoolError as exc:
+        if not resync:
+            ledger.damaged()
+            raise
+        ledger.lost()
+        yield Damage(index, path, 0, 0, exc.reason)
+    try:
+        yield from walk.walk()
     except CorruptSpoolError:
         ledger.damaged()
         raise
@@ -195,78 +256,253 @@ def _ledger_at(index: int) -> RunLedger:
     return ledger
 
 
-def _walk_lines(
-    path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger
-) -> Iterator[Record]:
-    local = getattr(path, "open_bytes", None) is None  # an object store's segment has no mark
-    # Both before reading. The writer's liveness: a read while it lived can overtake its
-    # writes (rule 6), whatever it does by the time the walk gets there. Its mark: the
-    # lines before it were durable before anything here was read.
-    alive = local and writer_alive(path)
-    mark = durable_mark(path) if local else 0
-    with _open_segment(path) as f:
-        lines = _raw_lines(f, 0)
-        expect = 0
-        if start is not None:
-            first = next(lines, None)
-            parsed = parse_line(first[1]) if first and first[1] else None
-            if parsed is None:
-                raise CorruptSpoolError(path, 0, "the header is not intact, yet a position after it was recorded")
-            _check_header(path, index, parsed, state, ledger)
-            lines = _raw_lines(f, start.offset)
-            expect = start.next_seq
-        for offset, raw, end in lines:
-            parsed = parse_line(raw) if raw else None
-            if parsed is None:
-                if state.seal is not None:
-                    raise CorruptSpoolError(path, offset, "bytes after the seal")
-                if raw is None or (raw and not raw.endswith(b"\n")):  # b"": an over-long complete line
-                    # No line feed: the last bytes on disk. Padding if they are all NUL bytes
-                    # (the writer's, ahead of its lines), else a torn tail.
-                    if raw and not raw.strip(_PAD):
-                        state.padding_offset = offset
+#: Where a damaged line's meta is looked for: the end of the line, before its trailer.
+_LEGIBLE_TAIL = 4096
+_LEGIBLE_META = re.compile(
+    rb',"type":"episode","meta":(\{"episode_id":(?:null|"(?:[^"\\\n]|\\.){0,1024}"),"rollout_number":(?:null|\d{1,20})\})'
+    rb',"crc":"[0-9a-f]{8}"\}\n\Z')
+#: How a line starts; a damaged line is searched for it, to find an intact line glued to it.
+_LINE_START = b'{"data":'
+#: At most this many places in one damaged line are tried as the start of a glued line.
+_GLUED_TRIES = 16
+
+
+def _legible_meta(raw: bytes) -> tuple[str, int | None] | None:
+    """The episode id and rollout number a damaged episode line's meta still shows, if its
+    end is whole; unverified (the checksum failed): a hint to look the episode up by."""
+    match = _LEGIBLE_META.search(raw[-_LEGIBLE_TAIL:])
+    if match is None:
+        return None
+    try:
+        meta = orjson.loads(match.group(1))
+    except orjson.JSONDecodeError:
+        return None
+    episode_id, rollout = meta.get("episode_id"), meta.get("rollout_number")
+    return (episode_id, rollout) if isinstance(episode_id, str) else None
+
+
+def _glued_line(raw: bytes) -> int:
+    """Where an intact line starts inside the damaged line ``raw`` (0: nowhere): a line
+    whose line feed was damaged is glued to the next one, which is itself intact."""
+    at = 0
+    for _ in range(_GLUED_TRIES):
+        at = raw.find(_LINE_START, at + 1)
+        if at < 0:
+            return 0
+        if parse_line(raw[at:]) is not None:
+            return at
+    return 0
+
+
+@dataclass
+class _Pending:
+    """Damaged lines not yet closed by an intact one."""
+
+    offset: int
+    end: int
+    reason: str
+    first_seq: int
+    ids: list[str] = field(default_factory=list)
+    rollouts: list[int | None] = field(default_factory=list)
+
+    def add(self, end: int, raw: bytes | None) -> None:
+        self.end = end
+        meta = _legible_meta(raw) if raw else None
+        if meta is not None:
+            self.ids.append(meta[0])
+            self.rollouts.append(meta[1])
+
+
+class _Walk:
+    """One walk over one segment's lines (docs/spool-format.md, sections 4 and 4.1).
+
+    Without ``resync`` the first damage raises :class:`CorruptSpoolError`. With it, the
+    damage is yielded as a :class:`Damage` and the walk goes on at the next line boundary,
+    as LevelDB's log reader does: lines are newline-framed and checksummed, so the line
+    after a damaged one is found, and trusted, on its own. What was lost is counted from
+    the sequence numbers on either side; the counts of section 4.1 stop being checked for a
+    segment once it lost anything, the identity checks never do.
+    """
+
+    def __init__(self, path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger,
+                 resync: bool) -> None:
+        self.path, self.index, self.state, self.start = path, index, state, start
+        self.ledger, self.resync = ledger, resync
+        self.pending: _Pending | None = None
+        self.expect = 0
+        self.size = 0
+
+    def _problem(self, offset: int, reason: str) -> None:
+        if not self.resync:
+            raise CorruptSpoolError(self.path, offset, reason)
+        self.ledger.lost()
+
+    def _damaged(self, offset: int, end: int, raw: bytes | None, reason: str) -> None:
+        """A damaged line: raises, or joins the pending stretch of damage."""
+        self._problem(offset, reason)
+        if self.pending is None:
+            self.pending = _Pending(offset, offset, reason, self.expect)
+        self.pending.add(end, raw)
+
+    def _close(self, lost: int | None) -> Iterator[Damage]:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            yield Damage(self.index, self.path, pending.offset, pending.end - pending.offset, pending.reason,
+                         pending.first_seq, lost, tuple(pending.ids), tuple(pending.rollouts))
+
+    def _whole(self, reason: str) -> Iterator[Damage]:
+        """The segment cannot be read at all (its header): one damage over all of it."""
+        self._problem(0, reason)
+        self.pending = None
+        yield Damage(self.index, self.path, 0, self.size, reason + "; nothing in the segment can be trusted without it")
+
+    def walk(self) -> Iterator[Record | Damage]:
+        path, state = self.path, self.state
+        local = getattr(path, "open_bytes", None) is None  # an object store's segment has no mark
+        # Both before reading. The writer's liveness: a read while it lived can overtake its
+        # writes (rule 6), whatever it does by the time the walk gets there. Its mark: the
+        # lines before it were durable before anything here was read.
+        alive = local and writer_alive(path)
+        mark = durable_mark(path) if local else 0
+        with _open_segment(path) as f:
+            self.size = os.fstat(f.fileno()).st_size if local else path.stat().st_size
+            lines = _raw_lines(f, 0)
+            if self.start is not None:
+                first = next(lines, None)
+                parsed = parse_line(first[1]) if first and first[1] else None
+                if parsed is None:
+                    yield from self._whole("the header is not intact, yet a position after it was recorded")
+                    return
+                if not (yield from self._header(parsed)):
+                    return
+                _position_holds(f, path, self.start)
+                lines = _raw_lines(f, self.start.offset)
+                self.expect = self.start.next_seq
+            while (line := next(lines, None)) is not None:
+                offset, raw, end = line
+                parsed = parse_line(raw) if raw else None
+                if parsed is None and raw and self.resync and raw.endswith(b"\n"):
+                    glued = _glued_line(raw)
+                    if glued:  # the damaged part, then the intact line glued to it
+                        self._damaged(offset, offset + glued, raw[:glued], "a damaged line")
+                        offset, raw, parsed = offset + glued, raw[glued:], parse_line(raw[glued:])
+                if parsed is None:
+                    if state.seal is not None:
+                        self._problem(offset, "bytes after the seal")
+                        yield Damage(self.index, path, offset, self.size - offset, "bytes after the seal",
+                                     None, 0)
+                        break
+                    if raw is None or (raw and not raw.endswith(b"\n")):  # b"": an over-long complete line
+                        # No line feed: the last bytes on disk. Padding if they are all NUL bytes
+                        # (the writer's, ahead of its lines), else a torn tail.
+                        if raw and not raw.strip(_PAD):
+                            state.padding_offset = offset
+                        else:
+                            state.torn_offset = offset
+                        break
+                    if _PAD in raw and _holed_tail(lines, offset, mark, alive):
+                        state.torn_offset = offset  # a flush a crash interrupted, or one being written
+                        break
+                    if _PAD in raw:
+                        lines = _raw_lines(f, end)  # _holed_tail read ahead
+                    # A complete line: an interrupted append cannot leave one behind.
+                    if offset == 0 and self.start is None:
+                        what = "the first line is not an intact header"
+                    elif raw == b"":
+                        what = "a line longer than the format's limit"
                     else:
-                        state.torn_offset = offset
+                        what = "a damaged line"
+                    if raw.endswith(b"\r\n"):
+                        what += " (it ends in CR LF: the file's line endings were converted)"
+                    reason = what + "; a complete line that fails its check is never a torn tail"
+                    if offset == 0 and self.start is None:
+                        yield from self._whole(reason)
+                        return
+                    self._damaged(offset, end, raw, reason)
+                    continue
+                if state.seal is not None:
+                    reason = f"a {parsed.type} line after the seal"
+                    self._problem(offset, reason)
+                    yield Damage(self.index, path, offset, self.size - offset, reason, None, 0)
                     break
-                if _PAD in raw and _holed_tail(lines, offset, mark, alive):
-                    state.torn_offset = offset  # a flush a crash interrupted, or one being written
-                    break
-                # A complete line: an interrupted append cannot leave one behind.
-                what = "the first line is not an intact header" if offset == 0 else "a damaged line"
-                if raw.endswith(b"\r\n"):
-                    what += " (it ends in CR LF: the file's line endings were converted)"
-                elif raw == b"":
-                    what = "a line longer than the format's limit"
-                raise CorruptSpoolError(path, offset, what + "; a complete line that fails its check is never a torn tail")
-            if state.seal is not None:
-                raise CorruptSpoolError(path, offset, f"a {parsed.type} line after the seal")
-            if parsed.seq != expect:
-                raise CorruptSpoolError(path, offset, f"sequence number {parsed.seq}, expected {expect}")
-            if expect == 0:
-                _check_header(path, index, parsed, state, ledger)
-            else:
-                if parsed.type == HEADER:
-                    raise CorruptSpoolError(path, offset, "a second header")
-                state.records += 1
-                if parsed.type == EPISODE:
-                    state.episodes += 1
-                    ledger.episode(path, offset, parsed.meta)
-                elif parsed.type == SEAL:
-                    ledger.seal(path, offset, parsed.seq, parsed.data)
-                    state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
-                elif parsed.type == MANIFEST and not state.has_manifest:
-                    state.manifest, state.has_manifest = parsed.data, True
-                yield Record(index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
-            expect += 1
-        end = state.torn_offset if state.torn_offset is not None else state.padding_offset
-        if end is None:
-            end = os.fstat(f.fileno()).st_size if local else mark
-    # A live writer rewrites its mark in place, so a read racing with that rewrite can be
-    # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
-    if end < mark and not writer_alive(path):
-        raise CorruptSpoolError(
-            path, end, f"the segment's lines end at byte {end}, but its writer had made {mark} bytes durable: "
-            "it was truncated or lost bytes")
+                if self.expect == 0:
+                    if parsed.seq != 0:
+                        if not self.resync:
+                            raise CorruptSpoolError(path, offset, f"sequence number {parsed.seq}, expected 0")
+                        yield from self._whole(f"the first line is a {parsed.type} line, not the header")
+                        return
+                    if not (yield from self._header(parsed)):
+                        return
+                    self.expect = 1
+                    continue
+                if parsed.seq != self.expect:
+                    reason = f"sequence number {parsed.seq}, expected {self.expect}"
+                    if parsed.seq < self.expect:  # a line out of place: a copy
+                        self._damaged(offset, end, raw, reason)
+                        continue
+                    if self.pending is None:  # lines cut out cleanly: nothing damaged, records missing
+                        self._problem(offset, reason)
+                        yield Damage(self.index, path, offset, 0, f"records are missing before this line ({reason})",
+                                     self.expect, parsed.seq - self.expect)
+                yield from self._close(parsed.seq - self.expect)
+                self.expect = parsed.seq
+                item = yield from self._record(parsed, offset, end)
+                if item is not None:
+                    yield item
+                self.expect += 1
+            yield from self._close(None)
+            end = state.torn_offset if state.torn_offset is not None else state.padding_offset
+            if end is None:
+                end = os.fstat(f.fileno()).st_size if local else mark
+        # A live writer rewrites its mark in place, so a read racing with that rewrite can be
+        # torn (digits of both values): only a dead writer's mark, which no longer moves, counts.
+        if end < mark and not writer_alive(path):
+            reason = (f"the segment's lines end at byte {end}, but its writer had made {mark} bytes durable: "
+                      "it was truncated or lost bytes")
+            self._problem(end, reason)
+            yield Damage(self.index, path, end, mark - end, reason)
+
+    def _header(self, parsed: Line) -> Generator[Damage, None, bool]:
+        """Check the header; False when the segment cannot be read on (its damage yielded)."""
+        try:
+            _check_header(self.path, self.index, parsed, self.state, self.ledger)
+        except CorruptSpoolError as exc:
+            yield from self._whole(exc.reason)
+            return False
+        try:
+            self.ledger.prior(self.path, self.state.header or {})
+        except CorruptSpoolError as exc:
+            self._problem(0, exc.reason)
+            yield Damage(self.index, self.path, 0, 0, exc.reason)
+        return True
+
+    def _record(self, parsed: Line, offset: int, end: int) -> Generator[Damage, None, Record | None]:
+        """The record of an intact line in its place, or None (its damage yielded)."""
+        state = self.state
+        if parsed.type == HEADER:
+            self._problem(offset, "a second header")
+            yield Damage(self.index, self.path, offset, end - offset, "a second header", parsed.seq, 1)
+            return None
+        if parsed.type == EPISODE:
+            try:
+                self.ledger.episode(self.path, offset, parsed.meta)
+            except CorruptSpoolError as exc:
+                self._problem(offset, exc.reason)
+                ids = tuple(str(i) for i in [(parsed.meta or {}).get("episode_id")] if i is not None)
+                yield Damage(self.index, self.path, offset, end - offset, exc.reason, parsed.seq, 1, ids)
+                return None
+            state.episodes += 1
+        elif parsed.type == SEAL:
+            try:
+                self.ledger.seal(self.path, offset, parsed.seq, parsed.data)
+            except CorruptSpoolError as exc:
+                self._problem(offset, exc.reason)
+                yield Damage(self.index, self.path, offset, 0, exc.reason)
+            state.seal = parsed.data if isinstance(parsed.data, dict) else {"status": None}
+        elif parsed.type == MANIFEST and not state.has_manifest:
+            state.manifest, state.has_manifest = parsed.data, True
+        state.records += 1
+        return Record(self.index, offset, end, parsed.seq, parsed.type, parsed.data, parsed.meta)
 
 
 def torn_after(segment: Path, offset: int) -> bool:
@@ -326,28 +562,86 @@ def _check_header(path: Path, index: int, parsed: Line, state: _SegmentState, le
     ledger.header(path, index, data)
 
 
-def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: RunLedger) -> None:
+def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: RunLedger,
+                           resync: bool) -> Iterator[Damage]:
     """Rules 1 and 2 of section 4.1 for the segments before ``upto``, reading headers only:
-    a reader resuming at a position still refuses a run whose segments disagree."""
+    a reader resuming at a position still refuses a run whose segments disagree (or, with
+    ``resync``, yields the damage)."""
     for index, path in segments:
         if index >= upto:
             return
-        ledger.begin(path, index)
-        with _open_segment(path) as f:
-            first = f.readline(_HEADER_LIMIT)
-        if not first.endswith(b"\n"):
-            ledger.end()  # empty: its writer died before its header was durable
-            continue
-        parsed = parse_line(first)
-        if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
-            raise CorruptSpoolError(path, 0, "the first line is not an intact header")
-        ledger.header(path, index, parsed.data)
+        try:
+            ledger.begin(path, index)
+            with _open_segment(path) as f:
+                first = f.readline(_HEADER_LIMIT)
+            if not first.endswith(b"\n"):
+                ledger.end()  # empty: its writer died before its header was durable
+                continue
+            parsed = parse_line(first)
+            if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+                raise CorruptSpoolError(path, 0, "the first line is not an intact header")
+            ledger.header(path, index, parsed.data)
+        except CorruptSpoolError as exc:
+            if not resync:
+                raise
+            ledger.lost()
+            yield Damage(index, path, 0, 0, exc.reason)
         ledger.end()
+
+
+def position_lost(path: Path, start: Position) -> str | None:
+    """Why the recorded position ``start`` is no longer the start of a line in its segment,
+    or None when it still is (one byte read): what ``prime-runs status`` and sync's
+    up-to-date answer check without reading the run."""
+    try:
+        with _open_segment(path) as f:
+            return _lost_reason(f, path, start)
+    except FileNotFoundError:
+        return "the segment of the recorded position is missing"
+
+
+def _check_position(path: Path, start: Position) -> None:
+    """:func:`_position_holds` on a segment opened for it."""
+    with _open_segment(path) as f:
+        _position_holds(f, path, start)
+
+
+def _position_holds(f: IO[bytes], path: Path, start: Position) -> None:
+    """A recorded position must still be the start of a line: the segment reaches it and
+    the byte before it is a line feed (docs/spool-format.md, section 6). A segment that no
+    longer does lost lines a reader already read (and sync shipped): a power cut took back
+    bytes that were never durable, or the file was cut or replaced. Raises
+    :class:`PositionLostError`."""
+    reason = _lost_reason(f, path, start)
+    if reason is not None:
+        raise PositionLostError(path, start.offset, reason)
+
+
+def _lost_reason(f: IO[bytes], path: Path, start: Position) -> str | None:
+    if start.offset <= 0:
+        return None
+    f.seek(start.offset - 1)
+    before = f.read(1)
+    if before == b"\n":
+        return None
+    if before and before != _PAD:
+        # A line glued to a damaged one (section 4.2) starts after no line feed: it holds
+        # when the line there is intact and carries the sequence number the position says.
+        line = parse_line(f.readline(_LINE_LIMIT + 1))
+        if line is not None and line.seq == start.next_seq:
+            return None
+    if not before:
+        what = f"the segment now ends at byte {path.stat().st_size}"
+    else:
+        under = " (they are NUL padding now)" if before == _PAD else ""
+        what = f"the byte before it is {before!r}, not a line feed: the lines there are gone{under}"
+    return (f"a reader had read this segment up to byte {start.offset}, but {what}; lines already read (and "
+            "shipped) were lost, e.g. to a power cut that took back bytes never made durable")
 
 
 def iter_records(
     run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
-    check_earlier: bool = True,
+    full_checks: bool = False,
 ) -> Iterator[Record]:
     """Every record of a run after ``start`` (default: the beginning), all segments in order.
 
@@ -358,30 +652,99 @@ def iter_records(
     ``durable_only``: in a segment whose writer is alive, stop at the writer's durable mark
     (docs/spool-format.md, section 5). A live writer's last lines can be in the file before
     they are fsync'd; whoever ships records elsewhere must not ship those.
-    ``check_earlier``: from a ``start``, check the headers of the segments before it first
-    (docs/spool-format.md, section 4.1, rules 1 and 2); False for a reader that already
-    passed over damage there on purpose (``sync --skip-corrupt``).
+    ``full_checks``: from a ``start``, hold every check of section 4.1 as a read from the
+    beginning would, by reading the run from its beginning whenever a segment after the
+    position's is to be read (and handing on only what lies at or past the position).
+    Whoever ships records elsewhere must ask for it: without it, a later segment's
+    ``prior_episodes`` cannot be checked, and an earlier segment that is short (a copy still
+    arriving) would go unnoticed. A reader resuming within the last segment pays nothing.
     """
+    return _items(run_dir, start, durable_only=durable_only, resync=False,  # type: ignore[return-value]
+                  full_checks=full_checks)
+
+
+def resync_records(
+    run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
+    full_checks: bool = False,
+) -> Iterator[Record | Damage]:
+    """:func:`iter_records`, resynchronizing after damage (docs/spool-format.md, section
+    4.2): each stretch of damage is yielded in its place as a :class:`Damage`, and every
+    intact record after it is yielded too. Only a newer format (UnsupportedFormatError) and
+    a recorded position the spool no longer holds (PositionLostError) still raise."""
+    return _items(run_dir, start, durable_only=durable_only, resync=True, full_checks=full_checks)
+
+
+def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_only: bool,
+           resync: bool, full_checks: bool) -> Iterator[Record | Damage]:
     segments = list_segments(run_dir)
     if start is not None and start.segment_index not in {index for index, _ in segments}:
-        raise CorruptSpoolError(
+        raise PositionLostError(
             segment_path(run_dir, start.segment_index), start.offset, "the segment of the recorded position is missing"
         )
+    if full_checks and start is not None and segments[-1][0] > start.segment_index:
+        if start.offset > 0:
+            _check_position(dict(segments)[start.segment_index], start)
+        # A later segment is to be read: its header's prior_episodes is checked against
+        # every episode line before it (section 4.1, rule 3), so the run is read from its
+        # start, and only what lies at or past the position is handed on. Once the reader
+        # is past the boundary, reads start in the last segment again and cost nothing extra.
+        for item in _items(run_dir, None, durable_only=durable_only, resync=resync, full_checks=False):
+            if (item.segment_index, item.offset) >= (start.segment_index, start.offset) or isinstance(item, Damage):
+                yield item
+        return
     ledger = RunLedger(from_start=start is None)
-    if start is not None:
-        if check_earlier:  # before anything is yielded: a refusal never follows a record
-            _check_earlier_headers(segments, start.segment_index, ledger)
-        else:
-            ledger.last_index = start.segment_index - 1
+    if start is not None:  # before anything is yielded: a refusal never follows a record
+        yield from _check_earlier_headers(segments, start.segment_index, ledger, resync)
     for index, path in segments:
         if start is not None and index < start.segment_index:
             continue
         from_here = start if start is not None and index == start.segment_index else None
-        limit = durable_mark(path) if durable_only and writer_alive(path) else None
-        for record in _walk_segment(path, index, _SegmentState(), from_here, ledger):
-            if limit is not None and record.end_offset > limit:
+        alive = durable_only and writer_alive(path)
+        limit = durable_mark(path) if alive else None
+        if durable_only and not alive:
+            make_durable(path)
+        for item in _walk_segment(path, index, _SegmentState(), from_here, ledger, resync=resync):
+            if limit is not None and item.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
-            yield record
+            yield item
+
+
+#: Segments this process made durable, by identity and size: a dead writer's file does not
+#: change, so a follower reading it pass after pass syncs it once.
+_SYNCED: dict[str, tuple[int, int, int, int]] = {}
+_SYNCED_MAX = 4096
+
+
+def make_durable(path: Path) -> None:
+    """fsync a segment whose writer is gone before its bytes are shipped (docs/spool-format.md,
+    section 5, "Reading a dead writer's segment"). A killed writer's last lines can be in
+    the page cache only, never fsync'd; a power cut would take them back after a reader
+    shipped them. An fsync on a read-only descriptor makes them durable (the kernel writes a
+    file's dirty pages whoever asks), so what is read after it cannot be taken back. A
+    filesystem that cannot sync (read-only, or no fsync) holds nothing dirty from here; an
+    I/O error is raised: the bytes may not be on disk, and must not be shipped as if they were.
+    A segment in an object store is never in a page cache here: nothing to do."""
+    if getattr(path, "open_bytes", None) is not None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return
+    try:
+        st = os.fstat(fd)
+        key, identity = os.fspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if _SYNCED.get(key) == identity:
+            return
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                raise
+        if len(_SYNCED) >= _SYNCED_MAX:
+            _SYNCED.clear()
+        _SYNCED[key] = identity
+    finally:
+        os.close(fd)
 
 
 def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
@@ -476,14 +839,22 @@ def _header_writer(segment: Path) -> Any:
     return parsed.data.get("writer")
 
 
+#: How many stretches of damage a segment's scan lists (it counts them all): a segment of
+#: garbage with many line feeds must not cost memory in proportion to its size.
+DAMAGE_LISTED = 1000
+
+
 def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None = None) -> SegmentInfo:
     live = writer_alive(path)  # before reading: a writer that exits meanwhile leaves a sealed file
-    corrupt: CorruptSpoolError | None = None
-    try:
-        for _ in _walk_segment(path, index, state, ledger=ledger):
-            pass
-    except CorruptSpoolError as exc:
-        corrupt = exc
+    damage: list[dict[str, Any]] = []
+    first: Damage | None = None
+    count = 0
+    for item in _walk_segment(path, index, state, ledger=ledger, resync=True):
+        if isinstance(item, Damage):
+            first = first or item
+            count += 1
+            if len(damage) < DAMAGE_LISTED:
+                damage.append(item.as_dict())
     header = state.header or {}
     return SegmentInfo(
         path=path,
@@ -495,10 +866,12 @@ def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None
         episodes=state.episodes,
         sealed=state.seal.get("status") if state.seal is not None else None,
         torn_offset=state.torn_offset,
-        corrupt_offset=corrupt.offset if corrupt else None,
-        corrupt_reason=corrupt.reason if corrupt else None,
+        corrupt_offset=first.offset if first else None,
+        corrupt_reason=first.reason if first else None,
         live=live,
         lock_missing=live and lock_deleted_under_writer(path),
+        damage=damage,
+        damage_count=count,
     )
 
 

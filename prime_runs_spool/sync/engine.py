@@ -22,6 +22,7 @@ from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import (
     CopyBusyError,
     CorruptSpoolError,
+    PositionLostError,
     SampleCountMismatchError,
     SampleTooLargeError,
     SpoolError,
@@ -33,14 +34,14 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version, sync_state_path
-from prime_runs_spool.spool.reader import iter_records, segment_manifests, writer_alive
+from prime_runs_spool.spool.reader import iter_records, position_lost, segment_manifests, writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import (CORRUPT, DRY_RUN, ERROR, LIVE, SKIPPED, SYNCED, UP_TO_DATE, RunReport,
+from prime_runs_spool.sync.options import (CORRUPT, DRY_RUN, ERROR, LIVE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport,
                                            SyncOptions)
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.rows import durable_records, record_episode_id, settle_spare_bodies
+from prime_runs_spool.sync.rows import durable_records, note_skipped, record_episode_id, settle_spare_bodies
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
@@ -130,8 +131,15 @@ class RunSync:
             except SampleCountMismatchError as exc:
                 self._record_mismatch(exc)
                 raise
+            except PositionLostError as exc:
+                self._record_lost(exc)
+                raise
         except CopyBusyError as exc:  # the other copy is syncing the run: not a failure
             report.state, report.error = SKIPPED, str(exc)
+        except PositionLostError as exc:
+            report.state = LOST
+            report.error = (f"{exc}. The platform holds what was pushed of this run, which the spool no longer "
+                            "has whole: not finalized; check the spool, then --replay it to a new evaluation")
         except CorruptSpoolError as exc:
             report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed"
         except (SpoolError, SampleTooLargeError) as exc:
@@ -293,10 +301,7 @@ class RunSync:
         request can carry, in the state (so status shows them and finishing puts them in the
         evaluation's metadata) and, for the latter, in the report."""
         state = self.state
-        if stream.skipped:
-            known = {(s["segment"], s["offset"]) for s in state.skipped}
-            state.skipped.extend({k: v for k, v in s.items() if k != "last"} for s in stream.skipped
-                                 if (s["segment"], s["offset"]) not in known)
+        if note_skipped(state, self.report, stream.skipped):
             self.protocol.save()
         known = {(s["segment"], s["offset"]) for s in state.skipped_too_large}
         new = [s for s in stream.too_large if (s["segment"], s["offset"]) not in known]
@@ -357,6 +362,9 @@ class RunSync:
         segments = list_segments(self.run_dir)
         if not segments or segments[-1][0] != state.cursor.segment_index:
             return False
+        if getattr(segments[-1][1], "open_bytes", None) is None and position_lost(segments[-1][1],
+                                                                                  state.cursor.position):
+            return False  # lines already pushed are gone: the pass reads, and reports it
         size = segments[-1][1].stat().st_size
         if state.finalized or state.terminal is not None:
             if size == state.cursor.offset:
@@ -471,6 +479,27 @@ class RunSync:
         state.finalized = True
         state.in_flight = None
         self.protocol.note()  # the file announces the finalize: the next sync reads its status
+
+    def _record_lost(self, exc: PositionLostError) -> None:
+        """The spool lost lines the platform already holds: recorded as a mismatch (the
+        platform holds what the spool cannot account for), so the state, ``status`` and the
+        evaluation's metadata say so, and nothing is finalized over it. Counted in episodes,
+        the unit every sink shares."""
+        state = self.state
+        if state.evaluation_id is None:
+            return
+        given = 0
+        try:  # how many of the pushed episodes the spool still gives, read from its start
+            for record in durable_records(self.run_dir, skip_corrupt=self.options.skip_corrupt):
+                if record.type == EPISODE:
+                    given += 1
+                    if given >= state.episodes_pushed:
+                        break
+        except (SpoolError, SampleTooLargeError):
+            pass  # the spool gives no more than it gave up to there
+        self._record_mismatch(SampleCountMismatchError(
+            state.evaluation_id, state.episodes_pushed, given,
+            f"counted in episodes: the spool lost lines already pushed: {exc.reason}"))
 
     def _record_mismatch(self, exc: SampleCountMismatchError) -> None:
         """Make a mismatch loud where people look: the state (``status``) and the

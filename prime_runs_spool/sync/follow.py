@@ -45,13 +45,13 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import CORRUPT, ERROR, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
+from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination
 from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
-DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT})
+DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT, LOST})
 
 Signature = tuple[tuple[tuple[int, int], ...], bool, int | None]
 

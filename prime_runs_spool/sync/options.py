@@ -57,9 +57,10 @@ DRY_RUN = "dry_run"         # counted, nothing sent
 ERROR = "error"
 CORRUPT = "corrupt"         # stopped at corruption; everything before it was pushed
 INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it from starting)
+LOST = "lost"               # the spool lost lines already pushed: never finalized (docs/sync.md)
 
 #: Report states that mean the run did not get where it should (exit 1).
-FAILED_STATES = frozenset({ERROR, CORRUPT})
+FAILED_STATES = frozenset({ERROR, CORRUPT, LOST})
 
 #: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
 #: (docs/cli.md); EXIT_INTERRUPTED (128 + SIGINT, as a shell reports Ctrl-C) after SIGINT or
@@ -125,6 +126,10 @@ class RunReport:
     #: The sink the run's episodes went to: TRACES or SAMPLES (None: not decided yet). The
     #: key keeps its name: it is part of ``--json``'s output.
     store: str | None = None
+    #: With --skip-corrupt: stretches of damage this pass passed over (each also said in a
+    #: ``skipped:`` warning), and the records they lost where the sequence numbers tell.
+    skipped_corrupt: int = 0
+    skipped_records: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -8,6 +8,7 @@ happened before the disk). That is what lets sync count rows instead of remember
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -18,11 +19,13 @@ from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
-from prime_runs_spool.spool.layout import list_segments, segment_index_of
+from prime_runs_spool.spool.layout import list_segments, verifiers_traces_path
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.reader import Position, iter_records, writer_alive
-from prime_runs_spool.sync.state import Cursor
+from prime_runs_spool.spool.reader import Damage, Position, iter_records, resync_records, writer_alive
+from prime_runs_spool.sync.options import RunReport
+from prime_runs_spool.sync.recover import recovered_record
+from prime_runs_spool.sync.state import Cursor, SyncState
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored
@@ -39,10 +42,14 @@ class Row:
 
 def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
                     skipped: list[dict[str, Any]] | None = None, remask: bool = False) -> Iterator[Any]:
-    """The run's *durable* records from ``start`` (as far as a live writer's durable mark);
-    with ``skip_corrupt``, a corrupt segment's damaged rest is passed over (noted in
-    ``skipped``) and reading goes on with the next segment. Not ``Spool.records()``, which
-    reads everything on disk and stops at damage.
+    """The run's *durable* records from ``start`` (as far as a live writer's durable mark),
+    every check of the format held as a read from the beginning would hold it. With
+    ``skip_corrupt`` the reader resynchronizes after damage: each stretch of damage is
+    passed over and noted in ``skipped`` (``Damage.as_dict`` plus its ``message``), and
+    every intact record after it is read; a damaged episode that verifiers'
+    ``traces.jsonl`` beside the spool holds intact is read from there instead
+    (sync/recover.py; its note says ``recovered``). Not ``Spool.records()``, which reads everything
+    on disk and stops at damage.
 
     With ``remask`` (the spool was written under older masking rules), every episode comes
     out masked again by today's (content/remask.py). Every path that sends an episode, or
@@ -57,31 +64,39 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
 
 def _durable(run_dir: Path, start: Position | None, skip_corrupt: bool,
              skipped: list[dict[str, Any]] | None) -> Iterator[Any]:
-    check_earlier = True
-    while True:
-        try:
-            yield from iter_records(run_dir, start=start, durable_only=True, check_earlier=check_earlier)
-            return
-        except CorruptSpoolError as exc:
-            if not skip_corrupt:
-                raise
-            index = segment_index_of(exc.path) or 0
-            if start is not None and index < start.segment_index:
-                # A segment before the position (its header disagrees with the run): found
-                # before anything was yielded, and already behind us. Note it, read on from
-                # the same position without looking back, so nothing is read twice.
-                if skipped is not None:
-                    skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason, "last": False})
-                check_earlier = False
-                continue
-            later = [seg for seg, _ in list_segments(run_dir) if seg > index]
-            if skipped is not None:
-                skipped.append({"segment": index, "offset": exc.offset, "reason": exc.reason,
-                                "last": not later})
-            if not later:
-                return
-            start = Position(later[0], 0, 0)
-            check_earlier = False  # every segment before it was read or checked in this pass
+    if not skip_corrupt:
+        yield from iter_records(run_dir, start, durable_only=True, full_checks=True)
+        return
+    for item in resync_records(run_dir, start, durable_only=True, full_checks=True):
+        if not isinstance(item, Damage):
+            yield item
+            continue
+        recovered = recovered_record(run_dir, item)
+        if skipped is not None:
+            note = {**item.as_dict(), "message": item.message()}
+            if recovered is not None:
+                where = verifiers_traces_path(Path(os.fspath(run_dir)))
+                note["recovered"] = str(where)
+                note["message"] += f"; episode {item.episode_ids[0]} recovered from {where}"
+            skipped.append(note)
+        if recovered is not None:
+            yield recovered
+
+
+def note_skipped(state: SyncState, report: RunReport, skipped: list[dict[str, Any]]) -> bool:
+    """Keep the damage a stream passed over (``sync --skip-corrupt``): each stretch not yet
+    in the state is added to ``state.skipped`` (what the evaluation's metadata lists as
+    ``skipped_corruption``), said in one report line, and counted in the report. Returns
+    whether the state changed (the caller saves it). Both stores call this."""
+    known = {(s["segment"], s["offset"]) for s in state.skipped}
+    new = [s for s in skipped if (s["segment"], s["offset"]) not in known]
+    for stretch in new:
+        known.add((stretch["segment"], stretch["offset"]))
+        state.skipped.append({k: v for k, v in stretch.items() if k != "message"})
+        report.skipped_corrupt += 1
+        report.skipped_records += (stretch.get("lost") or 0) - (1 if stretch.get("recovered") else 0)
+        report.warnings.append(f"skipped: {stretch.get('message') or stretch}")
+    return bool(new)
 
 
 def track_seal(seal: dict[str, Any] | None, seal_segment: int | None, record: Any
@@ -151,8 +166,6 @@ class RowStream:
                                       remask=self.remask):
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
-        if self.skipped and self.skipped[-1].get("last"):
-            self.seal = None
         self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
 
     def unread_bytes(self) -> int | None:

@@ -10,8 +10,9 @@ from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
-from prime_runs_spool.spool.layout import find_runs, read_regular_file, sync_dir, unreadable_message
-from prime_runs_spool.spool.reader import iter_records, read_run
+from prime_runs_spool.spool.layout import (find_runs, list_segments, read_regular_file, segment_name, sync_dir,
+                                           unreadable_message)
+from prime_runs_spool.spool.reader import iter_records, position_lost, read_run
 from prime_runs_spool.sync.state import SyncState
 from prime_runs_spool.content.supersede import superseded_in_run
 
@@ -40,6 +41,9 @@ class DestinationStatus:
     skipped_too_large: int = 0
     #: Set when the last sync found the platform holding samples it cannot account for.
     mismatch: str | None = None
+    #: Set when the spool no longer holds lines this destination was sent: its cursor is no
+    #: longer the start of a line, or the spool holds fewer episodes than were pushed.
+    lost: str | None = None
     #: The sink the run's episodes go to there: "traces", "samples", or None (undecided); the
     #: key keeps its name, as in the state file and `--json`.
     store: str | None = None
@@ -71,6 +75,23 @@ class RunStatus:
         out = {("state" if key == "status" else key): value for key, value in self.__dict__.items()}
         out["destinations"] = [dict(d.__dict__) for d in self.destinations]
         return out
+
+
+def _lost(run_dir: Path, episodes: int, state: SyncState) -> str | None:
+    """Whether the spool lost lines this destination was already sent (docs/sync.md, "Lines
+    lost under the cursor"): its cursor no longer starts a line (one byte read), or the
+    spool holds fewer episodes than were pushed."""
+    cursor = state.cursor
+    if cursor is not None:
+        segment = dict(list_segments(run_dir)).get(cursor.segment_index)
+        reason = (position_lost(segment, cursor.position) if segment is not None
+                  else "the segment of the recorded position is missing")
+        if reason is not None:
+            return f"{segment_name(cursor.segment_index)}: {reason}"
+    recovered = sum(1 for stretch in state.skipped if stretch.get("recovered"))  # read from traces.jsonl
+    if episodes + recovered < state.episodes_pushed:
+        return f"the spool holds {episodes + recovered} episodes, {state.episodes_pushed} were pushed"
+    return None
 
 
 def _episodes_after(run_dir: Path, state: SyncState) -> int:
@@ -162,6 +183,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
             superseded_after_push=len(state.superseded_pushed),
             skipped_too_large=len(state.skipped_too_large),
             mismatch=mismatch_text(state.mismatch),
+            lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed))
     return run
 

@@ -39,10 +39,13 @@ class RunBuilder:
         self.ids: list[str] = []
         self.writer: SegmentWriter | None = None
 
-    def open_segment(self, *, supersedes: list[str] | None = None) -> SegmentWriter:
+    def open_segment(self, *, supersedes: list[str] | None = None, counted: bool = False) -> SegmentWriter:
         """A new segment; ``supersedes`` lists earlier episodes a resume replaces (as
-        ``prime-runs eval --resume`` records them in the resumed segment's manifest)."""
-        self.writer = SegmentWriter.create(self.run_dir, self.run_id)
+        ``prime-runs eval --resume`` records them in the resumed segment's manifest);
+        ``counted``: its header says how many episodes the earlier segments hold
+        (``prior_episodes``), as ``open_run`` writes it."""
+        self.writer = SegmentWriter.create(self.run_dir, self.run_id,
+                                           prior_episodes=self.count if counted else None)
         manifest = manifest_for(self.run_id, environment=self.environment)
         if supersedes:
             manifest.update(resumed=True, supersedes=list(supersedes))

@@ -85,8 +85,6 @@ class LineStream:
                     and record_episode_id(record) not in on_platform):
                 yield self.sink.line(record, after)
             self.cursor = after
-        if self.skipped and self.skipped[-1].get("last"):
-            self.seal = None
         self.seal = seal_if_last(context.run_dir, self.seal, self.seal_segment)
         self.done = True
 

@@ -1,0 +1,112 @@
+"""Lines that vanish beneath sync's cursor (docs/sync.md, "Lines lost under the cursor"): a
+power cut takes back a dead writer's last lines after sync pushed them. The next sync and
+``status`` say so, the run is never finalized as if nothing happened, and a reader that
+ships a dead writer's tail fsyncs the segment first (docs/spool-format.md, section 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool.spool import reader as reader_module
+from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
+from prime_runs_spool.spool.reader import iter_records
+from support.env import CLI, child_env
+from support.runs import RunBuilder
+from support.sync_e2e import api, evaluations_of, run_sync, server  # noqa: F401
+
+
+def _report(result: subprocess.CompletedProcess[str]) -> dict:
+    return json.loads(result.stdout)["runs"][0]
+
+
+def _status(path: Path) -> dict:
+    result = subprocess.run(CLI + ["status", str(path), "--json"], capture_output=True, text=True, env=child_env(),
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)["runs"][0]
+
+
+def _power_cut(segment: Path, keep_episodes: int, how: str) -> int:
+    """What a power cut can leave of a dead writer's never-synced last lines: NUL padding
+    where they were, or a shorter file; and a durable mark no further than what is left (it
+    is never fsync'd either). Returns where the lines now end."""
+    data = bytearray(segment.read_bytes())
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == 0x0A]
+    episodes = [s for s in starts[:-1] if b'"type":"episode"' in data[s:data.index(b"\n", s)]]
+    cut = episodes[keep_episodes]
+    if how == "nul":
+        end = starts[-1]
+        data[cut:end] = bytes(end - cut)
+    else:
+        del data[cut:]
+    segment.write_bytes(bytes(data))
+    durable_mark_path_of(segment).write_bytes(b"%020d\n" % cut)
+    return cut
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["nul", "shorter"])
+def test_lines_lost_under_the_cursor_are_reported_and_never_finalized(tmp_path: Path, server, api, how) -> None:
+    builder = RunBuilder(tmp_path / "run", f"e2e-lost-{how}")
+    builder.open_segment()
+    builder.add(6)
+    builder.abandon()  # a killed writer: unsealed, its lines in the file
+    first = run_sync(server.base_url, str(tmp_path), "--json")
+    assert (_report(first)["state"], _report(first)["pushed_now"]) == ("crashed", 6), first.stdout + first.stderr
+
+    segment = segment_path(builder.run_dir, 1)
+    _power_cut(segment, 3, how)
+    assert _status(tmp_path)["destinations"][0]["lost"], "status must say the spool lost pushed lines"
+
+    lost = run_sync(server.base_url, str(tmp_path), "--json")
+    report = _report(lost)
+    assert lost.returncode == 1 and report["state"] == "lost", lost.stdout + lost.stderr
+    assert "seg-000001.jsonl" in report["error"] and report["pushed_now"] == 0
+    text = subprocess.run(CLI + ["status", str(tmp_path)], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert "LOST: the spool no longer holds what was pushed" in text.stdout, text.stdout
+    assert "MISMATCH" in text.stdout, text.stdout  # recorded in the state by the sync that found it
+
+    # The run is resumed and completed: still never finalized over the lost rows.
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+    again = run_sync(server.base_url, str(tmp_path), "--json")
+    assert again.returncode == 1 and _report(again)["state"] == "lost", again.stdout + again.stderr
+    evaluation = api.get(f"/evaluations/{evaluations_of(api, builder.run_id)[0]['evaluation_id']}").json()
+    assert evaluation["finalize_count"] == 0 and evaluation["status"] != "COMPLETED"
+    assert evaluation["total_samples"] == 6
+    assert "lost lines already pushed" in evaluation["metadata"]["prime_runs_mismatch"]["detail"]
+
+
+def test_a_dead_writers_segment_is_fsynced_before_a_shipping_read(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that ships (``durable_only``) makes a dead writer's page-cache bytes durable
+    before it reads them; a live writer's are read only up to its mark, never synced here."""
+    builder = RunBuilder(tmp_path / "run", "fsync-dead")
+    builder.open_segment()
+    builder.add(2)
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(reader_module.os, "fsync", spy)
+    segment = segment_path(builder.run_dir, 1)
+    identity = (segment.stat().st_dev, segment.stat().st_ino)
+    list(iter_records(builder.run_dir, durable_only=True))
+    assert identity not in synced  # the writer lives: its mark says what is durable
+    builder.abandon()
+    records = list(iter_records(builder.run_dir, durable_only=True))
+    assert synced.count(identity) == 1 and len(records) == 3
+    list(iter_records(builder.run_dir, durable_only=True))
+    assert synced.count(identity) == 1  # unchanged since: not synced again
+    list(iter_records(builder.run_dir))  # a read that ships nothing never syncs
+    assert synced.count(identity) == 1

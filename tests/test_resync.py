@@ -1,0 +1,219 @@
+"""The reader resynchronizes after damage (docs/spool-format.md, section 4.2): a line that
+fails its check is reported with its segment, offset and length, and reading goes on at the
+next line boundary; ``verify`` lists every damaged record, and ``sync --skip-corrupt``
+pushes every intact record after the damage, one line per stretch skipped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prime_runs_spool.spool.layout import segment_path
+from prime_runs_spool.spool.reader import Damage, Record, iter_records, read_run, resync_records
+from support.env import CLI, child_env
+from support.runs import RunBuilder
+from support.segments import build_segment, write_segment
+from support.sync_e2e import api, evaluations_of, run_sync, sample_ids, server  # noqa: F401
+
+_payloads = st.lists(st.dictionaries(st.sampled_from(["a", "b", "text"]),
+                                     st.one_of(st.integers(-(2**40), 2**40), st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))), min_size=1, max_size=8)
+
+
+def _read(run_dir: Path) -> tuple[list[Record], list[Damage]]:
+    records: list[Record] = []
+    damage: list[Damage] = []
+    for item in resync_records(run_dir):
+        (damage if isinstance(item, Damage) else records).append(item)  # type: ignore[arg-type]
+    return records, damage
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(episodes=_payloads, sealed=st.booleans(), data=st.data())
+def test_random_corruption_yields_exactly_the_intact_records_and_reports_every_damaged_one(
+        tmp_path_factory, episodes, sealed, data) -> None:
+    run_dir = tmp_path_factory.mktemp("run")
+    content, written = build_segment(episodes, seal="completed" if sealed else None)
+    body_start = written[0][0]  # the header line is left whole here (a damaged header: below)
+    flips = data.draw(st.dictionaries(st.integers(body_start, len(content) - 1), st.integers(1, 255),
+                                      min_size=1, max_size=4))
+    damaged = bytearray(content)
+    for at, mask in flips.items():
+        damaged[at] ^= mask
+    write_segment(run_dir, bytes(damaged))
+
+    records, damage = _read(run_dir)
+    info = read_run(run_dir).segments[0]
+    torn = info.torn_offset if info.torn_offset is not None else len(content)
+    intact = [w for w in written if not any(w[0] <= at < w[1] for at in flips)]
+    # Exactly the intact records, in order (none can follow a torn tail: it ends the data).
+    assert [(r.offset, r.seq, r.type, r.data) for r in records] == [(w[0], w[2], w[3], w[4]) for w in intact]
+    # Every damaged record is inside a reported stretch, or in the torn tail that ends the
+    # segment (its last line feed damaged; or a NUL byte, which reads as unwritten padding).
+    for w in written:
+        if w not in intact:
+            assert w[0] >= torn or any(d.offset <= w[0] and w[1] <= d.end_offset + 1 for d in damage), (w, damage)
+    # No stretch reported holds an intact record, and each is named where it is.
+    for d in damage:
+        assert d.length >= 0 and d.path == segment_path(run_dir, 1)
+        assert not any(d.offset < w[1] and w[0] < d.end_offset for w in intact), (d, intact)
+    assert info.damage_count == len(damage) and (info.corrupt_offset is None) == (not damage)
+
+
+def test_a_damaged_line_feed_loses_one_record_not_the_one_glued_to_it(tmp_path: Path) -> None:
+    content, written = build_segment([{"i": i} for i in range(4)])
+    second = written[2]  # the second episode's line
+    damaged = bytearray(content)
+    damaged[second[1] - 1] = ord("x")  # its line feed: the third episode is glued to it
+    write_segment(tmp_path, bytes(damaged))
+    records, damage = _read(tmp_path)
+    assert [r.seq for r in records] == [w[2] for w in written if w is not second]
+    assert [(d.offset, d.length, d.first_seq, d.lost) for d in damage] == [(second[0], second[1] - second[0], 3, 1)]
+
+
+def test_a_damaged_header_loses_its_segment_alone(tmp_path: Path) -> None:
+    first, _ = build_segment([{"i": 0}, {"i": 1}], seal=None, index=1)
+    second, _ = build_segment([{"i": 2}], seal=None, index=2)
+    third, written = build_segment([{"i": 3}], index=3)
+    damaged = bytearray(second)
+    damaged[10] ^= 0x20
+    for index, data in ((1, first), (2, bytes(damaged)), (3, third)):
+        write_segment(tmp_path, data, index)
+    records, damage = _read(tmp_path)
+    assert [(d.segment_index, d.offset, d.length) for d in damage] == [(2, 0, len(second))]
+    assert "header" in damage[0].reason
+    assert [(r.segment_index, r.seq) for r in records][-len(written):] == [(3, w[2]) for w in written]
+
+
+def test_lines_cut_out_cleanly_are_reported_as_missing_records(tmp_path: Path) -> None:
+    content, written = build_segment([{"i": i} for i in range(5)])
+    cut = content[:written[2][0]] + content[written[4][0]:]  # episodes 2 and 3 gone, nothing damaged
+    write_segment(tmp_path, cut)
+    records, damage = _read(tmp_path)
+    assert [r.seq for r in records] == [1, 2, 5, 6, 7]
+    assert [(d.offset, d.length, d.first_seq, d.lost) for d in damage] == [(written[2][0], 0, 3, 2)]
+
+
+def test_verify_lists_every_damaged_record(tmp_path: Path) -> None:
+    content, written = build_segment([{"i": i} for i in range(6)])
+    damaged = bytearray(content)
+    for w in (written[2], written[5]):  # the second and the fifth episode
+        damaged[w[0] + 12] ^= 0x01
+    write_segment(tmp_path / "run", bytes(damaged))
+    result = subprocess.run(CLI + ["verify", str(tmp_path / "run"), "--json"], capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    segment = json.loads(result.stdout)["runs"][0]["segments"][0]
+    assert [(d["offset"], d["length"], d["lost"]) for d in segment["damage"]] == [
+        (w[0], w[1] - w[0], 1) for w in (written[2], written[5])]
+    assert segment["episodes"] == 4 and segment["sealed"] == "completed"
+    human = subprocess.run(CLI + ["verify", str(tmp_path / "run")], capture_output=True, text=True,
+                           env=child_env(), timeout=60)
+    for w in (written[2], written[5]):
+        assert f"CORRUPT at byte {w[0]} ({w[1] - w[0]} bytes" in human.stdout, human.stdout
+
+
+def _flip_inside_episode(run_dir: Path, number: int) -> int:
+    """Flip one byte inside the ``number``-th episode (from 1); returns that line's offset."""
+    segment = segment_path(run_dir, 1)
+    data = bytearray(segment.read_bytes())
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == 0x0A][:-1]
+    episodes = [s for s in starts if b'"type":"episode"' in data[s:data.index(b"\n", s)]]
+    at = episodes[number - 1]
+    data[at + 200] ^= 0x01
+    segment.write_bytes(bytes(data))
+    return at
+
+
+def test_sync_skip_corrupt_pushes_every_intact_episode_after_the_damage(tmp_path: Path, server, api) -> None:
+    builder = RunBuilder(tmp_path / "run", "e2e-resync")
+    builder.open_segment()
+    builder.add(6)
+    builder.seal()
+    offset = _flip_inside_episode(builder.run_dir, 2)
+
+    plain = run_sync(server.base_url, str(tmp_path), "--json")
+    report = json.loads(plain.stdout)["runs"][0]
+    assert plain.returncode == 1 and report["state"] == "corrupt"
+    assert f"seg-000001.jsonl: corrupt at byte {offset}" in report["error"]
+    assert report["pushed_total"] == 1  # everything before the damage, nothing after it
+
+    skipping = run_sync(server.base_url, str(tmp_path), "--json", "--skip-corrupt")
+    assert skipping.returncode == 0, skipping.stdout + skipping.stderr
+    report = json.loads(skipping.stdout)["runs"][0]
+    assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("synced", 4, 5)
+    assert (report["skipped_corrupt"], report["skipped_records"]) == (1, 1)
+    [said] = [w for w in report["warnings"] if w.startswith("skipped: ")]
+    assert f"corrupt at byte {offset}" in said and builder.ids[1] in said and "1 record(s) lost" in said
+    evaluation = api.get(f"/evaluations/{evaluations_of(api, builder.run_id)[0]['evaluation_id']}").json()
+    assert sample_ids(api, evaluation["evaluation_id"]) == [builder.ids[0], *builder.ids[2:]]
+    assert evaluation["finalize_count"] == 1
+    assert [s["offset"] for s in evaluation["metadata"]["skipped_corruption"]] == [offset]
+
+    again = run_sync(server.base_url, str(tmp_path))  # nothing new: nothing said twice
+    assert again.returncode == 0 and "skipped:" not in again.stdout, again.stdout
+
+
+
+def _traces_beside(builder: RunBuilder) -> list[dict]:
+    """verifiers' ``traces.jsonl`` beside the spool, as ``prime-runs eval`` leaves it: the
+    same episodes, one JSON line each."""
+    episodes = [r.data for r in iter_records(builder.run_dir) if r.type == "episode"]
+    with open(builder.run_dir / "traces.jsonl", "wb") as handle:
+        for episode in episodes:
+            handle.write(orjson.dumps(episode) + b"\n")
+    return episodes
+
+
+def test_a_damaged_episode_is_recovered_from_traces_jsonl_and_said(tmp_path: Path, server, api) -> None:
+    builder = RunBuilder(tmp_path / "run", "e2e-recover")
+    builder.open_segment()
+    builder.add(6)
+    builder.seal()
+    _traces_beside(builder)
+    offset = _flip_inside_episode(builder.run_dir, 2)
+
+    result = run_sync(server.base_url, str(tmp_path), "--json", "--skip-corrupt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)["runs"][0]
+    assert (report["state"], report["pushed_now"], report["skipped_corrupt"], report["skipped_records"]) == (
+        "synced", 6, 1, 0)
+    [said] = [w for w in report["warnings"] if w.startswith("skipped: ")]
+    assert f"corrupt at byte {offset}" in said
+    assert f"episode {builder.ids[1]} recovered from {builder.run_dir / 'traces.jsonl'}" in said
+    evaluation = api.get(f"/evaluations/{evaluations_of(api, builder.run_id)[0]['evaluation_id']}").json()
+    assert sample_ids(api, evaluation["evaluation_id"]) == builder.ids  # all six, in spool order, once
+    assert evaluation["finalize_count"] == 1
+    [skipped] = evaluation["metadata"]["skipped_corruption"]
+    assert skipped["recovered"] == str(builder.run_dir / "traces.jsonl")
+    assert _status(tmp_path)["destinations"][0]["lost"] is None
+
+
+def test_an_episode_traces_jsonl_holds_only_malformed_is_not_recovered(tmp_path: Path) -> None:
+    from prime_runs_spool.sync.rows import durable_records
+
+    builder = RunBuilder(tmp_path / "run", "recover-malformed")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    episodes = _traces_beside(builder)
+    broken = dict(episodes[1], traces="not a list of traces")
+    (builder.run_dir / "traces.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n"
+                                                           for e in (episodes[0], broken, episodes[2])))
+    _flip_inside_episode(builder.run_dir, 2)
+    skipped: list[dict] = []
+    got = [r.meta["episode_id"] for r in durable_records(builder.run_dir, skip_corrupt=True, skipped=skipped)
+           if r.type == "episode"]
+    assert got == [builder.ids[0], builder.ids[2]]
+    assert len(skipped) == 1 and "recovered" not in skipped[0]
+
+
+def _status(path: Path) -> dict:
+    result = subprocess.run(CLI + ["status", str(path), "--json"], capture_output=True, text=True, env=child_env(),
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)["runs"][0]
