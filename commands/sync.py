@@ -68,7 +68,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
     Eval outputs written without a spool (verifiers' traces.jsonl, or metadata.json +
-    results.jsonl) are imported first, unless --no-import. Run it any number of times,
+    results.jsonl) are imported first, unless --no-import, and a spool behind its traces.jsonl
+    (plain vf-eval continued the run) is caught up. A run vf-eval already pushed is synced
+    into that evaluation. Run it any number of times,
     interrupt it anywhere: each episode's sample lands once, each evaluation is created once
     and finalized once. The first Ctrl-C (SIGINT, SIGTERM) stops at the next safe point within
     about a second and exits 130; a second one stops at once. Every retry is shown.

@@ -370,3 +370,23 @@ def test_a_clean_launch_file_is_recorded_as_config_source(tmp_path: Path) -> Non
     expected = read_config_source(launch, MaskRules.defaults_for_config(), [])
     assert expected is not None and "tiny_taskset" in expected["text"]
     assert read_run(run_dir).manifest["config_source"] == expected
+
+
+def test_a_damaged_spool_the_eval_wrote_is_not_caught_up_and_says_so(tmp_path: Path) -> None:
+    """Nothing is appended after damage (no reader would reach it): the catch-up passes the
+    run over with a warning, and sync reports the damage itself."""
+    from prime_runs_spool import open_run
+
+    run_dir = copy_fixture(tmp_path, "vf040-completed") / "vf040-completed"
+    episodes = traces_of(run_dir)
+    with open_run(run_dir, name="live") as run:
+        run.log_episodes(episodes[:2])
+    [(_, segment)] = list_segments(run_dir)
+    data = bytearray(segment.read_bytes())
+    at = data.index(episodes[1]["id"].encode())
+    data[at] ^= 0x01
+    segment.write_bytes(bytes(data))
+    report = import_output(run_dir)
+    assert (report.state, report.episodes_added) == ("spooled", 0)
+    assert any("damaged" in warning for warning in report.warnings)
+    assert len(list_segments(run_dir)) == 1
