@@ -1,7 +1,7 @@
 """Sync from an object store (S3 API: moto's server on loopback) against the same spools on disk.
 
 Run: ``python3 benchmarks/sync_store.py [--episodes 10000] [--runs 1000] [--size 2000]
-[--peak-mb 300] [--repeat 3] [--only throughput|noop|peak] [--quick] [--dir DIR]``
+[--peak-mb 300] [--repeat 3] [--only throughput|noop|grown|peak] [--quick] [--dir DIR]``
 
 Two measurements, each against a baseline in the same run (ratios printed):
 
@@ -12,7 +12,11 @@ Two measurements, each against a baseline in the same run (ratios printed):
 2. **No-op re-sync** of ``--runs`` small synced runs: from the bucket (counting the store's
    requests: it must be one listing and nothing else) and, as the baseline, the same runs on
    local disk.
-3. **Peak memory** of the ``prime-runs sync`` process syncing one run of ``--peak-mb`` MB
+3. **Reading a grown segment** (``--only grown``): one live run mirrored (``prime-runs
+   mirror``'s pass) and synced, grown by ``--episodes`` / 10 more episodes, mirrored and
+   synced again: the bytes the second sync read from the store (every ranged GET counted)
+   against the bytes the segment grew by; the goal is at most 1.1 x new + 256 KiB.
+4. **Peak memory** of the ``prime-runs sync`` process syncing one run of ``--peak-mb`` MB
    (episodes of 20 KB) from the bucket, and the same run from local disk (fixtures/peak_rss.py).
 
 The data is generated in a scratch folder (``--dir``) at run time and removed after; moto
@@ -36,7 +40,10 @@ from _synccommon import (  # noqa: E402
     write_run,
 )
 
+from prime_runs_spool import SegmentWriter  # noqa: E402
+from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
+from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
 from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
 from prime_runs_spool.sync.options import SyncOptions  # noqa: E402
@@ -170,6 +177,63 @@ def noop(work: Path, endpoint: str, runs: int, repeat: int) -> None:
           f"bucket/local = {s / l:.2f}x (best of {repeat})", flush=True)
 
 
+def grown(work: Path, endpoint: str, episodes: int, size: int) -> None:
+    """A live run's segment, synced from the bucket, grown by a tenth, synced again: the
+    second sync's bytes read from the store against the bytes the segment grew by."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.content.episodes import RolloutCounter
+
+    run_id = f"bench-grown-{uuid.uuid4().hex[:8]}"
+    writer = SegmentWriter.create(work / "grown" / "run-000", run_id)
+    writer.append("manifest", {"run_id": run_id, "name": f"bench-{run_id}", "environments": ["gsm8k"],
+                               "model": "Qwen/Qwen3-8B", "framework": "verifiers",
+                               "config": {"model": "Qwen/Qwen3-8B"}})
+    rules, counter, written = MaskRules.defaults_for_episode(), RolloutCounter(), [0]
+
+    def add(count: int) -> None:
+        episodes_now = [mask(make_episode(written[0] + n, size=size, run_id=run_id, salt=run_id), rules)
+                        for n in range(count)]
+        writer.append_many([("episode", e, {"episode_id": e["id"], "rollout_number": counter.next_number(e)})
+                            for e in episodes_now])
+        written[0] += count
+
+    url = new_bucket(endpoint)
+    with platform(work / "grown.db") as server:
+        client, destination = client_for(server.base_url)
+        with client:
+            os.environ["XDG_CACHE_HOME"] = str(work / "cache-grown")
+            sizes, read = [], []
+            for count in (episodes, max(1, episodes // 10)):
+                add(count)
+                _wait_for_mark(writer)
+                mirror_pass([work / "grown"], ObjectStore(url))
+                sizes.append(next(i.size for i in ObjectStore(url).list() if i.key.endswith(".jsonl")))
+                store = ObjectStore(url)
+                reports = sync_store(url, client, destination, SyncOptions(), store=store)
+                assert [(r.state, r.pushed_now) for r in reports] == [("live", count)], reports
+                read.append(store.stats)
+    writer.seal("completed")
+    new = sizes[1] - sizes[0]
+    second = read[1]
+    goal = 1.1 * new + 256 * 1024
+    print(f"grown segment: {human(sizes[0])} synced, then {human(new)} more ({max(1, episodes // 10)} episodes)",
+          flush=True)
+    print(f"  second sync read {second['bytes_read']:,} bytes in {second['get']} GETs for {new:,} new bytes "
+          f"({second['bytes_read'] / new:.2f}x new; goal <= 1.1 x new + 256 KiB = {goal:,.0f}: "
+          f"{'met' if second['bytes_read'] <= goal else 'NOT met'})", flush=True)
+
+
+def _wait_for_mark(writer: SegmentWriter) -> None:
+    """Until the writer's durable mark is published (at most every 10 ms): the mirror reads it."""
+    import time
+
+    from prime_runs_spool.spool.durable_mark import durable_mark
+
+    deadline = time.monotonic() + 5
+    while durable_mark(writer.path) != writer.durable_bytes and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def peak_rss(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
     """Run ``argv`` through fixtures/peak_rss.py (so this script's memory is not counted)."""
     import tempfile
@@ -207,7 +271,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1_000)
     parser.add_argument("--peak-mb", type=float, default=300, help="spool size for the peak-memory figure")
-    parser.add_argument("--only", choices=("throughput", "noop", "peak"), help="one measurement only")
+    parser.add_argument("--only", choices=("throughput", "noop", "grown", "peak"), help="one measurement only")
     args = parser.parse_args()
     if args.quick:
         args.episodes, args.runs, args.repeat, args.peak_mb = 1_000, 100, 1, 30
@@ -219,6 +283,8 @@ def main() -> None:
                 throughput(work, endpoint, args.episodes, args.size, args.repeat)
             if args.only in (None, "noop"):
                 noop(work, endpoint, args.runs, args.repeat)
+            if args.only in (None, "grown"):
+                grown(work, endpoint, args.episodes, args.size)
             if args.only in (None, "peak"):
                 peak_memory(work, endpoint, args.peak_mb)
     finally:

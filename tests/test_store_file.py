@@ -188,12 +188,14 @@ def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, s
     assert json.loads(first.stdout)["url"] == f"{folder_url}/eval-1"
     synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
     [report] = reports(synced)
-    assert (report["state"], report["pushed_now"]) == ("crashed", 5), report  # no seal yet
+    assert (report["state"], report["pushed_now"]) == ("live", 5), report  # the mirror's live marker
+    assert (Path(folder_url.removeprefix("file://")) / "eval-1" / "spool" / f"{segment.name}.live").exists()
     builder.add(4)
     builder.seal()
     assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=child_env()).returncode == 0
     stored = Path(folder_url.removeprefix("file://")) / "eval-1" / "spool" / segment.name
     assert stored.read_bytes() == segment.read_bytes()
+    assert not stored.with_name(f"{segment.name}.live").exists()  # the writer is gone
     synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
     assert [r["state"] for r in reports(synced)] == ["synced"]
     assert_exactly_once(api, builder)

@@ -42,6 +42,18 @@ def test_only_changes_are_reported_and_an_idle_pass_ends_it():
     assert heard == [("crashed", 5)]
 
 
+def test_a_live_run_keeps_it_from_idle_until_its_writer_is_gone():
+    """A mirrored writer still running (its run ``live``, nothing new this pass) is not idle:
+    the run has more to come."""
+    follower = StoreFollower(["s3://b/p"], _passes(
+        [RunReport(path="s3://b/p/r", state="live", pushed_now=5)],
+        [RunReport(path="s3://b/p/r", state="live")],
+        [RunReport(path="s3://b/p/r", state="live")],
+        [RunReport(path="s3://b/p/r", state="synced", pushed_now=1)],
+    ), interval=0, exit_when_idle=True)
+    assert [r.state for r in follower.run()] == ["up_to_date"]  # only after the writer's end
+
+
 def test_a_store_failing_later_is_told_and_tried_again_but_failing_first_raises():
     told: list[str] = []
     follower = StoreFollower(["s3://b/p"], _passes(

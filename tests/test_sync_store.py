@@ -356,7 +356,7 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
         os.close(fd)
     assert mirror_once(moto, str(outputs), bucket_url).stdout == ""  # nothing changed: nothing sent
     synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
-    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("crashed", 6)]
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("live", 6)]  # the mirror's marker
     builder.add(4)
     builder.seal()
     assert mirror_once(moto, str(outputs), bucket_url).returncode == 0
@@ -365,7 +365,7 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
     assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 4)]
     assert_exactly_once(api, builder)
     assert {key.rsplit("/", 1)[-1] for key in _keys(bucket_url)} >= {"seg-000001.jsonl"}
-    assert not [k for k in _keys(bucket_url) if k.endswith((".lock", ".durable"))]
+    assert not [k for k in _keys(bucket_url) if k.endswith((".lock", ".durable", ".live"))]  # the writer is gone
 
 
 def _keys(url: str) -> list[str]:

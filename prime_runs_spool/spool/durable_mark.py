@@ -73,11 +73,12 @@ def durable_mark(segment: Path) -> int:
     """How many bytes of ``segment`` its live writer has fsync'd (0 when it has not said).
 
     Read it only after ``reader.writer_alive`` said yes: a dead writer's mark means nothing.
-    A segment in an object store (``store.source.StoreSegment``) has no mark beside it, as
-    no writer travels with a copy: 0, never an error (sync's probe asks about any segment).
+    A segment in an object store (``store.source.StoreSegment``) answers for itself: no mark
+    travels with a copy, and the mirror copies only durable bytes, so all of it.
     """
-    if getattr(segment, "open_bytes", None) is not None:
-        return 0
+    own = getattr(segment, "durable_bytes", None)
+    if own is not None:
+        return int(own())
     try:  # non-blocking, and regular files only: a FIFO there held every reader at open forever
         fd = os.open(durable_mark_path_of(segment), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:

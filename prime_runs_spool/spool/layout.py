@@ -11,7 +11,8 @@ named here:
 - ``run.lock`` the run lock, held while a writer opens the run;
 - ``sync/<dest>.json`` and ``sync/<dest>-replay-<id>.json`` sync's state per destination,
   ``sync.lock`` the run's sync lock, ``shipper.log`` the online shipper's log;
-- in an object store only, ``sync.lease.json``, a syncer's lease on the run;
+- in an object store only, ``sync.lease.json``, a syncer's lease on the run, and
+  ``seg-NNNNNN.jsonl.live``, the mirror's word that the segment's writer lives;
 - ``import.json`` and ``import.lock``, in a spool ``prime-runs import`` wrote: its source,
   and the lock an import holds while it writes (an import catching a spool the eval wrote
   up with its ``traces.jsonl`` takes the same lock);
@@ -45,6 +46,10 @@ VERIFIERS_TRACES_NAME = "traces.jsonl"
 #: In an object store, beside a run's segments: the lease a syncer holds on the run while it
 #: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
 SYNC_LEASE_NAME = "sync.lease.json"
+#: In an object store, beside a segment ``prime-runs mirror`` copies while its writer lives:
+#: ``seg-NNNNNN.jsonl.live``, kept fresh by the mirror, removed once the writer is gone
+#: (the store's counterpart of a segment's writer lock, docs/sync.md "Object stores").
+LIVE_MARKER_SUFFIX = ".live"
 #: In this user's cache, outside any spool (sync/user_cache.py): the folder of the copy locks,
 #: which keep syncs of copies of one spool folder apart (sync/copies.py, docs/sync.md "Concurrency").
 COPY_LOCKS_DIRNAME = "copies"

@@ -80,7 +80,7 @@ class LocalFiles:
                     continue  # replaced or removed between the listing and its stat
                 if stat.S_ISREG(info.st_mode):
                     key = Path(path).relative_to(self.root).as_posix()
-                    found.append(ObjectInfo(key, info.st_size, etag_of(info)))
+                    found.append(ObjectInfo(key, info.st_size, etag_of(info), info.st_mtime))
         return found
 
     def read(self, key: str, max_bytes: int) -> tuple[bytes, str, int] | None:
@@ -145,6 +145,26 @@ class LocalFiles:
                 return new_etag
             finally:
                 os.close(fd)  # the lock goes with it
+
+    def overwrite(self, key: str, data: bytes) -> None:
+        """Replace ``key`` with ``data`` whatever it holds (by a rename: never half written)."""
+        target = self.path(key)
+        temp, _ = self._prepare(target, data)
+        try:
+            os.rename(temp, target)
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+        _sync_folder(target.parent)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; one already gone is no error."""
+        target = self.path(key)
+        try:
+            os.unlink(target)
+        except FileNotFoundError:
+            return
+        _sync_folder(target.parent)
 
     def upload_prefix(self, key: str, source: os.PathLike[str] | str, size: int) -> None:
         """Replace ``key`` with the first ``size`` bytes of ``source``, copied in parts."""

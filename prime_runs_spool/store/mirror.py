@@ -4,11 +4,17 @@ So a node's spool reaches the store without a separate copy step, and ``prime-ru
 s3://...`` can ship it from there. The local spool stays the durable copy; the store's copy
 is only ever a prefix of it that is already durable:
 
-- a segment whose writer is gone (sealed, or crashed) is uploaded whole, once, when its size
-  differs from the object's;
+- a segment whose writer is gone (sealed, or crashed) is uploaded once, when its size
+  differs from the object's, up to its last byte that is not padding: a crashed writer's
+  NUL padding (up to 1 MiB, docs/spool-format.md, section 5) is no data, and every sync
+  would pay to read it back;
 - the live segment is uploaded up to its writer's **durable mark** (docs/spool-format.md,
   section 5), never further: a line written but not yet fsync'd could still be lost by a
   power cut, and a sync reading the store (where no writer lock travels) would ship it.
+  Beside it the mirror keeps a **live marker** (``seg-NNNNNN.jsonl.live``, rewritten every
+  third of ``store.source.LIVE_MARKER_TTL``), removed once the writer is gone and its last
+  bytes are up: so a sync of the store takes the run for live, not crashed, and reads only
+  its new lines.
 
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
@@ -18,6 +24,9 @@ locks, durable marks, sync state or logs. One pass costs one listing of the pref
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +35,11 @@ from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import writer_alive
-from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.store.objects import ObjectInfo, ObjectStore
+from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, marker_fresh
+
+#: Bytes read per step when looking back over a dead writer's padding for its last data byte.
+_PADDING_STEP = 64 * 1024
 
 @dataclass
 class MirrorReport:
@@ -54,9 +67,9 @@ def _run_key(root: Path, run_dir: Path) -> str:
     return relative.as_posix()
 
 
-def _target_size(segment: Path) -> int:
-    """How much of a segment may travel: all of it once its writer is gone, else what the
-    writer has said is durable.
+def _target_size(segment: Path) -> tuple[int, bool]:
+    """How much of a segment may travel, and whether its writer lives: what the writer has
+    said is durable while it lives, else the file up to its padding.
 
     The writer first, the size after: a live writer's file holds padding after its lines,
     which it cuts off when it seals or closes (docs/spool-format.md, section 5), so a size
@@ -64,13 +77,37 @@ def _target_size(segment: Path) -> int:
     round a live writer's answer is at most its mark (its lines stay), and a dead one's
     file no longer changes."""
     if writer_alive(segment):
-        return min(segment.stat().st_size, durable_mark(segment))
-    return segment.stat().st_size
+        return min(segment.stat().st_size, durable_mark(segment)), True
+    return _data_end(segment), False
+
+
+def _data_end(segment: Path) -> int:
+    """Where a dead writer's segment ends once its trailing NUL padding is left out (a torn
+    tail stays: its verdict is the reader's to give)."""
+    with open(segment, "rb") as f:
+        end = os.fstat(f.fileno()).st_size
+        while end > 0:
+            start = max(0, end - _PADDING_STEP)
+            data = os.pread(f.fileno(), end - start, start)
+            kept = data.rstrip(b"\0")
+            if kept:
+                return start + len(kept)
+            end = start
+    return 0
+
+
+def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> bool:
+    """Keep a live segment's marker fresh: written when missing or a third of its lifetime
+    old (by the listing). Whether it was written."""
+    if listed is not None and marker_fresh(listed, time.time() + 2 * LIVE_MARKER_TTL / 3):
+        return False
+    store.overwrite(key, json.dumps({"mirrored_at": time.time()}).encode() + b"\n")
+    return True
 
 
 def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]:
     """Upload what changed in every run under ``roots``; one report per run."""
-    listed = {info.key: info.size for info in store.list()}
+    listed = {info.key: info for info in store.list()}
     reports = []
     for root in roots:
         for run_dir in find_runs([root]):
@@ -79,12 +116,18 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]
             try:
                 for _, segment in list_segments(run_dir):
                     object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
-                    size = _target_size(segment)
-                    if size == 0 or listed.get(object_key) == size:
-                        continue
-                    store.upload_prefix(object_key, segment, size)
-                    report.uploaded.append(segment.name)
-                    report.bytes_sent += size
+                    size, alive = _target_size(segment)
+                    there = listed.get(object_key)
+                    if size > 0 and (there is None or there.size != size):
+                        store.upload_prefix(object_key, segment, size)
+                        report.uploaded.append(segment.name)
+                        report.bytes_sent += size
+                        there = ObjectInfo(object_key, size, None)
+                    marker = live_marker_key(object_key)
+                    if alive and there is not None:
+                        _mark_live(store, marker, listed.get(marker))
+                    elif not alive and marker in listed:  # after its last bytes: never live without them
+                        store.delete(marker)
             except (StoreError, OSError) as exc:
                 report.error = str(exc) if isinstance(exc, StoreError) else f"{exc.filename}: {exc.strerror}"
             reports.append(report)

@@ -56,11 +56,13 @@ def is_store_url(text: object) -> bool:
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One object of a listing: its key below the store's prefix, its size and its etag."""
+    """One object of a listing: its key below the store's prefix, its size, its etag, and
+    when it was last written (seconds since the epoch, by the store's clock; None if unknown)."""
 
     key: str
     size: int
     etag: str | None
+    modified: float | None = None
 
 
 def url_problem(url: str) -> str | None:
@@ -157,7 +159,8 @@ class ObjectStore:
         found = []
         try:
             for page in obstore.list(self._store, chunk_size=1000):
-                found += [ObjectInfo(str(m["path"]), int(m["size"]), m.get("e_tag")) for m in page]
+                found += [ObjectInfo(str(m["path"]), int(m["size"]), m.get("e_tag"), _epoch(m.get("last_modified")))
+                          for m in page]
         except FileNotFoundError:
             return []
         except Exception as exc:
@@ -267,6 +270,39 @@ class ObjectStore:
         except Exception as exc:
             raise self._error(exc, key, "upload") from None
 
+    def overwrite(self, key: str, data: bytes) -> None:
+        """Write a small ``key`` whatever it holds. Unconditional: only the mirror's own
+        objects (a segment's live marker) are written this way."""
+        self._count("put")
+        if self._local is not None:
+            try:
+                return self._local.overwrite(key, data)
+            except OSError as exc:
+                raise StoreError(f"{self.location(key)}: cannot write: {_os_reason(exc)}") from None
+        import obstore
+
+        try:
+            obstore.put(self._store, key, data)
+        except Exception as exc:
+            raise self._error(exc, key, "write") from None
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; one already gone is no error."""
+        self._count("delete")
+        if self._local is not None:
+            try:
+                return self._local.delete(key)
+            except OSError as exc:
+                raise StoreError(f"{self.location(key)}: cannot delete: {_os_reason(exc)}") from None
+        import obstore
+
+        try:
+            obstore.delete(self._store, key)
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            raise self._error(exc, key, "delete") from None
+
     def _put(self, key: str, data: bytes, mode: object) -> str | None:
         """A conditional write, tried again after a failure that is not a refusal (the library
         does not retry a conditional PUT whose connection failed). Safe: if an earlier try
@@ -312,6 +348,11 @@ class ObjectStore:
         if isinstance(exc, PreconditionError):
             return _changed_while_read(self.location(key))
         return StoreError(f"{self.location(key)}: cannot {verb}: {_first_line(exc)}")
+
+
+def _epoch(when: object) -> float | None:
+    """A listing's ``last_modified`` (a datetime) as seconds since the epoch."""
+    return when.timestamp() if isinstance(when, datetime.datetime) else None
 
 
 def _changed_while_read(location: str) -> StoreConflict:

@@ -8,25 +8,38 @@ file. Reads are ranged and bounded: a segment is fetched in windows of at most
 ``MAX_WINDOW`` bytes as the reader goes, starting small after every seek (a resumed sync
 reads the header, then jumps to its recorded offset), and never past the size the listing
 gave, under the etag it gave (a segment re-uploaded meanwhile is refused, not mixed).
+
+A segment is *live* while the listing holds its live marker (``seg-NNNNNN.jsonl.live``,
+written by ``prime-runs mirror`` while the writer lives) written less than
+:data:`LIVE_MARKER_TTL` ago: so a live run in the store is synced as live (pushed, not
+ended as crashed, so nothing is read but its new lines), and a run whose mirror died with
+its machine is taken for crashed once the marker has gone stale.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
 
-from prime_runs_spool.spool.layout import SPOOL_DIRNAME, segment_index
+from prime_runs_spool.spool.layout import LIVE_MARKER_SUFFIX, SPOOL_DIRNAME, segment_index
 from prime_runs_spool.store.objects import ObjectInfo, ObjectStore
 
-#: The first read after a seek fetches this much (a header, a few records)...
-FIRST_WINDOW = 64 * 1024
+#: The first read after a seek fetches this much (a header and manifest, a few records: each
+#: pass reads a segment's first lines a few times, so this is paid per read of a grown run)...
+FIRST_WINDOW = 16 * 1024
 #: ...and each next one four times more, up to this: what one open segment holds at most
 #: (its read buffer). 4 MiB: a GET's latency is paid once per 4 MiB, and ``--jobs 4`` holds
 #: 16 MiB of segment reads at most.
 MAX_WINDOW = 4 * 1024 * 1024
+#: How long a live marker vouches for its writer after the mirror last wrote it (by the
+#: store's clock; the machines' clocks are assumed to agree within the lease's skew). The
+#: mirror rewrites it every third of this, so a run whose mirror stopped is taken for
+#: crashed at most this long after.
+LIVE_MARKER_TTL = 300.0
 
 
 class _RangedReader(io.RawIOBase):
@@ -67,9 +80,12 @@ class StoreSegment:
     """One segment object, as the reader sees a segment file. Its ``__fspath__`` is its URL,
     so names (``seg-NNNNNN.jsonl``) and messages read as they do for a file."""
 
-    def __init__(self, store: ObjectStore, info: ObjectInfo, index: int) -> None:
+    def __init__(self, store: ObjectStore, info: ObjectInfo, index: int,
+                 live_marker: ObjectInfo | None = None) -> None:
         self.store, self.info, self.index = store, info, index
         self.name = info.key.rsplit("/", 1)[-1]
+        #: The mirror's live marker beside it in the listing, if any (see the module's docstring).
+        self.live_marker = live_marker
 
     def __fspath__(self) -> str:
         return self.store.location(self.info.key)
@@ -92,8 +108,13 @@ class StoreSegment:
         return io.BufferedReader(_RangedReader(self.store, self.info), buffer_size=MAX_WINDOW)
 
     def writer_alive(self) -> bool:
-        """No writer lock travels with a copied spool: a store's segment is never live."""
-        return False
+        """No writer lock travels with a copied spool: its mirror's fresh live marker stands in."""
+        return marker_fresh(self.live_marker)
+
+    def durable_bytes(self) -> int:
+        """What ``spool.durable_mark`` asks a live segment: all of it here, since the mirror
+        uploads only what its writer made durable."""
+        return self.info.size
 
 
 class StoreRun:
@@ -129,19 +150,36 @@ class StoreRun:
         return f"StoreRun({self})"
 
 
+def live_marker_key(segment_key: str) -> str:
+    """The key of the live marker beside the segment object ``segment_key``."""
+    return segment_key + LIVE_MARKER_SUFFIX
+
+
+def marker_fresh(marker: ObjectInfo | None, now: float | None = None) -> bool:
+    """Whether a live marker still vouches for its writer (a store that gives no time
+    for it: it does, as long as it is there)."""
+    if marker is None:
+        return False
+    if marker.modified is None:
+        return True
+    return (time.time() if now is None else now) - marker.modified < LIVE_MARKER_TTL
+
+
 def find_store_runs(store: ObjectStore, listing: Iterable[ObjectInfo], local_root: Path) -> list[StoreRun]:
     """Every run in one listing: a folder whose ``spool/`` holds a ``seg-NNNNNN.jsonl``
     (the same rule as ``layout.find_runs``), in key order, each with its objects."""
     segments: dict[str, list[StoreSegment]] = {}
     objects: dict[str, dict[str, ObjectInfo]] = {}
     infos = sorted(listing, key=lambda info: info.key)
+    markers = {info.key: info for info in infos if info.key.endswith(LIVE_MARKER_SUFFIX)}
     for info in infos:
         parts = info.key.split("/")
         if len(parts) >= 2 and parts[-2] == SPOOL_DIRNAME:
             index = segment_index(parts[-1])
             if index is not None and index > 0:
                 relative = "/".join(parts[:-2])
-                segments.setdefault(relative, []).append(StoreSegment(store, info, index))
+                segments.setdefault(relative, []).append(
+                    StoreSegment(store, info, index, markers.get(live_marker_key(info.key))))
     for info in infos:
         owner = _owner(info.key, segments)
         if owner is not None:

@@ -1,17 +1,18 @@
 """``prime-runs sync s3://... --follow``: following spools that lie in an object store.
 
-A store tells nobody when an object changes, and a segment in it is never *live*
-(docs/spool-format.md, section 1): ``prime-runs mirror`` or any copying tool uploads a live
-run's segment a piece at a time, and between uploads it reads as a crashed run. So
-following a store is a sync pass over its URLs every ``interval`` seconds (sync/store_sync.py
+A store tells nobody when an object changes, and no writer lock travels to it: a run is
+*live* there only while ``prime-runs mirror`` keeps its live marker fresh
+(store/source.py); a live run copied by any other tool reads as a crashed run between
+uploads. So following a store is a sync pass over its URLs every ``interval`` seconds (sync/store_sync.py
 does the pass, exactly once as ever; its state and lease say where the last pass got to),
 reporting each run whose state changed or that had episodes pushed (a pass that reads a
 segment while it is being uploaded again reports that run's ``error`` and the next pass
 reads it whole: nothing is lost or sent twice).
 
-*Idle* cannot mean "every writer gone" here, so ``exit_when_idle`` ends the follow after a
-pass that pushed nothing, changed no run's state and found no run another syncer holds:
-what a CI job uploading a finished mirror wants. The interval defaults to
+*Idle* means here: a pass that pushed nothing, changed no run's state, found no run
+another syncer holds and no run live (a mirrored writer still running), so
+``exit_when_idle`` ends the follow once the mirrors' runs have ended and all is shipped:
+what a CI job draining a bucket wants. The interval defaults to
 :data:`STORE_POLL_INTERVAL`, not the local follower's 0.1 s: each pass lists the prefix and
 reads each run's state, and a store bills every request (docs/sync.md, "Object stores").
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from prime_runs_spool.errors import StoreError, StoreSetupError
 from prime_runs_spool.sync.follow import DONE_STATES
-from prime_runs_spool.sync.options import SKIPPED, UP_TO_DATE, RunReport
+from prime_runs_spool.sync.options import LIVE, SKIPPED, UP_TO_DATE, RunReport
 
 #: Seconds between two passes over a store when ``--poll-interval`` is not given.
 STORE_POLL_INTERVAL = 10.0
@@ -99,7 +100,8 @@ class StoreFollower:
                         changed = True
                 # Not idle while another syncer holds a run (it may be one killed mid-pass,
                 # its lease still to expire): that run is not done, only not ours yet.
-                changed = changed or any(report.state == SKIPPED for report in found)
+                # Nor while a mirrored writer is live: its run has more to come.
+                changed = changed or any(report.state in (SKIPPED, LIVE) for report in found)
                 reports += found
             first = False
             if self.exit_when_idle and not changed:
