@@ -680,6 +680,29 @@ def test_errored_episodes_are_held_back_until_the_run_completes(tmp_path: Path, 
     assert len(platform.samples[evaluation["evaluation_id"]]) == 6
 
 
+def test_a_dry_run_counts_what_the_pass_then_sends(tmp_path: Path, platform: FakePlatform) -> None:
+    """A dry run cuts the batches the push loop would cut, and sends none: errored episodes
+    of a run that has not completed are held back, and counted once it completes, when they
+    are released."""
+    builder = RunBuilder(tmp_path / "run", "r1")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(1)
+    builder.seal("cancelled", error="interrupted")
+    dry = syncer(builder.run_dir, platform, dry_run=True).run()
+    assert (dry.state, platform.evaluations) == ("dry_run", {})
+    real = syncer(builder.run_dir, platform).run()
+    assert (dry.pushed_now, real.pushed_now) == (3, 3)
+    builder.open_segment()  # resumed, nothing retried, completes: the held-back ones go now
+    builder.add(1)
+    builder.seal()
+    dry = syncer(builder.run_dir, platform, dry_run=True).run()
+    real = syncer(builder.run_dir, platform).run()
+    assert (dry.state, real.state) == ("dry_run", "synced")
+    assert (dry.pushed_now, real.pushed_now) == (3, 3)
+
+
 def test_a_lost_state_after_held_back_episodes_were_released_pushes_nothing_again(
     tmp_path: Path, platform: FakePlatform
 ) -> None:
