@@ -255,13 +255,9 @@ class RunSync:
             choice.make(pending.kind, self.context).another_copy_pushed()
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
-        if adopted and other_sink is not None and choice.recorded(state, self.options.to) is None:
-            # The other copy's sink, which the platform cannot always tell: one run never
-            # ends up half in two sinks (sync/sinks/choice.py).
-            state.store = other_sink
-            self.protocol.note()
         origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
-        choice.push(self.context, adopted=adopted, push_to=lambda sink: self._push(sink, origin))
+        choice.push(self.context, adopted=adopted, other_copy_sink=other_sink,
+                    push_to=lambda sink: self._push(sink, origin))
 
     # -- the push loop -----------------------------------------------------------------------
 

@@ -61,11 +61,20 @@ def for_dry_run(state: SyncState, asked: str) -> tuple[str, str | None]:
     return name or AUTO_ORDER[-1], name
 
 
-def push(context: PassContext, *, adopted: bool, push_to: Callable[[Sink], None]) -> None:
+def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
+         push_to: Callable[[Sink], None]) -> None:
     """Choose the run's sink and ``push_to`` it; for ``auto``, fall back to the next sink
-    when one turns out unavailable before anything of the run was committed there."""
+    when one turns out unavailable before anything of the run was committed there.
+    ``adopted``: the evaluation was found on the platform; ``other_copy_sink``: the sink
+    another copy of the spool last sent the run's episodes to (sync/copies.py)."""
     state, asked, report = context.state, context.options.to, context.report
     name = recorded(state, asked)
+    if name is None and adopted and other_copy_sink is not None:
+        # The other copy's sink, which the platform cannot always tell: one run never ends
+        # up half in two sinks.
+        state.store = other_copy_sink
+        context.protocol.note()
+        name = recorded(state, asked)
     if name is None and adopted:
         # Found again with a lost state: what the platform holds of it names its sink.
         name = next((n for n in known() if make(n, context).holds_run()), None)
