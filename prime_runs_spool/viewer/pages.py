@@ -13,7 +13,7 @@ from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, histogram,
                                            plots, table_page)
 from prime_runs_spool.viewer.render import Links, render
-from prime_runs_spool.viewer.search import query_words
+from prime_runs_spool.viewer.search import episode_text, passage, query_words
 from prime_runs_spool.viewer.sources import Source
 from prime_runs_spool.viewer.statuses import meaning
 from prime_runs_spool.viewer.rows import Row
@@ -80,29 +80,37 @@ class Pages:
         hits = search.hits(query.text) if search is not None else None
         table = table_page(run, query, hits)
         stops, error_kinds = choices(run)
+        glances, snippets = self._glances(run, table.rows, query_words(query.text) if hits is not None else [])
         context = {
-            "links": self.links, "run": run, "query": query, "table": table, "glances": self._glances(run, table.rows),
+            "links": self.links, "run": run, "query": query, "table": table, "glances": glances,
             "bins": histogram(run, query), "metric_names": metric_names, "columns": columns,
             "summary_items": items, "identity": {k: v for k, v in run.manifest.items() if k != "config"},
             "refresh": fragment_url if (run.live or run.behind) else None, "status_meaning": meaning(run.status),
             "standing": run.standing(), "stops": stops, "error_kinds": error_kinds, "search": search,
             "searchable": run.searchable,
-            "snippets": search.snippets(query.text, [row.number for row in table.rows])
-            if search is not None and query.text else {},
+            "snippets": snippets,
         }
         if params.get("fragment"):
             return render("_run_body.html", **context)
         return render("run.html", **context)
 
     @staticmethod
-    def _glances(run: RunIndex, rows: list[Row]) -> dict[int, Glance]:
+    def _glances(run: RunIndex, rows: list[Row], words: list[str]) -> tuple[dict[int, Glance],
+                                                                             dict[int, list[tuple[str, bool]]]]:
         """Each shown row's prompt and answer, read from its record: the page's rows only,
-        one record at a time, so a table page costs its 50 records whatever the run's size."""
-        out = {}
+        one record at a time, so a table page costs its 50 records whatever the run's size.
+        With ``words`` (a search's), each row's first passage holding one of them, too."""
+        glances, snippets = {}, {}
         for row, record in run.records(rows):
             # a record that cannot be read shows nothing here: the row's error or the run's says why
-            out[row.number] = Glance("", "") if isinstance(record, SpoolError) else glance(episode_of(record))
-        return out
+            if isinstance(record, SpoolError):
+                glances[row.number] = Glance("", "")
+                continue
+            episode = episode_of(record)
+            glances[row.number] = glance(episode)
+            if words:
+                snippets[row.number] = passage(episode_text(episode), words)
+        return glances, snippets
 
     def episode(self, params: Mapping[str, str]) -> str:
         run = self._run(params.get("run"))

@@ -23,7 +23,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,8 @@ SEARCH_BUDGET = 0.05
 CHUNK = 200
 #: The longest text kept per episode (characters): a huge tool output is searched up to here.
 MAX_TEXT = 1_000_000
-#: Tokens of context around a hit in a table row's snippet (FTS5 counts tokens).
-SNIPPET_TOKENS = 12
-_HIT_OPEN, _HIT_CLOSE, _ELLIPSIS = "\x01", "\x02", "…"
+#: Characters of context on each side of the first hit in a table row's passage.
+PASSAGE_CONTEXT = 80
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -135,28 +134,6 @@ class SearchIndex:
             return {row[0] for row in self._db.execute("SELECT rowid FROM episodes WHERE episodes MATCH ?",
                                                        (expression,))}
 
-    def snippets(self, text: str, numbers: list[int]) -> dict[int, list[tuple[str, bool]]]:
-        """For each of ``numbers`` that matches, its best passage as ``(text, is_hit)`` pieces
-        (the template escapes each piece; only the hit marks are its own markup)."""
-        expression = match_expression(text)
-        if expression is None or not numbers:
-            return {}
-        marks = ",".join("?" * len(numbers))
-        with self._lock:
-            found = self._db.execute(
-                f"SELECT rowid, snippet(episodes, 0, ?, ?, ?, ?) FROM episodes WHERE episodes MATCH ? "
-                f"AND rowid IN ({marks})",
-                (_HIT_OPEN, _HIT_CLOSE, _ELLIPSIS, SNIPPET_TOKENS, expression, *numbers)).fetchall()
-        return {number: list(_pieces(snippet)) for number, snippet in found}
-
-
-def _pieces(snippet: str) -> Iterator[tuple[str, bool]]:
-    for i, part in enumerate(re.split(f"({_HIT_OPEN}.*?{_HIT_CLOSE})", snippet, flags=re.S)):
-        if part.startswith(_HIT_OPEN) and part.endswith(_HIT_CLOSE):
-            yield part[1:-1], True
-        elif part:
-            yield re.sub(r"\s+", " ", part), False
-
 
 def _create_private(path: Path) -> None:
     """The database file, 0600 before SQLite writes anything into it."""
@@ -182,3 +159,21 @@ def marked(text: str, words: list[str]) -> list[tuple[str, bool]]:
     if at < len(text):
         out.append((text[at:], False))
     return out
+
+
+def passage(text: str, words: list[str], context: int = PASSAGE_CONTEXT) -> list[tuple[str, bool]]:
+    """The first place in ``text`` where one of ``words`` occurs as a word, with ``context``
+    characters around it, cut into ``(piece, is_hit)``; empty when none occurs. Taken from
+    the record the table page reads anyway: FTS5's own snippet re-reads every hit's text."""
+    if not words:
+        return []
+    found = re.search(r"\b(?:" + "|".join(re.escape(word) for word in words) + r")\b", text, re.I)
+    if found is None:
+        return []
+    start, end = max(0, found.start() - context), min(len(text), found.end() + context)
+    pieces = marked(re.sub(r"\s+", " ", text[start:end]), words)
+    if start > 0:
+        pieces.insert(0, ("…", False))
+    if end < len(text):
+        pieces.append(("…", False))
+    return pieces
