@@ -26,6 +26,12 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
 
     All arguments pass through to vf-eval unchanged (`@ eval.toml`, `--resume`, `--no-push`,
     `-c`, `--no-rich`, ...); `prime-runs eval --help` prints what this adds, then vf-eval's help.
+
+    \b
+    Examples:
+      prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged
+      prime-runs eval @ outputs/RUN/configs/resolved/eval.json --resume   # as vf-eval resumes
+      PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
     """
     from prime_runs_spool.runner.verifiers_eval import HELP_PREAMBLE, run_vf_eval, sync_hint
 

@@ -37,7 +37,13 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     """Write the episodes of every run under PATHS (folders or store URLs) as a table: one
     row per episode (or per run, with --runs), each metric its own column, values as the
     spool stores them (credentials masked). Parquet needs pyarrow:
-    pip install 'prime-runs-spool[export]'."""
+    pip install 'prime-runs-spool[export]'.
+
+    \b
+    Examples:
+      prime-runs export outputs -o episodes.parquet
+      prime-runs export s3://bucket/outputs -o episodes.csv
+    """
     from prime_runs_spool.errors import ExportSetupError, NoSuchPathError, StoreError, StoreSetupError
     from prime_runs_spool.export.tables import export_file
 

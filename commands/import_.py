@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from prime_runs_spool.sync.command_line import output_option
+
 from .output import require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
@@ -65,11 +67,18 @@ def quiet_library_warnings() -> None:
                    "for read-only sources.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+@output_option
 def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, as_json: bool) -> None:
     """Import every eval output folder under PATHS (verifiers 0.4.0's traces.jsonl + configs/,
     or the older metadata.json + results.jsonl) into a spool, as the eval would have written it.
 
     Run it again any time: nothing is added twice; episodes appended since go into a new segment.
+
+    \b
+    Examples:
+      prime-runs import outputs
+      prime-runs import /mnt/artifact --state-dir ~/.cache/prime-runs   # a read-only source
+      prime-runs import outputs -o json
     """
     from prime_runs_spool.errors import NoSuchPathError
     from prime_runs_spool.importer.outputs import FAILED_STATES, import_paths

@@ -31,6 +31,11 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     every pass, never past it. The local spool stays the durable copy. Runs until SIGINT or
     SIGTERM (exit 0), or one pass with --once. Exit 1 when a pass (with --once) failed to
     upload something, 2 on bad usage.
+
+    \b
+    Examples:
+      prime-runs mirror outputs s3://bucket/outputs          # until Ctrl-C
+      prime-runs mirror outputs s3://bucket/outputs --once
     """
     from prime_runs_spool.sync.console import json_report
 

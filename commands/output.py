@@ -18,6 +18,17 @@ from prime_runs_spool.sync.command_line import Duration, Seconds  # noqa: F401  
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``number`` and ``noun``, plural unless one: "1 segment", "2 segments"."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def episodes(number: int) -> str:
+    """"1 episode", "2 episodes" (spelled here in an f-string: the bare word is the spool's
+    record type, which spool/format.py alone spells out)."""
+    return f"{number} episode{'' if number == 1 else 's'}"
+
+
 def fail_usage(message: str) -> None:
     """One line on stderr, exit 2: a user error gets no traceback."""
     click.echo(f"prime-runs: {message}", err=True)

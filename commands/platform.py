@@ -15,7 +15,9 @@ def platform() -> None:
 
 
 @platform.command("serve")
-@click.option("--db", "db_path", required=True, help="SQLite database file (created if missing).")
+@click.option("--db", "db_path", default=None,
+              help="SQLite database file, created if missing (default: $PRIME_RUNS_LOCAL_DB, else "
+                   "$XDG_DATA_HOME/prime-runs/local-platform.db: the one prime-runs sync --local writes).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on; 0 picks a free one.")
@@ -31,15 +33,30 @@ def platform() -> None:
               help="Turn the Prime Traces service on (off, it answers service_not_enabled, like an "
                    "account without it; see docs/local-platform.md).")
 def serve_command(
-    db_path: str, host: str, port: int, token: str | None, frontend_url: str | None,
+    db_path: str | None, host: str, port: int, token: str | None, frontend_url: str | None,
     request_deadline: float | None, traces: bool,
 ) -> None:
     """Serve until SIGTERM/SIGINT; the first line of stdout is the base URL.
 
     Exit status: 0 after a clean stop, 2 on a usage error (database cannot be opened,
     address cannot be bound, a non-loopback --host without --token).
+
+    \b
+    Examples:
+      prime-runs platform serve --port 8765       # what sync --local wrote, on loopback
+      prime-runs platform serve --db platform.db --port 8000 --token s3cret
     """
     from prime_runs_spool.errors import PlatformDatabaseError, UnsafeListenError
+    from prime_runs_spool.local_platform.place import default_database
+
+    if db_path is None:
+        from prime_runs_spool.spool.layout import make_private_dir
+
+        db_path = str(default_database())
+        try:
+            make_private_dir(default_database().parent)
+        except OSError as exc:
+            _usage_error(f"cannot create {default_database().parent}: {exc.strerror}")
 
     try:
         # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from prime_runs_spool.sync.command_line import output_option
+
 from .import_ import nothing_found_message
-from .output import fail_usage, require_paths
+from .output import count, episodes, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.console import json_report
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 @click.command("status")
 @click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
+@output_option
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
@@ -33,6 +36,12 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
 
     Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
     a path does not exist.
+
+    \b
+    Examples:
+      prime-runs status
+      prime-runs status outputs -o json
+      prime-runs status s3://bucket/outputs
     """
     from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.importer.agreement import disagreement
@@ -73,7 +82,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
             click.echo(f"  error: {run.error}")
             continue
         click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
-                   f"{run.episodes} episodes in {run.segments} segment(s)"
+                   f"{episodes(run.episodes)} in {count(run.segments, 'segment')}"
                    + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:
             click.echo(f"  error: {run.error}")
@@ -86,7 +95,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         for dest in run.destinations:
             done = "finalized" if dest.finalized else (dest.terminal or "open")
             line = (f"  -> {dest.destination}{' team ' + dest.team_id if dest.team_id else ''}: "
-                    f"{_held(dest)}, {dest.pending} episodes pending, {done}")
+                    f"{_held(dest)}, {episodes(dest.pending)} pending, {done}")
             if dest.replay_id:
                 line += f" (replay {dest.replay_id[:8]})"
             if dest.held_back:
@@ -97,7 +106,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
             if dest.in_flight:
                 line += f", a {dest.in_flight} request in doubt"
             if dest.skipped_too_large:
-                line += f", {dest.skipped_too_large} episode(s) skipped: too large for any request"
+                line += f", {episodes(dest.skipped_too_large)} skipped: too large for any request"
             if dest.lost:
                 line += f", LOST: the spool no longer holds what was pushed: {dest.lost}"
             if dest.mismatch:
@@ -117,8 +126,8 @@ def _with_disagreement(document: dict[str, Any], found: Disagreement | None) -> 
 def _held(dest: DestinationStatus) -> str:
     """What the destination's store holds of the run, in that store's own terms."""
     if dest.store == TRACES:
-        return (f"to traces: {dest.episodes_pushed} episodes ({dest.traces_pushed} traces) "
-                f"in {dest.uploads} uploads")
+        return (f"to traces: {episodes(dest.episodes_pushed)} ({count(dest.traces_pushed, 'trace')}) "
+                f"in {count(dest.uploads, 'upload')}")
     if dest.store == SAMPLES or dest.samples_pushed:
-        return f"to samples: {dest.samples_pushed} samples pushed"
+        return f"to samples: {count(dest.samples_pushed, 'sample')} pushed"
     return "nothing pushed yet"

@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 LOCAL_BROWSE_PORT = 8765
 LOCAL_FRONTEND = f"http://127.0.0.1:{LOCAL_BROWSE_PORT}"
 
-def default_local_db() -> Path:
-    return Path(os.environ.get("PRIME_RUNS_LOCAL_DB") or Path.home() / ".prime" / "local-platform.db")
-
-
 def remote_settings(base_url: str | None, team: str | None, *, need_key: bool) -> Settings:
     """The remote platform's settings, or exit 2 with one line: a base URL no request can
     use, or no API key where one is needed (``--dry-run`` sends nothing and needs none)."""
@@ -82,7 +78,9 @@ def destination(local: bool, db: Path | None, settings: Settings | None, team: s
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
     from prime_runs_spool.spool.layout import make_private_dir
 
-    db_path = (db or default_local_db()).expanduser().resolve()
+    from prime_runs_spool.local_platform.place import default_database
+
+    db_path = (db or default_database()).expanduser().resolve()
     try:
         make_private_dir(db_path.parent)
     except OSError as exc:

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from prime_runs_spool.sync.command_line import output_option
+
 from .import_ import nothing_found_message
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
@@ -76,14 +78,25 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path, readable=False))
+@click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@output_option
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
-    """Check the spools of every run under PATHS: segments, records, seals, torn tails, corruption.
-    Eval outputs with no spool are listed as "not spooled", with the command that imports them."""
+    """Check the spools of every run under PATHS (default: .): segments, records, seals, torn
+    tails, corruption. Eval outputs with no spool are listed as "not spooled", with the
+    command that imports them. Reads only. Exit 0 when every run is clean, 1 when one is
+    not (or nothing is found), 2 on bad usage.
+
+    \b
+    Examples:
+      prime-runs verify                     # every run under the current folder
+      prime-runs verify outputs --json
+      prime-runs verify s3://bucket/outputs
+    """
+    paths = paths or (Path("."),)
     from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
     from prime_runs_spool.importer.agreement import disagreement
     from prime_runs_spool.spool.verify import verify_paths  # the reader: only when run

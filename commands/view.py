@@ -37,6 +37,11 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
 
     Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 2 on a usage error (a
     path does not exist, a non-loopback --host without --token, the address cannot be bound).
+
+    \b
+    Examples:
+      prime-runs view outputs
+      prime-runs view outputs --export site/
     """
     from prime_runs_spool.errors import SpoolError
     from prime_runs_spool.viewer.server import serve_viewer

@@ -126,11 +126,13 @@ def test_config_source_with_credentials_left_out_and_warned_by_name(
 ) -> None:
     source = tmp_path / "eval.toml"
     source.write_text('model = "m"\n[env.solver.harness.env]\nHF_TOKEN = "hf_SECRETVALUE"\n')
-    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+    with caplog.at_level(logging.INFO, logger="prime_runs_spool"):
         run = open_run(tmp_path / "r", name="n", config_file=source)
     run.finish()
     assert "config_source" not in read_run(tmp_path / "r").manifest
     assert "env.solver.harness.env" in caplog.text
+    notes = [r for r in caplog.records if "config_source left out" in r.getMessage()]
+    assert [r.levelno for r in notes] == [logging.INFO]  # one note, not a warning: the run is whole
     assert "hf_SECRETVALUE" not in caplog.text
     assert b"hf_SECRETVALUE" not in all_bytes_under(tmp_path / "r")
 

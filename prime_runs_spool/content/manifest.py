@@ -35,6 +35,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+#: How each note about a launch file kept out of the manifest begins: a note, not a fault
+#: (the run is whole without it), so the runner logs it as one info line.
+CONFIG_SOURCE_NOTE = "config_source left out"
+
 #: A launch file larger than this is not uploaded verbatim.
 MAX_CONFIG_SOURCE_BYTES = 256 * 1024
 
@@ -101,7 +105,7 @@ def read_config_source(
 ) -> dict[str, str] | None:
     """``{format, text, filename}`` for a clean launch file, else ``None`` plus a warning."""
     filename = os.path.basename(os.fspath(config_file))
-    prefix = f"config_source left out: {filename}"
+    prefix = f"{CONFIG_SOURCE_NOTE}: {filename}"
     try:
         with open(config_file, "rb") as handle:
             raw = handle.read(MAX_CONFIG_SOURCE_BYTES + 1)
@@ -123,7 +127,7 @@ def checked_config_source(text: str, filename: str, rules: MaskRules, warnings: 
     """``{format, text, filename}`` when ``text`` may travel under ``rules``, else ``None``
     plus a warning. The one check, used when a run records its launch file and again
     when sync sends one recorded under older rules (content/remask.py)."""
-    prefix = f"config_source left out: {filename}"
+    prefix = f"{CONFIG_SOURCE_NOTE}: {filename}"
     fmt = _format_of(filename, text)
     if fmt is None:
         warnings.append(f"{prefix} is neither TOML nor JSON, so it cannot be checked for credentials")

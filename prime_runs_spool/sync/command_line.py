@@ -9,6 +9,7 @@ machinery behind the options.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -132,7 +133,27 @@ _SHARED: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
 
 
 def shared_options(command: F) -> F:
-    """Add every shared option to a click command (listed in :data:`_SHARED`'s order)."""
+    """Add every shared option to a click command (listed in :data:`_SHARED`'s order), and
+    ``-o/--output`` beside ``--json``."""
     for flags, settings in reversed(_SHARED):
         command = click.option(*flags, **settings)(command)
-    return command
+    return output_option(command)
+
+
+#: What ``-o/--output`` takes, as the prime CLI spells its machine output: ``json`` is what
+#: ``--json`` prints, ``table`` the lines a person reads (the default).
+OUTPUTS = ("json", "table")
+
+
+def output_option(command: F) -> F:
+    """Add ``-o/--output json|table`` to a command that has ``--json`` (kept as its alias):
+    the command still receives ``as_json`` alone, true when either asked for JSON."""
+
+    @functools.wraps(command)
+    def folded(*args: Any, output: str | None = None, **kwargs: Any) -> Any:
+        if output == "json":
+            kwargs["as_json"] = True
+        return command(*args, **kwargs)
+
+    return click.option("--output", "-o", "output", type=Choice(OUTPUTS), default=None,
+                        help="json: one machine-readable report (as --json); table: lines (the default).")(folded)  # type: ignore[return-value]
