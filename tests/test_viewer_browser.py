@@ -347,3 +347,23 @@ def test_the_plots_page_draws_each_distribution_with_axes_and_a_reward_bar_filte
     page.mouse.click(box["x"] + x, box["y"] + y)
     page.wait_for_url(re.compile(r"/run\?run=gsm8k-completed.*rmin=1"))
     assert set(page.locator("tr.sample td.reward").all_inner_texts()) == {"1"}
+
+
+def test_compare_summarises_b_against_a_and_shows_each_examples_prompt(page, viewer):
+    page.goto(viewer + "/compare?a=gsm8k-completed&b=gsm8k-rerun")
+    rows = page.locator("table.compare tbody tr")
+    paired = [r for r in rows.all() if r.get_attribute("class") != "cmp-only"]
+    deltas = [float(r.locator("td.delta").inner_text()) for r in paired]
+    summary = page.locator("section.compare-summary")
+    assert summary.locator("td.paired").inner_text() == str(len(paired)) == "3"
+    mean = float(summary.locator("td.mean-delta b").inner_text())
+    assert abs(mean - sum(deltas) / len(deltas)) < 1e-3
+    assert [summary.locator(f".{k}").inner_text() for k in ("wins", "losses", "ties")] == [
+        str(sum(d > 0 for d in deltas)), str(sum(d < 0 for d in deltas)), str(sum(d == 0 for d in deltas))]
+    low, high = (float(x) for x in summary.locator(".ci").inner_text().strip("[]").split(", "))
+    assert min(deltas) <= low <= mean <= high <= max(deltas)
+    assert "Janet" in rows.first.locator("td.prompt").inner_text()
+    page.goto(viewer + "/compare?a=script-prompt&b=script-prompt")
+    assert page.locator("table.compare td.prompt").first.inner_text() == " ".join(SCRIPT_PROMPT.split())
+    assert page.evaluate("window.__viewer_xss") is None
+    assert page.locator("main script, main img").count() == 0

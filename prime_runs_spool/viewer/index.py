@@ -47,6 +47,8 @@ UNREADABLE = "error"
 #: A refresh reads at least this many records whatever its budget: every poll makes
 #: progress, and the first table page is there after the first one.
 MIN_RECORDS_PER_REFRESH = 100
+#: How much of each example's prompt compare shows (characters).
+PROMPT_HEAD_CHARS = 160
 #: How many platform sample rows are fetched per store call while indexing.
 PLATFORM_PAGE = 200
 
@@ -70,6 +72,8 @@ class RunIndex:
         self.rows: list[Row] = []
         #: The prompt text of each example id (first seen), lowercased and cut to SEARCH_CHARS.
         self.prompts: dict[Any, str] = {}
+        #: The same prompts' starts as written (compare shows them), cut to PROMPT_HEAD_CHARS.
+        self.prompt_heads: dict[Any, str] = {}
         self.metric_names: dict[str, None] = {}
         self.manifest: dict[str, Any] = {}
         self.behind = True
@@ -181,6 +185,7 @@ class RunIndex:
             self.metric_names = {**self.metric_names, **dict.fromkeys(new)}
         if row.example_id not in self.prompts:
             self.prompts[row.example_id] = prompt[:SEARCH_CHARS].lower()
+            self.prompt_heads[row.example_id] = " ".join(prompt[:PROMPT_HEAD_CHARS * 2].split())[:PROMPT_HEAD_CHARS]
 
 
 class SpoolIndex(RunIndex):

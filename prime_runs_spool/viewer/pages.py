@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
-from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, histogram,
-                                           plots, table_page)
+from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, compare_summary,
+                                           histogram, plots, table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import episode_text, passage, query_words
 from prime_runs_spool.viewer.sources import Source
@@ -162,6 +162,8 @@ class Pages:
                   for name in COMPARE_SHOWS}
         rows = everything if show == "all" else compare(a, b, show)
         shows = [("all", "all"), ("improved", "improved"), ("regressed", "regressed"), ("only", "only in one")]
+        prompts = {str(row.example_id): a.prompt_heads.get(row.example_id) or b.prompt_heads.get(row.example_id) or ""
+                   for row in rows}
         return render("compare.html", links=self.links, a=a, b=b, show=show, rows=rows, counts=counts,
-                      shows=shows)
+                      shows=shows, summary=compare_summary(everything), prompts=prompts)
 

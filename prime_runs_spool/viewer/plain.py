@@ -121,6 +121,7 @@ class PlainIndex(RunIndex):
         """The file was rewritten (``--resume``): what was read of it no longer holds."""
         self.rows = []
         self.prompts = {}
+        self.prompt_heads = {}
         self.metric_names = {}
         self._offset = self._lines = 0
         self._stopped = False

@@ -268,6 +268,44 @@ def _means(index: RunIndex) -> dict[str, tuple[Any, float | None, int]]:
     return {key: (e[0], e[1] / e[2] if e[2] else None, e[3]) for key, e in sums.items()}
 
 
+#: Resamples of the paired bootstrap (a fixed seed: the same runs give the same interval).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+@dataclass
+class CompareSummary:
+    """B against A over the examples both ran: mean of the per-example differences (B − A),
+    wins, losses, ties, and a 95% paired bootstrap interval of the mean difference."""
+
+    paired: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_delta: float | None
+    wins: int
+    losses: int
+    ties: int
+    low: float | None
+    high: float | None
+
+
+def compare_summary(rows: list[CompareRow]) -> CompareSummary:
+    import random
+
+    pairs = [(row.a, row.b) for row in rows if row.a is not None and row.b is not None]
+    if not pairs:
+        return CompareSummary(0, None, None, None, 0, 0, 0, None, None)
+    deltas = [b - a for a, b in pairs]
+    n = len(deltas)
+    rng = random.Random(BOOTSTRAP_SEED)
+    means = sorted(sum(rng.choices(deltas, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return CompareSummary(
+        paired=n, mean_a=sum(a for a, _ in pairs) / n, mean_b=sum(b for _, b in pairs) / n,
+        mean_delta=sum(deltas) / n, wins=sum(d > 0 for d in deltas), losses=sum(d < 0 for d in deltas),
+        ties=sum(d == 0 for d in deltas), low=means[int(0.025 * BOOTSTRAP_RESAMPLES)],
+        high=means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1])
+
+
 def compare(a: RunIndex, b: RunIndex, show: str) -> list[CompareRow]:
     """Per example id: each run's mean reward over its rollouts; ``show`` filters by kind."""
     left, right = _means(a), _means(b)
