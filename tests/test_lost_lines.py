@@ -110,3 +110,27 @@ def test_a_dead_writers_segment_is_fsynced_before_a_shipping_read(tmp_path: Path
     assert synced.count(identity) == 1  # unchanged since: not synced again
     list(iter_records(builder.run_dir))  # a read that ships nothing never syncs
     assert synced.count(identity) == 1
+
+
+def test_a_position_that_no_longer_starts_a_line_is_refused_by_the_reader(tmp_path: Path) -> None:
+    from prime_runs_spool.errors import PositionLostError
+    from prime_runs_spool.spool.reader import Position, position_lost
+    from support.segments import build_segment, write_segment
+
+    content, written = build_segment([{"i": i} for i in range(4)], seal=None)
+    position = Position(1, written[3][0], written[3][2])  # the start of the third episode
+    segment = write_segment(tmp_path, content)
+    assert [r.seq for r in iter_records(tmp_path, position)] == [4, 5]
+    for name, lost in (("nul", content[:written[2][0]] + bytes(len(content) - written[2][0])),
+                       ("shorter", content[:written[2][0]]),
+                       ("mid-line", content[:written[3][0] - 5] + content[written[3][0]:])):
+        segment.write_bytes(lost)
+        assert position_lost(segment, position), name
+        with pytest.raises(PositionLostError, match="seg-000001.jsonl: corrupt at byte"):
+            list(iter_records(tmp_path, position))
+    # A line glued to a damaged one starts after no line feed, and still holds.
+    glued = bytearray(content)
+    glued[written[3][0] - 1] = ord("x")
+    segment.write_bytes(bytes(glued))
+    assert position_lost(segment, position) is None
+    assert [r.seq for r in iter_records(tmp_path, position)] == [4, 5]

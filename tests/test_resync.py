@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,36 +33,50 @@ def _read(run_dir: Path) -> tuple[list[Record], list[Damage]]:
     return records, damage
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(episodes=_payloads, sealed=st.booleans(), data=st.data())
+@given(segments=st.lists(st.tuples(_payloads, st.booleans()), min_size=1, max_size=3), data=st.data())
 def test_random_corruption_yields_exactly_the_intact_records_and_reports_every_damaged_one(
-        tmp_path_factory, episodes, sealed, data) -> None:
+        tmp_path_factory, segments, data) -> None:
+    """Flip random bytes anywhere in a run of one to three segments, headers included."""
     run_dir = tmp_path_factory.mktemp("run")
-    content, written = build_segment(episodes, seal="completed" if sealed else None)
-    body_start = written[0][0]  # the header line is left whole here (a damaged header: below)
-    flips = data.draw(st.dictionaries(st.integers(body_start, len(content) - 1), st.integers(1, 255),
-                                      min_size=1, max_size=4))
-    damaged = bytearray(content)
-    for at, mask in flips.items():
-        damaged[at] ^= mask
-    write_segment(run_dir, bytes(damaged))
+    expected: list[tuple[int, int, int, str, object]] = []
+    built = []
+    for index, (episodes, sealed) in enumerate(segments, start=1):
+        content, written = build_segment(episodes, seal="completed" if sealed and index == len(segments) else None,
+                                         index=index)
+        flips = data.draw(st.dictionaries(st.integers(0, len(content) - 1), st.integers(1, 255), max_size=3),
+                          label=f"flips in segment {index}")
+        damaged = bytearray(content)
+        for at, mask in flips.items():
+            damaged[at] ^= mask
+        write_segment(run_dir, bytes(damaged), index)
+        header_whole = not any(at < written[0][0] for at in flips)
+        intact = [w for w in written if header_whole and not any(w[0] <= at < w[1] for at in flips)]
+        expected += [(index, w[0], w[2], w[3], w[4]) for w in intact]
+        built.append((index, len(content), written, intact, header_whole))
 
     records, damage = _read(run_dir)
-    info = read_run(run_dir).segments[0]
-    torn = info.torn_offset if info.torn_offset is not None else len(content)
-    intact = [w for w in written if not any(w[0] <= at < w[1] for at in flips)]
-    # Exactly the intact records, in order (none can follow a torn tail: it ends the data).
-    assert [(r.offset, r.seq, r.type, r.data) for r in records] == [(w[0], w[2], w[3], w[4]) for w in intact]
-    # Every damaged record is inside a reported stretch, or in the torn tail that ends the
-    # segment (its last line feed damaged; or a NUL byte, which reads as unwritten padding).
-    for w in written:
-        if w not in intact:
-            assert w[0] >= torn or any(d.offset <= w[0] and w[1] <= d.end_offset + 1 for d in damage), (w, damage)
-    # No stretch reported holds an intact record, and each is named where it is.
-    for d in damage:
-        assert d.length >= 0 and d.path == segment_path(run_dir, 1)
-        assert not any(d.offset < w[1] and w[0] < d.end_offset for w in intact), (d, intact)
-    assert info.damage_count == len(damage) and (info.corrupt_offset is None) == (not damage)
+    # Exactly the intact records, in order (none can follow a torn tail: it ends the data;
+    # nothing of a segment whose header is damaged can be trusted, so none of it is intact).
+    assert [(r.segment_index, r.offset, r.seq, r.type, r.data) for r in records] == expected
+    infos = read_run(run_dir).segments
+    for (index, size, written, intact, header_whole), info in zip(built, infos):
+        mine = [d for d in damage if d.segment_index == index]
+        assert all(d.path == segment_path(run_dir, index) and d.length >= 0 for d in mine)
+        if not header_whole:  # one stretch: the whole segment
+            assert [(d.offset, d.length) for d in mine] == [(0, size)], mine
+            continue
+        torn = info.torn_offset if info.torn_offset is not None else size
+        # Every damaged record is inside a reported stretch, or in the torn tail that ends the
+        # segment (its last line feed damaged; or a NUL byte, which reads as unwritten padding).
+        for w in written:
+            if w not in intact:
+                assert w[0] >= torn or any(d.offset <= w[0] and w[1] <= d.end_offset + 1 for d in mine), (w, mine)
+        # No stretch reported holds an intact record.
+        for d in mine:
+            assert not any(d.offset < w[1] and w[0] < d.end_offset for w in intact), (d, intact)
+        assert info.damage_count == len(mine) and (info.corrupt_offset is None) == (not mine)
 
 
 def test_a_damaged_line_feed_loses_one_record_not_the_one_glued_to_it(tmp_path: Path) -> None:
