@@ -159,8 +159,8 @@ class ObjectStore:
         found = []
         try:
             for page in obstore.list(self._store, chunk_size=1000):
-                found += [ObjectInfo(str(m["path"]), int(m["size"]), m.get("e_tag"), _epoch(m.get("last_modified")))
-                          for m in page]
+                found += [ObjectInfo(str(m["path"]), int(m["size"]), _quoted(m.get("e_tag")),
+                                     _epoch(m.get("last_modified"))) for m in page]
         except FileNotFoundError:
             return []
         except Exception as exc:
@@ -348,6 +348,15 @@ class ObjectStore:
         if isinstance(exc, PreconditionError):
             return _changed_while_read(self.location(key))
         return StoreError(f"{self.location(key)}: cannot {verb}: {_first_line(exc)}")
+
+
+def _quoted(etag: str | None) -> str | None:
+    """An etag as requests and answers carry it, in quotes: Azure's listing gives it bare
+    (``0x8D...``) where its reads and writes give ``"0x8D..."``, and the cached state's etag,
+    taken from a write, must compare equal to the listing's."""
+    if etag is None or etag.startswith(('"', 'W/"')):
+        return etag
+    return f'"{etag}"'
 
 
 def _epoch(when: object) -> float | None:

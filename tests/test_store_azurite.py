@@ -1,0 +1,111 @@
+"""``az://`` tested as ``s3://`` is: against Azurite, Azure's blob API on loopback.
+
+First the conditional writes the lease and the state rely on (create-only, replace only if
+unchanged, ranged reads refused once the object was replaced), through the same library
+calls the code makes; then ``mirror``, ``sync`` (twice, and two syncers at once), ``status``
+and ``verify`` over an ``az://`` URL, as real commands against the real local platform.
+Azurite is installed by tests/setup.sh (npm, into ``.cache/azurite``); without it these
+tests are skipped and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prime_runs_spool.errors import StoreConflict
+from prime_runs_spool.store.objects import ObjectStore
+from support import azurite_server
+from support.env import CLI, child_env
+from support.runs import RunBuilder, build_run
+from support.store_runs import upload_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+
+azurite = azurite_server.module_fixture()
+
+
+@pytest.fixture
+def container_url(azurite: azurite_server.AzuriteServer) -> str:
+    return f"az://{azurite.new_container()}/outputs"
+
+
+def test_create_only_and_replace_if_unchanged_are_refused_as_relied_on(container_url: str) -> None:
+    store = ObjectStore(container_url)
+    first = store.create("lease.json", b"v1")
+    with pytest.raises(StoreConflict):
+        store.create("lease.json", b"other")
+    second = store.replace("lease.json", b"v2", first)
+    with pytest.raises(StoreConflict):
+        store.replace("lease.json", b"v3", first)  # a stale etag
+    assert store.read("lease.json") == (b"v2", second)
+    assert store.create("lease.json", b"v2") == second  # a refused write holding our bytes is ours
+    # The listing's etag is the one writes and reads give (Azure lists it without quotes).
+    assert [(info.key, info.etag) for info in store.list()] == [("lease.json", second)]
+
+
+def test_a_ranged_read_is_refused_once_the_object_was_replaced(container_url: str) -> None:
+    store = ObjectStore(container_url)
+    etag = store.create("seg", b"0123456789")
+    [listed] = store.list()
+    assert store.read_range("seg", 2, 5, listed.etag) == b"234"
+    store.replace("seg", b"abcdefghij", etag)
+    with pytest.raises(StoreConflict):
+        store.read_range("seg", 2, 5, listed.etag)
+
+
+def _sync(base_url: str, azurite: azurite_server.AzuriteServer, home: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(sync_cmd(base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
+                                          **azurite.env()))
+
+
+def _runs(proc: subprocess.Popen[str]) -> list[dict]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out)["runs"]
+
+
+def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api, azurite, container_url: str) -> None:
+    outputs = tmp_path / "outputs"
+    live = RunBuilder(outputs / "eval-live", "az-live")
+    live.open_segment()
+    live.add(5)
+    done = build_run(outputs / "eval-done", "az-done", 7)
+    mirror = [*CLI, "mirror", "--once", "--json", str(outputs), container_url]
+    env = child_env(**azurite.env())
+    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+    first = _runs(_sync(server.base_url, azurite, tmp_path / "m1", container_url, "--json"))
+    assert sorted((r["state"], r["pushed_now"]) for r in first) == [("live", 5), ("synced", 7)]
+    live.add(3)
+    live.seal()
+    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+    # Another machine (its own cache) finds the state in the container: only what is new.
+    second = _runs(_sync(server.base_url, azurite, tmp_path / "m2", container_url, "--json"))
+    assert sorted((r["state"], r["pushed_now"]) for r in second) == [("synced", 3), ("up_to_date", 0)]
+    for builder in (live, done):
+        assert_exactly_once(api, builder)
+    status = subprocess.run([*CLI, "status", container_url, "--json"], capture_output=True, text=True, env=env)
+    assert status.returncode == 0, status.stderr
+    pushed = sorted(run["destinations"][0]["samples_pushed"] for run in json.loads(status.stdout)["runs"])
+    assert pushed == [7, 8]
+    verify = subprocess.run([*CLI, "verify", container_url, "--json"], capture_output=True, text=True, env=env)
+    assert verify.returncode == 0, verify.stderr
+    assert sorted(r["status"] for r in json.loads(verify.stdout)["runs"]) == ["completed", "completed"]
+
+
+def test_two_syncers_on_one_container_push_each_episode_once(tmp_path: Path, server, api, azurite,
+                                                             container_url: str) -> None:
+    builders = [build_run(tmp_path / f"run-{n}", f"az-pair-{n}", 8) for n in range(3)]
+    for n, builder in enumerate(builders):  # the fixture's settings are this process's too
+        upload_run(container_url, builder.run_dir, f"run-{n}")
+    procs = [_sync(server.base_url, azurite, tmp_path / f"m{n}", container_url, "--json", "--wait", "--jobs", "2",
+                   "--max-request-bytes", "8000") for n in range(2)]
+    runs = [_runs(proc) for proc in procs]
+    for n in range(3):
+        assert sorted(r[n]["pushed_now"] for r in runs) == [0, 8], runs
+    for builder in builders:
+        assert_exactly_once(api, builder)
+
