@@ -24,7 +24,8 @@ from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatc
 from prime_runs_spool.spool.format import FORMAT_VERSION, parse_line
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.masking import MASK
-from prime_runs_spool.runner.ending import ERROR_MAX_CHARS, EXITED_OPEN_ERROR, describe_error
+from prime_runs_spool.runner.ending import EXITED_OPEN_ERROR
+from prime_runs_spool.runner.error_line import ERROR_MAX_CHARS, describe_error
 from support.env import child_env
 from support.loop_ticker import Ticker
 from support.episodes import small_episode, small_trace

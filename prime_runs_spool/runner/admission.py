@@ -22,7 +22,7 @@ from prime_runs_spool.errors import (
     SampleTooLargeError,
 )
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
-from prime_runs_spool.runner.ending import describe_error
+from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.spool.format import (EPISODE, MAX_LINE_BYTES, Payload, check_line_fits, find_unserializable,
                                            framing_rest, prepare, serialize, to_jsonable)
 

@@ -10,43 +10,29 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from prime_runs_spool.runner.error_line import describe_error
+from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
 
 if TYPE_CHECKING:
-    from prime_runs_spool.runner.run import Run
+    from prime_runs_spool.runner.forks import Ownership
+    from prime_runs_spool.runner.listeners import Listeners
+    from prime_runs_spool.runner.shipping import Shipping
+    from prime_runs_spool.spool.writer import SegmentWriter
 
 _log = logging.getLogger("prime_runs_spool")
 
-#: A seal's ``error`` is one line of at most this many characters.
-ERROR_MAX_CHARS = 500
 #: Exceptions that mean the process was stopped rather than the run failing on its own.
 INTERRUPTS: tuple[type[BaseException], ...] = (KeyboardInterrupt, asyncio.CancelledError, SystemExit)
 #: What a cancelled run's seal records, as prime-runs 0.1.4 does (the interrupt has no message worth keeping).
 INTERRUPTED_ERROR = "interrupted"
 #: What the exit hook records for a run the process left open.
 EXITED_OPEN_ERROR = "the process exited without finishing the run"
-
-OPEN = "open"
-#: Between the decision to seal and the seal on disk: appends are already refused.
-CLOSING = "closing"
-
-
-def describe_error(error: BaseException | str) -> str:
-    """``Type: message`` on one line, truncated: what a seal records about a failure."""
-    if isinstance(error, BaseException):
-        message = str(error)
-        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    else:
-        text = str(error)
-    text = " ".join(text.split())
-    if len(text) > ERROR_MAX_CHARS:
-        text = text[: ERROR_MAX_CHARS - 3] + "..."
-    return text
-
 
 def seal_status_for(error: BaseException | str) -> str:
     """``cancelled`` when the process was stopped on purpose (Ctrl-C, SIGTERM raised as
@@ -66,10 +52,19 @@ def seal_error_for(error: BaseException | str) -> str:
 
 class Ending:
     """Seals one run, once. Works on the run's status, appends in flight and summary under
-    the run's own lock (``run._cond``): those belong to the run, which admits episodes by them."""
+    the run's lock (:class:`RunState`, shared with the run, which admits episodes by them);
+    the run's writer, shipper, listeners and owner are handed to it, the run itself only as
+    what the listeners are told about."""
 
-    def __init__(self, run: Run) -> None:
-        self._run = run
+    def __init__(self, run_id: str, state: RunState, writer: SegmentWriter | None, shipping: Shipping,
+                 listeners: Listeners[Any], ownership: Ownership, subject: object) -> None:
+        self._run_id = run_id
+        self._state = state
+        self._writer = writer
+        self._shipping = shipping
+        self._listeners = listeners
+        self._ownership = ownership
+        self._subject = subject
         #: Serializes finish/abort/the exit hook, so a second caller waits for the first seal.
         self._closing = threading.Lock()
         #: The summary sealed with the run (None until then, and for a run not finished).
@@ -85,24 +80,24 @@ class Ending:
         Refusing first is what lets it return while other threads keep logging: waiting for
         "nothing in flight" while still admitting once starved it for good.
         """
-        run = self._run
+        state = self._state
         with self._closing:
-            with run._cond:
-                if run._status not in (OPEN, CLOSING):  # CLOSING: a finish interrupted while waiting
+            with state.cond:
+                if state.status not in (OPEN, CLOSING):  # CLOSING: a finish interrupted while waiting
                     return self._final_summary
-                if run._inflight_async and _on_running_loop():
+                if state.inflight_async and _on_running_loop():
                     raise RuntimeError(
                         "finish() would block the event loop while log_episodes_async calls are "
                         "in flight; await them first, or call finish via asyncio.to_thread"
                     )
-                run._status = CLOSING  # from here on, _admit refuses with RunClosedError
-                while run._inflight:
-                    run._cond.wait()
-                final = dict(summary) if summary is not None else run._summary.result()
+                state.status = CLOSING  # from here on, _admit refuses with RunClosedError
+                while state.inflight:
+                    state.cond.wait()
+                final = dict(summary) if summary is not None else state.summary.result()
             try:
                 self._seal(COMPLETED, summary=final, error=None)
             finally:
-                run._shipping.drain()
+                self._shipping.drain()
             return final
 
     def close_without_finishing(self, status: str, error: str) -> None:
@@ -112,40 +107,40 @@ class Ending:
         settle. An append that loses the race with the seal raises :class:`RunClosedError`.
         Does nothing in a forked child: the run is its parent's (runner/forks.py).
         """
-        run = self._run
-        if run._ownership.forked:
+        if self._ownership.forked:
             return
+        state = self._state
         with self._closing:
-            with run._cond:
-                if run._status not in (OPEN, CLOSING):  # CLOSING: not sealed yet
+            with state.cond:
+                if state.status not in (OPEN, CLOSING):  # CLOSING: not sealed yet
                     return
             try:
                 self._seal(status, summary=None, error=error)
             except Exception as exc:  # the eval is already failing: report, don't mask its error
-                _log.warning("run %s could not be sealed %s: %s", run.id, status, describe_error(exc))
+                _log.warning("run %s could not be sealed %s: %s", self._run_id, status, describe_error(exc))
             finally:
-                run._shipping.drain()
+                self._shipping.drain()
 
     def _seal(self, status: str, *, summary: dict[str, Any] | None, error: str | None) -> None:
-        run = self._run
-        with run._cond:
+        state = self._state
+        with state.cond:
             # Closed before the seal is written, so later logs raise RunClosedError rather
             # than a writer error.
-            run._status = CLOSING
+            state.status = CLOSING
         try:
-            if run._writer is not None:
-                run._writer.seal(status, summary=summary, error=error)
+            if self._writer is not None:
+                self._writer.seal(status, summary=summary, error=error)
         except BaseException:
-            with run._cond:
-                run._status = CRASHED  # left unsealed: what every reader will call it
+            with state.cond:
+                state.status = CRASHED  # left unsealed: what every reader will call it
             raise
         finally:
-            forget(run)
-        with run._cond:
-            run._status = status
+            forget(self)
+        with state.cond:
+            state.status = status
             self._final_summary = summary
-            listeners = run._listeners.snapshot() if run._writer is not None else []
-        run._listeners.notify(run, listeners)
+            listeners = self._listeners.snapshot() if self._writer is not None else ()
+        self._listeners.notify(self._subject, listeners)
 
 
 def _on_running_loop() -> bool:
@@ -162,33 +157,38 @@ def _on_running_loop() -> bool:
 # have to guess from a missing seal and a released lock. Strong references on purpose: a
 # run dropped without finishing must still be sealed, not garbage-collected unsealed.
 
-_open_runs: set[Run] = set()
+_open_runs: set[Ending] = set()
 _open_runs_lock = threading.Lock()
 
 
-def remember(run: Run) -> None:
+def remember(ending: Ending) -> None:
     """A run with a spool was opened: seal it at exit unless it ends first."""
     with _open_runs_lock:
-        _open_runs.add(run)
+        _open_runs.add(ending)
 
 
-def forget(run: Run) -> None:
+def forget(ending: Ending) -> None:
     with _open_runs_lock:
-        _open_runs.discard(run)
+        _open_runs.discard(ending)
 
 
 def forget_all_after_fork() -> None:
-    """In a forked child: the open runs are the parent's, so the child's exit seals none."""
+    """In a forked child: the open runs are the parent's, so the child's exit seals none
+    (runner/forks.py disowns the runs themselves)."""
     global _open_runs_lock
     _open_runs_lock = threading.Lock()  # a parent thread may have held it at the fork
     _open_runs.clear()
 
 
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=forget_all_after_fork)
+
+
 def _seal_open_runs() -> None:
     with _open_runs_lock:
-        runs = list(_open_runs)
-    for run in runs:
-        run._ending.close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
+        endings = list(_open_runs)
+    for ending in endings:
+        ending.close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
 
 
 atexit.register(_seal_open_runs)

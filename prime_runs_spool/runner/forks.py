@@ -18,28 +18,26 @@ would interleave with its parent's under that rule.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from prime_runs_spool.errors import RunForkedError
-from prime_runs_spool.runner import ending
 
-if TYPE_CHECKING:
-    from prime_runs_spool.runner.run import Run
-
-#: Every run of this process, open or not (weakly): those a forked child must disown.
-_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+#: The owner of every run of this process, open or not (weakly): those a forked child must disown.
+_owners: weakref.WeakSet[Ownership] = weakref.WeakSet()
 
 
 class Ownership:
-    """Which process a run belongs to: the one that opened it."""
+    """Which process a run belongs to: the one that opened it. ``after_fork`` holds what
+    the run's parts replace in a forked child (the locks a parent thread may have held)."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self) -> None:
         self.pid = os.getpid()
         #: Set in a forked child by the fork hook.
         self.forked = False
-        _runs.add(run)
+        #: Called in a forked child, once the run is marked forked.
+        self.after_fork: list[Callable[[], None]] = []
+        _owners.add(self)
 
     def check(self, run_id: str) -> None:
         """Raise :class:`RunForkedError` in a forked child."""
@@ -53,19 +51,17 @@ class Ownership:
 
 
 def _disown_runs_after_fork() -> None:
-    """In the child: mark every inherited run forked and forget it in the exit hook.
+    """In the child: mark every inherited run forked (runner/ending.py's own fork hook
+    forgets it in the exit hook).
 
     The locks a parent thread may have held at the fork are replaced, never taken: that
     thread does not exist here, and anything waiting for it would wait forever.
     """
-    ending.forget_all_after_fork()
-    for run in list(_runs):
-        ownership = run._ownership
+    for ownership in list(_owners):
         if ownership.pid != os.getpid():
             ownership.forked = True
-            run._lock = threading.Lock()
-            run._cond = threading.Condition(run._lock)
-            run._ending.reset_after_fork()
+            for reset in ownership.after_fork:
+                reset()
 
 
 if hasattr(os, "register_at_fork"):

@@ -10,19 +10,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-from prime_runs_spool.runner.ending import describe_error
-
-if TYPE_CHECKING:
-    from prime_runs_spool.runner.run import Run
+from prime_runs_spool.runner.error_line import describe_error
 
 _log = logging.getLogger("prime_runs_spool")
 
-DurableListener = Callable[["Run"], None]
+#: What a listener is told about: the run (runner/run.py), handed over as it is.
+Subject = TypeVar("Subject")
 
 
-class Listeners:
+class Listeners(Generic[Subject]):
     """The listeners of one run; safe to add to while appends are notifying.
 
     Held as a tuple that ``add`` replaces: a snapshot is the tuple itself, with no lock and
@@ -31,17 +29,17 @@ class Listeners:
     def __init__(self, run_id: str) -> None:
         self._run_id = run_id
         self._lock = threading.Lock()
-        self._listeners: tuple[DurableListener, ...] = ()
+        self._listeners: tuple[Callable[[Subject], None], ...] = ()
 
-    def add(self, listener: DurableListener) -> None:
+    def add(self, listener: Callable[[Subject], None]) -> None:
         with self._lock:
             self._listeners = (*self._listeners, listener)
 
-    def snapshot(self) -> tuple[DurableListener, ...]:
+    def snapshot(self) -> tuple[Callable[[Subject], None], ...]:
         """The listeners as they are now: taken under the run's lock, called outside it."""
         return self._listeners
 
-    def notify(self, run: Run, listeners: tuple[DurableListener, ...]) -> None:
+    def notify(self, run: Subject, listeners: tuple[Callable[[Subject], None], ...]) -> None:
         for listener in listeners:
             try:
                 listener(run)

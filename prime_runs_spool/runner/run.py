@@ -23,9 +23,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,19 @@ from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
-from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.platform_runs import PLATFORM_RUNS_KEY
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import CLOSING, OPEN, Ending, describe_error, remember, seal_error_for, seal_status_for
-from prime_runs_spool.runner.listeners import DurableListener, Listeners
+from prime_runs_spool.runner.ending import Ending, remember, seal_error_for, seal_status_for
+from prime_runs_spool.runner.error_line import describe_error
+from prime_runs_spool.runner.listeners import Listeners
+from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
 from prime_runs_spool.runner.shipping import Shipping
 from prime_runs_spool.runner.admission import Prepared, prepare_episode
 from prime_runs_spool.runner.forks import Ownership
+
+#: Told after each durable append and after the seal, with the run (runner/listeners.py).
+DurableListener = Callable[["Run"], None]
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -73,30 +76,26 @@ class Run:
         self._resumed = resumed
         self._writer = writer
         self._episode_rules = episode_rules
-        #: The run's lock; ``_cond`` is on it, for ``finish`` to wait for appends in flight.
-        #: The append path takes the lock itself (a Condition's ``with`` is Python code).
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        # Everything below is guarded by self._lock.
-        self._status = OPEN
+        #: The run's lock, status, appends in flight and summary, shared with its ending.
+        self._state = RunState(prior.summary)
+        # Everything below is guarded by the state's lock too.
         self._seen = prior.episode_ids
         self._counter: RolloutCounter = prior.counter
-        self._summary: SummaryAccumulator = prior.summary
         self._logged = 0
         self._skipped = 0
-        self._inflight = 0
-        self._inflight_async = 0
         #: Durable episodes of the whole run (earlier segments included): what pending counts from.
         self._prior_episodes = prior.episodes
         # The collaborators: a lock of theirs may be taken under the run's, never the reverse.
         #: The eval's in-process consumers, told after each durable append and the seal.
-        self._listeners = Listeners(run_id)
+        self._listeners: Listeners[Run] = Listeners(run_id)
         #: Online mode's shipper (started by open_run), drained after the seal.
         self._shipping = Shipping(run_id, run_dir, pending=lambda: self.pending)
-        #: finish, abort and the exit hook: the one way a run is sealed.
-        self._ending = Ending(self)
         #: The process that opened the run, the only one that may write or seal it.
-        self._ownership = Ownership(self)
+        self._ownership = Ownership()
+        #: finish, abort and the exit hook: the one way a run is sealed.
+        self._ending = Ending(run_id, self._state, writer, self._shipping, self._listeners, self._ownership,
+                              subject=self)
+        self._ownership.after_fork += [self._state.reset_after_fork, self._ending.reset_after_fork]
 
     # -- identity -------------------------------------------------------------------------
 
@@ -126,19 +125,19 @@ class Run:
     @property
     def status(self) -> str:
         """``open``, then ``completed``, ``failed``, ``cancelled`` or ``crashed`` (``closing`` while being sealed)."""
-        with self._cond:
-            return self._status
+        with self._state.cond:
+            return self._state.status
 
     @property
     def episodes_logged(self) -> int:
         """Episodes this process recorded (durable), not counting skipped duplicates."""
-        with self._cond:
+        with self._state.cond:
             return self._logged
 
     @property
     def episodes_skipped(self) -> int:
         """Episodes not recorded because their id was already in the run's spool."""
-        with self._cond:
+        with self._state.cond:
             return self._skipped
 
     # -- online mode: the shipper's progress, for a runner's dashboard footer ------------
@@ -160,14 +159,14 @@ class Run:
     def pending(self) -> int:
         """Durable episodes of the run not yet acknowledged by the platform (in offline
         mode: all of them, for ``prime-runs sync`` to ship)."""
-        with self._cond:
+        with self._state.cond:
             total = self._prior_episodes + self._logged
         return max(0, total - self.pushed)
 
     def summary(self) -> dict[str, Any]:
         """The run summary so far, over every durable episode of the run (all segments)."""
-        with self._cond:
-            return self._summary.result()
+        with self._state.cond:
+            return self._state.summary.result()
 
     def add_durable_listener(self, listener: DurableListener) -> None:
         """Call ``listener(run)`` after each durable append and after the seal.
@@ -287,10 +286,11 @@ class Run:
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
         seen = self._seen
         number_for = self._counter.next_number_for
-        lock = self._lock
+        state = self._state
+        lock = state.lock
         lock.acquire()  # not ``with``: about half the cost, on every append
         try:
-            if self._status != OPEN:
+            if state.status != OPEN:
                 raise self._closed_error()
             if skipped:
                 self._skipped += skipped
@@ -319,9 +319,9 @@ class Run:
                     seen.discard(episode_id)
                 raise
             if lines:
-                self._inflight += 1
+                state.inflight += 1
                 if is_async:
-                    self._inflight_async += 1
+                    state.inflight_async += 1
         finally:
             lock.release()
         return lines, prepared if records is None else records
@@ -333,12 +333,13 @@ class Run:
         Nothing here can leave the append counted in flight: ``finish`` and the exit hook
         wait for that count, so a failure here once stranded the run forever.
         """
-        lock = self._lock
+        state = self._state
+        lock = state.lock
         lock.acquire()  # not ``with``: about half the cost, on every append
         try:
             if durable:
                 self._logged += len(records)
-                add_reading = self._summary.add_reading
+                add_reading = state.summary.add_reading
                 for record in records:
                     # Recorded whatever happens here, so a failure (reading it, before;
                     # counting it, here) is logged, never raised (check_episode keeps it
@@ -356,11 +357,11 @@ class Run:
                 # and silently skipped; it has to meet the writer's error again.
                 self._seen.difference_update(record.episode_id for record in records)
         finally:
-            self._inflight -= 1
+            state.inflight -= 1
             if is_async:
-                self._inflight_async -= 1
-            if self._status != OPEN:  # only a finish (CLOSING) waits for appends in flight
-                self._cond.notify_all()
+                state.inflight_async -= 1
+            if state.status != OPEN:  # only a finish (CLOSING) waits for appends in flight
+                state.cond.notify_all()
             lock.release()
         return self._listeners.snapshot() if durable and self._writer is not None else ()
 
@@ -369,9 +370,9 @@ class Run:
                    self._id, record.episode_id, describe_error(exc))
 
     def _closed_error(self) -> RunClosedError:
-        if self._status == CLOSING:
+        if self._state.status == CLOSING:
             return RunClosedError(f"run {self._id} is being finished; it takes no more episodes")
-        return RunClosedError(f"run {self._id} is already {self._status}; it takes no more episodes")
+        return RunClosedError(f"run {self._id} is already {self._state.status}; it takes no more episodes")
 
     # -- ending the run -------------------------------------------------------------------
 
@@ -527,7 +528,7 @@ def open_run(
         episode_rules=episode_rules,
     )
     if writer is not None:
-        remember(run)
+        remember(run._ending)
         if mode == ONLINE:
             run._shipping.start(ship_timeout)
     return run

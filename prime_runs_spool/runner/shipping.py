@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prime_runs_spool.runner.ending import describe_error
+from prime_runs_spool.runner.error_line import describe_error
 
 if TYPE_CHECKING:
     from prime_runs_spool.runner.online import Shipper

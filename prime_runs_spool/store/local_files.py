@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 from prime_runs_spool.errors import StoreConflict, StoreSetupError
 from prime_runs_spool.spool.layout import make_private_dir
-from prime_runs_spool.store.objects import ObjectInfo
+from prime_runs_spool.store.object_info import ObjectInfo
 
 #: Where a write is prepared before it lands, beside its object; never listed as an object.
 TEMP_PREFIX = ".prime-runs-tmp-"

@@ -22,14 +22,11 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.spool.layout import MAX_SMALL_FILE_BYTES
-
-if TYPE_CHECKING:
-    from prime_runs_spool.store.local_files import LocalFiles
+from prime_runs_spool.store.local_files import LocalFiles, local_root
+from prime_runs_spool.store.object_info import ObjectInfo
 
 #: The URL schemes the library opens (which were tested: docs/cli.md).
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
@@ -52,17 +49,6 @@ def is_store_url(text: object) -> bool:
     if not isinstance(text, str) or "://" not in text:
         return False
     return text.split("://", 1)[0].lower() in SCHEMES
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """One object of a listing: its key below the store's prefix, its size, its etag, and
-    when it was last written (seconds since the epoch, by the store's clock; None if unknown)."""
-
-    key: str
-    size: int
-    etag: str | None
-    modified: float | None = None
 
 
 def url_problem(url: str) -> str | None:
@@ -120,8 +106,6 @@ class ObjectStore:
         self.stats: Counter[str] = Counter()
         self._local: LocalFiles | None = None
         if self.url.split("://", 1)[0].lower() == LOCAL_SCHEME:
-            from prime_runs_spool.store.local_files import LocalFiles, local_root
-
             self._local = LocalFiles(local_root(self.url))
             return
         try:

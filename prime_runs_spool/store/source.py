@@ -26,7 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from prime_runs_spool.spool.layout import LIVE_MARKER_SUFFIX, SPOOL_DIRNAME, segment_index
-from prime_runs_spool.store.objects import ObjectInfo, ObjectStore
+from prime_runs_spool.store.object_info import ObjectInfo
+from prime_runs_spool.store.objects import ObjectStore
 
 #: The first read after a seek fetches this much (a header and manifest, a few records: each
 #: pass reads a segment's first lines a few times, so this is paid per read of a grown run)...

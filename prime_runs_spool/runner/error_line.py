@@ -1,0 +1,20 @@
+"""One line about a failure: what a seal records as its ``error``, and what the log says when
+a listener, the shipper or the summary fails (never a traceback, never a second line)."""
+
+from __future__ import annotations
+
+#: A seal's ``error`` is one line of at most this many characters.
+ERROR_MAX_CHARS = 500
+
+
+def describe_error(error: BaseException | str) -> str:
+    """``Type: message`` on one line, truncated: what a seal records about a failure."""
+    if isinstance(error, BaseException):
+        message = str(error)
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    else:
+        text = str(error)
+    text = " ".join(text.split())
+    if len(text) > ERROR_MAX_CHARS:
+        text = text[: ERROR_MAX_CHARS - 3] + "..."
+    return text
