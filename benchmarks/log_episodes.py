@@ -42,7 +42,7 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   growing file, so each of their syncs also commits the filesystem's journal; the spool's
   do not, which is most of what it gains on them.
 
-Goals (issue 14): 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
+Goals: 0.8, 0.8 and 1.0. Each phase draws from a pool of distinct episodes and
 ends early if the pool runs out, so a rate is episodes over the time actually spent.
 """
 

@@ -10,13 +10,13 @@ range) over N runs taken in turns, so drift on a shared machine hits them all al
 * a no-op ``prime-runs sync`` of one run that was already synced (nothing to send), against
   a local platform running in its own process, as a re-sync in CI meets it.
 
-Goal (issue 14): both commands under 0.25 s. Beside the wall time, each against the floor,
+Goal: both commands under 0.25 s. Beside the wall time, each against the floor,
 and the CPU time of the process (user + system), which a busy machine moves far less.
 
 Whether Python may cache bytecode changes the figures: with ``PYTHONDONTWRITEBYTECODE`` set
 (as on the shared development machines) and this checkout never compiled, every module of the
 package is compiled from source at every start, about 0.09 s of CPU for a no-op sync
-(docs/benchmarks.md, issue 14). The script says which case it measured.
+(docs/benchmarks.md). The script says which case it measured.
 """
 
 from __future__ import annotations

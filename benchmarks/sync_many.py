@@ -12,7 +12,7 @@ What is linear shows in the per-run time: if the first sync is linear in the num
 the large tree's seconds per run equal the small one's (the last line's ratio stays near 1;
 a quadratic sync makes it about 4). The CPU the sync process and the platform process spent
 on the first sync is printed per run too: on a shared machine it moves far less than the
-wall time. Goals (issue 14): 2,000 new runs in under 30 s, and
+wall time. Goals: 2,000 new runs in under 30 s, and
 their no-op re-sync in under 5 s.
 """
 

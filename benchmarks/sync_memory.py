@@ -8,7 +8,7 @@ synced by ``python -m commands sync TREE --base-url URL --jobs N`` as its own pr
 counted. Peak RSS is the sync process's own ``ru_maxrss``, read with ``os.wait4`` by
 fixtures/peak_rss.py, which starts it (so this script's memory is not counted in). For scale,
 the same interpreter importing the CLI and exiting is measured too.
-Goal (issue 5): under 150 MB.
+Goal: under 150 MB.
 """
 
 from __future__ import annotations

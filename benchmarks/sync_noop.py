@@ -13,7 +13,7 @@ timed), then re-synced ``--repeat`` times, timed two ways, alternately:
 
 Every re-sync must report every run ``up_to_date`` with nothing pushed. The number of runs
 is the same for both sizes, so the comparison isolates the size of the spools.
-Goal (issue 5): the large tree's time at most 1.5x the small one's.
+Goal: the large tree's time at most 1.5x the small one's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ a fresh ``prime-runs platform serve`` process (its own GIL):
   ``EvalsClient.push_samples`` (prime-evals 0.2, its default 4 concurrent uploads), which
   re-serializes and batches them itself.
 
-Goals (issue 14): cli at most 1.2x bare, and faster than prime-evals. The CPU time and the
+Goals: cli at most 1.2x bare, and faster than prime-evals. The CPU time and the
 minor page faults of the cli process and of the library call are printed too: on a shared
 machine they move far less than the wall times.
 """
@@ -54,7 +54,7 @@ GOAL = 1.2
 
 #: Per way, per round: (CPU seconds, user + system, and minor page faults) of the sync
 #: itself: the command's whole process, or this process during the library call. Less
-#: noisy than wall time on a shared machine (docs/benchmarks.md, issue 14).
+#: noisy than wall time on a shared machine (docs/benchmarks.md).
 CPU: dict[str, list[tuple[float, int]]] = {"cli": [], "library": []}
 
 

@@ -19,7 +19,7 @@ every state write and the pass with the wall clock and the process's CPU. Per ro
 
 On a shared machine the wall figures move with the load; the CPU figures and the gaps move
 far less. ``--tree`` runs the command from another checkout; given more than once, the
-checkouts take turns in each round on the same spool (an A/B of two branches). docs/benchmarks.md, issue 14, has the figures.
+checkouts take turns in each round on the same spool (an A/B of two branches). docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations

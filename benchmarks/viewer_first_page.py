@@ -15,7 +15,7 @@ indexed yet), over real HTTP to the viewer's uvicorn server on a loopback port:
 * **indexed**: the time until the background index has caught up with the whole run, then
   a page sorted by reward (descending) and a text search over the prompts, over all rows.
 
-Goal (issue 16): the first page in under 1 s, as fast for 100,000 episodes as for 100.
+Goal: the first page in under 1 s, as fast for 100,000 episodes as for 100.
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ def check_episode(record: Mapping[str, Any]) -> None:
     is read, a list where a list is read): everything else in an episode is free-form. Run
     before anything is numbered, so a malformed episode is refused whole, never half
     recorded: a ``metrics`` that is a list once reached the spool and then broke the
-    summary (issue 11).
+    summary.
     """
     episode_id = record.get("id")
     traces = record.get("traces")

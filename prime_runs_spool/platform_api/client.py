@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 #: h11 still copies each slice (joined with its framing), so a slice stays well under the
 #: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB every
 #: copy was a fresh mapping, zero-filled page by page and unmapped again, which cost about
-#: 0.4 s of CPU per 550 MB sent (docs/benchmarks.md, issue 14); at 256 KiB the copies reuse
+#: 0.4 s of CPU per 550 MB sent (docs/benchmarks.md); at 256 KiB the copies reuse
 #: the heap. tests/test_client.py checks the two sizes against each other.
 SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.
@@ -81,7 +81,7 @@ def _tls_for(*urls: str) -> Any:
     """httpx's ``verify`` for a client that talks to ``urls`` only (it follows no redirect).
 
     The default loads the CA bundle, about 25 ms of CPU, even for a client that never
-    makes a TLS connection, as for the local platform (docs/benchmarks.md, issue 14). When
+    makes a TLS connection, as for the local platform (docs/benchmarks.md). When
     every URL is plain ``http``, the client gets a TLS context that trusts no certificate
     at all instead: nothing uses it, and if anything did, verification would fail, never
     pass unchecked."""

@@ -29,7 +29,7 @@ def return_large_blocks_promptly(threshold: int = LARGE_BLOCK) -> bool:
     try:
         # The process's own symbols, the C library's among them. Not find_library("c"):
         # with ctypes.util it costs about 7 ms (it runs ldconfig in a child process), which
-        # every sync, even one with nothing to send, paid at start (issue 14).
+        # every sync, even one with nothing to send, paid at start.
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError, TypeError):  # no mallopt here (macOS, Windows)

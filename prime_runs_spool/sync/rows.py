@@ -283,7 +283,7 @@ class _SpareBodies:
     The ``prime-runs sync`` command fixes glibc's mmap threshold (sync/memory.py), so a
     large buffer freed goes back to the system at once, and a new one is mapped and zero-filled
     page by page as it fills: about 6,400 page faults per 25 MiB body, 0.4 s of CPU per 550
-    MB sent (docs/benchmarks.md, issue 14). Kept here, a buffer is filled again in place.
+    MB sent (docs/benchmarks.md). Kept here, a buffer is filled again in place.
 
     Only a batch holding a LARGE_BODIES token owns a large buffer, and it takes a spare one
     before it makes a new one, so there are never more large buffers, in use or spare, than
@@ -512,7 +512,7 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     the state written before the request (a few syscalls, each of which would wait up to
     the interpreter's switch interval for the GIL a busy producer holds) and the body's
     slices written one by one. Built as soon as the previous one was taken, the next batch
-    cost the sync 20-40 ms per 25 MiB request that way (docs/benchmarks.md, issue 14).
+    cost the sync 20-40 ms per 25 MiB request that way (docs/benchmarks.md).
 
     Items and the error that ends them arrive in order, exactly as iterating ``items``
     directly would give them, and only the consumer touches the sync state. When the
