@@ -487,9 +487,11 @@ def test_a_new_run_writes_its_state_before_each_request_it_announces_and_once_at
     assert syncer(builder.run_dir, platform).run().state == "synced"
     assert [w.in_flight.kind if w.in_flight else None for w in writes] == ["create", "samples", "finalize", None]
     assert writes[1].evaluation_id and writes[1].store == "samples"  # the create's answer, carried
-    assert writes[2].samples_pushed == 5 and writes[2].metrics_sent  # the samples' answer, the PUT's
+    assert writes[1].metadata_sent  # what the create's metadata was: the run's end sends it only changed
+    assert writes[2].samples_pushed == 5  # the samples' answer
     last = writes[-1]
     assert (last.finalized, last.terminal, last.samples_pushed, last.in_flight) == (True, "completed", 5, None)
+    assert last.metrics_sent and last.metadata_sent == writes[1].metadata_sent  # the finalize carried the metrics
     again = len(platform.requests)
     assert syncer(builder.run_dir, platform).run().state == "up_to_date"
     assert len(writes) == 4 and len(platform.requests) == again  # the file alone says so
@@ -903,3 +905,32 @@ def test_status_says_when_a_sync_state_is_damaged_or_unreadable(tmp_path: Path, 
     path.mkdir()  # a state "file" that cannot be read, even by root
     status = run_status(builder.run_dir)
     assert any("cannot be read" in w for w in status.warnings), status.warnings
+
+
+def test_the_count_is_read_before_finalizing_only_when_a_request_went_unanswered(
+        tmp_path: Path, platform: FakePlatform) -> None:
+    """A new run whose every request was answered is finalized straight after its samples:
+    the evaluation is this pass's own, so the count can only be what it acknowledged. One
+    whose samples answer was lost (a 502 after the platform appended them) is settled by a
+    read, and the count is read once more before finalizing."""
+    answered = build_run(tmp_path / "answered", "r-answered", 3)
+    assert syncer(answered.run_dir, platform).run().state == "synced"
+    before_finalize = platform.requests[platform.requests.index(("POST", next(
+        p for m, p in platform.requests if p.endswith("/finalize")))) - 1]
+    assert before_finalize[0] == "POST" and before_finalize[1].endswith("/samples"), platform.requests
+    lost = build_run(tmp_path / "lost", "r-lost", 3)
+    dropped: list[str] = []
+
+    def fault(method: str, path: str, phase: str) -> httpx.Response | None:
+        if phase == "after" and path.endswith("/samples") and not dropped:
+            dropped.append(path)
+            return httpx.Response(502)
+        return None
+
+    platform.fault = fault
+    platform.requests.clear()
+    assert syncer(lost.run_dir, platform).run().state == "synced"
+    finalize = next(n for n, (m, p) in enumerate(platform.requests) if p.endswith("/finalize"))
+    reads = [n for n, (m, p) in enumerate(platform.requests) if m == "GET" and p == dropped[0].removesuffix("/samples")]
+    assert len(reads) == 2 and reads[-1] == finalize - 1, repr(platform.requests)  # the settling read, then this one
+    assert dropped and len(platform.samples[dropped[0].split("/")[2]]) == 3

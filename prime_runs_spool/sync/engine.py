@@ -45,7 +45,7 @@ from prime_runs_spool.sync.rows import durable_records, note_skipped, record_epi
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
-from prime_runs_spool.sync.state import FINALIZE, Destination, InFlight, SyncState, load_state
+from prime_runs_spool.sync.state import FINALIZE, Destination, InFlight, SyncState, load_state, metadata_digest
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -231,7 +231,7 @@ class RunSync:
         try:
             self._fence_other_copy(copies.in_doubt())
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
-                             other_sink=copies.sink if copies.foreign else None)
+                             other_sink=copies.sink if copies.foreign else None, never_held=not copies.previous)
         finally:
             copies.release(self.state.in_flight, self.state.store)
 
@@ -245,16 +245,19 @@ class RunSync:
                                     "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
         self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
 
-    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_sink: str | None) -> None:
+    def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_sink: str | None,
+                    never_held: bool = False) -> None:
         """The pass's part that writes to the platform, under the run's copy lock.
         ``foreign``: another state (a copy of the spool) may have pushed to the run's
-        evaluation since this state was last written, so nothing in it is trusted unchecked."""
+        evaluation since this state was last written, so nothing in it is trusted unchecked.
+        ``never_held``: no pass of any copy of the run on this machine held that lock before."""
         state = self.state
         pending = state.in_flight
         if foreign and pending is not None and is_sink(pending.kind):
             choice.make(pending.kind, self.context).another_copy_pushed()
         # A copy may have created the evaluation meanwhile: looked for before one is created.
-        adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted)
+        adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted,
+                                         never_held=never_held)
         origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
         choice.push(self.context, adopted=adopted, other_copy_sink=other_sink,
                     push_to=lambda sink: self._push(sink, origin))
@@ -424,15 +427,17 @@ class RunSync:
         evaluation_id = str(state.evaluation_id)
         if status == COMPLETED:
             answer = None
-            if not state.finalized or metrics != state.metrics_sent or note:
-                # Also after the first finalize: a resumed run's later seal changes them.
-                metadata = self.evaluation.metadata(self.manifest, note or None)
-                answer = self.protocol.retry("recording metadata", lambda: self.client.update_evaluation(
-                    evaluation_id, metadata=metadata, metrics=metrics))
-                state.metrics_sent = metrics
-                self.protocol.note()  # lost, it costs one more idempotent PUT
+            metadata = self.evaluation.metadata(self.manifest, note or None)
+            # The metadata travels with the create; the metrics with the finalize. A PUT only
+            # for what they did not carry: metadata changed since it was last sent (or not
+            # known to be there), or, after the first finalize, metrics a resumed run's later
+            # seal changed.
+            if (metadata_digest(metadata) != state.metadata_sent
+                    or (state.finalized and metrics != state.metrics_sent)):
+                answer = self._put_metadata("recording metadata", metadata, metrics)
             if not state.finalized:
-                self.sink.before_finalize(answer)
+                if answer is not None or not self._count_exact():
+                    self.sink.before_finalize(answer)
                 self._finalize(metrics)
             self._record_terminal(COMPLETED)
             state.held_back = 0
@@ -447,9 +452,7 @@ class RunSync:
             "held_back": (held := self._held_back()),
             **note,
         }
-        metadata = self.evaluation.metadata(self.manifest, terminal)
-        self.protocol.retry("recording the run's end", lambda: self.client.update_evaluation(
-            evaluation_id, metadata=metadata, metrics=metrics))
+        self._put_metadata("recording the run's end", self.evaluation.metadata(self.manifest, terminal), metrics)
         # Then close it out as prime-runs 0.1.4 does: a second request, because the
         # platform's status guard refuses a whole update once the evaluation is closed
         # (409: already closed, which counts as done), and the metadata must land anyway.
@@ -459,6 +462,25 @@ class RunSync:
         state.held_back = held
         self.protocol.save()
         self.report.state = status
+
+    def _put_metadata(self, what: str, metadata: dict[str, Any], metrics: Mapping[str, Any] | None) -> Any:
+        """``PUT`` the evaluation's metadata (and ``metrics``), recording what it now holds;
+        returns the answer. Idempotent: lost from the state, it costs one more PUT."""
+        state = self.state
+        answer = self.protocol.retry(what, lambda: self.client.update_evaluation(
+            str(state.evaluation_id), metadata=metadata, metrics=metrics))
+        state.metadata_sent = metadata_digest(metadata)
+        if metrics is not None:
+            state.metrics_sent = dict(metrics)
+        self.protocol.note()
+        return answer
+
+    def _count_exact(self) -> bool:
+        """Whether the state's row count is the platform's without a read: this pass created
+        the evaluation and had every request to it answered, all under the run's copy lock,
+        so nothing but its own acknowledged rows can be there (no request settled by a
+        read, none resent after a fence)."""
+        return self.evaluation.created and self.protocol.all_answered
 
     def _finalize(self, metrics: Mapping[str, Any]) -> None:
         state = self.state
@@ -473,6 +495,7 @@ class RunSync:
             self.protocol.send_once("finalizing", InFlight(kind=FINALIZE, sent_at=0.0),
                                     lambda: self.client.finalize(evaluation_id, metrics), completed)
         state.finalized = True
+        state.metrics_sent = dict(metrics)  # the finalize carries them
         state.in_flight = None
         self.protocol.note()  # the file announces the finalize: the next sync reads its status
 
@@ -505,10 +528,8 @@ class RunSync:
                           "detail": exc.detail,
                           "found_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         self.protocol.save()
-        metadata = self.evaluation.metadata(self.manifest)
         try:
-            self.protocol.retry("recording the mismatch", lambda: self.client.update_evaluation(
-                str(state.evaluation_id), metadata=metadata))
+            self._put_metadata("recording the mismatch", self.evaluation.metadata(self.manifest), None)
         except SyncError as failure:
             self.report.warnings.append(f"the mismatch is not in the evaluation's metadata: {failure}")
 

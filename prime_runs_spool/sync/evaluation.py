@@ -19,7 +19,7 @@ from prime_runs_spool.platform_api.v0 import create_body, is_evaluation_id, mani
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
-from prime_runs_spool.sync.state import CREATE, InFlight
+from prime_runs_spool.sync.state import CREATE, InFlight, metadata_digest
 
 
 class Evaluation:
@@ -37,6 +37,10 @@ class Evaluation:
         self.index = index if index is not None else EvaluationIndex()
         #: Platform runs vf-eval pushed the run's episodes to, newest first (set by the engine).
         self.platform_runs: list[str] = []
+        #: Set once this pass created the evaluation and had the answer: the platform then
+        #: holds no row this pass did not send (the engine skips the count read before
+        #: finalizing when every request since was answered).
+        self.created = False
 
     def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The evaluation's metadata: the manifest's, plus what finds this run again."""
@@ -55,9 +59,11 @@ class Evaluation:
             metadata["prime_runs_mismatch"] = dict(state.mismatch)
         return metadata
 
-    def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool) -> bool:
+    def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False) -> bool:
         """Make sure the state names this run's one evaluation; returns True when it was
-        found on the platform rather than created now (its samples need reconciling)."""
+        found on the platform rather than created now (its samples need reconciling).
+        ``never_held``: no copy of the run on this machine ever held its copy lock
+        (sync/copies.py), so the sync's listing of the environment answers (sync/index.py)."""
         problem = manifest_problem(manifest)
         if problem:  # before any request: the same spool cannot become an evaluation later either
             raise SyncError(f"the run's manifest cannot be sent: {problem} (docs/manifest.md)")
@@ -72,7 +78,7 @@ class Evaluation:
         if pending is not None:
             if protocol.settled(pending.sent_at, lambda: self._adopt_existing(manifest)):
                 return True
-        elif (fresh or untrusted) and self._adopt_existing(manifest):
+        elif (fresh or untrusted) and self._adopt_existing(manifest, never_held=never_held and not untrusted):
             return True
         self._create(manifest)
         return False
@@ -88,7 +94,7 @@ class Evaluation:
                            tags=list(dict.fromkeys([*_tags(manifest.get("tags")), *self.options.tags])),
                            metadata=self.metadata(manifest))
 
-    def _find_existing(self, manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _find_existing(self, manifest: Mapping[str, Any], *, never_held: bool = False) -> dict[str, Any] | None:
         """An evaluation already carrying this run's local id (and replay id), if any."""
         local_run_id = self.protocol.state.local_run_id
         environment = self._environment_names(manifest)[0]
@@ -98,7 +104,8 @@ class Evaluation:
                 environment_name=environment, skip=skip, limit=limit))
 
         matches = [dict(item) for item in self.index.find(environment, read_page,
-                                                          (local_run_id, self.options.replay_id))]
+                                                          (local_run_id, self.options.replay_id),
+                                                          never_held=never_held)]
         if len(matches) > 1:
             self.report.warnings.append(
                 f"{len(matches)} evaluations carry local run id {local_run_id}; using the oldest")
@@ -117,8 +124,8 @@ class Evaluation:
         # next save (the announcement of the run's first request to it) or the pass's end.
         self.protocol.note()
 
-    def _adopt_existing(self, manifest: Mapping[str, Any]) -> bool:
-        found = self._find_existing(manifest) or self._pushed_by_vf_eval()
+    def _adopt_existing(self, manifest: Mapping[str, Any], *, never_held: bool = False) -> bool:
+        found = self._find_existing(manifest, never_held=never_held) or self._pushed_by_vf_eval()
         if found is not None:
             self._adopt(found)
         return found is not None
@@ -167,6 +174,9 @@ class Evaluation:
                 self.index.add(environment, {**created, "metadata": payload["metadata"]})
         if created is not LANDED:
             self._adopt(created)
+            self.created = True
+            # What the evaluation's metadata now is: the run's end sends it again only changed.
+            self.protocol.state.metadata_sent = metadata_digest(payload["metadata"])
 
 
 def _tags(tags: Any) -> list[str]:

@@ -17,6 +17,13 @@ as a full listing would, at the cost of one small request when nothing new appea
 Resolving an environment by name is a get-or-create that answers the same id every time, so
 the runs of one sync resolve each name once (a request per new run saved).
 
+A run that no copy on this machine ever synced (its copy lock has no note, sync/copies.py)
+is looked for in the listing alone, with no read of the head: an evaluation carrying its id
+made since the listing began would have been made by a pass holding that lock, which leaves
+a note. So the first sync of many new runs lists each environment once and makes no request
+per run to find them (``answers_new_runs``, which a one-shot sync of local runs sets: the
+listing is as old as the sync; a follower, running for hours, reads the head every time).
+
 What the count cannot see: an evaluation deleted while another was created in the same
 window leaves the total unchanged. Deleting evaluations during a sync is outside what sync
 promises (docs/sync.md, "Assumptions").
@@ -83,9 +90,12 @@ def run_key(item: Mapping[str, Any]) -> RunKey | None:
 
 
 class EvaluationIndex:
-    """Evaluations by environment, shared by the runs of one sync; thread-safe."""
+    """Evaluations by environment, shared by the runs of one sync; thread-safe.
+    ``answers_new_runs``: a run no copy on this machine ever synced is found in the listing
+    as read once (the module's docstring says why that is enough), not read again."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, answers_new_runs: bool = False) -> None:
+        self.answers_new_runs = answers_new_runs
         self._lock = threading.Lock()
         self._environments: dict[str, _Environment] = {}
         self._environment_ids: dict[str, str] = {}
@@ -103,12 +113,16 @@ class EvaluationIndex:
         with self._lock:
             return self._environments.setdefault(name, _Environment())
 
-    def find(self, environment: str, read_page: PageReader, run: RunKey) -> list[Mapping[str, Any]]:
+    def find(self, environment: str, read_page: PageReader, run: RunKey, *,
+             never_held: bool = False) -> list[Mapping[str, Any]]:
         """Every evaluation of ``environment`` that belongs to ``run`` (:func:`run_key`), as
-        of now, in listing order."""
+        of now, in listing order. ``never_held``: no copy of the run on this machine ever
+        held its copy lock, so with ``answers_new_runs`` the listing already read answers."""
         known = self._environment(environment)
         with known.lock:
-            if not known.loaded or not self._caught_up(known, read_page):
+            if known.loaded and never_held and self.answers_new_runs:
+                pass  # the listing as read (and this sync's own creates) answers
+            elif not known.loaded or not self._caught_up(known, read_page):
                 self._reload(known, read_page)
             return list(known.by_run.get(run, {}).values())
 

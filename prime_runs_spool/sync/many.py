@@ -161,8 +161,9 @@ def sync_paths(
     the stop's grace, each run not finished reported ``interrupted``. A directory
     that cannot be read gets a report of its own (``error``, naming it and why) in its place
     among the others, which are synced all the same. The runs share one
-    :class:`EvaluationIndex`, so finding each new run's evaluation costs one small request
-    instead of a listing of the whole environment (sync/index.py). ``first_pass``: called
+    :class:`EvaluationIndex`, so finding each new run's evaluation costs no request for a run
+    never synced on this machine and one small one otherwise, instead of a listing of the
+    whole environment (sync/index.py). ``first_pass``: called
     once, in this thread, before the first pass begins (none does when every run is up to
     date): the command checks the API key there. ``state_dir``: where the lock and state of
     each spool on a read-only folder are kept (without it, such a run is an ``error`` naming
@@ -170,7 +171,7 @@ def sync_paths(
     found = discover(paths)
     if not found:
         return []
-    index = EvaluationIndex()
+    index = EvaluationIndex(answers_new_runs=True)
     sleep = stop.sleep if stop is not None else time.sleep
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
     work: list[tuple[Path | RunReport, Future[RunReport] | RunReport | None]] = []

@@ -58,6 +58,10 @@ class Protocol:
         #: Set when a request was settled as "did not land" after its fence, so the next
         #: batch resends rows a late commit could duplicate: that batch is checked.
         self.check_next_batch = False
+        #: Whether every request :meth:`send_once` sent in this pass was answered at its first
+        #: try: a failed one may have landed later than a read says, so the count is read
+        #: again before finalizing (sync/engine.py, ``RunSync._count_exact``).
+        self.all_answered = True
         #: Called after every save, so the report follows the state.
         self.on_save = on_save
         #: The run's sync state: loaded (or started) by the engine before any request.
@@ -205,6 +209,7 @@ class Protocol:
             try:
                 answer = send()
             except PlatformError as exc:
+                self.all_answered = False
                 if exc.kind is FailureKind.FATAL:
                     # Refused (a 4xx) or never sent: it did not happen. Left announced, the next
                     # sync fenced it for a whole request lifetime (10 minutes by default) before

@@ -161,8 +161,12 @@ class SyncState:
     #: Episodes a later resume superseded after they were pushed: the append-only platform
     #: still holds their rows (said in ``status`` and the evaluation's metadata).
     superseded_pushed: list[str] = field(default_factory=list)
-    #: The metrics last sent with the metadata (a later seal that changes them sends them again).
+    #: The metrics last sent, with the metadata or the finalize (a later seal that changes
+    #: them sends them again).
     metrics_sent: dict[str, Any] | None = None
+    #: :func:`metadata_digest` of the metadata document the evaluation last received (with
+    #: its create or a PUT): the run's end sends one again only when it differs. None: unknown.
+    metadata_sent: str | None = None
     #: Corruption skipped with --skip-corrupt: ``{segment, offset, reason}``.
     skipped: list[dict[str, object]] = field(default_factory=list)
     #: Episodes passed over because no request can carry one of their rows:
@@ -230,6 +234,11 @@ class SyncState:
         if rows:
             self.last_sample_id = last_sample_id
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
+
+
+def metadata_digest(metadata: Any) -> str:
+    """A short digest of an evaluation's metadata document, keys in any order."""
+    return hashlib.sha256(orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()[:32]
 
 
 def destination_key(identity: str) -> str:

@@ -84,6 +84,7 @@ class FakePlatform:
             return httpx.Response(200, json=evaluation)
         if method == "POST" and parts[2:] == ["finalize"]:
             evaluation["status"] = "COMPLETED"
+            evaluation["metrics"] = {**evaluation["metrics"], **(orjson.loads(request.content or b"{}").get("metrics") or {})}
             evaluation["finalize_count"] += 1
             return httpx.Response(200, json=evaluation)
         if method == "GET" and len(parts) == 2:
