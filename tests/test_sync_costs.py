@@ -1,6 +1,6 @@
 """What the first sync of new runs costs in requests, against the local platform: the cost
 per run that sets how long a sweep of thousands of small runs takes to sync
-(benchmarks/sync_many.py; docs/benchmarks.md, "Where users feel it (issue 14)")."""
+(benchmarks/sync_many.py; docs/benchmarks.md)."""
 
 from __future__ import annotations
 
