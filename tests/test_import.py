@@ -388,5 +388,5 @@ def test_a_damaged_spool_the_eval_wrote_is_not_caught_up_and_says_so(tmp_path: P
     segment.write_bytes(bytes(data))
     report = import_output(run_dir)
     assert (report.state, report.episodes_added) == ("spooled", 0)
-    assert any("damaged" in warning for warning in report.warnings)
+    assert "damaged" in (report.reason or "")
     assert len(list_segments(run_dir)) == 1

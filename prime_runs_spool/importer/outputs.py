@@ -227,11 +227,7 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
         return
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
         already = superseded_in_run(run_dir)
-        try:
-            prior = scan_prior_run(run_dir, already)
-        except CorruptSpoolError:  # nothing is appended after damage; sync reports the damage itself
-            report.warnings.append("the spool is damaged: it was not compared with its traces.jsonl")
-            return
+        prior = scan_prior_run(run_dir, already)  # damage raises: nothing is appended after it
         known = prior.episode_ids
         new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
         supersedes = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
