@@ -232,3 +232,50 @@ def _status(path: Path) -> dict:
                             timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout)["runs"][0]
+
+
+@pytest.mark.slow
+def test_skip_corrupt_to_prime_traces_uploads_every_intact_and_recovered_episode(tmp_path: Path) -> None:
+    """The same reader under the content-addressed sink: two damaged episodes, one of them
+    in traces.jsonl (recovered), the other not (skipped and said); the rest all uploaded once."""
+    import httpx
+    from prime_traces import TracesClient
+
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import TRACES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import SyncState, local_destination
+
+    builder = RunBuilder(tmp_path / "runs" / "run", "traces-resync")
+    builder.open_segment()
+    builder.add(6)
+    builder.seal()
+    episodes = _traces_beside(builder)
+    (builder.run_dir / "traces.jsonl").write_bytes(
+        b"".join(orjson.dumps(e) + b"\n" for n, e in enumerate(episodes) if n != 3))  # the 4th is not there
+    _flip_inside_episode(builder.run_dir, 2)
+    _flip_inside_episode(builder.run_dir, 4)
+    db = tmp_path / "platform.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with PlatformClient(settings, timeout=10) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                   SyncOptions(to=TRACES, skip_corrupt=True, request_lifetime=0.5,
+                                               backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)))
+        assert (report.state, report.skipped_corrupt, report.skipped_records) == ("synced", 2, 1), report
+        said = [w for w in report.warnings if w.startswith("skipped: ")]
+        assert len(said) == 2 and "recovered from" in said[0] and "recovered" not in said[1]
+        (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+        state = SyncState.from_json(path.read_bytes())
+        with TracesClient(api_key="x", base_url=platform.base_url) as traces:
+            items = traces.list_episodes(run_id=str(state.evaluation_id), limit=100).items
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{state.evaluation_id}").json()
+    assert sorted(i.episode_id for i in items) == sorted(i for n, i in enumerate(builder.ids) if n != 3)
+    assert {i.model_extra["generation"] for i in items} == {1}  # each uploaded once
+    assert evaluation["status"] == "COMPLETED"
+    assert [s["offset"] for s in evaluation["metadata"]["skipped_corruption"]] == [
+        s["offset"] for s in state.skipped]
