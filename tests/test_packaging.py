@@ -74,3 +74,12 @@ def test_the_shippers_options_are_prime_runs_syncs_own() -> None:
             (mine.opts, mine.secondary_opts, mine.default, mine.envvar, mine.hidden if hasattr(mine, "hidden")
              else None, repr(mine.type)), name
     assert {"base_url", "team", "to", "jobs", "timeout", "retry_for", "follow", "exit_when_idle"} <= set(theirs)
+
+
+def test_the_readmes_install_lines_work_from_a_clone() -> None:
+    """The package is on no index: the README names what installs (the clone itself, with
+    its extras), never ``prime-runs-spool[...]`` (prime-runs eval's own hint:
+    tests/test_vf_eval_launcher.py)."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "pip install 'prime-runs-spool" not in readme
+    assert "pip install -e '.[verifiers]'" in readme and "pip install -e ." in readme

@@ -115,8 +115,8 @@ def check_verifiers() -> Any:
     version = installed_version()
     if version is None:
         raise VerifiersVersionError(
-            "verifiers is not installed; install it with: pip install 'prime-runs-spool[verifiers]' "
-            f"(verifiers {SUPPORTED_RANGE})"
+            f"verifiers is not installed; install it with: pip install 'verifiers{SUPPORTED_RANGE}' "
+            "(from a clone of prime-runs-spool, pip install -e '.[verifiers]' does the same)"
         )
     parsed = _release(version)
     if parsed is None or not SUPPORTED_MIN <= parsed < SUPPORTED_BELOW:
