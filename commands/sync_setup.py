@@ -141,8 +141,9 @@ def exit_interrupted(reports: list[Any]) -> None:
 
     left = [r for r in reports if r.state == INTERRUPTED]
     pushed = sum(r.pushed_now for r in reports)
-    click.echo(f"prime-runs: interrupted: {len(reports) - len(left)} run(s) done, {len(left)} left, "
-               f"{pushed} pushed by this sync; the state is saved, run the same prime-runs sync again to "
+    done = (f"{len(reports) - len(left)} run(s) done, {len(left)} left, {pushed} pushed by this sync"
+            if reports else "before any run's pass ended")
+    click.echo(f"prime-runs: interrupted: {done}; the state is saved, run the same prime-runs sync again to "
                "carry on", err=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -128,3 +128,20 @@ def test_sigterm_during_backoff_against_a_platform_that_is_down_stops_within_a_s
     assert time.monotonic() - asked < PROMPT
     assert out.startswith("interrupted "), out  # the run's line says it
     assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: 0 run(s) done, 1 left")
+
+
+def test_sigint_of_a_sync_over_a_store_url_ends_it_with_exit_130(tmp_path: Path) -> None:
+    """Over a store URL (here file://) the runs' passes end at their next wait, each lease
+    released, and the command exits 130 with its one line."""
+    build_run(tmp_path / "bucket" / "run", "sigint-store", 3)
+    proc = subprocess.Popen(sync_cmd("http://127.0.0.1:9", f"file://{tmp_path / 'bucket'}") + ["--backoff-cap", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN))
+    time.sleep(3.0)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - asked < PROMPT
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
