@@ -282,6 +282,10 @@ def test_export_opens_from_disk(browser, outputs, tmp_path):
     assert page.locator("tr.sample").count() == 6
     assert page.evaluate("getComputedStyle(document.querySelector('table.grid th')).fontWeight") == "600"  # css loaded
     assert "#### 18" in page.locator('tr.sample[data-n="1"] td.answer summary').inner_text()
+    page.goto((out / "across-model.html").resolve().as_uri())
+    page.locator("canvas[data-across][data-drawn]").wait_for()
+    page.goto((out / "index.html").resolve().as_uri())
+    page.locator('tr[data-run="gsm8k-completed"] a.run-link').click()
     page.locator("a.plots-link").click()  # the plots, drawn offline by the vendored library
     page.locator('section[data-plot-key="reward"] canvas[data-drawn="2"]').wait_for()
     page.go_back()
@@ -367,3 +371,23 @@ def test_compare_summarises_b_against_a_and_shows_each_examples_prompt(page, vie
     assert page.locator("table.compare td.prompt").first.inner_text() == " ".join(SCRIPT_PROMPT.split())
     assert page.evaluate("window.__viewer_xss") is None
     assert page.locator("main script, main img").count() == 0
+
+
+def test_reward_across_runs_with_intervals_grouped_by_model_or_environment(page, viewer):
+    page.goto(viewer + "/")
+    page.locator("a.across-link").click()
+    page.wait_for_url(re.compile(r"/across"))
+    rows = page.locator("table.across-table tbody tr")
+    canvas = page.locator("canvas[data-across]")
+    canvas.wait_for()
+    assert canvas.get_attribute("data-drawn") == str(rows.count())
+    groups = rows.locator("td.group").all_inner_texts()
+    assert groups == sorted(groups) and {"Qwen/Qwen3-8B", "m"} <= set(groups)
+    completed = page.locator('table.across-table tr[data-run="gsm8k-completed"]')
+    assert completed.locator("td.mean").inner_text() == "0.5"
+    low, high = (float(x) for x in completed.locator("td").nth(4).inner_text().split(" – "))
+    assert low < 0.5 < high
+    page.locator('a.group-by[data-group="environment"]').click()
+    page.wait_for_url(re.compile(r"group=environment"))
+    assert {"gsm8k", "xss"} <= set(page.locator("table.across-table td.group").all_inner_texts())
+    assert page.evaluate("window.__viewer_xss") is None

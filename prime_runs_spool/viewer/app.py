@@ -83,6 +83,9 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
     async def plots_page(request: Request) -> Response:
         return await render(request, lambda p, params, frag: p.plots(params))
 
+    async def across_page(request: Request) -> Response:
+        return await render(request, lambda p, params, frag: p.across(params))
+
     async def compare_page(request: Request) -> Response:
         return await render(request, lambda p, params, frag: p.compare(params))
 
@@ -99,6 +102,7 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
         Route("/group", group_page, methods=["GET"]),
         Route("/compare", compare_page, methods=["GET"]),
         Route("/plots", plots_page, methods=["GET"]),
+        Route("/across", across_page, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),
     ]
     app: Any = Starlette(routes=routes)

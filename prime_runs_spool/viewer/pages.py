@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.index import RunIndex
-from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RunsQuery, TableQuery, choices, compare, compare_summary,
-                                           histogram, plots, table_page)
+from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RUN_GROUPS, RunsQuery, TableQuery, choices, compare,
+                                           compare_summary, histogram, plots, run_rewards, table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import episode_text, passage, query_words
 from prime_runs_spool.viewer.sources import Source
@@ -153,6 +153,22 @@ class Pages:
         shown = plots(run, lambda bin_params: self.links.run(run.key, bin_params))
         return render("plots.html", links=self.links, run=run, plots=shown,
                       data={plot.key: plot.as_data() for plot in shown})
+
+    def across(self, params: Mapping[str, str]) -> str:
+        """Mean reward per run with its interval, grouped by model or environment."""
+        group = params.get("group") if params.get("group") in RUN_GROUPS else RUN_GROUPS[0]
+        runs = self.source.runs()
+        for run in runs:
+            run.refresh(RUNS_PAGE_BUDGET)
+            run.catch_up_in_background()
+        shown = run_rewards(runs, group)
+        groups = list(dict.fromkeys(r.group for r in shown))
+        data = {"labels": [f"{r.name} ({r.key})" for r in shown], "groups": groups,
+                "group_of": [groups.index(r.group) for r in shown], "means": [r.mean for r in shown],
+                "lows": [r.low for r in shown], "highs": [r.high for r in shown], "by": group,
+                "links": [self.links.run(r.key) for r in shown]}
+        return render("across.html", links=self.links, rewards=shown, group=group, groups=RUN_GROUPS, data=data,
+                      behind=any(run.behind for run in runs))
 
     def compare(self, params: Mapping[str, str]) -> str:
         a, b = self._run(params.get("a")), self._run(params.get("b"))

@@ -472,3 +472,40 @@ def plots(index: RunIndex, bin_link: Any) -> list[Plot]:
         if labels:
             out.append(Plot(key, title, x_label, labels, counts, [None] * len(labels)))
     return out
+
+
+# -- across runs -------------------------------------------------------------------------
+
+#: What the across-runs plot groups runs by (URL ``group``).
+RUN_GROUPS = ("model", "environment")
+
+
+@dataclass
+class RunReward:
+    """One run's mean reward over its episodes with a reward, and a 95% interval of the
+    mean (normal approximation: mean ± 1.96 standard errors)."""
+
+    key: str
+    name: str
+    group: str
+    episodes: int
+    mean: float
+    low: float
+    high: float
+
+
+def run_rewards(runs: list[RunIndex], group: str) -> list[RunReward]:
+    """The runs that have rewards, grouped (``group``: model or environment) then by name."""
+    out = []
+    for run in runs:
+        rewards = [row.reward for row in list(run.rows) if row.reward is not None]
+        if not rewards:
+            continue
+        n = len(rewards)
+        mean = sum(rewards) / n
+        spread = (sum((r - mean) ** 2 for r in rewards) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        half = 1.96 * spread / n ** 0.5
+        label = (run.model or "–") if group == "model" else (", ".join(run.environments) or "–")
+        out.append(RunReward(run.key, run.name, label, n, mean, mean - half, mean + half))
+    out.sort(key=lambda r: (r.group, r.name, r.key))
+    return out

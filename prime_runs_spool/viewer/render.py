@@ -66,6 +66,9 @@ class Links:
     def plots(self, key: str) -> str | None:
         return self._url("/plots", {"run": key})
 
+    def across(self, group: str | None = None) -> str | None:
+        return self._url("/across", {"group": group})
+
     def static(self, name: str) -> str:
         return f"{self.prefix}/static/{name}"
 
@@ -127,6 +130,9 @@ class ExportLinks(Links):
 
     def plots(self, key: str) -> str | None:
         return f"plots-{file_slug(key)}.html"
+
+    def across(self, group: str | None = None) -> str | None:
+        return f"across-{group or 'model'}.html"
 
     def static(self, name: str) -> str:
         return f"static/{name}"

@@ -48,11 +48,43 @@
     canvas.setAttribute("data-drawn", String(chart.data.labels.length));
   }
 
+  var PALETTE = ["#2f5fb3", "#c0504d", "#3a9a55", "#9a6400", "#6f4fa8", "#1a8a8a", "#b35a8c", "#66707c"];
+
+  function drawAcross(canvas) {
+    var d = JSON.parse(canvas.getAttribute("data-across"));
+    var color = function (i) { return PALETTE[d.group_of[i] % PALETTE.length]; };
+    var chart = new window.Chart(canvas, {
+      data: {
+        labels: d.labels,
+        datasets: [
+          { type: "bar", label: "95% interval", data: d.lows.map(function (low, i) { return [low, d.highs[i]]; }),
+            backgroundColor: d.labels.map(function (_, i) { return color(i) + "55"; }), barPercentage: 0.35 },
+          { type: "line", label: "mean reward", data: d.means, showLine: false, pointRadius: 5,
+            pointBackgroundColor: d.labels.map(function (_, i) { return color(i); }), borderColor: "transparent" }
+        ]
+      },
+      options: {
+        animation: false, maintainAspectRatio: false,
+        plugins: { legend: { display: false },
+                   tooltip: { callbacks: { afterLabel: function (item) { return d.by + ": " + d.groups[d.group_of[item.dataIndex]]; } } } },
+        scales: { x: { title: { display: true, text: "run (grouped by " + d.by + ")" } },
+                  y: { title: { display: true, text: "mean reward" } } },
+        onClick: function (event, elements) {
+          var link = elements.length ? d.links[elements[0].index] : null;
+          if (link) { window.location.href = link; }
+        }
+      }
+    });
+    canvas.setAttribute("data-drawn", String(chart.data.labels.length));
+  }
+
   function start() {
     var parts = document.querySelectorAll("[data-refresh]");
     for (var i = 0; i < parts.length; i++) { poll(parts[i]); }
     var plots = document.querySelectorAll("canvas[data-plot]");
     for (var j = 0; j < plots.length && window.Chart; j++) { draw(plots[j]); }
+    var across = document.querySelectorAll("canvas[data-across]");
+    for (var k = 0; k < across.length && window.Chart; k++) { drawAcross(across[k]); }
   }
 
   if (document.readyState === "loading") {
