@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
-from prime_runs_spool.importer.places import import_command, not_spooled, spool_roots
-from prime_runs_spool.spool.layout import find_runs, printable
+from prime_runs_spool.importer.places import import_command, spool_roots, unspooled
+from prime_runs_spool.spool.layout import find_eval_outputs, find_runs, printable
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
 from prime_runs_spool.viewer.plain import PlainIndex
 
@@ -85,10 +85,18 @@ class SpoolSource(Source):
                 self._scan()
             return [self._runs[key] for key in self._order]
 
+    def _unspooled(self, folder: Path) -> bool:
+        """An eval output folder with no spool; one whose spool folder cannot be looked into
+        is left out (it is not known to have none), never the end of the scan."""
+        try:
+            return unspooled(folder, self.state_dir)
+        except OSError:
+            return False
+
     def _scan(self) -> None:
         try:
             found = list(find_runs(spool_roots(self.paths, self.state_dir)))
-            plain = not_spooled(self.paths, self.state_dir)
+            plain = [folder for folder in find_eval_outputs(self.paths) if self._unspooled(folder)]
         except (SpoolError, OSError):
             return  # a path removed since: the runs already known stay shown
         # Outputs spooled since they were listed are shown by their spool from now on.
