@@ -46,7 +46,7 @@ def import_line(report: ImportReport) -> list[str]:
 
 
 def nothing_found_message(path: Path) -> str:
-    from prime_runs_spool.spool.layout import special_file_kind
+    from prime_runs_spool.files import special_file_kind
 
     kind = special_file_kind(path)
     if kind is not None:  # a FIFO has nothing "under it": say what it is instead

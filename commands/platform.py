@@ -50,7 +50,7 @@ def serve_command(
     from prime_runs_spool.local_platform.place import default_database
 
     if db_path is None:
-        from prime_runs_spool.spool.layout import make_private_dir
+        from prime_runs_spool.files import make_private_dir
 
         db_path = str(default_database())
         try:

@@ -93,7 +93,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     from prime_runs_spool.errors import Stopped
     from prime_runs_spool.importer.places import not_spooled, paths_with_nothing, spool_roots, to_refresh
     from prime_runs_spool.platform_api.client import PlatformClient
-    from prime_runs_spool.spool.layout import valid_replay_id
+    from prime_runs_spool.sync.state import valid_replay_id
     from prime_runs_spool.sync.console import event_printer, exit_code, follow_until_stopped
     from prime_runs_spool.sync.many import sync_paths
     from prime_runs_spool.sync.memory import return_large_blocks_promptly

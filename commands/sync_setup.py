@@ -76,7 +76,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None, team: s
         yield settings, remote_destination(settings.base_url, settings.team_id), None
         return
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.spool.layout import make_private_dir
+    from prime_runs_spool.files import make_private_dir
 
     from prime_runs_spool.local_platform.place import default_database
 

@@ -20,8 +20,9 @@ PACKAGE = REPO_ROOT / "prime_runs_spool"
 #: after it. The same order is stated in docs/architecture.md.
 LAYERS = ["errors", "spool", "store", "content", "platform_api", "sync", "runner", "importer", "export", "viewer", "local_platform"]
 
-#: Modules that belong to the lowest layer with errors.py: they import nothing of ours.
-BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors"}
+#: Modules that belong to the lowest layer with errors.py: they import nothing of ours but it.
+BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors",
+                "prime_runs_spool.files": "errors"}
 
 #: What runner/ may import from sync/: only the state file's model, never the engine.
 RUNNER_MAY_IMPORT_FROM_SYNC = {"prime_runs_spool.sync.state"}
@@ -136,14 +137,29 @@ FACTS = {
     "completed": "prime_runs_spool.spool.format",
     "failed": "prime_runs_spool.spool.format",
     "crashed": "prime_runs_spool.spool.format",
+    # the spool's own files
     "spool": "prime_runs_spool.spool.layout",
-    "sync": "prime_runs_spool.spool.layout",
-    "sync.lock": "prime_runs_spool.spool.layout",
     "run.lock": "prime_runs_spool.spool.layout",
-    "shipper.log": "prime_runs_spool.spool.layout",
     ".lock": "prime_runs_spool.spool.layout",
     ".durable": "prime_runs_spool.spool.layout",
-    "sync.lease.json": "prime_runs_spool.spool.layout",
+    # sync's: its state folder, its lock, its lease in an object store, its copy locks
+    "sync": "prime_runs_spool.sync.state",
+    "sync.lock": "prime_runs_spool.sync.many",
+    "sync.lease.json": "prime_runs_spool.sync.store_sync",
+    "copies": "prime_runs_spool.sync.copies",
+    # the online shipper's log
+    "shipper.log": "prime_runs_spool.runner.online",
+    # what verifiers writes, and the import's own files
+    "traces.jsonl": "prime_runs_spool.content.supersede",
+    "metadata.json": "prime_runs_spool.importer.paths",
+    "results.jsonl": "prime_runs_spool.importer.paths",
+    "import.json": "prime_runs_spool.importer.paths",
+    "import.lock": "prime_runs_spool.importer.paths",
+    "traces-agreed.json": "prime_runs_spool.importer.paths",
+    # the local platform's database beside its WAL files
+    "-wal": "prime_runs_spool.local_platform.store",
+    # the viewer's search indexes in the user's cache
+    "viewer-search": "prime_runs_spool.viewer.search",
 }
 
 

@@ -19,7 +19,8 @@ from prime_runs_spool import open_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
-from prime_runs_spool.spool.layout import spool_dir, sync_dir
+from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.state import Destination

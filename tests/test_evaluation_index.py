@@ -10,10 +10,10 @@ from support.runs import build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
-from prime_runs_spool.spool.layout import sync_dir
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.sync.state import Destination
 
 DEST = Destination(key="index-dest", base_url="http://local")

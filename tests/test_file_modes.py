@@ -14,7 +14,8 @@ import pytest
 
 from prime_runs_spool import open_run
 from prime_runs_spool.local_platform.store import Store
-from prime_runs_spool.spool.layout import SHIPPER_LOG_NAME, spool_dir
+from prime_runs_spool.runner.online import SHIPPER_LOG_NAME
+from prime_runs_spool.spool.layout import spool_dir
 from support.env import CLI, child_env
 from support.episodes import small_episode
 from support.runs import build_run

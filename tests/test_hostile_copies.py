@@ -25,8 +25,8 @@ from test_hostile_round3 import samples_gate  # noqa: F401 (a fixture)
 from test_sync_copies import DEST, _client, _first_append_lands_late, _options, _rows, _Stop, _Time
 from prime_runs_spool.errors import CopyBusyError
 from prime_runs_spool.sync.copies import CopyLock, run_key_digest
-from prime_runs_spool.spool.layout import sync_state_path
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.sync.state import remote_destination
 from prime_runs_spool.sync.user_cache import cache_root
 

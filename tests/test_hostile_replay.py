@@ -1,4 +1,4 @@
-"""Hostile review, kept as regression tests: --replay / --replay-id (sync/replay.py, sync/store_sync.py, spool/layout.py)."""
+"""Hostile review, kept as regression tests: --replay / --replay-id (sync/replay.py, sync/store_sync.py, sync/state.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import sync_dir
+from prime_runs_spool.sync.state import sync_dir
 from support import platform_process
 from support.env import CLI, child_env
 from support.runs import build_run

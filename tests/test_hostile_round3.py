@@ -92,7 +92,7 @@ def test_a_received_state_with_values_no_sync_writes_is_damaged(tmp_path: Path, 
     """A spool received with its sync state (a CI artifact): values of the right JSON type
     that no sync writes were trusted. The state is damaged instead: sync reconciles with
     the platform, finds the run's evaluation and reports the run synced."""
-    from prime_runs_spool.spool.layout import sync_dir
+    from prime_runs_spool.sync.state import sync_dir
 
     builder = build_run(tmp_path / "runs" / "r", "received-state", 3)
     db = tmp_path / "local.db"
@@ -313,7 +313,7 @@ def _not_a_regular_file(path: Path, kind: str) -> None:
 def test_a_sync_state_that_is_not_a_regular_file_does_not_hang_status_or_sync(tmp_path: Path, kind: str) -> None:
     """A FIFO blocked status and sync at open forever; a link to /dev/zero read until memory
     ran out. A received spool (an artifact unpacked from a tarball) can hold either."""
-    from prime_runs_spool.spool.layout import sync_dir
+    from prime_runs_spool.sync.state import sync_dir
 
     builder = build_run(tmp_path / "runs" / "r", f"state-{kind}", 2)
     db = tmp_path / "local.db"
@@ -505,7 +505,7 @@ def test_a_store_run_whose_pass_fails_unexpectedly_does_not_stop_the_others(tmp_
 
 @pytest.mark.parametrize("command", ["verify", "status", "import"])
 def test_a_tree_a_thousand_folders_deep_is_walked_not_a_recursion_error(tmp_path: Path, command: str) -> None:
-    """layout._walk recursed once per folder: 1,100 levels ended every command that looks
+    """The folder walk (files.walk_folders) recursed once per folder: 1,100 levels ended every command that looks
     for runs (verify, status, import, sync, view) in a RecursionError traceback."""
     deep = tmp_path / "tree" / Path(*["d"] * 1100)
     build_run(deep / "run", "deep-run", 1)

@@ -539,6 +539,7 @@ def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path
     import sys
 
     from commands import cli
+    from prime_runs_spool.importer import paths as importer_paths
     from prime_runs_spool.spool import layout
 
     build_run(tmp_path / "runs" / "r", "unexpected", 1)
@@ -546,7 +547,8 @@ def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path
     def broken(*args: object, **kwargs: object):  # noqa: ANN202
         raise RuntimeError("a bug met on the way")
 
-    monkeypatch.setattr(layout, "_each_once", broken)
+    monkeypatch.setattr(layout, "each_once", broken)
+    monkeypatch.setattr(importer_paths, "each_once", broken)
     monkeypatch.setattr(sys, "argv", ["prime-runs", *command, str(tmp_path / "runs")])
     monkeypatch.delenv("PRIME_RUNS_TRACEBACK", raising=False)
     with pytest.raises(SystemExit) as exited:
@@ -761,11 +763,11 @@ def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path
 
 def test_a_huge_local_state_file_is_set_aside_not_read_into_memory(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from prime_runs_spool.spool import layout
+    from prime_runs_spool import files
     from prime_runs_spool.sync.state import load_state, remote_destination
     from prime_runs_spool.errors import StateProblem
 
-    monkeypatch.setattr(layout, "MAX_SMALL_FILE_BYTES", 4096)
+    monkeypatch.setattr(files, "MAX_SMALL_FILE_BYTES", 4096)
     path = tmp_path / "state.json"
     with open(path, "wb") as f:
         f.truncate(1 << 30)  # a sparse gigabyte: nothing of it may be read

@@ -16,7 +16,7 @@ import pytest
 from support.env import CLI, child_env
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run, read_run
-from prime_runs_spool.spool.layout import SHIPPER_LOG_NAME as LOG_NAME
+from prime_runs_spool.runner.online import SHIPPER_LOG_NAME as LOG_NAME
 from test_follow_e2e import wait_for
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
 

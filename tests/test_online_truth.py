@@ -14,7 +14,7 @@ import pytest
 
 from prime_runs_spool import open_run
 from prime_runs_spool.runner.online import CHILD_RETRY_FOR
-from prime_runs_spool.spool.layout import SHIPPER_LOG_NAME
+from prime_runs_spool.runner.online import SHIPPER_LOG_NAME
 from test_online_mode import episodes, platform_env  # noqa: F401
 from support.sync_e2e import server  # noqa: F401
 

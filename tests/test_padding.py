@@ -468,7 +468,7 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
     decides, as it did then (docs/sync.md), so an unchanged run is answered without a pass."""
     import orjson
 
-    from prime_runs_spool.spool.layout import sync_dir
+    from prime_runs_spool.sync.state import sync_dir
 
     builder = RunBuilder(tmp_path / "runs" / "old", "old-state")
     builder.open_segment()

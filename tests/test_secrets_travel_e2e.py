@@ -15,7 +15,7 @@ from support import platform_process
 from support.env import CLI, child_env
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
 from prime_runs_spool import open_run
-from prime_runs_spool.spool import layout
+from prime_runs_spool.sync import state as sync_state
 
 API_KEY = "prk-live-9f8e7d6c5b4a39281706"
 CONFIG_HEADER_SECRET = "cfs_CONFIG_HEADER_SECRET_5521"
@@ -143,7 +143,7 @@ def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)["runs"][0]
     assert (report["state"], report["pushed_now"]) == ("synced", 3)
-    assert list(layout.sync_dir(run_dir).iterdir()), "sync wrote its state"
+    assert list(sync_state.sync_dir(run_dir).iterdir()), "sync wrote its state"
     with platform_process.running(db) as server:
         import httpx
 

@@ -30,13 +30,14 @@ from test_sync_engine import FakeTime
 from prime_runs_spool.errors import CopyBusyError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
-from prime_runs_spool.spool.layout import COPY_LOCKS_DIRNAME, sync_state_path
+from prime_runs_spool.sync.copies import COPY_LOCKS_DIRNAME
 from prime_runs_spool.sync.copies import CopyLock
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.sync.state import Destination, InFlight, local_destination
 from prime_runs_spool.sync.user_cache import cache_root
 

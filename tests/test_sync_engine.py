@@ -23,7 +23,7 @@ from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.spool.layout import sync_state_path as state_path
+from prime_runs_spool.sync.state import sync_state_path as state_path
 from prime_runs_spool.sync.state import Destination
 
 DEST = Destination(key="dest1", base_url="http://fake")

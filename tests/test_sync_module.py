@@ -43,7 +43,7 @@ def test_the_module_waits_for_a_copy_as_long_as_the_environment_says(tmp_path: P
     copy of the run, as for ``prime-runs sync``: the module used to wait its 30 s default."""
     import shutil
 
-    from prime_runs_spool.spool.layout import sync_state_path
+    from prime_runs_spool.sync.state import sync_state_path
     from prime_runs_spool.sync.copies import CopyLock
     from prime_runs_spool.sync.state import remote_destination
 

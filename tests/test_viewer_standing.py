@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool.spool.layout import sync_dir
+from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource

@@ -33,6 +33,15 @@ from pathlib import Path
 
 import orjson
 
+
+#: verifiers' own results file, beside the spool in the run directory (not ours: read only).
+VERIFIERS_TRACES_NAME = "traces.jsonl"
+
+
+def verifiers_traces_path(run_dir: str | os.PathLike[str]) -> Path:
+    """verifiers' ``traces.jsonl`` of a run (its results; ``--resume`` rewrites it)."""
+    return Path(run_dir) / VERIFIERS_TRACES_NAME
+
 #: The manifest key of a resumed segment listing the episode ids it supersedes.
 SUPERSEDES_KEY = "supersedes"
 

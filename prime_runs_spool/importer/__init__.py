@@ -3,6 +3,7 @@
 A layer above ``runner/``: an import writes its spool through ``open_run``, so the spool is
 exactly what a live run would have written.
 
+- ``paths``       – the names of what an eval writes and of the import's own files
 - ``source``      – a verifiers 0.4.0 run folder: ``traces.jsonl``, ``configs/``, ``logs/``
 - ``v0_layout``   – the older ``metadata.json`` + ``results.jsonl`` layout
 - ``traces_file`` – the strict line rules of a results file (torn tail, bad middle line)

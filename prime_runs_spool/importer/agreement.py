@@ -32,9 +32,12 @@ from typing import Any
 
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_in_run
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.importer.paths import agreed_mark_path
 from prime_runs_spool.spool.format import EPISODE
-from prime_runs_spool.spool.layout import FILE_MODE, agreed_mark_path, list_segments, verifiers_traces_path
+from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 
 

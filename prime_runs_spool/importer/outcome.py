@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.importer.paths import LATEST_LOG_LINK, LOGS_DIRNAME, EVAL_LOG_NAME, attempt_log_paths
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
-from prime_runs_spool.spool.layout import LATEST_LOG_LINK, LOGS_DIRNAME, EVAL_LOG_NAME, attempt_log_paths
 
 _PLAN = re.compile(r"running (\d+)x(\d+) rollouts")
 _INTERRUPTED = "interrupted"

@@ -50,15 +50,10 @@ from prime_runs_spool.content.platform_runs import is_platform_run_id
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
-from prime_runs_spool.spool.layout import (
-    FILE_MODE,
-    ensure_spool_dir,
-    find_eval_outputs,
-    import_lock_path,
-    import_mark_path,
-    list_segments,
-    verifiers_traces_path,
-)
+from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
+from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.reader import read_run
 from prime_runs_spool.importer import agreement
 from prime_runs_spool.importer.options import STATE_DIR_ENV

@@ -15,14 +15,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import (
-    find_eval_outputs,
-    find_runs,
-    import_mark_path,
-    is_run_dir,
-    state_dir_run,
-    state_dir_source,
-)
+from prime_runs_spool.importer.paths import find_eval_outputs, import_mark_path, state_dir_run, state_dir_source
+from prime_runs_spool.spool.layout import find_runs, is_run_dir
 from prime_runs_spool.sync.state import is_read_only  # noqa: F401  (one rule for spools and outputs)
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import ImportSourceError
-from prime_runs_spool.spool.layout import (launch_file_paths, read_regular_file, resolved_config_paths,
-                                           verifiers_traces_path)
+from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.importer.outcome import Outcome, v040_outcome
+from prime_runs_spool.importer.paths import launch_file_paths, resolved_config_paths
 from prime_runs_spool.importer.traces_file import iter_episodes, scan_traces
 
 #: ``layout`` values.

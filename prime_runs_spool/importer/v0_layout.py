@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import ImportSourceError
-from prime_runs_spool.spool.layout import read_regular_file, v0_paths
+from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.importer.outcome import v0_outcome
+from prime_runs_spool.importer.paths import v0_paths
 from prime_runs_spool.importer.source import V0, ConfigIdentity, SourceRun, unreadable_json
 from prime_runs_spool.importer.traces_file import CorruptOutputError
 

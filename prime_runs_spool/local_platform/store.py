@@ -16,6 +16,7 @@ reads proceed in parallel.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -30,7 +31,25 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, PlatformDatabaseError
-from prime_runs_spool.spool.layout import private_database
+from prime_runs_spool.files import FILE_MODE, open_private
+
+
+#: The files SQLite keeps beside a database in WAL mode.
+SQLITE_SIDECAR_SUFFIXES = ("-wal", "-shm")
+
+
+def private_database(path: str | os.PathLike[str]) -> None:
+    """Make sure an SQLite database and its WAL sidecars are ``0600`` before SQLite opens
+    them: SQLite creates the sidecars with the database file's mode, so creating the
+    database ``0600`` first is enough for new files; existing ones are tightened."""
+    os.close(open_private(path, os.O_RDWR))
+    for suffix in SQLITE_SIDECAR_SUFFIXES:
+        sidecar = f"{os.fspath(path)}{suffix}"
+        try:
+            if os.stat(sidecar).st_mode & 0o077:
+                os.chmod(sidecar, FILE_MODE)
+        except OSError:
+            pass
 
 #: When set (a ``time.monotonic()`` value), no write commits after it: the request that
 #: asked for the write has outlived its deadline (``--request-deadline``). It makes the

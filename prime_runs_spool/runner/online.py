@@ -28,9 +28,18 @@ import sys
 from pathlib import Path
 
 from prime_runs_spool.errors import InvalidSettingsError
-from prime_runs_spool.spool.layout import open_private, read_regular_file, shipper_log_path, sync_state_path
+from prime_runs_spool.files import open_private, read_regular_file
 from prime_runs_spool.platform_api.settings import load_settings
-from prime_runs_spool.sync.state import Destination, SyncState, remote_destination
+from prime_runs_spool.spool.layout import spool_dir
+from prime_runs_spool.sync.state import Destination, SyncState, remote_destination, sync_state_path
+
+
+#: The online shipper's log, in the spool folder (verify and sync only look at ``seg-*`` files).
+SHIPPER_LOG_NAME = "shipper.log"
+
+
+def shipper_log_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / SHIPPER_LOG_NAME
 
 _log = logging.getLogger("prime_runs_spool")
 

@@ -46,11 +46,12 @@ from typing import Any
 
 from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
 from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
-from prime_runs_spool.spool.layout import spool_dir, verifiers_traces_path
+from prime_runs_spool.spool.layout import spool_dir
 
 _log = logging.getLogger("prime_runs_spool")
 

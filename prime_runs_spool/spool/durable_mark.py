@@ -32,7 +32,8 @@ import time
 import weakref
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import FILE_MODE, durable_mark_path_of
+from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.spool.layout import durable_mark_path_of
 
 #: Seconds between two writes of one segment's mark, at most: a sync within this time of
 #: the last write is published when it ends (by the publisher thread), not at once.

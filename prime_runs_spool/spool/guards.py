@@ -20,8 +20,9 @@ from typing import Protocol
 
 import filelock
 
+from prime_runs_spool.files import FILE_MODE
 from prime_runs_spool.spool.durable_mark import MarkPublisher
-from prime_runs_spool.spool.layout import FILE_MODE, durable_mark_path, lock_path, lock_replacement_path_of
+from prime_runs_spool.spool.layout import durable_mark_path, lock_path, lock_replacement_path_of
 
 _log = logging.getLogger("prime_runs_spool")
 

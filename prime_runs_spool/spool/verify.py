@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
-from prime_runs_spool.spool.layout import find_runs, is_segment_file, special_file_kind, unreadable_message
+from prime_runs_spool.files import special_file_kind, unreadable_message
+from prime_runs_spool.spool.layout import find_runs, is_segment_file
 from prime_runs_spool.spool.reader import read_run
 
 

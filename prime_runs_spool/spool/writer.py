@@ -54,16 +54,10 @@ from prime_runs_spool.spool.format import (
     framing_rest,
     prepare,
 )
+from prime_runs_spool.files import FILE_MODE
 from prime_runs_spool.spool.guards import SegmentGuard, disown_in_forks
-from prime_runs_spool.spool.layout import (
-    FILE_MODE,
-    durable_mark_path,
-    ensure_spool_dir,
-    list_segments,
-    lock_path,
-    run_lock_path,
-    segment_path,
-)
+from prime_runs_spool.spool.layout import (durable_mark_path, ensure_spool_dir, list_segments, lock_path, run_lock_path,
+                                           segment_path)
 from prime_runs_spool.spool.process import identity
 
 #: What ``append_many`` takes: ``(record_type, record)`` or ``(record_type, record, meta)``.

@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from prime_runs_spool.errors import StoreConflict, StoreSetupError
-from prime_runs_spool.spool.layout import make_private_dir
+from prime_runs_spool.files import make_private_dir
 from prime_runs_spool.store.object_info import ObjectInfo
 
 #: Where a write is prepared before it lands, beside its object; never listed as an object.

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 
 from prime_runs_spool.errors import StoreConflict, StoreError, StoreSetupError
-from prime_runs_spool.spool.layout import MAX_SMALL_FILE_BYTES
+from prime_runs_spool.files import MAX_SMALL_FILE_BYTES
 from prime_runs_spool.store.local_files import LocalFiles, local_root
 from prime_runs_spool.store.object_info import ObjectInfo
 

@@ -25,9 +25,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
 
-from prime_runs_spool.spool.layout import LIVE_MARKER_SUFFIX, SPOOL_DIRNAME, segment_index
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, segment_index
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
+
+
+#: In an object store, beside a segment ``prime-runs mirror`` copies while its writer lives:
+#: ``seg-NNNNNN.jsonl.live``, kept fresh by the mirror, removed once the writer is gone
+#: (the store's counterpart of a segment's writer lock, docs/sync.md "Object stores").
+LIVE_MARKER_SUFFIX = ".live"
 
 #: The first read after a seek fetches this much (a header and manifest, a few records: each
 #: pass reads a segment's first lines a few times, so this is paid per read of a grown run)...

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from prime_runs_spool.errors import Stopped
-from prime_runs_spool.spool.layout import printable
+from prime_runs_spool.files import printable
 from prime_runs_spool.sync.options import FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the follower (and its inotify watch) is imported only for -
 def json_report(document: object, *, indent: bool = False) -> str:
     """``document`` as the JSON text every ``--json`` report prints. A path under a folder
     whose name is not UTF-8 holds lone surrogates, which orjson refuses: then, and only
-    then, every string is made printable first (spool/layout.py, ``printable``), so such a
+    then, every string is made printable first (``files.printable``), so such a
     folder is named in the report instead of the report ending in a traceback."""
     option = orjson.OPT_INDENT_2 if indent else 0
     try:

@@ -44,11 +44,23 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import CopyBusyError, SyncError
-from prime_runs_spool.spool.layout import COPY_LOCKS_DIRNAME, FILE_MODE, copy_lock_path, printable, read_regular_file
+from prime_runs_spool.files import FILE_MODE, printable, read_regular_file
+from prime_runs_spool.spool.layout import LOCK_SUFFIX
 from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, StateFormatError, SyncState
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
+
+
+#: In this user's cache, outside any spool (sync/user_cache.py): the folder of the copy locks,
+#: which keep syncs of copies of one spool folder apart (docs/sync.md "Concurrency").
+COPY_LOCKS_DIRNAME = "copies"
+
+
+def copy_lock_path(folder: Path, stem: str) -> Path:
+    """One run's copy lock on one destination (flock'd, never deleted; it holds its last
+    holder's note): ``stem`` names the run and destination."""
+    return folder / f"{stem}{LOCK_SUFFIX}"
 
 #: How often a waiting pass tries the lock again.
 POLL = 0.1

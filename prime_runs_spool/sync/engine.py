@@ -33,7 +33,8 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, segment_version, sync_state_path
+from prime_runs_spool.spool.layout import list_segments, segment_version
+from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.spool.reader import iter_records, position_lost, segment_manifests, writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation

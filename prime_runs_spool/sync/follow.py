@@ -40,7 +40,8 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
-from prime_runs_spool.spool.layout import OnUnreadable, find_runs, list_segments, spool_dir
+from prime_runs_spool.files import OnUnreadable
+from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.sync.engine import RunSync

@@ -7,6 +7,7 @@ turns the reports into an exit code.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -16,9 +17,9 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from prime_runs_spool.errors import Stopped
+from prime_runs_spool.files import FILE_MODE, make_private_dir, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import (FILE_MODE, find_runs, make_private_dir, spool_dir, sync_lock_path,
-                                           unreadable_message)
+from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.interrupt import Interrupt
@@ -26,6 +27,14 @@ from prime_runs_spool.sync.options import DEFAULT_JOBS, ERROR, INTERRUPTED, SKIP
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
+
+
+#: The run's sync lock: at most one sync or follower works on a run at a time.
+SYNC_LOCK_NAME = "sync.lock"
+
+
+def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / SYNC_LOCK_NAME
 
 def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
     """The run's sync lock (``spool/sync.lock``; ``run_dir``: the run's state home, see

@@ -28,7 +28,7 @@ from prime_runs_spool.content.episodes import check_episode
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.errors import MalformedEpisodeError
 from prime_runs_spool.spool.format import EPISODE
-from prime_runs_spool.spool.layout import verifiers_traces_path
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.spool.reader import Damage, Position, Record
 
 

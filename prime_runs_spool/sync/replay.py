@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.spool.format import SEAL_STATUSES
-from prime_runs_spool.spool.layout import (read_regular_file, replay_state_glob, sync_dir, sync_state_path,
-                                           valid_replay_id)
+from prime_runs_spool.sync.state import replay_state_glob, sync_dir, sync_state_path, valid_replay_id
 from prime_runs_spool.sync.state import SyncState
 
 #: Ends a state records once the run's end is on the platform.

@@ -19,7 +19,8 @@ from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
-from prime_runs_spool.spool.layout import list_segments, verifiers_traces_path
+from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Damage, Position, iter_records, resync_records, writer_alive

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,12 +25,45 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import StateProblem
+from prime_runs_spool.files import FILE_MODE, fsync_folder, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
-from prime_runs_spool.spool.layout import (FILE_MODE, fsync_folder, make_private_dir, read_regular_file, spool_dir,
-                                           sync_dir)
+from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.sinks.registry import is_sink, known
 from prime_runs_spool.sync.typed_json import DocumentError, build
+
+
+#: Sync's state files, one per destination (and per replay), inside the spool folder.
+SYNC_DIRNAME = "sync"
+
+
+def sync_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """Where sync keeps its state files for the run."""
+    return spool_dir(run_dir) / SYNC_DIRNAME
+
+
+#: What a replay id may be. It is part of a state file's name (and of an object's key), so
+#: it holds nothing that could name a file elsewhere: letters, digits, ``_`` and ``-``. The
+#: ids sync makes are uuid4 hex (32 of these).
+REPLAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def valid_replay_id(replay_id: object) -> bool:
+    return isinstance(replay_id, str) and REPLAY_ID.fullmatch(replay_id) is not None
+
+
+def sync_state_path(run_dir: str | os.PathLike[str], dest_key: str, replay_id: str | None = None) -> Path:
+    """Sync's state for one destination (and, for ``--replay``, one replay of it). A replay
+    id that is not :data:`REPLAY_ID` is refused, so no id can name a file elsewhere."""
+    if replay_id is not None and not valid_replay_id(replay_id):
+        raise ValueError(f"not a replay id: {replay_id!r} (1 to 64 letters, digits, '_' or '-')")
+    name = dest_key if replay_id is None else f"{dest_key}-replay-{replay_id}"
+    return sync_dir(run_dir) / f"{name}.json"
+
+
+def replay_state_glob(dest_key: str) -> str:
+    """The pattern matching every replay state file of one destination (see sync_state_path)."""
+    return f"{dest_key}-replay-*.json"
 
 STATE_VERSION = 1
 

@@ -31,9 +31,9 @@ from typing import Any
 
 
 from prime_runs_spool.errors import LeaseLost, Stopped, StoreConflict, StoreError, StoreSetupError
+from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import (DIR_MODE, make_private_dir, read_regular_file, replay_state_glob,
-                                           state_etag_path, sync_dir, sync_lease_path, sync_state_path)
+from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
@@ -44,9 +44,25 @@ from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, LIVE, SKIPPED, U
                                            seconds_problem)
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
-from prime_runs_spool.sync.state import Destination, StateFormatError, SyncState, replace_private, save_state
+from prime_runs_spool.sync.state import (Destination, StateFormatError, SyncState, replace_private, replay_state_glob,
+                                         save_state, sync_dir, sync_state_path)
 from prime_runs_spool.sync.status import RunStatus, run_status
 from prime_runs_spool.sync.user_cache import cache_root
+
+
+#: In an object store, beside a run's segments: the lease a syncer holds on the run while it
+#: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
+SYNC_LEASE_NAME = "sync.lease.json"
+
+
+def sync_lease_path(run_dir: str | os.PathLike[str]) -> Path:
+    """Where a run in an object store keeps its syncer's lease (relative to the run)."""
+    return spool_dir(run_dir) / SYNC_LEASE_NAME
+
+
+def state_etag_path(state_path: Path) -> Path:
+    """Beside a locally cached copy of a state kept in an object store: the etag it had."""
+    return state_path.with_name(f"{state_path.name}.etag")
 
 #: How many times a pass starts over after another syncer's state write got in between.
 CONFLICT_PASSES = 3

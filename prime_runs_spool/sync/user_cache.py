@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import DIR_MODE
+from prime_runs_spool.files import DIR_MODE
 
 #: The environment variable that moves the cache (the XDG base directory convention).
 CACHE_ENV = "XDG_CACHE_HOME"

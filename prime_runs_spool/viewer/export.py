@@ -16,7 +16,7 @@ import errno
 import os
 from pathlib import Path
 
-from prime_runs_spool.spool.layout import FILE_MODE, make_private_dir
+from prime_runs_spool.files import FILE_MODE, make_private_dir
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.pages import Pages
 from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS

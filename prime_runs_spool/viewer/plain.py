@@ -30,10 +30,11 @@ import orjson
 from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.content.masking import mask
 from prime_runs_spool.content.summary import SummaryAccumulator
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import CorruptSpoolError, ImportSourceError
+from prime_runs_spool.importer.paths import v0_paths
 from prime_runs_spool.importer.source import config_identity, resolved_config
 from prime_runs_spool.importer.v0_layout import metadata_config, metadata_identity, read_metadata, row_to_episode
-from prime_runs_spool.spool.layout import v0_paths, verifiers_traces_path
 from prime_runs_spool.viewer.index import EPISODE_RULES, MIN_RECORDS_PER_REFRESH, RunIndex, masked_manifest
 from prime_runs_spool.viewer.rows import row_of_episode
 

@@ -2,8 +2,8 @@
 
 Why a second index: the row index keeps a few figures per episode, never its text, so that a
 big run costs megabytes; searching every message needs the text, so it goes to disk, in an
-FTS5 table, one SQLite file per run in this user's cache (``spool/layout.py``'s
-``VIEWER_SEARCH_DIRNAME``), never in the run's folder, which the viewer only reads. The file
+FTS5 table, one SQLite file per run in this user's cache (``VIEWER_SEARCH_DIRNAME``),
+never in the run's folder, which the viewer only reads. The file
 is 0600 in a 0700 folder: it holds the runs' prompts and answers (masked as pages show them).
 
 Built like the row index: incrementally, from where it stopped (the rows it holds are the
@@ -28,9 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.spool.layout import FILE_MODE, VIEWER_SEARCH_DIRNAME
+from prime_runs_spool.files import FILE_MODE
 from prime_runs_spool.sync.user_cache import private_folder
 from prime_runs_spool.viewer.transcript import episode_of, turns_of
+
+
+#: In this user's cache: the viewer's full-text search indexes, one SQLite file per run;
+#: never in a run's folder, which the viewer only reads.
+VIEWER_SEARCH_DIRNAME = "viewer-search"
 
 #: How long a page request may spend indexing before it answers (seconds).
 SEARCH_BUDGET = 0.05

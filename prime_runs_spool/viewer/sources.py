@@ -15,7 +15,9 @@ from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
 from prime_runs_spool.importer.places import import_command, spool_roots, unspooled
-from prime_runs_spool.spool.layout import find_eval_outputs, find_runs, printable
+from prime_runs_spool.files import printable
+from prime_runs_spool.importer.paths import find_eval_outputs
+from prime_runs_spool.spool.layout import find_runs
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
 from prime_runs_spool.viewer.plain import PlainIndex
 

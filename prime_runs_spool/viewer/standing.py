@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from prime_runs_spool.spool.layout import read_regular_file, sync_dir
+from prime_runs_spool.files import read_regular_file
+from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.state import StateFormatError, SyncState
 

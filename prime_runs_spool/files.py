@@ -1,0 +1,222 @@
+"""File safety: how the package creates, opens, reads and walks files it did not make itself.
+
+The lowest layer, beside ``errors.py``: the spool, sync, the importer and the viewer all
+read folders received from elsewhere (an artifact unpacked from a tarball, a shared disk),
+where a FIFO would block a reader forever, a link to ``/dev/zero`` would fill its memory, a
+symbolic link could lead a walk out of its tree, and an odd file name could stop a report.
+And everything the package writes is ``0600`` in folders ``0700`` (docs/spool-format.md,
+section 1): a spool holds what an eval saw.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from prime_runs_spool.errors import NoSuchPathError
+
+#: The mode of every folder the package creates.
+DIR_MODE = 0o700
+#: The mode of every file the package writes.
+FILE_MODE = 0o600
+
+
+def open_private(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (creating it ``0600``) a file this package writes outside the segment writer,
+    and take away any access for others that an older version or another tool left
+    (docs/spool-format.md, section 1: everything the package writes is ``0600``)."""
+    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass  # not ours to change (another user's file): open it as it is
+    return fd
+
+
+#: The most :func:`read_regular_file` reads, and an object store's small reads: far more
+#: than any sync state, etag, lease or import JSON file holds. One of gigabytes (a received
+#: spool's ``sync/<dest>.json``) was read into memory whole.
+MAX_SMALL_FILE_BYTES = 64 * 1024 * 1024
+
+
+def read_regular_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the regular file at ``path`` (a symlink is followed); an ``OSError``
+    (EINVAL, "not a regular file") for anything else. For the small files read whole
+    beside a spool or an eval's outputs (sync states and their etags, an import's JSON
+    files): one that is a FIFO would block its reader at ``open`` forever, a link to
+    ``/dev/zero`` would fill its memory, and a folder received from elsewhere (an artifact
+    unpacked from a tarball) may hold either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if info.st_size > MAX_SMALL_FILE_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_SMALL_FILE_BYTES:,} bytes", os.fspath(path))
+        return file.read(MAX_SMALL_FILE_BYTES + 1)
+
+
+def special_file_kind(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (a symlink followed):
+    ``"a FIFO"``, ``"a socket"``, ``"a device"``; None for a file, a folder, or nothing
+    there. A command given one says so, rather than "nothing found" under it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> None:
+    """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
+    gives parents the umask's default mode, often ``0755``), durably: the folder holding each
+    new entry is fsync'd before this returns.
+
+    A new folder's name lives in its parent, and until that parent is fsync'd a power cut
+    may take the name back, and with it every file below, fsync'd or not: the first episode
+    a run acknowledges, or the first sync state announced there, would be gone."""
+    path = Path(path)
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            pass  # made by a racing process, which may not have fsync'd its parent yet
+    for folder in missing:
+        fsync_folder(folder.parent)
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+    """Make the names in ``folder`` (its new entries) durable, not just their content."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:
+    """How every command names what it could not read (the error's file, else ``where``), and why."""
+    return f"{exc.filename or where}: cannot be read ({exc.strerror or exc})"
+
+
+def printable(text: str) -> str:
+    """``text`` (a path as Python decodes a file name) as valid UTF-8: a name that is not
+    UTF-8 decodes to lone surrogates, which a JSON encoder, a URL or a web page refuses;
+    its undecodable bytes are shown as ``\\xNN`` instead, so one odd folder name never
+    stops a report or a page that lists the other runs."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# -- walking a tree received from elsewhere ------------------------------------------------
+
+#: Told of each directory under the paths that could not be read whole (a run may hide in
+#: it), with the error (whose ``filename`` is what failed: the directory itself, its
+#: ``spool/`` or a file in it); the walk then goes on with the rest of the tree.
+OnUnreadable = Callable[[Path, OSError], None]
+
+
+def pass_over(path: Path, exc: OSError) -> None:
+    """For a caller with nobody to tell: an unreadable directory has nothing it can read."""
+
+
+def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Path], Iterator[Path]],
+              report: OnUnreadable = pass_over) -> Iterator[Path]:
+    """What ``found_under`` finds below each path, each folder once (by its real path); a path
+    that does not exist raises :class:`NoSuchPathError`, one that cannot be read is reported."""
+    seen: set[Path] = set()
+    for given in paths:
+        root = Path(given)
+        try:
+            os.stat(root)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoSuchPathError(f"path does not exist: {given}") from None
+        except OSError as exc:
+            report(root, exc)
+            continue
+        for found in found_under(root):
+            key = found.resolve()
+            if key not in seen:
+                seen.add(key)
+                yield found
+
+
+def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, str], bool],
+                 report: OnUnreadable = pass_over,
+                 folder_seen: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """Folders below ``root`` (itself included) that ``matches``, in name order; symbolic
+    links are not followed, and a child folder ``prune(folder, name)`` says no to is not
+    entered. A folder that cannot be read is told to ``report`` and not entered; every
+    folder entered that does not match is told to ``folder_seen``.
+
+    Depth first with a stack of its own, not by recursion: a tree a thousand folders deep
+    ended every command in a RecursionError traceback. Each folder's children are looked
+    at one by one as the walk comes back to it, so folders are found, and unreadable ones
+    reported, in the order a recursive walk gives."""
+    pending: list[Iterator[Path]] = [iter((root,))]
+    while pending:
+        folder = next(pending[-1], None)
+        if folder is None:
+            pending.pop()
+            continue
+        try:
+            if not folder.is_dir():
+                continue
+            found = matches(folder)
+        except FileNotFoundError:
+            continue  # removed while we walked: nothing there any more
+        except OSError as exc:
+            report(folder, exc)
+            continue
+        if found:
+            yield folder
+        elif folder_seen is not None:
+            folder_seen(folder)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            report(folder, exc)
+            continue
+        pending.append(_child_folders(folder, entries, prune, report))
+
+
+def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callable[[Path, str], bool],
+                   report: OnUnreadable) -> Iterator[Path]:
+    """The entries of ``folder`` that ``walk_folders`` enters, each judged only when reached."""
+    for entry in entries:
+        try:
+            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+                continue
+            if prune(folder, entry.name):
+                continue
+        except OSError as exc:
+            report(Path(entry.path), exc)
+            continue
+        yield Path(entry.path)
+
+

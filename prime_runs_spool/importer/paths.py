@@ -1,0 +1,108 @@
+"""The names of what an eval writes without a spool, and of the import's own files
+(docs/integration.md, "Importing").
+
+``prime-runs import`` reads an eval's outputs; nothing here ever writes them. verifiers
+0.4.0 writes, per run directory: ``traces.jsonl`` (named in content/supersede.py, which
+reads it on ``--resume`` too), ``configs/<cli>.toml`` (the launch file, verbatim),
+``configs/resolved/<cli>.json`` (the resolved config) and ``logs/attempt_N/eval.log``
+(``logs/latest`` links the newest). The older layout is ``metadata.json`` + ``results.jsonl``.
+The import's own files sit beside a spool's segments (readers and sync look only at
+``seg-*`` files) or under ``--state-dir``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.files import each_once, walk_folders
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
+
+CONFIGS_DIRNAME = "configs"
+RESOLVED_DIRNAME = "resolved"
+LOGS_DIRNAME = "logs"
+LATEST_LOG_LINK = "latest"
+ATTEMPT_PREFIX = "attempt_"
+EVAL_LOG_NAME = "eval.log"
+V0_METADATA_NAME = "metadata.json"
+V0_RESULTS_NAME = "results.jsonl"
+#: Beside an imported spool's segments: where it was imported from and how far (the
+#: importer's own bookkeeping; readers and sync look only at ``seg-*`` files).
+IMPORT_MARK_NAME = "import.json"
+#: Held while an import writes a spool: two imports of one source never both write it.
+IMPORT_LOCK_NAME = "import.lock"
+#: Beside the segments of a spool the eval wrote: the versions of ``traces.jsonl`` and of
+#: the segments last found to agree by episode id, so an unchanged run is not read again.
+AGREED_MARK_NAME = "traces-agreed.json"
+#: Under ``--state-dir``: one folder per imported source run.
+STATE_IMPORTS_DIRNAME = "imports"
+
+
+def resolved_config_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """``configs/resolved/*.json``, sorted (verifiers reads the first one back too)."""
+    folder = Path(output_dir) / CONFIGS_DIRNAME / RESOLVED_DIRNAME
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def launch_file_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """``configs/*.toml``: the launch file(s) copied verbatim."""
+    folder = Path(output_dir) / CONFIGS_DIRNAME
+    return sorted(p for p in folder.glob("*.toml") if p.is_file()) if folder.is_dir() else []
+
+
+def attempt_log_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every ``logs/attempt_N/eval.log`` that exists, oldest attempt first."""
+    folder = Path(output_dir) / LOGS_DIRNAME
+    found = []
+    if folder.is_dir():
+        for entry in folder.iterdir():
+            number = entry.name[len(ATTEMPT_PREFIX):]
+            if entry.name.startswith(ATTEMPT_PREFIX) and number.isdigit() and not entry.is_symlink():
+                log = entry / EVAL_LOG_NAME
+                if log.is_file():
+                    found.append((int(number), log))
+    return [log for _, log in sorted(found)]
+
+
+def v0_paths(output_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    return Path(output_dir) / V0_METADATA_NAME, Path(output_dir) / V0_RESULTS_NAME
+
+
+def import_mark_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / IMPORT_MARK_NAME
+
+
+def import_lock_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / IMPORT_LOCK_NAME
+
+
+def agreed_mark_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / AGREED_MARK_NAME
+
+
+def state_dir_run(state_dir: str | os.PathLike[str], source_key: str, run_id: str) -> Path:
+    """Where ``--state-dir`` keeps the spool imported from one source run: keyed by the
+    source's absolute path (``source_key``, a digest of it) and the run id."""
+    return Path(state_dir) / STATE_IMPORTS_DIRNAME / source_key / run_id
+
+
+def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path:
+    return Path(state_dir) / STATE_IMPORTS_DIRNAME / source_key
+
+
+def is_eval_output_dir(path: Path) -> bool:
+    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``."""
+    if verifiers_traces_path(path).is_file():
+        return True
+    metadata, results = v0_paths(path)
+    return metadata.is_file() and results.is_file()
+
+
+def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Every eval output folder under ``paths``, each once, deterministic order; symbolic
+    links are not followed and a spool folder is never entered. A missing path raises
+    :class:`NoSuchPathError`, as for :func:`find_runs`."""
+    skipped = (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME)
+    return each_once(paths, lambda root: walk_folders(root, is_eval_output_dir, lambda folder, name: name in skipped))
