@@ -7,23 +7,70 @@ package raises on purpose. Each also keeps the built-in base its callers relied 
 Every message is one line that says what is wrong and, where there is something to do,
 what to do: the command line prints them as they are.
 
-The tree, by layer:
+The whole tree, by the layer that raises each class (a built-in base a class also keeps is
+in brackets; ``tests/test_architecture.py`` checks that every exception class of the
+package is defined here and drawn here):
 
-- spool: ``RecordNotSerializableError``, ``RecordTooLargeError``, ``SpoolWriteError``
-  (and its ``SegmentGoneError``), ``WriterClosedError``, ``UnsupportedFormatError``,
-  ``CorruptSpoolError``, ``NoSuchPathError``, ``NotARunError``, ``NotASegmentFileError``, ``RunInUseError`` (raised
-  by the writer when another process opens the same run, and by the runner)
-- content: ``MalformedEpisodeError``
-- runner: ``RunClosedError``, ``RunMismatchError``, ``RunForkedError``,
-  ``EpisodeTooLargeError``; importing eval outputs: ``ImportSourceError`` and its
-  ``CorruptOutputError``, ``ReadOnlySourceError``, ``RewrittenOutputError``
-- platform_api: ``PlatformError`` (with its ``FailureKind``), ``SampleTooLargeError``,
-  ``InvalidSettingsError`` (and its ``InvalidBaseUrlError``)
-- sync: ``SyncError`` (and ``SampleCountMismatchError``), ``StateProblem``
-- viewer: ``UnsafeListenError``, ``UnknownRunError``
-- local_platform: ``StoreError``, ``NotFound``, ``DeadlineExceeded``
+    SpoolError
+    ├── spool
+    │   ├── RecordNotSerializableError [TypeError]
+    │   ├── RecordTooLargeError [ValueError]
+    │   ├── SpoolWriteError [OSError]
+    │   │   └── SegmentGoneError
+    │   ├── WriterClosedError
+    │   ├── UnsupportedFormatError
+    │   ├── CorruptSpoolError
+    │   │   └── PositionLostError
+    │   ├── NoSuchPathError [FileNotFoundError]
+    │   ├── NotARunError
+    │   ├── NotASegmentFileError [OSError]
+    │   └── RunInUseError (the writer, and the runner)
+    ├── store
+    │   └── StoreError
+    │       ├── StoreSetupError
+    │       ├── StoreConflict
+    │       └── LeaseLost
+    ├── content
+    │   └── MalformedEpisodeError [TypeError]
+    ├── platform_api
+    │   ├── PlatformError (its kind a FailureKind)
+    │   │   └── ServiceNotEnabled
+    │   ├── InvalidSettingsError [ValueError]
+    │   │   └── InvalidBaseUrlError
+    │   └── SampleTooLargeError [ValueError]
+    ├── sync
+    │   ├── SyncError
+    │   │   ├── CopyBusyError
+    │   │   └── SampleCountMismatchError
+    │   ├── StateProblem
+    │   ├── StateFormatError [ValueError]
+    │   └── DocumentError [ValueError]
+    ├── runner
+    │   ├── RunClosedError
+    │   ├── RunForkedError
+    │   ├── EpisodeTooLargeError [ValueError]
+    │   ├── RunMismatchError [ValueError]
+    │   ├── UnsupportedRunConfigError [ValueError]
+    │   └── VerifiersVersionError
+    ├── importer
+    │   └── ImportSourceError
+    │       ├── CorruptOutputError
+    │       ├── ReadOnlySourceError
+    │       └── RewrittenOutputError
+    ├── viewer
+    │   ├── UnsafeListenError [ValueError]
+    │   └── UnknownRunError [LookupError]
+    └── local_platform
+        ├── PlatformDatabaseError
+        ├── NotFound [LookupError]
+        ├── AlreadyClosed
+        ├── DeadlineExceeded
+        └── TracesRejected
 
-Outside the tree, on purpose: :class:`Stopped`, a ``BaseException`` (see its docstring).
+    Stopped [BaseException], outside the tree on purpose (see its docstring)
+
+One exception class lives elsewhere, private: ``content/summary.py``'s ``_WrittenOtherwise``,
+a signal raised and caught inside one function that no caller can ever see.
 """
 
 from __future__ import annotations
@@ -267,6 +314,16 @@ class StateProblem(SpoolError):
     else's): sync then reconciles with the platform instead of trusting it."""
 
 
+class StateFormatError(SpoolError, ValueError):
+    """Bytes that are not a sync state document (the message says what is wrong). Caught
+    where a state is read, and turned into a :class:`StateProblem` or a state set aside."""
+
+
+class DocumentError(SpoolError, ValueError):
+    """A JSON document does not have the shape of the dataclass it is read as
+    (sync/typed_json.py); the message says where."""
+
+
 class UnsafeListenError(SpoolError, ValueError):
     """A server was asked to listen beyond loopback without a token to keep strangers out."""
 
@@ -296,6 +353,16 @@ class AlreadyClosed(SpoolError):
 
 class DeadlineExceeded(SpoolError):
     """A local platform write was refused, uncommitted, because its request outlived its deadline."""
+
+
+class TracesRejected(SpoolError):
+    """An upload or read the local Prime Traces service refuses; it answers
+    ``{"error": {"code", "message"}}`` with ``status`` and ``code`` (a ``prime_traces.ErrorCode``)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class Stopped(BaseException):

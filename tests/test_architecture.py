@@ -7,6 +7,7 @@ much as one at the top of a module.
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -286,3 +287,50 @@ def _command_library_imports(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
     return names
+
+
+def _exception_classes() -> list[tuple[str, str]]:
+    """Every class of the package that is an exception: ``(module, name)``. Read statically:
+    a class whose base is a built-in exception, or, transitively, one of these."""
+    import builtins
+
+    defined: list[tuple[str, str, list[str]]] = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                         if isinstance(b, (ast.Name, ast.Attribute))]
+                defined.append((module, node.name, bases))
+    exceptions = {name for name in dir(builtins)
+                  if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), BaseException)}
+    grew = True
+    while grew:
+        grew = False
+        for _, name, bases in defined:
+            if name not in exceptions and any(base in exceptions for base in bases):
+                exceptions.add(name)
+                grew = True
+    return [(module, name) for module, name, bases in defined if any(base in exceptions for base in bases)]
+
+
+def test_every_exception_class_is_in_errors_py_and_drawn_in_its_tree() -> None:
+    """One exception tree: every exception class of the package is defined in errors.py and
+    named in the tree its docstring draws, so a caller finds every kind in one place. The one
+    exception is a private class that no other module names (a signal that never leaves its
+    function), and the docstring names it too."""
+    errors_module = "prime_runs_spool.errors"
+    drawn = ast.get_docstring(ast.parse((PACKAGE / "errors.py").read_text())) or ""
+    sources = {module: path.read_text() for module, path in MODULES.items()}
+    found = _exception_classes()
+    assert len(found) > 40, found  # the reading above sees the tree at all
+    outside = []
+    for module, name in found:
+        if module == errors_module:
+            continue
+        named_elsewhere = [other for other, text in sources.items()
+                           if other not in (module, errors_module) and re.search(rf"\b{re.escape(name)}\b", text)]
+        if not name.startswith("_") or named_elsewhere:
+            outside.append(f"{module}.{name}")
+    assert outside == [], "define these in errors.py, under SpoolError"
+    undrawn = [name for _, name in found if not re.search(rf"\b{re.escape(name)}\b", drawn)]
+    assert undrawn == [], "draw these in errors.py's tree"

@@ -175,7 +175,11 @@ def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> Ep
 
 class _WrittenOtherwise(Exception):
     """A reading of an episode as written (:func:`read_episode`'s ``written``) met a value
-    its line holds otherwise (a NaN or an infinity, there null)."""
+    its line holds otherwise (a NaN or an infinity, there null).
+
+    Private, and not in errors.py's tree: it is not an error but a signal, raised and
+    caught inside :func:`read_episode` (which then reads the episode again as written), so
+    no caller ever sees it."""
 
 
 def _finite(value: Any) -> float | None:

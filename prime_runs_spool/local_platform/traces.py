@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from prime_runs_spool.content.episodes import trace_reward
+from prime_runs_spool.errors import TracesRejected
 from prime_runs_spool.local_platform.store import Store
 from prime_runs_spool.platform_api.traces import (
     EPISODE_LINES,
@@ -92,15 +93,6 @@ CREATE INDEX IF NOT EXISTS trace_docs_by_id ON trace_docs (trace_id, current);
 CREATE INDEX IF NOT EXISTS trace_docs_by_run ON trace_docs (run_id, current);
 CREATE INDEX IF NOT EXISTS trace_docs_by_episode ON trace_docs (episode_id, current);
 """
-
-
-class Rejected(Exception):
-    """An upload or read the service refuses: ``{"error": {"code", "message"}}``."""
-
-    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 def _now() -> str:
@@ -184,7 +176,7 @@ def _multipart(body: bytes, content_type: str) -> dict[str, tuple[dict[str, str]
     """The parts of a ``multipart/form-data`` body by name: (their headers, their bytes)."""
     match = re.search(r'boundary="?([^";]+)"?', content_type)
     if not content_type.startswith("multipart/form-data") or match is None:
-        raise Rejected(400, ErrorCode.INVALID_METADATA, "the upload must be multipart/form-data")
+        raise TracesRejected(400, ErrorCode.INVALID_METADATA, "the upload must be multipart/form-data")
     delimiter = b"--" + match.group(1).encode("latin-1")
     parts: dict[str, tuple[dict[str, str], bytes]] = {}
     for chunk in body.split(delimiter)[1:]:
@@ -199,7 +191,7 @@ def _multipart(body: bytes, content_type: str) -> dict[str, tuple[dict[str, str]
         if found is None:
             continue
         if found.group(1) in parts:
-            raise Rejected(400, ErrorCode.INVALID_METADATA, f"part {found.group(1)!r} appears twice")
+            raise TracesRejected(400, ErrorCode.INVALID_METADATA, f"part {found.group(1)!r} appears twice")
         parts[found.group(1)] = (headers, content.removesuffix(b"\r\n"))
     return parts
 
@@ -209,25 +201,25 @@ def _gunzip(data: bytes) -> bytes:
     try:
         out = inflate.decompress(data, MAX_BATCH_BYTES + 1)
     except zlib.error:
-        raise Rejected(400, ErrorCode.MALFORMED_ENCODING, "traces.jsonl is not valid gzip") from None
+        raise TracesRejected(400, ErrorCode.MALFORMED_ENCODING, "traces.jsonl is not valid gzip") from None
     if len(out) > MAX_BATCH_BYTES or inflate.unconsumed_tail:
-        raise Rejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"over {MAX_BATCH_BYTES} uncompressed bytes")
+        raise TracesRejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"over {MAX_BATCH_BYTES} uncompressed bytes")
     return out
 
 
 def _metadata(raw: bytes | None) -> tuple[int, dict[str, str]]:
     if raw is None:
-        raise Rejected(400, ErrorCode.INVALID_METADATA, "the metadata part is missing")
+        raise TracesRejected(400, ErrorCode.INVALID_METADATA, "the metadata part is missing")
     try:
         metadata = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise Rejected(400, ErrorCode.INVALID_METADATA, "the metadata part is not JSON") from None
+        raise TracesRejected(400, ErrorCode.INVALID_METADATA, "the metadata part is not JSON") from None
     context = metadata.get("context") or {} if isinstance(metadata, dict) else None
     if not isinstance(metadata, dict) or not isinstance(context, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in context.items()):
-        raise Rejected(400, ErrorCode.INVALID_METADATA, "metadata must be {schema_version, context: {str: str}}")
+        raise TracesRejected(400, ErrorCode.INVALID_METADATA, "metadata must be {schema_version, context: {str: str}}")
     if metadata.get("schema_version") != SCHEMA_VERSION:
-        raise Rejected(400, ErrorCode.UNSUPPORTED_SCHEMA_VERSION,
+        raise TracesRejected(400, ErrorCode.UNSUPPORTED_SCHEMA_VERSION,
                        f"schema_version {metadata.get('schema_version')!r} is not supported")
     return SCHEMA_VERSION, context
 
@@ -242,7 +234,7 @@ def _parse_lines(data: bytes, line_format: str) -> list[tuple[Mapping[str, Any] 
         if not line.strip():
             continue
         if len(line) > MAX_LINE_BYTES:
-            raise Rejected(400, ErrorCode.TRACE_TOO_LARGE, f"line {number} is over {MAX_LINE_BYTES} bytes")
+            raise TracesRejected(400, ErrorCode.TRACE_TOO_LARGE, f"line {number} is over {MAX_LINE_BYTES} bytes")
         try:
             document = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -251,24 +243,24 @@ def _parse_lines(data: bytes, line_format: str) -> list[tuple[Mapping[str, Any] 
                 line.decode("utf-8")
             except UnicodeDecodeError:
                 code = ErrorCode.MALFORMED_ENCODING
-            raise Rejected(400, code, f"line {number} is not a JSON document") from None
+            raise TracesRejected(400, code, f"line {number} is not a JSON document") from None
         if not isinstance(document, dict) or document.get("id") is None:
-            raise Rejected(400, ErrorCode.INVALID_TRACE, f"line {number} has no id")
+            raise TracesRejected(400, ErrorCode.INVALID_TRACE, f"line {number} has no id")
         if line_format == EPISODE_LINES.value:
             members = document.get("traces")
             if not isinstance(members, list) or not all(isinstance(m, dict) and m.get("id") is not None
                                                         for m in members):
-                raise Rejected(400, ErrorCode.INVALID_TRACE, f"line {number}: traces must be trace documents")
+                raise TracesRejected(400, ErrorCode.INVALID_TRACE, f"line {number}: traces must be trace documents")
             episode_id = str(document["id"])
             if episode_id in episodes:
-                raise Rejected(400, ErrorCode.DUPLICATE_EPISODE_ID, f"episode {episode_id} twice in one upload")
+                raise TracesRejected(400, ErrorCode.DUPLICATE_EPISODE_ID, f"episode {episode_id} twice in one upload")
             episodes.add(episode_id)
             parsed.append((document, members))
         else:
             parsed.append((None, [document]))
         for trace in parsed[-1][1]:
             if str(trace["id"]) in traces:
-                raise Rejected(400, ErrorCode.DUPLICATE_TRACE_ID, f"trace {trace['id']} twice in one upload")
+                raise TracesRejected(400, ErrorCode.DUPLICATE_TRACE_ID, f"trace {trace['id']} twice in one upload")
             traces.add(str(trace["id"]))
     return parsed
 
@@ -285,17 +277,17 @@ class TracesStore:
                traces: tuple[dict[str, str], bytes] | None) -> tuple[dict[str, Any], bool]:
         """Commit one upload (or replay it): (the receipt, whether it was new)."""
         if not _KEY.fullmatch(key or ""):
-            raise Rejected(400, ErrorCode.INVALID_IDEMPOTENCY_KEY, f"{IDEMPOTENCY_HEADER} must be sha256:<64 hex>")
+            raise TracesRejected(400, ErrorCode.INVALID_IDEMPOTENCY_KEY, f"{IDEMPOTENCY_HEADER} must be sha256:<64 hex>")
         if traces is None:
-            raise Rejected(400, ErrorCode.INVALID_TRACE, "the traces part is missing")
+            raise TracesRejected(400, ErrorCode.INVALID_TRACE, "the traces part is missing")
         headers, data = traces
         if headers.get("content-encoding", "").lower() == "gzip":
             data = _gunzip(data)
         elif len(data) > MAX_BATCH_BYTES:
-            raise Rejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"over {MAX_BATCH_BYTES} bytes")
+            raise TracesRejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"over {MAX_BATCH_BYTES} bytes")
         digest = hashlib.sha256(data).hexdigest()
         if key != KEY_PREFIX + digest:
-            raise Rejected(400, ErrorCode.DIGEST_MISMATCH, "the body's SHA-256 is not its idempotency key")
+            raise TracesRejected(400, ErrorCode.DIGEST_MISMATCH, "the body's SHA-256 is not its idempotency key")
         schema_version, context = _metadata(metadata)
         receipt = {"upload_id": digest, "status": "committed"}
         if self._replayed(digest, line_format):
@@ -335,7 +327,7 @@ class TracesStore:
     def _known(conn: Any, digest: str, line_format: str) -> bool:
         row = conn.execute("SELECT line_format FROM trace_uploads WHERE upload_id = ?", (digest,)).fetchone()
         if row is not None and row[0] != line_format:
-            raise Rejected(409, ErrorCode.LINE_FORMAT_CONFLICT,
+            raise TracesRejected(409, ErrorCode.LINE_FORMAT_CONFLICT,
                            f"these bytes were uploaded as {row[0]!r} lines, not {line_format!r}")
         return row is not None
 
@@ -464,7 +456,7 @@ def _cursor(request: Request) -> tuple[int, int]:
         limit = min(MAX_PAGE, max(1, int(request.query_params.get("limit") or 50)))
         offset = int(base64.urlsafe_b64decode(raw.encode()).decode().removeprefix("o:")) if raw else 0
     except (ValueError, UnicodeDecodeError):
-        raise Rejected(400, ErrorCode.INVALID_CURSOR, "cursor or limit is not valid") from None
+        raise TracesRejected(400, ErrorCode.INVALID_CURSOR, "cursor or limit is not valid") from None
     return offset, limit
 
 
@@ -478,7 +470,7 @@ async def _body(request: Request) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BATCH_BYTES:
-            raise Rejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"request over {MAX_BATCH_BYTES} bytes")
+            raise TracesRejected(400, ErrorCode.UPLOAD_TOO_LARGE, f"request over {MAX_BATCH_BYTES} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -494,7 +486,7 @@ def traces_routes(service: TracesStore, *, enabled: bool, run_in_threadpool: Any
                     return _error(403, ErrorCode.SERVICE_NOT_ENABLED, "Prime Traces is not enabled for this account")
                 try:
                     return await handler(request)
-                except Rejected as exc:
+                except TracesRejected as exc:
                     return _error(exc.status, exc.code, str(exc))
             return Route(f"{API}{path}", endpoint, methods=list(methods))
         return wrap
@@ -521,7 +513,7 @@ def traces_routes(service: TracesStore, *, enabled: bool, run_in_threadpool: Any
     async def get_trace(request: Request) -> Response:
         found = await run_in_threadpool(service.one, "trace_docs", "trace_id", request.path_params["id"])
         if found is None:
-            raise Rejected(404, ErrorCode.TRACE_NOT_FOUND, f"trace {request.path_params['id']} not found")
+            raise TracesRejected(404, ErrorCode.TRACE_NOT_FOUND, f"trace {request.path_params['id']} not found")
         if request.query_params.get("raw") == "true":
             return Response(found[1], media_type="application/json")
         return JSONResponse(found[0])
@@ -536,7 +528,7 @@ def traces_routes(service: TracesStore, *, enabled: bool, run_in_threadpool: Any
         episode_id = request.path_params["id"]
         found = await run_in_threadpool(service.one, "trace_episodes", "episode_id", episode_id)
         if found is None:
-            raise Rejected(404, ErrorCode.EPISODE_NOT_FOUND, f"episode {episode_id} not found")
+            raise TracesRejected(404, ErrorCode.EPISODE_NOT_FOUND, f"episode {episode_id} not found")
         if request.query_params.get("raw") == "true":
             return Response(found[1], media_type="application/json")
         members, _ = await run_in_threadpool(service.page, "trace_docs", {"episode_id": episode_id}, [], 0, 10_000)
@@ -571,7 +563,7 @@ def traces_routes(service: TracesStore, *, enabled: bool, run_in_threadpool: Any
         run_id = request.path_params["id"]
         runs = await run_in_threadpool(lambda: summaries(service.run_traces(run_id)))
         if not runs:
-            raise Rejected(404, ErrorCode.RUN_NOT_FOUND, f"run {run_id} holds no traces")
+            raise TracesRejected(404, ErrorCode.RUN_NOT_FOUND, f"run {run_id} holds no traces")
         return JSONResponse(runs[0])
 
     async def run_steps(request: Request) -> Response:

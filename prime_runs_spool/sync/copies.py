@@ -43,12 +43,12 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.errors import CopyBusyError, SyncError
+from prime_runs_spool.errors import CopyBusyError, StateFormatError, SyncError
 from prime_runs_spool.files import FILE_MODE, printable, read_regular_file
 from prime_runs_spool.spool.layout import LOCK_SUFFIX
 from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
 from prime_runs_spool.sync.sinks.registry import is_sink
-from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, StateFormatError, SyncState
+from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
 
 

@@ -24,13 +24,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from prime_runs_spool.errors import StateProblem
+from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import FILE_MODE, fsync_folder, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.spool.reader import Position
 from prime_runs_spool.sync.sinks.registry import is_sink, known
-from prime_runs_spool.sync.typed_json import DocumentError, build
+from prime_runs_spool.sync.typed_json import build
 
 
 #: Sync's state files, one per destination (and per replay), inside the spool folder.
@@ -72,10 +72,6 @@ STATE_VERSION = 1
 #: Persisted: the values never change.
 CREATE = "create"
 FINALIZE = "finalize"
-
-
-class StateFormatError(ValueError):
-    """Bytes that are not a sync state document (the message says what is wrong)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 
-from prime_runs_spool.errors import LeaseLost, Stopped, StoreConflict, StoreError, StoreSetupError
+from prime_runs_spool.errors import LeaseLost, StateFormatError, Stopped, StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import spool_dir
@@ -44,8 +44,8 @@ from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, LIVE, SKIPPED, U
                                            seconds_problem)
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
-from prime_runs_spool.sync.state import (Destination, StateFormatError, SyncState, replace_private, replay_state_glob,
-                                         save_state, sync_dir, sync_state_path)
+from prime_runs_spool.sync.state import (Destination, SyncState, replace_private, replay_state_glob, save_state, sync_dir,
+                                         sync_state_path)
 from prime_runs_spool.sync.status import RunStatus, run_status
 from prime_runs_spool.sync.user_cache import cache_root
 

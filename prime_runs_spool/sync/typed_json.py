@@ -22,11 +22,9 @@ import types
 import typing
 from typing import Any, Literal, TypeVar, Union
 
+from prime_runs_spool.errors import DocumentError
+
 T = TypeVar("T")
-
-
-class DocumentError(ValueError):
-    """The document does not have the dataclass's shape; the message says where."""
 
 
 _HINTS: dict[type, list[tuple[dataclasses.Field[Any], Any]]] = {}
