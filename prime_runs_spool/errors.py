@@ -57,6 +57,9 @@ package is defined here and drawn here):
     │       ├── CorruptOutputError
     │       ├── ReadOnlySourceError
     │       └── RewrittenOutputError
+    ├── export
+    │   └── ExportError
+    │       └── ExportSetupError
     ├── viewer
     │   ├── UnsafeListenError [ValueError]
     │   └── UnknownRunError [LookupError]
