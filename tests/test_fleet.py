@@ -119,3 +119,33 @@ def test_machines_mirroring_and_syncers_draining_one_bucket_land_each_episode_on
     reports = [json.loads(line) for out, _ in outputs for line in out.splitlines() if line.startswith("{")]
     assert not [r for r in reports if any("waited" in w for w in r.get("warnings", []))]
     assert faults, "the proxy injected no fault: the test proved less than it says"
+
+
+def test_each_syncer_starts_at_its_own_place_in_the_listing(tmp_path: Path, server, api, moto,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two syncers started together must not walk the runs in the same order (each meeting
+    the runs the other holds, then reading again the runs it just did): a sync begins at a
+    random run of the listing and wraps around; its reports stay in key order."""
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync import store_sync
+    from support.runs import build_run
+    from support.store_runs import upload_run
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import load_settings
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import remote_destination
+
+    url = f"s3://{moto.new_bucket()}/order"
+    for n in range(5):
+        upload_run(url, build_run(tmp_path / f"run-{n}", f"order-{n}", 2).run_dir, f"run-{n}")
+    monkeypatch.setattr(store_sync.random, "randrange", lambda count: 3)
+    began: list[str] = []
+    env = {"PRIME_API_KEY": TOKEN, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    with moto_server.environment(env):
+        settings = load_settings(base_url=server.base_url, env=env)
+        with PlatformClient(settings, timeout=5) as client:
+            reports = store_sync.sync_store(
+                url, client, remote_destination(settings.base_url, None), SyncOptions(), store=ObjectStore(url),
+                jobs=1, on_progress=lambda report: None if report.path in began else began.append(report.path))
+    assert [r.path.rsplit("/", 1)[-1] for r in reports] == [f"run-{n}" for n in range(5)]
+    assert [p.rsplit("/", 1)[-1] for p in began] == ["run-3", "run-4", "run-0", "run-1", "run-2"]

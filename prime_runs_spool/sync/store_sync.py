@@ -22,6 +22,7 @@ import fnmatch
 import functools
 import hashlib
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -369,6 +370,11 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
         return []
     index = EvaluationIndex()
     sleep = time.sleep if stop is None else functools.partial(_stoppable_sleep, stop)
+    # Syncers started together on one prefix would otherwise go through it in the same order:
+    # each meeting the runs the other holds (skipped), then the runs the other just did (read
+    # again to learn so). Each starts at its own place instead; the reports stay in key order.
+    first = random.randrange(len(runs))
+    runs = runs[first:] + runs[:first]
 
     def one(run: StoreRun) -> RunReport:
         if stop is not None and stop.is_set():
@@ -380,9 +386,11 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
             return internal_error_report(str(run), exc)
 
     if stop is not None:
-        return _stoppable_map(one, runs, max(1, jobs))
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
-        return list(pool.map(one, runs))
+        reports = _stoppable_map(one, runs, max(1, jobs))
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
+            reports = list(pool.map(one, runs))
+    return reports[len(runs) - first:] + reports[:len(runs) - first]
 
 
 def _stoppable_map(work: Callable[[StoreRun], RunReport], runs: list[StoreRun], jobs: int) -> list[RunReport]:

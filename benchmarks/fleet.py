@@ -1,0 +1,164 @@
+"""A fleet draining one bucket: episodes per second with 1, 2 and 4 syncers.
+
+Run: ``python3 benchmarks/fleet.py [--machines 4] [--runs 200] [--episodes 50] [--size 2000]
+[--syncers 1,2,4] [--jobs 4] [--fault-rate 0.02] [--repeat 2] [--quick] [--dir DIR]``
+
+``--machines`` eval machines (each its own processes, HOME and output folder) write
+``--runs`` runs between them with fixtures/fleet_writer.py, one machine's writer SIGKILLed
+part way (its run under way is left crashed), each machine's spools mirrored into its own
+prefix of one bucket by ``prime-runs mirror --once`` (moto's S3 server on loopback). Then,
+for each count of syncers, a fresh copy of the bucket and a fresh ``prime-runs platform
+serve`` behind the fault proxy (fixtures/fault_proxy.py, ``--fault-rate`` of the requests
+failing, half of those after the platform acted), and that many ``prime-runs sync URL
+--json`` processes started at once, each its own HOME: the wall time until the last one
+exits is the drain. Checked every round: each run has one evaluation holding each of its
+spool's episodes once, and the runs were synced once between the syncers (a run another
+syncer holds is skipped, never waited for). Prints episodes/s per count of syncers and each
+count's time against one syncer's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _synccommon import API_KEY, PYTHON, ROOT, arguments, child_env, now, platform, scratch, spread  # noqa: E402
+from sync_store import new_bucket, start_moto  # noqa: E402
+
+from fixtures.fault_proxy import FaultProxy  # noqa: E402
+from fixtures.fault_proxy import spread as fault_spread  # noqa: E402
+from prime_runs_spool.spool.format import EPISODE  # noqa: E402
+from prime_runs_spool.spool.reader import iter_records  # noqa: E402
+from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
+from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
+
+WRITER = ROOT / "fixtures" / "fleet_writer.py"
+
+
+def write_fleet(work: Path, machines: int, runs: int, episodes: int, size: int) -> dict[str, int]:
+    """Every machine's runs, written at once; machine 0's writer SIGKILLed half way through
+    its last run. The episodes each run's spool holds, by run id."""
+    per = [runs // machines + (1 if n < runs % machines else 0) for n in range(machines)]
+    procs = []
+    for n in range(machines):
+        home = work / f"machine-{n}"
+        (home / "outputs").mkdir(parents=True)
+        env = {**child_env(), "HOME": str(home)}
+        procs.append(subprocess.Popen([PYTHON, str(WRITER), str(home / "outputs"), f"m{n}", str(per[n]),
+                                       str(episodes), "--batch", "10", "--size", str(size)],
+                                      stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT))
+    victim = procs[0]
+    assert victim.stdout is not None
+    last = f"fleet-m0-{per[0] - 1:03d}"
+    for line in victim.stdout:
+        run_id, count = line.split()
+        if run_id == last and int(count) >= episodes // 2:
+            victim.send_signal(signal.SIGKILL)
+            break
+    for proc in procs:
+        proc.wait()
+    held = {}
+    for n in range(machines):
+        for run_dir in sorted((work / f"machine-{n}" / "outputs").iterdir()):
+            ids = [r for r in iter_records(run_dir) if r.type == EPISODE]
+            held[f"fleet-m{n}-{run_dir.name[4:]}"] = len(ids)
+    return held
+
+
+def fill_bucket(endpoint: str, work: Path, machines: int) -> str:
+    url = new_bucket(endpoint)
+    for n in range(machines):  # what each machine's prime-runs mirror puts there
+        reports = mirror_pass([work / f"machine-{n}" / "outputs"], ObjectStore(f"{url}/m{n}"))
+        assert not [r.error for r in reports if r.error], reports
+    return url
+
+
+def drain(work: Path, url: str, syncers: int, jobs: int, rate: float, round_name: str) -> tuple[float, list[dict]]:
+    with platform(work / f"{round_name}.db") as server:
+        rates = fault_spread(rate) if rate else {}
+        with FaultProxy(server.base_url, seed=7, rates=rates, delay=2.0, retry_after=0) as proxy:
+            start = now()
+            procs = []
+            for m in range(syncers):
+                home = work / f"{round_name}-syncer-{m}"
+                env = {**child_env(), "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+                procs.append(subprocess.Popen(
+                    [PYTHON, "-m", "commands", "sync", url, "--json", "--jobs", str(jobs), "--base-url",
+                     proxy.base_url, "--timeout", "5"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT))
+            outs = [proc.communicate(timeout=3600) for proc in procs]
+            elapsed = now() - start
+        reports = []
+        for proc, (out, err) in zip(procs, outs):
+            if proc.returncode not in (0, 1):
+                raise SystemExit(f"a syncer exited {proc.returncode}: {err[-2000:]}")
+            reports += json.loads(out)["runs"]
+        return elapsed, reports
+
+
+def check(reports: list[dict], held: dict[str, int]) -> None:
+    """Each run synced (or recorded crashed) by exactly one syncer, with all its episodes."""
+    done = [r for r in reports if r["state"] in ("synced", "crashed")]
+    by_run: dict[str, list[dict]] = {}
+    for report in done:
+        by_run.setdefault(report["local_run_id"], []).append(report)
+    missing = sorted(set(held) - set(by_run))
+    again = [run for run, found in by_run.items() if sum(r["pushed_now"] for r in found) != held[run]]
+    if missing or again:
+        errors = [r["error"] for r in reports if r["state"] == "error"][:3]
+        raise SystemExit(f"not drained once: {len(missing)} runs not done ({missing[:3]}), "
+                         f"{len(again)} pushed other than their spool ({again[:3]}); errors: {errors}")
+
+
+def main() -> None:
+    parser = arguments(__doc__, repeat=2, quick="40 runs of 20 episodes, syncers 1 and 2, 1 round")
+    parser.set_defaults(size=2_000)
+    parser.add_argument("--machines", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--syncers", default="1,2,4")
+    parser.add_argument("--jobs", type=int, default=4, help="each syncer's --jobs")
+    parser.add_argument("--fault-rate", type=float, default=0.02)
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.episodes, args.syncers, args.repeat = 40, 20, "1,2", 1
+    counts = [int(c) for c in args.syncers.split(",")]
+    os.environ["PRIME_API_KEY"] = API_KEY
+    proc, endpoint = start_moto()
+    try:
+        with scratch(args.dir, "bench-fleet-") as work:
+            start = now()
+            held = write_fleet(work, args.machines, args.runs, args.episodes, args.size)
+            total = sum(held.values())
+            print(f"fleet: {args.machines} machines wrote {len(held)} runs, {total:,} episodes of ~{args.size:,} bytes "
+                  f"(one writer SIGKILLed) in {now() - start:.1f} s; each syncer --jobs {args.jobs}, "
+                  f"faults {args.fault_rate:.0%}", flush=True)
+            times: dict[int, list[float]] = {count: [] for count in counts}
+            for n in range(args.repeat):
+                for count in (counts if n % 2 == 0 else list(reversed(counts))):
+                    url = fill_bucket(endpoint, work, args.machines)
+                    elapsed, reports = drain(work, url, count, args.jobs, args.fault_rate, f"r{n}-m{count}")
+                    check(reports, held)
+                    skipped = sum(1 for r in reports if r["state"] == "skipped")
+                    times[count].append(elapsed)
+                    print(f"  {count} syncer(s): {elapsed:.2f} s, {total / elapsed:,.0f} episodes/s "
+                          f"({skipped} runs skipped as another's)", flush=True)
+            one = min(times[counts[0]])
+            for count in counts:
+                best = min(times[count])
+                print(f"  {count} syncer(s): best {best:.2f} s ({spread(times[count])} s), "
+                      f"{total / best:,.0f} episodes/s, {best / one:.2f}x the time of {counts[0]}", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
