@@ -1,7 +1,7 @@
 """A fleet draining one bucket: episodes per second with 1, 2 and 4 syncers.
 
 Run: ``python3 benchmarks/fleet.py [--machines 4] [--runs 200] [--episodes 50] [--size 2000]
-[--syncers 1,2,4] [--jobs 4] [--fault-rate 0.02] [--repeat 2] [--quick] [--dir DIR]``
+[--syncers 1,2,4] [--jobs 4] [--fault-rate 0.02] [--repeat 2] [--detail] [--quick] [--dir DIR]``
 
 ``--machines`` eval machines (each its own processes, HOME and output folder) write
 ``--runs`` runs between them with fixtures/fleet_writer.py, one machine's writer SIGKILLed
@@ -40,6 +40,7 @@ from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
 from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
 
 WRITER = ROOT / "fixtures" / "fleet_writer.py"
+SHOW_DETAIL = "--detail" in sys.argv
 
 
 def write_fleet(work: Path, machines: int, runs: int, episodes: int, size: int) -> dict[str, int]:
@@ -81,7 +82,10 @@ def fill_bucket(endpoint: str, work: Path, machines: int) -> str:
 
 
 def drain(work: Path, url: str, syncers: int, jobs: int, rate: float, round_name: str) -> tuple[float, list[dict]]:
-    with platform(work / f"{round_name}.db") as server:
+    # The platform commits nothing later than 0.4 s after a request arrived, so a syncer may
+    # take a request lost after commit as settled 1 s on (as the tests do): the fence waits
+    # of a lost answer cost a second, not the default lifetime of ten minutes.
+    with platform(work / f"{round_name}.db", "--request-deadline", "0.4") as server:
         rates = fault_spread(rate) if rate else {}
         with FaultProxy(server.base_url, seed=7, rates=rates, delay=2.0, retry_after=0) as proxy:
             start = now()
@@ -91,10 +95,23 @@ def drain(work: Path, url: str, syncers: int, jobs: int, rate: float, round_name
                 env = {**child_env(), "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
                 procs.append(subprocess.Popen(
                     [PYTHON, "-m", "commands", "sync", url, "--json", "--jobs", str(jobs), "--base-url",
-                     proxy.base_url, "--timeout", "5"],
+                     proxy.base_url, "--timeout", "5", "--request-lifetime", "1.0"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT))
-            outs = [proc.communicate(timeout=3600) for proc in procs]
+            ended: list[float] = []
+            outs = []
+            for proc in procs:
+                outs.append(proc.communicate(timeout=3600))
+                ended.append(now() - start)
             elapsed = now() - start
+            if SHOW_DETAIL:  # --detail: what reached the platform, and how each syncer ended
+                import collections
+                import re
+
+                kinds = collections.Counter(f"{d.method} {re.sub(r'[0-9a-f-]{36}', 'ID', d.path)}" for d in proxy.log)
+                print("   ", dict(kinds.most_common(12)), flush=True)
+                for out, at in zip(outs, ended):
+                    states = collections.Counter(r["state"] for r in json.loads(out[0])["runs"])
+                    print(f"    ended at {at:.1f} s: {dict(states)}", flush=True)
         reports = []
         for proc, (out, err) in zip(procs, outs):
             if proc.returncode not in (0, 1):
@@ -126,6 +143,7 @@ def main() -> None:
     parser.add_argument("--syncers", default="1,2,4")
     parser.add_argument("--jobs", type=int, default=4, help="each syncer's --jobs")
     parser.add_argument("--fault-rate", type=float, default=0.02)
+    parser.add_argument("--detail", action="store_true", help="each round's platform requests and syncers' ends")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.episodes, args.syncers, args.repeat = 40, 20, "1,2", 1

@@ -245,17 +245,17 @@ class StoreRunSync:
 
     def _known_state(self) -> SyncState | None:
         """The state as of the listing, read from the store only if this machine's copy is
-        not that version."""
+        not that version. Read too when the listing had none: another syncer may have synced
+        the run since (syncers on one prefix meet the runs the others did), and one GET
+        then answers what a lease, a state and the segment's first lines would."""
         if not self.in_store:
             try:
                 return _parse(read_regular_file(self.path))
             except OSError:
                 return None
         listed = self.run.objects.get(self.key)
-        if listed is None:
-            return None
         try:
-            if read_regular_file(state_etag_path(self.path)).decode(errors="replace") == listed.etag:
+            if listed is not None and read_regular_file(state_etag_path(self.path)).decode(errors="replace") == listed.etag:
                 return _parse(read_regular_file(self.path))
         except OSError:
             pass
