@@ -43,6 +43,8 @@ SEARCH_BUDGET = 0.05
 CHUNK = 200
 #: The longest text kept per episode (characters): a huge tool output is searched up to here.
 MAX_TEXT = 1_000_000
+#: The index's layout; a file of another layout is never opened (its name differs).
+SCHEMA = 2
 #: Characters of context on each side of the first hit in a table row's passage.
 PASSAGE_CONTEXT = 80
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -77,17 +79,22 @@ class SearchIndex:
 
     def __init__(self, run: Any, key: str) -> None:
         self.run = run
-        self.path = private_folder(VIEWER_SEARCH_DIRNAME) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.sqlite3"
+        name = hashlib.sha256(f"{SCHEMA}|{key}".encode()).hexdigest()[:32]
+        self.path = private_folder(VIEWER_SEARCH_DIRNAME) / f"{name}.sqlite3"
         _create_private(self.path)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._catcher: threading.Thread | None = None
         with self._lock:
-            self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS episodes USING fts5(body, tokenize='unicode61')")
+            # Contentless, without positions: a search needs only which episodes hold a word
+            # (the passage shown is cut from the record the page reads), so the index keeps
+            # neither the text nor where in it each word is.
+            self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS episodes USING fts5(body, content='', "
+                             "detail=none, tokenize='unicode61')")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value)")
             found = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
             if found is not None and found[0] != key:  # another run once had this file name
-                self._db.execute("DELETE FROM episodes")
+                self._db.execute("INSERT INTO episodes (episodes) VALUES ('delete-all')")
                 self._db.execute("DELETE FROM meta")
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
             row = self._db.execute("SELECT value FROM meta WHERE name = 'count'").fetchone()
@@ -107,7 +114,7 @@ class SearchIndex:
                 entries = [(row.number, "" if isinstance(record, SpoolError) else episode_text(episode_of(record)))
                            for row, record in self.run.records(rows)]
                 self._db.execute("BEGIN")
-                self._db.executemany("INSERT OR REPLACE INTO episodes (rowid, body) VALUES (?, ?)", entries)
+                self._db.executemany("INSERT INTO episodes (rowid, body) VALUES (?, ?)", entries)
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES ('count', ?)", (self.count + len(entries),))
                 self._db.execute("COMMIT")
                 self.count += len(entries)
