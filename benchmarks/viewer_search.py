@@ -14,7 +14,7 @@ cache in the scratch folder:
   word (100 hits per 100,000) and for a common one (most episodes), median of ``--repeat``;
 * **size**: the index file against the spool's segments.
 
-Goal (the viewer's issue): a search over 100,000 episodes of about 20 KB under 1 s once
+Goal: a search over 100,000 episodes of about 20 KB under 1 s once
 indexed.
 """
 

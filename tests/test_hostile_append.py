@@ -278,9 +278,9 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
 
     asyncio.run(main())
     deadline = time.monotonic() + 10
-    while run._inflight and time.monotonic() < deadline:  # settled by the helper thread
+    while run._state.inflight and time.monotonic() < deadline:  # settled by the helper thread
         time.sleep(0.005)
-    assert run._inflight == 0
+    assert run._state.inflight == 0
     with pytest.raises((SpoolWriteError, WriterClosedError)):
         run.log_episodes([{"id": "late", "traces": []}])
     assert run.episodes_logged == 1 and run.episodes_skipped == 0
