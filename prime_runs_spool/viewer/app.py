@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
+from prime_runs_spool.files import printable
 from prime_runs_spool.viewer.auth import LoopbackHostOnly, TokenGate
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.pages import Pages
@@ -41,7 +42,14 @@ _CONTENT_TYPES = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/ja
 
 
 def _html(text: str, status: int = 200) -> Response:
-    return HTMLResponse(text, status_code=status, headers=SECURITY_HEADERS)
+    """The page as UTF-8. A folder name that is not UTF-8 reaches the text as lone surrogates
+    wherever a page shows a path; they are shown as ``\\xNN`` (``files.printable``) so one
+    odd folder never turns a page into a 500."""
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        body = printable(text).encode("utf-8")
+    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
 
 
 def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool = False) -> Any:
