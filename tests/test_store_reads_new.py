@@ -96,3 +96,24 @@ def test_a_killed_writers_padding_is_not_uploaded(tmp_path: Path, moto) -> None:
         [info] = [i for i in store.list() if i.key.endswith("seg-000001.jsonl")]
         assert store.read_range(info.key, 0, info.size, info.etag) == on_disk.rstrip(b"\0")
         assert mirror_pass([tmp_path / "node"], store)[0].uploaded == []  # once
+
+
+def test_a_second_machine_mirroring_into_the_same_prefix_is_refused_not_overwriting(tmp_path: Path) -> None:
+    """Run folders are named alike on every machine: a mirror whose ``run-000`` lands where
+    another machine's ``run-000`` already is says so and uploads nothing there."""
+    from support.runs import build_run
+
+    url = f"file://{tmp_path / 'bucket'}"
+    first = build_run(tmp_path / "a" / "run-000", "machine-a-run", 4)
+    second = build_run(tmp_path / "b" / "run-000", "machine-b-run", 6)
+    [mine] = mirror_pass([tmp_path / "a"], ObjectStore(url))
+    assert mine.error is None and mine.uploaded == ["seg-000001.jsonl"]
+    stored = (tmp_path / "bucket" / "run-000" / "spool" / "seg-000001.jsonl")
+    before = stored.read_bytes()
+    [theirs] = mirror_pass([tmp_path / "b"], ObjectStore(url))
+    assert theirs.uploaded == [] and "holds another run's segment" in str(theirs.error), theirs
+    assert stored.read_bytes() == before == (first.run_dir / "spool" / "seg-000001.jsonl").read_bytes()
+    assert second.count == 6
+    # The machine that owns it goes on uploading it as it changes.
+    checked: set[str] = set()
+    assert mirror_pass([tmp_path / "a"], ObjectStore(url), checked)[0].error is None

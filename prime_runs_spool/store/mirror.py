@@ -34,6 +34,7 @@ from pathlib import Path
 from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
+from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.reader import writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
@@ -41,6 +42,8 @@ from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, mark
 
 #: Bytes read per step when looking back over a dead writer's padding for its last data byte.
 _PADDING_STEP = 64 * 1024
+#: The most read of a segment's first line (its header, a few hundred bytes) to tell whose it is.
+_HEADER_BYTES = 16 * 1024
 
 @dataclass
 class MirrorReport:
@@ -106,8 +109,30 @@ def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> bool:
     return True
 
 
-def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]:
-    """Upload what changed in every run under ``roots``; one report per run."""
+def _segment_id(first_line: bytes) -> object:
+    """The ``segment_id`` a segment's header names (None when the line is not an intact header)."""
+    parsed = parse_line(first_line)
+    return parsed.data.get("segment_id") if parsed is not None and isinstance(parsed.data, dict) else None
+
+
+def _check_same_segment(store: ObjectStore, there: ObjectInfo, segment: Path) -> None:
+    """Refuse to replace an object that is another segment than ``segment`` (its header names
+    another segment): two machines mirroring into one prefix, each with a ``run-000``, would
+    otherwise overwrite each other's runs at every pass."""
+    with open(segment, "rb") as f:
+        ours = _segment_id(f.readline(_HEADER_BYTES))
+    theirs = _segment_id(store.read_range(there.key, 0, min(there.size, _HEADER_BYTES), there.etag).split(b"\n", 1)[0] + b"\n")
+    if ours is not None and theirs is not None and ours != theirs:
+        raise StoreError(f"{store.location(there.key)} holds another run's segment (segment_id {theirs}, not "
+                         f"{ours}): another machine mirrors into this prefix? Give each machine its own, e.g. "
+                         f"{store.url}/$(hostname); not uploaded")
+
+
+def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | None = None) -> list[MirrorReport]:
+    """Upload what changed in every run under ``roots``; one report per run. ``checked``: the
+    objects already known to be this machine's segments (kept across passes by :func:`mirror`,
+    so each is checked once per process, with one small ranged read)."""
+    checked = set() if checked is None else checked
     listed = {info.key: info for info in store.list()}
     reports = []
     for root in roots:
@@ -120,7 +145,10 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]
                     size, alive = _target_size(segment)
                     there = listed.get(object_key)
                     if size > 0 and (there is None or there.size != size):
+                        if there is not None and object_key not in checked:
+                            _check_same_segment(store, there, segment)
                         store.upload_prefix(object_key, segment, size)
+                        checked.add(object_key)
                         report.uploaded.append(segment.name)
                         report.bytes_sent += size
                         there = ObjectInfo(object_key, size, None)
@@ -138,8 +166,9 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore) -> list[MirrorReport]
 def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool,
            stop: Callable[[float], bool], on_pass: Callable[[list[MirrorReport]], None]) -> None:
     """Mirror until ``stop(interval)`` says so (it waits, and is True once asked to stop)."""
+    checked: set[str] = set()
     while True:
-        on_pass(mirror_pass(roots, store))
+        on_pass(mirror_pass(roots, store, checked))
         if once or stop(interval):
             return
 
