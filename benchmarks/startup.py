@@ -5,7 +5,8 @@ Run: ``python3 benchmarks/startup.py [--repeat N]``
 Each figure is the wall time of a whole process, interpreter start included, median (and
 range) over N runs taken in turns, so drift on a shared machine hits them all alike:
 
-* floor: ``python3 -c pass`` plus importing click, the least any click command costs;
+* floor: importing click, httpx and orjson, the least a click command that talks to the
+  platform costs;
 * ``prime-runs --help``;
 * a no-op ``prime-runs sync`` of one run that was already synced (nothing to send), against
   a local platform running in its own process, as a re-sync in CI meets it.
@@ -35,6 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synccommon import API_KEY, PYTHON, ROOT, arguments, child_env, platform, scratch, spread, write_run  # noqa: E402
 
 
+FLOOR = "floor (import click, httpx, orjson)"
+
+
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system, the process and any child it waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -58,7 +62,7 @@ def main() -> None:
             sync = [PYTHON, "-m", "commands", "sync", str(root / "runs")]
             timed(sync, env)  # the first sync pushes; every timed one after it has nothing to do
             commands = {
-                "floor (python -c 'import click')": [PYTHON, "-c", "import click"],
+                FLOOR: [PYTHON, "-c", "import click, httpx, orjson"],
                 "prime-runs --help": [PYTHON, "-m", "commands", "--help"],
                 "no-op prime-runs sync (1 run)": sync,
             }
@@ -69,12 +73,14 @@ def main() -> None:
                     wall, used = timed(argv, env)
                     times[name].append(wall)
                     cpu[name].append(used)
-    floor = statistics.median(times["floor (python -c 'import click')"])
+    floor, floor_cpu = statistics.median(times[FLOOR]), statistics.median(cpu[FLOOR])
     cached = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
-    print(f"seconds, median (range) of {repeat} runs; {os.cpu_count()} cores; bytecode caching {cached}")
+    print(f"seconds, median (range) of {repeat} runs; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          f"bytecode caching {cached}")
     print(f"{'':<36} {'wall':<24} {'':>11} {'CPU (user + system)':<24}")
     for name, values in times.items():
-        print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor {spread(cpu[name]):<24}")
+        print(f"{name:<36} {spread(values):<24} {statistics.median(values) / floor:>5.2f}x floor {spread(cpu[name]):<24}"
+              f" {statistics.median(cpu[name]) / floor_cpu:>5.2f}x floor")
 
 
 if __name__ == "__main__":

@@ -39,39 +39,63 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
     return known
 
 
+#: Per annotation, ``(origin, args)``: asked of ``typing`` once, not for every value.
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}
+
+#: Where a value sits in the document, rendered only for an error message: ``"$"``, or
+#: ``(parent, key)`` for a field or mapping key, ``(parent, index)`` for an array item. A
+#: no-op sync reads a state per run; building every path as a string cost more than the check.
+Where = Any
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    known = _SHAPES.get(hint)
+    if known is None:
+        known = _SHAPES[hint] = (typing.get_origin(hint), typing.get_args(hint))
+    return known
+
+
+def _at(where: Where) -> str:
+    """``where`` as a path: ``$.segments.1``, ``$.uploads[0]``."""
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return str(where) + "".join(reversed(parts))
+
+
 def build(cls: type[T], document: Any) -> T:
     """``cls`` from ``document`` (what ``orjson.loads`` gave); :class:`DocumentError` if any
     value is not what its annotation says."""
     return _value(cls, document, "$")
 
 
-def _value(hint: Any, value: Any, where: str) -> Any:
+def _value(hint: Any, value: Any, where: Where) -> Any:
     if hint is Any or hint is object:
         return value
     if hint is None or hint is type(None):
         if value is None:
             return None
-        raise DocumentError(f"{where}: expected null")
+        raise DocumentError(f"{_at(where)}: expected null")
     if hint is bool:
         if value is True or value is False:
             return value
-        raise DocumentError(f"{where}: expected a boolean")
+        raise DocumentError(f"{_at(where)}: expected a boolean")
     if hint is int:
         if type(value) is int:
             return value
-        raise DocumentError(f"{where}: expected an integer")
+        raise DocumentError(f"{_at(where)}: expected an integer")
     if hint is float:
         if type(value) in (int, float):
             return float(value)
-        raise DocumentError(f"{where}: expected a number")
+        raise DocumentError(f"{_at(where)}: expected a number")
     if hint is str:
         if type(value) is str:
             return value
-        raise DocumentError(f"{where}: expected a string")
+        raise DocumentError(f"{_at(where)}: expected a string")
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass(hint, value, where)
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
+    origin, args = _shape(hint)
     if origin is Union or origin is types.UnionType:
         if value is None and type(None) in args:
             return None
@@ -83,33 +107,33 @@ def _value(hint: Any, value: Any, where: str) -> Any:
                 return _value(option, value, where)
             except DocumentError:
                 continue
-        raise DocumentError(f"{where}: matches none of {hint}")
+        raise DocumentError(f"{_at(where)}: matches none of {hint}")
     if origin is Literal:
         if any(value == allowed and type(value) is type(allowed) for allowed in args):
             return value
-        raise DocumentError(f"{where}: expected one of {list(args)}")
+        raise DocumentError(f"{_at(where)}: expected one of {list(args)}")
     if origin is list:
         if type(value) is not list:
-            raise DocumentError(f"{where}: expected an array")
+            raise DocumentError(f"{_at(where)}: expected an array")
         (item,) = args
-        return [_value(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_value(item, v, (where, i)) for i, v in enumerate(value)]
     if origin is dict:
         if type(value) is not dict:
-            raise DocumentError(f"{where}: expected an object")
+            raise DocumentError(f"{_at(where)}: expected an object")
         key, item = args
         if key is not str:
-            raise TypeError(f"unsupported key type {key} at {where}")
-        return {k: _value(item, v, f"{where}.{k}") for k, v in value.items()}
-    raise TypeError(f"unsupported annotation {hint!r} at {where}")
+            raise TypeError(f"unsupported key type {key} at {_at(where)}")
+        return {k: _value(item, v, (where, k)) for k, v in value.items()}
+    raise TypeError(f"unsupported annotation {hint!r} at {_at(where)}")
 
 
-def _dataclass(cls: type, value: Any, where: str) -> Any:
+def _dataclass(cls: type, value: Any, where: Where) -> Any:
     if type(value) is not dict:
-        raise DocumentError(f"{where}: expected an object")
+        raise DocumentError(f"{_at(where)}: expected an object")
     given = {}
     for field, hint in _fields(cls):
         if field.name in value:
-            given[field.name] = _value(hint, value[field.name], f"{where}.{field.name}")
+            given[field.name] = _value(hint, value[field.name], (where, field.name))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise DocumentError(f"{where}: {field.name} is missing")
+            raise DocumentError(f"{_at(where)}: {field.name} is missing")
     return cls(**given)
