@@ -19,7 +19,7 @@ from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.many import sync_paths, sync_run
+from prime_runs_spool.sync.many import sync_lock, sync_paths, sync_run
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.state import Destination
 
@@ -124,3 +124,21 @@ def test_a_run_whose_metadata_changed_since_its_create_is_sent_it_again(tmp_path
     assert crashed_client.requests["PUT /evaluations/ID"] == 2  # the run's end, then its status
     assert client.requests["PUT /evaluations/ID"] == 1 and client.requests["POST /evaluations/ID/finalize"] == 1
     assert "prime_runs" not in evaluation["metadata"] and evaluation["status"] == "COMPLETED"
+
+
+def test_a_run_already_synced_is_answered_without_its_lock_and_without_a_request(tmp_path: Path) -> None:
+    """A no-op re-sync answers an up-to-date run in the discovering thread from its state and
+    the first lines of its spool (RunSync.probe): held by another sync, it is still
+    ``up_to_date``, not ``skipped``, and the platform is asked nothing."""
+    build_run(tmp_path / "runs" / "run", "costs-noop", 3)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, (first,) = _sync(tmp_path, platform, [tmp_path / "runs"])
+        lock = sync_lock(tmp_path / "runs" / "run")
+        lock.acquire()
+        try:
+            client, (again,) = _sync(tmp_path, platform, [tmp_path / "runs"])
+        finally:
+            lock.release()
+    assert first.state == "synced"
+    assert (again.state, again.local_run_id, again.evaluation_id) == ("up_to_date", "costs-noop", first.evaluation_id)
+    assert not client.requests

@@ -756,17 +756,31 @@ def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any
     passed over here; ``iter_records`` reports the damage.
     """
     for _, path in list_segments(run_dir):
-        try:
-            handle = _open_segment(path)
-        except FileNotFoundError:
-            continue
-        with handle:
-            header = parse_line(handle.readline(MAX_LINE_BYTES + 1))
-            if header is None or header.type != HEADER:
-                continue
-            line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
-        if line is not None and line.type == MANIFEST and isinstance(line.data, dict):
-            yield line.data
+        manifest = _segment_manifest(path)
+        if manifest is not None:
+            yield manifest
+
+
+def first_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run's manifest as its first segment's first two lines hold it; None when they do
+    not (no segment, damage: ``iter_records`` says what). The cheap read of a check that
+    only needs the run's id, such as whether a run is already synced."""
+    segments = list_segments(run_dir)
+    return _segment_manifest(segments[0][1]) if segments else None
+
+
+def _segment_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest record after the segment's header, if both lines are intact."""
+    try:
+        handle = _open_segment(path)
+    except FileNotFoundError:
+        return None
+    with handle:
+        header = parse_line(handle.readline(MAX_LINE_BYTES + 1))
+        if header is None or header.type != HEADER:
+            return None
+        line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
+    return line.data if line is not None and line.type == MANIFEST and isinstance(line.data, dict) else None
 
 
 def writer_alive(segment: Path) -> bool:

@@ -35,7 +35,7 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.sync.state import sync_state_path
-from prime_runs_spool.spool.reader import iter_records, position_lost, segment_manifests, writer_alive
+from prime_runs_spool.spool.reader import first_manifest, iter_records, position_lost, segment_manifests, writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
@@ -165,7 +165,7 @@ class RunSync:
         try:
             if not self.protocol.path.exists():  # never synced here: no need to read the spool
                 return None
-            manifest = read_manifest(self.run_dir)
+            manifest = first_manifest(self.run_dir)  # two lines: a damaged spool is the pass's to report
             if manifest is None:
                 return None
             local_id = str(manifest.get("run_id"))
