@@ -16,7 +16,7 @@ import click
 
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
-from .sync_setup import check_key, destination, exit_interrupted, progress_for, stop_on_signals, sync_options
+from .sync_setup import destination, exit_interrupted, progress_for, stop_on_signals, sync_options
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
 if TYPE_CHECKING:
@@ -66,8 +66,6 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     # Not following: the first signal stops every run at its next safe point; a run on the
     # wire finishes its request, so that its lease is released (the store's other syncers
     # would otherwise wait out its lifetime). --follow stops its own way (docs/cli.md).
-    if settings is not None and not params["dry_run"]:
-        check_key(settings, params["timeout"])  # before a lease or a state is written in the store
     interrupt = None if follow else stop_on_signals()
     try:
         with destination(params["local"], params["db"], settings, params["team"], params["to"] == TRACES) as (

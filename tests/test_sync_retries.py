@@ -160,15 +160,3 @@ def test_dry_run_needs_no_key(unspooled: Path) -> None:
     assert status == 0, lines
     assert "dry_run" in out
     assert tree(unspooled, locks=False) == before  # the run's sync lock, taken, is all
-
-
-@pytest.mark.parametrize("how", ["--follow", "store URL"])
-def test_a_refused_key_is_told_once_before_a_follower_or_a_store_sync_writes(tmp_path: Path, server, how: str) -> None:
-    build_run(tmp_path / "outputs" / "run", f"refused-{how[:6]}", 2)
-    before = tree(tmp_path / "outputs")
-    where = f"file://{tmp_path / 'outputs'}" if how == "store URL" else str(tmp_path / "outputs")
-    extra = ["--follow", "--exit-when-idle"] if how == "--follow" else []
-    status, out, lines, _ = run_piped(server.base_url, where, *extra, key="not-the-token")
-    assert status == 2, lines
-    assert [text for _, text in lines if text.strip()] == [lines[0][1]] and "refused the API key" in lines[0][1]
-    assert tree(tmp_path / "outputs") == before
