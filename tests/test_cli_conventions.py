@@ -6,14 +6,18 @@ database in the user's data folder, shared by ``sync --local`` and ``platform se
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
-from support.env import CLI, REPO_ROOT, child_env
+from support.env import CLI, REPO_ROOT, VF040, child_env
 from support.runs import build_run
+from support.cli import last_line, run_cli
+from support.odd_files import ODD_NAME, odd_tree  # noqa: F401 (a fixture)
 
 
 def cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
@@ -85,3 +89,134 @@ def test_the_local_platforms_database_is_in_the_data_folder_and_shared(tmp_path:
     finally:
         served.terminate()
         served.wait(30)
+
+
+@pytest.mark.parametrize("command", ["verify", "status"])
+def test_a_json_report_names_a_folder_whose_name_is_not_utf8(odd_tree: Path, command: str) -> None:
+    """orjson refuses the surrogates such a name decodes to: `--json` ended in a traceback
+    and the report of every other run was lost with it."""
+    result = run_cli(command, "--json", str(odd_tree))
+    assert "Traceback" not in result.stderr, result.stderr
+    document = json.loads(result.stdout)
+    paths = sorted(run.get("run_dir") or run.get("path") for run in document["runs"])
+    assert paths == [f"{odd_tree}/plain", f"{odd_tree}/run-\\xff\\xfe"], paths
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_json_import_and_sync_report_name_a_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    root = tmp_path / "outputs"
+    shutil.copytree(VF040, root / ODD_NAME)
+    imported = run_cli("import", "--json", str(root))
+    assert "Traceback" not in imported.stderr, imported.stderr
+    assert [r["state"] for r in json.loads(imported.stdout)["imports"]] == ["imported"]
+    synced = run_cli("sync", "--local", "--db", str(tmp_path / "local.db"), "--json", str(root))
+    assert "Traceback" not in synced.stderr, synced.stderr
+    document = json.loads(synced.stdout)
+    assert [r["state"] for r in document["runs"]] == ["synced"], document
+    assert document["runs"][0]["path"].endswith("run-\\xff\\xfe")
+
+
+def test_a_base_url_with_a_password_is_a_usage_error_that_does_not_show_it(tmp_path: Path) -> None:
+    """It was taken: httpx sent the userinfo as Basic auth in place of the API key (401), and
+    a platform that took it would have had the password written into the state file's
+    destination."""
+    build_run(tmp_path / "runs" / "r", "userinfo-url", 1)
+    result = run_cli("sync", str(tmp_path / "runs"), "--base-url", "http://someone:pw-s3cret@127.0.0.1:9",
+                  "--max-attempts", "1", PRIME_API_KEY="key")
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "pw-s3cret" not in result.stdout + result.stderr
+    assert "user:password@" in result.stderr.strip().splitlines()[-1]
+    assert not list((tmp_path / "runs" / "r" / "spool").glob("sync/*.json"))
+
+
+@pytest.mark.parametrize("key", ["sk-bad\r\nX-Injected: yes", "sk-bad key", "sk-bad-\u00e9"])
+def test_an_api_key_no_header_can_carry_is_a_usage_error_that_does_not_show_it(tmp_path: Path, key: str) -> None:
+    """httpx failed on every request with it, which sync took for a lost answer ("no answer
+    (LocalProtocolError)": retried, fences waited out) or an internal error."""
+    build_run(tmp_path / "runs" / "r", "bad-key", 1)
+    result = run_cli("sync", str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9", "--max-attempts", "1",
+                  PRIME_API_KEY=key)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "sk-bad" not in result.stdout + result.stderr
+    assert "PRIME_API_KEY" in result.stderr.strip().splitlines()[-1]
+
+
+def test_an_api_key_pasted_with_its_line_feed_is_used_without_it() -> None:
+    from prime_runs_spool.platform_api.settings import load_settings
+
+    settings = load_settings(env={"PRIME_API_KEY": "sk-good\n", "HOME": "/nonexistent"})
+    assert settings.api_key is not None and settings.api_key.reveal() == "sk-good"
+
+
+@pytest.mark.parametrize(("argv", "env"), [
+    (["--request-lifetime", "nan"], {}),        # NaN passes FloatRange: every fence ended at once
+    ([], {"PRIME_RUNS_REQUEST_LIFETIME": "nan"}),
+    (["--timeout", "inf"], {}),                 # internal error: OverflowError
+    (["--timeout", "nan"], {}),
+    (["--backoff-cap", "nan"], {}),
+])
+@pytest.mark.parametrize("entry", ["prime-runs", "shipper"])
+def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: list[str], env: dict[str, str],
+                                                       entry: str) -> None:
+    import sys
+
+    build_run(tmp_path / "runs" / "r", "nan-seconds", 1)
+    command = CLI + ["sync"] if entry == "prime-runs" else [sys.executable, "-m", "prime_runs_spool.sync"]
+    result = subprocess.run(command + [str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9",
+                                       "--max-attempts", "1", *argv],
+                            capture_output=True, text=True, timeout=30, env=child_env(PRIME_API_KEY="key", **env))
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "finite" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["import"], ["sync", "--local", "--db", "{db}"]])
+def test_the_other_commands_given_a_fifo_say_it_is_not_a_file_or_folder(tmp_path: Path, command: list[str]) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    argv = [a.replace("{db}", str(tmp_path / "local.db")) for a in command]
+    result = run_cli(*argv, str(tmp_path / "pipe"), timeout=30)
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "it is a FIFO, not a regular file or folder" in last_line(result), result.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_a_mirror_interval_from_the_environment_is_checked_like_the_option(tmp_path: Path, value: str) -> None:
+    """It was float(env) unchecked: NaN or a negative one made Event.wait return at once (a
+    pass after pass, a listing each, as fast as the store answered), inf ended the mirror in
+    an OverflowError traceback after its first pass."""
+    build_run(tmp_path / "runs" / "r", "mirror-interval", 1)
+    result = run_cli("mirror", "--once", str(tmp_path / "runs"), f"memory:///{uuid.uuid4().hex}", timeout=30,
+                  PRIME_RUNS_MIRROR_INTERVAL=value)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "PRIME_RUNS_MIRROR_INTERVAL" in last_line(result), result.stderr
+
+
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["import"]])
+def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path: Path, command: list[str],
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Only `sync` turned a bug into one line; every other command printed the traceback."""
+    import sys
+
+    from commands import cli
+    from prime_runs_spool.importer import paths as importer_paths
+    from prime_runs_spool.spool import layout
+
+    build_run(tmp_path / "runs" / "r", "unexpected", 1)
+
+    def broken(*args: object, **kwargs: object):  # noqa: ANN202
+        raise RuntimeError("a bug met on the way")
+
+    monkeypatch.setattr(layout, "each_once", broken)
+    monkeypatch.setattr(importer_paths, "each_once", broken)
+    monkeypatch.setattr(sys, "argv", ["prime-runs", *command, str(tmp_path / "runs")])
+    monkeypatch.delenv("PRIME_RUNS_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("prime-runs: internal error: RuntimeError: a bug met on the way "
+                                            "(set PRIME_RUNS_TRACEBACK=1 for the traceback)")
+    monkeypatch.setenv("PRIME_RUNS_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        cli.main()

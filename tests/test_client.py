@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -10,6 +12,9 @@ import pytest
 from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings, load_settings, normalize_base_url
+
+from support.env import CLI, child_env
+from support.runs import build_run
 
 
 def client_with(handler) -> PlatformClient:
@@ -143,7 +148,7 @@ def test_a_refused_base_url_never_shows_its_userinfo(tmp_path) -> None:
 def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
     """h11 copies each slice it is handed: a slice at the 1 MiB mmap threshold the sync command
     fixes (sync/memory.py) made every copy a fresh mapping, faulted in and unmapped again,
-    about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md, issue 14)."""
+    about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md)."""
     from prime_runs_spool.platform_api.client import SEND_CHUNK, _Chunks
     from prime_runs_spool.sync.memory import LARGE_BLOCK
 
@@ -180,7 +185,7 @@ def test_on_sent_is_called_once_the_whole_body_is_written() -> None:
 
 def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> None:
     """Loading the CA bundle costs about 25 ms of CPU that a client never making a TLS
-    connection does not need (docs/benchmarks.md, issue 14); what it gets instead trusts no
+    connection does not need (docs/benchmarks.md); what it gets instead trusts no
     certificate, so TLS through it can only fail. Any https URL keeps the default."""
     import ssl
 
@@ -252,3 +257,99 @@ def test_the_client_keeps_no_cookie_the_platform_sets() -> None:
     client.get_evaluation("ev1")
     client.get_evaluation("ev1")
     assert "cookie" not in seen[1].headers
+
+
+def test_the_client_sends_nothing_for_an_id_that_is_not_one_path_segment() -> None:
+    from prime_runs_spool.errors import FailureKind, PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    sent: list[str] = []
+    evaluation = {"evaluation_id": "dd8a5b36-5461-44c7-9384-9c341638dd79", "status": "RUNNING", "total_samples": 0}
+    transport = httpx.MockTransport(lambda request: sent.append(str(request.url)) or httpx.Response(200,
+                                                                                                  json=evaluation))
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret("k"), team_id=None,
+                        frontend_url="http://platform.invalid")
+    with PlatformClient(settings, transport=transport) as client:
+        for bad in ("..", "../../x", "a/b", "a?b=1", "a%2Fb", "", "x" * 65):
+            with pytest.raises(PlatformError) as caught:
+                client.push_samples(bad, b'{"samples":[]}')
+            assert caught.value.kind is FailureKind.FATAL
+        client.get_evaluation("dd8a5b36-5461-44c7-9384-9c341638dd79")
+    assert sent == ["http://platform.invalid/api/v1/evaluations/dd8a5b36-5461-44c7-9384-9c341638dd79"], sent
+
+
+@pytest.fixture
+def trickling_platform():
+    """A platform (or a proxy before it) that answers every request with a status line and
+    then one header line every 0.3 s, forever: never silent long enough for a read timeout."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                while not stop.wait(0.3):
+                    conn.sendall(b"X-Still-Here: yes\r\n")
+            except OSError:
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    server.close()
+
+
+def test_a_platform_that_trickles_its_answer_does_not_hold_a_sync_forever(tmp_path: Path, trickling_platform) -> None:
+    """--timeout bounded each read, not the answer (httpx has no total deadline): a
+    platform or a proxy that trickles bytes held the sync forever."""
+    build_run(tmp_path / "runs" / "r", "trickled", 1)
+    try:
+        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", trickling_platform,
+                                       "--to", "samples", "--timeout", "1", "--max-attempts", "1",
+                                       "--request-lifetime", "1"],
+                                capture_output=True, text=True, timeout=8, env=child_env(PRIME_API_KEY="key"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("sync --timeout 1 against a trickling platform still ran after 8 s")
+    assert result.returncode == 1, result.stderr
+
+
+def test_the_traces_clients_do_not_wait_forever_for_a_trickled_answer(trickling_platform) -> None:
+    """Both ways sync talks to Prime Traces: ``--to auto``'s probe (on the platform client's
+    connection) and the uploader's own HTTP client."""
+    import time
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
+    settings = Settings(base_url=trickling_platform, api_key=Secret("key"), team_id=None,
+                        frontend_url="http://x")
+    started = time.monotonic()
+    with PlatformClient(settings, timeout=1.0) as client:
+        assert client.traces_probe().enabled()  # no answer: left for the upload to decide
+    assert time.monotonic() - started < 4
+
+    uploader = TracesUploader(trickling_platform, "key", None, timeout=1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            uploader._client.client.get(trickling_platform + "/api/v1/episodes")
+    finally:
+        uploader.close()
+    assert time.monotonic() - started < 4

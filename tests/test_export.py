@@ -26,9 +26,11 @@ from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.spool.layout import find_runs, segment_path
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.spool.writer import SegmentWriter
+
 from support import moto_server
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run, manifest_for
+from support.cli import last_line, run_cli
 
 duckdb = pytest.importorskip("duckdb")
 pd = pytest.importorskip("pandas")
@@ -348,3 +350,29 @@ def test_export_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
     for fmt in ("parquet", "csv"):
         assert peaks[12_000, fmt] - peaks[1_200, fmt] < 40, peaks  # holding the run: hundreds of MB more
     assert os.path.getsize(tmp_path / "out-12000.csv") > 12_000 * 2_000
+
+
+def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_others(tmp_path: Path) -> None:
+    """Pages were opened O_CREAT|O_TRUNC: through a symbolic link planted in an export
+    folder someone else prepared (the link's target, a file of the user's, overwritten
+    with a page), and keeping an older file's mode (0644: the runs' prompts for all)."""
+    import stat
+
+    build_run(tmp_path / "runs" / "r", "export-links", 1)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "static").mkdir()
+    older = out / "static" / "viewer.css"
+    older.write_text("old")
+    older.chmod(0o644)
+    victim = tmp_path / "bashrc"
+    victim.write_text("the user's own file\n")
+    (out / "index.html").symlink_to(victim)
+    result = run_cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
+    assert victim.read_text() == "the user's own file\n"
+    assert result.returncode == 2 and "index.html" in last_line(result), (result.returncode, result.stderr)
+    (out / "index.html").unlink()
+    result = run_cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+    assert set(modes.values()) == {0o600}, modes

@@ -91,7 +91,7 @@ def test_a_viewer_export_is_private_folders_included(tmp_path: Path):
 
 def test_a_state_file_is_0600_in_a_0700_folder_made_only_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """save_state makes the folder on a run's first state only: a mkdir per write was two
-    syscalls of four state writes a new run (docs/benchmarks.md, "Many runs, per run")."""
+    syscalls of four state writes a new run (docs/benchmarks.md, `sync_many_cpu.py`)."""
     from prime_runs_spool.sync.state import Destination, SyncState, save_state
 
     made: list[Path] = []

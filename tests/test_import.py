@@ -4,6 +4,7 @@ spools exactly as the live path writes them, once, incrementally, with nothing i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,8 +19,11 @@ from prime_runs_spool.local_platform.store import Store
 from prime_runs_spool.importer.outputs import import_output
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.layout import list_segments
-from support.env import CLI, REPO_ROOT, child_env
+
+from support.env import CLI, REPO_ROOT, VF040, child_env
 from support.files import all_bytes_under
+from support.odd_files import not_a_regular_file
+from support.cli import last_line, run_cli
 
 EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
 
@@ -390,3 +394,71 @@ def test_a_damaged_spool_the_eval_wrote_is_not_caught_up_and_says_so(tmp_path: P
     assert (report.state, report.episodes_added) == ("spooled", 0)
     assert "damaged" in (report.reason or "")
     assert len(list_segments(run_dir)) == 1
+
+
+def test_an_import_whose_resolved_config_is_a_fifo_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    root = tmp_path / "outputs"
+    shutil.copytree(VF040, root / "a")
+    not_a_regular_file(root / "a" / "configs" / "resolved" / "eval.json", "fifo")
+    result = subprocess.run(CLI + ["import", str(root)], capture_output=True, text=True, timeout=20, env=child_env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "eval.json" in result.stderr.strip().splitlines()[-1]
+
+
+def test_an_older_layout_row_whose_prompt_is_a_number_is_imported(tmp_path: Path) -> None:
+    """row_to_episode iterated the prompt: `prime-runs import` of such a results.jsonl ended
+    in a TypeError traceback, and no other folder under the path was imported either."""
+    import shutil
+
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    for name in ("a", "b"):
+        shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "v0-completed", root / name)
+    results = root / "a" / "results.jsonl"
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    rows[0]["prompt"], rows[1]["completion"] = 5, True
+    results.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run_cli("import", "--json", str(root))
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr
+    assert [r["state"] for r in json.loads(result.stdout)["imports"]] == ["imported", "imported"]
+
+
+def test_an_import_that_fails_unexpectedly_does_not_stop_the_others(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from prime_runs_spool.importer import outputs
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    for name in ("a", "b"):
+        shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", root / name)
+    real = outputs.read_source
+
+    def read_source(output_dir: Path):  # noqa: ANN202
+        if output_dir.name == "a":
+            raise RuntimeError("a bug met on folder a")
+        return real(output_dir)
+
+    monkeypatch.setattr(outputs, "read_source", read_source)
+    reports = outputs.import_paths([root])
+    assert [(Path(r.source).name, r.state) for r in reports] == [("a", "error"), ("b", "imported")]
+    assert "internal error: RuntimeError: a bug met on folder a" in (reports[0].error or "")
+
+
+def test_an_imports_unreadable_config_says_why(tmp_path: Path) -> None:
+    """It said "cannot be read as JSON (OSError)": the exception's type, not what is wrong."""
+    import shutil
+
+    from support.env import REPO_ROOT
+
+    root = tmp_path / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", root / "a")
+    config = root / "a" / "configs" / "resolved" / "eval.json"
+    config.unlink()
+    os.mkfifo(config)
+    result = run_cli("import", str(root), timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "eval.json: cannot be read as JSON (not a regular file)" in last_line(result), result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import threading
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st, HealthCheck
+
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES as MAX_BODY_BYTES
 
 from support import platform_process
 from support.env import CLI, child_env
-from prime_runs_spool.local_platform.server import EmbeddedPlatform
-from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES as MAX_BODY_BYTES
+from support.runs import build_run
+from support.cli import run_cli
 
 TOKEN = "s3cret-token"
 
@@ -485,3 +488,153 @@ def test_a_write_past_its_request_deadline_is_refused_and_not_committed(tmp_path
         assert refused.status_code == 503 and "deadline" in refused.json()["detail"]
         assert api.get("/environmentshub/local/gsm8k/@latest").status_code == 404  # nothing written
         assert api.get("/evaluations/").json()["total"] == 0  # reads are not refused
+
+
+def test_a_local_db_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> None:
+    """It was "internal error: PlatformDatabaseError" (exit 1), as if the tool had failed."""
+    build_run(tmp_path / "runs" / "r", "bad-local-db", 1)
+    (tmp_path / "notes.db").write_text("my notes, not SQLite\n")
+    result = run_cli("sync", "--local", "--db", str(tmp_path / "notes.db"), str(tmp_path / "runs"))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--db" in last and "internal error" not in last, last
+    assert (tmp_path / "notes.db").read_text() == "my notes, not SQLite\n"
+
+
+def _answering(answer: object):  # noqa: ANN202
+    """A client whose platform answers 200 ``answer`` to every request."""
+    import httpx
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret("k"), team_id=None,
+                        frontend_url="http://platform.invalid")
+    return PlatformClient(settings, transport=httpx.MockTransport(lambda request: httpx.Response(200, json=answer)))
+
+
+@pytest.mark.parametrize("answer", [{}, [], None, "yes", 7, {"data": {}}, {"data": {"id": ""}},
+                                    {"evaluations": [{}], "total": 1}, {"evaluations": [], "total": "3"},
+                                    {"status": "RUNNING", "total_samples": -1}, {"samples": [1]}])
+def test_every_read_sync_acts_on_checks_the_fields_it_reads(answer: object) -> None:
+    from prime_runs_spool.errors import FailureKind, PlatformError
+
+    calls = {
+        "resolve": lambda c: c.resolve_environment("gsm8k"),
+        "create": lambda c: c.create_evaluation({"name": "x"}),
+        "get": lambda c: c.get_evaluation("ev1"),
+        "list": lambda c: c.list_evaluations(environment_name="gsm8k"),
+        "samples": lambda c: c.list_samples("ev1"),
+    }
+    with _answering(answer) as client:
+        for name, call in calls.items():
+            try:
+                call(client)
+            except PlatformError as exc:
+                assert "the platform's answer lacks" in str(exc), (name, exc)
+                assert exc.kind is (FailureKind.IN_DOUBT if name == "create" else FailureKind.FATAL), (name, exc)
+            else:
+                pytest.fail(f"{name} took {answer!r}")
+
+
+def test_a_put_answered_with_something_else_than_an_object_is_no_evaluation() -> None:
+    with _answering([1]) as client:
+        assert client.update_evaluation("ev1", metadata={}) == {}
+
+
+def test_a_platform_that_answers_an_empty_object_to_everything_is_a_per_run_error(tmp_path: Path) -> None:
+    """Every run's sync ended in "internal error: KeyError: 'data'"; after resolve, the
+    listing ({} read as "no evaluations") and the create ({} read as evaluation "None")
+    would have had sync create evaluations and push rows to /evaluations/None."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Empty(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"{self.command} {self.path}")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_GET = do_POST = do_PUT = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Empty)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("a", "b"):
+            build_run(tmp_path / "runs" / name, f"empty-answers-{name}", 2)
+        for to in ("samples", "auto"):
+            result = run_cli("sync", str(tmp_path / "runs"), "--base-url", f"http://127.0.0.1:{server.server_address[1]}",
+                          "--to", to, "--request-lifetime", "1", "--max-attempts", "2", "--json",
+                          PRIME_API_KEY="key")
+            assert result.returncode == 1, (result.stdout, result.stderr)
+            assert "Traceback" not in result.stderr and "internal error" not in result.stdout, result.stdout
+            runs = json.loads(result.stdout)["runs"]
+            assert [r["state"] for r in runs] == ["error", "error"], runs
+            assert all("the platform's answer lacks" in r["error"] for r in runs), runs
+    finally:
+        server.shutdown()
+    assert not [request for request in seen if "/None" in request or request.endswith("/samples")], seen
+
+
+@pytest.mark.parametrize(("method", "path", "said"), [
+    ("POST", "/environmentshub/resolve", "lacks data.id"),
+    ("GET", "/evaluations/", "lacks evaluations"),
+    ("GET", "/evaluations/ev1", "lacks status"),
+])
+def test_one_answer_lacking_its_fields_stops_that_run_and_sends_nothing_more(tmp_path: Path, method: str,
+                                                                            path: str, said: str) -> None:
+    import httpx
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import Destination
+    from support.fake_platform import FakePlatform
+
+    platform = FakePlatform()
+    build_run(tmp_path / "r", "one-empty-answer", 3)
+    platform.fault = lambda m, p, phase: (httpx.Response(200, json={})
+                                          if (m, p, phase) == (method, path, "after") else None)
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    options = SyncOptions(request_lifetime=0.01, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
+    assert report.state == "error" and said in (report.error or ""), report
+    assert sum(len(rows) for rows in platform.samples.values()) in (0, 3)
+    assert len(platform.evaluations) <= 1
+
+
+def test_a_create_whose_answer_lacks_the_id_is_settled_as_a_lost_answer(tmp_path: Path) -> None:
+    """The evaluation was made; its id is not in the answer: the run finds it by its local
+    run id (as after a lost answer) and syncs into it, one evaluation, each row once."""
+    import httpx
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import Destination
+    from support.fake_platform import FakePlatform
+
+    platform = FakePlatform()
+    build_run(tmp_path / "r", "create-without-id", 3)
+    platform.fault = lambda m, p, phase: (httpx.Response(201, json={"name": "x", "status": "RUNNING"})
+                                          if (m, p, phase) == ("POST", "/evaluations/", "after") else None)
+    settings = Settings("http://fake", Secret("key"), None, "http://app")
+    options = SyncOptions(request_lifetime=0.01, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
+    assert report.state == "synced", report
+    assert list(platform.samples) == ["ev1"] and len(platform.samples["ev1"]) == 3

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 import tracemalloc
 from pathlib import Path
@@ -15,7 +17,11 @@ from prime_runs_spool.spool.format import encode_line
 from prime_runs_spool.spool.layout import find_runs
 from prime_runs_spool.spool.reader import Position, iter_records, read_run, scan_segment
 from prime_runs_spool.spool.writer import SegmentWriter
+
 from support.segments import build_segment, header, write_segment
+from support.runs import build_run
+from support.cli import run_cli
+from support.env import CLI, VF040, child_env
 
 
 def test_sequence_gap_second_header_and_data_after_seal_are_corruption(tmp_path: Path):
@@ -142,3 +148,42 @@ def test_a_record_type_this_reader_does_not_know_is_passed_over_by_episode_reade
     assert spool.status == "completed" and spool.corrupt is None
     assert [e["id"] for e in spool.episodes()] == ["e1", "e2"]
     assert [r.type for r in iter_records(tmp_path)] == ["manifest", "episode", "annotation", "episode", "seal"]
+
+
+@pytest.mark.parametrize("command", ["verify", "status", "import"])
+def test_a_tree_a_thousand_folders_deep_is_walked_not_a_recursion_error(tmp_path: Path, command: str) -> None:
+    """The folder walk (files.walk_folders) recursed once per folder: 1,100 levels ended every command that looks
+    for runs (verify, status, import, sync, view) in a RecursionError traceback."""
+    deep = tmp_path / "tree" / Path(*["d"] * 1100)
+    build_run(deep / "run", "deep-run", 1)
+    shutil.copytree(VF040, deep / "outputs")
+    try:
+        result = run_cli(command, str(tmp_path / "tree"))
+    finally:  # shutil.rmtree (pytest's clean-up of old tmp folders) recurses as deep: unwind it here
+        shutil.rmtree(deep)
+        while (deep := deep.parent) != tmp_path:
+            deep.rmdir()
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-500:]
+    assert ("deep-run" in result.stdout or "d/run" in result.stdout or "imported" in result.stdout), result.stdout[-500:]
+
+
+@pytest.mark.parametrize("name", ["seg-000001.lock", "seg-000001.durable"])
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["sync", "--local", "--db", "{db}"], ["view", "--export", "{out}"]])
+def test_a_segment_lock_or_durable_mark_that_is_a_fifo_does_not_hang_any_command(tmp_path: Path, name: str,
+                                                                               command: list[str]) -> None:
+    """The reader opened a segment's writer lock (to probe it) and its durable mark
+    (before every walk of the segment) with a blocking open: a FIFO in either place, in a
+    spool received from elsewhere, held verify, status, sync and view forever."""
+    builder = build_run(tmp_path / "runs" / "r", "fifo-lock", 2, status=None)  # unsealed: its lock is probed
+    target = builder.run_dir / "spool" / name
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)
+    argv = [a.replace("{db}", str(tmp_path / "local.db")).replace("{out}", str(tmp_path / "site")) for a in command]
+    try:
+        result = subprocess.run(CLI + argv + [str(tmp_path / "runs")], capture_output=True, text=True, timeout=30,
+                                env=child_env())
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command)} still ran after 30 s with {name} a FIFO")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)

@@ -18,7 +18,6 @@ import pydantic
 import pytest
 
 from prime_runs_spool.spool import durable_file
-from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
 from prime_runs_spool.spool.format import FORMAT_VERSION, parse_line
@@ -26,10 +25,13 @@ from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.masking import MASK
 from prime_runs_spool.runner.ending import EXITED_OPEN_ERROR
 from prime_runs_spool.runner.error_line import ERROR_MAX_CHARS, describe_error
+
+from support.disk import split_synced_writes
 from support.env import child_env
 from support.loop_ticker import Ticker
 from support.episodes import small_episode, small_trace
 from support.files import all_bytes_under, run_files
+from support.cli import local_sync
 
 
 def lines_of(segment: Path) -> list[Any]:
@@ -585,3 +587,38 @@ def test_a_resume_that_supersedes_gives_the_retry_its_slot_number_and_summary(tm
     assert numbers == {"a": 1, "b": 2, "x": 1, "c": 2, "d": 3, "y": 1}
     manifests = [r.data for r in read_run(tmp_path).records() if r.type == "manifest"]
     assert [m.get("supersedes") for m in manifests] == [None, ["b", "x"], ["b", "x"]]
+
+
+def test_environments_given_as_one_string_are_one_environment(tmp_path: Path) -> None:
+    """A str is a Sequence[str]: open_run(environments="gsm8k") recorded five environments,
+    g, s, m, 8 and k, and sync created each on the platform and attached the evaluation to
+    all of them. A foreign manifest holding the bare string was split the same way by sync."""
+    import sqlite3
+
+    from prime_runs_spool import open_run
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    with open_run(tmp_path / "runs" / "api", name="one-string", environments="gsm8k", model="m") as run:
+        pass
+    foreign = SegmentWriter.create(tmp_path / "runs" / "foreign", "foreign-env-string")
+    foreign.append("manifest", {**manifest_for("foreign-env-string"), "environments": "math500"})
+    foreign.seal("completed")
+    from prime_runs_spool.sync.engine import read_manifest
+
+    assert read_manifest(tmp_path / "runs" / "api")["environments"] == ["gsm8k"], run.id
+    db = tmp_path / "local.db"
+    result = local_sync(tmp_path / "runs", db)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with sqlite3.connect(db) as connection:
+        names = sorted(row[0] for row in connection.execute("SELECT name FROM environments"))
+    assert names == ["gsm8k", "math500"], names
+
+
+def test_tags_given_as_one_string_are_one_tag() -> None:
+    """As one environment given as a string is one environment: "nightly" was seven tags."""
+    from prime_runs_spool.sync.evaluation import _tags
+
+    assert _tags("nightly") == ["nightly"]
+    assert _tags(["a", "b"]) == ["a", "b"]
+    assert _tags(None) == []

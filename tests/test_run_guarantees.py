@@ -1,4 +1,4 @@
-"""What the run API guarantees when an eval misbehaves (issue 11, the runner's part).
+"""What the run API guarantees when an eval misbehaves (the runner's part).
 
 A malformed or oversized episode is refused whole, before anything of its call is numbered;
 settling an append can never strand ``finish``; a cancelled async append is still accounted
@@ -8,7 +8,9 @@ for; ``finish`` stops admitting appends; a forked child never touches its parent
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import re
 import subprocess
 import sys
@@ -18,22 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from prime_runs_spool.spool import durable_file
-from support.disk import split_synced_writes
 from prime_runs_spool import RunClosedError, open_run, read_run
-from prime_runs_spool.errors import (
-    EpisodeTooLargeError,
-    MalformedEpisodeError,
-    RecordNotSerializableError,
-)
+from prime_runs_spool.errors import (EpisodeTooLargeError, MalformedEpisodeError, RecordNotSerializableError,
+    SpoolWriteError, WriterClosedError)
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.layout import list_segments
+
+from support.disk import split_synced_writes
 from support.env import CLI, child_env
 from support.episodes import small_episode, small_trace
+from support.cli import run_cli
 
 
 def basic_run(run_dir: Path, **kwargs: Any):
@@ -74,7 +74,7 @@ def finish_within(run: Any, seconds: float) -> dict[str, Any] | None:
     return result["summary"]
 
 
-# -- bug 2: a bad-shape episode is refused whole, and finish never hangs ---------------------
+# -- a bad-shape episode is refused whole, and finish never hangs ---------------------
 
 
 def _with(trace_change: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def test_a_summary_failure_after_the_write_never_strands_finish(
     assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["a"]
 
 
-# -- bug 3: a failed call admits none of its episodes ----------------------------------------
+# -- a failed call admits none of its episodes ----------------------------------------
 
 
 @pytest.mark.parametrize("idx", [[0, 1], {"i": 0}], ids=["list", "mapping"])
@@ -300,7 +300,7 @@ def test_the_first_field_json_cannot_hold_is_named(value: Any, bad: str, data: s
     assert expected in refused.value.reason
 
 
-# -- second round 2: a cancelled async append ------------------------------------------------
+# -- a cancelled async append ------------------------------------------------
 
 
 def test_a_cancelled_async_append_is_still_known_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,7 +365,7 @@ def test_the_writer_tells_a_cancelled_async_append_its_fate(tmp_path: Path, monk
     with pytest.raises(Exception):
         asyncio.run(writer.append_many_async([("episode", {"id": "b"})], on_settled=on_settled))
     assert len(heard) == 2 and heard[1] is not None  # refused before queueing: told at once
-# -- second round 5: finish stops admitting -------------------------------------------------
+# -- finish stops admitting -------------------------------------------------
 
 
 def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
@@ -411,7 +411,7 @@ def test_finish_refuses_new_appends_and_returns_while_threads_keep_logging(
     assert summary is not None and summary["avg_error"] == 0.0
 
 
-# -- second round 1: fork ----------------------------------------------------------------------
+# -- fork ----------------------------------------------------------------------
 
 _FORK_SCENARIOS = r"""
 import multiprocessing, os, sys
@@ -582,3 +582,152 @@ def test_check_episode_fast_path_refuses_and_accepts_as_field_by_field() -> None
     for name in [key for key, _ in _TRACE_MAPPINGS] + list(_TRACE_LISTS):  # each named field is checked
         with pytest.raises(MalformedEpisodeError, match=re.escape(f"traces[0].{name}") + " must"):
             check_episode(episode(**{name: 3}))
+
+
+def episode_ids_on_disk(run_dir: Path) -> list[Any]:
+    found = []
+    for _, path in list_segments(run_dir):
+        for raw in path.read_bytes().splitlines(keepends=True):
+            line = parse_line(raw)
+            if line is not None and line.type == "episode":
+                found.append(line.meta["episode_id"])
+    return found
+
+
+class _SurrogateId(str):
+    """An id that serializes (orjson writes a str subclass by its content) but whose text,
+    the id the run de-duplicates and frames by, is not valid UTF-8."""
+
+    def __str__(self) -> str:
+        return "bad-\udc80"
+
+
+def test_an_episode_id_the_meta_cannot_hold_is_refused_before_any_id_is_taken(tmp_path: Path):
+    # The run frames the meta itself (format.episode_rest) under its lock, after taking the
+    # call's ids: an id that meta cannot serialize once raised there, leaving every id of
+    # the call taken, so a retry of the good episodes was silently skipped as duplicates.
+    run = basic_run(tmp_path / "run")
+    with pytest.raises(RecordNotSerializableError, match=r"episode bad-\\udc80 id") as info:
+        run.log_episodes([{"id": "good", "traces": []}, {"id": _SurrogateId("x"), "traces": []}])
+    str(info.value).encode("utf-8")  # printable: the surrogate escaped in the message
+    assert run.log_episodes([{"id": "good", "traces": []}]) == 1
+    assert run.episodes_skipped == 0
+    with pytest.raises(RecordNotSerializableError):  # the bad one meets its error again
+        run.log_episodes([{"id": _SurrogateId("x"), "traces": []}])
+    run.finish()
+    assert episode_ids_on_disk(tmp_path / "run") == ["good"]
+
+
+class _UnhashableIdx(str):
+    """A ``task.data.idx`` check_episode takes (a string) that the rollout counter cannot hash."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_rollout_key_the_counter_cannot_hash_gives_the_calls_ids_back(tmp_path: Path):
+    # _admit numbers each episode after taking its id, under the run's lock: a key the counter
+    # raised on left the call's ids taken, and a retry of its good episodes silently skipped.
+    # check_episode now refuses such an idx before the lock; _admit gives ids back anyway.
+    run = basic_run(tmp_path / "run")
+    bad = {"id": "bad", "traces": [{"task": {"data": {"idx": _UnhashableIdx("a")}}}]}
+    with pytest.raises(MalformedEpisodeError, match=r"traces\[0\]\.task\.data\.idx"):
+        run.log_episodes([{"id": "good", "traces": []}, {"id": "good", "traces": []}, bad])
+    assert run.log_episodes([{"id": "good", "traces": []}]) == 1
+    with pytest.raises(MalformedEpisodeError):
+        run.log_episodes([bad])
+    run.finish()
+    assert episode_ids_on_disk(tmp_path / "run") == ["good"]
+
+
+def test_admit_gives_the_calls_ids_back_whatever_raises_under_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    run = basic_run(tmp_path / "run")
+    real = run._counter.next_number_for
+
+    def failing(key: Any) -> Any:
+        if key == "boom":
+            raise RuntimeError("counter failed")
+        return real(key)
+
+    monkeypatch.setattr(run._counter, "next_number_for", failing)
+    bad = {"id": "bad", "traces": [{"task": {"data": {"idx": "boom"}}}]}
+    with pytest.raises(RuntimeError):
+        run.log_episodes([{"id": "good", "traces": []}, {"id": "good", "traces": []}, bad])
+    assert run.log_episodes([{"id": "good", "traces": []}]) == 1
+    monkeypatch.undo()
+    assert run.log_episodes([bad]) == 1
+    run.finish()
+    assert episode_ids_on_disk(tmp_path / "run") == ["good", "bad"]
+
+
+def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """log_episodes_async hands the writer its lines with their framing
+    (append_episodes_async); cancelled while the sync is under way and the sync then fails,
+    the run still learns the episodes are not durable: a retry meets the error instead of
+    being skipped as a duplicate, and finish does not wait for it forever."""
+    run = basic_run(tmp_path / "run")
+    run.log_episodes([{"id": "first", "traces": []}])
+    entered, release = threading.Event(), threading.Event()
+
+    def failing(fd: int) -> None:
+        entered.set()
+        assert release.wait(10)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(durable_file, "_fdatasync", failing)
+    split_synced_writes(monkeypatch)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(run.log_episodes_async([{"id": "late", "traces": []}]))
+        while not entered.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while run._state.inflight and time.monotonic() < deadline:  # settled by the helper thread
+        time.sleep(0.005)
+    assert run._state.inflight == 0
+    with pytest.raises((SpoolWriteError, WriterClosedError)):
+        run.log_episodes([{"id": "late", "traces": []}])
+    assert run.episodes_logged == 1 and run.episodes_skipped == 0
+    done = threading.Event()
+    finisher = threading.Thread(target=lambda: (pytest.raises(Exception, run.finish), done.set()), daemon=True)
+    finisher.start()
+    assert done.wait(10), "finish hung after a failed, cancelled async append"
+
+
+def test_an_episode_whose_line_would_pass_the_format_limit_is_refused_not_written(tmp_path: Path) -> None:
+    """format.prepare leaves 200 bytes for the framing; the meta repeats the episode id, so
+    an id of megabytes made a line over MAX_LINE_BYTES. The writer wrote it, and every
+    reader then stopped at it as corrupt ("a line longer than the format's limit"), with
+    every episode after it: `prime-runs import` of such a traces.jsonl made a corrupt spool."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool import open_run
+    from prime_runs_spool.errors import RecordTooLargeError
+    from prime_runs_spool.spool import format as spool_format
+    from prime_runs_spool.spool.writer import SegmentWriter
+
+    limit = 1 << 20
+    original = spool_format.MAX_LINE_BYTES
+    with pytest.MonkeyPatch.context() as patch:  # a small limit, so the test writes little
+        for module in ("prime_runs_spool.spool.format", "prime_runs_spool.runner.admission"):
+            patch.setattr(f"{module}.MAX_LINE_BYTES", limit, raising=False)
+        with open_run(tmp_path / "api", name="long-id", environments=["gsm8k"], model="m") as run:
+            episode = make_episode(0, size=100, run_id=run.id, salt="long")
+            episode["id"] = "z" * (limit * 2 // 3)
+            with pytest.raises(RecordTooLargeError) as caught:
+                run.log_episodes([episode])
+            assert len(str(caught.value)) < 300
+            run.log_episodes([make_episode(1, size=100, run_id=run.id, salt="long")])
+        writer = SegmentWriter.create(tmp_path / "direct", "direct-long-meta")
+        with pytest.raises(RecordTooLargeError):
+            writer.append("episode", {"id": "q"}, {"episode_id": "q" * limit})
+        writer.close()
+    assert spool_format.MAX_LINE_BYTES == original
+    result = run_cli("verify", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr

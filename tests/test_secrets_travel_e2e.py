@@ -11,17 +11,20 @@ import os
 import subprocess
 from pathlib import Path
 
-from support import platform_process
-from support.env import CLI, child_env
+import pytest
+
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
 from prime_runs_spool import open_run
 from prime_runs_spool.sync import state as sync_state
+
+from support import platform_process
+from support.env import CLI, child_env
 
 API_KEY = "prk-live-9f8e7d6c5b4a39281706"
 CONFIG_HEADER_SECRET = "cfs_CONFIG_HEADER_SECRET_5521"
 JUDGE_HEADER_SECRET = "judge_HEADER_SECRET_9910"
 HARNESS_SECRET = "hf_HARNESS_ENV_SECRET_3377"
-# The locations that leaked before (issue 11), each with its own value, in the config and in
+# The locations that leaked before, each with its own value, in the config and in
 # every trace's resolved config.
 LEAKED = {
     "client.api_key": "sk-CLIENT_API_KEY_1111",
@@ -38,7 +41,7 @@ COMMENT_SECRET = "cm_LAUNCH_FILE_COMMENT_8888"
 
 
 def leaky_seat() -> dict:
-    """A seat config holding a secret at each location that leaked in issue 11."""
+    """A seat config holding a secret at each location that once leaked."""
     return {
         "client": {"type": "eval", "api_key": LEAKED["client.api_key"],
                    "base_url": f"https://svc:{LEAKED['client.base_url userinfo']}@vllm.internal/v1",
@@ -129,7 +132,7 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
 
 def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path: Path) -> None:
     """``sync --local``: the spool, its sync state and the embedded platform's database hold
-    none of the values at the locations that leaked in issue 11, yet the rows arrived."""
+    none of the values at the locations that once leaked, yet the rows arrived."""
     # A clean launch file but for a comment: it is uploaded, without the comment.
     launch = tmp_path / "eval.toml"
     launch.write_text(f'model = "m"\n# api_key = "{COMMENT_SECRET}"\n[client]\ntype = "eval"  # {COMMENT_SECRET}\n')
@@ -160,3 +163,50 @@ def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path
     for location, secret in {**LEAKED, "a comment of the launch file": COMMENT_SECRET}.items():
         for where, data in places.items():
             assert secret.encode() not in data, f"the value at {location} reached the {where}"
+
+
+def _echo(request):  # noqa: ANN001, ANN202
+    """An endpoint that answers a refusal quoting the request's headers (a debugging proxy,
+    an echo service behind a misconfigured base URL)."""
+    import httpx
+
+    said = f"you sent {request.headers.get('authorization')}"
+    return httpx.Response(400, json={"error": {"code": "invalid_trace", "message": said}, "detail": said})
+
+
+def test_an_answer_that_echoes_the_api_key_does_not_print_it() -> None:
+    """The error line quoted the first 200 characters of the body: the key, in the report,
+    the CI log, and the online shipper's log file."""
+    import httpx
+
+    from prime_runs_spool.errors import PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret("sk-live-SECRET-0123456789"), team_id=None,
+                        frontend_url="http://platform.invalid")
+    with PlatformClient(settings, transport=httpx.MockTransport(_echo)) as client:
+        with pytest.raises(PlatformError) as caught:
+            client.list_evaluations(environment_name="gsm8k")
+    assert "SECRET" not in str(caught.value) and "Bearer ***" in str(caught.value), caught.value
+
+
+def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
+    import hashlib
+
+    import httpx
+
+    from prime_runs_spool.errors import PlatformError
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    uploader = TracesUploader("http://traces.invalid", "sk-live-SECRET-0123456789", None,
+                              transport=httpx.MockTransport(_echo))
+    try:
+        with pytest.raises(PlatformError) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value

@@ -17,10 +17,12 @@ from prime_runs_spool.errors import StoreConflict
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.layout import segment_path
 from prime_runs_spool.store.objects import ObjectStore
+
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.store_runs import upload_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+from support.cli import run_cli
 
 
 @pytest.fixture
@@ -244,3 +246,28 @@ def test_a_fifo_put_where_an_object_was_listed_is_an_error_not_a_hang(folder_url
     assert len(outcome) == 1 and isinstance(outcome[0], StoreError)
     with pytest.raises(StoreError):  # nor is it read as a small object (a state, a lease)
         store.read("run/spool/seg-000001.jsonl")
+
+
+def test_a_file_url_sync_ships_the_run_once_with_its_lease_and_state_in_the_folder(tmp_path: Path) -> None:
+    """obstore's local file store has no If-Match replace: every run's sync failed on its
+    lease ("PutMode::Update not yet implemented"). A file:// folder is now served by
+    store/local_files.py, whose replace is real: the run is synced, its lease and state
+    land beside its spool, and a second sync finds it up to date."""
+    import json
+    import shutil
+
+    from prime_runs_spool.spool.layout import list_segments
+
+    builder = build_run(tmp_path / "src" / "r", "file-url", 2)
+    (tmp_path / "bucket" / "r" / "spool").mkdir(parents=True)
+    for _, path in list_segments(builder.run_dir):
+        shutil.copy(path, tmp_path / "bucket" / "r" / "spool" / path.name)
+    for expected in ("synced", "up_to_date"):
+        result = run_cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"file://{tmp_path / 'bucket'}",
+                      "--json", timeout=60, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+        assert [r["state"] for r in json.loads(result.stdout)["runs"]] == [expected]
+    lease = json.loads((tmp_path / "bucket" / "r" / "spool" / "sync.lease.json").read_text())
+    assert lease["released"] is True
+    assert [p.name for p in (tmp_path / "bucket" / "r" / "spool" / "sync").glob("*.json")]
+    assert run_cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import orjson
 import pytest
-from hypothesis import example, given, settings, strategies as st
-
+from hypothesis import example, given, settings, strategies as st, HealthCheck
 from prime_runs.metrics import from_episodes
+
 from prime_runs_spool.content.summary import SummaryAccumulator, compute_summary, read_episode
+from prime_runs_spool import open_run
+from prime_runs_spool.spool.reader import iter_records, read_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "projection"
 
@@ -254,3 +259,87 @@ def test_the_reading_with_its_serialization_is_the_reading_of_what_it_holds(epis
     plain = repr(read_episode(episode))
     assert repr(read_episode(episode, written)) == repr(read_episode(orjson.loads(written)))
     assert repr(read_episode(episode)) == plain
+
+
+def basic_run(run_dir: Path, **kwargs: Any):
+    return open_run(run_dir, name="hostile-append", environments=["gsm8k"], model="m", **kwargs)
+
+
+def test_the_live_summary_is_the_summary_of_what_was_written(tmp_path: Path):
+    run = basic_run(tmp_path / "run")
+    run.log_episodes([{"id": "a", "ok": True, "traces": [
+        {"agent": {"trainable": True}, "rewards": {"r": {"score": float("nan")}}}]}])
+    live = run.summary()
+    run.finish()
+    written = [r.data for r in iter_records(tmp_path / "run") if r.type == "episode"]
+    assert compute_summary(written) == live
+
+
+# Floats of every kind orjson writes otherwise than it holds them (NaN and ±inf as null) or
+# exactly (-0.0, huge, subnormal); integers within what JSON here holds; and the values a
+# reward's or metric's reading drops or skips anyway.
+_any_float = st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)
+
+
+_odd_number = st.one_of(_any_float, st.sampled_from([-0.0, 5e-324, -1.5e308, 1.7976931348623157e308]),
+                        st.integers(-2**63, 2**63 - 1), st.booleans(), st.none())
+
+
+_names = st.sampled_from(["a", "b", "m"])  # a metric and a reward of the same name meet
+
+
+_traces = st.lists(st.fixed_dictionaries({
+    "agent": st.fixed_dictionaries({"trainable": st.one_of(st.booleans(), _any_float, st.none())}),
+    "rewards": st.dictionaries(_names, st.one_of(st.none(), st.fixed_dictionaries(
+        {"score": _odd_number, "weight": st.one_of(st.none(), _any_float)}))),
+    "metrics": st.dictionaries(_names, _odd_number),
+}), max_size=3)
+
+
+_episodes = st.lists(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": _traces}),
+                     max_size=6)
+
+
+def _spool_summary(run_dir: Path) -> dict[str, Any]:
+    return compute_summary(read_run(run_dir).episodes())
+
+
+def _sealed_summary(run_dir: Path) -> Any:
+    return [r.data.get("summary") for r in iter_records(run_dir) if r.type == "seal"][-1]
+
+
+_examples = itertools.count()
+
+
+nan, inf = float("nan"), float("inf")
+
+
+def _scored(trainable: Any, rewards: dict[str, tuple[Any, Any]], metrics: dict[str, Any] | None = None) -> dict:
+    return {"agent": {"trainable": trainable}, "metrics": metrics or {},
+            "rewards": {name: {"score": score, "weight": weight} for name, (score, weight) in rewards.items()}}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_episodes, st.integers(0, 6))
+@example([{"ok": True, "traces": [_scored(True, {"a": (nan, None)})]},  # each way a non-finite value reads
+          {"ok": True, "traces": [_scored(True, {"a": (1.0, inf)})]},  # otherwise than its null, one an episode
+          {"ok": True, "traces": [_scored(True, {"m": (0.5, None)}, {"m": -inf})]},
+          {"ok": True, "traces": [_scored(nan, {"a": (0.25, 2.0)})]}], 2)
+@example([{"ok": False, "traces": [{"agent": {"trainable": True}, "metrics": {"m": -1.5e308}}] * 2}], 1)  # overflows
+def test_the_live_summary_is_the_spools_for_any_floats_and_after_a_resume(
+        tmp_path: Path, episodes: list[dict[str, Any]], split: int):
+    # repr: NaN equals itself and -0.0 differs from 0.0 (a mean of finite values can overflow to inf or NaN)
+    run_dir = tmp_path / f"run-{next(_examples)}"
+    episodes = [{"id": f"e{i}", **episode} for i, episode in enumerate(episodes)]
+    first = basic_run(run_dir)
+    first.log_episodes(episodes[:split])
+    assert repr(first.summary()) == repr(_spool_summary(run_dir))
+    first.abort(KeyboardInterrupt())
+    second = basic_run(run_dir)  # resumed: its summary continues from the spool
+    assert second.resumed
+    assert second.log_episodes(episodes) == len(episodes[split:])  # the kept ones are skipped
+    assert repr(second.summary()) == repr(_spool_summary(run_dir))
+    sealed = second.finish()
+    assert repr(sealed) == repr(_spool_summary(run_dir))
+    # the seal holds it as JSON does: a mean whose finite values' sum overflowed (to ±inf) as null
+    assert _sealed_summary(run_dir) == orjson.loads(orjson.dumps(sealed))

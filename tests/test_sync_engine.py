@@ -13,9 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.fake_platform import FakePlatform
-from support.runs import RunBuilder, build_run
-from support.disk import split_synced_writes
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.sync import rows as rows_module
@@ -23,8 +20,12 @@ from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.state import sync_state_path as state_path
-from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.state import sync_state_path as state_path, Destination
+
+from support.fake_platform import FakePlatform
+from support.runs import RunBuilder, build_run
+from support.disk import split_synced_writes
+from support.cli import run_cli
 
 DEST = Destination(key="dest1", base_url="http://fake")
 
@@ -934,3 +935,88 @@ def test_the_count_is_read_before_finalizing_only_when_a_request_went_unanswered
     reads = [n for n, (m, p) in enumerate(platform.requests) if m == "GET" and p == dropped[0].removesuffix("/samples")]
     assert len(reads) == 2 and reads[-1] == finalize - 1, repr(platform.requests)  # the settling read, then this one
     assert dropped and len(platform.samples[dropped[0].split("/")[2]]) == 3
+
+
+def _foreign_run(run_dir: Path, local_id: str, **manifest: object) -> None:
+    """A run whose manifest some other producer wrote (the writer takes any JSON object)."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    writer = SegmentWriter.create(run_dir, local_id)
+    writer.append("manifest", {**manifest_for(local_id), **manifest})
+    writer.seal("completed")
+
+
+def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) -> None:
+    """Each was "internal error: TypeError: cannot convert dictionary update sequence..."
+    (config), "internal error: InvalidURL: URL too long" (a 100 KB environment name, put in
+    the evaluations listing's query), "internal error: TypeError: Value after * must be an
+    iterable" (tags), "internal error: KeyError: 'run_id'" (a manifest without one)."""
+    from prime_runs_spool.content.environments import MAX_ENVIRONMENT_NAME_CHARS
+
+    root = tmp_path / "runs"
+    cases = {
+        "config-list": ({"config": [1, 2]}, "its config is list '[1, 2]', not an object"),
+        "config-text": ({"config": "model=x"}, "its config is str 'model=x', not an object"),
+        "env-long": ({"environments": ["e" * 100_000]}, "is 100,000 characters, over the limit of 256"),
+        "env-number": ({"environments": [7]}, "an environment name is int '7', not a string"),
+        "tags-number": ({"tags": 5}, "its tags are '5', not a list of strings"),
+        "no-run-id": ({"run_id": None}, "its run_id is 'None', not a run id"),
+    }
+    for name, (manifest, _) in cases.items():
+        _foreign_run(root / name, f"r4-{name}", **manifest)
+    _foreign_run(root / "env-at-limit", "r4-env-at-limit", environments=["e" * MAX_ENVIRONMENT_NAME_CHARS])
+    _foreign_run(root / "tags-text", "r4-tags-text", tags="nightly")
+    result = run_cli("sync", "--local", "--db", str(tmp_path / "local.db"), "--to", "samples", "--json", str(root))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    runs = {Path(run["path"]).name: run for run in json.loads(result.stdout)["runs"]}
+    for name, (_, said) in cases.items():
+        assert runs[name]["state"] == "error", runs[name]
+        assert said in runs[name]["error"] and "internal error" not in runs[name]["error"], runs[name]["error"]
+        assert runs[name]["error"].startswith("the run's manifest cannot be sent: "), runs[name]["error"]
+    assert runs["env-at-limit"]["state"] == "synced", runs["env-at-limit"]
+    assert runs["tags-text"]["state"] == "synced", runs["tags-text"]
+
+
+@pytest.mark.parametrize("refused", ["POST /evaluations/", "POST /evaluations/ev1/samples"])
+def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path: Path, refused: str) -> None:
+    """A 4xx left the request announced in the state: the next sync (the user fixed the
+    key's team, or the body) first waited a whole request lifetime, 10 minutes by default,
+    for a request the platform had refused. Now it goes at once, and sends each row once."""
+    import httpx
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import Destination
+    from support.fake_platform import FakePlatform
+
+    platform = FakePlatform()
+    builder = build_run(tmp_path / "r", "refused-then-fixed", 3)
+    method, path = refused.split(" ")
+    platform.fault = lambda m, p, phase: (httpx.Response(403, json={"detail": "not in this team"})
+                                          if (m, p, phase) == (method, path, "before") else None)
+    slept: list[float] = []
+    now = [1_000_000.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    def sync():  # noqa: ANN202
+        settings = Settings("http://fake", Secret("key"), None, "http://app")
+        options = SyncOptions(request_lifetime=600.0, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02))
+        client = PlatformClient(settings, transport=platform.transport())
+        return RunSync(builder.run_dir, client, Destination(key="d", base_url="http://fake"), options,
+                       clock=lambda: now[0], sleep=sleep).run()
+
+    first = sync()
+    assert first.state == "error" and "403" in (first.error or ""), first
+    platform.fault = None
+    second = sync()
+    assert second.state == "synced", second
+    assert sum(slept) < 5, f"the next sync waited {sum(slept):.0f} s for a refused request"
+    assert len(platform.evaluations) == 1 and [len(rows) for rows in platform.samples.values()] == [3]

@@ -1,6 +1,6 @@
 """The read-ahead thread of a push (sync/rows.py, ``read_ahead``): the next batch is built
 while the platform works on the one on the wire, never while the consumer announces and
-sends it (docs/benchmarks.md, issue 14)."""
+sends it (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

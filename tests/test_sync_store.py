@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,13 @@ from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import remote_destination
 from prime_runs_spool.sync.store_sync import sync_store
+
 from support import moto_server
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.store_runs import get_object, upload_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
+from support.cli import last_line, run_cli
 
 
 moto = moto_server.module_fixture()
@@ -644,3 +647,126 @@ def test_a_second_sigint_ends_a_follow_whose_pass_waits_on_an_unanswered_request
     assert follower.returncode == 0, err
     assert took < 10, f"the second SIGINT took {took:.1f} s to end the follow"
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_a_store_run_whose_pass_fails_unexpectedly_does_not_stop_the_others(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local sync reports a bug met on one run as that run's error (sync/many.py); over a
+    store URL the exception went through the pool and the whole command ended in "internal
+    error" (a lease of generation 1e300 did it), every other run's report lost."""
+    import uuid
+
+    from prime_runs_spool.spool.layout import list_segments
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync import store_sync
+    from prime_runs_spool.sync.options import RunReport, SyncOptions
+    from prime_runs_spool.sync.state import remote_destination
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    for name in ("a", "b"):
+        builder = build_run(tmp_path / name, f"store-isolation-{name}", 1)
+        for _, path in list_segments(builder.run_dir):
+            store.create(f"{name}/spool/{path.name}", path.read_bytes())
+
+    def sync(self: store_sync.StoreRunSync) -> RunReport:
+        if str(self.run).endswith("/a"):
+            raise RuntimeError("a bug met on run a")
+        return RunReport(path=str(self.run), state="up_to_date")
+
+    monkeypatch.setattr(store_sync.StoreRunSync, "sync", sync)
+    reports = store_sync.sync_store(store.url, None, remote_destination("http://platform.invalid", None),
+                                    SyncOptions(), store=store)
+    assert [(r.path.rsplit("/", 1)[-1], r.state) for r in reports] == [("a", "error"), ("b", "up_to_date")]
+    assert "a bug met on run a" in (reports[0].error or "")
+
+
+def _memory_store_with(tmp_path: Path, *names: str):  # noqa: ANN202
+    """A memory:// store holding one small sealed run per name, at ``<name>/spool/``."""
+    from prime_runs_spool.spool.layout import list_segments
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store = ObjectStore(f"memory:///{uuid.uuid4().hex}")
+    for name in names:
+        builder = build_run(tmp_path / "src" / name, f"r4-{name}-{uuid.uuid4().hex[:6]}", 2)
+        for _, path in list_segments(builder.run_dir):
+            store.create(f"{name}/spool/{path.name}", path.read_bytes())
+    return store
+
+
+def _store_sync_local(tmp_path: Path, store) -> list:  # noqa: ANN001
+    """``sync_store`` in this process against the embedded local platform."""
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.state import local_destination
+    from prime_runs_spool.sync.store_sync import sync_store
+
+    db = tmp_path / "local.db"
+    with EmbeddedPlatform(db) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url="http://frontend.invalid")
+        with PlatformClient(settings, timeout=10) as client:
+            return sync_store(store.url, client, local_destination(db, None),
+                              SyncOptions(request_lifetime=1.0, to=SAMPLES), store=store)
+
+
+def test_a_damaged_state_in_a_store_is_named_by_its_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning named ~/.cache/prime-runs/store/<hash>/...: a file the user never made
+    and cannot find the object from."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    store = _memory_store_with(tmp_path, "a")
+    (first,) = _store_sync_local(tmp_path, store)
+    assert first.state == "synced", first
+    (key,) = [k for k in (info.key for info in store.list()) if k.startswith("a/spool/sync/") and k.endswith(".json")]
+    store.replace(key, b"{not json", store.read(key)[1])
+    (again,) = _store_sync_local(tmp_path, store)
+    assert again.state == "synced" and again.pushed_total == 2, again
+    (warning,) = [w for w in again.warnings if "damaged" in w]
+    assert warning.startswith(f"{store.url}/{key} is damaged"), warning
+    assert str(tmp_path / "cache") not in warning, warning
+
+
+@pytest.mark.parametrize("url", ["s3://AKIAEXAMPLE:pw-s3cret@bucket/runs", "s3://bucket/runs?aws_secret_access_key=pw-s3cret",
+                                 "memory:///runs#pw-s3cret"])
+@pytest.mark.parametrize("command", [["sync", "--local", "--db", "{db}"], ["status"], ["verify"], ["mirror", "{runs}"]])
+def test_a_store_url_carrying_a_secret_is_a_usage_error_that_does_not_show_it(tmp_path: Path, url: str,
+                                                                              command: list[str]) -> None:
+    """obstore drops a URL's user:password@, ?query and #fragment without a word: a key
+    pasted there was not used, and every report line (and --json's paths) printed it back,
+    into the CI log."""
+    build_run(tmp_path / "runs" / "r", "url-secret", 1)
+    argv = [a.replace("{db}", str(tmp_path / "local.db")).replace("{runs}", str(tmp_path / "runs")) for a in command]
+    result = run_cli(*argv, url, timeout=60, AWS_EC2_METADATA_DISABLED="true", PRIME_RUNS_STORE_RETRIES="0")
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "pw-s3cret" not in result.stdout + result.stderr
+    assert "a store URL takes no" in last_line(result), result.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1000000"])
+def test_store_retries_that_are_not_a_small_whole_number_are_a_usage_error(value: str) -> None:
+    """`status s3://...` with PRIME_RUNS_STORE_RETRIES=abc ended in a ValueError traceback."""
+    result = run_cli("status", f"memory:///{uuid.uuid4().hex}", timeout=30, PRIME_RUNS_STORE_RETRIES=value)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert last_line(result).startswith("prime-runs: PRIME_RUNS_STORE_RETRIES="), result.stderr
+
+
+def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """store.read fetched an object whole: a received bucket with gigabytes at a run's
+    sync/<dest>.json (or its lease) was read into memory, run by run."""
+    from prime_runs_spool.store import objects
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(objects, "MAX_SMALL_OBJECT_BYTES", 4096)
+    store = _memory_store_with(tmp_path, "a", "b")
+    reports = _store_sync_local(tmp_path, store)
+    assert [r.state for r in reports] == ["synced", "synced"], reports
+    (key,) = [i.key for i in store.list() if i.key.startswith("a/spool/sync/") and i.key.endswith(".json")]
+    store.replace(key, b"{" + b" " * 10_000 + b"}", store.read(key)[1])
+    fetched = store.stats["bytes_read"]
+    (first, second) = _store_sync_local(tmp_path, store)
+    assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
+    assert second.state == "up_to_date", second
+    assert store.stats["bytes_read"] - fetched < 10_000

@@ -11,11 +11,12 @@ from pathlib import Path
 import httpx
 
 from prime_runs_spool.store.objects import ObjectStore
+
 from support import moto_server, platform_process
 from support.env import child_env
 from support.runs import build_run
 from support.store_runs import get_object, upload_run
-from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
+from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
 from test_traces_sync_e2e import episodes_in_traces
 
 
@@ -77,3 +78,124 @@ def test_two_machines_syncing_a_bucket_to_traces_together_store_each_episode_onc
         assert sorted(r[n]["pushed_now"] for r in runs) == [0, 10], runs  # one pushed it, one found it done
     for builder in builders:
         assert_once_in_traces(api, builder.run_id, builder.ids)
+
+
+LEASE = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+
+
+def leased_machine(moto, home: Path) -> dict[str, str]:
+    return child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env(), **LEASE)
+
+
+def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_replay(
+        tmp_path: Path, server, api, moto) -> None:
+    bucket_url = f"s3://{moto.new_bucket()}/out"
+    builder = build_run(tmp_path / "run", "attack-store-replay", 40)
+    upload_run(bucket_url, builder.run_dir, "run")
+    first = subprocess.run(sync_cmd(server.base_url, bucket_url, "--to", "traces", "--json"), capture_output=True,
+                           text=True, timeout=120, env=leased_machine(moto, tmp_path / "m1"))
+    assert first.returncode == 0, first.stderr
+
+    def replay_episodes() -> int:
+        return sum(len(episodes_in_traces(api, e["evaluation_id"])) for e in evaluations_of(api, builder.run_id)
+                   if (e.get("metadata") or {}).get("replay_id"))
+
+    for kill in range(2):  # two kills, each after some progress
+        proc = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--to", "traces", "--replay",
+                                         "--traces-batch-bytes", "3000"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=leased_machine(moto, tmp_path / "m1"))
+        if not kill_on_progress(proc, replay_episodes, 4 if kill == 0 else 3):
+            break
+    import time
+    time.sleep(3)  # the killed syncer's lease (2 s) runs out
+    cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--replay", "--json",
+                   "--traces-batch-bytes", "3000")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=leased_machine(moto, tmp_path / f"m{n}")) for n in (1, 2)]
+    outs = [proc.communicate(timeout=180) for proc in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    states = sorted(json.loads(out)["runs"][0]["state"] for out, _ in outs)
+    assert states == ["skipped", "synced"], outs  # one continues the killed replay, the other is kept off
+    evaluations = evaluations_of(api, builder.run_id)
+    replays = [e for e in evaluations if (e.get("metadata") or {}).get("replay_id")]
+    assert len(replays) == 1, f"{len(replays)} replay evaluations after one interrupted replay: {outs}"
+    items = episodes_in_traces(api, replays[0]["evaluation_id"])
+    assert sorted(i["episode_id"] for i in items) == sorted(builder.ids)
+    assert max(i["generation"] for i in items) == 2, "an episode was uploaded twice within the replay"
+
+
+def test_replay_dry_run_over_a_store_url_says_what_the_replay_would_push(tmp_path: Path, server, moto) -> None:
+    """Locally, `sync --replay --dry-run` of a synced run reports `dry_run`, pushed N; over a
+    store URL it reports the run's earlier evaluation as up to date (pushed 0)."""
+    bucket_url = f"s3://{moto.new_bucket()}/out"
+    builder = build_run(tmp_path / "run", "attack-replay-dry", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    env = leased_machine(moto, tmp_path / "m")
+    run = lambda *a: subprocess.run(sync_cmd(server.base_url, *a, "--to", "traces", "--json"),  # noqa: E731
+                                    capture_output=True, text=True, timeout=120, env=env)
+    assert run(bucket_url).returncode == 0
+    assert run(str(builder.run_dir)).returncode == 0  # the local copy, for comparison
+    local = json.loads(run(str(builder.run_dir), "--replay", "--dry-run").stdout)["runs"][0]
+    store = json.loads(run(bucket_url, "--replay", "--dry-run").stdout)["runs"][0]
+    assert (local["state"], local["pushed_now"]) == ("dry_run", 5)
+    assert (store["state"], store["pushed_now"]) == (local["state"], local["pushed_now"]), store
+
+
+def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_episode_once(
+        tmp_path: Path, server, api, moto) -> None:
+    import time
+
+    bucket_url = f"s3://{moto.new_bucket()}/out"
+    builder = build_run(tmp_path / "run", "attack-store-kill", 40)
+    upload_run(bucket_url, builder.run_dir, "run")
+
+    def held() -> int:
+        return sum(len(episodes_in_traces(api, e["evaluation_id"])) for e in evaluations_of(api, builder.run_id))
+
+    for kill, home in enumerate(("m1", "m2")):
+        proc = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--to", "traces", "--wait",
+                                         "--traces-batch-bytes", "3000"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=leased_machine(moto, tmp_path / home))
+        assert kill_on_progress(proc, held, 4 if kill == 0 else 3 + 0 * kill), "the sync ended before the kill"
+    time.sleep(3)
+    cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--wait", "--json", "--traces-batch-bytes", "3000")
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=leased_machine(moto, tmp_path / f"m{n}")) for n in (1, 2)]
+    outs = [proc.communicate(timeout=180) for proc in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    items = episodes_in_traces(api, evaluation["evaluation_id"])
+    assert sorted(i["episode_id"] for i in items) == sorted(builder.ids)
+    assert [i for i in items if i["generation"] != 1] == [], "an episode was uploaded twice"
+    assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
+
+
+def test_an_up_to_date_traces_run_in_a_bucket_reports_its_total_as_a_local_one_does(
+        tmp_path: Path, server, moto) -> None:
+    """store_sync._up_to_date sets pushed_total from samples_pushed, so a run that went to
+    traces reads `pushed 0 (total 0)` over a URL, `pushed 0 (total 5) to traces` locally."""
+    bucket_url = f"s3://{moto.new_bucket()}/out"
+    builder = build_run(tmp_path / "run", "attack-total", 5)
+    upload_run(bucket_url, builder.run_dir, "run")
+    env = leased_machine(moto, tmp_path / "m")
+    run = lambda *a: json.loads(subprocess.run(sync_cmd(server.base_url, *a, "--to", "traces", "--json"),  # noqa: E731
+                                               capture_output=True, text=True, timeout=120, env=env).stdout)["runs"][0]
+    run(bucket_url)
+    again = run(bucket_url)
+    assert again["state"] == "up_to_date"
+    assert (again["pushed_total"], again["store"]) == (5, "traces"), again
+
+
+def test_store_urls_get_the_same_option_checks_as_local_paths(tmp_path: Path, server, moto) -> None:
+    """commands/sync.py hands a store URL to sync_urls before its own checks: --exit-when-idle
+    without --follow is refused locally (exit 2) but accepted over a URL."""
+    bucket_url = f"s3://{moto.new_bucket()}/out"
+    builder = build_run(tmp_path / "run", "attack-checks", 2)
+    upload_run(bucket_url, builder.run_dir, "run")
+    env = leased_machine(moto, tmp_path / "m")
+    local = subprocess.run(sync_cmd(server.base_url, str(builder.run_dir), "--exit-when-idle"), capture_output=True,
+                           text=True, timeout=120, env=env)
+    store = subprocess.run(sync_cmd(server.base_url, bucket_url, "--exit-when-idle"), capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert local.returncode == 2
+    assert store.returncode == local.returncode, (store.returncode, store.stdout, store.stderr)

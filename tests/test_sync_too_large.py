@@ -1,5 +1,5 @@
 """An episode no request can carry, met by sync in a spool written before the runner refused
-such episodes at append: passed over and recorded, never a run blocked for good (issue 11)."""
+such episodes at append: passed over and recorded, never a run blocked for good."""
 
 from __future__ import annotations
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
-from support.env import CLI, child_env
+import pytest
+
 from prime_runs_spool.spool.writer import SegmentWriter
+
+from support.env import CLI, child_env
 from support.segments import build_segment, write_segment
+from support.cli import last_line, run_cli
 
 
 def verify(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,3 +89,19 @@ def test_json_report(tmp_path: Path):
     assert by_name["good"]["episodes"] == 2
     assert by_name["bad"]["status"] == "corrupt"
     assert by_name["bad"]["segments"][0]["corrupt_offset"] == len(data)  # bytes after the seal
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_verify_given_a_fifo_or_a_device_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    """verify said "nothing found: neither a spool nor eval outputs under it", as if the path
+    were an empty folder; a regular file that is no segment was already a usage error."""
+    path = tmp_path / "odd"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/null")
+    result = run_cli("verify", str(path), timeout=20)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    expected = "a FIFO" if kind == "fifo" else "a device"
+    assert f"is {expected}, not a regular file or folder" in last_line(result), result.stderr
+    assert "Traceback" not in result.stderr

@@ -6,13 +6,11 @@ from __future__ import annotations
 import re
 import shutil
 import tracemalloc
+from pathlib import Path
 
 import httpx
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from support.runs import RunBuilder
-from support.viewer_runs import FIXTURE_OUTPUTS
 from fixtures.episodes import FAKE_HEADER_SECRET
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.v0 import build_samples
@@ -23,6 +21,9 @@ from prime_runs_spool.viewer.index import SpoolIndex
 from prime_runs_spool.viewer.query import TableQuery, table_page
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
+
+from support.runs import RunBuilder
+from support.viewer_runs import FIXTURE_OUTPUTS, spool_of_episodes
 
 
 def test_the_index_reads_only_what_was_appended(tmp_path):
@@ -207,3 +208,24 @@ def test_a_writer_killed_with_its_last_mark_unpublished_has_its_last_episodes_re
     assert (index.status, len(index.rows)) == ("crashed", 3)
     writer.close()
     unpublished.close()
+
+
+def test_an_example_id_that_is_not_a_plain_value_does_not_take_the_runs_pages_down(tmp_path: Path) -> None:
+    """The index keys search text by example id: an idx of [1] raised "unhashable type" in
+    the middle of indexing, so the run's list (and every page of it) answered 500."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.viewer.pages import Pages
+    from prime_runs_spool.viewer.render import Links
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    odd = make_episode(0, size=50)
+    odd["traces"][0]["task"]["data"]["idx"] = [1]
+    for trace in odd["traces"]:
+        trace["task"]["data"]["idx"] = {"split": "test", "n": 1}
+    source = SpoolSource([spool_of_episodes(tmp_path, [make_episode(1, size=50), odd, make_episode(2, size=50)])])
+    pages = Pages(source, Links())
+    html = pages.run({"run": "odd"}, "/run?run=odd&fragment=1")
+    run = source.get("odd")
+    assert len(run.rows) == 3, html[-300:]
+    group = pages.group({"run": "odd", "example": str({"split": "test", "n": 1})})
+    assert "odd-shapes" in group or "split" in group

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
 
-from support.env import CLI, child_env
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.pages import Pages
@@ -21,6 +21,9 @@ from prime_runs_spool.viewer.render import Links
 from prime_runs_spool.viewer.rows import row_of_episode
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.viewer.sources import Source, SpoolSource
+
+from support.env import CLI, child_env
+from support.viewer_runs import spool_of_episodes
 
 
 class MemoryRun(RunIndex):
@@ -157,3 +160,25 @@ def test_a_row_means_what_the_platforms_v0_row_means():
         assert (mine.error is None) == (theirs.error is None) or episode.get("ok") is not True
         checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("traces",), 5), (("traces", 0, "nodes"), 5), (("traces", 0, "calls"), True), (("traces", 0, "rewards"), [1]),
+    (("traces", 0, "metrics"), [1, 2]), (("traces", 0, "metrics"), "s"), (("traces", 0, "errors"), 5),
+])
+def test_an_episode_of_another_shape_shows_its_page(tmp_path: Path, where: tuple, value: object) -> None:
+    """trace_views took every field for the type verifiers writes: "internal server error"
+    (and a traceback in the viewer's log) for the page of a foreign producer's episode."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool.viewer.pages import Pages
+    from prime_runs_spool.viewer.render import Links
+    from prime_runs_spool.viewer.sources import SpoolSource
+
+    episode = make_episode(0, size=50)
+    holder: object = episode
+    for step in where[:-1]:
+        holder = holder[step]  # type: ignore[index]
+    holder[where[-1]] = value  # type: ignore[index]
+    pages = Pages(SpoolSource([spool_of_episodes(tmp_path, [episode, make_episode(1, size=50)])]), Links())
+    assert "<html" in pages.episode({"run": "odd", "n": "1"}).lower()
+    assert "<html" in pages.run({"run": "odd"}, "/run?run=odd&fragment=1").lower()

@@ -16,9 +16,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
+
+from prime_runs_spool.viewer.server import DEFAULT_VIEW_PORT, VIEW_PORT_TRIES
+
 from support import platform_process
 from support.env import CLI, REPO_ROOT, child_env
-from prime_runs_spool.viewer.server import DEFAULT_VIEW_PORT, VIEW_PORT_TRIES
+from support.odd_files import odd_tree  # noqa: F401 (a fixture)
 
 FIXTURES = REPO_ROOT / "fixtures" / "outputs"
 
@@ -111,3 +115,22 @@ def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path):
     finally:
         err = _stop(proc)
     assert f"no browser could be opened; open {url}" in err
+
+
+def test_the_viewer_lists_and_opens_a_run_whose_folder_name_is_not_utf8(odd_tree: Path) -> None:
+    """The run's key went into the page's links as it was: urlencode raised, and the list
+    of runs (every run's, not only this one's) answered 500."""
+    proc = subprocess.Popen(CLI + ["view", str(odd_tree)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=child_env())
+    try:
+        url = platform_process.first_line(proc).rstrip("/")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            index = client.get("/")
+            assert index.status_code == 200, index.text[-500:]
+            assert "/run?run=plain" in index.text
+            page = client.get("/run", params={"run": "run-\\xff\\xfe"})
+            assert page.status_code == 200
+            assert client.get("/episode", params={"run": "run-\\xff\\xfe", "n": 1}).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(15)

@@ -12,18 +12,21 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from support.env import child_env
-from support.loop_ticker import Ticker
-from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool import read_run
 from prime_runs_spool.spool import durable_file
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.reader import iter_records, writer_alive
 from prime_runs_spool.spool.commit import GroupCommit
 from prime_runs_spool.spool.writer import SegmentWriter
+from prime_runs_spool.spool.format import episode_rest, prepare
+
+from support.env import child_env
+from support.loop_ticker import Ticker
+from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 
 
 class SyncLedger:
@@ -363,7 +366,7 @@ class SyscallCounter:
 def test_a_flush_is_one_system_call_where_pwritev_can_sync(tmp_path: Path, monkeypatch):
     """Where the kernel has RWF_DSYNC, a lone append is one pwritev that carries it, and
     no fdatasync: the leader takes the GIL back once a flush, not twice (docs/benchmarks.md,
-    "One system call a flush"). The real calls, not the split test double."""
+    `log_episodes.py`). The real calls, not the split test double."""
     if not durable_file._RWF_DSYNC:
         pytest.skip("this kernel or Python has no RWF_DSYNC")
     flagged: list[int] = []
@@ -683,3 +686,172 @@ def _append_or_error(writer: SegmentWriter, record: dict) -> BaseException | int
         return writer.append("episode", record)
     except BaseException as exc:  # noqa: BLE001 - the test looks at what it was
         return exc
+
+
+def _lines(tag: str, n: int) -> list[Any]:
+    return [(prepare({"tag": tag, "i": i}), episode_rest(f"{tag}-{i}", i)) for i in range(n)]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_appenders_arriving_while_a_lone_appender_flushes_inline_share_its_fate_or_the_next_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: bool):
+    """A lone appender writes and syncs inline; threads and async tasks that arrive during
+    that sync queue behind it. A failed sync fails every one of them (nothing queued behind
+    a broken segment can be written); a good one hands them the next sync. Nobody hangs,
+    and what is reported durable is on disk with contiguous numbers."""
+    w = SegmentWriter.create(tmp_path, "r")
+    real = durable_file._fdatasync
+    entered, release = threading.Event(), threading.Event()
+    calls = 0
+    synced_size = 0
+
+    def gated(fd: int) -> None:
+        nonlocal calls, synced_size
+        calls += 1
+        if calls == 1:
+            entered.set()
+            assert release.wait(10)
+            if fails:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+        synced_size = os.fstat(fd).st_size
+
+    monkeypatch.setattr(durable_file, "_fdatasync", gated)
+    split_synced_writes(monkeypatch)
+    outcomes: dict[str, Any] = {}
+
+    def append(name: str, n: int) -> None:
+        try:
+            outcomes[name] = ("ok", w.append_episodes(_lines(name, n)), n)
+        except (SpoolWriteError, WriterClosedError) as exc:
+            outcomes[name] = ("error", type(exc).__name__)
+
+    lead = threading.Thread(target=append, args=("lead", 2))
+    lead.start()
+    assert entered.wait(10)
+    assert w._group._flushing  # the lone appender is mid-flush, inline
+    threads = [threading.Thread(target=append, args=(f"t{i}", 3)) for i in range(4)]
+    for t in threads:
+        t.start()
+
+    async def tasks() -> None:
+        async def one(name: str) -> None:
+            try:
+                outcomes[name] = ("ok", await w.append_episodes_async(_lines(name, 2)), 2)
+            except (SpoolWriteError, WriterClosedError) as exc:
+                outcomes[name] = ("error", type(exc).__name__)
+        await asyncio.gather(*(one(f"a{i}") for i in range(4)))
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(tasks(),))
+    loop_thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # every late comer queued behind the flush
+        batch = w._group._open
+        if batch is not None and len(batch.waiters) == 4 and len(batch.futures) == 4:
+            break
+        time.sleep(0.005)
+    else:
+        pytest.fail("the late appenders never queued")
+    release.set()
+    for t in (lead, *threads, loop_thread):
+        t.join(10)
+        assert not t.is_alive(), "an appender hung"
+    assert len(outcomes) == 9
+    if fails:
+        assert all(o[0] == "error" for o in outcomes.values()), outcomes
+        assert outcomes["lead"] == ("error", "SpoolWriteError")
+        with pytest.raises(WriterClosedError):
+            w.append_episodes(_lines("after", 1))
+    else:
+        assert all(o[0] == "ok" for o in outcomes.values()), outcomes
+        firsts = sorted((o[1], o[2]) for o in outcomes.values())
+        seq = 1
+        for first, n in firsts:  # contiguous, each call's lines together
+            assert first == seq
+            seq += n
+        assert w.next_seq == seq
+        ends = {r.seq: r.end_offset for r in iter_records(tmp_path)}
+        assert max(ends[s] for s in range(1, seq)) <= synced_size
+        w.seal("completed")
+    w.close()
+    if not fails:
+        assert len([r for r in iter_records(tmp_path) if r.type == "episode"]) == 2 + 4 * 3 + 4 * 2
+
+
+@BOTH_PATHS
+@pytest.mark.parametrize("first", [0, 5])
+def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_append(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: int, path: str):
+    """The inline path writes with one call (a synced pwritev, or a writev) and only loops
+    when it came back short: a first write of some bytes is completed; one of none is an
+    error, not a success or a loop forever."""
+    choose_path(monkeypatch, path)
+    w = SegmentWriter.create(tmp_path, "r")
+    real = durable_file._writev
+    real_at = durable_file._pwritev
+    calls = 0
+
+    def short(fd: int, parts: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real(fd, [bytes(parts[0])[:first]]) if first else 0
+        return real(fd, parts)
+
+    def short_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_at(fd, [bytes(parts[0])[:first]], offset, flags) if first else 0
+        return real_at(fd, parts, offset, flags)
+
+    monkeypatch.setattr(durable_file, "_writev", short)
+    monkeypatch.setattr(durable_file, "_pwritev", short_at)
+    if first:
+        assert w.append_episodes(_lines("x", 3)) == 1
+        monkeypatch.undo()
+        w.seal("completed")
+        assert [r.seq for r in iter_records(tmp_path)] == [1, 2, 3, 4]  # 3 episodes, the seal
+        assert [r.data for r in iter_records(tmp_path) if r.type == "episode"] == [
+            {"tag": "x", "i": i} for i in range(3)]
+    else:
+        with pytest.raises(SpoolWriteError):
+            w.append_episodes(_lines("x", 3))
+        with pytest.raises(WriterClosedError):
+            w.append_episodes(_lines("y", 1))
+    w.close()
+
+
+@BOTH_PATHS
+def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothing_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str):
+    choose_path(monkeypatch, path)
+    w = SegmentWriter.create(tmp_path, "r")
+    assert w.append_episodes(_lines("before", 1)) == 1
+    real = durable_file._writev
+    real_at = durable_file._pwritev
+    calls = 0
+
+    def short_then_full(fd: int, parts: Any) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def short_then_full_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return real_at(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]], offset, flags)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(durable_file, "_writev", short_then_full)
+    monkeypatch.setattr(durable_file, "_pwritev", short_then_full_at)
+    with pytest.raises(SpoolWriteError, match=os.strerror(errno.ENOSPC)):
+        w.append_episodes(_lines("lost", 2))
+    monkeypatch.undo()
+    with pytest.raises(WriterClosedError):
+        w.append_episodes(_lines("after", 1))
+    w.close()
+    assert [r.data for r in iter_records(tmp_path)] == [{"tag": "before", "i": 0}]  # the torn line is not read

@@ -24,3 +24,6 @@ def child_env(**extra: str) -> dict[str, str]:
 
 #: argv prefix that runs the ``prime-runs`` command line from this checkout.
 CLI = [sys.executable, "-m", "commands"]
+
+#: A real verifiers 0.4.0 output folder of a completed eval (fixtures/eval_outputs).
+VF040 = REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed"

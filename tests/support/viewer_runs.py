@@ -108,3 +108,17 @@ def start_live_writer(run_dir: Path, count: int, pause: float, gate: Path) -> su
     return subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(run_dir), str(count), str(pause), str(gate)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                             cwd=REPO_ROOT)
+
+
+def spool_of_episodes(tmp_path: Path, episodes: list[dict]) -> Path:
+    """A sealed run under ``tmp_path / "runs"`` holding ``episodes`` as given, whatever their
+    shape (the writer takes any JSON object): what another producer might have written."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
+    writer = SegmentWriter.create(tmp_path / "runs" / "odd", "odd-shapes")
+    writer.append("manifest", manifest_for("odd-shapes"))
+    for n, episode in enumerate(episodes):
+        writer.append("episode", episode, {"episode_id": f"odd-{n}", "rollout_number": n})
+    writer.seal("completed")
+    return tmp_path / "runs"

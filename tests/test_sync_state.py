@@ -1,0 +1,139 @@
+"""The sync state file: what a received or damaged one is taken for, and how a write of it
+fails without leaving a temporary file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.env import CLI, child_env
+from support.runs import build_run
+from support.cli import local_sync
+from support.odd_files import not_a_regular_file
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("evaluation_id", "../../../teams/someone-else"),   # aimed the user's key at another path of the API
+    ("cursor", {"segment_index": -1, "offset": 0, "next_seq": 0, "rows_done": 0}),  # "corrupt seg--00001"
+    ("store", "bogus"),                                  # "sync it with --to bogus"
+])
+def test_a_received_state_with_values_no_sync_writes_is_damaged(tmp_path: Path, field: str, value: object) -> None:
+    """A spool received with its sync state (a CI artifact): values of the right JSON type
+    that no sync writes were trusted. The state is damaged instead: sync reconciles with
+    the platform, finds the run's evaluation and reports the run synced."""
+    from prime_runs_spool.sync.state import sync_dir
+
+    builder = build_run(tmp_path / "runs" / "r", "received-state", 3)
+    db = tmp_path / "local.db"
+    first = local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0, first.stderr
+    evaluation_id = json.loads(first.stdout)["runs"][0]["evaluation_id"]
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    state = json.loads(state_file.read_text())
+    state.update({field: value, "finalized": False, "terminal": None})
+    state_file.write_text(json.dumps(state))
+    again = local_sync(tmp_path / "runs", db)
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["evaluation_id"], run["pushed_total"]) == ("synced", evaluation_id, 3), run
+    assert any("damaged" in warning for warning in run["warnings"]), run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_sync_state_that_is_not_a_regular_file_does_not_hang_status_or_sync(tmp_path: Path, kind: str) -> None:
+    """A FIFO blocked status and sync at open forever; a link to /dev/zero read until memory
+    ran out. A received spool (an artifact unpacked from a tarball) can hold either."""
+    from prime_runs_spool.sync.state import sync_dir
+
+    builder = build_run(tmp_path / "runs" / "r", f"state-{kind}", 2)
+    db = tmp_path / "local.db"
+    assert local_sync(tmp_path / "runs", db).returncode == 0
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    not_a_regular_file(state_file, kind)
+    status = subprocess.run(CLI + ["status", str(tmp_path / "runs")], capture_output=True, text=True, timeout=20,
+                            env=child_env())
+    assert status.returncode == 0 and "not a regular file" in status.stdout, status.stdout + status.stderr
+    again = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "--to", "samples", "--request-lifetime", "1",
+                                  "--json", str(tmp_path / "runs")],
+                           capture_output=True, text=True, timeout=30, env=child_env())
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["pushed_total"]) == ("synced", 2), run
+    assert state_file.is_file() and not state_file.is_symlink()
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def _state(run_id: str = "tmp-left"):  # noqa: ANN202
+    from prime_runs_spool.sync.state import SyncState, remote_destination
+
+    return SyncState(destination=remote_destination("http://platform.invalid", None), local_run_id=run_id)
+
+
+def test_a_state_write_that_cannot_be_renamed_into_place_leaves_no_tmp_file(tmp_path: Path) -> None:
+    from prime_runs_spool.sync.state import save_state
+
+    target = tmp_path / "sync" / "dest.json"
+    target.mkdir(parents=True)  # a folder where the state goes: the rename fails
+    with pytest.raises(OSError):
+        save_state(target, _state())
+    assert _leftovers(target.parent) == []
+
+
+def test_a_state_write_on_a_full_disk_leaves_no_tmp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from prime_runs_spool.sync import state as state_module
+
+    target = tmp_path / "sync" / "dest.json"
+    target.parent.mkdir()
+    state_module.save_state(target, _state())
+    before = target.read_bytes()
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_module.os, "fsync", full)
+    with pytest.raises(OSError):
+        state_module.save_state(target, _state())
+    monkeypatch.undo()
+    assert _leftovers(target.parent) == []
+    assert target.read_bytes() == before  # the old state, whole: the write stayed atomic
+
+
+def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from prime_runs_spool.sync import state as state_module
+
+    target = tmp_path / "cache" / "dest.json"
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(state_module.os, "write", full)
+    with pytest.raises(OSError):
+        state_module.replace_private(target, b"{}", durable=False)  # the store state cache's writer
+    monkeypatch.setattr(state_module.os, "write", real_write)
+    assert _leftovers(target.parent) == []
+
+
+def test_a_huge_local_state_file_is_set_aside_not_read_into_memory(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from prime_runs_spool import files
+    from prime_runs_spool.sync.state import load_state, remote_destination
+    from prime_runs_spool.errors import StateProblem
+
+    monkeypatch.setattr(files, "MAX_SMALL_FILE_BYTES", 4096)
+    path = tmp_path / "state.json"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # a sparse gigabyte: nothing of it may be read
+    with pytest.raises(StateProblem) as caught:
+        load_state(path, destination=remote_destination("http://x", None), local_run_id="r")
+    assert "larger than 4,096 bytes" in str(caught.value), caught.value
