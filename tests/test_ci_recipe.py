@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.env import REPO_ROOT, child_env
+import pytest
+
 from prime_runs_spool import read_run
+
+from support.env import REPO_ROOT, child_env
 from support.sync_e2e import TOKEN, api, server  # noqa: F401
 
 SCRIPT = REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh"
@@ -38,6 +41,7 @@ def download(artifact: Path, where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow
 def test_ci_recipe_syncs_artifacts_once_and_replays_them(tmp_path: Path, server, api) -> None:
     artifact = tmp_path / "artifact" / "outputs"
     subprocess.run([sys.executable, "-m", "fixtures.make_outputs", str(artifact)], check=True,

@@ -115,6 +115,7 @@ def test_no_fault_forwards_faithfully_including_chunked_bodies(proxy, platform, 
     assert r.headers["connection"] == "close"
 
 
+@pytest.mark.slow
 def test_same_seed_same_faults_other_seed_other_faults(platform, evaluation_id):
     def sequence(seed: int) -> list[str]:
         with FaultProxy(platform.base_url, seed=seed, rates=spread(0.8), delay=0.01) as proxy:

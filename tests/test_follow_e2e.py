@@ -80,6 +80,7 @@ def test_follow_streams_live_runs_picks_up_new_ones_and_finishes_each(tmp_path: 
     assert crashed["metadata"]["prime_runs"]["status"] == "crashed"
 
 
+@pytest.mark.slow
 def test_follower_killed_and_stopped_midway_then_exactly_once(tmp_path: Path, server, api) -> None:
     """SIGKILL the follower (FOLLOW_KILLS times) while a writer appends, each time once it has
     pushed a few more samples (a moment chosen by what it did, not by a clock, so the test

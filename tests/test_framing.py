@@ -52,6 +52,7 @@ def test_any_single_bit_flip_is_detected(value, data):
     assert parse_line(bytes(line)) is None
 
 
+@pytest.mark.slow
 @fs_settings
 @given(small_episodes, st.booleans())
 def test_cut_at_every_byte_returns_exactly_the_complete_prefix(tmp_path: Path, episodes, sealed):

@@ -690,6 +690,7 @@ _RULES = {(kind, extra): (MaskRules.defaults_for_episode() if kind == "episode" 
           .extended(extra) for kind in ("episode", "config") for extra in _EXTRA}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(episode=_episode, kind=st.sampled_from(["episode", "config"]), extra=st.sampled_from(_EXTRA),
        repeats=st.integers(1, 3))

@@ -150,6 +150,7 @@ def test_a_record_type_this_reader_does_not_know_is_passed_over_by_episode_reade
     assert [r.type for r in iter_records(tmp_path)] == ["manifest", "episode", "annotation", "episode", "seal"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["verify", "status", "import"])
 def test_a_tree_a_thousand_folders_deep_is_walked_not_a_recursion_error(tmp_path: Path, command: str) -> None:
     """The folder walk (files.walk_folders) recursed once per folder: 1,100 levels ended every command that looks

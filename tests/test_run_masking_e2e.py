@@ -138,6 +138,7 @@ def cases(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any
     return config, expected, episodes, expected_episodes, built.secrets
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_no_secret_reaches_any_file_and_everything_else_survives(case: Any) -> None:

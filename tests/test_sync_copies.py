@@ -477,6 +477,7 @@ def test_two_spellings_of_one_platform_are_one_destination() -> None:
     assert remote_destination("http://[::1]:80", None).key == remote_destination("http://[::1]", None).key
 
 
+@pytest.mark.slow
 def test_copies_synced_at_once_through_two_spellings_of_one_platform_store_each_episode_once(
         tmp_path: Path, samples_gate) -> None:
     """``HTTP://host`` in one job and ``http://host`` in the other: two destination keys, so
@@ -497,6 +498,7 @@ def test_copies_synced_at_once_through_two_spellings_of_one_platform_store_each_
     assert [proc.returncode for proc in syncs] == [0, 0], outputs
 
 
+@pytest.mark.slow
 def test_a_copy_synced_with_another_store_than_the_first_copy_does_not_put_the_run_in_both(
         tmp_path: Path) -> None:
     """Copy one's episodes went to Prime Traces; copy two, synced ``--to samples``, found the
@@ -521,6 +523,7 @@ def test_a_copy_synced_with_another_store_than_the_first_copy_does_not_put_the_r
     assert "(total 3) to traces" in third.stdout, third.stdout
 
 
+@pytest.mark.slow
 def test_five_copies_synced_at_once_every_way_store_each_episode_once(tmp_path: Path, platform) -> None:
     """--jobs 1, --jobs 8, --follow, --wait and a long --copy-wait, all at once, each batch
     slowed down so that they overlap."""
@@ -539,6 +542,7 @@ def test_five_copies_synced_at_once_every_way_store_each_episode_once(tmp_path: 
     assert [proc.returncode for proc in syncs] == [0] * 5, outputs
 
 
+@pytest.mark.slow
 def test_a_copy_killed_mid_append_while_another_waits_lets_it_finish_once(tmp_path: Path, platform) -> None:
     """The waiting copy gets the lock as the kernel drops it, finds the note "under way",
     and waits out the append the killed one's state announced (it lands after the kill)."""
@@ -678,6 +682,7 @@ def samples_gate():
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_two_copies_of_a_spool_synced_at_once_store_each_episode_once(tmp_path: Path, samples_gate) -> None:
     """The sync lock is per folder: two copies of one spool (cp -r, two CI jobs on one
     artifact) synced at once both appended every row, or made two evaluations. The copy lock

@@ -63,6 +63,7 @@ def pushed_so_far(api: httpx.Client, run_id: str) -> int:
     return evaluations[0]["total_samples"] if evaluations else 0
 
 
+@pytest.mark.slow
 def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, server, api) -> None:
     """SIGKILL ``prime-runs sync`` (at least PRIME_RUNS_SYNC_KILLS times, default 20) at moments
     chosen by what it has done: during start-up, or after it pushed 1 to 12 more samples; then
@@ -97,6 +98,7 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
                              f"episodes, first mismatch at row {first_bad}; state: {state}") from failure
 
 
+@pytest.mark.slow
 def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, server, api) -> None:
     builders = [build_run(tmp_path / f"run-{n}", f"e2e-faults-{n}", 40) for n in range(3)]
     rates = {fault: 0.3 / len(FAULTS) for fault in FAULTS}

@@ -16,6 +16,7 @@ from support.cli import local_sync
 from support.odd_files import not_a_regular_file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("field", "value"), [
     ("evaluation_id", "../../../teams/someone-else"),   # aimed the user's key at another path of the API
     ("cursor", {"segment_index": -1, "offset": 0, "next_seq": 0, "rows_done": 0}),  # "corrupt seg--00001"

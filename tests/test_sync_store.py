@@ -406,6 +406,7 @@ def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_pat
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_replay_from_the_bucket_continues_an_interrupted_replay_then_starts_anew(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     """``--replay`` over a store URL: a replay SIGKILLed mid-push is continued (the same
@@ -583,6 +584,7 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
     assert_exactly_once(api, builder, finalized=False)
 
 
+@pytest.mark.slow
 def test_a_follower_killed_mid_pass_then_one_ending_when_idle_finishes_the_run_once(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     """SIGKILL a follower while it pushes: its lease outlives it (for its TTL). The next one,

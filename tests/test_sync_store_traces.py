@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from prime_runs_spool.store.objects import ObjectStore
 
@@ -87,6 +88,7 @@ def leased_machine(moto, home: Path) -> dict[str, str]:
     return child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env(), **LEASE)
 
 
+@pytest.mark.slow
 def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_replay(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/out"
@@ -141,6 +143,7 @@ def test_replay_dry_run_over_a_store_url_says_what_the_replay_would_push(tmp_pat
     assert (store["state"], store["pushed_now"]) == (local["state"], local["pushed_now"]), store
 
 
+@pytest.mark.slow
 def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
     import time

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import pytest
+from hypothesis import given, settings, strategies as st
 
 from prime_runs_spool.content.toml_comments import drop_comments
 
@@ -87,6 +87,7 @@ def documents(draw) -> tuple[str, str, list[str]]:
     return "".join(line + newline for line in doc), "".join(line + newline for line in expected), secrets
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(documents())
 def test_no_comment_survives_and_nothing_else_changes(case) -> None:

@@ -125,6 +125,7 @@ def traces_so_far(api: httpx.Client, run_id: str) -> int:
     return run.json()["episode_count"] if run.status_code == 200 else 0
 
 
+@pytest.mark.slow
 def test_sigkilled_syncs_then_a_full_sync_store_each_episode_once(tmp_path: Path, traces_server, api) -> None:
     """SIGKILL ``prime-runs sync --to traces`` at least PRIME_RUNS_SYNC_KILLS times (default 20)
     on observed progress: during start-up, or once 1 to 12 more episodes were committed;
@@ -160,6 +161,7 @@ def upload_replays(db: Path, upload_ids: list[str]) -> int:
     return replays
 
 
+@pytest.mark.slow
 def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, traces_server, api) -> None:
     server, db = traces_server
     builders = [build_run(tmp_path / f"run-{n}", f"traces-faults-{n}", 40) for n in range(3)]

@@ -282,6 +282,7 @@ def test_released_config_with_attach_is_refused_clearly(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_through_verifiers_interrupt_handler_seals_cancelled(tmp_path: Path) -> None:
     """verifiers' eval turns SIGTERM (like Ctrl-C) into KeyboardInterrupt; the run ends cancelled."""
     pytest.importorskip("verifiers.v1.utils.interrupt")

@@ -27,6 +27,8 @@ from support.vf_eval import (  # noqa: E402
     HEADER_SECRET, KEY_VALUE, TASKS, interrupt_eval, launch_file, run_dir, run_eval, traces, wire_episodes,
 )
 
+pytestmark = pytest.mark.slow  # one real vf-eval run for the module, then more
+
 ROLLOUTS = 2
 
 

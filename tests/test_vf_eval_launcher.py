@@ -100,6 +100,7 @@ def test_cli_refuses_an_unsupported_version_in_one_line(monkeypatch: pytest.Monk
     ]
 
 
+@pytest.mark.slow
 def test_help_says_what_prime_runs_eval_adds_then_verifiers_help() -> None:
     result = subprocess.run(CLI + ["eval", "--help"], capture_output=True, text=True, env=child_env(), timeout=120)
     assert result.returncode == 0, result.stderr
@@ -109,6 +110,7 @@ def test_help_says_what_prime_runs_eval_adds_then_verifiers_help() -> None:
     assert "--resume" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) -> None:
     from support.vf_eval import eval_env, launch_file
 
