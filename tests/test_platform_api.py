@@ -604,8 +604,19 @@ def test_one_answer_lacking_its_fields_stops_that_run_and_sends_nothing_more(tmp
 
     platform = FakePlatform()
     build_run(tmp_path / "r", "one-empty-answer", 3)
-    platform.fault = lambda m, p, phase: (httpx.Response(200, json={})
-                                          if (m, p, phase) == (method, path, "after") else None)
+    lost: list[str] = []
+
+    def fault(m: str, p: str, phase: str) -> httpx.Response | None:
+        if (m, p, phase) == (method, path, "after"):
+            return httpx.Response(200, json={})
+        # A pass that created the evaluation and had every answer skips reading it before
+        # finalizing: lose the samples answer once, so the read this case is about is made.
+        if path == "/evaluations/ev1" and (m, p, phase) == ("POST", "/evaluations/ev1/samples", "after") and not lost:
+            lost.append(p)
+            return httpx.Response(502, json={"detail": "lost"})
+        return None
+
+    platform.fault = fault
     settings = Settings("http://fake", Secret("key"), None, "http://app")
     options = SyncOptions(request_lifetime=0.01, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
     with PlatformClient(settings, transport=platform.transport()) as client:
