@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from fixtures.episodes import make_episode  # noqa: E402
 from prime_runs_spool.platform_api.client import PlatformClient  # noqa: E402
 from prime_runs_spool.content.episodes import RolloutCounter  # noqa: E402
-from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask  # noqa: E402
+from prime_runs_spool.content.mask_locations import MASKING_VERSION  # noqa: E402
+from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
 from prime_runs_spool.platform_api.settings import Secret, Settings  # noqa: E402
 from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402

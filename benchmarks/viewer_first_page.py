@@ -38,7 +38,7 @@ from _synccommon import scratch  # noqa: E402
 from fixtures.episodes import make_episode  # noqa: E402
 from prime_runs_spool.content.episodes import RolloutCounter  # noqa: E402
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
-from prime_runs_spool.spool.reader import read_run  # noqa: E402
+from prime_runs_spool.spool.scan import read_run  # noqa: E402
 from prime_runs_spool.spool.writer import SegmentWriter  # noqa: E402
 from prime_runs_spool.viewer.app import create_viewer_app  # noqa: E402
 from prime_runs_spool.viewer.server import EmbeddedServer  # noqa: E402

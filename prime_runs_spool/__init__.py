@@ -21,11 +21,11 @@ from prime_runs_spool._version import __version__
 _EXPORTS = {
     "Position": "prime_runs_spool.spool.reader",
     "Record": "prime_runs_spool.spool.reader",
-    "SegmentInfo": "prime_runs_spool.spool.reader",
-    "Spool": "prime_runs_spool.spool.reader",
+    "SegmentInfo": "prime_runs_spool.spool.scan",
+    "Spool": "prime_runs_spool.spool.scan",
     "iter_records": "prime_runs_spool.spool.reader",
-    "read_run": "prime_runs_spool.spool.reader",
-    "scan_segment": "prime_runs_spool.spool.reader",
+    "read_run": "prime_runs_spool.spool.scan",
+    "scan_segment": "prime_runs_spool.spool.scan",
     "SegmentWriter": "prime_runs_spool.spool.writer",
     "RunClosedError": "prime_runs_spool.errors",
     "Run": "prime_runs_spool.runner.run",
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from prime_runs_spool.errors import RunClosedError
     from prime_runs_spool.export.tables import runs_df, samples_df
     from prime_runs_spool.runner.run import Run, open_run
-    from prime_runs_spool.spool.reader import (Position, Record, SegmentInfo, Spool, iter_records, read_run,
-                                               scan_segment)
+    from prime_runs_spool.spool.reader import Position, Record, iter_records
+    from prime_runs_spool.spool.scan import SegmentInfo, Spool, read_run, scan_segment
     from prime_runs_spool.spool.writer import SegmentWriter
 
 

@@ -334,3 +334,17 @@ def test_every_exception_class_is_in_errors_py_and_drawn_in_its_tree() -> None:
     assert outside == [], "define these in errors.py, under SpoolError"
     undrawn = [name for _, name in found if not re.search(rf"\b{re.escape(name)}\b", drawn)]
     assert undrawn == [], "draw these in errors.py's tree"
+
+
+#: The most lines one module may hold: past it, a module has grown a second job.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    """Small modules with one job: no .py file of the package or of commands/ is over
+    MAX_MODULE_LINES lines; one that grows past it is split by job."""
+    paths = [*PACKAGE.rglob("*.py"), *(REPO_ROOT / "commands").rglob("*.py")]
+    assert len(paths) > 50, paths  # the walk above sees the tree at all
+    over = {str(path.relative_to(REPO_ROOT)): count for path in paths
+            if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert over == {}, f"split these by job (at most {MAX_MODULE_LINES} lines each)"

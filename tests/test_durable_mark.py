@@ -467,7 +467,7 @@ def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_wr
     process exits."""
     import signal
 
-    from prime_runs_spool.spool.reader import writer_alive
+    from prime_runs_spool.spool.writer_state import writer_alive
 
     in_write = threading.Event()
     real = mark_module._pwrite

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from prime_runs_spool.errors import CorruptSpoolError, RecordNotSerializableError
 from prime_runs_spool.spool.format import encode_line, episode_rest, framing_rest, parse_line, prepare
-from prime_runs_spool.spool.reader import iter_records, read_run
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run
 from support.segments import as_tuples, build_segment, write_segment
 
 json_scalars = (

@@ -16,7 +16,7 @@ from prime_runs_spool._version import __version__
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.manifest import MAX_CONFIG_SOURCE_BYTES, build_manifest
 from prime_runs_spool.platform_api.v0 import v0_metadata
-from prime_runs_spool.content.masking import MASK
+from prime_runs_spool.content.mask_locations import MASK
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference"
 SECRET = "SECRETVALUE0123456789"

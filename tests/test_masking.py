@@ -15,7 +15,8 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from prime_runs_spool.content.masking import MASK, find_set_tables, mask, mask_url_userinfo, parse_pattern, MaskRules
+from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
+from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
-from prime_runs_spool.content.masking import MASK, MaskRules, find_set_tables, is_secret_name
+from prime_runs_spool.content.mask_locations import MASK, is_secret_name
+from prime_runs_spool.content.masking import MaskRules, find_set_tables
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 from support import platform_process
 from support.env import CLI, child_env

@@ -33,7 +33,8 @@ from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.spool import durable_file
 from prime_runs_spool.spool.format import PADDING_BYTES
 from prime_runs_spool.spool.layout import durable_mark_path_of, list_segments
-from prime_runs_spool.spool.reader import iter_records, read_run, scan_segment
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run, scan_segment
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.many import sync_paths
@@ -277,10 +278,10 @@ def test_a_copy_of_a_live_run_copied_again_with_more_lines_of_the_same_size_is_s
     the versions apart (docs/sync.md), it does not take the run for unchanged."""
     import shutil
 
-    import prime_runs_spool.spool.reader as reader
+    import prime_runs_spool.spool.writer_state as writer_state
 
     # As on another machine: the process the copy's header names is not one running here.
-    monkeypatch.setattr(reader, "process_alive", lambda writer: False)
+    monkeypatch.setattr(writer_state, "process_alive", lambda writer: False)
 
     builder = RunBuilder(tmp_path / "live", "copied-twice")
     writer = builder.open_segment()
@@ -312,7 +313,7 @@ def test_ctrl_c_while_close_cuts_the_padding_still_releases_the_writer_lock(tmp_
     """A SIGINT delivered as close's ftruncate returns raises KeyboardInterrupt there: the
     segment, its mark and its writer lock must still be let go, or readers take the closed
     segment for a live one until the process exits (as test_durable_mark.py asks of the mark)."""
-    from prime_runs_spool.spool.reader import writer_alive
+    from prime_runs_spool.spool.writer_state import writer_alive
 
     writer = SegmentWriter.create(tmp_path, "pad")
     writer.append("episode", {"n": 1})

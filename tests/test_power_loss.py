@@ -27,7 +27,8 @@ from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool.spool import durable_file
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError, WriterClosedError
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.spool.reader import iter_records, read_run
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 
 #: A page of the page cache: what a disk may write back, or not, on its own.

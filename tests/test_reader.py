@@ -15,7 +15,8 @@ from prime_runs_spool.spool import reader as reader_module
 from prime_runs_spool.errors import CorruptSpoolError, NoSuchPathError, UnsupportedFormatError
 from prime_runs_spool.spool.format import encode_line
 from prime_runs_spool.spool.layout import find_runs
-from prime_runs_spool.spool.reader import Position, iter_records, read_run, scan_segment
+from prime_runs_spool.spool.reader import Position, iter_records
+from prime_runs_spool.spool.scan import read_run, scan_segment
 from prime_runs_spool.spool.writer import SegmentWriter
 
 from support.segments import build_segment, header, write_segment

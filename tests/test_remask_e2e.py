@@ -22,7 +22,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from prime_traces import TracesClient
 
 from fixtures.episodes import make_episode
-from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.writer import SegmentWriter
@@ -217,7 +218,7 @@ def test_segment_resumed_by_an_older_writer_is_remasked(tmp_path: Path) -> None:
     """Segment 1 written by today's package (masking_version 1, nothing to mask), the run
     then resumed by an older package (its segment's manifest lacks masking_version and its
     episodes hold credentials at today's locations). Sync reads only the first manifest."""
-    from prime_runs_spool.content.masking import MASKING_VERSION
+    from prime_runs_spool.content.mask_locations import MASKING_VERSION
     run_dir = tmp_path / "runs" / "mixed"
     run_id = "mixed"
     first = SegmentWriter.create(run_dir, run_id)
@@ -282,6 +283,6 @@ def test_bogus_masking_versions_are_masked_again(version) -> None:
 def test_a_masking_version_this_package_does_not_know_is_masked_again(above) -> None:
     """A version above MASKING_VERSION is trusted as if this package knew its rules: a
     hand-edited manifest (or any producer) skips re-masking with masking_version: 999999."""
-    from prime_runs_spool.content.masking import MASKING_VERSION
+    from prime_runs_spool.content.mask_locations import MASKING_VERSION
     from prime_runs_spool.content.remask import needs_remask
     assert needs_remask({"masking_version": MASKING_VERSION + above})

@@ -15,7 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool.spool.layout import segment_path
-from prime_runs_spool.spool.reader import Damage, Record, iter_records, read_run, resync_records
+from prime_runs_spool.spool.reader import Record, iter_records, resync_records
+from prime_runs_spool.spool.resync import Damage
+from prime_runs_spool.spool.scan import read_run
 from support.env import CLI, child_env
 from support.runs import RunBuilder
 from support.segments import build_segment, write_segment

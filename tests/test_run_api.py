@@ -22,7 +22,7 @@ from prime_runs_spool import RunClosedError, open_run, read_run
 from prime_runs_spool.errors import CorruptSpoolError, RunInUseError, RunMismatchError, SpoolError, SpoolWriteError
 from prime_runs_spool.spool.format import FORMAT_VERSION, parse_line
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.content.masking import MASK
+from prime_runs_spool.content.mask_locations import MASK
 from prime_runs_spool.runner.ending import EXITED_OPEN_ERROR
 from prime_runs_spool.runner.error_line import ERROR_MAX_CHARS, describe_error
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool import open_run, read_run
-from prime_runs_spool.content.masking import MASK
+from prime_runs_spool.content.mask_locations import MASK
 from support.files import all_bytes_under
 
 # Secrets are marked by a prefix no other generated text can contain ("-" is used nowhere

@@ -20,7 +20,8 @@ from prime_runs_spool import open_run
 from prime_runs_spool.errors import CorruptSpoolError
 from prime_runs_spool.spool.format import encode_line, parse_line
 from prime_runs_spool.spool.layout import segment_path
-from prime_runs_spool.spool.reader import iter_records, read_run, scan_segment
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run, scan_segment
 from prime_runs_spool.spool.verify import check_run
 from support.env import CLI, child_env
 from support.episodes import small_episode

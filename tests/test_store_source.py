@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool.errors import LeaseLost, StoreConflict
-from prime_runs_spool.spool.reader import Position, iter_records, read_run
+from prime_runs_spool.spool.reader import Position, iter_records
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.store import source
 from prime_runs_spool.store.lease import Lease
 from prime_runs_spool.store.objects import ObjectStore
@@ -258,7 +259,7 @@ def test_a_mirror_pass_over_a_writer_that_seals_meanwhile_uploads_the_sealed_seg
     writer lived after: a seal in between made that size the padded one, of a writer now
     gone, so it uploaded "all" of a file shorter than that and the pass failed (shorter than
     the bytes to upload). Asked the other way round, any answer is a prefix of the file."""
-    from prime_runs_spool.spool.reader import writer_alive
+    from prime_runs_spool.spool.writer_state import writer_alive
     from prime_runs_spool.spool.writer import SegmentWriter
     from prime_runs_spool.store import mirror
 

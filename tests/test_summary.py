@@ -15,7 +15,8 @@ from prime_runs.metrics import from_episodes
 
 from prime_runs_spool.content.summary import SummaryAccumulator, compute_summary, read_episode
 from prime_runs_spool import open_run
-from prime_runs_spool.spool.reader import iter_records, read_run
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "projection"
 

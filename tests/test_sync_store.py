@@ -129,7 +129,7 @@ def _verdicts(spool) -> list[dict]:
 def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path, server, api, moto,
                                                                    bucket_url: str, damage: str) -> None:
     from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
-    from prime_runs_spool.spool.reader import read_run
+    from prime_runs_spool.spool.scan import read_run
 
     builder = build_run(tmp_path / "run", f"store-{damage}", 9, status=None)
     segment = segment_path(builder.run_dir, 1)

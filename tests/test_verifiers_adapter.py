@@ -22,7 +22,7 @@ from prime_runs_spool.runner.verifiers import (
     finish_eval_run,
     open_eval_run,
 )
-from prime_runs_spool.content.masking import MASK
+from prime_runs_spool.content.mask_locations import MASK
 from support.episodes import small_episode
 from support.files import all_bytes_under
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from fixtures.episodes import FAKE_HEADER_SECRET
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.v0 import build_samples
-from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.viewer.app import create_viewer_app, wait_indexed
 from prime_runs_spool.viewer.index import SpoolIndex

@@ -131,7 +131,7 @@ def _reference_episodes() -> list[dict]:
     import json
 
     from support.env import REPO_ROOT
-    from prime_runs_spool.spool.reader import read_run
+    from prime_runs_spool.spool.scan import read_run
 
     reference = REPO_ROOT / "fixtures" / "reference"
     episodes = [json.loads((reference / "episode_example.json").read_text(encoding="utf-8"))]

@@ -19,7 +19,7 @@ import pytest
 from prime_runs_spool.errors import UnsafeListenError
 from prime_runs_spool.viewer.auth import COOKIE_NAME, check_listen
 from fixtures.episodes import make_episode
-from prime_runs_spool.content.masking import MASKING_VERSION
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.spool.writer import SegmentWriter
 

@@ -19,7 +19,8 @@ import pytest
 from prime_runs_spool import read_run
 from prime_runs_spool.spool import durable_file
 from prime_runs_spool.errors import RecordNotSerializableError, SpoolWriteError, WriterClosedError
-from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.spool.commit import GroupCommit
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.spool.format import episode_rest, prepare

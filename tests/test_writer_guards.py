@@ -15,7 +15,9 @@ from prime_runs_spool import open_run
 from prime_runs_spool.errors import RunInUseError, SegmentGoneError, SpoolWriteError
 from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.layout import list_segments, lock_path, segment_path
-from prime_runs_spool.spool.reader import iter_records, read_run, writer_alive
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.scan import read_run
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.spool.verify import check_run
 from prime_runs_spool.spool import guards
 from prime_runs_spool.spool.writer import SegmentWriter

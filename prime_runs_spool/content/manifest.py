@@ -27,7 +27,8 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
-from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, find_set_tables, mask
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
 from prime_runs_spool.content.toml_comments import drop_comments
 
 if sys.version_info >= (3, 11):

@@ -1,17 +1,4 @@
-"""Mask credentials by *location*, and by a key's name where the config is free-form.
-
-A verifiers config (and every trace's resolved seat config) can carry a credential in a
-few kinds of places: a client's API key, a headers or query table (``headers``,
-``extra_headers``, ``default_headers``, ...), an environment table handed to a harness or a
-sandbox (``harness.env``, ``env_vars``), and the userinfo of a URL (``user:pass@``).
-Whatever a key in such a table is called, its value may be a secret, and no key-name
-heuristic can be trusted to spot one, so every value at those locations is replaced by
-:data:`MASK`; keys stay, so a reader still sees that a header was set.
-
-An environment's own arguments have no schema to name locations in: a ``judge_api_key``,
-``hf_token`` or ``db_password`` there is a secret only by its name. So a key whose name is
-secret-shaped (:func:`is_secret_name`) has its value masked too, at any depth of a config:
-the name rule adds to the locations, it never replaces them.
+"""Mask credentials at the locations a rule set names (docs/masking.md).
 
 Locations are data (:class:`MaskRules`): patterns over the path from the root, one
 segment per mapping key or list index. A segment is a literal key, ``*`` (exactly one key
@@ -25,11 +12,13 @@ Episodes repeat their seats' configs from one episode to the next, so the work o
 finding what to mask in a config is memoized (:class:`_Memo`), keyed by the subtree's
 exact serialization and verified by equality: a config that changed in any way is
 walked afresh.
+
+What is masked by default (the locations, the by-name rule, URL userinfo) is data, in
+``mask_locations``; this module is the walk that applies a rule set.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,105 +26,11 @@ from typing import Any, NamedTuple, Union
 
 import orjson
 
-#: What a masked value becomes.
-MASK = "***"
+from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL_SCOPES, EPISODE_PATTERNS,
+                                                     EPISODE_URL_SCOPES, MASK, SECRET_NAME, Pattern, is_secret_name,
+                                                     mask_url_userinfo)
 
-#: The version of the default locations below, recorded in every manifest
-#: (``masking_version``). Raise it whenever a location is added: sync then masks the
-#: records of spools written under an older version again before they travel
-#: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 2
-
-Pattern = tuple[str, ...]
 _States = frozenset[tuple[int, int]]
-
-#: Tables whose every entry may be a credential, wherever they sit in a config: HTTP
-#: headers (a client's, a judge's, a request's ``sampling_args``), query parameters
-#: (some providers take the key as ``?key=``) and environment tables.
-_TABLES: tuple[Pattern, ...] = (
-    ("**", "headers", "*"),
-    ("**", "extra_headers", "*"),
-    ("**", "default_headers", "*"),
-    ("**", "default_query", "*"),
-    ("**", "extra_query", "*"),
-    ("**", "harness", "env", "*"),
-    ("**", "runtime", "env", "*"),
-    ("**", "env_vars", "*"),
-)
-
-#: A pattern segment matching one key whose name is secret-shaped (:func:`is_secret_name`),
-#: as ``*`` matches any one key.
-SECRET_NAME = "{secret}"
-
-#: Single values that are a credential, wherever they sit in a config: the API key and
-#: bearer tokens OpenAI-compatible clients take as constructor arguments, and the value of
-#: any key named like a secret (an environment's arguments, any free-form table).
-_VALUES: tuple[Pattern, ...] = (
-    ("**", "api_key"),
-    ("**", "auth_token"),
-    ("**", "azure_ad_token"),
-    ("**", SECRET_NAME),
-)
-
-#: A name whose last word is one of these is secret-shaped: ``hf_token``, ``db_password``,
-#: ``client_secret``, ``credentials``. Only the last word: ``token_budget``,
-#: ``secret_name`` or ``password_file`` name something about a secret, not the secret.
-_SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
-                           "apikey", "authorization", "bearer", "cookie"})
-#: ``key`` is a secret only after one of these: ``api_key``, ``aws_secret_access_key``,
-#: ``private_key``; never ``sort_key`` or ``answer_key``.
-_KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "session",
-                        "master", "client", "account", "service", "subscription", "license", "ssh", "hmac"})
-#: Run together without separators (``openaiapikey``, ``githubtoken``): the name ends in one.
-_SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token")
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a key called ``name`` is named like a secret: its last word (split at
-    ``_``, ``-``, ``.``, spaces, digits and camelCase) is ``token``, ``password``, ``secret``,
-    ``credentials``... (:data:`_SECRET_WORDS`), or it is ``key`` after ``api``,
-    ``access``, ``private``... (:data:`_KEY_KINDS`), or ``connection_string``; or the name
-    run together ends in ``apikey``, ``token``, ``password``... A name that says it holds
-    the *name* of a secret (``api_key_var``, ``token_env``) or counts something
-    (``max_tokens``) is not."""
-    words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
-    if not words:
-        return False
-    last = words[-1]
-    if last in _SECRET_WORDS:
-        return True
-    if len(words) >= 2 and ((last == "key" and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]):
-        return True
-    return len(words) == 1 and last.endswith(_SECRET_ENDINGS)
-
-#: The credential locations of a verifiers eval config (docs/masking.md, "Where
-#: credentials sit"): any seat, any nesting, no list of seat names.
-CONFIG_PATTERNS: tuple[Pattern, ...] = _TABLES + _VALUES
-
-#: Where a trace of an episode record keeps its seat's resolved config.
-TRACE_CONFIG: Pattern = ("traces", "*", "agent", "config")
-
-#: The same locations inside every trace of an episode record.
-EPISODE_PATTERNS: tuple[Pattern, ...] = tuple((*TRACE_CONFIG, *pattern) for pattern in CONFIG_PATTERNS)
-
-#: The subtrees in which every string has its URLs' userinfo masked: the whole config,
-#: and each trace's resolved config (``()`` is the root).
-CONFIG_URL_SCOPES: tuple[Pattern, ...] = ((),)
-EPISODE_URL_SCOPES: tuple[Pattern, ...] = (TRACE_CONFIG,)
-
-# ``scheme://`` then everything up to the LAST ``@`` before the URL ends (whitespace):
-# a malformed password holding ``/`` or ``@`` is masked whole, at the price of masking a
-# path that happens to contain ``@``.
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)\S*@")
-
-
-def mask_url_userinfo(text: str) -> str:
-    """``text`` with the userinfo of every URL in it replaced by :data:`MASK`."""
-    if "@" not in text or "://" not in text:
-        return text
-    masked = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
-    return text if masked == text else masked
 
 
 def parse_pattern(pattern: str | Iterable[str]) -> Pattern:

@@ -1,7 +1,7 @@
 """Bring a spool written under older masking rules up to today's before it travels.
 
 Masking happens at append, so a spool holds what the rules of its day masked. When a
-credential location is added (content/masking.py, :data:`MASKING_VERSION`), a spool
+credential location is added (content/mask_locations.py, :data:`MASKING_VERSION`), a spool
 written before then may hold a credential in clear text at the new location; the spool
 itself is the user's own file and is left as it is, but nothing of it reaches a
 destination unmasked: sync passes its manifest and every episode through here first.
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.masking import MaskRules, mask
 
 _CONFIG_RULES = MaskRules.defaults_for_config()
 _EPISODE_RULES = MaskRules.defaults_for_episode()

@@ -96,7 +96,7 @@ def _sample_rows(runs: list[ExportRun], plan: _Plan, report: ExportReport) -> It
 
 def _run_rows(runs: list[ExportRun], report: ExportReport) -> tuple[list[str], list[dict[str, Any]]]:
     """Every run's row (held: one small row per run) and the metric names they average."""
-    from prime_runs_spool.spool.reader import read_run
+    from prime_runs_spool.spool.scan import read_run
 
     rows, names = [], {}
     for run in runs:

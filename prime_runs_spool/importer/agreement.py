@@ -38,7 +38,8 @@ from prime_runs_spool.files import FILE_MODE
 from prime_runs_spool.importer.paths import agreed_mark_path
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.layout import list_segments
-from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.writer_state import writer_alive
 
 
 @dataclass(frozen=True)

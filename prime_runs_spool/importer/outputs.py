@@ -54,7 +54,7 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
-from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.importer import agreement
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 from prime_runs_spool.importer.places import (

@@ -21,7 +21,8 @@ from prime_runs_spool.errors import RunInUseError
 from prime_runs_spool.spool.format import EPISODE, HEADER, MANIFEST, parse_line
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
-from prime_runs_spool.spool.reader import iter_records, writer_alive
+from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 
 #: A header line is a few hundred bytes; reading this much of a segment always covers it.

@@ -232,7 +232,7 @@ def _superseded_by_resume(config: Any) -> list[str] | None:
     if not getattr(config, "resume", False) or eval_mode(bool(getattr(config, "push", True))) == DISABLED:
         return None  # a disabled run does not even look at the disk
     from prime_runs_spool.errors import NotARunError
-    from prime_runs_spool.spool.reader import read_run  # only on resume: one streaming pass
+    from prime_runs_spool.spool.scan import read_run  # only on resume: one streaming pass
 
     run_dir = eval_run_dir(config)
     try:

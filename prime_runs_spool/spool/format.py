@@ -28,6 +28,8 @@ FORMAT_VERSION = 1
 
 #: No line may be longer than this (line feed included); bounds a reader's memory.
 MAX_LINE_BYTES = 64 * 1024 * 1024
+#: A header line is a few hundred bytes; reading this much of a segment always covers it.
+HEADER_READ_LIMIT = 64 * 1024
 
 #: ``,"crc":"`` + 8 hex digits + ``"}`` + line feed.
 TRAILER_LEN = 19

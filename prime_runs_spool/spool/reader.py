@@ -13,60 +13,34 @@ written into the padding that a crash (or a live writer, right now) left partly 
 The segments are also checked against each other and their names
 (``crosscheck.RunLedger``). Everything is read under the writer's feet: a writer only
 writes past its last line, so what was read stays true.
+
+How damage is described and read past is in ``resync``; what a reader learns about a
+segment's writer in ``writer_state``; a whole run scanned to its status in ``scan``.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
-import stat
-import re
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
-
-from prime_runs_spool.errors import (CorruptSpoolError, NotARunError, PositionLostError, UnsupportedFormatError,
-                                     corruption_message)
+from prime_runs_spool.errors import CorruptSpoolError, PositionLostError, UnsupportedFormatError
 from prime_runs_spool.spool.crosscheck import RunLedger
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.process import process_alive
-from prime_runs_spool.spool.format import CRASHED, EPISODE, FORMAT_VERSION, HEADER, Line, MANIFEST, MAX_LINE_BYTES, PAD_BYTE, SEAL, parse_line
-from prime_runs_spool.spool.layout import list_segments, lock_path_of, segment_index, segment_path
+from prime_runs_spool.spool.format import (EPISODE, FORMAT_VERSION, HEADER, HEADER_READ_LIMIT, Line, MANIFEST,
+                                           MAX_LINE_BYTES, PAD_BYTE, SEAL, parse_line)
+from prime_runs_spool.spool.layout import list_segments, segment_path
+from prime_runs_spool.spool.resync import Damage, PendingDamage, glued_line
+from prime_runs_spool.spool.writer_state import make_durable, writer_alive
 
 #: A line longer than this is invalid; module-level so tests can shrink it.
 _LINE_LIMIT = MAX_LINE_BYTES
 #: How much of an over-long line is held at once while skipping it.
 _SKIP_CHUNK = 1 << 20
 _READ_BUFFER = 1 << 16
-#: A header line is a few hundred bytes; reading this much of a segment always covers it.
-_HEADER_LIMIT = 64 * 1024
 _PAD = bytes((PAD_BYTE,))
-
-
-#: The statuses a run can have besides its seal's (docs/spool-format.md, section 7).
-LIVE = "live"
-TORN = "torn"
-CORRUPT = "corrupt"
-
-
-def derive_status(*, corrupt: bool, last_sealed: str | None, live: bool, torn: bool) -> str:
-    """A run's status from what its segments show: the one rule, shared by :class:`Spool`
-    and by readers that follow a spool incrementally (the viewer's index).
-
-    Corruption wins; then the last segment's seal; then a live writer; then a torn tail;
-    a run with none of these is ``crashed`` (its writer died between two lines).
-    """
-    if corrupt:
-        return CORRUPT
-    if last_sealed is not None:
-        return str(last_sealed)
-    if live:
-        return LIVE
-    return TORN if torn else CRASHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,84 +74,8 @@ class Record:
         return Position(self.segment_index, self.end_offset, self.seq + 1)
 
 
-@dataclass(frozen=True, slots=True)
-class Damage:
-    """Bytes of a segment a resynchronizing reader passed over (docs/spool-format.md,
-    section 4.2): complete lines that fail their checks, merged while no intact line comes
-    between them, or lines missing between two intact ones (``length`` 0). ``lost`` is how
-    many records the stretch held, from the sequence numbers around it (None when no
-    intact line of the segment follows it); ``first_seq`` the first of them;
-    ``episode_ids`` the ids still legible in a damaged line's meta (for the report, and to
-    find the episode elsewhere), never trusted on their own."""
-
-    segment_index: int
-    path: Path
-    offset: int
-    length: int
-    reason: str
-    first_seq: int | None = None
-    lost: int | None = None
-    episode_ids: tuple[str, ...] = ()
-    #: The rollout numbers legible beside ``episode_ids``, in the same order.
-    rollout_numbers: tuple[int | None, ...] = ()
-
-    @property
-    def end_offset(self) -> int:
-        return self.offset + self.length
-
-    def message(self) -> str:
-        """One line: where, how many bytes, why, and which records it cost."""
-        what = f"{self.reason} ({self.length} bytes"
-        if self.lost is None:
-            what += "; how many records they held is unknown: no intact line of the segment follows"
-        elif self.lost:
-            seqs = f"seq {self.first_seq}" if self.lost == 1 else f"seq {self.first_seq}-{self.first_seq + self.lost - 1}"
-            what += f"; {self.lost} record(s) lost: {seqs}"
-        if self.episode_ids:
-            what += f"; episode id(s) legible in them: {', '.join(self.episode_ids)}"
-        return corruption_message(self.path, self.offset, what + ")")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"segment": self.segment_index, "offset": self.offset, "length": self.length, "reason": self.reason,
-                "first_seq": self.first_seq, "lost": self.lost, "episode_ids": list(self.episode_ids)}
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """What a full scan of one segment found. ``records`` counts the lines after the header."""
-
-    path: Path
-    index: int
-    size: int
-    run_id: str | None
-    format_version: int | None
-    records: int
-    episodes: int
-    sealed: str | None
-    torn_offset: int | None
-    corrupt_offset: int | None
-    corrupt_reason: str | None
-    live: bool
-    #: The lock file is gone while the writer the header names is alive here (section 5).
-    lock_missing: bool = False
-    #: Every stretch of damage a resynchronizing read found (``Damage.as_dict``), the
-    #: first DAMAGE_LISTED of them; ``damage_count`` counts them all.
-    damage: list[dict[str, Any]] = field(default_factory=list)
-    damage_count: int = 0
-
-    @property
-    def empty(self) -> bool:
-        """No intact header: the writer died before its segment's first line was durable."""
-        return self.format_version is None and self.corrupt_offset is None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in self.__dataclass_fields__}  # no deep copy of path
-        out["path"] = str(self.path)
-        return out
-
-
 @dataclass
-class _SegmentState:
+class SegmentState:
     """What a walk over a segment learned, filled in as it goes."""
 
     header: dict[str, Any] | None = None
@@ -218,8 +116,8 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
         offset = end
 
 
-def _walk_segment(
-    path: Path, index: int, state: _SegmentState, start: Position | None = None,
+def walk_segment(
+    path: Path, index: int, state: SegmentState, start: Position | None = None,
     ledger: RunLedger | None = None, *, resync: bool = False,
 ) -> Iterator[Record | Damage]:
     """Yield the records of one segment (after its header), filling in ``state``, and check
@@ -256,63 +154,6 @@ def _ledger_at(index: int) -> RunLedger:
     return ledger
 
 
-#: Where a damaged line's meta is looked for: the end of the line, before its trailer.
-_LEGIBLE_TAIL = 4096
-_LEGIBLE_META = re.compile(
-    rb',"type":"episode","meta":(\{"episode_id":(?:null|"(?:[^"\\\n]|\\.){0,1024}"),"rollout_number":(?:null|\d{1,20})\})'
-    rb',"crc":"[0-9a-f]{8}"\}\n\Z')
-#: How a line starts; a damaged line is searched for it, to find an intact line glued to it.
-_LINE_START = b'{"data":'
-#: At most this many places in one damaged line are tried as the start of a glued line.
-_GLUED_TRIES = 16
-
-
-def _legible_meta(raw: bytes) -> tuple[str, int | None] | None:
-    """The episode id and rollout number a damaged episode line's meta still shows, if its
-    end is whole; unverified (the checksum failed): a hint to look the episode up by."""
-    match = _LEGIBLE_META.search(raw[-_LEGIBLE_TAIL:])
-    if match is None:
-        return None
-    try:
-        meta = orjson.loads(match.group(1))
-    except orjson.JSONDecodeError:
-        return None
-    episode_id, rollout = meta.get("episode_id"), meta.get("rollout_number")
-    return (episode_id, rollout) if isinstance(episode_id, str) else None
-
-
-def _glued_line(raw: bytes) -> int:
-    """Where an intact line starts inside the damaged line ``raw`` (0: nowhere): a line
-    whose line feed was damaged is glued to the next one, which is itself intact."""
-    at = 0
-    for _ in range(_GLUED_TRIES):
-        at = raw.find(_LINE_START, at + 1)
-        if at < 0:
-            return 0
-        if parse_line(raw[at:]) is not None:
-            return at
-    return 0
-
-
-@dataclass
-class _Pending:
-    """Damaged lines not yet closed by an intact one."""
-
-    offset: int
-    end: int
-    reason: str
-    first_seq: int
-    ids: list[str] = field(default_factory=list)
-    rollouts: list[int | None] = field(default_factory=list)
-
-    def add(self, end: int, raw: bytes | None) -> None:
-        self.end = end
-        meta = _legible_meta(raw) if raw else None
-        if meta is not None:
-            self.ids.append(meta[0])
-            self.rollouts.append(meta[1])
-
-
 class _Walk:
     """One walk over one segment's lines (docs/spool-format.md, sections 4 and 4.1).
 
@@ -324,11 +165,11 @@ class _Walk:
     segment once it lost anything, the identity checks never do.
     """
 
-    def __init__(self, path: Path, index: int, state: _SegmentState, start: Position | None, ledger: RunLedger,
+    def __init__(self, path: Path, index: int, state: SegmentState, start: Position | None, ledger: RunLedger,
                  resync: bool) -> None:
         self.path, self.index, self.state, self.start = path, index, state, start
         self.ledger, self.resync = ledger, resync
-        self.pending: _Pending | None = None
+        self.pending: PendingDamage | None = None
         self.expect = 0
         self.size = 0
 
@@ -341,7 +182,7 @@ class _Walk:
         """A damaged line: raises, or joins the pending stretch of damage."""
         self._problem(offset, reason)
         if self.pending is None:
-            self.pending = _Pending(offset, offset, reason, self.expect)
+            self.pending = PendingDamage(offset, offset, reason, self.expect)
         self.pending.add(end, raw)
 
     def _close(self, lost: int | None) -> Iterator[Damage]:
@@ -382,7 +223,7 @@ class _Walk:
                 offset, raw, end = line
                 parsed = parse_line(raw) if raw else None
                 if parsed is None and raw and self.resync and raw.endswith(b"\n"):
-                    glued = _glued_line(raw)
+                    glued = glued_line(raw)
                     if glued:  # the damaged part, then the intact line glued to it
                         self._damaged(offset, offset + glued, raw[:glued], "a damaged line")
                         offset, raw, parsed = offset + glued, raw[glued:], parse_line(raw[glued:])
@@ -549,7 +390,7 @@ def _open_segment(path: Path) -> IO[bytes]:
     return open(path, "rb", buffering=_READ_BUFFER)
 
 
-def _check_header(path: Path, index: int, parsed: Line, state: _SegmentState, ledger: RunLedger) -> None:
+def _check_header(path: Path, index: int, parsed: Line, state: SegmentState, ledger: RunLedger) -> None:
     if parsed.type != HEADER or parsed.seq != 0:
         raise CorruptSpoolError(path, 0, f"the first line is a {parsed.type} line, not the header")
     data = parsed.data
@@ -573,7 +414,7 @@ def _check_earlier_headers(segments: list[tuple[int, Path]], upto: int, ledger: 
         try:
             ledger.begin(path, index)
             with _open_segment(path) as f:
-                first = f.readline(_HEADER_LIMIT)
+                first = f.readline(HEADER_READ_LIMIT)
             if not first.endswith(b"\n"):
                 ledger.end()  # empty: its writer died before its header was durable
                 continue
@@ -703,48 +544,10 @@ def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_o
         limit = durable_mark(path) if alive else None
         if durable_only and not alive:
             make_durable(path)
-        for item in _walk_segment(path, index, _SegmentState(), from_here, ledger, resync=resync):
+        for item in walk_segment(path, index, SegmentState(), from_here, ledger, resync=resync):
             if limit is not None and item.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
             yield item
-
-
-#: Segments this process made durable, by identity and size: a dead writer's file does not
-#: change, so a follower reading it pass after pass syncs it once.
-_SYNCED: dict[str, tuple[int, int, int, int]] = {}
-_SYNCED_MAX = 4096
-
-
-def make_durable(path: Path) -> None:
-    """fsync a segment whose writer is gone before its bytes are shipped (docs/spool-format.md,
-    section 5, "Reading a dead writer's segment"). A killed writer's last lines can be in
-    the page cache only, never fsync'd; a power cut would take them back after a reader
-    shipped them. An fsync on a read-only descriptor makes them durable (the kernel writes a
-    file's dirty pages whoever asks), so what is read after it cannot be taken back. A
-    filesystem that cannot sync (read-only, or no fsync) holds nothing dirty from here; an
-    I/O error is raised: the bytes may not be on disk, and must not be shipped as if they were.
-    A segment in an object store is never in a page cache here: nothing to do."""
-    if getattr(path, "open_bytes", None) is not None:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return
-    try:
-        st = os.fstat(fd)
-        key, identity = os.fspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if _SYNCED.get(key) == identity:
-            return
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            if exc.errno not in (errno.EROFS, errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-                raise
-        if len(_SYNCED) >= _SYNCED_MAX:
-            _SYNCED.clear()
-        _SYNCED[key] = identity
-    finally:
-        os.close(fd)
 
 
 def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
@@ -781,202 +584,3 @@ def _segment_manifest(path: Path) -> dict[str, Any] | None:
             return None
         line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
     return line.data if line is not None and line.type == MANIFEST and isinstance(line.data, dict) else None
-
-
-def writer_alive(segment: Path) -> bool:
-    """Whether a live process holds the segment's writer lock.
-
-    Probes with a *shared*, non-blocking flock on a read-only descriptor and drops it at
-    once: it conflicts with a writer's exclusive lock only, never with another reader,
-    needs no write permission, and never creates a file. A segment in an object store
-    answers for itself (no writer lock travels with a copied spool: never alive).
-    """
-    own = getattr(segment, "writer_alive", None)
-    if own is not None:
-        return bool(own())
-    try:  # non-blocking: a FIFO in a lock's place held every reader at open forever
-        fd = os.open(lock_path_of(segment), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return process_alive(_header_writer(segment))  # the lock file is gone: section 5
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # no writer locks that: as if it were gone
-            return process_alive(_header_writer(segment))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except PermissionError:  # some filesystems report contention as EACCES
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
-def lock_deleted_under_writer(segment: Path) -> bool:
-    """Whether the segment's lock file is missing while the process its header names is
-    alive on this machine (docs/spool-format.md, section 5): someone deleted the lock of a
-    live writer, which must still count as live. A header without the process's boot id
-    and start time (an older writer, another machine) never counts."""
-    if os.path.exists(lock_path_of(segment)):
-        return False
-    return process_alive(_header_writer(segment))
-
-
-#: A segment's header never changes once written: its ``writer`` is kept per path and file
-#: identity, so a follower polling lock-less copies (CI artifacts) pays a ``stat``, not a read.
-_WRITERS: dict[str, tuple[tuple[int, int], Any]] = {}
-_WRITERS_MAX = 4096
-
-
-def _header_writer(segment: Path) -> Any:
-    """The ``writer`` of a segment's header, or None when it has no intact header yet."""
-    try:
-        stat = os.stat(segment)
-    except OSError:
-        return None
-    key, identity = os.fspath(segment), (stat.st_dev, stat.st_ino)
-    cached = _WRITERS.get(key)
-    if cached is not None and cached[0] == identity:
-        return cached[1]
-    try:
-        with open(segment, "rb") as f:
-            first = f.readline(_HEADER_LIMIT)
-    except OSError:
-        return None
-    parsed = parse_line(first) if first.endswith(b"\n") else None
-    if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
-        return None  # not cached: the header may not be durable yet
-    if len(_WRITERS) >= _WRITERS_MAX:
-        _WRITERS.clear()
-    _WRITERS[key] = (identity, parsed.data.get("writer"))
-    return parsed.data.get("writer")
-
-
-#: How many stretches of damage a segment's scan lists (it counts them all): a segment of
-#: garbage with many line feeds must not cost memory in proportion to its size.
-DAMAGE_LISTED = 1000
-
-
-def _scan(path: Path, index: int, state: _SegmentState, ledger: RunLedger | None = None) -> SegmentInfo:
-    live = writer_alive(path)  # before reading: a writer that exits meanwhile leaves a sealed file
-    damage: list[dict[str, Any]] = []
-    first: Damage | None = None
-    count = 0
-    for item in _walk_segment(path, index, state, ledger=ledger, resync=True):
-        if isinstance(item, Damage):
-            first = first or item
-            count += 1
-            if len(damage) < DAMAGE_LISTED:
-                damage.append(item.as_dict())
-    header = state.header or {}
-    return SegmentInfo(
-        path=path,
-        index=index,
-        size=path.stat().st_size,
-        run_id=header.get("run_id"),
-        format_version=header.get("format_version"),
-        records=state.records,
-        episodes=state.episodes,
-        sealed=state.seal.get("status") if state.seal is not None else None,
-        torn_offset=state.torn_offset,
-        corrupt_offset=first.offset if first else None,
-        corrupt_reason=first.reason if first else None,
-        live=live,
-        lock_missing=live and lock_deleted_under_writer(path),
-        damage=damage,
-        damage_count=count,
-    )
-
-
-def scan_segment(path: str | os.PathLike[str]) -> SegmentInfo:
-    """Read one segment to its end and say what it holds; raises only for a newer format."""
-    path = Path(path)
-    index = segment_index(path.name)
-    if index is None:
-        raise ValueError(f"{path} is not named like a spool segment (seg-NNNNNN.jsonl)")
-    return _scan(path, index, _SegmentState())
-
-
-class Spool:
-    """A run's spool as read at one moment: its segments, manifest and status."""
-
-    def __init__(self, run_dir: Path, segments: list[SegmentInfo], manifest: dict[str, Any]) -> None:
-        self.run_dir = run_dir
-        self.segments = segments
-        self.manifest = manifest
-
-    @property
-    def run_id(self) -> str | None:
-        return next((s.run_id for s in self.segments if s.run_id is not None), None)
-
-    @property
-    def corrupt(self) -> SegmentInfo | None:
-        """The first segment holding corruption, if any."""
-        return next((s for s in self.segments if s.corrupt_offset is not None), None)
-
-    @property
-    def problem(self) -> str | None:
-        """Two writers on one run (docs/spool-format.md, section 5): an earlier segment whose
-        writer is live while a later segment exists. Whatever that writer appends now is
-        behind every sync cursor. None when the run has one writer at most."""
-        for segment in self.segments[:-1]:
-            if segment.live and segment.sealed is None:
-                why = " (its lock file was deleted)" if segment.lock_missing else ""
-                return (f"{segment.path}: its writer is still live{why} while a later segment exists: two "
-                        "processes are writing this run, and what the earlier one appends now is never synced; "
-                        "stop one of them")
-        return None
-
-    @property
-    def warnings(self) -> list[str]:
-        """What a reader should say about a run that is not wrong in itself (a deleted lock file)."""
-        return [f"{segment.path.name}: its lock file was deleted while its writer is alive"
-                for segment in self.segments if segment.lock_missing]
-
-    @property
-    def status(self) -> str:
-        """``corrupt``, the last seal's status, ``live``, ``torn`` or ``crashed`` (section 7)."""
-        last = self.segments[-1]
-        return derive_status(corrupt=self.corrupt is not None, last_sealed=last.sealed, live=last.live,
-                             torn=last.torn_offset is not None)
-
-    @property
-    def records_count(self) -> int:
-        return sum(s.records for s in self.segments)
-
-    @property
-    def episodes_count(self) -> int:
-        return sum(s.episodes for s in self.segments)
-
-    def records(self, start: Position | None = None) -> Iterator[Record]:
-        """Stream the run's records again, from disk (sees what was appended since)."""
-        return iter_records(self.run_dir, start)
-
-    def episodes(self) -> Iterator[Any]:
-        """The episode records' data, as logged, in order, across all segments."""
-        for record in iter_records(self.run_dir):
-            if record.type == EPISODE:
-                yield record.data
-
-
-def read_run(run_dir: str | os.PathLike[str]) -> Spool:
-    """Scan every segment of a run (read-only; fine while a writer appends).
-
-    Raises NotARunError when the directory holds no segment and UnsupportedFormatError
-    when any segment is newer than this reader.
-    """
-    if getattr(run_dir, "list_segments", None) is None:
-        run_dir = Path(run_dir)
-    segments = list_segments(run_dir)
-    if not segments:
-        raise NotARunError(f"{run_dir}: no spool segments (expected {segment_path(run_dir, 1)})")
-    infos: list[SegmentInfo] = []
-    manifest: dict[str, Any] | None = None
-    ledger = RunLedger()
-    for index, path in segments:
-        state = _SegmentState()
-        infos.append(_scan(path, index, state, ledger))
-        if manifest is None and state.header is not None and isinstance(state.manifest, dict):
-            manifest = state.manifest
-    return Spool(run_dir, infos, manifest or {})

@@ -16,7 +16,7 @@ from typing import Any
 from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
 from prime_runs_spool.files import special_file_kind, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, is_segment_file
-from prime_runs_spool.spool.reader import read_run
+from prime_runs_spool.spool.scan import read_run
 
 
 def check_run(run_dir: Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import parse_line
-from prime_runs_spool.spool.reader import writer_alive
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, marker_fresh

@@ -35,7 +35,8 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.sync.state import sync_state_path
-from prime_runs_spool.spool.reader import first_manifest, iter_records, position_lost, segment_manifests, writer_alive
+from prime_runs_spool.spool.reader import first_manifest, iter_records, position_lost, segment_manifests
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex

@@ -43,7 +43,7 @@ from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.files import OnUnreadable
 from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.reader import writer_alive
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions

@@ -29,7 +29,8 @@ from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.errors import MalformedEpisodeError
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.spool.reader import Damage, Position, Record
+from prime_runs_spool.spool.reader import Position, Record
+from prime_runs_spool.spool.resync import Damage
 
 
 def recoverable_id(damage: Damage) -> str | None:

@@ -23,7 +23,9 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.reader import Damage, Position, iter_records, resync_records, writer_alive
+from prime_runs_spool.spool.reader import Position, iter_records, resync_records
+from prime_runs_spool.spool.resync import Damage
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.options import RunReport
 from prime_runs_spool.sync.recover import recovered_record
 from prime_runs_spool.sync.state import Cursor, SyncState

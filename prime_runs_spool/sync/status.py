@@ -13,7 +13,8 @@ from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import read_regular_file, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
 from prime_runs_spool.sync.state import sync_dir
-from prime_runs_spool.spool.reader import iter_records, position_lost, read_run
+from prime_runs_spool.spool.reader import iter_records, position_lost
+from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.sync.state import SyncState
 from prime_runs_spool.content.supersede import superseded_in_run
 

@@ -32,9 +32,9 @@ from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_me
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.reader import (
-    LIVE, Position, derive_status, iter_records, scan_segment, torn_after, writer_alive,
-)
+from prime_runs_spool.spool.reader import Position, iter_records, torn_after
+from prime_runs_spool.spool.scan import LIVE, derive_status, scan_segment
+from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
 from prime_runs_spool.viewer.search import SearchIndex
 from prime_runs_spool.viewer.standing import Standing, SyncStates, standing

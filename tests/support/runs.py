@@ -12,7 +12,8 @@ from typing import Any
 
 from fixtures.episodes import make_episode
 from prime_runs_spool.content.episodes import RolloutCounter
-from prime_runs_spool.content.masking import MASKING_VERSION, MaskRules, mask
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.layout import durable_mark_path_of
 from prime_runs_spool.spool.writer import SegmentWriter
