@@ -73,7 +73,7 @@ def open_mark(path: Path) -> int:
 def durable_mark(segment: Path) -> int:
     """How many bytes of ``segment`` its live writer has fsync'd (0 when it has not said).
 
-    Read it only after ``reader.writer_alive`` said yes: a dead writer's mark means nothing.
+    Read it only after ``writer_state.writer_alive`` said yes: a dead writer's mark means nothing.
     A segment in an object store (``store.source.StoreSegment``) answers for itself: no mark
     travels with a copy, and the mirror copies only durable bytes, so all of it.
     """
