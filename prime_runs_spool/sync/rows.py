@@ -19,7 +19,6 @@ from typing import Any
 
 from prime_runs_spool.spool.format import EPISODE, SEAL
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
-from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
@@ -31,7 +30,7 @@ from prime_runs_spool.sync.recover import recovered_record
 from prime_runs_spool.sync.state import Cursor, SyncState
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
-from prime_runs_spool.content.supersede import is_errored
+from prime_runs_spool.content.supersede import is_errored, verifiers_traces_path
 
 @dataclass(frozen=True, slots=True)
 class Row:
