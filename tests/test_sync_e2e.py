@@ -57,6 +57,26 @@ def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, a
     assert evaluation["status"] == "COMPLETED"
 
 
+def test_a_cancelled_run_resumed_to_completion_keeps_no_error_message(tmp_path: Path, server, api) -> None:
+    """Synced once cancelled (CANCELLED, ``interrupted``), then resumed and completed: the
+    finalized evaluation says COMPLETED with no stale error message."""
+    builder = RunBuilder(tmp_path / "run", "e2e-cancelled-resumed")
+    builder.open_segment()
+    builder.add(4)
+    builder.seal("cancelled", error="interrupted")
+    assert run_sync(server.base_url, str(tmp_path)).returncode == 0
+    closed = evaluations_of(api, builder.run_id)[0]
+    assert (closed["status"], closed["error_message"]) == ("CANCELLED", "interrupted")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    result = run_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(result.stdout)["runs"][0]["state"] == "synced", result.stdout + result.stderr
+    evaluation = assert_exactly_once(api, builder)
+    assert (evaluation["status"], evaluation["error_message"]) == ("COMPLETED", None)
+    assert "prime_runs" not in evaluation["metadata"]
+
+
 def pushed_so_far(api: httpx.Client, run_id: str) -> int:
     """How many samples of the run the platform holds now (0 before its evaluation exists)."""
     evaluations = evaluations_of(api, run_id)

@@ -326,6 +326,9 @@ class Store:
     def finalize(self, evaluation_id: str, metrics: dict[str, Any]) -> dict[str, Any]:
         """Mark COMPLETED and merge ``metrics`` in; a repeat is counted, never refused.
 
+        A completed evaluation has no ``error_message``: one a closed-out attempt left (a
+        cancelled run resumed to completion) is cleared, not shown beside COMPLETED.
+
         ``finalize_count`` stands in for the statistics job the real platform enqueues on
         every finalize: tests assert it is exactly one after a sync.
         """
@@ -334,8 +337,8 @@ class Store:
             merged = {**orjson.loads(row[0]), **metrics}
             now = _now()
             conn.execute(
-                "UPDATE evaluations SET status = 'COMPLETED', metrics = ?, finalized_at = ?,"
-                " updated_at = ?, finalize_count = finalize_count + 1 WHERE id = ?",
+                "UPDATE evaluations SET status = 'COMPLETED', error_message = NULL, metrics = ?,"
+                " finalized_at = ?, updated_at = ?, finalize_count = finalize_count + 1 WHERE id = ?",
                 (_json(merged), now, now, evaluation_id),
             )
             return self._evaluation(conn, evaluation_id)
