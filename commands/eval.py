@@ -2,7 +2,9 @@
 
 A thin shell around :mod:`prime_runs_spool.runner.verifiers_eval`: every argument goes to
 verifiers unchanged (click parses none of them), the exit code is verifiers' own, and an
-offline run ends with one line saying how to sync its spool.
+offline run ends with one line saying how to sync its spool. Two endings get the exact
+resume command: an interrupt (verifiers' 130), and a full disk, which would otherwise end
+in a traceback for what is no bug: one line and exit 1 instead.
 """
 
 from __future__ import annotations
@@ -11,8 +13,14 @@ import sys
 
 import click
 
-from .output import EXIT_USAGE
+from .output import EXIT_RUN_FAILED, EXIT_USAGE
 from prime_runs_spool.errors import SpoolError, VerifiersVersionError
+
+
+#: verifiers' exit code after Ctrl-C or SIGTERM.
+EXIT_INTERRUPTED = 130
+#: The disk holding the run filled up: one line naming it and the resume command.
+EXIT_DISK_FULL = EXIT_RUN_FAILED
 
 
 @click.command(
@@ -33,20 +41,31 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
       prime-runs eval @ outputs/RUN/configs/resolved/eval.json --resume   # as vf-eval resumes
       PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
     """
-    from prime_runs_spool.runner.verifiers_eval import HELP_PREAMBLE, run_vf_eval, sync_hint
+    from prime_runs_spool.runner.verifiers_eval import (
+        HELP_PREAMBLE, EvalSession, disk_full_error, disk_full_line, interrupt_hint, run_vf_eval, sync_hint,
+    )
 
     argv = list(vf_eval_args)
     if not argv or any(arg in ("-h", "--help") for arg in argv):
         click.echo(HELP_PREAMBLE)
+    session = EvalSession(argv=argv)
     try:
-        code, session = run_vf_eval(argv)
+        code, session = run_vf_eval(argv, session)
     except VerifiersVersionError as exc:
         click.echo(f"prime-runs eval: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except SpoolError as exc:  # e.g. run.attach refused, a run in use: one line, no traceback
         click.echo(f"prime-runs eval: {exc}", err=True)
         sys.exit(1)
+    except Exception as exc:
+        full = disk_full_error(exc)
+        if full is None:
+            raise  # verifiers' own error (most often the environment's code): its traceback
+        click.echo(f"prime-runs eval: {disk_full_line(session, full)}", err=True)
+        sys.exit(EXIT_DISK_FULL)
     hint = sync_hint(session)
     if hint:
         click.echo(hint, err=True)
+    if code == EXIT_INTERRUPTED and (resume := interrupt_hint(session)):
+        click.echo(resume, err=True)
     sys.exit(code)

@@ -9,6 +9,7 @@ not milliseconds: the harness starts a Python program per rollout).
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -24,7 +25,8 @@ from prime_runs_spool.local_platform.store import Store  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
 from support.files import all_bytes_under  # noqa: E402
 from support.vf_eval import (  # noqa: E402
-    HEADER_SECRET, KEY_VALUE, TASKS, interrupt_eval, launch_file, run_dir, run_eval, traces, wire_episodes,
+    HEADER_SECRET, KEY_VALUE, TASKS, interrupt_eval, launch_file, resolved_config, run_dir, run_eval, traces,
+    wire_episodes,
 )
 
 pytestmark = pytest.mark.slow  # one real vf-eval run for the module, then more
@@ -195,6 +197,9 @@ def test_sigint_then_a_resume_that_retries_errored_rollouts_ends_equal_to_verifi
         interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich", TINY_TASKSET_FAIL="1",
                                      when=lambda: episodes_in_spool(run_dir(tmp_path)) >= 2 * ROLLOUTS)
         assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        resume_lines = [line for line in interrupted.stderr.splitlines() if line.startswith("interrupted; ")]
+        assert resume_lines == [f"interrupted; resume with: prime-runs eval @ {resolved_config(tmp_path)} --resume"]
+        resume_args = shlex.split(resume_lines[0].split("resume with: ", 1)[1])[2:]  # after "prime-runs eval"
         spool = read_run(run_dir(tmp_path))
         assert spool.status == "cancelled"
         assert [r for r in spool.records() if r.type == "seal"][-1].data["error"] == "interrupted"
@@ -203,7 +208,7 @@ def test_sigint_then_a_resume_that_retries_errored_rollouts_ends_equal_to_verifi
         first_run_id = spool.run_id
 
         server.release()
-        resumed = run_eval(tmp_path, "@", launch.name, "--no-rich", "--resume")
+        resumed = run_eval(tmp_path, *resume_args)  # the command the interrupt printed, as printed
         assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = traces(tmp_path)
     assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)

@@ -34,12 +34,15 @@ this command exists to prevent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import inspect
 import logging
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -85,7 +88,9 @@ What prime-runs eval adds:
   - --no-push keeps the spool: it only means nothing is streamed while the eval
     runs (PRIME_RUNS_MODE=online is then offline); sync the spool afterwards
   - --resume continues the same spool; retried rollouts supersede the errored ones
-  - Ctrl-C / SIGTERM seal the run 'cancelled'; a killed process leaves it 'crashed'
+  - Ctrl-C / SIGTERM seal the run 'cancelled' and print the command that resumes it;
+    a killed process leaves it 'crashed'
+  - a full disk: one line naming the path and the resume command (exit 1)
   - run.attach is refused (a spool syncs into an evaluation of its own)
 The exit code is verifiers' own. verifiers' help follows.
 """
@@ -168,14 +173,15 @@ def bound_hooks(session: EvalSession) -> Iterator[None]:
             setattr(runner, name, original)
 
 
-def run_vf_eval(argv: Sequence[str]) -> tuple[int, EvalSession]:
+def run_vf_eval(argv: Sequence[str], session: EvalSession | None = None) -> tuple[int, EvalSession]:
     """verifiers' eval ``main(argv)`` with the hooks bound; returns (exit code, session).
 
     The exit code is verifiers' own: 0 on success, its ``SystemExit`` code otherwise
     (130 for Ctrl-C). An exception verifiers lets escape is re-raised after the hooks are
-    restored (its traceback is verifiers' to show).
+    restored (its traceback is verifiers' to show); a ``session`` passed in records the
+    runs opened, for the caller's message about it.
     """
-    session = EvalSession(argv=list(argv))
+    session = session if session is not None else EvalSession(argv=list(argv))
     with bound_hooks(session):
         main = importlib.import_module(MAIN_MODULE).main
         try:
@@ -192,6 +198,61 @@ def sync_hint(session: EvalSession) -> str | None:
         return None
     run_dir = offline[-1].dir
     return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {run_dir}"
+
+
+#: The errors that mean the disk (or the user's quota on it) is full: freeing space and
+#: resuming is the way on, so they get one line rather than a traceback.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def resume_command(session: EvalSession) -> str | None:
+    """The exact command that continues the session's run: ``prime-runs eval`` with
+    verifiers' own saved config (``configs/resolved/*.json``, the exact config its
+    ``--resume`` requires) and ``--resume``. None before verifiers saved one."""
+    if not session.runs:
+        return None
+    from verifiers.v1.cli.output import saved_config_path  # verifiers names its own file
+
+    saved = saved_config_path(session.runs[-1].dir)
+    return None if saved is None else f"prime-runs eval @ {saved} --resume"
+
+
+def interrupt_hint(session: EvalSession) -> str | None:
+    """The closing line after Ctrl-C / SIGTERM (exit 130): how to continue the run."""
+    command = resume_command(session)
+    return None if command is None else f"interrupted; resume with: {command}"
+
+
+def disk_full_error(error: BaseException) -> OSError | None:
+    """The "no space left" (or quota) error behind ``error``, wherever it was raised:
+    verifiers' own ``traces.jsonl`` write, or the spool's (wrapped or not)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def disk_full_line(session: EvalSession, error: OSError) -> str:
+    """One line for an eval the disk stopped: which path (and the file system it is on)
+    is full, and how to continue once space is freed."""
+    path = Path(error.filename) if error.filename else (session.runs[-1].dir if session.runs else Path.cwd())
+    line = f"no space left on the device holding {path} (file system {_mount_point(path)})"
+    command = resume_command(session)
+    if command is None:
+        return f"{line}; free space, then run the eval again"
+    return f"{line}; free space, then resume with: {command}"
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the file system ``path`` (or its nearest existing parent) is on."""
+    current = Path(os.path.abspath(path))
+    while not os.path.ismount(current) and current.parent != current:
+        current = current.parent
+    return current
 
 
 class _Hooks:

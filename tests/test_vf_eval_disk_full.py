@@ -1,0 +1,96 @@
+"""``prime-runs eval`` when the disk fills up: the real verifiers eval writing onto a small
+tmpfs that a filler file fills while the eval runs.
+
+One line says which path is full and the exact command that resumes; after freeing space,
+that command, as printed, completes the run.
+"""
+
+from __future__ import annotations
+
+import errno
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verifiers.v1.cli.eval.runner")
+
+from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
+from prime_runs_spool import read_run  # noqa: E402
+from support.vf_eval import (  # noqa: E402
+    TASKS, eval_cmd, eval_env, launch_file, resolved_config, run_dir, run_eval, traces,
+)
+
+pytestmark = pytest.mark.slow  # two real vf-eval runs
+
+ROLLOUTS = 2
+#: Room for the run's configs, logs and first episodes; the filler takes the rest.
+DISK_BYTES = 8 * 1024 * 1024
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A tmpfs of DISK_BYTES mounted under ``tmp_path`` (root only), unmounted afterwards."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def episodes_in_spool(path: Path) -> int:
+    try:
+        return read_run(path).episodes_count
+    except Exception:  # not there yet
+        return 0
+
+
+def fill(filler: Path) -> None:
+    """Write ``filler`` until the file system says it is full."""
+    chunk = b"\0" * 65536
+    with open(filler, "wb", buffering=0) as out:
+        while True:
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                chunk = chunk[: len(chunk) // 2]
+                if not chunk:
+                    return
+
+
+def test_a_full_disk_names_the_path_and_the_resume_command_that_completes_the_run(small_disk: Path) -> None:
+    slow = "Capital of France?"  # task 2: held until the disk is full
+    with FakeChatServer(delay=120, slow_prompts=(slow,)) as server:
+        launch = launch_file(small_disk, server.base_url, rollouts=ROLLOUTS)
+        proc = subprocess.Popen(eval_cmd("@", launch.name, "--no-rich"), cwd=small_disk, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=eval_env())
+        deadline = time.monotonic() + 180
+        while episodes_in_spool(run_dir(small_disk)) < 2 * ROLLOUTS:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        filler = small_disk / "filler"
+        fill(filler)
+        server.release()
+        _, stderr = proc.communicate(timeout=180)
+
+        assert proc.returncode == 1, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        last = stderr.strip().splitlines()[-1]
+        command = f"prime-runs eval @ {resolved_config(small_disk)} --resume"
+        assert last.startswith("prime-runs eval: no space left on the device holding "), last
+        assert f"(file system {small_disk})" in last and last.endswith(f"; free space, then resume with: {command}")
+
+        filler.unlink()
+        resumed = run_eval(small_disk, *shlex.split(command)[2:])  # as printed, after "prime-runs eval"
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(small_disk)
+    assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
+    assert read_run(run_dir(small_disk)).status == "completed"
