@@ -6,6 +6,9 @@ import pytest
 
 from support.env import child_env
 
+#: ``browser`` and ``page`` for every module that serves a ``viewer``.
+pytest_plugins = ("support.browser",)
+
 
 @pytest.fixture(autouse=True)
 def _private_user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:

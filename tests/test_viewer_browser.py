@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from support.browser import launched
 from support.env import CLI, child_env
 from support.viewer_runs import EXPECTED_STATUSES, SCRIPT_PROMPT, build_outputs, start_live_writer
 from prime_runs_spool.viewer.app import create_viewer_app
@@ -36,28 +35,6 @@ def outputs(tmp_path_factory) -> Path:
 def viewer(outputs):
     with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
         yield server.base_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser, viewer):
-    """A fresh page; afterwards, no script error happened and nothing was loaded from
-    anywhere but the viewer itself (no CDN, no outside asset)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    requested: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    context.on("request", lambda request: requested.append(request.url))
-    yield page
-    context.close()
-    assert errors == []
-    assert requested and [url for url in requested if not url.startswith(viewer + "/")] == []
 
 
 def _shot(page, name: str, tmp_path: Path) -> None:

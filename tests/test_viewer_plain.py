@@ -18,7 +18,6 @@ import orjson
 import pytest
 
 from support import platform_process
-from support.browser import launched
 from support.env import CLI, REPO_ROOT, child_env
 from support.viewer_runs import SCRIPT_PROMPT, script_episode
 
@@ -56,23 +55,6 @@ def viewer(outputs):
     proc.terminate()
     assert proc.wait(15) == 0, proc.stderr.read()
     assert _tree(outputs) == before  # read-only: nothing written, nothing touched
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser, viewer):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert errors == []
 
 
 def test_plain_outputs_are_listed_not_spooled_with_the_command_that_spools_them(page, viewer, outputs):

@@ -25,7 +25,6 @@ from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.search import SearchIndex
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
-from support.browser import launched
 from support.viewer_runs import FIXTURE_OUTPUTS
 
 WORD = "zebraquartz"
@@ -65,23 +64,6 @@ def viewer(outputs):
     with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
         yield server.base_url
     assert sorted(p for p in outputs.rglob("*")) == files  # nothing written beside the spools
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser, viewer):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert errors == []
 
 
 def _shown(page) -> list[int]:

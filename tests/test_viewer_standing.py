@@ -19,7 +19,6 @@ from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
-from support.browser import launched
 from support.env import CLI, child_env
 from support.runs import RunBuilder
 from support.viewer_runs import FIXTURE_OUTPUTS
@@ -66,23 +65,6 @@ def outputs(tmp_path_factory) -> Path:
 def viewer(outputs):
     with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
         yield server.base_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser, viewer):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    context.close()
-    assert errors == []
 
 
 def test_the_runs_page_says_what_went_where(page, viewer, outputs):

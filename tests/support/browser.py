@@ -3,6 +3,9 @@
 Playwright cannot download its own browsers here (no network), so it launches the system
 chromium by path. One browser per test module keeps the tests fast; each test opens its
 own page (and context, so cookies never leak from one test into another).
+
+Loaded as a pytest plugin by tests/conftest.py: a test module that defines a ``viewer``
+fixture (the base URL of the viewer it serves) gets ``browser`` and ``page`` from here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import pytest
 
 #: Where the system browser is (Debian's chromium package); PRIME_RUNS_CHROMIUM overrides it.
 CHROMIUM = os.environ.get("PRIME_RUNS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -32,3 +37,26 @@ def launched() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One chromium per test module."""
+    with launched() as browser:
+        yield browser
+
+
+@pytest.fixture
+def page(browser: Any, viewer: str) -> Iterator[Any]:
+    """A fresh page in a context of its own; afterwards, no script raised an error and
+    nothing was loaded from anywhere but the viewer itself (no CDN, no outside asset)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    errors: list[str] = []
+    requested: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    context.on("request", lambda request: requested.append(request.url))
+    yield page
+    context.close()
+    assert errors == []
+    assert requested and [url for url in requested if not url.startswith(viewer + "/")] == []
