@@ -2,7 +2,8 @@
 
 Pages (docs/viewer.md): ``/`` the runs, ``/run`` one run's summary, histogram and sample
 table, ``/episode`` one episode, ``/group`` all rollouts of one example, ``/compare`` two
-runs by example id. Every view's state is in its query string, so a URL reopens it.
+runs by example id, ``/pair`` one example's transcripts in two runs side by side. Every
+view's state is in its query string, so a URL reopens it.
 ``?fragment=1`` returns only the part of a page that refreshes itself (the runs table,
 a live run's body), which the page's one script polls every second.
 
@@ -97,6 +98,9 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
     async def compare_page(request: Request) -> Response:
         return await render(request, lambda p, params, frag: p.compare(params))
 
+    async def pair_page(request: Request) -> Response:
+        return await render(request, lambda p, params, frag: p.pair(params))
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in ASSETS:
@@ -109,6 +113,7 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
         Route("/episode", episode_page, methods=["GET"]),
         Route("/group", group_page, methods=["GET"]),
         Route("/compare", compare_page, methods=["GET"]),
+        Route("/pair", pair_page, methods=["GET"]),
         Route("/plots", plots_page, methods=["GET"]),
         Route("/across", across_page, methods=["GET"]),
         Route("/static/{name}", static, methods=["GET"]),

@@ -1,8 +1,10 @@
 """``prime-runs view --export DIR``: the same pages, written as files that open from disk.
 
 The export is the default view of every page: the runs page, each run's table pages in
-spool order, its plots, every episode and every example's group. Sorting, filtering and compare need
-a server, so their controls are left out (the templates ask ``links.static_export``). Links
+spool order, its plots, every episode and every example's group, and each run compared with
+the one before it on the same environments (``query.neighbour_pairs``) with every example's
+transcripts side by side. Sorting, filtering and picking two runs to compare need a server,
+so their controls are left out (the templates ask ``links.static_export``). Links
 are relative file names and the stylesheet and script are copied beside the pages, so the
 folder opens from ``file://`` and can be zipped or served by any static server.
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from prime_runs_spool.files import FILE_MODE, make_private_dir
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.pages import Pages
-from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS
+from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS, neighbour_pairs
 from prime_runs_spool.viewer.render import ASSETS, ExportLinks, asset
 from prime_runs_spool.viewer.sources import Source
 
@@ -80,5 +82,16 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
             name = links.group(run.key, example)
             assert name is not None
             _write(out / name, pages.group({"run": run.key, "example": example}).encode())
+            written += 1
+    for a, b in neighbour_pairs(runs):
+        name = links.compare({"a": a.key, "b": b.key})
+        assert name is not None
+        _write(out / name, pages.compare({"a": a.key, "b": b.key}).encode())
+        written += 1
+        examples = dict.fromkeys(str(row.example_id) for run in (a, b) for row in run.rows)
+        for example in examples:
+            name = links.pair(a.key, b.key, example)
+            assert name is not None
+            _write(out / name, pages.pair({"a": a.key, "b": b.key, "example": example}).encode())
             written += 1
     return written

@@ -7,11 +7,13 @@ with other links (:class:`~.render.ExportLinks`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prime_runs_spool.errors import SpoolError, UnknownRunError
+from prime_runs_spool.viewer.diff import config_diff
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RUN_GROUPS, RunsQuery, TableQuery, choices, compare,
-                                           compare_summary, histogram, plots, run_rewards, table_page)
+                                           compare_summary, histogram, neighbour_pairs, plots, run_rewards, table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import episode_text, passage, query_words
 from prime_runs_spool.viewer.sources import Source
@@ -25,6 +27,8 @@ RUN_BUDGET = 0.05
 RUNS_PAGE_BUDGET = 0.02
 #: The group view shows at most this many rollouts side by side.
 MAX_GROUP = 32
+#: The side-by-side of two runs offers at most this many rollouts of the example per run.
+MAX_PAIR_ROLLOUTS = 32
 #: The columns of the sample table before and after the run's metrics: (sort key, label).
 COLUMNS_BEFORE = (("n", "#"), ("example", "example"), ("rollout", "rollout"), ("prompt", "prompt"),
                   ("answer", "answer"), ("reward", "reward"))
@@ -61,7 +65,9 @@ class Pages:
         standings = {run.key: run.standing() for run in runs}
         context = {"links": self.links, "runs": runs, "refresh": fragment_url, "legend": legend,
                    "standings": standings, "show_synced": any(s is not None for s in standings.values()),
-                   "query": query, "statuses": statuses, "everything": everything}
+                   "query": query, "statuses": statuses, "everything": everything,
+                   # an export has no compare form: it lists the comparisons it carries instead
+                   "comparisons": neighbour_pairs(everything) if self.links.static_export else []}
         if params.get("fragment"):
             return render("_runs_table.html", **context)
         return render("runs.html", **context)
@@ -148,6 +154,37 @@ class Pages:
         return render("group.html", links=self.links, run=run, example=example, cards=cards, prompt=prompt,
                       more=len(rows) - len(shown))
 
+    def pair(self, params: Mapping[str, str]) -> str:
+        """One example's transcripts in runs A and B, side by side: one rollout of each
+        (``ra``, ``rb``: its place among the run's rollouts of the example, 1 by default)."""
+        a, b = self._run(params.get("a")), self._run(params.get("b"))
+        example = params.get("example")
+        sides = [self._side(run, example, params.get(pick)) for run, pick in ((a, "ra"), (b, "rb"))]
+        if not any(side["rows"] for side in sides):
+            raise UnknownRunError(f"neither run has an example {example!r}")
+        prompt = next((side["glance"].prompt for side in sides if side["glance"] and side["glance"].prompt), "")
+        return render("pair.html", links=self.links, a=a, b=b, example=example, sides=sides, prompt=prompt)
+
+    @staticmethod
+    def _side(run: RunIndex, example: str | None, pick: str | None) -> dict[str, Any]:
+        rows = sorted((row for row in run.rows if str(row.example_id) == example),
+                      key=lambda r: (r.rollout is None, r.rollout or 0, r.number))[:MAX_PAIR_ROLLOUTS]
+        try:
+            chosen = min(max(1, int(pick or "1")), max(1, len(rows)))
+        except ValueError:
+            chosen = 1
+        side: dict[str, Any] = {"run": run, "rows": rows, "chosen": chosen, "row": None, "traces": [],
+                                "glance": None, "problem": None}
+        if rows:
+            row = side["row"] = rows[chosen - 1]
+            try:
+                episode = episode_of(run.record(row))
+            except SpoolError as exc:  # one side unreadable: the other is still shown
+                side["problem"] = str(exc)
+            else:
+                side["traces"], side["glance"] = trace_views(episode), glance(episode)
+        return side
+
     def plots(self, params: Mapping[str, str]) -> str:
         run = self._run(params.get("run"))
         shown = plots(run, lambda bin_params: self.links.run(run.key, bin_params))
@@ -180,6 +217,8 @@ class Pages:
         shows = [("all", "all"), ("improved", "improved"), ("regressed", "regressed"), ("only", "only in one")]
         prompts = {str(row.example_id): a.prompt_heads.get(row.example_id) or b.prompt_heads.get(row.example_id) or ""
                    for row in rows}
+        config = config_diff(a.manifest, b.manifest)
         return render("compare.html", links=self.links, a=a, b=b, show=show, rows=rows, counts=counts,
-                      shows=shows, summary=compare_summary(everything), prompts=prompts)
+                      shows=shows, summary=compare_summary(everything), prompts=prompts, config=config,
+                      differing=[line for line in config if not line.same])
 

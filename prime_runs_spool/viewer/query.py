@@ -322,6 +322,20 @@ def compare(a: RunIndex, b: RunIndex, show: str) -> list[CompareRow]:
     return out
 
 
+def neighbour_pairs(runs: list[RunIndex]) -> list[tuple[RunIndex, RunIndex]]:
+    """The comparisons a static export carries: each run against the one started just
+    before it on the same environments (B the later run), so a rerun is compared with what
+    it reran. As many as there are runs, where every pair would be their square."""
+    by_environment: dict[tuple[str, ...], list[RunIndex]] = {}
+    for run in runs:
+        by_environment.setdefault(tuple(run.environments), []).append(run)
+    out = []
+    for group in by_environment.values():
+        group.sort(key=lambda r: (str(r.started or ""), r.key))
+        out += list(zip(group, group[1:]))
+    return out
+
+
 def choices(index: RunIndex) -> tuple[list[str], list[str]]:
     """The stop conditions and error kinds of the run's rows (what the filters offer)."""
     stops: dict[str, None] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -62,6 +63,11 @@ class Links:
 
     def compare(self, params: Mapping[str, Any]) -> str | None:
         return self._url("/compare", params)
+
+    def pair(self, a: str, b: str, example: Any, ra: int | None = None, rb: int | None = None) -> str | None:
+        """One example's rollouts of runs ``a`` and ``b`` side by side; ``ra``/``rb``: which
+        of each run's rollouts of it (1 = its first in rollout order)."""
+        return self._url("/pair", {"a": a, "b": b, "example": example, "ra": ra, "rb": rb})
 
     def plots(self, key: str) -> str | None:
         return self._url("/plots", {"run": key})
@@ -126,7 +132,15 @@ class ExportLinks(Links):
         return f"group-{file_slug(key)}+{file_slug(example)}.html"  # "+": in no slug, so the two split one way
 
     def compare(self, params: Mapping[str, Any]) -> str | None:
-        return None
+        """Only a pair's default view (every example, no other tab) is a file."""
+        if set(params) != {"a", "b"}:
+            return None
+        return f"compare-{file_slug(json.dumps([params['a'], params['b']]))}.html"
+
+    def pair(self, a: str, b: str, example: Any, ra: int | None = None, rb: int | None = None) -> str | None:
+        if ra not in (None, 1) or rb not in (None, 1):
+            return None  # each run's first rollout of the example only
+        return f"pair-{file_slug(json.dumps([a, b, str(example)]))}.html"
 
     def plots(self, key: str) -> str | None:
         return f"plots-{file_slug(key)}.html"
