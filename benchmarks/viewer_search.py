@@ -78,6 +78,11 @@ def write_run(run_dir: Path, episodes: int, kb: int) -> int:
     return sum(path.stat().st_size for _, path in list_segments(run_dir))
 
 
+def load() -> str:
+    """The machine's 1-minute load average, printed with each figure: the machine is shared."""
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=100_000)
@@ -93,7 +98,7 @@ def main() -> None:
 
         started = time.perf_counter()
         size = write_run(work / "tree" / "bench", args.episodes, args.kb)
-        print(f"run: {args.episodes} episodes, {size / 1e6:.0f} MB, written in {time.perf_counter() - started:.1f} s",
+        print(f"run: {args.episodes} episodes, {size / 1e6:.0f} MB, written in {time.perf_counter() - started:.1f} s; {load()}",
               flush=True)
         source = SpoolSource([work / "tree"])
         run = source.get("bench")
@@ -110,7 +115,7 @@ def main() -> None:
         index_size = search.path.stat().st_size
         print(f"row index: {rows_seconds:.1f} s; search index: {index_seconds:.1f} s, "
               f"{args.episodes / index_seconds:.0f} episodes/s; index {index_size / 1e6:.0f} MB "
-              f"({index_size / size:.2f}x the spool)", flush=True)
+              f"({index_size / size:.2f}x the spool); {load()}", flush=True)
         timings: dict[str, list[float]] = {"rare": [], "common": []}
         with EmbeddedServer(create_viewer_app(source)) as server, \
                 httpx.Client(base_url=server.base_url, timeout=600) as client:
@@ -124,7 +129,7 @@ def main() -> None:
                         expected = -(-args.episodes // 1000)
                         assert f'<b class="total">{expected}</b>' in page.text, page.text[-400:]
         rare, common = statistics.median(timings["rare"]), statistics.median(timings["common"])
-        print(f"search (median of {args.repeat}): rare word {rare * 1e3:.0f} ms, common word {common * 1e3:.0f} ms")
+        print(f"search (median of {args.repeat}): rare word {rare * 1e3:.0f} ms, common word {common * 1e3:.0f} ms; {load()}")
         verdict = "met" if max(rare, common) < GOAL_SECONDS else "NOT met"
         print(f"goal (a search under {GOAL_SECONDS:.0f} s once indexed): {verdict}")
 
