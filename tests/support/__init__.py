@@ -11,4 +11,6 @@
 - ``platform_process`` – the local platform started as a real process
 - ``crash_writer``    – a writer process for SIGKILL tests
 - ``loop_ticker``     – proves an event loop kept running
+- ``loopback_server`` – a server subprocess on loopback (moto, Azurite): started, waited for, stopped
+- ``browser``         – chromium for the viewer's tests, and the ``browser`` and ``page`` fixtures
 """

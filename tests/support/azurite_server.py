@@ -15,9 +15,7 @@ import base64
 import email.utils
 import hashlib
 import hmac
-import re
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,10 +24,12 @@ from pathlib import Path
 
 import httpx
 
+from support import loopback_server
+from support.loopback_server import environment
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Where tests/setup.sh installs it (gitignored).
 AZURITE_BIN = ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
-STARTUP_TIMEOUT = 30.0
 ACCOUNT = "devstoreaccount1"
 #: Azurite's well-known development key (public, the same for every install).
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -68,41 +68,17 @@ class AzuriteServer:
 
 @contextmanager
 def running() -> Iterator[AzuriteServer]:
-    proc = subprocess.Popen([str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", "0", "--inMemoryPersistence",
-                             "--disableTelemetry", "--skipApiVersionCheck", "--loose"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found: list[str] = []
-    seen = threading.Event()
-
-    def watch() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            match = re.search(r"listens on (http://127\.0\.0\.1:\d+)", line)
-            if match and not found:
-                found.append(match.group(1))
-                seen.set()
-        seen.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    if not seen.wait(STARTUP_TIMEOUT) or not found:
-        proc.kill()
-        raise AssertionError("Azurite did not start")
-    try:
-        yield AzuriteServer(proc, found[0])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with loopback_server.running("Azurite", [str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", "0",
+                                             "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck",
+                                             "--loose"],
+                                 r"listens on (http://127\.0\.0\.1:\d+)") as (proc, endpoint):
+        yield AzuriteServer(proc, endpoint)
 
 
 def module_fixture() -> object:
     """A module-scoped ``azurite`` fixture, skipping the module's tests when tests/setup.sh
     has not installed Azurite; its settings in this process's environment too."""
     import pytest
-
-    from support.moto_server import environment
 
     @pytest.fixture(scope="module", name="azurite")
     def azurite() -> Iterator[AzuriteServer]:

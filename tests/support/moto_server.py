@@ -8,11 +8,8 @@ library in this process) needs to reach it: the library reads the usual ``AWS_*`
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +17,9 @@ from dataclasses import dataclass
 
 import httpx
 
-STARTUP_TIMEOUT = 30.0
+from support import loopback_server
+#: Kept here too: the tests call it ``moto_server.environment``.
+from support.loopback_server import environment
 
 
 @dataclass
@@ -44,47 +43,9 @@ class MotoServer:
 
 @contextmanager
 def running() -> Iterator[MotoServer]:
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found: list[str] = []
-    seen = threading.Event()
-
-    def watch() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            match = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
-            if match and not found:
-                found.append(match.group(1))
-                seen.set()
-        seen.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    if not seen.wait(STARTUP_TIMEOUT) or not found:
-        proc.kill()
-        raise AssertionError("moto's server did not start")
-    try:
-        yield MotoServer(proc, found[0])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """Set ``values`` in this process's environment for the block (the library reads it)."""
-    old = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with loopback_server.running("moto's server", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+                                 r"Running on (http://127\.0\.0\.1:\d+)") as (proc, endpoint):
+        yield MotoServer(proc, endpoint)
 
 
 def module_fixture() -> object:
