@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from prime_runs_spool import open_run
-from support.browser import launched
 from support.env import CLI, child_env
 from support.viewer_runs import SCRIPT_PROMPT, build_outputs, script_episode
 from prime_runs_spool.viewer.app import create_viewer_app
@@ -42,28 +41,6 @@ def outputs(tmp_path_factory) -> Path:
 def viewer(outputs):
     with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
         yield server.base_url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched() as browser:
-        yield browser
-
-
-@pytest.fixture
-def page(browser, viewer):
-    """A fresh page; afterwards, no script error happened and nothing was loaded from
-    anywhere but the viewer itself."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    errors: list[str] = []
-    requested: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    context.on("request", lambda request: requested.append(request.url))
-    yield page
-    context.close()
-    assert errors == []
-    assert requested and [url for url in requested if not url.startswith(viewer + "/")] == []
 
 
 def _side_texts(page, side: str) -> list[str]:
