@@ -390,6 +390,16 @@ class TracesStore:
                                    (run_id,)).fetchone()[0]
         return {"episodes": episodes, "episode_copies": copies, "traces": traces, "uploads": uploads}
 
+    def episode_runs(self) -> list[tuple[str, int, str | None]]:
+        """Every run id the current episodes name, with how many they are and when its first
+        upload came, newest run first: what the dashboard lists beside the evaluations."""
+        with self.store._read() as conn:
+            rows = conn.execute(
+                "SELECT e.run_id, COUNT(*), MIN(u.created_at), MIN(e.seq) AS first FROM trace_episodes e"
+                " LEFT JOIN trace_uploads u ON u.upload_id = e.upload_id"
+                " WHERE e.current = 1 AND e.run_id IS NOT NULL GROUP BY e.run_id ORDER BY first DESC").fetchall()
+        return [(run_id, count, created) for run_id, count, created, _ in rows]
+
     def run_episodes(self, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         """The run's current episodes stored after ``after`` (their ``seq``), oldest first,
         each whole again: what the dashboard lists for a run that went to Prime Traces

@@ -125,6 +125,9 @@ class RunIndex:
         """The full stored record of ``row`` (masked as stored), read again from its source."""
         raise NotImplementedError
 
+    #: Where a platform run's episodes are ("samples table", "Prime Traces"); None for a spool's.
+    store_name: str | None = None
+
     #: Whether :meth:`search` can give an index (the page offers the search box then).
     searchable = False
 
@@ -406,6 +409,8 @@ class PlatformIndex(RunIndex):
     def __init__(self, store: Any, evaluation: Mapping[str, Any], traces: Any = None) -> None:
         super().__init__(str(evaluation["evaluation_id"]))
         self.store, self.traces = store, traces
+        #: The run id its Prime Traces episodes carry (sync gives them the evaluation's id).
+        self.run_id = self.key
         #: The ``seq`` of the last Prime Traces episode read (they are read by position).
         self._after = 0
         self.evaluation: dict[str, Any] = dict(evaluation)
@@ -451,17 +456,26 @@ class PlatformIndex(RunIndex):
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")
         return _masked_sample(orjson.loads(bodies[0]))
 
+    @property
+    def in_traces(self) -> bool:
+        """Whether the run's episodes are read from Prime Traces (it has no sample rows)."""
+        return self.traces is not None and not self.evaluation.get("total_samples")
+
+    @property
+    def store_name(self) -> str:  # type: ignore[override]
+        return "Prime Traces" if self.in_traces else "samples table"
+
     def _read(self, deadline: float) -> None:
         self.evaluation = self.store.get_evaluation(self.key)
         self._set_manifest()
-        if self.traces is not None and not self.evaluation.get("total_samples"):
+        if self.in_traces:
             self.behind = self._read_episodes(deadline)
         else:
             self.behind = self._read_samples(deadline)
 
     def _read_episodes(self, deadline: float) -> bool:
         while True:
-            found = self.traces.run_episodes(self.key, self._after, PLATFORM_PAGE)
+            found = self.traces.run_episodes(self.run_id, self._after, PLATFORM_PAGE)
             for seq, episode in found:
                 row, prompt = row_of_episode(len(self.rows) + 1, InTraces(seq), episode, None)
                 self._add(row, prompt)

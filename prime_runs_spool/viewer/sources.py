@@ -20,6 +20,7 @@ from prime_runs_spool.importer.paths import find_eval_outputs
 from prime_runs_spool.spool.layout import find_runs
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
 from prime_runs_spool.viewer.plain import PlainIndex
+from prime_runs_spool.viewer.traces_runs import KEY_PREFIX, TracesRunIndex
 
 #: New runs under the paths are looked for at most this often (seconds).
 RESCAN_INTERVAL = 0.5
@@ -131,19 +132,45 @@ class PlatformSource(Source):
         self.store, self.traces = store, traces
 
     def runs(self) -> list[RunIndex]:
+        """The evaluations, then the Prime Traces runs no evaluation names (``traces_runs``)."""
         evaluations, _ = self.store.list_evaluations(skip=0, limit=MAX_EVALUATIONS)
+        elsewhere = self.traces.episode_runs() if self.traces is not None else []
         with self._lock:
-            out = []
+            out: list[RunIndex] = []
             for evaluation in evaluations:
                 key = str(evaluation["evaluation_id"])
                 run = self._runs.get(key)
                 if run is None:
                     run = self._runs[key] = PlatformIndex(self.store, evaluation, self.traces)
                 out.append(run)
+            named = {str(e["evaluation_id"]) for e in evaluations}
+            for run_id, _count, created_at in elsewhere[:MAX_EVALUATIONS]:
+                key = KEY_PREFIX + run_id
+                run = self._runs.get(key)
+                if run is None:
+                    if run_id in named or self.store_has(run_id):
+                        continue
+                    run = self._runs[key] = TracesRunIndex(self.store, self.traces, run_id, created_at)
+                out.append(run)
             return out
+
+    def store_has(self, evaluation_id: str) -> bool:
+        """Whether an evaluation of that id exists (beyond the newest MAX_EVALUATIONS listed)."""
+        from prime_runs_spool.errors import NotFound
+
+        try:
+            self.store.get_evaluation(evaluation_id)
+        except NotFound:
+            return False
+        return True
 
     def get(self, key: str) -> RunIndex:
         run = self._runs.get(key)
+        if run is None and key.startswith(KEY_PREFIX):
+            self.runs()
+            run = self._runs.get(key)
+            if run is None:
+                raise UnknownRunError(f"no Prime Traces run {key[len(KEY_PREFIX):]!r} here")
         if run is None:
             from prime_runs_spool.errors import NotFound
 

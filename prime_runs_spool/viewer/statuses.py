@@ -2,8 +2,9 @@
 
 The statuses themselves are the spool's (``spool/format.py``'s seal statuses and
 ``spool/scan.py``'s derived ones); the viewer adds its own for eval outputs with no spool
-(``plain.py``) and for a run it cannot read (``index.py``). A page shows the sentence
-beside the status, so nobody has to look up what ``torn`` means.
+(``plain.py``), for a Prime Traces run with no evaluation (``traces_runs.py``) and for a
+run it cannot read (``index.py``). A page shows the sentence beside the status, so nobody
+has to look up what ``torn`` means.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
 from prime_runs_spool.spool.scan import CORRUPT, LIVE, TORN
 from prime_runs_spool.viewer.index import UNREADABLE
 from prime_runs_spool.viewer.plain import NOT_SPOOLED
+from prime_runs_spool.viewer.traces_runs import UPLOADED
 
 MEANINGS = {
     LIVE: "A writer is still appending to this run: what is shown grows as it does.",
@@ -28,6 +30,8 @@ MEANINGS = {
              "the damage, whose place and reason are given.",
     NOT_SPOOLED: "Eval outputs with no spool: shown read-only as the eval wrote them; importing "
                  "them makes the spool that sync ships.",
+    UPLOADED: "Episodes this platform's Prime Traces service holds under a run id no evaluation "
+              "names (uploaded by another client than sync): Prime Traces keeps no status of its own.",
     UNREADABLE: "This run cannot be read at all (the reason is given), for example a spool "
                 "written by a newer version.",
 }

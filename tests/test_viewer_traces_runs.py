@@ -1,0 +1,91 @@
+"""The local platform's Prime Traces runs on its dashboard, in a real browser, against a real
+``prime-runs platform serve --traces`` process: a run synced ``--to traces`` is listed and
+opens like one synced to the samples table, and a run uploaded to Prime Traces by another
+client (no evaluation names it) is listed beside them and opens too, its hostile prompt text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prime_traces import LineFormat, TracesClient
+
+from prime_runs_spool.platform_api.traces import encode_line, stamp_run
+from support import platform_process
+from support.sync_e2e import run_sync
+from support.viewer_runs import FIXTURE_OUTPUTS, SCRIPT_PROMPT, script_episode
+
+pytestmark = pytest.mark.slow  # a platform process and two real syncs for the module
+
+#: The run another client uploads to Prime Traces, with no evaluation.
+OTHER_RUN = "uploaded-by-hand"
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory) -> Iterator[dict]:
+    root = tmp_path_factory.mktemp("traces-dashboard")
+    for name, to in (("gsm8k-completed", "traces"), ("gsm8k-resumed", "samples")):
+        shutil.copytree(FIXTURE_OUTPUTS / name, root / to / name)
+    with platform_process.running(root / "platform.db", "--traces") as proc:
+        evaluations = {}
+        for to in ("traces", "samples"):
+            done = run_sync(proc.base_url, str(root / to), "--to", to, "--json", key="any")
+            assert done.returncode == 0, done.stderr
+            (report,) = json.loads(done.stdout)["runs"]
+            assert (report["store"], report["pushed_now"]) == (to, 6)
+            evaluations[to] = report["evaluation_id"]
+        with TracesClient(api_key="any", base_url=proc.base_url) as traces:
+            lines = [encode_line(stamp_run(script_episode(n), OTHER_RUN)) for n in range(2)]
+            traces.upload_lines(lines, line_format=LineFormat.EPISODE)
+        yield {"url": proc.base_url, **evaluations}
+
+
+@pytest.fixture(scope="module")
+def viewer(platform) -> str:
+    return platform["url"] + "/dashboard"
+
+
+def _row(page, key: str):
+    return page.locator(f'tr[data-run="{key}"]')
+
+
+def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, viewer, platform):
+    page.goto(viewer + "/")
+    traces, samples, other = _row(page, platform["traces"]), _row(page, platform["samples"]), \
+        _row(page, f"traces:{OTHER_RUN}")
+    for row in (traces, samples, other):
+        row.wait_for()
+    assert traces.locator("[data-store]").get_attribute("data-store") == "Prime Traces"
+    assert samples.locator("[data-store]").get_attribute("data-store") == "samples table"
+    assert other.locator("[data-store]").get_attribute("data-store") == "Prime Traces"
+    assert other.locator("[data-status]").get_attribute("data-status") == "uploaded"
+    assert "no evaluation names" in page.locator('dd[data-meaning="uploaded"]').inner_text()
+    page.wait_for_function(  # the episode counts come from Prime Traces, read in the background
+        "key => document.querySelector(`tr[data-run=\"${key}\"] td.episodes`).innerText === '6'",
+        arg=platform["traces"], timeout=10_000)
+    # the run synced --to traces opens: its table, then an episode's transcript
+    traces.locator("a.run-link").click()
+    page.wait_for_url(re.compile(r"/dashboard/run\?run="))
+    assert page.locator("#match-count .total").inner_text() == "6"
+    page.locator('tr.sample[data-n="1"] a.episode-link').click()
+    roles = page.locator("section.trace").first.locator("li.turn").evaluate_all("els => els.map(e => e.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    # the run with no evaluation opens the same way, its <script> prompt shown as text
+    page.goto(viewer + "/")
+    _row(page, f"traces:{OTHER_RUN}").locator("a.run-link").click()
+    page.wait_for_url(re.compile(r"/dashboard/run\?run=traces"))
+    assert page.locator("#match-count .total").inner_text() == "2"
+    page.locator('tr.sample[data-n="1"] a.episode-link').click()
+    assert page.locator('section.trace li[data-role="user"] pre.content').first.inner_text() == SCRIPT_PROMPT
+    assert page.evaluate("window.__viewer_xss") is None
+    assert page.locator("main script, main img").count() == 0
+
+
+def test_an_unknown_prime_traces_run_is_a_404_page(page, viewer):
+    response = page.goto(viewer + "/run?run=traces:no-such-run")
+    assert response.status == 404 and "no-such-run" in page.locator("p.problem").inner_text()
