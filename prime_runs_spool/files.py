@@ -146,7 +146,10 @@ def pass_over(path: Path, exc: OSError) -> None:
 def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Path], Iterator[Path]],
               report: OnUnreadable = pass_over) -> Iterator[Path]:
     """What ``found_under`` finds below each path, each folder once (by its real path); a path
-    that does not exist raises :class:`NoSuchPathError`, one that cannot be read is reported."""
+    that does not exist raises :class:`NoSuchPathError`, one that cannot be read is reported.
+    One walk meets a folder once (it follows no link), so the real paths are only taken when
+    there are several paths to walk."""
+    paths = list(paths)
     seen: set[Path] = set()
     for given in paths:
         root = Path(given)
@@ -158,6 +161,9 @@ def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Pa
             report(root, exc)
             continue
         for found in found_under(root):
+            if len(paths) == 1:
+                yield found
+                continue
             key = found.resolve()
             if key not in seen:
                 seen.add(key)
@@ -183,7 +189,7 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
             pending.pop()
             continue
         try:
-            if not folder.is_dir():
+            if folder is root and not folder.is_dir():  # below it, the listing said so
                 continue
             found = matches(folder)
         except FileNotFoundError:

@@ -4,12 +4,19 @@ per run that sets how long a sweep of thousands of small runs takes to sync
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import shutil
+import sys
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from support.runs import RunBuilder, build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -21,6 +28,7 @@ from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import sync_lock, sync_paths, sync_run
 from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync import unchanged
 from prime_runs_spool.sync.state import Destination
 
 DEST = Destination(key="costs-dest", base_url="http://local")
@@ -44,14 +52,51 @@ def _evaluations(platform: EmbeddedPlatform) -> list[dict]:
 
 
 def _sync(tmp_path: Path, platform: EmbeddedPlatform, paths: list[Path], *, jobs: int = 1,
-          index: EvaluationIndex | None = None, run: Path | None = None) -> tuple[CountingClient, list]:
+          index: EvaluationIndex | None = None, run: Path | None = None,
+          options: SyncOptions | None = None) -> tuple[CountingClient, list]:
     settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+    options = options or SyncOptions()
     with CountingClient(settings) as client:
         if run is not None:
-            reports = [sync_run(run, client, DEST, SyncOptions(), index=index)]
+            reports = [sync_run(run, client, DEST, options, index=index)]
         else:
-            reports = sync_paths(paths, client, DEST, SyncOptions(), jobs=jobs)
+            reports = sync_paths(paths, client, DEST, options, jobs=jobs)
     return client, reports
+
+
+#: While a test listens (opened_under), every file this process opens: the "open" audit
+#: event covers open(), io.open and os.open, whichever code opens.
+_LISTENERS: list[list[str]] = []
+
+
+def _on_audit(event: str, args: tuple) -> None:
+    if event == "open" and _LISTENERS and isinstance(args[0], (str, bytes, os.PathLike)):
+        _LISTENERS[-1].append(os.fsdecode(args[0]))
+
+
+@contextmanager
+def opened_under(folder: Path) -> Iterator[list[str]]:
+    """The files under ``folder`` this process opens (to read or to write) meanwhile."""
+    if _on_audit not in _HOOKED:
+        sys.addaudithook(_on_audit)  # audit hooks cannot be removed: one for the session
+        _HOOKED.append(_on_audit)
+    opened: list[str] = []
+    _LISTENERS.append(opened)
+    try:
+        yield opened
+    finally:
+        _LISTENERS.remove(opened)
+    opened[:] = [path for path in opened if Path(path).is_relative_to(folder)]
+
+
+_HOOKED: list[object] = []
+
+
+def _settled_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files count as settled as soon as the file system's clock moved on (sync/unchanged.py
+    waits 2 s for it), so a test need not wait for the no-op answers to be kept."""
+    monkeypatch.setattr(unchanged, "SETTLED", 0.0)
+    time.sleep(0.05)
 
 
 def test_a_new_run_costs_a_create_its_samples_and_a_finalize(tmp_path: Path) -> None:
@@ -142,3 +187,51 @@ def test_a_run_already_synced_is_answered_without_its_lock_and_without_a_request
     assert first.state == "synced"
     assert (again.state, again.local_run_id, again.evaluation_id) == ("up_to_date", "costs-noop", first.evaluation_id)
     assert not client.requests
+
+
+def test_a_no_op_resync_of_many_runs_opens_no_file_of_theirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a sync found the runs up to date, the next one answers each of them from a few
+    ``stat`` calls (sync/unchanged.py): no request, no file of the runs opened (no segment
+    read, no state read or written, no lock taken), and the same report."""
+    runs = 12
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n:02d}", f"costs-unchanged-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, first = _sync(tmp_path, platform, [tmp_path / "runs"], jobs=3)
+        _settled_at_once(monkeypatch)
+        _, probed = _sync(tmp_path, platform, [tmp_path / "runs"])  # reads each run once more, keeps the answer
+        with opened_under(tmp_path / "runs") as opened:
+            client, answered = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in first] == ["synced"] * runs
+    assert [r.as_json() for r in answered] == [r.as_json() for r in probed]
+    assert {r.state for r in answered} == {"up_to_date"} and all(r.evaluation_id for r in answered)
+    assert not client.requests, client.requests
+    assert opened == [], opened
+
+
+def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept answer holds only while the run's files do: a segment cut short (lines the
+    platform holds are gone) is reported ``lost``, a crashed run resumed to completion has
+    its new episodes pushed, and ``--to`` naming another sink than the run's is refused, as
+    when the answer is read from the files."""
+    lost = build_run(tmp_path / "runs" / "lost", "costs-lost", 3)
+    resumed = build_run(tmp_path / "runs" / "resumed", "costs-resumed-later", 2, status=None)
+    build_run(tmp_path / "runs" / "same", "costs-same", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _sync(tmp_path, platform, [tmp_path / "runs"])
+        _settled_at_once(monkeypatch)
+        _, probed = _sync(tmp_path, platform, [tmp_path / "runs"])
+        _, refused = _sync(tmp_path, platform, [tmp_path / "runs" / "same"],
+                           options=dataclasses.replace(SyncOptions(), to="traces"))
+        segment = lost.run_dir / "spool" / "seg-000001.jsonl"
+        os.truncate(segment, segment.stat().st_size - 40)
+        resumed.open_segment(counted=True)
+        resumed.add(2)
+        resumed.seal()
+        _, again = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [(r.path.rsplit("/", 1)[-1], r.state) for r in probed] == [
+        ("lost", "up_to_date"), ("resumed", "up_to_date"), ("same", "up_to_date")]
+    assert refused[0].state == "error" and "--to samples" in (refused[0].error or ""), refused[0]
+    states = {r.path.rsplit("/", 1)[-1]: (r.state, r.pushed_now) for r in again}
+    assert states == {"lost": ("lost", 0), "resumed": ("synced", 2), "same": ("up_to_date", 0)}, again

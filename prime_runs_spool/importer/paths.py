@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
 from prime_runs_spool.files import each_once, walk_folders
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 
@@ -93,11 +93,14 @@ def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path
 
 
 def is_eval_output_dir(path: Path) -> bool:
-    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``."""
-    if verifiers_traces_path(path).is_file():
+    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``.
+    Asked of every folder a walk meets, so by plain strings: a path object per name cost more
+    than the ``stat`` calls."""
+    folder = os.fspath(path)
+    if os.path.isfile(os.path.join(folder, VERIFIERS_TRACES_NAME)):
         return True
-    metadata, results = v0_paths(path)
-    return metadata.is_file() and results.is_file()
+    return (os.path.isfile(os.path.join(folder, V0_METADATA_NAME))
+            and os.path.isfile(os.path.join(folder, V0_RESULTS_NAME)))
 
 
 def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:

@@ -119,6 +119,12 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     if own is not None:
         return own()
     folder = spool_dir(run_dir)
+    return [(index, folder / name) for index, name in _segment_names(folder)]
+
+
+def _segment_names(folder: Path) -> list[tuple[int, str]]:
+    """The segment files in a spool folder as ``(index, name)``, in index order (none when
+    the folder is gone); :class:`NotASegmentFileError` for one that is not a regular file."""
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
@@ -129,7 +135,7 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
         if index is not None and index > 0:
             if not entry.is_file():  # d_type, no extra system call; a symlink is followed
                 raise NotASegmentFileError(errno.EINVAL, "not a regular file", entry.path)
-            found.append((index, folder / entry.name))
+            found.append((index, entry.name))
     found.sort()
     return found
 
@@ -156,7 +162,7 @@ def is_run_dir(path: Path) -> bool:
         raise _unreadable(exc, path) from None
     if not stat.S_ISDIR(mode):
         return False
-    return bool(list_segments(path))  # its OSError names the spool folder or the file
+    return bool(_segment_names(folder))  # its OSError names the spool folder or the file
 
 
 def is_segment_file(path: Path) -> bool:
@@ -196,8 +202,18 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
             return iter(())
         if spool_of_run:
             return iter([root.parent])
-        return walk_folders(root, is_run_dir, lambda folder, name: name == SPOOL_DIRNAME and is_run_dir(folder),
-                            report, on_folder)
+        last_run: list[Path] = []  # the folder last found a run: its spool/ is not entered
+
+        def is_run(folder: Path) -> bool:
+            if is_run_dir(folder):
+                last_run[:] = [folder]
+                return True
+            return False
+
+        def spool_of_a_run(folder: Path, name: str) -> bool:
+            return name == SPOOL_DIRNAME and ((bool(last_run) and folder is last_run[0]) or is_run_dir(folder))
+
+        return walk_folders(root, is_run, spool_of_a_run, report, on_folder)
 
     return each_once(paths, runs_under, report)
 

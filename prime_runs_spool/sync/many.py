@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
@@ -20,13 +21,18 @@ from prime_runs_spool.errors import Stopped
 from prime_runs_spool.files import FILE_MODE, make_private_dir, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
-from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.interrupt import Interrupt
-from prime_runs_spool.sync.options import DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
+from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
+from prime_runs_spool.sync.unchanged import Unchanged, look
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.engine import RunSync
+
+# The engine (and the protocol, the sinks, the reader under them) is imported where a run
+# is read: a re-sync of runs found up to date before never needs it (sync/unchanged.py).
 
 
 #: The run's sync lock: at most one sync or follower works on a run at a time.
@@ -54,6 +60,9 @@ def engine_for(run_dir: Path, home: Path, client: PlatformClient, destination: D
                **kwargs: object) -> RunSync:
     """The run's pass, its state kept under ``home`` (the run folder itself, or its folder
     under the state directory for a read-only spool)."""
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.protocol import Protocol
+
     if home != run_dir:
         def relocated(path: Path, *args: object, **more: object) -> Protocol:
             return Protocol(home / path.relative_to(run_dir), *args, **more)  # type: ignore[arg-type]
@@ -181,6 +190,7 @@ def sync_paths(
     if not found:
         return []
     index = EvaluationIndex(answers_new_runs=True)
+    known = None if options.replay else Unchanged(destination)
     sleep = stop.sleep if stop is not None else time.sleep
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
     work: list[tuple[Path | RunReport, Future[RunReport] | RunReport | None]] = []
@@ -190,7 +200,7 @@ def sync_paths(
                 work.append((item, item))
             elif stop is not None and stop.is_set():
                 work.append((item, None))  # not begun: the stop came first
-            elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir)) is not None:
+            elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir, known)) is not None:
                 work.append((item, ready))
             else:
                 if first_pass is not None:
@@ -213,6 +223,8 @@ def sync_paths(
         # Stopped: runs not begun are not begun, and a pass still on the wire after the grace
         # is left to the process's end (its request announced), not waited for.
         pool.shutdown(wait=not stopped, cancel_futures=stopped)
+        if known is not None:
+            known.save()
 
 
 def _until_done_or_stopped(futures: list[Future[RunReport]], stop: Interrupt) -> None:
@@ -239,15 +251,30 @@ def unfinished(reports: Iterable[RunReport]) -> int:
     return sum(1 for report in reports if report.state == INTERRUPTED)
 
 def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
-               on_progress: Callable[[RunReport], None] | None, state_dir: Path | None = None) -> RunReport | None:
-    """The report of a run with nothing to send, found in this thread (RunSync.probe), or
-    None. A replay is chosen under the run's lock, so it always takes the pool."""
+               on_progress: Callable[[RunReport], None] | None, state_dir: Path | None = None,
+               known: Unchanged | None = None) -> RunReport | None:
+    """The report of a run with nothing to send, found in this thread, or None. ``known``:
+    the runs found up to date before, whose files, unchanged, answer without a read
+    (sync/unchanged.py); else the probe reads the state and the spool's first lines
+    (RunSync.probe), and what it finds is kept there. A replay is chosen under the run's
+    lock, so it always takes the pool."""
     if options.replay:
         return None
     try:
         home = state_home(run_dir, state_dir)
         if home is None:
             return read_only_report(run_dir)
-        return engine_for(run_dir, home, client, destination, options, on_progress=on_progress).probe()
+        if known is not None and (ready := known.answer(run_dir, home, options.to)) is not None:
+            if on_progress is not None:
+                on_progress(ready)
+            return ready
+        before = look(run_dir, home, destination) if known is not None else None
+        engine = engine_for(run_dir, home, client, destination, options, on_progress=on_progress)
+        report = engine.probe()
+        if known is not None and report is not None:
+            from prime_runs_spool.sync.sinks import choice
+
+            known.learn(before, report, choice.recorded(engine.state, AUTO))
+        return report
     except Exception:  # the pass reports whatever this is, under the lock
         return None

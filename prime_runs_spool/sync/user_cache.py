@@ -2,8 +2,9 @@
 (default ``~/.cache/prime-runs``).
 
 What sync keeps outside the spools lives under it: the copies of states held in an object
-store (sync/store_sync.py) and the per-run locks that keep copies of one spool apart
-(sync/copies.py). One place says where, so both follow ``XDG_CACHE_HOME`` alike.
+store (sync/store_sync.py), the per-run locks that keep copies of one spool apart
+(sync/copies.py) and the runs found up to date (sync/unchanged.py). One place says where,
+so all follow ``XDG_CACHE_HOME`` alike.
 """
 
 from __future__ import annotations
