@@ -21,7 +21,7 @@ from pathlib import Path
 from prime_runs_spool.files import FILE_MODE, make_private_dir
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.pages import Pages
-from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS, neighbour_pairs
+from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS, across_metrics, neighbour_pairs
 from prime_runs_spool.viewer.render import ASSETS, ExportLinks, asset
 from prime_runs_spool.viewer.sources import Source
 
@@ -58,10 +58,11 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
     _write(out / links.runs(), pages.runs({}, None).encode())
     written += 1
     for group in RUN_GROUPS:
-        name = links.across(group)
-        assert name is not None
-        _write(out / name, pages.across({"group": group}).encode())
-        written += 1
+        for metric in [None, *across_metrics(runs)]:
+            name = links.across(group, metric)
+            assert name is not None
+            _write(out / name, pages.across({"group": group, **({"metric": metric} if metric else {})}).encode())
+            written += 1
     for run in runs:
         page_count = max(1, -(-len(run.rows) // PAGE_SIZE))
         for page in range(1, page_count + 1):

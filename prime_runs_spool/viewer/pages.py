@@ -12,7 +12,8 @@ from typing import Any
 from prime_runs_spool.errors import SpoolError, UnknownRunError
 from prime_runs_spool.viewer.diff import config_diff
 from prime_runs_spool.viewer.index import RunIndex
-from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RUN_GROUPS, RunsQuery, TableQuery, choices, compare,
+from prime_runs_spool.viewer.query import (COMPARE_SHOWS, RUN_GROUPS, RunsQuery, TableQuery, across_metrics,
+                                           choices, compare,
                                            compare_summary, histogram, neighbour_pairs, plots, run_rewards, table_page)
 from prime_runs_spool.viewer.render import Links, render
 from prime_runs_spool.viewer.search import episode_text, passage, query_words
@@ -192,20 +193,24 @@ class Pages:
                       data={plot.key: plot.as_data() for plot in shown})
 
     def across(self, params: Mapping[str, str]) -> str:
-        """Mean reward per run with its interval, grouped by model or environment."""
+        """Mean reward (or one metric's mean: ``metric``) per run with its interval, grouped
+        by model or environment."""
         group = params.get("group") if params.get("group") in RUN_GROUPS else RUN_GROUPS[0]
         runs = self.source.runs()
         for run in runs:
             run.refresh(RUNS_PAGE_BUDGET)
             run.catch_up_in_background()
-        shown = run_rewards(runs, group)
+        metrics = across_metrics(runs)
+        metric = params.get("metric") if params.get("metric") in metrics else None
+        shown = run_rewards(runs, group, metric)
         groups = list(dict.fromkeys(r.group for r in shown))
+        value = metric if metric is not None else "reward"
         data = {"labels": [f"{r.name} ({r.key})" for r in shown], "groups": groups,
                 "group_of": [groups.index(r.group) for r in shown], "means": [r.mean for r in shown],
-                "lows": [r.low for r in shown], "highs": [r.high for r in shown], "by": group,
+                "lows": [r.low for r in shown], "highs": [r.high for r in shown], "by": group, "value": value,
                 "links": [self.links.run(r.key) for r in shown]}
         return render("across.html", links=self.links, rewards=shown, group=group, groups=RUN_GROUPS, data=data,
-                      behind=any(run.behind for run in runs))
+                      metric=metric, metrics=metrics, value=value, behind=any(run.behind for run in runs))
 
     def compare(self, params: Mapping[str, str]) -> str:
         a, b = self._run(params.get("a")), self._run(params.get("b"))

@@ -496,8 +496,8 @@ RUN_GROUPS = ("model", "environment")
 
 @dataclass
 class RunReward:
-    """One run's mean reward over its episodes with a reward, and a 95% interval of the
-    mean (normal approximation: mean ± 1.96 standard errors)."""
+    """One run's mean of a value (its reward, or one metric) over its episodes that have
+    it, and a 95% interval of the mean (normal approximation: mean ± 1.96 standard errors)."""
 
     key: str
     name: str
@@ -508,16 +508,31 @@ class RunReward:
     high: float
 
 
-def run_rewards(runs: list[RunIndex], group: str) -> list[RunReward]:
-    """The runs that have rewards, grouped (``group``: model or environment) then by name."""
+def across_metrics(runs: list[RunIndex]) -> list[str]:
+    """The metrics any of ``runs`` has (the across-runs page offers each), at most MAX_METRIC_PLOTS."""
+    names: dict[str, None] = {}
+    for run in runs:
+        names.update(dict.fromkeys(run.metric_names))
+    return sorted(names)[:MAX_METRIC_PLOTS]
+
+
+def _value(row: Row, metric: str | None) -> float | None:
+    value = row.reward if metric is None else row.metrics.get(metric)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def run_rewards(runs: list[RunIndex], group: str, metric: str | None = None) -> list[RunReward]:
+    """The runs that have a reward (``metric``: that metric instead), grouped (``group``:
+    model or environment) then by name."""
     out = []
     for run in runs:
-        rewards = [row.reward for row in list(run.rows) if row.reward is not None]
-        if not rewards:
+        values = [v for v in (_value(row, metric) for row in list(run.rows)) if v is not None]
+        if not values:
             continue
-        n = len(rewards)
-        mean = sum(rewards) / n
-        spread = (sum((r - mean) ** 2 for r in rewards) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        n = len(values)
+        mean = sum(values) / n
+        spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
         half = 1.96 * spread / n ** 0.5
         label = (run.model or "–") if group == "model" else (", ".join(run.environments) or "–")
         out.append(RunReward(run.key, run.name, label, n, mean, mean - half, mean + half))

@@ -72,8 +72,9 @@ class Links:
     def plots(self, key: str) -> str | None:
         return self._url("/plots", {"run": key})
 
-    def across(self, group: str | None = None) -> str | None:
-        return self._url("/across", {"group": group})
+    def across(self, group: str | None = None, metric: str | None = None) -> str | None:
+        """Across runs, grouped by ``group``, of the reward or of ``metric``."""
+        return self._url("/across", {"group": group, "metric": metric})
 
     def static(self, name: str) -> str:
         return f"{self.prefix}/static/{name}"
@@ -145,8 +146,10 @@ class ExportLinks(Links):
     def plots(self, key: str) -> str | None:
         return f"plots-{file_slug(key)}.html"
 
-    def across(self, group: str | None = None) -> str | None:
-        return f"across-{group or 'model'}.html"
+    def across(self, group: str | None = None, metric: str | None = None) -> str | None:
+        if metric is None:
+            return f"across-{group or 'model'}.html"
+        return f"across-{group or 'model'}+{file_slug(metric)}.html"  # "+": in no slug
 
     def static(self, name: str) -> str:
         return f"static/{name}"

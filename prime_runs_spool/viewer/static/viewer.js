@@ -59,7 +59,7 @@
         datasets: [
           { type: "bar", label: "95% interval", data: d.lows.map(function (low, i) { return [low, d.highs[i]]; }),
             backgroundColor: d.labels.map(function (_, i) { return color(i) + "55"; }), barPercentage: 0.35 },
-          { type: "line", label: "mean reward", data: d.means, showLine: false, pointRadius: 5,
+          { type: "line", label: "mean " + d.value, data: d.means, showLine: false, pointRadius: 5,
             pointBackgroundColor: d.labels.map(function (_, i) { return color(i); }), borderColor: "transparent" }
         ]
       },
@@ -68,7 +68,7 @@
         plugins: { legend: { display: false },
                    tooltip: { callbacks: { afterLabel: function (item) { return d.by + ": " + d.groups[d.group_of[item.dataIndex]]; } } } },
         scales: { x: { title: { display: true, text: "run (grouped by " + d.by + ")" } },
-                  y: { title: { display: true, text: "mean reward" } } },
+                  y: { title: { display: true, text: "mean " + d.value } } },
         onClick: function (event, elements) {
           var link = elements.length ? d.links[elements[0].index] : null;
           if (link) { window.location.href = link; }
