@@ -13,15 +13,18 @@ the same reason: nothing after it can be trusted). verifiers' ``--resume`` rewri
 file; a file shorter than what was read is read again from its start.
 
 Unlike a spool's, these records were never masked before the disk: every page masks what
-it shows (the run's config, each episode) with the default locations.
+it shows (the run's config, each episode) with the default locations, and so is what the
+full-text search index (``search.py``, in the user's cache, never in the outputs folder)
+is built from.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,8 @@ from prime_runs_spool.importer.paths import v0_paths
 from prime_runs_spool.importer.source import config_identity, resolved_config
 from prime_runs_spool.importer.v0_layout import metadata_config, metadata_identity, read_metadata, row_to_episode
 from prime_runs_spool.viewer.index import EPISODE_RULES, MIN_RECORDS_PER_REFRESH, RunIndex, masked_manifest
-from prime_runs_spool.viewer.rows import row_of_episode
+from prime_runs_spool.viewer.rows import Row, row_of_episode
+from prime_runs_spool.viewer.search import SearchIndex
 
 #: The status the viewer shows for eval outputs with no spool (``prime-runs status`` says the same).
 NOT_SPOOLED = "not spooled"
@@ -61,6 +65,8 @@ class PlainIndex(RunIndex):
         self._summary_lock = threading.Lock()
         #: Numbers rollouts per task as the spool's writer would (verifiers writes none).
         self._rollouts = RolloutCounter()
+        self._search: SearchIndex | None = None
+        self._search_failed = False
 
     @property
     def status(self) -> str:
@@ -88,6 +94,47 @@ class PlainIndex(RunIndex):
             raise CorruptSpoolError(self.results_path, offset, "the episode is no longer where it was read "
                                                                "(the file was rewritten)")
         return mask(episode, EPISODE_RULES)
+
+    def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
+        """The rows' records from one open of the file (the search index reads them in
+        chunks), a :class:`CorruptSpoolError` in place of one no longer where it was read."""
+        try:
+            handle = open(self.results_path, "rb")
+        except OSError:
+            yield from super().records(rows)  # each says why
+            return
+        with handle:
+            for row in rows:
+                offset, line = row.where
+                handle.seek(offset)
+                episode = self._episode(handle.readline(), line)
+                if episode is None:
+                    yield row, CorruptSpoolError(self.results_path, offset, "the episode is no longer where it "
+                                                                            "was read (the file was rewritten)")
+                else:
+                    yield row, mask(episode, EPISODE_RULES)
+
+    searchable = True
+
+    def _search_key(self) -> str:
+        """What the search index holds: this file as it is now. A file rewritten since
+        (``--resume``: another inode or modification time, also between two viewers) is
+        indexed again; the file of its index keeps its place (:meth:`search`)."""
+        try:
+            stat = self.results_path.stat()
+            version = f"{stat.st_ino}|{stat.st_mtime_ns}"
+        except OSError:
+            version = ""
+        return f"plain|{self.results_path.resolve()}|{version}"
+
+    def search(self) -> SearchIndex | None:
+        with self._lock:
+            if self._search is None and not self._search_failed:
+                try:
+                    self._search = SearchIndex(self, self._search_key(), f"plain|{self.results_path.resolve()}")
+                except (OSError, sqlite3.Error):
+                    self._search_failed = True  # no cache folder to write: the search box is left out
+            return self._search
 
     def _episode(self, raw: bytes, line: int) -> dict[str, Any] | None:
         try:
@@ -130,6 +177,8 @@ class PlainIndex(RunIndex):
         self._rollouts = RolloutCounter()
         with self._summary_lock:
             self._summary = SummaryAccumulator()
+        if self._search is not None:
+            self._search.reset(self._search_key())
 
     def _read(self, deadline: float) -> None:
         if not self._identity_read:

@@ -77,9 +77,12 @@ def query_words(text: str) -> list[str]:
 class SearchIndex:
     """The full-text index of one run (``run``: its :class:`~.index.RunIndex`)."""
 
-    def __init__(self, run: Any, key: str) -> None:
+    def __init__(self, run: Any, key: str, place: str | None = None) -> None:
+        """``key`` names what is indexed: an index file holding another key is emptied.
+        ``place`` (default: the key) names the file, so a run whose key changes with its
+        content (eval outputs rewritten by a resume) keeps one file, emptied, not many."""
         self.run = run
-        name = hashlib.sha256(f"{SCHEMA}|{key}".encode()).hexdigest()[:32]
+        name = hashlib.sha256(f"{SCHEMA}|{place or key}".encode()).hexdigest()[:32]
         self.path = private_folder(VIEWER_SEARCH_DIRNAME) / f"{name}.sqlite3"
         _create_private(self.path)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
@@ -93,13 +96,23 @@ class SearchIndex:
                              "detail=none, tokenize='unicode61')")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value)")
             found = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
-            if found is not None and found[0] != key:  # another run once had this file name
-                self._db.execute("INSERT INTO episodes (episodes) VALUES ('delete-all')")
-                self._db.execute("DELETE FROM meta")
+            if found is not None and found[0] != key:  # another run (or content) once had this file
+                self._empty(key)
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
             row = self._db.execute("SELECT value FROM meta WHERE name = 'count'").fetchone()
             #: How many of the run's first episodes are indexed.
             self.count = int(row[0]) if row else 0
+
+    def _empty(self, key: str) -> None:
+        self._db.execute("INSERT INTO episodes (episodes) VALUES ('delete-all')")
+        self._db.execute("DELETE FROM meta")
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
+        self.count = 0
+
+    def reset(self, key: str) -> None:
+        """Forget every episode indexed: the run was rewritten, and is now ``key``."""
+        with self._lock:
+            self._empty(key)
 
     @property
     def behind(self) -> bool:
