@@ -160,6 +160,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                 if follow:
                     from prime_runs_spool.sync.follow import FollowOptions, Follower
 
+                    check_key_once()  # a follower writes states: a refused key first, once (bounded)
+                    if interrupt.is_set():
+                        exit_interrupted([])
                     interrupt.uninstall()  # the follower stops on signals its own way (docs/cli.md)
                     sys.exit(follow_until_stopped(Follower(
                         roots, client, target, options,

@@ -49,16 +49,13 @@ def remote_settings(base_url: str | None, team: str | None, *, need_key: bool) -
 def check_key(settings: Settings, timeout: float) -> None:
     """One read with the key, before anything is written: a key the platform refuses (401) or
     that may not read here (403) exits 2 once, instead of once per run after the imports.
-    A platform that cannot be reached is not a configuration error: the passes retry it."""
-    from prime_runs_spool.errors import FailureKind, PlatformError
-    from prime_runs_spool.platform_api.client import PlatformClient
+    A platform that cannot be reached, or does not answer within the check's own short bound
+    (platform_api/key_check.py), is not a configuration error: the passes retry it."""
+    from prime_runs_spool.platform_api.key_check import refused_key
 
-    try:
-        with PlatformClient(settings, timeout=min(timeout, 30.0)) as client:
-            client.list_evaluations(limit=1)
-    except PlatformError as exc:
-        if exc.kind is FailureKind.FATAL and exc.status in (401, 403):
-            fail_usage(str(exc))
+    refusal = refused_key(settings, within=timeout)
+    if refusal is not None:
+        fail_usage(str(refusal))
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import click
 
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
-from .sync_setup import destination, exit_interrupted, progress_for, stop_on_signals, sync_options
+from .sync_setup import check_key, destination, exit_interrupted, progress_for, stop_on_signals, sync_options
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
 if TYPE_CHECKING:
@@ -63,16 +63,24 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     return_large_blocks_promptly()
     reports: list[Any] = []
     local_db = None
-    # Not following: the first signal stops every run at its next safe point; a run on the
-    # wire finishes its request, so that its lease is released (the store's other syncers
-    # would otherwise wait out its lifetime). --follow stops its own way (docs/cli.md).
-    interrupt = None if follow else stop_on_signals()
+    # The first signal stops every run at its next safe point; a run on the wire finishes its
+    # request, so that its lease is released (the store's other syncers would otherwise wait
+    # out its lifetime). --follow stops its own way once the key is checked (docs/cli.md).
+    interrupt = stop_on_signals()
+    if settings is not None and not params["dry_run"]:
+        try:  # before a lease or a state is written in the store; bounded, and a signal ends it
+            with interrupt.abortable():
+                check_key(settings, params["timeout"])
+        except Stopped:
+            exit_interrupted([])
+    if follow:
+        interrupt.uninstall()
     try:
         with destination(params["local"], params["db"], settings, params["team"], params["to"] == TRACES) as (
                 settings_used, target, local_db):
             with PlatformClient(settings_used, timeout=params["timeout"]) as client:
 
-                stop = threading.Event() if follow else interrupt.event  # type: ignore[union-attr]
+                stop = threading.Event() if follow else interrupt.event
 
                 def sync_pass(url: str) -> list[Any]:
                     return sync_store(url, client, target, options, jobs=params["jobs"], wait=params["wait"],

@@ -10,17 +10,19 @@ import os
 import pty
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import termios
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.env import child_env
+from support.env import CLI, child_env
 from support.runs import build_run
 from support.sync_e2e import TOKEN, server, sync_cmd  # noqa: F401
 
@@ -160,3 +162,126 @@ def test_dry_run_needs_no_key(unspooled: Path) -> None:
     assert status == 0, lines
     assert "dry_run" in out
     assert tree(unspooled, locks=False) == before  # the run's sync lock, taken, is all
+
+
+@pytest.mark.parametrize("how", ["--follow", "file:// URL", "file:// URL --follow"])
+def test_a_refused_key_is_told_once_before_a_follower_or_a_store_sync_writes(tmp_path: Path, server,
+                                                                            how: str) -> None:
+    """The real local platform refuses the key: one line, exit 2, before the follower takes a
+    run's lock or the store sync its lease or state (the folder is byte for byte as before)."""
+    build_run(tmp_path / "outputs" / "run", f"refused-{how.replace(' ', '-').replace('/', '')}", 2)
+    before = tree(tmp_path / "outputs")
+    where = f"file://{tmp_path / 'outputs'}" if "URL" in how else str(tmp_path / "outputs")
+    extra = ["--follow", "--exit-when-idle"] if "--follow" in how else []
+    status, out, lines, _ = run_piped(server.base_url, where, *extra, key="not-the-token",
+                                      HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    errors = [text for _, text in lines if text.strip()]
+    assert status == 2, lines
+    assert len(errors) == 1 and "refused the API key" in errors[0] and "not-the-token" not in errors[0], errors
+    assert out == ""
+    assert tree(tmp_path / "outputs") == before, "a refused key wrote into the paths"
+
+
+class SilentPlatform:
+    """A loopback port that accepts every connection and never answers on it: a platform
+    behind a proxy that hangs. ``accepted`` is set by the first connection; ``times`` holds
+    the monotonic time of each."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.accepted = threading.Event()
+        self.held: list[socket.socket] = []
+        self.times: list[float] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            self.times.append(time.monotonic())
+            self.accepted.set()
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture()
+def silent() -> Iterator[SilentPlatform]:
+    platform = SilentPlatform()
+    try:
+        yield platform
+    finally:
+        platform.close()
+
+
+def _follower(tmp_path: Path, base_url: str, *args: str, where: str = "") -> subprocess.Popen[str]:
+    """``prime-runs sync OUTPUTS --follow`` (or ``where`` with ``args``) with a long ``--timeout``:
+    a request the platform never answers holds its pass 60 s, and only the key check's own
+    bound can be shorter."""
+    return subprocess.Popen(CLI + ["sync", where or str(tmp_path / "outputs"), *(args or ["--follow"]),
+                                   "--base-url", base_url, "--timeout", "60", "--backoff-cap", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c")))
+
+
+def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_a_platform_that_never_answers_holds_the_key_check_only_briefly(tmp_path: Path, silent) -> None:
+    """The platform takes the connection and never answers: the key check gives up after its
+    own few seconds (KEY_CHECK_SECONDS), not the 60 s ``--timeout``, and the follower goes on:
+    its pass connects for its first request (the platform's second connection) and waits on
+    it as any pass does. Two SIGINTs then end it, exit 0, as documented for ``--follow``."""
+    build_run(tmp_path / "outputs" / "run", "silent-check", 2)
+    follower = _follower(tmp_path, silent.url)
+    try:
+        deadline = time.monotonic() + 60
+        while len(silent.times) < 2 and time.monotonic() < deadline and follower.poll() is None:
+            time.sleep(0.05)
+        assert len(silent.times) >= 2, "the follower's pass never began"
+        held = silent.times[1] - silent.times[0]
+        assert held < 20, f"the key check held the follower {held:.1f} s"  # 5 s, and a loaded machine's slack
+        follower.send_signal(signal.SIGINT)  # the pass ends when its request does
+        time.sleep(1.0)
+        follower.send_signal(signal.SIGINT)  # at once
+        began = time.monotonic()
+    finally:
+        out, err = _stop(follower)
+    assert follower.returncode == 0, err
+    assert time.monotonic() - began < 10
+    assert "Traceback" not in err and "refused" not in err, err
+
+
+@pytest.mark.parametrize("how", ["--follow", "file:// URL", "file:// URL --follow"])
+def test_a_signal_during_the_key_check_ends_the_command_before_anything_is_written(tmp_path: Path, silent,
+                                                                                   how: str) -> None:
+    """SIGINT while the key check waits on a platform that never answers: exit 130 at once,
+    with the interrupted line, and nothing written."""
+    build_run(tmp_path / "outputs" / "run", f"silent-stop-{len(how)}", 2)
+    before = tree(tmp_path / "outputs")
+    where = f"file://{tmp_path / 'outputs'}" if "URL" in how else ""
+    follower = _follower(tmp_path, silent.url, *(["--follow"] if "--follow" in how else ["--json"]), where=where)
+    try:
+        assert silent.accepted.wait(30), "the command never connected"
+        follower.send_signal(signal.SIGINT)
+        began = time.monotonic()
+    finally:
+        out, err = _stop(follower)
+    assert follower.returncode == 130, err
+    assert time.monotonic() - began < 5
+    assert "prime-runs: interrupted: before any run's pass ended" in err and "Traceback" not in err, err
+    assert tree(tmp_path / "outputs") == before

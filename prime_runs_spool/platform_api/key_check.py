@@ -1,0 +1,50 @@
+"""Whether the platform refuses an API key: one read, asked before a sync writes anything,
+so that a wrong key is a configuration error told once instead of an error per run.
+
+The check is only a shortcut to that early answer; it must never be what a sync waits on.
+A platform that takes the connection and never answers would hold a request for a whole
+``--timeout``, before a follower could take a lease or see its signals. So the read runs in
+a thread of its own and is given up after :data:`KEY_CHECK_SECONDS`, whatever stalls (the
+name, the connection, TLS, the answer): a platform that is down, slow or silent is met by
+the passes themselves, through their visible retries and ``--retry-for``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Settings
+
+#: Seconds the key check waits for the platform's answer before giving up on it (the sync
+#: goes on as if the key were good; a refusal then reaches each run's pass instead).
+KEY_CHECK_SECONDS = 5.0
+
+#: The answers that mean the key itself is wrong: refused (401), or not allowed to read
+#: where the sync would write (403).
+REFUSED_KEY_STATUSES = (401, 403)
+
+
+def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> PlatformError | None:
+    """The platform's refusal of ``settings``' key, or None: accepted, or no answer within
+    ``within`` seconds (at most :data:`KEY_CHECK_SECONDS`), or any other failure. Waits in
+    the caller's thread with a plain join, so a signal handler that raises ends the wait."""
+    within = min(within, KEY_CHECK_SECONDS)
+    refusals: list[PlatformError] = []
+
+    def ask() -> None:
+        try:
+            with PlatformClient(settings, timeout=within) as client:
+                client.list_evaluations(limit=1)
+        except PlatformError as exc:
+            if exc.kind is FailureKind.FATAL and exc.status in REFUSED_KEY_STATUSES:
+                refusals.append(exc)
+        except Exception:  # noqa: BLE001 - anything else is for the passes to meet and report
+            pass
+
+    # A daemon: a check given up on is left to end by its own timeout, never joined at exit.
+    asking = threading.Thread(target=ask, name="prime-runs-key-check", daemon=True)
+    asking.start()
+    asking.join(within)
+    return refusals[0] if refusals else None
