@@ -20,9 +20,9 @@ from prime_runs_spool.errors import StoreConflict
 from prime_runs_spool.store.objects import ObjectStore
 from support import azurite_server
 from support.env import CLI, child_env
-from support.runs import RunBuilder, build_run
-from support.store_runs import upload_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+from support.runs import build_run
+from support.store_runs import check_two_syncers_push_each_episode_once, live_run, mirror_once, start_sync_from_store
+from support.sync_e2e import api, assert_exactly_once, server  # noqa: F401
 
 azurite = azurite_server.module_fixture()
 
@@ -57,9 +57,7 @@ def test_a_ranged_read_is_refused_once_the_object_was_replaced(container_url: st
 
 
 def _sync(base_url: str, azurite: azurite_server.AzuriteServer, home: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(sync_cmd(base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                                          **azurite.env()))
+    return start_sync_from_store(base_url, home, *args, store_env=azurite.env())
 
 
 def _runs(proc: subprocess.Popen[str]) -> list[dict]:
@@ -70,18 +68,15 @@ def _runs(proc: subprocess.Popen[str]) -> list[dict]:
 
 def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api, azurite, container_url: str) -> None:
     outputs = tmp_path / "outputs"
-    live = RunBuilder(outputs / "eval-live", "az-live")
-    live.open_segment()
-    live.add(5)
+    live, _ = live_run(outputs / "eval-live", "az-live", 5)
     done = build_run(outputs / "eval-done", "az-done", 7)
-    mirror = [*CLI, "mirror", "--once", "--json", str(outputs), container_url]
     env = child_env(**azurite.env())
-    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+    assert mirror_once(outputs, container_url, azurite.env()).returncode == 0
     first = _runs(_sync(server.base_url, azurite, tmp_path / "m1", container_url, "--json"))
     assert sorted((r["state"], r["pushed_now"]) for r in first) == [("live", 5), ("synced", 7)]
     live.add(3)
     live.seal()
-    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=env).returncode == 0
+    assert mirror_once(outputs, container_url, azurite.env()).returncode == 0
     # Another machine (its own cache) finds the state in the container: only what is new.
     second = _runs(_sync(server.base_url, azurite, tmp_path / "m2", container_url, "--json"))
     assert sorted((r["state"], r["pushed_now"]) for r in second) == [("synced", 3), ("up_to_date", 0)]
@@ -98,14 +93,4 @@ def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api,
 
 def test_two_syncers_on_one_container_push_each_episode_once(tmp_path: Path, server, api, azurite,
                                                              container_url: str) -> None:
-    builders = [build_run(tmp_path / f"run-{n}", f"az-pair-{n}", 8) for n in range(3)]
-    for n, builder in enumerate(builders):  # the fixture's settings are this process's too
-        upload_run(container_url, builder.run_dir, f"run-{n}")
-    procs = [_sync(server.base_url, azurite, tmp_path / f"m{n}", container_url, "--json", "--wait", "--jobs", "2",
-                   "--max-request-bytes", "8000") for n in range(2)]
-    runs = [_runs(proc) for proc in procs]
-    for n in range(3):
-        assert sorted(r[n]["pushed_now"] for r in runs) == [0, 8], runs
-    for builder in builders:
-        assert_exactly_once(api, builder)
-
+    check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, container_url, "az-pair", azurite.env())

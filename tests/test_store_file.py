@@ -8,20 +8,19 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from prime_runs_spool.errors import StoreConflict
-from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.layout import segment_path
 from prime_runs_spool.store.objects import ObjectStore
 
 from support.env import CLI, child_env
-from support.runs import RunBuilder, build_run
-from support.store_runs import upload_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
+from support.runs import build_run
+from support.store_runs import (check_live_then_sealed, check_synced_once_then_up_to_date,
+                                check_two_syncers_push_each_episode_once, check_verify_gives_the_local_verdict,
+                                live_run, mirror_once)
+from support.sync_e2e import api, server  # noqa: F401  (fixtures)
 from support.cli import run_cli
 
 
@@ -103,30 +102,10 @@ def test_processes_racing_to_replace_lose_no_update(folder_url: str) -> None:
     assert [o.key for o in ObjectStore(folder_url).list()] == ["counter"]  # no temporary file left
 
 
-def file_sync(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=120,
-                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache")))
-
-
-def reports(result: subprocess.CompletedProcess[str]) -> list[dict]:
-    assert result.stdout, result.stderr
-    return json.loads(result.stdout)["runs"]
-
-
 def test_sync_from_a_folder_url_twice_pushes_each_episode_once(tmp_path: Path, server, api,
                                                                folder_url: str) -> None:
-    builders = [build_run(tmp_path / f"run-{n}", f"file-twice-{n}", 9) for n in range(2)]
-    for n, builder in enumerate(builders):
-        upload_run(folder_url, builder.run_dir, f"node-{n}/run-{n}")
-    first = file_sync(server.base_url, tmp_path / "m1", folder_url, "--json", "--max-request-bytes", "20000")
-    assert first.returncode == 0, first.stderr
-    assert sorted((r["state"], r["pushed_now"]) for r in reports(first)) == [("synced", 9)] * 2
-    second = file_sync(server.base_url, tmp_path / "m2", folder_url, "--json")  # another machine
-    assert [(r["state"], r["pushed_now"]) for r in reports(second)] == [("up_to_date", 0)] * 2, second.stderr
-    for builder in builders:
-        assert_exactly_once(api, builder)
-    lease = json.loads(ObjectStore(folder_url).read("node-0/run-0/spool/sync.lease.json")[0])
-    assert lease["released"] is True and lease["generation"] >= 1
+    check_synced_once_then_up_to_date(tmp_path, server.base_url, api, folder_url, "file-twice", 9,
+                                      ("m1", "m2"))  # the second, another machine
     status = subprocess.run(CLI + ["status", folder_url, "--json"], capture_output=True, text=True,
                             env=child_env())
     assert status.returncode == 0, status.stderr
@@ -136,71 +115,21 @@ def test_sync_from_a_folder_url_twice_pushes_each_episode_once(tmp_path: Path, s
 
 
 def test_two_syncers_on_one_folder_url_push_each_episode_once(tmp_path: Path, server, api, folder_url: str) -> None:
-    builders = [build_run(tmp_path / f"run-{n}", f"file-pair-{n}", 8) for n in range(3)]
-    for n, builder in enumerate(builders):
-        upload_run(folder_url, builder.run_dir, f"run-{n}")
-    procs = [subprocess.Popen(sync_cmd(server.base_url, folder_url, "--json", "--wait", "--jobs", "2",
-                                       "--max-request-bytes", "8000"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / f"m{n}"),
-                                            XDG_CACHE_HOME=str(tmp_path / f"m{n}" / "cache")))
-             for n in range(2)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0], outs
-    runs = [json.loads(out)["runs"] for out, _ in outs]
-    for n in range(3):
-        assert sorted(r[n]["pushed_now"] for r in runs) == [0, 8], runs
-    for builder in builders:
-        assert_exactly_once(api, builder)
+    check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, folder_url, "file-pair")
 
 
 def test_verify_over_a_folder_url_gives_the_local_verdict(tmp_path: Path, folder_url: str) -> None:
-    good = build_run(tmp_path / "good", "file-verify-good", 4)
-    bad = build_run(tmp_path / "bad", "file-verify-bad", 4)
-    segment = next((bad.run_dir / "spool").glob("seg-*.jsonl"))
-    data = bytearray(segment.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    segment.write_bytes(bytes(data))
-    upload_run(folder_url, good.run_dir, "good")
-    upload_run(folder_url, bad.run_dir, "bad")
-    local = subprocess.run(CLI + ["verify", str(tmp_path / "bad"), "--json"], capture_output=True, text=True,
-                           env=child_env())
-    remote = subprocess.run(CLI + ["verify", folder_url, "--json"], capture_output=True, text=True, env=child_env())
-    assert remote.returncode == local.returncode == 1, remote.stderr
-    runs = {Path(r["run_dir"]).name: r for r in json.loads(remote.stdout)["runs"]}
-    assert runs["good"]["ok"] and runs["good"]["status"] == "completed"
-    [expected] = json.loads(local.stdout)["runs"]
-    assert runs["bad"]["status"] == expected["status"] == "corrupt"
-    assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
-    assert runs["bad"]["error"].startswith(f"{folder_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+    check_verify_gives_the_local_verdict(tmp_path, folder_url, "file-verify")
 
 
 def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, server, api, folder_url: str) -> None:
     outputs = tmp_path / "outputs"
-    builder = RunBuilder(outputs / "eval-1", "file-mirror")
-    builder.open_segment()
-    builder.add(5)
-    segment = segment_path(builder.run_dir, 1)
-    deadline = time.monotonic() + 5
-    while durable_mark(segment) != builder.writer.durable_bytes and time.monotonic() < deadline:
-        time.sleep(0.005)  # the writer publishes its mark within MARK_INTERVAL
-    mirror = [*CLI, "mirror", "--once", "--json", str(outputs), folder_url]
-    first = subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=child_env())
+    builder, segment = live_run(outputs / "eval-1", "file-mirror", 5)
+    first = mirror_once(outputs, folder_url)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["url"] == f"{folder_url}/eval-1"
-    synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
-    [report] = reports(synced)
-    assert (report["state"], report["pushed_now"]) == ("live", 5), report  # the mirror's live marker
-    assert (Path(folder_url.removeprefix("file://")) / "eval-1" / "spool" / f"{segment.name}.live").exists()
-    builder.add(4)
-    builder.seal()
-    assert subprocess.run(mirror, capture_output=True, text=True, timeout=60, env=child_env()).returncode == 0
+    check_live_then_sealed(server.base_url, api, folder_url, tmp_path / "m", outputs, builder, segment, 4)
     stored = Path(folder_url.removeprefix("file://")) / "eval-1" / "spool" / segment.name
-    assert stored.read_bytes() == segment.read_bytes()
-    assert not stored.with_name(f"{segment.name}.live").exists()  # the writer is gone
-    synced = file_sync(server.base_url, tmp_path / "m", folder_url, "--json")
-    assert [r["state"] for r in reports(synced)] == ["synced"]
-    assert_exactly_once(api, builder)
     assert oct(stored.stat().st_mode & 0o777) == "0o600"
 
 

@@ -23,7 +23,10 @@ from prime_runs_spool.sync.store_sync import sync_store
 from support import moto_server
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
-from support.store_runs import get_object, upload_run
+from support.store_runs import (check_live_then_sealed, check_synced_once_then_up_to_date,
+                                check_two_syncers_push_each_episode_once, check_verify_gives_the_local_verdict,
+                                get_object, keys, live_run, machine_env, mirror_once, reports, sync_from_store,
+                                upload_run)
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
 from support.cli import last_line, run_cli
 
@@ -39,35 +42,14 @@ def bucket_url(moto: moto_server.MotoServer) -> str:
 def store_sync(base_url: str, moto: moto_server.MotoServer, home: Path, *args: str,
                endpoint: str | None = None, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """``prime-runs sync`` with this machine's cache under ``home`` (each "machine" its own)."""
-    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=timeout,
-                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                                        **moto.env(endpoint), **env))
-
-
-def reports(result: subprocess.CompletedProcess[str]) -> list[dict]:
-    assert result.stdout, result.stderr
-    return json.loads(result.stdout)["runs"]
+    return sync_from_store(base_url, home, *args, store_env=moto.env(endpoint), timeout=timeout, **env)
 
 
 def test_sync_from_the_bucket_twice_pushes_each_episode_once(tmp_path: Path, server, api, moto,
                                                                bucket_url: str) -> None:
-    builders = [build_run(tmp_path / f"run-{n}", f"store-twice-{n}", 12) for n in range(2)]
-    for n, builder in enumerate(builders):
-        upload_run(bucket_url, builder.run_dir, f"node-{n}/run-{n}")
-    first = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json", "--max-request-bytes", "20000")
-    assert first.returncode == 0, first.stderr
-    assert sorted((r["state"], r["pushed_now"]) for r in reports(first)) == [("synced", 12)] * 2
-    assert reports(first)[0]["path"] == f"{bucket_url}/node-0/run-0"
-    second = store_sync(server.base_url, moto, tmp_path / "m1", bucket_url, "--json")
-    assert second.returncode == 0, second.stderr
-    assert [(r["state"], r["pushed_now"]) for r in reports(second)] == [("up_to_date", 0)] * 2
-    # Another machine (no cache) finds the state in the bucket: nothing pushed either.
-    third = store_sync(server.base_url, moto, tmp_path / "m2", bucket_url, "--json")
-    assert [(r["state"], r["pushed_now"]) for r in reports(third)] == [("up_to_date", 0)] * 2
-    for builder in builders:
-        assert_exactly_once(api, builder)
-    lease = json.loads(get_object(bucket_url, "node-0/run-0/spool/sync.lease.json"))
-    assert lease["released"] is True and lease["generation"] >= 1
+    # Again on this machine, then on another (no cache) that finds the state in the bucket.
+    check_synced_once_then_up_to_date(tmp_path, server.base_url, api, bucket_url, "store-twice", 12,
+                                      ("m1", "m1", "m2"), moto.env())
 
 
 def in_process_sync(base_url: str, url: str, home: Path, store: ObjectStore, **kwargs: object) -> list:
@@ -164,23 +146,8 @@ def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path
 
 def test_two_syncers_on_two_machines_started_together_push_each_episode_once(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
-    builders = [build_run(tmp_path / f"run-{n}", f"store-pair-{n}", 8) for n in range(4)]
-    for n, builder in enumerate(builders):
-        upload_run(bucket_url, builder.run_dir, f"run-{n}")
-    procs = [subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--json", "--wait", "--jobs", "2",
-                                       "--max-request-bytes", "8000"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / f"m{n}"),
-                                            XDG_CACHE_HOME=str(tmp_path / f"m{n}" / "cache"), **moto.env()))
-             for n in range(2)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0], outs
-    runs = [json.loads(out)["runs"] for out, _ in outs]
-    for n in range(4):
-        pushed = sorted(r[n]["pushed_now"] for r in runs)
-        assert pushed == [0, 8], runs  # one syncer pushed the run, the other found it done
-    for builder in builders:
-        assert_exactly_once(api, builder)
+    check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, bucket_url, "store-pair", moto.env(),
+                                             runs=4)
 
 
 def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: Path, server, api, moto,
@@ -193,8 +160,7 @@ def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: P
     env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
     args = (bucket_url, "--json", "--max-request-bytes", "5000")
     first = subprocess.Popen(sync_cmd(server.base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / "a"),
-                                                      XDG_CACHE_HOME=str(tmp_path / "a/cache"), **moto.env(), **env))
+                             text=True, env=machine_env(tmp_path / "a", moto.env(), **env))
     try:
         deadline = time.monotonic() + 60
         while not _pushed(api, builder.run_id):
@@ -251,26 +217,7 @@ def test_store_errors_and_dropped_connections_lose_nothing_and_duplicate_nothing
 
 
 def test_verify_over_a_store_url_gives_the_local_verdict(tmp_path: Path, moto, bucket_url: str) -> None:
-    from support.env import CLI
-
-    good = build_run(tmp_path / "good", "store-verify-good", 4)
-    bad = build_run(tmp_path / "bad", "store-verify-bad", 4)
-    segment = next((bad.run_dir / "spool").glob("seg-*.jsonl"))
-    data = bytearray(segment.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    segment.write_bytes(bytes(data))
-    upload_run(bucket_url, good.run_dir, "good")
-    upload_run(bucket_url, bad.run_dir, "bad")
-    env = child_env(**moto.env())
-    local = subprocess.run(CLI + ["verify", str(tmp_path / "bad"), "--json"], capture_output=True, text=True, env=env)
-    remote = subprocess.run(CLI + ["verify", bucket_url, "--json"], capture_output=True, text=True, env=env)
-    assert remote.returncode == local.returncode == 1, remote.stderr
-    runs = {Path(r["run_dir"]).name: r for r in json.loads(remote.stdout)["runs"]}
-    assert runs["good"]["ok"] and runs["good"]["status"] == "completed"
-    [expected] = json.loads(local.stdout)["runs"]
-    assert runs["bad"]["status"] == expected["status"] == "corrupt"
-    assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
-    assert runs["bad"]["error"].startswith(f"{bucket_url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+    check_verify_gives_the_local_verdict(tmp_path, bucket_url, "store-verify", moto.env())
 
 
 def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, server, api, moto,
@@ -317,38 +264,21 @@ def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, mot
     assert mixed.returncode == 2 and "not both" in mixed.stderr
 
 
-def mirror_once(moto: moto_server.MotoServer, *args: str) -> subprocess.CompletedProcess[str]:
-    from support.env import CLI
-
-    return subprocess.run(CLI + ["mirror", "--once", "--json", *args], capture_output=True, text=True, timeout=60,
-                          env=child_env(**moto.env()))
-
-
 def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path: Path, server, api, moto,
                                                                         bucket_url: str) -> None:
     """The writer side: ``prime-runs mirror`` copies a live run's segment up to the durable
     mark (bytes past it, a write in progress, stay local), then the sealed rest; a sync from
     the bucket after each pass ships each episode once."""
-    from prime_runs_spool.spool.layout import segment_path
-    from prime_runs_spool.spool.durable_mark import durable_mark
-
     outputs = tmp_path / "outputs"
-    builder = RunBuilder(outputs / "eval-1", "store-mirror")
-    builder.open_segment()
-    builder.add(6)
-    segment = segment_path(builder.run_dir, 1)
-    durable = builder.writer.durable_bytes  # all fsync'd: the mark says so within MARK_INTERVAL
-    deadline = time.monotonic() + 5
-    while durable_mark(segment) != durable and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert durable_mark(segment) == durable
+    builder, segment = live_run(outputs / "eval-1", "store-mirror", 6)
+    durable = builder.writer.durable_bytes  # all fsync'd, and the mark says so
     on_its_way = b'{"not yet durable'
     fd = os.open(segment, os.O_WRONLY)
     try:  # a line on its way: in the file (written into the padding), not fsync'd
         os.pwrite(fd, on_its_way, durable)
     finally:
         os.close(fd)
-    first = mirror_once(moto, str(outputs), bucket_url)
+    first = mirror_once(outputs, bucket_url, moto.env())
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["url"] == f"{bucket_url}/eval-1"
     assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()[:durable]
@@ -357,22 +287,10 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
         os.pwrite(fd, bytes(len(on_its_way)), durable)
     finally:
         os.close(fd)
-    assert mirror_once(moto, str(outputs), bucket_url).stdout == ""  # nothing changed: nothing sent
-    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
-    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("live", 6)]  # the mirror's marker
-    builder.add(4)
-    builder.seal()
-    assert mirror_once(moto, str(outputs), bucket_url).returncode == 0
-    assert get_object(bucket_url, "eval-1/spool/seg-000001.jsonl") == segment.read_bytes()
-    synced = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json")
-    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 4)]
-    assert_exactly_once(api, builder)
-    assert {key.rsplit("/", 1)[-1] for key in _keys(bucket_url)} >= {"seg-000001.jsonl"}
-    assert not [k for k in _keys(bucket_url) if k.endswith((".lock", ".durable", ".live"))]  # the writer is gone
-
-
-def _keys(url: str) -> list[str]:
-    return [info.key for info in ObjectStore(url).list()]
+    assert mirror_once(outputs, bucket_url, moto.env()).stdout == ""  # nothing changed: nothing sent
+    check_live_then_sealed(server.base_url, api, bucket_url, tmp_path / "m", outputs, builder, segment, 4,
+                           moto.env())
+    assert {key.rsplit("/", 1)[-1] for key in keys(bucket_url)} >= {"seg-000001.jsonl"}
 
 
 def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, moto, bucket_url: str) -> None:
@@ -380,7 +298,7 @@ def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, 
     upload_run(bucket_url, builder.run_dir, "run")
     result = store_sync(server.base_url, moto, tmp_path / "m", bucket_url, "--json", "--dry-run")
     assert [(r["state"], r["pushed_now"]) for r in reports(result)] == [("dry_run", 5)], result.stderr
-    assert _keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state
+    assert keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state
 
 
 def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_path: Path, server, api, moto,
@@ -424,7 +342,7 @@ def test_replay_from_the_bucket_continues_an_interrupted_replay_then_starts_anew
         return sum(e["total_samples"] for e in evaluations_of(api, builder.run_id))
 
     lease = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}  # the killed one's expires soon
-    env = child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env(), **lease)
+    env = machine_env(home, moto.env(), **lease)
     proc = subprocess.Popen(sync_cmd(server.base_url, bucket_url, "--replay", "--max-request-bytes", "6000"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     assert kill_on_progress(proc, rows_held, 5), "the replay ended before it was killed"
@@ -500,8 +418,7 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
 def _follow_process(cmd: list[str], moto: moto_server.MotoServer, home: Path) -> subprocess.Popen[str]:
     """``cmd`` (a ``prime-runs sync --follow``) started with this machine's cache under ``home``."""
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                                          **moto.env()))
+                            env=machine_env(home, moto.env()))
 
 
 def _follower_holding_the_lease(bucket_url: str, moto: moto_server.MotoServer, home: Path,
@@ -596,8 +513,7 @@ def test_a_follower_killed_mid_pass_then_one_ending_when_idle_finishes_the_run_o
     builder.seal()
     upload_run(bucket_url, builder.run_dir, "run")
     home = tmp_path / "m"
-    env = child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"),
-                    PRIME_RUNS_LEASE_TTL="3", **moto.env())
+    env = machine_env(home, moto.env(), PRIME_RUNS_LEASE_TTL="3")
     cmd = sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2",
                    "--max-request-bytes", "20000")
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -14,9 +14,9 @@ import pytest
 from prime_runs_spool.store.objects import ObjectStore
 
 from support import moto_server, platform_process
-from support.env import child_env
+
 from support.runs import build_run
-from support.store_runs import get_object, upload_run
+from support.store_runs import get_object, machine_env, upload_run
 from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
 from test_traces_sync_e2e import episodes_in_traces
 
@@ -27,7 +27,7 @@ server, api = platform_process.module_fixtures(TOKEN, "api", "--traces")
 
 def machine(moto: moto_server.MotoServer, home: Path) -> dict[str, str]:
     """The environment of one machine: its own cache, the bucket's endpoint."""
-    return child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env())
+    return machine_env(home, moto.env())
 
 
 def assert_once_in_traces(api: httpx.Client, run_id: str, ids: list[str]) -> None:
@@ -85,7 +85,7 @@ LEASE = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
 
 
 def leased_machine(moto, home: Path) -> dict[str, str]:
-    return child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), **moto.env(), **LEASE)
+    return machine_env(home, moto.env(), **LEASE)
 
 
 @pytest.mark.slow
