@@ -7,6 +7,7 @@ client (no evaluation names it) is listed beside them and opens too, its hostile
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -24,6 +25,16 @@ pytestmark = pytest.mark.slow  # a platform process and two real syncs for the m
 
 #: The run another client uploads to Prime Traces, with no evaluation.
 OTHER_RUN = "uploaded-by-hand"
+
+#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
+SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
+
+
+def _shot(page, name: str, tmp_path: Path) -> None:
+    path = (Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path) / name
+    page.screenshot(path=str(path), type="png")
+    assert path.stat().st_size < 200_000
+
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +65,7 @@ def _row(page, key: str):
     return page.locator(f'tr[data-run="{key}"]')
 
 
-def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, viewer, platform):
+def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, viewer, platform, tmp_path):
     page.goto(viewer + "/")
     traces, samples, other = _row(page, platform["traces"]), _row(page, platform["samples"]), \
         _row(page, f"traces:{OTHER_RUN}")
@@ -68,6 +79,7 @@ def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, view
     page.wait_for_function(  # the episode counts come from Prime Traces, read in the background
         "key => document.querySelector(`tr[data-run=\"${key}\"] td.episodes`).innerText === '6'",
         arg=platform["traces"], timeout=10_000)
+    _shot(page, "viewer-dashboard.png", tmp_path)
     # the run synced --to traces opens: its table, then an episode's transcript
     traces.locator("a.run-link").click()
     page.wait_for_url(re.compile(r"/dashboard/run\?run="))
