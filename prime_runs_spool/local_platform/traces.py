@@ -390,15 +390,22 @@ class TracesStore:
                                    (run_id,)).fetchone()[0]
         return {"episodes": episodes, "episode_copies": copies, "traces": traces, "uploads": uploads}
 
-    def episode_runs(self) -> list[tuple[str, int, str | None]]:
-        """Every run id the current episodes name, with how many they are and when its first
-        upload came, newest run first: what the dashboard lists beside the evaluations."""
+    def episode_runs(self) -> list[str]:
+        """Every run id the current episodes name, newest run (by its first episode) first:
+        what the dashboard lists beside the evaluations. Read from the run index alone, as
+        the dashboard asks it at every refresh of its runs page."""
         with self.store._read() as conn:
-            rows = conn.execute(
-                "SELECT e.run_id, COUNT(*), MIN(u.created_at), MIN(e.seq) AS first FROM trace_episodes e"
-                " LEFT JOIN trace_uploads u ON u.upload_id = e.upload_id"
-                " WHERE e.current = 1 AND e.run_id IS NOT NULL GROUP BY e.run_id ORDER BY first DESC").fetchall()
-        return [(run_id, count, created) for run_id, count, created, _ in rows]
+            rows = conn.execute("SELECT run_id, MIN(seq) AS first FROM trace_episodes"
+                                " WHERE run_id IS NOT NULL AND current = 1 GROUP BY run_id ORDER BY first DESC").fetchall()
+        return [run_id for run_id, _ in rows]
+
+    def run_started(self, run_id: str) -> str | None:
+        """When the first upload holding one of the run's current episodes came."""
+        with self.store._read() as conn:
+            row = conn.execute("SELECT MIN(u.created_at) FROM trace_episodes e JOIN trace_uploads u"
+                               " ON u.upload_id = e.upload_id WHERE e.run_id = ? AND e.current = 1",
+                               (run_id,)).fetchone()
+        return row[0] if row else None
 
     def run_episodes(self, run_id: str, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         """The run's current episodes stored after ``after`` (their ``seq``), oldest first,

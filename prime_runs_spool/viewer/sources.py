@@ -144,13 +144,14 @@ class PlatformSource(Source):
                     run = self._runs[key] = PlatformIndex(self.store, evaluation, self.traces)
                 out.append(run)
             named = {str(e["evaluation_id"]) for e in evaluations}
-            for run_id, _count, created_at in elsewhere[:MAX_EVALUATIONS]:
+            for run_id in elsewhere[:MAX_EVALUATIONS]:
                 key = KEY_PREFIX + run_id
                 run = self._runs.get(key)
                 if run is None:
                     if run_id in named or self.store_has(run_id):
                         continue
-                    run = self._runs[key] = TracesRunIndex(self.store, self.traces, run_id, created_at)
+                    run = self._runs[key] = TracesRunIndex(self.store, self.traces, run_id,
+                                                           self.traces.run_started(run_id))
                 out.append(run)
             return out
 
