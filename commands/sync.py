@@ -167,7 +167,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                     sys.exit(follow_until_stopped(Follower(
                         roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
-                        on_report=event_printer(as_json, click.echo, sys.stdout.flush))))
+                        on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state)))
                 reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update, stop=interrupt, first_pass=check_key_once,
                                      state_dir=state)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.runs import build_run
-from support.sync_e2e import api, assert_exactly_once, run_sync, server  # noqa: F401
+from support.env import child_env
+from support.runs import RunBuilder, build_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, run_sync, server, sync_cmd  # noqa: F401
 from test_import_readonly import snapshot
 
 
@@ -103,3 +105,63 @@ def test_a_spool_folder_whose_mode_says_read_only_is_not_written_even_by_root(tm
     finally:
         for path in [spool, *spool.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _read_only_by_mode(spool: Path) -> None:
+    """The spool folder's mode says read-only (root may still write: the writer of a live
+    run does, as a writer on another machine would behind a read-only mount)."""
+    spool.chmod(0o555)
+
+
+def test_follow_of_a_read_only_spool_says_the_flag_without_state_dir(tmp_path: Path, server, api) -> None:
+    """As a plain sync: the run's one error line names --state-dir; the folder is not
+    written; --exit-when-idle ends there with exit 1."""
+    build_run(tmp_path / "outputs" / "run", "readonly-follow-refused", 2)
+    spool = tmp_path / "outputs" / "run" / "spool"
+    _read_only_by_mode(spool)
+    try:
+        before = snapshot(tmp_path / "outputs")
+        refused = run_sync(server.base_url, str(tmp_path / "outputs"), "--follow", "--exit-when-idle", "--json")
+        assert refused.returncode == 1, refused.stderr
+        [report] = [json.loads(line) for line in refused.stdout.splitlines()]
+        assert report["state"] == "error" and "is read-only" in report["error"] and "--state-dir" in report["error"]
+        assert snapshot(tmp_path / "outputs") == before
+    finally:
+        spool.chmod(0o755)
+
+
+def test_follow_of_a_live_read_only_spool_keeps_its_lock_and_state_under_state_dir(tmp_path: Path, server,
+                                                                                  api) -> None:
+    """A live run on a read-only spool folder, followed with --state-dir: its episodes are
+    pushed as they come and the run finished at its seal, exactly once; the lock and the
+    state live under the state directory, never in the spool folder."""
+    builder = RunBuilder(tmp_path / "outputs" / "run", "readonly-follow-live")
+    builder.open_segment()
+    builder.add(2)
+    spool = tmp_path / "outputs" / "run" / "spool"
+    _read_only_by_mode(spool)
+    state_dir = tmp_path / "state"
+    follower = subprocess.Popen(sync_cmd(server.base_url, str(tmp_path / "outputs"), "--follow", "--exit-when-idle",
+                                         "--json", "--state-dir", str(state_dir)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path)))
+    watchdog = threading.Timer(90, follower.kill)
+    watchdog.start()
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline() or "{}")
+        assert (first.get("state"), first.get("pushed_total")) == ("live", 2), first
+        builder.add(3)
+        builder.seal()
+        out, err = follower.communicate(timeout=90)
+    finally:
+        watchdog.cancel()
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+        spool.chmod(0o755)
+    assert follower.returncode == 0, err
+    assert [json.loads(line)["state"] for line in out.splitlines()][-1] == "synced", out
+    assert not (spool / "sync").exists() and not (spool / "sync.lock").exists(), "the read-only spool was written"
+    assert list(state_dir.glob("spools/*/spool/sync/*.json")), "the state is kept under --state-dir"
+    assert_exactly_once(api, builder)

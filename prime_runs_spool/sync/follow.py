@@ -40,15 +40,14 @@ from filelock import FileLock, Timeout
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
-from prime_runs_spool.files import OnUnreadable
+from prime_runs_spool.files import OnUnreadable, make_private_dir
 from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
-from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
-from prime_runs_spool.sync.many import sync_lock, unreadable_report
-from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.many import engine_for, read_only_report, sync_lock, unreadable_report
+from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch
 
 #: Report states after which a run with no live writer has nothing left to follow.
@@ -101,6 +100,9 @@ class Followed:
 
     run_dir: Path
     lock: FileLock | None = None
+    #: The folder whose ``spool/`` keeps its lock and state (sync/state.py, ``state_home``):
+    #: the run folder, or its folder under the state directory for a read-only spool.
+    home: Path | None = None
     #: The signature seen before the last pass began (None: no pass yet).
     seen: Signature | None = None
     report: RunReport | None = None
@@ -137,6 +139,9 @@ class Follower:
     unreadable: dict[Path, RunReport] = field(default_factory=dict)
     #: The environment listings shared by the followed runs (sync/index.py).
     index: EvaluationIndex = field(default_factory=EvaluationIndex)
+    #: Where the lock and state of a spool on a read-only folder are kept (``--state-dir``);
+    #: without it such a run is an ``error`` naming the option.
+    state_dir: Path | None = None
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -265,8 +270,9 @@ class Follower:
         followed.seen = current
         # copy_wait 0: a copy of the run pushed by another sync must not hold up every other
         # run followed; the pass reports it skipped and is tried again (see _record).
-        report = RunSync(followed.run_dir, self.client, self.destination,
-                         dataclasses.replace(self.options, copy_wait=0.0), sleep=self._sleep, index=self.index).run()
+        assert followed.home is not None  # set by _acquire
+        report = engine_for(followed.run_dir, followed.home, self.client, self.destination,
+                            dataclasses.replace(self.options, copy_wait=0.0), sleep=self._sleep, index=self.index).run()
         self._record(followed, report, live=current[1])
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:
@@ -303,7 +309,19 @@ class Follower:
     def _acquire(self, followed: Followed) -> bool:
         if followed.lock is not None:
             return True
-        lock = sync_lock(followed.run_dir)
+        home = state_home(followed.run_dir, self.state_dir)
+        if home is None:  # a read-only spool and no --state-dir: said once, as a plain sync says it
+            self._record(followed, read_only_report(followed.run_dir), live=False)
+            return False
+        if home != followed.run_dir:
+            try:
+                make_private_dir(spool_dir(home))
+            except OSError as exc:
+                self._record(followed, RunReport(path=str(followed.run_dir), state=ERROR,
+                                                 error=f"cannot keep its sync state in {spool_dir(home)}: "
+                                                       f"{exc.strerror or exc}"), live=False)
+                return False
+        lock = sync_lock(home)
         try:
             lock.acquire()
         except (Timeout, OSError) as exc:
@@ -314,7 +332,8 @@ class Follower:
                 followed.report = skipped
                 self.on_report(skipped)
             return False
-        followed.lock = lock
+        followed.lock, followed.home = lock, home
+        adopt_states(followed.run_dir, home)
         return True
 
     @staticmethod
