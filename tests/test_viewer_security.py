@@ -33,7 +33,9 @@ TOKEN = "view-s3cret"
 #: Every kind of page and asset the viewer serves, and a path that matches none.
 VIEWER_PATHS = ["/", "/?fragment=1", "/run?run=gsm8k-completed", "/run?run=gsm8k-completed&fragment=1",
                 "/episode?run=gsm8k-completed&n=1", "/group?run=gsm8k-completed&example=0",
-                "/compare?a=gsm8k-completed&b=gsm8k-failed", "/static/viewer.css", "/static/viewer.js", "/nope"]
+                "/compare?a=gsm8k-completed&b=gsm8k-failed", "/pair?a=gsm8k-completed&b=gsm8k-failed&example=0",
+                "/plots?run=gsm8k-completed", "/across?metric=turns", "/static/viewer.css", "/static/viewer.js",
+                "/nope"]
 
 
 def _start_view(*args: str) -> tuple[subprocess.Popen[str], str]:
