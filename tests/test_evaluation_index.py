@@ -248,3 +248,31 @@ def test_a_run_never_synced_here_is_given_to_a_pass_without_reading_its_spool(tm
     with PlatformClient(settings, transport=platform.transport()) as client:
         assert RunSync(tmp_path / "run", client, DEST, SyncOptions()).probe() is None
     assert read == []
+
+
+def test_a_followers_listing_answers_new_runs_only_while_it_is_recent() -> None:
+    """A follower's listing answers a run no copy on this machine ever synced only while it
+    was brought current less than ``answers_for`` seconds ago; older, the head is read first
+    (and a run someone else synced meanwhile is found), which makes it recent again."""
+    now = [0.0]
+    evaluations = [{"evaluation_id": "e-1", "metadata": {"local_run_id": "run-1"}}]
+    reads: list[tuple[int, int]] = []
+
+    def read_page(skip: int, limit: int) -> dict:
+        reads.append((skip, limit))
+        return {"evaluations": evaluations[skip:skip + limit], "total": len(evaluations)}
+
+    index = EvaluationIndex(answers_new_runs=True, answers_for=30.0, clock=lambda: now[0])
+    assert [e["evaluation_id"] for e in index.find("gsm8k", read_page, ("run-1", None), never_held=True)] == ["e-1"]
+    assert len(reads) == 1  # the listing, once
+    now[0] = 29.0
+    evaluations.insert(0, {"evaluation_id": "e-2", "metadata": {"local_run_id": "run-2"}})  # synced elsewhere
+    assert index.find("gsm8k", read_page, ("run-3", None), never_held=True) == []
+    assert len(reads) == 1  # recent: the listing answers, no request
+    now[0] = 31.0
+    assert [e["evaluation_id"] for e in index.find("gsm8k", read_page, ("run-2", None), never_held=True)] == ["e-2"]
+    head = reads[1:]
+    assert head and all(skip == 0 for skip, _ in head), reads  # old: the head first, which finds what is new
+    now[0] = 60.0
+    assert index.find("gsm8k", read_page, ("run-4", None), never_held=True) == []
+    assert reads[1:] == head  # brought current at 31 s: recent again

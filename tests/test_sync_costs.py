@@ -28,8 +28,12 @@ from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import sync_lock, sync_paths, sync_run
 from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.store.source import find_store_runs
 from prime_runs_spool.sync import unchanged
+from prime_runs_spool.sync.follow import FollowOptions, Follower
 from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.store_sync import StoreRunSync, default_local_root, sync_store
 
 DEST = Destination(key="costs-dest", base_url="http://local")
 
@@ -235,3 +239,76 @@ def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Pat
     assert refused[0].state == "error" and "--to samples" in (refused[0].error or ""), refused[0]
     states = {r.path.rsplit("/", 1)[-1]: (r.state, r.pushed_now) for r in again}
     assert states == {"lost": ("lost", 0), "resumed": ("synced", 2), "same": ("up_to_date", 0)}, again
+
+
+def test_a_follower_finds_a_burst_of_new_runs_in_one_listing(tmp_path: Path) -> None:
+    """A follower lists the environment once for new runs that appear together (a sweep
+    starting): its listing answers a run no copy on this machine ever synced while it is
+    recent (sync/index.py), so no run costs a read of the listing's head."""
+    runs = 5
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-followed-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            reports = Follower([tmp_path / "runs"], client, DEST, SyncOptions(),
+                               FollowOptions(exit_when_idle=True)).run()
+        evaluations = _evaluations(platform)
+    assert sorted(r.state for r in reports) == ["synced"] * runs
+    assert client.requests["GET /evaluations/"] == 1, client.requests
+    assert client.requests["POST /evaluations/"] == runs and len(evaluations) == runs
+
+
+def _file_store(tmp_path: Path, runs: int, prefix: str) -> str:
+    """``runs`` sealed runs in a ``file://`` store (a folder laid out as a bucket)."""
+    for n in range(runs):
+        build_run(tmp_path / "bucket" / f"run-{n}", f"{prefix}-{n}", 2)
+    return f"file://{tmp_path / 'bucket'}"
+
+
+def test_a_store_sync_finds_its_new_runs_in_one_listing(tmp_path: Path) -> None:
+    """Over a store URL, a run whose lease this syncer made (no syncer on any machine ever
+    held it) is found in the sync's one listing of its environment, as a new local run is:
+    one listing for all the runs, none per run."""
+    runs = 5
+    url = _file_store(tmp_path, runs, "costs-stored")
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            reports = sync_store(url, client, DEST, SyncOptions(), jobs=3)
+        evaluations = _evaluations(platform)
+    assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
+    assert client.requests["GET /evaluations/"] == 1, client.requests
+    assert client.requests["POST /evaluations/"] == runs and len(evaluations) == runs
+
+
+def test_a_store_run_another_syncer_held_is_looked_for_at_the_head(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing answers only for a run no syncer held: a run another syncer (another
+    machine, keeping its state there) synced after this sync listed the environment has a
+    lease this syncer did not make, so it reads the listing's head again and adopts the
+    evaluation it finds instead of creating a second one."""
+    url = _file_store(tmp_path, 2, "costs-stored-held")
+    index = EvaluationIndex(answers_new_runs=True)  # this sync's, listed before the other syncer's pass
+    options = SyncOptions()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        store = ObjectStore(url)
+        here = tmp_path / "this-machine"
+        first, second = find_store_runs(store, store.list(), default_local_root(store.url, here))
+        with CountingClient(settings) as client:
+            assert StoreRunSync(first, client, DEST, options, in_store=False, wait=False, index=index,
+                                on_progress=None).sync().state == "synced"
+        with monkeypatch.context() as elsewhere, CountingClient(settings) as other:
+            # another machine: its own cache (no note in this machine's copy locks), its state kept there
+            elsewhere.setenv("XDG_CACHE_HOME", str(tmp_path / "other-machine" / "cache"))
+            (_, other_report) = sync_store(url, other, DEST, options, state_dir=tmp_path / "other-machine")
+        with CountingClient(settings) as client:
+            report = StoreRunSync(second, client, DEST, options, in_store=False, wait=False, index=index,
+                                  on_progress=None).sync()
+        evaluations = _evaluations(platform)
+    assert other_report.state == "synced"
+    assert (report.state, report.pushed_now) == ("synced", 0), (report.state, report.error, report.warnings)
+    assert report.evaluation_id == other_report.evaluation_id
+    assert len(evaluations) == 2
+    assert client.requests["GET /evaluations/"] >= 1 and "POST /evaluations/" not in client.requests

@@ -101,6 +101,8 @@ class Lease:
         #: The generation we hold (0: none), the lease object's etag after our last write,
         #: and when that write was made (local clock).
         self.generation = 0
+        #: Whether this syncer made the lease object (no syncer held the run before it).
+        self.created = False
         self.etag: str | None = None
         self.renewed_at = 0.0
         self.holder: dict[str, object] | None = None
@@ -124,7 +126,7 @@ class Lease:
         now = self.clock()
         try:
             self.etag = self.store.create(self.key, self._body(1))
-            self.generation, self.renewed_at = 1, now
+            self.generation, self.renewed_at, self.created = 1, now, True
             return True
         except StoreConflict:
             pass

@@ -233,7 +233,8 @@ class RunSync:
         try:
             self._fence_other_copy(copies.in_doubt())
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
-                             other_sink=copies.sink if copies.foreign else None, never_held=not copies.previous)
+                             other_sink=copies.sink if copies.foreign else None,
+                             never_held=not copies.previous and not self.protocol.others_may_have_synced)
         finally:
             copies.release(self.state.in_flight, self.state.store)
 

@@ -44,7 +44,7 @@ from prime_runs_spool.files import OnUnreadable, make_private_dir
 from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
-from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
 from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import engine_for, read_only_report, sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
@@ -137,8 +137,10 @@ class Follower:
     #: Directories under the paths that could not be read at the last walk, with the report
     #: printed for each (once, when first met).
     unreadable: dict[Path, RunReport] = field(default_factory=dict)
-    #: The environment listings shared by the followed runs (sync/index.py).
-    index: EvaluationIndex = field(default_factory=EvaluationIndex)
+    #: The environment listings shared by the followed runs (sync/index.py): a new run
+    #: needs no read of its own while the listing is recent.
+    index: EvaluationIndex = field(default_factory=lambda: EvaluationIndex(
+        answers_new_runs=True, answers_for=FOLLOWER_ANSWERS_FOR))
     #: Where the lock and state of a spool on a read-only folder are kept (``--state-dir``);
     #: without it such a run is an ``error`` naming the option.
     state_dir: Path | None = None

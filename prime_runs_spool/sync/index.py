@@ -21,8 +21,14 @@ A run that no copy on this machine ever synced (its copy lock has no note, sync/
 is looked for in the listing alone, with no read of the head: an evaluation carrying its id
 made since the listing began would have been made by a pass holding that lock, which leaves
 a note. So the first sync of many new runs lists each environment once and makes no request
-per run to find them (``answers_new_runs``, which a one-shot sync of local runs sets: the
-listing is as old as the sync; a follower, running for hours, reads the head every time).
+per run to find them (``answers_new_runs``). A one-shot sync sets it for as long as it runs:
+its listing is as old as the sync. A follower runs for hours, so its listing answers only
+while it was brought current less than :data:`FOLLOWER_ANSWERS_FOR` seconds ago, about as long
+as a one-shot sync of a few thousand runs takes; older, the head is read first, which brings
+it current again. So a burst of new runs (a sweep starting) costs a follower one small read,
+not one a run. In an object store the lease plays the copy lock's part: a run whose lease this
+syncer made (no syncer ever held the run) is answered by the listing alike
+(sync/store_sync.py), whatever machine the syncers run on.
 
 What the count cannot see: an evaluation deleted while another was created in the same
 window leaves the total unchanged. Deleting evaluations during a sync is outside what sync
@@ -31,7 +37,9 @@ promises (docs/sync.md, "Assumptions").
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +52,10 @@ RunKey = tuple[str, "str | None"]
 
 #: Evaluations read per request when paging.
 PAGE = 100
+
+#: Seconds a follower's listing answers for a run no copy on this machine ever synced, after
+#: it was last brought current (the module's docstring says why).
+FOLLOWER_ANSWERS_FOR = 30.0
 
 
 class _Environment:
@@ -61,6 +73,8 @@ class _Environment:
         #: Creates of this sync sent and not yet added: the head of the listing may hold
         #: as many evaluations this index does not know yet.
         self.creating = 0
+        #: When (``time.monotonic``) the listing was last read whole or found caught up.
+        self.current_at = -math.inf
 
     def put(self, item: Mapping[str, Any]) -> None:
         item_id = _item_id(item)
@@ -92,10 +106,15 @@ def run_key(item: Mapping[str, Any]) -> RunKey | None:
 class EvaluationIndex:
     """Evaluations by environment, shared by the runs of one sync; thread-safe.
     ``answers_new_runs``: a run no copy on this machine ever synced is found in the listing
-    as read once (the module's docstring says why that is enough), not read again."""
+    as read once (the module's docstring says why that is enough), not read again;
+    ``answers_for``: only while the listing was brought current less than that many seconds
+    ago (a follower's), else the head is read first."""
 
-    def __init__(self, *, answers_new_runs: bool = False) -> None:
+    def __init__(self, *, answers_new_runs: bool = False, answers_for: float = math.inf,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.answers_new_runs = answers_new_runs
+        self.answers_for = answers_for
+        self._clock = clock
         self._lock = threading.Lock()
         self._environments: dict[str, _Environment] = {}
         self._environment_ids: dict[str, str] = {}
@@ -120,10 +139,14 @@ class EvaluationIndex:
         held its copy lock, so with ``answers_new_runs`` the listing already read answers."""
         known = self._environment(environment)
         with known.lock:
-            if known.loaded and never_held and self.answers_new_runs:
+            if (known.loaded and never_held and self.answers_new_runs
+                    and self._clock() - known.current_at < self.answers_for):
                 pass  # the listing as read (and this sync's own creates) answers
-            elif not known.loaded or not self._caught_up(known, read_page):
-                self._reload(known, read_page)
+            else:
+                started = self._clock()
+                if not known.loaded or not self._caught_up(known, read_page):
+                    self._reload(known, read_page)
+                known.current_at = started
             return list(known.by_run.get(run, {}).values())
 
     @contextmanager

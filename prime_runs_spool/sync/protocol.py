@@ -64,6 +64,11 @@ class Protocol:
         self.all_answered = True
         #: Called after every save, so the report follows the state.
         self.on_save = on_save
+        #: Whether a sync elsewhere may have worked on the run without leaving a note in its
+        #: copy lock on this machine (sync/copies.py): locally no; in an object store, unless
+        #: this syncer made the run's lease (sync/store_sync.py). A run no one else can have
+        #: synced is found in the sync's listing of its environment (sync/index.py).
+        self.others_may_have_synced = False
         #: The run's sync state: loaded (or started) by the engine before any request.
         self.state: SyncState | None = None
         #: Whether the state holds changes :meth:`note` made that the file does not have yet.

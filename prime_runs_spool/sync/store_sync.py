@@ -79,6 +79,9 @@ class StoreProtocol(Protocol):
                  store: ObjectStore | None, key: str, etag: str | None) -> None:
         super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save)
         self.lease, self.store, self.key, self.etag = lease, store, key, etag
+        # The lease keeps syncers on every machine apart, as the copy lock does on one: a
+        # lease this syncer made means no syncer ever held the run before.
+        self.others_may_have_synced = not lease.created
         if store is not None:  # the file is this machine's cache of the object: name the object
             self.shown = store.location(key)
         #: The store failure that stopped this pass, if one did (a conflict starts it over).
@@ -368,7 +371,7 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     runs = find_store_runs(store, listing, default_local_root(store.url, state_dir))
     if not runs:
         return []
-    index = EvaluationIndex()
+    index = EvaluationIndex(answers_new_runs=True)  # for a run whose lease this syncer made (StoreProtocol)
     sleep = time.sleep if stop is None else functools.partial(_stoppable_sleep, stop)
     # Syncers started together on one prefix would otherwise go through it in the same order:
     # each meeting the runs the other holds (skipped), then the runs the other just did (read
