@@ -16,6 +16,7 @@ import click
 
 from .output import Seconds, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
+from prime_runs_spool.sync.command_line import output_option
 
 
 @click.command("mirror")
@@ -24,6 +25,7 @@ from .sync_store import PathOrURL, store_urls
 @click.option("--interval", type=Seconds(0.05), default=None, envvar="PRIME_RUNS_MIRROR_INTERVAL",
               help="Seconds between passes (default 5, env PRIME_RUNS_MIRROR_INTERVAL).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run uploaded to.")
+@output_option
 def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: bool) -> None:
     """Copy the run spools under PATHS into the store URL (the last argument), as they grow.
 
@@ -35,7 +37,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     \b
     Examples:
       prime-runs mirror outputs s3://bucket/outputs          # until Ctrl-C
-      prime-runs mirror outputs s3://bucket/outputs --once
+      prime-runs mirror outputs s3://bucket/outputs --once -o json
     """
     from prime_runs_spool.sync.console import json_report
 

@@ -49,6 +49,22 @@ def test_dash_o_json_is_the_json_report(outputs: Path, command: list[str]) -> No
     assert not table.stdout.lstrip().startswith("{")
 
 
+def test_mirror_dash_o_json_is_its_json_lines(outputs: Path, tmp_path: Path) -> None:
+    """``mirror`` takes ``-o/--output`` as the others do: ``-o json`` prints the JSON line
+    per run that ``--json`` prints, ``--output table`` the lines a person reads. Each into
+    a store of its own (file://), so each pass has everything to upload."""
+    runs: dict[str, list[str]] = {}
+    for name, flags in (("flag", ["--json"]), ("output", ["-o", "json"]), ("table", ["--output", "table"])):
+        done = cli("mirror", str(outputs), f"file://{tmp_path / name}", "--once", *flags)
+        assert done.returncode == 0, done.stderr
+        runs[name] = done.stdout.splitlines()
+    assert len(runs["output"]) == len(runs["flag"]) == len(runs["table"]) > 0
+    by_flag, by_output = ([json.loads(line) for line in runs[name]] for name in ("flag", "output"))
+    assert [set(r) for r in by_output] == [set(r) for r in by_flag]
+    assert sorted(r["path"] for r in by_output) == sorted(r["path"] for r in by_flag)
+    assert all(line.startswith("uploaded ") for line in runs["table"]), runs["table"]
+
+
 def test_status_counts_in_good_english(outputs: Path) -> None:
     done = cli("status", str(outputs / "one-episode"))
     assert "1 episode in 1 segment" in done.stdout, done.stdout
