@@ -312,3 +312,43 @@ def test_a_store_run_another_syncer_held_is_looked_for_at_the_head(tmp_path: Pat
     assert report.evaluation_id == other_report.evaluation_id
     assert len(evaluations) == 2
     assert client.requests["GET /evaluations/"] >= 1 and "POST /evaluations/" not in client.requests
+
+
+def test_a_cancelled_run_resumed_to_completion_costs_its_samples_one_put_and_the_finalize(tmp_path: Path) -> None:
+    """The end a pass recorded (``metadata.prime_runs``: cancelled, ``interrupted``) is what sync
+    itself must not leave stale once the run completes: the completing pass's metadata PUT,
+    which it sends anyway because the metadata changed, replaces it (nothing of ``prime_runs``
+    in the body), and no request is added for it. ``error_message`` is not in that PUT nor in
+    the finalize (the platform's contract has no such field there: docs/platform-api.md)."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "costs-resumed")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal("cancelled", error="interrupted")
+    bodies: list[dict] = []
+
+    class RecordingClient(CountingClient):
+        def _request(self, method, path, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            if method in ("PUT", "POST") and not path.endswith("/samples"):
+                bodies.append({"request": f"{method} {path.rsplit('/', 1)[-1]}", **(kwargs.get("json_body") or {})})
+            return super()._request(method, path, **kwargs)
+
+    settings_of = lambda platform: Settings(platform.base_url, Secret("local"), None, platform.base_url)  # noqa: E731
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _sync(tmp_path, platform, [tmp_path / "runs"])
+        builder.open_segment()
+        builder.add(2)
+        builder.seal()
+        with RecordingClient(settings_of(platform)) as client:
+            [report] = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
+        [evaluation] = _evaluations(platform)
+    assert report.state == "synced", report
+    assert client.requests == {
+        "POST /evaluations/ID/samples": 1,
+        "PUT /evaluations/ID": 1,
+        "POST /evaluations/ID/finalize": 1,
+    }, client.requests
+    put, finalize = bodies
+    assert (put["request"].split()[0], finalize["request"]) == ("PUT", "POST finalize"), bodies
+    assert "prime_runs" not in put["metadata"] and "error_message" not in put, put
+    assert set(finalize) == {"request", "metrics"}, finalize
+    assert evaluation["status"] == "COMPLETED" and "prime_runs" not in evaluation["metadata"]
