@@ -9,6 +9,7 @@ is ``PAGE_SIZE`` rows whatever the run's size.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -181,6 +182,11 @@ def table_page(index: RunIndex, query: TableQuery, hits: Any = None) -> TablePag
     """The rows of ``query``'s page, and how many rows match in all. ``hits``: the row
     numbers of the full-text search's matches, when ``query.text`` is set."""
     rows = index.rows
+    if query.text and hits is not None:
+        # Only the search's hits can match: a rare word's hundred rows are filtered, not the run's
+        # every row (rows are numbered by their place in the run).
+        everything = rows
+        rows = [everything[n - 1] for n in sorted(hits) if 0 < n <= len(everything) and everything[n - 1].number == n]
     if query.filtered:
         rows = [row for row in rows if query.matches(row, index.prompts, hits)]
     if query.sort != "n" or query.desc:
@@ -205,12 +211,10 @@ def histogram(index: RunIndex, query: TableQuery) -> list[Bin]:
     rewards = [row.reward for row in index.rows if row.reward is not None]
     if not rewards:
         return []
-    distinct = sorted(set(rewards))
+    counts = Counter(rewards)
+    distinct = sorted(counts)
     base = {"rmin": None, "rmax": None, "rlt": None, "page": 1}
     if len(distinct) <= HISTOGRAM_BINS:
-        counts: dict[float, int] = {}
-        for reward in rewards:
-            counts[reward] = counts.get(reward, 0) + 1
         return [Bin(_fmt_float(value), counts[value], query.params(**{**base, "rmin": value, "rmax": value}),
                     query.rmin == value and query.rmax == value) for value in distinct]
     low, high = distinct[0], distinct[-1]
