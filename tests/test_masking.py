@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
+from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
 
 if sys.version_info >= (3, 11):
@@ -715,3 +716,75 @@ def test_the_route_masks_below_str_subclass_keys_and_skips_what_is_not_a_dict():
         assert mask({"traces": odd}, rules) == {"traces": odd}
     assert mask({"traces": [{"agent": {"config": "https://u:p@h"}}]}, rules) == {
         "traces": [{"agent": {"config": "https://***@h"}}]}
+
+
+# -- the record for writing: serialized, the masked record byte for byte ------------------
+
+
+def _written(obj: Any) -> bytes | None:
+    """``obj`` as the spool writes it (orjson), or None where it cannot be written."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return None
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(episode=_episode, kind=st.sampled_from(["episode", "config"]), extra=st.sampled_from(_EXTRA),
+       repeats=st.integers(1, 3))
+def test_the_record_for_writing_is_written_as_the_masked_record(episode: Any, kind: str, extra: tuple[str, ...],
+                                                                 repeats: int):
+    """Whatever the rules and the data (int and str-subclass keys, tuples, NaN, masks in
+    place), ``mask_for_writing`` is written byte for byte as the reference's masked record,
+    through the memo (copies seen again) or not, and never changes its input."""
+    rules = _RULES[(kind, extra)]
+    before = repr(episode)
+    want = _written(reference_mask(episode, rules))
+    for _ in range(repeats + 1):  # a subtree's second sighting on: answered by the memo, as a fragment
+        assert _written(mask_for_writing(episode, rules)) == want
+        assert _written(mask_for_writing(copy.deepcopy(episode), rules)) == want
+    assert repr(episode) == before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutation_sequences(), st.integers(1, 3))
+def test_the_record_for_writing_follows_every_change_of_a_config(sequence, traces) -> None:
+    """Episodes whose trace configs repeat and change one value at a time (NaN where a null
+    was, 1 where True was, a tuple, a mask already in place): each written as its plain walk."""
+    rules = MaskRules.defaults_for_episode()
+    for config in sequence:
+        for _ in range(3):
+            episode = {"id": "e", "traces": [{"agent": {"config": copy.deepcopy(config), "trainable": True},
+                                              "task": {"data": {"idx": 0}}} for _ in range(traces)]}
+            assert _written(mask_for_writing(episode, rules)) == _written(mask(episode, rules, memo=False))
+
+
+def test_a_null_in_a_memoized_config_is_told_from_nan() -> None:
+    """orjson writes None, NaN and infinities alike (``null``): a config serialized as the
+    memoized one is answered without a comparison only when its serialization holds no null."""
+    rules = MaskRules.defaults_for_episode()
+
+    def episode(value: Any) -> dict:
+        return {"traces": [{"agent": {"config": {"client": {"headers": {"X": value}, "n": 1}}}}]}
+
+    for _ in range(3):
+        assert b"***" not in orjson.dumps(mask_for_writing(episode(None), rules))
+    assert rules._memo.hits >= 1
+    for odd in (float("nan"), float("inf"), -float("inf")):
+        assert orjson.loads(orjson.dumps(mask_for_writing(episode(odd), rules))) == episode(MASK)
+    assert orjson.dumps(mask_for_writing(episode(None), rules)) == orjson.dumps(episode(None))
+
+
+def test_the_route_for_writing_takes_what_is_off_it_to_the_full_walk() -> None:
+    """Data the loop along traces/agent/config does not cover (a trace that is not a dict, a
+    tuple of traces, a config given as a URL) is masked by the full walk, as ``mask`` does."""
+    rules = MaskRules.defaults_for_episode()
+    for odd in ([{"agent": None}], [{"agent": "sk"}], [None, {"agent": {"config": {"api_key": "sk"}}}],
+                [{"agent": [{"config": {"api_key": "sk"}}]}], ({"agent": {"config": {"api_key": "sk"}}},),
+                [{"agent": {"config": "https://u:p@h"}}], ["x", {"agent": {"config": ({"api_key": "sk"},)}}]):
+        for _ in range(3):
+            assert orjson.dumps(mask_for_writing({"traces": odd}, rules)) == orjson.dumps(mask({"traces": odd}, rules))
+    # Only trace configs are answered as fragments: masking anywhere else walks as mask does.
+    assert not only_inside(rules.extended(["traces.*.info.api_key"]), ("traces", "*", "agent", "config"))
+    assert only_inside(rules, ("traces", "*", "agent", "config"))

@@ -227,7 +227,9 @@ class _Memo:
         self.steps: dict[tuple[_States, str], _Step] = {}
         self.shapes: dict[_States, _Shape] = {}
         self.routes: dict[_States, tuple[tuple[str, _States, bool], ...]] = {}
-        self.plans: dict[tuple[_States, bool, bytes], tuple[Any, Plan | None]] = {}
+        #: What content/mask_fragments.py derives from the rules, once.
+        self.derived: dict[Any, Any] = {}
+        self.plans: dict[tuple[_States, bool, bytes], _Entry] = {}
         self.seen_once: set[int] = set()
         self.lock = threading.Lock()
         self.hits = 0
@@ -237,43 +239,94 @@ class _Memo:
         self.window = self.window_hits = self.bypass = 0
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+        """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
+        of it is memoized, else walked (and memoized from its second sighting)."""
+        serialized = self._serialized(obj)
+        if serialized is None:
+            return _plan(obj, rules, states, scoped, memoize=False)
+        found = self.plans.get((states, scoped, serialized))
+        if found is not None and found[0] == obj:
+            self.hits += 1
+            self.window_hits += 1
+            return found[1]
+        return self._missed(obj, rules, states, scoped, serialized, found)[1]
+
+    def masked_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+        """The container ``obj`` masked as ``mask_for_writing`` gives it (content/mask_fragments.py):
+        ``None`` when nothing changes; from the memo, an ``orjson.Fragment`` of its masked serialization
+        (nothing copied, nothing serialized again); else a copy along the plan.
+
+        Only the serialization is used, never the plan on ``obj``, so the entry of a subtree
+        serialized as ``obj`` is answers without comparing the two, unless the serialization
+        holds ``null``: two subtrees serialized alike are alike to masking (a
+        tuple is walked as a list, a str subclass as a str) but where one holds ``None``
+        (never masked) and the other NaN or an infinity (orjson writes ``null`` for each).
+        Objects that orjson writes as JSON and masking takes for a leaf (an ``Enum`` member,
+        an ``orjson.Fragment``) are then masked as the JSON they are written as: the
+        locations inside them too, never fewer."""
+        serialized = self._serialized(obj)
+        if serialized is None:
+            plan = _plan(obj, rules, states, scoped, memoize=False)
+            return None if plan is None else _apply(obj, plan)
+        found = self.plans.get((states, scoped, serialized))
+        # find, not ``in``: ``bytes in bytes`` first tries the needle as an int, and formats
+        # the TypeError that it is not one.
+        if found is not None and (serialized.find(b"null") < 0 or found[0] == obj):
+            self.hits += 1
+            self.window_hits += 1
+            return found[2]
+        entry = self._missed(obj, rules, states, scoped, serialized, found)
+        plan = entry[1]
+        return None if plan is None else _apply(obj, plan)
+
+    def _serialized(self, obj: Any) -> bytes | None:
+        """``obj`` serialized, the memo's key, or ``None`` when the memo is not asked: it is
+        not plain JSON data, it is too large, or configs have not been repeating."""
         if self.bypass:  # configs have not been repeating: walk without the serialization
             self.bypass -= 1
-            return _plan(obj, rules, states, scoped, memoize=False)
+            return None
         self.window += 1
         if self.window == _WINDOW:
             if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
                 self.bypass = _BYPASS
             self.window = self.window_hits = 0
         try:
-            serialized = orjson.dumps(obj)
+            serialized = _dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
-            return _plan(obj, rules, states, scoped, memoize=False)
-        if len(serialized) > _MAX_PLAN_BYTES:
-            return _plan(obj, rules, states, scoped, memoize=False)
-        key = (states, scoped, serialized)
-        found = self.plans.get(key)
-        if found is not None and found[0] == obj:
-            self.hits += 1
-            self.window_hits += 1
-            return found[1]
+            return None
+        return serialized if len(serialized) <= _MAX_PLAN_BYTES else None
+
+    def _missed(self, obj: Any, rules: MaskRules, states: _States, scoped: bool, serialized: bytes,
+                found: _Entry | None) -> _Entry:
+        """``obj``'s entry, walked: memoized from its second sighting (``found``: the entry
+        its serialization found, of a subtree that is not equal to it)."""
         self.misses += 1
         plan = _plan(obj, rules, states, scoped, memoize=False)
+        entry = (obj, plan, None)
         if found is None:
             # Kept from its second sighting on: a config that never repeats (a per-episode
             # seed) costs a serialization, not a copy and an eviction per episode.
+            key = (states, scoped, serialized)
             sighting = hash(key)
             if sighting not in self.seen_once:
                 if len(self.seen_once) >= _MAX_SEEN:
                     self.seen_once.clear()
                 self.seen_once.add(sighting)
-                return plan
+                return entry
             reference = orjson.loads(serialized)  # our own copy: nobody else can mutate it
+            # Equal to ``obj`` and serialized alike, so masked alike, byte for byte.
+            fragment = None if plan is None else _Fragment(_dumps(_apply(reference, plan)))
             with self.lock:
                 while len(self.plans) >= _MAX_PLANS:
                     self.plans.pop(next(iter(self.plans)))
-                self.plans[key] = (reference, plan)
-        return plan
+                self.plans[key] = (reference, plan, fragment)
+        return entry
+
+
+#: A memo entry: an equal copy of the subtree (nobody else holds it), its plan, and its
+#: masked serialization as an ``orjson.Fragment`` (``None``: nothing changes).
+_Entry = tuple[Any, Union["Plan", None], Any]
+_dumps = orjson.dumps
 
 
 def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
@@ -296,6 +349,7 @@ def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
     return obj if plan is None else _apply(obj, plan)
 
 
+_Fragment = orjson.Fragment
 _STR_ONLY = frozenset((str,))
 
 
@@ -360,7 +414,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
     return plan or None
 
 
-def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool, fragments: bool = False) -> Any:
     """``_apply(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
     changes: above the memoized subtrees (an episode's root, its traces, their agents) the
     walk copies as it goes instead of building a plan to walk again.
@@ -370,9 +424,12 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
     loop, not a call per level, as long as each is a plain dict with str keys and the value
     there a dict or list, and copies the dicts it passed only once something below changed:
     what :func:`_masked_here` would do for that one child. Anything else at a level (a
-    missing key, a scalar, another container) is that level's full step."""
+    missing key, a scalar, another container) is that level's full step.
+
+    ``fragments``: ``mask_for_writing``'s walk (content/mask_fragments.py: a memoized
+    subtree comes back as an ``orjson.Fragment``)."""
     if scoped or not states:
-        return _masked_here(obj, rules, states, scoped)
+        return _masked_here(obj, rules, states, scoped, fragments)
     routes = rules._memo.routes
     route = routes.get(states)
     if route is None:
@@ -391,7 +448,7 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         else:
             chain.append((obj, key))
         obj, states, scoped = value, after, starts_scope
-    out = _masked_here(obj, rules, states, scoped)
+    out = _masked_here(obj, rules, states, scoped, fragments)
     if out is None or chain is None:
         return out
     for parent, key in reversed(chain):
@@ -401,12 +458,14 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
     return out
 
 
-def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, fragments: bool = False) -> Any:
     """One container of :func:`_masked`'s walk, its children stepped one by one."""
     if not states and not scoped:
         return None
     shape = None if scoped else (rules._memo.shapes.get(states) or rules._shape(states))
     if shape is None or shape.dense:  # a URL scope or a live ``**``: the memo answers
+        if fragments:
+            return rules._memo.masked_of(obj, rules, states, scoped)
         plan = rules._memo.plan_of(obj, rules, states, scoped)
         return None if plan is None else _apply(obj, plan)
     literals, uniform = shape.literals, shape.uniform
@@ -433,7 +492,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> A
         elif not after and not starts_scope and not table:
             continue  # no pattern reaches below this key
         elif type(value) is dict or type(value) is list or _children(value) is not None:
-            change = _masked(value, rules, after, starts_scope)
+            change = _masked(value, rules, after, starts_scope, fragments)
             if change is None:
                 continue
         elif table:  # a table given as one value: all of it may be the credential

@@ -13,6 +13,8 @@ from typing import Any, NamedTuple, NoReturn
 
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
+from prime_runs_spool.content.mask_locations import TRACE_CONFIG
+from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
     EpisodeTooLargeError,
@@ -30,7 +32,8 @@ class Prepared(NamedTuple):
     """An episode ready to be numbered, with what the run's lock then needs of it read
     already, so that the lock is held for a few additions per episode."""
 
-    #: The masked record, as it was serialized.
+    #: The masked record, as it was serialized (its trace configs possibly as the
+    #: ``orjson.Fragment`` of their masked serialization: content/masking.py ``mask_for_writing``).
     record: Mapping[str, Any]
     payload: Payload
     episode_id: str | None
@@ -41,11 +44,13 @@ class Prepared(NamedTuple):
     reading: EpisodeReading | Exception
 
 
-def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None) -> Prepared:
+def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None, *, plain: bool = False) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
 
     ``peeked_id``: the id the caller already read of a plain-dict ``episode`` (its
-    ``episode_id_of``), so it is not read twice.
+    ``episode_id_of``), so it is not read twice. ``plain``: masked with ``mask``, never
+    with ``mask_for_writing``'s fragments (for an episode that cannot be written, or whose
+    rows are measured, as it is).
 
     An episode without the shape its summary and rows are computed from is a
     :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
@@ -69,14 +74,20 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # own str() can give) must be refused here, before anything of the call is taken.
         serialize(episode_id, partial(_episode_id_name, episode_id))
     check_episode(record)  # the shape the summary, the numbering and the rows read
+    unmasked = record
+    # Where the rules mask only inside trace configs, which nothing below reads, their
+    # memoized masked serializations go into the line as they are (content/masking.py).
+    fragments = not plain and only_inside(rules, TRACE_CONFIG)
     try:
-        record = mask(record, rules)
+        record = mask_for_writing(record, rules) if fragments else mask(record, rules)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None
     try:
         payload = prepare(record, EPISODE)
     except (RecordNotSerializableError, RecordTooLargeError):
+        if fragments:  # what cannot be written is named as the plain masked record has it
+            return prepare_episode(unmasked, rules, episode_id, plain=True)
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
@@ -87,6 +98,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     try:
         check_sendable(record, size)
     except Exception as exc:
+        if fragments:  # the rows of a large episode are measured as the platform will, without fragments
+            return prepare_episode(unmasked, rules, episode_id, plain=True)
         _not_sendable(episode_id, exc)
     try:
         reading: EpisodeReading | Exception = read_episode(record, payload.data)
