@@ -180,6 +180,41 @@ def test_an_episode_no_request_can_carry_is_refused_at_append(tmp_path: Path) ->
     assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["small", "splits"]
 
 
+# -- episodes masked for writing: what cannot be written, or must be measured ---------------
+
+
+def _masked_config_episode(episode_id: str, **extra_info: Any) -> dict[str, Any]:
+    """An episode whose trace config has a header to mask: from its config's second
+    sighting on, the run writes that config as its memoized masked serialization."""
+    episode = small_episode(episode_id, headers={"Authorization": "Bearer SECRETFRAG1"})
+    episode["traces"][0]["info"] = dict(extra_info)
+    return episode
+
+
+def test_an_episode_masked_for_writing_is_refused_or_measured_as_the_plain_masked_record(tmp_path: Path) -> None:
+    """Once the memo answers the config, an episode whose rows must be measured as the
+    platform measures them (compact ``json``, which a fragment cannot go through), or that
+    cannot be written at all, is masked again plainly: accepted, or refused naming the field,
+    exactly as before; and the lines hold the masked config, never the secret."""
+    run = basic_run(tmp_path)
+    assert run.log_episodes([_masked_config_episode(f"warm-{n}") for n in range(3)]) == 3
+    # Its one row (the record, and its trace's info again) is over a third of the request
+    # budget: measured by json as well, which the plain masked record goes through.
+    assert run.log_episodes([_masked_config_episode("measured", blob="x" * (MAX_REQUEST_BYTES // 5))]) == 1
+    with pytest.raises(EpisodeTooLargeError):
+        run.log_episodes([_masked_config_episode("huge", blob="x" * (MAX_REQUEST_BYTES + 1_000_000))])
+    for bad, field in (({"tags": {"a"}}, "traces[0].info.bad.tags"), ({0: "int key"}, "traces[0].info.bad")):
+        with pytest.raises(RecordNotSerializableError) as refused:
+            run.log_episodes([_masked_config_episode("bad", bad=bad)])
+        assert field in str(refused.value) and "episode bad" in str(refused.value)
+    finish_within(run, 10)
+    lines = episode_lines(tmp_path)
+    assert [line.meta["episode_id"] for line in lines] == ["warm-0", "warm-1", "warm-2", "measured"]
+    for line in lines:
+        assert line.data["traces"][0]["agent"]["config"]["client"]["headers"] == {"Authorization": "***"}
+    assert not any(b"SECRETFRAG1" in path.read_bytes() for _, path in list_segments(tmp_path))
+
+
 # -- deep nesting and circular references ----------------------------------------------------
 
 
