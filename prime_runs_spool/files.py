@@ -22,6 +22,8 @@ from prime_runs_spool.errors import NoSuchPathError
 DIR_MODE = 0o700
 #: The mode of every file the package writes.
 FILE_MODE = 0o600
+#: The permission bits of a mode that let anyone but the owner in.
+OTHERS_ACCESS = 0o077
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
@@ -30,11 +32,19 @@ def open_private(path: str | os.PathLike[str], flags: int) -> int:
     (docs/spool-format.md, section 1: everything the package writes is ``0600``)."""
     fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
-        if os.fstat(fd).st_mode & 0o077:
+        if os.fstat(fd).st_mode & OTHERS_ACCESS:
             os.fchmod(fd, FILE_MODE)
     except OSError:
         pass  # not ours to change (another user's file): open it as it is
     return fd
+
+
+def make_private(path: str | os.PathLike[str]) -> None:
+    """Make an existing file ``0600`` if anyone but its owner may use it, for files another
+    program creates beside ours (SQLite's WAL sidecars); ``OSError`` if it cannot be looked
+    at or changed."""
+    if os.stat(path).st_mode & OTHERS_ACCESS:
+        os.chmod(path, FILE_MODE)
 
 
 #: The most :func:`read_regular_file` reads, and an object store's small reads: far more

@@ -7,7 +7,9 @@ much as one at the top of a module.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections import Counter
 from pathlib import Path
 
@@ -176,6 +178,79 @@ def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
     if "sync" in wrong and set(wrong["sync"]) == {FACTS["sync"], "commands.sync"}:
         del wrong["sync"]
     assert wrong == {}
+
+
+#: The one module that spells out file modes (``FILE_MODE``, ``DIR_MODE``) and says how
+#: files are made private; everything else names its constants and calls its helpers.
+MODES_HOME = "prime_runs_spool.files"
+#: Calls that give a file or a folder its mode: the argument's position (from 0) for a
+#: call on ``os``, and on anything else (a ``Path``), and the constants it may be.
+MODE_CALLS = {"open": (2, None, {"FILE_MODE"}), "chmod": (1, 0, {"FILE_MODE", "DIR_MODE"}),
+              "fchmod": (1, None, {"FILE_MODE", "DIR_MODE"}), "lchmod": (1, 0, {"FILE_MODE", "DIR_MODE"}),
+              "mkdir": (1, 0, {"DIR_MODE"}), "makedirs": (1, None, {"DIR_MODE"})}
+
+
+def _mode_offenders(source: str, module: str) -> list[str]:
+    """Where ``source`` spells a file mode itself: an octal literal (``0o600``), or a call
+    that creates a file or folder, or changes its mode, with a mode that is not the
+    owner's constant (or none where the default would be the umask's, ``0o777`` less it)."""
+    offenders = [f"{module}:{token.start[0]} spells a mode: {token.string}"
+                 for token in tokenize.generate_tokens(io.StringIO(source).readline)
+                 if token.type == tokenize.NUMBER and token.string[:2].lower() == "0o"]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _creates_with_the_umask(node):
+            offenders.append(f"{module}:{node.lineno} {ast.unparse(node.func)} creates a file with the umask's mode")
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MODE_CALLS):
+            continue
+        on_os = isinstance(node.func.value, ast.Name) and node.func.value.id == "os"
+        os_position, other_position, allowed = MODE_CALLS[node.func.attr]
+        position = os_position if on_os else other_position
+        if position is None:
+            continue  # not the call meant (a file object's ``open``, say)
+        [mode] = [k.value for k in node.keywords if k.arg == "mode"] or node.args[position:position + 1] or [None]
+        if mode is None and node.func.attr == "open" and "O_CREAT" not in ast.unparse(node.args[1]):
+            continue  # opens a file that is there: no mode given, none needed
+        named = mode.id if isinstance(mode, ast.Name) else mode.attr if isinstance(mode, ast.Attribute) else None
+        if named not in allowed:
+            given = ast.unparse(mode) if mode is not None else "no mode"
+            offenders.append(f"{module}:{node.lineno} {ast.unparse(node.func)} with {given}, not {' or '.join(sorted(allowed))}")
+    return offenders
+
+
+def _creates_with_the_umask(call: ast.Call) -> bool:
+    """Python's ``open(path, "w")`` (or ``Path.open``, ``write_text``, ``write_bytes``,
+    ``touch``): a new file gets ``0o666`` less the umask, readable by everyone."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("write_text", "write_bytes", "touch"):
+        return True
+    if isinstance(func, ast.Name) and func.id == "open":
+        position = 1
+    elif isinstance(func, ast.Attribute) and func.attr == "open" and not (
+            isinstance(func.value, ast.Name) and func.value.id == "os"):
+        position = 0
+    else:
+        return False
+    [mode] = [k.value for k in call.keywords if k.arg == "mode"] or call.args[position:position + 1] or [None]
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and bool(set(mode.value) & set("wax+"))
+
+
+def test_file_modes_are_spelled_out_only_in_files_py() -> None:
+    """Everything the package writes is ``0600`` in folders ``0700`` (docs/spool-format.md,
+    section 1): one place says so, so that no module can drift from it on its own."""
+    sources = {**MODULES, **{f"commands.{p.stem}": p for p in (REPO_ROOT / "commands").glob("*.py")}}
+    offenders = [found for module, path in sources.items() if module != MODES_HOME
+                 for found in _mode_offenders(path.read_text(), module)]
+    assert offenders == []
+
+
+def test_the_mode_check_finds_a_mode_of_its_own() -> None:
+    spelled = _mode_offenders("import os\nfd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)\n", "m")
+    assert len(spelled) == 2  # the literal, and a mode that is not FILE_MODE
+    assert _mode_offenders("os.open(p, os.O_WRONLY | os.O_CREAT)\nPath(p).mkdir(parents=True)\n", "m") == [
+        "m:1 os.open with no mode, not FILE_MODE", "m:2 Path(p).mkdir with no mode, not DIR_MODE"]
+    assert _mode_offenders("os.open(p, os.O_RDONLY)\nos.chmod(p, files.FILE_MODE)\nf.open()\n"
+                           "open(p, 'rb')\nos.fdopen(fd, 'wb')\n", "m") == []
+    assert len(_mode_offenders("open(p, 'w')\nPath(p).open(mode='ab')\nPath(p).write_bytes(b'')\n", "m")) == 3
 
 
 def test_every_name_in_the_error_tree_is_defined_once() -> None:

@@ -19,6 +19,7 @@ import orjson
 
 from prime_runs_spool.errors import ExportSetupError
 from prime_runs_spool.export.columns import BOOL, FLOAT, INT, TEXT, Column
+from prime_runs_spool.files import open_private
 
 FORMATS = ("parquet", "csv", "jsonl")
 #: Rows per Parquet row group, at most...
@@ -78,7 +79,7 @@ class _FileSink:
         if not folder.is_dir():
             raise ExportSetupError(f"{path}: its folder {folder} does not exist")
         self.temp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        self.fd = open_private(self.temp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
 
     def _finish(self) -> None:
         os.replace(self.temp, self.path)

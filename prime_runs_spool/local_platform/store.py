@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, PlatformDatabaseError
-from prime_runs_spool.files import FILE_MODE, open_private
+from prime_runs_spool.files import make_private, open_private
 
 
 #: The files SQLite keeps beside a database in WAL mode.
@@ -46,8 +46,7 @@ def private_database(path: str | os.PathLike[str]) -> None:
     for suffix in SQLITE_SIDECAR_SUFFIXES:
         sidecar = f"{os.fspath(path)}{suffix}"
         try:
-            if os.stat(sidecar).st_mode & 0o077:
-                os.chmod(sidecar, FILE_MODE)
+            make_private(sidecar)
         except OSError:
             pass
 

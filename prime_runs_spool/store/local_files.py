@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from prime_runs_spool.errors import StoreConflict, StoreSetupError
-from prime_runs_spool.files import make_private_dir
+from prime_runs_spool.files import fsync_folder, make_private_dir, open_private
 from prime_runs_spool.store.object_info import ObjectInfo
 
 #: Where a write is prepared before it lands, beside its object; never listed as an object.
@@ -117,7 +117,7 @@ class LocalFiles:
             raise StoreConflict("exists") from None
         finally:
             os.unlink(temp)
-        _sync_folder(target.parent)
+        fsync_folder(target.parent)
         return etag
 
     def replace(self, key: str, data: bytes, etag: str) -> str:
@@ -141,7 +141,7 @@ class LocalFiles:
                     raise StoreConflict("changed")
                 temp, new_etag = self._prepare(target, data)
                 os.rename(temp, target)
-                _sync_folder(target.parent)
+                fsync_folder(target.parent)
                 return new_etag
             finally:
                 os.close(fd)  # the lock goes with it
@@ -155,7 +155,7 @@ class LocalFiles:
         except BaseException:
             _unlink_quietly(temp)
             raise
-        _sync_folder(target.parent)
+        fsync_folder(target.parent)
 
     def delete(self, key: str) -> None:
         """Remove ``key``; one already gone is no error."""
@@ -164,7 +164,7 @@ class LocalFiles:
             os.unlink(target)
         except FileNotFoundError:
             return
-        _sync_folder(target.parent)
+        fsync_folder(target.parent)
 
     def upload_prefix(self, key: str, source: os.PathLike[str] | str, size: int) -> None:
         """Replace ``key`` with the first ``size`` bytes of ``source``, copied in parts."""
@@ -185,7 +185,7 @@ class LocalFiles:
         except BaseException:
             _unlink_quietly(temp)
             raise
-        _sync_folder(target.parent)
+        fsync_folder(target.parent)
 
     def _temp(self, target: Path) -> Path:
         if not target.parent.is_dir():
@@ -194,7 +194,7 @@ class LocalFiles:
 
     @staticmethod
     def _open_temp(temp: Path) -> int:
-        return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        return open_private(temp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
 
     def _prepare(self, target: Path, data: bytes) -> tuple[Path, str]:
         """``data`` in a durable temporary file beside ``target``, stamped with a fine-grained
@@ -228,12 +228,3 @@ def _unlink_quietly(path: Path) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make a rename or link in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

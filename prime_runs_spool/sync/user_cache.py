@@ -10,6 +10,7 @@ so all follow ``XDG_CACHE_HOME`` alike.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from prime_runs_spool.files import DIR_MODE
@@ -37,6 +38,6 @@ def private_folder(name: str) -> Path:
     folder = root / name
     folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     for path in (root, folder):
-        if path.stat().st_mode & 0o777 != DIR_MODE:
+        if stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
             os.chmod(path, DIR_MODE)
     return folder
