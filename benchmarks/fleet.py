@@ -14,16 +14,24 @@ failing, half of those after the platform acted), and that many ``prime-runs syn
 exits is the drain. Checked every round: each run has one evaluation holding each of its
 spool's episodes once, and the runs were synced once between the syncers (a run another
 syncer holds is skipped, never waited for). Prints episodes/s per count of syncers and each
-count's time against one syncer's.
+count's time against one syncer's, and each round's CPU seconds (user + system) of the
+syncers, the platform, the store (moto) and this process (the fault proxy): on a shared
+machine the CPU a drain costs is steadier than its wall time. ``--detail`` adds the
+platform's requests, and each syncer's store requests by verb and object (segment, state,
+lease), bytes read, and how many runs' segments more than one syncer read (each syncer run
+through benchmarks/_counted_sync.py).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +48,7 @@ from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
 from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
 
 WRITER = ROOT / "fixtures" / "fleet_writer.py"
+COUNTED = Path(__file__).resolve().parent / "_counted_sync.py"
 SHOW_DETAIL = "--detail" in sys.argv
 
 
@@ -81,43 +90,81 @@ def fill_bucket(endpoint: str, work: Path, machines: int) -> str:
     return url
 
 
-def drain(work: Path, url: str, syncers: int, jobs: int, rate: float, round_name: str) -> tuple[float, list[dict]]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[str, str, float]:
+    """Wait for a syncer: its output and its own CPU (user + system, from ``wait4``)."""
+    box: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, s=s: box.__setitem__(n, s.read())) for n, s in
+               (("out", proc.stdout), ("err", proc.stderr))]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return box["out"], box["err"], usage.ru_utime + usage.ru_stime
+
+
+def drain(work: Path, url: str, syncers: int, jobs: int, rate: float, round_name: str,
+          moto_pid: int) -> tuple[float, list[dict], dict[str, float]]:
+    """One round: ``syncers`` syncers at once. The wall time, their reports, and the CPU
+    seconds of the syncers, the platform, the store (moto) and this process (the fault proxy)."""
     # The platform commits nothing later than 0.4 s after a request arrived, so a syncer may
     # take a request lost after commit as settled 1 s on (as the tests do): the fence waits
     # of a lost answer cost a second, not the default lifetime of ten minutes.
     with platform(work / f"{round_name}.db", "--request-deadline", "0.4") as server:
         rates = fault_spread(rate) if rate else {}
         with FaultProxy(server.base_url, seed=7, rates=rates, delay=2.0, retry_after=0) as proxy:
+            platform_cpu, moto_cpu, own_cpu = _cpu_seconds(server.proc.pid), _cpu_seconds(moto_pid), time.process_time()
             start = now()
             procs = []
             for m in range(syncers):
                 home = work / f"{round_name}-syncer-{m}"
                 env = {**child_env(), "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache")}
+                counted = [str(COUNTED), str(work / f"{round_name}-counts-{m}.json")] if SHOW_DETAIL else ["-m", "commands"]
                 procs.append(subprocess.Popen(
-                    [PYTHON, "-m", "commands", "sync", url, "--json", "--jobs", str(jobs), "--base-url",
+                    [PYTHON, *counted, "sync", url, "--json", "--jobs", str(jobs), "--base-url",
                      proxy.base_url, "--timeout", "5", "--request-lifetime", "1.0"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT))
             ended: list[float] = []
             outs = []
+            syncer_cpu = 0.0
             for proc in procs:
-                outs.append(proc.communicate(timeout=3600))
+                out, err, cpu = _finish(proc)
+                outs.append((out, err))
+                syncer_cpu += cpu
                 ended.append(now() - start)
             elapsed = now() - start
-            if SHOW_DETAIL:  # --detail: what reached the platform, and how each syncer ended
-                import collections
-                import re
-
-                kinds = collections.Counter(f"{d.method} {re.sub(r'[0-9a-f-]{36}', 'ID', d.path)}" for d in proxy.log)
-                print("   ", dict(kinds.most_common(12)), flush=True)
-                for out, at in zip(outs, ended):
-                    states = collections.Counter(r["state"] for r in json.loads(out[0])["runs"])
-                    print(f"    ended at {at:.1f} s: {dict(states)}", flush=True)
+            cpu = {"syncers": syncer_cpu, "platform": _cpu_seconds(server.proc.pid) - platform_cpu,
+                   "store": _cpu_seconds(moto_pid) - moto_cpu, "proxy": time.process_time() - own_cpu}
+            if SHOW_DETAIL:  # --detail: what reached the platform and the store, and how each syncer ended
+                _show_detail(proxy, outs, ended, [work / f"{round_name}-counts-{m}.json" for m in range(syncers)])
         reports = []
         for proc, (out, err) in zip(procs, outs):
             if proc.returncode not in (0, 1):
                 raise SystemExit(f"a syncer exited {proc.returncode}: {err[-2000:]}")
             reports += json.loads(out)["runs"]
-        return elapsed, reports
+        return elapsed, reports, cpu
+
+
+def _show_detail(proxy: FaultProxy, outs: list[tuple[str, str]], ended: list[float], counts: list[Path]) -> None:
+    kinds = collections.Counter(f"{d.method} {re.sub(r'[0-9a-f-]{36}', 'ID', d.path)}" for d in proxy.log)
+    print("    platform:", dict(kinds.most_common(12)), flush=True)
+    read_by: list[set[str]] = []
+    for out, at, path in zip(outs, ended, counts):
+        states = collections.Counter(r["state"] for r in json.loads(out[0])["runs"])
+        found = json.loads(path.read_text())
+        read_by.append(set(found["segment_runs"]))
+        print(f"    ended at {at:.1f} s: {dict(states)}; store: {dict(sorted(found['counts'].items()))}", flush=True)
+    if len(read_by) > 1:
+        both = set.intersection(*read_by) if len(read_by) == 2 else {
+            run for run in set.union(*read_by) if sum(run in s for s in read_by) > 1}
+        print(f"    runs whose segments more than one syncer read: {len(both)}", flush=True)
 
 
 def check(reports: list[dict], held: dict[str, int]) -> None:
@@ -159,20 +206,28 @@ def main() -> None:
                   f"(one writer SIGKILLed) in {now() - start:.1f} s; each syncer --jobs {args.jobs}, "
                   f"faults {args.fault_rate:.0%}", flush=True)
             times: dict[int, list[float]] = {count: [] for count in counts}
+            cpus: dict[int, list[dict[str, float]]] = {count: [] for count in counts}
             for n in range(args.repeat):
                 for count in (counts if n % 2 == 0 else list(reversed(counts))):
                     url = fill_bucket(endpoint, work, args.machines)
-                    elapsed, reports = drain(work, url, count, args.jobs, args.fault_rate, f"r{n}-m{count}")
+                    elapsed, reports, cpu = drain(work, url, count, args.jobs, args.fault_rate, f"r{n}-m{count}",
+                                                  proc.pid)
                     check(reports, held)
                     skipped = sum(1 for r in reports if r["state"] == "skipped")
                     times[count].append(elapsed)
+                    cpus[count].append(cpu)
                     print(f"  {count} syncer(s): {elapsed:.2f} s, {total / elapsed:,.0f} episodes/s "
-                          f"({skipped} runs skipped as another's)", flush=True)
+                          f"({skipped} runs skipped as another's); CPU s: "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) + f"; load {os.getloadavg()[0]:.1f}",
+                          flush=True)
             one = min(times[counts[0]])
+            cpu_one = min(sum(c.values()) for c in cpus[counts[0]])
             for count in counts:
                 best = min(times[count])
+                cpu = min(sum(c.values()) for c in cpus[count])
                 print(f"  {count} syncer(s): best {best:.2f} s ({spread(times[count])} s), "
-                      f"{total / best:,.0f} episodes/s, {best / one:.2f}x the time of {counts[0]}", flush=True)
+                      f"{total / best:,.0f} episodes/s, {best / one:.2f}x the time of {counts[0]}; "
+                      f"CPU {cpu:.1f} s, {cpu / cpu_one:.2f}x", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
