@@ -389,7 +389,13 @@ class StoreSetupError(StoreError):
 
 class StoreConflict(StoreError):
     """A conditional write was refused: the object was created or replaced by someone else
-    since we read it (docs/sync.md, "Object stores")."""
+    since we read it (docs/sync.md, "Object stores"). ``current``: the object as read right
+    after the refusal (its bytes and etag), when that read was made, so a caller deciding
+    what to do next (a lease taker judging the holder) needs no second GET."""
+
+    def __init__(self, message: str, current: tuple[bytes, str | None] | None = None) -> None:
+        super().__init__(message)
+        self.current = current
 
 
 class LeaseLost(StoreError):

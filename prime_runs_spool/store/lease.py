@@ -128,9 +128,10 @@ class Lease:
             self.etag = self.store.create(self.key, self._body(1))
             self.generation, self.renewed_at, self.created = 1, now, True
             return True
-        except StoreConflict:
-            pass
-        current = self.store.read(self.key)
+        except StoreConflict as refused:
+            current = refused.current  # what the store read back after refusing: no second GET
+        if current is None:
+            current = self.store.read(self.key)
         if current is None:
             return False  # deleted between the two calls: the next try creates it
         data, etag = current

@@ -305,7 +305,7 @@ class ObjectStore:
                 now = self.read(key)  # a lost answer retried: refused, yet the first try landed
                 if now is not None and now[0] == data:
                     return now[1]
-                raise StoreConflict(f"{self.location(key)} was changed by someone else") from None
+                raise StoreConflict(f"{self.location(key)} was changed by someone else", now) from None
             except Exception as exc:
                 attempt += 1
                 if attempt > self._retries:

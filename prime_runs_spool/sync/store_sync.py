@@ -22,11 +22,9 @@ import fnmatch
 import functools
 import hashlib
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
+from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import internal_error_report
@@ -161,6 +160,9 @@ class StoreRunSync:
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
         self.sleep = sleep  # every wait of the pass (backoff, fence, another's lease): a stop ends it there
         self._locate(options.replay_id)
+        #: Whether this run showed another syncer at work since the listing (it holds the
+        #: lease, or wrote a state the listing did not show): what makes the claim order jump (sync/claims.py).
+        self.met_another = False
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()), state_in_store=in_store)
 
     def _locate(self, replay_id: str | None) -> None:
@@ -225,6 +227,7 @@ class StoreRunSync:
         return wait
 
     def _held(self) -> RunReport:
+        self.met_another = True
         holder = self.lease.holder or {}
         return RunReport(path=str(self.run), state=SKIPPED,
                          error=f"another prime-runs sync ({holder.get('owner', 'unknown')}) holds "
@@ -265,6 +268,7 @@ class StoreRunSync:
         found = self.run.store.read(self.key)
         if found is None:
             return None
+        self.met_another = listed is None or listed.etag != found[1]
         state = _parse(found[0])
         if state is not None:
             _cache(self.path, state, found[1])
@@ -373,54 +377,46 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
         return []
     index = EvaluationIndex(answers_new_runs=True)  # for a run whose lease this syncer made (StoreProtocol)
     sleep = time.sleep if stop is None else functools.partial(_stoppable_sleep, stop)
-    # Syncers started together on one prefix would otherwise go through it in the same order:
-    # each meeting the runs the other holds (skipped), then the runs the other just did (read
-    # again to learn so). Each starts at its own place instead; the reports stay in key order.
-    first = random.randrange(len(runs))
-    runs = runs[first:] + runs[:first]
+    order = ClaimOrder(len(runs))  # from a random place, jumping on meeting another syncer
 
-    def one(run: StoreRun) -> RunReport:
+    def one(run: StoreRun) -> tuple[RunReport, bool]:
         if stop is not None and stop.is_set():
             raise Stopped
         try:
-            return StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
-                                index=index, on_progress=on_progress, sleep=sleep).sync()
+            sync = StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
+                                index=index, on_progress=on_progress, sleep=sleep)
+            return sync.sync(), sync.met_another
         except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
-            return internal_error_report(str(run), exc)
+            return internal_error_report(str(run), exc), False
 
-    if stop is not None:
-        reports = _stoppable_map(one, runs, max(1, jobs))
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync") as pool:
-            reports = list(pool.map(one, runs))
-    return reports[len(runs) - first:] + reports[:len(runs) - first]
+    # Daemon threads only when stoppable: see _work_through.
+    return _work_through(one, runs, order, max(1, jobs), daemon=stop is not None)
 
 
-def _stoppable_map(work: Callable[[StoreRun], RunReport], runs: list[StoreRun], jobs: int) -> list[RunReport]:
-    """``work`` over ``runs`` in ``jobs`` daemon threads, results in order. Daemon, unlike a
-    ThreadPoolExecutor's, whose threads the interpreter joins at exit: a second SIGINT
-    (``Stopped`` raised in this thread's join) ends the follow at once, not when a request
-    the platform never answers times out; the state is consistent at every instant, and a
-    lease left held expires. A worker's exception (``Stopped`` after the first SIGINT) is
-    raised once every worker has ended, so each released its lease."""
+def _work_through(work: Callable[[StoreRun], tuple[RunReport, bool]], runs: list[StoreRun], order: ClaimOrder,
+                  jobs: int, *, daemon: bool) -> list[RunReport]:
+    """``work`` over ``runs`` in ``jobs`` threads, taking them in ``order``, which jumps when a
+    run showed another syncer's work; reports in the runs' order. ``daemon`` (a stoppable
+    sync), unlike a ThreadPoolExecutor's threads, which the interpreter joins at exit: a
+    second SIGINT (``Stopped`` raised in this thread's join) ends the follow at once, not when
+    a request the platform never answers times out; the state is consistent at every
+    instant, and a lease left held expires. A worker's exception (``Stopped`` after the first
+    SIGINT) is raised once every worker has ended, so each released its lease."""
     results: list[RunReport | None] = [None] * len(runs)
     failures: list[BaseException] = []
-    pending = iter(enumerate(runs))
-    lock = threading.Lock()
 
     def worker() -> None:
-        while True:
-            with lock:
-                item = next(pending, None)
-            if item is None:
-                return
+        while (taken := order.take()) is not None:
+            number, stretch = taken
             try:
-                results[item[0]] = work(item[1])
+                results[number], met = work(runs[number])
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 failures.append(exc)
                 return
+            if met:
+                order.met_another(stretch)
 
-    threads = [threading.Thread(target=worker, name=f"prime-runs-sync-{n}", daemon=True)
+    threads = [threading.Thread(target=worker, name=f"prime-runs-sync-{n}", daemon=daemon)
                for n in range(min(jobs, len(runs)))]
     for thread in threads:
         thread.start()
