@@ -161,7 +161,8 @@ class StoreRunSync:
         self.sleep = sleep  # every wait of the pass (backoff, fence, another's lease): a stop ends it there
         self._locate(options.replay_id)
         #: Whether this run showed another syncer at work since the listing (it holds the
-        #: lease, or wrote a state the listing did not show): what makes the claim order jump (sync/claims.py).
+        #: lease, or wrote a state the listing did not show): what makes the claim order
+        #: jump (sync/claims.py).
         self.met_another = False
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()), state_in_store=in_store)
 
