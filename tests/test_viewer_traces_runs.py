@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from support.viewer_runs import FIXTURE_OUTPUTS, SCRIPT_PROMPT, script_episode
 
 pytestmark = pytest.mark.slow  # a platform process and two real syncs for the module
 
-#: The run another client uploads to Prime Traces, with no evaluation.
+#: The runs another client uploads to Prime Traces, with no evaluation; the second's id is markup.
 OTHER_RUN = "uploaded-by-hand"
+HOSTILE_RUN = '<img src=x onerror="window.__viewer_xss = 50">'
+
 
 #: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
 SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
@@ -51,8 +54,12 @@ def platform(tmp_path_factory) -> Iterator[dict]:
             assert (report["store"], report["pushed_now"]) == (to, 6)
             evaluations[to] = report["evaluation_id"]
         with TracesClient(api_key="any", base_url=proc.base_url) as traces:
-            lines = [encode_line(stamp_run(script_episode(n), OTHER_RUN)) for n in range(2)]
-            traces.upload_lines(lines, line_format=LineFormat.EPISODE)
+            for run_id in (OTHER_RUN, HOSTILE_RUN):
+                episodes = [script_episode(n) for n in range(2)]
+                for n, episode in enumerate(episodes):  # ids of their own: one id is one episode
+                    episode["id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run_id}/{n}"))
+                lines = [encode_line(stamp_run(episode, run_id)) for episode in episodes]
+                traces.upload_lines(lines, line_format=LineFormat.EPISODE)
         yield {"url": proc.base_url, **evaluations}
 
 
@@ -76,6 +83,9 @@ def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, view
     assert other.locator("[data-store]").get_attribute("data-store") == "Prime Traces"
     assert other.locator("[data-status]").get_attribute("data-status") == "uploaded"
     assert "no evaluation names" in page.locator('dd[data-meaning="uploaded"]').inner_text()
+    hostile = page.locator("tr[data-run]").filter(has_text="onerror")
+    assert hostile.locator("a.run-link").inner_text() == HOSTILE_RUN  # a run id that is markup stays text
+    assert page.evaluate("window.__viewer_xss") is None and page.locator("main img").count() == 0
     page.wait_for_function(  # the episode counts come from Prime Traces, read in the background
         "key => document.querySelector(`tr[data-run=\"${key}\"] td.episodes`).innerText === '6'",
         arg=platform["traces"], timeout=10_000)
