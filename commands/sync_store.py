@@ -28,10 +28,11 @@ class PathOrURL(click.Path):
     ``//``)."""
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        from prime_runs_spool.store.objects import is_store_url
+        if isinstance(value, str) and "://" in value:  # a plain path never imports the store's code
+            from prime_runs_spool.store.objects import is_store_url
 
-        if is_store_url(value):
-            return str(value)
+            if is_store_url(value):
+                return str(value)
         return super().convert(value, param, ctx)
 
 
