@@ -111,3 +111,15 @@ def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, view
 def test_an_unknown_prime_traces_run_is_a_404_page(page, viewer):
     response = page.goto(viewer + "/run?run=traces:no-such-run")
     assert response.status == 404 and "no-such-run" in page.locator("p.problem").inner_text()
+
+
+def test_a_prime_traces_run_and_a_samples_run_compare_side_by_side(page, viewer, platform):
+    page.goto(viewer + f"/compare?a={platform['traces']}&b={platform['samples']}")
+    assert page.locator("section.compare-summary td.paired").inner_text() == "4"
+    page.locator('table.compare tr[data-example="0"] a.pair-link').click()
+    page.wait_for_url(re.compile(r"/dashboard/pair\?"))
+    # one from Prime Traces, one from its sample row: the same episode's turns, every trace's
+    turns = [page.locator(f'section.side[data-side="{side}"] li.turn').evaluate_all(
+        "els => els.map(e => e.dataset.role + ': ' + e.innerText)") for side in ("a", "b")]
+    assert turns[0] == turns[1] and [t.split(":")[0] for t in turns[0][:5]] == [
+        "system", "user", "assistant", "tool", "assistant"]
