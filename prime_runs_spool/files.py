@@ -10,9 +10,11 @@ section 1): a spool holds what an eval saw.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -118,6 +120,36 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
+    """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
+    missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
+    file goes). ``durable``: the data and the rename are fsync'd (a sync state, an import's
+    mark); without it, a cache that can be made again (a copy of a state held in a store).
+    The temporary name holds the process and the thread: two writers never share one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    except FileNotFoundError:  # the first file of this folder: the folder first
+        make_private_dir(path.parent)  # the new folders' names durable too
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        fsync_folder(path.parent)
 
 
 def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:

@@ -462,3 +462,24 @@ def test_an_imports_unreadable_config_says_why(tmp_path: Path) -> None:
     result = run_cli("import", str(root), timeout=30)
     assert result.returncode == 1, result.stderr
     assert "eval.json: cannot be read as JSON (not a regular file)" in last_line(result), result.stderr
+
+
+def test_an_import_mark_that_cannot_be_put_in_place_leaves_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk just as ``spool/import.json`` is renamed into place: the import is an
+    error that says why, and no ``*.tmp`` is left in the spool for nobody to clean up."""
+    import errno
+
+    root = copy_fixture(tmp_path, "vf040-completed")
+    real_replace = os.replace
+
+    def full(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(target).endswith("import.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", os.fspath(target))
+        real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full)
+    report = import_output(root / "vf040-completed")
+    monkeypatch.undo()
+    assert report.state == "error" and "No space left on device" in report.error, report
+    assert sorted(p.name for p in (root / "vf040-completed").rglob("*.tmp")) == []

@@ -34,7 +34,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_in_run
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.files import replace_private
 from prime_runs_spool.importer.paths import agreed_mark_path
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.layout import list_segments
@@ -115,18 +115,10 @@ def mark_agreed(run_dir: Path, traces_version: list[Any]) -> None:
     if current is None:
         return
     current["traces"] = traces_version
-    mark = agreed_mark_path(run_dir)
-    tmp = mark.with_name(f".{mark.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            os.write(fd, json.dumps(current).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, mark)
+        replace_private(agreed_mark_path(run_dir), json.dumps(current).encode(), durable=True)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def spool_episode_ids(run_dir: Path) -> list[str | None]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +50,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.scan import read_run
@@ -326,11 +325,4 @@ def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
     data = json.dumps({"source": str(source.path.resolve()), "layout": source.layout,
                        "run_id": report.run_id, "episodes": report.episodes_total,
                        "source_bytes": source.size, "status": report.status}, indent=1).encode()
-    tmp = mark.with_name(f".{mark.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, mark)
+    replace_private(mark, data, durable=True)

@@ -11,11 +11,9 @@ teaches may wait for the next such write: a file one answer behind is still true
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import FILE_MODE, fsync_folder, make_private_dir, read_regular_file
+from prime_runs_spool.files import read_regular_file, replace_private
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.spool.reader import Position
@@ -355,35 +353,6 @@ def save_state(path: Path, state: SyncState) -> None:
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
     replace_private(path, data, durable=True)
     _OWN_WRITES[str(path)] = _digest(data)
-
-
-def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
-    """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
-    missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
-    file goes). ``durable``: the data and the rename are fsync'd (a state file); without it,
-    a cache (sync/store_sync.py's copy of a state held in the store)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    except FileNotFoundError:  # the first file of this folder: the folder first
-        make_private_dir(path.parent)  # the new folders' names durable too
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_folder(path.parent)
 
 
 # -- where a run's sync state lives ------------------------------------------------------
