@@ -119,6 +119,7 @@ def _constants(path: Path) -> list[tuple[object, int]]:
     return [(n.value, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in skip]
 
 
+@pytest.mark.slow
 def test_nothing_in_the_library_imports_or_launches_commands() -> None:
     offenders = []
     for module, path in MODULES.items():
@@ -166,6 +167,7 @@ FACTS = {
 }
 
 
+@pytest.mark.slow
 def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
     homes: dict[object, Counter[str]] = {fact: Counter() for fact in FACTS}
     sources = {**MODULES, **{f"commands.{p.stem}": p for p in (REPO_ROOT / "commands").glob("*.py")}}
@@ -388,6 +390,7 @@ def _exception_classes() -> list[tuple[str, str]]:
     return [(module, name) for module, name, bases in defined if any(base in exceptions for base in bases)]
 
 
+@pytest.mark.slow
 def test_every_exception_class_is_in_errors_py_and_drawn_in_its_tree() -> None:
     """One exception tree: every exception class of the package is defined in errors.py and
     named in the tree its docstring draws, so a caller finds every kind in one place. The one

@@ -72,6 +72,7 @@ def test_ci_recipe_syncs_artifacts_once_and_replays_them(tmp_path: Path, server,
         assert "replayed" in evaluation["tags"]
 
 
+@pytest.mark.slow
 def test_ci_recipe_exit_codes(tmp_path: Path, server) -> None:
     artifact = tmp_path / "outputs"
     subprocess.run([sys.executable, "-m", "fixtures.make_outputs", str(artifact)], check=True,

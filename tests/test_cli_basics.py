@@ -1,6 +1,8 @@
 """The console script exists and answers --version and --help without a traceback."""
 
 import subprocess
+
+import pytest
 from support.env import CLI, child_env
 
 from prime_runs_spool import __version__
@@ -37,6 +39,7 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
     ]
 
 
+@pytest.mark.slow
 def test_a_malformed_base_url_is_a_usage_error_at_once(tmp_path):
     """Exit 2 with one line, not 85 s of retries (the old ``htp:/typo``) nor an internal
     error (the old ``http://[::1``); both entry points, the flag and the environment."""

@@ -84,6 +84,7 @@ def test_sync_help_says_where_the_key_comes_from() -> None:
     assert "PRIME_API_KEY" in text and "~/.prime/config.json" in text
 
 
+@pytest.mark.slow
 def test_the_local_platforms_database_is_in_the_data_folder_and_shared(tmp_path: Path) -> None:
     build_run(tmp_path / "runs" / "r", "local-db-place", 2)
     home, data = tmp_path / "home", tmp_path / "data"
@@ -119,6 +120,7 @@ def test_a_json_report_names_a_folder_whose_name_is_not_utf8(odd_tree: Path, com
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_json_import_and_sync_report_name_a_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
     root = tmp_path / "outputs"
     shutil.copytree(VF040, root / ODD_NAME)

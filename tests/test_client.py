@@ -315,6 +315,7 @@ def trickling_platform():
     server.close()
 
 
+@pytest.mark.slow
 def test_a_platform_that_trickles_its_answer_does_not_hold_a_sync_forever(tmp_path: Path, trickling_platform) -> None:
     """--timeout bounded each read, not the answer (httpx has no total deadline): a
     platform or a proxy that trickles bytes held the sync forever."""

@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from support.env import child_env
 from prime_runs_spool import read_run
 from prime_runs_spool.spool.reader import iter_records
@@ -43,6 +45,7 @@ def _run_and_kill(run_dir: Path, delay: float) -> list[tuple[int, str]]:
     return reported
 
 
+@pytest.mark.slow
 def test_sigkilled_writers_lose_nothing_they_reported(tmp_path: Path):
     rng = random.Random(20260101)
     reported: list[tuple[int, int, str]] = []  # (segment, seq, id)

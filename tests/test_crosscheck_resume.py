@@ -67,6 +67,7 @@ def _check(builder: RunBuilder, api, results: list[dict]) -> None:
     assert evaluation["finalize_count"] == 1
 
 
+@pytest.mark.slow
 def test_a_later_segment_copied_before_the_earlier_ones_end_is_not_pushed_locally(tmp_path: Path, server,
                                                                                    api) -> None:
     destination = tmp_path / "copy" / "run"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from support.fake_platform import FakePlatform
 from support.runs import build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -30,6 +32,7 @@ class CountingClient(PlatformClient):
         return page
 
 
+@pytest.mark.slow
 def test_first_sync_of_many_new_runs_reads_a_linear_number_of_listed_evaluations(tmp_path: Path) -> None:
     runs = 40
     for n in range(runs):

@@ -69,6 +69,7 @@ def spool_truth(run_dir: Path) -> tuple[str, int, dict, dict | None]:
     return run_id, len(episodes), compute_summary(episodes), (seal or {}).get("summary")
 
 
+@pytest.mark.slow
 def test_duckdb_reads_the_parquet_and_its_sums_are_the_spools_summaries(tmp_path: Path) -> None:
     out = tmp_path / "samples.parquet"
     result = export(str(OUTPUTS), "-o", str(out))
@@ -92,6 +93,7 @@ def test_duckdb_reads_the_parquet_and_its_sums_are_the_spools_summaries(tmp_path
     assert oct(out.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
 def test_csv_and_jsonl_hold_the_same_rows_as_the_parquet(tmp_path: Path) -> None:
     tables = {}
     for fmt in ("parquet", "csv", "jsonl"):
@@ -106,6 +108,7 @@ def test_csv_and_jsonl_hold_the_same_rows_as_the_parquet(tmp_path: Path) -> None
     assert "metric:correct" in header and header[-3:] == ["prompt", "final_answer", "reference_answer"]
 
 
+@pytest.mark.slow
 def test_runs_table_has_a_row_per_run_with_its_summary(tmp_path: Path) -> None:
     out = tmp_path / "runs.parquet"
     result = export(str(OUTPUTS), "--runs", "-o", str(out))
@@ -140,6 +143,7 @@ def test_masked_values_stay_masked_in_every_format(tmp_path: Path) -> None:
     assert builder.ids
 
 
+@pytest.mark.slow
 def test_plain_eval_outputs_are_named_with_the_import_command(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "fixtures" / "eval_outputs" / "vf040-completed", tmp_path / "in" / "vf040-completed")
     shutil.copytree(OUTPUTS / "gsm8k-completed", tmp_path / "in" / "gsm8k-completed")
@@ -161,6 +165,7 @@ def test_plain_eval_outputs_are_named_with_the_import_command(tmp_path: Path) ->
     assert len(rows) == 6 + episodes and {row["run_name"] for row in rows} >= {"gsm8k-completed"}
 
 
+@pytest.mark.slow
 def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp_path: Path) -> None:
     good = build_run(tmp_path / "in" / "good", "export-good", 4)
     bad = build_run(tmp_path / "in" / "bad", "export-bad", 6)
@@ -183,6 +188,7 @@ def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp
     assert good.ids
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     build_run(tmp_path / "run", "export-usage", 2)
     for args, words in ((["-o", str(tmp_path / "x.txt")], "--format"),
@@ -208,6 +214,7 @@ def test_parquet_without_pyarrow_says_which_extra(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_samples_df_and_runs_df_match_the_exported_file(tmp_path: Path) -> None:
     from prime_runs_spool import runs_df, samples_df
 
@@ -267,6 +274,7 @@ def test_export_from_a_folder_url_equals_the_local_export(tmp_path: Path) -> Non
     assert remote.read_text() == local.read_text() and len(local.read_text().splitlines()) == 5
 
 
+@pytest.mark.slow
 def test_export_from_a_bucket_equals_the_local_export(tmp_path: Path, moto) -> None:
     from support.store_runs import upload_run
 
@@ -287,6 +295,7 @@ VALUES = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st
 TEXTS = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(episodes=st.lists(st.tuples(st.dictionaries(METRIC_NAMES, VALUES, max_size=4), TEXTS, TEXTS),
                          min_size=1, max_size=5))
@@ -354,6 +363,7 @@ def test_export_memory_does_not_grow_with_the_run(tmp_path: Path) -> None:
     assert os.path.getsize(tmp_path / "out-12000.csv") > 12_000 * 2_000
 
 
+@pytest.mark.slow
 def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_others(tmp_path: Path) -> None:
     """Pages were opened O_CREAT|O_TRUNC: through a symbolic link planted in an export
     folder someone else prepared (the link's target, a file of the user's, overwritten

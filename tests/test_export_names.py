@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
@@ -43,6 +44,7 @@ def _two_ids_the_old_names_merged() -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
+@pytest.mark.slow
 def test_two_examples_whose_old_names_collided_get_a_page_each(tmp_path: Path) -> None:
     first, second = _two_ids_the_old_names_merged()
     run_dir = tmp_path / "runs" / "shared-prefix"
@@ -65,6 +67,7 @@ def test_two_examples_whose_old_names_collided_get_a_page_each(tmp_path: Path) -
 _KEYS = st.one_of(st.text(max_size=60), st.text("aA-_.~+/0", max_size=12), st.text(min_size=100, max_size=300))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(a=_KEYS, b=_KEYS)
 def test_different_keys_never_share_a_name_even_ignoring_case(a: str, b: str) -> None:
@@ -75,6 +78,7 @@ def test_different_keys_never_share_a_name_even_ignoring_case(a: str, b: str) ->
         assert file_slug(a).lower() != file_slug(b).lower()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(first=st.tuples(_KEYS, _KEYS), second=st.tuples(_KEYS, _KEYS), pages=st.tuples(st.integers(1, 99), st.integers(1, 99)))
 def test_every_page_of_an_export_has_a_name_of_its_own(first, second, pages) -> None:

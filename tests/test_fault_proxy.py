@@ -49,6 +49,7 @@ def push_through(proxy: FaultProxy, evaluation_id: str, timeout: float = 10.0) -
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,status", [("status_500", 500), ("status_502", 502),
                                          ("status_503", 503), ("status_504", 504)])
 def test_status_faults_answer_without_forwarding(proxy, platform, evaluation_id, kind, status):

@@ -55,6 +55,7 @@ def test_the_local_platform_database_and_its_wal_files_are_0600(tmp_path: Path):
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_sync_local_writes_nothing_others_can_read(tmp_path: Path):
     build_run(tmp_path / "runs" / "run", "modes-run", 3)
     db = tmp_path / "home" / "platform" / "local.db"

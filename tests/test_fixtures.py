@@ -43,6 +43,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_regenerating_gives_the_committed_runs(regenerated: Path) -> None:
     committed = shape(COMMITTED)
     assert committed == shape(regenerated)

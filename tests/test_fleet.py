@@ -121,6 +121,7 @@ def test_machines_mirroring_and_syncers_draining_one_bucket_land_each_episode_on
     assert faults, "the proxy injected no fault: the test proved less than it says"
 
 
+@pytest.mark.slow
 def test_each_syncer_starts_at_its_own_place_in_the_listing(tmp_path: Path, server, api, moto,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Two syncers started together must not walk the runs in the same order (each meeting

@@ -49,6 +49,7 @@ def pushed(api: httpx.Client, run_id: str) -> int:
     return len(sample_ids(api, evaluations[0]["evaluation_id"])) if evaluations else -1
 
 
+@pytest.mark.slow
 def test_follow_streams_live_runs_picks_up_new_ones_and_finishes_each(tmp_path: Path, server, api) -> None:
     outputs = tmp_path / "outputs"
     first = RunBuilder(outputs / "a", "follow-live-a")
@@ -129,6 +130,7 @@ def test_follower_killed_and_stopped_midway_then_exactly_once(tmp_path: Path, se
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_follow_rides_out_a_network_outage(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "follow-outage")
     builder.open_segment()

@@ -89,6 +89,7 @@ class Following:
         wait_for(lambda: self.samples() == before + 1, f"the episode appended to idle run {n} on the platform")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ChangeWatch().available, reason="no inotify here")
 def test_with_inotify_idle_runs_are_not_looked_at_until_they_change(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(NO_INOTIFY_ENV, raising=False)
@@ -101,6 +102,7 @@ def test_with_inotify_idle_runs_are_not_looked_at_until_they_change(tmp_path: Pa
         assert set(following.looks) == {"run-05"}, following.looks
 
 
+@pytest.mark.slow
 def test_without_inotify_idle_runs_are_polled_less_and_less(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(NO_INOTIFY_ENV, "1")
     with Following(tmp_path, monkeypatch) as following:

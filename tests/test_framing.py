@@ -35,6 +35,7 @@ small_episodes = st.lists(
 fs_settings = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @given(json_values, st.integers(0, 2**40), st.sampled_from(["episode", "manifest", "custom_type"]))
 def test_any_json_value_round_trips_through_a_line(value, seq, record_type):
     line = encode_line(value, seq, record_type, {"episode_id": "e", "rollout_number": 3})
@@ -44,6 +45,7 @@ def test_any_json_value_round_trips_through_a_line(value, seq, record_type):
     assert parsed.meta == {"episode_id": "e", "rollout_number": 3}
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(json_values, st.data())
 def test_any_single_bit_flip_is_detected(value, data):

@@ -80,6 +80,7 @@ def upstream_rows(episodes: list[dict[str, Any]], evaluation_id: str) -> list[di
     return json.loads(json.dumps(build_samples(objects)))
 
 
+@pytest.mark.slow
 def test_import_then_sync_local_one_evaluation_per_run_rows_are_the_projection(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-completed", "vf040-cancelled", "v0-completed")
     done = cli("import", str(root))
@@ -136,6 +137,7 @@ def test_the_spool_is_what_the_live_path_writes(tmp_path: Path) -> None:
     assert spool.segments[-1].sealed == "completed"
 
 
+@pytest.mark.slow
 def test_import_twice_changes_nothing(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-completed", "vf040-cancelled", "vf040-torn")
     assert cli("import", str(root)).returncode == 0
@@ -188,6 +190,7 @@ def test_a_bad_middle_line_refuses_that_run_and_the_others_go_on(tmp_path: Path)
     assert read_run(root / "vf040-completed").episodes_count == 4
 
 
+@pytest.mark.slow
 def test_a_resume_that_retried_rollouts_supersedes_them_as_the_live_path_does(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-completed")
     run_dir = root / "vf040-completed"
@@ -257,6 +260,7 @@ def test_without_a_log_or_with_a_log_cut_short_it_never_claims_completed(tmp_pat
     assert unknown.status == "crashed" and "do not say" in unknown.reason
 
 
+@pytest.mark.slow
 def test_nothing_found_exits_1_unless_allow_empty(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -326,6 +330,7 @@ def test_a_run_the_eval_spooled_itself_is_caught_up_in_its_own_spool_never_a_sta
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.slow
 def test_an_import_killed_midway_is_completed_by_the_next_each_episode_once(tmp_path: Path) -> None:
     import os
     import signal

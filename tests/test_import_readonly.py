@@ -68,6 +68,7 @@ def read_only_artifact(tmp_path: Path) -> Iterator[Path]:
             path.chmod(stat.S_IRWXU)
 
 
+@pytest.mark.slow
 def test_read_only_source_synced_twice_with_a_state_dir_is_pushed_once(read_only_artifact: Path,
                                                                         tmp_path: Path) -> None:
     before = snapshot(read_only_artifact)
@@ -105,6 +106,7 @@ def test_read_only_source_synced_twice_with_a_state_dir_is_pushed_once(read_only
     assert status.returncode == 0 and "not spooled" not in status.stdout and "finalized" in status.stdout
 
 
+@pytest.mark.slow
 def test_read_only_source_without_a_state_dir_names_the_option(read_only_artifact: Path, tmp_path: Path) -> None:
     before = snapshot(read_only_artifact)
     done = cli("import", str(read_only_artifact))

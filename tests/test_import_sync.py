@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from support.env import CLI, REPO_ROOT, child_env
 
 EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
@@ -25,6 +27,7 @@ def tree(tmp_path: Path, *names: str) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_sync_imports_unspooled_outputs_first_one_line_each(tmp_path: Path) -> None:
     root = tree(tmp_path, "vf040-completed", "v0-completed")
     db = tmp_path / "p.db"
@@ -41,6 +44,7 @@ def test_sync_imports_unspooled_outputs_first_one_line_each(tmp_path: Path) -> N
     assert [r["pushed_now"] for r in report["runs"]] == [0, 0]
 
 
+@pytest.mark.slow
 def test_sync_no_import_says_which_runs_it_left_out(tmp_path: Path) -> None:
     root = tree(tmp_path, "vf040-completed")
     done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--no-import")
@@ -52,6 +56,7 @@ def test_sync_no_import_says_which_runs_it_left_out(tmp_path: Path) -> None:
     assert as_json["not_imported"] == [str(root / "vf040-completed")] and as_json["imports"] == []
 
 
+@pytest.mark.slow
 def test_status_and_verify_list_not_spooled_runs_with_the_fix(tmp_path: Path) -> None:
     root = tree(tmp_path, "vf040-completed")
     fix = f"prime-runs import {root / 'vf040-completed'}"
@@ -65,6 +70,7 @@ def test_status_and_verify_list_not_spooled_runs_with_the_fix(tmp_path: Path) ->
     assert "not spooled" not in cli("status", str(root)).stdout
 
 
+@pytest.mark.slow
 def test_nothing_found_is_not_success(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "some" / "folder").mkdir(parents=True)
@@ -76,6 +82,7 @@ def test_nothing_found_is_not_success(tmp_path: Path) -> None:
         assert allowed.returncode == 0, (command, allowed.stderr)
 
 
+@pytest.mark.slow
 def test_sync_picks_up_episodes_appended_since_an_earlier_import(tmp_path: Path) -> None:
     root = tree(tmp_path, "vf040-completed")
     traces = root / "vf040-completed" / "traces.jsonl"
@@ -91,6 +98,7 @@ def test_sync_picks_up_episodes_appended_since_an_earlier_import(tmp_path: Path)
     assert [(r["state"], r["pushed_now"], r["pushed_total"]) for r in second["runs"]] == [("synced", 1, 4)]
 
 
+@pytest.mark.slow
 def test_outputs_without_any_episode_are_nothing_to_sync(tmp_path: Path) -> None:
     root = tree(tmp_path, "vf040-completed")
     (root / "vf040-completed" / "traces.jsonl").write_bytes(b"")  # died before its first rollout
@@ -100,6 +108,7 @@ def test_outputs_without_any_episode_are_nothing_to_sync(tmp_path: Path) -> None
     assert cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--allow-empty").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_spool_the_eval_wrote_itself_is_caught_up_with_its_traces_before_sync(tmp_path: Path) -> None:
     """The live path spooled 2 of the 4 episodes verifiers wrote (plain vf-eval continued
     the run): sync spools the other 2 into the eval's own spool first, then ships all 4;

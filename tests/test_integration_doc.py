@@ -26,6 +26,7 @@ def test_every_name_the_doc_imports_from_this_package_exists() -> None:
             assert hasattr(loaded, name), f"docs/integration.md: {module} has no {name}"
 
 
+@pytest.mark.slow
 def test_the_adapter_recipe_runs_against_verifiers_0_4_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("verifiers.v1.configs.cli.eval")
     monkeypatch.syspath_prepend(str(REPO_ROOT / "fixtures" / "verifiers"))

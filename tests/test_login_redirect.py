@@ -106,6 +106,7 @@ _PIECES = st.sampled_from(["/", "//", "\\", "\t", "\n", "\r", " ", "%", "%09", "
                            "#", "&", "=", "run", "\x00", "\x7f", "\x1f", "\u0085", "\u2215", "é", "."])
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=st.lists(st.one_of(_PIECES, st.text(max_size=3)), max_size=8).map("".join))
 def test_whatever_next_holds_the_location_is_this_origin(view, target):
@@ -123,6 +124,7 @@ def test_every_plain_path_of_this_server_is_kept(view, path):
     assert _login(view, target).headers["location"] == target
 
 
+@pytest.mark.slow
 def test_chromium_logging_in_through_a_hostile_link_stays_on_this_origin(view):
     """An attacker's link to the login page, ``next`` holding a tab: the browser drops the
     tab from the ``Location`` and ``/<tab>/localhost:PORT/`` becomes ``//localhost:PORT/``,

@@ -164,6 +164,7 @@ def _dotted(path: tuple) -> str:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_config_secrets_never_survive_and_nothing_else_changes(case) -> None:
@@ -171,6 +172,7 @@ def test_config_secrets_never_survive_and_nothing_else_changes(case) -> None:
     _property(config, tables, MaskRules.defaults_for_config())
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(episodes())
 def test_episode_secrets_never_survive_and_nothing_else_changes(case) -> None:
@@ -319,6 +321,7 @@ def _exactly(out: Any, expected: Any) -> None:
     assert orjson.dumps(out) == orjson.dumps(expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(placed_configs())
 def test_a_secret_at_any_location_never_survives_in_a_config(case) -> None:
@@ -335,6 +338,7 @@ def test_a_secret_at_any_location_never_survives_in_a_config(case) -> None:
     _exactly(mask(config, rules), expected)  # again, now through the memo
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(placed_configs(), min_size=1, max_size=3), st.dictionaries(free_key, free_tree, max_size=3))
 def test_a_secret_at_any_location_never_survives_in_an_episode(cases, outside) -> None:
@@ -357,6 +361,7 @@ def test_a_secret_at_any_location_never_survives_in_an_episode(cases, outside) -
                 assert word[:10] not in dumped
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(free_tree, st.sampled_from(["config", "episode"]))
 def test_data_without_credentials_is_returned_as_is(tree, which) -> None:
@@ -453,6 +458,7 @@ def mutation_sequences(draw) -> list[dict]:
     return sequence
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation_sequences(), st.sampled_from(["config", "episode"]))
 def test_the_memo_answers_exactly_what_a_fresh_walk_does(sequence, which) -> None:
@@ -528,6 +534,7 @@ odd_tree = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(odd_tree, rule_patterns, st.lists(st.sampled_from([(), ("a",), ("b", "*")]), max_size=2))
 def test_any_rules_mask_alike_walked_or_memoized(tree, patterns, scopes) -> None:

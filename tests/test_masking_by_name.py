@@ -18,6 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import pytest
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
@@ -124,6 +125,7 @@ def test_a_launch_file_setting_a_secret_by_name_is_left_out() -> None:
     assert find_set_tables(tomllib.loads(text), MaskRules.defaults_for_config()) == ["env.taskset.judge_api_key"]
 
 
+@pytest.mark.slow
 def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_path: Path) -> None:
     """Its manifest says masking version 1 (locations only): sync masks its config and its
     episodes again by today's rules (content/remask.py), and leaves the spool as it was."""

@@ -39,6 +39,7 @@ def platform_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     return point_at
 
 
+@pytest.mark.slow
 def test_online_run_ships_while_live_and_a_final_sync_adds_nothing(tmp_path: Path, server, api,
                                                                     platform_env) -> None:
     platform_env(server.base_url)

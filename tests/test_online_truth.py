@@ -47,6 +47,7 @@ def test_a_platform_that_is_down_costs_a_bounded_time_and_one_line_says_what_was
     assert "failed: " in log and "; try 2 in " in log, "the shipper's retries are in its log"
 
 
+@pytest.mark.slow
 def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
                                            caplog: pytest.LogCaptureFixture) -> None:
     platform_env(server.base_url, key="not-the-platforms-key")
@@ -63,6 +64,7 @@ def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
     assert took < 15, f"{took:.1f} s"
 
 
+@pytest.mark.slow
 def test_nothing_is_said_when_everything_was_shipped(tmp_path: Path, server, platform_env,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     from support.sync_e2e import TOKEN

@@ -395,6 +395,7 @@ def test_viewer_url_serves_a_read_only_page(client, server):
         assert browser.get(e["viewer_url"].rsplit("/", 1)[0] + "/nope").status_code == 404
 
 
+@pytest.mark.slow
 def test_frontend_url_sets_viewer_url(tmp_path):
     with platform_process.running(tmp_path / "p.db", "--frontend-url", "https://dash.example/") as p:
         env = httpx.post(f"{p.api}/environmentshub/resolve", json={"name": "e"}).json()["data"]["id"]
@@ -405,6 +406,7 @@ def test_frontend_url_sets_viewer_url(tmp_path):
 # -- process lifecycle ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_restart_keeps_everything(tmp_path):
     db = tmp_path / "platform.db"
     proc = platform_process.start(db)
@@ -422,6 +424,7 @@ def test_restart_keeps_everything(tmp_path):
         assert rows == [{"i": i} for i in range(5)]
 
 
+@pytest.mark.slow
 def test_acknowledged_writes_survive_a_crash(tmp_path):
     db = tmp_path / "platform.db"
     proc = platform_process.start(db)
@@ -481,6 +484,7 @@ def test_embedded_platform_serves_and_stops(tmp_path: Path):
         platform.base_url
 
 
+@pytest.mark.slow
 def test_a_write_past_its_request_deadline_is_refused_and_not_committed(tmp_path: Path) -> None:
     with platform_process.running(tmp_path / "deadline.db", "--request-deadline", "0") as proc, \
             httpx.Client(base_url=proc.api, timeout=30) as api:
@@ -490,6 +494,7 @@ def test_a_write_past_its_request_deadline_is_refused_and_not_committed(tmp_path
         assert api.get("/evaluations/").json()["total"] == 0  # reads are not refused
 
 
+@pytest.mark.slow
 def test_a_local_db_that_is_not_a_database_is_a_usage_error(tmp_path: Path) -> None:
     """It was "internal error: PlatformDatabaseError" (exit 1), as if the tool had failed."""
     build_run(tmp_path / "runs" / "r", "bad-local-db", 1)
@@ -542,6 +547,7 @@ def test_a_put_answered_with_something_else_than_an_object_is_no_evaluation() ->
         assert client.update_evaluation("ev1", metadata={}) == {}
 
 
+@pytest.mark.slow
 def test_a_platform_that_answers_an_empty_object_to_everything_is_a_per_run_error(tmp_path: Path) -> None:
     """Every run's sync ended in "internal error: KeyError: 'data'"; after resolve, the
     listing ({} read as "no evaluations") and the create ({} read as evaluation "None")

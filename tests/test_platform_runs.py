@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.content.platform_runs import is_platform_run_id, platform_runs_in, platform_runs_of
 from prime_runs_spool.importer.outputs import import_output
@@ -69,6 +71,7 @@ def test_a_catch_up_lists_the_platform_run_of_what_it_spools_never_the_spools_ow
     assert read_run(run_dir).episodes_count == len(rows)
 
 
+@pytest.mark.slow
 def test_sync_adopts_the_evaluation_the_episodes_name_and_sends_only_what_it_lacks(tmp_path: Path) -> None:
     """An evaluation on the local platform that already holds the run's first rows (as
     vf-eval's samples fallback leaves it): sync adopts it, sends the rest, finalizes once."""

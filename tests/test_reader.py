@@ -170,6 +170,7 @@ def test_a_tree_a_thousand_folders_deep_is_walked_not_a_recursion_error(tmp_path
     assert ("deep-run" in result.stdout or "d/run" in result.stdout or "imported" in result.stdout), result.stdout[-500:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["seg-000001.lock", "seg-000001.durable"])
 @pytest.mark.parametrize("command", [["verify"], ["status"], ["sync", "--local", "--db", "{db}"], ["view", "--export", "{out}"]])
 def test_a_segment_lock_or_durable_mark_that_is_a_fifo_does_not_hang_any_command(tmp_path: Path, name: str,

@@ -63,6 +63,7 @@ def write_old_spool(run_dir: Path, run_id: str, episodes: int = 3, *, manifest: 
     return all_bytes(run_dir)
 
 
+@pytest.mark.slow
 def test_an_old_spool_reaches_the_platform_masked_and_is_left_as_it_was(tmp_path: Path) -> None:
     written = {}
     for destination in ("samples", "traces"):  # a run goes to one destination: one run each
@@ -129,6 +130,7 @@ locations = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(placed=st.lists(st.tuples(locations, st.text(string.ascii_letters, min_size=1, max_size=8), secret_text),
                        min_size=1, max_size=5),
@@ -195,6 +197,7 @@ def sync_and_collect(tmp_path: Path, to: str) -> tuple[dict, bytes, str]:
     return report, all_bytes(db.parent), result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("to", ["samples", "traces"])
 def test_errored_episode_released_at_completion_is_remasked(tmp_path: Path, to: str) -> None:
     write_old_spool_with_errors(tmp_path / "runs" / "old", "old-err")
@@ -214,6 +217,7 @@ def _leaky_items(run_id: str, numbers: range, salt: str = "") -> list:
     return items
 
 
+@pytest.mark.slow
 def test_segment_resumed_by_an_older_writer_is_remasked(tmp_path: Path) -> None:
     """Segment 1 written by today's package (masking_version 1, nothing to mask), the run
     then resumed by an older package (its segment's manifest lacks masking_version and its
@@ -244,6 +248,7 @@ def _old_spool_with_config(run_dir: Path, run_id: str, config) -> None:
     writer.seal("completed")
 
 
+@pytest.mark.slow
 def test_an_old_manifest_whose_config_is_a_list_of_pairs_is_masked(tmp_path: Path) -> None:
     """remask_manifest masks only a Mapping config; v0_metadata then does dict(config), which
     turns a list of [key, value] pairs into a mapping that travels as the metadata unmasked."""
@@ -261,6 +266,7 @@ def test_an_old_manifest_whose_config_is_a_list_of_pairs_is_masked(tmp_path: Pat
     assert LEAKED["env_vars"].encode() not in database, "an unmasked config reached the evaluation's metadata"
 
 
+@pytest.mark.slow
 def test_an_old_manifest_whose_config_is_a_string_is_one_line_not_a_crash(tmp_path: Path) -> None:
     _old_spool_with_config(tmp_path / "runs" / "str", "str", "not a table")
     db = tmp_path / "platform" / "platform.db"

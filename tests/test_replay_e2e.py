@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from prime_runs_spool.sync.state import sync_dir
 
 from support.env import CLI, child_env
@@ -24,6 +26,7 @@ def by_replay(api, run_id: str) -> dict[str | None, list[dict]]:
     return found
 
 
+@pytest.mark.slow
 def test_replay_makes_new_evaluations_and_keeps_the_earlier_state(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "run", "replay-basic", 12)
     assert run_sync(server.base_url, str(tmp_path)).returncode == 0
@@ -49,6 +52,7 @@ def test_replay_makes_new_evaluations_and_keeps_the_earlier_state(tmp_path: Path
         assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
 
 
+@pytest.mark.slow
 def test_an_interrupted_replay_is_continued_exactly_once(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "run", "replay-killed", 600, size=1_800)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--replay", "--max-request-bytes", "6000")
@@ -85,6 +89,7 @@ def _sync(base_url: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=REPLAY_TOKEN))
 
 
+@pytest.mark.slow
 def test_a_replay_state_in_a_received_spool_cannot_write_outside_it(tmp_path: Path) -> None:
     """A spool received from elsewhere (a CI artifact, a shared disk) carries a replay state
     whose replay_id climbs out of the spool: `prime-runs sync --replay` continues it and
@@ -112,6 +117,7 @@ def test_a_replay_state_in_a_received_spool_cannot_write_outside_it(tmp_path: Pa
         "sync --replay wrote its state over a file outside the spool"
 
 
+@pytest.mark.slow
 def test_replay_id_on_the_command_line_stays_inside_the_spool(tmp_path: Path) -> None:
     build_run(tmp_path / "runs" / "r", "replay-id-cli", 2)
     db = tmp_path / "platform" / "p.db"
@@ -123,6 +129,7 @@ def test_replay_id_on_the_command_line_stays_inside_the_spool(tmp_path: Path) ->
     assert not escaped and result.returncode == 2, (escaped, result.returncode, result.stdout, result.stderr)
 
 
+@pytest.mark.slow
 def test_an_empty_replay_id_is_refused_or_found_again(tmp_path: Path) -> None:
     """`--replay-id ""` is taken: the replay's evaluation gets no metadata.replay_id (so it
     looks like a plain sync's), and once its state file is lost, the same id makes yet

@@ -146,6 +146,7 @@ def _flip_inside_episode(run_dir: Path, number: int) -> int:
     return at
 
 
+@pytest.mark.slow
 def test_sync_skip_corrupt_pushes_every_intact_episode_after_the_damage(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-resync")
     builder.open_segment()

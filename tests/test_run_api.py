@@ -589,6 +589,7 @@ def test_a_resume_that_supersedes_gives_the_retry_its_slot_number_and_summary(tm
     assert [m.get("supersedes") for m in manifests] == [None, ["b", "x"], ["b", "x"]]
 
 
+@pytest.mark.slow
 def test_environments_given_as_one_string_are_one_environment(tmp_path: Path) -> None:
     """A str is a Sequence[str]: open_run(environments="gsm8k") recorded five environments,
     g, s, m, 8 and k, and sync created each on the platform and attached the evaluation to

@@ -543,6 +543,7 @@ print("busy: logged", run.episodes_logged)
 """
 
 
+@pytest.mark.slow
 def test_a_forked_child_never_touches_its_parents_run(tmp_path: Path) -> None:
     outputs = tmp_path / "outputs"
     outputs.mkdir()
@@ -736,6 +737,7 @@ def test_an_async_append_cancelled_while_its_sync_fails_is_not_taken_for_recorde
     assert done.wait(10), "finish hung after a failed, cancelled async append"
 
 
+@pytest.mark.slow
 def test_an_episode_whose_line_would_pass_the_format_limit_is_refused_not_written(tmp_path: Path) -> None:
     """format.prepare leaves 200 bytes for the framing; the meta repeats the episode id, so
     an id of megabytes made a line over MAX_LINE_BYTES. The writer wrote it, and every

@@ -79,6 +79,7 @@ def all_bytes(folder: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
 
 
+@pytest.mark.slow
 def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> None:
     launch = tmp_path / "eval.toml"
     launch.write_text(EVAL_TOML)
@@ -130,6 +131,7 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
             assert secret.encode() not in data, f"a secret reached the {where}"
 
 
+@pytest.mark.slow
 def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path: Path) -> None:
     """``sync --local``: the spool, its sync state and the embedded platform's database hold
     none of the values at the locations that once leaked, yet the rows arrived."""

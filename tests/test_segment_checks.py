@@ -244,6 +244,7 @@ def _verify(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, "verify", *args], capture_output=True, text=True, env=child_env(), timeout=60)
 
 
+@pytest.mark.slow
 def test_verify_given_a_segment_file_verifies_that_segments_run(tmp_path: Path):
     _three_segment_run(tmp_path / "run")
     done = _verify("--json", str(segment_path(tmp_path / "run", 2)))
@@ -256,6 +257,7 @@ def test_verify_given_a_segment_file_verifies_that_segments_run(tmp_path: Path):
     assert done.returncode == 1 and "seg-000004.jsonl: CORRUPT at byte 0" in done.stdout
 
 
+@pytest.mark.slow
 def test_verify_given_another_file_says_what_it_expects_and_exits_2(tmp_path: Path):
     _three_segment_run(tmp_path / "run")
     for path in (tmp_path / "notes.txt", tmp_path / "run" / "spool" / "seg-000001.lock"):

@@ -32,6 +32,7 @@ def container_url(azurite: azurite_server.AzuriteServer) -> str:
     return f"az://{azurite.new_container()}/outputs"
 
 
+@pytest.mark.slow
 def test_create_only_and_replace_if_unchanged_are_refused_as_relied_on(container_url: str) -> None:
     store = ObjectStore(container_url)
     first = store.create("lease.json", b"v1")
@@ -66,6 +67,7 @@ def _runs(proc: subprocess.Popen[str]) -> list[dict]:
     return json.loads(out)["runs"]
 
 
+@pytest.mark.slow
 def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api, azurite, container_url: str) -> None:
     outputs = tmp_path / "outputs"
     live, _ = live_run(outputs / "eval-live", "az-live", 5)
@@ -91,6 +93,7 @@ def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api,
     assert sorted(r["status"] for r in json.loads(verify.stdout)["runs"]) == ["completed", "completed"]
 
 
+@pytest.mark.slow
 def test_two_syncers_on_one_container_push_each_episode_once(tmp_path: Path, server, api, azurite,
                                                              container_url: str) -> None:
     check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, container_url, "az-pair", azurite.env())

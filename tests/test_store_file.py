@@ -102,6 +102,7 @@ def test_processes_racing_to_replace_lose_no_update(folder_url: str) -> None:
     assert [o.key for o in ObjectStore(folder_url).list()] == ["counter"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_sync_from_a_folder_url_twice_pushes_each_episode_once(tmp_path: Path, server, api,
                                                                folder_url: str) -> None:
     check_synced_once_then_up_to_date(tmp_path, server.base_url, api, folder_url, "file-twice", 9,
@@ -114,6 +115,7 @@ def test_sync_from_a_folder_url_twice_pushes_each_episode_once(tmp_path: Path, s
         assert (dest["samples_pushed"], dest["pending"], dest["finalized"]) == (9, 0, True)
 
 
+@pytest.mark.slow
 def test_two_syncers_on_one_folder_url_push_each_episode_once(tmp_path: Path, server, api, folder_url: str) -> None:
     check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, folder_url, "file-pair")
 
@@ -122,6 +124,7 @@ def test_verify_over_a_folder_url_gives_the_local_verdict(tmp_path: Path, folder
     check_verify_gives_the_local_verdict(tmp_path, folder_url, "file-verify")
 
 
+@pytest.mark.slow
 def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, server, api, folder_url: str) -> None:
     outputs = tmp_path / "outputs"
     builder, segment = live_run(outputs / "eval-1", "file-mirror", 5)
@@ -177,6 +180,7 @@ def test_a_fifo_put_where_an_object_was_listed_is_an_error_not_a_hang(folder_url
         store.read("run/spool/seg-000001.jsonl")
 
 
+@pytest.mark.slow
 def test_a_file_url_sync_ships_the_run_once_with_its_lease_and_state_in_the_folder(tmp_path: Path) -> None:
     """obstore's local file store has no If-Match replace: every run's sync failed on its
     lease ("PutMode::Update not yet implemented"). A file:// folder is now served by

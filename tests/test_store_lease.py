@@ -62,6 +62,7 @@ def test_a_lease_another_syncer_may_hold_is_still_held(expires_at: float) -> Non
     ("PRIME_RUNS_LEASE_CLOCK_SKEW", "nan", "finite"),
     ("PRIME_RUNS_LEASE_CLOCK_SKEW", "-1", "below"),
 ])
+@pytest.mark.slow
 def test_lease_settings_that_are_not_usable_are_a_usage_error(tmp_path: Path, name: str, value: str,
                                                               said: str) -> None:
     result = run_cli("sync", "--local", "--db", str(tmp_path / "local.db"), f"memory:///{uuid.uuid4().hex}",

@@ -80,6 +80,7 @@ def test_a_request_in_flight_at_a_lease_handover_lands_once(tmp_path: Path, serv
         assert any("waited" in warning for warning in report["warnings"]), report
 
 
+@pytest.mark.slow
 def test_the_lease_tells_the_next_holder_what_it_cannot_read(moto, bucket_url: str) -> None:
     """Who waits for the previous holder's request: whoever cannot read its announcement."""
     store = ObjectStore(bucket_url)

@@ -24,6 +24,7 @@ def store(moto: moto_server.MotoServer) -> ObjectStore:
     return ObjectStore(f"s3://{moto.new_bucket()}/prefix")
 
 
+@pytest.mark.slow
 def test_create_only_put_is_refused_when_the_object_exists(store: ObjectStore) -> None:
     store.create("lease.json", b"first")
     with pytest.raises(StoreConflict):

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.store.mirror import mirror_pass
@@ -45,6 +47,7 @@ def _object_size(store: ObjectStore, suffix: str) -> int:
     return next(info.size for info in store.list() if info.key.endswith(suffix))
 
 
+@pytest.mark.slow
 def test_a_grown_live_segment_is_read_from_its_cursor(tmp_path: Path, server, api, moto) -> None:
     url = f"s3://{moto.new_bucket()}/outputs"
     with moto_server.environment(moto.env()):
@@ -98,6 +101,7 @@ def test_a_killed_writers_padding_is_not_uploaded(tmp_path: Path, moto) -> None:
         assert mirror_pass([tmp_path / "node"], store)[0].uploaded == []  # once
 
 
+@pytest.mark.slow
 def test_a_second_machine_mirroring_into_the_same_prefix_is_refused_not_overwriting(tmp_path: Path) -> None:
     """Run folders are named alike on every machine: a mirror whose ``run-000`` lands where
     another machine's ``run-000`` already is says so and uploads nothing there."""

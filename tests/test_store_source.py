@@ -41,6 +41,7 @@ def _verdicts(spool) -> list[dict]:
 episodes = st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=300), max_size=3), min_size=1, max_size=8)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(first=episodes, second=episodes, cut=st.floats(0, 1), flip=st.one_of(st.none(), st.floats(0, 1)),
        first_window=st.integers(1, 300), max_window=st.integers(1, 2000), resume=st.floats(0, 1))

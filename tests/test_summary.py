@@ -138,6 +138,7 @@ traces_strategy = st.lists(st.fixed_dictionaries({
 episodes_strategy = st.lists(st.fixed_dictionaries({"ok": st.booleans(), "traces": traces_strategy}), max_size=5)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(episodes_strategy)
 def test_summary_equals_the_sdks_from_episodes(episodes: list[dict]) -> None:
@@ -214,6 +215,7 @@ odd_traces = st.lists(st.fixed_dictionaries({
 }), max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": odd_traces}), max_size=5))
 def test_summary_is_exactly_the_plain_reading(episodes: list[dict]) -> None:
@@ -245,6 +247,7 @@ written_traces = st.lists(st.fixed_dictionaries({
 }), max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none()), "traces": written_traces}))
 @example({"ok": True, "traces": [trace(True, {"a": r(float("nan"), None)})]})  # each place a value is met
@@ -320,6 +323,7 @@ def _scored(trainable: Any, rewards: dict[str, tuple[Any, Any]], metrics: dict[s
             "rewards": {name: {"score": score, "weight": weight} for name, (score, weight) in rewards.items()}}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_episodes, st.integers(0, 6))
 @example([{"ok": True, "traces": [_scored(True, {"a": (nan, None)})]},  # each way a non-finite value reads

@@ -137,6 +137,7 @@ def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, 
     assert len(seen & set(AFTER_FAULTS)) >= 3 and len(seen & set(BEFORE_FAULTS)) >= 3, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", [2, 4])
 def test_concurrent_syncs_of_one_tree(tmp_path: Path, server, api, parallel: int) -> None:
     builders = [build_run(tmp_path / f"run-{n}", f"e2e-concurrent-{parallel}-{n}", 30) for n in range(3)]
@@ -170,6 +171,7 @@ def test_one_broken_run_does_not_stop_the_others(tmp_path: Path, server, api) ->
     assert_exactly_once(api, good)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, server) -> None:
     build_run(tmp_path / "run", "e2e-errors", 2)
     env = child_env(HOME=str(tmp_path))
@@ -193,6 +195,7 @@ def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, serv
     assert allowed.returncode == 0 and json.loads(allowed.stdout)["ok"] is True
 
 
+@pytest.mark.slow
 def test_local_mode_runs_the_embedded_platform(tmp_path: Path) -> None:
     builder = build_run(tmp_path / "outputs" / "run", "e2e-local", 5)
     db = tmp_path / "local.db"
@@ -207,6 +210,7 @@ def test_local_mode_runs_the_embedded_platform(tmp_path: Path) -> None:
         assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_status_shows_pushed_and_pending_per_destination_offline(tmp_path: Path, server) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-status")
     builder.open_segment()
@@ -235,6 +239,7 @@ def test_status_shows_pushed_and_pending_per_destination_offline(tmp_path: Path,
     assert "2 episodes pending" in text.stdout and "completed" in text.stdout
 
 
+@pytest.mark.slow
 def test_a_run_held_by_another_sync_is_skipped_or_waited_for(tmp_path: Path, server, api) -> None:
     from filelock import FileLock
 
@@ -258,6 +263,7 @@ def test_a_run_held_by_another_sync_is_skipped_or_waited_for(tmp_path: Path, ser
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_four_large_runs_synced_by_four_jobs_stay_under_150_mb(tmp_path: Path) -> None:
     """Peak memory is bounded whatever ``--jobs``: each run needs several 25 MiB requests, and
     four at once would hold eight such bodies (250 MB and more) without the process-wide
@@ -300,6 +306,7 @@ HEAVY_FOR_NO_OP_SYNC = (
 )
 
 
+@pytest.mark.slow
 def test_a_sync_with_nothing_to_send_imports_no_http_stack(tmp_path: Path, server, api) -> None:
     """A re-sync of a synced run makes no request, so its start-up must not pay for httpx
     (and httpcore, trio, rich where installed), nor for anything else in
@@ -335,6 +342,7 @@ def test_a_first_sync_to_an_account_without_prime_traces_imports_neither_its_cli
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_sync_local_with_the_default_store_goes_to_samples_without_a_warning_per_run(tmp_path: Path) -> None:
     """The embedded platform has no Prime Traces unless --to traces: auto means samples there,
     not a probe and a fallback warning for every run."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support.env import child_env
 from support.runs import build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server  # noqa: F401
@@ -15,6 +17,7 @@ from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, se
 MODULE = [sys.executable, "-m", "prime_runs_spool.sync"]
 
 
+@pytest.mark.slow
 def test_the_module_syncs_exactly_once_and_reports_like_the_cli(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "run", "module-sync", 7)
     cmd = MODULE + [str(tmp_path), "--base-url", server.base_url, "--json", "--request-lifetime", "1.0",
@@ -28,6 +31,7 @@ def test_the_module_syncs_exactly_once_and_reports_like_the_cli(tmp_path: Path, 
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_the_module_rejects_bad_usage_in_one_line(tmp_path: Path) -> None:
     missing = subprocess.run(MODULE + [str(tmp_path / "nope")], capture_output=True, text=True,
                              env=child_env(PRIME_API_KEY="k", HOME=str(tmp_path)), timeout=60)
@@ -38,6 +42,7 @@ def test_the_module_rejects_bad_usage_in_one_line(tmp_path: Path) -> None:
         assert what in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_module_waits_for_a_copy_as_long_as_the_environment_says(tmp_path: Path, server, api) -> None:
     """``PRIME_RUNS_COPY_WAIT`` (and ``--copy-wait``) bound the wait for another sync pushing a
     copy of the run, as for ``prime-runs sync``: the module used to wait its 30 s default."""
@@ -63,6 +68,7 @@ def test_the_module_waits_for_a_copy_as_long_as_the_environment_says(tmp_path: P
     assert evaluations_of(api, builder.run_id) == []  # nothing was sent for the copy
 
 
+@pytest.mark.slow
 def test_the_modules_environment_is_checked_as_prime_runs_syncs_is(tmp_path: Path) -> None:
     """As with ``prime-runs sync`` (click): a flag given wins over a bad environment value, and
     ``--help`` still answers; a bad value the flag does not replace is a one-line usage error,

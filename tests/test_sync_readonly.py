@@ -55,6 +55,7 @@ def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         _run("chattr", "-R", "-i", str(source))
 
 
+@pytest.mark.slow
 def test_a_read_only_spool_syncs_with_state_dir_and_says_the_flag_without(read_only, tmp_path: Path,
                                                                           server, api) -> None:
     source, mount, freeze = read_only
@@ -75,6 +76,7 @@ def test_a_read_only_spool_syncs_with_state_dir_and_says_the_flag_without(read_o
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_spool_synced_then_archived_read_only_carries_on_from_its_state(read_only, tmp_path: Path,
                                                                          server, api) -> None:
     source, mount, freeze = read_only
@@ -88,6 +90,7 @@ def test_a_spool_synced_then_archived_read_only_carries_on_from_its_state(read_o
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_spool_folder_whose_mode_says_read_only_is_not_written_even_by_root(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "outputs" / "run", "readonly-mode", 3)
     spool = tmp_path / "outputs" / "run" / "spool"

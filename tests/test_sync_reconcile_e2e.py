@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from fixtures.fault_proxy import FaultProxy
+import pytest
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, run_sync, sample_ids, server, sync_cmd  # noqa: F401
@@ -33,6 +34,7 @@ def report_of(done: subprocess.CompletedProcess[str]) -> dict:
     return report
 
 
+@pytest.mark.slow
 def test_an_older_copy_of_the_state_restored_after_the_run_grew_duplicates_nothing(tmp_path: Path, server,
                                                                                     api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-stale-state")
@@ -56,6 +58,7 @@ def test_an_older_copy_of_the_state_restored_after_the_run_grew_duplicates_nothi
     assert again["state"] == "up_to_date", again
 
 
+@pytest.mark.slow
 def test_a_state_edited_to_point_back_to_the_start_duplicates_nothing(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-edited-state")
     builder.open_segment()
@@ -76,6 +79,7 @@ def test_a_state_edited_to_point_back_to_the_start_duplicates_nothing(tmp_path: 
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_send_time_an_hour_ahead_costs_one_request_lifetime_not_an_hour(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-future-sent-at")
     builder.open_segment()
@@ -97,6 +101,7 @@ def test_a_send_time_an_hour_ahead_costs_one_request_lifetime_not_an_hour(tmp_pa
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_request_that_commits_after_its_lifetime_is_reported_and_never_finalized_over(
         tmp_path: Path, server, api) -> None:
     """The first sync's samples request is held by the proxy while that sync is SIGKILLed;

@@ -53,6 +53,7 @@ def run_piped(base_url: str, *args: str, key: str | None = TOKEN, **env: str) ->
     return status, out, lines, time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_a_closed_port_is_retried_visibly_and_given_up_after_retry_for(tmp_path: Path) -> None:
     build_run(tmp_path / "outputs" / "run", "retry-closed", 3)
     port = closed_port()
@@ -79,6 +80,7 @@ def test_a_host_name_that_does_not_resolve_is_named(tmp_path: Path) -> None:
     assert "host name no-such-host.invalid not resolved" in out
 
 
+@pytest.mark.slow
 def test_retry_for_bounds_the_whole_wait_not_each_run(tmp_path: Path) -> None:
     for n in range(5):
         build_run(tmp_path / "outputs" / f"run-{n}", f"retry-budget-{n}", 2)
@@ -131,6 +133,7 @@ def unspooled(tmp_path: Path) -> Path:
     return outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["no key", "refused key", "bad url", "unknown --to"])
 def test_a_configuration_error_is_told_once_exit_2_before_anything_is_written(unspooled: Path, server,
                                                                            case: str) -> None:

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from prime_runs_spool import open_run
 from prime_runs_spool.spool.layout import lock_path, segment_path
 from prime_runs_spool.spool.writer import SegmentWriter
@@ -26,6 +28,7 @@ def _episodes(run_id: str, first: int, count: int) -> list[dict]:
     return [small_episode(f"{run_id}-e{i}", idx=i, run_id=run_id) for i in range(first, first + count)]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_is_not_finalized_while_its_new_writer_is_live(tmp_path: Path, server, api) -> None:
     with open_run(tmp_path / "run", name="resumed", environments=["gsm8k"], run_id="e2e-seal-live") as first:
         first.log_episodes(_episodes(first.id, 0, 3))
@@ -93,6 +96,7 @@ def test_a_duplicated_segment_is_refused_by_sync_naming_file_and_offset(tmp_path
         assert len(sample_ids(api, evaluations[0]["evaluation_id"])) <= 6
 
 
+@pytest.mark.slow
 def test_a_deleted_lock_that_let_a_second_writer_in_is_reported_and_counted_pending(
         tmp_path: Path, server, api) -> None:
     first = RunBuilder(tmp_path / "run", "e2e-two-writers")
@@ -121,6 +125,7 @@ def test_a_deleted_lock_that_let_a_second_writer_in_is_reported_and_counted_pend
     second.abandon()
 
 
+@pytest.mark.slow
 def test_an_earlier_segment_damaged_after_it_was_synced(tmp_path: Path, server, api) -> None:
     """Resuming at its cursor, sync still checks the headers before it: a plain sync refuses,
     ``--skip-corrupt`` notes it and goes on from the cursor, never reading anything twice."""

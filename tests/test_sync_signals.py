@@ -130,6 +130,7 @@ def test_sigterm_during_backoff_against_a_platform_that_is_down_stops_within_a_s
     assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: 0 run(s) done, 1 left")
 
 
+@pytest.mark.slow
 def test_sigint_of_a_sync_over_a_store_url_ends_it_with_exit_130(tmp_path: Path) -> None:
     """Over a store URL (here file://) the runs' passes end at their next wait, each lease
     released, and the command exits 130 with its one line."""

@@ -87,6 +87,7 @@ def test_a_sink_in_one_file_syncs_exactly_once_through_faults_and_sigkills(tmp_p
     assert seen & set(AFTER_FAULTS) and seen & set(BEFORE_FAULTS), seen
 
 
+@pytest.mark.slow
 def test_a_registered_sink_is_recorded_chosen_again_and_kept_to(tmp_path: Path, server, api) -> None:  # noqa: F811
     """In this process: the run goes to the memory sink through faults, a second sync has
     nothing to do, the state records the sink by name, and ``--to samples`` is refused for

@@ -43,6 +43,7 @@ def test_a_received_state_with_values_no_sync_writes_is_damaged(tmp_path: Path, 
     assert any("damaged" in warning for warning in run["warnings"]), run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_sync_state_that_is_not_a_regular_file_does_not_hang_status_or_sync(tmp_path: Path, kind: str) -> None:
     """A FIFO blocked status and sync at open forever; a link to /dev/zero read until memory

@@ -45,6 +45,7 @@ def store_sync(base_url: str, moto: moto_server.MotoServer, home: Path, *args: s
     return sync_from_store(base_url, home, *args, store_env=moto.env(endpoint), timeout=timeout, **env)
 
 
+@pytest.mark.slow
 def test_sync_from_the_bucket_twice_pushes_each_episode_once(tmp_path: Path, server, api, moto,
                                                                bucket_url: str) -> None:
     # Again on this machine, then on another (no cache) that finds the state in the bucket.
@@ -63,6 +64,7 @@ def in_process_sync(base_url: str, url: str, home: Path, store: ObjectStore, **k
                               store=store, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_noop_resync_costs_one_listing_and_no_download(tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     builders = [build_run(tmp_path / f"run-{n}", f"store-noop-{n}", 5) for n in range(3)]
     for n, builder in enumerate(builders):
@@ -75,6 +77,7 @@ def test_a_noop_resync_costs_one_listing_and_no_download(tmp_path: Path, server,
     assert dict(store.stats) == {"list": 1}  # no GET, no PUT: not a segment, not a state
 
 
+@pytest.mark.slow
 def test_a_segment_reuploaded_after_it_grew_pushes_only_the_new_episodes(tmp_path: Path, server, api, moto,
                                                                         bucket_url: str) -> None:
     builder = RunBuilder(tmp_path / "run", "store-grows")
@@ -107,6 +110,7 @@ def _verdicts(spool) -> list[dict]:
              "damage": s.damage[:1]} for s in spool.segments]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flip", "torn", "torn_complete_line"])
 def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path, server, api, moto,
                                                                    bucket_url: str, damage: str) -> None:
@@ -144,12 +148,14 @@ def test_corrupt_and_torn_objects_get_the_verdicts_of_local_files(tmp_path: Path
     assert report["pushed_now"] == 3  # everything before the damage, nothing after
 
 
+@pytest.mark.slow
 def test_two_syncers_on_two_machines_started_together_push_each_episode_once(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, bucket_url, "store-pair", moto.env(),
                                              runs=4)
 
 
+@pytest.mark.slow
 def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: Path, server, api, moto,
                                                                     bucket_url: str) -> None:
     import signal
@@ -189,6 +195,7 @@ def _pushed(api, local_run_id: str) -> int:
     return found[0]["total_samples"] if found else 0
 
 
+@pytest.mark.slow
 def test_store_errors_and_dropped_connections_lose_nothing_and_duplicate_nothing(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     """A fault proxy in front of the S3 API: 5xx, 429, resets before the request, and
@@ -216,10 +223,12 @@ def test_store_errors_and_dropped_connections_lose_nothing_and_duplicate_nothing
         assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_verify_over_a_store_url_gives_the_local_verdict(tmp_path: Path, moto, bucket_url: str) -> None:
     check_verify_gives_the_local_verdict(tmp_path, bucket_url, "store-verify", moto.env())
 
 
+@pytest.mark.slow
 def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, server, api, moto,
                                                                  bucket_url: str) -> None:
     from support.env import CLI
@@ -239,6 +248,7 @@ def test_status_over_a_store_url_shows_the_states_in_the_store(tmp_path: Path, s
     assert run["path"] == f"{bucket_url}/run"
 
 
+@pytest.mark.slow
 def test_with_a_state_dir_the_state_stays_local_and_the_lease_in_the_store(tmp_path: Path, server, api, moto,
                                                                           bucket_url: str) -> None:
     builder = build_run(tmp_path / "run", "store-state-dir", 5)
@@ -256,6 +266,7 @@ def test_with_a_state_dir_the_state_stays_local_and_the_lease_in_the_store(tmp_p
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, moto) -> None:
     missing = store_sync(server.base_url, moto, tmp_path / "m", "s3://no-such-bucket-here/x")
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
@@ -264,6 +275,7 @@ def test_bad_store_urls_are_one_line_not_a_traceback(tmp_path: Path, server, mot
     assert mixed.returncode == 2 and "not both" in mixed.stderr
 
 
+@pytest.mark.slow
 def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path: Path, server, api, moto,
                                                                         bucket_url: str) -> None:
     """The writer side: ``prime-runs mirror`` copies a live run's segment up to the durable
@@ -301,6 +313,7 @@ def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, 
     assert keys(bucket_url) == ["run/spool/seg-000001.jsonl"]  # no lease, no state
 
 
+@pytest.mark.slow
 def test_a_run_whose_lease_another_syncer_holds_is_skipped_or_waited_for(tmp_path: Path, server, api, moto,
                                                                         bucket_url: str) -> None:
     import threading
@@ -363,6 +376,7 @@ def test_replay_from_the_bucket_continues_an_interrupted_replay_then_starts_anew
     assert len(evaluations_of(api, builder.run_id)) == 3
 
 
+@pytest.mark.slow
 def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sigint(
         tmp_path: Path, server, api, moto, bucket_url: str) -> None:
     """``--follow`` over a store URL: a pass every ``--poll-interval``; each upload of the
@@ -437,6 +451,7 @@ def _follower_holding_the_lease(bucket_url: str, moto: moto_server.MotoServer, h
     return follower
 
 
+@pytest.mark.slow
 def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the_lease(
         tmp_path: Path, moto, bucket_url: str) -> None:
     """The platform down: a pass backs off for minutes (10 attempts, up to 30 s apart). A
@@ -468,6 +483,7 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
     assert json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))["released"] is True
 
 
+@pytest.mark.slow
 def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: Path, server, api, moto,
                                                                       bucket_url: str) -> None:
     """Each pass after an upload pushes and reads ``crashed`` (no seal yet); the pass after
@@ -533,6 +549,7 @@ def test_a_follower_killed_mid_pass_then_one_ending_when_idle_finishes_the_run_o
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_second_sigint_ends_a_follow_whose_pass_waits_on_an_unanswered_request(
         tmp_path: Path, moto, bucket_url: str) -> None:
     """The platform takes the connection and never answers: the pass waits a whole
@@ -645,6 +662,7 @@ def test_a_damaged_state_in_a_store_is_named_by_its_url(tmp_path: Path, monkeypa
     assert str(tmp_path / "cache") not in warning, warning
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", ["s3://AKIAEXAMPLE:pw-s3cret@bucket/runs", "s3://bucket/runs?aws_secret_access_key=pw-s3cret",
                                  "memory:///runs#pw-s3cret"])
 @pytest.mark.parametrize("command", [["sync", "--local", "--db", "{db}"], ["status"], ["verify"], ["mirror", "{runs}"]])
@@ -661,6 +679,7 @@ def test_a_store_url_carrying_a_secret_is_a_usage_error_that_does_not_show_it(tm
     assert "a store URL takes no" in last_line(result), result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["abc", "-1", "1000000"])
 def test_store_retries_that_are_not_a_small_whole_number_are_a_usage_error(value: str) -> None:
     """`status s3://...` with PRIME_RUNS_STORE_RETRIES=abc ended in a ValueError traceback."""

@@ -38,6 +38,7 @@ def assert_once_in_traces(api: httpx.Client, run_id: str, ids: list[str]) -> Non
     assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
 
 
+@pytest.mark.slow
 def test_a_bucket_synced_to_traces_twice_and_from_another_machine_stores_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/outputs"
@@ -62,6 +63,7 @@ def test_a_bucket_synced_to_traces_twice_and_from_another_machine_stores_each_ep
         assert (state["store"], state["episodes_pushed"], state["in_flight"]) == ("traces", 14, None)
 
 
+@pytest.mark.slow
 def test_two_machines_syncing_a_bucket_to_traces_together_store_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/outputs"
@@ -126,6 +128,7 @@ def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_r
     assert max(i["generation"] for i in items) == 2, "an episode was uploaded twice within the replay"
 
 
+@pytest.mark.slow
 def test_replay_dry_run_over_a_store_url_says_what_the_replay_would_push(tmp_path: Path, server, moto) -> None:
     """Locally, `sync --replay --dry-run` of a synced run reports `dry_run`, pushed N; over a
     store URL it reports the run's earlier evaluation as up to date (pushed 0)."""
@@ -173,6 +176,7 @@ def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_ep
     assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
 
 
+@pytest.mark.slow
 def test_an_up_to_date_traces_run_in_a_bucket_reports_its_total_as_a_local_one_does(
         tmp_path: Path, server, moto) -> None:
     """store_sync._up_to_date sets pushed_total from samples_pushed, so a run that went to

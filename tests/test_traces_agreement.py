@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.importer.agreement import disagreement, needs_catching_up
 from prime_runs_spool.importer.outputs import import_output
@@ -39,6 +41,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=120, env=child_env())
 
 
+@pytest.mark.slow
 def test_a_spool_holding_what_a_resume_dropped_is_named_then_superseded(tmp_path: Path) -> None:
     run_dir, rows = run_folder(tmp_path)
     with open_run(run_dir, name="live") as run:

@@ -45,6 +45,7 @@ def lines_for(run_id: str, count: int, salt: str, traces: int = 2) -> list[bytes
     return [encode_line(stamp_run(make_episode(n, salt=salt, traces=traces), run_id)) for n in range(count)]
 
 
+@pytest.mark.slow
 def test_round_trip_upload_list_get_and_runs(client: TracesClient) -> None:
     lines = lines_for("run-round-trip", 12, "round-trip")
     receipts = client.upload_lines(lines, line_format=LineFormat.EPISODE, context={"source": "test"},
@@ -140,6 +141,7 @@ def test_samples_and_traces_of_one_evaluation_are_both_visible(server, client: T
     assert len(client.list_episodes(run_id=eid).items) == 3
 
 
+@pytest.mark.slow
 def test_a_platform_without_traces_answers_service_not_enabled(tmp_path: Path) -> None:
     with platform_process.running(tmp_path / "off.db") as proc, \
             TracesClient(api_key="any", base_url=proc.base_url) as traces:

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from prime_traces import TracesClient
+import pytest
 
 from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET
 from prime_runs_spool import open_run
@@ -19,6 +20,7 @@ from support.env import CLI, child_env
 from test_secrets_travel_e2e import API_KEY, LEAKED, all_bytes, leaky_episodes, leaky_seat
 
 
+@pytest.mark.slow
 def test_no_secret_reaches_prime_traces(tmp_path: Path) -> None:
     run_dir = tmp_path / "outputs" / "run"
     os.environ["PRIME_API_KEY"] = API_KEY  # the runner's environment holds the key

@@ -40,6 +40,7 @@ members = st.lists(st.one_of(st.dictionaries(st.sampled_from(["id", "run", "node
                              json_leaf), max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(run=runs, traces=st.one_of(st.none(), members), extra=st.dictionaries(st.text(max_size=6), json_values,
                                                                              max_size=3),
@@ -196,6 +197,7 @@ def test_a_live_runs_announced_tail_batch_is_resent_byte_for_byte_after_more_app
     assert {i.model_extra["generation"] for i in items} == {1}
 
 
+@pytest.mark.slow
 def test_local_mode_to_traces_uses_the_embedded_traces_service(tmp_path: Path) -> None:
     import subprocess
 
@@ -590,6 +592,7 @@ def test_an_announced_batch_is_rebuilt_under_the_supersede_lists_it_was_cut_with
     assert evaluation["metadata"]["prime_runs"]["superseded_after_push"] == [gone]
 
 
+@pytest.mark.slow
 def test_a_lost_state_after_the_release_resends_the_same_keys(tmp_path: Path) -> None:
     builder = RunBuilder(tmp_path / "runs" / "run", "traces-release-lost-state")
     builder.open_segment()

@@ -86,6 +86,7 @@ def assert_traces_exactly_once(api: httpx.Client, builder: RunBuilder) -> dict:
     return evaluation
 
 
+@pytest.mark.slow
 def test_sync_to_traces_twice_stores_each_episode_once(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "run", "traces-twice", 30)
     first = traces_sync(server.base_url, str(tmp_path), "--json", "--traces-batch-bytes", "9000")
@@ -191,6 +192,7 @@ def test_thirty_percent_faults_of_every_kind_still_exactly_once(tmp_path: Path, 
     assert upload_replays(db, committed) >= sum(f in AFTER_FAULTS for f in inner_faults) > 0
 
 
+@pytest.mark.slow
 def test_every_upload_lost_after_commit_once_is_replayed_not_stored_twice(tmp_path: Path, traces_server, api) -> None:
     """The worst case for an append and the easy one for a content address: each upload
     commits and its answer is lost, alternately, for the whole run."""
@@ -204,6 +206,7 @@ def test_every_upload_lost_after_commit_once_is_replayed_not_stored_twice(tmp_pa
     assert lost >= 3 and upload_replays(db, state_of(builder)["uploads"]) == lost
 
 
+@pytest.mark.slow
 def test_auto_on_a_platform_without_traces_sends_the_whole_run_to_samples_once(tmp_path: Path) -> None:
     from support.sync_e2e import assert_exactly_once
 
@@ -227,6 +230,7 @@ def test_auto_on_a_platform_without_traces_sends_the_whole_run_to_samples_once(t
         assert strict.returncode == 1 and "went to samples" in json.loads(strict.stdout)["runs"][0]["error"]
 
 
+@pytest.mark.slow
 def test_follow_ships_a_live_run_to_traces_and_finishes_it(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "traces-follow")
     builder.open_segment()
@@ -251,6 +255,7 @@ def test_follow_ships_a_live_run_to_traces_and_finishes_it(tmp_path: Path, serve
     assert_traces_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_that_retried_an_errored_rollout_holds_each_slot_once(tmp_path: Path, server, api) -> None:
     """docs/sync.md, "Resumed runs": the errored attempt waits while the run has not completed,
     the resume supersedes it, and Prime Traces ends with the retry only."""

@@ -56,6 +56,7 @@ def assert_no_traceback(done: subprocess.CompletedProcess[str]) -> None:
     assert "internal error" not in done.stdout + done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_sync_pushes_the_readable_runs_names_the_others_and_exits_1(tree: Path, tmp_path: Path) -> None:
     done = command("sync", str(tree), "--local", "--db", str(tmp_path / "local.db"), "--json", timeout=120)
     assert_no_traceback(done)
@@ -76,6 +77,7 @@ def test_sync_pushes_the_readable_runs_names_the_others_and_exits_1(tree: Path, 
     assert f"{tree / 'b-dir'}: cannot be read (Permission denied)" in text.stdout
 
 
+@pytest.mark.slow
 def test_status_reports_every_run_and_names_the_unreadable_ones(tree: Path) -> None:
     done = command("status", str(tree), "--json")
     assert_no_traceback(done)
@@ -106,6 +108,7 @@ def test_verify_checks_every_readable_run_and_fails_naming_the_unreadable(tree: 
     assert alone.returncode == 1 and "Permission denied" in alone.stdout + alone.stderr
 
 
+@pytest.mark.slow
 def test_follow_syncs_the_readable_runs_and_names_the_unreadable_once(tree: Path, tmp_path: Path) -> None:
     done = command("sync", "--follow", "--exit-when-idle", str(tree), "--local", "--db", str(tmp_path / "local.db"),
                    "--json", timeout=120)

@@ -242,6 +242,7 @@ def released_config(tmp_path: Path, **fields: Any) -> Any:
     return ReleasedEvalConfig.model_validate(data)
 
 
+@pytest.mark.slow
 def test_released_config_gets_the_runs_id_through_assign_id(tmp_path: Path) -> None:
     config = released_config(tmp_path)
     with pytest.raises(RuntimeError):  # 0.4.0: no id before open_run assigns one

@@ -67,6 +67,7 @@ def _table(page) -> dict[str, tuple[str, str]]:
             for row in rows.all()}
 
 
+@pytest.mark.slow
 def test_a_metric_picked_on_the_page_is_plotted_per_run_with_its_interval(page, viewer, tmp_path):
     page.goto(viewer + "/plots?run=alpha")
     page.locator('section[data-plot-key="metric:accuracy"] a.across-link').click()  # from the run's plots
@@ -105,6 +106,7 @@ def test_a_hostile_metric_name_stays_text(page, viewer):
     assert page.locator("main img, main script").count() == 0
 
 
+@pytest.mark.slow
 def test_the_export_carries_each_metrics_page_and_draws_it_offline(browser, runs, tmp_path):
     out = tmp_path / "export"
     done = subprocess.run(CLI + ["view", str(runs), "--export", str(out)], capture_output=True, text=True,

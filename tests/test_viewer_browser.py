@@ -48,6 +48,7 @@ def _status_of(page, key: str) -> str:
     return page.locator(f'tr[data-run="{key}"] [data-status]').get_attribute("data-status")
 
 
+@pytest.mark.slow
 def test_runs_page_lists_every_run_with_its_status(page, viewer, tmp_path):
     page.goto(viewer + "/")
     for key, status in EXPECTED_STATUSES.items():
@@ -90,6 +91,7 @@ def test_a_histogram_bin_filters_the_table(page, viewer):
     assert page.locator("a.bin.active").count() == 1
 
 
+@pytest.mark.slow
 def test_sort_and_filters_are_server_side_and_in_the_url(page, viewer):
     page.goto(viewer + "/run?run=gsm8k-completed")
     page.locator('th a[data-sort="reward"]').click()
@@ -165,6 +167,7 @@ def test_a_deep_link_reopens_the_same_view(page, viewer):
     other.close()
 
 
+@pytest.mark.slow
 def test_compare_lists_the_regressed_examples(page, viewer):
     # gsm8k-rerun is gsm8k-completed's examples 0-2 with every score flipped
     page.goto(viewer + "/")
@@ -186,6 +189,7 @@ def test_compare_lists_the_regressed_examples(page, viewer):
     assert rows.evaluate_all("els => els.map(e => e.dataset.example)") == ["3"]
 
 
+@pytest.mark.slow
 def test_the_script_prompt_stays_text(page, viewer):
     page.goto(viewer + "/episode?run=script-prompt&n=1")
     user = page.locator('section.trace li[data-role="user"] pre.content').first
@@ -200,6 +204,7 @@ def test_the_script_prompt_stays_text(page, viewer):
     assert page.evaluate("window.__viewer_xss") is None
 
 
+@pytest.mark.slow
 def test_a_live_run_appears_and_grows_while_a_writer_appends(page, viewer, outputs, tmp_path):
     page.goto(viewer + "/")
     page.locator('tr[data-run="gsm8k-completed"]').wait_for()
@@ -236,6 +241,7 @@ def test_a_live_run_appears_and_grows_while_a_writer_appends(page, viewer, outpu
             writer.wait()
 
 
+@pytest.mark.slow
 def test_export_opens_from_disk(browser, outputs, tmp_path):
     subset = tmp_path / "runs"
     subset.mkdir()

@@ -58,6 +58,7 @@ def _side_texts(page, side: str) -> list[str]:
     return page.locator(f'section.side[data-side="{side}"] li[data-role="assistant"] pre.content').all_inner_texts()
 
 
+@pytest.mark.slow
 def test_a_compare_row_opens_both_runs_transcripts_of_its_example_side_by_side(page, viewer, tmp_path):
     page.goto(viewer + "/compare?a=gsm8k-completed&b=gsm8k-rerun")
     _shot(page, "viewer-compare.png", tmp_path)
@@ -133,6 +134,7 @@ def test_the_config_diff_shows_only_what_differs_masked_as_stored(page, viewer):
     assert "hold the same settings" in page.locator("section.config-diff").inner_text()
 
 
+@pytest.mark.slow
 def test_the_export_carries_compare_side_by_side_and_the_config_diff(browser, outputs, tmp_path):
     subset = tmp_path / "runs"
     subset.mkdir()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 from hypothesis import given, settings, strategies as st
+import pytest
 
 from fixtures.episodes import FAKE_HEADER_SECRET
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -134,6 +135,7 @@ def test_the_dashboard_is_the_viewer_over_the_platforms_evaluations(tmp_path):
 _floats = st.none() | st.floats(allow_nan=False, allow_infinity=False, width=32)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(sort=st.sampled_from(["n", "reward", "tokens", "metric:judge/solved", "example"]), desc=st.booleans(),
        page=st.integers(1, 10_000), rmin=_floats, rmax=_floats, rlt=_floats, errors=st.booleans(),
@@ -159,6 +161,7 @@ def test_an_odd_record_is_a_row_and_never_stops_the_index(tmp_path):
         assert httpx.get(server.base_url + "/group", params={"run": "run", "example": "3"}).status_code == 200
 
 
+@pytest.mark.slow
 def test_the_dashboard_lists_a_run_that_went_to_prime_traces(tmp_path):
     """A run synced ``--to traces`` has no sample rows: the dashboard lists its episodes from
     the platform's Prime Traces store instead, and an episode page shows its transcript."""

@@ -57,6 +57,7 @@ def viewer(outputs):
     assert _tree(outputs) == before  # read-only: nothing written, nothing touched
 
 
+@pytest.mark.slow
 def test_plain_outputs_are_listed_not_spooled_with_the_command_that_spools_them(page, viewer, outputs):
     page.goto(viewer + "/")
     for name in ("vf040-completed", "vf040-cancelled", "vf040-killed", "vf040-torn", "vf040-corrupt", "v0-completed"):
@@ -70,6 +71,7 @@ def test_plain_outputs_are_listed_not_spooled_with_the_command_that_spools_them(
     assert "fake/tiny-model" in completed.inner_text() and "tiny_taskset" in completed.inner_text()
 
 
+@pytest.mark.slow
 def test_a_plain_run_opens_with_its_samples_and_episodes_masked(page, viewer, outputs):
     page.goto(viewer + "/run?run=vf040-completed")
     assert page.locator("#match-count .total").inner_text() == "4"
@@ -88,6 +90,7 @@ def test_a_plain_run_opens_with_its_samples_and_episodes_masked(page, viewer, ou
     assert page.locator("tr.sample").count() == 2
 
 
+@pytest.mark.slow
 def test_hostile_plain_outputs_stay_text(page, viewer):
     page.goto(viewer + "/")
     page.locator('tr[data-run="hostile"]').wait_for()
@@ -104,6 +107,7 @@ def test_hostile_plain_outputs_stay_text(page, viewer):
     assert page.locator("main script, main img").count() == 0
 
 
+@pytest.mark.slow
 def test_an_import_turns_the_plain_entry_into_its_spool(browser, tmp_path):
     outputs = tmp_path / "outputs"
     shutil.copytree(EVAL_OUTPUTS / "vf040-completed", outputs / "run")
@@ -129,6 +133,7 @@ def test_an_import_turns_the_plain_entry_into_its_spool(browser, tmp_path):
         assert proc.wait(15) == 0, proc.stderr.read()
 
 
+@pytest.mark.slow
 def test_the_export_carries_plain_runs(browser, outputs, tmp_path):
     out = tmp_path / "export"
     done = subprocess.run(CLI + ["view", str(outputs), "--export", str(out)], capture_output=True, text=True,
@@ -145,6 +150,7 @@ def test_the_export_carries_plain_runs(browser, outputs, tmp_path):
     page.close()
 
 
+@pytest.mark.slow
 def test_a_path_with_nothing_still_says_no_runs(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

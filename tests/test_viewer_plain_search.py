@@ -68,6 +68,7 @@ def _shown(page) -> list[int]:
     return [int(n) for n in page.locator("tr.sample").evaluate_all("els => els.map(e => e.dataset.n)")]
 
 
+@pytest.mark.slow
 def test_plain_outputs_are_searched_like_a_spool(page, viewer):
     page.goto(viewer + "/run?run=plain")
     assert page.locator("h1 .status").inner_text() == "not spooled"

@@ -94,6 +94,7 @@ _markup = st.sampled_from(["<script>alert(1)</script>", "<img src=x onerror=aler
                            "&lt;script&gt;", "{{ 7*7 }}", "\"'><svg onload=alert(1)>", "<!--", "]]>"])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prompt=st.lists(_text | _markup, min_size=1, max_size=4).map("".join),
        answer=st.lists(_text | _markup, min_size=1, max_size=4).map("".join))
@@ -119,6 +120,7 @@ def test_an_episode_page_masks_a_foreign_producers_secret(tmp_path):
     assert FAKE_HEADER_SECRET not in html and FAKE_ENV_SECRET not in html
 
 
+@pytest.mark.slow
 def test_view_usage_errors_are_one_line(tmp_path):
     (tmp_path / "a-file").write_text("x")
     for argv in (["view", str(tmp_path / "missing")], ["view", str(tmp_path), "--export", str(tmp_path / "a-file")]):

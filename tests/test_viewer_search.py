@@ -70,6 +70,7 @@ def _shown(page) -> list[int]:
     return [int(n) for n in page.locator("tr.sample").evaluate_all("els => els.map(e => e.dataset.n)")]
 
 
+@pytest.mark.slow
 def test_full_text_search_finds_messages_tool_calls_and_tool_output(page, viewer):
     page.goto(viewer + "/run?run=search")
     page.locator('input[name="text"]').fill(WORD.upper())  # case does not matter
@@ -95,6 +96,7 @@ def test_a_hit_opens_its_episode_with_the_words_highlighted(page, viewer):
     assert WORD in page.locator(".tool-call pre").first.inner_text()
 
 
+@pytest.mark.slow
 def test_markup_in_a_tool_output_stays_text_in_the_snippet_and_the_highlight(page, viewer):
     page.goto(viewer + f"/run?run=search&text={WORD}")
     assert "<script>" in page.locator('tr.sample[data-n="7"] .hit').inner_text()
@@ -106,6 +108,7 @@ def test_markup_in_a_tool_output_stays_text_in_the_snippet_and_the_highlight(pag
     assert page.locator("main script, main img").count() == 0
 
 
+@pytest.mark.slow
 def test_stop_error_kind_and_metric_filters_are_in_the_url(page, viewer):
     page.goto(viewer + "/run?run=gsm8k-completed")
     page.locator('select[name="ekind"]').select_option("not ok")
@@ -150,6 +153,7 @@ def test_the_index_resumes_where_it_stopped_and_follows_a_growing_spool(tmp_path
     assert SearchIndex(again, f"spool|{run_dir.resolve()}|").count == 8
 
 
+@pytest.mark.slow
 def test_no_index_is_made_for_a_run_nobody_searches(page, viewer):
     page.goto(viewer + "/run?run=gsm8k-completed&stop=x")
     page.goto(viewer + "/episode?run=gsm8k-completed&n=1")

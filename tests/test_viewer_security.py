@@ -59,6 +59,7 @@ def gated_view():
 @pytest.mark.parametrize(("command", "host"), [
     (["view", str(FIXTURES)], "0.0.0.0"), (["platform", "serve", "--db", "{db}"], "::"),
 ])
+@pytest.mark.slow
 def test_a_non_loopback_host_without_a_token_is_refused(command, host, tmp_path):
     argv = [part.replace("{db}", str(tmp_path / "p.db")) for part in command]
     done = subprocess.run(CLI + argv + ["--host", host, "--port", "0"], capture_output=True, text=True,
@@ -80,6 +81,7 @@ def test_which_hosts_need_a_token():
         check_listen(host, None)
 
 
+@pytest.mark.slow
 def test_loopback_is_the_default_needs_no_token_and_answers_only_to_loopback_names():
     """Without a token: a page elsewhere that points its own name at 127.0.0.1 (DNS
     rebinding) reads nothing."""
@@ -97,6 +99,7 @@ def test_loopback_is_the_default_needs_no_token_and_answers_only_to_loopback_nam
         _stop(proc)
 
 
+@pytest.mark.slow
 def test_with_a_token_every_page_and_asset_needs_it(gated_view):
     for path in VIEWER_PATHS:
         r = httpx.get(gated_view + path)
@@ -108,6 +111,7 @@ def test_with_a_token_every_page_and_asset_needs_it(gated_view):
         assert forged.status_code == 303, path
 
 
+@pytest.mark.slow
 def test_the_token_is_entered_once_and_kept_in_an_httponly_samesite_cookie(gated_view):
     wrong = httpx.post(gated_view + "/login", data={"token": "nope", "next": "/"})
     assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
@@ -124,6 +128,7 @@ def test_the_token_is_entered_once_and_kept_in_an_httponly_samesite_cookie(gated
         assert r.headers["location"] == "/"
 
 
+@pytest.mark.slow
 def test_a_browser_logs_in_once_and_no_script_can_read_the_cookie(gated_view):
     with launched() as browser:
         page = browser.new_page()
@@ -138,6 +143,7 @@ def test_a_browser_logs_in_once_and_no_script_can_read_the_cookie(gated_view):
         assert page.url.endswith("/episode?run=gsm8k-completed&n=2")
 
 
+@pytest.mark.slow
 def test_the_dashboard_is_behind_the_token_and_the_api_keeps_its_bearer_check(tmp_path):
     with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform:
         bearer = {"Authorization": f"Bearer {TOKEN}"}
@@ -163,6 +169,7 @@ def test_the_dashboard_is_behind_the_token_and_the_api_keeps_its_bearer_check(tm
         assert httpx.get(f"{platform.api}/evaluations/", headers=bearer).status_code == 200
 
 
+@pytest.mark.slow
 def test_without_a_token_the_dashboard_answers_only_to_loopback_names(tmp_path):
     with platform_process.running(tmp_path / "p.db") as platform:
         assert httpx.get(platform.base_url + "/dashboard/", headers={"Host": "evil.example"}).status_code == 403
@@ -181,6 +188,7 @@ def _platform_with_rows(api: str, headers: dict[str, str] | None = None) -> str:
     return evaluation
 
 
+@pytest.mark.slow
 def test_without_a_token_the_api_answers_only_to_loopback_names(tmp_path):
     """DNS rebinding: a page on rebind.attacker.example, its name pointed at 127.0.0.1, is
     same-origin with itself and reaches the platform's port. Without a token, ``/api/`` must
@@ -204,6 +212,7 @@ def test_without_a_token_the_api_answers_only_to_loopback_names(tmp_path):
         assert total == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content_type", ["text/plain", "text/plain; charset=utf-8", None,
                                           "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
                                           "application/jsonx", "text/json"])
@@ -230,6 +239,7 @@ def test_a_body_not_sent_as_json_is_refused_and_stores_nothing(tmp_path, content
         assert r.status_code == 200
 
 
+@pytest.mark.slow
 def test_the_real_clients_still_write_to_a_platform_without_a_token(tmp_path):
     """prime-runs 0.1.4's own HTTP client (what verifiers ships with) and this package's sync
     both type their bodies ``application/json``: a whole run through each is stored."""
@@ -283,6 +293,7 @@ def test_wrong_tokens_make_the_next_try_wait_doubling_up_to_a_cap():
     assert len(throttle._failures) <= 4096
 
 
+@pytest.mark.slow
 def test_a_guesser_is_held_back_and_its_tries_are_not_even_compared():
     from prime_runs_spool.viewer.auth import FREE_LOGIN_FAILURES
 
@@ -303,6 +314,7 @@ def test_a_guesser_is_held_back_and_its_tries_are_not_even_compared():
         _stop(proc)
 
 
+@pytest.mark.slow
 def test_a_guesser_cannot_pick_its_address_with_a_forwarded_for_header():
     """uvicorn believes ``X-Forwarded-For`` from 127.0.0.1 unless told not to: every client
     on this machine, and every one behind an SSH tunnel or a local proxy, could name a new
@@ -351,6 +363,7 @@ def test_after_the_free_wrong_tokens_the_very_next_try_waits():
     assert throttle.wait("10.0.0.9") == 1.0
 
 
+@pytest.mark.slow
 def test_the_api_bearer_check_is_throttled_with_the_login(tmp_path):
     """The platform's ``/api/`` takes the same token as ``/login``: unthrottled, a guesser
     skipped the login's waits by guessing Bearer keys there, as fast as the server answers.
@@ -384,6 +397,7 @@ def test_the_api_bearer_check_is_throttled_with_the_login(tmp_path):
             pytest.fail("every try took longer than the 1 s wait it tests: the machine is too loaded")
 
 
+@pytest.mark.slow
 def test_many_wrong_logins_in_flight_at_once_get_no_more_tries_than_one_at_a_time():
     """Forty wrong tokens sent at once, on forty connections: each is checked and counted with
     no await between (viewer/auth.py), so exactly the free ones are compared."""
@@ -408,6 +422,7 @@ def test_many_wrong_logins_in_flight_at_once_get_no_more_tries_than_one_at_a_tim
     assert sorted(codes) == [401] * FREE_LOGIN_FAILURES + [429] * (40 - FREE_LOGIN_FAILURES), codes
 
 
+@pytest.mark.slow
 def test_a_form_posted_by_a_page_elsewhere_uploads_no_traces(tmp_path):
     """The Prime Traces upload is multipart, a type any page may post without asking; but it
     needs an ``Idempotency-Key`` header, which no page sends without a CORS preflight this
@@ -448,6 +463,7 @@ def foreign_spool(run_dir: Path, run_id: str) -> None:
     writer.seal("completed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("to", ["traces", "samples"])
 def test_a_dashboard_episode_page_masks_what_the_producer_missed(tmp_path: Path, to: str) -> None:
     foreign_spool(tmp_path / "runs" / "foreign", "foreign")

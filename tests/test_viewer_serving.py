@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from prime_runs_spool.viewer.server import DEFAULT_VIEW_PORT, VIEW_PORT_TRIES
 
@@ -51,6 +52,7 @@ def _holding(port: int) -> socket.socket | None:
     return sock
 
 
+@pytest.mark.slow
 def test_the_default_port_is_stable_and_a_taken_one_falls_back():
     held = _holding(DEFAULT_VIEW_PORT)
     try:
@@ -71,6 +73,7 @@ def test_the_default_port_is_stable_and_a_taken_one_falls_back():
             _stop(proc)
 
 
+@pytest.mark.slow
 def test_an_explicit_port_that_is_taken_is_a_usage_error():
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
@@ -85,6 +88,7 @@ def test_an_explicit_port_that_is_taken_is_a_usage_error():
     assert done.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
 
 
+@pytest.mark.slow
 def test_open_starts_the_browser_on_the_viewer(tmp_path):
     seen = tmp_path / "browser-saw"
     browser = tmp_path / "browser"
@@ -105,6 +109,7 @@ def test_open_starts_the_browser_on_the_viewer(tmp_path):
         _stop(proc)
 
 
+@pytest.mark.slow
 def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path):
     proc, url = _start("--port", "0", "--open", BROWSER=str(tmp_path / "no-such-browser"), PATH=str(tmp_path),
                        DISPLAY="", WAYLAND_DISPLAY="")
@@ -117,6 +122,7 @@ def test_open_without_any_browser_says_so_and_keeps_serving(tmp_path):
     assert f"no browser could be opened; open {url}" in err
 
 
+@pytest.mark.slow
 def test_the_viewer_lists_and_opens_a_run_whose_folder_name_is_not_utf8(odd_tree: Path) -> None:
     """The run's key went into the page's links as it was: urlencode raised, and the list
     of runs (every run's, not only this one's) answered 500."""

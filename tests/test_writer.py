@@ -284,6 +284,7 @@ def test_lock_is_held_while_open_and_freed_by_seal_and_close(tmp_path: Path):
         w2.append("episode", {})
 
 
+@pytest.mark.slow
 def test_lock_frees_itself_when_the_writer_process_is_killed(tmp_path: Path):
     script = (
         "import sys, time\n"
@@ -612,6 +613,7 @@ def test_tasks_on_two_event_loops_append_to_one_writer(tmp_path: Path, monkeypat
         assert [by_seq[seq]["loop"] for seq in results[n]] == [n] * 100
 
 
+@pytest.mark.slow
 def test_the_helper_thread_does_not_keep_a_dropped_writer_alive(tmp_path: Path):
     import gc
     import weakref

@@ -42,6 +42,7 @@ def _race(run_dir: Path, processes: int) -> list[str]:
     return outcomes
 
 
+@pytest.mark.slow
 def test_processes_racing_to_open_an_empty_run_directory_make_one_run(tmp_path: Path):
     for trial in range(3):
         run_dir = tmp_path / f"run-{trial}"
