@@ -89,14 +89,17 @@ def special_file_kind(path: str | os.PathLike[str]) -> str | None:
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
-def make_private_dir(path: str | os.PathLike[str]) -> None:
+def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``), durably: the folder holding each
     new entry is fsync'd before this returns.
 
     A new folder's name lives in its parent, and until that parent is fsync'd a power cut
     may take the name back, and with it every file below, fsync'd or not: the first episode
-    a run acknowledges, or the first sync state announced there, would be gone."""
+    a run acknowledges, or the first sync state announced there, would be gone. Not
+    ``durable``: for a cache, which a power cut may take back (a store sync's copies of
+    the states it read: three fsyncs per run it met, on a disk the platform's database
+    shares, where two syncers meet every run)."""
     path = Path(path)
     missing = []
     while not path.exists():
@@ -109,7 +112,7 @@ def make_private_dir(path: str | os.PathLike[str]) -> None:
             os.mkdir(folder, DIR_MODE)
         except FileExistsError:
             pass  # made by a racing process, which may not have fsync'd its parent yet
-    for folder in missing:
+    for folder in missing if durable else ():
         fsync_folder(folder.parent)
 
 
@@ -132,7 +135,7 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     except FileNotFoundError:  # the first file of this folder: the folder first
-        make_private_dir(path.parent)  # the new folders' names durable too
+        make_private_dir(path.parent, durable=durable)  # a durable file's new folders' names durable too
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:

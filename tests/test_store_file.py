@@ -20,7 +20,7 @@ from support.runs import build_run
 from support.store_runs import (check_live_then_sealed, check_synced_once_then_up_to_date,
                                 check_two_syncers_push_each_episode_once, check_verify_gives_the_local_verdict,
                                 live_run, mirror_once)
-from support.sync_e2e import api, server  # noqa: F401  (fixtures)
+from support.sync_e2e import TOKEN, api, server  # noqa: F401  (fixtures)
 from support.cli import run_cli
 
 
@@ -204,3 +204,36 @@ def test_a_file_url_sync_ships_the_run_once_with_its_lease_and_state_in_the_fold
     assert lease["released"] is True
     assert [p.name for p in (tmp_path / "bucket" / "r" / "spool" / "sync").glob("*.json")]
     assert run_cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there
+
+
+def test_a_run_another_syncer_did_costs_this_machine_no_fsync(tmp_path: Path, server, folder_url: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A syncer meets every run the others did (one read of its state each) and keeps a copy
+    of that state in its cache. The cache's folders were made durably, three fsyncs a run,
+    on the disk the platform's database shares: with two syncers, every run paid them twice.
+    Counted: a sync over runs another machine synced makes no fsync at all."""
+    import os
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import load_settings
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import remote_destination
+    from prime_runs_spool.sync.store_sync import sync_store
+    from support.store_runs import reports, sync_from_store, upload_run
+
+    for n in range(3):
+        upload_run(folder_url, build_run(tmp_path / f"run-{n}", f"cached-{n}", 2).run_dir, f"run-{n}")
+    first = sync_from_store(server.base_url, tmp_path / "m1", folder_url, "--json")
+    assert first.returncode == 0, first.stderr
+    assert [r["state"] for r in reports(first)] == ["synced"] * 3
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "m2" / "cache"))  # another machine: nothing cached
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    env = {"PRIME_API_KEY": TOKEN}
+    settings = load_settings(base_url=server.base_url, env=env)
+    with PlatformClient(settings, timeout=5) as client:
+        again = sync_store(folder_url, client, remote_destination(settings.base_url, None), SyncOptions(), jobs=1)
+    assert [r.state for r in again] == ["up_to_date"] * 3
+    assert fsyncs == []
+    assert list((tmp_path / "m2" / "cache").rglob("*.json.etag")), "no state was cached: the test proved nothing"

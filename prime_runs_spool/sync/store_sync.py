@@ -138,7 +138,8 @@ def default_local_root(url: str, state_dir: Path | None) -> Path:
     base = state_dir if state_dir is not None else cache_root()
     root = base.expanduser() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
     try:
-        make_private_dir(root)  # with --state-dir the state lives below: its folders' names durable
+        # With --state-dir the state lives below: its folders' names durable. Else a cache.
+        make_private_dir(root, durable=state_dir is not None)
         os.chmod(base.expanduser() / "store", DIR_MODE)
     except OSError as exc:
         raise StoreError(f"cannot create {root} (this machine's folder for {url}): {exc.strerror}; "
