@@ -13,7 +13,7 @@ import csv
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -81,10 +81,17 @@ class _FileSink:
         self.temp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
         self.fd = open_private(self.temp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
 
-    def _finish(self) -> None:
+    #: The file object over :attr:`fd` that each kind of sink writes through.
+    file: IO[Any]
+
+    def close(self) -> None:
+        """The file complete: closed and renamed over the destination."""
+        self.file.close()
         os.replace(self.temp, self.path)
 
     def discard(self) -> None:
+        """The export failed or was stopped: the temporary file goes, the destination stays as it was."""
+        self.file.close()
         try:
             os.unlink(self.temp)
         except FileNotFoundError:
@@ -98,14 +105,6 @@ class JsonlSink(_FileSink):
 
     def write(self, row: dict[str, Any]) -> None:
         self.file.write(orjson.dumps({name: row.get(name) for name in self.names}) + b"\n")
-
-    def close(self) -> None:
-        self.file.close()
-        self._finish()
-
-    def discard(self) -> None:
-        self.file.close()
-        super().discard()
 
 
 def _csv_value(value: Any) -> Any:
@@ -130,14 +129,6 @@ class CsvSink(_FileSink):
 
     def write(self, row: dict[str, Any]) -> None:
         self.writer.writerow([_csv_value(row.get(name)) for name in self.names])
-
-    def close(self) -> None:
-        self.file.close()
-        self._finish()
-
-    def discard(self) -> None:
-        self.file.close()
-        super().discard()
 
 
 def arrow_schema(columns: list[Column]) -> Any:
@@ -188,14 +179,12 @@ class ParquetSink(_FileSink):
     def close(self) -> None:
         self._flush()
         self.writer.close()
-        self.file.close()
-        self._finish()
+        super().close()
 
     def discard(self) -> None:
         try:
             self.writer.close()
         finally:
-            self.file.close()
             super().discard()
 
 
