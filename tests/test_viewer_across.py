@@ -5,7 +5,6 @@ stays text; the export carries every metric's page and draws it offline.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -17,6 +16,7 @@ from prime_runs_spool import open_run
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
+from support.browser import screenshot
 from support.env import CLI, child_env
 
 HOSTILE_METRIC = '<img src=x onerror="window.__viewer_xss = 30">'
@@ -26,16 +26,6 @@ RUNS = {
     "beta": ("model-y", "env1", [1.0, 1.0, 1.0]),
     "gamma": ("model-x", "env2", None),
 }
-
-#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
-SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
-
-
-def _shot(page, name: str, tmp_path: Path) -> None:
-    path = (Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path) / name
-    page.screenshot(path=str(path), type="png")
-    assert path.stat().st_size < 200_000
-
 
 
 def _episode(run: str, number: int, accuracy: float | None) -> dict:
@@ -79,7 +69,7 @@ def test_a_metric_picked_on_the_page_is_plotted_per_run_with_its_interval(page, 
     canvas.wait_for()
     assert canvas.get_attribute("data-drawn") == "2"
     assert canvas.evaluate("c => Chart.getChart(c).options.scales.y.title.text") == "mean accuracy"
-    _shot(page, "viewer-across.png", tmp_path)
+    screenshot(page, "viewer-across.png", tmp_path)
     assert page.locator("table.across-table td.group").all_inner_texts() == ["model-x", "model-y"]
     # grouped by environment, the metric stays picked
     page.locator('a.group-by[data-group="environment"]').click()

@@ -7,7 +7,6 @@ prompt is a ``<script>``, an abandoned run and, in one test, a live writer proce
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import stat
@@ -16,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from support.browser import screenshot
 from support.env import CLI, child_env
 from support.viewer_runs import EXPECTED_STATUSES, SCRIPT_PROMPT, build_outputs, start_live_writer
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
-
-#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
-SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +32,6 @@ def outputs(tmp_path_factory) -> Path:
 def viewer(outputs):
     with EmbeddedServer(create_viewer_app(SpoolSource([outputs]))) as server:
         yield server.base_url
-
-
-def _shot(page, name: str, tmp_path: Path) -> None:
-    target = Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path
-    path = target / name
-    page.screenshot(path=str(path), type="png")
-    assert path.stat().st_size < 200_000
 
 
 def _status_of(page, key: str) -> str:
@@ -60,7 +50,7 @@ def test_runs_page_lists_every_run_with_its_status(page, viewer, tmp_path):
     assert "Qwen/Qwen3-8B" in completed.inner_text() and "gsm8k" in completed.inner_text()
     assert "2026-01-15 12:00:00Z" in completed.inner_text()
     assert "0.5" in completed.inner_text()  # the seal's avg_reward
-    _shot(page, "viewer-runs.png", tmp_path)
+    screenshot(page, "viewer-runs.png", tmp_path)
 
 
 def test_clicking_a_run_shows_its_table_with_the_right_count(page, viewer, tmp_path):
@@ -74,7 +64,7 @@ def test_clicking_a_run_shows_its_table_with_the_right_count(page, viewer, tmp_p
     body = page.content()
     assert "***" in body and "cfs_EXAMPLE_NOT_A_REAL_SECRET" not in body and "hf_EXAMPLE_NOT_A_REAL_TOKEN" not in body
     page.goto(viewer + "/run?run=gsm8k-completed")
-    _shot(page, "viewer-run.png", tmp_path)
+    screenshot(page, "viewer-run.png", tmp_path)
 
 
 def test_a_histogram_bin_filters_the_table(page, viewer):
@@ -143,7 +133,7 @@ def test_an_episode_shows_its_transcript(page, viewer, tmp_path):
     assert "#### 18" in first.inner_text()
     assert "reward judge" in first.inner_text() and "prompt" in first.inner_text().lower()
     assert page.locator("details.raw pre").count() == 1
-    _shot(page, "viewer-episode.png", tmp_path)
+    screenshot(page, "viewer-episode.png", tmp_path)
 
 
 def test_group_view_shows_all_rollouts_of_an_example(page, viewer):
@@ -328,7 +318,7 @@ def test_the_plots_page_draws_each_distribution_with_axes_and_a_reward_bar_filte
     assert axes == ["reward", "episodes"]
     note = page.locator('section[data-plot-key="examples"] .plot-note').inner_text()
     assert note.startswith("4 examples") and "pass@k" in note
-    _shot(page, "viewer-plots.png", tmp_path)
+    screenshot(page, "viewer-plots.png", tmp_path)
     x, y = reward.evaluate("c => { const bar = Chart.getChart(c).getDatasetMeta(0).data[1]; return [bar.x, bar.y + 5]; }")
     box = reward.bounding_box()
     page.mouse.click(box["x"] + x, box["y"] + y)

@@ -5,7 +5,6 @@ answer, a config key or value stays text on both pages, and the static export ca
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from prime_runs_spool import open_run
+from support.browser import screenshot
 from support.env import CLI, child_env
 from support.viewer_runs import SCRIPT_PROMPT, build_outputs, script_episode
 from prime_runs_spool.viewer.app import create_viewer_app
@@ -22,16 +22,6 @@ from prime_runs_spool.viewer.sources import SpoolSource
 HOSTILE_VALUE = '<img src=x onerror="window.__viewer_xss = 20"><script>window.__viewer_xss = 21</script>'
 HOSTILE_KEY = '<script>window.__viewer_xss = 22</script>'
 SECRET = "sk-EXAMPLE_NOT_A_REAL_KEY_0123456789"
-
-#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
-SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
-
-
-def _shot(page, name: str, tmp_path: Path) -> None:
-    path = (Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path) / name
-    page.screenshot(path=str(path), type="png")
-    assert path.stat().st_size < 200_000
-
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +51,7 @@ def _side_texts(page, side: str) -> list[str]:
 @pytest.mark.slow
 def test_a_compare_row_opens_both_runs_transcripts_of_its_example_side_by_side(page, viewer, tmp_path):
     page.goto(viewer + "/compare?a=gsm8k-completed&b=gsm8k-rerun")
-    _shot(page, "viewer-compare.png", tmp_path)
+    screenshot(page, "viewer-compare.png", tmp_path)
     page.locator('table.compare tr[data-example="1"] a.pair-link').click()
     page.wait_for_url(re.compile(r"/pair\?a=gsm8k-completed&b=gsm8k-rerun&example=1"))
     a, b = page.locator('section.side[data-side="a"]'), page.locator('section.side[data-side="b"]')
@@ -75,7 +65,7 @@ def test_a_compare_row_opens_both_runs_transcripts_of_its_example_side_by_side(p
     # the rerun flipped every score: A's and B's rewards of one example differ by one
     reward_a, reward_b = (float(s.locator("p.meta b.reward").inner_text()) for s in (a, b))
     assert abs(reward_a - reward_b) == 1
-    _shot(page, "viewer-pair.png", tmp_path)
+    screenshot(page, "viewer-pair.png", tmp_path)
     # A holds two rollouts of example 1: the second is one click away, B stays as it was
     assert a.locator("nav.rollouts a").count() == 1
     first_a = _side_texts(page, "a")

@@ -7,18 +7,17 @@ client (no evaluation names it) is listed beside them and opens too, its hostile
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prime_traces import LineFormat, TracesClient
 
 from prime_runs_spool.platform_api.traces import encode_line, stamp_run
 from support import platform_process
+from support.browser import screenshot
 from support.sync_e2e import run_sync
 from support.viewer_runs import FIXTURE_OUTPUTS, SCRIPT_PROMPT, script_episode
 
@@ -27,17 +26,6 @@ pytestmark = pytest.mark.slow  # a platform process and two real syncs for the m
 #: The runs another client uploads to Prime Traces, with no evaluation; the second's id is markup.
 OTHER_RUN = "uploaded-by-hand"
 HOSTILE_RUN = '<img src=x onerror="window.__viewer_xss = 50">'
-
-
-#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
-SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
-
-
-def _shot(page, name: str, tmp_path: Path) -> None:
-    path = (Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path) / name
-    page.screenshot(path=str(path), type="png")
-    assert path.stat().st_size < 200_000
-
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +77,7 @@ def test_prime_traces_runs_are_listed_beside_the_evaluations_and_open(page, view
     page.wait_for_function(  # the episode counts come from Prime Traces, read in the background
         "key => document.querySelector(`tr[data-run=\"${key}\"] td.episodes`).innerText === '6'",
         arg=platform["traces"], timeout=10_000)
-    _shot(page, "viewer-dashboard.png", tmp_path)
+    screenshot(page, "viewer-dashboard.png", tmp_path)
     # the run synced --to traces opens: its table, then an episode's transcript
     traces.locator("a.run-link").click()
     page.wait_for_url(re.compile(r"/dashboard/run\?run="))

@@ -14,12 +14,17 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 #: Where the system browser is (Debian's chromium package); PRIME_RUNS_CHROMIUM overrides it.
 CHROMIUM = os.environ.get("PRIME_RUNS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+#: Set to a folder (e.g. docs/) to keep the screenshots the tests take (docs/viewer.md).
+SCREENSHOT_DIR = os.environ.get("PRIME_RUNS_VIEWER_SCREENSHOTS")
+#: The most one screenshot may weigh: docs/viewer.md shows them.
+MAX_SCREENSHOT_BYTES = 200_000
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
@@ -60,3 +65,11 @@ def page(browser: Any, viewer: str) -> Iterator[Any]:
     context.close()
     assert errors == []
     assert requested and [url for url in requested if not url.startswith(viewer + "/")] == []
+
+
+def screenshot(page: Any, name: str, tmp_path: Path) -> None:
+    """``page`` as the PNG ``name``: in :data:`SCREENSHOT_DIR` when it is set, else in the
+    test's own folder; either way small enough for the docs."""
+    path = (Path(SCREENSHOT_DIR) if SCREENSHOT_DIR else tmp_path) / name
+    page.screenshot(path=str(path), type="png")
+    assert path.stat().st_size < MAX_SCREENSHOT_BYTES
