@@ -16,9 +16,10 @@ from typing import Any
 
 import click
 
+from .options import read_state_dir_option
 from .output import fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
-from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -30,8 +31,7 @@ from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
               help="The file's format (default: from its suffix, .parquet, .csv or .jsonl).")
 @click.option("--runs", "per_run", is_flag=True, help="One row per run instead of one per episode.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON document.")
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
-              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+@read_state_dir_option
 def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as_json: bool,
            state_dir: Path | None) -> None:
     """Write the episodes of every run under PATHS (folders or store URLs) as a table: one

@@ -10,10 +10,11 @@ import click
 
 from prime_runs_spool.sync.command_line import output_option
 
+from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
 from .output import count, episodes, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
-from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 
@@ -26,9 +27,8 @@ if TYPE_CHECKING:
 @click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one machine-readable report.")
 @output_option
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
-              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
-@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+@read_state_dir_option
+@allow_empty_option
 def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Show every run spool under PATHS (default: .): name, model, state, episodes, and per
     destination what was pushed, what is pending and the evaluation URL. Makes no request.

@@ -17,10 +17,11 @@ import click
 
 from prime_runs_spool.sync.command_line import output_option
 
+from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
-from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report
 
 
@@ -81,9 +82,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
 @click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @output_option
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
-              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
-@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+@read_state_dir_option
+@allow_empty_option
 def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow_empty: bool) -> None:
     """Check the spools of every run under PATHS (default: .): segments, records, seals, torn
     tails, corruption. Eval outputs with no spool are listed as "not spooled", with the

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
+from .options import read_state_dir_option
 from .output import fail_usage, require_paths
-from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
+from prime_runs_spool.importer.options import default_state_dir
 
 
 @click.command("view")
@@ -27,8 +28,7 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
                    "Also read from PRIME_RUNS_VIEW_TOKEN.")
 @click.option("--export", "export_dir", type=click.Path(path_type=Path), default=None,
               help="Write a static copy of the pages to this folder and exit, instead of serving.")
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
-              help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+@read_state_dir_option
 def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None, export_dir: Path | None,
          state_dir: Path | None, open_browser: bool) -> None:
     """Serve a web viewer over every run spool under PATHS (default: .), reading the spools

@@ -1,0 +1,21 @@
+"""Options that several commands take, each defined here once so that its name, its
+environment variable and its help read the same in every command that has it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from prime_runs_spool.importer.options import STATE_DIR_ENV
+
+#: ``--state-dir`` for the commands that read spools: where ``prime-runs import`` kept the
+#: spools of sources it could not write to. (``import`` and ``sync``, which write there,
+#: say so in their own words.)
+read_state_dir_option = click.option(
+    "--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+    help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
+
+#: ``--allow-empty``: a path with neither a spool nor eval outputs is not a failure.
+allow_empty_option = click.option(
+    "--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
