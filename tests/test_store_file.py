@@ -206,6 +206,7 @@ def test_a_file_url_sync_ships_the_run_once_with_its_lease_and_state_in_the_fold
     assert run_cli("verify", f"file://{tmp_path / 'bucket'}").returncode == 0  # reading works there
 
 
+@pytest.mark.slow
 def test_a_run_another_syncer_did_costs_this_machine_no_fsync(tmp_path: Path, server, folder_url: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A syncer meets every run the others did (one read of its state each) and keeps a copy

@@ -352,3 +352,68 @@ def test_a_cancelled_run_resumed_to_completion_costs_its_samples_one_put_and_the
     assert "prime_runs" not in put["metadata"] and "error_message" not in put, put
     assert set(finalize) == {"request", "metrics"}, finalize
     assert evaluation["status"] == "COMPLETED" and "prime_runs" not in evaluation["metadata"]
+
+
+def _state_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Reads of sync states in any store (``spool/sync/*.json``), by key, from now on."""
+    reads: Counter[str] = Counter()
+    real_read = ObjectStore.read
+
+    def counted(store: ObjectStore, key: str):  # noqa: ANN202
+        if re.search(r"/spool/sync/[^/]+\.json$", key):
+            reads[key] += 1
+        return real_read(store, key)
+
+    monkeypatch.setattr(ObjectStore, "read", counted)
+    return reads
+
+
+def test_a_new_store_run_has_its_state_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with no state in the listing has it read once, before its lease (another syncer
+    may have synced it since the listing): when there was none and this syncer then made the
+    lease, no syncer held the run in between, so the pass does not read it again."""
+    runs = 4
+    url = _file_store(tmp_path, runs, "costs-state-once")
+    reads = _state_reads(monkeypatch)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            reports = sync_store(url, client, DEST, SyncOptions(), jobs=2)
+    assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
+    assert sorted(reads.values()) == [1] * runs, reads
+
+
+def test_a_state_written_without_the_lease_is_read_not_overwritten(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass that does not read the state again relies on the store: its first write is
+    create-only. A state put there without the lease (an old syncer, a copy made by hand)
+    after the read and before the lease refuses that write; the next pass reads it and
+    settles from it: one evaluation, each episode once, finalized once."""
+    from prime_runs_spool.store.lease import Lease
+
+    url = _file_store(tmp_path, 1, "costs-stray-state")
+    store = ObjectStore(url)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            [first] = sync_store(url, client, DEST, SyncOptions())
+        assert first.state == "synced"
+        [state_key] = [o.key for o in store.list() if re.search(r"/spool/sync/[^/]+\.json$", o.key)]
+        stray = store.read(state_key)[0]
+        for info in store.list():
+            if info.key.endswith((".json", ".etag")) and "/spool/sync" in info.key:
+                store.delete(info.key)  # the lease and the state gone: as if no syncer ever held the run
+        real_take = Lease.try_take
+
+        def state_put_back_first(lease: Lease) -> bool:
+            store.create(state_key, stray)
+            return real_take(lease)
+
+        monkeypatch.setattr(Lease, "try_take", state_put_back_first)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))
+        with CountingClient(settings) as client:
+            [again] = sync_store(url, client, DEST, SyncOptions())
+        evaluations = _evaluations(platform)
+    assert again.state in ("synced", "up_to_date") and again.pushed_now == 0, (again.state, again.error)
+    [evaluation] = evaluations
+    assert evaluation["total_samples"] == 2 and evaluation.get("finalize_count", 1) == 1, evaluation

@@ -165,6 +165,8 @@ class StoreRunSync:
         #: lease, or wrote a state the listing did not show): what makes the claim order
         #: jump (sync/claims.py).
         self.met_another = False
+        #: Whether the store held no state for the run when it was read before the lease.
+        self.state_absent = False
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()), state_in_store=in_store)
 
     def _locate(self, replay_id: str | None) -> None:
@@ -269,6 +271,7 @@ class StoreRunSync:
             pass
         found = self.run.store.read(self.key)
         if found is None:
+            self.state_absent = True
             return None
         self.met_another = listed is None or listed.etag != found[1]
         state = _parse(found[0])
@@ -291,11 +294,15 @@ class StoreRunSync:
         report.local_run_id = state.local_run_id
         return report
 
-    def _load_for_pass(self) -> str | None:
-        """Put the store's current state where the engine loads it; its etag."""
+    def _load_for_pass(self, *, first: bool = False) -> str | None:
+        """Put the store's current state where the engine loads it; its etag. Not read again
+        for the ``first`` pass when there was none just before this syncer made the run's
+        lease: no syncer held the run since, so none wrote its state (one written some other
+        way refuses the pass's first write, create-only, and the next pass reads it)."""
         if not self.in_store:
             return None
-        found = self.run.store.read(self.key)
+        unread = first and self.state_absent and self.lease.created
+        found = None if unread else self.run.store.read(self.key)
         if found is None:
             self.path.unlink(missing_ok=True)
             state_etag_path(self.path).unlink(missing_ok=True)
@@ -316,7 +323,7 @@ class StoreRunSync:
         report = RunReport(path=str(self.run), state=ERROR)
         for attempt in range(CONFLICT_PASSES):
             try:
-                etag = self._load_for_pass()
+                etag = self._load_for_pass(first=attempt == 0)
             except StoreError as exc:
                 report.error = str(exc)
                 return report
