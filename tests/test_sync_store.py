@@ -28,6 +28,7 @@ from support.store_runs import (check_live_then_sealed, check_synced_once_then_u
                                 get_object, keys, live_run, machine_env, mirror_once, reports, sync_from_store,
                                 upload_run)
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
+from support.children import interrupted, reaped
 from support.cli import last_line, run_cli
 
 
@@ -383,7 +384,6 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     growing segment is pushed once, a run uploaded later is found, a changed run is reported
     as one line; SIGINT ends it with exit 0. With ``--exit-when-idle`` it ends after a pass
     with nothing to do."""
-    import signal
 
     builder = RunBuilder(tmp_path / "run", "store-follow")
     builder.open_segment()
@@ -392,7 +392,7 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     home = tmp_path / "m"
     follower = _follow_process(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.2"),
                                moto, home)
-    try:
+    with reaped(follower):
         deadline = time.monotonic() + 60
         while _pushed(api, "store-follow") < 5 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -405,12 +405,7 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
         while (_pushed(api, "store-follow") < 9 or _pushed(api, "store-follow-late") < 3) and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(0.6)  # passes with nothing new: nothing more is sent, nothing is reported
-        follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=30)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.communicate()
+        out, err, _ = interrupted(follower, timeout=30)
     assert follower.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     pushed: dict[str, int] = {}
@@ -457,7 +452,6 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
     """The platform down: a pass backs off for minutes (10 attempts, up to 30 s apart). A
     SIGINT must end the follow at the next wait, as a local follow's, not after the pass;
     the lease is released so the next sync need not wait for it to expire."""
-    import signal
     import socket
 
     build = build_run(tmp_path / "run", "store-follow-down", 3)
@@ -467,16 +461,9 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
         down = f"http://127.0.0.1:{closed.getsockname()[1]}"
     follower = _follower_holding_the_lease(bucket_url, moto, tmp_path / "m", "--base-url", down,
                                            "--backoff-cap", "30", "--max-attempts", "10", "--timeout", "5")
-    try:
+    with reaped(follower):
         time.sleep(2.0)  # the pass holds the lease: it is backing off
-        follower.send_signal(signal.SIGINT)
-        began = time.monotonic()
-        out, err = follower.communicate(timeout=60)
-        took = time.monotonic() - began
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.communicate()
+        out, err, took = interrupted(follower, timeout=60)
     assert follower.returncode == 0, err
     assert took < 10, f"SIGINT took {took:.1f} s to end the follow"
     assert "Traceback" not in err
@@ -488,7 +475,6 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
                                                                       bucket_url: str) -> None:
     """Each pass after an upload pushes and reads ``crashed`` (no seal yet); the pass after
     it finds nothing new: no line for it (it was an ``up_to_date`` line per upload)."""
-    import signal
 
     builder = RunBuilder(tmp_path / "run", "store-pieces")
     builder.open_segment()
@@ -497,7 +483,7 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
     home = tmp_path / "m"
     follower = _follow_process(sync_cmd(server.base_url, bucket_url, "--follow", "--json", "--poll-interval", "0.1"),
                                moto, home)
-    try:
+    with reaped(follower):
         for total in (3, 5):
             deadline = time.monotonic() + 60
             while _pushed(api, "store-pieces") < total and time.monotonic() < deadline:
@@ -506,12 +492,7 @@ def test_follow_reports_a_run_uploaded_piece_by_piece_once_per_upload(tmp_path: 
             if total == 3:
                 builder.add(2)
                 upload_run(bucket_url, builder.run_dir, "run")
-        follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=30)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.communicate()
+        out, err, _ = interrupted(follower, timeout=30)
     assert follower.returncode == 0, err
     assert [(r["state"], r["pushed_now"]) for r in map(json.loads, out.splitlines())] == [("crashed", 3), ("crashed", 2)]
     assert_exactly_once(api, builder, finalized=False)
@@ -566,19 +547,12 @@ def test_a_second_sigint_ends_a_follow_whose_pass_waits_on_an_unanswered_request
         mute.listen(16)
         follower = _follower_holding_the_lease(bucket_url, moto, tmp_path / "m", "--base-url",
                                                f"http://127.0.0.1:{mute.getsockname()[1]}", "--timeout", "120")
-        try:
+        with reaped(follower):
             time.sleep(1.0)  # the pass holds the lease: its request is out
             follower.send_signal(signal.SIGINT)
             time.sleep(1.0)
             assert follower.poll() is None  # the first waits for the request
-            follower.send_signal(signal.SIGINT)
-            began = time.monotonic()
-            out, err = follower.communicate(timeout=60)
-            took = time.monotonic() - began
-        finally:
-            if follower.poll() is None:
-                follower.kill()
-                follower.communicate()
+            out, err, took = interrupted(follower, timeout=60)  # the second
     assert follower.returncode == 0, err
     assert took < 10, f"the second SIGINT took {took:.1f} s to end the follow"
     assert "Traceback" not in err and "Exception ignored" not in err, err

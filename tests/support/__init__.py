@@ -11,6 +11,8 @@
 - ``platform_process`` – the local platform started as a real process
 - ``crash_writer``    – a writer process for SIGKILL tests
 - ``loop_ticker``     – proves an event loop kept running
+- ``children``        – child processes stopped with SIGINT, and never left running
+- ``store_runs``      – runs in a store, and the mirror / sync / verify steps every store test takes
 - ``loopback_server`` – a server subprocess on loopback (moto, Azurite): started, waited for, stopped
 - ``browser``         – chromium for the viewer's tests, and the ``browser`` and ``page`` fixtures
 """
