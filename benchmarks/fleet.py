@@ -14,7 +14,8 @@ failing, half of those after the platform acted), and that many ``prime-runs syn
 exits is the drain. Checked every round: each run has one evaluation holding each of its
 spool's episodes once, and the runs were synced once between the syncers (a run another
 syncer holds is skipped, never waited for). Prints episodes/s per count of syncers and each
-count's time against one syncer's, and each round's CPU seconds (user + system) of the
+count's time against one syncer's (best of each, and round by round: a repeat runs its
+counts back to back, in turns), and each round's CPU seconds (user + system) of the
 syncers, the platform, the store (moto) and this process (the fault proxy): on a shared
 machine the CPU a drain costs is steadier than its wall time. ``--detail`` adds the
 platform's requests, and each syncer's store requests by verb and object (segment, state,
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -228,6 +230,13 @@ def main() -> None:
                 print(f"  {count} syncer(s): best {best:.2f} s ({spread(times[count])} s), "
                       f"{total / best:,.0f} episodes/s, {best / one:.2f}x the time of {counts[0]}; "
                       f"CPU {cpu:.1f} s, {cpu / cpu_one:.2f}x", flush=True)
+            for count in counts[1:]:  # each repeat's rounds ran back to back: compared in pairs
+                walls = [t / o for t, o in zip(times[count], times[counts[0]])]
+                spent = [sum(c.values()) / sum(o.values()) for c, o in zip(cpus[count], cpus[counts[0]])]
+                print(f"  {count} against {counts[0]} syncer(s), round by round: time "
+                      + " ".join(f"{r:.2f}x" for r in walls) + f" (median {statistics.median(walls):.2f}x), CPU "
+                      + " ".join(f"{r:.2f}x" for r in spent) + f" (median {statistics.median(spent):.2f}x)",
+                      flush=True)
     finally:
         proc.terminate()
         proc.wait(10)
