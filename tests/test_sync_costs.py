@@ -417,3 +417,25 @@ def test_a_state_written_without_the_lease_is_read_not_overwritten(tmp_path: Pat
     assert again.state in ("synced", "up_to_date") and again.pushed_now == 0, (again.state, again.error)
     [evaluation] = evaluations
     assert evaluation["total_samples"] == 2 and evaluation.get("finalize_count", 1) == 1, evaluation
+
+
+def test_a_damaged_record_of_runs_found_up_to_date_costs_only_the_read(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """What sync/unchanged.py keeps is a cache: garbage in its file (or one of another
+    version) makes the next sync read the runs as before, with the same answers, and keep
+    them again."""
+    for n in range(3):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-damaged-cache-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _sync(tmp_path, platform, [tmp_path / "runs"])
+        _settled_at_once(monkeypatch)
+        _, probed = _sync(tmp_path, platform, [tmp_path / "runs"])
+        (kept,) = (Path(os.environ["XDG_CACHE_HOME"]) / "prime-runs" / unchanged.UNCHANGED_DIRNAME).glob("*.json")
+        kept.write_bytes(b'{"version": 1, "runs": [')
+        with opened_under(tmp_path / "runs") as read_again:
+            client, again = _sync(tmp_path, platform, [tmp_path / "runs"])
+        with opened_under(tmp_path / "runs") as opened:
+            _, answered = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.as_json() for r in again] == [r.as_json() for r in answered] == [r.as_json() for r in probed]
+    assert not client.requests and read_again and not opened
+    assert kept.stat().st_mode & 0o777 == 0o600

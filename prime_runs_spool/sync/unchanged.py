@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,9 @@ UNCHANGED_DIRNAME = "unchanged"
 ENTRY_VERSION = 1
 #: Seconds a file must have been left alone before an answer resting on it is kept.
 SETTLED = 2.0
-#: At most this many runs per destination are kept; those this sync did not see go first.
-MAX_ENTRIES = 200_000
+#: At most this many runs per destination are kept (about 350 bytes each, read whole at
+#: every sync); those this sync did not see go first.
+MAX_ENTRIES = 50_000
 #: The report's fields an entry keeps: what ``RunSync.probe`` fills in.
 _REPORT_FIELDS = ("local_run_id", "name", "evaluation_id", "url", "pushed_total", "store")
 
@@ -158,7 +160,7 @@ class Unchanged:
         document = {"version": ENTRY_VERSION,
                     "destination": [self.destination.key, self.destination.base_url, self.destination.team_id],
                     "runs": runs}
-        temporary = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
+        temporary = self._path.with_name(f".{self._path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
             with os.fdopen(descriptor, "wb") as handle:
