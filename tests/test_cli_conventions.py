@@ -39,6 +39,7 @@ def test_verify_defaults_to_the_current_folder(outputs: Path) -> None:
     assert "one-episode" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["status"], ["verify"], ["sync", "--dry-run"]])
 def test_dash_o_json_is_the_json_report(outputs: Path, command: list[str]) -> None:
     by_flag = cli(*command, str(outputs), "--json", HOME=str(outputs.parent))
@@ -187,6 +188,7 @@ def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: lis
     assert "finite" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["status"], ["import"], ["sync", "--local", "--db", "{db}"]])
 def test_the_other_commands_given_a_fifo_say_it_is_not_a_file_or_folder(tmp_path: Path, command: list[str]) -> None:
     os.mkfifo(tmp_path / "pipe")

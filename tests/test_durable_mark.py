@@ -168,6 +168,7 @@ def test_the_mark_never_runs_ahead_of_the_disk_nor_back(tmp_path: Path, monkeypa
     assert values[-1] == writer.durable_bytes
 
 
+@pytest.mark.slow
 def test_a_forked_child_marks_its_own_segment_and_never_its_parents(tmp_path: Path) -> None:
     """The publisher thread is not forked: a child that opens a writer of its own gets a new
     one, and its copy of the parent's writer never writes the parent's mark."""

@@ -125,6 +125,7 @@ def test_whatever_the_order_a_count_that_does_not_add_up_lists_everything_again(
     assert index.find("gsm8k", _reader(items, calls), _ours("r0")) == []
 
 
+@pytest.mark.slow
 def test_runs_sharing_an_index_never_create_a_second_evaluation_on_an_oldest_first_platform(tmp_path: Path) -> None:
     platform = FakePlatform()
     settings = Settings("http://fake", Secret("key"), None, "http://app")

@@ -264,6 +264,7 @@ def test_a_live_run_is_read_to_the_same_records_by_both_passes(tmp_path: Path) -
     assert len(tables.samples_df(tmp_path / "live")) == 5  # the next export has it
 
 
+@pytest.mark.slow
 def test_export_from_a_folder_url_equals_the_local_export(tmp_path: Path) -> None:
     build_run(tmp_path / "bucket" / "outputs" / "run-a", "export-url-a", 3)
     build_run(tmp_path / "bucket" / "outputs" / "run-b", "export-url-b", 2)

@@ -60,6 +60,7 @@ def test_status_faults_answer_without_forwarding(proxy, platform, evaluation_id,
     assert proxy.faults() == [kind] and proxy.log[0].upstream_status is None
 
 
+@pytest.mark.slow
 def test_rate_limit_carries_retry_after(proxy, platform, evaluation_id):
     proxy.set_rates({"rate_limit": 1.0})
     r = push_through(proxy, evaluation_id)
@@ -75,6 +76,7 @@ def test_reset_before_forwarding_is_a_network_error_and_commits_nothing(proxy, p
     assert proxy.faults() == ["reset_before"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind,error",
     [("drop_after", httpx.RemoteProtocolError),
@@ -103,6 +105,7 @@ def test_delayed_response_still_arrives_for_a_patient_client(platform, evaluatio
     assert r.status_code == 200 and r.json()["samples_pushed"] == 2
 
 
+@pytest.mark.slow
 def test_no_fault_forwards_faithfully_including_chunked_bodies(proxy, platform, evaluation_id):
     rows = [{"i": i, "pad": "y" * 1000} for i in range(3000)]  # about 3 MiB
     payload = json.dumps({"samples": rows}).encode()
@@ -133,6 +136,7 @@ def test_same_seed_same_faults_other_seed_other_faults(platform, evaluation_id):
     assert len(set(first)) >= 5 and NO_FAULT in first
 
 
+@pytest.mark.slow
 def test_only_matching_methods_and_paths_are_faulted(platform, evaluation_id):
     with FaultProxy(platform.base_url, rates={"status_503": 1.0}, methods=["post"],
                     paths=r"/samples$") as proxy:
@@ -158,6 +162,7 @@ def test_rates_are_checked():
             check_rates(bad)
 
 
+@pytest.mark.slow
 def test_script_prints_url_first_logs_to_file_and_stops_on_sigterm(platform, evaluation_id, tmp_path):
     log = tmp_path / "faults.jsonl"
     proc = subprocess.Popen(

@@ -80,6 +80,7 @@ def test_the_spool_and_the_shipper_log_are_private(tmp_path: Path, monkeypatch: 
     assert _loose(_modes(tmp_path / "outputs"), tmp_path / "outputs") == {}  # outputs/ was created too
 
 
+@pytest.mark.slow
 def test_a_viewer_export_is_private_folders_included(tmp_path: Path):
     build_run(tmp_path / "runs" / "run", "modes-export", 2)
     out = tmp_path / "site" / "export"  # "site" is created too

@@ -68,6 +68,7 @@ def test_committed_tree_verifies_clean_and_is_small() -> None:
     assert size < 1_000_000
 
 
+@pytest.mark.slow
 def test_no_fake_credential_in_either_tree(regenerated: Path) -> None:
     for tree in (COMMITTED, regenerated):
         raw = all_bytes_under(tree)

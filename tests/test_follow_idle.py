@@ -126,6 +126,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ChangeWatch().available, reason="no inotify here")
 def test_with_inotify_a_sigkilled_writer_is_recorded_crashed_without_waiting_for_a_poll(
         tmp_path: Path, monkeypatch) -> None:
@@ -153,6 +154,7 @@ def test_with_inotify_a_sigkilled_writer_is_recorded_crashed_without_waiting_for
         writer.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not ChangeWatch().available, reason="no inotify here")
 def test_with_inotify_a_run_started_in_new_nested_folders_is_found_by_events(tmp_path: Path, monkeypatch) -> None:
     """Folders created faster than they can be watched (``makedirs`` of three levels at

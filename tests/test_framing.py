@@ -69,6 +69,7 @@ def test_cut_at_every_byte_returns_exactly_the_complete_prefix(tmp_path: Path, e
         assert read_run(run).status != "corrupt"
 
 
+@pytest.mark.slow
 @fs_settings
 @given(small_episodes, st.data())
 def test_damage_never_yields_a_record_that_was_not_written(tmp_path: Path, episodes, data):

@@ -180,6 +180,7 @@ def test_torn_last_line_is_the_end_of_the_data(tmp_path: Path) -> None:
     assert "torn" in report.reason
 
 
+@pytest.mark.slow
 def test_a_bad_middle_line_refuses_that_run_and_the_others_go_on(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-corrupt", "vf040-completed")
     done = cli("import", str(root))

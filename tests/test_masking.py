@@ -754,6 +754,7 @@ def test_the_record_for_writing_is_written_as_the_masked_record(episode: Any, ki
     assert repr(episode) == before
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation_sequences(), st.integers(1, 3))
 def test_the_record_for_writing_follows_every_change_of_a_config(sequence, traces) -> None:

@@ -96,6 +96,7 @@ def env_args(draw: Any) -> tuple[dict, list[str]]:
     return root, secrets
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=env_args(), seat_case=env_args())
 def test_a_secret_shaped_key_at_any_depth_of_env_args_never_reaches_the_disk(case, seat_case) -> None:

@@ -178,6 +178,7 @@ records_strategy = st.lists(st.fixed_dictionaries({"n": st.integers(0, 99), "tex
 prop_settings = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @prop_settings
 @given(records=records_strategy, pad=st.integers(1, 5000), cut=st.integers(1, 400))
 def test_padding_after_the_last_line_is_no_data_and_a_part_line_before_it_is_torn(

@@ -58,6 +58,7 @@ def push(client: httpx.Client, evaluation_id: str, samples: list[dict]) -> httpx
 # -- environments ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resolve_is_get_or_create_and_lookup_finds_it(client):
     name = unique("gsm8k")
     first = env_id(client, name)
@@ -440,6 +441,7 @@ def test_acknowledged_writes_survive_a_crash(tmp_path):
         assert rows == [{"i": i} for i in range(10)]
 
 
+@pytest.mark.slow
 def test_sigint_also_stops_cleanly(tmp_path):
     import signal
 
@@ -456,6 +458,7 @@ def _serve_fails(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_unusable_db_path_is_a_one_line_usage_error(tmp_path):
     done = _serve_fails("--db", str(tmp_path / "missing-dir" / "p.db"))
     assert done.returncode == 2 and done.stdout == ""
@@ -463,6 +466,7 @@ def test_unusable_db_path_is_a_one_line_usage_error(tmp_path):
     assert "cannot open database" in done.stderr
 
 
+@pytest.mark.slow
 def test_busy_port_is_a_one_line_usage_error(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -139,6 +139,7 @@ def _float_heavy(record: dict, value: float, count: int) -> dict:
     return record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [1e-09, 0.00001, 0.000015212603486793025])
 def test_size_is_exact_where_orjson_and_json_print_floats_differently(
     episodes: list[dict], value: float

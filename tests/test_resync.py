@@ -115,6 +115,7 @@ def test_lines_cut_out_cleanly_are_reported_as_missing_records(tmp_path: Path) -
     assert [(d.offset, d.length, d.first_seq, d.lost) for d in damage] == [(written[2][0], 0, 3, 2)]
 
 
+@pytest.mark.slow
 def test_verify_lists_every_damaged_record(tmp_path: Path) -> None:
     content, written = build_segment([{"i": i} for i in range(6)])
     damaged = bytearray(content)
@@ -187,6 +188,7 @@ def _traces_beside(builder: RunBuilder) -> list[dict]:
     return episodes
 
 
+@pytest.mark.slow
 def test_a_damaged_episode_is_recovered_from_traces_jsonl_and_said(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-recover")
     builder.open_segment()

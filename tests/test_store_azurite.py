@@ -47,6 +47,7 @@ def test_create_only_and_replace_if_unchanged_are_refused_as_relied_on(container
     assert [(info.key, info.etag) for info in store.list()] == [("lease.json", second)]
 
 
+@pytest.mark.slow
 def test_a_ranged_read_is_refused_once_the_object_was_replaced(container_url: str) -> None:
     store = ObjectStore(container_url)
     etag = store.create("seg", b"0123456789")

@@ -76,6 +76,7 @@ def test_a_grown_live_segment_is_read_from_its_cursor(tmp_path: Path, server, ap
     assert size_after - size_before > 80 * 1_000
 
 
+@pytest.mark.slow
 def test_a_killed_writers_padding_is_not_uploaded(tmp_path: Path, moto) -> None:
     run_dir = tmp_path / "node" / "run"
     writer = subprocess.Popen([sys.executable, str(Path(__file__).parent / "support" / "crash_writer.py"),

@@ -26,6 +26,7 @@ KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
 FAULT_SEED = int(os.environ.get("PRIME_RUNS_FAULT_SEED", "1129"))
 
 
+@pytest.mark.slow
 def test_sync_twice_pushes_each_episode_once(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "outputs" / "run-a", "e2e-twice", 30)
     first = run_sync(server.base_url, str(tmp_path / "outputs"), "--json", "--max-request-bytes", "40000")
@@ -39,6 +40,7 @@ def test_sync_twice_pushes_each_episode_once(tmp_path: Path, server, api) -> Non
     assert report["url"].endswith(f"/dashboard/evaluations/{evaluation['evaluation_id']}")
 
 
+@pytest.mark.slow
 def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-resumed")
     builder.open_segment()
@@ -57,6 +59,7 @@ def test_resumed_run_in_two_segments_is_one_evaluation(tmp_path: Path, server, a
     assert evaluation["status"] == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_a_cancelled_run_resumed_to_completion_keeps_no_error_message(tmp_path: Path, server, api) -> None:
     """Synced once cancelled (CANCELLED, ``interrupted``), then resumed and completed: the
     finalized evaluation says COMPLETED with no stale error message."""

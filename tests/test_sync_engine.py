@@ -947,6 +947,7 @@ def _foreign_run(run_dir: Path, local_id: str, **manifest: object) -> None:
     writer.seal("completed")
 
 
+@pytest.mark.slow
 def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) -> None:
     """Each was "internal error: TypeError: cannot convert dictionary update sequence..."
     (config), "internal error: InvalidURL: URL too long" (a 100 KB environment name, put in

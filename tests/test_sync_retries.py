@@ -167,6 +167,7 @@ def test_dry_run_needs_no_key(unspooled: Path) -> None:
     assert tree(unspooled, locks=False) == before  # the run's sync lock, taken, is all
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["--follow", "file:// URL", "file:// URL --follow"])
 def test_a_refused_key_is_told_once_before_a_follower_or_a_store_sync_writes(tmp_path: Path, server,
                                                                             how: str) -> None:
@@ -244,6 +245,7 @@ def _stop(process: subprocess.Popen[str]) -> tuple[str, str]:
             process.communicate()
 
 
+@pytest.mark.slow
 def test_a_platform_that_never_answers_holds_the_key_check_only_briefly(tmp_path: Path, silent) -> None:
     """The platform takes the connection and never answers: the key check gives up after its
     own few seconds (KEY_CHECK_SECONDS), not the 60 s ``--timeout``, and the follower goes on:

@@ -50,6 +50,7 @@ def test_a_resumed_run_is_not_finalized_while_its_new_writer_is_live(tmp_path: P
     assert len(sample_ids(api, evaluation["evaluation_id"])) == 6
 
 
+@pytest.mark.slow
 def test_a_failed_segment_then_a_killed_one_is_crashed_not_the_first_failure(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "e2e-seal-crashed")
     builder.open_segment()

@@ -92,6 +92,7 @@ def test_a_sigint_at_every_request_stops_within_a_second_and_the_next_sync_is_ex
     print(f"slowest exit after SIGINT: {slowest:.2f} s over {step} steps")
 
 
+@pytest.mark.slow
 def test_a_second_sigint_exits_at_once_and_the_next_sync_is_exactly_once(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "outputs" / "run", "sigint-twice", 12, size=600)
     with StepProxy(server.base_url) as proxy:
@@ -114,6 +115,7 @@ def test_a_second_sigint_exits_at_once_and_the_next_sync_is_exactly_once(tmp_pat
     assert_exactly_once(api, builder)
 
 
+@pytest.mark.slow
 def test_sigterm_during_backoff_against_a_platform_that_is_down_stops_within_a_second(tmp_path: Path) -> None:
     build_run(tmp_path / "outputs" / "run", "sigterm-down", 3)
     proc = subprocess.Popen(sync_cmd("http://127.0.0.1:9", str(tmp_path / "outputs")) + ["--backoff-cap", "30"],

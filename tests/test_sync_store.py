@@ -306,6 +306,7 @@ def test_mirror_uploads_only_durable_bytes_and_sync_ships_the_run_once(tmp_path:
     assert {key.rsplit("/", 1)[-1] for key in keys(bucket_url)} >= {"seg-000001.jsonl"}
 
 
+@pytest.mark.slow
 def test_a_dry_run_from_the_bucket_writes_nothing_there(tmp_path: Path, server, moto, bucket_url: str) -> None:
     builder = build_run(tmp_path / "run", "store-dry", 5)
     upload_run(bucket_url, builder.run_dir, "run")

@@ -193,6 +193,7 @@ def test_an_up_to_date_traces_run_in_a_bucket_reports_its_total_as_a_local_one_d
     assert (again["pushed_total"], again["store"]) == (5, "traces"), again
 
 
+@pytest.mark.slow
 def test_store_urls_get_the_same_option_checks_as_local_paths(tmp_path: Path, server, moto) -> None:
     """commands/sync.py hands a store URL to sync_urls before its own checks: --exit-when-idle
     without --follow is refused locally (exit 2) but accepted over a URL."""

@@ -82,6 +82,7 @@ def test_round_trip_upload_list_get_and_runs(client: TracesClient) -> None:
     assert missing.value.code == ErrorCode.RUN_NOT_FOUND.value
 
 
+@pytest.mark.slow
 def test_the_same_key_replays_its_receipt_and_stores_nothing_twice(client: TracesClient) -> None:
     lines = lines_for("run-replay", 6, "replay")
     first = client.upload_lines(lines, line_format=LineFormat.EPISODE, target_batch_bytes=15_000)

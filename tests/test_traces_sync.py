@@ -362,6 +362,7 @@ def _in_traces(db: Path, run_dir: Path) -> tuple[list, dict]:
     return items, evaluation
 
 
+@pytest.mark.slow
 def test_a_resume_that_supersedes_an_errored_episode_leaves_each_slot_once_in_traces(tmp_path: Path) -> None:
     builder = RunBuilder(tmp_path / "runs" / "run", "traces-supersede")
     builder.open_segment()
@@ -385,6 +386,7 @@ def test_a_resume_that_supersedes_an_errored_episode_leaves_each_slot_once_in_tr
     assert (state.episodes_pushed, state.released, state.superseded_pushed) == (4, [], [])
 
 
+@pytest.mark.slow
 def test_errored_episodes_wait_in_the_spool_until_the_run_completes(tmp_path: Path) -> None:
     from prime_runs_spool.sync.status import run_status
 

@@ -108,6 +108,7 @@ def test_sync_to_traces_twice_stores_each_episode_once(tmp_path: Path, server, a
     assert f"to traces: 30 episodes (30 traces) in {uploads} uploads, 0 episodes pending, finalized" in text
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_recorded_and_never_finalized(tmp_path: Path, server, api) -> None:
     builder = build_run(tmp_path / "run", "traces-failed", 5, status="failed")
     result = traces_sync(server.base_url, str(tmp_path), "--json")

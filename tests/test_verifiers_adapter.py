@@ -256,6 +256,7 @@ def test_released_config_gets_the_runs_id_through_assign_id(tmp_path: Path) -> N
     assert b"sekrit_HEADER" not in all_bytes_under(run.dir)
 
 
+@pytest.mark.slow
 def test_released_config_resumed_assigns_the_spools_id(tmp_path: Path) -> None:
     first = open_eval_run(released_config(tmp_path), num_examples=3)
     abort_eval_run(first, KeyboardInterrupt())

@@ -68,6 +68,7 @@ def test_a_missing_path_exits_2_with_one_line(tmp_path: Path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_nothing_found_exits_1_unless_allow_empty(tmp_path: Path):
     done = verify(str(tmp_path))
     assert done.returncode == 1 and "nothing found" in done.stderr and "Traceback" not in done.stderr

@@ -84,6 +84,7 @@ def test_a_metric_picked_on_the_page_is_plotted_per_run_with_its_interval(page, 
         == "mean reward"
 
 
+@pytest.mark.slow
 def test_a_hostile_metric_name_stays_text(page, viewer):
     page.goto(viewer + "/across")
     page.locator("nav.metrics a.metric-pick").filter(has_text="onerror").click()

@@ -53,6 +53,7 @@ def test_runs_page_lists_every_run_with_its_status(page, viewer, tmp_path):
     screenshot(page, "viewer-runs.png", tmp_path)
 
 
+@pytest.mark.slow
 def test_clicking_a_run_shows_its_table_with_the_right_count(page, viewer, tmp_path):
     page.goto(viewer + "/")
     page.locator('tr[data-run="gsm8k-resumed"] a.run-link').click()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import pytest
 
 from prime_runs_spool.viewer.diff import ABSENT, IDENTITY_KEYS, config_diff, flatten
 from prime_runs_spool.viewer.index import masked_manifest
@@ -34,6 +35,7 @@ SECRET_SEATS = [("client", "api_key"), ("client", "headers", "Authorization"), (
                                                                                   "HF_TOKEN"), ("judge", "password")]
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(SECRET_SEATS), st.text(st.characters(categories=("Ll", "Nd")), min_size=12, max_size=30),
        MANIFESTS)
