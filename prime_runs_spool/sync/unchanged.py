@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.files import replace_private
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.sync.options import AUTO, UP_TO_DATE, RunReport
 from prime_runs_spool.sync.state import Destination, sync_state_path
@@ -160,12 +159,5 @@ class Unchanged:
         document = {"version": ENTRY_VERSION,
                     "destination": [self.destination.key, self.destination.base_url, self.destination.team_id],
                     "runs": runs}
-        temporary = self._path.with_name(f".{self._path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(orjson.dumps(document))
-            os.replace(temporary, self._path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        with contextlib.suppress(OSError):  # a cache: a sync that cannot keep it only reads again
+            replace_private(self._path, orjson.dumps(document), durable=False)
