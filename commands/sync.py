@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .import_ import nothing_found_message, quiet_library_warnings
+from .options import allow_empty_option
 from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import print_reports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 @click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
               help="Keep imported spools, and the sync lock and state of spools on a read-only source, here, "
                    f"not in the sources (env {STATE_DIR_ENV}).")
-@click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
+@allow_empty_option
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
          jobs: int, wait: bool, copy_wait: float, dry_run: bool, as_json: bool, skip_corrupt: bool,
