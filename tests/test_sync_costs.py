@@ -439,3 +439,35 @@ def test_a_damaged_record_of_runs_found_up_to_date_costs_only_the_read(tmp_path:
     assert [r.as_json() for r in again] == [r.as_json() for r in answered] == [r.as_json() for r in probed]
     assert not client.requests and read_again and not opened
     assert kept.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_store_run_renews_its_lease_only_to_announce_a_request(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request announced in the state renews the lease first (the fence, and the
+    announcement a --state-dir taker reads there); a state write that announces nothing (the
+    pass's last, recording the answers) does not, the lease being fresh: a new run's lease is
+    written once to take it, once per announcement, and once to release it."""
+    import json
+
+    runs = 3
+    url = _file_store(tmp_path, runs, "costs-lease-writes")
+    writes: list[tuple[str, bool]] = []  # (object, whether the state written announces a request)
+    real_put = ObjectStore._put_local
+
+    def recorded(store: ObjectStore, key: str, data: bytes, mode: object) -> str:
+        if key.endswith("/spool/sync.lease.json"):
+            writes.append((key.rsplit("/spool/", 1)[0] + " lease", False))
+        elif re.search(r"/spool/sync/[^/]+\.json$", key):
+            writes.append((key.rsplit("/spool/", 1)[0] + " state", json.loads(data).get("in_flight") is not None))
+        return real_put(store, key, data, mode)
+
+    monkeypatch.setattr(ObjectStore, "_put_local", recorded)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        with CountingClient(settings) as client:
+            reports = sync_store(url, client, DEST, SyncOptions(), jobs=1)
+    assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
+    for run in {what.rsplit(" ", 1)[0] for what, _ in writes}:
+        leases = sum(1 for what, _ in writes if what == f"{run} lease")
+        states = [announces for what, announces in writes if what == f"{run} state"]
+        assert states[-1] is False and leases == sum(states) + 2, (run, leases, states)

@@ -7,8 +7,8 @@ grows:
 - **take**: create it (``If-None-Match: *``, generation 1); if it exists and is released or
   expired, replace it (``If-Match`` its etag) with generation + 1. Two syncers racing for it
   cannot both win: the store accepts one write per etag.
-- **renew** before every write of the sync state (so before every non-idempotent request:
-  each is announced in the state first), and during long waits: ``If-Match`` our own last
+- **renew** before every write of the sync state that announces a request (so before every
+  non-idempotent request: each is announced in the state first), and during long waits: ``If-Match`` our own last
   etag. Refused means another syncer took it over after it expired: :class:`LeaseLost`,
   and the syncer stops (fencing by generation: the state records the generation that wrote it).
 - **release** when done: rewrite it ``released`` (``If-Match``), so the next taker need not

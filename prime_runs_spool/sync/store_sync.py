@@ -4,7 +4,7 @@ Every run is read where it lies (store/source.py: the ordinary reader over range
 synced by the ordinary engine (sync/engine.py) under two changes, both in this module:
 
 - **the lock is a lease** in the store (store/lease.py), taken before the run's first
-  request and renewed before every write of the state;
+  request and renewed before every write of the state that announces a request;
 - **the state lives in the store** beside the spool (``spool/sync/<dest>.json``, as locally),
   written only by compare-and-swap on its etag (:class:`StoreProtocol`), or in
   ``--state-dir`` when given. Every non-idempotent request is announced in the state first,
@@ -69,9 +69,10 @@ CONFLICT_PASSES = 3
 
 
 class StoreProtocol(Protocol):
-    """The protocol with the state in an object store: each save renews the lease (fencing:
-    a syncer taken over stops here, before the request the save announces) and replaces the
-    state only if it is still the version this syncer last read or wrote (``If-Match``)."""
+    """The protocol with the state in an object store: each save that announces a request
+    renews the lease (fencing: a syncer taken over stops here, before that request; a save
+    announcing nothing renews it only once a third of its lifetime has passed) and replaces
+    the state only if it is still the version this syncer last read or wrote (``If-Match``)."""
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,
@@ -91,7 +92,13 @@ class StoreProtocol(Protocol):
             pending = self.state.in_flight
             # In the lease too: the next holder may not read this state (a --state-dir).
             self.lease.in_flight_until = pending.sent_at + self.options.request_lifetime if pending else 0.0
-            self.lease.renew()
+            if pending is not None or not self.lease.held:
+                self.lease.renew()  # the fence, and the announcement where a --state-dir taker reads it
+            else:
+                # Announcing nothing, it needs no fence: renewed less than a third of the lease
+                # ago, no one can have taken it over (the check below rests on the same clock
+                # rule). The release, or the next write, carries the lease's in_flight_until.
+                self.lease.renew_if_old()
             self.state.fence = self.lease.generation
             if self.store is None:  # --state-dir: the state is a local file, the lease fences
                 save_state(self.path, self.state)
