@@ -8,6 +8,7 @@ the run summary and the platform's v0 rows (platform_api/v0.py) can never disagr
 from __future__ import annotations
 
 import heapq
+import math
 
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,6 +49,35 @@ def summary_trace_index(record: Mapping[str, Any]) -> int | None:
             return i
         i += 1
     return 0 if traces else None
+
+
+def summary_trace(record: Any) -> Mapping[str, Any] | None:
+    """The trace a row is read from (:func:`summary_trace_index`), or None for a record of
+    another shape: the viewer's and the export's rows never raise on one odd episode."""
+    if not isinstance(record, Mapping):
+        return None
+    index = summary_trace_index(record)
+    if index is None:
+        return None
+    trace = record["traces"][index]
+    return trace if isinstance(trace, Mapping) else None
+
+
+#: What a row's error column says of a record whose shape a reader cannot read.
+UNREADABLE_RECORD = "the episode record is not shaped like an episode"
+
+
+def finite_number(value: Any) -> float | None:
+    """A metric's value as a float a table can hold: None for a bool, a non-number, NaN or an
+    infinity. The exact types first: this runs for every metric of every row."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    if kind is int:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def rollout_key(record: Mapping[str, Any]) -> Any:

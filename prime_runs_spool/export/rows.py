@@ -16,35 +16,15 @@ stops a table.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from prime_runs_spool.content.episodes import reward_and_scores, summary_trace_index, task_data
+from prime_runs_spool.content.episodes import (UNREADABLE_RECORD, finite_number, reward_and_scores, summary_trace,
+                                               task_data)
 from prime_runs_spool.export.columns import METRIC_PREFIX
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
-
-#: The ``error`` of a row whose record is not shaped like an episode.
-UNREADABLE_RECORD = "the episode record is not shaped like an episode"
-
-
-def summary_trace(record: Any) -> Mapping[str, Any] | None:
-    if not isinstance(record, Mapping):
-        return None
-    index = summary_trace_index(record)
-    if index is None:
-        return None
-    trace = record["traces"][index]
-    return trace if isinstance(trace, Mapping) else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def _whole(value: Any) -> int | None:
@@ -70,12 +50,12 @@ def metric_values(trace: Mapping[str, Any]) -> dict[str, float | None]:
         rewards = trace.get("rewards")
         scores = {str(name): entry.get("score") for name, entry in rewards.items()
                   if isinstance(entry, Mapping)} if isinstance(rewards, Mapping) else {}
-    values = {str(name): _number(score) for name, score in scores.items()}
+    values = {str(name): finite_number(score) for name, score in scores.items()}
     metrics = trace.get("metrics")
     if isinstance(metrics, Mapping):
         for name, value in metrics.items():
             if value is not None or str(name) not in values:  # a null metric leaves a score of its name
-                values[str(name)] = _number(value)
+                values[str(name)] = finite_number(value)
     return values
 
 
@@ -149,21 +129,21 @@ def _timings(timing: Any) -> tuple[float | None, float | None, float | None, flo
     """(start, seconds from the start to the latest end, model seconds, scoring seconds)."""
     if not isinstance(timing, Mapping):
         return None, None, None, None
-    start = _number(timing.get("start"))
-    latest = _number(timing.get("end"))
+    start = finite_number(timing.get("start"))
+    latest = finite_number(timing.get("end"))
     for phase in timing.values():
         if isinstance(phase, Mapping):
-            end = _number(phase.get("end"))
+            end = finite_number(phase.get("end"))
             if end is not None and (latest is None or end > latest):
                 latest = end
     duration = None if start is None or latest is None else max(0.0, latest - start)
     agent = timing.get("agent")
     model = agent.get("model") if isinstance(agent, Mapping) else None
-    model_s = _number(model.get("duration")) if isinstance(model, Mapping) else None
+    model_s = finite_number(model.get("duration")) if isinstance(model, Mapping) else None
     scoring = timing.get("scoring")
     scoring_s = None
     if isinstance(scoring, Mapping):
-        begun, ended = _number(scoring.get("start")), _number(scoring.get("end"))
+        begun, ended = finite_number(scoring.get("start")), finite_number(scoring.get("end"))
         scoring_s = None if begun is None or ended is None else max(0.0, ended - begun)
     return start, duration, model_s, scoring_s
 
@@ -199,7 +179,7 @@ def _episode_fields(record: Mapping[str, Any], run: RunFacts) -> dict[str, Any]:
     env = record.get("env")
     data = task_data(trace) if trace else {}
     try:
-        reward = _number(reward_and_scores(trace.get("rewards"))[0]) if trace else None
+        reward = finite_number(reward_and_scores(trace.get("rewards"))[0]) if trace else None
     except TypeError:
         reward = None
     errors = trace.get("errors") or record.get("errors") or ()
@@ -242,8 +222,8 @@ def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, epi
         "created_at": _text(manifest.get("created_at")),
         "status": status,
         "episodes": episodes,
-        "avg_reward": _number(summary.get("avg_reward")),
-        "avg_error": _number(summary.get("avg_error")),
+        "avg_reward": finite_number(summary.get("avg_reward")),
+        "avg_error": finite_number(summary.get("avg_error")),
         "finished_at": _text((seal or {}).get("finished_at")),
         "error": _text((seal or {}).get("error")),
         "path": path,
@@ -252,5 +232,5 @@ def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, epi
     averages = summary.get("avg_metrics")
     if isinstance(averages, Mapping):
         for name, value in averages.items():
-            row[METRIC_PREFIX + str(name)] = _number(value)
+            row[METRIC_PREFIX + str(name)] = finite_number(value)
     return row

@@ -13,11 +13,10 @@ truncation and token usage.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.content.episodes import summary_trace_index, task_data, trace_reward
+from prime_runs_spool.content.episodes import UNREADABLE_RECORD, finite_number, summary_trace, task_data, trace_reward
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
 
 #: How much of an example's prompt the index keeps for text search (characters).
@@ -49,17 +48,6 @@ class Row:
         self.duration = duration
 
 
-def _number(value: Any) -> float | None:
-    kind = type(value)
-    if kind is float:
-        return value if math.isfinite(value) else None
-    if kind is int:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _example_id(value: Any) -> Any:
     """An example id as rows keep it: a plain value as it is, anything else (a list, a
     mapping) as its text. The index keys its search text by example id: an idx of ``[1]``
@@ -74,7 +62,7 @@ def _metrics(raw: Any) -> dict[str, float]:
         return {}
     out = {}
     for name, value in raw.items():
-        number = _number(value)
+        number = finite_number(value)
         if number is not None:
             out[str(name)] = number
     return out
@@ -110,13 +98,13 @@ def _duration(timing: Any) -> float | None:
     """
     if not isinstance(timing, dict):
         return None
-    start = _number(timing.get("start"))
+    start = finite_number(timing.get("start"))
     if start is None:
         return None
-    latest = _number(timing.get("end"))
+    latest = finite_number(timing.get("end"))
     for phase in timing.values():
         if isinstance(phase, dict):
-            end = _number(phase.get("end"))
+            end = finite_number(phase.get("end"))
             if end is not None and (latest is None or end > latest):
                 latest = end
     return None if latest is None else max(0.0, latest - start)
@@ -134,20 +122,6 @@ def prompt_text(trace: Mapping[str, Any]) -> str:
     return prompt if isinstance(prompt, str) else ("" if prompt is None else str(prompt))
 
 
-def summary_trace(record: Any) -> Mapping[str, Any] | None:
-    if not isinstance(record, Mapping):
-        return None
-    index = summary_trace_index(record)
-    if index is None:
-        return None
-    trace = record["traces"][index]
-    return trace if isinstance(trace, Mapping) else None
-
-
-#: What the error column says of a record whose shape the index cannot read.
-UNREADABLE_RECORD = "the episode record is not shaped like an episode"
-
-
 def row_of_episode(number: int, where: Any, record: Any, rollout: int | None) -> tuple[Row, str]:
     """The row of a spooled episode record and its prompt text (for the search index).
 
@@ -163,7 +137,7 @@ def row_of_episode(number: int, where: Any, record: Any, rollout: int | None) ->
 def _row_of_episode(number: int, where: Any, record: Any, rollout: int | None) -> tuple[Row, str]:
     trace = summary_trace(record) or {}
     try:
-        reward = _number(trace_reward(trace)) if trace else None
+        reward = finite_number(trace_reward(trace)) if trace else None
     except TypeError:
         reward = None
     errors = trace.get("errors") or ()
@@ -193,7 +167,7 @@ def row_of_sample(number: int, where: Any, sample: Any) -> tuple[Row, str]:
     rollout = sample.get("rollout_number")
     stop = sample.get("stop_condition")
     row = Row(number, where, _example_id(sample.get("example_id")), rollout if isinstance(rollout, int) else None,
-              _number(sample.get("reward")), _metrics(sample.get("metrics")), _error_text(sample.get("error")),
+              finite_number(sample.get("reward")), _metrics(sample.get("metrics")), _error_text(sample.get("error")),
               sample.get("is_truncated") is True, None if stop is None else str(stop),
               _tokens(sample.get("token_usage")), _duration(sample.get("timing")))
     return row, prompt if isinstance(prompt, str) else ""
