@@ -15,10 +15,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fixtures.episodes import make_episode
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
+from support.episodes import episode_with_word
 
 WORD = "wombatquill"
 HOSTILE = f"<script>window.__viewer_xss = 40</script> {WORD} <img src=x onerror=\"window.__viewer_xss = 41\">"
@@ -27,17 +27,7 @@ PLANTED = {2: "message", 5: "call", 7: "output"}
 
 
 def _episode(n: int, planted: dict[int, str] = PLANTED) -> dict:
-    episode = make_episode(n, size=0, run_id="plain", idx=n)
-    nodes = episode["traces"][0]["nodes"]
-    where = planted.get(n + 1)
-    if where == "message":
-        nodes[1]["message"]["content"] = f"the answer mentions {WORD} once"
-    elif where == "call":
-        nodes[1]["message"]["tool_calls"] = [{"id": "c1", "type": "function", "function": {
-            "name": "bash", "arguments": f'{{"command": "echo {WORD}"}}'}}]
-    elif where == "output":
-        nodes.append({"parent": 1, "message": {"role": "tool", "tool_call_id": "c1", "content": HOSTILE}})
-    return episode
+    return episode_with_word(n, "plain", WORD, HOSTILE, planted.get(n + 1))
 
 
 def _write_outputs(folder: Path, episodes: list[dict]) -> None:

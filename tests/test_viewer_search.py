@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.episodes import make_episode
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.viewer.app import create_viewer_app
 from prime_runs_spool.viewer.search import SearchIndex
 from prime_runs_spool.viewer.server import EmbeddedServer
 from prime_runs_spool.viewer.sources import SpoolSource
+from support.episodes import episode_with_word
 from support.viewer_runs import FIXTURE_OUTPUTS
 
 WORD = "zebraquartz"
@@ -34,17 +34,7 @@ PLANTED = {2: "message", 5: "call", 7: "output"}
 
 
 def _episode(n: int) -> dict:
-    episode = make_episode(n, size=0, run_id="search", idx=n)
-    nodes = episode["traces"][0]["nodes"]
-    where = PLANTED.get(n + 1)
-    if where == "message":
-        nodes[1]["message"]["content"] = f"the answer mentions {WORD} once"
-    elif where == "call":
-        nodes[1]["message"]["tool_calls"] = [{"id": "c1", "type": "function", "function": {
-            "name": "bash", "arguments": f'{{"command": "echo {WORD}"}}'}}]
-    elif where == "output":
-        nodes.append({"parent": 1, "message": {"role": "tool", "tool_call_id": "c1", "content": HOSTILE}})
-    return episode
+    return episode_with_word(n, "search", WORD, HOSTILE, PLANTED.get(n + 1))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fixtures.episodes import make_episode
+
 
 def small_trace(
     idx: Any = 0,
@@ -58,3 +60,19 @@ def small_episode(
         "ok": ok,
         "traces": traces if traces is not None else [small_trace(idx, **trace_kwargs)],
     }
+
+
+def episode_with_word(n: int, run_id: str, word: str, hostile: str, where: str | None) -> dict[str, Any]:
+    """Episode ``n`` with ``word`` planted where a search must find it: the answer
+    (``message``), a tool call's arguments (``call``), or a tool's output (``output``, as
+    ``hostile`` markup that must stay text); ``None`` plants nothing."""
+    episode = make_episode(n, size=0, run_id=run_id, idx=n)
+    nodes = episode["traces"][0]["nodes"]
+    if where == "message":
+        nodes[1]["message"]["content"] = f"the answer mentions {word} once"
+    elif where == "call":
+        nodes[1]["message"]["tool_calls"] = [{"id": "c1", "type": "function", "function": {
+            "name": "bash", "arguments": f'{{"command": "echo {word}"}}'}}]
+    elif where == "output":
+        nodes.append({"parent": 1, "message": {"role": "tool", "tool_call_id": "c1", "content": hostile}})
+    return episode
