@@ -11,6 +11,8 @@ reference record padded to 25 KB, ids changed); the difference over the differen
 episodes is the cost of one episode, start-up and imports cancelled out:
 
 * ``none``: only building the episodes, subtracted from the others;
+* ``dumps``: ``orjson.dumps`` of each episode, nothing else: the goal's unit (an append at
+  most 2x it);
 * ``bare``: the bare loop, ``orjson.dumps`` and ``os.write`` per episode;
 * ``must``: the bare loop after ``check_episode`` and ``mask`` (the run's rules, their memo):
   the work no spool of these episodes can skip;
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _instructions import bench_episodes  # noqa: E402
 from _instructions import instructions as count_instructions  # noqa: E402
-MODES = ("none", "bare", "must", "spool")
+MODES = ("none", "dumps", "bare", "must", "spool")
 
 
 def run_mode(mode: str, count: int) -> None:
@@ -60,6 +62,9 @@ def run_mode(mode: str, count: int) -> None:
             for episode in episodes:
                 run.log_episodes([episode])
             run.finish()
+        elif mode == "dumps":
+            for episode in episodes:
+                orjson.dumps(episode)
         elif mode in ("bare", "must"):
             rules = MaskRules.defaults_for_episode()
             fd = os.open(folder / "bare.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -94,6 +99,9 @@ def main() -> None:
         print(f"  {mode:<6} {(per[mode] - per['none']) / 1000:8.0f}")
     print(f"  spool over bare {(per['spool'] - per['bare']) / 1000:.0f}, of which check + mask "
           f"{(per['must'] - per['bare']) / 1000:.0f}")
+    spool, dumps = per["spool"] - per["none"], per["dumps"] - per["none"]
+    print(f"  spool / dumps {spool / dumps:.2f} (goal: at most 2.00); spool / bare "
+          f"{spool / (per['bare'] - per['none']):.2f}")
 
 
 if __name__ == "__main__":

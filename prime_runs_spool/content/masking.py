@@ -258,7 +258,7 @@ class _Memo:
 
         Only the serialization is used, never the plan on ``obj``, so the entry of a subtree
         serialized as ``obj`` is answers without comparing the two, unless the serialization
-        holds ``null``: two subtrees serialized alike are alike to masking (a
+        holds ``null`` (the entry knows): two subtrees serialized alike are alike to masking (a
         tuple is walked as a list, a str subclass as a str) but where one holds ``None``
         (never masked) and the other NaN or an infinity (orjson writes ``null`` for each).
         Objects that orjson writes as JSON and masking takes for a leaf (an ``Enum`` member,
@@ -269,9 +269,7 @@ class _Memo:
             plan = _plan(obj, rules, states, scoped, memoize=False)
             return None if plan is None else _apply(obj, plan)
         found = self.plans.get((states, scoped, serialized))
-        # find, not ``in``: ``bytes in bytes`` first tries the needle as an int, and formats
-        # the TypeError that it is not one.
-        if found is not None and (serialized.find(b"null") < 0 or found[0] == obj):
+        if found is not None and (not found[3] or found[0] == obj):
             self.hits += 1
             self.window_hits += 1
             return found[2]
@@ -302,7 +300,7 @@ class _Memo:
         its serialization found, of a subtree that is not equal to it)."""
         self.misses += 1
         plan = _plan(obj, rules, states, scoped, memoize=False)
-        entry = (obj, plan, None)
+        entry = (obj, plan, None, True)
         if found is None:
             # Kept from its second sighting on: a config that never repeats (a per-episode
             # seed) costs a serialization, not a copy and an eviction per episode.
@@ -319,13 +317,16 @@ class _Memo:
             with self.lock:
                 while len(self.plans) >= _MAX_PLANS:
                     self.plans.pop(next(iter(self.plans)))
-                self.plans[key] = (reference, plan, fragment)
+                # find, not ``in``: ``bytes in bytes`` first tries the needle as an int,
+                # formatting the TypeError that it is not one.
+                self.plans[key] = (reference, plan, fragment, serialized.find(b"null") >= 0)
         return entry
 
 
-#: A memo entry: an equal copy of the subtree (nobody else holds it), its plan, and its
-#: masked serialization as an ``orjson.Fragment`` (``None``: nothing changes).
-_Entry = tuple[Any, Union["Plan", None], Any]
+#: A memo entry: an equal copy of the subtree (nobody else holds it), its plan, its masked
+#: serialization as an ``orjson.Fragment`` (``None``: nothing changes), and whether its
+#: serialization holds ``null`` (see ``masked_of``).
+_Entry = tuple[Any, Union["Plan", None], Any, bool]
 _dumps = orjson.dumps
 
 
