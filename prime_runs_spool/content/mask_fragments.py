@@ -35,7 +35,7 @@ def mask_for_writing(obj: Any, rules: MaskRules) -> Any:
     if route is _UNKNOWN:
         route = derived[_ListRoute] = _list_route(rules)
     if route is not None and type(obj) is dict:
-        out = _masked_along(obj, rules, route)
+        out = (_masked_along_two if len(route.head) == 1 and len(route.tail) == 2 else _masked_along)(obj, rules, route)
         if out is not _UNSURE:
             return obj if out is None else out
     states, scoped = rules._start()
@@ -166,3 +166,49 @@ def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> A
         copied[head[position]] = change
         change = copied
     return change
+
+
+def _masked_along_two(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> Any:
+    """:func:`_masked_along` for a route of one key to the list and two keys below each of
+    its elements (an episode's ``traces``, a trace's ``agent`` and ``config``), unrolled:
+    the same answers, in a third of the steps."""
+    (key,), (first, second), states, scoped = route
+    elements = obj.get(key)
+    if elements is None:
+        return None
+    if type(elements) is not list:
+        return _UNSURE
+    masked_of = rules._memo.masked_of
+    copied_elements = None
+    index = -1
+    for element in elements:
+        index += 1
+        if element is None:
+            continue
+        if type(element) is not dict:
+            return _UNSURE
+        outer = element.get(first)
+        if outer is None:
+            continue
+        if type(outer) is not dict:
+            return _UNSURE
+        inner = outer.get(second)
+        if inner is None:
+            continue
+        if type(inner) is not dict and type(inner) is not list:
+            return _UNSURE
+        change = masked_of(inner, rules, states, scoped)
+        if change is None:
+            continue
+        outer = outer.copy()
+        outer[second] = change
+        element = element.copy()
+        element[first] = outer
+        if copied_elements is None:
+            copied_elements = elements.copy()
+        copied_elements[index] = element
+    if copied_elements is None:
+        return None
+    out = obj.copy()
+    out[key] = copied_elements
+    return out
