@@ -12,7 +12,7 @@ start-up, imports and building the episodes cancelled out, the loop and the call
 about 0.5k) included. The expression sees ``run`` (an open run whose fdatasync is a no-op; a
 log_episodes needs a fresh ``e["id"] = str(next(counter))`` first, or it is skipped as a
 duplicate), ``rules`` (the episode rules, their memo warmed by the first pass), the
-modules ``admission``, ``summary``, ``episodes``, ``masking``, ``format``, ``writer``, ``durable_file``, and ``orjson``,
+modules ``admission``, ``summary``, ``episodes``, ``masking``, ``mask_fragments``, ``format``, ``writer``, ``durable_file``, and ``orjson``,
 ``os``, ``payload`` and ``rest`` (one episode's, for the writer's pieces). Examples:
 
     'summary.read_episode(e)'
@@ -47,7 +47,7 @@ def run_piece(expression: str, passes: int) -> None:
     import orjson
 
     from prime_runs_spool import open_run
-    from prime_runs_spool.content import episodes, masking, summary
+    from prime_runs_spool.content import episodes, mask_fragments, masking, summary
     from prime_runs_spool.content.masking import MaskRules
     from prime_runs_spool.runner import admission
     from prime_runs_spool.spool import durable_file, format, writer
@@ -61,7 +61,8 @@ def run_piece(expression: str, passes: int) -> None:
     try:
         run = open_run(folder / "run", name="bench", model="m", environments=["gsm8k"])
         names = dict(run=run, counter=iter(range(10**12)), rules=MaskRules.defaults_for_episode(),
-                     admission=admission, summary=summary, episodes=episodes, masking=masking, format=format,
+                     admission=admission, summary=summary, episodes=episodes, masking=masking,
+                     mask_fragments=mask_fragments, format=format,
                      writer=writer,
                      durable_file=durable_file,
                      orjson=orjson, os=os, payload=format.prepare(pool[0]), rest=format.episode_rest("x", 1))

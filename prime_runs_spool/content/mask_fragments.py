@@ -30,12 +30,12 @@ def mask_for_writing(obj: Any, rules: MaskRules) -> Any:
     either (orjson refuses it); a caller that must name what cannot be written masks such a
     record with ``mask``.
     """
-    derived = rules._memo.derived
-    route = derived.get(_ListRoute, _UNKNOWN)
-    if route is _UNKNOWN:
-        route = derived[_ListRoute] = _list_route(rules)
+    along = rules._memo.derived.get(_ListRoute)
+    if along is None:
+        along = _along(rules)
+    walk, route = along
     if route is not None and type(obj) is dict:
-        out = (_masked_along_two if len(route.head) == 1 and len(route.tail) == 2 else _masked_along)(obj, rules, route)
+        out = walk(obj, rules, route)
         if out is not _UNSURE:
             return obj if out is None else out
     states, scoped = rules._start()
@@ -67,10 +67,17 @@ class _ListRoute(NamedTuple):
     scoped: bool
 
 
-#: Not derived yet.
-_UNKNOWN: Any = object()
 #: What :func:`_masked_along` answers for data off its route: the full walk decides.
 _UNSURE: Any = object()
+
+
+def _along(rules: MaskRules) -> tuple[Any, _ListRoute | None]:
+    """The loop :func:`mask_for_writing` takes for ``rules`` and its route (``None``: none),
+    derived once per rules."""
+    route = _list_route(rules)
+    walk = _masked_along_two if route is not None and len(route.head) == 1 and len(route.tail) == 2 else _masked_along
+    along = rules._memo.derived[_ListRoute] = (walk, route)
+    return along
 
 
 def _list_route(rules: MaskRules) -> _ListRoute | None:
