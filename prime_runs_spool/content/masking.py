@@ -252,19 +252,29 @@ class _Memo:
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
 
     def masked_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
-        """The container ``obj`` masked as ``mask_for_writing`` gives it (content/mask_fragments.py):
-        ``None`` when nothing changes; from the memo, an ``orjson.Fragment`` of its masked serialization
-        (nothing copied, nothing serialized again); else a copy along the plan.
-
-        Only the serialization is used, never the plan on ``obj``, so the entry of a subtree
-        serialized as ``obj`` is answers without comparing the two, unless the serialization
-        holds ``null`` (the entry knows): two subtrees serialized alike are alike to masking (a
-        tuple is walked as a list, a str subclass as a str) but where one holds ``None``
-        (never masked) and the other NaN or an infinity (orjson writes ``null`` for each).
-        Objects that orjson writes as JSON and masking takes for a leaf (an ``Enum`` member,
-        an ``orjson.Fragment``) are then masked as the JSON they are written as: the
-        locations inside them too, never fewer."""
-        serialized = self._serialized(obj)
+        """``obj`` masked for ``mask_for_writing`` (content/mask_fragments.py): ``None`` when
+        nothing changes; from the memo, the ``orjson.Fragment`` of its masked serialization;
+        else a copy along the plan. Only bytes are used, so a hit needs no ``==`` unless the
+        serialization holds ``null`` (the entry knows): subtrees serialized alike mask alike
+        but for ``None`` (never masked) against NaN or an infinity, all written ``null``; an
+        ``Enum`` member or an ``orjson.Fragment`` is masked as the JSON it is written as."""
+        # _serialized, inline: this runs for every trace of every episode a run writes.
+        serialized = None
+        if self.bypass:  # configs have not been repeating: walk without the serialization
+            self.bypass -= 1
+        else:
+            self.window += 1
+            if self.window == _WINDOW:
+                if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
+                    self.bypass = _BYPASS
+                self.window = self.window_hits = 0
+            try:
+                serialized = _dumps(obj)
+            except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
+                pass
+            else:
+                if len(serialized) > _MAX_PLAN_BYTES:
+                    serialized = None
         if serialized is None:
             plan = _plan(obj, rules, states, scoped, memoize=False)
             return None if plan is None else _apply(obj, plan)

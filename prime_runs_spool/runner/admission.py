@@ -44,13 +44,15 @@ class Prepared(NamedTuple):
     reading: EpisodeReading | Exception
 
 
-def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None, *, plain: bool = False) -> Prepared:
+def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None, *,
+                    plain: bool | None = None) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
 
     ``peeked_id``: the id the caller already read of a plain-dict ``episode`` (its
     ``episode_id_of``), so it is not read twice. ``plain``: masked with ``mask``, never
     with ``mask_for_writing``'s fragments (for an episode that cannot be written, or whose
-    rows are measured, as it is).
+    rows are measured, as it is); ``None``: plain only where the rules mask outside trace
+    configs (:func:`masks_plainly`, which a caller may ask once for all its episodes).
 
     An episode without the shape its summary and rows are computed from is a
     :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
@@ -77,7 +79,7 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     unmasked = record
     # Where the rules mask only inside trace configs, which nothing below reads, their
     # memoized masked serializations go into the line as they are (content/masking.py).
-    fragments = not plain and only_inside(rules, TRACE_CONFIG)
+    fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
@@ -110,6 +112,12 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
 
 
 _new_tuple = tuple.__new__
+
+
+def masks_plainly(rules: MaskRules) -> bool:
+    """Whether episodes are masked with ``mask`` under ``rules``: where they name something
+    outside trace configs, which the summary, the numbering or the rows may read."""
+    return not only_inside(rules, TRACE_CONFIG)
 
 
 def _episode_id_name(episode_id: str) -> str:

@@ -43,7 +43,7 @@ from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.runner.listeners import Listeners
 from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
 from prime_runs_spool.runner.shipping import Shipping
-from prime_runs_spool.runner.admission import Prepared, prepare_episode
+from prime_runs_spool.runner.admission import Prepared, masks_plainly, prepare_episode
 from prime_runs_spool.runner.forks import Ownership
 
 #: Told after each durable append and after the seal, with the run (runner/listeners.py).
@@ -76,6 +76,7 @@ class Run:
         self._resumed = resumed
         self._writer = writer
         self._episode_rules = episode_rules
+        self._masks_plainly = masks_plainly(episode_rules)
         #: The run's lock, status, appends in flight and summary, shared with its ending.
         self._state = RunState(prior.summary)
         # Everything below is guarded by the state's lock too.
@@ -266,6 +267,7 @@ class Run:
             raise TypeError("log_episodes takes a list of episodes, not a single episode")
         seen = self._seen
         rules = self._episode_rules
+        plain = self._masks_plainly
         prepared = []
         skipped = 0  # counted only once the call is admitted: a call that fails counts nothing
         for episode in list(episodes):
@@ -280,7 +282,7 @@ class Run:
             if episode_id is not None and episode_id in seen:
                 skipped += 1
                 continue
-            prepared.append(prepare_episode(episode, rules, episode_id))
+            prepared.append(prepare_episode(episode, rules, episode_id, plain=plain))
 
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
