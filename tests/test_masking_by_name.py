@@ -9,6 +9,7 @@ secret (``api_key_var``, ``max_tokens``) keep their values.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import tempfile
@@ -167,3 +168,33 @@ def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_p
     assert secret.encode() not in all_bytes(db.parent) and secret not in result.stdout + result.stderr
     assert seat_secret.encode() not in all_bytes(db.parent)
     assert all(path.read_bytes() in written for path in spool_files)  # the user's spool, as it was
+
+
+@dataclasses.dataclass
+class _ClientArgs:
+    """A producer's own client settings, a dataclass: orjson writes it natively, as a mapping."""
+
+    api_key: str
+    headers: dict
+    base_url: str
+    _cached: str = "_PRIVATE_NOT_WRITTEN"
+
+
+def test_a_dataclass_in_a_trace_config_is_masked_like_the_mapping_it_is_written_as(tmp_path: Path) -> None:
+    """orjson writes a dataclass as a mapping of its public fields, so masking looks inside it
+    too: its secrets reach neither the disk, the first time nor once the config is memoized."""
+    secrets = ["sk-DATACLASS-KEY-1234", "hdr-DATACLASS-5678", "pw-URL-9012"]
+    run_dir = tmp_path / "run"
+    with open_run(run_dir, name="dataclass", environments=["gsm8k"]) as run:
+        for number in range(4):  # the same config again: from the memo's second sighting on
+            episode = make_episode(number, run_id="dataclass")
+            config = episode["traces"][0]["agent"]["config"]
+            config["client"] = _ClientArgs(secrets[0], {"X-Team": secrets[1]}, f"https://u:{secrets[2]}@host/v1")
+            config["seat"] = _ClientArgs(secrets[0], {}, "https://host/v1")  # and one level deeper
+            run.log_episodes([episode])
+        on_disk = all_bytes(run_dir)
+        run.finish()
+    for secret in secrets:
+        assert secret.encode() not in on_disk, secret
+    assert b"_PRIVATE_NOT_WRITTEN" not in on_disk
+    assert b'"base_url":"https://***@host/v1"' in on_disk

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, Union
 
 import orjson
@@ -376,6 +376,8 @@ def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
         return obj.items()
     if isinstance(obj, (list, tuple)):
         return enumerate(obj)
+    if hasattr(kind, "__dataclass_fields__") and not isinstance(obj, type):  # orjson writes its public fields
+        return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name[:1] != "_"}.items()
     return None
 
 
@@ -523,20 +525,20 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
 
 
 def _copy(obj: Any) -> Any:
-    """A shallow copy of a container, as masking returns it (a mapping as a dict, a tuple as a list)."""
-    kind = type(obj)
-    if kind is dict or kind is list:
+    """A shallow copy of a container, as masking returns it (a mapping or dataclass as a dict, a tuple as a list)."""
+    if type(obj) is dict or type(obj) is list:
         return obj.copy()
-    return dict(obj) if isinstance(obj, Mapping) else list(obj)
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    return list(obj) if isinstance(obj, (list, tuple)) else dict(_children(obj))
 
 
 def _apply(obj: Any, plan: Plan) -> Any:
     """A copy of the container ``obj`` along the plan; everything else shared."""
-    kind = type(obj)
-    out: Any = obj.copy() if kind is dict or kind is list else dict(obj) if isinstance(obj, Mapping) else list(obj)
+    out: Any = _copy(obj)
     for key, change in plan.items():
         # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
-        out[key] = change if type(change) is str else _apply(obj[key], change)
+        out[key] = change if type(change) is str else _apply(out[key], change)
     return out
 
 
