@@ -241,6 +241,34 @@ def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Pat
     assert states == {"lost": ("lost", 0), "resumed": ("synced", 2), "same": ("up_to_date", 0)}, again
 
 
+def test_a_run_that_lost_a_segment_before_its_last_is_never_up_to_date(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment missing before the last (deleted, or not restored from a backup) is
+    corruption (docs/spool-format.md, section 4.1), and the platform holds episodes the spool
+    no longer has. The first and last segments and the state are untouched, so neither the
+    kept answer (sync/unchanged.py) nor the probe's sizes see it: the listing must. Sync
+    reports the run ``corrupt``, with or without a kept answer, never ``up_to_date``."""
+    builder = RunBuilder(tmp_path / "runs" / "gap", "costs-gap")
+    for segment, episodes in enumerate((3, 2, 2)):
+        builder.open_segment(counted=segment > 0)
+        builder.add(episodes)
+        if segment < 2:
+            builder.abandon()  # a crash, then a resume: the next segment
+        else:
+            builder.seal()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, first = _sync(tmp_path, platform, [tmp_path / "runs"])
+        _settled_at_once(monkeypatch)
+        _, probed = _sync(tmp_path, platform, [tmp_path / "runs"])  # keeps the answer
+        (builder.run_dir / "spool" / "seg-000002.jsonl").unlink()
+        _, kept = _sync(tmp_path, platform, [tmp_path / "runs"])
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-kept-answers"))
+        _, read = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [(r.state, r.pushed_now) for r in first] == [("synced", 7)] and probed[0].state == "up_to_date"
+    for report in (*kept, *read):
+        assert report.state == "corrupt" and "seg-000002.jsonl is missing" in (report.error or ""), report
+
+
 def test_a_follower_finds_a_burst_of_new_runs_in_one_listing(tmp_path: Path) -> None:
     """A follower lists the environment once for new runs that appear together (a sweep
     starting): its listing answers a run no copy on this machine ever synced while it is

@@ -364,6 +364,8 @@ class RunSync:
         segments = list_segments(self.run_dir)
         if not segments or segments[-1][0] != state.cursor.segment_index:
             return False
+        if segments[-1][0] != len(segments):
+            return False  # a segment missing before the last (one listing tells): the pass reads, and reports it
         if getattr(segments[-1][1], "open_bytes", None) is None and position_lost(segments[-1][1],
                                                                                   state.cursor.position):
             return False  # lines already pushed are gone: the pass reads, and reports it

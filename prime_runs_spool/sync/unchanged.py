@@ -81,8 +81,8 @@ def look(run_dir: Path, home: Path, destination: Destination) -> Look | None:
     try:
         state = os.stat(path)
         segments = list_segments(run_dir)
-        if not segments:
-            return None
+        if not segments or segments[-1][0] != len(segments):
+            return None  # none, or one missing before the last: the probe reads, and reports it
         ends = [segments[0]] if len(segments) == 1 else [segments[0], segments[-1]]
         return Look(str(path), fingerprint(state), [[index, *fingerprint(os.stat(p))] for index, p in ends])
     except OSError:
