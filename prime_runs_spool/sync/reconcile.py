@@ -66,7 +66,12 @@ class Reconciler:
                 protocol.acknowledge(pending.end, pending.rows, pending.episodes, pending.seal,
                                      pending.last_sample_id)
                 return
-        total = self.total_samples()
+        evaluation = self.evaluation()
+        total = int(evaluation.get("total_samples") or 0)
+        if force and str(evaluation.get("status", "")).upper() == COMPLETED_STATUS:
+            # Found, not created: the listing it was found in (read once per sync, with this
+            # sync's own creates) may predate another copy's finalize. Never a second one.
+            state.finalized = True
         missing = total - state.samples_pushed
         if missing > 0:
             try:
