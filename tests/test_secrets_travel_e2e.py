@@ -212,3 +212,47 @@ def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
     finally:
         uploader.close()
     assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value
+
+
+@pytest.mark.slow
+def test_a_refusal_that_quotes_the_api_key_encoded_does_not_print_it(tmp_path: Path) -> None:
+    """A server in front of the platform (a proxy, a gateway at a wrong base URL) refuses the
+    key check with a body quoting the Authorization header as JSON (``\\/``), percent-encoded
+    or base64: the one line ``sync --follow`` prints holds none of these forms of the key."""
+    import base64
+    import re
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from support.runs import build_run
+
+    key = "sk-live/SECRET+0123456789=abcdef"
+
+    class Quoting(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            sent = self.headers.get("Authorization", "")
+            body = " | ".join([sent.replace("/", "\\/"), re.sub("%..", lambda hexa: hexa[0].lower(), urllib.parse.quote(sent, safe="")),
+                               base64.b64encode(sent.encode()).decode()])
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quoting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        build_run(tmp_path / "outputs" / "run", "quoted-key", 1)
+        done = subprocess.run(CLI + ["sync", str(tmp_path / "outputs"), "--follow", "--exit-when-idle", "-v",
+                                     "--base-url", f"http://127.0.0.1:{server.server_port}", "--timeout", "5"],
+                              capture_output=True, text=True, timeout=60,
+                              env=child_env(PRIME_API_KEY=key, HOME=str(tmp_path)))
+    finally:
+        server.shutdown()
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "refused the API key" in said, said
+    # "Bearer " is 7 bytes: the key's 3rd byte starts a base64 group of the quoted header
+    for form in ("SECRET+0123", "SECRET%2B0123", "SECRET%2b0123", base64.b64encode(key[2:20].encode()).decode()):
+        assert form not in said, (form, said)

@@ -7,12 +7,15 @@ line or a traceback by accident.
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 
@@ -42,8 +45,27 @@ class Secret:
     def scrub(self, text: str) -> str:
         """``text`` with the secret in it replaced by ``***``: for what a server answered,
         which an endpoint (a debugging proxy, an echo service, a misconfigured gateway) may
-        have filled with the request's own ``Authorization`` header."""
-        return text.replace(self._value, "***") if self._value else text
+        have filled with the request's own ``Authorization`` header, as it is or encoded the
+        way an answer quotes it (JSON's ``\\/``, percent-encoding, HTML, base64)."""
+        if not self._value:
+            return text
+        for form in sorted(_encoded_forms(self._value), key=len, reverse=True):
+            text = text.replace(form, "***")
+        return text
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """``value`` as an answer may quote it. Base64 runs in groups of 3 bytes, so for each of
+    the 3 places the value can start in a group, the groups made of its bytes only (at most
+    2 bytes at each end stay readable)."""
+    forms = {value, value.replace("/", "\\/"), quote(value, safe=""), quote_plus(value), html.escape(value)}
+    forms |= {re.sub("%[0-9A-F]{2}", lambda hexa: hexa[0].lower(), form) for form in forms}  # lower-case hex
+    raw = value.encode()
+    for start in range(3):
+        whole = raw[start:start + (len(raw) - start) // 3 * 3]
+        if len(whole) >= 6:
+            forms |= {base64.b64encode(whole).decode(), base64.urlsafe_b64encode(whole).decode()}
+    return {form for form in forms if form}
 
 
 @dataclass(frozen=True)
