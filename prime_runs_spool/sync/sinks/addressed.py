@@ -30,6 +30,7 @@ from typing import Any
 
 from prime_runs_spool.errors import ServiceNotEnabled, SyncError
 from prime_runs_spool.spool.format import EPISODE
+from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.rows import durable_records, record_episode_id, seal_if_last, track_seal, withheld
 from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
 from prime_runs_spool.sync.state import Cursor, InFlight
@@ -189,7 +190,15 @@ class AddressedSink(Sink):
             yield cut
 
     def settle(self, origin: StateOrigin) -> bool:
-        """The batch the state announces, sent again: the same bytes, so the same key."""
+        """The batch the state announces, sent again: the same bytes, so the same key. An
+        evaluation found rather than created has its status read: the listing it was found
+        in (read once per sync, with the sync's own creates) may predate another copy's
+        finalize, and a second finalize runs the platform's statistics job again."""
+        if origin.adopted and not self.state.finalized:
+            context = self.context
+            found = context.protocol.retry("reading the evaluation",
+                                           lambda: context.client.get_evaluation(context.run_id))
+            self.state.finalized = str(found.get("status", "")).upper() == COMPLETED_STATUS
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
             if pending.released:
