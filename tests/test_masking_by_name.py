@@ -10,6 +10,7 @@ secret (``api_key_var``, ``max_tokens``) keep their values.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import subprocess
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import orjson
 import pytest
 
 from fixtures.episodes import make_episode
@@ -198,3 +200,30 @@ def test_a_dataclass_in_a_trace_config_is_masked_like_the_mapping_it_is_written_
         assert secret.encode() not in on_disk, secret
     assert b"_PRIVATE_NOT_WRITTEN" not in on_disk
     assert b'"base_url":"https://***@host/v1"' in on_disk
+
+
+
+class _Seat(enum.Enum):
+    """An enum whose value is a mapping: orjson writes the mapping."""
+
+    OWNER = {"api_key": "sk-ENUM-KEY-4321", "headers": {"Authorization": "Bearer ENUM-HDR-8765"}}
+
+
+def test_an_enum_or_a_fragment_in_a_trace_config_is_masked_as_what_it_is_written_as(tmp_path: Path) -> None:
+    """orjson writes an ``Enum`` member as its value and an ``orjson.Fragment`` as its bytes:
+    masking reads both as written, so their secrets never reach the disk, neither the first
+    time nor once the config is memoized."""
+    secrets = ["sk-ENUM-KEY-4321", "ENUM-HDR-8765", "sk-FRAGMENT-2468"]
+    run_dir = tmp_path / "run"
+    with open_run(run_dir, name="written-as", environments=["gsm8k"]) as run:
+        for number in range(4):
+            episode = make_episode(number, run_id="written-as")
+            config = episode["traces"][0]["agent"]["config"]
+            config["seat"] = _Seat.OWNER
+            config["extra"] = orjson.Fragment(b'{"api_key": "sk-FRAGMENT-2468", "tries": [1, 2]}')
+            run.log_episodes([episode])
+        on_disk = all_bytes(run_dir)
+        run.finish()
+    for secret in secrets:
+        assert secret.encode() not in on_disk, secret
+    assert b'"tries":[1,2]' in on_disk

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from prime_runs_spool.content.mask_locations import Pattern, mask_url_userinfo
-from prime_runs_spool.content.masking import MaskRules, _children, _masked, _States
+from prime_runs_spool.content.masking import MaskRules, _masked, _States
+from prime_runs_spool.content.written_form import children as _children
 
 
 def mask_for_writing(obj: Any, rules: MaskRules) -> Any:

@@ -20,8 +20,8 @@ What is masked by default (the locations, the by-name rule, URL userinfo) is dat
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
 
 import orjson
@@ -29,6 +29,7 @@ import orjson
 from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL_SCOPES, EPISODE_PATTERNS,
                                                      EPISODE_URL_SCOPES, MASK, SECRET_NAME, Pattern, is_secret_name,
                                                      mask_url_userinfo)
+from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
 
@@ -364,23 +365,6 @@ _Fragment = orjson.Fragment
 _STR_ONLY = frozenset((str,))
 
 
-def _children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
-    kind = type(obj)
-    if kind is dict:  # the common cases first: an ABC check costs more than the rest of a step
-        return obj.items()
-    if kind is list:
-        return enumerate(obj)
-    if kind is str or obj is None or kind is int or kind is float or kind is bool:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.items()
-    if isinstance(obj, (list, tuple)):
-        return enumerate(obj)
-    if hasattr(kind, "__dataclass_fields__") and not isinstance(obj, type):  # orjson writes its public fields
-        return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name[:1] != "_"}.items()
-    return None
-
-
 def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize: bool) -> Plan | None:
     """What changes under the container ``obj`` (``None``: nothing)."""
     if not states and not scoped:
@@ -522,15 +506,6 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
             out = obj.copy() if type(obj) is dict or type(obj) is list else _copy(obj)
         out[key] = change
     return out
-
-
-def _copy(obj: Any) -> Any:
-    """A shallow copy of a container, as masking returns it (a mapping or dataclass as a dict, a tuple as a list)."""
-    if type(obj) is dict or type(obj) is list:
-        return obj.copy()
-    if isinstance(obj, Mapping):
-        return dict(obj)
-    return list(obj) if isinstance(obj, (list, tuple)) else dict(_children(obj))
 
 
 def _apply(obj: Any, plan: Plan) -> Any:

@@ -1,0 +1,64 @@
+"""A container as orjson writes it, for the masking walk: what is written is what is masked.
+
+orjson writes a dataclass as the mapping of its public fields, an ``Enum`` member as its
+value and an ``orjson.Fragment`` as its bytes; a walk that took these for leaves would let a
+secret under them reach the disk. Kept apart from ``masking`` so the walk's rules read in
+one place and the types it must see through in another.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+import orjson
+
+_Fragment = orjson.Fragment
+
+
+def children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
+    """The keys and values a container holds as it is written; None for a leaf."""
+    kind = type(obj)
+    if kind is dict:  # the common cases first: an ABC check costs more than the rest of a step
+        return obj.items()
+    if kind is list:
+        return enumerate(obj)
+    if kind is str or obj is None or kind is int or kind is float or kind is bool:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.items()
+    if isinstance(obj, (list, tuple)):
+        return enumerate(obj)
+    if hasattr(kind, "__dataclass_fields__") and not isinstance(obj, type):  # orjson writes its public fields
+        return {f.name: getattr(obj, f.name) for f in fields(obj) if f.name[:1] != "_"}.items()
+    written = written_as(obj)
+    return None if written is obj else children(written)
+
+
+def written_as(obj: Any) -> Any:
+    """What orjson writes in place of ``obj``: an ``Enum`` member's value, a ``Fragment``'s
+    JSON read back; ``obj`` itself for anything else. Masking looks inside what is written,
+    so a secret under a mapping an enum or a fragment holds is masked like any other."""
+    if isinstance(obj, enum.Enum) and not isinstance(obj, (str, int, float)):
+        return written_as(obj.value)
+    if type(obj) is _Fragment:  # its bytes are only readable as written
+        try:
+            return orjson.loads(orjson.dumps(obj))
+        except orjson.JSONDecodeError:  # written as it is, not JSON: nothing a mask can read
+            return obj
+    return obj
+
+
+def container_copy(obj: Any) -> Any:
+    """A shallow copy of a container, as masking returns it: a mapping or a dataclass as a
+    dict, a tuple as a list, an enum member or a fragment as what it holds."""
+    if type(obj) is dict or type(obj) is list:
+        return obj.copy()
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    written = written_as(obj)
+    if written is not obj:
+        return container_copy(written)
+    return list(obj) if isinstance(obj, (list, tuple)) else dict(children(obj))
