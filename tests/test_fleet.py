@@ -96,9 +96,11 @@ def test_machines_mirroring_and_syncers_draining_one_bucket_land_each_episode_on
                     (_spool_ids(run_dir), run_dir)
         assert len(expected) == 1 + (MACHINES - 1) * RUNS_PER_MACHINE  # the killed machine's second never began
         deadline = time.monotonic() + DRAIN_TIMEOUT
-        while True:
-            held = {run_id: [e["total_samples"] for e in evaluations_of(api, run_id)] for run_id in expected}
-            if all(held[run_id] == [len(ids)] for run_id, (ids, _) in expected.items()):
+        while True:  # drained: every episode held, and every completed run finalized (the crashed one never is)
+            held = {run_id: [(e["total_samples"], e["finalize_count"]) for e in evaluations_of(api, run_id)]
+                    for run_id in expected}
+            if all(held[run_id] == [(len(ids), 0 if run_id == "fleet-m0-000" else 1)]
+                   for run_id, (ids, _) in expected.items()):
                 break
             if time.monotonic() > deadline:
                 told = [_stop(syncer) for syncer in syncers]
