@@ -255,6 +255,29 @@ def test_the_mode_check_finds_a_mode_of_its_own() -> None:
     assert len(_mode_offenders("open(p, 'w')\nPath(p).open(mode='ab')\nPath(p).write_bytes(b'')\n", "m")) == 3
 
 
+#: The one module that opens a folder to fsync it (``fsync_folder``): how a new name is made
+#: durable is said once, with its flags (``O_CLOEXEC``: a child started meanwhile inherits
+#: no folder descriptor).
+FOLDER_FSYNC_HOME = "prime_runs_spool.files"
+
+
+def _folder_openers(source: str, module: str) -> list[str]:
+    """Where ``source`` opens a folder itself: any use of ``O_DIRECTORY``."""
+    return sorted(f"{module}:{node.lineno} opens a folder itself ({ast.unparse(node)})"
+            for node in ast.walk(ast.parse(source))
+            if (isinstance(node, ast.Attribute) and node.attr == "O_DIRECTORY")
+            or (isinstance(node, ast.Constant) and node.value == "O_DIRECTORY"))
+
+
+def test_folders_are_fsynced_only_through_files_py() -> None:
+    sources = {**MODULES, **{f"commands.{p.stem}": p for p in (REPO_ROOT / "commands").glob("*.py")}}
+    offenders = [found for module, path in sources.items() if module != FOLDER_FSYNC_HOME
+                 for found in _folder_openers(path.read_text(), module)]
+    assert offenders == []
+    assert _folder_openers("os.open(d, os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))\nos.open(d, os.O_DIRECTORY)\n",
+                           "m") == ["m:1 opens a folder itself ('O_DIRECTORY')", "m:2 opens a folder itself (os.O_DIRECTORY)"]
+
+
 def test_every_name_in_the_error_tree_is_defined_once() -> None:
     """errors.py is the one home of every exception: a second class of the same name there
     silently replaces the first for everyone who imports it."""

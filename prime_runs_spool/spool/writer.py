@@ -54,7 +54,7 @@ from prime_runs_spool.spool.format import (
     framing_rest,
     prepare,
 )
-from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.files import FILE_MODE, fsync_folder
 from prime_runs_spool.spool.guards import SegmentGuard, disown_in_forks
 from prime_runs_spool.spool.layout import (durable_mark_path, ensure_spool_dir, list_segments, lock_path, run_lock_path,
                                            segment_path)
@@ -72,15 +72,6 @@ RUN_LOCK_TIMEOUT = 30.0
 
 def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new file's *name* durable, not just its content."""
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SegmentWriter:
@@ -196,7 +187,7 @@ class SegmentWriter:
                 "prior_episodes": prior_episodes,
             }
             writer._group.commit(writer._number, [_prepare_item(HEADER, header, None, internal=True)], 0)
-            _fsync_dir(folder)
+            fsync_folder(folder)  # the new segment's name durable, not just its content
         except BaseException:
             writer._group.abandon()
             raise
