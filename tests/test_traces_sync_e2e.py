@@ -284,3 +284,26 @@ def test_a_resumed_run_that_retried_an_errored_rollout_holds_each_slot_once(tmp_
     assert {item["generation"] for item in items} == {1}
     state = state_of(builder)
     assert (state["episodes_pushed"], state["held_back"], state["superseded_pushed"]) == (5, 0, [])
+
+
+@pytest.mark.slow
+def test_a_state_restored_from_before_the_finalize_does_not_finalize_again(tmp_path: Path, server, api) -> None:
+    """A state file put back from an older copy (a backup, an artifact unpacked again) says
+    "not finalized" of an evaluation a later sync finalized: the batches it sends again are
+    answered by their keys, and the evaluation is not finalized a second time."""
+    builder = RunBuilder(tmp_path / "run", "traces-restored-state")
+    builder.open_segment()
+    builder.add(4)  # the writer is live: synced, not finalized
+    first = traces_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(first.stdout)["runs"][0]["state"] == "live", first.stdout + first.stderr
+    (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    older = path.read_bytes()
+    builder.add(3)
+    builder.seal("completed")
+    second = traces_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(second.stdout)["runs"][0]["state"] == "synced", second.stdout + second.stderr
+    path.write_bytes(older)  # the state from before the finalize, back in its place
+    third = traces_sync(server.base_url, str(tmp_path), "--json")
+    assert json.loads(third.stdout)["runs"][0]["state"] == "synced", third.stdout + third.stderr
+    assert_traces_exactly_once(api, builder)  # finalize_count 1
+    assert state_of(builder)["finalized"] is True

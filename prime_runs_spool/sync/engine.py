@@ -442,7 +442,8 @@ class RunSync:
                 answer = self._put_metadata("recording metadata", metadata, metrics)
             if not state.finalized:
                 if answer is not None or not self._count_exact():
-                    self.sink.before_finalize(answer)
+                    self.sink.before_finalize(answer)  # may find it finalized already
+            if not state.finalized:
                 self._finalize(metrics)
             self._record_terminal(COMPLETED)
             state.held_back = 0

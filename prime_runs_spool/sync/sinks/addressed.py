@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,10 +195,7 @@ class AddressedSink(Sink):
         in (read once per sync, with the sync's own creates) may predate another copy's
         finalize, and a second finalize runs the platform's statistics job again."""
         if origin.adopted and not self.state.finalized:
-            context = self.context
-            found = context.protocol.retry("reading the evaluation",
-                                           lambda: context.client.get_evaluation(context.run_id))
-            self.state.finalized = str(found.get("status", "")).upper() == COMPLETED_STATUS
+            self._read_finalized(None)
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
             if pending.released:
@@ -206,6 +203,26 @@ class AddressedSink(Sink):
             else:
                 self._resend(pending)
         return True
+
+    def before_finalize(self, answer: Mapping[str, Any] | None) -> None:
+        """The evaluation's status, read before a finalize this pass cannot vouch for (it did
+        not create the evaluation with every request answered): the state it started from
+        may be older than the platform (restored from a backup or an earlier copy, edited),
+        saying "not finalized" of an evaluation a later pass finalized. Content addressing
+        makes its batches safe to send again; a finalize it does not, and a second one runs
+        the platform's statistics job again. (The samples sink reads the status when it
+        checks such a state against the count.) ``answer``: the metadata PUT's, when it
+        carries the status."""
+        self._read_finalized(answer)
+
+    def _read_finalized(self, answer: Mapping[str, Any] | None) -> None:
+        status = (answer or {}).get("status")
+        if not isinstance(status, str):
+            context = self.context
+            found = context.protocol.retry("reading the evaluation",
+                                           lambda: context.client.get_evaluation(context.run_id))
+            status = str(found.get("status", ""))
+        self.state.finalized = status.upper() == COMPLETED_STATUS
 
     def send(self, cut: Cut) -> None:  # type: ignore[override]
         assert cut.data is not None and cut.end is not None
