@@ -292,3 +292,18 @@ def test_a_masking_version_this_package_does_not_know_is_masked_again(above) -> 
     from prime_runs_spool.content.mask_locations import MASKING_VERSION
     from prime_runs_spool.content.remask import needs_remask
     assert needs_remask({"masking_version": MASKING_VERSION + above})
+
+
+@pytest.mark.slow
+def test_an_export_of_an_old_spool_holds_no_credential(tmp_path: Path) -> None:
+    """``prime-runs export --runs`` writes each run's config: a table is a file meant to be
+    shared, so an old spool's config is masked by today's rules first, as sync masks it."""
+    written = write_old_spool(tmp_path / "runs" / "old", "old-export")
+    out = tmp_path / "runs.csv"
+    result = subprocess.run(CLI + ["export", str(tmp_path / "runs"), "--runs", "-o", str(out)],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = out.read_text()
+    assert "old-export" in table and "***" in table
+    assert [secret for secret in SECRETS if secret in table] == []
+    assert all_bytes(tmp_path / "runs" / "old") == written  # the spool itself is left as it was

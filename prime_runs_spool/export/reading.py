@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
@@ -127,7 +128,9 @@ class RunReading:
                         if episode_id_of(record.data) not in superseded:
                             yield record
                     elif record.type == MANIFEST and not self.manifest and isinstance(record.data, dict):
-                        self.manifest = record.data
+                        # A table is a file meant to be shared: a spool written under older
+                        # masking rules has its config masked by today's first, as sync does.
+                        self.manifest = remask_manifest(record.data) if needs_remask(record.data) else record.data
                         run_id = record.data.get("run_id")
                         self.run_id = run_id if isinstance(run_id, str) else None
                     elif record.type == SEAL and isinstance(record.data, dict):
