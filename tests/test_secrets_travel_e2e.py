@@ -214,29 +214,49 @@ def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
     assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value
 
 
-@pytest.mark.slow
-def test_a_refusal_that_quotes_the_api_key_encoded_does_not_print_it(tmp_path: Path) -> None:
-    """A server in front of the platform (a proxy, a gateway at a wrong base URL) refuses the
-    key check with a body quoting the Authorization header as JSON (``\\/``), percent-encoded
-    or base64: the one line ``sync --follow`` prints holds none of these forms of the key."""
+def _quoted_as_json_percent_base64(sent: str) -> str:
     import base64
     import re
-    import threading
     import urllib.parse
+
+    return " | ".join([sent.replace("/", "\\/"), re.sub("%..", lambda hexa: hexa[0].lower(), urllib.parse.quote(sent, safe="")),
+                       base64.b64encode(sent.encode()).decode()])
+
+
+#: How a refusal quotes the header, and forms of the key that must not be in what sync printed.
+QUOTINGS = {
+    "json-percent-base64": (_quoted_as_json_percent_base64, ("SECRET+0123", "SECRET%2B0123", "SECRET%2b0123")),
+    "lower-case": (str.lower, ("secret+0123",)),
+    "decimal-entities": (lambda sent: "".join(f"&#{ord(ch)};" for ch in sent), ("&#83;&#69;&#67;&#82;&#69;&#84;",)),
+    "hex-entities": (lambda sent: "".join(f"&#x{ord(ch):X};" for ch in sent), ("&#x53;&#x45;&#x43;&#x52;",)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quoting", sorted(QUOTINGS))
+def test_a_refusal_that_quotes_the_api_key_encoded_does_not_print_it(tmp_path: Path, quoting: str) -> None:
+    """A server in front of the platform (a proxy, a gateway at a wrong base URL) refuses the
+    key check with a body quoting the Authorization header as JSON (``\\/``), percent-encoded,
+    base64, lower-cased or as HTML's numeric entities: the one line ``sync --follow`` prints
+    holds none of these forms of the key."""
+    import base64
+    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from support.runs import build_run
 
     key = "sk-live/SECRET+0123456789=abcdef"
+    quote, forms = QUOTINGS[quoting]
+    if quoting == "json-percent-base64":
+        # "Bearer " is 7 bytes: the key's 3rd byte starts a base64 group of the quoted header
+        forms += (base64.b64encode(key[2:20].encode()).decode(),)
 
     class Quoting(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
         def do_GET(self) -> None:  # noqa: N802
-            sent = self.headers.get("Authorization", "")
-            body = " | ".join([sent.replace("/", "\\/"), re.sub("%..", lambda hexa: hexa[0].lower(), urllib.parse.quote(sent, safe="")),
-                               base64.b64encode(sent.encode()).decode()])
+            body = quote(self.headers.get("Authorization", ""))
             self.send_response(401)
             self.end_headers()
             self.wfile.write(body.encode())
@@ -253,6 +273,6 @@ def test_a_refusal_that_quotes_the_api_key_encoded_does_not_print_it(tmp_path: P
         server.shutdown()
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "refused the API key" in said, said
-    # "Bearer " is 7 bytes: the key's 3rd byte starts a base64 group of the quoted header
-    for form in ("SECRET+0123", "SECRET%2B0123", "SECRET%2b0123", base64.b64encode(key[2:20].encode()).decode()):
+    assert "***" in said, said  # the refusal's words are there, the key's forms are not
+    for form in forms:
         assert form not in said, (form, said)

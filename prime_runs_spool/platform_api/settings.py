@@ -8,14 +8,13 @@ line or a traceback by accident.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import urlsplit
 
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 
@@ -26,10 +25,12 @@ DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
 class Secret:
     """A string that does not print itself."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("_value", "_quoted")
 
     def __init__(self, value: str) -> None:
         self._value = value
+        #: The value as an answer may quote it, as a pattern made on the first scrub.
+        self._quoted: re.Pattern[str] | None = None
 
     def reveal(self) -> str:
         return self._value
@@ -46,26 +47,55 @@ class Secret:
         """``text`` with the secret in it replaced by ``***``: for what a server answered,
         which an endpoint (a debugging proxy, an echo service, a misconfigured gateway) may
         have filled with the request's own ``Authorization`` header, as it is or encoded the
-        way an answer quotes it (JSON's ``\\/``, percent-encoding, HTML, base64)."""
+        way an answer quotes it: in any letter case (a header echoed lower-cased), each
+        character as itself or escaped (JSON's ``\\/`` and ``\\u0070``, percent-encoding,
+        HTML's named and numeric entities ``&amp;``, ``&#112;``, ``&#x70;``), or base64."""
         if not self._value:
             return text
-        for form in sorted(_encoded_forms(self._value), key=len, reverse=True):
+        if self._quoted is None:
+            self._quoted = _quoted_pattern(self._value)
+        text = self._quoted.sub("***", text)
+        for form in sorted(_base64_forms(self._value), key=len, reverse=True):
             text = text.replace(form, "***")
         return text
 
 
-def _encoded_forms(value: str) -> set[str]:
-    """``value`` as an answer may quote it. Base64 runs in groups of 3 bytes, so for each of
-    the 3 places the value can start in a group, the groups made of its bytes only (at most
-    2 bytes at each end stay readable)."""
-    forms = {value, value.replace("/", "\\/"), quote(value, safe=""), quote_plus(value), html.escape(value)}
-    forms |= {re.sub("%[0-9A-F]{2}", lambda hexa: hexa[0].lower(), form) for form in forms}  # lower-case hex
+#: HTML's named entities for the characters ``html.escape`` and XML escape.
+_NAMED_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;"}
+#: The characters JSON may escape with a backslash before them.
+_JSON_ESCAPED = frozenset('"\\/')
+
+
+def _quoted_pattern(value: str) -> re.Pattern[str]:
+    """One pattern for ``value`` quoted in any of the textual encodings an answer uses, each
+    character on its own (an encoder may escape only some), in any letter case (that of the
+    escapes' hex digits too). The few texts that only decode to something like the key are
+    scrubbed as well, which costs nothing in an error line."""
+    def one(ch: str) -> str:
+        code = ord(ch)
+        forms = [f"&#0*{code};", f"&#x0*{code:x};", f"%{code:02x}", re.escape(f"\\u{code:04x}")]
+        if ch in _NAMED_ENTITIES:
+            forms.append(_NAMED_ENTITIES[ch])
+        if ch in _JSON_ESCAPED:
+            forms.append(re.escape("\\" + ch))
+        # the character as itself last: an escape that starts with it ("&" of "&#38;") is
+        # taken whole, so nothing of it is left after the "***"
+        return "(?:" + "|".join([*forms, re.escape(ch)]) + ")"
+
+    return re.compile("".join(one(ch) for ch in value), re.IGNORECASE)
+
+
+def _base64_forms(value: str) -> set[str]:
+    """``value`` in base64, as an answer may quote it. Base64 runs in groups of 3 bytes, so
+    for each of the 3 places the value can start in a group, the groups made of its bytes
+    only (at most 2 bytes at each end stay readable)."""
+    forms: set[str] = set()
     raw = value.encode()
     for start in range(3):
         whole = raw[start:start + (len(raw) - start) // 3 * 3]
         if len(whole) >= 6:
             forms |= {base64.b64encode(whole).decode(), base64.urlsafe_b64encode(whole).decode()}
-    return {form for form in forms if form}
+    return forms
 
 
 @dataclass(frozen=True)
