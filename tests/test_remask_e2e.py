@@ -307,3 +307,19 @@ def test_an_export_of_an_old_spool_holds_no_credential(tmp_path: Path) -> None:
     assert "old-export" in table and "***" in table
     assert [secret for secret in SECRETS if secret in table] == []
     assert all_bytes(tmp_path / "runs" / "old") == written  # the spool itself is left as it was
+
+
+@pytest.mark.slow
+def test_the_viewer_never_shows_an_old_spools_launch_file_that_today_refuses(tmp_path: Path) -> None:
+    """The run page lists the manifest's fields and the compare page diffs them: an old
+    spool's ``config_source`` that sets a credential table today's rules mask is left out
+    there, as sync leaves it out of the metadata (its config was masked already)."""
+    for name in ("old", "older"):
+        write_old_spool(tmp_path / "runs" / name, f"view-{name}")
+    site = tmp_path / "site"
+    result = subprocess.run(CLI + ["view", str(tmp_path / "runs"), "--export", str(site)], capture_output=True,
+                            text=True, timeout=120, env=child_env(HOME=str(tmp_path / "home")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    pages = {page.name: page.read_text(errors="replace") for page in site.rglob("*.html")}
+    assert any(name.startswith("run-") for name in pages) and any(name.startswith("compare-") for name in pages)
+    assert {name: [s for s in SECRETS if s in text] for name, text in pages.items() if any(s in text for s in SECRETS)} == {}

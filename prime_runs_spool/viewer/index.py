@@ -27,6 +27,7 @@ import orjson
 
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.remask import remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
@@ -378,12 +379,11 @@ class SpoolIndex(RunIndex):
 
 
 def masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest as stored, its config masked again: a spool from an older or foreign
-    producer may have missed a location, and the viewer must never be the one to show it."""
-    out = dict(manifest)
-    if isinstance(out.get("config"), Mapping):
-        out["config"] = mask(out["config"], CONFIG_RULES)
-    return out
+    """The manifest as stored, its config masked again and its launch file (``config_source``,
+    shown as written) checked again, left out when today's rules refuse it: a spool from an
+    older or foreign producer may have missed a location, and the viewer must never be the
+    one to show it."""
+    return remask_manifest(manifest)
 
 
 def _masked_sample(sample: Any) -> Any:
