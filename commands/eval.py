@@ -2,7 +2,8 @@
 
 A thin shell around :mod:`prime_runs_spool.runner.verifiers_eval`: every argument goes to
 verifiers unchanged (click parses none of them), the exit code is verifiers' own, and an
-offline run ends with one line saying how to sync its spool. Two endings get the exact
+offline run ends with one line saying how to sync its spool, an online run that did not
+ship everything with one line saying how many episodes, why, and how to ship them. Two endings get the exact
 resume command: an interrupt (verifiers' 130), and a full disk, which would otherwise end
 in a traceback for what is no bug: one line and exit 1 instead.
 """
@@ -42,7 +43,8 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
       PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
     """
     from prime_runs_spool.runner.verifiers_eval import (
-        HELP_PREAMBLE, EvalSession, disk_full_error, disk_full_line, interrupt_hint, run_vf_eval, sync_hint,
+        HELP_PREAMBLE, EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines,
+        run_vf_eval, sync_hint,
     )
 
     argv = list(vf_eval_args)
@@ -63,6 +65,8 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
             raise  # verifiers' own error (most often the environment's code): its traceback
         click.echo(f"prime-runs eval: {disk_full_line(session, full)}", err=True)
         sys.exit(EXIT_DISK_FULL)
+    for line in not_shipped_lines(session):
+        click.echo(f"prime-runs eval: {line}", err=True)
     hint = sync_hint(session)
     if hint:
         click.echo(hint, err=True)

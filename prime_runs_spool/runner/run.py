@@ -157,6 +157,12 @@ class Run:
         return state.episodes_pushed if state else 0
 
     @property
+    def not_shipped(self) -> str | None:
+        """After the run's end in online mode: the line saying how many episodes were not
+        shipped, why, and the command that ships them (also logged); None when all were."""
+        return self._shipping.not_shipped
+
+    @property
     def pending(self) -> int:
         """Durable episodes of the run not yet acknowledged by the platform (in offline
         mode: all of them, for ``prime-runs sync`` to ship)."""

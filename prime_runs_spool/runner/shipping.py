@@ -37,6 +37,9 @@ class Shipping:
         self._online = False
         #: Why no shipper runs, when one was asked for and could not be started.
         self._not_started: str | None = None
+        #: The end's line when episodes were not shipped (how many, why, the command that
+        #: ships them), kept for a command line whose logs go to a file, not the terminal.
+        self.not_shipped: str | None = None
 
     def start(self, timeout: float | None) -> None:
         """Start shipping the spool in the background (the manifest is durable)."""
@@ -76,6 +79,6 @@ class Shipping:
         if not left:
             return
         why = shipper.why_not_shipped() if shipper is not None else self._not_started or "no shipper ran"
-        _log.warning("run %s: online mode: %d episode%s not shipped (%s); ship %s with: prime-runs sync %s",
-                     self._run_id, left, "" if left == 1 else "s", why, "it" if left == 1 else "them",
-                     shlex.quote(str(self._dir)))
+        self.not_shipped = (f"online mode: {left} episode{'' if left == 1 else 's'} not shipped ({why}); "
+                            f"ship {'it' if left == 1 else 'them'} with: prime-runs sync {shlex.quote(str(self._dir))}")
+        _log.warning("run %s: %s", self._run_id, self.not_shipped)

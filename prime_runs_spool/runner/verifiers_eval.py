@@ -102,6 +102,9 @@ class EvalSession:
 
     argv: list[str]
     runs: list[Run] = field(default_factory=list)
+    #: Whether verifiers shows its log on the terminal (``--no-rich``); under its dashboard
+    #: (the default) its log, and ours routed into it, goes to ``eval.log`` alone.
+    logs_on_terminal: bool = False
 
     @property
     def launch_file(self) -> str | None:
@@ -200,6 +203,16 @@ def sync_hint(session: EvalSession) -> str | None:
     return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {run_dir}"
 
 
+def not_shipped_lines(session: EvalSession) -> list[str]:
+    """Online mode's closing lines, one per run that ended with episodes not shipped, for
+    the command line to print when verifiers' log did not already show them: under its
+    dashboard our warnings reach ``eval.log`` alone, and a platform that is down or a
+    refused key must never be told to a file only."""
+    if session.logs_on_terminal:
+        return []
+    return [line for run in session.runs if (line := run.not_shipped)]
+
+
 #: The errors that mean the disk (or the user's quota on it) is full: freeing space and
 #: resuming is the way on, so they get one line rather than a traceback.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -263,6 +276,7 @@ class _Hooks:
 
     def open_run(self, config: Any, state: Any, *, num_examples: int) -> Run:
         _route_logs_to_verifiers()
+        self._session.logs_on_terminal = getattr(config, "rich", None) is None  # as its setup_logging reads it
         supersedes = _superseded_by_resume(config)
         run = open_eval_run(
             config, num_examples=num_examples, config_file=self._session.launch_file, supersedes=supersedes,
