@@ -478,3 +478,26 @@ def test_a_dashboard_episode_page_masks_what_the_producer_missed(tmp_path: Path,
         assert page.status_code == 200
         shown = [name for name, secret in LEAKED.items() if secret in page.text]
         assert not shown, f"the dashboard's episode page shows credentials in clear at: {shown}"
+
+
+@pytest.mark.slow
+def test_the_dashboard_leaves_out_a_producers_launch_file_that_sets_a_credential(tmp_path: Path) -> None:
+    """prime-runs' own client sends ``metadata.config_source`` as written: the dashboard shows
+    it only when the check sync applies to its own would let it travel."""
+    secret = "ls_PRODUCER_LAUNCH_FILE_SECRET_8080"
+    launch_files = {"leaky": f'model = "m"\n[client.headers]\nAuthorization = "Bearer {secret}"\n',
+                    "clean": 'model = "m"\nnum_examples = 7\n'}
+    with platform_process.running(tmp_path / "p.db") as server, \
+            httpx.Client(base_url=server.api) as api, httpx.Client(follow_redirects=True) as browser:
+        environment = api.post("/environmentshub/resolve", json={"name": "gsm8k"}).json()["data"]["id"]
+        pages = {}
+        for name, text in launch_files.items():
+            created = api.post("/evaluations/", json={
+                "name": f"sdk-{name}", "environments": [{"id": environment}], "model_name": "m",
+                "metadata": {"model": "m", "config_source": {"format": "toml", "filename": "eval.toml", "text": text}}})
+            assert created.status_code == 201, created.text
+            page = browser.get(f"{server.base_url}/dashboard/evaluations/{created.json()['evaluation_id']}")
+            assert page.status_code == 200
+            pages[name] = page.text
+    assert secret not in pages["leaky"]
+    assert "num_examples = 7" in pages["clean"]  # a launch file that may travel is still shown

@@ -386,6 +386,18 @@ def masked_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return remask_manifest(manifest)
 
 
+def _masked_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """An evaluation's metadata, shown as its config: masked, and its launch file
+    (``config_source``, which another producer may have sent unchecked: prime-runs' own
+    client sends it as written) checked as a manifest's is (:func:`masked_manifest`)."""
+    shown = masked_manifest({"config": {k: v for k, v in metadata.items() if k != "config_source"},
+                             "config_source": metadata.get("config_source")})
+    config = shown["config"]
+    if isinstance(shown.get("config_source"), Mapping):
+        config["config_source"] = shown["config_source"]
+    return config
+
+
 def _masked_sample(sample: Any) -> Any:
     """A v0 sample row with the episode it carries (``info.native_wrapper``) masked."""
     info = sample.get("info") if isinstance(sample, Mapping) else None
@@ -427,7 +439,7 @@ class PlatformIndex(RunIndex):
             "created_at": e.get("created_at"), "framework": e.get("framework"), "evaluation_id": e.get("evaluation_id"),
             "local_run_id": metadata.get("local_run_id"), "tags": e.get("tags"),
             "total_samples": e.get("total_samples"), "finalized_at": e.get("finalized_at"),
-            "config": mask(dict(metadata), CONFIG_RULES),
+            "config": _masked_metadata(metadata),
         }
 
     @property
