@@ -76,6 +76,12 @@ _LISTENERS: list[list[str]] = []
 def _on_audit(event: str, args: tuple) -> None:
     if event == "open" and _LISTENERS and isinstance(args[0], (str, bytes, os.PathLike)):
         _LISTENERS[-1].append(os.fsdecode(args[0]))
+    elif event in ("os.scandir", "os.listdir") and _LISTINGS and isinstance(args[0], (str, bytes, os.PathLike)):
+        _LISTINGS[-1].append(os.fsdecode(args[0]))
+
+
+#: While a test listens (listed_under), every folder this process lists.
+_LISTINGS: list[list[str]] = []
 
 
 @contextmanager
@@ -94,6 +100,22 @@ def opened_under(folder: Path) -> Iterator[list[str]]:
 
 
 _HOOKED: list[object] = []
+
+
+@contextmanager
+def listed_under(folder: Path) -> Iterator[Counter[str]]:
+    """How many times this process lists each folder under ``folder`` meanwhile."""
+    if _on_audit not in _HOOKED:
+        sys.addaudithook(_on_audit)
+        _HOOKED.append(_on_audit)
+    listed: list[str] = []
+    counts: Counter[str] = Counter()
+    _LISTINGS.append(listed)
+    try:
+        yield counts
+    finally:
+        _LISTINGS.remove(listed)
+    counts.update(str(Path(path).resolve()) for path in listed if Path(path).resolve().is_relative_to(folder))
 
 
 def _settled_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,6 +233,24 @@ def test_a_no_op_resync_of_many_runs_opens_no_file_of_theirs(tmp_path: Path, mon
     assert {r.state for r in answered} == {"up_to_date"} and all(r.evaluation_id for r in answered)
     assert not client.requests, client.requests
     assert opened == [], opened
+
+
+def test_a_no_op_resync_lists_each_spool_folder_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run answered from its kept answer costs no listing of its spool folder beyond the
+    walk's, which finds it a run: whether a segment came or went, the folder's own times say
+    (sync/unchanged.py)."""
+    runs = 6
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n:02d}", f"costs-listed-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _sync(tmp_path, platform, [tmp_path / "runs"])
+        _settled_at_once(monkeypatch)
+        _, probed = _sync(tmp_path, platform, [tmp_path / "runs"])  # keeps the answers
+        with listed_under(tmp_path.resolve() / "runs") as listed:
+            _, answered = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.as_json() for r in answered] == [r.as_json() for r in probed]
+    spools = {str((tmp_path / "runs" / f"run-{n:02d}" / "spool").resolve()) for n in range(runs)}
+    assert {folder: listed[folder] for folder in spools} == dict.fromkeys(spools, 1), listed
 
 
 def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Path,
