@@ -93,6 +93,36 @@ def test_fatal_error_message_says_what_to_do_and_hides_the_key() -> None:
     assert "sk-test-key-value" not in message and "sk-test-key-value" not in repr(client.settings)
 
 
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_key_names_the_platform_it_was_sent_to(status: int) -> None:
+    """A key sent to another platform than its own (a wrong --base-url) is refused there: the
+    line names where the request went, so the wrong host shows."""
+    client = client_with(lambda request: httpx.Response(status, json={"detail": "no"}))
+    with pytest.raises(PlatformError) as caught:
+        client.get_evaluation("ev1")
+    assert "http://platform.test" in str(caught.value) and "--base-url" in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_key_refused_by_the_traces_service_names_it(status: int) -> None:
+    import hashlib
+
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
+                              transport=httpx.MockTransport(lambda request: httpx.Response(
+                                  status, json={"error": {"code": "unauthorized", "message": "no"}})))
+    try:
+        with pytest.raises(PlatformError) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert f"answered {status}" in str(caught.value) and "http://traces.test:8443" in str(caught.value), caught.value
+
+
 def test_settings_precedence(tmp_path) -> None:
     config = tmp_path / ".prime" / "config.json"
     config.parent.mkdir()

@@ -60,7 +60,50 @@ def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
         took = time.monotonic() - started
     (line,) = not_shipped_lines(caplog)
     assert "3 episodes not shipped" in line and "refused the API key (401)" in line, line
+    assert f"the platform at {server.base_url} refused" in line, line  # a wrong base URL shows
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
     assert "not-the-platforms-key" not in caplog.text
+    assert took < 15, f"{took:.1f} s"
+
+
+@pytest.mark.slow
+def test_a_key_not_allowed_to_write_is_named_at_the_end(tmp_path: Path, platform_env,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A platform (a real HTTP server) that answers every request 403: the line says the key
+    may not write there, names where, and gives the command that ships the episodes."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Forbidding(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _forbid(self) -> None:
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"detail": "not allowed"}')
+
+        do_GET = do_POST = do_PUT = do_PATCH = _forbid
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forbidding)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base_url = f"http://127.0.0.1:{server.server_port}"
+    platform_env(base_url, key="a-key-of-another-team")
+    try:
+        with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+            run = open_run(tmp_path / "run", name="online-403", environments=["gsm8k"], model="m", mode="online",
+                           ship_timeout=20)
+            run.log_episodes(episodes(run.id, 0, 2))
+            started = time.monotonic()
+            run.finish()
+            took = time.monotonic() - started
+    finally:
+        server.shutdown()
+    (line,) = not_shipped_lines(caplog)
+    assert "2 episodes not shipped" in line and f"may not write at {base_url} (403)" in line, line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    assert "a-key-of-another-team" not in caplog.text
     assert took < 15, f"{took:.1f} s"
 
 

@@ -60,7 +60,7 @@ def quoted_keys(draw: st.DrawFn) -> tuple[str, list[str]]:
     return key, [ENCODINGS[name](ch, upper) for ch, name in zip(key, per_char)]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(quoted_keys(), st.data())
 def test_a_key_quoted_in_any_encoding_and_case_is_scrubbed(quoted: tuple[str, list[str]],
                                                            data: st.DataObject) -> None:
@@ -75,7 +75,7 @@ def test_a_key_quoted_in_any_encoding_and_case_is_scrubbed(quoted: tuple[str, li
     assert key.lower() not in decoded(scrubbed).lower()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.text(KEY_CHARS, min_size=8, max_size=48), st.text(max_size=200))
 def test_text_without_the_key_is_left_as_it_was(key: str, text: str) -> None:
     if any(key.lower() in seen.lower() for seen in (text, decoded(text))):

@@ -154,6 +154,7 @@ def test_a_configuration_error_is_told_once_exit_2_before_anything_is_written(un
     assert "Traceback" not in "\n".join(errors)
     if case == "refused key":
         assert "refused the API key" in errors[0] and "not-the-token" not in errors[0]
+        assert f"the platform at {server.base_url} refused" in errors[0], errors  # a wrong --base-url shows
     assert tree(unspooled) == before, "a configuration error wrote into the paths"
     assert not (unspooled.parent / ".prime").exists()
 
@@ -182,6 +183,7 @@ def test_a_refused_key_is_told_once_before_a_follower_or_a_store_sync_writes(tmp
     errors = [text for _, text in lines if text.strip()]
     assert status == 2, lines
     assert len(errors) == 1 and "refused the API key" in errors[0] and "not-the-token" not in errors[0], errors
+    assert server.base_url in errors[0], errors
     assert out == ""
     assert tree(tmp_path / "outputs") == before, "a refused key wrote into the paths"
 

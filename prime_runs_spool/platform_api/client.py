@@ -92,10 +92,14 @@ def _tls_for(*urls: str) -> Any:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED, no CA loaded
 
 
+#: What a refusal means and what to do about it. ``{platform}``: where the request went, so
+#: that a key sent to another platform than its own (a wrong ``--base-url``) shows it.
 _FATAL_ADVICE = {
-    401: "the platform refused the API key; check PRIME_API_KEY or ~/.prime/config.json",
+    401: "the platform at {platform} refused the API key; check PRIME_API_KEY or ~/.prime/config.json, "
+         "and that the key is this platform's (--base-url, PRIME_API_BASE_URL)",
     402: "the platform asks for payment; add credits to the account or team, then sync again",
-    403: "the API key may not write here; check --team / PRIME_TEAM_ID and the key's permissions",
+    403: "the API key may not write at {platform}; check --team / PRIME_TEAM_ID, the key's permissions, "
+         "and that the key is this platform's (--base-url, PRIME_API_BASE_URL)",
     404: "the platform does not know this id; if the evaluation was deleted, replay the run with --replay",
     409: "the platform reported a conflict",
     413: "the request was too large for the platform",
@@ -136,7 +140,7 @@ def classify_response(method: str, path: str, response: httpx.Response,
     if status >= 500:
         return PlatformError(FailureKind.ANSWERED, what, status=status,
                              retry_after=_retry_after(response))
-    advice = _FATAL_ADVICE.get(status, "the platform refused the request")
+    advice = _FATAL_ADVICE.get(status, "the platform refused the request").format(platform=_origin_of(response))
     detail = _detail(response, secret)
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
@@ -174,6 +178,16 @@ def transport_reason(exc: BaseException) -> str:
     if "reset" in lowered:
         return "connection reset"
     return type(exc).__name__
+
+
+def _origin_of(response: httpx.Response) -> str:
+    """``scheme://host[:port]`` of the request ``response`` answers: the platform it came from."""
+    try:
+        url = response.request.url
+    except RuntimeError:  # a response made by hand, with no request
+        return "this base URL"
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{url.scheme}://{host}" + (f":{url.port}" if url.port else "")
 
 
 def _host_of(exc: BaseException) -> str | None:

@@ -115,13 +115,14 @@ class TracesUploader:
                                              schema_version=SCHEMA_VERSION, context=dict(context) or None,
                                              compress=True)
         except APIError as exc:
-            raise classify(exc, self._secret) from None
+            raise classify(exc, self._secret, self.base_url) from None
 
 
-def classify(exc: APIError, secret: Secret | None = None) -> PlatformError:
+def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL") -> PlatformError:
     """The library's typed error as a retry class. Content addressing makes every ambiguous
     outcome safe to resend, so nothing here is ``IN_DOUBT`` in the samples sense: whatever
-    is not a refusal is sent again, with the same key."""
+    is not a refusal is sent again, with the same key. ``service``: the URL the batch went
+    to, named in a refused key's line (a key sent to another platform than its own)."""
     code = exc.code or ""
     status = exc.status_code
     said = secret.scrub(str(exc)) if secret is not None else str(exc)  # the service's words, without the key
@@ -134,8 +135,9 @@ def classify(exc: APIError, secret: Secret | None = None) -> PlatformError:
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
         return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status}", status=status)
-    advice = {401: "the traces service refused the API key; check PRIME_API_KEY",
-              403: "the API key may not write traces here; check its scopes and --team",
+    advice = {401: f"the traces service at {service} refused the API key; check PRIME_API_KEY, and that the key "
+                   "is this platform's (--base-url, PRIME_TRACES_URL)",
+              403: f"the API key may not write traces at {service}; check its scopes and --team",
               400: "the traces service rejected the batch",
               409: "the traces service holds these bytes under another line format"}.get(status or 0,
                                                                                         "refused")

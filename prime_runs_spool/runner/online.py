@@ -149,7 +149,7 @@ class Shipper:
         except OSError:
             lines = []
         said = [line.strip() for line in lines if " failed: " in line or line.strip().startswith("error:")]
-        return reason_from(said[-1]) if said else "the shipper was stopped before it was done"
+        return reason_from(said[-1], self.destination.base_url) if said else "the shipper was stopped before it was done"
 
     @property
     def running(self) -> bool:
@@ -182,13 +182,17 @@ class Shipper:
         return None
 
 
-def reason_from(line: str) -> str:
-    """A shipper log line (a retry or a run's error) as the reason a person acts on."""
+def reason_from(line: str, platform: str) -> str:
+    """A shipper log line (a retry or a run's error) as the reason a person acts on;
+    ``platform``: the base URL the shipper sent to, named with a refused key (a key sent to
+    another platform than its own)."""
     text = line.removeprefix("prime-runs: ").removeprefix("error: ")
     if "answered 401" in text:
-        return "the platform refused the API key (401): check PRIME_API_KEY"
+        return (f"the platform at {platform} refused the API key (401): check PRIME_API_KEY, and that the key "
+                "is this platform's (PRIME_API_BASE_URL)")
     if "answered 403" in text:
-        return "the API key may not write there (403): check the key's permissions and PRIME_TEAM_ID"
+        return (f"the API key may not write at {platform} (403): check the key's permissions and PRIME_TEAM_ID, "
+                "and that the key is this platform's (PRIME_API_BASE_URL)")
     for cause in ("cannot connect (", "no answer ("):
         if cause in text:
             detail = text.split(cause, 1)[1].split(")", 1)[0]
