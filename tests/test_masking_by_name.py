@@ -37,10 +37,14 @@ from test_secrets_travel_e2e import all_bytes
 SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key", "HF_TOKEN", "apiKey",
                 "X-Api-Key", "client_secret", "db_password", "credentials", "secretAccessKey", "githubtoken",
                 "openaiapikey", "private_key", "connection_string", "AccountKey", "sas_token", "access_token",
-                "Authorization", "passwd", "password2", "wandb.api_key", "slack-webhook-secret"]
+                "Authorization", "passwd", "password2", "wandb.api_key", "slack-webhook-secret",
+                # plurals: a list or table of them (keys rotated, a secrets table)
+                "api_keys", "OPENAI_API_KEYS", "judgeApiKeys", "secrets", "client_secrets", "passwords",
+                "access_keys", "private_keys", "passphrases", "cookies", "apikeys", "openaiapikeys"]
 #: Names that say something about a secret, or count tokens, but do not hold one.
 PLAIN_NAMES = ["max_tokens", "api_key_var", "tokenizer", "token_budget", "secret_name", "password_file",
-               "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model"]
+               "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model",
+               "keys", "sort_keys", "primary_keys", "max_tokens_per_call", "secret_names"]
 
 
 def test_which_names_are_secret_shaped() -> None:
@@ -51,7 +55,8 @@ def test_which_names_are_secret_shaped() -> None:
 _PREFIX = st.sampled_from(["", "judge", "hf", "aws", "db", "openai", "my", "prod", "sandbox", "upstream"])
 _BASE = st.sampled_from([["password"], ["token"], ["secret"], ["api", "key"], ["access", "key"],
                          ["secret", "access", "key"], ["private", "key"], ["credentials"], ["passwd"],
-                         ["client", "secret"], ["auth", "token"], ["access", "token"], ["passphrase"]])
+                         ["client", "secret"], ["auth", "token"], ["access", "token"], ["passphrase"],
+                         ["api", "keys"], ["secrets"], ["passwords"], ["access", "keys"]])
 
 
 @st.composite

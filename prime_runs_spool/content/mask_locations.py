@@ -29,7 +29,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 2
+MASKING_VERSION = 3
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -65,14 +65,19 @@ _VALUES: tuple[Pattern, ...] = (
 #: A name whose last word is one of these is secret-shaped: ``hf_token``, ``db_password``,
 #: ``client_secret``, ``credentials``. Only the last word: ``token_budget``,
 #: ``secret_name`` or ``password_file`` name something about a secret, not the secret.
+#: Plurals too (a list of keys rotated, a ``secrets`` table), but never ``tokens``: that
+#: last word counts something (``max_tokens``).
 _SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
-                           "apikey", "authorization", "bearer", "cookie"})
-#: ``key`` is a secret only after one of these: ``api_key``, ``aws_secret_access_key``,
-#: ``private_key``; never ``sort_key`` or ``answer_key``.
+                           "apikey", "authorization", "bearer", "cookie", "passwords", "passwds", "passphrases",
+                           "secrets", "apikeys", "cookies"})
+#: ``key`` (or ``keys``) is a secret only after one of these: ``api_key``,
+#: ``aws_secret_access_key``, ``private_keys``; never ``sort_key`` or ``answer_key``.
+_KEY_WORDS = frozenset({"key", "keys"})
 _KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "session",
                         "master", "client", "account", "service", "subscription", "license", "ssh", "hmac"})
 #: Run together without separators (``openaiapikey``, ``githubtoken``): the name ends in one.
-_SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token")
+_SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token",
+                   "apikeys", "accesskeys", "secretkeys", "privatekeys", "passwords", "secrets")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
@@ -80,8 +85,9 @@ def is_secret_name(name: str) -> bool:
     """Whether a key called ``name`` is named like a secret: its last word (split at
     ``_``, ``-``, ``.``, spaces, digits and camelCase) is ``token``, ``password``, ``secret``,
     ``credentials``... (:data:`_SECRET_WORDS`), or it is ``key`` after ``api``,
-    ``access``, ``private``... (:data:`_KEY_KINDS`), or ``connection_string``; or the name
-    run together ends in ``apikey``, ``token``, ``password``... A name that says it holds
+    ``access``, ``private``... (:data:`_KEY_KINDS`), or ``connection_string``, plurals
+    included (``api_keys``, ``secrets``); or the name run together ends in ``apikey``,
+    ``token``, ``password``... A name that says it holds
     the *name* of a secret (``api_key_var``, ``token_env``) or counts something
     (``max_tokens``) is not."""
     words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
@@ -90,7 +96,7 @@ def is_secret_name(name: str) -> bool:
     last = words[-1]
     if last in _SECRET_WORDS:
         return True
-    if len(words) >= 2 and ((last == "key" and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]):
+    if len(words) >= 2 and ((last in _KEY_WORDS and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]):
         return True
     return len(words) == 1 and last.endswith(_SECRET_ENDINGS)
 
