@@ -276,3 +276,31 @@ def test_a_refusal_that_quotes_the_api_key_encoded_does_not_print_it(tmp_path: P
     assert "***" in said, said  # the refusal's words are there, the key's forms are not
     for form in forms:
         assert form not in said, (form, said)
+
+
+URL_TOKEN = "ghp_CLONE_URL_TOKEN_4646"
+FAILING_EVAL = f"""
+import subprocess, sys
+from fixtures.episodes import make_episode
+from prime_runs_spool import open_run
+with open_run(sys.argv[1], name="clone-fails", model="m", environments=["gsm8k"], config={{"model": "m"}}) as run:
+    run.log_episodes([make_episode(0)])
+    # an environment's setup cloning a private repository with a token in its URL, failing
+    subprocess.run(["git", "clone", "-q", "https://x-access-token:{URL_TOKEN}@127.0.0.1:9/o/r.git", sys.argv[2]],
+                   check=True, capture_output=True, timeout=60)
+"""
+
+
+@pytest.mark.slow
+def test_the_error_a_failed_run_is_sealed_with_carries_no_url_credential(tmp_path: Path) -> None:
+    """The seal's ``error`` is the exception's message, which travels (the evaluation's
+    metadata and error message): a URL's ``user:token@`` in it is masked before the disk,
+    as in the config."""
+    failed = subprocess.run(["python3", "-c", FAILING_EVAL, str(tmp_path / "run"), str(tmp_path / "clone")],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert failed.returncode == 1 and "CalledProcessError" in failed.stderr, failed.stderr
+    from prime_runs_spool.spool.reader import iter_records
+
+    (seal,) = [record.data for record in iter_records(tmp_path / "run") if record.type == "seal"]
+    assert seal["status"] == "failed" and "https://***@127.0.0.1:9/o/r.git" in seal["error"], seal
+    assert URL_TOKEN.encode() not in all_bytes(tmp_path / "run")
