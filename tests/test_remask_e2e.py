@@ -323,3 +323,22 @@ def test_the_viewer_never_shows_an_old_spools_launch_file_that_today_refuses(tmp
     pages = {page.name: page.read_text(errors="replace") for page in site.rglob("*.html")}
     assert any(name.startswith("run-") for name in pages) and any(name.startswith("compare-") for name in pages)
     assert {name: [s for s in SECRETS if s in text] for name, text in pages.items() if any(s in text for s in SECRETS)} == {}
+
+
+@pytest.mark.slow
+def test_a_seal_error_quoting_a_url_credential_reaches_the_platform_masked(tmp_path: Path) -> None:
+    """A spool sealed before the runner masked its error (or by another producer) may quote a
+    URL with its credentials: sync masks it before it becomes the evaluation's metadata and
+    error message."""
+    token = "ghp_OLD_SEAL_ERROR_TOKEN_3131"
+    writer = SegmentWriter.create(tmp_path / "runs" / "failed", "old-seal-error")
+    writer.append("manifest", old_manifest("old-seal-error"))
+    writer.append("episode", make_episode(0, run_id="old-seal-error"), meta={"episode_id": "e0", "rollout_number": 0})
+    writer.seal("failed", error=f"CalledProcessError: Command '['git', 'clone', 'https://x:{token}@example.com/r']' "
+                                "returned non-zero exit status 128.")
+    db = tmp_path / "platform.db"
+    result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 0 and json.loads(result.stdout)["runs"][0]["state"] == "failed", result.stdout + result.stderr
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
+    assert b"https://***@example.com/r" in stored and token.encode() not in stored

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.mask_locations import mask_url_userinfo
 from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.platform_runs import platform_runs_of
@@ -55,6 +56,10 @@ def _no_errors(seal: Mapping[str, Any] | None) -> bool:
     held back, so finishing needs no second read of the spool (the common case)."""
     summary = (seal or {}).get("summary")
     return isinstance(summary, Mapping) and summary.get("avg_error") == 0
+
+
+def _without_url_credentials(error: Any) -> Any:
+    return mask_url_userinfo(error) if isinstance(error, str) else error
 
 
 def run_writer_alive(run_dir: Path) -> bool:
@@ -453,7 +458,9 @@ class RunSync:
         terminal = {
             "status": status,
             "finished_at": (seal or {}).get("finished_at"),
-            "error": (seal or {}).get("error"),
+            # masked at the seal since the runner masks it; a spool from before (or from
+            # another producer) may still quote a URL with its credentials
+            "error": _without_url_credentials((seal or {}).get("error")),
             # errored episodes not pushed: a resume is expected to retry them
             "held_back": (held := self._held_back()),
             **note,
