@@ -259,23 +259,7 @@ class _Memo:
         serialization holds ``null`` (the entry knows): subtrees serialized alike mask alike
         but for ``None`` (never masked) against NaN or an infinity, all written ``null``; an
         ``Enum`` member or an ``orjson.Fragment`` is masked as the JSON it is written as."""
-        # _serialized, inline: this runs for every trace of every episode a run writes.
-        serialized = None
-        if self.bypass:  # configs have not been repeating: walk without the serialization
-            self.bypass -= 1
-        else:
-            self.window += 1
-            if self.window == _WINDOW:
-                if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
-                    self.bypass = _BYPASS
-                self.window = self.window_hits = 0
-            try:
-                serialized = _dumps(obj)
-            except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
-                pass
-            else:
-                if len(serialized) > _MAX_PLAN_BYTES:
-                    serialized = None
+        serialized = self._serialized(obj)
         if serialized is None:
             plan = _plan(obj, rules, states, scoped, memoize=False)
             return None if plan is None else _apply(obj, plan)
