@@ -13,10 +13,10 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
+from hypothesis import example, given, settings, strategies as st, HealthCheck
 
 from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
-from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
+from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
 
 if sys.version_info >= (3, 11):
@@ -751,6 +751,40 @@ def test_the_record_for_writing_is_written_as_the_masked_record(episode: Any, ki
     for _ in range(repeats + 1):  # a subtree's second sighting on: answered by the memo, as a fragment
         assert _written(mask_for_writing(episode, rules)) == want
         assert _written(mask_for_writing(copy.deepcopy(episode), rules)) == want
+    assert repr(episode) == before
+
+
+def _deeper(pattern: tuple[str, ...]) -> tuple[str, ...]:
+    """An episode's pattern (``traces.*.agent.config...``) below a ``run`` key, with an
+    ``inner`` level in each trace: a route longer than an episode's on both sides of the list."""
+    return ("run", *pattern[:2], "inner", *pattern[2:])
+
+
+_DEEPER_RULES = MaskRules(tuple(map(_deeper, MaskRules.defaults_for_episode().patterns)),
+                          tuple(map(_deeper, MaskRules.defaults_for_episode().url_scopes)))
+
+
+def _deeper_episode(episode: Any) -> dict:
+    """``episode`` as :data:`_DEEPER_RULES` read it: under ``run``, each listed trace under ``inner``."""
+    if type(episode) is dict and type(episode.get("traces")) is list:
+        episode = {**episode, "traces": [{"inner": trace} for trace in episode["traces"]]}
+    return {"run": episode}
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(episode=_episode.map(_deeper_episode), repeats=st.integers(1, 3))
+@example(episode=_deeper_episode({"traces": [None, {"agent": {"config": {"client": {"headers": {"X": "sk"}}}}}, {}]}),
+         repeats=1)
+def test_the_record_for_writing_is_the_masked_record_along_any_route(episode: Any, repeats: int):
+    """Along a route of other lengths than an episode's (the loop that is not unrolled),
+    ``mask_for_writing`` is written byte for byte as the reference's masked record."""
+    assert _list_route(_DEEPER_RULES)[:2] == (("run", "traces"), ("inner", "agent", "config"))
+    before = repr(episode)
+    want = _written(reference_mask(episode, _DEEPER_RULES))
+    for _ in range(repeats + 1):
+        assert _written(mask_for_writing(episode, _DEEPER_RULES)) == want
+        assert _written(mask_for_writing(copy.deepcopy(episode), _DEEPER_RULES)) == want
     assert repr(episode) == before
 
 

@@ -128,50 +128,52 @@ def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> A
     that is neither a dict nor a list), which the full walk then takes."""
     head, tail, states, scoped = route
     masked_of = rules._memo.masked_of
-    node: Any = obj
-    parents = []
-    for key in head:
-        if type(node) is not dict:
-            return _UNSURE
-        parents.append(node)
-        node = node.get(key)
-        if node is None:  # absent, or None (never masked): nothing below changes
-            return None
-    if type(node) is not list:
+    parents, elements = _down(obj, head)
+    if elements is None or elements is _UNSURE:
+        return elements
+    if type(elements) is not list:
         return _UNSURE
-    elements = node
     copied_elements = None
     for index, element in enumerate(elements):
         if element is None:
             continue
-        node = element
-        chain = []
-        for key in tail:
-            if type(node) is not dict:
-                return _UNSURE
-            chain.append(node)
-            node = node.get(key)
-            if node is None:
-                break
-        else:
-            if type(node) is not dict and type(node) is not list:
-                return _UNSURE
-            change = masked_of(node, rules, states, scoped)
-            if change is None:
-                continue
-            for position in range(len(tail) - 1, -1, -1):
-                copied = chain[position].copy()
-                copied[tail[position]] = change
-                change = copied
-            if copied_elements is None:
-                copied_elements = elements.copy()
-            copied_elements[index] = change
+        chain, node = _down(element, tail)
+        if node is None:
+            continue
+        if node is _UNSURE or (type(node) is not dict and type(node) is not list):
+            return _UNSURE
+        change = masked_of(node, rules, states, scoped)
+        if change is None:
+            continue
+        if copied_elements is None:
+            copied_elements = elements.copy()
+        copied_elements[index] = _up(chain, tail, change)
     if copied_elements is None:
         return None
-    change = copied_elements
-    for position in range(len(head) - 1, -1, -1):
-        copied = parents[position].copy()
-        copied[head[position]] = change
+    return _up(parents, head, copied_elements)
+
+
+def _down(node: Any, keys: tuple[str, ...]) -> tuple[list[dict[str, Any]], Any]:
+    """The dicts ``keys`` lead through from ``node``, and what the last key holds: ``None``
+    where a key is absent or holds None (never masked: nothing below changes), :data:`_UNSURE`
+    where a level is not a plain dict."""
+    chain = []
+    for key in keys:
+        if type(node) is not dict:
+            return chain, _UNSURE
+        chain.append(node)
+        node = node.get(key)
+        if node is None:
+            return chain, None
+    return chain, node
+
+
+def _up(chain: list[dict[str, Any]], keys: tuple[str, ...], change: Any) -> Any:
+    """``change`` put in place of what ``keys`` lead to, in copies of the dicts of ``chain``
+    (:func:`_down`'s), the first of them returned."""
+    for position in range(len(keys) - 1, -1, -1):
+        copied = chain[position].copy()
+        copied[keys[position]] = change
         change = copied
     return change
 
