@@ -27,7 +27,7 @@ from prime_runs_spool.spool.format import episode_rest, prepare
 
 from support.env import child_env
 from support.loop_ticker import Ticker
-from support.disk import BOTH_PATHS, choose_path, split_synced_writes
+from support.disk import BOTH_PATHS, choose_path, rewrite_writes, split_synced_writes
 
 
 class SyncLedger:
@@ -216,18 +216,9 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
 @BOTH_PATHS
 def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch, path):
     choose_path(monkeypatch, path)
-    real_writev, real_pwritev = durable_file._writev, durable_file._pwritev
-
-    def dribble(fd: int, parts) -> int:  # a write(2) may write less than asked
-        return real_writev(fd, [bytes(parts[0])[:7]])
-
-    def dribble_at(fd: int, parts, offset: int, flags: int = 0) -> int:
-        return real_pwritev(fd, [bytes(parts[0])[:7]], offset, flags)
-
     w = SegmentWriter.create(tmp_path, "r")
     seqs = w.append_many([("episode", {"i": i}) for i in range(700)])  # 2100 iovecs
-    monkeypatch.setattr(durable_file, "_writev", dribble)
-    monkeypatch.setattr(durable_file, "_pwritev", dribble_at)
+    rewrite_writes(monkeypatch, lambda _call, parts: [bytes(parts[0])[:7]])  # a write(2) may write less than asked
     seqs += w.append_many([("episode", {"j": i, "pad": "x" * 30}) for i in range(5)])
     monkeypatch.undo()
     w.seal("completed")
@@ -538,18 +529,12 @@ def test_async_tasks_that_append_before_the_helper_starts_share_its_sync(tmp_pat
     w = SegmentWriter.create(tmp_path, "r")
     groups: list[int] = []
     syncs = SyscallCounter(monkeypatch)
-    counted_writev, counted_pwritev = durable_file._writev, durable_file._pwritev
 
-    def writev(fd: int, parts) -> int:
+    def count_group(_call: int, parts: list[Any]) -> list[Any]:
         groups.append(len(parts) // 3)  # three parts per line (and perhaps the padding)
-        return counted_writev(fd, parts)
+        return parts
 
-    def pwritev(fd: int, parts, offset: int, flags: int = 0) -> int:
-        groups.append(len(parts) // 3)
-        return counted_pwritev(fd, parts, offset, flags)
-
-    monkeypatch.setattr(durable_file, "_writev", writev)
-    monkeypatch.setattr(durable_file, "_pwritev", pwritev)
+    rewrite_writes(monkeypatch, count_group)
 
     async def main() -> list[int]:
         return await asyncio.gather(*(w.append_async("episode", {"i": i}) for i in range(32)))
@@ -790,26 +775,11 @@ def test_a_short_first_writev_on_the_inline_path_is_written_out_or_fails_the_app
     error, not a success or a loop forever."""
     choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
-    real = durable_file._writev
-    real_at = durable_file._pwritev
-    calls = 0
 
-    def short(fd: int, parts: Any) -> int:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return real(fd, [bytes(parts[0])[:first]]) if first else 0
-        return real(fd, parts)
+    def short(call: int, parts: list[Any]) -> list[Any]:  # nothing at all where first is 0
+        return ([bytes(parts[0])[:first]] if first else []) if call == 1 else parts
 
-    def short_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return real_at(fd, [bytes(parts[0])[:first]], offset, flags) if first else 0
-        return real_at(fd, parts, offset, flags)
-
-    monkeypatch.setattr(durable_file, "_writev", short)
-    monkeypatch.setattr(durable_file, "_pwritev", short_at)
+    rewrite_writes(monkeypatch, short)
     if first:
         assert w.append_episodes(_lines("x", 3)) == 1
         monkeypatch.undo()
@@ -831,26 +801,13 @@ def test_a_short_first_writev_then_a_full_disk_on_the_inline_path_reports_nothin
     choose_path(monkeypatch, path)
     w = SegmentWriter.create(tmp_path, "r")
     assert w.append_episodes(_lines("before", 1)) == 1
-    real = durable_file._writev
-    real_at = durable_file._pwritev
-    calls = 0
 
-    def short_then_full(fd: int, parts: Any) -> int:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return real(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]])
+    def short_then_full(call: int, parts: list[Any]) -> list[Any]:
+        if call == 1:
+            return [bytes(parts[0])[:3], bytes(parts[1])[:10]]
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    def short_then_full_at(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            return real_at(fd, [bytes(parts[0])[:3], bytes(parts[1])[:10]], offset, flags)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(durable_file, "_writev", short_then_full)
-    monkeypatch.setattr(durable_file, "_pwritev", short_then_full_at)
+    rewrite_writes(monkeypatch, short_then_full)
     with pytest.raises(SpoolWriteError, match=os.strerror(errno.ENOSPC)):
         w.append_episodes(_lines("lost", 2))
     monkeypatch.undo()

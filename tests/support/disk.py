@@ -7,6 +7,7 @@ gate or fail the *sync*, or record what it made durable, hook ``durable_file._fd
 write without the flag, then ``durable_file._fdatasync``, looked up when it is called so the
 test's own hook runs, whenever it was installed. ``use_position_writes`` makes writers
 created afterwards take the path without the flag, so a test can cover both.
+``rewrite_writes`` changes what either kind of write is given (short, failing, counted).
 """
 
 from __future__ import annotations
@@ -65,3 +66,27 @@ def choose_path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     """Set up ``path`` (a :data:`BOTH_PATHS` value) for writers created afterwards."""
     if path == "position writes":
         use_position_writes(monkeypatch)
+
+
+def rewrite_writes(monkeypatch: pytest.MonkeyPatch, rewrite: Callable[[int, list[Any]], list[Any]]) -> None:
+    """Both writes a flush may make (a ``writev`` at the file position, a ``pwritev`` at an
+    offset) write ``rewrite(n, parts)`` in place of ``parts``, ``n`` counting the writes of
+    either kind from 1. ``rewrite`` may raise (a failing disk); an empty list writes nothing
+    and returns 0 (a write that made no progress)."""
+    real_writev, real_pwritev = durable_file._writev, durable_file._pwritev
+    calls = 0
+
+    def writev(fd: int, parts: Any) -> int:
+        nonlocal calls
+        calls += 1
+        parts = rewrite(calls, parts)
+        return real_writev(fd, parts) if parts else 0
+
+    def pwritev(fd: int, parts: Any, offset: int, flags: int = 0) -> int:
+        nonlocal calls
+        calls += 1
+        parts = rewrite(calls, parts)
+        return real_pwritev(fd, parts, offset, flags) if parts else 0
+
+    monkeypatch.setattr(durable_file, "_writev", writev)
+    monkeypatch.setattr(durable_file, "_pwritev", pwritev)
