@@ -32,7 +32,7 @@ from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 from support import platform_process
 from support.env import CLI, child_env
-from test_secrets_travel_e2e import all_bytes
+from support.files import all_bytes_under
 
 SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key", "HF_TOKEN", "apiKey",
                 "X-Api-Key", "client_secret", "db_password", "credentials", "secretAccessKey", "githubtoken",
@@ -118,7 +118,7 @@ def test_a_secret_shaped_key_at_any_depth_of_env_args_never_reaches_the_disk(cas
         run_dir = Path(folder) / "run"
         with open_run(run_dir, name="by-name", environments=["gsm8k"], config=config) as run:
             run.log_episodes([episode])
-            on_disk = all_bytes(run_dir)  # acknowledged: durable, and masked already
+            on_disk = all_bytes_under(run_dir)  # acknowledged: durable, and masked already
             run.finish()
         for secret in secrets + seat_secrets:
             assert secret.encode() not in on_disk, secret
@@ -154,7 +154,7 @@ def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_p
         items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
     writer.append_many(items)
     writer.seal("completed")
-    written = all_bytes(run_dir)
+    written = all_bytes_under(run_dir)
     spool_files = [path for _, path in list_segments(run_dir)]
     assert secret.encode() in written and seat_secret.encode() in written
     key = "platform-token-not-a-secret"
@@ -172,8 +172,8 @@ def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_p
         with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {key}"}) as api:
             metadata = api.get(f"/evaluations/{report['evaluation_id']}").json()["metadata"]
     assert metadata["env"]["taskset"]["args"] == {"judge_api_key": MASK, "split": "test"}
-    assert secret.encode() not in all_bytes(db.parent) and secret not in result.stdout + result.stderr
-    assert seat_secret.encode() not in all_bytes(db.parent)
+    assert secret.encode() not in all_bytes_under(db.parent) and secret not in result.stdout + result.stderr
+    assert seat_secret.encode() not in all_bytes_under(db.parent)
     assert all(path.read_bytes() in written for path in spool_files)  # the user's spool, as it was
 
 
@@ -199,7 +199,7 @@ def test_a_dataclass_in_a_trace_config_is_masked_like_the_mapping_it_is_written_
             config["client"] = _ClientArgs(secrets[0], {"X-Team": secrets[1]}, f"https://u:{secrets[2]}@host/v1")
             config["seat"] = _ClientArgs(secrets[0], {}, "https://host/v1")  # and one level deeper
             run.log_episodes([episode])
-        on_disk = all_bytes(run_dir)
+        on_disk = all_bytes_under(run_dir)
         run.finish()
     for secret in secrets:
         assert secret.encode() not in on_disk, secret
@@ -227,7 +227,7 @@ def test_an_enum_or_a_fragment_in_a_trace_config_is_masked_as_what_it_is_written
             config["seat"] = _Seat.OWNER
             config["extra"] = orjson.Fragment(b'{"api_key": "sk-FRAGMENT-2468", "tries": [1, 2]}')
             run.log_episodes([episode])
-        on_disk = all_bytes(run_dir)
+        on_disk = all_bytes_under(run_dir)
         run.finish()
     for secret in secrets:
         assert secret.encode() not in on_disk, secret

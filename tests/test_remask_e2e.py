@@ -31,7 +31,8 @@ from prime_runs_spool.sync.rows import RowStream
 
 from support import platform_process
 from support.env import CLI, child_env
-from test_secrets_travel_e2e import API_KEY, LEAKED, all_bytes, leaky_seat
+from support.files import all_bytes_under
+from support.leaky import API_KEY, LEAKED, leaky_items, leaky_seat, write_leaky_spool
 
 LAUNCH_SECRET = "ls_OLD_LAUNCH_FILE_SECRET_4242"
 CONFIG_SECRET = "cs_OLD_CONFIG_SECRET_1357"
@@ -50,17 +51,8 @@ def old_manifest(run_id: str) -> dict:
 
 def write_old_spool(run_dir: Path, run_id: str, episodes: int = 3, *, manifest: dict | None = None) -> bytes:
     """Returns the spool's bytes as written (the test checks sync leaves them alone)."""
-    writer = SegmentWriter.create(run_dir, run_id)
-    writer.append("manifest", manifest if manifest is not None else old_manifest(run_id))
-    items = []
-    for number in range(episodes):
-        episode = make_episode(number, run_id=run_id)
-        for trace in episode["traces"]:
-            trace["agent"]["config"].update(leaky_seat())
-        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
-    writer.append_many(items)
-    writer.seal("completed")
-    return all_bytes(run_dir)
+    write_leaky_spool(run_dir, run_id, manifest if manifest is not None else old_manifest(run_id), range(episodes))
+    return all_bytes_under(run_dir)
 
 
 @pytest.mark.slow
@@ -96,7 +88,7 @@ def test_an_old_spool_reaches_the_platform_masked_and_is_left_as_it_was(tmp_path
     seat = rows[0]["info"]["native_wrapper"]["traces"][0]["agent"]["config"]
     assert seat["client"]["extra_headers"] == {"X-Extra": "***"} and seat["client"]["api_key"] == "***"
     assert document["agent"]["config"]["env_vars"] == {"TOKEN": "***"}
-    places = {"platform database": all_bytes(db.parent), "sync output": "".join(outputs).encode()}
+    places = {"platform database": all_bytes_under(db.parent), "sync output": "".join(outputs).encode()}
     for secret in SECRETS:
         for where, data in places.items():
             assert secret.encode() not in data, f"a secret of the old spool reached the {where}"
@@ -173,28 +165,30 @@ def test_remask_manifest_keeps_a_launch_file_that_today_still_accepts() -> None:
 
 def write_old_spool_with_errors(run_dir: Path, run_id: str, manifest: dict | None = None) -> None:
     """An old spool (no masking_version) whose run completed with one errored episode."""
-    writer = SegmentWriter.create(run_dir, run_id)
-    writer.append("manifest", manifest if manifest is not None else old_manifest(run_id))
-    items = []
-    for number in range(3):
-        episode = make_episode(number, run_id=run_id, ok=(number != 1))
-        for trace in episode["traces"]:
-            trace["agent"]["config"].update(leaky_seat())
-        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
-    writer.append_many(items)
-    writer.seal("completed")
+    write_leaky_spool(run_dir, run_id, manifest if manifest is not None else old_manifest(run_id), range(3),
+                      errored={1})
 
 
-def sync_and_collect(tmp_path: Path, to: str) -> tuple[dict, bytes, str]:
+def sync_to_platform(tmp_path: Path, to: str, *, traces: bool = True) -> tuple[subprocess.CompletedProcess, bytes]:
+    """``prime-runs sync`` of ``tmp_path/runs`` to a platform process of its own (serving
+    Prime Traces too where ``traces``): what the command did, and every byte of the
+    platform's database files, read while it still runs."""
     db = tmp_path / "platform" / "platform.db"
     db.parent.mkdir()
-    with platform_process.running(db, "--token", API_KEY, "--traces") as server:
+    with platform_process.running(db, "--token", API_KEY, *(["--traces"] if traces else [])) as server:
         result = subprocess.run(
             CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url, "--to", to, "--json"],
             capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=API_KEY))
-        assert result.returncode == 0, result.stdout + result.stderr
-        (report,) = json.loads(result.stdout)["runs"]
-    return report, all_bytes(db.parent), result.stdout + result.stderr
+        return result, all_bytes_under(db.parent)
+
+
+def sync_and_collect(tmp_path: Path, to: str) -> tuple[dict, bytes, str]:
+    """:func:`sync_to_platform`, which must succeed: its one run's report, the database's
+    bytes, and all the command printed."""
+    result, database = sync_to_platform(tmp_path, to)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    return report, database, result.stdout + result.stderr
 
 
 @pytest.mark.slow
@@ -205,16 +199,6 @@ def test_errored_episode_released_at_completion_is_remasked(tmp_path: Path, to: 
     assert report["state"] == "synced", report
     leaked = [s for s in LEAKED.values() if s.encode() in database]
     assert not leaked, f"held-back (errored) episode released unmasked: {leaked}"
-
-
-def _leaky_items(run_id: str, numbers: range, salt: str = "") -> list:
-    items = []
-    for number in numbers:
-        episode = make_episode(number, run_id=run_id, salt=salt)
-        for trace in episode["traces"]:
-            trace["agent"]["config"].update(leaky_seat())
-        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
-    return items
 
 
 @pytest.mark.slow
@@ -233,7 +217,7 @@ def test_segment_resumed_by_an_older_writer_is_remasked(tmp_path: Path) -> None:
     first.close()  # crashed/stopped: no seal
     second = SegmentWriter.create(run_dir, run_id, expected_last=1, prior_episodes=1)
     second.append("manifest", {**old_manifest(run_id), "resumed": True})  # older writer: no masking_version
-    second.append_many(_leaky_items(run_id, range(1, 3)))
+    second.append_many(leaky_items(run_id, range(1, 3)))
     second.seal("completed")
     report, database, output = sync_and_collect(tmp_path, "samples")
     assert report["state"] == "synced", report
@@ -242,10 +226,7 @@ def test_segment_resumed_by_an_older_writer_is_remasked(tmp_path: Path) -> None:
 
 
 def _old_spool_with_config(run_dir: Path, run_id: str, config) -> None:
-    writer = SegmentWriter.create(run_dir, run_id)
-    writer.append("manifest", {**old_manifest(run_id), "config": config, "config_source": None})
-    writer.append_many(_leaky_items(run_id, range(1)))
-    writer.seal("completed")
+    write_leaky_spool(run_dir, run_id, {**old_manifest(run_id), "config": config, "config_source": None}, range(1))
 
 
 @pytest.mark.slow
@@ -255,13 +236,7 @@ def test_an_old_manifest_whose_config_is_a_list_of_pairs_is_masked(tmp_path: Pat
     _old_spool_with_config(tmp_path / "runs" / "pairs", "pairs",
                            [["model", "m"], ["client", {"api_key": LEAKED["client.api_key"]}],
                             ["env_vars", {"TOKEN": LEAKED["env_vars"]}]])
-    db = tmp_path / "platform" / "platform.db"
-    db.parent.mkdir()
-    with platform_process.running(db, "--token", API_KEY) as server:
-        result = subprocess.run(
-            CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url, "--to", "samples", "--json"],
-            capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=API_KEY))
-        database = all_bytes(db.parent)
+    _, database = sync_to_platform(tmp_path, "samples", traces=False)
     assert LEAKED["client.api_key"].encode() not in database, "an unmasked config reached the evaluation's metadata"
     assert LEAKED["env_vars"].encode() not in database, "an unmasked config reached the evaluation's metadata"
 
@@ -269,12 +244,7 @@ def test_an_old_manifest_whose_config_is_a_list_of_pairs_is_masked(tmp_path: Pat
 @pytest.mark.slow
 def test_an_old_manifest_whose_config_is_a_string_is_one_line_not_a_crash(tmp_path: Path) -> None:
     _old_spool_with_config(tmp_path / "runs" / "str", "str", "not a table")
-    db = tmp_path / "platform" / "platform.db"
-    db.parent.mkdir()
-    with platform_process.running(db, "--token", API_KEY) as server:
-        result = subprocess.run(
-            CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url, "--to", "samples", "--json"],
-            capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=API_KEY))
+    result, _ = sync_to_platform(tmp_path, "samples", traces=False)
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
     assert result.returncode in (0, 1) and result.stdout, (result.returncode, result.stdout, result.stderr)
 

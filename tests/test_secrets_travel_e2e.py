@@ -13,52 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET, make_episode
+from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET
 from prime_runs_spool import open_run
 from prime_runs_spool.sync import state as sync_state
 
 from support import platform_process
 from support.env import CLI, child_env
+from support.files import all_bytes_under
+from support.leaky import API_KEY, LEAKED, leaky_episodes, leaky_seat
 
-API_KEY = "prk-live-9f8e7d6c5b4a39281706"
 CONFIG_HEADER_SECRET = "cfs_CONFIG_HEADER_SECRET_5521"
 JUDGE_HEADER_SECRET = "judge_HEADER_SECRET_9910"
 HARNESS_SECRET = "hf_HARNESS_ENV_SECRET_3377"
-# The locations that leaked before, each with its own value, in the config and in
-# every trace's resolved config.
-LEAKED = {
-    "client.api_key": "sk-CLIENT_API_KEY_1111",
-    "client.extra_headers": "xh_EXTRA_HEADER_2222",
-    "client.default_headers": "dh_DEFAULT_HEADER_3333",
-    "sampling_args.extra_headers": "sa_REQUEST_HEADER_4444",
-    "client.base_url userinfo": "pw_BASE_URL_PASSWORD_5555",
-    "env_vars": "ev_ENV_VARS_SECRET_6666",
-    "headers as a string": "hs_HEADER_STRING_7777",
-}
-
-
 COMMENT_SECRET = "cm_LAUNCH_FILE_COMMENT_8888"
 
-
-def leaky_seat() -> dict:
-    """A seat config holding a secret at each location that once leaked."""
-    return {
-        "client": {"type": "eval", "api_key": LEAKED["client.api_key"],
-                   "base_url": f"https://svc:{LEAKED['client.base_url userinfo']}@vllm.internal/v1",
-                   "extra_headers": {"X-Extra": LEAKED["client.extra_headers"]},
-                   "default_headers": {"X-Default": LEAKED["client.default_headers"]}},
-        "sampling_args": {"extra_headers": {"Authorization": f"Bearer {LEAKED['sampling_args.extra_headers']}"}},
-        "env_vars": {"TOKEN": LEAKED["env_vars"]},
-        "judge": {"headers": f"Authorization: Bearer {LEAKED['headers as a string']}"},
-    }
-
-
-def leaky_episodes(run_id: str) -> list[dict]:
-    episodes = [make_episode(n, run_id=run_id) for n in range(3)]
-    for episode in episodes:
-        for trace in episode["traces"]:
-            trace["agent"]["config"].update(leaky_seat())
-    return episodes
 
 EVAL_TOML = f"""\
 model = "Qwen/Qwen3-8B"
@@ -73,10 +41,6 @@ CF-Access-Client-Secret = "{CONFIG_HEADER_SECRET}"
 [env.solver.harness.env]
 HF_TOKEN = "{HARNESS_SECRET}"
 """
-
-
-def all_bytes(folder: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
 
 
 @pytest.mark.slow
@@ -122,8 +86,8 @@ def test_no_secret_reaches_disk_the_platform_or_the_output(tmp_path: Path) -> No
     assert wrapper["traces"][0]["agent"]["config"]["harness"]["env"] == {"HF_TOKEN": "***"}
 
     places = {
-        "run directory": all_bytes(run_dir),
-        "platform database": all_bytes(db.parent),
+        "run directory": all_bytes_under(run_dir),
+        "platform database": all_bytes_under(db.parent),
         "sync output": (result.stdout + result.stderr).encode(),
     }
     for secret in secrets:
@@ -160,7 +124,7 @@ def test_no_leaked_location_reaches_the_local_platform_after_sync_local(tmp_path
     assert evaluation["metadata"]["config_source"]["text"] == 'model = "m"\n[client]\ntype = "eval"\n'
     seat = rows[0]["info"]["native_wrapper"]["traces"][0]["agent"]["config"]
     assert seat["client"]["api_key"] == "***" and seat["env_vars"] == {"TOKEN": "***"}
-    places = {"run directory": all_bytes(run_dir), "local platform database": all_bytes(db.parent),
+    places = {"run directory": all_bytes_under(run_dir), "local platform database": all_bytes_under(db.parent),
               "sync output": (result.stdout + result.stderr).encode()}
     for location, secret in {**LEAKED, "a comment of the launch file": COMMENT_SECRET}.items():
         for where, data in places.items():

@@ -17,7 +17,8 @@ from fixtures.episodes import FAKE_ENV_SECRET, FAKE_HEADER_SECRET
 from prime_runs_spool import open_run
 from support import platform_process
 from support.env import CLI, child_env
-from test_secrets_travel_e2e import API_KEY, LEAKED, all_bytes, leaky_episodes, leaky_seat
+from support.files import all_bytes_under
+from support.leaky import API_KEY, LEAKED, leaky_episodes, leaky_seat
 
 
 @pytest.mark.slow
@@ -46,7 +47,7 @@ def test_no_secret_reaches_prime_traces(tmp_path: Path) -> None:
     # what arrived is the spool's masked document, stamped with the evaluation id
     assert raw["agent"]["config"]["harness"]["env"] == {"HF_TOKEN": "***"}
     assert raw["run"]["id"] == report["evaluation_id"] and raw["run"]["type"] == "eval"
-    places = {"run directory": all_bytes(run_dir), "platform database": all_bytes(db.parent),
+    places = {"run directory": all_bytes_under(run_dir), "platform database": all_bytes_under(db.parent),
               "sync output": (result.stdout + result.stderr).encode()}
     for secret in [API_KEY, FAKE_HEADER_SECRET, FAKE_ENV_SECRET, *LEAKED.values()]:
         for where, data in places.items():

@@ -18,15 +18,13 @@ import pytest
 
 from prime_runs_spool.errors import UnsafeListenError
 from prime_runs_spool.viewer.auth import COOKIE_NAME, check_listen
-from fixtures.episodes import make_episode
 from prime_runs_spool.content.mask_locations import MASKING_VERSION
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
-from prime_runs_spool.spool.writer import SegmentWriter
 
 from support import platform_process
 from support.browser import launched
 from support.env import CLI, REPO_ROOT, child_env
-from test_secrets_travel_e2e import LEAKED, leaky_seat
+from support.leaky import LEAKED, write_leaky_spool
 
 FIXTURES = REPO_ROOT / "fixtures" / "outputs"
 TOKEN = "view-s3cret"
@@ -449,18 +447,9 @@ def foreign_spool(run_dir: Path, run_id: str) -> None:
     """A spool from a foreign producer that records today's masking_version but missed
     the trace-config locations (docs/masking.md: 'a spool from an older or foreign
     producer that missed a location still never puts a credential on the screen')."""
-    writer = SegmentWriter.create(run_dir, run_id)
-    writer.append("manifest", {"run_id": run_id, "name": "foreign", "environments": ["gsm8k"], "model": "m",
-                               "framework": "verifiers", "config": {"model": "m"},
-                               "masking_version": MASKING_VERSION})
-    items = []
-    for number in range(2):
-        episode = make_episode(number, run_id=run_id)
-        for trace in episode["traces"]:
-            trace["agent"]["config"].update(leaky_seat())
-        items.append(("episode", episode, {"episode_id": episode["id"], "rollout_number": number}))
-    writer.append_many(items)
-    writer.seal("completed")
+    write_leaky_spool(run_dir, run_id, {"run_id": run_id, "name": "foreign", "environments": ["gsm8k"], "model": "m",
+                                        "framework": "verifiers", "config": {"model": "m"},
+                                        "masking_version": MASKING_VERSION}, range(2))
 
 
 @pytest.mark.slow
