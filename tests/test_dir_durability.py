@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from support.episodes import small_episode
+from support.local_client import local_settings
 from prime_runs_spool import open_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.sync.engine import RunSync
@@ -75,7 +75,7 @@ def test_the_first_sync_state_is_durable_with_the_folder_it_created(tmp_path, mo
     assert not sync_dir(run_dir).exists()
     syncs = FolderSyncs(monkeypatch)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        client = PlatformClient(Settings(platform.base_url, Secret("local"), None, platform.base_url))
+        client = PlatformClient(local_settings(platform))
         destination = Destination(key="local", base_url=platform.base_url)
         report = RunSync(run_dir, client, destination, SyncOptions()).run()
         client.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from support.fake_platform import FakePlatform
+from support.local_client import CountingClient, local_settings
 from support.runs import build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -21,24 +22,13 @@ from prime_runs_spool.sync.state import Destination
 DEST = Destination(key="index-dest", base_url="http://local")
 
 
-class CountingClient(PlatformClient):
-    """Counts the evaluations that listings hand back: the work a lookup costs."""
-
-    listed = 0
-
-    def list_evaluations(self, **kwargs):
-        page = super().list_evaluations(**kwargs)
-        self.listed += len(page.get("evaluations") or [])
-        return page
-
-
 @pytest.mark.slow
 def test_first_sync_of_many_new_runs_reads_a_linear_number_of_listed_evaluations(tmp_path: Path) -> None:
     runs = 40
     for n in range(runs):
         build_run(tmp_path / "runs" / f"run-{n:03d}", f"index-run-{n:03d}", 1)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             # One job: how much a lookup reads does not depend on how threads interleave.
             reports = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=1)
@@ -174,7 +164,7 @@ def test_runs_with_nothing_to_send_are_answered_without_a_pass(tmp_path: Path, m
     grows.add(2)
     grows.abandon()
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with PlatformClient(settings) as client:
             first = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
             assert sorted(r.state for r in first) == ["crashed"] + ["synced"] * 6

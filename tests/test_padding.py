@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.env import child_env
+from support.local_client import local_settings
 from support.runs import RunBuilder
 from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.spool import durable_file
 from prime_runs_spool.spool.format import PADDING_BYTES
@@ -259,7 +259,7 @@ def test_a_live_run_with_nothing_new_is_answered_without_a_pass(tmp_path: Path) 
     builder.open_segment()
     builder.add(2)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings_ = local_settings(platform)
         with PlatformClient(settings_) as client:
             first, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
             assert first.pushed_now == 2
@@ -296,7 +296,7 @@ def test_a_copy_of_a_live_run_copied_again_with_more_lines_of_the_same_size_is_s
     copy_run()
     size = (copy / "spool" / writer.path.name).stat().st_size
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings_ = local_settings(platform)
         with PlatformClient(settings_) as client:
             first, = sync_paths([tmp_path / "copies"], client, DEST, SyncOptions())
             assert (first.state, first.pushed_now) == ("crashed", 2)
@@ -477,7 +477,7 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
     builder.add(2)
     builder.abandon()
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings_ = local_settings(platform)
         with PlatformClient(settings_) as client:
             first, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
             assert (first.state, first.pushed_now) == ("crashed", 2)

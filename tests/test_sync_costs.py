@@ -18,10 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.local_client import CountingClient, local_settings
 from support.runs import RunBuilder, build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
-from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.reader import iter_records
@@ -38,18 +37,6 @@ from prime_runs_spool.sync.store_sync import StoreRunSync, default_local_root, s
 DEST = Destination(key="costs-dest", base_url="http://local")
 
 
-class CountingClient(PlatformClient):
-    """Counts requests by method and route (ids left out)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.requests: Counter[str] = Counter()
-
-    def _request(self, method, path, **kwargs):
-        self.requests[f"{method} {re.sub(r'/evaluations/[^/]+', '/evaluations/ID', path)}"] += 1
-        return super()._request(method, path, **kwargs)
-
-
 def _evaluations(platform: EmbeddedPlatform) -> list[dict]:
     """Every evaluation on the platform, read without the client under test."""
     return httpx.get(f"{platform.base_url}/api/v1/evaluations/", params={"limit": 100}).json()["evaluations"]
@@ -58,7 +45,7 @@ def _evaluations(platform: EmbeddedPlatform) -> list[dict]:
 def _sync(tmp_path: Path, platform: EmbeddedPlatform, paths: list[Path], *, jobs: int = 1,
           index: EvaluationIndex | None = None, run: Path | None = None,
           options: SyncOptions | None = None) -> tuple[CountingClient, list]:
-    settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+    settings = local_settings(platform)
     options = options or SyncOptions()
     with CountingClient(settings) as client:
         if run is not None:
@@ -335,7 +322,7 @@ def test_a_follower_finds_a_burst_of_new_runs_in_one_listing(tmp_path: Path) -> 
     for n in range(runs):
         build_run(tmp_path / "runs" / f"run-{n}", f"costs-followed-{n}", 2)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             reports = Follower([tmp_path / "runs"], client, DEST, SyncOptions(),
                                FollowOptions(exit_when_idle=True)).run()
@@ -359,7 +346,7 @@ def test_a_store_sync_finds_its_new_runs_in_one_listing(tmp_path: Path) -> None:
     runs = 5
     url = _file_store(tmp_path, runs, "costs-stored")
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=3)
         evaluations = _evaluations(platform)
@@ -378,7 +365,7 @@ def test_a_store_run_another_syncer_held_is_looked_for_at_the_head(tmp_path: Pat
     index = EvaluationIndex(answers_new_runs=True)  # this sync's, listed before the other syncer's pass
     options = SyncOptions()
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         store = ObjectStore(url)
         here = tmp_path / "this-machine"
         first, second = find_store_runs(store, store.list(), default_local_root(store.url, here))
@@ -418,13 +405,12 @@ def test_a_cancelled_run_resumed_to_completion_costs_its_samples_one_put_and_the
                 bodies.append({"request": f"{method} {path.rsplit('/', 1)[-1]}", **(kwargs.get("json_body") or {})})
             return super()._request(method, path, **kwargs)
 
-    settings_of = lambda platform: Settings(platform.base_url, Secret("local"), None, platform.base_url)  # noqa: E731
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
         _sync(tmp_path, platform, [tmp_path / "runs"])
         builder.open_segment()
         builder.add(2)
         builder.seal()
-        with RecordingClient(settings_of(platform)) as client:
+        with RecordingClient(local_settings(platform)) as client:
             [report] = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
         [evaluation] = _evaluations(platform)
     assert report.state == "synced", report
@@ -462,7 +448,7 @@ def test_a_new_store_run_has_its_state_read_once(tmp_path: Path, monkeypatch: py
     url = _file_store(tmp_path, runs, "costs-state-once")
     reads = _state_reads(monkeypatch)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=2)
     assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
@@ -480,7 +466,7 @@ def test_a_state_written_without_the_lease_is_read_not_overwritten(tmp_path: Pat
     url = _file_store(tmp_path, 1, "costs-stray-state")
     store = ObjectStore(url)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             [first] = sync_store(url, client, DEST, SyncOptions())
         assert first.state == "synced"
@@ -549,7 +535,7 @@ def test_a_store_run_renews_its_lease_only_to_announce_a_request(tmp_path: Path,
 
     monkeypatch.setattr(ObjectStore, "_put_local", recorded)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = Settings(platform.base_url, Secret("local"), None, platform.base_url)
+        settings = local_settings(platform)
         with CountingClient(settings) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=1)
     assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
