@@ -267,4 +267,4 @@ def test_the_error_a_failed_run_is_sealed_with_carries_no_url_credential(tmp_pat
 
     (seal,) = [record.data for record in iter_records(tmp_path / "run") if record.type == "seal"]
     assert seal["status"] == "failed" and "https://***@127.0.0.1:9/o/r.git" in seal["error"], seal
-    assert URL_TOKEN.encode() not in all_bytes(tmp_path / "run")
+    assert URL_TOKEN.encode() not in all_bytes_under(tmp_path / "run")
