@@ -26,6 +26,9 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 #: The permission bits of a mode that let anyone but the owner in.
 OTHERS_ACCESS = 0o077
+#: The errors that mean the disk (or the user's quota on it) is full: freeing space and
+#: trying again is the way on, so they get one line naming the path rather than a traceback.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
@@ -128,7 +131,7 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
 def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
     """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
     missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
-    file goes). ``durable``: the data and the rename are fsync'd (a sync state, an import's
+    file goes), and an ``OSError`` that names no file (a full disk's write) naming ``path``. ``durable``: the data and the rename are fsync'd (a sync state, an import's
     mark); without it, a cache that can be made again (a copy of a state held in a store).
     The temporary name holds the process and the thread: two writers never share one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -147,9 +150,11 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write or fsync: name the file it was for
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
     if durable:
         fsync_folder(path.parent)

@@ -34,7 +34,6 @@ this command exists to prevent.
 from __future__ import annotations
 
 import contextlib
-import errno
 import importlib
 import inspect
 import logging
@@ -51,6 +50,7 @@ from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
+from prime_runs_spool.files import DISK_FULL_ERRNOS
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
 from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
@@ -211,11 +211,6 @@ def not_shipped_lines(session: EvalSession) -> list[str]:
     if session.logs_on_terminal:
         return []
     return [line for run in session.runs if (line := run.not_shipped)]
-
-
-#: The errors that mean the disk (or the user's quota on it) is full: freeing space and
-#: resuming is the way on, so they get one line rather than a traceback.
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def resume_command(session: EvalSession) -> str | None:

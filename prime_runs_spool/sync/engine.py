@@ -48,7 +48,8 @@ from prime_runs_spool.sync.rows import durable_records, note_skipped, record_epi
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
-from prime_runs_spool.sync.state import FINALIZE, Destination, InFlight, SyncState, load_state, metadata_digest
+from prime_runs_spool.sync.state import (FINALIZE, Destination, InFlight, SyncState, disk_full_line, load_state,
+                                         metadata_digest)
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -153,7 +154,7 @@ class RunSync:
             report.state, report.error = ERROR, str(exc)
         except OSError as exc:
             report.state = ERROR
-            report.error = f"{exc.filename or self.run_dir}: {exc.strerror or exc}"
+            report.error = disk_full_line(exc, self.run_dir) or f"{exc.filename or self.run_dir}: {exc.strerror or exc}"
         return report
 
     def probe(self) -> RunReport | None:

@@ -25,7 +25,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.state import Destination, adopt_states, state_home
+from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home
 from prime_runs_spool.sync.unchanged import Unchanged, look
 
 if TYPE_CHECKING:
@@ -123,8 +123,9 @@ def sync_run(
         return engine.run()
     except Stopped:
         return interrupted_report(run_dir, engine.report if engine is not None else None)
-    except OSError as exc:  # e.g. its state folder cannot be listed: this run only
-        return RunReport(path=str(run_dir), state=ERROR, error=unreadable_message(exc, run_dir))
+    except OSError as exc:  # e.g. its state folder cannot be listed, or a state copied into a full disk: this run only
+        return RunReport(path=str(run_dir), state=ERROR,
+                         error=disk_full_line(exc, run_dir) or unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
         return internal_error_report(str(run_dir), exc)
     finally:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import read_regular_file, replace_private
+from prime_runs_spool.files import DISK_FULL_ERRNOS, read_regular_file, replace_private
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.spool.reader import Position
@@ -353,6 +353,17 @@ def save_state(path: Path, state: SyncState) -> None:
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
     replace_private(path, data, durable=True)
     _OWN_WRITES[str(path)] = _digest(data)
+
+
+def disk_full_line(exc: OSError, where: Path) -> str | None:
+    """The one line for a sync that could not write its state (or lock) because the disk is
+    full: which file, and what to do; None for any other error. Nothing is lost by it: a
+    state not written is a pass cut short, which the next sync carries on from, exactly once
+    (docs/sync.md)."""
+    if exc.errno not in DISK_FULL_ERRNOS:
+        return None
+    return (f"{exc.filename or where}: cannot be written, the disk is full ({exc.strerror}); "
+            "free space on it, then sync again: it carries on, pushing nothing twice")
 
 
 # -- where a run's sync state lives ------------------------------------------------------
