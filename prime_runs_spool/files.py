@@ -273,6 +273,6 @@ def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callabl
         except OSError as exc:
             report(Path(entry.path), exc)
             continue
-        yield Path(entry.path)
+        yield folder / entry.name  # the folder's parts reused, not the whole path parsed again
 
 

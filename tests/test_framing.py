@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from crc32c import crc32c
 
 from prime_runs_spool.errors import CorruptSpoolError, RecordNotSerializableError
-from prime_runs_spool.spool.format import encode_line, episode_rest, framing_rest, parse_line, prepare
+from prime_runs_spool.spool.format import _DATA_OPEN, _DATA_OPEN_CRC, encode_line, episode_rest, framing_rest, parse_line, prepare
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.spool.scan import read_run
 from support.segments import as_tuples, build_segment, write_segment
@@ -129,3 +130,15 @@ def test_an_episodes_rest_is_framing_rest_of_its_meta_byte_for_byte(episode_id, 
     serialization of it whole); the line must be the one ``framing_rest`` makes of the meta."""
     meta = {"episode_id": episode_id, "rollout_number": rollout_number}
     assert episode_rest(episode_id, rollout_number) == framing_rest("episode", meta)
+
+
+@settings(max_examples=30, deadline=None)
+@given(json_values, st.integers(0, 2**40))
+def test_a_lines_crc_is_the_crc32c_of_its_bytes(value, seq):
+    """The checksum library loads at the first line, and the checksum of ``{"data":`` it
+    starts from is a constant: each must be crc32c's own over the line's bytes, computed
+    here by the library directly."""
+    assert _DATA_OPEN_CRC == crc32c(_DATA_OPEN)
+    line = encode_line({"value": value}, seq, "episode")
+    body, trailer = line[:-19], line[-19:]
+    assert trailer == b',"crc":"%08x"}\n' % crc32c(body)

@@ -5,9 +5,11 @@ per run that sets how long a sweep of thousands of small runs takes to sync
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -18,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.env import CLI, child_env
 from support.local_client import CountingClient, local_settings
 from support.runs import RunBuilder, build_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -31,7 +34,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import find_store_runs
 from prime_runs_spool.sync import unchanged
 from prime_runs_spool.sync.follow import FollowOptions, Follower
-from prime_runs_spool.sync.state import Destination
+from prime_runs_spool.sync.state import Destination, remote_destination
 from prime_runs_spool.sync.store_sync import StoreRunSync, default_local_root, sync_store
 
 DEST = Destination(key="costs-dest", base_url="http://local")
@@ -238,6 +241,40 @@ def test_a_no_op_resync_lists_each_spool_folder_once(tmp_path: Path, monkeypatch
     assert [r.as_json() for r in answered] == [r.as_json() for r in probed]
     spools = {str((tmp_path / "runs" / f"run-{n:02d}" / "spool").resolve()) for n in range(runs)}
     assert {folder: listed[folder] for folder in spools} == dict.fromkeys(spools, 1), listed
+
+
+#: What a no-op re-sync answered from kept answers must not load: the HTTP stack, the lock's
+#: library, the checksum library, the reader and the engine, the shared listings.
+NOT_FOR_A_NO_OP = ("httpx", "filelock", "crc32c", "prime_runs_spool.spool.reader", "prime_runs_spool.sync.engine",
+                   "prime_runs_spool.sync.index", "prime_runs_spool.importer.agreement")
+
+
+def test_a_no_op_resync_asks_the_platform_nothing_and_loads_none_of_the_sync_machinery(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prime-runs sync`` of runs found up to date before sends nothing, so it asks nothing,
+    not even whether the key is good (docs/cli.md): it succeeds with the platform gone. And
+    it imports only what answers it (benchmarks/sync_noop_many.py: start-up is most of it)."""
+    for n in range(3):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-no-op-command-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        destination = remote_destination(platform.base_url, None)  # the command's, for this URL
+        with CountingClient(local_settings(platform)) as client:
+            sync_paths([tmp_path / "runs"], client, destination, SyncOptions())
+            _settled_at_once(monkeypatch)
+            probed = sync_paths([tmp_path / "runs"], client, destination, SyncOptions())  # keeps the answers
+        base_url = platform.base_url
+    probe = ("import atexit, json, sys\n"
+             f"atexit.register(lambda: sys.stderr.write(json.dumps([m for m in {NOT_FOR_A_NO_OP!r} "
+             "if m in sys.modules]) + '\\n'))\n"
+             "from commands.cli import main\n"
+             f"sys.argv = ['prime-runs', 'sync', {str(tmp_path / 'runs')!r}, '--base-url', {base_url!r}, '--json']\n"
+             "main()\n")
+    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, timeout=60,
+                          env=child_env(PRIME_API_KEY="a-key-nobody-checks"))
+    assert done.returncode == 0, done.stderr
+    assert [r["state"] for r in json.loads(done.stdout)["runs"]] == ["up_to_date"] * 3
+    assert [r["evaluation_id"] for r in json.loads(done.stdout)["runs"]] == [r.evaluation_id for r in probed]
+    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
 
 
 def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Path,

@@ -53,11 +53,17 @@ def spooled_by_eval(output_dir: Path) -> bool:
 def to_refresh(paths: Iterable[Path]) -> list[Path]:
     """The eval output folders under ``paths`` that ``prime-runs sync`` imports (or refreshes)
     before it syncs: all but those whose spool the eval wrote itself, unless that spool and
-    its ``traces.jsonl`` may disagree (importer/agreement.py: a few ``stat`` calls decide)."""
-    from prime_runs_spool.importer.agreement import needs_catching_up
+    its ``traces.jsonl`` may disagree (importer/agreement.py: a few ``stat`` calls decide; the
+    module, and the reader under it, are loaded only for such a spool)."""
+    found = []
+    for output_dir in find_eval_outputs(paths):
+        if spooled_by_eval(output_dir):
+            from prime_runs_spool.importer.agreement import needs_catching_up
 
-    return [output_dir for output_dir in find_eval_outputs(paths)
-            if not spooled_by_eval(output_dir) or needs_catching_up(output_dir)]
+            if not needs_catching_up(output_dir):
+                continue
+        found.append(output_dir)
+    return found
 
 
 def unspooled(output_dir: Path, state_dir: Path | None) -> bool:

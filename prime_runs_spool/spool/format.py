@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Union
 
 import orjson
-from crc32c import crc32c as checksum
 
 from prime_runs_spool.errors import RecordNotSerializableError, RecordTooLargeError
 
@@ -58,11 +57,24 @@ CRASHED = "crashed"
 SEAL_STATUSES = (COMPLETED, FAILED, CANCELLED, CRASHED)
 
 _DATA_OPEN = b'{"data":'
-_DATA_OPEN_CRC = checksum(_DATA_OPEN)
+#: CRC-32C of ``_DATA_OPEN``: a constant, so that importing this module (every command
+#: does, for the vocabulary) loads no checksum library (tests/test_framing.py checks it).
+_DATA_OPEN_CRC = 0x28FB163B
 _TRAILER_RE = re.compile(rb',"crc":"([0-9a-f]{8})"\}\n\Z')
 _TYPE_RE = re.compile(r"[a-z_]+\Z")
 #: framing_rest's answer for a record type with no meta, by type: checked and built once, not per append.
 _BARE_REST: dict[str, bytes] = {}
+
+
+def checksum(data: Any, value: int = 0) -> int:
+    """CRC-32C of ``data`` extended from ``value``: crc32c's own, loaded at the first line
+    written or read (its package reads its installed metadata when imported, about a tenth
+    of a no-op sync's start-up), then called directly."""
+    global checksum
+    from crc32c import crc32c
+
+    checksum = crc32c
+    return crc32c(data, value)
 
 
 def to_jsonable(record: Any) -> Any:

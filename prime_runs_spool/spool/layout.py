@@ -122,7 +122,7 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     return [(index, folder / name) for index, name in _segment_names(folder)]
 
 
-def _segment_names(folder: Path) -> list[tuple[int, str]]:
+def _segment_names(folder: str | os.PathLike[str]) -> list[tuple[int, str]]:
     """The segment files in a spool folder as ``(index, name)``, in index order (none when
     the folder is gone); :class:`NotASegmentFileError` for one that is not a regular file."""
     try:
@@ -153,7 +153,7 @@ def is_run_dir(path: Path) -> bool:
     Raises :class:`OSError` (its ``filename`` the directory that could not be read) when
     ``path`` or its ``spool/`` cannot be looked into: "cannot tell" is not "no".
     """
-    folder = path / SPOOL_DIRNAME
+    folder = os.path.join(path, SPOOL_DIRNAME)  # a string: asked of every folder a walk meets
     try:
         mode = os.lstat(folder).st_mode
     except (FileNotFoundError, NotADirectoryError):

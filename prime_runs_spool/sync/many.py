@@ -15,13 +15,10 @@ from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from filelock import FileLock, Timeout
-
 from prime_runs_spool.errors import Stopped
 from prime_runs_spool.files import FILE_MODE, make_private_dir, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
-from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
@@ -29,10 +26,14 @@ from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_lin
 from prime_runs_spool.sync.unchanged import Unchanged, look
 
 if TYPE_CHECKING:
-    from prime_runs_spool.sync.engine import RunSync
+    from filelock import FileLock
 
-# The engine (and the protocol, the sinks, the reader under them) is imported where a run
-# is read: a re-sync of runs found up to date before never needs it (sync/unchanged.py).
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.index import EvaluationIndex
+
+# The engine (and the protocol, the sinks, the reader under them) and the lock's library are
+# imported where a run is read: a re-sync of runs found up to date before needs neither
+# (sync/unchanged.py).
 
 
 #: The run's sync lock: at most one sync or follower works on a run at a time.
@@ -46,6 +47,8 @@ def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
     """The run's sync lock (``spool/sync.lock``; ``run_dir``: the run's state home, see
     :func:`~prime_runs_spool.sync.state.state_home`), not yet taken: at most one sync or
     follower works on a run at a time; the kernel drops it when its holder dies."""
+    from filelock import FileLock
+
     return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0, mode=FILE_MODE)
 
 
@@ -106,6 +109,8 @@ def sync_run(
         except OSError as exc:
             return RunReport(path=str(run_dir), state=ERROR,
                              error=f"cannot keep its sync state in {spool_dir(home)}: {exc.strerror or exc}")
+    from filelock import Timeout
+
     lock = sync_lock(home, wait=wait)
     try:
         lock.acquire()
@@ -190,7 +195,7 @@ def sync_paths(
     found = discover(paths)
     if not found:
         return []
-    index = EvaluationIndex(answers_new_runs=True)
+    index: EvaluationIndex | None = None  # made for the first run that takes a pass
     known = None if options.replay else Unchanged(destination)
     sleep = stop.sleep if stop is not None else time.sleep
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
@@ -210,6 +215,10 @@ def sync_paths(
                     if stop is not None and stop.is_set():
                         work.append((item, None))
                         continue
+                if index is None:
+                    from prime_runs_spool.sync.index import EvaluationIndex
+
+                    index = EvaluationIndex(answers_new_runs=True)
                 work.append((item, pool.submit(sync_run, item, client, destination, options, wait=wait,
                                                on_progress=on_progress, index=index, sleep=sleep,
                                                state_dir=state_dir)))

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -25,10 +26,12 @@ import orjson
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import DISK_FULL_ERRNOS, read_regular_file, replace_private
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
-from prime_runs_spool.spool.layout import spool_dir
-from prime_runs_spool.spool.reader import Position
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.sinks.registry import is_sink, known
 from prime_runs_spool.sync.typed_json import build
+
+if TYPE_CHECKING:
+    from prime_runs_spool.spool.reader import Position
 
 
 #: Sync's state files, one per destination (and per replay), inside the spool folder.
@@ -93,6 +96,9 @@ class Cursor:
     @property
     def position(self) -> Position:
         """Where reading resumes (the start of the episode when ``rows_done`` > 0)."""
+        # The reader where a run is read: a no-op re-sync loads states' module, not it.
+        from prime_runs_spool.spool.reader import Position
+
         return Position(self.segment_index, self.offset, self.next_seq)
 
 
@@ -375,19 +381,21 @@ def disk_full_line(exc: OSError, where: Path) -> str | None:
 STATE_DIR_SPOOLS = "spools"
 
 
-def is_read_only(path: Path) -> bool:
+#: Any write permission: the owner's, the group's or others'.
+_ANY_WRITE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def is_read_only(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` must not be written: the kernel says so (``os.access``: a read-only
     mount, an immutable folder), or no one has write permission on it. The second is
     honoured even for root, who may write anyway: a folder its owner made read-only (an
     artifact unpacked 0555) is left as it is. One rule for spools and for plain eval outputs
     (importer/places.py)."""
-    import stat
-
     try:
-        mode = path.stat().st_mode
+        mode = os.stat(path).st_mode
     except OSError:
         return True
-    if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+    if not os.access(path, os.W_OK) or not mode & _ANY_WRITE:
         return True
     try:  # a read-only mount: os.access answers for permissions only on some kernels
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
@@ -400,7 +408,7 @@ def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
     itself, or, when its spool folder is read-only, its folder under ``state_dir``; None when
     the spool folder is read-only and there is no state directory (the caller names
     ``--state-dir``)."""
-    if not is_read_only(spool_dir(run_dir)):
+    if not is_read_only(os.path.join(run_dir, SPOOL_DIRNAME)):  # a string: asked of every run a sync finds
         return run_dir
     if state_dir is None:
         return None
