@@ -15,6 +15,7 @@ import pytest
 from prime_runs_spool.errors import StoreConflict
 from prime_runs_spool.store.objects import ObjectStore
 
+from support.children import all_succeed
 from support.env import CLI, child_env
 from support.runs import build_run
 from support.store_runs import (check_live_then_sealed, check_synced_once_then_up_to_date,
@@ -95,8 +96,7 @@ def test_processes_racing_to_replace_lose_no_update(folder_url: str) -> None:
     ObjectStore(folder_url).create("counter", b"0")
     procs = [subprocess.Popen([sys.executable, "-c", INCREMENTS, folder_url, "60"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=child_env()) for _ in range(4)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0] * 4, outs
+    outs = all_succeed(procs)
     assert ObjectStore(folder_url).read("counter")[0] == b"240"
     assert sum(int(out) for out, _ in outs) > 0, "the processes never raced: the test proved nothing"
     assert [o.key for o in ObjectStore(folder_url).list()] == ["counter"]  # no temporary file left

@@ -15,8 +15,8 @@ from prime_runs_spool.store.objects import ObjectStore
 
 from support import moto_server, platform_process
 
-from support.runs import build_run
-from support.store_runs import get_object, machine_env, upload_run
+from support.children import all_succeed
+from support.store_runs import get_object, machine_env, start_sync_from_store, stored_run
 from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
 from test_traces_sync_e2e import episodes_in_traces
 
@@ -42,9 +42,7 @@ def assert_once_in_traces(api: httpx.Client, run_id: str, ids: list[str]) -> Non
 def test_a_bucket_synced_to_traces_twice_and_from_another_machine_stores_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/outputs"
-    builders = [build_run(tmp_path / f"run-{n}", f"store-traces-{n}", 14) for n in range(2)]
-    for n, builder in enumerate(builders):
-        upload_run(bucket_url, builder.run_dir, f"run-{n}")
+    builders = [stored_run(bucket_url, tmp_path / f"run-{n}", f"store-traces-{n}", 14) for n in range(2)]
     cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--json", "--traces-batch-bytes", "6000")
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=machine(moto, tmp_path / "m1"))
     assert first.returncode == 0, first.stderr + first.stdout
@@ -67,15 +65,10 @@ def test_a_bucket_synced_to_traces_twice_and_from_another_machine_stores_each_ep
 def test_two_machines_syncing_a_bucket_to_traces_together_store_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/outputs"
-    builders = [build_run(tmp_path / f"run-{n}", f"store-traces-pair-{n}", 10) for n in range(4)]
-    for n, builder in enumerate(builders):
-        upload_run(bucket_url, builder.run_dir, f"run-{n}")
-    cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--json", "--wait", "--jobs", "2",
-                   "--traces-batch-bytes", "5000")
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=machine(moto, tmp_path / f"m{n}")) for n in range(2)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0], outs
+    builders = [stored_run(bucket_url, tmp_path / f"run-{n}", f"store-traces-pair-{n}", 10) for n in range(4)]
+    args = (bucket_url, "--to", "traces", "--json", "--wait", "--jobs", "2", "--traces-batch-bytes", "5000")
+    outs = all_succeed([start_sync_from_store(server.base_url, tmp_path / f"m{n}", *args, store_env=moto.env())
+                        for n in range(2)])
     runs = [json.loads(out)["runs"] for out, _ in outs]
     for n in range(4):
         assert sorted(r[n]["pushed_now"] for r in runs) == [0, 10], runs  # one pushed it, one found it done
@@ -94,8 +87,7 @@ def leased_machine(moto, home: Path) -> dict[str, str]:
 def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_replay(
         tmp_path: Path, server, api, moto) -> None:
     bucket_url = f"s3://{moto.new_bucket()}/out"
-    builder = build_run(tmp_path / "run", "attack-store-replay", 40)
-    upload_run(bucket_url, builder.run_dir, "run")
+    builder = stored_run(bucket_url, tmp_path / "run", "attack-store-replay", 40)
     first = subprocess.run(sync_cmd(server.base_url, bucket_url, "--to", "traces", "--json"), capture_output=True,
                            text=True, timeout=120, env=leased_machine(moto, tmp_path / "m1"))
     assert first.returncode == 0, first.stderr
@@ -112,12 +104,9 @@ def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_r
             break
     import time
     time.sleep(3)  # the killed syncer's lease (2 s) runs out
-    cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--replay", "--json",
-                   "--traces-batch-bytes", "3000")
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=leased_machine(moto, tmp_path / f"m{n}")) for n in (1, 2)]
-    outs = [proc.communicate(timeout=180) for proc in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    args = (bucket_url, "--to", "traces", "--replay", "--json", "--traces-batch-bytes", "3000")
+    outs = all_succeed([start_sync_from_store(server.base_url, tmp_path / f"m{n}", *args, store_env=moto.env(),
+                                              **LEASE) for n in (1, 2)], timeout=180)
     states = sorted(json.loads(out)["runs"][0]["state"] for out, _ in outs)
     assert states == ["skipped", "synced"], outs  # one continues the killed replay, the other is kept off
     evaluations = evaluations_of(api, builder.run_id)
@@ -133,8 +122,7 @@ def test_replay_dry_run_over_a_store_url_says_what_the_replay_would_push(tmp_pat
     """Locally, `sync --replay --dry-run` of a synced run reports `dry_run`, pushed N; over a
     store URL it reports the run's earlier evaluation as up to date (pushed 0)."""
     bucket_url = f"s3://{moto.new_bucket()}/out"
-    builder = build_run(tmp_path / "run", "attack-replay-dry", 5)
-    upload_run(bucket_url, builder.run_dir, "run")
+    builder = stored_run(bucket_url, tmp_path / "run", "attack-replay-dry", 5)
     env = leased_machine(moto, tmp_path / "m")
     run = lambda *a: subprocess.run(sync_cmd(server.base_url, *a, "--to", "traces", "--json"),  # noqa: E731
                                     capture_output=True, text=True, timeout=120, env=env)
@@ -152,8 +140,7 @@ def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_ep
     import time
 
     bucket_url = f"s3://{moto.new_bucket()}/out"
-    builder = build_run(tmp_path / "run", "attack-store-kill", 40)
-    upload_run(bucket_url, builder.run_dir, "run")
+    builder = stored_run(bucket_url, tmp_path / "run", "attack-store-kill", 40)
 
     def held() -> int:
         return sum(len(episodes_in_traces(api, e["evaluation_id"])) for e in evaluations_of(api, builder.run_id))
@@ -164,11 +151,9 @@ def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_ep
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=leased_machine(moto, tmp_path / home))
         assert kill_on_progress(proc, held, 4 if kill == 0 else 3 + 0 * kill), "the sync ended before the kill"
     time.sleep(3)
-    cmd = sync_cmd(server.base_url, bucket_url, "--to", "traces", "--wait", "--json", "--traces-batch-bytes", "3000")
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=leased_machine(moto, tmp_path / f"m{n}")) for n in (1, 2)]
-    outs = [proc.communicate(timeout=180) for proc in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    args = (bucket_url, "--to", "traces", "--wait", "--json", "--traces-batch-bytes", "3000")
+    all_succeed([start_sync_from_store(server.base_url, tmp_path / f"m{n}", *args, store_env=moto.env(), **LEASE)
+                 for n in (1, 2)], timeout=180)
     (evaluation,) = evaluations_of(api, builder.run_id)
     items = episodes_in_traces(api, evaluation["evaluation_id"])
     assert sorted(i["episode_id"] for i in items) == sorted(builder.ids)
@@ -182,8 +167,7 @@ def test_an_up_to_date_traces_run_in_a_bucket_reports_its_total_as_a_local_one_d
     """store_sync._up_to_date sets pushed_total from samples_pushed, so a run that went to
     traces reads `pushed 0 (total 0)` over a URL, `pushed 0 (total 5) to traces` locally."""
     bucket_url = f"s3://{moto.new_bucket()}/out"
-    builder = build_run(tmp_path / "run", "attack-total", 5)
-    upload_run(bucket_url, builder.run_dir, "run")
+    stored_run(bucket_url, tmp_path / "run", "attack-total", 5)
     env = leased_machine(moto, tmp_path / "m")
     run = lambda *a: json.loads(subprocess.run(sync_cmd(server.base_url, *a, "--to", "traces", "--json"),  # noqa: E731
                                                capture_output=True, text=True, timeout=120, env=env).stdout)["runs"][0]
@@ -198,8 +182,7 @@ def test_store_urls_get_the_same_option_checks_as_local_paths(tmp_path: Path, se
     """commands/sync.py hands a store URL to sync_urls before its own checks: --exit-when-idle
     without --follow is refused locally (exit 2) but accepted over a URL."""
     bucket_url = f"s3://{moto.new_bucket()}/out"
-    builder = build_run(tmp_path / "run", "attack-checks", 2)
-    upload_run(bucket_url, builder.run_dir, "run")
+    builder = stored_run(bucket_url, tmp_path / "run", "attack-checks", 2)
     env = leased_machine(moto, tmp_path / "m")
     local = subprocess.run(sync_cmd(server.base_url, str(builder.run_dir), "--exit-when-idle"), capture_output=True,
                            text=True, timeout=120, env=env)

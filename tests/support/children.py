@@ -29,3 +29,11 @@ def interrupted(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str, 
     began = time.monotonic()
     out, err = proc.communicate(timeout=timeout)
     return out, err, time.monotonic() - began
+
+
+def all_succeed(procs: list[subprocess.Popen[str]], timeout: float = 120) -> list[tuple[str, str]]:
+    """What each of ``procs`` (started together, their output piped) printed, stdout then
+    stderr, once all have ended; each must have exited 0 (all the output shown if not)."""
+    outs = [proc.communicate(timeout=timeout) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * len(procs), outs
+    return outs

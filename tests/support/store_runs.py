@@ -19,6 +19,7 @@ import httpx
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.layout import list_segments, segment_path
 from prime_runs_spool.store.objects import ObjectStore
+from support.children import all_succeed
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.sync_e2e import TOKEN, assert_exactly_once, sync_cmd
@@ -40,6 +41,14 @@ def upload_run(url: str, run_dir: Path, relative: str) -> None:
     store = raw_store(url)
     for _, path in list_segments(run_dir):
         obstore.put(store, f"{relative}/spool/{path.name}", path.read_bytes())
+
+
+def stored_run(url: str, run_dir: Path, run_id: str, episodes: int, relative: str | None = None) -> RunBuilder:
+    """A sealed run of ``episodes`` built at ``run_dir``, then put into the store ``url``
+    under ``relative`` (its folder's name unless given)."""
+    builder = build_run(run_dir, run_id, episodes)
+    upload_run(url, builder.run_dir, run_dir.name if relative is None else relative)
+    return builder
 
 
 def put_object(url: str, key: str, data: bytes) -> None:
@@ -137,9 +146,8 @@ def check_synced_once_then_up_to_date(tmp_path: Path, base_url: str, api: httpx.
     """Two runs put into the store under ``node-N/run-N``: the first of ``machines`` syncs
     them (small requests), each next one (the same machine, or another with no cached state)
     finds them up to date; each episode is on the platform once and each lease is released."""
-    builders = [build_run(tmp_path / f"run-{n}", f"{name}-{n}", episodes) for n in range(2)]
-    for n, builder in enumerate(builders):
-        upload_run(url, builder.run_dir, f"node-{n}/run-{n}")
+    builders = [stored_run(url, tmp_path / f"run-{n}", f"{name}-{n}", episodes, f"node-{n}/run-{n}")
+                for n in range(2)]
     first, *later = machines
     synced = sync_from_store(base_url, tmp_path / first, url, "--json", "--max-request-bytes", "20000",
                              store_env=store_env)
@@ -163,13 +171,9 @@ def check_two_syncers_push_each_episode_once(tmp_path: Path, base_url: str, api:
                                              runs: int = 3) -> None:
     """``runs`` runs in the store, two machines syncing them at once (``--wait``, two jobs
     each, small requests): for every run one of them pushed all of it, the other found it done."""
-    builders = [build_run(tmp_path / f"run-{n}", f"{name}-{n}", 8) for n in range(runs)]
-    for n, builder in enumerate(builders):
-        upload_run(url, builder.run_dir, f"run-{n}")
-    procs = [start_sync_from_store(base_url, tmp_path / f"m{n}", url, "--json", "--wait", "--jobs", "2",
-                                   "--max-request-bytes", "8000", store_env=store_env) for n in range(2)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    assert [proc.returncode for proc in procs] == [0, 0], outs
+    builders = [stored_run(url, tmp_path / f"run-{n}", f"{name}-{n}", 8) for n in range(runs)]
+    outs = all_succeed([start_sync_from_store(base_url, tmp_path / f"m{n}", url, "--json", "--wait", "--jobs", "2",
+                                              "--max-request-bytes", "8000", store_env=store_env) for n in range(2)])
     reported = [json.loads(out)["runs"] for out, _ in outs]
     for n in range(runs):
         assert sorted(r[n]["pushed_now"] for r in reported) == [0, 8], reported
