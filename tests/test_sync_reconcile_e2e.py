@@ -102,6 +102,43 @@ def test_a_send_time_an_hour_ahead_costs_one_request_lifetime_not_an_hour(tmp_pa
 
 
 @pytest.mark.slow
+def test_a_state_copied_while_a_request_was_out_and_put_back_later_is_no_mismatch(tmp_path: Path, server,
+                                                                                   api) -> None:
+    """A copy of the run folder taken while a samples request was out (a CI artifact of a
+    run the online shipper was shipping, a backup) holds that announcement; put back after
+    later syncs settled it and pushed the rest, its count cannot say whether that request
+    landed. The platform's rows are checked as for any older state: no mismatch is reported
+    or written to the evaluation, nothing is sent twice."""
+    builder = RunBuilder(tmp_path / "run", "e2e-copied-mid-request")
+    builder.open_segment()
+    builder.add(5)
+    env = child_env(PRIME_API_KEY=TOKEN)
+    with FaultProxy(server.base_url, methods={"POST"}, hold_first=r"/samples$") as proxy:
+        first = subprocess.Popen(sync_cmd(proxy.base_url, str(tmp_path)), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while not proxy.holding():
+            assert first.poll() is None and time.monotonic() < deadline, "the samples request never came"
+            time.sleep(0.01)
+        copied = state_file(builder.run_dir).read_bytes()  # the announcement is written before the request
+        assert json.loads(copied)["in_flight"]["kind"] == "samples"
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert proxy.release_held()  # it lands, within its lifetime
+        builder.add(5)
+        builder.seal()
+        assert report_of(run_sync(proxy.base_url, str(tmp_path), "--json"))["state"] == "synced"
+        state_file(builder.run_dir).write_bytes(copied)  # the copy put back
+        done = run_sync(proxy.base_url, str(tmp_path), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (report_of(done)["state"], report_of(done)["pushed_now"]) == ("synced", 0), done.stdout
+        again = run_sync(proxy.base_url, str(tmp_path), "--json")
+        assert report_of(again)["state"] == "up_to_date", again.stdout
+    evaluation = assert_exactly_once(api, builder)  # 10 rows, finalized once
+    assert "prime_runs_mismatch" not in evaluation["metadata"]
+
+
+@pytest.mark.slow
 def test_a_request_that_commits_after_its_lifetime_is_reported_and_never_finalized_over(
         tmp_path: Path, server, api) -> None:
     """The first sync's samples request is held by the proxy while that sync is SIGKILLed;

@@ -55,13 +55,16 @@ class SamplesSink(Sink):
 
     def settle(self, origin: StateOrigin) -> bool:
         state, report = self.state, self.context.report
+        # A state that parses is a cache, not the truth (an older copy, an edit, another copy
+        # having pushed since): checked against the platform before anything is pushed,
+        # unless this process wrote it and no other copy held the run since.
+        cached = (not (origin.fresh or origin.untrusted or origin.adopted)
+                  and (not state.written_here or state.mismatch or origin.foreign))
         try:
+            if cached:
+                self._pass_settled_announcement()
             self.reconciler.reconcile(force=origin.adopted)
-            # A state that parses is a cache, not the truth (an older copy, an edit, another copy
-            # having pushed since): checked against the platform before anything is pushed,
-            # unless this process wrote it and no other copy held the run since.
-            if (not (origin.fresh or origin.untrusted or origin.adopted)
-                    and (not state.written_here or state.mismatch or origin.foreign)):
+            if cached:
                 if self.reconciler.verify():
                     report.warnings.append("the sync state disagreed with the platform; the platform's "
                                            "count was taken (docs/sync.md, \"State\")")
@@ -76,6 +79,19 @@ class SamplesSink(Sink):
                 "ones: another copy, further on, pushed the rest; nothing to push (docs/sync.md, \"Concurrency\")")
             return False
         return True
+
+    def _pass_settled_announcement(self) -> None:
+        """A cached state's announced request, when the platform holds rows beyond it: a later
+        pass settled it and pushed on (the state is older than the platform: a copy taken
+        while the request was out, put back). Its count cannot say whether it landed, and
+        need not: once it can no longer land (a fence, spent long ago for an old state), the
+        platform's count and last row are checked as for any cached state (``verify``)."""
+        pending = self.state.in_flight
+        if pending is None or pending.kind != SAMPLES:
+            return
+        if self.reconciler.total_samples() > self.state.samples_pushed + pending.rows:
+            self.context.protocol.fence(pending.sent_at)
+            self.state.in_flight = None
 
     # -- the rows ----------------------------------------------------------------------------
 
