@@ -293,6 +293,33 @@ def test_the_command_reports_a_run_a_copy_holds_skipped_and_exits_0(tmp_path: Pa
     assert "copy of this run" in result.stdout and "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
+def test_a_copy_the_other_copy_already_pushed_says_so_not_a_bare_pushed_0(tmp_path: Path) -> None:
+    """Two copies of one run synced by one command: the second pushes nothing, and its line
+    (and its --json report's ``copy_of``) names the copy synced before it."""
+    import json
+
+    build_run(tmp_path / "one" / "r", "cli-copies", 3)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    command = CLI + ["sync", "--local", "--db", str(tmp_path / "local.db"), "--to", "samples", "--jobs", "1",
+                     str(tmp_path / "one"), str(tmp_path / "two")]
+    env = child_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
+    text = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert text.returncode == 0, text.stdout + text.stderr
+    first, second = text.stdout.splitlines()[:2]
+    assert first.startswith("synced") and "pushed 3 (total 3)" in first and "copy of" not in first, first
+    assert second.startswith("synced") and "pushed 0 (total 3)" in second, second
+    assert f"(a copy of {tmp_path / 'one' / 'r'}, synced already)" in second, second
+
+    # a third copy, taken before any sync (no state of its own), reported as JSON by a later
+    # sync: the copy named is the last one synced on this machine
+    shutil.copytree(tmp_path / "one", tmp_path / "three", ignore=shutil.ignore_patterns("sync"))
+    done = subprocess.run(command[:-2] + ["--json", str(tmp_path / "three")], capture_output=True, text=True,
+                          timeout=60, env=env)
+    (report,) = json.loads(done.stdout)["runs"]
+    assert (report["state"], report["pushed_now"], report["copy_of"]) == ("synced", 0, str(tmp_path / "two" / "r"))
+
+
 def test_a_cache_folder_that_cannot_be_made_is_the_run_s_error_in_one_line(tmp_path: Path, monkeypatch) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")

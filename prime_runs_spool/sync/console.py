@@ -62,6 +62,8 @@ def report_lines(report: RunReport) -> list[str]:
     line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
     if report.store:
         line += f" to {report.store}"
+    if report.copy_of:
+        line += f"  (a copy of {report.copy_of}, synced already)"
     if report.url:
         line += f"  {report.url}"
     lines = [line]

@@ -241,6 +241,9 @@ class RunSync:
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
                              other_sink=copies.sink if copies.foreign else None,
                              never_held=not copies.previous and not self.protocol.others_may_have_synced)
+            other = copies.previous.get("run")
+            if copies.foreign and isinstance(other, str) and other != copies.run and not self.report.pushed_now:
+                self.report.copy_of = other  # synced before this one: said, not a bare "pushed 0"
         finally:
             copies.release(self.state.in_flight, self.state.store)
 

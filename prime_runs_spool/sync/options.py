@@ -130,6 +130,10 @@ class RunReport:
     #: ``skipped:`` warning), and the records they lost where the sequence numbers tell.
     skipped_corrupt: int = 0
     skipped_records: int = 0
+    #: The folder of another copy of this run (``cp -r``, an artifact unpacked twice), the
+    #: last one synced on this machine, when it left this pass nothing to push: why it
+    #: pushed nothing.
+    copy_of: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
