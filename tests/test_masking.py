@@ -19,6 +19,8 @@ from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
 
+from support.threads import run_in_threads
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -483,8 +485,6 @@ def test_values_that_are_not_plain_json_are_walked() -> None:
 def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:
     """Many threads masking different configs through one rules object (as a Run's 64
     appender threads do) each get exactly what a fresh walk gives for their own config."""
-    import threading
-
     rules = MaskRules.defaults_for_episode()
     configs = [{"client": {"base_url": f"https://u{n}:SECRET{n:04d}@h/v1", "headers": {f"K{n}": "SECRETH"},
                            "model": n}} for n in range(300)]  # more than the memo holds
@@ -498,11 +498,7 @@ def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:
             if orjson.dumps(out) != expected[n]:
                 failures.append(n)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 8)
     assert failures == [] and rules._memo.hits > 0
     assert b"SECRET" not in b"".join(expected)
 

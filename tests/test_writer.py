@@ -27,6 +27,7 @@ from prime_runs_spool.spool.format import episode_rest, prepare
 
 from support.env import child_env
 from support.loop_ticker import Ticker
+from support.threads import run_in_threads
 from support.disk import BOTH_PATHS, choose_path, rewrite_writes, split_synced_writes
 
 
@@ -81,12 +82,8 @@ def test_64_threads_share_syncs_and_get_contiguous_seqs(tmp_path: Path, monkeypa
                 seqs.append(seq)
                 synced_at_return.append((seq, size))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(64)]
     calls_before = ledger.calls
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, 64)
     assert sorted(seqs) == list(range(1, 64 * 20 + 1))
     assert ledger.calls - calls_before < 64 * 20 / 4, "appends were not grouped"
     records = {r.seq: r for r in iter_records(tmp_path)}
@@ -202,11 +199,7 @@ def test_concurrent_appends_around_a_failed_sync_report_only_durable_records(tmp
             with lock:
                 ok.append(seq)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, 16)
     assert len(failed) == 16
     assert any(isinstance(e, SpoolWriteError) for e in failed)
     ends = {r.seq: r.end_offset for r in iter_records(tmp_path)}
@@ -442,11 +435,7 @@ def test_concurrent_appenders_make_fewer_syncs_than_appends(tmp_path: Path, monk
         for i in range(25):
             w.append("episode", {"t": t, "i": i})
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(work, 16)
     assert calls.fdatasync < 16 * 25 / 2
     assert calls.writev == calls.fdatasync  # one write per group (no short writes here)
     w.seal("completed")
@@ -508,12 +497,7 @@ def test_an_unexpected_exception_in_a_flush_fails_its_group_without_hanging_the_
         with lock:
             outcomes.append("done")
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert not any(t.is_alive() for t in threads), "appenders hung after a failed flush"
+    run_in_threads(work, 8, timeout=10, hung="appenders hung after a failed flush")
     assert RuntimeError in outcomes and "done" not in outcomes
     with pytest.raises(WriterClosedError, match="broken"):
         w.append("episode", {})
@@ -585,12 +569,7 @@ def test_tasks_on_two_event_loops_append_to_one_writer(tmp_path: Path, monkeypat
 
         results[n] = asyncio.run(main())
 
-    threads = [threading.Thread(target=loop_thread, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert not any(t.is_alive() for t in threads), "a loop's tasks were never settled"
+    run_in_threads(loop_thread, 2, timeout=20, hung="a loop's tasks were never settled")
     w.seal("completed")
     assert sorted(results[0] + results[1]) == list(range(1, 201))
     by_seq = {r.seq: r.data for r in iter_records(tmp_path) if r.type == "episode"}
