@@ -296,7 +296,7 @@ def test_the_viewer_never_shows_an_old_spools_launch_file_that_today_refuses(tmp
 
 
 @pytest.mark.slow
-def test_a_seal_error_quoting_a_url_credential_reaches_the_platform_masked(tmp_path: Path) -> None:
+def test_a_seal_error_quoting_a_url_credential_reaches_the_platform_and_the_export_masked(tmp_path: Path) -> None:
     """A spool sealed before the runner masked its error (or by another producer) may quote a
     URL with its credentials: sync masks it before it becomes the evaluation's metadata and
     error message."""
@@ -312,3 +312,9 @@ def test_a_seal_error_quoting_a_url_credential_reaches_the_platform_masked(tmp_p
     assert result.returncode == 0 and json.loads(result.stdout)["runs"][0]["state"] == "failed", result.stdout + result.stderr
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert b"https://***@example.com/r" in stored and token.encode() not in stored
+    # and so does a table of the runs, a file meant to be shared
+    out = tmp_path / "runs.csv"
+    exported = subprocess.run(CLI + ["export", str(tmp_path / "runs"), "--runs", "-o", str(out)],
+                              capture_output=True, text=True, timeout=120, env=child_env())
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert "https://***@example.com/r" in out.read_text() and token not in out.read_text()

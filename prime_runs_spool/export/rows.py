@@ -23,8 +23,13 @@ import orjson
 
 from prime_runs_spool.content.episodes import (UNREADABLE_RECORD, finite_number, reward_and_scores, summary_trace,
                                                task_data)
+from prime_runs_spool.content.mask_locations import mask_url_userinfo
 from prime_runs_spool.export.columns import METRIC_PREFIX
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
+
+
+def _without_url_credentials(error: Any) -> Any:
+    return mask_url_userinfo(error) if isinstance(error, str) else error
 
 
 def _whole(value: Any) -> int | None:
@@ -225,7 +230,8 @@ def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, epi
         "avg_reward": finite_number(summary.get("avg_reward")),
         "avg_error": finite_number(summary.get("avg_error")),
         "finished_at": _text((seal or {}).get("finished_at")),
-        "error": _text((seal or {}).get("error")),
+        # masked at the seal today; a spool sealed before may quote a URL with its credentials
+        "error": _text(_without_url_credentials((seal or {}).get("error"))),
         "path": path,
         "config": _text(manifest.get("config")),
     }
