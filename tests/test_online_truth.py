@@ -66,29 +66,69 @@ def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
     assert took < 15, f"{took:.1f} s"
 
 
+class Refusing:
+    """A real HTTP server on loopback that answers every request ``status``, counting them."""
+
+    def __init__(self, status: int) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        asked: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _refuse(self) -> None:
+                asked.append(f"{self.command} {self.path}")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"detail": "no"}')
+
+            do_GET = do_POST = do_PUT = do_PATCH = _refuse
+
+        self.asked = asked
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._server.server_port}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.mark.slow
+def test_a_refused_key_is_asked_once_when_the_shipper_starts_not_on_every_pass(
+        tmp_path: Path, platform_env, caplog: pytest.LogCaptureFixture) -> None:
+    """The shipper checks the key before it follows the run, as ``prime-runs sync`` does: a
+    refused key stops it at once, after one request, instead of a refused pass (and its
+    retries) for every batch the eval logs; the end still says why, and how to ship."""
+    platform = Refusing(401)
+    platform_env(platform.base_url, key="not-the-platforms-key")
+    try:
+        with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+            run = open_run(tmp_path / "run", name="online-401-once", environments=["gsm8k"], model="m",
+                           mode="online", ship_timeout=20)
+            for batch in range(6):  # an eval that goes on for a few seconds
+                run.log_episodes(episodes(run.id, 2 * batch, 2))
+                time.sleep(0.5)
+            run.finish()
+    finally:
+        platform.close()
+    assert len(platform.asked) == 1, platform.asked
+    (line,) = not_shipped_lines(caplog)
+    assert "12 episodes not shipped" in line and f"the platform at {platform.base_url} refused" in line, line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+
+
 @pytest.mark.slow
 def test_a_key_not_allowed_to_write_is_named_at_the_end(tmp_path: Path, platform_env,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A platform (a real HTTP server) that answers every request 403: the line says the key
     may not write there, names where, and gives the command that ships the episodes."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Forbidding(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _forbid(self) -> None:
-            self.send_response(403)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"detail": "not allowed"}')
-
-        do_GET = do_POST = do_PUT = do_PATCH = _forbid
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Forbidding)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base_url = f"http://127.0.0.1:{server.server_port}"
+    platform = Refusing(403)
+    base_url = platform.base_url
     platform_env(base_url, key="a-key-of-another-team")
     try:
         with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
@@ -99,7 +139,7 @@ def test_a_key_not_allowed_to_write_is_named_at_the_end(tmp_path: Path, platform
             run.finish()
             took = time.monotonic() - started
     finally:
-        server.shutdown()
+        platform.close()
     (line,) = not_shipped_lines(caplog)
     assert "2 episodes not shipped" in line and f"may not write at {base_url} (403)" in line, line
     assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line

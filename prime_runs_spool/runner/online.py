@@ -138,9 +138,10 @@ class Shipper:
         return cls(proc, run_dir, remote_destination(settings.base_url, settings.team_id))
 
     def why_not_shipped(self) -> str:
-        """Why the shipper left episodes behind, from the end of its log (each retry and
-        each run's error is a line there): the platform unreachable, the key refused (401)
-        or not allowed (403), else its last error; "it was stopped" when it said nothing."""
+        """Why the shipper left episodes behind, from the end of its log (each retry, each
+        run's error and the key check's refusal that stopped it at the start are lines
+        there): the platform unreachable, the key refused (401) or not allowed (403), else
+        its last error; "it was stopped" when it said nothing."""
         try:
             with open(shipper_log_path(self._run_dir), "rb") as log:
                 log.seek(0, os.SEEK_END)
@@ -148,7 +149,8 @@ class Shipper:
                 lines = log.read().decode("utf-8", "replace").splitlines()
         except OSError:
             lines = []
-        said = [line.strip() for line in lines if " failed: " in line or line.strip().startswith("error:")]
+        said = [line.strip() for line in lines
+                if line.startswith("prime-runs: ") or " failed: " in line or line.strip().startswith("error:")]
         return reason_from(said[-1], self.destination.base_url) if said else "the shipper was stopped before it was done"
 
     @property

@@ -69,6 +69,11 @@ def main(paths: tuple[Path, ...], base_url: str | None, team: str | None, to: st
         _fail(str(exc))
     if not settings.api_key:
         _fail(f"no API key: set {KEY_SOURCES}")
+    from prime_runs_spool.platform_api.key_check import refused_key
+
+    refusal = refused_key(settings, within=timeout)  # one read, as prime-runs sync does before it writes
+    if refusal is not None:
+        _fail(str(refusal))  # a key refused at the start is not tried again on every pass
     backoff = Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts, retry_for=retry_for,
                       on_retry=_tell_retry)
     options = SyncOptions(request_lifetime=request_lifetime, backoff=backoff, to=to, copy_wait=copy_wait)
