@@ -34,13 +34,8 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
     """Run verifiers' eval (vf-eval) with every episode recorded in a spool.
 
     All arguments pass through to vf-eval unchanged (`@ eval.toml`, `--resume`, `--no-push`,
-    `-c`, `--no-rich`, ...); `prime-runs eval --help` prints what this adds, then vf-eval's help.
-
-    \b
-    Examples:
-      prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged
-      prime-runs eval @ outputs/RUN/configs/resolved/eval.json --resume   # as vf-eval resumes
-      PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
+    `-c`, `--no-rich`, ...); `prime-runs eval --help` prints what this adds, with examples
+    (runner/verifiers_eval.py, HELP_PREAMBLE: click never shows this text), then vf-eval's help.
     """
     from prime_runs_spool.runner.verifiers_eval import (
         HELP_PREAMBLE, EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines,

@@ -73,11 +73,15 @@ def test_status_counts_in_good_english(outputs: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
-                                     ["export"], ["platform", "serve"]])
+                                     ["export"], ["platform", "serve"],
+                                     pytest.param(["eval"], marks=pytest.mark.slow)])  # imports verifiers: seconds
 def test_each_command_has_examples_in_its_help(command: list[str]) -> None:
+    """``eval --help`` prints its own preamble, then verifiers' help: its examples are in the
+    preamble, before verifiers' (the command's docstring is never shown)."""
     done = cli(*command, "--help")
     assert done.returncode == 0, done.stderr
-    assert "Examples:" in done.stdout and f"prime-runs {' '.join(command)}" in done.stdout
+    ours = done.stdout.split("verifiers' help follows.")[0]
+    assert "Examples:" in ours and f"prime-runs {' '.join(command)} " in ours.split("Examples:")[1], ours
 
 
 def test_sync_help_says_where_the_key_comes_from() -> None:

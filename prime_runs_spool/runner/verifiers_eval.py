@@ -92,7 +92,15 @@ What prime-runs eval adds:
     a killed process leaves it 'crashed'
   - a full disk: one line naming the path and the resume command (exit 1)
   - run.attach is refused (a spool syncs into an evaluation of its own)
-The exit code is verifiers' own. verifiers' help follows.
+The exit code is verifiers' own.
+
+Examples:
+  prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged
+  prime-runs eval @ outputs/RUN/configs/resolved/eval.json --resume   # as vf-eval resumes
+  PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
+  prime-runs sync outputs                     # then ship every run (or --local to browse)
+
+verifiers' help follows.
 """
 
 
