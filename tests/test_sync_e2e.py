@@ -18,7 +18,7 @@ from support import platform_process
 from support.env import CLI, child_env
 from fixtures.fault_proxy import AFTER_FAULTS, BEFORE_FAULTS, FAULTS, FaultProxy
 from support.runs import RunBuilder, build_run
-from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, kill_on_progress, run_sync, sample_ids, server, sync_cmd  # noqa: F401
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, kill_syncs_at_random, run_sync, sample_ids, server, sync_cmd  # noqa: F401
 
 #: Runs a command and reports its own peak RSS (see its docstring for why not wait4 here).
 PEAK_RSS = Path(__file__).resolve().parent.parent / "fixtures" / "peak_rss.py"
@@ -96,17 +96,7 @@ def test_sigkilled_syncs_then_a_full_sync_push_exactly_once(tmp_path: Path, serv
     rng = random.Random(20261129)
     env = child_env(PRIME_API_KEY=TOKEN)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--max-request-bytes", "6000")
-    kills = runs = 0
-    while kills < KILLS and runs < 3 * KILLS:
-        runs += 1
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        if rng.random() < 0.2:  # during start-up: state read, evaluation looked up or created
-            time.sleep(rng.uniform(0.0, 0.3))
-            kills += kill_on_progress(proc, lambda: pushed_so_far(api, builder.run_id), 0)
-        else:
-            kills += kill_on_progress(proc, lambda: pushed_so_far(api, builder.run_id), rng.randint(1, 12))
-        proc.wait()
-    assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
+    kill_syncs_at_random(cmd, env, lambda: pushed_so_far(api, builder.run_id), KILLS, rng)
     final = run_sync(server.base_url, str(tmp_path), "--json", "--max-request-bytes", "6000")
     assert final.returncode == 0, final.stdout + final.stderr
     assert json.loads(final.stdout)["runs"][0]["state"] in ("synced", "up_to_date"), final.stdout

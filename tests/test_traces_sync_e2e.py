@@ -24,7 +24,7 @@ from fixtures.fault_proxy import AFTER_FAULTS, FAULTS, FaultProxy
 from support import platform_process
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
-from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
+from support.sync_e2e import TOKEN, evaluations_of, kill_syncs_at_random, sync_cmd
 
 KILLS = int(os.environ.get("PRIME_RUNS_SYNC_KILLS", "20"))
 FAULT_SEED = int(os.environ.get("PRIME_RUNS_FAULT_SEED", "1129"))
@@ -138,17 +138,7 @@ def test_sigkilled_syncs_then_a_full_sync_store_each_episode_once(tmp_path: Path
     rng = random.Random(20261201)
     env = child_env(PRIME_API_KEY=TOKEN)
     cmd = sync_cmd(server.base_url, str(tmp_path), "--to", "traces", "--traces-batch-bytes", "6000")
-    kills = runs = 0
-    while kills < KILLS and runs < 3 * KILLS:
-        runs += 1
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        if rng.random() < 0.2:
-            time.sleep(rng.uniform(0.0, 0.3))
-            kills += kill_on_progress(proc, lambda: traces_so_far(api, builder.run_id), 0)
-        else:
-            kills += kill_on_progress(proc, lambda: traces_so_far(api, builder.run_id), rng.randint(1, 12))
-        proc.wait()
-    assert kills >= KILLS, f"only {kills} of {runs} syncs were still running when killed"
+    kill_syncs_at_random(cmd, env, lambda: traces_so_far(api, builder.run_id), KILLS, rng)
     final = traces_sync(server.base_url, str(tmp_path), "--json", "--traces-batch-bytes", "6000")
     assert final.returncode == 0, final.stdout + final.stderr
     assert json.loads(final.stdout)["runs"][0]["state"] in ("synced", "up_to_date"), final.stdout

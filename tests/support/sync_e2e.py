@@ -5,6 +5,7 @@ checks of exactly once (one evaluation, each sample once, finalized once)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -84,3 +85,22 @@ def kill_on_progress(proc: subprocess.Popen[bytes], held: Callable[[], int], mor
         assert time.monotonic() < deadline, f"sync made no progress in {patience} s"
         time.sleep(0.005)
     return False
+
+
+def kill_syncs_at_random(cmd: list[str], env: dict[str, str], held: Callable[[], int], kills: int,
+                         rng: random.Random) -> None:
+    """Start ``cmd`` again and again and SIGKILL it on progress (:func:`kill_on_progress`):
+    one start in five during its start-up (state read, evaluation looked up or created),
+    the others once ``held()`` grew by 1 to 12; until ``kills`` syncs were killed while
+    running, in at most three times as many starts."""
+    killed = started = 0
+    while killed < kills and started < 3 * kills:
+        started += 1
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        if rng.random() < 0.2:
+            time.sleep(rng.uniform(0.0, 0.3))
+            killed += kill_on_progress(proc, held, 0)
+        else:
+            killed += kill_on_progress(proc, held, rng.randint(1, 12))
+        proc.wait()
+    assert killed >= kills, f"only {killed} of {started} syncs were still running when killed"
