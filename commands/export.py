@@ -36,8 +36,8 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
            state_dir: Path | None) -> None:
     """Write the episodes of every run under PATHS (folders or store URLs) as a table: one
     row per episode (or per run, with --runs), each metric its own column, values as the
-    spool stores them (credentials masked). Parquet needs pyarrow:
-    pip install 'prime-runs-spool[export]'.
+    spool stores them (credentials masked). Parquet needs pyarrow (pip install pyarrow;
+    from a clone of prime-runs-spool, pip install -e '.[export]').
 
     \b
     Examples:

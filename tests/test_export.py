@@ -210,7 +210,8 @@ def test_parquet_without_pyarrow_says_which_extra(tmp_path: Path) -> None:
             "from commands.cli import main; main()")
     result = subprocess.run([sys.executable, "-c", code, "export", str(tmp_path / "run"), "-o",
                              str(tmp_path / "s.parquet")], capture_output=True, text=True, env=child_env())
-    assert result.returncode == 2 and "pip install 'prime-runs-spool[export]'" in result.stderr, result.stderr
+    assert result.returncode == 2 and "pip install pyarrow" in result.stderr, result.stderr
+    assert "pip install -e '.[export]'" in result.stderr, result.stderr
     assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*.tmp"))
 
 

@@ -6,6 +6,7 @@ shipper launches) takes ``prime-runs sync``'s own options."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -83,3 +84,18 @@ def test_the_readmes_install_lines_work_from_a_clone() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     assert "pip install 'prime-runs-spool" not in readme
     assert "pip install -e '.[verifiers]'" in readme and "pip install -e ." in readme
+
+
+#: A pip line naming this package on an index, where it is not: it never resolves.
+FROM_AN_INDEX = re.compile(r"""pip install\s+['"]?prime-runs-spool\b""")
+
+
+def test_no_install_hint_names_the_package_on_an_index() -> None:
+    """Every hint the code prints and every install line the docs give must work from a clone:
+    export's Parquet hint, the store URLs' obstore hint and the CI recipe's install step said
+    ``pip install 'prime-runs-spool[...]'``, which no index answers."""
+    files = [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").rglob("*.md"), *(REPO_ROOT / "docs").rglob("*.sh"),
+             *(REPO_ROOT / "prime_runs_spool").rglob("*.py"), *(REPO_ROOT / "commands").rglob("*.py")]
+    found = [f"{path.relative_to(REPO_ROOT)}: {line.strip()}" for path in files
+             for line in path.read_text().splitlines() if FROM_AN_INDEX.search(line)]
+    assert not found, found

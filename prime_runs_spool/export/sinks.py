@@ -26,8 +26,8 @@ FORMATS = ("parquet", "csv", "jsonl")
 ROW_GROUP_ROWS = 10_000
 #: ...and the text (prompts, answers) a row group holds before it is written anyway.
 ROW_GROUP_TEXT_BYTES = 8 * 1024 * 1024
-#: The extra that brings pyarrow.
-PARQUET_EXTRA = "pip install 'prime-runs-spool[export]'"
+#: How to get pyarrow: the package is on no index, so its extra is named for a clone.
+PARQUET_EXTRA = "pip install pyarrow (from a clone of prime-runs-spool, pip install -e '.[export]' does the same)"
 
 
 class Sink(Protocol):

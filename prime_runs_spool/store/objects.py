@@ -32,6 +32,10 @@ from prime_runs_spool.store.object_info import ObjectInfo
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "file", "memory")
 #: The scheme served by local_files.py rather than the library.
 LOCAL_SCHEME = "file"
+#: How to get the library: the package is on no index, so its extra is named for a clone
+#: (the range is the `s3` extra's, pyproject.toml).
+OBSTORE_INSTALL = ("pip install 'obstore>=0.12,<0.13' "
+                   "(from a clone of prime-runs-spool, pip install -e '.[s3]' does the same)")
 #: How often the library retries a failed request (connection errors, 5xx), and for how long.
 RETRIES_ENV = "PRIME_RUNS_STORE_RETRIES"
 DEFAULT_RETRIES = 10
@@ -111,7 +115,7 @@ class ObjectStore:
         try:
             from obstore.store import from_url
         except ImportError:
-            raise StoreSetupError(f"{url}: store URLs need obstore: pip install 'prime-runs-spool[s3]'") from None
+            raise StoreSetupError(f"{url}: store URLs need obstore: {OBSTORE_INSTALL}") from None
         retries = _retries()
         try:
             self._store = from_url(self.url, retry_config={
