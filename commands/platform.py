@@ -21,9 +21,10 @@ def platform() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on; 0 picks a free one.")
-@click.option("--token", default=None,
+@click.option("--token", default=None, envvar="PRIME_RUNS_PLATFORM_TOKEN",
               help="Require 'Authorization: Bearer TOKEN' on /api/, and the token (entered once in "
-                   "the browser) on every dashboard page. Required for a non-loopback --host.")
+                   "the browser) on every dashboard page. Required for a non-loopback --host. "
+                   "Also read from PRIME_RUNS_PLATFORM_TOKEN (out of ps).")
 @click.option("--frontend-url", default=None,
               help="Base of viewer_url links (default: this server's own URL).")
 @click.option("--request-deadline", type=Seconds(0), default=None,

@@ -490,3 +490,21 @@ def test_the_dashboard_leaves_out_a_producers_launch_file_that_sets_a_credential
             pages[name] = page.text
     assert secret not in pages["leaky"]
     assert "num_examples = 7" in pages["clean"]  # a launch file that may travel is still shown
+
+
+@pytest.mark.slow
+def test_the_platform_takes_its_token_from_the_environment_out_of_every_users_sight(tmp_path: Path) -> None:
+    """The platform's token is its clients' API key: on the command line every user of the
+    machine reads it (``ps``, ``/proc/PID/cmdline``); ``PRIME_RUNS_PLATFORM_TOKEN`` keeps it out."""
+    secret = "platform-token-kept-out-of-ps-5150"
+    proc = subprocess.Popen(CLI + ["platform", "serve", "--db", str(tmp_path / "p.db"), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(PRIME_RUNS_PLATFORM_TOKEN=secret))
+    try:
+        base = platform_process.first_line(proc)
+        assert secret.encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert httpx.get(f"{base}/api/v1/evaluations/").status_code == 401
+        allowed = httpx.get(f"{base}/api/v1/evaluations/", headers={"Authorization": f"Bearer {secret}"})
+        assert allowed.status_code == 200, allowed.text
+    finally:
+        _stop(proc)
