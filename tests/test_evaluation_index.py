@@ -28,8 +28,7 @@ def test_first_sync_of_many_new_runs_reads_a_linear_number_of_listed_evaluations
     for n in range(runs):
         build_run(tmp_path / "runs" / f"run-{n:03d}", f"index-run-{n:03d}", 1)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with CountingClient(settings) as client:
+        with CountingClient(local_settings(platform)) as client:
             # One job: how much a lookup reads does not depend on how threads interleave.
             reports = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=1)
             assert [r.state for r in reports] == ["synced"] * runs
@@ -155,17 +154,12 @@ def test_runs_with_nothing_to_send_are_answered_without_a_pass(tmp_path: Path, m
     """A re-sync answers the unchanged runs in its own thread (RunSync.probe): no pass, no
     lock, no request; a run that grew since, and one whose state was lost, get their pass."""
     import prime_runs_spool.sync.many as many
-    from support.runs import RunBuilder
 
     for n in range(6):
         build_run(tmp_path / "runs" / f"run-{n}", f"probe-run-{n}", 2)
-    grows = RunBuilder(tmp_path / "runs" / "run-grows", "probe-grows")
-    grows.open_segment()
-    grows.add(2)
-    grows.abandon()
+    grows = build_run(tmp_path / "runs" / "run-grows", "probe-grows", 2, status=None)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with PlatformClient(settings) as client:
+        with PlatformClient(local_settings(platform)) as client:
             first = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions(), jobs=4)
             assert sorted(r.state for r in first) == ["crashed"] + ["synced"] * 6
             passes: list[str] = []

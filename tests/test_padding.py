@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from support.env import child_env
 from support.local_client import local_settings
-from support.runs import RunBuilder
+from support.runs import RunBuilder, build_run
 from support.disk import BOTH_PATHS, choose_path, split_synced_writes
 from prime_runs_spool.errors import CorruptSpoolError, SpoolWriteError
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -259,8 +259,7 @@ def test_a_live_run_with_nothing_new_is_answered_without_a_pass(tmp_path: Path) 
     builder.open_segment()
     builder.add(2)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = local_settings(platform)
-        with PlatformClient(settings_) as client:
+        with PlatformClient(local_settings(platform)) as client:
             first, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
             assert first.pushed_now == 2
             run = RunSync(tmp_path / "runs" / "live", client, DEST, SyncOptions())
@@ -296,8 +295,7 @@ def test_a_copy_of_a_live_run_copied_again_with_more_lines_of_the_same_size_is_s
     copy_run()
     size = (copy / "spool" / writer.path.name).stat().st_size
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = local_settings(platform)
-        with PlatformClient(settings_) as client:
+        with PlatformClient(local_settings(platform)) as client:
             first, = sync_paths([tmp_path / "copies"], client, DEST, SyncOptions())
             assert (first.state, first.pushed_now) == ("crashed", 2)
             builder.add(1)
@@ -472,13 +470,9 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
 
     from prime_runs_spool.sync.state import sync_dir
 
-    builder = RunBuilder(tmp_path / "runs" / "old", "old-state")
-    builder.open_segment()
-    builder.add(2)
-    builder.abandon()
+    build_run(tmp_path / "runs" / "old", "old-state", 2, status=None)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings_ = local_settings(platform)
-        with PlatformClient(settings_) as client:
+        with PlatformClient(local_settings(platform)) as client:
             first, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
             assert (first.state, first.pushed_now) == ("crashed", 2)
             state_file, = sync_dir(tmp_path / "runs" / "old").glob("*.json")

@@ -359,8 +359,7 @@ def test_a_follower_finds_a_burst_of_new_runs_in_one_listing(tmp_path: Path) -> 
     for n in range(runs):
         build_run(tmp_path / "runs" / f"run-{n}", f"costs-followed-{n}", 2)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with CountingClient(settings) as client:
+        with CountingClient(local_settings(platform)) as client:
             reports = Follower([tmp_path / "runs"], client, DEST, SyncOptions(),
                                FollowOptions(exit_when_idle=True)).run()
         evaluations = _evaluations(platform)
@@ -383,8 +382,7 @@ def test_a_store_sync_finds_its_new_runs_in_one_listing(tmp_path: Path) -> None:
     runs = 5
     url = _file_store(tmp_path, runs, "costs-stored")
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with CountingClient(settings) as client:
+        with CountingClient(local_settings(platform)) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=3)
         evaluations = _evaluations(platform)
     assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
@@ -485,8 +483,7 @@ def test_a_new_store_run_has_its_state_read_once(tmp_path: Path, monkeypatch: py
     url = _file_store(tmp_path, runs, "costs-state-once")
     reads = _state_reads(monkeypatch)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with CountingClient(settings) as client:
+        with CountingClient(local_settings(platform)) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=2)
     assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
     assert sorted(reads.values()) == [1] * runs, reads
@@ -572,8 +569,7 @@ def test_a_store_run_renews_its_lease_only_to_announce_a_request(tmp_path: Path,
 
     monkeypatch.setattr(ObjectStore, "_put_local", recorded)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        settings = local_settings(platform)
-        with CountingClient(settings) as client:
+        with CountingClient(local_settings(platform)) as client:
             reports = sync_store(url, client, DEST, SyncOptions(), jobs=1)
     assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
     for run in {what.rsplit(" ", 1)[0] for what, _ in writes}:
