@@ -25,16 +25,15 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   orjson and queues it, a leader writes the queue with one writev and one fdatasync, and
   followers sleep on their own lock.
 * 64 asyncio tasks: ``log_episodes_async`` from 64 tasks on one loop against the 64 threads.
-* the floor with the work no spool can skip: the lean group commit whose threads also check
-  each episode's shape and mask it (``check_episode``, ``mask`` with the run's rules and
-  their memo) before serializing it; against the lean floor it says how much of the
-  64-thread gap that work alone costs on this machine, and the 64 threads against it what
-  the rest of the spool (numbering, the summary, framing, CRC-32C, the durable mark, the
-  hand-offs) costs.
+* the floor with the work no spool can skip: the lean group commit whose threads also do
+  it before queueing their line (benchmarks/log_episodes_instructions.py ``floor_line``:
+  the shape check, masking as the run masks, orjson and CRC-32C, the line framed with its
+  meta); against the lean floor it says how much of the 64-thread gap that work alone costs
+  on this machine, a ceiling on any spool's ratio, and the 64 threads against it what the
+  rest of the spool (numbering, the summary, the durable mark, the hand-offs) costs.
 * the same for one appender: the bare loop against itself doing the work no spool can skip
-  and writing the line as the format frames it (check, mask, CRC-32C, the framed line), in
-  turns of 8. Its ratio is a ceiling on the single appender's: a spool also numbers,
-  summarizes, locks and publishes its durable mark.
+  and writing the framed line, in turns of 8. Its ratio is a ceiling on the single
+  appender's: a spool also numbers, summarizes, locks and publishes its durable mark.
 * one appender against the bare loop that also writes into padding, as the writer does
   (docs/spool-format.md, section 5: NUL bytes written ahead, ``PADDING_BYTES`` at a time,
   the lines written into them with ``pwrite``), in turns of 8: the spool's own cost with the
@@ -67,10 +66,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from append import FLAGS, THREADS, interleaved, lean_grouped  # noqa: E402
 from append import run_threads as timed_threads  # noqa: E402
+from log_episodes_instructions import floor_line  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
-from prime_runs_spool.content.episodes import check_episode  # noqa: E402
-from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
-from prime_runs_spool.spool.format import PADDING_BYTES, EPISODE, frame_line, framing_rest, prepare  # noqa: E402
+from prime_runs_spool.spool.format import PADDING_BYTES  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "reference" / "episode_example.json"
 PADDING = 15_000
@@ -120,18 +118,18 @@ PADDED_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 def bare_loop(fd: int, pool: Pool, *, must: bool = False, padded: bool = False) -> Callable[[], bool]:
     """One step of the bare loop: take an episode, serialize it with orjson, write it, fdatasync.
 
-    With ``must``, the step first does what no spool of these episodes can skip, and frames
-    the line as the format requires: check the episode's shape, mask it (the run's default
-    rules and their memo), checksum it with CRC-32C and write the framed line
-    (``spool.format.prepare`` and ``frame_line``). No numbering, no summary, no lock, no
-    durable mark: whatever else a spool does only adds to it, so its rate against the bare
-    loop's is a ceiling on the single appender's ratio.
+    With ``must``, the step does what no spool of these episodes can skip instead
+    (``floor_line``: check the episode's shape, mask it as the run does, serialize and
+    checksum it with CRC-32C, frame the line with its meta) and writes the line's parts
+    into padding, as the writer does. No numbering, no summary, no lock, no durable mark:
+    whatever else a spool does only adds to it, so its rate against the bare loop's is a
+    ceiling on the single appender's ratio.
 
-    With ``padded``, the line goes into NUL padding written ahead of it, ``PADDING_BYTES``
-    whenever a line passes its end, as the writer's ``_pad`` does (``fd`` not O_APPEND).
+    With ``padded`` (implied by ``must``), the line goes into NUL padding written ahead of
+    it, ``PADDING_BYTES`` whenever a line passes its end, as the writer's ``_pad`` does
+    (``fd`` not O_APPEND).
     """
-    rules = MaskRules.defaults_for_episode()
-    rest = framing_rest(EPISODE)
+    floor_parts = floor_line()
     seq = [0]
     zeros = bytes(PADDING_BYTES)
     ends = [0, 0]  # where the lines end, where the padding ends
@@ -140,16 +138,15 @@ def bare_loop(fd: int, pool: Pool, *, must: bool = False, padded: bool = False) 
         episode = pool.take()
         if episode is None:
             return False
-        if padded:
-            line = orjson.dumps(episode) + b"\n"
-            os.pwrite(fd, line, ends[0])
-            ends[0] += len(line)
+        if must or padded:
+            if must:
+                seq[0] += 1
+                parts = floor_parts(episode, seq[0])
+            else:
+                parts = (orjson.dumps(episode) + b"\n",)
+            ends[0] += os.pwritev(fd, parts, ends[0])
             if ends[0] > ends[1]:
                 ends[1] = ends[0] + os.pwrite(fd, zeros, ends[0])
-        elif must:
-            check_episode(episode)
-            seq[0] += 1
-            os.writev(fd, frame_line(prepare(mask(episode, rules), EPISODE), seq[0], rest))
         else:
             os.write(fd, orjson.dumps(episode) + b"\n")
         os.fdatasync(fd)
@@ -183,9 +180,10 @@ def single_pair(folder: Path, pool: Pool, seconds: float, block: int = 8, *,
 
 
 def single_floor(folder: Path, pool: Pool, seconds: float, block: int = 8) -> tuple[float, float]:
-    """The bare loop and the same loop doing the work no spool can skip, in interleaved blocks."""
+    """The bare loop and the same loop doing the work no spool can skip (writing into
+    padding, as the spool does), in interleaved blocks."""
     pool.reset()
-    fds = [os.open(folder / name, FLAGS, 0o600) for name in ("bare.jsonl", "must.jsonl")]
+    fds = [os.open(folder / "bare.jsonl", FLAGS, 0o600), os.open(folder / "must.jsonl", PADDED_FLAGS, 0o600)]
     try:
         return interleaved(bare_loop(fds[0], pool), bare_loop(fds[1], pool, must=True), seconds, block)
     finally:
@@ -216,11 +214,12 @@ def run_threads(folder: Path, pool: Pool, seconds: float) -> float:
 
 
 def lean_threads(folder: Path, pool: Pool, seconds: float, *, must: bool = False) -> float:
-    """The lean group commit; with ``must``, each thread first does what no spool of these
-    episodes can skip: check the episode's shape and mask it (the run's rules and memo)."""
+    """The lean group commit; with ``must``, each thread does what no spool of these
+    episodes can skip (``floor_line``) in place of serializing its episode."""
     pool.reset()
     stop = threading.Event()
-    rules = MaskRules.defaults_for_episode()
+    floor_parts = floor_line()
+    seqs = iter(range(10**12))  # next() of a range iterator is atomic under the GIL
 
     def serialize(t: int) -> bytes:
         episode = pool.take()
@@ -228,8 +227,7 @@ def lean_threads(folder: Path, pool: Pool, seconds: float, *, must: bool = False
             stop.set()
             return b""
         if must:
-            check_episode(episode)
-            episode = mask(episode, rules)
+            return b"".join(floor_parts(episode, next(seqs)))
         return orjson.dumps(episode) + b"\n"
 
     return lean_grouped(folder, b"", THREADS, seconds, serialize=serialize, stop=stop)
@@ -300,17 +298,17 @@ def main() -> None:
             results["floor"].append((must, threads))
             results["tasks"].append((threads, tasks))
             print(f"  round {n + 1}: single {results['single'][-1][1] / results['single'][-1][0]:.2f}, "
-                  f"(bare+must)/bare {results['single_floor'][-1][1] / results['single_floor'][-1][0]:.2f}, "
+                  f"floor/bare {results['single_floor'][-1][1] / results['single_floor'][-1][0]:.2f}, "
                   f"single/padded {results['single_padded'][-1][1] / results['single_padded'][-1][0]:.2f}, "
-                  f"threads/lean {threads / lean:.2f}, threads/(lean+must) {threads / must:.2f}, "
-                  f"(lean+must)/lean {must / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
+                  f"threads/lean {threads / lean:.2f}, threads/leanfloor {threads / must:.2f}, "
+                  f"leanfloor/lean {must / lean:.2f}, tasks/threads {tasks / threads:.2f}", flush=True)
         print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
         print(f"{'1 appender vs serialize+write+sync':<34} | {summary(results['single'])} | 1.0")
-        print(f"{'bare + check + mask + CRC vs bare':<34} | {summary(results['single_floor'])} | -")
+        print(f"{'floor (no spool skips) vs bare':<34} | {summary(results['single_floor'])} | -")
         print(f"{'1 appender vs bare loop, padded':<34} | {summary(results['single_padded'])} | -")
         print(f"{'64 threads vs lean group commit':<34} | {summary(results['threads'])} | 0.9")
-        print(f"{'64 threads vs lean + check + mask':<34} | {summary(results['floor'])} | -")
-        print(f"{'lean + check + mask vs lean':<34} | "
+        print(f"{'64 threads vs lean floor':<34} | {summary(results['floor'])} | -")
+        print(f"{'lean floor vs lean':<34} | "
               f"{summary([(lean, must) for (lean, _), (must, _) in zip(results['threads'], results['floor'])])} | -")
         print(f"{'64 asyncio tasks vs 64 threads':<34} | {summary(results['tasks'])} | 1.0")
     finally:

@@ -45,6 +45,9 @@ class SegmentGuard:
         self._segment = segment
         self.lock = lock
         self._mark = mark
+        #: Where the durable mark is put back (a path made once: a check is due every
+        #: LOCK_CHECK_INTERVAL, and building it costs more than the check's fstat calls).
+        self._mark_path = durable_mark_path(run_dir, index)
         #: Read-only, on the inode the flock is on (closing it never drops that lock).
         self._watch: int | None = _open_watch(lock_path(run_dir, index))
         #: When :meth:`check` is next due (never, without a watch).
@@ -68,7 +71,7 @@ class SegmentGuard:
         if mark is None:
             return
         try:
-            if mark.restore(durable_mark_path(self._run_dir, self._index)):
+            if mark.restore(self._mark_path):
                 _log.warning("%s: its durable mark was deleted or replaced while this process wrote the "
                              "segment; put it back", self._segment)
         except OSError as exc:  # a missing mark only makes readers wait
