@@ -133,7 +133,8 @@ class CopyLock:
             self._in_doubt = self._left_in_doubt()
             sink = self.previous.get("store")  # the note's key, as notes already written have it
             self.sink = sink if is_sink(sink) else None
-            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True, **self._handed_on()})
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True, **self._handed_on()},
+                        copy_lock_path(_folder(), self.stem))
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
             raise
@@ -193,7 +194,7 @@ class CopyLock:
         in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
         try:
             _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt,
-                             "store": sink or self.sink, **self._handed_on()})
+                             "store": sink or self.sink, **self._handed_on()}, copy_lock_path(_folder(), self.stem))
         finally:
             os.close(fd)  # closing the only descriptor drops the flock
 
@@ -248,14 +249,18 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _write_note(fd: int, note: dict[str, Any]) -> None:
+def _write_note(fd: int, note: dict[str, Any], path: Path) -> None:
     """Replace the note in the lock file: one write at its start, then the rest cut off. A
     holder killed between the two leaves the new note followed by the old one's tail, which
     :func:`_read_note` ignores. Not fsync'd: after a power cut every state is read by a new
-    process, which checks it against the platform anyway (SyncState.written_here)."""
+    process, which checks it against the platform anyway (SyncState.written_here). ``path``:
+    the lock file's, for the error a failed write raises."""
     data = orjson.dumps(note)
-    os.pwrite(fd, data, 0)
-    os.ftruncate(fd, len(data))
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError as exc:  # a full disk: the error names the lock file, not the run it is for
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 
 def _read_note(fd: int) -> dict[str, Any]:
