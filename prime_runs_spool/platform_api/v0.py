@@ -30,10 +30,9 @@ from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.content.environments import environment_list, environment_problem
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
-    is_null_reward,
+    reward_and_scores,
     summary_trace_index,
     task_data,
-    trace_reward,
 )
 
 #: The platform's ceiling on one request body (25 MiB, docs/platform-api.md): the one
@@ -217,14 +216,27 @@ def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any
     """
     out = dict(record)
     run = record.get("run")
-    out["run"] = {**run, "id": evaluation_id} if isinstance(run, Mapping) else {"id": evaluation_id}
+    out["run"] = {**run, "id": evaluation_id} if _is_mapping(run) else {"id": evaluation_id}
     traces = record.get("traces")
-    if traces and any(isinstance(trace.get("run"), Mapping) for trace in traces):
+    if traces and _any_run(traces):
         out["traces"] = [
             {**trace, "run": {**trace["run"], "id": evaluation_id}} if isinstance(trace.get("run"), Mapping) else trace
             for trace in traces
         ]
     return out
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # an exact dict first: no ABC check
+
+
+def _any_run(traces: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a trace carries a ``run`` object (verifiers 0.4.0's carry none)."""
+    for trace in traces:
+        run = trace.get("run")
+        if run is not None and _is_mapping(run):
+            return True
+    return False
 
 
 def _trace_row(
@@ -237,10 +249,12 @@ def _trace_row(
     """One v0 row from one trace (see docs/platform-api.md, "The v0 sample row")."""
     data = task_data(trace)
     agent = trace.get("agent") or {}
-    branches = [_branch(trace, path) for path in _paths(trace.get("nodes") or ())]
+    nodes = trace.get("nodes") or ()
+    calls = trace.get("calls") or ()
+    branches = _branches(nodes, calls) if nodes else []
     tools = trace.get("tools")
     errors = trace.get("errors") or ()
-    rewards = trace.get("rewards") or {}
+    reward, scores = reward_and_scores(trace.get("rewards"))
     row: dict[str, Any] = {
         "sample_id": sample_id,
         "example_id": data.get("idx"),
@@ -253,7 +267,7 @@ def _trace_row(
         "completion": branches[-1]["messages"] if branches else [],
         "answer": data.get("answer"),
         "tool_defs": [_drop_none(tool) for tool in tools] if tools else None,
-        "reward": trace_reward(trace),
+        "reward": reward,
         "timing": _drop_none_deep(trace.get("timing")),
         "is_completed": trace.get("is_completed"),
         "is_truncated": is_truncated(trace),
@@ -261,13 +275,12 @@ def _trace_row(
         "error": _drop_none(errors[-1]) if errors else None,
         "stop_condition": trace.get("stop_condition"),
         "trajectory": branches,
-        "token_usage": token_usage(trace.get("calls") or ()),
+        "token_usage": token_usage(calls),
         "info": info,
     }
-    for name, reward in rewards.items():
-        if is_null_reward(reward) or name in _FIXED:
-            continue
-        row[name] = reward["score"]
+    for name, score in scores.items():
+        if name not in _FIXED:
+            row[name] = score
     return row
 
 
@@ -299,45 +312,58 @@ def _paths(nodes: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     return paths
 
 
+def _branches(nodes: Sequence[Mapping[str, Any]], calls: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The trajectory: one branch per root-to-leaf path. Each node's message is projected
+    once, however many branches share it, and the calls are indexed by node once per trace."""
+    by_node: dict[int, Mapping[str, Any]] = {}
+    for call in calls:
+        node = call.get("node")
+        if node is not None:
+            by_node[node] = call
+    messages: dict[int, Any] = {}
+    branches = []
+    for path in _paths(nodes):
+        num_input = 0
+        num_output = 0
+        previous_total = 0
+        if by_node:
+            for index in path:
+                call = by_node.get(index)
+                usage = call.get("usage") if call is not None else None
+                if not usage:
+                    continue
+                current_input = _call_input(usage)
+                num_input += max(0, current_input - previous_total)
+                num_output += usage.get("completion_tokens", 0)
+                previous_total = current_input + usage.get("completion_tokens", 0)
+        branch_messages = []
+        for index in path:
+            message = messages.get(index, _UNSEEN)
+            if message is _UNSEEN:
+                message = messages[index] = _message(nodes[index].get("message"))
+            branch_messages.append(message)
+        branches.append({"messages": branch_messages, "num_input_tokens": num_input,
+                         "num_output_tokens": num_output})
+    return branches
+
+
+_UNSEEN = object()
+
+
 def _call_input(usage: Mapping[str, Any]) -> int:
     return usage.get("prompt_tokens", 0) + (usage.get("cached_input_tokens") or 0)
 
 
-def _branch(trace: Mapping[str, Any], path: list[int]) -> dict[str, Any]:
-    nodes = trace["nodes"]
-    by_node: dict[int, Mapping[str, Any]] = {}
-    for call in trace.get("calls") or ():
-        node = call.get("node")
-        if node is not None:
-            by_node[node] = call
-    num_input = 0
-    num_output = 0
-    previous_total = 0
-    for index in path:
-        call = by_node.get(index)
-        usage = call.get("usage") if call is not None else None
-        if not usage:
-            continue
-        current_input = _call_input(usage)
-        num_input += max(0, current_input - previous_total)
-        num_output += usage.get("completion_tokens", 0)
-        previous_total = current_input + usage.get("completion_tokens", 0)
-    return {
-        "messages": [_message(nodes[index].get("message")) for index in path],
-        "num_input_tokens": num_input,
-        "num_output_tokens": num_output,
-    }
-
-
 def _message(message: Any) -> Any:
     """A message with its model fields' nulls dropped (tool calls and content parts too)."""
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         return message
-    out = _drop_none(message)
+    out = {key: item for key, item in message.items() if item is not None}
     for key in ("tool_calls", "content"):
         value = out.get(key)
-        if isinstance(value, list):
-            out[key] = [_drop_none(item) if isinstance(item, Mapping) else item for item in value]
+        if value.__class__ is not str and isinstance(value, list):
+            out[key] = [_drop_none(item) if type(item) is dict or isinstance(item, Mapping) else item
+                        for item in value]
     return out
 
 
@@ -370,14 +396,14 @@ def token_usage(calls: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def _drop_none(value: Any) -> Any:
     """A model's dump without its ``None`` fields; nested free-form dicts keep theirs."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # an exact dict first: no ABC check
         return value
     return {key: item for key, item in value.items() if item is not None}
 
 
 def _drop_none_deep(value: Any) -> Any:
     """For structures made only of models (timing): drop ``None`` fields at every level."""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return value
     return {key: _drop_none_deep(item) for key, item in value.items() if item is not None}
 

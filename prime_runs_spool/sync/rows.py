@@ -349,12 +349,11 @@ class Batch:
     """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
     once they are acknowledged.
 
-    The body is built in place, one row appended at a time, so a batch costs one buffer
-    of at most the request ceiling: no list of rows beside it, no join, no second copy.
-    A body about to grow past LARGE_BODY first takes a LARGE_BODIES token, which
-    :meth:`release` (or, for a batch dropped unsent, its collection) gives back, and with it
-    a large buffer from SPARE_BODIES, given back with the token. A reused buffer may be
-    longer than the body: ``_length`` is where the body ends.
+    The body is built in place, one row copied in at a time, so a batch costs one buffer of at most
+    the request ceiling: no list of rows beside it, no join, no second copy. A body about to grow
+    past LARGE_BODY first takes a LARGE_BODIES token, which :meth:`release` (or, for a batch
+    dropped unsent, its collection) gives back, and with it a large buffer from SPARE_BODIES, given
+    back with the token. A reused buffer may be longer than the body: ``_length`` is where it ends.
     """
 
     __slots__ = ("_buffer", "_budget", "_length", "_on_wire", "count", "end", "episodes", "last_sample_id",
@@ -363,8 +362,7 @@ class Batch:
     def __init__(self) -> None:
         self._buffer = bytearray(_OPEN)
         self._length = len(_OPEN)
-        #: Set once the body is on the wire (or released): :func:`read_ahead` builds the
-        #: next batch only then.
+        #: Set once the body is on the wire (or released): :func:`read_ahead` builds the next batch only then.
         self._on_wire = threading.Event()
         #: The LARGE_BODIES semaphore whose token this batch holds, if it holds one.
         self._budget: threading.BoundedSemaphore | None = None
@@ -375,8 +373,7 @@ class Batch:
         self.last_sample_id: Any = None
         #: Set on the last batch of a pass: the seal its end is past, if the log ends sealed.
         self.seal: dict[str, Any] | None = None
-        #: For a batch releasing held-back episodes: their ids, recorded as released once it landed.
-        self.released: list[str] = []
+        self.released: list[str] = []  # a batch releasing held-back episodes: their ids, recorded once it landed
 
     @property
     def size(self) -> int:
@@ -384,8 +381,7 @@ class Batch:
         return self._length + len(_CLOSE)
 
     def fits(self, row: bytes, limit: int) -> bool:
-        """Whether ``row`` can join without taking the body over ``limit`` (an empty batch
-        takes any row: one that cannot fit alone was refused by the projection)."""
+        """Whether ``row`` joins within ``limit`` (an empty batch takes any: the projection refused one too large)."""
         return not self.count or self.size + 1 + len(row) <= limit
 
     def add(self, row: Row) -> None:
@@ -405,13 +401,17 @@ class Batch:
         self.last_sample_id = row.sample_id
 
     def _write(self, data: bytes) -> None:
-        end = self._length + len(data)
-        self._buffer[self._length:end] = data  # in place in a reused buffer, else appended
-        self._length = end
+        # Not ``buffer[a:b] = data``: from bytes, that first copies them into a new bytearray.
+        start = self._length
+        if len(self._buffer) - start >= len(data):  # in place in a reused buffer
+            memoryview(self._buffer)[start:start + len(data)] = data
+        else:  # appended, after what a reused buffer held past the body
+            del self._buffer[start:]
+            self._buffer += data
+        self._length = start + len(data)
 
     def sent(self) -> None:
-        """The whole body has been handed to the connection: the request is now the
-        platform's to answer (the client calls this, ``PlatformClient.push_samples``)."""
+        """The whole body is on the connection: the request is the platform's to answer (the client says so)."""
         self._on_wire.set()
 
     def wait_sent(self, timeout: float) -> bool:
