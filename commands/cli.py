@@ -1,44 +1,57 @@
 """Entry point of the ``prime-runs`` console script.
 
-Each subcommand lives in its own module and is registered here, so a command is easy to
-find and the top level stays a table of contents.
+Each subcommand lives in its own module and is named here, so a command is easy to find and
+the top level stays a table of contents. A command's module is imported when the command
+is asked for (``--help`` asks for all of them): ``prime-runs sync`` loads no other command.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
-from .import_ import import_
-from .eval import eval_command
-from .export import export
-from .mirror import mirror
 from .output import TRACEBACK_ENV, internal_error
-from .platform import platform
-from .status import status
-from .sync import sync
-from .verify import verify
-from .view import view
 from prime_runs_spool import __version__
 
+#: Each command: the module that defines it and the click command's name there, in the
+#: order ``--help`` lists them (its own, by name).
+COMMANDS = {
+    "eval": (".eval", "eval_command"),
+    "export": (".export", "export"),
+    "import": (".import_", "import_"),
+    "mirror": (".mirror", "mirror"),
+    "platform": (".platform", "platform"),
+    "status": (".status", "status"),
+    "sync": (".sync", "sync"),
+    "verify": (".verify", "verify"),
+    "view": (".view", "view"),
+}
+#: The command whose errors are not ours to shorten (see :func:`main`).
+EVAL = "eval"
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    """The commands of :data:`COMMANDS`, each imported when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module, __package__), name)
+        assert isinstance(command, click.Command) and command.name == cmd_name, (cmd_name, command)
+        return command
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="prime-runs")
 def cli() -> None:
     """Spool eval episodes to disk and sync them to the Prime Intellect platform exactly once."""
-
-
-cli.add_command(verify)
-cli.add_command(sync)
-cli.add_command(status)
-cli.add_command(platform)
-cli.add_command(import_)
-cli.add_command(eval_command)
-cli.add_command(view)
-cli.add_command(mirror)
-cli.add_command(export)
 
 
 def main() -> None:
@@ -49,6 +62,6 @@ def main() -> None:
     try:
         cli()
     except Exception as exc:
-        if os.environ.get(TRACEBACK_ENV) or sys.argv[1:2] == [eval_command.name]:
+        if os.environ.get(TRACEBACK_ENV) or sys.argv[1:2] == [EVAL]:
             raise
         internal_error(exc, f"set {TRACEBACK_ENV}=1 for the traceback")
