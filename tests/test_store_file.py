@@ -238,3 +238,38 @@ def test_a_run_another_syncer_did_costs_this_machine_no_fsync(tmp_path: Path, se
     assert [r.state for r in again] == ["up_to_date"] * 3
     assert fsyncs == []
     assert list((tmp_path / "m2" / "cache").rglob("*.json.etag")), "no state was cached: the test proved nothing"
+
+
+def test_mirror_fsyncs_a_dead_writers_segment_before_uploading_it(tmp_path: Path, folder_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed writer's last lines can be in the page cache only: uploaded as they are, a
+    power cut on the node would take back lines a sync of the store already shipped. So the
+    mirror makes a dead writer's segment durable first, as a shipping reader does
+    (docs/spool-format.md, section 5); a live writer's is uploaded only up to its mark."""
+    import os
+
+    from prime_runs_spool.spool import writer_state
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.store.mirror import mirror_pass
+    from support.runs import RunBuilder
+
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(writer_state.os, "fsync", spy)
+    builder = RunBuilder(tmp_path / "node" / "run", "mirror-dead-writer")
+    builder.open_segment()
+    builder.add(3)
+    segment = segment_path(builder.run_dir, 1)
+    identity = (segment.stat().st_dev, segment.stat().st_ino)
+    mirror_pass([tmp_path / "node"], ObjectStore(folder_url))
+    assert identity not in synced  # live: only what its mark says is durable went up
+    builder.add(2)
+    builder.abandon()  # the writer is gone, its last lines in the file
+    (report,) = mirror_pass([tmp_path / "node"], ObjectStore(folder_url))
+    assert report.uploaded and synced.count(identity) == 1, (report, synced)

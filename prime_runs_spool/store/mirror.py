@@ -5,7 +5,8 @@ s3://...`` can ship it from there. The local spool stays the durable copy; the s
 is only ever a prefix of it that is already durable:
 
 - a segment whose writer is gone (sealed, or crashed) is uploaded once, when its size
-  differs from the object's, up to its last byte that is not padding: a crashed writer's
+  differs from the object's, fsync'd first (a killed writer's last lines may be in the page
+  cache only, as for a shipping reader), up to its last byte that is not padding: a crashed writer's
   NUL padding (up to 1 MiB, docs/spool-format.md, section 5) is no data, and every sync
   would pay to read it back;
 - the live segment is uploaded up to its writer's **durable mark** (docs/spool-format.md,
@@ -35,7 +36,7 @@ from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import parse_line
-from prime_runs_spool.spool.writer_state import writer_alive
+from prime_runs_spool.spool.writer_state import make_durable, writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, marker_fresh
@@ -82,6 +83,7 @@ def _target_size(segment: Path) -> tuple[int, bool]:
     file no longer changes."""
     if writer_alive(segment):
         return min(segment.stat().st_size, durable_mark(segment)), True
+    make_durable(segment)  # a killed writer's last lines may be in the page cache only
     return _data_end(segment), False
 
 
