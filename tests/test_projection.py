@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.content.episodes import NO_ROW, RolloutCounter, rollout_key
@@ -276,3 +277,26 @@ def test_committed_fixtures_match_their_recorded_checksums(name: str) -> None:
             recorded[cells[0]] = cells[1]
     assert name in recorded, f"no checksum recorded for {name}"
     assert hashlib.sha256((FIXTURES.parent / name).read_bytes()).hexdigest() == recorded[name]
+
+
+_truthiness = st.sampled_from([True, False, None, 1, 0, "", "yes", 0.0, float("nan")])
+_trace_for_key = st.fixed_dictionaries({}, optional={
+    "agent": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"trainable": _truthiness})),
+    "task": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+        "data": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+            "idx": st.one_of(st.none(), st.integers(0, 5), st.text(max_size=2))}))})),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_trace_for_key, max_size=4))
+def test_the_rollout_key_is_the_idx_of_the_trace_the_row_is_read_from(traces: list[dict]) -> None:
+    """Rollout numbers count by the ``task.data.idx`` of the trace a row is projected from
+    (``summary_trace_index``: the first trainable trace, by truth, else the first), whatever
+    is missing or null on the way; an episode without traces takes no number."""
+    from prime_runs_spool.content.episodes import summary_trace_index, task_data
+
+    record = {"id": "e", "traces": traces}
+    index = summary_trace_index(record)
+    expected = NO_ROW if index is None else task_data(traces[index]).get("idx")
+    assert rollout_key(record) == expected

@@ -85,10 +85,16 @@ def rollout_key(record: Mapping[str, Any]) -> Any:
 
     ``None`` is a valid key; an episode without traces returns :data:`NO_ROW`.
     """
-    index = summary_trace_index(record)
-    if index is None:
+    traces = record.get("traces")
+    if not traces:
         return NO_ROW
-    task = record["traces"][index].get("task")  # task_data(...), without the call
+    for trace in traces:  # summary_trace_index's choice, without the call and the index
+        agent = trace.get("agent")
+        if agent and agent.get("trainable"):
+            break
+    else:
+        trace = traces[0]
+    task = trace.get("task")  # task_data(...), without the call
     data = task.get("data") if task else None
     return data.get("idx") if data else None
 
