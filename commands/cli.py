@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from .doc_links import docs_epilog
 from .output import TRACEBACK_ENV, internal_error
 from prime_runs_spool import __version__
 
@@ -45,10 +46,12 @@ class Commands(click.Group):
         module, name = COMMANDS[cmd_name]
         command = getattr(importlib.import_module(module, __package__), name)
         assert isinstance(command, click.Command) and command.name == cmd_name, (cmd_name, command)
+        for each in (command, *getattr(command, "commands", {}).values()):  # platform's serve too
+            each.epilog = docs_epilog()  # eval prints its own help, and ignores it
         return command
 
 
-@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=docs_epilog())
 @click.version_option(__version__, prog_name="prime-runs")
 def cli() -> None:
     """Spool eval episodes to disk and sync them to the Prime Intellect platform exactly once."""

@@ -32,7 +32,7 @@ def platform() -> None:
                    "after its request arrived.")
 @click.option("--traces", is_flag=True,
               help="Turn the Prime Traces service on (off, it answers service_not_enabled, like an "
-                   "account without it; see docs/local-platform.md).")
+                   "account without it; local-platform.md in the documentation, below).")
 def serve_command(
     db_path: str | None, host: str, port: int, token: str | None, frontend_url: str | None,
     request_deadline: float | None, traces: bool,

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 @click.option("--skip-corrupt", is_flag=True,
               help="Skip past a corrupt segment's damaged rest (recorded in the evaluation's metadata).")
 @click.option("--replay", is_flag=True,
-              help="Push runs again as new evaluations; continues a run's unfinished replay (see docs/sync.md).")
+              help="Push runs again as new evaluations; continues a run's unfinished replay (sync.md in the "
+                   "documentation, below).")
 @click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
 @click.option("--name", help="With --replay: the new evaluations' name.")
 @click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -82,6 +84,20 @@ def test_each_command_has_examples_in_its_help(command: list[str]) -> None:
     assert done.returncode == 0, done.stderr
     ours = done.stdout.split("verifiers' help follows.")[0]
     assert "Examples:" in ours and f"prime-runs {' '.join(command)} " in ours.split("Examples:")[1], ours
+
+
+@pytest.mark.parametrize("command", [[], ["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
+                                     ["export"], ["platform"], ["platform", "serve"]])
+def test_each_help_ends_with_a_link_to_the_docs_that_opens(command: list[str]) -> None:
+    """Help named ``docs/sync.md``, a path in a checkout the user may not have (and not in the
+    current folder): now every help ends with a ``file://`` link, whole on its line, to a page
+    that exists, and names no other page by a relative path."""
+    done = cli(*command, "--help", cwd=Path("/"))
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.rstrip().splitlines()[-1].strip()
+    assert last.startswith("file://") and last.endswith("/cli.md"), done.stdout
+    assert Path(urllib.parse.urlparse(last).path).is_file(), last
+    assert not re.search(r"(?<![/\w])docs/\w", done.stdout), done.stdout
 
 
 def test_sync_help_says_where_the_key_comes_from() -> None:

@@ -25,7 +25,7 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("prime_runs_spool", "commands"):
+    for name in ("prime_runs_spool", "commands", "docs"):
         shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
                             str(source)], capture_output=True, text=True, timeout=600)
@@ -39,6 +39,8 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
     expected |= {f"prime_runs_spool_cli/{p.name}" for p in (source / "commands").glob("*.py")}
     assert expected <= set(names), sorted(expected - set(names))  # no subpackage left out
     assert "prime_runs_spool/py.typed" in names
+    pages = {p.name for p in (source / "docs").glob("*.md")}
+    assert {f"prime_runs_spool_cli/docs/{page}" for page in pages} <= set(names)  # the help's link opens
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "prime-runs = prime_runs_spool_cli.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -57,6 +59,8 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
                          capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert ran.returncode == 0, ran.stderr
     assert "--retry-for" in ran.stdout
+    link = ran.stdout.rstrip().splitlines()[-1].strip()
+    assert link == (target / "prime_runs_spool_cli" / "docs" / "cli.md").resolve().as_uri(), link
 
 
 def test_the_shippers_options_are_prime_runs_syncs_own() -> None:

@@ -121,7 +121,7 @@ _SHARED: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                  f"{RETRY_FOR_ENV}).")),
     (("--follow",), dict(is_flag=True,
                          help="Keep following live spools: push episodes as they are appended, pick up new runs, "
-                              "finish runs as they seal; until SIGINT/SIGTERM (see docs/sync.md).")),
+                              "finish runs as they seal; until SIGINT/SIGTERM.")),
     (("--exit-when-idle",), dict(is_flag=True,
                                  help="With --follow: exit once every run found is finished and no writer is "
                                       "live.")),
