@@ -52,6 +52,41 @@ def make_private(path: str | os.PathLike[str]) -> None:
         os.chmod(path, FILE_MODE)
 
 
+def open_to_others(folder: str | os.PathLike[str], *, tighten: bool) -> tuple[list[str], list[str]]:
+    """The files and folders at or under ``folder`` (a spool folder) that others may use, as
+    ``(tightened, left)``: with ``tighten``, each is made ``0600`` (folders ``0700``) where
+    the kernel allows it, else left and named. What the package writes is private whatever
+    the umask, but a spool received from elsewhere is not: an artifact unpacked by a tool
+    that drops modes (a zip) or applies its own umask (``cp -r``, ``tar`` as another user)
+    gives every file ``0644``, and a spool holds what the eval saw. Symbolic links are
+    neither followed nor changed; the names are relative to ``folder``."""
+    tightened: list[str] = []
+    left: list[str] = []
+    pending = [(Path(folder), Path(folder).name + "/")]
+    while pending:
+        path, name = pending.pop()
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue  # gone meanwhile, or unreadable: the reader reports what it cannot read
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                pending += [(Path(entry.path), os.path.join(name, entry.name)) for entry in os.scandir(path)]
+        elif not stat.S_ISREG(info.st_mode):
+            continue
+        if not info.st_mode & OTHERS_ACCESS:
+            continue
+        shown = f"{name} {stat.S_IMODE(info.st_mode):04o}"
+        try:
+            if not tighten:
+                raise PermissionError
+            os.chmod(path, DIR_MODE if stat.S_ISDIR(info.st_mode) else FILE_MODE)
+            tightened.append(shown)
+        except OSError:
+            left.append(shown)
+    return sorted(tightened), sorted(left)
+
+
 #: The most :func:`read_regular_file` reads, and an object store's small reads: far more
 #: than any sync state, etag, lease or import JSON file holds. One of gigabytes (a received
 #: spool's ``sync/<dest>.json``) was read into memory whole.
