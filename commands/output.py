@@ -114,7 +114,11 @@ class Progress:
 
     def __init__(self, enabled: bool, clock: Any = time.monotonic) -> None:
         self.enabled = enabled
-        self._runs: dict[str, Any] = {}
+        #: Each run's samples pushed and bytes sent as last told, and their sums: kept as
+        #: they change, so that a sync of thousands of runs does not sum them all at each.
+        self._runs: dict[str, tuple[int, int]] = {}
+        self._pushed = 0
+        self._sent = 0
         self._lock = threading.Lock()
         self._clock = clock
         self._shown = ""
@@ -127,10 +131,11 @@ class Progress:
         if not self.enabled:
             return
         with self._lock:
-            self._runs[report.path] = report
-            pushed = sum(r.pushed_now for r in self._runs.values())
-            sent = sum(r.bytes_sent for r in self._runs.values())
-            totals = f"syncing {len(self._runs)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
+            pushed, sent = self._runs.get(report.path, (0, 0))
+            self._runs[report.path] = (report.pushed_now, report.bytes_sent)
+            self._pushed += report.pushed_now - pushed
+            self._sent += report.bytes_sent - sent
+            totals = f"syncing {len(self._runs)} run(s): {self._pushed} samples, {self._sent / 1e6:.1f} MB sent"
             if totals != self._totals:
                 self._totals, self._retry = totals, ""
             self._draw(force=False)
@@ -148,13 +153,15 @@ class Progress:
             self._draw(force=True)
 
     def _draw(self, *, force: bool) -> None:
+        now = self._clock()
+        if not force and now - self._drawn_at < 0.1:
+            return  # before the terminal's width is asked: most updates stop here
         line = self._totals or "syncing"
         if self._retry:
             line = f"{line}; {self._retry}"
         width = max(20, _stderr_columns() - 1)
         line = line[:width]
-        now = self._clock()
-        if line == self._shown or (not force and now - self._drawn_at < 0.1):
+        if line == self._shown:
             return
         # Padded with spaces over what the line before showed, as wide as it was.
         pad = max(72, len(self._shown))

@@ -224,6 +224,13 @@ def printable(text: str) -> str:
 OnUnreadable = Callable[[Path, OSError], None]
 
 
+def joined(folder: str | os.PathLike[str], *names: str) -> str:
+    """``os.path.join(folder, *names)`` for plain names (no separator in them, none absolute),
+    as a string: the paths a walk and a no-op re-sync ask a ``stat`` of, several a run, where
+    ``os.path.join``'s checks cost more than the call they prepare."""
+    return os.sep.join((os.fspath(folder), *names))
+
+
 def pass_over(path: Path, exc: OSError) -> None:
     """For a caller with nobody to tell: an unreadable directory has nothing it can read."""
 

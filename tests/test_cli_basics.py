@@ -1,8 +1,12 @@
 """The console script exists and answers --version and --help without a traceback."""
 
+import contextlib
+import io
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.env import CLI, child_env
 
 from prime_runs_spool import __version__
@@ -37,6 +41,33 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
         "syncing 1 run(s): 0 samples, 0.0 MB sent",
         "syncing 1 run(s): 5 samples, 0.0 MB sent",
     ]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["run-a", "run-b", "run-c"]), st.integers(0, 50), st.integers(0, 10**8)),
+                min_size=1, max_size=30))
+def test_the_progress_line_sums_each_runs_latest_counts(updates):
+    """The totals are kept as reports change, not summed again at each update: whatever the
+    order, and although a pass updates its one report in place, the line says the sum of
+    each run's latest counts."""
+    from types import SimpleNamespace
+
+    from commands.output import Progress
+
+    now = [0.0]
+    progress = Progress(enabled=True, clock=lambda: now[0])
+    reports: dict[str, SimpleNamespace] = {}
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for path, pushed, sent in updates:
+            report = reports.setdefault(path, SimpleNamespace(path=path, pushed_now=0, bytes_sent=0))
+            report.pushed_now, report.bytes_sent = pushed, sent
+            now[0] += 1.0  # past the redraw limit: each update draws what it sums
+            progress.update(report)
+    drawn = [part.strip() for part in err.getvalue().split("\r") if part.strip()]
+    pushed = sum(r.pushed_now for r in reports.values())
+    sent = sum(r.bytes_sent for r in reports.values())
+    assert drawn[-1] == f"syncing {len(reports)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
 
 
 @pytest.mark.slow

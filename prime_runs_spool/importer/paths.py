@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
-from prime_runs_spool.files import each_once, walk_folders
+from prime_runs_spool.files import each_once, joined, walk_folders
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 
 CONFIGS_DIRNAME = "configs"
@@ -97,9 +97,9 @@ def is_eval_output_dir(path: Path) -> bool:
     Asked of every folder a walk meets, so by plain strings: a path object per name cost more
     than the ``stat`` calls."""
     folder = os.fspath(path)
-    if _is_file(os.path.join(folder, VERIFIERS_TRACES_NAME)):
+    if _is_file(joined(folder, VERIFIERS_TRACES_NAME)):
         return True
-    return _is_file(os.path.join(folder, V0_METADATA_NAME)) and _is_file(os.path.join(folder, V0_RESULTS_NAME))
+    return _is_file(joined(folder, V0_METADATA_NAME)) and _is_file(joined(folder, V0_RESULTS_NAME))
 
 
 def _is_file(path: str) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotASegmentFileError
-from prime_runs_spool.files import OnUnreadable, each_once, make_private_dir, pass_over, walk_folders
+from prime_runs_spool.files import OnUnreadable, each_once, joined, make_private_dir, pass_over, walk_folders
 
 SPOOL_DIRNAME = "spool"
 #: Held (flock) by a writer while it opens the run: opening is atomic against another opener.
@@ -153,7 +153,7 @@ def is_run_dir(path: Path) -> bool:
     Raises :class:`OSError` (its ``filename`` the directory that could not be read) when
     ``path`` or its ``spool/`` cannot be looked into: "cannot tell" is not "no".
     """
-    folder = os.path.join(path, SPOOL_DIRNAME)  # a string: asked of every folder a walk meets
+    folder = joined(path, SPOOL_DIRNAME)  # a string: asked of every folder a walk meets
     try:
         mode = os.lstat(folder).st_mode
     except (FileNotFoundError, NotADirectoryError):

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import DISK_FULL_ERRNOS, read_regular_file, replace_private
+from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.sinks.registry import is_sink, known
@@ -408,7 +408,7 @@ def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
     itself, or, when its spool folder is read-only, its folder under ``state_dir``; None when
     the spool folder is read-only and there is no state directory (the caller names
     ``--state-dir``)."""
-    if not is_read_only(os.path.join(run_dir, SPOOL_DIRNAME)):  # a string: asked of every run a sync finds
+    if not is_read_only(joined(run_dir, SPOOL_DIRNAME)):  # a string: asked of every run a sync finds
         return run_dir
     if state_dir is None:
         return None

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.files import replace_private
+from prime_runs_spool.files import joined, replace_private
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, list_segments, segment_name
 from prime_runs_spool.sync.options import AUTO, UP_TO_DATE, RunReport
 from prime_runs_spool.sync.state import SYNC_DIRNAME, Destination
@@ -83,7 +83,7 @@ class Look:
 def state_path_of(home: str | os.PathLike[str], destination: Destination) -> str:
     """The run's state file for ``destination`` (``sync_state_path``'s, as a string: asked of
     every run of a no-op re-sync, where path objects cost more than the ``stat`` calls)."""
-    return os.path.join(home, SPOOL_DIRNAME, SYNC_DIRNAME, f"{destination.key}.json")
+    return joined(home, SPOOL_DIRNAME, SYNC_DIRNAME, f"{destination.key}.json")
 
 
 def look(run_dir: Path, home: Path, destination: Destination) -> Look | None:
@@ -91,7 +91,7 @@ def look(run_dir: Path, home: Path, destination: Destination) -> Look | None:
     kept with. None when there is no state file or no segment."""
     path = state_path_of(home, destination)
     try:
-        folder = os.stat(os.path.join(run_dir, SPOOL_DIRNAME))  # before the listing: a later change moves it
+        folder = os.stat(joined(run_dir, SPOOL_DIRNAME))  # before the listing: a later change moves it
         state = os.stat(path)
         segments = list_segments(run_dir)
         if not segments or segments[-1][0] != len(segments):
@@ -106,13 +106,13 @@ def look(run_dir: Path, home: Path, destination: Destination) -> Look | None:
 def _still(entry: dict[str, Any], run_dir: Path, state_path: str) -> bool:
     """Whether the run's files are the ones ``entry`` was kept for: its spool folder first
     (unchanged, it lists the same segments), then the state file and the two segments."""
-    spool = os.path.join(run_dir, SPOOL_DIRNAME)
+    spool = joined(run_dir, SPOOL_DIRNAME)
     if not entry["segments"]:
         return False  # never kept so: a damaged record
     if fingerprint(os.stat(spool)) != entry["folder"] or fingerprint(os.stat(state_path)) != entry["state_file"]:
         return False
     for index, *kept in entry["segments"]:
-        if fingerprint(os.stat(os.path.join(spool, segment_name(index)))) != kept:
+        if fingerprint(os.stat(joined(spool, segment_name(index)))) != kept:
             return False
     return True
 
