@@ -17,7 +17,7 @@ import click
 
 from prime_runs_spool.sync.command_line import output_option
 
-from .output import require_paths
+from .output import episodes, require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
@@ -36,7 +36,7 @@ def import_line(report: ImportReport) -> list[str]:
         return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
     where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
     if report.state in ("imported", "appended", "up_to_date"):
-        line = (f"{report.state:<11} {report.source}{where}: {report.episodes_added} episode(s) added, "
+        line = (f"{report.state:<11} {report.source}{where}: {episodes(report.episodes_added)} added, "
                 f"{report.episodes_total} in the spool, {report.status}")
         if report.outcome and report.outcome != report.status:
             line += f" ({report.outcome})"

@@ -18,6 +18,7 @@ import click
 from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
+from .output import count, episodes
 from .import_ import nothing_found_message
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
@@ -45,9 +46,9 @@ def _segment_lines(segment: dict[str, Any]) -> list[str]:
         more = segment["damage_count"] - len(segment["damage"])
         if more > 0:
             lines.append(f"  {name}: ... and {more} more stretch(es) of damage")
-        intact = f"{segment['records']} intact records, {segment['episodes']} intact episodes"
+        intact = f"{count(segment['records'], 'intact record')}, {count(segment['episodes'], 'intact episode')}"
         return [*lines, f"  {name}: {intact}, " + (f"sealed {segment['sealed']}" if segment["sealed"] else "unsealed")]
-    parts = [f"{segment['records']} records", f"{segment['episodes']} episodes"]
+    parts = [count(segment["records"], "record"), episodes(segment["episodes"])]
     if segment["format_version"] is None:
         parts = ["empty (no header)"]
     parts.append(f"sealed {segment['sealed']}" if segment["sealed"] else "unsealed")
@@ -66,8 +67,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
             click.echo(f"{run['run_dir']}: UNREADABLE: {run['error']}")
             continue
         click.echo(
-            f"{run['run_dir']}: {run['status']}, {len(run['segments'])} segment(s), "
-            f"{run['records']} records, {run['episodes']} episodes"
+            f"{run['run_dir']}: {run['status']}, {count(len(run['segments']), 'segment')}, "
+            f"{count(run['records'], 'record')}, {episodes(run['episodes'])}"
         )
         for segment in run["segments"]:
             for line in _segment_lines(segment):
@@ -137,7 +138,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         sys.exit(1)
     if not as_json:
         disagree = sum(1 for run in runs if run.get("traces_disagree"))
-        click.echo(f"ok: {len(runs)} run(s) verified, no corruption"
+        click.echo(f"ok: {count(len(runs), 'run')} verified, no corruption"
                    + (f"; {disagree} disagree with their traces.jsonl (the next sync spools the difference)"
                       if disagree else ""))
 

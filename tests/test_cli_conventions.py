@@ -74,6 +74,24 @@ def test_status_counts_in_good_english(outputs: Path) -> None:
     assert "1 episodes" not in done.stdout and "segment(s)" not in done.stdout
 
 
+def test_verify_counts_in_good_english(outputs: Path) -> None:
+    """``verify`` said "1 segment(s), 3 records, 1 episodes" and "1 run(s) verified"."""
+    done = cli("verify", str(outputs / "one-episode"))
+    assert done.returncode == 0, done.stderr
+    assert "1 segment, 3 records, 1 episode\n" in done.stdout, done.stdout
+    assert "ok: 1 run verified" in done.stdout, done.stdout
+    assert not re.search(r"\b1 (episodes|records|runs)\b|\((s|es)\)", done.stdout), done.stdout
+
+
+def test_import_counts_in_good_english(tmp_path: Path) -> None:
+    """``import`` said "N episode(s) added"."""
+    shutil.copytree(VF040, tmp_path / "run")
+    done = cli("import", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"imported +\S+: \d+ episodes added, \d+ in the spool", done.stdout), done.stdout
+    assert "(s)" not in done.stdout.splitlines()[0], done.stdout
+
+
 @pytest.mark.parametrize("command", [["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
                                      ["export"], ["platform", "serve"],
                                      pytest.param(["eval"], marks=pytest.mark.slow)])  # imports verifiers: seconds
