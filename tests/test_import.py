@@ -219,6 +219,30 @@ def test_a_resume_that_retried_rollouts_supersedes_them_as_the_live_path_does(tm
     assert rows == upstream_rows(final, evaluation["evaluation_id"])
 
 
+@pytest.mark.slow
+def test_a_traces_file_that_lost_its_last_lines_in_place_supersedes_nothing(tmp_path: Path) -> None:
+    """vf-eval never fsyncs ``traces.jsonl``: a power cut after an import can take back its
+    last lines, leaving the same file, shorter. No ``--resume`` did that (it writes a new file
+    and renames it in), so the episodes the spool holds durably are not superseded: the run
+    is left as imported (exit 1, said), and sync ships every one of them."""
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    traces = run_dir / "traces.jsonl"
+    lines = traces.read_bytes().splitlines(keepends=True)
+    assert import_output(run_dir).episodes_added == len(lines) == 4
+    before = spool_files(run_dir)
+    with open(traces, "r+b") as handle:  # what the power cut leaves: the same file, its last line gone
+        handle.truncate(sum(map(len, lines[:-1])))
+    report = import_output(run_dir)
+    assert report.state == "left" and "lines were lost in place" in report.error, report
+    assert spool_files(run_dir) == before  # nothing superseded, no segment re-sealing it failed
+    db = tmp_path / "p.db"
+    synced = cli("sync", str(root), "--local", "--db", str(db), "--json")
+    assert synced.returncode == 1, synced.stdout + synced.stderr  # the import's refusal is said
+    ((evaluation, rows),) = db_rows(db)
+    assert len(rows) == 4 and evaluation["status"] == "COMPLETED"
+
+
 def test_a_changed_v0_results_file_is_left_as_imported(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "v0-completed")
     run_dir = root / "v0-completed"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.files import FILE_MODE, replace_private
+from prime_runs_spool.files import FILE_MODE, read_regular_file, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.scan import read_run
@@ -147,6 +148,7 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
         if verifiers_traces_path(output_dir).is_file():
             _catch_up(output_dir, report)
         return
+    traces_file = _file_identity(verifiers_traces_path(output_dir))  # before it is read: see _lost_in_place
     source = read_source(output_dir)
     report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
     report.reason = source.outcome.reason
@@ -162,15 +164,17 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
             f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
     ensure_spool_dir(run_dir)  # and every missing level above it (a state directory's), 0700, durably
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
-        _import_locked(source, output_dir, run_dir, report)
+        _import_locked(source, output_dir, run_dir, report, traces_file)
 
 
-def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport) -> None:
+def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport,
+                   traces_file: list[int] | None) -> None:
     resuming = bool(list_segments(run_dir))
     already = superseded_in_run(run_dir) if resuming else set()
     prior = scan_prior_run(run_dir, already) if resuming else None
     known = prior.episode_ids if prior is not None else set()
-    supersedes = _superseded_now(run_dir, source, already) if prior is not None else []
+    supersedes = (_superseded_now(run_dir, source, already, _lost_in_place(run_dir, source, traces_file))
+                  if prior is not None else [])
     new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
     report.run_id = prior.run_id if prior is not None and prior.run_id else source.run_id
     status_now = _status(run_dir) if prior is not None else None
@@ -182,14 +186,14 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
     if prior is None:
         # Marked before the first segment exists: nobody ever sees this spool without its
         # mark and takes it for one the eval wrote itself.
-        _write_mark(run_dir, source, report)
+        _write_mark(run_dir, source, report, traces_file)
     _write(source, run_dir, report, prior is not None, set(new), supersedes)
     report.state = APPENDED if prior is not None else IMPORTED
     report.episodes_added = len(new)
     report.superseded = len(supersedes)
     report.episodes_total = (prior.episodes if prior is not None else 0) - len(supersedes) + len(new)
     report.status = source.outcome.status
-    _write_mark(run_dir, source, report)
+    _write_mark(run_dir, source, report, traces_file)
 
 
 def _catch_up(run_dir: Path, report: ImportReport) -> None:
@@ -241,18 +245,49 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
     agreement.mark_agreed(run_dir, traces_version["traces"])
 
 
-def _superseded_now(run_dir: Path, source: SourceRun, already: set[str]) -> list[str]:
+def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in_place: bool) -> list[str]:
     """The spool's episodes the source no longer holds: a ``--resume`` that retried rollouts
     rewrote ``traces.jsonl`` without them, and re-ran their slots. The same rule as a live
     resume (content/supersede.py): they are superseded, in spool order. The older layout
-    has no resume, so a changed ``results.jsonl`` is refused instead."""
+    has no resume, so a changed ``results.jsonl`` is refused instead, and so is a
+    ``traces.jsonl`` that lost lines in place (``lost_in_place``: no resume wrote it)."""
     kept = set(source.ids) | already
     gone = superseded_ids((record_id for record_id in _spool_episode_ids(run_dir)), kept)
     if gone and source.layout == V0:
         raise RewrittenOutputError(
             f"{source.path}: {len(gone)} row(s) imported earlier are no longer in results.jsonl; the older "
             "layout has no resume that would explain it, so this run was left as it was imported")
+    if gone and lost_in_place:
+        raise RewrittenOutputError(
+            f"{verifiers_traces_path(source.path)}: {len(gone)} episode(s) imported earlier are no longer in it, and "
+            "it is the same file, shorter (a --resume replaces it with a new one): lines were lost in place (a power "
+            "cut before vf-eval's writes reached the disk?); the spool keeps them (sync ships them) and this run "
+            "was left as it was imported")
     return gone
+
+
+def _file_identity(path: Path) -> list[int] | None:
+    """Which file ``path`` is (device, inode): verifiers' ``--resume`` replaces ``traces.jsonl``
+    through a new file and a rename, so the same file later is not a rewrite."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino]
+
+
+def _lost_in_place(run_dir: Path, source: SourceRun, traces_file: list[int] | None) -> bool:
+    """``traces.jsonl`` is the very file the last import read, and now holds fewer bytes than
+    it did then: lines it held were taken back (a power cut before vf-eval's unsynced writes
+    reached the disk, or a truncation), which no ``--resume`` does."""
+    try:
+        mark = json.loads(read_regular_file(import_mark_path(run_dir)))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(mark, dict) or traces_file is None or mark.get("source_file") != traces_file:
+        return False
+    read_before = mark.get("source_bytes")
+    return isinstance(read_before, int) and source.size < read_before
 
 
 def _spool_episode_ids(run_dir: Path) -> Iterable[str | None]:
@@ -319,10 +354,12 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
         run.abort(outcome.reason, status=outcome.status)
 
 
-def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport) -> None:
-    """``spool/import.json``: the source of this spool, written atomically (0600)."""
+def _write_mark(run_dir: Path, source: SourceRun, report: ImportReport, traces_file: list[int] | None) -> None:
+    """``spool/import.json``: the source of this spool, written atomically (0600); with which
+    ``traces.jsonl`` it read, and how much of it (:func:`_lost_in_place`)."""
     mark = import_mark_path(run_dir)
     data = json.dumps({"source": str(source.path.resolve()), "layout": source.layout,
                        "run_id": report.run_id, "episodes": report.episodes_total,
-                       "source_bytes": source.size, "status": report.status}, indent=1).encode()
+                       "source_bytes": source.size, "source_file": traces_file, "status": report.status},
+                      indent=1).encode()
     replace_private(mark, data, durable=True)
