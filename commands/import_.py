@@ -42,7 +42,15 @@ def import_line(report: ImportReport) -> list[str]:
             line += f" ({report.outcome})"
     else:
         line = f"{report.state:<11} {report.source}: {report.reason}"
-    return [line] + [f"  warning: {warning}" for warning in report.warnings]
+    return [line] + [f"  {_label(warning)}: {warning}" for warning in report.warnings]
+
+
+def _label(warning: str) -> str:
+    """A launch file left out of the manifest because it sets credentials is the masking
+    doing its job, not a problem: a note, as the eval logs it (info), not a warning."""
+    from prime_runs_spool.content.manifest import CONFIG_SOURCE_NOTE  # only when a run has warnings
+
+    return "note" if warning.startswith(CONFIG_SOURCE_NOTE) else "warning"
 
 
 def nothing_found_message(path: Path) -> str:

@@ -92,6 +92,19 @@ def test_import_counts_in_good_english(tmp_path: Path) -> None:
     assert "(s)" not in done.stdout.splitlines()[0], done.stdout
 
 
+
+@pytest.mark.slow
+def test_a_launch_file_left_out_for_its_credentials_is_a_note_not_a_warning(tmp_path: Path) -> None:
+    """The eval logs it as info; import (and the sync that imports) printed it as a warning
+    for every run, though nothing is wrong: the masking did its job."""
+    for command in (["import"], ["sync", "--local", "--db", str(tmp_path / "platform.db")]):
+        shutil.copytree(VF040, tmp_path / command[0])
+        done = cli(*command, str(tmp_path / command[0]), HOME=str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        assert "  note: config_source left out: eval.toml sets the credential table" in done.stdout, done.stdout
+        assert "warning" not in done.stdout.lower(), done.stdout
+
+
 @pytest.mark.parametrize("command", [["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
                                      ["export"], ["platform", "serve"],
                                      pytest.param(["eval"], marks=pytest.mark.slow)])  # imports verifiers: seconds
