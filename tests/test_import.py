@@ -355,6 +355,27 @@ def test_a_run_the_eval_spooled_itself_is_caught_up_in_its_own_spool_never_a_sta
     assert not (tmp_path / "state").exists()
 
 
+def test_a_traces_file_beside_the_evals_own_spool_that_lost_lines_in_place_supersedes_nothing(
+        tmp_path: Path) -> None:
+    """The same for a spool the eval wrote: once its ``traces.jsonl`` was found to agree, the
+    same file coming back shorter lost lines, and the spool's episodes are kept."""
+    from prime_runs_spool import open_run
+
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    traces = run_dir / "traces.jsonl"
+    lines = traces.read_bytes().splitlines(keepends=True)
+    with open_run(run_dir, name="live") as run:
+        run.log_episodes(traces_of(run_dir)[:2])
+    assert import_output(run_dir).episodes_added == 2  # plain vf-eval wrote the other two: caught up
+    before = spool_files(run_dir)
+    with open(traces, "r+b") as handle:  # a power cut takes back its last line, in place
+        handle.truncate(sum(map(len, lines[:-1])))
+    report = import_output(run_dir)
+    assert report.state == "left" and "lines were lost in place" in report.error, report
+    assert spool_files(run_dir) == before and len(list(read_run(run_dir).episodes())) == 4
+
+
 @pytest.mark.slow
 def test_an_import_killed_midway_is_completed_by_the_next_each_episode_once(tmp_path: Path) -> None:
     import os

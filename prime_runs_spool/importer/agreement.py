@@ -102,6 +102,20 @@ def agreed(run_dir: Path, current: dict[str, Any] | None = None) -> bool:
         return False
 
 
+def lost_in_place(run_dir: Path, traces_version: list[Any]) -> bool:
+    """``traces.jsonl`` (as ``traces_version`` says it is now) is the very file last found to
+    agree, and holds fewer bytes than it did then: it lost lines in place (a power cut before
+    vf-eval's unsynced writes reached the disk), which no ``--resume`` does (it writes a new
+    file and renames it in)."""
+    try:
+        with open(agreed_mark_path(run_dir), "rb") as handle:
+            before = json.loads(handle.read(1 << 20)).get("traces")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (isinstance(before, list) and len(before) == 4 and before[:2] == traces_version[:2]
+            and isinstance(before[2], int) and traces_version[2] < before[2])
+
+
 def needs_catching_up(run_dir: Path) -> bool:
     """Cheap: a ``traces.jsonl`` beside the spool, no live writer, and not the versions last agreed."""
     return version(run_dir) is not None and not agreed(run_dir) and not is_live(run_dir)

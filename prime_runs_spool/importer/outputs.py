@@ -229,6 +229,8 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
         known = prior.episode_ids
         new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
         supersedes = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
+        if supersedes and agreement.lost_in_place(run_dir, traces_version["traces"]):
+            raise _lost_lines(run_dir, len(supersedes))
         report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
         report.episodes_total = prior.episodes
         report.status = _status(run_dir)
@@ -258,12 +260,15 @@ def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in
             f"{source.path}: {len(gone)} row(s) imported earlier are no longer in results.jsonl; the older "
             "layout has no resume that would explain it, so this run was left as it was imported")
     if gone and lost_in_place:
-        raise RewrittenOutputError(
-            f"{verifiers_traces_path(source.path)}: {len(gone)} episode(s) imported earlier are no longer in it, and "
-            "it is the same file, shorter (a --resume replaces it with a new one): lines were lost in place (a power "
-            "cut before vf-eval's writes reached the disk?); the spool keeps them (sync ships them) and this run "
-            "was left as it was imported")
+        raise _lost_lines(source.path, len(gone))
     return gone
+
+
+def _lost_lines(run_dir: Path, count: int) -> RewrittenOutputError:
+    return RewrittenOutputError(
+        f"{verifiers_traces_path(run_dir)}: {count} episode(s) the spool holds are no longer in it, and it is the "
+        "same file, shorter (a --resume replaces it with a new one): lines were lost in place (a power cut before "
+        "vf-eval's writes reached the disk?); the spool keeps them (sync ships them) and this run was left as it was")
 
 
 def _file_identity(path: Path) -> list[int] | None:
