@@ -131,3 +131,23 @@ def test_a_spool_the_eval_wrote_itself_is_caught_up_with_its_traces_before_sync(
     assert again["imports"] == [] and [r["pushed_now"] for r in again["runs"]] == [0]
     status = cli("status", str(root)).stdout
     assert "not spooled" not in status and "DISAGREES" not in status
+
+
+@pytest.mark.slow
+def test_sync_says_nothing_of_an_eval_spool_that_agrees_with_its_traces(tmp_path: Path) -> None:
+    """Every first sync after ``prime-runs eval`` printed "spooled ...: the eval wrote its own
+    spool here; prime-runs sync ships it" above the run's own line: a hint to run the command
+    being run, for nothing imported. ``import`` still says it (it is the answer there)."""
+    from prime_runs_spool import open_run
+
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
+    with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
+        run.log_episodes(episodes)  # the live path spooled every one
+    done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("synced ") and f"pushed {len(episodes)} " in lines[0], done.stdout
+    assert "spooled" not in done.stdout and "prime-runs sync ships it" not in done.stdout, done.stdout
+    assert cli("import", str(root)).stdout.startswith("spooled ")
