@@ -16,7 +16,7 @@ import click
 from .import_ import nothing_found_message, quiet_library_warnings
 from .options import allow_empty_option
 from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
-from .sync_report import print_reports
+from .sync_report import browse_line, print_reports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
                          sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
@@ -166,6 +166,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                     if interrupt.is_set():
                         exit_interrupted([])
                     interrupt.uninstall()  # the follower stops on signals its own way (docs/cli.md)
+                    if local_db and not as_json:  # the links it prints open only once served
+                        click.echo(browse_line(local_db))
                     sys.exit(follow_until_stopped(Follower(
                         roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),

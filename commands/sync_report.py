@@ -49,4 +49,10 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         for line in report_lines(report):
             click.echo(line)
     if local_db:
-        click.echo(f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}")
+        click.echo(browse_line(local_db))
+
+
+def browse_line(local_db: str) -> str:
+    """How to open the links a ``--local`` sync prints: the platform it wrote, served on the
+    port the links name (the embedded one is gone, or on another port, by then)."""
+    return f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}"

@@ -160,6 +160,19 @@ def test_the_local_platforms_database_is_in_the_data_folder_and_shared(tmp_path:
         served.wait(30)
 
 
+@pytest.mark.slow
+def test_sync_follow_local_says_how_to_open_its_links(tmp_path: Path) -> None:
+    """``sync --local`` ends with the command that serves what it wrote (its links name
+    that port); ``--follow --local`` printed the links and never that line."""
+    build_run(tmp_path / "runs" / "r", "follow-local-browse", 2)
+    db = tmp_path / "platform.db"
+    done = cli("sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--follow", "--exit-when-idle",
+               HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"browse with: prime-runs platform serve --db {db} --port 8765" in done.stdout.splitlines(), done.stdout
+    assert "http://127.0.0.1:8765/dashboard/evaluations/" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("command", ["verify", "status"])
 def test_a_json_report_names_a_folder_whose_name_is_not_utf8(odd_tree: Path, command: str) -> None:
     """orjson refuses the surrogates such a name decodes to: `--json` ended in a traceback
