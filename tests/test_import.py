@@ -233,6 +233,8 @@ def test_a_traces_file_that_lost_its_last_lines_in_place_supersedes_nothing(tmp_
     before = spool_files(run_dir)
     with open(traces, "r+b") as handle:  # what the power cut leaves: the same file, its last line gone
         handle.truncate(sum(map(len, lines[:-1])))
+    shown = cli("status", str(root))
+    assert "lost in place" in shown.stdout and "supersedes them" not in shown.stdout, shown.stdout
     report = import_output(run_dir)
     assert report.state == "left" and "lines were lost in place" in report.error, report
     assert spool_files(run_dir) == before  # nothing superseded, no segment re-sealing it failed
@@ -355,6 +357,7 @@ def test_a_run_the_eval_spooled_itself_is_caught_up_in_its_own_spool_never_a_sta
     assert not (tmp_path / "state").exists()
 
 
+@pytest.mark.slow
 def test_a_traces_file_beside_the_evals_own_spool_that_lost_lines_in_place_supersedes_nothing(
         tmp_path: Path) -> None:
     """The same for a spool the eval wrote: once its ``traces.jsonl`` was found to agree, the
@@ -371,6 +374,8 @@ def test_a_traces_file_beside_the_evals_own_spool_that_lost_lines_in_place_super
     before = spool_files(run_dir)
     with open(traces, "r+b") as handle:  # a power cut takes back its last line, in place
         handle.truncate(sum(map(len, lines[:-1])))
+    shown = cli("status", str(root))  # and status says what happened, not that a resume dropped them
+    assert "lost in place" in shown.stdout and "supersedes them" not in shown.stdout, shown.stdout
     report = import_output(run_dir)
     assert report.state == "left" and "lines were lost in place" in report.error, report
     assert spool_files(run_dir) == before and len(list(read_run(run_dir).episodes())) == 4

@@ -35,7 +35,7 @@ from prime_runs_spool.content.supersede import kept_episode_ids, superseded_in_r
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.files import replace_private
-from prime_runs_spool.importer.paths import agreed_mark_path
+from prime_runs_spool.importer.paths import agreed_mark_path, import_mark_path
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.reader import iter_records
@@ -51,20 +51,25 @@ class Disagreement:
     only_in_traces: int
     #: Episodes of the spool's effective set that ``traces.jsonl`` no longer holds.
     only_in_spool: int
+    #: ``traces.jsonl`` lost them in place (:func:`lost_in_place`): no resume dropped them.
+    lost_in_place: bool = False
 
     def describe(self) -> str:
         parts = []
         if self.only_in_traces:
             parts.append(f"{self.traces_path} holds {self.only_in_traces} episode(s) the spool lacks "
                          "(written by plain vf-eval?): the next prime-runs sync or import spools them")
-        if self.only_in_spool:
+        if self.only_in_spool and self.lost_in_place:
+            parts.append(f"the spool holds {self.only_in_spool} episode(s) {self.traces_path} lost in place (the same "
+                         "file, shorter: a power cut?, not a --resume): the spool keeps them and sync ships them")
+        elif self.only_in_spool:
             parts.append(f"the spool holds {self.only_in_spool} episode(s) {self.traces_path} no longer holds "
                          "(dropped by a --resume): the next prime-runs sync or import supersedes them")
         return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:
         return {"traces": str(self.traces_path), "only_in_traces": self.only_in_traces,
-                "only_in_spool": self.only_in_spool}
+                "only_in_spool": self.only_in_spool, "lost_in_place": self.lost_in_place}
 
 
 def version(run_dir: Path) -> dict[str, Any] | None:
@@ -103,17 +108,25 @@ def agreed(run_dir: Path, current: dict[str, Any] | None = None) -> bool:
 
 
 def lost_in_place(run_dir: Path, traces_version: list[Any]) -> bool:
-    """``traces.jsonl`` (as ``traces_version`` says it is now) is the very file last found to
-    agree, and holds fewer bytes than it did then: it lost lines in place (a power cut before
-    vf-eval's unsynced writes reached the disk), which no ``--resume`` does (it writes a new
-    file and renames it in)."""
+    """``traces.jsonl`` (as ``traces_version``, ``[device, inode, size, mtime]``, says it is
+    now) is the very file last found to agree, or the last import read, and holds fewer bytes
+    than it did then: it lost lines in place (a power cut before vf-eval's unsynced writes
+    reached the disk), which no ``--resume`` does (it writes a new file and renames it in)."""
+    before: Any = None
     try:
         with open(agreed_mark_path(run_dir), "rb") as handle:
             before = json.loads(handle.read(1 << 20)).get("traces")
     except (OSError, ValueError, AttributeError):
+        pass
+    if isinstance(before, list) and len(before) == 4:
+        return before[:2] == traces_version[:2] and isinstance(before[2], int) and traces_version[2] < before[2]
+    try:
+        with open(import_mark_path(run_dir), "rb") as handle:
+            mark = json.loads(handle.read(1 << 20))
+        read = mark.get("source_bytes")
+        return mark.get("source_file") == traces_version[:2] and isinstance(read, int) and traces_version[2] < read
+    except (OSError, ValueError, AttributeError):
         return False
-    return (isinstance(before, list) and len(before) == 4 and before[:2] == traces_version[:2]
-            and isinstance(before[2], int) and traces_version[2] < before[2])
 
 
 def needs_catching_up(run_dir: Path) -> bool:
@@ -161,5 +174,6 @@ def disagreement(run_dir: Path) -> Disagreement | None:
     except (OSError, SpoolError):
         return None
     effective = in_spool - superseded
-    found = Disagreement(traces, len(in_traces - in_spool), len(effective - in_traces))
+    found = Disagreement(traces, len(in_traces - in_spool), len(effective - in_traces),
+                         lost_in_place(run_dir, current["traces"]))
     return found if found.only_in_traces or found.only_in_spool else None

@@ -51,7 +51,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.files import FILE_MODE, read_regular_file, replace_private
+from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.scan import read_run
@@ -282,17 +282,9 @@ def _file_identity(path: Path) -> list[int] | None:
 
 
 def _lost_in_place(run_dir: Path, source: SourceRun, traces_file: list[int] | None) -> bool:
-    """``traces.jsonl`` is the very file the last import read, and now holds fewer bytes than
-    it did then: lines it held were taken back (a power cut before vf-eval's unsynced writes
-    reached the disk, or a truncation), which no ``--resume`` does."""
-    try:
-        mark = json.loads(read_regular_file(import_mark_path(run_dir)))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(mark, dict) or traces_file is None or mark.get("source_file") != traces_file:
-        return False
-    read_before = mark.get("source_bytes")
-    return isinstance(read_before, int) and source.size < read_before
+    """``traces.jsonl`` is the very file the last import read (``traces_file``, taken before
+    this one read it), and now holds fewer bytes than that import read (agreement.py)."""
+    return traces_file is not None and agreement.lost_in_place(run_dir, [*traces_file, source.size, None])
 
 
 def _spool_episode_ids(run_dir: Path) -> Iterable[str | None]:
