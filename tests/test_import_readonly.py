@@ -116,3 +116,15 @@ def test_read_only_source_without_a_state_dir_names_the_option(read_only_artifac
     synced = cli("sync", str(read_only_artifact), "--local", "--db", str(tmp_path / "p.db"))
     assert synced.returncode == 1 and "--state-dir" in synced.stderr
     assert snapshot(read_only_artifact) == before
+
+
+@pytest.mark.parametrize("command", [["status"], ["verify"], ["export", "-o", "out.csv"]])
+def test_the_import_hint_for_a_read_only_folder_names_state_dir(read_only_artifact: Path, tmp_path: Path,
+                                                                command: list[str]) -> None:
+    """The hint said ``prime-runs import PATH``, which a read-only folder refuses: it names
+    ``--state-dir`` there."""
+    command = [part if part != "out.csv" else str(tmp_path / "out.csv") for part in command]
+    done = cli(*command, str(read_only_artifact))
+    said = done.stdout + done.stderr
+    for name in ("vf040-completed", "vf040-cancelled"):
+        assert f"prime-runs import {read_only_artifact / name} --state-dir DIR" in said, said

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prime_runs_spool.importer.paths import find_eval_outputs, import_mark_path, state_dir_run, state_dir_source
 from prime_runs_spool.spool.layout import find_runs, is_run_dir
-from prime_runs_spool.sync.state import is_read_only  # noqa: F401  (one rule for spools and outputs)
+from prime_runs_spool.sync.state import is_read_only  # one rule for spools and outputs
 
 
 def source_key(source: Path) -> str:
@@ -105,5 +105,9 @@ def spool_roots(paths: Iterable[Path], state_dir: Path | None) -> list[Path]:
 
 
 def import_command(output_dir: Path, state_dir: Path | None) -> str:
-    """The command that imports ``output_dir`` (what ``status`` and ``verify`` suggest)."""
+    """The command that imports ``output_dir`` (what ``status``, ``verify``, ``export`` and
+    ``sync --no-import`` suggest): on a read-only folder, with the ``--state-dir`` that the
+    import would otherwise be refused for."""
+    if state_dir is None and is_read_only(output_dir):
+        return f"prime-runs import {output_dir} --state-dir DIR"
     return f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
