@@ -118,6 +118,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         # learn that, and fall back for every run (with a warning each). Say samples at once.
         to = SAMPLES
     params = {**click.get_current_context().params, "to": to}
+    if not store_urls(paths):
+        require_paths(paths or (Path("."),))  # a mistyped path is told before a missing key
     settings = None if local else remote_settings(base_url, team, need_key=not dry_run)
     if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
         sync_urls(params, settings)

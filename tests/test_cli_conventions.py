@@ -131,6 +131,14 @@ def test_each_help_ends_with_a_link_to_the_docs_that_opens(command: list[str]) -
     assert not re.search(r"(?<![/\w])docs/\w", done.stdout), done.stdout
 
 
+def test_sync_names_a_path_that_does_not_exist_before_asking_for_a_key(tmp_path: Path) -> None:
+    """With no key and a mistyped path, sync said only "no API key": the user set one up and
+    ran it again, to learn then that the path was wrong."""
+    done = cli("sync", str(tmp_path / "outptus"), HOME=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"prime-runs: {tmp_path / 'outptus'}: no such file or directory", done.stderr
+
+
 def test_sync_help_says_where_the_key_comes_from() -> None:
     text = " ".join(cli("sync", "--help").stdout.split())
     assert "PRIME_API_KEY" in text and "~/.prime/config.json" in text
