@@ -176,8 +176,8 @@ def test_each_fact_is_spelled_out_in_exactly_one_module() -> None:
             if type(value) in (int, str) and value in homes and not isinstance(value, bool):
                 homes[value][module] += 1
     wrong = {fact: dict(found) for fact, found in homes.items() if set(found) != {FACTS[fact]}}
-    # the click command's own name is not a file name
-    if "sync" in wrong and set(wrong["sync"]) == {FACTS["sync"], "commands.sync"}:
+    # the click command's own name is not a file name (nor is it in the table of commands)
+    if "sync" in wrong and FACTS["sync"] in wrong["sync"] and set(wrong["sync"]) <= {FACTS["sync"], "commands.sync", "commands.cli"}:
         del wrong["sync"]
     assert wrong == {}
 
