@@ -139,6 +139,16 @@ def test_sync_names_a_path_that_does_not_exist_before_asking_for_a_key(tmp_path:
     assert done.stderr.strip() == f"prime-runs: {tmp_path / 'outptus'}: no such file or directory", done.stderr
 
 
+def test_a_dry_run_says_would_push_not_pushed(tmp_path: Path) -> None:
+    """``sync --dry-run`` said "pushed 6 (total 0)" for samples it never sent."""
+    build_run(tmp_path / "runs" / "r", "dry-run-words", 3)
+    done = cli("sync", str(tmp_path / "runs"), "--dry-run", HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("dry_run ") and "would push 3 (0 pushed before)" in line, line
+    assert " pushed 3" not in line, line
+
+
 def test_sync_help_says_where_the_key_comes_from() -> None:
     text = " ".join(cli("sync", "--help").stdout.split())
     assert "PRIME_API_KEY" in text and "~/.prime/config.json" in text

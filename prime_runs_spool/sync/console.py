@@ -12,7 +12,7 @@ import orjson
 
 from prime_runs_spool.errors import Stopped
 from prime_runs_spool.files import printable
-from prime_runs_spool.sync.options import FAILED_STATES, RunReport
+from prime_runs_spool.sync.options import DRY_RUN, FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
     DEFAULT_MAX_ATTEMPTS,
@@ -59,7 +59,10 @@ def report_lines(report: RunReport) -> list[str]:
     line = f"{report.state:<10} {report.path}"
     if report.evaluation_id:
         line += f"  evaluation {report.evaluation_id}"
-    line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
+    if report.state == DRY_RUN:  # nothing was sent: what a sync would send, and what it sent before
+        line += f"  would push {report.pushed_now} ({report.pushed_total} pushed before)"
+    else:
+        line += f"  pushed {report.pushed_now} (total {report.pushed_total})"
     if report.store:
         line += f" to {report.store}"
     if report.copy_of:
