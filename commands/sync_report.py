@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
                   *, as_json: bool, local_db: str | None, ok: bool) -> None:
     """Each run's report (and each import's), as lines or one JSON document."""
-    from prime_runs_spool.importer.outputs import SPOOLED
     from prime_runs_spool.importer.places import import_command
     from prime_runs_spool.sync.console import json_report, report_lines
 
@@ -35,6 +34,8 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
             document["local_db"] = local_db
         click.echo(json_report(document, indent=True))
         return
+    if imports:  # the importer (and the runner, the writer under it) only when it ran
+        from prime_runs_spool.importer.outputs import SPOOLED
     for imported in imports:
         if imported.state == SPOOLED and not imported.warnings:
             continue  # nothing imported: the eval's own spool, agreeing; its sync line follows

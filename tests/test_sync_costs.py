@@ -266,18 +266,23 @@ def test_a_no_op_resync_asks_the_platform_nothing_and_loads_none_of_the_sync_mac
             _settled_at_once(monkeypatch)
             probed = sync_paths([tmp_path / "runs"], client, destination, SyncOptions())  # keeps the answers
         base_url = platform.base_url
-    probe = ("import atexit, json, sys\n"
-             f"atexit.register(lambda: sys.stderr.write(json.dumps([m for m in {NOT_FOR_A_NO_OP!r} "
-             "if m in sys.modules]) + '\\n'))\n"
-             "from commands.cli import main\n"
-             f"sys.argv = ['prime-runs', 'sync', {str(tmp_path / 'runs')!r}, '--base-url', {base_url!r}, '--json']\n"
-             "main()\n")
-    done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, timeout=60,
-                          env=child_env(PRIME_API_KEY="a-key-nobody-checks"))
-    assert done.returncode == 0, done.stderr
-    assert [r["state"] for r in json.loads(done.stdout)["runs"]] == ["up_to_date"] * 3
-    assert [r["evaluation_id"] for r in json.loads(done.stdout)["runs"]] == [r.evaluation_id for r in probed]
-    assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+    for output in (["--json"], []):  # the report as JSON, and as lines
+        probe = ("import atexit, json, sys\n"
+                 f"atexit.register(lambda: sys.stderr.write(json.dumps([m for m in {NOT_FOR_A_NO_OP!r} "
+                 "if m in sys.modules]) + '\\n'))\n"
+                 "from commands.cli import main\n"
+                 f"sys.argv = ['prime-runs', 'sync', {str(tmp_path / 'runs')!r}, '--base-url', {base_url!r}, "
+                 f"*{output!r}]\n"
+                 "main()\n")
+        done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, timeout=60,
+                              env=child_env(PRIME_API_KEY="a-key-nobody-checks"))
+        assert done.returncode == 0, done.stderr
+        if output:
+            assert [r["state"] for r in json.loads(done.stdout)["runs"]] == ["up_to_date"] * 3
+            assert [r["evaluation_id"] for r in json.loads(done.stdout)["runs"]] == [r.evaluation_id for r in probed]
+        else:
+            assert [line.split()[0] for line in done.stdout.splitlines() if "/runs/run-" in line] == ["up_to_date"] * 3
+        assert done.stderr.strip().splitlines()[-1] == "[]", (output, done.stderr)
 
 
 def test_a_run_changed_since_it_was_found_up_to_date_is_read_again(tmp_path: Path,
