@@ -18,7 +18,7 @@ from .options import allow_empty_option
 from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
-                         sync_options)
+                         stopped_following_line, sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
@@ -170,10 +170,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                     interrupt.uninstall()  # the follower stops on signals its own way (docs/cli.md)
                     if local_db and not as_json:  # the links it prints open only once served
                         click.echo(browse_line(local_db))
-                    sys.exit(follow_until_stopped(Follower(
+                    follower = Follower(
                         roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
-                        on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state)))
+                        on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state)
+                    code = follow_until_stopped(follower)
+                    if follower.stop.is_set():
+                        click.echo(stopped_following_line(follower.runs.values()), err=True)
+                    sys.exit(code)
                 reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update, stop=interrupt, first_pass=check_key_once,
                                      state_dir=state)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from .output import Progress, fail_usage
+from .output import Progress, count, fail_usage
 from prime_runs_spool.sync.command_line import KEY_SOURCES
 
 if TYPE_CHECKING:
@@ -127,6 +127,16 @@ def stop_on_signals() -> Interrupt:
 
     interrupt.install(on_second=at_once)
     return interrupt
+
+
+def stopped_following_line(runs: Iterable[Any]) -> str:
+    """After ``--follow`` is stopped by a signal (exit 0): how many runs it found were
+    finished and how many were not (a live writer, a platform that failed): it had ended
+    without a word, whatever it left behind."""
+    runs = list(runs)
+    finished = sum(1 for run in runs if run.done)
+    return (f"prime-runs: stopped following: {count(finished, 'run')} finished, {len(runs) - finished} not yet; "
+            "the state is saved, run prime-runs sync again (or with --follow) to carry on")
 
 
 def exit_interrupted(reports: list[Any]) -> None:

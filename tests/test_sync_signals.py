@@ -148,3 +148,28 @@ def test_sigint_of_a_sync_over_a_store_url_ends_it_with_exit_130(tmp_path: Path)
     assert proc.returncode == 130, err
     assert time.monotonic() - asked < PROMPT
     assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
+
+
+@pytest.mark.slow
+def test_a_stopped_follower_says_what_it_left_unfinished(tmp_path: Path, server) -> None:
+    """``--follow`` stopped by SIGINT exits 0 (its documented end), but it did so without a
+    word, though one run was never pushed (the platform down) while another was synced."""
+    build_run(tmp_path / "down" / "run", "follow-stop-down", 3)
+    build_run(tmp_path / "up" / "run", "follow-stop-up", 3)
+    cases = (("down", "http://127.0.0.1:9", "stderr", "; try 2 in ", 0), ("up", server.base_url, "stdout", "synced ", 1))
+    for place, base_url, stream, sign, finished in cases:
+        proc = subprocess.Popen(sync_cmd(base_url, str(tmp_path / place), "--follow"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=child_env(PRIME_API_KEY=TOKEN))
+        before = []  # what the stream said until the sign: a retry told, or the run synced
+        for line in getattr(proc, stream):
+            before.append(line)
+            if sign in line:
+                break
+        assert proc.poll() is None, before
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        err = "".join(before) + err if stream == "stderr" else err
+        assert proc.returncode == 0, err
+        assert err.strip().splitlines()[-1] == (
+            f"prime-runs: stopped following: {finished} run{'' if finished == 1 else 's'} finished, "
+            f"{1 - finished} not yet; the state is saved, run prime-runs sync again (or with --follow) to carry on"), err
