@@ -44,6 +44,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_a_spool_holding_what_a_resume_dropped_is_named_then_superseded(tmp_path: Path) -> None:
     run_dir, rows = run_folder(tmp_path)
+    rows[0] = {**rows[0], "ok": False}  # what verifiers' default keep-verdict has a resume redo
     with open_run(run_dir, name="live") as run:
         run.log_episodes(rows)
     write_traces(run_dir, rows[1:])  # a --resume dropped the first one (it will retry its slot)
@@ -91,3 +92,32 @@ def test_an_agreeing_run_is_not_read_again_until_traces_jsonl_changes(tmp_path: 
     assert needs_catching_up(run_dir)
     assert (import_output(run_dir).episodes_added, read_run(run_dir).episodes_count) == (1, len(rows) + 1)
     assert not needs_catching_up(run_dir)
+
+
+def test_accepted_episodes_lost_from_a_traces_jsonl_cut_short_are_kept(tmp_path: Path) -> None:
+    """The eval died as verifiers wrote its last line (or the artifact was packed then):
+    traces.jsonl ends torn, one line short. No resume dropped the accepted episodes missing
+    from it, so none is superseded: the spool's durable episodes all stay, and it says so."""
+    run_dir, rows = run_folder(tmp_path)
+    assert all(row["ok"] is True for row in rows)
+    with open_run(run_dir, name="live") as run:
+        run.log_episodes(rows)
+    kept = "".join(json.dumps(row) + "\n" for row in rows[:-2])
+    (run_dir / "traces.jsonl").write_text(kept + json.dumps(rows[-2])[:40])  # a torn last line
+    report = import_output(run_dir)
+    assert (report.state, report.superseded, report.episodes_total) == ("spooled", 0, len(rows)), report
+    assert [w for w in report.warnings if "lacks 2 accepted episode(s) the spool holds" in w and "kept" in w]
+    assert read_run(run_dir).episodes_count == len(rows) and len(list(segment_manifests(run_dir))) == 1
+    assert not needs_catching_up(run_dir)
+
+
+def test_an_accepted_episode_whose_task_ran_again_is_superseded(tmp_path: Path) -> None:
+    """An env whose keep-verdict refused an ``ok`` episode: the resume dropped it and ran its
+    task again, so the new attempt takes its place."""
+    run_dir, rows = run_folder(tmp_path)
+    with open_run(run_dir, name="live") as run:
+        run.log_episodes(rows)
+    write_traces(run_dir, [*rows[1:], {**rows[0], "id": "e" * 32}])
+    report = import_output(run_dir)
+    assert (report.state, report.superseded, report.episodes_added) == ("appended", 1, 1), report
+    assert list(segment_manifests(run_dir))[-1]["supersedes"] == [rows[0]["id"]]

@@ -12,7 +12,9 @@ episode id in both directions:
   a ``prime-runs eval`` killed between its two appends: verifiers writes ``traces.jsonl``
   first): the importer spools it, in a new segment (importer/outputs.py);
 - an episode of the spool's effective set missing from ``traces.jsonl`` was dropped by a
-  ``--resume`` that retried it: the supersede rule (content/supersede.py) applies.
+  ``--resume`` that retried it (the supersede rule, content/supersede.py, applies), or lost
+  from a ``traces.jsonl`` cut short (a torn last line), which keeps it: the importer tells
+  them apart (importer/outputs.py, ``_dropped_by_resume``).
 
 A live writer (``prime-runs eval`` still running) is left alone: its ``traces.jsonl`` is
 ahead of its spool by design, for the moment between the two appends.
@@ -64,7 +66,8 @@ class Disagreement:
                          "file, shorter: a power cut?, not a --resume): the spool keeps them and sync ships them")
         elif self.only_in_spool:
             parts.append(f"the spool holds {self.only_in_spool} episode(s) {self.traces_path} no longer holds "
-                         "(dropped by a --resume): the next prime-runs sync or import supersedes them")
+                         "(dropped by a --resume, or the file was cut short): the next prime-runs sync or import "
+                         "supersedes those a resume dropped and keeps the others")
         return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:

@@ -13,8 +13,9 @@ segment); new episodes, or a different ending (a run imported while still runnin
 go into one new segment, as a resumed run's would. A ``traces.jsonl`` that lost episodes
 the spool holds was rewritten by a ``--resume`` that retried rollouts: the lost ones are
 superseded by the new segment, the rule a live resume follows (content/supersede.py), so
-each slot counts once. The older layout has no resume: a ``results.jsonl`` that lost rows is
-refused (:class:`RewrittenOutputError`) and the run left as it was imported.
+each slot counts once; an accepted episode it lost with no new attempt of its task was
+cut short, not dropped, and is kept (:func:`_dropped_by_resume`). The older layout has no
+resume: a ``results.jsonl`` that lost rows is refused (:class:`RewrittenOutputError`) and the run left as it was imported.
 
 Where the spool goes (``importer/places.py``): beside the outputs
 (``<run dir>/spool/``), or with ``state_dir`` under ``state_dir/imports/<digest of the
@@ -47,7 +48,7 @@ from prime_runs_spool.errors import (
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.content.platform_runs import is_platform_run_id
-from prime_runs_spool.content.episodes import episode_id_of
+from prime_runs_spool.content.episodes import episode_id_of, rollout_key
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
@@ -173,16 +174,16 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
     already = superseded_in_run(run_dir) if resuming else set()
     prior = scan_prior_run(run_dir, already) if resuming else None
     known = prior.episode_ids if prior is not None else set()
-    supersedes = (_superseded_now(run_dir, source, already, _lost_in_place(run_dir, source, traces_file))
-                  if prior is not None else [])
     new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
+    supersedes = (_superseded_now(run_dir, source, already, _lost_in_place(run_dir, source, traces_file),
+                                  set(new), report) if prior is not None else [])
     report.run_id = prior.run_id if prior is not None and prior.run_id else source.run_id
     status_now = _status(run_dir) if prior is not None else None
     if prior is not None and not new and not supersedes and status_now == source.outcome.status:
         report.state, report.status = UP_TO_DATE, status_now
         report.episodes_total = prior.episodes
         return
-    report.warnings = _config_warnings(source)
+    report.warnings[:0] = _config_warnings(source)
     if prior is None:
         # Marked before the first segment exists: nobody ever sees this spool without its
         # mark and takes it for one the eval wrote itself.
@@ -228,14 +229,17 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
         prior = scan_prior_run(run_dir, already)  # damage raises: nothing is appended after it
         known = prior.episode_ids
         new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
-        supersedes = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
-        if supersedes and agreement.lost_in_place(run_dir, traces_version["traces"]):
-            raise _lost_lines(run_dir, len(supersedes))
+        missing = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
+        if missing and agreement.lost_in_place(run_dir, traces_version["traces"]):
+            raise _lost_lines(run_dir, len(missing))
+        supersedes = _dropped_by_resume(run_dir, source, set(new), missing)
         report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
         report.episodes_total = prior.episodes
         report.status = _status(run_dir)
+        if len(missing) > len(supersedes):
+            report.warnings.append(_kept_line(run_dir, len(missing) - len(supersedes)))
         if new or supersedes:
-            report.warnings = _config_warnings(source)
+            report.warnings[:0] = _config_warnings(source)
             _write(source, run_dir, report, True, set(new), supersedes, spool_run_id=prior.run_id)
             report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
             report.episodes_added, report.superseded = len(new), len(supersedes)
@@ -247,12 +251,14 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
     agreement.mark_agreed(run_dir, traces_version["traces"])
 
 
-def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in_place: bool) -> list[str]:
-    """The spool's episodes the source no longer holds: a ``--resume`` that retried rollouts
-    rewrote ``traces.jsonl`` without them, and re-ran their slots. The same rule as a live
-    resume (content/supersede.py): they are superseded, in spool order. The older layout
-    has no resume, so a changed ``results.jsonl`` is refused instead, and so is a
-    ``traces.jsonl`` that lost lines in place (``lost_in_place``: no resume wrote it)."""
+def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in_place: bool, new: set[str],
+                    report: ImportReport) -> list[str]:
+    """The spool's episodes the source no longer holds because a ``--resume`` that retried
+    rollouts rewrote ``traces.jsonl`` without them, to run their slots again. The same rule
+    as a live resume (content/supersede.py): they are superseded, in spool order; the others
+    are kept, and said (:func:`_dropped_by_resume`). The older layout has no resume, so a
+    changed ``results.jsonl`` is refused instead, and so is a ``traces.jsonl`` that lost
+    lines in place (``lost_in_place``: no resume wrote it)."""
     kept = set(source.ids) | already
     gone = superseded_ids((record_id for record_id in _spool_episode_ids(run_dir)), kept)
     if gone and source.layout == V0:
@@ -261,7 +267,47 @@ def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in
             "layout has no resume that would explain it, so this run was left as it was imported")
     if gone and lost_in_place:
         raise _lost_lines(source.path, len(gone))
-    return gone
+    rerun = _dropped_by_resume(run_dir, source, new, gone)
+    if len(gone) > len(rerun):
+        report.warnings.append(_kept_line(source.path, len(gone) - len(rerun)))
+    return rerun
+
+
+def _dropped_by_resume(run_dir: Path, source: SourceRun, new: set[str], missing: list[str]) -> list[str]:
+    """Of the spool's episodes ``missing`` from ``traces.jsonl``, those a resume dropped to
+    run again, in spool order: an errored one (verifiers' default keep-verdict is ``ok``, so
+    a resume redoes exactly those; sync holds them back until the run completes anyway), and
+    an accepted one whose task ``traces.jsonl`` holds a new attempt of (an env's own
+    verdict), as many per task (``rollout_key``) as there are new attempts. An accepted
+    episode with neither is not what a resume drops: ``traces.jsonl`` was cut short (a torn
+    last line, an artifact packed as the eval died), and superseding it would lose an
+    episode the spool holds durably, so it is kept."""
+    if not missing:
+        return []
+    reruns: dict[Any, int] = {}
+    for episode in source.episodes():
+        if str(episode.get("id")) in new:
+            key = rollout_key(episode)
+            reruns[key] = reruns.get(key, 0) + 1
+    wanted, replaced = set(missing), set()
+    for record in read_run(run_dir).records():
+        if record.type != EPISODE or not isinstance(record.data, dict):
+            continue
+        episode_id = (record.meta or {}).get("episode_id") or episode_id_of(record.data)
+        if episode_id is None or str(episode_id) not in wanted or str(episode_id) in replaced:
+            continue
+        key = rollout_key(record.data)
+        if record.data.get("ok") is not True:
+            replaced.add(str(episode_id))
+        elif reruns.get(key, 0) > 0:
+            reruns[key] -= 1
+            replaced.add(str(episode_id))
+    return [episode_id for episode_id in missing if episode_id in replaced]
+
+
+def _kept_line(where: Path, kept: int) -> str:
+    return (f"{verifiers_traces_path(where)} lacks {kept} accepted episode(s) the spool holds, and no new attempt of "
+            "their tasks (cut short: a torn last line, a partial artifact?): kept, as the spool holds them")
 
 
 def _lost_lines(run_dir: Path, count: int) -> RewrittenOutputError:
