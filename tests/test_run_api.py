@@ -623,3 +623,19 @@ def test_tags_given_as_one_string_are_one_tag() -> None:
     assert _tags("nightly") == ["nightly"]
     assert _tags(["a", "b"]) == ["a", "b"]
     assert _tags(None) == []
+
+
+def test_a_run_whose_episodes_hold_no_trace_says_so_at_its_end(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Mappings without ``traces`` are recorded (an episode's shape is the producer's), but
+    they have no row for the platform: 1,500 such episodes synced as "pushed 0 (total 0)",
+    finalized, exit 0, and nothing anywhere said why."""
+    from fixtures.episodes import make_episode
+
+    with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+        with open_run(tmp_path / "plain", name="plain-dicts") as run:
+            run.log_episodes([{"id": f"e{n}", "prompt": "q", "completion": "a", "reward": 1.0} for n in range(3)])
+        with open_run(tmp_path / "traced", name="traced") as run:
+            run.log_episodes([make_episode(n) for n in range(3)])
+    (line,) = [r.getMessage() for r in caplog.records if "holds a trace" in r.getMessage()]
+    assert "none of its 3 episodes holds a trace" in line and read_run(tmp_path / "plain").episodes_count == 3, line

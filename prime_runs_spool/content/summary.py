@@ -212,6 +212,12 @@ class SummaryAccumulator:
     def add(self, episode: Mapping[str, Any]) -> None:
         self.add_reading(read_episode(episode))
 
+    @property
+    def counts(self) -> tuple[int, int]:
+        """The episodes and the traces added: episodes that hold no trace at all have no
+        row for the platform (docs/projection.md), which a run's end tells."""
+        return self._episodes, self._traces
+
     def add_reading(self, reading: EpisodeReading) -> None:
         """Count an episode as :func:`read_episode` read it: a few additions, so a run can
         read its episodes outside its lock and count them under it."""

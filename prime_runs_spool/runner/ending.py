@@ -94,10 +94,15 @@ class Ending:
                 while state.inflight:
                     state.cond.wait()
                 final = dict(summary) if summary is not None else state.summary.result()
+                episodes, traces = state.summary.counts
             try:
                 self._seal(COMPLETED, summary=final, error=None)
             finally:
                 self._shipping.drain()
+            if episodes and not traces:  # not verifiers' shape: sync would push nothing, saying nothing
+                _log.warning("run %s: none of its %d episode%s holds a trace (its 'traces' list): the platform "
+                             "gets no sample of them; an episode's rows are its traces (docs/projection.md)",
+                             self._run_id, episodes, "" if episodes == 1 else "s")
             return final
 
     def close_without_finishing(self, status: str, error: str) -> None:
