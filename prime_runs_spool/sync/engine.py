@@ -114,6 +114,10 @@ class RunSync:
         #: The sink this pass pushes to, once chosen: the run's end releases held-back
         #: episodes there, even before a first batch recorded it (``auto``).
         self.sink: Sink | None = None
+        #: The evaluation this pass found on the platform was finalized already: another copy
+        #: of the run, further on, completed it (sync/copies.py; an artifact of the run taken
+        #: before it ended, synced after it). This copy's own end is not recorded over it.
+        self.completed_elsewhere = False
 
     @property
     def state(self) -> SyncState:
@@ -270,6 +274,7 @@ class RunSync:
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted,
                                          never_held=never_held)
+        self.completed_elsewhere = adopted and state.finalized
         origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
         choice.push(self.context, adopted=adopted, other_copy_sink=other_sink,
                     push_to=lambda sink: self._push(sink, origin))
@@ -458,6 +463,14 @@ class RunSync:
             state.held_back = 0
             self.protocol.save()
             self.report.state = SYNCED
+            return
+        if self.completed_elsewhere:
+            self._record_terminal(status)
+            self.protocol.save()
+            self.report.state = UP_TO_DATE
+            self.report.warnings.append(
+                f"another copy of this run, further on, completed its evaluation; this copy ends {status} "
+                "(taken before the run ended), so its end is not recorded over the completed one")
             return
         terminal = {
             "status": status,
