@@ -27,7 +27,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
-from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
 from prime_runs_spool.content.toml_comments import drop_comments
 
@@ -144,7 +144,8 @@ def checked_config_source(text: str, filename: str, rules: MaskRules, warnings: 
         warnings.append(f"{prefix} does not parse as JSON (line {exc.lineno}, column {exc.colno})")
         return None
     if repeated:  # json keeps the last: an earlier value would travel unchecked
-        warnings.append(f"{prefix} gives the key(s) {', '.join(sorted(set(repeated)))} twice in one object")
+        named = sorted({mask_url_userinfo(key) for key in repeated})  # a key can be a URL with a token in it
+        warnings.append(f"{prefix} gives the key(s) {', '.join(named)} twice in one object")
         return None
     tables = find_set_tables(parsed, rules)
     if tables:

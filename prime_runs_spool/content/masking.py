@@ -197,10 +197,26 @@ class _Shape(NamedTuple):
 
 # -- plans -------------------------------------------------------------------------
 # A plan says what changes under a container: for each key, either the string that
-# replaces the value (MASK, or a URL with its userinfo masked) or the plan below it.
-# ``None`` means nothing changes. Plans hold keys and replacement strings only, never
-# an input value, so applying a memoized plan to an equal input is exactly a fresh walk.
-Plan = dict[Union[str, int], Union[str, "Plan"]]
+# replaces the value (MASK, or a URL with its userinfo masked) or the plan below it;
+# and under :data:`_KEYS`, the keys in a URL scope that are renamed because they hold a
+# URL's userinfo (old key to new). ``None`` means nothing changes. Plans hold keys and
+# replacement strings only, never an input value, so applying a memoized plan to an
+# equal input is exactly a fresh walk.
+Plan = dict[Union[str, int, object], Union[str, "Plan", dict[str, str]]]
+
+
+class _RenamedKeys:
+    """The type of :data:`_KEYS`, a plan key no mapping key can equal."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "_KEYS"
+
+
+#: Where a plan keeps its renamed keys: a key is written as well as its value, so a URL
+#: used as a key (``{"https://user:token@host": ...}``) has its userinfo masked too.
+_KEYS: Any = _RenamedKeys()
 
 #: Bounds on the memo: entries, the size of one memoized subtree, the step cache, and the
 #: hashes of subtrees seen once (a plan is kept from a subtree's second sighting).
@@ -369,7 +385,14 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
     else:
         children = _children(obj)
         literals = None
+    renamed: dict[str, str] | None = None
     for key, value in children:
+        if scoped and type(key) is str and "@" in key:  # a key is written too: a URL there loses its userinfo
+            masked_key = mask_url_userinfo(key)
+            if masked_key is not key:
+                if renamed is None:
+                    renamed = plan[_KEYS] = {}
+                renamed[key] = masked_key
         if value is None:
             continue
         after, masked, table, starts_scope = (
@@ -495,9 +518,15 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
 def _apply(obj: Any, plan: Plan) -> Any:
     """A copy of the container ``obj`` along the plan; everything else shared."""
     out: Any = _copy(obj)
+    renamed = None
     for key, change in plan.items():
+        if key is _KEYS:
+            renamed = change
+            continue
         # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
         out[key] = change if type(change) is str else _apply(out[key], change)
+    if renamed is not None:  # keys in place, in order; two that mask alike keep the later value
+        out = {renamed.get(key, key) if type(key) is str else key: value for key, value in out.items()}
     return out
 
 
@@ -525,6 +554,10 @@ def _find(
     if plan is None:
         return
     for key, change in plan.items():
+        if key is _KEYS:  # URLs used as keys: each is named, its userinfo masked (_dotted)
+            for renamed in change:
+                found[_dotted((*path, renamed))] = None
+            continue
         after, masked, table, starts_scope = rules._step(states, key)
         value = obj[key]
         if isinstance(change, str):
@@ -550,10 +583,11 @@ def _is_mask(value: Any) -> bool:
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:
+    """The path as a warning names it; a key that is a URL is named without its userinfo."""
     out = ""
     for segment in path:
         if isinstance(segment, int):
             out += f"[{segment}]"
         else:
-            out += ("." if out else "") + segment
+            out += ("." if out else "") + mask_url_userinfo(segment)
     return out
