@@ -405,7 +405,12 @@ def _drop_none_deep(value: Any) -> Any:
     """For structures made only of models (timing): drop ``None`` fields at every level."""
     if type(value) is not dict and not isinstance(value, Mapping):
         return value
-    return {key: _drop_none_deep(item) for key, item in value.items() if item is not None}
+    return {key: item if item.__class__ in _SCALARS else _drop_none_deep(item)
+            for key, item in value.items() if item is not None}
+
+
+#: What :func:`_drop_none_deep` returns as it is without a call (a timing's numbers).
+_SCALARS = frozenset({float, int, str, bool})
 
 
 # --------------------------------------------------------------------------- sizing

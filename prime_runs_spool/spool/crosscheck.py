@@ -10,7 +10,6 @@ never a record. The reader calls it at each segment's start, header, episode and
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,10 @@ from prime_runs_spool.spool.layout import segment_name
 
 
 def _id_hash(episode_id: str) -> int:
-    """An episode id as 8 bytes: what the duplicate check holds per episode (section 4.1)."""
-    return int.from_bytes(blake2b(episode_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    """An episode id as 8 bytes: what the duplicate check holds per episode (section 4.1). The
+    string's own hash (64-bit SipHash, kept on the string), as unlikely to collide as a 64-bit
+    digest at a tenth of its cost; the sets that hold it live only as long as one read."""
+    return hash(episode_id)
 
 
 def _count(value: Any) -> int | None:

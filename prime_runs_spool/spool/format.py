@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Union
 
 import orjson
@@ -291,9 +290,8 @@ def encode_line(record: Any, seq: int, record_type: str, meta: Mapping[str, Any]
     return b"".join(frame(prepare(record), seq, record_type, meta))
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """An intact line, parsed."""
+class Line(NamedTuple):
+    """An intact line, parsed. A named tuple, as :class:`Payload` is: one is built per line read."""
 
     seq: int
     type: str
@@ -326,4 +324,4 @@ def parse_line(line: bytes) -> Line | None:
         return None
     if meta is not None and not isinstance(meta, dict):
         return None
-    return Line(seq, record_type, obj["data"], meta)
+    return _new_tuple(Line, (seq, record_type, obj["data"], meta))

@@ -31,7 +31,7 @@ from prime_runs_spool.sync.sinks.registry import is_sink, known
 from prime_runs_spool.sync.typed_json import build
 
 if TYPE_CHECKING:
-    from prime_runs_spool.spool.reader import Position
+    from prime_runs_spool.spool.reader import Position, Record
 
 
 #: Sync's state files, one per destination (and per replay), inside the spool folder.
@@ -92,6 +92,12 @@ class Cursor:
     def at(cls, position: Position, rows_done: int = 0) -> Cursor:
         return cls(segment_index=position.segment_index, offset=position.offset,
                    next_seq=position.next_seq, rows_done=rows_done)
+
+    @classmethod
+    def past(cls, record: Record) -> Cursor:
+        """``at(record.after)``, without building that position: where reading resumes once
+        ``record`` is handled (the row stream asks for one per record)."""
+        return cls(segment_index=record.segment_index, offset=record.end_offset, next_seq=record.seq + 1)
 
     @property
     def position(self) -> Position:

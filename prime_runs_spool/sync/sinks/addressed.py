@@ -80,7 +80,7 @@ class LineStream:
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(context.run_dir, start, skip_corrupt=context.options.skip_corrupt,
                                       skipped=self.skipped, remask=context.remask):
-            after = Cursor.at(record.after)
+            after = Cursor.past(record)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if (record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None
                     and record_episode_id(record) not in on_platform):
