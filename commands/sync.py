@@ -196,7 +196,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     nothing = not reports and not allow_empty and not empty and not left_out
     if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
-    print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK)
+    print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,
+                  empty=empty)
     for path in empty:
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     if failed_imports:

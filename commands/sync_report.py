@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 
 def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
-                  *, as_json: bool, local_db: str | None, ok: bool) -> None:
-    """Each run's report (and each import's), as lines or one JSON document."""
+                  *, as_json: bool, local_db: str | None, ok: bool, empty: list[Path] | None = None) -> None:
+    """Each run's report (and each import's), as lines or one JSON document. ``empty``: the
+    paths that held nothing (said on stderr; in the JSON document as ``verify`` and
+    ``import`` name them, so a CI step reading only stdout learns why ``ok`` is false)."""
     from prime_runs_spool.importer.places import import_command
     from prime_runs_spool.sync.console import json_report, report_lines
 
@@ -28,6 +30,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
             "runs": [report.as_json() for report in reports],
             "imports": [report.as_json() for report in imports],
             "not_imported": [str(path) for path in left_out],
+            "paths_without_runs": [str(path) for path in empty or []],
             "ok": ok,
         }
         if local_db:

@@ -149,6 +149,22 @@ def test_a_dry_run_says_would_push_not_pushed(tmp_path: Path) -> None:
     assert " pushed 3" not in line, line
 
 
+@pytest.mark.slow
+def test_a_json_sync_of_an_empty_artifact_names_the_path_in_its_report(tmp_path: Path) -> None:
+    """A CI step reading the JSON report of an artifact unpacked to the wrong path got
+    ``{"runs": [], "ok": false}``: no word of why; verify's and import's name the path."""
+    (tmp_path / "artifact").mkdir()
+    build_run(tmp_path / "outputs" / "r", "json-empty-artifact", 1)
+    done = cli("sync", str(tmp_path / "artifact"), str(tmp_path / "outputs"), "--dry-run", "-o", "json",
+               HOME=str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is False and report["paths_without_runs"] == [str(tmp_path / "artifact")], report
+    assert [run["state"] for run in report["runs"]] == ["dry_run"]
+    allowed = cli("sync", str(tmp_path / "artifact"), "--dry-run", "-o", "json", "--allow-empty", HOME=str(tmp_path))
+    assert allowed.returncode == 0 and json.loads(allowed.stdout)["paths_without_runs"] == [str(tmp_path / "artifact")]
+
+
 def test_sync_help_says_where_the_key_comes_from() -> None:
     text = " ".join(cli("sync", "--help").stdout.split())
     assert "PRIME_API_KEY" in text and "~/.prime/config.json" in text
