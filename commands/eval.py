@@ -3,9 +3,10 @@
 A thin shell around :mod:`prime_runs_spool.runner.verifiers_eval`: every argument goes to
 verifiers unchanged (click parses none of them), the exit code is verifiers' own, and an
 offline run ends with one line saying how to sync its spool, an online run that did not
-ship everything with one line saying how many episodes, why, and how to ship them. Two endings get the exact
-resume command: an interrupt (verifiers' 130), and a full disk, which would otherwise end
-in a traceback for what is no bug: one line and exit 1 instead.
+ship everything with one line saying how many episodes, why, and how to ship them. Two
+endings get the exact resume command: an interrupt (verifiers' 130), and a full disk, which
+would otherwise end in a traceback for what is no bug: one line and exit 1 instead. Its
+help (``--help``, ``-h``, or no argument) loads neither verifiers nor the writer.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import sys
 
 import click
 
+from .doc_links import docs_epilog
 from .output import EXIT_RUN_FAILED, EXIT_USAGE
 from prime_runs_spool.errors import SpoolError, VerifiersVersionError
 
 
+#: The arguments that ask for the help instead of an eval, wherever they stand.
+HELP_OPTIONS = ("-h", "--help")
 #: verifiers' exit code after Ctrl-C or SIGTERM.
 EXIT_INTERRUPTED = 130
 #: The disk holding the run filled up: one line naming it and the resume command.
@@ -35,16 +39,19 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
 
     All arguments pass through to vf-eval unchanged (`@ eval.toml`, `--resume`, `--no-push`,
     `-c`, `--no-rich`, ...); `prime-runs eval --help` prints what this adds, with examples
-    (runner/verifiers_eval.py, HELP_PREAMBLE: click never shows this text), then vf-eval's help.
+    (runner/eval_help.py, EVAL_HELP: click never shows this text), and points at vf-eval's
+    help: printing it would import verifiers, seconds of CPU for a help text.
     """
+    argv = list(vf_eval_args)
+    if not argv or any(arg in HELP_OPTIONS for arg in argv):
+        from prime_runs_spool.runner.eval_help import EVAL_HELP
+
+        click.echo(EVAL_HELP + "\n" + docs_epilog().removeprefix("\b\n"))
+        return
     from prime_runs_spool.runner.verifiers_eval import (
-        HELP_PREAMBLE, EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines,
-        run_vf_eval, sync_hint,
+        EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines, run_vf_eval, sync_hint,
     )
 
-    argv = list(vf_eval_args)
-    if not argv or any(arg in ("-h", "--help") for arg in argv):
-        click.echo(HELP_PREAMBLE)
     session = EvalSession(argv=argv)
     try:
         code, session = run_vf_eval(argv, session)

@@ -100,14 +100,15 @@ def test_cli_refuses_an_unsupported_version_in_one_line(monkeypatch: pytest.Monk
     ]
 
 
-@pytest.mark.slow
-def test_help_says_what_prime_runs_eval_adds_then_verifiers_help() -> None:
-    result = subprocess.run(CLI + ["eval", "--help"], capture_output=True, text=True, env=child_env(), timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("prime-runs eval [VF-EVAL ARGUMENTS...]")
-    assert "What prime-runs eval adds:" in result.stdout
-    assert "usage: uv run vf-eval" in result.stdout  # verifiers' own help follows
-    assert "--resume" in result.stdout
+def test_help_says_what_prime_runs_eval_adds_and_where_verifiers_help_is() -> None:
+    """Without verifiers' own help: printing it imports verifiers (tests/test_cli_basics.py)."""
+    for asked in (["--help"], ["-h"], [], ["@", "eval.toml", "--help"]):
+        result = subprocess.run(CLI + ["eval", *asked], capture_output=True, text=True, env=child_env(), timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("prime-runs eval [VF-EVAL ARGUMENTS...]")
+        assert "What prime-runs eval adds:" in result.stdout and "--resume" in result.stdout
+        assert "verifiers' own arguments (every one passes through): vf-eval --help" in result.stdout
+        assert "usage: uv run vf-eval" not in result.stdout
 
 
 @pytest.mark.slow

@@ -36,7 +36,6 @@ def test_no_push_writes_the_spool_and_streams_nothing(tmp_path: Path, mode: str)
     assert not (run_dir(tmp_path) / "spool" / "shipper.log").exists()
 
 
-@pytest.mark.slow
 def test_eval_help_says_no_push_keeps_the_spool(tmp_path: Path) -> None:
     result = subprocess.run(CLI + ["eval", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             env=child_env())

@@ -51,6 +51,7 @@ from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.files import DISK_FULL_ERRNOS
+from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
 from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
@@ -58,10 +59,6 @@ from prime_runs_spool.spool.layout import spool_dir
 
 _log = logging.getLogger("prime_runs_spool")
 
-#: The verifiers releases whose eval runner this module binds (lowest included, highest not).
-SUPPORTED_MIN = (0, 4, 0)
-SUPPORTED_BELOW = (0, 5, 0)
-SUPPORTED_RANGE = ">=0.4.0,<0.5.0"
 #: The module whose hook names are replaced, and each hook's parameters, in order.
 RUNNER_MODULE = "verifiers.v1.cli.eval.runner"
 MAIN_MODULE = "verifiers.v1.cli.eval.main"
@@ -73,35 +70,6 @@ HOOKS: dict[str, tuple[str, ...]] = {
 }
 #: verifiers' library logger: the one its ``setup_logging`` sends to ``eval.log``.
 VERIFIERS_LOGGER = "verifiers.v1"
-
-#: What ``prime-runs eval --help`` prints above verifiers' own help.
-HELP_PREAMBLE = f"""\
-prime-runs eval [VF-EVAL ARGUMENTS...]
-
-Runs the installed verifiers' own eval (vf-eval, verifiers {SUPPORTED_RANGE}) in this
-process, with every argument passed through unchanged, and records every episode in a
-crash-safe spool (output_dir/run.dir/spool/, beside traces.jsonl) before it counts as done.
-What prime-runs eval adds:
-  - offline by default: the spool only; it prints how to sync it at the end
-    (PRIME_RUNS_MODE=online streams it to the platform while the eval runs;
-    PRIME_RUNS_MODE=disabled keeps the run off the disk)
-  - --no-push keeps the spool: it only means nothing is streamed while the eval
-    runs (PRIME_RUNS_MODE=online is then offline); sync the spool afterwards
-  - --resume continues the same spool; retried rollouts supersede the errored ones
-  - Ctrl-C / SIGTERM seal the run 'cancelled' and print the command that resumes it;
-    a killed process leaves it 'crashed'
-  - a full disk: one line naming the path and the resume command (exit 1)
-  - run.attach is refused (a spool syncs into an evaluation of its own)
-The exit code is verifiers' own.
-
-Examples:
-  prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged
-  prime-runs eval @ outputs/RUN/configs/resolved/eval.json --resume   # as vf-eval resumes
-  PRIME_RUNS_MODE=online prime-runs eval @ eval.toml   # ship while it runs
-  prime-runs sync outputs                     # then ship every run (or --local to browse)
-
-verifiers' help follows.
-"""
 
 
 @dataclass
