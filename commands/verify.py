@@ -77,6 +77,8 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
             click.echo(f"  PROBLEM: {run['error']}")
         if run.get("traces_disagree"):
             click.echo(f"  DISAGREES: {run['traces_disagree']['describe']}")
+        for warning in run.get("warnings") or []:
+            click.echo(f"  warning: {warning}")
 
 
 @click.command()

@@ -87,6 +87,22 @@ def open_to_others(folder: str | os.PathLike[str], *, tighten: bool) -> tuple[li
     return sorted(tightened), sorted(left)
 
 
+def open_to_others_lines(spool: str | os.PathLike[str], *, tighten: bool) -> list[str]:
+    """What a report says of a spool folder others may read (:func:`open_to_others`): made
+    private when ``tighten`` (sync, which writes beside it anyway), else named with the
+    command that does it (``verify``, a dry run, a spool sync may not change)."""
+    tightened, left = open_to_others(spool, tighten=tighten)
+    lines = []
+    if tightened:
+        lines.append(f"{len(tightened)} file(s) or folder(s) of the spool were open to other users "
+                     f"(e.g. {tightened[0]}): made private (files 0600, folders 0700)")
+    if left:
+        lines.append(f"{len(left)} file(s) or folder(s) of the spool are open to other users (e.g. {left[0]}); "
+                     f"a spool holds what the eval saw: chmod -R go= {os.fspath(spool)} (prime-runs sync does it "
+                     "where it may write beside the spool)")
+    return lines
+
+
 #: The most :func:`read_regular_file` reads, and an object store's small reads: far more
 #: than any sync state, etag, lease or import JSON file holds. One of gigabytes (a received
 #: spool's ``sync/<dest>.json``) was read into memory whole.

@@ -2,7 +2,8 @@
 the way most unzip libraries and upload actions do: every file 0644, every folder 0755 under
 a 022 umask) is private again after ``prime-runs sync``, which says so in one warning line;
 one it may not change (read-only, with ``--state-dir``; or ``--dry-run``) is named with the
-command that makes it private, and left byte for byte and mode for mode as it was. Each
+command that makes it private, and left byte for byte and mode for mode as it was; so is
+one ``verify`` looks at. Each
 episode still reaches the platform exactly once, from a second unpacking with no state and
 another machine's cache too."""
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support.env import child_env
+from support.env import CLI, child_env
 from support.runs import build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
 
@@ -104,8 +105,12 @@ def test_a_spool_sync_may_not_change_is_named_with_the_command_and_left_as_it_is
 
     dry = ci_sync(server.base_url, tmp_path / "home", str(outputs), "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    assert f"and were left so (read-only, another user's, or --dry-run); a spool holds what the eval saw: " \
+    assert f"of the spool are open to other users (e.g. spool/ 0755); a spool holds what the eval saw: " \
            f"chmod -R go= {spool}" in dry.stdout, dry.stdout
+    assert open_to_others(spool)
+    verify = subprocess.run(CLI + ["verify", str(outputs)], capture_output=True, text=True, timeout=60,
+                            env=child_env())
+    assert verify.returncode == 0 and f"chmod -R go= {spool}" in verify.stdout, verify.stdout + verify.stderr
     assert open_to_others(spool)
 
     # Unpacked read-only (files 0444, folders 0555): its lock and state go to --state-dir.

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
-from prime_runs_spool.files import special_file_kind, unreadable_message
-from prime_runs_spool.spool.layout import find_runs, is_segment_file
+from prime_runs_spool.files import open_to_others_lines, special_file_kind, unreadable_message
+from prime_runs_spool.spool.layout import find_runs, is_segment_file, spool_dir
 from prime_runs_spool.spool.scan import read_run
 
 
@@ -39,9 +39,17 @@ def check_run(run_dir: Path) -> dict[str, Any]:
         "error": corruption_message(corrupt.path, corrupt.corrupt_offset, corrupt.corrupt_reason)
         if corrupt
         else problem,
-        "warnings": spool.warnings,
+        "warnings": spool.warnings + _privacy(run_dir),
         "segments": [segment.to_dict() for segment in spool.segments],
     }
+
+
+def _privacy(run_dir: Path) -> list[str]:
+    """A local spool folder others may read, said (verify changes nothing; sync makes it
+    private); a run in an object store has no modes."""
+    if not isinstance(run_dir, Path):
+        return []
+    return open_to_others_lines(spool_dir(run_dir), tighten=False)
 
 
 def _unverifiable(run_dir: str | os.PathLike[str], error: str) -> dict[str, Any]:

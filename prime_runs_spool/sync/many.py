@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prime_runs_spool.errors import Stopped
-from prime_runs_spool.files import FILE_MODE, OTHERS_ACCESS, make_private_dir, open_to_others, unreadable_message
+from prime_runs_spool.files import FILE_MODE, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.interrupt import Interrupt
@@ -59,27 +59,9 @@ def read_only_report(run_dir: Path) -> RunReport:
                            "give --state-dir DIR (or PRIME_RUNS_STATE_DIR=DIR) to keep them there instead")
 
 
-def privacy_warnings(run_dir: Path, *, tighten: bool) -> list[str]:
-    """What the run's report says of a spool others may read (one unpacked from an artifact
-    by a tool that drops modes): made private when ``tighten`` (the spool folder is the
-    run's state home, so sync writes there anyway; not on a dry run), else named with the
-    command that does it. Episodes hold what the eval saw: a spool is ``0600`` in ``0700``."""
-    folder = spool_dir(run_dir)
-    tightened, left = open_to_others(folder, tighten=tighten)
-    warnings = []
-    if tightened:
-        warnings.append(f"{len(tightened)} file(s) or folder(s) of the spool were open to other users "
-                        f"(e.g. {tightened[0]}): made private (files 0600, folders 0700)")
-    if left:
-        warnings.append(f"{len(left)} file(s) or folder(s) of the spool are open to other users "
-                        f"(e.g. {left[0]}) and were left so (read-only, another user's, or --dry-run); "
-                        f"a spool holds what the eval saw: chmod -R go= {folder}")
-    return warnings
-
-
 def spool_open_to_others(run_dir: Path) -> bool:
     """Whether others may enter the run's spool folder: a probe then leaves the run to a pass,
-    which makes it private or says it is not (:func:`privacy_warnings`). One ``stat``."""
+    which makes it private or says it is not (``files.open_to_others_lines``). One ``stat``."""
     try:
         return bool(os.stat(spool_dir(run_dir)).st_mode & OTHERS_ACCESS)
     except OSError:
@@ -152,7 +134,10 @@ def sync_run(
         adopt_states(run_dir, home)
         engine = engine_for(run_dir, home, client, destination, for_run(home, destination, options),
                             on_progress=on_progress, index=index, sleep=sleep)
-        engine.report.warnings += privacy_warnings(run_dir, tighten=home == run_dir and not options.dry_run)
+        # A spool others may read (an artifact unpacked by a tool that drops modes): made
+        # private where sync writes beside it anyway, else said (not on a dry run).
+        engine.report.warnings += open_to_others_lines(spool_dir(run_dir),
+                                                       tighten=home == run_dir and not options.dry_run)
         return engine.run()
     except Stopped:
         return interrupted_report(run_dir, engine.report if engine is not None else None)
