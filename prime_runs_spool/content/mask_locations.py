@@ -29,7 +29,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 4
+MASKING_VERSION = 5
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -46,7 +46,31 @@ _TABLES: tuple[Pattern, ...] = (
     ("**", "harness", "env", "*"),
     ("**", "runtime", "env", "*"),
     ("**", "env_vars", "*"),
+    ("**", "environment_variables", "*"),
 )
+
+#: A pattern segment matching one key shaped like an environment variable's name
+#: (:func:`is_env_var_name`: ``HF_TOKEN``, ``WANDB_API_KEY``).
+ENV_VAR_NAME = "{envvar}"
+
+#: Environment tables by their other common names: a sandbox's or a container's ``env``,
+#: ``envs``, ``environment``. These names also hold what is no credential (a verifiers
+#: config's ``env`` is the environment's own config, ``id``, ``taskset``...; an
+#: ``environment`` may be an id string, ``envs`` a list of ids), so only the entries
+#: whose keys are shaped like environment variables are masked there.
+_ENV_TABLES: tuple[Pattern, ...] = (
+    ("**", "env", ENV_VAR_NAME),
+    ("**", "envs", ENV_VAR_NAME),
+    ("**", "environment", ENV_VAR_NAME),
+)
+_ENV_VAR = re.compile(r"[A-Z][A-Z0-9]*(?:_+[A-Z0-9]+)*_*\Z")
+
+
+def is_env_var_name(name: str) -> bool:
+    """Whether ``name`` is written like an environment variable: upper case, digits and
+    underscores, starting with a letter (``HF_TOKEN``, ``PIP_INDEX_URL``); never a
+    config's own lower-case field (``id``, ``taskset``)."""
+    return _ENV_VAR.match(name) is not None
 
 #: A pattern segment matching one key whose name is secret-shaped (:func:`is_secret_name`),
 #: as ``*`` matches any one key.
@@ -79,6 +103,10 @@ _KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing",
 _SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token",
                    "apikeys", "accesskeys", "secretkeys", "privatekeys", "passwords", "secrets")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+#: A last word saying how a credential is written inline: a service account's JSON, a key
+#: in PEM. Dropped, the rest of the name is judged: ``private_key_pem``,
+#: ``GOOGLE_APPLICATION_CREDENTIALS_JSON``; ``dataset_json`` stays plain.
+_INLINE_FORMATS = frozenset({"json", "pem"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -93,6 +121,17 @@ def is_secret_name(name: str) -> bool:
     words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
     if not words:
         return False
+    if words[-1] == "pem":  # a PEM block is a private key or a certificate
+        return True
+    if len(words) >= 2 and words[-1] in _INLINE_FORMATS:
+        words = words[:-1]  # the credential written inline: judged by what it is
+        if words[-2:] == ["service", "account"]:  # a service account's key file, inline
+            return True
+        return _secret_words(words)
+    return _secret_words(words)
+
+
+def _secret_words(words: list[str]) -> bool:
     last = words[-1]
     if last in _SECRET_WORDS:
         return True
@@ -102,7 +141,7 @@ def is_secret_name(name: str) -> bool:
 
 #: The credential locations of a verifiers eval config (docs/masking.md, "Where
 #: credentials sit"): any seat, any nesting, no list of seat names.
-CONFIG_PATTERNS: tuple[Pattern, ...] = _TABLES + _VALUES
+CONFIG_PATTERNS: tuple[Pattern, ...] = _TABLES + _ENV_TABLES + _VALUES
 
 #: Where a trace of an episode record keeps its seat's resolved config.
 TRACE_CONFIG: Pattern = ("traces", "*", "agent", "config")
