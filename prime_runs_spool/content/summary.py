@@ -56,8 +56,9 @@ class _Means:
     def __init__(self) -> None:
         self.reward_sum = 0.0
         self.reward_count = 0
-        self.metric_sums: dict[str, float] = {}
-        self.metric_counts: dict[str, int] = {}
+        #: Per name, in the order the names first appear: ``[sum, count]``, one entry looked
+        #: up a value, not a sum and a count in two dicts (the run adds under its lock).
+        self.metrics_by_name: dict[str, list[Any]] = {}
 
     def reward(self, traces: int) -> float | None:
         if self.reward_count:
@@ -65,7 +66,7 @@ class _Means:
         return 0.0 if traces == 0 else None  # nothing scored (SDK: 0.0) vs every value dropped
 
     def metrics(self) -> dict[str, float]:
-        return {name: self.metric_sums[name] / self.metric_counts[name] for name in self.metric_sums}
+        return {name: total / count for name, (total, count) in self.metrics_by_name.items()}
 
 
 #: What a trace adds to its population's means (:func:`_trace_numbers`): its finite reward
@@ -237,14 +238,15 @@ class SummaryAccumulator:
                 means.reward_sum += reward
                 means.reward_count += 1
             if numbers:
-                sums, counts = means.metric_sums, means.metric_counts
+                by_name = means.metrics_by_name
+                get = by_name.get
                 for name, number in numbers.items():
-                    if name in sums:
-                        sums[name] += number
-                        counts[name] += 1
+                    entry = get(name)
+                    if entry is None:
+                        by_name[name] = [0.0 + number, 1]  # as a sum from 0.0: -0.0 becomes 0.0
                     else:
-                        sums[name] = 0.0 + number  # as a sum from 0.0: -0.0 becomes 0.0
-                        counts[name] = 1
+                        entry[0] += number
+                        entry[1] += 1
 
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
