@@ -58,10 +58,11 @@ def open_to_others(root: Path) -> list[str]:
 
 
 def ci_sync(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A CI step: stdout and stderr piped, a fresh home (no cache of any earlier sync)."""
+    """A CI step: stdout and stderr piped, a home and a cache of its own (another machine's)."""
     home.mkdir(exist_ok=True)
     return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=120,
-                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home)), stdin=subprocess.DEVNULL)
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache")),
+                          stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture

@@ -53,7 +53,8 @@ def died_while_writing(outputs: Path) -> list[dict]:
 def ci_sync(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     home.mkdir(exist_ok=True)
     return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=120,
-                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home)), stdin=subprocess.DEVNULL)
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache")),
+                          stdin=subprocess.DEVNULL)
 
 
 def unpack(archive: Path, where: Path) -> Path:

@@ -15,6 +15,7 @@ import pytest
 
 from support import platform_process
 from support.env import REPO_ROOT, child_env
+from support.runs import RunBuilder
 from support.sync_e2e import TOKEN, sync_cmd
 
 pytestmark = pytest.mark.slow  # sync processes against a platform process
@@ -31,7 +32,8 @@ def job(base_url: str, tmp_path: Path, fixture: str, job_name: str) -> dict:
     (where / "home").mkdir()
     done = subprocess.run(sync_cmd(base_url, str(where / "outputs"), "--to", "traces", "-o", "json"),
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(where / "home")))
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=str(where / "home"),
+                                        XDG_CACHE_HOME=str(where / "home" / ".cache")))
     assert done.returncode == 0, done.stdout + done.stderr
     [run] = json.loads(done.stdout)["runs"]
     return run
@@ -54,3 +56,34 @@ def test_an_earlier_copy_synced_after_the_run_completed_leaves_its_evaluation_co
     assert after.get("metadata") == before.get("metadata")
     episodes = api.get("/episodes", params={"run_id": full["evaluation_id"], "limit": 100}).json()["items"]
     assert len(episodes) == 4  # stored once, however often they were sent
+
+
+def test_an_earlier_copy_holding_every_sample_leaves_the_completed_evaluation_alone(tmp_path: Path, server,
+                                                                                    api) -> None:
+    """To samples, a copy behind by rows was already up to date; one that holds every row
+    and only lacks the seal (the eval killed after its last episode, then resumed elsewhere
+    to a ``completed`` seal with nothing left to run) recorded ``crashed`` over it."""
+    builder = RunBuilder(tmp_path / "job-full" / "outputs" / "run", "copy-behind-samples")
+    builder.open_segment()
+    builder.add(4)
+    builder.abandon()
+    shutil.copytree(builder.run_dir, tmp_path / "job-early" / "outputs" / "run")
+    builder.open_segment(counted=True)
+    builder.seal("completed")
+
+    runs = {}
+    for name in ("job-full", "job-early"):
+        (tmp_path / name / "home").mkdir()
+        done = subprocess.run(sync_cmd(server.base_url, str(tmp_path / name / "outputs"), "--to", "samples", "-o",
+                                       "json"), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                              env=child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / name / "home"),
+                                            XDG_CACHE_HOME=str(tmp_path / name / "home" / ".cache")))
+        assert done.returncode == 0, done.stdout + done.stderr
+        [runs[name]] = json.loads(done.stdout)["runs"]
+        if name == "job-full":
+            before = api.get(f"/evaluations/{runs[name]['evaluation_id']}").json()
+    assert runs["job-full"]["state"] == "synced" and runs["job-early"]["state"] == "up_to_date", runs
+    assert runs["job-early"]["pushed_now"] == 0
+    after = api.get(f"/evaluations/{runs['job-full']['evaluation_id']}").json()
+    assert (after["status"], after["total_samples"], after["finalize_count"]) == ("COMPLETED", 4, 1)
+    assert after.get("metadata") == before.get("metadata")

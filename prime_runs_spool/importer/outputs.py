@@ -15,7 +15,8 @@ the spool holds was rewritten by a ``--resume`` that retried rollouts: the lost 
 superseded by the new segment, the rule a live resume follows (content/supersede.py), so
 each slot counts once; an accepted episode it lost with no new attempt of its task was
 cut short, not dropped, and is kept (:func:`_dropped_by_resume`). The older layout has no
-resume: a ``results.jsonl`` that lost rows is refused (:class:`RewrittenOutputError`) and the run left as it was imported.
+resume: a ``results.jsonl`` that lost rows is refused (:class:`RewrittenOutputError`) and
+the run left as it was imported.
 
 Where the spool goes (``importer/places.py``): beside the outputs
 (``<run dir>/spool/``), or with ``state_dir`` under ``state_dir/imports/<digest of the
