@@ -1,11 +1,15 @@
-"""Instructions per episode of ``Run.log_episodes``, counted exactly: a figure no load moves.
+"""Instructions per episode of ``Run.log_episodes``, counted exactly: a figure the load barely moves.
 
 Run: ``python3 benchmarks/log_episodes_instructions.py [--small N] [--large N]`` (needs valgrind;
 about 3 minutes)
 
 On a 2-core machine shared with others, wall-clock and even CPU-time figures move by 2x
 from run to run. valgrind's ``cachegrind --cache-sim=no`` counts the instructions a process
-runs in user space (system calls and the disk are outside it), the same on every run. Each
+runs in user space (system calls and the disk are outside it), the same on every run, but
+for what a writer does by the clock (its durable mark at most every 10 ms, its lock check
+every 0.1 s): valgrind slows an append tens of times, so more of that falls on each append
+than at full speed, the more so the busier the machine (``spool`` and ``threads`` move by up
+to 10k between runs at a load of 8; log_episodes_pieces.py is steadier for one piece). Each
 mode runs twice, with ``--small`` and ``--large`` fresh episodes (log_episodes.py's: the
 reference record padded to 25 KB, ids changed); the difference over the difference in
 episodes is the cost of one episode, start-up and imports cancelled out:
