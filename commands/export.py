@@ -20,6 +20,7 @@ from .options import read_state_dir_option
 from .output import fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import default_state_dir
+from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 
 
@@ -64,7 +65,7 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
                                "runs": report.runs, "rows": report.rows, "columns": report.columns,
                                "problems": report.problems}))
     elif written:
-        click.echo(f"exported {report.rows} row(s) from {report.runs} run(s) to {out}")
+        click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
     for problem in report.problems:
         click.echo(f"prime-runs: {problem}", err=True)
     sys.exit(EXIT_RUN_FAILED if report.problems or not written else EXIT_OK)

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
-from .output import episodes, require_paths
+from .output import require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
@@ -115,7 +116,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     for path in empty:
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     if failed:
-        click.echo(f"prime-runs: {len(failed)} of {len(reports)} run(s) could not be imported: {failed[0].error}",
+        click.echo(f"prime-runs: {len(failed)} of {count(len(reports), 'run')} could not be imported: {failed[0].error}",
                    err=True)
         sys.exit(EXIT_RUN_FAILED)
     if empty and not allow_empty:

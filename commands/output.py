@@ -14,19 +14,9 @@ from typing import Any
 
 import click
 
+from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import Duration, Seconds  # noqa: F401  (the commands' types)
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
-
-
-def count(number: int, noun: str, plural: str | None = None) -> str:
-    """``number`` and ``noun``, plural unless one: "1 segment", "2 segments"."""
-    return f"{number} {noun if number == 1 else plural or noun + 's'}"
-
-
-def episodes(number: int) -> str:
-    """"1 episode", "2 episodes" (spelled here in an f-string: the bare word is the spool's
-    record type, which spool/format.py alone spells out)."""
-    return f"{number} episode{'' if number == 1 else 's'}"
 
 
 def fail_usage(message: str) -> None:
@@ -135,7 +125,7 @@ class Progress:
             self._runs[report.path] = (report.pushed_now, report.bytes_sent)
             self._pushed += report.pushed_now - pushed
             self._sent += report.bytes_sent - sent
-            totals = f"syncing {len(self._runs)} run(s): {self._pushed} samples, {self._sent / 1e6:.1f} MB sent"
+            totals = f"syncing {count(len(self._runs), 'run')}: {count(self._pushed, 'sample')}, {self._sent / 1e6:.1f} MB sent"
             if totals != self._totals:
                 self._totals, self._retry = totals, ""
             self._draw(force=False)

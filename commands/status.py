@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
-from .output import count, episodes, fail_usage, require_paths
+from .output import fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report

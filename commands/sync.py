@@ -22,6 +22,7 @@ from .sync_setup import (check_key, destination, exit_interrupted, progress_for,
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import shared_options
 from prime_runs_spool.sync.options import AUTO, EXIT_OK, EXIT_RUN_FAILED, SAMPLES, TRACES
 
@@ -201,7 +202,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     for path in empty:
         click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
     if failed_imports:
-        click.echo(f"prime-runs: {len(failed_imports)} run(s) could not be imported: {failed_imports[0].error}",
+        click.echo(f"prime-runs: {count(len(failed_imports), 'run')} could not be imported: {failed_imports[0].error}",
                    err=True)
     elif nothing:
         click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "

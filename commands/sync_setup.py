@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .output import Progress, count, fail_usage
+from .output import Progress, fail_usage
+from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import KEY_SOURCES
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def exit_interrupted(reports: list[Any]) -> None:
 
     left = [r for r in reports if r.state == INTERRUPTED]
     pushed = sum(r.pushed_now for r in reports)
-    done = (f"{len(reports) - len(left)} run(s) done, {len(left)} left, {pushed} pushed by this sync"
+    done = (f"{count(len(reports) - len(left), 'run')} done, {len(left)} left, {pushed} pushed by this sync"
             if reports else "before any run's pass ended")
     click.echo(f"prime-runs: interrupted: {done}; the state is saved, run the same prime-runs sync again to "
                "carry on", err=True)

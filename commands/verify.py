@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
+from prime_runs_spool.plural import count, episodes, plural
 from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
-from .output import count, episodes
 from .import_ import nothing_found_message
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import NoSuchPathError, SpoolError
@@ -28,13 +28,13 @@ from prime_runs_spool.sync.console import json_report
 
 def _damage_line(name: str, damage: dict[str, Any]) -> str:
     """One stretch of damage: where, how long, why, and which records it cost."""
-    what = f"{damage['length']} bytes"
+    what = count(damage['length'], 'byte')
     if damage["lost"] is None:
         what += ", records lost: unknown"
     elif damage["lost"]:
-        what += f", {damage['lost']} record(s) lost from seq {damage['first_seq']}"
+        what += f", {count(damage['lost'], 'record')} lost from seq {damage['first_seq']}"
     if damage["episode_ids"]:
-        what += f", episode id(s) legible: {', '.join(damage['episode_ids'])}"
+        what += f", {plural(len(damage['episode_ids']), 'episode id')} legible: {', '.join(damage['episode_ids'])}"
     return f"  {name}: CORRUPT at byte {damage['offset']} ({what}): {damage['reason']}"
 
 
@@ -45,7 +45,7 @@ def _segment_lines(segment: dict[str, Any]) -> list[str]:
             f"  {name}: CORRUPT at byte {segment['corrupt_offset']}: {segment['corrupt_reason']}"]
         more = segment["damage_count"] - len(segment["damage"])
         if more > 0:
-            lines.append(f"  {name}: ... and {more} more stretch(es) of damage")
+            lines.append(f"  {name}: ... and {more} more {plural(more, 'stretch', 'stretches')} of damage")
         intact = f"{count(segment['records'], 'intact record')}, {count(segment['episodes'], 'intact episode')}"
         return [*lines, f"  {name}: {intact}, " + (f"sealed {segment['sealed']}" if segment["sealed"] else "unsealed")]
     parts = [count(segment["records"], "record"), episodes(segment["episodes"])]
@@ -134,7 +134,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     for path in empty:
         click.echo(f"error: {nothing_found_message(path)}", err=True)
     if bad:
-        click.echo(f"error: {len(bad)} of {len(runs)} run(s) failed verification: {bad[0]['error']}", err=True)
+        click.echo(f"error: {len(bad)} of {count(len(runs), 'run')} failed verification: {bad[0]['error']}", err=True)
         sys.exit(1)
     if empty and not allow_empty:
         sys.exit(1)

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .options import read_state_dir_option
-from .output import fail_usage, require_paths
+from .output import count, fail_usage, require_paths
 from prime_runs_spool.importer.options import default_state_dir
 
 
@@ -52,11 +52,11 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
         from prime_runs_spool.viewer.export import export
 
         try:
-            count = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
+            written = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
         except (SpoolError, OSError) as exc:
             fail_usage(f"view --export: {exc}")
         click.echo(f"{(export_dir / 'index.html').resolve().as_uri()}")
-        click.echo(f"wrote {count} files to {export_dir}", err=True)
+        click.echo(f"wrote {count(written, 'file')} to {export_dir}", err=True)
         return
     try:
         serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.errors import NoSuchPathError
+from prime_runs_spool.plural import count, plural
 
 #: The mode of every folder the package creates.
 DIR_MODE = 0o700
@@ -94,10 +95,12 @@ def open_to_others_lines(spool: str | os.PathLike[str], *, tighten: bool) -> lis
     tightened, left = open_to_others(spool, tighten=tighten)
     lines = []
     if tightened:
-        lines.append(f"{len(tightened)} file(s) or folder(s) of the spool were open to other users "
+        lines.append(f"{count(len(tightened), 'file or folder', 'files or folders')} of the spool "
+                     f"{plural(len(tightened), 'was', 'were')} open to other users "
                      f"(e.g. {tightened[0]}): made private (files 0600, folders 0700)")
     if left:
-        lines.append(f"{len(left)} file(s) or folder(s) of the spool are open to other users (e.g. {left[0]}); "
+        lines.append(f"{count(len(left), 'file or folder', 'files or folders')} of the spool "
+                     f"{plural(len(left), 'is', 'are')} open to other users (e.g. {left[0]}); "
                      f"a spool holds what the eval saw: chmod -R go= {os.fspath(spool)} (prime-runs sync does it "
                      "where it may write beside the spool)")
     return lines

@@ -76,7 +76,7 @@ def test_a_torn_traces_jsonl_in_an_artifact_loses_no_episode_of_the_spool(tmp_pa
     [run] = report["runs"]
     assert (run["state"], run["pushed_now"], run["pushed_total"]) == ("crashed", len(rows), len(rows)), run
     [spooled] = report["imports"]
-    assert [w for w in spooled["warnings"] if "lacks 1 accepted episode(s) the spool holds" in w], spooled
+    assert [w for w in spooled["warnings"] if "lacks 1 episode the spool accepted and holds" in w], spooled
     assert read_run(outputs / "vf040-completed").episodes_count == len(rows)
     evaluation = api.get(f"/evaluations/{run['evaluation_id']}").json()
     assert evaluation["total_samples"] == len(rows)
@@ -84,5 +84,5 @@ def test_a_torn_traces_jsonl_in_an_artifact_loses_no_episode_of_the_spool(tmp_pa
 
     rerun = ci_sync(server.base_url, tmp_path / "home-2", str(unpack(archive, tmp_path / "sync-job-2")))
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert f"pushed 0 (total {len(rows)})" in rerun.stdout and "lacks 1 accepted episode(s)" in rerun.stdout
+    assert f"pushed 0 (total {len(rows)})" in rerun.stdout and "lacks 1 episode the spool accepted" in rerun.stdout
     assert api.get(f"/evaluations/{run['evaluation_id']}").json()["total_samples"] == len(rows)

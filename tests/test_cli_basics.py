@@ -39,8 +39,8 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
     progress.close()
     drawn = [part for part in capsys.readouterr().err.split("\r") if part.strip()]
     assert [line.strip() for line in drawn] == [
-        "syncing 1 run(s): 0 samples, 0.0 MB sent",
-        "syncing 1 run(s): 5 samples, 0.0 MB sent",
+        "syncing 1 run: 0 samples, 0.0 MB sent",
+        "syncing 1 run: 5 samples, 0.0 MB sent",
     ]
 
 
@@ -68,7 +68,7 @@ def test_the_progress_line_sums_each_runs_latest_counts(updates):
     drawn = [part.strip() for part in err.getvalue().split("\r") if part.strip()]
     pushed = sum(r.pushed_now for r in reports.values())
     sent = sum(r.bytes_sent for r in reports.values())
-    assert drawn[-1] == f"syncing {len(reports)} run(s): {pushed} samples, {sent / 1e6:.1f} MB sent"
+    assert drawn[-1] == f"syncing {len(reports)} run{'s' * (len(reports) != 1)}: {pushed} sample{'s' * (pushed != 1)}, {sent / 1e6:.1f} MB sent"
 
 
 @pytest.mark.slow

@@ -93,6 +93,46 @@ def test_import_counts_in_good_english(tmp_path: Path) -> None:
 
 
 
+def test_export_counts_in_good_english(outputs: Path, tmp_path: Path) -> None:
+    """``export`` said "exported 1 row(s) from 1 run(s)"."""
+    done = cli("export", str(outputs / "one-episode"), "-o", str(tmp_path / "rows.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"exported 1 row from 1 run to "), done.stdout
+
+
+#: A count spelled "run(s)", "file(s) or folder(s)" in a message: never, a count says which.
+HEDGED_PLURAL = re.compile(r"[a-z]\((s|es)\)")
+
+
+def test_no_message_hedges_a_plural() -> None:
+    """Every string the package and its command line print counts with prime_runs_spool/plural.py
+    ("1 run", "6 runs"); "interrupted: 0 run(s) done" and "N of M run(s)" were left over.
+    Docstrings and comments are not read (only what may be printed), nor "http(s)"."""
+    import ast
+
+    hedged = []
+    for path in sorted([*(REPO_ROOT / "prime_runs_spool").rglob("*.py"), *(REPO_ROOT / "commands").glob("*.py")]):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                for found in HEDGED_PLURAL.finditer(node.value.replace("http(s)", "")):
+                    hedged.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {node.value[max(0, found.start() - 20):found.end()]!r}")
+    assert hedged == []
+
+
+def test_counts_say_one_or_many() -> None:
+    from prime_runs_spool.plural import count, episodes, plural
+
+    assert [count(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
+    assert count(1, "file or folder", "files or folders") == "1 file or folder"
+    assert count(3, "file or folder", "files or folders") == "3 files or folders"
+    assert [plural(n, "is", "are") for n in (1, 2)] == ["is", "are"]
+    assert [episodes(n) for n in (1, 5)] == ["1 episode", "5 episodes"]
+
+
 @pytest.mark.slow
 def test_a_launch_file_left_out_for_its_credentials_is_a_note_not_a_warning(tmp_path: Path) -> None:
     """The eval logs it as info; import (and the sync that imports) printed it as a warning

@@ -75,7 +75,7 @@ def test_duckdb_reads_the_parquet_and_its_sums_are_the_spools_summaries(tmp_path
     result = export(str(OUTPUTS), "-o", str(out))
     assert result.returncode == 0, result.stderr
     runs = list(find_runs([OUTPUTS]))
-    assert result.stdout.startswith(f"exported ") and f"from {len(runs)} run(s)" in result.stdout
+    assert result.stdout.startswith(f"exported ") and f"from {len(runs)} run{'s' * (len(runs) != 1)} " in result.stdout
     by_run = {row[0]: row[1:] for row in duckdb.sql(
         f"SELECT run_id, count(*), sum(reward), avg(reward), avg(\"metric:correct\") FROM '{out}' GROUP BY run_id"
     ).fetchall()}

@@ -120,7 +120,7 @@ def test_the_spool_is_what_the_live_path_writes(tmp_path: Path) -> None:
     run_dir = root / "vf040-completed"
     report = import_output(run_dir)
     assert (report.state, report.episodes_added, report.status) == ("imported", 4, "completed")
-    assert report.warnings == ["config_source left out: eval.toml sets the credential table(s) client.headers"]
+    assert report.warnings == ["config_source left out: eval.toml sets the credential table client.headers"]
     spool = read_run(run_dir)
     episodes = traces_of(run_dir)
     assert spool.run_id == episodes[0]["run"]["id"]

@@ -120,7 +120,7 @@ def test_a_spool_the_eval_wrote_itself_is_caught_up_with_its_traces_before_sync(
     episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
     with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
         run.log_episodes(episodes[:2])  # the live path spooled only these
-    assert "2 episode(s) the spool lacks" in cli("status", str(root)).stdout
+    assert "2 episodes the spool lacks" in cli("status", str(root)).stdout
     done = cli("sync", str(root), "--local", "--db", str(tmp_path / "p.db"), "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -167,7 +167,7 @@ def test_sync_skip_corrupt_pushes_every_intact_episode_after_the_damage(tmp_path
     assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("synced", 4, 5)
     assert (report["skipped_corrupt"], report["skipped_records"]) == (1, 1)
     [said] = [w for w in report["warnings"] if w.startswith("skipped: ")]
-    assert f"corrupt at byte {offset}" in said and builder.ids[1] in said and "1 record(s) lost" in said
+    assert f"corrupt at byte {offset}" in said and builder.ids[1] in said and "1 record lost" in said
     evaluation = api.get(f"/evaluations/{evaluations_of(api, builder.run_id)[0]['evaluation_id']}").json()
     assert sample_ids(api, evaluation["evaluation_id"]) == [builder.ids[0], *builder.ids[2:]]
     assert evaluation["finalize_count"] == 1

@@ -323,8 +323,8 @@ def test_skip_corrupt_goes_on_at_the_next_line_and_says_so(tmp_path: Path, platf
     assert (skipped[0]["lost"], report.skipped_corrupt, report.skipped_records) == (1, 1, 1)
     assert [w for w in report.warnings if w.startswith("skipped: ")] == [
         f"skipped: {segment}: corrupt at byte {skipped[0]['offset']}: {skipped[0]['reason']} "
-        f"({skipped[0]['length']} bytes; 1 record(s) lost: seq {skipped[0]['first_seq']}; "
-        f"episode id(s) legible in them: {builder.ids[1]})"]
+        f"({skipped[0]['length']} bytes; 1 record lost: seq {skipped[0]['first_seq']}; "
+        f"episode id legible in them: {builder.ids[1]})"]
 
 
 def test_an_episode_too_large_for_any_request_is_skipped_and_said(tmp_path: Path, platform: FakePlatform) -> None:

@@ -129,7 +129,7 @@ def test_sigterm_during_backoff_against_a_platform_that_is_down_stops_within_a_s
     assert proc.returncode == 130, err
     assert time.monotonic() - asked < PROMPT
     assert out.startswith("interrupted "), out  # the run's line says it
-    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: 0 run(s) done, 1 left")
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: 0 runs done, 1 left")
 
 
 @pytest.mark.slow

@@ -101,7 +101,7 @@ def test_verify_checks_every_readable_run_and_fails_naming_the_unreadable(tree: 
     assert runs["a-good"]["ok"] and runs["f-good"]["ok"] and runs["a-good"]["status"] == "completed"
     for name in ("b-dir", "c-spool", "d-segment", "e-fifo"):
         assert not runs[name]["ok"] and "cannot be read" in runs[name]["error"], runs[name]
-    assert done.stderr.strip().count("\n") == 0 and "4 of 6 run(s) failed verification" in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "4 of 6 runs failed verification" in done.stderr
     # Given the unreadable directory itself: named, not "no such file", not a crash.
     alone = command("verify", str(tree / "b-dir"))
     assert_no_traceback(alone)

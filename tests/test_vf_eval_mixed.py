@@ -82,7 +82,7 @@ def test_a_run_resumed_by_plain_vf_eval_reaches_the_platform_whole(tmp_path: Pat
 
     status = cli(tmp_path, "status", "outputs")
     assert status.returncode == 0, status.stderr
-    assert f"traces.jsonl holds {ROLLOUTS} episode(s) the spool lacks" in status.stdout, status.stdout
+    assert f"traces.jsonl holds {ROLLOUTS} episodes the spool lacks" in status.stdout, status.stdout
     verify = cli(tmp_path, "verify", "--json", "outputs")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     [checked] = json.loads(verify.stdout)["runs"]

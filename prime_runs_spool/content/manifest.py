@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool._version import __version__
+from prime_runs_spool.plural import plural
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
@@ -145,11 +146,11 @@ def checked_config_source(text: str, filename: str, rules: MaskRules, warnings: 
         return None
     if repeated:  # json keeps the last: an earlier value would travel unchecked
         named = sorted({mask_url_userinfo(key) for key in repeated})  # a key can be a URL with a token in it
-        warnings.append(f"{prefix} gives the key(s) {', '.join(named)} twice in one object")
+        warnings.append(f"{prefix} gives the {plural(len(named), 'key')} {', '.join(named)} twice in one object")
         return None
     tables = find_set_tables(parsed, rules)
     if tables:
-        warnings.append(f"{prefix} sets the credential table(s) {', '.join(tables)}")
+        warnings.append(f"{prefix} sets the credential {plural(len(tables), 'table')} {', '.join(tables)}")
         return None
     if fmt == "toml":
         # A comment is not in the parse, so nothing above checked it: it does not travel.

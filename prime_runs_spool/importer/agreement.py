@@ -38,6 +38,7 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.files import replace_private
 from prime_runs_spool.importer.paths import agreed_mark_path, import_mark_path
+from prime_runs_spool.plural import episodes
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.reader import iter_records
@@ -59,13 +60,13 @@ class Disagreement:
     def describe(self) -> str:
         parts = []
         if self.only_in_traces:
-            parts.append(f"{self.traces_path} holds {self.only_in_traces} episode(s) the spool lacks "
+            parts.append(f"{self.traces_path} holds {episodes(self.only_in_traces)} the spool lacks "
                          "(written by plain vf-eval?): the next prime-runs sync or import spools them")
         if self.only_in_spool and self.lost_in_place:
-            parts.append(f"the spool holds {self.only_in_spool} episode(s) {self.traces_path} lost in place (the same "
+            parts.append(f"the spool holds {episodes(self.only_in_spool)} {self.traces_path} lost in place (the same "
                          "file, shorter: a power cut?, not a --resume): the spool keeps them and sync ships them")
         elif self.only_in_spool:
-            parts.append(f"the spool holds {self.only_in_spool} episode(s) {self.traces_path} no longer holds "
+            parts.append(f"the spool holds {episodes(self.only_in_spool)} {self.traces_path} no longer holds "
                          "(dropped by a --resume, or the file was cut short): the next prime-runs sync or import "
                          "supersedes those a resume dropped and keeps the others")
         return "; ".join(parts)

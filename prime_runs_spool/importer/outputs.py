@@ -51,6 +51,7 @@ from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.content.platform_runs import is_platform_run_id
 from prime_runs_spool.content.episodes import episode_id_of, rollout_key
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
+from prime_runs_spool.plural import count, episodes, plural
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE, replace_private
@@ -246,7 +247,7 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
             report.episodes_added, report.superseded = len(new), len(supersedes)
             report.episodes_total = prior.episodes - len(supersedes) + len(new)
             report.warnings.append(
-                f"{verifiers_traces_path(run_dir)} held {len(new)} episode(s) the spool lacked"
+                f"{verifiers_traces_path(run_dir)} held {episodes(len(new))} the spool lacked"
                 + (f" and dropped {len(supersedes)} it held (superseded)" if supersedes else "")
                 + ": the run was continued without the spool (plain vf-eval?); spooled now")
     agreement.mark_agreed(run_dir, traces_version["traces"])
@@ -264,7 +265,7 @@ def _superseded_now(run_dir: Path, source: SourceRun, already: set[str], lost_in
     gone = superseded_ids((record_id for record_id in _spool_episode_ids(run_dir)), kept)
     if gone and source.layout == V0:
         raise RewrittenOutputError(
-            f"{source.path}: {len(gone)} row(s) imported earlier are no longer in results.jsonl; the older "
+            f"{source.path}: {count(len(gone), 'row')} imported earlier {plural(len(gone), 'is', 'are')} no longer in results.jsonl; the older "
             "layout has no resume that would explain it, so this run was left as it was imported")
     if gone and lost_in_place:
         raise _lost_lines(source.path, len(gone))
@@ -307,13 +308,13 @@ def _dropped_by_resume(run_dir: Path, source: SourceRun, new: set[str], missing:
 
 
 def _kept_line(where: Path, kept: int) -> str:
-    return (f"{verifiers_traces_path(where)} lacks {kept} accepted episode(s) the spool holds, and no new attempt of "
-            "their tasks (cut short: a torn last line, a partial artifact?): kept, as the spool holds them")
+    return (f"{verifiers_traces_path(where)} lacks {episodes(kept)} the spool accepted and holds, and no "
+            f"new attempt of {plural(kept, 'its task', 'their tasks')} (cut short: a torn last line, a partial artifact?): kept, as the spool holds them")
 
 
 def _lost_lines(run_dir: Path, count: int) -> RewrittenOutputError:
     return RewrittenOutputError(
-        f"{verifiers_traces_path(run_dir)}: {count} episode(s) the spool holds are no longer in it, and it is the "
+        f"{verifiers_traces_path(run_dir)}: {episodes(count)} the spool holds {plural(count, 'is', 'are')} no longer in it, and it is the "
         "same file, shorter (a --resume replaces it with a new one): lines were lost in place (a power cut before "
         "vf-eval's writes reached the disk?); the spool keeps them (sync ships them) and this run was left as it was")
 

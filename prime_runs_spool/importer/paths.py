@@ -47,7 +47,7 @@ def resolved_config_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def launch_file_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
-    """``configs/*.toml``: the launch file(s) copied verbatim."""
+    """``configs/*.toml``: the launch files copied verbatim."""
     folder = Path(output_dir) / CONFIGS_DIRNAME
     return sorted(p for p in folder.glob("*.toml") if p.is_file()) if folder.is_dir() else []
 

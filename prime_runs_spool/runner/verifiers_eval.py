@@ -51,6 +51,7 @@ from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.files import DISK_FULL_ERRNOS
+from prime_runs_spool.plural import episodes
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
@@ -255,7 +256,7 @@ class _Hooks:
         )
         self._session.runs.append(run)
         if supersedes:
-            _log.info("run %s: resumed; %d earlier episode(s) superseded by retried rollouts", run.id, len(supersedes))
+            _log.info("run %s: resumed; %s earlier superseded by retried rollouts", run.id, episodes(len(supersedes)))
         return run
 
     def log_episodes(self, run: Run, episodes: list[Any]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import CorruptSpoolError
+from prime_runs_spool.plural import episodes as plural_episodes
 from prime_runs_spool.spool.layout import segment_name
 
 
@@ -85,7 +86,7 @@ class RunLedger:
             found = self.episodes
             self.episodes = None
             raise CorruptSpoolError(
-                path, 0, f"the header says the earlier segments hold {prior} episodes, but they hold "
+                path, 0, f"the header says the earlier segments hold {plural_episodes(prior)}, but they hold "
                 f"{found}: an earlier segment was truncated or lost lines")
 
     def episode(self, path: Path, offset: int, meta: dict[str, Any] | None) -> None:
@@ -110,12 +111,12 @@ class RunLedger:
         if last_seq is not None and last_seq != seq - 1:
             problem = f"the seal says the line before it is seq {last_seq}, but it is seq {seq - 1}"
         elif episodes is not None and episodes != self.segment_episodes:
-            problem = f"the seal counts {episodes} episodes in its segment, but it holds {self.segment_episodes}"
+            problem = f"the seal counts {plural_episodes(episodes)} in its segment, but it holds {self.segment_episodes}"
         else:
             run_episodes = _count(data.get("run_episodes"))
             total = None if self.episodes is None else self.episodes + self.segment_episodes
             if run_episodes is not None and total is not None and run_episodes != total:
-                problem = (f"the seal counts {run_episodes} episodes in the run so far, but the segments "
+                problem = (f"the seal counts {plural_episodes(run_episodes)} in the run so far, but the segments "
                            f"hold {total}: an earlier segment was truncated or lost lines")
         if problem is not None:
             self.episodes = None

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import corruption_message
+from prime_runs_spool.plural import count, plural
 from prime_runs_spool.spool.format import parse_line
 
 
@@ -48,14 +49,14 @@ class Damage:
 
     def message(self) -> str:
         """One line: where, how many bytes, why, and which records it cost."""
-        what = f"{self.reason} ({self.length} bytes"
+        what = f"{self.reason} ({count(self.length, 'byte')}"
         if self.lost is None:
             what += "; how many records they held is unknown: no intact line of the segment follows"
         elif self.lost:
             seqs = f"seq {self.first_seq}" if self.lost == 1 else f"seq {self.first_seq}-{self.first_seq + self.lost - 1}"
-            what += f"; {self.lost} record(s) lost: {seqs}"
+            what += f"; {count(self.lost, 'record')} lost: {seqs}"
         if self.episode_ids:
-            what += f"; episode id(s) legible in them: {', '.join(self.episode_ids)}"
+            what += f"; {plural(len(self.episode_ids), 'episode id')} legible in {plural(self.length, 'it', 'them')}: {', '.join(self.episode_ids)}"
         return corruption_message(self.path, self.offset, what + ")")
 
     def as_dict(self) -> dict[str, Any]:

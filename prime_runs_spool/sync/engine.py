@@ -32,6 +32,7 @@ from prime_runs_spool.errors import (
 )
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
+from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version
@@ -431,8 +432,9 @@ class RunSync:
             self.protocol.save()
         if pushed:
             self.report.warnings.append(
-                f"{len(pushed)} episode(s) pushed before a resume superseded them: the platform keeps "
-                "their rows (append-only); sync --replay gives a clean evaluation")
+                f"{episodes(len(pushed))} pushed before a resume superseded {plural(len(pushed), 'it', 'them')}: the "
+                f"platform keeps {plural(len(pushed), 'its row', 'their rows')} (append-only); sync --replay gives a "
+                "clean evaluation")
             return {"superseded_after_push": pushed}
         return {}
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.plural import episodes as plural_episodes, plural
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import read_regular_file, unreadable_message
@@ -92,7 +93,8 @@ def _lost(run_dir: Path, episodes: int, state: SyncState) -> str | None:
             return f"{segment_name(cursor.segment_index)}: {reason}"
     recovered = sum(1 for stretch in state.skipped if stretch.get("recovered"))  # read from traces.jsonl
     if episodes + recovered < state.episodes_pushed:
-        return f"the spool holds {episodes + recovered} episodes, {state.episodes_pushed} were pushed"
+        return (f"the spool holds {plural_episodes(episodes + recovered)}, {state.episodes_pushed} "
+                f"{plural(state.episodes_pushed, 'was', 'were')} pushed")
     return None
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prime_runs_spool.errors import ServiceNotEnabled, SyncError
+from prime_runs_spool.plural import count, plural
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.rows import durable_records, record_episode_id, seal_if_last, track_seal, withheld
@@ -165,7 +166,8 @@ class AddressedSink(Sink):
     def refuse_if_committed(self, reason: Exception) -> None:
         uploads = self.state.uploads
         if uploads:
-            raise SyncError(f"{reason}, after {len(uploads)} batch(es) of this run were committed there; the run "
+            raise SyncError(f"{reason}, after {count(len(uploads), 'batch', 'batches')} of this run "
+                            f"{plural(len(uploads), 'was', 'were')} committed there; the run "
                             f"stays in {self.title}: turn it back on for the account, or --replay the run to "
                             "samples as a new evaluation") from None
 
