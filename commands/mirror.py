@@ -43,6 +43,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.store.mirror import DEFAULT_INTERVAL, mirror as run_mirror
+    from prime_runs_spool.content.remask import copy_refused
     from prime_runs_spool.store.objects import ObjectStore
 
     urls = store_urls(paths)
@@ -74,7 +75,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     try:
         store = ObjectStore(urls[0])
         run_mirror(roots, store, interval=interval or DEFAULT_INTERVAL, once=once,
-                   stop=stopped.wait, on_pass=show)
+                   stop=stopped.wait, on_pass=show, manifest_check=copy_refused)
     except StoreSetupError as exc:  # the URL or the setup, not the store: usage
         fail_usage(str(exc))
     except StoreError as exc:

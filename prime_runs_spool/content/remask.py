@@ -35,6 +35,17 @@ def needs_remask(manifest: Mapping[str, Any]) -> bool:
     return masked_under(manifest) != MASKING_VERSION
 
 
+def copy_refused(manifest: Mapping[str, Any]) -> str | None:
+    """Why a segment with this manifest must not be copied byte for byte to where it
+    travels (``prime-runs mirror``), or ``None``: one written under other rules than today's
+    may hold in clear text what today's rules mask, and a copy of bytes cannot mask it."""
+    if not needs_remask(manifest):
+        return None
+    return (f"was written under masking rules version {masked_under(manifest)} (this package's: "
+            f"{MASKING_VERSION}): it may hold credentials in clear text that today's rules mask, so it is "
+            f"not mirrored; `prime-runs sync` it from here, which masks it again on the way to the platform")
+
+
 def remask_manifest(manifest: Mapping[str, Any], warnings: list[str] | None = None) -> dict[str, Any]:
     """``manifest`` as today's rules would have recorded it: its config masked again, and
     its launch file left out if today's check refuses it (the warning says why)."""

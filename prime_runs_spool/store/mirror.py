@@ -17,6 +17,11 @@ is only ever a prefix of it that is already durable:
   bytes are up: so a sync of the store takes the run for live, not crashed, and reads only
   its new lines.
 
+A segment written under older masking rules than this package's (its manifest's
+``masking_version``, docs/masking.md) may hold in clear text what today's rules mask: sync
+masks it again on its way to the platform, but the mirror copies bytes, so it is not
+uploaded at all and the run's report says why.
+
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
 locks, durable marks, sync state or logs. One pass costs one listing of the prefix and one
@@ -28,14 +33,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_runs_spool.errors import StoreError
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.format import parse_line
+from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
 from prime_runs_spool.spool.writer_state import make_durable, writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
@@ -130,10 +136,37 @@ def _check_same_segment(store: ObjectStore, there: ObjectInfo, segment: Path) ->
                          f"{store.url}/$(hostname); not uploaded")
 
 
-def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | None = None) -> list[MirrorReport]:
+#: Says why a segment with this manifest must not be copied (``None``: it may be): given by
+#: the caller, from the layer that knows the masking rules (content/remask.py).
+ManifestCheck = Callable[[Mapping[str, Any]], "str | None"]
+
+
+def _check_masked_today(segment: Path, size: int, manifest_check: ManifestCheck) -> bool:
+    """Refuse a segment whose manifest (the line after its header) says it was masked under
+    other rules than today's: what a newer rule masks is in it in clear text. Whether its
+    manifest was read: one not yet within ``size`` (a live writer's first lines) is read
+    again at the next upload, and until then no record of the segment travels."""
+    with open(segment, "rb") as f:
+        header = f.readline(_HEADER_BYTES)
+        if len(header) >= size:
+            return False
+        line = f.readline(min(MAX_LINE_BYTES, size - len(header)) + 1)
+    record = parse_line(line) if len(header) + len(line) <= size else None
+    if record is None or record.type != MANIFEST or not isinstance(record.data, dict):
+        return False  # not there yet (or damaged: the reader's verdict)
+    refused = manifest_check(record.data)
+    if refused is not None:
+        raise StoreError(f"{segment} {refused}")
+    return True
+
+
+def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | None = None, *,
+                manifest_check: ManifestCheck) -> list[MirrorReport]:
     """Upload what changed in every run under ``roots``; one report per run. ``checked``: the
-    objects already known to be this machine's segments (kept across passes by :func:`mirror`,
-    so each is checked once per process, with one small ranged read)."""
+    objects already known to be this machine's segments, masked under today's rules (kept
+    across passes by :func:`mirror`, so each is checked once per process, with one small
+    ranged read and a read of its manifest). ``manifest_check``: whether a segment may be
+    copied, by its manifest (``content.remask.copy_refused``: not one masked under older rules)."""
     checked = set() if checked is None else checked
     listed = {info.key: info for info in store.list()}
     reports = []
@@ -147,10 +180,12 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
                     size, alive = _target_size(segment)
                     there = listed.get(object_key)
                     if size > 0 and (there is None or there.size != size):
+                        manifest_read = object_key in checked or _check_masked_today(segment, size, manifest_check)
                         if there is not None and object_key not in checked:
                             _check_same_segment(store, there, segment)
                         store.upload_prefix(object_key, segment, size)
-                        checked.add(object_key)
+                        if manifest_read:
+                            checked.add(object_key)
                         report.uploaded.append(segment.name)
                         report.bytes_sent += size
                         there = ObjectInfo(object_key, size, None)
@@ -166,11 +201,12 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
 
 
 def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool,
-           stop: Callable[[float], bool], on_pass: Callable[[list[MirrorReport]], None]) -> None:
+           stop: Callable[[float], bool], on_pass: Callable[[list[MirrorReport]], None],
+           manifest_check: ManifestCheck) -> None:
     """Mirror until ``stop(interval)`` says so (it waits, and is True once asked to stop)."""
     checked: set[str] = set()
     while True:
-        on_pass(mirror_pass(roots, store, checked))
+        on_pass(mirror_pass(roots, store, checked, manifest_check=manifest_check))
         if once or stop(interval):
             return
 

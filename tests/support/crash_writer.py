@@ -10,12 +10,13 @@ import sys
 import threading
 
 from prime_runs_spool import SegmentWriter
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
 
 
 def main() -> None:
     run_dir, threads = sys.argv[1], int(sys.argv[2])
     writer = SegmentWriter.create(run_dir, "crash-run")
-    writer.append("manifest", {"name": "crash"})
+    writer.append("manifest", {"name": "crash", "masking_version": MASKING_VERSION})  # written as today masks
     out = threading.Lock()
 
     def work(t: int) -> None:
