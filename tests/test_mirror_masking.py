@@ -15,12 +15,13 @@ import pytest
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
 from prime_runs_spool.spool.writer import SegmentWriter
-from support import moto_server
+from support import azurite_server, moto_server
 from support.files import all_bytes_under
 from support.store_runs import keys, mirror_once
 from test_remask_e2e import old_manifest
 
 moto = moto_server.module_fixture()
+azurite = azurite_server.module_fixture()
 SECRET = "sk-OLD-MIRRORED-KEY-4242"
 
 
@@ -69,3 +70,17 @@ def test_mirror_refuses_a_spool_of_older_masking_and_copies_todays(tmp_path: Pat
     for batch in obstore.list(store):
         for meta in batch:
             assert SECRET.encode() not in bytes(obstore.get(store, meta["path"]).bytes()), meta["path"]
+
+
+@pytest.mark.slow
+def test_mirror_into_azure_refuses_a_spool_of_older_masking(tmp_path: Path, azurite) -> None:
+    from support.store_runs import get_object
+
+    outputs = tmp_path / "outputs"
+    _old_run(outputs / "version-3", 3)
+    url = f"az://{azurite.new_container()}/outputs"
+    result = mirror_once(outputs, url, azurite.env())
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = map(json.loads, result.stdout.splitlines())
+    assert line["uploaded"] == [] and "masking rules version 3" in line["error"], line
+    assert keys(url) == [] and get_object(url, "version-3/spool/seg-000001.jsonl") is None
