@@ -57,6 +57,8 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
+from prime_runs_spool.spool.reader import resync_records
+from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.importer import agreement
 from prime_runs_spool.importer.options import STATE_DIR_ENV
@@ -203,13 +205,68 @@ def _catch_up(run_dir: Path, report: ImportReport) -> None:
     """A spool the eval wrote, behind its ``traces.jsonl`` (importer/agreement.py): the
     episodes only ``traces.jsonl`` holds go into a new segment, the spool's episodes it
     dropped are superseded, as for an imported spool. The spool's own seal stands when
-    nothing differs. A damaged spool is left as it is: its damage is sync's to report (or,
-    with ``--skip-corrupt``, to pass over, recovering from ``traces.jsonl`` what it can:
-    sync/recover.py); spooling its damaged episodes again would copy them into the run."""
+    nothing differs. A damaged spool's damage is sync's to report (or, with
+    ``--skip-corrupt``, to pass over, recovering from ``traces.jsonl`` what it can:
+    sync/recover.py); it is caught up only when it was cut short (:func:`_catch_up_cut`),
+    else left as it is: spooling the episodes of damaged lines again would copy them into
+    the run."""
     try:
         _catch_up_intact(run_dir, report)
     except CorruptSpoolError as exc:
-        report.reason = f"the spool is damaged, so it was not compared with traces.jsonl ({exc})"
+        if not _catch_up_cut(run_dir, report, exc):
+            report.reason = f"the spool is damaged, so it was not compared with traces.jsonl ({exc})"
+
+
+def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -> bool:
+    """A spool whose last segment was cut short (a bad disk, a truncated artifact: its lines
+    end before its durable mark, and nothing intact follows) lost its tail, which no damaged
+    line names. The episodes ``traces.jsonl`` holds and the spool can no longer read are
+    the eval's all the same: they go into a new segment after the damaged one, which stays
+    as it is. Sync still stops at the damage (``corrupt``); ``--skip-corrupt`` passes it and
+    ships the new segment, so each episode reaches the platform once, by its place in the
+    stream like any other (docs/sync.md, "A spool cut short"). Any other damage (a damaged
+    line, which may hold an episode the new segment would copy) is left alone: False."""
+    if is_read_only(run_dir) or agreement.is_live(run_dir):
+        return False
+    traces_version = agreement.version(run_dir)
+    if traces_version is None:
+        return False
+    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
+        readable: set[str] = set()
+        damages: list[Damage] = []
+        for item in resync_records(run_dir):
+            if isinstance(item, Damage):
+                damages.append(item)
+            elif item.type == EPISODE:
+                found = (item.meta or {}).get("episode_id") or episode_id_of(item.data)
+                if found is not None:
+                    readable.add(str(found))
+        if not _cut_short(damages, list_segments(run_dir)):
+            return False
+        source = read_source(run_dir)
+        new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in readable]
+        if new:
+            prior = scan_prior_run(run_dir, past_damage=True)
+            report.warnings[:0] = _config_warnings(source)
+            _write(source, run_dir, report, True, set(new), [], spool_run_id=prior.run_id, past_damage=True)
+            report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
+            report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
+            report.episodes_added = len(new)
+            report.episodes_total = prior.episodes + len(new)
+            report.warnings.append(
+                f"{exc}; {verifiers_traces_path(run_dir)} holds {len(new)} episode(s) the spool lost past the cut: "
+                "spooled in a new segment after it (prime-runs sync --skip-corrupt ships them; the damage stays)")
+        agreement.mark_agreed(run_dir, traces_version["traces"])
+    return True
+
+
+def _cut_short(damages: list[Damage], segments: list[tuple[int, Path]]) -> bool:
+    """The only damage is the end of the run's last segment: no intact line follows it in
+    its segment, and no damaged line there shows an episode id."""
+    if len(damages) != 1 or not segments:
+        return False
+    [damage] = damages
+    return damage.segment_index == segments[-1][0] and damage.lost is None and not damage.episode_ids
 
 
 def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
@@ -358,7 +415,7 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
-           supersedes: list[str], spool_run_id: str | None = None) -> None:
+           supersedes: list[str], spool_run_id: str | None = None, past_damage: bool = False) -> None:
     """``spool_run_id``: the id of the spool the eval wrote itself, when catching it up (its
     own id on episodes is a local one, not a platform's)."""
     run = open_run(
@@ -376,6 +433,7 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
         created_at=source.created_at,
         supersedes=supersedes,
         platform_runs=[run_id for run_id in source.run_ids if is_platform_run_id(run_id) and run_id != spool_run_id],
+        past_damage=past_damage,
     )
     try:
         batch: list[dict[str, Any]] = []

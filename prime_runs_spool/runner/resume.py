@@ -21,7 +21,8 @@ from prime_runs_spool.errors import RunInUseError
 from prime_runs_spool.spool.format import EPISODE, HEADER, MANIFEST, parse_line
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
-from prime_runs_spool.spool.reader import iter_records
+from prime_runs_spool.spool.reader import iter_records, resync_records
+from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 
@@ -48,7 +49,8 @@ class PriorRun:
     last_index: int = 0
 
 
-def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] = ()) -> PriorRun:
+def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] = (), *,
+                   past_damage: bool = False) -> PriorRun:
     """Stream the run's existing segments (none: an empty :class:`PriorRun`).
 
     ``superseded``: episode ids this resume replaces (content/supersede.py). They stay
@@ -57,7 +59,10 @@ def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] 
 
     Raises :class:`RunInUseError` when a live process still holds one of the segments,
     and lets the reader's ``CorruptSpoolError`` through: appending after damage would put
-    new episodes where no reader can reach them.
+    new episodes where no reader can reach them. With ``past_damage`` the scan passes over
+    damage (docs/spool-format.md, section 4.2) and counts only what a reader can still read,
+    which is what a new segment's header must then record: the importer's way of adding
+    episodes a spool cut short lost, without writing into the damaged bytes.
     """
     prior = PriorRun()
     segments = list_segments(run_dir)
@@ -72,7 +77,10 @@ def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] 
     prior.segments = len(segments)
     prior.last_index = segments[-1][0] if segments else 0
     numbers = _Numbers()
-    for record in iter_records(run_dir):
+    records = resync_records(run_dir) if past_damage else iter_records(run_dir)
+    for record in records:
+        if isinstance(record, Damage):
+            continue
         if record.type == MANIFEST and prior.manifest is None and isinstance(record.data, dict):
             prior.manifest = record.data
         elif record.type == EPISODE:

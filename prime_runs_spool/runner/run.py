@@ -451,6 +451,7 @@ def open_run(
     ship_timeout: float | None = None,
     supersedes: Sequence[str] = (),
     platform_runs: Sequence[str] = (),
+    past_damage: bool = False,
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -475,6 +476,9 @@ def open_run(
     listed in the new segment's manifest record, left out of the summary from then on.
     ``platform_runs``: platform run ids already holding episodes this segment records
     (what vf-eval pushed on its own; content/platform_runs.py), listed in its manifest.
+    ``past_damage``: continue a spool that is damaged, after the damage, counting only what
+    a reader can read (runner/resume.py); the importer's alone, to add what a spool cut
+    short lost (importer/outputs.py). Its damaged bytes stay as they are, still reported.
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
@@ -482,7 +486,7 @@ def open_run(
     episode_rules = MaskRules.defaults_for_episode().extended(extra) if extra else MaskRules.defaults_for_episode()
 
     superseded = frozenset(supersedes)
-    prior = scan_prior_run(run_dir, superseded) if writes_spool(mode) else PriorRun()
+    prior = scan_prior_run(run_dir, superseded, past_damage=past_damage) if writes_spool(mode) else PriorRun()
     if prior.run_id is not None and run_id is not None and run_id != prior.run_id:
         raise RunMismatchError(
             f"{run_dir} holds run {prior.run_id}, not {run_id}; "

@@ -292,6 +292,9 @@ class RunSync:
             try:
                 for batch in sink.batches(stream):
                     try:
+                        # Before the cursor can pass the damage: noted only once the pass
+                        # ended, a SIGKILL mid-pass would forget it for good.
+                        self._note_skipped(stream)
                         if batch.count:
                             sink.send(batch)
                         else:

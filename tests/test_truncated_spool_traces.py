@@ -1,0 +1,174 @@
+"""A spool segment cut short below its durable mark (a bad disk, a truncated artifact) while
+verifiers' ``traces.jsonl`` beside it is complete. The episodes past the cut are still the
+eval's: the import step spools them in a new segment after the damaged one (the damaged
+bytes untouched), a plain sync still stops at the damage (``corrupt``, exit 1), and
+``sync --skip-corrupt`` puts every episode on the platform exactly once, in the eval's order,
+through a SIGKILL and a re-sync; episodes pushed before the spool was cut are not pushed
+again (docs/sync.md, "A spool cut short")."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support.env import REPO_ROOT, child_env
+from support.sync_e2e import TOKEN, api, kill_on_progress, server, sync_cmd  # noqa: F401
+
+pytestmark = pytest.mark.slow  # an eval process, sync processes against the platform process
+
+EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
+EPISODES = 40
+#: Small requests (an episode's rows are about 3 KB): a sync makes many, so a SIGKILL lands mid-way.
+SMALL_REQUESTS = ("--max-request-bytes", "6000")
+#: The eval's process: every episode verifiers wrote is logged (durable when log_episodes
+#: returns) and the run sealed; its durable mark stays beside the segment.
+EVAL = """
+import json, sys
+from pathlib import Path
+from prime_runs_spool import open_run
+run_dir = Path(sys.argv[1])
+rows = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines() if line.strip()]
+run = open_run(run_dir, name="cut-spool")
+print(run.id, flush=True)
+run.log_episodes(rows)
+run.finish()
+"""
+
+
+def evaluated(outputs: Path) -> tuple[Path, str, list[str]]:
+    """A run folder as ``prime-runs eval`` leaves it: ``traces.jsonl`` (as verifiers writes
+    it) and the spool hold the same episodes. The folder, the spool's local run id and the
+    episode ids in ``traces.jsonl`` order."""
+    run_dir = outputs / "cut-spool"
+    shutil.copytree(EVAL_OUTPUTS / "vf040-completed", run_dir, symlinks=True)
+    traces = run_dir / "traces.jsonl"
+    model = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
+    rows = []
+    for number in range(EPISODES):
+        row = copy.deepcopy(model[number % len(model)])
+        row["id"] = uuid.uuid4().hex
+        rows.append(row)
+    traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    ran = subprocess.run([sys.executable, "-c", EVAL, str(run_dir)], env=child_env(), timeout=120,
+                         capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    return run_dir, ran.stdout.strip(), [row["id"] for row in rows]
+
+
+def cut(run_dir: Path, keep: int) -> None:
+    """Cut the spool's segment in the middle of its line ``keep`` after the header, far below
+    its durable mark (which says where the writer's synced bytes ended)."""
+    [segment] = sorted((run_dir / "spool").glob("seg-*.jsonl"))
+    lines = segment.read_bytes().split(b"\n")
+    at = sum(len(line) + 1 for line in lines[:1 + keep]) + len(lines[1 + keep]) // 2
+    with open(segment, "r+b") as handle:
+        handle.truncate(at)
+    assert at < int((run_dir / "spool" / "seg-000001.durable").read_text())
+
+
+def synced(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=300,
+                          env=sync_env(home), stdin=subprocess.DEVNULL)
+
+
+def sync_env(home: Path) -> dict[str, str]:
+    home.mkdir(exist_ok=True)
+    return child_env(PRIME_API_KEY=TOKEN, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+
+
+def evaluations_of(api, local_run_id: str) -> list[dict]:
+    """The run's evaluations, whatever their environment."""
+    found, skip = [], 0
+    while True:
+        page = api.get("/evaluations/", params={"skip": skip, "limit": 100}).json()
+        found += [e for e in page["evaluations"] if (e.get("metadata") or {}).get("local_run_id") == local_run_id]
+        skip += len(page["evaluations"])
+        if not page["evaluations"] or skip >= page["total"]:
+            return found
+
+
+def platform_episode_ids(api, run_id: str) -> list[str]:
+    """The episode id of every row the platform holds for the run, in order (one evaluation)."""
+    evaluations = evaluations_of(api, run_id)
+    if not evaluations:
+        return []
+    [evaluation] = evaluations
+    ids, page = [], 1
+    while True:
+        body = api.get(f"/evaluations/{evaluation['evaluation_id']}/samples",
+                       params={"page": page, "limit": 100}).json()
+        ids += [row["episode_id"] for row in body["samples"]]
+        if not body["hasMore"]:
+            return ids
+        page += 1
+
+
+def held(api, run_id: str) -> int:
+    return sum(e.get("total_samples") or 0 for e in evaluations_of(api, run_id))
+
+
+def test_episodes_a_cut_spool_lost_reach_the_platform_once_from_traces_jsonl(tmp_path: Path, server, api) -> None:
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated(outputs)
+    cut(run_dir, keep=10)  # the manifest and 9 episodes stay readable
+    home = tmp_path / "home"
+
+    plain = synced(server.base_url, home, str(outputs), "-o", "json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    report = json.loads(plain.stdout)
+    [run] = report["runs"]
+    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
+    [spooled] = report["imports"]
+    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episode(s) the spool lost past the cut" in w]
+    assert platform_episode_ids(api, run_id) == ids[:9]
+    damaged = (run_dir / "spool" / "seg-000001.jsonl").read_bytes()
+
+    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--skip-corrupt", *SMALL_REQUESTS),
+                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
+    assert 9 < held(api, run_id) < EPISODES
+
+    resumed = synced(server.base_url, home, str(outputs), "--skip-corrupt", *SMALL_REQUESTS, "-o", "json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [run] = json.loads(resumed.stdout)["runs"]
+    assert run["pushed_total"] == EPISODES, run
+    assert platform_episode_ids(api, run_id) == ids  # each once, in the eval's order
+    [evaluation] = evaluations_of(api, run_id)
+    evaluation = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
+    assert evaluation["total_samples"] == EPISODES
+    assert [s for s in evaluation["metadata"]["skipped_corruption"] if s["segment"] == 1], evaluation["metadata"]
+
+    again = synced(server.base_url, home, str(outputs), "--skip-corrupt", "-o", "json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    [run] = json.loads(again.stdout)["runs"]
+    assert (run["pushed_now"], run["pushed_total"]) == (0, EPISODES), run
+    assert platform_episode_ids(api, run_id) == ids
+    assert (run_dir / "spool" / "seg-000001.jsonl").read_bytes() == damaged  # never rewritten
+
+
+@pytest.mark.parametrize("state_kept", [True, False], ids=["same-machine", "state-lost"])
+def test_episodes_pushed_before_the_spool_was_cut_are_not_pushed_again(tmp_path: Path, server, api,
+                                                                        state_kept: bool) -> None:
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated(outputs)
+    first = synced(server.base_url, tmp_path / "home-1", str(outputs))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert platform_episode_ids(api, run_id) == ids
+
+    cut(run_dir, keep=10)
+    home = tmp_path / ("home-1" if state_kept else "home-2")
+    for flags in ((), ("--skip-corrupt",)):
+        again = synced(server.base_url, home, str(outputs), *flags, "-o", "json")
+        assert again.returncode == 1, again.stdout + again.stderr
+        [run] = json.loads(again.stdout)["runs"]
+        assert (run["state"], run["pushed_now"], run["pushed_total"]) == ("lost", 0, EPISODES), run
+        assert "lines already read (and shipped) were lost" in run["error"], run
+        assert platform_episode_ids(api, run_id) == ids
