@@ -18,6 +18,9 @@ outside valgrind, under ``--dir``) under ``cachegrind --cache-sim=no`` with
 start-up and imports cancelled out. Instructions are not the whole cost: these stages move
 about 80 KB of memory per episode, whose cache misses no count shows; ``--cpu`` prints each
 stage's CPU seconds over the large run too (min of three; they move with the load).
+``--cli`` counts the whole ``prime-runs sync RUN`` process too (start-up, sending and the
+state saves included), each run to a fresh local platform in a process of its own (not
+counted): its count for the small run is mostly start-up, the difference is per episode.
 
 ``--stage S --run DIR`` runs one stage without valgrind (what each valgrind run executes).
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,6 +76,19 @@ def ensure_run(folder: Path, episodes: int, size: int) -> Path:
     return run_dir
 
 
+def cli_instructions(run_dir: Path, env: dict[str, str]) -> int:
+    """User-space instructions of ``prime-runs sync RUN --jobs 1`` to a fresh local platform."""
+    from _instructions import instructions
+    from _synccommon import API_KEY, child_env, drop_state, platform
+
+    drop_state(run_dir)
+    with tempfile.TemporaryDirectory(dir=run_dir.parent) as folder, platform(Path(folder) / "db") as server:
+        command_env = {**child_env(), "PRIME_API_KEY": API_KEY, "PYTHONHASHSEED": env["PYTHONHASHSEED"]}
+        os.chdir(ROOT)  # ``-m commands`` is this checkout's
+        return instructions("-m", ["commands", "sync", str(run_dir), "--base-url", server.base_url, "--json",
+                                   "--jobs", "1"], command_env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", choices=STAGES)
@@ -80,6 +97,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=1200)
     parser.add_argument("--size", type=int, default=20_000)
     parser.add_argument("--cpu", action="store_true", help="CPU seconds of each stage over the large run too")
+    parser.add_argument("--cli", action="store_true", help="the whole prime-runs sync process too")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "sync-push-runs",
                         help="where the runs are written and kept (a real disk)")
     args = parser.parse_args()
@@ -95,6 +113,10 @@ def main() -> None:
     for stage, what in STAGES.items():
         count = [instructions(__file__, ["--stage", stage, "--run", str(run)], env) for run in (small, large)]
         print(f"  {(count[1] - count[0]) / (args.large - args.small):11,.0f}  {stage}: {what}", flush=True)
+    if args.cli:
+        count = [cli_instructions(run, env) for run in (small, large)]
+        print(f"  {(count[1] - count[0]) / (args.large - args.small):11,.0f}  the prime-runs sync process "
+              f"({count[0] / 1e6:,.0f} M for {args.small} episodes, start-up included)", flush=True)
     if args.cpu:
         print(f"CPU seconds over {args.large} episodes (min of 3)")
         for stage in STAGES:
