@@ -15,7 +15,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 
-from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_secret_name, mask_url_userinfo
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
 
@@ -583,7 +583,19 @@ def _matches(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
     head, rest = pattern[0], pattern[1:]
     if head == "**":
         return any(_matches(rest, path[i:]) for i in range(len(path) + 1))
-    return bool(path) and (head == "*" or head == path[0]) and _matches(rest, path[1:])
+    return bool(path) and _segment_matches(head, path[0]) and _matches(rest, path[1:])
+
+
+def _segment_matches(segment: str, key: str) -> bool:
+    """One segment against one key's text: ``*``, a literal, or a segment that names a shape
+    of key (``{secret}``, ``{envvar}``, ``{index}``; docs/masking.md, the pattern language)."""
+    if segment == "{secret}":
+        return is_secret_name(key)
+    if segment == "{envvar}":
+        return is_env_var_name(key)
+    if segment == "{index}":
+        return key.isascii() and key.isdigit()
+    return segment == "*" or segment == key
 
 
 def _text(key: Any) -> str:

@@ -107,3 +107,24 @@ def test_env_tables_never_reach_the_disk_through_a_run(case: Any, seat_case: Any
         _kept(config, spool.manifest["config"])
         for episode in spool.episodes():
             _kept(seat_config, episode["traces"][0]["agent"]["config"]["sandbox"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["env", "environment"]), st.sampled_from(["docker", "kubernetes"]),
+       st.lists(st.tuples(_ENV_VAR, st.text("abcdef0123", min_size=6, max_size=6)), min_size=1, max_size=3),
+       st.lists(_PLAIN_KEY, max_size=3))
+def test_an_environment_table_given_as_a_list_is_masked(name: str, style: str, pairs: list, where: list) -> None:
+    """Docker's and Compose's ``["HF_TOKEN=..."]``, Kubernetes' ``[{name, value}]``: every
+    entry goes (a list under ``envs`` is one of ids, and stays)."""
+    entries = [f"{var}=SECRETLIST{value}" if style == "docker" else {"name": var, "value": f"SECRETLIST{value}"}
+               for var, value in pairs]
+    config: dict = {"model": "m", "envs": ["gsm8k", "math"], "env": {"id": "agentic-judge"}}
+    node = config
+    for key in ["sandbox", *where]:  # (the root's ``env`` is the environment's config)
+        node = node.setdefault(key, {})
+    node[name] = entries
+    masked = mask(config, MaskRules.defaults_for_config())
+    assert "SECRETLIST" not in json.dumps(masked)
+    assert masked["envs"] == ["gsm8k", "math"] and masked["env"]["id"] == "agentic-judge"
+    episode = {"id": "e", "traces": [{"agent": {"config": config}}]}
+    assert "SECRETLIST" not in json.dumps(mask(episode, MaskRules.defaults_for_episode()))

@@ -29,7 +29,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 5
+MASKING_VERSION = 6
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -52,6 +52,10 @@ _TABLES: tuple[Pattern, ...] = (
 #: A pattern segment matching one key shaped like an environment variable's name
 #: (:func:`is_env_var_name`: ``HF_TOKEN``, ``WANDB_API_KEY``).
 ENV_VAR_NAME = "{envvar}"
+#: A pattern segment matching one list position (a key of digits only): an environment
+#: table given as a list, Docker's ``["HF_TOKEN=..."]`` or Kubernetes' ``[{name, value}]``,
+#: has every entry masked whole. Not under ``envs``, where a list is one of environment ids.
+LIST_POSITION = "{index}"
 
 #: Environment tables by their other common names: a sandbox's or a container's ``env``,
 #: ``envs``, ``environment``. These names also hold what is no credential (a verifiers
@@ -62,6 +66,8 @@ _ENV_TABLES: tuple[Pattern, ...] = (
     ("**", "env", ENV_VAR_NAME),
     ("**", "envs", ENV_VAR_NAME),
     ("**", "environment", ENV_VAR_NAME),
+    ("**", "env", LIST_POSITION),
+    ("**", "environment", LIST_POSITION),
 )
 _ENV_VAR = re.compile(r"[A-Z][A-Z0-9]*(?:_+[A-Z0-9]+)*_*\Z")
 

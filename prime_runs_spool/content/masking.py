@@ -26,9 +26,9 @@ from typing import Any, NamedTuple, Union
 
 import orjson
 
-from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL_SCOPES, EPISODE_PATTERNS,
-                                                     ENV_VAR_NAME, EPISODE_URL_SCOPES, MASK, SECRET_NAME, Pattern,
-                                                     is_env_var_name, is_secret_name,
+from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL_SCOPES, ENV_VAR_NAME,
+                                                     EPISODE_PATTERNS, EPISODE_URL_SCOPES, LIST_POSITION, MASK,
+                                                     SECRET_NAME, Pattern, is_env_var_name, is_secret_name,
                                                      mask_url_userinfo)
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
@@ -136,7 +136,8 @@ class MaskRules:
             if segment == "**":
                 moved.append((rule, pos))
             elif (segment == "*" or segment == text or (segment == SECRET_NAME and is_secret_name(text))
-                  or (segment == ENV_VAR_NAME and is_env_var_name(text))):
+                  or (segment == ENV_VAR_NAME and is_env_var_name(text))
+                  or (segment == LIST_POSITION and text.isascii() and text.isdigit())):
                 moved.append((rule, pos + 1))
         after = self._closure(moved)
         n = len(self.patterns)
@@ -174,7 +175,7 @@ class MaskRules:
         found = self._memo.shapes.get(states)
         if found is None:
             segments = [self._rule(rule)[pos] for rule, pos in states]
-            wild = any(s in ("*", "**", SECRET_NAME, ENV_VAR_NAME) for s in segments)  # every key must be looked at
+            wild = any(s in ("*", "**", SECRET_NAME, ENV_VAR_NAME, LIST_POSITION) for s in segments)  # every key must be looked at
             literals = None if wild else {key: self._step(states, key) for key in segments}
             # Every key steps alike when no literal is live: one step for all of them.
             uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None
