@@ -172,3 +172,39 @@ def test_episodes_pushed_before_the_spool_was_cut_are_not_pushed_again(tmp_path:
         assert (run["state"], run["pushed_now"], run["pushed_total"]) == ("lost", 0, EPISODES), run
         assert "lines already read (and shipped) were lost" in run["error"], run
         assert platform_episode_ids(api, run_id) == ids
+
+
+def test_a_line_damaged_in_place_is_not_spooled_again(tmp_path: Path) -> None:
+    """Damage that leaves the segment its size (the last episode line and the seal rotten where
+    they lie) is no cut: a sync may have pushed that episode already, and would take a copy in
+    a new segment for a new episode. The import leaves the spool as it is and says why."""
+    from prime_runs_spool.importer.outputs import import_output
+
+    run_dir, _, _ = evaluated(tmp_path / "outputs")
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    last_two = data.rindex(b"\n", 0, data.rindex(b"\n", 0, len(data) - 1) - 1) + 1
+    data[last_two:-1] = bytes(b if b == 0x0A else 0x2A for b in data[last_two:-1])  # same size, lines kept
+    segment.write_bytes(bytes(data))
+    report = import_output(run_dir)
+    assert "the spool is damaged, so it was not compared with traces.jsonl" in (report.reason or ""), report
+    assert sorted(p.name for p in (run_dir / "spool").glob("seg-*.jsonl")) == ["seg-000001.jsonl"]
+
+
+def test_a_cut_copy_of_a_run_pushed_from_another_copy_adds_nothing(tmp_path: Path, server, api) -> None:
+    """The same eval's artifact unpacked twice: one copy synced whole, the other cut short and
+    synced on another machine (no state, no read mark). The platform's count of the run's rows
+    is where the cut copy's stream (readable episodes, then the new segment) resumes: nothing
+    is pushed twice."""
+    run_dir, run_id, ids = evaluated(tmp_path / "outputs")
+    other = tmp_path / "other" / "outputs"
+    shutil.copytree(tmp_path / "outputs", other, symlinks=True)
+    first = synced(server.base_url, tmp_path / "home-1", str(tmp_path / "outputs"))
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    cut(other / "cut-spool", keep=10)
+    for flags, code, state in (((), 1, "corrupt"), (("--skip-corrupt",), 0, "synced")):
+        again = synced(server.base_url, tmp_path / "home-2", str(other), *flags, "-o", "json")
+        [run] = json.loads(again.stdout)["runs"]
+        assert (again.returncode, run["state"], run["pushed_now"]) == (code, state, 0), run
+        assert platform_episode_ids(api, run_id) == ids

@@ -57,6 +57,7 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
+from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import resync_records
 from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.scan import read_run
@@ -261,12 +262,22 @@ def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -
 
 
 def _cut_short(damages: list[Damage], segments: list[tuple[int, Path]]) -> bool:
-    """The only damage is the end of the run's last segment: no intact line follows it in
-    its segment, and no damaged line there shows an episode id."""
+    """The only damage is the run's last segment cut short: the file is shorter than the bytes
+    its writer made durable (docs/spool-format.md, section 4.1, check 5), and that is all the
+    reader found. Damage in place (a line rotten where it lies) is not: a sync may have read
+    past it already and would take the new segment's copy of its episode for a new one, where
+    a sync that read past a cut finds the segment shorter and refuses the run (``lost``)."""
     if len(damages) != 1 or not segments:
         return False
     [damage] = damages
-    return damage.segment_index == segments[-1][0] and damage.lost is None and not damage.episode_ids
+    index, path = segments[-1]
+    mark = durable_mark(path)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return False
+    return (damage.segment_index == index and damage.first_seq is None and not damage.episode_ids
+            and damage.end_offset == mark and size < mark)
 
 
 def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
