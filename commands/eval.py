@@ -17,7 +17,7 @@ import click
 
 from .doc_links import docs_epilog
 from .output import EXIT_RUN_FAILED, EXIT_USAGE
-from prime_runs_spool.errors import SpoolError, VerifiersVersionError
+from prime_runs_spool.errors import MESSAGE_PREFIX, SpoolError, VerifiersVersionError
 
 
 #: The arguments that ask for the help instead of an eval, wherever they stand.
@@ -56,19 +56,19 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
     try:
         code, session = run_vf_eval(argv, session)
     except VerifiersVersionError as exc:
-        click.echo(f"prime-runs eval: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(EXIT_USAGE)
     except SpoolError as exc:  # e.g. run.attach refused, a run in use: one line, no traceback
-        click.echo(f"prime-runs eval: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(1)
     except Exception as exc:
         full = disk_full_error(exc)
         if full is None:
             raise  # verifiers' own error (most often the environment's code): its traceback
-        click.echo(f"prime-runs eval: {disk_full_line(session, full)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{disk_full_line(session, full)}", err=True)
         sys.exit(EXIT_DISK_FULL)
     for line in not_shipped_lines(session):
-        click.echo(f"prime-runs eval: {line}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{line}", err=True)
     hint = sync_hint(session)
     if hint:
         click.echo(hint, err=True)

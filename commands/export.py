@@ -19,6 +19,7 @@ import click
 from .options import read_state_dir_option
 from .output import fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
@@ -54,10 +55,10 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     except (ExportSetupError, StoreSetupError, NoSuchPathError) as exc:
         fail_usage(str(exc))
     except StoreError as exc:
-        click.echo(f"prime-runs: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(EXIT_RUN_FAILED)
     except OSError as exc:  # the output file: its folder read-only, the disk full
-        click.echo(f"prime-runs: {exc.filename or out}: cannot be written ({exc.strerror or exc})", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc.filename or out}: cannot be written ({exc.strerror or exc})", err=True)
         sys.exit(EXIT_RUN_FAILED)
     written = report.runs > 0
     if as_json:
@@ -67,5 +68,5 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     elif written:
         click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
     for problem in report.problems:
-        click.echo(f"prime-runs: {problem}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{problem}", err=True)
     sys.exit(EXIT_RUN_FAILED if report.problems or not written else EXIT_OK)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
@@ -101,7 +102,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
         reports = import_paths(roots, state_dir=state)
         empty = paths_with_nothing(roots)
     except NoSuchPathError as exc:
-        click.echo(f"prime-runs: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(EXIT_USAGE)
     failed = [r for r in reports if r.state in FAILED_STATES]
     if as_json:
@@ -114,9 +115,9 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
             for line in import_line(report):
                 click.echo(line)
     for path in empty:
-        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed:
-        click.echo(f"prime-runs: {len(failed)} of {count(len(reports), 'run')} could not be imported: {failed[0].error}",
+        click.echo(f"{MESSAGE_PREFIX}{len(failed)} of {count(len(reports), 'run')} could not be imported: {failed[0].error}",
                    err=True)
         sys.exit(EXIT_RUN_FAILED)
     if empty and not allow_empty:

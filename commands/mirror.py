@@ -16,6 +16,7 @@ import click
 
 from .output import Seconds, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.sync.command_line import output_option
 
 
@@ -79,6 +80,6 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     except StoreSetupError as exc:  # the URL or the setup, not the store: usage
         fail_usage(str(exc))
     except StoreError as exc:
-        click.echo(f"prime-runs: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(1)
     sys.exit(1 if once and failed else 0)

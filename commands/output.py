@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import Duration, Seconds  # noqa: F401  (the commands' types)
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
@@ -21,7 +22,7 @@ from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 def fail_usage(message: str) -> None:
     """One line on stderr, exit 2: a user error gets no traceback."""
-    click.echo(f"prime-runs: {message}", err=True)
+    click.echo(f"{MESSAGE_PREFIX}{message}", err=True)
     sys.exit(EXIT_USAGE)
 
 
@@ -32,7 +33,7 @@ TRACEBACK_ENV = "PRIME_RUNS_TRACEBACK"
 def internal_error(exc: BaseException, hint: str = "run with --verbose for the traceback") -> None:
     """An error no code path expected: one line and exit 1 (``--verbose`` shows the traceback
     instead; the caller re-raises then)."""
-    click.echo(f"prime-runs: internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
+    click.echo(f"{MESSAGE_PREFIX}internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
     sys.exit(EXIT_RUN_FAILED)
 
 
@@ -135,7 +136,7 @@ class Progress:
         progress line on a terminal, else one line on stderr, so a platform that is down is
         never a silent wait (a CI log shows each try)."""
         if not self.enabled:
-            click.echo(f"prime-runs: {retry.what} failed: {retry.why}; try {retry.attempt + 1} in {retry.delay:.1f} s",
+            click.echo(f"{MESSAGE_PREFIX}{retry.what} failed: {retry.why}; try {retry.attempt + 1} in {retry.delay:.1f} s",
                        err=True)
             return
         with self._lock:  # the reason last: what a narrow terminal cuts is the least needed

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .output import Seconds
+from .output import Seconds, fail_usage
 
 
 @click.group("platform")
@@ -57,7 +57,7 @@ def serve_command(
         try:
             make_private_dir(default_database().parent)
         except OSError as exc:
-            _usage_error(f"cannot create {default_database().parent}: {exc.strerror}")
+            fail_usage(f"cannot create {default_database().parent}: {exc.strerror}")
 
     try:
         # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving
@@ -66,11 +66,7 @@ def serve_command(
         serve(db_path, host=host, port=port, token=token, frontend_url=frontend_url,
               request_deadline=request_deadline, traces=traces, out=sys.stdout)
     except (PlatformDatabaseError, UnsafeListenError) as exc:
-        _usage_error(str(exc))
+        fail_usage(str(exc))
     except OSError as exc:
-        _usage_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        fail_usage(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
-
-def _usage_error(message: str) -> None:
-    click.echo(f"prime-runs platform serve: error: {message}", err=True)
-    sys.exit(2)

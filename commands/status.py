@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
@@ -64,7 +65,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     missing = not_spooled(given, state)
     empty = paths_with_nothing(given)
     for path in empty:
-        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     code = 1 if empty and not allow_empty else 0
     if as_json:
         click.echo(json_report({"runs": [_with_disagreement(run.as_json(), disagreements.get(run.path))

@@ -20,6 +20,7 @@ from .sync_report import browse_line, print_reports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
                          stopped_following_line, sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.plural import count
@@ -200,11 +201,11 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,
                   empty=empty)
     for path in empty:
-        click.echo(f"prime-runs: {nothing_found_message(path)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed_imports:
-        click.echo(f"prime-runs: {count(len(failed_imports), 'run')} could not be imported: {failed_imports[0].error}",
+        click.echo(f"{MESSAGE_PREFIX}{count(len(failed_imports), 'run')} could not be imported: {failed_imports[0].error}",
                    err=True)
     elif nothing:
-        click.echo("prime-runs: nothing to sync: no spool, and no eval output with an episode, under the paths "
+        click.echo(f"{MESSAGE_PREFIX}nothing to sync: no spool, and no eval output with an episode, under the paths "
                    "(--allow-empty makes this exit 0)", err=True)
     leave(code)

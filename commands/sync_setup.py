@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .output import Progress, fail_usage
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import KEY_SOURCES
 
@@ -123,8 +124,8 @@ def stop_on_signals() -> Interrupt:
     interrupt = Interrupt()
 
     def at_once() -> None:
-        os.write(2, b"\nprime-runs: stopped at once (second signal); every state is consistent, "
-                    b"run prime-runs sync again to carry on\n")
+        os.write(2, f"\n{MESSAGE_PREFIX}stopped at once (second signal); every state is consistent, "
+                    "run prime-runs sync again to carry on\n".encode())
 
     interrupt.install(on_second=at_once)
     return interrupt
@@ -136,7 +137,7 @@ def stopped_following_line(runs: Iterable[Any]) -> str:
     without a word, whatever it left behind."""
     runs = list(runs)
     finished = sum(1 for run in runs if run.done)
-    return (f"prime-runs: stopped following: {count(finished, 'run')} finished, {len(runs) - finished} not yet; "
+    return (f"{MESSAGE_PREFIX}stopped following: {count(finished, 'run')} finished, {len(runs) - finished} not yet; "
             "the state is saved, run prime-runs sync again (or with --follow) to carry on")
 
 
@@ -151,7 +152,7 @@ def exit_interrupted(reports: list[Any]) -> None:
     pushed = sum(r.pushed_now for r in reports)
     done = (f"{count(len(reports) - len(left), 'run')} done, {len(left)} left, {pushed} pushed by this sync"
             if reports else "before any run's pass ended")
-    click.echo(f"prime-runs: interrupted: {done}; the state is saved, run the same prime-runs sync again to "
+    click.echo(f"{MESSAGE_PREFIX}interrupted: {done}; the state is saved, run the same prime-runs sync again to "
                "carry on", err=True)
     sys.stdout.flush()
     sys.stderr.flush()

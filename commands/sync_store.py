@@ -17,6 +17,7 @@ import click
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
 from .sync_setup import check_key, destination, exit_interrupted, progress_for, stop_on_signals, sync_options
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
                     fail_usage(str(exc))
                 except StoreError as exc:
                     progress.close()
-                    click.echo(f"prime-runs: {exc}", err=True)
+                    click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
                     sys.exit(EXIT_RUN_FAILED)
     except Exception as exc:
         if params.get("verbose"):
@@ -128,4 +129,4 @@ def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any], stop: Any) 
         urls, sync_pass, interval=params["poll_interval"] if given else STORE_POLL_INTERVAL,
         exit_when_idle=params["exit_when_idle"],
         on_report=event_printer(params["as_json"], click.echo, sys.stdout.flush),
-        on_error=lambda message: click.echo(f"prime-runs: {message}", err=True), stop=stop))
+        on_error=lambda message: click.echo(f"{MESSAGE_PREFIX}{message}", err=True), stop=stop))

@@ -21,7 +21,7 @@ from prime_runs_spool.sync.command_line import output_option
 from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
 from .sync_store import PathOrURL, store_urls
-from prime_runs_spool.errors import NoSuchPathError, SpoolError
+from prime_runs_spool.errors import MESSAGE_PREFIX, NoSuchPathError, SpoolError
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report
 
@@ -121,7 +121,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         missing = [(p, import_command(p, state)) for p in not_spooled(local, state)]
         empty = [*paths_with_nothing(local), *store_empty]
     except (NoSuchPathError, SpoolError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(2)
     runs, bad = verdict.runs, verdict.bad
     if as_json:
@@ -132,9 +132,9 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     else:
         _print_human(runs, missing)
     for path in empty:
-        click.echo(f"error: {nothing_found_message(path)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if bad:
-        click.echo(f"error: {len(bad)} of {count(len(runs), 'run')} failed verification: {bad[0]['error']}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{len(bad)} of {count(len(runs), 'run')} failed verification: {bad[0]['error']}", err=True)
         sys.exit(1)
     if empty and not allow_empty:
         sys.exit(1)

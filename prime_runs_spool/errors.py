@@ -82,6 +82,12 @@ import enum
 from pathlib import Path
 from typing import Any
 
+#: What begins every line the command line prints on stderr about a failure or an interrupt,
+#: whatever the command (``eval``, ``verify`` and ``platform serve`` included) and the
+#: library's own entry points (``python -m prime_runs_spool.sync``, the viewer): one name to
+#: look for in a CI log, and the one the online shipper's log is read for.
+MESSAGE_PREFIX = "prime-runs: "
+
 
 class SpoolError(Exception):
     """Base class of every error this package raises on purpose."""

@@ -381,3 +381,37 @@ def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path
     monkeypatch.setenv("PRIME_RUNS_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         cli.main()
+
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command printed: on stderr, nothing on stdout, no traceback."""
+    assert done.stdout == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.endswith("\n"), done.stderr
+    return done.stderr.rstrip("\n")
+
+
+def test_verify_says_its_errors_with_the_one_prefix(tmp_path: Path) -> None:
+    """``verify`` began its errors with "error:", every other command with "prime-runs:"."""
+    done = cli("verify", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert one_error_line(done).startswith(f"prime-runs: {tmp_path}: nothing found"), done.stderr
+
+
+def test_no_message_is_begun_by_hand() -> None:
+    """One prefix (prime_runs_spool/errors.py, MESSAGE_PREFIX) for every command's lines on
+    stderr: "error: ", "prime-runs eval: " and "prime-runs platform serve: error: " were
+    three others. No string the package may print begins with one spelled out."""
+    import ast
+
+    by_hand = []
+    for path in sorted([*(REPO_ROOT / "prime_runs_spool").rglob("*.py"), *(REPO_ROOT / "commands").glob("*.py")]):
+        tree = ast.parse(path.read_text())
+        read = {id(arg) for call in ast.walk(tree) if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr in ("removeprefix", "startswith") for arg in call.args}  # a line read back
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and id(node) not in read:
+                text = node.value if isinstance(node.value, str) else node.value.decode("utf-8", "replace")
+                if re.match(r"\n?(prime-runs( [a-z ]+)?|error): ", text) and "MESSAGE_PREFIX =" not in path.read_text():
+                    by_hand.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {text[:40]!r}")
+    assert by_hand == []

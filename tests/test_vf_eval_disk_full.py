@@ -85,7 +85,7 @@ def test_a_full_disk_names_the_path_and_the_resume_command_that_completes_the_ru
         assert "Traceback" not in stderr, stderr[-3000:]
         last = stderr.strip().splitlines()[-1]
         command = f"prime-runs eval @ {resolved_config(small_disk)} --resume"
-        assert last.startswith("prime-runs eval: no space left on the device holding "), last
+        assert last.startswith("prime-runs: no space left on the device holding "), last
         assert f"(file system {small_disk})" in last and last.endswith(f"; free space, then resume with: {command}")
 
         filler.unlink()

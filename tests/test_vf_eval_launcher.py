@@ -95,7 +95,7 @@ def test_cli_refuses_an_unsupported_version_in_one_line(monkeypatch: pytest.Monk
     result = CliRunner().invoke(cli, ["eval", "@", "eval.toml"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"prime-runs eval: verifiers 0.9.1 is installed; prime-runs eval supports verifiers {SUPPORTED_RANGE}. "
+        f"prime-runs: verifiers 0.9.1 is installed; prime-runs eval supports verifiers {SUPPORTED_RANGE}. "
         f"Install a supported one: pip install 'verifiers{SUPPORTED_RANGE}'"
     ]
 
@@ -120,6 +120,6 @@ def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) ->
                             capture_output=True, text=True, env=eval_env(), timeout=120)
     assert result.returncode == 1, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "prime-runs eval: run.attach='eval-123' is not supported: a spool syncs into an evaluation of its own")
+        "prime-runs: run.attach='eval-123' is not supported: a spool syncs into an evaluation of its own")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs" / "tiny" / "spool").exists()

@@ -50,7 +50,7 @@ def test_a_platform_that_is_down_is_told_on_stderr_once(tmp_path: Path, chat_ser
     assert result.returncode == 0, result.stderr[-4000:]  # the eval's own exit status
     line = not_shipped_line(result.stderr)
     assert f"online mode: {TASKS} episodes not shipped" in line, line
-    assert line.startswith("prime-runs eval: ") == (not ui), line
+    assert line.startswith("prime-runs: ") == (not ui), line
     assert f"connection refused by 127.0.0.1:{port}" in line, line
     assert line.endswith(f"ship them with: prime-runs sync outputs/{RUN_NAME}"), line
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from prime_runs_spool.errors import InvalidSettingsError
+from prime_runs_spool.errors import MESSAGE_PREFIX, InvalidSettingsError
 from prime_runs_spool.files import open_private, read_regular_file
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.spool.layout import spool_dir
@@ -150,7 +150,7 @@ class Shipper:
         except OSError:
             lines = []
         said = [line.strip() for line in lines
-                if line.startswith("prime-runs: ") or " failed: " in line or line.strip().startswith("error:")]
+                if line.startswith(MESSAGE_PREFIX) or " failed: " in line or line.strip().startswith("error:")]
         return reason_from(said[-1], self.destination.base_url) if said else "the shipper was stopped before it was done"
 
     @property
@@ -188,7 +188,7 @@ def reason_from(line: str, platform: str) -> str:
     """A shipper log line (a retry or a run's error) as the reason a person acts on;
     ``platform``: the base URL the shipper sent to, named with a refused key (a key sent to
     another platform than its own)."""
-    text = line.removeprefix("prime-runs: ").removeprefix("error: ")
+    text = line.removeprefix(MESSAGE_PREFIX).removeprefix("error: ")
     if "answered 401" in text:
         return (f"the platform at {platform} refused the API key (401): check PRIME_API_KEY, and that the key "
                 "is this platform's (PRIME_API_BASE_URL)")

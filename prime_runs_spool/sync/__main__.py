@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.sync.command_line import KEY_SOURCES, shared_options
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
@@ -25,12 +26,12 @@ PROG = "python -m prime_runs_spool.sync"
 
 
 def _fail(message: str) -> None:
-    sys.stderr.write(f"prime-runs: {message}\n")
+    sys.stderr.write(f"{MESSAGE_PREFIX}{message}\n")
     sys.exit(EXIT_USAGE)
 
 
 def _tell_retry(retry: object) -> None:
-    sys.stderr.write(f"prime-runs: {retry.what} failed: {retry.why}; "  # type: ignore[attr-defined]
+    sys.stderr.write(f"{MESSAGE_PREFIX}{retry.what} failed: {retry.why}; "  # type: ignore[attr-defined]
                      f"try {retry.attempt + 1} in {retry.delay:.1f} s\n")  # type: ignore[attr-defined]
     sys.stderr.flush()
 
@@ -89,7 +90,7 @@ def main(paths: tuple[Path, ...], base_url: str | None, team: str | None, to: st
                     on_report=printer)))
             reports = sync_paths(roots, client, destination, options, jobs=jobs, wait=wait)
     except Exception as exc:  # an internal error: one line, as prime-runs sync prints it
-        sys.stderr.write(f"prime-runs: internal error: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(f"{MESSAGE_PREFIX}internal error: {type(exc).__name__}: {exc}\n")
         sys.exit(EXIT_RUN_FAILED)
     if as_json:
         print(json_report({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}))
@@ -106,7 +107,7 @@ def run() -> None:
     try:
         main.main(prog_name=PROG, standalone_mode=False)
     except click.ClickException as exc:
-        sys.stderr.write(f"prime-runs: {exc.format_message()}\n")
+        sys.stderr.write(f"{MESSAGE_PREFIX}{exc.format_message()}\n")
         sys.exit(exc.exit_code)
 
 

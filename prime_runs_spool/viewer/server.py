@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.viewer.auth import check_listen
 
 _STARTUP_TIMEOUT = 30.0
@@ -167,7 +168,7 @@ def open_browser(url: str, err: TextIO) -> None:
     except webbrowser.Error:
         opened = False
     if not opened:
-        err.write(f"prime-runs: no browser could be opened; open {url}\n")
+        err.write(f"{MESSAGE_PREFIX}no browser could be opened; open {url}\n")
         err.flush()
 
 
