@@ -20,6 +20,7 @@ from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
+from .output import require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX, NoSuchPathError, SpoolError
 from prime_runs_spool.importer.options import default_state_dir
@@ -106,7 +107,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
 
     state = default_state_dir(state_dir)
     try:
-        local = [p for p in paths if not isinstance(p, str)]
+        local = require_paths(p for p in paths if not isinstance(p, str))
         verdict = verify_paths(spool_roots(local, state))
         store_empty: list[str] = []
         for url in store_urls(paths):  # s3://bucket/prefix and the like

@@ -383,12 +383,40 @@ def test_an_unexpected_error_in_any_command_is_one_line_not_a_traceback(tmp_path
         cli.main()
 
 
+#: Each command given a path that does not exist (after it, whatever else it needs).
+WITH_A_MISSING_PATH = {"verify": [], "status": [], "sync": ["--dry-run"], "import": [], "view": [],
+                       "export": ["-o", "{tmp}/rows.csv"], "mirror": ["file://{tmp}/mirror", "--once"]}
+#: Each command given an option value (or an option, or a command) click refuses.
+WITH_A_BAD_OPTION = {"sync": ["--to", "bogus"], "verify": ["-o", "yaml"], "status": ["--jsn"],
+                     "import": ["--state-dir"], "export": ["--format", "xml", "-o", "x"], "mirror": ["--interval", "soon"],
+                     "view": ["--port", "-5"], "platform serve": ["--port", "abc"], "platform": ["nosuch"], "": ["nosuch"]}
+
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
     """The one line a failed command printed: on stderr, nothing on stdout, no traceback."""
     assert done.stdout == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
     assert done.stderr.count("\n") == 1 and done.stderr.endswith("\n"), done.stderr
     return done.stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize("command", sorted(WITH_A_MISSING_PATH))
+def test_a_missing_path_is_one_line_with_the_one_prefix_and_exit_2(command: str, tmp_path: Path) -> None:
+    """``verify`` said "path does not exist: P", the others "P: no such file or directory"."""
+    missing = tmp_path / "no-such-folder"
+    rest = [arg.format(tmp=tmp_path) for arg in WITH_A_MISSING_PATH[command]]
+    done = cli(command, str(missing), *rest, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert one_error_line(done) == f"prime-runs: {missing}: no such file or directory"
+
+
+@pytest.mark.parametrize("command", sorted(WITH_A_BAD_OPTION))
+def test_a_usage_error_is_one_line_with_the_one_prefix_and_exit_2(command: str, tmp_path: Path) -> None:
+    """Click printed its usage, a hint and "Error: ..." (four lines, another prefix); now one
+    line that still names the fix (the command's --help)."""
+    done = cli(*command.split(), *WITH_A_BAD_OPTION[command], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done)
+    assert line.startswith("prime-runs: ") and line.endswith(f" {command} --help)".replace("  ", " ")), line
 
 
 def test_verify_says_its_errors_with_the_one_prefix(tmp_path: Path) -> None:

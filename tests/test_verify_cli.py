@@ -64,7 +64,7 @@ def test_a_newer_format_exits_1_naming_both_versions(tmp_path: Path):
 def test_a_missing_path_exits_2_with_one_line(tmp_path: Path):
     done = verify(str(tmp_path / "nope"))
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "does not exist" in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "no such file or directory" in done.stderr
     assert "Traceback" not in done.stderr
 
 
