@@ -126,7 +126,7 @@ def test_episodes_a_cut_spool_lost_reach_the_platform_once_from_traces_jsonl(tmp
     [run] = report["runs"]
     assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
     [spooled] = report["imports"]
-    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episode(s) the spool lost past the cut" in w]
+    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episodes the spool lost past the cut" in w]
     assert platform_episode_ids(api, run_id) == ids[:9]
     damaged = (run_dir / "spool" / "seg-000001.jsonl").read_bytes()
 

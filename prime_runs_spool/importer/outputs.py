@@ -255,8 +255,9 @@ def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -
             report.episodes_added = len(new)
             report.episodes_total = prior.episodes + len(new)
             report.warnings.append(
-                f"{exc}; {verifiers_traces_path(run_dir)} holds {len(new)} episode(s) the spool lost past the cut: "
-                "spooled in a new segment after it (prime-runs sync --skip-corrupt ships them; the damage stays)")
+                f"{exc}; {verifiers_traces_path(run_dir)} holds {episodes(len(new))} the spool lost past the "
+                f"cut: spooled in a new segment after it (prime-runs sync --skip-corrupt ships "
+                f"{plural(len(new), 'it', 'them')}; the damage stays)")
         agreement.mark_agreed(run_dir, traces_version["traces"])
     return True
 
