@@ -84,3 +84,20 @@ def test_mirror_into_azure_refuses_a_spool_of_older_masking(tmp_path: Path, azur
     [line] = map(json.loads, result.stdout.splitlines())
     assert line["uploaded"] == [] and "masking rules version 3" in line["error"], line
     assert keys(url) == [] and get_object(url, "version-3/spool/seg-000001.jsonl") is None
+
+
+@pytest.mark.slow
+def test_mirror_refuses_a_segment_whose_manifest_is_damaged(tmp_path: Path) -> None:
+    """A damaged manifest hides the version its episodes were masked under: not copied."""
+    outputs = tmp_path / "outputs"
+    _old_run(outputs / "old", None)
+    segment = outputs / "old" / "spool" / "seg-000001.jsonl"
+    lines = segment.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"model"', b'"modeL"', 1)  # its checksum no longer holds
+    segment.write_bytes(b"\n".join(lines))
+    (tmp_path / "folder").mkdir()
+    result = mirror_once(outputs, f"file://{tmp_path}/folder")
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = map(json.loads, result.stdout.splitlines())
+    assert line["uploaded"] == [] and "no intact manifest" in line["error"], line
+    assert SECRET.encode() not in all_bytes_under(tmp_path / "folder")

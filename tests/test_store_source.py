@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
 from prime_runs_spool.content.remask import copy_refused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -268,6 +269,7 @@ def test_a_mirror_pass_over_a_writer_that_seals_meanwhile_uploads_the_sealed_seg
 
     run_dir = tmp_path / "run"
     writer = SegmentWriter.create(run_dir, "mirrored")
+    writer.append("manifest", {"name": "mirrored", "masking_version": MASKING_VERSION})  # as today's writer
     writer.append("episode", {"n": 1})
 
     def sealed_meanwhile(segment: Path) -> bool:

@@ -145,15 +145,21 @@ def _check_masked_today(segment: Path, size: int, manifest_check: ManifestCheck)
     """Refuse a segment whose manifest (the line after its header) says it was masked under
     other rules than today's: what a newer rule masks is in it in clear text. Whether its
     manifest was read: one not yet within ``size`` (a live writer's first lines) is read
-    again at the next upload, and until then no record of the segment travels."""
+    again at the next upload, and until then no record of the segment travels. A damaged
+    manifest is refused too: what masked the records after it cannot be told."""
     with open(segment, "rb") as f:
         header = f.readline(_HEADER_BYTES)
         if len(header) >= size:
             return False
         line = f.readline(min(MAX_LINE_BYTES, size - len(header)) + 1)
-    record = parse_line(line) if len(header) + len(line) <= size else None
+    if len(header) + len(line) > size or not line.endswith(b"\n"):
+        return False  # not there yet: nothing after the header travels
+    record = parse_line(line)
     if record is None or record.type != MANIFEST or not isinstance(record.data, dict):
-        return False  # not there yet (or damaged: the reader's verdict)
+        # Which rules masked what follows is unknown: its records could hold anything.
+        raise StoreError(f"{segment}: the line after its header is no intact manifest, so the masking rules "
+                         f"its records were written under are unknown; not mirrored (`prime-runs verify` "
+                         f"says what is damaged)")
     refused = manifest_check(record.data)
     if refused is not None:
         raise StoreError(f"{segment} {refused}")
