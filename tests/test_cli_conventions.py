@@ -5,6 +5,7 @@ database in the user's data folder, shared by ``sync --local`` and ``platform se
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -443,3 +444,20 @@ def test_no_message_is_begun_by_hand() -> None:
                 if re.match(r"\n?(prime-runs( [a-z ]+)?|error): ", text) and "MESSAGE_PREFIX =" not in path.read_text():
                     by_hand.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {text[:40]!r}")
     assert by_hand == []
+
+
+@pytest.mark.parametrize("command", [["status"], ["verify"], ["import"], ["sync", "--dry-run"]], ids=" ".join)
+def test_eval_outputs_in_a_folder_whose_name_is_not_utf8_with_a_state_dir(command: list[str], tmp_path: Path) -> None:
+    """The state folder's key for such a source was the UTF-8 of its path, which it has not:
+    "prime-runs: internal error: UnicodeEncodeError" from every command given --state-dir."""
+    from prime_runs_spool.importer.places import source_key
+
+    shutil.copytree(VF040, tmp_path / "outputs" / ODD_NAME)
+    done = subprocess.run(CLI + [*command, str(tmp_path / "outputs"), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, errors="backslashreplace", timeout=120,
+                          env=child_env(HOME=str(tmp_path)))
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    assert "run-" in done.stdout, done.stdout
+    plain = tmp_path / "plain"  # a UTF-8 name keeps the key it had: state folders made before still match
+    assert source_key(plain) == hashlib.sha256(str(plain.resolve()).encode("utf-8")).hexdigest()[:16]
+    assert source_key(tmp_path / ODD_NAME) != source_key(tmp_path / "run-??")  # and a name that is not has one

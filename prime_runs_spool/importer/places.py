@@ -9,7 +9,6 @@ source is never written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Iterable
@@ -17,12 +16,12 @@ from pathlib import Path
 
 from prime_runs_spool.importer.paths import find_eval_outputs, import_mark_path, state_dir_run, state_dir_source
 from prime_runs_spool.spool.layout import find_runs, is_run_dir
-from prime_runs_spool.sync.state import is_read_only  # one rule for spools and outputs
+from prime_runs_spool.sync.state import folder_key, is_read_only  # one rule for spools and outputs
 
 
 def source_key(source: Path) -> str:
-    """The digest a state directory files a source under: of its absolute path."""
-    return hashlib.sha256(str(source.resolve()).encode("utf-8")).hexdigest()[:16]
+    """The digest a state directory files a source under (``sync.state.folder_key``)."""
+    return folder_key(source)
 
 
 def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:

@@ -418,8 +418,14 @@ def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
         return run_dir
     if state_dir is None:
         return None
-    digest = hashlib.sha256(str(run_dir.resolve()).encode("utf-8")).hexdigest()[:16]
-    return state_dir / STATE_DIR_SPOOLS / digest
+    return state_dir / STATE_DIR_SPOOLS / folder_key(run_dir)
+
+
+def folder_key(folder: Path) -> str:
+    """The name a state directory files a folder's state under: a digest of its absolute
+    path, as the file system's bytes (the UTF-8 of a name that is UTF-8, so every key stays
+    what it was; a name that is not has no UTF-8, and its encoding was an internal error)."""
+    return hashlib.sha256(os.fsencode(folder.resolve())).hexdigest()[:16]
 
 
 def adopt_states(run_dir: Path, home: Path) -> None:
