@@ -15,6 +15,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from prime_runs_spool.plural import episodes as plural_episodes
 from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
@@ -100,9 +101,9 @@ class Ending:
             finally:
                 self._shipping.drain()
             if episodes and not traces:  # not verifiers' shape: sync would push nothing, saying nothing
-                _log.warning("run %s: none of its %d episode%s holds a trace (its 'traces' list): the platform "
+                _log.warning("run %s: none of its %s holds a trace (its 'traces' list): the platform "
                              "gets no sample of them; an episode's rows are its traces (docs/projection.md)",
-                             self._run_id, episodes, "" if episodes == 1 else "s")
+                             self._run_id, plural_episodes(episodes))
             return final
 
     def close_without_finishing(self, status: str, error: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prime_runs_spool.plural import episodes as plural_episodes, plural
 from prime_runs_spool.runner.error_line import describe_error
 
 if TYPE_CHECKING:
@@ -79,6 +80,6 @@ class Shipping:
         if not left:
             return
         why = shipper.why_not_shipped() if shipper is not None else self._not_started or "no shipper ran"
-        self.not_shipped = (f"online mode: {left} episode{'' if left == 1 else 's'} not shipped ({why}); "
-                            f"ship {'it' if left == 1 else 'them'} with: prime-runs sync {shlex.quote(str(self._dir))}")
+        self.not_shipped = (f"online mode: {plural_episodes(left)} not shipped ({why}); "
+                            f"ship {plural(left, 'it', 'them')} with: prime-runs sync {shlex.quote(str(self._dir))}")
         _log.warning("run %s: %s", self._run_id, self.not_shipped)

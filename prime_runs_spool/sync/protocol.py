@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import FailureKind, PlatformError, SyncError
+from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
 
@@ -236,7 +237,7 @@ class Protocol:
 def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:
     if exc.kind is FailureKind.FATAL:
         return SyncError(f"{what}: {exc}")
-    tries = f"{attempt} attempt" + ("" if attempt == 1 else "s")
+    tries = count(attempt, "attempt")
     spent = f" over {seconds:.0f} s of failures on this platform" if seconds >= 1 else ""
     return SyncError(f"{what}: still failing after {tries}{spent} ({exc}); "
                      "the state is saved, run prime-runs sync again later")
