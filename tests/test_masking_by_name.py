@@ -40,11 +40,15 @@ SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key"
                 "Authorization", "passwd", "password2", "wandb.api_key", "slack-webhook-secret",
                 # plurals: a list or table of them (keys rotated, a secrets table)
                 "api_keys", "OPENAI_API_KEYS", "judgeApiKeys", "secrets", "client_secrets", "passwords",
-                "access_keys", "private_keys", "passphrases", "cookies", "apikeys", "openaiapikeys"]
+                "access_keys", "private_keys", "passphrases", "cookies", "apikeys", "openaiapikeys",
+                # tokens, plural, after a word that says they are credentials
+                "access_tokens", "HF_TOKENS", "refreshTokens", "api_tokens", "auth_tokens", "github_tokens"]
 #: Names that say something about a secret, or count tokens, but do not hold one.
 PLAIN_NAMES = ["max_tokens", "api_key_var", "tokenizer", "token_budget", "secret_name", "password_file",
                "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model",
-               "keys", "sort_keys", "primary_keys", "max_tokens_per_call", "secret_names"]
+               "keys", "sort_keys", "primary_keys", "max_tokens_per_call", "secret_names", "max_new_tokens",
+               "special_tokens", "stop_tokens", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+               "total_tokens", "extra_tokens"]
 
 
 def test_which_names_are_secret_shaped() -> None:
@@ -56,7 +60,8 @@ _PREFIX = st.sampled_from(["", "judge", "hf", "aws", "db", "openai", "my", "prod
 _BASE = st.sampled_from([["password"], ["token"], ["secret"], ["api", "key"], ["access", "key"],
                          ["secret", "access", "key"], ["private", "key"], ["credentials"], ["passwd"],
                          ["client", "secret"], ["auth", "token"], ["access", "token"], ["passphrase"],
-                         ["api", "keys"], ["secrets"], ["passwords"], ["access", "keys"]])
+                         ["api", "keys"], ["secrets"], ["passwords"], ["access", "keys"], ["access", "tokens"],
+                         ["auth", "tokens"]])
 
 
 @st.composite

@@ -29,7 +29,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 6
+MASKING_VERSION = 7
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -105,6 +105,10 @@ _SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token"
 _KEY_WORDS = frozenset({"key", "keys"})
 _KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "session",
                         "master", "client", "account", "service", "subscription", "license", "ssh", "hmac"})
+#: ``tokens`` counts (``max_tokens``, ``special_tokens``), except after one of these:
+#: ``access_tokens``, ``HF_TOKENS``, ``refresh_tokens`` hold credentials.
+_TOKEN_KINDS = frozenset({"access", "auth", "api", "refresh", "bearer", "session", "oauth", "hf", "github", "gh",
+                          "bot", "slack", "personal"})
 #: Run together without separators (``openaiapikey``, ``githubtoken``): the name ends in one.
 _SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token",
                    "apikeys", "accesskeys", "secretkeys", "privatekeys", "passwords", "secrets")
@@ -141,7 +145,8 @@ def _secret_words(words: list[str]) -> bool:
     last = words[-1]
     if last in _SECRET_WORDS:
         return True
-    if len(words) >= 2 and ((last in _KEY_WORDS and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]):
+    if len(words) >= 2 and ((last in _KEY_WORDS and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]
+                            or (last == "tokens" and words[-2] in _TOKEN_KINDS)):
         return True
     return len(words) == 1 and last.endswith(_SECRET_ENDINGS)
 
