@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from prime_runs_spool.content.mask_locations import MASK
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
@@ -36,7 +37,7 @@ class Secret:
         return self._value
 
     def __repr__(self) -> str:
-        return "Secret('***')"
+        return f"Secret({MASK!r})"
 
     __str__ = __repr__
 
@@ -54,9 +55,9 @@ class Secret:
             return text
         if self._quoted is None:
             self._quoted = _quoted_pattern(self._value)
-        text = self._quoted.sub("***", text)
+        text = self._quoted.sub(MASK, text)
         for form in sorted(_base64_forms(self._value), key=len, reverse=True):
-            text = text.replace(form, "***")
+            text = text.replace(form, MASK)
         return text
 
 
@@ -173,7 +174,7 @@ def _shown(url: str) -> str:
         return url
     authority, slash, path = rest.partition("/")
     if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
+        authority = f"{MASK}@" + authority.rpartition("@")[2]
     return f"{scheme}://{authority}{slash}{path}"
 
 
