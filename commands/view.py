@@ -53,8 +53,10 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
 
         try:
             written = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
-        except (SpoolError, OSError) as exc:
+        except SpoolError as exc:
             fail_usage(f"view --export: {exc}")
+        except OSError as exc:  # the folder written to: say which path, and why, not the errno
+            fail_usage(f"view --export: {exc.filename or export_dir}: cannot be written ({exc.strerror or exc})")
         click.echo(f"{(export_dir / 'index.html').resolve().as_uri()}")
         click.echo(f"wrote {count(written, 'file')} to {export_dir}", err=True)
         return

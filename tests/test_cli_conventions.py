@@ -461,3 +461,12 @@ def test_eval_outputs_in_a_folder_whose_name_is_not_utf8_with_a_state_dir(comman
     plain = tmp_path / "plain"  # a UTF-8 name keeps the key it had: state folders made before still match
     assert source_key(plain) == hashlib.sha256(str(plain.resolve()).encode("utf-8")).hexdigest()[:16]
     assert source_key(tmp_path / ODD_NAME) != source_key(tmp_path / "run-??")  # and a name that is not has one
+
+
+def test_view_export_to_a_folder_that_cannot_be_made_says_which_and_why(outputs: Path, tmp_path: Path) -> None:
+    """It said "prime-runs: view --export: [Errno 20] Not a directory: '...'"."""
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "site"
+    done = cli("view", str(outputs / "one-episode"), "--export", str(target))
+    assert done.returncode == 2, done.stderr
+    assert one_error_line(done) == f"prime-runs: view --export: {target}: cannot be written (Not a directory)"
