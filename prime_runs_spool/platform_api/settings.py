@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from prime_runs_spool.content.mask_locations import MASK
+from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
@@ -148,8 +148,8 @@ def _base_url_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         port = parts.port  # raises for a port that is not a number in range
-    except ValueError as exc:
-        return str(exc).lower().rstrip(".")
+    except ValueError as exc:  # never the value quoted: a "port" may be a password's first part
+        return re.sub(r" as '.*'$", "", str(exc).lower().rstrip("."))
     if parts.scheme.lower() not in BASE_URL_SCHEMES:
         return f"the scheme must be http or https, not {parts.scheme!r}"
     if not parts.hostname:
@@ -168,14 +168,17 @@ def _base_url_problem(url: str) -> str | None:
 
 
 def _shown(url: str) -> str:
-    """``url`` as an error message may show it: any ``user:password@`` replaced by ``***@``."""
+    """``url`` as an error message may show it: any ``user:password@`` replaced by ``***@``,
+    both where a parser ends the authority (at the first ``/``, which keeps a password with
+    white space from showing) and as masking finds userinfo (up to the last ``@``, which
+    keeps a password holding ``/`` from showing)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
     authority, slash, path = rest.partition("/")
     if "@" in authority:
         authority = f"{MASK}@" + authority.rpartition("@")[2]
-    return f"{scheme}://{authority}{slash}{path}"
+    return mask_url_userinfo(f"{scheme}://{authority}{slash}{path}")
 
 
 def load_settings(
