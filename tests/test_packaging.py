@@ -81,6 +81,17 @@ def test_the_shippers_options_are_prime_runs_syncs_own() -> None:
     assert {"base_url", "team", "to", "jobs", "timeout", "retry_for", "follow", "exit_when_idle"} <= set(theirs)
 
 
+def test_the_verifiers_extra_installs_the_releases_the_launcher_binds() -> None:
+    """pyproject.toml's ``verifiers`` extra and the launcher's SUPPORTED_RANGE are one range:
+    an extra wider than the launcher installs a verifiers that ``prime-runs eval`` refuses."""
+    import tomllib
+
+    from prime_runs_spool.runner.eval_help import SUPPORTED_RANGE
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["verifiers"] == [f"verifiers{SUPPORTED_RANGE}"]
+
+
 def test_the_readmes_install_lines_work_from_a_clone() -> None:
     """The package is on no index: the README names what installs (the clone itself, with
     its extras), never ``prime-runs-spool[...]`` (prime-runs eval's own hint:

@@ -12,7 +12,8 @@ from __future__ import annotations
 #: highest not).
 SUPPORTED_MIN = (0, 4, 0)
 SUPPORTED_BELOW = (0, 5, 0)
-SUPPORTED_RANGE = ">=0.4.0,<0.5.0"
+#: The same range as pip spells it (pyproject.toml's ``verifiers`` extra gives it too).
+SUPPORTED_RANGE = f">={'.'.join(map(str, SUPPORTED_MIN))},<{'.'.join(map(str, SUPPORTED_BELOW))}"
 
 #: What ``prime-runs eval --help`` (or ``-h``, or no argument at all) prints.
 EVAL_HELP = f"""\
