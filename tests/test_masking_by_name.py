@@ -237,3 +237,16 @@ def test_an_enum_or_a_fragment_in_a_trace_config_is_masked_as_what_it_is_written
     for secret in secrets:
         assert secret.encode() not in on_disk, secret
     assert b'"tries":[1,2]' in on_disk
+
+def test_the_masking_docs_name_todays_version_and_what_it_added() -> None:
+    """docs/masking.md says which MASKING_VERSION is today's and what each number added; two
+    rules landing at once raise it twice, and the page must follow the code."""
+    import re
+
+    from prime_runs_spool.content.mask_locations import MASKING_VERSION
+    from support.env import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "masking.md").read_text()
+    [today] = re.findall(r"`MASKING_VERSION` in `content/mask_locations.py`, `(\d+)` today", page)
+    assert int(today) == MASKING_VERSION
+    assert f"`{MASKING_VERSION}` " in page.split(" today: ", 1)[1].split(") and", 1)[0]
