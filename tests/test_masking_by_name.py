@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import subprocess
 import tempfile
 import tomllib
 from pathlib import Path
@@ -31,7 +30,6 @@ from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 from support import platform_process
-from support.env import CLI, child_env
 from support.files import all_bytes_under
 
 SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key", "HF_TOKEN", "apiKey",
@@ -162,22 +160,12 @@ def test_a_spool_written_before_the_names_rule_reaches_the_platform_masked(tmp_p
     written = all_bytes_under(run_dir)
     spool_files = [path for _, path in list_segments(run_dir)]
     assert secret.encode() in written and seat_secret.encode() in written
-    key = "platform-token-not-a-secret"
     db = tmp_path / "platform" / "platform.db"
     db.parent.mkdir()
-    with platform_process.running(db, "--token", key) as server:
-        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url,
-                                       "--to", "samples", "--json"],
-                                capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=key))
-        assert result.returncode == 0, result.stdout + result.stderr
-        [report] = json.loads(result.stdout)["runs"]
-        assert (report["state"], report["pushed_now"]) == ("synced", 3), report
-        import httpx
-
-        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {key}"}) as api:
-            metadata = api.get(f"/evaluations/{report['evaluation_id']}").json()["metadata"]
-    assert metadata["env"]["taskset"]["args"] == {"judge_api_key": MASK, "split": "test"}
-    assert secret.encode() not in all_bytes_under(db.parent) and secret not in result.stdout + result.stderr
+    report, evaluation, said = platform_process.synced_evaluation(tmp_path / "runs", db)
+    assert (report["state"], report["pushed_now"]) == ("synced", 3), report
+    assert evaluation["metadata"]["env"]["taskset"]["args"] == {"judge_api_key": MASK, "split": "test"}
+    assert secret.encode() not in all_bytes_under(db.parent) and secret not in said
     assert seat_secret.encode() not in all_bytes_under(db.parent)
     assert all(path.read_bytes() in written for path in spool_files)  # the user's spool, as it was
 

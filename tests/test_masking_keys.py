@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -111,13 +110,8 @@ def test_a_repeated_url_key_is_named_without_its_userinfo(tmp_path: Path, caplog
 @pytest.mark.slow
 def test_a_spool_of_version_3_with_url_keys_reaches_the_platform_masked(tmp_path: Path) -> None:
     """Version 3 left keys alone: sync masks its config and episodes again (content/remask.py)."""
-    import subprocess
-
-    import httpx
-
     from prime_runs_spool.spool.writer import SegmentWriter
     from support import platform_process
-    from support.env import CLI, child_env
     from test_remask_e2e import old_manifest
 
     token = "ghp_OLDKEYTOKEN_98765"
@@ -134,17 +128,9 @@ def test_a_spool_of_version_3_with_url_keys_reaches_the_platform_masked(tmp_path
     writer.append_many(items)
     writer.seal("completed")
     assert token.encode() in all_bytes_under(tmp_path / "runs")
-    key = "platform-token-not-a-secret"
     db = tmp_path / "platform" / "platform.db"
     db.parent.mkdir()
-    with platform_process.running(db, "--token", key) as server:
-        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url,
-                                       "--to", "samples", "--json"],
-                                capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=key))
-        assert result.returncode == 0, result.stdout + result.stderr
-        [report] = json.loads(result.stdout)["runs"]
-        assert (report["state"], report["pushed_now"]) == ("synced", 2), report
-        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {key}"}) as api:
-            metadata = api.get(f"/evaluations/{report['evaluation_id']}").json()["metadata"]
-    assert metadata["mirrors"] == {"https://***@git.example/r.git": 1}
-    assert token.encode() not in all_bytes_under(db.parent) and token not in result.stdout + result.stderr
+    report, evaluation, said = platform_process.synced_evaluation(tmp_path / "runs", db)
+    assert (report["state"], report["pushed_now"]) == ("synced", 2), report
+    assert evaluation["metadata"]["mirrors"] == {"https://***@git.example/r.git": 1}
+    assert token.encode() not in all_bytes_under(db.parent) and token not in said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from support.env import CLI, child_env
 
@@ -80,3 +82,20 @@ def module_fixtures(token: str, client_name: str = "api", *extra: str) -> tuple[
             yield c
 
     return server, api
+
+
+def synced_evaluation(runs: Path, db: Path) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """``prime-runs sync --to samples --json`` of the one run under ``runs`` into a platform
+    process on ``db`` (real HTTP, a key of its own): the run's report, its evaluation as the
+    platform holds it, and all the command printed (for what it must never say)."""
+    import httpx
+
+    key = "platform-token-not-a-secret"
+    with running(db, "--token", key) as server:
+        result = subprocess.run(CLI + ["sync", str(runs), "--base-url", server.base_url, "--to", "samples", "--json"],
+                                capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=key))
+        assert result.returncode == 0, result.stdout + result.stderr
+        [report] = json.loads(result.stdout)["runs"]
+        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {key}"}) as api:
+            evaluation = api.get(f"/evaluations/{report['evaluation_id']}").json()
+    return report, evaluation, result.stdout + result.stderr
