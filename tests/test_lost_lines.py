@@ -6,15 +6,14 @@ ships a dead writer's tail fsyncs the segment first (docs/spool-format.md, secti
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from prime_runs_spool.spool import reader as reader_module
 from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
 from prime_runs_spool.spool.reader import iter_records
+from support.disk import fsynced_files
 from support.env import CLI, child_env
 from support.runs import RunBuilder
 from support.sync_e2e import api, evaluations_of, run_sync, server  # noqa: F401
@@ -90,15 +89,7 @@ def test_a_dead_writers_segment_is_fsynced_before_a_shipping_read(tmp_path: Path
     builder = RunBuilder(tmp_path / "run", "fsync-dead")
     builder.open_segment()
     builder.add(2)
-    synced: list[tuple[int, int]] = []
-    real_fsync = os.fsync
-
-    def spy(fd: int) -> None:
-        st = os.fstat(fd)
-        synced.append((st.st_dev, st.st_ino))
-        real_fsync(fd)
-
-    monkeypatch.setattr(reader_module.os, "fsync", spy)
+    synced = fsynced_files(monkeypatch)
     segment = segment_path(builder.run_dir, 1)
     identity = (segment.stat().st_dev, segment.stat().st_ino)
     list(iter_records(builder.run_dir, durable_only=True))

@@ -248,22 +248,12 @@ def test_mirror_fsyncs_a_dead_writers_segment_before_uploading_it(tmp_path: Path
     power cut on the node would take back lines a sync of the store already shipped. So the
     mirror makes a dead writer's segment durable first, as a shipping reader does
     (docs/spool-format.md, section 5); a live writer's is uploaded only up to its mark."""
-    import os
-
-    from prime_runs_spool.spool import writer_state
     from prime_runs_spool.spool.layout import segment_path
     from prime_runs_spool.store.mirror import mirror_pass
+    from support.disk import fsynced_files
     from support.runs import RunBuilder
 
-    synced: list[tuple[int, int]] = []
-    real_fsync = os.fsync
-
-    def spy(fd: int) -> None:
-        st = os.fstat(fd)
-        synced.append((st.st_dev, st.st_ino))
-        real_fsync(fd)
-
-    monkeypatch.setattr(writer_state.os, "fsync", spy)
+    synced = fsynced_files(monkeypatch)
     builder = RunBuilder(tmp_path / "node" / "run", "mirror-dead-writer")
     builder.open_segment()
     builder.add(3)

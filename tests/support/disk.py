@@ -8,6 +8,7 @@ write without the flag, then ``durable_file._fdatasync``, looked up when it is c
 test's own hook runs, whenever it was installed. ``use_position_writes`` makes writers
 created afterwards take the path without the flag, so a test can cover both.
 ``rewrite_writes`` changes what either kind of write is given (short, failing, counted).
+``fsynced_files`` records which files were fsync'd.
 """
 
 from __future__ import annotations
@@ -90,3 +91,18 @@ def rewrite_writes(monkeypatch: pytest.MonkeyPatch, rewrite: Callable[[int, list
 
     monkeypatch.setattr(durable_file, "_writev", writev)
     monkeypatch.setattr(durable_file, "_pwritev", pwritev)
+
+
+def fsynced_files(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every file ``os.fsync`` is called on from now on, as ``(device, inode)``, in order
+    (each is still synced): what a test compares with a segment's identity."""
+    synced: list[tuple[int, int]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
