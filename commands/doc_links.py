@@ -2,8 +2,8 @@
 
 The repository's docs/ folder: read in place from a clone (an editable install, or
 ``python -m commands``), else the copy a built wheel installs with the command line
-(setup.py ships it as ``prime_runs_spool_cli/docs``). A help text that said ``docs/sync.md``
-named a path inside a checkout the user may not have, or not in the current folder.
+(setup.py ships it as ``prime_runs_spool_cli/docs``). A bare ``docs/sync.md`` would name a
+path inside a checkout the user may not have, relative to a folder they may not be in.
 """
 
 from __future__ import annotations
