@@ -130,6 +130,24 @@ def test_no_message_hedges_a_plural() -> None:
     assert hedged == []
 
 
+def test_no_message_spells_its_own_plural() -> None:
+    """A count's word is plural.py's to choose: an ``"" if n == 1 else "s"`` (or "is"/"are",
+    "it"/"them") written beside a message is a second spelling of that rule, one that
+    drifts (a noun whose plural is not its singular and an "s")."""
+    import ast
+
+    pairs = ({"", "s"}, {"", "es"}, {"is", "are"}, {"was", "were"}, {"it", "them"}, {"y", "ies"})
+    spelled = []
+    for path in sorted([*(REPO_ROOT / "prime_runs_spool").rglob("*.py"), *(REPO_ROOT / "commands").glob("*.py")]):
+        if path.name == "plural.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.IfExp) and isinstance(node.body, ast.Constant)
+                    and isinstance(node.orelse, ast.Constant) and {node.body.value, node.orelse.value} in pairs):
+                spelled.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert spelled == [], "count with prime_runs_spool/plural.py"
+
+
 def test_counts_say_one_or_many() -> None:
     from prime_runs_spool.plural import count, episodes, plural
 
