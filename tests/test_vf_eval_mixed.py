@@ -118,8 +118,13 @@ def test_plain_then_prime_runs_eval_then_plain_again_with_a_sync_between(tmp_pat
                                 when=lambda: len(_rows(tmp_path)) >= ROLLOUTS)
         assert first.returncode == 130, first.stderr[-3000:]
         assert cli(tmp_path, "sync", "--local", "--db", str(db), "outputs").returncode == 0
+        # The first Ctrl-C can land after task 3 finished too (a loaded machine), so the rows
+        # alone may be there before the resumed eval has started: it is interrupted once it
+        # has asked the model something, not during its interpreter's start.
+        asked_before = server.requests
         second = interrupt_eval(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich",
-                                when=lambda: len(_rows(tmp_path)) >= 2 * ROLLOUTS)
+                                when=lambda: server.requests > asked_before
+                                and len(_rows(tmp_path)) >= 2 * ROLLOUTS)
         assert second.returncode == 130, second.stderr[-3000:]
         assert cli(tmp_path, "sync", "--local", "--db", str(db), "outputs").returncode == 0
         server.release()
