@@ -471,12 +471,14 @@ def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_wr
     from prime_runs_spool.spool.writer_state import writer_alive
 
     in_write = threading.Event()
+    interrupted = threading.Event()  # the slow write lasts until the SIGINT is sent, not a set time
     real = mark_module._pwrite
 
     def pwrite(fd: int, data: bytes, offset: int) -> int:
         if threading.current_thread().name == "spool-durable-marks" and not in_write.is_set():
             in_write.set()
-            time.sleep(1.0)
+            interrupted.wait(30)
+            time.sleep(0.2)  # the signal's handler runs in the wait, before the lock is free
         return real(fd, data, offset)
 
     monkeypatch.setattr(mark_module, "_pwrite", pwrite)
@@ -487,14 +489,17 @@ def test_ctrl_c_while_close_waits_for_the_publisher_thread_still_releases_the_wr
     waiting = mark_module.MarkPublisher.close.__code__
 
     def interrupt_the_wait() -> None:  # only once close is in it: a stray SIGINT ends the session
-        deadline = time.monotonic() + 0.8
-        while time.monotonic() < deadline:
-            frame = sys._current_frames().get(main)
-            if frame is not None and frame.f_code is waiting:
-                time.sleep(0.05)
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.001)
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:
+                frame = sys._current_frames().get(main)
+                if frame is not None and frame.f_code is waiting:
+                    time.sleep(0.05)
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                time.sleep(0.001)
+        finally:
+            interrupted.set()
 
     interrupter = threading.Thread(target=interrupt_the_wait)
     interrupter.start()
