@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import click
 from .output import Seconds, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.sync.command_line import output_option
 
 
@@ -53,7 +53,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     roots = require_paths([p for p in paths if not isinstance(p, str)])
     if not roots:
         fail_usage("give at least one local PATH before the store URL")
-    stopped = threading.Event()
+    stopped = SignalEvent()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
     failed = []

@@ -25,7 +25,8 @@ LAYERS = ["errors", "spool", "store", "content", "platform_api", "sync", "runner
 
 #: Modules that belong to the lowest layer with errors.py: they import nothing of ours but it.
 BASE_MODULES = {"prime_runs_spool.errors": "errors", "prime_runs_spool._version": "errors",
-                "prime_runs_spool.files": "errors", "prime_runs_spool.plural": "errors"}
+                "prime_runs_spool.files": "errors", "prime_runs_spool.plural": "errors",
+                "prime_runs_spool.signal_event": "errors"}
 
 #: What runner/ may import from sync/: only the state file's model, never the engine.
 RUNNER_MAY_IMPORT_FROM_SYNC = {"prime_runs_spool.sync.state"}

@@ -49,6 +49,7 @@ from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED,
 from prime_runs_spool.sync.many import engine_for, read_only_report, sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch
+from prime_runs_spool.signal_event import SignalEvent
 
 #: Report states after which a run with no live writer has nothing left to follow.
 DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT, LOST})
@@ -129,7 +130,7 @@ class Follower:
     follow: FollowOptions = field(default_factory=FollowOptions)
     #: Called with a run's report whenever its state, evaluation or error changes.
     on_report: Callable[[RunReport], None] = lambda report: None
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=SignalEvent)
     clock: Callable[[], float] = time.monotonic
     runs: dict[Path, Followed] = field(default_factory=dict)
     #: What the kernel tells of changes to the runs and the tree; closed when :meth:`run` ends.

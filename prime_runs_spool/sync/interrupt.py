@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
 from prime_runs_spool.errors import Stopped
+from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.sync.options import EXIT_INTERRUPTED
 
 #: Seconds the first signal gives a request already on the wire before the process ends with
@@ -34,7 +34,7 @@ class Interrupt:
     """The stop flag every pass of one sync shares, and the signal handlers that set it."""
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.event = SignalEvent()
         #: Monotonic time of the first signal (None: none yet).
         self.asked_at: float | None = None
         self._previous: dict[int, object] = {}

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from prime_runs_spool.errors import StoreError, StoreSetupError
+from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.sync.follow import DONE_STATES
 from prime_runs_spool.sync.options import LIVE, SKIPPED, UP_TO_DATE, RunReport
 
@@ -69,7 +70,7 @@ class StoreFollower:
         self.on_error = on_error
         #: Set by SIGINT/SIGTERM; give the same event to ``sync_pass`` (sync_store's ``stop``)
         #: so that a pass under way ends at its next wait, not minutes later.
-        self.stop = stop if stop is not None else threading.Event()
+        self.stop = stop if stop is not None else SignalEvent()
 
     def run(self) -> list[RunReport]:
         """Follow; returns the last pass's reports (their exit code is the follow's when it

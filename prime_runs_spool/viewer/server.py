@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import uvicorn
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.viewer.auth import check_listen
 
 _STARTUP_TIMEOUT = 30.0
@@ -126,7 +127,7 @@ def run_until_signalled(server: Any, out: TextIO, first_line: Callable[[str], st
                         then: Callable[[str], None] | None = None) -> None:
     """Enter ``server``, print its URL as the first line of ``out``, serve until SIGTERM/SIGINT.
     ``then``: called with that URL once it is printed (in a thread of its own)."""
-    stop = threading.Event()
+    stop = SignalEvent()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
