@@ -123,3 +123,20 @@ def test_a_spool_sync_may_not_change_is_named_with_the_command_and_left_as_it_is
     assert f"chmod -R go= {spool}" in synced.stdout, synced.stdout
     assert modes_under(outputs) == before
     assert_exactly_once(api, builder)
+
+
+def test_a_followed_spool_unpacked_open_to_others_is_made_private_and_synced_once(tmp_path: Path, artifact,
+                                                                                  server, api) -> None:
+    """``--follow`` makes a spool private through the one-shot's own rule, and says so once."""
+    builder, archive = artifact
+    outputs = unpack(archive, tmp_path / "sync-job")
+    spool = outputs / "run-a" / "spool"
+    assert open_to_others(spool), "the unpacker was to drop the modes"
+
+    followed = ci_sync(server.base_url, tmp_path / "home", str(outputs), "--follow", "--exit-when-idle")
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert followed.stdout.count("of the spool were open to other users (e.g. spool/ 0755): made private") == 1, \
+        followed.stdout
+    assert open_to_others(spool) == [] and stat.S_IMODE(spool.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in spool.rglob("*") if p.is_file())
+    assert_exactly_once(api, builder)

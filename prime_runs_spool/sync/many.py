@@ -68,6 +68,14 @@ def spool_open_to_others(run_dir: Path) -> bool:
         return False
 
 
+def spool_mode_lines(run_dir: Path, home: Path, options: SyncOptions) -> list[str]:
+    """What a sync or a follower says, under the run's lock, of a spool others may read (an
+    artifact unpacked by a tool that drops modes): made private where sync writes beside it
+    anyway (its state home is the run folder, not a dry run), else named with the command
+    that does it (``files.open_to_others_lines``)."""
+    return open_to_others_lines(spool_dir(run_dir), tighten=home == run_dir and not options.dry_run)
+
+
 def engine_for(run_dir: Path, home: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
                **kwargs: object) -> RunSync:
     """The run's pass, its state kept under ``home`` (the run folder itself, or its folder
@@ -134,10 +142,7 @@ def sync_run(
         adopt_states(run_dir, home)
         engine = engine_for(run_dir, home, client, destination, for_run(home, destination, options),
                             on_progress=on_progress, index=index, sleep=sleep)
-        # A spool others may read (an artifact unpacked by a tool that drops modes): made
-        # private where sync writes beside it anyway, else said (not on a dry run).
-        engine.report.warnings += open_to_others_lines(spool_dir(run_dir),
-                                                       tighten=home == run_dir and not options.dry_run)
+        engine.report.warnings += spool_mode_lines(run_dir, home, options)
         return engine.run()
     except Stopped:
         return interrupted_report(run_dir, engine.report if engine is not None else None)
