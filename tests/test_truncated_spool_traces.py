@@ -208,3 +208,147 @@ def test_a_cut_copy_of_a_run_pushed_from_another_copy_adds_nothing(tmp_path: Pat
         [run] = json.loads(again.stdout)["runs"]
         assert (again.returncode, run["state"], run["pushed_now"]) == (code, state, 0), run
         assert platform_episode_ids(api, run_id) == ids
+
+
+#: The eval in two processes: the first is interrupted after ``HALF`` episodes (sealed
+#: ``cancelled``), the second resumes the run (a second segment) and completes it.
+HALF = 20
+EVAL_RESUMED = """
+import json, sys
+from pathlib import Path
+from prime_runs_spool import open_run
+run_dir, half = Path(sys.argv[1]), int(sys.argv[2])
+rows = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines() if line.strip()]
+run = open_run(run_dir, name="cut-spool")
+print(run.id, flush=True)
+run.log_episodes(rows[:half])
+run.abort(KeyboardInterrupt())
+run = open_run(run_dir, name="cut-spool")
+run.log_episodes(rows[half:])
+run.finish()
+"""
+
+
+def evaluated_in_two(outputs: Path) -> tuple[Path, str, list[str]]:
+    """:func:`evaluated`, the eval interrupted and resumed: two segments of ``HALF`` episodes."""
+    run_dir, _, ids = evaluated(outputs)
+    shutil.rmtree(run_dir / "spool")
+    ran = subprocess.run([sys.executable, "-c", EVAL_RESUMED, str(run_dir), str(HALF)], env=child_env(),
+                         timeout=120, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert len(list((run_dir / "spool").glob("seg-*.jsonl"))) == 2
+    return run_dir, ran.stdout.strip(), ids
+
+
+def cut_first(run_dir: Path, keep: int) -> None:
+    """Cut the first of two segments in the middle of its line ``keep`` after the header."""
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    lines = segment.read_bytes().split(b"\n")
+    at = sum(len(line) + 1 for line in lines[:1 + keep]) + len(lines[1 + keep]) // 2
+    with open(segment, "r+b") as handle:
+        handle.truncate(at)
+    assert at < int((run_dir / "spool" / "seg-000001.durable").read_text())
+
+
+def test_episodes_an_earlier_segment_lost_reach_the_platform_once_from_traces_jsonl(tmp_path: Path, server,
+                                                                                     api) -> None:
+    """The cut is in the first segment, a later one intact after it: the episodes of the first
+    past the cut go into a new segment after the last, and --skip-corrupt ships them once,
+    with the later segment's, through a SIGKILL and a re-sync."""
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated_in_two(outputs)
+    cut_first(run_dir, keep=6)  # the manifest and 5 episodes stay readable in segment 1
+    home = tmp_path / "home"
+    lost_by_cut = ids[5:HALF]
+
+    plain = synced(server.base_url, home, str(outputs), "-o", "json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    report = json.loads(plain.stdout)
+    [run] = report["runs"]
+    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
+    [spooled] = report["imports"]
+    assert [w for w in spooled["warnings"]
+            if f"holds {len(lost_by_cut)} episodes the spool lost past the cut" in w], spooled
+    assert platform_episode_ids(api, run_id) == ids[:5]
+    damaged = (run_dir / "spool" / "seg-000001.jsonl").read_bytes()
+    later = (run_dir / "spool" / "seg-000002.jsonl").read_bytes()
+
+    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--skip-corrupt", *SMALL_REQUESTS),
+                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
+    assert 5 < held(api, run_id) < EPISODES
+
+    resumed = synced(server.base_url, home, str(outputs), "--skip-corrupt", *SMALL_REQUESTS, "-o", "json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [run] = json.loads(resumed.stdout)["runs"]
+    assert run["pushed_total"] == EPISODES, run
+    # Each once: what segment 1 still reads, segment 2, then what the cut lost, in the eval's order.
+    assert platform_episode_ids(api, run_id) == ids[:5] + ids[HALF:] + lost_by_cut
+    [evaluation] = evaluations_of(api, run_id)
+    evaluation = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
+    assert (evaluation["total_samples"], evaluation["finalize_count"]) == (EPISODES, 1)
+    assert [s for s in evaluation["metadata"]["skipped_corruption"] if s["segment"] == 1], evaluation["metadata"]
+
+    again = synced(server.base_url, home, str(outputs), "--skip-corrupt", "-o", "json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    [run] = json.loads(again.stdout)["runs"]
+    assert (run["pushed_now"], run["pushed_total"]) == (0, EPISODES), run
+    assert platform_episode_ids(api, run_id) == ids[:5] + ids[HALF:] + lost_by_cut
+    assert (run_dir / "spool" / "seg-000001.jsonl").read_bytes() == damaged  # never rewritten
+    assert (run_dir / "spool" / "seg-000002.jsonl").read_bytes() == later
+
+
+@pytest.mark.parametrize("skip_first", [False, True], ids=["cut-after-push", "skipped-before-recovery"])
+def test_episodes_an_earlier_segment_held_when_pushed_are_not_pushed_again(tmp_path: Path, server, api,
+                                                                           skip_first: bool) -> None:
+    """The run was pushed whole, then its first segment cut. The new segment's episodes are
+    copies of what was pushed from the first segment before the cut: the run is ``lost``,
+    nothing sent, also when a --skip-corrupt pass noted the cut before the new segment was
+    spooled (a --no-import sync)."""
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated_in_two(outputs)
+    home = tmp_path / "home"
+    first = synced(server.base_url, home, str(outputs))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert platform_episode_ids(api, run_id) == ids
+
+    cut_first(run_dir, keep=6)
+    if skip_first:
+        # A resume after the cut: a later segment makes the sync read the run from its start,
+        # where it passes (and notes) the cut, before any import spooled what it lost.
+        subprocess.run([sys.executable, "-c", "import sys; from prime_runs_spool import open_run; "
+                        "open_run(sys.argv[1], name='cut-spool', past_damage=True).finish()", str(run_dir)],
+                       env=child_env(), check=True, timeout=60)
+        noted = synced(server.base_url, home, str(outputs), "--skip-corrupt", "--no-import", "-o", "json")
+        [run] = json.loads(noted.stdout)["runs"]
+        assert run["pushed_now"] == 0, run
+    for flags in ((), ("--skip-corrupt",)):
+        again = synced(server.base_url, home, str(outputs), *flags, "-o", "json")
+        assert again.returncode == 1, again.stdout + again.stderr
+        report = json.loads(again.stdout)
+        [run] = report["runs"]
+        assert (run["state"], run["pushed_now"], run["pushed_total"]) == ("lost", 0, EPISODES), run
+        assert "were read before the cut" in run["error"], run
+        assert platform_episode_ids(api, run_id) == ids
+    assert len(list((run_dir / "spool").glob("seg-*.jsonl"))) == (4 if skip_first else 3)
+
+
+def test_a_copy_cut_in_an_earlier_segment_of_a_run_pushed_from_another_copy_adds_nothing(
+        tmp_path: Path, server, api) -> None:
+    """As above, the first of two segments cut in the second copy: its stream (what segment 1
+    still reads, segment 2, then the new segment) holds the run's episodes in another order
+    than the rows the first copy pushed, so the platform's last row is not the stream's row
+    at that count: a mismatch, nothing pushed."""
+    run_dir, run_id, ids = evaluated_in_two(tmp_path / "outputs")
+    other = tmp_path / "other" / "outputs"
+    shutil.copytree(tmp_path / "outputs", other, symlinks=True)
+    first = synced(server.base_url, tmp_path / "home-1", str(tmp_path / "outputs"))
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    cut_first(other / "cut-spool", keep=6)
+    for flags, state in (((), "corrupt"), (("--skip-corrupt",), "error")):
+        again = synced(server.base_url, tmp_path / "home-2", str(other), *flags, "-o", "json")
+        [run] = json.loads(again.stdout)["runs"]
+        assert (again.returncode, run["state"], run["pushed_now"]) == (1, state, 0), run
+        assert platform_episode_ids(api, run_id) == ids

@@ -49,6 +49,7 @@ from prime_runs_spool.errors import (
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.content.platform_runs import is_platform_run_id
+from prime_runs_spool.content.recovers import Cut
 from prime_runs_spool.content.episodes import episode_id_of, rollout_key
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.plural import count, episodes, plural
@@ -219,12 +220,13 @@ def _catch_up(run_dir: Path, report: ImportReport) -> None:
 
 
 def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -> bool:
-    """A spool whose last segment was cut short (a bad disk, a truncated artifact: its lines
-    end before its durable mark, and nothing intact follows) lost its tail, which no damaged
-    line names. The episodes ``traces.jsonl`` holds and the spool can no longer read are
-    the eval's all the same: they go into a new segment after the damaged one, which stays
-    as it is. Sync still stops at the damage (``corrupt``); ``--skip-corrupt`` passes it and
-    ships the new segment, so each episode reaches the platform once, by its place in the
+    """A spool one of whose segments was cut short (a bad disk, a truncated artifact: its
+    lines end before its durable mark) lost the episodes past the cut, which no damaged line
+    names. The episodes ``traces.jsonl`` holds and the spool can no longer read are the
+    eval's all the same: they go into a new segment after the run's last one, which names
+    the cut (content/recovers.py); the damaged segment stays as it is, and so do the intact
+    ones after it. Sync still stops at the damage (``corrupt``); ``--skip-corrupt`` passes it
+    and ships the new segment, so each episode reaches the platform once, by its place in the
     stream like any other (docs/sync.md, "A spool cut short"). Any other damage (a damaged
     line, which may hold an episode the new segment would copy) is left alone: False."""
     if is_read_only(run_dir) or agreement.is_live(run_dir):
@@ -242,43 +244,49 @@ def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -
                 found = (item.meta or {}).get("episode_id") or episode_id_of(item.data)
                 if found is not None:
                     readable.add(str(found))
-        if not _cut_short(damages, list_segments(run_dir)):
+        cut = _cut_short(damages, list_segments(run_dir))
+        if cut is None:
             return False
         source = read_source(run_dir)
         new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in readable]
         if new:
             prior = scan_prior_run(run_dir, past_damage=True)
             report.warnings[:0] = _config_warnings(source)
-            _write(source, run_dir, report, True, set(new), [], spool_run_id=prior.run_id, past_damage=True)
+            _write(source, run_dir, report, True, set(new), [], spool_run_id=prior.run_id, recovers=cut)
             report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
             report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
             report.episodes_added = len(new)
             report.episodes_total = prior.episodes + len(new)
             report.warnings.append(
                 f"{exc}; {verifiers_traces_path(run_dir)} holds {episodes(len(new))} the spool lost past the "
-                f"cut: spooled in a new segment after it (prime-runs sync --skip-corrupt ships "
+                f"cut: spooled in a new segment after the last (prime-runs sync --skip-corrupt ships "
                 f"{plural(len(new), 'it', 'them')}; the damage stays)")
         agreement.mark_agreed(run_dir, traces_version["traces"])
     return True
 
 
-def _cut_short(damages: list[Damage], segments: list[tuple[int, Path]]) -> bool:
-    """The only damage is the run's last segment cut short: the file is shorter than the bytes
-    its writer made durable (docs/spool-format.md, section 4.1, check 5), and that is all the
-    reader found. Damage in place (a line rotten where it lies) is not: a sync may have read
-    past it already and would take the new segment's copy of its episode for a new one, where
-    a sync that read past a cut finds the segment shorter and refuses the run (``lost``)."""
+def _cut_short(damages: list[Damage], segments: list[tuple[int, Path]]) -> Cut | None:
+    """Where the run was cut, when its only damage is one segment cut short (any of them):
+    the file is shorter than the bytes its writer made durable (docs/spool-format.md,
+    section 4.1, check 5), and that is all the reader found. Damage in place (a line rotten
+    where it lies) is not: a sync may have read past it already and would take the new
+    segment's copy of its episode for a new one, where a sync that read past a cut finds
+    the segment shorter, or its cursor past the cut the new segment names, and refuses the
+    run (``lost``)."""
     if len(damages) != 1 or not segments:
-        return False
+        return None
     [damage] = damages
-    index, path = segments[-1]
+    path = dict(segments).get(damage.segment_index)
+    if path is None:
+        return None
     mark = durable_mark(path)
     try:
         size = os.stat(path).st_size
     except OSError:
-        return False
-    return (damage.segment_index == index and damage.first_seq is None and not damage.episode_ids
-            and damage.end_offset == mark and size < mark)
+        return None
+    if damage.first_seq is None and not damage.episode_ids and damage.end_offset == mark and size < mark:
+        return Cut(damage.segment_index, damage.offset)
+    return None
 
 
 def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
@@ -427,9 +435,10 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
-           supersedes: list[str], spool_run_id: str | None = None, past_damage: bool = False) -> None:
+           supersedes: list[str], spool_run_id: str | None = None, recovers: Cut | None = None) -> None:
     """``spool_run_id``: the id of the spool the eval wrote itself, when catching it up (its
-    own id on episodes is a local one, not a platform's)."""
+    own id on episodes is a local one, not a platform's). ``recovers``: the cut whose lost
+    episodes these are, written after the damage (:func:`_catch_up_cut`)."""
     run = open_run(
         run_dir,
         name=source.name,
@@ -445,7 +454,8 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
         created_at=source.created_at,
         supersedes=supersedes,
         platform_runs=[run_id for run_id in source.run_ids if is_platform_run_id(run_id) and run_id != spool_run_id],
-        past_damage=past_damage,
+        past_damage=recovers is not None,
+        recovers=recovers,
     )
     try:
         batch: list[dict[str, Any]] = []

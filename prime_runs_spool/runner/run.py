@@ -37,6 +37,7 @@ from prime_runs_spool.content.episodes import RolloutCounter
 from prime_runs_spool.runner.resume import PriorRun, scan_prior_run
 from prime_runs_spool.content.platform_runs import PLATFORM_RUNS_KEY
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
+from prime_runs_spool.content.recovers import RECOVERS_KEY, Cut
 from prime_runs_spool.spool.writer import SegmentWriter
 from prime_runs_spool.runner.ending import Ending, remember, seal_error_for, seal_status_for
 from prime_runs_spool.runner.error_line import describe_error
@@ -452,6 +453,7 @@ def open_run(
     supersedes: Sequence[str] = (),
     platform_runs: Sequence[str] = (),
     past_damage: bool = False,
+    recovers: Cut | None = None,
 ) -> Run:
     """Open (or resume) the run in ``run_dir`` and write its manifest before anything else.
 
@@ -479,6 +481,8 @@ def open_run(
     ``past_damage``: continue a spool that is damaged, after the damage, counting only what
     a reader can read (runner/resume.py); the importer's alone, to add what a spool cut
     short lost (importer/outputs.py). Its damaged bytes stay as they are, still reported.
+    ``recovers``: the cut whose lost episodes this segment holds, named in its manifest
+    (content/recovers.py), so that a sync that read them before the cut never ships them twice.
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
@@ -519,6 +523,8 @@ def open_run(
         manifest["resumed"] = True
         if supersedes:
             manifest[SUPERSEDES_KEY] = sorted(superseded & prior.episode_ids)
+        if recovers is not None:
+            manifest[RECOVERS_KEY] = recovers.as_manifest()
 
     writer = None
     if mode != DISABLED:

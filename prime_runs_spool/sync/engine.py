@@ -45,6 +45,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import (CORRUPT, DRY_RUN, ERROR, LIVE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport,
                                            SyncOptions)
 from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.recover import check_recovered
 from prime_runs_spool.sync.rows import durable_records, note_skipped, record_episode_id, settle_spare_bodies
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
@@ -234,6 +235,8 @@ class RunSync:
         if not untrusted and self._up_to_date():
             self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
             return
+        # A segment recovering a cut this state's cursor passed holds what was shipped: lost.
+        check_recovered(self.run_dir, manifests, state.cursor, state.skipped)
         if self.options.dry_run:
             self._dry_run()
             return

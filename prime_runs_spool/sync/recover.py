@@ -26,9 +26,11 @@ import orjson
 
 from prime_runs_spool.content.episodes import check_episode
 from prime_runs_spool.content.remask import remask_episode
-from prime_runs_spool.errors import MalformedEpisodeError
+from prime_runs_spool.content.recovers import cuts_recovered
+from prime_runs_spool.errors import MalformedEpisodeError, PositionLostError
 from prime_runs_spool.spool.format import EPISODE
-from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME, verifiers_traces_path
+from prime_runs_spool.spool.layout import segment_path
 from prime_runs_spool.spool.reader import Position, Record
 from prime_runs_spool.spool.resync import Damage
 
@@ -83,3 +85,39 @@ def recovered_record(run_dir: Any, damage: Damage) -> Record | None:
     after = Position(damage.segment_index, damage.end_offset, damage.first_seq + 1)
     return Record(damage.segment_index, damage.offset, after.offset, after.next_seq - 1, EPISODE, episode,
                   {"episode_id": episode_id, "rollout_number": rollout})
+
+
+#: The key of a skipped stretch (``state.skipped``) that lay behind the cursor when a pass
+#: noted it: the records there had been read, and shipped, before they were damaged.
+AFTER_PUSH = "after_push"
+
+
+def stretch_noted(stretch: dict[str, Any], cursor: Any) -> dict[str, Any]:
+    """A stretch of damage as the state keeps it (``state.skipped``): without its message,
+    and marked ``after_push`` when it lies behind ``cursor`` (a segment damaged after it was
+    read: nothing of it was skipped, what it held was shipped)."""
+    kept = {key: value for key, value in stretch.items() if key != "message"}
+    if cursor is not None and (stretch["segment"], stretch["offset"]) < (cursor.segment_index, cursor.offset):
+        kept[AFTER_PUSH] = True
+    return kept
+
+
+def check_recovered(run_dir: Any, manifests: list[dict[str, Any]], cursor: Any,
+                    skipped: list[dict[str, object]]) -> None:
+    """Refuse a run whose cut-recovering segment (content/recovers.py) holds copies of
+    episodes this destination's sync already shipped: its ``cursor`` (as the state was
+    loaded) lies in a later segment than the cut, and no pass passed that cut with ``--skip-corrupt`` while
+    its cursor was still before it (a stretch ``skipped`` at the cut, not ``after_push``).
+    Then the sync read the damaged segment whole, before it was cut, and shipped what the new
+    segment holds: :class:`PositionLostError`, the run ``lost``, nothing sent. A cursor at
+    or before the cut has shipped none of them: they go, once, where the stream reaches them."""
+    if cursor is None:
+        return
+    passed = {(s.get("segment"), s.get("offset")) for s in skipped if not s.get(AFTER_PUSH)}
+    for cut in cuts_recovered(manifests):
+        # A cursor inside the cut segment past its lines is the reader's to refuse (docs/spool-format.md, section 6).
+        if cursor.segment_index > cut.segment and tuple(cut) not in passed:
+            raise PositionLostError(
+                segment_path(run_dir, cut.segment), cut.offset,
+                f"the segment was cut here, and the episodes past the cut were read before the cut (and shipped): "
+                f"a later segment recovered them from {VERIFIERS_TRACES_NAME}, copies this sync will not ship again")

@@ -26,7 +26,7 @@ from prime_runs_spool.spool.reader import Position, iter_records, resync_records
 from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.options import RunReport
-from prime_runs_spool.sync.recover import recovered_record
+from prime_runs_spool.sync.recover import recovered_record, stretch_noted
 from prime_runs_spool.sync.state import Cursor, SyncState
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
@@ -93,7 +93,7 @@ def note_skipped(state: SyncState, report: RunReport, skipped: list[dict[str, An
     new = [s for s in skipped if (s["segment"], s["offset"]) not in known]
     for stretch in new:
         known.add((stretch["segment"], stretch["offset"]))
-        state.skipped.append({k: v for k, v in stretch.items() if k != "message"})
+        state.skipped.append(stretch_noted(stretch, state.cursor))
         report.skipped_corrupt += 1
         report.skipped_records += (stretch.get("lost") or 0) - (1 if stretch.get("recovered") else 0)
         report.warnings.append(f"skipped: {stretch.get('message') or stretch}")
