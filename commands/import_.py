@@ -32,12 +32,13 @@ if TYPE_CHECKING:
 
 def import_line(report: ImportReport) -> list[str]:
     """One line per run (plus its warnings and error): shared with ``prime-runs sync``."""
-    from prime_runs_spool.importer.outputs import FAILED_STATES
+    from prime_runs_spool.importer.outputs import APPENDED, FAILED_STATES, IMPORTED
+    from prime_runs_spool.sync.options import UP_TO_DATE
 
     if report.state in FAILED_STATES:
         return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
     where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
-    if report.state in ("imported", "appended", "up_to_date"):
+    if report.state in (IMPORTED, APPENDED, UP_TO_DATE):
         line = (f"{report.state:<11} {report.source}{where}: {episodes(report.episodes_added)} added, "
                 f"{report.episodes_total} in the spool, {report.status}")
         if report.outcome and report.outcome != report.status:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from prime_runs_spool.plural import count, episodes, plural
+from prime_runs_spool.spool.format import CORRUPT
 from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
@@ -74,7 +75,7 @@ def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) ->
         for segment in run["segments"]:
             for line in _segment_lines(segment):
                 click.echo(line)
-        if run["error"] and run["status"] != "corrupt":
+        if run["error"] and run["status"] != CORRUPT:
             click.echo(f"  PROBLEM: {run['error']}")
         if run.get("traces_disagree"):
             click.echo(f"  DISAGREES: {run['traces_disagree']['describe']}")

@@ -74,19 +74,19 @@ from prime_runs_spool.importer.source import V0, SourceRun, read_v040
 from prime_runs_spool.importer.v0_layout import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
 from prime_runs_spool.runner.run import open_run
+from prime_runs_spool.sync.options import ERROR, UP_TO_DATE
 
 _log = logging.getLogger("prime_runs_spool")
 
 #: Episodes handed to ``log_episodes`` at once: one fsync per batch, bounded memory.
 BATCH = 32
 
-#: Report states.
+#: Report states; ``up_to_date`` (nothing new) and ``error`` are sync's words (sync/options.py),
+#: since ``prime-runs sync`` reports its imports beside its runs.
 IMPORTED = "imported"        # a new spool
 APPENDED = "appended"        # a new segment in an imported spool
-UP_TO_DATE = "up_to_date"    # nothing new
 SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
 EMPTY = "empty"              # no episode yet: nothing written
-ERROR = "error"
 LEFT = "left"                # rewritten by a resume: left as it was imported (an error too)
 #: The states that make ``prime-runs import`` and ``sync`` exit 1.
 FAILED_STATES = (ERROR, LEFT)

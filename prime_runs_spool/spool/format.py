@@ -6,8 +6,8 @@ megabytes, happens before the writer knows the record's sequence number: the CRC
 extended over the few bytes that follow once the number is assigned. The checksum sits in
 a fixed-width trailer, so a reader verifies a line without parsing or re-serializing it.
 
-It is also the one home of the format's vocabulary: the record types and the statuses a
-seal records. This module knows nothing about files; the writer and reader build on it,
+It is also the one home of the format's vocabulary: the record types and a run's statuses,
+those a seal records and those derived from the segments. This module knows nothing about files; the writer and reader build on it,
 and :func:`frame_line` is the only code that assembles a line.
 """
 
@@ -54,6 +54,11 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 CRASHED = "crashed"
 SEAL_STATUSES = (COMPLETED, FAILED, CANCELLED, CRASHED)
+#: The statuses a run can have besides its seal's (section 7): derived from its segments by
+#: ``spool.scan.derive_status``. Sync reports ``live`` and ``corrupt`` runs in the same words.
+LIVE = "live"
+TORN = "torn"
+CORRUPT = "corrupt"
 
 _DATA_OPEN = b'{"data":'
 #: CRC-32C of ``_DATA_OPEN``: a constant, so that importing this module (every command

@@ -16,17 +16,11 @@ from typing import Any
 
 from prime_runs_spool.errors import NotARunError
 from prime_runs_spool.spool.crosscheck import RunLedger
-from prime_runs_spool.spool.format import CRASHED, EPISODE
+from prime_runs_spool.spool.format import CORRUPT, CRASHED, EPISODE, LIVE, TORN
 from prime_runs_spool.spool.layout import list_segments, segment_index, segment_path
 from prime_runs_spool.spool.reader import Position, Record, SegmentState, iter_records, walk_segment
 from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.writer_state import lock_deleted_under_writer, writer_alive
-
-
-#: The statuses a run can have besides its seal's (docs/spool-format.md, section 7).
-LIVE = "live"
-TORN = "torn"
-CORRUPT = "corrupt"
 
 
 def derive_status(*, corrupt: bool, last_sealed: str | None, live: bool, torn: bool) -> str:

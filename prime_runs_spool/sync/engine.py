@@ -34,7 +34,7 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
 from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
-from prime_runs_spool.spool.format import COMPLETED, CRASHED, EPISODE, FAILED, MANIFEST
+from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.spool.reader import first_manifest, iter_records, position_lost, segment_manifests
@@ -42,8 +42,7 @@ from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import (CORRUPT, DRY_RUN, ERROR, LIVE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport,
-                                           SyncOptions)
+from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import check_recovered
 from prime_runs_spool.sync.rows import durable_records, note_skipped, record_episode_id, settle_spare_bodies

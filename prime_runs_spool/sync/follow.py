@@ -39,13 +39,13 @@ from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
-from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
+from prime_runs_spool.spool.format import CANCELLED, CORRUPT, CRASHED, FAILED
 from prime_runs_spool.files import OnUnreadable, make_private_dir
 from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
-from prime_runs_spool.sync.options import CORRUPT, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
+from prime_runs_spool.sync.options import ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import engine_for, read_only_report, spool_mode_lines, sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch

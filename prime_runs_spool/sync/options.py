@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+from prime_runs_spool.spool.format import CORRUPT
 from prime_runs_spool.sync.retry import Backoff
 
 #: The sink a run's episodes go to on a destination (``sync --to``; sync/sinks/): Prime
@@ -46,16 +47,15 @@ DEFAULT_COPY_WAIT = 30.0
 #: The environment variable that sets ``--copy-wait``.
 COPY_WAIT_ENV = "PRIME_RUNS_COPY_WAIT"
 
-#: A run's report state (``RunReport.state``), beside the seal statuses a run's end is
-#: reported with (spool/format.py: completed runs are ``synced``; failed, cancelled, crashed).
-#: Printed and in ``--json``: the values never change.
+#: A run's report state (``RunReport.state``), beside the run statuses it is reported with,
+#: which are the spool's (spool/format.py): ``live`` and ``corrupt``, and a seal's (completed
+#: runs are ``synced``; failed, cancelled, crashed). Printed and in ``--json``: the values
+#: never change.
 UP_TO_DATE = "up_to_date"   # nothing new since the last sync
 SYNCED = "synced"           # completed and finalized
-LIVE = "live"               # a writer still appends: pushed what is durable
 SKIPPED = "skipped"         # another sync holds the run, or a copy of it
 DRY_RUN = "dry_run"         # counted, nothing sent
 ERROR = "error"
-CORRUPT = "corrupt"         # stopped at corruption; everything before it was pushed
 INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it from starting)
 LOST = "lost"               # the spool lost lines already pushed: never finalized (docs/sync.md)
 

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 
 from prime_runs_spool.errors import StoreError, StoreSetupError
 from prime_runs_spool.signal_event import SignalEvent
+from prime_runs_spool.spool.format import LIVE
 from prime_runs_spool.sync.follow import DONE_STATES
-from prime_runs_spool.sync.options import LIVE, SKIPPED, UP_TO_DATE, RunReport
+from prime_runs_spool.sync.options import SKIPPED, UP_TO_DATE, RunReport
 
 #: Seconds between two passes over a store when ``--poll-interval`` is not given.
 STORE_POLL_INTERVAL = 10.0

@@ -32,6 +32,7 @@ from typing import Any
 from prime_runs_spool.errors import LeaseLost, StateFormatError, Stopped, StoreConflict, StoreError, StoreSetupError
 from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.spool.format import LIVE
 from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
@@ -40,7 +41,7 @@ from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.many import internal_error_report
-from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, LIVE, SKIPPED, UP_TO_DATE, RunReport, SyncOptions,
+from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, SKIPPED, UP_TO_DATE, RunReport, SyncOptions,
                                            seconds_problem)
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id

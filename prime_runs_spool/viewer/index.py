@@ -30,11 +30,11 @@ from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.remask import remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
-from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
+from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Position, iter_records, torn_after
-from prime_runs_spool.spool.scan import LIVE, derive_status, scan_segment
+from prime_runs_spool.spool.scan import derive_status, scan_segment
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
 from prime_runs_spool.viewer.search import SearchIndex

@@ -1,7 +1,7 @@
 """What each run status means, in one sentence a reader of a page understands.
 
-The statuses themselves are the spool's (``spool/format.py``'s seal statuses and
-``spool/scan.py``'s derived ones); the viewer adds its own for eval outputs with no spool
+The statuses themselves are the spool's (``spool/format.py``: those a seal records and
+those ``spool/scan.py`` derives); the viewer adds its own for eval outputs with no spool
 (``plain.py``), for a Prime Traces run with no evaluation (``traces_runs.py``) and for a
 run it cannot read (``index.py``). A page shows the sentence beside the status, so nobody
 has to look up what ``torn`` means.
@@ -9,8 +9,7 @@ has to look up what ``torn`` means.
 
 from __future__ import annotations
 
-from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
-from prime_runs_spool.spool.scan import CORRUPT, LIVE, TORN
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CORRUPT, CRASHED, FAILED, LIVE, TORN
 from prime_runs_spool.viewer.index import UNREADABLE
 from prime_runs_spool.viewer.plain import NOT_SPOOLED
 from prime_runs_spool.viewer.traces_runs import UPLOADED
