@@ -33,16 +33,44 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:
-    """Open (creating it ``0600``) a file this package writes outside the segment writer,
-    and take away any access for others that an older version or another tool left
-    (docs/spool-format.md, section 1: everything the package writes is ``0600``)."""
-    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    """Open (creating it ``0600``) a regular file this package writes outside the segment
+    writer, and take away any access for others that an older version or another tool left
+    (docs/spool-format.md, section 1: everything the package writes is ``0600``). A caller
+    writing where others may have put something (an export folder) adds ``os.O_NOFOLLOW``.
+
+    Anything but a regular file at ``path`` is an ``OSError`` (EINVAL, "not a regular
+    file"), never waited on: opening a FIFO for writing blocks until someone reads it, so a
+    FIFO where a page or an index was to be written hung the export, or the viewer."""
     try:
-        if os.fstat(fd).st_mode & OTHERS_ACCESS:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK's answer instead of waiting)
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        if info.st_mode & OTHERS_ACCESS:
             os.fchmod(fd, FILE_MODE)
     except OSError:
         pass  # not ours to change (another user's file): open it as it is
     return fd
+
+
+def write_private(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` as the whole of the file at ``path``, in place: ``0600``, never through
+    a symbolic link (an ``OSError``, ELOOP), never into anything but a regular file. For
+    files written into a folder the user named, which someone else may have prepared (``view
+    --export``'s pages): a link there once had its target, a file of the user's, overwritten."""
+    fd = open_private(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def make_private(path: str | os.PathLike[str]) -> None:

@@ -390,3 +390,16 @@ def test_an_export_writes_no_page_through_a_link_and_leaves_none_readable_by_oth
     assert result.returncode == 0, result.stderr
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
     assert set(modes.values()) == {0o600}, modes
+
+
+@pytest.mark.slow
+def test_an_export_refuses_a_fifo_where_a_page_goes_rather_than_waiting_on_it(tmp_path: Path) -> None:
+    """A page was opened for writing as it was found: a FIFO planted in an export folder
+    someone else prepared held ``open`` until something read it, so the export hung."""
+    build_run(tmp_path / "runs" / "r", "export-fifo", 1)
+    out = tmp_path / "report"
+    out.mkdir()
+    os.mkfifo(out / "index.html")
+    result = run_cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert last_line(result).endswith("index.html: cannot be written (not a regular file)"), result.stderr

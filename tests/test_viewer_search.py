@@ -149,3 +149,39 @@ def test_no_index_is_made_for_a_run_nobody_searches(page, viewer):
     page.goto(viewer + "/episode?run=gsm8k-completed&n=1")
     cache = Path(os.environ["XDG_CACHE_HOME"]) / "prime-runs" / "viewer-search"
     assert not cache.exists() or list(cache.glob("*.sqlite3")) == []
+
+
+def test_the_index_file_is_made_private_and_never_through_a_link_or_into_a_fifo(tmp_path: Path) -> None:
+    """The index file was opened on its own: a FIFO where it goes made every page wait on
+    ``open`` forever (the run's lock held); now the search is left out at once. A link
+    there is not followed, its target untouched; a new index is 0600 in a 0700 folder."""
+    import threading
+
+    from prime_runs_spool.viewer.search import index_path
+
+    fresh = SearchIndex(None, "fresh")
+    assert stat.S_IMODE(fresh.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(fresh.path.parent.stat().st_mode) == 0o700
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's own file\n")
+    index_path("linked").symlink_to(victim)
+    with pytest.raises(OSError):
+        SearchIndex(None, "linked")
+    assert victim.read_bytes() == b"the user's own file\n"
+    os.mkfifo(index_path("fifo"))
+    failed: list[BaseException] = []
+
+    def open_index() -> None:
+        try:
+            SearchIndex(None, "fifo")
+        except BaseException as exc:
+            failed.append(exc)
+
+    opener = threading.Thread(target=open_index, daemon=True)
+    opener.start()
+    opener.join(20)
+    if opener.is_alive():  # free the blocked open, so the test ends
+        os.close(os.open(index_path("fifo"), os.O_RDONLY | os.O_NONBLOCK))
+        opener.join(5)
+        pytest.fail("opening the search index waited on a FIFO")
+    assert [type(exc) for exc in failed] == [OSError] and "not a regular file" in str(failed[0])

@@ -18,7 +18,7 @@ import errno
 import os
 from pathlib import Path
 
-from prime_runs_spool.files import FILE_MODE, make_private_dir
+from prime_runs_spool.files import make_private_dir, write_private
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.pages import Pages
 from prime_runs_spool.viewer.query import PAGE_SIZE, RUN_GROUPS, across_metrics, neighbour_pairs
@@ -27,17 +27,6 @@ from prime_runs_spool.viewer.sources import Source
 
 #: How long the export waits for one run's index (seconds): a spool being written is cut there.
 INDEX_WAIT = 600.0
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write one page, 0600 even over an older file of another mode (``O_CREAT``'s mode is
-    only a new file's), and never through a symbolic link: an export folder someone else
-    prepared (``/tmp/report``, with ``index.html`` linked to the user's ``~/.bashrc``) had
-    the link's target truncated and overwritten with a page."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
-    with os.fdopen(fd, "wb") as handle:
-        os.fchmod(fd, FILE_MODE)
-        handle.write(data)
 
 
 def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
@@ -50,49 +39,49 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
     pages = Pages(source, links)
     written = 0
     for name in ASSETS:
-        _write(out / "static" / name, asset(name))
+        write_private(out / "static" / name, asset(name))
         written += 1
     runs = source.runs()
     for run in runs:
         wait_indexed(run, INDEX_WAIT)
-    _write(out / links.runs(), pages.runs({}, None).encode())
+    write_private(out / links.runs(), pages.runs({}, None).encode())
     written += 1
     for group in RUN_GROUPS:
         for metric in [None, *across_metrics(runs)]:
             name = links.across(group, metric)
             assert name is not None
-            _write(out / name, pages.across({"group": group, **({"metric": metric} if metric else {})}).encode())
+            write_private(out / name, pages.across({"group": group, **({"metric": metric} if metric else {})}).encode())
             written += 1
     for run in runs:
         page_count = max(1, -(-len(run.rows) // PAGE_SIZE))
         for page in range(1, page_count + 1):
             name = links.run(run.key, {"page": str(page)})
             assert name is not None
-            _write(out / name, pages.run({"run": run.key, "page": str(page)}, None).encode())
+            write_private(out / name, pages.run({"run": run.key, "page": str(page)}, None).encode())
             written += 1
         name = links.plots(run.key)
         assert name is not None
-        _write(out / name, pages.plots({"run": run.key}).encode())
+        write_private(out / name, pages.plots({"run": run.key}).encode())
         written += 1
         for row in run.rows:
             name = links.episode(run.key, row.number)
             assert name is not None
-            _write(out / name, pages.episode({"run": run.key, "n": str(row.number)}).encode())
+            write_private(out / name, pages.episode({"run": run.key, "n": str(row.number)}).encode())
             written += 1
         for example in dict.fromkeys(str(row.example_id) for row in run.rows):
             name = links.group(run.key, example)
             assert name is not None
-            _write(out / name, pages.group({"run": run.key, "example": example}).encode())
+            write_private(out / name, pages.group({"run": run.key, "example": example}).encode())
             written += 1
     for a, b in neighbour_pairs(runs):
         name = links.compare({"a": a.key, "b": b.key})
         assert name is not None
-        _write(out / name, pages.compare({"a": a.key, "b": b.key}).encode())
+        write_private(out / name, pages.compare({"a": a.key, "b": b.key}).encode())
         written += 1
         examples = dict.fromkeys(str(row.example_id) for run in (a, b) for row in run.rows)
         for example in examples:
             name = links.pair(a.key, b.key, example)
             assert name is not None
-            _write(out / name, pages.pair({"a": a.key, "b": b.key, "example": example}).encode())
+            write_private(out / name, pages.pair({"a": a.key, "b": b.key, "example": example}).encode())
             written += 1
     return written

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import SpoolError
-from prime_runs_spool.files import FILE_MODE
+from prime_runs_spool.files import open_private
 from prime_runs_spool.sync.user_cache import private_folder
 from prime_runs_spool.viewer.transcript import episode_of, turns_of
 
@@ -74,6 +74,12 @@ def query_words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+def index_path(place: str) -> Path:
+    """The index file of the run ``place`` names, in this user's cache (its folder made)."""
+    name = hashlib.sha256(f"{SCHEMA}|{place}".encode()).hexdigest()[:32]
+    return private_folder(VIEWER_SEARCH_DIRNAME) / f"{name}.sqlite3"
+
+
 class SearchIndex:
     """The full-text index of one run (``run``: its :class:`~.index.RunIndex`)."""
 
@@ -82,9 +88,9 @@ class SearchIndex:
         ``place`` (default: the key) names the file, so a run whose key changes with its
         content (eval outputs rewritten by a resume) keeps one file, emptied, not many."""
         self.run = run
-        name = hashlib.sha256(f"{SCHEMA}|{place or key}".encode()).hexdigest()[:32]
-        self.path = private_folder(VIEWER_SEARCH_DIRNAME) / f"{name}.sqlite3"
-        _create_private(self.path)
+        self.path = index_path(place or key)
+        # made 0600 here (SQLite would create it with the umask's mode), never through a link
+        os.close(open_private(self.path, os.O_WRONLY | os.O_NOFOLLOW))
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._catcher: threading.Thread | None = None
@@ -158,15 +164,6 @@ class SearchIndex:
         with self._lock:
             return {row[0] for row in self._db.execute("SELECT rowid FROM episodes WHERE episodes MATCH ?",
                                                        (expression,))}
-
-
-def _create_private(path: Path) -> None:
-    """The database file, 0600 before SQLite writes anything into it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-    finally:
-        os.close(fd)
 
 
 def marked(text: str, words: list[str]) -> list[tuple[str, bool]]:
