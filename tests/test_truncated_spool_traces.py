@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support.env import REPO_ROOT, child_env
+from support.env import CLI, REPO_ROOT, child_env
 from support.sync_e2e import TOKEN, api, kill_on_progress, server, sync_cmd  # noqa: F401
 
 pytestmark = pytest.mark.slow  # an eval process, sync processes against the platform process
@@ -46,6 +46,16 @@ def evaluated(outputs: Path) -> tuple[Path, str, list[str]]:
     """A run folder as ``prime-runs eval`` leaves it: ``traces.jsonl`` (as verifiers writes
     it) and the spool hold the same episodes. The folder, the spool's local run id and the
     episode ids in ``traces.jsonl`` order."""
+    run_dir, ids = plain_outputs(outputs)
+    ran = subprocess.run([sys.executable, "-c", EVAL, str(run_dir)], env=child_env(), timeout=120,
+                         capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    return run_dir, ran.stdout.strip(), ids
+
+
+def plain_outputs(outputs: Path) -> tuple[Path, list[str]]:
+    """A run folder as plain ``vf-eval`` leaves it (no spool), ``EPISODES`` episodes in its
+    ``traces.jsonl``, and their ids in order."""
     run_dir = outputs / "cut-spool"
     shutil.copytree(EVAL_OUTPUTS / "vf040-completed", run_dir, symlinks=True)
     traces = run_dir / "traces.jsonl"
@@ -56,21 +66,22 @@ def evaluated(outputs: Path) -> tuple[Path, str, list[str]]:
         row["id"] = uuid.uuid4().hex
         rows.append(row)
     traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    ran = subprocess.run([sys.executable, "-c", EVAL, str(run_dir)], env=child_env(), timeout=120,
-                         capture_output=True, text=True)
-    assert ran.returncode == 0, ran.stderr
-    return run_dir, ran.stdout.strip(), [row["id"] for row in rows]
+    return run_dir, [row["id"] for row in rows]
 
 
 def cut(run_dir: Path, keep: int) -> None:
     """Cut the spool's segment in the middle of its line ``keep`` after the header, far below
     its durable mark (which says where the writer's synced bytes ended)."""
     [segment] = sorted((run_dir / "spool").glob("seg-*.jsonl"))
+    cut_segment(segment, keep)
+
+
+def cut_segment(segment: Path, keep: int) -> None:
     lines = segment.read_bytes().split(b"\n")
     at = sum(len(line) + 1 for line in lines[:1 + keep]) + len(lines[1 + keep]) // 2
     with open(segment, "r+b") as handle:
         handle.truncate(at)
-    assert at < int((run_dir / "spool" / "seg-000001.durable").read_text())
+    assert at < int(segment.with_suffix(".durable").read_text())
 
 
 def synced(base_url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -352,3 +363,95 @@ def test_a_copy_cut_in_an_earlier_segment_of_a_run_pushed_from_another_copy_adds
         [run] = json.loads(again.stdout)["runs"]
         assert (again.returncode, run["state"], run["pushed_now"]) == (1, state, 0), run
         assert platform_episode_ids(api, run_id) == ids
+
+
+def read_only(root: Path) -> dict[str, bytes]:
+    """Take every write bit off ``root`` (the importer honours them, even for root) and
+    return what it holds, name by name, to compare with afterwards."""
+    for path in sorted((p for p in [root, *root.rglob("*")] if not p.is_symlink()), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() and not p.is_symlink() else b""
+            for p in sorted(root.rglob("*"))}
+
+
+def test_a_spool_imported_under_a_state_dir_cut_short_is_made_good_from_the_read_only_source(
+        tmp_path: Path, server, api) -> None:
+    """Plain vf-eval outputs in a read-only folder, imported with --state-dir (the spool and
+    its sync state there), whose imported segment is then cut: the import step spools what
+    the source holds past the cut in a new segment under the state dir, never writing the
+    source, and --skip-corrupt ships every episode once, through a SIGKILL and a re-sync."""
+    outputs = tmp_path / "outputs"
+    _, ids = plain_outputs(outputs)
+    source = read_only(outputs)
+    state_dir, home = tmp_path / "state", tmp_path / "home"
+    imported = subprocess.run(CLI + ["import", str(outputs), "--state-dir", str(state_dir), "--json"],
+                              capture_output=True, text=True, timeout=120, env=sync_env(home))
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    [spooled] = json.loads(imported.stdout)["imports"]
+    spool_dir, run_id = Path(spooled["run_dir"]), spooled["run_id"]
+    assert spool_dir.is_relative_to(state_dir)
+    cut_segment(spool_dir / "spool" / "seg-000001.jsonl", keep=10)
+
+    plain = synced(server.base_url, home, str(outputs), "--state-dir", str(state_dir), "-o", "json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    report = json.loads(plain.stdout)
+    [run] = report["runs"]
+    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
+    [spooled] = report["imports"]
+    assert spooled["state"] == "appended", spooled
+    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episodes the spool lost past the cut" in w]
+    assert platform_episode_ids(api, run_id) == ids[:9]
+
+    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--state-dir", str(state_dir),
+                                     "--skip-corrupt", *SMALL_REQUESTS),
+                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
+    assert 9 < held(api, run_id) < EPISODES
+
+    for _ in range(2):  # the second: nothing left to do
+        again = synced(server.base_url, home, str(outputs), "--state-dir", str(state_dir), "--skip-corrupt",
+                       *SMALL_REQUESTS, "-o", "json")
+        assert again.returncode == 0, again.stdout + again.stderr
+        [run] = json.loads(again.stdout)["runs"]
+        assert run["pushed_total"] == EPISODES, run
+        assert platform_episode_ids(api, run_id) == ids  # each once, in the eval's order
+    assert run["pushed_now"] == 0, run
+    [evaluation] = evaluations_of(api, run_id)
+    assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
+    assert read_only(outputs) == source  # the source never written
+    assert sorted(p.name for p in (spool_dir / "spool").glob("seg-*.jsonl")) == ["seg-000001.jsonl",
+                                                                                 "seg-000002.jsonl"]
+
+
+def test_a_read_only_spool_cut_short_says_so_and_a_writable_copy_ships_the_rest(tmp_path: Path, server,
+                                                                                 api) -> None:
+    """The eval's own spool, cut, in a read-only folder synced with --state-dir: nothing may be
+    written beside it, and a spool is one folder, so the episodes past the cut cannot be spooled;
+    one line says so and what to do, and doing it (a writable copy, synced) ships them once."""
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated(outputs)
+    cut(run_dir, keep=10)
+    source = read_only(outputs)
+    state_dir, home = tmp_path / "state", tmp_path / "home"
+
+    first = synced(server.base_url, home, str(outputs), "--state-dir", str(state_dir), "--skip-corrupt",
+                   "-o", "json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    [spooled] = json.loads(first.stdout)["imports"]
+    said = [w for w in spooled["warnings"] if "cannot be spooled in a read-only folder" in w]
+    assert len(said) == 1 and f"holds {EPISODES - 9} episodes the spool lost past the cut" in said[0], spooled
+    assert "copy the folder somewhere writable and sync the copy with --skip-corrupt" in said[0]
+    assert platform_episode_ids(api, run_id) == ids[:9]
+    assert read_only(outputs) == source
+
+    copy_of = tmp_path / "copy"
+    shutil.copytree(outputs, copy_of, symlinks=True)
+    for path in [copy_of, *copy_of.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o700 if path.is_dir() else 0o600)
+    shipped = synced(server.base_url, home, str(copy_of), "--skip-corrupt", "-o", "json")
+    assert shipped.returncode == 0, shipped.stdout + shipped.stderr
+    [run] = json.loads(shipped.stdout)["runs"]
+    assert (run["pushed_now"], run["pushed_total"]) == (EPISODES - 9, EPISODES), run
+    assert platform_episode_ids(api, run_id) == ids

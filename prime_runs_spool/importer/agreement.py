@@ -35,7 +35,7 @@ from typing import Any
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_in_run
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.errors import CorruptSpoolError, SpoolError
 from prime_runs_spool.files import replace_private
 from prime_runs_spool.importer.paths import agreed_mark_path, import_mark_path
 from prime_runs_spool.plural import episodes
@@ -163,10 +163,11 @@ def spool_episode_ids(run_dir: Path) -> list[str | None]:
     return ids
 
 
-def disagreement(run_dir: Path) -> Disagreement | None:
+def disagreement(run_dir: Path, *, damage_raises: bool = False) -> Disagreement | None:
     """How the spool and ``traces.jsonl`` differ, or None (they agree, there is no
     ``traces.jsonl``, the eval is still writing, or the spool cannot be read: its own
-    verdict says why). Reads both files when the mark does not vouch for them."""
+    verdict says why; with ``damage_raises`` its ``CorruptSpoolError`` goes through). Reads
+    both files when the mark does not vouch for them."""
     current = version(run_dir)
     if current is None or agreed(run_dir, current) or is_live(run_dir):
         return None
@@ -175,7 +176,9 @@ def disagreement(run_dir: Path) -> Disagreement | None:
         in_traces = kept_episode_ids(traces)
         superseded = superseded_in_run(run_dir)
         in_spool = {episode_id for episode_id in spool_episode_ids(run_dir) if episode_id is not None}
-    except (OSError, SpoolError):
+    except (OSError, SpoolError) as exc:
+        if damage_raises and isinstance(exc, CorruptSpoolError):
+            raise
         return None
     effective = in_spool - superseded
     found = Disagreement(traces, len(in_traces - in_spool), len(effective - in_traces),

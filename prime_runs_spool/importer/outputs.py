@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,7 +178,17 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
                    traces_file: list[int] | None) -> None:
     resuming = bool(list_segments(run_dir))
     already = superseded_in_run(run_dir) if resuming else set()
-    prior = scan_prior_run(run_dir, already) if resuming else None
+    try:
+        prior = scan_prior_run(run_dir, already) if resuming else None
+    except CorruptSpoolError as exc:  # a cut is made good from the source; other damage stays
+        report.state = UP_TO_DATE
+        if not _spool_past_cut(run_dir, lambda: source, report, exc):
+            raise
+        if report.state == UP_TO_DATE:
+            report.status = _status(run_dir)
+            report.reason = f"{exc}; what the source holds past the cut is spooled already"
+        _write_mark(run_dir, source, report, traces_file)
+        return
     known = prior.episode_ids if prior is not None else set()
     new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
     supersedes = (_superseded_now(run_dir, source, already, _lost_in_place(run_dir, source, traces_file),
@@ -220,48 +230,82 @@ def _catch_up(run_dir: Path, report: ImportReport) -> None:
 
 
 def _catch_up_cut(run_dir: Path, report: ImportReport, exc: CorruptSpoolError) -> bool:
-    """A spool one of whose segments was cut short (a bad disk, a truncated artifact: its
-    lines end before its durable mark) lost the episodes past the cut, which no damaged line
-    names. The episodes ``traces.jsonl`` holds and the spool can no longer read are the
-    eval's all the same: they go into a new segment after the run's last one, which names
-    the cut (content/recovers.py); the damaged segment stays as it is, and so do the intact
-    ones after it. Sync still stops at the damage (``corrupt``); ``--skip-corrupt`` passes it
-    and ships the new segment, so each episode reaches the platform once, by its place in the
-    stream like any other (docs/sync.md, "A spool cut short"). Any other damage (a damaged
-    line, which may hold an episode the new segment would copy) is left alone: False."""
-    if is_read_only(run_dir) or agreement.is_live(run_dir):
+    """A spool the eval wrote, cut short: :func:`_spool_past_cut`, its ``traces.jsonl`` then
+    marked as agreeing. False for any other damage, and while the eval still writes. A
+    read-only folder is not written: one warning says what its ``traces.jsonl`` holds past
+    the cut, and what to do (a spool is one folder, so its new segment cannot go under a
+    ``--state-dir``, which holds the sync state of such a spool, never its records)."""
+    if agreement.is_live(run_dir):
         return False
     traces_version = agreement.version(run_dir)
     if traces_version is None:
         return False
-    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
-        readable: set[str] = set()
-        damages: list[Damage] = []
-        for item in resync_records(run_dir):
-            if isinstance(item, Damage):
-                damages.append(item)
-            elif item.type == EPISODE:
-                found = (item.meta or {}).get("episode_id") or episode_id_of(item.data)
-                if found is not None:
-                    readable.add(str(found))
-        cut = _cut_short(damages, list_segments(run_dir))
-        if cut is None:
+    if is_read_only(run_dir):
+        found = _past_cut(run_dir, lambda: read_source(run_dir))
+        if found is None:
             return False
-        source = read_source(run_dir)
-        new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in readable]
-        if new:
-            prior = scan_prior_run(run_dir, past_damage=True)
-            report.warnings[:0] = _config_warnings(source)
-            _write(source, run_dir, report, True, set(new), [], spool_run_id=prior.run_id, recovers=cut)
-            report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
-            report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
-            report.episodes_added = len(new)
-            report.episodes_total = prior.episodes + len(new)
+        if found[1]:
             report.warnings.append(
-                f"{exc}; {verifiers_traces_path(run_dir)} holds {episodes(len(new))} the spool lost past the "
-                f"cut: spooled in a new segment after the last (prime-runs sync --skip-corrupt ships "
-                f"{plural(len(new), 'it', 'them')}; the damage stays)")
+                f"{exc}; {verifiers_traces_path(run_dir)} holds {episodes(len(found[1]))} the spool lost past the "
+                f"cut, which cannot be spooled in a read-only folder (--state-dir keeps only its sync state): "
+                f"copy the folder somewhere writable and sync the copy with --skip-corrupt")
+        return True
+    with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
+        if not _spool_past_cut(run_dir, lambda: read_source(run_dir), report, exc):
+            return False
         agreement.mark_agreed(run_dir, traces_version["traces"])
+    return True
+
+
+def _past_cut(run_dir: Path, source_of: Callable[[], SourceRun]) -> tuple[Cut, list[str], SourceRun] | None:
+    """Where the spool was cut, the source's episode ids it lost there (in the source's
+    order) and the source, when its only damage is a cut (:func:`_cut_short`); else None."""
+    readable: set[str] = set()
+    damages: list[Damage] = []
+    for item in resync_records(run_dir):
+        if isinstance(item, Damage):
+            damages.append(item)
+        elif item.type == EPISODE:
+            found = (item.meta or {}).get("episode_id") or episode_id_of(item.data)
+            if found is not None:
+                readable.add(str(found))
+    cut = _cut_short(damages, list_segments(run_dir))
+    if cut is None:
+        return None
+    source = source_of()
+    return cut, [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in readable], source
+
+
+def _spool_past_cut(run_dir: Path, source_of: Callable[[], SourceRun], report: ImportReport,
+                    exc: CorruptSpoolError) -> bool:
+    """A spool one of whose segments was cut short (a bad disk, a truncated artifact: its
+    lines end before its durable mark) lost the episodes past the cut, which no damaged line
+    names. The episodes the source (``traces.jsonl``, ``results.jsonl``) holds and the spool
+    can no longer read are the eval's all the same: they go into a new segment after the
+    run's last one, which names the cut (content/recovers.py); the damaged segment stays as
+    it is, and so do the intact ones after it. Sync still stops at the damage (``corrupt``);
+    ``--skip-corrupt`` passes it and ships the new segment, so each episode reaches the
+    platform once, by its place in the stream like any other (docs/sync.md, "A spool cut
+    short"). Any other damage (a damaged line, which may hold an episode the new segment
+    would copy) is left alone: False. The caller holds the import lock."""
+    found = _past_cut(run_dir, source_of)
+    if found is None:
+        return False
+    cut, new, source = found
+    prior = scan_prior_run(run_dir, past_damage=True)
+    report.run_id, report.layout, report.name = prior.run_id, source.layout, source.name
+    report.episodes_total = prior.episodes
+    if new:
+        report.warnings[:0] = _config_warnings(source)
+        _write(source, run_dir, report, True, set(new), [], spool_run_id=prior.run_id, recovers=cut)
+        report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
+        report.episodes_added = len(new)
+        report.episodes_total = prior.episodes + len(new)
+        report.warnings.append(
+            f"{exc}; {verifiers_traces_path(source.path) if source.layout != V0 else source.path} holds "
+            f"{episodes(len(new))} the spool lost past the "
+            f"cut: spooled in a new segment after the last (prime-runs sync --skip-corrupt ships "
+            f"{plural(len(new), 'it', 'them')}; the damage stays)")
     return True
 
 
@@ -298,7 +342,7 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
         return
     source = read_source(run_dir)
     if is_read_only(run_dir):
-        found = agreement.disagreement(run_dir)
+        found = agreement.disagreement(run_dir, damage_raises=True)  # a cut is said (_catch_up_cut)
         if found is not None:
             raise ReadOnlySourceError(f"{run_dir} is read-only, and its spool and traces.jsonl disagree: "
                                       f"{found.describe()}; copy the folder somewhere writable and sync the copy")
