@@ -16,7 +16,7 @@ import click
 from .import_ import nothing_found_message, quiet_library_warnings
 from .options import allow_empty_option
 from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
-from .sync_report import browse_line, print_reports
+from .sync_report import browse_line, print_reports, waiting_imports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
                          stopped_following_line, sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
@@ -195,7 +195,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     progress.close()
     code = exit_code(reports)
     # Nothing to push at all (no spool, no eval output with an episode) is not success either.
-    nothing = not reports and not allow_empty and not empty and not left_out
+    # An eval still writing its outputs (a pushing vf-eval) is a run, left for a later sync.
+    nothing = not reports and not allow_empty and not empty and not left_out and not waiting_imports(imports)
     if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,

@@ -47,7 +47,8 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
     for path in left_out:
         click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
     if not reports:
-        click.echo("no runs found")
+        if not waiting_imports(imports):
+            click.echo("no runs found")
         return
     for report in reports:
         for line in report_lines(report):
@@ -60,3 +61,13 @@ def browse_line(local_db: str) -> str:
     """How to open the links a ``--local`` sync prints: the platform it wrote, served on the
     port the links name (the embedded one is gone, or on another port, by then)."""
     return f"browse with: prime-runs platform serve --db {local_db} --port {LOCAL_BROWSE_PORT}"
+
+
+def waiting_imports(imports: list[ImportReport]) -> list[ImportReport]:
+    """The eval output folders an eval may still be writing (their line says so): left for a
+    later sync, neither a failure nor "no runs found"."""
+    if not imports:
+        return []
+    from prime_runs_spool.spool.format import LIVE
+
+    return [imported for imported in imports if imported.state == LIVE]

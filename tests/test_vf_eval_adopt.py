@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,57 @@ def _lines(path: Path) -> int:
         return sum(1 for line in path.read_bytes().splitlines() if line.strip())
     except FileNotFoundError:
         return 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["samples"], indirect=True)
+def test_a_sync_while_a_pushing_vf_eval_runs_sends_no_episode_twice(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    """A sync run while a pushing vf-eval is still running (its upload of the first
+    episodes held by a proxy, as a slow or retrying platform holds it) leaves the folder
+    for later, and touches nothing of vf-eval's evaluation; once vf-eval has exited, sync
+    adopts the evaluation: each episode once, finalized once. Spooled and adopted at
+    once, the held upload landed after sync had sent the same rows (10 samples for 6
+    episodes), and the evaluation was closed out as crashed under vf-eval's feet."""
+    from fixtures.fault_proxy import FaultProxy
+    from support.vf_eval import eval_env, plain_cmd
+
+    with FaultProxy(platform.base_url, methods=["POST"], hold_first=r"/samples$") as proxy, \
+            FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        through_proxy = {**pushing_env(platform), "PRIME_API_BASE_URL": proxy.base_url,
+                         "PRIME_TRACES_URL": proxy.base_url}
+        vf_eval = subprocess.Popen(plain_cmd("@", launch.name, "--no-rich"), cwd=tmp_path, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   env=eval_env(HOME=str(tmp_path), **through_proxy))
+        try:
+            deadline = time.monotonic() + 120
+            while not (_lines(run_dir(tmp_path) / "traces.jsonl") >= 2 * ROLLOUTS and proxy.holding()):
+                assert vf_eval.poll() is None and time.monotonic() < deadline, "vf-eval ended before the sync"
+                time.sleep(0.1)
+            while_running = sync(tmp_path, platform, "samples")
+            assert proxy.release_held()  # vf-eval's own upload lands
+            server.release()
+            _, err = vf_eval.communicate(timeout=180)
+            assert vf_eval.returncode == 0, err[-3000:]
+        finally:
+            if vf_eval.poll() is None:
+                vf_eval.kill()
+                vf_eval.wait()
+    final = traces(tmp_path)
+    [platform_run] = platform_ids(final)
+    with api(platform) as client:
+        landed = client.get(f"/evaluations/{platform_run}/samples", params={"limit": 1000}).json()["samples"]
+    ids = [sample["sample_id"] for sample in landed]
+    assert len(ids) == len(set(ids)), f"{len(ids)} samples for {len(set(ids))} episodes"
+    assert while_running["runs"] == [] and [i["state"] for i in while_running["imports"]] == ["live"]
+
+    report = sync(tmp_path, platform, "samples")
+    [run] = report["runs"]
+    assert (run["evaluation_id"], run["state"]) == (platform_run, "synced")
+    with api(platform) as client:
+        assert len(evaluations(client)) == 1
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+        samples = client.get(f"/evaluations/{platform_run}/samples", params={"limit": 1000}).json()["samples"]
+    assert sorted(sample["sample_id"] for sample in samples) == sorted(row["id"] for row in final)
+    assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)

@@ -93,13 +93,29 @@ def v040_outcome(output_dir: Path, per_task: dict[Any, int], torn: bool) -> Outc
                 and all(count >= rollouts for count in per_task.values()))
     if complete:
         return Outcome(COMPLETED, COMPLETED, f"all {tasks}x{rollouts} rollouts written", tasks, rollouts)
-    last_start = max((i for i, line in enumerate(lines) if _ROLLOUT_START in line), default=-1)
-    if any(_TEARDOWN in line for line in lines[last_start + 1:]) and tasks is not None:
+    if _left_serving(lines) and tasks is not None:
         return Outcome(FAILED, FAILED, f"vf-eval stopped on an error with {planned} rollouts written "
                        "(its error went to the console, not to the outputs)", tasks, rollouts)
     why = "no plan in the first attempt's log" if tasks is None else "the log ends without a teardown"
     return Outcome(CRASHED, CRASHED, f"vf-eval was killed or is still running ({why}; {planned} rollouts "
                    "written)", tasks, rollouts)
+
+
+def latest_log(output_dir: Path) -> Path | None:
+    """The latest attempt's ``eval.log`` (``logs/latest``, else the highest ``attempt_N``)."""
+    return _latest_log(output_dir, attempt_log_paths(output_dir))
+
+
+def torn_down(log: Path) -> bool:
+    """Whether the attempt that wrote ``log`` left its serving context after its last
+    rollout started: ``interception down``, logged once its platform run was closed out
+    (a normal end, an error, an interrupt), never by a process still running or killed."""
+    return _left_serving(_read(log))
+
+
+def _left_serving(lines: list[str]) -> bool:
+    last_start = max((i for i, line in enumerate(lines) if _ROLLOUT_START in line), default=-1)
+    return any(_TEARDOWN in line for line in lines[last_start + 1:])
 
 
 def v0_outcome(rows: int, num_examples: Any, rollouts_per_example: Any) -> Outcome:

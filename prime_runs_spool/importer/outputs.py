@@ -53,7 +53,7 @@ from prime_runs_spool.content.recovers import Cut
 from prime_runs_spool.content.episodes import episode_id_of, rollout_key
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.plural import count, episodes, plural
-from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE, LIVE
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
@@ -64,6 +64,7 @@ from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.importer import agreement
 from prime_runs_spool.importer.options import STATE_DIR_ENV
+from prime_runs_spool.importer.pushing import still_pushing
 from prime_runs_spool.importer.places import (
     imported_run_dir,
     is_read_only,
@@ -82,7 +83,8 @@ _log = logging.getLogger("prime_runs_spool")
 BATCH = 32
 
 #: Report states; ``up_to_date`` (nothing new) and ``error`` are sync's words (sync/options.py),
-#: since ``prime-runs sync`` reports its imports beside its runs.
+#: since ``prime-runs sync`` reports its imports beside its runs, and ``live`` (a pushing
+#: vf-eval may still be running: left for a later sync, importer/pushing.py) a run's.
 IMPORTED = "imported"        # a new spool
 APPENDED = "appended"        # a new segment in an imported spool
 SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
@@ -162,6 +164,10 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
     if not source.ids or source.run_id is None:
         report.state, report.episodes_total = EMPTY, 0
         report.reason = "no episode in the outputs yet: nothing to import"
+        return
+    waiting = still_pushing(output_dir, source.run_ids)
+    if waiting:
+        report.state, report.reason, report.run_id = LIVE, waiting, source.run_id
         return
     run_dir = imported_run_dir(output_dir, source.run_id, state_dir)
     report.run_dir = str(run_dir)
@@ -350,6 +356,10 @@ def _catch_up_intact(run_dir: Path, report: ImportReport) -> None:
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):
         already = superseded_in_run(run_dir)
         prior = scan_prior_run(run_dir, already)  # damage raises: nothing is appended after it
+        waiting = still_pushing(run_dir, source.run_ids, own_run_id=prior.run_id)
+        if waiting:  # a plain vf-eval resume, pushing: compared once it has exited
+            report.state, report.reason = LIVE, waiting
+            return
         known = prior.episode_ids
         new = [episode_id for episode_id in dict.fromkeys(source.ids) if episode_id not in known]
         missing = superseded_ids(agreement.spool_episode_ids(run_dir), set(source.ids) | already)
