@@ -50,7 +50,8 @@ def run_stage(stage: str, run_dir: Path) -> int:
     """Run one stage over ``run_dir``; returns how many bytes it produced (a check)."""
     sys.path.insert(0, str(ROOT))
     from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
-    from prime_runs_spool.sync.rows import RowStream, batches, durable_records
+    from prime_runs_spool.sync.records import durable_records
+    from prime_runs_spool.sync.rows import RowStream, batches
 
     total = 0
     if stage == "read":

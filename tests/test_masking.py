@@ -17,7 +17,8 @@ from hypothesis import example, given, settings, strategies as st, HealthCheck
 
 from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_secret_name, mask_url_userinfo
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
-from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask, parse_pattern
+from prime_runs_spool.content.masking import MaskRules, mask, parse_pattern
+from prime_runs_spool.content.set_tables import find_set_tables
 
 from support.threads import run_in_threads
 

@@ -25,7 +25,8 @@ import pytest
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
 from prime_runs_spool.content.mask_locations import MASK, is_secret_name
-from prime_runs_spool.content.masking import MaskRules, find_set_tables
+from prime_runs_spool.content.masking import MaskRules
+from prime_runs_spool.content.set_tables import find_set_tables
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter

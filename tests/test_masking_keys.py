@@ -20,7 +20,8 @@ from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
 from prime_runs_spool.content.mask_fragments import mask_for_writing
 from prime_runs_spool.content.mask_locations import MASK
-from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.set_tables import find_set_tables
 from prime_runs_spool.spool.scan import read_run
 from support.files import all_bytes_under
 

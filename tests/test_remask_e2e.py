@@ -100,10 +100,10 @@ def test_an_old_spool_reaches_the_platform_masked_and_is_left_as_it_was(tmp_path
 def test_a_current_spool_is_not_masked_again(tmp_path: Path, monkeypatch) -> None:
     """A spool recorded under today's rules was masked at append: sync passes its records
     through untouched rather than walk every config again."""
-    import prime_runs_spool.sync.rows as rows_module
+    import prime_runs_spool.sync.records as records_module
 
     calls = []
-    monkeypatch.setattr(rows_module, "remask_episode", lambda record: calls.append(record) or record)
+    monkeypatch.setattr(records_module, "remask_episode", lambda record: calls.append(record) or record)
     manifest = {**old_manifest("new-run"), "masking_version": MASKING_VERSION}
     assert not needs_remask(manifest) and needs_remask(old_manifest("x"))
     for claimed in (MASKING_VERSION + 1, 10**9, -1, "1", True, 1.0, None):  # only today's exact version is trusted

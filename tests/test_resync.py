@@ -214,7 +214,7 @@ def test_a_damaged_episode_is_recovered_from_traces_jsonl_and_said(tmp_path: Pat
 
 
 def test_an_episode_traces_jsonl_holds_only_malformed_is_not_recovered(tmp_path: Path) -> None:
-    from prime_runs_spool.sync.rows import durable_records
+    from prime_runs_spool.sync.records import durable_records
 
     builder = RunBuilder(tmp_path / "run", "recover-malformed")
     builder.open_segment()

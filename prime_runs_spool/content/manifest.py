@@ -29,7 +29,8 @@ from prime_runs_spool.plural import plural
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
-from prime_runs_spool.content.masking import MaskRules, find_set_tables, mask
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.set_tables import find_set_tables
 from prime_runs_spool.content.toml_comments import drop_comments
 
 if sys.version_info >= (3, 11):

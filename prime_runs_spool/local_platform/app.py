@@ -30,7 +30,8 @@ from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound
 #: The largest request body accepted is the real platform's limit.
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.local_platform.store import Store, write_deadline
-from prime_runs_spool.local_platform.traces import TracesStore, traces_routes
+from prime_runs_spool.local_platform.traces import TracesStore
+from prime_runs_spool.local_platform.traces_routes import traces_routes
 from prime_runs_spool.viewer.auth import LoginThrottle, LoopbackHostOnly, TokenGate, client_address, held_back
 
 #: How much of an over-limit body is read and thrown away so the client, still sending,

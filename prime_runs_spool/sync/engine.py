@@ -45,7 +45,8 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import check_recovered
-from prime_runs_spool.sync.rows import durable_records, note_skipped, record_episode_id, settle_spare_bodies
+from prime_runs_spool.sync.records import durable_records, note_skipped, record_episode_id
+from prime_runs_spool.sync.rows import settle_spare_bodies
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink

@@ -10,7 +10,7 @@ positions: the same key, which the sink answers with the committed receipt inste
 storing anything twice. No fence and no reconciliation are needed, and the batch a live
 run's tail produced is as fixed, once announced, as any other.
 
-Which episodes give a line is the rule every sink follows (sync/rows.py, ``withheld``): a
+Which episodes give a line is the rule every sink follows (sync/records.py, ``withheld``): a
 superseded episode never does, nor one the platform run held when sync adopted it from
 vf-eval's own push (the state's ``on_platform``, fixed before any batch is cut), an errored one is held back until the run completes and is
 then released in batches of its own, cut the same way from the held-back episodes (a
@@ -32,7 +32,7 @@ from prime_runs_spool.errors import ServiceNotEnabled, SyncError
 from prime_runs_spool.plural import count, plural
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
-from prime_runs_spool.sync.rows import durable_records, record_episode_id, seal_if_last, track_seal, withheld
+from prime_runs_spool.sync.records import durable_records, record_episode_id, seal_if_last, track_seal, withheld
 from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
 from prime_runs_spool.sync.state import Cursor, InFlight
 
@@ -52,7 +52,7 @@ class Line:
 class LineStream:
     """The run's episode lines from ``cursor`` on (the sink's :class:`SinkStream`).
 
-    An episode the rule withholds (sync/rows.py, ``withheld``: superseded, or errored and
+    An episode the rule withholds (sync/records.py, ``withheld``: superseded, or errored and
     held back) gives no line: the cursor moves past it as past a seal. ``superseded`` is the
     pass's set unless given (a pending batch is rebuilt under the set it was cut with)."""
 

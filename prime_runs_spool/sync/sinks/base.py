@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Protocol as Shape
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.rows import held_episodes
+from prime_runs_spool.sync.records import held_episodes
 from prime_runs_spool.sync.state import Cursor, SyncState
 
 #: The run id a dry run stamps on what it counts, before the run has an evaluation.
@@ -69,7 +69,7 @@ class PassContext:
 
     def held(self) -> Iterator[Any]:
         """The errored episodes a completed run releases, not yet released, in spool order
-        (sync/rows.py, ``held_episodes``)."""
+        (sync/records.py, ``held_episodes``)."""
         return held_episodes(self.run_dir, self.superseded, set(self.state.released),
                              skip_corrupt=self.options.skip_corrupt, remask=self.remask)
 

@@ -15,7 +15,8 @@ from prime_runs_spool.errors import SampleCountMismatchError, SampleTooLargeErro
 from prime_runs_spool.platform_api.v0 import project_episode_encoded
 from prime_runs_spool.sync.options import SAMPLES, UP_TO_DATE
 from prime_runs_spool.sync.reconcile import Reconciler
-from prime_runs_spool.sync.rows import Batch, Row, RowStream, batches, read_ahead_if_worth_it, record_episode_id
+from prime_runs_spool.sync.records import record_episode_id
+from prime_runs_spool.sync.rows import Batch, Row, RowStream, batches, read_ahead_if_worth_it
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, StateOrigin
 from prime_runs_spool.sync.sinks.registry import register
 from prime_runs_spool.sync.state import InFlight, SyncState
