@@ -9,10 +9,11 @@ import logging
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from prime_runs_spool import open_run
+from prime_runs_spool import Run, open_run
 from prime_runs_spool.runner.online import CHILD_RETRY_FOR
 from prime_runs_spool.runner.online import SHIPPER_LOG_NAME
 from test_online_mode import episodes, platform_env  # noqa: F401
@@ -21,6 +22,16 @@ from support.sync_e2e import server  # noqa: F401
 
 def not_shipped_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "not shipped" in r.getMessage()]
+
+
+def finished_online(run_dir: Path, name: str, count: int, **options: Any) -> tuple[Run, float]:
+    """An online run that logged ``count`` episodes and finished, and the seconds ``finish``
+    took: the time the eval's end waited on its shipper."""
+    run = open_run(run_dir, name=name, environments=["gsm8k"], model="m", mode="online", **options)
+    run.log_episodes(episodes(run.id, 0, count))
+    started = time.monotonic()
+    run.finish()
+    return run, time.monotonic() - started
 
 
 @pytest.mark.slow
@@ -32,12 +43,7 @@ def test_a_platform_that_is_down_costs_a_bounded_time_and_one_line_says_what_was
     platform_env(f"http://127.0.0.1:{port}")
     monkeypatch.delenv("PRIME_RUNS_BACKOFF_CAP")  # the real backoff: up to 30 s between tries
     with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
-        run = open_run(tmp_path / "run", name="online-down-truth", environments=["gsm8k"], model="m",
-                       mode="online")  # the default drain timeout, 30 s
-        run.log_episodes(episodes(run.id, 0, 7))
-        started = time.monotonic()
-        run.finish()
-        took = time.monotonic() - started
+        _, took = finished_online(tmp_path / "run", "online-down-truth", 7)  # the default drain timeout, 30 s
     assert took < CHILD_RETRY_FOR + 8, f"{took:.1f} s added by a platform that is down"
     (line,) = not_shipped_lines(caplog)
     assert "7 episodes not shipped" in line and "unreachable" in line, line
@@ -52,12 +58,7 @@ def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
                                            caplog: pytest.LogCaptureFixture) -> None:
     platform_env(server.base_url, key="not-the-platforms-key")
     with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
-        run = open_run(tmp_path / "run", name="online-401", environments=["gsm8k"], model="m", mode="online",
-                       ship_timeout=20)
-        run.log_episodes(episodes(run.id, 0, 3))
-        started = time.monotonic()
-        run.finish()
-        took = time.monotonic() - started
+        _, took = finished_online(tmp_path / "run", "online-401", 3, ship_timeout=20)
     (line,) = not_shipped_lines(caplog)
     assert "3 episodes not shipped" in line and "refused the API key (401)" in line, line
     assert f"the platform at {server.base_url} refused" in line, line  # a wrong base URL shows
@@ -132,12 +133,7 @@ def test_a_key_not_allowed_to_write_is_named_at_the_end(tmp_path: Path, platform
     platform_env(base_url, key="a-key-of-another-team")
     try:
         with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
-            run = open_run(tmp_path / "run", name="online-403", environments=["gsm8k"], model="m", mode="online",
-                           ship_timeout=20)
-            run.log_episodes(episodes(run.id, 0, 2))
-            started = time.monotonic()
-            run.finish()
-            took = time.monotonic() - started
+            _, took = finished_online(tmp_path / "run", "online-403", 2, ship_timeout=20)
     finally:
         platform.close()
     (line,) = not_shipped_lines(caplog)
@@ -154,9 +150,6 @@ def test_nothing_is_said_when_everything_was_shipped(tmp_path: Path, server, pla
 
     platform_env(server.base_url, key=TOKEN)
     with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
-        run = open_run(tmp_path / "run", name="online-ok", environments=["gsm8k"], model="m", mode="online",
-                       ship_timeout=20)
-        run.log_episodes(episodes(run.id, 0, 3))
-        run.finish()
+        run, _ = finished_online(tmp_path / "run", "online-ok", 3, ship_timeout=20)
     assert run.pending == 0
     assert not_shipped_lines(caplog) == []

@@ -77,15 +77,22 @@ def platform_ids(rows: list[dict[str, Any]]) -> set[str]:
     return {row["run"]["id"] for row in rows}
 
 
-@pytest.mark.slow
-def test_a_run_vf_eval_pushed_to_prime_traces_is_adopted_not_uploaded_again(
-        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+def pushed_by_vf_eval(tmp_path: Path, platform: platform_process.PlatformProcess) -> tuple[list[dict[str, Any]], str]:
+    """A plain vf-eval (one rollout a task, the fake model) that pushed its episodes to
+    ``platform`` itself: its ``traces.jsonl`` rows, and the one platform run they name."""
     with FakeChatServer() as server:
         launch = launch_file(tmp_path, server.base_url, rollouts=1)
         pushed = run_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform))
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     final = traces(tmp_path)
     [platform_run] = platform_ids(final)
+    return final, platform_run
+
+
+@pytest.mark.slow
+def test_a_run_vf_eval_pushed_to_prime_traces_is_adopted_not_uploaded_again(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    final, platform_run = pushed_by_vf_eval(tmp_path, platform)
     assert not platform_run.startswith("disabled-")
 
     report = sync(tmp_path, platform, "auto")
@@ -108,12 +115,7 @@ def test_a_run_vf_eval_pushed_to_prime_traces_is_adopted_not_uploaded_again(
 def test_a_run_vf_eval_pushed_to_samples_is_adopted_and_reconciled(
         tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
     """Without Prime Traces, vf-eval falls back to the samples table; sync finds them there."""
-    with FakeChatServer() as server:
-        launch = launch_file(tmp_path, server.base_url, rollouts=1)
-        pushed = run_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform))
-    assert pushed.returncode == 0, pushed.stderr[-3000:]
-    final = traces(tmp_path)
-    [platform_run] = platform_ids(final)
+    final, platform_run = pushed_by_vf_eval(tmp_path, platform)
 
     report = sync(tmp_path, platform, "auto")
     [run] = report["runs"]
