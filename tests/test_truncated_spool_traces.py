@@ -121,6 +121,34 @@ def platform_episode_ids(api, run_id: str) -> list[str]:
         page += 1
 
 
+def stops_at_the_cut(base_url: str, home: Path, outputs: Path, *options: str, lost: int) -> dict:
+    """A plain sync of a cut spool stops at the cut (exit 1, ``corrupt``), and the import
+    warns that ``traces.jsonl`` holds the ``lost`` episodes past it: the import's report."""
+    plain = synced(base_url, home, str(outputs), *options, "-o", "json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    report = json.loads(plain.stdout)
+    [run] = report["runs"]
+    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
+    [spooled] = report["imports"]
+    assert [w for w in spooled["warnings"] if f"holds {lost} episodes the spool lost past the cut" in w], spooled
+    return spooled
+
+
+def killed_then_synced_whole(base_url: str, home: Path, outputs: Path, api, run_id: str, *options: str,
+                             pushed_before: int) -> None:
+    """A ``--skip-corrupt`` sync SIGKILLed once it pushed past the ``pushed_before`` episodes
+    already there, then run again to its end: the platform holds every episode."""
+    proc = subprocess.Popen(sync_cmd(base_url, str(outputs), *options, "--skip-corrupt", *SMALL_REQUESTS),
+                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
+    assert pushed_before < held(api, run_id) < EPISODES
+    resumed = synced(base_url, home, str(outputs), *options, "--skip-corrupt", *SMALL_REQUESTS, "-o", "json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [run] = json.loads(resumed.stdout)["runs"]
+    assert run["pushed_total"] == EPISODES, run
+
+
 def held(api, run_id: str) -> int:
     return sum(e.get("total_samples") or 0 for e in evaluations_of(api, run_id))
 
@@ -131,26 +159,11 @@ def test_episodes_a_cut_spool_lost_reach_the_platform_once_from_traces_jsonl(tmp
     cut(run_dir, keep=10)  # the manifest and 9 episodes stay readable
     home = tmp_path / "home"
 
-    plain = synced(server.base_url, home, str(outputs), "-o", "json")
-    assert plain.returncode == 1, plain.stdout + plain.stderr
-    report = json.loads(plain.stdout)
-    [run] = report["runs"]
-    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
-    [spooled] = report["imports"]
-    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episodes the spool lost past the cut" in w]
+    stops_at_the_cut(server.base_url, home, outputs, lost=EPISODES - 9)
     assert platform_episode_ids(api, run_id) == ids[:9]
     damaged = (run_dir / "spool" / "seg-000001.jsonl").read_bytes()
 
-    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--skip-corrupt", *SMALL_REQUESTS),
-                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
-    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
-    assert 9 < held(api, run_id) < EPISODES
-
-    resumed = synced(server.base_url, home, str(outputs), "--skip-corrupt", *SMALL_REQUESTS, "-o", "json")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    [run] = json.loads(resumed.stdout)["runs"]
-    assert run["pushed_total"] == EPISODES, run
+    killed_then_synced_whole(server.base_url, home, outputs, api, run_id, pushed_before=9)
     assert platform_episode_ids(api, run_id) == ids  # each once, in the eval's order
     [evaluation] = evaluations_of(api, run_id)
     evaluation = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
@@ -272,28 +285,12 @@ def test_episodes_an_earlier_segment_lost_reach_the_platform_once_from_traces_js
     home = tmp_path / "home"
     lost_by_cut = ids[5:HALF]
 
-    plain = synced(server.base_url, home, str(outputs), "-o", "json")
-    assert plain.returncode == 1, plain.stdout + plain.stderr
-    report = json.loads(plain.stdout)
-    [run] = report["runs"]
-    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
-    [spooled] = report["imports"]
-    assert [w for w in spooled["warnings"]
-            if f"holds {len(lost_by_cut)} episodes the spool lost past the cut" in w], spooled
+    stops_at_the_cut(server.base_url, home, outputs, lost=len(lost_by_cut))
     assert platform_episode_ids(api, run_id) == ids[:5]
     damaged = (run_dir / "spool" / "seg-000001.jsonl").read_bytes()
     later = (run_dir / "spool" / "seg-000002.jsonl").read_bytes()
 
-    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--skip-corrupt", *SMALL_REQUESTS),
-                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
-    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
-    assert 5 < held(api, run_id) < EPISODES
-
-    resumed = synced(server.base_url, home, str(outputs), "--skip-corrupt", *SMALL_REQUESTS, "-o", "json")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    [run] = json.loads(resumed.stdout)["runs"]
-    assert run["pushed_total"] == EPISODES, run
+    killed_then_synced_whole(server.base_url, home, outputs, api, run_id, pushed_before=5)
     # Each once: what segment 1 still reads, segment 2, then what the cut lost, in the eval's order.
     assert platform_episode_ids(api, run_id) == ids[:5] + ids[HALF:] + lost_by_cut
     [evaluation] = evaluations_of(api, run_id)
@@ -392,31 +389,18 @@ def test_a_spool_imported_under_a_state_dir_cut_short_is_made_good_from_the_read
     assert spool_dir.is_relative_to(state_dir)
     cut_segment(spool_dir / "spool" / "seg-000001.jsonl", keep=10)
 
-    plain = synced(server.base_url, home, str(outputs), "--state-dir", str(state_dir), "-o", "json")
-    assert plain.returncode == 1, plain.stdout + plain.stderr
-    report = json.loads(plain.stdout)
-    [run] = report["runs"]
-    assert run["state"] == "corrupt" and "seg-000001.jsonl: corrupt at byte" in run["error"], run
-    [spooled] = report["imports"]
+    in_state_dir = ("--state-dir", str(state_dir))
+    spooled = stops_at_the_cut(server.base_url, home, outputs, *in_state_dir, lost=EPISODES - 9)
     assert spooled["state"] == "appended", spooled
-    assert [w for w in spooled["warnings"] if f"holds {EPISODES - 9} episodes the spool lost past the cut" in w]
     assert platform_episode_ids(api, run_id) == ids[:9]
 
-    proc = subprocess.Popen(sync_cmd(server.base_url, str(outputs), "--state-dir", str(state_dir),
-                                     "--skip-corrupt", *SMALL_REQUESTS),
-                            env=sync_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
-    assert kill_on_progress(proc, lambda: held(api, run_id), 6), "the sync ended before it was killed"
-    assert 9 < held(api, run_id) < EPISODES
-
-    for _ in range(2):  # the second: nothing left to do
-        again = synced(server.base_url, home, str(outputs), "--state-dir", str(state_dir), "--skip-corrupt",
-                       *SMALL_REQUESTS, "-o", "json")
-        assert again.returncode == 0, again.stdout + again.stderr
-        [run] = json.loads(again.stdout)["runs"]
-        assert run["pushed_total"] == EPISODES, run
-        assert platform_episode_ids(api, run_id) == ids  # each once, in the eval's order
-    assert run["pushed_now"] == 0, run
+    killed_then_synced_whole(server.base_url, home, outputs, api, run_id, *in_state_dir, pushed_before=9)
+    again = synced(server.base_url, home, str(outputs), *in_state_dir, "--skip-corrupt", *SMALL_REQUESTS,
+                   "-o", "json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    [run] = json.loads(again.stdout)["runs"]
+    assert (run["pushed_now"], run["pushed_total"]) == (0, EPISODES), run
+    assert platform_episode_ids(api, run_id) == ids  # each once, in the eval's order
     [evaluation] = evaluations_of(api, run_id)
     assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["finalize_count"] == 1
     assert read_only(outputs) == source  # the source never written
