@@ -145,3 +145,37 @@ def _rows(tmp_path: Path) -> list[dict[str, Any]]:
         return traces(tmp_path)
     except (FileNotFoundError, json.JSONDecodeError):  # not there yet, or a line being written
         return []
+
+
+@pytest.mark.slow
+def test_outputs_imported_under_a_state_dir_then_resumed_by_prime_runs_eval_are_one_evaluation(
+        tmp_path: Path) -> None:
+    """Plain vf-eval (pushing off) Ctrl-C'd and synced with ``--state-dir`` (its spool kept
+    there, none in the folder), then ``prime-runs eval --resume``, which writes a spool in
+    the folder. Both spools are one run (the id of the outputs' episodes), synced into one
+    evaluation: the 4 kept episodes reached the platform twice, in two evaluations, when
+    the resumed spool took an id of its own. One rollout at a time, so the resumed spool
+    logs the kept episodes in the order traces.jsonl held them."""
+    from support.vf_eval import interrupt_plain
+
+    db, state = tmp_path / "platform.db", tmp_path / "state"
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        launch.write_text(launch.read_text().replace("max_concurrent = 8", "max_concurrent = 1"))
+        first = interrupt_plain(tmp_path, "@", launch.name, "--no-rich",
+                                when=lambda: len(_rows(tmp_path)) >= 2 * ROLLOUTS)
+        assert first.returncode == 130, first.stderr[-3000:]
+        imported = cli(tmp_path, "sync", "--local", "--db", str(db), "--state-dir", str(state), "outputs")
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        server.release()
+        resumed = run_eval(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    synced = cli(tmp_path, "sync", "--local", "--db", str(db), "--state-dir", str(state), "outputs")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    rows = platform_episodes(db)
+    assert sorted(row["sample_id"] for _, row in rows) == sorted(row["id"] for row in final), synced.stdout
+    assert read_run(run_dir(tmp_path)).run_id == final[0]["run"]["id"]
+    found = evaluation(db)
+    assert found["status"] == "COMPLETED" and found["finalize_count"] == 1

@@ -41,6 +41,36 @@ def platform_runs_of(manifests: Iterable[object]) -> list[str]:
     return list(dict.fromkeys(reversed(found)))
 
 
+def episode_run_id(row: object) -> str | None:
+    """The run id vf-eval stamped on an episode (``run.id``), if it is a string."""
+    run = row.get("run") if isinstance(row, dict) else None
+    run_id = run.get("id") if isinstance(run, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def first_run_id_in(results_path: str | os.PathLike[str]) -> str | None:
+    """The run id of a ``traces.jsonl`` written without a spool: the one on its first
+    episode, as an import takes it (importer/traces_file.py). ``prime-runs eval --resume``
+    of such a folder takes it too, so its spool and any import of the folder (under
+    ``--state-dir``, from a copy) are one run, synced into one evaluation. One line held at
+    a time; None when no episode has one."""
+    try:
+        handle = Path(results_path).open("rb")
+    except FileNotFoundError:
+        return None
+    with handle:
+        for line in handle:
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("traces"), list):
+                run_id = episode_run_id(row)
+                if run_id is not None:
+                    return run_id
+    return None
+
+
 def platform_runs_in(results_path: str | os.PathLike[str]) -> list[str]:
     """The platform run ids on the episodes of a ``traces.jsonl``, in the order they first
     appear (empty when there is no file). One line held at a time; a line that is not an
@@ -56,8 +86,7 @@ def platform_runs_in(results_path: str | os.PathLike[str]) -> list[str]:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            run = row.get("run") if isinstance(row, dict) else None
-            run_id = run.get("id") if isinstance(run, dict) else None
+            run_id = episode_run_id(row)
             if is_platform_run_id(run_id) and run_id not in found:
                 found.append(run_id)
     return found

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.episodes import check_episode
+from prime_runs_spool.content.platform_runs import episode_run_id
 from prime_runs_spool.errors import CorruptOutputError, ImportSourceError, MalformedEpisodeError
 
 
@@ -98,12 +99,13 @@ def scan_traces(path: Path) -> TracesScan:
 
 def _observe(scan: TracesScan, record: dict[str, Any]) -> None:
     scan.ids.append(record["id"])
-    run = record.get("run") if isinstance(record.get("run"), dict) else {}
-    if isinstance(run.get("id"), str) and run["id"] not in scan.run_ids:  # a few distinct ids at most
-        scan.run_ids.append(run["id"])
-    if scan.run_id is None and isinstance(run.get("id"), str):
-        scan.run_id = run["id"]
-        scan.run_name = run.get("name") if isinstance(run.get("name"), str) else None
+    run_id = episode_run_id(record)
+    if run_id is not None and run_id not in scan.run_ids:  # a few distinct ids at most
+        scan.run_ids.append(run_id)
+    if scan.run_id is None and run_id is not None:  # the run's id (content/platform_runs.py)
+        scan.run_id = run_id
+        name = record["run"].get("name")
+        scan.run_name = name if isinstance(name, str) else None
     traces = record["traces"]
     first = traces[0] if traces and isinstance(traces[0], dict) else {}
     idx = ((first.get("task") or {}).get("data") or {}).get("idx")

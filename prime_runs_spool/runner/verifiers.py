@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.platform_runs import first_run_id_in
+from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import UnsupportedRunConfigError
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE, ONLINE, resolve_mode
@@ -107,7 +109,7 @@ def open_eval_run(
     # A resumed run keeps the id its spool already holds; a new one takes the runner's.
     # (A disabled run does not even look at the disk.)
     resuming = mode != DISABLED and bool(list_segments(run_dir))
-    run_id = None if resuming else _runner_run_id(config)
+    run_id = None if resuming else (_outputs_run_id(config, mode) or _runner_run_id(config))
     run = open_run(
         run_dir,
         name=config.run.name,
@@ -167,6 +169,16 @@ def _first_attr(config: Any, *names: str) -> Any:
         if value is not None:
             return value
     return None
+
+
+def _outputs_run_id(config: Any, mode: str) -> str | None:
+    """On ``--resume`` of outputs plain vf-eval wrote without a spool: the run id an import
+    of them takes (content/platform_runs.py), so that this spool and such an import (made
+    under ``--state-dir``, or from a copy, before this resume) are one run to sync, not two
+    evaluations holding the kept episodes twice."""
+    if not getattr(config, "resume", False) or mode == DISABLED:
+        return None
+    return first_run_id_in(verifiers_traces_path(eval_run_dir(config)))
 
 
 def _runner_run_id(config: Any) -> str | None:
