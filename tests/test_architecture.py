@@ -162,7 +162,7 @@ FACTS = {
     # sync's: its state folder, its lock, its lease in an object store, its copy locks
     "sync": "prime_runs_spool.sync.state",
     "sync.lock": "prime_runs_spool.sync.many",
-    "sync.lease.json": "prime_runs_spool.sync.store_sync",
+    "sync.lease.json": "prime_runs_spool.sync.leased",
     "copies": "prime_runs_spool.sync.copies",
     # the online shipper's log
     "shipper.log": "prime_runs_spool.runner.online",

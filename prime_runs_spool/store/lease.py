@@ -20,6 +20,12 @@ grows:
   holder kept its state in its own ``--state-dir``, or the taker does) waits until that time
   before it sends anything (:attr:`Lease.wait_until`): else the holder's late request and
   the taker's resend of the same rows would both land.
+- **which sync state knows everything pushed** under the lease: ``last_state``, an id of
+  the state (a state object in the store, or a file on one machine: a ``--state-dir``, or
+  the folder of a run synced on the machine that mirrors it), carried on from holder to
+  holder; ``""`` once a holder whose state is another began to write, until its pass has
+  settled with the platform. A taker whose state is not the one named knows its state may
+  be behind the platform, and checks it there before it pushes (sync/leased.py).
 
 Expiry is judged by the local clock against the holder's ``expires_at``; clocks are assumed
 to agree within ``clock_skew`` seconds (docs/sync.md says what remains and why it is safe).
@@ -91,6 +97,10 @@ class Lease:
         #: Until when (the previous holder's wall clock) a request it announced where this
         #: holder cannot read it may still land: this holder sends nothing before then. 0.0: none.
         self.wait_until = 0.0
+        #: The sync state that knows everything pushed under the lease (see the module's
+        #: docstring): as the lease named it when taken (None: it named none), then as this
+        #: holder's sync sets it; written with every write of the lease.
+        self.last_state: str | None = None
         self.owner = owner or default_owner()
         if ttl is None or clock_skew is None:
             env_ttl, env_skew = env_timing()
@@ -119,11 +129,13 @@ class Lease:
                            "expires_at": 0.0 if released else now + self.ttl,
                            "released": released, "written_at": now,
                            "in_flight_until": self.in_flight_until, "state_in_store": self.state_in_store,
+                           "last_state": self.last_state,
                            "nonce": uuid.uuid4().hex}, sort_keys=True).encode()
 
     def try_take(self) -> bool:
         """Take the lease if it is free, released or expired; False when someone holds it."""
         now = self.clock()
+        self.last_state = None
         try:
             self.etag = self.store.create(self.key, self._body(1))
             self.generation, self.renewed_at, self.created = 1, now, True
@@ -145,10 +157,12 @@ class Lease:
             return False
         inherited = _in_flight_until(holder)
         self.in_flight_until = inherited  # carried on, until our own state says what is out
+        last_state = holder.get("last_state")
+        self.last_state = last_state if isinstance(last_state, str) else None
         try:
             self.etag = self.store.replace(self.key, self._body(generation + 1), etag)
         except StoreConflict:
-            self.in_flight_until = 0.0
+            self.in_flight_until, self.last_state = 0.0, None
             return False  # another syncer took it first
         self.generation, self.renewed_at = generation + 1, now
         both_in_store = self.state_in_store and holder.get("state_in_store") is True

@@ -22,6 +22,12 @@ A segment written under older masking rules than this package's (its manifest's
 masks it again on its way to the platform, but the mirror copies bytes, so it is not
 uploaded at all and the run's report says why.
 
+Before a run's first upload the mirror leaves a **note** in the run's spool folder
+(``spool/mirror.json``: the run's URL in the store), fsync'd: a sync of the run's folder
+reads it and takes the lease of the store's copy, the one every sync of the store takes, so
+the folder and the store are never synced at once (docs/deploy.md). The note names the
+first store a run is mirrored into; a copy in any other store is not covered.
+
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
 locks, durable marks, sync state or logs. One pass costs one listing of the prefix and one
@@ -39,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_runs_spool.errors import StoreError
-from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments
+from prime_runs_spool.files import read_regular_file, replace_private
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
 from prime_runs_spool.spool.writer_state import make_durable, writer_alive
@@ -51,6 +58,43 @@ from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, mark
 _PADDING_STEP = 64 * 1024
 #: The most read of a segment's first line (its header, a few hundred bytes) to tell whose it is.
 _HEADER_BYTES = 16 * 1024
+
+#: In a mirrored run's local spool folder: the URL of the run's copy in the store.
+MIRROR_NOTE_NAME = "mirror.json"
+
+
+def mirror_note_path(run_dir: str | os.PathLike[str]) -> Path:
+    return spool_dir(run_dir) / MIRROR_NOTE_NAME
+
+
+def mirrored_to(run_dir: str | os.PathLike[str]) -> str | None:
+    """The URL of the run's copy in a store, as its mirror noted it; None when no mirror
+    copies it. ``StoreError`` for a note that cannot be read or makes no sense: a sync that
+    cannot tell where the run's lease is must not push it."""
+    path = mirror_note_path(run_dir)
+    try:
+        data = read_regular_file(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the mirror's note: {exc.strerror or exc}") from None
+    try:
+        url = json.loads(data)["run_url"]
+        if not isinstance(url, str) or "://" not in url:
+            raise ValueError(url)
+    except (ValueError, KeyError, TypeError):
+        raise StoreError(f"{path}: the mirror's note names no store URL; run prime-runs mirror again "
+                         "to write it, or delete it if no mirror copies this run") from None
+    return url
+
+
+def _note_mirror(run_dir: Path, url: str) -> None:
+    """Leave the note naming the run's copy (fsync'd, before anything of the run is
+    uploaded), unless one names a copy already: the first store a run is mirrored into is
+    the one whose lease a sync of its folder takes."""
+    if mirrored_to(run_dir) is None:
+        replace_private(mirror_note_path(run_dir), json.dumps({"run_url": url}).encode() + b"\n", durable=True)
+
 
 @dataclass
 class MirrorReport:
@@ -181,6 +225,7 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
             key = _run_key(Path(root), run_dir)
             report = MirrorReport(path=str(run_dir), url=store.location(key))
             try:
+                _note_mirror(run_dir, report.url)
                 for _, segment in list_segments(run_dir):
                     object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
                     size, alive = _target_size(segment)

@@ -246,7 +246,7 @@ class RunSync:
                           str(self.run_dir)).hold(self.options.copy_wait)
         try:
             self._fence_other_copy(copies.in_doubt())
-            self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign,
+            self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign or self.protocol.overtaken,
                              other_sink=copies.sink if copies.foreign else None,
                              never_held=not copies.previous and not self.protocol.others_may_have_synced)
             other = copies.previous.get("run")

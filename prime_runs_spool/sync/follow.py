@@ -46,7 +46,7 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
 from prime_runs_spool.sync.options import ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
-from prime_runs_spool.sync.many import engine_for, read_only_report, spool_mode_lines, sync_lock, unreadable_report
+from prime_runs_spool.sync.many import local_pass, read_only_report, spool_mode_lines, sync_lock, unreadable_report
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch
 from prime_runs_spool.signal_event import SignalEvent
@@ -277,11 +277,10 @@ class Follower:
         # copy_wait 0: a copy of the run pushed by another sync must not hold up every other
         # run followed; the pass reports it skipped and is tried again (see _record).
         assert followed.home is not None  # set by _acquire
-        engine = engine_for(followed.run_dir, followed.home, self.client, self.destination,
-                            dataclasses.replace(self.options, copy_wait=0.0), sleep=self._sleep, index=self.index)
-        engine.report.warnings += followed.mode_lines
-        followed.mode_lines = []
-        report = engine.run()
+        warnings, followed.mode_lines = followed.mode_lines, []
+        report = local_pass(followed.run_dir, followed.home, self.client, self.destination,
+                            dataclasses.replace(self.options, copy_wait=0.0), warnings=warnings, wait=False,
+                            sleep=self._sleep, index=self.index)
         self._record(followed, report, live=current[1])
 
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:

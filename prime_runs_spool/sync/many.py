@@ -15,7 +15,7 @@ from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prime_runs_spool.errors import Stopped
+from prime_runs_spool.errors import Stopped, StoreError
 from prime_runs_spool.files import FILE_MODE, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from prime_runs_spool.sync.engine import RunSync
     from prime_runs_spool.sync.index import EvaluationIndex
+    from prime_runs_spool.sync.protocol import Protocol
 
 # The engine (and the protocol, the sinks, the reader under them) and the lock's library are
 # imported where a run is read: a re-sync of runs found up to date before needs neither
@@ -77,18 +78,50 @@ def spool_mode_lines(run_dir: Path, home: Path, options: SyncOptions) -> list[st
 
 
 def engine_for(run_dir: Path, home: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
-               **kwargs: object) -> RunSync:
+               *, protocol: Callable[..., Protocol] | None = None, **kwargs: object) -> RunSync:
     """The run's pass, its state kept under ``home`` (the run folder itself, or its folder
-    under the state directory for a read-only spool)."""
+    under the state directory for a read-only spool). ``protocol``: what keeps the state
+    (sync/leased.py's under a lease), else the plain file's :class:`Protocol`."""
     from prime_runs_spool.sync.engine import RunSync
     from prime_runs_spool.sync.protocol import Protocol
 
+    make = protocol or Protocol
     if home != run_dir:
         def relocated(path: Path, *args: object, **more: object) -> Protocol:
-            return Protocol(home / path.relative_to(run_dir), *args, **more)  # type: ignore[arg-type]
+            return make(home / path.relative_to(run_dir), *args, **more)
 
         kwargs["make_protocol"] = relocated
+    else:
+        kwargs["make_protocol"] = make
     return RunSync(run_dir, client, destination, options, **kwargs)  # type: ignore[arg-type]
+
+
+def local_pass(run_dir: Path, home: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
+               *, warnings: list[str], wait: bool, sleep: Callable[[float], None],
+               made: list[RunSync] | None = None, **kwargs: object) -> RunReport:
+    """One pass over a local run, under its lock (held by the caller): and under the lease
+    of its copy in an object store too when ``prime-runs mirror`` copies it into one
+    (sync/mirrored.py), so that a sync of that store and this one never push it both.
+    ``warnings``: what the report says before the pass's own (``spool_mode_lines``).
+    ``made``: given the pass's engine once made (whose report a stop reports)."""
+    def make(protocol: Callable[..., Protocol] | None = None) -> RunSync:
+        engine = engine_for(run_dir, home, client, destination, options, protocol=protocol, sleep=sleep, **kwargs)
+        engine.report.warnings += warnings
+        if made is not None:
+            made.append(engine)
+        return engine
+
+    from prime_runs_spool.store.mirror import mirrored_to
+
+    try:
+        run_url = mirrored_to(run_dir)
+    except StoreError as exc:
+        return RunReport(path=str(run_dir), state=ERROR, error=str(exc))
+    if run_url is None or options.dry_run:  # a dry run reads only: no lease, as over the store
+        return make().run()
+    from prime_runs_spool.sync.mirrored import mirrored_pass
+
+    return mirrored_pass(run_dir, run_url, make, options, wait=wait, sleep=sleep)
 
 
 def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:
@@ -137,15 +170,14 @@ def sync_run(
     except OSError as exc:
         return RunReport(path=str(run_dir), state=ERROR,
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
-    engine: RunSync | None = None
+    made: list[RunSync] = []
     try:
         adopt_states(run_dir, home)
-        engine = engine_for(run_dir, home, client, destination, for_run(home, destination, options),
-                            on_progress=on_progress, index=index, sleep=sleep)
-        engine.report.warnings += spool_mode_lines(run_dir, home, options)
-        return engine.run()
+        return local_pass(run_dir, home, client, destination, for_run(home, destination, options),
+                          warnings=spool_mode_lines(run_dir, home, options), wait=wait, sleep=sleep,
+                          made=made, on_progress=on_progress, index=index)
     except Stopped:
-        return interrupted_report(run_dir, engine.report if engine is not None else None)
+        return interrupted_report(run_dir, made[-1].report if made else None)
     except OSError as exc:  # e.g. its state folder cannot be listed, or a state copied into a full disk: this run only
         return RunReport(path=str(run_dir), state=ERROR,
                          error=disk_full_line(exc, run_dir) or unreadable_message(exc, run_dir))

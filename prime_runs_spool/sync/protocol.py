@@ -70,6 +70,10 @@ class Protocol:
         #: this syncer made the run's lease (sync/store_sync.py). A run no one else can have
         #: synced is found in the sync's listing of its environment (sync/index.py).
         self.others_may_have_synced = False
+        #: Whether another sync state than this one may have recorded pushes since this one
+        #: was last written, as the run's lease in an object store says (sync/leased.py):
+        #: then this state is checked against the platform as another copy's would be.
+        self.overtaken = False
         #: The run's sync state: loaded (or started) by the engine before any request.
         self.state: SyncState | None = None
         #: Whether the state holds changes :meth:`note` made that the file does not have yet.

@@ -33,32 +33,21 @@ from prime_runs_spool.errors import LeaseLost, StateFormatError, Stopped, StoreC
 from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import LIVE
-from prime_runs_spool.spool.layout import spool_dir
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.index import EvaluationIndex
+from prime_runs_spool.sync.leased import LeasedProtocol, state_id, sync_lease_path, under_lease
 from prime_runs_spool.sync.many import internal_error_report
 from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, SKIPPED, UP_TO_DATE, RunReport, SyncOptions,
                                            seconds_problem)
-from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
 from prime_runs_spool.sync.state import (Destination, SyncState, replace_private, replay_state_glob, save_state, sync_dir,
                                          sync_state_path)
 from prime_runs_spool.sync.status import RunStatus, run_status
 from prime_runs_spool.sync.user_cache import cache_root
-
-
-#: In an object store, beside a run's segments: the lease a syncer holds on the run while it
-#: works on it (the store's counterpart of ``sync.lock``, docs/sync.md "Object stores").
-SYNC_LEASE_NAME = "sync.lease.json"
-
-
-def sync_lease_path(run_dir: str | os.PathLike[str]) -> Path:
-    """Where a run in an object store keeps its syncer's lease (relative to the run)."""
-    return spool_dir(run_dir) / SYNC_LEASE_NAME
 
 
 def state_etag_path(state_path: Path) -> Path:
@@ -69,57 +58,33 @@ def state_etag_path(state_path: Path) -> Path:
 CONFLICT_PASSES = 3
 
 
-class StoreProtocol(Protocol):
-    """The protocol with the state in an object store: each save that announces a request
-    renews the lease (fencing: a syncer taken over stops here, before that request; a save
-    announcing nothing renews it only once a third of its lifetime has passed) and replaces
-    the state only if it is still the version this syncer last read or wrote (``If-Match``)."""
+class StoreProtocol(LeasedProtocol):
+    """The protocol with the state in an object store: each save is fenced by the lease
+    (:class:`LeasedProtocol`) and replaces the state only if it is still the version this
+    syncer last read or wrote (``If-Match``). ``store`` None: a ``--state-dir``, where the
+    state is a file on this machine and the lease alone fences."""
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,
                  store: ObjectStore | None, key: str, etag: str | None) -> None:
-        super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save)
-        self.lease, self.store, self.key, self.etag = lease, store, key, etag
-        # The lease keeps syncers on every machine apart, as the copy lock does on one: a
-        # lease this syncer made means no syncer ever held the run before.
-        self.others_may_have_synced = not lease.created
+        # Every syncer keeping its state in the store shares this one object.
+        shared = state_id(store.location(key)) if store is not None else None
+        super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save, lease=lease, state=shared)
+        self.store, self.key, self.etag = store, key, etag
         if store is not None:  # the file is this machine's cache of the object: name the object
             self.shown = store.location(key)
-        #: The store failure that stopped this pass, if one did (a conflict starts it over).
-        self.failure: StoreError | None = None
 
-    def _write(self) -> None:
-        try:
-            pending = self.state.in_flight
-            # In the lease too: the next holder may not read this state (a --state-dir).
-            self.lease.in_flight_until = pending.sent_at + self.options.request_lifetime if pending else 0.0
-            if pending is not None or not self.lease.held:
-                self.lease.renew()  # the fence, and the announcement where a --state-dir taker reads it
-            else:
-                # Announcing nothing, it needs no fence: renewed less than a third of the lease
-                # ago, no one can have taken it over (the check below rests on the same clock
-                # rule). The release, or the next write, carries the lease's in_flight_until.
-                self.lease.renew_if_old()
-            self.state.fence = self.lease.generation
-            if self.store is None:  # --state-dir: the state is a local file, the lease fences
-                save_state(self.path, self.state)
-            else:
-                self.state.updated_at = time.time()
-                data = self.state.to_json()
-                if self.etag is None:
-                    self.etag = self.store.create(self.key, data)
-                else:
-                    self.etag = self.store.replace(self.key, data, self.etag)
-                _cache(self.path, self.state, self.etag)
-            if self.state.in_flight is not None and self.clock() - self.lease.renewed_at >= self.lease.ttl:
-                # Paused (or slow) between renewing and here for a whole lease: another syncer
-                # may hold the run now. The announced request is not sent; whoever syncs next
-                # settles it like any request in doubt.
-                raise LeaseLost(f"{self.lease.store.location(self.lease.key)}: the lease ran out while "
-                                "announcing a request, so it may have been taken over; this syncer stops without sending it")
-        except StoreError as exc:
-            self.failure = exc
-            raise
+    def _write_state(self) -> None:
+        if self.store is None:  # --state-dir: the state is a local file, the lease fences
+            save_state(self.path, self.state)
+            return
+        self.state.updated_at = time.time()
+        data = self.state.to_json()
+        if self.etag is None:
+            self.etag = self.store.create(self.key, data)
+        else:
+            self.etag = self.store.replace(self.key, data, self.etag)
+        _cache(self.path, self.state, self.etag)
 
 
 def _cache(path: Path, state: SyncState, etag: str | None) -> None:
@@ -224,20 +189,6 @@ class StoreRunSync:
             return RunReport(path=str(self.run), state=ERROR, error=str(exc))
         return self._kept()
 
-    def _wait_out_inherited_request(self) -> float:
-        """Before anything is sent: wait until a request the previous holder announced where
-        this sync cannot read it (its own --state-dir, or ours) can no longer land (its time,
-        plus the clock skew between the two machines). The lease is kept alive meanwhile,
-        still announcing that request, for whoever takes it if this sync dies waiting.
-        Never longer than a request lifetime, which every machine is assumed to share.
-        Returns the seconds waited."""
-        skew = self.lease.clock_skew
-        wait = min(self.lease.wait_until + skew - time.time(), self.options.request_lifetime + skew)
-        if wait <= 0:
-            return 0.0
-        self.lease.sleeper(self.sleep)(wait)
-        return wait
-
     def _held(self) -> RunReport:
         self.met_another = True
         holder = self.lease.holder or {}
@@ -247,19 +198,7 @@ class StoreRunSync:
 
     def _kept(self) -> RunReport:
         """The passes under the lease just taken; released after."""
-        try:
-            with self.lease.kept_alive():
-                waited = self._wait_out_inherited_request()
-                report = self._passes()
-                if waited:
-                    report.warnings.insert(0, f"waited {waited:.0f} s for a request the previous holder of the lease "
-                                              "announced where this sync cannot read it, so it cannot land twice")
-                return report
-        finally:
-            try:
-                self.lease.release()
-            except StoreError:
-                pass  # it expires by itself
+        return under_lease(self.lease, self.options, self.sleep, self._passes)
 
     def _known_state(self) -> SyncState | None:
         """The state as of the listing, read from the store only if this machine's copy is
@@ -339,11 +278,8 @@ class StoreRunSync:
                                           store=self.run.store if self.in_store else None, key=self.key, etag=etag)
             engine = RunSync(self.run, self.client, self.destination, self.options, sleep=self.lease.sleeper(self.sleep),
                              on_progress=self.on_progress, index=self.index, make_protocol=make)
-            report = engine.run()
+            report = engine.protocol.pass_ended(engine.run())
             failure = engine.protocol.failure
-            if isinstance(failure, LeaseLost):
-                report.state, report.error = ERROR, str(failure)
-                return report
             if isinstance(failure, StoreConflict) and attempt + 1 < CONFLICT_PASSES:
                 continue  # another syncer's write got in between: reload it and reconcile
             return report

@@ -1,0 +1,88 @@
+"""A run ``prime-runs mirror`` copies into a store is synced from its own folder on the eval
+machine and from the bucket on another at the same moment: the folder sync takes the run's
+lease in the store, the one the bucket's syncers take (docs/deploy.md), so the two never both
+push; each episode reaches the platform once. A folder sync that cannot reach that store
+pushes nothing and says so in one line.
+
+The real command, the real local platform over HTTP, a real ``file://`` store and the
+real ``mirror``; each "machine" has its own home and cache, so no lock on this machine
+keeps the two syncs apart, only the store.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from support.children import reaped
+from support.runs import build_run
+from support.store_runs import get_object, mirror_once, start_sync_from_store, sync_from_store
+from support.sync_e2e import api, assert_exactly_once, server  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow  # two syncs and a mirror per try, against the platform process
+
+#: Tries of the race: the old code pushed every episode twice in each of them.
+TRIES = 4
+#: Seconds between the folder's sync starting and the bucket's, by try.
+STORE_DELAYS = (0.0, 0.6, 0.0, 0.3)
+
+
+@pytest.fixture
+def bucket(tmp_path: Path) -> str:
+    (tmp_path / "bucket" / "outputs").mkdir(parents=True)
+    return f"file://{tmp_path}/bucket/outputs"
+
+
+def mirrored_run(tmp_path: Path, bucket: str, name: str, episodes: int):  # noqa: ANN201
+    """A sealed run in ``node/outputs/<name>``, mirrored once to ``<bucket>/node``."""
+    outputs = tmp_path / "node" / "outputs"
+    for old in outputs.glob("*"):  # one run per try under the mirrored folder
+        shutil.rmtree(old)
+    builder = build_run(outputs / name, name, episodes)
+    mirrored = mirror_once(outputs, f"{bucket}/node")
+    assert mirrored.returncode == 0, mirrored.stdout + mirrored.stderr
+    return builder
+
+
+def test_a_mirrored_run_synced_from_its_folder_and_the_bucket_at_once_lands_once(tmp_path: Path, server, api,
+                                                                                bucket: str) -> None:
+    """Started together, and the bucket's sync started a little after the folder's, so
+    that each wins the lease in some tries: one pushes the run, the other pushes nothing
+    (it found the lease held, or, taking it after, the run on the platform)."""
+    small = ("--json", "--max-request-bytes", "6000")
+    for attempt in range(TRIES):
+        builder = mirrored_run(tmp_path, bucket, f"mirrored-race-{attempt}", 12)
+        with reaped(start_sync_from_store(server.base_url, tmp_path / "eval-machine", str(builder.run_dir),
+                                          *small)) as folder:
+            time.sleep(STORE_DELAYS[attempt % len(STORE_DELAYS)])
+            with reaped(start_sync_from_store(server.base_url, tmp_path / "sync-machine", bucket, *small)) as store:
+                outs = [proc.communicate(timeout=120) for proc in (folder, store)]
+        assert_exactly_once(api, builder)
+        assert [folder.returncode, store.returncode] == [0, 0], outs
+        folder_report, store_report = ([r for r in json.loads(out)["runs"] if r["path"].endswith(builder.run_dir.name)]
+                                       for out, _ in outs)
+        pushed = sorted((r["pushed_now"], r["state"]) for r in folder_report + store_report)
+        assert pushed[1] == (12, "synced") and pushed[0][0] == 0, outs
+        assert pushed[0][1] in ("skipped", "synced", "up_to_date"), outs
+        lease = json.loads(get_object(bucket, f"node/{builder.run_dir.name}/spool/sync.lease.json"))
+        assert lease["released"] is True
+
+
+def test_a_folder_sync_that_cannot_reach_the_mirror_store_pushes_nothing(tmp_path: Path, server, api,
+                                                                          bucket: str) -> None:
+    builder = mirrored_run(tmp_path, bucket, "mirrored-unreachable", 3)
+    store_folder = tmp_path / "bucket"
+    shutil.rmtree(store_folder)
+    store_folder.write_bytes(b"")  # the store's folder is gone: nothing can be written there
+    refused = sync_from_store(server.base_url, tmp_path / "eval-machine", str(builder.run_dir))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    lines = [line for line in refused.stdout.splitlines() if line.startswith("  error: ")]
+    assert len(lines) == 1 and f"{bucket}/node/mirrored-unreachable" in lines[0] \
+        and f"prime-runs sync {bucket}/node/mirrored-unreachable)" in lines[0], refused.stdout
+    assert "Traceback" not in refused.stdout + refused.stderr
+    assert not any(e["metadata"].get("local_run_id") == builder.run_id
+                   for e in api.get("/evaluations/", params={"environment_name": "gsm8k"}).json()["evaluations"])
