@@ -164,6 +164,8 @@ FACTS = {
     "sync.lock": "prime_runs_spool.sync.many",
     "sync.lease.json": "prime_runs_spool.sync.leased",
     "copies": "prime_runs_spool.sync.copies",
+    # the mirror's note in a run folder it copies
+    "mirror.json": "prime_runs_spool.store.mirror",
     # the online shipper's log
     "shipper.log": "prime_runs_spool.runner.online",
     # what verifiers writes, and the import's own files

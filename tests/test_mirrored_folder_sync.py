@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 
 from support.children import reaped
 from support.runs import build_run
-from support.store_runs import get_object, mirror_once, start_sync_from_store, sync_from_store
+from support.store_runs import get_object, live_run, mirror_once, start_sync_from_store, sync_from_store
 from support.sync_e2e import api, assert_exactly_once, server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow  # two syncs and a mirror per try, against the platform process
@@ -86,3 +88,45 @@ def test_a_folder_sync_that_cannot_reach_the_mirror_store_pushes_nothing(tmp_pat
     assert "Traceback" not in refused.stdout + refused.stderr
     assert not any(e["metadata"].get("local_run_id") == builder.run_id
                    for e in api.get("/evaluations/", params={"environment_name": "gsm8k"}).json()["evaluations"])
+
+
+def _next_report(proc: subprocess.Popen[str], state: str) -> dict:
+    """The follower's next JSON line, which must be about ``state``."""
+    line = proc.stdout.readline()
+    assert line, proc.communicate(timeout=5)
+    report = json.loads(line)
+    assert report["state"] == state, report
+    return report
+
+
+def test_a_folder_follower_frozen_while_the_bucket_pushes_pushes_none_of_it_again(tmp_path: Path, server, api,
+                                                                                   bucket: str) -> None:
+    """The lease changes hands twice around a follower of the run's folder, whose state file
+    this process wrote itself (trusted without a read, were the lease not to say otherwise):
+    frozen (SIGSTOP) between two passes while the writer adds 4 episodes, the mirror copies
+    them and a sync of the bucket pushes them, it wakes, finds the lease naming the bucket's
+    state, checks its own against the platform, and pushes none of the 4 again."""
+    outputs = tmp_path / "node" / "outputs"
+    builder, _ = live_run(outputs / "run", "mirrored-follower", 5)
+    assert mirror_once(outputs, f"{bucket}/node").returncode == 0
+    follower = start_sync_from_store(server.base_url, tmp_path / "eval-machine", str(builder.run_dir), "--follow",
+                                     "--exit-when-idle", "--json", "--poll-interval", "0.05")
+    with reaped(follower):
+        assert _next_report(follower, "live")["pushed_now"] == 5
+        follower.send_signal(signal.SIGSTOP)
+        try:
+            builder.add(4)
+            assert mirror_once(outputs, f"{bucket}/node").returncode == 0
+            pushed = sync_from_store(server.base_url, tmp_path / "sync-machine", bucket, "--json")
+            assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+            [report] = json.loads(pushed.stdout)["runs"]
+            assert (report["state"], report["pushed_now"]) == ("live", 4), report
+        finally:
+            follower.send_signal(signal.SIGCONT)
+        builder.seal()
+        out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, out + err
+    assert json.loads(out.splitlines()[-1])["state"] == "synced", out
+    assert_exactly_once(api, builder)  # 9 rows for 9 episodes, finalized once
+    lease = json.loads(get_object(bucket, "node/run/spool/sync.lease.json"))
+    assert lease["released"] is True and lease["generation"] >= 3

@@ -225,7 +225,6 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
             key = _run_key(Path(root), run_dir)
             report = MirrorReport(path=str(run_dir), url=store.location(key))
             try:
-                _note_mirror(run_dir, report.url)
                 for _, segment in list_segments(run_dir):
                     object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
                     size, alive = _target_size(segment)
@@ -234,6 +233,7 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
                         manifest_read = object_key in checked or _check_masked_today(segment, size, manifest_check)
                         if there is not None and object_key not in checked:
                             _check_same_segment(store, there, segment)
+                        _note_mirror(run_dir, report.url)
                         store.upload_prefix(object_key, segment, size)
                         if manifest_read:
                             checked.add(object_key)
