@@ -539,3 +539,25 @@ def test_an_import_mark_that_cannot_be_put_in_place_leaves_no_temporary_file(
     monkeypatch.undo()
     assert report.state == "error" and "No space left on device" in report.error, report
     assert sorted(p.name for p in (root / "vf040-completed").rglob("*.tmp")) == []
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "...", "../.."])
+def test_a_run_id_of_dots_keeps_each_sources_spool_in_its_own_state_dir_folder(tmp_path: Path, run_id: str) -> None:
+    """The state directory files an import under the episodes' run id: one of only dots
+    named the folder above (``imports/``), where two sources with that id met in one spool."""
+    root = copy_fixture(tmp_path, "vf040-completed", "vf040-cancelled")
+    for name in ("vf040-completed", "vf040-cancelled"):
+        traces = root / name / "traces.jsonl"
+        rows = traces_of(root / name)
+        for row in rows:
+            row["run"]["id"] = run_id
+        traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    state = tmp_path / "state"
+    reports = [import_output(root / name, state_dir=state) for name in ("vf040-completed", "vf040-cancelled")]
+    assert [r.state for r in reports] == ["imported", "imported"], reports
+    spools = [Path(r.run_dir).resolve() for r in reports]
+    assert spools[0] != spools[1]
+    for spool in spools:
+        assert spool.parent.parent == (state / "imports").resolve(), spool  # imports/<source>/<run>
+    assert [len(list(read_run(spool).episodes())) for spool in spools] == [len(traces_of(root / "vf040-completed")),
+                                                                           len(traces_of(root / "vf040-cancelled"))]

@@ -37,7 +37,11 @@ def imported_run_dir(source: Path, run_id: str, state_dir: Path | None) -> Path:
 
 
 def _safe(run_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:128] or "run"
+    """``run_id`` as one folder name: the episodes' ``run.id`` is the outputs' text, and one
+    of only dots (``..``) would name the folder above, where the spools of every source
+    with that id would meet."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:128]
+    return name if name.strip(".") else "run"
 
 
 def is_imported(run_dir: Path) -> bool:
