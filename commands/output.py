@@ -39,7 +39,8 @@ def internal_error(exc: BaseException, hint: str = "run with --verbose for the t
 
 #: What the HTTP stack imports only because it is installed, and a sync never runs:
 #: httpcore imports trio (for async code under trio), httpx its own command line (rich and
-#: pygments). About 0.1 s of CPU before a sync's first request (docs/benchmarks.md).
+#: pygments). About 0.1 s of CPU before a sync's first request (Dec 1,
+#: benchmarks/startup.py).
 UNUSED_HTTP_EXTRAS = ("trio", "httpx._main")
 
 
@@ -63,7 +64,7 @@ def leave(code: int) -> None:
     At exit CPython collects the whole heap again and again while it tears the modules
     down: with httpx, httpcore (and trio), prime-traces and pydantic imported, about 0.1 s
     the user waits for after the report is printed, longer than the finalize request
-    (docs/benchmarks.md). By the time this is called everything the command
+    (Dec 1, benchmarks/startup.py). By the time this is called everything the command
     must finish is finished (state files written and fsync'd, locks released, clients
     closed, the report written), so the objects alive are frozen (``gc.freeze``): atexit
     handlers, the flush of stdout and stderr and the modules' teardown still run, and

@@ -258,7 +258,7 @@ class RewrittenOutputError(ImportSourceError):
 
 
 class FailureKind(enum.Enum):
-    """What a failed platform request means for a retry (docs/sync.md, "Failures")."""
+    """What a failed platform request means for a retry (docs/sync.md, "The protocol, per run")."""
 
     NOT_SENT = "not_sent"
     ANSWERED = "answered"

@@ -1,4 +1,4 @@
-"""The tree's rules (docs/architecture.md, "Rules"), checked by reading the imports.
+"""The tree's rules (docs/architecture.md, "Layers and rules"), checked by reading the imports.
 
 Static, with ``ast``: nothing is imported, so a lazy import inside a function counts as
 much as one at the top of a module.

@@ -352,7 +352,7 @@ class SyscallCounter:
 def test_a_flush_is_one_system_call_where_pwritev_can_sync(tmp_path: Path, monkeypatch):
     """Where the kernel has RWF_DSYNC, a lone append is one pwritev that carries it, and
     no fdatasync: the leader takes the GIL back once a flush, not twice (docs/benchmarks.md,
-    `log_episodes.py`). The real calls, not the split test double."""
+    "64 asyncio tasks"). The real calls, not the split test double."""
     if not durable_file._RWF_DSYNC:
         pytest.skip("this kernel or Python has no RWF_DSYNC")
     flagged: list[int] = []

@@ -143,7 +143,8 @@ def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> Ep
     ``trainable``), which orjson writes as null: a null score is skipped (the trace's reward
     is the others' sum), a null weight is 1, a null metric leaves the reward's score of its
     name, a null ``trainable`` is false. Only such an episode, met, is parsed from
-    ``written`` and read again; any other costs nothing more (docs/benchmarks.md).
+    ``written`` and read again; any other costs nothing more (docs/benchmarks.md, "The run's
+    summary reads an episode as written").
     """
     traces = episode.get("traces") or ()
     counted: list[TraceNumbers] = []

@@ -4,7 +4,7 @@ platform client's own connection (docs/sync.md, "Sinks").
 Asked through the ``prime-traces`` client, the question cost more than its answer: that
 client's import (pydantic's models under it) and its own TLS context, about 0.14 s of CPU
 before the first samples request of every ``auto`` sync to an account without Prime Traces,
-the local platform's included (docs/benchmarks.md). The read is one GET of the
+the local platform's included (Dec 1, benchmarks/startup.py). The read is one GET of the
 episode listing with the account's key and team; the answer is in the service's error
 envelope, ``{"error": {"code": ...}}``, which the library reads the same way
 (``prime_traces.core.client``; tests/test_traces_sync.py checks the two names below

@@ -131,7 +131,8 @@ class Shipper:
                                         # cut the shipper off before finish() lets it drain.
                                         start_new_session=True,
                                         # the eval comes first: the shipper takes the CPU it
-                                        # leaves (append latency, docs/benchmarks.md).
+                                        # leaves (docs/benchmarks.md, "An append with the
+                                        # online shipper on").
                                         preexec_fn=_lower_priority)
         except OSError as exc:
             return f"the shipper could not be started: {exc}"

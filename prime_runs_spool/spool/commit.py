@@ -10,7 +10,8 @@ own lock. When a flush ends, its leader wakes one member of the open batch to fl
 that new leader closes the batch only when it starts writing, so it takes everything
 queued by then (the busier the writer, the bigger the groups). A flushed batch's members
 are woken as a chain, each waking the next, so the GIL queue stays short and the next
-flush is not stuck behind dozens of woken threads (docs/benchmarks.md has the figures).
+flush is not stuck behind dozens of woken threads (64 threads at 2 KB: 40k appends a second
+woken as a chain, 25k woken all at once, Nov 29; benchmarks/append.py).
 
 An async caller never writes or syncs on its event loop: when nobody is flushing, it hands
 the flush to the writer's helper thread (one per writer, started on first use) and leaves

@@ -180,8 +180,10 @@ class DurableFile:
         Why one call: with a write and then an fdatasync, the thread leading a flush drops
         and takes the GIL twice per flush, and the second take waits behind a busy event
         loop for up to the interpreter's switch interval (5 ms) while the disk idles; an
-        async writer's groups then alternate between a few lines and dozens
-        (docs/benchmarks.md, "One system call a flush").
+        async writer's groups then alternate between a few lines and dozens. With the one
+        call, 64 asyncio tasks appended 1.07-1.21 times as fast as 64 threads, against
+        0.84-0.90 with two (Dec 3, benchmarks/log_episodes.py; docs/benchmarks.md, "64
+        asyncio tasks", has today's figure).
 
         The flag syncs only the bytes that call wrote. So when it comes back short, or there
         are more parts than one call takes, the rest is written without it, the padding
@@ -235,7 +237,8 @@ class DurableFile:
         Why: on ext4 (and XFS) an fdatasync that must also make a new file size durable
         commits the filesystem's journal; one whose bytes all land inside the file, on
         blocks already written, does not. Lines written into padding that is already
-        durable cost the disk about half (docs/benchmarks.md). The padding is not data:
+        durable are synced 1.36 times as fast (docs/benchmarks.md, "Writing 25 KB into NUL
+        padding"). The padding is not data:
         readers take NUL bytes after a segment's last line for padding (docs/spool-format.md,
         sections 4 and 5), and it is cut off before the seal and when the file closes.
 

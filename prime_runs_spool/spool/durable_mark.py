@@ -6,8 +6,8 @@ decimal digits and a line feed, overwritten in place) and when they are written.
 Why not after every sync, as the first writers did: a ``pwrite`` that follows an fdatasync
 changes the mark's mtime, which puts its inode in the journal transaction the segment's
 next fdatasync has to commit. Measured on ext4 (docs/benchmarks.md, "The durable mark at
-most every 10 ms"), that cost a lone appender about 15-25 µs of kernel time per 25 KB
-episode, the biggest cost of the spool's own beyond the work no spool can skip. So the
+most every 10 ms"), that cost a lone appender about 30 µs of CPU per 25 KB episode (425
+against 396 µs), the biggest cost of the spool's own beyond the work no spool can skip. So the
 mark is published at most every :data:`MARK_INTERVAL`: a sync that comes sooner is *owed*,
 and one process-wide thread publishes what is owed when the interval ends, so the mark
 trails the last sync by at most that interval, and a follower's inotify watch still hears

@@ -32,7 +32,7 @@ syncer made (no syncer ever held the run) is answered by the listing alike
 
 What the count cannot see: an evaluation deleted while another was created in the same
 window leaves the total unchanged. Deleting evaluations during a sync is outside what sync
-promises (docs/sync.md, "Assumptions").
+promises (docs/sync.md, "What it assumes of the platform").
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class _Environment:
         self.items: dict[str, Mapping[str, Any]] = {}
         #: The same items by the run they belong to (:func:`run_key`), so a lookup costs
         #: the same whatever the number of evaluations: scanning them all for each new
-        #: run made the first sync of 2,000 runs quadratic again (docs/benchmarks.md).
+        #: run made the first sync of 2,000 runs quadratic again (about 1,000 items scanned a
+        #: new run, Dec 2).
         self.by_run: dict[RunKey, dict[str, Mapping[str, Any]]] = {}
         #: Creates of this sync sent and not yet added: the head of the listing may hold
         #: as many evaluations this index does not know yet.
@@ -200,7 +201,7 @@ class EvaluationIndex:
         The first read is one item (usually nothing is new), plus one for each create of
         this sync in flight: those may have landed at the head before their answers were
         added here, and with 8 jobs a read of one item met one of them often enough to
-        make a lookup 1.7 reads (docs/benchmarks.md, "Many runs, per run")."""
+        make a lookup 1.6-1.7 reads (8 jobs, Dec 2, benchmarks/sync_many_cpu.py)."""
         limit = min(PAGE, 1 + known.creating)
         while True:
             page = read_page(0, limit)

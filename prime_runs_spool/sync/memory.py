@@ -4,7 +4,8 @@ A sync holds request bodies of up to 25 MiB, built on read-ahead threads and fre
 each request. glibc's malloc raises its mmap threshold to the size of the largest block
 freed, so after the first 25 MiB body the next ones come from per-thread arenas instead,
 and freed arena memory stays with the process: ``--jobs 4`` over four large runs peaked at
-262 MB that way, against 111 MB with the threshold fixed at 1 MiB (docs/benchmarks.md).
+262 MB that way, against 111 MB with the threshold fixed at 1 MiB (Nov 29,
+benchmarks/sync_memory.py).
 Fixing the threshold turns that adjustment off, so every block of 1 MiB or more is mapped
 on its own and unmapped when freed.
 

@@ -76,10 +76,11 @@ DEFAULT_BACKOFF_CAP = 30.0
 DEFAULT_POLL_INTERVAL = 0.1
 #: Runs synced at once. A small run waits on its requests and its fsync'd state writes far
 #: longer than it computes, so more runs at once overlap those waits (against a remote
-#: platform each round trip weighs more still); the figures are in docs/benchmarks.md,
-#: "Where users feel it". Memory does not grow with it (at most two large bodies are alive
-#: per process, sync/rows.py): eight jobs over eight large runs peaked at 123 MB, four at
-#: 114 MB. One run is one job whatever the setting.
+#: platform each round trip weighs more still): the first sync of 400 runs took 31-32 ms
+#: a run with 4 jobs, 22-29 with 8, 21-26 with 16 (load 4-6, Dec 1, benchmarks/sync_many.py).
+#: Memory does not grow with it (at most two large bodies are alive per process,
+#: sync/rows.py): eight jobs over eight large runs peaked at 123 MB, four at 114 MB
+#: (benchmarks/sync_memory.py, Dec 1). One run is one job whatever the setting.
 DEFAULT_JOBS = 8
 
 

@@ -149,7 +149,7 @@ LARGE_BODY = 1 << 20
 #: How many large request bodies may be alive at once in this process, whatever ``--jobs``:
 #: each run holds up to two (one on the wire, the next being built), so without a
 #: process-wide bound ``--jobs 4`` over four large runs held eight 25 MiB bodies (392 MB
-#: peak RSS; docs/benchmarks.md). A batch takes a token whole, before its body grows past
+#: peak RSS, Nov 29, benchmarks/sync_memory.py). A batch takes a token whole, before its body grows past
 #: LARGE_BODY, and never takes a second one, so a batch that waits for a token holds none
 #: and every token is held by a batch that can finish: no deadlock, even with one token.
 LARGE_BODIES = threading.BoundedSemaphore(2)
@@ -390,7 +390,8 @@ def read_ahead(items: Generator[Batch, None, None]) -> Iterator[Batch]:
     the state written before the request (a few syscalls, each of which would wait up to
     the interpreter's switch interval for the GIL a busy producer holds) and the body's
     slices written one by one. Built as soon as the previous one was taken, the next batch
-    cost the sync 20-40 ms per 25 MiB request that way (docs/benchmarks.md).
+    made each state write before a 25 MiB request take 20-60 ms, not 1-2 (Dec 1,
+    benchmarks/sync_timeline.py).
 
     Items and the error that ends them arrive in order, exactly as iterating ``items``
     directly would give them, and only the consumer touches the sync state. When the

@@ -2,7 +2,7 @@
 
 Why not pydantic: the sync state is the only model a sync reads, and importing pydantic and
 building its models cost about 0.1 s of CPU, a third of a no-op ``prime-runs sync``
-(docs/benchmarks.md, "Where users feel it"). The annotations stay the one definition of the
+(Dec 1, benchmarks/startup.py). The annotations stay the one definition of the
 file's shape; this module reads them.
 
 Strict on JSON's own types, stricter than pydantic's lax mode: an ``int`` is a JSON integer
