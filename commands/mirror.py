@@ -32,8 +32,9 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
 
     Sealed segments go once, whole; a live segment goes up to its writer's durable mark at
     every pass, never past it. The local spool stays the durable copy. Runs until SIGINT or
-    SIGTERM (exit 0), or one pass with --once. Exit 1 when a pass (with --once) failed to
-    upload something, 2 on bad usage.
+    SIGTERM (exit 0), or one pass with --once. Eval outputs without a spool (plain
+    vf-eval's) are not copied: each such folder is named on stderr. Exit 1 when a pass
+    (with --once) failed to upload something or left such a folder, 2 on bad usage.
 
     \b
     Examples:
@@ -53,6 +54,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     roots = require_paths([p for p in paths if not isinstance(p, str)])
     if not roots:
         fail_usage("give at least one local PATH before the store URL")
+    unspooled = _not_spooled(roots)
     stopped = SignalEvent()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
@@ -82,4 +84,17 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     except StoreError as exc:
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(1)
-    sys.exit(1 if once and failed else 0)
+    sys.exit(1 if once and (failed or unspooled) else 0)
+
+
+def _not_spooled(roots: list[Path]) -> list[Path]:
+    """The eval output folders under ``roots`` with no spool (plain vf-eval's), named on
+    stderr: the mirror copies spools only, so their episodes would never reach the store,
+    and a sync of the store could not see them either."""
+    from prime_runs_spool.importer.places import import_command, not_spooled
+
+    found = not_spooled(roots)
+    for output_dir in found:
+        click.echo(f"{MESSAGE_PREFIX}{output_dir}: eval outputs without a spool are not mirrored; spool them "
+                   f"first ({import_command(output_dir, None)}), or sync them from this machine", err=True)
+    return found

@@ -265,3 +265,21 @@ def test_mirror_fsyncs_a_dead_writers_segment_before_uploading_it(tmp_path: Path
     builder.abandon()  # the writer is gone, its last lines in the file
     (report,) = mirror_pass([tmp_path / "node"], ObjectStore(folder_url), manifest_check=copy_refused)
     assert report.uploaded and synced.count(identity) == 1, (report, synced)
+
+
+def test_mirror_names_eval_outputs_it_cannot_copy_and_copies_the_spools(tmp_path: Path, folder_url: str) -> None:
+    """Plain vf-eval's outputs have no spool, and the mirror copies spools only: their
+    episodes never reached the store, and the mirror said nothing (exit 0)."""
+    import shutil
+
+    from support.env import REPO_ROOT
+
+    outputs = tmp_path / "outputs"
+    live_run(outputs / "eval-1", "file-mirror-plain", 2)
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", outputs / "plain", symlinks=True)
+    done = mirror_once(outputs, folder_url)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (f"prime-runs: {outputs / 'plain'}: eval outputs without a spool are not mirrored; spool them first "
+            f"(prime-runs import {outputs / 'plain'})") in done.stderr, done.stderr
+    assert json.loads(done.stdout)["url"] == f"{folder_url}/eval-1"  # the spool went all the same
+    assert not (Path(folder_url.removeprefix("file://")) / "plain").exists()
