@@ -149,7 +149,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     failed_imports: list[ImportReport] = []
     if no_import or dry_run:
         left_out = not_spooled(given, state)
-    elif to_refresh(given):  # the importer (and the writer under it) only when there is work for it
+    elif to_refresh(given, state):  # the importer (and the writer under it) only when there is work for it
         from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
 
         check_key_once()

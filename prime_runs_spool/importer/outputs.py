@@ -72,6 +72,7 @@ from prime_runs_spool.importer.places import (
     to_refresh,
 )
 from prime_runs_spool.importer.source import V0, SourceRun, read_v040
+from prime_runs_spool.importer.unchanged import fingerprints, imports_unchanged, source_files, spool_files
 from prime_runs_spool.importer.v0_layout import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
 from prime_runs_spool.runner.run import open_run
@@ -146,8 +147,10 @@ def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
                  refresh_only: bool = False) -> list[ImportReport]:
     """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
     does) skips folders whose spool the eval wrote itself."""
-    found = to_refresh(paths) if refresh_only else find_eval_outputs(paths)
-    return [import_output(output_dir, state_dir=state_dir) for output_dir in found]
+    found = to_refresh(paths, state_dir) if refresh_only else find_eval_outputs(paths)
+    reports = [import_output(output_dir, state_dir=state_dir) for output_dir in found]
+    imports_unchanged().save()
+    return reports
 
 
 def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
@@ -158,6 +161,7 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
             _catch_up(output_dir, report)
         return
     traces_file = _file_identity(verifiers_traces_path(output_dir))  # before it is read: see _lost_in_place
+    source_look = fingerprints(source_files(output_dir))  # before it is read: importer/unchanged.py
     source = read_source(output_dir)
     report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
     report.reason = source.outcome.reason
@@ -177,7 +181,10 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
             f"--state-dir DIR (or {STATE_DIR_ENV}=DIR)")
     ensure_spool_dir(run_dir)  # and every missing level above it (a state directory's), 0700, durably
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
+        spool_look = fingerprints(spool_files(run_dir))
         _import_locked(source, output_dir, run_dir, report, traces_file)
+    if report.state == UP_TO_DATE and source_look is not None and spool_look is not None:
+        imports_unchanged().learn(output_dir, state_dir, source_look + spool_look)
 
 
 def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport,

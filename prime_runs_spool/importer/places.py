@@ -53,13 +53,20 @@ def spooled_by_eval(output_dir: Path) -> bool:
     return is_run_dir(output_dir) and not is_imported(output_dir)
 
 
-def to_refresh(paths: Iterable[Path]) -> list[Path]:
+def to_refresh(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
     """The eval output folders under ``paths`` that ``prime-runs sync`` imports (or refreshes)
     before it syncs: all but those whose spool the eval wrote itself, unless that spool and
     its ``traces.jsonl`` may disagree (importer/agreement.py: a few ``stat`` calls decide; the
-    module, and the reader under it, are loaded only for such a spool)."""
+    module, and the reader under it, are loaded only for such a spool), and those found
+    imported and up to date before whose files are still those it found
+    (importer/unchanged.py: ``stat`` calls decide)."""
+    from prime_runs_spool.importer.unchanged import imports_unchanged
+
+    known = imports_unchanged()
     found = []
     for output_dir in find_eval_outputs(paths):
+        if known.holds(output_dir, state_dir):
+            continue
         if spooled_by_eval(output_dir):
             from prime_runs_spool.importer.agreement import needs_catching_up
 
