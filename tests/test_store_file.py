@@ -283,3 +283,23 @@ def test_mirror_names_eval_outputs_it_cannot_copy_and_copies_the_spools(tmp_path
             f"(prime-runs import {outputs / 'plain'})") in done.stderr, done.stderr
     assert json.loads(done.stdout)["url"] == f"{folder_url}/eval-1"  # the spool went all the same
     assert not (Path(folder_url.removeprefix("file://")) / "plain").exists()
+
+
+def test_a_run_folder_renamed_after_its_first_upload_is_not_mirrored_a_second_time(tmp_path: Path,
+                                                                                  folder_url: str) -> None:
+    """The note (spool/mirror.json) names the run's copy, whose lease a sync of the folder
+    takes. Renamed (or copied) and mirrored again, the run went up under its new name as well:
+    two copies of one run in the store, one a sync of the store could push while a sync of
+    the folder pushed the other under the first one's lease."""
+    outputs = tmp_path / "outputs"
+    builder, _ = live_run(outputs / "eval-1", "file-mirror-renamed", 2)
+    first = mirror_once(outputs, folder_url)
+    assert first.returncode == 0, first.stderr
+    builder.seal()
+    (outputs / "eval-1").rename(outputs / "eval-1-final")
+    again = mirror_once(outputs, folder_url)
+    assert again.returncode == 1, again.stdout + again.stderr
+    report = json.loads(again.stdout)
+    assert report["url"] == f"{folder_url}/eval-1-final"
+    assert report["error"].startswith(f"this run was first mirrored to {folder_url}/eval-1 ("), report
+    assert not (Path(folder_url.removeprefix("file://")) / "eval-1-final").exists()

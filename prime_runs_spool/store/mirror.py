@@ -96,6 +96,19 @@ def _note_mirror(run_dir: Path, url: str) -> None:
         replace_private(mirror_note_path(run_dir), json.dumps({"run_url": url}).encode() + b"\n", durable=True)
 
 
+def _check_first_copy(run_dir: Path, store: ObjectStore, url: str) -> None:
+    """Refuse (``StoreError``) a run whose note names another copy in this store: its folder
+    was renamed or copied after its first upload. Uploaded under its new place too, the store
+    would hold the run twice, and a sync of the store could push that copy while a sync of
+    the folder pushes it under the noted copy's lease: the one lease the note is there for."""
+    noted = mirrored_to(run_dir)
+    if noted is None or noted == url or not noted.startswith(store.location("").rstrip("/") + "/"):
+        return
+    raise StoreError(f"this run was first mirrored to {noted} ({mirror_note_path(run_dir)}), whose lease a sync of "
+                     "its folder takes; here it would be a second copy of the run in the store: move the folder "
+                     "back, or delete that note and that copy to mirror it here")
+
+
 @dataclass
 class MirrorReport:
     """One pass over one run: what was uploaded."""
@@ -225,6 +238,7 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
             key = _run_key(Path(root), run_dir)
             report = MirrorReport(path=str(run_dir), url=store.location(key))
             try:
+                _check_first_copy(run_dir, store, report.url)
                 for _, segment in list_segments(run_dir):
                     object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
                     size, alive = _target_size(segment)
