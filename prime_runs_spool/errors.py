@@ -71,6 +71,7 @@ package is defined here and drawn here):
         └── TracesRejected
 
     Stopped [BaseException], outside the tree on purpose (see its docstring)
+    MirroredMeanwhile [Exception], outside the tree on purpose (see its docstring)
 
 One exception class lives elsewhere, private: ``content/summary.py``'s ``_WrittenOtherwise``,
 a signal raised and caught inside one function that no caller can ever see.
@@ -380,6 +381,15 @@ class Stopped(BaseException):
     Deliberately a ``BaseException`` and outside the :class:`SpoolError` tree, like
     ``KeyboardInterrupt``: it is control flow, not an error, and it must pass through every
     ``except Exception`` / ``except SpoolError`` in the engine so the follower stops at once.
+    """
+
+
+class MirroredMeanwhile(Exception):
+    """Raised out of a sync's pass over a local run when ``prime-runs mirror`` left its note
+    in the run's folder while the pass, begun without the store copy's lease, was under way:
+    before the pass announces its next request (none is out), so that it goes on under the
+    lease (sync/mirrored.py). Outside the :class:`SpoolError` tree: control flow, caught by
+    the pass's caller, never an error a user sees.
     """
 
 

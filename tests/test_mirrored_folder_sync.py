@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.fault_proxy import FaultProxy
 from support.children import reaped
 from support.runs import build_run
 from support.store_runs import get_object, live_run, mirror_once, start_sync_from_store, sync_from_store
-from support.sync_e2e import api, assert_exactly_once, server  # noqa: F401  (fixtures)
+from support.sync_e2e import api, assert_exactly_once, evaluations_of, server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow  # two syncs and a mirror per try, against the platform process
 
@@ -130,3 +131,33 @@ def test_a_folder_follower_frozen_while_the_bucket_pushes_pushes_none_of_it_agai
     assert_exactly_once(api, builder)  # 9 rows for 9 episodes, finalized once
     lease = json.loads(get_object(bucket, "node/run/spool/sync.lease.json"))
     assert lease["released"] is True and lease["generation"] >= 3
+
+
+def test_a_folder_sync_under_way_when_the_mirror_first_copies_the_run_goes_on_under_the_lease(
+        tmp_path: Path, server, api, bucket: str) -> None:
+    """The folder's sync began before the mirror's first pass (no note, no lease): its first
+    samples request is held on the way while the mirror copies the run; once that request
+    has landed, a sync of the bucket starts while the folder's pass, its answers slowed,
+    still has 3 requests to go. The folder's pass announces none of them without the lease,
+    so the two never push at once: each episode once."""
+    outputs = tmp_path / "node" / "outputs"
+    builder = build_run(outputs / "run", "mirrored-meanwhile", 12)
+    with FaultProxy(server.base_url, methods={"POST"}, paths=r"/samples$", hold_first=r"/samples$",
+                    rates={"delay_after": 1.0}, delay=0.5) as proxy:
+        folder = start_sync_from_store(proxy.base_url, tmp_path / "eval-machine", str(builder.run_dir), "--json",
+                                       "--max-request-bytes", "6000")
+        with reaped(folder):
+            deadline = time.monotonic() + 60
+            while not proxy.holding():
+                assert folder.poll() is None and time.monotonic() < deadline, folder.communicate()
+                time.sleep(0.01)
+            assert mirror_once(outputs, f"{bucket}/node").returncode == 0
+            proxy.release_held()  # the folder's first request lands, its answer 0.5 s late
+            [evaluation] = evaluations_of(api, builder.run_id)
+            while api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["total_samples"] == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            store = sync_from_store(server.base_url, tmp_path / "sync-machine", bucket, "--json", "--wait")
+            out, err = folder.communicate(timeout=120)
+    assert_exactly_once(api, builder)
+    assert folder.returncode == 0 and store.returncode == 0, (out, err, store.stdout, store.stderr)

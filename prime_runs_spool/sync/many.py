@@ -7,6 +7,7 @@ turns the reports into an exit code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prime_runs_spool.errors import Stopped, StoreError
+from prime_runs_spool.errors import MirroredMeanwhile, Stopped, StoreError
 from prime_runs_spool.files import FILE_MODE, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
@@ -117,10 +118,19 @@ def local_pass(run_dir: Path, home: Path, client: PlatformClient, destination: D
         run_url = mirrored_to(run_dir)
     except StoreError as exc:
         return RunReport(path=str(run_dir), state=ERROR, error=str(exc))
-    if run_url is None or options.dry_run:  # a dry run reads only: no lease, as over the store
+    if options.dry_run:  # reads only: no lease, as over the store
         return make().run()
-    from prime_runs_spool.sync.mirrored import mirrored_pass
+    from prime_runs_spool.sync.mirrored import UnleasedProtocol, mirrored_pass
 
+    if run_url is None:
+        try:
+            return make(functools.partial(UnleasedProtocol, run_dir=run_dir)).run()
+        except MirroredMeanwhile:
+            try:
+                run_url = mirrored_to(run_dir)
+            except StoreError as exc:
+                return RunReport(path=str(run_dir), state=ERROR, error=str(exc))
+            assert run_url is not None  # the note is only ever replaced whole
     return mirrored_pass(run_dir, run_url, make, options, wait=wait, sleep=sleep)
 
 

@@ -7,7 +7,9 @@ never at work on the run at once: the platform's samples endpoint only appends, 
 syncers each pushing the run would land it twice. Its state stays the folder's own, which
 the lease names (sync/leased.py), so whichever syncs next knows whether the other pushed
 since. A store that cannot be reached, or a lease another syncer holds, means nothing is
-pushed from the folder: never without the lease.
+pushed from the folder: never without the lease. A pass that began before the mirror's
+first note of the run checks for it before each request it announces
+(:class:`UnleasedProtocol`), and goes on under the lease from there.
 """
 
 from __future__ import annotations
@@ -17,15 +19,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prime_runs_spool.errors import StoreError
+from prime_runs_spool.errors import MirroredMeanwhile, StoreError
 from prime_runs_spool.store.lease import Lease
+from prime_runs_spool.store.mirror import mirror_note_path
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.sync.leased import LeasedProtocol, sync_lease_path, under_lease
 from prime_runs_spool.sync.options import ERROR, SKIPPED, RunReport, SyncOptions
+from prime_runs_spool.sync.protocol import Protocol
 
 if TYPE_CHECKING:
     from prime_runs_spool.sync.engine import RunSync
-    from prime_runs_spool.sync.protocol import Protocol
+
+
+class UnleasedProtocol(Protocol):
+    """The protocol of a pass over a run no mirror had noted when it began: before each
+    request it announces, one ``stat`` of the note; once there, :class:`MirroredMeanwhile`
+    instead of the announcement (the request is neither written down nor sent)."""
+
+    def __init__(self, path: Path, options: SyncOptions, *, run_dir: Path, **more: object) -> None:
+        super().__init__(path, options, **more)  # type: ignore[arg-type]
+        self.run_dir = run_dir
+
+    def _write(self) -> None:
+        if self.state.in_flight is not None and mirror_note_path(self.run_dir).exists():
+            self.state.in_flight = None  # never written, never sent: no request in doubt
+            raise MirroredMeanwhile
+        super()._write()
 
 
 def mirrored_pass(run_dir: Path, run_url: str, make_engine: Callable[[Callable[..., Protocol]], RunSync],
