@@ -22,8 +22,10 @@ import pytest
 
 from fixtures.fault_proxy import FaultProxy
 from support.children import reaped
+from support.env import CLI
 from support.runs import build_run
-from support.store_runs import get_object, live_run, mirror_once, start_sync_from_store, sync_from_store
+from support.store_runs import (get_object, live_run, machine_env, mirror_once, start_sync_from_store,
+                                sync_from_store)
 from support.sync_e2e import api, assert_exactly_once, evaluations_of, server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow  # two syncs and a mirror per try, against the platform process
@@ -161,3 +163,43 @@ def test_a_folder_sync_under_way_when_the_mirror_first_copies_the_run_goes_on_un
             out, err = folder.communicate(timeout=120)
     assert_exactly_once(api, builder)
     assert folder.returncode == 0 and store.returncode == 0, (out, err, store.stdout, store.stderr)
+
+
+def test_a_folder_sync_killed_with_its_request_out_hands_the_lease_to_the_bucket_which_waits_it_out(
+        tmp_path: Path, server, api, bucket: str) -> None:
+    """The folder's sync is SIGKILLed while its samples request is held on the way; a sync
+    of the bucket takes the expired lease, which announces that request (the folder's state
+    is a file the bucket's syncer cannot read), waits until it can no longer land, and
+    pushes nothing twice: the request lands late, within its lifetime, 5 rows for 5 episodes."""
+    lifetime = 8.0
+    lease_env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    outputs = tmp_path / "node" / "outputs"
+    builder = build_run(outputs / "run", "mirrored-handover", 5)
+    assert mirror_once(outputs, f"{bucket}/node").returncode == 0
+
+    def sync(base_url: str, path: str, machine: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(CLI + ["sync", path, "--json", "--base-url", base_url, "--request-lifetime",
+                                       str(lifetime), "--backoff-cap", "0.2", "--timeout", "30", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=machine_env(tmp_path / machine, **lease_env))
+
+    with FaultProxy(server.base_url, methods={"POST"}, hold_first=r"/samples$") as proxy:
+        folder = sync(proxy.base_url, str(builder.run_dir), "eval-machine")
+        with reaped(folder):
+            deadline = time.monotonic() + 60
+            while not proxy.holding():
+                assert folder.poll() is None and time.monotonic() < deadline, folder.communicate()
+                time.sleep(0.01)
+            sent = time.monotonic()
+            folder.kill()  # it dies with its request out: the platform has not seen it yet
+            folder.communicate()
+        with reaped(sync(proxy.base_url, bucket, "sync-machine", "--wait")) as store:
+            time.sleep(max(0.0, sent + lifetime / 2 - time.monotonic()))
+            proxy.release_held()  # the folder's request lands, late but within its lifetime
+            out, err = store.communicate(timeout=120)
+    assert_exactly_once(api, builder)  # 5 rows for 5 episodes, one evaluation, finalized once
+    assert store.returncode == 0, err
+    [report] = json.loads(out)["runs"]
+    assert report["state"] == "synced" and any("waited" in warning for warning in report["warnings"]), report
+    lease = json.loads(get_object(bucket, "node/run/spool/sync.lease.json"))
+    assert lease["generation"] == 2 and lease["released"] is True and lease["in_flight_until"] == 0.0
