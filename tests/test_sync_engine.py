@@ -568,29 +568,13 @@ class CountingBudget:
         self._semaphore.release()
 
 
-class CountingSpares(rows_module._SpareBodies):
-    """rows.SPARE_BODIES, counting the most large buffers alive at once (in use or spare)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.most_alive = 0
-
-    def take(self) -> bytearray:
-        buffer = super().take()
-        with self._lock:
-            self.most_alive = max(self.most_alive, self.in_use + self.spares)
-        return buffer
-
-
 @pytest.mark.parametrize("tokens", [2, 1])
 def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
         tmp_path: Path, platform: FakePlatform, monkeypatch, tokens: int) -> None:
     """``--jobs 6`` over six runs of several large requests each: never more than ``tokens``
     large bodies at once, no deadlock even with one token, and every run exactly once."""
     budget = CountingBudget(tokens)
-    spares = CountingSpares()
     monkeypatch.setattr(rows_module, "LARGE_BODIES", budget)
-    monkeypatch.setattr(rows_module, "SPARE_BODIES", spares)
     monkeypatch.setattr(rows_module, "LARGE_BODY", 8_000)  # "large" at this scale
     builders = [build_run(tmp_path / f"run{n}", f"r{n}", 30) for n in range(6)]
     settings = Settings("http://fake", Secret("key"), None, "http://app")
@@ -608,11 +592,6 @@ def test_large_request_bodies_alive_at_once_are_bounded_whatever_the_jobs(
     assert budget.most_held <= tokens, f"{budget.most_held} large bodies alive at once"
     assert budget.waited > 0, "the bound never had to hold a run back: the test proves nothing"
     assert budget.held == 0, "a token was never given back"
-    # Large bodies reuse the buffers sent ones gave back, and there are never more large
-    # buffers, in use or spare, than tokens held.
-    assert 0 < spares.made < budget.taken, f"{spares.made} large buffers made for {budget.taken} bodies"
-    assert spares.most_alive <= budget.most_held, f"{spares.most_alive} large buffers alive at once"
-    assert (spares.in_use, spares.spares) == (0, 0), "a large buffer outlived the sync"
     assert len(platform.evaluations) == 6
     pushed = sorted([row["sample_id"] for row in rows] for rows in platform.samples.values())
     assert pushed == sorted(b.ids for b in builders), "every episode of every run once, in order"

@@ -38,13 +38,16 @@ if TYPE_CHECKING:
 # request, not with this module: a sync with nothing to send makes no request, and its
 # start-up should not pay for an HTTP stack it never uses (benchmarks/startup.py).
 
-#: A samples body goes out in slices of this size (views, not copies): handed whole to
-#: httpx, a 25 MiB body is copied again by h11 and once more by every partial socket send.
-#: h11 still copies each slice (joined with its framing), so a slice stays well under the
-#: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB every
-#: copy was a fresh mapping, zero-filled page by page and unmapped again, which cost about
-#: 0.4 s of CPU per 550 MB sent (docs/benchmarks.md); at 256 KiB the copies reuse
-#: the heap. tests/test_client.py checks the two sizes against each other.
+#: A samples body goes out in pieces of at most this size. h11 copies every buffer it is
+#: handed, joined with its framing, except one exact ``bytes`` alone, which it passes on as
+#: it is: so the sync lays a body out as ``bytes`` pieces of at most this size (sync/rows.py,
+#: ``Batch``), each sent uncopied, and any other buffer goes out in views of this size,
+#: which h11 copies one by one (a whole 25 MiB body handed to httpx is copied again by h11
+#: and once more by every partial socket send). A piece or a copy stays well under the
+#: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB
+#: every copy was a fresh mapping, zero-filled page by page and unmapped again, which cost
+#: about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md); at 256 KiB they reuse the heap.
+#: tests/test_client.py checks the two sizes against each other.
 SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.
 CONFLICT = 409
@@ -53,28 +56,36 @@ TRACE_LISTING_PAGE = 100
 
 
 class _Chunks:
-    """A body as views of at most ``SEND_CHUNK`` bytes; re-iterable, so nothing is
-    consumed if the request has to be built again."""
+    """A body, one buffer or a list of pieces, as what h11 is handed: each exact ``bytes``
+    piece of at most ``SEND_CHUNK`` as it is (not copied), anything else in views of at
+    most ``SEND_CHUNK``. Re-iterable, so nothing is consumed if the request has to be
+    built again."""
 
-    def __init__(self, body: bytes | bytearray | memoryview, on_sent: Callable[[], None] | None = None) -> None:
-        self._view = memoryview(body).cast("B")
+    def __init__(self, body: bytes | bytearray | memoryview | list[bytes],
+                 on_sent: Callable[[], None] | None = None) -> None:
+        self._parts: list[Any] = body if isinstance(body, list) else [body]
+        self._length = sum(len(part) if type(part) is bytes else memoryview(part).nbytes for part in self._parts)
         self._on_sent = on_sent
 
     def __len__(self) -> int:
-        return len(self._view)
+        return self._length
 
     def __iter__(self) -> Any:
-        view = self._view
-        for start in range(0, len(view), SEND_CHUNK):
-            yield view[start:start + SEND_CHUNK]
-        if self._on_sent is not None:  # asked for the next slice: the last one was written
+        for part in self._parts:
+            if type(part) is bytes and len(part) <= SEND_CHUNK:
+                yield part
+                continue
+            view = memoryview(part).cast("B")
+            for start in range(0, len(view), SEND_CHUNK):
+                yield view[start:start + SEND_CHUNK]
+        if self._on_sent is not None:  # asked for the next piece: the last one was written
             self._on_sent()
 
     def drop(self) -> None:
         """Let go of the body. httpx keeps the request in a reference cycle with its
         response, which only the garbage collector frees (and 25 MiB bytes do not make it
         run): without this, every body sent stays in memory until it happens to."""
-        self._view = memoryview(b"")
+        self._parts = []
 
 
 def _tls_for(*urls: str) -> Any:
@@ -409,11 +420,12 @@ class PlatformClient:
         return answers.created_evaluation(self._request("POST", "/evaluations/", json_body={**payload, **self._team()}),
                                           "POST /evaluations/")
 
-    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview, *,
+    def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview | list[bytes], *,
                      on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
-        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document).
-        ``on_sent``: called once the whole body is written to the connection (the sync
-        builds its next request only then: sync/rows.py, ``read_ahead``)."""
+        """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document,
+        whole or as the pieces it is sent in). ``on_sent``: called once the whole body is
+        written to the connection (the sync builds its next request only then:
+        sync/rows.py, ``read_ahead``)."""
         return self._request("POST", self._evaluation(evaluation_id, "/samples"), content=_Chunks(body, on_sent))
 
     def update_evaluation(

@@ -46,7 +46,6 @@ from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED,
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import check_recovered
 from prime_runs_spool.sync.records import durable_records, note_skipped, record_episode_id
-from prime_runs_spool.sync.rows import settle_spare_bodies
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
@@ -305,7 +304,6 @@ class RunSync:
                     finally:
                         batch.release()  # its body and its large-body token, sent or not
             finally:
-                settle_spare_bodies()  # this run's bodies are sent
                 self._note_skipped(stream)
             if self._pass_ended(stream.seal, lambda: self._drained(sink, stream)):
                 return

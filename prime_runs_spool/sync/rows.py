@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
 from prime_runs_spool.spool.layout import list_segments
+from prime_runs_spool.platform_api.client import SEND_CHUNK
 from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
@@ -155,88 +156,33 @@ LARGE_BODY = 1 << 20
 LARGE_BODIES = threading.BoundedSemaphore(2)
 
 
-class _SpareBodies:
-    """Large body buffers kept for the next large batch instead of being freed.
-
-    The ``prime-runs sync`` command fixes glibc's mmap threshold (sync/memory.py), so a
-    large buffer freed goes back to the system at once, and a new one is mapped and zero-filled
-    page by page as it fills: about 6,400 page faults per 25 MiB body, 0.4 s of CPU per 550
-    MB sent (docs/benchmarks.md). Kept here, a buffer is filled again in place.
-
-    Only a batch holding a LARGE_BODIES token owns a large buffer, and it takes a spare one
-    before it makes a new one, so there are never more large buffers, in use or spare, than
-    batches that held a token at once: the bound on memory stays the tokens'. A run's push
-    calls :meth:`settle` when it is done, which drops the spares unless another run's batch
-    still holds a buffer, so a process that is done syncing keeps none.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._spare: list[bytearray] = []
-        self.in_use = 0
-        #: Large buffers made rather than reused, since the process started.
-        self.made = 0
-
-    def take(self) -> bytearray:
-        with self._lock:
-            self.in_use += 1
-            if self._spare:
-                return self._spare.pop()
-            self.made += 1
-            return bytearray()
-
-    def give(self, buffer: bytearray) -> None:
-        with self._lock:
-            self.in_use -= 1
-            if _resizable(buffer):
-                self._spare.append(buffer)
-
-    def settle(self) -> None:
-        """Free the spare buffers if no batch holds one (a push is over)."""
-        with self._lock:
-            if not self.in_use:
-                self._spare.clear()
-
-    @property
-    def spares(self) -> int:
-        return len(self._spare)
-
-
-def _resizable(buffer: bytearray) -> bool:
-    """False while a view of ``buffer`` is still alive somewhere (a request that failed half
-    way may hold one until it is collected): such a buffer cannot grow, so it is not kept."""
-    try:
-        buffer.append(0)
-    except BufferError:
-        return False
-    del buffer[-1]
-    return True
-
-
-SPARE_BODIES = _SpareBodies()
-
-
-def settle_spare_bodies() -> None:
-    """A run's push is over: free the spare large buffers, unless another run still holds one."""
-    SPARE_BODIES.settle()
-
-
 class Batch:
-    """Rows for one request, already laid out as its body; ``end`` is where the cursor goes
-    once they are acknowledged.
+    """Rows for one request, already laid out as the pieces of its body; ``end`` is where the
+    cursor goes once they are acknowledged.
 
-    The body is built in place, one row copied in at a time, so a batch costs one buffer of at most
-    the request ceiling: no list of rows beside it, no join, no second copy. A body about to grow
-    past LARGE_BODY first takes a LARGE_BODIES token, which :meth:`release` (or, for a batch
-    dropped unsent, its collection) gives back, and with it a large buffer from SPARE_BODIES, given
-    back with the token. A reused buffer may be longer than the body: ``_length`` is where it ends.
+    The body is never one buffer: as rows arrive they are joined, with the envelope and the
+    commas, into pieces of at most SEND_CHUNK bytes (one copy of each row, made here, on the
+    read-ahead thread), each an exact ``bytes`` that the client hands to the connection as it
+    is (platform_api/client.py): h11 copies any other buffer it is given, so a body laid out in
+    one buffer was copied twice on its way out, once into the buffer and once in slices. A row
+    of SEND_CHUNK or more is a piece of its own, never copied here (the client sends it in
+    slices). The pieces are heap blocks well under the sync command's mmap threshold
+    (sync/memory.py), so each body reuses the memory the last one freed instead of mapping
+    and faulting in fresh pages. A body about to grow past LARGE_BODY first takes a
+    LARGE_BODIES token, which :meth:`release` (or, for a batch dropped unsent, its collection)
+    gives back.
     """
 
-    __slots__ = ("_buffer", "_budget", "_length", "_on_wire", "count", "end", "episodes", "last_sample_id",
-                 "released", "seal")
+    __slots__ = ("_budget", "_length", "_on_wire", "_pending", "_pending_bytes", "_pieces", "count", "end",
+                 "episodes", "last_sample_id", "released", "seal")
 
     def __init__(self) -> None:
-        self._buffer = bytearray(_OPEN)
+        #: The body's pieces so far, each ready to send.
+        self._pieces: list[bytes] = []
+        #: What follows them, not joined into a piece yet (None once the body is finished).
+        self._pending: list[bytes] | None = [_OPEN]
+        self._pending_bytes = len(_OPEN)
+        #: Bytes of the body so far, without its closing ``]}``.
         self._length = len(_OPEN)
         #: Set once the body is on the wire (or released): :func:`read_ahead` builds the next batch only then.
         self._on_wire = threading.Event()
@@ -261,30 +207,40 @@ class Batch:
         return not self.count or self.size + 1 + len(row) <= limit
 
     def add(self, row: Row) -> None:
-        if self._budget is None and self._length + 1 + len(row.data) > LARGE_BODY:
+        data = row.data
+        size = len(data)
+        if self._budget is None and self._length + 1 + size > LARGE_BODY:
             budget = LARGE_BODIES
             budget.acquire()
             self._budget = budget
-            large = SPARE_BODIES.take()
-            large[0:self._length] = memoryview(self._buffer)[:self._length]
-            self._buffer = large
+        pending = self._pending
+        assert pending is not None, "a finished body takes no more rows"
         if self.count:
-            self._write(b",")
-        self._write(row.data)
+            if self._pending_bytes + 1 > SEND_CHUNK:
+                self._join()
+            pending.append(_COMMA)
+            self._pending_bytes += 1
+            self._length += 1
+        if size >= SEND_CHUNK:
+            self._join()
+            self._pieces.append(data)  # sent as it is, in the client's slices
+        else:
+            if self._pending_bytes + size > SEND_CHUNK:
+                self._join()
+            pending.append(data)
+            self._pending_bytes += size
+        self._length += size
         self.count += 1
         self.end = row.after
         self.episodes += row.closes_episode
         self.last_sample_id = row.sample_id
 
-    def _write(self, data: bytes) -> None:
-        # Not ``buffer[a:b] = data``: from bytes, that first copies them into a new bytearray.
-        start = self._length
-        if len(self._buffer) - start >= len(data):  # in place in a reused buffer
-            memoryview(self._buffer)[start:start + len(data)] = data
-        else:  # appended, after what a reused buffer held past the body
-            del self._buffer[start:]
-            self._buffer += data
-        self._length = start + len(data)
+    def _join(self) -> None:
+        pending = self._pending
+        if pending:
+            self._pieces.append(b"".join(pending))
+            pending.clear()
+            self._pending_bytes = 0
 
     def sent(self) -> None:
         """The whole body is on the connection: the request is the platform's to answer (the client says so)."""
@@ -297,10 +253,10 @@ class Batch:
     def release(self) -> None:
         """Drop the body once it is sent (the counts and cursor stay), and its token."""
         self._on_wire.set()  # sent or given up: nothing waits on it any more
-        buffer, self._buffer = self._buffer, bytearray()
+        self._pieces = []
+        self._pending = None
         budget, self._budget = self._budget, None
         if budget is not None:
-            SPARE_BODIES.give(buffer)
             budget.release()
 
     def __del__(self) -> None:
@@ -308,18 +264,26 @@ class Batch:
         budget = getattr(self, "_budget", None)
         if budget is not None:
             self._budget = None
-            SPARE_BODIES.give(self._buffer)
             budget.release()
 
-    def body(self) -> bytearray:
-        """The request body, ``{"samples":[row,...]}`` (the batch is finished by this)."""
-        end = self._length + len(_CLOSE)
-        self._buffer[self._length:end] = _CLOSE
-        del self._buffer[end:]  # what a reused buffer held past the body
-        return self._buffer
+    def parts(self) -> list[bytes]:
+        """The request body, ``{"samples":[row,...]}``, as the pieces it is sent in (the batch
+        is finished by this)."""
+        if self._pending is not None:
+            if self._pending_bytes + len(_CLOSE) > SEND_CHUNK:
+                self._join()
+            self._pending.append(_CLOSE)
+            self._join()
+            self._pending = None
+        return self._pieces
+
+    def body(self) -> bytes:
+        """The request body whole: for tools and tests; a sync sends :meth:`parts`."""
+        return b"".join(self.parts())
 
 
 _OPEN = b'{"samples":['
+_COMMA = b","
 _CLOSE = b"]}"
 assert len(_OPEN) + len(_CLOSE) == ENVELOPE_BYTES
 

@@ -157,7 +157,7 @@ class SamplesSink(Sink):
     def send(self, batch: Batch) -> None:  # type: ignore[override]
         context, state = self.context, self.state
         protocol = context.protocol
-        body = batch.body()
+        body = batch.parts()
         rows = batch.count
         released = list(batch.released)
         # A batch of held-back episodes lies behind the cursor: it leaves it, and its seal, where they are.
@@ -175,7 +175,7 @@ class SamplesSink(Sink):
             protocol.check_next_batch = False
             self.reconciler.check("after rows were resent once an earlier request could no longer land")
         context.report.pushed_now += rows
-        context.report.bytes_sent += len(body)
+        context.report.bytes_sent += batch.size
         del body  # the pass releases the batch: the next one is built without this body alive
         context.show()
 
