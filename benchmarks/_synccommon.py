@@ -149,11 +149,14 @@ def client_for(base_url: str) -> tuple[PlatformClient, Destination]:
     return PlatformClient(settings), Destination(key=destination_key(identity), base_url=base_url)
 
 
-def cli_sync(tree: Path, base_url: str, *extra: str) -> tuple[float, dict]:
-    """``prime-runs sync TREE --json`` as a fresh process: its wall time and its report."""
+def cli_sync(tree: Path, base_url: str, *extra: str, checkout: Path = ROOT) -> tuple[float, dict]:
+    """``prime-runs sync TREE --json`` as a fresh process: its wall time and its report.
+    ``checkout``: the source tree whose command runs (another revision's ``git worktree``)."""
+    env = child_env()
+    env["PYTHONPATH"] = str(checkout) + os.pathsep + env["PYTHONPATH"]
     start = now()
     proc = subprocess.run([PYTHON, "-m", "commands", "sync", str(tree), "--base-url", base_url, "--json", *extra],
-                          cwd=ROOT, env=child_env(), capture_output=True, text=True)
+                          cwd=checkout, env=env, capture_output=True, text=True)
     elapsed = now() - start
     if proc.returncode != 0:
         raise SystemExit(f"sync exited {proc.returncode}: {proc.stderr or proc.stdout[-2000:]}")

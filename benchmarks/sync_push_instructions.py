@@ -9,8 +9,9 @@ The push path's CPU, without the network: the same episodes as ``sync_throughput
 
 * ``read``: every durable record, each line checked (``durable_records``);
 * ``rows``: those records as encoded v0 rows (``RowStream``): the projection and its encoding;
-* ``batches``: those rows laid out as request bodies (``batches``, each body finished and
-  released as the sending does), what the sending thread is handed.
+* ``batches``: those rows laid out as request bodies (``batches``, each body finished as
+  the pieces it is sent in and released as the sending does), what the sending thread is
+  handed.
 
 Each stage runs over a run of ``--small`` and one of ``--large`` episodes (written once,
 outside valgrind, under ``--dir``) under ``cachegrind --cache-sim=no`` with
@@ -21,6 +22,10 @@ stage's CPU seconds over the large run too (min of three; they move with the loa
 ``--cli`` counts the whole ``prime-runs sync RUN`` process too (start-up, sending and the
 state saves included), each run to a fresh local platform in a process of its own (not
 counted): its count for the small run is mostly start-up, the difference is per episode.
+
+``--bare`` counts ``sync_throughput.py``'s bare loop too: a process POSTing the same request
+bodies with a plain ``httpx.Client`` (built and written to files outside valgrind, read back
+inside), each run to a fresh local platform: the floor the sync process is compared with.
 
 ``--stage S --run DIR`` runs one stage without valgrind (what each valgrind run executes).
 """
@@ -60,11 +65,54 @@ def run_stage(stage: str, run_dir: Path) -> int:
     elif stage == "rows":
         for row in RowStream(run_dir, None, EVALUATION_ID, MAX_REQUEST_BYTES).rows():
             total += len(row.data)
-    else:
+    elif stage == "batches":
         for batch in batches(RowStream(run_dir, None, EVALUATION_ID, MAX_REQUEST_BYTES), MAX_REQUEST_BYTES):
-            total += len(batch.body())
+            for piece in batch.parts():  # what the sending thread is handed
+                total += len(piece)
             batch.release()
     return total
+
+
+def bare_bodies(run_dir: Path) -> Path:
+    """The run's request bodies, one file each, as the sync cuts them (written once, kept)."""
+    sys.path.insert(0, str(ROOT))
+    from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
+    from prime_runs_spool.sync.rows import RowStream, batches
+
+    folder = run_dir.parent / f"{run_dir.name}-bodies"
+    if not folder.exists():
+        folder.mkdir()
+        for number, batch in enumerate(batches(RowStream(run_dir, None, EVALUATION_ID, MAX_REQUEST_BYTES),
+                                               MAX_REQUEST_BYTES)):
+            if batch.count:
+                (folder / f"{number:04d}.json").write_bytes(batch.body())
+            batch.release()
+    return folder
+
+
+def post_bodies(folder: Path, base_url: str) -> None:
+    """The bare loop: each body read from its file and POSTed whole, as sync_throughput.py's."""
+    import httpx
+
+    headers = {"Authorization": "Bearer bench-key", "Content-Type": "application/json",
+               "Accept": "application/json"}
+    with httpx.Client(timeout=120.0) as http:
+        env = http.post(f"{base_url}/api/v1/environmentshub/resolve", json={"name": "gsm8k"}, headers=headers)
+        created = http.post(f"{base_url}/api/v1/evaluations/", headers=headers,
+                            json={"name": "bare", "environments": [{"id": env.json()["data"]["id"]}]})
+        url = f"{base_url}/api/v1/evaluations/{created.json()['evaluation_id']}/samples"
+        for path in sorted(folder.iterdir()):
+            http.post(url, content=path.read_bytes(), headers=headers).raise_for_status()
+
+
+def bare_instructions(run_dir: Path, env: dict[str, str]) -> int:
+    """User-space instructions of the bare loop over ``run_dir``'s bodies to a fresh local platform."""
+    from _instructions import instructions
+    from _synccommon import platform
+
+    folder = bare_bodies(run_dir)
+    with tempfile.TemporaryDirectory(dir=run_dir.parent) as scratch, platform(Path(scratch) / "db") as server:
+        return instructions(__file__, ["--stage", "bare", "--run", str(folder), "--base-url", server.base_url], env)
 
 
 def ensure_run(folder: Path, episodes: int, size: int) -> Path:
@@ -92,16 +140,21 @@ def cli_instructions(run_dir: Path, env: dict[str, str]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stage", choices=STAGES)
+    parser.add_argument("--stage", choices=[*STAGES, "bare"])
     parser.add_argument("--run", type=Path)
     parser.add_argument("--small", type=int, default=200)
     parser.add_argument("--large", type=int, default=1200)
     parser.add_argument("--size", type=int, default=20_000)
     parser.add_argument("--cpu", action="store_true", help="CPU seconds of each stage over the large run too")
     parser.add_argument("--cli", action="store_true", help="the whole prime-runs sync process too")
+    parser.add_argument("--bare", action="store_true", help="the bare httpx loop POSTing the same bodies too")
+    parser.add_argument("--base-url", help="for --stage bare: the platform")
     parser.add_argument("--dir", type=Path, default=ROOT.parent / "sync-push-runs",
                         help="where the runs are written and kept (a real disk)")
     args = parser.parse_args()
+    if args.stage == "bare":
+        post_bodies(args.run, args.base_url)
+        return
     if args.stage:
         run_stage(args.stage, args.run)
         return
@@ -118,6 +171,10 @@ def main() -> None:
         count = [cli_instructions(run, env) for run in (small, large)]
         print(f"  {(count[1] - count[0]) / (args.large - args.small):11,.0f}  the prime-runs sync process "
               f"({count[0] / 1e6:,.0f} M for {args.small} episodes, start-up included)", flush=True)
+    if args.bare:
+        count = [bare_instructions(run, env) for run in (small, large)]
+        print(f"  {(count[1] - count[0]) / (args.large - args.small):11,.0f}  the bare loop POSTing the same "
+              f"bodies ({count[0] / 1e6:,.0f} M for {args.small} episodes, start-up included)", flush=True)
     if args.cpu:
         print(f"CPU seconds over {args.large} episodes (min of 3)")
         for stage in STAGES:

@@ -2,7 +2,7 @@
 POSTing the same request bodies and against prime-evals' ``push_samples`` of the same rows.
 
 Run: ``python3 benchmarks/sync_throughput.py [--episodes 10000] [--size 20000] [--repeat 3]
-[--quick] [--dir DIR]``
+[--quick] [--dir DIR] [--tree CHECKOUT ...] [--compiled]``
 
 One sealed run of ``--episodes`` episodes of about ``--size`` bytes is written to a spool
 (outside any timing). Then, ``--repeat`` times, in turn, each against a fresh database behind
@@ -26,6 +26,13 @@ a fresh ``prime-runs platform serve`` process (its own GIL):
 Goals: cli at most 1.1x bare, and faster than prime-evals. The CPU time and the
 minor page faults of the cli process and of the library call are printed too: on a shared
 machine they move far less than the wall times.
+
+``--tree CHECKOUT`` (repeatable) times the cli of each checkout (a ``git worktree`` of the
+revision to compare) in the same rounds, in turns, each against the same bare loop: before
+and after, back to back. ``--compiled`` compiles each checkout's bytecode first, as an
+installed package has it; without it, where ``PYTHONDONTWRITEBYTECODE`` is set and the
+checkout was never compiled, every cli start also compiles the package (about 0.1 s of
+CPU). The script says which case it measured.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 from _synccommon import (  # noqa: E402
-    API_KEY, arguments, cli_sync, client_for, drop_state, human, now, platform, scratch, spread, write_run,
+    API_KEY, ROOT, arguments, cli_sync, client_for, drop_state, human, now, platform, scratch, spread, write_run,
 )
 
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES  # noqa: E402
@@ -55,7 +62,7 @@ GOAL = 1.1
 #: Per way, per round: (CPU seconds, user + system, and minor page faults) of the sync
 #: itself: the command's whole process, or this process during the library call. Less
 #: noisy than wall time on a shared machine (docs/benchmarks.md).
-CPU: dict[str, list[tuple[float, int]]] = {"cli": [], "library": []}
+CPU: dict[str, list[tuple[float, int]]] = {"library": []}
 
 
 def _usage(who: int) -> tuple[float, int]:
@@ -84,15 +91,20 @@ def time_sync(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> 
     return elapsed, report.pushed_now, report.bytes_sent
 
 
-def time_cli(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> tuple[float, int, int]:
-    drop_state(run_dir)
-    with platform(work / f"cli-{label}.db") as server:
-        before = _usage(resource.RUSAGE_CHILDREN)  # the platform, a child too, is still running
-        elapsed, document = cli_sync(run_dir, server.base_url, "--jobs", "1",
-                                     "--max-request-bytes", str(max_request_bytes))
-        _used("cli", resource.RUSAGE_CHILDREN, before)
-    (report,) = document["runs"]
-    return elapsed, report["pushed_now"], report["bytes_sent"]
+def cli_way(name: str, checkout: Path):  # noqa: ANN201  (a way, as the others)
+    """The cli of ``checkout`` as a way of its own, named ``name``."""
+    CPU[name] = []
+
+    def time_cli(work: Path, run_dir: Path, label: str, max_request_bytes: int) -> tuple[float, int, int]:
+        drop_state(run_dir)
+        with platform(work / f"cli-{label}.db") as server:
+            before = _usage(resource.RUSAGE_CHILDREN)  # the platform, a child too, is still running
+            elapsed, document = cli_sync(run_dir, server.base_url, "--jobs", "1",
+                                         "--max-request-bytes", str(max_request_bytes), checkout=checkout)
+            _used(name, resource.RUSAGE_CHILDREN, before)
+        (report,) = document["runs"]
+        return elapsed, report["pushed_now"], report["bytes_sent"]
+    return time_cli
 
 
 def _evaluation(client, name: str) -> str:
@@ -156,7 +168,19 @@ def time_bare_with_cpu(work: Path, run_dir: Path, label: str, max_request_bytes:
     round, started with the loop: the floor on this machine's two cores, where the work sync
     cannot skip (reading, checking and projecting every row) competes with the platform for
     the same cores as the cli's does."""
-    return time_bare(work, run_dir, label, max_request_bytes, burn=CPU["cli"][-1][0] if CPU["cli"] else 0.0)
+    return time_bare(work, run_dir, label, max_request_bytes, burn=CPU[CLIS[0]][-1][0] if CPU[CLIS[0]] else 0.0)
+
+
+#: The cli ways, one per checkout (``--tree``); bare+cpu burns the first one's CPU.
+CLIS: list[str] = []
+
+
+def compile_checkout(checkout: Path) -> None:
+    """Bytecode for the package and the command line, as an installed package has it."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout / "prime_runs_spool"),
+                    str(checkout / "commands")], check=True)
 
 
 def _burner(seconds: float):  # noqa: ANN202  (a Popen or None)
@@ -169,15 +193,30 @@ def main() -> None:
     parser = arguments(__doc__, repeat=3, quick="2,000 episodes, 2 repeats")
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES)
+    parser.add_argument("--tree", type=Path, action="append",
+                        help="a checkout whose cli is timed (repeatable: each in turn, in the same rounds)")
+    parser.add_argument("--compiled", action="store_true", help="compile each checkout's bytecode first")
     args = parser.parse_args()
     if args.quick:
         args.episodes, args.repeat = min(args.episodes, 2_000), min(args.repeat, 2)
+    checkouts = [tree.resolve() for tree in args.tree or [ROOT]]
+    for checkout in checkouts:
+        if args.compiled:
+            compile_checkout(checkout)
+        CLIS.append("cli" if len(checkouts) == 1 else f"cli {checkout.name}")
+    for checkout in checkouts:
+        compiled = (checkout / "prime_runs_spool" / "__pycache__").is_dir()
+        cached = "compiled first" if args.compiled else "compiled before" if compiled else (
+            "never compiled, PYTHONDONTWRITEBYTECODE: compiled at every start"
+            if os.environ.get("PYTHONDONTWRITEBYTECODE") else "cached by Python")
+        print(f"bytecode of {checkout}: {cached}", flush=True)
 
     with scratch(args.dir, "syncbench-tp-") as work:
         run_dir = work / "run"
         spool_bytes = write_run(run_dir, "bench-throughput", args.episodes, args.size)
         print(f"spool: {args.episodes} episodes of ~{args.size} B, {human(spool_bytes)} on disk", flush=True)
-        ways = {"cli": time_cli, "library": time_sync, "bare": time_bare, "prime-evals": time_prime_evals}
+        ways = {**{name: cli_way(name, checkout) for name, checkout in zip(CLIS, checkouts)},
+                "library": time_sync, "bare": time_bare, "prime-evals": time_prime_evals}
         if importlib.util.find_spec("prime_evals") is None:
             print("prime-evals is not installed: its figure is left out", flush=True)
             del ways["prime-evals"]
@@ -208,13 +247,18 @@ def main() -> None:
     print("| --- | ---: | ---: |")
     for name, used in CPU.items():
         print(f"| {name} | {spread([cpu for cpu, _ in used])} | {statistics.median(f for _, f in used):,.0f} |")
-    cli_ratio = statistics.median(t / b for t, b in zip(times["cli"], times["bare"]))
     floor_ratio = statistics.median(t / b for t, b in zip(times["bare+cpu"], times["bare"]))
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); "
           f"the floor on this machine now, bare+cpu / bare: {floor_ratio:.2f}")
-    print(f"goals: cli <= {GOAL}x bare: {cli_ratio:.2f} ({'met' if cli_ratio <= GOAL else 'MISSED'})", end="")
+    for name in CLIS[1:]:
+        cpu = statistics.median(a[0] / b[0] for a, b in zip(CPU[name], CPU[CLIS[0]]))
+        wall = statistics.median(a / b for a, b in zip(times[name], times[CLIS[0]]))
+        print(f"{name} / {CLIS[0]}, median of rounds: wall {wall:.2f}, CPU {cpu:.2f}")
+    cli = CLIS[-1]
+    cli_ratio = statistics.median(t / b for t, b in zip(times[cli], times["bare"]))
+    print(f"goals: {cli} <= {GOAL}x bare: {cli_ratio:.2f} ({'met' if cli_ratio <= GOAL else 'MISSED'})", end="")
     if "prime-evals" in times:
-        evals_ratio = statistics.median(c / e for c, e in zip(times["cli"], times["prime-evals"]))
+        evals_ratio = statistics.median(c / e for c, e in zip(times[cli], times["prime-evals"]))
         print(f"; cli faster than prime-evals: cli/prime-evals {evals_ratio:.2f} "
               f"({'met' if evals_ratio < 1 else 'MISSED'})", end="")
     print()
