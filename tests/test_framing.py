@@ -142,3 +142,23 @@ def test_a_lines_crc_is_the_crc32c_of_its_bytes(value, seq):
     line = encode_line({"value": value}, seq, "episode")
     body, trailer = line[:-19], line[-19:]
     assert trailer == b',"crc":"%08x"}\n' % crc32c(body)
+
+
+def test_the_first_line_loads_crc32c_without_its_package_and_checksums_as_it_does() -> None:
+    """The package's ``__init__`` imports argparse, csv, email and importlib.metadata to
+    read its own version, about 85 M instructions at every command's first line: the line
+    is checksummed by its C function, loaded alone, and gives the package's own values; the
+    package imported after it works as ever."""
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from prime_runs_spool.spool.format import checksum\n"
+              "values = [checksum(b'123456789'), checksum(b''), checksum(b'x' * 100_000, 7)]\n"
+              "print(values, sorted(m for m in ('crc32c', 'importlib.metadata', 'argparse', 'email') "
+              "if m in sys.modules))\n"
+              "import crc32c\n"
+              "assert crc32c.crc32c(b'123456789') == values[0] and crc32c.crc32c.__module__ == 'crc32c._crc32c'\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([crc32c(b"123456789"), crc32c(b""), crc32c(b"x" * 100_000, 7)]) + " []", out
+    assert crc32c(b"123456789") == 0xE3069283  # the standard check value of CRC-32C

@@ -72,13 +72,40 @@ _BARE_REST: dict[str, bytes] = {}
 
 def checksum(data: Any, value: int = 0) -> int:
     """CRC-32C of ``data`` extended from ``value``: crc32c's own, loaded at the first line
-    written or read (its package reads its installed metadata when imported, about a tenth
-    of a no-op sync's start-up), then called directly."""
+    written or read (:func:`_crc32c_function`), then called directly."""
     global checksum
+    checksum = _crc32c_function()
+    return checksum(data, value)
+
+
+def _crc32c_function() -> Callable[..., int]:
+    """crc32c's C function, loaded from the package's extension module without running the
+    package's ``__init__``, which imports argparse, csv, email and importlib.metadata to read
+    its own installed version: about 85 M instructions for one function, more than a tenth
+    of a command's start (docs/benchmarks.md). Where the extension is not where the package
+    keeps it, the package is imported as usual."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    name = "crc32c._crc32c"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded.crc32c
+    package = importlib.util.find_spec("crc32c")  # finds the package without running it
+    for folder in (package.submodule_search_locations or []) if package is not None else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "_crc32c" + suffix)
+            if os.path.isfile(path):
+                loader = importlib.machinery.ExtensionFileLoader(name, path)
+                module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+                loader.exec_module(module)
+                sys.modules[name] = module  # the package, imported later, takes this one
+                return module.crc32c
     from crc32c import crc32c
 
-    checksum = crc32c
-    return crc32c(data, value)
+    return crc32c
 
 
 def to_jsonable(record: Any) -> Any:
