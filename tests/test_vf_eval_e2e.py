@@ -9,7 +9,9 @@ not milliseconds: the harness starts a Python program per rollout).
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import stat
 import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -45,7 +47,11 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory, chat_server: FakeChatSer
     """One clean ``prime-runs eval @ eval.toml --no-rich`` run, then ``sync --local``."""
     tmp_path = tmp_path_factory.mktemp("vf-eval")
     launch = launch_file(tmp_path, chat_server.base_url, rollouts=ROLLOUTS)
-    result = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    umask = os.umask(0o022)  # the common default, which lets 0644 through: only modes of our own keep files private
+    try:
+        result = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    finally:
+        os.umask(umask)
     assert result.returncode == 0, result.stderr[-4000:]
     db = tmp_path / "platform.db"
     synced = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "--json", "outputs"], cwd=tmp_path,
@@ -103,6 +109,18 @@ def test_the_launch_files_header_secret_never_reaches_our_files(clean_run: dict[
         ours += extra.read_bytes()
     for secret in (HEADER_SECRET, KEY_VALUE):
         assert secret.encode() not in ours
+
+
+def test_the_files_verifiers_writes_with_the_launch_files_secret_are_private(clean_run: dict[str, Any]) -> None:
+    """verifiers writes the launch file, the resolved config and traces.jsonl with the
+    umask's mode: the header secret the spool masks was readable by every user (0644)."""
+    folder = run_dir(clean_run["tmp"])
+    holding = [path for path in folder.rglob("*") if path.is_file() and not path.is_symlink()
+               and HEADER_SECRET.encode() in path.read_bytes()]
+    assert {path.relative_to(folder).as_posix() for path in holding} >= {
+        "configs/eval.toml", "configs/resolved/eval.json", "traces.jsonl"}
+    assert [(str(path), oct(path.stat().st_mode & 0o777)) for path in holding
+            if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO)] == []
 
 
 def test_rows_equal_the_sdks_build_samples_of_the_same_episodes(clean_run: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
-from prime_runs_spool.files import DISK_FULL_ERRNOS
+from prime_runs_spool.files import DISK_FULL_ERRNOS, open_private
 from prime_runs_spool.plural import episodes
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
@@ -255,6 +255,7 @@ class _Hooks:
             platform_runs=_pushed_before_resume(config),
         )
         self._session.runs.append(run)
+        _keep_outputs_private(eval_run_dir(config))
         if supersedes:
             _log.info("run %s: resumed; %s earlier superseded by retried rollouts", run.id, episodes(len(supersedes)))
         return run
@@ -268,6 +269,31 @@ class _Hooks:
 
     def abort_run(self, run: Run, error: BaseException, state: Any) -> None:
         abort_eval_run(run, error)
+
+
+def _keep_outputs_private(run_dir: Path) -> None:
+    """Make the files verifiers writes beside the spool ``0600``, as the spool's are.
+
+    verifiers writes the launch file verbatim (``configs/<cli>.toml``), the resolved config
+    (``configs/resolved/<cli>.json``) and ``traces.jsonl`` (every episode's resolved seat
+    configs) with the umask's mode, ``0644`` by default: a client's headers and keys, which
+    the spool masks, readable by every user of the machine. By the time the run opens,
+    verifiers has written the configs (and a resume's ``traces.jsonl``); a ``traces.jsonl``
+    not there yet is created ``0600`` here, empty, so verifiers' appends keep that mode. A
+    symbolic link is left alone (its target is not this run's file)."""
+    from verifiers.v1.cli.output import CONFIG_DIR, RESOLVED_DIR  # verifiers names its own folders
+
+    configs = run_dir / CONFIG_DIR
+    paths = [verifiers_traces_path(run_dir)]
+    for folder in (configs, configs / RESOLVED_DIR):
+        with contextlib.suppress(OSError):
+            paths += sorted(entry for entry in folder.iterdir() if entry.is_file() and not entry.is_symlink())
+    for path in paths:
+        try:
+            os.close(open_private(path, os.O_RDONLY | os.O_NOFOLLOW))
+        except OSError as exc:
+            _log.warning("%s: could not be made private (%s); it may hold credentials in clear text",
+                         path, exc.strerror or exc)
 
 
 def _superseded_by_resume(config: Any) -> list[str] | None:
