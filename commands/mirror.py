@@ -16,6 +16,7 @@ import click
 from .output import Seconds, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.plural import plural
 from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.sync.command_line import output_option
 
@@ -31,7 +32,8 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     """Copy the run spools under PATHS into the store URL (the last argument), as they grow.
 
     Sealed segments go once, whole; a live segment goes up to its writer's durable mark at
-    every pass, never past it. The local spool stays the durable copy. Runs until SIGINT or
+    every pass, never past it. A segment written under older masking rules goes up as a
+    copy masked again by today's rules (its line says so); the local spool is left as it was. The local spool stays the durable copy. Runs until SIGINT or
     SIGTERM (exit 0), or one pass with --once. Eval outputs without a spool (plain
     vf-eval's) are not copied: each such folder is named on stderr. Exit 1 when a pass
     (with --once) failed to upload something or left such a folder, 2 on bad usage.
@@ -45,7 +47,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
     from prime_runs_spool.store.mirror import DEFAULT_INTERVAL, mirror as run_mirror
-    from prime_runs_spool.content.remask import copy_refused
+    from prime_runs_spool.content.remask import copy_masking
     from prime_runs_spool.store.objects import ObjectStore
 
     urls = store_urls(paths)
@@ -72,19 +74,27 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
                 click.echo(f"error      {report.path} -> {report.url}: {report.error}")
             else:
                 click.echo(f"uploaded   {report.path} -> {report.url}: {', '.join(report.uploaded)} "
-                           f"({report.bytes_sent} bytes)")
+                           f"({report.bytes_sent} bytes){_masked_again(report.masked_again)}")
         sys.stdout.flush()
 
     try:
         store = ObjectStore(urls[0])
         run_mirror(roots, store, interval=interval or DEFAULT_INTERVAL, once=once,
-                   stop=stopped.wait, on_pass=show, manifest_check=copy_refused)
+                   stop=stopped.wait, on_pass=show, masking=copy_masking)
     except StoreSetupError as exc:  # the URL or the setup, not the store: usage
         fail_usage(str(exc))
     except StoreError as exc:
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(1)
     sys.exit(1 if once and (failed or unspooled) else 0)
+
+
+def _masked_again(segments: list[str]) -> str:
+    """What the line adds when segments written under older masking rules went up masked again."""
+    if not segments:
+        return ""
+    return (f"; {', '.join(segments)} written under older masking rules: the store holds "
+            f"{plural(len(segments), 'it', 'them')} masked again by today's, the local spool is left as it was")
 
 
 def _not_spooled(roots: list[Path]) -> list[Path]:

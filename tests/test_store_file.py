@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool.content.remask import copy_refused
+from prime_runs_spool.content.remask import copy_masking
 
 from prime_runs_spool.errors import StoreConflict
 from prime_runs_spool.store.objects import ObjectStore
@@ -259,11 +259,11 @@ def test_mirror_fsyncs_a_dead_writers_segment_before_uploading_it(tmp_path: Path
     builder.add(3)
     segment = segment_path(builder.run_dir, 1)
     identity = (segment.stat().st_dev, segment.stat().st_ino)
-    mirror_pass([tmp_path / "node"], ObjectStore(folder_url), manifest_check=copy_refused)
+    mirror_pass([tmp_path / "node"], ObjectStore(folder_url), masking=copy_masking)
     assert identity not in synced  # live: only what its mark says is durable went up
     builder.add(2)
     builder.abandon()  # the writer is gone, its last lines in the file
-    (report,) = mirror_pass([tmp_path / "node"], ObjectStore(folder_url), manifest_check=copy_refused)
+    (report,) = mirror_pass([tmp_path / "node"], ObjectStore(folder_url), masking=copy_masking)
     assert report.uploaded and synced.count(identity) == 1, (report, synced)
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from prime_runs_spool.content.remask import copy_refused
+from prime_runs_spool.content.remask import copy_masking
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import load_settings
-from prime_runs_spool.store.mirror import mirror_pass
+from prime_runs_spool.store.mirror import MirrorMemory, mirror_pass
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.retry import Backoff
@@ -56,12 +56,12 @@ def test_a_grown_live_segment_is_read_from_its_cursor(tmp_path: Path, server, ap
         builder = RunBuilder(tmp_path / "node" / "run", "reads-new")
         builder.open_segment()
         builder.add(150, size=2_000)
-        mirror_pass([tmp_path / "node"], ObjectStore(url), manifest_check=copy_refused)
+        mirror_pass([tmp_path / "node"], ObjectStore(url), masking=copy_masking)
         size_before = _object_size(ObjectStore(url), "seg-000001.jsonl")
         first = _sync(server.base_url, url, tmp_path / "m", ObjectStore(url))
         assert [r.pushed_now for r in first] == [150]
         builder.add(80, size=2_000)
-        mirror_pass([tmp_path / "node"], ObjectStore(url), manifest_check=copy_refused)
+        mirror_pass([tmp_path / "node"], ObjectStore(url), masking=copy_masking)
         size_after = _object_size(ObjectStore(url), "seg-000001.jsonl")
         store = ObjectStore(url)
         second = _sync(server.base_url, url, tmp_path / "m", store)
@@ -70,7 +70,7 @@ def test_a_grown_live_segment_is_read_from_its_cursor(tmp_path: Path, server, ap
         # Read as live (the mirror's marker), not ended as crashed each time it grew.
         assert [r.state for r in first + second] == ["live", "live"]
         builder.seal()
-        mirror_pass([tmp_path / "node"], ObjectStore(url), manifest_check=copy_refused)  # sealed: its last bytes, no marker
+        mirror_pass([tmp_path / "node"], ObjectStore(url), masking=copy_masking)  # sealed: its last bytes, no marker
         assert not any(info.key.endswith(".live") for info in ObjectStore(url).list())
         third = _sync(server.base_url, url, tmp_path / "m", ObjectStore(url))
         assert [(r.state, r.pushed_now) for r in third] == [("synced", 0)]
@@ -97,11 +97,11 @@ def test_a_killed_writers_padding_is_not_uploaded(tmp_path: Path, moto) -> None:
     url = f"s3://{moto.new_bucket()}/outputs"
     with moto_server.environment(moto.env()):
         store = ObjectStore(url)
-        [report] = mirror_pass([tmp_path / "node"], store, manifest_check=copy_refused)
+        [report] = mirror_pass([tmp_path / "node"], store, masking=copy_masking)
         assert report.error is None and report.bytes_sent == len(on_disk.rstrip(b"\0"))
         [info] = [i for i in store.list() if i.key.endswith("seg-000001.jsonl")]
         assert store.read_range(info.key, 0, info.size, info.etag) == on_disk.rstrip(b"\0")
-        assert mirror_pass([tmp_path / "node"], store, manifest_check=copy_refused)[0].uploaded == []  # once
+        assert mirror_pass([tmp_path / "node"], store, masking=copy_masking)[0].uploaded == []  # once
 
 
 @pytest.mark.slow
@@ -113,14 +113,14 @@ def test_a_second_machine_mirroring_into_the_same_prefix_is_refused_not_overwrit
     url = f"file://{tmp_path / 'bucket'}"
     first = build_run(tmp_path / "a" / "run-000", "machine-a-run", 4)
     second = build_run(tmp_path / "b" / "run-000", "machine-b-run", 6)
-    [mine] = mirror_pass([tmp_path / "a"], ObjectStore(url), manifest_check=copy_refused)
+    [mine] = mirror_pass([tmp_path / "a"], ObjectStore(url), masking=copy_masking)
     assert mine.error is None and mine.uploaded == ["seg-000001.jsonl"]
     stored = (tmp_path / "bucket" / "run-000" / "spool" / "seg-000001.jsonl")
     before = stored.read_bytes()
-    [theirs] = mirror_pass([tmp_path / "b"], ObjectStore(url), manifest_check=copy_refused)
+    [theirs] = mirror_pass([tmp_path / "b"], ObjectStore(url), masking=copy_masking)
     assert theirs.uploaded == [] and "holds another run's segment" in str(theirs.error), theirs
     assert stored.read_bytes() == before == (first.run_dir / "spool" / "seg-000001.jsonl").read_bytes()
     assert second.count == 6
     # The machine that owns it goes on uploading it as it changes.
-    checked: set[str] = set()
-    assert mirror_pass([tmp_path / "a"], ObjectStore(url), checked, manifest_check=copy_refused)[0].error is None
+    memory = MirrorMemory()
+    assert mirror_pass([tmp_path / "a"], ObjectStore(url), memory, masking=copy_masking)[0].error is None

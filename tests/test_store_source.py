@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prime_runs_spool.content.mask_locations import MASKING_VERSION
-from prime_runs_spool.content.remask import copy_refused
+from prime_runs_spool.content.remask import copy_masking
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -279,10 +279,10 @@ def test_a_mirror_pass_over_a_writer_that_seals_meanwhile_uploads_the_sealed_seg
 
     monkeypatch.setattr(mirror, "writer_alive", sealed_meanwhile)
     store = _memory_store()
-    [report] = mirror.mirror_pass([run_dir], store, manifest_check=copy_refused)
+    [report] = mirror.mirror_pass([run_dir], store, masking=copy_masking)
     assert report.error is None, report.error
     monkeypatch.undo()
-    [report] = mirror.mirror_pass([run_dir], store, manifest_check=copy_refused)  # nothing left to upload: the whole sealed segment is there
+    [report] = mirror.mirror_pass([run_dir], store, masking=copy_masking)  # nothing left to upload: the whole sealed segment is there
     assert report.uploaded == [] and report.error is None
     [run] = find_store_runs(store, store.list(), tmp_path / "local")
     assert read_run(run).status == "completed"

@@ -4,7 +4,8 @@ Masking happens at append, so a spool holds what the rules of its day masked. Wh
 credential location is added (content/mask_locations.py, :data:`MASKING_VERSION`), a spool
 written before then may hold a credential in clear text at the new location; the spool
 itself is the user's own file and is left as it is, but nothing of it reaches a
-destination unmasked: sync passes its manifest and every episode through here first.
+destination unmasked: sync passes its manifest and every episode through here first, and
+``prime-runs mirror`` uploads a copy of each such segment whose every record went through here.
 A spool recorded under the current version is passed through untouched (masking again
 would change nothing and cost a walk of every config), so only old spools pay.
 """
@@ -14,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
 from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
+from prime_runs_spool.spool.reader import Record
+from prime_runs_spool.spool.rewrite import RecordChange
 
 _CONFIG_RULES = MaskRules.defaults_for_config()
 _EPISODE_RULES = MaskRules.defaults_for_episode()
@@ -35,15 +39,26 @@ def needs_remask(manifest: Mapping[str, Any]) -> bool:
     return masked_under(manifest) != MASKING_VERSION
 
 
-def copy_refused(manifest: Mapping[str, Any]) -> str | None:
-    """Why a segment with this manifest must not be copied byte for byte to where it
-    travels (``prime-runs mirror``), or ``None``: one written under other rules than today's
-    may hold in clear text what today's rules mask, and a copy of bytes cannot mask it."""
-    if not needs_remask(manifest):
-        return None
-    return (f"was written under masking rules version {masked_under(manifest)} (this package's: "
-            f"{MASKING_VERSION}): it may hold credentials in clear text that today's rules mask, so it is "
-            f"not mirrored; `prime-runs sync` it from here, which masks it again on the way to the platform")
+def copy_masking(manifest: Mapping[str, Any]) -> RecordChange | None:
+    """How a copy of a segment with this manifest is made (``prime-runs mirror``): ``None``
+    when its bytes may be copied as they are (it was masked by today's rules at append),
+    else the change that gives each of its records as today's rules would have written it.
+    The copy's manifest then says today's version: everything in it was masked by today's
+    rules, so whoever reads the copy need not mask it again."""
+    return None if not needs_remask(manifest) else remasked_record
+
+
+def remasked_record(record: Record) -> Any:
+    """A record's data masked again by today's rules: the same object when nothing in it
+    changes, so that its line is copied byte for byte (spool/rewrite.py)."""
+    if record.type == EPISODE:
+        return remask_episode(record.data)
+    if record.type == MANIFEST and isinstance(record.data, Mapping):
+        return {**remask_manifest(record.data), "masking_version": MASKING_VERSION}
+    if record.type == SEAL and isinstance(record.data, Mapping) and isinstance(record.data.get("error"), str):
+        error = mask_url_userinfo(record.data["error"])  # sync masks it so before it leaves, too
+        return record.data if error == record.data["error"] else {**record.data, "error": error}
+    return record.data
 
 
 def remask_manifest(manifest: Mapping[str, Any], warnings: list[str] | None = None) -> dict[str, Any]:

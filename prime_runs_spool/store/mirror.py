@@ -18,9 +18,13 @@ is only ever a prefix of it that is already durable:
   its new lines.
 
 A segment written under older masking rules than this package's (its manifest's
-``masking_version``, docs/masking.md) may hold in clear text what today's rules mask: sync
-masks it again on its way to the platform, but the mirror copies bytes, so it is not
-uploaded at all and the run's report says why.
+``masking_version``, docs/masking.md) may hold in clear text what today's rules mask, so its
+bytes never travel: the mirror uploads a copy of it instead, each record masked again by
+today's rules (the change its caller gives, ``content.remask.copy_masking``) and its line
+framed anew (``spool/rewrite.py``), its manifest saying today's version; the local spool is
+left as it was. The copy is made again, whole, when the segment grows (an older package's
+writer still running), and only ever grows: a sync of the store that read part of it finds
+that part unchanged.
 
 Before a run's first upload the mirror leaves a **note** in the run's spool folder
 (``spool/mirror.json``: the run's URL in the store), fsync'd: a sync of the run's folder
@@ -38,17 +42,20 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prime_runs_spool.errors import StoreError
+from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
 from prime_runs_spool.files import read_regular_file, replace_private
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
+from prime_runs_spool.spool.reader import Record
+from prime_runs_spool.spool.rewrite import RecordChange, rewrite_segment
 from prime_runs_spool.spool.writer_state import make_durable, writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
@@ -117,6 +124,8 @@ class MirrorReport:
     url: str
     uploaded: list[str] = field(default_factory=list)
     bytes_sent: int = 0
+    #: Of ``uploaded``, the segments written under older masking rules, uploaded masked again.
+    masked_again: list[str] = field(default_factory=list)
     error: str | None = None
 
     def as_json(self) -> dict[str, object]:
@@ -193,67 +202,149 @@ def _check_same_segment(store: ObjectStore, there: ObjectInfo, segment: Path) ->
                          f"{store.url}/$(hostname); not uploaded")
 
 
-#: Says why a segment with this manifest must not be copied (``None``: it may be): given by
-#: the caller, from the layer that knows the masking rules (content/remask.py).
-ManifestCheck = Callable[[Mapping[str, Any]], "str | None"]
+#: How a segment is copied, given its manifest (the line after its header): ``None`` to copy
+#: its bytes as they are, else the change each of its records gets in the copy
+#: (``content.remask.copy_masking``: a segment masked under older rules is masked again). Given
+#: by the caller, from the layer that knows the masking rules.
+CopyMasking = Callable[[Mapping[str, Any]], "RecordChange | None"]
 
 
-def _check_masked_today(segment: Path, size: int, manifest_check: ManifestCheck) -> bool:
-    """Refuse a segment whose manifest (the line after its header) says it was masked under
-    other rules than today's: what a newer rule masks is in it in clear text. Whether its
-    manifest was read: one not yet within ``size`` (a live writer's first lines) is read
-    again at the next upload, and until then no record of the segment travels. A damaged
-    manifest is refused too: what masked the records after it cannot be told."""
+@dataclass
+class MirrorMemory:
+    """What a mirror process remembers between its passes, so that a pass pays only for the
+    segments that changed."""
+
+    #: Segments copied byte for byte whose object is known to be this machine's (its header
+    #: checked): up to date when the object is as long as the segment.
+    checked: set[str] = field(default_factory=set)
+    #: Segments copied masked again: the source bytes the copy was made of, and the copy's
+    #: length; up to date while both still hold.
+    masked_again: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _segment_manifest(segment: Path, size: int) -> dict[str, Any] | None:
+    """The manifest a segment's records were written under (the line after its header), or
+    None while it is not within ``size`` yet (a live writer's first lines). A damaged one is
+    refused: which rules masked the records after it cannot be told."""
     with open(segment, "rb") as f:
         header = f.readline(_HEADER_BYTES)
         if len(header) >= size:
-            return False
+            return None
         line = f.readline(min(MAX_LINE_BYTES, size - len(header)) + 1)
     if len(header) + len(line) > size or not line.endswith(b"\n"):
-        return False  # not there yet: nothing after the header travels
+        return None
     record = parse_line(line)
     if record is None or record.type != MANIFEST or not isinstance(record.data, dict):
-        # Which rules masked what follows is unknown: its records could hold anything.
         raise StoreError(f"{segment}: the line after its header is no intact manifest, so the masking rules "
                          f"its records were written under are unknown; not mirrored (`prime-runs verify` "
                          f"says what is damaged)")
-    refused = manifest_check(record.data)
-    if refused is not None:
-        raise StoreError(f"{segment} {refused}")
-    return True
+    return record.data
 
 
-def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | None = None, *,
-                manifest_check: ManifestCheck) -> list[MirrorReport]:
-    """Upload what changed in every run under ``roots``; one report per run. ``checked``: the
-    objects already known to be this machine's segments, masked under today's rules (kept
-    across passes by :func:`mirror`, so each is checked once per process, with one small
-    ranged read and a read of its manifest). ``manifest_check``: whether a segment may be
-    copied, by its manifest (``content.remask.copy_refused``: not one masked under older rules)."""
-    checked = set() if checked is None else checked
+def _keep_all(record: Record) -> Any:
+    return record.data
+
+
+class _Copier:
+    """One pass's uploads of one run's segments."""
+
+    def __init__(self, store: ObjectStore, run_dir: Path, report: MirrorReport, memory: MirrorMemory,
+                 masking: CopyMasking) -> None:
+        self.store, self.run_dir, self.report, self.memory, self.masking = store, run_dir, report, memory, masking
+
+    def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None) -> ObjectInfo | None:
+        """Bring the object ``key`` up to the segment's first ``size`` bytes; the object as it now is."""
+        memory = self.memory
+        if there is not None and (key in memory.checked and there.size == size
+                                  or memory.masked_again.get(key) == (size, there.size)):
+            return there
+        manifest = _segment_manifest(segment, size)
+        # Until its manifest is there, only the segment's header is copied (the walk stops
+        # before a torn line), so no line written under unknown rules travels.
+        change = _keep_all if manifest is None else self.masking(manifest)
+        if change is None:
+            if there is not None and there.size == size:
+                return there
+            self._check_ours(key, there, segment)
+            self._upload(key, segment, size, segment)
+            memory.checked.add(key)
+            return ObjectInfo(key, size, None)
+        return self._masked_again(index, segment, key, size, there, change, manifest is not None)
+
+    def _masked_again(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None,
+                      change: RecordChange, told: bool) -> ObjectInfo | None:
+        """Upload the copy of the segment's first ``size`` bytes with ``change`` made to its
+        records, framed anew (spool/rewrite.py), unless the object already is that copy. Made
+        in a private temporary file, never in memory; made again whole as the segment grows
+        (a live writer of older rules), which only appends to the copy, so what a sync of the
+        store read of it stays where it was."""
+        fd, temp = tempfile.mkstemp(prefix="prime-runs-mirror-", suffix=".jsonl")  # 0600
+        try:
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    length = rewrite_segment(segment, index, size, out, change)
+                except CorruptSpoolError as exc:
+                    raise StoreError(f"{exc}; a damaged line cannot be masked again, so the segment is not "
+                                     f"mirrored (`prime-runs verify {self.run_dir}` says more; `prime-runs sync "
+                                     f"--skip-corrupt {self.run_dir}` ships the rest from here)") from None
+                except SpoolError as exc:  # a newer format, a record that cannot be framed
+                    raise StoreError(f"{exc}; not mirrored") from None
+            if there is not None and there.size == length and self._same_start(there, Path(temp)):
+                self.memory.masked_again[key] = (size, length)
+                return there
+            self._check_ours(key, there, segment)
+            if length > 0:
+                self._upload(key, Path(temp), length, segment)
+                if told:
+                    self.report.masked_again.append(segment.name)
+            self.memory.masked_again[key] = (size, length)
+            return ObjectInfo(key, length, None) if length > 0 else there
+        finally:
+            os.unlink(temp)
+
+    def _same_start(self, there: ObjectInfo, copy: Path) -> bool:
+        """Whether the object starts with the copy's header and manifest, byte for byte: a copy
+        of the same length that says today's masking version is the one made from this source
+        (the copy is a function of it); an older mirror's byte copy of a segment masked under
+        the rules of its day (whose manifest names that day's version) is replaced."""
+        with open(copy, "rb") as f:
+            start = f.readline(_HEADER_BYTES) + f.readline(MAX_LINE_BYTES + 1)
+        return self.store.read_range(there.key, 0, len(start), there.etag) == start
+
+    def _check_ours(self, key: str, there: ObjectInfo | None, segment: Path) -> None:
+        if there is not None and key not in self.memory.checked and key not in self.memory.masked_again:
+            _check_same_segment(self.store, there, segment)
+
+    def _upload(self, key: str, path: Path, size: int, segment: Path) -> None:
+        _note_mirror(self.run_dir, self.report.url)
+        self.store.upload_prefix(key, path, size)
+        self.report.uploaded.append(segment.name)
+        self.report.bytes_sent += size
+
+
+def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory | None = None, *,
+                masking: CopyMasking) -> list[MirrorReport]:
+    """Upload what changed in every run under ``roots``; one report per run. ``memory``: what
+    earlier passes of this process learned (kept across passes by :func:`mirror`, so each
+    object is checked to be this machine's once per process, with one small ranged read).
+    ``masking``: how a segment is copied, by its manifest (``content.remask.copy_masking``:
+    one masked under older rules is masked again by today's)."""
+    memory = MirrorMemory() if memory is None else memory
     listed = {info.key: info for info in store.list()}
     reports = []
     for root in roots:
         for run_dir in find_runs([root]):
             key = _run_key(Path(root), run_dir)
             report = MirrorReport(path=str(run_dir), url=store.location(key))
+            copier = _Copier(store, run_dir, report, memory, masking)
             try:
                 _check_first_copy(run_dir, store, report.url)
-                for _, segment in list_segments(run_dir):
+                for index, segment in list_segments(run_dir):
                     object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
                     size, alive = _target_size(segment)
                     there = listed.get(object_key)
-                    if size > 0 and (there is None or there.size != size):
-                        manifest_read = object_key in checked or _check_masked_today(segment, size, manifest_check)
-                        if there is not None and object_key not in checked:
-                            _check_same_segment(store, there, segment)
-                        _note_mirror(run_dir, report.url)
-                        store.upload_prefix(object_key, segment, size)
-                        if manifest_read:
-                            checked.add(object_key)
-                        report.uploaded.append(segment.name)
-                        report.bytes_sent += size
-                        there = ObjectInfo(object_key, size, None)
+                    if size > 0:
+                        there = copier.segment(index, segment, object_key, size, there)
                     marker = live_marker_key(object_key)
                     if alive and there is not None:
                         _mark_live(store, marker, listed.get(marker))
@@ -267,11 +358,11 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, checked: set[str] | N
 
 def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool,
            stop: Callable[[float], bool], on_pass: Callable[[list[MirrorReport]], None],
-           manifest_check: ManifestCheck) -> None:
+           masking: CopyMasking) -> None:
     """Mirror until ``stop(interval)`` says so (it waits, and is True once asked to stop)."""
-    checked: set[str] = set()
+    memory = MirrorMemory()
     while True:
-        on_pass(mirror_pass(roots, store, checked, manifest_check=manifest_check))
+        on_pass(mirror_pass(roots, store, memory, masking=masking))
         if once or stop(interval):
             return
 
