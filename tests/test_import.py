@@ -561,3 +561,18 @@ def test_a_run_id_of_dots_keeps_each_sources_spool_in_its_own_state_dir_folder(t
         assert spool.parent.parent == (state / "imports").resolve(), spool  # imports/<source>/<run>
     assert [len(list(read_run(spool).episodes())) for spool in spools] == [len(traces_of(root / "vf040-completed")),
                                                                            len(traces_of(root / "vf040-cancelled"))]
+
+
+def test_a_launch_file_that_is_a_symbolic_link_is_not_recorded(tmp_path: Path) -> None:
+    """A link's target lies outside the outputs (an artifact unpacked on a CI runner could
+    point it at any clean TOML file there): it went to the platform word for word."""
+    root = copy_fixture(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    elsewhere = tmp_path / "elsewhere.toml"
+    elsewhere.write_text('note = "a file of the machine that imports, not of the run"\n')
+    launch = run_dir / "configs" / "eval.toml"
+    launch.unlink()
+    launch.symlink_to(elsewhere)
+    assert import_output(run_dir).state == "imported"
+    assert "config_source" not in read_run(run_dir).manifest
+    assert b"not of the run" not in all_bytes_under(run_dir / "spool")

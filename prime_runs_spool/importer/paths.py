@@ -47,9 +47,11 @@ def resolved_config_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 def launch_file_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
-    """``configs/*.toml``: the launch files copied verbatim."""
+    """``configs/*.toml``: the launch files copied verbatim. Never a symbolic link: verifiers
+    copies the file, and a link's target (anywhere on the machine that imports, say a CI
+    runner unpacking an artifact) would be uploaded as the run's launch file, word for word."""
     folder = Path(output_dir) / CONFIGS_DIRNAME
-    return sorted(p for p in folder.glob("*.toml") if p.is_file()) if folder.is_dir() else []
+    return sorted(p for p in folder.glob("*.toml") if p.is_file() and not p.is_symlink()) if folder.is_dir() else []
 
 
 def attempt_log_paths(output_dir: str | os.PathLike[str]) -> list[Path]:
