@@ -35,7 +35,9 @@ first store a run is mirrored into; a copy in any other store is not covered.
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
 locks, durable marks, sync state or logs. One pass costs one listing of the prefix and one
-``stat`` per segment; an unchanged spool uploads nothing.
+``stat`` per segment (and, the first time a process sees a segment, a read of its first two
+lines; a segment under older rules is read whole and masked again once a process, and again
+whenever it grows); an unchanged spool uploads nothing.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ class MirrorMemory:
     #: Segments copied byte for byte whose object is known to be this machine's (its header
     #: checked): up to date when the object is as long as the segment.
     checked: set[str] = field(default_factory=set)
+    #: Segments whose manifest says today's masking rules: copied byte for byte, compared by
+    #: size alone (their manifest is not read again at every pass).
+    masked_today: set[str] = field(default_factory=set)
     #: Segments copied masked again: the source bytes the copy was made of, and the copy's
     #: length; up to date while both still hold.
     masked_again: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -255,7 +260,7 @@ class _Copier:
     def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None) -> ObjectInfo | None:
         """Bring the object ``key`` up to the segment's first ``size`` bytes; the object as it now is."""
         memory = self.memory
-        if there is not None and (key in memory.checked and there.size == size
+        if there is not None and ((key in memory.checked or key in memory.masked_today) and there.size == size
                                   or memory.masked_again.get(key) == (size, there.size)):
             return there
         manifest = _segment_manifest(segment, size)
@@ -263,6 +268,7 @@ class _Copier:
         # before a torn line), so no line written under unknown rules travels.
         change = _keep_all if manifest is None else self.masking(manifest)
         if change is None:
+            memory.masked_today.add(key)
             if there is not None and there.size == size:
                 return there
             self._check_ours(key, there, segment)
