@@ -303,3 +303,39 @@ def test_a_run_folder_renamed_after_its_first_upload_is_not_mirrored_a_second_ti
     assert report["url"] == f"{folder_url}/eval-1-final"
     assert report["error"].startswith(f"this run was first mirrored to {folder_url}/eval-1 ("), report
     assert not (Path(folder_url.removeprefix("file://")) / "eval-1-final").exists()
+
+
+def _without_obstore(tmp_path: Path) -> str:
+    """A PYTHONPATH entry under which ``import obstore`` fails as it does where the `s3`
+    extra was never installed (the package is on this machine, so it is shadowed)."""
+    shadow = tmp_path / "no-obstore"
+    shadow.mkdir()
+    (shadow / "obstore.py").write_text("raise ModuleNotFoundError(\"No module named 'obstore'\", name='obstore')\n")
+    return str(shadow)
+
+
+@pytest.mark.slow
+def test_a_file_url_needs_no_obstore_and_an_s3_url_says_how_to_get_it(tmp_path: Path) -> None:
+    """A file:// folder is served by store/local_files.py, so a clone installed without the
+    `s3` extra mirrors, lists, verifies and syncs there; listing and reading imported the
+    library first, and every command over file:// ended in 'internal error:
+    ModuleNotFoundError: obstore' (exit 1). An s3:// URL still says what to install (exit 2)."""
+    import os
+
+    from support.env import REPO_ROOT
+
+    hidden = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), _without_obstore(tmp_path)]),
+              "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert "ModuleNotFoundError" in subprocess.run([sys.executable, "-c", "import obstore"], capture_output=True,
+                                                   text=True, env=child_env(**hidden)).stderr
+    build_run(tmp_path / "outputs" / "r", "no-obstore", 3)
+    url = f"file://{tmp_path / 'bucket'}"
+    steps = [("mirror", "--once", str(tmp_path / "outputs"), url), ("status", url), ("verify", url),
+             ("sync", "--local", "--db", str(tmp_path / "local.db"), "--json", url)]
+    for args in steps:
+        result = run_cli(*args, timeout=60, **hidden)
+        assert result.returncode == 0, (args, result.returncode, result.stderr)
+        assert "internal error" not in result.stderr
+    assert [r["state"] for r in json.loads(result.stdout)["runs"]] == ["synced"]
+    s3 = run_cli("status", "s3://bucket/outputs", **hidden)
+    assert s3.returncode == 2 and s3.stderr.strip().splitlines()[-1].endswith("pip install -e '.[s3]' does the same)")

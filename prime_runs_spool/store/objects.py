@@ -136,14 +136,14 @@ class ObjectStore:
 
     def list(self) -> list[ObjectInfo]:
         """Every object under the prefix (one listing, paged by the library)."""
-        import obstore
-
         self._count("list")
         if self._local is not None:
             try:
                 return self._local.list()
             except OSError as exc:
                 raise StoreError(f"{self.url}: cannot list: {_os_reason(exc)}") from None
+        import obstore
+
         found = []
         try:
             for page in obstore.list(self._store, chunk_size=1000):
@@ -158,8 +158,6 @@ class ObjectStore:
     def read_range(self, key: str, start: int, end: int, etag: str | None) -> bytes:
         """Bytes ``[start, end)`` of ``key``, refused if the object is no longer ``etag``
         (re-uploaded since it was listed: what was listed is what gets read, or nothing)."""
-        import obstore
-
         if end <= start:
             return b""
         self._count("get")
@@ -172,6 +170,8 @@ class ObjectStore:
                 raise StoreError(f"{self.location(key)}: cannot read: {_os_reason(exc)}") from None
             self._count("bytes_read", len(data))
             return data
+        import obstore
+
         options: dict[str, object] = {"range": (start, end)}
         if etag:
             options["if_match"] = etag
@@ -184,11 +184,11 @@ class ObjectStore:
 
     def read(self, key: str) -> tuple[bytes, str | None] | None:
         """A small object whole, with its etag; None when there is none."""
-        import obstore
-
         self._count("get")
         if self._local is not None:
             return self._read_local(key)
+        import obstore
+
         try:
             result = obstore.get(self._store, key)
             size = result.meta.get("size")
