@@ -13,6 +13,7 @@ real ``file://`` store and moto's S3 server; each "machine" has its own home and
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -124,3 +125,45 @@ def test_a_growing_old_segment_is_masked_again_as_it_grows_and_synced_once(tmp_p
     assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 4)], synced.stdout + synced.stderr
     assert_exactly_once(api, episodes_of(run_dir))
     assert not [secret for secret in LEAKED.values() if secret.encode() in all_bytes_under(tmp_path / "bucket")]
+
+
+def test_an_older_mirrors_copy_a_sync_has_read_is_left_and_the_line_says_how_to_clear_it(tmp_path: Path, server,
+                                                                                         api) -> None:
+    """A segment an older package mirrored byte for byte (masked by the rules of its day,
+    version 6: a plural ``access_tokens`` in clear text) and a sync of the store has read
+    there: replacing it with the masked copy would leave that sync's place in it lost (the
+    run reported ``lost``, exit 1, though all of it was pushed). The mirror leaves it and its
+    line says to delete the run's copy and mirror again; done, the store holds the masked
+    copy and a sync of it pushes nothing twice."""
+    secret = "tok-V6-ACCESS-TOKEN-7777"
+    run_dir = tmp_path / "node" / "outputs" / "v6run"
+    manifest = {**old_manifest("v6-mirrored"), "config": {"model": "m", "env_args": {"access_tokens": [secret]}},
+                "masking_version": 6}
+    manifest.pop("config_source")
+    writer = SegmentWriter.create(run_dir, "v6-mirrored")
+    writer.append("manifest", manifest)
+    items = leaky_items("v6-mirrored", range(3))
+    for _, episode, _ in items:
+        episode["traces"][0]["agent"]["config"] = {"model": "m", "env_args": {"access_tokens": [secret]}}
+    writer.append_many(items)
+    writer.seal("completed")
+    writer.close()
+    bucket = tmp_path / "bucket" / "outputs"
+    url = f"file://{bucket}"
+    (bucket / "v6run" / "spool").mkdir(parents=True)
+    segment = segment_path(run_dir, 1)
+    (bucket / "v6run" / "spool" / segment.name).write_bytes(segment.read_bytes())  # as the older mirror left it
+    synced = sync_from_store(server.base_url, tmp_path / "sync-machine", url, "--json")
+    assert [(r["state"], r["pushed_now"]) for r in reports(synced)] == [("synced", 3)], synced.stdout + synced.stderr
+    refused = mirror_once(run_dir.parent, url)
+    assert refused.returncode == 1 and "Traceback" not in refused.stdout + refused.stderr
+    [line] = map(json.loads, refused.stdout.splitlines())
+    assert line["uploaded"] == [] and "older mirror" in line["error"] and f"delete {url}/v6run" in line["error"], line
+    assert (bucket / "v6run" / "spool" / segment.name).read_bytes() == segment.read_bytes()
+    shutil.rmtree(bucket / "v6run")  # as the line says
+    again = mirror_once(run_dir.parent, url)
+    assert again.returncode == 0 and json.loads(again.stdout)["masked_again"] == [segment.name], again.stdout
+    assert secret.encode() not in all_bytes_under(tmp_path / "bucket")
+    synced = sync_from_store(server.base_url, tmp_path / "sync-machine", url, "--json")
+    assert synced.returncode == 0 and [r["pushed_now"] for r in reports(synced)] == [0], synced.stdout + synced.stderr
+    assert_exactly_once(api, episodes_of(run_dir))

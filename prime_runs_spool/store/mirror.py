@@ -53,7 +53,7 @@ from pathlib import Path
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
 from prime_runs_spool.files import read_regular_file, replace_private
-from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, spool_dir
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
 from prime_runs_spool.spool.reader import Record
@@ -61,7 +61,7 @@ from prime_runs_spool.spool.rewrite import RecordChange, rewrite_segment
 from prime_runs_spool.spool.writer_state import make_durable, writer_alive
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
-from prime_runs_spool.store.source import LIVE_MARKER_TTL, live_marker_key, marker_fresh
+from prime_runs_spool.store.source import LIVE_MARKER_SUFFIX, LIVE_MARKER_TTL, live_marker_key, marker_fresh
 
 #: Bytes read per step when looking back over a dead writer's padding for its last data byte.
 _PADDING_STEP = 64 * 1024
@@ -253,9 +253,10 @@ def _keep_all(record: Record) -> Any:
 class _Copier:
     """One pass's uploads of one run's segments."""
 
-    def __init__(self, store: ObjectStore, run_dir: Path, report: MirrorReport, memory: MirrorMemory,
-                 masking: CopyMasking) -> None:
-        self.store, self.run_dir, self.report, self.memory, self.masking = store, run_dir, report, memory, masking
+    def __init__(self, store: ObjectStore, listed: Mapping[str, ObjectInfo], run_dir: Path, report: MirrorReport,
+                 memory: MirrorMemory, masking: CopyMasking) -> None:
+        self.store, self.listed, self.run_dir, self.report = store, listed, run_dir, report
+        self.memory, self.masking = memory, masking
 
     def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None) -> ObjectInfo | None:
         """Bring the object ``key`` up to the segment's first ``size`` bytes; the object as it now is."""
@@ -295,10 +296,13 @@ class _Copier:
                                      f"--skip-corrupt {self.run_dir}` ships the rest from here)") from None
                 except SpoolError as exc:  # a newer format, a record that cannot be framed
                     raise StoreError(f"{exc}; not mirrored") from None
-            if there is not None and there.size == length and self._same_start(there, Path(temp)):
+            todays = there is not None and self._same_start(there, Path(temp))
+            if todays and there is not None and there.size == length:
                 self.memory.masked_again[key] = (size, length)
                 return there
             self._check_ours(key, there, segment)
+            if there is not None and key not in self.memory.masked_again and not (todays and there.size <= length):
+                self._check_unread(key)
             if length > 0:
                 self._upload(key, Path(temp), length, segment)
                 if told:
@@ -316,6 +320,23 @@ class _Copier:
         with open(copy, "rb") as f:
             start = f.readline(_HEADER_BYTES) + f.readline(MAX_LINE_BYTES + 1)
         return self.store.read_range(there.key, 0, len(start), there.etag) == start
+
+    def _check_unread(self, key: str) -> None:
+        """Refuse (``StoreError``) to replace an object that is no copy by today's rules (an
+        older mirror copied the segment's bytes, under the rules of its day) once a sync has
+        been at the run in the store (it left its lease or state beside the segments): the
+        masked copy is not the bytes that sync read up to its recorded place, so it would find
+        that place lost. Left as it is, and the line says how to clear it."""
+        folder = key.rsplit("/", 1)[0] + "/"
+        beside = sorted(k for k in self.listed if k.startswith(folder)
+                        and segment_index(k[len(folder):].removesuffix(LIVE_MARKER_SUFFIX)) is None)
+        if beside:
+            run_url = self.store.location(folder[: -len(SPOOL_DIRNAME) - 2])
+            raise StoreError(f"{self.store.location(key)} is a copy an older mirror made under the masking rules of "
+                             f"its day, which may hold in clear text what today's rules mask, and a sync has read it "
+                             f"there ({beside[0].rsplit('/', 1)[-1]}): a copy masked again is not what it read, so "
+                             f"it is left as it is; delete {run_url} from the store and mirror again (a sync of the "
+                             f"store then finds what the platform holds of the run and pushes none of it twice)")
 
     def _check_ours(self, key: str, there: ObjectInfo | None, segment: Path) -> None:
         if there is not None and key not in self.memory.checked and key not in self.memory.masked_again:
@@ -342,7 +363,7 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
         for run_dir in find_runs([root]):
             key = _run_key(Path(root), run_dir)
             report = MirrorReport(path=str(run_dir), url=store.location(key))
-            copier = _Copier(store, run_dir, report, memory, masking)
+            copier = _Copier(store, listed, run_dir, report, memory, masking)
             try:
                 _check_first_copy(run_dir, store, report.url)
                 for index, segment in list_segments(run_dir):
