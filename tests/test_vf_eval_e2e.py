@@ -246,3 +246,20 @@ def test_sigint_then_a_resume_that_retries_errored_rollouts_ends_equal_to_verifi
     assert slots_of(rows) == [(idx, n) for idx in range(TASKS) for n in range(1, ROLLOUTS + 1)]
     assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1
     assert_summary(evaluation["metrics"], from_episodes(wire_episodes(final)))
+
+
+def test_a_header_value_a_failed_model_call_quotes_never_reaches_our_files(tmp_path: Path,
+                                                                           chat_server: FakeChatServer) -> None:
+    """The launch file's header secret pasted with its newline: httpx refuses it and quotes it
+    (``Illegal header value b'...\\n'``), verifiers records that in every failed call's error
+    and the episodes' errors, and the spool held it there in clear text, 9 times a run."""
+    launch = launch_file(tmp_path, chat_server.base_url, rollouts=1)
+    launch.write_text(launch.read_text().replace(f'{HEADER_SECRET}"', f'{HEADER_SECRET}\\n"'))
+    result = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    assert result.returncode == 0, result.stderr[-4000:]
+    quoted = [row for row in traces(tmp_path) if HEADER_SECRET in json.dumps(row["traces"][0]["errors"])]
+    assert len(quoted) == TASKS  # verifiers' own file quotes it: the failure is the one meant
+    assert HEADER_SECRET.encode() not in all_bytes_under(run_dir(tmp_path) / "spool")
+    episodes = list(read_run(run_dir(tmp_path)).episodes())
+    assert [episode["traces"][0]["errors"][0]["message"] for episode in episodes] == [
+        "Illegal header value b'***'"] * TASKS

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from prime_runs_spool.content.error_scrub import scrub_episode_errors
 from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
@@ -82,5 +83,7 @@ def remask_manifest(manifest: Mapping[str, Any], warnings: list[str] | None = No
 
 
 def remask_episode(record: Mapping[str, Any]) -> Any:
-    """An episode record masked by today's episode rules (never mutates ``record``)."""
-    return mask(record, _EPISODE_RULES)
+    """An episode record masked by today's episode rules (never mutates ``record``), its
+    error messages cleared as an errored episode's are at append (content/error_scrub.py)."""
+    masked = mask(record, _EPISODE_RULES)
+    return masked if record.get("ok") is True else scrub_episode_errors(record, masked)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, NoReturn
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.mask_locations import TRACE_CONFIG
+from prime_runs_spool.content.error_scrub import scrub_episode_errors
 from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
@@ -77,11 +78,16 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         serialize(episode_id, partial(_episode_id_name, episode_id))
     check_episode(record)  # the shape the summary, the numbering and the rows read
     unmasked = record
+    # An errored episode's messages may quote what masking takes out of its trace configs
+    # (content/error_scrub.py): masked plainly, so what was taken out can be seen.
+    errored = record.get("ok") is not True
     # Where the rules mask only inside trace configs, which nothing below reads, their
     # memoized masked serializations go into the line as they are (content/masking.py).
-    fragments = not (masks_plainly(rules) if plain is None else plain)
+    fragments = not errored and not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
+        if errored:
+            record = scrub_episode_errors(unmasked, record)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None

@@ -1,0 +1,117 @@
+"""An errored episode's error messages, cleared of the credentials its trace configs held.
+
+A model call that fails quotes what it failed on: httpx refuses a header value holding a
+line break (a key pasted with its newline) as ``Illegal header value b'<the value>\\n'``, and
+verifiers records that message in the call's ``error``, the trace's and the episode's
+``errors``. Masking by location replaced the header in ``traces[*].agent.config``, but the
+message carried the value to the disk and on to the platform.
+
+So once an episode that is not ``ok`` is masked, every string the masking took out of its
+trace configs (a header's value, a key, each string of a table masked whole) is also taken
+out of every string under a key named ``error`` or ``errors``, wherever the episode holds
+one: as written, without the blanks around it, and as Python quotes it in a message (the
+``repr`` of it as text and as bytes), each replaced by :data:`MASK`. Only those messages: the
+rest of an episode is the eval's data (docs/masking.md). A value shorter than
+:data:`MIN_SECRET_CHARS` is not searched for (a header ``X-Team: 1`` would mask every ``1``).
+An ``ok`` episode is not searched: what failed in it was retried and passed, and a call that
+fails on a credential fails every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prime_runs_spool.content.mask_locations import MASK
+
+#: The shortest value searched for in error messages.
+MIN_SECRET_CHARS = 8
+#: The keys whose subtrees are error messages.
+ERROR_KEYS = frozenset({"error", "errors"})
+
+
+def scrub_episode_errors(original: Mapping[str, Any], masked: Any) -> Any:
+    """``masked`` (``original`` masked, as plain containers) with its error messages cleared
+    of what masking took out of its trace configs; the same object when nothing changes."""
+    values: set[str] = set()
+    for before, after in zip(_traces(original), _traces(masked)):
+        values |= masked_away(_config(before), _config(after))
+    forms = _forms(values)
+    return _scrub(masked, forms, inside=False) if forms else masked
+
+
+def masked_away(original: Any, masked: Any) -> set[str]:
+    """The strings of ``original`` that masking replaced in ``masked``: each string under a
+    value masked whole, and each string of a table masked entry by entry."""
+    if isinstance(masked, str) and masked == MASK and original != MASK:
+        return set(_strings(original))
+    if isinstance(original, Mapping) and isinstance(masked, Mapping):
+        found: set[str] = set()
+        for key, value in original.items():
+            if key in masked and masked[key] is not value:
+                found |= masked_away(value, masked[key])
+        return found
+    if isinstance(original, (list, tuple)) and isinstance(masked, (list, tuple)):
+        found = set()
+        for before, after in zip(original, masked):
+            if before is not after:
+                found |= masked_away(before, after)
+        return found
+    return set()
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _forms(values: Iterable[str]) -> list[str]:
+    """Each value as a message may quote it, longest first (a longer form is replaced whole
+    before a shorter one inside it)."""
+    forms: set[str] = set()
+    for value in values:
+        for form in (value, value.strip()):
+            if len(form) >= MIN_SECRET_CHARS:
+                forms |= {form, repr(form)[1:-1], repr(form.encode("utf-8", "backslashreplace"))[2:-1]}
+    return sorted((form for form in forms if len(form) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def _scrub(value: Any, forms: list[str], *, inside: bool) -> Any:
+    """``value`` with ``forms`` replaced in the strings under an error key (``inside``: this
+    value is one); containers copied only on the way to a change."""
+    if isinstance(value, str):
+        if not inside:
+            return value
+        for form in forms:
+            if form in value:
+                value = value.replace(form, MASK)
+        return value
+    if isinstance(value, Mapping):
+        changed = None
+        for key, item in value.items():
+            new = _scrub(item, forms, inside=inside or key in ERROR_KEYS)
+            if new is not item:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = new
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items = [_scrub(item, forms, inside=inside) for item in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
+
+
+def _traces(episode: Any) -> list[Any]:
+    traces = episode.get("traces") if isinstance(episode, Mapping) else None
+    return traces if isinstance(traces, list) else []
+
+
+def _config(trace: Any) -> Any:
+    agent = trace.get("agent") if isinstance(trace, Mapping) else None
+    return agent.get("config") if isinstance(agent, Mapping) else None
