@@ -54,16 +54,19 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     state = default_state_dir(state_dir)
     runs = statuses(spool_roots(given, state))
     disagreements = {run.path: found for run in runs if (found := disagreement(Path(run.path))) is not None}
+    store_empty: list[str] = []
     for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
         from prime_runs_spool.errors import StoreError
         from prime_runs_spool.sync.store_sync import store_status
 
         try:
-            runs += store_status(url)
+            found = store_status(url)
         except StoreError as exc:
             fail_usage(str(exc))
+        runs += found
+        store_empty += [] if found else [url]
     missing = not_spooled(given, state)
-    empty = paths_with_nothing(given)
+    empty = [*paths_with_nothing(given), *store_empty]
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     code = 1 if empty and not allow_empty else 0

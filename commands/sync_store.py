@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .import_ import nothing_found_message
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
 from .sync_setup import check_key, destination, exit_interrupted, progress_for, stop_on_signals, sync_options
@@ -64,6 +65,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     options = sync_options(params, progress)
     return_large_blocks_promptly()
     reports: list[Any] = []
+    empty: list[str] = []  # the URLs with no run under them: nothing to sync is not success
     local_db = None
     # The first signal stops every run at its next safe point; a run on the wire finishes its
     # request, so that its lease is released (the store's other syncers would otherwise wait
@@ -93,7 +95,10 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
                     if follow:
                         sys.exit(_follow(urls, sync_pass, params, stop))
                     for url in urls:
-                        reports += sync_pass(url)
+                        found = sync_pass(url)
+                        reports += found
+                        if not found:
+                            empty.append(url)
                 except Stopped:
                     progress.close()
                     exit_interrupted(reports)
@@ -110,9 +115,14 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
         progress.close()
         internal_error(exc)
     progress.close()
-    print_reports(reports, [], [], None, as_json=params["as_json"], local_db=local_db,
-                  ok=exit_code(reports) == EXIT_OK)
-    sys.exit(exit_code(reports))
+    code = exit_code(reports)
+    if empty and not params.get("allow_empty"):
+        code = EXIT_RUN_FAILED
+    print_reports(reports, [], [], None, as_json=params["as_json"], local_db=local_db, ok=code == EXIT_OK,
+                  empty=empty)  # type: ignore[arg-type]
+    for url in empty:
+        click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(url)}", err=True)  # type: ignore[arg-type]
+    sys.exit(code)
 
 
 def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any], stop: Any) -> int:

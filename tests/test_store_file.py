@@ -339,3 +339,22 @@ def test_a_file_url_needs_no_obstore_and_an_s3_url_says_how_to_get_it(tmp_path: 
     assert [r["state"] for r in json.loads(result.stdout)["runs"]] == ["synced"]
     s3 = run_cli("status", "s3://bucket/outputs", **hidden)
     assert s3.returncode == 2 and s3.stderr.strip().splitlines()[-1].endswith("pip install -e '.[s3]' does the same)")
+
+
+@pytest.mark.slow
+def test_a_store_url_with_no_run_under_it_fails_sync_and_status_as_an_empty_folder_does(tmp_path: Path,
+                                                                                       folder_url: str) -> None:
+    """A CI job syncing a prefix its machines never mirrored into must fail, as one syncing an
+    empty folder does (and as verify and export of the same URL did): sync and status said
+    'no runs found' and exited 0, and ignored --allow-empty."""
+    from support.cli import last_line
+
+    sync = ["sync", "--local", "--db", str(tmp_path / "local.db")]
+    for args in ([*sync, "--json", folder_url], ["status", folder_url]):
+        empty = run_cli(*args, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        assert empty.returncode == 1, (args, empty.stdout, empty.stderr)
+        assert last_line(empty) == f"prime-runs: {folder_url}: nothing found: neither a spool nor eval outputs " \
+                                   "(traces.jsonl, or metadata.json + results.jsonl) under it"
+        assert run_cli(*args, "--allow-empty", XDG_CACHE_HOME=str(tmp_path / "cache")).returncode == 0
+    report = json.loads(run_cli(*sync, "--json", folder_url, XDG_CACHE_HOME=str(tmp_path / "cache")).stdout)
+    assert (report["ok"], report["paths_without_runs"]) == (False, [folder_url])
