@@ -46,6 +46,7 @@ from fixtures.fault_proxy import FaultProxy  # noqa: E402
 from fixtures.fault_proxy import spread as fault_spread  # noqa: E402
 from prime_runs_spool.spool.format import EPISODE  # noqa: E402
 from prime_runs_spool.spool.reader import iter_records  # noqa: E402
+from prime_runs_spool.content.remask import copy_masking  # noqa: E402
 from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
 from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
 
@@ -87,7 +88,7 @@ def write_fleet(work: Path, machines: int, runs: int, episodes: int, size: int) 
 def fill_bucket(endpoint: str, work: Path, machines: int) -> str:
     url = new_bucket(endpoint)
     for n in range(machines):  # what each machine's prime-runs mirror puts there
-        reports = mirror_pass([work / f"machine-{n}" / "outputs"], ObjectStore(f"{url}/m{n}"))
+        reports = mirror_pass([work / f"machine-{n}" / "outputs"], ObjectStore(f"{url}/m{n}"), masking=copy_masking)
         assert not [r.error for r in reports if r.error], reports
     return url
 

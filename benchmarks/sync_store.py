@@ -43,6 +43,7 @@ from _synccommon import (  # noqa: E402
 from prime_runs_spool import SegmentWriter  # noqa: E402
 from prime_runs_spool.content.masking import MaskRules, mask  # noqa: E402
 from prime_runs_spool.spool.layout import list_segments  # noqa: E402
+from prime_runs_spool.content.remask import copy_masking  # noqa: E402
 from prime_runs_spool.store.mirror import mirror_pass  # noqa: E402
 from prime_runs_spool.store.objects import ObjectStore  # noqa: E402
 from prime_runs_spool.sync.many import sync_paths  # noqa: E402
@@ -206,7 +207,7 @@ def grown(work: Path, endpoint: str, episodes: int, size: int) -> None:
             for count in (episodes, max(1, episodes // 10)):
                 add(count)
                 _wait_for_mark(writer)
-                mirror_pass([work / "grown"], ObjectStore(url))
+                mirror_pass([work / "grown"], ObjectStore(url), masking=copy_masking)
                 sizes.append(next(i.size for i in ObjectStore(url).list() if i.key.endswith(".jsonl")))
                 store = ObjectStore(url)
                 reports = sync_store(url, client, destination, SyncOptions(), store=store)
