@@ -190,7 +190,8 @@ def test_each_help_ends_with_a_link_to_the_docs_that_opens(command: list[str]) -
     last = done.stdout.rstrip().splitlines()[-1].strip()
     assert last.startswith("file://") and last.endswith("/cli.md"), done.stdout
     assert Path(urllib.parse.urlparse(last).path).is_file(), last
-    assert not re.search(r"(?<![/\w])docs/\w", done.stdout), done.stdout
+    before_the_link = done.stdout.rstrip().rsplit("\n", 1)[0]  # a checkout's path may hold "-docs/"
+    assert not re.search(r"(?<![/\w])docs/\w", before_the_link), done.stdout
 
 
 def test_sync_names_a_path_that_does_not_exist_before_asking_for_a_key(tmp_path: Path) -> None:
