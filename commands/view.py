@@ -11,13 +11,15 @@ from pathlib import Path
 
 import click
 
-from .options import read_state_dir_option
+from .options import LocalPath, read_state_dir_option
 from .output import count, fail_usage, require_paths
 from prime_runs_spool.importer.options import default_state_dir
 
 
 @click.command("view")
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=LocalPath(path_type=Path, hint=(
+    "sync the store into the local platform (prime-runs sync URL --local) and browse it with "
+    "prime-runs platform serve, or view the folder it was mirrored from")))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback needs --token.")
 @click.option("--port", default=None, type=click.IntRange(0, 65535),

@@ -489,3 +489,19 @@ def test_view_export_to_a_folder_that_cannot_be_made_says_which_and_why(outputs:
     done = cli("view", str(outputs / "one-episode"), "--export", str(target))
     assert done.returncode == 2, done.stderr
     assert one_error_line(done) == f"prime-runs: view --export: {target}: cannot be written (Not a directory)"
+
+
+@pytest.mark.parametrize(("command", "url", "hint"), [
+    ("view", "file:///tmp/bucket/outputs", "prime-runs sync URL --local"),
+    ("import", "s3://bucket/outputs", "sync, status, verify and export read it as it is"),
+])
+def test_a_store_url_given_to_a_command_of_local_folders_is_named_as_one(command: str, url: str, hint: str) -> None:
+    """view and import read local folders only. A store URL given to them was folded into
+    a path ('file:/tmp/...', 's3:/bucket/...') and reported as 'no such file or directory',
+    which neither says what is wrong nor what to do."""
+    done = cli(command, url)
+    assert done.returncode == 2, done.stderr
+    line = last_line(done)
+    assert line.startswith("prime-runs: ") and len(done.stderr.strip().splitlines()) == 1
+    assert f"{url} is a store URL, and prime-runs {command} reads local folders only; " in line
+    assert hint in line and "no such file" not in line
