@@ -106,7 +106,7 @@ class Progress:
 
     def __init__(self, enabled: bool, clock: Any = time.monotonic) -> None:
         self.enabled = enabled
-        #: Each run's samples pushed and bytes sent as last told, and their sums: kept as
+        #: Each run's episodes pushed (a sample is one) and bytes sent as last told, and their sums: kept as
         #: they change, so that a sync of thousands of runs does not sum them all at each.
         self._runs: dict[str, tuple[int, int]] = {}
         self._pushed = 0
@@ -127,7 +127,7 @@ class Progress:
             self._runs[report.path] = (report.pushed_now, report.bytes_sent)
             self._pushed += report.pushed_now - pushed
             self._sent += report.bytes_sent - sent
-            totals = f"syncing {count(len(self._runs), 'run')}: {count(self._pushed, 'sample')}, {self._sent / 1e6:.1f} MB sent"
+            totals = f"syncing {count(len(self._runs), 'run')}: {count(self._pushed, 'episode')}, {self._sent / 1e6:.1f} MB sent"
             if totals != self._totals:
                 self._totals, self._retry = totals, ""
             self._draw(force=False)

@@ -39,8 +39,8 @@ def test_progress_line_redraws_only_on_change_and_at_most_ten_times_a_second(cap
     progress.close()
     drawn = [part for part in capsys.readouterr().err.split("\r") if part.strip()]
     assert [line.strip() for line in drawn] == [
-        "syncing 1 run: 0 samples, 0.0 MB sent",
-        "syncing 1 run: 5 samples, 0.0 MB sent",
+        "syncing 1 run: 0 episodes, 0.0 MB sent",
+        "syncing 1 run: 5 episodes, 0.0 MB sent",
     ]
 
 
@@ -68,7 +68,7 @@ def test_the_progress_line_sums_each_runs_latest_counts(updates):
     drawn = [part.strip() for part in err.getvalue().split("\r") if part.strip()]
     pushed = sum(r.pushed_now for r in reports.values())
     sent = sum(r.bytes_sent for r in reports.values())
-    assert drawn[-1] == f"syncing {len(reports)} run{'s' * (len(reports) != 1)}: {pushed} sample{'s' * (pushed != 1)}, {sent / 1e6:.1f} MB sent"
+    assert drawn[-1] == f"syncing {len(reports)} run{'s' * (len(reports) != 1)}: {pushed} episode{'s' * (pushed != 1)}, {sent / 1e6:.1f} MB sent"
 
 
 @pytest.mark.slow
@@ -175,3 +175,32 @@ def test_the_http_stack_still_sends_without_the_extras_a_sync_leaves_out():
     done = subprocess.run([CLI[0], "-c", probe], capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_progress_line_on_a_terminal_counts_episodes_whatever_the_sink(tmp_path):
+    """A sync to Prime Traces pushes episodes (its report says 'pushed 3 (total 3) to traces'),
+    and a sample is one episode: the terminal's progress line said '3 samples' there."""
+    import os
+    import pty
+
+    from support.runs import build_run
+
+    build_run(tmp_path / "outputs" / "r", "progress-traces", 3)
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(CLI + ["sync", "--local", "--to", "traces", "--db", str(tmp_path / "local.db"),
+                                     str(tmp_path / "outputs")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=terminal, text=True, timeout=120,
+                              env=child_env(XDG_CACHE_HOME=str(tmp_path / "cache"), COLUMNS="200"))
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's other end is closed and drained
+            while chunk := os.read(controller, 65536):
+                shown += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0 and "pushed 3 (total 3) to traces" in done.stdout, done.stdout
+    drawn = [part.strip() for part in shown.decode().split("\r") if part.strip()]
+    assert "syncing 1 run: 3 episodes, 0.0 MB sent" in drawn, drawn
+    assert not any("sample" in line for line in drawn), drawn
