@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
-from prime_runs_spool.plural import count
+from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import Duration, Seconds  # noqa: F401  (the commands' types)
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
@@ -127,7 +127,7 @@ class Progress:
             self._runs[report.path] = (report.pushed_now, report.bytes_sent)
             self._pushed += report.pushed_now - pushed
             self._sent += report.bytes_sent - sent
-            totals = f"syncing {count(len(self._runs), 'run')}: {count(self._pushed, 'episode')}, {self._sent / 1e6:.1f} MB sent"
+            totals = f"syncing {count(len(self._runs), 'run')}: {episodes(self._pushed)}, {self._sent / 1e6:.1f} MB sent"
             if totals != self._totals:
                 self._totals, self._retry = totals, ""
             self._draw(force=False)
