@@ -117,6 +117,12 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
         for report in reports:
             for line in import_line(report):
                 click.echo(line)
+        if not reports and not empty:  # spools only: said, so that it shows the import looked
+            from prime_runs_spool.spool.layout import find_runs
+
+            spooled = sum(1 for _ in find_runs(roots, on_unreadable=lambda *_: None))
+            click.echo(f"nothing to import under {', '.join(map(str, roots))}: no eval output without a spool "
+                       f"({count(spooled, 'spooled run')}; prime-runs sync ships them)")
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed:

@@ -576,3 +576,16 @@ def test_a_launch_file_that_is_a_symbolic_link_is_not_recorded(tmp_path: Path) -
     assert import_output(run_dir).state == "imported"
     assert "config_source" not in read_run(run_dir).manifest
     assert b"not of the run" not in all_bytes_under(run_dir / "spool")
+
+
+def test_a_tree_of_spools_alone_says_there_is_nothing_to_import(tmp_path: Path) -> None:
+    """Every run under the path has its spool and no eval output beside it: the import said
+    nothing at all (exit 0), as if it had not looked."""
+    from support.runs import build_run
+
+    build_run(tmp_path / "outputs" / "run-1", "import-nothing-1", 2)
+    build_run(tmp_path / "outputs" / "run-2", "import-nothing-2", 1)
+    done = run_cli("import", str(tmp_path / "outputs"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"nothing to import under {tmp_path / 'outputs'}: no eval output without a spool "
+                           "(2 spooled runs; prime-runs sync ships them)\n"), done.stdout
