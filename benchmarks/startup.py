@@ -17,7 +17,7 @@ and the CPU time of the process (user + system), which a busy machine moves far 
 Whether Python may cache bytecode changes the figures: with ``PYTHONDONTWRITEBYTECODE`` set
 (as on the shared development machines) and this checkout never compiled, every module of the
 package is compiled from source at every start, about 0.09 s of CPU for a no-op sync
-(docs/benchmarks.md). The script says which case it measured.
+(docs/benchmarks.md, "Start-up"). The script says which case it measured.
 """
 
 from __future__ import annotations

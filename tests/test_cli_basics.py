@@ -144,7 +144,7 @@ def test_a_usage_error_imports_none_of_the_machinery_behind_the_commands(command
 def test_sync_exits_without_the_final_garbage_collections(tmp_path):
     """``prime-runs sync`` leaves through ``commands.output.leave``: the heap is frozen
     before the interpreter's teardown, which otherwise collects it again and again (about
-    0.1 s after the report, docs/benchmarks.md), and the exit status is kept."""
+    0.1 s after the report, Dec 1, benchmarks/startup.py), and the exit status is kept."""
     probe = ("import atexit, gc, sys\n"
              "atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count() > 0}\\n'))\n"
              "from commands.cli import main\n"

@@ -185,7 +185,7 @@ def test_a_refused_base_url_never_shows_its_userinfo(tmp_path, url: str) -> None
 def test_a_body_goes_out_in_slices_well_under_the_sync_mmap_threshold() -> None:
     """h11 copies each slice it is handed: a slice at the 1 MiB mmap threshold the sync command
     fixes (sync/memory.py) made every copy a fresh mapping, faulted in and unmapped again,
-    about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md)."""
+    about 0.4 s of CPU per 550 MB sent (Dec 1, benchmarks/sync_throughput.py)."""
     from prime_runs_spool.platform_api.client import SEND_CHUNK, _Chunks
     from prime_runs_spool.sync.memory import LARGE_BLOCK
 
@@ -221,8 +221,8 @@ def test_on_sent_is_called_once_the_whole_body_is_written() -> None:
 
 
 def test_a_client_for_plain_http_loads_no_ca_bundle_and_can_verify_nothing() -> None:
-    """Loading the CA bundle costs about 25 ms of CPU that a client never making a TLS
-    connection does not need (docs/benchmarks.md); what it gets instead trusts no
+    """Loading the CA bundle costs about 22 ms of CPU (Dec 6) that a client never making a
+    TLS connection does not need; what it gets instead trusts no
     certificate, so TLS through it can only fail. Any https URL keeps the default."""
     import ssl
 

@@ -223,7 +223,7 @@ def test_the_runs_of_one_sync_share_one_traces_uploader_and_one_probe(tmp_path: 
                                                                      traces: bool) -> None:
     """The uploader is made once per client, not per run (each costs an SSL context, about
     30 ms of CPU, and a connection: most of the first sync of many small runs), and ``auto``'s
-    probe is answered once for them all (docs/benchmarks.md). The
+    probe is answered once for them all (Dec 1, benchmarks/sync_many.py). The
     probe is asked on the platform client's connection: an account without Prime Traces
     gets no uploader at all (platform_api/traces_probe.py)."""
     from prime_runs_spool.platform_api.traces import TracesUploader

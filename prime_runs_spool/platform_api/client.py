@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 #: and once more by every partial socket send). A piece or a copy stays well under the
 #: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB
 #: every copy was a fresh mapping, zero-filled page by page and unmapped again, which cost
-#: about 0.4 s of CPU per 550 MB sent (docs/benchmarks.md); at 256 KiB they reuse the heap.
+#: about 0.4 s of CPU per 550 MB sent (Dec 1, benchmarks/sync_throughput.py); at 256 KiB
+#: they reuse the heap.
 #: tests/test_client.py checks the two sizes against each other.
 SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.

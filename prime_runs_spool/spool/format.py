@@ -81,8 +81,8 @@ def checksum(data: Any, value: int = 0) -> int:
 def _crc32c_function() -> Callable[..., int]:
     """crc32c's C function, loaded from the package's extension module without running the
     package's ``__init__``, which imports argparse, csv, email and importlib.metadata to read
-    its own installed version: about 85 M instructions for one function, more than a tenth
-    of a command's start (docs/benchmarks.md). Where the extension is not where the package
+    its own installed version: about 66 M instructions for one function, a tenth of a
+    command's start (docs/benchmarks.md, "Start-up"). Where the extension is not where the package
     keeps it, the package is imported as usual."""
     import importlib.machinery
     import importlib.util
