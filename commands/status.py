@@ -73,7 +73,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     if as_json:
         click.echo(json_report({"runs": [_with_disagreement(run.as_json(), disagreements.get(run.path))
                                           for run in runs],
-                                 "not_spooled": [{"path": str(p), "fix": import_command(p, state)} for p in missing]},
+                                 "not_spooled": [{"path": str(p), "fix": import_command(p, state)} for p in missing],
+                                 "paths_without_runs": [str(path) for path in empty]},
                                 indent=True))
         sys.exit(code)
     for path in missing:

@@ -228,6 +228,19 @@ def test_a_json_sync_of_an_empty_artifact_names_the_path_in_its_report(tmp_path:
     assert allowed.returncode == 0 and json.loads(allowed.stdout)["paths_without_runs"] == [str(tmp_path / "artifact")]
 
 
+def test_a_json_status_of_an_empty_artifact_names_the_path_in_its_report(tmp_path: Path) -> None:
+    """status exits 1 for a path with nothing under it, and its JSON report said
+    ``{"runs": [], "not_spooled": []}``: no word of why, where verify's, import's and sync's
+    name the path."""
+    (tmp_path / "artifact").mkdir()
+    build_run(tmp_path / "outputs" / "r", "json-status-empty-artifact", 1)
+    done = cli("status", str(tmp_path / "artifact"), str(tmp_path / "outputs"), "-o", "json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["paths_without_runs"] == [str(tmp_path / "artifact")], report
+    assert [run["run_id"] for run in report["runs"]] == ["json-status-empty-artifact"]
+
+
 def test_sync_help_says_where_the_key_comes_from() -> None:
     text = " ".join(cli("sync", "--help").stdout.split())
     assert "PRIME_API_KEY" in text and "~/.prime/config.json" in text
