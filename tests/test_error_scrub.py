@@ -80,3 +80,15 @@ def test_no_header_value_reaches_the_disk_through_an_error_message(tmp_path_fact
     data = written(tmp_path, [failed_on(secret)])
     for form in (secret.strip(), repr(secret.strip())[1:-1], repr(secret.strip().encode())[2:-1]):
         assert json.dumps(form)[1:-1].encode() not in data
+
+
+def test_a_runs_error_line_never_quotes_what_masking_took_out_of_its_config(tmp_path: Path) -> None:
+    """A seal's error travels (the evaluation's metadata and error message): an eval that
+    failed on its client's header quoted it there in clear text."""
+    secret = "cfs_RUN_LEVEL_HEADER_SECRET_89\n"
+    run = open_run(tmp_path / "run", name="scrub", config={"client": {"headers": {"X-Gateway-Key": secret}}})
+    run.abort(RuntimeError(f"Illegal header value {secret.encode()!r}"))
+    assert secret.strip().encode() not in all_bytes_under(tmp_path / "run" / "spool")
+    spool = read_run(tmp_path / "run")
+    [seal] = [record.data for record in spool.records() if record.type == "seal"]
+    assert (spool.status, seal["error"]) == ("failed", "RuntimeError: Illegal header value b'***'")

@@ -40,6 +40,19 @@ def scrub_episode_errors(original: Mapping[str, Any], masked: Any) -> Any:
     return _scrub(masked, forms, inside=False) if forms else masked
 
 
+def error_forms(values: Iterable[str]) -> list[str]:
+    """What :func:`scrub_text` searches a message for: each value as a message may quote it."""
+    return _forms(values)
+
+
+def scrub_text(text: str, forms: list[str]) -> str:
+    """``text`` (a run's error line) with each of ``forms`` replaced by :data:`MASK`."""
+    for form in forms:
+        if form in text:
+            text = text.replace(form, MASK)
+    return text
+
+
 def masked_away(original: Any, masked: Any) -> set[str]:
     """The strings of ``original`` that masking replaced in ``masked``: each string under a
     value masked whole, and each string of a table masked entry by entry."""
@@ -86,12 +99,7 @@ def _scrub(value: Any, forms: list[str], *, inside: bool) -> Any:
     """``value`` with ``forms`` replaced in the strings under an error key (``inside``: this
     value is one); containers copied only on the way to a change."""
     if isinstance(value, str):
-        if not inside:
-            return value
-        for form in forms:
-            if form in value:
-                value = value.replace(form, MASK)
-        return value
+        return scrub_text(value, forms) if inside else value
     if isinstance(value, Mapping):
         changed = None
         for key, item in value.items():

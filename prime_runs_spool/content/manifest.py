@@ -28,6 +28,7 @@ from prime_runs_spool._version import __version__
 from prime_runs_spool.plural import plural
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
+from prime_runs_spool.content.error_scrub import masked_away
 from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.set_tables import find_set_tables
@@ -189,6 +190,16 @@ def _format_of(filename: str, text: str) -> str | None:
     if extension in (".yaml", ".yml"):
         return None
     return "json" if text.lstrip().startswith(("{", "[")) else "toml"
+
+
+def masked_config_values(config: Any, extra_rules: MaskRules | Iterable[str | Iterable[str]] | None = None) -> set[str]:
+    """The strings masking takes out of ``config`` as :func:`build_manifest` records it: what
+    a run's error line must not quote either (content/error_scrub.py)."""
+    rules = MaskRules.defaults_for_config()
+    if extra_rules is not None:
+        rules = rules.extended(extra_rules)
+    original = _config_dump(config)
+    return masked_away(original, mask(original, rules))
 
 
 def _config_dump(config: Any) -> dict[str, Any]:

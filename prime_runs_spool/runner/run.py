@@ -30,7 +30,8 @@ from typing import Any
 
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
 from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest
-from prime_runs_spool.content.manifest import CONFIG_SOURCE_NOTE, build_manifest
+from prime_runs_spool.content.error_scrub import error_forms, scrub_text
+from prime_runs_spool.content.manifest import CONFIG_SOURCE_NOTE, build_manifest, masked_config_values
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
@@ -69,8 +70,11 @@ class Run:
         writer: SegmentWriter | None,
         prior: PriorRun,
         episode_rules: MaskRules,
+        error_forms: list[str] = [],  # noqa: B006 - never mutated
     ) -> None:
         self._id = run_id
+        #: What masking took out of the config, as an error line may quote it: never sealed.
+        self._error_forms = error_forms
         self._dir = run_dir
         self._mode = mode
         self._manifest = manifest
@@ -413,9 +417,10 @@ class Run:
         if status is not None and (status == COMPLETED or status not in SEAL_STATUSES):
             raise ValueError(f"abort seals one of {[s for s in SEAL_STATUSES if s != COMPLETED]}, not {status!r}")
         if status is None:
-            self._ending.close_without_finishing(seal_status_for(error), seal_error_for(error))
+            status, line = seal_status_for(error), seal_error_for(error)
         else:
-            self._ending.close_without_finishing(status, describe_error(error))
+            line = describe_error(error)
+        self._ending.close_without_finishing(status, scrub_text(line, self._error_forms))
 
     # -- context manager ------------------------------------------------------------------
 
@@ -544,6 +549,7 @@ def open_run(
         writer=writer,
         prior=prior,
         episode_rules=episode_rules,
+        error_forms=error_forms(masked_config_values(config, extra)) if config is not None else [],
     )
     if writer is not None:
         remember(run._ending)
