@@ -31,8 +31,10 @@ SOURCES = [path for path in SOURCES if path.name != "test_doc_references.py"]
 #: ``docs/NAME.md`` anywhere; a bare ``NAME.md`` only in docs/ itself, where pages name
 #: each other that way.
 _PAGE = re.compile(r"(?<![\w./-])(docs/)?([a-z][a-z0-9-]*\.md)\b")
-#: What may follow a page: a quoted name, or "section(s)" and numbers.
+#: What may follow a page: a quoted name, a name in backticks (a script, a command the page
+#: names), or "section(s)" and numbers.
 _QUOTED = re.compile(r"[,:]?\s*\(?\s*\"([^\"]+)\"")
+_TICKED = re.compile(r",\s*`([^`]+)`")
 _NUMBERED = re.compile(r"[,:]?\s*sections?\s+((?:\d+(?:\.\d+)*(?:,\s*|\s+and\s+)?)+)")
 #: Line breaks inside a pointer, with the comment or docstring marks they carry.
 _BREAK = re.compile(r"\s*\n\s*(?:#:?\s*)?")
@@ -70,9 +72,11 @@ def references(sources: list[Path], root: Path = REPO_ROOT) -> list[tuple[str, s
                 continue
             where = f"{source.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}"
             after = _BREAK.sub(" ", text[match.end():match.end() + 200])
-            quoted, numbered = _QUOTED.match(after), _NUMBERED.match(after)
+            quoted, numbered, ticked = _QUOTED.match(after), _NUMBERED.match(after), _TICKED.match(after)
             if quoted:
                 found.append((where, match.group(2), quoted.group(1)))
+            elif ticked:
+                found.append((where, match.group(2), f"`{ticked.group(1)}`"))
             elif numbered:
                 for number in re.findall(r"\d+(?:\.\d+)*", numbered.group(1)):
                     found.append((where, match.group(2), f"section {number}"))
@@ -93,6 +97,9 @@ def missing(refs: list[tuple[str, str, str]]) -> list[str]:
         if section.startswith("section "):
             if section.split()[1] not in _numbers(page):
                 wrong.append(f"{where}: docs/{name} has no {section}")
+        elif section.startswith("`"):
+            if section.strip("`") not in page.read_text():
+                wrong.append(f"{where}: docs/{name} does not name {section}")
         elif section and not _quotes(page, section) and not any(
                 heading.startswith(" ".join(section.replace("`", "").split()).lower()) for heading in _sections(page)):
             wrong.append(f'{where}: docs/{name} has no section "{section}"')
@@ -117,6 +124,8 @@ def test_every_pointer_into_docs_names_a_page_and_section_that_exist() -> None:
     ('docs/sync.md, "a spool cut short"', None),
     ('docs/viewer.md: "After 5 wrong tokens from one client address"', None),
     ('docs/viewer.md: "After 6 wrong tokens from one client address"', 'has no section'),
+    ("(docs/benchmarks.md, `sync_throughput.py`)", None),
+    ("(docs/benchmarks.md, `no_such_benchmark.py`)", "does not name `no_such_benchmark.py`"),
 ])
 def test_the_check_reads_each_form_of_pointer(tmp_path: Path, pointer: str, wrong: str | None) -> None:
     """Each form a pointer is written in is found, across a comment's line break, and
