@@ -203,3 +203,29 @@ def test_a_folder_sync_killed_with_its_request_out_hands_the_lease_to_the_bucket
     assert report["state"] == "synced" and any("waited" in warning for warning in report["warnings"]), report
     lease = json.loads(get_object(bucket, "node/run/spool/sync.lease.json"))
     assert lease["generation"] == 2 and lease["released"] is True and lease["in_flight_until"] == 0.0
+
+
+def test_a_first_mirror_that_uploaded_nothing_binds_the_folder_to_no_store(tmp_path: Path, server, api,
+                                                                             bucket: str) -> None:
+    """A mirror into a URL that cannot be written (mistyped) left its note anyway: every sync
+    of the folder then failed on that store's lease ('sync it from the store'), which never
+    held the run, and a mirror into the right store kept the wrong note. The note is taken
+    back once the store answers that the upload left nothing: mirrored right, the run is
+    synced from its folder under the right copy's lease, and from the bucket too, once."""
+    outputs = tmp_path / "node" / "outputs"
+    builder = build_run(outputs / "first-mirror-failed", "first-mirror-failed", 3)
+    # Listed as empty (no such folder), but nothing can be made there, root or not (Linux's /proc).
+    wrong = mirror_once(outputs, f"file:///proc/prime-runs-mistyped-{tmp_path.name}/outputs")
+    assert wrong.returncode == 1 and "cannot upload" in wrong.stdout + wrong.stderr, wrong.stdout + wrong.stderr
+    note = builder.run_dir / "spool" / "mirror.json"
+    assert not note.exists(), note.read_text()
+    right = mirror_once(outputs, f"{bucket}/node")
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert json.loads(note.read_text())["run_url"] == f"{bucket}/node/first-mirror-failed"
+    folder = sync_from_store(server.base_url, tmp_path / "eval-machine", str(builder.run_dir), "--json")
+    assert folder.returncode == 0, folder.stdout + folder.stderr
+    assert [(r["state"], r["pushed_now"]) for r in json.loads(folder.stdout)["runs"]] == [("synced", 3)]
+    store = sync_from_store(server.base_url, tmp_path / "sync-machine", bucket, "--json")
+    assert store.returncode == 0, store.stdout + store.stderr
+    assert [r["pushed_now"] for r in json.loads(store.stdout)["runs"]] == [0]
+    assert_exactly_once(api, builder)

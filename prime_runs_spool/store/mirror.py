@@ -30,7 +30,8 @@ Before a run's first upload the mirror leaves a **note** in the run's spool fold
 (``spool/mirror.json``: the run's URL in the store), fsync'd: a sync of the run's folder
 reads it and takes the lease of the store's copy, the one every sync of the store takes, so
 the folder and the store are never synced at once (docs/deploy.md). The note names the
-first store a run is mirrored into; a copy in any other store is not covered.
+first store a run is mirrored into; a copy in any other store is not covered. A first upload
+that failed, leaving nothing there, takes its note back.
 
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
-from prime_runs_spool.files import read_regular_file, replace_private
+from prime_runs_spool.files import fsync_folder, read_regular_file, replace_private
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
@@ -97,12 +98,30 @@ def mirrored_to(run_dir: str | os.PathLike[str]) -> str | None:
     return url
 
 
-def _note_mirror(run_dir: Path, url: str) -> None:
+def _note_mirror(run_dir: Path, url: str) -> bool:
     """Leave the note naming the run's copy (fsync'd, before anything of the run is
     uploaded), unless one names a copy already: the first store a run is mirrored into is
-    the one whose lease a sync of its folder takes."""
-    if mirrored_to(run_dir) is None:
-        replace_private(mirror_note_path(run_dir), json.dumps({"run_url": url}).encode() + b"\n", durable=True)
+    the one whose lease a sync of its folder takes. Whether it was left now."""
+    if mirrored_to(run_dir) is not None:
+        return False
+    replace_private(mirror_note_path(run_dir), json.dumps({"run_url": url}).encode() + b"\n", durable=True)
+    return True
+
+
+def _withdraw_note(run_dir: Path, store: ObjectStore, key: str) -> None:
+    """Take back the note left for a first upload that failed, once the store answers that
+    the object is not there: nothing of the run reached that store, so no sync of it can
+    push the run, and a note naming it would bind the folder to a store that never held it
+    (a mistyped URL: every sync of the folder failed on its lease, and a mirror into the
+    right store kept the wrong note). Left in place when the store cannot say."""
+    try:
+        if store.exists(key):
+            return
+    except StoreError:
+        return
+    note = mirror_note_path(run_dir)
+    note.unlink(missing_ok=True)
+    fsync_folder(note.parent)
 
 
 def _check_first_copy(run_dir: Path, store: ObjectStore, url: str) -> None:
@@ -343,8 +362,13 @@ class _Copier:
             _check_same_segment(self.store, there, segment)
 
     def _upload(self, key: str, path: Path, size: int, segment: Path) -> None:
-        _note_mirror(self.run_dir, self.report.url)
-        self.store.upload_prefix(key, path, size)
+        noted_now = _note_mirror(self.run_dir, self.report.url)
+        try:
+            self.store.upload_prefix(key, path, size)
+        except (StoreError, OSError):
+            if noted_now:
+                _withdraw_note(self.run_dir, self.store, key)
+            raise
         self.report.uploaded.append(segment.name)
         self.report.bytes_sent += size
 

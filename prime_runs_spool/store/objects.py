@@ -204,6 +204,28 @@ class ObjectStore:
         self._count("bytes_read", len(data))
         return data, result.meta.get("e_tag")
 
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is there (one metadata request): the mirror asks it after a run's
+        first upload failed, to tell a store that holds nothing of the run."""
+        self._count("get")
+        if self._local is not None:
+            try:
+                os.lstat(self._local.path(key))
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise StoreError(f"{self.location(key)}: cannot read: {_os_reason(exc)}") from None
+            return True
+        import obstore
+
+        try:
+            obstore.head(self._store, key)
+        except FileNotFoundError:
+            return False
+        except Exception as exc:
+            raise self._error(exc, key, "read") from None
+        return True
+
     def _too_large(self, key: str, size: int) -> StoreError:
         return StoreError(f"{self.location(key)}: {size:,} bytes, more than a sync state or lease ever "
                           f"holds ({MAX_SMALL_OBJECT_BYTES:,}); not read (delete it if it is not yours)")
