@@ -87,3 +87,23 @@ def test_ci_recipe_exit_codes(tmp_path: Path, server) -> None:
     assert broken.returncode == 1
     assert f"FAILED {artifact / 'gsm8k-failed'}: " in broken.stderr and "corrupt at byte" in broken.stderr
     assert {run["state"] for run in report["runs"] if "gsm8k-failed" not in run["path"]} <= {"synced", "failed", "crashed"}
+
+
+@pytest.mark.slow
+def test_ci_recipe_says_nothing_was_imported_where_the_eval_wrote_its_own_spool(tmp_path: Path, server) -> None:
+    """An artifact of prime-runs eval holds the eval's spool beside its traces.jsonl. The
+    sync's import step finds them agreeing ('spooled': nothing imported), and the script
+    printed 'spooled ... (eval outputs imported into ...)' above the run's line, as if it had
+    imported the run into its own folder."""
+    from prime_runs_spool import open_run
+
+    artifact = tmp_path / "artifact" / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", artifact / "vf040-completed")
+    run_dir = artifact / "vf040-completed"
+    episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
+    with open_run(run_dir, name="live", run_id=episodes[0]["run"]["id"]) as run:
+        run.log_episodes(episodes)  # as prime-runs eval spools each one
+    done, report = job(tmp_path, server.base_url, str(download(artifact, tmp_path / "dl")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [i["state"] for i in report["imports"]] == ["spooled"]  # the report still has it
+    assert done.stdout.splitlines()[0].startswith("synced ") and "imported into" not in done.stdout, done.stdout

@@ -36,8 +36,14 @@ if [ -s "$report" ]; then
 import json, sys
 report = json.load(open(sys.argv[1]))
 for imported in report.get("imports", []):
-    print(f"{imported['state']:<10} {imported['source']}  (eval outputs imported into {imported['run_dir']})")
-    if imported["state"] == "error":
+    state = imported["state"]
+    if state == "spooled" and not imported["warnings"]:
+        continue  # the eval wrote its own spool, and its traces.jsonl agrees: nothing was imported
+    if state in ("imported", "appended", "up_to_date"):
+        print(f"{state:<10} {imported['source']}  (eval outputs imported into {imported['run_dir']})")
+    else:  # spooled with a warning, live (an eval may still be writing there), empty, left, error
+        print(f"{state:<10} {imported['source']}  ({imported['reason'] or imported['error']})")
+    if state == "error":
         print(f"FAILED {imported['source']}: {imported['error']}", file=sys.stderr)
 for run in report["runs"]:
     line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
