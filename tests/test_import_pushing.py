@@ -77,3 +77,24 @@ def test_an_eval_that_did_not_push_or_that_tore_down_is_spooled_at_once(tmp_path
         log.write("19:06:18    INFO interception down: url=http://127.0.0.1:40961\n")
     report = import_output(torn_down)
     assert (report.state, report.status) == ("imported", "failed"), report
+
+
+@pytest.mark.slow  # status and verify in subprocesses, twice
+def test_status_and_verify_advise_the_import_once_a_pushing_eval_has_exited(tmp_path: Path) -> None:
+    """While a pushing vf-eval may still be running, the import that status and verify
+    suggested ('run: prime-runs import PATH') leaves the folder as it is (state live): the
+    advice says to run it once vf-eval has exited. Still long enough, the plain command."""
+    run_dir = killed_outputs(tmp_path, PLATFORM_RUN)
+    for command in ("status", "verify"):
+        done = subprocess.run(CLI + [command, "outputs"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              env=child_env(HOME=str(tmp_path)))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "prime-runs import outputs/killed once vf-eval has exited: it may still be running here, pushing" \
+            in done.stdout, done.stdout
+    assert import_output(run_dir).state == LIVE  # what that import does meanwhile
+    then = time.time() - QUIET_SECONDS - 5
+    for path in (run_dir / "traces.jsonl", run_dir / "logs" / "attempt_1" / "eval.log"):
+        os.utime(path, (then, then))
+    still = subprocess.run(CLI + ["status", "outputs", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, env=child_env(HOME=str(tmp_path)))
+    assert json.loads(still.stdout)["not_spooled"] == [{"path": "outputs/killed", "fix": "prime-runs import outputs/killed"}]

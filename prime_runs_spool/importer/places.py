@@ -118,6 +118,12 @@ def import_command(output_dir: Path, state_dir: Path | None) -> str:
     """The command that imports ``output_dir`` (what ``status``, ``verify``, ``export`` and
     ``sync --no-import`` suggest): on a read-only folder, with the ``--state-dir`` that the
     import would otherwise be refused for."""
+    from prime_runs_spool.importer.pushing import may_be_pushing  # reads a log: only when advising
+
     if state_dir is None and is_read_only(output_dir):
-        return f"prime-runs import {output_dir} --state-dir DIR"
-    return f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
+        command = f"prime-runs import {output_dir} --state-dir DIR"
+    else:
+        command = f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
+    if may_be_pushing(output_dir):  # until then the import leaves it as it is (importer/pushing.py)
+        command += " once vf-eval has exited: it may still be running here, pushing"
+    return command

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from prime_runs_spool.content.platform_runs import is_platform_run_id
+from prime_runs_spool.content.platform_runs import first_run_id_in, is_platform_run_id
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.importer.outcome import latest_log, torn_down
 from prime_runs_spool.sync.options import DEFAULT_REQUEST_LIFETIME
@@ -56,3 +56,15 @@ def still_pushing(output_dir: Path, run_ids: Iterable[str], *, own_run_id: str |
     return (f"vf-eval may still be running here, pushing to its platform run {pushed[-1]} (its log shows no "
             f"end, and its outputs changed {max(0, round(min(ages)))} s ago): left until it has exited, or its "
             f"files have been still for {QUIET_SECONDS:.0f} s, so that no episode reaches the platform twice")
+
+
+def may_be_pushing(output_dir: Path) -> bool:
+    """Whether :func:`still_pushing` holds for ``output_dir`` by its first episode's run id,
+    for a command that only advises (``status``, ``verify``: the import they suggest would
+    leave the folder as it is): the log is read first, and ``traces.jsonl`` only to its
+    first episode, and only while the log shows no end."""
+    log = latest_log(output_dir)
+    if log is None or torn_down(log):
+        return False
+    run_id = first_run_id_in(verifiers_traces_path(output_dir))
+    return run_id is not None and still_pushing(output_dir, [run_id]) is not None
