@@ -48,6 +48,13 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
 
         click.echo(EVAL_HELP + "\n" + docs_epilog().removeprefix("\b\n"))
         return
+    from prime_runs_spool.runner.modes import resolve_mode
+
+    try:  # before verifiers makes the run's folder: a typo is told at once, as a usage error
+        resolve_mode()
+    except ValueError as exc:
+        click.echo(f"{MESSAGE_PREFIX}{exc} (set it to one of them, or unset it for offline)", err=True)
+        sys.exit(EXIT_USAGE)
     from prime_runs_spool.runner.verifiers_eval import (
         EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines, run_vf_eval, sync_hint,
     )

@@ -123,3 +123,20 @@ def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) ->
         "prime-runs: run.attach='eval-123' is not supported: a spool syncs into an evaluation of its own")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs" / "tiny" / "spool").exists()
+
+
+@pytest.mark.slow
+def test_an_unknown_mode_is_a_usage_error_before_verifiers_starts(tmp_path: Path) -> None:
+    """PRIME_RUNS_MODE=onlne (a typo) ended the eval as 'internal error: ValueError: ...'
+    (exit 1), after verifiers had made the run's folder (configs, an empty traces.jsonl,
+    logs): one line naming the variable and its values, exit 2, nothing written."""
+    from support.vf_eval import eval_env, launch_file
+
+    launch = launch_file(tmp_path, "http://127.0.0.1:9/v1")
+    result = subprocess.run(CLI + ["eval", "@", launch.name, "--no-rich"], cwd=tmp_path, capture_output=True,
+                            text=True, env=eval_env(PRIME_RUNS_MODE="onlne"), timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "prime-runs: unknown PRIME_RUNS_MODE 'onlne': expected one of offline, online, disabled "
+        "(set it to one of them, or unset it for offline)"]
+    assert not (tmp_path / "outputs").exists()
