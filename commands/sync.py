@@ -149,6 +149,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     failed_imports: list[ImportReport] = []
     if no_import or dry_run:
         left_out = not_spooled(given, state)
+    elif follow:
+        pass  # the follower imports before each walk of the paths (commands/follow_imports.py)
     elif to_refresh(given, state):  # the importer (and the writer under it) only when there is work for it
         from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
 
@@ -166,17 +168,25 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                 if follow:
                     from prime_runs_spool.sync.follow import FollowOptions, Follower
 
+                    from .follow_imports import FollowImports
+
                     check_key_once()  # a follower writes states: a refused key first, once (bounded)
                     if interrupt.is_set():
                         exit_interrupted([])
                     interrupt.uninstall()  # the follower stops on signals its own way (docs/cli.md)
                     if local_db and not as_json:  # the links it prints open only once served
                         click.echo(browse_line(local_db))
+                    imports_seen = None if no_import else FollowImports(
+                        given, state, as_json=as_json, echo=click.echo, flush=sys.stdout.flush)
                     follower = Follower(
                         roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
-                        on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state)
+                        on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state,
+                        discover=imports_seen)
                     code = follow_until_stopped(follower)
+                    if (code == EXIT_OK and exit_when_idle and not follower.stop.is_set()
+                            and imports_seen is not None and imports_seen.failed):
+                        code = EXIT_RUN_FAILED  # as a one-shot sync whose import failed
                     if follower.stop.is_set():
                         click.echo(stopped_following_line(follower.runs.values()), err=True)
                     sys.exit(code)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.env import child_env
+from support.env import REPO_ROOT, child_env
 from support.platform_process import first_line
 from fixtures.fault_proxy import FaultProxy
 from support.runs import RunBuilder
@@ -26,6 +27,7 @@ from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, sa
 
 #: How many followers test_follower_killed_and_stopped_midway_then_exactly_once SIGKILLs.
 FOLLOW_KILLS = int(os.environ.get("PRIME_RUNS_FOLLOW_KILLS", "5"))
+EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
 
 
 def follow(base_url: str, *paths: Path, extra: tuple[str, ...] = ()) -> subprocess.Popen[str]:
@@ -157,3 +159,52 @@ def test_follow_rides_out_a_network_outage(tmp_path: Path, server, api) -> None:
     assert "error" in states and "synced" in states  # it gave up a pass, then came back
     assert states[-1] in ("synced", "up_to_date")
     assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_follow_imports_plain_outputs_that_appear_and_grow_while_following(tmp_path: Path, server, api) -> None:
+    """Plain vf-eval outputs (no spool) that appear under a followed path after the follower
+    started, and grow there, are imported on its passes and pushed: every episode once."""
+    outputs = tmp_path / "outputs"
+    keeper = RunBuilder(outputs / "spooled", "follow-plain-keeper")  # keeps the follower busy
+    keeper.open_segment()
+    proc = follow(server.base_url, outputs, extra=("--exit-when-idle",))
+    try:
+        wait_for(lambda: pushed(api, keeper.run_id) == 0, what="the follower following")
+        staging = tmp_path / "staging"
+        shutil.copytree(EVAL_OUTPUTS / "vf040-completed", staging, symlinks=True)
+        traces = staging / "traces.jsonl"
+        lines = traces.read_bytes().splitlines(keepends=True)
+        traces.write_bytes(b"".join(lines[:2]))
+        plain = outputs / "evals" / "plain"
+        plain.parent.mkdir()
+        staging.rename(plain)  # appears whole, as vf-eval's folder with its first two rollouts
+        run_id = json.loads(lines[0])["run"]["id"]
+        wait_for(lambda: plain_pushed(api, run_id) == 2, timeout=30, what="the plain outputs' first episodes")
+        for line in lines[2:]:  # vf-eval goes on appending: each import adds only what is new
+            with open(plain / "traces.jsonl", "ab") as handle:
+                handle.write(line)
+            wait_for(lambda: plain_pushed(api, run_id) >= lines.index(line) + 1, timeout=30,
+                     what="an episode appended to the plain outputs")
+        keeper.seal()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    [evaluation] = evaluations_of(api, run_id, environment=ENVIRONMENT)
+    ids = sample_ids(api, evaluation["evaluation_id"])
+    assert sorted(ids) == sorted(json.loads(line)["id"] for line in lines)  # each once
+    assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["total_samples"] == len(lines)
+    imports = [json.loads(line) for line in out.splitlines() if '"source"' in line]
+    assert [(event["state"], event["episodes_added"]) for event in imports] == [
+        ("imported", 2), ("appended", 1), ("appended", 1)]
+
+
+#: The environment of the fixture vf-eval outputs (fixtures/eval_outputs).
+ENVIRONMENT = "tiny_taskset"
+
+
+def plain_pushed(api: httpx.Client, run_id: str) -> int:
+    evaluations = evaluations_of(api, run_id, environment=ENVIRONMENT)
+    return sum(len(sample_ids(api, e["evaluation_id"])) for e in evaluations) if evaluations else -1

@@ -16,6 +16,12 @@ doubling an idle run's interval up to ``IDLE_POLL_CAP``. Idle runs thus cost wha
 changes cost, not runs x polls. The paths are walked again for new runs when a watched
 folder of the tree changes, and every ``rescan_interval`` where one is not watched.
 
+Runs that have no spool yet (eval outputs written without one: the command's importer, a
+layer above) come through :attr:`Follower.discover`, called before each walk: it spools what
+is new or grown (stat calls answer an unchanged folder) and names the roots to walk. Such
+outputs grow with no event a watch of the tree gives, so while there are any the paths are
+walked every ``rescan_interval``.
+
 A pass that ends in ``error`` (the platform down longer than ``--max-attempts`` allows, say)
 is tried again after a backoff delay even if the spool did not change: a following shipper
 must ride out an outage rather than give up on it.
@@ -96,6 +102,19 @@ def signature(run_dir: Path) -> Signature:
 
 
 @dataclass
+class Discovered:
+    """What :attr:`Follower.discover` found before a walk."""
+
+    #: The folders to walk for runs (the paths, and wherever spools of theirs are kept).
+    roots: list[Path]
+    #: Folders under the paths that may yet become or feed a run with no event to say so
+    #: (eval outputs without a spool of their own): the paths are walked every rescan.
+    growing: bool = False
+    #: Some folder was left for a later look (an eval still pushing from it): not idle yet.
+    waiting: bool = False
+
+
+@dataclass
 class Followed:
     """One run the follower knows about."""
 
@@ -148,6 +167,10 @@ class Follower:
     #: Where the lock and state of a spool on a read-only folder are kept (``--state-dir``);
     #: without it such a run is an ``error`` naming the option.
     state_dir: Path | None = None
+    #: Called before each walk (see the module docstring); None: the paths are the roots.
+    discover: Callable[[], Discovered] | None = None
+    #: What it said last.
+    discovered: Discovered | None = None
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -163,7 +186,8 @@ class Follower:
                     # A folder watched only now may have changed before its watch: walk again.
                     tree_pending = self._scan()
                     last_scan = now
-                    rare = self.watch.tree_complete and not lost
+                    rare = self.watch.tree_complete and not lost and not (
+                        self.discovered is not None and self.discovered.growing)
                     next_scan = self.clock() + (TRUSTED_RESCAN_INTERVAL if rare else self.follow.rescan_interval)
                 for key, followed in list(self.runs.items()):
                     self._check_stop()
@@ -188,8 +212,9 @@ class Follower:
 
     def idle(self) -> bool:
         """Every run found is done (or failed) with no writer live: nothing more will come
-        without a new writer."""
-        return all(f.done for f in self.runs.values())
+        without a new writer, and no folder was left for a later look."""
+        waiting = self.discovered is not None and self.discovered.waiting
+        return all(f.done for f in self.runs.values()) and not waiting
 
     # -- waiting and stopping ------------------------------------------------------------
 
@@ -233,8 +258,12 @@ class Follower:
         def note(path: Path, exc: OSError) -> None:
             unreadable[path] = self.unreadable.get(path) or unreadable_report(path, exc)
 
+        roots = self.paths
+        if self.discover is not None:
+            self.discovered = self.discover()
+            roots = self.discovered.roots
         folders: set[Path] = set()
-        for run_dir in _find(self.paths, note, folders.add):
+        for run_dir in _find(roots, note, folders.add):
             key = run_dir.resolve()
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
