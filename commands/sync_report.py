@@ -39,9 +39,13 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         return
     if imports:  # the importer (and the runner, the writer under it) only when it ran
         from prime_runs_spool.importer.outputs import SPOOLED
+        from prime_runs_spool.sync.options import UP_TO_DATE
     for imported in imports:
-        if imported.state == SPOOLED and not imported.warnings:
-            continue  # nothing imported: the eval's own spool, agreeing; its sync line follows
+        if imported.state in (SPOOLED, UP_TO_DATE) and not imported.warnings:
+            # Nothing imported (the eval's own spool, agreeing; or an import with nothing new,
+            # which a later re-sync answers from its stat cache without a line): the run's
+            # own sync line follows.
+            continue
         for line in import_line(imported):
             click.echo(line)
     for path in left_out:

@@ -151,3 +151,27 @@ def test_sync_says_nothing_of_an_eval_spool_that_agrees_with_its_traces(tmp_path
     assert lines[0].startswith("synced ") and f"pushed {len(episodes)} " in lines[0], done.stdout
     assert "spooled" not in done.stdout and "prime-runs sync ships it" not in done.stdout, done.stdout
     assert cli("import", str(root)).stdout.startswith("spooled ")
+
+
+@pytest.mark.slow
+def test_a_re_sync_prints_one_line_a_run_whatever_the_import_found_in_its_cache(tmp_path: Path) -> None:
+    """The first re-sync after an import printed the import's 'up_to_date ...: 0 episodes
+    added' above the run's own up_to_date line, and the ones after it (answered from the
+    import's stat cache) did not: the same re-sync printed two lines a run, then one. An
+    import that added nothing and has nothing to say is not printed, as sync prints no
+    'spooled' line; --json still lists it."""
+    root = tree(tmp_path, "vf040-completed")
+    db = tmp_path / "p.db"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def sync(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(CLI + ["sync", str(root), "--local", "--db", str(db), *args], capture_output=True,
+                              text=True, timeout=120, env=child_env(**env))
+
+    assert sync().returncode == 0
+    for _ in range(2):
+        again = sync()
+        assert again.returncode == 0, again.stdout + again.stderr
+        [line] = [line for line in again.stdout.splitlines() if not line.startswith("browse with: ")]
+        assert line.startswith(f"up_to_date {root / 'vf040-completed'}  evaluation "), again.stdout
+    assert [r["state"] for r in json.loads(sync("--json").stdout)["imports"]] in ([], ["up_to_date"])
