@@ -257,3 +257,62 @@ def test_a_sync_while_a_pushing_vf_eval_runs_sends_no_episode_twice(
         samples = client.get(f"/evaluations/{platform_run}/samples", params={"limit": 1000}).json()["samples"]
     assert sorted(sample["sample_id"] for sample in samples) == sorted(row["id"] for row in final)
     assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["samples"], indirect=True)
+def test_a_follower_started_while_a_pushing_vf_eval_runs_adopts_it_once_vf_eval_exits(
+        tmp_path: Path, platform: platform_process.PlatformProcess) -> None:
+    """``sync --follow --exit-when-idle`` started while a pushing vf-eval is still running
+    leaves its folder ``live`` (as a one-shot sync does) and waits for it; once vf-eval has
+    exited, the follower imports the folder on its next walk and adopts the evaluation: each
+    episode once, finalized once, and then it exits."""
+    from fixtures.fault_proxy import FaultProxy
+    from support.vf_eval import eval_env, plain_cmd
+
+    follow_cmd = CLI + ["sync", "--follow", "--exit-when-idle", "--json", "--to", "samples", "outputs"]
+    with FaultProxy(platform.base_url, methods=["POST"], hold_first=r"/samples$") as proxy, \
+            FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        through_proxy = {**pushing_env(platform), "PRIME_API_BASE_URL": proxy.base_url,
+                         "PRIME_TRACES_URL": proxy.base_url}
+        vf_eval = subprocess.Popen(plain_cmd("@", launch.name, "--no-rich"), cwd=tmp_path, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   env=eval_env(HOME=str(tmp_path), **through_proxy))
+        follower = None
+        try:
+            deadline = time.monotonic() + 120
+            while not (_lines(run_dir(tmp_path) / "traces.jsonl") >= 2 * ROLLOUTS and proxy.holding()):
+                assert vf_eval.poll() is None and time.monotonic() < deadline, "vf-eval ended before the follower"
+                time.sleep(0.1)
+            follower = subprocess.Popen(follow_cmd, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=child_env(HOME=str(tmp_path),
+                                                                              **pushing_env(platform)))
+            assert follower.stdout is not None
+            said = follower.stdout.readline()
+            assert said, f"the follower said nothing of the live folder and exited ({follower.wait()})"
+            first = json.loads(said)
+            assert (first.get("state"), "source" in first) == ("live", True), first
+            assert follower.poll() is None, "the follower exited while vf-eval was still running"
+            assert proxy.release_held()  # vf-eval's own upload lands
+            server.release()
+            _, err = vf_eval.communicate(timeout=180)
+            assert vf_eval.returncode == 0, err[-3000:]
+            out, err = follower.communicate(timeout=120)
+        finally:
+            for proc in (vf_eval, follower):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    assert follower.returncode == 0, err
+    final = traces(tmp_path)
+    [platform_run] = platform_ids(final)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["state"] for e in events if "source" in e] == ["imported"]
+    assert [(e["evaluation_id"], e["state"]) for e in events if "path" in e][-1] == (platform_run, "synced")
+    with api(platform) as client:
+        assert len(evaluations(client)) == 1
+        evaluation = client.get(f"/evaluations/{platform_run}").json()
+        samples = client.get(f"/evaluations/{platform_run}/samples", params={"limit": 1000}).json()["samples"]
+    assert sorted(sample["sample_id"] for sample in samples) == sorted(row["id"] for row in final)
+    assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)
