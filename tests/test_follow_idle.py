@@ -188,3 +188,58 @@ def test_a_pass_after_the_one_that_synced_a_run_keeps_it_reported_synced(tmp_pat
     follower._record(followed, RunReport(path=str(tmp_path), evaluation_id="ev1", state="up_to_date"), live=False)
     assert told == ["live", "synced"]
     assert followed.report is not None and followed.report.state == "synced" and followed.done
+
+
+@pytest.mark.slow
+def test_an_unchanged_plain_output_costs_each_walk_stat_calls_not_an_import(tmp_path: Path, monkeypatch) -> None:
+    """``sync --follow`` imports eval outputs without a spool before every walk; once one is
+    imported and up to date (and its files have settled), a walk answers it from ``stat``
+    calls (importer/unchanged.py): no import, no read of its ``traces.jsonl``."""
+    import shutil
+
+    from commands.follow_imports import FollowImports
+    from prime_runs_spool.importer import outputs as importer_outputs
+    from prime_runs_spool.importer import unchanged
+    from prime_runs_spool.sync.unchanged import SETTLED
+    from prime_runs_spool.sync.user_cache import CACHE_ENV
+    from support.env import REPO_ROOT
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(unchanged, "_loaded", None)  # this process's view of the cache: the new one
+    outputs = tmp_path / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", outputs / "plain", symlinks=True)
+    imports, walks = Counter[str](), Counter[str]()
+    real_import = importer_outputs.import_output
+
+    def counted_import(output_dir: Path, **kwargs: object):
+        imports[output_dir.name] += 1
+        return real_import(output_dir, **kwargs)
+
+    monkeypatch.setattr(importer_outputs, "import_output", counted_import)
+    imports_seen = FollowImports([outputs], None, as_json=True, echo=lambda line: None, flush=lambda: None)
+
+    def discover():
+        walks["walk"] += 1
+        return imports_seen()
+
+    platform = FakePlatform()
+    settings = Settings(base_url="http://platform.test", api_key=Secret("k"), team_id=None,
+                        frontend_url="http://app.test")
+    with PlatformClient(settings, transport=platform.transport()) as client:
+        follower = Follower([outputs], client, remote_destination("http://platform.test", None),
+                            SyncOptions(request_lifetime=0.5, backoff=Backoff(base=0.05, cap=0.1)),
+                            FollowOptions(poll_interval=0.1, rescan_interval=0.2), discover=discover)
+        thread = threading.Thread(target=follower.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: sum(len(rows) for rows in platform.samples.values()) == 4, "the imported episodes")
+            time.sleep(SETTLED + 1.0)  # the spool and the outputs settle; a walk keeps the answer
+            before, walks_before = imports["plain"], walks["walk"]
+            time.sleep(2.0)
+            idle_imports, idle_walks = imports["plain"] - before, walks["walk"] - walks_before
+        finally:
+            follower.stop.set()
+            thread.join(10)
+    assert imports["plain"] >= 1 and idle_walks >= 5, (imports, idle_walks)
+    assert idle_imports == 0, f"{idle_imports} imports of unchanged outputs in {idle_walks} walks"
+    assert sum(len(rows) for rows in platform.samples.values()) == 4
