@@ -19,7 +19,7 @@ from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
-from .options import LocalPath
+from .options import LocalPath, StateDirPath
 from .output import require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
@@ -75,7 +75,7 @@ def quiet_library_warnings() -> None:
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=LocalPath(path_type=Path, hint=(
     "a store holds spools only, with nothing to import: sync, status, verify and export read it as it is")))
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+@click.option("--state-dir", type=StateDirPath(), envvar=STATE_DIR_ENV,
               help=f"Keep the imported spools here instead of in the sources (env {STATE_DIR_ENV}); "
                    "for read-only sources.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")

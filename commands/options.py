@@ -4,16 +4,35 @@ environment variable and its help read the same in every command that has it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
+class StateDirPath(click.Path):
+    """``--state-dir``'s value: a folder, made when missing. A file there was taken, and
+    every run's import or sync then failed on 'Not a directory' (exit 1); refused at once
+    as bad usage, naming the variable when the value came from it."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, file_okay=False)
+
+    def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
+        from click.core import ParameterSource
+
+        message = message.rstrip(".")
+        if ctx is not None and param is not None and param.name \
+                and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+            message = f"{message} (from {STATE_DIR_ENV})"
+        super().fail(f"{message}; give a folder (made if missing)", param, ctx)
+
+
 #: ``--state-dir`` for the commands that read spools: where ``prime-runs import`` kept the
 #: spools of sources it could not write to. (``import`` and ``sync``, which write there,
 #: say so in their own words.)
 read_state_dir_option = click.option(
-    "--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+    "--state-dir", type=StateDirPath(), envvar=STATE_DIR_ENV,
     help=f"Where imported spools are kept, if not in the sources (env {STATE_DIR_ENV}).")
 
 #: ``--allow-empty``: a path with neither a spool nor eval outputs is not a failure.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .import_ import nothing_found_message, quiet_library_warnings
-from .options import allow_empty_option
+from .options import StateDirPath, allow_empty_option
 from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports, waiting_imports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
               help="Uncompressed bytes at which a traces batch closes (tests use smaller ones).")
 @click.option("--no-import", is_flag=True,
               help="Do not import eval outputs that have no spool; list them instead.")
-@click.option("--state-dir", type=click.Path(path_type=Path), envvar=STATE_DIR_ENV,
+@click.option("--state-dir", type=StateDirPath(), envvar=STATE_DIR_ENV,
               help="Keep imported spools, and the sync lock and state of spools on a read-only source, here, "
                    f"not in the sources (env {STATE_DIR_ENV}).")
 @allow_empty_option

@@ -518,3 +518,19 @@ def test_a_store_url_given_to_a_command_of_local_folders_is_named_as_one(command
     assert line.startswith("prime-runs: ") and len(done.stderr.strip().splitlines()) == 1
     assert f"{url} is a store URL, and prime-runs {command} reads local folders only; " in line
     assert hint in line and "no such file" not in line
+
+
+@pytest.mark.parametrize("command", ["sync", "import", "status", "verify", "export", "view"])
+def test_a_state_dir_that_is_a_file_is_bad_usage_naming_where_it_came_from(tmp_path: Path, command: str) -> None:
+    """PRIME_RUNS_STATE_DIR (or --state-dir) naming a file was taken, and every run then
+    failed on 'Not a directory' (sync and import: exit 1, 'N runs could not be imported')."""
+    (tmp_path / "outputs").mkdir()
+    shutil.copytree(VF040, tmp_path / "outputs" / "vf040-completed")
+    (tmp_path / "state").write_bytes(b"")
+    extra = {"sync": ["--local", "--db", str(tmp_path / "p.db")], "export": ["-o", str(tmp_path / "x.csv")]}
+    done = cli(command, str(tmp_path / "outputs"), *extra.get(command, []), PRIME_RUNS_STATE_DIR=str(tmp_path / "state"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert last_line(done).startswith(f"prime-runs: invalid value for '--state-dir': Directory '{tmp_path / 'state'}' "
+                                      "is a file (from PRIME_RUNS_STATE_DIR); give a folder (made if missing)")
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
