@@ -534,3 +534,16 @@ def test_a_state_dir_that_is_a_file_is_bad_usage_naming_where_it_came_from(tmp_p
     assert last_line(done).startswith(f"prime-runs: invalid value for '--state-dir': Directory '{tmp_path / 'state'}' "
                                       "is a file (from PRIME_RUNS_STATE_DIR); give a folder (made if missing)")
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
+
+
+def test_sync_help_names_the_state_a_run_given_up_on_is_reported_in() -> None:
+    """--retry-for's help said a run still failing 'is reported failed', a word sync reports
+    for a run whose eval failed; its report says 'error' (docs/cli.md, --retry-for)."""
+    import re as regex
+
+    done = cli("sync", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    start = text.index("--retry-for DURATION")
+    help_text = text[start:text.index("--follow ", start)]
+    assert regex.search(r"each run still failing is reported 'error' \(its state kept", help_text), help_text

@@ -25,6 +25,7 @@ from prime_runs_spool.sync.options import (
     DEFAULT_REQUEST_LIFETIME,
     DEFAULT_TIMEOUT,
     AUTO,
+    ERROR,
     SINK_ENV,
     SINKS,
     seconds_problem,
@@ -117,7 +118,7 @@ _SHARED: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                     "kept).")),
     (("--retry-for",), dict(type=Duration(0), default=DEFAULT_RETRY_FOR, show_default=True, envvar=RETRY_FOR_ENV,
                             help="How long a platform that fails every request is retried (90, 90s, 5m, 1h), all "
-                                 "runs together; then each run still failing is reported failed (env "
+                                 f"runs together; then each run still failing is reported {ERROR!r} (its state kept; env "
                                  f"{RETRY_FOR_ENV}).")),
     (("--follow",), dict(is_flag=True,
                          help="Keep following live spools: push episodes as they are appended, pick up new runs, "
