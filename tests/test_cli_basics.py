@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import re
 import subprocess
 
 import pytest
@@ -202,5 +203,6 @@ def test_the_progress_line_on_a_terminal_counts_episodes_whatever_the_sink(tmp_p
         os.close(controller)
     assert done.returncode == 0 and "pushed 3 (total 3) to traces" in done.stdout, done.stdout
     drawn = [part.strip() for part in shown.decode().split("\r") if part.strip()]
-    assert "syncing 1 run: 3 episodes, 0.0 MB sent" in drawn, drawn
-    assert not any("sample" in line for line in drawn), drawn
+    # Which counts are drawn depends on timing (at most ten draws a second: a quick sync may
+    # show only its first, '0 episodes'): every line drawn counts episodes, none samples.
+    assert drawn and all(re.fullmatch(r"syncing 1 run: [0-3] episodes?, 0\.0 MB sent", line) for line in drawn), drawn
