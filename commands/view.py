@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
-from .options import LocalPath, read_state_dir_option
+from .options import LocalPath, allow_empty_option, read_state_dir_option
 from .output import count, fail_usage, require_paths
+from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import default_state_dir
 
 
@@ -31,14 +32,16 @@ from prime_runs_spool.importer.options import default_state_dir
 @click.option("--export", "export_dir", type=click.Path(path_type=Path), default=None,
               help="Write a static copy of the pages to this folder and exit, instead of serving.")
 @read_state_dir_option
+@allow_empty_option
 def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None, export_dir: Path | None,
-         state_dir: Path | None, open_browser: bool) -> None:
+         state_dir: Path | None, open_browser: bool, allow_empty: bool) -> None:
     """Serve a web viewer over every run spool under PATHS (default: .), reading the spools
     only: no platform, no network. The first line of stdout is the URL to open. Eval outputs
     with no spool are shown read-only, marked "not spooled", with the command that imports them.
 
-    Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 2 on a usage error (a
-    path does not exist, a non-loopback --host without --token, the address cannot be bound).
+    Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 1 when a path given to
+    --export holds neither a spool nor eval outputs (unless --allow-empty); 2 on a usage error
+    (a path does not exist, a non-loopback --host without --token, the address cannot be bound).
 
     \b
     Examples:
@@ -51,8 +54,15 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
 
     roots = require_paths(paths or (Path("."),))
     if export_dir is not None:
+        from prime_runs_spool.importer.places import paths_with_nothing
         from prime_runs_spool.viewer.export import export
 
+        from .import_ import nothing_found_message
+
+        # A site of nothing published looks like one of runs: said, and exit 1, as sync,
+        # status, verify and import do (a served viewer is exempt: runs may appear later).
+        # Said after the export, so that a folder that cannot be written stays a usage error.
+        empty = paths_with_nothing(roots)
         try:
             written = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
         except SpoolError as exc:
@@ -61,7 +71,9 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
             fail_usage(f"view --export: {exc.filename or export_dir}: cannot be written ({exc.strerror or exc})")
         click.echo(f"{(export_dir / 'index.html').resolve().as_uri()}")
         click.echo(f"wrote {count(written, 'file')} to {export_dir}", err=True)
-        return
+        for path in empty:
+            click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
+        sys.exit(1 if empty and not allow_empty else 0)
     try:
         serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,
                      state_dir=default_state_dir(state_dir), open_in=sys.stderr if open_browser else None)

@@ -547,3 +547,21 @@ def test_sync_help_names_the_state_a_run_given_up_on_is_reported_in() -> None:
     start = text.index("--retry-for DURATION")
     help_text = text[start:text.index("--follow ", start)]
     assert regex.search(r"each run still failing is reported 'error' \(its state kept", help_text), help_text
+
+
+def test_view_export_of_a_folder_with_no_runs_says_so_and_fails_unless_allowed(outputs: Path, tmp_path: Path) -> None:
+    """It wrote an empty site and exited 0 without a word: a CI step publishing the viewer
+    of an artifact that held nothing looked like one that published runs."""
+    empty = tmp_path / "empty"
+    (empty / "some" / "folder").mkdir(parents=True)
+    site = tmp_path / "site"
+    done = cli("view", str(empty), "--export", str(site))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("prime-runs:")]
+    assert len(said) == 1 and said[0].startswith(f"prime-runs: {empty}: nothing found"), done.stderr
+    assert "Traceback" not in done.stderr
+    mixed = cli("view", str(empty), str(outputs / "one-episode"), "--export", str(tmp_path / "mixed"))
+    assert mixed.returncode == 1 and (tmp_path / "mixed" / "index.html").is_file(), mixed.stderr
+    assert f"prime-runs: {empty}: nothing found" in mixed.stderr  # the other path is exported all the same
+    allowed = cli("view", str(empty), "--export", str(tmp_path / "allowed"), "--allow-empty")
+    assert allowed.returncode == 0 and (tmp_path / "allowed" / "index.html").is_file(), allowed.stderr
