@@ -162,19 +162,26 @@ def test_follow_rides_out_a_network_outage(tmp_path: Path, server, api) -> None:
 
 
 @pytest.mark.slow
-def test_follow_imports_plain_outputs_that_appear_and_grow_while_following(tmp_path: Path, server, api) -> None:
+@pytest.mark.parametrize("state_dir", [False, True], ids=["beside", "state-dir"])
+def test_follow_imports_plain_outputs_that_appear_and_grow_while_following(tmp_path: Path, server, api,
+                                                                          state_dir: bool) -> None:
     """Plain vf-eval outputs (no spool) that appear under a followed path after the follower
-    started, and grow there, are imported on its passes and pushed: every episode once."""
+    started, and grow there, are imported on its passes and pushed: every episode once; with
+    ``--state-dir`` the spool is kept there, and followed there."""
     outputs = tmp_path / "outputs"
-    keeper = RunBuilder(outputs / "spooled", "follow-plain-keeper")  # keeps the follower busy
+    keeper = RunBuilder(outputs / "spooled", f"follow-plain-keeper-{state_dir}")  # keeps the follower busy
     keeper.open_segment()
-    proc = follow(server.base_url, outputs, extra=("--exit-when-idle",))
+    extra = ("--exit-when-idle", *(("--state-dir", str(tmp_path / "state")) if state_dir else ()))
+    proc = follow(server.base_url, outputs, extra=extra)
     try:
         wait_for(lambda: pushed(api, keeper.run_id) == 0, what="the follower following")
         staging = tmp_path / "staging"
         shutil.copytree(EVAL_OUTPUTS / "vf040-completed", staging, symlinks=True)
         traces = staging / "traces.jsonl"
-        lines = traces.read_bytes().splitlines(keepends=True)
+        fixture_run = json.loads(traces.read_bytes().splitlines()[0])["run"]["id"]
+        # A run id of this test's own: the platform process serves every test of the module.
+        own_run = f"disabled-{os.urandom(8).hex()}".encode()
+        lines = traces.read_bytes().replace(fixture_run.encode(), own_run).splitlines(keepends=True)
         traces.write_bytes(b"".join(lines[:2]))
         plain = outputs / "evals" / "plain"
         plain.parent.mkdir()
@@ -199,6 +206,8 @@ def test_follow_imports_plain_outputs_that_appear_and_grow_while_following(tmp_p
     imports = [json.loads(line) for line in out.splitlines() if '"source"' in line]
     assert [(event["state"], event["episodes_added"]) for event in imports] == [
         ("imported", 2), ("appended", 1), ("appended", 1)]
+    assert (Path(imports[0]["run_dir"]).is_relative_to(tmp_path / "state")) == state_dir
+    assert (plain / "spool").exists() != state_dir  # with --state-dir, nothing written into the outputs
 
 
 #: The environment of the fixture vf-eval outputs (fixtures/eval_outputs).
