@@ -549,6 +549,7 @@ def test_sync_help_names_the_state_a_run_given_up_on_is_reported_in() -> None:
     assert regex.search(r"each run still failing is reported 'error' \(its state kept", help_text), help_text
 
 
+@pytest.mark.slow
 def test_view_export_of_a_folder_with_no_runs_says_so_and_fails_unless_allowed(outputs: Path, tmp_path: Path) -> None:
     """It wrote an empty site and exited 0 without a word: a CI step publishing the viewer
     of an artifact that held nothing looked like one that published runs."""
