@@ -191,6 +191,15 @@ class AddressedSink(Sink):
             cut.released = [str(i) for i in cut.ids]
             yield cut
 
+    #: Episode ids the platform held when a pass whose state cannot vouch for it began
+    #: (another copy of the run may have uploaded the same batches): a batch the service
+    #: answers by replaying its receipt stored nothing, and is not reported pushed now.
+    there_before: frozenset[str] = frozenset()
+
+    def episodes_there(self) -> list[str]:
+        """The ids of the episodes the platform's run holds; none known unless a sink can say."""
+        return []
+
     def settle(self, origin: StateOrigin) -> bool:
         """The batch the state announces, sent again: the same bytes, so the same key. An
         evaluation found rather than created has its status read: the listing it was found
@@ -198,6 +207,9 @@ class AddressedSink(Sink):
         finalize, and a second finalize runs the platform's statistics job again."""
         if origin.adopted and not self.state.finalized:
             self._read_finalized(None)
+        if origin.foreign or origin.adopted or origin.untrusted:
+            self.there_before = frozenset(self.context.protocol.retry(
+                f"listing the episodes {self.title} holds for the run", self.episodes_there))
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
             if pending.released:
@@ -250,8 +262,14 @@ class AddressedSink(Sink):
         state.in_flight = None
         self.context.protocol.save()
         report.store = self.name
-        report.pushed_now += cut.episodes
+        report.pushed_now += self._new_there(cut)
         report.bytes_sent += cut.size
+
+    def _new_there(self, cut: Cut) -> int:
+        """How many of the batch's episodes the platform did not hold before this pass."""
+        if not self.there_before or len(cut.ids) != cut.episodes:
+            return cut.episodes
+        return sum(1 for i in cut.ids if i not in self.there_before)
 
     def _upload(self, cut: Cut) -> str:
         receipt = self.upload(cut)

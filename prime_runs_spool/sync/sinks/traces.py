@@ -102,6 +102,9 @@ class TracesSink(AddressedSink):
         """One cheap read (``GET /episodes?limit=1``), shared by the runs of one sync."""
         return self.context.client.traces_probe().enabled()
 
+    def episodes_there(self) -> list[str]:
+        return self.context.client.trace_run_episode_ids(self.context.run_id)
+
     def encode(self, record: Any) -> bytes:
         from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run
 
