@@ -207,7 +207,7 @@ class AddressedSink(Sink):
         finalize, and a second finalize runs the platform's statistics job again."""
         if origin.adopted and not self.state.finalized:
             self._read_finalized(None)
-        if origin.foreign or origin.adopted or origin.untrusted:
+        if origin.adopted or (origin.foreign and not origin.fresh):  # else created now: holds nothing
             self.there_before = frozenset(self.context.protocol.retry(
                 f"listing the episodes {self.title} holds for the run", self.episodes_there))
         pending = self.state.in_flight
