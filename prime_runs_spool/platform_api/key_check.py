@@ -25,9 +25,16 @@ KEY_CHECK_SECONDS = 5.0
 #: where the sync would write (403).
 REFUSED_KEY_STATUSES = (401, 403)
 
+#: The answers that mean the base URL is not the platform at all: the platform always has
+#: the evaluations listing the check reads, so an unknown path (404), a method the path
+#: does not take (405) or none it implements (501) is some other server there (a model
+#: server, a file server), which retrying cannot change.
+NOT_THE_PLATFORM_STATUSES = (404, 405, 501)
+
 
 def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> PlatformError | None:
-    """The platform's refusal of ``settings``' key, or None: accepted, or no answer within
+    """The platform's refusal of ``settings``' key (or a base URL that is not the platform),
+    or None: accepted, or no answer within
     ``within`` seconds (at most :data:`KEY_CHECK_SECONDS`), or any other failure. Waits in
     the caller's thread with a plain join, so a signal handler that raises ends the wait."""
     within = min(within, KEY_CHECK_SECONDS)
@@ -40,6 +47,8 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> Platfo
         except PlatformError as exc:
             if exc.kind is FailureKind.FATAL and exc.status in REFUSED_KEY_STATUSES:
                 refusals.append(exc)
+            elif exc.status in NOT_THE_PLATFORM_STATUSES:
+                refusals.append(not_the_platform(settings.base_url, exc.status))
         except Exception:  # noqa: BLE001 - anything else is for the passes to meet and report
             pass
 
@@ -48,3 +57,10 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> Platfo
     asking.start()
     asking.join(within)
     return refusals[0] if refusals else None
+
+
+def not_the_platform(base_url: str, status: int) -> PlatformError:
+    """The one line for a base URL whose server does not serve the platform's API."""
+    return PlatformError(FailureKind.FATAL,
+                         f"{base_url} does not look like the platform: its evaluations listing answered {status}; "
+                         "check --base-url (PRIME_API_BASE_URL, base_url in ~/.prime/config.json)", status=status)

@@ -1,0 +1,74 @@
+"""A --base-url that is some other HTTP server (a model server, a static file server)
+answers the platform's endpoints 404, 405 or 501: that is a setup error, told in one line
+before any run is touched, not an outage retried for the whole --retry-for window. Real
+`prime-runs sync` processes against a real HTTP server on loopback."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from support.runs import build_run
+from test_sync_retries import run_piped, tree
+
+
+class NothingImplemented(BaseHTTPRequestHandler):
+    """Answers 501 to every method, as http.server does for a method it lacks."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class QuietFiles(SimpleHTTPRequestHandler):
+    """A static file server: GET of an unknown path 404, POST 501."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class OnlyPosts(BaseHTTPRequestHandler):
+    """A server whose every path takes POST only: GET answered 405."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(405)
+        self.send_header("Allow", "POST")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=[NothingImplemented, QuietFiles, OnlyPosts], ids=["501", "404", "405"])
+def other_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "served").mkdir()
+    handler = request.param
+    if issubclass(handler, SimpleHTTPRequestHandler):
+        handler = functools.partial(handler, directory=str(tmp_path / "served"))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.slow
+def test_a_base_url_that_is_not_the_platform_exits_2_at_once_touching_no_run(tmp_path: Path,
+                                                                           other_server: str) -> None:
+    build_run(tmp_path / "outputs" / "run", "not-the-platform", 2)
+    before = tree(tmp_path / "outputs")
+    status, out, lines, took = run_piped(other_server, str(tmp_path / "outputs"), "--retry-for", "60s",
+                                         HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    errors = [text for _, text in lines if text.strip()]
+    assert status == 2, lines
+    assert len(errors) == 1 and errors[0].startswith("prime-runs: "), errors
+    assert other_server in errors[0] and "does not look like the platform" in errors[0], errors
+    assert "--base-url" in errors[0] and "Traceback" not in errors[0], errors
+    assert took < 30, (took, lines)  # not the 60 s window
+    assert out == ""
+    assert tree(tmp_path / "outputs") == before, "a sync to something else wrote into the paths"
