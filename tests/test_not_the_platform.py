@@ -72,3 +72,41 @@ def test_a_base_url_that_is_not_the_platform_exits_2_at_once_touching_no_run(tmp
     assert took < 30, (took, lines)  # not the 60 s window
     assert out == ""
     assert tree(tmp_path / "outputs") == before, "a sync to something else wrote into the paths"
+
+
+class ListsThenNothing(BaseHTTPRequestHandler):
+    """Answers the key check's listing as the platform would, and 501 to everything else:
+    the check passes, and the runs' own requests meet the 501."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.startswith("/api/v1/evaluations/?"):
+            body = b'{"evaluations": [], "total": 0}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_error(501)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_a_501_to_a_runs_request_fails_that_run_at_once_not_after_retry_for(tmp_path: Path) -> None:
+    """501 is a server that does not implement the request: no retry changes that."""
+    build_run(tmp_path / "outputs" / "run", "nothing-implemented", 2)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), ListsThenNothing)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        status, out, lines, took = run_piped(url, str(tmp_path / "outputs"), "--to", "samples", "--retry-for", "60s",
+                                             HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert status == 1, (out, lines)
+    assert not [text for _, text in lines if " try " in text], lines  # nothing retried
+    assert out.startswith("error") and "answered 501" in out and "--base-url" in out, out
+    assert took < 30, (took, out, lines)

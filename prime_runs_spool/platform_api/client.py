@@ -116,6 +116,8 @@ _FATAL_ADVICE = {
     409: "the platform reported a conflict",
     413: "the request was too large for the platform",
     422: "the platform rejected the request body",
+    # Never transient: a server that does not implement the request, not the platform.
+    501: "the server at {platform} does not implement this request; check that --base-url is the platform",
 }
 
 
@@ -149,7 +151,7 @@ def classify_response(method: str, path: str, response: httpx.Response,
     if status in (502, 504):
         return PlatformError(FailureKind.IN_DOUBT, f"{what} (gateway)", status=status,
                              retry_after=_retry_after(response))
-    if status >= 500:
+    if status >= 500 and status not in _FATAL_ADVICE:
         return PlatformError(FailureKind.ANSWERED, what, status=status,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request").format(platform=_origin_of(response))
