@@ -11,12 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import subprocess
+
+import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.content.remask import remask_episode
-from support.env import REPO_ROOT
+from support import platform_process
+from support.env import CLI, REPO_ROOT, child_env
+from support.leaky import API_KEY
 from support.files import all_bytes_under
 
 EPISODE = json.loads((REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed" / "traces.jsonl")
@@ -60,11 +66,9 @@ def test_an_old_spool_is_scrubbed_when_masked_again() -> None:
     assert again["errors"][0]["message"] == "Illegal header value b'***'"
 
 
-def test_short_values_and_ok_episodes_are_left_as_the_eval_wrote_them(tmp_path: Path) -> None:
+def test_short_values_are_left_as_the_eval_wrote_them() -> None:
     short = failed_on("x-team1")  # 7 characters: every "x-team1" of every message would go
     assert remask_episode(short)["errors"] == short["errors"]
-    passed = failed_on("cfs_RETRIED_AND_PASSED_0123", ok=True)
-    assert remask_episode(passed)["errors"] == passed["errors"]
 
 
 #: A header value pasted with its newline: a marker (so it is told apart from what else a
@@ -92,3 +96,70 @@ def test_a_runs_error_line_never_quotes_what_masking_took_out_of_its_config(tmp_
     spool = read_run(tmp_path / "run")
     [seal] = [record.data for record in spool.records() if record.type == "seal"]
     assert (spool.status, seal["error"]) == ("failed", "RuntimeError: Illegal header value b'***'")
+
+
+#: Where an episode carries error text (docs/masking.md): its own ``errors``, a trace's
+#: ``errors``, a model call's ``error``.
+_ERROR_FIELDS = st.sampled_from(["episode.errors", "trace.errors", "call.error"])
+
+
+def retried_on(secret: str, field: str) -> dict[str, Any]:
+    """The fixture's episode, ``ok``, its client's header ``secret``, one model call of which
+    failed on it as httpx fails (retried, the retry passing): the message only in ``field``."""
+    episode = copy.deepcopy(EPISODE)
+    episode["ok"] = True
+    error = {"type": "ProviderError", "message": f"Illegal header value {secret.encode()!r}"}
+    for trace in episode["traces"]:
+        trace["agent"]["config"]["client"]["headers"] = {"CF-Access-Client-Secret": secret}
+        if field == "call.error":  # the failed attempt, before the call that passed
+            trace["calls"] = [{"model": "fake/model", "error": error}, *trace["calls"]]
+        trace["errors"] = [error] if field == "trace.errors" else []
+    episode["errors"] = [error] if field == "episode.errors" else []
+    return episode
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(secret=_SECRET, field=_ERROR_FIELDS)
+def test_an_ok_episodes_retried_call_error_never_carries_a_header_value(tmp_path_factory: Any, secret: str,
+                                                                         field: str) -> None:
+    """At append and when an older spool is masked again, an ``ok`` episode's error text is
+    cleared as an errored one's is: a call that failed on the header and was retried."""
+    episode = retried_on(secret, field)
+    tmp_path = tmp_path_factory.mktemp("scrub-ok")
+    data = written(tmp_path, [episode])
+    again = json.dumps(remask_episode(episode)).encode()
+    for form in (secret.strip(), repr(secret.strip())[1:-1], repr(secret.strip().encode())[2:-1]):
+        quoted = json.dumps(form)[1:-1].encode()
+        assert quoted not in data and quoted not in again, (field, form)
+    [read] = read_run(tmp_path / "run").episodes()
+    assert "Illegal header value b'***'" in json.dumps(read)  # the message stays, the value goes
+    assert read["ok"] is True
+
+
+@pytest.mark.slow
+def test_an_ok_episodes_error_reaches_neither_the_spool_nor_the_platform(tmp_path: Path) -> None:
+    """End to end: a run of ok episodes, each with a call that failed on its header and was
+    retried, written and synced to the real local platform: no byte of the spool, the
+    platform's database or the sync's output holds the header's value."""
+    secret = "cfs_RETRIED_CALL_HEADER_SECRET_7\n"
+    episodes = []
+    for index, field in enumerate(["episode.errors", "trace.errors", "call.error"]):
+        episode = retried_on(secret, field)
+        episode["id"] = f"retried-{index}"
+        episodes.append(episode)
+    with open_run(tmp_path / "runs" / "run", name="scrub-ok") as run:
+        run.log_episodes(episodes)
+    assert secret.strip().encode() not in all_bytes_under(tmp_path / "runs")
+    db = tmp_path / "platform" / "platform.db"
+    db.parent.mkdir()
+    with platform_process.running(db, "--token", API_KEY) as server:
+        result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--base-url", server.base_url, "--json"],
+                                capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=API_KEY))
+        assert result.returncode == 0, result.stdout + result.stderr
+        (report,) = json.loads(result.stdout)["runs"]
+        assert (report["state"], report["pushed_now"]) == ("synced", 3), report
+        with httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {API_KEY}"}) as api:
+            rows = api.get(f"/evaluations/{report['evaluation_id']}/samples").json()["samples"]
+    assert len(rows) == 3 and "Illegal header value b'***'" in json.dumps(rows)  # the messages arrived
+    assert secret.strip().encode() not in all_bytes_under(db.parent)
+    assert secret.strip() not in result.stdout + result.stderr

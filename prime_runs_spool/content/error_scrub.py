@@ -1,4 +1,4 @@
-"""An errored episode's error messages, cleared of the credentials its trace configs held.
+"""An episode's error messages, cleared of the credentials its trace configs held.
 
 A model call that fails quotes what it failed on: httpx refuses a header value holding a
 line break (a key pasted with its newline) as ``Illegal header value b'<the value>\\n'``, and
@@ -6,15 +6,15 @@ verifiers records that message in the call's ``error``, the trace's and the epis
 ``errors``. Masking by location replaced the header in ``traces[*].agent.config``, but the
 message carried the value to the disk and on to the platform.
 
-So once an episode that is not ``ok`` is masked, every string the masking took out of its
+So once an episode is masked, whatever its status, every string the masking took out of its
 trace configs (a header's value, a key, each string of a table masked whole) is also taken
 out of every string under a key named ``error`` or ``errors``, wherever the episode holds
 one: as written, without the blanks around it, and as Python quotes it in a message (the
 ``repr`` of it as text and as bytes), each replaced by :data:`MASK`. Only those messages: the
 rest of an episode is the eval's data (docs/masking.md). A value shorter than
 :data:`MIN_SECRET_CHARS` is not searched for (a header ``X-Team: 1`` would mask every ``1``).
-An ``ok`` episode is not searched: what failed in it was retried and passed, and a call that
-fails on a credential fails every time.
+An ``ok`` episode is searched too: a call that failed on a credential and was retried (the
+retry passing) keeps its message in the call's ``error``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ ERROR_KEYS = frozenset({"error", "errors"})
 
 def scrub_episode_errors(original: Mapping[str, Any], masked: Any) -> Any:
     """``masked`` (``original`` masked, as plain containers) with its error messages cleared
-    of what masking took out of its trace configs; the same object when nothing changes."""
+    of what masking took out of its trace configs; the same object when nothing changes
+    (when masking took nothing out, without walking the episode)."""
     values: set[str] = set()
     for before, after in zip(_traces(original), _traces(masked)):
         values |= masked_away(_config(before), _config(after))

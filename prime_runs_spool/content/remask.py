@@ -84,6 +84,5 @@ def remask_manifest(manifest: Mapping[str, Any], warnings: list[str] | None = No
 
 def remask_episode(record: Mapping[str, Any]) -> Any:
     """An episode record masked by today's episode rules (never mutates ``record``), its
-    error messages cleared as an errored episode's are at append (content/error_scrub.py)."""
-    masked = mask(record, _EPISODE_RULES)
-    return masked if record.get("ok") is True else scrub_episode_errors(record, masked)
+    error messages cleared as at append (content/error_scrub.py)."""
+    return scrub_episode_errors(record, mask(record, _EPISODE_RULES))

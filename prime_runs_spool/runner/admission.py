@@ -78,15 +78,16 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         serialize(episode_id, partial(_episode_id_name, episode_id))
     check_episode(record)  # the shape the summary, the numbering and the rows read
     unmasked = record
-    # An errored episode's messages may quote what masking takes out of its trace configs
-    # (content/error_scrub.py): masked plainly, so what was taken out can be seen.
-    errored = record.get("ok") is not True
     # Where the rules mask only inside trace configs, which nothing below reads, their
     # memoized masked serializations go into the line as they are (content/masking.py).
-    fragments = not errored and not (masks_plainly(rules) if plain is None else plain)
+    fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
-        if errored:
+        if record is not unmasked:
+            # Masking took something out, which any error message, ok episode or not, may
+            # quote (content/error_scrub.py): masked plainly, so what was taken out can be seen.
+            if fragments:
+                record, fragments = mask(unmasked, rules), False
             record = scrub_episode_errors(unmasked, record)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
