@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from prime_runs_spool.content.mask_locations import MASK
 
 #: The shortest value searched for in error messages.
@@ -32,13 +34,39 @@ ERROR_KEYS = frozenset({"error", "errors"})
 
 def scrub_episode_errors(original: Mapping[str, Any], masked: Any) -> Any:
     """``masked`` (``original`` masked, as plain containers) with its error messages cleared
-    of what masking took out of its trace configs; the same object when nothing changes
-    (when masking took nothing out, without walking the episode)."""
+    of what masking took out of its trace configs; the same object when nothing changes."""
+    return scrub_errors(masked, episode_error_forms(original, masked))
+
+
+def episode_error_forms(original: Mapping[str, Any], masked: Any) -> list[str]:
+    """What an episode's error messages are searched for: each string masking took out of
+    its trace configs (``masked``: ``original`` masked, as plain containers), as a message
+    may quote it. Nothing, without a walk, when masking took nothing out."""
+    if masked is original:
+        return []
     values: set[str] = set()
     for before, after in zip(_traces(original), _traces(masked)):
         values |= masked_away(_config(before), _config(after))
-    forms = _forms(values)
+    return _forms(values)
+
+
+def scrub_errors(masked: Any, forms: list[str]) -> Any:
+    """``masked`` with ``forms`` replaced in every string under an error key: one walk of the
+    episode, containers copied only on the way to a change."""
     return _scrub(masked, forms, inside=False) if forms else masked
+
+
+def written_quotes(data: bytes, forms: list[str]) -> bool:
+    """Whether ``data`` (a record as orjson writes it) holds any of ``forms``: the walk that
+    clears the messages is needed only then, and a search of the bytes costs a fraction of
+    the walk. A form orjson cannot write (a lone surrogate) counts as held."""
+    for form in forms:
+        try:
+            if orjson.dumps(form)[1:-1] in data:
+                return True
+        except orjson.JSONEncodeError:
+            return True
+    return False
 
 
 def error_forms(values: Iterable[str]) -> list[str]:

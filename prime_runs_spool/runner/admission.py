@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, NoReturn
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.mask_locations import TRACE_CONFIG
-from prime_runs_spool.content.error_scrub import scrub_episode_errors
+from prime_runs_spool.content.error_scrub import episode_error_forms, scrub_errors, written_quotes
 from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
@@ -83,12 +83,10 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
-        if record is not unmasked:
-            # Masking took something out, which any error message, ok episode or not, may
-            # quote (content/error_scrub.py): masked plainly, so what was taken out can be seen.
-            if fragments:
-                record, fragments = mask(unmasked, rules), False
-            record = scrub_episode_errors(unmasked, record)
+        # What masking took out of the trace configs, which any error message of the episode
+        # may quote, ok or not (content/error_scrub.py): read off the episode masked plainly.
+        plainly = record if not fragments or record is unmasked else mask(unmasked, rules)
+        forms = episode_error_forms(unmasked, plainly)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None
@@ -99,6 +97,13 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
             return prepare_episode(unmasked, rules, episode_id, plain=True)
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
+        payload = prepare(record, partial(_episode_name, episode_id))
+    if forms and written_quotes(payload.data, forms):  # only then is the episode walked
+        try:
+            record = scrub_errors(plainly, forms)
+        except RecursionError:
+            path, reason = find_unserializable(plainly)
+            raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply") from None
         payload = prepare(record, partial(_episode_name, episode_id))
     size = len(payload.data)
     if episode_id is not None and size + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
