@@ -163,3 +163,37 @@ def test_an_ok_episodes_error_reaches_neither_the_spool_nor_the_platform(tmp_pat
     assert len(rows) == 3 and "Illegal header value b'***'" in json.dumps(rows)  # the messages arrived
     assert secret.strip().encode() not in all_bytes_under(db.parent)
     assert secret.strip() not in result.stdout + result.stderr
+
+
+def test_a_runs_ok_episodes_cost_one_plain_masking_per_set_of_configs(tmp_path: Path, monkeypatch: Any) -> None:
+    """The forms an error message is searched for depend only on the trace configs, which
+    repeat in every episode of a run: the plain masking they are read off runs once for a
+    set of configs, and an ``ok`` episode holding no error text is never walked (each cost
+    about as much as the rest of the append: 5.2x ``orjson.dumps`` an episode, against 2)."""
+    from prime_runs_spool.runner import admission
+
+    counts = {"mask": 0, "scrub": 0}
+    real_mask, real_scrub = admission.mask, admission.scrub_errors
+
+    def mask(*args: Any) -> Any:
+        counts["mask"] += 1
+        return real_mask(*args)
+
+    def scrub(*args: Any) -> Any:
+        counts["scrub"] += 1
+        return real_scrub(*args)
+
+    monkeypatch.setattr(admission, "mask", mask)
+    monkeypatch.setattr(admission, "scrub_errors", scrub)
+    clean = []
+    for n in range(20):
+        episode = retried_on("sk-live-0123456789abcdef", "episode.errors")
+        episode["id"], episode["errors"] = f"clean-{n}", []
+        clean.append(episode)
+    data = written(tmp_path, clean)
+    assert b"sk-live-0123456789abcdef" not in data
+    assert counts == {"mask": 1, "scrub": 0}, counts
+    # and an episode holding error text is walked (the messages cleared): the walk still runs
+    dirty = retried_on("sk-live-0123456789abcdef", "call.error")
+    assert b"sk-live-0123456789abcdef" not in written(tmp_path / "dirty", [dirty])
+    assert counts["scrub"] == 1, counts

@@ -19,7 +19,7 @@ retry passing) keeps its message in the call's ``error``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -50,23 +50,91 @@ def episode_error_forms(original: Mapping[str, Any], masked: Any) -> list[str]:
     return _forms(values)
 
 
+class _FormsMemo:
+    """Key of the memo :func:`memoized_error_forms` keeps in the rules' derived memo."""
+
+
+#: Sets of trace configs whose forms are kept per rules: an eval's configs repeat in every
+#: episode, so a handful is the common case; past this many the memo starts afresh.
+MEMO_ENTRIES = 256
+
+
+def memoized_error_forms(original: Mapping[str, Any], rules: Any, masked_plainly: Callable[[], Any],
+                         written: Any = None) -> list[str] | None:
+    """:func:`episode_error_forms` of ``original``, memoized per rules by its trace configs:
+    the forms depend on nothing else, and the configs repeat in every episode of a run, so
+    the plain masking of the whole episode (``masked_plainly()``) is paid only for a set of
+    configs not seen before. None when a config cannot be serialized (the caller masks
+    plainly).
+
+    A config is known by its exact serialization, or, cheaper, where ``written`` (``original``
+    masked for writing, content/mask_fragments.py) holds it as the masking memo's fragment,
+    by that fragment: the memo gives one fragment to every equal copy of a config, and the
+    fragment kept here cannot be freed and its identity reused."""
+    memo = rules._memo.derived.get(_FormsMemo)
+    if memo is None or len(memo) >= MEMO_ENTRIES:
+        memo = rules._memo.derived[_FormsMemo] = {}
+    fragments = _fragments(written) if written is not None else None
+    if fragments:
+        found = memo.get(tuple(map(id, fragments)))
+        if found is not None and all(a is b for a, b in zip(found[0], fragments)):
+            return found[1]
+    keys = []
+    for trace in _traces(original):
+        config = _config(trace)
+        if config is not None:
+            try:
+                keys.append(orjson.dumps(config, option=orjson.OPT_NON_STR_KEYS))
+            except (orjson.JSONEncodeError, TypeError):
+                return None
+    if not keys:
+        return []
+    key = tuple(keys)
+    forms = memo.get(key)
+    if forms is None:
+        forms = memo[key] = episode_error_forms(original, masked_plainly())
+    if fragments:
+        memo[tuple(map(id, fragments))] = (fragments, forms)
+    return forms
+
+
+def _fragments(written: Any) -> tuple[Any, ...] | None:
+    """The trace configs of a record masked for writing when each is an ``orjson.Fragment``."""
+    found = []
+    for trace in _traces(written):
+        config = _config(trace)
+        if config is not None:
+            if type(config) is not orjson.Fragment:
+                return None
+            found.append(config)
+    return tuple(found) or None
+
+
+def carries_error_text(episode: Mapping[str, Any]) -> bool:
+    """Whether an ``ok`` episode holds an error message where verifiers records one: the
+    episode's ``errors``, a trace's ``errors``, a call's ``error`` (a call that failed and
+    was retried). A few lookups a trace, where a search of the written line cost about as
+    much as the rest of the append (a 25 KB line, a secret of common letters); an episode
+    that is not ``ok`` is walked whole, wherever its messages are."""
+    if episode.get("errors"):
+        return True
+    for trace in _traces(episode):
+        if not isinstance(trace, Mapping):
+            return True  # not verifiers' shape: the walk decides
+        if trace.get("errors"):
+            return True
+        calls = trace.get("calls")
+        if isinstance(calls, list):
+            for call in calls:
+                if not isinstance(call, Mapping) or call.get("error"):
+                    return True
+    return False
+
+
 def scrub_errors(masked: Any, forms: list[str]) -> Any:
     """``masked`` with ``forms`` replaced in every string under an error key: one walk of the
     episode, containers copied only on the way to a change."""
     return _scrub(masked, forms, inside=False) if forms else masked
-
-
-def written_quotes(data: bytes, forms: list[str]) -> bool:
-    """Whether ``data`` (a record as orjson writes it) holds any of ``forms``: the walk that
-    clears the messages is needed only then, and a search of the bytes costs a fraction of
-    the walk. A form orjson cannot write (a lone surrogate) counts as held."""
-    for form in forms:
-        try:
-            if orjson.dumps(form)[1:-1] in data:
-                return True
-        except orjson.JSONEncodeError:
-            return True
-    return False
 
 
 def error_forms(values: Iterable[str]) -> list[str]:

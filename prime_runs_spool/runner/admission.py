@@ -14,7 +14,8 @@ from typing import Any, NamedTuple, NoReturn
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.mask_locations import TRACE_CONFIG
-from prime_runs_spool.content.error_scrub import episode_error_forms, scrub_errors, written_quotes
+from prime_runs_spool.content.error_scrub import (carries_error_text, episode_error_forms, memoized_error_forms,
+                                                  scrub_errors)
 from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
@@ -83,10 +84,15 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
-        # What masking took out of the trace configs, which any error message of the episode
-        # may quote, ok or not (content/error_scrub.py): read off the episode masked plainly.
-        plainly = record if not fragments or record is unmasked else mask(unmasked, rules)
-        forms = episode_error_forms(unmasked, plainly)
+        # What masking took out of the trace configs, which an error message of the episode
+        # may quote, ok or not (content/error_scrub.py): read off the episode masked plainly,
+        # once per set of configs (they repeat in every episode of a run).
+        plainly = record if not fragments or record is unmasked else None
+        forms = memoized_error_forms(unmasked, rules, lambda: plainly if plainly is not None else mask(unmasked, rules),
+                                     record if fragments else None)
+        if forms is None:  # a config orjson cannot serialize: named below, as prepare refuses it
+            plainly = mask(unmasked, rules) if plainly is None else plainly
+            forms = episode_error_forms(unmasked, plainly)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None
@@ -98,13 +104,17 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
-    if forms and written_quotes(payload.data, forms):  # only then is the episode walked
+    if forms and (unmasked.get("ok") is not True or carries_error_text(unmasked)):  # only then walked
+        if plainly is None:
+            plainly = mask(unmasked, rules)
         try:
-            record = scrub_errors(plainly, forms)
+            scrubbed = scrub_errors(plainly, forms)
         except RecursionError:
             path, reason = find_unserializable(plainly)
             raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply") from None
-        payload = prepare(record, partial(_episode_name, episode_id))
+        if scrubbed is not plainly:
+            record = scrubbed
+            payload = prepare(record, partial(_episode_name, episode_id))
     size = len(payload.data)
     if episode_id is not None and size + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
         check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}),
