@@ -77,7 +77,7 @@ def memoized_error_forms(original: Mapping[str, Any], rules: Any, masked_plainly
     fragments = _fragments(written) if written is not None else None
     if fragments:
         found = memo.get(tuple(map(id, fragments)))
-        if found is not None and all(a is b for a, b in zip(found[0], fragments)):
+        if found is not None and found[0] == fragments:  # a fragment equals only itself
             return found[1]
     keys = []
     for trace in _traces(original):
@@ -102,11 +102,13 @@ def _fragments(written: Any) -> tuple[Any, ...] | None:
     """The trace configs of a record masked for writing when each is an ``orjson.Fragment``."""
     found = []
     for trace in _traces(written):
-        config = _config(trace)
-        if config is not None:
-            if type(config) is not orjson.Fragment:
-                return None
-            found.append(config)
+        try:
+            config = trace["agent"]["config"]  # masked for writing: plain dicts down to it
+        except (KeyError, TypeError):
+            return None
+        if type(config) is not orjson.Fragment:
+            return None
+        found.append(config)
     return tuple(found) or None
 
 
@@ -119,15 +121,18 @@ def carries_error_text(episode: Mapping[str, Any]) -> bool:
     if episode.get("errors"):
         return True
     for trace in _traces(episode):
-        if not isinstance(trace, Mapping):
+        # type() first: an isinstance against Mapping is an ABC check, dearer than the rest
+        if type(trace) is not dict and not isinstance(trace, Mapping):
             return True  # not verifiers' shape: the walk decides
         if trace.get("errors"):
             return True
         calls = trace.get("calls")
-        if isinstance(calls, list):
+        if type(calls) is list:
             for call in calls:
-                if not isinstance(call, Mapping) or call.get("error"):
+                if type(call) is not dict or call.get("error"):
                     return True
+        elif calls is not None:
+            return True
     return False
 
 
@@ -213,10 +218,10 @@ def _scrub(value: Any, forms: list[str], *, inside: bool) -> Any:
 
 
 def _traces(episode: Any) -> list[Any]:
-    traces = episode.get("traces") if isinstance(episode, Mapping) else None
-    return traces if isinstance(traces, list) else []
+    traces = episode.get("traces") if type(episode) is dict or isinstance(episode, Mapping) else None
+    return traces if type(traces) is list or isinstance(traces, list) else []
 
 
 def _config(trace: Any) -> Any:
-    agent = trace.get("agent") if isinstance(trace, Mapping) else None
-    return agent.get("config") if isinstance(agent, Mapping) else None
+    agent = trace.get("agent") if type(trace) is dict or isinstance(trace, Mapping) else None
+    return agent.get("config") if type(agent) is dict or isinstance(agent, Mapping) else None
