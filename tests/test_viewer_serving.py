@@ -54,12 +54,17 @@ def _holding(port: int) -> socket.socket | None:
 
 @pytest.mark.slow
 def test_the_default_port_is_stable_and_a_taken_one_falls_back():
-    held = _holding(DEFAULT_VIEW_PORT)
+    # Another test run on this machine (full runs side by side) may hold the port a moment:
+    # wait for it, or the viewer may get it once that run lets go, though "taken" here.
+    deadline = time.monotonic() + 20
+    while (held := _holding(DEFAULT_VIEW_PORT)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     try:
         proc, url = _start()
         try:
             port = urlsplit(url).port
-            assert port in range(DEFAULT_VIEW_PORT + 1, DEFAULT_VIEW_PORT + VIEW_PORT_TRIES)
+            lowest = DEFAULT_VIEW_PORT + 1 if held is not None else DEFAULT_VIEW_PORT
+            assert port in range(lowest, DEFAULT_VIEW_PORT + VIEW_PORT_TRIES)
         finally:
             _stop(proc)
     finally:
