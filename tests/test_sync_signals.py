@@ -5,6 +5,7 @@ exactly once."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -173,3 +174,42 @@ def test_a_stopped_follower_says_what_it_left_unfinished(tmp_path: Path, server)
         assert err.strip().splitlines()[-1] == (
             f"prime-runs: stopped following: {finished} run{'' if finished == 1 else 's'} finished, "
             f"{1 - finished} not yet; the state is saved, run prime-runs sync again (or with --follow) to carry on"), err
+
+
+class SlowThirdPush(FaultProxy):
+    """Forwards every request untouched but the third samples push, whose answer comes
+    4 s after the platform committed it: longer than the stop's grace."""
+
+    pushes: list[int]
+
+    def _decide(self, request: object) -> str:
+        if getattr(request, "method", "") != "POST" or not getattr(request, "target", "").endswith("/samples"):
+            return NO_FAULT
+        self.pushes.append(len(json.loads(getattr(request, "body"))["samples"]))
+        if len(self.pushes) != 3:
+            return NO_FAULT
+        self.delay = 4.0
+        return "delay_after"
+
+
+@pytest.mark.slow
+def test_a_sync_stopped_while_a_request_is_out_says_what_it_pushed_before(tmp_path: Path, server, api) -> None:
+    """The grace ends with a push still on the wire: the pass is not waited for, yet the
+    run's report and the last line still count the pushes answered before it, not 0."""
+    builder = build_run(tmp_path / "outputs" / "run", "sigint-in-flight", 12, size=600)
+    with SlowThirdPush(server.base_url) as proxy:
+        proxy.pushes = []
+        proc = start_sync(proxy.base_url, str(tmp_path / "outputs"), "--max-request-bytes", "4096", "--json")
+        while len(proxy.pushes) < 3:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    answered = sum(proxy.pushes[:2])
+    assert proc.returncode == 130, err
+    [report] = json.loads(out)["runs"]
+    assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("interrupted", answered, answered)
+    assert f", {answered} pushed by this sync;" in err.strip().splitlines()[-1], err
+    final = run_sync(server.base_url, str(tmp_path / "outputs"))
+    assert final.returncode == 0, final.stderr
+    assert_exactly_once(api, builder)

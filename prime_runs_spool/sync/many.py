@@ -153,11 +153,14 @@ def sync_run(
     index: EvaluationIndex | None = None,
     sleep: Callable[[float], None] = time.sleep,
     state_dir: Path | None = None,
+    made: list[RunSync] | None = None,
 ) -> RunReport:
     """Sync one run, unless another sync holds it, or a copy of it (then report ``skipped``,
     or wait). ``index``: the environment listings shared with the other runs of this sync.
     ``sleep``: every wait of the pass; an :class:`Interrupt`'s ends the pass (``interrupted``).
-    ``state_dir``: where the lock and state of a spool on a read-only folder are kept."""
+    ``state_dir``: where the lock and state of a spool on a read-only folder are kept.
+    ``made``: given the pass's engine once made, so that a caller that stops waiting for the
+    pass can still say what it pushed."""
     if wait:  # for a copy of the run in another folder too (sync/copies.py)
         options = dataclasses.replace(options, copy_wait=None)
     home = state_home(run_dir, state_dir)
@@ -180,7 +183,7 @@ def sync_run(
     except OSError as exc:
         return RunReport(path=str(run_dir), state=ERROR,
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
-    made: list[RunSync] = []
+    made = [] if made is None else made
     try:
         adopt_states(run_dir, home)
         return local_pass(run_dir, home, client, destination, for_run(home, destination, options),
@@ -260,6 +263,7 @@ def sync_paths(
     sleep = stop.sleep if stop is not None else time.sleep
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
     work: list[tuple[Path | RunReport, Future[RunReport] | RunReport | None]] = []
+    passes: dict[int, list[RunSync]] = {}  # by place in ``work``: each pass's engine, once made
     try:
         for item in found:
             if isinstance(item, RunReport):
@@ -279,15 +283,16 @@ def sync_paths(
                     from prime_runs_spool.sync.index import EvaluationIndex
 
                     index = EvaluationIndex(answers_new_runs=True)
+                made = passes.setdefault(len(work), [])
                 work.append((item, pool.submit(sync_run, item, client, destination, options, wait=wait,
                                                on_progress=on_progress, index=index, sleep=sleep,
-                                               state_dir=state_dir)))
+                                               state_dir=state_dir, made=made)))
         futures = [done for _, done in work if isinstance(done, Future)]
         if stop is None:
             wait_for(futures)
         else:
             _until_done_or_stopped(futures, stop)
-        return [_report(item, done) for item, done in work]
+        return [_report(item, done, passes.get(place, [])) for place, (item, done) in enumerate(work)]
     finally:
         stopped = stop is not None and stop.is_set()
         # Stopped: runs not begun are not begun, and a pass still on the wire after the grace
@@ -307,12 +312,15 @@ def _until_done_or_stopped(futures: list[Future[RunReport]], stop: Interrupt) ->
         _, pending = wait_for(pending, timeout=0.1, return_when=FIRST_COMPLETED)
 
 
-def _report(item: Path | RunReport, done: Future[RunReport] | RunReport | None) -> RunReport:
+def _report(item: Path | RunReport, done: Future[RunReport] | RunReport | None, made: list[RunSync]) -> RunReport:
+    """A run's report; for a pass the stop's grace did not see end (a request still on the
+    wire), a copy of what its engine reported so far: what it pushed is said, not 0."""
     if isinstance(done, RunReport):
         return done
     assert isinstance(item, Path)
     if done is None or done.cancelled() or not done.done():
-        return interrupted_report(item, None)
+        so_far = dataclasses.replace(made[-1].report, warnings=list(made[-1].report.warnings)) if made else None
+        return interrupted_report(item, so_far)
     return done.result()
 
 
