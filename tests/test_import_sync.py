@@ -175,3 +175,34 @@ def test_a_re_sync_prints_one_line_a_run_whatever_the_import_found_in_its_cache(
         [line] = [line for line in again.stdout.splitlines() if not line.startswith("browse with: ")]
         assert line.startswith(f"up_to_date {root / 'vf040-completed'}  evaluation "), again.stdout
     assert [r["state"] for r in json.loads(sync("--json").stdout)["imports"]] in ([], ["up_to_date"])
+
+
+@pytest.mark.slow
+def test_a_damaged_line_in_an_imported_spool_is_syncs_to_report_not_an_import_failure(tmp_path: Path) -> None:
+    """An imported spool with a damaged line (not a cut): the import cannot compare it with
+    its source, and says so, as for a spool the eval wrote; the damage is sync's to report
+    (``corrupt``, one line) or, with ``--skip-corrupt``, to pass over. It was an import
+    error besides, so ``sync --skip-corrupt`` that shipped the run whole still exited 1."""
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    assert cli("import", str(root)).returncode == 0
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    lines = segment.read_bytes().split(b"\n")
+    offset = sum(len(line) + 1 for line in lines[:3])  # header, manifest, the first episode
+    damaged = bytearray(segment.read_bytes())
+    damaged[offset + len(lines[3]) // 2] ^= 0x01
+    segment.write_bytes(bytes(damaged))
+
+    again = cli("import", str(root))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "the spool is damaged, so it was not compared with" in again.stdout, again.stdout
+    db = tmp_path / "p.db"
+    stopped = cli("sync", str(root), "--local", "--db", str(db))
+    assert stopped.returncode == 1
+    assert [line.split()[0] for line in stopped.stdout.splitlines() if not line.startswith(" ")][:1] == ["corrupt"]
+    assert "could not be imported" not in stopped.stderr and "error " not in stopped.stdout, stopped.stdout
+    passed = cli("sync", str(root), "--local", "--db", str(db), "--skip-corrupt", "--json")
+    report = json.loads(passed.stdout)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert [r["state"] for r in report["runs"]] == ["synced"] and report["ok"] is True
+    assert [r["state"] for r in report["imports"] if r["state"] == "error"] == []

@@ -88,7 +88,7 @@ BATCH = 32
 #: vf-eval may still be running: left for a later sync, importer/pushing.py) a run's.
 IMPORTED = "imported"        # a new spool
 APPENDED = "appended"        # a new segment in an imported spool
-SPOOLED = "spooled"          # the eval wrote its own spool: nothing to import
+SPOOLED = "spooled"          # the eval wrote its own spool, or a spool is damaged in place: nothing to import
 EMPTY = "empty"              # no episode yet: nothing written
 LEFT = "left"                # rewritten by a resume: left as it was imported (an error too)
 #: The states that make ``prime-runs import`` and ``sync`` exit 1.
@@ -196,7 +196,11 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
     except CorruptSpoolError as exc:  # a cut is made good from the source; other damage stays
         report.state = UP_TO_DATE
         if not _spool_past_cut(run_dir, lambda: source, report, exc):
-            raise
+            # As for a spool the eval wrote (_catch_up): the damage is sync's to report, or
+            # with --skip-corrupt to pass over, and not an import failure besides.
+            report.state, report.run_id = SPOOLED, source.run_id
+            report.reason = f"the spool is damaged, so it was not compared with the eval outputs ({exc})"
+            return
         if report.state == UP_TO_DATE:
             report.status = _status(run_dir)
             report.reason = f"{exc}; what the source holds past the cut is spooled already"
