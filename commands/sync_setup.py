@@ -55,7 +55,12 @@ def check_key(settings: Settings, timeout: float) -> None:
     (platform_api/key_check.py), is not a configuration error: the passes retry it."""
     from prime_runs_spool.platform_api.key_check import refused_key
 
-    refusal = refused_key(settings, within=timeout)
+    def no_answer(waited: float) -> None:
+        click.echo(f"{MESSAGE_PREFIX}the platform at {settings.base_url} did not answer within {waited:g} s; going on: "
+                   f"each request waits up to {timeout:g} s for its answer (--timeout), and every retry is told",
+                   err=True)
+
+    refusal = refused_key(settings, within=timeout, on_no_answer=no_answer)
     if refusal is not None:
         fail_usage(str(refusal))
 

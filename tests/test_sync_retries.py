@@ -292,3 +292,38 @@ def test_a_signal_during_the_key_check_ends_the_command_before_anything_is_writt
     assert time.monotonic() - began < 5
     assert "prime-runs: interrupted: before any run's pass ended" in err and "Traceback" not in err, err
     assert tree(tmp_path / "outputs") == before
+
+
+@pytest.mark.slow
+def test_a_platform_that_never_answers_is_said_within_seconds_not_after_the_timeout(tmp_path: Path, silent) -> None:
+    """A CI sync (stderr a pipe) against a platform that takes the connection and never
+    answers: the first word came after the first request's whole ``--timeout`` (120 s by
+    default), as its retry line. The key check knows after its own few seconds: it says so,
+    once, and the sync goes on."""
+    build_run(tmp_path / "outputs" / "run", "silent-said", 2)
+    sync = _follower(tmp_path, silent.url, "--json")
+    lines: list[str] = []
+    said = threading.Event()
+
+    def read() -> None:
+        assert sync.stderr is not None
+        for line in sync.stderr:
+            lines.append(line)
+            if "did not answer" in line:
+                said.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert said.wait(20), lines  # 5 s, and a loaded machine's slack; the timeout is 60 s
+        assert sync.poll() is None, lines
+    finally:
+        sync.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        sync.send_signal(signal.SIGINT)
+        _stop(sync)
+        reader.join(10)
+    [line] = [line for line in lines if "did not answer" in line]
+    assert line == (f"prime-runs: the platform at {silent.url} did not answer within 5 s; going on: each request "
+                    "waits up to 60 s for its answer (--timeout), and every retry is told\n"), line
+    assert TOKEN not in "".join(lines)

@@ -12,6 +12,7 @@ the passes themselves, through their visible retries and ``--retry-for``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -32,11 +33,14 @@ REFUSED_KEY_STATUSES = (401, 403)
 NOT_THE_PLATFORM_STATUSES = (404, 405, 501)
 
 
-def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> PlatformError | None:
+def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
+                on_no_answer: Callable[[float], None] | None = None) -> PlatformError | None:
     """The platform's refusal of ``settings``' key (or a base URL that is not the platform),
     or None: accepted, or no answer within
     ``within`` seconds (at most :data:`KEY_CHECK_SECONDS`), or any other failure. Waits in
-    the caller's thread with a plain join, so a signal handler that raises ends the wait."""
+    the caller's thread with a plain join, so a signal handler that raises ends the wait.
+    ``on_no_answer`` is called with those seconds when the check is given up on: a platform
+    that holds its requests is otherwise first told a whole ``--timeout`` later."""
     within = min(within, KEY_CHECK_SECONDS)
     refusals: list[PlatformError] = []
 
@@ -56,6 +60,8 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS) -> Platfo
     asking = threading.Thread(target=ask, name="prime-runs-key-check", daemon=True)
     asking.start()
     asking.join(within)
+    if asking.is_alive() and on_no_answer is not None:
+        on_no_answer(within)
     return refusals[0] if refusals else None
 
 
