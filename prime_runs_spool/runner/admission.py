@@ -84,15 +84,6 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
-        # What masking took out of the trace configs, which an error message of the episode
-        # may quote, ok or not (content/error_scrub.py): read off the episode masked plainly,
-        # once per set of configs (they repeat in every episode of a run).
-        plainly = record if not fragments or record is unmasked else None
-        forms = memoized_error_forms(unmasked, rules, lambda: plainly if plainly is not None else mask(unmasked, rules),
-                                     record if fragments else None)
-        if forms is None:  # a config orjson cannot serialize: named below, as prepare refuses it
-            plainly = mask(unmasked, rules) if plainly is None else plainly
-            forms = episode_error_forms(unmasked, plainly)
     except RecursionError:  # a cycle, or nesting deeper than Python's stack, in a masked subtree
         path, reason = find_unserializable(record)
         raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply to mask") from None
@@ -104,15 +95,12 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
-    if forms and (unmasked.get("ok") is not True or carries_error_text(unmasked)):  # only then walked
-        if plainly is None:
-            plainly = mask(unmasked, rules)
-        try:
-            scrubbed = scrub_errors(plainly, forms)
-        except RecursionError:
-            path, reason = find_unserializable(plainly)
-            raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply") from None
-        if scrubbed is not plainly:
+    # Error messages, ok or not, are cleared of what masking took out of the trace configs
+    # (content/error_scrub.py): an ok episode that holds none, the common case, is neither
+    # walked nor asked for the forms it would be searched for.
+    if unmasked.get("ok") is not True or carries_error_text(unmasked):
+        scrubbed = _scrubbed(unmasked, record, rules, fragments, episode_id)
+        if scrubbed is not record:
             record = scrubbed
             payload = prepare(record, partial(_episode_name, episode_id))
     size = len(payload.data)
@@ -134,6 +122,33 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
 
 
 _new_tuple = tuple.__new__
+
+
+def _scrubbed(unmasked: Mapping[str, Any], record: Any, rules: MaskRules, fragments: bool,
+              episode_id: str | None) -> Any:
+    """``record`` (``unmasked`` masked, for writing where ``fragments``) with its error
+    messages cleared of what masking took out of its trace configs; ``record`` itself when
+    nothing changes. The forms searched for are read off the episode masked plainly, once
+    per set of configs (they repeat in every episode of a run)."""
+    plainly = record if not fragments or record is unmasked else None
+
+    def masked_plainly() -> Any:  # once, whether the forms or the walk asks first
+        nonlocal plainly
+        if plainly is None:
+            plainly = mask(unmasked, rules)
+        return plainly
+
+    try:
+        forms = memoized_error_forms(unmasked, rules, masked_plainly, record if fragments else None)
+        if forms is None:  # a config orjson cannot serialize (prepare took it: masked plainly)
+            forms = episode_error_forms(unmasked, masked_plainly())
+        if not forms:
+            return record
+        scrubbed = scrub_errors(masked_plainly(), forms)
+    except RecursionError:
+        path, reason = find_unserializable(unmasked if plainly is None else plainly)
+        raise RecordNotSerializableError(_episode_name(episode_id), path, reason or "nested too deeply") from None
+    return record if scrubbed is plainly else scrubbed
 
 
 def masks_plainly(rules: MaskRules) -> bool:
