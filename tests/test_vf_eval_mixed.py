@@ -179,3 +179,58 @@ def test_outputs_imported_under_a_state_dir_then_resumed_by_prime_runs_eval_are_
     assert read_run(run_dir(tmp_path)).run_id == final[0]["run"]["id"]
     found = evaluation(db)
     assert found["status"] == "COMPLETED" and found["finalize_count"] == 1
+
+
+def _task_of(row: dict[str, Any]) -> int:
+    return int(row["task"]["data"]["idx"])
+
+
+@pytest.mark.slow
+def test_outputs_finished_interleaved_imported_then_resumed_by_prime_runs_eval_reach_the_platform_once(
+        tmp_path: Path) -> None:
+    """As above, with the kept episodes of different tasks finished interleaved (the default
+    with concurrency): verifiers' resume rewrites traces.jsonl grouped by task, so the resumed
+    spool logs them in another order than the import read them. The evaluation holds every
+    episode of the final traces.jsonl once (their ids, and their count), exit 0.
+
+    Which rollout finishes first is the machine's to decide, so the interleaving is made
+    deterministic: the real vf-eval's output, Ctrl-C'd with two fast tasks A < B done, is put
+    in the order ``A, B, B, A`` (each task's own rollouts kept in their order, as a concurrent
+    run can finish them) before it is imported; the real ``prime-runs eval --resume`` then
+    rewrites it grouped, ``A, A, B, B``, whose last row is not the platform's."""
+    from support.vf_eval import interrupt_plain
+
+    db, state = tmp_path / "platform.db", tmp_path / "state"
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        first = interrupt_plain(tmp_path, "@", launch.name, "--no-rich",
+                                when=lambda: len(_rows(tmp_path)) >= 2 * ROLLOUTS)
+        assert first.returncode == 130, first.stderr[-3000:]
+        lines = (run_dir(tmp_path) / "traces.jsonl").read_bytes().splitlines(keepends=True)
+        by_task: dict[int, list[bytes]] = {}
+        for line in lines:
+            by_task.setdefault(_task_of(json.loads(line)), []).append(line)
+        done = sorted(by_task)  # the two fast tasks
+        assert len(done) == 2 and all(len(kept) == ROLLOUTS for kept in by_task.values()), by_task
+        interleaved = [by_task[done[0]][0], by_task[done[1]][0], by_task[done[1]][1], by_task[done[0]][1]]
+        (run_dir(tmp_path) / "traces.jsonl").write_bytes(b"".join(interleaved))
+        imported = cli(tmp_path, "sync", "--local", "--db", str(db), "--state-dir", str(state), "outputs")
+        assert imported.returncode == 0, imported.stdout + imported.stderr
+        assert [row["sample_id"] for _, row in platform_episodes(db)] == [
+            json.loads(line)["id"] for line in interleaved]
+        server.release()
+        resumed = run_eval(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    [slow] = set(range(TASKS)) - set(done)
+    assert [_task_of(row) for row in final] == [done[0]] * 2 + [done[1]] * 2 + [slow] * 2  # grouped by the resume
+    synced = cli(tmp_path, "sync", "--local", "--db", str(db), "--state-dir", str(state), "outputs")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    rows = platform_episodes(db)
+    assert len(rows) == len(final) == TASKS * ROLLOUTS
+    assert sorted(row["sample_id"] for _, row in rows) == sorted(row["id"] for row in final), synced.stdout
+    found = evaluation(db)
+    assert found["status"] == "COMPLETED" and found["finalize_count"] == 1 and found["total_samples"] == len(final)
+    again = cli(tmp_path, "sync", "--local", "--db", str(db), "--state-dir", str(state), "outputs")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(platform_episodes(db)) == len(final)

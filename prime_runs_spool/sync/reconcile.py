@@ -1,7 +1,13 @@
 """Reconciling the samples the state remembers with the samples the platform holds.
 
 Our rows are always appended in order, so the count of rows on the platform says exactly
-how far the stream got; the last row's id is checked so the count can be trusted. The
+how far the stream got; the last row's id is checked so the count can be trusted. One
+writer of the run appends them in another order: an import of outputs plain vf-eval wrote,
+whose run ``prime-runs eval --resume`` continues in a spool of its own, logging the kept
+episodes in the order verifiers' resume rewrote them (grouped by task). So where the last
+row differs, the rows are compared as a multiset of sample ids: the platform holding
+exactly the stream's first rows in another order is those rows, and the rest of the stream
+is what it lacks (docs/sync.md, "Runs continued by plain vf-eval"). The
 state file is only ever a cache of that: one read from disk is checked before it is
 trusted (:meth:`Reconciler.verify`), a disagreement is settled by deriving the cursor again
 from the platform's count, and a platform holding rows the stream cannot account for is a
@@ -13,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prime_runs_spool.errors import SampleCountMismatchError, SyncError
@@ -26,6 +33,43 @@ from prime_runs_spool.sync.state import FINALIZE
 
 #: The evaluation status of a finalized evaluation.
 COMPLETED_STATUS = "COMPLETED"
+
+#: Rows a read of the platform's samples asks for at once.
+SAMPLES_PAGE = 100
+
+
+def rows_in_pages(read_page: Callable[[int], list[Any]], first: int, last: int,
+                  limit: int = SAMPLES_PAGE) -> Iterator[Any]:
+    """The platform's rows ``first``..``last`` (1-based, inclusive), read a page of ``limit``
+    at a time through ``read_page(page)``, so no more than one page is held; ends early
+    where a page comes back short."""
+    number = first
+    while number <= last:
+        page = (number - 1) // limit + 1
+        rows = read_page(page)
+        index = (number - 1) % limit
+        if index >= len(rows):
+            return
+        for row in rows[index:index + last - number + 1]:
+            yield row
+            number += 1
+        if len(rows) < limit:
+            return
+
+
+def same_rows(ours: Iterable[Any], theirs: Iterable[Any]) -> bool:
+    """Whether two runs of sample ids hold the same ids as often, in any order. An id that
+    is None identifies nothing, so it never matches."""
+    counted: Counter[Any] = Counter()
+    for sample_id in ours:
+        if sample_id is None:
+            return False
+        counted[sample_id] += 1
+    for sample_id in theirs:
+        if not counted[sample_id]:
+            return False
+        counted[sample_id] -= 1
+    return not +counted
 
 
 class Reconciler:
@@ -75,7 +119,7 @@ class Reconciler:
         missing = total - state.samples_pushed
         if missing > 0:
             try:
-                self._take(self.stream(), missing, total)
+                self._take(self.stream, missing, total)
                 missing = 0
             except SyncError:
                 pass  # not from the cursor: derived again from the start below
@@ -84,20 +128,26 @@ class Reconciler:
         state.in_flight = None
         protocol.save()
 
-    def _take(self, stream: RowStream, count: int, total: int) -> None:
+    def _take(self, stream_at: Callable[[], RowStream], count: int, total: int) -> None:
         """Acknowledge ``count`` rows the platform holds past the state (its last one the
         platform's row ``total``): the stream's rows from its cursor, then, past a completed
-        run's end, its released held-back episodes in release order. Raises SyncError (a
-        :class:`SampleCountMismatchError` for a last row that is not ours) if the spool
-        cannot account for them; the state is changed only when it can."""
+        run's end, its released held-back episodes in release order. ``stream_at`` opens the
+        stream there (twice when the platform's last row is not the stream's: the rows are
+        then compared in any order, :meth:`reordered`). Raises SyncError (a
+        :class:`SampleCountMismatchError` for rows that are not ours) if the spool cannot
+        account for them; the state is changed only when it can."""
         state = self.protocol.state
+        stream = stream_at()
         cursor, episodes, last_id, seen = skip_rows(stream, count, partial=True)
         closed: list[str] = []
         if seen < count:
             last_id, closed = self._skip_released(stream, count - seen, last_id)
         found = self.platform_sample_id(total)
         if found != last_id:
-            raise self.mismatch(total, f"the platform's sample {total} is {found!r}, the spool's {last_id!r}")
+            if seen < count or not self.reordered(stream_at(), count, total):
+                raise self.mismatch(total, f"the platform's sample {total} is {found!r}, the spool's {last_id!r}, "
+                                           "and its samples are not the spool's in another order")
+            last_id = found  # what the platform's last row is, as verify() reads it
         assert cursor is not None
         state.advance(cursor, seen, episodes, stream.seal if seen < count else None)
         state.last_sample_id = last_id
@@ -196,7 +246,7 @@ class Reconciler:
         if not total:
             return
         try:
-            self._take(self.stream_from_start(), total, total)
+            self._take(self.stream_from_start, total, total)
         except SyncError as exc:
             for item in dataclasses.fields(state):
                 setattr(state, item.name, getattr(before, item.name))
@@ -230,13 +280,24 @@ class Reconciler:
             return False
         raise self.mismatch(total, f"expected {state.samples_pushed} or {state.samples_pushed + rows}")
 
+    def reordered(self, stream: RowStream, count: int, total: int) -> bool:
+        """Whether the platform's rows ``total - count + 1``..``total`` are the stream's next
+        ``count`` rows in another order (same sample ids, each as often). One streaming read
+        of the spool and of the platform's pages; only the ids are held, for one pass."""
+        ours = (row.sample_id for _, row in zip(range(count), stream.rows()))
+        return same_rows(ours, self.platform_sample_ids(total - count + 1, total))
+
+    def platform_sample_ids(self, first: int, last: int) -> Iterator[Any]:
+        """The sample ids of the platform's rows ``first``..``last`` (1-based), page by page."""
+        return (row.get("sample_id") if isinstance(row, Mapping) else None
+                for row in rows_in_pages(self._samples_page, first, last))
+
+    def _samples_page(self, page: int) -> list[Any]:
+        evaluation_id = str(self.protocol.state.evaluation_id)
+        listing = self.protocol.retry("reading samples", lambda: self.client.list_samples(
+            evaluation_id, page=page, limit=SAMPLES_PAGE))
+        return list(listing.get("samples") or [])
+
     def platform_sample_id(self, total: int) -> Any:
         """The sample id of the platform's row number ``total`` (1-based), or None."""
-        evaluation_id = str(self.protocol.state.evaluation_id)
-        limit = 100
-        page = (total - 1) // limit + 1
-        listing = self.protocol.retry("reading samples", lambda: self.client.list_samples(
-            evaluation_id, page=page, limit=limit))
-        samples = listing.get("samples") or []
-        index = (total - 1) % limit
-        return samples[index].get("sample_id") if index < len(samples) else None
+        return next(self.platform_sample_ids(total, total), None)
