@@ -16,7 +16,7 @@ far, so the newest one is tried first.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -48,45 +48,42 @@ def episode_run_id(row: object) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
+def _json_rows_in(results_path: str | os.PathLike[str]) -> Iterator[object]:
+    """Each line of a ``traces.jsonl`` that parses as JSON, decoded, one line held at a
+    time; a line that does not parse is passed over, as verifiers itself does, and a file
+    that is not there has none. The one read both look-ups below share."""
+    try:
+        handle = Path(results_path).open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for line in handle:
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+
+
 def first_run_id_in(results_path: str | os.PathLike[str]) -> str | None:
     """The run id of a ``traces.jsonl`` written without a spool: the one on its first
     episode, as an import takes it (importer/traces_file.py). ``prime-runs eval --resume``
     of such a folder takes it too, so its spool and any import of the folder (under
-    ``--state-dir``, from a copy) are one run, synced into one evaluation. One line held at
-    a time; None when no episode has one."""
-    try:
-        handle = Path(results_path).open("rb")
-    except FileNotFoundError:
-        return None
-    with handle:
-        for line in handle:
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("traces"), list):
-                run_id = episode_run_id(row)
-                if run_id is not None:
-                    return run_id
+    ``--state-dir``, from a copy) are one run, synced into one evaluation. None when no
+    episode has one."""
+    for row in _json_rows_in(results_path):
+        if isinstance(row, dict) and isinstance(row.get("id"), str) and isinstance(row.get("traces"), list):
+            run_id = episode_run_id(row)
+            if run_id is not None:
+                return run_id
     return None
 
 
 def platform_runs_in(results_path: str | os.PathLike[str]) -> list[str]:
     """The platform run ids on the episodes of a ``traces.jsonl``, in the order they first
-    appear (empty when there is no file). One line held at a time; a line that is not an
-    episode is passed over, as verifiers itself does."""
+    appear (empty when there is no file); a line that is not an episode has none."""
     found: list[str] = []
-    try:
-        handle = Path(results_path).open("rb")
-    except FileNotFoundError:
-        return found
-    with handle:
-        for line in handle:
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            run_id = episode_run_id(row)
-            if is_platform_run_id(run_id) and run_id not in found:
-                found.append(run_id)
+    for row in _json_rows_in(results_path):
+        run_id = episode_run_id(row)
+        if is_platform_run_id(run_id) and run_id not in found:
+            found.append(run_id)
     return found
