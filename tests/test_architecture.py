@@ -466,3 +466,15 @@ def test_no_module_is_over_the_line_limit() -> None:
     over = {str(path.relative_to(REPO_ROOT)): count for path in paths
             if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert over == {}, f"split these by job (at most {MAX_MODULE_LINES} lines each)"
+
+
+#: The one module that reads a ``MaskRules``' memo: others keep what they derive from the
+#: rules through ``MaskRules.derived``, so the memo's layout can change in one place.
+MASK_MEMO_HOME = "prime_runs_spool.content.masking"
+
+
+def test_only_masking_reads_the_rules_memo() -> None:
+    readers = sorted(module for module, path in MODULES.items() if module != MASK_MEMO_HOME
+                     and any(isinstance(node, ast.Attribute) and node.attr == "_memo"
+                             for node in ast.walk(ast.parse(path.read_text()))))
+    assert readers == [], "keep what a module derives from MaskRules with MaskRules.derived"

@@ -517,6 +517,24 @@ def test_a_memo_that_never_hits_steps_aside_then_tries_again() -> None:
     assert rules._memo.bypass == 0 and rules._memo.hits > 0
 
 
+
+def test_what_is_derived_from_rules_is_made_once_per_key_and_kept_per_rules() -> None:
+    """``MaskRules.derived``: the maker runs on the first ask of a key only, each key and
+    each rules object its own (equal rules do not share: the memo is the object's)."""
+    made: list[object] = []
+
+    def make(rules: MaskRules, key: object) -> list[object]:
+        made.append(key)
+        return [rules.patterns, key]
+
+    rules = MaskRules.defaults_for_config()
+    first = rules.derived("a", make)
+    assert rules.derived("a", make) is first and first == [rules.patterns, "a"]
+    assert rules.derived("b", make) == [rules.patterns, "b"] and made == ["a", "b"]
+    assert MaskRules.defaults_for_config().derived("a", make) is not first and made == ["a", "b", "a"]
+    assert rules.derived(("falsy",), lambda _rules, _key: False) is False
+    assert rules.derived(("falsy",), make) is False  # a falsy value is kept, not made again
+
 # -- the one-pass walk above the memoized subtrees is the plan-then-copy walk ----------------
 
 segment = st.sampled_from(["a", "b", "0", "1", "*", "traces", "headers"])

@@ -51,7 +51,11 @@ def episode_error_forms(original: Mapping[str, Any], masked: Any) -> list[str]:
 
 
 class _FormsMemo:
-    """Key of the memo :func:`memoized_error_forms` keeps in the rules' derived memo."""
+    """Key of the memo :func:`memoized_error_forms` keeps with the rules (``MaskRules.derived``)."""
+
+
+def _new_memo(_rules: Any, _key: object) -> dict[Any, Any]:
+    return {}
 
 
 #: Sets of trace configs whose forms are kept per rules: an eval's configs repeat in every
@@ -71,9 +75,9 @@ def memoized_error_forms(original: Mapping[str, Any], rules: Any, masked_plainly
     masked for writing, content/mask_fragments.py) holds it as the masking memo's fragment,
     by that fragment: the memo gives one fragment to every equal copy of a config, and the
     fragment kept here cannot be freed and its identity reused."""
-    memo = rules._memo.derived.get(_FormsMemo)
-    if memo is None or len(memo) >= MEMO_ENTRIES:
-        memo = rules._memo.derived[_FormsMemo] = {}
+    memo = rules.derived(_FormsMemo, _new_memo)
+    if len(memo) >= MEMO_ENTRIES:
+        memo.clear()
     fragments = _fragments(written) if written is not None else None
     if fragments:
         found = memo.get(tuple(map(id, fragments)))

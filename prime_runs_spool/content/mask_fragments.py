@@ -14,6 +14,7 @@ memoized subtree (:func:`only_inside` says where those can be).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from prime_runs_spool.content.mask_locations import Pattern, mask_url_userinfo
@@ -31,10 +32,7 @@ def mask_for_writing(obj: Any, rules: MaskRules) -> Any:
     either (orjson refuses it); a caller that must name what cannot be written masks such a
     record with ``mask``.
     """
-    along = rules._memo.derived.get(_ListRoute)
-    if along is None:
-        along = _along(rules)
-    walk, route = along
+    walk, route = rules.derived(_ListRoute, _along)
     if route is not None and type(obj) is dict:
         out = walk(obj, rules, route)
         if out is not _UNSURE:
@@ -50,35 +48,36 @@ def only_inside(rules: MaskRules, prefix: Pattern) -> bool:
     """Whether every pattern and URL scope of ``rules`` lies inside the subtrees ``prefix``
     names (a pattern without ``**``): masking then changes nothing outside them, and
     :func:`mask_for_writing` puts no fragment anywhere else. Computed once per prefix."""
-    derived = rules._memo.derived
-    found = derived.get(prefix)
-    if found is None:
-        found = derived[prefix] = "**" not in prefix and all(
-            rule[:len(prefix)] == prefix for rule in (*rules.patterns, *rules.url_scopes))
-    return found
+    return rules.derived(prefix, _lies_inside)
+
+
+def _lies_inside(rules: MaskRules, prefix: Pattern) -> bool:
+    """:func:`only_inside`, computed."""
+    return "**" not in prefix and all(rule[:len(prefix)] == prefix for rule in (*rules.patterns, *rules.url_scopes))
 
 
 class _ListRoute(NamedTuple):
     """See :func:`_list_route`: the keys down to the list, the keys from each of its
-    elements down to the memoized subtree, and the automaton's states and scope there."""
+    elements down to the memoized subtree, the automaton's states and scope there, and the
+    memo's lookup of such a subtree (``MaskRules.memoized_masked_of``)."""
 
     head: tuple[str, ...]
     tail: tuple[str, ...]
     states: _States
     scoped: bool
+    masked_of: Callable[[Any, MaskRules, _States, bool], Any]
 
 
 #: What :func:`_masked_along` answers for data off its route: the full walk decides.
 _UNSURE: Any = object()
 
 
-def _along(rules: MaskRules) -> tuple[Any, _ListRoute | None]:
+def _along(rules: MaskRules, _key: object) -> tuple[Any, _ListRoute | None]:
     """The loop :func:`mask_for_writing` takes for ``rules`` and its route (``None``: none),
-    derived once per rules."""
+    derived once per rules (:meth:`MaskRules.derived`)."""
     route = _list_route(rules)
     walk = _masked_along_two if route is not None and len(route.head) == 1 and len(route.tail) == 2 else _masked_along
-    along = rules._memo.derived[_ListRoute] = (walk, route)
-    return along
+    return walk, route
 
 
 def _list_route(rules: MaskRules) -> _ListRoute | None:
@@ -98,7 +97,7 @@ def _list_route(rules: MaskRules) -> _ListRoute | None:
     if not tail:
         return None
     return _ListRoute(tuple(key for key, _ in head), tuple(key for key, _ in tail), tail[-1][1],
-                      rules._route(step[0])[-1][2])
+                      rules._route(step[0])[-1][2], rules.memoized_masked_of())
 
 
 def _plain_route(rules: MaskRules, states: _States, to_memo: bool = False) -> list[tuple[str, _States]] | None:
@@ -126,8 +125,7 @@ def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> A
     changes, else the copy with what changed; :data:`_UNSURE` at anything the route does not
     cover (a level that is not a plain dict, a list that is not a list, a memoized subtree
     that is neither a dict nor a list), which the full walk then takes."""
-    head, tail, states, scoped = route
-    masked_of = rules._memo.masked_of
+    head, tail, states, scoped, masked_of = route
     parents, elements = _down(obj, head)
     if elements is None or elements is _UNSURE:
         return elements
@@ -182,13 +180,12 @@ def _masked_along_two(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) 
     """:func:`_masked_along` for a route of one key to the list and two keys below each of
     its elements (an episode's ``traces``, a trace's ``agent`` and ``config``), unrolled:
     the same answers, in a third of the steps."""
-    (key,), (first, second), states, scoped = route
+    (key,), (first, second), states, scoped, masked_of = route
     elements = obj.get(key)
     if elements is None:
         return None
     if type(elements) is not list:
         return _UNSURE
-    masked_of = rules._memo.masked_of
     copied_elements = None
     index = -1
     for element in elements:

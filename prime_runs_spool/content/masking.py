@@ -20,9 +20,9 @@ What is masked by default (the locations, the by-name rule, URL userinfo) is dat
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, TypeVar, Union
 
 import orjson
 
@@ -33,6 +33,7 @@ from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
+_Derived = TypeVar("_Derived")
 
 
 def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
@@ -86,6 +87,24 @@ class MaskRules:
             tuple(dict.fromkeys((*self.patterns, *extra))),
             tuple(dict.fromkeys((*self.url_scopes, *scopes))),
         )
+
+    def derived(self, key: Hashable, make: Callable[[MaskRules, Any], _Derived]) -> _Derived:
+        """What another module derives from these rules, made by ``make(self, key)`` the
+        first time ``key`` is asked and kept as long as the rules: they never change, so it
+        never goes stale. One lookup on the append's path (content/mask_fragments.py,
+        content/error_scrub.py); a value may be a memo its maker keeps changing."""
+        derived = self._memo.derived
+        try:
+            return derived[key]
+        except KeyError:
+            found = derived[key] = make(self, key)
+            return found
+
+    def memoized_masked_of(self) -> Callable[[Any, MaskRules, _States, bool], Any]:
+        """:meth:`_Memo.masked_of`, bound: a memoized subtree masked for writing, which
+        content/mask_fragments.py's loops call once per trace config (taken once per rules
+        and kept with what they derive: no lookup per append)."""
+        return self._memo.masked_of
 
     # -- matching ------------------------------------------------------------------
     # One automaton runs the mask patterns (indices below len(patterns)) and the URL
@@ -247,7 +266,7 @@ class _Memo:
         self.steps: dict[tuple[_States, str], _Step] = {}
         self.shapes: dict[_States, _Shape] = {}
         self.routes: dict[_States, tuple[tuple[str, _States, bool], ...]] = {}
-        #: What content/mask_fragments.py derives from the rules, once.
+        #: What other modules derive from the rules (:meth:`MaskRules.derived`).
         self.derived: dict[Any, Any] = {}
         self.plans: dict[tuple[_States, bool, bytes], _Entry] = {}
         self.seen_once: set[int] = set()
