@@ -164,6 +164,31 @@ def test_one_broken_run_does_not_stop_the_others(tmp_path: Path, server, api) ->
     assert_exactly_once(api, good)
 
 
+def test_corruption_says_which_episodes_before_it_wait_for_the_run_to_complete(tmp_path: Path, server, api) -> None:
+    """Damage after two ok and two errored episodes: the ok ones are pushed, the errored
+    ones held until the run completes (docs/sync.md). The line said "everything before it
+    was pushed" all the same, a claim the platform's rows contradicted."""
+    builder = RunBuilder(tmp_path / "run", "e2e-corrupt-held")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(2)
+    builder.seal()
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    seventh_line = [i for i, b in enumerate(data) if b == 0x0A][5] + 1  # header, manifest, 4 episodes
+    data[seventh_line + 20] ^= 0x04
+    segment.write_bytes(bytes(data))
+    result = run_sync(server.base_url, str(tmp_path), "--json")
+    assert result.returncode == 1
+    [run] = json.loads(result.stdout)["runs"]
+    assert (run["state"], run["pushed_now"]) == ("corrupt", 2)
+    assert run["error"].endswith(f"corrupt at byte {seventh_line}: a damaged line; a complete line that fails its "
+                                 "check is never a torn tail; everything before it was pushed but 2 errored "
+                                 "ones, held until the run completes"), run["error"]
+    assert sorted(sample_ids(api, run["evaluation_id"])) == sorted(builder.ids[:2])
+
+
 @pytest.mark.slow
 def test_cli_errors_are_one_line_with_documented_exit_codes(tmp_path: Path, server) -> None:
     build_run(tmp_path / "run", "e2e-errors", 2)

@@ -45,7 +45,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import check_recovered
-from prime_runs_spool.sync.records import durable_records, note_skipped, record_episode_id
+from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
@@ -153,8 +153,10 @@ class RunSync:
             report.state = LOST
             report.error = (f"{exc}. The platform holds what was pushed of this run, which the spool no longer "
                             "has whole: not finalized; check the spool, then --replay it to a new evaluation")
-        except CorruptSpoolError as exc:
-            report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed"
+        except CorruptSpoolError as exc:  # errored episodes before it are held (guarantee 2): not "pushed"
+            held = count_until_damage(self.context.held)
+            report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed" + (
+                f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "")
         except (SpoolError, SampleTooLargeError) as exc:
             report.state, report.error = ERROR, str(exc)
         except OSError as exc:

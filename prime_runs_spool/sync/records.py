@@ -11,11 +11,12 @@ records, so they follow the same rules by calling the same code.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored, verifiers_traces_path
@@ -147,3 +148,17 @@ def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released
         episode_id = record_episode_id(record)
         if episode_id is not None and episode_id not in released:
             yield record
+
+
+def count_until_damage(records: Callable[[], Iterable[Any]]) -> int:
+    """How many items ``records()`` yields before damage (or a file that cannot be read)
+    stops it; 0 when it cannot even begin (a pass stopped before its state was made)."""
+    found = 0
+    try:
+        for _ in records():
+            found += 1
+    except (SpoolError, OSError):
+        pass
+    except Exception:  # noqa: BLE001 - nothing to count: the pass never got that far
+        return 0
+    return found
