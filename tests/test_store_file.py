@@ -10,11 +10,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from prime_runs_spool.content.remask import copy_masking
 
-from prime_runs_spool.errors import StoreConflict
+from prime_runs_spool.errors import StoreConflict, StoreError
+from prime_runs_spool.store.mirror import mirror_note_path, mirrored_to
 from prime_runs_spool.store.objects import ObjectStore
 
 from support.children import all_succeed
@@ -304,6 +307,40 @@ def test_a_run_folder_renamed_after_its_first_upload_is_not_mirrored_a_second_ti
     assert report["error"].startswith(f"this run was first mirrored to {folder_url}/eval-1 ("), report
     assert not (Path(folder_url.removeprefix("file://")) / "eval-1-final").exists()
 
+
+
+_NOTE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
+_NOTE_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False)
+                            | _NOTE_TEXT | _NOTE_TEXT.map(lambda tail: f"s3://{tail}"),
+                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_NOTE_TEXT, inner, max_size=3),
+                            max_leaves=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(note=st.one_of(st.binary(max_size=48),
+                      st.builds(lambda value: orjson.dumps({"run_url": value}) + b"\n", _NOTE_VALUES),
+                      st.builds(lambda value: orjson.dumps(value), _NOTE_VALUES),
+                      _NOTE_TEXT.map(lambda tail: orjson.dumps({"run_url": f"file:///{tail}"}))))
+def test_a_mirror_note_is_read_as_its_store_url_or_refused_in_one_line(tmp_path: Path, note: bytes) -> None:
+    """Whatever spool/mirror.json holds, reading it gives the URL it names (a str with a
+    scheme) or a StoreError saying to mirror again or delete it: never another exception,
+    which would stop the sync of every run, nor a URL the note does not name."""
+    run_dir = tmp_path / "run"
+    mirror_note_path(run_dir).parent.mkdir(parents=True, exist_ok=True)
+    mirror_note_path(run_dir).write_bytes(note)
+    try:
+        named = orjson.loads(note)["run_url"]
+    except (ValueError, KeyError, TypeError):
+        named = None
+    expected = named if isinstance(named, str) and "://" in named else None
+    if expected is None:
+        with pytest.raises(StoreError) as refused:
+            mirrored_to(run_dir)
+        assert "\n" not in str(refused.value) and "run prime-runs mirror again" in str(refused.value)
+    else:
+        assert mirrored_to(run_dir) == expected
+    mirror_note_path(run_dir).unlink()
+    assert mirrored_to(run_dir) is None
 
 def _without_obstore(tmp_path: Path) -> str:
     """A PYTHONPATH entry under which ``import obstore`` fails as it does where the `s3`

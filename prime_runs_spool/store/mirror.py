@@ -43,7 +43,6 @@ whenever it grows); an unchanged spool uploads nothing.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -51,6 +50,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import orjson
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
 from prime_runs_spool.files import fsync_folder, read_regular_file, replace_private
@@ -89,7 +90,7 @@ def mirrored_to(run_dir: str | os.PathLike[str]) -> str | None:
     except OSError as exc:
         raise StoreError(f"{path}: cannot read the mirror's note: {exc.strerror or exc}") from None
     try:
-        url = json.loads(data)["run_url"]
+        url = orjson.loads(data)["run_url"]
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(url)
     except (ValueError, KeyError, TypeError):
@@ -104,7 +105,7 @@ def _note_mirror(run_dir: Path, url: str) -> bool:
     the one whose lease a sync of its folder takes. Whether it was left now."""
     if mirrored_to(run_dir) is not None:
         return False
-    replace_private(mirror_note_path(run_dir), json.dumps({"run_url": url}).encode() + b"\n", durable=True)
+    replace_private(mirror_note_path(run_dir), orjson.dumps({"run_url": url}) + b"\n", durable=True)
     return True
 
 
@@ -200,7 +201,7 @@ def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> bool:
     old (by the listing). Whether it was written."""
     if listed is not None and marker_fresh(listed, time.time() + 2 * LIVE_MARKER_TTL / 3):
         return False
-    store.overwrite(key, json.dumps({"mirrored_at": time.time()}).encode() + b"\n")
+    store.overwrite(key, orjson.dumps({"mirrored_at": time.time()}) + b"\n")
     return True
 
 
