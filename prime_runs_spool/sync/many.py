@@ -174,9 +174,12 @@ def sync_run(
                              error=f"cannot keep its sync state in {spool_dir(home)}: {exc.strerror or exc}")
     from filelock import Timeout
 
-    lock = sync_lock(home, wait=wait)
+    # A dry run reads and sends nothing: it takes no lock in the run's own folder, which it
+    # leaves as it found it (a sync at work meanwhile may push some of what it counts).
+    lock = None if options.dry_run and home == run_dir else sync_lock(home, wait=wait)
     try:
-        lock.acquire()
+        if lock is not None:
+            lock.acquire()
     except Timeout:
         return RunReport(path=str(run_dir), state=SKIPPED,
                          error="another prime-runs sync is working on this run (use --wait to wait for it)")
@@ -197,7 +200,8 @@ def sync_run(
     except Exception as exc:  # a bug met on this run must not cost the others their sync
         return internal_error_report(str(run_dir), exc)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def interrupted_report(run_dir: Path, report: RunReport | None) -> RunReport:
