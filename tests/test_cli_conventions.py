@@ -362,6 +362,32 @@ def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: lis
     assert "finite" in result.stderr
 
 
+@pytest.mark.parametrize(("argv", "env", "said"), [
+    (["--request-lifetime", "abc"], {}, "'--request-lifetime': 'abc' is not a number of seconds (e.g. 600 or 2.5)"),
+    ([], {"PRIME_RUNS_REQUEST_LIFETIME": "abc"},
+     "'--request-lifetime': 'abc' is not a number of seconds (e.g. 600 or 2.5) (from PRIME_RUNS_REQUEST_LIFETIME)"),
+    (["--copy-wait", ""], {}, "'--copy-wait': '' is not a number of seconds (e.g. 600 or 2.5)"),
+    (["--request-lifetime", "-1"], {}, "'--request-lifetime': -1 is below the least allowed, 0 s"),
+    (["--retry-for", "soon"], {}, "'--retry-for': 'soon' is not a duration (90, 90s, 5m, 1h)"),
+    ([], {"PRIME_RUNS_SYNC_TO": "elsewhere"},
+     "'--to': 'elsewhere' is not one of 'traces', 'samples', 'auto' (from PRIME_RUNS_SYNC_TO)"),
+])
+@pytest.mark.parametrize("entry", ["prime-runs", "shipper"])
+def test_a_value_that_is_no_number_of_seconds_is_refused_in_one_line_that_reads_right(
+        tmp_path: Path, argv: list[str], env: dict[str, str], said: str, entry: str) -> None:
+    """click's own words were "'abc' is not a valid seconds." (and, from an environment
+    variable, a period before the variable's name): a number of seconds is asked for in
+    words, with an example, and the line has no stray period."""
+    import sys
+
+    command = CLI + ["sync"] if entry == "prime-runs" else [sys.executable, "-m", "prime_runs_spool.sync"]
+    result = subprocess.run(command + [str(tmp_path), "--base-url", "http://127.0.0.1:9", *argv], capture_output=True,
+                            text=True, timeout=30, env=child_env(PRIME_API_KEY="key", **env))
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    (line,) = result.stderr.splitlines()
+    assert line.lower().startswith(f"prime-runs: invalid value for {said}".lower()), line
+    assert "valid seconds" not in line and ". (" not in line and not line.endswith("."), line
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["status"], ["import"], ["sync", "--local", "--db", "{db}"]])
 def test_the_other_commands_given_a_fifo_say_it_is_not_a_file_or_folder(tmp_path: Path, command: list[str]) -> None:

@@ -48,22 +48,29 @@ class _NamesItsEnvironment(click.ParamType):
         envvar = getattr(param, "envvar", None)
         if ctx is not None and param is not None and param.name and isinstance(envvar, str) \
                 and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
-            message = f"{message} (from {envvar})"
+            message = f"{message.rstrip('.')} (from {envvar})"  # click's own messages end in a period
         super().fail(message, param, ctx)
 
 
 class Seconds(_NamesItsEnvironment, click.FloatRange):
     """A number of seconds of at least ``minimum``, finite: click's FloatRange lets NaN and
-    infinity through (sync/options.py, ``seconds_problem``, says what they did)."""
+    infinity through (sync/options.py, ``seconds_problem``, says what they did). A FloatRange
+    for the range the help shows; its own checks are not used, whose words ("is not a valid
+    seconds.", "is not in the range x>=0") read wrong."""
 
     name = "seconds"
+    #: What a value that is no number should have been, in the one line that refuses it.
+    expected = "a number of seconds (e.g. 600 or 2.5)"
 
     def __init__(self, minimum: float = 0.0) -> None:
         super().__init__(min=minimum)
         self.minimum = minimum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        seconds = float(super().convert(value, param, ctx))
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not {self.expected}", param, ctx)
         problem = seconds_problem(seconds, self.minimum)
         if problem:
             self.fail(problem, param, ctx)
@@ -78,6 +85,7 @@ class Duration(Seconds):
     """A duration: seconds, or a number with ``s``, ``m`` or ``h`` (``90``, ``90s``, ``5m``)."""
 
     name = "duration"
+    expected = "a duration (90, 90s, 5m, 1h)"
     UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
@@ -86,7 +94,7 @@ class Duration(Seconds):
             try:
                 value = float(text[:-1]) * self.UNITS[text[-1].lower()]
             except ValueError:
-                self.fail(f"{value!r} is not a duration (90, 90s, 5m, 1h)", param, ctx)
+                self.fail(f"{value!r} is not {self.expected}", param, ctx)
         return super().convert(value, param, ctx)
 
 
