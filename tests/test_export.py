@@ -28,7 +28,7 @@ from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.spool.writer import SegmentWriter
 
 from support import moto_server
-from support.env import CLI, child_env
+from support.env import CLI, VF040, child_env
 from support.runs import RunBuilder, build_run, manifest_for
 from support.cli import last_line, run_cli
 
@@ -202,6 +202,30 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     empty.mkdir()
     nothing = export(str(empty), "-o", str(tmp_path / "x.csv"))
     assert nothing.returncode == 1 and "nothing found" in nothing.stderr and not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.slow
+def test_an_export_never_replaces_a_file_a_run_is_made_of(tmp_path: Path) -> None:
+    """``-o`` naming a spool segment (or anything in a run's spool folder) or the eval's own
+    ``traces.jsonl`` replaced it whole with the table: the run's episodes gone, exit 0. Now
+    it is bad usage (exit 2), said in one line, and every file of the run is as it was; a
+    table beside the run's files is still written."""
+    run_dir = tmp_path / "outputs" / "run"
+    shutil.copytree(VF040, run_dir)
+    assert subprocess.run(CLI + ["import", str(run_dir)], capture_output=True, env=child_env()).returncode == 0
+    files = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    segment = segment_path(run_dir, 1)
+    for out in (segment, segment.parent / "new.jsonl", segment.parent / "sync" / "x.csv", run_dir / "traces.jsonl",
+                tmp_path / "outputs" / "run" / "spool" / ".." / "spool" / "seg-000009.jsonl"):
+        result = export(str(tmp_path / "outputs"), "--format", "jsonl", "-o", str(out))
+        assert result.returncode == 2, (out, result.stdout, result.stderr)
+        assert last_line(result).startswith(f"prime-runs: {out}: "), result.stderr
+        assert "write the table elsewhere" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == files
+    beside = export(str(tmp_path / "outputs"), "-o", str(run_dir / "episodes.jsonl"))
+    assert beside.returncode == 0, beside.stderr
+    assert len((run_dir / "episodes.jsonl").read_text().splitlines()) == len(
+        (run_dir / "traces.jsonl").read_text().splitlines())
 
 
 def test_parquet_without_pyarrow_says_which_extra(tmp_path: Path) -> None:

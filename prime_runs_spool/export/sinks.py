@@ -17,9 +17,12 @@ from typing import IO, Any, Protocol
 
 import orjson
 
+from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
 from prime_runs_spool.errors import ExportSetupError
 from prime_runs_spool.export.columns import BOOL, FLOAT, INT, TEXT, Column
 from prime_runs_spool.files import open_private
+from prime_runs_spool.importer.paths import V0_METADATA_NAME, V0_RESULTS_NAME, is_eval_output_dir
+from prime_runs_spool.spool.layout import SPOOL_DIRNAME, is_run_dir, run_lock_path
 
 FORMATS = ("parquet", "csv", "jsonl")
 #: Rows per Parquet row group, at most...
@@ -47,6 +50,26 @@ def format_of(path: Path, given: str | None) -> str:
         return suffix
     raise ExportSetupError(f"{path}: say which format with --format {'|'.join(FORMATS)} (or name the file "
                            f"*.parquet, *.csv or *.jsonl)")
+
+
+def refuse_run_file(path: Path) -> None:
+    """Raise :class:`ExportSetupError` when ``path`` names a file a run is made of: anything
+    in a run's ``spool/`` folder (segments, locks, sync state) or the eval's own output file
+    in its folder (``traces.jsonl``, ``metadata.json``, ``results.jsonl``). The export
+    replaces its file whole, so such a ``-o`` would lose the run's episodes."""
+    real = Path(os.path.realpath(path.parent)) / path.name  # links and ".." as the rename will meet them
+    for folder in real.parents:
+        try:
+            of_a_run = folder.name == SPOOL_DIRNAME and (is_run_dir(folder.parent)
+                                                        or run_lock_path(folder.parent).exists())
+        except OSError:  # cannot be looked into: nothing to lose there that this could tell
+            of_a_run = False
+        if of_a_run:
+            raise ExportSetupError(f"{path}: it is in the spool of the run in {folder.parent}, which the export "
+                                   "would replace; write the table elsewhere")
+    if real.name in (VERIFIERS_TRACES_NAME, V0_METADATA_NAME, V0_RESULTS_NAME) and is_eval_output_dir(real.parent):
+        raise ExportSetupError(f"{path}: it is the eval's own {real.name}, which the export would replace; "
+                               "write the table elsewhere")
 
 
 def open_sink(path: Path, fmt: str, columns: list[Column]) -> Sink:
