@@ -34,7 +34,8 @@ package is defined here and drawn here):
     │   └── MalformedEpisodeError [TypeError]
     ├── platform_api
     │   ├── PlatformError (its kind a FailureKind)
-    │   │   └── ServiceNotEnabled
+    │   │   ├── ServiceNotEnabled
+    │   │   └── UnexpectedAnswer
     │   ├── InvalidSettingsError [ValueError]
     │   │   └── InvalidBaseUrlError
     │   └── SampleTooLargeError [ValueError]
@@ -300,6 +301,13 @@ class ServiceNotEnabled(PlatformError):
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(FailureKind.FATAL, message, status=status)
+
+
+class UnexpectedAnswer(PlatformError):
+    """A success answer that is not one the platform gives: no JSON, or without a field sync
+    reads (platform_api/answers.py). Its kind says what it means for the request, as any
+    failure's; the key check takes one to its evaluations listing for a base URL whose server
+    is not the platform (another JSON API, a web page), which no retry changes."""
 
 
 class SampleTooLargeError(SpoolError, ValueError):

@@ -1,5 +1,6 @@
-"""A --base-url that is some other HTTP server (a model server, a static file server)
-answers the platform's endpoints 404, 405 or 501: that is a setup error, told in one line
+"""A --base-url that is some other HTTP server (a model server, a static file server, another
+JSON API) answers the platform's endpoints 404, 405 or 501, or 200 with something else than
+the platform's answer: that is a setup error, told in one line
 before any run is touched, not an outage retried for the whole --retry-for window. Real
 `prime-runs sync` processes against a real HTTP server on loopback."""
 
@@ -44,7 +45,37 @@ class OnlyPosts(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(params=[NothingImplemented, QuietFiles, OnlyPosts], ids=["501", "404", "405"])
+class AnswersEverything(BaseHTTPRequestHandler):
+    """Some other server that answers every GET 200: ``{"hello": "world"}`` (another JSON
+    API), or a web page (a front end's server, one page for every path)."""
+
+    body = b'{"hello": "world"}'
+    content_type = "application/json"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(200)
+        self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class AnswersAPage(AnswersEverything):
+    body = b"<!doctype html><html><body>Welcome</body></html>"
+    content_type = "text/html"
+
+
+class AnswersAnEmptyList(AnswersEverything):
+    """JSON close to the listing, a list with no total: not the platform's answer either."""
+
+    body = b'{"evaluations": []}'
+
+
+@pytest.fixture(params=[NothingImplemented, QuietFiles, OnlyPosts, AnswersEverything, AnswersAPage, AnswersAnEmptyList],
+                ids=["501", "404", "405", "200-other-json", "200-page", "200-no-total"])
 def other_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     (tmp_path / "served").mkdir()
     handler = request.param

@@ -6,9 +6,10 @@ Sync decides from these fields what is on the platform: an evaluations listing w
 created), an evaluation without ``total_samples`` as "no rows yet" (every row sent again),
 a created evaluation without its id as the evaluation ``"None"``. A platform (or a proxy
 before it) that answered ``{}`` got "internal error: KeyError" per run at best. An answer
-lacking a field is a :class:`PlatformError` naming the field: ``FATAL`` for a read (nothing
-was done; the same answer would come again), ``IN_DOUBT`` for a create, which may have
-created an evaluation whose id the answer lost (the protocol settles it as any lost answer).
+lacking a field is an ``UnexpectedAnswer`` (a ``PlatformError``) naming the field: ``FATAL``
+for a read (nothing was done; the same answer would come again), ``IN_DOUBT`` for a create,
+which may have created an evaluation whose id the answer lost (the protocol settles it as
+any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
 through untouched), and none of this runs per samples request (their answers carry nothing
@@ -20,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.errors import FailureKind, UnexpectedAnswer
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
 
-def lacks(what: str, where: str, kind: FailureKind = FailureKind.FATAL) -> PlatformError:
+def lacks(what: str, where: str, kind: FailureKind = FailureKind.FATAL) -> UnexpectedAnswer:
     """The error for an answer to ``where`` (``METHOD /path``) without ``what``."""
-    return PlatformError(kind, f"{where}: the platform's answer lacks {what} (docs/platform-api.md)")
+    return UnexpectedAnswer(kind, f"{where}: the platform's answer lacks {what} (docs/platform-api.md)")
 
 
 def _object(answer: Any, where: str, what: str, kind: FailureKind = FailureKind.FATAL) -> dict[str, Any]:

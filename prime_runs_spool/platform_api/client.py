@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer
 from prime_runs_spool.platform_api import answers
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
@@ -396,8 +396,8 @@ class PlatformClient:
         except orjson.JSONDecodeError:
             # The platform said yes but its answer is unreadable: for a non-idempotent call
             # that is as good as a lost answer.
-            raise PlatformError(FailureKind.IN_DOUBT,
-                                f"{method} {path}: unreadable answer", status=response.status_code) from None
+            raise UnexpectedAnswer(FailureKind.IN_DOUBT,
+                                   f"{method} {path}: unreadable answer", status=response.status_code) from None
 
     @staticmethod
     def _evaluation(evaluation_id: str, tail: str = "") -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from prime_runs_spool.errors import FailureKind, PlatformError
+from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Settings
 
@@ -29,7 +29,9 @@ REFUSED_KEY_STATUSES = (401, 403)
 #: The answers that mean the base URL is not the platform at all: the platform always has
 #: the evaluations listing the check reads, so an unknown path (404), a method the path
 #: does not take (405) or none it implements (501) is some other server there (a model
-#: server, a file server), which retrying cannot change.
+#: server, a file server), which retrying cannot change. So is a success whose body is not
+#: the listing (no JSON, or no ``evaluations`` list with its ``total``): another JSON API,
+#: a web page served for every path.
 NOT_THE_PLATFORM_STATUSES = (404, 405, 501)
 
 
@@ -53,6 +55,8 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
                 refusals.append(exc)
             elif exc.status in NOT_THE_PLATFORM_STATUSES:
                 refusals.append(not_the_platform(settings.base_url, exc.status))
+            elif isinstance(exc, UnexpectedAnswer):  # a success, but not the listing: another server
+                refusals.append(not_the_platform(settings.base_url))
         except Exception:  # noqa: BLE001 - anything else is for the passes to meet and report
             pass
 
@@ -65,8 +69,11 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
     return refusals[0] if refusals else None
 
 
-def not_the_platform(base_url: str, status: int) -> PlatformError:
-    """The one line for a base URL whose server does not serve the platform's API."""
+def not_the_platform(base_url: str, status: int | None = None) -> PlatformError:
+    """The one line for a base URL whose server does not serve the platform's API: its
+    listing answered ``status``, or (None) answered something else than the listing."""
+    answered = f"answered {status}" if status is not None else \
+        "answered with something else than the platform's listing (its evaluations and their total)"
     return PlatformError(FailureKind.FATAL,
-                         f"{base_url} does not look like the platform: its evaluations listing answered {status}; "
+                         f"{base_url} does not look like the platform: its evaluations listing {answered}; "
                          "check --base-url (PRIME_API_BASE_URL, base_url in ~/.prime/config.json)", status=status)
