@@ -44,7 +44,7 @@ def write_spool(run_dir: Path, run_id: str, numbers: list[int], status: str) -> 
     writer.append("manifest", manifest_for(run_id))
     counter, items, ids = RolloutCounter(), [], []
     for number in numbers:
-        episode = mask(make_episode(number, size=1_800, run_id=run_id, salt=SALT), _RULES)
+        episode = mask(make_episode(number, size=1_800, run_id=run_id, salt=f"{SALT}-{run_id}"), _RULES)
         ids.append(episode["id"])
         items.append(("episode", episode, {"episode_id": episode["id"],
                                            "rollout_number": counter.next_number(episode)}))
@@ -93,7 +93,8 @@ def test_a_resumed_spool_logging_the_kept_episodes_in_another_order_pushes_the_r
     final = run_sync(server.base_url, str(resumed), "--to", "samples", "--json", "--max-request-bytes", "6000")
     assert final.returncode == 0, final.stdout + final.stderr
     ids = platform_ids(api, run_id)
-    expected = imported + [make_episode(n, run_id=run_id, salt=SALT)["id"] for n in range(kept, kept + new)]
+    expected = imported + [make_episode(n, run_id=run_id, salt=f"{SALT}-{run_id}")["id"]
+                           for n in range(kept, kept + new)]
     assert ids == expected, f"{len(ids)} rows for {len(expected)} episodes"
     [evaluation] = evaluations_of(api, run_id)
     evaluation = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
