@@ -63,15 +63,29 @@ class _Chunks:
     built again."""
 
     def __init__(self, body: bytes | bytearray | memoryview | list[bytes],
-                 on_sent: Callable[[], None] | None = None) -> None:
+                 on_sent: Callable[[], None] | None = None, before_last: Callable[[], None] | None = None) -> None:
         self._parts: list[Any] = body if isinstance(body, list) else [body]
         self._length = sum(len(part) if type(part) is bytes else memoryview(part).nbytes for part in self._parts)
         self._on_sent = on_sent
+        self._before_last = before_last
 
     def __len__(self) -> int:
         return self._length
 
     def __iter__(self) -> Any:
+        held = None  # each piece is handed on once the next is known: the last one waits for the gate
+        for piece in self._pieces():
+            if held is not None:
+                yield held
+            held = piece
+        if held is not None:
+            if self._before_last is not None:
+                self._before_last()  # raises to leave the body unfinished: the platform never acts on it
+            yield held
+        if self._on_sent is not None:  # asked for the next piece: the last one was written
+            self._on_sent()
+
+    def _pieces(self) -> Any:
         for part in self._parts:
             if type(part) is bytes and len(part) <= SEND_CHUNK:
                 yield part
@@ -79,8 +93,6 @@ class _Chunks:
             view = memoryview(part).cast("B")
             for start in range(0, len(view), SEND_CHUNK):
                 yield view[start:start + SEND_CHUNK]
-        if self._on_sent is not None:  # asked for the next piece: the last one was written
-            self._on_sent()
 
     def drop(self) -> None:
         """Let go of the body. httpx keeps the request in a reference cycle with its
@@ -424,12 +436,17 @@ class PlatformClient:
                                           "POST /evaluations/")
 
     def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview | list[bytes], *,
-                     on_sent: Callable[[], None] | None = None) -> dict[str, Any]:
+                     on_sent: Callable[[], None] | None = None,
+                     before_last: Callable[[], None] | None = None) -> dict[str, Any]:
         """NOT idempotent: appends every row in ``body`` (a ``{"samples": [...]}`` document,
         whole or as the pieces it is sent in). ``on_sent``: called once the whole body is
         written to the connection (the sync builds its next request only then:
-        sync/rows.py, ``read_ahead``)."""
-        return self._request("POST", self._evaluation(evaluation_id, "/samples"), content=_Chunks(body, on_sent))
+        sync/rows.py, ``read_ahead``). ``before_last``: called before the body's last piece
+        is written; what it raises leaves the request unfinished (its connection closed short
+        of the declared length), so the platform never acts on it (sync/protocol.py,
+        ``Protocol.send_once``)."""
+        return self._request("POST", self._evaluation(evaluation_id, "/samples"),
+                             content=_Chunks(body, on_sent, before_last))
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,

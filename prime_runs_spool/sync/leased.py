@@ -58,6 +58,8 @@ class LeasedProtocol(Protocol):
     announces a request renews the lease (the fence; a save announcing nothing renews it
     only once a third of its lifetime has passed) and records the lease's generation."""
 
+    WRITES_ALONGSIDE = False  # the lease is renewed, its fence taken, before a request goes out
+
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,
                  state: str | None = None, **more: object) -> None:

@@ -20,6 +20,7 @@ samples read back (sync/reconcile.py) and the finalize call all go through it.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,11 @@ LANDED = object()
 
 class Protocol:
     """The state file of one run and destination, and the rules for every request it announces."""
+
+    #: Whether an announcement may be written while its request's body goes out
+    #: (:meth:`_announce_alongside`): a state file on this machine may; a pass under a lease
+    #: in an object store (sync/leased.py) renews the lease with each announcement, first.
+    WRITES_ALONGSIDE = True
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None],
@@ -93,6 +99,43 @@ class Protocol:
 
     def _write(self) -> None:
         save_state(self.path, self.state)
+
+    def _announce_alongside(self) -> Callable[[], None]:
+        """Start writing the state that announces a request on a thread of its own, and return
+        the gate its sender passes before the body's last byte: it waits for the write, and
+        raises what the write raised (the request is then never complete, so never processed).
+
+        A request the platform has not received whole cannot be acted on (its length is
+        declared), so the announcement is durable before the platform can act on the request,
+        as when it is written first; meanwhile the body goes out, and the write's fsyncs (1-12
+        ms each at load, one per samples request) no longer stand between two requests. Only
+        where :attr:`WRITES_ALONGSIDE` says so; elsewhere the announcement is written before
+        the request, as :meth:`save` writes it. Nothing changes the state while it is written:
+        the sending thread only reads it."""
+        self._writing = True
+        self.checkpoint()  # before an announcement: a stopped pass sends nothing more
+        self.unsaved = False  # what the write carries; a note made while it runs stays unsaved
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                self._write()
+            except BaseException as exc:  # noqa: BLE001 - raised in the sending thread, by the gate
+                failed.append(exc)
+
+        writer = threading.Thread(target=write, name="prime-runs-sync-announce", daemon=True)
+        writer.start()
+        settled: list[bool] = []
+
+        def durable() -> None:
+            writer.join()
+            if failed:
+                raise failed[0]
+            if not settled:
+                settled.append(True)
+                self._writing = False
+                self.on_save()
+        return durable
 
     def note(self) -> None:
         """The state changed in a way the next sync can learn again from the platform: the
@@ -205,19 +248,30 @@ class Protocol:
         self.check_next_batch = True  # a late commit would meet the resend: look after it
         return False
 
-    def send_once(self, what: str, in_flight: InFlight, send: Callable[[], Any],
-                  landed: Callable[[], bool]) -> Any:
+    def send_once(self, what: str, in_flight: InFlight, send: Callable[..., Any],
+                  landed: Callable[[], bool], *, gated: bool = False) -> Any:
         """Send a request that must not be processed twice: announce it in the state, send it,
         and after a failure resend only once ``landed`` says it did not (and cannot) land.
-        Returns the answer, or :data:`LANDED` when it landed but its answer was lost."""
+        Returns the answer, or :data:`LANDED` when it landed but its answer was lost.
+
+        ``gated``: ``send`` takes a gate, a call its request makes before the last byte of its
+        body, and the announcement is written while the body goes out (:meth:`_announce_alongside`);
+        without it, the announcement is written before ``send`` is called."""
         attempt = 0
+        alongside = gated and self.WRITES_ALONGSIDE
         while True:
             sent_at = self.clock()
             self.state.in_flight = dataclasses.replace(in_flight, sent_at=sent_at)
-            self.save()
+            gate = self._announce_alongside() if alongside else None
+            if gate is None:
+                self.save()
             self._sent = (sent_at, self.monotonic())
             try:
-                answer = send()
+                try:
+                    answer = send(gate or _written) if gated else send()
+                finally:
+                    if gate is not None:
+                        gate()  # the write is over whatever became of the request; its failure wins
             except PlatformError as exc:
                 self.all_answered = False
                 if exc.kind is FailureKind.FATAL:
@@ -236,6 +290,10 @@ class Protocol:
                 continue
             self.options.backoff.answered()
             return answer
+
+
+def _written() -> None:
+    """The gate of a request whose announcement was written before it was sent."""
 
 
 def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:

@@ -168,8 +168,9 @@ class SamplesSink(Sink):
         protocol.send_once("pushing held-back episodes" if released else "pushing samples",
                            InFlight(kind=self.name, sent_at=0.0, rows=rows, episodes=episodes, end=end,
                                     seal=seal, last_sample_id=batch.last_sample_id, released=released),
-                           lambda: context.client.push_samples(str(state.evaluation_id), body, on_sent=batch.sent),
-                           lambda: self.reconciler.samples_landed(rows))
+                           lambda durable: context.client.push_samples(str(state.evaluation_id), body,
+                                                                        on_sent=batch.sent, before_last=durable),
+                           lambda: self.reconciler.samples_landed(rows), gated=True)
         protocol.acknowledge(end, rows, episodes, seal, batch.last_sample_id)
         if protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?
             protocol.check_next_batch = False
