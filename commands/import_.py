@@ -9,6 +9,7 @@ outputs (unless ``--allow-empty``); 2 bad usage.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from prime_runs_spool.importer.outputs import ImportReport
+    from prime_runs_spool.sync.interrupt import Interrupt
 
 # The importer (and the writer behind it) is imported where it runs, not here:
 # ``prime-runs --help`` must not pay for it (tests/test_cli_basics.py).
@@ -67,6 +69,30 @@ def nothing_found_message(path: Path) -> str:
             "results.jsonl) under it")
 
 
+def _stop_on_signals() -> Interrupt:
+    """SIGINT and SIGTERM: the first stops the import at its next batch (the spool sealed
+    there, as a Ctrl-C seals a live run), a second at once."""
+    from prime_runs_spool.sync.interrupt import Interrupt
+
+    interrupt = Interrupt()
+    interrupt.install(on_second=lambda: os.write(2, f"\n{MESSAGE_PREFIX}stopped at once (second signal); run "
+                                                    "prime-runs import again to carry on\n".encode()))
+    return interrupt
+
+
+def _exit_interrupted(reports: list[ImportReport]) -> None:
+    """After the first signal: each run's line, then one saying what is left; exit 130."""
+    from prime_runs_spool.sync.options import EXIT_INTERRUPTED, INTERRUPTED
+
+    for report in reports:
+        for line in import_line(report):
+            click.echo(line)
+    done = sum(1 for report in reports if report.state != INTERRUPTED)
+    click.echo(f"{MESSAGE_PREFIX}interrupted: {count(done, 'run')} done, the rest left; run the same prime-runs "
+               "import again to carry on", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
 def quiet_library_warnings() -> None:
     """The reports carry the library's warnings; don't print them twice through logging."""
     logging.getLogger("prime_runs_spool").addHandler(logging.NullHandler())
@@ -101,12 +127,15 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     quiet_library_warnings()
     roots = require_paths(paths)
     state = default_state_dir(state_dir)
+    interrupt = _stop_on_signals()
     try:
-        reports = import_paths(roots, state_dir=state)
+        reports = import_paths(roots, state_dir=state, stop=interrupt.is_set)
         empty = paths_with_nothing(roots)
     except NoSuchPathError as exc:
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(EXIT_USAGE)
+    if interrupt.is_set():
+        _exit_interrupted(reports)
     failed = [r for r in reports if r.state in FAILED_STATES]
     if as_json:
         click.echo(json_report({"ok": not failed and (allow_empty or not empty),

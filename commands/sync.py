@@ -155,7 +155,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         from prime_runs_spool.importer.outputs import FAILED_STATES as IMPORT_FAILED, import_paths
 
         check_key_once()
-        imports = import_paths(given, state_dir=state, refresh_only=True)
+        imports = import_paths(given, state_dir=state, refresh_only=True, stop=interrupt.is_set)
         failed_imports = [r for r in imports if r.state in IMPORT_FAILED]
     if interrupt.is_set():
         exit_interrupted([])

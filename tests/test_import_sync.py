@@ -206,3 +206,98 @@ def test_a_damaged_line_in_an_imported_spool_is_syncs_to_report_not_an_import_fa
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert [r["state"] for r in report["runs"]] == ["synced"] and report["ok"] is True
     assert [r["state"] for r in report["imports"] if r["state"] == "error"] == []
+
+
+def many_episodes(run_dir: Path, count: int) -> None:
+    """``run_dir``: the completed vf040 outputs with ``count`` episodes in ``traces.jsonl``
+    (the fixture's four, again and again, each under an id of its own)."""
+    lines = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
+    with open(run_dir / "traces.jsonl", "w") as handle:
+        for number in range(count):
+            row = dict(lines[number % len(lines)])
+            row["id"] = f"{number:032x}"
+            handle.write(json.dumps(row) + "\n")
+
+
+@pytest.mark.slow
+def test_a_signal_during_syncs_import_step_stops_it_within_seconds_and_the_next_sync_finishes(tmp_path: Path) -> None:
+    """SIGINT while sync imports a large ``traces.jsonl``: the import went on to its end
+    (seconds to minutes) before the command stopped. It stops at its next batch now, exit
+    130 with the interrupted line, and the next sync imports the rest and ships each episode
+    once."""
+    import signal
+    import time
+
+    from prime_runs_spool import read_run
+    from prime_runs_spool.local_platform.store import Store
+
+    total = 15_000
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    many_episodes(run_dir, total)
+    db = tmp_path / "p.db"
+    sync = subprocess.Popen(CLI + ["sync", str(root), "--local", "--db", str(db)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    deadline = time.monotonic() + 120
+    while not (segment.exists() and segment.stat().st_size > 100_000):
+        assert sync.poll() is None and time.monotonic() < deadline, sync.communicate()
+        time.sleep(0.01)
+    sync.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    _, err = sync.communicate(timeout=120)
+    took = time.monotonic() - asked
+    assert sync.returncode == 130, err
+    assert took < 3.0, f"{took:.1f} s from SIGINT to exit"
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
+    assert "Traceback" not in err
+    assert read_run(run_dir).episodes_count < total  # stopped part way
+    again = cli("sync", str(root), "--local", "--db", str(db), "--json")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    [run] = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["pushed_total"]) == ("synced", total)
+    store = Store(db)
+    try:
+        [evaluation], _ = store.list_evaluations(skip=0, limit=10)
+        bodies, _ = store.list_samples(evaluation["evaluation_id"], offset=0, limit=2 * total)
+    finally:
+        store.close()
+    ids = [json.loads(body)["sample_id"] for body in bodies]
+    assert len(ids) == len(set(ids)) == total
+
+
+@pytest.mark.slow
+def test_a_signal_stops_prime_runs_import_at_its_next_batch_with_exit_130(tmp_path: Path) -> None:
+    """Ctrl-C of ``prime-runs import``: click's ``Aborted!`` and exit 1, the spool left
+    unsealed. Now: the spool sealed ``cancelled`` at the batch, the run's line, one line
+    saying what is left, exit 130; the next import appends the rest, sealed as the source."""
+    import signal
+    import time
+
+    from prime_runs_spool import read_run
+
+    total = 15_000
+    root = tree(tmp_path, "vf040-completed")
+    run_dir = root / "vf040-completed"
+    many_episodes(run_dir, total)
+    started = subprocess.Popen(CLI + ["import", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=child_env())
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    deadline = time.monotonic() + 120
+    while not (segment.exists() and segment.stat().st_size > 100_000):
+        assert started.poll() is None and time.monotonic() < deadline, started.communicate()
+        time.sleep(0.01)
+    started.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    out, err = started.communicate(timeout=120)
+    assert started.returncode == 130, out + err
+    assert time.monotonic() - asked < 3.0
+    assert out.startswith(f"interrupted {run_dir}: stopped by a signal part way"), out
+    assert err.strip().splitlines()[-1] == ("prime-runs: interrupted: 0 runs done, the rest left; run the same "
+                                            "prime-runs import again to carry on"), err
+    stopped = read_run(run_dir)
+    assert stopped.status == "cancelled" and stopped.episodes_count < total
+    again = cli("import", str(root))
+    assert again.returncode == 0 and again.stdout.startswith("appended "), again.stdout + again.stderr
+    finished = read_run(run_dir)
+    assert (finished.status, finished.episodes_count) == ("completed", total)

@@ -45,6 +45,7 @@ from prime_runs_spool.errors import (
     ReadOnlySourceError,
     RewrittenOutputError,
     SpoolError,
+    Stopped,
 )
 from prime_runs_spool.content.manifest import read_config_source
 from prime_runs_spool.content.masking import MaskRules
@@ -76,7 +77,7 @@ from prime_runs_spool.importer.unchanged import fingerprints, imports_unchanged,
 from prime_runs_spool.importer.v0_layout import read_v0
 from prime_runs_spool.runner.resume import scan_prior_run
 from prime_runs_spool.runner.run import open_run
-from prime_runs_spool.sync.options import ERROR, UP_TO_DATE
+from prime_runs_spool.sync.options import ERROR, INTERRUPTED, UP_TO_DATE
 
 _log = logging.getLogger("prime_runs_spool")
 
@@ -125,11 +126,16 @@ def read_source(output_dir: Path) -> SourceRun:
     return read_v040(output_dir) if verifiers_traces_path(output_dir).is_file() else read_v0(output_dir)
 
 
-def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportReport:
-    """Import one eval output folder; never raises for a bad source (the report says)."""
+def import_output(output_dir: Path, *, state_dir: Path | None = None,
+                  stop: Callable[[], bool] | None = None) -> ImportReport:
+    """Import one eval output folder; never raises for a bad source (the report says).
+    ``stop``: asked after each batch of episodes written; once true, the spool is sealed
+    ``cancelled`` there (the next import appends the rest) and the report is ``interrupted``."""
     report = ImportReport(source=str(output_dir), state=ERROR)
     try:
-        _import(output_dir, state_dir, report)
+        _import(output_dir, state_dir, report, stop)
+    except Stopped:
+        report.state, report.reason = INTERRUPTED, "stopped by a signal part way; the next import or sync spools the rest"
     except RewrittenOutputError as exc:
         report.state, report.error = LEFT, str(exc)
     except ImportSourceError as exc:
@@ -144,16 +150,22 @@ def import_output(output_dir: Path, *, state_dir: Path | None = None) -> ImportR
 
 
 def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
-                 refresh_only: bool = False) -> list[ImportReport]:
+                 refresh_only: bool = False, stop: Callable[[], bool] | None = None) -> list[ImportReport]:
     """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
-    does) skips folders whose spool the eval wrote itself."""
+    does) skips folders whose spool the eval wrote itself. ``stop`` (a signal's flag): once
+    true, the folder being imported stops at its next batch and no other is begun."""
     found = to_refresh(paths, state_dir) if refresh_only else find_eval_outputs(paths)
-    reports = [import_output(output_dir, state_dir=state_dir) for output_dir in found]
+    reports = []
+    for output_dir in found:
+        if stop is not None and stop():
+            break
+        reports.append(import_output(output_dir, state_dir=state_dir, stop=stop))
     imports_unchanged().save()
     return reports
 
 
-def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> None:
+def _import(output_dir: Path, state_dir: Path | None, report: ImportReport,
+            stop: Callable[[], bool] | None = None) -> None:
     if spooled_by_eval(output_dir):  # with or without a state dir: one spool per run, ever
         report.state, report.run_dir = SPOOLED, str(output_dir)
         report.reason = "the eval wrote its own spool here; prime-runs sync ships it"
@@ -182,13 +194,13 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport) -> N
     ensure_spool_dir(run_dir)  # and every missing level above it (a state directory's), 0700, durably
     with FileLock(import_lock_path(run_dir), mode=FILE_MODE):  # a concurrent import of the same run waits
         spool_look = fingerprints(spool_files(run_dir))
-        _import_locked(source, output_dir, run_dir, report, traces_file)
+        _import_locked(source, output_dir, run_dir, report, traces_file, stop)
     if report.state == UP_TO_DATE and source_look is not None and spool_look is not None:
         imports_unchanged().learn(output_dir, state_dir, source_look + spool_look)
 
 
 def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: ImportReport,
-                   traces_file: list[int] | None) -> None:
+                   traces_file: list[int] | None, stop: Callable[[], bool] | None = None) -> None:
     resuming = bool(list_segments(run_dir))
     already = superseded_in_run(run_dir) if resuming else set()
     try:
@@ -221,7 +233,7 @@ def _import_locked(source: SourceRun, output_dir: Path, run_dir: Path, report: I
         # Marked before the first segment exists: nobody ever sees this spool without its
         # mark and takes it for one the eval wrote itself.
         _write_mark(run_dir, source, report, traces_file)
-    _write(source, run_dir, report, prior is not None, set(new), supersedes)
+    _write(source, run_dir, report, prior is not None, set(new), supersedes, stop=stop)
     report.state = APPENDED if prior is not None else IMPORTED
     report.episodes_added = len(new)
     report.superseded = len(supersedes)
@@ -500,10 +512,13 @@ def _config_warnings(source: SourceRun) -> list[str]:
 
 
 def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: bool, new: set[str],
-           supersedes: list[str], spool_run_id: str | None = None, recovers: Cut | None = None) -> None:
+           supersedes: list[str], spool_run_id: str | None = None, recovers: Cut | None = None,
+           stop: Callable[[], bool] | None = None) -> None:
     """``spool_run_id``: the id of the spool the eval wrote itself, when catching it up (its
     own id on episodes is a local one, not a platform's). ``recovers``: the cut whose lost
-    episodes these are, written after the damage (:func:`_catch_up_cut`)."""
+    episodes these are, written after the damage (:func:`_catch_up_cut`). ``stop``: asked
+    after each batch; once true, the run is sealed as a Ctrl-C seals a live one, and
+    :class:`Stopped` raised."""
     run = open_run(
         run_dir,
         name=source.name,
@@ -530,10 +545,12 @@ def _write(source: SourceRun, run_dir: Path, report: ImportReport, resuming: boo
             if len(batch) >= BATCH:
                 run.log_episodes(batch)
                 batch = []
+                if stop is not None and stop():
+                    raise Stopped
         if batch:
             run.log_episodes(batch)
     except BaseException as exc:
-        run.abort(exc)
+        run.abort(KeyboardInterrupt() if isinstance(exc, Stopped) else exc)
         raise
     outcome = source.outcome
     if outcome.status == COMPLETED:
