@@ -108,9 +108,10 @@ def main() -> None:
     (``PRIME_RUNS_TRACEBACK=1`` shows it): every command gets what ``sync`` has had. Not
     ``eval``: what escapes it is verifiers' (the user's environment code, most often), shown
     as ``vf-eval`` shows it."""
+    command = sys.argv[1:2]  # read now: verifiers' eval rewrites sys.argv as it parses its own
     try:
         cli()
     except Exception as exc:
-        if os.environ.get(TRACEBACK_ENV) or sys.argv[1:2] == [EVAL]:
+        if os.environ.get(TRACEBACK_ENV) or command == [EVAL]:
             raise
         internal_error(exc, f"set {TRACEBACK_ENV}=1 for the traceback")
