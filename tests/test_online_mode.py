@@ -102,3 +102,20 @@ def test_online_run_without_credentials_spools_and_warns(tmp_path: Path, platfor
     assert "no API key" in caplog.text
     assert not (tmp_path / "run" / "spool" / LOG_NAME).exists()
     assert (read_run(tmp_path / "run").episodes_count, run.pending) == (3, 3)
+
+
+def test_the_unreachable_reason_keeps_the_causes_own_parentheses() -> None:
+    """A platform that took the connection and never answered was said as "(the platform
+    was unreachable: timed out (ReadTimeout); ship them ...": the cause cut at its own
+    first ")". The whole cause, as the shipper's retry line gives it."""
+    from prime_runs_spool.runner.online import reason_from
+
+    for line, cause in (
+        ("prime-runs: listing evaluations failed: GET /evaluations/: no answer (timed out (ReadTimeout)); try 3 in "
+         "0.8 s", "timed out (ReadTimeout)"),
+        ("prime-runs: listing evaluations failed: GET /evaluations/: cannot connect (connection refused by "
+         "127.0.0.1:9); try 2 in 0.4 s", "connection refused by 127.0.0.1:9"),
+        ("error: creating the evaluation: still failing after 3 attempts (POST /evaluations/: no answer (timed out "
+         "(ReadTimeout)))", "timed out (ReadTimeout)"),
+    ):
+        assert reason_from(line, "http://127.0.0.1:9") == f"the platform was unreachable: {cause}"

@@ -198,7 +198,20 @@ def reason_from(line: str, platform: str) -> str:
                 "and that the key is this platform's (PRIME_API_BASE_URL)")
     for cause in ("cannot connect (", "no answer ("):
         if cause in text:
-            detail = text.split(cause, 1)[1].split(")", 1)[0]
-            return f"the platform was unreachable: {detail}"
+            return f"the platform was unreachable: {_to_closing(text.split(cause, 1)[1])}"
     return text[:300]
+
+
+def _to_closing(text: str) -> str:
+    """``text`` up to the ")" that closes the parenthesis opened just before it: a cause
+    may hold parentheses of its own (``timed out (ReadTimeout)``)."""
+    depth = 0
+    for index, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            if depth == 0:
+                return text[:index]
+            depth -= 1
+    return text
 
