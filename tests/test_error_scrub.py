@@ -205,3 +205,95 @@ def test_a_runs_ok_episodes_without_error_text_are_neither_masked_plainly_nor_wa
     data = written(tmp_path / "dirty", dirty)
     assert secret.encode() not in data and data.count(b"Illegal header value b'***'") >= 3
     assert counts == {"mask": 3, "scrub": 3, "forms": 1}, counts
+
+
+#: What an error field holds when it holds no message: absent, null, empty.
+_EMPTY_ERRORS = st.sampled_from(["absent", None, "", {}, []])
+
+
+def _set(container: dict[str, Any], key: str, value: Any) -> None:
+    if value == "absent":
+        container.pop(key, None)
+    else:
+        container[key] = value
+
+
+@st.composite
+def _shaped(draw: Any, secret: str) -> dict[str, Any]:
+    """The fixture's episode with 1-3 traces of 0-3 model calls, its client's header
+    ``secret`` (or none), ``ok`` or not, and a message quoting the header in one place where
+    verifiers records error text (the episode's ``errors``, a trace's ``errors``, a call's
+    ``error``) or in none, every other such field empty; now and then a call that is not a
+    mapping, or a trace's ``calls`` as a tuple."""
+    message = f"Illegal header value {secret.encode()!r}"
+    error = draw(st.sampled_from([message, {"type": "ProviderError", "message": message, "status_code": 503}]))
+    episode = copy.deepcopy(EPISODE)
+    base = episode["traces"][0]
+    episode["traces"] = []
+    places: list[tuple[Any, ...]] = [("episode",)]
+    for t in range(draw(st.integers(1, 3))):
+        trace = copy.deepcopy(base)
+        if secret:
+            trace["agent"]["config"]["client"]["headers"] = {"CF-Access-Client-Secret": secret}
+        calls: list[Any] = []
+        for c in range(draw(st.integers(0, 3))):
+            if draw(st.integers(0, 15)) == 0:  # not a mapping: the walk decides
+                calls.append(message)
+                continue
+            call: dict[str, Any] = {"model": "fake/model"}
+            _set(call, "error", draw(_EMPTY_ERRORS))
+            calls.append(call)
+            places.append(("call", t, c))
+        shape = draw(st.sampled_from(["list"] * 12 + ["absent", "none", "tuple"]))
+        _set(trace, "calls", {"list": calls, "absent": "absent", "none": None, "tuple": tuple(calls)}[shape])
+        _set(trace, "errors", draw(st.sampled_from(["absent", None, [], ()])))
+        places.append(("trace", t))
+        episode["traces"].append(trace)
+    _set(episode, "errors", draw(st.sampled_from(["absent", None, []])))
+    kind = draw(st.sampled_from([None, "episode", "trace", "call"]))  # each kind as often
+    of_kind = [place for place in places if place[0] == kind]
+    place = draw(st.sampled_from(of_kind)) if of_kind else None
+    if place == ("episode",):
+        episode["errors"] = [error]
+    elif place is not None and place[0] == "trace":
+        episode["traces"][place[1]]["errors"] = [error]
+    elif place is not None:
+        calls = episode["traces"][place[1]].get("calls")
+        if calls:  # (not where the shape dropped the calls)
+            calls[place[2]]["error"] = error
+    _set(episode, "ok", draw(st.sampled_from([True] * 8 + [False, "absent"])))
+    return episode
+
+
+@st.composite
+def _episodes(draw: Any) -> list[dict[str, Any]]:
+    secret = draw(st.sampled_from(["", "cfs_PROPERTY_HEADER_SECRET_42\n", "sk-live-abcdefgh", "cfs_x\u00e9y_0123"]))
+    episodes = [draw(_shaped(secret)) for _ in range(draw(st.integers(1, 6)))]
+    for index, episode in enumerate(episodes):
+        episode["id"] = f"shaped-{index}"
+    return episodes
+
+
+def _payloads(spool: Path) -> list[bytes]:
+    """The payload of each episode line of a run's spool, byte for byte as on disk."""
+    payloads = []
+    for segment in sorted(spool.glob("*.jsonl")):
+        for line in segment.read_bytes().rstrip(b"\0").splitlines():
+            if line.startswith(b'{"data":') and b',"type":"episode"' in line:
+                payloads.append(line[len(b'{"data":'):line.rindex(b',"seq":')])
+    return payloads
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(episodes=_episodes())
+def test_an_episode_is_written_as_if_every_one_were_walked(tmp_path_factory: Any, episodes: list[dict[str, Any]]) -> None:
+    """An append walks an ``ok`` episode's error messages only where the shape check found
+    error text where verifiers records it, and reads the forms they are searched for only
+    then: the bytes on disk are those of the slow path, which masks each episode plainly and
+    walks it whatever it holds (content/remask.py, as for an old spool), for episodes that
+    do and do not carry error text, in any trace or call."""
+    import orjson
+
+    tmp_path = tmp_path_factory.mktemp("shaped")
+    written(tmp_path, episodes)
+    assert _payloads(tmp_path / "run" / "spool") == [orjson.dumps(remask_episode(e)) for e in episodes]

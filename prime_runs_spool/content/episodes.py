@@ -215,26 +215,37 @@ def _is_idx(idx: Any) -> bool:
 _NUMBER_TYPES = (int, float)
 
 
-def check_episode(record: Mapping[str, Any]) -> None:
+def check_episode(record: Mapping[str, Any]) -> bool:
     """Raise :class:`MalformedEpisodeError` unless ``record`` has the shape the run summary,
-    the rollout numbering and the v0 rows read.
+    the rollout numbering and the v0 rows read; return whether it may hold error text.
 
     Only the fields those read are checked, and only their kind (a mapping where a mapping
     is read, a list where a list is read): everything else in an episode is free-form. Run
     before anything is numbered, so a malformed episode is refused whole, never half
     recorded: a ``metrics`` that is a list once reached the spool and then broke the
     summary.
+
+    The answer: true where the episode holds an error message where verifiers records one
+    (the episode's ``errors``, a trace's ``errors``, a model call's ``error``: a call that
+    failed and was retried leaves it in an ``ok`` episode), or where a trace or its
+    ``calls`` is of a type this pass does not look into; false only when none holds one.
+    Read in the same pass as the shape, on the lists the check reads anyway: a pass of its
+    own over the traces cost about 9k instructions an append, and the clearing of error
+    messages (content/error_scrub.py) walks an ``ok`` episode only where it is true.
     """
     episode_id = record.get("id")
     traces = record.get("traces")
+    carries = bool(record.get("errors"))
     if traces is None:
-        return
+        return carries
     if type(traces) is not list and not isinstance(traces, (list, tuple)):
         _malformed(episode_id, "traces", "a list of traces", traces)
     # Exact dict and list first: an ABC check costs more than the rest of a field's check.
     for i, trace in enumerate(traces):
-        if type(trace) is not dict and not isinstance(trace, Mapping):
-            _malformed(episode_id, f"traces[{i}]", "a mapping (one trace)", trace)
+        if type(trace) is not dict:
+            if not isinstance(trace, Mapping):
+                _malformed(episode_id, f"traces[{i}]", "a mapping (one trace)", trace)
+            carries = True  # a mapping of another type: the walk decides
         get = trace.get
         # The common case, unrolled (every field an exact dict, list or None: no loop over
         # the names, no ABC check); anything else is looked at field by field, in the same
@@ -242,9 +253,18 @@ def check_episode(record: Mapping[str, Any]) -> None:
         if not (type(task := get("task")) in _DICT_OR_NONE and type(get("agent")) in _DICT_OR_NONE
                 and type(get("rewards")) in _DICT_OR_NONE and type(get("metrics")) in _DICT_OR_NONE
                 and type(get("info")) in _DICT_OR_NONE and type(get("nodes")) in _LIST_OR_NONE
-                and type(get("calls")) in _LIST_OR_NONE and type(get("errors")) in _LIST_OR_NONE
+                and type(calls := get("calls")) in _LIST_OR_NONE and type(errors := get("errors")) in _LIST_OR_NONE
                 and type(get("tools")) in _LIST_OR_NONE):
             _check_kinds(episode_id, i, get)
+            carries = True  # a list of another type: the walk decides
+        elif not carries:  # calls and errors: each a list or None
+            if errors:
+                carries = True
+            elif calls:
+                for call in calls:
+                    if type(call) is not dict or call.get("error"):
+                        carries = True
+                        break
         data = (task or {}).get("data")
         if data is not None:
             if type(data) is not dict and not isinstance(data, Mapping):
@@ -267,6 +287,7 @@ def check_episode(record: Mapping[str, Any]) -> None:
                     number = reward.get(part)
                     if number is not None and type(number) is not float and not isinstance(number, _NUMBER_TYPES):
                         _malformed(episode_id, f"traces[{i}].rewards.{name}.{part}", "a number or null", number)
+    return carries
 
 
 #: The fields of a trace that are read as mappings, and what each holds (for the message).

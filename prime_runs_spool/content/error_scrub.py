@@ -14,7 +14,9 @@ one: as written, without the blanks around it, and as Python quotes it in a mess
 rest of an episode is the eval's data (docs/masking.md). A value shorter than
 :data:`MIN_SECRET_CHARS` is not searched for (a header ``X-Team: 1`` would mask every ``1``).
 An ``ok`` episode is searched too: a call that failed on a credential and was retried (the
-retry passing) keeps its message in the call's ``error``.
+retry passing) keeps its message in the call's ``error``; it is walked where it holds error
+text where verifiers records one, which the shape check tells in the pass it makes
+(content/episodes.py ``check_episode``).
 """
 
 from __future__ import annotations
@@ -114,30 +116,6 @@ def _fragments(written: Any) -> tuple[Any, ...] | None:
             return None
         found.append(config)
     return tuple(found) or None
-
-
-def carries_error_text(episode: Mapping[str, Any]) -> bool:
-    """Whether an ``ok`` episode holds an error message where verifiers records one: the
-    episode's ``errors``, a trace's ``errors``, a call's ``error`` (a call that failed and
-    was retried). A few lookups a trace, where a search of the written line cost about as
-    much as the rest of the append (a 25 KB line, a secret of common letters); an episode
-    that is not ``ok`` is walked whole, wherever its messages are."""
-    if episode.get("errors"):
-        return True
-    for trace in _traces(episode):
-        # type() first: an isinstance against Mapping is an ABC check, dearer than the rest
-        if type(trace) is not dict and not isinstance(trace, Mapping):
-            return True  # not verifiers' shape: the walk decides
-        if trace.get("errors"):
-            return True
-        calls = trace.get("calls")
-        if type(calls) is list:
-            for call in calls:
-                if type(call) is not dict or call.get("error"):
-                    return True
-        elif calls is not None:
-            return True
-    return False
 
 
 def scrub_errors(masked: Any, forms: list[str]) -> Any:

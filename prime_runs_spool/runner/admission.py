@@ -14,8 +14,7 @@ from typing import Any, NamedTuple, NoReturn
 from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.mask_locations import TRACE_CONFIG
-from prime_runs_spool.content.error_scrub import (carries_error_text, episode_error_forms, memoized_error_forms,
-                                                  scrub_errors)
+from prime_runs_spool.content.error_scrub import episode_error_forms, memoized_error_forms, scrub_errors
 from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.errors import (
@@ -77,7 +76,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # ids (format.episode_rest): an id JSON cannot hold (a lone surrogate, which the id's
         # own str() can give) must be refused here, before anything of the call is taken.
         serialize(episode_id, partial(_episode_id_name, episode_id))
-    check_episode(record)  # the shape the summary, the numbering and the rows read
+    # The shape the summary, the numbering and the rows read; and whether it may hold error text
+    carries_error_text = check_episode(record)
     unmasked = record
     # Where the rules mask only inside trace configs, which nothing below reads, their
     # memoized masked serializations go into the line as they are (content/masking.py).
@@ -96,9 +96,10 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
     # Error messages, ok or not, are cleared of what masking took out of the trace configs
-    # (content/error_scrub.py): an ok episode that holds none, the common case, is neither
-    # walked nor asked for the forms it would be searched for.
-    if unmasked.get("ok") is not True or carries_error_text(unmasked):
+    # (content/error_scrub.py): an ok episode that holds none where verifiers records one
+    # (check_episode's answer), the common case, is neither walked nor asked for the forms
+    # it would be searched for.
+    if carries_error_text or unmasked.get("ok") is not True:
         scrubbed = _scrubbed(unmasked, record, rules, fragments, episode_id)
         if scrubbed is not record:
             record = scrubbed
