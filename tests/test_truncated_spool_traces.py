@@ -178,6 +178,36 @@ def test_episodes_a_cut_spool_lost_reach_the_platform_once_from_traces_jsonl(tmp
     assert (run_dir / "spool" / "seg-000001.jsonl").read_bytes() == damaged  # never rewritten
 
 
+def test_a_spool_cut_in_its_seal_ends_as_the_eval_did_and_ships_whole(tmp_path: Path, server, api) -> None:
+    """Only the seal was cut off (every episode intact): the import made nothing good, since
+    traces.jsonl held no episode the spool lacked, so ``--skip-corrupt`` ended the run
+    ``crashed``, exit 0, its evaluation closed out as crashed though the eval completed. The
+    import now seals the run as the eval ended it, in a new segment after the cut, and
+    ``--skip-corrupt`` finalizes it with every episode once."""
+    outputs = tmp_path / "outputs"
+    run_dir, run_id, ids = evaluated(outputs)
+    [segment] = sorted((run_dir / "spool").glob("seg-*.jsonl"))
+    with open(segment, "r+b") as handle:
+        handle.truncate(segment.stat().st_size - 40)  # within the seal, the last line
+    home = tmp_path / "home"
+
+    plain = synced(server.base_url, home, str(outputs), "-o", "json")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    [spooled] = json.loads(plain.stdout)["imports"]
+    assert [w for w in spooled["warnings"] if "sealed completed in a new segment" in w], spooled
+
+    passed = synced(server.base_url, home, str(outputs), "--skip-corrupt", "-o", "json")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    [run] = json.loads(passed.stdout)["runs"]
+    assert (run["state"], run["pushed_total"]) == ("synced", EPISODES), run
+    assert platform_episode_ids(api, run_id) == ids
+    [evaluation] = evaluations_of(api, run_id)
+    assert api.get(f"/evaluations/{evaluation['evaluation_id']}").json()["status"] == "COMPLETED"
+    again = synced(server.base_url, home, str(outputs), "--skip-corrupt", "-o", "json")
+    assert again.returncode == 0 and json.loads(again.stdout)["imports"] == [], again.stdout
+    assert len(sorted((run_dir / "spool").glob("seg-*.jsonl"))) == 2
+
+
 @pytest.mark.parametrize("state_kept", [True, False], ids=["same-machine", "state-lost"])
 def test_episodes_pushed_before_the_spool_was_cut_are_not_pushed_again(tmp_path: Path, server, api,
                                                                         state_kept: bool) -> None:

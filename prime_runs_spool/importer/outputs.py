@@ -54,7 +54,7 @@ from prime_runs_spool.content.recovers import Cut
 from prime_runs_spool.content.episodes import episode_id_of, rollout_key
 from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.plural import count, episodes, plural
-from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE, LIVE
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE, FAILED, LIVE
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.files import FILE_MODE, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
@@ -335,6 +335,17 @@ def _spool_past_cut(run_dir: Path, source_of: Callable[[], SourceRun], report: I
             f"{episodes(len(new))} the spool lost past the "
             f"cut: spooled in a new segment after the last (prime-runs sync --skip-corrupt ships "
             f"{plural(len(new), 'it', 'them')}; the damage stays)")
+    elif cut.segment == prior.last_index and source.outcome.status in (COMPLETED, FAILED, CANCELLED):
+        # Nothing lost but the run's end: the last segment's seal was past the cut. Without
+        # it the run reads crashed for good (its errored episodes held forever); the eval's
+        # own end, from the source, seals a new segment instead.
+        _write(source, run_dir, report, True, set(), [], spool_run_id=prior.run_id, recovers=cut)
+        report.state, report.outcome, report.status = APPENDED, source.outcome.kind, source.outcome.status
+        report.warnings.append(
+            f"{exc}; the spool lost its seal past the cut: the run, {source.outcome.status} as "
+            f"{verifiers_traces_path(source.path) if source.layout != V0 else source.path} says, is sealed "
+            f"{source.outcome.status} in a new segment after the last (prime-runs sync --skip-corrupt ships it; "
+            "the damage stays)")
     return True
 
 
