@@ -10,6 +10,9 @@ where the client writes them to the socket.
 from __future__ import annotations
 
 import errno
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,8 +25,10 @@ from prime_runs_spool.sync import protocol as protocol_module
 from prime_runs_spool.sync.many import sync_run
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.state import Destination
+from support.env import CLI, child_env
 from support.local_client import local_settings
 from support.runs import build_run
+from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, run_sync, sample_ids, server, sync_cmd  # noqa: F401
 from prime_runs_spool.platform_api.client import PlatformClient
 
 DEST = Destination(key="alongside-dest", base_url="http://local")
@@ -125,3 +130,52 @@ def test_an_announcement_that_cannot_be_written_leaves_its_request_unfinished_an
         held = _samples_on(platform, again.evaluation_id)
     assert again.evaluation_id == report.evaluation_id
     assert len(held) == len(set(held)) == EPISODES  # each row once
+
+
+#: ``prime-runs sync`` whose second samples announcement stalls, once begun, until the
+#: process is killed: the file named by $STALLED says it began.
+_STALLING = """
+import os, runpy, sys, time
+from pathlib import Path
+from prime_runs_spool.sync import protocol
+
+real, announced = protocol.save_state, []
+
+def save(path, state):
+    if state.in_flight is not None and state.in_flight.kind == "samples":
+        announced.append(path)
+        if len(announced) == 2:
+            Path(os.environ["STALLED"]).touch()
+            time.sleep(120)
+    real(path, state)
+
+protocol.save_state = save
+sys.argv = ["prime-runs", *sys.argv[1:]]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_sync_killed_while_an_announcement_is_written_and_its_body_goes_out_is_finished_exactly_once(
+        tmp_path: Path, server, api) -> None:  # noqa: F811
+    builder = build_run(tmp_path / "outputs" / "run", "alongside-kill", EPISODES, size=SIZE)
+    stalled, wrapper = tmp_path / "stalled", tmp_path / "stalling_sync.py"
+    wrapper.write_text(_STALLING)
+    command = sync_cmd(server.base_url, str(builder.run_dir), "--max-request-bytes", str(REQUEST_BYTES))
+    proc = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=child_env(PRIME_API_KEY=TOKEN, STALLED=str(stalled)))
+    try:
+        deadline = time.monotonic() + 60
+        while not stalled.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the sync never reached its second request"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the body goes out meanwhile, all but its last piece
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    held = sample_ids(api, evaluation["evaluation_id"])
+    assert held == builder.ids[:len(held)] and 0 < len(held) < EPISODES  # the first request's rows only
+    done = run_sync(server.base_url, str(builder.run_dir), "--max-request-bytes", str(REQUEST_BYTES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_exactly_once(api, builder)
