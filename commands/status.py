@@ -130,10 +130,12 @@ def _with_disagreement(document: dict[str, Any], found: Disagreement | None) -> 
 
 
 def _held(dest: DestinationStatus) -> str:
-    """What the destination's store holds of the run, in that store's own terms."""
+    """What the destination's store holds of the run, in that store's own terms, and what
+    vf-eval pushed there itself before the run was adopted."""
+    theirs = f"{episodes(dest.pushed_by_vf_eval)} vf-eval pushed there itself (adopted)"
     if dest.store == TRACES:
         return (f"to traces: {episodes(dest.episodes_pushed)} ({count(dest.traces_pushed, 'trace')}) "
-                f"in {count(dest.uploads, 'upload')}")
+                f"in {count(dest.uploads, 'upload')}" + (f", and {theirs}" if dest.pushed_by_vf_eval else ""))
     if dest.store == SAMPLES or dest.samples_pushed:
         return f"to samples: {count(dest.samples_pushed, 'sample')} pushed"
-    return "nothing pushed yet"
+    return theirs if dest.pushed_by_vf_eval else "nothing pushed yet"

@@ -108,6 +108,11 @@ def test_a_run_vf_eval_pushed_to_prime_traces_is_adopted_not_uploaded_again(
     assert run["pushed_now"] == 0
     again = sync(tmp_path, platform, "auto")
     assert [r["state"] for r in again["runs"]] == ["up_to_date"]
+    # status said "nothing pushed yet" of a run whose every episode was there (vf-eval's)
+    status = subprocess.run(CLI + ["status", "outputs"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=child_env(HOME=str(tmp_path)))
+    assert f"{len(final)} episodes vf-eval pushed there itself (adopted), 0 episodes pending, finalized" in (
+        status.stdout), status.stdout
 
 
 @pytest.mark.slow

@@ -53,6 +53,8 @@ class DestinationStatus:
     #: What Prime Traces holds of the run: committed uploads and the traces they carried.
     uploads: int = 0
     traces_pushed: int = 0
+    #: Episodes vf-eval pushed there itself before the run's evaluation was adopted.
+    pushed_by_vf_eval: int = 0
 
 
 @dataclass
@@ -188,6 +190,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
             skipped_too_large=len(state.skipped_too_large),
             mismatch=mismatch_text(state.mismatch),
             lost=_lost(run_dir, spool.episodes_count, state),
-            store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed))
+            store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
+            pushed_by_vf_eval=len(state.on_platform)))
     return run
 
