@@ -123,7 +123,9 @@ class Protocol:
             except BaseException as exc:  # noqa: BLE001 - raised in the sending thread, by the gate
                 failed.append(exc)
 
-        writer = threading.Thread(target=write, name="prime-runs-sync-announce", daemon=True)
+        # Not a daemon, as the pass's own thread is not: a process that exits meanwhile ends the
+        # write first, never leaving its temporary file behind.
+        writer = threading.Thread(target=write, name="prime-runs-sync-announce")
         writer.start()
         settled: list[bool] = []
 
