@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.files import shown
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
@@ -39,16 +40,16 @@ def import_line(report: ImportReport) -> list[str]:
     from prime_runs_spool.sync.options import UP_TO_DATE
 
     if report.state in FAILED_STATES:
-        return [f"{report.state:<11} {report.source}", f"  error: {report.error}"]
-    where = f" -> {report.run_dir}" if report.run_dir and report.run_dir != report.source else ""
+        return [f"{report.state:<11} {shown(report.source)}", f"  error: {shown(report.error or '')}"]
+    where = f" -> {shown(report.run_dir)}" if report.run_dir and report.run_dir != report.source else ""
     if report.state in (IMPORTED, APPENDED, UP_TO_DATE):
-        line = (f"{report.state:<11} {report.source}{where}: {episodes(report.episodes_added)} added, "
+        line = (f"{report.state:<11} {shown(report.source)}{where}: {episodes(report.episodes_added)} added, "
                 f"{report.episodes_total} in the spool, {report.status}")
         if report.outcome and report.outcome != report.status:
             line += f" ({report.outcome})"
     else:
-        line = f"{report.state:<11} {report.source}: {report.reason}"
-    return [line] + [f"  {_label(warning)}: {warning}" for warning in report.warnings]
+        line = f"{report.state:<11} {shown(report.source)}: {shown(str(report.reason))}"
+    return [line] + [f"  {_label(warning)}: {shown(warning)}" for warning in report.warnings]
 
 
 def _label(warning: str) -> str:

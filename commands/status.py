@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.files import shown
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
@@ -84,10 +85,10 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         sys.exit(code)
     for run in runs:
         if run.run_id is None and run.error:  # nothing of the spool could be read
-            click.echo(f"{run.status:<10} {run.path}")
-            click.echo(f"  error: {run.error}")
+            click.echo(f"{run.status:<10} {shown(run.path)}")
+            click.echo(f"  error: {shown(run.error)}")
             continue
-        click.echo(f"{run.status:<10} {run.path}  {run.name or '?'}  model {run.model or '?'}  "
+        click.echo(f"{run.status:<10} {shown(run.path)}  {shown(run.name or '?')}  model {shown(run.model or '?')}  "
                    f"{episodes(run.episodes)} in {count(run.segments, 'segment')}"
                    + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:

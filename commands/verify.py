@@ -24,6 +24,7 @@ from .import_ import nothing_found_message
 from .output import require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX, NoSuchPathError, SpoolError
+from prime_runs_spool.files import shown
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report
 
@@ -63,20 +64,20 @@ def _segment_lines(segment: dict[str, Any]) -> list[str]:
 
 def _print_human(runs: list[dict[str, Any]], missing: list[tuple[Path, str]]) -> None:
     for path, fix in missing:
-        click.echo(f"{path}: not spooled: eval outputs without a spool (run: {fix})")
+        click.echo(shown(f"{path}: not spooled: eval outputs without a spool (run: {fix})"))
     for run in runs:
         if run["status"] is None:
-            click.echo(f"{run['run_dir']}: UNREADABLE: {run['error']}")
+            click.echo(shown(f"{run['run_dir']}: UNREADABLE: {run['error']}"))
             continue
         click.echo(
-            f"{run['run_dir']}: {run['status']}, {count(len(run['segments']), 'segment')}, "
+            f"{shown(run['run_dir'])}: {run['status']}, {count(len(run['segments']), 'segment')}, "
             f"{count(run['records'], 'record')}, {episodes(run['episodes'])}"
         )
         for segment in run["segments"]:
             for line in _segment_lines(segment):
                 click.echo(line)
         if run["error"] and run["status"] != CORRUPT:
-            click.echo(f"  PROBLEM: {run['error']}")
+            click.echo(f"  PROBLEM: {shown(run['error'])}")
         if run.get("traces_disagree"):
             click.echo(f"  DISAGREES: {run['traces_disagree']['describe']}")
         for warning in run.get("warnings") or []:

@@ -263,6 +263,17 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def shown(text: str) -> str:
+    """``text`` (a name from a file system, or a message quoting one) for one line of a
+    terminal or a log: :func:`printable`, and each character that is not printable (a line
+    feed, a carriage return, an escape sequence's ESC) as its escape (``\\n``, ``\\x1b``),
+    so that a folder's name can neither split a report's line nor drive the terminal."""
+    text = printable(text)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 # -- walking a tree received from elsewhere ------------------------------------------------
 
 #: Told of each directory under the paths that could not be read whole (a run may hide in

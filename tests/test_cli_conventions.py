@@ -592,3 +592,26 @@ def test_view_export_of_a_folder_with_no_runs_says_so_and_fails_unless_allowed(o
     assert f"prime-runs: {empty}: nothing found" in mixed.stderr  # the other path is exported all the same
     allowed = cli("view", str(empty), "--export", str(tmp_path / "allowed"), "--allow-empty")
     assert allowed.returncode == 0 and (tmp_path / "allowed" / "index.html").is_file(), allowed.stderr
+
+
+#: A folder name a hostile artifact may carry: a line feed (a forged line), a carriage
+#: return and an escape sequence (erase the line).
+HOSTILE_NAME = "run\nforged line\r\x1b[2Kname"
+
+
+@pytest.mark.slow
+def test_a_folder_name_with_control_characters_stays_on_its_run_s_line(tmp_path: Path) -> None:
+    """Each run's line printed its folder's name raw: a line feed in it forged a line of its
+    own, a carriage return or an escape sequence drove the terminal. The name is shown with
+    those characters escaped, on the run's one line, by every command that lists runs."""
+    root = tmp_path / "outputs"
+    build_run(root / HOSTILE_NAME, "hostile-name", 2)
+    shutil.copytree(VF040, root / f"plain-{HOSTILE_NAME}")
+    escaped = "run\\nforged line\\r\\x1b[2Kname"
+    for command in (["import"], ["status"], ["verify"], ["sync", "--local", "--db", str(tmp_path / "local.db")]):
+        result = cli(*command, str(root), HOME=str(tmp_path))
+        assert result.returncode == 0, (command, result.stdout, result.stderr)
+        shown = result.stdout + result.stderr
+        assert not {"\r", "\x1b"} & set(shown), (command, shown)
+        assert not [line for line in shown.splitlines() if line.startswith("forged line")], (command, shown)
+        assert escaped in result.stdout, (command, result.stdout)

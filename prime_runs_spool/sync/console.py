@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from prime_runs_spool.errors import Stopped
-from prime_runs_spool.files import printable
+from prime_runs_spool.files import printable, shown
 from prime_runs_spool.sync.options import DRY_RUN, FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
@@ -56,7 +56,7 @@ def exit_code(reports: Iterable[RunReport]) -> int:
 
 def report_lines(report: RunReport) -> list[str]:
     """One run's report as the human-readable lines the commands print."""
-    line = f"{report.state:<10} {report.path}"
+    line = f"{report.state:<10} {shown(report.path)}"
     if report.evaluation_id:
         line += f"  evaluation {report.evaluation_id}"
     if report.state == DRY_RUN:  # nothing was sent: what a sync would send, and what it sent before
@@ -66,13 +66,13 @@ def report_lines(report: RunReport) -> list[str]:
     if report.store:
         line += f" to {report.store}"
     if report.copy_of:
-        line += f"  (a copy of {report.copy_of}, synced already)"
+        line += f"  (a copy of {shown(report.copy_of)}, synced already)"
     if report.url:
         line += f"  {report.url}"
     lines = [line]
-    lines += [f"  warning: {warning}" for warning in report.warnings]
+    lines += [f"  warning: {shown(warning)}" for warning in report.warnings]
     if report.error:
-        lines.append(f"  error: {report.error}")
+        lines.append(f"  error: {shown(report.error)}")
     return lines
 
 
