@@ -20,6 +20,7 @@ from .doc_links import docs_epilog
 from .output import TRACEBACK_ENV, internal_error
 from prime_runs_spool import __version__
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.sync.options import EXIT_INTERRUPTED
 
 #: Each command: the module that defines it and the click command's name there, in the
 #: order ``--help`` lists them (its own, by name).
@@ -81,7 +82,11 @@ class Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors(ctx):
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:  # Ctrl-C in a command with no handler of its own (export, verify...)
+                click.echo(f"\n{MESSAGE_PREFIX}interrupted", err=True)  # after the ^C the terminal echoed
+                sys.exit(EXIT_INTERRUPTED)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)

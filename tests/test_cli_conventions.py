@@ -615,3 +615,28 @@ def test_a_folder_name_with_control_characters_stays_on_its_run_s_line(tmp_path:
         assert not {"\r", "\x1b"} & set(shown), (command, shown)
         assert not [line for line in shown.splitlines() if line.startswith("forged line")], (command, shown)
         assert escaped in result.stdout, (command, result.stdout)
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_command_without_a_handler_of_its_own_is_exit_130_in_the_one_voice(tmp_path: Path) -> None:
+    """Ctrl-C of ``export`` (as of ``verify``, ``status``...) ended as click's "Aborted!",
+    exit 1, unlike sync and import (130, one ``prime-runs:`` line). It is 130 with
+    ``prime-runs: interrupted``, and the export leaves no file, not even its temporary one."""
+    import signal
+    import time
+
+    build_run(tmp_path / "outputs" / "big", "ctrl-c-export", 4000, size=3000)
+    out = tmp_path / "table" / "x.csv"
+    out.parent.mkdir()
+    export = subprocess.Popen(CLI + ["export", str(tmp_path / "outputs"), "-o", str(out)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=child_env())
+    deadline = time.monotonic() + 60
+    while not list(out.parent.iterdir()):  # its temporary file: the table is being written
+        assert export.poll() is None and time.monotonic() < deadline, export.communicate()
+        time.sleep(0.005)
+    export.send_signal(signal.SIGINT)
+    _, err = export.communicate(timeout=60)
+    assert export.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "prime-runs: interrupted", err
+    assert "Aborted" not in err and "Traceback" not in err, err
+    assert list(out.parent.iterdir()) == []
