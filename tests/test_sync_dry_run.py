@@ -55,3 +55,30 @@ def test_a_dry_run_leaves_every_run_as_it_found_it(tmp_path: Path) -> None:
     # What it counted is what a sync then pushes.
     real = cli(tmp_path, "sync", str(outputs / "synced"), "--local")
     assert real.returncode == 0 and "pushed 3 (total 5)" in real.stdout, real.stdout + real.stderr
+
+
+def test_a_dry_run_counts_a_read_only_spool_without_a_state_dir(tmp_path: Path) -> None:
+    """An artifact unpacked read-only (0555) needs ``--state-dir`` for a sync, which keeps its
+    lock and state there; a dry run keeps nothing, so it counts the run from its own folder,
+    reading the state a sync left beside it, and still writes nothing."""
+    run = RunBuilder(tmp_path / "outputs" / "archived", "dry-run-read-only")
+    run.open_segment()
+    run.add(2)
+    first = cli(tmp_path, "sync", str(run.run_dir), "--local")
+    assert first.returncode == 0 and "pushed 2" in first.stdout, first.stdout + first.stderr
+    run.add(4)
+    run.seal()
+    spool = run.run_dir / "spool"
+    for folder in [spool, *(p for p in spool.rglob("*") if p.is_dir())]:
+        folder.chmod(0o555)
+    try:
+        before = everything_under(run.run_dir)
+        dry = cli(tmp_path, "sync", str(run.run_dir), "--local", "--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert "would push 4 (2 pushed before)" in dry.stdout, dry.stdout + dry.stderr
+        assert everything_under(run.run_dir) == before
+        plain = cli(tmp_path, "sync", str(run.run_dir), "--local")  # a real sync still asks for --state-dir
+        assert plain.returncode == 1 and "--state-dir" in plain.stdout + plain.stderr, plain.stdout + plain.stderr
+    finally:
+        for folder in [spool, *(p for p in spool.rglob("*") if p.is_dir())]:
+            folder.chmod(0o755)

@@ -54,6 +54,17 @@ def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
     return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0, mode=FILE_MODE)
 
 
+def run_home(run_dir: Path, state_dir: Path | None, options: SyncOptions) -> Path | None:
+    """The folder whose ``spool/`` keeps the run's lock and state for this sync
+    (:func:`~prime_runs_spool.sync.state.state_home`). A dry run writes nothing to it, so a
+    read-only spool with no state directory is counted from its own folder (the state a sync
+    left beside it before it was archived, read and never written) instead of refused."""
+    home = state_home(run_dir, state_dir)
+    if home is None and options.dry_run:
+        return run_dir
+    return home
+
+
 def read_only_report(run_dir: Path) -> RunReport:
     """The report of a spool on a read-only folder, with no state directory to sync it from."""
     return RunReport(path=str(run_dir), state=ERROR,
@@ -163,7 +174,7 @@ def sync_run(
     pass can still say what it pushed."""
     if wait:  # for a copy of the run in another folder too (sync/copies.py)
         options = dataclasses.replace(options, copy_wait=None)
-    home = state_home(run_dir, state_dir)
+    home = run_home(run_dir, state_dir, options)
     if home is None:
         return read_only_report(run_dir)
     if home != run_dir:
@@ -343,7 +354,7 @@ def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, 
     if options.replay:
         return None
     try:
-        home = state_home(run_dir, state_dir)
+        home = run_home(run_dir, state_dir, options)
         if home is None:
             return read_only_report(run_dir)
         if known is not None and (ready := known.answer(run_dir, home, options.to)) is not None:
