@@ -153,3 +153,35 @@ def test_nothing_is_said_when_everything_was_shipped(tmp_path: Path, server, pla
         run, _ = finished_online(tmp_path / "run", "online-ok", 3, ship_timeout=20)
     assert run.pending == 0
     assert not_shipped_lines(caplog) == []
+
+
+@pytest.mark.slow
+def test_a_shipper_that_stops_while_the_run_goes_on_is_said_then_not_only_at_the_end(
+        tmp_path: Path, platform_env, caplog: pytest.LogCaptureFixture) -> None:
+    """A refused key stops the shipper at its first request, but the eval learned it only at
+    its end, hours later for a long eval: nothing was shipped and nothing said. One warning
+    now says so while the run goes on (the spool keeps every episode), and the end's line
+    still counts what was not shipped."""
+    platform = Refusing(401)
+    platform_env(platform.base_url, key="not-the-platforms-key")
+    try:
+        with caplog.at_level(logging.WARNING, logger="prime_runs_spool"):
+            run = open_run(tmp_path / "run", name="online-401-early", environments=["gsm8k"], model="m",
+                           mode="online", ship_timeout=20)
+            run.log_episodes(episodes(run.id, 0, 2))
+            deadline = time.monotonic() + 30
+            while not [r for r in caplog.records if "the shipper stopped" in r.getMessage()]:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.05)
+            [early] = [r.getMessage() for r in caplog.records if "the shipper stopped" in r.getMessage()]
+            run.log_episodes(episodes(run.id, 2, 2))
+            run.finish()
+    finally:
+        platform.close()
+    assert f"the platform at {platform.base_url} refused the API key (401)" in early, early
+    assert early.endswith(f"prime-runs sync {tmp_path / 'run'} ships them once it ends"), early
+    (line,) = not_shipped_lines(caplog)
+    assert "4 episodes not shipped" in line, line
+    assert [r for r in caplog.records if "the shipper stopped" in r.getMessage()] == [
+        r for r in caplog.records if r.getMessage() == early]  # said once
+    assert "not-the-platforms-key" not in caplog.text

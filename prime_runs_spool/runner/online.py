@@ -158,6 +158,13 @@ class Shipper:
     def running(self) -> bool:
         return self._proc.poll() is None
 
+    def wait(self) -> int | None:
+        """Block until the child exits; its exit status (None if it cannot be waited for)."""
+        try:
+            return self._proc.wait()
+        except OSError:
+            return None
+
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far, from its state file (no request)."""
         try:

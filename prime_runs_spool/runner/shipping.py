@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,8 @@ class Shipping:
         #: The end's line when episodes were not shipped (how many, why, the command that
         #: ships them), kept for a command line whose logs go to a file, not the terminal.
         self.not_shipped: str | None = None
+        #: Set once the run's end drains the shipper: its exit from then on is the end's to tell.
+        self._draining = threading.Event()
 
     def start(self, timeout: float | None) -> None:
         """Start shipping the spool in the background (the manifest is durable)."""
@@ -58,6 +61,18 @@ class Shipping:
                          "complete (prime-runs sync %s ships it)", self._run_id, started, self._dir)
         else:
             self._shipper = started
+            # A shipper that gives up while the run goes on (a refused key, a platform down
+            # past its retries) is told then, once: the end's line may be hours away.
+            threading.Thread(target=self._watch, args=(started,), name="prime-runs-shipper-watch",
+                             daemon=True).start()
+
+    def _watch(self, shipper: Shipper) -> None:
+        code = shipper.wait()
+        if code in (0, None) or self._draining.is_set():
+            return
+        _log.warning("run %s: online mode: the shipper stopped while the run goes on (%s); every episode is "
+                     "still spooled, prime-runs sync %s ships them once it ends", self._run_id,
+                     shipper.why_not_shipped(), shlex.quote(str(self._dir)))
 
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far (its state file); None without a shipper.
@@ -70,6 +85,7 @@ class Shipping:
         ships them. Never raises, and never changes how the eval ends."""
         if not self._online:
             return
+        self._draining.set()
         shipper = self._shipper
         if shipper is not None and shipper.running:
             shipper.drain(self._timeout)
