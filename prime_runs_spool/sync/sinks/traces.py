@@ -102,6 +102,12 @@ class TracesSink(AddressedSink):
         """One cheap read (``GET /episodes?limit=1``), shared by the runs of one sync."""
         return self.context.client.traces_probe().enabled()
 
+    def holds_run(self) -> bool:
+        """Asked of an evaluation found again with no state that names its sink: without it,
+        ``--to samples`` (or ``auto`` falling back) would push the episodes a second time."""
+        return bool(self.context.protocol.retry(f"listing the episodes {self.title} holds for the run",
+                                                self.episodes_there))
+
     def episodes_there(self) -> list[str]:
         return self.context.client.trace_run_episode_ids(self.context.run_id)
 
