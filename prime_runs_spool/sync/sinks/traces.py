@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import Any
 
-from prime_runs_spool.errors import CorruptSpoolError, SyncError
+from prime_runs_spool.errors import CorruptSpoolError, PlatformError, SyncError
 from prime_runs_spool.sync.options import TRACES
 from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY
 from prime_runs_spool.sync.sinks.addressed import AddressedSink, Cut, HeldStream, Line, LineStream
@@ -104,9 +105,16 @@ class TracesSink(AddressedSink):
 
     def holds_run(self) -> bool:
         """Asked of an evaluation found again with no state that names its sink: without it,
-        ``--to samples`` (or ``auto`` falling back) would push the episodes a second time."""
-        return bool(self.context.protocol.retry(f"listing the episodes {self.title} holds for the run",
-                                                self.episodes_there))
+        ``--to samples`` (or ``auto`` falling back) would push the episodes a second time. A
+        platform with no Prime Traces route (its listing answers 404) holds nothing there."""
+        def listed() -> list[str]:
+            try:
+                return self.episodes_there()
+            except PlatformError as exc:
+                if exc.status == HTTPStatus.NOT_FOUND:
+                    return []
+                raise
+        return bool(self.context.protocol.retry(f"listing the episodes {self.title} holds for the run", listed))
 
     def episodes_there(self) -> list[str]:
         return self.context.client.trace_run_episode_ids(self.context.run_id)
