@@ -4,7 +4,7 @@ viewer holds them (config masked again) never shows a credential, wherever it si
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 import pytest
 
@@ -40,6 +40,9 @@ SECRET_SEATS = [("client", "api_key"), ("client", "headers", "Authorization"), (
 @given(st.sampled_from(SECRET_SEATS), st.text(st.characters(categories=("Ll", "Nd")), min_size=12, max_size=30),
        MANIFESTS)
 def test_a_credential_in_either_config_never_shows_in_the_diff(seat, secret, other):
+    # Generated apart, the other side or a key's name may hold the same text by chance, where
+    # it is no credential: masking goes by location.
+    assume(secret not in str(other) and secret not in ".".join(seat))
     config: dict = {}
     where = config
     for name in seat[:-1]:
