@@ -154,7 +154,8 @@ class RunSync:
             report.error = (f"{exc}. The platform holds what was pushed of this run, which the spool no longer "
                             "has whole: not finalized; check the spool, then --replay it to a new evaluation")
         except CorruptSpoolError as exc:  # errored episodes before it are held (guarantee 2): not "pushed"
-            held = count_until_damage(self.context.held)
+            # Damage met before the state was loaded (a damaged manifest): nothing was pushed, none held.
+            held = 0 if self.protocol.state is None else count_until_damage(self.context.held)
             report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed" + (
                 f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "")
         except (SpoolError, SampleTooLargeError) as exc:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.errors import CorruptSpoolError, UnsupportedFormatError
 from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored, verifiers_traces_path
@@ -151,14 +151,15 @@ def held_episodes(run_dir: Path, superseded: frozenset[str] | set[str], released
 
 
 def count_until_damage(records: Callable[[], Iterable[Any]]) -> int:
-    """How many items ``records()`` yields before damage (or a file that cannot be read)
-    stops it; 0 when it cannot even begin (a pass stopped before its state was made)."""
+    """How many items ``records()`` yields before damage stops it: what the spool reader
+    raises on a damaged or unreadable segment (a corrupt line, a format it does not know, a
+    file it cannot read) ends the count. Nothing else is caught: a count that read 0 because
+    of a bug would be a wrong line said without a word, so a bug reaches the run's
+    internal-error report instead."""
     found = 0
     try:
         for _ in records():
             found += 1
-    except (SpoolError, OSError):
+    except (CorruptSpoolError, UnsupportedFormatError, OSError):
         pass
-    except Exception:  # noqa: BLE001 - nothing to count: the pass never got that far
-        return 0
     return found

@@ -1,0 +1,85 @@
+"""The count a damage line gives of the errored episodes held before the damage, in-process
+against the real local platform: right for real damage, and a bug met while counting is the
+run's internal error, never a count of 0 said without a word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support.local_client import local_settings
+from support.runs import RunBuilder
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.sync.many import sync_run
+from prime_runs_spool.sync.options import RunReport, SyncOptions
+from prime_runs_spool.sync.sinks import base as sinks_base
+from prime_runs_spool.sync.state import Destination
+
+DEST = Destination(key="damage-count-dest", base_url="http://local")
+
+
+def _damage_line(builder: RunBuilder, line: int) -> int:
+    """Flip a bit inside the given line (0 is the header) of the run's first segment: a
+    complete line that fails its check. Returns the line's byte offset."""
+    segment = builder.run_dir / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    offset = 0 if line == 0 else [i for i, b in enumerate(data) if b == 0x0A][line - 1] + 1
+    data[offset + 20] ^= 0x04
+    segment.write_bytes(bytes(data))
+    return offset
+
+
+def _held_before_damage(tmp_path: Path) -> RunBuilder:
+    """Two ok episodes, two errored ones, two ok ones, sealed completed; the fifth episode's
+    line damaged: the errored two are held (the run never completes as far as sync reads)."""
+    builder = RunBuilder(tmp_path / "run", "damage-count")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(2, ok=False)
+    builder.add(2)
+    builder.seal()
+    _damage_line(builder, 6)  # header, manifest, four episodes
+    return builder
+
+
+def _sync(tmp_path: Path, run_dir: Path) -> RunReport:
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        with PlatformClient(local_settings(platform)) as client:
+            return sync_run(run_dir, client, DEST, SyncOptions())
+
+
+def test_damage_counts_the_errored_episodes_held_before_it(tmp_path: Path) -> None:
+    builder = _held_before_damage(tmp_path)
+    report = _sync(tmp_path, builder.run_dir)
+    assert (report.state, report.pushed_now) == ("corrupt", 2)
+    assert report.error.endswith("everything before it was pushed but 2 errored ones, held until the run completes"), \
+        report.error
+
+
+def test_a_bug_met_while_counting_is_the_runs_internal_error_not_a_count_of_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting reads the held episodes again; anything but what the reader raises on a
+    damaged or unreadable segment is a bug, told as one rather than read as 'none held'."""
+    builder = _held_before_damage(tmp_path)
+
+    def broken_reader(*args: object, **kwargs: object) -> None:
+        raise TypeError("a bug in the reader")
+
+    monkeypatch.setattr(sinks_base, "held_episodes", broken_reader)
+    report = _sync(tmp_path, builder.run_dir)
+    assert (report.state, report.error) == ("error", "internal error: TypeError: a bug in the reader")
+
+
+def test_damage_before_the_state_is_loaded_is_corrupt_with_nothing_held(tmp_path: Path) -> None:
+    """A damaged manifest stops the pass before its state exists: nothing pushed, none held."""
+    builder = RunBuilder(tmp_path / "run", "damage-count-manifest")
+    builder.open_segment()
+    builder.add(2, ok=False)
+    builder.seal()
+    offset = _damage_line(builder, 1)
+    report = _sync(tmp_path, builder.run_dir)
+    assert (report.state, report.pushed_now) == ("corrupt", 0)
+    assert report.error.endswith(f"corrupt at byte {offset}: a damaged line; a complete line that fails its check is "
+                                 "never a torn tail; everything before it was pushed"), report.error
