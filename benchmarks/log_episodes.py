@@ -1,7 +1,7 @@
 """The runner's own append path, ``Run.log_episodes``, with realistic episodes, against
 what the disk and the interpreter allow.
 
-Run: ``python3 benchmarks/log_episodes.py [--dir DIR] [--quick] [--rounds N] [--seconds S]``
+Run: ``python3 benchmarks/log_episodes.py [--dir DIR] [--quick] [--rounds N] [--seconds S] [--sync-delay MS]``
 
 An eval does not call the writer: it calls ``Run.log_episodes`` with verifiers episode
 records whose traces carry their seat's resolved config, so masking, admission, numbering
@@ -41,6 +41,13 @@ Three ratios, each measured in the same round as its baseline, on the same disk:
   growing file, so each of their syncs also commits the filesystem's journal; the spool's
   do not, which is most of what it gains on them.
 
+``--sync-delay MS`` adds the same sleep (the GIL released, as in a sync) to every sync of
+every figure, the spool's and the baselines' (benchmarks/append.py ``slow_syncs``): a disk
+whose syncs take longer than this VM's. With 64 threads a group commit is capped at 64
+episodes a sync, so the threaded figures are disk-bound only where a sync takes longer
+than 64 episodes' CPU (about 6 ms for the spool's, at 25 KB, on this machine); on a faster
+disk they compare CPU, and the lean floor's ratio is the ceiling.
+
 Goals: 1.0 (one appender), 0.9 (64 threads) and 1.0 (tasks). Each phase draws from a pool of distinct episodes and
 ends early if the pool runs out, so a rate is episodes over the time actually spent.
 """
@@ -64,7 +71,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from append import FLAGS, THREADS, interleaved, lean_grouped  # noqa: E402
+import append  # noqa: E402
+from append import FLAGS, THREADS, interleaved, lean_grouped, slow_syncs  # noqa: E402
 from append import run_threads as timed_threads  # noqa: E402
 from log_episodes_instructions import floor_line  # noqa: E402
 from prime_runs_spool import open_run  # noqa: E402
@@ -149,7 +157,7 @@ def bare_loop(fd: int, pool: Pool, *, must: bool = False, padded: bool = False) 
                 ends[1] = ends[0] + os.pwrite(fd, zeros, ends[0])
         else:
             os.write(fd, orjson.dumps(episode) + b"\n")
-        os.fdatasync(fd)
+        append.fdatasync(fd)  # os.fdatasync, or with --sync-delay a slower disk's
         return True
 
     return step
@@ -276,7 +284,11 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=8_000, help="distinct episodes per phase (default 8000)")
     parser.add_argument("--block", type=int, default=8,
                         help="appends per turn of the one-appender pairs (default 8; see the docstring)")
+    parser.add_argument("--sync-delay", type=float, default=0.0, metavar="MS",
+                        help="add MS milliseconds to every sync of every figure: a slower disk (default 0)")
     args = parser.parse_args()
+    if args.sync_delay:
+        slow_syncs(args.sync_delay / 1000)
     seconds = args.seconds or (0.4 if args.quick else 0.6)
     rounds = args.rounds or (3 if args.quick else 5)
     pool = Pool(args.pool)
@@ -284,7 +296,8 @@ def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {"single": [], "single_floor": [], "single_padded": [],
                                                       "threads": [], "tasks": [], "floor": []}
     try:
-        print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores; "
+        delay = f"; every sync {args.sync_delay:g} ms slower" if args.sync_delay else ""
+        print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores{delay}; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
         for n in range(rounds):
             results["single"].append(single_pair(folder, pool, seconds, args.block))

@@ -10,7 +10,8 @@ process (the click command, so start-up is not counted). Printed per run: the sy
 and their thread CPU. The first round also pays for importing the HTTP stack and the
 platform client's first connections: read the later ones. ``--profile`` wraps each run's ``sync.many.sync_run`` in a
 ``cProfile.Profile(time.thread_time)`` (one per run, merged; the profiler's own overhead
-inflates the Python-heavy code several times) and prints the top functions.
+inflates the Python-heavy code several times) and prints the top functions (by cumulative time, or
+what ``PROFILE_SORT`` names: ``PROFILE_SORT=tottime`` for each function's own time).
 
 CPU time moves with the load on a shared machine (other processes' cache and the GIL's
 hand-offs); for an A/B figure the load cannot move, count instructions instead, e.g.
@@ -113,7 +114,7 @@ def main() -> None:
         stats = pstats.Stats(profiles[0])
         for profile in profiles[1:]:
             stats.add(profile)
-        stats.sort_stats("cumulative").print_stats(args.top)
+        stats.sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(args.top)
 
 
 if __name__ == "__main__":
