@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from fixtures.fault_proxy import FaultProxy
 from support import platform_process
 from support.env import child_env
 from support.runs import build_run
@@ -61,4 +64,122 @@ def test_a_run_in_traces_with_its_state_lost_is_never_pushed_to_samples(tmp_path
         (report,) = json.loads(followed.stdout)["runs"]
         assert (report["store"], report["pushed_now"], report["evaluation_id"]) == ("traces", 0, evaluation_id)
         assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+        assert len(evaluations_of(api, builder.run_id)) == 1
+
+
+def lose_state(builder) -> None:
+    for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+        path.unlink()
+
+
+def sample_rows(api: httpx.Client, evaluation_id: str) -> int:
+    return api.get(f"/evaluations/{evaluation_id}").json()["total_samples"]
+
+
+def refused(result: subprocess.CompletedProcess[str], said: str) -> dict:
+    """The one run's report of a sync that stopped it: exit 1, state ``error``, one line
+    naming what to do, and never a traceback."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    assert report["state"] == "error" and said in report["error"] and "\n" not in report["error"], report
+    return report
+
+
+@pytest.mark.slow
+def test_a_run_in_traces_found_again_where_traces_is_off_is_never_pushed_to_samples(tmp_path: Path) -> None:
+    """The evaluation names its sink (docs/sync.md, "Sinks"): a platform whose Prime Traces
+    is off cannot say what it holds, and is not asked."""
+    builder = build_run(tmp_path / "runs" / "run", "traces-then-off", 6)
+    runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        first = sync(server.base_url, runs, "auto", tmp_path / "cache1")
+        assert first.returncode == 0, first.stdout + first.stderr
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        evaluation_id = evaluation["evaluation_id"]
+        assert evaluation["metadata"]["prime_runs_sink"] == "traces"
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+
+    lose_state(builder)
+    with platform_process.running(db, "--token", TOKEN) as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        # Lost, then kept from the refused pass: each time, nothing goes to samples.
+        for attempt in range(2):
+            report = refused(sync(server.base_url, runs, "auto", tmp_path / f"auto{attempt}"),
+                             "went to traces on this destination")
+            assert "--replay" in report["error"] and report["evaluation_id"] == evaluation_id
+            assert sample_rows(api, evaluation_id) == 0
+        lose_state(builder)
+        for attempt in range(2):
+            refused(sync(server.base_url, runs, "samples", tmp_path / f"samples{attempt}"), "--to traces (or auto)")
+            assert sample_rows(api, evaluation_id) == 0
+        assert len(evaluations_of(api, builder.run_id)) == 1
+
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        back = sync(server.base_url, runs, "auto", tmp_path / "back")
+        assert back.returncode == 0, back.stdout + back.stderr
+        (report,) = json.loads(back.stdout)["runs"]
+        assert (report["store"], report["pushed_now"], report["evaluation_id"]) == ("traces", 0, evaluation_id)
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_platform_without_traces_names_samples_and_is_followed_there(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "samples-named", 5)
+    runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with platform_process.running(db, "--token", TOKEN) as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        first = sync(server.base_url, runs, "auto", tmp_path / "cache1")
+        assert first.returncode == 0, first.stdout + first.stderr
+        (report,) = json.loads(first.stdout)["runs"]
+        assert (report["state"], report["store"], report["pushed_total"]) == ("synced", "samples", 5)
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == "samples"
+        assert sample_rows(api, evaluation["evaluation_id"]) == 5
+    lose_state(builder)
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (report,) = json.loads(again.stdout)["runs"]
+        assert (report["store"], report["pushed_now"]) == ("samples", 0), report
+        assert held(api, evaluation["evaluation_id"]) == ([], 5)
+        assert len(evaluations_of(api, builder.run_id)) == 1
+
+
+@pytest.mark.slow
+def test_a_sync_killed_between_the_create_and_its_first_batch_still_stores_each_episode_once(tmp_path: Path) -> None:
+    """SIGKILLed while its first upload is held (the evaluation created, naming traces,
+    nothing in it): with the state lost, the next sync finds the evaluation and follows it."""
+    builder = build_run(tmp_path / "runs" / "run", "killed-after-create", 7)
+    runs = tmp_path / "runs"
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        with FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy:
+            proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL,
+                                    env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
+            deadline = time.monotonic() + 60
+            while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert proxy.holding(), "the first upload never came"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        evaluation_id = evaluation["evaluation_id"]
+        assert evaluation["metadata"]["prime_runs_sink"] == "traces"
+        assert held(api, evaluation_id) == ([], 0)
+
+        lose_state(builder)
+        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (report,) = json.loads(again.stdout)["runs"]
+        assert (report["state"], report["store"], report["evaluation_id"]) == ("synced", "traces", evaluation_id)
+        episodes = api.get("/episodes", params={"run_id": evaluation_id, "limit": 100}).json()["items"]
+        assert sorted(item["episode_id"] for item in episodes) == sorted(builder.ids)
+        assert all(item["generation"] == 1 for item in episodes)
+        final = api.get(f"/evaluations/{evaluation_id}").json()
+        assert (final["status"], final["finalize_count"], final["total_samples"]) == ("COMPLETED", 1, 0)
         assert len(evaluations_of(api, builder.run_id)) == 1

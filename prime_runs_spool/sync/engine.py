@@ -279,7 +279,8 @@ class RunSync:
             choice.make(pending.kind, self.context).another_copy_pushed()
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted,
-                                         never_held=never_held)
+                                         never_held=never_held,
+                                         sink_for_create=lambda: choice.for_create(self.context))
         self.completed_elsewhere = adopted and state.finalized
         origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
         choice.push(self.context, adopted=adopted, other_copy_sink=other_sink,
@@ -290,6 +291,8 @@ class RunSync:
     def _push(self, sink: Sink, origin: StateOrigin) -> None:
         """Push the run to ``sink`` and finish it: the one loop every sink is driven by."""
         self.sink = sink
+        if self.state.evaluation_sink not in (None, sink.name):
+            self.evaluation.name_sink(self.manifest, sink.name)  # before anything is sent there
         if not sink.settle(origin):
             return
         while True:

@@ -9,7 +9,7 @@ has it: what it holds is reconciled, only the rest is sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -19,7 +19,13 @@ from prime_runs_spool.platform_api.v0 import create_body, is_evaluation_id, mani
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
+from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, InFlight, metadata_digest
+
+#: The evaluation's metadata key naming the sink that holds the run's episodes, so a sync that
+#: finds the evaluation again with no state of its own reads it there, even where that sink
+#: cannot be asked (docs/sync.md, "Sinks").
+SINK_KEY = "prime_runs_sink"
 
 
 class Evaluation:
@@ -42,13 +48,18 @@ class Evaluation:
         #: finalizing when every request since was answered).
         self.created = False
 
-    def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The evaluation's metadata: the manifest's, plus what finds this run again."""
+    def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None, *,
+                 sink: str | None = None) -> dict[str, Any]:
+        """The evaluation's metadata: the manifest's, plus what finds this run again and the
+        sink its episodes are in (``sink``, else the one it names already): a PUT replaces the
+        document whole, so every one carries it."""
         state = self.protocol.state
         metadata = v0_metadata(manifest)
         metadata["local_run_id"] = state.local_run_id
         if self.options.replay_id:
             metadata["replay_id"] = self.options.replay_id
+        if sink or state.evaluation_sink:
+            metadata[SINK_KEY] = sink or state.evaluation_sink
         if state.skipped:
             metadata["skipped_corruption"] = list(state.skipped)
         if state.skipped_too_large:
@@ -59,11 +70,26 @@ class Evaluation:
             metadata["prime_runs_mismatch"] = dict(state.mismatch)
         return metadata
 
-    def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False) -> bool:
+    def name_sink(self, manifest: Mapping[str, Any], name: str) -> None:
+        """The evaluation names another sink than the one a pass is about to push to (``auto``
+        fell back after the create, or ``--to`` took a run nothing was sent for elsewhere):
+        it is told ``name`` first, so a sync that finds it again follows the run. Idempotent."""
+        state = self.protocol.state
+        metadata = self.metadata(manifest, sink=name)
+        self.protocol.retry("recording the run's sink", lambda: self.client.update_evaluation(
+            str(state.evaluation_id), metadata=metadata))
+        state.metadata_sent = metadata_digest(metadata)
+        state.evaluation_sink = name
+        self.protocol.note()
+
+    def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False,
+               sink_for_create: Callable[[], str] | None = None) -> bool:
         """Make sure the state names this run's one evaluation; returns True when it was
         found on the platform rather than created now (its samples need reconciling).
         ``never_held``: no copy of the run on this machine ever held its copy lock
-        (sync/copies.py), so the sync's listing of the environment answers (sync/index.py)."""
+        (sync/copies.py), so the sync's listing of the environment answers (sync/index.py).
+        ``sink_for_create``: asked only when an evaluation is to be created, for the sink its
+        metadata names (sync/sinks/choice.py, ``for_create``)."""
         problem = manifest_problem(manifest)
         if problem:  # before any request: the same spool cannot become an evaluation later either
             raise SyncError(f"the run's manifest cannot be sent: {problem} (docs/manifest.md)")
@@ -80,6 +106,8 @@ class Evaluation:
                 return True
         elif (fresh or untrusted) and self._adopt_existing(manifest, never_held=never_held and not untrusted):
             return True
+        if sink_for_create is not None:
+            state.evaluation_sink = sink_for_create()  # announced with the create, which carries it
         self._create(manifest)
         return False
 
@@ -128,6 +156,9 @@ class Evaluation:
         found = self._find_existing(manifest, never_held=never_held) or self._pushed_by_vf_eval()
         if found is not None:
             self._adopt(found)
+            metadata = found.get("metadata")
+            named = metadata.get(SINK_KEY) if isinstance(metadata, Mapping) else None
+            self.protocol.state.evaluation_sink = named if isinstance(named, str) and is_sink(named) else None
         return found is not None
 
     def _pushed_by_vf_eval(self) -> dict[str, Any] | None:

@@ -186,6 +186,15 @@ class SyncState:
     #: "samples" (sync/sinks/choice.py). Recorded so that one run never ends up half in
     #: each. The key keeps its name: the file is a persisted format.
     store: str | None = None
+    #: The sink the run's evaluation names in its own metadata (sync/evaluation.py,
+    #: ``SINK_KEY``): sent with its create, read when it is found again, and sent anew before
+    #: the run's first request to another sink. None: an evaluation that names none (created
+    #: before sinks were recorded there, or by vf-eval).
+    evaluation_sink: str | None = None
+    #: ``store`` was learnt from the platform (an evaluation found again with no state naming
+    #: its sink), not chosen here: this state cannot tell that nothing of the run is in that
+    #: sink, so the run never leaves it, even for one found unavailable.
+    sink_from_platform: bool = False
     #: For traces: the upload id (the content digest) of every committed batch, in order,
     #: and the member traces they carried.
     uploads: list[str] = field(default_factory=list)
@@ -241,8 +250,9 @@ class SyncState:
         corrupt), an unknown sink would be named as the one to sync to."""
         if self.evaluation_id is not None and not is_evaluation_id(self.evaluation_id):
             return f"evaluation_id {self.evaluation_id[:80]!r} is not an evaluation id"
-        if self.store is not None and not is_sink(self.store):
-            return f"store {self.store[:80]!r} is not {' or '.join(known())}"
+        for key, name in (("store", self.store), ("evaluation_sink", self.evaluation_sink)):
+            if name is not None and not is_sink(name):
+                return f"{key} {name[:80]!r} is not {' or '.join(known())}"
         if self.in_flight is not None and self.in_flight.kind not in (CREATE, FINALIZE) and not is_sink(
                 self.in_flight.kind):
             return f"in_flight.kind {self.in_flight.kind[:80]!r} is not a request sync announces"

@@ -56,6 +56,9 @@ class PassContext:
     superseded: frozenset[str] = frozenset()
     #: The spool was written under older masking rules: every episode is masked again.
     remask: bool = False
+    #: Whether each sink asked this pass is available (sync/sinks/choice.py): ``auto``'s
+    #: probe before the create answers its push too.
+    available: dict[str, bool] = field(default_factory=dict)
 
     @property
     def state(self) -> SyncState:

@@ -5,6 +5,8 @@ The sink the state records, else the one ``--to`` names, else ``auto``'s: the fi
 to the next when it turns out unavailable before any of the run's batches was committed
 there. The choice is recorded in the state (``store``, a persisted key), so one run never
 ends up half in two sinks, and ``--to`` naming another sink than the recorded one is refused.
+It is made before the run's evaluation is created, whose metadata names it: a sync that finds
+the evaluation again with no state reads the sink there, even where that sink cannot be asked.
 """
 
 from __future__ import annotations
@@ -61,6 +63,25 @@ def for_dry_run(state: SyncState, asked: str) -> tuple[str, str | None]:
     return name or AUTO_ORDER[-1], name
 
 
+def for_create(context: PassContext) -> str:
+    """The sink a new evaluation of the run names in its metadata (sync/evaluation.py,
+    ``SINK_KEY``): the recorded one, else the one ``--to`` names, else ``auto``'s first
+    available one. So ``auto``'s probe is asked before the create, not after it, and its
+    answer is kept for the push: the run costs the same requests."""
+    name = recorded(context.state, context.options.to) or (None if context.options.to == AUTO else context.options.to)
+    if name is not None:
+        return name
+    return next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
+
+
+def _available(context: PassContext, sink: Sink) -> bool:
+    """``sink.available()``, asked at most once a pass."""
+    answer = context.available.get(sink.name)
+    if answer is None:
+        answer = context.available[sink.name] = sink.available()
+    return answer
+
+
 def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
          push_to: Callable[[Sink], None]) -> None:
     """Choose the run's sink and ``push_to`` it; for ``auto``, fall back to the next sink
@@ -69,15 +90,16 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     another copy of the spool last sent the run's episodes to (sync/copies.py)."""
     state, asked, report = context.state, context.options.to, context.report
     name = recorded(state, asked)
-    if name is None and adopted and other_copy_sink is not None:
-        # The other copy's sink, which the platform cannot always tell: one run never ends
-        # up half in two sinks.
-        state.store = other_copy_sink
-        context.protocol.note()
-        name = recorded(state, asked)
     if name is None and adopted:
-        # Found again with a lost state: what the platform holds of it names its sink.
-        name = next((n for n in known() if make(n, context).holds_run()), None)
+        # Found again with no state naming its sink: the sink the evaluation names; for one
+        # that names none (created before sinks were recorded there), the other copy's sink,
+        # else what the platform holds of the run. Recorded before --to is checked against it,
+        # so a later pass from this state refuses the other sink too.
+        name = (state.evaluation_sink or other_copy_sink
+                or next((n for n in known() if make(n, context).holds_run()), None))
+        if name is not None:
+            state.store, state.sink_from_platform = name, True
+            context.protocol.note()
         _refuse_other(name, asked)
     chosen = name or (None if asked == AUTO else asked)
     if chosen is not None and state.store != chosen:
@@ -86,11 +108,18 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     report.store = chosen
     sink = make(chosen or AUTO_ORDER[0], context)
     try:
-        if chosen is None and not sink.available():
+        if (chosen is None or (adopted and state.sink_from_platform)) and not _available(context, sink):
             raise ServiceNotEnabled(f"{sink.title} is not enabled for this account")
         push_to(sink)
         return
     except ServiceNotEnabled as exc:
+        if state.sink_from_platform and state.store == sink.name:
+            # This state cannot tell that nothing of the run is there: it never leaves.
+            state.in_flight = None  # a batch answered service_not_enabled was not stored
+            context.protocol.save()
+            raise SyncError(f"{exc}; this run's episodes went to {sink.name} on this destination, and what "
+                            f"{sink.title} holds of it cannot be read now: nothing was sent; sync it again once "
+                            f"{sink.title} is on for the account, or --replay it as a new evaluation") from None
         sink.refuse_if_committed(exc)
         # Nothing of the run is there: no sink is kept that would trap it.
         state.store, state.in_flight = None, None
