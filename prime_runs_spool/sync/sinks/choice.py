@@ -108,7 +108,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     report.store = chosen
     sink = make(chosen or AUTO_ORDER[0], context)
     try:
-        if (chosen is None or (adopted and state.sink_from_platform)) and not _available(context, sink):
+        if (chosen is None or state.sink_from_platform) and not _available(context, sink):
             raise ServiceNotEnabled(f"{sink.title} is not enabled for this account")
         push_to(sink)
         return
@@ -117,9 +117,10 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
             # This state cannot tell that nothing of the run is there: it never leaves.
             state.in_flight = None  # a batch answered service_not_enabled was not stored
             context.protocol.save()
-            raise SyncError(f"{exc}; this run's episodes went to {sink.name} on this destination, and what "
-                            f"{sink.title} holds of it cannot be read now: nothing was sent; sync it again once "
-                            f"{sink.title} is on for the account, or --replay it as a new evaluation") from None
+            raise SyncError(f"{sink.title} is not enabled for this account; this run's episodes went to "
+                            f"{sink.name} on this destination, and what {sink.title} holds of it cannot be read "
+                            f"now: nothing was sent; sync it again once {sink.title} is on for the account, or "
+                            "--replay it as a new evaluation") from None
         sink.refuse_if_committed(exc)
         # Nothing of the run is there: no sink is kept that would trap it.
         state.store, state.in_flight = None, None
