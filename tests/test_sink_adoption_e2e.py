@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.fault_proxy import FaultProxy
 from support import platform_process
-from support.env import child_env
+from support.env import CLI, child_env
 from support.runs import build_run
 from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
 
@@ -183,3 +183,63 @@ def test_a_sync_killed_between_the_create_and_its_first_batch_still_stores_each_
         final = api.get(f"/evaluations/{evaluation_id}").json()
         assert (final["status"], final["finalize_count"], final["total_samples"]) == ("COMPLETED", 1, 0)
         assert len(evaluations_of(api, builder.run_id)) == 1
+
+
+@pytest.mark.slow
+def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_first(tmp_path: Path) -> None:
+    """Killed after a create that named traces, then synced with its state where Prime Traces
+    is off (the same destination: the proxy's address, kept): ``auto`` falls back to samples
+    and the evaluation is told so before the first row, so a sync that loses the state later
+    follows the run there instead of stopping."""
+    builder = build_run(tmp_path / "runs" / "run", "named-samples-after", 6)
+    runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy:
+        port = int(proxy.base_url.rsplit(":", 1)[1])
+        proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
+                                env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
+        deadline = time.monotonic() + 60
+        while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proxy.holding(), "the first upload never came"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with platform_process.running(db, "--token", TOKEN) as server, FaultProxy(server.base_url, port=port) as proxy, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        moved = sync(proxy.base_url, runs, "auto", tmp_path / "cache1")
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        (report,) = json.loads(moved.stdout)["runs"]
+        assert (report["state"], report["store"], report["pushed_now"]) == ("synced", "samples", 6), report
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == "samples"
+        lose_state(builder)
+        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
+        assert again.returncode == 0, again.stdout + again.stderr
+        (report,) = json.loads(again.stdout)["runs"]
+        assert (report["store"], report["pushed_now"]) == ("samples", 0), report
+        assert sample_rows(api, evaluation["evaluation_id"]) == 6
+        assert len(evaluations_of(api, builder.run_id)) == 1
+
+
+@pytest.mark.slow
+def test_sync_local_with_traces_then_without_on_one_database_sends_no_samples(tmp_path: Path) -> None:
+    """``sync --local --db``: the embedded platform runs Prime Traces for ``--to traces`` only,
+    so the same database is synced with it on, then (the state lost) with it off."""
+    builder = build_run(tmp_path / "runs" / "run", "local-on-off", 4)
+    db = tmp_path / "local.db"
+
+    def local(to: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json", "--to", to],
+                              capture_output=True, text=True, timeout=120,
+                              env=child_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
+
+    first = local("traces")
+    assert first.returncode == 0, first.stdout + first.stderr
+    for to in ("auto", "samples"):
+        lose_state(builder)
+        refused(local(to), "went to traces on this destination")
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
