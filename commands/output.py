@@ -144,6 +144,17 @@ class Progress:
             self._retry = f"try {retry.attempt + 1} in {retry.delay:.1f} s, {retry.what} failed: {retry.why}"
             self._draw(force=True)
 
+    def waiting(self, wait: Any) -> None:
+        """A run waiting out a request that may still land (sync/retry.py, ``Wait``), for up
+        to a request lifetime: told as a retry is, so that the wait is never silent."""
+        told = wait.line()
+        if not self.enabled:
+            click.echo(f"{MESSAGE_PREFIX}{told}", err=True)
+            return
+        with self._lock:
+            self._retry = told
+            self._draw(force=True)
+
     def _draw(self, *, force: bool) -> None:
         now = self._clock()
         if not force and now - self._drawn_at < 0.1:

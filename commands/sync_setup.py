@@ -101,13 +101,14 @@ def destination(local: bool, db: Path | None, settings: Settings | None, team: s
 
 def sync_options(params: dict[str, Any], progress: Progress) -> SyncOptions:
     """The options every pass of this command shares, from its parameters; every retry is
-    told to ``progress`` (the progress line on a terminal, else a line on stderr)."""
+    told to ``progress`` (the progress line on a terminal, else a line on stderr), and every
+    wait for a request in doubt."""
     from prime_runs_spool.sync.options import SyncOptions
     from prime_runs_spool.sync.retry import Backoff
 
     cap = params["backoff_cap"]
     backoff = Backoff(base=min(0.5, cap), cap=cap, max_attempts=params["max_attempts"],
-                      retry_for=params["retry_for"], on_retry=progress.retrying)
+                      retry_for=params["retry_for"], on_retry=progress.retrying, on_wait=progress.waiting)
     return SyncOptions(request_lifetime=params["request_lifetime"], skip_corrupt=params["skip_corrupt"],
                        dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"], backoff=backoff,
                        replay=params["replay"], replay_id=params["replay_id"], name=params["name"],

@@ -36,6 +36,11 @@ def _tell_retry(retry: object) -> None:
     sys.stderr.flush()
 
 
+def _tell_wait(wait: object) -> None:
+    sys.stderr.write(f"{MESSAGE_PREFIX}{wait.line()}\n")  # type: ignore[attr-defined]
+    sys.stderr.flush()
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path, exists=False))
 @shared_options
@@ -76,7 +81,7 @@ def main(paths: tuple[Path, ...], base_url: str | None, team: str | None, to: st
     if refusal is not None:
         _fail(str(refusal))  # a key refused at the start is not tried again on every pass
     backoff = Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts, retry_for=retry_for,
-                      on_retry=_tell_retry)
+                      on_retry=_tell_retry, on_wait=_tell_wait)
     options = SyncOptions(request_lifetime=request_lifetime, backoff=backoff, to=to, copy_wait=copy_wait)
     destination = remote_destination(settings.base_url, settings.team_id)
     return_large_blocks_promptly()

@@ -30,6 +30,7 @@ from prime_runs_spool.errors import (
     StateProblem,
     SyncError,
 )
+from prime_runs_spool.files import shown
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_status_body
 from prime_runs_spool.plural import episodes, plural
@@ -107,6 +108,7 @@ class RunSync:
         self.protocol = make_protocol(sync_state_path(run_dir, destination.key, options.replay_id), options,
                                       clock=clock, sleep=sleep, on_save=self._show,
                                       **({"monotonic": monotonic} if monotonic is not None else {}))
+        self.protocol.run = shown(str(run_dir))
         #: Finds, adopts or creates the run's one evaluation.
         self.evaluation = Evaluation(self.protocol, client, options, self.report, index)
         #: What the pass gives a sink; its manifest (masked again when the spool was written
@@ -247,7 +249,7 @@ class RunSync:
         copies = CopyLock(self.destination.key, local_id, self.options.replay_id, self.protocol.path,
                           str(self.run_dir)).hold(self.options.copy_wait)
         try:
-            self._fence_other_copy(copies.in_doubt())
+            self._fence_other_copy(copies.in_doubt(), another=copies.foreign)
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign or self.protocol.overtaken,
                              other_sink=copies.sink if copies.foreign else None,
                              never_held=not copies.previous and not self.protocol.others_may_have_synced)
@@ -257,15 +259,18 @@ class RunSync:
         finally:
             copies.release(self.state.in_flight, self.state.store)
 
-    def _fence_other_copy(self, sent_at: float | None) -> None:
-        """Wait out a request the last pass of another copy of the run may still have on its
-        way (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
+    def _fence_other_copy(self, sent_at: float | None, *, another: bool) -> None:
+        """Wait out a request the last pass of another copy of the run (``another``), or an
+        earlier pass from this very folder stopped mid-pass, may still have on its way
+        (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
         now = self.protocol.clock()
         if sent_at is None or sent_at + self.options.request_lifetime <= now:
             return  # none, or one that can no longer land
-        self.report.warnings.append("the last sync of another copy of this run ended with a request in doubt; "
+        which = "another copy of this run" if another else "this run, stopped mid-pass,"
+        self.report.warnings.append(f"the last sync of {which} ended with a request in doubt; "
                                     "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
-        self.protocol.fence(now if sent_at == UNKNOWN else sent_at)
+        self.protocol.fence(now if sent_at == UNKNOWN else sent_at,
+                            f"the last sync of {which} ended with a request that may still land")
 
     def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_sink: str | None,
                     never_held: bool = False) -> None:

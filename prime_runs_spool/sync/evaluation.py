@@ -100,7 +100,7 @@ class Evaluation:
             return False
         if untrusted:
             # Whatever wrote the damaged state may have had a request in flight.
-            protocol.fence(protocol.clock())
+            protocol.fence(protocol.clock(), "its sync state was damaged, and a request it announced may still land")
         if pending is not None:
             if protocol.settled(pending.sent_at, lambda: self._adopt_existing(manifest)):
                 return True

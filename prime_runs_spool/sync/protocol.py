@@ -29,10 +29,16 @@ from typing import Any
 from prime_runs_spool.errors import FailureKind, PlatformError, SyncError
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.retry import Wait
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
 
 #: What :meth:`Protocol.send_once` returns for a request that landed but lost its answer.
 LANDED = object()
+
+#: Why a fence waits, unless its caller says: a request of this run got no answer.
+IN_DOUBT = "a request sent earlier got no answer and may still land"
+#: A fence shorter than this is not told: it is over before anyone could read the line.
+TOLD_FENCE_SECONDS = 1.0
 
 
 class Protocol:
@@ -50,6 +56,8 @@ class Protocol:
         self.path = path
         #: What messages call the state: the file, unless it is a copy of one kept elsewhere.
         self.shown: str | None = None
+        #: What messages call the run (its folder or URL): set by the engine.
+        self.run: str = str(path)
         self.options = options
         #: Wall-clock seconds: only what is written to the state (``in_flight.sent_at``).
         self.clock = clock
@@ -183,8 +191,10 @@ class Protocol:
         self.state.in_flight = None
         self.note()  # the file announces the request: the next sync sees it landed
 
-    def fence(self, sent_at: float) -> None:
+    def fence(self, sent_at: float, why: str = IN_DOUBT) -> None:
         """Wait until a request sent at ``sent_at`` (wall clock) can no longer be processed.
+        A wait of a second or more is told first (``why``), as a retry is: it may last a
+        whole request lifetime, and a sync that says nothing for minutes looks hung.
 
         Measured on this process's monotonic clock and never longer than one lifetime: a
         request this process sent is fenced from its own send; one read from the state from
@@ -198,6 +208,8 @@ class Protocol:
         else:
             wall, mono = self._loaded
             deadline = mono + min(lifetime, max(0.0, sent_at + lifetime - wall))
+        if (delay := deadline - self.monotonic()) >= TOLD_FENCE_SECONDS:
+            self.options.backoff.waiting(Wait(run=self.run, why=why, delay=delay))
         while (remaining := deadline - self.monotonic()) > 0:
             self.sleep(min(remaining, 5.0))
 

@@ -11,8 +11,10 @@ costs the whole command ``retry_for``, not that much once per run, and a run sta
 the platform was given up on tries once and is reported failed at once. Any request that
 gets an answer ends the streak.
 
-Every wait is told (``on_retry``) before it starts: a retry is never silent
-(``prime-runs sync`` prints it on the progress line or as one line on stderr).
+Every wait is told before it starts: a retry (``on_retry``), and the wait for a request in
+doubt to become unable to land (``on_wait``, up to a whole request lifetime, 600 s by
+default), are never silent (``prime-runs sync`` prints each on the progress line or as one
+line on stderr).
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ class Retry:
     delay: float
 
 
+@dataclass(frozen=True)
+class Wait:
+    """A wait before anything more is sent to the platform for one run, no retry: a request
+    that may still land must be waited out (sync/protocol.py, ``Protocol.fence``)."""
+
+    #: The run's folder (or URL) as a message names it.
+    run: str
+    #: Why the run waits, worded for a person.
+    why: str
+    #: Seconds the wait lasts.
+    delay: float
+
+    def line(self) -> str:
+        """The wait as one line says it, wherever it is told."""
+        return f"{self.run}: waiting {self.delay:.0f} s before sending more: {self.why} (--request-lifetime)"
+
+
 @dataclass
 class Backoff:
     base: float = 0.5
@@ -58,6 +77,8 @@ class Backoff:
     retry_for: float | None = None
     #: Told of every wait before it starts.
     on_retry: Callable[[Retry], None] | None = None
+    #: Told of every fence (:class:`Wait`) before it starts.
+    on_wait: Callable[[Wait], None] | None = None
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
     #: When the current streak of failures began (None: the last request was answered).
@@ -95,6 +116,11 @@ class Backoff:
         if self.on_retry is not None:
             self.on_retry(Retry(what=what, why=why, attempt=attempt, delay=wait))
         return wait
+
+    def waiting(self, wait: Wait) -> None:
+        """Tell whoever watches that a run waits ``wait.delay`` seconds before sending more."""
+        if self.on_wait is not None:
+            self.on_wait(wait)
 
     def gave_up_after(self) -> float:
         """Seconds the current streak of failures has lasted (0 when there is none)."""

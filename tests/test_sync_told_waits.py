@@ -1,0 +1,82 @@
+"""Every wait of a sync is told before it starts, not only its retries: the wait for a
+request that may still land, up to a whole request lifetime (600 s by default), is a line on
+stderr naming the run, how long and why (docs/sync.md, "Concurrency"; sync/retry.py ``Wait``).
+
+The case: a CI job's ``timeout`` kills a sync while the platform holds its first request
+unanswered, before the pass announced anything. The next sync cannot tell that nothing was
+sent (its state may have been deleted with the folder unpacked again), so it waits a
+lifetime before reading the platform. It used to wait in silence, then call the run
+"another copy" in a warning printed only at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fixtures.fault_proxy import FaultProxy
+from support import platform_process
+from support.env import CLI, child_env
+from support.runs import build_run
+from support.sync_e2e import TOKEN, assert_exactly_once
+
+LIFETIME = 3.0
+
+
+def _sync(base_url: str, root: Path, cache: Path) -> list[str]:
+    return CLI + ["sync", str(root), "--base-url", base_url, "--request-lifetime", str(LIFETIME),
+                  "--timeout", "60", "--backoff-cap", "0.2"]
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(cache), HOME=os.environ.get("HOME", "/root"))
+
+
+def _under_way(cache: Path) -> bool:
+    for note in (cache / "prime-runs").rglob("*.lock"):
+        try:
+            if json.loads(note.read_text() or "{}").get("under_way"):
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+@pytest.mark.slow
+def test_a_sync_killed_before_it_announced_anything_makes_the_next_one_say_that_it_waits(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "r", "told-wait", 3)
+    cache = tmp_path / "cache"
+    with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform, \
+            FaultProxy(platform.api.removesuffix("/api/v1"), rates={"delay_after": 1.0}, methods={"GET"},
+                       delay=120.0) as proxy, \
+            httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
+        first = subprocess.Popen(_sync(proxy.base_url, tmp_path / "runs", cache), env=_env(cache),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        # The key check's GET goes unanswered (5 s), then the pass's own listing, under the copy lock.
+        while not (_under_way(cache) and len(proxy.log) >= 2):
+            assert first.poll() is None and time.monotonic() < deadline, "the first sync never reached its pass"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        proxy.set_rates({})
+        started = time.monotonic()
+        second = subprocess.run(_sync(proxy.base_url, tmp_path / "runs", cache), env=_env(cache),
+                                capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+        assert second.returncode == 0, second.stderr
+        waits = [line for line in second.stderr.splitlines() if "waiting" in line]
+        assert len(waits) == 1, second.stderr
+        assert waits[0].startswith(f"prime-runs: {tmp_path / 'runs' / 'r'}: waiting 3 s before sending more: "), waits
+        assert "stopped mid-pass" in waits[0] and "--request-lifetime" in waits[0], waits
+        assert took >= LIFETIME, "the wait it told of was waited"
+        assert "another copy" not in second.stdout, second.stdout
+        assert_exactly_once(api, builder)
