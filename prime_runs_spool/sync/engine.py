@@ -260,9 +260,8 @@ class RunSync:
             copies.release(self.state.in_flight, self.state.store)
 
     def _fence_other_copy(self, sent_at: float | None, *, another: bool) -> None:
-        """Wait out a request the last pass of another copy of the run (``another``), or an
-        earlier pass from this very folder stopped mid-pass, may still have on its way
-        (sync/copies.py, ``CopyLock.in_doubt``), before anything reads the platform."""
+        """Wait out a request the last pass of another copy (``another``), or of this folder,
+        may still have on its way (``CopyLock.in_doubt``), before anything reads the platform."""
         now = self.protocol.clock()
         if sent_at is None or sent_at + self.options.request_lifetime <= now:
             return  # none, or one that can no longer land
