@@ -427,3 +427,38 @@ def test_an_export_refuses_a_fifo_where_a_page_goes_rather_than_waiting_on_it(tm
     result = run_cli("view", "--export", str(out), str(tmp_path / "runs"), timeout=60)
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert last_line(result).endswith("index.html: cannot be written (not a regular file)"), result.stderr
+
+
+def test_an_export_to_a_fifo_a_socket_or_a_device_replaces_none_of_them(tmp_path: Path) -> None:
+    """``-o /dev/null`` (or ``/dev/stdout``, a named pipe) was written beside it and renamed
+    over it: the device (for root, ``/dev/null`` itself) or the pipe replaced by a regular
+    file, and "exported N rows" said. Now it is bad usage (exit 2) in one line, nothing
+    read or written, and each stays what it was."""
+    import socket
+    import stat
+
+    build_run(tmp_path / "runs" / "r", "export-special", 2)
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "s.csv"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock_path))
+    targets = [(fifo, stat.S_ISFIFO, "a FIFO"), (sock_path, stat.S_ISSOCK, "a socket")]
+    if os.geteuid() == 0:  # a device of its own, as /dev/null is: never the machine's, which it could replace
+        device = tmp_path / "null.csv"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        targets.append((device, stat.S_ISCHR, "a device"))
+    try:
+        for out, kind_of, kind in targets:
+            result = export(str(tmp_path / "runs"), "--format", "csv", "-o", str(out))
+            assert result.returncode == 2, (out, result.stdout, result.stderr)
+            assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+            assert last_line(result) == (f"prime-runs: {out}: it is {kind}, not a regular file: the export writes a "
+                                         "file and renames it into place, which would replace it; give the path of "
+                                         "a file"), result.stderr
+            assert kind_of(os.lstat(out).st_mode), f"{out} was replaced"
+            assert not result.stdout
+    finally:
+        listener.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["pipe.jsonl", "runs", "s.csv", *(["null.csv"] if os.geteuid() == 0 else [])]), "no temporary file left"

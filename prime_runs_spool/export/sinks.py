@@ -20,7 +20,7 @@ import orjson
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
 from prime_runs_spool.errors import ExportSetupError
 from prime_runs_spool.export.columns import BOOL, FLOAT, INT, TEXT, Column
-from prime_runs_spool.files import open_private
+from prime_runs_spool.files import open_private, special_file_kind
 from prime_runs_spool.importer.paths import V0_METADATA_NAME, V0_RESULTS_NAME, is_eval_output_dir
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, is_run_dir, run_lock_path
 
@@ -70,6 +70,17 @@ def refuse_run_file(path: Path) -> None:
     if real.name in (VERIFIERS_TRACES_NAME, V0_METADATA_NAME, V0_RESULTS_NAME) and is_eval_output_dir(real.parent):
         raise ExportSetupError(f"{path}: it is the eval's own {real.name}, which the export would replace; "
                                "write the table elsewhere")
+
+
+def refuse_special_file(path: Path) -> None:
+    """Raise :class:`ExportSetupError` when ``path`` is a device, a FIFO or a socket
+    (``/dev/null``, ``/dev/stdout``, a named pipe): the table is written beside it and
+    renamed over it, which would put a regular file in its place (``/dev/null`` itself,
+    for root) and leave whoever reads the pipe waiting."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ExportSetupError(f"{path}: it is {kind}, not a regular file: the export writes a file and renames it "
+                               "into place, which would replace it; give the path of a file")
 
 
 def open_sink(path: Path, fmt: str, columns: list[Column]) -> Sink:

@@ -29,7 +29,8 @@ from prime_runs_spool.export.columns import (MAX_METRIC_COLUMNS, METRIC_PREFIX, 
                                              SAMPLE_TAIL, Column, table_columns)
 from prime_runs_spool.export.reading import ExportRun, Extent, Found, RunReading, failure_message, find
 from prime_runs_spool.export.rows import RunFacts, metric_names, run_row, sample_row
-from prime_runs_spool.export.sinks import FrameSink, Sink, format_of, open_sink, refuse_run_file, require_pyarrow
+from prime_runs_spool.export.sinks import (FrameSink, Sink, format_of, open_sink, refuse_run_file, refuse_special_file,
+                                          require_pyarrow)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *,
     keeps the spools of eval outputs under ``targets``."""
     fmt = format_of(out, fmt)
     refuse_run_file(out)
+    refuse_special_file(out)
     if fmt == "parquet":
         require_pyarrow()
     found = find(targets, state_dir)
