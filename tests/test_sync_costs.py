@@ -584,3 +584,41 @@ def test_a_store_run_renews_its_lease_only_to_announce_a_request(tmp_path: Path,
         leases = sum(1 for what, _ in writes if what == f"{run} lease")
         states = [announces for what, announces in writes if what == f"{run} state"]
         assert states[-1] is False and leases == sum(states) + 2, (run, leases, states)
+
+
+class _TracesCountingClient(CountingClient):
+    """Also counts the reads of Prime Traces' episode listing made on this client's own
+    connection: ``auto``'s probe, and the question put to an evaluation found again."""
+
+    def _get(self, url, **options):  # noqa: ANN001, ANN003, ANN202
+        self.requests["GET /episodes" + ("?run_id" if "run_id" in (options.get("params") or {}) else "")] += 1
+        return super()._get(url, **options)
+
+
+def test_auto_names_the_sink_in_the_create_at_no_cost_and_a_run_found_again_is_not_asked(tmp_path: Path) -> None:
+    """``auto``'s probe is asked before the create (its answer is what the create's metadata
+    names) and once for the sync's runs, as after it; a run found again with its state lost
+    is followed into the sink its evaluation names, without asking Prime Traces' listing."""
+    runs = 4
+    builders = [build_run(tmp_path / "runs" / f"run-{n}", f"auto-costs-{n}", 3) for n in range(runs)]
+    options = SyncOptions(to="auto")
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        with _TracesCountingClient(local_settings(platform)) as client:
+            reports = sync_paths([tmp_path / "runs"], client, DEST, options, jobs=1)
+        assert [(r.state, r.store) for r in reports] == [("synced", "samples")] * runs
+        assert client.requests == {
+            "POST /environmentshub/resolve": 1,
+            "GET /evaluations/": 1,
+            "GET /episodes": 1,
+            "POST /evaluations/": runs,
+            "POST /evaluations/ID/samples": runs,
+            "POST /evaluations/ID/finalize": runs,
+        }, client.requests
+        assert {e["metadata"]["prime_runs_sink"] for e in _evaluations(platform)} == {"samples"}
+
+        for builder in builders:
+            shutil.rmtree(builder.run_dir / "spool" / "sync")
+        with _TracesCountingClient(local_settings(platform)) as client:
+            again = sync_paths([tmp_path / "runs"], client, DEST, options, jobs=1)
+        assert [(r.state, r.store, r.pushed_now) for r in again] == [("synced", "samples", 0)] * runs
+        assert not {name for name in client.requests if name.startswith("GET /episodes")}, client.requests
