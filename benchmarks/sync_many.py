@@ -40,7 +40,7 @@ from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, create_body, v0_metadata  # noqa: E402
 from prime_runs_spool.spool.format import EPISODE, SEAL  # noqa: E402
 from prime_runs_spool.spool.reader import iter_records  # noqa: E402
-from prime_runs_spool.sync.engine import read_manifest  # noqa: E402
+from prime_runs_spool.spool.manifests import read_manifest  # noqa: E402
 from prime_runs_spool.sync.rows import RowStream, batches  # noqa: E402
 
 #: Stamped on the bare loop's rows when they are built; replaced by the real id when sent.

@@ -11,7 +11,9 @@ and their thread CPU. The first round also pays for importing the HTTP stack and
 platform client's first connections: read the later ones. ``--profile`` wraps each run's ``sync.many.sync_run`` in a
 ``cProfile.Profile(time.thread_time)`` (one per run, merged; the profiler's own overhead
 inflates the Python-heavy code several times) and prints the top functions (by cumulative time, or
-what ``PROFILE_SORT`` names: ``PROFILE_SORT=tottime`` for each function's own time).
+what ``PROFILE_SORT`` names: ``PROFILE_SORT=tottime`` for each function's own time; ``PROFILE_OUT=FILE``
+keeps the merged profile for ``pstats``). The probe of each run in the command's thread, and the
+discovery, are profiled too.
 
 CPU time moves with the load on a shared machine (other processes' cache and the GIL's
 hand-offs); for an A/B figure the load cannot move, count instructions instead, e.g.
@@ -83,8 +85,21 @@ def main() -> None:
             profile.disable()
             profiles.append(profile)
 
+    def profiling(function):  # each call its own profile, in whichever thread makes it
+        def wrapped(*a: object, **k: object) -> object:
+            profile = cProfile.Profile(time.thread_time)
+            profile.enable()
+            try:
+                return function(*a, **k)
+            finally:
+                profile.disable()
+                profiles.append(profile)
+        return wrapped
+
     if args.profile:
         many.sync_run = profiled
+        many.up_to_date = profiling(many.up_to_date)  # the probe, in the command's thread
+        many.discover = profiling(many.discover)
     with scratch(args.dir, "syncbench-many-cpu-") as work:
         tree = args.tree or work / "tree"
         if not tree.exists():
@@ -115,6 +130,8 @@ def main() -> None:
         for profile in profiles[1:]:
             stats.add(profile)
         stats.sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(args.top)
+        if os.environ.get("PROFILE_OUT"):
+            stats.dump_stats(os.environ["PROFILE_OUT"])
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def test_a_run_never_synced_here_is_given_to_a_pass_without_reading_its_spool(tm
 
     build_run(tmp_path / "run", "probe-fresh", 2)
     read: list[Path] = []
-    monkeypatch.setattr(engine, "read_manifest", lambda run_dir: read.append(run_dir))
+    monkeypatch.setattr(engine, "run_manifests", lambda run_dir: read.append(run_dir))
     platform = FakePlatform()
     settings = Settings("http://fake", Secret("key"), None, "http://app")
     with PlatformClient(settings, transport=platform.transport()) as client:

@@ -19,7 +19,7 @@ from prime_runs_spool import open_run, read_run
 from prime_runs_spool.content.platform_runs import is_platform_run_id, platform_runs_in, platform_runs_of
 from prime_runs_spool.importer.outputs import import_output
 from prime_runs_spool.local_platform.store import Store
-from prime_runs_spool.spool.reader import segment_manifests
+from prime_runs_spool.spool.manifests import segment_manifests
 from support.env import CLI, REPO_ROOT, child_env
 
 EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"

@@ -605,7 +605,7 @@ def test_environments_given_as_one_string_are_one_environment(tmp_path: Path) ->
     foreign = SegmentWriter.create(tmp_path / "runs" / "foreign", "foreign-env-string")
     foreign.append("manifest", {**manifest_for("foreign-env-string"), "environments": "math500"})
     foreign.seal("completed")
-    from prime_runs_spool.sync.engine import read_manifest
+    from prime_runs_spool.spool.manifests import read_manifest
 
     assert read_manifest(tmp_path / "runs" / "api")["environments"] == ["gsm8k"], run.id
     db = tmp_path / "local.db"

@@ -622,3 +622,33 @@ def test_auto_names_the_sink_in_the_create_at_no_cost_and_a_run_found_again_is_n
             again = sync_paths([tmp_path / "runs"], client, DEST, options, jobs=1)
         assert [(r.state, r.store, r.pushed_now) for r in again] == [("synced", "samples", 0)] * runs
         assert not {name for name in client.requests if name.startswith("GET /episodes")}, client.requests
+
+
+def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> None:
+    """What a fresh run's first pass asks of its spool folder, besides the requests and the
+    state writes, for a run sealed as the runner seals it (its summary in the seal, so the
+    records are read once): the folder listed for the manifests, for the records, for the
+    read-ahead's size, at the end (whether a segment came after the seal, and the last
+    one's size) and for its files' modes, plus the walk's that found the run; the segment opened for its first two
+    lines, for the fsync of a dead writer's and for its records; its writer's lock probed
+    once before the records are read and once for the size; its durable mark read once. The
+    layers each used to list the folder and open the segment and its lock again."""
+    run = tmp_path / "runs" / "run"
+    builder = RunBuilder(run, "costs-files")
+    builder.open_segment()
+    builder.add(3)
+    summary = SummaryAccumulator()
+    for record in iter_records(run):
+        if record.type == EPISODE:
+            summary.add(record.data)
+    builder.writer.seal("completed", summary=summary.result())  # type: ignore[union-attr]
+    builder.writer = None
+    spool = str((run / "spool").resolve())
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        with opened_under(tmp_path.resolve() / "runs") as opened, listed_under(tmp_path.resolve() / "runs") as listed:
+            _, (report,) = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert report.state == "synced"
+    names = Counter(Path(path).name for path in opened)
+    assert (names["seg-000001.jsonl"], names["seg-000001.lock"], names["seg-000001.durable"]) == (3, 2, 1), names
+    assert names["sync.lock"] == 1, names
+    assert listed[spool] == 7, listed

@@ -17,7 +17,7 @@ import pytest
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.importer.agreement import disagreement, needs_catching_up
 from prime_runs_spool.importer.outputs import import_output
-from prime_runs_spool.spool.reader import segment_manifests
+from prime_runs_spool.spool.manifests import segment_manifests
 from support.env import CLI, REPO_ROOT, child_env
 
 EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"

@@ -108,14 +108,14 @@ def supersede_history(manifests: Iterable[object]) -> list[frozenset[str]]:
 
 def supersede_history_in_run(run_dir: str | os.PathLike[str]) -> list[frozenset[str]]:
     """:func:`supersede_history` of the run's segment manifests (two lines read per segment)."""
-    from prime_runs_spool.spool.reader import segment_manifests
+    from prime_runs_spool.spool.manifests import segment_manifests
 
     return supersede_history(segment_manifests(run_dir))
 
 
 def superseded_in_run(run_dir: str | os.PathLike[str]) -> set[str]:
     """Every episode id a resumed segment of the run supersedes (two lines read per segment)."""
-    from prime_runs_spool.spool.reader import segment_manifests
+    from prime_runs_spool.spool.manifests import segment_manifests
 
     return supersedes_of(segment_manifests(run_dir))
 

@@ -26,7 +26,8 @@ from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
 from prime_runs_spool.files import unreadable_message
 from prime_runs_spool.spool.layout import find_runs
-from prime_runs_spool.spool.reader import Position, Record, iter_records, segment_manifests
+from prime_runs_spool.spool.manifests import segment_manifests
+from prime_runs_spool.spool.reader import Position, Record, iter_records
 
 
 @dataclass

@@ -118,10 +118,12 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
 
 def walk_segment(
     path: Path, index: int, state: SegmentState, start: Position | None = None,
-    ledger: RunLedger | None = None, *, resync: bool = False,
+    ledger: RunLedger | None = None, *, resync: bool = False, alive: bool | None = None,
 ) -> Iterator[Record | Damage]:
     """Yield the records of one segment (after its header), filling in ``state``, and check
     it against the run's earlier segments (``ledger``; a fresh one checks it alone).
+    ``alive``: whether the segment's writer was alive, as its caller asked just before the
+    walk (None: the walk asks), so one read asks once.
 
     Raises CorruptSpoolError after yielding every good record before the damage, and
     UnsupportedFormatError before yielding anything from a newer format. With ``resync``,
@@ -130,7 +132,7 @@ def walk_segment(
     """
     ledger = ledger if ledger is not None else _ledger_at(index)
     resumed = start is not None and start.offset > 0
-    walk = _Walk(path, index, state, start if resumed else None, ledger, resync)
+    walk = _Walk(path, index, state, start if resumed else None, ledger, resync, alive)
     try:
         ledger.begin(path, index, whole=not resumed)
     except CorruptSpoolError as exc:
@@ -166,9 +168,9 @@ class _Walk:
     """
 
     def __init__(self, path: Path, index: int, state: SegmentState, start: Position | None, ledger: RunLedger,
-                 resync: bool) -> None:
+                 resync: bool, alive: bool | None = None) -> None:
         self.path, self.index, self.state, self.start = path, index, state, start
-        self.ledger, self.resync = ledger, resync
+        self.ledger, self.resync, self.alive = ledger, resync, alive
         self.pending: PendingDamage | None = None
         self.expect = 0
         self.size = 0
@@ -203,7 +205,7 @@ class _Walk:
         # Both before reading. The writer's liveness: a read while it lived can overtake its
         # writes (rule 6), whatever it does by the time the walk gets there. Its mark: the
         # lines before it were durable before anything here was read.
-        alive = local and writer_alive(path)
+        alive = local and (writer_alive(path) if self.alive is None else self.alive)
         mark = durable_mark(path) if local else 0
         with _open_segment(path) as f:
             self.size = os.fstat(f.fileno()).st_size if local else path.stat().st_size
@@ -544,43 +546,8 @@ def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_o
         limit = durable_mark(path) if alive else None
         if durable_only and not alive:
             make_durable(path)
-        for item in walk_segment(path, index, SegmentState(), from_here, ledger, resync=resync):
+        for item in walk_segment(path, index, SegmentState(), from_here, ledger, resync=resync,
+                                 alive=alive if durable_only else None):
             if limit is not None and item.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
             yield item
-
-
-def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Each segment's manifest record (the line after its header), in segment order.
-
-    Reads two lines per segment, never a whole segment: a resumed segment's manifest says
-    what that process was opened with (and which episodes it supersedes), which a reader
-    needs before it reads the episodes. A segment whose first lines are not intact is
-    passed over here; ``iter_records`` reports the damage.
-    """
-    for _, path in list_segments(run_dir):
-        manifest = _segment_manifest(path)
-        if manifest is not None:
-            yield manifest
-
-
-def first_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The run's manifest as its first segment's first two lines hold it; None when they do
-    not (no segment, damage: ``iter_records`` says what). The cheap read of a check that
-    only needs the run's id, such as whether a run is already synced."""
-    segments = list_segments(run_dir)
-    return _segment_manifest(segments[0][1]) if segments else None
-
-
-def _segment_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest record after the segment's header, if both lines are intact."""
-    try:
-        handle = _open_segment(path)
-    except FileNotFoundError:
-        return None
-    with handle:
-        header = parse_line(handle.readline(MAX_LINE_BYTES + 1))
-        if header is None or header.type != HEADER:
-            return None
-        line = parse_line(handle.readline(MAX_LINE_BYTES + 1))
-    return line.data if line is not None and line.type == MANIFEST and isinstance(line.data, dict) else None

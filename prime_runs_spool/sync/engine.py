@@ -38,7 +38,8 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.sync.state import sync_state_path
-from prime_runs_spool.spool.reader import first_manifest, iter_records, position_lost, segment_manifests
+from prime_runs_spool.spool.manifests import first_manifest, run_manifests
+from prime_runs_spool.spool.reader import position_lost
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
@@ -68,16 +69,6 @@ def _without_url_credentials(error: Any) -> Any:
 def run_writer_alive(run_dir: Path) -> bool:
     """Whether any process still holds a writer lock on one of the run's segments."""
     return any(writer_alive(path) for _, path in list_segments(run_dir))
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any] | None:
-    """The run's manifest: the first manifest record of its first segment."""
-    for record in iter_records(run_dir):
-        if record.type == MANIFEST:
-            return record.data
-        if record.type == EPISODE:
-            break
-    return None
 
 
 class RunSync:
@@ -201,14 +192,14 @@ class RunSync:
         return self.report
 
     def _run(self) -> None:
-        manifest = read_manifest(self.run_dir)
+        # The run's manifest and each segment's: one listing, two lines read per segment.
+        manifest, manifests = run_manifests(self.run_dir)
         if manifest is None:
             if run_writer_alive(self.run_dir):
                 self.report.state = LIVE
                 self.report.warnings.append("no manifest yet; the writer is still starting")
                 return
             raise SyncError("the spool has no manifest record; it cannot be synced (prime-runs verify shows why)")
-        manifests = list(segment_manifests(self.run_dir))  # two lines read per segment
         context = self.context
         # Written, or resumed, under older masking rules: nothing of it travels until today's
         # mask it (a segment's own manifest says what the process that wrote it masked).

@@ -41,7 +41,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock, Timeout
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
@@ -52,7 +51,8 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
 from prime_runs_spool.sync.options import ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
-from prime_runs_spool.sync.many import local_pass, read_only_report, spool_mode_lines, sync_lock, unreadable_report
+from prime_runs_spool.sync.many import (SyncLock, local_pass, read_only_report, spool_mode_lines, sync_lock,
+                                        unreadable_report)
 from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch
 from prime_runs_spool.signal_event import SignalEvent
@@ -119,7 +119,7 @@ class Followed:
     """One run the follower knows about."""
 
     run_dir: Path
-    lock: FileLock | None = None
+    lock: SyncLock | None = None
     #: The folder whose ``spool/`` keeps its lock and state (sync/state.py, ``state_home``):
     #: the run folder, or its folder under the state directory for a read-only spool.
     home: Path | None = None
@@ -360,11 +360,13 @@ class Follower:
                 return False
         lock = sync_lock(home)
         try:
-            lock.acquire()
-        except (Timeout, OSError) as exc:
+            taken, problem = lock.acquire(), None
+        except OSError as exc:
+            taken, problem = False, exc
+        if not taken:
             skipped = RunReport(path=str(followed.run_dir), state=SKIPPED,
                                 error="another prime-runs sync is working on this run; following it once that ends"
-                                if isinstance(exc, Timeout) else f"cannot take the sync lock: {exc}")
+                                if problem is None else f"cannot take the sync lock: {problem}")
             if followed.report is None or followed.report.state != SKIPPED:
                 followed.report = skipped
                 self.on_report(skipped)

@@ -6,9 +6,13 @@ turns the reports into an exit code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import functools
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -27,14 +31,12 @@ from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_lin
 from prime_runs_spool.sync.unchanged import Unchanged, look
 
 if TYPE_CHECKING:
-    from filelock import FileLock
-
     from prime_runs_spool.sync.engine import RunSync
     from prime_runs_spool.sync.index import EvaluationIndex
     from prime_runs_spool.sync.protocol import Protocol
 
-# The engine (and the protocol, the sinks, the reader under them) and the lock's library are
-# imported where a run is read: a re-sync of runs found up to date before needs neither
+# The engine (and the protocol, the sinks, the reader under them) is imported where a run is
+# read: a re-sync of runs found up to date before needs neither
 # (sync/unchanged.py).
 
 
@@ -45,13 +47,51 @@ SYNC_LOCK_NAME = "sync.lock"
 def sync_lock_path(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SYNC_LOCK_NAME
 
-def sync_lock(run_dir: Path, *, wait: bool = False) -> FileLock:
-    """The run's sync lock (``spool/sync.lock``; ``run_dir``: the run's state home, see
-    :func:`~prime_runs_spool.sync.state.state_home`), not yet taken: at most one sync or
-    follower works on a run at a time; the kernel drops it when its holder dies."""
-    from filelock import FileLock
+class SyncLock:
+    """The run's sync lock (``spool/sync.lock``), an exclusive ``flock`` on a descriptor of
+    its own: at most one sync or follower works on a run at a time, and the kernel drops it
+    when its holder dies. Opened without following a link, the file made ``0600``, the folder
+    never made (it is the run's spool folder, or one sync made under its state directory).
+    A plain flock, not a lock library's: taking and dropping it is a few system calls, paid
+    by every run a sync passes over."""
 
-    return FileLock(sync_lock_path(run_dir), timeout=-1 if wait else 0, mode=FILE_MODE)
+    def __init__(self, path: Path, *, wait: bool = False) -> None:
+        self.path = path
+        self.wait = wait
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock: False when another holds it and this one does not ``wait``;
+        ``OSError`` when its file cannot be opened (or is not a regular file)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, FILE_MODE)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device in its place
+                raise OSError(errno.EINVAL, "not a regular file", os.fspath(self.path))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):  # EACCES: contention, on some filesystems
+                    raise
+                os.close(fd)
+                return False
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        """Drop the lock (closing its descriptor drops the flock)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def sync_lock(run_dir: Path, *, wait: bool = False) -> SyncLock:
+    """The run's sync lock (``spool/sync.lock``; ``run_dir``: the run's state home, see
+    :func:`~prime_runs_spool.sync.state.state_home`), not yet taken."""
+    return SyncLock(sync_lock_path(run_dir), wait=wait)
 
 
 def run_home(run_dir: Path, state_dir: Path | None, options: SyncOptions) -> Path | None:
@@ -183,17 +223,13 @@ def sync_run(
         except OSError as exc:
             return RunReport(path=str(run_dir), state=ERROR,
                              error=f"cannot keep its sync state in {spool_dir(home)}: {exc.strerror or exc}")
-    from filelock import Timeout
-
     # A dry run reads and sends nothing: it takes no lock in the run's own folder, which it
     # leaves as it found it (a sync at work meanwhile may push some of what it counts).
     lock = None if options.dry_run and home == run_dir else sync_lock(home, wait=wait)
     try:
-        if lock is not None:
-            lock.acquire()
-    except Timeout:
-        return RunReport(path=str(run_dir), state=SKIPPED,
-                         error="another prime-runs sync is working on this run (use --wait to wait for it)")
+        if lock is not None and not lock.acquire():
+            return RunReport(path=str(run_dir), state=SKIPPED,
+                             error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
         return RunReport(path=str(run_dir), state=ERROR,
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
