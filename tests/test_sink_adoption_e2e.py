@@ -243,3 +243,35 @@ def test_sync_local_with_traces_then_without_on_one_database_sends_no_samples(tm
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
+
+
+@pytest.mark.slow
+def test_a_run_whose_first_traces_batch_is_in_doubt_is_never_sent_to_samples(tmp_path: Path) -> None:
+    """Killed with its first batch announced and on its way (committed later, its answer
+    lost): the state names no committed batch, yet ``--to samples`` must not send the run a
+    second time; ``auto`` sends the batch again under its key and finishes in traces."""
+    builder = build_run(tmp_path / "runs" / "run", "batch-in-doubt", 5)
+    runs = tmp_path / "runs"
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
+            FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
+                                env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
+        deadline = time.monotonic() + 60
+        while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proxy.holding(), "the first upload never came"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proxy.release_held()  # the batch lands after all; its answer is lost
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
+
+        refused(sync(proxy.base_url, runs, "samples", tmp_path / "cache1"), "went to traces on this destination")
+        assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
+        done = sync(proxy.base_url, runs, "auto", tmp_path / "cache1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        (report,) = json.loads(done.stdout)["runs"]
+        assert (report["state"], report["store"]) == ("synced", "traces"), report
+        assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)

@@ -97,7 +97,9 @@ class TracesSink(AddressedSink):
 
     @classmethod
     def used_by(cls, state: SyncState) -> bool:
-        return bool(state.uploads)
+        """A batch committed, or one announced that may have landed (its answer lost): the
+        run is there either way, and goes nowhere else."""
+        return bool(state.uploads or (state.in_flight and state.in_flight.kind == cls.name))
 
     def available(self) -> bool:
         """One cheap read (``GET /episodes?limit=1``), shared by the runs of one sync."""
