@@ -368,6 +368,7 @@ def test_platform_with_fewer_rows_than_recorded_is_refused(tmp_path: Path, platf
     state_file = state_path(builder.run_dir, DEST.key)
     state = json.loads(state_file.read_text())
     state["in_flight"] = {"kind": "samples", "sent_at": 0, "rows": 1, "episodes": 1, "end": state["cursor"]}
+    state.pop("checksum")  # edited by hand: as a sync that kept no checksum wrote it
     state_file.write_text(json.dumps(state))
     report = syncer(builder.run_dir, platform, lifetime=0.0).run()
     assert report.state == "error" and "refusing to guess" in report.error
@@ -536,6 +537,7 @@ def test_a_state_file_that_is_not_ours_is_set_aside_and_reconciled(
     else:
         state["destination"]["key"] = "elsewhere"
     state["samples_pushed"] = 0  # a state that is not trusted must not be believed either
+    state.pop("checksum")  # edited by hand: as a sync that kept no checksum wrote it
     path.write_text(json.dumps(state))
     time = FakeTime(platform)
     report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
@@ -607,6 +609,7 @@ def test_a_send_time_in_the_future_is_fenced_for_one_lifetime_at_most(tmp_path: 
     time = FakeTime(platform)
     state["in_flight"] = {"kind": "samples", "sent_at": time.now + 3600, "rows": 1, "episodes": 1,
                           "end": state["cursor"]}
+    state.pop("checksum")  # edited by hand: as a sync that kept no checksum wrote it
     state_file.write_text(json.dumps(state))
     report = syncer(builder.run_dir, platform, time, lifetime=30.0).run()
     assert report.state == "crashed", report.error
@@ -843,7 +846,8 @@ def test_a_state_with_a_wrongly_typed_field_is_damaged(tmp_path: Path, platform:
     builder = build_run(tmp_path / "run", "r1", 4)
     assert syncer(builder.run_dir, platform).run().state == "synced"
     path = state_path(builder.run_dir, DEST.key)
-    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    unchecked = {key: value for key, value in json.loads(path.read_text()).items() if key != "checksum"}
+    path.write_text(json.dumps({**unchecked, **change}))  # the model's checks, not the checksum's
     assert any("damaged" in w for w in run_status(builder.run_dir).warnings)
     report = syncer(builder.run_dir, platform, FakeTime(platform), lifetime=1.0).run()
     assert any("damaged" in warning for warning in report.warnings), report.warnings
@@ -854,6 +858,7 @@ def test_a_state_with_a_wrongly_typed_field_is_damaged(tmp_path: Path, platform:
 def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> None:
     """What save_state writes, from_json reads back equal; a field a later version added is
     ignored (as pydantic did), a missing one takes its default."""
+    from prime_runs_spool.errors import StateFormatError
     from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
 
     state = SyncState(destination=DEST, local_run_id="r1", cursor=Cursor(segment_index=2, offset=10, next_seq=3),
@@ -865,6 +870,11 @@ def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> 
     assert SyncState.from_json(path.read_bytes()) == state
     document = json.loads(path.read_bytes())
     assert "_written_here" not in document
+    document["samples_pushed"] = 7  # a digit changed under the checksum: damage, not a state
+    with pytest.raises(StateFormatError, match="checksum"):
+        SyncState.from_json(json.dumps(document).encode())
+    document.pop("checksum")  # as a sync that kept no checksum wrote it
+    document["samples_pushed"] = 0
     document["a_later_field"] = {"x": 1}
     del document["uploads"]
     again = SyncState.from_json(json.dumps(document).encode())

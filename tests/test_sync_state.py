@@ -17,6 +17,36 @@ from support.odd_files import not_a_regular_file
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("key", ["samples_pushed", "in_flight", "finalized"])
+def test_a_damaged_byte_that_still_parses_is_damage_not_a_state(tmp_path: Path, key: str) -> None:
+    """One letter of a key flipped (a bit gone bad on the disk) still parses, and the field
+    silently took its default: "0 samples pushed" told of a run the platform holds whole,
+    ``in_flight`` forgotten with its request in doubt. The state's checksum makes it damage:
+    ``status`` says so, and sync reconciles with the platform, pushing nothing twice."""
+    from prime_runs_spool.sync.state import sync_dir
+
+    builder = build_run(tmp_path / "runs" / "r", "flipped-key", 3)
+    db = tmp_path / "local.db"
+    first = local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0, first.stderr
+    evaluation_id = json.loads(first.stdout)["runs"][0]["evaluation_id"]
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    data = bytearray(state_file.read_bytes())
+    at = data.index(f'"{key}"'.encode()) + 3
+    data[at] ^= 0x20  # its second letter's case
+    state_file.write_bytes(bytes(data))
+    json.loads(data)  # still JSON
+    status = subprocess.run(CLI + ["status", "--json", str(tmp_path / "runs")], capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    assert any("damaged" in warning for warning in json.loads(status.stdout)["runs"][0]["warnings"]), status.stdout
+    again = local_sync(tmp_path / "runs", db)
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["evaluation_id"], run["pushed_now"], run["pushed_total"]) == (
+        "synced", evaluation_id, 0, 3), run
+    assert any("damaged" in warning for warning in run["warnings"]), run
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("field", "value"), [
     ("evaluation_id", "../../../teams/someone-else"),   # aimed the user's key at another path of the API
     ("cursor", {"segment_index": -1, "offset": 0, "next_seq": 0, "rows_done": 0}),  # "corrupt seg--00001"
@@ -36,6 +66,7 @@ def test_a_received_state_with_values_no_sync_writes_is_damaged(tmp_path: Path, 
     (state_file,) = sync_dir(builder.run_dir).glob("*.json")
     state = json.loads(state_file.read_text())
     state.update({field: value, "finalized": False, "terminal": None})
+    state.pop("checksum")  # the values' checks, not the checksum's: as a sync that kept none wrote it
     state_file.write_text(json.dumps(state))
     again = local_sync(tmp_path / "runs", db)
     (run,) = json.loads(again.stdout)["runs"]

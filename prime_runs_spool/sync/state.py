@@ -67,6 +67,12 @@ def replay_state_glob(dest_key: str) -> str:
     return f"{dest_key}-replay-*.json"
 
 STATE_VERSION = 1
+#: The key of the state's checksum, the last in the file: the digest of the rest of the
+#: document. A damaged byte that still parses (a key's letter flipped, ``in_flight`` read as
+#: absent and its request in doubt forgotten; a digit changed in a count) is then damage,
+#: reconciled with the platform, not a state trusted. A file without it (written before it
+#: was kept) is read as it is.
+CHECKSUM_KEY = "checksum"
 
 #: What an announced request is (``InFlight.kind``): the evaluation's creation, its
 #: finalize, or a sink's batch, announced under the sink's name (``samples``, ``traces``).
@@ -235,7 +241,11 @@ class SyncState:
         """The state a file holds; :class:`StateFormatError` when it is not one (not JSON,
         or any field not what its annotation says)."""
         try:
-            state = build(cls, orjson.loads(data))
+            document = orjson.loads(data)
+            if isinstance(document, dict) and CHECKSUM_KEY in document:
+                if document.pop(CHECKSUM_KEY) != _checksum(document):
+                    raise StateFormatError("its checksum does not match its content: a damaged byte")
+            state = build(cls, document)
         except (orjson.JSONDecodeError, DocumentError) as exc:
             raise StateFormatError(str(exc)) from None
         problem = state._value_problem()
@@ -266,8 +276,11 @@ class SyncState:
 
     def to_json(self) -> bytes:
         """The file's bytes: every field but the private ones, in definition order (a
-        mapping's non-string keys written as strings, as JSON has them)."""
-        return orjson.dumps(self, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        mapping's non-string keys written as strings, as JSON has them), then the checksum
+        of them all (:data:`CHECKSUM_KEY`)."""
+        document = orjson.loads(orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS))
+        document[CHECKSUM_KEY] = _checksum(document)
+        return orjson.dumps(document, option=orjson.OPT_INDENT_2)
 
     @property
     def written_here(self) -> bool:
@@ -362,6 +375,12 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
 #: holds exactly that was checked against the platform by this process already (a follower
 #: reloads its state before every pass); any other file is checked before it is trusted.
 _OWN_WRITES: dict[str, str] = {}
+
+
+def _checksum(document: dict[str, Any]) -> Any:
+    """A state document's checksum: of its content, not of its bytes, so a file parsed and
+    written again unchanged (its keys in another order, its spaces) keeps it."""
+    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
 def _digest(data: bytes) -> str:
