@@ -12,6 +12,7 @@ import orjson
 
 from prime_runs_spool.errors import Stopped
 from prime_runs_spool.files import printable, shown
+from prime_runs_spool.plural import episodes
 from prime_runs_spool.sync.options import DRY_RUN, FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
@@ -70,6 +71,9 @@ def report_lines(report: RunReport) -> list[str]:
     if report.url:
         line += f"  {report.url}"
     lines = [line]
+    if report.held_back:
+        lines.append(f"  held back: {episodes(report.held_back)} that errored, kept for a --resume to retry; "
+                     "sent once the run completes (docs/sync.md, \"Resumed runs\")")
     lines += [f"  warning: {shown(warning)}" for warning in report.warnings]
     if report.error:
         lines.append(f"  error: {shown(report.error)}")

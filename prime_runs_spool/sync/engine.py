@@ -374,6 +374,7 @@ class RunSync:
         self.report.url = state.viewer_url
         self.report.store = state.store
         self.report.pushed_total = choice.pushed_total(state)
+        self.report.held_back = state.held_back
         self.on_progress(self.report)
 
     def _up_to_date(self) -> bool:

@@ -135,6 +135,10 @@ class RunReport:
     #: last one synced on this machine, when it left this pass nothing to push: why it
     #: pushed nothing.
     copy_of: str | None = None
+    #: Errored episodes of a run that did not complete, not pushed: held for a ``--resume``
+    #: to retry, sent once the run completes (docs/sync.md, "Resumed runs"). Said, so that
+    #: "pushed 0" of a crashed run is never a silent mystery.
+    held_back: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

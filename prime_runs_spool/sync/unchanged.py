@@ -53,7 +53,7 @@ SETTLED = 2.0
 #: every sync); those this sync did not see go first.
 MAX_ENTRIES = 50_000
 #: The report's fields an entry keeps: what ``RunSync.probe`` fills in.
-_REPORT_FIELDS = ("local_run_id", "name", "evaluation_id", "url", "pushed_total", "store")
+_REPORT_FIELDS = ("local_run_id", "name", "evaluation_id", "url", "pushed_total", "store", "held_back")
 
 Fingerprint = list[int]
 
