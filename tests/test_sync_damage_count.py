@@ -44,10 +44,10 @@ def _held_before_damage(tmp_path: Path) -> RunBuilder:
     return builder
 
 
-def _sync(tmp_path: Path, run_dir: Path) -> RunReport:
+def _sync(tmp_path: Path, run_dir: Path, *, skip_corrupt: bool = False) -> RunReport:
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
         with PlatformClient(local_settings(platform)) as client:
-            return sync_run(run_dir, client, DEST, SyncOptions())
+            return sync_run(run_dir, client, DEST, SyncOptions(skip_corrupt=skip_corrupt))
 
 
 def test_damage_counts_the_errored_episodes_held_before_it(tmp_path: Path) -> None:
@@ -72,14 +72,19 @@ def test_a_bug_met_while_counting_is_the_runs_internal_error_not_a_count_of_0(
     assert (report.state, report.error) == ("error", "internal error: TypeError: a bug in the reader")
 
 
-def test_damage_before_the_state_is_loaded_is_corrupt_with_nothing_held(tmp_path: Path) -> None:
-    """A damaged manifest stops the pass before its state exists: nothing pushed, none held."""
+@pytest.mark.parametrize("skip_corrupt", [False, True])
+def test_damage_before_the_state_is_loaded_is_corrupt_with_nothing_held(tmp_path: Path, skip_corrupt: bool) -> None:
+    """A damaged manifest stops the pass before its state exists: nothing pushed, none held.
+    It said "everything before it was pushed" (nothing was), and with --skip-corrupt nothing
+    said why the flag passed nothing."""
     builder = RunBuilder(tmp_path / "run", "damage-count-manifest")
     builder.open_segment()
     builder.add(2, ok=False)
     builder.seal()
     offset = _damage_line(builder, 1)
-    report = _sync(tmp_path, builder.run_dir)
+    report = _sync(tmp_path, builder.run_dir, skip_corrupt=skip_corrupt)
     assert (report.state, report.pushed_now) == ("corrupt", 0)
     assert report.error.endswith(f"corrupt at byte {offset}: a damaged line; a complete line that fails its check is "
-                                 "never a torn tail; everything before it was pushed"), report.error
+                                 "never a torn tail; this pass pushed nothing: the damage is in a segment's header or "
+                                 "manifest, which the run's evaluation and resumes are read from, so not even "
+                                 "--skip-corrupt passes it"), report.error

@@ -147,8 +147,12 @@ class RunSync:
             report.error = (f"{exc}. The platform holds what was pushed of this run, which the spool no longer "
                             "has whole: not finalized; check the spool, then --replay it to a new evaluation")
         except CorruptSpoolError as exc:  # errored episodes before it are held (guarantee 2): not "pushed"
-            # Damage met before the state was loaded (a damaged manifest): nothing was pushed, none held.
-            held = 0 if self.protocol.state is None else count_until_damage(self.context.held)
+            if self.protocol.state is None:  # met reading the segments' first two lines: nothing pushed, none held
+                report.state, report.error = CORRUPT, (
+                    f"{exc}; this pass pushed nothing: the damage is in a segment's header or manifest, which the "
+                    "run's evaluation and resumes are read from, so not even --skip-corrupt passes it")
+                return report
+            held = count_until_damage(self.context.held)
             report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed" + (
                 f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "")
         except (SpoolError, SampleTooLargeError) as exc:
