@@ -115,6 +115,14 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         fail_usage("--follow does not combine with --replay or --dry-run")
     if exit_when_idle and not follow:
         fail_usage("--exit-when-idle goes with --follow")
+    # Options that name where episodes go are never passed over: a --db without --local
+    # sent them to the remote platform, a --base-url with it left them on this machine.
+    if db is not None and not local:
+        fail_usage("--db goes with --local (without it, sync pushes to the platform at the base URL, not into a "
+                   "database)")
+    if base_url is not None and local:
+        fail_usage("--base-url does not combine with --local (the local platform runs embedded; for one served with "
+                   "prime-runs platform serve, give its URL without --local)")
     if local and to == AUTO:
         # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
         # learn that, and fall back for every run (with a warning each). Say samples at once.
