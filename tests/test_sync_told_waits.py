@@ -68,6 +68,15 @@ def test_a_sync_killed_before_it_announced_anything_makes_the_next_one_say_that_
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         proxy.set_rates({})
+        # Stopped while it waits (Ctrl-C): it says it was stopped, never that it waited it out.
+        stopped = subprocess.Popen(_sync(proxy.base_url, tmp_path / "runs", cache) + ["--request-lifetime", "60"],
+                                   env=_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        told = stopped.stderr.readline()
+        assert "waiting 60 s before sending more" in told, told
+        stopped.send_signal(signal.SIGINT)
+        out, err = stopped.communicate(timeout=60)
+        assert stopped.returncode == 130, err
+        assert "interrupted" in out and "waited until it could no longer land" not in out, out
         started = time.monotonic()
         second = subprocess.run(_sync(proxy.base_url, tmp_path / "runs", cache), env=_env(cache),
                                 capture_output=True, text=True, timeout=120)

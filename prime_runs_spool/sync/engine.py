@@ -261,10 +261,10 @@ class RunSync:
         if sent_at is None or sent_at + self.options.request_lifetime <= now:
             return  # none, or one that can no longer land
         which = "another copy of this run" if another else "this run, stopped mid-pass,"
-        self.report.warnings.append(f"the last sync of {which} ended with a request in doubt; "
-                                    "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
         self.protocol.fence(now if sent_at == UNKNOWN else sent_at,
                             f"the last sync of {which} ended with a request that may still land")
+        self.report.warnings.append(f"the last sync of {which} ended with a request in doubt; "  # once waited, not before
+                                    "waited until it could no longer land (docs/sync.md, \"Concurrency\")")
 
     def _write_pass(self, *, fresh: bool, untrusted: bool, foreign: bool, other_sink: str | None,
                     never_held: bool = False) -> None:
