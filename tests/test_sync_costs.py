@@ -653,3 +653,19 @@ def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> N
     assert (names["seg-000001.jsonl"], names["seg-000001.lock"], names["seg-000001.durable"]) == (3, 1, 1), names
     assert names["sync.lock"] == 1, names
     assert listed[spool] == 7, listed
+
+
+def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:
+    """The sync lock is taken by a plain flock on a file of its own: a FIFO in its place (a
+    folder received from elsewhere) is that run's error, in one line that says what to do, and
+    the other runs are synced all the same."""
+    build_run(tmp_path / "runs" / "a", "costs-lock-fifo", 2)
+    build_run(tmp_path / "runs" / "b", "costs-lock-fine", 2)
+    os.mkfifo(tmp_path / "runs" / "a" / "spool" / "sync.lock", 0o600)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+        local_ids = {e["metadata"]["local_run_id"] for e in _evaluations(platform)}
+    by_run = {Path(r.path).name: r for r in reports}
+    assert by_run["b"].state == "synced" and local_ids == {"costs-lock-fine"}
+    assert by_run["a"].state == "error" and "\n" not in by_run["a"].error, by_run["a"].error
+    assert "sync.lock is not a regular file; remove it (sync makes it again)" in by_run["a"].error

@@ -66,7 +66,8 @@ class SyncLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, FILE_MODE)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device in its place
-                raise OSError(errno.EINVAL, "not a regular file", os.fspath(self.path))
+                raise OSError(errno.EINVAL, f"{SYNC_LOCK_NAME} is not a regular file; remove it (sync makes it again)",
+                              os.fspath(self.path))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
