@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -130,7 +131,7 @@ def open_to_others_lines(spool: str | os.PathLike[str], *, tighten: bool) -> lis
     if left:
         lines.append(f"{count(len(left), 'file or folder', 'files or folders')} of the spool "
                      f"{plural(len(left), 'is', 'are')} open to other users (e.g. {left[0]}); "
-                     f"a spool holds what the eval saw: chmod -R go= {os.fspath(spool)} (prime-runs sync does it "
+                     f"a spool holds what the eval saw: chmod -R go= {shlex.quote(os.fspath(spool))} (prime-runs sync does it "
                      "where it may write beside the spool)")
     return lines
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -121,9 +122,10 @@ def import_command(output_dir: Path, state_dir: Path | None) -> str:
     from prime_runs_spool.importer.pushing import may_be_pushing  # reads a log: only when advising
 
     if state_dir is None and is_read_only(output_dir):
-        command = f"prime-runs import {output_dir} --state-dir DIR"
+        command = f"prime-runs import {shlex.quote(str(output_dir))} --state-dir DIR"
     else:
-        command = f"prime-runs import {output_dir}" + (f" --state-dir {state_dir}" if state_dir is not None else "")
+        command = f"prime-runs import {shlex.quote(str(output_dir))}" + (
+            f" --state-dir {shlex.quote(str(state_dir))}" if state_dir is not None else "")
     if may_be_pushing(output_dir):  # until then the import leaves it as it is (importer/pushing.py)
         command += " once vf-eval has exited: it may still be running here, pushing"
     return command

@@ -39,6 +39,7 @@ import inspect
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -177,7 +178,7 @@ def sync_hint(session: EvalSession) -> str | None:
     if not offline:
         return None
     run_dir = offline[-1].dir
-    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {run_dir}"
+    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {shlex.quote(str(run_dir))}"
 
 
 def not_shipped_lines(session: EvalSession) -> list[str]:
@@ -199,7 +200,7 @@ def resume_command(session: EvalSession) -> str | None:
     from verifiers.v1.cli.output import saved_config_path  # verifiers names its own file
 
     saved = saved_config_path(session.runs[-1].dir)
-    return None if saved is None else f"prime-runs eval @ {saved} --resume"
+    return None if saved is None else f"prime-runs eval @ {shlex.quote(str(saved))} --resume"
 
 
 def interrupt_hint(session: EvalSession) -> str | None:

@@ -44,6 +44,7 @@ whenever it grows); an unchanged spool uploads nothing.
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -312,8 +313,8 @@ class _Copier:
                     length = rewrite_segment(segment, index, size, out, change)
                 except CorruptSpoolError as exc:
                     raise StoreError(f"{exc}; a damaged line cannot be masked again, so the segment is not "
-                                     f"mirrored (`prime-runs verify {self.run_dir}` says more; `prime-runs sync "
-                                     f"--skip-corrupt {self.run_dir}` ships the rest from here)") from None
+                                     f"mirrored (`prime-runs verify {shlex.quote(str(self.run_dir))}` says more; `prime-runs "
+                                     f"sync --skip-corrupt {shlex.quote(str(self.run_dir))}` ships the rest from here)") from None
                 except SpoolError as exc:  # a newer format, a record that cannot be framed
                     raise StoreError(f"{exc}; not mirrored") from None
             todays = there is not None and self._same_start(there, Path(temp))

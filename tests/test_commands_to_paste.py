@@ -1,0 +1,58 @@
+"""The commands our messages hand a user to run next are shell-quoted: pasted into a shell,
+they run as printed, whatever the folder's name. ``ship it with: prime-runs sync out
+dir/ü/tïny run`` split into four paths (exit 2, "no such file or directory"), as did the
+import, resume, mirror and ``chmod`` commands for a folder with a space or a quote."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures.fake_chat_server import FakeChatServer
+from fixtures.vf_launch import launch_file_text
+from support.env import CLI, VF040, child_env
+from support.vf_eval import KEY_VAR, eval_cmd, eval_env
+
+ODD = "out dir/it's ü"
+
+
+def _run_as_pasted(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` as a shell runs it, ``prime-runs`` being this checkout's command line."""
+    assert command.startswith("prime-runs "), command
+    return subprocess.run(["sh", "-c", shlex.join(CLI) + command.removeprefix("prime-runs")], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_the_import_command_verify_suggests_runs_as_printed(tmp_path: Path) -> None:
+    shutil.copytree(VF040, tmp_path / ODD)
+    verify = subprocess.run(CLI + ["verify", "out dir"], cwd=tmp_path, capture_output=True, text=True,
+                            env=child_env(), timeout=60)
+    assert verify.returncode == 0, verify.stderr
+    (line,) = [line for line in verify.stdout.splitlines() if "not spooled" in line]
+    command = line.split("(run: ", 1)[1].removesuffix(")")
+    assert command == "prime-runs import 'out dir/it'\"'\"'s ü'", command
+    imported = _run_as_pasted(command, tmp_path, child_env())
+    assert imported.returncode == 0, imported.stderr
+    assert (tmp_path / ODD / "spool").is_dir()
+
+
+@pytest.mark.slow
+def test_the_sync_command_an_eval_prints_runs_as_printed(tmp_path: Path) -> None:
+    with FakeChatServer() as chat:
+        (tmp_path / "eval.toml").write_text(launch_file_text(
+            run_name="tiny run", base_url=chat.base_url, model="fake/model", rollouts=1, max_concurrent=4,
+            key_var=KEY_VAR, header_name="X-Header", header_secret="not-a-secret", limit=1, output_dir=ODD))
+        ran = subprocess.run(eval_cmd("@", "eval.toml", "--no-rich"), cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300, env=eval_env())
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (line,) = [line for line in ran.stderr.splitlines() if "ship it with: " in line]
+    command = line.split("ship it with: ", 1)[1]
+    assert command == "prime-runs sync 'out dir/it'\"'\"'s ü/tiny run'", command
+    synced = _run_as_pasted(command + f" --local --db {shlex.quote(str(tmp_path / 'local.db'))}", tmp_path,
+                            child_env())
+    assert synced.returncode == 0, synced.stderr
+    assert synced.stdout.startswith("synced "), synced.stdout
