@@ -56,3 +56,21 @@ def test_the_sync_command_an_eval_prints_runs_as_printed(tmp_path: Path) -> None
                             child_env())
     assert synced.returncode == 0, synced.stderr
     assert synced.stdout.startswith("synced "), synced.stdout
+
+
+def test_the_sync_command_the_viewer_shows_for_a_run_never_synced_runs_as_printed(tmp_path: Path) -> None:
+    import html
+    import re
+
+    from support.runs import build_run
+
+    build_run(tmp_path / ODD / "r", "paste-from-viewer", 2)
+    exported = subprocess.run(CLI + ["view", "--export", str(tmp_path / "site"), ODD], cwd=tmp_path,
+                              capture_output=True, text=True, env=child_env(), timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    shown = {html.unescape(found) for page in (tmp_path / "site").rglob("*.html")
+             for found in re.findall(r"<code>(prime-runs sync [^<]*)</code>", page.read_text())}
+    assert shown == {"prime-runs sync 'out dir/it'\"'\"'s ü/r'"}, shown
+    synced = _run_as_pasted(shown.pop() + f" --local --db {shlex.quote(str(tmp_path / 'local.db'))}", tmp_path,
+                            child_env())
+    assert synced.returncode == 0 and synced.stdout.startswith("synced "), synced.stdout + synced.stderr

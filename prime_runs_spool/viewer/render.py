@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty, marked=marked)
+    # ``argument``: a path in a command the page hands on to paste, shell-quoted as the command line's are.
+    env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty, marked=marked,
+                       argument=lambda value: shlex.quote(str(value)))
     return env
 
 
