@@ -468,7 +468,7 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
     decides, as it did then (docs/sync.md), so an unchanged run is answered without a pass."""
     import orjson
 
-    from prime_runs_spool.sync.state import sync_dir
+    from prime_runs_spool.sync.state import CHECKSUM_KEY, sync_dir
 
     build_run(tmp_path / "runs" / "old", "old-state", 2, status=None)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
@@ -478,7 +478,7 @@ def test_a_state_from_before_segment_versions_is_still_up_to_date_by_its_size(tm
             state_file, = sync_dir(tmp_path / "runs" / "old").glob("*.json")
             state = orjson.loads(state_file.read_bytes())
             assert state["terminal_version"] is not None
-            del state["terminal_version"]
+            del state["terminal_version"], state[CHECKSUM_KEY]  # neither was kept then
             state_file.write_bytes(orjson.dumps(state))
             assert RunSync(tmp_path / "runs" / "old", client, DEST, SyncOptions()).probe() is not None
             again, = sync_paths([tmp_path / "runs"], client, DEST, SyncOptions())
