@@ -16,6 +16,7 @@ import click
 from .output import Seconds, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.files import shown
 from prime_runs_spool.plural import plural
 from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.sync.command_line import output_option
@@ -71,9 +72,9 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
             if as_json:
                 click.echo(json_report(report.as_json()))
             elif report.error:
-                click.echo(f"error      {report.path} -> {report.url}: {report.error}")
+                click.echo(f"error      {shown(report.path)} -> {shown(report.url)}: {shown(report.error)}")
             else:
-                click.echo(f"uploaded   {report.path} -> {report.url}: {', '.join(report.uploaded)} "
+                click.echo(f"uploaded   {shown(report.path)} -> {shown(report.url)}: {', '.join(report.uploaded)} "
                            f"({report.bytes_sent} bytes){_masked_again(report.masked_again)}")
         sys.stdout.flush()
 

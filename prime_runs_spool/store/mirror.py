@@ -55,7 +55,7 @@ from pathlib import Path
 import orjson
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
-from prime_runs_spool.files import fsync_folder, read_regular_file, replace_private
+from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
@@ -165,6 +165,16 @@ def _run_key(root: Path, run_dir: Path) -> str:
     if relative == Path(".") or relative.name == SPOOL_DIRNAME:
         relative = Path(run_dir.resolve().name)
     return relative.as_posix()
+
+
+def _is_text(key: str) -> bool:
+    """Whether ``key`` can name an object: a path from a folder whose name is not UTF-8
+    carries surrogates, which no store's key (UTF-8 text) can hold."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _target_size(segment: Path) -> tuple[int, bool]:
@@ -388,6 +398,11 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
     for root in roots:
         for run_dir in find_runs([root]):
             key = _run_key(Path(root), run_dir)
+            if not _is_text(key):  # one run's name: its error, never the others'
+                reports.append(MirrorReport(path=str(run_dir), url=store.location(printable(key)), error=(
+                    "its folder's name is not UTF-8, which no object store key can hold; rename the folder "
+                    "(its name in UTF-8) and mirror again")))
+                continue
             report = MirrorReport(path=str(run_dir), url=store.location(key))
             copier = _Copier(store, listed, run_dir, report, memory, masking)
             try:
