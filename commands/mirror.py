@@ -47,7 +47,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     from prime_runs_spool.sync.console import json_report
 
     from prime_runs_spool.errors import StoreError, StoreSetupError
-    from prime_runs_spool.store.mirror import DEFAULT_INTERVAL, mirror as run_mirror
+    from prime_runs_spool.store.mirror import DEFAULT_INTERVAL, mirror as run_mirror, refuse_store_inside
     from prime_runs_spool.content.remask import copy_masking
     from prime_runs_spool.store.objects import ObjectStore
 
@@ -79,6 +79,7 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
         sys.stdout.flush()
 
     try:
+        refuse_store_inside(roots, urls[0])
         store = ObjectStore(urls[0])
         run_mirror(roots, store, interval=interval or DEFAULT_INTERVAL, once=once,
                    stop=stopped.wait, on_pass=show, masking=copy_masking)

@@ -33,3 +33,21 @@ def test_a_run_whose_name_is_not_utf8_is_its_own_error_and_the_others_are_mirror
                           "(its name in UTF-8) and mirror again"), error
     assert (store / "good" / "spool" / "seg-000001.jsonl").is_file(), "the other run was mirrored"
     assert sorted(os.listdir(store)) == ["good"]
+
+
+@pytest.mark.parametrize("inside", ["store", "."])
+def test_a_folder_store_inside_the_tree_it_mirrors_is_refused_before_anything_is_copied(
+        tmp_path: Path, inside: str) -> None:
+    """``prime-runs mirror outputs file://$PWD/outputs/backup`` found, at every pass, the
+    copies the last one made as runs, and copied them again a level deeper
+    (``backup/backup/backup/...``) until the disk was full. It is bad usage now."""
+    root = tmp_path / "runs"
+    build_run(root / "r", "store-inside", 2)
+    store = (root / inside).resolve()
+    result = subprocess.run(CLI + ["mirror", "--once", str(root), store.as_uri()], capture_output=True, text=True,
+                            env=child_env(), timeout=120)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr == (f"prime-runs: {store.as_uri()} is inside {root}, which it mirrors: every pass would "
+                             "copy its own copies again; give a store outside the paths mirrored\n"), result.stderr
+    assert sorted(os.listdir(root)) == ["r"], "nothing copied"
+    assert not (root / "r" / "spool" / "mirror.json").exists()

@@ -54,14 +54,15 @@ from pathlib import Path
 
 import orjson
 
-from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError
-from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private
+from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError, StoreSetupError
+from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private, shown
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
 from prime_runs_spool.spool.reader import Record
 from prime_runs_spool.spool.rewrite import RecordChange, rewrite_segment
 from prime_runs_spool.spool.writer_state import make_durable, writer_alive
+from prime_runs_spool.store.local_files import local_root
 from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import LIVE_MARKER_SUFFIX, LIVE_MARKER_TTL, live_marker_key, marker_fresh
@@ -383,6 +384,20 @@ class _Copier:
             raise
         self.report.uploaded.append(segment.name)
         self.report.bytes_sent += size
+
+
+def refuse_store_inside(roots: Iterable[Path], url: str) -> None:
+    """:class:`StoreSetupError` for a ``file://`` store at or below a folder it mirrors: every
+    pass would find the copies of the last as runs and copy them again, a level deeper each
+    time, until the disk is full."""
+    if not url.startswith("file://"):
+        return
+    folder = local_root(url).resolve()
+    for root in roots:
+        where = Path(root).resolve()
+        if folder == where or where in folder.parents:
+            raise StoreSetupError(f"{url} is inside {shown(str(root))}, which it mirrors: every pass would copy its "
+                                  "own copies again; give a store outside the paths mirrored")
 
 
 def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory | None = None, *,
