@@ -494,7 +494,9 @@ class PlatformClient:
     def trace_run_episode_ids(self, run_id: str) -> list[str]:
         """The ids of the episodes a Prime Traces run holds (its episode listing, every page),
         read on this client's own connection. Empty when the account has no Prime Traces or
-        the key may not read it (a ``403``): then nothing is known to be there."""
+        the key may not read it (a ``403``): then nothing is known to be there. A ``404`` (no
+        such route) is raised like any failure: whether it means "nothing there" or "cannot
+        tell" is the caller's to say (sync/sinks/traces.py, ``TracesSink._listing``)."""
         from prime_runs_spool.platform_api.traces_probe import PROBE_PATH, TEAM_HEADER
 
         url = self.settings.traces_base_url.rstrip("/") + PROBE_PATH

@@ -107,19 +107,40 @@ class TracesSink(AddressedSink):
 
     def holds_run(self) -> bool:
         """Asked of an evaluation found again with no state that names its sink: without it,
-        ``--to samples`` (or ``auto`` falling back) would push the episodes a second time. A
-        platform with no Prime Traces route (its listing answers 404) holds nothing there."""
-        def listed() -> list[str]:
-            try:
-                return self.episodes_there()
-            except PlatformError as exc:
-                if exc.status == HTTPStatus.NOT_FOUND:
-                    return []
-                raise
-        return bool(self.context.protocol.retry(f"listing the episodes {self.title} holds for the run", listed))
+        ``--to samples`` (or ``auto`` falling back) would push the episodes a second time.
+        Where the listing cannot be asked (:meth:`_listing` is None), the run's episodes
+        are not seen, and nothing is held there: the limit docs/sync.md states for an
+        account without Prime Traces."""
+        listed = self.context.protocol.retry(f"listing the episodes {self.title} holds for the run", self._listing)
+        return bool(listed)
 
     def episodes_there(self) -> list[str]:
-        return self.context.client.trace_run_episode_ids(self.context.run_id)
+        """For reconciling a run sent here (``settle``). Where the listing cannot be asked,
+        the pass cannot tell which episodes the run holds, and stops: read as "none", every
+        batch would go again and be counted pushed now, and a run adopted from vf-eval's
+        own push would have its episodes stored twice."""
+        listed = self._listing()
+        if listed is None:
+            raise SyncError(f"the episode listing of {self.title} answered 404 (no such route), so which of this "
+                            "run's episodes it holds cannot be told and none was sent again; check the Prime Traces "
+                            "URL (PRIME_TRACES_URL, or traces_url in the config file)")
+        return listed
+
+    def _listing(self) -> list[str] | None:
+        """The ids of the episodes the platform's Prime Traces run holds; None when the
+        platform has no such listing (it answers 404: a platform without the route).
+
+        The 404 is read here, not beside the 403 in ``PlatformClient.trace_run_episode_ids``:
+        the client answers "nothing there" for a 403 (the account has Prime Traces off, and
+        its uploads are refused alike, so the upload tells), but a missing route says nothing
+        of what was sent, and what that means is the caller's: "nothing held" to
+        :meth:`holds_run`, "cannot tell" to :meth:`episodes_there`."""
+        try:
+            return self.context.client.trace_run_episode_ids(self.context.run_id)
+        except PlatformError as exc:
+            if exc.status == HTTPStatus.NOT_FOUND:
+                return None
+            raise
 
     def encode(self, record: Any) -> bytes:
         from prime_runs_spool.platform_api.traces import RUN_TYPE, encode_line, stamp_run

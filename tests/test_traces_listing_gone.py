@@ -1,0 +1,75 @@
+"""A run pushed to Prime Traces, its sync state lost, synced again while the service's
+episode listing answers 404 (a deployment without that route): the pass cannot tell which
+episodes the run holds there, so it stops and says so. It resends nothing to Prime Traces
+and pushes nothing to samples.
+
+In process, against the embedded local platform with its traces service on, over HTTP: the
+listing's 404 is the platform's own answer to a path it does not serve."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from support.runs import build_run
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+from prime_runs_spool.platform_api.traces_probe import PROBE_PATH
+from prime_runs_spool.sync.many import sync_run
+from prime_runs_spool.sync.options import TRACES, RunReport, SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import local_destination
+
+
+class ListingGoneClient(PlatformClient):
+    """A client of a platform whose Prime Traces episode listing is gone: each GET of it goes
+    to a path the platform does not serve, which answers 404; uploads and the evaluations
+    API go where they always did."""
+
+    def _get(self, url: str, **options: Any) -> httpx.Response:
+        if url.endswith(PROBE_PATH):
+            url += "-gone"
+        return super()._get(url, **options)
+
+
+def _sync(platform: EmbeddedPlatform, db: Path, run_dir: Path, to: str,
+          client_type: type[PlatformClient] = PlatformClient) -> RunReport:
+    settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                        frontend_url=platform.base_url)
+    with client_type(settings, timeout=10) as client:
+        return sync_run(run_dir, client, local_destination(db, None),
+                        SyncOptions(to=to, traces_batch_bytes=8_000, request_lifetime=0.5,
+                                    backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)))
+
+
+def _replays(db: Path) -> int:
+    """How many uploads the traces service answered by replaying a committed receipt."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (replays,) = conn.execute("SELECT COALESCE(SUM(replays), 0) FROM trace_uploads").fetchone()
+    return replays
+
+
+@pytest.mark.parametrize("to", [TRACES, "auto"])
+def test_a_lost_state_reconcile_whose_listing_answers_404_stops_and_resends_nothing(tmp_path: Path, to: str) -> None:
+    builder = build_run(tmp_path / "runs" / "run", f"listing-gone-{to}", 20)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        first = _sync(platform, db, builder.run_dir, TRACES)
+        assert (first.state, first.store, first.pushed_now) == ("synced", TRACES, 20), first
+        for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+            path.unlink()
+
+        again = _sync(platform, db, builder.run_dir, to, ListingGoneClient)
+        assert again.state == "error", again
+        assert again.error == ("the episode listing of Prime Traces answered 404 (no such route), so which of this "
+                               "run's episodes it holds cannot be told and none was sent again; check the Prime Traces "
+                               "URL (PRIME_TRACES_URL, or traces_url in the config file)"), again.error
+        assert (again.pushed_now, again.bytes_sent) == (0, 0), again
+        assert _replays(db) == 0, "no batch was sent to Prime Traces again"
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()
+        assert evaluation["total_samples"] == 0, "nothing went to samples"
