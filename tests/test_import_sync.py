@@ -219,69 +219,24 @@ def many_episodes(run_dir: Path, count: int) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
-@pytest.mark.slow
-def test_a_signal_during_syncs_import_step_stops_it_within_seconds_and_the_next_sync_finishes(tmp_path: Path) -> None:
-    """SIGINT while sync imports a large ``traces.jsonl``: the import went on to its end
-    (seconds to minutes) before the command stopped. It stops at its next batch now, exit
-    130 with the interrupted line, and the next sync imports the rest and ships each episode
-    once."""
+#: Episodes in the ``traces.jsonl`` a signal stops the import of: seconds of work, so that
+#: the signal meets the import part way.
+MANY = 15_000
+
+
+def interrupted_while_importing(tmp_path: Path, command: str, *options: str
+                                ) -> tuple[Path, Path, subprocess.CompletedProcess[str], float]:
+    """``prime-runs COMMAND ARTIFACT OPTIONS...`` started on the vf040 outputs holding MANY
+    episodes, and sent SIGINT once the import has spooled 100 kB of them: the artifact, the
+    run's folder, the command's outcome and the seconds from the signal to its exit."""
     import signal
     import time
 
-    from prime_runs_spool import read_run
-    from prime_runs_spool.local_platform.store import Store
-
-    total = 15_000
     root = tree(tmp_path, "vf040-completed")
     run_dir = root / "vf040-completed"
-    many_episodes(run_dir, total)
-    db = tmp_path / "p.db"
-    sync = subprocess.Popen(CLI + ["sync", str(root), "--local", "--db", str(db)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
-    segment = run_dir / "spool" / "seg-000001.jsonl"
-    deadline = time.monotonic() + 120
-    while not (segment.exists() and segment.stat().st_size > 100_000):
-        assert sync.poll() is None and time.monotonic() < deadline, sync.communicate()
-        time.sleep(0.01)
-    sync.send_signal(signal.SIGINT)
-    asked = time.monotonic()
-    _, err = sync.communicate(timeout=120)
-    took = time.monotonic() - asked
-    assert sync.returncode == 130, err
-    assert took < 3.0, f"{took:.1f} s from SIGINT to exit"
-    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
-    assert "Traceback" not in err
-    assert read_run(run_dir).episodes_count < total  # stopped part way
-    again = cli("sync", str(root), "--local", "--db", str(db), "--json")
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
-    [run] = json.loads(again.stdout)["runs"]
-    assert (run["state"], run["pushed_total"]) == ("synced", total)
-    store = Store(db)
-    try:
-        [evaluation], _ = store.list_evaluations(skip=0, limit=10)
-        bodies, _ = store.list_samples(evaluation["evaluation_id"], offset=0, limit=2 * total)
-    finally:
-        store.close()
-    ids = [json.loads(body)["sample_id"] for body in bodies]
-    assert len(ids) == len(set(ids)) == total
-
-
-@pytest.mark.slow
-def test_a_signal_stops_prime_runs_import_at_its_next_batch_with_exit_130(tmp_path: Path) -> None:
-    """Ctrl-C of ``prime-runs import``: click's ``Aborted!`` and exit 1, the spool left
-    unsealed. Now: the spool sealed ``cancelled`` at the batch, the run's line, one line
-    saying what is left, exit 130; the next import appends the rest, sealed as the source."""
-    import signal
-    import time
-
-    from prime_runs_spool import read_run
-
-    total = 15_000
-    root = tree(tmp_path, "vf040-completed")
-    run_dir = root / "vf040-completed"
-    many_episodes(run_dir, total)
-    started = subprocess.Popen(CLI + ["import", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=child_env())
+    many_episodes(run_dir, MANY)
+    started = subprocess.Popen(CLI + [command, str(root), *options], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=child_env())
     segment = run_dir / "spool" / "seg-000001.jsonl"
     deadline = time.monotonic() + 120
     while not (segment.exists() and segment.stat().st_size > 100_000):
@@ -290,14 +245,58 @@ def test_a_signal_stops_prime_runs_import_at_its_next_batch_with_exit_130(tmp_pa
     started.send_signal(signal.SIGINT)
     asked = time.monotonic()
     out, err = started.communicate(timeout=120)
+    took = time.monotonic() - asked
+    return root, run_dir, subprocess.CompletedProcess(started.args, started.returncode, out, err), took
+
+
+@pytest.mark.slow
+def test_a_signal_during_syncs_import_step_stops_it_within_seconds_and_the_next_sync_finishes(tmp_path: Path) -> None:
+    """SIGINT while sync imports a large ``traces.jsonl``: the import went on to its end
+    (seconds to minutes) before the command stopped. It stops at its next batch now, exit
+    130 with the interrupted line, and the next sync imports the rest and ships each episode
+    once."""
+    from prime_runs_spool import read_run
+    from prime_runs_spool.local_platform.store import Store
+
+    db = tmp_path / "p.db"
+    root, run_dir, sync, took = interrupted_while_importing(tmp_path, "sync", "--local", "--db", str(db))
+    err = sync.stderr
+    assert sync.returncode == 130, err
+    assert took < 3.0, f"{took:.1f} s from SIGINT to exit"
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted: "), err
+    assert "Traceback" not in err
+    assert read_run(run_dir).episodes_count < MANY  # stopped part way
+    again = cli("sync", str(root), "--local", "--db", str(db), "--json")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    [run] = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["pushed_total"]) == ("synced", MANY)
+    store = Store(db)
+    try:
+        [evaluation], _ = store.list_evaluations(skip=0, limit=10)
+        bodies, _ = store.list_samples(evaluation["evaluation_id"], offset=0, limit=2 * MANY)
+    finally:
+        store.close()
+    ids = [json.loads(body)["sample_id"] for body in bodies]
+    assert len(ids) == len(set(ids)) == MANY
+
+
+@pytest.mark.slow
+def test_a_signal_stops_prime_runs_import_at_its_next_batch_with_exit_130(tmp_path: Path) -> None:
+    """Ctrl-C of ``prime-runs import``: click's ``Aborted!`` and exit 1, the spool left
+    unsealed. Now: the spool sealed ``cancelled`` at the batch, the run's line, one line
+    saying what is left, exit 130; the next import appends the rest, sealed as the source."""
+    from prime_runs_spool import read_run
+
+    root, run_dir, started, took = interrupted_while_importing(tmp_path, "import")
+    out, err = started.stdout, started.stderr
     assert started.returncode == 130, out + err
-    assert time.monotonic() - asked < 3.0
+    assert took < 3.0
     assert out.startswith(f"interrupted {run_dir}: stopped by a signal part way"), out
     assert err.strip().splitlines()[-1] == ("prime-runs: interrupted: 0 runs done, the rest left; run the same "
                                             "prime-runs import again to carry on"), err
     stopped = read_run(run_dir)
-    assert stopped.status == "cancelled" and stopped.episodes_count < total
+    assert stopped.status == "cancelled" and stopped.episodes_count < MANY
     again = cli("import", str(root))
     assert again.returncode == 0 and again.stdout.startswith("appended "), again.stdout + again.stderr
     finished = read_run(run_dir)
-    assert (finished.status, finished.episodes_count) == ("completed", total)
+    assert (finished.status, finished.episodes_count) == ("completed", MANY)

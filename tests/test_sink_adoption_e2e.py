@@ -38,35 +38,6 @@ def held(api: httpx.Client, evaluation_id: str) -> tuple[list[str], int]:
     return sorted(item["episode_id"] for item in episodes), samples
 
 
-@pytest.mark.slow
-def test_a_run_in_traces_with_its_state_lost_is_never_pushed_to_samples(tmp_path: Path) -> None:
-    builder = build_run(tmp_path / "runs" / "run", "in-traces", 6)
-    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
-            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        first = sync(server.base_url, tmp_path / "runs", "traces", tmp_path / "cache1")
-        assert first.returncode == 0, first.stdout + first.stderr
-        (evaluation,) = evaluations_of(api, builder.run_id)
-        evaluation_id = evaluation["evaluation_id"]
-        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
-
-        for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
-            path.unlink()
-        refused = sync(server.base_url, tmp_path / "runs", "samples", tmp_path / "cache2")
-        assert refused.returncode == 1, refused.stdout + refused.stderr
-        (report,) = json.loads(refused.stdout)["runs"]
-        assert report["state"] == "error" and "went to traces" in report["error"], report
-        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
-
-        for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
-            path.unlink()
-        followed = sync(server.base_url, tmp_path / "runs", "auto", tmp_path / "cache3")
-        assert followed.returncode == 0, followed.stdout + followed.stderr
-        (report,) = json.loads(followed.stdout)["runs"]
-        assert (report["store"], report["pushed_now"], report["evaluation_id"]) == ("traces", 0, evaluation_id)
-        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
-        assert len(evaluations_of(api, builder.run_id)) == 1
-
-
 def lose_state(builder) -> None:
     for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
         path.unlink()
@@ -84,6 +55,49 @@ def refused(result: subprocess.CompletedProcess[str], said: str) -> dict:
     (report,) = json.loads(result.stdout)["runs"]
     assert report["state"] == "error" and said in report["error"] and "\n" not in report["error"], report
     return report
+
+
+def synced(result: subprocess.CompletedProcess[str]) -> dict:
+    """The one run's report of a sync that ended well (exit 0)."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    (report,) = json.loads(result.stdout)["runs"]
+    return report
+
+
+def killed_with_its_first_upload_held(proxy: FaultProxy, runs: Path, cache: Path) -> None:
+    """``sync --to auto`` of ``runs`` through ``proxy`` (which holds the first upload to
+    Prime Traces), SIGKILLed once that upload is held: the evaluation created, naming traces,
+    nothing in it."""
+    proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(cache)))
+    deadline = time.monotonic() + 60
+    while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proxy.holding(), "the first upload never came"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_a_run_in_traces_with_its_state_lost_is_never_pushed_to_samples(tmp_path: Path) -> None:
+    builder = build_run(tmp_path / "runs" / "run", "in-traces", 6)
+    runs = tmp_path / "runs"
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        synced(sync(server.base_url, runs, "traces", tmp_path / "cache1"))
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        evaluation_id = evaluation["evaluation_id"]
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+
+        lose_state(builder)
+        refused(sync(server.base_url, runs, "samples", tmp_path / "cache2"), "went to traces")
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+
+        lose_state(builder)
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache3"))
+        assert (report["store"], report["pushed_now"], report["evaluation_id"]) == ("traces", 0, evaluation_id)
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+        assert len(evaluations_of(api, builder.run_id)) == 1
 
 
 @pytest.mark.slow
@@ -118,9 +132,7 @@ def test_a_run_in_traces_found_again_where_traces_is_off_is_never_pushed_to_samp
 
     with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        back = sync(server.base_url, runs, "auto", tmp_path / "back")
-        assert back.returncode == 0, back.stdout + back.stderr
-        (report,) = json.loads(back.stdout)["runs"]
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "back"))
         assert (report["store"], report["pushed_now"], report["evaluation_id"]) == ("traces", 0, evaluation_id)
         assert held(api, evaluation_id) == (sorted(builder.ids), 0)
 
@@ -131,9 +143,7 @@ def test_a_run_on_a_platform_without_traces_names_samples_and_is_followed_there(
     runs, db = tmp_path / "runs", tmp_path / "platform.db"
     with platform_process.running(db, "--token", TOKEN) as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        first = sync(server.base_url, runs, "auto", tmp_path / "cache1")
-        assert first.returncode == 0, first.stdout + first.stderr
-        (report,) = json.loads(first.stdout)["runs"]
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache1"))
         assert (report["state"], report["store"], report["pushed_total"]) == ("synced", "samples", 5)
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "samples"
@@ -141,9 +151,7 @@ def test_a_run_on_a_platform_without_traces_names_samples_and_is_followed_there(
     lose_state(builder)
     with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
-        assert again.returncode == 0, again.stdout + again.stderr
-        (report,) = json.loads(again.stdout)["runs"]
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache2"))
         assert (report["store"], report["pushed_now"]) == ("samples", 0), report
         assert held(api, evaluation["evaluation_id"]) == ([], 5)
         assert len(evaluations_of(api, builder.run_id)) == 1
@@ -158,24 +166,14 @@ def test_a_sync_killed_between_the_create_and_its_first_batch_still_stores_each_
     with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         with FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy:
-            proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL,
-                                    env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
-            deadline = time.monotonic() + 60
-            while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert proxy.holding(), "the first upload never came"
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            killed_with_its_first_upload_held(proxy, runs, tmp_path / "cache1")
         (evaluation,) = evaluations_of(api, builder.run_id)
         evaluation_id = evaluation["evaluation_id"]
         assert evaluation["metadata"]["prime_runs_sink"] == "traces"
         assert held(api, evaluation_id) == ([], 0)
 
         lose_state(builder)
-        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
-        assert again.returncode == 0, again.stdout + again.stderr
-        (report,) = json.loads(again.stdout)["runs"]
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache2"))
         assert (report["state"], report["store"], report["evaluation_id"]) == ("synced", "traces", evaluation_id)
         episodes = api.get("/episodes", params={"run_id": evaluation_id, "limit": 100}).json()["items"]
         assert sorted(item["episode_id"] for item in episodes) == sorted(builder.ids)
@@ -196,27 +194,15 @@ def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_f
     with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
             FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy:
         port = int(proxy.base_url.rsplit(":", 1)[1])
-        proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL,
-                                env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
-        deadline = time.monotonic() + 60
-        while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert proxy.holding(), "the first upload never came"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        killed_with_its_first_upload_held(proxy, runs, tmp_path / "cache1")
     with platform_process.running(db, "--token", TOKEN) as server, FaultProxy(server.base_url, port=port) as proxy, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        moved = sync(proxy.base_url, runs, "auto", tmp_path / "cache1")
-        assert moved.returncode == 0, moved.stdout + moved.stderr
-        (report,) = json.loads(moved.stdout)["runs"]
+        report = synced(sync(proxy.base_url, runs, "auto", tmp_path / "cache1"))
         assert (report["state"], report["store"], report["pushed_now"]) == ("synced", "samples", 6), report
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "samples"
         lose_state(builder)
-        again = sync(server.base_url, runs, "auto", tmp_path / "cache2")
-        assert again.returncode == 0, again.stdout + again.stderr
-        (report,) = json.loads(again.stdout)["runs"]
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache2"))
         assert (report["store"], report["pushed_now"]) == ("samples", 0), report
         assert sample_rows(api, evaluation["evaluation_id"]) == 6
         assert len(evaluations_of(api, builder.run_id)) == 1
@@ -255,23 +241,13 @@ def test_a_run_whose_first_traces_batch_is_in_doubt_is_never_sent_to_samples(tmp
     with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
             FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL,
-                                env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
-        deadline = time.monotonic() + 60
-        while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert proxy.holding(), "the first upload never came"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        killed_with_its_first_upload_held(proxy, runs, tmp_path / "cache1")
         assert proxy.release_held()  # the batch lands after all; its answer is lost
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
 
         refused(sync(proxy.base_url, runs, "samples", tmp_path / "cache1"), "went to traces on this destination")
         assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
-        done = sync(proxy.base_url, runs, "auto", tmp_path / "cache1")
-        assert done.returncode == 0, done.stdout + done.stderr
-        (report,) = json.loads(done.stdout)["runs"]
+        report = synced(sync(proxy.base_url, runs, "auto", tmp_path / "cache1"))
         assert (report["state"], report["store"]) == ("synced", "traces"), report
         assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
