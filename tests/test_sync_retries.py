@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from prime_runs_spool.sync.retry import Backoff
 from support.env import CLI, child_env
 from support.runs import build_run
 from support.sync_e2e import TOKEN, server, sync_cmd  # noqa: F401
@@ -327,3 +328,43 @@ def test_a_platform_that_never_answers_is_said_within_seconds_not_after_the_time
     assert line == (f"prime-runs: the platform at {silent.url} did not answer within 5 s; going on: each request "
                     "waits up to 60 s for its answer (--timeout), and every retry is told\n"), line
     assert TOKEN not in "".join(lines)
+
+
+def test_a_streak_of_failures_counts_from_its_first_request_sent_not_from_its_failure() -> None:
+    """``--retry-for`` bounds the failures on a platform: the wait for an answer that never
+    came is part of them. A request sent at 0 that failed at 120 (a whole ``--timeout``)
+    spent 120 s of a 20 s ``retry_for``: no retry. Counted from its failure, it was tried
+    once more, for another whole timeout."""
+    clock = [0.0]
+    backoff = Backoff(base=0.1, cap=0.2, retry_for=20.0, monotonic=lambda: clock[0])
+    sent = backoff.monotonic()
+    clock[0] = 120.0
+    assert backoff.next_wait("listing evaluations", "timed out", 1, sent=sent) is None
+    # An answer to another run's request at 50 s: the platform was up then, the streak
+    # begins no earlier, and each try's answer is bounded by what is left of it.
+    backoff = Backoff(base=0.1, cap=0.2, retry_for=20.0, monotonic=lambda: clock[0])
+    clock[0] = 50.0
+    backoff.answered()
+    clock[0] = 60.0
+    assert backoff.time_left() is None  # no streak: the transport's timeout alone
+    assert backoff.next_wait("listing evaluations", "timed out", 1, sent=0.0) is not None
+    assert backoff.time_left() == pytest.approx(10.0)
+
+
+@pytest.mark.slow
+def test_retry_for_bounds_a_platform_that_takes_the_connection_and_never_answers(tmp_path: Path, silent) -> None:
+    """A CI sync against a platform that accepts every connection and never answers, with
+    ``--timeout 10 --retry-for 12``: the run gives up about 12 s after its first request
+    (the key check's own 5 s before it), its retry's wait for an answer cut to what is left
+    of the 12 s. It took three whole timeouts (about 35 s): the streak was counted from the
+    first failure, and each retry waited the whole ``--timeout``."""
+    build_run(tmp_path / "outputs" / "run", "silent-bounded", 2)
+    started = time.monotonic()
+    ran = subprocess.run(CLI + ["sync", str(tmp_path / "outputs"), "--base-url", silent.url, "--to", "samples",
+                                "--json", "--timeout", "10", "--retry-for", "12", "--backoff-cap", "0.2"],
+                         capture_output=True, text=True, timeout=120, env=child_env(PRIME_API_KEY=TOKEN))
+    took = time.monotonic() - started
+    assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert "still failing after" in ran.stdout and "the state is saved" in ran.stdout, ran.stdout
+    assert took < 26, f"{took:.1f} s for --retry-for 12 and --timeout 10"  # 5 + 12, and a loaded machine's slack
+    assert "Traceback" not in ran.stderr and TOKEN not in ran.stderr + ran.stdout, ran.stderr

@@ -22,6 +22,8 @@ from typing import Any
 import httpcore
 import httpx
 
+from prime_runs_spool.platform_api.answer_cap import answer_cap
+
 _answer = threading.local()
 
 
@@ -89,5 +91,6 @@ class AnswerDeadlineTransport(httpx.HTTPTransport):
         self._pool._network_backend = _Backend()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        _AnswerDeadline.reset(self._budget)
+        cap = answer_cap()
+        _AnswerDeadline.reset(self._budget if cap is None else max(0.0, min(self._budget, cap)))
         return super().handle_request(request)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import FailureKind, PlatformError, SyncError
+from prime_runs_spool.platform_api.answer_cap import answers_within
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.retry import Wait
@@ -218,17 +219,20 @@ class Protocol:
         """Run an idempotent call, retrying every failure that is not fatal. ``passing``:
         failures raised as they are, for the caller to act on (a sink found unavailable)."""
         attempt = 0
+        backoff = self.options.backoff
         while True:
             self.checkpoint()
+            sent = backoff.monotonic()
             try:
-                answer = call()
+                with answers_within(backoff.time_left()):
+                    answer = call()
             except passing:
                 raise
             except PlatformError as exc:
                 attempt += 1
                 if exc.kind is FailureKind.FATAL:
                     raise _give_up(what, exc, attempt) from None
-                self.back_off(what, exc, attempt)
+                self.back_off(what, exc, attempt, sent)
                 continue
             self.options.backoff.answered()
             return answer
@@ -239,12 +243,12 @@ class Protocol:
         (sync/interrupt.py, the follower's), so sleeping no time at all is the question."""
         self.sleep(0.0)
 
-    def back_off(self, what: str, exc: PlatformError, attempt: int) -> None:
-        """After failure number ``attempt`` of a request: wait (told to whoever watches the
-        retries, sync/retry.py) before the next try, or give up when the attempts or the
-        time allowed are spent."""
+    def back_off(self, what: str, exc: PlatformError, attempt: int, sent: float | None = None) -> None:
+        """After failure number ``attempt`` of a request sent at ``sent`` (the backoff's
+        clock): wait (told to whoever watches the retries, sync/retry.py) before the next
+        try, or give up when the attempts or the time allowed are spent."""
         backoff = self.options.backoff
-        wait = backoff.next_wait(what, str(exc), attempt, exc.retry_after)
+        wait = backoff.next_wait(what, str(exc), attempt, exc.retry_after, sent)
         if wait is None:
             raise _give_up(what, exc, attempt, backoff.gave_up_after()) from None
         self.sleep(wait)
@@ -280,9 +284,11 @@ class Protocol:
             if gate is None:
                 self.save()
             self._sent = (sent_at, self.monotonic())
+            sent = self.options.backoff.monotonic()
             try:
                 try:
-                    answer = send(gate or _written) if gated else send()
+                    with answers_within(self.options.backoff.time_left()):
+                        answer = send(gate or _written) if gated else send()
                 finally:
                     if gate is not None:
                         gate()  # the write is over whatever became of the request; its failure wins
@@ -300,7 +306,7 @@ class Protocol:
                         sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):
                     return LANDED
                 attempt += 1
-                self.back_off(what, exc, attempt)
+                self.back_off(what, exc, attempt, sent)
                 continue
             self.options.backoff.answered()
             return answer

@@ -81,8 +81,12 @@ class Backoff:
     on_wait: Callable[[Wait], None] | None = None
     rng: random.Random = field(default_factory=random.Random)
     monotonic: Callable[[], float] = time.monotonic
-    #: When the current streak of failures began (None: the last request was answered).
+    #: When the current streak of failures began (None: the last request was answered):
+    #: when its first failed request was sent, so that the wait for that request's answer
+    #: counts against ``retry_for`` too.
     _failing_since: float | None = field(default=None, init=False, repr=False)
+    #: When a request was last answered: a streak begins no earlier.
+    _answered_at: float = field(default=float("-inf"), init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
@@ -95,15 +99,30 @@ class Backoff:
 
     def answered(self) -> None:
         """A request got an answer: the platform is up, the streak of failures is over."""
-        self._failing_since = None
+        with self._lock:
+            self._failing_since = None
+            self._answered_at = self.monotonic()
 
-    def next_wait(self, what: str, why: str, attempt: int, retry_after: float | None = None) -> float | None:
-        """After failure number ``attempt`` of one request: the wait before trying again
-        (told to ``on_retry``), or None when it is time to give up."""
+    def time_left(self) -> float | None:
+        """Seconds of ``retry_for`` left to the current streak of failures (None: no streak,
+        or no such bound): what a retry's wait for its answer may take at most."""
+        since = self._failing_since
+        if since is None or self.retry_for is None:
+            return None
+        return max(0.0, self.retry_for - (self.monotonic() - since))
+
+    def next_wait(self, what: str, why: str, attempt: int, retry_after: float | None = None,
+                  sent: float | None = None) -> float | None:
+        """After failure number ``attempt`` of one request, sent at ``sent`` (``monotonic``;
+        None: now): the wait before trying again (told to ``on_retry``), or None when it is
+        time to give up. A streak begins when its first failed request was sent (no earlier
+        than the last answer): a platform that takes the connection and never answers has
+        failed for the whole wait."""
         with self._lock:
             now = self.monotonic()
             if self._failing_since is None:
-                self._failing_since = now
+                began = now if sent is None else max(sent, self._answered_at)
+                self._failing_since = min(began, now)
             spent = now - self._failing_since
         if attempt >= self.max_attempts:
             return None
