@@ -1,7 +1,7 @@
 """A run pushed to Prime Traces, its sync state lost, synced again while the service's
-episode listing answers 404 (a deployment without that route): the pass cannot tell which
-episodes the run holds there, so it stops and says so. It resends nothing to Prime Traces
-and pushes nothing to samples.
+episode listing answers 404 (a deployment without that route), or 403 to a key that may
+write but not read: the pass cannot tell which episodes the run holds there, so it stops
+and says so. It resends nothing to Prime Traces and pushes nothing to samples.
 
 In process, against the embedded local platform with its traces service on, over HTTP: the
 listing's 404 is the platform's own answer to a path it does not serve."""
@@ -34,6 +34,18 @@ class ListingGoneClient(PlatformClient):
     def _get(self, url: str, **options: Any) -> httpx.Response:
         if url.endswith(PROBE_PATH):
             url += "-gone"
+        return super()._get(url, **options)
+
+
+class WriteOnlyKeyClient(PlatformClient):
+    """A client whose key may upload to Prime Traces but not read it: the episode listing
+    answers 403 ``forbidden`` (the service's answer about the key, not ``service_not_enabled``,
+    its answer about the account); everything else goes to the platform as it is."""
+
+    def _get(self, url: str, **options: Any) -> httpx.Response:
+        if url.endswith(PROBE_PATH) and "run_id" in (options.get("params") or {}):
+            return httpx.Response(403, json={"error": {"code": "forbidden", "message": "this key may not read"}},
+                                  request=httpx.Request("GET", url))
         return super()._get(url, **options)
 
 
@@ -73,3 +85,23 @@ def test_a_lost_state_reconcile_whose_listing_answers_404_stops_and_resends_noth
         assert _replays(db) == 0, "no batch was sent to Prime Traces again"
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()
         assert evaluation["total_samples"] == 0, "nothing went to samples"
+
+
+def test_a_lost_state_reconcile_whose_key_may_not_read_the_listing_stops_and_resends_nothing(tmp_path: Path) -> None:
+    """The listing's 403 ``forbidden`` was read as "nothing there": every batch went to the
+    service again, counted pushed now (20), and a run adopted from vf-eval's own push would
+    have had its episodes stored a second time. Only ``service_not_enabled`` means nothing
+    can be there."""
+    builder = build_run(tmp_path / "runs" / "run", "listing-forbidden", 20)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        first = _sync(platform, db, builder.run_dir, TRACES)
+        assert (first.state, first.store, first.pushed_now) == ("synced", TRACES, 20), first
+        for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+            path.unlink()
+
+        again = _sync(platform, db, builder.run_dir, TRACES, WriteOnlyKeyClient)
+        assert again.state == "error", again
+        assert "403" in again.error and "\n" not in again.error, again.error
+        assert (again.pushed_now, again.bytes_sent) == (0, 0), again
+        assert _replays(db) == 0, "no batch was sent to Prime Traces again"

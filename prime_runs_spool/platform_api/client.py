@@ -493,11 +493,14 @@ class PlatformClient:
 
     def trace_run_episode_ids(self, run_id: str) -> list[str]:
         """The ids of the episodes a Prime Traces run holds (its episode listing, every page),
-        read on this client's own connection. Empty when the account has no Prime Traces or
-        the key may not read it (a ``403``): then nothing is known to be there. A ``404`` (no
-        such route) is raised like any failure: whether it means "nothing there" or "cannot
-        tell" is the caller's to say (sync/sinks/traces.py, ``TracesSink._listing``)."""
-        from prime_runs_spool.platform_api.traces_probe import PROBE_PATH, TEAM_HEADER
+        read on this client's own connection. Empty when the account has no Prime Traces
+        (``service_not_enabled``, which refuses its uploads alike): nothing can be there. Any
+        other ``403`` (a key that may write but not read) is raised like any failure: an
+        empty answer there had a reconcile, or the adoption of a run vf-eval pushed, send every
+        episode again. A ``404`` (no such route) is raised too: whether it means "nothing
+        there" or "cannot tell" is the caller's to say (sync/sinks/traces.py,
+        ``TracesSink._listing``)."""
+        from prime_runs_spool.platform_api.traces_probe import PROBE_PATH, TEAM_HEADER, service_not_enabled
 
         url = self.settings.traces_base_url.rstrip("/") + PROBE_PATH
         headers = {TEAM_HEADER: self.settings.team_id} if self.settings.team_id else {}
@@ -511,8 +514,12 @@ class PlatformClient:
                 response = self._get(url, params=params, headers=headers)
             except httpx.TransportError as exc:
                 raise classify_transport_error("GET", PROBE_PATH, exc) from None
-            if response.status_code == 403:
+            if service_not_enabled(response):
                 return []
+            if response.status_code == 403:
+                raise PlatformError(FailureKind.FATAL, f"GET {PROBE_PATH} answered 403: the API key may not read "
+                                    "Prime Traces here, so which episodes it holds cannot be told and none was sent "
+                                    "again; sync with a key that may read it", status=403)
             if response.status_code >= 400:
                 raise classify_response("GET", PROBE_PATH, response, self.settings.api_key)
             page = answers.trace_episodes_page(response, f"GET {PROBE_PATH}")

@@ -40,6 +40,12 @@ def _error_code(response: Any) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
+def service_not_enabled(response: Any) -> bool:
+    """Whether an answer is the service's ``service_not_enabled``: a 403 about the account
+    (Prime Traces off), unlike a 403 about the key (one that may write but not read)."""
+    return response.status_code == 403 and _error_code(response) == SERVICE_NOT_ENABLED
+
+
 class TracesProbe:
     """The answer for one service, shared by the runs of a sync (``PlatformClient.traces_probe``)."""
 
@@ -70,7 +76,7 @@ class TracesProbe:
             except httpx.HTTPError:
                 return True  # no answer from the service: nothing to remember
             if response.status_code == 403:
-                answer = _error_code(response) != SERVICE_NOT_ENABLED
+                answer = not service_not_enabled(response)
             elif response.is_success:
                 answer = True
             else:
