@@ -105,3 +105,20 @@ def test_a_lost_state_reconcile_whose_key_may_not_read_the_listing_stops_and_res
         assert "403" in again.error and "\n" not in again.error, again.error
         assert (again.pushed_now, again.bytes_sent) == (0, 0), again
         assert _replays(db) == 0, "no batch was sent to Prime Traces again"
+
+
+def test_a_listing_gone_is_named_as_a_route_for_every_caller(tmp_path: Path) -> None:
+    """The listing's 404 reaches callers other than the reconcile (the adoption of a run
+    vf-eval pushed) as the platform client words it: it said "the platform does not know this
+    id; if the evaluation was deleted, replay the run with --replay", the advice for an
+    evaluation, which would send every episode again to a new one."""
+    from prime_runs_spool.errors import PlatformError
+
+    with EmbeddedPlatform(tmp_path / "p.db", traces=True) as platform:
+        settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=platform.base_url)
+        with ListingGoneClient(settings, timeout=10) as client:
+            with pytest.raises(PlatformError) as raised:
+                client.trace_run_episode_ids("some-run")
+    assert raised.value.status == 404
+    assert "--replay" not in str(raised.value) and "PRIME_TRACES_URL" in str(raised.value), str(raised.value)

@@ -520,6 +520,10 @@ class PlatformClient:
                 raise PlatformError(FailureKind.FATAL, f"GET {PROBE_PATH} answered 403: the API key may not read "
                                     "Prime Traces here, so which episodes it holds cannot be told and none was sent "
                                     "again; sync with a key that may read it", status=403)
+            if response.status_code == 404:  # the route, not an evaluation: --replay would not help
+                raise PlatformError(FailureKind.FATAL, f"GET {PROBE_PATH} answered 404 (no such route): which "
+                                    "episodes Prime Traces holds of the run cannot be told; check the Prime Traces "
+                                    "URL (PRIME_TRACES_URL, or traces_url in the config file)", status=404)
             if response.status_code >= 400:
                 raise classify_response("GET", PROBE_PATH, response, self.settings.api_key)
             page = answers.trace_episodes_page(response, f"GET {PROBE_PATH}")
