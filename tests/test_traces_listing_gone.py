@@ -66,25 +66,32 @@ def _replays(db: Path) -> int:
     return replays
 
 
-@pytest.mark.parametrize("to", [TRACES, "auto"])
-def test_a_lost_state_reconcile_whose_listing_answers_404_stops_and_resends_nothing(tmp_path: Path, to: str) -> None:
-    builder = build_run(tmp_path / "runs" / "run", f"listing-gone-{to}", 20)
+def _resynced_with_its_state_lost(tmp_path: Path, name: str, to: str,
+                                  client_type: type[PlatformClient]) -> tuple[RunReport, RunReport]:
+    """20 episodes pushed to Prime Traces, the run's sync state deleted, the run synced again
+    with ``to`` through ``client_type``: nothing sent again, to either sink; both reports."""
+    builder = build_run(tmp_path / "runs" / "run", name, 20)
     db = tmp_path / "p.db"
     with EmbeddedPlatform(db, traces=True) as platform:
         first = _sync(platform, db, builder.run_dir, TRACES)
         assert (first.state, first.store, first.pushed_now) == ("synced", TRACES, 20), first
         for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
             path.unlink()
-
-        again = _sync(platform, db, builder.run_dir, to, ListingGoneClient)
-        assert again.state == "error", again
-        assert again.error == ("the episode listing of Prime Traces answered 404 (no such route), so which of this "
-                               "run's episodes it holds cannot be told and none was sent again; check the Prime Traces "
-                               "URL (PRIME_TRACES_URL, or traces_url in the config file)"), again.error
-        assert (again.pushed_now, again.bytes_sent) == (0, 0), again
-        assert _replays(db) == 0, "no batch was sent to Prime Traces again"
+        again = _sync(platform, db, builder.run_dir, to, client_type)
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()
-        assert evaluation["total_samples"] == 0, "nothing went to samples"
+    assert again.state == "error", again
+    assert (again.pushed_now, again.bytes_sent) == (0, 0), again
+    assert _replays(db) == 0, "no batch was sent to Prime Traces again"
+    assert evaluation["total_samples"] == 0, "nothing went to samples"
+    return first, again
+
+
+@pytest.mark.parametrize("to", [TRACES, "auto"])
+def test_a_lost_state_reconcile_whose_listing_answers_404_stops_and_resends_nothing(tmp_path: Path, to: str) -> None:
+    _, again = _resynced_with_its_state_lost(tmp_path, f"listing-gone-{to}", to, ListingGoneClient)
+    assert again.error == ("the episode listing of Prime Traces answered 404 (no such route), so which of this "
+                           "run's episodes it holds cannot be told and none was sent again; check the Prime Traces "
+                           "URL (PRIME_TRACES_URL, or traces_url in the config file)"), again.error
 
 
 def test_a_lost_state_reconcile_whose_key_may_not_read_the_listing_stops_and_resends_nothing(tmp_path: Path) -> None:
@@ -92,19 +99,8 @@ def test_a_lost_state_reconcile_whose_key_may_not_read_the_listing_stops_and_res
     service again, counted pushed now (20), and a run adopted from vf-eval's own push would
     have had its episodes stored a second time. Only ``service_not_enabled`` means nothing
     can be there."""
-    builder = build_run(tmp_path / "runs" / "run", "listing-forbidden", 20)
-    db = tmp_path / "p.db"
-    with EmbeddedPlatform(db, traces=True) as platform:
-        first = _sync(platform, db, builder.run_dir, TRACES)
-        assert (first.state, first.store, first.pushed_now) == ("synced", TRACES, 20), first
-        for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
-            path.unlink()
-
-        again = _sync(platform, db, builder.run_dir, TRACES, WriteOnlyKeyClient)
-        assert again.state == "error", again
-        assert "403" in again.error and "\n" not in again.error, again.error
-        assert (again.pushed_now, again.bytes_sent) == (0, 0), again
-        assert _replays(db) == 0, "no batch was sent to Prime Traces again"
+    _, again = _resynced_with_its_state_lost(tmp_path, "listing-forbidden", TRACES, WriteOnlyKeyClient)
+    assert "403" in again.error and "may not read" in again.error and "\n" not in again.error, again.error
 
 
 def test_a_listing_gone_is_named_as_a_route_for_every_caller(tmp_path: Path) -> None:
