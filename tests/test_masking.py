@@ -818,6 +818,8 @@ def test_the_record_for_writing_is_the_masked_record_along_any_route(episode: An
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutation_sequences(), st.integers(1, 3))
+@example([{"headers": {"A": "SECRET000000"}, "a": {"a": {"headers": float("nan")}}},
+          {"headers": {"A": "SECRET000000"}, "a": {"a": {"headers": None}}}], 1)  # found by Hypothesis
 def test_the_record_for_writing_follows_every_change_of_a_config(sequence, traces) -> None:
     """Episodes whose trace configs repeat and change one value at a time (NaN where a null
     was, 1 where True was, a tuple, a mask already in place): each written as its plain walk."""
@@ -827,6 +829,24 @@ def test_the_record_for_writing_follows_every_change_of_a_config(sequence, trace
             episode = {"id": "e", "traces": [{"agent": {"config": copy.deepcopy(config), "trainable": True},
                                               "task": {"data": {"idx": 0}}} for _ in range(traces)]}
             assert _written(mask_for_writing(episode, rules)) == _written(mask(episode, rules, memo=False))
+
+
+def test_a_config_memoized_holding_nan_answers_none_at_that_place_as_none() -> None:
+    """A config holding NaN at a credential key, seen often enough to be memoized, then the
+    same config holding ``None`` there (serialized alike, ``null``): the memo's entry held the
+    NaN config's plan, which masks the NaN, so ``None`` was written ``"***"`` (by both
+    ``mask`` and ``mask_for_writing``); ``None`` is never masked."""
+    rules = MaskRules.defaults_for_episode()
+
+    def episode(value: Any) -> dict:
+        return {"traces": [{"agent": {"config": {"headers": {"A": "SECRET000000"}, "a": {"headers": value}}}}]}
+
+    for _ in range(3):
+        mask_for_writing(episode(float("nan")), rules)
+        mask(episode(float("nan")), rules)
+    for masked in (mask_for_writing(episode(None), rules), mask(episode(None), rules)):
+        assert orjson.loads(orjson.dumps(masked))["traces"][0]["agent"]["config"]["a"] == {"headers": None}
+    assert orjson.dumps(mask_for_writing(episode(None), rules)) == orjson.dumps(mask(episode(None), rules, memo=False))
 
 
 def test_a_null_in_a_memoized_config_is_told_from_nan() -> None:

@@ -345,14 +345,20 @@ class _Memo:
                 self.seen_once.add(sighting)
                 return entry
             reference = orjson.loads(serialized)  # our own copy: nobody else can mutate it
-            # Equal to ``obj`` and serialized alike, so masked alike, byte for byte.
+            # The entry answers for subtrees equal to the reference (or, without a null,
+            # serialized alike), so it holds the reference's plan: ``obj``'s own may differ
+            # where ``obj`` holds NaN or an infinity (masked at a credential location),
+            # which the reference holds as ``None`` (never masked).
+            # find, not ``in``: ``bytes in bytes`` first tries the needle as an int,
+            # formatting the TypeError that it is not one.
+            has_null = serialized.find(b"null") >= 0
+            if has_null:
+                plan = _plan(reference, rules, states, scoped, memoize=False)
             fragment = None if plan is None else _Fragment(_dumps(_apply(reference, plan)))
             with self.lock:
                 while len(self.plans) >= _MAX_PLANS:
                     self.plans.pop(next(iter(self.plans)))
-                # find, not ``in``: ``bytes in bytes`` first tries the needle as an int,
-                # formatting the TypeError that it is not one.
-                self.plans[key] = (reference, plan, fragment, serialized.find(b"null") >= 0)
+                self.plans[key] = (reference, plan, fragment, has_null)
         return entry
 
 
