@@ -849,6 +849,28 @@ def test_a_config_memoized_holding_nan_answers_none_at_that_place_as_none() -> N
     assert orjson.dumps(mask_for_writing(episode(None), rules)) == orjson.dumps(mask(episode(None), rules, memo=False))
 
 
+_NULLISH_LEAF = st.sampled_from([None, float("nan"), float("inf"), -float("inf"), "SECRETX", 1, 1.0, True, MASK])
+_NULLISH_CONFIG = st.recursive(_NULLISH_LEAF, lambda inner: st.dictionaries(
+    st.sampled_from(["headers", "api_key", "a", "client", "env", "x"]), inner, max_size=3), max_leaves=6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_NULLISH_CONFIG, st.integers(1, 3)), min_size=1, max_size=6))
+@example([({"headers": float("nan")}, 1), ({"headers": None}, 1)])  # found by this property
+def test_configs_whose_values_serialize_alike_are_each_masked_as_a_fresh_walk_masks_them(sequence) -> None:
+    """Configs drawn where the memo's key (the serialization) cannot tell values apart: None,
+    NaN and the infinities all written ``null``, 1 and 1.0 and True each their own, a mask
+    already in place; each seen one to three times in turn. ``mask`` and ``mask_for_writing``
+    each answer as a fresh walk does (the memo once masked a None after a NaN)."""
+    rules = MaskRules.defaults_for_episode()
+    for config, times in sequence:
+        for _ in range(times):
+            episode = {"id": "e", "traces": [{"agent": {"config": copy.deepcopy(config)}}]}
+            walked = mask(episode, rules, memo=False)
+            assert repr(mask(episode, rules)) == repr(walked)
+            assert _written(mask_for_writing(episode, rules)) == _written(walked)
+
+
 def test_a_null_in_a_memoized_config_is_told_from_nan() -> None:
     """orjson writes None, NaN and infinities alike (``null``): a config serialized as the
     memoized one is answered without a comparison only when its serialization holds no null."""
