@@ -176,3 +176,21 @@ class Progress:
         if self.enabled and self._shown:
             sys.stderr.write("\r" + " " * max(72, len(self._shown)) + "\r")
             sys.stderr.flush()
+
+
+class SkippedLinks:
+    """The symbolic links a command's walks passed over that lead out of its paths (an
+    ``OnLink``), each said once on stderr, after the report: a note, not an error, so the
+    exit code stays what the runs make it (docs/cli.md, "Symbolic links")."""
+
+    def __init__(self) -> None:
+        self.links: dict[Path, Path] = {}
+
+    def __call__(self, link: Path, target: Path) -> None:
+        self.links.setdefault(link, target)
+
+    def say(self) -> None:
+        from prime_runs_spool.files import skipped_link_message
+
+        for link, target in self.links.items():
+            click.echo(f"{MESSAGE_PREFIX}{skipped_link_message(link, target)}", err=True)

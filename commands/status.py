@@ -15,7 +15,7 @@ from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
-from .output import fail_usage, require_paths
+from .output import SkippedLinks, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.sync.console import json_report
@@ -53,7 +53,8 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     local = [p for p in paths if not isinstance(p, str)]
     given = require_paths(local or ((Path("."),) if not paths else ()))
     state = default_state_dir(state_dir)
-    runs = statuses(spool_roots(given, state))
+    links = SkippedLinks()
+    runs = statuses(spool_roots(given, state), on_link=links)
     disagreements = {run.path: found for run in runs if (found := disagreement(Path(run.path))) is not None}
     store_empty: list[str] = []
     for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools
@@ -71,6 +72,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     code = 1 if empty and not allow_empty else 0
+    links.say()
     if as_json:
         click.echo(json_report({"runs": [_with_disagreement(run.as_json(), disagreements.get(run.path))
                                           for run in runs],

@@ -15,7 +15,7 @@ import click
 
 from .import_ import nothing_found_message, quiet_library_warnings
 from .options import StateDirPath, allow_empty_option
-from .output import fail_usage, internal_error, leave, require_paths, without_unused_http_extras
+from .output import SkippedLinks, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports, waiting_imports
 from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
                          stopped_following_line, sync_options)
@@ -168,6 +168,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     if interrupt.is_set():
         exit_interrupted([])
     roots = spool_roots(given, state)
+    links = SkippedLinks()
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     reports = []
     try:
@@ -200,7 +201,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                     sys.exit(code)
                 reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update, stop=interrupt, first_pass=check_key_once,
-                                     state_dir=state)
+                                     state_dir=state, on_link=links)
                 if interrupt.is_set():
                     progress.close()
                     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=False)
@@ -219,6 +220,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         code = EXIT_RUN_FAILED
     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,
                   empty=empty)
+    links.say()
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed_imports:

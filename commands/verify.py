@@ -21,7 +21,7 @@ from prime_runs_spool.sync.command_line import output_option
 
 from .options import allow_empty_option, read_state_dir_option
 from .import_ import nothing_found_message
-from .output import require_paths
+from .output import SkippedLinks, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX, NoSuchPathError, SpoolError
 from prime_runs_spool.files import shown
@@ -110,7 +110,8 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     state = default_state_dir(state_dir)
     try:
         local = require_paths(p for p in paths if not isinstance(p, str))
-        verdict = verify_paths(spool_roots(local, state))
+        links = SkippedLinks()
+        verdict = verify_paths(spool_roots(local, state), on_link=links)
         store_empty: list[str] = []
         for url in store_urls(paths):  # s3://bucket/prefix and the like
             from prime_runs_spool.store.verify import verify_store
@@ -134,6 +135,7 @@ def verify(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
         click.echo(json_report(document, indent=True))
     else:
         _print_human(runs, missing)
+    links.say()
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if bad:

@@ -295,14 +295,33 @@ def pass_over(path: Path, exc: OSError) -> None:
     """For a caller with nobody to tell: an unreadable directory has nothing it can read."""
 
 
-def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Path], Iterator[Path]],
-              report: OnUnreadable = pass_over) -> Iterator[Path]:
+#: Told of each symbolic link below the paths that names a folder the walk reaches no other
+#: way (the link as met, its target's real path): what it holds is not found, and the person
+#: who asked is told so (``skipped_link_message``), never left to think it was looked at.
+OnLink = Callable[[Path, Path], None]
+
+
+def skipped_link_message(link: Path, target: Path) -> str:
+    """The one line every command prints for a link ``OnLink`` was told of."""
+    return (f"skipped symbolic link {shown(str(link))} -> {shown(str(target))}: links are not followed; "
+            f"give {shown(str(target))} as a path itself to include what it holds")
+
+
+def each_once(paths: Iterable[str | os.PathLike[str]],
+              found_under: Callable[[Path, Callable[[Path], None] | None], Iterator[Path]],
+              report: OnUnreadable = pass_over, on_link: OnLink | None = None) -> Iterator[Path]:
     """What ``found_under`` finds below each path, each folder once (by its real path); a path
     that does not exist raises :class:`NoSuchPathError`, one that cannot be read is reported.
     One walk meets a folder once (it follows no link), so the real paths are only taken when
-    there are several paths to walk."""
+    there are several paths to walk.
+
+    ``found_under(root, link_met)`` tells ``link_met`` of each link to a folder its walk
+    passed over; ``on_link`` hears, once each, of those whose target lies under none of the
+    paths (a link into the tree, as verifiers' ``logs/latest``, names what the walk reaches
+    anyway, so nothing was missed)."""
     paths = list(paths)
     seen: set[Path] = set()
+    link_met = None if on_link is None else _with_target(links_outside(paths, on_link))
     for given in paths:
         root = Path(given)
         try:
@@ -312,7 +331,7 @@ def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Pa
         except OSError as exc:
             report(root, exc)
             continue
-        for found in found_under(root):
+        for found in found_under(root, link_met):
             if len(paths) == 1:
                 yield found
                 continue
@@ -322,13 +341,42 @@ def each_once(paths: Iterable[str | os.PathLike[str]], found_under: Callable[[Pa
                 yield found
 
 
+def _with_target(on_link: OnLink) -> Callable[[Path], None]:
+    """``on_link`` for a walk, which knows a link's path; its target's real path added."""
+    return lambda link: on_link(link, Path(os.path.realpath(link)))
+
+
+def links_outside(paths: Iterable[str | os.PathLike[str]], on_link: OnLink) -> OnLink:
+    """``on_link``, told once a link, of the links whose target lies under none of ``paths``
+    (their real paths, taken at the first link): a link into the tree names what the walk
+    reaches anyway."""
+    paths = list(paths)
+    told: set[Path] = set()
+    roots: list[str] = []
+
+    def told_of(link: Path, target: Path) -> None:
+        if link in told:
+            return
+        told.add(link)
+        if not roots:
+            roots.extend(os.path.realpath(path) for path in paths)
+        real = os.fspath(target)
+        if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+            on_link(link, target)
+
+    return told_of
+
+
 def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, str], bool],
                  report: OnUnreadable = pass_over,
-                 folder_seen: Callable[[Path], None] | None = None) -> Iterator[Path]:
+                 folder_seen: Callable[[Path], None] | None = None,
+                 link_met: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Folders below ``root`` (itself included) that ``matches``, in name order; symbolic
     links are not followed, and a child folder ``prune(folder, name)`` says no to is not
     entered. A folder that cannot be read is told to ``report`` and not entered; every
-    folder entered that does not match is told to ``folder_seen``.
+    folder entered that does not match is told to ``folder_seen``; every symbolic link to a
+    folder passed over (one ``prune`` would not have refused) is told to ``link_met``, so
+    that what a link leads to is never left out in silence (docs/cli.md, "Symbolic links").
 
     Depth first with a stack of its own, not by recursion: a tree a thousand folders deep
     ended every command in a RecursionError traceback. Each folder's children are looked
@@ -360,15 +408,19 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
         except OSError as exc:
             report(folder, exc)
             continue
-        pending.append(_child_folders(folder, entries, prune, report))
+        pending.append(_child_folders(folder, entries, prune, report, link_met))
 
 
 def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callable[[Path, str], bool],
-                   report: OnUnreadable) -> Iterator[Path]:
+                   report: OnUnreadable, link_met: Callable[[Path], None] | None) -> Iterator[Path]:
     """The entries of ``folder`` that ``walk_folders`` enters, each judged only when reached."""
     for entry in entries:
         try:
-            if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink():
+                if link_met is not None and _names_folder(entry) and not prune(folder, entry.name):
+                    link_met(folder / entry.name)
+                continue
+            if not entry.is_dir(follow_symlinks=False):
                 continue
             if prune(folder, entry.name):
                 continue
@@ -378,3 +430,11 @@ def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callabl
         yield folder / entry.name  # the folder's parts reused, not the whole path parsed again
 
 
+
+
+def _names_folder(link: os.DirEntry[str]) -> bool:
+    """Whether a symbolic link leads to a folder (a dangling one, or one to a file, does not)."""
+    try:
+        return link.is_dir(follow_symlinks=True)
+    except OSError:
+        return False

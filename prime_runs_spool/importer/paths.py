@@ -13,11 +13,11 @@ The import's own files sit beside a spool's segments (readers and sync look only
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
-from prime_runs_spool.files import each_once, joined, walk_folders
+from prime_runs_spool.files import OnLink, each_once, joined, walk_folders
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 
 CONFIGS_DIRNAME = "configs"
@@ -110,9 +110,14 @@ def _is_file(path: str) -> bool:
     return os.access(path, os.F_OK) and os.path.isfile(path)
 
 
-def find_eval_outputs(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+def find_eval_outputs(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None = None) -> Iterator[Path]:
     """Every eval output folder under ``paths``, each once, deterministic order; symbolic
-    links are not followed and a spool folder is never entered. A missing path raises
+    links are not followed (``on_link`` is told of each to a folder outside the paths, as
+    for :func:`find_runs`) and a spool folder is never entered. A missing path raises
     :class:`NoSuchPathError`, as for :func:`find_runs`."""
     skipped = (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME)
-    return each_once(paths, lambda root: walk_folders(root, is_eval_output_dir, lambda folder, name: name in skipped))
+
+    def outputs_under(root: Path, link_met: Callable[[Path], None] | None) -> Iterator[Path]:
+        return walk_folders(root, is_eval_output_dir, lambda folder, name: name in skipped, link_met=link_met)
+
+    return each_once(paths, outputs_under, on_link=on_link)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotASegmentFileError
-from prime_runs_spool.files import OnUnreadable, each_once, joined, make_private_dir, pass_over, walk_folders
+from prime_runs_spool.files import OnLink, OnUnreadable, each_once, joined, make_private_dir, pass_over, walk_folders
 
 SPOOL_DIRNAME = "spool"
 #: Held (flock) by a writer while it opens the run: opening is atomic against another opener.
@@ -183,7 +183,7 @@ def is_segment_file(path: Path) -> bool:
 
 
 def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadable | None = None,
-              on_folder: Callable[[Path], None] | None = None) -> Iterator[Path]:
+              on_folder: Callable[[Path], None] | None = None, on_link: OnLink | None = None) -> Iterator[Path]:
     """Every run directory under ``paths``, each once, in a deterministic order.
 
     A path may be a run directory, its ``spool/`` folder, one of its segment files (which
@@ -200,10 +200,14 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
 
     ``on_folder`` is told of every folder the walk looked into that is not a run (where a
     new run could appear: a follower watches them).
+
+    ``on_link`` is told of each symbolic link to a folder outside the paths that the walk
+    passed over (once each; ``files.each_once``): a command names it, so runs kept elsewhere
+    and linked in are never taken for synced.
     """
     report = on_unreadable or pass_over
 
-    def runs_under(root: Path) -> Iterator[Path]:
+    def runs_under(root: Path, link_met: Callable[[Path], None] | None) -> Iterator[Path]:
         if is_segment_file(root):
             return iter([root.parent.parent])
         try:
@@ -224,9 +228,9 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
         def spool_of_a_run(folder: Path, name: str) -> bool:
             return name == SPOOL_DIRNAME and ((bool(last_run) and folder is last_run[0]) or is_run_dir(folder))
 
-        return walk_folders(root, is_run, spool_of_a_run, report, on_folder)
+        return walk_folders(root, is_run, spool_of_a_run, report, on_folder, link_met)
 
-    return each_once(paths, runs_under, report)
+    return each_once(paths, runs_under, report, on_link)
 
 
 def _unreadable(exc: OSError, directory: Path) -> OSError:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotARunError, UnsupportedFormatError, corruption_message
-from prime_runs_spool.files import open_to_others_lines, special_file_kind, unreadable_message
+from prime_runs_spool.files import OnLink, links_outside, open_to_others_lines, special_file_kind, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, is_segment_file, spool_dir
 from prime_runs_spool.spool.scan import read_run
 
@@ -72,12 +72,16 @@ class Verdict:
         return {"ok": not self.bad, "runs": self.runs, "paths_without_runs": self.paths_without_runs}
 
 
-def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
+def verify_paths(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None = None) -> Verdict:
     """Check every run under ``paths`` (a segment file stands for its run). Raises
     ``NoSuchPathError`` for a missing path, ``NotARunError`` for a file that is no segment. A
     directory that cannot be read is a failed verdict of its own, between the others: one
-    unreadable run never hides the rest."""
+    unreadable run never hides the rest. ``on_link`` is told of each link to a folder
+    outside the paths, not followed (``layout.find_runs``)."""
     verdict = Verdict()
+    paths = list(paths)
+    if on_link is not None:  # each path is walked alone: a link into another is quiet too
+        on_link = links_outside(paths, on_link)
     for path in paths:
         kind = special_file_kind(path)
         if kind is not None or (Path(path).is_file() and not is_segment_file(Path(path))):
@@ -90,7 +94,7 @@ def verify_paths(paths: Iterable[str | os.PathLike[str]]) -> Verdict:
         def unreadable(directory: Path, exc: OSError) -> None:
             found.append(_unverifiable(directory, unreadable_message(exc, directory)))
 
-        for run_dir in find_runs([path], unreadable):
+        for run_dir in find_runs([path], unreadable, on_link=on_link):
             found.append(check_run(run_dir))
         if not found:
             verdict.paths_without_runs.append(str(path))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prime_runs_spool.errors import MirroredMeanwhile, Stopped, StoreError
-from prime_runs_spool.files import FILE_MODE, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
+from prime_runs_spool.files import FILE_MODE, OnLink, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.interrupt import Interrupt
@@ -273,11 +273,12 @@ def unreadable_report(path: Path, exc: OSError) -> RunReport:
     return RunReport(path=str(path), state=ERROR, error=unreadable_message(exc, path))
 
 
-def discover(paths: Iterable[Path]) -> list[Path | RunReport]:
+def discover(paths: Iterable[Path], on_link: OnLink | None = None) -> list[Path | RunReport]:
     """The runs under ``paths`` in walk order, with a ready report in place of each
-    directory that could not be read."""
+    directory that could not be read; ``on_link`` is told of each link to a folder outside
+    the paths that the walk did not follow (``layout.find_runs``)."""
     found: list[Path | RunReport] = []
-    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_report(path, exc))):
+    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_report(path, exc)), on_link=on_link):
         found.append(run_dir)
     return found
 
@@ -294,6 +295,7 @@ def sync_paths(
     stop: Interrupt | None = None,
     first_pass: Callable[[], None] | None = None,
     state_dir: Path | None = None,
+    on_link: OnLink | None = None,
 ) -> list[RunReport]:
     """Sync every run under ``paths``; reports come back in discovery order. ``stop``: once
     asked, no run is begun, every pass ends at its next safe point, and this returns within
@@ -306,8 +308,9 @@ def sync_paths(
     once, in this thread, before the first pass begins (none does when every run is up to
     date): the command checks the API key there. ``state_dir``: where the lock and state of
     each spool on a read-only folder are kept (without it, such a run is an ``error`` naming
-    ``--state-dir``)."""
-    found = discover(paths)
+    ``--state-dir``). ``on_link``: told of each symbolic link to a folder outside the paths,
+    not followed, so the command can name what it left out."""
+    found = discover(paths, on_link)
     if not found:
         return []
     index: EvaluationIndex | None = None  # made for the first run that takes a pass

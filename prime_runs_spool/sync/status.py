@@ -11,7 +11,7 @@ from typing import Any
 from prime_runs_spool.plural import episodes as plural_episodes, plural
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
-from prime_runs_spool.files import read_regular_file, unreadable_message
+from prime_runs_spool.files import OnLink, read_regular_file, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
 from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.spool.reader import iter_records, position_lost
@@ -122,11 +122,12 @@ def unreadable_status(path: Path, exc: OSError) -> RunStatus:
     return RunStatus(path=str(path), status="error", error=unreadable_message(exc, path))
 
 
-def statuses(paths: Iterable[Path]) -> list[RunStatus]:
+def statuses(paths: Iterable[Path], on_link: OnLink | None = None) -> list[RunStatus]:
     """The status of every run under ``paths``, and of every directory that could not be
-    read among them (in walk order): one unreadable run never hides the others."""
+    read among them (in walk order): one unreadable run never hides the others. ``on_link``
+    is told of each link to a folder outside the paths, not followed (``layout.find_runs``)."""
     found: list[RunStatus] = []
-    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_status(path, exc))):
+    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_status(path, exc)), on_link=on_link):
         found.append(run_status(run_dir))
     return found
 
