@@ -28,9 +28,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prime_runs_spool.errors import ServiceNotEnabled, SyncError
+from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled, SyncError
 from prime_runs_spool.plural import count, plural
 from prime_runs_spool.spool.format import EPISODE
+from prime_runs_spool.sync.options import SAMPLES
 from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.records import durable_records, record_episode_id, seal_if_last, track_seal, withheld
 from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
@@ -163,13 +164,30 @@ class AddressedSink(Sink):
         return Line(self.encode(record), after, len(members) if isinstance(members, list) else 0,
                     record_episode_id(record))
 
+    #: The announced batch went out at least once with no answer settling it (or was
+    #: announced by an earlier pass): it may be committed (:meth:`in_doubt`).
+    unanswered: bool = False
+
+    def in_doubt(self) -> bool:
+        """The announced batch may be committed unless this pass announced it and every
+        answer it got says it was not stored (a refusal such as ``service_not_enabled``, a
+        retryable status): only a send with no answer, or one an earlier pass made, leaves it
+        in doubt. Content addressing settles it once the sink answers again: the same bytes
+        under the same key, stored once."""
+        return super().in_doubt() and self.unanswered
+
     def refuse_if_committed(self, reason: Exception) -> None:
         uploads = self.state.uploads
-        if uploads:
-            raise SyncError(f"{reason}, after {count(len(uploads), 'batch', 'batches')} of this run "
-                            f"{plural(len(uploads), 'was', 'were')} committed there; the run "
-                            f"stays in {self.title}: turn it back on for the account, or --replay the run to "
-                            "samples as a new evaluation") from None
+        doubtful = self.in_doubt()
+        if not uploads and not doubtful:
+            return
+        there = (f"after {count(len(uploads), 'batch', 'batches')} of this run "
+                 f"{plural(len(uploads), 'was', 'were')} committed there") if uploads else ""
+        if doubtful:
+            there = (f"{there}, " if there else "") + ("a batch of this run sent there may have been committed "
+                                                      "(its answer was lost)")
+        raise SyncError(f"{reason}; {there}, so the run stays in {self.title}: turn it back on for the account and "
+                        f"sync again, or sync it with --replay --to {SAMPLES} as a new evaluation") from None
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -212,6 +230,7 @@ class AddressedSink(Sink):
                 f"listing the episodes {self.title} holds for the run", self.episodes_there))
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
+            self.unanswered = True  # an earlier pass announced it, and may have sent it
             if pending.released:
                 self._resend_released(pending)
             else:
@@ -244,13 +263,14 @@ class AddressedSink(Sink):
         self.state.in_flight = InFlight(kind=self.name, sent_at=protocol.clock(), episodes=cut.episodes,
                                         traces=cut.traces, end=cut.end, seal=cut.seal, digest=cut.digest,
                                         released=cut.released)
+        self.unanswered = False  # not sent yet
         protocol.save()
         self._commit(cut)
 
     # -- committing ----------------------------------------------------------------------------
 
     def _commit(self, cut: Cut) -> None:
-        receipt = self.context.protocol.retry(f"uploading episodes to {self.title}", lambda: self._upload(cut),
+        receipt = self.context.protocol.retry(f"uploading episodes to {self.title}", lambda: self._attempt(cut),
                                               passing=(ServiceNotEnabled,))
         state, report = self.state, self.context.report
         assert cut.end is not None
@@ -270,6 +290,15 @@ class AddressedSink(Sink):
         if not self.there_before or len(cut.ids) != cut.episodes:
             return cut.episodes
         return sum(1 for i in cut.ids if i not in self.there_before)
+
+    def _attempt(self, cut: Cut) -> str:
+        """One try of the upload; a try with no answer leaves the batch :meth:`in_doubt`."""
+        try:
+            return self._upload(cut)
+        except PlatformError as exc:
+            if exc.kind is FailureKind.IN_DOUBT:
+                self.unanswered = True
+            raise
 
     def _upload(self, cut: Cut) -> str:
         receipt = self.upload(cut)

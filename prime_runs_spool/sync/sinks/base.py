@@ -159,9 +159,18 @@ class Sink(ABC):
         state lost (so a choice that cannot be read from the state is read here)."""
         return False
 
+    def in_doubt(self) -> bool:
+        """Whether the batch the state announces for this sink may have been committed there
+        with no answer saying so: sent, its answer lost, or announced by an earlier pass,
+        which may have sent it. Such a batch counts as committed: the run goes nowhere else,
+        and the announcement is kept until an answer settles it."""
+        pending = self.state.in_flight
+        return pending is not None and pending.kind == self.name
+
     def refuse_if_committed(self, reason: Exception) -> None:
         """The sink turned out unavailable (``reason``) mid-pass: raise SyncError if any of
-        the run's batches were committed there (the run stays where it is)."""
+        the run's batches were committed there, or may have been (:meth:`in_doubt`): the run
+        stays where it is."""
 
     # -- pushing -----------------------------------------------------------------------------
 

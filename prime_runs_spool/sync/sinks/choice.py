@@ -115,14 +115,16 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     except ServiceNotEnabled as exc:
         if state.sink_from_platform and state.store == sink.name:
             # This state cannot tell that nothing of the run is there: it never leaves.
-            state.in_flight = None  # a batch answered service_not_enabled was not stored
+            if not sink.in_doubt():
+                state.in_flight = None  # a batch only ever answered service_not_enabled was not stored
             context.protocol.save()
             raise SyncError(f"{sink.title} is not enabled for this account; this run's episodes went to "
                             f"{sink.name} on this destination, and what {sink.title} holds of it cannot be read "
                             f"now: nothing was sent; sync it again once {sink.title} is on for the account, or "
                             "--replay it as a new evaluation") from None
-        sink.refuse_if_committed(exc)
-        # Nothing of the run is there: no sink is kept that would trap it.
+        sink.refuse_if_committed(exc)  # a batch there, or one that may be, keeps the run there
+        # Nothing of the run is there (a batch announced was refused, not stored): no sink
+        # is kept that would trap it.
         state.store, state.in_flight = None, None
         following = AUTO_ORDER[AUTO_ORDER.index(sink.name) + 1:] if sink.name in AUTO_ORDER else ()
         if asked != AUTO or not following:

@@ -1,0 +1,118 @@
+"""A batch in doubt (sent, its answer lost) keeps the run in its sink: no sink choice, ``auto``'s
+fallback or ``--to``, sends the run's episodes anywhere else while it may have been committed.
+
+In process, against the embedded local platform over HTTP; answers are lost by the fault
+proxy after the platform committed the request, and Prime Traces is turned off by starting
+the platform on the same database without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from prime_traces import TracesClient
+
+from fixtures.fault_proxy import FaultProxy
+from prime_runs_spool.local_platform.server import EmbeddedPlatform
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+from prime_runs_spool.sync.many import sync_paths
+from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES, SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import SyncState, local_destination
+from support.runs import build_run
+
+EPISODES = 5
+
+
+def _sync(root: Path, db: Path, base_url: str, to: str, *, replay: bool = False):
+    settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+    with PlatformClient(settings, timeout=5) as client:
+        (report,) = sync_paths([root], client, local_destination(db, None),
+                               SyncOptions(to=to, request_lifetime=0.2, replay=replay,
+                                           backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+    return report
+
+
+def _sync_losing_answers(root: Path, db: Path, to: str, route: str, *, traces: bool,
+                         methods: tuple[str, ...] = ("POST",)):
+    """A sync whose requests to ``route`` are answered and the answer lost: it stops, announced."""
+    with EmbeddedPlatform(db, traces=traces) as platform, \
+            FaultProxy(platform.base_url, rates={"drop_after": 1.0}, methods=list(methods), paths=route) as proxy:
+        lost = _sync(root, db, proxy.base_url, to)
+        assert {f for f in proxy.faults() if f != "none"} == {"drop_after"}, proxy.faults()
+    return lost
+
+
+def _state(run_dir: Path) -> SyncState:
+    """The run's state (not a replay's)."""
+    (path,) = (p for p in (run_dir / "spool" / "sync").glob("*.json") if "-replay-" not in p.name)
+    return SyncState.from_json(path.read_bytes())
+
+
+def _held(base_url: str, evaluation_id: str) -> tuple[int, list[str]]:
+    """The evaluation's samples, and the episode ids Prime Traces holds for it (one each)."""
+    samples = httpx.get(f"{base_url}/api/v1/evaluations/{evaluation_id}").json()["total_samples"]
+    with TracesClient(api_key="x", base_url=base_url) as traces:
+        items = traces.list_episodes(run_id=evaluation_id, limit=100).items
+    return samples, sorted(i.episode_id for i in items)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", [AUTO, TRACES])
+def test_a_traces_batch_in_doubt_keeps_the_run_in_traces_once_traces_is_off(tmp_path: Path, first: str) -> None:
+    """Committed, its answer lost; then the account has Prime Traces off. Every sink choice
+    (``auto``'s fallback, ``--to traces`` and then its advice, ``--to samples``) stops the run
+    with a line saying what to do, pushes no sample and keeps the batch announced; with
+    Prime Traces back on, the batch is settled under its key and each episode is there once."""
+    builder = build_run(tmp_path / "runs" / "run", "traces-in-doubt", EPISODES)
+    db = tmp_path / "p.db"
+    lost = _sync_losing_answers(tmp_path / "runs", db, AUTO, r"/traces$", traces=True)
+    assert lost.state == "error", lost
+    announced = _state(builder.run_dir).in_flight
+    assert announced is not None and announced.kind == TRACES
+    evaluation_id = str(_state(builder.run_dir).evaluation_id)
+    with EmbeddedPlatform(db, traces=False) as platform:
+        for to in (first, AUTO, SAMPLES, TRACES):
+            refused = _sync(tmp_path / "runs", db, platform.base_url, to)
+            assert refused.state == "error" and refused.pushed_now == 0, (to, refused)
+            assert "\n" not in refused.error and "traces" in refused.error.lower(), refused.error
+            assert _state(builder.run_dir).in_flight == announced, to
+            assert httpx.get(f"{platform.base_url}/api/v1/evaluations/{evaluation_id}").json()[
+                "total_samples"] == 0, to
+        # its advice, as printed: a replay to samples is a new evaluation, the run's own untouched
+        assert "--replay --to samples" in refused.error
+        replayed = _sync(tmp_path / "runs", db, platform.base_url, SAMPLES, replay=True)
+        assert (replayed.state, replayed.store, replayed.pushed_now) == ("synced", SAMPLES, EPISODES), replayed
+        assert replayed.evaluation_id != evaluation_id
+        assert httpx.get(f"{platform.base_url}/api/v1/evaluations/{evaluation_id}").json()["total_samples"] == 0
+    with EmbeddedPlatform(db, traces=True) as platform:
+        done = _sync(tmp_path / "runs", db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
+        assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))
+    state = _state(builder.run_dir)
+    assert (state.uploads[0], state.samples_pushed, state.in_flight) == (announced.digest, 0, None)
+
+
+@pytest.mark.slow
+def test_a_samples_request_in_doubt_keeps_the_run_in_samples_once_traces_is_on(tmp_path: Path) -> None:
+    """The reverse: ``auto`` fell back to samples, a request committed with its answer lost;
+    with Prime Traces on now, neither ``auto`` nor ``--to traces`` sends the run there: the
+    request is settled by the count and each row is there once."""
+    builder = build_run(tmp_path / "runs" / "run", "samples-in-doubt", EPISODES)
+    db = tmp_path / "p.db"
+    # the samples POST commits and loses its answer, and so does the read of the count that
+    # would settle it: the pass ends with the request announced
+    lost = _sync_losing_answers(tmp_path / "runs", db, AUTO, r"/evaluations/[^/]+(/samples)?$", traces=False,
+                                methods=("POST", "GET"))
+    assert lost.state == "error", lost
+    announced = _state(builder.run_dir).in_flight
+    assert announced is not None and announced.kind == SAMPLES
+    evaluation_id = str(_state(builder.run_dir).evaluation_id)
+    with EmbeddedPlatform(db, traces=True) as platform:
+        refused = _sync(tmp_path / "runs", db, platform.base_url, TRACES)
+        assert refused.state == "error" and "went to samples" in refused.error, refused
+        done = _sync(tmp_path / "runs", db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, EPISODES), done
+        assert _held(platform.base_url, evaluation_id) == (EPISODES, [])
