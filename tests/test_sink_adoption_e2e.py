@@ -184,12 +184,13 @@ def test_a_sync_killed_between_the_create_and_its_first_batch_still_stores_each_
 
 
 @pytest.mark.slow
-def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_first(tmp_path: Path) -> None:
-    """Killed after a create that named traces, then synced with its state where Prime Traces
-    is off (the same destination: the proxy's address, kept): ``auto`` falls back to samples
-    and the evaluation is told so before the first row, so a sync that loses the state later
-    follows the run there instead of stopping."""
-    builder = build_run(tmp_path / "runs" / "run", "named-samples-after", 6)
+def test_a_run_killed_with_its_first_upload_out_stays_in_traces_where_traces_is_off(tmp_path: Path) -> None:
+    """Killed while its first upload is held (announced, and in doubt: nothing in the state
+    tells whether it reached the platform), then synced with its state where Prime Traces is
+    off (the same destination: the proxy's address, kept): neither ``auto`` nor ``--to
+    samples`` moves the run to samples; with Prime Traces back on, the batch is sent again
+    under its key and each episode is there once."""
+    builder = build_run(tmp_path / "runs" / "run", "in-doubt-killed", 6)
     runs, db = tmp_path / "runs", tmp_path / "platform.db"
     with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
             FaultProxy(server.base_url, methods=["POST"], hold_first=r"/traces$") as proxy:
@@ -197,7 +198,32 @@ def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_f
         killed_with_its_first_upload_held(proxy, runs, tmp_path / "cache1")
     with platform_process.running(db, "--token", TOKEN) as server, FaultProxy(server.base_url, port=port) as proxy, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        refused(sync(proxy.base_url, runs, "auto", tmp_path / "cache1"), "may have been committed")
+        refused(sync(proxy.base_url, runs, "samples", tmp_path / "cache1"), "went to traces")
+        assert sample_rows(api, evaluation["evaluation_id"]) == 0
+    with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
+            FaultProxy(server.base_url, port=port) as proxy, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         report = synced(sync(proxy.base_url, runs, "auto", tmp_path / "cache1"))
+        assert (report["store"], report["pushed_total"]) == ("traces", 6), report
+        assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
+
+
+@pytest.mark.slow
+def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_first(tmp_path: Path) -> None:
+    """``--to traces`` where Prime Traces is off: the create named traces, the first upload
+    was refused (nothing stored), and the run stops advising ``--to samples (or auto)``.
+    ``auto``, as advised, falls back to samples, and the evaluation is told so before the
+    first row, so a sync that loses the state later follows the run there instead of stopping."""
+    builder = build_run(tmp_path / "runs" / "run", "named-samples-after", 6)
+    runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with platform_process.running(db, "--token", TOKEN) as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        refused(sync(server.base_url, runs, "traces", tmp_path / "cache1"), "sync it with --to samples (or auto)")
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == "traces"
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache1"))
         assert (report["state"], report["store"], report["pushed_now"]) == ("synced", "samples", 6), report
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "samples"
