@@ -859,7 +859,7 @@ def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> 
     """What save_state writes, from_json reads back equal; a field a later version added is
     ignored (as pydantic did), a missing one takes its default."""
     from prime_runs_spool.errors import StateFormatError
-    from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
+    from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, _checksum, save_state
 
     state = SyncState(destination=DEST, local_run_id="r1", cursor=Cursor(segment_index=2, offset=10, next_seq=3),
                       in_flight=InFlight(kind="samples", sent_at=1.5, rows=2, released=["a"],
@@ -875,10 +875,12 @@ def test_a_state_file_round_trips_and_ignores_unknown_fields(tmp_path: Path) -> 
         SyncState.from_json(json.dumps(document).encode())
     document.pop("checksum")  # as a sync that kept no checksum wrote it
     document["samples_pushed"] = 0
-    document["a_later_field"] = {"x": 1}
     del document["uploads"]
     again = SyncState.from_json(json.dumps(document).encode())
     assert again.uploads == [] and again.cursor == state.cursor and again.in_flight == state.in_flight
+    document["a_later_field"] = {"x": 1}  # a later version's field, under the checksum it wrote
+    document["checksum"] = _checksum(document)
+    assert SyncState.from_json(json.dumps(document).encode()) == again
 
 
 def test_status_says_when_a_sync_state_is_damaged_or_unreadable(tmp_path: Path, platform: FakePlatform) -> None:

@@ -17,12 +17,14 @@ from support.odd_files import not_a_regular_file
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["samples_pushed", "in_flight", "finalized"])
+@pytest.mark.parametrize("key", ["samples_pushed", "in_flight", "finalized", "checksum"])
 def test_a_damaged_byte_that_still_parses_is_damage_not_a_state(tmp_path: Path, key: str) -> None:
     """One letter of a key flipped (a bit gone bad on the disk) still parses, and the field
     silently took its default: "0 samples pushed" told of a run the platform holds whole,
     ``in_flight`` forgotten with its request in doubt. The state's checksum makes it damage:
-    ``status`` says so, and sync reconciles with the platform, pushing nothing twice."""
+    ``status`` says so, and sync reconciles with the platform, pushing nothing twice. The
+    checksum's own key flipped left a file read as one written before checksums were kept,
+    every other field trusted: a key no state has, in a file without a checksum, is damage."""
     from prime_runs_spool.sync.state import sync_dir
 
     builder = build_run(tmp_path / "runs" / "r", "flipped-key", 3)
@@ -170,3 +172,92 @@ def test_a_huge_local_state_file_is_set_aside_not_read_into_memory(tmp_path: Pat
     with pytest.raises(StateProblem) as caught:
         load_state(path, destination=remote_destination("http://x", None), local_run_id="r")
     assert "larger than 4,096 bytes" in str(caught.value), caught.value
+
+
+def _rich_state():  # noqa: ANN202
+    """A state with every kind of field set: nested objects, lists, a request in flight."""
+    from prime_runs_spool.sync.state import Cursor, InFlight
+
+    state = _state("every-field")
+    state.evaluation_id, state.viewer_url, state.store = "ev-1", "https://platform.invalid/ev-1", "samples"
+    state.cursor = Cursor(segment_index=2, offset=4096, next_seq=17, rows_done=1)
+    state.segments = {"1": {"offset": 900, "seq": 9}, "2": {"offset": 4096, "seq": 17}}
+    state.seal = {"status": "completed", "summary": {"avg_reward": 0.25, "n": 3}}
+    state.samples_pushed, state.episodes_pushed, state.last_sample_id = 12, 11, "s-12"
+    state.in_flight = InFlight(kind="samples", sent_at=1733500000.5, rows=2, episodes=2, released=["e-3"],
+                               end=Cursor(segment_index=2, offset=5000, next_seq=19), last_sample_id="s-14")
+    state.metrics_sent, state.metadata_sent = {"avg_reward": 0.25}, "0" * 32
+    state.skipped = [{"segment": 1, "offset": 10, "reason": "a damaged line"}]
+    state.updated_at = 1733500000.25
+    return state
+
+
+def test_a_state_file_is_one_sorted_serialization_and_its_checksum() -> None:
+    """The file is the state's content serialized once, keys sorted at every level, and that
+    same serialization is its checksum's input: what a reader parses, sorts and digests again
+    (a file written by hand, or by an earlier version, in any order) agrees byte for byte."""
+    from prime_runs_spool.sync.state import CHECKSUM_KEY, SyncState, _checksum
+
+    state = _rich_state()
+    data = state.to_json()
+    document = json.loads(data)
+    assert list(document)[-1] == CHECKSUM_KEY
+    digest = document.pop(CHECKSUM_KEY)
+    content = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    assert data == content[:-1] + f',"{CHECKSUM_KEY}":"{digest}"}}'.encode()
+    assert digest == _checksum(document)
+    assert SyncState.from_json(data) == state
+    indented = json.dumps({**document, CHECKSUM_KEY: digest}, indent=2).encode()  # as earlier versions wrote it
+    assert SyncState.from_json(indented) == state
+
+
+def test_every_byte_of_a_state_file_damaged_is_damage_or_the_same_state() -> None:
+    """A bit flipped anywhere in a state file either fails to parse, fails its checksum or
+    its model, or reads back as the very same state (an exponent's ``e`` read as ``E``):
+    never another state trusted. A bit flipped in the checksum's own key name is always
+    damage: it left a file read as one written before checksums were kept, so whatever else
+    the bad sector took (a count, ``in_flight``) was trusted with it."""
+    from prime_runs_spool.errors import StateFormatError
+    from prime_runs_spool.sync.state import CHECKSUM_KEY, SyncState
+
+    state = _rich_state()
+    data = state.to_json()
+    key_at = data.rindex(f'"{CHECKSUM_KEY}"'.encode()) + 1
+    key_bytes = range(key_at, key_at + len(CHECKSUM_KEY))
+    trusted = []
+    for at in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[at] ^= 1 << bit
+            try:
+                read = SyncState.from_json(bytes(damaged))
+            except StateFormatError:
+                continue
+            if read != state or at in key_bytes:
+                trusted.append((at, bit, bytes(damaged[max(0, at - 12):at + 12])))
+    assert trusted == [], trusted[:5]
+
+
+def test_a_key_no_state_has_is_damage_in_a_file_without_a_checksum() -> None:
+    """A file with no checksum (as a sync before checksums wrote it) is read as it is, but a
+    key no state has, at any level, is a name a damaged byte made: ``rows_done`` flipped read
+    as absent put the cursor at the episode's first row again. With a checksum that holds, a
+    field a later version added is still ignored."""
+    from prime_runs_spool.errors import StateFormatError
+    from prime_runs_spool.sync.state import CHECKSUM_KEY, SyncState, _checksum
+
+    document = json.loads(_rich_state().to_json())
+    document.pop(CHECKSUM_KEY)
+    assert SyncState.from_json(json.dumps(document).encode()).cursor.rows_done == 1
+    for path in (("cursor", "rows_done"), ("in_flight", "end", "offset"), ("seal",)):
+        damaged = json.loads(json.dumps(document))
+        *parents, key = path
+        holder = damaged
+        for parent in parents:
+            holder = holder[parent]
+        holder[key[:-1] + chr(ord(key[-1]) ^ 1)] = holder.pop(key)
+        with pytest.raises(StateFormatError, match="a key no state has"):
+            SyncState.from_json(json.dumps(damaged).encode())
+    later = {**document, "a_later_field": {"x": 1}}
+    later[CHECKSUM_KEY] = _checksum({k: v for k, v in later.items()})
+    assert SyncState.from_json(json.dumps(later).encode()).cursor.rows_done == 1

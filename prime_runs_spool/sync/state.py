@@ -11,6 +11,7 @@ teaches may wait for the next such write: a file one answer behind is still true
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -28,7 +29,7 @@ from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, 
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.sinks.registry import is_sink, known
-from prime_runs_spool.sync.typed_json import build
+from prime_runs_spool.sync.typed_json import build, unknown_keys
 
 if TYPE_CHECKING:
     from prime_runs_spool.spool.reader import Position, Record
@@ -71,7 +72,8 @@ STATE_VERSION = 1
 #: document. A damaged byte that still parses (a key's letter flipped, ``in_flight`` read as
 #: absent and its request in doubt forgotten; a digit changed in a count) is then damage,
 #: reconciled with the platform, not a state trusted. A file without it (written before it
-#: was kept) is read as it is.
+#: was kept) is read as it is, unless it holds a key no state has: no sync wrote that, and it
+#: is what a damaged byte in this key's own name leaves.
 CHECKSUM_KEY = "checksum"
 
 #: What an announced request is (``InFlight.kind``): the evaluation's creation, its
@@ -245,6 +247,8 @@ class SyncState:
             if isinstance(document, dict) and CHECKSUM_KEY in document:
                 if document.pop(CHECKSUM_KEY) != _checksum(document):
                     raise StateFormatError("its checksum does not match its content: a damaged byte")
+            elif unknown := unknown_keys(cls, document):
+                raise StateFormatError(f"no checksum, and a key no state has ({unknown[0][:80]}): a damaged byte")
             state = build(cls, document)
         except (orjson.JSONDecodeError, DocumentError) as exc:
             raise StateFormatError(str(exc)) from None
@@ -275,12 +279,12 @@ class SyncState:
         return None
 
     def to_json(self) -> bytes:
-        """The file's bytes: every field but the private ones, in definition order (a
+        """The file's bytes: every field but the private ones, keys sorted at every level (a
         mapping's non-string keys written as strings, as JSON has them), then the checksum
-        of them all (:data:`CHECKSUM_KEY`)."""
-        document = orjson.loads(orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS))
-        document[CHECKSUM_KEY] = _checksum(document)
-        return orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        (:data:`CHECKSUM_KEY`). One serialization is both the file and the digest's input: it
+        is the rest of the document exactly as :func:`_checksum` serializes it on reading."""
+        content = orjson.dumps(self, default=_fields_of, option=_CONTENT_OPTIONS)
+        return b'%s,"%s":"%s"}' % (content[:-1], _CHECKSUM_KEY_BYTES, _digest_of(content).encode())
 
     @property
     def written_here(self) -> bool:
@@ -380,7 +384,32 @@ _OWN_WRITES: dict[str, str] = {}
 def _checksum(document: dict[str, Any]) -> Any:
     """A state document's checksum: of its content, not of its bytes, so a file parsed and
     written again unchanged (its keys in another order, its spaces) keeps it."""
-    return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+    return _digest_of(orjson.dumps(document, option=orjson.OPT_SORT_KEYS))
+
+
+def _digest_of(content: bytes) -> str:
+    """The checksum of a document's content serialized with its keys sorted, no spaces."""
+    return hashlib.sha256(content).hexdigest()[:32]
+
+
+#: A state's content as the file holds it: every dataclass handed to :func:`_fields_of`, so
+#: that its fields are sorted like any mapping's keys.
+_CONTENT_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+_CHECKSUM_KEY_BYTES = CHECKSUM_KEY.encode()
+#: Per dataclass, the names of the fields a file holds: all but the private ones.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """A state dataclass (the state, its destination, cursors, request) as the mapping of its
+    fields (orjson's ``default``)."""
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{cls.__name__} is not part of a sync state")
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+    return {name: getattr(value, name) for name in names}
 
 
 def _digest(data: bytes) -> str:

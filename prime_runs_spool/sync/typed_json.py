@@ -8,7 +8,8 @@ file's shape; this module reads them.
 Strict on JSON's own types, stricter than pydantic's lax mode: an ``int`` is a JSON integer
 (not a boolean, a float or a numeric string), a ``float`` a JSON number, a ``str`` a string, a
 ``bool`` ``true`` or ``false``. Keys the dataclass does not name are ignored (a later version's
-fields); a missing field takes its default, and one without a default is an error.
+fields; :func:`unknown_keys` names them); a missing field takes its default, and one without a
+default is an error.
 
 Supported annotations, all the state file uses: ``int``, ``float``, ``str``, ``bool``, ``None``,
 ``Any`` and ``object`` (anything), ``X | Y``, ``Literal[...]``, ``list[X]``, ``dict[str, X]`` and
@@ -68,6 +69,30 @@ def build(cls: type[T], document: Any) -> T:
     """``cls`` from ``document`` (what ``orjson.loads`` gave); :class:`DocumentError` if any
     value is not what its annotation says."""
     return _value(cls, document, "$")
+
+
+def unknown_keys(cls: type, document: Any) -> list[str]:
+    """The keys of ``document`` that no field of ``cls`` (or of a dataclass nested in it)
+    names, as paths (``$.cursor.offsft``): what :func:`build` ignores, for a reader that
+    must tell a later version's field from a key name damaged in a file that cannot tell."""
+    if type(document) is not dict:
+        return []
+    found: list[str] = []
+    pending: list[tuple[type, dict[str, Any], Where]] = [(cls, document, "$")]
+    while pending:
+        model, value, where = pending.pop()
+        fields = {field.name: hint for field, hint in _fields(model)}
+        for key, item in value.items():
+            hint = fields.get(key)
+            if hint is None:
+                found.append(_at((where, key)))
+                continue
+            origin, args = _shape(hint)
+            nested = [option for option in args if dataclasses.is_dataclass(option)] if origin in (
+                Union, types.UnionType) else [hint] if dataclasses.is_dataclass(hint) else []
+            if len(nested) == 1 and type(item) is dict:
+                pending.append((nested[0], item, (where, key)))
+    return found
 
 
 def _value(hint: Any, value: Any, where: Where) -> Any:
