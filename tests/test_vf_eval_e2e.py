@@ -27,7 +27,7 @@ from prime_runs_spool.local_platform.store import Store  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
 from support.files import all_bytes_under  # noqa: E402
 from support.vf_eval import (  # noqa: E402
-    HEADER_SECRET, KEY_VALUE, TASKS, interrupt_eval, launch_file, resolved_config, run_dir, run_eval, traces,
+    HEADER_SECRET, KEY_VALUE, TASKS, eval_cmd, eval_env, interrupt_eval, launch_file, resolved_config, run_dir, run_eval, traces,
     wire_episodes,
 )
 
@@ -109,6 +109,43 @@ def test_the_launch_files_header_secret_never_reaches_our_files(clean_run: dict[
         ours += extra.read_bytes()
     for secret in (HEADER_SECRET, KEY_VALUE):
         assert secret.encode() not in ours
+
+
+def test_the_launch_files_header_secret_never_reaches_the_terminal(clean_run: dict[str, Any]) -> None:
+    """verifiers runs in our process and, with --no-rich, prints every trace as JSON at the
+    end: the seat's client headers, the launch file's secret in clear, on the terminal (and in
+    any CI log keeping it). Its output now goes through the masking plan the spool is written
+    with: the header is printed, its value masked."""
+    shown = clean_run["eval"].stdout + clean_run["eval"].stderr
+    assert '"CF-Access-Client-Secret": "***"' in shown  # the trace (and its header) was printed
+    for secret in (HEADER_SECRET, KEY_VALUE):
+        assert secret not in shown
+
+
+def test_the_dashboard_still_draws_on_a_terminal_through_the_masked_streams(tmp_path: Path,
+                                                                          chat_server: FakeChatServer) -> None:
+    """The masked streams hand verifiers' dashboard the real terminal's ``isatty`` and
+    ``fileno``: under a pseudo-terminal it draws (its escape sequences), exit 0."""
+    import pty
+
+    launch = launch_file(tmp_path, chat_server.base_url, rollouts=1)
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(eval_cmd("@", launch.name), cwd=tmp_path, stdin=follower, stdout=follower,
+                             stderr=follower, env=eval_env())
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert child.wait(timeout=180) == 0, shown[-2000:]
+    assert shown.count(b"\x1b[") > 100  # the dashboard drew
+    assert HEADER_SECRET.encode() not in shown and b"spool written to" in shown
 
 
 def test_the_files_verifiers_writes_with_the_launch_files_secret_are_private(clean_run: dict[str, Any]) -> None:

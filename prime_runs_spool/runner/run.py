@@ -111,6 +111,12 @@ class Run:
         return self._id
 
     @property
+    def masked_config_forms(self) -> list[str]:
+        """What masking took out of the run's config, each value as text may quote it: what
+        a runner showing the eval's own output must clear from it too (runner/terminal_mask.py)."""
+        return list(self._error_forms)
+
+    @property
     def dir(self) -> Path:
         return self._dir
 

@@ -56,6 +56,7 @@ from prime_runs_spool.plural import episodes
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
+from prime_runs_spool.runner.terminal_mask import TerminalMask, masked_terminal
 from prime_runs_spool.runner.verifiers import abort_eval_run, eval_mode, eval_run_dir, finish_eval_run, open_eval_run
 from prime_runs_spool.spool.layout import spool_dir
 
@@ -83,6 +84,8 @@ class EvalSession:
     #: Whether verifiers shows its log on the terminal (``--no-rich``); under its dashboard
     #: (the default) its log, and ours routed into it, goes to ``eval.log`` alone.
     logs_on_terminal: bool = False
+    #: The secret values cleared from what verifiers prints (runner/terminal_mask.py).
+    terminal: TerminalMask = field(default_factory=TerminalMask)
 
     @property
     def launch_file(self) -> str | None:
@@ -163,7 +166,8 @@ def run_vf_eval(argv: Sequence[str], session: EvalSession | None = None) -> tupl
     runs opened, for the caller's message about it.
     """
     session = session if session is not None else EvalSession(argv=list(argv))
-    with bound_hooks(session):
+    session.terminal.add_launch_file(session.launch_file)
+    with bound_hooks(session), masked_terminal(session.terminal):
         main = importlib.import_module(MAIN_MODULE).main
         try:
             main(list(argv))
@@ -256,6 +260,7 @@ class _Hooks:
             platform_runs=_pushed_before_resume(config),
         )
         self._session.runs.append(run)
+        self._session.terminal.add(run.masked_config_forms)
         _keep_outputs_private(eval_run_dir(config))
         if supersedes:
             _log.info("run %s: resumed; %s earlier superseded by retried rollouts", run.id, episodes(len(supersedes)))
