@@ -46,7 +46,7 @@ from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.recover import check_recovered
+from prime_runs_spool.sync.recover import check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
@@ -350,6 +350,9 @@ class RunSync:
             return True
         if drained():
             self._finish(CRASHED, None)
+            advice = damaged_seal_advice(self.run_dir, self.state.skipped) if self.options.skip_corrupt else None
+            if advice is not None:
+                self.report.warnings.append(advice)
             return True
         return False
 

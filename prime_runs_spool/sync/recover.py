@@ -19,6 +19,7 @@ it holds the id's JSON text.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from prime_runs_spool.content.recovers import cuts_recovered
 from prime_runs_spool.errors import MalformedEpisodeError, PositionLostError
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME, verifiers_traces_path
-from prime_runs_spool.spool.layout import segment_path
+from prime_runs_spool.spool.layout import list_segments, segment_path
 from prime_runs_spool.spool.reader import Position, Record
 from prime_runs_spool.spool.resync import Damage
 
@@ -100,6 +101,41 @@ def stretch_noted(stretch: dict[str, Any], cursor: Any) -> dict[str, Any]:
     if cursor is not None and (stretch["segment"], stretch["offset"]) < (cursor.segment_index, cursor.offset):
         kept[AFTER_PUSH] = True
     return kept
+
+
+def damaged_seal_advice(run_dir: Any, skipped: list[dict[str, Any]]) -> str | None:
+    """What to do about a run that reads ``crashed`` only because damage in place took the
+    end of its last segment, where its seal would be, while verifiers' ``traces.jsonl`` lies
+    beside the spool; None for any other run.
+
+    The completion is not taken from verifiers' files here (docs/sync.md, "A damaged seal"):
+    nothing proves the damaged line was the seal and not a record ``traces.jsonl`` lacks,
+    and a new seal after damage in place could follow a seal a sync already read and
+    finalized. Cut short instead of damaged in place, the spool is one the import step makes
+    good from ``traces.jsonl`` (a seal as the eval ended, in a new segment), and a sync that
+    read past the cut finds the segment shorter: so the advice is to cut it there, by hand."""
+    if getattr(run_dir, "list_segments", None) is not None:  # in an object store: no traces.jsonl here
+        return None
+    traces = verifiers_traces_path(Path(os.fspath(run_dir)))
+    segments = list_segments(run_dir)
+    if not segments or not traces.is_file():
+        return None
+    index, segment = segments[-1]
+    try:
+        size = segment.stat().st_size
+    except OSError:
+        return None
+    for stretch in skipped:
+        if (stretch.get("segment") == index and stretch.get("lost") is None and not stretch.get("episode_ids")
+                and not stretch.get(AFTER_PUSH) and stretch.get("offset", -1) + stretch.get("length", 0) == size):
+            offset = int(stretch["offset"])
+            return (f"the run reads crashed because the damage at byte {offset} of {segment} ends its last segment, "
+                    f"where its seal would be; if the eval ended ({traces} says how), cut the damaged line off "
+                    f"(keep a copy of the segment first to keep its bytes): truncate -s {offset} "
+                    f"{shlex.quote(str(segment))}; then prime-runs sync {shlex.quote(str(run_dir))} --skip-corrupt "
+                    f"seals the run as {VERIFIERS_TRACES_NAME} says, finalizing it and sending its held-back episodes "
+                    "if it completed (docs/sync.md, \"A damaged seal\")")
+    return None
 
 
 def check_recovered(run_dir: Any, manifests: list[dict[str, Any]], cursor: Any,
