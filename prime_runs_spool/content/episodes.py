@@ -217,7 +217,15 @@ _NUMBER_TYPES = (int, float)
 
 def check_episode(record: Mapping[str, Any]) -> bool:
     """Raise :class:`MalformedEpisodeError` unless ``record`` has the shape the run summary,
-    the rollout numbering and the v0 rows read; return whether it may hold error text.
+    the rollout numbering and the v0 rows read; return whether it may hold error text
+    (:func:`check_episode_keyed`, which also reads its rollout key)."""
+    return check_episode_keyed(record)[0]
+
+
+def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
+    """Raise :class:`MalformedEpisodeError` unless ``record`` has the shape the run summary,
+    the rollout numbering and the v0 rows read; return whether it may hold error text, and
+    its :func:`rollout_key`.
 
     Only the fields those read are checked, and only their kind (a mapping where a mapping
     is read, a list where a list is read): everything else in an episode is free-form. Run
@@ -232,14 +240,20 @@ def check_episode(record: Mapping[str, Any]) -> bool:
     Read in the same pass as the shape, on the lists the check reads anyway: a pass of its
     own over the traces cost about 9k instructions an append, and the clearing of error
     messages (content/error_scrub.py) walks an ``ok`` episode only where it is true.
+
+    The rollout key is read in the same pass, from the fields the check reads anyway (a pass
+    of its own cost about 3.8k instructions an append).
     """
     episode_id = record.get("id")
     traces = record.get("traces")
     carries = bool(record.get("errors"))
     if traces is None:
-        return carries
+        return carries, NO_ROW
     if type(traces) is not list and not isinstance(traces, (list, tuple)):
         _malformed(episode_id, "traces", "a list of traces", traces)
+    # rollout_key's choice: the first trainable trace's idx, else the first trace's
+    key: Any = NO_ROW
+    keyed = False  # a trainable trace's idx is the key
     # Exact dict and list first: an ABC check costs more than the rest of a field's check.
     for i, trace in enumerate(traces):
         if type(trace) is not dict:
@@ -250,12 +264,13 @@ def check_episode(record: Mapping[str, Any]) -> bool:
         # The common case, unrolled (every field an exact dict, list or None: no loop over
         # the names, no ABC check); anything else is looked at field by field, in the same
         # order, by _check_kinds. Keep the names in step with _TRACE_MAPPINGS and _TRACE_LISTS.
-        if not (type(task := get("task")) in _DICT_OR_NONE and type(get("agent")) in _DICT_OR_NONE
+        if not (type(task := get("task")) in _DICT_OR_NONE and type(agent := get("agent")) in _DICT_OR_NONE
                 and type(get("rewards")) in _DICT_OR_NONE and type(get("metrics")) in _DICT_OR_NONE
                 and type(get("info")) in _DICT_OR_NONE and type(get("nodes")) in _LIST_OR_NONE
                 and type(calls := get("calls")) in _LIST_OR_NONE and type(errors := get("errors")) in _LIST_OR_NONE
                 and type(get("tools")) in _LIST_OR_NONE):
             _check_kinds(episode_id, i, get)
+            agent = get("agent")  # the condition may have stopped before reading it
             carries = True  # a list of another type: the walk decides
         elif not carries:  # calls and errors: each a list or None
             if errors:
@@ -273,6 +288,14 @@ def check_episode(record: Mapping[str, Any]) -> bool:
             if idx is not None and type(idx) not in _IDX_EXACT and not _is_idx(idx):
                 _malformed(episode_id, f"traces[{i}].task.data.idx", "a string or a number (the example's index)",
                            idx)
+        else:
+            idx = None
+        if not keyed:
+            if agent and agent.get("trainable"):
+                key = idx
+                keyed = True
+            elif not i:
+                key = idx
         rewards = get("rewards")
         if rewards:
             for name, reward in rewards.items():
@@ -287,7 +310,7 @@ def check_episode(record: Mapping[str, Any]) -> bool:
                     number = reward.get(part)
                     if number is not None and type(number) is not float and not isinstance(number, _NUMBER_TYPES):
                         _malformed(episode_id, f"traces[{i}].rewards.{name}.{part}", "a number or null", number)
-    return carries
+    return carries, key
 
 
 #: The fields of a trace that are read as mappings, and what each holds (for the message).

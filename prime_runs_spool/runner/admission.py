@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, NamedTuple, NoReturn
 
-from prime_runs_spool.content.episodes import check_episode, episode_id_of, rollout_key
+from prime_runs_spool.content.episodes import check_episode_keyed, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
 from prime_runs_spool.content.mask_locations import TRACE_CONFIG
 from prime_runs_spool.content.error_scrub import episode_error_forms, memoized_error_forms, scrub_errors
@@ -76,11 +76,13 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # ids (format.episode_rest): an id JSON cannot hold (a lone surrogate, which the id's
         # own str() can give) must be refused here, before anything of the call is taken.
         serialize(episode_id, partial(_episode_id_name, episode_id))
-    # The shape the summary, the numbering and the rows read; and whether it may hold error text
-    carries_error_text = check_episode(record)
+    # The shape the summary, the numbering and the rows read; whether it may hold error
+    # text; and what its rollout number counts by
+    carries_error_text, key = check_episode_keyed(record)
     unmasked = record
     # Where the rules mask only inside trace configs, which nothing below reads, their
-    # memoized masked serializations go into the line as they are (content/masking.py).
+    # memoized masked serializations go into the line as they are (content/masking.py), and
+    # the record as written holds the rollout key read above; masked plainly, it is read again.
     fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
         record = mask_for_writing(record, rules) if fragments else mask(record, rules)
@@ -119,7 +121,7 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
         reading = exc
     # tuple.__new__: a named tuple's own __new__ is Python code, this is one C call
-    return _new_tuple(Prepared, (record, payload, episode_id, rollout_key(record), reading))
+    return _new_tuple(Prepared, (record, payload, episode_id, key if fragments else rollout_key(record), reading))
 
 
 _new_tuple = tuple.__new__

@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from prime_runs_spool.errors import SegmentGoneError
 from prime_runs_spool.spool.durable_mark import MarkPublisher
@@ -107,7 +108,12 @@ class DurableFile:
                 self._pad(fd, self.durable + total, total)
             _fdatasync(fd)
         now = _monotonic()
-        self.check_names(now)
+        # check_names(now), without the call: on every flush
+        if os.fstat(fd).st_nlink == 0:
+            self._gone()
+        guard = self.guard
+        if guard is not None and now >= guard.next_check:
+            guard.check(now)
         self.durable += total
         mark = self.mark
         if mark is not None:
@@ -123,15 +129,18 @@ class DurableFile:
         (about 2 µs against a sync's hundreds); the guard's at most every LOCK_CHECK_INTERVAL."""
         fd = self._fd
         if fd is not None and os.fstat(fd).st_nlink == 0:
-            raise SegmentGoneError(
-                f"{self._path}: the segment file (or its run directory) was deleted or replaced while "
-                "this process was writing it; what it appended is unreachable, so the run stops here")
+            self._gone()
         guard = self.guard
         if guard is not None:
             if now is None:
                 now = _monotonic()
             if now >= guard.next_check:
                 guard.check(now)
+
+    def _gone(self) -> NoReturn:
+        raise SegmentGoneError(
+            f"{self._path}: the segment file (or its run directory) was deleted or replaced while "
+            "this process was writing it; what it appended is unreachable, so the run stops here")
 
     def close(self, cut: bool) -> None:
         """Cut the padding off (``cut``: not after a disk error, when what the file holds is

@@ -126,6 +126,12 @@ class MarkPublisher:
         # Stored before the lock: one flush runs at a time, so it only grows, and whoever
         # writes the mark reads it after clearing _owed (see _write).
         self._durable = durable
+        owed = self._owed
+        if owed is not None and now < owed:
+            # A write is queued for later and has not started (it clears _owed first): it
+            # will read this count. Most syncs of a busy writer end here, without the lock;
+            # one that finds the queued write late takes the lock and writes the mark itself.
+            return
         lock = self._lock
         if not lock.acquire(False):  # not ``with``: about half the cost, once per sync
             # The publisher thread is writing the mark (close never overlaps a flush). An
