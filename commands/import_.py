@@ -22,7 +22,7 @@ from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
 from .options import LocalPath, StateDirPath
-from .output import require_paths
+from .output import SkippedLinks, require_paths
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
@@ -130,7 +130,8 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     state = default_state_dir(state_dir)
     interrupt = _stop_on_signals()
     try:
-        reports = import_paths(roots, state_dir=state, stop=interrupt.is_set)
+        links = SkippedLinks()
+        reports = import_paths(roots, state_dir=state, stop=interrupt.is_set, on_link=links)
         empty = paths_with_nothing(roots)
     except NoSuchPathError as exc:
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
@@ -153,6 +154,7 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
             spooled = sum(1 for _ in find_runs(roots, on_unreadable=lambda *_: None))
             click.echo(f"nothing to import under {', '.join(map(str, roots))}: no eval output without a spool "
                        f"({count(spooled, 'spooled run')}; prime-runs sync ships them)")
+    links.say()
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed:

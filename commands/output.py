@@ -180,17 +180,27 @@ class Progress:
 
 class SkippedLinks:
     """The symbolic links a command's walks passed over that lead out of its paths (an
-    ``OnLink``), each said once on stderr, after the report: a note, not an error, so the
-    exit code stays what the runs make it (docs/cli.md, "Symbolic links")."""
+    ``OnLink``), each said once on stderr: after the report, or, for a command that walks
+    again and again (``--follow``: ``at_once``), when first met. A note, not an error, so the
+    exit code stays what the runs make it (docs/cli.md, "Symbolic links below the paths")."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_once: bool = False) -> None:
         self.links: dict[Path, Path] = {}
+        self._at_once = at_once
 
     def __call__(self, link: Path, target: Path) -> None:
-        self.links.setdefault(link, target)
+        if link not in self.links:
+            self.links[link] = target
+            if self._at_once:
+                self._say(link, target)
 
     def say(self) -> None:
+        if not self._at_once:
+            for link, target in self.links.items():
+                self._say(link, target)
+
+    @staticmethod
+    def _say(link: Path, target: Path) -> None:
         from prime_runs_spool.files import skipped_link_message
 
-        for link, target in self.links.items():
-            click.echo(f"{MESSAGE_PREFIX}{skipped_link_message(link, target)}", err=True)
+        click.echo(f"{MESSAGE_PREFIX}{skipped_link_message(link, target)}", err=True)

@@ -191,7 +191,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                         roots, client, target, options,
                         FollowOptions(poll_interval=poll_interval, exit_when_idle=exit_when_idle),
                         on_report=event_printer(as_json, click.echo, sys.stdout.flush), state_dir=state,
-                        discover=imports_seen)
+                        discover=imports_seen, on_link=SkippedLinks(at_once=True))
                     code = follow_until_stopped(follower)
                     if (code == EXIT_OK and exit_when_idle and not follower.stop.is_set()
                             and imports_seen is not None and imports_seen.failed):

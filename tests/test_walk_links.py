@@ -56,6 +56,22 @@ def test_status_and_verify_name_a_link_out_of_the_tree_once_and_keep_their_exit_
     assert "run-there" not in result.stdout and "latest" not in result.stderr and "alias" not in result.stderr
 
 
+def test_import_names_linked_eval_outputs_it_did_not_import(tmp_path: Path) -> None:
+    """verifiers' outputs kept elsewhere and linked in: `prime-runs import` imports what is in
+    the tree and names the link, exit 0."""
+    outputs = tmp_path / "outputs"
+    shutil.copytree(EVAL_OUTPUTS / "vf040-completed", outputs / "vf-here", symlinks=True)
+    elsewhere = tmp_path / "vf-elsewhere"
+    shutil.copytree(EVAL_OUTPUTS / "vf040-completed", elsewhere, symlinks=True)
+    os.symlink(elsewhere, outputs / "vf-linked")
+    result = run_cli("import", str(outputs))
+    assert result.returncode == 0, result.stderr
+    assert skipped_lines(result.stderr) == [
+        f"prime-runs: skipped symbolic link {outputs / 'vf-linked'} -> {elsewhere.resolve()}: links are not "
+        f"followed; give {elsewhere.resolve()} as a path itself to include what it holds"]
+    assert (outputs / "vf-here" / "spool").is_dir() and not (elsewhere / "spool").exists()
+
+
 def test_the_link_is_quiet_once_its_target_is_among_the_paths(tmp_path: Path) -> None:
     outputs, _, elsewhere = linked_tree(tmp_path)
     for command in (["status"], ["verify"]):
@@ -115,3 +131,15 @@ def test_sync_names_the_link_once_ships_only_the_tree_and_keeps_exit_zero(tmp_pa
     assert again.returncode == 0, again.stderr
     assert skipped_lines(again.stderr) == []
     assert "run-there" in again.stdout
+
+
+@pytest.mark.slow
+def test_a_follower_names_the_link_once(tmp_path: Path) -> None:
+    outputs, link, elsewhere = linked_tree(tmp_path)
+    result = run_cli("sync", str(outputs), "--local", "--db", str(tmp_path / "local.db"), "--to", "samples",
+                     "--follow", "--exit-when-idle", "--poll-interval", "0.2")
+    assert result.returncode == 0, result.stderr
+    assert skipped_lines(result.stderr) == [
+        f"prime-runs: skipped symbolic link {link} -> {elsewhere.resolve()}: links are not followed; give "
+        f"{elsewhere.resolve()} as a path itself to include what it holds"]
+    assert "run-there" not in result.stdout

@@ -45,7 +45,7 @@ from pathlib import Path
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CANCELLED, CORRUPT, CRASHED, FAILED
-from prime_runs_spool.files import OnUnreadable, make_private_dir
+from prime_runs_spool.files import OnLink, OnUnreadable, links_outside, make_private_dir
 from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
@@ -171,6 +171,9 @@ class Follower:
     discover: Callable[[], Discovered] | None = None
     #: What it said last.
     discovered: Discovered | None = None
+    #: Told at each walk of each symbolic link to a folder outside the paths, not followed
+    #: (``layout.find_runs``); the command says each once.
+    on_link: OnLink | None = None
 
     def run(self) -> list[RunReport]:
         """Follow until stopped (or idle, with ``exit_when_idle``); the last report of each run."""
@@ -263,7 +266,7 @@ class Follower:
             self.discovered = self.discover()
             roots = self.discovered.roots
         folders: set[Path] = set()
-        for run_dir in _find(roots, note, folders.add):
+        for run_dir in _find(roots, note, folders.add, self.on_link):
             key = run_dir.resolve()
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
@@ -383,13 +386,18 @@ class Follower:
             followed.lock = None
 
 
-def _find(paths: Iterable[Path], on_unreadable: OnUnreadable, on_folder: Callable[[Path], None]) -> list[Path]:
+def _find(paths: Iterable[Path], on_unreadable: OnUnreadable, on_folder: Callable[[Path], None],
+          on_link: OnLink | None = None) -> list[Path]:
     """The runs under ``paths`` now; a path that vanished while following just has none,
-    and a directory that cannot be read is told to ``on_unreadable``, not skipped."""
+    and a directory that cannot be read is told to ``on_unreadable``, not skipped. Each
+    path is walked alone, so ``on_link`` hears only of links outside all of them."""
+    paths = list(paths)
+    if on_link is not None:
+        on_link = links_outside(paths, on_link)
     found = []
     for path in paths:
         try:
-            found.extend(find_runs([path], on_unreadable, on_folder))
+            found.extend(find_runs([path], on_unreadable, on_folder, on_link))
         except SpoolError:
             continue
     return found
