@@ -127,7 +127,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
         # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
         # learn that, and fall back for every run (with a warning each). Say samples at once.
         to = SAMPLES
-    params = {**click.get_current_context().params, "to": to}
+    # and so advice never suggests auto for traces here (sync/options.py, auto_sink)
+    params = {**click.get_current_context().params, "to": to, "auto_sink": SAMPLES if local else None}
     if not store_urls(paths):
         require_paths(paths or (Path("."),))  # a mistyped path is told before a missing key
     settings = None if local else remote_settings(base_url, team, need_key=not dry_run)

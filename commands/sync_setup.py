@@ -113,7 +113,7 @@ def sync_options(params: dict[str, Any], progress: Progress) -> SyncOptions:
                        dry_run=params["dry_run"], max_request_bytes=params["max_request_bytes"], backoff=backoff,
                        replay=params["replay"], replay_id=params["replay_id"], name=params["name"],
                        tags=params["tags"], to=params["to"], traces_batch_bytes=params.get("traces_batch_bytes"),
-                       copy_wait=params["copy_wait"])
+                       copy_wait=params["copy_wait"], auto_sink=params.get("auto_sink"))
 
 
 def progress_for(params: dict[str, Any]) -> Progress:

@@ -185,7 +185,8 @@ class RunSync:
             if state is None:
                 return None
             self.protocol.state = state
-            choice.recorded(state, self.options.to)  # --to naming the other sink is the pass's error to report
+            # --to naming the other sink is the pass's error to report
+            choice.recorded(state, self.options.to, self.options.auto_sink)
             if not self._up_to_date():
                 return None
         except (StateProblem, SpoolError, SampleTooLargeError, OSError):
@@ -230,7 +231,7 @@ class RunSync:
         self.protocol.state = state
         self.protocol.loaded()
         self._show()
-        choice.recorded(state, self.options.to)  # a run recorded in one sink is never sent to another
+        choice.recorded(state, self.options.to, self.options.auto_sink)  # a run in one sink is never sent to another
         if not untrusted and self._up_to_date():
             self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
             return
@@ -583,7 +584,7 @@ class RunSync:
     def _dry_run(self) -> None:
         """What the pass would send from the cursor, counted in the sink's unit and never
         sent: the batches the push loop would cut, and what a completed run releases."""
-        name, shown = choice.for_dry_run(self.state, self.options.to)
+        name, shown = choice.for_dry_run(self.state, self.options.to, self.options.auto_sink)
         sink = choice.make(name, self.context)
         stream = sink.stream()
         for batch in sink.batches(stream):

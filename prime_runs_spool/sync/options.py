@@ -101,6 +101,11 @@ class SyncOptions:
     #: The sink episodes go to: TRACES, SAMPLES (or another registered sink) or AUTO. The
     #: library's default stays SAMPLES, as before there was a choice; the command line's is AUTO.
     to: str = SAMPLES
+    #: The sink ``auto`` stands for where the command decided it, not the account:
+    #: ``--local`` says samples (its embedded platform runs Prime Traces only for ``--to
+    #: traces``) and passes ``to`` as samples. None: ``auto`` as documented. A message
+    #: advises ``auto`` only where it would take the run to the sink it names.
+    auto_sink: str | None = None
     #: Uncompressed bytes at which a traces batch closes (tests use smaller ones).
     traces_batch_bytes: int | None = None
     #: Seconds a pass waits for another sync on this machine pushing a copy of the same run

@@ -31,21 +31,29 @@ def make(name: str, context: PassContext) -> Sink:
     return sink
 
 
-def recorded(state: SyncState, asked: str) -> str | None:
+def recorded(state: SyncState, asked: str, auto_sink: str | None = None) -> str | None:
     """The sink the state says this run uses (one from before the choice was recorded is
     read from what it pushed); SyncError when ``asked`` (``--to``) names another, checked
-    first thing, so even a finished run says so rather than "up to date"."""
+    first thing, so even a finished run says so rather than "up to date". ``auto_sink``:
+    the options' (what ``auto`` stands for here, for the advice)."""
     name = state.store
     if name is None:
         name = next((n for n in known() if sink_class(n).used_by(state)), None)
-    _refuse_other(name, asked)
+    _refuse_other(name, asked, auto_sink)
     return name
 
 
-def _refuse_other(name: str | None, asked: str) -> None:
+def _refuse_other(name: str | None, asked: str, auto_sink: str | None) -> None:
     if name is not None and asked != AUTO and asked != name:
         raise SyncError(f"this run's episodes went to {name} on this destination, not {asked}; "
-                        f"sync it with --to {name} (or auto), or --replay it as a new evaluation")
+                        f"sync it with {_to(name, auto_sink)}, or --replay it as a new evaluation")
+
+
+def _to(name: str, auto_sink: str | None) -> str:
+    """``--to NAME`` as advice, with ``(or auto)`` where ``auto`` takes the run there too: not
+    where the command fixed ``auto`` to another sink (``--local``: samples), whose ``auto``
+    would be refused the same way."""
+    return f"--to {name} (or auto)" if auto_sink in (None, name) else f"--to {name}"
 
 
 def pushed_total(state: SyncState) -> int:
@@ -55,11 +63,11 @@ def pushed_total(state: SyncState) -> int:
     return count
 
 
-def for_dry_run(state: SyncState, asked: str) -> tuple[str, str | None]:
+def for_dry_run(state: SyncState, asked: str, auto_sink: str | None = None) -> tuple[str, str | None]:
     """The sink a dry run counts for, and the one its report names: the recorded or asked
     one; for ``auto`` undecided, the last of its order (a dry run asks the platform nothing,
     not even the probe), named as undecided."""
-    name = recorded(state, asked) or (None if asked == AUTO else asked)
+    name = recorded(state, asked, auto_sink) or (None if asked == AUTO else asked)
     return name or AUTO_ORDER[-1], name
 
 
@@ -68,7 +76,8 @@ def for_create(context: PassContext) -> str:
     ``SINK_KEY``): the recorded one, else the one ``--to`` names, else ``auto``'s first
     available one. So ``auto``'s probe is asked before the create, not after it, and its
     answer is kept for the push: the run costs the same requests."""
-    name = recorded(context.state, context.options.to) or (None if context.options.to == AUTO else context.options.to)
+    options = context.options
+    name = recorded(context.state, options.to, options.auto_sink) or (None if options.to == AUTO else options.to)
     if name is not None:
         return name
     return next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
@@ -88,8 +97,8 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     when one turns out unavailable before anything of the run was committed there.
     ``adopted``: the evaluation was found on the platform; ``other_copy_sink``: the sink
     another copy of the spool last sent the run's episodes to (sync/copies.py)."""
-    state, asked, report = context.state, context.options.to, context.report
-    name = recorded(state, asked)
+    state, asked, report, auto_sink = context.state, context.options.to, context.report, context.options.auto_sink
+    name = recorded(state, asked, auto_sink)
     if name is None and adopted:
         # Found again with no state naming its sink: the sink the evaluation names; for one
         # that names none (created before sinks were recorded there), the other copy's sink,
@@ -100,7 +109,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         if name is not None:
             state.store, state.sink_from_platform = name, True
             context.protocol.note()
-        _refuse_other(name, asked)
+        _refuse_other(name, asked, auto_sink)
     chosen = name or (None if asked == AUTO else asked)
     if chosen is not None and state.store != chosen:
         state.store = chosen
@@ -129,7 +138,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         following = AUTO_ORDER[AUTO_ORDER.index(sink.name) + 1:] if sink.name in AUTO_ORDER else ()
         if asked != AUTO or not following:
             context.protocol.save()
-            advice = f"sync it with --to {following[0]} (or auto)" if following else "sync it with --to auto"
+            advice = f"sync it with {_to(following[0], auto_sink)}" if following else "sync it with --to auto"
             raise SyncError(f"{exc}; nothing of this run was sent there: {advice}") from None
         fallback = make(following[0], context)
         state.store = fallback.name
