@@ -64,3 +64,45 @@ def test_each_command_a_local_refusal_suggests_syncs_the_run(tmp_path: Path, fir
         code, done = local(*option)
         assert code == 0 and done["state"] in ("synced", "up_to_date"), (option, refused["error"], done)
         assert (done["evaluation_id"] != evaluation_id) == ("--replay" in option), (option, done)
+
+
+def _sync_in_process(root: Path, db: Path, to: str, *, replay: bool = False):
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import local_destination
+    from support.local_client import local_settings
+
+    with EmbeddedPlatform(db, traces=True) as platform, PlatformClient(local_settings(platform), timeout=10) as client:
+        (report,) = sync_paths([root], client, local_destination(db, None),
+                               SyncOptions(to=to, replay=replay, traces_batch_bytes=1_500))
+    return report
+
+
+@pytest.mark.parametrize("committed", [0, 2])
+def test_a_line_too_long_for_traces_is_told_a_samples_command_that_works(tmp_path: Path, monkeypatch,
+                                                                         committed: int) -> None:
+    """``--to traces`` meets an episode over Prime Traces' limit for one line. With nothing of
+    the run there, ``--to samples`` (as advised) syncs it; with batches committed there, the
+    advice is a replay to samples, and that syncs it as a new evaluation."""
+    import prime_runs_spool.platform_api.traces as contract
+    from support.runs import RunBuilder
+
+    monkeypatch.setattr(contract, "MAX_LINE_BYTES", 4_000)  # 64 MiB in truth
+    builder = RunBuilder(tmp_path / "runs" / "run", f"too-long-{committed}")
+    builder.open_segment()
+    if committed:
+        builder.add(committed + 1, size=1_000)  # each batch closes before the next line: all but the last sent
+    builder.add(1, size=6_000, traces=3)
+    builder.seal()
+    db = tmp_path / "p.db"
+    refused = _sync_in_process(tmp_path / "runs", db, "traces")
+    assert refused.state == "error" and "limit for one line" in refused.error, refused
+    assert refused.pushed_total == committed, refused
+    (option,) = [o for o in suggested(refused.error) if o != ["--to", "auto"]]
+    assert option == (["--replay", "--to", "samples"] if committed else ["--to", "samples"]), refused.error
+    done = _sync_in_process(tmp_path / "runs", db, "samples", replay="--replay" in option)
+    assert (done.state, done.store) == ("synced", "samples"), (refused.error, done)
+    assert (done.evaluation_id != refused.evaluation_id) == bool(committed)
+    assert done.pushed_total == len(builder.ids)  # one row each, the long one included

@@ -189,6 +189,20 @@ class AddressedSink(Sink):
         raise SyncError(f"{reason}; {there}, so the run stays in {self.title}: turn it back on for the account and "
                         f"sync again, or sync it with --replay --to {SAMPLES} as a new evaluation") from None
 
+    def advice_elsewhere(self, other: str) -> str:
+        """How to sync the run to ``other`` instead, told when this sink cannot take it: with
+        ``--to`` when nothing of the run is here, nor may be (the recorded choice released, so
+        that command is not refused); else with ``--replay``, a new evaluation, since a run
+        is never half in each sink: a batch committed or in doubt, episodes vf-eval pushed
+        there itself, or a sink found on the platform (whose state cannot tell it holds nothing)."""
+        state = self.state
+        if state.uploads or self.in_doubt() or state.on_platform or state.sink_from_platform:
+            return f"sync it with --replay --to {other} as a new evaluation"
+        if state.store == self.name:
+            state.store = None
+            self.context.protocol.note()  # written as the pass ends (its failure flushes the state)
+        return f"sync it with --to {other}"
+
     # -- the contract ------------------------------------------------------------------------
 
     def stream(self) -> LineStream:

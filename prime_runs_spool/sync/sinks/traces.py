@@ -17,7 +17,7 @@ from http import HTTPStatus
 from typing import Any
 
 from prime_runs_spool.errors import CorruptSpoolError, PlatformError, SyncError
-from prime_runs_spool.sync.options import TRACES
+from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.rows import LARGE_BODIES, LARGE_BODY
 from prime_runs_spool.sync.sinks.addressed import AddressedSink, Cut, HeldStream, Line, LineStream
 from prime_runs_spool.sync.sinks.registry import register
@@ -81,8 +81,9 @@ def cut_batches(stream: LineStream | HeldStream, target_bytes: int) -> Iterator[
             del cut
             release()  # sent: the next batch may take the token
     except TraceTooLargeError as exc:
-        raise SyncError(f"an episode's line is {exc.size} bytes, over Prime Traces' {exc.limit}-byte "
-                        "limit for one line; it cannot be sent (sync --to samples splits it by trace)") from None
+        raise SyncError(f"an episode's line is {exc.size} bytes, over Prime Traces' {exc.limit}-byte limit for one "
+                        f"line; it cannot be sent there: {stream.sink.advice_elsewhere(SAMPLES)} (samples split an "
+                        "episode too large for one row by trace)") from None
     finally:
         release()
     if failure:
