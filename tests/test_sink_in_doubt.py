@@ -116,3 +116,39 @@ def test_a_samples_request_in_doubt_keeps_the_run_in_samples_once_traces_is_on(t
         done = _sync(tmp_path / "runs", db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, EPISODES), done
         assert _held(platform.base_url, evaluation_id) == (EPISODES, [])
+
+
+@pytest.mark.slow
+def test_a_batch_in_doubt_in_a_sink_found_on_the_platform_is_kept_where_traces_is_off(tmp_path: Path) -> None:
+    """The run's sink read from its evaluation (its state lost): a batch of a live run sent
+    there and its answer lost, then a pass where Prime Traces is off stops the run and keeps
+    the announcement. Forgotten, the run's tail, grown since, would be cut into another batch
+    under another key: its episodes stored twice."""
+    from support.runs import RunBuilder
+
+    builder = RunBuilder(tmp_path / "runs" / "run", "found-in-doubt")
+    builder.open_segment()
+    builder.add(3)
+    db, root = tmp_path / "p.db", tmp_path / "runs"
+    with EmbeddedPlatform(db, traces=False) as platform:  # the create names traces, nothing is stored
+        assert "--to samples" in _sync(root, db, platform.base_url, TRACES).error
+    evaluation_id = str(_state(builder.run_dir).evaluation_id)
+    for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+        path.unlink()
+    lost = _sync_losing_answers(root, db, AUTO, r"/traces$", traces=True)
+    assert lost.state == "error" and _state(builder.run_dir).sink_from_platform, lost
+    announced = _state(builder.run_dir).in_flight
+    assert announced is not None and announced.kind == TRACES and announced.episodes == 3
+    with EmbeddedPlatform(db, traces=False) as platform:
+        refused = _sync(root, db, platform.base_url, AUTO)
+        assert refused.state == "error" and "\n" not in refused.error, refused
+    assert _state(builder.run_dir).in_flight == announced
+    builder.add(2)
+    builder.seal()
+    with EmbeddedPlatform(db, traces=True) as platform:
+        done = _sync(root, db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, 5), done
+        with TracesClient(api_key="x", base_url=platform.base_url) as traces:
+            items = traces.list_episodes(run_id=evaluation_id, limit=100).items
+    assert sorted(i.episode_id for i in items) == sorted(builder.ids)
+    assert {i.model_extra["generation"] for i in items} == {1}

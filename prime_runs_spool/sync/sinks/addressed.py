@@ -164,17 +164,20 @@ class AddressedSink(Sink):
         return Line(self.encode(record), after, len(members) if isinstance(members, list) else 0,
                     record_episode_id(record))
 
-    #: The announced batch went out at least once with no answer settling it (or was
-    #: announced by an earlier pass): it may be committed (:meth:`in_doubt`).
+    #: The digest of the batch this pass announced, and whether it went out with no answer
+    #: (:meth:`in_doubt`).
+    announced_here: str | None = None
     unanswered: bool = False
 
     def in_doubt(self) -> bool:
         """The announced batch may be committed unless this pass announced it and every
         answer it got says it was not stored (a refusal such as ``service_not_enabled``, a
-        retryable status): only a send with no answer, or one an earlier pass made, leaves it
-        in doubt. Content addressing settles it once the sink answers again: the same bytes
-        under the same key, stored once."""
-        return super().in_doubt() and self.unanswered
+        retryable status): a send with no answer leaves it in doubt, and so does an
+        announcement from an earlier pass, which may have sent it. Content addressing settles
+        it once the sink answers again: the same bytes under the same key, stored once."""
+        pending = self.state.in_flight
+        return (super().in_doubt() and pending is not None
+                and (pending.digest != self.announced_here or self.unanswered))
 
     def refuse_if_committed(self, reason: Exception) -> None:
         uploads = self.state.uploads
@@ -244,7 +247,6 @@ class AddressedSink(Sink):
                 f"listing the episodes {self.title} holds for the run", self.episodes_there))
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
-            self.unanswered = True  # an earlier pass announced it, and may have sent it
             if pending.released:
                 self._resend_released(pending)
             else:
@@ -277,7 +279,7 @@ class AddressedSink(Sink):
         self.state.in_flight = InFlight(kind=self.name, sent_at=protocol.clock(), episodes=cut.episodes,
                                         traces=cut.traces, end=cut.end, seal=cut.seal, digest=cut.digest,
                                         released=cut.released)
-        self.unanswered = False  # not sent yet
+        self.announced_here, self.unanswered = cut.digest, False  # not sent yet
         protocol.save()
         self._commit(cut)
 
