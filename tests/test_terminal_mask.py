@@ -54,6 +54,10 @@ def test_the_launch_files_credential_locations_are_known_before_the_run_opens(tm
     mask.add_launch_file(str(launch))
     assert mask.clear(f"header {SECRET}!") == f"header {MASK}!"
     assert mask.clear("model m at http://x") == "model m at http://x"
+    resolved = tmp_path / "eval.json"  # verifiers' resolved config, a resume's launch file
+    resolved.write_text('{"client": {"headers": {"X-Other": "cfs_RESOLVED_SECRET_77"}}}')
+    mask.add_launch_file(str(resolved))
+    assert mask.clear("x cfs_RESOLVED_SECRET_77 y") == f"x {MASK} y" and mask.clear(SECRET) == MASK
     (tmp_path / "bad.toml").write_text("[[[")
     mask.add_launch_file(str(tmp_path / "bad.toml"))  # verifiers' to report, not ours
     mask.add_launch_file(str(tmp_path / "missing.toml"))

@@ -265,6 +265,8 @@ def test_sigint_then_a_resume_that_retries_errored_rollouts_ends_equal_to_verifi
         server.release()
         resumed = run_eval(tmp_path, *resume_args)  # the command the interrupt printed, as printed
         assert resumed.returncode == 0, resumed.stderr[-3000:]
+        for shown in (interrupted.stdout + interrupted.stderr, resumed.stdout + resumed.stderr):
+            assert HEADER_SECRET not in shown  # launched from verifiers' resolved JSON config too
     final = traces(tmp_path)
     assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
 

@@ -23,6 +23,7 @@ the output of child processes (a harness run by ``uv``).
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -35,6 +36,11 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
+
+
+#: Read of a launch file, at most: a config is a few KB; the run's own config, once opened,
+#: is masked whatever its size.
+MAX_LAUNCH_FILE_BYTES = 4 * 1024 * 1024
 
 
 class TerminalMask:
@@ -57,10 +63,13 @@ class TerminalMask:
             return
         try:
             with open(path, "rb") as handle:
-                config = tomllib.load(handle)
+                text = handle.read(MAX_LAUNCH_FILE_BYTES)
+            # verifiers' resolved config (what a resume is launched from) is JSON
+            config = json.loads(text) if path.lower().endswith(".json") else tomllib.loads(text.decode("utf-8"))
         except (OSError, ValueError):
             return
-        self.add(error_forms(masked_config_values(config)))
+        if isinstance(config, dict):
+            self.add(error_forms(masked_config_values(config)))
 
     def clear(self, text: str) -> str:
         forms = self.forms
