@@ -376,7 +376,7 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
     entered. A folder that cannot be read is told to ``report`` and not entered; every
     folder entered that does not match is told to ``folder_seen``; every symbolic link to a
     folder passed over (one ``prune`` would not have refused) is told to ``link_met``, so
-    that what a link leads to is never left out in silence (docs/cli.md, "Symbolic links").
+    that what a link leads to is never left out in silence (docs/cli.md, "Symbolic links below the paths").
 
     Depth first with a stack of its own, not by recursion: a tree a thousand folders deep
     ended every command in a RecursionError traceback. Each folder's children are looked
@@ -428,8 +428,6 @@ def _child_folders(folder: Path, entries: list[os.DirEntry[str]], prune: Callabl
             report(Path(entry.path), exc)
             continue
         yield folder / entry.name  # the folder's parts reused, not the whole path parsed again
-
-
 
 
 def _names_folder(link: os.DirEntry[str]) -> bool:

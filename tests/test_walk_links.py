@@ -1,8 +1,9 @@
 """A symbolic link to a run folder kept elsewhere is not followed by the walks of `sync`,
-`verify` and `status` (docs/cli.md, "Symbolic links"), and each command says so, once a link,
-on stderr: a user who links runs into ./outputs must not read "all synced" while they never
-travel. A link into the tree (verifiers' own `logs/latest`, an alias of a run already there)
-names nothing the walk misses, and stays quiet. Real files, the real command line."""
+`verify`, `status` and `import` (docs/cli.md, "Symbolic links below the paths"), and each
+command says so, once a link, on stderr: a user who links runs into ./outputs must not
+read "all synced" while they never travel. A link into the tree (verifiers' own
+`logs/latest`, an alias of a run already there) names nothing the walk misses, and stays
+quiet. Real files, the real command line."""
 
 from __future__ import annotations
 
