@@ -25,7 +25,7 @@ import pytest
 
 from prime_runs_spool.local_platform.store import Store
 
-from support.cli import local_sync
+from support.cli import local_sync, run_cli
 from support.env import REPO_ROOT, child_env
 
 pytestmark = pytest.mark.slow  # an eval process, then three syncs
@@ -106,6 +106,11 @@ def test_a_damaged_seal_says_how_to_end_the_run_as_traces_jsonl_does_and_that_wa
     assert cut is not None and int(cut.group(1)) == offset and Path(shlex.split(cut.group(2))[0]) == segment
     sync_again = re.search(r"then (prime-runs sync .+? --skip-corrupt) ", advice)
     assert sync_again is not None
+
+    status = run_cli("status", str(outputs), "--json")  # where the user looks next: the same advice
+    assert status.returncode == 0, status.stderr
+    [shown] = json.loads(status.stdout)["runs"]
+    assert advice in shown["warnings"], shown
 
     os.truncate(shlex.split(cut.group(2))[0], int(cut.group(1)))  # the advice, word for word
     given = shlex.split(sync_again.group(1))[2:]

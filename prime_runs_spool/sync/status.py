@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.plural import episodes as plural_episodes, plural
-from prime_runs_spool.spool.format import EPISODE
+from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import OnLink, read_regular_file, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
@@ -17,6 +17,7 @@ from prime_runs_spool.sync.state import sync_dir
 from prime_runs_spool.spool.reader import iter_records, position_lost
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.sync.state import SyncState
+from prime_runs_spool.sync.recover import damaged_seal_advice
 from prime_runs_spool.content.supersede import superseded_in_run
 
 
@@ -193,5 +194,8 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
             lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
             pushed_by_vf_eval=len(state.on_platform)))
+        advice = damaged_seal_advice(run_dir, state.skipped) if state.terminal == CRASHED else None
+        if advice is not None and advice not in run.warnings:  # a run synced to two places: said once
+            run.warnings.append(advice)
     return run
 
