@@ -242,6 +242,9 @@ def _client_class() -> type[httpx.Client]:
 
     class Client(httpx.Client):
         cookies = property(lambda self: none, lambda self, value: None)  # type: ignore[assignment]
+        #: How the platform client sends on this client's transport when it is the sync's own
+        #: (platform_api/wire.py); None: through ``send``.
+        wire: Any = None
 
     return Client
 
@@ -296,11 +299,16 @@ class PlatformClient:
                 headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
             from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 
+            own = AnswerDeadlineTransport(self._timeout, verify=self._ssl) if self._transport is None else None
             http = _client_class()(
                 headers=headers,
                 timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
-                transport=self._transport or AnswerDeadlineTransport(self._timeout, verify=self._ssl),
+                transport=own or self._transport,
             )
+            if own is not None:
+                from prime_runs_spool.platform_api.wire import Wire
+
+                http.wire = Wire(http, own, self._api)
             self._made.append(http)
             return http
 
@@ -309,17 +317,24 @@ class PlatformClient:
             self._idle.append(http)
 
     def _send(self, method: str, path: str, content: Any, params: Mapping[str, Any] | None,
-              headers: dict[str, str]) -> httpx.Response:
-        """One request, its URL parsed once: merged with a ``base_url`` and ``params``,
-        httpx parses it three times over (character by character, in Python)."""
+              length: int | None) -> tuple[int, bytes, httpx.Response | None]:
+        """One request: its answer's status and body, and the answer itself where it is a
+        refusal (``classify_response`` reads it) or came through another transport than the
+        sync's own. On the sync's own, straight to the pool (platform_api/wire.py); on
+        another, through ``httpx.Client`` with the URL parsed once: merged with a
+        ``base_url`` and ``params``, httpx parses it three times over (character by
+        character, in Python)."""
         import httpx
 
-        url = self._api + path
-        if params:
-            url += "?" + str(httpx.QueryParams(params))
+        query = str(httpx.QueryParams(params)) if params else ""
         http = self._connection()
         try:
-            return http.send(http.build_request(method, httpx.URL(url), content=content, headers=headers))
+            if http.wire is not None:
+                return http.wire.exchange(method, path, query, content, length)
+            headers = {"Content-Type": "application/json", "Content-Length": str(length)} if content is not None else {}
+            url = self._api + path + (f"?{query}" if query else "")
+            response = http.send(http.build_request(method, httpx.URL(url), content=content, headers=headers))
+            return response.status_code, response.content, response
         finally:
             self._release(http)
 
@@ -384,32 +399,27 @@ class PlatformClient:
         content: bytes | _Chunks | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> Any:
-        headers = {}
         if json_body is not None:
             content = orjson.dumps(json_body)
-        if content is not None:
-            headers["Content-Type"] = "application/json"
-        if isinstance(content, _Chunks):
-            # A declared length, so httpx sends the views as they are, not chunked.
-            headers["Content-Length"] = str(len(content))
         import httpx
 
         try:
-            response = self._send(method, path, content, params, headers)
+            status, body, response = self._send(method, path, content, params,
+                                                None if content is None else len(content))
         except httpx.TransportError as exc:
             raise classify_transport_error(method, path, exc) from None
         finally:
             if isinstance(content, _Chunks):
                 content.drop()
-        if response.status_code >= 400:
-            raise classify_response(method, path, response, self.settings.api_key)
+        if status >= 400:
+            raise classify_response(method, path, response, self.settings.api_key)  # type: ignore[arg-type]
         try:
-            return orjson.loads(response.content) if response.content else None
+            return orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
             # The platform said yes but its answer is unreadable: for a non-idempotent call
             # that is as good as a lost answer.
             raise UnexpectedAnswer(FailureKind.IN_DOUBT,
-                                   f"{method} {path}: unreadable answer", status=response.status_code) from None
+                                   f"{method} {path}: unreadable answer", status=status) from None
 
     @staticmethod
     def _evaluation(evaluation_id: str, tail: str = "") -> str:

@@ -91,6 +91,37 @@ class AnswerDeadlineTransport(httpx.HTTPTransport):
         self._pool._network_backend = _Backend()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self._arm()
+        return super().handle_request(request)
+
+    def exchange(self, request: httpcore.Request) -> httpcore.Response:
+        """One request on this transport's pool, its answer read whole (``.content``) and its
+        connection given back: what ``handle_request`` does without an ``httpx`` request and
+        response around it (platform_api/wire.py says why). httpcore's failures are raised as
+        httpx's of the same name, as ``handle_request`` raises them; anything else (a body's
+        own exception) as it is."""
+        self._arm()
+        try:
+            response = self._pool.handle_request(request)
+            try:
+                response.read()
+            finally:
+                response.close()
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                httpcore.ProxyError, httpcore.UnsupportedProtocol) as exc:
+            raise _as_httpx(exc) from exc
+        return response
+
+    def _arm(self) -> None:
         cap = answer_cap()
         _AnswerDeadline.reset(self._budget if cap is None else max(0.0, min(self._budget, cap)))
-        return super().handle_request(request)
+
+
+def _as_httpx(exc: Exception) -> httpx.TransportError:
+    """httpx's exception for an httpcore one: the most specific class of the same name
+    (httpcore's and httpx's trees name alike)."""
+    for kind in type(exc).__mro__:
+        mapped = getattr(httpx, kind.__name__, None)
+        if isinstance(mapped, type) and issubclass(mapped, httpx.TransportError):
+            return mapped(str(exc))
+    return httpx.TransportError(str(exc))

@@ -1,0 +1,168 @@
+"""The platform client's own transport sends straight to httpx's connection pool
+(platform_api/wire.py): the requests must go out as ``httpx.Client`` sends them, byte for
+byte, and every answer and failure must read as it does through ``httpx.Client``."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import httpx
+import orjson
+import pytest
+
+from prime_runs_spool.errors import PlatformError
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import Secret, Settings
+
+KEY = "sk-wire-test-key-value"
+#: One answer every call the tests make can read.
+EVERYTHING = orjson.dumps({"evaluation_id": "ev-1", "status": "RUNNING", "total_samples": 0, "evaluations": [],
+                           "total": 0, "data": {"id": "env-1"}, "samples": []})
+
+
+def answer(status: int = 200, body: bytes = EVERYTHING, *headers: tuple[str, str]) -> bytes:
+    head = [f"HTTP/1.1 {status} X", f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class RawServer:
+    """An HTTP/1.1 server on a socket: keeps every request's bytes (head and body) and
+    answers each with what ``script`` returns for them (None: closes the connection; a
+    tuple: its one part sent, then the connection closed)."""
+
+    def __init__(self, script: Callable[[bytes], bytes | tuple[bytes] | None]) -> None:
+        self.script = script
+        self.requests: list[bytes] = []
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(16)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        buffer = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(buffer) < length:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                request, buffer = head + b"\r\n\r\n" + buffer[:length], buffer[length:]
+                self.requests.append(request)
+                reply = self.script(request)
+                if reply is None:
+                    return
+                conn.sendall(reply[0] if isinstance(reply, tuple) else reply)
+                if isinstance(reply, tuple):
+                    return
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+@pytest.fixture
+def server() -> Iterator[RawServer]:
+    box: list[Callable[[bytes], bytes | tuple[bytes] | None]] = [lambda request: answer()]
+    raw = RawServer(lambda request: box[0](request))
+    raw.answering = box  # type: ignore[attr-defined]
+    yield raw
+    raw.close()
+
+
+def clients(url: str) -> list[PlatformClient]:
+    """The client on its own transport, and one sending through ``httpx.Client``."""
+    settings = Settings(base_url=url, api_key=Secret(KEY), team_id="team-1", frontend_url="http://app.test")
+    return [PlatformClient(settings, timeout=5), PlatformClient(settings, timeout=5, transport=httpx.HTTPTransport())]
+
+
+CALLS: dict[str, Callable[[PlatformClient], object]] = {
+    "resolve": lambda client: client.resolve_environment("gsm8k"),
+    "create": lambda client: client.create_evaluation({"name": "r", "environments": [{"id": "env-1"}]}),
+    "samples": lambda client: client.push_samples("ev-1", [b'{"samples":[', b'{"a":1}', b"]}"]),
+    "samples whole": lambda client: client.push_samples("ev-1", b'{"samples":[]}'),
+    "metadata": lambda client: client.update_evaluation("ev-1", metadata={"k": "v"}),
+    "finalize": lambda client: client.finalize("ev-1", {"reward": 1.0}),
+    "read": lambda client: client.get_evaluation("ev-1"),
+    "listing": lambda client: client.list_evaluations(environment_name="math & more/é?x=1", skip=3, limit=7),
+    "samples page": lambda client: client.list_samples("ev-1", page=2),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_each_request_goes_out_byte_for_byte_as_httpx_client_sends_it(server: RawServer, call: str) -> None:
+    own, through_httpx = clients(server.url)
+    with own, through_httpx:
+        CALLS[call](own)
+        assert own._made[0].wire is not None  # the request did go straight to the pool
+        CALLS[call](through_httpx)
+        assert through_httpx._made[0].wire is None
+    assert len(server.requests) == 2
+    assert server.requests[0] == server.requests[1]
+    assert f"Bearer {KEY}".encode() in server.requests[0]
+
+
+def _outcome(client: PlatformClient, call: str) -> object:
+    try:
+        return ("answer", CALLS[call](client))
+    except PlatformError as exc:
+        return ("failed", exc.kind, exc.status, exc.retry_after, str(exc))
+
+
+ANSWERS: dict[str, Callable[[bytes], bytes | tuple[bytes] | None]] = {
+    "gzip": lambda request: answer(200, gzip.compress(EVERYTHING), ("Content-Encoding", "gzip")),
+    "empty": lambda request: answer(200, b""),
+    "unreadable": lambda request: answer(200, b"<html>"),
+    "rate limited": lambda request: answer(429, b"slow down", ("Retry-After", "7")),
+    "refused key": lambda request: answer(403, f'{{"detail": "bad key {KEY}"}}'.encode()),
+    "gone": lambda request: answer(404, b'{"detail": "not found"}'),
+    "gateway": lambda request: answer(502, b"bad gateway"),
+    "failed": lambda request: answer(500, b"oops"),
+    "refused gzip": lambda request: answer(422, gzip.compress(b'{"detail": "bad body"}'), ("Content-Encoding", "gzip")),
+    "redirect": lambda request: answer(307, b"", ("Location", "http://elsewhere.invalid/")),
+    "no answer": lambda request: None,
+    "cut short": lambda request: (answer(200)[:40],),
+}
+
+
+@pytest.mark.parametrize("call", ["create", "samples", "read"])
+@pytest.mark.parametrize("kind", list(ANSWERS))
+def test_every_answer_reads_as_it_does_through_httpx_client(server: RawServer, kind: str, call: str) -> None:
+    server.answering[0] = ANSWERS[kind]  # type: ignore[attr-defined]
+    own, through_httpx = clients(server.url)
+    with own, through_httpx:
+        got = _outcome(own, call)
+        expected = _outcome(through_httpx, call)
+    assert got == expected
+    assert KEY not in repr(got)
+
+
+def test_a_platform_that_is_not_there_fails_alike_naming_its_host() -> None:
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{spare.getsockname()[1]}"
+    spare.close()  # nothing listens there now
+    own, through_httpx = clients(url)
+    with own, through_httpx:
+        got, expected = _outcome(own, "create"), _outcome(through_httpx, "create")
+    assert got == expected
+    assert "connection refused by 127.0.0.1:" in str(got)
