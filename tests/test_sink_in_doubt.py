@@ -152,3 +152,36 @@ def test_a_batch_in_doubt_in_a_sink_found_on_the_platform_is_kept_where_traces_i
             items = traces.list_episodes(run_id=evaluation_id, limit=100).items
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}
+
+
+@pytest.mark.slow
+def test_prime_traces_turned_off_while_a_batch_is_in_doubt_in_one_pass(tmp_path: Path) -> None:
+    """Within one pass: ``auto``'s probe finds Prime Traces, the first upload commits and its
+    answer is lost, and the retry meets Prime Traces turned off (the proxy now forwards to the
+    same database served without it). The batch sent without an answer may be there: the pass
+    stops rather than falling back to samples, and a later one settles it under its key."""
+    from urllib.parse import urlsplit
+
+    builder = build_run(tmp_path / "runs" / "run", "off-mid-pass", EPISODES)
+    db, root = tmp_path / "p.db", tmp_path / "runs"
+    with EmbeddedPlatform(db, traces=True) as on, EmbeddedPlatform(db, traces=False) as off, \
+            FaultProxy(on.base_url, rates={"drop_after": 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+        def turn_traces_off(_retry) -> None:
+            proxy.set_rates({})
+            address = urlsplit(off.base_url)
+            proxy.upstream = (address.hostname, address.port)
+
+        settings = Settings(base_url=proxy.base_url, api_key=Secret("local"), team_id=None,
+                            frontend_url=proxy.base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (refused,) = sync_paths([root], client, local_destination(db, None),
+                                    SyncOptions(to=AUTO, backoff=Backoff(base=0.01, cap=0.01, max_attempts=3,
+                                                                         on_retry=turn_traces_off)))
+        assert refused.state == "error" and "may have been committed" in refused.error, refused
+        assert proxy.faults()[-2:] == ["drop_after", "none"], proxy.faults()
+        evaluation_id = str(_state(builder.run_dir).evaluation_id)
+        assert httpx.get(f"{off.base_url}/api/v1/evaluations/{evaluation_id}").json()["total_samples"] == 0
+    with EmbeddedPlatform(db, traces=True) as platform:
+        done = _sync(root, db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
+        assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))
