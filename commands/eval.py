@@ -3,9 +3,11 @@
 A thin shell around :mod:`prime_runs_spool.runner.verifiers_eval`: every argument goes to
 verifiers unchanged (click parses none of them), the exit code is verifiers' own, and an
 offline run ends with one line saying how to sync its spool, an online run that did not
-ship everything with one line saying how many episodes, why, and how to ship them. Two
-endings get the exact resume command: an interrupt (verifiers' 130), and a full disk, which
-would otherwise end in a traceback for what is no bug: one line and exit 1 instead. Its
+ship everything with one line saying how many episodes, why, and how to ship them. Three
+endings get the exact resume command: an interrupt (verifiers' 130), a full disk, and a
+folder the eval may not write (a read-only file system, or permission refused on the run's
+folder), which would otherwise end in a traceback for what is no bug: one line and exit 1
+instead. Its
 help (``--help``, ``-h``, or no argument) loads neither verifiers nor the writer.
 """
 
@@ -26,6 +28,8 @@ HELP_OPTIONS = ("-h", "--help")
 EXIT_INTERRUPTED = 130
 #: The disk holding the run filled up: one line naming it and the resume command.
 EXIT_DISK_FULL = EXIT_RUN_FAILED
+#: A folder the run writes cannot be written: one line naming it and the resume command.
+EXIT_UNWRITABLE = EXIT_RUN_FAILED
 
 
 @click.command(
@@ -57,6 +61,7 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
         sys.exit(EXIT_USAGE)
     from prime_runs_spool.runner.verifiers_eval import (
         EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines, run_vf_eval, sync_hint,
+        unwritable_error, unwritable_line,
     )
 
     session = EvalSession(argv=argv)
@@ -70,10 +75,14 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
         sys.exit(1)
     except Exception as exc:
         full = disk_full_error(exc)
-        if full is None:
+        if full is not None:
+            click.echo(f"{MESSAGE_PREFIX}{disk_full_line(session, full)}", err=True)
+            sys.exit(EXIT_DISK_FULL)
+        unwritable = unwritable_error(exc, session)
+        if unwritable is None:
             raise  # verifiers' own error (most often the environment's code): its traceback
-        click.echo(f"{MESSAGE_PREFIX}{disk_full_line(session, full)}", err=True)
-        sys.exit(EXIT_DISK_FULL)
+        click.echo(f"{MESSAGE_PREFIX}{unwritable_line(session, unwritable)}", err=True)
+        sys.exit(EXIT_UNWRITABLE)
     for line in not_shipped_lines(session):
         click.echo(f"{MESSAGE_PREFIX}{line}", err=True)
     hint = sync_hint(session)

@@ -31,6 +31,12 @@ OTHERS_ACCESS = 0o077
 #: The errors that mean the disk (or the user's quota on it) is full: freeing space and
 #: trying again is the way on, so they get one line naming the path rather than a traceback.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: The error that means the file system is mounted read-only: no retry and no code change
+#: helps, only another place (or a remount), so it too gets one line naming the path.
+READ_ONLY_FS_ERRNOS = frozenset({errno.EROFS})
+#: The errors that mean the user may not write a path: one line where the path is one the
+#: package (or the eval it records) was told to write, a traceback where it is someone's code.
+PERMISSION_ERRNOS = frozenset({errno.EACCES, errno.EPERM})
 
 
 def open_private(path: str | os.PathLike[str], flags: int) -> int:

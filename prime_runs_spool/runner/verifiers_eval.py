@@ -51,7 +51,7 @@ from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
-from prime_runs_spool.files import DISK_FULL_ERRNOS, open_private
+from prime_runs_spool.files import DISK_FULL_ERRNOS, PERMISSION_ERRNOS, READ_ONLY_FS_ERRNOS, open_private
 from prime_runs_spool.plural import episodes
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
@@ -86,6 +86,9 @@ class EvalSession:
     logs_on_terminal: bool = False
     #: The secret values cleared from what verifiers prints (runner/terminal_mask.py).
     terminal: TerminalMask = field(default_factory=TerminalMask)
+    #: The folder of the run being opened, set before its spool is: an error opening it
+    #: (a read-only folder) is then told with the run's resume command, as any other ending.
+    opening: Path | None = None
 
     @property
     def launch_file(self) -> str | None:
@@ -199,11 +202,12 @@ def resume_command(session: EvalSession) -> str | None:
     """The exact command that continues the session's run: ``prime-runs eval`` with
     verifiers' own saved config (``configs/resolved/*.json``, the exact config its
     ``--resume`` requires) and ``--resume``. None before verifiers saved one."""
-    if not session.runs:
+    run_dir = session.runs[-1].dir if session.runs else session.opening
+    if run_dir is None:
         return None
     from verifiers.v1.cli.output import saved_config_path  # verifiers names its own file
 
-    saved = saved_config_path(session.runs[-1].dir)
+    saved = saved_config_path(run_dir)
     return None if saved is None else f"prime-runs eval @ {shlex.quote(str(saved))} --resume"
 
 
@@ -216,14 +220,51 @@ def interrupt_hint(session: EvalSession) -> str | None:
 def disk_full_error(error: BaseException) -> OSError | None:
     """The "no space left" (or quota) error behind ``error``, wherever it was raised:
     verifiers' own ``traces.jsonl`` write, or the spool's (wrapped or not)."""
+    return next((found for found in _os_errors_behind(error) if found.errno in DISK_FULL_ERRNOS), None)
+
+
+def unwritable_error(error: BaseException, session: EvalSession) -> OSError | None:
+    """The error behind ``error`` that says the eval's outputs cannot be written: a read-only
+    file system, wherever it is, or permission refused on the run's folder, a path in it, or
+    a folder above it (verifiers making ``output_dir``). Permission refused anywhere else
+    is the environment's own code at work: None, so its traceback is shown."""
+    run_dir = session.runs[-1].dir if session.runs else session.opening
+    for found in _os_errors_behind(error):
+        if found.errno in READ_ONLY_FS_ERRNOS:
+            return found
+        if found.errno in PERMISSION_ERRNOS and run_dir is not None and found.filename \
+                and _related(Path(os.fsdecode(found.filename)), run_dir):
+            return found
+    return None
+
+
+def unwritable_line(session: EvalSession, error: OSError) -> str:
+    """One line for an eval stopped by a folder it may not write: which path, why, and how
+    to continue once it can be written."""
+    path = Path(os.fsdecode(error.filename)) if error.filename else session.opening or Path.cwd()
+    why = "read-only file system" if error.errno in READ_ONLY_FS_ERRNOS else "permission denied"
+    line = f"cannot write {path}: {why} (file system {_mount_point(path)}); make it writable or set another output_dir"
+    command = resume_command(session)
+    if command is None:
+        return f"{line}, then run the eval again"
+    return f"{line}, then resume with: {command}"
+
+
+def _os_errors_behind(error: BaseException) -> Iterator[OSError]:
+    """Every ``OSError`` in ``error``'s chain of causes, ``error`` first."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
-            return current
+        if isinstance(current, OSError):
+            yield current
         current = current.__cause__ or current.__context__
-    return None
+
+
+def _related(path: Path, run_dir: Path) -> bool:
+    """Whether ``path`` is ``run_dir``, inside it, or a folder above it."""
+    path, run_dir = Path(os.path.abspath(path)), Path(os.path.abspath(run_dir))
+    return path == run_dir or run_dir in path.parents or path in run_dir.parents
 
 
 def disk_full_line(session: EvalSession, error: OSError) -> str:
@@ -253,6 +294,7 @@ class _Hooks:
 
     def open_run(self, config: Any, state: Any, *, num_examples: int) -> Run:
         _route_logs_to_verifiers()
+        self._session.opening = eval_run_dir(config)
         self._session.logs_on_terminal = getattr(config, "rich", None) is None  # as its setup_logging reads it
         supersedes = _superseded_by_resume(config)
         run = open_eval_run(
