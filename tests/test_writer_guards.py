@@ -96,6 +96,39 @@ def test_a_segment_replaced_under_its_writer_is_detected(tmp_path: Path):
         writer.append("episode", {"id": "x"})
 
 
+@pytest.mark.parametrize("asked", ["proc link", "link count"])
+@pytest.mark.parametrize("loss", ["deleted", "replaced", "run directory deleted", "renamed away"])
+def test_each_way_a_segment_loses_its_name_is_seen_by_both_checks(tmp_path: Path, asked: str, loss: str):
+    """The name is asked of the descriptor's /proc link where the kernel has one, of the
+    link count elsewhere: both see every way the name goes, and neither sees a run moved whole."""
+    import os
+
+    if asked == "proc link" and not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd here")
+    run_dir = tmp_path / "run"
+    writer = SegmentWriter.create(run_dir, "r")
+    if asked == "proc link":
+        assert writer._file._link is not None  # the check this case is about is the one in use
+    else:
+        writer._file._link = None
+    writer.append("episode", {"id": "a"})
+    path = writer.path
+    if loss == "deleted":
+        path.unlink()
+    elif loss == "replaced":
+        shutil.copy(path, path.with_name("copy"))
+        path.with_name("copy").replace(path)
+    elif loss == "run directory deleted":
+        shutil.rmtree(run_dir)
+    else:  # the run moved whole keeps its segment's name: appends go on
+        run_dir.rename(tmp_path / "moved")
+        assert writer.append("episode", {"id": "b"}) == 2
+        shutil.rmtree(tmp_path / "moved")
+    with pytest.raises(SegmentGoneError, match="deleted or replaced"):
+        writer.append("episode", {"id": "c"})
+    writer.close()
+
+
 def test_a_deleted_lock_file_is_put_back_by_its_writer_and_seen_by_readers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(guards, "LOCK_CHECK_INTERVAL", 0.0)  # check at every flush

@@ -57,6 +57,26 @@ _log = logging.getLogger("prime_runs_spool")
 Parts = list[bytes | memoryview]
 
 
+#: What the kernel adds to the path of ``/proc/self/fd/N`` once file N lost its name.
+_DELETED = b" (deleted)"
+_readlink = os.readlink
+
+
+def _proc_link(fd: int, path: Path) -> bytes | None:
+    """``/proc/self/fd/N`` for ``fd`` where the kernel has it and it shows ``path`` as it is
+    now, named; None otherwise (no procfs, another system): check_names asks ``fstat`` then."""
+    link = b"/proc/self/fd/%d" % fd
+    try:
+        shown = os.readlink(link)
+        named = os.stat(path)
+        opened = os.fstat(fd)
+    except OSError:
+        return None
+    if shown.endswith(_DELETED) or (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino):
+        return None
+    return link
+
+
 class DurableFile:
     """A new segment's descriptor (opened without ``O_APPEND``), written by one flush at a time.
 
@@ -77,6 +97,9 @@ class DurableFile:
         #: The flag that makes one pwritev durable (see _write_synced); 0: write at the file
         #: position, then fdatasync. Chosen here, dropped if the filesystem refuses it.
         self._dsync = _RWF_DSYNC
+        #: The descriptor's link in ``/proc/self/fd``, whose path says whether the file lost its
+        #: name (see check_names); None where there is none: the link count says so then.
+        self._link = _proc_link(fd, path)
         #: Where the segment's NUL padding ends (see _pad); -1 once the file is padded no more.
         self._padded = 0
 
@@ -108,8 +131,9 @@ class DurableFile:
                 self._pad(fd, self.durable + total, total)
             _fdatasync(fd)
         now = _monotonic()
-        # check_names(now), without the call: on every flush
-        if os.fstat(fd).st_nlink == 0:
+        # check_names(now), without the calls: on every flush
+        link = self._link
+        if _readlink(link).endswith(_DELETED) if link is not None else os.fstat(fd).st_nlink == 0:
             self._gone()
         guard = self.guard
         if guard is not None and now >= guard.next_check:
@@ -124,11 +148,20 @@ class DurableFile:
 
     def check_names(self, now: float | None = None) -> None:
         """Raise :class:`SegmentGoneError` if the segment file lost its name (deleted, its run
-        directory deleted, or replaced by another file: its link count is 0), then let the
-        guard look at the lock file and the mark when it is due. One ``fstat`` per flush
-        (about 2 µs against a sync's hundreds); the guard's at most every LOCK_CHECK_INTERVAL."""
+        directory deleted, or replaced by another file), then let the guard look at the lock
+        file and the mark when it is due. Asked after every flush (one system call against a
+        sync's hundreds of microseconds); the guard's at most every LOCK_CHECK_INTERVAL.
+
+        Where the kernel has ``/proc/self/fd``, the descriptor's link there says so: the
+        kernel adds `` (deleted)`` to the path of a file that lost the name it was opened by
+        (its link count 0, or the name taken by another file). Elsewhere ``fstat`` says so
+        by the link count 0. The link costs about 1.9k instructions in Python against
+        ``fstat``'s 6.2k, which builds a whole ``stat_result`` for one field."""
         fd = self._fd
-        if fd is not None and os.fstat(fd).st_nlink == 0:
+        if fd is None:
+            return
+        link = self._link
+        if _readlink(link).endswith(_DELETED) if link is not None else os.fstat(fd).st_nlink == 0:
             self._gone()
         guard = self.guard
         if guard is not None:
