@@ -78,3 +78,60 @@ def test_sigkilled_writers_lose_nothing_they_reported(tmp_path: Path):
             assert last_n.get(thread, -1) < int(n)
             last_n[thread] = int(n)
     assert len(reported) > LOOPS, "the writer hardly ever got to report anything"
+
+
+LONE_APPENDER = """
+import sys
+from prime_runs_spool import open_run
+
+run = open_run(sys.argv[1], name="lone", environments=["gsm8k"], model="m")
+n = 0
+while True:
+    episode_id = f"{sys.argv[2]}-{n}"  # ids stay apart across the writers that resume the run
+    run.log_episodes([{"id": episode_id, "ok": True, "pad": "z" * (50 * (n % 40)), "traces": [
+        {"agent": {"trainable": True}, "task": {"data": {"idx": n % 3}},
+         "rewards": {"r": {"score": 1.0, "weight": 1.0}}}]}])
+    sys.stdout.write(episode_id + "\\n")
+    sys.stdout.flush()
+    n += 1
+"""
+
+
+@pytest.mark.slow
+def test_a_lone_appender_sigkilled_right_after_log_episodes_returns_loses_nothing(tmp_path: Path):
+    """One thread through ``Run.log_episodes`` (the path with nobody to group with), killed
+    at once after a random count of returned appends: each one it reported is on disk once,
+    numbered in order by its rollout key, and every resumed writer goes on from there."""
+    rng = random.Random(20261207)
+    run_dir = tmp_path / "run"
+    reported: list[str] = []
+    for loop in range(6):
+        child = subprocess.Popen([sys.executable, "-c", LONE_APPENDER, str(run_dir), str(loop)], stdout=subprocess.PIPE,
+                                 env=child_env())
+        assert child.stdout is not None
+        wanted = rng.randint(1, 40)
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < wanted and time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            reported.append(line.decode().strip())
+            seen += 1
+        child.send_signal(signal.SIGKILL)  # right after an append returned: its line was just read
+        rest = child.communicate(timeout=30)[0]
+        reported += [line.decode() for line in rest.splitlines(keepends=True) if line.endswith(b"\n")]
+        reported = [entry.strip() for entry in reported]
+        assert seen == wanted, f"the writer reported {seen} appends of {wanted} in 60 s"
+
+        found = [record for record in iter_records(run_dir) if record.type == "episode"]
+        ids = [record.data["id"] for record in found]
+        assert len(ids) == len(set(ids)), "a record appears twice"
+        missing = sorted(set(reported) - set(ids))
+        assert not missing, f"reported durable but lost: {missing[:5]}"
+        numbers: dict[int, int] = {}
+        for record in found:  # rollout numbers 1, 2, 3... per idx, across the resumed writers
+            idx = record.data["traces"][0]["task"]["data"]["idx"]
+            numbers[idx] = numbers.get(idx, 0) + 1
+            assert record.meta["rollout_number"] == numbers[idx], record.meta
+    assert read_run(run_dir).status in ("crashed", "torn")

@@ -368,6 +368,34 @@ def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, mo
     assert int((tmp_path / "seg-000001.durable").read_bytes()) == 400
 
 
+def test_syncs_while_a_write_is_owed_leave_their_count_to_it_without_the_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sync that finds a write already queued for later stores its count and returns
+    (the mark's lock held elsewhere, as the publisher's write holds it): the queued write
+    publishes the newest count, once. (A sync that finds the queued write late writes the
+    mark itself: test_a_job_overtaken_by_a_flushs_own_write_writes_nothing.)"""
+    writes = MarkWrites(monkeypatch)
+    jobs: list[float] = []
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
+    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
+    mark = mark_module.MarkPublisher(fd)
+    mark.interval = 0.01
+    mark.synced(100, 1000.000)  # written at once
+    mark.synced(200, 1000.002)  # owed: a job for 1000.010
+    assert writes.values == [100] and jobs == [1000.010]
+    assert mark._lock.acquire(False)  # taken elsewhere: a sync that waited for it would hang here
+    try:
+        mark.synced(300, 1000.004)
+        mark.synced(400, 1000.006)
+    finally:
+        mark._lock.release()
+    assert writes.values == [100] and len(jobs) == 1
+    mark.publish_owed(jobs[0])
+    assert writes.values == [100, 400]  # the newest count, once
+    mark.close()
+    assert writes.values == [100, 400]  # nothing owed any more
+
+
 def test_a_writer_whose_segment_was_deleted_never_writes_its_successors_mark(tmp_path: Path, fresh_thread: None) -> None:
     """A live writer's segment and lock deleted (``rm seg-000001.*`` but the mark, say), and
     the run opened again: the new writer takes index 1 again. Opened with O_TRUNC, its mark
