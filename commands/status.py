@@ -54,7 +54,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     given = require_paths(local or ((Path("."),) if not paths else ()))
     state = default_state_dir(state_dir)
     links = SkippedLinks()
-    runs = statuses(spool_roots(given, state), on_link=links)
+    runs = statuses(spool_roots(given, state), on_link=links, state_dir=state)
     disagreements = {run.path: found for run in runs if (found := disagreement(Path(run.path))) is not None}
     store_empty: list[str] = []
     for url in store_urls(paths):  # s3://bucket/prefix: the states are objects beside the spools

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli as cli
 from support.env import child_env
 from support.runs import RunBuilder, build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, run_sync, server, sync_cmd  # noqa: F401
@@ -168,3 +169,36 @@ def test_follow_of_a_live_read_only_spool_keeps_its_lock_and_state_under_state_d
     assert not (spool / "sync").exists() and not (spool / "sync.lock").exists(), "the read-only spool was written"
     assert list(state_dir.glob("spools/*/spool/sync/*.json")), "the state is kept under --state-dir"
     assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_status_with_state_dir_shows_what_the_syncs_from_there_pushed(tmp_path: Path, server, api) -> None:
+    """``status --state-dir DIR`` reads a read-only spool's states where its sync keeps them:
+    a run synced only from there is not "not synced anywhere yet", and a run synced before it
+    was made read-only, then grown and synced from there, counts what the later sync pushed
+    (the states left beside the spool are stale once DIR holds one of the same name)."""
+    state_dir = tmp_path / "state"
+    fresh = build_run(tmp_path / "outputs" / "fresh", "readonly-status-fresh", 3)
+    archived = RunBuilder(tmp_path / "outputs" / "archived", "readonly-status-archived")
+    archived.open_segment()
+    archived.add(2)
+    first = run_sync(server.base_url, str(tmp_path / "outputs" / "archived"))
+    assert first.returncode == 0, first.stderr
+    for run_dir in (fresh.run_dir, archived.run_dir):
+        _read_only_by_mode(run_dir / "spool")
+    archived.add(3)  # root's writer still writes: a writer elsewhere behind a read-only mount
+    archived.seal()
+    done = run_sync(server.base_url, str(tmp_path / "outputs"), "--state-dir", str(state_dir))
+    assert done.returncode == 0, done.stderr + done.stdout
+
+    shown = cli("status", "--json", "--state-dir", str(state_dir), str(tmp_path / "outputs"))
+    assert shown.returncode == 0, shown.stderr
+    runs = {Path(run["path"]).name: run for run in json.loads(shown.stdout)["runs"]}
+    for name, builder in (("fresh", fresh), ("archived", archived)):
+        [destination] = runs[name]["destinations"]
+        assert destination["episodes_pushed"] == builder.count and destination["pending"] == 0, destination
+        assert destination["finalized"], destination
+    text = cli("status", "--state-dir", str(state_dir), str(tmp_path / "outputs")).stdout
+    assert "not synced anywhere yet" not in text, text
+    assert_exactly_once(api, fresh)
+    assert_exactly_once(api, archived)

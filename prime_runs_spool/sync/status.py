@@ -13,7 +13,7 @@ from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import OnLink, read_regular_file, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
-from prime_runs_spool.sync.state import sync_dir
+from prime_runs_spool.sync.state import state_home, sync_dir
 from prime_runs_spool.spool.reader import iter_records, position_lost
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.sync.state import SyncState
@@ -123,29 +123,45 @@ def unreadable_status(path: Path, exc: OSError) -> RunStatus:
     return RunStatus(path=str(path), status="error", error=unreadable_message(exc, path))
 
 
-def statuses(paths: Iterable[Path], on_link: OnLink | None = None) -> list[RunStatus]:
+def statuses(paths: Iterable[Path], on_link: OnLink | None = None,
+             state_dir: Path | None = None) -> list[RunStatus]:
     """The status of every run under ``paths``, and of every directory that could not be
     read among them (in walk order): one unreadable run never hides the others. ``on_link``
-    is told of each link to a folder outside the paths, not followed (``layout.find_runs``)."""
+    is told of each link to a folder outside the paths, not followed (``layout.find_runs``).
+    ``state_dir``: where a sync with ``--state-dir`` kept the states of read-only spools."""
     found: list[RunStatus] = []
     for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_status(path, exc)), on_link=on_link):
-        found.append(run_status(run_dir))
+        found.append(run_status(run_dir, state_dir=state_dir))
     return found
 
 
-def _local_states(run_dir: Path, warnings: list[str]) -> Iterator[bytes]:
+def _state_paths(run_dir: Path, state_dir: Path | None) -> list[Path]:
+    """The run's state files, as its next sync starts from them: those beside the spool and,
+    for a read-only spool synced with a state directory, those kept there, each over the one
+    of its name beside the spool (written before the spool was read-only, then carried on
+    from there: sync/state.py, ``adopt_states``). Without this a run synced only from the
+    state directory reads "not synced anywhere yet", an invitation to push it again."""
+    paths = {path.name: path for path in sync_dir(run_dir).glob("*.json")}
+    home = state_home(run_dir, state_dir) if state_dir is not None else None
+    if home is not None and home != run_dir:
+        paths.update({path.name: path for path in sync_dir(home).glob("*.json")})
+    return [paths[name] for name in sorted(paths)]
+
+
+def _local_states(run_dir: Path, warnings: list[str], state_dir: Path | None = None) -> Iterator[bytes]:
     """The run's state files; one that cannot be read is said in ``warnings``, not skipped
     in silence (status would otherwise show its destination as never synced)."""
-    for path in sorted(sync_dir(run_dir).glob("*.json")):
+    for path in _state_paths(run_dir, state_dir):
         try:
             yield read_regular_file(path)
         except OSError as exc:
             warnings.append(f"sync state {path} cannot be read ({exc.strerror or exc})")
 
 
-def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatus:
+def run_status(run_dir: Path, states: Iterable[bytes] | None = None, state_dir: Path | None = None) -> RunStatus:
     """``states``: the run's sync state documents, when they are not files beside the spool
-    (a run in an object store keeps them as objects: sync/store_sync.py)."""
+    (a run in an object store keeps them as objects: sync/store_sync.py); ``state_dir``: the
+    state directory a read-only spool's syncs kept theirs in."""
     run = RunStatus(path=str(run_dir))
     try:
         spool = read_run(run_dir)
@@ -172,7 +188,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None) -> RunStatu
     # past the cursor undercounts; every episode not pushed is pending then. Otherwise the
     # cursor says it exactly (an episode that gets no row is never "pushed").
     behind = spool.episodes_count if spool.problem else 0
-    for document in _local_states(run_dir, run.warnings) if states is None else states:
+    for document in _local_states(run_dir, run.warnings, state_dir) if states is None else states:
         try:
             state = SyncState.from_json(document)
         except ValueError:
