@@ -14,19 +14,34 @@ from pathlib import Path
 import pytest
 
 from support.env import CLI, child_env
-from support.runs import build_run
+from support.runs import RunBuilder
+
+
+#: One option a refusal may suggest, with its value: a sink, or a replay id sync made up.
+OPTION = r"--(?:to|replay-id|replay)(?: (?:traces|samples|auto|[0-9a-f]{32}))?"
 
 
 def suggested(error: str) -> list[list[str]]:
-    """The options each command a refusal suggests adds to the refused one: ``--to X``, its
-    ``(or auto)``, and ``--replay`` (with the ``--to`` it names, if any)."""
+    """The options of each command a refusal suggests (``--to X``, ``(or auto)`` after it,
+    ``--replay`` with what follows it)."""
     found: list[list[str]] = []
-    for replay, to, or_auto in re.findall(r"(--replay )?--to (\w+)( \(or auto\))?", error):
-        found.append([*replay.split(), "--to", to])
-        if or_auto:
-            found.append([*replay.split(), "--to", "auto"])
-    found += [["--replay"] for _ in re.finditer(r"--replay(?! --to)", error)]
+    for match in re.finditer(rf"{OPTION}(?: {OPTION})*", error):
+        words = match.group(0).split()
+        found.append(words)
+        if error[match.end():].startswith(" (or auto)"):
+            found.append([*words[:-1], "auto"])
     return found
+
+
+def as_printed(refused: tuple[str, ...], option: list[str]) -> list[str]:
+    """The refused command's options with a suggestion's: its ``--to`` and ``--replay``
+    taking the place of theirs."""
+    base = list(refused)
+    if "--to" in option and "--to" in base:
+        del base[base.index("--to"):base.index("--to") + 2]
+    if "--replay" in option and "--replay" in base:
+        base.remove("--replay")
+    return [*base, *option]
 
 
 class Local:
@@ -45,24 +60,31 @@ class Local:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("first", "refused_with"), [(("--to", "traces"), ()), ((), ("--to", "traces"))])
+@pytest.mark.parametrize(("first", "refused_with"), [(("--to", "traces"), ()), ((), ("--to", "traces")),
+                                                     (("--replay", "--to", "traces"), ("--replay",))])
 def test_each_command_a_local_refusal_suggests_syncs_the_run(tmp_path: Path, first: tuple[str, ...],
                                                              refused_with: tuple[str, ...]) -> None:
-    """A run in traces synced with ``--local`` alone (auto: samples), and a run in samples
-    synced with ``--local --to traces``: refused (exit 1, one line), and each suggestion,
-    run as printed, exits 0 with the run synced (``--replay``: to a new evaluation)."""
-    build_run(tmp_path / "runs" / "run", "advice", 3)
+    """A run in traces synced with ``--local`` alone (auto: samples), a run in samples synced
+    with ``--local --to traces``, and a live run's unfinished replay in traces continued with
+    ``--local --replay``: refused (exit 1, one line), and each suggestion, run as printed,
+    exits 0 with the run synced (or live), a new evaluation where it says so."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "advice")
+    builder.open_segment()
+    builder.add(3)
+    live = "--replay" in first  # its replay stays unfinished: --replay alone continues it
+    if not live:
+        builder.seal()
     local = Local(tmp_path)
     code, report = local(*first)
-    assert (code, report["state"]) == (0, "synced"), report
+    assert (code, report["state"]) == (0, "live" if live else "synced"), report
     evaluation_id = report["evaluation_id"]
     code, refused = local(*refused_with)
     assert (code, refused["state"]) == (1, "error") and "\n" not in refused["error"], refused
     options = suggested(refused["error"])
-    assert options and ["--replay"] in options, refused["error"]
+    assert options and any("--replay" in o for o in options), refused["error"]
     for option in options:
-        code, done = local(*option)
-        assert code == 0 and done["state"] in ("synced", "up_to_date"), (option, refused["error"], done)
+        code, done = local(*as_printed(refused_with, option))
+        assert code == 0 and done["state"] in ("synced", "up_to_date", "live"), (option, refused["error"], done)
         assert (done["evaluation_id"] != evaluation_id) == ("--replay" in option), (option, done)
 
 
@@ -87,7 +109,6 @@ def test_a_line_too_long_for_traces_is_told_a_samples_command_that_works(tmp_pat
     the run there, ``--to samples`` (as advised) syncs it; with batches committed there, the
     advice is a replay to samples, and that syncs it as a new evaluation."""
     import prime_runs_spool.platform_api.traces as contract
-    from support.runs import RunBuilder
 
     monkeypatch.setattr(contract, "MAX_LINE_BYTES", 4_000)  # 64 MiB in truth
     builder = RunBuilder(tmp_path / "runs" / "run", f"too-long-{committed}")

@@ -64,6 +64,13 @@ def new_replay_id() -> str:
     return uuid.uuid4().hex
 
 
+def replay_option(replay_id: str | None) -> str:
+    """The options that push a run again as a new evaluation, for a message's advice:
+    ``--replay``; said of a replay's own state (``replay_id``), which ``--replay`` alone
+    would continue, the same with a new id, so the command as printed starts another."""
+    return "--replay" if replay_id is None else f"--replay --replay-id {new_replay_id()}"
+
+
 def replay_id_for(run_dir: Path, dest_key: str) -> str:
     """The replay to push ``run_dir`` under: the unfinished one, else a fresh id."""
     return unfinished_replay(run_dir, dest_key) or new_replay_id()

@@ -34,6 +34,7 @@ from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.sync.options import SAMPLES
 from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.records import durable_records, record_episode_id, seal_if_last, track_seal, withheld
+from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
 from prime_runs_spool.sync.state import Cursor, InFlight
 
@@ -190,7 +191,8 @@ class AddressedSink(Sink):
             there = (f"{there}, " if there else "") + ("a batch of this run sent there may have been committed "
                                                       "(its answer was lost)")
         raise SyncError(f"{reason}; {there}, so the run stays in {self.title}: turn it back on for the account and "
-                        f"sync again, or sync it with --replay --to {SAMPLES} as a new evaluation") from None
+                        f"sync again, or sync it with {replay_option(self.state.replay_id)} --to {SAMPLES} as a new "
+                        "evaluation") from None
 
     def advice_elsewhere(self, other: str) -> str:
         """How to sync the run to ``other`` instead, told when this sink cannot take it: with
@@ -200,7 +202,7 @@ class AddressedSink(Sink):
         there itself, or a sink found on the platform (whose state cannot tell it holds nothing)."""
         state = self.state
         if state.uploads or self.in_doubt() or state.on_platform or state.sink_from_platform:
-            return f"sync it with --replay --to {other} as a new evaluation"
+            return f"sync it with {replay_option(state.replay_id)} --to {other} as a new evaluation"
         if state.store == self.name:
             state.store = None
             self.context.protocol.note()  # written as the pass ends (its failure flushes the state)

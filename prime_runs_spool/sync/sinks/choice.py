@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from prime_runs_spool.errors import ServiceNotEnabled, SyncError
 from prime_runs_spool.sync.options import AUTO, SAMPLES
+from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.sinks import samples, traces  # noqa: F401 - registered when imported
 from prime_runs_spool.sync.sinks.base import PassContext, Sink
 from prime_runs_spool.sync.sinks.registry import BUILT_IN, known, sink_class
@@ -39,14 +40,15 @@ def recorded(state: SyncState, asked: str, auto_sink: str | None = None) -> str 
     name = state.store
     if name is None:
         name = next((n for n in known() if sink_class(n).used_by(state)), None)
-    _refuse_other(name, asked, auto_sink)
+    _refuse_other(state, name, asked, auto_sink)
     return name
 
 
-def _refuse_other(name: str | None, asked: str, auto_sink: str | None) -> None:
+def _refuse_other(state: SyncState, name: str | None, asked: str, auto_sink: str | None) -> None:
     if name is not None and asked != AUTO and asked != name:
         raise SyncError(f"this run's episodes went to {name} on this destination, not {asked}; "
-                        f"sync it with {_to(name, auto_sink)}, or --replay it as a new evaluation")
+                        f"sync it with {_to(name, auto_sink)}, or with {replay_option(state.replay_id)} "
+                        "as a new evaluation")
 
 
 def _to(name: str, auto_sink: str | None) -> str:
@@ -109,7 +111,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         if name is not None:
             state.store, state.sink_from_platform = name, True
             context.protocol.note()
-        _refuse_other(name, asked, auto_sink)
+        _refuse_other(state, name, asked, auto_sink)
     chosen = name or (None if asked == AUTO else asked)
     if chosen is not None and state.store != chosen:
         state.store = chosen
@@ -130,7 +132,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
             raise SyncError(f"{sink.title} is not enabled for this account; this run's episodes went to "
                             f"{sink.name} on this destination, and what {sink.title} holds of it cannot be read "
                             f"now: nothing was sent; sync it again once {sink.title} is on for the account, or "
-                            "--replay it as a new evaluation") from None
+                            f"with {replay_option(state.replay_id)} as a new evaluation") from None
         sink.refuse_if_committed(exc)  # a batch there, or one that may be, keeps the run there
         # Nothing of the run is there (a batch announced was refused, not stored): no sink
         # is kept that would trap it.
