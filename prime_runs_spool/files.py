@@ -194,6 +194,14 @@ def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True) -> N
     the states it read: three fsyncs per run it met, on a disk the platform's database
     shares, where two syncers meet every run)."""
     path = Path(path)
+    try:  # the common case, one folder missing under one that is there: no stat asked first
+        os.mkdir(path, DIR_MODE)
+    except OSError:
+        pass  # a parent missing too, or there already, or an error: the walk below finds which
+    else:
+        if durable:
+            fsync_folder(path.parent)
+        return
     missing = []
     while not path.exists():
         missing.append(path)
@@ -218,11 +226,14 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
+def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: bool | None = None) -> None:
     """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
     missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
     file goes), and an ``OSError`` that names no file (a full disk's write) naming ``path``. ``durable``: the data and the rename are fsync'd (a sync state, an import's
     mark); without it, a cache that can be made again (a copy of a state held in a store).
+    ``rename_durable`` False (with ``durable``): the data is fsync'd before the rename, so
+    whichever of the two files a power cut leaves under the name is whole, but the folder is
+    not, so the cut may leave the old one: for a write its reader may find one write behind.
     The temporary name holds the process and the thread: two writers never share one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -246,7 +257,7 @@ def replace_private(path: Path, data: bytes, *, durable: bool) -> None:
         if isinstance(exc, OSError) and exc.filename is None:  # a write or fsync: name the file it was for
             raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
-    if durable:
+    if durable and rename_durable is not False:
         fsync_folder(path.parent)
 
 

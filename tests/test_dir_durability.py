@@ -12,10 +12,11 @@ import os
 import stat
 from pathlib import Path
 
+import httpx
 import pytest
 
 from support.episodes import small_episode
-from support.local_client import local_settings
+from support.local_client import CountingClient, local_settings
 from prime_runs_spool import open_run
 from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api.client import PlatformClient
@@ -90,3 +91,62 @@ def test_a_state_dir_for_a_store_is_made_durable_level_by_level(tmp_path, monkey
     root = default_local_root("s3://bucket/outputs", state_dir)
     levels = [tmp_path / "state", state_dir, state_dir / "store", root]
     assert _not_durable(syncs, levels) == []
+
+
+def test_a_state_write_that_announces_a_request_is_durable_with_its_folder_and_the_last_one_needs_not(
+        tmp_path, monkeypatch):
+    """A new run's pass writes its state four times: three announce a request (the create,
+    the samples, the finalize), each renamed into place and its folder fsync'd before the
+    write returns (before the request can be acted on: test_sync_announce_alongside.py), and
+    the pass's end, which announces nothing: its bytes fsync'd before the rename, its folder
+    not. A power cut that takes that rename back leaves the finalize's announcement, whole,
+    which the next sync settles by reading the evaluation, sending nothing again. Folders
+    fsync'd: the spool folder once (for the new ``sync/``), ``sync/`` three times; it was four."""
+    import json
+
+    run_dir = tmp_path / "run"
+    with open_run(run_dir, name="r", environments=["gsm8k"]) as run:
+        run.log_episodes([small_episode(None, n) for n in range(3)])
+        run.finish()
+    events: list[tuple[str, object]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        real_fsync(fd)
+        events.append(("folder" if stat.S_ISDIR(info.st_mode) else "file", (info.st_dev, info.st_ino)))
+
+    written: list[bytes] = []
+
+    def replace(source, target) -> None:  # noqa: ANN001
+        real_replace(source, target)
+        if Path(target).parent == sync_dir(run_dir):
+            written.append(Path(target).read_bytes())
+            events.append(("renamed", json.loads(written[-1])["in_flight"]))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        destination = Destination(key="local", base_url=platform.base_url)
+        with PlatformClient(local_settings(platform)) as client:
+            report = RunSync(run_dir, client, destination, SyncOptions()).run()
+        monkeypatch.undo()
+        # The power cut took the last rename back: the finalize's announcement is the file.
+        state_file = next(sync_dir(run_dir).glob("*.json"))
+        state_file.write_bytes(written[-2])
+        with CountingClient(local_settings(platform)) as client:
+            again = RunSync(run_dir, client, destination, SyncOptions()).run()
+        assert (again.state, again.pushed_now, again.pushed_total) == ("synced", 0, 3), again
+        # Reads (its status: completed; the state checked against the platform) and the
+        # metrics PUT again (idempotent), as after a kill between the two writes: no POST.
+        assert not [name for name in client.requests if name.startswith("POST")], client.requests
+        (evaluation,) = httpx.get(f"{platform.base_url}/api/v1/evaluations/").json()["evaluations"]
+        assert evaluation["status"] == "COMPLETED" and evaluation["total_samples"] == 3, evaluation
+    assert report.state == "synced", report
+    folder = lambda path: ("folder", (os.stat(path).st_dev, os.stat(path).st_ino))  # noqa: E731
+    renames = [at for at, (what, _) in enumerate(events) if what == "renamed"]
+    assert [(events[at][1] or {}).get("kind") for at in renames] == ["create", "samples", "finalize", None], events
+    for at, following in zip(renames, [*renames[1:], len(events)]):
+        synced = folder(sync_dir(run_dir)) in events[at + 1:following]
+        assert synced == (events[at][1] is not None), (events[at], events[at + 1:following])
+    assert events.count(folder(sync_dir(run_dir))) == 3 and events.count(folder(spool_dir(run_dir))) == 1, events

@@ -100,7 +100,19 @@ def segment_version(segment: Any) -> str | None:
     own = getattr(segment, "version", None)
     if own is not None:
         return own()
+    return _version_of(os.stat(segment))
+
+
+def segment_size_and_version(segment: Any) -> tuple[int, str | None]:
+    """A segment's size and :func:`segment_version`, a local file's from one ``stat``."""
+    own = getattr(segment, "version", None)
+    if own is not None:
+        return segment.stat().st_size, own()
     info = os.stat(segment)
+    return info.st_size, _version_of(info)
+
+
+def _version_of(info: os.stat_result) -> str:
     return f"{info.st_ino}:{info.st_mtime_ns}"
 
 

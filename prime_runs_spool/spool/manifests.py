@@ -34,14 +34,16 @@ def segment_manifests(run_dir: str | os.PathLike[str]) -> Iterator[dict[str, Any
             yield manifest
 
 
-def run_manifests(run_dir: str | os.PathLike[str]) -> tuple[Any, list[dict[str, Any]]]:
+def run_manifests(run_dir: str | os.PathLike[str], segments: list[tuple[int, Path]] | None = None
+                  ) -> tuple[Any, list[dict[str, Any]]]:
     """The run's manifest as :func:`read_manifest` reads it, and :func:`segment_manifests`,
-    from one listing and the first two lines of each segment: what a pass reads before the
+    from one listing (``segments``, the caller's, which it reads the records by too; else
+    listed here) and the first two lines of each segment: what a pass reads before the
     run's records. The first segment's header gets every check a read from the start gives
     it (the format, its run and index); anything else there (damage, a segment still empty,
     a first record that is not the manifest) is read again by :func:`read_manifest`, whose
     walk says what it is, so the answer and the error are the walk's own either way."""
-    segments = list_segments(run_dir)
+    segments = list_segments(run_dir) if segments is None else segments
     heads = [_segment_head(path) for _, path in segments]
     manifests = [line.data for _, line in heads if _is_manifest(line)]
     if segments and _plain_start(segments[0], *heads[0]):

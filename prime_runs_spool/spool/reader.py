@@ -119,11 +119,14 @@ def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, i
 def walk_segment(
     path: Path, index: int, state: SegmentState, start: Position | None = None,
     ledger: RunLedger | None = None, *, resync: bool = False, alive: bool | None = None,
+    durable_first: bool = False,
 ) -> Iterator[Record | Damage]:
     """Yield the records of one segment (after its header), filling in ``state``, and check
     it against the run's earlier segments (``ledger``; a fresh one checks it alone).
     ``alive``: whether the segment's writer was alive, as its caller asked just before the
-    walk (None: the walk asks), so one read asks once.
+    walk (None: the walk asks), so one read asks once. ``durable_first``: the segment, a dead
+    writer's, is made durable (``writer_state.make_durable``) through the walk's own
+    descriptor before a byte of it is read.
 
     Raises CorruptSpoolError after yielding every good record before the damage, and
     UnsupportedFormatError before yielding anything from a newer format. With ``resync``,
@@ -132,7 +135,7 @@ def walk_segment(
     """
     ledger = ledger if ledger is not None else _ledger_at(index)
     resumed = start is not None and start.offset > 0
-    walk = _Walk(path, index, state, start if resumed else None, ledger, resync, alive)
+    walk = _Walk(path, index, state, start if resumed else None, ledger, resync, alive, durable_first)
     try:
         ledger.begin(path, index, whole=not resumed)
     except CorruptSpoolError as exc:
@@ -168,9 +171,9 @@ class _Walk:
     """
 
     def __init__(self, path: Path, index: int, state: SegmentState, start: Position | None, ledger: RunLedger,
-                 resync: bool, alive: bool | None = None) -> None:
+                 resync: bool, alive: bool | None = None, durable_first: bool = False) -> None:
         self.path, self.index, self.state, self.start = path, index, state, start
-        self.ledger, self.resync, self.alive = ledger, resync, alive
+        self.ledger, self.resync, self.alive, self.durable_first = ledger, resync, alive, durable_first
         self.pending: PendingDamage | None = None
         self.expect = 0
         self.size = 0
@@ -208,6 +211,8 @@ class _Walk:
         alive = local and (writer_alive(path) if self.alive is None else self.alive)
         mark = durable_mark(path) if local else 0
         with _open_segment(path) as f:
+            if self.durable_first and local:
+                make_durable(path, f.fileno())
             self.size = os.fstat(f.fileno()).st_size if local else path.stat().st_size
             lines = _raw_lines(f, 0)
             if self.start is not None:
@@ -484,7 +489,7 @@ def _lost_reason(f: IO[bytes], path: Path, start: Position) -> str | None:
 
 def iter_records(
     run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
-    full_checks: bool = False,
+    full_checks: bool = False, segments: list[tuple[int, Path]] | None = None,
 ) -> Iterator[Record]:
     """Every record of a run after ``start`` (default: the beginning), all segments in order.
 
@@ -501,25 +506,29 @@ def iter_records(
     Whoever ships records elsewhere must ask for it: without it, a later segment's
     ``prior_episodes`` cannot be checked, and an earlier segment that is short (a copy still
     arriving) would go unnoticed. A reader resuming within the last segment pays nothing.
+    ``segments``: the run's listing (``layout.list_segments``), when its caller just took one
+    (a pass reads the run's segments as it listed them for their manifests); else listed here.
     """
     return _items(run_dir, start, durable_only=durable_only, resync=False,  # type: ignore[return-value]
-                  full_checks=full_checks)
+                  full_checks=full_checks, segments=segments)
 
 
 def resync_records(
     run_dir: str | os.PathLike[str], start: Position | None = None, *, durable_only: bool = False,
-    full_checks: bool = False,
+    full_checks: bool = False, segments: list[tuple[int, Path]] | None = None,
 ) -> Iterator[Record | Damage]:
     """:func:`iter_records`, resynchronizing after damage (docs/spool-format.md, section
     4.2): each stretch of damage is yielded in its place as a :class:`Damage`, and every
     intact record after it is yielded too. Only a newer format (UnsupportedFormatError) and
     a recorded position the spool no longer holds (PositionLostError) still raise."""
-    return _items(run_dir, start, durable_only=durable_only, resync=True, full_checks=full_checks)
+    return _items(run_dir, start, durable_only=durable_only, resync=True, full_checks=full_checks,
+                  segments=segments)
 
 
 def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_only: bool,
-           resync: bool, full_checks: bool) -> Iterator[Record | Damage]:
-    segments = list_segments(run_dir)
+           resync: bool, full_checks: bool, segments: list[tuple[int, Path]] | None = None
+           ) -> Iterator[Record | Damage]:
+    segments = list_segments(run_dir) if segments is None else segments
     if start is not None and start.segment_index not in {index for index, _ in segments}:
         raise PositionLostError(
             segment_path(run_dir, start.segment_index), start.offset, "the segment of the recorded position is missing"
@@ -531,7 +540,8 @@ def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_o
         # every episode line before it (section 4.1, rule 3), so the run is read from its
         # start, and only what lies at or past the position is handed on. Once the reader
         # is past the boundary, reads start in the last segment again and cost nothing extra.
-        for item in _items(run_dir, None, durable_only=durable_only, resync=resync, full_checks=False):
+        for item in _items(run_dir, None, durable_only=durable_only, resync=resync, full_checks=False,
+                           segments=segments):
             if (item.segment_index, item.offset) >= (start.segment_index, start.offset) or isinstance(item, Damage):
                 yield item
         return
@@ -544,10 +554,8 @@ def _items(run_dir: str | os.PathLike[str], start: Position | None, *, durable_o
         from_here = start if start is not None and index == start.segment_index else None
         alive = durable_only and writer_alive(path)
         limit = durable_mark(path) if alive else None
-        if durable_only and not alive:
-            make_durable(path)
         for item in walk_segment(path, index, SegmentState(), from_here, ledger, resync=resync,
-                                 alive=alive if durable_only else None):
+                                 alive=alive if durable_only else None, durable_first=durable_only and not alive):
             if limit is not None and item.end_offset > limit:
                 return  # not yet durable; nothing after it may be read either
             yield item

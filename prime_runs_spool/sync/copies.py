@@ -103,6 +103,9 @@ class CopyLock:
         #: put them in the other one too.
         self.sink: str | None = None
         self._fd: int | None = None
+        #: The lock file (set by :meth:`hold`) and how long the note in it is.
+        self._path: Path | None = None
+        self._note_bytes = 0
 
     def hold(self, wait: float | None) -> CopyLock:
         """Take the lock, waiting at most ``wait`` seconds (None: until it is free; the wait
@@ -110,35 +113,36 @@ class CopyLock:
         :class:`CopyBusyError` when another pass still holds it, naming its folder;
         :class:`SyncError` when the folder or file cannot be used."""
         try:
+            path = copy_lock_path(_folder(), self.stem)
             try:
-                fd = os.open(copy_lock_path(_folder(), self.stem), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
             except FileNotFoundError:  # the cache was cleared while this process ran
-                fd = os.open(copy_lock_path(_folder(again=True), self.stem),
-                             os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
+                path = copy_lock_path(_folder(again=True), self.stem)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_FOLLOW, FILE_MODE)
         except OSError as exc:
             raise SyncError(f"cannot take this run's copy lock in {printable(str(exc.filename or COPY_LOCKS_DIRNAME))}: "
                             f"{exc.strerror or exc}; set {CACHE_ENV} to a writable folder") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: no note could be read from it
-                raise SyncError(f"this run's copy lock {printable(copy_lock_path(_folder(), self.stem).as_posix())} "
+                raise SyncError(f"this run's copy lock {printable(path.as_posix())} "
                                 "is not a regular file; remove it (sync makes it again)")
             deadline = None if wait is None else time.monotonic() + max(0.0, wait)
             while not _try_lock(fd):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise CopyBusyError(self._busy_message(_read_note(fd), wait))
+                    raise CopyBusyError(self._busy_message(_read_note(fd)[0], wait))
                 time.sleep(POLL if left is None else min(POLL, left))
-            self.previous = _read_note(fd)
+            self.previous, found = _read_note(fd)
             self.foreign = self.previous.get("holder") != self.holder
             self._in_doubt = self._left_in_doubt()
             sink = self.previous.get("store")  # the note's key, as notes already written have it
             self.sink = sink if is_sink(sink) else None
-            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True, **self._handed_on()},
-                        copy_lock_path(_folder(), self.stem))
+            self._note_bytes = _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True,
+                                                **self._handed_on()}, path, found)
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
             raise
-        self._fd = fd
+        self._fd, self._path = fd, path
         return self
 
     def in_doubt(self) -> float | None:
@@ -194,7 +198,7 @@ class CopyLock:
         in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
         try:
             _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt,
-                             "store": sink or self.sink, **self._handed_on()}, copy_lock_path(_folder(), self.stem))
+                             "store": sink or self.sink, **self._handed_on()}, self._path, self._note_bytes)
         finally:
             os.close(fd)  # closing the only descriptor drops the flock
 
@@ -249,28 +253,33 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _write_note(fd: int, note: dict[str, Any], path: Path) -> None:
-    """Replace the note in the lock file: one write at its start, then the rest cut off. A
-    holder killed between the two leaves the new note followed by the old one's tail, which
-    :func:`_read_note` ignores. Not fsync'd: after a power cut every state is read by a new
-    process, which checks it against the platform anyway (SyncState.written_here). ``path``:
-    the lock file's, for the error a failed write raises."""
+def _write_note(fd: int, note: dict[str, Any], path: Path | None, before: int) -> int:
+    """Replace the note in the lock file, whose bytes were ``before`` long: one write at its
+    start, then the rest cut off, if any is left. A holder killed between the two leaves the
+    new note followed by the old one's tail, which :func:`_read_note` ignores. Not fsync'd:
+    after a power cut every state is read by a new process, which checks it against the
+    platform anyway (SyncState.written_here). ``path``: the lock file's, for the error a
+    failed write raises. Returns how long the note now is."""
     data = orjson.dumps(note)
     try:
         os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
+        if before > len(data):
+            os.ftruncate(fd, len(data))
     except OSError as exc:  # a full disk: the error names the lock file, not the run it is for
-        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+        raise OSError(exc.errno, exc.strerror, os.fspath(path or COPY_LOCKS_DIRNAME)) from None
+    return len(data)
 
 
-def _read_note(fd: int) -> dict[str, Any]:
+def _read_note(fd: int) -> tuple[dict[str, Any], int]:
     """The note at the start of the lock file: {} for a new lock; for bytes that are no note
-    (torn by a power cut), one that says a pass was under way, from a state it cannot name."""
+    (torn by a power cut), one that says a pass was under way, from a state it cannot name;
+    and how many bytes the file holds (at most what one read takes: a longer file is cut)."""
     data = os.pread(fd, 1 << 16, 0)
     if not data:
-        return {}
+        return {}, 0
+    size = len(data) if len(data) < 1 << 16 else 1 << 62
     try:
         note, _ = json.JSONDecoder().raw_decode(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         note = None
-    return note if isinstance(note, dict) else {"under_way": True}
+    return (note if isinstance(note, dict) else {"under_way": True}), size

@@ -36,7 +36,7 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, segment_version
+from prime_runs_spool.spool.layout import list_segments, segment_size_and_version
 from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.spool.manifests import first_manifest, run_manifests
 from prime_runs_spool.spool.reader import position_lost
@@ -197,8 +197,11 @@ class RunSync:
         return self.report
 
     def _run(self) -> None:
-        # The run's manifest and each segment's: one listing, two lines read per segment.
-        manifest, manifests = run_manifests(self.run_dir)
+        # The run's manifest and each segment's: one listing, two lines read per segment. The
+        # first read of the records goes by the same listing (PassContext.take_listing).
+        listing = list_segments(self.run_dir)
+        manifest, manifests = run_manifests(self.run_dir, listing)
+        self.context.listing = listing
         if manifest is None:
             if run_writer_alive(self.run_dir):
                 self.report.state = LIVE
@@ -398,14 +401,14 @@ class RunSync:
         if getattr(segments[-1][1], "open_bytes", None) is None and position_lost(segments[-1][1],
                                                                                   state.cursor.position):
             return False  # lines already pushed are gone: the pass reads, and reports it
-        size = segments[-1][1].stat().st_size
+        size, version = segment_size_and_version(segments[-1][1])
         if state.finalized or state.terminal is not None:
             if size == state.cursor.offset:
                 return True
             if size != state.terminal_size:
                 return False
             # A state from before versions were recorded: the size alone decides, as it did.
-            return state.terminal_version is None or state.terminal_version == segment_version(segments[-1][1])
+            return state.terminal_version is None or state.terminal_version == version
         if not run_writer_alive(self.run_dir):
             return False
         # A live writer's lines go into padding: its mark, not its file's size, grows.
@@ -417,8 +420,8 @@ class RunSync:
         state = self.state
         state.terminal = status
         segments = list_segments(self.run_dir)
-        state.terminal_size = segments[-1][1].stat().st_size if segments else None
-        state.terminal_version = segment_version(segments[-1][1]) if segments else None
+        state.terminal_size, state.terminal_version = (segment_size_and_version(segments[-1][1]) if segments
+                                                       else (None, None))
 
     # -- finishing ---------------------------------------------------------------------------
 

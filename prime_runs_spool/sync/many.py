@@ -27,8 +27,8 @@ from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home, sync_state_path
-from prime_runs_spool.sync.unchanged import Unchanged, look
+from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home
+from prime_runs_spool.sync.unchanged import Unchanged, look, state_path_of
 
 if TYPE_CHECKING:
     from prime_runs_spool.sync.engine import RunSync
@@ -206,16 +206,18 @@ def sync_run(
     sleep: Callable[[float], None] = time.sleep,
     state_dir: Path | None = None,
     made: list[RunSync] | None = None,
+    home: Path | None = None,
 ) -> RunReport:
     """Sync one run, unless another sync holds it, or a copy of it (then report ``skipped``,
     or wait). ``index``: the environment listings shared with the other runs of this sync.
     ``sleep``: every wait of the pass; an :class:`Interrupt`'s ends the pass (``interrupted``).
     ``state_dir``: where the lock and state of a spool on a read-only folder are kept.
     ``made``: given the pass's engine once made, so that a caller that stops waiting for the
-    pass can still say what it pushed."""
+    pass can still say what it pushed. ``home``: :func:`run_home`'s answer for the run, when
+    the caller's probe asked it already (a ``stat``, an ``access`` and a ``statvfs``)."""
     if wait:  # for a copy of the run in another folder too (sync/copies.py)
         options = dataclasses.replace(options, copy_wait=None)
-    home = run_home(run_dir, state_dir, options)
+    home = home or run_home(run_dir, state_dir, options)
     if home is None:
         return read_only_report(run_dir)
     if home != run_dir:
@@ -315,6 +317,7 @@ def sync_paths(
         return []
     index: EvaluationIndex | None = None  # made for the first run that takes a pass
     known = None if options.replay else Unchanged(destination)
+    homes: dict[Path, Path] = {}  # each probed run's state home, handed on to its pass
     sleep = stop.sleep if stop is not None else time.sleep
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="prime-runs-sync")
     work: list[tuple[Path | RunReport, Future[RunReport] | RunReport | None]] = []
@@ -325,7 +328,8 @@ def sync_paths(
                 work.append((item, item))
             elif stop is not None and stop.is_set():
                 work.append((item, None))  # not begun: the stop came first
-            elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir, known)) is not None:
+            elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir, known,
+                                      homes)) is not None:
                 work.append((item, ready))
             else:
                 if first_pass is not None:
@@ -341,7 +345,7 @@ def sync_paths(
                 made = passes.setdefault(len(work), [])
                 work.append((item, pool.submit(sync_run, item, client, destination, options, wait=wait,
                                                on_progress=on_progress, index=index, sleep=sleep,
-                                               state_dir=state_dir, made=made)))
+                                               state_dir=state_dir, made=made, home=homes.pop(item, None))))
         futures = [done for _, done in work if isinstance(done, Future)]
         if stop is None:
             wait_for(futures)
@@ -385,26 +389,28 @@ def unfinished(reports: Iterable[RunReport]) -> int:
 
 def up_to_date(run_dir: Path, client: PlatformClient, destination: Destination, options: SyncOptions,
                on_progress: Callable[[RunReport], None] | None, state_dir: Path | None = None,
-               known: Unchanged | None = None) -> RunReport | None:
+               known: Unchanged | None = None, homes: dict[Path, Path] | None = None) -> RunReport | None:
     """The report of a run with nothing to send, found in this thread, or None. ``known``:
     the runs found up to date before, whose files, unchanged, answer without a read
     (sync/unchanged.py); else the probe reads the state and the spool's first lines
     (RunSync.probe), and what it finds is kept there. A replay is chosen under the run's
-    lock, so it always takes the pool."""
+    lock, so it always takes the pool. ``homes``: told the run's state home, for its pass."""
     if options.replay:
         return None
     try:
         home = run_home(run_dir, state_dir, options)
         if home is None:
             return read_only_report(run_dir)
+        if homes is not None:
+            homes[run_dir] = home
         if known is not None and (ready := known.answer(run_dir, home, options.to)) is not None:
             if on_progress is not None:
                 on_progress(ready)
             return ready
+        if not os.path.exists(state_path_of(home, destination)):  # never synced here: the pass, no probe
+            return None
         before = look(run_dir, home, destination) if known is not None else None
         if spool_open_to_others(run_dir):
-            return None
-        if not os.path.exists(sync_state_path(home, destination.key)):  # never synced here: the pass, no probe
             return None
         engine = engine_for(run_dir, home, client, destination, options, on_progress=on_progress)
         report = engine.probe()

@@ -15,6 +15,7 @@ first note of the run checks for it before each request it announces
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,9 +40,11 @@ class UnleasedProtocol(Protocol):
     def __init__(self, path: Path, options: SyncOptions, *, run_dir: Path, **more: object) -> None:
         super().__init__(path, options, **more)  # type: ignore[arg-type]
         self.run_dir = run_dir
+        #: The note's path, made once: asked before every announcement of the pass.
+        self._note = os.fspath(mirror_note_path(run_dir))
 
     def _write(self) -> None:
-        if self.state.in_flight is not None and mirror_note_path(self.run_dir).exists():
+        if self.state.in_flight is not None and os.path.exists(self._note):
             self.state.in_flight = None  # never written, never sent: no request in doubt
             raise MirroredMeanwhile
         super()._write()

@@ -30,7 +30,8 @@ from prime_runs_spool.sync.state import SyncState
 
 
 def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrupt: bool = False,
-                    skipped: list[dict[str, Any]] | None = None, remask: bool = False) -> Iterator[Any]:
+                    skipped: list[dict[str, Any]] | None = None, remask: bool = False,
+                    segments: list[tuple[int, Path]] | None = None) -> Iterator[Any]:
     """The run's *durable* records from ``start`` (as far as a live writer's durable mark),
     every check of the format held as a read from the beginning would hold it. With
     ``skip_corrupt`` the reader resynchronizes after damage: each stretch of damage is
@@ -42,8 +43,9 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
 
     With ``remask`` (the spool was written under older masking rules), every episode comes
     out masked again by today's (content/remask.py). Every path that sends an episode, or
-    counts the rows one gives, reads it here, so none of them can send it otherwise."""
-    records = _durable(run_dir, start, skip_corrupt, skipped)
+    counts the rows one gives, reads it here, so none of them can send it otherwise.
+    ``segments``: the run's listing to read by (the pass's own, taken with the manifests)."""
+    records = _durable(run_dir, start, skip_corrupt, skipped, segments)
     if not remask:
         yield from records
         return
@@ -52,11 +54,11 @@ def durable_records(run_dir: Path, start: Position | None = None, *, skip_corrup
 
 
 def _durable(run_dir: Path, start: Position | None, skip_corrupt: bool,
-             skipped: list[dict[str, Any]] | None) -> Iterator[Any]:
+             skipped: list[dict[str, Any]] | None, segments: list[tuple[int, Path]] | None) -> Iterator[Any]:
     if not skip_corrupt:
-        yield from iter_records(run_dir, start, durable_only=True, full_checks=True)
+        yield from iter_records(run_dir, start, durable_only=True, full_checks=True, segments=segments)
         return
-    for item in resync_records(run_dir, start, durable_only=True, full_checks=True):
+    for item in resync_records(run_dir, start, durable_only=True, full_checks=True, segments=segments):
         if not isinstance(item, Damage):
             yield item
             continue

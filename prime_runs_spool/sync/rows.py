@@ -71,6 +71,9 @@ class RowStream:
     #: The spool was written under older masking rules: each episode is masked again by
     #: today's before it becomes a row (content/remask.py).
     remask: bool = False
+    #: The run's listing to read by (the pass's, taken with its manifests: ``PassContext``);
+    #: None: listed when read. Whether a segment came after the seal is asked anew at the end.
+    segments: list[tuple[int, Path]] | None = None
 
     def __post_init__(self) -> None:
         if self.seal is not None and self.seal_segment is None and self.cursor is not None:
@@ -79,7 +82,7 @@ class RowStream:
     def _records(self) -> Iterator[Any]:
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(self.run_dir, start, skip_corrupt=self.skip_corrupt, skipped=self.skipped,
-                                      remask=self.remask):
+                                      remask=self.remask, segments=self.segments):
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)
             yield record
         self.seal = seal_if_last(self.run_dir, self.seal, self.seal_segment)
@@ -93,7 +96,7 @@ class RowStream:
         could only make them less), so a small run's writer is not asked whether it lives."""
         try:
             sizes = []
-            segments = list_segments(self.run_dir)
+            segments = list_segments(self.run_dir) if self.segments is None else self.segments
             for index, path in segments:
                 if self.cursor is not None and index < self.cursor.segment_index:
                     continue

@@ -417,11 +417,18 @@ def _digest(data: bytes) -> str:
 
 
 def save_state(path: Path, state: SyncState) -> None:
-    """Replace the state file atomically and durably."""
+    """Replace the state file atomically, its bytes fsync'd before the rename (whichever file
+    a power cut leaves under the name is whole), and the rename fsync'd (its folder) when the
+    state announces a request (``in_flight``): that one must outlive a power cut, since its
+    request may land. A state that announces nothing records what the platform, or the
+    spool, tells again (docs/sync.md, "State"): a cut that takes its rename back leaves the
+    file of an earlier write, which is true still (every request sent since it was announced
+    by a write whose rename was fsync'd, and that fsync made every earlier rename in the
+    folder durable too), and the next sync settles from it as after any crash."""
     state.updated_at = time.time()
     data = state.to_json()
     _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
-    replace_private(path, data, durable=True)
+    replace_private(path, data, durable=True, rename_durable=state.in_flight is not None)
     _OWN_WRITES[str(path)] = _digest(data)
 
 

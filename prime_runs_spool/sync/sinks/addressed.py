@@ -26,6 +26,7 @@ import hashlib
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled, SyncError
@@ -68,6 +69,9 @@ class LineStream:
     superseded: frozenset[str] | None = None
     #: The segment ``seal`` was read from (a seal handed in sits where the cursor is).
     seal_segment: int | None = None
+    #: The run's listing to read by (the pass's: ``PassContext.take_listing``); None: listed
+    #: when read.
+    segments: list[tuple[int, Path]] | None = None
 
     def __post_init__(self) -> None:
         if self.seal is not None and self.seal_segment is None and self.cursor is not None:
@@ -82,7 +86,7 @@ class LineStream:
         on_platform = frozenset(context.state.on_platform)  # vf-eval pushed them there itself
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(context.run_dir, start, skip_corrupt=context.options.skip_corrupt,
-                                      skipped=self.skipped, remask=context.remask):
+                                      skipped=self.skipped, remask=context.remask, segments=self.segments):
             after = Cursor.past(record)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if (record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None
@@ -212,7 +216,7 @@ class AddressedSink(Sink):
 
     def stream(self) -> LineStream:
         # Starting past a seal already committed, the stream knows how the log ends.
-        return LineStream(self, self.state.cursor, seal=self.state.seal)
+        return LineStream(self, self.state.cursor, seal=self.state.seal, segments=self.context.take_listing())
 
     def batches(self, stream: LineStream) -> Iterator[Cut]:  # type: ignore[override]
         return self.cut(stream)

@@ -59,6 +59,15 @@ class PassContext:
     #: Whether each sink asked this pass is available (sync/sinks/choice.py): ``auto``'s
     #: probe before the create answers its push too.
     available: dict[str, bool] = field(default_factory=dict)
+    #: The run's segments as the pass listed them to read their manifests, for the first
+    #: stream to read by (:meth:`take_listing`): its superseded episodes are those manifests'.
+    listing: list[tuple[int, Path]] | None = None
+
+    def take_listing(self) -> list[tuple[int, Path]] | None:
+        """The pass's listing, once: the first stream reads the segments whose manifests the
+        pass read; a later one (the pass reads again, a writer still appending) lists anew."""
+        listing, self.listing = self.listing, None
+        return listing
 
     @property
     def state(self) -> SyncState:

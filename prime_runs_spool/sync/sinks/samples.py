@@ -100,7 +100,7 @@ class SamplesSink(Sink):
         context = self.context
         return RowStream(context.run_dir, self.state.cursor, context.run_id, context.options.max_request_bytes,
                          context.options.skip_corrupt, seal=self.state.seal, superseded=context.superseded,
-                         hold_errored=True, remask=context.remask)
+                         hold_errored=True, remask=context.remask, segments=context.take_listing())
 
     def _stream_from_start(self) -> RowStream:
         """The run's rows from its first, read as the pushes read them (what ``stream`` does
