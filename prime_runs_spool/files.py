@@ -235,11 +235,13 @@ def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: b
     whichever of the two files a power cut leaves under the name is whole, but the folder is
     not, so the cut may leave the old one: for a write its reader may find one write behind.
     The temporary name holds the process and the thread: two writers never share one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    folder, name = os.path.split(os.fspath(path))  # strings: a state is written several times a run
+    folder = folder or os.curdir
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     except FileNotFoundError:  # the first file of this folder: the folder first
-        make_private_dir(path.parent, durable=durable)  # a durable file's new folders' names durable too
+        make_private_dir(folder, durable=durable)  # a durable file's new folders' names durable too
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:
@@ -258,7 +260,7 @@ def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: b
             raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
         raise
     if durable and rename_durable is not False:
-        fsync_folder(path.parent)
+        fsync_folder(folder)
 
 
 def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:

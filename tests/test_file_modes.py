@@ -98,7 +98,12 @@ def test_a_state_file_is_0600_in_a_0700_folder_made_only_when_missing(tmp_path: 
 
     made: list[Path] = []
     real_mkdir = os.mkdir
-    monkeypatch.setattr(os, "mkdir", lambda folder, *a, **k: made.append(Path(folder)) or real_mkdir(folder, *a, **k))
+
+    def mkdir(folder, *a, **k) -> None:  # noqa: ANN001, ANN002, ANN003
+        real_mkdir(folder, *a, **k)
+        made.append(Path(folder))  # made, not only tried
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
     path = tmp_path / "run" / "spool" / "sync" / "dest.json"
     state = SyncState(destination=Destination(key="dest", base_url="http://x"), local_run_id="r")
     save_state(path, state)

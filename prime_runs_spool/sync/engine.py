@@ -197,11 +197,9 @@ class RunSync:
         return self.report
 
     def _run(self) -> None:
-        # The run's manifest and each segment's: one listing, two lines read per segment. The
-        # first read of the records goes by the same listing (PassContext.take_listing).
-        listing = list_segments(self.run_dir)
-        manifest, manifests = run_manifests(self.run_dir, listing)
-        self.context.listing = listing
+        # Every segment's manifest from one listing (two lines each): the first read goes by it too.
+        self.context.listing = list_segments(self.run_dir)
+        manifest, manifests = run_manifests(self.run_dir, self.context.listing)
         if manifest is None:
             if run_writer_alive(self.run_dir):
                 self.report.state = LIVE
@@ -419,9 +417,8 @@ class RunSync:
         version: the bytes past the cursor, a torn tail or padding, are not read again)."""
         state = self.state
         state.terminal = status
-        segments = list_segments(self.run_dir)
-        state.terminal_size, state.terminal_version = (segment_size_and_version(segments[-1][1]) if segments
-                                                       else (None, None))
+        last = list_segments(self.run_dir)[-1:]
+        state.terminal_size, state.terminal_version = segment_size_and_version(last[0][1]) if last else (None, None)
 
     # -- finishing ---------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +111,10 @@ class Protocol:
         save_state(self.path, self.state)
 
     def _announce_alongside(self) -> Callable[[], None]:
-        """Start writing the state that announces a request on a thread of its own, and return
-        the gate its sender passes before the body's last byte: it waits for the write, and
-        raises what the write raised (the request is then never complete, so never processed).
+        """Start writing the state that announces a request on another thread (:func:`_announcers`),
+        and return the gate its sender passes before the body's last byte: it waits for the
+        write, and raises what the write raised (the request is then never complete, so never
+        processed).
 
         A request the platform has not received whole cannot be acted on (its length is
         declared), so the announcement is durable before the platform can act on the request,
@@ -124,24 +126,13 @@ class Protocol:
         self._writing = True
         self.checkpoint()  # before an announcement: a stopped pass sends nothing more
         self.unsaved = False  # what the write carries; a note made while it runs stays unsaved
-        failed: list[BaseException] = []
-
-        def write() -> None:
-            try:
-                self._write()
-            except BaseException as exc:  # noqa: BLE001 - raised in the sending thread, by the gate
-                failed.append(exc)
-
-        # Not a daemon, as the pass's own thread is not: a process that exits meanwhile ends the
-        # write first, never leaving its temporary file behind.
-        writer = threading.Thread(target=write, name="prime-runs-sync-announce")
-        writer.start()
+        written = _announcers().submit(self._write)
         settled: list[bool] = []
 
         def durable() -> None:
-            writer.join()
-            if failed:
-                raise failed[0]
+            failed = written.exception()  # waits for the write; what it raised is raised here, by the gate
+            if failed is not None:
+                raise failed
             if not settled:
                 settled.append(True)
                 self._writing = False
@@ -314,6 +305,25 @@ class Protocol:
 
 def _written() -> None:
     """The gate of a request whose announcement was written before it was sent."""
+
+
+#: The threads announcements are written on while their requests' bodies go out, shared by
+#: every pass of the process: a thread started for each one cost more CPU than the write's
+#: own work. Made when first needed; a thread is added only when none is idle (as many as
+#: passes announce at once). Not daemons, as a pass's own thread is not: a process that
+#: exits meanwhile ends a write first, never leaving its temporary file behind.
+_ANNOUNCERS: list[ThreadPoolExecutor] = []
+_ANNOUNCERS_MADE = threading.Lock()
+#: At most this many writes at once; more wait for one to end (each is a few fsyncs).
+_ANNOUNCERS_MAX = 64
+
+
+def _announcers() -> ThreadPoolExecutor:
+    with _ANNOUNCERS_MADE:
+        if not _ANNOUNCERS:
+            _ANNOUNCERS.append(ThreadPoolExecutor(max_workers=_ANNOUNCERS_MAX,
+                                                  thread_name_prefix="prime-runs-sync-announce"))
+        return _ANNOUNCERS[0]
 
 
 def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:
