@@ -31,6 +31,7 @@ from prime_runs_spool.platform_api.v0 import is_evaluation_id
 if TYPE_CHECKING:
     import httpx
 
+    from prime_runs_spool.platform_api.proxy import Proxy
     from prime_runs_spool.platform_api.traces import TracesUploader
     from prime_runs_spool.platform_api.traces_probe import TracesProbe
 
@@ -172,22 +173,31 @@ def classify_response(method: str, path: str, response: httpx.Response,
                          status=status)
 
 
-def classify_transport_error(method: str, path: str, exc: httpx.TransportError) -> PlatformError:
+def classify_transport_error(method: str, path: str, exc: httpx.TransportError,
+                             proxy: Proxy | None = None) -> PlatformError:
+    """A request with no answer: not sent where it could not connect (to the platform, or to
+    the ``proxy`` it goes through, which a proxy's refusal of the tunnel is too), else in doubt."""
     import httpx
 
+    if proxy is not None and isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
+        why = transport_reason(exc, host=proxy.host)
+        return PlatformError(FailureKind.NOT_SENT,
+                             f"{method} {path}: cannot connect through the proxy {proxy.shown} (from {proxy.variable}: "
+                             f"{why}); check it, or add the platform's host to NO_PROXY")
     why = transport_reason(exc)
     if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
         return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({why})")
     return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({why})")
 
 
-def transport_reason(exc: BaseException) -> str:
+def transport_reason(exc: BaseException, host: str | None = None) -> str:
     """Why a request got no answer, in the words a person fixes it by: the connection was
     refused, the host's name did not resolve (naming the host: a typo is the usual cause),
-    TLS failed, or a wait timed out; else the exception's own class."""
+    TLS failed, or a wait timed out; else the exception's own class. ``host``: the one
+    connected to, where it is not the request's (a proxy)."""
     import httpx
 
-    host = _host_of(exc)
+    host = host or _host_of(exc)
     text = " ".join(str(part) for part in (exc, exc.__cause__, exc.__context__) if part is not None)
     lowered = text.lower()
     if isinstance(exc, httpx.TimeoutException):
@@ -274,6 +284,13 @@ class PlatformClient:
         self._traces_probe: TracesProbe | None = None
         #: Where every request's path is appended (``/api/v1``).
         self._api = settings.base_url + "/api/v1"
+        #: The proxy the environment names for the platform (None: straight to it); only for
+        #: the sync's own transport, as httpx reads it only for a client without one.
+        self._proxy: Proxy | None = None
+        if transport is None:
+            from prime_runs_spool.platform_api.proxy import proxy_for  # urllib.request: only where used
+
+            self._proxy = proxy_for(settings.base_url)
 
     def _connection(self) -> httpx.Client:
         """An HTTP client no other request is using, made on first use (the module docstring
@@ -299,7 +316,8 @@ class PlatformClient:
                 headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
             from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 
-            own = AnswerDeadlineTransport(self._timeout, verify=self._ssl) if self._transport is None else None
+            own = (AnswerDeadlineTransport(self._timeout, verify=self._ssl, proxy=self._proxy)
+                   if self._transport is None else None)
             http = _client_class()(
                 headers=headers,
                 timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
@@ -407,7 +425,7 @@ class PlatformClient:
             status, body, response = self._send(method, path, content, params,
                                                 None if content is None else len(content))
         except httpx.TransportError as exc:
-            raise classify_transport_error(method, path, exc) from None
+            raise classify_transport_error(method, path, exc, self._proxy) from None
         finally:
             if isinstance(content, _Chunks):
                 content.drop()

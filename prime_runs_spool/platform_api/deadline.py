@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpcore
 import httpx
 
 from prime_runs_spool.platform_api.answer_cap import answer_cap
+
+if TYPE_CHECKING:
+    from prime_runs_spool.platform_api.proxy import Proxy
 
 _answer = threading.local()
 
@@ -80,11 +83,12 @@ class _Backend(httpcore.SyncBackend):
 
 
 class AnswerDeadlineTransport(httpx.HTTPTransport):
-    """httpx's default transport (same limits, environment; TLS as ``verify`` says, httpx's
-    default unless given), each answer bounded by ``timeout`` seconds from its first byte awaited."""
+    """httpx's default transport (same limits; TLS as ``verify`` says, httpx's default unless
+    given; through ``proxy``, the one the environment names: platform_api/proxy.py), each
+    answer bounded by ``timeout`` seconds from its first byte awaited."""
 
-    def __init__(self, timeout: float, *, verify: Any = True) -> None:
-        super().__init__(verify=verify)
+    def __init__(self, timeout: float, *, verify: Any = True, proxy: Proxy | None = None) -> None:
+        super().__init__(verify=verify, proxy=None if proxy is None else proxy.url)
         self._budget = timeout
         # The one httpx transport attribute reached into: HTTPTransport takes no network
         # backend, its connection pool does (httpcore.ConnectionPool(network_backend=...)).

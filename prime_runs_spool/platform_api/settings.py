@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
+from prime_runs_spool.platform_api.proxy import proxy_for
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
 DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
@@ -211,13 +212,16 @@ def load_settings(
     key = _header_safe_key(pick(None, ("PRIME_API_KEY",), "api_key"),
                            "PRIME_API_KEY" if env.get("PRIME_API_KEY") else f"api_key in {config_path}")
     chosen = pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
-    return Settings(
+    settings = Settings(
         base_url=normalize_base_url(chosen, _source_of(chosen, base_url, env, config_path)),
         api_key=Secret(key) if key else None,
         team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
         traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
+    for url in {settings.base_url, settings.traces_base_url}:
+        proxy_for(url)  # a proxy no request can go through: said now, once, not on every request
+    return settings
 
 
 def _header_safe_key(key: str | None, source: str) -> str | None:

@@ -32,6 +32,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
+from prime_runs_spool.platform_api.proxy import proxy_for
 from prime_runs_spool.platform_api.settings import Secret
 
 #: A batch closes at this many uncompressed bytes (the library's default, under the
@@ -101,7 +102,7 @@ class TracesUploader:
         self._secret = Secret(api_key or "")
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                                       transport=transport or AnswerDeadlineTransport(timeout))
+                                       transport=transport or AnswerDeadlineTransport(timeout, proxy=proxy_for(base_url)))
 
     def close(self) -> None:
         self._client.close()

@@ -31,9 +31,10 @@ def sync_cmd(base_url: str, *args: str) -> list[str]:
                   "--backoff-cap", "0.2", "--timeout", "5"]
 
 
-def run_sync(base_url: str, *args: str, key: str = TOKEN, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_sync(base_url: str, *args: str, key: str = TOKEN, timeout: float = 120,
+             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(sync_cmd(base_url, *args), capture_output=True, text=True, timeout=timeout,
-                          env=child_env(PRIME_API_KEY=key, HOME=os.environ.get("HOME", "/root")))
+                          env=child_env(PRIME_API_KEY=key, HOME=os.environ.get("HOME", "/root"), **(extra_env or {})))
 
 
 def evaluations_of(api: httpx.Client, local_run_id: str, environment: str = "gsm8k") -> list[dict]:
