@@ -349,6 +349,8 @@ class PlatformClient:
         try:
             if http.wire is not None:
                 return http.wire.exchange(method, path, query, content, length)
+            # A declared length (as on the wire): httpx sends a body's pieces as they are, not
+            # chunked, and a body its gate leaves unfinished is one the platform never acts on.
             headers = {"Content-Type": "application/json", "Content-Length": str(length)} if content is not None else {}
             url = self._api + path + (f"?{query}" if query else "")
             response = http.send(http.build_request(method, httpx.URL(url), content=content, headers=headers))

@@ -52,7 +52,7 @@ class Wire:
         if query:
             target += b"?" + query.encode("ascii")
         headers = self._headers.copy()
-        if content is not None:
+        if content is not None:  # its length declared: a body left unfinished is never acted on
             headers.append(_JSON)
             headers.append((b"Content-Length", str(length).encode("ascii")))
         elif method in _BODY_METHODS:
