@@ -202,3 +202,23 @@ def test_status_with_state_dir_shows_what_the_syncs_from_there_pushed(tmp_path: 
     assert "not synced anywhere yet" not in text, text
     assert_exactly_once(api, fresh)
     assert_exactly_once(api, archived)
+
+
+@pytest.mark.slow
+def test_mirror_of_a_read_only_spool_says_its_note_cannot_be_left_and_uploads_nothing(read_only, tmp_path: Path) -> None:
+    """The mirror leaves its note in the spool folder before a run's first upload (it is what
+    keeps a sync of the folder and one of the store apart); on a read-only folder it cannot,
+    so nothing is uploaded and the run's line says why and what to do, not the name of the
+    temporary file the note would have been written through."""
+    source, mount, freeze = read_only
+    build_run(source / "run", "readonly-mirror", 2)
+    freeze()
+    before = snapshot(mount)
+    store = tmp_path / "store"
+    done = cli("mirror", str(mount), f"file://{store}", "--once", "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout.splitlines()[0])
+    assert report["uploaded"] == [] and not list(store.rglob("*.jsonl")), report
+    assert report["error"].startswith(f"{mount / 'run' / 'spool'}: cannot leave the mirror's note there ("), report
+    assert report["error"].endswith("make the folder writable, or mirror a writable copy of the run folder"), report
+    assert snapshot(mount) == before, "the read-only source was written"

@@ -107,7 +107,13 @@ def _note_mirror(run_dir: Path, url: str) -> bool:
     the one whose lease a sync of its folder takes. Whether it was left now."""
     if mirrored_to(run_dir) is not None:
         return False
-    replace_private(mirror_note_path(run_dir), orjson.dumps({"run_url": url}) + b"\n", durable=True)
+    try:
+        replace_private(mirror_note_path(run_dir), orjson.dumps({"run_url": url}) + b"\n", durable=True)
+    except OSError as exc:  # a read-only spool folder (an artifact mounted read-only), a full disk
+        raise StoreError(f"{shown(str(spool_dir(run_dir)))}: cannot leave the mirror's note there "
+                         f"({exc.strerror or exc}), so nothing of the run was uploaded: the note comes first, so "
+                         "that a sync of this folder and one of the store never push the run at once; make the "
+                         "folder writable, or mirror a writable copy of the run folder") from None
     return True
 
 
