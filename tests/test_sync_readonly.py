@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from prime_runs_spool.viewer.app import wait_indexed
+from prime_runs_spool.viewer.sources import SpoolSource
 from support.cli import run_cli as cli
 from support.env import child_env
 from support.runs import RunBuilder, build_run
@@ -172,8 +174,10 @@ def test_follow_of_a_live_read_only_spool_keeps_its_lock_and_state_under_state_d
 
 
 @pytest.mark.slow
-def test_status_with_state_dir_shows_what_the_syncs_from_there_pushed(tmp_path: Path, server, api) -> None:
-    """``status --state-dir DIR`` reads a read-only spool's states where its sync keeps them:
+def test_status_and_the_viewer_with_state_dir_show_what_the_syncs_from_there_pushed(tmp_path: Path, server,
+                                                                                    api) -> None:
+    """``status --state-dir DIR`` (and ``view --state-dir DIR``) read a read-only spool's
+    states where its sync keeps them:
     a run synced only from there is not "not synced anywhere yet", and a run synced before it
     was made read-only, then grown and synced from there, counts what the later sync pushed
     (the states left beside the spool are stale once DIR holds one of the same name)."""
@@ -200,6 +204,11 @@ def test_status_with_state_dir_shows_what_the_syncs_from_there_pushed(tmp_path: 
         assert destination["finalized"], destination
     text = cli("status", "--state-dir", str(state_dir), str(tmp_path / "outputs")).stdout
     assert "not synced anywhere yet" not in text, text
+    source = SpoolSource([tmp_path / "outputs"], state_dir)
+    for run in source.runs():
+        wait_indexed(run, 10)
+        [synced] = run.standing().synced
+        assert (synced.episodes, synced.pending, synced.finalized) == (run.standing().episodes, 0, True), synced
     assert_exactly_once(api, fresh)
     assert_exactly_once(api, archived)
 

@@ -135,12 +135,13 @@ def statuses(paths: Iterable[Path], on_link: OnLink | None = None,
     return found
 
 
-def _state_paths(run_dir: Path, state_dir: Path | None) -> list[Path]:
+def state_paths(run_dir: Path, state_dir: Path | None) -> list[Path]:
     """The run's state files, as its next sync starts from them: those beside the spool and,
     for a read-only spool synced with a state directory, those kept there, each over the one
     of its name beside the spool (written before the spool was read-only, then carried on
     from there: sync/state.py, ``adopt_states``). Without this a run synced only from the
-    state directory reads "not synced anywhere yet", an invitation to push it again."""
+    state directory reads "not synced anywhere yet", an invitation to push it again. Read by
+    ``status`` and by the viewer alike."""
     paths = {path.name: path for path in sync_dir(run_dir).glob("*.json")}
     home = state_home(run_dir, state_dir) if state_dir is not None else None
     if home is not None and home != run_dir:
@@ -151,7 +152,7 @@ def _state_paths(run_dir: Path, state_dir: Path | None) -> list[Path]:
 def _local_states(run_dir: Path, warnings: list[str], state_dir: Path | None = None) -> Iterator[bytes]:
     """The run's state files; one that cannot be read is said in ``warnings``, not skipped
     in silence (status would otherwise show its destination as never synced)."""
-    for path in _state_paths(run_dir, state_dir):
+    for path in state_paths(run_dir, state_dir):
         try:
             yield read_regular_file(path)
         except OSError as exc:

@@ -195,9 +195,11 @@ class RunIndex:
 class SpoolIndex(RunIndex):
     """The index of one run directory's spool, read only through the spool reader."""
 
-    def __init__(self, key: str, run_dir: Path) -> None:
+    def __init__(self, key: str, run_dir: Path, state_dir: Path | None = None) -> None:
         super().__init__(key)
         self.run_dir = run_dir
+        #: Where the syncs of a read-only spool kept its states (``--state-dir``).
+        self.state_dir = state_dir
         self._position: Position | None = None
         self._seal: tuple[int, dict[str, Any]] | None = None
         self._summary = SummaryAccumulator()
@@ -229,7 +231,7 @@ class SpoolIndex(RunIndex):
 
     def standing(self) -> Standing:
         if self._sync_states is None:
-            self._sync_states = SyncStates(self.run_dir)
+            self._sync_states = SyncStates(self.run_dir, self.state_dir)
         shape = self._seen_shape
         segments = len(shape[0]) if shape else 0
         seal = self._seal

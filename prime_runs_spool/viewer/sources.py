@@ -119,7 +119,7 @@ class SpoolSource(Source):
             if folder in plain:
                 self._runs[key] = PlainIndex(key, folder, import_command(folder, self.state_dir))
             else:
-                self._runs[key] = SpoolIndex(key, folder)
+                self._runs[key] = SpoolIndex(key, folder, self.state_dir)
             self._order.append(key)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from prime_runs_spool.files import read_regular_file
-from prime_runs_spool.sync.state import sync_dir
+from prime_runs_spool.sync.status import state_paths
 from prime_runs_spool.sync.options import SAMPLES, TRACES
 from prime_runs_spool.sync.state import StateFormatError, SyncState
 
@@ -83,30 +83,28 @@ def platform_name(base_url: str) -> str:
 
 
 class SyncStates:
-    """The sync state files of one run, parsed again only when they change."""
+    """The sync state files of one run, parsed again only when they change: beside its spool,
+    or, for a read-only spool, where its syncs with ``--state-dir`` kept them (``state_dir``)."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.folder = sync_dir(run_dir)
+    def __init__(self, run_dir: Path, state_dir: Path | None = None) -> None:
+        self.run_dir = run_dir
+        self.state_dir = state_dir
         self._parsed: dict[str, tuple[tuple[int, int], SyncState | Damaged]] = {}
 
     def read(self) -> list[SyncState | Damaged]:
-        try:
-            names = sorted(name for name in os.listdir(self.folder) if name.endswith(".json"))
-        except OSError:
-            return []  # never synced (no folder), or not readable: nothing to say of it
         out: list[SyncState | Damaged] = []
         seen = {}
-        for name in names:
-            path = self.folder / name
+        for path in state_paths(self.run_dir, self.state_dir):  # none: never synced, or not readable
+            name = path.name
             try:
                 info = os.stat(path)
             except OSError:
                 continue
             stamp = (info.st_size, info.st_mtime_ns)
-            cached = self._parsed.get(name)
+            cached = self._parsed.get(str(path))
             if cached is None or cached[0] != stamp:
                 cached = (stamp, _parse(path, name))
-            seen[name] = cached
+            seen[str(path)] = cached
             out.append(cached[1])
         self._parsed = seen
         return out
