@@ -330,6 +330,7 @@ def sync_paths(
                 work.append((item, None))  # not begun: the stop came first
             elif (ready := up_to_date(item, client, destination, options, on_progress, state_dir, known,
                                       homes)) is not None:
+                homes.pop(item, None)
                 work.append((item, ready))
             else:
                 if first_pass is not None:
