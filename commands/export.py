@@ -10,6 +10,7 @@ bad usage.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,10 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
         sys.exit(EXIT_RUN_FAILED)
     except OSError as exc:  # the output file: its folder read-only, the disk full
-        click.echo(f"{MESSAGE_PREFIX}{exc.filename or out}: cannot be written ({exc.strerror or exc})", err=True)
+        named = exc.filename if exc.filename is not None else out
+        if Path(os.fsdecode(named)).parent == Path(out).parent:  # the temporary file beside it: the user's name
+            named = out
+        click.echo(f"{MESSAGE_PREFIX}{named}: cannot be written ({exc.strerror or exc})", err=True)
         sys.exit(EXIT_RUN_FAILED)
     written = report.runs > 0
     if as_json:

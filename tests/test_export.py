@@ -462,3 +462,22 @@ def test_an_export_to_a_fifo_a_socket_or_a_device_replaces_none_of_them(tmp_path
         listener.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["pipe.jsonl", "runs", "s.csv", *(["null.csv"] if os.geteuid() == 0 else [])]), "no temporary file left"
+
+
+@pytest.mark.slow  # a subprocess and a mount
+def test_a_file_in_a_read_only_folder_is_named_as_given_not_by_its_temporary_name(tmp_path: Path) -> None:
+    """The export writes under a temporary name beside FILE; when the folder cannot take it
+    (mounted read-only), the one line names FILE, the name the user gave, and why."""
+    build_run(tmp_path / "in" / "run", "export-read-only", 2)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        result = run_cli("export", str(tmp_path / "in"), "-o", str(folder / "episodes.csv"))
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+    assert result.returncode == 1, result.stderr
+    assert last_line(result) == f"prime-runs: {folder / 'episodes.csv'}: cannot be written (Read-only file system)"
