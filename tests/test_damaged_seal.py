@@ -26,7 +26,7 @@ import pytest
 from prime_runs_spool.local_platform.store import Store
 
 from support.cli import local_sync, run_cli
-from support.env import REPO_ROOT, child_env
+from support.env import CLI, REPO_ROOT, child_env
 
 pytestmark = pytest.mark.slow  # an eval process, then three syncs
 
@@ -113,9 +113,10 @@ def test_a_damaged_seal_says_how_to_end_the_run_as_traces_jsonl_does_and_that_wa
     assert advice in shown["warnings"], shown
 
     os.truncate(shlex.split(cut.group(2))[0], int(cut.group(1)))  # the advice, word for word
-    given = shlex.split(sync_again.group(1))[2:]
-    assert [Path(given[0]), given[1:]] == [run_dir, ["--skip-corrupt"]]
-    ended = local_sync(Path(given[0]), db, *given[1:])
+    given = shlex.split(sync_again.group(1))[2:]  # the sync's own destination and sink, not the default platform
+    assert [Path(given[0]), given[1:]] == [run_dir, ["--local", "--db", str(db), "--to", "samples", "--skip-corrupt"]]
+    ended = subprocess.run(["sh", "-c", shlex.join(CLI) + sync_again.group(1).removeprefix("prime-runs") + " --json"],
+                           capture_output=True, text=True, timeout=120, env=child_env())
     assert ended.returncode == 0, ended.stdout + ended.stderr
     [run] = json.loads(ended.stdout)["runs"]
     assert (run["state"], run["held_back"], run["pushed_total"]) == ("synced", 0, EPISODES), run

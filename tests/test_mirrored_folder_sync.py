@@ -12,6 +12,7 @@ keeps the two syncs apart, only the store.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from fixtures.fault_proxy import FaultProxy
 from support.children import reaped
-from support.env import CLI
+from support.env import CLI, child_env
 from support.runs import build_run
 from support.store_runs import (get_object, live_run, machine_env, mirror_once, start_sync_from_store,
                                 sync_from_store)
@@ -87,10 +88,38 @@ def test_a_folder_sync_that_cannot_reach_the_mirror_store_pushes_nothing(tmp_pat
     assert refused.returncode == 1, refused.stdout + refused.stderr
     lines = [line for line in refused.stdout.splitlines() if line.startswith("  error: ")]
     assert len(lines) == 1 and f"{bucket}/node/mirrored-unreachable" in lines[0] \
-        and f"prime-runs sync {bucket}/node/mirrored-unreachable)" in lines[0], refused.stdout
+        and f"prime-runs sync {bucket}/node/mirrored-unreachable --base-url {server.base_url})" in lines[0], \
+        refused.stdout
     assert "Traceback" not in refused.stdout + refused.stderr
     assert not any(e["metadata"].get("local_run_id") == builder.run_id
                    for e in api.get("/evaluations/", params={"environment_name": "gsm8k"}).json()["evaluations"])
+
+
+def test_the_store_sync_a_local_folder_sync_suggests_goes_where_that_sync_went(tmp_path: Path,
+                                                                              bucket: str) -> None:
+    """``--local --db DB --to traces`` refused for a store out of reach: the command it
+    suggests, pasted once the store is back, syncs the run from the store into that database
+    and sink (with no API key: it went to the public platform, exit 2, before)."""
+    builder = mirrored_run(tmp_path, bucket, "mirrored-local", 3)
+    db = tmp_path / "local.db"
+    (tmp_path / "bucket").rename(tmp_path / "bucket-away")
+    (tmp_path / "bucket").write_bytes(b"")  # out of reach: nothing can be written there
+    env = child_env(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "home" / "cache"))
+    refused = subprocess.run(CLI + ["sync", str(builder.run_dir), "--local", "--db", str(db), "--to", "traces"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    [line] = [line for line in refused.stdout.splitlines() if line.startswith("  error: ")]
+    command = line.split("sync it from the store (", 1)[1].split("), ", 1)[0]
+    (tmp_path / "bucket").unlink()
+    (tmp_path / "bucket-away").rename(tmp_path / "bucket")
+    pasted = subprocess.run(["sh", "-c", shlex.join(CLI) + command.removeprefix("prime-runs") + " --json"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert pasted.returncode == 0, command + pasted.stdout + pasted.stderr
+    [run] = [r for r in json.loads(pasted.stdout)["runs"] if r["local_run_id"] == builder.run_id]
+    assert (run["state"], run["pushed_total"], run["store"]) == ("synced", 3, "traces"), run
+    again = subprocess.run(CLI + ["sync", str(builder.run_dir), "--local", "--db", str(db), "--to", "traces", "--json"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["runs"][0]["pushed_now"] == 0, again.stdout
 
 
 def _next_report(proc: subprocess.Popen[str], state: str) -> dict:

@@ -352,7 +352,7 @@ class RunSync:
             return True
         if drained():
             self._finish(CRASHED, None)
-            advice = damaged_seal_advice(self.run_dir, self.state.skipped) if self.options.skip_corrupt else None
+            advice = damaged_seal_advice(self.run_dir, self.state) if self.options.skip_corrupt else None
             if advice is not None:
                 self.report.warnings.append(advice)
             return True

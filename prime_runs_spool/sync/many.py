@@ -183,7 +183,7 @@ def local_pass(run_dir: Path, home: Path, client: PlatformClient, destination: D
             except StoreError as exc:
                 return RunReport(path=str(run_dir), state=ERROR, error=str(exc))
             assert run_url is not None  # the note is only ever replaced whole
-    return mirrored_pass(run_dir, run_url, make, options, wait=wait, sleep=sleep)
+    return mirrored_pass(run_dir, run_url, make, destination, options, wait=wait, sleep=sleep)
 
 
 def for_run(run_dir: Path, destination: Destination, options: SyncOptions) -> SyncOptions:

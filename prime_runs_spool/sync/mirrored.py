@@ -27,6 +27,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.sync.leased import LeasedProtocol, sync_lease_path, under_lease
 from prime_runs_spool.sync.options import ERROR, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.state import Destination, sync_command
 
 if TYPE_CHECKING:
     from prime_runs_spool.sync.engine import RunSync
@@ -51,16 +52,17 @@ class UnleasedProtocol(Protocol):
 
 
 def mirrored_pass(run_dir: Path, run_url: str, make_engine: Callable[[Callable[..., Protocol]], RunSync],
-                  options: SyncOptions, *, wait: bool, sleep: Callable[[float], None]) -> RunReport:
+                  destination: Destination, options: SyncOptions, *, wait: bool,
+                  sleep: Callable[[float], None]) -> RunReport:
     """One pass over the mirrored run at ``run_dir`` (its copy at ``run_url``) under that
-    copy's lease: ``make_engine`` is given the protocol to keep the state with. ``wait``:
-    for a lease another syncer holds (else the run is ``skipped``, as a run another sync
-    holds)."""
+    copy's lease, synced to ``destination``: ``make_engine`` is given the protocol to keep
+    the state with. ``wait``: for a lease another syncer holds (else the run is
+    ``skipped``, as a run another sync holds)."""
     try:
         lease = Lease(ObjectStore(run_url), sync_lease_path("").as_posix(), state_in_store=False)
         taken = lease.take(wait=wait, sleep=sleep)
     except StoreError as exc:
-        return RunReport(path=str(run_dir), state=ERROR, error=unreachable_line(run_url, exc))
+        return RunReport(path=str(run_dir), state=ERROR, error=unreachable_line(run_url, exc, sync_command(run_url, destination, options.to)))
     if not taken:
         holder = (lease.holder or {}).get("owner", "unknown")
         return RunReport(path=str(run_dir), state=SKIPPED,
@@ -74,8 +76,9 @@ def mirrored_pass(run_dir: Path, run_url: str, make_engine: Callable[[Callable[.
     return under_lease(lease, options, sleep, passes)
 
 
-def unreachable_line(run_url: str, exc: StoreError) -> str:
-    """Why a mirrored run was not pushed from its folder, and what to do."""
+def unreachable_line(run_url: str, exc: StoreError, command: str) -> str:
+    """Why a mirrored run was not pushed from its folder, and what to do: ``command``,
+    the sync of its copy in the store to the same destination."""
     return (f"mirrored to {run_url}, whose lease keeps its syncers apart, and that could not be taken ({exc}); "
-            f"nothing was pushed from this folder: sync it from the store (prime-runs sync {run_url}), "
+            f"nothing was pushed from this folder: sync it from the store ({command}), "
             "or again once the store is reachable")

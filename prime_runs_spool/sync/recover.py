@@ -34,6 +34,7 @@ from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME, verifiers_
 from prime_runs_spool.spool.layout import list_segments, segment_path
 from prime_runs_spool.spool.reader import Position, Record
 from prime_runs_spool.spool.resync import Damage
+from prime_runs_spool.sync.state import SyncState, sync_command
 
 
 def recoverable_id(damage: Damage) -> str | None:
@@ -103,10 +104,11 @@ def stretch_noted(stretch: dict[str, Any], cursor: Any) -> dict[str, Any]:
     return kept
 
 
-def damaged_seal_advice(run_dir: Any, skipped: list[dict[str, Any]]) -> str | None:
+def damaged_seal_advice(run_dir: Any, state: SyncState) -> str | None:
     """What to do about a run that reads ``crashed`` only because damage in place took the
     end of its last segment, where its seal would be, while verifiers' ``traces.jsonl`` lies
-    beside the spool; None for any other run.
+    beside the spool; None for any other run. ``state``: the run's sync state, whose
+    skipped stretches tell the damage, and whose destination and sink the advised sync carries.
 
     The completion is not taken from verifiers' files here (docs/sync.md, "A damaged seal"):
     nothing proves the damaged line was the seal and not a record ``traces.jsonl`` lacks,
@@ -125,14 +127,15 @@ def damaged_seal_advice(run_dir: Any, skipped: list[dict[str, Any]]) -> str | No
         size = segment.stat().st_size
     except OSError:
         return None
-    for stretch in skipped:
+    for stretch in state.skipped:
         if (stretch.get("segment") == index and stretch.get("lost") is None and not stretch.get("episode_ids")
                 and not stretch.get(AFTER_PUSH) and stretch.get("offset", -1) + stretch.get("length", 0) == size):
             offset = int(stretch["offset"])
             return (f"the run reads crashed because the damage at byte {offset} of {segment} ends its last segment, "
                     f"where its seal would be; if the eval ended ({traces} says how), cut the damaged line off "
                     f"(keep a copy of the segment first to keep its bytes): truncate -s {offset} "
-                    f"{shlex.quote(str(segment))}; then prime-runs sync {shlex.quote(str(run_dir))} --skip-corrupt "
+                    f"{shlex.quote(str(segment))}; then "
+                    f"{sync_command(str(run_dir), state.destination, state.store, '--skip-corrupt')} "
                     f"seals the run as {VERIFIERS_TRACES_NAME} says, finalizing it and sending its held-back episodes "
                     "if it completed (docs/sync.md, \"A damaged seal\")")
     return None

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import shlex
 import stat
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from prime_runs_spool.errors import DocumentError, StateFormatError, StateProble
 from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
+from prime_runs_spool.sync.options import AUTO
 from prime_runs_spool.sync.sinks.registry import is_sink, known
 from prime_runs_spool.sync.typed_json import build, unknown_keys
 
@@ -343,11 +345,36 @@ def _same_platform(base_url: str) -> str:
     return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+#: How a destination's ``base_url`` names the local platform's database (``--local --db``).
+LOCAL_PREFIX = "local:"
+
+
 def local_destination(db_path: Path, team_id: str | None) -> Destination:
     """The destination identity of the local platform's database at ``db_path``: named by
     the database, not by the embedded server's port, which changes with every start."""
-    return Destination(key=destination_key(f"local|{db_path}|{team_id or ''}"), base_url=f"local:{db_path}",
+    return Destination(key=destination_key(f"local|{db_path}|{team_id or ''}"), base_url=f"{LOCAL_PREFIX}{db_path}",
                        team_id=team_id)
+
+
+def sync_command(path: str, destination: Destination, sink: str | None, *more: str) -> str:
+    """The ``prime-runs sync`` of ``path`` a message suggests, shell-quoted, with ``more``
+    options: it carries the options that send the run to ``destination`` and ``sink``
+    (None or ``auto``: none), so that, pasted, it goes where the sync that printed it went,
+    not to the default platform."""
+    return shlex.join(["prime-runs", "sync", path, *destination_options(destination, sink), *more])
+
+
+def destination_options(destination: Destination, sink: str | None) -> list[str]:
+    """The options of ``prime-runs sync`` that send a run to ``destination`` and ``sink``."""
+    if destination.base_url.startswith(LOCAL_PREFIX):
+        words = ["--local", "--db", destination.base_url.removeprefix(LOCAL_PREFIX)]
+    else:
+        words = ["--base-url", destination.base_url]
+    if destination.team_id:
+        words += ["--team", destination.team_id]
+    if sink is not None and sink != AUTO:
+        words += ["--to", sink]
+    return words
 
 
 def load_state(path: Path, *, destination: Destination, local_run_id: str,

@@ -211,7 +211,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None, state_dir: 
             lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
             pushed_by_vf_eval=len(state.on_platform)))
-        advice = damaged_seal_advice(run_dir, state.skipped) if state.terminal == CRASHED else None
+        advice = damaged_seal_advice(run_dir, state) if state.terminal == CRASHED else None
         if advice is not None and advice not in run.warnings:  # a run synced to two places: said once
             run.warnings.append(advice)
     return run
