@@ -41,6 +41,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
     if imports:  # the importer (and the runner, the writer under it) only when it ran
         from prime_runs_spool.importer.outputs import SPOOLED
         from prime_runs_spool.sync.options import UP_TO_DATE
+    told = False  # whether a line above already said what was found
     for imported in imports:
         if imported.state in (SPOOLED, UP_TO_DATE) and not imported.warnings:
             # Nothing imported (the eval's own spool, agreeing; or an import with nothing new,
@@ -49,10 +50,14 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
             continue
         for line in import_line(imported):
             click.echo(line)
+            told = True
     for path in left_out:
         click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
+        told = True
     if not reports:
-        if not waiting_imports(imports):
+        # Eval outputs that failed to import (or hold no episode yet) were found: their lines
+        # said so, and "no runs found" beside them would say the paths were empty.
+        if not told:
             click.echo("no runs found")
         return
     for report in reports:

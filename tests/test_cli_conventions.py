@@ -640,3 +640,26 @@ def test_ctrl_c_of_a_command_without_a_handler_of_its_own_is_exit_130_in_the_one
     assert err.strip().splitlines()[-1] == "prime-runs: interrupted", err
     assert "Aborted" not in err and "Traceback" not in err, err
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sync_never_says_no_runs_found_beside_runs_it_could_not_import(tmp_path: Path) -> None:
+    """A read-only artifact synced without ``--state-dir``: each run's line says it could not be
+    imported and why; "no runs found" beside those lines would tell a user the path was empty
+    (and send them looking for a wrong path) when the runs are there."""
+    artifact = tmp_path / "artifact"
+    shutil.copytree(VF040, artifact / "run")
+    for folder, _, files in os.walk(artifact):
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o444)
+        os.chmod(folder, 0o555)
+    try:
+        done = cli("sync", str(artifact), "--local", "--db", str(tmp_path / "platform.db"),
+                   HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    finally:
+        for folder, _, _ in os.walk(artifact):
+            os.chmod(folder, 0o755)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "is read-only" in done.stdout and "--state-dir" in done.stdout, done.stdout
+    assert "no runs found" not in done.stdout, done.stdout
+    assert "could not be imported" in last_line(done), done.stderr

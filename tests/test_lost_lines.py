@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,9 @@ import pytest
 from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
 from prime_runs_spool.spool.reader import iter_records
 from support.disk import fsynced_files
-from support.env import CLI, child_env
+from support.env import CLI, REPO_ROOT, child_env
 from support.runs import RunBuilder
-from support.sync_e2e import api, evaluations_of, run_sync, server  # noqa: F401
+from support.sync_e2e import TOKEN, api, evaluations_of, run_sync, server  # noqa: F401
 
 
 def _report(result: subprocess.CompletedProcess[str]) -> dict:
@@ -80,6 +81,30 @@ def test_lines_lost_under_the_cursor_are_reported_and_never_finalized(tmp_path: 
     assert evaluation["finalize_count"] == 0 and evaluation["status"] != "COMPLETED"
     assert evaluation["total_samples"] == 6
     assert "lost lines already pushed" in evaluation["metadata"]["prime_runs_mismatch"]["detail"]
+
+
+@pytest.mark.slow
+def test_the_ci_script_names_a_run_that_lost_lines_as_failed(tmp_path: Path, server) -> None:
+    """docs/ci/sync-artifacts.sh exits 1 for a ``lost`` run, as sync does; the job's log must
+    name that run on stderr (``FAILED ...``), as it names an ``error`` or ``corrupt`` one, or
+    the job fails with nothing in its log saying which run or why."""
+    builder = RunBuilder(tmp_path / "outputs" / "run", "ci-lost")
+    builder.open_segment()
+    builder.add(4)
+    builder.abandon()
+    env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_BASE_URL=server.base_url,
+                    PRIME_API_KEY=TOKEN, HOME=str(tmp_path))
+
+    def job() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh"), "outputs"],
+                              cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+
+    first = job()
+    assert first.returncode == 0 and "crashed" in first.stdout, first.stdout + first.stderr
+    _power_cut(segment_path(builder.run_dir, 1), 2, "shorter")
+    lost = job()
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert "FAILED outputs/run: " in lost.stderr and "seg-000001.jsonl" in lost.stderr, lost.stderr
 
 
 def test_a_dead_writers_segment_is_fsynced_before_a_shipping_read(tmp_path: Path,

@@ -48,15 +48,15 @@ for imported in report.get("imports", []):
 for run in report["runs"]:
     line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
     print(line + (f"  {run['url']}" if run.get("url") else ""))
-    if run["state"] in ("error", "corrupt"):
+    if run["state"] in ("error", "corrupt", "lost"):  # the states that make sync exit 1
         print(f"FAILED {run['path']}: {run['error']}", file=sys.stderr)
-if not report["runs"]:
+if not report["runs"] and not report.get("imports"):
     print("no runs found (the job fails unless --allow-empty is passed)")
 PY
 fi
 case $status in
   0) ;;
   1) echo "some runs failed to sync (or nothing was found); re-run this job to carry on from the saved state" >&2 ;;
-  *) echo "prime-runs sync could not start (exit $status): check PRIME_API_KEY and the options" >&2 ;;
+  *) echo "prime-runs sync could not start (exit $status): the line above says why (a missing PRIME_API_KEY secret, a path, an option)" >&2 ;;
 esac
 exit $status
