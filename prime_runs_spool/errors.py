@@ -35,6 +35,7 @@ package is defined here and drawn here):
     ├── platform_api
     │   ├── PlatformError (its kind a FailureKind)
     │   │   ├── ServiceNotEnabled
+    │   │   ├── UnknownEvaluation
     │   │   └── UnexpectedAnswer
     │   ├── InvalidSettingsError [ValueError]
     │   │   └── InvalidBaseUrlError
@@ -186,9 +187,11 @@ class SampleCountMismatchError(SyncError):
     """The platform holds samples of a run's evaluation that its sync state cannot account
     for (more rows than were acknowledged, or a last row that is not the spool's): a request
     landed after its lifetime, or someone else wrote to the evaluation. Sync reports it and
-    never finalizes over it; appends cannot be undone, so a person decides (--replay)."""
+    never finalizes over it; appends cannot be undone, so a person decides: ``replay``, the
+    options that push the run again as a new evaluation (sync/replay.py, ``replay_option``)."""
 
-    def __init__(self, evaluation_id: object, platform_samples: int, spool_samples: int, detail: str) -> None:
+    def __init__(self, evaluation_id: object, platform_samples: int, spool_samples: int, detail: str,
+                 replay: str) -> None:
         self.evaluation_id = evaluation_id
         self.platform_samples = platform_samples
         self.spool_samples = spool_samples
@@ -196,7 +199,7 @@ class SampleCountMismatchError(SyncError):
         super().__init__(
             f"evaluation {evaluation_id} holds {platform_samples} samples where this spool's sync accounts for "
             f"{spool_samples} ({detail}): a request landed after its lifetime, or something else wrote to it; "
-            "refusing to guess, not finalized. Check the evaluation, then replay the run to a new one with --replay")
+            f"refusing to guess, not finalized. Check the evaluation, then sync the run with {replay} as a new one")
 
 
 class RunClosedError(SpoolError):
@@ -301,6 +304,16 @@ class ServiceNotEnabled(PlatformError):
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(FailureKind.FATAL, message, status=status)
+
+
+class UnknownEvaluation(PlatformError):
+    """A request about one evaluation answered 404: the platform does not know it (deleted,
+    or another platform's). Resending cannot help; pushing the run again as a new evaluation
+    can, with the options sync/replay.py gives for the state that named it (a replay's own
+    state needs a new replay id), which the sync adds to the message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(FailureKind.FATAL, message, status=404)
 
 
 class UnexpectedAnswer(PlatformError):

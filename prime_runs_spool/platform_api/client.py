@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from prime_runs_spool._version import __version__
-from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer
+from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer, UnknownEvaluation
 from prime_runs_spool.platform_api import answers
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
@@ -117,6 +117,9 @@ def _tls_for(*urls: str) -> Any:
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED, no CA loaded
 
 
+#: The platform's evaluations; one evaluation's path is this and its id (``_evaluation``).
+EVALUATIONS_PATH = "/evaluations/"
+
 #: What a refusal means and what to do about it. ``{platform}``: where the request went, so
 #: that a key sent to another platform than its own (a wrong ``--base-url``) shows it.
 _FATAL_ADVICE = {
@@ -125,7 +128,7 @@ _FATAL_ADVICE = {
     402: "the platform asks for payment; add credits to the account or team, then sync again",
     403: "the API key may not write at {platform}; check --team / PRIME_TEAM_ID, the key's permissions, "
          "and that the key is this platform's (--base-url, PRIME_API_BASE_URL)",
-    404: "the platform does not know this id; if the evaluation was deleted, replay the run with --replay",
+    404: "the platform knows nothing at this path",
     409: "the platform reported a conflict",
     413: "the request was too large for the platform",
     422: "the platform rejected the request body",
@@ -169,6 +172,9 @@ def classify_response(method: str, path: str, response: httpx.Response,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request").format(platform=_origin_of(response))
     detail = _detail(response, secret)
+    if status == 404 and path.startswith(EVALUATIONS_PATH) and path != EVALUATIONS_PATH:
+        return UnknownEvaluation(f"{what}: the platform does not know this evaluation (was it deleted?)"
+                                 + (f" ({detail})" if detail else ""))
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
 
@@ -448,7 +454,7 @@ class PlatformClient:
         if not is_evaluation_id(evaluation_id):
             raise PlatformError(FailureKind.FATAL, f"{evaluation_id[:80]!r} is not an evaluation id; nothing was "
                                 "sent (is the sync state damaged? delete it and sync again)")
-        return f"/evaluations/{evaluation_id}{tail}"
+        return f"{EVALUATIONS_PATH}{evaluation_id}{tail}"
 
     def _team(self) -> dict[str, str]:
         return {"team_id": self.settings.team_id} if self.settings.team_id else {}

@@ -37,7 +37,6 @@ from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
 from prime_runs_spool.spool.layout import list_segments, segment_size_and_version
-from prime_runs_spool.sync.state import sync_state_path
 from prime_runs_spool.spool.manifests import first_manifest, run_manifests
 from prime_runs_spool.spool.reader import position_lost
 from prime_runs_spool.spool.writer_state import writer_alive
@@ -47,12 +46,13 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import check_recovered, damaged_seal_advice
+from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
 from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import (FINALIZE, Destination, InFlight, SyncState, disk_full_line, load_state,
-                                         metadata_digest)
+                                         metadata_digest, sync_state_path)
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -143,9 +143,9 @@ class RunSync:
         except CopyBusyError as exc:  # the other copy is syncing the run: not a failure
             report.state, report.error = SKIPPED, str(exc)
         except PositionLostError as exc:
-            report.state = LOST
-            report.error = (f"{exc}. The platform holds what was pushed of this run, which the spool no longer "
-                            "has whole: not finalized; check the spool, then --replay it to a new evaluation")
+            report.state, report.error = LOST, (f"{exc}. The platform holds what was pushed of this run, which the "
+                                                "spool no longer has whole: not finalized; check the spool, then sync "
+                                                f"it with {replay_option(self.state.replay_id)} as a new evaluation")
         except CorruptSpoolError as exc:  # errored episodes before it are held (guarantee 2): not "pushed"
             if self.protocol.state is None:  # met reading the segments' first two lines: nothing pushed, none held
                 report.state, report.error = CORRUPT, (
@@ -564,7 +564,7 @@ class RunSync:
             pass  # the spool gives no more than it gave up to there
         self._record_mismatch(SampleCountMismatchError(
             state.evaluation_id, state.episodes_pushed, given,
-            f"counted in episodes: the spool lost lines already pushed: {exc.reason}"))
+            f"counted in episodes: the spool lost lines already pushed: {exc.reason}", replay_option(state.replay_id)))
 
     def _record_mismatch(self, exc: SampleCountMismatchError) -> None:
         """Make a mismatch loud where people look: the state (``status``) and the

@@ -27,10 +27,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import FailureKind, PlatformError, SyncError
+from prime_runs_spool.errors import FailureKind, PlatformError, SyncError, UnknownEvaluation
 from prime_runs_spool.platform_api.answer_cap import answers_within
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.retry import Wait
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
 
@@ -222,7 +223,7 @@ class Protocol:
             except PlatformError as exc:
                 attempt += 1
                 if exc.kind is FailureKind.FATAL:
-                    raise _give_up(what, exc, attempt) from None
+                    raise self._give_up(what, exc, attempt) from None
                 self.back_off(what, exc, attempt, sent)
                 continue
             self.options.backoff.answered()
@@ -234,6 +235,9 @@ class Protocol:
         (sync/interrupt.py, the follower's), so sleeping no time at all is the question."""
         self.sleep(0.0)
 
+    def _give_up(self, what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:
+        return _give_up(what, exc, attempt, seconds, replay_id=self.state.replay_id if self.state else None)
+
     def back_off(self, what: str, exc: PlatformError, attempt: int, sent: float | None = None) -> None:
         """After failure number ``attempt`` of a request sent at ``sent`` (the backoff's
         clock): wait (told to whoever watches the retries, sync/retry.py) before the next
@@ -241,7 +245,7 @@ class Protocol:
         backoff = self.options.backoff
         wait = backoff.next_wait(what, str(exc), attempt, exc.retry_after, sent)
         if wait is None:
-            raise _give_up(what, exc, attempt, backoff.gave_up_after()) from None
+            raise self._give_up(what, exc, attempt, backoff.gave_up_after()) from None
         self.sleep(wait)
 
     def settled(self, sent_at: float, landed: Callable[[], bool], *, in_doubt: bool = True) -> bool:
@@ -292,7 +296,7 @@ class Protocol:
                     # The pass's end (``flush``) records that.
                     self.state.in_flight = None
                     self.note()
-                    raise _give_up(what, exc, attempt + 1) from None
+                    raise self._give_up(what, exc, attempt + 1) from None
                 if exc.kind is not FailureKind.NOT_SENT and self.settled(
                         sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):
                     return LANDED
@@ -326,7 +330,13 @@ def _announcers() -> ThreadPoolExecutor:
         return _ANNOUNCERS[0]
 
 
-def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0) -> SyncError:
+def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0, *,
+             replay_id: str | None = None) -> SyncError:
+    """The pass's failure after ``exc``. ``replay_id``: the replay whose state the pass
+    keeps, which an unknown evaluation's advice must not continue (sync/replay.py)."""
+    if isinstance(exc, UnknownEvaluation):
+        return SyncError(f"{what}: {exc}; if so, push the run again as a new evaluation with "
+                         f"{replay_option(replay_id)}")
     if exc.kind is FailureKind.FATAL:
         return SyncError(f"{what}: {exc}")
     tries = count(attempt, "attempt")

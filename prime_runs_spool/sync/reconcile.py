@@ -28,6 +28,7 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import COMPLETED
 from prime_runs_spool.sync.options import SAMPLES
 from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.rows import RowStream, skip_rows
 from prime_runs_spool.sync.state import FINALIZE
 
@@ -267,7 +268,8 @@ class Reconciler:
 
     def mismatch(self, total: int, detail: str) -> SampleCountMismatchError:
         state = self.protocol.state
-        return SampleCountMismatchError(state.evaluation_id, total, state.samples_pushed, detail)
+        return SampleCountMismatchError(state.evaluation_id, total, state.samples_pushed, detail,
+                                        replay_option(state.replay_id))
 
     def samples_landed(self, rows: int) -> bool:
         """Whether the announced request of ``rows`` rows is on the platform; any count but
