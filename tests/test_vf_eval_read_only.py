@@ -103,3 +103,24 @@ def test_permission_refused_is_told_in_one_line_on_the_runs_folder_only(tmp_path
     assert unwritable_error(refused(tmp_path / "outputs"), EvalSession(argv=[])) is None  # no run known yet
     read_only = OSError(errno.EROFS, "Read-only file system", "/anywhere/at/all")
     assert unwritable_error(read_only, EvalSession(argv=[])) is read_only
+
+
+@pytest.mark.slow  # a real vf-eval start
+def test_an_output_folder_root_may_not_write_is_one_line_naming_the_run_folder(tmp_path: Path) -> None:
+    """Permission refused before any run is opened (verifiers making the run's folder for
+    its logs) is told too: the run's folder is known from verifiers' own ``output_path``.
+    ``chattr +i`` makes the folder refuse even root (EPERM), as a mode does another user."""
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    if subprocess.run(["chattr", "+i", str(outputs)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not possible here")
+    try:
+        with FakeChatServer() as server:
+            launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+            done = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    finally:
+        subprocess.run(["chattr", "-i", str(outputs)], check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = last_line(done.stderr)
+    assert line.startswith(f"prime-runs: cannot write outputs/{RUN_NAME}: permission denied (file system "), line
+    assert line.endswith("); make it writable or set another output_dir, then run the eval again"), line

@@ -171,12 +171,44 @@ def run_vf_eval(argv: Sequence[str], session: EvalSession | None = None) -> tupl
     session = session if session is not None else EvalSession(argv=list(argv))
     session.terminal.add_launch_file(session.launch_file)
     with bound_hooks(session), masked_terminal(session.terminal):
-        main = importlib.import_module(MAIN_MODULE).main
+        module = importlib.import_module(MAIN_MODULE)
+        main = module.main
         try:
+            _record_run_folder(module, session)
             main(list(argv))
         except SystemExit as exc:
             return _exit_code(exc.code), session
+        finally:
+            _forget_run_folder(module)
     return 0, session
+
+
+#: The function verifiers' eval ``main`` names the run's folder with, bound here to record it.
+_OUTPUT_PATH = "output_path"
+
+
+def _record_run_folder(module: Any, session: EvalSession) -> None:
+    """Have the name ``main`` calls first for the run's folder (``output_path(config)``)
+    record it in ``session.opening``: a folder it then cannot write (its own logs, before any
+    hook runs) is told in one line like one the spool cannot write (``unwritable_error``)."""
+    original = getattr(module, _OUTPUT_PATH, None)
+    if original is None or getattr(original, "_records_for", None) is not None:
+        return
+
+    def output_path(*args: Any, **kwargs: Any) -> Any:
+        path = original(*args, **kwargs)
+        session.opening = Path(path)
+        return path
+
+    output_path._records_for = original  # type: ignore[attr-defined]
+    setattr(module, _OUTPUT_PATH, output_path)
+
+
+def _forget_run_folder(module: Any) -> None:
+    bound = getattr(module, _OUTPUT_PATH, None)
+    original = getattr(bound, "_records_for", None)
+    if original is not None:
+        setattr(module, _OUTPUT_PATH, original)
 
 
 def sync_hint(session: EvalSession) -> str | None:
