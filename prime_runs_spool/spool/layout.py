@@ -103,6 +103,16 @@ def segment_version(segment: Any) -> str | None:
     return _version_of(os.stat(segment))
 
 
+def segment_at(run_dir: str | os.PathLike[str], index: int) -> Any:
+    """Segment ``index`` of the run, for a question about that one file: a local run's path,
+    no listing taken (it may not exist); a run in an object store's own segment, from the
+    listing it keeps (None when it has none of that index)."""
+    own = getattr(run_dir, "list_segments", None)
+    if own is not None:
+        return dict(own()).get(index)
+    return segment_path(run_dir, index)
+
+
 def segment_size_and_version(segment: Any) -> tuple[int, str | None]:
     """A segment's size and :func:`segment_version`, a local file's from one ``stat``."""
     own = getattr(segment, "version", None)

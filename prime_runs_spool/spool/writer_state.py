@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.spool.format import HEADER, HEADER_READ_LIMIT, parse_line
-from prime_runs_spool.spool.layout import lock_path_of
+from prime_runs_spool.spool.layout import list_segments, lock_path_of
 from prime_runs_spool.spool.process import process_alive
 
 
@@ -97,6 +97,11 @@ def writer_alive(segment: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def run_writer_alive(run_dir: Path) -> bool:
+    """Whether any process still holds a writer lock on one of the run's segments."""
+    return any(writer_alive(path) for _, path in list_segments(run_dir))
 
 
 def lock_deleted_under_writer(segment: Path) -> bool:

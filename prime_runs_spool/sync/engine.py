@@ -36,10 +36,10 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, segment_size_and_version
+from prime_runs_spool.spool.layout import list_segments, segment_at, segment_size_and_version
 from prime_runs_spool.spool.manifests import first_manifest, run_manifests
 from prime_runs_spool.spool.reader import position_lost
-from prime_runs_spool.spool.writer_state import writer_alive
+from prime_runs_spool.spool.writer_state import run_writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
@@ -64,11 +64,6 @@ def _no_errors(seal: Mapping[str, Any] | None) -> bool:
 
 def _without_url_credentials(error: Any) -> Any:
     return mask_url_userinfo(error) if isinstance(error, str) else error
-
-
-def run_writer_alive(run_dir: Path) -> bool:
-    """Whether any process still holds a writer lock on one of the run's segments."""
-    return any(writer_alive(path) for _, path in list_segments(run_dir))
 
 
 class RunSync:
@@ -413,12 +408,16 @@ class RunSync:
         return size == state.cursor.offset or durable_mark(segments[-1][1]) == state.cursor.offset
 
     def _record_terminal(self, status: str) -> None:
-        """Record the run's end as sent, with the last segment as it is now (its size and
-        version: the bytes past the cursor, a torn tail or padding, are not read again)."""
+        """Record the run's end as sent, with the cursor's segment as it is now (its size and
+        version: the bytes past the cursor, a torn tail or padding, are not read again), the
+        one _up_to_date compares, only ever while it is the last: one stat, no listing."""
         state = self.state
         state.terminal = status
-        last = list_segments(self.run_dir)[-1:]
-        state.terminal_size, state.terminal_version = segment_size_and_version(last[0][1]) if last else (None, None)
+        segment = segment_at(self.run_dir, state.cursor.segment_index) if state.cursor is not None else None
+        try:
+            state.terminal_size, state.terminal_version = segment_size_and_version(segment) if segment else (None, None)
+        except FileNotFoundError:  # gone since it was read: the next pass reads, and reports it
+            state.terminal_size = state.terminal_version = None
 
     # -- finishing ---------------------------------------------------------------------------
 
