@@ -55,9 +55,9 @@ def import_line(report: ImportReport) -> list[str]:
 def _label(warning: str) -> str:
     """A launch file left out of the manifest because it sets credentials is the masking
     doing its job, not a problem: a note, as the eval logs it (info), not a warning."""
-    from prime_runs_spool.content.manifest import CONFIG_SOURCE_NOTE  # only when a run has warnings
+    from prime_runs_spool.content.manifest import is_config_source_note  # only when a run has warnings
 
-    return "note" if warning.startswith(CONFIG_SOURCE_NOTE) else "warning"
+    return "note" if is_config_source_note(warning) else "warning"
 
 
 def nothing_found_message(path: Path) -> str:

@@ -663,3 +663,43 @@ def test_sync_never_says_no_runs_found_beside_runs_it_could_not_import(tmp_path:
     assert "is read-only" in done.stdout and "--state-dir" in done.stdout, done.stdout
     assert "no runs found" not in done.stdout, done.stdout
     assert "could not be imported" in last_line(done), done.stderr
+
+
+def test_each_synopsis_in_the_docs_names_exactly_the_options_its_command_takes() -> None:
+    """docs/cli.md's synopsis of a command (``    prime-runs CMD [...]``, with its continuation
+    lines) is where a user looks for an option: each option the command takes appears there
+    in one of its spellings, and every option written there is one the command takes (an
+    option renamed or dropped in the code would leave the docs offering a flag that fails)."""
+    import click
+
+    from commands.cli import cli as group
+
+    lines = (REPO_ROOT / "docs" / "cli.md").read_text().splitlines()
+    context = click.Context(group)
+
+    def leaves(parent: click.Group, path: list[str]):
+        for name in parent.list_commands(context):
+            command = parent.get_command(context, name)
+            if isinstance(command, click.Group):
+                yield from leaves(command, path + [name])
+            else:
+                yield path + [name], command
+
+    checked = 0
+    for path, command in leaves(group, []):
+        head = "    prime-runs " + " ".join(path)
+        starts = [i for i, line in enumerate(lines) if line == head or line.startswith(head + " ")]
+        assert starts, f"docs/cli.md has no synopsis line for prime-runs {' '.join(path)}"
+        block, i = [lines[starts[0]]], starts[0] + 1
+        while i < len(lines) and lines[i].startswith("        ") and lines[i].lstrip().startswith("["):
+            block.append(lines[i])
+            i += 1
+        written = set(re.findall(r"(?<![\w-])--?[a-zA-Z][\w-]*", " ".join(block)))
+        spellings = [set(p.opts + p.secondary_opts) for p in command.params
+                     if isinstance(p, click.Option) and not p.hidden and "--help" not in p.opts]
+        known = set().union(*spellings) if spellings else set()
+        assert written <= known, f"prime-runs {' '.join(path)}: docs/cli.md offers {sorted(written - known)}"
+        missing = [sorted(names) for names in spellings if not names & written]
+        assert not missing, f"prime-runs {' '.join(path)}: docs/cli.md's synopsis lacks {missing}"
+        checked += 1
+    assert checked >= 9  # every command, platform serve included

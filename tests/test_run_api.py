@@ -639,3 +639,18 @@ def test_a_run_whose_episodes_hold_no_trace_says_so_at_its_end(tmp_path: Path,
             run.log_episodes([make_episode(n) for n in range(3)])
     (line,) = [r.getMessage() for r in caplog.records if "holds a trace" in r.getMessage()]
     assert "none of its 3 episodes holds a trace" in line and read_run(tmp_path / "plain").episodes_count == 3, line
+
+
+def test_a_launch_file_that_cannot_be_read_is_a_warning_not_a_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``config_file="eval.toml"`` (as README's example passes it) naming no file is the caller's
+    mistake: kept out like a file holding credentials, but said as a warning, which a runner
+    with no log setup still prints (Python's last-resort handler), not a note nobody sees."""
+    with caplog.at_level(logging.INFO, logger="prime_runs_spool"):
+        run = open_run(tmp_path / "r", name="n", config_file=tmp_path / "no-such" / "eval.toml")
+    run.finish()
+    assert "config_source" not in read_run(tmp_path / "r").manifest
+    said = [r for r in caplog.records if "config_source left out" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING], caplog.text
+    assert "eval.toml cannot be read (No such file or directory)" in said[0].getMessage()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -42,6 +43,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 #: How each note about a launch file kept out of the manifest begins: a note, not a fault
 #: (the run is whole without it), so the runner logs it as one info line.
 CONFIG_SOURCE_NOTE = "config_source left out"
+#: How such a line ends when the file could not be read at all: a path that is wrong or may
+#: not be read is the caller's mistake, not the masking at work, so it is a warning.
+_UNREADABLE = re.compile(r" cannot be read \([^()]*\)\Z")
 
 #: A launch file larger than this is not uploaded verbatim.
 MAX_CONFIG_SOURCE_BYTES = 256 * 1024
@@ -102,6 +106,13 @@ def build_manifest(
         if source is not None:
             manifest["config_source"] = source
     return manifest, warnings
+
+
+def is_config_source_note(warning: str) -> bool:
+    """Whether ``warning`` is a note (a launch file kept out for what it holds: info, the run
+    is whole) rather than a warning (anything else, a launch file that cannot be read
+    included, which would otherwise go unseen)."""
+    return warning.startswith(CONFIG_SOURCE_NOTE) and not _UNREADABLE.search(warning)
 
 
 def read_config_source(

@@ -31,7 +31,7 @@ from typing import Any
 from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
 from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest
 from prime_runs_spool.content.error_scrub import error_forms, scrub_text
-from prime_runs_spool.content.manifest import CONFIG_SOURCE_NOTE, build_manifest, masked_config_values
+from prime_runs_spool.content.manifest import build_manifest, is_config_source_note, masked_config_values
 from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.runner.modes import DISABLED, ONLINE, resolve_mode, writes_spool
 from prime_runs_spool.content.episodes import RolloutCounter
@@ -524,7 +524,7 @@ def open_run(
         extra_rules=extra,
     )
     for warning in warnings:  # a launch file kept out of the manifest is a note: the run is whole
-        _log.log(logging.INFO if warning.startswith(CONFIG_SOURCE_NOTE) else logging.WARNING,
+        _log.log(logging.INFO if is_config_source_note(warning) else logging.WARNING,
                  "run %s: %s", run_id, warning)
     # A resumed spool's own id is a local one (or already listed by its first segment).
     platform_runs = [run for run in dict.fromkeys(platform_runs) if run != prior.run_id]
