@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from .options import read_state_dir_option
-from .output import fail_usage, require_paths
+from .output import SkippedLinks, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import default_state_dir
@@ -51,8 +51,10 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     from prime_runs_spool.export.tables import export_file
 
     targets = [*require_paths(p for p in paths if not isinstance(p, str)), *store_urls(paths)]
+    links = SkippedLinks()
     try:
-        report = export_file(targets, out, fmt, per_run=per_run, state_dir=default_state_dir(state_dir))
+        report = export_file(targets, out, fmt, per_run=per_run, state_dir=default_state_dir(state_dir),
+                             on_link=links)
     except (ExportSetupError, StoreSetupError, NoSuchPathError) as exc:
         fail_usage(str(exc))
     except StoreError as exc:
@@ -73,4 +75,5 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
         click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
     for problem in report.problems:
         click.echo(f"{MESSAGE_PREFIX}{problem}", err=True)
+    links.say()
     sys.exit(EXIT_RUN_FAILED if report.problems or not written else EXIT_OK)

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from .options import LocalPath, allow_empty_option, read_state_dir_option
-from .output import count, fail_usage, require_paths
+from .output import SkippedLinks, count, fail_usage, require_paths
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import default_state_dir
 
@@ -63,8 +63,9 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
         # status, verify and import do (a served viewer is exempt: runs may appear later).
         # Said after the export, so that a folder that cannot be written stays a usage error.
         empty = paths_with_nothing(roots)
+        links = SkippedLinks()
         try:
-            written = export(SpoolSource(roots, default_state_dir(state_dir)), export_dir)
+            written = export(SpoolSource(roots, default_state_dir(state_dir), links), export_dir)
         except SpoolError as exc:
             fail_usage(f"view --export: {exc}")
         except OSError as exc:  # the folder written to: say which path, and why, not the errno
@@ -73,10 +74,12 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
         click.echo(f"wrote {count(written, 'file')} to {export_dir}", err=True)
         for path in empty:
             click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
+        links.say()
         sys.exit(1 if empty and not allow_empty else 0)
     try:
         serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,
-                     state_dir=default_state_dir(state_dir), open_in=sys.stderr if open_browser else None)
+                     state_dir=default_state_dir(state_dir), open_in=sys.stderr if open_browser else None,
+                     on_link=SkippedLinks(at_once=True))
     except SpoolError as exc:
         fail_usage(f"view: {exc}")
     except OSError as exc:

@@ -1,5 +1,6 @@
 """A symbolic link to a run folder kept elsewhere is not followed by the walks of `sync`,
-`verify`, `status` and `import` (docs/cli.md, "Symbolic links below the paths"), and each
+`verify`, `status`, `import`, `export` and `view` (docs/cli.md, "Symbolic links below the
+paths"), and each
 command says so, once a link, on stderr: a user who links runs into ./outputs must not
 read "all synced" while they never travel. A link into the tree (verifiers' own
 `logs/latest`, an alias of a run already there) names nothing the walk misses, and stays
@@ -144,3 +145,67 @@ def test_a_follower_names_the_link_once(tmp_path: Path) -> None:
         f"prime-runs: skipped symbolic link {link} -> {elsewhere.resolve()}: links are not followed; give "
         f"{elsewhere.resolve()} as a path itself to include what it holds"]
     assert "run-there" not in result.stdout
+
+
+def runs_and_a_link(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """outputs/ holding one run (2 episodes) and a link to a folder of runs kept elsewhere (one
+    run, 3 episodes): (outputs, the link, its target)."""
+    outputs = tmp_path / "outputs"
+    build_run(outputs / "here", "run-here", 2)
+    elsewhere = tmp_path / "kept-elsewhere"
+    build_run(elsewhere / "there", "run-there", 3)
+    os.symlink(elsewhere, outputs / "linked")
+    return outputs, outputs / "linked", elsewhere
+
+
+def the_line(link: Path, target: Path) -> str:
+    return (f"prime-runs: skipped symbolic link {link} -> {target.resolve()}: links are not followed; give "
+            f"{target.resolve()} as a path itself to include what it holds")
+
+
+def test_export_names_the_link_once_exports_only_the_tree_and_keeps_exit_zero(tmp_path: Path) -> None:
+    outputs, link, elsewhere = runs_and_a_link(tmp_path)
+    table = tmp_path / "episodes.jsonl"
+    result = run_cli("export", str(outputs), "-o", str(table))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert skipped_lines(result.stderr) == [the_line(link, elsewhere)]
+    assert {json.loads(line)["run_id"] for line in table.read_text().splitlines()} == {"run-here"}
+    again = run_cli("export", str(outputs), str(elsewhere), "-o", str(table))  # what the line says to do
+    assert again.returncode == 0 and skipped_lines(again.stderr) == [], again.stderr
+    assert {json.loads(line)["run_id"] for line in table.read_text().splitlines()} == {"run-here", "run-there"}
+
+
+@pytest.mark.slow
+def test_view_export_names_the_link_once_and_keeps_exit_zero(tmp_path: Path) -> None:
+    outputs, link, elsewhere = runs_and_a_link(tmp_path)
+    result = run_cli("view", "--export", str(tmp_path / "site"), str(outputs))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert skipped_lines(result.stderr) == [the_line(link, elsewhere)]
+    pages = " ".join(page.read_text() for page in (tmp_path / "site").rglob("*.html"))
+    assert "run-here" in pages and "run-there" not in pages
+
+
+@pytest.mark.slow
+def test_a_served_viewer_names_the_link_at_start_up(tmp_path: Path) -> None:
+    """Said once the URL is printed, before any page is asked for, and once only."""
+    import select
+    import signal
+    import subprocess
+    import time
+
+    from support.children import reaped
+    from support.env import CLI, child_env
+
+    outputs, link, elsewhere = runs_and_a_link(tmp_path)
+    proc = subprocess.Popen(CLI + ["view", str(outputs), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    with reaped(proc):
+        assert proc.stdout.readline().startswith("http://127.0.0.1:")
+        said, deadline = "", time.monotonic() + 60
+        while "skipped symbolic link" not in said and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 0.5)[0]:
+                said += proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, said + rest
+    assert skipped_lines(said + rest) == [the_line(link, elsewhere)], said + rest

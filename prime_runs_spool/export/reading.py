@@ -24,7 +24,7 @@ from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
-from prime_runs_spool.files import unreadable_message
+from prime_runs_spool.files import OnLink, unreadable_message
 from prime_runs_spool.spool.layout import find_runs
 from prime_runs_spool.spool.manifests import segment_manifests
 from prime_runs_spool.spool.reader import Position, Record, iter_records
@@ -49,10 +49,11 @@ class Found:
     problems: list[str] = field(default_factory=list)
 
 
-def find(targets: list[Path | str], state_dir: Path | None = None) -> Found:
+def find(targets: list[Path | str], state_dir: Path | None = None, on_link: OnLink | None = None) -> Found:
     """The runs under ``targets`` (local paths, or store URLs given as text), and those
     imported from eval outputs under them into ``state_dir`` (``prime-runs import
-    --state-dir``)."""
+    --state-dir``). ``on_link``: told of each link to a folder outside the paths that the
+    walk passed over (``layout.find_runs``)."""
     from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
 
     found = Found()
@@ -61,7 +62,8 @@ def find(targets: list[Path | str], state_dir: Path | None = None) -> Found:
         found.runs += _store_runs(url, found)
     if local:
         runs = find_runs(spool_roots(local, state_dir),
-                         on_unreadable=lambda path, exc: found.problems.append(unreadable_message(exc, path)))
+                         on_unreadable=lambda path, exc: found.problems.append(unreadable_message(exc, path)),
+                         on_link=on_link)
         found.runs += [ExportRun(str(run_dir), run_dir) for run_dir in runs]
         for output_dir in not_spooled(local, state_dir):
             found.problems.append(f"{output_dir}: eval outputs without a spool; spool them first: "

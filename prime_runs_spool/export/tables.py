@@ -25,6 +25,7 @@ from typing import Any
 
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import ExportError, SpoolError
+from prime_runs_spool.files import OnLink
 from prime_runs_spool.export.columns import (MAX_METRIC_COLUMNS, METRIC_PREFIX, RUN_HEAD, RUN_TAIL, SAMPLE_HEAD,
                                              SAMPLE_TAIL, Column, table_columns)
 from prime_runs_spool.export.reading import ExportRun, Extent, Found, RunReading, failure_message, find
@@ -151,19 +152,19 @@ def _fill(sink_for: Any, found: Found, per_run: bool) -> tuple[Any, ExportReport
 
 
 def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *, per_run: bool = False,
-                state_dir: Path | None = None) -> ExportReport:
+                state_dir: Path | None = None, on_link: OnLink | None = None) -> ExportReport:
     """Write the samples table (or, ``per_run``, the runs table) of the runs under ``targets``
     (paths, or store URLs as text) to ``out``. Raises :class:`ExportSetupError` before
     reading anything when the export cannot be made as asked; a run that cannot be read
     whole is in ``problems``, and its rows before the damage are in the file. No file is
     written when no run was found. ``state_dir``: where ``prime-runs import --state-dir``
-    keeps the spools of eval outputs under ``targets``."""
+    keeps the spools of eval outputs under ``targets``; ``on_link``: see ``reading.find``."""
     fmt = format_of(out, fmt)
     refuse_run_file(out)
     refuse_special_file(out)
     if fmt == "parquet":
         require_pyarrow()
-    found = find(targets, state_dir)
+    found = find(targets, state_dir, on_link)
     if not found.runs:
         return ExportReport(problems=found.problems)
     sinks: list[Sink] = []

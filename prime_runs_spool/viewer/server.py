@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import uvicorn
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.files import OnLink
 from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.viewer.auth import check_listen
 
@@ -174,10 +175,12 @@ def open_browser(url: str, err: TextIO) -> None:
 
 
 def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                 out: TextIO, state_dir: Any = None, open_in: TextIO | None = None) -> None:
+                 out: TextIO, state_dir: Any = None, open_in: TextIO | None = None,
+                 on_link: OnLink | None = None) -> None:
     """``prime-runs view``: serve the viewer over the spools under ``paths`` until signalled.
     ``port``: see :func:`view_ports`. ``open_in``: open the URL in a browser, saying on this
-    stream when none could be.
+    stream when none could be. ``on_link``: told of each link out of the paths the scans pass
+    over; the first scan is made at start-up, once the URL is printed, for it to be told then.
 
     Raises UnsafeListenError (before binding) for a non-loopback host without a token,
     NoSuchPathError for a path that does not exist, OSError when the address cannot be bound.
@@ -186,7 +189,13 @@ def serve_viewer(paths: Iterable[Any], *, host: str = "127.0.0.1", port: int | N
     from prime_runs_spool.viewer.sources import SpoolSource
 
     check_listen(host, token)
-    app = create_viewer_app(SpoolSource(paths, state_dir), token=token)
-    then = None if open_in is None else (lambda url: open_browser(url, open_in))
+    source = SpoolSource(paths, state_dir, on_link)
+    app = create_viewer_app(source, token=token)
+
+    def started(url: str) -> None:
+        source.runs()  # the first scan, which a first page would make anyway
+        if open_in is not None:
+            open_browser(url, open_in)
+
     run_until_signalled(EmbeddedServer(app, host=host, port=view_ports(port), name="prime-runs-view"), out,
-                        lambda url: url + "/", then)
+                        lambda url: url + "/", started)

@@ -15,7 +15,7 @@ from typing import Any
 
 from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
 from prime_runs_spool.importer.places import import_command, spool_roots, unspooled
-from prime_runs_spool.files import printable
+from prime_runs_spool.files import OnLink, printable
 from prime_runs_spool.importer.paths import find_eval_outputs
 from prime_runs_spool.spool.layout import find_runs
 from prime_runs_spool.viewer.index import PlatformIndex, RunIndex, SpoolIndex
@@ -53,13 +53,17 @@ class SpoolSource(Source):
     output folder there with no spool (shown read-only, :class:`~.plain.PlainIndex`).
 
     ``state_dir``: where ``prime-runs import --state-dir`` keeps the spools of outputs it
-    imported; those spools are shown, and their outputs are not "not spooled".
+    imported; those spools are shown, and their outputs are not "not spooled". ``on_link``:
+    told, at every scan, of each link to a folder outside the paths the walk passed over
+    (``layout.find_runs``), so that the command names runs kept elsewhere.
     """
 
-    def __init__(self, paths: Iterable[str | os.PathLike[str]], state_dir: Path | None = None) -> None:
+    def __init__(self, paths: Iterable[str | os.PathLike[str]], state_dir: Path | None = None,
+                 on_link: OnLink | None = None) -> None:
         super().__init__()
         self.paths = [Path(p) for p in paths]
         self.state_dir = state_dir
+        self.on_link = on_link
         for path in self.paths:
             if not path.exists():
                 raise NoSuchPathError(f"path does not exist: {path}")
@@ -98,7 +102,7 @@ class SpoolSource(Source):
 
     def _scan(self) -> None:
         try:
-            found = list(find_runs(spool_roots(self.paths, self.state_dir)))
+            found = list(find_runs(spool_roots(self.paths, self.state_dir), on_link=self.on_link))
             plain = [folder for folder in find_eval_outputs(self.paths) if self._unspooled(folder)]
         except (SpoolError, OSError):
             return  # a path removed since: the runs already known stay shown
