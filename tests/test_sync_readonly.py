@@ -6,19 +6,24 @@ root too: a real read-only bind mount where the machine allows one, else ``chatt
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from prime_runs_spool.viewer.app import wait_indexed
 from prime_runs_spool.viewer.sources import SpoolSource
 from support.cli import run_cli as cli
-from support.env import child_env
+from support import platform_process
+from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, run_sync, server, sync_cmd  # noqa: F401
 from test_import_readonly import snapshot
@@ -231,3 +236,31 @@ def test_mirror_of_a_read_only_spool_says_its_note_cannot_be_left_and_uploads_no
     assert report["error"].startswith(f"{mount / 'run' / 'spool'}: cannot leave the mirror's note there ("), report
     assert report["error"].endswith("make the folder writable, or mirror a writable copy of the run folder"), report
     assert snapshot(mount) == before, "the read-only source was written"
+
+
+def test_the_viewer_offers_a_read_only_spool_the_sync_that_keeps_its_state_where_it_reads(tmp_path: Path, server,
+                                                                                         api) -> None:
+    """``view --state-dir DIR`` of a read-only spool never synced: the page's command, run as
+    printed (pointed at the test platform), ships the run, and the page then shows it synced;
+    the bare ``prime-runs sync RUN`` it offered was refused, asking for the flag."""
+    state_dir = tmp_path / "state"
+    builder = build_run(tmp_path / "outputs" / "archived", "readonly-viewer-advice", 2)
+    _read_only_by_mode(builder.run_dir / "spool")
+    proc = subprocess.Popen([*CLI, "view", str(tmp_path / "outputs"), "--state-dir", str(state_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        url = platform_process.first_line(proc).rstrip("/")
+        page = httpx.get(url + "/run", params={"run": "archived"}, timeout=30).text
+        offered = re.search(r"Not synced anywhere yet: <code>(.*?)</code>", page)
+        assert offered, page[-2000:]
+        words = shlex.split(html.unescape(offered.group(1)))
+        assert words[:2] == ["prime-runs", "sync"] and "--state-dir" in words, words
+        done = subprocess.run(sync_cmd(server.base_url, *words[2:]), capture_output=True, text=True, timeout=120,
+                              env=child_env(PRIME_API_KEY=TOKEN))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert_exactly_once(api, builder)
+        page = httpx.get(url + "/run", params={"run": "archived"}, timeout=30).text
+        assert "Not synced anywhere yet" not in page
+    finally:
+        proc.terminate()
+        proc.wait(15)

@@ -356,12 +356,13 @@ def local_destination(db_path: Path, team_id: str | None) -> Destination:
                        team_id=team_id)
 
 
-def sync_command(path: str, destination: Destination, sink: str | None, *more: str) -> str:
+def sync_command(path: str, destination: Destination | None, sink: str | None, *more: str) -> str:
     """The ``prime-runs sync`` of ``path`` a message suggests, shell-quoted, with ``more``
     options: it carries the options that send the run to ``destination`` and ``sink``
     (None or ``auto``: none), so that, pasted, it goes where the sync that printed it went,
-    not to the default platform."""
-    return shlex.join(["prime-runs", "sync", path, *destination_options(destination, sink), *more])
+    not to the default platform. ``destination`` None: a run never synced, for the user's own."""
+    where = [] if destination is None else destination_options(destination, sink)
+    return shlex.join(["prime-runs", "sync", path, *where, *more])
 
 
 def destination_options(destination: Destination, sink: str | None) -> list[str]:

@@ -36,6 +36,7 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Position, iter_records, torn_after
 from prime_runs_spool.spool.scan import derive_status, scan_segment
 from prime_runs_spool.spool.writer_state import writer_alive
+from prime_runs_spool.sync.state import state_home, sync_command
 from prime_runs_spool.viewer.rows import SEARCH_CHARS, Row, row_of_episode, row_of_sample
 from prime_runs_spool.viewer.search import SearchIndex
 from prime_runs_spool.viewer.standing import Standing, SyncStates, standing
@@ -228,6 +229,15 @@ class SpoolIndex(RunIndex):
                 except (OSError, sqlite3.Error):
                     self._search_failed = True  # no cache folder to write: the search box is left out
             return self._search
+
+    @property
+    def sync_command(self) -> str:
+        """The command the page offers to ship the run, shell-quoted: with the viewer's
+        ``--state-dir`` where the spool folder is read-only, so that the sync keeps its state
+        where this page reads it (without it the sync refuses, asking for the flag)."""
+        if self.state_dir is not None and state_home(self.run_dir, self.state_dir) != self.run_dir:
+            return sync_command(str(self.run_dir), None, None, "--state-dir", str(self.state_dir))
+        return sync_command(str(self.run_dir), None, None)
 
     def standing(self) -> Standing:
         if self._sync_states is None:
