@@ -54,8 +54,9 @@ def test_damage_counts_the_errored_episodes_held_before_it(tmp_path: Path) -> No
     builder = _held_before_damage(tmp_path)
     report = _sync(tmp_path, builder.run_dir)
     assert (report.state, report.pushed_now) == ("corrupt", 2)
-    assert report.error.endswith("everything before it was pushed but 2 errored ones, held until the run completes"), \
-        report.error
+    assert report.error.endswith("everything before it was pushed but 2 errored ones, held until the run completes; "
+                                 "sync again with --skip-corrupt to push the intact records after it (each stretch "
+                                 "skipped is named, and recorded in the evaluation)"), report.error
 
 
 def test_a_bug_met_while_counting_is_the_runs_internal_error_not_a_count_of_0(
@@ -88,3 +89,20 @@ def test_damage_before_the_state_is_loaded_is_corrupt_with_nothing_held(tmp_path
                                  "never a torn tail; this pass pushed nothing: the damage is in a segment's header or "
                                  "manifest, which the run's evaluation and resumes are read from, so not even "
                                  "--skip-corrupt passes it"), report.error
+
+
+def test_a_corrupt_run_says_how_to_push_past_the_damage_and_that_advice_works(tmp_path: Path) -> None:
+    """A run stopped by damage says what to run next (a user otherwise meets `corrupt`, exit 1,
+    and nothing in the line naming the way on); following it pushes the intact records after
+    the damage, each once, and the advice is not repeated to a sync that already skips."""
+    builder = RunBuilder(tmp_path / "run", "damage-advice")
+    builder.open_segment()
+    builder.add(4)
+    builder.seal()
+    _damage_line(builder, 3)  # header, manifest, the second episode
+    stopped = _sync(tmp_path, builder.run_dir)
+    assert (stopped.state, stopped.pushed_now) == ("corrupt", 1), stopped.error
+    assert "; sync again with --skip-corrupt to push the intact records after it" in stopped.error, stopped.error
+    skipped = _sync(tmp_path, builder.run_dir, skip_corrupt=True)
+    assert (skipped.state, skipped.pushed_now, skipped.pushed_total) == ("synced", 2, 3), skipped
+    assert "--skip-corrupt" not in (skipped.error or ""), skipped.error

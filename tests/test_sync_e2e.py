@@ -185,7 +185,9 @@ def test_corruption_says_which_episodes_before_it_wait_for_the_run_to_complete(t
     assert (run["state"], run["pushed_now"]) == ("corrupt", 2)
     assert run["error"].endswith(f"corrupt at byte {seventh_line}: a damaged line; a complete line that fails its "
                                  "check is never a torn tail; everything before it was pushed but 2 errored "
-                                 "ones, held until the run completes"), run["error"]
+                                 "ones, held until the run completes; sync again with --skip-corrupt to push the "
+                                 "intact records after it (each stretch skipped is named, and recorded in the "
+                                 "evaluation)"), run["error"]
     assert sorted(sample_ids(api, run["evaluation_id"])) == sorted(builder.ids[:2])
 
 

@@ -45,7 +45,7 @@ from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.recover import check_recovered, damaged_seal_advice
+from prime_runs_spool.sync.recover import SKIP_CORRUPT_ADVICE, check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
 from prime_runs_spool.sync.sinks import choice
@@ -149,7 +149,8 @@ class RunSync:
                 return report
             held = count_until_damage(self.context.held)
             report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed" + (
-                f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "")
+                f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "") + (
+                "" if self.options.skip_corrupt else SKIP_CORRUPT_ADVICE)
         except (SpoolError, SampleTooLargeError) as exc:
             report.state, report.error = ERROR, str(exc)
         except OSError as exc:

@@ -89,6 +89,10 @@ def recovered_record(run_dir: Any, damage: Damage) -> Record | None:
                   {"episode_id": episode_id, "rollout_number": rollout})
 
 
+#: What a run stopped by damage is told to do next (its report's error ends with it), unless
+#: its sync already skips damage: without it a user meets ``corrupt`` and no way on.
+SKIP_CORRUPT_ADVICE = ("; sync again with --skip-corrupt to push the intact records after it (each stretch skipped "
+                       "is named, and recorded in the evaluation)")
 #: The key of a skipped stretch (``state.skipped``) that lay behind the cursor when a pass
 #: noted it: the records there had been read, and shipped, before they were damaged.
 AFTER_PUSH = "after_push"
