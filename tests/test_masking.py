@@ -283,6 +283,18 @@ def urls_with_userinfo(draw) -> tuple[str, str]:
 
 
 @st.composite
+def spelled(draw, name: str) -> str:
+    """``name`` as a user may write it: each letter in either case, its words joined by
+    ``_``, ``-`` or nothing (docs/masking.md: location names match in any spelling)."""
+    joiner = draw(st.sampled_from(["_", "-", ""]))
+    return joiner.join("".join(c.upper() if draw(st.booleans()) else c for c in word) for word in name.split("_"))
+
+
+def spelled_location(names: tuple[str, ...]):
+    return st.tuples(*(spelled(name) for name in names))
+
+
+@st.composite
 def placed_configs(draw) -> tuple[dict, dict, list[str]]:
     """A free config with secrets placed at random credential locations at random depths.
 
@@ -294,10 +306,10 @@ def placed_configs(draw) -> tuple[dict, dict, list[str]]:
         prefix = tuple(draw(st.lists(free_key, max_size=3)))
         kind = draw(st.sampled_from(["table", "value", "url"]))
         if kind == "table":
-            path = (*prefix, *draw(st.sampled_from(TABLE_LOCATIONS)))
+            path = (*prefix, *draw(st.sampled_from(TABLE_LOCATIONS).flatmap(spelled_location)))
             given_value, expected_value = draw(table_values())
         elif kind == "value":
-            path = (*prefix, *draw(st.sampled_from(VALUE_LOCATIONS)))
+            path = (*prefix, *draw(st.sampled_from(VALUE_LOCATIONS).flatmap(spelled_location)))
             given_value = draw(st.one_of(SECRET_WORD, st.lists(SECRET_WORD, min_size=1, max_size=2)))
             expected_value = MASK
         else:
@@ -448,7 +460,8 @@ def mutation_sequences(draw) -> list[dict]:
         if draw(st.booleans()):  # an unchanged copy: answered from the memo
             sequence.append(config)
             continue
-        path = list(draw(st.lists(st.sampled_from(["client", "headers", "api_key", "a", "b", 0]),
+        path = list(draw(st.lists(st.sampled_from(["client", "headers", "Headers", "HEADERS", "api_key", "API_KEY",
+                                                   "a", "b", 0]),
                                   min_size=1, max_size=3)))
         node: Any = config
         for key in path[:-1]:
@@ -614,7 +627,13 @@ def _segment_matches(segment: str, key: str) -> bool:
         return is_env_var_name(key)
     if segment == "{index}":
         return key.isascii() and key.isdigit()
+    if segment.startswith("~"):  # a name in any spelling: case, "_" and "-" aside
+        return _letters(segment[1:]) == _letters(key)
     return segment == "*" or segment == key
+
+
+def _letters(name: str) -> str:
+    return "".join(c for c in name.casefold() if c not in "_-")
 
 
 def _text(key: Any) -> str:
@@ -684,7 +703,9 @@ class Key(str):
 
 
 _WORDS = ["traces", "agent", "config", "headers", "api_key", "harness", "env", "extra_headers", "env_vars",
-          "base_url", "auth_token", "0", "1", "x", "data"]
+          "base_url", "auth_token", "0", "1", "x", "data",
+          # location names in other spellings (and "Traces", which the episode's prefix never matches)
+          "Headers", "HEADERS", "extraHeaders", "Extra-Headers", "ENV", "Harness", "Env_Vars", "API-KEY", "Traces"]
 
 
 _keys = st.one_of(st.sampled_from(_WORDS), st.sampled_from(_WORDS).map(Key),
@@ -851,7 +872,8 @@ def test_a_config_memoized_holding_nan_answers_none_at_that_place_as_none() -> N
 
 _NULLISH_LEAF = st.sampled_from([None, float("nan"), float("inf"), -float("inf"), "SECRETX", 1, 1.0, True, MASK])
 _NULLISH_CONFIG = st.recursive(_NULLISH_LEAF, lambda inner: st.dictionaries(
-    st.sampled_from(["headers", "api_key", "a", "client", "env", "x"]), inner, max_size=3), max_leaves=6)
+    st.sampled_from(["headers", "Headers", "HEADERS", "api_key", "Api_Key", "a", "client", "env", "ENV", "x"]), inner,
+    max_size=3), max_leaves=6)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -29,24 +29,42 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 9
+MASKING_VERSION = 10
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
+
+#: A pattern segment's prefix: ``~headers`` matches one key spelled ``headers`` in any case,
+#: with or without ``_`` and ``-`` (``Headers``, ``HEADERS``, ``Extra-Headers`` for
+#: ``~extra_headers``, ``extraHeaders``). A credential location is told by what its name
+#: means, not how a user capitalized it: HTTP header tables, environment tables and key
+#: names are written every way (``Headers`` in a hand-written TOML, ``defaultHeaders`` from
+#: a JavaScript client's options), and a secret under any of them is still a secret.
+ANY_SPELLING = "~"
+
+
+def spelling(name: str) -> str:
+    """``name`` as :data:`ANY_SPELLING` compares it: case folded, ``_`` and ``-`` dropped."""
+    return name.casefold().replace("_", "").replace("-", "")
+
+
+def _any_spelling(*names: str) -> Pattern:
+    """A location after ``**`` whose every name matches in any spelling."""
+    return ("**", *(ANY_SPELLING + name for name in names))
 
 #: Tables whose every entry may be a credential, wherever they sit in a config: HTTP
 #: headers (a client's, a judge's, a request's ``sampling_args``), query parameters
 #: (some providers take the key as ``?key=``) and environment tables.
 _TABLES: tuple[Pattern, ...] = (
-    ("**", "headers", "*"),
-    ("**", "extra_headers", "*"),
-    ("**", "default_headers", "*"),
-    ("**", "default_query", "*"),
-    ("**", "extra_query", "*"),
-    ("**", "harness", "env", "*"),
-    ("**", "runtime", "env", "*"),
-    ("**", "env_vars", "*"),
-    ("**", "environment_variables", "*"),
+    (*_any_spelling("headers"), "*"),
+    (*_any_spelling("extra_headers"), "*"),
+    (*_any_spelling("default_headers"), "*"),
+    (*_any_spelling("default_query"), "*"),
+    (*_any_spelling("extra_query"), "*"),
+    (*_any_spelling("harness", "env"), "*"),
+    (*_any_spelling("runtime", "env"), "*"),
+    (*_any_spelling("env_vars"), "*"),
+    (*_any_spelling("environment_variables"), "*"),
 )
 
 #: A pattern segment matching one key shaped like an environment variable's name
@@ -63,11 +81,11 @@ LIST_POSITION = "{index}"
 #: ``environment`` may be an id string, ``envs`` a list of ids), so only the entries
 #: whose keys are shaped like environment variables are masked there.
 _ENV_TABLES: tuple[Pattern, ...] = (
-    ("**", "env", ENV_VAR_NAME),
-    ("**", "envs", ENV_VAR_NAME),
-    ("**", "environment", ENV_VAR_NAME),
-    ("**", "env", LIST_POSITION),
-    ("**", "environment", LIST_POSITION),
+    (*_any_spelling("env"), ENV_VAR_NAME),
+    (*_any_spelling("envs"), ENV_VAR_NAME),
+    (*_any_spelling("environment"), ENV_VAR_NAME),
+    (*_any_spelling("env"), LIST_POSITION),
+    (*_any_spelling("environment"), LIST_POSITION),
 )
 _ENV_VAR = re.compile(r"[A-Z][A-Z0-9]*(?:_+[A-Z0-9]+)*_*\Z")
 
@@ -86,9 +104,9 @@ SECRET_NAME = "{secret}"
 #: bearer tokens OpenAI-compatible clients take as constructor arguments, and the value of
 #: any key named like a secret (an environment's arguments, any free-form table).
 _VALUES: tuple[Pattern, ...] = (
-    ("**", "api_key"),
-    ("**", "auth_token"),
-    ("**", "azure_ad_token"),
+    _any_spelling("api_key"),
+    _any_spelling("auth_token"),
+    _any_spelling("azure_ad_token"),
     ("**", SECRET_NAME),
 )
 

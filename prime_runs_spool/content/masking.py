@@ -1,8 +1,9 @@
 """Mask credentials at the locations a rule set names (docs/masking.md).
 
 Locations are data (:class:`MaskRules`): patterns over the path from the root, one
-segment per mapping key or list index. A segment is a literal key, ``*`` (exactly one key
-or index) or ``**`` (any number of segments, including none). A pattern that ends in
+segment per mapping key or list index. A segment is a literal key, ``~name`` (one key
+spelling ``name`` in any case, ``_`` and ``-`` aside), ``*`` (exactly one key or index) or
+``**`` (any number of segments, including none). A pattern that ends in
 ``*`` names a table: when the table is given as a single value instead (``headers =
 "Authorization: Bearer ..."``), that value is masked whole. URL scopes name the subtrees
 in which every string has the userinfo of any URL in it masked. ``docs/masking.md``
@@ -26,10 +27,10 @@ from typing import Any, NamedTuple, TypeVar, Union
 
 import orjson
 
-from prime_runs_spool.content.mask_locations import (CONFIG_PATTERNS, CONFIG_URL_SCOPES, ENV_VAR_NAME,
-                                                     EPISODE_PATTERNS, EPISODE_URL_SCOPES, LIST_POSITION, MASK,
-                                                     SECRET_NAME, Pattern, is_env_var_name, is_secret_name,
-                                                     mask_url_userinfo)
+from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTERNS, CONFIG_URL_SCOPES,
+                                                     ENV_VAR_NAME, EPISODE_PATTERNS, EPISODE_URL_SCOPES,
+                                                     LIST_POSITION, MASK, SECRET_NAME, Pattern, is_env_var_name,
+                                                     is_secret_name, mask_url_userinfo, spelling)
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
@@ -42,7 +43,7 @@ def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
     Use the sequence form for a key that itself contains a dot.
     """
     segments = tuple(pattern.split(".")) if isinstance(pattern, str) else tuple(pattern)
-    if not segments or any(not isinstance(s, str) or s == "" for s in segments):
+    if not segments or any(not isinstance(s, str) or s in ("", ANY_SPELLING) for s in segments):
         raise ValueError(f"invalid mask pattern: {pattern!r}")
     if segments[-1] == "**":
         raise ValueError(f"a mask pattern cannot end in '**': {pattern!r}")
@@ -147,6 +148,7 @@ class MaskRules:
 
     def _step_uncached(self, states: _States, text: str) -> _Step:
         moved = []
+        spelled = None  # the key as an ANY_SPELLING segment compares it, made once
         for rule, pos in states:
             pattern = self._rule(rule)
             if pos == len(pattern):
@@ -158,6 +160,11 @@ class MaskRules:
                   or (segment == ENV_VAR_NAME and is_env_var_name(text))
                   or (segment == LIST_POSITION and text.isascii() and text.isdigit())):
                 moved.append((rule, pos + 1))
+            elif segment[0] == ANY_SPELLING:
+                if spelled is None:
+                    spelled = spelling(text)
+                if spelling(segment[1:]) == spelled:
+                    moved.append((rule, pos + 1))
         after = self._closure(moved)
         n = len(self.patterns)
         masked = any(rule < n and pos == len(self.patterns[rule]) for rule, pos in after)
@@ -194,7 +201,8 @@ class MaskRules:
         found = self._memo.shapes.get(states)
         if found is None:
             segments = [self._rule(rule)[pos] for rule, pos in states]
-            wild = any(s in ("*", "**", SECRET_NAME, ENV_VAR_NAME, LIST_POSITION) for s in segments)  # every key must be looked at
+            wild = any(s in ("*", "**", SECRET_NAME, ENV_VAR_NAME, LIST_POSITION) or s[0] == ANY_SPELLING
+                       for s in segments)  # every key must be looked at
             literals = None if wild else {key: self._step(states, key) for key in segments}
             # Every key steps alike when no literal is live: one step for all of them.
             uniform = self._step_uncached(states, "*") if all(s in ("*", "**") for s in segments) else None
