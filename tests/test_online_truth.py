@@ -48,7 +48,7 @@ def test_a_platform_that_is_down_costs_a_bounded_time_and_one_line_says_what_was
     (line,) = not_shipped_lines(caplog)
     assert "7 episodes not shipped" in line and "unreachable" in line, line
     assert f"connection refused by 127.0.0.1:{port}" in line, line
-    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'} --base-url http://127.0.0.1:{port}"), line
     log = (tmp_path / "run" / "spool" / SHIPPER_LOG_NAME).read_text()
     assert "failed: " in log and "; try 2 in " in log, "the shipper's retries are in its log"
 
@@ -62,7 +62,7 @@ def test_a_refused_key_is_named_at_the_end(tmp_path: Path, server, platform_env,
     (line,) = not_shipped_lines(caplog)
     assert "3 episodes not shipped" in line and "refused the API key (401)" in line, line
     assert f"the platform at {server.base_url} refused" in line, line  # a wrong base URL shows
-    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'} --base-url {server.base_url}"), line
     assert "not-the-platforms-key" not in caplog.text
     assert took < 15, f"{took:.1f} s"
 
@@ -120,7 +120,7 @@ def test_a_refused_key_is_asked_once_when_the_shipper_starts_not_on_every_pass(
     assert len(platform.asked) == 1, platform.asked
     (line,) = not_shipped_lines(caplog)
     assert "12 episodes not shipped" in line and f"the platform at {platform.base_url} refused" in line, line
-    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'} --base-url {platform.base_url}"), line
 
 
 @pytest.mark.slow
@@ -138,7 +138,7 @@ def test_a_key_not_allowed_to_write_is_named_at_the_end(tmp_path: Path, platform
         platform.close()
     (line,) = not_shipped_lines(caplog)
     assert "2 episodes not shipped" in line and f"may not write at {base_url} (403)" in line, line
-    assert line.endswith(f"prime-runs sync {tmp_path / 'run'}"), line
+    assert line.endswith(f"prime-runs sync {tmp_path / 'run'} --base-url {base_url}"), line
     assert "a-key-of-another-team" not in caplog.text
     assert took < 15, f"{took:.1f} s"
 
@@ -179,7 +179,8 @@ def test_a_shipper_that_stops_while_the_run_goes_on_is_said_then_not_only_at_the
     finally:
         platform.close()
     assert f"the platform at {platform.base_url} refused the API key (401)" in early, early
-    assert early.endswith(f"prime-runs sync {tmp_path / 'run'} ships them once it ends"), early
+    assert early.endswith(f"prime-runs sync {tmp_path / 'run'} --base-url {platform.base_url} ships them once it "
+                          "ends"), early
     (line,) = not_shipped_lines(caplog)
     assert "4 episodes not shipped" in line, line
     assert [r for r in caplog.records if "the shipper stopped" in r.getMessage()] == [

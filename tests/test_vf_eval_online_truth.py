@@ -6,7 +6,10 @@ platform behind a token, a closed port; stderr captured from the subprocess."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from support import platform_process  # noqa: E402
+from support.env import CLI, child_env  # noqa: E402
 from support.vf_eval import RUN_NAME, TASKS, launch_file, run_eval  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real vf-eval runs
@@ -52,7 +56,7 @@ def test_a_platform_that_is_down_is_told_on_stderr_once(tmp_path: Path, chat_ser
     assert f"online mode: {TASKS} episodes not shipped" in line, line
     assert line.startswith("prime-runs: ") == (not ui), line
     assert f"connection refused by 127.0.0.1:{port}" in line, line
-    assert line.endswith(f"ship them with: prime-runs sync outputs/{RUN_NAME}"), line
+    assert line.endswith(f"ship them with: prime-runs sync outputs/{RUN_NAME} --base-url http://127.0.0.1:{port}"), line
 
 
 def test_a_refused_key_is_told_on_stderr(tmp_path: Path, chat_server: FakeChatServer) -> None:
@@ -60,7 +64,14 @@ def test_a_refused_key_is_told_on_stderr(tmp_path: Path, chat_server: FakeChatSe
     with platform_process.running(tmp_path / "platform.db", "--token", "the-platforms-key") as platform:
         result = run_eval(tmp_path, "@", launch.name, PRIME_RUNS_MODE="online",
                           PRIME_API_KEY="not-the-platforms-key", PRIME_API_BASE_URL=platform.base_url)
-    assert result.returncode == 0, result.stderr[-4000:]
-    line = not_shipped_line(result.stderr)
+        assert result.returncode == 0, result.stderr[-4000:]
+        line = not_shipped_line(result.stderr)
+        # The base URL was the eval's alone: the command, pasted where it is not set, ships there.
+        command = line.split("ship them with: ", 1)[1]
+        pasted = subprocess.run(["sh", "-c", shlex.join(CLI) + command.removeprefix("prime-runs") + " --json"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                                env=child_env(PRIME_API_KEY="the-platforms-key", HOME=str(tmp_path)))
+        assert pasted.returncode == 0, command + pasted.stdout + pasted.stderr
+        assert json.loads(pasted.stdout)["runs"][0]["state"] == "synced", pasted.stdout
     assert f"{TASKS} episodes not shipped" in line and "(401)" in line, line
     assert "not-the-platforms-key" not in result.stderr + result.stdout

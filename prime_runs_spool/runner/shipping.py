@@ -8,7 +8,6 @@ process (runner/online.py) that watches the spool's files.
 from __future__ import annotations
 
 import logging
-import shlex
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from prime_runs_spool.plural import episodes as plural_episodes, plural
 from prime_runs_spool.runner.error_line import describe_error
+from prime_runs_spool.sync.state import sync_command
 
 if TYPE_CHECKING:
     from prime_runs_spool.runner.online import Shipper
@@ -58,7 +58,7 @@ class Shipping:
         if isinstance(started, str):
             self._not_started = started
             _log.warning("run %s: online mode: %s; nothing is shipped while the run goes on, the spool is "
-                         "complete (prime-runs sync %s ships it)", self._run_id, started, self._dir)
+                         "complete (%s ships it)", self._run_id, started, self._sync_command())
         else:
             self._shipper = started
             # A shipper that gives up while the run goes on (a refused key, a platform down
@@ -71,8 +71,18 @@ class Shipping:
         if code in (0, None) or self._draining.is_set():
             return
         _log.warning("run %s: online mode: the shipper stopped while the run goes on (%s); every episode is "
-                     "still spooled, prime-runs sync %s ships them once it ends", self._run_id,
-                     shipper.why_not_shipped(), shlex.quote(str(self._dir)))
+                     "still spooled, %s ships them once it ends", self._run_id,
+                     shipper.why_not_shipped(), self._sync_command())
+
+    def _sync_command(self) -> str:
+        """The command that ships the run where the shipper was to: with its base URL and
+        team (and sink, once its state names one), for a setting given to the eval alone
+        (``PRIME_API_BASE_URL=... prime-runs eval``) is not the shell's."""
+        shipper = self._shipper
+        if shipper is None:
+            return sync_command(str(self._dir), None, None)
+        state = shipper.progress()
+        return sync_command(str(self._dir), shipper.destination, state.store if state else None)
 
     def progress(self) -> SyncState | None:
         """What the shipper has acknowledged so far (its state file); None without a shipper.
@@ -97,5 +107,5 @@ class Shipping:
             return
         why = shipper.why_not_shipped() if shipper is not None else self._not_started or "no shipper ran"
         self.not_shipped = (f"online mode: {plural_episodes(left)} not shipped ({why}); "
-                            f"ship {plural(left, 'it', 'them')} with: prime-runs sync {shlex.quote(str(self._dir))}")
+                            f"ship {plural(left, 'it', 'them')} with: {self._sync_command()}")
         _log.warning("run %s: %s", self._run_id, self.not_shipped)
