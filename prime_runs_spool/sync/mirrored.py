@@ -62,7 +62,8 @@ def mirrored_pass(run_dir: Path, run_url: str, make_engine: Callable[[Callable[.
         lease = Lease(ObjectStore(run_url), sync_lease_path("").as_posix(), state_in_store=False)
         taken = lease.take(wait=wait, sleep=sleep)
     except StoreError as exc:
-        return RunReport(path=str(run_dir), state=ERROR, error=unreachable_line(run_url, exc, sync_command(run_url, destination, options.to)))
+        command = sync_command(run_url, destination, options.to)
+        return RunReport(path=str(run_dir), state=ERROR, error=unreachable_line(run_url, exc, command))
     if not taken:
         holder = (lease.holder or {}).get("owner", "unknown")
         return RunReport(path=str(run_dir), state=SKIPPED,
