@@ -19,7 +19,7 @@ import pytest
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run
-from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.mask_locations import MASK, MASKING_VERSION
 from prime_runs_spool.spool.format import parse_line
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.spool.writer import SegmentWriter
@@ -136,20 +136,22 @@ def test_mirror_into_azure_uploads_an_old_spool_masked_again(tmp_path: Path, azu
 def test_an_older_mirrors_byte_copy_of_equal_length_is_replaced(tmp_path: Path) -> None:
     """A segment an older package mirrored as it was (its rules were that day's) stays in the
     store; today's mirror must replace it even when the copy it makes is exactly as long
-    (nothing in the segment changes but the version's digit)."""
+    (the version gains digits, 9 to 10, and a ``Headers`` value version 9 left in clear, as
+    many characters longer than ``***``, is masked)."""
+    left_in_clear = "a" * (len(MASK) + len(str(MASKING_VERSION)) - 1)
     outputs = tmp_path / "outputs"
-    run_dir = outputs / "version-6"
-    manifest = {**old_manifest("version-6"), "config": {"model": "m"}, "masking_version": 6}
+    run_dir = outputs / "version-9"
+    manifest = {**old_manifest("version-9"), "config": {"model": "m", "Headers": left_in_clear}, "masking_version": 9}
     manifest.pop("config_source")
-    writer = SegmentWriter.create(run_dir, "version-6")
+    writer = SegmentWriter.create(run_dir, "version-9")
     writer.append("manifest", manifest)
-    episode = make_episode(0, run_id="version-6")
+    episode = make_episode(0, run_id="version-9")
     for trace in episode["traces"]:
         trace["agent"]["config"] = {"model": "m"}  # nothing today's rules mask
     writer.append_many([("episode", episode, {"episode_id": "e0", "rollout_number": 0})])
     writer.seal("completed")
     [(_, segment)] = list_segments(run_dir)
-    store = tmp_path / "folder" / "version-6" / "spool"
+    store = tmp_path / "folder" / "version-9" / "spool"
     store.mkdir(parents=True)
     (store / segment.name).write_bytes(segment.read_bytes())  # as the older mirror left it
     result = mirror_once(outputs, f"file://{tmp_path}/folder")
