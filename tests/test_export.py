@@ -31,6 +31,7 @@ from support import moto_server
 from support.env import CLI, VF040, child_env
 from support.runs import RunBuilder, build_run, manifest_for
 from support.cli import last_line, run_cli
+from support.mounts import tmpfs
 
 duckdb = pytest.importorskip("duckdb")
 pd = pytest.importorskip("pandas")
@@ -469,15 +470,7 @@ def test_a_file_in_a_read_only_folder_is_named_as_given_not_by_its_temporary_nam
     """The export writes under a temporary name beside FILE; when the folder cannot take it
     (mounted read-only), the one line names FILE, the name the user gave, and why."""
     build_run(tmp_path / "in" / "run", "export-read-only", 2)
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as folder:
         result = run_cli("export", str(tmp_path / "in"), "-o", str(folder / "episodes.csv"))
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
     assert result.returncode == 1, result.stderr
     assert last_line(result) == f"prime-runs: {folder / 'episodes.csv'}: cannot be written (Read-only file system)"

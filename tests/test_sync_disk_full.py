@@ -21,20 +21,14 @@ from prime_runs_spool.sync.state import sync_dir
 from support.runs import build_run
 from prime_runs_spool.sync.copies import COPY_LOCKS_DIRNAME
 from support.env import child_env
+from support.mounts import tmpfs
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server, sync_cmd  # noqa: F401
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=16m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
 
 
 def fill(disk: Path, leave_blocks: int) -> Path:

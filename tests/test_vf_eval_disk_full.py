@@ -19,6 +19,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from prime_runs_spool import read_run  # noqa: E402
+from support.mounts import tmpfs  # noqa: E402
 from support.vf_eval import (  # noqa: E402
     TASKS, eval_cmd, eval_env, launch_file, resolved_config, run_dir, run_eval, traces,
 )
@@ -33,16 +34,8 @@ DISK_BYTES = 8 * 1024 * 1024
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A tmpfs of DISK_BYTES mounted under ``tmp_path`` (root only), unmounted afterwards."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", f"size={DISK_BYTES}") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def episodes_in_spool(path: Path) -> int:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import errno
 import shlex
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from fixtures.vf_launch import launch_file_text  # noqa: E402
 from prime_runs_spool import read_run  # noqa: E402
+from support.mounts import tmpfs  # noqa: E402
 from prime_runs_spool.runner.verifiers_eval import EvalSession, unwritable_error  # noqa: E402
 from support.vf_eval import (  # noqa: E402
     HEADER_SECRET, KEY_VAR, RUN_NAME, TASKS, launch_file, resolved_config, run_dir, run_eval, traces,
@@ -32,18 +32,9 @@ from support.vf_eval import (  # noqa: E402
 ROLLOUTS = 1
 
 
-@contextmanager
-def read_only_tmpfs(mount_point: Path) -> Iterator[Path]:
+def read_only_tmpfs(mount_point: Path) -> AbstractContextManager[Path]:
     """A read-only tmpfs on ``mount_point`` (root only, else the test is skipped), unmounted after."""
-    mount_point.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    return tmpfs(mount_point, "ro,size=1m")
 
 
 def last_line(stderr: str) -> str:

@@ -27,6 +27,7 @@ from prime_runs_spool.spool.format import episode_rest, prepare
 
 from support.env import child_env
 from support.loop_ticker import Ticker
+from support.mounts import tmpfs
 from support.threads import run_in_threads
 from support.disk import BOTH_PATHS, choose_path, rewrite_writes, split_synced_writes
 
@@ -221,13 +222,7 @@ def test_short_writes_and_more_parts_than_iov_max(tmp_path: Path, monkeypatch, p
 
 
 def test_real_disk_full_on_a_tiny_tmpfs(tmp_path: Path):
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                          capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "tiny", "size=64k") as mount_point:
         w = SegmentWriter.create(mount_point / "run", "r")
         durable = []
         with pytest.raises(SpoolWriteError, match="No space left"):
@@ -236,8 +231,6 @@ def test_real_disk_full_on_a_tiny_tmpfs(tmp_path: Path):
         got = [r.seq for r in iter_records(mount_point / "run")]
         assert got[: len(durable)] == durable
         assert read_run(mount_point / "run").status in ("torn", "crashed")
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
 
 
 def test_modes_are_private(tmp_path: Path):
