@@ -19,6 +19,7 @@ from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_se
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask, parse_pattern
 from prime_runs_spool.content.set_tables import find_set_tables
+from support.spelling import spelled
 
 from support.threads import run_in_threads
 
@@ -280,14 +281,6 @@ def urls_with_userinfo(draw) -> tuple[str, str]:
     before = draw(st.sampled_from(["", "url ", "--index-url="]))
     after = draw(st.sampled_from(["", " and more", "\nnext"]))
     return f"{before}{scheme}://{userinfo}@{host}{tail}{after}", f"{before}{scheme}://{MASK}@{host}{tail}{after}"
-
-
-@st.composite
-def spelled(draw, name: str) -> str:
-    """``name`` as a user may write it: each letter in either case, its words joined by
-    ``_``, ``-`` or nothing (docs/masking.md: location names match in any spelling)."""
-    joiner = draw(st.sampled_from(["_", "-", ""]))
-    return joiner.join("".join(c.upper() if draw(st.booleans()) else c for c in word) for word in name.split("_"))
 
 
 def spelled_location(names: tuple[str, ...]):

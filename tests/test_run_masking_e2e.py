@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from prime_runs_spool import open_run, read_run
 from prime_runs_spool.content.mask_locations import MASK
 from support.files import all_bytes_under
+from support.spelling import spelled
 
 # Secrets are marked by a prefix no other generated text can contain ("-" is used nowhere
 # else), so a byte search cannot be fooled by a coincidence. Non-ASCII letters check that
@@ -88,19 +89,23 @@ def seat_configs(draw: Any, built: Built) -> tuple[dict[str, Any], dict[str, Any
         headers, headers_masked = f"Authorization: Bearer {value}", MASK
     api_key, user, password = draw(secrets), draw(secrets), draw(secrets)
     built.secrets.extend([api_key, user, password])
+    # Every location's name in a random spelling (Headers, EXTRA-HEADERS, envVars): matched alike.
+    name = {location: draw(spelled(location)) for location in
+            ("headers", "api_key", "extra_headers", "default_headers", "harness", "env", "env_vars")}
+    request_name = draw(spelled("extra_headers"))
     given_seat = {
-        "client": {"headers": headers, "api_key_var": "PRIME_API_KEY", "api_key": api_key,
+        "client": {name["headers"]: headers, "api_key_var": "PRIME_API_KEY", name["api_key"]: api_key,
                    "base_url": f"https://{user}:{password}@vllm.example:8000/v1",
-                   "extra_headers": extra, "default_headers": default},
-        "harness": {"id": "bash", "env": env}, "env_vars": env_vars,
-        "sampling_args": {"temperature": 0.5, "extra_headers": request},
+                   name["extra_headers"]: extra, name["default_headers"]: default},
+        name["harness"]: {"id": "bash", name["env"]: env}, name["env_vars"]: env_vars,
+        "sampling_args": {"temperature": 0.5, request_name: request},
     }
     expected_seat = {
-        "client": {"headers": headers_masked, "api_key_var": "PRIME_API_KEY", "api_key": MASK,
+        "client": {name["headers"]: headers_masked, "api_key_var": "PRIME_API_KEY", name["api_key"]: MASK,
                    "base_url": f"https://{MASK}@vllm.example:8000/v1",
-                   "extra_headers": extra_masked, "default_headers": default_masked},
-        "harness": {"id": "bash", "env": env_masked}, "env_vars": env_vars_masked,
-        "sampling_args": {"temperature": 0.5, "extra_headers": request_masked},
+                   name["extra_headers"]: extra_masked, name["default_headers"]: default_masked},
+        name["harness"]: {"id": "bash", name["env"]: env_masked}, name["env_vars"]: env_vars_masked,
+        "sampling_args": {"temperature": 0.5, request_name: request_masked},
     }
     _with_extras(draw, given_seat, expected_seat)
     return given_seat, expected_seat
