@@ -109,7 +109,7 @@ def test_our_batches_are_the_librarys_batching_of_the_same_lines(tmp_path: Path)
                                 for r in iter_records(builder.run_dir) if r.type == "episode")
 
 
-def test_a_second_sync_and_a_lost_state_resend_the_same_keys(tmp_path: Path) -> None:
+def test_a_lost_state_sends_nothing_the_service_holds(tmp_path: Path) -> None:
     builder = build_run(tmp_path / "runs" / "run", "lost-state", 20)
     db = tmp_path / "p.db"
     _sync(tmp_path, db, to=TRACES, batch_bytes=8_000)
@@ -117,9 +117,10 @@ def test_a_second_sync_and_a_lost_state_resend_the_same_keys(tmp_path: Path) -> 
     (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
     path.unlink()
     (report,), settings = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000)
-    assert report.state == "synced", report
+    assert (report.state, report.pushed_now, report.pushed_total, report.bytes_sent) == ("synced", 0, 20, 0), report
     again = _state(builder.run_dir)
-    assert again.evaluation_id == first.evaluation_id and again.uploads == first.uploads
+    assert again.evaluation_id == first.evaluation_id and again.uploads == []
+    assert sorted(again.held_there) == sorted(builder.ids)
     with EmbeddedPlatform(db, traces=True) as platform, \
             TracesClient(api_key="x", base_url=platform.base_url) as traces:
         items = traces.list_episodes(run_id=str(first.evaluation_id), limit=100).items
@@ -595,7 +596,7 @@ def test_an_announced_batch_is_rebuilt_under_the_supersede_lists_it_was_cut_with
 
 
 @pytest.mark.slow
-def test_a_lost_state_after_the_release_resends_the_same_keys(tmp_path: Path) -> None:
+def test_a_lost_state_after_the_release_sends_nothing_again(tmp_path: Path) -> None:
     builder = RunBuilder(tmp_path / "runs" / "run", "traces-release-lost-state")
     builder.open_segment()
     builder.add(6)
@@ -611,7 +612,8 @@ def test_a_lost_state_after_the_release_resends_the_same_keys(tmp_path: Path) ->
     (report,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=5_000)
     assert report.state == "synced", report
     again = _state(builder.run_dir)
-    assert (again.evaluation_id, again.uploads, again.released) == (first.evaluation_id, first.uploads, first.released)
+    assert (again.evaluation_id, again.uploads, report.pushed_now) == (first.evaluation_id, [], 0), report
+    assert sorted(again.held_there) == sorted(builder.ids) and report.held_back == 0
     items, _ = _in_traces(db, builder.run_dir)
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}

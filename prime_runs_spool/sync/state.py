@@ -215,6 +215,11 @@ class SyncState:
     #: (docs/sync.md, "Runs vf-eval pushed"): never sent to Prime Traces again. Fixed at
     #: adoption, before any batch is cut, so every batch is cut and rebuilt without them.
     on_platform: list[str] = field(default_factory=list)
+    #: The episodes the run's Prime Traces held when a pass found its evaluation again with a
+    #: state that starts from nothing (the state lost): an earlier sync's, never sent again,
+    #: since a re-cut may close a batch elsewhere and store them twice (docs/sync.md, "A lost
+    #: state"). Fixed before any batch is cut, as ``on_platform`` is. One id per episode.
+    held_there: list[str] = field(default_factory=list)
     #: Errored episodes held back when the run's end was last recorded (0 once it completed).
     held_back: int = 0
     #: Episodes a later resume superseded after they were pushed: the append-only platform

@@ -12,7 +12,9 @@ run's tail produced is as fixed, once announced, as any other.
 
 Which episodes give a line is the rule every sink follows (sync/records.py, ``withheld``): a
 superseded episode never does, nor one the platform run held when sync adopted it from
-vf-eval's own push (the state's ``on_platform``, fixed before any batch is cut), an errored one is held back until the run completes and is
+vf-eval's own push (the state's ``on_platform``) or found it again with a state that starts
+from nothing (``held_there``: a re-cut may close a batch elsewhere, another key), both fixed
+before any batch is cut; an errored one is held back until the run completes and is
 then released in batches of its own, cut the same way from the held-back episodes (a
 function of the sealed spool and the state's ``released``). An announced batch is never
 re-cut, even when a later resume superseded one of its episodes: it is rebuilt under the
@@ -37,7 +39,7 @@ from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.records import durable_records, record_episode_id, seal_if_last, track_seal, withheld
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.sinks.base import Sink, StateOrigin
-from prime_runs_spool.sync.state import Cursor, InFlight
+from prime_runs_spool.sync.state import Cursor, InFlight, SyncState
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,14 @@ class LineStream:
     def lines(self) -> Iterator[Line]:
         context = self.sink.context
         superseded = context.superseded if self.superseded is None else self.superseded
-        on_platform = frozenset(context.state.on_platform)  # vf-eval pushed them there itself
+        there = self.sink.already_there()
         start = None if self.cursor is None else self.cursor.position
         for record in durable_records(context.run_dir, start, skip_corrupt=context.options.skip_corrupt,
                                       skipped=self.skipped, remask=context.remask, segments=self.segments):
             after = Cursor.past(record)
             self.seal, self.seal_segment = track_seal(self.seal, self.seal_segment, record)  # the last segment's only
             if (record.type == EPISODE and withheld(record, superseded, hold_errored=True) is None
-                    and record_episode_id(record) not in on_platform):
+                    and record_episode_id(record) not in there):
                 yield self.sink.line(record, after)
             self.cursor = after
         self.seal = seal_if_last(context.run_dir, self.seal, self.seal_segment)
@@ -108,9 +110,9 @@ class HeldStream:
     done: bool = False
 
     def lines(self) -> Iterator[Line]:
-        on_platform = frozenset(self.sink.context.state.on_platform)
+        there = self.sink.already_there()
         for record in self.sink.context.held():
-            if record_episode_id(record) not in on_platform:
+            if record_episode_id(record) not in there:
                 yield self.sink.line(record, self.cursor)
         self.done = True
 
@@ -163,6 +165,19 @@ class AddressedSink(Sink):
         """Upload the batch's bytes under its digest; the receipt's upload id. Raises
         PlatformError (its kind says whether to retry), ServiceNotEnabled when the account
         has no such sink."""
+
+    @classmethod
+    def pushed_total(cls, state: SyncState) -> int:
+        """The episodes this state's batches carried, and those an earlier sync of the run
+        had committed when its state was lost (``held_there``): they are on the platform."""
+        return state.episodes_pushed + len(state.held_there)
+
+    def already_there(self) -> frozenset[str]:
+        """The episodes that give no line because the platform held them when sync found the
+        run without a state that vouches for it: vf-eval pushed them (``on_platform``), or an
+        earlier sync whose state was lost did (``held_there``)."""
+        state = self.state
+        return frozenset(state.on_platform).union(state.held_there)
 
     def line(self, record: Any, after: Cursor | None) -> Line:
         members = record.data.get("traces")
@@ -236,6 +251,8 @@ class AddressedSink(Sink):
     #: (another copy of the run may have uploaded the same batches): a batch the service
     #: answers by replaying its receipt stored nothing, and is not reported pushed now.
     there_before: frozenset[str] = frozenset()
+    #: The same ids as the listing gave them (its order), for the state.
+    listed: tuple[str, ...] = ()
 
     def episodes_there(self) -> list[str]:
         """The ids of the episodes the platform's run holds; none known unless a sink can say."""
@@ -249,15 +266,37 @@ class AddressedSink(Sink):
         if origin.adopted and not self.state.finalized:
             self._read_finalized(None)
         if origin.adopted or (origin.foreign and not origin.fresh):  # else created now: holds nothing
-            self.there_before = frozenset(self.context.protocol.retry(
-                f"listing the episodes {self.title} holds for the run", self.episodes_there))
+            self.listed = tuple(dict.fromkeys(self.context.protocol.retry(
+                f"listing the episodes {self.title} holds for the run", self.episodes_there)))
+            self.there_before = frozenset(self.listed)
         pending = self.state.in_flight
         if pending is not None and pending.kind == self.name:
             if pending.released:
                 self._resend_released(pending)
             else:
                 self._resend(pending)
+        if origin.adopted and self._starts_from_nothing():
+            self._hold_what_is_there()
         return True
+
+    def _starts_from_nothing(self) -> bool:
+        """A state that has sent nothing here (the state lost, or another ``--state-dir``):
+        its batches are cut from the start of the spool, and a batch an earlier sync cut while
+        the run was live may close elsewhere this time (another key)."""
+        state = self.state
+        return state.cursor is None and not state.uploads and not state.released and state.in_flight is None
+
+    def _hold_what_is_there(self) -> None:
+        """What the listing showed is committed there: those episodes are never sent again,
+        so a re-cut stores none of them twice, and no episode is lost (what the listing does
+        not show is sent). Recorded in the state before any batch is cut, so every batch of
+        the run is cut, and rebuilt, without them."""
+        state = self.state
+        known = set(state.on_platform)
+        held = [i for i in self.listed if i not in known]
+        if held:
+            state.held_there = held
+            self.context.protocol.note()
 
     def before_finalize(self, answer: Mapping[str, Any] | None) -> None:
         """The evaluation's status, read before a finalize this pass cannot vouch for (it did
