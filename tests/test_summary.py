@@ -254,6 +254,9 @@ written_traces = st.lists(st.fixed_dictionaries({
 @example({"ok": True, "traces": [trace(True, {"a": r(1.0, float("inf"))})]})
 @example({"ok": True, "traces": [trace(True, {"m": r(0.5, None)}, {"m": -float("inf")})]})
 @example({"ok": True, "traces": [{"agent": {"trainable": float("nan")}, "rewards": {"a": r(0.25, 2.0)}}]})
+@example({"ok": False, "traces": [{"agent": {"trainable": None},  # an infinite score beside a string one
+                                   "rewards": {"m": r("x", None), "b": r(float("inf"), None), "a": r(0.0, None)},
+                                   "metrics": {"b": -0.0}}]})
 def test_the_reading_with_its_serialization_is_the_reading_of_what_it_holds(episode: dict) -> None:
     """The run's reading (runner/admission.py) is the one its spool's line gives, NaN and
     infinities there null; the reading without it, compute_summary's, is left as it is."""

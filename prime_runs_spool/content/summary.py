@@ -93,6 +93,11 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written
             reward = None
             values = {name: entry.get("score") for name, entry in rewards.items()
                       if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None}
+            if written is not None and any(type(score) is float and score - score != 0.0
+                                           for score in values.values()):
+                # written null, such a score names nothing there: a metric of its name then
+                # comes after the others, not in its place (the means' order differs)
+                raise _WrittenOtherwise
         else:
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
