@@ -13,9 +13,10 @@ import fcntl
 import functools
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -362,14 +363,41 @@ def sync_paths(
             known.save()
 
 
+#: Seconds between the command's looks at the stop while passes run: a signal only sets it.
+STOP_LOOK = 0.1
+
+
 def _until_done_or_stopped(futures: list[Future[RunReport]], stop: Interrupt) -> None:
-    """Wait for every pass; once the stop is asked, for at most its grace."""
-    pending = set(futures)
-    while pending:
+    """Wait for every pass; once the stop is asked, for at most its grace. The command's
+    thread wakes every :data:`STOP_LOOK` seconds, not at each pass's end: a wait for the
+    first of the futures still pending put a waiter on each of them at every end, work that
+    grew with the square of the runs (1.1 ms of this thread's CPU a run over 2,000 new runs,
+    each taking the GIL from the passes; docs/benchmarks.md)."""
+    ended = _all_ended(futures)
+    while not ended.wait(STOP_LOOK):
         if stop.is_set():
-            wait_for(pending, timeout=stop.grace_left())
+            ended.wait(stop.grace_left())
             return
-        _, pending = wait_for(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+
+
+def _all_ended(futures: list[Future[RunReport]]) -> threading.Event:
+    """An event set once every future has ended: one callback each, run where it ends."""
+    ended = threading.Event()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_ended(_: Future[RunReport]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            ended.set()
+
+    if not futures:
+        ended.set()
+    for future in futures:
+        future.add_done_callback(one_ended)
+    return ended
 
 
 def _report(item: Path | RunReport, done: Future[RunReport] | RunReport | None, made: list[RunSync]) -> RunReport:
