@@ -25,7 +25,7 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.command_line import shared_options
-from prime_runs_spool.sync.options import AUTO, EXIT_OK, EXIT_RUN_FAILED, SAMPLES, TRACES
+from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, SAMPLES
 
 if TYPE_CHECKING:
     from prime_runs_spool.importer.outputs import ImportReport
@@ -123,12 +123,9 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     if base_url is not None and local:
         fail_usage("--base-url does not combine with --local (the local platform runs embedded; for one served with "
                    "prime-runs platform serve, give its URL without --local)")
-    if local and to == AUTO:
-        # The embedded platform runs Prime Traces only for --to traces: auto would probe it,
-        # learn that, and fall back for every run (with a warning each). Say samples at once.
-        to = SAMPLES
-    # and so advice never suggests auto for traces here (sync/options.py, auto_sink)
-    params = {**click.get_current_context().params, "to": to, "auto_sink": SAMPLES if local else None}
+    # Locally auto means samples for a run with no sink yet (nothing to probe: the embedded
+    # platform is this machine's), and, as everywhere, the sink a run's state records.
+    params = {**click.get_current_context().params, "auto_sink": SAMPLES if local else None}
     if not store_urls(paths):
         require_paths(paths or (Path("."),))  # a mistyped path is told before a missing key
     settings = None if local else remote_settings(base_url, team, need_key=not dry_run)
@@ -173,7 +170,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     reports = []
     try:
-        with destination(local, db, settings, team, to == TRACES) as (settings_used, target, local_db):
+        with destination(local, db, settings, team) as (settings_used, target, local_db):
             with PlatformClient(settings_used, timeout=timeout) as client:
                 if follow:
                     from prime_runs_spool.sync.follow import FollowOptions, Follower

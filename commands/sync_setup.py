@@ -66,11 +66,12 @@ def check_key(settings: Settings, timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def destination(local: bool, db: Path | None, settings: Settings | None, team: str | None,
-                traces: bool = False) -> Iterator[tuple[Settings, Destination, str | None]]:
-    """Settings and the destination identity; for ``--local``, a running embedded platform
-    (with its Prime Traces service on when ``traces``: ``--to traces``). ``settings``: the
-    remote platform's (:func:`remote_settings`), None with ``local``."""
+def destination(local: bool, db: Path | None, settings: Settings | None,
+                team: str | None) -> Iterator[tuple[Settings, Destination, str | None]]:
+    """Settings and the destination identity; for ``--local``, a running embedded platform,
+    its Prime Traces service on (a run whose state records traces there carries on there;
+    ``auto`` sends a new run to samples without asking, ``SyncOptions.auto_sink``).
+    ``settings``: the remote platform's (:func:`remote_settings`), None with ``local``."""
     from prime_runs_spool.errors import PlatformDatabaseError
     from prime_runs_spool.platform_api.settings import Secret, Settings
     from prime_runs_spool.sync.state import local_destination, remote_destination
@@ -91,7 +92,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None, team: s
         fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
     with contextlib.ExitStack() as stack:
         try:
-            platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=traces))
+            platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=True))
         except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
             fail_usage(f"--db: {exc}")
         local_settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,

@@ -52,7 +52,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.sync.console import exit_code
     from prime_runs_spool.sync.memory import return_large_blocks_promptly
-    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED, TRACES
+    from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
     from prime_runs_spool.sync.store_sync import sync_store
 
     paths = params["paths"]
@@ -80,7 +80,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     if follow:
         interrupt.uninstall()
     try:
-        with destination(params["local"], params["db"], settings, params["team"], params["to"] == TRACES) as (
+        with destination(params["local"], params["db"], settings, params["team"]) as (
                 settings_used, target, local_db):
             with PlatformClient(settings_used, timeout=params["timeout"]) as client:
 

@@ -235,9 +235,10 @@ def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_f
 
 
 @pytest.mark.slow
-def test_sync_local_with_traces_then_without_on_one_database_sends_no_samples(tmp_path: Path) -> None:
-    """``sync --local --db``: the embedded platform runs Prime Traces for ``--to traces`` only,
-    so the same database is synced with it on, then (the state lost) with it off."""
+def test_sync_local_to_traces_then_plain_on_one_database_sends_no_samples(tmp_path: Path) -> None:
+    """``sync --local --db --to traces``, then (the state lost) a plain ``--local``, whose
+    ``auto`` means samples for a run with no sink: the evaluation names traces, so it is
+    followed there, nothing sent as samples; ``--to samples`` is refused."""
     builder = build_run(tmp_path / "runs" / "run", "local-on-off", 4)
     db = tmp_path / "local.db"
 
@@ -248,9 +249,11 @@ def test_sync_local_with_traces_then_without_on_one_database_sends_no_samples(tm
 
     first = local("traces")
     assert first.returncode == 0, first.stdout + first.stderr
-    for to in ("auto", "samples"):
-        lose_state(builder)
-        refused(local(to), "went to traces on this destination")
+    lose_state(builder)
+    refused(local("samples"), "went to traces on this destination")
+    lose_state(builder)
+    report = synced(local("auto"))
+    assert (report["store"], report["pushed_now"], report["pushed_total"]) == ("traces", 0, 4), report
     with platform_process.running(db, "--token", TOKEN, "--traces") as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         (evaluation,) = evaluations_of(api, builder.run_id)

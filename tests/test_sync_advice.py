@@ -1,8 +1,8 @@
 """Every command a sink refusal suggests works where it was printed: run as printed (its
 options added to the refused command), it syncs the run rather than being refused the same way.
 
-The real ``prime-runs sync --local --db`` (the embedded platform runs Prime Traces only for
-``--to traces``, so there ``auto`` means samples), against one database."""
+The real ``prime-runs sync --local --db`` (there ``auto`` means samples for a run with no
+sink recorded, and follows the recorded one), against one database."""
 
 from __future__ import annotations
 
@@ -60,13 +60,14 @@ class Local:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("first", "refused_with"), [(("--to", "traces"), ()), ((), ("--to", "traces")),
-                                                     (("--replay", "--to", "traces"), ("--replay",))])
+@pytest.mark.parametrize(("first", "refused_with"), [(("--to", "traces"), ("--to", "samples")),
+                                                     ((), ("--to", "traces")),
+                                                     (("--replay", "--to", "traces"), ("--replay", "--to", "samples"))])
 def test_each_command_a_local_refusal_suggests_syncs_the_run(tmp_path: Path, first: tuple[str, ...],
                                                              refused_with: tuple[str, ...]) -> None:
-    """A run in traces synced with ``--local`` alone (auto: samples), a run in samples synced
-    with ``--local --to traces``, and a live run's unfinished replay in traces continued with
-    ``--local --replay``: refused (exit 1, one line), and each suggestion, run as printed,
+    """A run in traces synced with ``--local --to samples``, a run in samples synced with
+    ``--local --to traces``, and a live run's unfinished replay in traces continued with
+    ``--local --replay --to samples``: refused (exit 1, one line), and each suggestion, run as printed,
     exits 0 with the run synced (or live), a new evaluation where it says so."""
     builder = RunBuilder(tmp_path / "runs" / "run", "advice")
     builder.open_segment()

@@ -364,8 +364,8 @@ def test_a_first_sync_to_an_account_without_prime_traces_imports_neither_its_cli
 
 @pytest.mark.slow
 def test_sync_local_with_the_default_store_goes_to_samples_without_a_warning_per_run(tmp_path: Path) -> None:
-    """The embedded platform has no Prime Traces unless --to traces: auto means samples there,
-    not a probe and a fallback warning for every run."""
+    """Locally auto means samples for a run with no sink recorded: not a probe of the embedded
+    platform for every run (nor a fallback warning each)."""
     for n in range(2):
         build_run(tmp_path / "runs" / f"run-{n}", f"local-auto-{n}-{os.urandom(3).hex()}", 2)
     done = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "local.db"),

@@ -182,7 +182,7 @@ class RunSync:
                 return None
             self.protocol.state = state
             # --to naming the other sink is the pass's error to report
-            choice.recorded(state, self.options.to, self.options.auto_sink)
+            choice.recorded(state, self.options.to)
             if not self._up_to_date():
                 return None
         except (StateProblem, SpoolError, SampleTooLargeError, OSError):
@@ -228,7 +228,7 @@ class RunSync:
         self.protocol.state = state
         self.protocol.loaded()
         self._show()
-        choice.recorded(state, self.options.to, self.options.auto_sink)  # a run in one sink is never sent to another
+        choice.recorded(state, self.options.to)  # a run in one sink is never sent to another
         if not untrusted and self._up_to_date():
             self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
             return

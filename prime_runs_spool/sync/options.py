@@ -101,10 +101,10 @@ class SyncOptions:
     #: The sink episodes go to: TRACES, SAMPLES (or another registered sink) or AUTO. The
     #: library's default stays SAMPLES, as before there was a choice; the command line's is AUTO.
     to: str = SAMPLES
-    #: The sink ``auto`` stands for where the command decided it, not the account:
-    #: ``--local`` says samples (its embedded platform runs Prime Traces only for ``--to
-    #: traces``) and passes ``to`` as samples. None: ``auto`` as documented. A message
-    #: advises ``auto`` only where it would take the run to the sink it names.
+    #: The sink ``auto`` sends a run with no sink recorded to where the command decided it,
+    #: not the account: ``--local`` says samples (nothing to probe on this machine's own
+    #: platform). A run whose state records a sink follows it whatever this says (a later
+    #: plain ``--local`` carries on in traces). None: ``auto``'s probe and fallback.
     auto_sink: str | None = None
     #: Uncompressed bytes at which a traces batch closes (tests use smaller ones).
     traces_batch_bytes: int | None = None

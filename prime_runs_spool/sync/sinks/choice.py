@@ -1,10 +1,12 @@
 """Which sink a run's pass pushes to: the one place that decides (docs/sync.md, "Sinks").
 
-The sink the state records, else the one ``--to`` names, else ``auto``'s: the first of
+The sink the state records, else the one ``--to`` names, else ``auto``'s: the one the
+command fixed it to (``--local``: samples, :attr:`SyncOptions.auto_sink`), else the first of
 :data:`AUTO_ORDER` the account has (one cheap probe before the first batch), falling back
 to the next when it turns out unavailable before any of the run's batches was committed
 there. The choice is recorded in the state (``store``, a persisted key), so one run never
-ends up half in two sinks, and ``--to`` naming another sink than the recorded one is refused.
+ends up half in two sinks, ``--to`` naming another sink than the recorded one is refused,
+and ``auto`` (whatever the command fixed it to) follows the recorded one.
 It is made before the run's evaluation is created, whose metadata names it: a sync that finds
 the evaluation again with no state reads the sink there, even where that sink cannot be asked.
 """
@@ -32,30 +34,34 @@ def make(name: str, context: PassContext) -> Sink:
     return sink
 
 
-def recorded(state: SyncState, asked: str, auto_sink: str | None = None) -> str | None:
+def recorded(state: SyncState, asked: str) -> str | None:
     """The sink the state says this run uses (one from before the choice was recorded is
     read from what it pushed); SyncError when ``asked`` (``--to``) names another, checked
-    first thing, so even a finished run says so rather than "up to date". ``auto_sink``:
-    the options' (what ``auto`` stands for here, for the advice)."""
+    first thing, so even a finished run says so rather than "up to date"."""
     name = state.store
     if name is None:
         name = next((n for n in known() if sink_class(n).used_by(state)), None)
-    _refuse_other(state, name, asked, auto_sink)
+    _refuse_other(state, name, asked)
     return name
 
 
-def _refuse_other(state: SyncState, name: str | None, asked: str, auto_sink: str | None) -> None:
+def _refuse_other(state: SyncState, name: str | None, asked: str) -> None:
     if name is not None and asked != AUTO and asked != name:
         raise SyncError(f"this run's episodes went to {name} on this destination, not {asked}; "
-                        f"sync it with {_to(name, auto_sink)}, or with {replay_option(state.replay_id)} "
+                        f"sync it with {_to(name)}, or with {replay_option(state.replay_id)} "
                         "as a new evaluation")
 
 
-def _to(name: str, auto_sink: str | None) -> str:
-    """``--to NAME`` as advice, with ``(or auto)`` where ``auto`` takes the run there too: not
-    where the command fixed ``auto`` to another sink (``--local``: samples), whose ``auto``
-    would be refused the same way."""
-    return f"--to {name} (or auto)" if auto_sink in (None, name) else f"--to {name}"
+def _to(name: str) -> str:
+    """``--to NAME`` as advice: ``auto`` takes the run there too, as it follows the record
+    (and for a run with none, goes there as its first choice or its fallback)."""
+    return f"--to {name} (or auto)"
+
+
+def _unprobed(asked: str, auto_sink: str | None) -> str | None:
+    """The sink a run with none recorded goes to without asking the account: the one
+    ``--to`` names, or the one the command fixed ``auto`` to; None: ``auto``'s probe decides."""
+    return auto_sink if asked == AUTO else asked
 
 
 def pushed_total(state: SyncState) -> int:
@@ -69,7 +75,7 @@ def for_dry_run(state: SyncState, asked: str, auto_sink: str | None = None) -> t
     """The sink a dry run counts for, and the one its report names: the recorded or asked
     one; for ``auto`` undecided, the last of its order (a dry run asks the platform nothing,
     not even the probe), named as undecided."""
-    name = recorded(state, asked, auto_sink) or (None if asked == AUTO else asked)
+    name = recorded(state, asked) or _unprobed(asked, auto_sink)
     return name or AUTO_ORDER[-1], name
 
 
@@ -79,7 +85,7 @@ def for_create(context: PassContext) -> str:
     available one. So ``auto``'s probe is asked before the create, not after it, and its
     answer is kept for the push: the run costs the same requests."""
     options = context.options
-    name = recorded(context.state, options.to, options.auto_sink) or (None if options.to == AUTO else options.to)
+    name = recorded(context.state, options.to) or _unprobed(options.to, options.auto_sink)
     if name is not None:
         return name
     return next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
@@ -100,7 +106,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
     ``adopted``: the evaluation was found on the platform; ``other_copy_sink``: the sink
     another copy of the spool last sent the run's episodes to (sync/copies.py)."""
     state, asked, report, auto_sink = context.state, context.options.to, context.report, context.options.auto_sink
-    name = recorded(state, asked, auto_sink)
+    name = recorded(state, asked)
     if name is None and adopted:
         # Found again with no state naming its sink: the sink the evaluation names; for one
         # that names none (created before sinks were recorded there), the other copy's sink,
@@ -111,8 +117,8 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         if name is not None:
             state.store, state.sink_from_platform = name, True
             context.protocol.note()
-        _refuse_other(state, name, asked, auto_sink)
-    chosen = name or (None if asked == AUTO else asked)
+        _refuse_other(state, name, asked)
+    chosen = name or _unprobed(asked, auto_sink)
     if chosen is not None and state.store != chosen:
         state.store = chosen
         context.protocol.note()  # written before anything is sent to it (protocol.note)
@@ -140,7 +146,7 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         following = AUTO_ORDER[AUTO_ORDER.index(sink.name) + 1:] if sink.name in AUTO_ORDER else ()
         if asked != AUTO or not following:
             context.protocol.save()
-            advice = f"sync it with {_to(following[0], auto_sink)}" if following else "sync it with --to auto"
+            advice = f"sync it with {_to(following[0])}" if following else "sync it with --to auto"
             raise SyncError(f"{exc}; nothing of this run was sent there: {advice}") from None
         fallback = make(following[0], context)
         state.store = fallback.name
