@@ -17,8 +17,8 @@ from .import_ import nothing_found_message, quiet_library_warnings
 from .options import StateDirPath, allow_empty_option
 from .output import SkippedLinks, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports, waiting_imports
-from .sync_setup import (check_key, destination, exit_interrupted, progress_for, remote_settings, stop_on_signals,
-                         stopped_following_line, sync_options)
+from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, progress_for, remote_settings,
+                         stop_on_signals, stopped_following_line, sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
@@ -195,7 +195,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                             and imports_seen is not None and imports_seen.failed):
                         code = EXIT_RUN_FAILED  # as a one-shot sync whose import failed
                     if follower.stop.is_set():
-                        click.echo(stopped_following_line(follower.runs.values()), err=True)
+                        carry_on = carry_on_command(given, target, params)
+                        click.echo(stopped_following_line(follower.runs.values(), carry_on), err=True)
                     sys.exit(code)
                 reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update, stop=interrupt, first_pass=check_key_once,

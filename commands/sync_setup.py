@@ -138,14 +138,26 @@ def stop_on_signals() -> Interrupt:
     return interrupt
 
 
-def stopped_following_line(runs: Iterable[Any]) -> str:
+def stopped_following_line(runs: Iterable[Any], carry_on: str) -> str:
     """After ``--follow`` is stopped by a signal (exit 0): how many runs it found were
     finished and how many were not (a live writer, a platform that failed): it had ended
-    without a word, whatever it left behind."""
+    without a word, whatever it left behind. ``carry_on``: :func:`carry_on_command`."""
     runs = list(runs)
     finished = sum(1 for run in runs if run.done)
     return (f"{MESSAGE_PREFIX}stopped following: {count(finished, 'run')} finished, {len(runs) - finished} not yet; "
-            "the state is saved, run prime-runs sync again (or with --follow) to carry on")
+            f"the state is saved, carry on with (or add --follow): {carry_on}")
+
+
+def carry_on_command(paths: Iterable[Path], target: Destination, params: dict[str, Any]) -> str:
+    """The ``prime-runs sync`` that carries on where this one went, pasted: its paths, its
+    destination and sink (sync/state.py, ``sync_command``), and the options that say where
+    its states are and what it reads (``--state-dir``, ``--no-import``, ``--skip-corrupt``)."""
+    from prime_runs_spool.sync.state import sync_command
+
+    more = [*(["--state-dir", str(params["state_dir"])] if params.get("state_dir") else []),
+            *(["--no-import"] if params.get("no_import") else []),
+            *(["--skip-corrupt"] if params.get("skip_corrupt") else [])]
+    return sync_command([str(p) for p in paths], target, params["to"], *more)
 
 
 def exit_interrupted(reports: list[Any]) -> None:

@@ -5,8 +5,10 @@ import, resume, mirror and ``chmod`` commands for a folder with a space or a quo
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from fixtures.fake_chat_server import FakeChatServer
 from fixtures.vf_launch import launch_file_text
 from support.env import CLI, VF040, child_env
+from support.runs import RunBuilder
 from support.vf_eval import KEY_VAR, eval_cmd, eval_env
 
 ODD = "out dir/it's ü"
@@ -74,3 +77,33 @@ def test_the_sync_command_the_viewer_shows_for_a_run_never_synced_runs_as_printe
     synced = _run_as_pasted(shown.pop() + f" --local --db {shlex.quote(str(tmp_path / 'local.db'))}", tmp_path,
                             child_env())
     assert synced.returncode == 0 and synced.stdout.startswith("synced "), synced.stdout + synced.stderr
+
+
+@pytest.mark.slow
+def test_the_command_a_stopped_follower_prints_carries_on_where_it_synced(tmp_path: Path) -> None:
+    """``sync --follow --local --db DB --to traces`` stopped by SIGINT with a run live: the
+    command its last line hands on, pasted, syncs the rest of the run into the same database
+    and sink. It said ``run prime-runs sync again``, which pasted went to the default platform
+    (no key: exit 2), not to the database the follower wrote."""
+    builder = RunBuilder(tmp_path / ODD / "run", "follow-paste")
+    builder.open_segment()
+    builder.add(2)
+    env = child_env(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    follow = subprocess.Popen(CLI + ["sync", ODD, "--follow", "--local", "--db", str(tmp_path / "a db.db"),
+                                     "--to", "traces", "--state-dir", str(tmp_path / "state")],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert follow.stdout is not None
+    for line in follow.stdout:
+        if line.startswith("live "):
+            break
+    follow.send_signal(signal.SIGINT)
+    _, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    last = err.strip().splitlines()[-1]
+    command = last[last.index("prime-runs sync "):]
+    builder.add(1)
+    builder.seal()
+    synced = _run_as_pasted(command + " --json", tmp_path, env)
+    assert synced.returncode == 0, (command, synced.stderr)
+    (report,) = json.loads(synced.stdout)["runs"]
+    assert (report["state"], report["store"], report["pushed_total"]) == ("synced", "traces", 3), (command, report)

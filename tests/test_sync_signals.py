@@ -173,7 +173,8 @@ def test_a_stopped_follower_says_what_it_left_unfinished(tmp_path: Path, server)
         assert proc.returncode == 0, err
         assert err.strip().splitlines()[-1] == (
             f"prime-runs: stopped following: {finished} run{'' if finished == 1 else 's'} finished, "
-            f"{1 - finished} not yet; the state is saved, run prime-runs sync again (or with --follow) to carry on"), err
+            f"{1 - finished} not yet; the state is saved, carry on with (or add --follow): "
+            f"prime-runs sync {tmp_path / place} --base-url {base_url}"), err
 
 
 class SlowThirdPush(FaultProxy):

@@ -19,6 +19,7 @@ import shlex
 import stat
 import time
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -361,13 +362,14 @@ def local_destination(db_path: Path, team_id: str | None) -> Destination:
                        team_id=team_id)
 
 
-def sync_command(path: str, destination: Destination | None, sink: str | None, *more: str) -> str:
-    """The ``prime-runs sync`` of ``path`` a message suggests, shell-quoted, with ``more``
-    options: it carries the options that send the run to ``destination`` and ``sink``
-    (None or ``auto``: none), so that, pasted, it goes where the sync that printed it went,
-    not to the default platform. ``destination`` None: a run never synced, for the user's own."""
+def sync_command(path: str | Sequence[str], destination: Destination | None, sink: str | None, *more: str) -> str:
+    """The ``prime-runs sync`` of ``path`` (or of several) a message suggests, shell-quoted,
+    with ``more`` options: it carries the options that send the run to ``destination`` and
+    ``sink`` (None or ``auto``: none), so that, pasted, it goes where the sync that printed it
+    went, not to the default platform. ``destination`` None: a run never synced, for the user's own."""
     where = [] if destination is None else destination_options(destination, sink)
-    return shlex.join(["prime-runs", "sync", path, *where, *more])
+    paths = [path] if isinstance(path, str) else list(path)
+    return shlex.join(["prime-runs", "sync", *paths, *where, *more])
 
 
 def destination_options(destination: Destination, sink: str | None) -> list[str]:
