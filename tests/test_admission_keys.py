@@ -1,5 +1,6 @@
 """The rollout key admission reads in the shape check's pass is ``rollout_key``'s, for every
-episode the check accepts, and the rollout numbers a run writes count by it."""
+episode the check accepts, and the rollout numbers a run writes count by it; the nodes it
+counts there are the most one trace holds, which bound its rows (``check_sendable``)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ tasks = st.one_of(st.none(), st.just({}), st.fixed_dictionaries({}, optional={"d
 traces = st.lists(st.fixed_dictionaries({}, optional={
     "agent": agents, "task": tasks,
     # a field of another kind sends the check down its field-by-field path
-    "nodes": st.one_of(st.none(), st.just([]), st.just(())),
+    "nodes": st.one_of(st.none(), st.just([]), st.just(()), st.lists(st.just({}), max_size=3),
+                       st.lists(st.just({}), max_size=3).map(tuple)),
 }), max_size=4)
 episodes = st.fixed_dictionaries({"id": st.just("e")}, optional={"traces": st.one_of(st.none(), traces, traces.map(tuple))})
 
@@ -43,13 +45,15 @@ episodes = st.fixed_dictionaries({"id": st.just("e")}, optional={"traces": st.on
 @example({"id": "e", "traces": []})
 def test_the_key_read_with_the_shape_is_rollout_keys(episode: dict[str, Any]) -> None:
     try:
-        carries, key = check_episode_keyed(episode)
+        carries, key, most_nodes = check_episode_keyed(episode)
     except MalformedEpisodeError:
         return
     assert carries == check_episode(episode)
     expected = rollout_key(episode)
     assert (key is NO_ROW) == (expected is NO_ROW)
     assert repr(key) == repr(expected)
+    # what check_sendable counted in a loop of its own before
+    assert most_nodes == max((len(trace.get("nodes") or ()) for trace in episode.get("traces") or ()), default=0)
 
 
 def test_a_run_numbers_its_episodes_by_the_summary_traces_idx(tmp_path: Path) -> None:

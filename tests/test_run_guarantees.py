@@ -180,6 +180,39 @@ def test_an_episode_no_request_can_carry_is_refused_at_append(tmp_path: Path) ->
     assert [meta["episode_id"] for meta in episode_metas(tmp_path)] == ["small", "splits"]
 
 
+def _star_episode(episode_id: str, leaves: int, message_bytes: int) -> dict[str, Any]:
+    """A small line whose second trace's row is over the request limit: its first node's
+    message is repeated in each of ``leaves`` branches (one per root-to-leaf path). That
+    trace is the trainable one, so the episode's one row is built from it."""
+    episode = small_episode(episode_id, traces=[small_trace(0, trainable=False), small_trace(0, trace_id="u")])
+    episode["traces"][0]["nodes"] = [{"message": {"role": "user", "content": "q"}}]
+    episode["traces"][1]["nodes"] = [{"message": {"role": "user", "content": "y" * message_bytes}}] + [
+        {"parent": 0, "message": {"role": "assistant", "content": "a"}} for _ in range(leaves)]
+    return episode
+
+
+@pytest.mark.parametrize("headers", [None, {"Authorization": "Bearer SECRETSTAR"}], ids=["plain", "masked"])
+def test_an_episode_whose_branches_pass_the_limit_is_refused_by_its_nodes(tmp_path: Path, headers: Any) -> None:
+    """The size a row may reach is bounded by the line's size and the most nodes one trace
+    holds, counted in the shape check's pass: an episode of about 150 KB is measured, and
+    refused, because its second trace has 200 branches (its rows over 25 MiB); with 20 it is
+    accepted. Masked for writing (a config to mask, its memo warmed) it is refused alike."""
+    run = basic_run(tmp_path)
+    if headers:
+        warm = [small_episode(f"warm-{n}", headers=headers) for n in range(2)]
+        assert run.log_episodes(warm) == 2
+    huge = _star_episode("star", 200, MAX_REQUEST_BYTES // 180)
+    if headers:
+        for trace in huge["traces"]:
+            trace["agent"]["config"]["client"]["headers"] = dict(headers)
+    assert len(json.dumps(huge)) < MAX_REQUEST_BYTES // 100
+    with pytest.raises(EpisodeTooLargeError, match=r"episode star .*trace u"):
+        run.log_episodes([huge])
+    assert run.log_episodes([_star_episode("fits", 20, MAX_REQUEST_BYTES // 180)]) == 1
+    finish_within(run, 10)
+    assert [meta["episode_id"] for meta in episode_metas(tmp_path)][-1:] == ["fits"]
+
+
 # -- episodes masked for writing: what cannot be written, or must be measured ---------------
 
 

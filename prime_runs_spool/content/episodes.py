@@ -222,10 +222,10 @@ def check_episode(record: Mapping[str, Any]) -> bool:
     return check_episode_keyed(record)[0]
 
 
-def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
+def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any, int]:
     """Raise :class:`MalformedEpisodeError` unless ``record`` has the shape the run summary,
-    the rollout numbering and the v0 rows read; return whether it may hold error text, and
-    its :func:`rollout_key`.
+    the rollout numbering and the v0 rows read; return whether it may hold error text, its
+    :func:`rollout_key`, and the most nodes one of its traces holds.
 
     Only the fields those read are checked, and only their kind (a mapping where a mapping
     is read, a list where a list is read): everything else in an episode is free-form. Run
@@ -242,18 +242,21 @@ def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
     messages (content/error_scrub.py) walks an ``ok`` episode only where it is true.
 
     The rollout key is read in the same pass, from the fields the check reads anyway (a pass
-    of its own cost about 3.8k instructions an append).
+    of its own cost about 3.8k instructions an append), and so are the nodes a trace holds at
+    most, which bound the size of its rows (platform_api/v0.py ``check_sendable``: a pass of
+    its own there cost about 3.6k).
     """
     episode_id = record.get("id")
     traces = record.get("traces")
     carries = bool(record.get("errors"))
     if traces is None:
-        return carries, NO_ROW
+        return carries, NO_ROW, 0
     if type(traces) is not list and not isinstance(traces, (list, tuple)):
         _malformed(episode_id, "traces", "a list of traces", traces)
     # rollout_key's choice: the first trainable trace's idx, else the first trace's
     key: Any = NO_ROW
     keyed = False  # a trainable trace's idx is the key
+    most_nodes = 0
     # Exact dict and list first: an ABC check costs more than the rest of a field's check.
     for i, trace in enumerate(traces):
         if type(trace) is not dict:
@@ -266,11 +269,12 @@ def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
         # order, by _check_kinds. Keep the names in step with _TRACE_MAPPINGS and _TRACE_LISTS.
         if not (type(task := get("task")) in _DICT_OR_NONE and type(agent := get("agent")) in _DICT_OR_NONE
                 and type(get("rewards")) in _DICT_OR_NONE and type(get("metrics")) in _DICT_OR_NONE
-                and type(get("info")) in _DICT_OR_NONE and type(get("nodes")) in _LIST_OR_NONE
+                and type(get("info")) in _DICT_OR_NONE and type(nodes := get("nodes")) in _LIST_OR_NONE
                 and type(calls := get("calls")) in _LIST_OR_NONE and type(errors := get("errors")) in _LIST_OR_NONE
                 and type(get("tools")) in _LIST_OR_NONE):
             _check_kinds(episode_id, i, get)
-            agent = get("agent")  # the condition may have stopped before reading it
+            agent = get("agent")  # the condition may have stopped before reading them
+            nodes = get("nodes")
             carries = True  # a list of another type: the walk decides
         elif not carries:  # calls and errors: each a list or None
             if errors:
@@ -280,6 +284,8 @@ def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
                     if type(call) is not dict or call.get("error"):
                         carries = True
                         break
+        if nodes and len(nodes) > most_nodes:
+            most_nodes = len(nodes)
         data = (task or {}).get("data")
         if data is not None:
             if type(data) is not dict and not isinstance(data, Mapping):
@@ -310,7 +316,7 @@ def check_episode_keyed(record: Mapping[str, Any]) -> tuple[bool, Any]:
                     number = reward.get(part)
                     if number is not None and type(number) is not float and not isinstance(number, _NUMBER_TYPES):
                         _malformed(episode_id, f"traces[{i}].rewards.{name}.{part}", "a number or null", number)
-    return carries, key
+    return carries, key, most_nodes
 
 
 #: The fields of a trace that are read as mappings, and what each holds (for the message).

@@ -182,7 +182,8 @@ _LARGEST_ROLLOUT_NUMBER = 10**12
 _ROW_OVERHEAD_BYTES = 64 * 1024
 
 
-def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES,
+                   most_nodes: int | None = None) -> None:
     """Raise :class:`SampleTooLargeError` if one of ``record``'s rows could never be sent.
 
     For the runner, which refuses such an episode at append rather than let it block its
@@ -192,12 +193,18 @@ def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request
     prints them. An episode whose ``serialized_bytes`` cannot reach the limit that way is
     accepted without building a row (the common case: it costs nothing); a larger one is
     projected exactly as sync will project it.
+
+    ``most_nodes``: the most nodes one trace of ``record`` holds, where the caller counted
+    them already (the runner, in the shape check's pass: content/episodes.py
+    ``check_episode_keyed``); else they are counted here.
     """
-    nodes = 0  # the most nodes of one trace (a loop: max() of a generator costs more than the check)
-    for trace in record.get("traces") or ():
-        count = len(trace.get("nodes") or ())
-        if count > nodes:
-            nodes = count
+    nodes = most_nodes
+    if nodes is None:
+        nodes = 0  # a loop: max() of a generator costs more than the check
+        for trace in record.get("traces") or ():
+            count = len(trace.get("nodes") or ())
+            if count > nodes:
+                nodes = count
     if 2 * serialized_bytes * (3 + nodes) + _ROW_OVERHEAD_BYTES <= max_request_bytes:
         return
     project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,

@@ -77,8 +77,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # own str() can give) must be refused here, before anything of the call is taken.
         serialize(episode_id, partial(_episode_id_name, episode_id))
     # The shape the summary, the numbering and the rows read; whether it may hold error
-    # text; and what its rollout number counts by
-    carries_error_text, key = check_episode_keyed(record)
+    # text; what its rollout number counts by; and the most nodes a trace holds
+    carries_error_text, key, most_nodes = check_episode_keyed(record)
     unmasked = record
     # Where the rules mask only inside trace configs, which nothing below reads, their
     # memoized masked serializations go into the line as they are (content/masking.py), and
@@ -111,7 +111,10 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}),
                         partial(_episode_name, episode_id))
     try:
-        check_sendable(record, size)
+        # Masked for writing, the record holds the lists the shape check counted (only trace
+        # configs are masked; clearing error text keeps a list's length); masked plainly, the
+        # rules may name anything: counted again, as written.
+        check_sendable(record, size, most_nodes=most_nodes if fragments else None)
     except Exception as exc:
         if fragments:  # the rows of a large episode are measured as the platform will, without fragments
             return prepare_episode(unmasked, rules, episode_id, plain=True)
