@@ -351,3 +351,53 @@ def test_the_live_summary_is_the_spools_for_any_floats_and_after_a_resume(
     assert repr(sealed) == repr(_spool_summary(run_dir))
     # the seal holds it as JSON does: a mean whose finite values' sum overflowed (to ±inf) as null
     assert _sealed_summary(run_dir) == orjson.loads(orjson.dumps(sealed))
+
+
+# -- the one-pass count: add() is add_reading(read_episode()) exactly ------------------------
+
+_plain_float = st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=True)
+# mostly what verifiers writes (every key there, finite floats, bools); now and then anything
+# the two-pass reading must take over from: a key missing, an int, a NaN, a huge value
+_one_pass_number = st.one_of(_plain_float, _plain_float, st.none(), _odd_number, st.sampled_from([1.5e308, -0.0]))
+_one_pass_reward = st.one_of(
+    st.fixed_dictionaries({"score": _one_pass_number, "weight": st.one_of(st.none(), _plain_float, _any_float)}),
+    st.fixed_dictionaries({}, optional={"score": _one_pass_number, "weight": _plain_float}),
+    st.none())
+_one_pass_traces = st.lists(st.one_of(
+    st.fixed_dictionaries({
+        "agent": st.fixed_dictionaries({"trainable": st.one_of(st.booleans(), st.booleans(), _any_float, st.none())}),
+        "rewards": st.dictionaries(_names, _one_pass_reward, max_size=3),
+        "metrics": st.dictionaries(st.sampled_from(["a", "b", "m", "n"]), _one_pass_number, max_size=3),
+    }),
+    st.fixed_dictionaries({}, optional={"agent": st.one_of(st.none(), st.just({}), st.just({"trainable": True})),
+                                        "rewards": st.one_of(st.none(), st.dictionaries(_names, _one_pass_reward)),
+                                        "metrics": st.one_of(st.none(), st.dictionaries(_names, _one_pass_number))}),
+), max_size=3)
+_one_pass_episodes = st.lists(st.fixed_dictionaries({"ok": st.one_of(st.booleans(), st.none())},
+                                                    optional={"traces": _one_pass_traces}), max_size=6)
+
+
+def _state(accumulator: SummaryAccumulator) -> str:
+    """Everything an accumulator holds, both populations with their names' order: exactly."""
+    return repr((vars(accumulator._trainable), vars(accumulator._others), accumulator.counts,
+                 accumulator._errors, accumulator._trainable_traces, accumulator.result()))
+
+
+@pytest.mark.slow
+@settings(max_examples=500, deadline=None)
+@given(_one_pass_episodes, st.booleans())
+@example([{"ok": True, "traces": [_scored(False, {"a": (0.5, None)}, {"m": 1.0}),  # read, then not averaged
+                                  _scored(True, {"m": (0.25, 2.0), "b": (None, 1.0)}, {"m": 0.75, "b": 2.0}),
+                                  _scored(False, {"a": (nan, None)})]}], True)
+@example([{"ok": True, "traces": [_scored(True, {"a": (1.5e308, 1.0), "b": (1.5e308, 1.0)})]}], False)  # sum overflows
+@example([{"ok": True, "traces": [_scored(True, {"a": (1.0, 2.0)}, {"m": 1.5e308, "n": 1.5e308})]}], True)
+def test_the_one_pass_count_is_the_reading_added(episodes: list[dict[str, Any]], as_written: bool) -> None:
+    """A run counts each episode under its lock in one pass (``add``, runner/run.py): the
+    sums, the counts and the order of the means' names are those of the reading added, as
+    written (a run's) or as in memory (compute_summary's)."""
+    one_pass, two_pass = SummaryAccumulator(), SummaryAccumulator()
+    for episode in episodes:
+        written = orjson.dumps(episode) if as_written else None
+        one_pass.add(episode, written)
+        two_pass.add_reading(read_episode(episode, written))
+        assert _state(one_pass) == _state(two_pass)

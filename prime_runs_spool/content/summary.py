@@ -216,8 +216,106 @@ class SummaryAccumulator:
         self._trainable_traces = 0
         self._traces = 0
 
-    def add(self, episode: Mapping[str, Any]) -> None:
-        self.add_reading(read_episode(episode))
+    def add(self, episode: Mapping[str, Any], written: bytes | None = None) -> None:
+        """Count ``episode``: exactly ``add_reading(read_episode(episode, written))``, read
+        and added in one pass where every value it reads is plain (exact dicts holding the
+        keys verifiers writes, bools and finite floats), so a run can count it under its lock
+        for about what the reading alone cost (docs/benchmarks.md). Anything else (a key
+        missing, a NaN, an int, a mapping of another type) is met before anything is added
+        and read the two-pass way, so the result and the order of the means' names never
+        differ, and an error leaves the sums as they were."""
+        traces = episode.get("traces") or ()
+        # First the traces averaged, each checked plain, its reward summed: nothing added yet.
+        # Exact dicts only, read by subscript (a missing key is a KeyError: the two-pass way).
+        counted = []  # (reward, rewards, metrics) of each trace averaged
+        trainables = 0
+        spread = 0.0  # the sum of the metrics read: finite only if each of them is
+        try:
+            for trace in traces:
+                if type(trace) is not dict or type(agent := trace["agent"]) is not dict:
+                    return self.add_reading(read_episode(episode, written))
+                trainable = agent["trainable"]
+                if trainable is True:
+                    if not trainables:  # the traces read until now are not trainable: not averaged
+                        counted = []
+                    trainables += 1
+                elif trainable is not False:  # not a bool: read_episode's to read
+                    return self.add_reading(read_episode(episode, written))
+                elif trainables:
+                    continue  # a trainable trace came first: this one is not averaged
+                rewards = trace["rewards"]
+                metrics = trace["metrics"]
+                if type(rewards) is not dict or type(metrics) is not dict:
+                    return self.add_reading(read_episode(episode, written))
+                total: Any = 0  # content.episodes.reward_and_scores's sum: its operations, in its order
+                for entry in rewards.values():
+                    if type(entry) is not dict:
+                        if entry is None:
+                            continue
+                        return self.add_reading(read_episode(episode, written))
+                    score = entry["score"]
+                    if score is None:
+                        continue
+                    weight = entry["weight"]
+                    if type(score) is not float or (weight is not None and type(weight) is not float):
+                        return self.add_reading(read_episode(episode, written))
+                    total += score * (1.0 if weight is None else weight)
+                # A NaN or an infinity among the scores and weights makes the sum one (inf * 0
+                # and inf - inf are NaN): one check for all of them, and for a sum that overflows.
+                if total - total != 0.0:
+                    return self.add_reading(read_episode(episode, written))
+                for value in metrics.values():
+                    if type(value) is not float:
+                        if value is None:
+                            continue
+                        return self.add_reading(read_episode(episode, written))
+                    spread += value  # likewise: finite only if every metric is
+                counted.append((total if type(total) is float else 0.0, rewards, metrics))
+        except KeyError:
+            return self.add_reading(read_episode(episode, written))
+        if spread - spread != 0.0:
+            return self.add_reading(read_episode(episode, written))
+        # Then the additions, as add_reading makes them (nothing here can raise).
+        self._episodes += 1
+        self._errors += episode.get("ok") is not True
+        self._traces += len(traces)
+        if trainables:
+            self._trainable_traces += trainables
+            means = self._trainable
+        elif self._trainable_traces:
+            return None  # the others are averaged only in a run with no trainable trace (result)
+        else:
+            means = self._others
+        by_name = means.metrics_by_name
+        for reward, rewards, metrics in counted:
+            means.reward_sum += reward
+            means.reward_count += 1
+            # Each reward's score by name, or the metric of its name in its place; then each
+            # metric no reward's score stood for: read_episode's order.
+            for name, entry in rewards.items():
+                if entry is None or (number := entry["score"]) is None:
+                    continue
+                if name in metrics and (value := metrics[name]) is not None:
+                    number = value
+                try:
+                    sums = by_name[name]
+                except KeyError:  # once a name a run (an exception costs nothing until raised)
+                    by_name[name] = [0.0 + number, 1]  # as a sum from 0.0: -0.0 becomes 0.0
+                    continue
+                sums[0] += number
+                sums[1] += 1
+            for name, number in metrics.items():
+                if number is None or (name in rewards and (entry := rewards[name]) is not None
+                                      and entry["score"] is not None):
+                    continue  # counted in the reward's place
+                try:
+                    sums = by_name[name]
+                except KeyError:
+                    by_name[name] = [0.0 + number, 1]
+                    continue
+                sums[0] += number
+                sums[1] += 1
+        return None
 
     @property
     def counts(self) -> tuple[int, int]:

@@ -41,12 +41,14 @@ class Prepared(NamedTuple):
     #: What its rollout number counts by (content/episodes.py ``rollout_key``).
     rollout_key: Any
     #: What the summary counts of it as written (content/summary.py ``read_episode``), or the error
-    #: reading it raised: the episode is recorded all the same, and the error logged.
-    reading: EpisodeReading | Exception
+    #: reading it raised: the episode is recorded all the same, and the error logged. None where
+    #: the run reads it under its lock once it is durable (``SummaryAccumulator.add``, one pass):
+    #: a caller that waits for its append, so nothing can change the record before then.
+    reading: EpisodeReading | Exception | None
 
 
 def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None, *,
-                    plain: bool | None = None) -> Prepared:
+                    plain: bool | None = None, read: bool = True) -> Prepared:
     """``episode`` as it will be written, or the error that says why it cannot be.
 
     ``peeked_id``: the id the caller already read of a plain-dict ``episode`` (its
@@ -54,6 +56,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     with ``mask_for_writing``'s fragments (for an episode that cannot be written, or whose
     rows are measured, as it is); ``None``: plain only where the rules mask outside trace
     configs (:func:`masks_plainly`, which a caller may ask once for all its episodes).
+    ``read``: the summary's reading made here (an async caller, whose task may go on before
+    its episodes are counted); else ``reading`` is None.
 
     An episode without the shape its summary and rows are computed from is a
     :class:`MalformedEpisodeError` naming the field (content/episodes.py). A circular reference or nesting deeper than JSON holds is a
@@ -93,7 +97,7 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         payload = prepare(record, EPISODE)
     except (RecordNotSerializableError, RecordTooLargeError):
         if fragments:  # what cannot be written is named as the plain masked record has it
-            return prepare_episode(unmasked, rules, episode_id, plain=True)
+            return prepare_episode(unmasked, rules, episode_id, plain=True, read=read)
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
@@ -117,12 +121,14 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         check_sendable(record, size, most_nodes=most_nodes if fragments else None)
     except Exception as exc:
         if fragments:  # the rows of a large episode are measured as the platform will, without fragments
-            return prepare_episode(unmasked, rules, episode_id, plain=True)
+            return prepare_episode(unmasked, rules, episode_id, plain=True, read=read)
         _not_sendable(episode_id, exc)
-    try:
-        reading: EpisodeReading | Exception = read_episode(record, payload.data)
-    except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
-        reading = exc
+    reading: EpisodeReading | Exception | None = None
+    if read:
+        try:
+            reading = read_episode(record, payload.data)
+        except Exception as exc:  # check_episode keeps it from happening; Run._settle logs it
+            reading = exc
     # tuple.__new__: a named tuple's own __new__ is Python code, this is one C call
     return _new_tuple(Prepared, (record, payload, episode_id, key if fragments else rollout_key(record), reading))
 

@@ -299,7 +299,7 @@ class Run:
             if episode_id is not None and episode_id in seen:
                 skipped += 1
                 continue
-            prepared.append(prepare_episode(episode, rules, episode_id, plain=plain))
+            prepared.append(prepare_episode(episode, rules, episode_id, plain=plain, read=is_async))
 
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
@@ -358,19 +358,21 @@ class Run:
         try:
             if durable:
                 self._logged += len(records)
-                add_reading = state.summary.add_reading
+                summary = state.summary
                 for record in records:
-                    # Recorded whatever happens here, so a failure (reading it, before;
-                    # counting it, here) is logged, never raised (check_episode keeps it
-                    # from happening).
-                    _record, _payload, _id, _key, reading = record  # unpacked: no attribute lookup
-                    if type(reading) is tuple:
-                        try:
-                            add_reading(reading)
-                        except Exception as exc:
-                            self._summary_failed(record, exc)
-                    else:  # the error reading it raised
-                        self._summary_failed(record, reading)
+                    # Recorded whatever happens here, so a failure (reading it, before or
+                    # here; counting it, here) is logged, never raised (check_episode keeps
+                    # it from happening), and counts nothing of the episode.
+                    masked, payload, _id, _key, reading = record  # unpacked: no attribute lookup
+                    try:
+                        if reading is None:  # a caller that waited: read and counted in one pass
+                            summary.add(masked, payload.data)
+                        elif type(reading) is tuple:
+                            summary.add_reading(reading)
+                        else:  # the error reading it raised
+                            self._summary_failed(record, reading)
+                    except Exception as exc:
+                        self._summary_failed(record, exc)
             else:
                 # Not durable: a retry of these episodes must not be taken for a duplicate
                 # and silently skipped; it has to meet the writer's error again.
