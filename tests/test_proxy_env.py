@@ -135,3 +135,30 @@ def test_a_proxy_the_sync_cannot_use_is_a_usage_error(tmp_path, value):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"ALL_PROXY={value}: not a proxy this sync can use" in result.stderr
+
+
+def test_the_environment_is_read_once_for_each_url_of_a_destination(tmp_path, monkeypatch):
+    """The settings find the proxy of each URL the sync sends to (the platform, Prime Traces
+    elsewhere) once; the platform's client and its Prime Traces client take it from them.
+    Each read the environment again: four reads for these two URLs, three for one."""
+    import urllib.request
+
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.proxy import Proxy
+    from prime_runs_spool.platform_api.settings import load_settings
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "traces.test")
+    reads: list[None] = []
+    real = urllib.request.getproxies_environment
+    monkeypatch.setattr(urllib.request, "getproxies_environment", lambda: reads.append(None) or real())
+    settings = load_settings(env={"PRIME_API_KEY": "k", "PRIME_API_BASE_URL": "https://platform.test",
+                                  "PRIME_TRACES_URL": "https://traces.test"}, config_path=tmp_path / "none.json")
+    with PlatformClient(settings, timeout=5) as client:
+        client.traces()
+    assert len(reads) == 2, reads
+    assert (settings.proxy, settings.traces_proxy) == (Proxy("http://proxy.test:3128", "HTTPS_PROXY"), None)
+    assert "proxy.test" not in repr(settings)

@@ -290,13 +290,10 @@ class PlatformClient:
         self._traces_probe: TracesProbe | None = None
         #: Where every request's path is appended (``/api/v1``).
         self._api = settings.base_url + "/api/v1"
-        #: The proxy the environment names for the platform (None: straight to it); only for
-        #: the sync's own transport, as httpx reads it only for a client without one.
-        self._proxy: Proxy | None = None
-        if transport is None:
-            from prime_runs_spool.platform_api.proxy import proxy_for  # urllib.request: only where used
-
-            self._proxy = proxy_for(settings.base_url)
+        #: The proxy the environment names for the platform (None: straight to it), as the
+        #: settings found it; only for the sync's own transport, as httpx reads it only for a
+        #: client without one.
+        self._proxy: Proxy | None = settings.proxy if transport is None else None
 
     def _connection(self) -> httpx.Client:
         """An HTTP client no other request is using, made on first use (the module docstring
@@ -376,7 +373,8 @@ class PlatformClient:
 
                 self._traces = TracesUploader(self.settings.traces_base_url,
                                               self.settings.api_key.reveal() if self.settings.api_key else None,
-                                              self.settings.team_id, timeout=self._timeout)
+                                              self.settings.team_id, timeout=self._timeout,
+                                              proxy=self.settings.traces_proxy)
             return self._traces
 
     def _get(self, url: str, **options: Any) -> httpx.Response:

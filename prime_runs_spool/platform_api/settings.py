@@ -12,13 +12,13 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
-from prime_runs_spool.platform_api.proxy import proxy_for
+from prime_runs_spool.platform_api.proxy import Proxy, proxy_for
 
 DEFAULT_BASE_URL = "https://api.primeintellect.ai"
 DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
@@ -112,6 +112,19 @@ class Settings:
     #: ``traces_url`` in the config file). Production serves both on one domain, as does the
     #: local platform, so by default traces go where the evaluations go.
     traces_url: str | None = None
+    #: The proxy the environment names for ``base_url`` and for ``traces_base_url`` (None:
+    #: straight there; platform_api/proxy.py), found once, when the settings are made: an
+    #: unusable one is refused then (:func:`load_settings`: at once, before anything is
+    #: sent), and the platform's client and the Prime Traces client take it from here rather
+    #: than each reading the environment again. Not shown: a proxy URL may hold a password.
+    proxy: Proxy | None = field(init=False, repr=False, compare=False)
+    traces_proxy: Proxy | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        proxy = proxy_for(self.base_url)
+        object.__setattr__(self, "proxy", proxy)
+        object.__setattr__(self, "traces_proxy", proxy if self.traces_base_url == self.base_url
+                           else proxy_for(self.traces_base_url))
 
     @property
     def traces_base_url(self) -> str:
@@ -212,16 +225,13 @@ def load_settings(
     key = _header_safe_key(pick(None, ("PRIME_API_KEY",), "api_key"),
                            "PRIME_API_KEY" if env.get("PRIME_API_KEY") else f"api_key in {config_path}")
     chosen = pick(base_url, ("PRIME_API_BASE_URL", "PRIME_BASE_URL"), "base_url") or DEFAULT_BASE_URL
-    settings = Settings(
+    return Settings(  # its proxies found as it is made: one no request can go through said now, once
         base_url=normalize_base_url(chosen, _source_of(chosen, base_url, env, config_path)),
         api_key=Secret(key) if key else None,
         team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
         traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
-    for url in {settings.base_url, settings.traces_base_url}:
-        proxy_for(url)  # a proxy no request can go through: said now, once, not on every request
-    return settings
 
 
 def _header_safe_key(key: str | None, source: str) -> str | None:

@@ -32,7 +32,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
-from prime_runs_spool.platform_api.proxy import proxy_for
+from prime_runs_spool.platform_api.proxy import Proxy
 from prime_runs_spool.platform_api.settings import Secret
 
 #: A batch closes at this many uncompressed bytes (the library's default, under the
@@ -96,13 +96,15 @@ class TracesUploader:
     (the sync engine owns retries, as for every other request), failures classified."""
 
     def __init__(self, base_url: str, api_key: str | None, team_id: str | None, *,
-                 timeout: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout: float = 120.0, transport: httpx.BaseTransport | None = None,
+                 proxy: Proxy | None = None) -> None:
+        """``proxy``: the one the settings found for ``base_url`` (``Settings.traces_proxy``)."""
         self.base_url = base_url
         #: The key, to scrub it from what the service answers (an echo of the headers).
         self._secret = Secret(api_key or "")
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-                                       transport=transport or AnswerDeadlineTransport(timeout, proxy=proxy_for(base_url)))
+                                       transport=transport or AnswerDeadlineTransport(timeout, proxy=proxy))
 
     def close(self) -> None:
         self._client.close()
