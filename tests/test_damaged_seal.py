@@ -10,15 +10,11 @@ line, the real local platform."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,45 +22,21 @@ import pytest
 from prime_runs_spool.local_platform.store import Store
 
 from support.cli import local_sync, run_cli
-from support.env import CLI, REPO_ROOT, child_env
+from support.env import CLI, child_env
+from support.eval_outputs import spooled_as_eval, vf040_outputs
 
 pytestmark = pytest.mark.slow  # an eval process, then three syncs
 
 EPISODES = 6
 ERRORED = 2
-#: The eval's process, as prime-runs eval leaves a run: every episode of traces.jsonl in the
-#: spool, the run sealed completed.
-EVAL = """
-import json, sys
-from pathlib import Path
-from prime_runs_spool import open_run
-run_dir = Path(sys.argv[1])
-rows = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines() if line.strip()]
-run = open_run(run_dir, name="damaged-seal")
-run.log_episodes(rows)
-run.finish()
-print(run.id, flush=True)
-"""
 
 
 def evaluated(outputs: Path) -> tuple[Path, str]:
     """verifiers' outputs of a completed run (``ERRORED`` of its episodes errored) and the
     spool the eval wrote beside them; the folder and the run's local id."""
     run_dir = outputs / "damaged-seal"
-    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", run_dir, symlinks=True)
-    traces = run_dir / "traces.jsonl"
-    model = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
-    rows = []
-    for number in range(EPISODES):
-        row = copy.deepcopy(model[number % len(model)])
-        row["id"] = uuid.uuid4().hex
-        row["ok"] = number >= ERRORED
-        rows.append(row)
-    traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    ran = subprocess.run([sys.executable, "-c", EVAL, str(run_dir)], env=child_env(), timeout=120,
-                         capture_output=True, text=True)
-    assert ran.returncode == 0, ran.stderr
-    return run_dir, ran.stdout.strip()
+    vf040_outputs(run_dir, EPISODES, errored=ERRORED)
+    return run_dir, spooled_as_eval(run_dir)
 
 
 def damage_the_seal_in_place(segment: Path) -> int:

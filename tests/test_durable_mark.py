@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 import subprocess
 import sys
 import textwrap
@@ -37,6 +38,27 @@ class MarkWrites:
             return real(fd, data, offset)
 
         monkeypatch.setattr(mark_module, "_pwrite", pwrite)
+
+
+@dataclass
+class HeldPublisher:
+    """A mark publisher on a fresh mark file, every write of it counted (``writes``), its
+    writes for later held in ``jobs`` (their due times) for the test to run, 0.01 s apart."""
+
+    mark: mark_module.MarkPublisher
+    writes: MarkWrites
+    jobs: list[float]
+
+
+@pytest.fixture
+def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HeldPublisher:
+    writes = MarkWrites(monkeypatch)
+    jobs: list[float] = []
+    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
+    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
+    mark = mark_module.MarkPublisher(fd)
+    mark.interval = 0.01
+    return HeldPublisher(mark, writes, jobs)
 
 
 class DurableAndWritten:
@@ -343,17 +365,12 @@ def test_a_fifo_left_at_the_marks_name_never_hangs_the_opener(tmp_path: Path) ->
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
-def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, held: HeldPublisher) -> None:
     """The publisher thread late (the GIL, a busy machine) while a sync after the job's due
     time wrote the mark itself, and the next sync owed it again: the late job must not write
     it a second time within the interval (that write is what the interval saves); the job
     queued for what is owed now writes it."""
-    writes = MarkWrites(monkeypatch)
-    jobs: list[float] = []
-    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
-    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
-    mark = mark_module.MarkPublisher(fd)
-    mark.interval = 0.01
+    mark, writes, jobs = held.mark, held.writes, held.jobs
     mark.synced(100, 1000.000)  # written at once
     mark.synced(200, 1000.005)  # owed: a job for 1000.010
     mark.synced(300, 1000.012)  # the job is late: this sync writes the mark itself
@@ -368,18 +385,12 @@ def test_a_job_overtaken_by_a_flushs_own_write_writes_nothing(tmp_path: Path, mo
     assert int((tmp_path / "seg-000001.durable").read_bytes()) == 400
 
 
-def test_syncs_while_a_write_is_owed_leave_their_count_to_it_without_the_lock(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_syncs_while_a_write_is_owed_leave_their_count_to_it_without_the_lock(held: HeldPublisher) -> None:
     """A sync that finds a write already queued for later stores its count and returns
     (the mark's lock held elsewhere, as the publisher's write holds it): the queued write
     publishes the newest count, once. (A sync that finds the queued write late writes the
     mark itself: test_a_job_overtaken_by_a_flushs_own_write_writes_nothing.)"""
-    writes = MarkWrites(monkeypatch)
-    jobs: list[float] = []
-    monkeypatch.setattr(mark_module, "_publish_later", lambda mark, due: jobs.append(due) or True)
-    fd = os.open(tmp_path / "seg-000001.durable", os.O_WRONLY | os.O_CREAT, 0o600)
-    mark = mark_module.MarkPublisher(fd)
-    mark.interval = 0.01
+    mark, writes, jobs = held.mark, held.writes, held.jobs
     mark.synced(100, 1000.000)  # written at once
     mark.synced(200, 1000.002)  # owed: a job for 1000.010
     assert writes.values == [100] and jobs == [1000.010]

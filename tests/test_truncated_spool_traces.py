@@ -8,38 +8,23 @@ again (docs/sync.md, "A spool cut short")."""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from support.env import CLI, REPO_ROOT, child_env
+from support.env import CLI, child_env
+from support.eval_outputs import spooled_as_eval, vf040_outputs
 from support.sync_e2e import TOKEN, api, kill_on_progress, server, sync_cmd  # noqa: F401
 
 pytestmark = pytest.mark.slow  # an eval process, sync processes against the platform process
 
-EVAL_OUTPUTS = REPO_ROOT / "fixtures" / "eval_outputs"
 EPISODES = 40
 #: Small requests (an episode's rows are about 3 KB): a sync makes many, so a SIGKILL lands mid-way.
 SMALL_REQUESTS = ("--max-request-bytes", "6000")
-#: The eval's process: every episode verifiers wrote is logged (durable when log_episodes
-#: returns) and the run sealed; its durable mark stays beside the segment.
-EVAL = """
-import json, sys
-from pathlib import Path
-from prime_runs_spool import open_run
-run_dir = Path(sys.argv[1])
-rows = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines() if line.strip()]
-run = open_run(run_dir, name="cut-spool")
-print(run.id, flush=True)
-run.log_episodes(rows)
-run.finish()
-"""
 
 
 def evaluated(outputs: Path) -> tuple[Path, str, list[str]]:
@@ -47,26 +32,14 @@ def evaluated(outputs: Path) -> tuple[Path, str, list[str]]:
     it) and the spool hold the same episodes. The folder, the spool's local run id and the
     episode ids in ``traces.jsonl`` order."""
     run_dir, ids = plain_outputs(outputs)
-    ran = subprocess.run([sys.executable, "-c", EVAL, str(run_dir)], env=child_env(), timeout=120,
-                         capture_output=True, text=True)
-    assert ran.returncode == 0, ran.stderr
-    return run_dir, ran.stdout.strip(), ids
+    return run_dir, spooled_as_eval(run_dir), ids
 
 
 def plain_outputs(outputs: Path) -> tuple[Path, list[str]]:
     """A run folder as plain ``vf-eval`` leaves it (no spool), ``EPISODES`` episodes in its
     ``traces.jsonl``, and their ids in order."""
     run_dir = outputs / "cut-spool"
-    shutil.copytree(EVAL_OUTPUTS / "vf040-completed", run_dir, symlinks=True)
-    traces = run_dir / "traces.jsonl"
-    model = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
-    rows = []
-    for number in range(EPISODES):
-        row = copy.deepcopy(model[number % len(model)])
-        row["id"] = uuid.uuid4().hex
-        rows.append(row)
-    traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return run_dir, [row["id"] for row in rows]
+    return run_dir, vf040_outputs(run_dir, EPISODES)
 
 
 def cut(run_dir: Path, keep: int) -> None:
