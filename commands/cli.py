@@ -25,6 +25,7 @@ from prime_runs_spool.sync.options import EXIT_INTERRUPTED
 #: Each command: the module that defines it and the click command's name there, in the
 #: order ``--help`` lists them (its own, by name).
 COMMANDS = {
+    "ci-script": (".ci_script", "ci_script"),
     "eval": (".eval", "eval_command"),
     "export": (".export", "export"),
     "import": (".import_", "import_"),

@@ -1,6 +1,7 @@
 """docs/ci.md's recipe, as the CI jobs run it: an eval writes runs offline, the spools travel
-as an artifact, ``docs/ci/sync-artifacts.sh`` syncs them (exit codes as documented), a
-second job syncing the same artifact adds nothing, and a replay job makes new evaluations."""
+as an artifact, ``docs/ci/sync-artifacts.sh`` (as ``prime-runs ci-script`` writes it out)
+syncs them (exit codes as documented), a second job syncing the same artifact adds nothing,
+and a replay job makes new evaluations."""
 
 from __future__ import annotations
 
@@ -14,25 +15,38 @@ import pytest
 
 from prime_runs_spool import read_run
 
-from support.env import REPO_ROOT, child_env
+from support.env import CLI, REPO_ROOT, child_env
 from support.sync_e2e import TOKEN, api, server  # noqa: F401
 
 SCRIPT = REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh"
 
 
 def job(tmp_path: Path, base_url: str, *args: str, key: str | None = TOKEN) -> tuple[subprocess.CompletedProcess[str], dict]:
-    """One CI job: the script, in a fresh working directory, as the workflow calls it."""
+    """One CI job: the script ``prime-runs ci-script`` writes out, in a fresh working
+    directory, as the workflow calls it."""
     workdir = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}"
     workdir.mkdir()
     env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_BASE_URL=base_url,
                     PRIME_RUNS_REQUEST_LIFETIME="0.5", HOME=str(tmp_path))
     if key:
         env["PRIME_API_KEY"] = key
-    result = subprocess.run(["bash", str(SCRIPT), *args], cwd=workdir, capture_output=True, text=True,
+    (workdir / "sync-artifacts.sh").write_bytes(written_out())
+    result = subprocess.run(["bash", "sync-artifacts.sh", *args], cwd=workdir, capture_output=True, text=True,
                             env=env, timeout=120)
     report_path = workdir / "sync-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() and report_path.stat().st_size else {}
     return result, report
+
+
+def written_out() -> bytes:
+    printed = subprocess.run(CLI + ["ci-script"], capture_output=True, env=child_env(), timeout=60)
+    assert printed.returncode == 0 and printed.stderr == b"", printed.stderr
+    return printed.stdout
+
+
+def test_ci_script_prints_the_ci_sync_step_byte_for_byte() -> None:
+    """What a CI job without a clone runs (docs/ci.md): the script, as the repository holds it."""
+    assert written_out() == SCRIPT.read_bytes()
 
 
 def download(artifact: Path, where: Path) -> Path:

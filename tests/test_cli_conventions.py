@@ -171,7 +171,7 @@ def test_a_launch_file_left_out_for_its_credentials_is_a_note_not_a_warning(tmp_
 
 
 @pytest.mark.parametrize("command", [["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
-                                     ["export"], ["platform", "serve"], ["eval"]])
+                                     ["export"], ["platform", "serve"], ["eval"], ["ci-script"]])
 def test_each_command_has_examples_in_its_help(command: list[str]) -> None:
     """``eval --help`` prints its own text (the command's docstring is never shown)."""
     done = cli(*command, "--help")
@@ -180,7 +180,7 @@ def test_each_command_has_examples_in_its_help(command: list[str]) -> None:
 
 
 @pytest.mark.parametrize("command", [[], ["sync"], ["verify"], ["status"], ["import"], ["view"], ["mirror"],
-                                     ["export"], ["platform"], ["platform", "serve"], ["eval"]])
+                                     ["export"], ["platform"], ["platform", "serve"], ["eval"], ["ci-script"]])
 def test_each_help_ends_with_a_link_to_the_docs_that_opens(command: list[str]) -> None:
     """Help named ``docs/sync.md``, a path in a checkout the user may not have (and not in the
     current folder): now every help ends with a ``file://`` link, whole on its line, to a page
@@ -448,7 +448,8 @@ WITH_A_MISSING_PATH = {"verify": [], "status": [], "sync": ["--dry-run"], "impor
 #: Each command given an option value (or an option, or a command) click refuses.
 WITH_A_BAD_OPTION = {"sync": ["--to", "bogus"], "verify": ["-o", "yaml"], "status": ["--jsn"],
                      "import": ["--state-dir"], "export": ["--format", "xml", "-o", "x"], "mirror": ["--interval", "soon"],
-                     "view": ["--port", "-5"], "platform serve": ["--port", "abc"], "platform": ["nosuch"], "": ["nosuch"]}
+                     "view": ["--port", "-5"], "platform serve": ["--port", "abc"], "platform": ["nosuch"], "": ["nosuch"],
+                     "ci-script": ["--nosuch"]}
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:

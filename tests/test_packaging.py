@@ -41,6 +41,7 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
     assert "prime_runs_spool/py.typed" in names
     pages = {p.name for p in (source / "docs").glob("*.md")}
     assert {f"prime_runs_spool_cli/docs/{page}" for page in pages} <= set(names)  # the help's link opens
+    assert "prime_runs_spool_cli/docs/ci/sync-artifacts.sh" in names  # what prime-runs ci-script prints
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "prime-runs = prime_runs_spool_cli.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -61,6 +62,9 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
     assert "--retry-for" in ran.stdout
     link = ran.stdout.rstrip().splitlines()[-1].strip()
     assert link == (target / "prime_runs_spool_cli" / "docs" / "cli.md").resolve().as_uri(), link
+    script = subprocess.run([sys.executable, "-c", "from prime_runs_spool_cli.cli import cli; cli(['ci-script'])"],
+                            capture_output=True, timeout=60, cwd=tmp_path, env=env)
+    assert script.returncode == 0 and script.stdout == (REPO_ROOT / "docs" / "ci" / "sync-artifacts.sh").read_bytes()
 
 
 def test_the_shippers_options_are_prime_runs_syncs_own() -> None:

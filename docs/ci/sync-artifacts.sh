@@ -3,7 +3,9 @@
 # CI job: docs/ci.md. The JSON report goes to $SYNC_REPORT (default sync-report.json), a
 # one-line summary per run to stdout.
 #
-#   docs/ci/sync-artifacts.sh [--replay] DIR [prime-runs sync options...]
+#   bash sync-artifacts.sh [--replay] DIR [prime-runs sync options...]
+#
+# Installed with the package: prime-runs ci-script prints it (no clone needed).
 #
 # Eval outputs written without a spool (verifiers' traces.jsonl, metadata.json +
 # results.jsonl) are imported first; for a read-only artifact pass --state-dir DIR.
