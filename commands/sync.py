@@ -196,7 +196,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
                         code = EXIT_RUN_FAILED  # as a one-shot sync whose import failed
                     if follower.stop.is_set():
                         carry_on = carry_on_command(given, target, params)
-                        click.echo(stopped_following_line(follower.runs.values(), carry_on), err=True)
+                        done = (run.done for run in follower.runs.values())
+                        click.echo(stopped_following_line(done, carry_on), err=True)
                     sys.exit(code)
                 reports = sync_paths(roots, client, target, options, jobs=jobs, wait=wait,
                                      on_progress=progress.update, stop=interrupt, first_pass=check_key_once,

@@ -138,17 +138,18 @@ def stop_on_signals() -> Interrupt:
     return interrupt
 
 
-def stopped_following_line(runs: Iterable[Any], carry_on: str) -> str:
-    """After ``--follow`` is stopped by a signal (exit 0): how many runs it found were
-    finished and how many were not (a live writer, a platform that failed): it had ended
-    without a word, whatever it left behind. ``carry_on``: :func:`carry_on_command`."""
-    runs = list(runs)
-    finished = sum(1 for run in runs if run.done)
-    return (f"{MESSAGE_PREFIX}stopped following: {count(finished, 'run')} finished, {len(runs) - finished} not yet; "
+def stopped_following_line(done: Iterable[bool], carry_on: str) -> str:
+    """After ``--follow`` is stopped by a signal (exit 0), over local paths or store URLs:
+    how many runs it found were finished and how many were not (a live writer, a platform
+    that failed), ``done`` holding one flag a run: it had ended without a word, whatever it
+    left behind. ``carry_on``: :func:`carry_on_command`."""
+    flags = list(done)
+    finished = sum(flags)
+    return (f"{MESSAGE_PREFIX}stopped following: {count(finished, 'run')} finished, {len(flags) - finished} not yet; "
             f"the state is saved, carry on with (or add --follow): {carry_on}")
 
 
-def carry_on_command(paths: Iterable[Path], target: Destination, params: dict[str, Any]) -> str:
+def carry_on_command(paths: Iterable[Path | str], target: Destination, params: dict[str, Any]) -> str:
     """The ``prime-runs sync`` that carries on where this one went, pasted: its paths, its
     destination and sink (sync/state.py, ``sync_command``), and the options that say where
     its states are and what it reads (``--state-dir``, ``--no-import``, ``--skip-corrupt``)."""

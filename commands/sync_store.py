@@ -17,7 +17,8 @@ import click
 from .import_ import nothing_found_message
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
-from .sync_setup import check_key, destination, exit_interrupted, progress_for, stop_on_signals, sync_options
+from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, progress_for, stop_on_signals,
+                         stopped_following_line, sync_options)
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV
 
@@ -93,7 +94,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
 
                 try:
                     if follow:
-                        sys.exit(_follow(urls, sync_pass, params, stop))
+                        sys.exit(_follow(urls, sync_pass, params, stop, target))
                     for url in urls:
                         found = sync_pass(url)
                         reports += found
@@ -125,18 +126,24 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     sys.exit(code)
 
 
-def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any], stop: Any) -> int:
+def _follow(urls: list[str], sync_pass: Any, params: dict[str, Any], stop: Any, target: Any) -> int:
     """``--follow`` over store URLs: a pass every ``--poll-interval`` (10 s unless given:
     every pass costs store requests), each changed run reported as the local follower
-    reports it (sync/store_follow.py)."""
+    reports it (sync/store_follow.py), and a stop by a signal told as a local follow's
+    (the runs finished, the command that carries on)."""
     from click.core import ParameterSource
 
     from prime_runs_spool.sync.console import event_printer, follow_until_stopped
     from prime_runs_spool.sync.store_follow import STORE_POLL_INTERVAL, StoreFollower
 
     given = click.get_current_context().get_parameter_source("poll_interval") is not ParameterSource.DEFAULT
-    return follow_until_stopped(StoreFollower(
+    follower = StoreFollower(
         urls, sync_pass, interval=params["poll_interval"] if given else STORE_POLL_INTERVAL,
         exit_when_idle=params["exit_when_idle"],
         on_report=event_printer(params["as_json"], click.echo, sys.stdout.flush),
-        on_error=lambda message: click.echo(f"{MESSAGE_PREFIX}{message}", err=True), stop=stop))
+        on_error=lambda message: click.echo(f"{MESSAGE_PREFIX}{message}", err=True), stop=stop)
+    code = follow_until_stopped(follower)
+    if follower.stop.is_set():
+        line = stopped_following_line(follower.finished.values(), carry_on_command(urls, target, params))
+        click.echo(line, err=True)
+    return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 import uuid
@@ -419,8 +420,15 @@ def test_follow_over_a_bucket_pushes_what_each_upload_adds_once_and_stops_on_sig
     assert "Traceback" not in err
     assert_exactly_once(api, builder)
     assert_exactly_once(api, late)
-    idle = store_sync(server.base_url, moto, home, bucket_url, "--follow", "--exit-when-idle", "--json",
-                      "--poll-interval", "0.1", timeout=60)
+    # As a local follow's: its last line says what it left, and hands on a command that,
+    # pasted, carries on from the same bucket to the same platform.
+    last = err.strip().splitlines()[-1]
+    assert last == ("prime-runs: stopped following: 2 runs finished, 0 not yet; the state is saved, carry on with "
+                    f"(or add --follow): prime-runs sync {bucket_url} --base-url {server.base_url}"), err
+    command = last[last.index("prime-runs sync "):]
+    idle = subprocess.run(["sh", "-c", shlex.join(CLI) + command.removeprefix("prime-runs")
+                           + " --follow --exit-when-idle --json --poll-interval 0.1"],
+                          capture_output=True, text=True, timeout=60, env=machine_env(home, moto.env()))
     assert idle.returncode == 0, idle.stderr
     assert sorted(r["state"] for r in map(json.loads, idle.stdout.splitlines())) == ["up_to_date", "up_to_date"]
 

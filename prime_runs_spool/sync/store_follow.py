@@ -72,6 +72,9 @@ class StoreFollower:
         #: Set by SIGINT/SIGTERM; give the same event to ``sync_pass`` (sync_store's ``stop``)
         #: so that a pass under way ends at its next wait, not minutes later.
         self.stop = stop if stop is not None else SignalEvent()
+        #: Per run, whether its last report left it with nothing to follow (``DONE_STATES``):
+        #: what the line of a stopped follow counts, as a local follower's runs.
+        self.finished: dict[str, bool] = {}
 
     def run(self) -> list[RunReport]:
         """Follow; returns the last pass's reports (their exit code is the follow's when it
@@ -97,6 +100,7 @@ class StoreFollower:
                     changed = True  # not idle: that pass found nothing, it did not look
                     continue
                 for report in found:
+                    self.finished[report.path] = report.state in DONE_STATES
                     if is_news(report, seen, held):
                         self.on_report(report)
                         changed = True
