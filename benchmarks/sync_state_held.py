@@ -1,0 +1,105 @@
+"""What a lost state's ``held_there`` ids cost every save of a run's sync state.
+
+Run: ``python3 benchmarks/sync_state_held.py [--held 100000] [--saves 20] [--dir DIR]``
+(instructions: ``--instructions``, under valgrind, about a minute).
+
+A state that starts from nothing on an evaluation found again keeps one id per episode the
+run's Prime Traces listing showed (``held_there``, docs/sync.md "A lost state"), and every
+save rewrites the whole state. For a state of a traces run with no such ids and the same
+state holding ``--held`` of them (UUID-like ids, as vf-eval's), prints the file's bytes,
+the wall time of one ``save_state`` (serialized, written, fsync'd, renamed: the median of
+``--saves``) and of one ``load_state``, and the ratio of the two states'. ``--instructions``
+counts, under cachegrind, ``--saves`` saves of each state in a process of its own and gives
+the difference an added save costs (the imports taken out by a run of one save).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from prime_runs_spool.sync.state import (  # noqa: E402
+    Cursor, SyncState, load_state, local_destination, save_state,
+)
+
+
+def state(held: int) -> SyncState:
+    """A traces run's state part way (a cursor, 40 committed batches), holding ``held`` ids."""
+    ids = [str(uuid.UUID(int=n + 1, version=4)) for n in range(held)]
+    return SyncState(destination=local_destination(Path("/tmp/p.db"), None), local_run_id="bench-run",
+                     evaluation_id="0" * 24, cursor=Cursor(segment_index=3, offset=1 << 20, next_seq=5000),
+                     store="traces", uploads=[f"{n:064x}" for n in range(40)], episodes_pushed=5000,
+                     traces_pushed=5000, held_there=ids)
+
+
+def timed(folder: Path, held: int, saves: int) -> tuple[int, float, float]:
+    """The file's bytes, the median save and the median load, in seconds."""
+    doc = state(held)
+    path = folder / f"held-{held}.json"
+    save_times, load_times = [], []
+    for _ in range(saves):
+        start = time.perf_counter()
+        save_state(path, doc)
+        save_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        loaded = load_state(path, destination=doc.destination, local_run_id=doc.local_run_id)
+        load_times.append(time.perf_counter() - start)
+        assert loaded is not None and len(loaded.held_there) == held
+    return path.stat().st_size, statistics.median(save_times), statistics.median(load_times)
+
+
+def saves_only(folder: Path, held: int, saves: int) -> None:
+    """The piece cachegrind counts: the state built, then saved ``saves`` times."""
+    doc = state(held)
+    for _ in range(saves):
+        save_state(folder / "s.json", doc)
+
+
+def instructions(folder: Path, held: int, saves: int) -> float:
+    """Instructions one more save costs, for a state holding ``held`` ids."""
+    from _instructions import instructions as count
+
+    script = str(Path(__file__).resolve())
+    many = count(script, ["--piece", str(held), str(saves), "--dir", str(folder)])
+    one = count(script, ["--piece", str(held), "1", "--dir", str(folder)])
+    return (many - one) / (saves - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--held", type=int, default=100_000)
+    parser.add_argument("--saves", type=int, default=20)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--piece", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as scratch:
+        folder = Path(scratch)
+        if args.piece:
+            saves_only(folder, *args.piece)
+            return
+        base = timed(folder, 0, args.saves)
+        held = timed(folder, args.held, args.saves)
+        print(f"state without held ids: {base[0]:,} bytes, save {base[1] * 1e3:.2f} ms, load {base[2] * 1e3:.2f} ms")
+        print(f"state holding {args.held:,}: {held[0]:,} bytes ({held[0] / max(args.held, 1):.1f} an id), "
+              f"save {held[1] * 1e3:.2f} ms ({held[1] / base[1]:.1f}x), load {held[2] * 1e3:.2f} ms "
+              f"({held[2] / base[2]:.1f}x)")
+        if args.instructions:
+            small = instructions(folder, 0, args.saves)
+            large = instructions(folder, args.held, args.saves)
+            print(f"instructions a save: {small / 1e6:.2f} M without, {large / 1e6:.2f} M holding {args.held:,} "
+                  f"({large / small:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
