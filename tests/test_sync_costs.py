@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -145,6 +146,37 @@ def test_a_new_run_costs_a_create_its_samples_and_a_finalize(tmp_path: Path) -> 
                 summary.add(record.data)
         assert evaluation["status"] == "COMPLETED" and evaluation["metrics"] == summary.result(), evaluation
         assert evaluation["metadata"]["local_run_id"] == builder.run_id and "model" in evaluation["metadata"]
+
+
+def test_a_small_samples_request_is_announced_on_its_own_thread_before_it_is_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body of one piece has nothing to send before its last byte, so its announcement is
+    not handed to the announcers' thread to be written alongside (a hand-over of about
+    0.1 M instructions a run): the sending thread writes it, then sends. A body of several
+    pieces still goes out while its announcement is written (test_sync_announce_alongside.py)."""
+    from prime_runs_spool.sync import protocol as protocol_module
+
+    handed: list[str] = []
+    writers: list[tuple[str | None, int]] = []
+    real_announcers, real_save = protocol_module._announcers, protocol_module.save_state
+
+    def announcers():  # noqa: ANN202
+        handed.append("alongside")
+        return real_announcers()
+
+    def save(path, state):  # noqa: ANN001, ANN202
+        writers.append((state.in_flight.kind if state.in_flight else None, threading.get_ident()))
+        real_save(path, state)
+
+    monkeypatch.setattr(protocol_module, "_announcers", announcers)
+    monkeypatch.setattr(protocol_module, "save_state", save)
+    build_run(tmp_path / "runs" / "run", "costs-inline", 3)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, (report,) = _sync(tmp_path, platform, [tmp_path / "runs"], run=tmp_path / "runs" / "run")
+    assert report.state == "synced" and report.pushed_now == 3, report
+    assert handed == []
+    assert [kind for kind, _ in writers] == ["create", "samples", "finalize", None]
+    assert {thread for _, thread in writers} == {threading.get_ident()}
 
 
 def test_a_copy_synced_by_another_sync_after_the_listing_is_found_not_created_again(tmp_path: Path) -> None:
