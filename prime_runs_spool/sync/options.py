@@ -78,6 +78,10 @@ DEFAULT_POLL_INTERVAL = 0.1
 #: longer than it computes, so more runs at once overlap those waits (against a remote
 #: platform each round trip weighs more still): the first sync of 400 runs took 31-32 ms
 #: a run with 4 jobs, 22-29 with 8, 21-26 with 16 (load 4-6, Dec 1, benchmarks/sync_many.py).
+#: The threads cost no work on two cores: a new run's instructions in the whole command are
+#: the same with 1, 2 or 8 jobs (6.60, 6.55, 6.55 M over 30 and 90 runs, cachegrind), its
+#: CPU within the noise (400 runs: 5.0-5.5 ms with 1, 4.0-5.2 with 2 to 8, 5.1-6.1 with 16),
+#: while one job took 2-4x the wall time of eight (load 7-9, Dec 7).
 #: Memory does not grow with it (at most two large bodies are alive per process,
 #: sync/rows.py): eight jobs over eight large runs peaked at 123 MB, four at 114 MB
 #: (benchmarks/sync_memory.py, Dec 1). One run is one job whatever the setting.
