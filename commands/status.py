@@ -133,12 +133,15 @@ def _with_disagreement(document: dict[str, Any], found: Disagreement | None) -> 
 
 
 def _held(dest: DestinationStatus) -> str:
-    """What the destination's store holds of the run, in that store's own terms, and what
-    vf-eval pushed there itself before the run was adopted."""
+    """What the destination's store holds of the run, in that store's own terms, what
+    vf-eval pushed there itself before the run was adopted, and what an earlier sync whose
+    state was lost had put there (never sent again: why fewer were pushed than it holds)."""
     theirs = f"{episodes(dest.pushed_by_vf_eval)} vf-eval pushed there itself (adopted)"
     if dest.store == TRACES:
+        there = f"{episodes(dest.held_there)} already there (an earlier sync's, its state lost: not sent again)"
         return (f"to traces: {episodes(dest.episodes_pushed)} ({count(dest.traces_pushed, 'trace')}) "
-                f"in {count(dest.uploads, 'upload')}" + (f", and {theirs}" if dest.pushed_by_vf_eval else ""))
+                f"in {count(dest.uploads, 'upload')}" + (f", and {theirs}" if dest.pushed_by_vf_eval else "")
+                + (f", and {there}" if dest.held_there else ""))
     if dest.store == SAMPLES or dest.samples_pushed:
         return f"to samples: {count(dest.samples_pushed, 'sample')} pushed"
     return theirs if dest.pushed_by_vf_eval else "nothing pushed yet"

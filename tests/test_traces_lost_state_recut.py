@@ -13,6 +13,7 @@ copies are counted in the platform's own database."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import SyncState, local_destination
+from prime_runs_spool.sync.status import run_status
+from support.env import CLI, child_env
 from support.runs import RunBuilder
 
 
@@ -76,6 +79,13 @@ def test_a_live_runs_episodes_are_stored_once_after_its_state_is_lost(tmp_path: 
     stored = _stored(db, str(first.evaluation_id))
     assert sorted(stored) == sorted(builder.ids)
     assert {i: n for i, n in stored.items() if n > 1} == {}, "an episode was stored a second time"
+    # status says why 2 of the 7 were not sent by this state: they were there already
+    status = subprocess.run(CLI + ["status", str(builder.run_dir)], capture_output=True, text=True, timeout=60,
+                            env=child_env(HOME=str(tmp_path)))
+    assert ("to traces: 5 episodes (5 traces) in 2 uploads, and 2 episodes already there (an earlier sync's, "
+            "its state lost: not sent again)") in status.stdout, status.stdout
+    (dest,) = run_status(builder.run_dir).destinations
+    assert (dest.episodes_pushed, dest.held_there) == (5, 2)
     # lost once more: the listing now holds every episode, and nothing is sent
     _lose_state(builder.run_dir)
     third = _sync(tmp_path, db)

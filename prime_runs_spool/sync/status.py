@@ -56,6 +56,9 @@ class DestinationStatus:
     traces_pushed: int = 0
     #: Episodes vf-eval pushed there itself before the run's evaluation was adopted.
     pushed_by_vf_eval: int = 0
+    #: Episodes an earlier sync had put in Prime Traces when this state started from
+    #: nothing (its state lost): never sent again by this one (the state's ``held_there``).
+    held_there: int = 0
 
 
 @dataclass
@@ -210,7 +213,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None, state_dir: 
             mismatch=mismatch_text(state.mismatch),
             lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
-            pushed_by_vf_eval=len(state.on_platform)))
+            pushed_by_vf_eval=len(state.on_platform), held_there=len(state.held_there)))
         advice = damaged_seal_advice(run_dir, state) if state.terminal == CRASHED else None
         if advice is not None and advice not in run.warnings:  # a run synced to two places: said once
             run.warnings.append(advice)
