@@ -220,7 +220,7 @@ class SummaryAccumulator:
         """Count ``episode``: exactly ``add_reading(read_episode(episode, written))``, read
         and added in one pass where every value it reads is plain (exact dicts holding the
         keys verifiers writes, bools and finite floats), so a run can count it under its lock
-        for about what the reading alone cost (docs/benchmarks.md). Anything else (a key
+        for less than the reading and the adding cost apart (docs/benchmarks.md). Anything else (a key
         missing, a NaN, an int, a mapping of another type) is met before anything is added
         and read the two-pass way, so the result and the order of the means' names never
         differ, and an error leaves the sums as they were."""

@@ -9,7 +9,8 @@ platform row will carry, assigned here in arrival order so sync never rescans th
 
 Exactly one writer process owns a run at a time. Within it, ``log_episodes`` is
 thread-safe, and concurrent calls share fsyncs (the segment writer's group commit): the
-run's own lock is held only to number episodes, never across a disk write.
+run's own lock is held only to number episodes and, once they are durable, to count them
+into the summary, never across a disk write.
 
 This module admits and numbers episodes and holds the public API; how a run ends (finish,
 abort, the exit hook) is runner/ending.py, the online shipper's supervision
