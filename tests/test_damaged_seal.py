@@ -115,3 +115,34 @@ def test_damage_that_leaves_an_intact_line_after_it_gets_no_such_advice(tmp_path
     assert synced.returncode == 0, synced.stdout + synced.stderr
     [run] = json.loads(synced.stdout)["runs"]
     assert run["state"] == "synced" and not [w for w in run["warnings"] if "where its seal would be" in w], run
+
+
+def test_the_advice_for_a_read_only_spool_names_the_state_dir_and_works_pasted(tmp_path: Path) -> None:
+    """A spool folder read-only (an artifact unpacked 0555), synced with ``--state-dir``:
+    the sync the advice hands on must keep its state where this one did. Without
+    ``--state-dir`` it was refused, pasted (the spool folder is read-only)."""
+    outputs = tmp_path / "outputs"
+    run_dir, run_id = evaluated(outputs)
+    segment = run_dir / "spool" / "seg-000001.jsonl"
+    damage_the_seal_in_place(segment)
+    (run_dir / "spool").chmod(0o555)
+    db, state_dir = tmp_path / "platform.db", tmp_path / "state dir"
+    crashed = local_sync(outputs, db, "--skip-corrupt", "--state-dir", str(state_dir))
+    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
+    [run] = json.loads(crashed.stdout)["runs"]
+    assert run["state"] == "crashed", run
+    [advice] = [w for w in run["warnings"] if "where its seal would be" in w]
+    status = run_cli("status", str(outputs), "--json", "--state-dir", str(state_dir))
+    assert advice in json.loads(status.stdout)["runs"][0]["warnings"], status.stdout
+    cut = re.search(r"truncate -s (\d+) (\S+);", advice)
+    sync_again = re.search(r"then (prime-runs sync .+? --skip-corrupt.*?) seals", advice)
+    assert cut is not None and sync_again is not None, advice
+    os.truncate(shlex.split(cut.group(2))[0], int(cut.group(1)))
+    ended = subprocess.run(["sh", "-c", shlex.join(CLI) + sync_again.group(1).removeprefix("prime-runs") + " --json"],
+                           capture_output=True, text=True, timeout=120, env=child_env())
+    assert ended.returncode == 0, (sync_again.group(1), ended.stdout + ended.stderr)
+    [run] = json.loads(ended.stdout)["runs"]
+    assert (run["state"], run["held_back"], run["pushed_total"]) == ("synced", 0, EPISODES), run
+    evaluation, samples = evaluation_of(db, run_id)
+    assert evaluation["status"] == "COMPLETED" and evaluation["finalize_count"] == 1
+    assert not list((run_dir / "spool").glob("sync/*.json")), "the state stays under --state-dir"

@@ -348,8 +348,8 @@ class RunSync:
             return True
         if drained():
             self._finish(CRASHED, None)
-            advice = damaged_seal_advice(self.run_dir, self.state) if self.options.skip_corrupt else None
-            if advice is not None:
+            advice = self.options.skip_corrupt and damaged_seal_advice(self.run_dir, self.state, self.protocol.path)
+            if advice:
                 self.report.warnings.append(advice)
             return True
         return False

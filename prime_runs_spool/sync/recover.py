@@ -34,7 +34,7 @@ from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME, verifiers_
 from prime_runs_spool.spool.layout import list_segments, segment_path
 from prime_runs_spool.spool.reader import Position, Record
 from prime_runs_spool.spool.resync import Damage
-from prime_runs_spool.sync.state import SyncState, sync_command
+from prime_runs_spool.sync.state import SyncState, state_dir_kept, sync_command
 
 
 def recoverable_id(damage: Damage) -> str | None:
@@ -108,11 +108,13 @@ def stretch_noted(stretch: dict[str, Any], cursor: Any) -> dict[str, Any]:
     return kept
 
 
-def damaged_seal_advice(run_dir: Any, state: SyncState) -> str | None:
+def damaged_seal_advice(run_dir: Any, state: SyncState, state_path: Path | None) -> str | None:
     """What to do about a run that reads ``crashed`` only because damage in place took the
     end of its last segment, where its seal would be, while verifiers' ``traces.jsonl`` lies
     beside the spool; None for any other run. ``state``: the run's sync state, whose
-    skipped stretches tell the damage, and whose destination and sink the advised sync carries.
+    skipped stretches tell the damage, and whose destination and sink the advised sync carries,
+    with its replay and, for a state kept under a ``--state-dir`` (``state_path``: where the
+    state lies), that folder: pasted, the sync carries on from this state.
 
     The completion is not taken from verifiers' files here (docs/sync.md, "A damaged seal"):
     nothing proves the damaged line was the seal and not a record ``traces.jsonl`` lacks,
@@ -135,11 +137,14 @@ def damaged_seal_advice(run_dir: Any, state: SyncState) -> str | None:
         if (stretch.get("segment") == index and stretch.get("lost") is None and not stretch.get("episode_ids")
                 and not stretch.get(AFTER_PUSH) and stretch.get("offset", -1) + stretch.get("length", 0) == size):
             offset = int(stretch["offset"])
+            kept = state_dir_kept(state_path, Path(os.fspath(run_dir))) if state_path is not None else None
+            more = [*(["--replay", "--replay-id", state.replay_id] if state.replay_id else []),
+                    *(["--state-dir", str(kept)] if kept is not None else []), "--skip-corrupt"]
             return (f"the run reads crashed because the damage at byte {offset} of {segment} ends its last segment, "
                     f"where its seal would be; if the eval ended ({traces} says how), cut the damaged line off "
                     f"(keep a copy of the segment first to keep its bytes): truncate -s {offset} "
                     f"{shlex.quote(str(segment))}; then "
-                    f"{sync_command(str(run_dir), state.destination, state.store, '--skip-corrupt')} "
+                    f"{sync_command(str(run_dir), state.destination, state.store, *more)} "
                     f"seals the run as {VERIFIERS_TRACES_NAME} says, finalizing it and sending its held-back episodes "
                     "if it completed (docs/sync.md, \"A damaged seal\")")
     return None

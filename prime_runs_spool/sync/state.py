@@ -521,6 +521,16 @@ def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
     return state_dir / STATE_DIR_SPOOLS / folder_key(run_dir)
 
 
+def state_dir_kept(state_path: Path, run_dir: Path) -> Path | None:
+    """The ``--state-dir`` that a state file of ``run_dir`` at ``state_path`` is kept under
+    (:func:`state_home`'s folder, read back), so that a command a message suggests keeps the
+    state where it is; None for a state beside the spool."""
+    home = state_path.parent.parent.parent  # HOME/spool/sync/KEY.json
+    if home == run_dir:
+        return None
+    return home.parent.parent  # STATE_DIR/spools/KEY
+
+
 def folder_key(folder: Path) -> str:
     """The name a state directory files a folder's state under: a digest of its absolute
     path, as the file system's bytes (the UTF-8 of a name that is UTF-8, so every key stays

@@ -13,7 +13,7 @@ from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import OnLink, read_regular_file, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
-from prime_runs_spool.sync.state import state_home, sync_dir
+from prime_runs_spool.sync.state import state_home, sync_dir, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, position_lost
 from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.sync.state import SyncState
@@ -152,6 +152,13 @@ def state_paths(run_dir: Path, state_dir: Path | None) -> list[Path]:
     return [paths[name] for name in sorted(paths)]
 
 
+def _state_path(run_dir: Path, state: SyncState, state_dir: Path | None) -> Path:
+    """Where the run's next sync keeps ``state``: beside the spool, or under ``state_dir``
+    for a read-only one (what a command a warning suggests must name)."""
+    home = (state_home(run_dir, state_dir) if state_dir is not None else None) or run_dir
+    return sync_state_path(home, state.destination.key, state.replay_id)
+
+
 def _local_states(run_dir: Path, warnings: list[str], state_dir: Path | None = None) -> Iterator[bytes]:
     """The run's state files; one that cannot be read is said in ``warnings``, not skipped
     in silence (status would otherwise show its destination as never synced)."""
@@ -214,7 +221,10 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None, state_dir: 
             lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
             pushed_by_vf_eval=len(state.on_platform), held_there=len(state.held_there)))
-        advice = damaged_seal_advice(run_dir, state) if state.terminal == CRASHED else None
+        if state.terminal != CRASHED:
+            continue
+        kept = _state_path(run_dir, state, state_dir) if states is None else None  # a store's: no --state-dir
+        advice = damaged_seal_advice(run_dir, state, kept)
         if advice is not None and advice not in run.warnings:  # a run synced to two places: said once
             run.warnings.append(advice)
     return run
