@@ -664,3 +664,17 @@ def test_a_create_whose_answer_lacks_the_id_is_settled_as_a_lost_answer(tmp_path
         (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
     assert report.state == "synced", report
     assert list(platform.samples) == ["ev1"] and len(platform.samples["ev1"]) == 3
+
+
+def test_the_runners_unmeasured_bound_is_check_sendables() -> None:
+    """The runner asks check_sendable's bound itself (UNMEASURED_BYTES_BY_NODES) for every
+    episode and calls it only past that bound: at the bound it projects nothing, one byte past
+    it it projects (a record whose projection raises shows it), for any count of nodes."""
+    from prime_runs_spool.platform_api.v0 import UNMEASURED_BYTES_BY_NODES, check_sendable
+
+    record = {"id": "e", "traces": [object()]}  # projecting it raises
+    for nodes in (0, 1, 5, 97, 500):
+        at = UNMEASURED_BYTES_BY_NODES // (3 + nodes)
+        check_sendable(record, at, most_nodes=nodes)
+        with pytest.raises(AttributeError):
+            check_sendable(record, at + 1, most_nodes=nodes)

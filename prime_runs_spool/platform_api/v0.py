@@ -180,6 +180,10 @@ _LONGEST_EVALUATION_ID = "x" * MAX_EVALUATION_ID_CHARS
 _LARGEST_ROLLOUT_NUMBER = 10**12
 #: What a row holds besides the parts of its record (its keys, counts and the envelope).
 _ROW_OVERHEAD_BYTES = 64 * 1024
+#: :func:`check_sendable`'s bound at the platform's limit, for a caller that would otherwise
+#: call it for every episode (the runner): an episode whose serialized bytes times (3 + the
+#: most nodes one trace holds) are at most this can reach no request's limit.
+UNMEASURED_BYTES_BY_NODES = (MAX_REQUEST_BYTES - _ROW_OVERHEAD_BYTES) // 2
 
 
 def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -205,7 +209,7 @@ def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request
             count = len(trace.get("nodes") or ())
             if count > nodes:
                 nodes = count
-    if 2 * serialized_bytes * (3 + nodes) + _ROW_OVERHEAD_BYTES <= max_request_bytes:
+    if serialized_bytes * (3 + nodes) <= (max_request_bytes - _ROW_OVERHEAD_BYTES) // 2:  # twice the bytes, and the rest
         return
     project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,
                             max_request_bytes=max_request_bytes)

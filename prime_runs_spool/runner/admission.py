@@ -24,7 +24,7 @@ from prime_runs_spool.errors import (
     RecordTooLargeError,
     SampleTooLargeError,
 )
-from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, check_sendable
+from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, UNMEASURED_BYTES_BY_NODES, check_sendable
 from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.spool.format import (EPISODE, MAX_LINE_BYTES, Payload, check_line_fits, find_unserializable,
                                            framing_rest, prepare, serialize, to_jsonable)
@@ -114,15 +114,16 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     if episode_id is not None and size + 6 * len(episode_id) + _META_BYTES > MAX_LINE_BYTES:
         check_line_fits(payload, framing_rest(EPISODE, {"episode_id": episode_id, "rollout_number": 10**18}),
                         partial(_episode_name, episode_id))
-    try:
-        # Masked for writing, the record holds the lists the shape check counted (only trace
-        # configs are masked; clearing error text keeps a list's length); masked plainly, the
-        # rules may name anything: counted again, as written.
-        check_sendable(record, size, most_nodes=most_nodes if fragments else None)
-    except Exception as exc:
-        if fragments:  # the rows of a large episode are measured as the platform will, without fragments
-            return prepare_episode(unmasked, rules, episode_id, plain=True, read=read)
-        _not_sendable(episode_id, exc)
+    # Masked for writing, the record holds the lists the shape check counted (only trace
+    # configs are masked; clearing error text keeps a list's length): its bound is asked here,
+    # without the call. Masked plainly, the rules may name anything: counted again, as written.
+    if not fragments or size * (3 + most_nodes) > UNMEASURED_BYTES_BY_NODES:
+        try:
+            check_sendable(record, size, most_nodes=most_nodes if fragments else None)
+        except Exception as exc:
+            if fragments:  # the rows of a large episode are measured as the platform will, without fragments
+                return prepare_episode(unmasked, rules, episode_id, plain=True, read=read)
+            _not_sendable(episode_id, exc)
     reading: EpisodeReading | Exception | None = None
     if read:
         try:
