@@ -325,7 +325,10 @@ def test_a_guesser_cannot_pick_its_address_with_a_forwarded_for_header():
         codes = [httpx.post(base + "/login", data={"token": f"guess-{n}", "next": "/"},
                             headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
                  for n in range(FREE_LOGIN_FAILURES + 3)]
-        assert codes[-1] == 429, codes
+        # held back once the free failures are spent, whatever address each try names; not
+        # every later try: on a loaded machine one may come after its wait and be answered
+        assert codes[:FREE_LOGIN_FAILURES] == [401] * FREE_LOGIN_FAILURES, codes
+        assert 429 in codes[FREE_LOGIN_FAILURES:], codes
     finally:
         _stop(proc)
 
