@@ -91,3 +91,34 @@ def test_a_live_runs_episodes_are_stored_once_after_its_state_is_lost(tmp_path: 
     third = _sync(tmp_path, db)
     assert (third.state, third.pushed_now, third.bytes_sent) == ("synced", 0, 0), third
     assert max(_stored(db, str(first.evaluation_id)).values()) == 1
+
+
+@pytest.mark.slow
+def test_a_release_batch_re_cut_after_a_resume_stores_none_of_its_episodes_twice(tmp_path: Path) -> None:
+    """A completed run's errored episodes go in a release batch; a resume then supersedes one
+    of them and the state is lost. Cut again from nothing, the release batch would close
+    without the superseded one (another key), so the service would store the other two a
+    second time: the listing's ids are held instead, and only the retried episode is sent."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "release-recut")
+    builder.open_segment()
+    builder.add(2)
+    builder.add(3, ok=False)  # ~6.3 kB of lines: one release batch under 8 kB
+    builder.add(1)
+    builder.seal()  # completed: the errored three are released
+    db = tmp_path / "p.db"
+    first = _sync(tmp_path, db)
+    assert (first.state, first.pushed_total) == ("synced", 6), first
+    state = _state(builder.run_dir)
+    errored = builder.ids[2:5]
+    assert state.released == errored
+    builder.open_segment(supersedes=[errored[0]])  # verifiers --resume retried one of them
+    builder.add(1)
+    builder.seal()
+    _lose_state(builder.run_dir)
+    again = _sync(tmp_path, db)
+    assert again.state == "synced", again
+    stored = _stored(db, str(state.evaluation_id))
+    assert sorted(stored) == sorted(builder.ids)  # the superseded one too: it cannot be taken back
+    assert {i: n for i, n in stored.items() if n > 1} == {}, "an episode was stored a second time"
+    assert again.pushed_now == 1, again
+    assert sorted(_state(builder.run_dir).held_there) == sorted(builder.ids[:6])
