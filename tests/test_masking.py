@@ -15,7 +15,8 @@ import orjson
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 
-from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_secret_name, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_secret_name
+from prime_runs_spool.content.mask_text import mask_text, masked_arguments
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask, parse_pattern
 from prime_runs_spool.content.set_tables import find_set_tables
@@ -648,6 +649,8 @@ def reference_mask(obj: Any, rules: MaskRules) -> Any:
         if not _is_container(value):
             return value
         items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        # an argument list in a URL scope: what follows a flag named like a secret
+        arguments = (masked_arguments(value) if not isinstance(value, Mapping) and in_scope(path) else None) or {}
         changes = {}
         for key, child in items:
             if child is None:
@@ -657,10 +660,12 @@ def reference_mask(obj: Any, rules: MaskRules) -> Any:
             table = any(p[-1] == "*" and _matches(p[:-1], below) for p in rules.patterns)
             if masked or (table and not _is_container(child)):
                 new = child if type(child) is str and child == MASK else MASK
+            elif key in arguments:
+                new = arguments[key]
             elif _is_container(child):
                 new = walk(child, below)
             elif isinstance(child, str) and in_scope(below):
-                new = mask_url_userinfo(child)
+                new = mask_text(child)
                 new = child if new == child else new
             else:
                 new = child
@@ -674,7 +679,7 @@ def reference_mask(obj: Any, rules: MaskRules) -> Any:
         return out
 
     if not _is_container(obj):
-        return mask_url_userinfo(obj) if isinstance(obj, str) and in_scope(()) else obj
+        return mask_text(obj) if isinstance(obj, str) and in_scope(()) else obj
     return walk(obj, ())
 
 

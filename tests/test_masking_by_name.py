@@ -41,13 +41,16 @@ SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key"
                 "api_keys", "OPENAI_API_KEYS", "judgeApiKeys", "secrets", "client_secrets", "passwords",
                 "access_keys", "private_keys", "passphrases", "cookies", "apikeys", "openaiapikeys",
                 # tokens, plural, after a word that says they are credentials
-                "access_tokens", "HF_TOKENS", "refreshTokens", "api_tokens", "auth_tokens", "github_tokens"]
+                "access_tokens", "HF_TOKENS", "refreshTokens", "api_tokens", "auth_tokens", "github_tokens",
+                # a personal access token after what it is for; a webhook's URL; a JWT
+                "github_pat", "GH_PAT", "AZURE_DEVOPS_PAT", "gitlabPat", "webhook_url", "slackWebhookUrl",
+                "DISCORD_WEBHOOK", "id_jwt"]
 #: Names that say something about a secret, or count tokens, but do not hold one.
 PLAIN_NAMES = ["max_tokens", "api_key_var", "tokenizer", "token_budget", "secret_name", "password_file",
                "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model",
                "keys", "sort_keys", "primary_keys", "max_tokens_per_call", "secret_names", "max_new_tokens",
                "special_tokens", "stop_tokens", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-               "total_tokens", "extra_tokens"]
+               "total_tokens", "extra_tokens", "pat", "file_pat", "webhook_id", "webhook_events"]
 
 
 def test_which_names_are_secret_shaped() -> None:

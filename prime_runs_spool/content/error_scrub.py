@@ -21,6 +21,7 @@ text where verifiers records one, which the shape check tells in the pass it mak
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -142,6 +143,8 @@ def masked_away(original: Any, masked: Any) -> set[str]:
     value masked whole, and each string of a table masked entry by entry."""
     if isinstance(masked, str) and masked == MASK and original != MASK:
         return set(_strings(original))
+    if isinstance(masked, str) and isinstance(original, str) and masked != original:
+        return _taken_out(original, masked)  # a string masked in part (content/mask_text.py)
     if isinstance(original, Mapping) and isinstance(masked, Mapping):
         found: set[str] = set()
         for key, value in original.items():
@@ -155,6 +158,25 @@ def masked_away(original: Any, masked: Any) -> set[str]:
                 found |= masked_away(before, after)
         return found
     return set()
+
+
+#: Past this many masks in one string, or this long a string, the whole string is taken as
+#: what was masked instead of aligning it (an alignment of many parts can backtrack long).
+_MAX_PARTS = 32
+_MAX_ALIGNED_CHARS = 65536
+
+
+def _taken_out(original: str, masked: str) -> set[str]:
+    """What masking took out of ``original`` to make ``masked`` (a URL's userinfo, a query
+    value, a flag's value: each replaced by :data:`MASK`), read off by aligning the two."""
+    parts = masked.split(MASK)
+    if len(parts) > _MAX_PARTS or len(original) > _MAX_ALIGNED_CHARS:
+        return {original}
+    pattern = "(.*?)".join(map(re.escape, parts))
+    aligned = re.fullmatch(pattern, original, re.DOTALL)
+    if aligned is None:
+        return {original}
+    return {value for value in aligned.groups() if value and value != MASK}
 
 
 def _strings(value: Any) -> Iterable[str]:

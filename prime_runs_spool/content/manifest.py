@@ -30,7 +30,8 @@ from prime_runs_spool.plural import plural
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.error_scrub import masked_away
-from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.mask_text import mask_url
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.content.set_tables import find_set_tables
 from prime_runs_spool.content.toml_comments import drop_comments
@@ -158,7 +159,7 @@ def checked_config_source(text: str, filename: str, rules: MaskRules, warnings: 
         warnings.append(f"{prefix} does not parse as JSON (line {exc.lineno}, column {exc.colno})")
         return None
     if repeated:  # json keeps the last: an earlier value would travel unchecked
-        named = sorted({mask_url_userinfo(key) for key in repeated})  # a key can be a URL with a token in it
+        named = sorted({mask_url(key) for key in repeated})  # a key can be a URL with a token in it
         warnings.append(f"{prefix} gives the {plural(len(named), 'key')} {', '.join(named)} twice in one object")
         return None
     tables = find_set_tables(parsed, rules)

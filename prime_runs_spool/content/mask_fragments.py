@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from prime_runs_spool.content.mask_locations import Pattern, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import Pattern
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.masking import MaskRules, _masked, _States
 from prime_runs_spool.content.written_form import children as _children
 
@@ -39,7 +40,7 @@ def mask_for_writing(obj: Any, rules: MaskRules) -> Any:
             return obj if out is None else out
     states, scoped = rules._start()
     if _children(obj) is None:
-        return mask_url_userinfo(obj) if scoped and isinstance(obj, str) else obj
+        return mask_text(obj) if scoped and isinstance(obj, str) else obj
     out = _masked(obj, rules, states, scoped, True)
     return obj if out is None else out
 

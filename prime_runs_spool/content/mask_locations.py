@@ -11,7 +11,9 @@ heuristic can be trusted to spot one, so every value at those locations is repla
 An environment's own arguments have no schema to name locations in: a ``judge_api_key``,
 ``hf_token`` or ``db_password`` there is a secret only by its name. So a key whose name is
 secret-shaped (:func:`is_secret_name`) has its value masked too, at any depth of a config:
-the name rule adds to the locations, it never replaces them.
+the name rule adds to the locations, it never replaces them. What is masked *inside* a
+string (a URL's userinfo and query, a flag's value, a token by its shape) is
+``mask_text``'s, in the subtrees the URL scopes below name.
 
 These are the default rules as data, apart from the walk that applies them (``masking``):
 raising :data:`MASKING_VERSION` when they change is the one thing to remember here.
@@ -29,7 +31,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 10
+MASKING_VERSION = 11
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -117,7 +119,7 @@ _VALUES: tuple[Pattern, ...] = (
 #: last word counts something (``max_tokens``).
 _SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
                            "apikey", "authorization", "bearer", "cookie", "passwords", "passwds", "passphrases",
-                           "secrets", "apikeys", "cookies"})
+                           "secrets", "apikeys", "cookies", "jwt", "webhook", "webhooks"})
 #: ``key`` (or ``keys``) is a secret only after one of these: ``api_key``,
 #: ``aws_secret_access_key``, ``private_keys``; never ``sort_key`` or ``answer_key``.
 _KEY_WORDS = frozenset({"key", "keys"})
@@ -127,6 +129,12 @@ _KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing",
 #: ``access_tokens``, ``HF_TOKENS``, ``refresh_tokens`` hold credentials.
 _TOKEN_KINDS = frozenset({"access", "auth", "api", "refresh", "bearer", "session", "oauth", "hf", "github", "gh",
                           "bot", "slack", "personal"})
+#: ``pat`` (a personal access token) only after one of these: ``github_pat``, ``GH_PAT``,
+#: ``AZURE_DEVOPS_PAT``; alone it may be a pattern (``file_pat``), so it is not a secret.
+_PAT_KINDS = _TOKEN_KINDS | {"gitlab", "ado", "devops", "azure", "git", "bitbucket"}
+#: A webhook's URL is its credential (Slack's and Discord's carry the secret in the path):
+#: ``webhook``, ``slack_webhook_url``, ``webhookUrl``.
+_WEBHOOK_URL = (["webhook", "url"], ["webhook", "urls"])
 #: Run together without separators (``openaiapikey``, ``githubtoken``): the name ends in one.
 _SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd", "secret", "token",
                    "apikeys", "accesskeys", "secretkeys", "privatekeys", "passwords", "secrets")
@@ -164,7 +172,8 @@ def _secret_words(words: list[str]) -> bool:
     if last in _SECRET_WORDS:
         return True
     if len(words) >= 2 and ((last in _KEY_WORDS and words[-2] in _KEY_KINDS) or words[-2:] == ["connection", "string"]
-                            or (last == "tokens" and words[-2] in _TOKEN_KINDS)):
+                            or (last == "tokens" and words[-2] in _TOKEN_KINDS)
+                            or (last in ("pat", "pats") and words[-2] in _PAT_KINDS) or words[-2:] in _WEBHOOK_URL):
         return True
     return len(words) == 1 and last.endswith(_SECRET_ENDINGS)
 
@@ -182,16 +191,3 @@ EPISODE_PATTERNS: tuple[Pattern, ...] = tuple((*TRACE_CONFIG, *pattern) for patt
 #: and each trace's resolved config (``()`` is the root).
 CONFIG_URL_SCOPES: tuple[Pattern, ...] = ((),)
 EPISODE_URL_SCOPES: tuple[Pattern, ...] = (TRACE_CONFIG,)
-
-# ``scheme://`` then everything up to the LAST ``@`` before the URL ends (whitespace):
-# a malformed password holding ``/`` or ``@`` is masked whole, at the price of masking a
-# path that happens to contain ``@``.
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)\S*@")
-
-
-def mask_url_userinfo(text: str) -> str:
-    """``text`` with the userinfo of every URL in it replaced by :data:`MASK`."""
-    if "@" not in text or "://" not in text:
-        return text
-    masked = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
-    return text if masked == text else masked

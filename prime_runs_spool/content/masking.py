@@ -14,8 +14,9 @@ finding what to mask in a config is memoized (:class:`_Memo`), keyed by the subt
 exact serialization and verified by equality: a config that changed in any way is
 walked afresh.
 
-What is masked by default (the locations, the by-name rule, URL userinfo) is data, in
-``mask_locations``; this module is the walk that applies a rule set.
+What is masked by default (the locations, the by-name rule, the URL scopes) is data, in
+``mask_locations``, and what is masked inside a string or an argument list in those scopes
+is ``mask_text``'s; this module is the walk that applies a rule set.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import orjson
 from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTERNS, CONFIG_URL_SCOPES,
                                                      ENV_VAR_NAME, EPISODE_PATTERNS, EPISODE_URL_SCOPES,
                                                      LIST_POSITION, MASK, SECRET_NAME, Pattern, is_env_var_name,
-                                                     is_secret_name, mask_url_userinfo, spelling)
+                                                     is_secret_name, spelling)
+from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
@@ -389,7 +391,7 @@ def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
     """
     states, scoped = rules._start()
     if _children(obj) is None:
-        return mask_url_userinfo(obj) if scoped and isinstance(obj, str) else obj
+        return mask_text(obj) if scoped and isinstance(obj, str) else obj
     if memo:
         out = _masked(obj, rules, states, scoped)
         return obj if out is None else out
@@ -422,9 +424,11 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
         children = _children(obj)
         literals = None
     renamed: dict[str, str] | None = None
+    # An argument list in a URL scope: what follows a flag named like a secret (content/mask_text.py).
+    arguments = masked_arguments(obj) if scoped and isinstance(obj, (list, tuple)) else None
     for key, value in children:
-        if scoped and type(key) is str and "@" in key:  # a key is written too: a URL there loses its userinfo
-            masked_key = mask_url_userinfo(key)
+        if scoped and type(key) is str and "://" in key:  # a key is written too: a URL there is masked
+            masked_key = mask_url(key)
             if masked_key is not key:
                 if renamed is None:
                     renamed = plan[_KEYS] = {}
@@ -437,6 +441,9 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
             if not _is_mask(value):
                 plan[key] = MASK
             continue
+        if arguments is not None and key in arguments:
+            plan[key] = arguments[key]
+            continue
         below = scoped or starts_scope
         if not after and not below and not table:
             continue  # no pattern reaches below this key
@@ -448,9 +455,9 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
             if not _is_mask(value):
                 plan[key] = MASK
         elif below and isinstance(value, str):
-            masked_url = mask_url_userinfo(value)
-            if masked_url is not value:
-                plan[key] = masked_url
+            masked_text = mask_text(value)
+            if masked_text is not value:
+                plan[key] = masked_text
     return plan or None
 
 
@@ -540,7 +547,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
                 continue
             change = MASK
         elif starts_scope and isinstance(value, str):
-            change = mask_url_userinfo(value)
+            change = mask_text(value)
             if change is value:
                 continue
         else:

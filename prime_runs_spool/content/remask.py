@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from prime_runs_spool.content.error_scrub import scrub_episode_errors
-from prime_runs_spool.content.mask_locations import MASKING_VERSION, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import MASKING_VERSION
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
 from prime_runs_spool.spool.reader import Record
@@ -57,7 +58,7 @@ def remasked_record(record: Record) -> Any:
     if record.type == MANIFEST and isinstance(record.data, Mapping):
         return {**remask_manifest(record.data), "masking_version": MASKING_VERSION}
     if record.type == SEAL and isinstance(record.data, Mapping) and isinstance(record.data.get("error"), str):
-        error = mask_url_userinfo(record.data["error"])  # sync masks it so before it leaves, too
+        error = mask_text(record.data["error"])  # sync masks it so before it leaves, too
         return record.data if error == record.data["error"] else {**record.data, "error": error}
     return record.data
 

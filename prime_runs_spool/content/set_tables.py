@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prime_runs_spool.content.mask_locations import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_url
 from prime_runs_spool.content.masking import _KEYS, MaskRules, _plan, _States
 from prime_runs_spool.content.written_form import children as _children
 
@@ -69,5 +69,5 @@ def _dotted(path: tuple[str | int, ...]) -> str:
         if isinstance(segment, int):
             out += f"[{segment}]"
         else:
-            out += ("." if out else "") + mask_url_userinfo(segment)
+            out += ("." if out else "") + mask_url(segment)
     return out

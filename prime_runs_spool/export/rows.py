@@ -23,13 +23,13 @@ import orjson
 
 from prime_runs_spool.content.episodes import (UNREADABLE_RECORD, finite_number, reward_and_scores, summary_trace,
                                                task_data)
-from prime_runs_spool.content.mask_locations import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.export.columns import METRIC_PREFIX
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
 
 
 def _without_url_credentials(error: Any) -> Any:
-    return mask_url_userinfo(error) if isinstance(error, str) else error
+    return mask_text(error) if isinstance(error, str) else error
 
 
 def _whole(value: Any) -> int | None:

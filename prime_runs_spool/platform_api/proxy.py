@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from prime_runs_spool.content.mask_locations import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_url_userinfo
 from prime_runs_spool.errors import InvalidSettingsError
 
 #: The proxy schemes httpx's transport speaks without an extra package (SOCKS needs socksio).

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from prime_runs_spool.content.mask_locations import MASK, mask_url_userinfo
+from prime_runs_spool.content.mask_locations import MASK
+from prime_runs_spool.content.mask_text import mask_url_userinfo
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 from prime_runs_spool.platform_api.proxy import Proxy, proxy_for
 

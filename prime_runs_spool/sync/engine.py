@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.content.mask_locations import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.remask import needs_remask, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.platform_runs import platform_runs_of
@@ -63,7 +63,7 @@ def _no_errors(seal: Mapping[str, Any] | None) -> bool:
 
 
 def _without_url_credentials(error: Any) -> Any:
-    return mask_url_userinfo(error) if isinstance(error, str) else error
+    return mask_text(error) if isinstance(error, str) else error
 
 
 class RunSync:

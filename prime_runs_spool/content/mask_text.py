@@ -1,0 +1,216 @@
+"""Credentials inside one string of a config, and after a flag in an argument list.
+
+Masking by location replaces a whole value; but a config also carries credentials *inside*
+a string that is no credential location, and a schema cannot name them: a command line
+(``vllm serve --api-key sk-...``), an argument list (``extra_args = ["--token", "..."]``,
+``["-H", "Authorization: Bearer ..."]``), a URL whose query holds the key (``?token=``,
+``?api_key=``, an Azure SAS ``&sig=``). So every string in a URL scope (the whole config,
+every trace's resolved config: ``mask_locations``) goes through :func:`mask_text`, and every
+list there through :func:`masked_arguments`; each replaces only the secret part by
+:data:`MASK`, the rest of the string stays readable.
+
+What marks a secret here is where it sits in the text (a URL's userinfo, a query parameter or
+a flag named like a secret, a header's value after ``-H``), as masking by location, plus one
+second net by shape: a value written the way a well-known provider writes its tokens
+(:data:`_TOKEN_SHAPES`), wherever it sits in such a string. Why a shape rule at all, when the
+design is by location: a token that a user pastes into a free-form string (a note, a
+``git clone`` command, a JSON text) has no location and no name, yet these prefixes exist so
+that scanners find them, and they are long and random enough that a false match in a config
+is unlikely. It is a second net only: most credentials (a vLLM key, a password) have no shape.
+docs/masking.md, "Inside strings", says what is covered and what is not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from prime_runs_spool.content.mask_locations import MASK, is_secret_name, spelling
+
+#: A URL: a scheme, ``://``, and everything up to whitespace (as the userinfo rule reads it).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+#: One query (or fragment) parameter of a URL: ``name=value``, the value up to the next
+#: separator or a quote.
+_QUERY_PARAM = re.compile(r"([?&#;])([^=&#;?\s]+)=([^&#;\s'\"]*)")
+#: Query parameter names that carry a credential though no name rule calls them secret
+#: (compared in any spelling): Google's ``?key=``, Azure Functions' ``?code=``, Firebase's
+#: ``?auth=``, a SAS or a signed URL's ``sig`` and ``signature``.
+_QUERY_SECRET_NAMES = frozenset({"key", "code", "auth", "sig", "signature"})
+#: A signed URL's signature under a longer name (``X-Amz-Signature``, ``X-Goog-Signature``).
+_QUERY_SECRET_ENDINGS = ("signature",)
+
+#: A flag, alone as a list's element or followed by its value in a command line.
+_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_.\-]*\Z")
+#: A flag in a text, and the token after it (quoted or up to whitespace), not consumed.
+_FLAG_IN_TEXT = re.compile(r"(?<!\S)(--?[A-Za-z][A-Za-z0-9_.\-]*)(?=(\s+)(\"[^\"]*\"|'[^']*'|[^\s'\"]+))")
+#: ``name=value`` at the start of a token (``--token=...``, ``HF_TOKEN=...``): the value is
+#: quoted or runs up to whitespace, a quote, ``&`` or ``;`` (a shell's separators).
+_ASSIGNMENT = re.compile(r"(?<![^\s'\"(\[{,;])(-{0,2})([A-Za-z_][A-Za-z0-9_.\-]*)=(\"[^\"]*\"|'[^']*'|[^\s'\"&;]*)")
+#: Flags whose value is a header line (``curl -H``, ``--header``): the value after its colon
+#: goes, as every value of a ``headers`` table does.
+_HEADER_FLAGS = frozenset({"-H", "--header"})
+#: Flags whose value is an environment assignment (``docker run -e HF_TOKEN=...``): the value
+#: after ``=`` goes, as every value of an environment table does; ``-e NAME`` alone stays.
+_ENV_FLAGS = frozenset({"-e", "--env"})
+_ENV_ASSIGNMENT = re.compile(r"[A-Z][A-Z0-9_]*=")
+
+#: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
+#: (``sk-``), Stripe (``sk_live_``), GitHub (``ghp_``, ``gho_``, ... and ``github_pat_``),
+#: Hugging Face (``hf_``), Slack (``xoxb-``, ``xoxp-``, ...), an AWS access key id
+#: (``AKIA``, ``ASIA``), GitLab (``glpat-``), Google (``AIza``) and a JWT (three base64url
+#: parts, the first two ``eyJ``). Each needs enough characters after its prefix that words,
+#: ids and paths do not match (``hf_home``, ``sk-learn``, ``task-1``).
+_TOKEN_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:"
+    r"sk-[A-Za-z0-9_\-]{20,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{30,}"
+    r"|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|glpat-[A-Za-z0-9_\-]{20,}|AIza[A-Za-z0-9_\-]{35}"
+    r"|eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})")
+#: A text none of the rules can change has none of these in it: most config strings
+#: (a model's name, an id, a number as text) are passed by one search.
+_MAYBE = re.compile(r"://|=|(?<!\S)-|sk-|[sr]k_|gh[pousr]_|github_pat_|hf_|xox|AKIA|ASIA|glpat-|AIza|eyJ")
+
+
+def mask_text(text: str) -> str:
+    """``text`` with what it holds of a credential replaced by :data:`MASK`: every URL's
+    userinfo and secret query parameters, the value after a flag or in an assignment named
+    like a secret, a header's value after ``-H``, an environment value after ``-e``, and
+    every value shaped like a well-known token. The same object when nothing changes."""
+    if _MAYBE.search(text) is None:
+        return text
+    spans: list[tuple[int, int]] = []
+    for url in _URL.finditer(text):
+        spans.extend(_url_spans(url.group(), url.start()))
+    for flag in _FLAG_IN_TEXT.finditer(text):
+        value = flag.group(3)
+        quoted = value[:1] in ("'", '"') and len(value) >= 2
+        inner = value[1:-1] if quoted else value
+        found = _after_flag(flag.group(1), inner)
+        if found is not None:
+            start = flag.end() + len(flag.group(2)) + (1 if quoted else 0)
+            spans.append((start + found[0], start + found[1]))
+    for assignment in _ASSIGNMENT.finditer(text):
+        if is_secret_name(assignment.group(2)):
+            spans.append(assignment.span(3))
+    for token in _TOKEN_SHAPES.finditer(text):
+        spans.append(token.span())
+    return _replaced(text, spans)
+
+
+def mask_url_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by :data:`MASK`, and nothing else:
+    what a URL shown to the user gets (a proxy's, the platform's address)."""
+    if "@" not in text or "://" not in text:
+        return text
+    spans: list[tuple[int, int]] = []
+    for url in _URL.finditer(text):
+        spans.extend(_url_spans(url.group(), url.start(), query=False))
+    return _replaced(text, spans)
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the userinfo and the secret query parameters of every URL in it masked,
+    and nothing else: what a key gets (a URL used as a key, ``{"https://...?token=": ...}``)."""
+    if "://" not in text:
+        return text
+    spans: list[tuple[int, int]] = []
+    for url in _URL.finditer(text):
+        spans.extend(_url_spans(url.group(), url.start()))
+    return _replaced(text, spans)
+
+
+def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
+    """What an argument list (``["--api-key", "sk-..."]``) has masked after its flags: by
+    position, the element's replacement; ``None`` when nothing is. An element that is a flag
+    named like a secret has the next element masked whole (whatever it is), one that is
+    ``-H``/``--header`` the value of the header line after it, one that is ``-e``/``--env`` the
+    value of the ``NAME=value`` after it. What an element holds by itself (``--token=...``) is
+    :func:`mask_text`'s."""
+    found: dict[int, Any] | None = None
+    flag = None
+    for index, item in enumerate(items):
+        if flag is not None and item is not None and not (type(item) is str and item == MASK):
+            if isinstance(item, str):
+                span = _after_flag(flag, item)
+                replacement = None if span is None else _replaced(item, [span])
+            elif isinstance(item, (int, float)) and is_secret_name(flag.lstrip("-")):
+                replacement = MASK  # a key given as a number is a key too
+            else:
+                replacement = None
+            if replacement is not None and replacement is not item:
+                if found is None:
+                    found = {}
+                found[index] = replacement
+                flag = None
+                continue  # a value, not a flag
+        flag = item if type(item) is str and item[:1] == "-" and _FLAG.match(item) else None
+    return found
+
+
+def _after_flag(flag: str, value: str) -> tuple[int, int] | None:
+    """What of ``value`` (unquoted) following ``flag`` is a secret, as a span; ``None``: nothing."""
+    if not value or value == MASK:
+        return None
+    if flag in _HEADER_FLAGS:
+        colon = value.find(":")
+        if colon < 0:
+            return 0, len(value)
+        start = colon + 1
+        while start < len(value) and value[start] == " ":
+            start += 1
+        return (start, len(value)) if start < len(value) else None
+    if flag in _ENV_FLAGS:
+        assignment = _ENV_ASSIGNMENT.match(value)
+        return (assignment.end(), len(value)) if assignment and assignment.end() < len(value) else None
+    return (0, len(value)) if is_secret_name(flag.lstrip("-")) else None
+
+
+def _url_spans(url: str, offset: int, query: bool = True) -> list[tuple[int, int]]:
+    """The spans of ``url`` (at ``offset`` in its text) that are secret: its userinfo (from
+    ``://`` to the last ``@``, as docs/masking.md says) and each secret query parameter's value."""
+    spans = []
+    start = url.index("://") + 3
+    at = url.rfind("@")
+    if at >= start:
+        spans.append((offset + start, offset + at))
+        start = at + 1
+    if not query:
+        return spans
+    begins = min((i for i in (url.find("?", start), url.find("#", start)) if i >= 0), default=-1)
+    if begins >= 0:
+        for param in _QUERY_PARAM.finditer(url, begins):
+            if param.group(3) and _is_query_secret(param.group(2)):
+                spans.append((offset + param.start(3), offset + param.end(3)))
+    return spans
+
+
+def _is_query_secret(name: str) -> bool:
+    """Whether a query parameter called ``name`` (percent-encoded or not) holds a credential."""
+    name = unquote(name)
+    spelled = spelling(name)
+    return spelled in _QUERY_SECRET_NAMES or spelled.endswith(_QUERY_SECRET_ENDINGS) or is_secret_name(name)
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span (overlapping ones merged) replaced by :data:`MASK`; a span that
+    already reads ``***`` is left, so masking twice changes nothing."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        elif start < end:
+            merged.append([start, end])
+    out = []
+    position = 0
+    for start, end in merged:
+        if text[start:end] == MASK:
+            continue
+        out.append(text[position:start])
+        out.append(MASK)
+        position = end
+    if not out:
+        return text
+    out.append(text[position:])
+    return "".join(out)

@@ -1,0 +1,286 @@
+"""Credentials inside a string, and after a flag in an argument list (content/mask_text.py,
+docs/masking.md "Inside strings").
+
+A config's command lines, argument lists and URLs carry credentials that no location names:
+``["--api-key", "sk-..."]``, ``["--token=..."]``, ``["-H", "Authorization: Bearer ..."]``,
+``https://host/v1?token=...``, an Azure SAS ``&sig=``, a GitHub token pasted into a note.
+Written through the public API (``open_run``, ``Run.log_episodes``), none of them may reach a
+file, nor ``prime-runs eval``'s terminal, nor the platform from a spool written under the
+rules before them; a value that is no secret is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fixtures.episodes import make_episode
+from prime_runs_spool import open_run, read_run
+from prime_runs_spool.content.manifest import masked_config_values
+from prime_runs_spool.content.masking import MaskRules, mask
+from prime_runs_spool.content.mask_locations import MASK
+from prime_runs_spool.runner.terminal_mask import TerminalMask
+from prime_runs_spool.content.error_scrub import error_forms
+from prime_runs_spool.spool.writer import SegmentWriter
+from support.env import CLI, child_env
+from support.files import all_bytes_under
+from support.spelling import spelled
+
+GHP = "ghp_" + "Zq7" * 12
+MASKED_TEXTS = [
+    ("vllm serve --api-key sk-CMD0001 --port 8000", "vllm serve --api-key *** --port 8000"),
+    ("--token=ARGEQ0002", "--token=***"),
+    ("HF_TOKEN=hf_x1 python run.py", "HF_TOKEN=*** python run.py"),
+    ("curl -H 'Authorization: Bearer abc123' https://h/x", "curl -H 'Authorization: ***' https://h/x"),
+    ("docker run -e HF_TOKEN=abc -e MODE=fast -e PATH img", "docker run -e HF_TOKEN=*** -e MODE=*** -e PATH img"),
+    ("https://host/v1?token=Q0005&page=2", "https://host/v1?token=***&page=2"),
+    ("https://a.blob.core.windows.net/c?sv=2022&sp=r&sig=S%2Fx%3D", "https://a.blob.core.windows.net/c?sv=2022&sp=r&sig=***"),
+    ("https://s3/b/o?X-Amz-Credential=AK&X-Amz-Signature=f00d", "https://s3/b/o?X-Amz-Credential=***&X-Amz-Signature=***"),
+    ("https://maps/api?key=AIzaXX&api_key=k2;apiKey=k3", "https://maps/api?key=***&api_key=***;apiKey=***"),
+    ("https://app/cb#access_token=t0k&state=s", "https://app/cb#access_token=***&state=s"),
+    ("https://u:p@h/?code=fn", "https://***@h/?code=***"),
+    (f"git clone https://github.com/o/r # with {GHP}", "git clone https://github.com/o/r # with ***"),
+    ("xoxb-1234567890-abcdef", "***"),
+    ("AKIAIOSFODNN7EXAMPLE", "***"),
+    ("github_pat_" + "A1b2" * 10, "***"),
+    ("sk-proj-" + "a1B2c3D4" * 4, "***"),
+    ("hf_" + "abcdefghij" * 4, "***"),
+]
+PLAIN_TEXTS = ["Qwen/Qwen3-8B", "--model m --max-tokens 512", "https://host/v1?page=2&limit=10#top", "a - b",
+               "max_tokens=512 top_p=0.9", "https://pypi.org/simple", "hf_home", "sk-learn", "task-1234567890abcdefghijk",
+               "-e .", "pip install -e .", "--header-file h.txt", "key_path=/etc/k", "sort_key=name",
+               "https://host/search?q=token&tokens=5", "AKIAshort", "eyJhbGciOiJIUzI1NiJ9"]
+
+
+@pytest.mark.parametrize(("given", "expected"), MASKED_TEXTS)
+def test_a_credential_inside_a_string_is_masked_and_the_rest_kept(given: str, expected: str) -> None:
+    from prime_runs_spool.content.mask_text import mask_text
+
+    assert mask_text(given) == expected
+    assert mask_text(expected) == expected  # masking twice changes nothing
+
+
+@pytest.mark.parametrize("text", PLAIN_TEXTS)
+def test_a_string_without_a_credential_is_left_as_it_is(text: str) -> None:
+    config = {"env": {"args": {"command": text, "argv": text.split()}}}
+    assert mask(config, MaskRules.defaults_for_config()) is config
+
+
+_FRAGMENTS = st.sampled_from(["--api-key", "--token=", "-H", "Authorization: Bearer", "-e", "HF_TOKEN=", "https://",
+                              "u:p@", "?token=", "&sig=", "#", "=", " ", "'", '"', "***", "x", "ghp_" + "a" * 36,
+                              "sk-" + "b" * 24, "AKIA" + "C" * 16, ";", "&", "-"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=4)), max_size=12).map("".join))
+def test_masking_a_string_twice_changes_nothing(text: str) -> None:
+    """What sync, mirror and the viewer rely on: a masked record masked again is the same."""
+    from prime_runs_spool.content.mask_text import mask_text
+
+    once = mask_text(text)
+    assert mask_text(once) == once
+
+
+def test_an_argument_list_loses_what_follows_a_secret_flag() -> None:
+    from prime_runs_spool.content.mask_text import masked_arguments
+
+    given = ["--api-key", "sk-1", "--model", "m", "-H", "Authorization: Bearer x", "-H", "X-Team: 7", "-e",
+             "HF_TOKEN=t", "-e", "PLAIN", "--hf_token", 1234, "--token", MASK, "--verbose"]
+    assert masked_arguments(given) == {1: MASK, 5: "Authorization: ***", 7: "X-Team: ***", 9: "HF_TOKEN=***",
+                                       13: MASK}
+    assert masked_arguments(["--model", "--api-key", "k", "--seed", "5"]) == {2: MASK}
+    assert masked_arguments(["--model", "m", 5, None]) is None
+
+
+# -- the property: a real run, through the public API ---------------------------------------------
+
+SECRET_ALPHABET = string.ascii_letters + string.digits + "._~%"
+secret_values = st.text(SECRET_ALPHABET, min_size=8, max_size=16).map(lambda s: f"SECRET{s}")
+#: Flag and query names that hold a credential, drawn as people write them.
+_SECRET_WORDS = st.sampled_from([["api", "key"], ["token"], ["password"], ["hf", "token"], ["access", "token"],
+                                 ["client", "secret"], ["github", "pat"], ["private", "key"], ["passwd"],
+                                 ["auth", "token"], ["secret"], ["webhook", "url"]])
+_QUERY_ONLY = st.sampled_from(["sig", "key", "code", "auth", "signature", "X-Amz-Signature", "X-Goog-Signature"])
+_PLAIN_FLAGS = st.sampled_from(["--model", "--port", "--max-tokens", "-n", "--seed", "--tokenizer", "--api-key-var"])
+_PLAIN_QUERY = st.sampled_from(["page", "limit", "q", "model", "tokens", "max_tokens", "key_id", "token_budget"])
+plain_words = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=10)
+
+
+@st.composite
+def styled(draw: Any) -> str:
+    """A secret-shaped name, snake, kebab, UPPER or camelCase (how flags and query keys are written)."""
+    words = draw(_SECRET_WORDS)
+    style = draw(st.sampled_from(["_", "-", "upper", "camel"]))
+    if style == "upper":
+        return "_".join(words).upper()
+    if style == "camel":
+        return words[0] + "".join(word.capitalize() for word in words[1:])
+    return style.join(words)
+
+
+class Drawn:
+    """Strings and lists as given, as they must read back, and the secrets put in them."""
+
+    def __init__(self) -> None:
+        self.secrets: list[str] = []
+
+    def secret(self, draw: Any) -> str:
+        value = draw(secret_values)
+        self.secrets.append(value)
+        return value
+
+
+@st.composite
+def argument_lists(draw: Any, drawn: Drawn) -> tuple[list[Any], list[Any]]:
+    """An argument list with secrets after flags named like secrets (alone and with ``=``),
+    after ``-H`` and ``-e``, between flags that are no secret and their plain values."""
+    given: list[Any] = []
+    expected: list[Any] = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["flag", "equals", "header", "env", "plain"]))
+        dashes = draw(st.sampled_from(["--", "-"]))
+        if kind == "flag":
+            secret = drawn.secret(draw)
+            given += [dashes + draw(styled()), secret]
+            expected += [given[-2], MASK]
+        elif kind == "equals":
+            name = dashes + draw(styled())
+            given.append(f"{name}={drawn.secret(draw)}")
+            expected.append(f"{name}={MASK}")
+        elif kind == "header":
+            header = draw(st.sampled_from(["Authorization", "X-Api-Key", "X-Team", "cf-access-client-secret"]))
+            given += [draw(st.sampled_from(["-H", "--header"])), f"{header}: Bearer {drawn.secret(draw)}"]
+            expected += [given[-2], f"{header}: {MASK}"]
+        elif kind == "env":
+            name = draw(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True))
+            given += [draw(st.sampled_from(["-e", "--env"])), f"{name}={drawn.secret(draw)}"]
+            expected += [given[-2], f"{name}={MASK}"]
+        else:
+            pair = [draw(_PLAIN_FLAGS), draw(st.one_of(plain_words, st.integers(0, 9999)))]
+            given += pair
+            expected += pair
+    return given, expected
+
+
+@st.composite
+def urls(draw: Any, drawn: Drawn) -> tuple[str, str]:
+    """A URL whose query holds secrets under names that say so, between plain parameters."""
+    given = expected = f"https://{draw(plain_words)}.example/v1"
+    separator = "?"
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            name = draw(st.one_of(styled(), _QUERY_ONLY.flatmap(lambda n: spelled(n) if "-" not in n else st.just(n))))
+            secret = drawn.secret(draw)
+            given += f"{separator}{name}={secret}"
+            expected += f"{separator}{name}={MASK}"
+        else:
+            pair = f"{separator}{draw(_PLAIN_QUERY)}={draw(plain_words)}"
+            given += pair
+            expected += pair
+        separator = draw(st.sampled_from(["&", "&", ";"]))
+    return given, expected
+
+
+@st.composite
+def commands(draw: Any, drawn: Drawn) -> tuple[str, str]:
+    """A command line: the argument list's words, joined by spaces (a value with no blank)."""
+    given, expected = draw(argument_lists(drawn))
+    if any(isinstance(item, str) and " " in item for item in given):  # a header line: quoted, as a shell wants it
+        given = [f"'{item}'" if isinstance(item, str) and " " in item else item for item in given]
+        expected = [f"'{item}'" if isinstance(item, str) and " " in item else item for item in expected]
+    return "vllm serve " + " ".join(map(str, given)), "vllm serve " + " ".join(map(str, expected))
+
+
+@st.composite
+def shaped(draw: Any, drawn: Drawn) -> tuple[str, str]:
+    """A note holding a token written the way its provider writes them."""
+    body = draw(st.text(string.ascii_letters + string.digits, min_size=40, max_size=44))
+    token = draw(st.sampled_from([f"ghp_{body}", f"github_pat_{body}", f"sk-proj-{body}", f"hf_{body}",
+                                  f"xoxb-{body}", f"glpat-{body}", "AKIA" + body[:16].upper()]))
+    drawn.secrets.append(token)
+    return f"clone with {token} then run", f"clone with {MASK} then run"
+
+
+@st.composite
+def free_args(draw: Any) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """A free-form table (an environment's arguments, a sandbox's command) holding each kind."""
+    drawn = Drawn()
+    given: dict[str, Any] = {}
+    expected: dict[str, Any] = {}
+    for number in range(draw(st.integers(1, 5))):
+        key = f"k{number}_{draw(st.sampled_from(['args', 'cmd', 'extra_args', 'command', 'url', 'note']))}"
+        given[key], expected[key] = draw(st.one_of(argument_lists(drawn), urls(drawn), commands(drawn), shaped(drawn)))
+    plain = {"model": draw(plain_words), "args": ["--model", draw(plain_words)], "url": "https://h/x?page=2"}
+    return {**plain, **given}, {**plain, **expected}, drawn.secrets
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=free_args(), seat_case=free_args())
+def test_no_secret_in_an_argument_list_or_a_url_reaches_any_file_or_the_terminal(tmp_path_factory, case,
+                                                                                  seat_case) -> None:
+    args, expected_args, secrets = case
+    seat, expected_seat, seat_secrets = seat_case
+    tmp = tmp_path_factory.mktemp("run")
+    config = {"model": "m", "env": {"id": "e", "args": args, "sandbox": {"command": args}}}
+    episode = make_episode(0, run_id="strings")
+    episode["traces"][0]["agent"]["config"]["env_args"] = seat
+    run = open_run(tmp / "run", name="strings", model="m", config=config)
+    run.log_episodes([episode])
+    run.finish()
+    raw = all_bytes_under(tmp / "run")
+    for secret in secrets + seat_secrets:
+        assert secret.encode() not in raw
+    spool = read_run(tmp / "run")
+    assert spool.manifest["config"]["env"]["args"] == expected_args
+    assert spool.manifest["config"]["env"]["sandbox"]["command"] == expected_args
+    (written,) = spool.episodes()
+    assert written["traces"][0]["agent"]["config"]["env_args"] == expected_seat
+    # what ``prime-runs eval`` prints passes through the terminal mask made from the config
+    terminal = TerminalMask()
+    terminal.add(error_forms(masked_config_values(config)))
+    printed = terminal.clear(json.dumps(config) + "\n" + " ".join(map(str, args.values())))
+    assert [secret for secret in secrets if secret in printed] == []
+
+
+def test_the_terminal_of_prime_runs_eval_masks_a_query_and_a_flag_from_the_launch_file(tmp_path: Path) -> None:
+    launch = tmp_path / "eval.toml"
+    launch.write_text('model = "m"\n[client]\nbase_url = "https://h/v1?api_key=LAUNCHQUERY0001"\n'
+                      '[env.args]\nextra_args = ["--hf-token", "LAUNCHFLAG0002"]\n')
+    terminal = TerminalMask()
+    terminal.add_launch_file(str(launch))
+    assert terminal.clear("GET https://h/v1?api_key=LAUNCHQUERY0001 with LAUNCHFLAG0002") == \
+        f"GET https://h/v1?api_key={MASK} with {MASK}"
+
+
+@pytest.mark.slow
+def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path) -> None:
+    """A spool written under the rules before these (``masking_version`` 10) is masked again
+    by sync before its metadata and its rows leave."""
+    secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
+    strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
+               "url": f"https://h/v1?token={secrets[1]}", "github_pat": secrets[3], "note": f"use {GHP}"}
+    writer = SegmentWriter.create(tmp_path / "runs" / "old", "old-strings")
+    writer.append("manifest", {"run_id": "old-strings", "name": "old-strings", "environments": ["e"], "model": "m",
+                               "framework": "verifiers", "format_version": 1, "masking_version": 10,
+                               "config": {"model": "m", "env": {"args": strings}}})
+    episode = make_episode(0, run_id="old-strings")
+    episode["traces"][0]["agent"]["config"]["env_args"] = strings
+    writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
+    writer.seal("completed")
+    assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
+    db = tmp_path / "platform.db"
+    result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
+                            capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["runs"][0]["state"] == "synced", result.stdout
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
+    assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
+    assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows
