@@ -43,11 +43,13 @@ _QUERY_SECRET_ENDINGS = ("signature",)
 
 #: A flag, alone as a list's element or followed by its value in a command line.
 _FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_.\-]*\Z")
-#: A flag in a text, and the token after it (quoted or up to whitespace), not consumed.
-_FLAG_IN_TEXT = re.compile(r"(?<!\S)(--?[A-Za-z][A-Za-z0-9_.\-]*)(?=(\s+)(\"[^\"]*\"|'[^']*'|[^\s'\"]+))")
+#: A flag in a text (at its start or after a blank: a space, a tab, a line break), and the word after it (a quoted part first, if any, then up to whitespace
+#: or a quote), not consumed. Where a value ends, a value masked (``***``) ends again: masking
+#: twice changes nothing.
+_FLAG_IN_TEXT = re.compile(r"(?<![^ \t\n\r])(--?[A-Za-z][A-Za-z0-9_.\-]*)(?=(\s+)((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*))")
 #: ``name=value`` at the start of a token (``--token=...``, ``HF_TOKEN=...``): the value is
 #: quoted or runs up to whitespace, a quote, ``&`` or ``;`` (a shell's separators).
-_ASSIGNMENT = re.compile(r"(?<![^\s'\"(\[{,;])(-{0,2})([A-Za-z_][A-Za-z0-9_.\-]*)=(\"[^\"]*\"|'[^']*'|[^\s'\"&;]*)")
+_ASSIGNMENT = re.compile(r"(?<![^\s'\"(\[{,;])(-{0,2})([A-Za-z_][A-Za-z0-9_.\-]*)=((?:\"[^\"]*\"|'[^']*')?[^\s'\"&;]*)")
 #: Flags whose value is a header line (``curl -H``, ``--header``): the value after its colon
 #: goes, as every value of a ``headers`` table does.
 _HEADER_FLAGS = frozenset({"-H", "--header"})
@@ -68,35 +70,67 @@ _TOKEN_SHAPES = re.compile(
     r"|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|glpat-[A-Za-z0-9_\-]{20,}|AIza[A-Za-z0-9_\-]{35}"
     r"|eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})")
-#: A text none of the rules can change has none of these in it: most config strings
-#: (a model's name, an id, a number as text) are passed by one search.
-_MAYBE = re.compile(r"://|=|(?<!\S)-|sk-|[sr]k_|gh[pousr]_|github_pat_|hf_|xox|AKIA|ASIA|glpat-|AIza|eyJ")
-
-
 def mask_text(text: str) -> str:
     """``text`` with what it holds of a credential replaced by :data:`MASK`: every URL's
     userinfo and secret query parameters, the value after a flag or in an assignment named
     like a secret, a header's value after ``-H``, an environment value after ``-e``, and
     every value shaped like a well-known token. The same object when nothing changes."""
-    if _MAYBE.search(text) is None:
+    if not _maybe(text):
         return text
+    masked = _masked_once(text)
+    # The rules end a value at different marks (a query's at ``;``, a userinfo's at the last
+    # ``@``), so a mask can join what one rule cut to what another reads as a value: masked
+    # again until nothing changes, what sync and mirror do to a record changes nothing more.
+    for _ in range(_MAX_PASSES):
+        if masked is text:
+            return text
+        text, masked = masked, _masked_once(masked)
+    return masked
+
+
+#: Passes of :func:`_masked_once` at most (one changes something only where two rules meet).
+_MAX_PASSES = 8
+
+
+def _masked_once(text: str) -> str:
+    """One pass of every rule of :func:`mask_text` over ``text``."""
     spans: list[tuple[int, int]] = []
-    for url in _URL.finditer(text):
-        spans.extend(_url_spans(url.group(), url.start()))
-    for flag in _FLAG_IN_TEXT.finditer(text):
+    if "://" in text:
+        for url in _URL.finditer(text):
+            spans.extend(_url_spans(url.group(), url.start()))
+    for flag in _FLAG_IN_TEXT.finditer(text) if _may_hold_flag(text) else ():
         value = flag.group(3)
-        quoted = value[:1] in ("'", '"') and len(value) >= 2
+        quoted = value[:1] in ("'", '"') and len(value) >= 2 and value.find(value[0], 1) == len(value) - 1
         inner = value[1:-1] if quoted else value
         found = _after_flag(flag.group(1), inner)
         if found is not None:
             start = flag.end() + len(flag.group(2)) + (1 if quoted else 0)
             spans.append((start + found[0], start + found[1]))
-    for assignment in _ASSIGNMENT.finditer(text):
+    for assignment in _ASSIGNMENT.finditer(text) if "=" in text else ():
         if is_secret_name(assignment.group(2)):
             spans.append(assignment.span(3))
-    for token in _TOKEN_SHAPES.finditer(text):
+    for token in _TOKEN_SHAPES.finditer(text) if _may_hold_token(text) else ():
         spans.append(token.span())
     return _replaced(text, spans)
+
+
+def _maybe(text: str) -> bool:
+    """Whether a rule of :func:`mask_text` can change ``text`` (true for every text one can,
+    and for some others); most config strings (a model's name, an id, a number as text) are
+    passed by a few substring tests: a regular expression's search costs several times more."""
+    return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text)
+
+
+def _may_hold_flag(text: str) -> bool:
+    """Whether ``text`` has a ``-`` at its start or after a blank (:data:`_FLAG_IN_TEXT`)."""
+    return "-" in text and (text[:1] == "-" or " -" in text or "\n-" in text or "\t-" in text or "\r-" in text)
+
+
+def _may_hold_token(text: str) -> bool:
+    """Whether ``text`` holds the start of a token :data:`_TOKEN_SHAPES` knows."""
+    return (("-" in text and ("sk-" in text or "xox" in text or "glpat-" in text))
+            or ("_" in text and ("k_" in text or "gh" in text or "github_pat_" in text or "hf_" in text))
+            or "IA" in text or "AIza" in text or "eyJ" in text)  # AKIA, ASIA
 
 
 def mask_url_userinfo(text: str) -> str:
@@ -128,6 +162,8 @@ def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
     ``-H``/``--header`` the value of the header line after it, one that is ``-e``/``--env`` the
     value of the ``NAME=value`` after it. What an element holds by itself (``--token=...``) is
     :func:`mask_text`'s."""
+    if len(items) < 2:  # most lists of a config: nothing can follow a flag
+        return None
     found: dict[int, Any] | None = None
     flag = None
     for index, item in enumerate(items):
