@@ -75,8 +75,9 @@ package is defined here and drawn here):
     Stopped [BaseException], outside the tree on purpose (see its docstring)
     MirroredMeanwhile [Exception], outside the tree on purpose (see its docstring)
 
-One exception class lives elsewhere, private: ``content/summary.py``'s ``_WrittenOtherwise``,
-a signal raised and caught inside one function that no caller can ever see.
+Two exception classes live elsewhere, private: ``content/summary.py``'s ``_WrittenOtherwise``
+and ``_TwoPass``, each a signal raised and caught inside one function that no caller can ever
+see.
 """
 
 from __future__ import annotations

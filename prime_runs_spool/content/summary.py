@@ -180,6 +180,12 @@ def read_episode(episode: Mapping[str, Any], written: bytes | None = None) -> Ep
     return episode.get("ok") is not True, len(traces), trainables, counted
 
 
+class _TwoPass(Exception):
+    """:meth:`SummaryAccumulator.add` met a value its one pass does not read: the episode is
+    read the two-pass way. Private, like :class:`_WrittenOtherwise`: raised and caught inside
+    ``add``, never seen by a caller."""
+
+
 class _WrittenOtherwise(Exception):
     """A reading of an episode as written (:func:`read_episode`'s ``written``) met a value
     its line holds otherwise (a NaN or an infinity, there null).
@@ -220,58 +226,59 @@ class SummaryAccumulator:
         """Count ``episode``: exactly ``add_reading(read_episode(episode, written))``, read
         and added in one pass where every value it reads is plain (exact dicts holding the
         keys verifiers writes, bools and finite floats), so a run can count it under its lock
-        for less than the reading and the adding cost apart (docs/benchmarks.md). Anything else (a key
-        missing, a NaN, an int, a mapping of another type) is met before anything is added
-        and read the two-pass way, so the result and the order of the means' names never
-        differ, and an error leaves the sums as they were."""
+        for less than the reading and the adding cost apart (docs/benchmarks.md). Anything
+        else (a key missing, a NaN, an int, a mapping of another type) is met before anything
+        is added and read the two-pass way, so the result and the order of the means' names
+        never differ, and an error leaves the sums as they were."""
         traces = episode.get("traces") or ()
         # First the traces averaged, each checked plain, its reward summed: nothing added yet.
-        # Exact dicts only, read by subscript (a missing key is a KeyError: the two-pass way).
+        # Exact dicts only, read by subscript (a missing key is a KeyError: the two-pass way, as
+        # is anything else not plain, _TwoPass).
         counted = []  # (reward, rewards, metrics) of each trace averaged
         trainables = 0
         spread = 0.0  # the sum of the metrics read: finite only if each of them is
         try:
             for trace in traces:
                 if type(trace) is not dict or type(agent := trace["agent"]) is not dict:
-                    return self.add_reading(read_episode(episode, written))
+                    raise _TwoPass
                 trainable = agent["trainable"]
                 if trainable is True:
                     if not trainables:  # the traces read until now are not trainable: not averaged
                         counted = []
                     trainables += 1
                 elif trainable is not False:  # not a bool: read_episode's to read
-                    return self.add_reading(read_episode(episode, written))
+                    raise _TwoPass
                 elif trainables:
                     continue  # a trainable trace came first: this one is not averaged
                 rewards = trace["rewards"]
                 metrics = trace["metrics"]
                 if type(rewards) is not dict or type(metrics) is not dict:
-                    return self.add_reading(read_episode(episode, written))
+                    raise _TwoPass
                 total: Any = 0  # content.episodes.reward_and_scores's sum: its operations, in its order
                 for entry in rewards.values():
                     if type(entry) is not dict:
                         if entry is None:
                             continue
-                        return self.add_reading(read_episode(episode, written))
+                        raise _TwoPass
                     score = entry["score"]
                     if score is None:
                         continue
                     weight = entry["weight"]
                     if type(score) is not float or (weight is not None and type(weight) is not float):
-                        return self.add_reading(read_episode(episode, written))
+                        raise _TwoPass
                     total += score * (1.0 if weight is None else weight)
                 # A NaN or an infinity among the scores and weights makes the sum one (inf * 0
                 # and inf - inf are NaN): one check for all of them, and for a sum that overflows.
                 if total - total != 0.0:
-                    return self.add_reading(read_episode(episode, written))
+                    raise _TwoPass
                 for value in metrics.values():
                     if type(value) is not float:
                         if value is None:
                             continue
-                        return self.add_reading(read_episode(episode, written))
+                        raise _TwoPass
                     spread += value  # likewise: finite only if every metric is
                 counted.append((total if type(total) is float else 0.0, rewards, metrics))
-        except KeyError:
+        except (KeyError, _TwoPass):  # outside the loops: an error reading again is not caught here
             return self.add_reading(read_episode(episode, written))
         if spread - spread != 0.0:
             return self.add_reading(read_episode(episode, written))
