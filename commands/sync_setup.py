@@ -132,7 +132,7 @@ def stop_on_signals() -> Interrupt:
 
     def at_once() -> None:
         os.write(2, f"\n{MESSAGE_PREFIX}stopped at once (second signal); every state is consistent, "
-                    "run prime-runs sync again to carry on\n".encode())
+                    "run the same prime-runs sync again to carry on\n".encode())
 
     interrupt.install(on_second=at_once)
     return interrupt
