@@ -42,6 +42,10 @@ LANDED = object()
 IN_DOUBT = "a request sent earlier got no answer and may still land"
 #: A fence shorter than this is not told: it is over before anyone could read the line.
 TOLD_FENCE_SECONDS = 1.0
+#: The part of a request lifetime within which a body's last byte must go out, counted from
+#: the send time its announcement gives: the rest is the platform's, which is assumed to
+#: commit a request at most this part of a lifetime after it arrives (docs/sync.md).
+FINISH_WITHIN = 0.5
 
 
 class Protocol:
@@ -262,18 +266,18 @@ class Protocol:
         return False
 
     def send_once(self, what: str, in_flight: InFlight, send: Callable[..., Any],
-                  landed: Callable[[], bool], *, gated: bool = False) -> Any:
+                  landed: Callable[[], bool], *, gated: bool = False, alongside: bool = True) -> Any:
         """Send a request that must not be processed twice: announce it in the state, send it,
         and after a failure resend only once ``landed`` says it did not (and cannot) land.
         Returns the answer, or :data:`LANDED` when it landed but its answer was lost.
 
         ``gated``: ``send`` takes a gate, a call its request makes before the last byte of its
-        body, and the announcement is written while the body goes out (:meth:`_announce_alongside`);
-        without it, the announcement is written before ``send`` is called."""
+        body (:meth:`_in_time`); with ``alongside`` too, the announcement is written while the
+        body goes out (:meth:`_announce_alongside`), else before ``send`` is called."""
         attempt = 0
-        alongside = gated and self.WRITES_ALONGSIDE
+        alongside = gated and alongside and self.WRITES_ALONGSIDE
         while True:
-            sent_at = self.clock()
+            sent_at, started = self.clock(), self.monotonic()
             self.state.in_flight = dataclasses.replace(in_flight, sent_at=sent_at)
             gate = self._announce_alongside() if alongside else None
             if gate is None:
@@ -283,7 +287,7 @@ class Protocol:
             try:
                 try:
                     with answers_within(self.options.backoff.time_left()):
-                        answer = send(gate or _written) if gated else send()
+                        answer = send(self._in_time(gate or _written, started)) if gated else send()
                 finally:
                     if gate is not None:
                         gate()  # the write is over whatever became of the request; its failure wins
@@ -305,6 +309,30 @@ class Protocol:
                 continue
             self.options.backoff.answered()
             return answer
+
+
+    def _in_time(self, durable: Callable[[], None], started: float) -> Callable[[], None]:
+        """The gate before a body's last byte: the announcement is durable (``durable``), and
+        the announced send time is less than :data:`FINISH_WITHIN` of a lifetime ago.
+
+        Every fence of this request (this process's, or a taker's reading the state or the
+        lease) ends a lifetime after that send time. A process paused (SIGSTOP, a swapped-out
+        VM) between announcing and sending sent its request only once it woke, long after:
+        the platform, which counts from arrival, committed it after another syncer had
+        fenced it, found it not landed and sent its rows again. Its headers went out before
+        this check, so a request let through here arrives within half a lifetime of its
+        send time and is committed within the other half. One held past it is left
+        unfinished (never acted on) and announced and sent afresh, which under a lease
+        renews the lease first: a syncer taken over meanwhile stops there."""
+        limit = self.options.request_lifetime * FINISH_WITHIN
+
+        def gate() -> None:
+            durable()
+            if (late := self.monotonic() - started) >= limit:
+                raise PlatformError(FailureKind.NOT_SENT, f"a request held up {late:.1f} s before its last byte "
+                                    f"(over half its {self.options.request_lifetime:g} s lifetime) was left "
+                                    "unfinished, so it cannot land; it is announced and sent again")
+        return gate
 
 
 def _written() -> None:

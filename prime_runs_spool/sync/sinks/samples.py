@@ -173,7 +173,7 @@ class SamplesSink(Sink):
                            # written alongside only a body that has bytes to send before its last
                            # piece: one of a single piece would only wait for the write, on another
                            # thread, at the cost of handing it over (most small runs' one request)
-                           lambda: self.reconciler.samples_landed(rows), gated=len(body) > 1)
+                           lambda: self.reconciler.samples_landed(rows), gated=True, alongside=len(body) > 1)
         protocol.acknowledge(end, rows, episodes, seal, batch.last_sample_id)
         if protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?
             protocol.check_next_batch = False
