@@ -190,6 +190,70 @@ def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: P
     assert lease["generation"] == 2
 
 
+#: ``prime-runs sync`` that, once its third samples request is announced (the lease renewed,
+#: its time checked), touches $PAUSING and waits a second before writing the request's
+#: head: the test stops it there (SIGSTOP), between the announcement and the send.
+_PAUSING = """
+import os, runpy, sys, time
+from pathlib import Path
+from prime_runs_spool.platform_api import deadline
+
+real, heads = deadline._Stream.write, []
+
+def write(self, buffer, timeout=None):
+    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
+        heads.append(1)
+        if len(heads) == 3:
+            Path(os.environ["PAUSING"]).touch()
+            time.sleep(1.0)
+    real(self, buffer, timeout)
+
+deadline._Stream.write = write
+sys.argv = ["prime-runs", *sys.argv[1:]]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_syncer_paused_between_announcing_and_sending_past_its_lease_never_sends_that_request(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """The same handover, the pause where it hurt: after the announcement, before the send.
+    Woken after the taker had fenced that request, found it not landed and pushed its rows,
+    it sent the request, and the platform (counting from arrival) committed it: those rows
+    twice. Now its last byte goes out only within half a lifetime of its announced send
+    time (sync/protocol.py, ``Protocol._in_time``): announced afresh instead, which renews
+    the lease, and the syncer finds itself taken over."""
+    import signal
+    import sys
+
+    builder = build_run(tmp_path / "run", "store-paused-send", 20)
+    upload_run(bucket_url, builder.run_dir, "run")
+    pausing, wrapper = tmp_path / "pausing", tmp_path / "pausing_sync.py"
+    wrapper.write_text(_PAUSING)
+    env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    args = (bucket_url, "--json", "--max-request-bytes", "5000")
+    command = sync_cmd(server.base_url, *args)
+    first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), **env))
+    try:
+        deadline = time.monotonic() + 60
+        while not pausing.exists():
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)
+        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
+        assert second.returncode == 0, second.stderr
+        [taken] = reports(second)
+        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 20, taken
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=60)
+    [stopped] = json.loads(out)["runs"]
+    assert first.returncode == 1 and stopped["state"] == "error" and "taken over" in stopped["error"], (out, err)
+    assert_exactly_once(api, builder)
+
+
 def _pushed(api, local_run_id: str) -> int:
     from support.sync_e2e import evaluations_of
 
