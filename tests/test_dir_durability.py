@@ -96,12 +96,15 @@ def test_a_state_dir_for_a_store_is_made_durable_level_by_level(tmp_path, monkey
 def test_a_state_write_that_announces_a_request_is_durable_with_its_folder_and_the_last_one_needs_not(
         tmp_path, monkeypatch):
     """A new run's pass writes its state four times: three announce a request (the create,
-    the samples, the finalize), each renamed into place and its folder fsync'd before the
-    write returns (before the request can be acted on: test_sync_announce_alongside.py), and
-    the pass's end, which announces nothing: its bytes fsync'd before the rename, its folder
-    not. A power cut that takes that rename back leaves the finalize's announcement, whole,
-    which the next sync settles by reading the evaluation, sending nothing again. Folders
-    fsync'd: the spool folder once (for the new ``sync/``), ``sync/`` three times; it was four."""
+    the samples, the finalize), each durable before the write returns (before the request
+    can be acted on: test_sync_announce_alongside.py), and the pass's end, which announces
+    nothing. The first makes the file's twin (sync/state_file.py) and is renamed into place
+    beside it, the folder fsync'd after both; the others overwrite the file in place, an announcement its twin
+    first, each made durable by one fdatasync, no folder fsync'd; the end the file alone (a
+    cut that tears it leaves the twin, one write behind). A power cut that takes the last
+    write back leaves the finalize's announcement, whole, which the next sync settles by
+    reading the evaluation, sending nothing again. Folders fsync'd: the spool folder once
+    (for the new ``sync/``), ``sync/`` once; it was three times, each write renamed."""
     import json
 
     run_dir = tmp_path / "run"
@@ -109,12 +112,17 @@ def test_a_state_write_that_announces_a_request_is_durable_with_its_folder_and_t
         run.log_episodes([small_episode(None, n) for n in range(3)])
         run.finish()
     events: list[tuple[str, object]] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_fsync, real_fdatasync, real_replace, real_pwrite = os.fsync, os.fdatasync, os.replace, os.pwrite
 
     def fsync(fd: int) -> None:
         info = os.fstat(fd)
         real_fsync(fd)
         events.append(("folder" if stat.S_ISDIR(info.st_mode) else "file", (info.st_dev, info.st_ino)))
+
+    def fdatasync(fd: int) -> None:
+        info = os.fstat(fd)
+        real_fdatasync(fd)
+        events.append(("datasync", (info.st_dev, info.st_ino)))
 
     written: list[bytes] = []
 
@@ -124,15 +132,29 @@ def test_a_state_write_that_announces_a_request_is_durable_with_its_folder_and_t
             written.append(Path(target).read_bytes())
             events.append(("renamed", json.loads(written[-1])["in_flight"]))
 
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        done = real_pwrite(fd, data, offset)
+        if target.parent == sync_dir(run_dir).resolve() and not data.isspace():
+            twin = target.name.endswith(".twin")
+            if not twin:
+                written.append(data)
+            events.append(("twin" if twin else "overwritten", json.loads(data)["in_flight"]))
+        return done
+
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "pwrite", pwrite)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
         destination = Destination(key="local", base_url=platform.base_url)
         with PlatformClient(local_settings(platform)) as client:
             report = RunSync(run_dir, client, destination, SyncOptions()).run()
         monkeypatch.undo()
-        # The power cut took the last rename back: the finalize's announcement is the file.
+        # The power cut took the last write back: the finalize's announcement is the file.
         state_file = next(sync_dir(run_dir).glob("*.json"))
+        inode = lambda path: (os.stat(path).st_dev, os.stat(path).st_ino)  # noqa: E731
+        file, twin = inode(state_file), inode(state_file.parent / f".{state_file.name}.twin")
         state_file.write_bytes(written[-2])
         with CountingClient(local_settings(platform)) as client:
             again = RunSync(run_dir, client, destination, SyncOptions()).run()
@@ -143,10 +165,16 @@ def test_a_state_write_that_announces_a_request_is_durable_with_its_folder_and_t
         (evaluation,) = httpx.get(f"{platform.base_url}/api/v1/evaluations/").json()["evaluations"]
         assert evaluation["status"] == "COMPLETED" and evaluation["total_samples"] == 3, evaluation
     assert report.state == "synced", report
-    folder = lambda path: ("folder", (os.stat(path).st_dev, os.stat(path).st_ino))  # noqa: E731
-    renames = [at for at, (what, _) in enumerate(events) if what == "renamed"]
-    assert [(events[at][1] or {}).get("kind") for at in renames] == ["create", "samples", "finalize", None], events
-    for at, following in zip(renames, [*renames[1:], len(events)]):
-        synced = folder(sync_dir(run_dir)) in events[at + 1:following]
-        assert synced == (events[at][1] is not None), (events[at], events[at + 1:following])
-    assert events.count(folder(sync_dir(run_dir))) == 3 and events.count(folder(spool_dir(run_dir))) == 1, events
+    kind = lambda what: (what or {}).get("kind")  # noqa: E731
+    writes = [(name, kind(what)) for name, what in events if name in ("renamed", "overwritten", "twin")]
+    assert writes == [("renamed", "create"), ("twin", "samples"), ("overwritten", "samples"),
+                      ("twin", "finalize"), ("overwritten", "finalize"), ("overwritten", None)], events
+    created = [name for name, _ in events].index("renamed")
+    first_overwrite = [name for name, _ in events].index("twin")
+    assert ("file", twin) in events[:created], events  # made, and its bytes durable, before the rename
+    assert ("folder", inode(sync_dir(run_dir))) in events[created:first_overwrite], events
+    for at, (name, _) in enumerate(events):  # each overwrite durable before the next step
+        if name in ("twin", "overwritten"):
+            assert events[at + 1] == ("datasync", twin if name == "twin" else file), events[at:at + 2]
+    assert events.count(("folder", inode(sync_dir(run_dir)))) == 1, events
+    assert events.count(("folder", inode(spool_dir(run_dir)))) == 1, events

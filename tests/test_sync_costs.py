@@ -667,10 +667,13 @@ def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> N
     run; the segment opened for its first two lines, and for its records, fsync'd (a dead
     writer's) on that descriptor; its writer's lock probed once, before the records are
     read (a small run's size needs no answer from it); its durable mark read once; the
-    state written four times, the folder fsync'd after the three that announce a request
-    (and the spool folder once, for the new ``sync/``). The layers each used to list the
-    folder and open the segment and its lock again: 4 opens of each, its mark read twice, 8
-    listings; then 7 listings, the segment opened 3 times, ``sync/`` fsync'd after every write."""
+    state written four times: renamed into place once, with its twin beside it and the folder
+    fsync'd after both (and the spool folder once, for the new ``sync/``), then overwritten in
+    place three times, the file and its twin opened once for all three (sync/state_file.py).
+    The layers each used to list the folder and open the segment and its lock again: 4 opens
+    of each, its mark read twice, 8 listings; then 7 listings, the segment opened 3 times,
+    ``sync/`` fsync'd after every write; then each write a new temporary file renamed into
+    place, ``sync/`` fsync'd after the three that announce a request."""
     run = tmp_path / "runs" / "run"
     builder = RunBuilder(run, "costs-files")
     builder.open_segment()
@@ -689,8 +692,10 @@ def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> N
     names = Counter(".tmp" if path.endswith(".tmp") else Path(path).name for path in opened)
     assert names == {
         "seg-000001.jsonl": 2, "seg-000001.lock": 1, "seg-000001.durable": 1,  # the reads
-        "sync.lock": 1, "mirror.json": 1, "costs-dest.json": 1,  # the lock, the mirror's note, the state (none)
-        ".tmp": 5, "spool": 1, "sync": 3,  # 4 state writes (the first makes sync/), 3 announcing a request
+        "sync.lock": 1, "mirror.json": 1,  # the lock, the mirror's note
+        "costs-dest.json": 2,  # the state read (there is none), then opened to be overwritten in place
+        ".tmp": 1, "spool": 1, "sync": 1,  # the first write, its folder fsync'd once
+        ".costs-dest.json.twin": 2,  # made by the first write (its first try makes sync/), overwritten before each announcement
     }, names
     assert listed[spool] == 4, listed
 

@@ -261,3 +261,133 @@ def test_a_key_no_state_has_is_damage_in_a_file_without_a_checksum() -> None:
     later = {**document, "a_later_field": {"x": 1}}
     later[CHECKSUM_KEY] = _checksum({k: v for k, v in later.items()})
     assert SyncState.from_json(json.dumps(later).encode()).cursor.rows_done == 1
+
+
+class _PowerCut(BaseException):
+    """The power going off: nothing of the pass runs on (raised past every handler)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("torn", "at"), [("file", 1), ("file", 2), ("file", 3), ("twin", 1), ("twin", 2)])
+def test_a_power_cut_that_tears_an_overwrite_leaves_the_state_whole_in_its_twin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: str, at: int) -> None:
+    """After its first announcement a pass overwrites its state file in place, its twin
+    first and each made durable by one fdatasync (sync/state_file.py). A power cut during
+    an overwrite can leave the file torn, old bytes and new: the twin then holds the whole
+    new state (an announcement not sent yet: the next sync settles it), or, for the pass's
+    last write, which announces nothing, the one before it. A cut during the twin's own
+    overwrite leaves the file whole. Played: a new run's pass cut during its ``at``-th
+    overwrite of the file (the samples', the finalize's announcement, the pass's end) or of
+    the twin (the two announcements), the disk left as the cut leaves it; the next sync
+    ends the run synced with each episode once and one finalize."""
+    import httpx
+
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.sync import state_file as state_file_module
+    from prime_runs_spool.sync.engine import RunSync
+    from prime_runs_spool.sync.options import SyncOptions
+    from prime_runs_spool.sync.state import Destination, sync_dir
+    from support.local_client import local_settings
+
+    builder = build_run(tmp_path / "run", "torn-overwrite", 3)
+    real_pwrite = os.pwrite
+    image: dict[str, bytes] = {}
+    seen = {"file": 0, "twin": 0}
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        which = "twin" if target.endswith(".twin") else "file"
+        if Path(target).parent == sync_dir(builder.run_dir).resolve() and not data.isspace():
+            seen[which] += 1
+            if which == torn and seen[which] == at:
+                before = Path(target).read_bytes()
+                assert len(before) == len(data)  # an overwrite, the same length: no metadata
+                half = len(data.rstrip()) // 2  # within the JSON, not its padding
+                image[target] = data[:half] + before[half:]  # part of the new bytes reached the disk
+                folder, name = os.path.split(target)
+                other = os.path.join(folder, name[1:-len(".twin")]) if which == "twin" else (
+                    state_file_module.twin_path(target))
+                image[other] = Path(other).read_bytes()
+                raise _PowerCut
+        return real_pwrite(fd, data, offset)
+
+    destination = Destination(key="local", base_url="")
+    options = SyncOptions(request_lifetime=1.0)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        destination = Destination(key="local", base_url=platform.base_url)
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        with pytest.raises(_PowerCut), PlatformClient(local_settings(platform)) as client:
+            RunSync(builder.run_dir, client, destination, options).run()
+        monkeypatch.undo()
+        assert image, seen
+        state_file_module._PASSES.clear()  # the process is gone with the power
+        for path, data in image.items():  # the disk as the cut left it
+            Path(path).write_bytes(data)
+        with PlatformClient(local_settings(platform)) as client:
+            again = RunSync(builder.run_dir, client, destination, options).run()
+        (evaluation,) = httpx.get(f"{platform.base_url}/api/v1/evaluations/").json()["evaluations"]
+        samples = httpx.get(f"{platform.base_url}/api/v1/evaluations/{evaluation['evaluation_id']}/samples",
+                            params={"limit": 100}).json()["samples"]
+    assert (again.state, again.pushed_total) == ("synced", 3), again
+    assert not any("damaged" in warning for warning in again.warnings), again.warnings
+    ids = [sample["sample_id"] for sample in samples]
+    assert len(ids) == len(set(ids)) == 3 and evaluation["status"] == "COMPLETED", (ids, evaluation)
+
+
+@pytest.mark.slow
+def test_a_state_file_damaged_after_its_pass_has_no_twin_to_be_read_for_it(tmp_path: Path) -> None:
+    """The pass's end blanks the twin: a file damaged afterwards (by hand, by the disk) is
+    damage, reconciled with the platform, never an older state read in its place."""
+    from prime_runs_spool.sync.state import sync_dir
+    from prime_runs_spool.sync.state_file import twin_path
+
+    builder = build_run(tmp_path / "runs" / "r", "twin-blanked", 3)
+    db = tmp_path / "local.db"
+    assert local_sync(tmp_path / "runs", db).returncode == 0
+    (state_file,) = sync_dir(builder.run_dir).glob("*.json")
+    assert Path(twin_path(str(state_file))).read_bytes().isspace()
+    state_file.write_bytes(b"{not a state")
+    again = local_sync(tmp_path / "runs", db)
+    (run,) = json.loads(again.stdout)["runs"]
+    assert (run["state"], run["pushed_now"], run["pushed_total"]) == ("synced", 0, 3), run
+    assert any("damaged" in warning for warning in run["warnings"]), run
+
+
+@pytest.mark.parametrize("failing", ["file", "twin"])
+def test_an_overwrite_in_place_that_fails_leaves_the_last_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                failing: str) -> None:
+    """An overwrite that fails part way (a disk error) is a write that failed, as a rename that
+    fails is: the last state is what the file reads (given back to the file and its twin when
+    the file's own write failed), never the announcement of a request that is not sent,
+    which the next sync would wait out as a request in doubt."""
+    import errno
+
+    from prime_runs_spool.sync import state_file
+    from prime_runs_spool.sync.state import InFlight, load_state, save_state
+
+    path = tmp_path / "sync" / "dest.json"
+    state = _state("in-place-fails")
+    state.in_flight = InFlight(kind="create", sent_at=1.0)
+    state_file.begin(str(path))
+    try:
+        save_state(path, state)  # the first: renamed into place, its twin made
+        state.in_flight, state.evaluation_id = InFlight(kind="samples", sent_at=2.0, rows=3), "eval-1"
+        real_pwrite = os.pwrite
+
+        def pwrite(fd: int, data: bytes, offset: int) -> int:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".twin") == (failing == "twin"):
+                real_pwrite(fd, data[:100], offset)  # part of it, then the disk fails
+                raise OSError(errno.EIO, "Input/output error")
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        with pytest.raises(OSError) as failed:
+            save_state(path, state)
+        monkeypatch.undo()
+        assert failed.value.filename == str(path)
+    finally:
+        state_file.end(str(path))
+    read = load_state(path, destination=state.destination, local_run_id="in-place-fails")
+    assert read is not None and read.in_flight is not None and read.in_flight.kind == "create", read
+    assert read.evaluation_id is None

@@ -44,11 +44,11 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.errors import CopyBusyError, StateFormatError, SyncError
-from prime_runs_spool.files import FILE_MODE, printable, read_regular_file
+from prime_runs_spool.files import FILE_MODE, printable
 from prime_runs_spool.spool.layout import LOCK_SUFFIX
 from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
 from prime_runs_spool.sync.sinks.registry import is_sink
-from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState
+from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState, read_state
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
 
 
@@ -167,7 +167,7 @@ class CopyLock:
             times.append(_send_time(note.get("in_doubt")))
         elif note.get("under_way"):  # it died mid-pass: its state file announced any request before sending it
             try:
-                state = SyncState.from_json(read_regular_file(os.fsdecode(bytes.fromhex(str(note["holder"])))))
+                state, _ = read_state(os.fsdecode(bytes.fromhex(str(note["holder"]))))
             except (KeyError, OSError, ValueError, StateFormatError):
                 # Moved, deleted or damaged since: it cannot say. This pass's own state too
                 # (the folder unpacked again after a kill): what it announced is gone with it.

@@ -162,8 +162,8 @@ class RunSync:
         """The run's report when it is up to date, else None (a pass is needed).
 
         The same rule as a pass (the state against the files' sizes, the sink ``--to``
-        names), read without the run's lock and writing nothing: a state is replaced
-        whole by a rename, so what is read is one whole state, and one that says the spool
+        names), read without the run's lock and writing nothing: what is read is a whole
+        state (or one read damaged mid-write: a pass deals with it), and one that says the spool
         was all sent while the files still end where it says is the answer a pass would
         give. So a sync of many runs answers the unchanged ones in its own thread, not
         through the worker pool, where runs with nothing to send would only contend for

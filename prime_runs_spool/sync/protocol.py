@@ -33,6 +33,7 @@ from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.retry import Wait
+from prime_runs_spool.sync import state_file
 from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
 
 #: What :meth:`Protocol.send_once` returns for a request that landed but lost its answer.
@@ -113,6 +114,7 @@ class Protocol:
         self.on_save()
 
     def _write(self) -> None:
+        state_file.begin(str(self.path))  # from its first announcement on, the pass writes in place
         save_state(self.path, self.state)
 
     def _announce_alongside(self) -> Callable[[], None]:
@@ -166,13 +168,16 @@ class Protocol:
         failed: that one may have been announcing a request that then was not sent, and
         writing it now would make the next sync fence a request that never left.
         ``quietly``: a failure to write is not raised (the pass is failing already)."""
-        if not self.unsaved or self._writing:
-            return
         try:
-            self.save()
-        except Exception:
-            if not quietly:
-                raise
+            if not self.unsaved or self._writing:
+                return
+            try:
+                self.save()
+            except Exception:
+                if not quietly:
+                    raise
+        finally:
+            state_file.end(str(self.path))  # the pass's last write: its twin goes
 
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""

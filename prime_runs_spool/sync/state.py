@@ -28,6 +28,7 @@ import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
+from prime_runs_spool.sync import state_file
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.options import AUTO
@@ -393,21 +394,36 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
     of it (a run in an object store: the object's URL, which the user knows, not the cache)."""
     name = shown or path
     try:
-        raw = read_regular_file(path)
+        state, raw = read_state(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise StateProblem(f"cannot read {name}: {exc.strerror}") from None
-    try:
-        state = SyncState.from_json(raw)
     except StateFormatError:
         raise StateProblem(f"{name} is damaged") from None
     if state.version > STATE_VERSION:
         raise StateProblem(f"{name} was written by a newer prime-runs-spool (state v{state.version})")
     if state.local_run_id != local_run_id or state.destination.key != destination.key:
         raise StateProblem(f"{name} belongs to another run or destination")
-    state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw)
+    state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw.rstrip(b" "))  # its padding aside
     return state
+
+
+def read_state(path: str | os.PathLike[str]) -> tuple[SyncState, bytes]:
+    """The state file at ``path`` and the bytes it was read from: the file's, or, where a
+    power cut tore the file as a pass overwrote it, its twin's (sync/state_file.py), which
+    holds the whole state then. ``OSError`` when the file cannot be read,
+    ``StateFormatError`` when neither holds a state. Every reader of a local state reads by it."""
+    raw = read_regular_file(path)
+    try:
+        return SyncState.from_json(raw), raw
+    except StateFormatError:
+        try:
+            twin = read_regular_file(state_file.twin_path(os.fspath(path)))
+            return SyncState.from_json(twin), twin
+        except (OSError, StateFormatError):
+            pass
+        raise
 
 
 #: Per state file, the digest of what this process last wrote there. A file that still
@@ -452,19 +468,22 @@ def _digest(data: bytes) -> str:
 
 
 def save_state(path: Path, state: SyncState) -> None:
-    """Replace the state file atomically, its bytes fsync'd before the rename (whichever file
-    a power cut leaves under the name is whole), and the rename fsync'd (its folder) when the
-    state announces a request (``in_flight``): that one must outlive a power cut, since its
-    request may land. A state that announces nothing records what the platform, or the
-    spool, tells again (docs/sync.md, "State"): a cut that takes its rename back leaves the
-    file of an earlier write, which is true still (every request sent since it was announced
-    by a write whose rename was fsync'd, and that fsync made every earlier rename in the
-    folder durable too), and the next sync settles from it as after any crash."""
+    """Write the state file durably: its bytes fsync'd before it replaces the old (whichever
+    file a power cut leaves under the name is whole, or its twin is: sync/state_file.py),
+    and its name made durable (its folder fsync'd) when the state announces a request
+    (``in_flight``): that one must outlive a power cut, since its request may land. A state
+    that announces nothing records what the platform, or the spool, tells again (docs/sync.md,
+    "State"): a cut that takes its rename back leaves the file of an earlier write, which is
+    true still (every request sent since it was announced by a write whose rename was
+    fsync'd, and that fsync made every earlier rename in the folder durable too), and the
+    next sync settles from it as after any crash."""
     state.updated_at = time.time()
     data = state.to_json()
-    _OWN_WRITES.pop(str(path), None)  # until the rename, the file is not (yet) this write
-    replace_private(path, data, durable=True, rename_durable=state.in_flight is not None)
-    _OWN_WRITES[str(path)] = _digest(data)
+    name = str(path)
+    _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write
+    # within a pass, in place after its first announcement (sync/state_file.py)
+    state_file.write(name, data, announces=state.in_flight is not None)
+    _OWN_WRITES[name] = _digest(data)
 
 
 def disk_full_line(exc: OSError, where: Path) -> str | None:

@@ -11,12 +11,12 @@ from typing import Any
 from prime_runs_spool.plural import episodes as plural_episodes, plural
 from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
-from prime_runs_spool.files import OnLink, read_regular_file, unreadable_message
+from prime_runs_spool.files import OnLink, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
 from prime_runs_spool.sync.state import state_home, sync_dir, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, position_lost
 from prime_runs_spool.spool.scan import read_run
-from prime_runs_spool.sync.state import SyncState
+from prime_runs_spool.sync.state import StateFormatError, SyncState, read_state
 from prime_runs_spool.sync.recover import damaged_seal_advice
 from prime_runs_spool.content.supersede import superseded_in_run
 
@@ -164,7 +164,9 @@ def _local_states(run_dir: Path, warnings: list[str], state_dir: Path | None = N
     in silence (status would otherwise show its destination as never synced)."""
     for path in state_paths(run_dir, state_dir):
         try:
-            yield read_regular_file(path)
+            yield read_state(path)[1]  # the twin's bytes, where a power cut tore the file (sync/state_file.py)
+        except StateFormatError:
+            yield b""  # damaged: said below
         except OSError as exc:
             warnings.append(f"sync state {path} cannot be read ({exc.strerror or exc})")
 

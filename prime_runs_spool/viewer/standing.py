@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.sync.status import state_paths
 from prime_runs_spool.sync.options import SAMPLES, TRACES
-from prime_runs_spool.sync.state import StateFormatError, SyncState
+from prime_runs_spool.sync.state import StateFormatError, SyncState, read_state
 
 #: How a store is named on a page.
 STORE_NAMES = {TRACES: "Prime Traces", SAMPLES: "samples table"}
@@ -112,7 +111,7 @@ class SyncStates:
 
 def _parse(path: Path, name: str) -> SyncState | Damaged:
     try:
-        return SyncState.from_json(read_regular_file(path))
+        return read_state(path)[0]
     except OSError as exc:
         return Damaged(name, f"cannot be read ({exc.strerror or exc})")
     except StateFormatError:
