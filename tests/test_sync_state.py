@@ -391,3 +391,35 @@ def test_an_overwrite_in_place_that_fails_leaves_the_last_state(tmp_path: Path, 
     read = load_state(path, destination=state.destination, local_run_id="in-place-fails")
     assert read is not None and read.in_flight is not None and read.in_flight.kind == "create", read
     assert read.evaluation_id is None
+
+
+def test_a_pass_stopped_while_it_overwrites_its_state_keeps_the_twin(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass stopped (a signal's exception) after the file's new bytes were written but
+    before they were made durable ends with the file whole in memory only: a power cut could
+    still tear it, so the pass's end leaves the twin, which holds the new state, as it is."""
+    from prime_runs_spool.sync import state_file
+    from prime_runs_spool.sync.state import InFlight, SyncState, save_state
+
+    path = tmp_path / "sync" / "dest.json"
+    state = _state("in-place-stopped")
+    state.in_flight = InFlight(kind="create", sent_at=1.0)
+    state_file.begin(str(path))
+    try:
+        save_state(path, state)
+        state.in_flight, state.evaluation_id = InFlight(kind="samples", sent_at=2.0, rows=3), "eval-1"
+        real_fdatasync = os.fdatasync
+
+        def fdatasync(fd: int) -> None:
+            if not os.readlink(f"/proc/self/fd/{fd}").endswith(".twin"):
+                raise KeyboardInterrupt  # the file's bytes written, not yet durable
+            real_fdatasync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        with pytest.raises(KeyboardInterrupt):
+            save_state(path, state)
+        monkeypatch.undo()
+    finally:
+        state_file.end(str(path))
+    twin = SyncState.from_json(Path(state_file.twin_path(str(path))).read_bytes())
+    assert twin.in_flight is not None and twin.in_flight.kind == "samples" and twin.evaluation_id == "eval-1"

@@ -58,7 +58,8 @@ class _Held:
         self.size = 0
         #: What both files hold after the last write that ended well.
         self.last = b""
-        #: False once a write failed part way: the file may be torn, the twin must stay.
+        #: False while the file is overwritten, and after a write that failed part way: the
+        #: file may be torn then, and the twin must stay.
         self.whole = True
 
 
@@ -166,6 +167,7 @@ def _in_place(path: str, held: _Held, padded: bytes, *, announces: bool) -> byte
         # The file is whole, the twin may not be: the next write makes both again.
         _close(held)
         raise _named(exc, path) from None
+    held.whole = False  # until the file's bytes are durable: whatever stops this, the twin stays
     try:
         os.pwrite(held.file, padded, 0)
         _fdatasync(held.file)
@@ -175,7 +177,7 @@ def _in_place(path: str, held: _Held, padded: bytes, *, announces: bool) -> byte
         held.whole = _put_back(held)
         _close(held)
         raise _named(exc, path) from None
-    held.last = padded
+    held.last, held.whole = padded, True
     return padded
 
 
