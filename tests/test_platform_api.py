@@ -633,7 +633,7 @@ def test_one_answer_lacking_its_fields_stops_that_run_and_sends_nothing_more(tmp
 
     platform.fault = fault
     settings = Settings("http://fake", Secret("key"), None, "http://app")
-    options = SyncOptions(request_lifetime=0.01, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
+    options = SyncOptions(request_lifetime=0.2, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
     with PlatformClient(settings, transport=platform.transport()) as client:
         (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
     assert report.state == "error" and said in (report.error or ""), report
@@ -659,7 +659,7 @@ def test_a_create_whose_answer_lacks_the_id_is_settled_as_a_lost_answer(tmp_path
     platform.fault = lambda m, p, phase: (httpx.Response(201, json={"name": "x", "status": "RUNNING"})
                                           if (m, p, phase) == ("POST", "/evaluations/", "after") else None)
     settings = Settings("http://fake", Secret("key"), None, "http://app")
-    options = SyncOptions(request_lifetime=0.01, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
+    options = SyncOptions(request_lifetime=0.2, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
     with PlatformClient(settings, transport=platform.transport()) as client:
         (report,) = sync_paths([tmp_path], client, Destination(key="d", base_url="http://fake"), options)
     assert report.state == "synced", report

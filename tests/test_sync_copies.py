@@ -51,7 +51,7 @@ def _client(platform: FakePlatform) -> PlatformClient:
 
 
 def _options(**extra) -> SyncOptions:
-    return SyncOptions(**{"request_lifetime": 0.05, "backoff": Backoff(base=0.01, cap=0.05, max_attempts=3), **extra})
+    return SyncOptions(**{"request_lifetime": 0.2, "backoff": Backoff(base=0.01, cap=0.05, max_attempts=3), **extra})
 
 
 def _pass(run_dir: Path, platform: FakePlatform, **extra):

@@ -334,7 +334,7 @@ class Protocol:
         def gate() -> None:
             durable()
             if (late := self.monotonic() - started) >= limit:
-                raise PlatformError(FailureKind.NOT_SENT, f"a request held up {late:.1f} s before its last byte "
+                raise PlatformError(FailureKind.NOT_SENT, f"a request held up {late:.2f} s before its last byte "
                                     f"(over half its {self.options.request_lifetime:g} s lifetime) was left "
                                     "unfinished, so it cannot land; it is announced and sent again")
         return gate
