@@ -29,8 +29,10 @@ from urllib.parse import unquote
 
 from prime_runs_spool.content.mask_locations import MASK, is_secret_name, spelling
 
-#: A URL: a scheme, ``://``, and everything up to whitespace (as the userinfo rule reads it).
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+#: A URL: a scheme (a letter, then letters, digits, ``+``, ``.``, ``-``), ``://``, and
+#: everything up to whitespace (:func:`_urls`).
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_BLANK = re.compile(r"\s")
 #: One query (or fragment) parameter of a URL: ``name=value``, the value up to the next
 #: separator or a quote.
 _QUERY_PARAM = re.compile(r"([?&#;])([^=&#;?\s]+)=([^&#;\s'\"]*)")
@@ -63,18 +65,45 @@ _ENV_ASSIGNMENT = re.compile(r"[A-Z][A-Z0-9_]*=")
 #: Hugging Face (``hf_``), Slack (``xoxb-``, ``xoxp-``, ...), an AWS access key id
 #: (``AKIA``, ``ASIA``), GitLab (``glpat-``), Google (``AIza``) and a JWT (three base64url
 #: parts, the first two ``eyJ``). Each needs enough characters after its prefix that words,
-#: ids and paths do not match (``hf_home``, ``sk-learn``, ``task-1``).
+#: ids and paths do not match (``hf_home``, ``sk-learn``, ``task-1``), and must not follow a
+#: letter or a digit (:func:`_tokens`: a pattern that starts with its prefixes' letters is
+#: searched several times faster than one that starts by looking behind).
 _TOKEN_SHAPES = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
+    r"(?:"
     r"sk-[A-Za-z0-9_\-]{20,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|glpat-[A-Za-z0-9_\-]{20,}|AIza[A-Za-z0-9_\-]{35}"
     r"|eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})")
+#: Short strings already masked, and what they mask to (:data:`_SAME`: nothing changes). A
+#: config's strings repeat from one episode to the next even where its configs do not (a
+#: per-episode seed), and the rules' tests cost several thousand instructions a string where
+#: a lookup costs a few hundred. Bounded: cleared past :data:`_CACHE_ENTRIES`, and only
+#: strings of at most :data:`_CACHED_CHARS` kept. A dict's lookups and inserts are safe
+#: between threads.
+_CACHE: dict[str, str] = {}
+_CACHE_ENTRIES = 4096
+_CACHED_CHARS = 256
+_SAME = object()
+
+
 def mask_text(text: str) -> str:
     """``text`` with what it holds of a credential replaced by :data:`MASK`: every URL's
     userinfo and secret query parameters, the value after a flag or in an assignment named
     like a secret, a header's value after ``-H``, an environment value after ``-e``, and
     every value shaped like a well-known token. The same object when nothing changes."""
+    found = _CACHE.get(text)
+    if found is not None:
+        return text if found is _SAME else found
+    masked = _masked(text)
+    if len(text) <= _CACHED_CHARS and type(text) is str:
+        if len(_CACHE) >= _CACHE_ENTRIES:
+            _CACHE.clear()
+        _CACHE[text] = _SAME if masked is text else masked  # type: ignore[assignment]
+    return masked
+
+
+def _masked(text: str) -> str:
+    """:func:`mask_text`, computed."""
     if not _maybe(text):
         return text
     masked = _masked_once(text)
@@ -96,8 +125,8 @@ def _masked_once(text: str) -> str:
     """One pass of every rule of :func:`mask_text` over ``text``."""
     spans: list[tuple[int, int]] = []
     if "://" in text:
-        for url in _URL.finditer(text):
-            spans.extend(_url_spans(url.group(), url.start()))
+        for start, end in _urls(text):
+            spans.extend(_url_spans(text[start:end], start))
     for flag in _FLAG_IN_TEXT.finditer(text) if _may_hold_flag(text) else ():
         value = flag.group(3)
         quoted = value[:1] in ("'", '"') and len(value) >= 2 and value.find(value[0], 1) == len(value) - 1
@@ -109,8 +138,8 @@ def _masked_once(text: str) -> str:
     for assignment in _ASSIGNMENT.finditer(text) if "=" in text else ():
         if is_secret_name(assignment.group(2)):
             spans.append(assignment.span(3))
-    for token in _TOKEN_SHAPES.finditer(text) if _may_hold_token(text) else ():
-        spans.append(token.span())
+    if _may_hold_token(text):
+        spans.extend(_tokens(text))
     return _replaced(text, spans)
 
 
@@ -139,8 +168,8 @@ def mask_url_userinfo(text: str) -> str:
     if "@" not in text or "://" not in text:
         return text
     spans: list[tuple[int, int]] = []
-    for url in _URL.finditer(text):
-        spans.extend(_url_spans(url.group(), url.start(), query=False))
+    for start, end in _urls(text):
+        spans.extend(_url_spans(text[start:end], start, query=False))
     return _replaced(text, spans)
 
 
@@ -150,8 +179,8 @@ def mask_url(text: str) -> str:
     if "://" not in text:
         return text
     spans: list[tuple[int, int]] = []
-    for url in _URL.finditer(text):
-        spans.extend(_url_spans(url.group(), url.start()))
+    for start, end in _urls(text):
+        spans.extend(_url_spans(text[start:end], start))
     return _replaced(text, spans)
 
 
@@ -201,6 +230,41 @@ def _after_flag(flag: str, value: str) -> tuple[int, int] | None:
         assignment = _ENV_ASSIGNMENT.match(value)
         return (assignment.end(), len(value)) if assignment and assignment.end() < len(value) else None
     return (0, len(value)) if is_secret_name(flag.lstrip("-")) else None
+
+
+def _urls(text: str) -> list[tuple[int, int]]:
+    """Where the URLs of ``text`` are: each from the first letter of the scheme before a
+    ``://`` to the next whitespace (or the end). Found from each ``://`` outwards: a search
+    for the scheme's pattern tries every position of the text."""
+    found = []
+    at = text.find("://")
+    while at >= 0:
+        start = at
+        while start > 0 and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < at and not text[start].isalpha():  # (the scheme's characters are ASCII)
+            start += 1  # a scheme starts with a letter
+        blank = _BLANK.search(text, at + 3)
+        end = len(text) if blank is None else blank.start()
+        if start < at:
+            found.append((start, end))
+        at = text.find("://", end if start < at else at + 3)
+    return found
+
+
+def _tokens(text: str) -> list[tuple[int, int]]:
+    """Where the values shaped like a well-known token are (:data:`_TOKEN_SHAPES`), each at
+    the start of a word: not after a letter or a digit."""
+    found = []
+    match = _TOKEN_SHAPES.search(text)
+    while match is not None:
+        start = match.start()
+        if start and text[start - 1].isascii() and text[start - 1].isalnum():
+            match = _TOKEN_SHAPES.search(text, start + 1)
+            continue
+        found.append(match.span())
+        match = _TOKEN_SHAPES.search(text, match.end())
+    return found
 
 
 def _url_spans(url: str, offset: int, query: bool = True) -> list[tuple[int, int]]:

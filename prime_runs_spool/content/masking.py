@@ -425,7 +425,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
         literals = None
     renamed: dict[str, str] | None = None
     # An argument list in a URL scope: what follows a flag named like a secret (content/mask_text.py).
-    arguments = masked_arguments(obj) if scoped and isinstance(obj, (list, tuple)) else None
+    arguments = masked_arguments(obj) if scoped and isinstance(obj, (list, tuple)) and len(obj) > 1 else None
     for key, value in children:
         if scoped and type(key) is str and "://" in key:  # a key is written too: a URL there is masked
             masked_key = mask_url(key)
