@@ -40,6 +40,8 @@ MASKED_TEXTS = [
     ("HF_TOKEN=hf_x1 python run.py", "HF_TOKEN=*** python run.py"),
     ("curl -H 'Authorization: Bearer abc123' https://h/x", "curl -H 'Authorization: ***' https://h/x"),
     ("docker run -e HF_TOKEN=abc -e MODE=fast -e PATH img", "docker run -e HF_TOKEN=*** -e MODE=*** -e PATH img"),
+    ("docker run --env=MODEL_CRED=Q0003 -e=MODE=fast img", "docker run --env=MODEL_CRED=*** -e=MODE=*** img"),
+    ("curl --header=\"X-Team: Bearer Q0004\" https://h/x", "curl --header=\"X-Team: ***\" https://h/x"),
     ("https://host/v1?token=Q0005&page=2", "https://host/v1?token=***&page=2"),
     ("https://a.blob.core.windows.net/c?sv=2022&sp=r&sig=S%2Fx%3D", "https://a.blob.core.windows.net/c?sv=2022&sp=r&sig=***"),
     ("https://s3/b/o?X-Amz-Credential=AK&X-Amz-Signature=f00d", "https://s3/b/o?X-Amz-Credential=***&X-Amz-Signature=***"),
@@ -55,7 +57,7 @@ MASKED_TEXTS = [
 ]
 PLAIN_TEXTS = ["Qwen/Qwen3-8B", "--model m --max-tokens 512", "https://host/v1?page=2&limit=10#top", "a - b",
                "max_tokens=512 top_p=0.9", "https://pypi.org/simple", "hf_home", "sk-learn", "task-1234567890abcdefghijk",
-               "-e .", "pip install -e .", "--header-file h.txt", "key_path=/etc/k", "sort_key=name",
+               "-e .", "pip install -e .", "--env=PLAIN", "-e=.", "--header-file h.txt", "key_path=/etc/k", "sort_key=name",
                "https://host/search?q=token&tokens=5", "AKIAshort", "eyJhbGciOiJIUzI1NiJ9"]
 
 
@@ -73,7 +75,7 @@ def test_a_string_without_a_credential_is_left_as_it_is(text: str) -> None:
     assert mask(config, MaskRules.defaults_for_config()) is config
 
 
-_FRAGMENTS = st.sampled_from(["--api-key", "--token=", "-H", "Authorization: Bearer", "-e", "HF_TOKEN=", "https://",
+_FRAGMENTS = st.sampled_from(["--api-key", "--token=", "--env=", "-e=", "--header=", "-H", "Authorization: Bearer", "-e", "HF_TOKEN=", "https://",
                               "u:p@", "?token=", "&sig=", "#", "=", " ", "'", '"', "***", "x", "ghp_" + "a" * 36,
                               "sk-" + "b" * 24, "AKIA" + "C" * 16, ";", "&", "-", "\t", "\n", "\r", "\x0b", "\u2028",
                               "sk_live_" + "a" * 16, "gho_" + "b" * 30, "xoxp-" + "1" * 10, "glpat-" + "c" * 20,
@@ -112,11 +114,36 @@ def test_an_argument_list_loses_what_follows_a_secret_flag() -> None:
     from prime_runs_spool.content.mask_text import masked_arguments
 
     given = ["--api-key", "sk-1", "--model", "m", "-H", "Authorization: Bearer x", "-H", "X-Team: 7", "-e",
-             "HF_TOKEN=t", "-e", "PLAIN", "--hf_token", 1234, "--token", MASK, "--verbose"]
+             "HF_TOKEN=t", "-e", "PLAIN", "--hf_token", 1234, "--token", MASK, "--password", {"value": "p"},
+             "--secret", ["s"], "--verbose"]
     assert masked_arguments(given) == {1: MASK, 5: "Authorization: ***", 7: "X-Team: ***", 9: "HF_TOKEN=***",
-                                       13: MASK}
+                                       13: MASK, 17: MASK, 19: MASK}
     assert masked_arguments(["--model", "--api-key", "k", "--seed", "5"]) == {2: MASK}
     assert masked_arguments(["--model", "m", 5, None]) is None
+    assert masked_arguments(["--model", {"a": 1}, "--token", None]) is None  # a plain flag's table stays; null is no secret
+
+
+SECRET = "Zq8s3cretVALUE77"  # no provider's shape: only the rules by position can find it
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    # Docker's own --env=NAME=value spelling, in a command line and as one element of a list
+    ("a command line", f"docker run --rm --env=MODEL_CRED={SECRET} vllm/vllm-openai"),
+    ("an argument list", ["docker", "run", f"--env=MODEL_CRED={SECRET}", "vllm/vllm-openai"]),
+    ("a header with =", f"curl --header='X-Team: {SECRET}' https://h/x"),
+    # the element after a secret-named flag goes whole, whatever it is
+    ("a table after a secret flag", ["serve", "--api-key", {"value": SECRET}]),
+    ("a list after a secret flag", ["serve", "--api-key", [SECRET]]),
+])
+def test_a_value_after_env_equals_or_a_table_after_a_secret_flag_reaches_no_file(tmp_path: Path, where: str,
+                                                                                 value: Any) -> None:
+    config = {"model": "m", "env": {"id": "e", "sandbox": {"command": value}}}
+    episode = make_episode(0, run_id="r")
+    episode["traces"][0]["agent"]["config"]["sandbox_command"] = value
+    run = open_run(tmp_path / "run", name="r", model="m", config=config)
+    run.log_episodes([episode])
+    run.finish()
+    assert SECRET.encode() not in all_bytes_under(tmp_path / "run"), f"{where}: {value!r} reached the spool in clear"
 
 
 # -- the property: a real run, through the public API ---------------------------------------------
@@ -158,13 +185,13 @@ class Drawn:
 
 
 @st.composite
-def argument_lists(draw: Any, drawn: Drawn) -> tuple[list[Any], list[Any]]:
+def argument_lists(draw: Any, drawn: Drawn, tables: bool = True) -> tuple[list[Any], list[Any]]:
     """An argument list with secrets after flags named like secrets (alone and with ``=``),
     after ``-H`` and ``-e``, between flags that are no secret and their plain values."""
     given: list[Any] = []
     expected: list[Any] = []
     for _ in range(draw(st.integers(1, 5))):
-        kind = draw(st.sampled_from(["flag", "equals", "header", "env", "plain"]))
+        kind = draw(st.sampled_from(["flag", "equals", "header", "env", "env=", "plain"] + ["table"] * tables))
         dashes = draw(st.sampled_from(["--", "-"]))
         if kind == "flag":
             secret = drawn.secret(draw)
@@ -182,6 +209,15 @@ def argument_lists(draw: Any, drawn: Drawn) -> tuple[list[Any], list[Any]]:
             name = draw(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True))
             given += [draw(st.sampled_from(["-e", "--env"])), f"{name}={drawn.secret(draw)}"]
             expected += [given[-2], f"{name}={MASK}"]
+        elif kind == "env=":
+            name = draw(st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True))
+            flag = draw(st.sampled_from(["-e", "--env"]))
+            given.append(f"{flag}={name}={drawn.secret(draw)}")
+            expected.append(f"{flag}={name}={MASK}")
+        elif kind == "table":
+            secret = drawn.secret(draw)
+            given += [dashes + draw(styled()), draw(st.sampled_from([{"value": secret}, [secret], {"k": [secret]}]))]
+            expected += [given[-2], MASK]
         else:
             pair = [draw(_PLAIN_FLAGS), draw(st.one_of(plain_words, st.integers(0, 9999)))]
             given += pair
@@ -211,7 +247,7 @@ def urls(draw: Any, drawn: Drawn) -> tuple[str, str]:
 @st.composite
 def commands(draw: Any, drawn: Drawn) -> tuple[str, str]:
     """A command line: the argument list's words, joined by spaces (a value with no blank)."""
-    given, expected = draw(argument_lists(drawn))
+    given, expected = draw(argument_lists(drawn, tables=False))  # a table printed into a string is no argument
     if any(isinstance(item, str) and " " in item for item in given):  # a header line: quoted, as a shell wants it
         given = [f"'{item}'" if isinstance(item, str) and " " in item else item for item in given]
         expected = [f"'{item}'" if isinstance(item, str) and " " in item else item for item in expected]
@@ -282,25 +318,31 @@ def test_the_terminal_of_prime_runs_eval_masks_a_query_and_a_flag_from_the_launc
 
 @pytest.mark.slow
 def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path) -> None:
-    """A spool written under the rules before these (``masking_version`` 10) is masked again
-    by sync before its metadata and its rows leave."""
+    """Spools written under the rules before these (``masking_version`` 10: no rule inside
+    strings; 11: none for ``--env=NAME=value`` nor a table after a secret flag) are masked
+    again by sync before their metadata and their rows leave."""
     secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
     strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
                "url": f"https://h/v1?token={secrets[1]}", "github_pat": secrets[3], "note": f"use {GHP}"}
-    writer = SegmentWriter.create(tmp_path / "runs" / "old", "old-strings")
-    writer.append("manifest", {"run_id": "old-strings", "name": "old-strings", "environments": ["e"], "model": "m",
-                               "framework": "verifiers", "format_version": 1, "masking_version": 10,
-                               "config": {"model": "m", "env": {"args": strings}}})
-    episode = make_episode(0, run_id="old-strings")
-    episode["traces"][0]["agent"]["config"]["env_args"] = strings
-    writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
-    writer.seal("completed")
+    newer = ["OLDENV0005xyz", "OLDTABLE0006xyz"]
+    newer_strings = {"command": f"docker run --env=MODEL_CRED={newer[0]} img",
+                     "extra_args": ["--token", {"value": newer[1]}]}
+    for run_id, version, args in (("old-strings", 10, strings), ("old-env-equals", 11, newer_strings)):
+        writer = SegmentWriter.create(tmp_path / "runs" / run_id, run_id)
+        writer.append("manifest", {"run_id": run_id, "name": run_id, "environments": ["e"], "model": "m",
+                                   "framework": "verifiers", "format_version": 1, "masking_version": version,
+                                   "config": {"model": "m", "env": {"args": args}}})
+        episode = make_episode(0, run_id=run_id)
+        episode["traces"][0]["agent"]["config"]["env_args"] = args
+        writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
+        writer.seal("completed")
+    secrets += newer
     assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
     db = tmp_path / "platform.db"
     result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert json.loads(result.stdout)["runs"][0]["state"] == "synced", result.stdout
+    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 2, result.stdout
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
     assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows

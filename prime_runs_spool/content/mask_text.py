@@ -59,6 +59,11 @@ _HEADER_FLAGS = frozenset({"-H", "--header"})
 #: after ``=`` goes, as every value of an environment table does; ``-e NAME`` alone stays.
 _ENV_FLAGS = frozenset({"-e", "--env"})
 _ENV_ASSIGNMENT = re.compile(r"[A-Z][A-Z0-9_]*=")
+#: One of those flags given its value after ``=`` in the same word (``--env=HF_TOKEN=...``,
+#: ``-e=...``, ``--header="X-Key: ..."``: Docker's and Go's flag parsers take that spelling),
+#: and that value, a shell word (quoted parts and unquoted characters up to whitespace): the
+#: value goes through the same rule as after a blank (:func:`_after_flag`).
+_VALUE_FLAG_ASSIGNED = re.compile(r"(?<![^\s'\"])(-H|--header|-e|--env)=((?:\"[^\"]*\"|'[^']*'|[^\s'\"])*)")
 
 #: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
 #: (``sk-``), Stripe (``sk_live_``), GitHub (``ghp_``, ``gho_``, ... and ``github_pat_``),
@@ -89,7 +94,8 @@ _SAME = object()
 def mask_text(text: str) -> str:
     """``text`` with what it holds of a credential replaced by :data:`MASK`: every URL's
     userinfo and secret query parameters, the value after a flag or in an assignment named
-    like a secret, a header's value after ``-H``, an environment value after ``-e``, and
+    like a secret, a header's value after ``-H``, an environment value after ``-e`` (either
+    after a blank or after ``=``: ``--env=NAME=value``), and
     every value shaped like a well-known token. The same object when nothing changes."""
     found = _CACHE.get(text)
     if found is not None:
@@ -138,6 +144,13 @@ def _masked_once(text: str) -> str:
     for assignment in _ASSIGNMENT.finditer(text) if "=" in text else ():
         if is_secret_name(assignment.group(2)):
             spans.append(assignment.span(3))
+    for assigned in _VALUE_FLAG_ASSIGNED.finditer(text) if "=" in text and "-" in text else ():
+        value = assigned.group(2)
+        quoted = value[:1] in ("'", '"') and len(value) >= 2 and value.find(value[0], 1) == len(value) - 1
+        found = _after_flag(assigned.group(1), value[1:-1] if quoted else value)
+        if found is not None:
+            start = assigned.start(2) + (1 if quoted else 0)
+            spans.append((start + found[0], start + found[1]))
     if _may_hold_token(text):
         spans.extend(_tokens(text))
     return _replaced(text, spans)
@@ -187,9 +200,9 @@ def mask_url(text: str) -> str:
 def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
     """What an argument list (``["--api-key", "sk-..."]``) has masked after its flags: by
     position, the element's replacement; ``None`` when nothing is. An element that is a flag
-    named like a secret has the next element masked whole (whatever it is), one that is
-    ``-H``/``--header`` the value of the header line after it, one that is ``-e``/``--env`` the
-    value of the ``NAME=value`` after it. What an element holds by itself (``--token=...``) is
+    named like a secret has the next element (not ``None``) masked whole, whatever it is (a
+    number, a table, a list: :data:`MASK`), one that is ``-H``/``--header`` the value of the
+    header line after it, one that is ``-e``/``--env`` the value of the ``NAME=value`` after it. What an element holds by itself (``--token=...``) is
     :func:`mask_text`'s."""
     if len(items) < 2:  # most lists of a config: nothing can follow a flag
         return None
@@ -200,8 +213,8 @@ def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
             if isinstance(item, str):
                 span = _after_flag(flag, item)
                 replacement = None if span is None else _replaced(item, [span])
-            elif isinstance(item, (int, float)) and is_secret_name(flag.lstrip("-")):
-                replacement = MASK  # a key given as a number is a key too
+            elif is_secret_name(flag.lstrip("-")):
+                replacement = MASK  # a key given as a number, a table or a list is a key too: whole
             else:
                 replacement = None
             if replacement is not None and replacement is not item:
