@@ -754,3 +754,90 @@ def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path
     assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
     assert second.state == "up_to_date", second
     assert store.stats["bytes_read"] - fetched < 10_000
+
+
+#: The same wrapper, but the pause is a suspend of the whole machine, as CLOCK_MONOTONIC sees
+#: one: it does not count the time the machine was asleep (clock_gettime(2)), while the wall
+#: clock, which every fence of the request counts in, does. sync/protocol.py's clock is the
+#: real one but for that: its monotonic reading leaves out the time the process was stopped.
+_SUSPENDED = """
+import os, runpy, sys, time
+from pathlib import Path
+from prime_runs_spool.platform_api import deadline
+from prime_runs_spool.sync import protocol
+
+
+class SuspendAware:
+    asleep = 0.0
+
+    def monotonic(self):
+        return time.monotonic() - self.asleep
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+clock = protocol.time = SuspendAware()
+real, heads = deadline._Stream.write, []
+
+def write(self, buffer, timeout=None):
+    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
+        heads.append(1)
+        if len(heads) == 3:
+            before = time.time()
+            Path(os.environ["PAUSING"]).touch()
+            time.sleep(1.0)
+            clock.asleep += time.time() - before  # the machine was asleep all along
+    real(self, buffer, timeout)
+
+deadline._Stream.write = write
+sys.argv = ["prime-runs", *sys.argv[1:]]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_syncer_suspended_between_announcing_and_sending_past_its_lease_never_sends_that_request(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """The paused-between-announcing-and-sending handover above, with the pause a system
+    suspend (a laptop's lid closed, a VM suspended) instead of a SIGSTOP: the gate before the
+    last byte measures the hold on ``time.monotonic``, which a suspend does not advance, so
+    the woken syncer finishes a request whose announced send time is past, after the taker
+    fenced it and pushed its rows: those rows twice."""
+    import signal
+    import sys
+
+    builder = build_run(tmp_path / "run", "store-suspended-send", 20)
+    upload_run(bucket_url, builder.run_dir, "run")
+    pausing, wrapper = tmp_path / "pausing", tmp_path / "suspended_sync.py"
+    wrapper.write_text(_SUSPENDED)
+    env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    args = (bucket_url, "--json", "--max-request-bytes", "5000")
+    command = sync_cmd(server.base_url, *args)
+    first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), **env))
+    try:
+        deadline = time.monotonic() + 60
+        while not pausing.exists():
+            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)
+        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
+        assert second.returncode == 0, second.stderr
+        [taken] = reports(second)
+        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 20, taken
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, err = first.communicate(timeout=60)
+    [stopped] = json.loads(out)["runs"]
+    from support.sync_e2e import sample_ids
+
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    held = sample_ids(api, evaluation["evaluation_id"])
+    twice = sorted({i for i in held if held.count(i) > 1})
+    assert not twice and sorted(held) == sorted(builder.ids), (
+        f"{len(held)} rows for {len(builder.ids)} episodes, twice: {twice}; the suspended syncer's report: "
+        f"{ {k: stopped[k] for k in ('state', 'pushed_now', 'error')} }")
+    assert_exactly_once(api, builder)
+    assert first.returncode == 1 and stopped["state"] == "error" and "taken over" in stopped["error"], (out, err)

@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 
 from prime_runs_spool.errors import MESSAGE_PREFIX, InvalidSettingsError
-from prime_runs_spool.files import open_private, read_regular_file
+from prime_runs_spool.files import open_private
 from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.spool.layout import spool_dir
-from prime_runs_spool.sync.state import Destination, SyncState, remote_destination, sync_state_path
+from prime_runs_spool.sync.state import Destination, SyncState, read_state, remote_destination, sync_state_path
 
 
 #: The online shipper's log, in the spool folder (verify and sync only look at ``seg-*`` files).
@@ -166,9 +166,11 @@ class Shipper:
             return None
 
     def progress(self) -> SyncState | None:
-        """What the shipper has acknowledged so far, from its state file (no request)."""
+        """What the shipper has acknowledged so far, from its state file (no request), read as
+        every reader reads it: the shipper overwrites it in place, so a read meeting a write
+        takes the twin rather than a torn file."""
         try:
-            return SyncState.from_json(read_regular_file(sync_state_path(self._run_dir, self.destination.key)))
+            return read_state(sync_state_path(self._run_dir, self.destination.key))[0]
         except (OSError, ValueError):
             return None
 

@@ -292,7 +292,7 @@ class Protocol:
             try:
                 try:
                     with answers_within(self.options.backoff.time_left()):
-                        answer = send(self._in_time(gate or _written, started)) if gated else send()
+                        answer = send(self._in_time(gate or _written, sent_at, started)) if gated else send()
                 finally:
                     if gate is not None:
                         gate()  # the write is over whatever became of the request; its failure wins
@@ -316,7 +316,7 @@ class Protocol:
             return answer
 
 
-    def _in_time(self, durable: Callable[[], None], started: float) -> Callable[[], None]:
+    def _in_time(self, durable: Callable[[], None], sent_at: float, started: float) -> Callable[[], None]:
         """The gate before a body's last byte: the announcement is durable (``durable``), and
         the announced send time is less than :data:`FINISH_WITHIN` of a lifetime ago.
 
@@ -328,12 +328,15 @@ class Protocol:
         this check, so a request let through here arrives within half a lifetime of its
         send time and is committed within the other half. One held past it is left
         unfinished (never acted on) and announced and sent afresh, which under a lease
-        renews the lease first: a syncer taken over meanwhile stops there."""
+        renews the lease first: a syncer taken over meanwhile stops there. The hold is
+        counted on both clocks, the longer winning: the monotonic one (a wall clock set back
+        cannot hide it) and the wall one the fences count on, since Linux's monotonic clock
+        stops while the machine is suspended (a laptop's lid closed, a VM paused whole)."""
         limit = self.options.request_lifetime * FINISH_WITHIN
 
         def gate() -> None:
             durable()
-            if (late := self.monotonic() - started) >= limit:
+            if (late := max(self.monotonic() - started, self.clock() - sent_at)) >= limit:
                 raise PlatformError(FailureKind.NOT_SENT, f"a request held up {late:.2f} s before its last byte "
                                     f"(over half its {self.options.request_lifetime:g} s lifetime) was left "
                                     "unfinished, so it cannot land; it is announced and sent again")

@@ -22,6 +22,7 @@ writes start after the pass's first announcement.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 
@@ -86,7 +87,7 @@ def end(path: str) -> None:
         return
     if held.whole and held.twin is not None:
         with contextlib.suppress(OSError):  # not fsync'd: the file is whole and durable, its twin not needed
-            os.pwrite(held.twin, b" " * held.size, 0)
+            _pwrite_all(held.twin, b" " * held.size)
     _close(held)
 
 
@@ -161,7 +162,7 @@ def _in_place(path: str, held: _Held, padded: bytes, *, announces: bool) -> byte
     assert held.file is not None and held.twin is not None
     try:
         if announces:
-            os.pwrite(held.twin, padded, 0)  # no short write for a regular file of a page or two
+            _pwrite_all(held.twin, padded)
             _fdatasync(held.twin)
     except OSError as exc:
         # The file is whole, the twin may not be: the next write makes both again.
@@ -169,7 +170,7 @@ def _in_place(path: str, held: _Held, padded: bytes, *, announces: bool) -> byte
         raise _named(exc, path) from None
     held.whole = False  # until the file's bytes are durable: whatever stops this, the twin stays
     try:
-        os.pwrite(held.file, padded, 0)
+        _pwrite_all(held.file, padded)
         _fdatasync(held.file)
     except OSError as exc:
         # The file may be torn and the twin holds a request that will not be sent: both
@@ -186,11 +187,23 @@ def _put_back(held: _Held) -> bool:
     try:
         for fd in (held.twin, held.file):
             assert fd is not None
-            os.pwrite(fd, held.last, 0)
+            _pwrite_all(fd, held.last)
             _fdatasync(fd)
     except OSError:
         return False
     return True
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    """``data`` written over the file from its start, whole or an ``OSError``: a short
+    ``pwrite`` taken for a whole one (at a file size limit, or ENOSPC or a quota met part
+    way on a copy-on-write file system, with no error) left the file torn while the pass
+    blanked its twin. Asked again, the rest meets the error that cut it short."""
+    done = os.pwrite(fd, data, 0)
+    while done < len(data):  # rare: the rest copied
+        if (n := os.pwrite(fd, data[done:], done)) == 0:
+            raise OSError(errno.EIO, "the state file took none of the bytes written to it")
+        done += n
 
 
 def _write_all(fd: int, data: bytes) -> None:
