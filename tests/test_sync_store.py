@@ -160,31 +160,15 @@ def test_two_syncers_on_two_machines_started_together_push_each_episode_once(
 @pytest.mark.slow
 def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: Path, server, api, moto,
                                                                     bucket_url: str) -> None:
-    import signal
-    import time
-
     builder = build_run(tmp_path / "run", "store-paused", 100)  # about 50 requests: time to pause it
     upload_run(bucket_url, builder.run_dir, "run")
     env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
     args = (bucket_url, "--json", "--max-request-bytes", "5000")
     first = subprocess.Popen(sync_cmd(server.base_url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=machine_env(tmp_path / "a", moto.env(), **env))
-    try:
-        deadline = time.monotonic() + 60
-        while not _pushed(api, builder.run_id):
-            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
-            time.sleep(0.02)
-        first.send_signal(signal.SIGSTOP)  # paused mid-sync, lease and all
-        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
-        assert second.returncode == 0, second.stderr
-        [taken] = reports(second)
-        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 100, taken
-    finally:
-        first.send_signal(signal.SIGCONT)
-    out, err = first.communicate(timeout=60)
-    [stopped] = json.loads(out)["runs"]
-    assert first.returncode == 1 and stopped["state"] == "error", (out, err)
-    assert "taken over" in stopped["error"]
+    # paused mid-sync, lease and all
+    _stopped_while_another_takes_over(first, lambda: _pushed(api, builder.run_id), server, moto, tmp_path, args, env,
+                                      total=100)
     assert_exactly_once(api, builder)
     lease = json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))
     assert lease["generation"] == 2
@@ -214,44 +198,103 @@ runpy.run_module("commands", run_name="__main__", alter_sys=True)
 """
 
 
+
+#: The same wrapper, but the pause is a suspend of the whole machine, as CLOCK_MONOTONIC sees
+#: one: it does not count the time the machine was asleep (clock_gettime(2)), while the wall
+#: clock, which every fence of the request counts in, does. sync/protocol.py's clock is the
+#: real one but for that: its monotonic reading leaves out the time the process was stopped.
+_SUSPENDED = """
+import os, runpy, sys, time
+from pathlib import Path
+from prime_runs_spool.platform_api import deadline
+from prime_runs_spool.sync import protocol
+
+
+class SuspendAware:
+    asleep = 0.0
+
+    def monotonic(self):
+        return time.monotonic() - self.asleep
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+clock = protocol.time = SuspendAware()
+real, heads = deadline._Stream.write, []
+
+def write(self, buffer, timeout=None):
+    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
+        heads.append(1)
+        if len(heads) == 3:
+            before = time.time()
+            Path(os.environ["PAUSING"]).touch()
+            time.sleep(1.0)
+            clock.asleep += time.time() - before  # the machine was asleep all along
+    real(self, buffer, timeout)
+
+deadline._Stream.write = write
+sys.argv = ["prime-runs", *sys.argv[1:]]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.mark.slow
-def test_a_syncer_paused_between_announcing_and_sending_past_its_lease_never_sends_that_request(
-        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
-    """The same handover, the pause where it hurt: after the announcement, before the send.
-    Woken after the taker had fenced that request, found it not landed and pushed its rows,
-    it sent the request, and the platform (counting from arrival) committed it: those rows
-    twice. Now its last byte goes out only within half a lifetime of its announced send
-    time (sync/protocol.py, ``Protocol._in_time``): announced afresh instead, which renews
-    the lease, and the syncer finds itself taken over."""
-    import signal
+@pytest.mark.parametrize("held", ["paused", "suspended"])
+def test_a_syncer_held_between_announcing_and_sending_past_its_lease_never_sends_that_request(
+        held: str, tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """The same handover, the pause where it hurt: after the announcement, before the send,
+    by a SIGSTOP or by a suspend of the whole machine (which Linux's monotonic clock does not
+    count). Woken after the taker had fenced that request, found it not landed and pushed
+    its rows, it sent the request, and the platform (counting from arrival) committed it:
+    those rows twice. Now its last byte goes out only within half a lifetime of its
+    announced send time, counted on the wall clock too (sync/protocol.py,
+    ``Protocol._in_time``): announced afresh instead, which renews the lease, and the
+    syncer finds itself taken over."""
     import sys
 
-    builder = build_run(tmp_path / "run", "store-paused-send", 20)
+    from support.sync_e2e import sample_ids
+
+    builder = build_run(tmp_path / "run", f"store-{held}-send", 20)
     upload_run(bucket_url, builder.run_dir, "run")
-    pausing, wrapper = tmp_path / "pausing", tmp_path / "pausing_sync.py"
-    wrapper.write_text(_PAUSING)
+    pausing, wrapper = tmp_path / "pausing", tmp_path / f"{held}_sync.py"
+    wrapper.write_text(_PAUSING if held == "paused" else _SUSPENDED)
     env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
     args = (bucket_url, "--json", "--max-request-bytes", "5000")
     command = sync_cmd(server.base_url, *args)
     first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
                              env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), **env))
+    _stopped_while_another_takes_over(first, pausing.exists, server, moto, tmp_path, args, env, total=20)
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    rows = sample_ids(api, evaluation["evaluation_id"])
+    twice = sorted({i for i in rows if rows.count(i) > 1})
+    assert not twice and sorted(rows) == sorted(builder.ids), f"{len(rows)} rows for 20 episodes, twice: {twice}"
+    assert_exactly_once(api, builder)
+
+
+def _stopped_while_another_takes_over(first: subprocess.Popen, ready, server, moto, tmp_path: Path,
+                                      args: tuple, env: dict, *, total: int) -> None:
+    """Stop ``first`` (SIGSTOP) once ``ready()``, sync the run to its end from a second
+    machine (``--wait``: past the first's lease), wake ``first``: it must end in an error
+    saying it was taken over."""
+    import signal
+
     try:
         deadline = time.monotonic() + 60
-        while not pausing.exists():
+        while not ready():
             assert time.monotonic() < deadline and first.poll() is None, first.communicate()
             time.sleep(0.01)
         first.send_signal(signal.SIGSTOP)
         second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
         assert second.returncode == 0, second.stderr
         [taken] = reports(second)
-        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 20, taken
+        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < total, taken
     finally:
         first.send_signal(signal.SIGCONT)
     out, err = first.communicate(timeout=60)
     [stopped] = json.loads(out)["runs"]
     assert first.returncode == 1 and stopped["state"] == "error" and "taken over" in stopped["error"], (out, err)
-    assert_exactly_once(api, builder)
 
 
 def _pushed(api, local_run_id: str) -> int:
@@ -754,90 +797,3 @@ def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path
     assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
     assert second.state == "up_to_date", second
     assert store.stats["bytes_read"] - fetched < 10_000
-
-
-#: The same wrapper, but the pause is a suspend of the whole machine, as CLOCK_MONOTONIC sees
-#: one: it does not count the time the machine was asleep (clock_gettime(2)), while the wall
-#: clock, which every fence of the request counts in, does. sync/protocol.py's clock is the
-#: real one but for that: its monotonic reading leaves out the time the process was stopped.
-_SUSPENDED = """
-import os, runpy, sys, time
-from pathlib import Path
-from prime_runs_spool.platform_api import deadline
-from prime_runs_spool.sync import protocol
-
-
-class SuspendAware:
-    asleep = 0.0
-
-    def monotonic(self):
-        return time.monotonic() - self.asleep
-
-    def __getattr__(self, name):
-        return getattr(time, name)
-
-
-clock = protocol.time = SuspendAware()
-real, heads = deadline._Stream.write, []
-
-def write(self, buffer, timeout=None):
-    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
-        heads.append(1)
-        if len(heads) == 3:
-            before = time.time()
-            Path(os.environ["PAUSING"]).touch()
-            time.sleep(1.0)
-            clock.asleep += time.time() - before  # the machine was asleep all along
-    real(self, buffer, timeout)
-
-deadline._Stream.write = write
-sys.argv = ["prime-runs", *sys.argv[1:]]
-runpy.run_module("commands", run_name="__main__", alter_sys=True)
-"""
-
-
-@pytest.mark.slow
-def test_a_syncer_suspended_between_announcing_and_sending_past_its_lease_never_sends_that_request(
-        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
-    """The paused-between-announcing-and-sending handover above, with the pause a system
-    suspend (a laptop's lid closed, a VM suspended) instead of a SIGSTOP: the gate before the
-    last byte measures the hold on ``time.monotonic``, which a suspend does not advance, so
-    the woken syncer finishes a request whose announced send time is past, after the taker
-    fenced it and pushed its rows: those rows twice."""
-    import signal
-    import sys
-
-    builder = build_run(tmp_path / "run", "store-suspended-send", 20)
-    upload_run(bucket_url, builder.run_dir, "run")
-    pausing, wrapper = tmp_path / "pausing", tmp_path / "suspended_sync.py"
-    wrapper.write_text(_SUSPENDED)
-    env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
-    args = (bucket_url, "--json", "--max-request-bytes", "5000")
-    command = sync_cmd(server.base_url, *args)
-    first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), **env))
-    try:
-        deadline = time.monotonic() + 60
-        while not pausing.exists():
-            assert time.monotonic() < deadline and first.poll() is None, first.communicate()
-            time.sleep(0.01)
-        first.send_signal(signal.SIGSTOP)
-        second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
-        assert second.returncode == 0, second.stderr
-        [taken] = reports(second)
-        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < 20, taken
-    finally:
-        first.send_signal(signal.SIGCONT)
-    out, err = first.communicate(timeout=60)
-    [stopped] = json.loads(out)["runs"]
-    from support.sync_e2e import sample_ids
-
-    (evaluation,) = evaluations_of(api, builder.run_id)
-    held = sample_ids(api, evaluation["evaluation_id"])
-    twice = sorted({i for i in held if held.count(i) > 1})
-    assert not twice and sorted(held) == sorted(builder.ids), (
-        f"{len(held)} rows for {len(builder.ids)} episodes, twice: {twice}; the suspended syncer's report: "
-        f"{ {k: stopped[k] for k in ('state', 'pushed_now', 'error')} }")
-    assert_exactly_once(api, builder)
-    assert first.returncode == 1 and stopped["state"] == "error" and "taken over" in stopped["error"], (out, err)
