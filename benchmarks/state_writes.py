@@ -49,10 +49,10 @@ def _states() -> list[SyncState]:
 
 def new_way(path: Path, states: list[SyncState]) -> None:
     """As a pass writes them now (the protocol's begin and end around the writes)."""
-    state_file.begin(str(path))
+    writer = state_file.Writer(str(path))
     for state in states:
-        save_state(path, state)
-    state_file.end(str(path))
+        save_state(path, state, writer)
+    writer.end()
 
 
 def old_way(path: Path, states: list[SyncState]) -> None:

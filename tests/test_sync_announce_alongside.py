@@ -44,7 +44,7 @@ def _watch(monkeypatch, events: list, *, slow: float = 0.0, fail_at: int | None 
     real_save = protocol_module.save_state
     samples = []
 
-    def save(path, state):  # noqa: ANN001, ANN202
+    def save(path, state, *writer):  # noqa: ANN001, ANN202
         kind = state.in_flight.kind if state.in_flight else None
         if kind == "samples":
             samples.append(path)
@@ -52,7 +52,7 @@ def _watch(monkeypatch, events: list, *, slow: float = 0.0, fail_at: int | None 
             if len(samples) == fail_at:
                 events.append(("failed", kind))
                 raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_save(path, state)
+        real_save(path, state, *writer)
         events.append(("written", kind))
 
     real_write = deadline._Stream.write
@@ -141,13 +141,13 @@ from prime_runs_spool.sync import protocol
 
 real, announced = protocol.save_state, []
 
-def save(path, state):
+def save(path, state, *writer):
     if state.in_flight is not None and state.in_flight.kind == "samples":
         announced.append(path)
         if len(announced) == 2:
             Path(os.environ["STALLED"]).touch()
             time.sleep(120)
-    real(path, state)
+    real(path, state, *writer)
 
 protocol.save_state = save
 sys.argv = ["prime-runs", *sys.argv[1:]]

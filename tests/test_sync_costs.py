@@ -164,9 +164,9 @@ def test_a_small_samples_request_is_announced_on_its_own_thread_before_it_is_sen
         handed.append("alongside")
         return real_announcers()
 
-    def save(path, state):  # noqa: ANN001, ANN202
+    def save(path, state, *writer):  # noqa: ANN001, ANN202
         writers.append((state.in_flight.kind if state.in_flight else None, threading.get_ident()))
-        real_save(path, state)
+        real_save(path, state, *writer)
 
     monkeypatch.setattr(protocol_module, "_announcers", announcers)
     monkeypatch.setattr(protocol_module, "save_state", save)

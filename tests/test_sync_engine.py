@@ -468,11 +468,11 @@ def _recording_writes(monkeypatch, kill_at: int | None = None) -> list:
 
     writes: list = []
 
-    def write(path, state):
+    def write(path, state, *writer):
         if kill_at is not None and len(writes) + 1 == kill_at:
             raise _Killed
         writes.append(copy.deepcopy(state))
-        real(path, state)
+        real(path, state, *writer)
 
     monkeypatch.setattr(protocol_module, "save_state", write)
     return writes

@@ -64,8 +64,8 @@ def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced
     events: list = []
     real_save, real_write = protocol_module.save_state, deadline._Stream.write
 
-    def save(path, state):  # noqa: ANN001, ANN202
-        real_save(path, state)
+    def save(path, state, *writer):  # noqa: ANN001, ANN202
+        real_save(path, state, *writer)
         if state.in_flight is not None and state.in_flight.kind == "samples":
             events.append(("announced", repr(state.in_flight.end)))
 

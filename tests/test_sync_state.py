@@ -321,7 +321,6 @@ def test_a_power_cut_that_tears_an_overwrite_leaves_the_state_whole_in_its_twin(
             RunSync(builder.run_dir, client, destination, options).run()
         monkeypatch.undo()
         assert image, seen
-        state_file_module._PASSES.clear()  # the process is gone with the power
         for path, data in image.items():  # the disk as the cut left it
             Path(path).write_bytes(data)
         with PlatformClient(local_settings(platform)) as client:
@@ -369,9 +368,9 @@ def test_an_overwrite_in_place_that_fails_leaves_the_last_state(tmp_path: Path, 
     path = tmp_path / "sync" / "dest.json"
     state = _state("in-place-fails")
     state.in_flight = InFlight(kind="create", sent_at=1.0)
-    state_file.begin(str(path))
+    writer = state_file.Writer(str(path))
     try:
-        save_state(path, state)  # the first: renamed into place, its twin made
+        save_state(path, state, writer)  # the first: renamed into place, its twin made
         state.in_flight, state.evaluation_id = InFlight(kind="samples", sent_at=2.0, rows=3), "eval-1"
         real_pwrite = os.pwrite
 
@@ -383,11 +382,11 @@ def test_an_overwrite_in_place_that_fails_leaves_the_last_state(tmp_path: Path, 
 
         monkeypatch.setattr(os, "pwrite", pwrite)
         with pytest.raises(OSError) as failed:
-            save_state(path, state)
+            save_state(path, state, writer)
         monkeypatch.undo()
         assert failed.value.filename == str(path)
     finally:
-        state_file.end(str(path))
+        writer.end()
     read = load_state(path, destination=state.destination, local_run_id="in-place-fails")
     assert read is not None and read.in_flight is not None and read.in_flight.kind == "create", read
     assert read.evaluation_id is None
@@ -404,9 +403,9 @@ def test_a_pass_stopped_while_it_overwrites_its_state_keeps_the_twin(tmp_path: P
     path = tmp_path / "sync" / "dest.json"
     state = _state("in-place-stopped")
     state.in_flight = InFlight(kind="create", sent_at=1.0)
-    state_file.begin(str(path))
+    writer = state_file.Writer(str(path))
     try:
-        save_state(path, state)
+        save_state(path, state, writer)
         state.in_flight, state.evaluation_id = InFlight(kind="samples", sent_at=2.0, rows=3), "eval-1"
         real_fdatasync = os.fdatasync
 
@@ -417,9 +416,9 @@ def test_a_pass_stopped_while_it_overwrites_its_state_keeps_the_twin(tmp_path: P
 
         monkeypatch.setattr(os, "fdatasync", fdatasync)
         with pytest.raises(KeyboardInterrupt):
-            save_state(path, state)
+            save_state(path, state, writer)
         monkeypatch.undo()
     finally:
-        state_file.end(str(path))
+        writer.end()
     twin = SyncState.from_json(Path(state_file.twin_path(str(path))).read_bytes())
     assert twin.in_flight is not None and twin.in_flight.kind == "samples" and twin.evaluation_id == "eval-1"

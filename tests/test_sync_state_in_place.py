@@ -30,21 +30,21 @@ path = Path(sys.argv[1])
 state = SyncState(destination=remote_destination("http://platform.invalid", None), local_run_id="short-write")
 state.released = [str(uuid.UUID(int=i)) for i in range(90)]  # 3.6 KB of ids: two pages
 state.in_flight = InFlight(kind="create", sent_at=1.0)
-state_file.begin(str(path))
-save_state(path, state)  # the first: renamed into place, its twin made
+writer = state_file.Writer(str(path))
+save_state(path, state, writer)  # the first: renamed into place, its twin made
 assert path.stat().st_size == 2 * state_file.BLOCK
 state.in_flight, state.evaluation_id = InFlight(kind="samples", sent_at=2.0, rows=3), "eval-1"
-save_state(path, state)  # in place, whole
+save_state(path, state, writer)  # in place, whole
 state.in_flight = None  # the request landed: the pass's last write announces nothing
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 resource.setrlimit(resource.RLIMIT_FSIZE, (state_file.BLOCK, hard))  # the file may not grow past a page now
 try:
-    save_state(path, state)
+    save_state(path, state, writer)
     print("written: no error")
 except OSError as exc:
     print("failed:", exc)
 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-state_file.end(str(path))
+writer.end()
 """
 
 
@@ -83,8 +83,8 @@ from prime_runs_spool.sync.state import InFlight, SyncState, remote_destination,
 path, seconds = Path(sys.argv[1]), float(sys.argv[2])
 state = SyncState(destination=remote_destination("http://platform.invalid", None), local_run_id="online")
 state.in_flight = InFlight(kind="create", sent_at=1.0)
-state_file.begin(str(path))
-save_state(path, state)  # renamed into place, its twin made: the writes after it go in place
+writer = state_file.Writer(str(path))
+save_state(path, state, writer)  # renamed into place, its twin made: the writes after it go in place
 print("ready", flush=True)
 end, n = time.monotonic() + seconds, 0
 while time.monotonic() < end:  # a shipper's pass: announcements and acknowledgements, in place
@@ -92,8 +92,8 @@ while time.monotonic() < end:  # a shipper's pass: announcements and acknowledge
     state.released = [str(uuid.UUID(int=i)) for i in range(n % 60)]  # states of different lengths, all within the padding
     state.in_flight = InFlight(kind="samples", sent_at=float(n), rows=3) if n % 2 else None
     state.samples_pushed = state.episodes_pushed = n
-    save_state(path, state)
-state_file.end(str(path))
+    save_state(path, state, writer)
+writer.end()
 """
 
 

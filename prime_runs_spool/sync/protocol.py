@@ -102,6 +102,8 @@ class Protocol:
         self.unsaved = False
         #: Set while a write is under way, so still set after one that failed.
         self._writing = False
+        #: How the pass writes its state: in place from its first announcement on.
+        self.writer = state_file.Writer(str(path))
 
     def save(self) -> None:
         """Write the state now, atomically and durably: what announces a request, before it
@@ -114,8 +116,7 @@ class Protocol:
         self.on_save()
 
     def _write(self) -> None:
-        state_file.begin(str(self.path))  # from its first announcement on, the pass writes in place
-        save_state(self.path, self.state)
+        save_state(self.path, self.state, self.writer)
 
     def _announce_alongside(self) -> Callable[[], None]:
         """Start writing the state that announces a request on another thread (:func:`_announcers`),
@@ -177,7 +178,7 @@ class Protocol:
                 if not quietly:
                     raise
         finally:
-            state_file.end(str(self.path))  # the pass's last write: its twin goes
+            self.writer.end()  # the pass's last write: its twin blanked
 
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""

@@ -467,7 +467,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save_state(path: Path, state: SyncState) -> None:
+def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None) -> None:
     """Write the state file durably: its bytes fsync'd before it replaces the old (whichever
     file a power cut leaves under the name is whole, or its twin is: sync/state_file.py),
     and its name made durable (its folder fsync'd) when the state announces a request
@@ -476,13 +476,13 @@ def save_state(path: Path, state: SyncState) -> None:
     "State"): a cut that takes its rename back leaves the file of an earlier write, which is
     true still (every request sent since it was announced by a write whose rename was
     fsync'd, and that fsync made every earlier rename in the folder durable too), and the
-    next sync settles from it as after any crash."""
+    next sync settles from it as after any crash. ``writer``: the pass's, which writes in
+    place after its first announcement (sync/state_file.py); without one, a rename."""
     state.updated_at = time.time()
     data = state.to_json()
     name = str(path)
     _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write
-    # within a pass, in place after its first announcement (sync/state_file.py)
-    state_file.write(name, data, announces=state.in_flight is not None)
+    state_file.write(name, data, announces=state.in_flight is not None, writer=writer)
     _OWN_WRITES[name] = _digest(data)
 
 

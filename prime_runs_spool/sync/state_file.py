@@ -1,7 +1,9 @@
-"""How a pass writes its run's sync state file: the pass's first write replaces the file by a
-rename, as every write did, and makes its twin beside it; each later write of the pass
-overwrites the twin, then the file, in place, each made durable by one ``fdatasync``; the
-pass's end removes the twin.
+"""How a pass writes its run's sync state file, through a :class:`Writer` the pass owns: its
+writes replace the file by a rename, as every write did, until its first write that
+announces a request, which makes the file's twin beside it too; each later write of the pass
+overwrites in place, each file made durable by one ``fdatasync``: the twin, then the file,
+for a write that announces a request, the file alone for one that announces nothing; the
+pass's end blanks the twin (spaces: no state), unless a write failed part way.
 
 Why: a rename made durable costs two journal commits (the new file's ``fsync`` and its
 folder's), 230-250 µs of CPU and about 7 ms on the project VM's disk, four times a new run;
@@ -11,11 +13,11 @@ an overwrite of a file's own blocks, its size unchanged, commits no metadata: on
 Why a twin: an overwrite cut short by a power cut can leave the file torn, old bytes and
 new. The twin is written and made durable first, so while the file is written the twin
 holds the whole new state, and while the twin is written the file holds the whole old one:
-whichever a cut interrupts, the other is whole. A reader takes the file, and the twin only
-when the file is damaged (sync/state.py, ``load_state``). Both names were made durable by
-the first write's folder ``fsync``, and both files are padded (spaces after the JSON) to a
-size a pass's later states fit in, so an overwrite never grows them; one that would is a
-rename again. Only a write that announces a request makes the names durable, so in-place
+whichever a cut interrupts, the other is whole. Every reader reads through sync/state.py's
+``read_state``: the file, and the twin only when the file is damaged. Both names were made
+durable by the first write's folder ``fsync``, and both files are padded (spaces after the
+JSON) to a size a pass's later states fit in, so an overwrite never grows them; one that
+would is a rename again. Only a write that announces a request makes the names durable, so in-place
 writes start after the pass's first announcement.
 """
 
@@ -24,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import threading
 
 from prime_runs_spool.files import FILE_MODE, make_private_dir, replace_private
 
@@ -40,7 +41,6 @@ def _fdatasync(fd: int) -> None:
     getattr(os, "fdatasync", os.fsync)(fd)
 
 
-
 def twin_path(path: str) -> str:
     """Where the twin of the state file at ``path`` is: beside it, hidden, matching no
     state file's pattern (``*.json``)."""
@@ -48,12 +48,17 @@ def twin_path(path: str) -> str:
     return os.path.join(folder, f".{name}.twin")
 
 
-class _Held:
-    """A state file a pass writes in place, with its twin: descriptors, and their size."""
+class Writer:
+    """One pass's writes of its state file: the descriptors of the file and its twin, and
+    their size. The pass owns it, made with the pass and :meth:`end`-ed with it, so a write
+    elsewhere (a test's, a copy's, a leased pass's) replaces the file by a rename as before,
+    with no registry of the passes under way to consult. One pass at a time per file (the
+    run's locks); one write at a time (the pass waits for each)."""
 
-    __slots__ = ("file", "last", "size", "twin", "whole")
+    __slots__ = ("file", "last", "path", "size", "twin", "whole")
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.file: int | None = None
         self.twin: int | None = None
         self.size = 0
@@ -63,63 +68,55 @@ class _Held:
         #: file may be torn then, and the twin must stay.
         self.whole = True
 
+    def write(self, data: bytes, *, announces: bool) -> bytes:
+        """Write ``data`` as the state file, durably (its bytes, and for a write that
+        ``announces`` a request its name too); returns the bytes the file now holds."""
+        if self.file is not None and len(data) <= self.size:
+            return _in_place(self, data.ljust(self.size), announces=announces)
+        return _remade(self, data, announces=announces)
 
-#: The state files passes are writing now (by path): a write elsewhere (a test's, a copy's)
-#: replaces the file by a rename as before. One pass at a time per file (the run's locks).
-_PASSES: dict[str, _Held] = {}
-_PASSES_LOCK = threading.Lock()
-
-
-def begin(path: str) -> None:
-    """A pass starts writing the state at ``path``: its writes may go in place from here."""
-    with _PASSES_LOCK:
-        _PASSES.setdefault(path, _Held())
-
-
-def end(path: str) -> None:
-    """The pass is over: the twin blanked, unless a write failed part way (the file may be
-    torn: the twin is what a reader then takes), and the descriptors closed. Blanked, not
-    removed (a removal cost about 100 µs of CPU a run, Dec 7): a file damaged after the pass
-    has no twin to be read for it, and the next pass's first write makes the twin again."""
-    with _PASSES_LOCK:
-        held = _PASSES.pop(path, None)
-    if held is None:
-        return
-    if held.whole and held.twin is not None:
-        with contextlib.suppress(OSError):  # not fsync'd: the file is whole and durable, its twin not needed
-            _pwrite_all(held.twin, b" " * held.size)
-    _close(held)
+    def end(self) -> None:
+        """The pass is over: the twin blanked, unless a write failed part way (the file may
+        be torn: the twin is what a reader then takes), and the descriptors closed; a write
+        after it starts again from a rename. Blanked, not removed (a removal cost about 100
+        µs of CPU a run, Dec 7): a file damaged after the pass has no twin to be read for it,
+        and the next pass's first write makes the twin again."""
+        if self.whole and self.twin is not None:
+            with contextlib.suppress(OSError):  # not fsync'd: the file is whole and durable, its twin not needed
+                _pwrite_all(self.twin, b" " * self.size)
+        _close(self)
+        self.whole = True
 
 
-def _close(held: _Held) -> None:
-    for fd in (held.file, held.twin):
+def _close(writer: Writer) -> None:
+    for fd in (writer.file, writer.twin):
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    held.file = held.twin = None
+    writer.file = writer.twin = None
 
 
-def write(path: str, data: bytes, *, announces: bool) -> bytes:
+def write(path: str, data: bytes, *, announces: bool, writer: Writer | None = None) -> bytes:
     """Write ``data`` as the state file at ``path``, durably (its bytes, and for a write that
-    ``announces`` a request its name too); returns the bytes the file now holds."""
-    held = _PASSES.get(path)
-    if held is None:
+    ``announces`` a request its name too), by ``writer`` when a pass writes it (its path
+    ``path``), else by a rename; returns the bytes the file now holds."""
+    if writer is None:
         replace_private(path, data, durable=True, rename_durable=announces)
         return data
-    if held.file is not None and len(data) <= held.size:
-        return _in_place(path, held, data.ljust(held.size), announces=announces)
-    return _remade(path, held, data, announces=announces)
+    assert writer.path == path, (writer.path, path)
+    return writer.write(data, announces=announces)
 
 
-def _remade(path: str, held: _Held, data: bytes, *, announces: bool) -> bytes:
+def _remade(writer: Writer, data: bytes, *, announces: bool) -> bytes:
     """The file replaced by a rename, padded; for a write that announces a request, its twin
     made first (a write that fails there leaves the old file as it was), and both names made
     durable by the folder's fsync after the rename, so that the writes after it go in place."""
-    _close(held)
+    path = writer.path
+    _close(writer)
     padded = data.ljust(-(-(len(data) + ROOM) // BLOCK) * BLOCK)
     if not announces:  # a twin a failed write left stays: true still, no request went since
         replace_private(path, padded, durable=True, rename_durable=False)
-        held.whole = True
+        writer.whole = True
         return padded
     twin = _made_twin(path, padded)
     try:
@@ -128,8 +125,8 @@ def _remade(path: str, held: _Held, data: bytes, *, announces: bool) -> bytes:
     except BaseException:
         os.close(twin)
         raise
-    held.twin, held.file, held.whole = twin, file, True
-    held.size, held.last = len(padded), padded
+    writer.twin, writer.file, writer.whole = twin, file, True
+    writer.size, writer.last = len(padded), padded
     return padded
 
 
@@ -155,39 +152,40 @@ def _made_twin(path: str, padded: bytes) -> int:
     return fd
 
 
-def _in_place(path: str, held: _Held, padded: bytes, *, announces: bool) -> bytes:
+def _in_place(writer: Writer, padded: bytes, *, announces: bool) -> bytes:
     """The twin, then the file, overwritten. A write that announces nothing leaves the twin
     as it is: a cut that tears the file leaves the twin one write behind, true still, as a
     rename a cut takes back leaves the file (save_state)."""
-    assert held.file is not None and held.twin is not None
+    assert writer.file is not None and writer.twin is not None
+    path = writer.path
     try:
         if announces:
-            _pwrite_all(held.twin, padded)
-            _fdatasync(held.twin)
+            _pwrite_all(writer.twin, padded)
+            _fdatasync(writer.twin)
     except OSError as exc:
         # The file is whole, the twin may not be: the next write makes both again.
-        _close(held)
+        _close(writer)
         raise _named(exc, path) from None
-    held.whole = False  # until the file's bytes are durable: whatever stops this, the twin stays
+    writer.whole = False  # until the file's bytes are durable: whatever stops this, the twin stays
     try:
-        _pwrite_all(held.file, padded)
-        _fdatasync(held.file)
+        _pwrite_all(writer.file, padded)
+        _fdatasync(writer.file)
     except OSError as exc:
         # The file may be torn and the twin holds a request that will not be sent: both
         # given back the last state, if they can be, or the twin (whole) is what is read.
-        held.whole = _put_back(held)
-        _close(held)
+        writer.whole = _put_back(writer)
+        _close(writer)
         raise _named(exc, path) from None
-    held.last, held.whole = padded, True
+    writer.last, writer.whole = padded, True
     return padded
 
 
-def _put_back(held: _Held) -> bool:
+def _put_back(writer: Writer) -> bool:
     """Both files given the last state that was written whole again; whether they were."""
     try:
-        for fd in (held.twin, held.file):
+        for fd in (writer.twin, writer.file):
             assert fd is not None
-            _pwrite_all(fd, held.last)
+            _pwrite_all(fd, writer.last)
             _fdatasync(fd)
     except OSError:
         return False
