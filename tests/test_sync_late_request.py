@@ -1,4 +1,4 @@
-"""A samples request held up between its announcement and its last byte (a process paused
+"""A request held up between its announcement and its last byte (a process paused
 there: SIGSTOP, a swapped-out machine) for over half its lifetime is left unfinished and
 announced afresh, never finished late (sync/protocol.py, ``Protocol._in_time``).
 
@@ -6,8 +6,8 @@ Why: every fence of a request (this sync's, or another syncer's that took the ru
 over while this one was paused) ends a lifetime after the send time its announcement gives;
 the platform counts its own deadline from the request's arrival. A paused syncer whose
 request went out only once it woke had it committed after another syncer had fenced it,
-found it not landed and pushed the same rows (tests/test_sync_store.py, the syncer paused
-past its lease: its one evaluation held duplicates).
+found it not landed and sent it itself (tests/test_sync_store.py, syncers paused past their
+lease: rows twice, a second evaluation carrying the run's id, a second finalize).
 
 Real parts: the local platform over real HTTP, the sync's own client and state files; the
 pause is a sleep where the client writes the request's head to the socket.
@@ -15,6 +15,7 @@ pause is a sleep where the client writes the request's head to the socket.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -52,26 +53,34 @@ class _SuspendAwareTime:
         return getattr(time, name)
 
 
+#: Each request announced and sent once: the head it is held before, and which one of them.
+HELD_REQUESTS = {"samples": (b"/samples", 2), "create": (b"/evaluations/ HTTP", 1), "finalize": (b"/finalize HTTP", 1)}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", list(HELD_REQUESTS))
 @pytest.mark.parametrize("held", ["paused", "suspended"])
 def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced_and_sent_afresh(
-        held: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        held: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Held 0.6 of a 1 s lifetime between its announcement and its head: by a pause
     (SIGSTOP, a swapped-out machine), or by a suspend of the whole machine, which Linux's
     monotonic clock does not count while the wall clock every fence counts on does. Either
-    way its body is never finished: the same rows are announced again and sent."""
+    way its body is never finished: the same request is announced again and sent. A batch
+    of rows, the evaluation's creation and the finalize alike: each is one a taker may have
+    sent meanwhile (tests/test_sync_store.py)."""
     clock = _SuspendAwareTime()
     events: list = []
     real_save, real_write = protocol_module.save_state, deadline._Stream.write
+    head, nth = HELD_REQUESTS[kind]
 
     def save(path, state, *writer):  # noqa: ANN001, ANN202
         real_save(path, state, *writer)
-        if state.in_flight is not None and state.in_flight.kind == "samples":
-            events.append(("announced", repr(state.in_flight.end)))
+        if state.in_flight is not None and state.in_flight.kind == kind:
+            events.append(("announced", repr(dataclasses.replace(state.in_flight, sent_at=0.0))))
 
     def write(self, buffer, timeout=None):  # noqa: ANN001, ANN202
-        if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:200]):
-            if len([e for e in events if e[0] == "announced"]) == 2 and ("held",) not in events:
+        if bytes(buffer[:5]) == b"POST " and head in bytes(buffer[:200]):
+            if len([e for e in events if e[0] == "announced"]) == nth and ("held",) not in events:
                 time.sleep(LIFETIME * 0.6)  # held after announcing, before sending
                 if held == "suspended":
                     clock.asleep += LIFETIME * 0.6  # ... which CLOCK_MONOTONIC does not count
@@ -84,18 +93,21 @@ def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced
     monkeypatch.setattr(protocol_module, "time", clock)
     monkeypatch.setattr(protocol_module, "save_state", save)
     monkeypatch.setattr(deadline._Stream, "write", write)
-    builder = build_run(tmp_path / "run", f"late-{held}", 12, size=2_000)
+    builder = build_run(tmp_path / "run", f"late-{held}-{kind}", 12, size=2_000)
     options = SyncOptions(max_request_bytes=9_000, request_lifetime=LIFETIME)
     with EmbeddedPlatform(tmp_path / "platform.db") as platform:
         with PlatformClient(local_settings(platform)) as client:
             report = sync_run(builder.run_dir, client, DEST, options)
         assert report.state == "synced", report.error
-        rows = httpx.get(f"{platform.base_url}/api/v1/evaluations/{report.evaluation_id}/samples",
-                         params={"limit": 1000}).json()["samples"]
+        api = f"{platform.base_url}/api/v1/evaluations/"
+        evaluations = [e for e in httpx.get(api, params={"limit": 100}).json()["evaluations"]
+                       if e["metadata"].get("local_run_id") == builder.run_id]
+        rows = httpx.get(f"{api}{report.evaluation_id}/samples", params={"limit": 1000}).json()["samples"]
+    assert [e["finalize_count"] for e in evaluations] == [1]  # one evaluation, finalized once
     assert [row["sample_id"] for row in rows] == builder.ids  # each once, in order
     at = events.index(("held",))
     held_up = [e for e in events[:at] if e[0] == "announced"][-1]
     after = [e for e in events[at + 1:] if e[0] == "announced"]
-    # Its head went out after the hold; its body was never finished: the same rows were
+    # Its head went out after the hold; its body was never finished: the same request was
     # announced again (a fresh send time) and sent.
     assert events[at + 1] == ("request",) and after and after[0] == held_up, ("finished after the hold", events)

@@ -168,15 +168,16 @@ def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: P
                              text=True, env=machine_env(tmp_path / "a", moto.env(), **env))
     # paused mid-sync, lease and all
     _stopped_while_another_takes_over(first, lambda: _pushed(api, builder.run_id), server, moto, tmp_path, args, env,
-                                      total=100)
+                                      taken=(1, 99))
     assert_exactly_once(api, builder)
     lease = json.loads(get_object(bucket_url, "run/spool/sync.lease.json"))
     assert lease["generation"] == 2
 
 
-#: ``prime-runs sync`` that, once its third samples request is announced (the lease renewed,
-#: its time checked), touches $PAUSING and waits a second before writing the request's
-#: head: the test stops it there (SIGSTOP), between the announcement and the send.
+#: ``prime-runs sync`` that, once its $PAUSE_NTH request whose head names $PAUSE_AT is
+#: announced (the lease renewed, its time checked), touches $PAUSING and waits a second
+#: before writing the request's head: the test stops it there (SIGSTOP), between the
+#: announcement and the send.
 _PAUSING = """
 import os, runpy, sys, time
 from pathlib import Path
@@ -185,9 +186,9 @@ from prime_runs_spool.platform_api import deadline
 real, heads = deadline._Stream.write, []
 
 def write(self, buffer, timeout=None):
-    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
+    if bytes(buffer[:5]) == b"POST " and os.environ["PAUSE_AT"].encode() in bytes(buffer[:300]):
         heads.append(1)
-        if len(heads) == 3:
+        if len(heads) == int(os.environ["PAUSE_NTH"]):
             Path(os.environ["PAUSING"]).touch()
             time.sleep(1.0)
     real(self, buffer, timeout)
@@ -224,9 +225,9 @@ clock = protocol.time = SuspendAware()
 real, heads = deadline._Stream.write, []
 
 def write(self, buffer, timeout=None):
-    if bytes(buffer[:5]) == b"POST " and b"/samples" in bytes(buffer[:300]):
+    if bytes(buffer[:5]) == b"POST " and os.environ["PAUSE_AT"].encode() in bytes(buffer[:300]):
         heads.append(1)
-        if len(heads) == 3:
+        if len(heads) == int(os.environ["PAUSE_NTH"]):
             before = time.time()
             Path(os.environ["PAUSING"]).touch()
             time.sleep(1.0)
@@ -251,11 +252,43 @@ def test_a_syncer_held_between_announcing_and_sending_past_its_lease_never_sends
     announced send time, counted on the wall clock too (sync/protocol.py,
     ``Protocol._in_time``): announced afresh instead, which renews the lease, and the
     syncer finds itself taken over."""
-    import sys
-
     from support.sync_e2e import sample_ids
 
     builder = build_run(tmp_path / "run", f"store-{held}-send", 20)
+    _held_while_another_takes_over(held, "/samples", 3, builder, tmp_path, server, moto, bucket_url, taken=(1, 19))
+    (evaluation,) = evaluations_of(api, builder.run_id)
+    rows = sample_ids(api, evaluation["evaluation_id"])
+    twice = sorted({i for i in rows if rows.count(i) > 1})
+    assert not twice and sorted(rows) == sorted(builder.ids), f"{len(rows)} rows for 20 episodes, twice: {twice}"
+    assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("request_kind", ["create", "finalize"])
+def test_a_syncer_held_before_creating_or_finalizing_past_its_lease_never_sends_that_request(
+        request_kind: str, tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """The same handover, the syncer SIGSTOPped after announcing the evaluation's creation
+    (or its finalize) and before sending it. Woken after the taker had fenced that request,
+    found it not landed and sent it itself, it sent it too, and the platform acted on it:
+    a second evaluation carrying the run's id, empty and never finalized (or a second
+    finalize, which runs the platform's statistics job again: ``finalize_count`` 2).
+    Now those bodies pass the samples requests' gate (sync/protocol.py,
+    ``Protocol._in_time``): announced afresh, which renews the lease, and the syncer
+    finds itself taken over."""
+    builder = build_run(tmp_path / "run", f"store-held-{request_kind}", 6)
+    head, taken = ("/evaluations/ HTTP", (6, 6)) if request_kind == "create" else ("/finalize HTTP", (0, 0))
+    _held_while_another_takes_over("paused", head, 1, builder, tmp_path, server, moto, bucket_url, taken=taken)
+    assert_exactly_once(api, builder)  # one evaluation, each row once, finalized once
+
+
+def _held_while_another_takes_over(held: str, head: str, nth: int, builder: RunBuilder, tmp_path: Path, server,
+                                   moto, bucket_url: str, *, taken: tuple[int, int]) -> None:
+    """Sync ``builder``'s run from the bucket with a first syncer held (``held``: paused or
+    suspended) after announcing its ``nth`` request whose head names ``head``, before that
+    head goes out, while a second syncer takes the run over and pushes ``taken`` rows (the
+    least, the most)."""
+    import sys
+
     upload_run(bucket_url, builder.run_dir, "run")
     pausing, wrapper = tmp_path / "pausing", tmp_path / f"{held}_sync.py"
     wrapper.write_text(_PAUSING if held == "paused" else _SUSPENDED)
@@ -264,20 +297,16 @@ def test_a_syncer_held_between_announcing_and_sending_past_its_lease_never_sends
     command = sync_cmd(server.base_url, *args)
     first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
-                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), **env))
-    _stopped_while_another_takes_over(first, pausing.exists, server, moto, tmp_path, args, env, total=20)
-    (evaluation,) = evaluations_of(api, builder.run_id)
-    rows = sample_ids(api, evaluation["evaluation_id"])
-    twice = sorted({i for i in rows if rows.count(i) > 1})
-    assert not twice and sorted(rows) == sorted(builder.ids), f"{len(rows)} rows for 20 episodes, twice: {twice}"
-    assert_exactly_once(api, builder)
+                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), PAUSE_AT=head,
+                                             PAUSE_NTH=str(nth), **env))
+    _stopped_while_another_takes_over(first, pausing.exists, server, moto, tmp_path, args, env, taken=taken)
 
 
 def _stopped_while_another_takes_over(first: subprocess.Popen, ready, server, moto, tmp_path: Path,
-                                      args: tuple, env: dict, *, total: int) -> None:
+                                      args: tuple, env: dict, *, taken: tuple[int, int]) -> None:
     """Stop ``first`` (SIGSTOP) once ``ready()``, sync the run to its end from a second
-    machine (``--wait``: past the first's lease), wake ``first``: it must end in an error
-    saying it was taken over."""
+    machine (``--wait``: past the first's lease), pushing ``taken`` rows (the least, the
+    most), wake ``first``: it must end in an error saying it was taken over."""
     import signal
 
     try:
@@ -288,8 +317,8 @@ def _stopped_while_another_takes_over(first: subprocess.Popen, ready, server, mo
         first.send_signal(signal.SIGSTOP)
         second = store_sync(server.base_url, moto, tmp_path / "b", *args, "--wait", **env)
         assert second.returncode == 0, second.stderr
-        [taken] = reports(second)
-        assert taken["state"] == "synced" and 0 < taken["pushed_now"] < total, taken
+        [report] = reports(second)
+        assert report["state"] == "synced" and taken[0] <= report["pushed_now"] <= taken[1], report
     finally:
         first.send_signal(signal.SIGCONT)
     out, err = first.communicate(timeout=60)

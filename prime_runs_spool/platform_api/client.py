@@ -422,9 +422,14 @@ class PlatformClient:
         json_body: Any = None,
         content: bytes | _Chunks | None = None,
         params: Mapping[str, Any] | None = None,
+        before_last: Callable[[], None] | None = None,
     ) -> Any:
+        """``before_last``: called before the last piece of the ``json_body`` is written (see
+        :meth:`push_samples`)."""
         if json_body is not None:
             content = orjson.dumps(json_body)
+            if before_last is not None:
+                content = _Chunks(content, before_last=before_last)
         import httpx
 
         try:
@@ -464,10 +469,12 @@ class PlatformClient:
         body = self._request("POST", "/environmentshub/resolve", json_body={"name": name, **self._team()})
         return answers.environment_id(body, "POST /environmentshub/resolve")
 
-    def create_evaluation(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """NOT idempotent: every success is a new evaluation."""
-        return answers.created_evaluation(self._request("POST", "/evaluations/", json_body={**payload, **self._team()}),
-                                          "POST /evaluations/")
+    def create_evaluation(self, payload: Mapping[str, Any], *,
+                          before_last: Callable[[], None] | None = None) -> dict[str, Any]:
+        """NOT idempotent: every success is a new evaluation. ``before_last``: as
+        :meth:`push_samples`'s."""
+        return answers.created_evaluation(self._request("POST", "/evaluations/", json_body={**payload, **self._team()},
+                                                        before_last=before_last), "POST /evaluations/")
 
     def push_samples(self, evaluation_id: str, body: bytes | bytearray | memoryview | list[bytes], *,
                      on_sent: Callable[[], None] | None = None,
@@ -508,10 +515,12 @@ class PlatformClient:
             raise
         return True
 
-    def finalize(self, evaluation_id: str, metrics: Mapping[str, Any] | None) -> dict[str, Any]:
-        """NOT idempotent: each call enqueues the platform's statistics job again."""
+    def finalize(self, evaluation_id: str, metrics: Mapping[str, Any] | None, *,
+                 before_last: Callable[[], None] | None = None) -> dict[str, Any]:
+        """NOT idempotent: each call enqueues the platform's statistics job again.
+        ``before_last``: as :meth:`push_samples`'s."""
         return self._request("POST", self._evaluation(evaluation_id, "/finalize"),
-                             json_body={"metrics": dict(metrics or {})})
+                             json_body={"metrics": dict(metrics or {})}, before_last=before_last)
 
     def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
         path = self._evaluation(evaluation_id)

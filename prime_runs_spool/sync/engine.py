@@ -538,8 +538,8 @@ class RunSync:
 
         pending = state.in_flight if state.in_flight and state.in_flight.kind == FINALIZE else None
         if pending is None or not self.protocol.settled(pending.sent_at, completed):
-            self.protocol.send_once("finalizing", InFlight(kind=FINALIZE, sent_at=0.0),
-                                    lambda: self.client.finalize(evaluation_id, metrics), completed)
+            self.protocol.send_once("finalizing", InFlight(kind=FINALIZE, sent_at=0.0), lambda gate: self.client.finalize(
+                evaluation_id, metrics, before_last=gate), completed)
         state.finalized = True
         state.metrics_sent = dict(metrics)  # the finalize carries them
         state.in_flight = None

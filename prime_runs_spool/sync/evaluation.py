@@ -199,7 +199,7 @@ class Evaluation:
         environment = self._environment_names(manifest)[0]
         with self.index.creating(environment):
             created = self.protocol.send_once("creating the evaluation", InFlight(kind=CREATE, sent_at=0.0),
-                                              lambda: self.client.create_evaluation(payload),
+                                              lambda gate: self.client.create_evaluation(payload, before_last=gate),
                                               lambda: self._adopt_existing(manifest))
             if created is not LANDED:
                 self.index.add(environment, {**created, "metadata": payload["metadata"]})

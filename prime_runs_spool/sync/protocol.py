@@ -73,9 +73,10 @@ class Protocol:
         #: ``clock`` drives both, so tests can run the protocol on a fake time).
         self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
         self.sleep = sleep
-        #: ``(wall, monotonic)`` when the state was read: an announced request from an
-        #: earlier process is fenced from here, never by the wall clock alone.
-        self._loaded = (clock(), self.monotonic())
+        #: This process's monotonic clock when the state was read: an announced request from
+        #: an earlier process is at least that old (:meth:`request_age`), whatever the wall
+        #: clock says.
+        self._loaded = self.monotonic()
         #: ``(sent_at, monotonic)`` of the last request this process sent.
         self._sent: tuple[float, float] | None = None
         #: Set when a request was settled as "did not land" after its fence, so the next
@@ -182,7 +183,7 @@ class Protocol:
 
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""
-        self._loaded = (self.clock(), self.monotonic())
+        self._loaded = self.monotonic()
 
     def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None,
                     last_sample_id: Any = None) -> None:
@@ -199,22 +200,30 @@ class Protocol:
         A wait of a second or more is told first (``why``), as a retry is: it may last a
         whole request lifetime, and a sync that says nothing for minutes looks hung.
 
-        Measured on this process's monotonic clock and never longer than one lifetime: a
-        request this process sent is fenced from its own send; one read from the state from
-        the moment the state was read, for what is left of its lifetime by the wall clock
-        (a ``sent_at`` in the future counts as just sent). docs/sync.md, "Clocks", says what
-        a wall clock stepped forward can do.
+        Until the request is a lifetime old as :meth:`request_age` counts it, the age the
+        gate before its last byte counted (:meth:`_in_time`), so never longer than one
+        lifetime of this process's monotonic clock: a request this process sent is counted
+        from its own send, one read from the state from the moment the state was read (a
+        ``sent_at`` in the future counts as just sent). docs/sync.md, "Clocks", says what a
+        wall clock stepped forward can do.
         """
         lifetime = self.options.request_lifetime
-        if self._sent is not None and self._sent[0] == sent_at:
-            deadline = self._sent[1] + lifetime
-        else:
-            wall, mono = self._loaded
-            deadline = mono + min(lifetime, max(0.0, sent_at + lifetime - wall))
-        if (delay := deadline - self.monotonic()) >= TOLD_FENCE_SECONDS:
+        since = self._sent[1] if self._sent is not None and self._sent[0] == sent_at else self._loaded
+        if (delay := lifetime - self.request_age(sent_at, since)) >= TOLD_FENCE_SECONDS:
             self.options.backoff.waiting(Wait(run=self.run, why=why, delay=delay))
-        while (remaining := deadline - self.monotonic()) > 0:
+        while (remaining := lifetime - self.request_age(sent_at, since)) > 0:
             self.sleep(min(remaining, 5.0))
+
+    def request_age(self, sent_at: float, since: float) -> float:
+        """How old a request announced with the send time ``sent_at`` (wall clock) is: the
+        longer of its age by the wall clock and by this process's monotonic clock since
+        ``since``, a moment it had certainly been sent by (its send here, or the reading of
+        the state that announces it). The monotonic one, which a wall clock set back cannot
+        shorten; the wall one, which every syncer's fence of the request counts in (a taker
+        has only ``sent_at``), and which goes on while Linux's monotonic clock stops for a
+        suspended machine. The gate before a body's last byte and every fence ask this one
+        question, so the two cannot count a request's age differently."""
+        return max(self.clock() - sent_at, self.monotonic() - since)
 
     def retry(self, what: str, call: Callable[[], Any], *,
               passing: tuple[type[PlatformError], ...] = ()) -> Any:
@@ -271,17 +280,18 @@ class Protocol:
         self.check_next_batch = True  # a late commit would meet the resend: look after it
         return False
 
-    def send_once(self, what: str, in_flight: InFlight, send: Callable[..., Any],
-                  landed: Callable[[], bool], *, gated: bool = False, alongside: bool = True) -> Any:
+    def send_once(self, what: str, in_flight: InFlight, send: Callable[[Callable[[], None]], Any],
+                  landed: Callable[[], bool], *, alongside: bool = False) -> Any:
         """Send a request that must not be processed twice: announce it in the state, send it,
         and after a failure resend only once ``landed`` says it did not (and cannot) land.
         Returns the answer, or :data:`LANDED` when it landed but its answer was lost.
 
-        ``gated``: ``send`` takes a gate, a call its request makes before the last byte of its
-        body (:meth:`_in_time`); with ``alongside`` too, the announcement is written while the
-        body goes out (:meth:`_announce_alongside`), else before ``send`` is called."""
+        ``send`` takes the gate its request passes before the last byte of its body
+        (:meth:`_in_time`): every request announced here, whatever it is (an evaluation's
+        creation, a batch of rows, a finalize). ``alongside``: the announcement is written
+        while the body goes out (:meth:`_announce_alongside`), else before ``send`` is called."""
         attempt = 0
-        alongside = gated and alongside and self.WRITES_ALONGSIDE
+        alongside = alongside and self.WRITES_ALONGSIDE
         while True:
             sent_at, started = self.clock(), self.monotonic()
             self.state.in_flight = dataclasses.replace(in_flight, sent_at=sent_at)
@@ -293,7 +303,7 @@ class Protocol:
             try:
                 try:
                     with answers_within(self.options.backoff.time_left()):
-                        answer = send(self._in_time(gate or _written, sent_at, started)) if gated else send()
+                        answer = send(self._in_time(gate or _written, sent_at, started))
                 finally:
                     if gate is not None:
                         gate()  # the write is over whatever became of the request; its failure wins
@@ -325,19 +335,18 @@ class Protocol:
         lease) ends a lifetime after that send time. A process paused (SIGSTOP, a swapped-out
         VM) between announcing and sending sent its request only once it woke, long after:
         the platform, which counts from arrival, committed it after another syncer had
-        fenced it, found it not landed and sent its rows again. Its headers went out before
-        this check, so a request let through here arrives within half a lifetime of its
-        send time and is committed within the other half. One held past it is left
-        unfinished (never acted on) and announced and sent afresh, which under a lease
-        renews the lease first: a syncer taken over meanwhile stops there. The hold is
-        counted on both clocks, the longer winning: the monotonic one (a wall clock set back
-        cannot hide it) and the wall one the fences count on, since Linux's monotonic clock
-        stops while the machine is suspended (a laptop's lid closed, a VM paused whole)."""
+        fenced it, found it not landed and sent it again: its rows twice, a second
+        evaluation, a second finalize. Its headers went out before this check, so a request
+        let through here arrives within half a lifetime of its send time and is committed
+        within the other half. One held past it is left unfinished (never acted on) and
+        announced and sent afresh, which under a lease renews the lease first: a syncer
+        taken over meanwhile stops there. The hold is the request's age as every fence
+        counts it (:meth:`request_age`): a suspended machine's, too."""
         limit = self.options.request_lifetime * FINISH_WITHIN
 
         def gate() -> None:
             durable()
-            if (late := max(self.monotonic() - started, self.clock() - sent_at)) >= limit:
+            if (late := self.request_age(sent_at, started)) >= limit:
                 raise PlatformError(FailureKind.NOT_SENT, f"a request held up {late:.2f} s before its last byte "
                                     f"(over half its {self.options.request_lifetime:g} s lifetime) was left "
                                     "unfinished, so it cannot land; it is announced and sent again")

@@ -168,12 +168,12 @@ class SamplesSink(Sink):
         protocol.send_once("pushing held-back episodes" if released else "pushing samples",
                            InFlight(kind=self.name, sent_at=0.0, rows=rows, episodes=episodes, end=end,
                                     seal=seal, last_sample_id=batch.last_sample_id, released=released),
-                           lambda durable=None: context.client.push_samples(str(state.evaluation_id), body,
-                                                                             on_sent=batch.sent, before_last=durable),
+                           lambda gate: context.client.push_samples(str(state.evaluation_id), body,
+                                                                    on_sent=batch.sent, before_last=gate),
                            # written alongside only a body that has bytes to send before its last
                            # piece: one of a single piece would only wait for the write, on another
                            # thread, at the cost of handing it over (most small runs' one request)
-                           lambda: self.reconciler.samples_landed(rows), gated=True, alongside=len(body) > 1)
+                           lambda: self.reconciler.samples_landed(rows), alongside=len(body) > 1)
         protocol.acknowledge(end, rows, episodes, seal, batch.last_sample_id)
         if protocol.check_next_batch:  # rows resent after a fence: did the first copy land late?
             protocol.check_next_batch = False
