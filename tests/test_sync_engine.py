@@ -59,11 +59,12 @@ def platform() -> FakePlatform:
 def syncer(run_dir: Path, platform: FakePlatform, time: FakeTime | None = None, **options) -> RunSync:
     settings = Settings("http://fake", Secret("key"), None, "http://app")
     client = PlatformClient(settings, transport=platform.transport())
+    monotonic = options.pop("monotonic", None)
     opts = SyncOptions(request_lifetime=options.pop("lifetime", 30.0),
                        backoff=Backoff(base=0.01, cap=0.05, max_attempts=options.pop("attempts", 10)),
                        **options)
     time = time or FakeTime(platform)
-    return RunSync(run_dir, client, DEST, opts, clock=time.clock, sleep=time.sleep)
+    return RunSync(run_dir, client, DEST, opts, clock=time.clock, sleep=time.sleep, monotonic=monotonic)
 
 
 def only_evaluation(platform: FakePlatform) -> tuple[dict, list[dict]]:
@@ -164,6 +165,32 @@ def test_in_doubt_request_that_lands_late_is_fenced(tmp_path: Path, platform: Fa
     assert held and not time.delayed
     assert_exactly_once(platform, builder)
     assert time.slept >= 30.0
+
+
+def test_the_fence_of_its_own_request_counts_a_suspended_machine_s_sleep_as_the_gate_does(
+        tmp_path: Path, platform: FakePlatform) -> None:
+    """The machine suspended for a whole lifetime while its append was out, which got no
+    answer: Linux's monotonic clock stops, the wall clock (and the platform's) goes on. The
+    fence counts a request's age as the gate before its last byte does, the longer of the two
+    clocks' (sync/protocol.py, ``Protocol.request_age``): the request is over a lifetime old,
+    so one read settles it. Counted on the monotonic clock alone, as it was, the fence waited
+    another whole lifetime after waking."""
+    builder = build_run(tmp_path / "run", "r1", 5)
+    time = FakeTime(platform)
+    asleep = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/samples") and request.method == "POST" and not asleep:
+            asleep.append(30.0)
+            time.now += 30.0  # suspended: the wall clock goes on, the monotonic one does not
+            raise httpx.ReadTimeout("no answer")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0, monotonic=lambda: time.now - sum(asleep)).run()
+    assert report.state == "synced", report.error
+    assert asleep and time.slept < 1.0, time.slept  # was 30 s more
+    assert_exactly_once(platform, builder)
 
 
 def test_refused_connections_and_429_are_retried(tmp_path: Path, platform: FakePlatform) -> None:
