@@ -5,9 +5,9 @@ verifiers unchanged (click parses none of them), the exit code is verifiers' own
 offline run ends with one line saying how to sync its spool, an online run that did not
 ship everything with one line saying how many episodes, why, and how to ship them. Three
 endings get the exact resume command: an interrupt (verifiers' 130), a full disk, and a
-folder the eval may not write (a read-only file system, or permission refused on the run's
-folder), which would otherwise end in a traceback for what is no bug: one line and exit 1
-instead. Its
+folder the eval may not write (a read-only file system, permission refused on the run's
+folder, or a file where that folder should be), which would otherwise end in a traceback for
+what is no bug: one line and exit 1 instead. Its
 help (``--help``, ``-h``, or no argument) loads neither verifiers nor the writer.
 """
 

@@ -115,3 +115,44 @@ def test_an_output_folder_root_may_not_write_is_one_line_naming_the_run_folder(t
     line = last_line(done.stderr)
     assert line.startswith(f"prime-runs: cannot write outputs/{RUN_NAME}: permission denied (file system "), line
     assert line.endswith("); make it writable or set another output_dir, then run the eval again"), line
+
+
+@pytest.mark.slow  # a real vf-eval start
+def test_an_output_dir_that_is_a_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A path mistyped onto a file (``output_dir = "results.csv"``) stops verifiers making
+    the run's log folder (``ENOTDIR``): one line naming the file, no traceback."""
+    (tmp_path / "afile").write_text("not a folder\n")
+    with FakeChatServer() as server:
+        (tmp_path / "eval.toml").write_text(launch_file_text(
+            run_name=RUN_NAME, base_url=server.base_url, model="fake/model", rollouts=ROLLOUTS, max_concurrent=8,
+            key_var=KEY_VAR, header_name="CF-Access-Client-Secret", header_secret=HEADER_SECRET,
+            output_dir="afile"))
+        done = run_eval(tmp_path, "@", "eval.toml", "--no-rich")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert last_line(done.stderr) == (
+        f"prime-runs: cannot write afile/{RUN_NAME}/logs: afile is a file, not a folder; "
+        "move it away or set another output_dir, then run the eval again")
+    assert (tmp_path / "afile").read_text() == "not a folder\n"
+
+
+@pytest.mark.slow  # two real vf-eval runs
+def test_a_file_named_spool_in_the_run_folder_is_one_line_and_the_printed_resume_completes_the_run(
+        tmp_path: Path) -> None:
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        spool = run_dir(tmp_path) / "spool"
+        spool.parent.mkdir(parents=True)
+        spool.write_text("notes\n")
+        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
+        assert done.returncode == 1, done.stderr[-3000:]
+        command = f"prime-runs eval @ {resolved_config(tmp_path)} --resume"
+        assert last_line(done.stderr) == (
+            f"prime-runs: cannot write outputs/{RUN_NAME}/spool: it is a file, not a folder; "
+            f"move it away or set another output_dir, then resume with: {command}")
+        assert spool.read_text() == "notes\n"
+
+        spool.unlink()
+        resumed = run_eval(tmp_path, *shlex.split(command)[2:])
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    run = read_run(run_dir(tmp_path))
+    assert run.status == "completed" and run.episodes_count == TASKS * ROLLOUTS == len(traces(tmp_path))

@@ -34,6 +34,7 @@ this command exists to prevent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import inspect
 import logging
@@ -258,28 +259,49 @@ def disk_full_error(error: BaseException) -> OSError | None:
 def unwritable_error(error: BaseException, session: EvalSession) -> OSError | None:
     """The error behind ``error`` that says the eval's outputs cannot be written: a read-only
     file system, wherever it is, or permission refused on the run's folder, a path in it, or
-    a folder above it (verifiers making ``output_dir``). Permission refused anywhere else
-    is the environment's own code at work: None, so its traceback is shown."""
+    a folder above it (verifiers making ``output_dir``), or a file where one of those folders
+    should be (``output_dir`` given as a file, a file named ``spool`` in the run's folder:
+    ``ENOTDIR``). Either anywhere else is the environment's own code at work: None, so its
+    traceback is shown."""
     run_dir = session.runs[-1].dir if session.runs else session.opening
     for found in _os_errors_behind(error):
         if found.errno in READ_ONLY_FS_ERRNOS:
             return found
-        if found.errno in PERMISSION_ERRNOS and run_dir is not None and found.filename \
+        if found.errno in PERMISSION_ERRNOS | NOT_A_FOLDER_ERRNOS and run_dir is not None and found.filename \
                 and _related(Path(os.fsdecode(found.filename)), run_dir):
             return found
     return None
+
+
+#: A file stands where the run needs a folder (verifiers' ``mkdir``, the spool's ``scandir``).
+NOT_A_FOLDER_ERRNOS = frozenset({errno.ENOTDIR})
 
 
 def unwritable_line(session: EvalSession, error: OSError) -> str:
     """One line for an eval stopped by a folder it may not write: which path, why, and how
     to continue once it can be written."""
     path = Path(os.fsdecode(error.filename)) if error.filename else session.opening or Path.cwd()
-    why = "read-only file system" if error.errno in READ_ONLY_FS_ERRNOS else "permission denied"
-    line = f"cannot write {path}: {why} (file system {_mount_point(path)}); make it writable or set another output_dir"
+    if error.errno in NOT_A_FOLDER_ERRNOS:
+        file = _file_in_the_way(path)
+        what = "it" if file == path else str(file)
+        line = f"cannot write {path}: {what} is a file, not a folder; move it away or set another output_dir"
+    else:
+        why = "read-only file system" if error.errno in READ_ONLY_FS_ERRNOS else "permission denied"
+        line = (f"cannot write {path}: {why} (file system {_mount_point(path)}); "
+                "make it writable or set another output_dir")
     command = resume_command(session)
     if command is None:
         return f"{line}, then run the eval again"
     return f"{line}, then resume with: {command}"
+
+
+def _file_in_the_way(path: Path) -> Path:
+    """The first of ``path`` and the folders above it, from the top down, that exists and
+    is not a folder: what an ``ENOTDIR`` on ``path`` stumbled on (``path`` when none is)."""
+    for candidate in [*reversed(path.parents), path]:
+        if os.path.lexists(candidate) and not os.path.isdir(candidate):
+            return candidate
+    return path
 
 
 def _os_errors_behind(error: BaseException) -> Iterator[OSError]:
