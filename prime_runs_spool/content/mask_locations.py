@@ -31,7 +31,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 12
+MASKING_VERSION = 13
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -54,19 +54,17 @@ def _any_spelling(*names: str) -> Pattern:
     """A location after ``**`` whose every name matches in any spelling."""
     return ("**", *(ANY_SPELLING + name for name in names))
 
-#: Tables whose every entry may be a credential, wherever they sit in a config: HTTP
-#: headers (a client's, a judge's, a request's ``sampling_args``), query parameters
-#: (some providers take the key as ``?key=``) and environment tables.
+#: Tables whose every entry may be a credential by their own name, wherever they sit in a
+#: config: HTTP headers (a client's, a judge's, a request's ``sampling_args``), query
+#: parameters (some providers take the key as ``?key=``) and environment tables. Also what
+#: a table of that name written as text inside a string has masked (content/mask_formats.py).
+_TABLE_NAMES = ("headers", "extra_headers", "default_headers", "default_query", "extra_query", "env_vars",
+                "environment_variables")
+TEXT_TABLE_NAMES = frozenset(spelling(name) for name in _TABLE_NAMES)
 _TABLES: tuple[Pattern, ...] = (
-    (*_any_spelling("headers"), "*"),
-    (*_any_spelling("extra_headers"), "*"),
-    (*_any_spelling("default_headers"), "*"),
-    (*_any_spelling("default_query"), "*"),
-    (*_any_spelling("extra_query"), "*"),
+    *((*_any_spelling(name), "*") for name in _TABLE_NAMES),
     (*_any_spelling("harness", "env"), "*"),
     (*_any_spelling("runtime", "env"), "*"),
-    (*_any_spelling("env_vars"), "*"),
-    (*_any_spelling("environment_variables"), "*"),
 )
 
 #: A pattern segment matching one key shaped like an environment variable's name

@@ -10,7 +10,9 @@ list there through :func:`masked_arguments`; each replaces only the secret part 
 :data:`MASK`, the rest of the string stays readable.
 
 What marks a secret here is where it sits in the text (a URL's userinfo, a query parameter or
-a flag named like a secret, a header's value after ``-H``), as masking by location, plus one
+a flag named like a secret, a header's value after ``-H``, a password after ``-u`` or a tool's
+own password flag; in another format written inside the string, a key named like a secret:
+``content/mask_formats.py``), as masking by location, plus one
 second net by shape: a value written the way a well-known provider writes its tokens
 (:data:`_TOKEN_SHAPES`), wherever it sits in such a string. Why a shape rule at all, when the
 design is by location: a token that a user pastes into a free-form string (a note, a
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
+from prime_runs_spool.content import mask_formats
 from prime_runs_spool.content.mask_locations import MASK, is_secret_name, spelling
 
 #: A URL: a scheme (a letter, then letters, digits, ``+``, ``.``, ``-``), ``://``, and
@@ -58,12 +61,39 @@ _HEADER_FLAGS = frozenset({"-H", "--header"})
 #: Flags whose value is an environment assignment (``docker run -e HF_TOKEN=...``): the value
 #: after ``=`` goes, as every value of an environment table does; ``-e NAME`` alone stays.
 _ENV_FLAGS = frozenset({"-e", "--env"})
-_ENV_ASSIGNMENT = re.compile(r"[A-Z][A-Z0-9_]*=")
+_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+#: Flags whose value is ``user:password`` (curl's ``-u``, ``--user``): the part after the
+#: first colon goes; a value without one is a user alone, and Docker's ``-u 1000:1000``
+#: (a user and a group by number) stays.
+_USER_FLAGS = frozenset({"-u", "--user"})
+_UID_GID = re.compile(r"[0-9]+:[0-9]+\Z")
+#: Flag names (any spelling, dashes dropped) that hold a secret though no key called so is one
+#: (``sort_key``, ``pass_rate``): curl's ``--key`` and ``--pass``, httpie's ``--auth``, plink's
+#: ``-pw``, ``--pwd``.
+_SECRET_FLAG_NAMES = frozenset({"key", "pass", "auth", "pw", "pwd"})
 #: One of those flags given its value after ``=`` in the same word (``--env=HF_TOKEN=...``,
 #: ``-e=...``, ``--header="X-Key: ..."``: Docker's and Go's flag parsers take that spelling),
 #: and that value, a shell word (quoted parts and unquoted characters up to whitespace): the
 #: value goes through the same rule as after a blank (:func:`_after_flag`).
-_VALUE_FLAG_ASSIGNED = re.compile(r"(?<![^\s'\"])(-H|--header|-e|--env)=((?:\"[^\"]*\"|'[^']*'|[^\s'\"])*)")
+_VALUE_FLAG_ASSIGNED = re.compile(
+    r"(?<![^\s'\"])(-H|--header|-e|--env|-u|--user)=((?:\"[^\"]*\"|'[^']*'|[^\s'\"])*)")
+#: A one-letter flag with its value stuck to it in the same word, as getopt reads it: Docker's
+#: ``-eNAME=value`` (an upper-case name: ``-epochs=3`` is a Go flag) and curl's
+#: ``-uuser:password``: the value after ``=`` or the first colon.
+_STUCK = re.compile(r"(?<![^\s'\"])-(?:e[A-Z][A-Z0-9_]*=|u[^\s'\":=\-][^\s'\":]*:)((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
+#: Tools whose password flag is a letter that means something else to other tools (``-p`` is a
+#: port to Docker and ssh, a plugin to pytest, "parents" to mkdir), so it is masked only after
+#: the tool's own name, in the same command: MySQL's and MariaDB's clients take ``-pPASSWORD``
+#: stuck (``-p NAME`` apart is a prompt, then a database's name), sshpass ``-p PASSWORD`` either
+#: way, redis-cli ``-a PASSWORD``.
+_TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli)(?![^\s'\"])")
+_STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass")
+_APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a"}
+_APART_PASSWORD = {tool: re.compile(rf"(?<![^\s'\"]){flag}[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*)")
+                   for tool, flag in _APART_PASSWORD_FLAGS.items()}
+#: A command's words, up to ``;``, ``&``, ``|`` or a line's end outside quotes.
+_COMMAND = re.compile(r"(?:\"[^\"]*\"|'[^']*'|[^;&|\n'\"]|['\"])*")
+_STUCK_P = re.compile(r"(?<![^\s'\"])-p((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
 
 #: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
 #: (``sk-``), Stripe (``sk_live_``), GitHub (``ghp_``, ``gho_``, ... and ``github_pat_``),
@@ -94,9 +124,12 @@ _SAME = object()
 def mask_text(text: str) -> str:
     """``text`` with what it holds of a credential replaced by :data:`MASK`: every URL's
     userinfo and secret query parameters, the value after a flag or in an assignment named
-    like a secret, a header's value after ``-H``, an environment value after ``-e`` (either
-    after a blank or after ``=``: ``--env=NAME=value``), and
-    every value shaped like a well-known token. The same object when nothing changes."""
+    like a secret (or ``--key``, ``--pass``...), a header's value after ``-H``, an environment
+    value after ``-e`` (after a blank, after ``=``: ``--env=NAME=value``, or stuck), curl's
+    ``-u user:password``'s password, a MySQL client's ``-pPASSWORD``, what
+    ``content/mask_formats.py`` finds written in another format (JSON, a header line, a PEM
+    key...), and every value shaped like a well-known token. The same object when nothing
+    changes."""
     found = _CACHE.get(text)
     if found is not None:
         return text if found is _SAME else found
@@ -137,30 +170,48 @@ def _masked_once(text: str) -> str:
         value = flag.group(3)
         quoted = value[:1] in ("'", '"') and len(value) >= 2 and value.find(value[0], 1) == len(value) - 1
         inner = value[1:-1] if quoted else value
-        found = _after_flag(flag.group(1), inner)
-        if found is not None:
-            start = flag.end() + len(flag.group(2)) + (1 if quoted else 0)
-            spans.append((start + found[0], start + found[1]))
+        start = flag.end() + len(flag.group(2)) + (1 if quoted else 0)
+        spans.extend((start + begin, start + end) for begin, end in _after_flag(flag.group(1), inner))
     for assignment in _ASSIGNMENT.finditer(text) if "=" in text else ():
-        if is_secret_name(assignment.group(2)):
+        if is_secret_name(assignment.group(2)) or (assignment.group(1) and _is_secret_flag(assignment.group(2))):
             spans.append(assignment.span(3))
     for assigned in _VALUE_FLAG_ASSIGNED.finditer(text) if "=" in text and "-" in text else ():
         value = assigned.group(2)
         quoted = value[:1] in ("'", '"') and len(value) >= 2 and value.find(value[0], 1) == len(value) - 1
-        found = _after_flag(assigned.group(1), value[1:-1] if quoted else value)
-        if found is not None:
-            start = assigned.start(2) + (1 if quoted else 0)
-            spans.append((start + found[0], start + found[1]))
+        start = assigned.start(2) + (1 if quoted else 0)
+        spans.extend((start + begin, start + end)
+                     for begin, end in _after_flag(assigned.group(1), value[1:-1] if quoted else value))
+    if "-" in text:
+        spans.extend(match.span(1) for match in _STUCK.finditer(text) if not _UID_GID.match(match.group(0)[2:]))
+        if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text:
+            spans.extend(_tool_spans(text))
     if _may_hold_token(text):
         spans.extend(_tokens(text))
+    if mask_formats.maybe(text):
+        spans.extend(mask_formats.format_spans(text))
     return _replaced(text, spans)
+
+
+def _tool_spans(text: str) -> list[tuple[int, int]]:
+    """The passwords given to a tool of :data:`_TOOL` by its own flag, in the command (up to
+    ``;``, ``&``, ``|`` or a line's end) that names it."""
+    spans = []
+    for tool in _TOOL.finditer(text):
+        name = tool.group(1)
+        command_end = _COMMAND.match(text, tool.end()).end()
+        if name.startswith(_STUCK_PASSWORD_TOOLS):
+            spans.extend(match.span(1) for match in _STUCK_P.finditer(text, tool.end(), command_end))
+        apart = _APART_PASSWORD.get(name)
+        if apart is not None:
+            spans.extend(match.span(1) for match in apart.finditer(text, tool.end(), command_end))
+    return spans
 
 
 def _maybe(text: str) -> bool:
     """Whether a rule of :func:`mask_text` can change ``text`` (true for every text one can,
     and for some others); most config strings (a model's name, an id, a number as text) are
     passed by a few substring tests: a regular expression's search costs several times more."""
-    return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text)
+    return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text)
 
 
 def _may_hold_flag(text: str) -> bool:
@@ -200,49 +251,85 @@ def mask_url(text: str) -> str:
 def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
     """What an argument list (``["--api-key", "sk-..."]``) has masked after its flags: by
     position, the element's replacement; ``None`` when nothing is. An element that is a flag
-    named like a secret has the next element (not ``None``) masked whole, whatever it is (a
+    taking a secret has the next element (not ``None``) masked whole, whatever it is (a
     number, a table, a list: :data:`MASK`), one that is ``-H``/``--header`` the value of the
-    header line after it, one that is ``-e``/``--env`` the value of the ``NAME=value`` after it. What an element holds by itself (``--token=...``) is
-    :func:`mask_text`'s."""
+    header line after it, one that is ``-e``/``--env`` the value of the ``NAME=value`` after
+    it, one that is ``-u``/``--user`` the password of the ``user:password`` after it; a table
+    after ``-H`` or ``-e`` has every value masked (a plan of its keys, masking.py's), as a
+    ``headers`` table's. After a tool of :data:`_TOOL` (an element naming it, a path's last
+    part), its password flag's value too (``["mysql", "-pPASSWORD"]``). What an element holds
+    by itself (``--token=...``) is :func:`mask_text`'s."""
     if len(items) < 2:  # most lists of a config: nothing can follow a flag
         return None
     found: dict[int, Any] | None = None
     flag = None
+    tool = None
     for index, item in enumerate(items):
+        replacement = None
         if flag is not None and item is not None and not (type(item) is str and item == MASK):
             if isinstance(item, str):
-                span = _after_flag(flag, item)
-                replacement = None if span is None else _replaced(item, [span])
-            elif is_secret_name(flag.lstrip("-")):
+                spans = _after_flag(flag, item)
+                if not spans and tool is not None and flag == _APART_PASSWORD_FLAGS.get(tool):
+                    spans = [(0, len(item))]
+                replacement = _replaced(item, spans) if spans else None
+            elif isinstance(item, dict) and (flag in _HEADER_FLAGS or flag in _ENV_FLAGS):
+                replacement = {key: MASK for key, value in item.items() if value is not None and not _is_mask(value)}
+                replacement = replacement or None  # a plan: every value of the table masked
+            elif _is_secret_flag(flag):
                 replacement = MASK  # a key given as a number, a table or a list is a key too: whole
-            else:
-                replacement = None
-            if replacement is not None and replacement is not item:
-                if found is None:
-                    found = {}
-                found[index] = replacement
-                flag = None
-                continue  # a value, not a flag
-        flag = item if type(item) is str and item[:1] == "-" and _FLAG.match(item) else None
+        if replacement is None and tool is not None and type(item) is str and item[:2] == "-p" and len(item) > 2 \
+                and tool.startswith(_STUCK_PASSWORD_TOOLS) and item[2:] != MASK:
+            replacement = "-p" + MASK
+        if replacement is not None and replacement is not item:
+            if found is None:
+                found = {}
+            found[index] = replacement
+            flag = None
+            continue  # a value, not a flag
+        if type(item) is str:
+            if item[:1] == "-" and _FLAG.match(item):
+                flag = item
+                continue
+            named = _TOOL.fullmatch(item.rsplit("/", 1)[-1])
+            if named is not None:
+                tool = named.group(1)
+        flag = None
     return found
 
 
-def _after_flag(flag: str, value: str) -> tuple[int, int] | None:
-    """What of ``value`` (unquoted) following ``flag`` is a secret, as a span; ``None``: nothing."""
+def _is_mask(value: Any) -> bool:
+    return type(value) is str and value == MASK
+
+
+def _after_flag(flag: str, value: str) -> list[tuple[int, int]]:
+    """What of ``value`` (unquoted) following ``flag`` is a secret, as spans (none: nothing).
+    A table written as text after ``-H`` or ``-e`` (``'{"X-Key": "..."}'``) has every value."""
     if not value or value == MASK:
-        return None
-    if flag in _HEADER_FLAGS:
+        return []
+    if flag in _HEADER_FLAGS or flag in _ENV_FLAGS:
+        if value[:1] in ("{", "["):
+            return mask_formats.table_spans(value, 0, len(value))
+        if flag in _ENV_FLAGS:
+            assignment = _ENV_ASSIGNMENT.match(value)
+            return [(assignment.end(), len(value))] if assignment and assignment.end() < len(value) else []
         colon = value.find(":")
         if colon < 0:
-            return 0, len(value)
+            return [(0, len(value))]
         start = colon + 1
         while start < len(value) and value[start] == " ":
             start += 1
-        return (start, len(value)) if start < len(value) else None
-    if flag in _ENV_FLAGS:
-        assignment = _ENV_ASSIGNMENT.match(value)
-        return (assignment.end(), len(value)) if assignment and assignment.end() < len(value) else None
-    return (0, len(value)) if is_secret_name(flag.lstrip("-")) else None
+        return [(start, len(value))] if start < len(value) else []
+    if flag in _USER_FLAGS:
+        colon = value.find(":")
+        return [(colon + 1, len(value))] if 0 <= colon < len(value) - 1 and not _UID_GID.match(value) else []
+    return [(0, len(value))] if _is_secret_flag(flag) else []
+
+
+def _is_secret_flag(flag: str) -> bool:
+    """Whether ``flag`` (with or without its dashes) takes a secret: named like a secret, or
+    one of :data:`_SECRET_FLAG_NAMES`."""
+    name = flag.lstrip("-")
+    return is_secret_name(name) or spelling(name) in _SECRET_FLAG_NAMES
 
 
 def _urls(text: str) -> list[tuple[int, int]]:
