@@ -17,8 +17,8 @@ from .import_ import nothing_found_message, quiet_library_warnings
 from .options import StateDirPath, allow_empty_option
 from .output import SkippedLinks, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports, waiting_imports
-from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, progress_for, remote_settings,
-                         stop_on_signals, stopped_following_line, sync_options)
+from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, local_database, new_database_line,
+                         progress_for, remote_settings, stop_on_signals, stopped_following_line, sync_options)
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
@@ -169,6 +169,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     links = SkippedLinks()
     return_large_blocks_promptly()  # bounded memory whatever --jobs (prime_runs_spool.sync.memory)
     reports = []
+    new_db = local and not dry_run and not replay and not local_database(db).exists()
     try:
         with destination(local, db, settings, team) as (settings_used, target, local_db):
             with PlatformClient(settings_used, timeout=timeout) as client:
@@ -221,6 +222,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,
                   empty=empty)
     links.say()
+    if new_db and (line := new_database_line(reports, local_db, target, params["to"])):
+        click.echo(line, err=True)
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
     if failed_imports:

@@ -65,6 +65,28 @@ def check_key(settings: Settings, timeout: float) -> None:
         fail_usage(str(refusal))
 
 
+def local_database(db: Path | None) -> Path:
+    """The database ``--local`` writes: ``--db``, else the default one (local_platform/place.py)."""
+    from prime_runs_spool.local_platform.place import default_database
+
+    return (db or default_database()).expanduser().resolve()
+
+
+def new_database_line(reports: Iterable[Any], db: str, target: Destination, sink: str | None) -> str | None:
+    """After a ``--local`` sync that created its database: the runs whose states say episodes
+    were pushed into a database at that path before (it was deleted or moved since), which
+    a plain sync takes for up to date while none of theirs is in the new one; and the
+    ``--replay`` that pushes them into it. None when there is none."""
+    from prime_runs_spool.sync.state import sync_command
+
+    gone = [report.path for report in reports if report.pushed_total > report.pushed_now]
+    if not gone:
+        return None
+    return (f"{MESSAGE_PREFIX}warning: {db} did not exist before this sync, so what {count(len(gone), 'run')} pushed "
+            "into a database at that path before (deleted or moved since?) is not in it; push them into it again "
+            f"with: {sync_command(gone, target, sink, '--replay')}")
+
+
 @contextlib.contextmanager
 def destination(local: bool, db: Path | None, settings: Settings | None,
                 team: str | None) -> Iterator[tuple[Settings, Destination, str | None]]:
@@ -83,9 +105,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
     from prime_runs_spool.files import make_private_dir
 
-    from prime_runs_spool.local_platform.place import default_database
-
-    db_path = (db or default_database()).expanduser().resolve()
+    db_path = local_database(db)
     try:
         make_private_dir(db_path.parent)
     except OSError as exc:

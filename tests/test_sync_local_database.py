@@ -1,0 +1,59 @@
+"""``prime-runs sync --local`` when its database is not the one its runs were synced into.
+
+A run's state records the database it was pushed into by its path, and a run its state says
+is finished is up to date without a request (a no-op re-sync costs nothing). Delete the
+database (to start afresh, or by a clean-up) and the next ``sync --local`` made a new,
+empty one and said every run was ``up_to_date``: exit 0, nothing in the database, and
+nothing said. Now it says which runs are not in the new database and prints the
+``--replay`` that pushes them there. The real command, in a child process.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from support.cli import last_line, run_cli
+from support.runs import RunBuilder
+
+
+def samples_in(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("select count(*) from samples").fetchone()[0]
+
+
+def delete_database(db: Path) -> None:
+    for path in db.parent.glob(db.name + "*"):  # the database with its -wal and -shm
+        path.unlink()
+
+
+@pytest.mark.slow  # five syncs
+def test_a_deleted_local_database_is_said_and_the_printed_replay_fills_the_new_one(tmp_path: Path) -> None:
+    runs, db = tmp_path / "runs", tmp_path / "local.db"
+    for name in ("a", "b"):
+        builder = RunBuilder(runs / name, f"run-{name}")
+        builder.open_segment()
+        builder.add(3)
+        builder.seal()
+    first = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert first.returncode == 0 and samples_in(db) == 6, first.stderr
+    assert "did not exist" not in first.stderr  # a new database, but no run was synced before
+
+    delete_database(db)
+    again = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert again.returncode == 0, again.stderr
+    assert samples_in(db) == 0
+    replay = f"prime-runs sync {runs / 'a'} {runs / 'b'} --local --db {db} --replay"
+    assert last_line(again) == (
+        f"prime-runs: warning: {db} did not exist before this sync, so what 2 runs pushed into a database at that "
+        f"path before (deleted or moved since?) is not in it; push them into it again with: {replay}")
+
+    pasted = run_cli(*shlex.split(replay)[1:])
+    assert pasted.returncode == 0, pasted.stderr
+    assert samples_in(db) == 6
+    quiet = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert quiet.returncode == 0 and "did not exist" not in quiet.stderr, quiet.stderr
+    assert samples_in(db) == 6
