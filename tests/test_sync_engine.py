@@ -167,29 +167,31 @@ def test_in_doubt_request_that_lands_late_is_fenced(tmp_path: Path, platform: Fa
     assert time.slept >= 30.0
 
 
-def test_the_fence_of_its_own_request_counts_a_suspended_machine_s_sleep_as_the_gate_does(
+def test_the_fence_of_its_own_request_is_not_shortened_by_a_wall_clock_stepped_forward(
         tmp_path: Path, platform: FakePlatform) -> None:
-    """The machine suspended for a whole lifetime while its append was out, which got no
-    answer: Linux's monotonic clock stops, the wall clock (and the platform's) goes on. The
-    fence counts a request's age as the gate before its last byte does, the longer of the two
-    clocks' (sync/protocol.py, ``Protocol.request_age``): the request is over a lifetime old,
-    so one read settles it. Counted on the monotonic clock alone, as it was, the fence waited
-    another whole lifetime after waking."""
+    """The wall clock stepped 25 s forward (NTP) while the first append was out; it got no
+    answer and lands 20 s after it was sent. The fence of a request this sync sent counts
+    its own monotonic clock alone (sync/protocol.py, ``Protocol.fence_age``): it waits the
+    whole lifetime and finds the append landed. Counted by the longer of the two clocks, as
+    the gate counts, it waited 5 s, found nothing, sent the rows again, and the late one
+    landed too: every row of that batch twice."""
     builder = build_run(tmp_path / "run", "r1", 5)
     time = FakeTime(platform)
-    asleep = []
+    stepped = []
 
     def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/samples") and request.method == "POST" and not asleep:
-            asleep.append(30.0)
-            time.now += 30.0  # suspended: the wall clock goes on, the monotonic one does not
-            raise httpx.ReadTimeout("no answer")
+        if request.url.path.endswith("/samples") and request.method == "POST" and not stepped:
+            time.delayed.append((time.now + 25.0 + 20.0, request))
+            stepped.append(25.0)
+            time.now += 25.0  # the wall clock stepped forward; the monotonic one goes on as it was
+            raise httpx.ReadTimeout("no answer yet")
         return FakePlatform.handle(platform, request)
 
     platform.handle = handle  # type: ignore[method-assign]
-    report = syncer(builder.run_dir, platform, time, lifetime=30.0, monotonic=lambda: time.now - sum(asleep)).run()
+    report = syncer(builder.run_dir, platform, time, lifetime=30.0,
+                    monotonic=lambda: time.now - sum(stepped)).run()
     assert report.state == "synced", report.error
-    assert asleep and time.slept < 1.0, time.slept  # was 30 s more
+    assert stepped and not time.delayed
     assert_exactly_once(platform, builder)
 
 

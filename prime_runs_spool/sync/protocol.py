@@ -200,30 +200,38 @@ class Protocol:
         A wait of a second or more is told first (``why``), as a retry is: it may last a
         whole request lifetime, and a sync that says nothing for minutes looks hung.
 
-        Until the request is a lifetime old as :meth:`request_age` counts it, the age the
-        gate before its last byte counted (:meth:`_in_time`), so never longer than one
+        Until the request is surely a lifetime old (:meth:`fence_age`), never longer than one
         lifetime of this process's monotonic clock: a request this process sent is counted
         from its own send, one read from the state from the moment the state was read (a
         ``sent_at`` in the future counts as just sent). docs/sync.md, "Clocks", says what a
-        wall clock stepped forward can do.
+        wall clock stepped forward can do to the second.
         """
         lifetime = self.options.request_lifetime
-        since = self._sent[1] if self._sent is not None and self._sent[0] == sent_at else self._loaded
-        if (delay := lifetime - self.request_age(sent_at, since)) >= TOLD_FENCE_SECONDS:
+        if (delay := lifetime - self.fence_age(sent_at)) >= TOLD_FENCE_SECONDS:
             self.options.backoff.waiting(Wait(run=self.run, why=why, delay=delay))
-        while (remaining := lifetime - self.request_age(sent_at, since)) > 0:
+        while (remaining := lifetime - self.fence_age(sent_at)) > 0:
             self.sleep(min(remaining, 5.0))
 
     def request_age(self, sent_at: float, since: float) -> float:
-        """How old a request announced with the send time ``sent_at`` (wall clock) is: the
-        longer of its age by the wall clock and by this process's monotonic clock since
+        """How old a request announced with the send time ``sent_at`` (wall clock) may be:
+        the longer of its age by the wall clock and by this process's monotonic clock since
         ``since``, a moment it had certainly been sent by (its send here, or the reading of
-        the state that announces it). The monotonic one, which a wall clock set back cannot
-        shorten; the wall one, which every syncer's fence of the request counts in (a taker
-        has only ``sent_at``), and which goes on while Linux's monotonic clock stops for a
-        suspended machine. The gate before a body's last byte and every fence ask this one
-        question, so the two cannot count a request's age differently."""
+        the state that announces it). The gate before a body's last byte refuses a request
+        this says may be half a lifetime old: the monotonic clock, which a wall clock set
+        back cannot shorten; the wall one, which a taker's fence counts in (it has only
+        ``sent_at``), and which goes on while Linux's monotonic clock stops for a suspended
+        machine."""
         return max(self.clock() - sent_at, self.monotonic() - since)
+
+    def fence_age(self, sent_at: float) -> float:
+        """How old a request announced with the send time ``sent_at`` surely is, for the
+        fence that waits until it can no longer land. One this process sent: its own
+        monotonic clock since its send alone, which no wall clock stepped forward can
+        lengthen (a suspend only makes the fence longer). One read from the state: the age
+        :meth:`request_age` gives from the reading, the best a later process can know."""
+        if self._sent is not None and self._sent[0] == sent_at:
+            return self.monotonic() - self._sent[1]
+        return self.request_age(sent_at, self._loaded)
 
     def retry(self, what: str, call: Callable[[], Any], *,
               passing: tuple[type[PlatformError], ...] = ()) -> Any:
