@@ -25,7 +25,7 @@ from prime_runs_spool.platform_api.traces import encode_line, stamp_run
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import SAMPLES, TRACES, SyncOptions
-from prime_runs_spool.sync.state import SyncState, local_destination
+from prime_runs_spool.sync.state import SyncState, local_destination, read_state
 from prime_runs_spool.sync.retry import Backoff
 from support.runs import RunBuilder, build_run
 
@@ -70,7 +70,7 @@ def _sync(tmp_path: Path, db: Path, *, to: str, batch_bytes: int, traces: bool =
 
 def _state(run_dir: Path) -> SyncState:
     (path,) = (run_dir / "spool" / "sync").glob("*.json")
-    return SyncState.from_json(path.read_bytes())
+    return read_state(path)[0]  # its files of ids beside it (sync/id_sets.py)
 
 
 def test_our_batches_are_the_librarys_batching_of_the_same_lines(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_a_lost_state_sends_nothing_the_service_holds(tmp_path: Path) -> None:
     assert (report.state, report.pushed_now, report.pushed_total, report.bytes_sent) == ("synced", 0, 20, 0), report
     again = _state(builder.run_dir)
     assert again.evaluation_id == first.evaluation_id and again.uploads == []
-    assert sorted(again.held_there) == sorted(builder.ids)
+    assert sorted(again.held_there.ids()) == sorted(builder.ids)
     with EmbeddedPlatform(db, traces=True) as platform, \
             TracesClient(api_key="x", base_url=platform.base_url) as traces:
         items = traces.list_episodes(run_id=str(first.evaluation_id), limit=100).items
@@ -613,7 +613,7 @@ def test_a_lost_state_after_the_release_sends_nothing_again(tmp_path: Path) -> N
     assert report.state == "synced", report
     again = _state(builder.run_dir)
     assert (again.evaluation_id, again.uploads, report.pushed_now) == (first.evaluation_id, [], 0), report
-    assert sorted(again.held_there) == sorted(builder.ids) and report.held_back == 0
+    assert sorted(again.held_there.ids()) == sorted(builder.ids) and report.held_back == 0
     items, _ = _in_traces(db, builder.run_dir)
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}

@@ -16,6 +16,7 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.errors import PlatformError, SyncError
 from prime_runs_spool.platform_api.v0 import create_body, is_evaluation_id, manifest_problem, v0_metadata
+from prime_runs_spool.sync.id_sets import IdSet
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
@@ -183,7 +184,7 @@ class Evaluation:
             if found:
                 held = self.protocol.retry(f"listing the episodes of the platform run {run_id}",
                                            lambda run_id=run_id: self.client.trace_run_episode_ids(run_id))
-                self.protocol.state.on_platform = list(dict.fromkeys(held))
+                self.protocol.state.on_platform = IdSet.of(held)
                 self.report.warnings.append(
                     f"adopted evaluation {run_id}: vf-eval already pushed this run there; only what it lacks is sent")
                 return {"evaluation_id": run_id, **dict(found)}

@@ -29,6 +29,7 @@ import orjson
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
 from prime_runs_spool.sync import state_file
+from prime_runs_spool.sync.id_sets import GLOB as ID_SET_GLOB, IdSet, named_by, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.options import AUTO
@@ -71,7 +72,9 @@ def replay_state_glob(dest_key: str) -> str:
     """The pattern matching every replay state file of one destination (see sync_state_path)."""
     return f"{dest_key}-replay-*.json"
 
-STATE_VERSION = 1
+#: 2: ``on_platform`` and ``held_there`` name a file of ids (sync/id_sets.py), where 1 held
+#: them as arrays; a state of version 1 is read as it is, and written as 2.
+STATE_VERSION = 2
 #: The key of the state's checksum, the last in the file: the digest of the rest of the
 #: document. A damaged byte that still parses (a key's letter flipped, ``in_flight`` read as
 #: absent and its request in doubt forgotten; a digit changed in a count) is then damage,
@@ -216,12 +219,14 @@ class SyncState:
     #: The episodes the platform run vf-eval pushed this run to held when sync adopted it
     #: (docs/sync.md, "Runs vf-eval pushed"): never sent to Prime Traces again. Fixed at
     #: adoption, before any batch is cut, so every batch is cut and rebuilt without them.
-    on_platform: list[str] = field(default_factory=list)
+    #: Kept in a file of its own (sync/id_sets.py); None: none.
+    on_platform: IdSet | None = None
     #: The episodes the run's Prime Traces held when a pass found its evaluation again with a
     #: state that starts from nothing (the state lost): an earlier sync's, never sent again,
     #: since a re-cut may close a batch elsewhere and store them twice (docs/sync.md, "A lost
-    #: state"). Fixed before any batch is cut, as ``on_platform`` is. One id per episode.
-    held_there: list[str] = field(default_factory=list)
+    #: state"). Fixed before any batch is cut, as ``on_platform`` is. One id per episode, in
+    #: a file of its own as ``on_platform``'s; None: none.
+    held_there: IdSet | None = None
     #: Errored episodes held back when the run's end was last recorded (0 once it completed).
     held_back: int = 0
     #: Episodes a later resume superseded after they were pushed: the append-only platform
@@ -258,7 +263,12 @@ class SyncState:
                     raise StateFormatError("its checksum does not match its content: a damaged byte")
             elif unknown := unknown_keys(cls, document):
                 raise StateFormatError(f"no checksum, and a key no state has ({unknown[0][:80]}): a damaged byte")
+            arrays = version_1_arrays(document)
             state = build(cls, document)
+            for name, ids in arrays.items():  # version 1's: a file of their own from the next save on
+                setattr(state, name, IdSet.of(ids))
+            if state.version < STATE_VERSION:
+                state.version = STATE_VERSION  # read as this version holds it, and written so
         except (orjson.JSONDecodeError, DocumentError) as exc:
             raise StateFormatError(str(exc)) from None
         problem = state._value_problem()
@@ -285,7 +295,8 @@ class SyncState:
                 return f"a cursor is not a spool position: {cursor}"
         if min(self.samples_pushed, self.episodes_pushed, self.traces_pushed) < 0:
             return "a count is negative"
-        return None
+        problems = [problem for found in named_by(self) if (problem := found.problem())]
+        return problems[0] if problems else None
 
     def to_json(self) -> bytes:
         """The file's bytes: every field but the private ones, keys sorted at every level (a
@@ -405,6 +416,9 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
         raise StateProblem(f"{name} was written by a newer prime-runs-spool (state v{state.version})")
     if state.local_run_id != local_run_id or state.destination.key != destination.key:
         raise StateProblem(f"{name} belongs to another run or destination")
+    for found in named_by(state):
+        if found.missing():
+            raise StateProblem(f"{name} names {found.name} beside it, which is missing (a copy made without it?)")
     state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw.rstrip(b" "))  # its padding aside
     return state
 
@@ -416,14 +430,16 @@ def read_state(path: str | os.PathLike[str]) -> tuple[SyncState, bytes]:
     ``StateFormatError`` when neither holds a state. Every reader of a local state reads by it."""
     raw = read_regular_file(path)
     try:
-        return SyncState.from_json(raw), raw
-    except StateFormatError:
+        state = SyncState.from_json(raw)
+    except StateFormatError as damaged:
         try:
-            twin = read_regular_file(state_file.twin_path(os.fspath(path)))
-            return SyncState.from_json(twin), twin
+            raw = read_regular_file(state_file.twin_path(os.fspath(path)))
+            state = SyncState.from_json(raw)
         except (OSError, StateFormatError):
-            pass
-        raise
+            raise damaged from None
+    for found in named_by(state):  # their files lie beside it (sync/id_sets.py)
+        found.found_in(os.path.dirname(os.fspath(path)) or os.curdir)
+    return state, raw
 
 
 #: Per state file, the digest of what this process last wrote there. A file that still
@@ -478,9 +494,11 @@ def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = 
     fsync'd, and that fsync made every earlier rename in the folder durable too), and the
     next sync settles from it as after any crash. ``writer``: the pass's, which writes in
     place after its first announcement (sync/state_file.py); without one, a rename."""
+    name = str(path)
+    for found in named_by(state):  # durable before the state names them (sync/id_sets.py)
+        found.store(os.path.dirname(name) or os.curdir)
     state.updated_at = time.time()
     data = state.to_json()
-    name = str(path)
     _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write
     state_file.write(name, data, announces=state.in_flight is not None, writer=writer)
     _OWN_WRITES[name] = _digest(data)
@@ -560,12 +578,14 @@ def folder_key(folder: Path) -> str:
 def adopt_states(run_dir: Path, home: Path) -> None:
     """The first time a read-only spool is synced from ``home``: copy the sync states written
     beside it while it could still be written (a run synced, then archived read-only), so
-    this sync carries on from them instead of starting over."""
+    this sync carries on from them instead of starting over; the files of ids they name
+    first (sync/id_sets.py), so no state is copied before what it names."""
     if home == run_dir:
         return
     source, target = sync_dir(run_dir), sync_dir(home)
     try:
-        names = [p.name for p in source.glob("*.json")]
+        names = [p.name for p in source.glob(ID_SET_GLOB)]
+        names += [p.name for p in source.glob("*.json")]
     except OSError:
         return
     for name in names:

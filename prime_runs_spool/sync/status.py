@@ -13,6 +13,7 @@ from prime_runs_spool.spool.format import CRASHED, EPISODE
 from prime_runs_spool.errors import SpoolError, corruption_message
 from prime_runs_spool.files import OnLink, unreadable_message
 from prime_runs_spool.spool.layout import find_runs, list_segments, segment_name
+from prime_runs_spool.sync.id_sets import size_of
 from prime_runs_spool.sync.state import state_home, sync_dir, sync_state_path
 from prime_runs_spool.spool.reader import iter_records, position_lost
 from prime_runs_spool.spool.scan import read_run
@@ -222,7 +223,7 @@ def run_status(run_dir: Path, states: Iterable[bytes] | None = None, state_dir: 
             mismatch=mismatch_text(state.mismatch),
             lost=_lost(run_dir, spool.episodes_count, state),
             store=state.store, uploads=len(state.uploads), traces_pushed=state.traces_pushed,
-            pushed_by_vf_eval=len(state.on_platform), held_there=len(state.held_there)))
+            pushed_by_vf_eval=size_of(state.on_platform), held_there=size_of(state.held_there)))
         if state.terminal != CRASHED:
             continue
         kept = _state_path(run_dir, state, state_dir) if states is None else None  # a store's: no --state-dir

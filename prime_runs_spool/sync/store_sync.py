@@ -17,6 +17,7 @@ cached on this machine, and the segments' sizes with the state's cursor; nothing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -38,6 +39,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
+from prime_runs_spool.sync.id_sets import IdSet, named_by
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.leased import LeasedProtocol, state_id, sync_lease_path, under_lease
 from prime_runs_spool.sync.many import internal_error_report
@@ -66,18 +68,28 @@ class StoreProtocol(LeasedProtocol):
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,
-                 store: ObjectStore | None, key: str, etag: str | None) -> None:
+                 store: ObjectStore | None, key: str, etag: str | None, stored: frozenset[str] = frozenset()) -> None:
         # Every syncer keeping its state in the store shares this one object.
         shared = state_id(store.location(key)) if store is not None else None
         super().__init__(path, options, clock=clock, sleep=sleep, on_save=on_save, lease=lease, state=shared)
         self.store, self.key, self.etag = store, key, etag
         if store is not None:  # the file is this machine's cache of the object: name the object
             self.shown = store.location(key)
+        #: The keys of the files of ids (sync/id_sets.py) the store holds: those the state it
+        #: was read from names, and those this pass made sure of.
+        self._stored: set[str] = set(stored)
 
     def _write_state(self) -> None:
         if self.store is None:  # --state-dir: the state is a local file, the lease fences
             save_state(self.path, self.state)
             return
+        for found in named_by(self.state):  # each an object beside it, before the state names it
+            found.store(str(self.path.parent), durable=False)  # and in this machine's cache
+            key = id_set_key(self.key, found)
+            if key not in self._stored:
+                with contextlib.suppress(StoreConflict):  # there already: its name is its content
+                    self.store.create(key, found.data())
+                self._stored.add(key)
         self.state.updated_at = time.time()
         data = self.state.to_json()
         if self.etag is None:
@@ -85,6 +97,11 @@ class StoreProtocol(LeasedProtocol):
         else:
             self.etag = self.store.replace(self.key, data, self.etag)
         _cache(self.path, self.state, self.etag)
+
+
+def id_set_key(state_key: str, found: IdSet) -> str:
+    """The key of a file of ids (sync/id_sets.py) the state object at ``state_key`` names."""
+    return f"{state_key.rsplit('/', 1)[0]}/{found.name}"
 
 
 def _cache(path: Path, state: SyncState, etag: str | None) -> None:
@@ -140,6 +157,8 @@ class StoreRunSync:
         self.met_another = False
         #: Whether the store held no state for the run when it was read before the lease.
         self.state_absent = False
+        #: The keys of the files of ids the state read for the pass names: in the store.
+        self.stored: frozenset[str] = frozenset()
         self.lease = Lease(run.store, run.key(sync_lease_path("").as_posix()), state_in_store=in_store)
 
     def _locate(self, replay_id: str | None) -> None:
@@ -250,6 +269,7 @@ class StoreRunSync:
             return None
         unread = first and self.state_absent and self.lease.created
         found = None if unread else self.run.store.read(self.key)
+        self.stored = frozenset()
         if found is None:
             self.path.unlink(missing_ok=True)
             state_etag_path(self.path).unlink(missing_ok=True)
@@ -263,8 +283,28 @@ class StoreRunSync:
             raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
                             f"(generation {state.fence} > {self.lease.generation}): the run was taken over by "
                            "another syncer; this one stops")
+        self.stored = self._fetch_id_sets(state)
         _cache(self.path, state, etag)
         return etag
+
+    def _fetch_id_sets(self, state: SyncState) -> frozenset[str]:
+        """The files of ids ``state`` names (sync/id_sets.py), beside this machine's copy of it:
+        fetched from the store when they are not there yet (a name is its content). One the
+        store lacks stays missing, and the engine's reading of the state says so, in one line.
+        The keys of those the store is known to hold (the pass creates none of them again)."""
+        known = set()
+        for found in named_by(state):
+            found.found_in(str(self.path.parent))
+            key = id_set_key(self.key, found)
+            if key in self.run.objects:
+                known.add(key)
+            if os.path.isfile(found.path):
+                continue
+            fetched = self.run.store.read(key)
+            if fetched is not None:
+                replace_private(Path(found.path), fetched[0], durable=False)
+                known.add(key)
+        return frozenset(known)
 
     def _passes(self) -> RunReport:
         report = RunReport(path=str(self.run), state=ERROR)
@@ -275,7 +315,8 @@ class StoreRunSync:
                 report.error = str(exc)
                 return report
             make: Any = functools.partial(StoreProtocol, lease=self.lease,
-                                          store=self.run.store if self.in_store else None, key=self.key, etag=etag)
+                                          store=self.run.store if self.in_store else None, key=self.key, etag=etag,
+                                          stored=self.stored)
             engine = RunSync(self.run, self.client, self.destination, self.options, sleep=self.lease.sleeper(self.sleep),
                              on_progress=self.on_progress, index=self.index, make_protocol=make)
             report = engine.protocol.pass_ended(engine.run())

@@ -34,6 +34,7 @@ from typing import Any
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled, SyncError
 from prime_runs_spool.plural import count, plural
 from prime_runs_spool.spool.format import EPISODE
+from prime_runs_spool.sync.id_sets import IdSet, members_of, size_of
 from prime_runs_spool.sync.options import SAMPLES
 from prime_runs_spool.sync.reconcile import COMPLETED_STATUS
 from prime_runs_spool.sync.records import durable_records, record_episode_id, seal_if_last, track_seal, withheld
@@ -170,14 +171,14 @@ class AddressedSink(Sink):
     def pushed_total(cls, state: SyncState) -> int:
         """The episodes this state's batches carried, and those an earlier sync of the run
         had committed when its state was lost (``held_there``): they are on the platform."""
-        return state.episodes_pushed + len(state.held_there)
+        return state.episodes_pushed + size_of(state.held_there)
 
     def already_there(self) -> frozenset[str]:
         """The episodes that give no line because the platform held them when sync found the
         run without a state that vouches for it: vf-eval pushed them (``on_platform``), or an
         earlier sync whose state was lost did (``held_there``)."""
         state = self.state
-        return frozenset(state.on_platform).union(state.held_there)
+        return members_of(state.on_platform) | members_of(state.held_there)
 
     def line(self, record: Any, after: Cursor | None) -> Line:
         members = record.data.get("traces")
@@ -292,8 +293,8 @@ class AddressedSink(Sink):
         not show is sent). Recorded in the state before any batch is cut, so every batch of
         the run is cut, and rebuilt, without them."""
         state = self.state
-        known = set(state.on_platform)
-        held = [i for i in self.listed if i not in known]
+        known = members_of(state.on_platform)
+        held = IdSet.of(i for i in self.listed if i not in known)
         if held:
             state.held_there = held
             self.context.protocol.note()

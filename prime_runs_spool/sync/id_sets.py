@@ -1,0 +1,163 @@
+"""Sets of episode ids a sync state names without holding them: each a file of its own beside
+the state, written once, named by the digest of its bytes (docs/sync.md, "State").
+
+Why: ``held_there`` and ``on_platform`` hold one id per episode the platform held when a pass
+found the run (a lost state's evaluation, vf-eval's own push). Held in the state itself,
+100,000 of them made a 3.9 MB state that every save rewrote (230 M instructions a save
+against 0.34 M) and every load parsed (84-155 ms; docs/benchmarks.md). They are fixed once
+found, so the state holds only ``{"count", "digest"}`` and a save costs the same for any
+number of ids.
+
+- **Crash**: a set's file is written whole and durable (its bytes, then its name: the folder
+  fsync'd) before the state that names it is written, so no state on disk names a file that
+  a power cut can take back; a cut between leaves a file no state names, which costs only
+  its bytes (a pass that finds the ids again names the same file: its name is its content).
+- **Copies**: not hidden (an artifact upload keeps it, as ``cp -r`` does), and not ``*.json``
+  (no reader takes it for a state); ``adopt_states`` copies them before the states.
+- **A state whose file is missing** (a copy made without it) is refused when it is read, in
+  one line that names the file (:class:`StateProblem`): the pass then reconciles with the
+  platform as for any damaged state, and finds the ids again. A file that does not match its
+  digest is refused when its ids are first read (a pass about to cut a batch): the run's
+  error, in one line that says how to start over from the platform, and nothing sent.
+- **Object stores**: an object of its own beside the state object, created before the state
+  names it (sync/store_sync.py); the state object stays one object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.errors import DocumentError, StateProblem
+from prime_runs_spool.files import read_regular_file, replace_private
+
+#: A set's file is ``ids-<digest>.ids`` in the state's folder.
+PREFIX, SUFFIX = "ids-", ".ids"
+GLOB = f"{PREFIX}*{SUFFIX}"
+#: The state's fields that are such sets (sync/state.py, ``SyncState``).
+FIELDS = ("on_platform", "held_there")
+#: What a digest is: 32 hex digits, so a damaged state cannot name a file elsewhere.
+DIGEST = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(kw_only=True)
+class IdSet:
+    """A set of episode ids, as a state holds it: how many, and the digest of its file (the
+    ids sorted, as a JSON array). The ids themselves are read from the file when first asked
+    for (:meth:`ids`); a status or a probe, which needs only the count, never reads them."""
+
+    count: int
+    digest: str
+    #: The ids, once made or read.
+    _ids: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
+    #: The file's bytes while only this process holds them (made here, not stored yet).
+    _data: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    #: The folder whose file holds them (read there, or stored there by this process).
+    _folder: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, ids: Iterable[str]) -> IdSet | None:
+        """The set of ``ids``, not stored yet; None for no id (a state then names no file)."""
+        unique = sorted(set(ids))
+        if not unique:
+            return None
+        data = orjson.dumps(unique)
+        made = cls(count=len(unique), digest=_digest(data))
+        made._ids, made._data = frozenset(unique), data
+        return made
+
+    @property
+    def name(self) -> str:
+        return f"{PREFIX}{self.digest}{SUFFIX}"
+
+    def problem(self) -> str | None:
+        """What no sync writes (a damaged state's): a digest that names no such file."""
+        if DIGEST.fullmatch(self.digest) is None:
+            return f"{self.digest[:80]!r} is not the digest of a file of ids"
+        return None if self.count > 0 else "a file of ids named with no id in it"
+
+    @property
+    def path(self) -> str:
+        """Where its file is: in the folder of the state it was read with, or stored by."""
+        return os.path.join(self._folder or os.curdir, self.name)
+
+    def missing(self) -> bool:
+        """Whether its file is not where the state was read (a copy made without it), nor
+        the ids in this process (a state of version 1 holds them itself)."""
+        return self._data is None and not os.path.isfile(self.path)
+
+    def ids(self) -> frozenset[str]:
+        """The ids: read from the file, and checked against the digest, the first time."""
+        if self._ids is None:
+            self._ids = frozenset(self._read()[1])
+        return self._ids
+
+    def data(self) -> bytes:
+        """The file's bytes (read from where it lies, when this process did not make it)."""
+        return self._data if self._data is not None else self._read()[0]
+
+    def _read(self) -> tuple[bytes, list[str]]:
+        path = self.path
+        try:
+            data = read_regular_file(path)
+        except OSError as exc:
+            raise StateProblem(f"{path}: cannot read the episode ids the sync state beside it names: "
+                               f"{exc.strerror}") from None
+        # Its digest matching, these are the bytes a save wrote: a sorted array of strings.
+        ids = orjson.loads(data) if _digest(data) == self.digest else None
+        if not isinstance(ids, list) or len(ids) != self.count:
+            raise StateProblem(f"{path}: damaged (not the episode ids the sync state beside it names); move that "
+                               "state aside and sync again: the platform is asked what it holds")
+        return data, ids
+
+    def found_in(self, folder: str) -> None:
+        """The state naming this set was read in ``folder``: the file is there, unless the
+        state held the ids itself (version 1), which its next save stores."""
+        if self._data is None:
+            self._folder = folder
+
+    def store(self, folder: str, *, durable: bool = True) -> None:
+        """The file written in ``folder``, whole, and (``durable``) its bytes and its name made
+        durable, before a state there names it; once per folder."""
+        if self._folder == folder:
+            return
+        replace_private(os.path.join(folder, self.name), self.data(), durable=durable)  # type: ignore[arg-type]
+        self._folder, self._data = folder, None  # read there again if asked: the pass holds only the ids
+
+
+def named_by(state: Any) -> list[IdSet]:
+    """The sets of ids a state (sync/state.py, ``SyncState``) names."""
+    return [found for name in FIELDS if (found := getattr(state, name)) is not None]
+
+
+def version_1_arrays(document: Any) -> dict[str, list[str]]:
+    """A state of version 1's sets of ids, taken out of its ``document``: arrays of strings
+    there, each made an :class:`IdSet` once the state is built (stored by its next save)."""
+    if not isinstance(document, dict) or document.get("version", 1) != 1:
+        return {}
+    arrays = {}
+    for name in FIELDS:
+        ids = document.pop(name, None)
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise DocumentError(f"$.{name}: expected an array of strings")
+        if ids is not None:
+            arrays[name] = ids
+    return arrays
+
+
+def size_of(found: IdSet | None) -> int:
+    return 0 if found is None else found.count
+
+
+def members_of(found: IdSet | None) -> frozenset[str]:
+    return frozenset() if found is None else found.ids()
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]

@@ -1,0 +1,298 @@
+"""A sync state's sets of episode ids (``held_there``, ``on_platform``) kept in files of their own
+beside it (sync/id_sets.py): a save costs the same for any number of ids, and the state and
+its files stay consistent through a crash at any point, a copy, an adoption, an object store,
+and a state of the version that held them inline."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from prime_runs_spool.errors import StateProblem
+from prime_runs_spool.sync import state_file
+from prime_runs_spool.sync.state import SyncState, load_state, local_destination, read_state, save_state
+
+RUN_ID = "id-sets"
+DESTINATION = local_destination(Path("/tmp/p.db"), None)
+
+
+def _ids(n: int, salt: int = 0) -> list[str]:
+    return [str(uuid.UUID(int=salt * 10**9 + i + 1, version=4)) for i in range(n)]
+
+
+def _state(held: list[str], on_platform: list[str] = ()) -> SyncState:
+    """A traces run's state part way, holding ``held`` ids, read from a document as a state of
+    version 1 held them (inline arrays): what every version can read."""
+    document = {"version": 1, "destination": {"key": DESTINATION.key, "base_url": DESTINATION.base_url},
+                "local_run_id": RUN_ID, "evaluation_id": "0" * 24, "store": "traces",
+                "cursor": {"segment_index": 3, "offset": 1 << 20, "next_seq": 5000},
+                "uploads": [f"{n:064x}" for n in range(40)], "episodes_pushed": 5000, "traces_pushed": 5000,
+                "held_there": held, "on_platform": list(on_platform)}
+    return SyncState.from_json(orjson.dumps(document))
+
+
+def _load(path: Path) -> SyncState:
+    state = load_state(path, destination=DESTINATION, local_run_id=RUN_ID)
+    assert state is not None
+    return state
+
+
+def _ids_of(state: SyncState, name: str) -> set[str]:
+    found = getattr(state, name)  # an array where a version 1 state is read as it was
+    return set() if found is None else set(found if isinstance(found, list) else found.ids())
+
+
+def test_a_save_writes_the_same_bytes_for_any_number_of_held_ids(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ids are fixed once found: written once, in a file of their own, never again with
+    every save. Held in the state, 20,000 ids made every save write 780 KB (3.9 MB for
+    100,000: docs/benchmarks.md)."""
+    written: list[int] = []
+    real_write, real_pwrite = os.write, os.pwrite
+    monkeypatch.setattr(os, "write", lambda fd, data: (written.append(len(data)), real_write(fd, data))[1])
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: (written.append(len(data)), real_pwrite(fd, data, at))[1])
+    per_save = {}
+    sizes = {}
+    for held in (20, 20_000):
+        path = tmp_path / f"held-{held}" / "dest.json"
+        state = _state(_ids(held))
+        save_state(path, state)  # the first: the ids' file written here, once
+        written.clear()
+        for n in range(3):
+            state.episodes_pushed += 1
+            save_state(path, state)
+        per_save[held] = sum(written) / 3
+        sizes[held] = path.stat().st_size
+        assert _ids_of(_load(path), "held_there") == set(_ids(held))
+    assert per_save[20_000] <= per_save[20] + 8, per_save  # the count's digits aside
+    assert sizes[20_000] <= sizes[20] + 8, sizes
+
+
+def test_a_pass_overwriting_in_place_writes_the_ids_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same through the pass's writer, which overwrites the state in place: its twin too
+    stays small, and the file of ids is written by the first save alone."""
+    from prime_runs_spool.sync import id_sets
+    from prime_runs_spool.sync.state import InFlight
+
+    stored: list[str] = []
+    real_replace = id_sets.replace_private
+    monkeypatch.setattr(id_sets, "replace_private", lambda path, *a, **k: (stored.append(str(path)),
+                                                                           real_replace(path, *a, **k))[1])
+    path = tmp_path / "sync" / "dest.json"
+    state = _state(_ids(5_000))
+    writer = state_file.Writer(str(path))
+    for n in range(4):
+        state.in_flight = InFlight(kind="traces", sent_at=float(n), digest="a" * 64) if n % 2 == 0 else None
+        save_state(path, state, writer)
+    writer.end()
+    assert len(stored) == 1 and Path(stored[0]).parent == path.parent, stored
+    assert path.stat().st_size == Path(state_file.twin_path(str(path))).stat().st_size == 2 * state_file.BLOCK
+    assert _ids_of(_load(path), "held_there") == set(_ids(5_000))
+
+
+def test_a_state_of_version_1_is_read_and_written_as_version_2(tmp_path: Path) -> None:
+    """A state written before the files of ids (version 1: the ids inline) is read with its
+    ids; its next save keeps them in a file and the state names it."""
+    path = tmp_path / "sync" / "dest.json"
+    path.parent.mkdir()
+    path.write_bytes(_version_1_bytes(_ids(50), _ids(7, salt=1)))
+    state = _load(path)
+    assert _ids_of(state, "held_there") == set(_ids(50)) and _ids_of(state, "on_platform") == set(_ids(7, salt=1))
+    save_state(path, state)
+    document = orjson.loads(path.read_bytes())
+    assert document["version"] == 2
+    assert document["held_there"]["count"] == 50 and document["on_platform"]["count"] == 7
+    files = sorted(p.name for p in path.parent.glob("ids-*.ids"))
+    assert files == sorted([f"ids-{document['held_there']['digest']}.ids",
+                            f"ids-{document['on_platform']['digest']}.ids"])
+    again = _load(path)
+    assert _ids_of(again, "held_there") == set(_ids(50)) and _ids_of(again, "on_platform") == set(_ids(7, salt=1))
+
+
+def _version_1_bytes(held: list[str], on_platform: list[str]) -> bytes:
+    """A state file as version 1 wrote it: the ids inline, then its checksum."""
+    import hashlib
+
+    document = {"version": 1, "destination": {"key": DESTINATION.key, "base_url": DESTINATION.base_url,
+                                              "team_id": None},
+                "local_run_id": RUN_ID, "evaluation_id": "0" * 24, "store": "traces", "episodes_pushed": 3,
+                "held_there": held, "on_platform": on_platform}
+    content = orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    return content[:-1] + b',"checksum":"%s"}' % hashlib.sha256(content).hexdigest()[:32].encode()
+
+
+@pytest.mark.parametrize("failing", ["ids", "state"])
+def test_a_save_cut_short_leaves_the_last_state_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      failing: str) -> None:
+    """A crash (a full disk here) while the file of ids is written, or after it and before
+    the state: the last state is read, whole, naming no file it lacks; the next save writes
+    both. The file of ids is durable, its name too, before any state names it."""
+    from prime_runs_spool.sync import id_sets
+
+    path = tmp_path / "sync" / "dest.json"
+    state = _state([])
+    save_state(path, state)
+    events: list[str] = []
+    real_replace, real_write = id_sets.replace_private, state_file.write
+
+    def replace(target, data, *, durable, rename_durable=None):  # noqa: ANN001, ANN202
+        if failing == "ids":
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        real_replace(target, data, durable=durable, rename_durable=rename_durable)
+        events.append(f"ids durable={durable} rename_durable={rename_durable is not False}")
+
+    def write(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if failing == "state":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        events.append("state")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(id_sets, "replace_private", replace)
+    monkeypatch.setattr(state_file, "write", write)
+    from prime_runs_spool.sync.id_sets import IdSet
+
+    state.held_there = IdSet.of(_ids(300))
+    with pytest.raises(OSError):
+        save_state(path, state)
+    assert events == ([] if failing == "ids" else ["ids durable=True rename_durable=True"])
+    assert _load(path).held_there is None  # the last state, whole
+    monkeypatch.undo()
+    save_state(path, state)
+    assert _ids_of(_load(path), "held_there") == set(_ids(300))
+
+
+def test_a_state_copied_without_its_file_of_ids_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A copy that kept the state and lost the file it names (a partial artifact): the state
+    is not trusted (the pass reconciles with the platform, as for any damaged state), and
+    the line names the file."""
+    path = tmp_path / "sync" / "dest.json"
+    save_state(path, _state(_ids(10)))
+    (side,) = path.parent.glob("ids-*.ids")
+    side.unlink()
+    with pytest.raises(StateProblem) as refused:
+        _load(path)
+    assert side.name in str(refused.value) and "missing" in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_damaged_file_of_ids_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "sync" / "dest.json"
+    save_state(path, _state(_ids(10)))
+    (side,) = path.parent.glob("ids-*.ids")
+    side.write_bytes(side.read_bytes().replace(b"4", b"5", 1))
+    state = _load(path)
+    with pytest.raises(StateProblem) as refused:
+        state.held_there.ids()
+    assert str(side) in str(refused.value) and "damaged" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_digest_that_could_name_another_file_is_a_damaged_state(tmp_path: Path) -> None:
+    path = tmp_path / "sync" / "dest.json"
+    save_state(path, _state(_ids(10)))
+    document = orjson.loads(path.read_bytes())
+    del document["checksum"]
+    document["held_there"]["digest"] = "../../../etc/passwd"
+    path.write_bytes(orjson.dumps(document))
+    with pytest.raises(StateProblem, match="damaged"):
+        _load(path)
+
+
+def test_the_sync_folder_copied_elsewhere_carries_its_ids(tmp_path: Path) -> None:
+    """``cp -r`` of the state's folder (a backup, a CI artifact unpacked): the copy reads its
+    own files of ids."""
+    path = tmp_path / "a" / "sync" / "dest.json"
+    save_state(path, _state(_ids(100), _ids(5, salt=2)))
+    shutil.copytree(path.parent, tmp_path / "b" / "sync")
+    shutil.rmtree(tmp_path / "a")
+    copy = _load(tmp_path / "b" / "sync" / "dest.json")
+    assert _ids_of(copy, "held_there") == set(_ids(100)) and _ids_of(copy, "on_platform") == set(_ids(5, salt=2))
+
+
+def test_an_adopted_state_brings_its_files_of_ids(tmp_path: Path) -> None:
+    """A read-only spool synced from a state directory: its states are copied there
+    (``adopt_states``), and the files of ids they name with them."""
+    from prime_runs_spool.sync.state import adopt_states, sync_dir, sync_state_path
+
+    run, home = tmp_path / "run", tmp_path / "home"
+    save_state(sync_state_path(run, DESTINATION.key), _state(_ids(100)))
+    adopt_states(run, home)
+    assert sorted(p.name for p in sync_dir(home).iterdir()) == sorted(p.name for p in sync_dir(run).iterdir())
+    assert _ids_of(_load(sync_state_path(home, DESTINATION.key)), "held_there") == set(_ids(100))
+
+
+def test_status_counts_the_ids_without_reading_them(tmp_path: Path) -> None:
+    """``prime-runs status`` and the viewer read the count the state holds."""
+    path = tmp_path / "sync" / "dest.json"
+    save_state(path, _state(_ids(10), _ids(4, salt=3)))
+    for side in path.parent.glob("ids-*.ids"):
+        side.unlink()
+    state, _ = read_state(path)
+    assert (state.held_there.count, state.on_platform.count) == (10, 4)
+
+
+@pytest.mark.slow
+def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a store the state is one object, replaced by etag at every save: the ids are an
+    object of their own beside it, created before the state names it, and fetched by a
+    machine whose cache lacks it. Here a state lost from the bucket is found again (its
+    Prime Traces run holds the 4 episodes), then the run resumed is synced by a machine
+    with nothing cached: it reads the ids, not the platform (no reconciling), and sends only
+    the 2 new episodes, each stored once."""
+    import sqlite3
+
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync.options import TRACES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.store_sync import sync_store
+    from support.runs import RunBuilder
+    from support.store_runs import upload_run
+
+    url, db = f"file://{tmp_path / 'bucket'}", tmp_path / "p.db"
+    (tmp_path / "bucket").mkdir()
+    builder = RunBuilder(tmp_path / "run", "id-sets-store")
+    builder.open_segment()
+    builder.add(4)
+    builder.seal()
+    upload_run(url, builder.run_dir, "run")
+
+    def sync(machine: str):  # noqa: ANN202
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / machine / "cache"))
+        with EmbeddedPlatform(db, traces=True) as platform:
+            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=platform.base_url)
+            with PlatformClient(settings, timeout=10) as client:
+                (report,) = sync_store(url, client, local_destination(db, None), SyncOptions(
+                    to=TRACES, request_lifetime=0.5, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)), jobs=1)
+        return report
+
+    first = sync("m1")
+    assert (first.state, first.pushed_now) == ("synced", 4), first
+    store = ObjectStore(url)
+    (state_key,) = [i.key for i in store.list() if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
+    store.delete(state_key)  # the state lost
+    found = sync("m2")
+    assert (found.state, found.pushed_now) == ("synced", 0), found
+    document = orjson.loads(store.read(state_key)[0])
+    assert document["held_there"]["count"] == 4
+    side = f"run/spool/sync/ids-{document['held_there']['digest']}.ids"
+    assert sorted(orjson.loads(store.read(side)[0])) == sorted(builder.ids)
+    builder.open_segment()  # resumed: two more episodes
+    builder.add(2)
+    builder.seal()
+    upload_run(url, builder.run_dir, "run")
+    resumed = sync("m3")
+    assert (resumed.state, resumed.pushed_now) == ("synced", 2), resumed
+    assert not [w for w in resumed.warnings if "reconciling" in w], resumed.warnings
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id").fetchall())
+    assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored
