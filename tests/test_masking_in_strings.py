@@ -80,7 +80,11 @@ _FRAGMENTS = st.sampled_from(["--api-key", "--token=", "--env=", "-e=", "--heade
                               "sk-" + "b" * 24, "AKIA" + "C" * 16, ";", "&", "-", "\t", "\n", "\r", "\x0b", "\u2028",
                               "sk_live_" + "a" * 16, "gho_" + "b" * 30, "xoxp-" + "1" * 10, "glpat-" + "c" * 20,
                               "AIza" + "d" * 35, "eyJ" + "e" * 10 + ".eyJ" + "f" * 10 + "." + "g" * 10,
-                              "ASIA" + "H" * 16, "github_pat_" + "i" * 22, "hf_" + "j" * 30])
+                              "ASIA" + "H" * 16, "github_pat_" + "i" * 22, "hf_" + "j" * 30,
+                              "-u", "--user", "--key", "--pass", "mysql", "-p", "sshpass", "redis-cli", "-a",
+                              "docker login", "-eMODE=", "set", "config", "aws_secret_access_key", "ENV ", ":",
+                              '"api_key": ', "token: ", "{", "}", "Bearer ", "Basic YTpi", "-----BEGIN PRIVATE KEY-----",
+                              "-----END", "machine h password", "PWD=", "u:p@h", "hooks.slack.com/services/"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -320,7 +324,8 @@ def test_the_terminal_of_prime_runs_eval_masks_a_query_and_a_flag_from_the_launc
 def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path) -> None:
     """Spools written under the rules before these (``masking_version`` 10: no rule inside
     strings; 11: none for ``--env=NAME=value`` nor a table after a secret flag; 12: none for
-    curl's ``-u``, a tool's ``-p``, JSON in a string or a PEM block) are masked again by sync
+    curl's ``-u``, a tool's ``-p``, JSON in a string or a PEM block; 13: none for ``docker
+    login -p``, ``aws configure set`` nor a ``{name, value}`` pair) are masked again by sync
     before their metadata and their rows leave."""
     secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
     strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
@@ -332,8 +337,12 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     format_strings = {"command": f"curl -u alice:{formats[0]} https://h/x && mysql -uroot -p{formats[3]} app",
                       "judge": f'{{"api_key": "{formats[1]}"}}',
                       "key": f"-----BEGIN PRIVATE KEY-----\n{formats[2]}\n-----END PRIVATE KEY-----"}
+    tools = ["OLDLOGIN0011xyz", "OLDAWS0012xyz", "OLDPAIR0013xyz"]
+    tool_strings = {"command": f"docker login -u me -p {tools[0]} ghcr.io",
+                    "setup": ["aws", "configure", "set", "aws_secret_access_key", tools[1]],
+                    "extra_env": [{"name": "HF_TOKEN", "value": tools[2]}]}
     for run_id, version, args in (("old-strings", 10, strings), ("old-env-equals", 11, newer_strings),
-                                  ("old-formats", 12, format_strings)):
+                                  ("old-formats", 12, format_strings), ("old-tools", 13, tool_strings)):
         writer = SegmentWriter.create(tmp_path / "runs" / run_id, run_id)
         writer.append("manifest", {"run_id": run_id, "name": run_id, "environments": ["e"], "model": "m",
                                    "framework": "verifiers", "format_version": 1, "masking_version": version,
@@ -342,13 +351,13 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
         episode["traces"][0]["agent"]["config"]["env_args"] = args
         writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
         writer.seal("completed")
-    secrets += newer + formats
+    secrets += newer + formats + tools
     assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
     db = tmp_path / "platform.db"
     result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 3, result.stdout
+    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 4, result.stdout
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
     assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows
@@ -383,6 +392,15 @@ FLAG_CASES = [
     ("a JSON table after -e", ["run", "-e", f'{{"MODE": "{PW}"}}']),
     ("a table after -H in a list", ["curl", "-H", {"X-Team": PW}]),
     ("a table after -e in a list", ["docker", "run", "-e", {"MODE": PW, "N": None}]),
+    ("docker login -p", f"docker login -u me -p {PW} ghcr.io && docker run -p 8080:80 img"),
+    ("podman login -p in a list", ["/usr/bin/podman", "login", "-p", PW, "quay.io"]),
+    ("openssl -passin", f"openssl pkcs12 -in k.p12 -passin pass:{PW}"),
+    ("kubectl --from-literal", f"kubectl create secret generic s --from-literal=db-pass={PW}"),
+    ("aws configure set", f"aws configure set aws_secret_access_key {PW}"),
+    ("aws configure set in a list", ["aws", "configure", "set", "aws_secret_access_key", PW]),
+    ("npm config set", f"npm config set //registry.npmjs.org/:_authToken {PW}"),
+    ("an .npmrc line", f"//registry.npmjs.org/:_authToken={PW}"),
+    ("PowerShell's $env:", f'$env:HF_TOKEN="{PW}"; python run.py'),
 ]
 
 FORMAT_CASES = [
@@ -402,6 +420,10 @@ FORMAT_CASES = [
     ("a .netrc line", f"machine api.example.com login alice password {PW}"),
     ("an ODBC string", f"Driver={{ODBC Driver 18}};Server=db;UID=u;PWD={PW};"),
     ("a userinfo without a scheme", f"--redis {PW[:4]}:{PW}@redis.internal:6379"),
+    ("a Dockerfile's ENV", f"FROM python:3.11\nENV MODE fast\nENV GH_TOKEN {PW}\nRUN pip install x"),
+    ("a Slack webhook", f"https://hooks.slack.com/services/T0/B0/{PW}"),
+    ("a header as a pair", [["Accept", "text/plain"], ["X-Api-Key", PW]]),
+    ("a variable as {name, value}", [{"name": "MODE", "value": "fast"}, {"name": "HF_TOKEN", "value": PW}]),
 ]
 
 
@@ -425,7 +447,7 @@ PLAIN_FORMATS = ["docker run -p 8080:80 -p 9000 img", "mkdir -p /tmp/x && cd /tm
                  "docker run -u 1000:1000 img", "mysql -p app", "gcc -pthread -O2 x.c", "Basic arithmetic, level: 2",
                  "key: value", "sort_key: name", "time: 10:30", "git@github.com:o/r.git", "nginx:1.25@sha256:0f3a",
                  "PWD=/home/u python x.py", '{"model": "m", "max_tokens": 512, "api_key_var": "KEY"}',
-                 "machine learning with a default login", "Bearer bonds", "-----BEGIN CERTIFICATE-----\nMIIB\n",
+                 "machine learning with a default login", "Bearer bonds, issued", "-----BEGIN CERTIFICATE-----\nMIIB\n",
                  "user@host:/path", "docker run -e .", "-epochs=3"]
 
 
@@ -465,7 +487,11 @@ def secret_in_a_format(draw: Any) -> tuple[Any, str]:
         f"-----BEGIN {draw(st.sampled_from(['', 'RSA ', 'EC ', 'ENCRYPTED ', 'OPENSSH ']))}PRIVATE KEY-----\n{secret}\n"
         "-----END PRIVATE KEY-----",
         f"machine h.example login {user} password {secret}", f"Server=db;UID={user};Pwd={secret};",
-        f"Bearer {secret}",
+        f"Bearer {secret}", f"docker login -u {user} -p {quote}{secret}{quote}", ["podman", "login", f"-p{secret}"],
+        f"openssl rsa -passin pass:{secret}", f"aws configure set {name} {quote}{secret}{quote}",
+        ["npm", "config", "set", f"//r.example/:{name}", secret], f"//r.example/:{name}={secret}",
+        f"ENV {name} {secret}", [name, secret], [{"name": name, "value": secret}],
+        f"kubectl create secret generic s --from-literal={user}={quote}{secret}{quote}",
     ]
     return draw(st.sampled_from(shapes)), secret
 

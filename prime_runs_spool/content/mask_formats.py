@@ -8,8 +8,8 @@ of naming a secret, that the command-line rules cannot see: a JSON object given 
 line (``Authorization: Bearer ...``, ``api_key: ...`` in YAML), an ``Authorization`` value
 given alone (``Bearer ...``, ``Basic dXNlcjpwYXNz``), a private key pasted whole
 (``-----BEGIN ... PRIVATE KEY-----``), a ``.netrc`` line (``machine h login u password p``),
-an ODBC string's ``PWD=...;`` and a URL's userinfo written without a scheme
-(``user:pass@host:5432``). Each rule here finds such a secret by how that format marks
+an ODBC string's ``PWD=...;``, a Dockerfile's ``ENV NAME value``, a Slack or Discord webhook's
+URL, and a URL's userinfo written without a scheme (``user:pass@host:5432``). Each rule here finds such a secret by how that format marks
 it (a key named like a secret, a header name, a scheme word, a PEM label) and returns its
 span; ``mask_text`` replaces the spans. docs/masking.md, "Inside strings", lists them.
 """
@@ -28,10 +28,10 @@ from prime_runs_spool.content.mask_locations import TEXT_TABLE_NAMES, is_secret_
 #: (:func:`_value_end`).
 _KEY = re.compile(r"(?<![^\s{,;(\['\"])(\\?[\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1[ \t]*([:=])[ \t]*")
 #: Where an unquoted value ends: after ``:`` at a line's end, a separator of a flow table or a
-#: list, a quote (a header's value holds blanks: ``Bearer ...``); after ``=`` at a blank too,
-#: or ``&`` (a shell's, a query's separators).
+#: list, a quote (a header's value holds blanks: ``Bearer ...``); after ``=`` at a blank, ``;``,
+#: ``&`` or a quote only (a shell's, a query's, a connection string's separators).
 _VALUE_END = re.compile(r"[\n\r,;}\]\"']")
-_ASSIGNED_END = re.compile(r"[\s,;}\]\"'&]")
+_ASSIGNED_END = re.compile(r"[\s;\"'&]")
 #: An HTTP authorization given as a value by itself: ``Bearer <token>`` (a word of 8
 #: characters or more, up to a blank, a quote, ``,`` or ``;``), ``Basic <base64 of user:pass>`` (checked by decoding it).
 _BEARER = re.compile(r"(?<![A-Za-z0-9])(?:Bearer|BEARER)[ \t]+([^\s'\"\\,;]{8,})")
@@ -43,6 +43,13 @@ _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----")
 #: ``machine`` (or the ``default`` entry).
 _NETRC_HOST = re.compile(r"(?<!\S)(?:machine|default)(?!\S)")
 _NETRC_SECRET = re.compile(r"(?<!\S)(?:password|account)[ \t]+([^\s'\"]+)")
+#: A Dockerfile's ``ENV NAME value`` (the form without ``=``), its name named like a secret:
+#: the rest of the line.
+_DOCKERFILE_ENV = re.compile(r"(?<![^\n])[ \t]*ENV[ \t]+([A-Za-z_][A-Za-z0-9_.\-]*)[ \t]+([^\n=]+)")
+#: A webhook's URL carries its secret in the path (Slack's, Discord's): the path after the
+#: service's fixed prefix, whatever key the URL sits under.
+_WEBHOOK = re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
+                      r"([^\s'\"?#]+)")
 #: A URL's userinfo without a scheme (``user:pass@host``, Redis's ``:pass@host``), at the start
 #: of a word: the part between ``:`` and ``@``. Not a container image pinned by its digest
 #: (``image:tag@sha256:...``).
@@ -65,6 +72,10 @@ def format_spans(text: str) -> list[tuple[int, int]]:
         spans.extend(match.span(1) for match in _BEARER.finditer(text))
     if "Basic" in text or "BASIC" in text:
         spans.extend(match.span(1) for match in _BASIC.finditer(text) if _is_basic_credential(match.group(1)))
+    if "ENV" in text:
+        spans.extend(match.span(2) for match in _DOCKERFILE_ENV.finditer(text) if is_secret_name(match.group(1)))
+    if "hooks.slack.com/" in text or "/api/webhooks/" in text:
+        spans.extend(match.span(1) for match in _WEBHOOK.finditer(text))
     if "-----BEGIN" in text:
         for match in _PEM.finditer(text):
             end = text.find("-----END", match.end())
@@ -79,7 +90,7 @@ def maybe(text: str) -> bool:
     """Whether a rule of this module can find something in ``text`` (true for every text one
     can, and for some others): a few substring tests, as ``mask_text``'s own."""
     return ":" in text or "=" in text or "Bearer" in text or "BEARER" in text or "Basic" in text or "BASIC" in text \
-        or "BEGIN" in text or "assword" in text or "ccount" in text
+        or "BEGIN" in text or "assword" in text or "ccount" in text or "ENV" in text
 
 
 def table_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:

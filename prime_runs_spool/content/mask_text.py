@@ -52,16 +52,18 @@ _FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_.\-]*\Z")
 #: or a quote), not consumed. Where a value ends, a value masked (``***``) ends again: masking
 #: twice changes nothing.
 _FLAG_IN_TEXT = re.compile(r"(?<![^ \t\n\r])(--?[A-Za-z][A-Za-z0-9_.\-]*)(?=(\s+)((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*))")
-#: ``name=value`` at the start of a token (``--token=...``, ``HF_TOKEN=...``): the value is
-#: quoted or runs up to whitespace, a quote, ``&`` or ``;`` (a shell's separators).
-_ASSIGNMENT = re.compile(r"(?<![^\s'\"(\[{,;])(-{0,2})([A-Za-z_][A-Za-z0-9_.\-]*)=((?:\"[^\"]*\"|'[^']*')?[^\s'\"&;]*)")
+#: ``name=value`` at the start of a token (``--token=...``, ``HF_TOKEN=...``) or after a colon
+#: (an ``.npmrc``'s ``//registry/:_authToken=...``, PowerShell's ``$env:HF_TOKEN=...``): the
+#: value is quoted or runs up to whitespace, a quote, ``&`` or ``;`` (a shell's separators).
+_ASSIGNMENT = re.compile(r"(?<![^\s'\"(\[{,;:])(-{0,2})([A-Za-z_][A-Za-z0-9_.\-]*)=((?:\"[^\"]*\"|'[^']*')?[^\s'\"&;]*)")
 #: Flags whose value is a header line (``curl -H``, ``--header``): the value after its colon
 #: goes, as every value of a ``headers`` table does.
 _HEADER_FLAGS = frozenset({"-H", "--header"})
 #: Flags whose value is an environment assignment (``docker run -e HF_TOKEN=...``): the value
 #: after ``=`` goes, as every value of an environment table does; ``-e NAME`` alone stays.
-_ENV_FLAGS = frozenset({"-e", "--env"})
-_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+#: kubectl's ``--from-literal=NAME=value`` likewise (what ``kubectl create secret`` stores).
+_ENV_FLAGS = frozenset({"-e", "--env", "--from-literal"})
+_ENV_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*=")
 #: Flags whose value is ``user:password`` (curl's ``-u``, ``--user``): the part after the
 #: first colon goes; a value without one is a user alone, and Docker's ``-u 1000:1000``
 #: (a user and a group by number) stays.
@@ -69,14 +71,14 @@ _USER_FLAGS = frozenset({"-u", "--user"})
 _UID_GID = re.compile(r"[0-9]+:[0-9]+\Z")
 #: Flag names (any spelling, dashes dropped) that hold a secret though no key called so is one
 #: (``sort_key``, ``pass_rate``): curl's ``--key`` and ``--pass``, httpie's ``--auth``, plink's
-#: ``-pw``, ``--pwd``.
-_SECRET_FLAG_NAMES = frozenset({"key", "pass", "auth", "pw", "pwd"})
+#: ``-pw``, ``--pwd``, openssl's ``-passin pass:...`` and ``-passout``.
+_SECRET_FLAG_NAMES = frozenset({"key", "pass", "auth", "pw", "pwd", "passin", "passout"})
 #: One of those flags given its value after ``=`` in the same word (``--env=HF_TOKEN=...``,
 #: ``-e=...``, ``--header="X-Key: ..."``: Docker's and Go's flag parsers take that spelling),
 #: and that value, a shell word (quoted parts and unquoted characters up to whitespace): the
 #: value goes through the same rule as after a blank (:func:`_after_flag`).
 _VALUE_FLAG_ASSIGNED = re.compile(
-    r"(?<![^\s'\"])(-H|--header|-e|--env|-u|--user)=((?:\"[^\"]*\"|'[^']*'|[^\s'\"])*)")
+    r"(?<![^\s'\"])(-H|--header|-e|--env|--from-literal|-u|--user)=((?:\"[^\"]*\"|'[^']*'|[^\s'\"])*)")
 #: A one-letter flag with its value stuck to it in the same word, as getopt reads it: Docker's
 #: ``-eNAME=value`` (an upper-case name: ``-epochs=3`` is a Go flag) and curl's
 #: ``-uuser:password``: the value after ``=`` or the first colon.
@@ -85,14 +87,23 @@ _STUCK = re.compile(r"(?<![^\s'\"])-(?:e[A-Z][A-Z0-9_]*=|u[^\s'\":=\-][^\s'\":]*
 #: port to Docker and ssh, a plugin to pytest, "parents" to mkdir), so it is masked only after
 #: the tool's own name, in the same command: MySQL's and MariaDB's clients take ``-pPASSWORD``
 #: stuck (``-p NAME`` apart is a prompt, then a database's name), sshpass ``-p PASSWORD`` either
-#: way, redis-cli ``-a PASSWORD``.
-_TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli)(?![^\s'\"])")
-_STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass")
-_APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a"}
+#: way, redis-cli ``-a PASSWORD``, a registry's login (``docker login -p PASSWORD``, Podman's...)
+#: either way.
+_TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli"
+                   r"|(?:docker|podman|nerdctl|buildah|skopeo)[ \t]+login)(?![^\s'\"])")
+_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo"})
+_STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass", "login")
+_APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a", "login": "-p"}
 _APART_PASSWORD = {tool: re.compile(rf"(?<![^\s'\"]){flag}[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*)")
                    for tool, flag in _APART_PASSWORD_FLAGS.items()}
 #: A command's words, up to ``;``, ``&``, ``|`` or a line's end outside quotes.
 _COMMAND = re.compile(r"(?:\"[^\"]*\"|'[^']*'|[^;&|\n'\"]|['\"])*")
+#: A setting's value given to a tool's ``set`` or ``config`` command (``aws configure set
+#: aws_secret_access_key VALUE``, ``npm config set //registry/:_authToken VALUE``, ``git
+#: config --global github.token VALUE``): masked when the setting is named like a secret.
+_SET_COMMAND = frozenset({"set", "config"})
+_SETTING = re.compile(r"(?<![^\s'\"])(?:set|config)(?=(?:[ \t]+--?[A-Za-z][A-Za-z\-]*)*[ \t]+([^\s'\"=\-][^\s'\"=]*)"
+                      r"[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*))")  # looked ahead: ``config set`` is two
 _STUCK_P = re.compile(r"(?<![^\s'\"])-p((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
 
 #: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
@@ -183,8 +194,10 @@ def _masked_once(text: str) -> str:
                      for begin, end in _after_flag(assigned.group(1), value[1:-1] if quoted else value))
     if "-" in text:
         spans.extend(match.span(1) for match in _STUCK.finditer(text) if not _UID_GID.match(match.group(0)[2:]))
-        if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text:
+        if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text or "login" in text:
             spans.extend(_tool_spans(text))
+    if "set" in text or "config" in text:
+        spans.extend(match.span(2) for match in _SETTING.finditer(text) if is_secret_name(match.group(1)))
     if _may_hold_token(text):
         spans.extend(_tokens(text))
     if mask_formats.maybe(text):
@@ -192,12 +205,18 @@ def _masked_once(text: str) -> str:
     return _replaced(text, spans)
 
 
+def _tool_name(name: str) -> str:
+    """A tool of :data:`_TOOL` as :data:`_APART_PASSWORD_FLAGS` names it: a registry's
+    ``login``, whichever program's."""
+    return "login" if name.endswith("login") else name
+
+
 def _tool_spans(text: str) -> list[tuple[int, int]]:
     """The passwords given to a tool of :data:`_TOOL` by its own flag, in the command (up to
     ``;``, ``&``, ``|`` or a line's end) that names it."""
     spans = []
     for tool in _TOOL.finditer(text):
-        name = tool.group(1)
+        name = _tool_name(tool.group(1))
         command_end = _COMMAND.match(text, tool.end()).end()
         if name.startswith(_STUCK_PASSWORD_TOOLS):
             spans.extend(match.span(1) for match in _STUCK_P.finditer(text, tool.end(), command_end))
@@ -211,7 +230,8 @@ def _maybe(text: str) -> bool:
     """Whether a rule of :func:`mask_text` can change ``text`` (true for every text one can,
     and for some others); most config strings (a model's name, an id, a number as text) are
     passed by a few substring tests: a regular expression's search costs several times more."""
-    return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text)
+    return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text) \
+        or "set" in text or "config" in text
 
 
 def _may_hold_flag(text: str) -> bool:
@@ -248,7 +268,7 @@ def mask_url(text: str) -> str:
     return _replaced(text, spans)
 
 
-def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
+def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | None:
     """What an argument list (``["--api-key", "sk-..."]``) has masked after its flags: by
     position, the element's replacement; ``None`` when nothing is. An element that is a flag
     taking a secret has the next element (not ``None``) masked whole, whatever it is (a
@@ -257,10 +277,18 @@ def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
     it, one that is ``-u``/``--user`` the password of the ``user:password`` after it; a table
     after ``-H`` or ``-e`` has every value masked (a plan of its keys, masking.py's), as a
     ``headers`` table's. After a tool of :data:`_TOOL` (an element naming it, a path's last
-    part), its password flag's value too (``["mysql", "-pPASSWORD"]``). What an element holds
-    by itself (``--token=...``) is :func:`mask_text`'s."""
+    part), its password flag's value too (``["mysql", "-pPASSWORD"]``); after ``set`` or
+    ``config`` and a setting named like a secret, its value. A pair ``[name, value]`` whose
+    name is named like a secret has its value masked; so does a mapping ``{name, value}``
+    (:func:`_masked_pair`). What an element holds by itself (``--token=...``) is
+    :func:`mask_text`'s."""
+    if isinstance(items, dict):
+        return _masked_pair(items)
     if len(items) < 2:  # most lists of a config: nothing can follow a flag
         return None
+    if len(items) == 2 and type(items[0]) is str and items[0][:1] != "-" and is_secret_name(items[0]):
+        # a header or a variable as a pair (``[["X-Api-Key", "..."]]``, a list of tuples)
+        return None if items[1] is None or _is_mask(items[1]) else {1: MASK}
     found: dict[int, Any] | None = None
     flag = None
     tool = None
@@ -277,6 +305,10 @@ def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
                 replacement = replacement or None  # a plan: every value of the table masked
             elif _is_secret_flag(flag):
                 replacement = MASK  # a key given as a number, a table or a list is a key too: whole
+        if replacement is None and index >= 2 and item is not None and not _is_mask(item) \
+                and type(items[index - 2]) is str and items[index - 2] in _SET_COMMAND \
+                and type(items[index - 1]) is str and is_secret_name(items[index - 1]):
+            replacement = MASK  # ["aws", "configure", "set", "aws_secret_access_key", "..."]
         if replacement is None and tool is not None and type(item) is str and item[:2] == "-p" and len(item) > 2 \
                 and tool.startswith(_STUCK_PASSWORD_TOOLS) and item[2:] != MASK:
             replacement = "-p" + MASK
@@ -293,8 +325,29 @@ def masked_arguments(items: Sequence[Any]) -> dict[int, Any] | None:
             named = _TOOL.fullmatch(item.rsplit("/", 1)[-1])
             if named is not None:
                 tool = named.group(1)
+            elif item == "login" and index and type(items[index - 1]) is str \
+                    and items[index - 1].rsplit("/", 1)[-1] in _LOGIN_TOOLS:
+                tool = "login"
         flag = None
     return found
+
+
+#: The keys of a variable or a header given as a mapping of its name and its value
+#: (Kubernetes' ``{name, value}``, ``{key, value}``) outside an environment table.
+_PAIR_NAMES = ("name", "key")
+
+
+def _masked_pair(pair: dict[Any, Any]) -> dict[str, Any] | None:
+    """A ``{"name": "HF_TOKEN", "value": "..."}`` whose name is named like a secret: its value
+    masked (a plan, masking.py's); ``None`` otherwise."""
+    value = pair.get("value")
+    if value is None or _is_mask(value):
+        return None
+    for key in _PAIR_NAMES:
+        name = pair.get(key)
+        if type(name) is str and is_secret_name(name):
+            return {"value": MASK}
+    return None
 
 
 def _is_mask(value: Any) -> bool:

@@ -424,8 +424,9 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
         children = _children(obj)
         literals = None
     renamed: dict[str, str] | None = None
-    # An argument list in a URL scope: what follows a flag named like a secret (content/mask_text.py).
-    arguments = masked_arguments(obj) if scoped and isinstance(obj, (list, tuple)) and len(obj) > 1 else None
+    # An argument list in a URL scope: what follows a flag named like a secret; a {name, value} pair (mask_text.py).
+    arguments = masked_arguments(obj) if scoped and (isinstance(obj, (list, tuple)) and len(obj) > 1 or (
+        type(obj) is dict and len(obj) == 2 and "value" in obj)) else None
     for key, value in children:
         if scoped and type(key) is str and "://" in key:  # a key is written too: a URL there is masked
             masked_key = mask_url(key)
