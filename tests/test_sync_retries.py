@@ -368,3 +368,50 @@ def test_retry_for_bounds_a_platform_that_takes_the_connection_and_never_answers
     assert "still failing after" in ran.stdout and "the state is saved" in ran.stdout, ran.stdout
     assert took < 26, f"{took:.1f} s for --retry-for 12 and --timeout 10"  # 5 + 12, and a loaded machine's slack
     assert "Traceback" not in ran.stderr and TOKEN not in ran.stderr + ran.stdout, ran.stderr
+
+
+@pytest.fixture()
+def failing() -> Iterator[str]:
+    """A platform that answers every request at once with 500: up, and failing."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Failing(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = b'{"detail": "internal error"}'
+            self.send_response(500)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PATCH = do_PUT = _answer
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.slow  # --retry-for 2
+def test_a_platform_that_answers_500_until_retry_for_is_spent_is_reported_as_answering_500(
+        tmp_path: Path, failing: str) -> None:
+    """The wait before the last retry used to run to the end of ``--retry-for``, and that
+    retry then had no time left for its answer: it timed out at once, and the run's error
+    said the platform gave no answer (``timed out (ReadTimeout)``) while it had answered
+    every request with 500. Now the retries end with the last answer's failure."""
+    build_run(tmp_path / "outputs" / "run", "retry-500", 2)
+    status, out, lines, _ = run_piped(failing, str(tmp_path / "outputs"), "--retry-for", "2s",
+                                      "--max-attempts", "1000", "--to", "samples")
+    assert status == 1, lines
+    retries = [m for _, text in lines if (m := RETRY_LINE.match(text))]
+    assert retries and all("answered 500" in m.group(2) for m in retries), lines
+    [error] = [line for line in out.splitlines() if line.strip().startswith("error:")]
+    assert "answered 500" in error and "timed out" not in error, error

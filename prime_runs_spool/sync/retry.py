@@ -127,11 +127,11 @@ class Backoff:
         if attempt >= self.max_attempts:
             return None
         wait = self.delay(attempt, retry_after)
-        if self.retry_for is not None:
-            left = self.retry_for - spent
-            if left <= 0:
-                return None
-            wait = min(wait, left)
+        if self.retry_for is not None and wait >= self.retry_for - spent:
+            # The try after that wait would have no time left for its answer (``time_left``
+            # bounds it): it could only time out, and the run would be reported as given no
+            # answer by a platform that answered every try (a 500).
+            return None
         if self.on_retry is not None:
             self.on_retry(Retry(what=what, why=why, attempt=attempt, delay=wait))
         return wait
