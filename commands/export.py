@@ -67,13 +67,15 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
         click.echo(f"{MESSAGE_PREFIX}{named}: cannot be written ({exc.strerror or exc})", err=True)
         sys.exit(EXIT_RUN_FAILED)
     written = report.runs > 0
+    problems = report.problems or ([] if written else [  # only eval outputs with no episode yet
+        "nothing to export: no spool, and no eval output with an episode, under the paths; no file written"])
     if as_json:
-        click.echo(json.dumps({"ok": not report.problems, "output": str(out) if written else None,
+        click.echo(json.dumps({"ok": not problems, "output": str(out) if written else None,
                                "runs": report.runs, "rows": report.rows, "columns": report.columns,
-                               "problems": report.problems}))
+                               "problems": problems}))
     elif written:
         click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
-    for problem in report.problems:
+    for problem in problems:
         click.echo(f"{MESSAGE_PREFIX}{problem}", err=True)
     links.say()
-    sys.exit(EXIT_RUN_FAILED if report.problems or not written else EXIT_OK)
+    sys.exit(EXIT_RUN_FAILED if problems else EXIT_OK)

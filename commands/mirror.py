@@ -100,12 +100,12 @@ def _masked_again(segments: list[str]) -> str:
 
 
 def _not_spooled(roots: list[Path]) -> list[Path]:
-    """The eval output folders under ``roots`` with no spool (plain vf-eval's), named on
-    stderr: the mirror copies spools only, so their episodes would never reach the store,
-    and a sync of the store could not see them either."""
-    from prime_runs_spool.importer.places import import_command, not_spooled
+    """The eval output folders under ``roots`` with no spool (plain vf-eval's) and an episode
+    to lose, named on stderr: the mirror copies spools only, so their episodes would never
+    reach the store, and a sync of the store could not see them either."""
+    from prime_runs_spool.importer.places import holds_an_episode, import_command, not_spooled
 
-    found = not_spooled(roots)
+    found = [output_dir for output_dir in not_spooled(roots) if holds_an_episode(output_dir)]
     for output_dir in found:
         click.echo(f"{MESSAGE_PREFIX}{output_dir}: eval outputs without a spool are not mirrored; spool them "
                    f"first ({import_command(output_dir, None)}), or sync them from this machine", err=True)

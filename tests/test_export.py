@@ -166,6 +166,31 @@ def test_plain_eval_outputs_are_named_with_the_import_command(tmp_path: Path) ->
     assert len(rows) == 6 + episodes and {row["run_name"] for row in rows} >= {"gsm8k-completed"}
 
 
+@pytest.mark.slow  # three exports
+def test_eval_outputs_with_no_episode_yet_are_nothing_to_export_not_a_failure(tmp_path: Path) -> None:
+    """An empty ``traces.jsonl`` (a vf-eval that has just begun, or ended before its first
+    rollout) made the export exit 1, telling to import it first; the import finds nothing
+    to import, and the next export said the same. Now it is passed over; alone under the
+    paths it is nothing to export (exit 1, one line, no file)."""
+    shutil.copytree(OUTPUTS / "gsm8k-completed", tmp_path / "in" / "gsm8k-completed")
+    starting = tmp_path / "in" / "starting"
+    (starting / "configs").mkdir(parents=True)
+    (starting / "traces.jsonl").write_bytes(b"")
+    out = tmp_path / "s.csv"
+    result = export(str(tmp_path / "in"), "-o", str(out))
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert len(duckdb.sql(f"SELECT * FROM {read(out)}").fetchall()) == 6
+
+    alone = export(str(starting), "-o", str(tmp_path / "alone.csv"), "--json")
+    assert alone.returncode == 1 and not (tmp_path / "alone.csv").exists()
+    said = "nothing to export: no spool, and no eval output with an episode, under the paths; no file written"
+    assert alone.stderr == f"prime-runs: {said}\n"
+    assert json.loads(alone.stdout)["problems"] == [said]
+
+    (starting / "traces.jsonl").write_bytes(b'{"id": "torn')  # a first line not yet whole: still none
+    assert export(str(tmp_path / "in"), "-o", str(out)).returncode == 0
+
+
 @pytest.mark.slow
 def test_a_corrupt_run_keeps_its_rows_before_the_damage_and_the_others_go_on(tmp_path: Path) -> None:
     good = build_run(tmp_path / "in" / "good", "export-good", 4)

@@ -288,6 +288,20 @@ def test_mirror_names_eval_outputs_it_cannot_copy_and_copies_the_spools(tmp_path
     assert not (Path(folder_url.removeprefix("file://")) / "plain").exists()
 
 
+def test_eval_outputs_with_no_episode_yet_leave_nothing_out_of_the_mirror(tmp_path: Path, folder_url: str) -> None:
+    """A vf-eval that has just begun (or ended before its first rollout) leaves an empty
+    ``traces.jsonl``: no episode to lose. ``mirror --once`` exited 1 over it, telling to
+    import it first, an import that finds nothing to import."""
+    outputs = tmp_path / "outputs"
+    live_run(outputs / "eval-1", "file-mirror-empty-outputs", 2)
+    (outputs / "starting" / "configs").mkdir(parents=True)
+    (outputs / "starting" / "traces.jsonl").write_bytes(b"")
+    done = mirror_once(outputs, folder_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "starting" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["url"] == f"{folder_url}/eval-1"
+
+
 def test_a_run_folder_renamed_after_its_first_upload_is_not_mirrored_a_second_time(tmp_path: Path,
                                                                                   folder_url: str) -> None:
     """The note (spool/mirror.json) names the run's copy, whose lease a sync of the folder

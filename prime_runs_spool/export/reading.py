@@ -54,7 +54,9 @@ def find(targets: list[Path | str], state_dir: Path | None = None, on_link: OnLi
     imported from eval outputs under them into ``state_dir`` (``prime-runs import
     --state-dir``). ``on_link``: told of each link to a folder outside the paths that the
     walk passed over (``layout.find_runs``)."""
-    from prime_runs_spool.importer.places import import_command, not_spooled, paths_with_nothing, spool_roots
+    from prime_runs_spool.importer.places import (
+        holds_an_episode, import_command, not_spooled, paths_with_nothing, spool_roots,
+    )
 
     found = Found()
     local = [Path(t) for t in targets if not isinstance(t, str)]
@@ -65,7 +67,7 @@ def find(targets: list[Path | str], state_dir: Path | None = None, on_link: OnLi
                          on_unreadable=lambda path, exc: found.problems.append(unreadable_message(exc, path)),
                          on_link=on_link)
         found.runs += [ExportRun(str(run_dir), run_dir) for run_dir in runs]
-        for output_dir in not_spooled(local, state_dir):
+        for output_dir in filter(holds_an_episode, not_spooled(local, state_dir)):  # no episode: no row lost
             found.problems.append(f"{output_dir}: eval outputs without a spool; spool them first: "
                                   f"{import_command(output_dir, state_dir)}")
         for path in paths_with_nothing(local):

@@ -15,7 +15,10 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from prime_runs_spool.importer.paths import find_eval_outputs, import_mark_path, state_dir_run, state_dir_source
+from prime_runs_spool.content.supersede import verifiers_traces_path
+from prime_runs_spool.importer.paths import (
+    V0_RESULTS_NAME, find_eval_outputs, import_mark_path, state_dir_run, state_dir_source,
+)
 from prime_runs_spool.spool.layout import find_runs, is_run_dir
 from prime_runs_spool.sync.state import folder_key, is_read_only  # one rule for spools and outputs
 
@@ -101,6 +104,26 @@ def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> 
 def not_spooled(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
     """Eval output folders under ``paths`` with no spool (beside them or in ``state_dir``)."""
     return [p for p in find_eval_outputs(paths) if unspooled(p, state_dir)]
+
+
+def holds_an_episode(output_dir: Path) -> bool:
+    """Whether the folder's episodes file (``traces.jsonl``, else the older ``results.jsonl``)
+    holds a complete line: without one the import has nothing to spool (an eval that has
+    just begun, or ended before its first rollout: ``empty``), so a command that refuses
+    eval outputs without a spool (``export``, ``mirror --once``) has nothing to refuse.
+    Read up to its first line feed; a file that cannot be read holds one, for the command
+    to report."""
+    episodes = verifiers_traces_path(output_dir)
+    if not episodes.is_file():
+        episodes = output_dir / V0_RESULTS_NAME
+    try:
+        with open(episodes, "rb") as file:
+            while chunk := file.read(1 << 16):
+                if b"\n" in chunk:
+                    return True
+    except OSError:
+        return True
+    return False
 
 
 def spool_roots(paths: Iterable[Path], state_dir: Path | None) -> list[Path]:
