@@ -246,11 +246,14 @@ class ImportSourceError(SpoolError):
 class CorruptOutputError(ImportSourceError):
     """A line of an eval output file is damaged and is not its torn last line."""
 
-    def __init__(self, path: Path, line: int, reason: str) -> None:
+    def __init__(self, path: Path, line: int, reason: str, *, whole: bool = False) -> None:
+        """``whole``: the line ends in a line feed (the last line, maybe), rather than having
+        lines after it: either way not a torn tail, and the message says which."""
         self.path = path
         self.line = line
         self.reason = reason
-        super().__init__(f"{path}: line {line} is damaged ({reason}) and lines follow it; "
+        why = "it ends in a line feed, so it is no torn tail" if whole else "lines follow it"
+        super().__init__(f"{path}: line {line} is damaged ({reason}) and {why}; "
                          "nothing of this run was imported (repair or remove that line, or re-run the eval)")
 
 

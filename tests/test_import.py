@@ -191,6 +191,21 @@ def test_a_bad_middle_line_refuses_that_run_and_the_others_go_on(tmp_path: Path)
     assert read_run(root / "vf040-completed").episodes_count == 4
 
 
+def test_a_damaged_last_line_that_ends_in_a_line_feed_is_told_as_it_is(tmp_path: Path) -> None:
+    """A whole line that does not parse is corruption even when it is the last: the message
+    said "and lines follow it" of a line with none after it, sending the user looking for
+    lines that are not there."""
+    outputs = tmp_path / "other-tool"
+    (outputs / "configs").mkdir(parents=True)
+    (outputs / "traces.jsonl").write_bytes(b"not json\n")
+    done = run_cli("import", str(outputs))
+    assert done.returncode == 1, done.stderr
+    assert last_line(done) == (
+        f"prime-runs: 1 of 1 run could not be imported: {outputs / 'traces.jsonl'}: line 1 is damaged (not JSON: "
+        "invalid literal, expected 'null') and it ends in a line feed, so it is no torn tail; nothing of this run "
+        "was imported (repair or remove that line, or re-run the eval)")
+
+
 @pytest.mark.slow
 def test_a_resume_that_retried_rollouts_supersedes_them_as_the_live_path_does(tmp_path: Path) -> None:
     root = copy_fixture(tmp_path, "vf040-completed")

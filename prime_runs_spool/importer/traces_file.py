@@ -83,7 +83,7 @@ def scan_traces(path: Path) -> TracesScan:
         record, reason = _parse(raw)
         if record is None:
             if raw.endswith(b"\n"):
-                raise CorruptOutputError(path, number, reason)
+                raise CorruptOutputError(path, number, reason, whole=True)
             pending = (number, reason)  # a torn tail, unless a line follows (it cannot)
             scan.torn_bytes = len(raw)
             continue

@@ -115,7 +115,7 @@ def _check_rows(path: Path) -> tuple[list[int], int]:
             reason = _row_problem(raw)
             if reason:
                 if raw.endswith(b"\n"):
-                    raise CorruptOutputError(path, number, reason)
+                    raise CorruptOutputError(path, number, reason, whole=True)
                 pending = (number, reason)
                 continue
             lines.append(number)
