@@ -9,7 +9,8 @@ are relative file names and the stylesheet and script are copied beside the page
 folder opens from ``file://`` and can be zipped or served by any static server.
 
 Written 0600 in 0700 folders, like everything the package writes: the pages hold the runs'
-prompts and answers. Memory stays bounded: one episode record is held at a time.
+prompts and answers. ``index.html`` is written last, so a folder without it is an export
+that did not finish. Memory stays bounded: one episode record is held at a time.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
     runs = source.runs()
     for run in runs:
         wait_indexed(run, INDEX_WAIT)
-    write_private(out / links.runs(), pages.runs({}, None).encode())
-    written += 1
     for group in RUN_GROUPS:
         for metric in [None, *across_metrics(runs)]:
             name = links.across(group, metric)
@@ -84,4 +83,7 @@ def export(source: Source, out_dir: str | os.PathLike[str]) -> int:
             assert name is not None
             write_private(out / name, pages.pair({"a": a.key, "b": b.key, "example": example}).encode())
             written += 1
-    return written
+    # The entry page last: an export stopped on the way (Ctrl-C, a full disk) leaves no
+    # index.html that opens as if it were whole, with pages missing behind its links.
+    write_private(out / links.runs(), pages.runs({}, None).encode())
+    return written + 1
