@@ -54,6 +54,11 @@ MASKED_TEXTS = [
     ("github_pat_" + "A1b2" * 10, "***"),
     ("sk-proj-" + "a1B2c3D4" * 4, "***"),
     ("hf_" + "abcdefghij" * 4, "***"),
+    ("export GROQ=gsk_" + "aB3" * 18, "export GROQ=***"),
+    ("r8_" + "Zy9" * 12, "***"), ("pplx-" + "q1W" * 16, "***"), ("xai-" + "K7m" * 27, "***"),
+    ("nvapi-" + "a-1B" * 16, "***"), ("npm_" + "n0P" * 12, "***"), ("pypi-AgEIcHlwaS5vcmc" + "x" * 60, "***"),
+    ("dckr_pat_" + "d0ck" * 7, "***"), ("dop_v1_" + "ab12" * 16, "***"), ("lsv2_pt_" + "f0" * 16 + "_" + "ab" * 5, "***"),
+    ("SG." + "s" * 22 + "." + "g" * 43, "***"), ("dapi" + "0f" * 16, "***"), ("lin_api_" + "L1n0" * 10, "***"),
 ]
 PLAIN_TEXTS = ["Qwen/Qwen3-8B", "--model m --max-tokens 512", "https://host/v1?page=2&limit=10#top", "a - b",
                "max_tokens=512 top_p=0.9", "https://pypi.org/simple", "hf_home", "sk-learn", "task-1234567890abcdefghijk",
@@ -84,7 +89,9 @@ _FRAGMENTS = st.sampled_from(["--api-key", "--token=", "--env=", "-e=", "--heade
                               "-u", "--user", "--key", "--pass", "mysql", "-p", "sshpass", "redis-cli", "-a",
                               "docker login", "-eMODE=", "set", "config", "aws_secret_access_key", "ENV ", ":",
                               '"api_key": ', "token: ", "{", "}", "Bearer ", "Basic YTpi", "-----BEGIN PRIVATE KEY-----",
-                              "-----END", "machine h password", "PWD=", "u:p@h", "hooks.slack.com/services/"])
+                              "-----END", "machine h password", "PWD=", "u:p@h", "hooks.slack.com/services/",
+                              "gsk_" + "k" * 40, "r8_" + "r" * 30, "pplx-" + "p" * 40, "SG." + "s" * 22 + "." + "g" * 43,
+                              "dapi" + "0" * 32, "npm_" + "n" * 36, "headers:\n", "  X: ", "- "])
 
 
 @settings(max_examples=300, deadline=None)
@@ -325,7 +332,8 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     """Spools written under the rules before these (``masking_version`` 10: no rule inside
     strings; 11: none for ``--env=NAME=value`` nor a table after a secret flag; 12: none for
     curl's ``-u``, a tool's ``-p``, JSON in a string or a PEM block; 13: none for ``docker
-    login -p``, ``aws configure set`` nor a ``{name, value}`` pair) are masked again by sync
+    login -p``, ``aws configure set`` nor a ``{name, value}`` pair; 14: none for a YAML block
+    nor a Groq key) are masked again by sync
     before their metadata and their rows leave."""
     secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
     strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
@@ -341,8 +349,11 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     tool_strings = {"command": f"docker login -u me -p {tools[0]} ghcr.io",
                     "setup": ["aws", "configure", "set", "aws_secret_access_key", tools[1]],
                     "extra_env": [{"name": "HF_TOKEN", "value": tools[2]}]}
+    shapes = ["OLDYAML0014xyz", "gsk_" + "OLDGROQ0015" * 4]
+    shape_strings = {"judge": f"client:\n  api_keys:\n  - {shapes[0]}\n", "note": f"key {shapes[1]}"}
     for run_id, version, args in (("old-strings", 10, strings), ("old-env-equals", 11, newer_strings),
-                                  ("old-formats", 12, format_strings), ("old-tools", 13, tool_strings)):
+                                  ("old-formats", 12, format_strings), ("old-tools", 13, tool_strings),
+                                  ("old-shapes", 14, shape_strings)):
         writer = SegmentWriter.create(tmp_path / "runs" / run_id, run_id)
         writer.append("manifest", {"run_id": run_id, "name": run_id, "environments": ["e"], "model": "m",
                                    "framework": "verifiers", "format_version": 1, "masking_version": version,
@@ -351,13 +362,13 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
         episode["traces"][0]["agent"]["config"]["env_args"] = args
         writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
         writer.seal("completed")
-    secrets += newer + formats + tools
+    secrets += newer + formats + tools + shapes
     assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
     db = tmp_path / "platform.db"
     result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 4, result.stdout
+    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 5, result.stdout
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
     assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows
@@ -411,6 +422,9 @@ FORMAT_CASES = [
     ("a headers table in JSON", f'{{"headers": {{"X-Team": "{PW}"}}, "model": "m"}}'),
     ("TOML in a string", f'[judge]\napi_key = "{PW}"\nmodel = "m"'),
     ("YAML in a string", f"judge:\n  token: {PW}\n  model: m"),
+    ("a YAML list under a secret name", f"judge:\n  api_keys:\n  - {PW}\n  - k2\n  model: m"),
+    ("a YAML headers table", f"client:\n  headers:\n    X-Team: {PW}\n  model: m"),
+    ("a Cookie header", f"Cookie: theme=dark; session={PW}"),
     ("a header line", f"X-Api-Key: {PW}"),
     ("a header line in a list", ["Accept: text/plain", f"Authorization: Bearer {PW}"]),
     ("Bearer alone", f"Bearer {PW}"),
@@ -442,6 +456,20 @@ def test_a_password_in_a_string_or_a_list_reaches_no_file(tmp_path: Path, where:
     assert b"--verbose" in raw or b'"model"' in raw  # the rest is still there
 
 
+def test_a_model_provider_or_registry_key_in_a_note_reaches_no_file(tmp_path: Path) -> None:
+    """Keys pasted into free text (a note, a command), found by the shape each is issued in."""
+    shaped_keys = [given for given, expected in MASKED_TEXTS if expected == MASK]
+    note = "keys: " + " and ".join(shaped_keys)
+    config = {"model": "m", "env": {"id": "e", "args": {"note": note, "argv": ["run", *shaped_keys]}}}
+    episode = make_episode(0, run_id="r")
+    episode["traces"][0]["agent"]["config"]["note"] = note
+    run = open_run(tmp_path / "run", name="r", model="m", config=config)
+    run.log_episodes([episode])
+    run.finish()
+    raw = all_bytes_under(tmp_path / "run")
+    assert [key for key in shaped_keys if key.encode() in raw] == []
+
+
 # What these rules leave alone: a port, a plugin, mkdir's -p, Docker's user:group, prose, an image's digest.
 PLAIN_FORMATS = ["docker run -p 8080:80 -p 9000 img", "mkdir -p /tmp/x && cd /tmp/x", "python -m pytest -p no:randomly",
                  "docker run -u 1000:1000 img", "mysql -p app", "gcc -pthread -O2 x.c", "Basic arithmetic, level: 2",
@@ -461,8 +489,9 @@ def test_a_port_a_plugin_or_prose_is_left_as_it_is(text: str) -> None:
 
 _PW_ALPHABET = string.ascii_letters + string.digits + "!#$%()*+-./<>?[]^_{|}~"
 #: A digit in each, which no name or user drawn beside it has: found in the output, it was not masked.
-passwords = st.text(_PW_ALPHABET, min_size=8, max_size=20).filter(
-    lambda s: s[0] != "-" and MASK not in s and any(c.isdigit() for c in s))
+passwords = st.builds(lambda first, middle, digit: first + middle + digit,  # (YAML: no indicator first)
+                      st.sampled_from(string.ascii_letters + string.digits), st.text(_PW_ALPHABET, min_size=6, max_size=18),
+                      st.sampled_from(string.digits)).filter(lambda s: MASK not in s)
 letters = st.text(string.ascii_lowercase, min_size=1, max_size=10)
 
 
@@ -492,11 +521,12 @@ def secret_in_a_format(draw: Any) -> tuple[Any, str]:
         ["npm", "config", "set", f"//r.example/:{name}", secret], f"//r.example/:{name}={secret}",
         f"ENV {name} {secret}", [name, secret], [{"name": name, "value": secret}],
         f"kubectl create secret generic s --from-literal={user}={quote}{secret}{quote}",
+        f"judge:\n  {name}:\n    - {secret}\n  model: m", f"headers:\n  {user}: {secret}\nmodel: m",
     ]
     return draw(st.sampled_from(shapes)), secret
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(secret_in_a_format())
 def test_a_password_in_each_format_is_masked_whatever_it_is(case: tuple[Any, str]) -> None:
     value, secret = case

@@ -5,7 +5,7 @@ line, an HTTP authorization value, a PEM block, a ``.netrc`` entry, a connection
 URLs. But a config's strings also hold text written in other formats, each with its own way
 of naming a secret, that the command-line rules cannot see: a JSON object given as a string
 (``'{"api_key": "..."}'``, a TOML table or a Python dict printed into it), a ``Name: value``
-line (``Authorization: Bearer ...``, ``api_key: ...`` in YAML), an ``Authorization`` value
+line (``Authorization: Bearer ...``, ``api_key: ...`` in YAML, with a block below it), an ``Authorization`` value
 given alone (``Bearer ...``, ``Basic dXNlcjpwYXNz``), a private key pasted whole
 (``-----BEGIN ... PRIVATE KEY-----``), a ``.netrc`` line (``machine h login u password p``),
 an ODBC string's ``PWD=...;``, a Dockerfile's ``ENV NAME value``, a Slack or Discord webhook's
@@ -28,9 +28,10 @@ from prime_runs_spool.content.mask_locations import TEXT_TABLE_NAMES, is_secret_
 #: (:func:`_value_end`).
 _KEY = re.compile(r"(?<![^\s{,;(\['\"])(\\?[\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1[ \t]*([:=])[ \t]*")
 #: Where an unquoted value ends: after ``:`` at a line's end, a separator of a flow table or a
-#: list, a quote (a header's value holds blanks: ``Bearer ...``); after ``=`` at a blank, ``;``,
-#: ``&`` or a quote only (a shell's, a query's, a connection string's separators).
-_VALUE_END = re.compile(r"[\n\r,;}\]\"']")
+#: list, a quote (a header's value holds blanks and ``;``: ``Bearer ...``, ``Cookie: a=1; b=2``);
+#: after ``=`` at a blank, ``;``, ``&`` or a quote only (a shell's, a query's, a connection
+#: string's separators).
+_VALUE_END = re.compile(r"[\n\r,}\]\"']")
 _ASSIGNED_END = re.compile(r"[\s;\"'&]")
 #: An HTTP authorization given as a value by itself: ``Bearer <token>`` (a word of 8
 #: characters or more, up to a blank, a quote, ``,`` or ``;``), ``Basic <base64 of user:pass>`` (checked by decoding it).
@@ -62,9 +63,13 @@ def format_spans(text: str) -> list[tuple[int, int]]:
     if ":" in text or "=" in text:
         for key in _KEY.finditer(text):
             name = key.group(2)
-            if is_secret_name(name) or (key.group(3) == "=" and _is_odbc_password(name, text)):
+            secret = is_secret_name(name) or (key.group(3) == "=" and _is_odbc_password(name, text))
+            table = not secret and spelling(name) in TEXT_TABLE_NAMES
+            if (secret or table) and key.group(3) == ":" and _line_ends(text, key.end()):
+                spans.extend(_block_spans(text, key.start(), key.end(), whole=secret))  # YAML's block below
+            elif secret:
                 spans.extend(_value_spans(text, key.end(), key.group(3) == "="))
-            elif spelling(name) in TEXT_TABLE_NAMES and text[key.end():key.end() + 1] in ("{", "["):
+            elif table and text[key.end():key.end() + 1] in ("{", "["):
                 spans.extend(table_spans(text, key.end(), _balanced_end(text, key.end())))
         if "@" in text:
             spans.extend(match.span(1) for match in _BARE_USERINFO.finditer(text))
@@ -101,6 +106,37 @@ def table_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
     for key in _KEY.finditer(text, start, end):
         spans.extend(_value_spans(text, key.end(), key.group(3) == "=", limit=end))
     return spans
+
+
+def _line_ends(text: str, at: int) -> bool:
+    """Whether nothing but blanks follows ``at`` on its line (and another line follows)."""
+    end = text.find("\n", at)
+    return end >= 0 and not text[at:end].strip()
+
+
+def _block_spans(text: str, key_start: int, value_start: int, whole: bool) -> list[tuple[int, int]]:
+    """A YAML key whose value is the block below it (the lines indented deeper than the key's,
+    or a list's items at its depth):
+    the whole block when the key is named like a secret (``api_keys:`` then ``- sk-...``), every
+    value in it when the key names a table of credentials (``headers:`` then ``X-Team: ...``)."""
+    line_start = text.rfind("\n", 0, key_start) + 1
+    indent = len(text[line_start:key_start]) - len(text[line_start:key_start].lstrip(" \t"))
+    start = text.find("\n", value_start) + 1
+    end = start
+    while end < len(text):
+        line_end = text.find("\n", end)
+        line_end = len(text) if line_end < 0 else line_end
+        line = text[end:line_end]
+        depth = len(line) - len(line.lstrip(" \t"))
+        if line.strip() and (depth < indent or (depth == indent and line[depth:depth + 1] != "-")):
+            break  # (a YAML list may sit at its key's own indentation)
+        end = line_end + 1
+    end = min(end, len(text))
+    if end > start and text[end - 1] == "\n":
+        end -= 1
+    if whole:
+        return [(start, end)] if text[start:end].strip() else []
+    return table_spans(text, start, end)
 
 
 def _value_spans(text: str, at: int, assigned: bool, limit: int | None = None) -> list[tuple[int, int]]:

@@ -109,8 +109,11 @@ _STUCK_P = re.compile(r"(?<![^\s'\"])-p((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
 #: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
 #: (``sk-``), Stripe (``sk_live_``), GitHub (``ghp_``, ``gho_``, ... and ``github_pat_``),
 #: Hugging Face (``hf_``), Slack (``xoxb-``, ``xoxp-``, ...), an AWS access key id
-#: (``AKIA``, ``ASIA``), GitLab (``glpat-``), Google (``AIza``) and a JWT (three base64url
-#: parts, the first two ``eyJ``). Each needs enough characters after its prefix that words,
+#: (``AKIA``, ``ASIA``), GitLab (``glpat-``), Google (``AIza``), a JWT (three base64url
+#: parts, the first two ``eyJ``), Groq (``gsk_``), Replicate (``r8_``), Perplexity
+#: (``pplx-``), xAI (``xai-``), NVIDIA (``nvapi-``), npm (``npm_``), PyPI (``pypi-AgE``),
+#: Docker Hub (``dckr_pat_``), DigitalOcean (``dop_v1_``), LangSmith (``lsv2_``), SendGrid
+#: (``SG.``), Databricks (``dapi``), Linear (``lin_api_``) and Notion (``ntn_``). Each needs enough characters after its prefix that words,
 #: ids and paths do not match (``hf_home``, ``sk-learn``, ``task-1``), and must not follow a
 #: letter or a digit (:func:`_tokens`: a pattern that starts with its prefixes' letters is
 #: searched several times faster than one that starts by looking behind).
@@ -119,7 +122,11 @@ _TOKEN_SHAPES = re.compile(
     r"sk-[A-Za-z0-9_\-]{20,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{30,}"
     r"|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9\-]{10,}"
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])|glpat-[A-Za-z0-9_\-]{20,}|AIza[A-Za-z0-9_\-]{35}"
-    r"|eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})")
+    r"|eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"
+    r"|gsk_[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}|pplx-[A-Za-z0-9]{40,}|xai-[A-Za-z0-9]{40,}|nvapi-[A-Za-z0-9_\-]{40,}"
+    r"|npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_\-]{50,}|dckr_pat_[A-Za-z0-9_\-]{20,}|dop_v1_[a-f0-9]{64}"
+    r"|lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}|dapi[a-f0-9]{32}"
+    r"|lin_api_[A-Za-z0-9]{40}|ntn_[A-Za-z0-9]{40,})")
 #: Short strings already masked, and what they mask to (:data:`_SAME`: nothing changes). A
 #: config's strings repeat from one episode to the next even where its configs do not (a
 #: per-episode seed), and the rules' tests cost several thousand instructions a string where
@@ -241,9 +248,12 @@ def _may_hold_flag(text: str) -> bool:
 
 def _may_hold_token(text: str) -> bool:
     """Whether ``text`` holds the start of a token :data:`_TOKEN_SHAPES` knows."""
-    return (("-" in text and ("sk-" in text or "xox" in text or "glpat-" in text))
-            or ("_" in text and ("k_" in text or "gh" in text or "github_pat_" in text or "hf_" in text))
-            or "IA" in text or "AIza" in text or "eyJ" in text)  # AKIA, ASIA
+    return (("-" in text and ("sk-" in text or "xox" in text or "glpat-" in text or "pplx-" in text or "xai-" in text
+                              or "nvapi-" in text or "pypi-" in text))
+            or ("_" in text and ("k_" in text or "gh" in text or "github_pat_" in text or "hf_" in text or "r8_" in text
+                                 or "npm_" in text or "dckr_" in text or "dop_" in text or "lsv2_" in text
+                                 or "lin_" in text or "ntn_" in text))
+            or "IA" in text or "AIza" in text or "eyJ" in text or "SG." in text or "dapi" in text)  # AKIA, ASIA
 
 
 def mask_url_userinfo(text: str) -> str:
