@@ -1,5 +1,5 @@
 """``python -m commands``: the same as the ``prime-runs`` console script."""
 
-from .cli import main
+from .entry import main
 
 main()

@@ -643,6 +643,33 @@ def test_ctrl_c_of_a_command_without_a_handler_of_its_own_is_exit_130_in_the_one
     assert list(out.parent.iterdir()) == []
 
 
+#: ``python -m commands`` (what ``prime-runs`` runs) with a Ctrl-C landing while the command
+#: line's own modules are still being imported: the first import of click raises it.
+CTRL_C_AT_START = """
+import runpy, sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["prime-runs", "status", "."]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_the_command_line_starts_is_exit_130_in_the_one_voice(tmp_path: Path) -> None:
+    """A Ctrl-C pressed right after Enter lands while the command line is imported (click, the
+    commands' option types: a few tenths of a second), before any handler exists: it ended in
+    a ``KeyboardInterrupt`` traceback. Now ``prime-runs: interrupted``, exit 130."""
+    done = subprocess.run([*CLI[:1], "-c", CTRL_C_AT_START], capture_output=True, text=True, timeout=60,
+                          env=child_env(), cwd=tmp_path)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert (done.returncode, done.stderr) == (130, "\nprime-runs: interrupted\n"), done.stderr
+
+
 @pytest.mark.slow
 def test_sync_never_says_no_runs_found_beside_runs_it_could_not_import(tmp_path: Path) -> None:
     """A read-only artifact synced without ``--state-dir``: each run's line says it could not be

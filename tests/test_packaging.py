@@ -43,7 +43,7 @@ def test_the_wheel_installs_the_command_line_as_prime_runs_spool_cli_and_no_comm
     assert {f"prime_runs_spool_cli/docs/{page}" for page in pages} <= set(names)  # the help's link opens
     assert "prime_runs_spool_cli/docs/ci/sync-artifacts.sh" in names  # what prime-runs ci-script prints
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-    assert "prime-runs = prime_runs_spool_cli.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "prime-runs = prime_runs_spool_cli.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
     target = tmp_path / "installed"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
