@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import sys
 
-#: As ``prime_runs_spool.errors.MESSAGE_PREFIX`` and ``sync.options.EXIT_INTERRUPTED`` say
-#: them: spelled here because importing either is the very start-up this guards.
-_INTERRUPTED_LINE = "\nprime-runs: interrupted\n"
-_EXIT_INTERRUPTED = 130
-
 
 def main() -> None:
     try:
         from .cli import main as command_line
-    except KeyboardInterrupt:
-        sys.stderr.write(_INTERRUPTED_LINE)
-        sys.exit(_EXIT_INTERRUPTED)
+    except KeyboardInterrupt:  # the words and the code every command ends a Ctrl-C with
+        from prime_runs_spool.errors import MESSAGE_PREFIX
+        from prime_runs_spool.sync.options import EXIT_INTERRUPTED
+
+        sys.stderr.write(f"\n{MESSAGE_PREFIX}interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
     command_line()
