@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -36,6 +37,8 @@ class RawServer:
     def __init__(self, script: Callable[[bytes], bytes | tuple[bytes] | None]) -> None:
         self.script = script
         self.requests: list[bytes] = []
+        #: Connections accepted so far, and closed by the server so far.
+        self.accepted = self.closed = 0
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self._socket.listen(16)
@@ -48,7 +51,14 @@ class RawServer:
                 conn, _ = self._socket.accept()
             except OSError:
                 return
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+            self.accepted += 1
+            threading.Thread(target=self._closing, args=(conn,), daemon=True).start()
+
+    def _closing(self, conn: socket.socket) -> None:
+        try:
+            self._connection(conn)
+        finally:
+            self.closed += 1
 
     def _connection(self, conn: socket.socket) -> None:
         buffer = b""
@@ -141,6 +151,22 @@ ANSWERS: dict[str, Callable[[bytes], bytes | tuple[bytes] | None]] = {
     "redirect": lambda request: answer(307, b"", ("Location", "http://elsewhere.invalid/")),
     "no answer": lambda request: None,
     "cut short": lambda request: (answer(200)[:40],),
+    "chunked": lambda request: (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                + b"".join(b"%x;ext=1\r\n%s\r\n" % (len(part), part)
+                                           for part in (EVERYTHING[:10], EVERYTHING[10:]))
+                                + b"0\r\nX-Trailer: 1\r\n\r\n"),
+    "chunked cut short": lambda request: (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",),
+    "chunked refused": lambda request: (b"HTTP/1.1 422 X\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                        b"4\r\nbad \r\n4\r\nbody\r\n0\r\n\r\n"),
+    "other encoding": lambda request: (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",),
+    "informational": lambda request: b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early\r\nLink: x\r\n\r\n" + answer(),
+    "closing": lambda request: (answer(200, EVERYTHING, ("Connection", "close")),),
+    "until its end": lambda request: (b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + EVERYTHING,),
+    "folded": lambda request: answer(403, b"no", ("X-Folded", "one\r\n two")),
+    "two lengths": lambda request: (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",),
+    "bad status line": lambda request: (b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\n{}",),
+    "bad header": lambda request: (b"HTTP/1.1 200 OK\r\nNo colon here\r\nContent-Length: 2\r\n\r\n{}",),
+    "no content": lambda request: (b"HTTP/1.1 204 No Content\r\n\r\n",),
 }
 
 
@@ -166,3 +192,41 @@ def test_a_platform_that_is_not_there_fails_alike_naming_its_host() -> None:
         got, expected = _outcome(own, "create"), _outcome(through_httpx, "create")
     assert got == expected
     assert "connection refused by 127.0.0.1:" in str(got)
+
+
+@pytest.mark.parametrize("kind", ["kept", "closed after each answer"])
+def test_requests_take_one_connection_in_turn_and_a_new_one_once_the_server_closed_it(
+        server: RawServer, kind: str) -> None:
+    """Kept alive: one connection for every request; closed by the server after each answer
+    (said or not), the next request opens another and is answered."""
+    if kind != "kept":
+        server.answering[0] = lambda request: (answer(),)  # type: ignore[attr-defined]
+    own, _ = clients(server.url)
+    got = []
+    with own:
+        for call in ("read", "create", "samples", "read"):
+            got.append(_outcome(own, call))
+            # Closed by the server before the next request (not while it is on its way, a
+            # race any client loses, as httpx's does: that request is in doubt).
+            deadline = time.monotonic() + 5
+            while kind != "kept" and server.closed < len(got) and time.monotonic() < deadline:
+                time.sleep(0.001)
+    assert all(outcome[0] == "answer" for outcome in got), got
+    assert len(server.requests) == 4
+    assert server.accepted == (1 if kind == "kept" else 4)
+
+
+def test_the_client_s_own_requests_never_go_through_httpcore_s_pool(server: RawServer, monkeypatch) -> None:
+    """Framed on a connection of its own (platform_api/http1.py): the pool and h11 cost
+    about 1 M instructions a small request, most of a new run's sync."""
+    import httpcore
+
+    def refused(self, request):  # noqa: ANN001, ANN202
+        raise AssertionError("went through httpcore's pool")
+
+    monkeypatch.setattr(httpcore.ConnectionPool, "handle_request", refused)
+    own, _ = clients(server.url)
+    with own:
+        for call in ("read", "create", "samples", "samples whole", "finalize"):
+            assert _outcome(own, call)[0] == "answer"
+    assert len(server.requests) == 5

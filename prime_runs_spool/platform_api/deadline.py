@@ -23,6 +23,7 @@ import httpcore
 import httpx
 
 from prime_runs_spool.platform_api.answer_cap import answer_cap
+from prime_runs_spool.platform_api.http1 import Answer, Connection
 
 if TYPE_CHECKING:
     from prime_runs_spool.platform_api.proxy import Proxy
@@ -91,8 +92,49 @@ class AnswerDeadlineTransport(httpx.HTTPTransport):
         super().__init__(verify=verify, proxy=None if proxy is None else proxy.url)
         self._budget = timeout
         # The one httpx transport attribute reached into: HTTPTransport takes no network
-        # backend, its connection pool does (httpcore.ConnectionPool(network_backend=...)).
+        # backend, its connection pool does (httpcore.ConnectionPool(network_backend=...)),
+        # and its SSL context (httpx's, from ``verify``) is the one a connection of our own
+        # (platform_api/http1.py) starts TLS with.
         self._pool._network_backend = _Backend()
+        #: The platform client's requests straight to the platform, on one connection of
+        #: their own (platform_api/wire.py); None through a proxy: httpcore's pool then.
+        self.direct = None if proxy is not None else {}
+
+    def connection(self, scheme: bytes, host: bytes, port: int | None) -> Connection:
+        """The connection of our own to ``scheme://host:port``, made on first use."""
+        key = (scheme, host, port)
+        own = self.direct.get(key)
+        if own is None:
+            own = self.direct[key] = Connection(lambda timeout: self._connect(scheme, host, port, timeout))
+        return own
+
+    def _connect(self, scheme: bytes, host: bytes, port: int | None, timeout: float | None) -> httpcore.NetworkStream:
+        """A stream as httpcore's pool opens one: TCP (``TCP_NODELAY``), then TLS for
+        ``https`` with httpx's context, ALPN ``http/1.1``, the host's name sent and checked."""
+        name = host.decode("ascii")
+        stream = self._pool._network_backend.connect_tcp(name, port or (443 if scheme == b"https" else 80),
+                                                          timeout=timeout)
+        if scheme == b"https":
+            context = self._pool._ssl_context
+            context.set_alpn_protocols(["http/1.1"])
+            stream = stream.start_tls(context, server_hostname=name, timeout=timeout)
+        return stream
+
+    def exchange_direct(self, connection: Connection, head: bytes, content: Any, length: int | None,
+                        timeouts: dict[str, float | None], head_only: bool) -> Answer:
+        """One request on ``connection``, its answer bounded as every answer here is;
+        httpcore's failures raised as httpx's of the same name (as :meth:`exchange`)."""
+        self._arm()
+        try:
+            return connection.exchange(head, content, length, timeouts, head_only=head_only)
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                httpcore.ProxyError, httpcore.UnsupportedProtocol) as exc:
+            raise _as_httpx(exc) from exc
+
+    def close(self) -> None:
+        for own in (self.direct or {}).values():
+            own.close()
+        super().close()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         self._arm()

@@ -1,18 +1,22 @@
-"""A request to the platform as bytes for the transport's pool, its fixed parts built once.
+"""A request to the platform as bytes, its fixed parts built once.
 
 Why: ``httpx.Client.send`` builds, for every request, a URL parsed character by character,
 the client's headers merged into a new set, a request whose headers are checked twice, a
 response, and reads the answer through four wrapping streams. On the sync's small requests
 that was about a third of the client's instructions (cachegrind, one run's create, samples
 and finalize: 1.65 M instructions a request through ``Client.send``, 1.06 M straight to
-the pool, Dec 7). What goes out is the same bytes as ``Client.send`` sends: the same
-headers (the client's own, with its defaults, the key and ``Accept``) in the order httpx
-puts them, ``Host`` first and the body's ``Content-Length`` last, the same timeouts; and
-what comes back is read as httpx reads it (an encoded answer decoded by httpx).
-tests/test_client.py compares the two on the wire.
+httpcore's pool, Dec 7). Straight to the platform (no proxy), a request is not handed to
+the pool either: its head is written here as h11 writes it and it goes out on one
+connection of its own (platform_api/http1.py: the pool and h11 were most of what was left).
+What goes out is the same bytes as ``Client.send`` sends: the same headers (the client's
+own, with its defaults, the key and ``Accept``) in the order httpx puts them, ``Host`` first
+and the body's ``Content-Length`` last, the same timeouts; and what comes back is read as
+httpx reads it (an encoded answer decoded by httpx). tests/test_client_wire.py compares the
+two on the wire, for every request and every kind of answer.
 
 Only for the sync's own transport (``deadline.AnswerDeadlineTransport``); a client given
-another transport (the tests' in-process platform) sends through ``httpx.Client``.
+another transport (the tests' in-process platform) sends through ``httpx.Client``, and one
+through a proxy hands each request to httpcore's pool, which speaks to the proxy.
 """
 
 from __future__ import annotations
@@ -42,6 +46,11 @@ class Wire:
         self._path = base.raw_path
         self._headers: list[tuple[bytes, bytes]] = [(b"Host", base.netloc), *http.headers.raw]
         self._timeout = http.timeout.as_dict()
+        #: Straight to the platform (not through a proxy): the connection the requests take
+        #: (platform_api/http1.py), and every request's headers as h11 writes them.
+        self._direct = (None if transport.direct is None
+                        else transport.connection(self._scheme, self._host, self._port))
+        self._fixed = b"".join(b"%s: %s\r\n" % pair for pair in self._headers)
 
     def exchange(self, method: str, path: str, query: str, content: Any,
                  length: int | None) -> tuple[int, bytes, httpx.Response | None]:
@@ -51,6 +60,8 @@ class Wire:
         target = self._path + path.encode("ascii")
         if query:
             target += b"?" + query.encode("ascii")
+        if self._direct is not None:
+            return self._exchange_direct(method, path, query, target, content, length)
         headers = self._headers.copy()
         if content is not None:  # its length declared: a body left unfinished is never acted on
             headers.append(_JSON)
@@ -71,6 +82,28 @@ class Wire:
                                       request=self._as_httpx(method, path, query))
             return status, response.content, response
         return status, answer.content, None
+
+    def _exchange_direct(self, method: str, path: str, query: str, target: bytes, content: Any,
+                         length: int | None) -> tuple[int, bytes, httpx.Response | None]:
+        """:meth:`exchange` on the connection of our own: the same bytes, framed here."""
+        if content is not None:
+            framing = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % length
+        elif method in _BODY_METHODS:
+            framing = b"Content-Length: 0\r\n"
+        else:
+            framing = b""
+        head = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method.encode("ascii"), target, self._fixed, framing)
+        try:
+            status, headers, body = self._transport.exchange_direct(self._direct, head, content, length,
+                                                                    self._timeout, method == "HEAD")
+        except httpx.TransportError as exc:
+            exc.request = self._as_httpx(method, path, query)  # the host a failure names
+            raise
+        if status >= 400 or _encoded(headers):
+            response = httpx.Response(status, headers=headers, content=body,
+                                      request=self._as_httpx(method, path, query))
+            return status, response.content, response
+        return status, body, None
 
     def _as_httpx(self, method: str, path: str, query: str) -> httpx.Request:
         return httpx.Request(method, self._api + path + (f"?{query}" if query else ""))
