@@ -51,6 +51,9 @@ _DOCKERFILE_ENV = re.compile(r"(?<![^\n])[ \t]*ENV[ \t]+([A-Za-z_][A-Za-z0-9_.\-
 #: service's fixed prefix, whatever key the URL sits under.
 _WEBHOOK = re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
                       r"([^\s'\"?#]+)")
+#: A signature given as a query parameter outside a URL (an Azure ``SharedAccessSignature=sv=
+#: ...&sig=...`` connection string): its value, as in a URL's query.
+_SIGNATURE = re.compile(r"(?<=[?&;])(?:sig|[A-Za-z\-]*signature)=([^&;\s'\"#]*)", re.IGNORECASE)
 #: A URL's userinfo without a scheme (``user:pass@host``, Redis's ``:pass@host``), at the start
 #: of a word: the part between ``:`` and ``@``. Not a container image pinned by its digest
 #: (``image:tag@sha256:...``).
@@ -81,6 +84,8 @@ def format_spans(text: str) -> list[tuple[int, int]]:
         spans.extend(match.span(2) for match in _DOCKERFILE_ENV.finditer(text) if is_secret_name(match.group(1)))
     if "hooks.slack.com/" in text or "/api/webhooks/" in text:
         spans.extend(match.span(1) for match in _WEBHOOK.finditer(text))
+    if "=" in text and ("sig=" in text or "ignature=" in text or "SIG=" in text or "IGNATURE=" in text):
+        spans.extend(match.span(1) for match in _SIGNATURE.finditer(text))
     if "-----BEGIN" in text:
         for match in _PEM.finditer(text):
             end = text.find("-----END", match.end())

@@ -31,7 +31,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 15
+MASKING_VERSION = 16
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -138,9 +138,10 @@ _SECRET_ENDINGS = ("apikey", "accesskey", "secretkey", "privatekey", "password",
                    "apikeys", "accesskeys", "secretkeys", "privatekeys", "passwords", "secrets")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 #: A last word saying how a credential is written inline: a service account's JSON, a key
-#: in PEM. Dropped, the rest of the name is judged: ``private_key_pem``,
-#: ``GOOGLE_APPLICATION_CREDENTIALS_JSON``; ``dataset_json`` stays plain.
-_INLINE_FORMATS = frozenset({"json", "pem"})
+#: in PEM, either in base64 (``_B64``: the word ``b``, digits dropped; ``_base64``). Dropped,
+#: the rest of the name is judged: ``private_key_pem``, ``GOOGLE_APPLICATION_CREDENTIALS_JSON``,
+#: ``HF_TOKEN_B64``, ``gcp_credentials_base64``; ``dataset_json`` stays plain.
+_INLINE_FORMATS = frozenset({"json", "pem", "b", "base", "encoded"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -155,13 +156,14 @@ def is_secret_name(name: str) -> bool:
     words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
     if not words:
         return False
+    inline = False
+    while len(words) >= 2 and words[-1] in _INLINE_FORMATS and words[-1] != "pem":  # ``_JSON_B64``: each way
+        words = words[:-1]  # the credential written inline: judged by what it is
+        inline = True
     if words[-1] == "pem":  # a PEM block is a private key or a certificate
         return True
-    if len(words) >= 2 and words[-1] in _INLINE_FORMATS:
-        words = words[:-1]  # the credential written inline: judged by what it is
-        if words[-2:] == ["service", "account"]:  # a service account's key file, inline
-            return True
-        return _secret_words(words)
+    if inline and words[-2:] == ["service", "account"]:  # a service account's key file, inline
+        return True
     return _secret_words(words)
 
 

@@ -88,16 +88,21 @@ _STUCK = re.compile(r"(?<![^\s'\"])-(?:e[A-Z][A-Z0-9_]*=|u[^\s'\":=\-][^\s'\":]*
 #: the tool's own name, in the same command: MySQL's and MariaDB's clients take ``-pPASSWORD``
 #: stuck (``-p NAME`` apart is a prompt, then a database's name), sshpass ``-p PASSWORD`` either
 #: way, redis-cli ``-a PASSWORD``, a registry's login (``docker login -p PASSWORD``, Podman's...)
-#: either way.
+#: either way; ``wandb login KEY`` takes the key as a plain word (every word after it goes).
 _TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli"
-                   r"|(?:docker|podman|nerdctl|buildah|skopeo)[ \t]+login)(?![^\s'\"])")
-_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo"})
+                   r"|(?:docker|podman|nerdctl|buildah|skopeo|wandb)[ \t]+login)(?![^\s'\"])")
+_WORD_IN_COMMAND = re.compile(r"(?<![^\s'\"])(\"[^\"]*\"|'[^']*'|[^\s'\"\-][^\s'\"]*)")
+_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "wandb"})
 _STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass", "login")
 _APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a", "login": "-p"}
 _APART_PASSWORD = {tool: re.compile(rf"(?<![^\s'\"]){flag}[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*)")
                    for tool, flag in _APART_PASSWORD_FLAGS.items()}
 #: A command's words, up to ``;``, ``&``, ``|`` or a line's end outside quotes.
 _COMMAND = re.compile(r"(?:\"[^\"]*\"|'[^']*'|[^;&|\n'\"]|['\"])*")
+#: A flag and its value as a list printed into a string (Python's ``['--token', '...']``,
+#: JSON's ``["-H", "..."]``): each quoted, a comma between (the value looked ahead: it may be
+#: a flag itself).
+_QUOTED_FLAG = re.compile(r"([\"'])(--?[A-Za-z][A-Za-z0-9_.\-]*)\1(?=[ \t]*,[ \t]*([\"'])((?:(?!\3).)*)\3)")
 #: A setting's value given to a tool's ``set`` or ``config`` command (``aws configure set
 #: aws_secret_access_key VALUE``, ``npm config set //registry/:_authToken VALUE``, ``git
 #: config --global github.token VALUE``): masked when the setting is named like a secret.
@@ -199,10 +204,16 @@ def _masked_once(text: str) -> str:
         start = assigned.start(2) + (1 if quoted else 0)
         spans.extend((start + begin, start + end)
                      for begin, end in _after_flag(assigned.group(1), value[1:-1] if quoted else value))
+    if "'-" in text or '"-' in text:  # a list printed or written as JSON: ``['--token', '...']``
+        for quoted in _QUOTED_FLAG.finditer(text):
+            start = quoted.start(4)
+            spans.extend((start + begin, start + end) for begin, end in _after_flag(quoted.group(2), quoted.group(4)))
     if "-" in text:
         spans.extend(match.span(1) for match in _STUCK.finditer(text) if not _UID_GID.match(match.group(0)[2:]))
         if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text or "login" in text:
             spans.extend(_tool_spans(text))
+    elif "login" in text:
+        spans.extend(_tool_spans(text))  # ``wandb login KEY``: no dash needed
     if "set" in text or "config" in text:
         spans.extend(match.span(2) for match in _SETTING.finditer(text) if is_secret_name(match.group(1)))
     if _may_hold_token(text):
@@ -214,8 +225,10 @@ def _masked_once(text: str) -> str:
 
 def _tool_name(name: str) -> str:
     """A tool of :data:`_TOOL` as :data:`_APART_PASSWORD_FLAGS` names it: a registry's
-    ``login``, whichever program's."""
-    return "login" if name.endswith("login") else name
+    ``login``, whichever program's; ``wandb``'s."""
+    if name.endswith("login"):
+        return "wandb" if name.startswith("wandb") else "login"
+    return name
 
 
 def _tool_spans(text: str) -> list[tuple[int, int]]:
@@ -227,6 +240,8 @@ def _tool_spans(text: str) -> list[tuple[int, int]]:
         command_end = _COMMAND.match(text, tool.end()).end()
         if name.startswith(_STUCK_PASSWORD_TOOLS):
             spans.extend(match.span(1) for match in _STUCK_P.finditer(text, tool.end(), command_end))
+        if name == "wandb":
+            spans.extend(match.span(1) for match in _WORD_IN_COMMAND.finditer(text, tool.end(), command_end))
         apart = _APART_PASSWORD.get(name)
         if apart is not None:
             spans.extend(match.span(1) for match in apart.finditer(text, tool.end(), command_end))
@@ -238,7 +253,7 @@ def _maybe(text: str) -> bool:
     and for some others); most config strings (a model's name, an id, a number as text) are
     passed by a few substring tests: a regular expression's search costs several times more."""
     return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text) \
-        or "set" in text or "config" in text
+        or "set" in text or "config" in text or "login" in text or "'-" in text or '"-' in text
 
 
 def _may_hold_flag(text: str) -> bool:
@@ -319,6 +334,8 @@ def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | 
                 and type(items[index - 2]) is str and items[index - 2] in _SET_COMMAND \
                 and type(items[index - 1]) is str and is_secret_name(items[index - 1]):
             replacement = MASK  # ["aws", "configure", "set", "aws_secret_access_key", "..."]
+        if replacement is None and tool == "wandb" and type(item) is str and item[:1] != "-" and item != MASK:
+            replacement = MASK  # ``["wandb", "login", KEY]``
         if replacement is None and tool is not None and type(item) is str and item[:2] == "-p" and len(item) > 2 \
                 and tool.startswith(_STUCK_PASSWORD_TOOLS) and item[2:] != MASK:
             replacement = "-p" + MASK
@@ -337,7 +354,7 @@ def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | 
                 tool = named.group(1)
             elif item == "login" and index and type(items[index - 1]) is str \
                     and items[index - 1].rsplit("/", 1)[-1] in _LOGIN_TOOLS:
-                tool = "login"
+                tool = _tool_name(f"{items[index - 1].rsplit('/', 1)[-1]} login")
         flag = None
     return found
 
