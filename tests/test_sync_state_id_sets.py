@@ -296,3 +296,57 @@ def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id").fetchall())
     assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored
+
+
+@pytest.mark.slow
+def test_a_machines_torn_copy_of_a_file_of_ids_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's copy of a store's file of ids is a cache, written without an fsync: a
+    power cut can leave it empty under its name. The store holds it whole, so the next pass
+    fetches it again; trusting the copy by its name made every later sync of the run fail
+    ("damaged ... move that state aside", naming the cache, which moving changes nothing)."""
+    import sqlite3
+
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync.options import TRACES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.store_sync import sync_store
+    from support.runs import RunBuilder
+    from support.store_runs import upload_run
+
+    url, db = f"file://{tmp_path / 'bucket'}", tmp_path / "p.db"
+    (tmp_path / "bucket").mkdir()
+    builder = RunBuilder(tmp_path / "run", "id-sets-torn")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    upload_run(url, builder.run_dir, "run")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def sync():  # noqa: ANN202
+        with EmbeddedPlatform(db, traces=True) as platform:
+            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
+                                frontend_url=platform.base_url)
+            with PlatformClient(settings, timeout=10) as client:
+                (report,) = sync_store(url, client, local_destination(db, None), SyncOptions(
+                    to=TRACES, request_lifetime=0.5, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)), jobs=1)
+        return report
+
+    assert sync().pushed_now == 3
+    store = ObjectStore(url)
+    (state_key,) = [i.key for i in store.list() if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
+    store.delete(state_key)  # the state lost: found again, the 3 episodes held there
+    assert sync().pushed_now == 0
+    (cached,) = (tmp_path / "cache").rglob("ids-*.ids")
+    cached.write_bytes(b"")  # the power cut
+    builder.open_segment()
+    builder.add(2)
+    builder.seal()
+    upload_run(url, builder.run_dir, "run")
+    resumed = sync()
+    assert (resumed.state, resumed.pushed_now, resumed.error) == ("synced", 2, None), resumed
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id").fetchall())
+    assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored

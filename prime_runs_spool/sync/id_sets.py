@@ -20,7 +20,9 @@ number of ids.
   digest is refused when its ids are first read (a pass about to cut a batch): the run's
   error, in one line that says how to start over from the platform, and nothing sent.
 - **Object stores**: an object of its own beside the state object, created before the state
-  names it (sync/store_sync.py); the state object stays one object.
+  names it (sync/store_sync.py); the state object stays one object. A machine's copy of it
+  is a cache written without an fsync, so a pass checks it against its digest, and fetches
+  it again when a power cut tore it, instead of failing every sync of the run.
 """
 
 from __future__ import annotations
@@ -115,6 +117,14 @@ class IdSet:
             raise StateProblem(f"{path}: damaged (not the episode ids the sync state beside it names); move that "
                                "state aside and sync again: the platform is asked what it holds")
         return data, ids
+
+    def intact_at(self, path: str) -> bool:
+        """Whether the file at ``path`` holds this set's bytes (a cache's copy, written without
+        an fsync, that a power cut may have left empty or short under its name)."""
+        try:
+            return _digest(read_regular_file(path)) == self.digest
+        except OSError:
+            return False
 
     def found_in(self, folder: str) -> None:
         """The state naming this set was read in ``folder``: the file is there, unless the

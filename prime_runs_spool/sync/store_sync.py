@@ -289,7 +289,7 @@ class StoreRunSync:
 
     def _fetch_id_sets(self, state: SyncState) -> frozenset[str]:
         """The files of ids ``state`` names (sync/id_sets.py), beside this machine's copy of it:
-        fetched from the store when they are not there yet (a name is its content). One the
+        fetched from the store when they are not there whole (a name is its content). One the
         store lacks stays missing, and the engine's reading of the state says so, in one line.
         The keys of those the store is known to hold (the pass creates none of them again)."""
         known = set()
@@ -298,7 +298,7 @@ class StoreRunSync:
             key = id_set_key(self.key, found)
             if key in self.run.objects:
                 known.add(key)
-            if os.path.isfile(found.path):
+            if found.intact_at(found.path):  # a cache, not fsync'd: checked, not trusted by its name
                 continue
             fetched = self.run.store.read(key)
             if fetched is not None:
