@@ -53,7 +53,8 @@ package is defined here and drawn here):
     │   ├── EpisodeTooLargeError [ValueError]
     │   ├── RunMismatchError [ValueError]
     │   ├── UnsupportedRunConfigError [ValueError]
-    │   └── VerifiersVersionError
+    │   ├── VerifiersVersionError
+    │   └── CleanRefusedError
     ├── importer
     │   └── ImportSourceError
     │       ├── CorruptOutputError
@@ -233,6 +234,10 @@ class UnsupportedRunConfigError(SpoolError, ValueError):
 
 class VerifiersVersionError(SpoolError):
     """The installed verifiers' eval runner is not one ``prime-runs eval`` knows how to bind."""
+
+
+class CleanRefusedError(SpoolError):
+    """``prime-runs eval --clean`` would delete a spool whose episodes no sync shipped."""
 
 
 class RunInUseError(SpoolError):

@@ -54,6 +54,7 @@ from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
 from prime_runs_spool.files import DISK_FULL_ERRNOS, PERMISSION_ERRNOS, READ_ONLY_FS_ERRNOS, open_private
 from prime_runs_spool.plural import episodes
+from prime_runs_spool.runner.clean_guard import refuse_clean_of_unshipped
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
 from prime_runs_spool.runner.modes import DISABLED, OFFLINE
 from prime_runs_spool.runner.run import Run
@@ -199,6 +200,8 @@ def _record_run_folder(module: Any, session: EvalSession) -> None:
     def output_path(*args: Any, **kwargs: Any) -> Any:
         path = original(*args, **kwargs)
         session.opening = Path(path)
+        if args:  # before verifiers' --clean deletes the folder (runner/clean_guard.py)
+            refuse_clean_of_unshipped(args[0], Path(path))
         return path
 
     output_path._records_for = original  # type: ignore[attr-defined]
