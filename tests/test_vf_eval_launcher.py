@@ -144,18 +144,18 @@ def test_an_unknown_mode_is_a_usage_error_before_verifiers_starts(tmp_path: Path
 
 @pytest.mark.slow
 def test_an_error_escaping_verifiers_is_shown_as_vf_eval_shows_it(tmp_path: Path) -> None:
-    """What escapes verifiers' eval (here its own mkdir, the output folder a file) is shown
-    as vf-eval shows it, its traceback included (docs/cli.md): verifiers rewrites
-    ``sys.argv``, so the command line took it for its own internal error, one line with no
-    traceback, which hid where an environment's own code failed."""
+    """What escapes verifiers' eval (here the environment's own code: the taskset fails to
+    load its tasks) is shown as vf-eval shows it, its traceback included (docs/cli.md):
+    verifiers rewrites ``sys.argv``, so the command line took it for its own internal error,
+    one line with no traceback, which hid where an environment's own code failed."""
     from support.vf_eval import eval_env, launch_file, run_plain
 
     launch = launch_file(tmp_path, "http://127.0.0.1:9/v1")
-    (tmp_path / "outputs").write_text("a file where the eval's output folder goes\n")
-    plain = run_plain(tmp_path, "@", launch.name, "--no-rich")
+    failing = {"TINY_TASKSET_LOAD_FAIL": "1"}
+    plain = run_plain(tmp_path, "@", launch.name, "--no-rich", **failing)
     ours = subprocess.run(CLI + ["eval", "@", launch.name, "--no-rich"], cwd=tmp_path, capture_output=True,
-                          text=True, env=eval_env(), timeout=120)
+                          text=True, env=eval_env(**failing), timeout=120)
     for result in (plain, ours):
         assert result.returncode == 1, result.stderr[-2000:]
-        assert "Traceback" in result.stderr and "NotADirectoryError" in result.stderr, result.stderr[-2000:]
+        assert "Traceback" in result.stderr and "fails to load on purpose" in result.stderr, result.stderr[-2000:]
     assert "internal error" not in ours.stderr, ours.stderr[-2000:]
