@@ -19,6 +19,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from prime_runs_spool import read_run  # noqa: E402
+from prime_runs_spool.content.supersede import superseded_in_run  # noqa: E402
 from support.mounts import tmpfs  # noqa: E402
 from support.vf_eval import (  # noqa: E402
     TASKS, eval_cmd, eval_env, launch_file, resolved_config, run_dir, run_eval, traces,
@@ -87,3 +88,36 @@ def test_a_full_disk_names_the_path_and_the_resume_command_that_completes_the_ru
     final = traces(small_disk)
     assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
     assert read_run(run_dir(small_disk)).status == "completed"
+
+
+#: Bytes any one file of the run may reach (``RLIMIT_FSIZE``): its configs and first
+#: episodes fit, ``traces.jsonl`` (about 3.5 KB an episode) does not hold them all.
+FILE_LIMIT = 12 * 1024
+
+
+def test_a_file_size_limit_names_it_and_the_resume_command_that_completes_the_run(tmp_path: Path) -> None:
+    """``ulimit -f`` (a quota on one file's size): the write fails with ``EFBIG``, which the
+    full-disk line did not know, so the eval ended in verifiers' traceback, exit 1."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        done = subprocess.run(eval_cmd("@", launch.name, "--no-rich"), cwd=tmp_path, capture_output=True, text=True,
+                              env=eval_env(), timeout=180, preexec_fn=limit)
+        assert done.returncode == 1, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]
+        last = done.stderr.strip().splitlines()[-1]
+        command = f"prime-runs eval @ {resolved_config(tmp_path)} --resume"
+        assert last.startswith("prime-runs: "), last
+        assert "cannot grow: it reached the largest file this process may write (a file size limit: ulimit -f" in last
+        assert last.endswith(f"; raise the limit, then resume with: {command}"), last
+
+        resumed = run_eval(tmp_path, *shlex.split(command)[2:])  # as printed, without the limit
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS and all(row["ok"] for row in final)
+    run, superseded = read_run(run_dir(tmp_path)), superseded_in_run(run_dir(tmp_path))
+    assert run.status == "completed" and run.episodes_count - len(superseded) == len(final)

@@ -253,10 +253,16 @@ def interrupt_hint(session: EvalSession) -> str | None:
     return None if command is None else f"interrupted; resume with: {command}"
 
 
+#: A file may not grow past a limit: the process's (``ulimit -f``, ``RLIMIT_FSIZE``; Python
+#: ignores ``SIGXFSZ``, so the write fails) or the file system's largest file. No bug either.
+FILE_SIZE_LIMIT_ERRNOS = frozenset({errno.EFBIG})
+
+
 def disk_full_error(error: BaseException) -> OSError | None:
-    """The "no space left" (or quota) error behind ``error``, wherever it was raised:
-    verifiers' own ``traces.jsonl`` write, or the spool's (wrapped or not)."""
-    return next((found for found in _os_errors_behind(error) if found.errno in DISK_FULL_ERRNOS), None)
+    """The "no space left" (or quota, or file size limit) error behind ``error``, wherever it
+    was raised: verifiers' own ``traces.jsonl`` write, or the spool's (wrapped or not)."""
+    return next((found for found in _os_errors_behind(error)
+                 if found.errno in DISK_FULL_ERRNOS | FILE_SIZE_LIMIT_ERRNOS), None)
 
 
 def unwritable_error(error: BaseException, session: EvalSession) -> OSError | None:
@@ -328,11 +334,18 @@ def disk_full_line(session: EvalSession, error: OSError) -> str:
     """One line for an eval the disk stopped: which path (and the file system it is on)
     is full, and how to continue once space is freed."""
     path = Path(error.filename) if error.filename else (session.runs[-1].dir if session.runs else Path.cwd())
-    line = f"no space left on the device holding {path} (file system {_mount_point(path)})"
+    if error.errno in FILE_SIZE_LIMIT_ERRNOS:
+        which = path if error.filename else f"a file in {path}"  # a write's error names no file
+        line = (f"{which} cannot grow: it reached the largest file this process may write (a file size limit: "
+                f"ulimit -f, or the file system's own; file system {_mount_point(path)})")
+        way = "raise the limit"
+    else:
+        line = f"no space left on the device holding {path} (file system {_mount_point(path)})"
+        way = "free space"
     command = resume_command(session)
     if command is None:
-        return f"{line}; free space, then run the eval again"
-    return f"{line}; free space, then resume with: {command}"
+        return f"{line}; {way}, then run the eval again"
+    return f"{line}; {way}, then resume with: {command}"
 
 
 def _mount_point(path: Path) -> Path:
