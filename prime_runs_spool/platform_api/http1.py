@@ -10,15 +10,18 @@ the network stream: the connection and TLS as httpcore makes them, each read bou
 the answer's deadline (platform_api/deadline.py), and its exceptions, which the transport
 maps to httpx's as before, so a failure classifies as it did (platform_api/client.py).
 
-The answer is read as h11 reads it: informational answers passed over, a body framed by
-``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's end (none for 204,
-304 and a HEAD), anything else a ``RemoteProtocolError``. A write that fails does not end
+The answer is read as h11 reads it: informational answers passed over (a 101 refused), a
+body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's end
+(none for 204, 304 and a HEAD), anything else a ``RemoteProtocolError``. A write that fails does not end
 the exchange: the answer the server may have sent before it closed is read, as httpcore
 does. The connection is kept for the next request only after a whole exchange that says
-nothing against it (HTTP/1.1, no ``Connection: close``, no bytes past the answer), for at
+nothing against it (HTTP/1.1 or later, as h11 says, no ``Connection: close``, no bytes past the answer), for at
 most httpx's keep-alive expiry, and is never reused once the server has closed or written
 to it (one ``poll``, as httpcore's pool asks). tests/test_client_wire.py holds the bytes and
-every answer's reading equal to ``httpx.Client``'s.
+every answer's reading equal to ``httpx.Client``'s; tests/test_http1_reading.py holds the
+reading of any bytes, split at any read, equal to h11's (its grammar is h11's, below: what
+h11 refuses, a 101 no request asked for, a bad framing header on a bodiless answer, is
+refused here, a failure the client leaves in doubt, not an answer it acts on).
 """
 
 from __future__ import annotations
@@ -37,8 +40,12 @@ KEEPALIVE_EXPIRY = 5.0
 MAX_HEAD = 100 * 1024
 READ = 64 * 1024
 
-_STATUS = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (.*))?")
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+# h11's grammar (h11/_abnf.py), so that what it refuses is refused here too.
+_FIELD_VALUE = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
+_STATUS = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
+_HEADER = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*(" + _FIELD_VALUE + rb")[ \t]*")
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
+_CONTENT_LENGTH = re.compile(rb"[0-9]{1,20}")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _NO_BODY = (204, 304)
 #: The headers that say how an answer is framed and whether its connection stays open.
@@ -133,109 +140,147 @@ def _send(stream: httpcore.NetworkStream, head: bytes, content: bytes | Iterable
 
 
 class _Reader:
-    """The answer's bytes as they arrive, read on demand."""
+    """The answer's bytes as they arrive, read on demand. A ``bytearray``: appending a read
+    and taking from the front cost what they move, so a large answer is read in linear time
+    (``bytes +=`` copied the whole buffer on every read: quadratic)."""
 
     __slots__ = ("buffer", "stream", "timeout")
 
     def __init__(self, stream: httpcore.NetworkStream, timeout: float | None) -> None:
         self.stream = stream
         self.timeout = timeout
-        self.buffer = b""
+        self.buffer = bytearray()
 
     def more(self) -> bool:
         data = self.stream.read(READ, self.timeout)
         self.buffer += data
         return bool(data)
 
+    def take(self, count: int) -> bytes:
+        data = bytes(self.buffer[:count])
+        del self.buffer[:count]
+        return data
+
+    def lines(self, what: str) -> list[bytes]:
+        """The lines up to the first blank one (which is consumed), as h11 splits them."""
+        if self.buffer[:1] == b"\n" or self.buffer[:2] == b"\r\n":
+            del self.buffer[:1 if self.buffer[:1] == b"\n" else 2]
+            return []
+        while (found := _BLANK_LINE.search(self.buffer)) is None:
+            self._more_within_head(what)
+            if self.buffer[:1] == b"\n" or self.buffer[:2] == b"\r\n":
+                return self.lines(what)
+        lines = self.take(found.end()).split(b"\n")[:-2]
+        return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
     def line(self, what: str) -> bytes:
-        while (end := self.buffer.find(b"\n")) < 0:
-            if len(self.buffer) > MAX_HEAD:
-                raise httpcore.RemoteProtocolError(f"{what} too long")
-            if not self.more():
-                raise httpcore.RemoteProtocolError(
-                    f"peer closed connection without sending complete message body: {what}")
-        line, self.buffer = self.buffer[:end], self.buffer[end + 1:]
-        return line.rstrip(b"\r")
+        """One line, its ``\r\n`` included (the one delimiter h11 takes in a chunked body)."""
+        while (end := self.buffer.find(b"\r\n")) < 0:
+            self._more_within_head(what)
+        return self.take(end + 2)
 
     def exactly(self, count: int) -> bytes:
-        while len(self.buffer) < count:
+        """``count`` bytes, read in pieces joined once (a large body is not copied per read)."""
+        if len(self.buffer) >= count:
+            return self.take(count)
+        got = len(self.buffer)
+        pieces = [self.take(got)]
+        while got < count:
             if not self.more():
                 raise httpcore.RemoteProtocolError(
                     f"peer closed connection without sending complete message body: received "
-                    f"{len(self.buffer)} bytes, expected {count}")
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
-        return data
+                    f"{got + len(self.buffer)} bytes, expected {count}")
+            piece = self.take(min(len(self.buffer), count - got))
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces)
+
+    def _more_within_head(self, what: str) -> None:
+        if len(self.buffer) > MAX_HEAD:
+            raise httpcore.RemoteProtocolError(f"{what} too long")
+        if not self.more():
+            raise httpcore.RemoteProtocolError(
+                "Server disconnected without sending a response." if what == "head" and not self.buffer
+                else f"peer closed connection without sending complete message body: {what}")
 
 
 def _receive(stream: httpcore.NetworkStream, timeout: float | None,
              head_only: bool) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
     reader = _Reader(stream, timeout)
     while True:
-        version, status, headers = _head(reader)
-        if not 100 <= status < 200 or status == 101:
+        version, status, headers, fields = _head(reader)
+        if status == 101:  # h11: a switch of protocol no request asked for
+            raise httpcore.RemoteProtocolError("an answer of 101 Switching Protocols, which no request asked for")
+        if status >= 200:
             break  # an informational answer is passed over, as h11 and httpcore do
+    if status < 200:  # not 1xx, and not a status h11 reads (000-099)
+        raise httpcore.RemoteProtocolError(f"illegal status code {status}")
+    keep = version >= b"1.1" and b"close" not in fields.get(b"connection", ())
+    if head_only or status in _NO_BODY:
+        body = b""
+    elif b"transfer-encoding" in fields:
+        body = _chunked(reader)
+    elif b"content-length" in fields:
+        body = reader.exactly(int(fields[b"content-length"][0]))
+    else:  # an HTTP/1.0 body: the connection's end is its end
+        pieces = [reader.take(len(reader.buffer))]
+        while reader.more():
+            pieces.append(reader.take(len(reader.buffer)))
+        body, keep = b"".join(pieces), False
+    return status, headers, body, keep and not reader.buffer
+
+
+def _head(reader: _Reader) -> tuple[bytes, int, list[tuple[bytes, bytes]], dict[bytes, list[bytes]]]:
+    """One answer's head: its version, status, headers as received, and the framing
+    headers' values (checked as h11 checks them, whether or not a body follows)."""
+    lines = reader.lines("head")
+    if not lines:
+        raise httpcore.RemoteProtocolError("no response line received")
+    status = _STATUS.fullmatch(lines[0])
+    if status is None:
+        raise httpcore.RemoteProtocolError(f"illegal status line: {lines[0][:80]!r}")
+    headers = _fields(lines[1:])
     fields: dict[bytes, list[bytes]] = {}
     for name, value in headers:
         if (name := name.lower()) in _FRAMING:
             fields.setdefault(name, []).extend(part.strip().lower() for part in value.split(b","))
-    keep = version == b"1.1" and b"close" not in fields.get(b"connection", ())
-    if head_only or status in _NO_BODY or status == 101:
-        body, keep = b"", keep and status != 101
-    elif b"transfer-encoding" in fields:
-        if fields[b"transfer-encoding"] != [b"chunked"]:
-            raise httpcore.RemoteProtocolError("Only Transfer-Encoding: chunked is supported")
-        body = _chunked(reader)
-    elif b"content-length" in fields:
-        lengths = set(fields[b"content-length"])
-        if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+    if (lengths := fields.get(b"content-length")) is not None:
+        if len(set(lengths)) != 1 or _CONTENT_LENGTH.fullmatch(lengths[0]) is None:
             raise httpcore.RemoteProtocolError("bad Content-Length")
-        body = reader.exactly(int(next(iter(lengths))))
-    else:  # an HTTP/1.0 body: the connection's end is its end
-        while reader.more():
-            pass
-        body, keep = reader.buffer, False
-        reader.buffer = b""
-    return status, headers, body, keep and not reader.buffer
+    if b"transfer-encoding" in fields and fields[b"transfer-encoding"] != [b"chunked"]:
+        raise httpcore.RemoteProtocolError("Only Transfer-Encoding: chunked is supported")
+    return status.group(1), int(status.group(2)), headers, fields
 
 
-def _head(reader: _Reader) -> tuple[bytes, int, list[tuple[bytes, bytes]]]:
-    while (found := _BLANK_LINE.search(reader.buffer)) is None:  # the first blank line, as h11 finds it
-        if len(reader.buffer) > MAX_HEAD:
-            raise httpcore.RemoteProtocolError("the answer's head is too long")
-        if not reader.more():
-            raise httpcore.RemoteProtocolError("Server disconnected without sending a response." if not reader.buffer
-                                               else "peer closed connection without sending a complete response head")
-    head, reader.buffer = reader.buffer[:found.start()], reader.buffer[found.end():]
-    lines = head.lstrip(b"\r\n").split(b"\n")
-    if b"\r" in head:
-        lines = [line.rstrip(b"\r") for line in lines]
-    status = _STATUS.fullmatch(lines[0])
-    if status is None:
-        raise httpcore.RemoteProtocolError(f"illegal status line: {lines[0][:80]!r}")
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines[1:]:
-        if line[:1] in (b" ", b"\t") and headers:  # an obsolete line folding: one value, as h11 joins it
-            headers[-1] = (headers[-1][0], headers[-1][1] + b" " + line.strip(b" \t"))
-            continue
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
+def _fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """Header lines (or a chunked body's trailer) as h11 reads them: an obsolete line
+    folding joined to the line before with one space, then each line checked whole."""
+    folded: list[bytes] = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            if not folded:
+                raise httpcore.RemoteProtocolError("continuation line at start of headers")
+            folded[-1] += b" " + line.lstrip(b" \t")
+        else:
+            folded.append(line)
+    headers = []
+    for line in folded:
+        if (field := _HEADER.fullmatch(line)) is None:
             raise httpcore.RemoteProtocolError(f"illegal header line: {line[:80]!r}")
-        headers.append((name, value.strip(b" \t")))
-    return status.group(1), int(status.group(2)), headers
+        headers.append((field.group(1), field.group(2)))
+    return headers
 
 
 def _chunked(reader: _Reader) -> bytes:
     pieces = []
     while True:
         size_line = reader.line("chunk size")
-        size = size_line.split(b";", 1)[0].strip()
-        if not size or any(c not in b"0123456789abcdefABCDEF" for c in size):
+        if (size := _CHUNK_SIZE.fullmatch(size_line)) is None:
             raise httpcore.RemoteProtocolError(f"illegal chunk header: {size_line[:80]!r}")
-        if not (count := int(size, 16)):
+        if not (count := int(size.group(1), 16)):
             break
         pieces.append(reader.exactly(count))
-        if reader.line("chunk end"):
-            raise httpcore.RemoteProtocolError("a chunk longer than its size")
-    while reader.line("trailer"):  # trailers, up to the blank line
-        pass
+        if reader.exactly(2) != b"\r\n":
+            raise httpcore.RemoteProtocolError("malformed chunk footer")
+    _fields(reader.lines("trailer"))
     return b"".join(pieces)
