@@ -236,21 +236,12 @@ def test_status_counts_the_ids_without_reading_them(tmp_path: Path) -> None:
     assert (state.held_there.count, state.on_platform.count) == (10, 4)
 
 
-@pytest.mark.slow
-def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a store the state is one object, replaced by etag at every save: the ids are an
-    object of their own beside it, created before the state names it, and fetched by a
-    machine whose cache lacks it. Here a state lost from the bucket is found again (its
-    Prime Traces run holds the 4 episodes), then the run resumed is synced by a machine
-    with nothing cached: it reads the ids, not the platform (no reconciling), and sends only
-    the 2 new episodes, each stored once."""
-    import sqlite3
-
+def _store_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, episodes: int):  # noqa: ANN202
+    """A run of ``episodes`` episodes in a file:// store, and ``sync(machine)``, a Prime Traces
+    sync of the store into a local platform from that machine (its own cache)."""
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
     from prime_runs_spool.platform_api.client import PlatformClient
     from prime_runs_spool.platform_api.settings import Secret, Settings
-    from prime_runs_spool.store.objects import ObjectStore
     from prime_runs_spool.sync.options import TRACES, SyncOptions
     from prime_runs_spool.sync.retry import Backoff
     from prime_runs_spool.sync.store_sync import sync_store
@@ -259,11 +250,13 @@ def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
 
     url, db = f"file://{tmp_path / 'bucket'}", tmp_path / "p.db"
     (tmp_path / "bucket").mkdir()
-    builder = RunBuilder(tmp_path / "run", "id-sets-store")
-    builder.open_segment()
-    builder.add(4)
-    builder.seal()
-    upload_run(url, builder.run_dir, "run")
+    builder = RunBuilder(tmp_path / "run", name)
+
+    def add(count: int) -> None:
+        builder.open_segment()
+        builder.add(count)
+        builder.seal()
+        upload_run(url, builder.run_dir, "run")
 
     def sync(machine: str):  # noqa: ANN202
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / machine / "cache"))
@@ -275,27 +268,54 @@ def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
                     to=TRACES, request_lifetime=0.5, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)), jobs=1)
         return report
 
-    first = sync("m1")
-    assert (first.state, first.pushed_now) == ("synced", 4), first
+    def stored_once() -> dict[str, int]:
+        import sqlite3
+
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id"))
+        assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored
+        return stored
+
+    add(episodes)
+    return url, builder, add, sync, stored_once
+
+
+def _found_again(url: str, sync) -> tuple[str, dict]:  # noqa: ANN001
+    """The run's state lost from the bucket, and a sync from machine m2 that finds its Prime
+    Traces run again (``held_there``, a file of ids): the state's key and document."""
+    from prime_runs_spool.store.objects import ObjectStore
+
     store = ObjectStore(url)
     (state_key,) = [i.key for i in store.list() if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
-    store.delete(state_key)  # the state lost
+    store.delete(state_key)
     found = sync("m2")
     assert (found.state, found.pushed_now) == ("synced", 0), found
-    document = orjson.loads(store.read(state_key)[0])
+    return state_key, orjson.loads(store.read(state_key)[0])
+
+
+@pytest.mark.slow
+def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a store the state is one object, replaced by etag at every save: the ids are an
+    object of their own beside it, created before the state names it, and fetched by a
+    machine whose cache lacks it. Here a state lost from the bucket is found again (its
+    Prime Traces run holds the 4 episodes), then the run resumed is synced by a machine
+    with nothing cached: it reads the ids, not the platform (no reconciling), and sends only
+    the 2 new episodes, each stored once."""
+    from prime_runs_spool.store.objects import ObjectStore
+
+    url, builder, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-store", 4)
+    first = sync("m1")
+    assert (first.state, first.pushed_now) == ("synced", 4), first
+    state_key, document = _found_again(url, sync)
     assert document["held_there"]["count"] == 4
     side = f"run/spool/sync/ids-{document['held_there']['digest']}.ids"
-    assert sorted(orjson.loads(store.read(side)[0])) == sorted(builder.ids)
-    builder.open_segment()  # resumed: two more episodes
-    builder.add(2)
-    builder.seal()
-    upload_run(url, builder.run_dir, "run")
+    assert sorted(orjson.loads(ObjectStore(url).read(side)[0])) == sorted(builder.ids)
+    add(2)  # resumed: two more episodes
     resumed = sync("m3")
     assert (resumed.state, resumed.pushed_now) == ("synced", 2), resumed
     assert not [w for w in resumed.warnings if "reconciling" in w], resumed.warnings
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id").fetchall())
-    assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored
+    stored_once()
 
 
 @pytest.mark.slow
@@ -304,49 +324,40 @@ def test_a_machines_torn_copy_of_a_file_of_ids_is_fetched_again(tmp_path: Path, 
     power cut can leave it empty under its name. The store holds it whole, so the next pass
     fetches it again; trusting the copy by its name made every later sync of the run fail
     ("damaged ... move that state aside", naming the cache, which moving changes nothing)."""
-    import sqlite3
-
-    from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.platform_api.client import PlatformClient
-    from prime_runs_spool.platform_api.settings import Secret, Settings
-    from prime_runs_spool.store.objects import ObjectStore
-    from prime_runs_spool.sync.options import TRACES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.sync.store_sync import sync_store
-    from support.runs import RunBuilder
-    from support.store_runs import upload_run
-
-    url, db = f"file://{tmp_path / 'bucket'}", tmp_path / "p.db"
-    (tmp_path / "bucket").mkdir()
-    builder = RunBuilder(tmp_path / "run", "id-sets-torn")
-    builder.open_segment()
-    builder.add(3)
-    builder.seal()
-    upload_run(url, builder.run_dir, "run")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-    def sync():  # noqa: ANN202
-        with EmbeddedPlatform(db, traces=True) as platform:
-            settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=None,
-                                frontend_url=platform.base_url)
-            with PlatformClient(settings, timeout=10) as client:
-                (report,) = sync_store(url, client, local_destination(db, None), SyncOptions(
-                    to=TRACES, request_lifetime=0.5, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)), jobs=1)
-        return report
-
-    assert sync().pushed_now == 3
-    store = ObjectStore(url)
-    (state_key,) = [i.key for i in store.list() if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
-    store.delete(state_key)  # the state lost: found again, the 3 episodes held there
-    assert sync().pushed_now == 0
-    (cached,) = (tmp_path / "cache").rglob("ids-*.ids")
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-torn", 3)
+    assert sync("m2").pushed_now == 3
+    _found_again(url, sync)
+    (cached,) = (tmp_path / "m2" / "cache").rglob("ids-*.ids")
     cached.write_bytes(b"")  # the power cut
-    builder.open_segment()
-    builder.add(2)
-    builder.seal()
-    upload_run(url, builder.run_dir, "run")
-    resumed = sync()
+    add(2)
+    resumed = sync("m2")
     assert (resumed.state, resumed.pushed_now, resumed.error) == ("synced", 2, None), resumed
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        stored = dict(conn.execute("SELECT episode_id, COUNT(*) FROM trace_episodes GROUP BY episode_id").fetchall())
-    assert sorted(stored) == sorted(builder.ids) and set(stored.values()) == {1}, stored
+    stored_once()
+
+
+@pytest.mark.slow
+def test_a_state_of_version_1_in_an_object_store_is_read_as_it_was(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state object written before files of ids (version 1, the ids inline): this machine's
+    copy of it, written as version 2, names a file of ids, which must be beside it. It was
+    not: the engine found the copy naming a missing file, said "a copy made without it?" of
+    the user's bucket, and reconciled with the platform instead of carrying on from the
+    state. Its next save stores the ids as an object and the state as version 2."""
+    from prime_runs_spool.store.objects import ObjectStore
+
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-v1-store", 3)
+    assert sync("m1").pushed_now == 3
+    state_key, document = _found_again(url, sync)
+    store = ObjectStore(url)
+    side = f"run/spool/sync/ids-{document['held_there']['digest']}.ids"
+    held = orjson.loads(store.read(side)[0])
+    store.delete(side)  # as version 1 wrote it: the ids in the state, no object beside it
+    document.update(version=1, held_there=held, on_platform=[])
+    del document["checksum"]
+    store.replace(state_key, orjson.dumps(document), store.read(state_key)[1])
+    add(2)
+    resumed = sync("m3")
+    assert (resumed.state, resumed.pushed_now, resumed.error) == ("synced", 2, None), resumed
+    assert not [w for w in resumed.warnings if "reconciling" in w or "missing" in w], resumed.warnings
+    stored_once()
+    assert orjson.loads(store.read(state_key)[0])["version"] == 2 and sorted(orjson.loads(store.read(side)[0])) == held

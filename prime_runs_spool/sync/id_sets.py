@@ -22,7 +22,8 @@ number of ids.
 - **Object stores**: an object of its own beside the state object, created before the state
   names it (sync/store_sync.py); the state object stays one object. A machine's copy of it
   is a cache written without an fsync, so a pass checks it against its digest, and fetches
-  it again when a power cut tore it, instead of failing every sync of the run.
+  it again when a power cut tore it, instead of failing every sync of the run; a state
+  object of version 1 has its ids written beside this machine's copy, which names them.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class IdSet:
     def missing(self) -> bool:
         """Whether its file is not where the state was read (a copy made without it), nor
         the ids in this process (a state of version 1 holds them itself)."""
-        return self._data is None and not os.path.isfile(self.path)
+        return not self.unstored and not os.path.isfile(self.path)
 
     def ids(self) -> frozenset[str]:
         """The ids: read from the file, and checked against the digest, the first time."""
@@ -117,6 +118,12 @@ class IdSet:
             raise StateProblem(f"{path}: damaged (not the episode ids the sync state beside it names); move that "
                                "state aside and sync again: the platform is asked what it holds")
         return data, ids
+
+    @property
+    def unstored(self) -> bool:
+        """Whether the ids are this process's alone, in no file yet: made here, or read from
+        a state of version 1, which held them itself."""
+        return self._data is not None
 
     def intact_at(self, path: str) -> bool:
         """Whether the file at ``path`` holds this set's bytes (a cache's copy, written without

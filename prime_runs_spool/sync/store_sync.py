@@ -292,12 +292,15 @@ class StoreRunSync:
         fetched from the store when they are not there whole (a name is its content). One the
         store lacks stays missing, and the engine's reading of the state says so, in one line.
         The keys of those the store is known to hold (the pass creates none of them again)."""
-        known = set()
+        known, folder = set(), str(self.path.parent)
         for found in named_by(state):
-            found.found_in(str(self.path.parent))
             key = id_set_key(self.key, found)
             if key in self.run.objects:
                 known.add(key)
+            if found.unstored:  # a state of version 1's: the copy of it, written as 2, names a file
+                found.store(folder, durable=False)
+                continue
+            found.found_in(folder)
             if found.intact_at(found.path):  # a cache, not fsync'd: checked, not trusted by its name
                 continue
             fetched = self.run.store.read(key)
