@@ -167,6 +167,10 @@ ANSWERS: dict[str, Callable[[bytes], bytes | tuple[bytes] | None]] = {
     "bad status line": lambda request: (b"HTTP/1.1 2OO OK\r\nContent-Length: 2\r\n\r\n{}",),
     "bad header": lambda request: (b"HTTP/1.1 200 OK\r\nNo colon here\r\nContent-Length: 2\r\n\r\n{}",),
     "no content": lambda request: (b"HTTP/1.1 204 No Content\r\n\r\n",),
+    # What h11 refuses (tests/test_http1_reading.py has the rest): in doubt, never a success.
+    "switching protocols": lambda request: (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",),
+    "no content, bad length": lambda request: (b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",),
+    "a NUL in a header": lambda request: (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n" + answer()[17:],),
 }
 
 
