@@ -181,3 +181,22 @@ def test_a_large_answer_is_read_in_linear_time() -> None:
         finally:
             http1._Reader.more = reader_more  # type: ignore[method-assign]
         assert held < 4 * len(body), held
+
+
+def test_a_head_sent_a_byte_at_a_time_is_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each search for the head's end starts where the last stopped, as h11's: searched
+    from the start on every read, a 100 KiB head dripped a byte a read (each read within
+    the answer's deadline) was searched 5 G bytes, 2.1 s of CPU against h11's 0.9 s."""
+    searched = 0
+
+    class Counting:
+        def search(self, buffer: bytes, start: int = 0):  # noqa: ANN201
+            nonlocal searched
+            searched += len(buffer) - start
+            return pattern.search(buffer, start)
+
+    pattern = http1._BLANK_LINE
+    monkeypatch.setattr(http1, "_BLANK_LINE", Counting())
+    head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (http1.MAX_HEAD - 200) + b"\r\nContent-Length: 0\r\n\r\n"
+    assert http1._receive(Pieces([head[i:i + 1] for i in range(len(head))]), None, False)[0] == 200  # type: ignore[arg-type]
+    assert searched < 4 * len(head), searched
