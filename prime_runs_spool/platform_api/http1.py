@@ -41,12 +41,17 @@ MAX_HEAD = 100 * 1024
 READ = 64 * 1024
 
 # h11's grammar (h11/_abnf.py), so that what it refuses is refused here too.
+_TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
 _FIELD_VALUE = rb"(?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?"
 _STATUS = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
-_HEADER = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*(" + _FIELD_VALUE + rb")[ \t]*")
+_HEADER = re.compile(rb"(%s):[ \t]*(%s)[ \t]*" % (_TOKEN, _FIELD_VALUE))
+#: A head's header lines, each with its line end: checked whole and split in two calls.
+_HEADER_LINE = re.compile(_HEADER.pattern + rb"\r?\n")
+_HEADER_LINES = re.compile(rb"(?:%s:[ \t]*%s[ \t]*\r?\n)*" % (_TOKEN, _FIELD_VALUE))
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
 _CONTENT_LENGTH = re.compile(rb"[0-9]{1,20}")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
+_EMPTY_LINE = (b"\n", b"\r\n")
 _NO_BODY = (204, 304)
 #: The headers that say how an answer is framed and whether its connection stays open.
 _FRAMING = frozenset({b"connection", b"content-length", b"transfer-encoding"})
@@ -157,23 +162,27 @@ class _Reader:
         return bool(data)
 
     def take(self, count: int) -> bytes:
+        if count >= len(self.buffer):
+            data = bytes(self.buffer)
+            self.buffer.clear()
+            return data
         data = bytes(self.buffer[:count])
         del self.buffer[:count]
         return data
 
-    def lines(self, what: str) -> list[bytes]:
-        """The lines up to the first blank one (which is consumed), as h11 splits them."""
-        if self.buffer[:1] == b"\n" or self.buffer[:2] == b"\r\n":
-            del self.buffer[:1 if self.buffer[:1] == b"\n" else 2]
-            return []
+    def block(self, what: str) -> bytes:
+        """The lines up to the first blank one, each with its line feed (the blank line is
+        consumed, not returned), as h11 finds them."""
+        if self.buffer.startswith(_EMPTY_LINE):
+            del self.buffer[:1 if self.buffer[0] == 10 else 2]
+            return b""
         searched = 0  # each search starts where the last one stopped (as h11's): not quadratic in a slow head
         while (found := _BLANK_LINE.search(self.buffer, searched)) is None:
             searched = max(0, len(self.buffer) - 2)
             self._more_within_head(what)
-            if self.buffer[:1] == b"\n" or self.buffer[:2] == b"\r\n":
-                return self.lines(what)
-        lines = self.take(found.end()).split(b"\n")[:-2]
-        return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+            if self.buffer.startswith(_EMPTY_LINE):
+                return self.block(what)
+        return self.take(found.end())[:found.start() + 1]
 
     def line(self, what: str) -> bytes:
         """One line, its ``\r\n`` included (the one delimiter h11 takes in a chunked body)."""
@@ -237,13 +246,15 @@ def _receive(stream: httpcore.NetworkStream, timeout: float | None,
 def _head(reader: _Reader) -> tuple[bytes, int, list[tuple[bytes, bytes]], dict[bytes, list[bytes]]]:
     """One answer's head: its version, status, headers as received, and the framing
     headers' values (checked as h11 checks them, whether or not a body follows)."""
-    lines = reader.lines("head")
-    if not lines:
+    block = reader.block("head")
+    if not block:
         raise httpcore.RemoteProtocolError("no response line received")
-    status = _STATUS.fullmatch(lines[0])
+    end = block.index(b"\n")
+    first = block[:end - 1] if block[end - 1:end] == b"\r" else block[:end]
+    status = _STATUS.fullmatch(first)
     if status is None:
-        raise httpcore.RemoteProtocolError(f"illegal status line: {lines[0][:80]!r}")
-    headers = _fields(lines[1:])
+        raise httpcore.RemoteProtocolError(f"illegal status line: {first[:80]!r}")
+    headers = _fields(block[end + 1:])
     fields: dict[bytes, list[bytes]] = {}
     for name, value in headers:
         if (name := name.lower()) in _FRAMING:
@@ -256,9 +267,13 @@ def _head(reader: _Reader) -> tuple[bytes, int, list[tuple[bytes, bytes]], dict[
     return status.group(1), int(status.group(2)), headers, fields
 
 
-def _fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
-    """Header lines (or a chunked body's trailer) as h11 reads them: an obsolete line
-    folding joined to the line before with one space, then each line checked whole."""
+def _fields(block: bytes) -> list[tuple[bytes, bytes]]:
+    """Header lines (or a chunked body's trailer), each with its line feed, as h11 reads
+    them: an obsolete line folding joined to the line before with one space, then each line
+    checked whole (without a folding, all of them by one match: the common case's cost)."""
+    if _HEADER_LINES.fullmatch(block) is not None:
+        return _HEADER_LINE.findall(block)
+    lines = [line[:-1] if line.endswith(b"\r") else line for line in block.split(b"\n")[:-1]]
     folded: list[bytes] = []
     for line in lines:
         if line[:1] in (b" ", b"\t"):
@@ -286,5 +301,5 @@ def _chunked(reader: _Reader) -> bytes:
         pieces.append(reader.exactly(count))
         if reader.exactly(2) != b"\r\n":
             raise httpcore.RemoteProtocolError("malformed chunk footer")
-    _fields(reader.lines("trailer"))
+    _fields(reader.block("trailer"))
     return b"".join(pieces)
