@@ -367,8 +367,15 @@ class DocumentError(SpoolError, ValueError):
 class UnsafeListenError(SpoolError, ValueError):
     """A server was asked to listen beyond loopback without a token to keep strangers out."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, token_problem: str | None = None) -> None:
+        """``token_problem``: the token given is no token at all (white space only, a line
+        break or another control character), said instead; the token itself never is."""
         self.host = host
+        if token_problem is not None:
+            super().__init__(
+                f"refusing the token: it {token_problem}, which no login form or Authorization header carries as "
+                "typed; give another with --token TOKEN (or its environment variable)")
+            return
         super().__init__(
             f"refusing to listen on {host} without a token: anyone who can reach it would see the runs; "
             "pass --token TOKEN, or listen on 127.0.0.1"

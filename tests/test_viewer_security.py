@@ -70,6 +70,26 @@ def test_a_non_loopback_host_without_a_token_is_refused(command, host, tmp_path)
     assert not (tmp_path / "p.db").exists()  # refused before anything was opened or bound
 
 
+@pytest.mark.parametrize(("command", "variable"), [
+    (["view", str(FIXTURES)], "PRIME_RUNS_VIEW_TOKEN"),
+    (["platform", "serve", "--db", "{db}"], "PRIME_RUNS_PLATFORM_TOKEN"),
+])
+@pytest.mark.parametrize(("token", "problem"), [
+    (" ", "is white space only"), ("s3cret\nX-Injected: yes", "holds a line break or another control character"),
+])
+def test_a_token_of_white_space_or_with_a_line_break_is_refused(command, variable, token, problem, tmp_path):
+    """A blank token from the environment (``VAR=" "``) let the server listen on every address
+    behind a password of one space; one with a line break could never be sent in a header."""
+    argv = [part.replace("{db}", str(tmp_path / "p.db")) for part in command]
+    done = subprocess.run(CLI + argv + ["--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True,
+                          env=child_env(**{variable: token}), timeout=60)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (f"prime-runs: {'view: ' if command[0] == 'view' else ''}refusing the token: it {problem}, "
+                           "which no login form or Authorization header carries as typed; give another with --token "
+                           "TOKEN (or its environment variable)\n")
+    assert not (tmp_path / "p.db").exists()
+
+
 def test_which_hosts_need_a_token():
     for host in ("0.0.0.0", "::", "192.0.2.1", "10.0.0.1", "viewer.example", "[::]"):
         with pytest.raises(UnsafeListenError, match="refusing to listen on"):

@@ -87,7 +87,14 @@ class LoopbackHostOnly:
 
 
 def check_listen(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token (raises :class:`UnsafeListenError`)."""
+    """Refuse to listen beyond loopback without a token (raises :class:`UnsafeListenError`),
+    and a token that is none: white space only (a blank ``PRIME_RUNS_VIEW_TOKEN=" "`` let
+    the viewer listen on every address behind a one-space password) or holding a line
+    break or another control character (no header carries it)."""
+    if token and not token.strip():
+        raise UnsafeListenError(host, "is white space only")
+    if token and not token.isprintable():
+        raise UnsafeListenError(host, "holds a line break or another control character")
     if not token and not is_loopback(host):
         raise UnsafeListenError(host)
 
