@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from prime_runs_spool.errors import PlatformError
+from prime_runs_spool.errors import FailureKind, PlatformError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Secret, Settings
 
@@ -196,6 +197,60 @@ def test_a_platform_that_is_not_there_fails_alike_naming_its_host() -> None:
         got, expected = _outcome(own, "create"), _outcome(through_httpx, "create")
     assert got == expected
     assert "connection refused by 127.0.0.1:" in str(got)
+
+
+def _reset(conn: socket.socket) -> None:
+    """Closed with a reset (RST), not a FIN."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+#: A connection's ends that no script of bytes can say: what the server does on the socket.
+RESETS: dict[str, Callable[[socket.socket], object]] = {
+    "reset before the answer": lambda conn: (conn.recv(65536), _reset(conn)),
+    "reset mid body": lambda conn: (conn.recv(65536), conn.sendall(answer()[:60]), time.sleep(0.05), _reset(conn)),
+    "reset during the upload": lambda conn: (conn.recv(1024), _reset(conn)),
+    "refused during the upload": lambda conn: (conn.recv(1024), conn.sendall(answer(413, b"too big")), _reset(conn)),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESETS))
+def test_a_reset_connection_fails_alike(kind: str) -> None:
+    """A reset classifies as through httpx.Client (in doubt, or the answer sent before it
+    when the upload is cut: a 413 is refused, not in doubt): the sync's retries and fences
+    decide by that kind."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                RESETS[kind](conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    big = b'{"samples":[' + b"1," * (8 << 20) + b"1]}"  # more than the socket buffers take
+    own, through_httpx = clients(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        with own, through_httpx:
+            got, expected = ([_outcome_of(lambda: client.push_samples("ev-1", big)) for client in (own, through_httpx)]
+                             if "upload" in kind else [_outcome(client, "samples") for client in (own, through_httpx)])
+    finally:
+        listener.close()
+    # The kind and status, which the sync decides by; the reason may differ by a race on
+    # either path (a reset met by a write reads as the server's end, by a read as a reset).
+    assert got[:3] == expected[:3]  # type: ignore[index]
+    assert got[:2] == (("failed", FailureKind.IN_DOUBT) if "refused" not in kind else ("failed", FailureKind.FATAL))
+
+
+def _outcome_of(call: Callable[[], object]) -> object:
+    try:
+        return ("answer", call())
+    except PlatformError as exc:
+        return ("failed", exc.kind, exc.status, exc.retry_after, str(exc))
 
 
 @pytest.mark.parametrize("kind", ["kept", "closed after each answer"])
