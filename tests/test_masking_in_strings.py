@@ -333,8 +333,8 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     strings; 11: none for ``--env=NAME=value`` nor a table after a secret flag; 12: none for
     curl's ``-u``, a tool's ``-p``, JSON in a string or a PEM block; 13: none for ``docker
     login -p``, ``aws configure set`` nor a ``{name, value}`` pair; 14: none for a YAML block
-    nor a Groq key; 15: none for a list printed into a string nor ``wandb login``) are
-    masked again by sync
+    nor a Groq key; 15: none for a list printed into a string nor ``wandb login``; 16: none
+    for ``vault login`` nor an XML ``<password>``) are masked again by sync
     before their metadata and their rows leave."""
     secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
     strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
@@ -354,9 +354,12 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     shape_strings = {"judge": f"client:\n  api_keys:\n  - {shapes[0]}\n", "note": f"key {shapes[1]}"}
     printed = ["OLDPRINTED0016xyz", "OLDWANDB0017xyz"]
     printed_strings = {"args": f"['--api-key', '{printed[0]}']", "setup": f"wandb login {printed[1]}"}
+    logins = ["OLDVAULT0018xyz", "OLDXML0019xyz"]
+    login_strings = {"setup": f"vault login {logins[0]}", "maven": f"<password>{logins[1]}</password>"}
     for run_id, version, args in (("old-strings", 10, strings), ("old-env-equals", 11, newer_strings),
                                   ("old-formats", 12, format_strings), ("old-tools", 13, tool_strings),
-                                  ("old-shapes", 14, shape_strings), ("old-printed", 15, printed_strings)):
+                                  ("old-shapes", 14, shape_strings), ("old-printed", 15, printed_strings),
+                                  ("old-logins", 16, login_strings)):
         writer = SegmentWriter.create(tmp_path / "runs" / run_id, run_id)
         writer.append("manifest", {"run_id": run_id, "name": run_id, "environments": ["e"], "model": "m",
                                    "framework": "verifiers", "format_version": 1, "masking_version": version,
@@ -365,13 +368,13 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
         episode["traces"][0]["agent"]["config"]["env_args"] = args
         writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
         writer.seal("completed")
-    secrets += newer + formats + tools + shapes + printed
+    secrets += newer + formats + tools + shapes + printed + logins
     assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
     db = tmp_path / "platform.db"
     result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 6, result.stdout
+    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 7, result.stdout
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
     assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows
@@ -417,6 +420,8 @@ FLAG_CASES = [
     ("PowerShell's $env:", f'$env:HF_TOKEN="{PW}"; python run.py'),
     ("wandb login", f"wandb login {PW} && python train.py"),
     ("wandb login in a list", ["wandb", "login", "--relogin", PW]),
+    ("vault login", f"vault login {PW}"),
+    ("az login -p", ["az", "login", "-u", "me@example.com", "-p", PW]),
     ("a list printed into a string", f"['--model', 'm', '--api-key', '{PW}']"),
     ("a JSON list in a string", f'["curl", "-u", "alice:{PW}", "https://h/x"]'),
 ]
@@ -432,6 +437,7 @@ FORMAT_CASES = [
     ("a YAML list under a secret name", f"judge:\n  api_keys:\n  - {PW}\n  - k2\n  model: m"),
     ("a YAML headers table", f"client:\n  headers:\n    X-Team: {PW}\n  model: m"),
     ("a Cookie header", f"Cookie: theme=dark; session={PW}"),
+    ("an XML element", f"<settings><server><id>r</id><password>{PW}</password></server></settings>"),
     ("a SAS outside a URL", f"BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=sv=2022&sig={PW}"),
     ("a base64 secret by its name", {"HF_TOKEN_B64": PW, "gcp_credentials_base64": PW}),
     ("a header line", f"X-Api-Key: {PW}"),
@@ -531,7 +537,8 @@ def secret_in_a_format(draw: Any) -> tuple[Any, str]:
         f"ENV {name} {secret}", [name, secret], [{"name": name, "value": secret}],
         f"kubectl create secret generic s --from-literal={user}={quote}{secret}{quote}",
         f"judge:\n  {name}:\n    - {secret}\n  model: m", f"headers:\n  {user}: {secret}\nmodel: m",
-        f"wandb login {secret}", repr(["--model", user, f"--{name}", secret]), json.dumps(["-u", f"{user}:{secret}"]),
+        f"wandb login {secret}", f"vault login {secret}", f"az login -u {user} -p {quote}{secret}{quote}",
+        f"<cfg><{name}>{secret}</{name}></cfg>", repr(["--model", user, f"--{name}", secret]), json.dumps(["-u", f"{user}:{secret}"]),
         {f"{name}_{draw(st.sampled_from(['b64', 'B64', 'base64', 'json_b64']))}": secret},
     ]
     return draw(st.sampled_from(shapes)), secret

@@ -8,7 +8,7 @@ of naming a secret, that the command-line rules cannot see: a JSON object given 
 line (``Authorization: Bearer ...``, ``api_key: ...`` in YAML, with a block below it), an ``Authorization`` value
 given alone (``Bearer ...``, ``Basic dXNlcjpwYXNz``), a private key pasted whole
 (``-----BEGIN ... PRIVATE KEY-----``), a ``.netrc`` line (``machine h login u password p``),
-an ODBC string's ``PWD=...;``, a Dockerfile's ``ENV NAME value``, a Slack or Discord webhook's
+an ODBC string's ``PWD=...;``, an XML element (``<password>...</password>``), a Dockerfile's ``ENV NAME value``, a Slack or Discord webhook's
 URL, and a URL's userinfo written without a scheme (``user:pass@host:5432``). Each rule here finds such a secret by how that format marks
 it (a key named like a secret, a header name, a scheme word, a PEM label) and returns its
 span; ``mask_text`` replaces the spans. docs/masking.md, "Inside strings", lists them.
@@ -54,6 +54,9 @@ _WEBHOOK = re.compile(r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/|di
 #: A signature given as a query parameter outside a URL (an Azure ``SharedAccessSignature=sv=
 #: ...&sig=...`` connection string): its value, as in a URL's query.
 _SIGNATURE = re.compile(r"(?<=[?&;])(?:sig|[A-Za-z\-]*signature)=([^&;\s'\"#]*)", re.IGNORECASE)
+#: An XML element named like a secret (``<password>...</password>``, Maven's ``settings.xml``,
+#: NuGet's ``<add key="ClearTextPassword" value="..."/>`` aside): its text.
+_XML_ELEMENT = re.compile(r"<([A-Za-z_][A-Za-z0-9_.\-]*)>([^<]*)</\1>")
 #: A URL's userinfo without a scheme (``user:pass@host``, Redis's ``:pass@host``), at the start
 #: of a word: the part between ``:`` and ``@``. Not a container image pinned by its digest
 #: (``image:tag@sha256:...``).
@@ -86,6 +89,8 @@ def format_spans(text: str) -> list[tuple[int, int]]:
         spans.extend(match.span(1) for match in _WEBHOOK.finditer(text))
     if "=" in text and ("sig=" in text or "ignature=" in text or "SIG=" in text or "IGNATURE=" in text):
         spans.extend(match.span(1) for match in _SIGNATURE.finditer(text))
+    if "</" in text:
+        spans.extend(match.span(2) for match in _XML_ELEMENT.finditer(text) if is_secret_name(match.group(1)))
     if "-----BEGIN" in text:
         for match in _PEM.finditer(text):
             end = text.find("-----END", match.end())
@@ -100,7 +105,7 @@ def maybe(text: str) -> bool:
     """Whether a rule of this module can find something in ``text`` (true for every text one
     can, and for some others): a few substring tests, as ``mask_text``'s own."""
     return ":" in text or "=" in text or "Bearer" in text or "BEARER" in text or "Basic" in text or "BASIC" in text \
-        or "BEGIN" in text or "assword" in text or "ccount" in text or "ENV" in text
+        or "BEGIN" in text or "assword" in text or "ccount" in text or "ENV" in text or "</" in text
 
 
 def table_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:

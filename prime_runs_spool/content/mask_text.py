@@ -88,11 +88,13 @@ _STUCK = re.compile(r"(?<![^\s'\"])-(?:e[A-Z][A-Z0-9_]*=|u[^\s'\":=\-][^\s'\":]*
 #: the tool's own name, in the same command: MySQL's and MariaDB's clients take ``-pPASSWORD``
 #: stuck (``-p NAME`` apart is a prompt, then a database's name), sshpass ``-p PASSWORD`` either
 #: way, redis-cli ``-a PASSWORD``, a registry's login (``docker login -p PASSWORD``, Podman's...)
-#: either way; ``wandb login KEY`` takes the key as a plain word (every word after it goes).
+#: either way (the Azure CLI's ``az login -p`` too); ``wandb login KEY`` and ``vault login
+#: TOKEN`` take the key as a plain word (every word after it goes).
 _TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli"
-                   r"|(?:docker|podman|nerdctl|buildah|skopeo|wandb)[ \t]+login)(?![^\s'\"])")
+                   r"|(?:docker|podman|nerdctl|buildah|skopeo|az|wandb|vault)[ \t]+login)(?![^\s'\"])")
+_KEY_AS_WORD_TOOLS = ("wandb", "vault")
 _WORD_IN_COMMAND = re.compile(r"(?<![^\s'\"])(\"[^\"]*\"|'[^']*'|[^\s'\"\-][^\s'\"]*)")
-_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "wandb"})
+_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "az", "wandb", "vault"})
 _STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass", "login")
 _APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a", "login": "-p"}
 _APART_PASSWORD = {tool: re.compile(rf"(?<![^\s'\"]){flag}[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*)")
@@ -225,9 +227,9 @@ def _masked_once(text: str) -> str:
 
 def _tool_name(name: str) -> str:
     """A tool of :data:`_TOOL` as :data:`_APART_PASSWORD_FLAGS` names it: a registry's
-    ``login``, whichever program's; ``wandb``'s."""
+    ``login``, whichever program's; ``wandb``'s and ``vault``'s, whose key is a plain word."""
     if name.endswith("login"):
-        return "wandb" if name.startswith("wandb") else "login"
+        return "wandb" if name.startswith(_KEY_AS_WORD_TOOLS) else "login"
     return name
 
 
