@@ -137,6 +137,18 @@ def test_an_argument_list_loses_what_follows_a_secret_flag() -> None:
 SECRET = "Zq8s3cretVALUE77"  # no provider's shape: only the rules by position can find it
 
 
+def spooled(folder: Path, config: dict[str, Any], seat: dict[str, Any]) -> bytes:
+    """Every byte a run writes whose config is ``config`` and whose one episode's first trace
+    config holds ``seat``'s entries: through ``open_run`` and ``Run.log_episodes``, as a
+    user's eval writes them."""
+    episode = make_episode(0, run_id="r")
+    episode["traces"][0]["agent"]["config"].update(seat)
+    run = open_run(folder, name="r", model="m", config=config)
+    run.log_episodes([episode])
+    run.finish()
+    return all_bytes_under(folder)
+
+
 @pytest.mark.parametrize(("where", "value"), [
     # Docker's own --env=NAME=value spelling, in a command line and as one element of a list
     ("a command line", f"docker run --rm --env=MODEL_CRED={SECRET} vllm/vllm-openai"),
@@ -148,13 +160,9 @@ SECRET = "Zq8s3cretVALUE77"  # no provider's shape: only the rules by position c
 ])
 def test_a_value_after_env_equals_or_a_table_after_a_secret_flag_reaches_no_file(tmp_path: Path, where: str,
                                                                                  value: Any) -> None:
-    config = {"model": "m", "env": {"id": "e", "sandbox": {"command": value}}}
-    episode = make_episode(0, run_id="r")
-    episode["traces"][0]["agent"]["config"]["sandbox_command"] = value
-    run = open_run(tmp_path / "run", name="r", model="m", config=config)
-    run.log_episodes([episode])
-    run.finish()
-    assert SECRET.encode() not in all_bytes_under(tmp_path / "run"), f"{where}: {value!r} reached the spool in clear"
+    raw = spooled(tmp_path / "run", {"model": "m", "env": {"id": "e", "sandbox": {"command": value}}},
+                  {"sandbox_command": value})
+    assert SECRET.encode() not in raw, f"{where}: {value!r} reached the spool in clear"
 
 
 # -- the property: a real run, through the public API ---------------------------------------------
@@ -297,12 +305,7 @@ def test_no_secret_in_an_argument_list_or_a_url_reaches_any_file_or_the_terminal
     seat, expected_seat, seat_secrets = seat_case
     tmp = tmp_path_factory.mktemp("run")
     config = {"model": "m", "env": {"id": "e", "args": args, "sandbox": {"command": args}}}
-    episode = make_episode(0, run_id="strings")
-    episode["traces"][0]["agent"]["config"]["env_args"] = seat
-    run = open_run(tmp / "run", name="strings", model="m", config=config)
-    run.log_episodes([episode])
-    run.finish()
-    raw = all_bytes_under(tmp / "run")
+    raw = spooled(tmp / "run", config, {"env_args": seat})
     for secret in secrets + seat_secrets:
         assert secret.encode() not in raw
     spool = read_run(tmp / "run")
@@ -460,13 +463,8 @@ FORMAT_CASES = [
 def test_a_password_in_a_string_or_a_list_reaches_no_file(tmp_path: Path, where: str, value: Any) -> None:
     """Each written as a user writes it, into an environment's arguments, a sandbox's command
     and a seat's resolved config, through ``open_run`` and ``Run.log_episodes``."""
-    config = {"model": "m", "env": {"id": "e", "args": {"setup": value}, "sandbox": {"command": value}}}
-    episode = make_episode(0, run_id="r")
-    episode["traces"][0]["agent"]["config"]["sandbox_command"] = value
-    run = open_run(tmp_path / "run", name="r", model="m", config=config)
-    run.log_episodes([episode])
-    run.finish()
-    raw = all_bytes_under(tmp_path / "run")
+    raw = spooled(tmp_path / "run", {"model": "m", "env": {"id": "e", "args": {"setup": value}, "sandbox": {"command": value}}},
+                  {"sandbox_command": value})
     assert PW.encode() not in raw and BASIC.encode() not in raw, f"{where}: {value!r} reached the spool in clear"
     assert b"--verbose" in raw or b'"model"' in raw  # the rest is still there
 
@@ -475,13 +473,8 @@ def test_a_model_provider_or_registry_key_in_a_note_reaches_no_file(tmp_path: Pa
     """Keys pasted into free text (a note, a command), found by the shape each is issued in."""
     shaped_keys = [given for given, expected in MASKED_TEXTS if expected == MASK]
     note = "keys: " + " and ".join(shaped_keys)
-    config = {"model": "m", "env": {"id": "e", "args": {"note": note, "argv": ["run", *shaped_keys]}}}
-    episode = make_episode(0, run_id="r")
-    episode["traces"][0]["agent"]["config"]["note"] = note
-    run = open_run(tmp_path / "run", name="r", model="m", config=config)
-    run.log_episodes([episode])
-    run.finish()
-    raw = all_bytes_under(tmp_path / "run")
+    raw = spooled(tmp_path / "run", {"model": "m", "env": {"id": "e", "args": {"note": note, "argv": ["run", *shaped_keys]}}},
+                  {"note": note})
     assert [key for key in shaped_keys if key.encode() in raw] == []
 
 
@@ -517,6 +510,7 @@ def secret_in_a_format(draw: Any) -> tuple[Any, str]:
     name = draw(styled())
     user = draw(letters)  # a user by name (``-u 1000:1000`` is Docker's uid:gid, left)
     quote = draw(st.sampled_from(["'", '"']))
+    in_xml = secret.replace("<", "x").replace("&", "x")  # XML text holds neither raw (it writes &lt; and &amp;)
     shapes = [
         f"curl -u {quote}{user}:{secret}{quote} https://h", f"curl --user={quote}{user}:{secret}{quote}",
         ["curl", draw(st.sampled_from(["-u", "--user"])), f"{user}:{secret}"],
@@ -538,10 +532,11 @@ def secret_in_a_format(draw: Any) -> tuple[Any, str]:
         f"kubectl create secret generic s --from-literal={user}={quote}{secret}{quote}",
         f"judge:\n  {name}:\n    - {secret}\n  model: m", f"headers:\n  {user}: {secret}\nmodel: m",
         f"wandb login {secret}", f"vault login {secret}", f"az login -u {user} -p {quote}{secret}{quote}",
-        f"<cfg><{name}>{secret}</{name}></cfg>", repr(["--model", user, f"--{name}", secret]), json.dumps(["-u", f"{user}:{secret}"]),
+        f"<cfg><{name}>{in_xml}</{name}></cfg>", repr(["--model", user, f"--{name}", secret]), json.dumps(["-u", f"{user}:{secret}"]),
         {f"{name}_{draw(st.sampled_from(['b64', 'B64', 'base64', 'json_b64']))}": secret},
     ]
-    return draw(st.sampled_from(shapes)), secret
+    shape = draw(st.sampled_from(shapes))
+    return shape, in_xml if isinstance(shape, str) and shape.startswith("<cfg>") else secret
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
