@@ -334,7 +334,6 @@ class Protocol:
             self.options.backoff.answered()
             return answer
 
-
     def _in_time(self, durable: Callable[[], None], sent_at: float, started: float) -> Callable[[], None]:
         """The gate before a body's last byte: the announcement is durable (``durable``), and
         the announced send time is less than :data:`FINISH_WITHIN` of a lifetime ago.
@@ -348,8 +347,9 @@ class Protocol:
         let through here arrives within half a lifetime of its send time and is committed
         within the other half. One held past it is left unfinished (never acted on) and
         announced and sent afresh, which under a lease renews the lease first: a syncer
-        taken over meanwhile stops there. The hold is the request's age as every fence
-        counts it (:meth:`request_age`): a suspended machine's, too."""
+        taken over meanwhile stops there. The hold is the request's age as a taker's fence
+        may count it, the longer of the two clocks' (:meth:`request_age`): a suspended
+        machine's, too."""
         limit = self.options.request_lifetime * FINISH_WITHIN
 
         def gate() -> None:
