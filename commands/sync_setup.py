@@ -76,10 +76,15 @@ def new_database_line(reports: Iterable[Any], db: str, target: Destination, sink
     """After a ``--local`` sync that created its database: the runs whose states say episodes
     were pushed into a database at that path before (it was deleted or moved since), which
     a plain sync takes for up to date while none of theirs is in the new one; and the
-    ``--replay`` that pushes them into it. None when there is none."""
+    ``--replay`` that pushes them into it. None when there is none. A copy of a run (``cp -r``)
+    that its twin pushed in this very sync holds its total in the new database: not named,
+    or the ``--replay`` would push the run twice."""
     from prime_runs_spool.sync.state import sync_command
 
-    gone = [report.path for report in reports if report.pushed_total > report.pushed_now]
+    reports = list(reports)
+    filled = {report.evaluation_id for report in reports if report.pushed_now}
+    gone = [report.path for report in reports
+            if report.pushed_total > report.pushed_now and report.evaluation_id not in filled]
     if not gone:
         return None
     return (f"{MESSAGE_PREFIX}warning: {db} did not exist before this sync, so what {count(len(gone), 'run')} pushed "

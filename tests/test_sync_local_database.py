@@ -11,6 +11,7 @@ nothing said. Now it says which runs are not in the new database and prints the
 from __future__ import annotations
 
 import shlex
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -57,3 +58,24 @@ def test_a_deleted_local_database_is_said_and_the_printed_replay_fills_the_new_o
     quiet = run_cli("sync", str(runs), "--local", "--db", str(db))
     assert quiet.returncode == 0 and "did not exist" not in quiet.stderr, quiet.stderr
     assert samples_in(db) == 6
+
+
+@pytest.mark.slow  # two syncs
+def test_a_copy_synced_in_the_same_sync_into_a_new_database_is_not_said_to_be_missing(tmp_path: Path) -> None:
+    """One artifact unpacked twice (``cp -r``), both copies synced into a new database: the
+    copy is answered ``synced already`` (its twin pushed the episodes in this very sync), so
+    its total exceeds what it pushed. It was named as a run whose episodes were lost with the
+    old database, and the printed ``--replay`` pushed the run a second time."""
+    runs, db = tmp_path / "runs", tmp_path / "local.db"
+    builder = RunBuilder(runs / "one", "run-copied")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    shutil.copytree(runs / "one", runs / "two")
+    first = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert first.returncode == 0 and samples_in(db) == 3, first.stderr
+    assert "synced already" in first.stdout, first.stdout
+    assert "did not exist" not in first.stderr, first.stderr
+    again = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert again.returncode == 0 and "did not exist" not in again.stderr, again.stderr
+    assert samples_in(db) == 3
