@@ -43,6 +43,7 @@ package is defined here and drawn here):
     ├── sync
     │   ├── SyncError
     │   │   ├── CopyBusyError
+    │   │   ├── RequestFailedError
     │   │   └── SampleCountMismatchError
     │   ├── StateProblem
     │   ├── StateFormatError [ValueError]
@@ -183,6 +184,12 @@ class CopyBusyError(SyncError):
     ``cp -r``, one CI artifact unpacked twice) to the same destination, and did not finish
     within the wait allowed (sync/copies.py). The run is reported ``skipped``, not failed:
     the other copy is syncing it."""
+
+
+class RequestFailedError(SyncError):
+    """A platform request failed for this pass (refused, or still failing when the retries
+    were spent): the run's state is kept for the next sync to carry on from. It says nothing
+    of what the platform holds, so it is never taken for a sample-count mismatch."""
 
 
 class SampleCountMismatchError(SyncError):

@@ -182,3 +182,31 @@ def test_a_request_that_commits_after_its_lifetime_is_reported_and_never_finaliz
         destinations
     text = subprocess.run(CLI + ["status", str(tmp_path)], capture_output=True, text=True, env=child_env())
     assert "MISMATCH" in text.stdout, text.stdout
+
+
+
+@pytest.mark.slow
+def test_samples_that_cannot_be_read_while_the_state_is_lost_are_no_mismatch(tmp_path: Path, server, api) -> None:
+    """A run synced, its state then lost (a copy of the run folder without ``spool/sync/``),
+    synced again while the platform fails the samples listing the cursor is derived again
+    from (down past the retries; a key refused mid-sync goes the same way): that is a failed
+    pass, to carry on from. It was recorded as a sample-count mismatch ("holds 3 samples
+    where this spool's sync accounts for 0 ... sync the run with --replay as a new one"):
+    kept in the state, shown by ``status``, and the advised ``--replay`` pushed the run twice."""
+    builder = build_run(tmp_path / "runs" / "run", "e2e-state-lost-listing-fails", 3)
+    with FaultProxy(server.base_url, methods=["GET"], paths=r"/samples") as proxy:
+        assert run_sync(proxy.base_url, str(tmp_path / "runs")).returncode == 0
+        shutil.rmtree(builder.run_dir / "spool" / "sync")
+        proxy.set_rates({"status_503": 1.0})
+        failed = run_sync(proxy.base_url, str(tmp_path / "runs"), "--max-attempts", "2")
+        assert failed.returncode == 1, failed.stdout + failed.stderr
+        assert "reading samples" in failed.stdout, failed.stdout
+        assert "mismatch" not in failed.stdout.lower() and "--replay" not in failed.stdout, failed.stdout
+        shown = subprocess.run(CLI + ["status", str(tmp_path / "runs")], capture_output=True, text=True,
+                               env=child_env())
+        assert "MISMATCH" not in shown.stdout, shown.stdout
+        proxy.set_rates({})
+        again = run_sync(proxy.base_url, str(tmp_path / "runs"), "--json")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert report_of(again)["state"] in ("synced", "up_to_date"), again.stdout
+    assert_exactly_once(api, builder)

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import FailureKind, PlatformError, SyncError, UnknownEvaluation
+from prime_runs_spool.errors import FailureKind, PlatformError, RequestFailedError, SyncError, UnknownEvaluation
 from prime_runs_spool.platform_api.answer_cap import answers_within
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import SyncOptions
@@ -385,15 +385,15 @@ def _announcers() -> ThreadPoolExecutor:
 
 
 def _give_up(what: str, exc: PlatformError, attempt: int, seconds: float = 0.0, *,
-             replay_id: str | None = None) -> SyncError:
+             replay_id: str | None = None) -> RequestFailedError:
     """The pass's failure after ``exc``. ``replay_id``: the replay whose state the pass
     keeps, which an unknown evaluation's advice must not continue (sync/replay.py)."""
     if isinstance(exc, UnknownEvaluation):
-        return SyncError(f"{what}: {exc}; if so, push the run again as a new evaluation with "
-                         f"{replay_option(replay_id)}")
+        return RequestFailedError(f"{what}: {exc}; if so, push the run again as a new evaluation with "
+                                  f"{replay_option(replay_id)}")
     if exc.kind is FailureKind.FATAL:
-        return SyncError(f"{what}: {exc}")
+        return RequestFailedError(f"{what}: {exc}")
     tries = count(attempt, "attempt")
     spent = f" over {seconds:.0f} s of failures on this platform" if seconds >= 1 else ""
-    return SyncError(f"{what}: still failing after {tries}{spent} ({exc}); "
-                     "the state is saved, run prime-runs sync again later")
+    return RequestFailedError(f"{what}: still failing after {tries}{spent} ({exc}); "
+                              "the state is saved, run prime-runs sync again later")

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prime_runs_spool.errors import SampleCountMismatchError, SyncError
+from prime_runs_spool.errors import RequestFailedError, SampleCountMismatchError, SyncError
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import COMPLETED
 from prime_runs_spool.sync.options import SAMPLES
@@ -122,6 +122,8 @@ class Reconciler:
             try:
                 self._take(self.stream, missing, total)
                 missing = 0
+            except RequestFailedError:
+                raise  # the platform could not be read: nothing is known, the pass fails
             except SyncError:
                 pass  # not from the cursor: derived again from the start below
         if missing:
@@ -251,8 +253,8 @@ class Reconciler:
         except SyncError as exc:
             for item in dataclasses.fields(state):
                 setattr(state, item.name, getattr(before, item.name))
-            if isinstance(exc, SampleCountMismatchError):
-                raise
+            if isinstance(exc, (SampleCountMismatchError, RequestFailedError)):
+                raise  # a request that failed is no verdict on the platform's rows
             raise self.mismatch(total, str(exc)) from None
 
     def check(self, when: str, evaluation: Mapping[str, Any] | None = None) -> None:
