@@ -367,7 +367,13 @@ def test_seconds_that_are_not_finite_are_a_usage_error(tmp_path: Path, argv: lis
     ([], {"PRIME_RUNS_REQUEST_LIFETIME": "abc"},
      "'--request-lifetime': 'abc' is not a number of seconds (e.g. 600 or 2.5) (from PRIME_RUNS_REQUEST_LIFETIME)"),
     (["--copy-wait", ""], {}, "'--copy-wait': '' is not a number of seconds (e.g. 600 or 2.5)"),
-    (["--request-lifetime", "-1"], {}, "'--request-lifetime': -1 is below the least allowed, 0 s"),
+    (["--request-lifetime", "-1"], {}, "'--request-lifetime': -1 is below the least allowed, 0.1 s"),
+    # A lifetime of 0 let no request that is not idempotent go (each one counted too old
+    # before its last byte): a pass retried that for 80 s, and left the next sync a request
+    # in doubt to wait out for the default lifetime, 600 s.
+    (["--request-lifetime", "0"], {}, "'--request-lifetime': 0 is below the least allowed, 0.1 s"),
+    ([], {"PRIME_RUNS_REQUEST_LIFETIME": "0"},
+     "'--request-lifetime': 0 is below the least allowed, 0.1 s (from PRIME_RUNS_REQUEST_LIFETIME)"),
     (["--retry-for", "soon"], {}, "'--retry-for': 'soon' is not a duration (90, 90s, 5m, 1h)"),
     ([], {"PRIME_RUNS_SYNC_TO": "elsewhere"},
      "'--to': 'elsewhere' is not one of 'traces', 'samples', 'auto' (from PRIME_RUNS_SYNC_TO)"),

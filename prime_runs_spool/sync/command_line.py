@@ -24,6 +24,7 @@ from prime_runs_spool.sync.options import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_REQUEST_LIFETIME,
     DEFAULT_TIMEOUT,
+    MIN_REQUEST_LIFETIME,
     AUTO,
     ERROR,
     SINK_ENV,
@@ -115,7 +116,7 @@ _SHARED: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
                                  "(another folder holding the same run) to the same platform, before skipping "
                                  f"it (env {COPY_WAIT_ENV}).")),
     (("--json", "as_json"), dict(is_flag=True, help="Print one machine-readable report.")),
-    (("--request-lifetime",), dict(type=Seconds(0), envvar="PRIME_RUNS_REQUEST_LIFETIME",
+    (("--request-lifetime",), dict(type=Seconds(MIN_REQUEST_LIFETIME), envvar="PRIME_RUNS_REQUEST_LIFETIME",
                                    default=DEFAULT_REQUEST_LIFETIME, show_default=True,
                                    help="Seconds after which an unanswered request can no longer land (env "
                                         "PRIME_RUNS_REQUEST_LIFETIME).")),

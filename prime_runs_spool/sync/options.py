@@ -27,6 +27,11 @@ SINK_ENV = "PRIME_RUNS_SYNC_TO"
 #: The default request lifetime for the real platform: after this long, a request sent and
 #: never answered can no longer be processed. Conservative on purpose (docs/sync.md).
 DEFAULT_REQUEST_LIFETIME = 600.0
+#: The shortest lifetime the command line takes: a request held more than half its lifetime
+#: before its last byte is never finished (sync/protocol.py), so at 0 no request that is
+#: not idempotent could go, and each pass retried that until it gave up, leaving a request
+#: in doubt for the next sync to wait out.
+MIN_REQUEST_LIFETIME = 0.1
 
 def seconds_problem(value: float, minimum: float = 0.0) -> str | None:
     """Why ``value`` is not a number of seconds sync can wait by, or None. NaN passes every
