@@ -13,10 +13,21 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV
 class StateDirPath(click.Path):
     """``--state-dir``'s value: a folder, made when missing. A file there was taken, and
     every run's import or sync then failed on 'Not a directory' (exit 1); refused at once
-    as bad usage, naming the variable when the value came from it."""
+    as bad usage, naming the variable when the value came from it. So are a device, a FIFO
+    or a socket, and an empty value (``--state-dir "$UNSET"``), which was the current folder."""
 
     def __init__(self) -> None:
         super().__init__(path_type=Path, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from prime_runs_spool.files import special_file_kind
+
+        if isinstance(value, str) and not value:
+            self.fail("an empty path names no folder", param, ctx)
+        kind = special_file_kind(value) if isinstance(value, (str, Path)) else None
+        if kind is not None:
+            self.fail(f"{click.format_filename(value)!r} is {kind}, not a folder", param, ctx)
+        return super().convert(value, param, ctx)
 
     def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:
         from click.core import ParameterSource

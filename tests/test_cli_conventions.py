@@ -569,6 +569,34 @@ def test_a_state_dir_that_is_a_file_is_bad_usage_naming_where_it_came_from(tmp_p
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
 
 
+@pytest.mark.parametrize("command", ["sync", "import"])
+@pytest.mark.parametrize("kind", ["device", "fifo", "empty"])
+def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, command: str, kind: str) -> None:
+    """``--state-dir /dev/null`` (or a FIFO) passed the check a file gets, and every run's
+    import then failed on 'Not a directory (/dev/null/imports)', exit 1; ``--state-dir ""``
+    (a CI variable left unset, ``--state-dir "$STATE"``) was the current folder, and the
+    imported spools landed in an ``imports/`` folder there. Both are refused before anything
+    is written, one line, exit 2."""
+    (tmp_path / "outputs").mkdir()
+    shutil.copytree(VF040, tmp_path / "outputs" / "vf040-completed")
+    work = tmp_path / "work"
+    work.mkdir()
+    value = {"device": "/dev/null", "fifo": str(tmp_path / "pipe"), "empty": ""}[kind]
+    if kind == "fifo":
+        os.mkfifo(value)
+    extra = {"sync": ["--local", "--db", str(tmp_path / "p.db")]}
+    done = cli(command, str(tmp_path / "outputs"), *extra.get(command, []), "--state-dir", value, cwd=work,
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = last_line(done)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert line.startswith("prime-runs: invalid value for '--state-dir': ") and "give a folder" in line, line
+    said = {"device": "is a device, not a folder", "fifo": "is a FIFO, not a folder",
+            "empty": "an empty path names no folder"}[kind]
+    assert said in line, line
+    assert list(work.iterdir()) == [] and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
+
+
 def test_sync_help_names_the_state_a_run_given_up_on_is_reported_in() -> None:
     """--retry-for's help said a run still failing 'is reported failed', a word sync reports
     for a run whose eval failed; its report says 'error' (docs/cli.md, --retry-for)."""
