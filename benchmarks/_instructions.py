@@ -31,7 +31,8 @@ def padded_episode() -> dict[str, Any]:
 
 
 def bench_episodes(count: int) -> list[dict[str, Any]]:
-    """``count`` fresh episodes (parsed anew, their ids changed), as an eval's are."""
+    """``count`` fresh episodes (parsed anew, their ids changed, their runtime records' box
+    ids too), as an eval's are."""
     import orjson
 
     raw = orjson.dumps(padded_episode())
@@ -43,6 +44,9 @@ def bench_episodes(count: int) -> list[dict[str, Any]]:
         for t, trace in enumerate(episode["traces"]):
             trace["id"] = f"bench-{n:08d}-{t}"
             trace["task"]["data"]["idx"] = n % 100
+            runtime = trace["agent"].get("runtime")
+            if runtime:  # each rollout's box has its own id (verifiers: ``vf-`` and 12 hex digits)
+                runtime["id"] = f"vf-{n:08x}{t:04x}"
         episodes.append(episode)
     return episodes
 

@@ -101,6 +101,9 @@ class Pool:
         for t, trace in enumerate(episode["traces"]):
             trace["id"] = f"bench-{n:08d}-{t}"
             trace["task"]["data"]["idx"] = n % 100
+            runtime = trace["agent"].get("runtime")
+            if runtime:  # each rollout's box has its own id
+                runtime["id"] = f"vf-{n:08x}{t:04x}"
         return episode
 
     def reset(self) -> None:

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 
-from prime_runs_spool.content.mask_locations import MASK, is_env_var_name, is_secret_name
+from prime_runs_spool.content.mask_locations import MASK, TRACE_CONFIG, TRACE_ROOTS, is_env_var_name, is_secret_name
 from prime_runs_spool.content.mask_text import mask_text, masked_arguments
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask, parse_pattern
@@ -700,7 +700,7 @@ class Key(str):
     """A str-subclass key: stepped by its text, like a plain one."""
 
 
-_WORDS = ["traces", "agent", "config", "headers", "api_key", "harness", "env", "extra_headers", "env_vars",
+_WORDS = ["traces", "agent", "config", "runtime", "headers", "api_key", "harness", "env", "extra_headers", "env_vars",
           "base_url", "auth_token", "0", "1", "x", "data",
           # location names in other spellings (and "Traces", which the episode's prefix never matches)
           "Headers", "HEADERS", "extraHeaders", "Extra-Headers", "ENV", "Harness", "Env_Vars", "API-KEY", "Traces"]
@@ -724,7 +724,8 @@ _config = st.dictionaries(_keys, _trees, max_size=5)
 
 
 _agent = st.one_of(st.fixed_dictionaries({"config": st.one_of(_config, _trees)},
-                                         optional={"name": _scalars, "trainable": _scalars}), _trees)
+                                         optional={"runtime": st.one_of(_config, _trees), "name": _scalars,
+                                                   "trainable": _scalars}), _trees)
 
 
 _trace = st.one_of(st.fixed_dictionaries({}, optional={"agent": _agent, "task": _trees, "x": _trees}), _trees)
@@ -825,7 +826,9 @@ def _deeper_episode(episode: Any) -> dict:
 def test_the_record_for_writing_is_the_masked_record_along_any_route(episode: Any, repeats: int):
     """Along a route of other lengths than an episode's (the loop that is not unrolled),
     ``mask_for_writing`` is written byte for byte as the reference's masked record."""
-    assert _list_route(_DEEPER_RULES)[:2] == (("run", "traces"), ("inner", "agent", "config"))
+    route = _list_route(_DEEPER_RULES)
+    assert (route.head, sorted(keys for keys, *_ in route.tails), route.fork) == (
+        ("run", "traces"), [("inner", "agent", "config"), ("inner", "agent", "runtime")], None)
     before = repr(episode)
     want = _written(reference_mask(episode, _DEEPER_RULES))
     for _ in range(repeats + 1):
@@ -916,6 +919,8 @@ def test_the_route_for_writing_takes_what_is_off_it_to_the_full_walk() -> None:
                 [{"agent": {"config": "https://u:p@h"}}], ["x", {"agent": {"config": ({"api_key": "sk"},)}}]):
         for _ in range(3):
             assert orjson.dumps(mask_for_writing({"traces": odd}, rules)) == orjson.dumps(mask({"traces": odd}, rules))
-    # Only trace configs are answered as fragments: masking anywhere else walks as mask does.
-    assert not only_inside(rules.extended(["traces.*.info.api_key"]), ("traces", "*", "agent", "config"))
-    assert only_inside(rules, ("traces", "*", "agent", "config"))
+    # Only trace configs and runtime records are answered as fragments: masking anywhere else
+    # walks as mask does.
+    assert not only_inside(rules.extended(["traces.*.info.api_key"]), TRACE_ROOTS)
+    assert only_inside(rules, TRACE_ROOTS)
+    assert not only_inside(rules, (TRACE_CONFIG,))

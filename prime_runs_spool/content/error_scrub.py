@@ -7,7 +7,8 @@ verifiers records that message in the call's ``error``, the trace's and the epis
 message carried the value to the disk and on to the platform.
 
 So once an episode is masked, whatever its status, every string the masking took out of its
-trace configs (a header's value, a key, each string of a table masked whole) is also taken
+trace configs and runtime records (a header's value, a key, each string of a table masked
+whole) is also taken
 out of every string under a key named ``error`` or ``errors``, wherever the episode holds
 one: as written, without the blanks around it, and as Python quotes it in a message (the
 ``repr`` of it as text and as bytes), each replaced by :data:`MASK`. Only those messages: the
@@ -43,13 +44,15 @@ def scrub_episode_errors(original: Mapping[str, Any], masked: Any) -> Any:
 
 def episode_error_forms(original: Mapping[str, Any], masked: Any) -> list[str]:
     """What an episode's error messages are searched for: each string masking took out of
-    its trace configs (``masked``: ``original`` masked, as plain containers), as a message
-    may quote it. Nothing, without a walk, when masking took nothing out."""
+    its trace configs and runtime records (``masked``: ``original`` masked, as plain
+    containers), as a message may quote it. Nothing, without a walk, when masking took
+    nothing out."""
     if masked is original:
         return []
     values: set[str] = set()
     for before, after in zip(_traces(original), _traces(masked)):
         values |= masked_away(_config(before), _config(after))
+        values |= masked_away(_runtime(before), _runtime(after))
     return _forms(values)
 
 
@@ -68,32 +71,41 @@ MEMO_ENTRIES = 256
 
 def memoized_error_forms(original: Mapping[str, Any], rules: Any, masked_plainly: Callable[[], Any],
                          written: Any = None) -> list[str] | None:
-    """:func:`episode_error_forms` of ``original``, memoized per rules by its trace configs:
-    the forms depend on nothing else, and the configs repeat in every episode of a run, so
-    the plain masking of the whole episode (``masked_plainly()``) is paid only for a set of
-    configs not seen before. None when a config cannot be serialized (the caller masks
-    plainly).
+    """:func:`episode_error_forms` of ``original``, memoized per rules by its trace configs
+    and runtime records: the forms depend on nothing else, and the configs repeat in every
+    episode of a run, so the plain masking of the whole episode (``masked_plainly()``) is paid
+    only for a set of them not seen before. None when one cannot be serialized (the caller
+    masks plainly).
 
     A config is known by its exact serialization, or, cheaper, where ``written`` (``original``
     masked for writing, content/mask_fragments.py) holds it as the masking memo's fragment,
     by that fragment: the memo gives one fragment to every equal copy of a config, and the
-    fragment kept here cannot be freed and its identity reused."""
+    fragment kept here cannot be freed and its identity reused. A runtime record holds the
+    box's id, new in every episode: where ``written`` shows that masking left it as it was
+    (the same object), it adds nothing to the forms and is left out of the key."""
     memo = rules.derived(_FormsMemo, _new_memo)
     if len(memo) >= MEMO_ENTRIES:
         memo.clear()
-    fragments = _fragments(written) if written is not None else None
+    fragments = _fragments(original, written) if written is not None else None
     if fragments:
         found = memo.get(tuple(map(id, fragments)))
         if found is not None and found[0] == fragments:  # a fragment equals only itself
             return found[1]
-    keys = []
-    for trace in _traces(original):
+    keys: list[Any] = []
+    written_traces = _traces(written) if written is not None else None
+    for index, trace in enumerate(_traces(original)):
         config = _config(trace)
-        if config is not None:
-            try:
+        runtime = _runtime(trace)
+        if runtime is not None and written_traces is not None and index < len(written_traces) \
+                and _runtime(written_traces[index]) is runtime:
+            runtime = None  # masking left it as it was: nothing of it to search for
+        try:
+            if config is not None:
                 keys.append(orjson.dumps(config, option=orjson.OPT_NON_STR_KEYS))
-            except (orjson.JSONEncodeError, TypeError):
-                return None
+            if runtime is not None:  # a 1-tuple: never equal to a config's key
+                keys.append((orjson.dumps(runtime, option=orjson.OPT_NON_STR_KEYS),))
+        except (orjson.JSONEncodeError, TypeError):
+            return None
     if not keys:
         return []
     key = tuple(keys)
@@ -105,15 +117,16 @@ def memoized_error_forms(original: Mapping[str, Any], rules: Any, masked_plainly
     return forms
 
 
-def _fragments(written: Any) -> tuple[Any, ...] | None:
-    """The trace configs of a record masked for writing when each is an ``orjson.Fragment``."""
+def _fragments(original: Any, written: Any) -> tuple[Any, ...] | None:
+    """The trace configs of a record masked for writing when each is an ``orjson.Fragment``
+    and masking left every runtime record as it was (``original``'s)."""
     found = []
-    for trace in _traces(written):
+    for before, trace in zip(_traces(original), _traces(written)):
         try:
             config = trace["agent"]["config"]  # masked for writing: plain dicts down to it
         except (KeyError, TypeError):
             return None
-        if type(config) is not orjson.Fragment:
+        if type(config) is not orjson.Fragment or _runtime(trace) is not _runtime(before):
             return None
         found.append(config)
     return tuple(found) or None
@@ -229,3 +242,8 @@ def _traces(episode: Any) -> list[Any]:
 def _config(trace: Any) -> Any:
     agent = trace.get("agent") if type(trace) is dict or isinstance(trace, Mapping) else None
     return agent.get("config") if type(agent) is dict or isinstance(agent, Mapping) else None
+
+
+def _runtime(trace: Any) -> Any:
+    agent = trace.get("agent") if type(trace) is dict or isinstance(trace, Mapping) else None
+    return agent.get("runtime") if type(agent) is dict or isinstance(agent, Mapping) else None

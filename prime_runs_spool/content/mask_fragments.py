@@ -4,8 +4,10 @@ An episode is masked and then written with ``orjson.dumps``. Masking's memo alre
 each trace config it has seen twice, with its plan (content/masking.py); here it also gives
 that config's masked serialization, made once, as an ``orjson.Fragment``, which the record's
 serialization copies as it is: the config is neither copied along the plan nor serialized a
-second time. Above the configs, where the rules name one key at a level (``traces``, a
-trace's ``agent``, its ``config``), the walk is a loop over the traces, not a call per level.
+second time. Above the configs, where the rules name their keys at each level (``traces``, a
+trace's ``agent``, its ``config`` and its ``runtime``), the walk is a loop over the traces,
+not a call per level. A runtime record's box id is new in every rollout: the memo knows the
+record without it (:func:`_beside`).
 
 The result is written byte for byte as :func:`~prime_runs_spool.content.masking.mask`'s
 (tests/test_masking.py), and only for writing: a reader of the record must not read inside a
@@ -17,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from prime_runs_spool.content.mask_locations import Pattern
-from prime_runs_spool.content.mask_text import mask_text
-from prime_runs_spool.content.masking import MaskRules, _masked, _States
+from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
+from prime_runs_spool.content.mask_text import mask_new_text, mask_text
+from prime_runs_spool.content.masking import MaskRules, _apply, _masked, _States
 from prime_runs_spool.content.written_form import children as _children
 
 
@@ -45,28 +47,36 @@ def mask_for_writing(obj: Any, rules: MaskRules) -> Any:
     return obj if out is None else out
 
 
-def only_inside(rules: MaskRules, prefix: Pattern) -> bool:
-    """Whether every pattern and URL scope of ``rules`` lies inside the subtrees ``prefix``
-    names (a pattern without ``**``): masking then changes nothing outside them, and
-    :func:`mask_for_writing` puts no fragment anywhere else. Computed once per prefix."""
-    return rules.derived(prefix, _lies_inside)
+def only_inside(rules: MaskRules, prefixes: tuple[Pattern, ...]) -> bool:
+    """Whether every pattern and URL scope of ``rules`` lies inside the subtrees one of
+    ``prefixes`` names (patterns without ``**``): masking then changes nothing outside them,
+    and :func:`mask_for_writing` puts no fragment anywhere else. Computed once per prefixes."""
+    return rules.derived(prefixes, _lies_inside)
 
 
-def _lies_inside(rules: MaskRules, prefix: Pattern) -> bool:
+def _lies_inside(rules: MaskRules, prefixes: tuple[Pattern, ...]) -> bool:
     """:func:`only_inside`, computed."""
-    return "**" not in prefix and all(rule[:len(prefix)] == prefix for rule in (*rules.patterns, *rules.url_scopes))
+    return all("**" not in prefix for prefix in prefixes) and all(
+        any(rule[:len(prefix)] == prefix for prefix in prefixes) for rule in (*rules.patterns, *rules.url_scopes))
+
+
+#: How a memoized subtree is masked for writing: ``(subtree, rules, states, scoped)`` to
+#: ``None`` (nothing changes) or what is written in its place (``MaskRules.memoized_masked_of``,
+#: or :func:`_beside`'s for a subtree with a key of :data:`VOLATILE_KEYS`).
+_MaskedOf = Callable[[Any, MaskRules, _States, bool], Any]
 
 
 class _ListRoute(NamedTuple):
-    """See :func:`_list_route`: the keys down to the list, the keys from each of its
-    elements down to the memoized subtree, the automaton's states and scope there, and the
-    memo's lookup of such a subtree (``MaskRules.memoized_masked_of``)."""
+    """See :func:`_list_route`: the keys down to the list; for each of its elements, every
+    subtree the memo answers, as the keys from the element down to it (``tails``: a trace's
+    ``agent.config`` and ``agent.runtime``) with the automaton's states and scope there and
+    how it is masked; ``fork``: where the head is one key and every tail two keys with the
+    same first, that key and each second key with the rest of its tail
+    (:func:`_masked_along_fork`'s loop), else ``None``."""
 
     head: tuple[str, ...]
-    tail: tuple[str, ...]
-    states: _States
-    scoped: bool
-    masked_of: Callable[[Any, MaskRules, _States, bool], Any]
+    tails: tuple[tuple[tuple[str, ...], _States, bool, _MaskedOf], ...]
+    fork: tuple[str, tuple[tuple[str, _States, bool, _MaskedOf], ...]] | None
 
 
 #: What :func:`_masked_along` answers for data off its route: the full walk decides.
@@ -77,15 +87,15 @@ def _along(rules: MaskRules, _key: object) -> tuple[Any, _ListRoute | None]:
     """The loop :func:`mask_for_writing` takes for ``rules`` and its route (``None``: none),
     derived once per rules (:meth:`MaskRules.derived`)."""
     route = _list_route(rules)
-    walk = _masked_along_two if route is not None and len(route.head) == 1 and len(route.tail) == 2 else _masked_along
-    return walk, route
+    return (_masked_along if route is None or route.fork is None else _masked_along_fork), route
 
 
 def _list_route(rules: MaskRules) -> _ListRoute | None:
     """The route :func:`_masked_along` takes when ``rules`` mask only inside the elements of
-    one list that one-key levels lead to, below one-key levels of each element, in a subtree
-    the memo answers (an episode's ``traces``, each trace's ``agent``, its ``config``); else
-    ``None``. Read off the rules' automaton (``MaskRules._route``, ``_shape``)."""
+    one list that one-key levels lead to, below levels of each element that name their keys
+    (literals, none of them masked), in subtrees the memo answers (an episode's ``traces``,
+    each trace's ``agent``, its ``config`` and its ``runtime``); else ``None``. Read off the
+    rules' automaton (``MaskRules._route``, ``_shape``)."""
     states, scoped = rules._start()
     head = _plain_route(rules, states) if states and not scoped else None
     if not head:
@@ -94,31 +104,101 @@ def _list_route(rules: MaskRules) -> _ListRoute | None:
     step = shape.uniform  # every element steps alike, masking nothing, reaching further down
     if shape.dense or step is None or not step[0] or any(step[1:]):
         return None
-    tail = _plain_route(rules, step[0], to_memo=True)
-    if not tail:
+    found = _memo_tails(rules, step[0], ())
+    if not found:
         return None
-    return _ListRoute(tuple(key for key, _ in head), tuple(key for key, _ in tail), tail[-1][1],
-                      rules._route(step[0])[-1][2], rules.memoized_masked_of())
+    keys_down = tuple(key for key, _ in head)
+    tails = tuple((keys, states, scoped, _masked_of(rules, (*keys_down, "*", *keys), states, scoped))
+                  for keys, states, scoped in found)
+    first = tails[0][0][0]
+    fork = None
+    if len(head) == 1 and all(len(keys) == 2 and keys[0] == first for keys, *_ in tails):
+        fork = (first, tuple((keys[1], *rest) for keys, *rest in tails))
+    return _ListRoute(keys_down, tails, fork)
 
 
-def _plain_route(rules: MaskRules, states: _States, to_memo: bool = False) -> list[tuple[str, _States]] | None:
+def _masked_of(rules: MaskRules, path: Pattern, states: _States, scoped: bool) -> _MaskedOf:
+    """How the memoized subtree at ``path`` is masked for writing: the memo's answer for the
+    whole subtree, or, where :data:`VOLATILE_KEYS` names a key of it whose value is not
+    masked whole there, :func:`_beside`'s."""
+    volatile = VOLATILE_KEYS.get(path)
+    if volatile is None:
+        return rules.memoized_masked_of()
+    _after, masked, table, starts_scope = rules._step(states, volatile)
+    if masked or table:  # a credential location: the memo's whole answer
+        return rules.memoized_masked_of()
+    return _beside(rules, volatile, scoped or starts_scope)
+
+
+def _beside(rules: MaskRules, volatile: str, texted: bool) -> _MaskedOf:
+    """A subtree masked for writing whose value at ``volatile`` (a runtime record's box id) is
+    new every time: the memo answers for the rest (known by its serialization without that
+    key), the value is masked by itself (``texted``: as the walk masks a string in a URL
+    scope, without ``mask_text``'s cache, where it would never be asked again), and the
+    rest's plan is applied to the subtree, so its keys stay in their order. A subtree of
+    another shape (not a dict; that value not a string; a ``value`` key, which a ``{name,
+    value}`` pair's rule reads beside its name) is the memo's whole answer."""
+    masked_of = rules.memoized_masked_of()
+    plan_for_writing = rules.memoized_plan_for_writing()
+
+    def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+        if type(obj) is not dict or "value" in obj:
+            return masked_of(obj, rules, states, scoped)
+        value = obj.get(volatile)
+        if type(value) is not str:
+            return masked_of(obj, rules, states, scoped)
+        rest = obj.copy()
+        del rest[volatile]
+        plan = plan_for_writing(rest, rules, states, scoped)
+        masked = mask_new_text(value) if texted else value
+        if plan is None:
+            if masked is value:
+                return None
+            out = obj.copy()
+        else:
+            out = _apply(obj, plan)
+        if masked is not value:
+            out[volatile] = masked
+        return out
+
+    return masked_beside
+
+
+def _plain_route(rules: MaskRules, states: _States) -> list[tuple[str, _States]] | None:
     """``MaskRules._route`` from ``states`` as (key, states below), when no step of it makes
-    a table's entry (where a scalar would be masked) and it ends where the memo answers
-    (``to_memo``: a URL scope's start or a live ``**``) or else at no URL scope; else ``None``."""
+    a table's entry (where a scalar would be masked) and it starts no URL scope; else ``None``."""
     route = rules._route(states)
-    if not route:
+    if not route or route[-1][2]:
         return None
     here = states
     for key, after, _starts_scope in route:
         if rules._shape(here).literals[key][2]:  # a table's entry
             return None
         here = after
-    ends_in_scope = route[-1][2]
-    if to_memo and not (ends_in_scope or rules._shape(here).dense):
-        return None
-    if not to_memo and ends_in_scope:
-        return None
     return [(key, after) for key, after, _ in route]
+
+
+def _memo_tails(rules: MaskRules, states: _States, keys: tuple[str, ...]
+                ) -> list[tuple[tuple[str, ...], _States, bool]] | None:
+    """Below ``states`` (reached by ``keys``), every subtree the memo answers (a URL scope's
+    start or a live ``**``), as (keys, states there, scoped), when every level above them
+    names its keys (literals) and masks none of them whole or as a table's entry; else
+    ``None``."""
+    literals = rules._shape(states).literals
+    if literals is None:
+        return None
+    tails = []
+    for key, (after, masked, table, starts_scope) in literals.items():
+        if masked or table:
+            return None
+        if starts_scope or (after and rules._shape(after).dense):
+            tails.append(((*keys, key), after, starts_scope))
+        elif after:
+            below = _memo_tails(rules, after, (*keys, key))
+            if below is None:
+                return None
+            tails.extend(below)
+    return tails
 
 
 def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> Any:
@@ -126,7 +206,7 @@ def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> A
     changes, else the copy with what changed; :data:`_UNSURE` at anything the route does not
     cover (a level that is not a plain dict, a list that is not a list, a memoized subtree
     that is neither a dict nor a list), which the full walk then takes."""
-    head, tail, states, scoped, masked_of = route
+    head, tails, _fork = route
     parents, elements = _down(obj, head)
     if elements is None or elements is _UNSURE:
         return elements
@@ -136,17 +216,21 @@ def _masked_along(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> A
     for index, element in enumerate(elements):
         if element is None:
             continue
-        chain, node = _down(element, tail)
-        if node is None:
-            continue
-        if node is _UNSURE or (type(node) is not dict and type(node) is not list):
-            return _UNSURE
-        change = masked_of(node, rules, states, scoped)
-        if change is None:
+        changed = element
+        for tail, states, scoped, masked_of in tails:
+            chain, node = _down(changed, tail)
+            if node is None:
+                continue
+            if node is _UNSURE or (type(node) is not dict and type(node) is not list):
+                return _UNSURE
+            change = masked_of(node, rules, states, scoped)
+            if change is not None:
+                changed = _up(chain, tail, change)
+        if changed is element:
             continue
         if copied_elements is None:
             copied_elements = elements.copy()
-        copied_elements[index] = _up(chain, tail, change)
+        copied_elements[index] = changed
     if copied_elements is None:
         return None
     return _up(parents, head, copied_elements)
@@ -177,11 +261,12 @@ def _up(chain: list[dict[str, Any]], keys: tuple[str, ...], change: Any) -> Any:
     return change
 
 
-def _masked_along_two(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> Any:
-    """:func:`_masked_along` for a route of one key to the list and two keys below each of
-    its elements (an episode's ``traces``, a trace's ``agent`` and ``config``), unrolled:
-    the same answers, in a third of the steps."""
-    (key,), (first, second), states, scoped, masked_of = route
+def _masked_along_fork(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) -> Any:
+    """:func:`_masked_along` for a route of one key to the list and, below each of its
+    elements, one key and then each of a few (an episode's ``traces``, a trace's ``agent``,
+    then its ``config`` and its ``runtime``), unrolled: the same answers, in a third of the
+    steps."""
+    (key,), _tails, (first, seconds) = route
     elements = obj.get(key)
     if elements is None:
         return None
@@ -200,18 +285,23 @@ def _masked_along_two(obj: dict[str, Any], rules: MaskRules, route: _ListRoute) 
             continue
         if type(outer) is not dict:
             return _UNSURE
-        inner = outer.get(second)
-        if inner is None:
+        copied = None
+        for second, states, scoped, masked_of in seconds:
+            inner = outer.get(second)
+            if inner is None:
+                continue
+            if type(inner) is not dict and type(inner) is not list:
+                return _UNSURE
+            change = masked_of(inner, rules, states, scoped)
+            if change is None:
+                continue
+            if copied is None:
+                copied = outer.copy()
+            copied[second] = change
+        if copied is None:
             continue
-        if type(inner) is not dict and type(inner) is not list:
-            return _UNSURE
-        change = masked_of(inner, rules, states, scoped)
-        if change is None:
-            continue
-        outer = outer.copy()
-        outer[second] = change
         element = element.copy()
-        element[first] = outer
+        element[first] = copied
         if copied_elements is None:
             copied_elements = elements.copy()
         copied_elements[index] = element

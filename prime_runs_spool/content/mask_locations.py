@@ -31,7 +31,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 17
+MASKING_VERSION = 18
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -183,11 +183,23 @@ CONFIG_PATTERNS: tuple[Pattern, ...] = _TABLES + _ENV_TABLES + _VALUES
 
 #: Where a trace of an episode record keeps its seat's resolved config.
 TRACE_CONFIG: Pattern = ("traces", "*", "agent", "config")
+#: Where it keeps the resolved record of the runtime (the box) the rollout ran in, beside the
+#: config: verifiers 0.4.0 writes its id, image, workdir and limits there, but a runtime's
+#: record is where a producer puts its environment, command line, API base URL or headers.
+TRACE_RUNTIME: Pattern = ("traces", "*", "agent", "runtime")
+#: The subtrees of an episode the episode rules mask in: everything else is the eval's data.
+TRACE_ROOTS: tuple[Pattern, ...] = (TRACE_CONFIG, TRACE_RUNTIME)
+#: A key of such a subtree whose value is new in every episode: a runtime record's ``id``, the
+#: box's, one per rollout. Masked as any other string there, but left out of what the writer's
+#: memo knows the subtree by (content/mask_fragments.py): else no runtime record would repeat.
+VOLATILE_KEYS: dict[Pattern, str] = {TRACE_RUNTIME: "id"}
 
-#: The same locations inside every trace of an episode record.
-EPISODE_PATTERNS: tuple[Pattern, ...] = tuple((*TRACE_CONFIG, *pattern) for pattern in CONFIG_PATTERNS)
+#: The same locations inside every trace of an episode record, in its config and its runtime
+#: record; the runtime record's own ``env`` is a runtime's environment (``**.runtime.env.*``).
+EPISODE_PATTERNS: tuple[Pattern, ...] = (*((*root, *pattern) for root in TRACE_ROOTS for pattern in CONFIG_PATTERNS),
+                                         (*TRACE_RUNTIME, ANY_SPELLING + "env", "*"))
 
 #: The subtrees in which every string has its URLs' userinfo masked: the whole config,
-#: and each trace's resolved config (``()`` is the root).
+#: and each trace's resolved config and runtime record (``()`` is the root).
 CONFIG_URL_SCOPES: tuple[Pattern, ...] = ((),)
-EPISODE_URL_SCOPES: tuple[Pattern, ...] = (TRACE_CONFIG,)
+EPISODE_URL_SCOPES: tuple[Pattern, ...] = TRACE_ROOTS

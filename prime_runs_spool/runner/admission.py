@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from prime_runs_spool.content.episodes import check_episode_keyed, episode_id_of, rollout_key
 from prime_runs_spool.content.summary import EpisodeReading, read_episode
-from prime_runs_spool.content.mask_locations import TRACE_CONFIG
+from prime_runs_spool.content.mask_locations import TRACE_ROOTS
 from prime_runs_spool.content.error_scrub import episode_error_forms, memoized_error_forms, scrub_errors
 from prime_runs_spool.content.mask_fragments import mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask
@@ -84,8 +84,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
     # text; what its rollout number counts by; and the most nodes a trace holds
     carries_error_text, key, most_nodes = check_episode_keyed(record)
     unmasked = record
-    # Where the rules mask only inside trace configs, which nothing below reads, their
-    # memoized masked serializations go into the line as they are (content/masking.py), and
+    # Where the rules mask only inside trace configs and runtime records, which nothing below
+    # reads, their memoized masked serializations go into the line as they are (content/masking.py), and
     # the record as written holds the rollout key read above; masked plainly, it is read again.
     fragments = not (masks_plainly(rules) if plain is None else plain)
     try:
@@ -101,8 +101,8 @@ def prepare_episode(episode: Any, rules: MaskRules, peeked_id: str | None = None
         # Again, to raise the error with the episode's name in it: a name made for every
         # episode (a partial) cost about 1.7k instructions of every append.
         payload = prepare(record, partial(_episode_name, episode_id))
-    # Error messages, ok or not, are cleared of what masking took out of the trace configs
-    # (content/error_scrub.py): an ok episode that holds none where verifiers records one
+    # Error messages, ok or not, are cleared of what masking took out of the trace configs and
+    # runtime records (content/error_scrub.py): an ok episode that holds none where verifiers records one
     # (check_episode's answer), the common case, is neither walked nor asked for the forms
     # it would be searched for.
     if carries_error_text or unmasked.get("ok") is not True:
@@ -166,8 +166,9 @@ def _scrubbed(unmasked: Mapping[str, Any], record: Any, rules: MaskRules, fragme
 
 def masks_plainly(rules: MaskRules) -> bool:
     """Whether episodes are masked with ``mask`` under ``rules``: where they name something
-    outside trace configs, which the summary, the numbering or the rows may read."""
-    return not only_inside(rules, TRACE_CONFIG)
+    outside trace configs and runtime records, which the summary, the numbering or the rows
+    may read."""
+    return not only_inside(rules, TRACE_ROOTS)
 
 
 def _episode_id_name(episode_id: str) -> str:
