@@ -111,6 +111,20 @@ def test_help_says_what_prime_runs_eval_adds_and_where_verifiers_help_is() -> No
         assert "usage: uv run vf-eval" not in result.stdout
 
 
+def test_help_names_the_exit_codes_that_are_not_verifiers_own() -> None:
+    """The help ended 'The exit code is verifiers' own.', while docs/cli.md's table gives
+    prime-runs eval's own 1 (a --clean refused, a folder it cannot write, ...) and 2
+    (verifiers missing or unsupported, PRIME_RUNS_MODE not one of its values): a CI job
+    reading the help took a 2 for verifiers' usage error."""
+    result = subprocess.run(CLI + ["eval", "--help"], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "The exit code is verifiers' own." not in text
+    for said in ("--clean is refused", "exit 1", "2 when verifiers is missing", "PRIME_RUNS_MODE is not offline, "
+                 "online or disabled", "a folder it cannot write"):
+        assert said in text, (said, text)
+
+
 @pytest.mark.slow
 def test_run_attach_is_refused_in_one_line_before_any_rollout(tmp_path: Path) -> None:
     from support.vf_eval import eval_env, launch_file

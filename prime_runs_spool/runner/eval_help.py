@@ -31,9 +31,13 @@ What prime-runs eval adds:
   - --resume continues the same spool; retried rollouts supersede the errored ones
   - Ctrl-C / SIGTERM seal the run 'cancelled' and print the command that resumes it;
     a killed process leaves it 'crashed'
-  - a full disk: one line naming the path and the resume command (exit 1)
-  - run.attach is refused (a spool syncs into an evaluation of its own)
-The exit code is verifiers' own.
+  - a full disk, a file size limit or a folder it cannot write: one line naming the
+    path and the resume command (exit 1)
+  - --clean is refused while the spool holds episodes no sync shipped (exit 1)
+  - run.attach is refused: a spool syncs into an evaluation of its own (exit 1)
+The exit code is verifiers' own (130 after Ctrl-C), but for those (1), and 2 when
+verifiers is missing or not a supported release, or PRIME_RUNS_MODE is not offline,
+online or disabled.
 
 Examples:
   prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged
