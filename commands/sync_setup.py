@@ -107,6 +107,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
         assert settings is not None
         yield settings, remote_destination(settings.base_url, settings.team_id), None
         return
+    from prime_runs_spool.local_platform.place import database_source
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
     from prime_runs_spool.files import make_private_dir
 
@@ -119,7 +120,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
         try:
             platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=True))
         except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
-            fail_usage(f"--db: {exc}")
+            fail_usage(f"{database_source(db)}: {exc}")
         local_settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
                                   frontend_url=LOCAL_FRONTEND)
         yield local_settings, local_destination(db_path, team), str(db_path)

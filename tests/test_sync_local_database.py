@@ -79,3 +79,18 @@ def test_a_copy_synced_in_the_same_sync_into_a_new_database_is_not_said_to_be_mi
     again = run_cli("sync", str(runs), "--local", "--db", str(db))
     assert again.returncode == 0 and "did not exist" not in again.stderr, again.stderr
     assert samples_in(db) == 3
+
+
+def test_a_database_named_by_the_environment_that_cannot_be_opened_names_the_variable(tmp_path: Path) -> None:
+    """PRIME_RUNS_LOCAL_DB naming a folder (or a file that is no database) was told as
+    'prime-runs: --db: cannot open database ...' to a user who gave no --db."""
+    runs = tmp_path / "runs"
+    build = RunBuilder(runs / "a", "run-env-db")
+    build.open_segment()
+    build.add(1)
+    build.seal()
+    done = run_cli("sync", str(runs), "--local", PRIME_RUNS_LOCAL_DB=str(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert last_line(done).startswith(f"prime-runs: PRIME_RUNS_LOCAL_DB: cannot open database {tmp_path}: "), done.stderr
+    given = run_cli("sync", str(runs), "--local", "--db", str(tmp_path), PRIME_RUNS_LOCAL_DB=str(tmp_path / "x.db"))
+    assert given.returncode == 2 and last_line(given).startswith("prime-runs: --db: cannot open database"), given.stderr

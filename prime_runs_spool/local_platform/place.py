@@ -28,3 +28,11 @@ def default_database() -> Path:
         return Path(named).expanduser()
     given = Path(os.environ.get(DATA_ENV) or "").expanduser()
     return (given if given.is_absolute() else Path.home() / ".local" / "share") / "prime-runs" / DATABASE_NAME
+
+
+def database_source(given: Path | None) -> str:
+    """Where the database path came from, as a message names it for the user to fix:
+    ``--db``, the environment variable, or the default."""
+    if given is not None:
+        return "--db"
+    return DATABASE_ENV if os.environ.get(DATABASE_ENV) else "the default database"
