@@ -671,6 +671,107 @@ def test_a_sync_killed_mid_append_then_its_state_deleted_waits_the_append_out(tm
     assert _rows(platform) == builder.ids
 
 
+def test_a_pass_killed_before_it_announced_anything_costs_the_next_pass_no_wait(tmp_path: Path) -> None:
+    """A pass killed (or stopped at once by a second signal) while it still read the
+    platform leaves its note "under way"; with no state of it to read (a first sync: none
+    was written), the next pass waited a whole request lifetime for a request never sent."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "killed-early", 4)
+    down = FakePlatform.handle
+
+    def handle(request):
+        if request.method == "GET":
+            return httpx.Response(503, json={"detail": "down"})
+        return down(platform, request)
+
+    def stop(seconds: float) -> None:
+        if seconds > 0:  # the first backoff; sleeping no time is the pass asking whether to stop
+            raise _Stop
+
+    def sync(sleep):
+        return RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0),
+                       clock=lambda: clock.now, sleep=sleep)
+
+    platform.handle = handle  # type: ignore[method-assign]
+    release = CopyLock.release
+    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
+    try:  # what a SIGKILL (or a second signal) leaves: the lock dropped, the note still "under way"
+        with pytest.raises(_Stop):
+            sync(stop).run()
+    finally:
+        CopyLock.release = release  # type: ignore[method-assign]
+    assert not sync_state_path(builder.run_dir, DEST.key).exists()
+    platform.handle = lambda request: down(platform, request)  # type: ignore[method-assign]
+    report = sync(clock.sleep).run()
+    assert report.state == "synced" and report.warnings == [], (report.error, report.warnings)
+    assert clock.slept < 1.0, "no request of the killed pass could land"
+    assert _rows(platform) == builder.ids
+
+
+def test_a_request_in_doubt_is_waited_out_after_the_state_that_announced_it_was_deleted(tmp_path: Path) -> None:
+    """A pass stopped with its append in doubt notes it as it lets go of the lock, and its
+    state announces it. With that state deleted before the folder's next pass (the artifact
+    unpacked again, the state removed to "start clean"), the next pass of the same folder
+    took the note for its own state's to settle, read the count and appended at once: the
+    late commit then doubled the rows."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "stopped-then-deleted", 6)
+    held = _first_append_lands_late(platform, clock)
+
+    def stop(seconds: float) -> None:
+        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
+            raise _Stop
+
+    def sync(sleep):
+        return RunSync(builder.run_dir, _client(platform), DEST,
+                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+
+    with pytest.raises(_Stop):
+        sync(stop).run()
+    assert held and clock.delayed
+    sync_state_path(builder.run_dir, DEST.key).unlink()
+    report = sync(clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert report.state == "synced", report.error
+    assert _rows(platform) == builder.ids
+
+
+def test_a_pass_killed_before_it_announced_anything_hands_on_what_its_state_announced(tmp_path: Path) -> None:
+    """Copy one's append is in doubt and its pass stops; its next pass is killed while it
+    waits that append out, before it announced anything of its own. Its note says it sent
+    nothing, but the append its state announced may still land: copy two waits it out."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "handed-on-by-the-dead", 6)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    held = _first_append_lands_late(platform, clock)
+
+    def stop(seconds: float) -> None:
+        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
+            raise _Stop
+
+    def sync(copy: str, sleep):
+        return RunSync(tmp_path / copy / "r", _client(platform), DEST,
+                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+
+    with pytest.raises(_Stop):
+        sync("one", stop).run()
+    assert held and clock.delayed
+    release = CopyLock.release
+    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
+    try:  # killed in its fence: the lock dropped, the note still "under way", nothing announced
+        with pytest.raises(_Stop):
+            sync("one", stop).run()
+    finally:
+        CopyLock.release = release  # type: ignore[method-assign]
+    report = sync("two", clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert report.state == "synced", report.error
+    assert _rows(platform) == builder.ids
+
+
 @pytest.fixture
 def samples_gate():
     """A forwarding proxy before a platform that holds every ``POST .../samples`` until a

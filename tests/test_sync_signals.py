@@ -215,3 +215,46 @@ def test_a_sync_stopped_while_a_request_is_out_says_what_it_pushed_before(tmp_pa
     final = run_sync(server.base_url, str(tmp_path / "outputs"))
     assert final.returncode == 0, final.stderr
     assert_exactly_once(api, builder)
+
+
+class HeldListing(FaultProxy):
+    """Holds the answer of the pass's first listing of evaluations (the key check's comes
+    first) for ``delay`` seconds, once: the pass is reading the platform, nothing announced."""
+
+    listings = 0
+
+    def _decide(self, request: object) -> str:
+        if getattr(request, "method", "") != "GET" or "/evaluations" not in getattr(request, "target", ""):
+            return NO_FAULT
+        self.listings += 1
+        return "delay_after" if self.listings == 2 else NO_FAULT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_sync_stopped_at_once_before_it_sent_anything_costs_the_next_sync_no_wait(
+        tmp_path: Path, server, api, second: signal.Signals) -> None:
+    """Stopped by a second signal while its pass read the platform (nothing announced, no
+    state written), a sync left its copy lock's note "under way" with no state to read, and
+    the next sync of the folder waited a whole request lifetime (600 s by default): "the last
+    sync of this run, stopped mid-pass, ended with a request that may still land"."""
+    builder = build_run(tmp_path / "outputs" / "run", f"stopped-early-{second.name}", 3)
+    with HeldListing(server.base_url, delay=30.0) as proxy:
+        proc = start_sync(proxy.base_url, str(tmp_path / "outputs"))
+        deadline = time.monotonic() + 60
+        while proxy.listings < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        time.sleep(0.2)  # the listing is on its way
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # the first is handled: the pass waits for the listing's answer
+        proc.send_signal(second)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "stopped at once (second signal)" in err, err
+        assert not list((tmp_path / "outputs" / "run" / "spool" / "sync").glob("*.json")), "nothing was written"
+        final = subprocess.run(sync_cmd(proxy.base_url, str(tmp_path / "outputs")) + ["--request-lifetime", "600"],
+                               capture_output=True, text=True, timeout=20, env=child_env(PRIME_API_KEY=TOKEN))
+    assert final.returncode == 0, final.stderr
+    assert "waiting" not in final.stderr and "in doubt" not in final.stdout, final.stderr + final.stdout
+    assert_exactly_once(api, builder)

@@ -3,10 +3,10 @@ request that may still land, up to a whole request lifetime (600 s by default), 
 stderr naming the run, how long and why (docs/sync.md, "Concurrency"; sync/retry.py ``Wait``).
 
 The case: a CI job's ``timeout`` kills a sync while the platform holds its first request
-unanswered, before the pass announced anything. The next sync cannot tell that nothing was
-sent (its state may have been deleted with the folder unpacked again), so it waits a
-lifetime before reading the platform. It used to wait in silence, then call the run
-"another copy" in a warning printed only at the end.
+(the evaluation's create) unanswered, and the folder is unpacked again, its state gone. The
+next sync cannot tell what was sent (the copy lock's note says only that the pass had begun
+to announce), so it waits a lifetime before reading the platform. It used to wait in
+silence, then call the run "another copy" in a warning printed only at the end.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -51,24 +52,28 @@ def _under_way(cache: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_a_sync_killed_before_it_announced_anything_makes_the_next_one_say_that_it_waits(tmp_path: Path) -> None:
+def test_a_sync_killed_with_its_create_out_then_its_state_deleted_makes_the_next_one_say_that_it_waits(
+        tmp_path: Path) -> None:
     builder = build_run(tmp_path / "runs" / "r", "told-wait", 3)
     cache = tmp_path / "cache"
     with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform, \
-            FaultProxy(platform.api.removesuffix("/api/v1"), rates={"delay_after": 1.0}, methods={"GET"},
+            FaultProxy(platform.api.removesuffix("/api/v1"), rates={"delay_after": 1.0}, methods={"POST"},
+                       paths=r"/evaluations/?$",
                        delay=120.0) as proxy, \
             httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
         first = subprocess.Popen(_sync(proxy.base_url, tmp_path / "runs", cache), env=_env(cache),
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
-        # The key check's GET goes unanswered (5 s), then the pass's own listing, under the copy lock.
-        while not (_under_way(cache) and len(proxy.log) >= 2):
+        # The create, announced under the copy lock, is forwarded and its answer held.
+        while "delay_after" not in proxy.faults():
             assert first.poll() is None and time.monotonic() < deadline, "the first sync never reached its pass"
             time.sleep(0.05)
         time.sleep(0.3)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
+        assert _under_way(cache), "the killed pass's note still says so"
         proxy.set_rates({})
+        shutil.rmtree(tmp_path / "runs" / "r" / "spool" / "sync")  # the folder unpacked again: its state gone
         # Stopped while it waits (Ctrl-C): it says it was stopped, never that it waited it out.
         stopped = subprocess.Popen(_sync(proxy.base_url, tmp_path / "runs", cache) + ["--request-lifetime", "60"],
                                    env=_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

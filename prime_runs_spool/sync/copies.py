@@ -13,7 +13,8 @@ a new inode).
 
 A lock alone is not enough, because each copy keeps a sync state of its own. So the lock file
 also holds a note, rewritten by each holder: which state file it syncs from, whether its pass
-is under way, and, when the pass ended, the send time of a request it left in doubt. A pass
+is under way and whether it announced a request yet, and, when the pass ended, the send time
+of a request it left in doubt. A pass
 that finds another state named there, or none (:attr:`CopyLock.foreign`), knows another copy
 may have pushed since its own state was written, even one this process wrote itself: it
 checks that state against the platform before sending anything, as after a crash
@@ -21,7 +22,12 @@ checks that state against the platform before sending anything, as after a crash
 out a request that other copy may still have on its way (:meth:`CopyLock.in_doubt`), as the
 protocol waits out its own (sync/protocol.py, ``Protocol.fence``): a holder that ended with
 one says when it was sent; one that died mid-pass left its note "under way", and its state
-file, which announces every request before it is sent, says whether one was.
+file, which announces every request before it is sent, says whether one was. A holder that
+died before its first announcement left a note saying so (``announced: false``, rewritten
+just before that announcement): nothing of it can land, so the next pass waits for nothing,
+though its state is missing (a first sync stopped at once while it read the platform: no
+state was ever written), which otherwise costs a whole request lifetime, since a state
+deleted after the pass announced a request (the folder unpacked again) cannot say so.
 
 What this does not cover: copies synced at once from two machines, or by two users (each has
 its own cache), or by syncs whose ``XDG_CACHE_HOME`` differ. The platform's create and append
@@ -39,7 +45,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -50,6 +56,9 @@ from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState, read_state
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.protocol import Protocol
 
 
 #: In this user's cache, outside any spool (sync/user_cache.py): the folder of the copy locks,
@@ -106,12 +115,15 @@ class CopyLock:
         #: The lock file (set by :meth:`hold`) and how long the note in it is.
         self._path: Path | None = None
         self._note_bytes = 0
+        #: The note this pass wrote when it took the lock.
+        self._note: dict[str, Any] = {}
 
-    def hold(self, wait: float | None) -> CopyLock:
+    def hold(self, wait: float | None, protocol: Protocol | None = None) -> CopyLock:
         """Take the lock, waiting at most ``wait`` seconds (None: until it is free; the wait
-        is real time, whatever clock the engine runs on), and note this pass under way.
-        :class:`CopyBusyError` when another pass still holds it, naming its folder;
-        :class:`SyncError` when the folder or file cannot be used."""
+        is real time, whatever clock the engine runs on), and note this pass under way, with
+        nothing announced until ``protocol`` (the pass's) is about to write its first
+        announcement (:meth:`_announcing`). :class:`CopyBusyError` when another pass still
+        holds it, naming its folder; :class:`SyncError` when the folder or file cannot be used."""
         try:
             path = copy_lock_path(_folder(), self.stem)
             try:
@@ -134,16 +146,28 @@ class CopyLock:
                 time.sleep(POLL if left is None else min(POLL, left))
             self.previous, found = _read_note(fd)
             self.foreign = self.previous.get("holder") != self.holder
-            self._in_doubt = self._left_in_doubt()
+            own = protocol.state.in_flight if protocol is not None and protocol.state is not None else None
+            self._in_doubt = self._left_in_doubt(own, known=protocol is not None)
             sink = self.previous.get("store")  # the note's key, as notes already written have it
             self.sink = sink if is_sink(sink) else None
-            self._note_bytes = _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": True,
-                                                **self._handed_on()}, path, found)
+            # Until its first announcement, what this pass may leave in flight is what its
+            # state announced when it was read: said here, for a pass that finds it dead.
+            self._note = {"holder": self.holder, "run": self.run, "under_way": True, "announced": protocol is None,
+                          "in_doubt": _not_idempotent(own), **self._handed_on()}
+            self._note_bytes = _write_note(fd, self._note, path, found)
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
             raise
         self._fd, self._path = fd, path
+        if protocol is not None:
+            protocol.before_first_announcement = self._announcing
         return self
+
+    def _announcing(self) -> None:
+        """The pass is about to announce its first request: from now on, were it to die
+        mid-pass, its state file says what may still land (written before it can be sent)."""
+        if self._fd is not None:
+            self._note_bytes = _write_note(self._fd, {**self._note, "announced": True}, self._path, self._note_bytes)
 
     def in_doubt(self) -> float | None:
         """The wall-clock send time of a request another copy's pass may still have on its
@@ -153,19 +177,29 @@ class CopyLock:
         from it). Read by :meth:`hold`."""
         return self._in_doubt
 
-    def _left_in_doubt(self) -> float | None:
+    def _left_in_doubt(self, own: InFlight | None, *, known: bool) -> float | None:
         """What :meth:`in_doubt` answers, from the note :meth:`hold` found: the request the
-        last holder, another copy, left in doubt, and the one a pass before it left, which
-        the last holder was to wait out and handed on (``others``) because it may have been
-        stopped or killed before it had (this pass's own last holding too); and, for a last
-        holder that died mid-pass, the request its state file announces."""
+        last holder left in doubt (its note's ``in_doubt``: when its pass ended, or, for one
+        that died before it announced anything, when it began), unless this pass's own
+        state announces it (``own``, its ``in_flight``; ``known``: given), which its
+        protocol settles; and the one a pass before it left, which the last holder was to
+        wait out and handed on (``others``) because it may have been stopped or killed
+        before it had (this pass's own last holding too); and, for a last holder that died
+        mid-pass after it began to announce (or whose note does not say), the request its
+        state file announces."""
         note = self.previous
         if not note:
             return None
         times = [_send_time(note.get("others"))]
-        if self.foreign and not note.get("under_way"):
-            times.append(_send_time(note.get("in_doubt")))
-        elif note.get("under_way"):  # it died mid-pass: its state file announced any request before sending it
+        if not note.get("under_way") or note.get("announced") is False:
+            left = _send_time(note.get("in_doubt"))
+            # This pass's own state that no longer announces it (lost, or put back from an
+            # older copy) cannot have it settled: it is waited out as another copy's is.
+            if self.foreign or (known and left is not None and _not_idempotent(own) != left):
+                times.append(left)
+        else:
+            # It died mid-pass, once it had begun to announce: its state file announced any
+            # request before sending it.
             try:
                 state, _ = read_state(os.fsdecode(bytes.fromhex(str(note["holder"]))))
             except (KeyError, OSError, ValueError, StateFormatError):
@@ -176,8 +210,8 @@ class CopyLock:
                 pending = state.in_flight
                 if self.foreign and pending is not None and pending.kind in _NOT_IDEMPOTENT:
                     times.append(pending.sent_at)  # this pass's own is its protocol's to settle
-        known = [sent_at for sent_at in times if sent_at is not None]
-        return max(known) if known else None
+        found = [sent_at for sent_at in times if sent_at is not None]
+        return max(found) if found else None
 
     def _handed_on(self) -> dict[str, float]:
         """The note's ``others``: the request in doubt this pass is to wait out, handed on
@@ -195,9 +229,9 @@ class CopyLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        in_doubt = pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
         try:
-            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False, "in_doubt": in_doubt,
+            _write_note(fd, {"holder": self.holder, "run": self.run, "under_way": False,
+                             "in_doubt": _not_idempotent(pending),
                              "store": sink or self.sink, **self._handed_on()}, self._path, self._note_bytes)
         finally:
             os.close(fd)  # closing the only descriptor drops the flock
@@ -229,6 +263,11 @@ def _folder(*, again: bool = False) -> Path:
     if folder is None:
         folder = _FOLDERS[key] = private_folder(COPY_LOCKS_DIRNAME)
     return folder
+
+
+def _not_idempotent(pending: InFlight | None) -> float | None:
+    """The send time of ``pending`` when a copy's later pass could send it a second time."""
+    return pending.sent_at if pending is not None and pending.kind in _NOT_IDEMPOTENT else None
 
 
 def _send_time(value: Any) -> float | None:

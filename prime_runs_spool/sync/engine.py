@@ -240,7 +240,7 @@ class RunSync:
         # From here on the pass may write to the platform: one copy of the run at a time on
         # this machine (sync/copies.py), whichever folder it is in.
         copies = CopyLock(self.destination.key, local_id, self.options.replay_id, self.protocol.path,
-                          str(self.run_dir)).hold(self.options.copy_wait)
+                          str(self.run_dir)).hold(self.options.copy_wait, self.protocol)
         try:
             self._fence_other_copy(copies.in_doubt(), another=copies.foreign)
             self._write_pass(fresh=fresh, untrusted=untrusted, foreign=copies.foreign or self.protocol.overtaken,
@@ -250,7 +250,7 @@ class RunSync:
             if copies.foreign and isinstance(other, str) and other != copies.run and not self.report.pushed_now:
                 self.report.copy_of = other  # synced before this one: said, not a bare "pushed 0"
         finally:
-            copies.release(self.state.in_flight, self.state.store)
+            copies.release(self.protocol.left_in_doubt(), self.state.store)
 
     def _fence_other_copy(self, sent_at: float | None, *, another: bool) -> None:
         """Wait out a request the last pass of another copy (``another``), or of this folder,

@@ -103,17 +103,24 @@ class Protocol:
         self.unsaved = False
         #: Set while a write is under way, so still set after one that failed.
         self._writing = False
+        #: What the state file announces, as read or last written (:meth:`left_in_doubt`).
+        self._durable: InFlight | None = None
         #: How the pass writes its state: in place from its first announcement on.
         self.writer = state_file.Writer(str(path))
+        #: Called once, before the pass writes its first announcement: the run's copy lock
+        #: notes then that a request of this pass may be out (sync/copies.py), so a pass
+        #: that ends before it (killed, stopped at once) costs the next one no fence.
+        self.before_first_announcement: Callable[[], None] | None = None
 
     def save(self) -> None:
         """Write the state now, atomically and durably: what announces a request, before it
         is sent, and what records anything the platform cannot tell the next sync."""
         self._writing = True
         if self.state is not None and self.state.in_flight is not None:
-            self.checkpoint()  # before an announcement: a stopped pass sends nothing more
+            self._announcing()
         self._write()
         self._writing = self.unsaved = False
+        self._durable = self.state.in_flight if self.state is not None else None
         self.on_save()
 
     def _write(self) -> None:
@@ -133,8 +140,9 @@ class Protocol:
         the request, as :meth:`save` writes it. Nothing changes the state while it is written:
         the sending thread only reads it."""
         self._writing = True
-        self.checkpoint()  # before an announcement: a stopped pass sends nothing more
+        self._announcing()
         self.unsaved = False  # what the write carries; a note made while it runs stays unsaved
+        announced = self.state.in_flight
         written = _announcers().submit(self._write)
         settled: list[bool] = []
 
@@ -144,9 +152,17 @@ class Protocol:
                 raise failed
             if not settled:
                 settled.append(True)
-                self._writing = False
+                self._writing, self._durable = False, announced
                 self.on_save()
         return durable
+
+    def _announcing(self) -> None:
+        """Before an announcement is written: a stopped pass sends nothing more, and the
+        pass's first one is told (:attr:`before_first_announcement`) before it can be read."""
+        self.checkpoint()
+        if (told := self.before_first_announcement) is not None:
+            told()
+            self.before_first_announcement = None
 
     def note(self) -> None:
         """The state changed in a way the next sync can learn again from the platform: the
@@ -184,6 +200,15 @@ class Protocol:
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""
         self._loaded = self.monotonic()
+        self._durable = self.state.in_flight if self.state is not None else None
+
+    def left_in_doubt(self) -> InFlight | None:
+        """The request this pass leaves announced, for the run's copy lock to note at its end
+        (sync/copies.py): the state's, unless the write that was to announce it failed (then
+        it was never sent, and a note of it cost the next pass a fence): what the file still
+        announces, then."""
+        pending = self.state.in_flight if self.state is not None else None
+        return self._durable if pending is not None and self._writing else pending
 
     def acknowledge(self, end: Cursor, rows: int, episodes: int, seal: dict[str, Any] | None = None,
                     last_sample_id: Any = None) -> None:
