@@ -80,3 +80,60 @@ def test_a_lease_ttl_of_a_few_seconds_is_still_taken(tmp_path: Path) -> None:
             for key, text in env.items():
                 patch.setenv(key, text)
             assert lease_problem() is None, env
+
+
+class _Clocks:
+    """This machine's wall clock and its monotonic one, moved by the sync's sleeps; at the
+    first nap the wall clock is set back ``back`` seconds (NTP, or a person, correcting it)."""
+
+    def __init__(self, back: float) -> None:
+        self.wall, self.mono, self.slept, self.back = 1000.0, 50.0, 0.0, back
+
+    def sleep(self, seconds: float) -> None:
+        self.wall, self.mono, self.slept = self.wall + seconds, self.mono + seconds, self.slept + seconds
+        self.wall, self.back = self.wall - self.back, 0.0
+
+
+def _lease(clocks: _Clocks, ttl: float = 60):
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    lease = Lease(ObjectStore(f"memory:///{uuid.uuid4().hex}"), "run/spool/sync.lease.json", owner="me", ttl=ttl,
+                  clock_skew=0, clock=lambda: clocks.wall, monotonic=lambda: clocks.mono)
+    assert lease.try_take()
+    return lease
+
+
+def test_a_wait_under_the_lease_lasts_what_it_was_asked_whatever_the_wall_clock_does() -> None:
+    """Every wait of a sync under a lease (its backoffs, its fences' naps) slept to a
+    wall-clock deadline: the clock set back 25 s mid-wait made a 30 s wait last 55 s. How
+    long a fence lasts its caller counts between naps (Protocol.fence_age): a nap only sleeps."""
+    clocks = _Clocks(back=25.0)
+    lease = _lease(clocks, ttl=9)
+    renewed, renew = [], lease.renew
+    lease.renew = lambda: (renewed.append(clocks.mono), renew())  # type: ignore[method-assign]
+    lease.sleeper(clocks.sleep)(30)
+    assert clocks.slept == 30
+    # Renewed every third of the lease all along, the 25 s the wall clock went back included.
+    assert all(b - a <= 9 / 3 + 9 / 4 for a, b in zip([50.0, *renewed], [*renewed, clocks.mono])), renewed
+
+
+def test_the_wait_for_a_request_another_machine_announced_is_never_longer_than_a_lifetime() -> None:
+    """The previous holder's request may land until its time (the other machine's clock, so
+    compared with this one's wall clock, asked again after each nap); never later than a
+    request lifetime after this sync took the lease. The wall clock set back 25 s mid-wait
+    stretched a 10 s wait to 35 s, past that lifetime (30 s)."""
+    from prime_runs_spool.sync.leased import wait_out_inherited_request
+    from prime_runs_spool.sync.options import SyncOptions
+
+    clocks = _Clocks(back=25.0)
+    lease = _lease(clocks)
+    lease.wait_until = clocks.wall + 10
+    waited = wait_out_inherited_request(lease, SyncOptions(request_lifetime=30.0), clocks.sleep)
+    assert clocks.slept == waited == 30.0
+    clocks = _Clocks(back=0.0)  # the clock left alone: what the other machine's time says, 10 s
+    lease = _lease(clocks)
+    lease.wait_until = clocks.wall + 10
+    assert wait_out_inherited_request(lease, SyncOptions(request_lifetime=30.0), clocks.sleep) == clocks.slept == 10
+    lease.wait_until = 0.0
+    assert wait_out_inherited_request(lease, SyncOptions(request_lifetime=30.0), clocks.sleep) == 0.0

@@ -85,7 +85,7 @@ class Lease:
 
     def __init__(self, store: ObjectStore, key: str, *, owner: str | None = None, ttl: float | None = None,
                  clock_skew: float | None = None, clock: Callable[[], float] = time.time,
-                 state_in_store: bool = True) -> None:
+                 state_in_store: bool = True, monotonic: Callable[[], float] | None = None) -> None:
         self.store, self.key = store, key
         #: Whether this holder announces its requests in a state object beside the lease
         #: (False: in a ``--state-dir`` no other machine reads).
@@ -107,7 +107,12 @@ class Lease:
             ttl = env_ttl if ttl is None else ttl
             clock_skew = env_skew if clock_skew is None else clock_skew
         self.ttl, self.clock_skew = float(ttl), float(clock_skew)
+        #: The wall clock: what the lease object says (expiry, a request's lifetime), which
+        #: every machine compares with its own.
         self.clock = clock
+        #: This process's monotonic clock: how long its own waits last, which a wall clock
+        #: set back cannot stretch (an injected ``clock`` drives both, as in the protocol).
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
         #: The generation we hold (0: none), the lease object's etag after our last write,
         #: and when that write was made (local clock).
         self.generation = 0
@@ -115,6 +120,8 @@ class Lease:
         self.created = False
         self.etag: str | None = None
         self.renewed_at = 0.0
+        #: When our last write was made, on :attr:`monotonic`.
+        self._renewed_here = 0.0
         self.holder: dict[str, object] | None = None
         #: One write of the lease at a time: the sync and its keep-alive thread share it.
         self._lock = threading.RLock()
@@ -139,6 +146,7 @@ class Lease:
         try:
             self.etag = self.store.create(self.key, self._body(1))
             self.generation, self.renewed_at, self.created = 1, now, True
+            self._renewed_here = self.monotonic()
             return True
         except StoreConflict as refused:
             current = refused.current  # what the store read back after refusing: no second GET
@@ -164,7 +172,7 @@ class Lease:
         except StoreConflict:
             self.in_flight_until, self.last_state = 0.0, None
             return False  # another syncer took it first
-        self.generation, self.renewed_at = generation + 1, now
+        self.generation, self.renewed_at, self._renewed_here = generation + 1, now, self.monotonic()
         both_in_store = self.state_in_store and holder.get("state_in_store") is True
         self.wait_until = 0.0 if both_in_store else inherited
         return True
@@ -215,12 +223,19 @@ class Lease:
             except StoreConflict:
                 self.etag = None
                 raise self._lost() from None
-            self.renewed_at = now
+            self.renewed_at, self._renewed_here = now, self.monotonic()
+
+    def since_renewed(self) -> float:
+        """Seconds since our last write of the lease, by the clock that says more: the wall
+        one, by which every syncer judges its expiry (and which goes on while a suspended
+        machine's monotonic clock stops), or the monotonic one, which a wall clock set back
+        cannot shorten (renewals held off by the step let the lease expire mid-wait)."""
+        return max(self.clock() - self.renewed_at, self.monotonic() - self._renewed_here)
 
     def renew_if_old(self) -> None:
         """Renew once a third of the lease has passed: what long waits call between naps."""
         with self._lock:
-            if self.etag is not None and self.clock() - self.renewed_at > self.ttl / 3:
+            if self.etag is not None and self.since_renewed() > self.ttl / 3:
                 self.renew()
 
     @contextlib.contextmanager
@@ -249,10 +264,14 @@ class Lease:
             thread.join()
 
     def sleeper(self, sleep: Callable[[float], None] = time.sleep) -> Callable[[float], None]:
-        """A ``sleep`` that keeps the lease alive across long waits (the protocol's fences)."""
+        """A ``sleep`` that keeps the lease alive across long waits (the protocol's fences).
+        It lasts ``seconds`` of the monotonic clock: to a wall-clock deadline, a clock set
+        back mid-wait stalled the sync by the step. That is safe because it only sleeps: how
+        old a request is, and so how long a fence lasts, its caller counts (``Protocol.fence``
+        asks again after each nap, by the clocks docs/sync.md "Clocks" says)."""
         def nap(seconds: float) -> None:
-            deadline = self.clock() + seconds
-            while (left := deadline - self.clock()) > 0:
+            deadline = self.monotonic() + seconds
+            while (left := deadline - self.monotonic()) > 0:
                 sleep(min(left, max(0.05, self.ttl / 4)))
                 self.renew_if_old()
         return nap

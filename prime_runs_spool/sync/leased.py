@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,7 +89,7 @@ class LeasedProtocol(Protocol):
                 self.lease.renew_if_old()
             self.state.fence = self.lease.generation
             self._write_state()
-            if self.state.in_flight is not None and self.clock() - self.lease.renewed_at >= self.lease.ttl:
+            if self.state.in_flight is not None and self.lease.since_renewed() >= self.lease.ttl:
                 # Paused (or slow) between renewing and here for a whole lease: another syncer
                 # may hold the run now. The announced request is not sent; whoever syncs next
                 # settles it like any request in doubt.
@@ -118,15 +117,22 @@ def wait_out_inherited_request(lease: Lease, options: SyncOptions, sleep: Callab
     """Before anything is sent: wait until a request the previous holder announced where
     this sync cannot read it (its own state file, or ours is one) can no longer land (its
     time, plus the clock skew between the two machines). The lease is kept alive meanwhile,
-    still announcing that request, for whoever takes it if this sync dies waiting. Never
-    longer than a request lifetime, which every machine is assumed to share. Returns the
-    seconds waited."""
+    still announcing that request, for whoever takes it if this sync dies waiting. Returns
+    the seconds waited.
+
+    The time is the other machine's wall clock, so it is compared with this one's wall
+    clock, asked again after each nap (a clock found ahead and set back means the request
+    may land later than it first said). Never longer than a request lifetime (plus the
+    skew) of this process's monotonic clock, which every machine is assumed to share and
+    which a wall clock set back cannot stretch: the request was sent before this sync took
+    the lease."""
     skew = lease.clock_skew
-    wait = min(lease.wait_until + skew - time.time(), options.request_lifetime + skew)
-    if wait <= 0:
-        return 0.0
-    lease.sleeper(sleep)(wait)
-    return wait
+    longest, started = options.request_lifetime + skew, lease.monotonic()
+    nap, waited = lease.sleeper(sleep), 0.0
+    while (wait := min(lease.wait_until + skew - lease.clock(), longest - waited)) > 0:
+        nap(min(wait, 5.0))
+        waited = lease.monotonic() - started
+    return waited
 
 
 def under_lease(lease: Lease, options: SyncOptions, sleep: Callable[[float], None],
