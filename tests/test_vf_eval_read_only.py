@@ -135,6 +135,25 @@ def test_an_output_dir_that_is_a_file_is_one_line_naming_the_file(tmp_path: Path
     assert (tmp_path / "afile").read_text() == "not a folder\n"
 
 
+@pytest.mark.slow  # a real vf-eval start
+def test_an_output_dir_that_is_a_dangling_symbolic_link_is_one_line_naming_the_link(tmp_path: Path) -> None:
+    """``outputs`` a symbolic link to a folder not there (a scratch disk not mounted yet, a
+    link copied from another machine): verifiers' ``mkdir`` of the run's log folder failed
+    on 'File exists: outputs', shown as three tracebacks. One line naming the link and
+    where it points, exit 1."""
+    (tmp_path / "outputs").symlink_to(tmp_path / "scratch" / "outputs")
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last_line(done.stderr) == (
+        "prime-runs: cannot write outputs: it is a symbolic link to "
+        f"{tmp_path / 'scratch' / 'outputs'}, which does not exist; make that folder or set another output_dir, "
+        "then run the eval again")
+    assert not (tmp_path / "scratch").exists()
+
+
 @pytest.mark.slow  # two real vf-eval runs
 def test_a_file_named_spool_in_the_run_folder_is_one_line_and_the_printed_resume_completes_the_run(
         tmp_path: Path) -> None:

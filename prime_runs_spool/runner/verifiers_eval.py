@@ -276,9 +276,24 @@ def unwritable_error(error: BaseException, session: EvalSession) -> OSError | No
     for found in _os_errors_behind(error):
         if found.errno in READ_ONLY_FS_ERRNOS:
             return found
-        if found.errno in PERMISSION_ERRNOS | NOT_A_FOLDER_ERRNOS and run_dir is not None and found.filename \
-                and _related(Path(os.fsdecode(found.filename)), run_dir):
+        if found.errno in PERMISSION_ERRNOS | NOT_A_FOLDER_ERRNOS | MISSING_FOLDER_ERRNOS and run_dir is not None \
+                and found.filename and _related(Path(os.fsdecode(found.filename)), run_dir) \
+                and (found.errno not in MISSING_FOLDER_ERRNOS or _dangling_link(Path(os.fsdecode(found.filename)))):
             return found
+    return None
+
+
+#: A ``mkdir`` stopped by a symbolic link to nothing on the way: ``ENOENT`` below it, ``EEXIST`` on it.
+MISSING_FOLDER_ERRNOS = frozenset({errno.ENOENT, errno.EEXIST})
+
+
+def _dangling_link(path: Path) -> Path | None:
+    """The first of the folders above ``path`` and ``path`` itself, from the top down, that
+    is a symbolic link to nothing (``output_dir`` linked to a disk not mounted): None when
+    none is, and an ``ENOENT`` is then the environment's own."""
+    for candidate in [*reversed(path.parents), path]:
+        if os.path.islink(candidate) and not os.path.exists(candidate):
+            return candidate
     return None
 
 
@@ -290,7 +305,12 @@ def unwritable_line(session: EvalSession, error: OSError) -> str:
     """One line for an eval stopped by a folder it may not write: which path, why, and how
     to continue once it can be written."""
     path = Path(os.fsdecode(error.filename)) if error.filename else session.opening or Path.cwd()
-    if error.errno in NOT_A_FOLDER_ERRNOS:
+    link = _dangling_link(path) if error.errno in MISSING_FOLDER_ERRNOS else None
+    if link is not None:
+        line = (f"cannot write {path}: {'it' if link == path else link} is a symbolic link to {os.readlink(link)}, "
+                "which does not exist; "
+                "make that folder or set another output_dir")
+    elif error.errno in NOT_A_FOLDER_ERRNOS:
         file = _file_in_the_way(path)
         what = "it" if file == path else str(file)
         line = f"cannot write {path}: {what} is a file, not a folder; move it away or set another output_dir"
