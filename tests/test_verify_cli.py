@@ -106,3 +106,22 @@ def test_verify_given_a_fifo_or_a_device_says_what_it_is(tmp_path: Path, kind: s
     expected = "a FIFO" if kind == "fifo" else "a device"
     assert f"is {expected}, not a regular file or folder" in last_line(result), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_run_reached_by_two_of_the_paths_is_verified_once(tmp_path: Path) -> None:
+    """``verify outputs outputs/run/spool`` (a folder and a run inside it, as sync, status and
+    export take them) listed the run twice and said 'ok: 2 runs verified': each path was
+    walked alone, where the other commands verify, show and push each run once."""
+    from support.runs import build_run
+
+    build_run(tmp_path / "outputs" / "run", "verify-twice", 2)
+    build_run(tmp_path / "outputs" / "other", "verify-twice-other", 1)
+    for second in ("outputs/run", "outputs/run/spool", "outputs/run/spool/seg-000001.jsonl", "outputs"):
+        done = subprocess.run(CLI + ["verify", "outputs", second], cwd=tmp_path, capture_output=True, text=True,
+                              env=child_env(), timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[-1] == "ok: 2 runs verified, no corruption", (second, done.stdout)
+        report = json.loads(subprocess.run(CLI + ["verify", "outputs", second, "--json"], cwd=tmp_path,
+                                           capture_output=True, text=True, env=child_env(), timeout=60).stdout)
+        assert sorted(Path(run["run_dir"]).name for run in report["runs"]) == ["other", "run"], second
+        assert report["paths_without_runs"] == [], second

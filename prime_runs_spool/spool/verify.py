@@ -82,6 +82,7 @@ def verify_paths(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None
     paths = list(paths)
     if on_link is not None:  # each path is walked alone: a link into another is quiet too
         on_link = links_outside(paths, on_link)
+    seen: set[Path] = set()  # a run two of the paths reach (a folder and a run in it) is checked once
     for path in paths:
         kind = special_file_kind(path)
         if kind is not None or (Path(path).is_file() and not is_segment_file(Path(path))):
@@ -94,9 +95,13 @@ def verify_paths(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None
         def unreadable(directory: Path, exc: OSError) -> None:
             found.append(_unverifiable(directory, unreadable_message(exc, directory)))
 
+        reached = False
         for run_dir in find_runs([path], unreadable, on_link=on_link):
-            found.append(check_run(run_dir))
-        if not found:
+            reached = True
+            if (key := run_dir.resolve()) not in seen:
+                seen.add(key)
+                found.append(check_run(run_dir))
+        if not found and not reached:
             verdict.paths_without_runs.append(str(path))
         verdict.runs.extend(found)
     return verdict
