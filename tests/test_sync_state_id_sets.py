@@ -361,3 +361,140 @@ def test_a_state_of_version_1_in_an_object_store_is_read_as_it_was(tmp_path: Pat
     assert not [w for w in resumed.warnings if "reconciling" in w or "missing" in w], resumed.warnings
     stored_once()
     assert orjson.loads(store.read(state_key)[0])["version"] == 2 and sorted(orjson.loads(store.read(side)[0])) == held
+
+
+def _objects_of_ids(url: str) -> list[str]:
+    from prime_runs_spool.store.objects import ObjectStore
+
+    return sorted(i.key for i in ObjectStore(url).list() if i.key.startswith("run/spool/sync/ids-"))
+
+
+def _cached_ids(tmp_path: Path, machine: str) -> list[Path]:
+    return sorted((tmp_path / machine / "cache").rglob("ids-*.ids"))
+
+
+@pytest.mark.slow
+def test_a_store_keeps_no_object_of_ids_no_state_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each state lost from the bucket and found again names a new object of ids (the run's
+    Prime Traces run holds more each time); the last one's object, and each machine's copy
+    of it, stayed for good: 3 objects after 3 losses. The syncer holding the run's lease
+    removes them before it writes; every episode stored once."""
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-store-lost", 2)
+    assert sync("m1").pushed_now == 2
+    for _ in range(3):
+        add(1)
+        assert sync("m1").pushed_now == 1
+        _found_again(url, sync)  # machine m2, with the state gone
+        assert len(_objects_of_ids(url)) == 1, _objects_of_ids(url)
+        assert len(_cached_ids(tmp_path, "m2")) == 1 and len(_cached_ids(tmp_path, "m1")) <= 1
+    add(1)
+    assert sync("m1").pushed_now == 1
+    assert len(_cached_ids(tmp_path, "m1")) == 1
+    stored_once()
+
+
+@pytest.mark.slow
+def test_a_store_bounced_with_an_older_release_piles_up_no_object_of_ids(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release before files of ids reads the state object as damaged, reconciles and
+    writes it back as version 1 (every episode the platform holds, inline); this release
+    writes version 2 again, naming a new object each round (the run grew): none is left
+    behind, and nothing is sent twice."""
+    from prime_runs_spool.store.objects import ObjectStore
+
+    url, builder, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-store-bounce", 2)
+    sync("m1")
+    state_key, _ = _found_again(url, sync)
+    store = ObjectStore(url)
+    for _ in range(3):
+        add(1)
+        assert sync("m1").pushed_now == 1
+        data, etag = store.read(state_key)
+        document = orjson.loads(data)
+        del document["checksum"]
+        document.update(version=1, held_there=sorted(builder.ids), on_platform=[], uploads=[], traces_pushed=0,
+                        episodes_pushed=0)
+        store.replace(state_key, orjson.dumps(document), etag)  # the older release's reconcile
+        again = sync("m1")
+        assert (again.pushed_now, again.error) == (0, None), again
+        assert len(_objects_of_ids(url)) <= 1, _objects_of_ids(url)
+    stored_once()
+
+
+@pytest.mark.slow
+def test_a_damaged_object_of_ids_is_named_by_its_url_with_what_to_do(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object of ids that is not what its state names (damaged in the bucket): the line
+    named this machine's copy of it, and said to move the state aside, which changes
+    nothing (a pass finding the same ids names the same object, created once, still
+    damaged). It names the object's URL and says to delete it; done as said, the next
+    sync reconciles and carries on, each episode once. Through ``prime-runs sync`` as a
+    user runs it."""
+    from support.cli import run_cli
+
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-damaged-object", 3)
+    assert sync("m1").pushed_now == 3
+    _, document = _found_again(url, sync)
+    side = tmp_path / "bucket" / "run" / "spool" / "sync" / f"ids-{document['held_there']['digest']}.ids"
+    side.write_bytes(side.read_bytes().replace(b"4", b"5", 1))  # a file:// store's object: its file
+    add(2)
+    command = ["sync", url, "--local", "--db", str(tmp_path / "p.db"), "--to", "traces", "--request-lifetime", "1"]
+    failed = run_cli(*command, XDG_CACHE_HOME=str(tmp_path / "m3" / "cache"))
+    assert failed.returncode == 1, (failed.stdout, failed.stderr)
+    (line,) = [line for line in (failed.stdout + failed.stderr).splitlines() if "not the episode ids" in line]
+    object_url = f"{url}/run/spool/sync/{side.name}"
+    assert object_url in line and "delete that object" in line and str(tmp_path / "m3") not in line, line
+    side.unlink()  # as the line says
+    done = run_cli(*command, XDG_CACHE_HOME=str(tmp_path / "m3" / "cache"))
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    stored_once()
+
+
+@pytest.mark.slow
+def test_an_object_a_state_written_after_the_listing_names_is_kept(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing that found the run was made before its lease was taken: another syncer
+    may hold the lease in between and write a state the listing does not show (another
+    destination's, a new replay's) naming an object of ids the listing shows unnamed.
+    Removed then, that state would name an object gone (its next pass reconciling for
+    nothing); a lease written since the listing leaves every object to a later pass."""
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-store-late-state", 2)
+    assert sync("m1").pushed_now == 2
+    store = ObjectStore(url)
+    data = orjson.dumps(_ids(3, salt=7))
+    other = f"run/spool/sync/ids-{_digest(data)}.ids"
+    store.create(other, data)  # named by no state yet: the other syncer's, before its state
+    real_take, met = Lease.try_take, []
+
+    def take(lease: Lease) -> bool:
+        if not met:  # between the listing and this take: another syncer's pass, start to end
+            met.append(True)
+            theirs = Lease(lease.store, lease.key)
+            assert real_take(theirs)
+            store.create("run/spool/sync/another-destination.json",
+                         orjson.dumps({"held_there": {"count": 3, "digest": _digest(data)}}))
+            theirs.release()
+        return real_take(lease)
+
+    monkeypatch.setattr(Lease, "try_take", take)
+    add(1)
+    assert sync("m2").pushed_now == 1 and met
+    assert store.read(other) is not None
+    monkeypatch.setattr(Lease, "try_take", real_take)
+    add(1)
+    assert sync("m2").pushed_now == 1
+    assert store.read(other) is not None  # the next pass reads that state: named, kept
+    store.delete("run/spool/sync/another-destination.json")
+    add(1)
+    assert sync("m2").pushed_now == 1
+    assert store.read(other) is None  # named by none: removed
+    stored_once()
+
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:32]

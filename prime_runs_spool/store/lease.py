@@ -123,6 +123,8 @@ class Lease:
         #: When our last write was made, on :attr:`monotonic`.
         self._renewed_here = 0.0
         self.holder: dict[str, object] | None = None
+        #: The etag of the holder's lease this syncer replaced when it took it (None: made it).
+        self.taken_from: str | None = None
         #: One write of the lease at a time: the sync and its keep-alive thread share it.
         self._lock = threading.RLock()
 
@@ -173,6 +175,7 @@ class Lease:
             self.in_flight_until, self.last_state = 0.0, None
             return False  # another syncer took it first
         self.generation, self.renewed_at, self._renewed_here = generation + 1, now, self.monotonic()
+        self.taken_from = etag
         both_in_store = self.state_in_store and holder.get("state_in_store") is True
         self.wait_until = 0.0 if both_in_store else inherited
         return True

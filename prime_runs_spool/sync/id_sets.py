@@ -13,7 +13,7 @@ number of ids.
   a power cut can take back; a cut between leaves a file no state names, which costs only
   its bytes (a pass that finds the ids again names the same file: its name is its content).
 - **Copies**: not hidden (an artifact upload keeps it, as ``cp -r`` does), and not ``*.json``
-  (no reader takes it for a state); ``adopt_states`` copies them before the states.
+  (no reader takes it for a state); ``adopt_states`` copies those each state names before it.
 - **A state whose file is missing** (a copy made without it) is refused when it is read, in
   one line that names the file (:class:`StateProblem`): the pass then reconciles with the
   platform as for any damaged state, and finds the ids again. A file that does not match its
@@ -24,6 +24,13 @@ number of ids.
   is a cache written without an fsync, so a pass checks it against its digest, and fetches
   it again when a power cut tore it, instead of failing every sync of the run; a state
   object of version 1 has its ids written beside this machine's copy, which names them.
+- **Removal** (:func:`sweep`, :func:`unnamed`): a file no state names (a lost state's, one
+  an older release's reconcile stopped naming, an adopted or copied leftover, a crash's
+  between a file and its state) is removed, only by the holder of the lock or lease that
+  owns the folder's states, before its pass writes anything: then no writer is between a
+  file and the state that will name it. "Named" is read as text, any 32 hex digits in any
+  other file there (every state, its twin, a state moved aside, one a newer release wrote
+  or a damaged one): a file that may be named is kept; a file that cannot be read keeps them all.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ class IdSet:
     _data: bytes | None = field(default=None, init=False, repr=False, compare=False)
     #: The folder whose file holds them (read there, or stored there by this process).
     _folder: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: What messages call the file when it is only this machine's copy of an object (its URL).
+    _shown: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, ids: Iterable[str]) -> IdSet | None:
@@ -110,14 +119,21 @@ class IdSet:
         try:
             data = read_regular_file(path)
         except OSError as exc:
-            raise StateProblem(f"{path}: cannot read the episode ids the sync state beside it names: "
+            raise StateProblem(f"{self._shown or path}: cannot read the episode ids the sync state beside it names: "
                                f"{exc.strerror}") from None
         # Its digest matching, these are the bytes a save wrote: a sorted array of strings.
         ids = orjson.loads(data) if _digest(data) == self.digest else None
         if not isinstance(ids, list) or len(ids) != self.count:
-            raise StateProblem(f"{path}: damaged (not the episode ids the sync state beside it names); move that "
-                               "state aside and sync again: the platform is asked what it holds")
+            # An object is created once, never replaced (its name is its content): the
+            # state moved aside, a pass finding the same ids would name it again.
+            todo = "delete that object" if self._shown else "move that state aside"
+            raise StateProblem(f"{self._shown or path}: damaged (not the episode ids the sync state beside it "
+                               f"names); {todo} and sync again: the platform is asked what it holds")
         return data, ids
+
+    def shown_as(self, location: str) -> None:
+        """Its file is this machine's copy of the object at ``location``: messages name that."""
+        self._shown = location
 
     @property
     def unstored(self) -> bool:
@@ -146,6 +162,63 @@ class IdSet:
             return
         replace_private(os.path.join(folder, self.name), self.data(), durable=durable)  # type: ignore[arg-type]
         self._folder, self._data = folder, None  # read there again if asked: the pass holds only the ids
+
+
+#: A digest a file mentions, as text: 32 hex digits that are not part of a longer run.
+MENTIONED = re.compile(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+
+
+def unnamed(names: Iterable[str], documents: Iterable[bytes]) -> list[str]:
+    """Of ``names`` (files or objects of ids), those no document mentions (:data:`MENTIONED`)."""
+    sets = {name: digest for name in names if (digest := digest_of_name(name)) is not None}
+    for document in documents:
+        if not sets:
+            break
+        mentioned = {found.decode() for found in MENTIONED.findall(document)}
+        sets = {name: digest for name, digest in sets.items() if digest not in mentioned}
+    return sorted(sets)
+
+
+def digest_of_name(name: str) -> str | None:
+    """The digest of a file of ids named ``name``; None for any other name."""
+    digest = name[len(PREFIX):-len(SUFFIX)] if name.startswith(PREFIX) and name.endswith(SUFFIX) else ""
+    return digest if DIGEST.fullmatch(digest) else None
+
+
+def sweep(folder: str | os.PathLike[str]) -> list[str]:
+    """Remove the files of ids in ``folder`` that no other file there names, and what a write
+    of one cut short left (its temporary file); the names removed. Only by the holder of the
+    lock or lease that owns the folder's states, before its pass writes: no writer is then
+    between a file and its state. One listing when the folder holds no such file."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = [(entry.name, entry.path) for entry in listing]
+    except OSError:
+        return []
+    sets = [name for name, _ in entries if digest_of_name(name) is not None]
+    torn = [path for name, path in entries if name.startswith(f".{PREFIX}") and name.endswith(".tmp")]
+    if not sets and not torn:
+        return []
+    documents = []
+    for name, path in entries:
+        if name in sets or path in torn:
+            continue
+        try:
+            documents.append(read_regular_file(path))
+        except OSError:
+            if os.path.isdir(path):  # no state: a folder is never read as one
+                continue
+            return []  # it may name any of them: none removed
+    removed = []
+    for path in [*torn, *(os.path.join(folder, name) for name in unnamed(sets, documents))]:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break  # a folder that cannot be written: left as it is, named or not
+        removed.append(os.path.basename(path))
+    return removed
 
 
 def named_by(state: Any) -> list[IdSet]:

@@ -28,7 +28,8 @@ from prime_runs_spool.spool.layout import find_runs, spool_dir
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
-from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home
+from prime_runs_spool.sync.id_sets import sweep
+from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home, sync_dir
 from prime_runs_spool.sync.unchanged import Unchanged, look, state_path_of
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ def local_pass(run_dir: Path, home: Path, client: PlatformClient, destination: D
         return RunReport(path=str(run_dir), state=ERROR, error=str(exc))
     if options.dry_run:  # reads only: no lease, as over the store
         return make().run()
+    sweep(sync_dir(home))  # under the run's lock, before the pass writes (sync/id_sets.py)
     from prime_runs_spool.sync.mirrored import UnleasedProtocol, mirrored_pass
 
     if run_url is None:

@@ -29,7 +29,7 @@ import orjson
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
 from prime_runs_spool.sync import state_file
-from prime_runs_spool.sync.id_sets import GLOB as ID_SET_GLOB, IdSet, named_by, version_1_arrays
+from prime_runs_spool.sync.id_sets import GLOB as ID_SET_GLOB, IdSet, named_by, unnamed, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.options import AUTO
@@ -419,6 +419,8 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
     for found in named_by(state):
         if found.missing():
             raise StateProblem(f"{name} names {found.name} beside it, which is missing (a copy made without it?)")
+        if shown:  # this machine's copy of an object beside the state object
+            found.shown_as(f"{shown.rsplit('/', 1)[0]}/{found.name}")
     state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw.rstrip(b" "))  # its padding aside
     return state
 
@@ -577,22 +579,22 @@ def folder_key(folder: Path) -> str:
 
 def adopt_states(run_dir: Path, home: Path) -> None:
     """The first time a read-only spool is synced from ``home``: copy the sync states written
-    beside it while it could still be written (a run synced, then archived read-only), so
-    this sync carries on from them instead of starting over; the files of ids they name
-    first (sync/id_sets.py), so no state is copied before what it names."""
+    beside it while it could still be written (a run synced, then archived read-only), so this
+    sync carries on from them; each after the files of ids it names, and no other file of ids."""
     if home == run_dir:
         return
     source, target = sync_dir(run_dir), sync_dir(home)
     try:
-        names = [p.name for p in source.glob(ID_SET_GLOB)]
-        names += [p.name for p in source.glob("*.json")]
+        states = [p.name for p in source.glob("*.json") if not (target / p.name).exists()]
+        sets = [p.name for p in source.glob(ID_SET_GLOB)] if states else []
     except OSError:
         return
-    for name in names:
-        if (target / name).exists():
-            continue
+    for name in states:
         try:
-            data = read_regular_file(source / name)
+            state = read_regular_file(source / name)
+            named = {found: read_regular_file(source / found) for found in set(sets) - set(unnamed(sets, [state]))
+                     if not (target / found).exists()}
         except OSError:
-            continue
-        replace_private(target / name, data, durable=True)
+            continue  # not adopted: the sync starts over, reconciling with the platform
+        for found, data in [*sorted(named.items()), (name, state)]:
+            replace_private(target / found, data, durable=True)

@@ -39,7 +39,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from prime_runs_spool.store.source import StoreRun, find_store_runs
 from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
-from prime_runs_spool.sync.id_sets import IdSet, named_by
+from prime_runs_spool.sync.id_sets import IdSet, digest_of_name, named_by, sweep, unnamed
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.leased import LeasedProtocol, state_id, sync_lease_path, under_lease
 from prime_runs_spool.sync.many import internal_error_report
@@ -144,12 +144,14 @@ class StoreRunSync:
     def __init__(self, run: StoreRun, client: PlatformClient, destination: Destination, options: SyncOptions,
                  *, in_store: bool, wait: bool, index: EvaluationIndex | None,
                  on_progress: Callable[[RunReport], None] | None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, listed_at: float | None = None) -> None:
         if wait:  # for a copy of the run on this machine too (sync/copies.py)
             options = dataclasses.replace(options, copy_wait=None)
         self.run, self.client, self.destination, self.options = run, client, destination, options
         self.in_store, self.wait, self.index, self.on_progress = in_store, wait, index, on_progress
         self.sleep = sleep  # every wait of the pass (backoff, fence, another's lease): a stop ends it there
+        #: When (this machine's clock) the listing the run was found in began; None: unknown.
+        self.listed_at = listed_at
         self._locate(options.replay_id)
         #: Whether this run showed another syncer at work since the listing (it holds the
         #: lease, or wrote a state the listing did not show): what makes the claim order
@@ -307,13 +309,58 @@ class StoreRunSync:
             if fetched is not None:
                 replace_private(Path(found.path), fetched[0], durable=False)
                 known.add(key)
+            else:  # gone (deleted as a damaged one's line says): missing here too, so the pass reconciles
+                Path(found.path).unlink(missing_ok=True)
         return frozenset(known)
+
+    def _sweep(self) -> None:
+        """The files of ids no state names removed, under the lease, before the pass writes
+        (sync/id_sets.py): this machine's copies, and the store's objects. Only objects the
+        listing (made before the lease) showed; the states read whole first, unless the one
+        just loaded names them all (a GET each: only where one may be unnamed); not when a
+        syncer may have written a state the listing does not show (a new replay's, another
+        destination's): a later pass does it."""
+        sweep(self.path.parent)
+        if not self.in_store or not self._listed_all_states():
+            return
+        folder = f"{self.key.rsplit('/', 1)[0]}/"
+        names = [key[len(folder):] for key in self.run.objects if key.startswith(folder)]
+        names = [name for name in names if "/" not in name]
+        sets = [name for name in names if digest_of_name(name) is not None]
+        try:
+            if not sets or not unnamed(sets, [read_regular_file(self.path)]):
+                return
+        except OSError:
+            pass  # none loaded: every state read
+        try:
+            documents = [found[0] for name in names if name not in sets
+                         if (found := self.run.store.read(folder + name)) is not None]
+            for name in unnamed(sets, documents):
+                self.run.store.delete(folder + name)
+        except StoreError:
+            return  # left for a later pass: named or not, nothing depends on its removal
+
+    def _listed_all_states(self) -> bool:
+        """Whether the listing shows every state object of the run: none was written after it.
+        So when this syncer made the lease, or took one its holder had released before the
+        listing (the lease the listing shows), or one that ran out before the listing began."""
+        lease, holder = self.lease, self.lease.holder or {}
+        if lease.created:
+            return True
+        if holder.get("released") is True:
+            listed = self.run.objects.get(lease.key)
+            return listed is not None and listed.etag is not None and listed.etag == lease.taken_from
+        expiry = holder.get("expires_at")
+        return (self.listed_at is not None and isinstance(expiry, (int, float)) and not isinstance(expiry, bool)
+                and expiry + lease.clock_skew < self.listed_at)
 
     def _passes(self) -> RunReport:
         report = RunReport(path=str(self.run), state=ERROR)
         for attempt in range(CONFLICT_PASSES):
             try:
                 etag = self._load_for_pass(first=attempt == 0)
+                if attempt == 0:
+                    self._sweep()
             except StoreError as exc:
                 report.error = str(exc)
                 return report
@@ -368,6 +415,7 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
     if problem:
         raise StoreSetupError(problem)
     store = store or ObjectStore(url)
+    listed_at = time.time()
     listing = store.list()
     runs = find_store_runs(store, listing, default_local_root(store.url, state_dir))
     if not runs:
@@ -381,7 +429,7 @@ def sync_store(url: str, client: PlatformClient, destination: Destination, optio
             raise Stopped
         try:
             sync = StoreRunSync(run, client, destination, options, in_store=state_dir is None, wait=wait,
-                                index=index, on_progress=on_progress, sleep=sleep)
+                                index=index, on_progress=on_progress, sleep=sleep, listed_at=listed_at)
             return sync.sync(), sync.met_another
         except Exception as exc:  # as locally (sync/many.py): one run's bug must not stop the others
             return internal_error_report(str(run), exc), False
