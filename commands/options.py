@@ -14,19 +14,27 @@ class StateDirPath(click.Path):
     """``--state-dir``'s value: a folder, made when missing. A file there was taken, and
     every run's import or sync then failed on 'Not a directory' (exit 1); refused at once
     as bad usage, naming the variable when the value came from it. So are a device, a FIFO
-    or a socket, and an empty value (``--state-dir "$UNSET"``), which was the current folder."""
+    or a socket, and an empty value (``--state-dir "$UNSET"``), which was the current folder;
+    a value of blanks only (a folder named so was made), and a path no folder can be made at
+    (below a file, through a symbolic link to nothing or a loop of them), where every import
+    failed on its own, exit 1."""
 
     def __init__(self) -> None:
         super().__init__(path_type=Path, file_okay=False)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from prime_runs_spool.files import special_file_kind
+        from prime_runs_spool.files import folder_blocker, special_file_kind
 
         if isinstance(value, str) and not value:
             self.fail("an empty path names no folder", param, ctx)
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is blanks only and names no folder", param, ctx)
         kind = special_file_kind(value) if isinstance(value, (str, Path)) else None
         if kind is not None:
             self.fail(f"{click.format_filename(value)!r} is {kind}, not a folder", param, ctx)
+        blocker = folder_blocker(value) if isinstance(value, (str, Path)) else None
+        if blocker is not None:
+            self.fail(f"no folder can be made at {click.format_filename(value)!r}: {blocker}", param, ctx)
         return super().convert(value, param, ctx)
 
     def fail(self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None) -> Any:

@@ -182,6 +182,31 @@ def special_file_kind(path: str | os.PathLike[str]) -> str | None:
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
+def folder_blocker(path: str | os.PathLike[str]) -> str | None:
+    """Why no folder can be made at ``path`` (``mkdir -p``), said of the entry in the way:
+    a file or a device above it, a symbolic link to nothing or a loop of them on the way or
+    there; None when it can be (or is one, or a reason lies elsewhere: a permission). The
+    last part being a file or special file itself is its caller's own check."""
+    path = Path(path)
+    for entry in [path, *path.parents]:  # the deepest entry that exists decides
+        try:
+            os.lstat(entry)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return None
+        try:
+            mode = os.stat(entry).st_mode
+        except FileNotFoundError:
+            return f"{entry} is a symbolic link to {os.readlink(entry)}, which does not exist"
+        except OSError as error:
+            return f"{entry} is a loop of symbolic links" if error.errno == errno.ELOOP else None
+        if entry != path and not stat.S_ISDIR(mode):
+            return f"{entry} is {special_file_kind(entry) or 'a file'}, not a folder"
+        return None
+    return None
+
+
 def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``), durably: the folder holding each

@@ -570,18 +570,28 @@ def test_a_state_dir_that_is_a_file_is_bad_usage_naming_where_it_came_from(tmp_p
 
 
 @pytest.mark.parametrize("command", ["sync", "import"])
-@pytest.mark.parametrize("kind", ["device", "fifo", "empty"])
+@pytest.mark.parametrize("kind", ["device", "fifo", "empty", "blanks", "below a file", "dangling link",
+                                  "below a dangling link", "link loop"])
 def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, command: str, kind: str) -> None:
     """``--state-dir /dev/null`` (or a FIFO) passed the check a file gets, and every run's
     import then failed on 'Not a directory (/dev/null/imports)', exit 1; ``--state-dir ""``
     (a CI variable left unset, ``--state-dir "$STATE"``) was the current folder, and the
-    imported spools landed in an ``imports/`` folder there. Both are refused before anything
-    is written, one line, exit 2."""
+    imported spools landed in an ``imports/`` folder there; ``--state-dir "  "`` made a
+    folder named by two blanks and imported there. A path below a file, through a symbolic
+    link to nothing (a disk not mounted) or a loop of them failed each import on its own
+    ('Not a directory', 'No such file or directory (state/imports)'), exit 1. All are
+    refused before anything is written, one line naming what is in the way, exit 2."""
     (tmp_path / "outputs").mkdir()
     shutil.copytree(VF040, tmp_path / "outputs" / "vf040-completed")
     work = tmp_path / "work"
     work.mkdir()
-    value = {"device": "/dev/null", "fifo": str(tmp_path / "pipe"), "empty": ""}[kind]
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "dangling").symlink_to(tmp_path / "not-mounted" / "state")
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    value = {"device": "/dev/null", "fifo": str(tmp_path / "pipe"), "empty": "", "blanks": "  ",
+             "below a file": str(tmp_path / "afile" / "state"), "dangling link": str(tmp_path / "dangling"),
+             "below a dangling link": str(tmp_path / "dangling" / "sub"), "link loop": str(tmp_path / "loop-a")}[kind]
     if kind == "fifo":
         os.mkfifo(value)
     extra = {"sync": ["--local", "--db", str(tmp_path / "p.db")]}
@@ -592,9 +602,15 @@ def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, com
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert line.startswith("prime-runs: invalid value for '--state-dir': ") and "give a folder" in line, line
     said = {"device": "is a device, not a folder", "fifo": "is a FIFO, not a folder",
-            "empty": "an empty path names no folder"}[kind]
+            "empty": "an empty path names no folder", "blanks": "'  ' is blanks only and names no folder",
+            "below a file": f"{tmp_path / 'afile'} is a file, not a folder",
+            "dangling link": f"{tmp_path / 'dangling'} is a symbolic link to {tmp_path / 'not-mounted' / 'state'}, "
+                             "which does not exist",
+            "below a dangling link": f"{tmp_path / 'dangling'} is a symbolic link to",
+            "link loop": f"{tmp_path / 'loop-a'} is a loop of symbolic links"}[kind]
     assert said in line, line
     assert list(work.iterdir()) == [] and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
+    assert not (tmp_path / "not-mounted").exists()
 
 
 def test_sync_help_names_the_state_a_run_given_up_on_is_reported_in() -> None:
