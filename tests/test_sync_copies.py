@@ -835,3 +835,45 @@ def test_two_copies_of_a_spool_synced_at_once_store_each_episode_once(tmp_path: 
     assert totals == [4], f"{len(evaluations)} evaluation(s) holding {totals} samples for 4 episodes"
     assert [proc.returncode for proc in syncs] == [0, 0], outputs
     assert sorted(out.split()[0] for out, _ in outputs) == ["synced", "synced"], outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held", ["create", "samples", "finalize"])
+@pytest.mark.parametrize("then", ["another copy", "this folder, its state deleted"])
+def test_a_sync_killed_with_its_request_held_leaves_the_next_sync_a_fence(
+        tmp_path: Path, platform, held: str, then: str) -> None:
+    """The other way round from a stop that costs a wait it does not need: a stop after a
+    request went out must leave one. Killed while the proxy holds its create, its first
+    append or its finalize (each committed late, within its lifetime, as the next sync
+    starts), the sync is followed by a copy of the folder, or by this folder with its state
+    deleted: that sync waits the request out before it reads the platform. A sync that did
+    not would send its own while the held one was still to land (the proxy then lands the
+    held one first): a second evaluation, rows twice, or a second finalize."""
+    from fixtures.fault_proxy import FaultProxy
+    from support.sync_e2e import assert_exactly_once
+
+    path = {"create": r"/evaluations/?$", "samples": r"/samples$", "finalize": r"/finalize$"}[held]
+    builder = build_run(tmp_path / "one" / "r", f"held-{held}-{then[:7]}", 6)
+    shutil.copytree(tmp_path / "one", tmp_path / "two")
+    with FaultProxy(platform.base_url, methods={"POST"}, hold_first=path) as proxy, \
+            httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        common = ["--base-url", proxy.base_url, "--request-lifetime", "4", "--timeout", "30",
+                  "--max-request-bytes", "6000"]
+        first = _sync(str(tmp_path / "one"), *common)
+        deadline = time.monotonic() + 60
+        while not proxy.holding():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate()
+        if then == "another copy":
+            folder = tmp_path / "two"
+        else:
+            folder = tmp_path / "one"
+            shutil.rmtree(folder / "r" / "spool" / "sync")
+        second = _sync(str(folder), *common)
+        time.sleep(1.0)
+        assert proxy.release_held(), "the held request lands late, within its lifetime"
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, out + err
+        assert_exactly_once(api, builder)
