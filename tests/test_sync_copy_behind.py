@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import platform_process
-from support.env import REPO_ROOT, child_env
+from support.env import CLI, REPO_ROOT, child_env
 from support.runs import RunBuilder
 from support.sync_e2e import TOKEN, sync_cmd
 
@@ -87,3 +87,36 @@ def test_an_earlier_copy_holding_every_sample_leaves_the_completed_evaluation_al
     after = api.get(f"/evaluations/{runs['job-full']['evaluation_id']}").json()
     assert (after["status"], after["total_samples"], after["finalize_count"]) == ("COMPLETED", 4, 1)
     assert after.get("metadata") == before.get("metadata")
+
+
+def test_an_earlier_copy_behind_by_rows_shows_nothing_pending(tmp_path: Path, server, api) -> None:
+    """To samples, a copy taken while the run was writing, synced after the full copy: its
+    sync says ``up_to_date`` (the platform holds its rows, its first ones), but its state
+    recorded none of them, so ``status`` said '0 samples pushed, 3 episodes pending' of a copy
+    with nothing to push, after every sync of it (to Prime Traces: 0 pending)."""
+    builder = RunBuilder(tmp_path / "job-full" / "outputs" / "run", "copy-behind-pending")
+    builder.open_segment()
+    builder.add(3)
+    builder.wait_for_mark()
+    shutil.copytree(builder.run_dir, tmp_path / "job-early" / "outputs" / "run")
+    builder.add(3)
+    builder.seal("completed")
+    reports = {}
+    for name in ("job-full", "job-early", "job-early"):
+        (tmp_path / name / "home").mkdir(exist_ok=True)
+        env = child_env(PRIME_API_KEY=TOKEN, HOME=str(tmp_path / name / "home"),
+                        XDG_CACHE_HOME=str(tmp_path / name / "home" / ".cache"))
+        done = subprocess.run(sync_cmd(server.base_url, str(tmp_path / name / "outputs"), "--to", "samples", "-o",
+                                       "json"), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                              env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        [reports[name]] = json.loads(done.stdout)["runs"]
+        shown = subprocess.run(CLI + ["status", str(tmp_path / name / "outputs"), "--json"], capture_output=True,
+                               text=True, timeout=60, env=env)
+        [run] = json.loads(shown.stdout)["runs"]
+        [destination] = run["destinations"]
+        assert destination["pending"] == 0, (name, destination)
+    assert reports["job-early"]["state"] == "up_to_date" and reports["job-early"]["pushed_now"] == 0, reports
+    assert reports["job-early"]["pushed_total"] == 3, reports
+    after = api.get(f"/evaluations/{reports['job-full']['evaluation_id']}").json()
+    assert (after["status"], after["total_samples"], after["finalize_count"]) == ("COMPLETED", 6, 1)

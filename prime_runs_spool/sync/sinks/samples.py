@@ -73,7 +73,11 @@ class SamplesSink(Sink):
             rows = self.reconciler.behind(exc.platform_samples)
             if rows is None:
                 raise
-            # Nothing this copy holds is missing there, and nothing of it is to be sent.
+            # Nothing this copy holds is missing there, and nothing of it is to be sent: its
+            # rows are acknowledged as the platform's first ones (behind() checked them), so
+            # ``status`` shows none pending; the next pass checks the state again (verify).
+            self.reconciler.rederive(rows)
+            self.context.protocol.save()
             report.state = UP_TO_DATE
             report.warnings.append(
                 f"this copy of the run holds {rows} of the evaluation's {exc.platform_samples} samples, its first "
