@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -48,8 +49,12 @@ def serve_command(
       prime-runs platform serve --db platform.db --port 8000 --token s3cret
     """
     from prime_runs_spool.errors import PlatformDatabaseError, UnsafeListenError
-    from prime_runs_spool.local_platform.place import default_database
+    from prime_runs_spool.local_platform.place import database_blocker, database_source, default_database
 
+    blocker = database_blocker(Path(db_path) if db_path is not None else default_database())
+    if blocker is not None:
+        fail_usage(f"{database_source(db_path and Path(db_path))}: cannot open database "
+                   f"{db_path if db_path is not None else default_database()}: {blocker}")
     if db_path is None:
         from prime_runs_spool.files import make_private_dir
 

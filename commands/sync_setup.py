@@ -66,10 +66,15 @@ def check_key(settings: Settings, timeout: float) -> None:
 
 
 def local_database(db: Path | None) -> Path:
-    """The database ``--local`` writes: ``--db``, else the default one (local_platform/place.py)."""
-    from prime_runs_spool.local_platform.place import default_database
+    """The database ``--local`` writes: ``--db``, else the default one (local_platform/place.py).
+    One that cannot be (``database_blocker``) is a usage error naming where it came from."""
+    from prime_runs_spool.local_platform.place import database_blocker, database_source, default_database
 
-    return (db or default_database()).expanduser().resolve()
+    path = (db or default_database()).expanduser()
+    blocker = database_blocker(path)
+    if blocker is not None:
+        fail_usage(f"{database_source(db)}: cannot open database {path}: {blocker}")
+    return path.resolve()
 
 
 def new_database_line(reports: Iterable[Any], db: str, target: Destination, sink: str | None) -> str | None:

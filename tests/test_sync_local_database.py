@@ -13,11 +13,13 @@ from __future__ import annotations
 import shlex
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from support.cli import last_line, run_cli
+from support.env import CLI, child_env
 from support.runs import RunBuilder
 
 
@@ -94,3 +96,54 @@ def test_a_database_named_by_the_environment_that_cannot_be_opened_names_the_var
     assert last_line(done).startswith(f"prime-runs: PRIME_RUNS_LOCAL_DB: cannot open database {tmp_path}: "), done.stderr
     given = run_cli("sync", str(runs), "--local", "--db", str(tmp_path), PRIME_RUNS_LOCAL_DB=str(tmp_path / "x.db"))
     assert given.returncode == 2 and last_line(given).startswith("prime-runs: --db: cannot open database"), given.stderr
+
+
+@pytest.mark.parametrize("given", ["--db", "PRIME_RUNS_LOCAL_DB"])
+@pytest.mark.parametrize("kind", ["blanks", "link loop", "dangling link", "below a dangling link"])
+def test_a_database_no_file_can_be_made_at_is_one_line_and_nothing_is_made(tmp_path: Path, given: str,
+                                                                          kind: str) -> None:
+    """A loop of symbolic links was an internal error ('RuntimeError: Symlink loop', exit 1);
+    a symbolic link to a folder not there (a disk not mounted) had the folders made through
+    it, on the disk below the mount point, and the database written there; a name of blanks
+    only made a database so named in the current folder. Each is one line naming what is in
+    the way, exit 2, nothing made; a link to a database not made yet, in a folder that is
+    there, is one SQLite makes."""
+    runs = tmp_path / "runs"
+    build = RunBuilder(runs / "a", "run-db-links")
+    build.open_segment()
+    build.add(1)
+    build.seal()
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    (tmp_path / "mnt").symlink_to(tmp_path / "not-mounted" / "disk")
+    value = {"blanks": "  ", "link loop": str(tmp_path / "loop-a"), "dangling link": str(tmp_path / "mnt"),
+             "below a dangling link": str(tmp_path / "mnt" / "platform.db")}[kind]
+    said = {"blanks": "'  ' is blanks only and names no file",
+            "link loop": f"{tmp_path / 'loop-a'} is a loop of symbolic links",
+            "dangling link": f"{tmp_path / 'mnt'} is a symbolic link to {tmp_path / 'not-mounted' / 'disk'}, "
+                             "which does not exist"}
+    said["below a dangling link"] = said["dangling link"]
+    args = ["--db", value] if given == "--db" else []
+    env = {"PRIME_RUNS_LOCAL_DB": value} if given != "--db" else {}
+    done = subprocess.run(CLI + ["sync", str(runs), "--local", *args], capture_output=True, text=True, timeout=120,
+                          cwd=work, env=child_env(**env))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert last_line(done) == f"prime-runs: {given}: cannot open database {value}: {said[kind]}", done.stderr
+    assert list(work.iterdir()) == [] and not (tmp_path / "not-mounted").exists()
+    assert not (runs / "a" / "spool" / "sync").exists() or not any((runs / "a" / "spool" / "sync").iterdir())
+
+
+def test_a_link_to_a_database_not_made_yet_in_a_folder_that_is_there_is_made(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    build = RunBuilder(runs / "a", "run-db-leaf-link")
+    build.open_segment()
+    build.add(1)
+    build.seal()
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "platform.db").symlink_to(tmp_path / "disk" / "platform.db")
+    done = run_cli("sync", str(runs), "--local", "--db", str(tmp_path / "platform.db"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert samples_in(tmp_path / "disk" / "platform.db") == 1

@@ -10,6 +10,7 @@ other serves. Imports nothing heavy: the command line reads it to define its opt
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -36,3 +37,28 @@ def database_source(given: Path | None) -> str:
     if given is not None:
         return "--db"
     return DATABASE_ENV if os.environ.get(DATABASE_ENV) else "the default database"
+
+
+def database_blocker(path: Path) -> str | None:
+    """Why ``path`` cannot be taken as the database, before anything is made for it: a name
+    of blanks only (a file so named was made in the current folder); a loop of symbolic
+    links (``resolve`` raised, an internal error); a symbolic link to nothing on the way (a
+    disk not mounted: its folders were made through the link, on the disk below the mount
+    point). None otherwise; a link as the file itself, to a file not yet there in a folder
+    that is, is a database SQLite creates."""
+    if not str(path).strip():
+        return f"{str(path)!r} is blanks only and names no file"
+    full = Path(os.path.abspath(path))
+    for entry in [*reversed(full.parents), full]:
+        if not os.path.islink(entry):
+            continue
+        try:
+            os.stat(entry)
+        except FileNotFoundError:
+            if entry == full and os.path.isdir(os.path.dirname(os.path.realpath(entry))):
+                continue
+            return f"{entry} is a symbolic link to {os.readlink(entry)}, which does not exist"
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return f"{entry} is a loop of symbolic links"
+    return None
