@@ -211,6 +211,37 @@ def test_a_state_file_is_one_sorted_serialization_and_its_checksum() -> None:
     assert SyncState.from_json(indented) == state
 
 
+def test_a_state_file_holds_its_fields_alone_whatever_else_the_state_object_carries(tmp_path: Path) -> None:
+    """A state's document is taken from its object's attributes in one copy: a state read
+    back (which carries whether this process wrote it, a private field) or given an attribute
+    no field names is written as its fields alone, the same bytes as read field by field,
+    and this process knows the file as its own write."""
+    import dataclasses
+
+    from prime_runs_spool.sync.state import SyncState, load_state, save_state
+
+    state = _rich_state()
+    path = tmp_path / "state.json"
+    save_state(path, state)
+    loaded = load_state(path, destination=state.destination, local_run_id=state.local_run_id)
+    assert loaded is not None and loaded.written_here and "_written_here" in vars(loaded)
+    loaded.scratch = "not a field"  # type: ignore[attr-defined]
+    for kept in (loaded, state):
+        data = kept.to_json()
+        fields = {f.name: getattr(kept, f.name) for f in dataclasses.fields(SyncState) if not f.name.startswith("_")}
+        assert set(json.loads(data)) == {*fields, "checksum"}
+        assert SyncState.from_json(data) == state
+    save_state(path, loaded)
+    assert json.loads(path.read_bytes())["version"] == state.version
+    again = load_state(path, destination=state.destination, local_run_id=state.local_run_id)
+    assert again is not None and again.written_here
+    path.write_bytes(path.read_bytes().rstrip() + b"  ")  # the same bytes, its padding aside: still its own
+    assert load_state(path, destination=state.destination, local_run_id=state.local_run_id).written_here
+    document = json.loads(path.read_bytes())
+    path.write_bytes(json.dumps(document, indent=1).encode())  # the same state, other bytes: not its write
+    assert not load_state(path, destination=state.destination, local_run_id=state.local_run_id).written_here
+
+
 def test_every_byte_of_a_state_file_damaged_is_damage_or_the_same_state() -> None:
     """A bit flipped anywhere in a state file either fails to parse, fails its checksum or
     its model, or reads back as the very same state (an exponent's ``e`` read as ``E``):

@@ -421,7 +421,7 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
             raise StateProblem(f"{name} names {found.name} beside it, which is missing (a copy made without it?)")
         if shown:  # this machine's copy of an object beside the state object
             found.shown_as(f"{shown.rsplit('/', 1)[0]}/{found.name}")
-    state._written_here = _OWN_WRITES.get(str(path)) == _digest(raw.rstrip(b" "))  # its padding aside
+    state._written_here = _OWN_WRITES.get(str(path)) == raw.rstrip(b" ")[_MARK]  # its padding aside
     return state
 
 
@@ -444,10 +444,8 @@ def read_state(path: str | os.PathLike[str]) -> tuple[SyncState, bytes]:
     return state, raw
 
 
-#: Per state file, the digest of what this process last wrote there. A file that still
-#: holds exactly that was checked against the platform by this process already (a follower
-#: reloads its state before every pass); any other file is checked before it is trusted.
-_OWN_WRITES: dict[str, str] = {}
+#: Per state file, the checksum ending this process's last write there: a file that holds it was checked already.
+_OWN_WRITES: dict[str, bytes] = {}
 
 
 def _checksum(document: dict[str, Any]) -> Any:
@@ -461,28 +459,30 @@ def _digest_of(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()[:32]
 
 
-#: A state's content as the file holds it: every dataclass handed to :func:`_fields_of`, so
-#: that its fields are sorted like any mapping's keys.
+#: A state's content as the file holds it: every dataclass handed to :func:`_fields_of`, its fields sorted as keys.
 _CONTENT_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
 _CHECKSUM_KEY_BYTES = CHECKSUM_KEY.encode()
-#: Per dataclass, the names of the fields a file holds: all but the private ones.
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_NAMES: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # per dataclass: fields a file holds, private ones
+_MARK = slice(-34, -2)  # where the checksum lies in a state file's bytes: the mark of this process's own write
 
 
 def _fields_of(value: Any) -> dict[str, Any]:
-    """A state dataclass (the state, its destination, cursors, request) as the mapping of its
-    fields (orjson's ``default``)."""
+    """A state dataclass (the state, its destination, cursors, request) as its fields (orjson's ``default``): its
+    ``__dict__`` copied less the private ones when it holds every field and no more; else each read (30 k instructions)."""
     cls = type(value)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
+    if (known := _FIELD_NAMES.get(cls)) is None:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"{cls.__name__} is not part of a sync state")
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+        every = [f.name for f in dataclasses.fields(cls)]
+        known = _FIELD_NAMES[cls] = (tuple(n for n in every if n[0] != "_"), tuple(n for n in every if n[0] == "_"))
+    names, private = known
+    if (fields := getattr(value, "__dict__", None)) is not None:
+        document = fields.copy()
+        for name in private:
+            document.pop(name, None)
+        if len(document) == len(names):  # every field is there (``__init__`` sets each): nothing else is
+            return document
     return {name: getattr(value, name) for name in names}
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None) -> None:
@@ -503,7 +503,7 @@ def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = 
     data = state.to_json()
     _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write
     state_file.write(name, data, announces=state.in_flight is not None, writer=writer)
-    _OWN_WRITES[name] = _digest(data)
+    _OWN_WRITES[name] = data[_MARK]  # its checksum, the digest of its content: not digested again
 
 
 def disk_full_line(exc: OSError, where: Path) -> str | None:
