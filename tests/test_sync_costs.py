@@ -661,10 +661,10 @@ def test_auto_names_the_sink_in_the_create_at_no_cost_and_a_run_found_again_is_n
 def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> None:
     """What a fresh run's first pass asks of its spool folder, for a run sealed as the runner
     seals it (its summary in the seal, so the records are read once): the folder listed for
-    the manifests, whose listing the records and the read-ahead's size are read by, at the
-    end (whether a segment came after the seal; the size and version recorded then are the
-    cursor's segment's, one stat) and for its files' modes, plus the walk's that found the
-    run; the segment opened for its first two lines, and for its records, fsync'd (a dead
+    the manifests, whose listing the records and the read-ahead's size are read by, and at
+    the end (whether a segment came after the seal; the size and version recorded then are
+    the cursor's segment's, one stat), plus the walk's that found the run (a spool folder no
+    one else may enter is not walked for its files' modes: 4 listings before); the segment opened for its first two lines, and for its records, fsync'd (a dead
     writer's) on that descriptor; its writer's lock probed once, before the records are
     read (a small run's size needs no answer from it); its durable mark read once; the
     state written four times: renamed into place once, with its twin beside it and the folder
@@ -697,7 +697,35 @@ def test_a_new_runs_first_sync_reads_each_of_its_files_once(tmp_path: Path) -> N
         ".tmp": 1, "spool": 1, "sync": 1,  # the first write, its folder fsync'd once
         ".costs-dest.json.twin": 2,  # made by the first write (its first try makes sync/), overwritten before each announcement
     }, names
-    assert listed[spool] == 4, listed
+    assert listed[spool] == 3, listed
+
+
+def test_only_a_spool_folder_others_may_enter_is_walked_for_its_modes(tmp_path: Path) -> None:
+    """A pass looks inside the spool for files others may read only when others may enter
+    its folder (one ``stat``, as the probe of a run up to date already decides): such a
+    spool (an artifact unpacked with a 022 umask) is walked and made private, and said so;
+    one in a folder no one else may enter is not walked (its files are reached only through
+    it), one listing fewer, and nothing is said."""
+    import stat as stat_module
+
+    runs = {name: build_run(tmp_path / "runs" / name, f"costs-modes-{name}", 2).run_dir for name in ("open", "closed")}
+    for name, run in runs.items():
+        segment = next((run / "spool").glob("seg-*.jsonl"))
+        os.chmod(segment, 0o644)
+        os.chmod(run / "spool", 0o755 if name == "open" else 0o700)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        with listed_under(tmp_path.resolve() / "runs") as listed:
+            _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    by_name = {Path(report.path).name: report for report in reports}
+    assert {name: report.state for name, report in by_name.items()} == {"open": "synced", "closed": "synced"}
+    assert any("made private" in line for line in by_name["open"].warnings), by_name["open"].warnings
+    assert not any("open to other users" in line for line in by_name["closed"].warnings), by_name["closed"].warnings
+    opened = runs["open"] / "spool"
+    assert stat_module.S_IMODE(opened.stat().st_mode) == 0o700
+    assert all(not path.lstat().st_mode & 0o077 for path in opened.rglob("*"))
+    assert stat_module.S_IMODE((runs["closed"] / "spool").stat().st_mode) == 0o700  # no one else may enter
+    spools = {name: str((run / "spool").resolve()) for name, run in runs.items()}
+    assert listed[spools["open"]] == listed[spools["closed"]] + 1, listed
 
 
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:

@@ -128,7 +128,12 @@ def spool_mode_lines(run_dir: Path, home: Path, options: SyncOptions) -> list[st
     """What a sync or a follower says, under the run's lock, of a spool others may read (an
     artifact unpacked by a tool that drops modes): made private where sync writes beside it
     anyway (its state home is the run folder, not a dry run), else named with the command
-    that does it (``files.open_to_others_lines``)."""
+    that does it (``files.open_to_others_lines``). A spool folder no one else may enter
+    (:func:`spool_open_to_others`, one ``stat``) is not walked: what it holds is reached
+    only through it, whatever its own modes, as the probe of a run up to date already
+    takes it. The walk was 11 system calls a run, at every pass."""
+    if not spool_open_to_others(run_dir):
+        return []
     return open_to_others_lines(spool_dir(run_dir), tighten=home == run_dir and not options.dry_run)
 
 
