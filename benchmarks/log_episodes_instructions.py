@@ -75,11 +75,14 @@ def run_mode(mode: str, count: int) -> None:
 
     durable_file._fdatasync = lambda fd: None
     durable_file._RWF_DSYNC = 0  # writers write, then call the no-op sync (no synced pwritev)
+    # The episodes built with the collector off, then out of its reach: how often building
+    # them set off a collection, and what it walked, depends on what else was imported, which
+    # differs from mode to mode (a mode's count moved by 10-20k an episode with the imports).
+    gc.disable()
     episodes = bench_episodes(count)
-    # The episodes out of the collector's reach: how often building them set off a full
-    # collection depends on what else was imported, which differs from mode to mode.
     gc.collect()
     gc.freeze()
+    gc.enable()
     folder = Path(tempfile.mkdtemp(prefix="log-episodes-ir-"))
     try:
         if mode == "spool":

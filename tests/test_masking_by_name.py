@@ -44,13 +44,14 @@ SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key"
                 "access_tokens", "HF_TOKENS", "refreshTokens", "api_tokens", "auth_tokens", "github_tokens",
                 # a personal access token after what it is for; a webhook's URL; a JWT
                 "github_pat", "GH_PAT", "AZURE_DEVOPS_PAT", "gitlabPat", "webhook_url", "slackWebhookUrl",
-                "DISCORD_WEBHOOK", "id_jwt"]
+                "DISCORD_WEBHOOK", "id_jwt", "pgpass", "PGPASS"]
 #: Names that say something about a secret, or count tokens, but do not hold one.
 PLAIN_NAMES = ["max_tokens", "api_key_var", "tokenizer", "token_budget", "secret_name", "password_file",
                "sort_key", "key", "num_tokens", "api_key_env", "tokens", "answer_key", "forward_env", "model",
                "keys", "sort_keys", "primary_keys", "max_tokens_per_call", "secret_names", "max_new_tokens",
                "special_tokens", "stop_tokens", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-               "total_tokens", "extra_tokens", "pat", "file_pat", "webhook_id", "webhook_events"]
+               "total_tokens", "extra_tokens", "pat", "file_pat", "webhook_id", "webhook_events", "pgpass_file",
+               "PGPASSFILE"]
 
 
 def test_which_names_are_secret_shaped() -> None:

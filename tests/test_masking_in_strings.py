@@ -337,7 +337,8 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     curl's ``-u``, a tool's ``-p``, JSON in a string or a PEM block; 13: none for ``docker
     login -p``, ``aws configure set`` nor a ``{name, value}`` pair; 14: none for a YAML block
     nor a Groq key; 15: none for a list printed into a string nor ``wandb login``; 16: none
-    for ``vault login`` nor an XML ``<password>``) are masked again by sync
+    for ``vault login`` nor an XML ``<password>``; 18: none for a ``.pgpass`` line, an ODBC
+    ``}}``, ``mongosh -p``, ``sqlcmd -P`` nor ``ngrok authtoken``) are masked again by sync
     before their metadata and their rows leave."""
     secrets = ["OLDFLAG0001xyz", "OLDQUERY0002xyz", "OLDHEADER0003xyz", "OLDPAT0004xyz", GHP]
     strings = {"extra_args": ["--api-key", secrets[0], "-H", f"Authorization: Bearer {secrets[2]}"],
@@ -359,10 +360,14 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
     printed_strings = {"args": f"['--api-key', '{printed[0]}']", "setup": f"wandb login {printed[1]}"}
     logins = ["OLDVAULT0018xyz", "OLDXML0019xyz"]
     login_strings = {"setup": f"vault login {logins[0]}", "maven": f"<password>{logins[1]}</password>"}
+    pgpass = ["OLDPGPASS0020xyz", "OLDODBC0021xyz", "OLDMONGO0022xyz", "OLDSQLCMD0023xyz", "OLDNGROK0024xyz"]
+    pgpass_strings = {"setup": f"echo 'db:5432:app:u:{pgpass[0]}' > ~/.pgpass; mongosh -u a -p {pgpass[2]}",
+                      "odbc": f"Server=db;PWD={{x}}}};{pgpass[1]}}};", "sql": f"sqlcmd -U sa -P {pgpass[3]}",
+                      "tunnel": ["ngrok", "authtoken", pgpass[4]]}
     for run_id, version, args in (("old-strings", 10, strings), ("old-env-equals", 11, newer_strings),
                                   ("old-formats", 12, format_strings), ("old-tools", 13, tool_strings),
                                   ("old-shapes", 14, shape_strings), ("old-printed", 15, printed_strings),
-                                  ("old-logins", 16, login_strings)):
+                                  ("old-logins", 16, login_strings), ("old-pgpass", 18, pgpass_strings)):
         writer = SegmentWriter.create(tmp_path / "runs" / run_id, run_id)
         writer.append("manifest", {"run_id": run_id, "name": run_id, "environments": ["e"], "model": "m",
                                    "framework": "verifiers", "format_version": 1, "masking_version": version,
@@ -371,13 +376,13 @@ def test_an_older_spool_holding_them_reaches_the_platform_masked(tmp_path: Path)
         episode["traces"][0]["agent"]["config"]["env_args"] = args
         writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
         writer.seal("completed")
-    secrets += newer + formats + tools + shapes + printed + logins
+    secrets += newer + formats + tools + shapes + printed + logins + pgpass
     assert all(secret.encode() in all_bytes_under(tmp_path / "runs") for secret in secrets)
     db = tmp_path / "platform.db"
     result = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--db", str(db), "--json"],
                             capture_output=True, text=True, timeout=120, env=child_env())
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 7, result.stdout
+    assert [run["state"] for run in json.loads(result.stdout)["runs"]] == ["synced"] * 8, result.stdout
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*"))
     assert [secret for secret in secrets if secret.encode() in stored + result.stdout.encode()] == []
     assert b"--api-key" in stored and b"token=***" in stored  # what was set still shows
@@ -565,3 +570,107 @@ def test_a_plain_sentence_is_left_as_it_is(sentence: str) -> None:
     if any(is_secret_name(word.strip(",.:;()-")) for word in sentence.split()):
         return  # a word that names a secret: its value may go
     assert mask_text(sentence) == sentence
+
+
+# -- a .pgpass line, an ODBC value in braces, more tools' password flags (MASKING_VERSION 19) -----
+
+NEWER_CASES = [
+    ("a .pgpass line written by a command", f"echo 'db.internal:5432:app:alice:{PW}' > ~/.pgpass && chmod 600 ~/.pgpass"),
+    ("a .pgpass line with an escaped colon", f'printf "*:*:*:postgres:a\\\\:{PW}\\n" >> "$PGPASSFILE"'),
+    ("a .pgpass line by its key's name", {"pgpass": f"db:5432:app:alice:{PW}"}),
+    ("an ODBC value in braces", f"Driver={{ODBC Driver 18}};Server=db;UID=u;PWD={{a}}}};{PW} b}};Encrypt=yes"),
+    ("mongosh -p", f"mongosh mongodb://db:27017/app -u admin -p {PW} --eval 'db.stats()'"),
+    ("mongodump -p stuck in a list", ["/usr/bin/mongodump", "--port", "27017", "-u", "a", f"-p{PW}"]),
+    ("sqlcmd -P", f"sqlcmd -S db -U sa -P '{PW}' -Q 'SELECT 1'"),
+    ("bcp -P stuck", f"bcp dbo.t out t.dat -S db -U sa -P{PW} -c"),
+    ("oc login -p", f"oc login https://api.cluster:6443 -u dev -p {PW}"),
+    ("cf login -p in a list", ["cf", "login", "-a", "https://api.cf", "-u", "me", "-p", PW]),
+    ("oras login -p", f"oras login ghcr.io -u me -p {PW}"),
+    ("helm registry login -p in a list", ["helm", "registry", "login", "r.example", "-u", "me", "-p", PW]),
+    ("crane auth login -p", f"crane auth login r.example -u me -p {PW}"),
+    ("ngrok authtoken", f"ngrok authtoken {PW} && ngrok http 8000"),
+    ("ngrok config add-authtoken in a list", ["ngrok", "config", "add-authtoken", PW]),
+]
+
+
+@pytest.mark.parametrize(("where", "value"), NEWER_CASES, ids=[c[0] for c in NEWER_CASES])
+def test_a_pgpass_line_an_odbc_brace_or_another_tools_password_reaches_no_file(tmp_path: Path, where: str,
+                                                                               value: Any) -> None:
+    """Each written as a user writes it, into an environment's arguments, a sandbox's command
+    and a seat's resolved config, through ``open_run`` and ``Run.log_episodes``."""
+    raw = spooled(tmp_path / "run", {"model": "m", "env": {"id": "e", "args": {"setup": value}, "sandbox": {"command": value}}},
+                  {"sandbox_command": value})
+    assert PW.encode() not in raw, f"{where}: {value!r} reached the spool in clear"
+
+
+_HOST = st.one_of(st.just("*"), st.from_regex(r"[a-z][a-z0-9\-]{0,8}(\.[a-z0-9]{1,6}){0,3}", fullmatch=True),
+                  st.from_regex(r"10\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}", fullmatch=True))
+_PGPASS_WORD = st.text(string.ascii_letters + string.digits + "_-.*", min_size=1, max_size=8)
+_ODBC_PASSWORD = st.text(_PW_ALPHABET.replace("{", "").replace("}", "") + " ;=", min_size=1, max_size=12)
+
+
+@st.composite
+def newer_shape(draw: Any) -> tuple[Any, str]:
+    """A password in one of version 19's shapes: a ``.pgpass`` line (a colon or a backslash in
+    it escaped), an ODBC value in braces (``;``, blanks and a doubled ``}`` in it), or a tool's
+    own password flag (apart or stuck, in a command line or an argument list)."""
+    secret = draw(passwords)
+    user = draw(letters)
+    pgpass_secret = secret.replace("\\", "\\\\").replace(":", "\\:")
+    line = (f"{draw(_HOST)}:{draw(st.one_of(st.just('*'), st.integers(1, 65535).map(str)))}:"
+            f"{draw(_PGPASS_WORD)}:{draw(_PGPASS_WORD)}:{pgpass_secret}")
+    odbc = (draw(_ODBC_PASSWORD) + draw(st.sampled_from(["}};", "}}", ";", ""])) + secret.replace("{", "x").replace("}", "}}")
+            + draw(_ODBC_PASSWORD))
+    tool, flag = draw(st.sampled_from([("mongosh", "-p"), ("mongodump", "-p"), ("mongorestore", "-p"), ("sqlcmd", "-P"),
+                                       ("bcp", "-P"), ("oc login", "-p"), ("cf login", "-p"), ("oras login", "-p"),
+                                       ("helm registry login", "-p"), ("crane auth login", "-p"),
+                                       ("ngrok authtoken", ""), ("ngrok config add-authtoken", "")]))
+    quote = draw(st.sampled_from(["", "'", '"']))
+    stuck = draw(st.booleans()) and flag != ""
+    shapes = [
+        f"echo '{line}' >> ~/.pgpass", f"cat > /root/.pgpass <<EOF\n{line}\nEOF", {"pgpass": line},
+        f"{draw(st.sampled_from(['Driver={ODBC Driver 18};', 'Provider=MSOLEDBSQL;', '']))}Server=db;UID={user};"
+        f"{draw(st.sampled_from(['PWD', 'Pwd', 'pwd', 'Password']))}={{{odbc}}};Encrypt=yes",
+        f"{tool} -u {user} {flag + secret if stuck else f'{flag} {quote}{secret}{quote}'.strip()} --verbose",
+        [*tool.split(), "-u", user, *([flag + secret] if stuck else [flag, secret] if flag else [secret])],
+    ]
+    shape = draw(st.sampled_from(shapes))
+    return shape, secret
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(newer_shape())
+def test_a_password_in_each_newer_shape_is_masked_whatever_it_is(case: tuple[Any, str]) -> None:
+    value, secret = case
+    config = {"env": {"args": {"v": value}}}
+    masked = mask(config, MaskRules.defaults_for_config())
+    assert secret not in json.dumps(masked), (value, masked)
+    assert mask(masked, MaskRules.defaults_for_config()) == masked  # masking twice changes nothing
+
+
+#: What the rules of version 19 leave alone: a port after another tool's -p, gh's git protocol, an
+#: IPv6 address, five fields with a number second where no .pgpass is named, a shell's PWD.
+NEWER_PLAIN = ["psql -h db -p 5432 -U u app", "pg_dump -p 5432 app", "gh auth login -p ssh", "ssh -p 2222 u@h",
+               "mongod --port 27017 --dbpath /data", "sqlcmd -p", "fe80:0:0:0:0:0:0:1", "2001:db8:0:0:1",
+               "user:1000:profile:name:first", "run at 10:20:30", "cd /tmp && PWD=/tmp make", "helm install -p x",
+               "Server=db;Database=app;Trusted_Connection=yes", "ngrok http 8000", "crane auth get"]
+
+
+@pytest.mark.parametrize("text", NEWER_PLAIN)
+def test_a_port_an_address_or_a_field_list_is_left_as_it_is(text: str) -> None:
+    config = {"env": {"args": {"command": text, "argv": text.split()}}}
+    assert mask(config, MaskRules.defaults_for_config()) is config
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.lists(st.from_regex(r"[0-9a-f]{1,4}", fullmatch=True), min_size=5, max_size=8).map(":".join),  # IPv6
+    st.lists(st.from_regex(r"[a-z][a-z0-9]{0,6}|[0-9]{1,5}", fullmatch=True), min_size=5, max_size=6).map(":".join),
+    st.builds(lambda tool, port: f"{tool} -p {port}", st.sampled_from(["psql", "pg_dump", "ssh", "scp", "gh auth login",
+                                                                      "docker run", "kubectl port-forward"]),
+              st.integers(1, 65535))))
+def test_plain_fields_and_ports_are_left_as_they_are(text: str) -> None:
+    """No ``.pgpass`` named, no tool of version 19: an address, a key of fields, a port."""
+    from prime_runs_spool.content.mask_text import mask_text
+
+    assert mask_text(text) == text

@@ -9,19 +9,24 @@ nor does a spool written before the rule carry them there; the rest of the recor
 
 from __future__ import annotations
 
+import copy
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prime_traces import TracesClient
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run, read_run
+from prime_runs_spool.content.mask_fragments import mask_for_writing
 from prime_runs_spool.content.mask_locations import MASK, MASKING_VERSION
+from prime_runs_spool.content.masking import MaskRules, mask
 from prime_runs_spool.spool.writer import SegmentWriter
 from support import platform_process
 from support.env import CLI, child_env
@@ -164,3 +169,35 @@ def test_no_runtime_secret_reaches_the_platform_new_spool_or_old(tmp_path: Path)
               "output": (samples.stdout + samples.stderr + pushed.stdout + pushed.stderr).encode()}
     assert [(where, name) for where, data in places.items() for name, secret in SECRETS.items()
             if secret.encode() in data] == []
+
+
+# -- the writer's memo knows a runtime record without its box id -------------------------------
+
+_RUNTIME_VALUE = st.sampled_from([None, float("nan"), 1, 1.0, True, "1", MASK, "sk-" + "a1" * 12, ["*"], ("*",), [],
+                                  {"HF_TOKEN": "x"}, "https://u:pw@h/v1", "--api-key k"])
+_RUNTIME_KEY = st.sampled_from(["image", "env", "api_key", "allow", "start_command", "cpu", "value", "name"])
+_BOX_ID = st.one_of(st.sampled_from(["vf-5c1e9a7b0d2f", "vf-0000", "sk-" + "b2" * 12, "https://u:pw@box/x",
+                                     "AKIA" + "A" * 16, "--token t", "", MASK]),
+                    st.text("abcdef0123456789-", max_size=16), st.integers(0, 3), st.none())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.dictionaries(_RUNTIME_KEY, _RUNTIME_VALUE, max_size=4), _BOX_ID, st.integers(1, 3)),
+                min_size=1, max_size=6))
+def test_a_runtime_record_is_written_as_a_fresh_walk_writes_it_whatever_its_id(sequence) -> None:
+    """Runtime records drawn where equality and the serialization cannot tell values apart
+    (1, 1.0 and True; None and NaN; a tuple and a list), each seen one to three times with a new
+    box id (a token, a URL, a number, none at all): each is written byte for byte as a fresh
+    walk writes it, whether the memo, a kept record or the walk answered."""
+    rules = MaskRules.defaults_for_episode()
+    box = 0
+    for fields, box_id, times in sequence:
+        for _ in range(times):
+            box += 1
+            runtime = {"id": box_id if not isinstance(box_id, str) or box_id[:3] != "vf-" else f"{box_id}{box}",
+                       **copy.deepcopy(fields)}
+            episode = {"id": "e", "traces": [{"agent": {"config": {"model": "m"}, "runtime": runtime}},
+                                             {"agent": {"config": {"model": "m"}, "runtime": copy.deepcopy(runtime)}}]}
+            before = repr(episode)
+            assert orjson.dumps(mask_for_writing(episode, rules)) == orjson.dumps(mask(episode, rules, memo=False))
+            assert repr(episode) == before

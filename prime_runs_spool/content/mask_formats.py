@@ -60,6 +60,13 @@ _XML_ELEMENT = re.compile(r"<([A-Za-z_][A-Za-z0-9_.\-]*)>([^<]*)</\1>")
 #: A URL's userinfo without a scheme (``user:pass@host``, Redis's ``:pass@host``), at the start
 #: of a word: the part between ``:`` and ``@``. Not a container image pinned by its digest
 #: (``image:tag@sha256:...``).
+#: A ``.pgpass`` line, ``host:port:database:user:password`` (``\:`` escapes a colon, ``*`` matches
+#: any), as a word: the port (digits or ``*``) and the password (the rest of the word). Only in a
+#: text that names ``pgpass`` (a command writing the file, ``PGPASSFILE``): five fields with a
+#: number second are also an IPv6 address or a key of fields (``user:1000:profile:name:x``).
+_PGPASS_FIELD = r"(?:[^\s'\":\\]|\\.)+"
+_PGPASS_LINE = re.compile(rf"(?<![^\s'\"]){_PGPASS_FIELD}:(\d{{1,5}}|\*):{_PGPASS_FIELD}:{_PGPASS_FIELD}:"
+                          r"((?:[^\s'\"\\]|\\.)+)")
 _BARE_USERINFO = re.compile(r"(?<![^\s'\"=(,;<])[A-Za-z0-9._%+\-]*:([^\s@/'\":]+)@(?!sha\d+:)[A-Za-z0-9\[]")
 
 
@@ -73,6 +80,8 @@ def format_spans(text: str) -> list[tuple[int, int]]:
             table = not secret and spelling(name) in TEXT_TABLE_NAMES
             if (secret or table) and key.group(3) == ":" and _line_ends(text, key.end()):
                 spans.extend(_block_spans(text, key.start(), key.end(), whole=secret))  # YAML's block below
+            elif secret and key.group(3) == "=" and text[key.end():key.end() + 1] == "{" and ";" in text:
+                spans.append((key.end() + 1, _odbc_braced_end(text, key.end() + 1)))  # ``PWD={a;b}}c}``
             elif secret:
                 spans.extend(_value_spans(text, key.end(), key.group(3) == "="))
             elif table and text[key.end():key.end() + 1] in ("{", "["):
@@ -98,6 +107,8 @@ def format_spans(text: str) -> list[tuple[int, int]]:
     if "assword" in text or "account" in text:
         if _NETRC_HOST.search(text):
             spans.extend(match.span(1) for match in _NETRC_SECRET.finditer(text))
+    if ":" in text and ("pgpass" in text or "PGPASS" in text):
+        spans.extend(match.span(2) for match in _PGPASS_LINE.finditer(text))
     return spans
 
 
@@ -203,6 +214,16 @@ def _balanced_end(text: str, start: int) -> int:
                 return at + 1
         at += 1
     return len(text)
+
+
+def _odbc_braced_end(text: str, start: int) -> int:
+    """Where an ODBC value in braces that starts at ``start`` (after its ``{``) ends: at the
+    first ``}`` that is not ``}}`` (a brace inside the value is written twice), or the text's
+    end. What is inside may hold ``;`` and blanks."""
+    at = text.find("}", start)
+    while 0 <= at and text[at + 1:at + 2] == "}":
+        at = text.find("}", at + 2)
+    return len(text) if at < 0 else at
 
 
 def _is_odbc_password(name: str, text: str) -> bool:

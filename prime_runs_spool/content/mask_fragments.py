@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import orjson
+
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
 from prime_runs_spool.content.mask_text import mask_new_text, mask_text
 from prime_runs_spool.content.masking import MaskRules, _apply, _masked, _States
@@ -130,26 +132,46 @@ def _masked_of(rules: MaskRules, path: Pattern, states: _States, scoped: bool) -
     return _beside(rules, volatile, scoped or starts_scope)
 
 
+#: The records :func:`_beside` keeps to compare with (own copies, each with its plan): a run's
+#: seats run in a few kinds of boxes.
+_BESIDE_ENTRIES = 8
+
+
 def _beside(rules: MaskRules, volatile: str, texted: bool) -> _MaskedOf:
     """A subtree masked for writing whose value at ``volatile`` (a runtime record's box id) is
-    new every time: the memo answers for the rest (known by its serialization without that
-    key), the value is masked by itself (``texted``: as the walk masks a string in a URL
-    scope, without ``mask_text``'s cache, where it would never be asked again), and the
-    rest's plan is applied to the subtree, so its keys stay in their order. A subtree of
+    new every time: the rest is answered as the memo answers it (known by its serialization
+    without that key), the value is masked by itself (``texted``: as the walk masks a string
+    in a URL scope, without ``mask_text``'s cache, where it would never be asked again), and
+    the rest's plan is applied to the subtree, so its keys stay in their order. A subtree of
     another shape (not a dict; that value not a string; a ``value`` key, which a ``{name,
-    value}`` pair's rule reads beside its name) is the memo's whole answer."""
+    value}`` pair's rule reads beside its name) is the memo's whole answer.
+
+    A rest the memo answered (seen before) is also kept here, an own copy with its plan, and
+    a record equal to one of those but for its id takes that plan without a serialization:
+    equal data masks alike as the memo's own check holds (``==`` tells a string from a number,
+    ``None`` from NaN, a tuple from a list; only the plan is used, applied to the record)."""
     masked_of = rules.memoized_masked_of()
     plan_for_writing = rules.memoized_plan_for_writing()
+    kept: tuple[tuple[dict[str, Any], Any], ...] = ()
 
     def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
+        nonlocal kept
         if type(obj) is not dict or "value" in obj:
             return masked_of(obj, rules, states, scoped)
         value = obj.get(volatile)
         if type(value) is not str:
             return masked_of(obj, rules, states, scoped)
-        rest = obj.copy()
-        del rest[volatile]
-        plan = plan_for_writing(rest, rules, states, scoped)
+        for rest, plan in kept:
+            probe = rest.copy()
+            probe[volatile] = value
+            if probe == obj:
+                break
+        else:
+            rest = obj.copy()
+            del rest[volatile]
+            plan, answered = plan_for_writing(rest, rules, states, scoped)
+            if answered:  # a rest seen before: compared with from now on
+                kept = ((orjson.loads(orjson.dumps(rest)), plan), *kept[:_BESIDE_ENTRIES - 1])
         masked = mask_new_text(value) if texted else value
         if plan is None:
             if masked is value:

@@ -31,7 +31,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 18
+MASKING_VERSION = 19
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -117,7 +117,7 @@ _VALUES: tuple[Pattern, ...] = (
 #: last word counts something (``max_tokens``).
 _SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "token", "credential", "credentials",
                            "apikey", "authorization", "bearer", "cookie", "passwords", "passwds", "passphrases",
-                           "secrets", "apikeys", "cookies", "jwt", "webhook", "webhooks"})
+                           "secrets", "apikeys", "cookies", "jwt", "webhook", "webhooks", "pgpass"})
 #: ``key`` (or ``keys``) is a secret only after one of these: ``api_key``,
 #: ``aws_secret_access_key``, ``private_keys``; never ``sort_key`` or ``answer_key``.
 _KEY_WORDS = frozenset({"key", "keys"})

@@ -87,16 +87,27 @@ _STUCK = re.compile(r"(?<![^\s'\"])-(?:e[A-Z][A-Z0-9_]*=|u[^\s'\":=\-][^\s'\":]*
 #: port to Docker and ssh, a plugin to pytest, "parents" to mkdir), so it is masked only after
 #: the tool's own name, in the same command: MySQL's and MariaDB's clients take ``-pPASSWORD``
 #: stuck (``-p NAME`` apart is a prompt, then a database's name), sshpass ``-p PASSWORD`` either
-#: way, redis-cli ``-a PASSWORD``, a registry's login (``docker login -p PASSWORD``, Podman's...)
-#: either way (the Azure CLI's ``az login -p`` too); ``wandb login KEY`` and ``vault login
-#: TOKEN`` take the key as a plain word (every word after it goes).
-_TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli"
-                   r"|(?:docker|podman|nerdctl|buildah|skopeo|az|wandb|vault)[ \t]+login)(?![^\s'\"])")
-_KEY_AS_WORD_TOOLS = ("wandb", "vault")
+#: way, redis-cli ``-a PASSWORD``, MongoDB's shell and tools (``mongosh``, ``mongodump``...)
+#: ``-p PASSWORD`` either way, SQL Server's ``sqlcmd`` and ``bcp`` ``-P PASSWORD`` either way, a
+#: registry's or a cluster's login (``docker login -p PASSWORD``, Podman's..., the Azure CLI's
+#: ``az login``, OpenShift's ``oc login``, Cloud Foundry's ``cf login``, ``oras login``, ``helm
+#: registry login``, ``crane auth login``) either way; ``wandb login KEY``, ``vault login TOKEN``
+#: and ``ngrok authtoken TOKEN`` (``ngrok config add-authtoken``) take the key as a plain word
+#: (every word after it goes).
+_TOOL = re.compile(r"(?<![^\s'\"/])(mysql[a-z_]*|mariadb[a-z\-]*|sshpass|redis-cli|mongo[a-z]*|sqlcmd|bcp"
+                   r"|(?:docker|podman|nerdctl|buildah|skopeo|az|wandb|vault|oc|cf|oras|(?:helm|regctl)[ \t]+registry"
+                   r"|crane[ \t]+auth)[ \t]+login|ngrok[ \t]+(?:config[ \t]+add-)?authtoken)(?![^\s'\"])")
+_KEY_AS_WORD_TOOLS = ("wandb", "vault", "ngrok")
+#: What :func:`_tool_kind` calls a tool whose key is a plain word.
+_KEY_AS_WORD = "word"
 _WORD_IN_COMMAND = re.compile(r"(?<![^\s'\"])(\"[^\"]*\"|'[^']*'|[^\s'\"\-][^\s'\"]*)")
-_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "az", "wandb", "vault"})
-_STUCK_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass", "login")
-_APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a", "login": "-p"}
+#: The last words of a tool's name in a list (``["helm", "registry", "login", ...]``), where
+#: :data:`_TOOL` is asked of the words before them joined.
+_TOOL_LAST_WORDS = frozenset({"login", "authtoken", "add-authtoken"})
+#: A tool's password flag given stuck (``-pPASSWORD``), by the tool's kind (:func:`_tool_kind`).
+_STUCK_PASSWORD_FLAGS = {"mysql": "-p", "mariadb": "-p", "sshpass": "-p", "login": "-p", "mongo": "-p",
+                         "sqlcmd": "-P"}
+_APART_PASSWORD_FLAGS = {"sshpass": "-p", "redis-cli": "-a", "login": "-p", "mongo": "-p", "sqlcmd": "-P"}
 _APART_PASSWORD = {tool: re.compile(rf"(?<![^\s'\"]){flag}[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*)")
                    for tool, flag in _APART_PASSWORD_FLAGS.items()}
 #: A command's words, up to ``;``, ``&``, ``|`` or a line's end outside quotes.
@@ -111,7 +122,8 @@ _QUOTED_FLAG = re.compile(r"([\"'])(--?[A-Za-z][A-Za-z0-9_.\-]*)\1(?=[ \t]*,[ \t
 _SET_COMMAND = frozenset({"set", "config"})
 _SETTING = re.compile(r"(?<![^\s'\"])(?:set|config)(?=(?:[ \t]+--?[A-Za-z][A-Za-z\-]*)*[ \t]+([^\s'\"=\-][^\s'\"=]*)"
                       r"[ \t]+((?:\"[^\"]*\"|'[^']*')?[^\s'\"]*))")  # looked ahead: ``config set`` is two
-_STUCK_P = re.compile(r"(?<![^\s'\"])-p((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
+_STUCK_PASSWORD = {flag: re.compile(rf"(?<![^\s'\"]){flag}((?:\"[^\"]*\"|'[^']*'|[^\s'\"])+)")
+                   for flag in set(_STUCK_PASSWORD_FLAGS.values())}
 
 #: Values written the way a well-known provider writes its tokens: OpenAI and Anthropic
 #: (``sk-``), Stripe (``sk_live_``), GitHub (``ghp_``, ``gho_``, ... and ``github_pat_``),
@@ -218,10 +230,11 @@ def _masked_once(text: str) -> str:
             spans.extend((start + begin, start + end) for begin, end in _after_flag(quoted.group(2), quoted.group(4)))
     if "-" in text:
         spans.extend(match.span(1) for match in _STUCK.finditer(text) if not _UID_GID.match(match.group(0)[2:]))
-        if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text or "login" in text:
+        if "mysql" in text or "mariadb" in text or "sshpass" in text or "redis-cli" in text or "login" in text \
+                or "mongo" in text or "sqlcmd" in text or "bcp" in text or "authtoken" in text:
             spans.extend(_tool_spans(text))
-    elif "login" in text:
-        spans.extend(_tool_spans(text))  # ``wandb login KEY``: no dash needed
+    elif "login" in text or "authtoken" in text:
+        spans.extend(_tool_spans(text))  # ``wandb login KEY``, ``ngrok authtoken KEY``: no dash needed
     if "set" in text or "config" in text:
         spans.extend(match.span(2) for match in _SETTING.finditer(text) if is_secret_name(match.group(1)))
     if _may_hold_token(text):
@@ -231,12 +244,19 @@ def _masked_once(text: str) -> str:
     return _replaced(text, spans)
 
 
-def _tool_name(name: str) -> str:
-    """A tool of :data:`_TOOL` as :data:`_APART_PASSWORD_FLAGS` names it: a registry's
-    ``login``, whichever program's; ``wandb``'s and ``vault``'s, whose key is a plain word."""
+def _tool_kind(name: str) -> str:
+    """A tool of :data:`_TOOL` as :data:`_APART_PASSWORD_FLAGS` names it: a registry's or a
+    cluster's ``login``, whichever program's; :data:`_KEY_AS_WORD` for ``wandb login``,
+    ``vault login`` and ``ngrok authtoken``, whose key is a plain word; ``mongo`` for MongoDB's
+    shell and tools, ``mysql`` and ``mariadb`` for theirs; the name itself for the others."""
+    if name.startswith(_KEY_AS_WORD_TOOLS):
+        return _KEY_AS_WORD
     if name.endswith("login"):
-        return "wandb" if name.startswith(_KEY_AS_WORD_TOOLS) else "login"
-    return name
+        return "login"
+    for family in ("mysql", "mariadb", "mongo"):
+        if name.startswith(family):
+            return family
+    return "sqlcmd" if name == "bcp" else name
 
 
 def _tool_spans(text: str) -> list[tuple[int, int]]:
@@ -244,16 +264,22 @@ def _tool_spans(text: str) -> list[tuple[int, int]]:
     ``;``, ``&``, ``|`` or a line's end) that names it."""
     spans = []
     for tool in _TOOL.finditer(text):
-        name = _tool_name(tool.group(1))
+        kind = _tool_kind(tool.group(1))
         command_end = _COMMAND.match(text, tool.end()).end()
-        if name.startswith(_STUCK_PASSWORD_TOOLS):
-            spans.extend(match.span(1) for match in _STUCK_P.finditer(text, tool.end(), command_end))
-        if name == "wandb":
+        stuck = _STUCK_PASSWORD_FLAGS.get(kind)
+        if stuck is not None:
+            spans.extend(match.span(1) for match in _STUCK_PASSWORD[stuck].finditer(text, tool.end(), command_end))
+        if kind == _KEY_AS_WORD:
             spans.extend(match.span(1) for match in _WORD_IN_COMMAND.finditer(text, tool.end(), command_end))
-        apart = _APART_PASSWORD.get(name)
+        apart = _APART_PASSWORD.get(kind)
         if apart is not None:
             spans.extend(match.span(1) for match in apart.finditer(text, tool.end(), command_end))
     return spans
+
+
+#: The starts of :data:`_TOKEN_SHAPES`' tokens that a word of letters, digits and dashes can hold
+#: (:func:`_maybe`): one search, where the substring tests cost several times more.
+_WORD_TOKEN = re.compile(r"sk-|xox|glpat-|pplx-|xai-|nvapi-|pypi-|IA|AIza|dapi")
 
 
 def _maybe(text: str) -> bool:
@@ -264,11 +290,9 @@ def _maybe(text: str) -> bool:
     can hold no flag's value, assignment, URL or format, only a token by its shape: a third of
     the tests."""
     if text.replace("-", "").isalnum():
-        return ("-" in text and ("sk-" in text or "xox" in text or "glpat-" in text or "pplx-" in text
-                                 or "xai-" in text or "nvapi-" in text or "pypi-" in text)) \
-            or "IA" in text or "AIza" in text or "dapi" in text
+        return _WORD_TOKEN.search(text) is not None
     return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text) \
-        or "set" in text or "config" in text or "login" in text or "'-" in text or '"-' in text
+        or "set" in text or "config" in text or "login" in text or "authtoken" in text or "'-" in text or '"-' in text
 
 
 def _may_hold_flag(text: str) -> bool:
@@ -349,11 +373,11 @@ def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | 
                 and type(items[index - 2]) is str and items[index - 2] in _SET_COMMAND \
                 and type(items[index - 1]) is str and is_secret_name(items[index - 1]):
             replacement = MASK  # ["aws", "configure", "set", "aws_secret_access_key", "..."]
-        if replacement is None and tool == "wandb" and type(item) is str and item[:1] != "-" and item != MASK:
+        if replacement is None and tool == _KEY_AS_WORD and type(item) is str and item[:1] != "-" and item != MASK:
             replacement = MASK  # ``["wandb", "login", KEY]``
-        if replacement is None and tool is not None and type(item) is str and item[:2] == "-p" and len(item) > 2 \
-                and tool.startswith(_STUCK_PASSWORD_TOOLS) and item[2:] != MASK:
-            replacement = "-p" + MASK
+        if replacement is None and tool is not None and type(item) is str and len(item) > 2 \
+                and item[:2] == _STUCK_PASSWORD_FLAGS.get(tool) and item[2:] != MASK:
+            replacement = item[:2] + MASK
         if replacement is not None and replacement is not item:
             if found is None:
                 found = {}
@@ -366,12 +390,25 @@ def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | 
                 continue
             named = _TOOL.fullmatch(item.rsplit("/", 1)[-1])
             if named is not None:
-                tool = named.group(1)
-            elif item == "login" and index and type(items[index - 1]) is str \
-                    and items[index - 1].rsplit("/", 1)[-1] in _LOGIN_TOOLS:
-                tool = _tool_name(f"{items[index - 1].rsplit('/', 1)[-1]} login")
+                tool = _tool_kind(named.group(1))
+            elif item in _TOOL_LAST_WORDS:
+                tool = _tool_named_by(items, index) or tool
         flag = None
     return found
+
+
+def _tool_named_by(items: Sequence[Any], index: int) -> str | None:
+    """The kind of the tool whose name's words end at ``items[index]`` (``["oc", "login"]``,
+    ``["helm", "registry", "login"]``, ``["ngrok", "config", "add-authtoken"]``; the first a
+    path's last part), or ``None``."""
+    for start in range(index - 1, max(index - 3, 0) - 1, -1):
+        words = items[start:index + 1]
+        if not all(type(word) is str for word in words):
+            return None
+        named = _TOOL.fullmatch(" ".join((words[0].rsplit("/", 1)[-1], *words[1:])))
+        if named is not None:
+            return _tool_kind(named.group(1))
+    return None
 
 
 #: The keys of a variable or a header given as a mapping of its name and its value

@@ -109,7 +109,7 @@ class MaskRules:
         and kept with what they derive: no lookup per append)."""
         return self._memo.masked_of
 
-    def memoized_plan_for_writing(self) -> Callable[[Any, MaskRules, _States, bool], Plan | None]:
+    def memoized_plan_for_writing(self) -> Callable[[Any, MaskRules, _States, bool], tuple[Plan | None, bool]]:
         """:meth:`_Memo.plan_for_writing`, bound, as :meth:`memoized_masked_of`."""
         return self._memo.plan_for_writing
 
@@ -324,21 +324,21 @@ class _Memo:
         plan = entry[1]
         return None if plan is None else _apply(obj, plan)
 
-    def plan_for_writing(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+    def plan_for_writing(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> tuple[Plan | None, bool]:
         """The plan of ``obj``, a container below ``states``, for a caller that applies it to
-        ``obj`` only to serialize the result (content/mask_fragments.py): as :meth:`plan_of`,
-        but a hit needs no ``==`` unless the serialization holds ``null``, as in
-        :meth:`masked_of` (a plan holds no input value: applied to ``obj``, it writes ``obj``'s
-        bytes with the replacements)."""
+        ``obj`` only to serialize the result (content/mask_fragments.py), and whether the memo
+        answered: as :meth:`plan_of`, but a hit needs no ``==`` unless the serialization holds
+        ``null``, as in :meth:`masked_of` (a plan holds no input value: applied to ``obj``, it
+        writes ``obj``'s bytes with the replacements)."""
         serialized = self._serialized(obj)
         if serialized is None:
-            return _plan(obj, rules, states, scoped, memoize=False)
+            return _plan(obj, rules, states, scoped, memoize=False), False
         found = self.plans.get((states, scoped, serialized))
         if found is not None and (not found[3] or found[0] == obj):
             self.hits += 1
             self.window_hits += 1
-            return found[1]
-        return self._missed(obj, rules, states, scoped, serialized, found)[1]
+            return found[1], True
+        return self._missed(obj, rules, states, scoped, serialized, found)[1], False
 
     def _serialized(self, obj: Any) -> bytes | None:
         """``obj`` serialized, the memo's key, or ``None`` when the memo is not asked: it is
