@@ -34,7 +34,7 @@ from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.retry import Wait
 from prime_runs_spool.sync import state_file
-from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, save_state
+from prime_runs_spool.sync.state import Cursor, InFlight, SyncState, distrust, save_state
 
 #: What :meth:`Protocol.send_once` returns for a request that landed but lost its answer.
 LANDED = object()
@@ -185,7 +185,8 @@ class Protocol:
         no more for the next sync to read back than it must. Never after a write that
         failed: that one may have been announcing a request that then was not sent, and
         writing it now would make the next sync fence a request that never left.
-        ``quietly``: a failure to write is not raised (the pass is failing already)."""
+        ``quietly``: a failure to write is not raised (the pass is failing already), and the
+        file is not this process's to trust (state.py ``distrust``)."""
         try:
             if not self.unsaved or self._writing:
                 return
@@ -196,6 +197,8 @@ class Protocol:
                     raise
         finally:
             self.writer.end()  # the pass's last write: its twin blanked
+            if quietly:  # a failed pass's state is checked by the next, as another process's
+                distrust(self.path)
 
     def loaded(self) -> None:
         """Note that the state was just read: the moment fences of its requests start from."""

@@ -49,9 +49,8 @@ def sync_dir(run_dir: str | os.PathLike[str]) -> Path:
     return spool_dir(run_dir) / SYNC_DIRNAME
 
 
-#: What a replay id may be. It is part of a state file's name (and of an object's key), so
-#: it holds nothing that could name a file elsewhere: letters, digits, ``_`` and ``-``. The
-#: ids sync makes are uuid4 hex (32 of these).
+#: What a replay id may be. It is part of a state file's name (and of an object's key), so it holds nothing
+#: that could name a file elsewhere: letters, digits, ``_`` and ``-``. The ids sync makes are uuid4 hex (32).
 REPLAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -72,20 +71,18 @@ def replay_state_glob(dest_key: str) -> str:
     """The pattern matching every replay state file of one destination (see sync_state_path)."""
     return f"{dest_key}-replay-*.json"
 
-#: 2: ``on_platform`` and ``held_there`` name a file of ids (sync/id_sets.py), where 1 held
-#: them as arrays; a state of version 1 is read as it is, and written as 2.
+#: 2: ``on_platform`` and ``held_there`` name a file of ids (sync/id_sets.py), where 1 held them as arrays;
+#: a state of version 1 is read as it is, and written as 2.
 STATE_VERSION = 2
-#: The key of the state's checksum, the last in the file: the digest of the rest of the
-#: document. A damaged byte that still parses (a key's letter flipped, ``in_flight`` read as
-#: absent and its request in doubt forgotten; a digit changed in a count) is then damage,
-#: reconciled with the platform, not a state trusted. A file without it (written before it
-#: was kept) is read as it is, unless it holds a key no state has: no sync wrote that, and it
-#: is what a damaged byte in this key's own name leaves.
+#: The key of the state's checksum, the last in the file: the digest of the rest of the document. A damaged
+#: byte that still parses (a key's letter flipped, ``in_flight`` read as absent and its request in doubt
+#: forgotten; a digit changed in a count) is then damage, reconciled with the platform, not a state trusted.
+#: A file without it (written before it was kept) is read as it is, unless it holds a key no state has: no
+#: sync wrote that, and it is what a damaged byte in this key's own name leaves.
 CHECKSUM_KEY = "checksum"
 
-#: What an announced request is (``InFlight.kind``): the evaluation's creation, its
-#: finalize, or a sink's batch, announced under the sink's name (``samples``, ``traces``).
-#: Persisted: the values never change.
+#: What an announced request is (``InFlight.kind``): the evaluation's creation, its finalize, or a sink's
+#: batch, announced under the sink's name (``samples``, ``traces``). Persisted: the values never change.
 CREATE = "create"
 FINALIZE = "finalize"
 
@@ -135,8 +132,7 @@ class InFlight:
     #: Wall-clock time (epoch seconds) recorded just before sending; the request cannot land
     #: after ``sent_at + request lifetime``.
     sent_at: float
-    #: For ``samples``: how many rows the request carries and where the cursor goes once
-    #: they are known to have landed.
+    #: For ``samples``: how many rows the request carries and where the cursor goes once they are known to have landed.
     rows: int = 0
     episodes: int = 0
     end: Cursor | None = None
@@ -506,6 +502,11 @@ def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = 
     _OWN_WRITES[name] = data[_MARK]  # its checksum, the digest of its content: not digested again
 
 
+def distrust(path: Path) -> None:
+    """Forget that this process wrote the state at ``path``: a failed pass's, checked at its next read ("State")."""
+    _OWN_WRITES.pop(str(path), None)
+
+
 def disk_full_line(exc: OSError, where: Path) -> str | None:
     """The one line for a sync that could not write its state (or lock) because the disk is
     full: which file, and what to do; None for any other error. Nothing is lost by it: a
@@ -519,10 +520,9 @@ def disk_full_line(exc: OSError, where: Path) -> str | None:
 
 # -- where a run's sync state lives ------------------------------------------------------
 
-#: Under a state directory (``--state-dir``), the folder that keeps the sync lock and state
-#: of each spool that lies on a read-only source, one folder per spool, keyed by a digest of
-#: the run folder's absolute path; each holds ``spool/sync.lock`` and ``spool/sync/``, laid
-#: out as beside a spool.
+#: Under a state directory (``--state-dir``), the folder that keeps the sync lock and state of each spool
+#: that lies on a read-only source, one folder per spool, keyed by a digest of the run folder's absolute
+#: path; each holds ``spool/sync.lock`` and ``spool/sync/``, laid out as beside a spool.
 STATE_DIR_SPOOLS = "spools"
 
 
