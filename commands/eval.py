@@ -60,9 +60,14 @@ def eval_command(vf_eval_args: tuple[str, ...]) -> None:
         click.echo(f"{MESSAGE_PREFIX}{exc} (set it to one of them, or unset it for offline)", err=True)
         sys.exit(EXIT_USAGE)
     from prime_runs_spool.runner.verifiers_eval import (
-        EvalSession, disk_full_error, disk_full_line, interrupt_hint, not_shipped_lines, run_vf_eval, sync_hint,
-        unwritable_error, unwritable_line,
+        EvalSession, disk_full_error, disk_full_line, interrupt_hint, launch_file_problem, not_shipped_lines,
+        run_vf_eval, sync_hint, unwritable_error, unwritable_line,
     )
+
+    problem = launch_file_problem(argv)
+    if problem is not None:  # a folder or a FIFO as the @ file: one line, before verifiers reads it
+        click.echo(f"{MESSAGE_PREFIX}{problem}", err=True)
+        sys.exit(EXIT_USAGE)
 
     session = EvalSession(argv=argv)
     try:

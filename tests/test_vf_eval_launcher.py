@@ -121,8 +121,31 @@ def test_help_names_the_exit_codes_that_are_not_verifiers_own() -> None:
     text = " ".join(result.stdout.split())
     assert "The exit code is verifiers' own." not in text
     for said in ("--clean is refused", "exit 1", "2 when verifiers is missing", "PRIME_RUNS_MODE is not offline, "
-                 "online or disabled", "a folder it cannot write"):
+                 "online or disabled", "a folder it cannot write", "the @ file is a folder, a FIFO"):
         assert said in text, (said, text)
+
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_launch_file_that_is_a_folder_or_a_fifo_is_one_line_before_verifiers_reads_it(tmp_path: Path,
+                                                                                          kind: str) -> None:
+    """``prime-runs eval @ configs`` (a completion stopped at the folder) ended in verifiers'
+    ``IsADirectoryError`` traceback, exit 1; a FIFO named as the launch file blocked the
+    process for good, reading it for the terminal's masking. One line, exit 2, nothing made."""
+    import os
+
+    launch = tmp_path / "eval.toml"
+    if kind == "folder":
+        launch.mkdir()
+    else:
+        os.mkfifo(launch)
+    done = subprocess.run(CLI + ["eval", "@", "eval.toml", "--no-rich"], cwd=tmp_path, capture_output=True, text=True,
+                          env=child_env(), timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"prime-runs: @ eval.toml: it is {'a folder' if kind == 'folder' else 'a FIFO'}, not a config file; "
+        "give the eval's .toml, .json or .yaml file"], done.stderr[-2000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["eval.toml"]
 
 
 @pytest.mark.slow

@@ -36,8 +36,8 @@ What prime-runs eval adds:
   - --clean is refused while the spool holds episodes no sync shipped (exit 1)
   - run.attach is refused: a spool syncs into an evaluation of its own (exit 1)
 The exit code is verifiers' own (130 after Ctrl-C), but for those (1), and 2 when
-verifiers is missing or not a supported release, or PRIME_RUNS_MODE is not offline,
-online or disabled.
+verifiers is missing or not a supported release, PRIME_RUNS_MODE is not offline,
+online or disabled, or the @ file is a folder, a FIFO, a socket or a device.
 
 Examples:
   prime-runs eval @ eval.toml                 # vf-eval's arguments, unchanged

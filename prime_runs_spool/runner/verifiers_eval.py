@@ -147,6 +147,25 @@ def launch_file_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+def launch_file_problem(argv: Sequence[str]) -> str | None:
+    """What is wrong with the launch file before verifiers reads it, as one line: a folder
+    (``@ configs/``, a completion stopped short) ended in verifiers' ``IsADirectoryError``
+    traceback; a FIFO, a socket or a device blocked this process reading it for the
+    terminal's masking. None when it is a file, or missing (verifiers says so in one line)."""
+    from prime_runs_spool.files import special_file_kind
+
+    path = launch_file_of(argv)
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        kind = "a folder"
+    else:
+        kind = special_file_kind(path)
+        if kind is None:
+            return None
+    return f"@ {path}: it is {kind}, not a config file; give the eval's .toml, .json or .yaml file"
+
+
 @contextlib.contextmanager
 def bound_hooks(session: EvalSession) -> Iterator[None]:
     """The runner module's four hook names bound to the spool for the block, then restored."""
