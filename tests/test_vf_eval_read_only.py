@@ -154,6 +154,24 @@ def test_an_output_dir_that_is_a_dangling_symbolic_link_is_one_line_naming_the_l
     assert not (tmp_path / "scratch").exists()
 
 
+
+@pytest.mark.slow  # a real vf-eval start
+def test_an_output_dir_that_is_a_loop_of_symbolic_links_is_one_line_naming_the_link(tmp_path: Path) -> None:
+    """``outputs`` a symbolic link into a loop (two links to each other, a link to itself
+    after a move): verifiers' ``mkdir`` of the run's log folder failed on 'Too many levels of
+    symbolic links', shown as a traceback. One line naming the link, exit 1."""
+    (tmp_path / "outputs").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "outputs")
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last_line(done.stderr) == (
+        f"prime-runs: cannot write outputs/{RUN_NAME}/logs: outputs is a loop of symbolic links; point it at a folder "
+        "or set another output_dir, then run the eval again")
+
+
 @pytest.mark.slow  # two real vf-eval runs
 def test_a_file_named_spool_in_the_run_folder_is_one_line_and_the_printed_resume_completes_the_run(
         tmp_path: Path) -> None:

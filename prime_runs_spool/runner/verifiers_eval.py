@@ -289,16 +289,34 @@ def unwritable_error(error: BaseException, session: EvalSession) -> OSError | No
     file system, wherever it is, or permission refused on the run's folder, a path in it, or
     a folder above it (verifiers making ``output_dir``), or a file where one of those folders
     should be (``output_dir`` given as a file, a file named ``spool`` in the run's folder:
-    ``ENOTDIR``). Either anywhere else is the environment's own code at work: None, so its
-    traceback is shown."""
+    ``ENOTDIR``), a symbolic link to nothing or a loop of them on the way. Any of these
+    anywhere else is the environment's own code at work: None, so its traceback is shown."""
     run_dir = session.runs[-1].dir if session.runs else session.opening
     for found in _os_errors_behind(error):
         if found.errno in READ_ONLY_FS_ERRNOS:
             return found
-        if found.errno in PERMISSION_ERRNOS | NOT_A_FOLDER_ERRNOS | MISSING_FOLDER_ERRNOS and run_dir is not None \
-                and found.filename and _related(Path(os.fsdecode(found.filename)), run_dir) \
-                and (found.errno not in MISSING_FOLDER_ERRNOS or _dangling_link(Path(os.fsdecode(found.filename)))):
+        if found.errno in PERMISSION_ERRNOS | NOT_A_FOLDER_ERRNOS | MISSING_FOLDER_ERRNOS | LOOP_ERRNOS \
+                and run_dir is not None and found.filename and _related(Path(os.fsdecode(found.filename)), run_dir) \
+                and (found.errno not in MISSING_FOLDER_ERRNOS or _dangling_link(Path(os.fsdecode(found.filename)))) \
+                and (found.errno not in LOOP_ERRNOS or _link_loop(Path(os.fsdecode(found.filename)))):
             return found
+    return None
+
+
+#: A ``mkdir`` stopped by a loop of symbolic links on the way (``output_dir`` linked to itself).
+LOOP_ERRNOS = frozenset({errno.ELOOP})
+
+
+def _link_loop(path: Path) -> Path | None:
+    """The first of the folders above ``path`` and ``path`` itself, from the top down, that
+    is a symbolic link in a loop; None when none is."""
+    for candidate in [*reversed(path.parents), path]:
+        if os.path.islink(candidate):
+            try:
+                os.stat(candidate)
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    return candidate
     return None
 
 
@@ -325,7 +343,11 @@ def unwritable_line(session: EvalSession, error: OSError) -> str:
     to continue once it can be written."""
     path = Path(os.fsdecode(error.filename)) if error.filename else session.opening or Path.cwd()
     link = _dangling_link(path) if error.errno in MISSING_FOLDER_ERRNOS else None
-    if link is not None:
+    loop = _link_loop(path) if error.errno in LOOP_ERRNOS else None
+    if loop is not None:
+        line = (f"cannot write {path}: {'it' if loop == path else loop} is a loop of symbolic links; "
+                "point it at a folder or set another output_dir")
+    elif link is not None:
         line = (f"cannot write {path}: {'it' if link == path else link} is a symbolic link to {os.readlink(link)}, "
                 "which does not exist; "
                 "make that folder or set another output_dir")
