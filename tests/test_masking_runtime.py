@@ -188,7 +188,8 @@ def test_a_runtime_record_is_written_as_a_fresh_walk_writes_it_whatever_its_id(s
     """Runtime records drawn where equality and the serialization cannot tell values apart
     (1, 1.0 and True; None and NaN; a tuple and a list), each seen one to three times with a new
     box id (a token, a URL, a number, none at all): each is written byte for byte as a fresh
-    walk writes it, whether the memo, a kept record or the walk answered."""
+    walk writes it, whether the memo, a kept record or the walk answered; and masked by
+    ``mask`` (sync's, the viewer's) as a fresh walk masks it."""
     rules = MaskRules.defaults_for_episode()
     box = 0
     for fields, box_id, times in sequence:
@@ -199,5 +200,7 @@ def test_a_runtime_record_is_written_as_a_fresh_walk_writes_it_whatever_its_id(s
             episode = {"id": "e", "traces": [{"agent": {"config": {"model": "m"}, "runtime": runtime}},
                                              {"agent": {"config": {"model": "m"}, "runtime": copy.deepcopy(runtime)}}]}
             before = repr(episode)
-            assert orjson.dumps(mask_for_writing(episode, rules)) == orjson.dumps(mask(episode, rules, memo=False))
+            walked = mask(episode, rules, memo=False)
+            assert orjson.dumps(mask_for_writing(episode, rules)) == orjson.dumps(walked)
+            assert repr(mask(episode, rules)) == repr(walked)  # sync's and the viewer's call
             assert repr(episode) == before

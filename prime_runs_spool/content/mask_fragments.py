@@ -139,19 +139,20 @@ _BESIDE_ENTRIES = 8
 
 def _beside(rules: MaskRules, volatile: str, texted: bool) -> _MaskedOf:
     """A subtree masked for writing whose value at ``volatile`` (a runtime record's box id) is
-    new every time: the rest is answered as the memo answers it (known by its serialization
-    without that key), the value is masked by itself (``texted``: as the walk masks a string
-    in a URL scope, without ``mask_text``'s cache, where it would never be asked again), and
-    the rest's plan is applied to the subtree, so its keys stay in their order. A subtree of
-    another shape (not a dict; that value not a string; a ``value`` key, which a ``{name,
-    value}`` pair's rule reads beside its name) is the memo's whole answer.
+    new every time: the memo's plan (``MaskRules.memoized_plan_of``, which knows the subtree
+    by its serialization without that key and masks the value by itself), applied to the
+    subtree, so its keys stay in their order. A subtree of another shape (not a dict; that
+    value not a string; a ``value`` key, which a ``{name, value}`` pair's rule reads beside its
+    name) is the memo's whole answer.
 
-    A rest the memo answered (seen before) is also kept here, an own copy with its plan, and
-    a record equal to one of those but for its id takes that plan without a serialization:
-    equal data masks alike as the memo's own check holds (``==`` tells a string from a number,
-    ``None`` from NaN, a tuple from a list; only the plan is used, applied to the record)."""
+    The rest of each subtree planned so is also kept here (the last few, own copies, each
+    with its plan), and a subtree equal to one of those but for that value takes that plan
+    without a serialization, the value masked by itself (``texted``: as the walk masks a
+    string in a URL scope): equal data masks alike as the memo's own check holds (``==``
+    tells a string from a number, ``None`` from NaN, a tuple from a list; only the plan is
+    used, applied to the subtree)."""
     masked_of = rules.memoized_masked_of()
-    plan_for_writing = rules.memoized_plan_for_writing()
+    plan_of = rules.memoized_plan_of()
     kept: tuple[tuple[dict[str, Any], Any], ...] = ()
 
     def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
@@ -165,23 +166,22 @@ def _beside(rules: MaskRules, volatile: str, texted: bool) -> _MaskedOf:
             probe = rest.copy()
             probe[volatile] = value
             if probe == obj:
+                masked = mask_new_text(value) if texted else value
+                if masked is not value:
+                    plan = {**(plan or {}), volatile: masked}
                 break
         else:
+            plan = plan_of(obj, rules, states, scoped)
             rest = obj.copy()
             del rest[volatile]
-            plan, answered = plan_for_writing(rest, rules, states, scoped)
-            if answered:  # a rest seen before: compared with from now on
-                kept = ((orjson.loads(orjson.dumps(rest)), plan), *kept[:_BESIDE_ENTRIES - 1])
-        masked = mask_new_text(value) if texted else value
-        if plan is None:
-            if masked is value:
-                return None
-            out = obj.copy()
-        else:
-            out = _apply(obj, plan)
-        if masked is not value:
-            out[volatile] = masked
-        return out
+            try:  # an own copy: the caller's lists may change in place
+                own = orjson.loads(orjson.dumps(rest))
+            except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: not kept
+                own = None
+            if type(own) is dict:
+                rest_plan = None if plan is None else {key: change for key, change in plan.items() if key != volatile}
+                kept = ((own, rest_plan or None), *kept[:_BESIDE_ENTRIES - 1])
+        return None if plan is None else _apply(obj, plan)
 
     return masked_beside
 

@@ -22,6 +22,7 @@ raising :data:`MASKING_VERSION` when they change is the one thing to remember he
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 
 #: What a masked value becomes.
@@ -43,6 +44,19 @@ Pattern = tuple[str, ...]
 #: names are written every way (``Headers`` in a hand-written TOML, ``defaultHeaders`` from
 #: a JavaScript client's options), and a secret under any of them is still a secret.
 ANY_SPELLING = "~"
+
+
+def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
+    """A pattern from dotted text (``"env.*.harness.env.*"``) or a sequence of segments.
+
+    Use the sequence form for a key that itself contains a dot.
+    """
+    segments = tuple(pattern.split(".")) if isinstance(pattern, str) else tuple(pattern)
+    if not segments or any(not isinstance(s, str) or s in ("", ANY_SPELLING) for s in segments):
+        raise ValueError(f"invalid mask pattern: {pattern!r}")
+    if segments[-1] == "**":
+        raise ValueError(f"a mask pattern cannot end in '**': {pattern!r}")
+    return segments
 
 
 def spelling(name: str) -> str:

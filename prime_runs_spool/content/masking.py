@@ -30,26 +30,13 @@ import orjson
 
 from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTERNS, CONFIG_URL_SCOPES,
                                                      ENV_VAR_NAME, EPISODE_PATTERNS, EPISODE_URL_SCOPES,
-                                                     LIST_POSITION, MASK, SECRET_NAME, Pattern, is_env_var_name,
-                                                     is_secret_name, spelling)
-from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
+                                                     LIST_POSITION, MASK, SECRET_NAME, VOLATILE_KEYS, Pattern,
+                                                     is_env_var_name, is_secret_name, parse_pattern, spelling)
+from prime_runs_spool.content.mask_text import mask_new_text, mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
 _Derived = TypeVar("_Derived")
-
-
-def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
-    """A pattern from dotted text (``"env.*.harness.env.*"``) or a sequence of segments.
-
-    Use the sequence form for a key that itself contains a dot.
-    """
-    segments = tuple(pattern.split(".")) if isinstance(pattern, str) else tuple(pattern)
-    if not segments or any(not isinstance(s, str) or s in ("", ANY_SPELLING) for s in segments):
-        raise ValueError(f"invalid mask pattern: {pattern!r}")
-    if segments[-1] == "**":
-        raise ValueError(f"a mask pattern cannot end in '**': {pattern!r}")
-    return segments
 
 
 # What one step of the automaton yields: the states below the key, whether the value
@@ -109,9 +96,9 @@ class MaskRules:
         and kept with what they derive: no lookup per append)."""
         return self._memo.masked_of
 
-    def memoized_plan_for_writing(self) -> Callable[[Any, MaskRules, _States, bool], tuple[Plan | None, bool]]:
-        """:meth:`_Memo.plan_for_writing`, bound, as :meth:`memoized_masked_of`."""
-        return self._memo.plan_for_writing
+    def memoized_plan_of(self) -> Callable[[Any, MaskRules, _States, bool], Plan | None]:
+        """:meth:`_Memo.plan_of`, bound, as :meth:`memoized_masked_of`."""
+        return self._memo.plan_of
 
     # -- matching ------------------------------------------------------------------
     # One automaton runs the mask patterns (indices below len(patterns)) and the URL
@@ -290,10 +277,21 @@ class _Memo:
         # A useless memo costs a serialization per config: after a window of lookups
         # with few hits, the next _BYPASS configs are walked without asking.
         self.window = self.window_hits = self.bypass = 0
+        #: Where a key of VOLATILE_KEYS lies (:meth:`_volatile`), made on the first lookup.
+        self.volatile: dict[_States, tuple[str, bool]] | None = None
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
         """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
-        of it is memoized, else walked (and memoized from its second sighting)."""
+        of it is memoized, else walked (and memoized from its second sighting). A runtime
+        record's box id, new in every rollout, is left out of what the memo knows it by."""
+        volatile = (self.volatile if self.volatile is not None else self._volatile(rules)).get(states)
+        if volatile is not None and type(obj) is dict and type(obj.get(volatile[0])) is str and "value" not in obj:
+            key, starts_scope = volatile  # (a ``value`` key: a {name, value} pair's rule reads it with its name)
+            rest = obj.copy()
+            value = rest.pop(key)
+            plan = self.plan_of(rest, rules, states, scoped)
+            masked = mask_new_text(value) if scoped or starts_scope else value  # as the walk masks a string
+            return plan if masked is value else {**(plan or {}), key: masked}
         serialized = self._serialized(obj)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
@@ -303,6 +301,21 @@ class _Memo:
             self.window_hits += 1
             return found[1]
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
+
+    def _volatile(self, rules: MaskRules) -> dict[_States, tuple[str, bool]]:
+        """The states at each subtree :data:`VOLATILE_KEYS` names (a list's index stepped as
+        ``0``), with its key and whether a URL scope starts at it; not where the key is a
+        credential location (its value masked whole)."""
+        found = {}
+        for path, key in VOLATILE_KEYS.items():
+            states = rules._start()[0]
+            for segment in path:
+                states = rules._step(states, "0" if segment == "*" else segment)[0]
+            _after, masked, table, starts_scope = rules._step(states, key)
+            if not (masked or table):
+                found[states] = (key, starts_scope)
+        self.volatile = found
+        return found
 
     def masked_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         """``obj`` masked for ``mask_for_writing`` (content/mask_fragments.py): ``None`` when
@@ -323,22 +336,6 @@ class _Memo:
         entry = self._missed(obj, rules, states, scoped, serialized, found)
         plan = entry[1]
         return None if plan is None else _apply(obj, plan)
-
-    def plan_for_writing(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> tuple[Plan | None, bool]:
-        """The plan of ``obj``, a container below ``states``, for a caller that applies it to
-        ``obj`` only to serialize the result (content/mask_fragments.py), and whether the memo
-        answered: as :meth:`plan_of`, but a hit needs no ``==`` unless the serialization holds
-        ``null``, as in :meth:`masked_of` (a plan holds no input value: applied to ``obj``, it
-        writes ``obj``'s bytes with the replacements)."""
-        serialized = self._serialized(obj)
-        if serialized is None:
-            return _plan(obj, rules, states, scoped, memoize=False), False
-        found = self.plans.get((states, scoped, serialized))
-        if found is not None and (not found[3] or found[0] == obj):
-            self.hits += 1
-            self.window_hits += 1
-            return found[1], True
-        return self._missed(obj, rules, states, scoped, serialized, found)[1], False
 
     def _serialized(self, obj: Any) -> bytes | None:
         """``obj`` serialized, the memo's key, or ``None`` when the memo is not asked: it is
