@@ -297,3 +297,22 @@ def test_a_state_restored_from_before_the_finalize_does_not_finalize_again(tmp_p
     assert json.loads(third.stdout)["runs"][0]["state"] == "synced", third.stdout + third.stderr
     assert_traces_exactly_once(api, builder)  # finalize_count 1
     assert state_of(builder)["finalized"] is True
+
+
+@pytest.mark.slow
+def test_a_prime_traces_url_that_refuses_the_connection_is_told_as_the_platform_s_is(tmp_path: Path, server,
+                                                                                      api) -> None:
+    """A Prime Traces URL nothing listens on (PRIME_TRACES_URL mistyped, the service down):
+    each retry and the run's error said 'POST /traces: no answer (Request failed: ConnectError
+    at POST http://...: [Errno 111] Connection refused)', where a platform request says
+    'cannot connect (connection refused by HOST:PORT)' (docs/cli.md, "Retries are never
+    silent"); 'no answer' reads as a batch that may have landed."""
+    build_run(tmp_path / "runs" / "r", "traces-url-refused", 2)
+    done = subprocess.run(sync_cmd(server.base_url, str(tmp_path / "runs"), "--to", "traces", "--max-attempts", "2"),
+                          capture_output=True, text=True, timeout=120,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root"),
+                                        PRIME_TRACES_URL="http://127.0.0.1:9"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    retry = [line for line in done.stderr.splitlines() if "try 2 in" in line]
+    assert retry and "POST /traces: cannot connect (connection refused by 127.0.0.1:9)" in retry[0], done.stderr
+    assert "no answer" not in done.stderr + done.stdout and "Request failed" not in done.stdout, done.stdout

@@ -25,6 +25,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer, UnknownEvaluation
 from prime_runs_spool.platform_api import answers
+from prime_runs_spool.platform_api.no_answer import classify_transport_error
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
@@ -179,49 +180,6 @@ def classify_response(method: str, path: str, response: httpx.Response,
                          status=status)
 
 
-def classify_transport_error(method: str, path: str, exc: httpx.TransportError,
-                             proxy: Proxy | None = None) -> PlatformError:
-    """A request with no answer: not sent where it could not connect (to the platform, or to
-    the ``proxy`` it goes through, which a proxy's refusal of the tunnel is too), else in doubt."""
-    import httpx
-
-    if proxy is not None and isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError)):
-        why = transport_reason(exc, host=proxy.host)
-        return PlatformError(FailureKind.NOT_SENT,
-                             f"{method} {path}: cannot connect through the proxy {proxy.shown} (from {proxy.variable}: "
-                             f"{why}); check it, or add the platform's host to NO_PROXY")
-    why = transport_reason(exc)
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return PlatformError(FailureKind.NOT_SENT, f"{method} {path}: cannot connect ({why})")
-    return PlatformError(FailureKind.IN_DOUBT, f"{method} {path}: no answer ({why})")
-
-
-def transport_reason(exc: BaseException, host: str | None = None) -> str:
-    """Why a request got no answer, in the words a person fixes it by: the connection was
-    refused, the host's name did not resolve (naming the host: a typo is the usual cause),
-    TLS failed, or a wait timed out; else the exception's own class. ``host``: the one
-    connected to, where it is not the request's (a proxy)."""
-    import httpx
-
-    host = host or _host_of(exc)
-    text = " ".join(str(part) for part in (exc, exc.__cause__, exc.__context__) if part is not None)
-    lowered = text.lower()
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out ({type(exc).__name__})"
-    if "name or service not known" in lowered or "name resolution" in lowered or "nodename nor servname" in lowered \
-            or "no address associated" in lowered or "getaddrinfo" in lowered:
-        return f"host name {host or '?'} not resolved"
-    if "refused" in lowered:
-        return f"connection refused by {host or 'the host'}"
-    if "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
-        said = next((str(part) for part in (exc, exc.__cause__, exc.__context__) if part is not None and str(part)),
-                    type(exc).__name__)
-        return f"TLS failed with {host or 'the host'}: {said[:160]}"
-    if "reset" in lowered:
-        return "connection reset"
-    return type(exc).__name__
-
-
 def _origin_of(response: httpx.Response) -> str:
     """``scheme://host[:port]`` of the request ``response`` answers: the platform it came from."""
     try:
@@ -230,15 +188,6 @@ def _origin_of(response: httpx.Response) -> str:
         return "this base URL"
     host = f"[{url.host}]" if ":" in url.host else url.host
     return f"{url.scheme}://{host}" + (f":{url.port}" if url.port else "")
-
-
-def _host_of(exc: BaseException) -> str | None:
-    try:
-        url = exc.request.url  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):
-        return None
-    port = f":{url.port}" if url.port else ""
-    return f"{url.host}{port}"
 
 
 @functools.cache

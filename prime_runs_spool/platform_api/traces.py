@@ -32,6 +32,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
+from prime_runs_spool.platform_api.no_answer import classify_transport_error
 from prime_runs_spool.platform_api.proxy import Proxy
 from prime_runs_spool.platform_api.settings import Secret
 
@@ -100,6 +101,7 @@ class TracesUploader:
                  proxy: Proxy | None = None) -> None:
         """``proxy``: the one the settings found for ``base_url`` (``Settings.traces_proxy``)."""
         self.base_url = base_url
+        self._proxy = proxy
         #: The key, to scrub it from what the service answers (an echo of the headers).
         self._secret = Secret(api_key or "")
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
@@ -118,10 +120,11 @@ class TracesUploader:
                                              schema_version=SCHEMA_VERSION, context=dict(context) or None,
                                              compress=True)
         except APIError as exc:
-            raise classify(exc, self._secret, self.base_url) from None
+            raise classify(exc, self._secret, self.base_url, self._proxy) from None
 
 
-def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL") -> PlatformError:
+def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL",
+             proxy: Proxy | None = None) -> PlatformError:
     """The library's typed error as a retry class. Content addressing makes every ambiguous
     outcome safe to resend, so nothing here is ``IN_DOUBT`` in the samples sense: whatever
     is not a refusal is sent again, with the same key. ``service``: the URL the batch went
@@ -134,6 +137,10 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
     if isinstance(exc, RetryableAPIError):
         return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status} {code}".rstrip(),
                              status=status, retry_after=exc.retry_after)
+    if isinstance(exc, TransportError) and isinstance(exc.__cause__, httpx.TransportError):
+        # Told in the platform requests' words ("cannot connect (connection refused by HOST)",
+        # "no answer (timed out ...)"), not the library's; a connection never made is not sent.
+        return classify_transport_error("POST", "/traces", exc.__cause__, proxy)
     if isinstance(exc, TransportError):
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
