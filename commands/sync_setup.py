@@ -81,20 +81,23 @@ def new_database_line(reports: Iterable[Any], db: str, target: Destination, sink
     """After a ``--local`` sync that created its database: the runs whose states say episodes
     were pushed into a database at that path before (it was deleted or moved since), which
     a plain sync takes for up to date while none of theirs is in the new one; and the
-    ``--replay`` that pushes them into it. None when there is none. A copy of a run (``cp -r``)
-    that its twin pushed in this very sync holds its total in the new database: not named,
-    or the ``--replay`` would push the run twice."""
+    ``--replay`` that pushes them into it. None when there is none. One run is named once,
+    by one of its copies (``cp -r``, an artifact unpacked twice: one local run id), and not
+    at all when a copy pushed it in this very sync: a ``--replay`` of each copy pushed the
+    run once per copy."""
     from prime_runs_spool.sync.state import sync_command
 
     reports = list(reports)
-    filled = {report.evaluation_id for report in reports if report.pushed_now}
-    gone = [report.path for report in reports
-            if report.pushed_total > report.pushed_now and report.evaluation_id not in filled]
+    filled = {report.local_run_id or report.path for report in reports if report.pushed_now}
+    gone: dict[str, str] = {}  # by the run's local id: the first of its copies
+    for report in reports:
+        if report.pushed_total > report.pushed_now and (run := report.local_run_id or report.path) not in filled:
+            gone.setdefault(run, report.path)
     if not gone:
         return None
     return (f"{MESSAGE_PREFIX}warning: {db} did not exist before this sync, so what {count(len(gone), 'run')} pushed "
             "into a database at that path before (deleted or moved since?) is not in it; push them into it again "
-            f"with: {sync_command(gone, target, sink, '--replay')}")
+            f"with: {sync_command(list(gone.values()), target, sink, '--replay')}")
 
 
 @contextlib.contextmanager

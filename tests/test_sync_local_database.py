@@ -83,6 +83,30 @@ def test_a_copy_synced_in_the_same_sync_into_a_new_database_is_not_said_to_be_mi
     assert samples_in(db) == 3
 
 
+@pytest.mark.slow  # three syncs
+def test_copies_of_a_run_whose_database_was_deleted_are_named_once_and_pushed_once(tmp_path: Path) -> None:
+    """A run synced into a database, then copied (``cp -r``, its state with it), the database
+    deleted: both copies are up to date by their states, and the warning named both paths in
+    its ``--replay``, which, pasted, pushed the run once per copy (two evaluations, 6 rows
+    of 3). One copy is named, and the run pushed once."""
+    runs, db = tmp_path / "runs", tmp_path / "local.db"
+    builder = RunBuilder(runs / "one", "run-copied-old-database")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    assert run_cli("sync", str(runs), "--local", "--db", str(db)).returncode == 0
+    shutil.copytree(runs / "one", runs / "two")
+    db.unlink()
+    again = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert again.returncode == 0, again.stderr
+    (line,) = [line for line in again.stderr.splitlines() if "did not exist" in line]
+    command = shlex.split(line.split("push them into it again with: ", 1)[1])
+    assert "what 1 run pushed" in line and len([word for word in command if word.startswith(str(runs))]) == 1, line
+    pasted = run_cli(*command[1:])
+    assert pasted.returncode == 0, pasted.stderr
+    assert samples_in(db) == 3
+
+
 def test_a_database_named_by_the_environment_that_cannot_be_opened_names_the_variable(tmp_path: Path) -> None:
     """PRIME_RUNS_LOCAL_DB naming a folder (or a file that is no database) was told as
     'prime-runs: --db: cannot open database ...' to a user who gave no --db."""
