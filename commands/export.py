@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from .options import read_state_dir_option
+from .options import OutputFilePath, read_state_dir_option
 from .output import SkippedLinks, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
@@ -28,7 +28,7 @@ from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 
 @click.command("export")
 @click.argument("paths", nargs=-1, required=True, type=PathOrURL(path_type=Path, readable=False))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path, dir_okay=False),
+@click.option("-o", "--output", "out", required=True, type=OutputFilePath(),
               help="The file to write (replaced whole once the table is complete).")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default=None,
               help="The file's format (default: from its suffix, .parquet, .csv or .jsonl).")

@@ -47,6 +47,23 @@ class StateDirPath(click.Path):
         super().fail(f"{message}; give a folder (made if missing)", param, ctx)
 
 
+class OutputFilePath(click.Path):
+    """A file a command writes (``export -o``): an empty value (``-o "$OUT"`` with the
+    variable unset) was the current folder, and the export's rename over it failed as
+    'cannot be written (Device or resource busy)', exit 1; one of blanks only made a file
+    so named. Both are bad usage."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail("an empty path names no file", param, ctx)
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is blanks only and names no file", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 #: ``--state-dir`` for the commands that read spools: where ``prime-runs import`` kept the
 #: spools of sources it could not write to. (``import`` and ``sync``, which write there,
 #: say so in their own words.)

@@ -193,7 +193,9 @@ def folder_blocker(path: str | os.PathLike[str]) -> str | None:
             os.lstat(entry)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        except OSError:
+        except OSError as error:  # a loop above it: found further up
+            if error.errno == errno.ELOOP:
+                continue
             return None
         try:
             mode = os.stat(entry).st_mode

@@ -571,7 +571,7 @@ def test_a_state_dir_that_is_a_file_is_bad_usage_naming_where_it_came_from(tmp_p
 
 @pytest.mark.parametrize("command", ["sync", "import"])
 @pytest.mark.parametrize("kind", ["device", "fifo", "empty", "blanks", "below a file", "dangling link",
-                                  "below a dangling link", "link loop"])
+                                  "below a dangling link", "link loop", "below a link loop"])
 def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, command: str, kind: str) -> None:
     """``--state-dir /dev/null`` (or a FIFO) passed the check a file gets, and every run's
     import then failed on 'Not a directory (/dev/null/imports)', exit 1; ``--state-dir ""``
@@ -591,7 +591,8 @@ def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, com
     (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
     value = {"device": "/dev/null", "fifo": str(tmp_path / "pipe"), "empty": "", "blanks": "  ",
              "below a file": str(tmp_path / "afile" / "state"), "dangling link": str(tmp_path / "dangling"),
-             "below a dangling link": str(tmp_path / "dangling" / "sub"), "link loop": str(tmp_path / "loop-a")}[kind]
+             "below a dangling link": str(tmp_path / "dangling" / "sub"), "link loop": str(tmp_path / "loop-a"),
+             "below a link loop": str(tmp_path / "loop-a" / "state")}[kind]
     if kind == "fifo":
         os.mkfifo(value)
     extra = {"sync": ["--local", "--db", str(tmp_path / "p.db")]}
@@ -607,7 +608,8 @@ def test_a_state_dir_that_is_no_folder_or_empty_is_bad_usage(tmp_path: Path, com
             "dangling link": f"{tmp_path / 'dangling'} is a symbolic link to {tmp_path / 'not-mounted' / 'state'}, "
                              "which does not exist",
             "below a dangling link": f"{tmp_path / 'dangling'} is a symbolic link to",
-            "link loop": f"{tmp_path / 'loop-a'} is a loop of symbolic links"}[kind]
+            "link loop": f"{tmp_path / 'loop-a'} is a loop of symbolic links",
+            "below a link loop": f"{tmp_path / 'loop-a'} is a loop of symbolic links"}[kind]
     assert said in line, line
     assert list(work.iterdir()) == [] and not (tmp_path / "outputs" / "vf040-completed" / "spool").exists()
     assert not (tmp_path / "not-mounted").exists()

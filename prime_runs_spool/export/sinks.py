@@ -20,7 +20,7 @@ import orjson
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
 from prime_runs_spool.errors import ExportSetupError
 from prime_runs_spool.export.columns import BOOL, FLOAT, INT, TEXT, Column
-from prime_runs_spool.files import open_private, special_file_kind
+from prime_runs_spool.files import folder_blocker, open_private, special_file_kind
 from prime_runs_spool.importer.paths import V0_METADATA_NAME, V0_RESULTS_NAME, is_eval_output_dir
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, is_run_dir, run_lock_path
 
@@ -110,8 +110,9 @@ class _FileSink:
         self.columns = columns
         self.names = [column.name for column in columns]
         folder = path.parent
-        if not folder.is_dir():
-            raise ExportSetupError(f"{path}: its folder {folder} does not exist")
+        if not folder.is_dir():  # say what is in the way: a file there is not 'does not exist'
+            in_the_way = folder_blocker(folder / path.name)
+            raise ExportSetupError(f"{path}: {in_the_way}" if in_the_way else f"{path}: its folder {folder} does not exist")
         self.temp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
         self.fd = open_private(self.temp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
 
