@@ -121,3 +121,25 @@ def test_ci_recipe_says_nothing_was_imported_where_the_eval_wrote_its_own_spool(
     assert done.returncode == 0, done.stdout + done.stderr
     assert [i["state"] for i in report["imports"]] == ["spooled"]  # the report still has it
     assert done.stdout.splitlines()[0].startswith("synced ") and "imported into" not in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_ci_recipe_says_why_an_import_failed_on_its_line(tmp_path: Path, server) -> None:
+    """An artifact of plain vf-eval's outputs, read-only (as a CI download may leave it),
+    synced without --state-dir: the import fails. The script's line for it printed the
+    outcome's reason, 'error ... (all 2x2 rollouts written)', where its error says what is
+    wrong and what to do (read-only: --state-dir); only the FAILED line on stderr said it."""
+    artifact = tmp_path / "artifact" / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "eval_outputs" / "vf040-completed", artifact / "vf040-completed")
+    for path in [artifact, *artifact.rglob("*")]:
+        path.chmod(path.stat().st_mode & 0o555)
+    try:
+        done, report = job(tmp_path, server.base_url, str(artifact))
+    finally:
+        for path in [artifact, *artifact.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+    assert done.returncode == 1, done.stdout + done.stderr
+    [imported] = report["imports"]
+    assert imported["state"] == "error" and "read-only" in imported["error"], imported
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("error")]
+    assert "is read-only" in line and "--state-dir" in line, line

@@ -44,7 +44,8 @@ for imported in report.get("imports", []):
     if state in ("imported", "appended", "up_to_date"):
         print(f"{state:<10} {imported['source']}  (eval outputs imported into {imported['run_dir']})")
     else:  # spooled with a warning, live (an eval may still be writing there), empty, left, error
-        print(f"{state:<10} {imported['source']}  ({imported['reason'] or imported['error']})")
+        why = imported["error"] if state == "error" else imported["reason"] or imported["error"]
+        print(f"{state:<10} {imported['source']}  ({why})")
     if state == "error":
         print(f"FAILED {imported['source']}: {imported['error']}", file=sys.stderr)
 for run in report["runs"]:
