@@ -148,6 +148,38 @@ def test_a_new_run_costs_a_create_its_samples_and_a_finalize(tmp_path: Path) -> 
         assert evaluation["metadata"]["local_run_id"] == builder.run_id and "model" in evaluation["metadata"]
 
 
+def test_a_request_sets_its_sockets_timeout_only_when_it_changes(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the sync's own connection a request's writes (its head, its body) share one timeout,
+    set on the socket once (each setting an ``ioctl``, a hand-over of the interpreter lock
+    among the sync's threads); each read of an answer is given what is left of its deadline,
+    so a read may set it again. Before, httpcore's stream set it before every write and read."""
+    import socket
+
+    counts: Counter[str] = Counter()
+
+    def counting(name: str):  # noqa: ANN202
+        inner = getattr(socket.socket, name)
+
+        def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if threading.current_thread().name.startswith("prime-runs-sync"):
+                counts[name] += 1
+            return inner(self, *args, **kwargs)
+        return counted
+
+    for name in ("settimeout", "send", "recv"):
+        monkeypatch.setattr(socket.socket, name, counting(name), raising=False)
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-timeouts-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in reports] == ["synced"] * runs
+    requests = 3 * runs  # each run's create, samples and finalize, on a pass's thread
+    assert counts["send"] >= 2 * requests, counts  # a head and a body each
+    assert counts["settimeout"] <= counts["recv"] + requests, counts
+
+
 def test_a_small_samples_request_is_announced_on_its_own_thread_before_it_is_sent(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A body of one piece has nothing to send before its last byte, so its announcement is

@@ -15,12 +15,14 @@ place that sees every byte of an answer, whichever connection of the pool it com
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import httpcore
 import httpx
+from httpcore._backends.sync import SyncStream
 
 from prime_runs_spool.platform_api.answer_cap import answer_cap
 from prime_runs_spool.platform_api.http1 import Answer, Connection
@@ -55,14 +57,45 @@ class _AnswerDeadline:
 
 
 class _Stream(httpcore.NetworkStream):
+    """httpcore's stream, each answer's reads bounded (:class:`_AnswerDeadline`). On httpcore's
+    own socket stream, its reads and writes are made here on its socket, as it makes them
+    (its failures raised as the same httpcore exceptions), but for the socket's timeout set
+    only when it changes: httpcore set it before every write, one ``ioctl`` each (and, with
+    the sync's threads waiting, a hand-over of the interpreter lock), 6 a new run's pass for
+    nothing, and each call went through a context manager."""
+
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
+        self._sock = inner.get_extra_info("socket") if type(inner) is SyncStream else None
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _AnswerDeadline.bound(timeout))
+        timeout = _AnswerDeadline.bound(timeout)
+        sock = self._sock
+        if sock is None:
+            return self._inner.read(max_bytes, timeout)
+        try:
+            if sock.gettimeout() != timeout:
+                sock.settimeout(timeout)
+            return sock.recv(max_bytes)
+        except socket.timeout as exc:
+            raise httpcore.ReadTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore.ReadError(exc) from exc
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, timeout)
+        sock = self._sock
+        if sock is None:
+            self._inner.write(buffer, timeout)
+            return
+        try:
+            if buffer and sock.gettimeout() != timeout:
+                sock.settimeout(timeout)
+            while buffer:
+                buffer = buffer[sock.send(buffer):]
+        except socket.timeout as exc:
+            raise httpcore.WriteTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore.WriteError(exc) from exc
 
     def close(self) -> None:
         self._inner.close()
