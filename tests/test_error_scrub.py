@@ -98,6 +98,37 @@ def test_a_runs_error_line_never_quotes_what_masking_took_out_of_its_config(tmp_
     assert (spool.status, seal["error"]) == ("failed", "RuntimeError: Illegal header value b'***'")
 
 
+
+@pytest.mark.parametrize("where", ["userinfo", "authorization"])
+def test_the_password_or_token_a_message_quotes_alone_is_masked_there_too(tmp_path: Path, where: str) -> None:
+    """A URL's userinfo is taken out as ``user:password`` and an ``Authorization`` value as
+    ``Bearer TOKEN``; a message quoting the password or the token alone (a database's
+    'password authentication failed', the token sent on as a query) kept it, in an episode's
+    errors and in a run's error line. Cleared as the whole is, the rest of the message kept."""
+    secret = "Pw0rdOnlyQuoted9f3a"
+    episode = copy.deepcopy(EPISODE)
+    episode["ok"] = False
+    message = f"upstream refused credential {secret} (retrying)"
+    episode["errors"] = [{"type": "ProviderError", "message": message}]
+    for trace in episode["traces"]:
+        client = trace["agent"]["config"]["client"]
+        if where == "userinfo":
+            client["base_url"] = f"https://svc:{secret}@gw.internal/v1"
+        else:
+            client["headers"] = {"Authorization": f"Bearer {secret}"}
+    data = written(tmp_path, [episode])
+    assert secret.encode() not in data
+    [read] = read_run(tmp_path / "run").episodes()
+    assert read["errors"][0]["message"] == "upstream refused credential *** (retrying)"
+    config = {"client": {"base_url": f"https://svc:{secret}@gw.internal/v1"} if where == "userinfo"
+              else {"headers": {"Authorization": f"Bearer {secret}"}}}
+    run = open_run(tmp_path / "failed", name="scrub", config=config)
+    run.abort(RuntimeError(message))
+    assert secret.encode() not in all_bytes_under(tmp_path / "failed" / "spool")
+    [seal] = [record.data for record in read_run(tmp_path / "failed").records() if record.type == "seal"]
+    assert seal["error"] == "RuntimeError: upstream refused credential *** (retrying)"
+
+
 #: Where an episode carries error text (docs/masking.md): its own ``errors``, a trace's
 #: ``errors``, a model call's ``error``.
 _ERROR_FIELDS = st.sampled_from(["episode.errors", "trace.errors", "call.error"])

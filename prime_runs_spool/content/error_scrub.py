@@ -208,10 +208,31 @@ def _forms(values: Iterable[str]) -> list[str]:
     before a shorter one inside it)."""
     forms: set[str] = set()
     for value in values:
-        for form in (value, value.strip()):
+        for form in (value, value.strip(), *_secret_parts(value)):
             if len(form) >= MIN_SECRET_CHARS:
                 forms |= {form, repr(form)[1:-1], repr(form.encode("utf-8", "backslashreplace"))[2:-1]}
     return sorted((form for form in forms if len(form) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+#: An HTTP authorization header's scheme, before the credential a message may quote alone.
+_AUTH_SCHEME = re.compile(r"\s*(?:bearer|basic|token|digest|apikey)\s+(\S.*?)\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def _secret_parts(value: str) -> tuple[str, ...]:
+    """The credential inside a value masked as a unit, as a message may quote it without the
+    rest: a URL's userinfo is taken out as ``user:password`` and an ``Authorization`` value as
+    ``Bearer TOKEN``, but a driver's 'password authentication failed for ...' or a query
+    carrying the token quotes the password or the token alone, which the whole did not
+    match."""
+    scheme = _AUTH_SCHEME.fullmatch(value)
+    if scheme is not None:
+        return (scheme.group(1),)
+    userinfo = _USERINFO.fullmatch(value)
+    return (userinfo.group(1),) if userinfo is not None else ()
+
+
+#: ``user:password`` as a URL's userinfo is taken out (the user may be empty: ``:pw@redis``).
+_USERINFO = re.compile(r"[\w.~%!$&'()*+,;-]*:(\S+)")
 
 
 def _scrub(value: Any, forms: list[str], *, inside: bool) -> Any:
