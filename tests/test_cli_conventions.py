@@ -334,6 +334,32 @@ def test_an_api_key_no_header_can_carry_is_a_usage_error_that_does_not_show_it(t
     assert "PRIME_API_KEY" in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize(("argv", "env", "source"), [
+    ([], {"PRIME_TEAM_ID": "team-1\nx"}, "PRIME_TEAM_ID"),
+    (["--team", "team 1"], {}, "--team"),
+])
+def test_a_team_id_no_header_can_carry_is_a_usage_error(tmp_path: Path, argv: list[str], env: dict[str, str],
+                                                        source: str) -> None:
+    """The team goes in Prime Traces' X-Prime-Team-ID header: a team id with a line break (a
+    CI secret pasted with it) or a space failed every upload as 'no answer
+    (LocalProtocolError)', in doubt, retried for 90 s, then exit 1 with the evaluation made.
+    One line naming where it came from, exit 2, before anything is written."""
+    build_run(tmp_path / "runs" / "r", "bad-team", 1)
+    result = run_cli("sync", str(tmp_path / "runs"), "--base-url", "http://127.0.0.1:9", "--max-attempts", "1",
+                     *argv, PRIME_API_KEY="key", **env)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"prime-runs: the team id ({source}) holds a character an HTTP header cannot carry"), line
+    assert not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
+
+
+def test_a_team_id_pasted_with_its_line_feed_is_used_without_it() -> None:
+    from prime_runs_spool.platform_api.settings import load_settings
+
+    settings = load_settings(env={"PRIME_TEAM_ID": "team-1\n", "HOME": "/nonexistent"})
+    assert settings.team_id == "team-1"
+
+
 def test_an_api_key_pasted_with_its_line_feed_is_used_without_it() -> None:
     from prime_runs_spool.platform_api.settings import load_settings
 

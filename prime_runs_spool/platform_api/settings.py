@@ -229,7 +229,8 @@ def load_settings(
     return Settings(  # its proxies found as it is made: one no request can go through said now, once
         base_url=normalize_base_url(chosen, _source_of(chosen, base_url, env, config_path)),
         api_key=Secret(key) if key else None,
-        team_id=pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
+        team_id=_header_safe_team(pick(team_id, ("PRIME_TEAM_ID",), "team_id"),
+                                  _team_source(team_id, env, config_path)),
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
         traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
@@ -247,6 +248,24 @@ def _header_safe_key(key: str | None, source: str) -> str | None:
         raise InvalidSettingsError(f"the API key ({source}) holds a character an HTTP header cannot carry "
                                    "(a line break, a space, a control or non-ASCII character); nothing was sent")
     return key or None
+
+
+def _header_safe_team(team: str | None, source: str) -> str | None:
+    """``team`` without the white space around it; an :class:`InvalidSettingsError` naming
+    ``source`` when what is left cannot go in Prime Traces' team header (a line break, a
+    space): sent as it was, every upload failed as a lost answer, retried until given up."""
+    if team is None:
+        return None
+    team = team.strip()
+    if team and not all("!" <= ch <= "~" for ch in team):
+        raise InvalidSettingsError(f"the team id ({source}) holds a character an HTTP header cannot carry "
+                                   f"(a line break, a space, a control or non-ASCII character): {team!r}; "
+                                   "nothing was sent")
+    return team or None
+
+
+def _team_source(explicit: str | None, env: Mapping[str, str], config_path: Path) -> str:
+    return "--team" if explicit else "PRIME_TEAM_ID" if env.get("PRIME_TEAM_ID") else f"team_id in {config_path}"
 
 
 def _source_of(chosen: str, explicit: str | None, env: Mapping[str, str], config_path: Path) -> str:
