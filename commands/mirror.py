@@ -37,7 +37,8 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     copy masked again by today's rules (its line says so); the local spool is left as it was. The local spool stays the durable copy. Runs until SIGINT or
     SIGTERM (exit 0), or one pass with --once. Eval outputs without a spool (plain
     vf-eval's) are not copied: each such folder is named on stderr. Exit 1 when a pass
-    (with --once) failed to upload something or left such a folder, 2 on bad usage.
+    (with --once) failed to upload something or left such a folder, or the store cannot be
+    listed, 2 on bad usage.
 
     \b
     Examples:

@@ -38,7 +38,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
     Eval outputs with no spool are listed as "not spooled", with the command that imports them.
 
     Exit 0; 1 when a path holds neither a spool nor eval outputs (unless --allow-empty); 2 when
-    a path does not exist.
+    a path does not exist or a store URL cannot be listed.
 
     \b
     Examples:

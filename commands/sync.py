@@ -84,7 +84,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
 
     Exit 0 when every run is synced or has nothing to do, 1 when some run failed or a path
     holds nothing to sync, 2 on a usage or configuration error (no key, a refused key, a bad
-    URL) before anything is written, 130 after SIGINT or SIGTERM.
+    URL) before anything is written, 130 after SIGINT or SIGTERM (0 once --follow follows).
 
     \b
     Examples:

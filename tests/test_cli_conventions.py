@@ -809,3 +809,19 @@ def test_each_synopsis_in_the_docs_names_exactly_the_options_its_command_takes()
         assert not missing, f"prime-runs {' '.join(path)}: docs/cli.md's synopsis lacks {missing}"
         checked += 1
     assert checked >= 9  # every command, platform serve included
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("sync", "130 after SIGINT or SIGTERM (0 once --follow follows)"),
+    ("status", "2 when a path does not exist or a store URL cannot be listed"),
+    ("mirror", "or the store cannot be listed"),
+])
+def test_each_help_gives_the_exit_codes_docs_cli_md_gives(command: str, said: str) -> None:
+    """The exit sentences of these helps left out a case docs/cli.md's tables give: sync
+    --follow stopped by SIGINT exits 0, not 130; status of a store that cannot be listed
+    exits 2; mirror exits 1 when its store cannot be listed. A CI job reading the help
+    took those exits for something else."""
+    done = cli(command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert said in " ".join(done.stdout.split()), done.stdout
+
