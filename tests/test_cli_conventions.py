@@ -825,3 +825,24 @@ def test_each_help_gives_the_exit_codes_docs_cli_md_gives(command: str, said: st
     assert done.returncode == 0, done.stderr
     assert said in " ".join(done.stdout.split()), done.stdout
 
+
+@pytest.mark.parametrize("text", ['{"api_key": "sk-in-the-file-77", "base_url": "http://127.0.0.1:9",}',
+                                  '["sk-in-the-file-77"]'])
+def test_a_config_file_that_cannot_be_read_is_said_not_passed_over(tmp_path: Path, text: str) -> None:
+    """~/.prime/config.json with a trailing comma (the prime CLI's settings, edited by hand)
+    was passed over in silence: 'no API key: set PRIME_API_KEY, else api_key in
+    ~/.prime/config.json' of a file that holds one, and with the key in the environment its
+    base_url and team_id were dropped, so the sync went to the public platform instead. One
+    line naming the file and what is wrong with it (never its content), exit 2."""
+    build_run(tmp_path / "runs" / "r", "bad-config", 1)
+    config = tmp_path / "home" / ".prime" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(text)
+    for env in ({}, {"PRIME_API_KEY": "key"}):
+        result = run_cli("sync", str(tmp_path / "runs"), HOME=str(tmp_path / "home"), **env)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"prime-runs: {config} cannot be read as settings ("), line
+        assert "sk-in-the-file" not in line and "no API key" not in line, line
+        assert not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
+

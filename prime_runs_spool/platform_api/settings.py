@@ -206,13 +206,7 @@ def load_settings(
     """Resolve settings: explicit arguments, then the environment, then the config file."""
     env = os.environ if env is None else env
     config_path = config_path or Path(env.get("HOME", str(Path.home()))) / ".prime" / "config.json"
-    file_settings: dict[str, object] = {}
-    try:
-        loaded = json.loads(config_path.read_text(encoding="utf-8"))
-        if isinstance(loaded, dict):
-            file_settings = loaded
-    except (OSError, ValueError):
-        pass  # no config file, or one we cannot read: the environment decides alone
+    file_settings = _config_file(config_path)
 
     def pick(explicit: str | None, env_names: tuple[str, ...], file_key: str) -> str | None:
         if explicit:
@@ -234,6 +228,30 @@ def load_settings(
         frontend_url=pick(None, ("PRIME_FRONTEND_URL",), "frontend_url") or DEFAULT_FRONTEND_URL,
         traces_url=_traces_url(pick(None, ("PRIME_TRACES_URL",), "traces_url")),
     )
+
+
+def _config_file(path: Path) -> dict[str, object]:
+    """The prime CLI's settings file, ``{}`` when there is none. One that is there but cannot
+    be read as a JSON object (a trailing comma after a hand edit) is an
+    :class:`InvalidSettingsError` naming the file and why, never its content (it holds the
+    key): passed over, it said "no API key" of a file holding one, and with the key in the
+    environment its ``base_url`` and ``team_id`` were dropped in silence."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise InvalidSettingsError(f"{path} cannot be read as settings ({why}); fix it or move it away") from None
+    try:
+        loaded = json.loads(text)
+    except ValueError as exc:
+        why = f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}" \
+            if isinstance(exc, json.JSONDecodeError) else "not JSON"
+        raise InvalidSettingsError(f"{path} cannot be read as settings ({why}); fix it or move it away") from None
+    if not isinstance(loaded, dict):
+        raise InvalidSettingsError(f"{path} cannot be read as settings (not a JSON object); fix it or move it away")
+    return loaded
 
 
 def _header_safe_key(key: str | None, source: str) -> str | None:
