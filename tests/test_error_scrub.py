@@ -129,6 +129,44 @@ def test_the_password_or_token_a_message_quotes_alone_is_masked_there_too(tmp_pa
     assert seal["error"] == "RuntimeError: upstream refused credential *** (retrying)"
 
 
+
+@pytest.mark.slow  # the command line four times
+def test_an_old_spools_errors_quoting_its_credentials_reach_no_sync_export_or_page(tmp_path: Path) -> None:
+    """A spool written before errors were cleared (``masking_version`` 0): its run's error
+    line quoting the config's key went to the platform (the evaluation's error and
+    metadata) and to an export's runs row, its episode's error quoting the trace's header
+    to the export's rows and the viewer's table: sync, export and the viewer mask only the
+    configs again, and the error lines by their URLs. Each is now cleared of what today's
+    masking takes out of the config and the traces, the rest of the message kept."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+
+    key, header = "OldSpoolKey0001abcdef", "cfs_OLD_SPOOL_HEADER_0002abcdef"
+    run = tmp_path / "runs" / "old"
+    writer = SegmentWriter.create(run, "old-errors")
+    writer.append("manifest", {"run_id": "old-errors", "name": "old-errors", "environments": ["gsm8k"], "model": "m",
+                               "framework": "verifiers", "format_version": 1, "masking_version": 0,
+                               "config": {"client": {"api_key": key}}})
+    episode = failed_on(header)
+    writer.append("episode", episode, meta={"episode_id": episode["id"], "rollout_number": 0})
+    writer.seal("failed", error=f"RuntimeError: the platform refused {key}")
+    assert key.encode() in all_bytes_under(run) and header.encode() in all_bytes_under(run)
+    db = tmp_path / "platform.db"
+    done = [subprocess.run(CLI + args, capture_output=True, text=True, timeout=120, env=child_env(), cwd=tmp_path)
+            for args in (["sync", str(tmp_path / "runs"), "--local", "--db", str(db)],
+                         ["export", str(tmp_path / "runs"), "-o", str(tmp_path / "episodes.jsonl")],
+                         ["export", str(tmp_path / "runs"), "--runs", "-o", str(tmp_path / "runs.jsonl")],
+                         ["view", str(tmp_path / "runs"), "--export", str(tmp_path / "site")])]
+    assert [result.returncode for result in done] == [0, 0, 0, 0], [r.stdout + r.stderr for r in done]
+    places = {"platform": b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*")),
+              "episodes": (tmp_path / "episodes.jsonl").read_bytes(), "runs": (tmp_path / "runs.jsonl").read_bytes(),
+              "pages": all_bytes_under(tmp_path / "site"),
+              "output": "".join(result.stdout + result.stderr for result in done).encode()}
+    assert [(where, name) for where, data in places.items() for name, secret in (("key", key), ("header", header))
+            if secret.encode() in data] == []
+    assert json.loads(places["runs"])["error"] == "RuntimeError: the platform refused ***"
+    assert json.loads(places["episodes"])["error"] == "ProviderError: Illegal header value b'***'"
+
+
 #: Where an episode carries error text (docs/masking.md): its own ``errors``, a trace's
 #: ``errors``, a model call's ``error``.
 _ERROR_FIELDS = st.sampled_from(["episode.errors", "trace.errors", "call.error"])

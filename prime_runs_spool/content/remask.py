@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from prime_runs_spool.content.error_scrub import scrub_episode_errors
+from prime_runs_spool.content.error_scrub import error_forms, scrub_episode_errors, scrub_text
 from prime_runs_spool.content.mask_locations import MASKING_VERSION
 from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.masking import MaskRules, mask
@@ -87,3 +87,25 @@ def remask_episode(record: Mapping[str, Any]) -> Any:
     """An episode record masked by today's episode rules (never mutates ``record``), its
     error messages cleared as at append (content/error_scrub.py)."""
     return scrub_episode_errors(record, mask(record, _EPISODE_RULES))
+
+
+def error_forms_of(manifest: Mapping[str, Any]) -> list[str]:
+    """What a run's error line is cleared of when its spool was written under older rules:
+    each value today's masking takes out of its config, as a message may quote it. The
+    runner clears a seal's error so at the seal; a spool sealed before (or by another
+    producer) quoted its client's key there, and the line travels (the evaluation's error
+    and metadata, an export's runs row). Read off the manifest as written, before
+    :func:`remask_manifest` masks it."""
+    from prime_runs_spool.content.manifest import masked_config_values  # only old spools pay its imports
+
+    config = manifest.get("config")
+    return error_forms(masked_config_values(dict(config))) if isinstance(config, Mapping) else []
+
+
+def travelling_error(error: Any, forms: list[str] | None = None) -> Any:
+    """A seal's error as it may leave: what "Inside strings" masks masked (a URL's userinfo,
+    a flag's value), and ``forms`` (:func:`error_forms_of`) cleared."""
+    if not isinstance(error, str):
+        return error
+    error = mask_text(error)
+    return scrub_text(error, forms) if forms else error

@@ -15,12 +15,12 @@ appended meanwhile.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.episodes import episode_id_of
-from prime_runs_spool.content.remask import needs_remask, remask_manifest
+from prime_runs_spool.content.remask import error_forms_of, needs_remask, remask_episode, remask_manifest
 from prime_runs_spool.content.supersede import supersedes_of
 from prime_runs_spool.errors import SpoolError
 from prime_runs_spool.spool.format import EPISODE, MANIFEST, SEAL
@@ -115,6 +115,10 @@ class RunReading:
         self.seal: dict[str, Any] | None = None
         self.run_id: str | None = None
         self.extent: Extent | None = None
+        #: Written under older masking rules: what the run's error line is cleared of
+        #: (content/remask.py), and each episode is masked again before it gives a row.
+        self.error_forms: list[str] = []
+        self.remask = False
 
     def episodes(self) -> Iterator[Record]:
         """The effective set's episode records, in spool order; never raises for the run's
@@ -131,11 +135,13 @@ class RunReading:
                     last = record.after
                     if record.type == EPISODE:
                         if episode_id_of(record.data) not in superseded:
-                            yield record
+                            yield replace(record, data=remask_episode(record.data)) if self.remask else record
                     elif record.type == MANIFEST and not self.manifest and isinstance(record.data, dict):
                         # A table is a file meant to be shared: a spool written under older
                         # masking rules has its config masked by today's first, as sync does.
-                        self.manifest = remask_manifest(record.data) if needs_remask(record.data) else record.data
+                        self.remask = needs_remask(record.data)
+                        self.manifest = remask_manifest(record.data) if self.remask else record.data
+                        self.error_forms = error_forms_of(record.data) if self.remask else []
                         run_id = record.data.get("run_id")
                         self.run_id = run_id if isinstance(run_id, str) else None
                     elif record.type == SEAL and isinstance(record.data, dict):

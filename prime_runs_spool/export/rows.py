@@ -23,13 +23,9 @@ import orjson
 
 from prime_runs_spool.content.episodes import (UNREADABLE_RECORD, finite_number, reward_and_scores, summary_trace,
                                                task_data)
-from prime_runs_spool.content.mask_text import mask_text
+from prime_runs_spool.content.remask import travelling_error
 from prime_runs_spool.export.columns import METRIC_PREFIX
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
-
-
-def _without_url_credentials(error: Any) -> Any:
-    return mask_text(error) if isinstance(error, str) else error
 
 
 def _whole(value: Any) -> int | None:
@@ -215,8 +211,10 @@ def _episode_fields(record: Mapping[str, Any], run: RunFacts) -> dict[str, Any]:
 
 
 def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, episodes: int,
-            summary: Mapping[str, Any], seal: Mapping[str, Any] | None, path: str) -> dict[str, Any]:
-    """The ``runs`` row of one run: its manifest, status, episode count and summary."""
+            summary: Mapping[str, Any], seal: Mapping[str, Any] | None, path: str,
+            error_forms: list[str] | None = None) -> dict[str, Any]:
+    """The ``runs`` row of one run: its manifest, status, episode count and summary;
+    ``error_forms``: what its error line is cleared of (content/remask.py, ``error_forms_of``)."""
     environments = manifest.get("environments")
     row: dict[str, Any] = {
         "run_id": _text(manifest.get("run_id")) or run_id,
@@ -231,7 +229,7 @@ def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, epi
         "avg_error": finite_number(summary.get("avg_error")),
         "finished_at": _text((seal or {}).get("finished_at")),
         # masked at the seal today; a spool sealed before may quote a URL with its credentials
-        "error": _text(_without_url_credentials((seal or {}).get("error"))),
+        "error": _text(travelling_error((seal or {}).get("error"), error_forms)),
         "path": path,
         "config": _text(manifest.get("config")),
     }

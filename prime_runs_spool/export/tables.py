@@ -119,7 +119,7 @@ def _run_rows(runs: list[ExportRun], report: ExportReport) -> tuple[list[str], l
         sealed = (reading.seal or {}).get("summary")
         row = run_row(reading.manifest, reading.run_id, status=status, episodes=episodes,
                       summary=sealed if isinstance(sealed, dict) else summary.result(), seal=reading.seal,
-                      path=run.where)
+                      path=run.where, error_forms=reading.error_forms)
         names.update((key[len(METRIC_PREFIX):], None) for key in row if key.startswith(METRIC_PREFIX))
         rows.append(row)
         report.runs += 1

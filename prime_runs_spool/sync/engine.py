@@ -15,8 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.content.mask_text import mask_text
-from prime_runs_spool.content.remask import needs_remask, remask_manifest
+from prime_runs_spool.content.remask import error_forms_of, needs_remask, remask_manifest, travelling_error
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.platform_runs import platform_runs_of
 from prime_runs_spool.content.supersede import supersedes_of
@@ -60,10 +59,6 @@ def _no_errors(seal: Mapping[str, Any] | None) -> bool:
     held back, so finishing needs no second read of the spool (the common case)."""
     summary = (seal or {}).get("summary")
     return isinstance(summary, Mapping) and summary.get("avg_error") == 0
-
-
-def _without_url_credentials(error: Any) -> Any:
-    return mask_text(error) if isinstance(error, str) else error
 
 
 class RunSync:
@@ -207,6 +202,7 @@ class RunSync:
         # mask it (a segment's own manifest says what the process that wrote it masked).
         context.remask = any(needs_remask(m) for m in [manifest, *manifests])
         context.manifest = remask_manifest(manifest, self.report.warnings) if context.remask else manifest
+        context.error_forms = error_forms_of(manifest) if context.remask else []
         # Episodes a resumed segment replaced (content/supersede.py): never sent.
         context.superseded = frozenset(supersedes_of(manifests))
         # Platform runs vf-eval pushed these episodes to itself: the evaluation to adopt.
@@ -492,8 +488,8 @@ class RunSync:
             "status": status,
             "finished_at": (seal or {}).get("finished_at"),
             # masked at the seal since the runner masks it; a spool from before (or from
-            # another producer) may still quote a URL with its credentials
-            "error": _without_url_credentials((seal or {}).get("error")),
+            # another producer) may still quote a URL with its credentials, or its config's key
+            "error": travelling_error((seal or {}).get("error"), self.context.error_forms),
             # errored episodes not pushed: a resume is expected to retry them
             "held_back": (held := self._held_back()),
             **note,

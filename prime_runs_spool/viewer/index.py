@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.environments import environment_list
-from prime_runs_spool.content.masking import MaskRules, mask
-from prime_runs_spool.content.remask import remask_manifest
+from prime_runs_spool.content.masking import MaskRules
+from prime_runs_spool.content.remask import needs_remask, remask_episode, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
@@ -55,9 +55,10 @@ PROMPT_HEAD_CHARS = 160
 PLATFORM_PAGE = 200
 
 CONFIG_RULES = MaskRules.defaults_for_config()
-#: Episodes were masked before they reached the disk; masking again what a page shows costs
-#: a walk of the config subtrees and keeps a foreign producer's slip off the screen.
-EPISODE_RULES = MaskRules.defaults_for_episode()
+# Episodes were masked before they reached the disk; masking again what a page shows
+# (content/remask.py, remask_episode: today's rules, and the error messages cleared of what
+# they take out) costs a walk of the config subtrees and keeps an older or foreign
+# producer's slip off the screen.
 #: At most this many runs are read in the background at once (a tree of many big runs
 #: opened together must not start as many threads fighting over two cores).
 _BACKGROUND_READERS = threading.BoundedSemaphore(2)
@@ -78,6 +79,9 @@ class RunIndex:
         self.prompt_heads: dict[Any, str] = {}
         self.metric_names: dict[str, None] = {}
         self.manifest: dict[str, Any] = {}
+        #: Written under older masking rules: each row is made of its episode masked again
+        #: (an error message in the table quoted a header an older writer left in clear).
+        self._remask = False
         self.behind = True
         self.error: str | None = None
         self._lock = threading.Lock()
@@ -261,7 +265,7 @@ class SpoolIndex(RunIndex):
 
     def record(self, row: Row) -> Any:
         for record in iter_records(self.run_dir, row.where):
-            return mask(record.data, EPISODE_RULES)
+            return remask_episode(record.data)
         raise CorruptSpoolError(self.run_dir, row.where.offset, "the episode is no longer where it was read")
 
     def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
@@ -289,7 +293,7 @@ class SpoolIndex(RunIndex):
                     continue
                 if record.position != row.where:  # not what the index read there: ask row by row
                     break
-                yield row, mask(record.data, EPISODE_RULES)
+                yield row, remask_episode(record.data)
                 row = next(wanted, None)
         except SpoolError:
             pass
@@ -313,7 +317,8 @@ class SpoolIndex(RunIndex):
                 if record.type == EPISODE:
                     meta = record.meta or {}
                     rollout = meta.get("rollout_number")
-                    row, prompt = row_of_episode(len(self.rows) + 1, record.position, record.data,
+                    row, prompt = row_of_episode(len(self.rows) + 1, record.position,
+                                                 remask_episode(record.data) if self._remask else record.data,
                                                  rollout if isinstance(rollout, int) else None)
                     self._add(row, prompt)
                     if isinstance(record.data, Mapping):
@@ -324,6 +329,7 @@ class SpoolIndex(RunIndex):
                                 pass  # an odd record counts in the table, not in the means
                 elif record.type == MANIFEST and not self.manifest and isinstance(record.data, Mapping):
                     self.manifest = masked_manifest(record.data)
+                    self._remask = needs_remask(record.data)
                 elif record.type == SEAL:
                     self._seal = (record.segment_index, record.data if isinstance(record.data, dict) else {})
                 if read >= MIN_RECORDS_PER_REFRESH and time.monotonic() > deadline:
@@ -415,7 +421,7 @@ def _masked_sample(sample: Any) -> Any:
     info = sample.get("info") if isinstance(sample, Mapping) else None
     if not isinstance(info, Mapping) or not isinstance(info.get("native_wrapper"), Mapping):
         return sample
-    return {**sample, "info": {**info, "native_wrapper": mask(info["native_wrapper"], EPISODE_RULES)}}
+    return {**sample, "info": {**info, "native_wrapper": remask_episode(info["native_wrapper"])}}
 
 
 @dataclass(frozen=True)
@@ -474,7 +480,7 @@ class PlatformIndex(RunIndex):
             episode = self.traces.episode_at(row.where.seq)
             if episode is None:
                 raise CorruptSpoolError(Path(self.key), row.where.seq, "the episode is gone")
-            return mask(episode, EPISODE_RULES)
+            return remask_episode(episode)
         bodies, _ = self.store.list_samples(self.key, offset=row.where, limit=1)
         if not bodies:
             raise CorruptSpoolError(Path(self.key), row.where, "the sample is gone")

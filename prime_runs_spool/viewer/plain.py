@@ -31,14 +31,14 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.episodes import RolloutCounter
-from prime_runs_spool.content.masking import mask
+from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import CorruptSpoolError, ImportSourceError
 from prime_runs_spool.importer.paths import v0_paths
 from prime_runs_spool.importer.source import config_identity, resolved_config
 from prime_runs_spool.importer.v0_layout import metadata_config, metadata_identity, read_metadata, row_to_episode
-from prime_runs_spool.viewer.index import EPISODE_RULES, MIN_RECORDS_PER_REFRESH, RunIndex, masked_manifest
+from prime_runs_spool.viewer.index import MIN_RECORDS_PER_REFRESH, RunIndex, masked_manifest
 from prime_runs_spool.viewer.rows import Row, row_of_episode
 from prime_runs_spool.viewer.search import SearchIndex
 
@@ -93,7 +93,7 @@ class PlainIndex(RunIndex):
         if episode is None:
             raise CorruptSpoolError(self.results_path, offset, "the episode is no longer where it was read "
                                                                "(the file was rewritten)")
-        return mask(episode, EPISODE_RULES)
+        return remask_episode(episode)
 
     def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
         """The rows' records from one open of the file (the search index reads them in
@@ -112,7 +112,7 @@ class PlainIndex(RunIndex):
                     yield row, CorruptSpoolError(self.results_path, offset, "the episode is no longer where it "
                                                                             "was read (the file was rewritten)")
                 else:
-                    yield row, mask(episode, EPISODE_RULES)
+                    yield row, remask_episode(episode)
 
     searchable = True
 
@@ -225,7 +225,7 @@ class PlainIndex(RunIndex):
             rollout = self._rollouts.next_number(episode)
         except (AttributeError, TypeError, KeyError, IndexError):
             rollout = None  # a record of another shape: shown, not numbered
-        row, prompt = row_of_episode(len(self.rows) + 1, where, episode, rollout)
+        row, prompt = row_of_episode(len(self.rows) + 1, where, remask_episode(episode), rollout)  # written in clear
         if not self.rows and self.manifest.get("created_at") is None:
             self.manifest = {**self.manifest, "created_at": _started(episode)}
         self._add(row, prompt)

@@ -56,6 +56,8 @@ class PassContext:
     superseded: frozenset[str] = frozenset()
     #: The spool was written under older masking rules: every episode is masked again.
     remask: bool = False
+    #: Then, what the run's error line is cleared of (content/remask.py, ``error_forms_of``).
+    error_forms: list[str] = field(default_factory=list)
     #: Whether each sink asked this pass is available (sync/sinks/choice.py): ``auto``'s
     #: probe before the create answers its push too.
     available: dict[str, bool] = field(default_factory=dict)
