@@ -217,3 +217,34 @@ ENVIRONMENT = "tiny_taskset"
 def plain_pushed(api: httpx.Client, run_id: str) -> int:
     evaluations = evaluations_of(api, run_id, environment=ENVIRONMENT)
     return sum(len(sample_ids(api, e["evaluation_id"])) for e in evaluations) if evaluations else -1
+
+
+@pytest.mark.slow
+def test_a_follower_whose_pass_failed_reading_a_found_evaluation_pushes_nothing_twice(tmp_path: Path, server,
+                                                                                     api) -> None:
+    """A live run synced, its state then lost, followed while the platform fails the samples
+    listing (down past --max-attempts): the pass that found the evaluation again fails, and
+    the follower's next pass (the writer appends one more) pushed every row again, trusting
+    the state its failed pass left (tests/test_sync_own_state_after_failure.py)."""
+    builder = RunBuilder(tmp_path / "run", "follow-failed-reconcile")
+    builder.open_segment()
+    builder.add(3)
+    with FaultProxy(server.base_url, methods={"GET"}, paths=r"/samples") as proxy:
+        done = subprocess.run(sync_cmd(proxy.base_url, str(tmp_path)), capture_output=True, text=True, timeout=120,
+                              env=child_env(PRIME_API_KEY=TOKEN))
+        assert done.returncode == 0 and pushed(api, builder.run_id) == 3, done.stdout + done.stderr
+        shutil.rmtree(builder.run_dir / "spool" / "sync")
+        proxy.set_rates({"status_503": 1.0})
+        proc = follow(proxy.base_url, tmp_path, extra=("--max-attempts", "2"))
+        try:
+            failed = json.loads(first_line(proc))
+            assert failed["state"] == "error" and "reading samples" in failed["error"], failed
+            proxy.set_rates({})
+            builder.add(1)
+            wait_for(lambda: pushed(api, builder.run_id) >= 4, what="the appended episode pushed")
+            time.sleep(1.0)  # a second pass would push more
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+    builder.seal()
+    assert pushed(api, builder.run_id) == 4
