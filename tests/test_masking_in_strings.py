@@ -674,3 +674,16 @@ def test_plain_fields_and_ports_are_left_as_they_are(text: str) -> None:
     from prime_runs_spool.content.mask_text import mask_text
 
     assert mask_text(text) == text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.text("abcdefxyz0123456789-", min_size=1, max_size=12),
+                          st.sampled_from(["sk-", "xoxb-", "glpat-", "pplx-", "xai-", "nvapi-", "pypi-", "dapi", "IA",
+                                           "AIza", "vf-", "-", "_", "A"]),
+                          st.sampled_from(["a1B2" * 6, "0f" * 20, "Zq" * 25])), min_size=1, max_size=5).map("".join))
+def test_a_box_id_is_masked_as_any_string_is(text: str) -> None:
+    """A runtime record's box id, new in every rollout, is checked without the cache and, when
+    it is an id as runtimes write them, by one match: always as ``mask_text`` checks a string."""
+    from prime_runs_spool.content.mask_text import _masked, mask_new_text
+
+    assert mask_new_text(text) == _masked(text)

@@ -180,8 +180,9 @@ def mask_text(text: str) -> str:
 
 def mask_new_text(text: str) -> str:
     """:func:`mask_text` of a value new every time (a box's id, one per rollout), without the
-    cache: it would never be asked again, and would only push out strings that repeat."""
-    return _masked(text)
+    cache: it would never be asked again, and would only push out strings that repeat. An id
+    as runtimes write them (:data:`_PLAIN_ID`) is passed by one match."""
+    return text if _PLAIN_ID.fullmatch(text) is not None else _masked(text)
 
 
 def _masked(text: str) -> str:
@@ -280,6 +281,11 @@ def _tool_spans(text: str) -> list[tuple[int, int]]:
 #: The starts of :data:`_TOKEN_SHAPES`' tokens that a word of letters, digits and dashes can hold
 #: (:func:`_maybe`): one search, where the substring tests cost several times more.
 _WORD_TOKEN = re.compile(r"sk-|xox|glpat-|pplx-|xai-|nvapi-|pypi-|IA|AIza|dapi")
+#: An id as a runtime writes one (``vf-5c1e9a7b0d2f``, a container's hex): lower-case letters and
+#: digits, dashes between, no part starting as a token does (a token starts a word; the shapes
+#: with an upper-case letter or ``_`` cannot match): no rule of :func:`mask_text` changes it.
+_NO_TOKEN = r"(?!sk-|xox|glpat-|pplx-|xai-|nvapi-|pypi-|dapi)"
+_PLAIN_ID = re.compile(rf"{_NO_TOKEN}[a-z0-9]+(?:-{_NO_TOKEN}[a-z0-9]+)*")
 
 
 def _maybe(text: str) -> bool:
