@@ -130,12 +130,13 @@ def test_the_password_or_token_a_message_quotes_alone_is_masked_there_too(tmp_pa
 
 
 
-@pytest.mark.slow  # the command line four times
-def test_an_old_spools_errors_quoting_its_credentials_reach_no_sync_export_or_page(tmp_path: Path) -> None:
+@pytest.mark.slow  # the command line five times
+def test_an_old_spools_errors_quoting_its_credentials_reach_no_sync_export_mirror_or_page(tmp_path: Path) -> None:
     """A spool written before errors were cleared (``masking_version`` 0): its run's error
     line quoting the config's key went to the platform (the evaluation's error and
-    metadata) and to an export's runs row, its episode's error quoting the trace's header
-    to the export's rows and the viewer's table: sync, export and the viewer mask only the
+    metadata), an export's runs row and a mirror's copy (which says today's version, so a
+    sync of the store trusts it), its episode's error quoting the trace's header to the
+    export's rows and the viewer's table: sync, export, mirror and the viewer masked only the
     configs again, and the error lines by their URLs. Each is now cleared of what today's
     masking takes out of the config and the traces, the rest of the message kept."""
     from prime_runs_spool.spool.writer import SegmentWriter
@@ -155,11 +156,12 @@ def test_an_old_spools_errors_quoting_its_credentials_reach_no_sync_export_or_pa
             for args in (["sync", str(tmp_path / "runs"), "--local", "--db", str(db)],
                          ["export", str(tmp_path / "runs"), "-o", str(tmp_path / "episodes.jsonl")],
                          ["export", str(tmp_path / "runs"), "--runs", "-o", str(tmp_path / "runs.jsonl")],
-                         ["view", str(tmp_path / "runs"), "--export", str(tmp_path / "site")])]
-    assert [result.returncode for result in done] == [0, 0, 0, 0], [r.stdout + r.stderr for r in done]
+                         ["view", str(tmp_path / "runs"), "--export", str(tmp_path / "site")],
+                         ["mirror", str(tmp_path / "runs"), (tmp_path / "store").as_uri(), "--once"])]
+    assert [result.returncode for result in done] == [0, 0, 0, 0, 0], [r.stdout + r.stderr for r in done]
     places = {"platform": b"".join(path.read_bytes() for path in tmp_path.glob("platform.db*")),
               "episodes": (tmp_path / "episodes.jsonl").read_bytes(), "runs": (tmp_path / "runs.jsonl").read_bytes(),
-              "pages": all_bytes_under(tmp_path / "site"),
+              "pages": all_bytes_under(tmp_path / "site"), "mirror": all_bytes_under(tmp_path / "store"),
               "output": "".join(result.stdout + result.stderr for result in done).encode()}
     assert [(where, name) for where, data in places.items() for name, secret in (("key", key), ("header", header))
             if secret.encode() in data] == []

@@ -47,18 +47,22 @@ def copy_masking(manifest: Mapping[str, Any]) -> RecordChange | None:
     else the change that gives each of its records as today's rules would have written it.
     The copy's manifest then says today's version: everything in it was masked by today's
     rules, so whoever reads the copy need not mask it again."""
-    return None if not needs_remask(manifest) else remasked_record
+    if not needs_remask(manifest):
+        return None
+    forms = error_forms_of(manifest)  # a seal's error quoting the config: cleared in the copy too
+    return remasked_record if not forms else lambda record: remasked_record(record, forms)
 
 
-def remasked_record(record: Record) -> Any:
+def remasked_record(record: Record, forms: list[str] | None = None) -> Any:
     """A record's data masked again by today's rules: the same object when nothing in it
-    changes, so that its line is copied byte for byte (spool/rewrite.py)."""
+    changes, so that its line is copied byte for byte (spool/rewrite.py). ``forms``: what a
+    seal's error is cleared of (:func:`error_forms_of` its segment's manifest)."""
     if record.type == EPISODE:
         return remask_episode(record.data)
     if record.type == MANIFEST and isinstance(record.data, Mapping):
         return {**remask_manifest(record.data), "masking_version": MASKING_VERSION}
     if record.type == SEAL and isinstance(record.data, Mapping) and isinstance(record.data.get("error"), str):
-        error = mask_text(record.data["error"])  # sync masks it so before it leaves, too
+        error = travelling_error(record.data["error"], forms)  # sync masks it so before it leaves, too
         return record.data if error == record.data["error"] else {**record.data, "error": error}
     return record.data
 
