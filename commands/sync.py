@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 # command's options and must not pay for any of it (tests/test_cli_basics.py).
 
 
+def _checked_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
+    """``--tag``'s values: one empty or of blanks only (``--tag "$UNSET"``), or holding a line
+    break or another control character, was added to every evaluation created as it was."""
+    for tag in tags:
+        if not tag.strip():
+            raise click.BadParameter(f"{tag!r} is blanks only and names no tag")
+        if any(ord(char) < 32 or ord(char) == 127 for char in tag):
+            raise click.BadParameter(f"{tag!r} holds a control character (a line break?); give the tag on one line")
+    return tags
+
+
 @click.command("sync")
 @click.argument("paths", nargs=-1, type=PathOrURL(path_type=Path, readable=False))
 @shared_options
@@ -49,7 +60,8 @@ if TYPE_CHECKING:
                    "documentation, below).")
 @click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
 @click.option("--name", help="With --replay: the new evaluations' name.")
-@click.option("--tag", "tags", multiple=True, help="Add a tag to created evaluations (repeatable).")
+@click.option("--tag", "tags", multiple=True, callback=lambda ctx, param, tags: _checked_tags(tags),
+              help="Add a tag to created evaluations (repeatable).")
 @click.option("--max-request-bytes", type=click.IntRange(1024, MAX_REQUEST_BYTES), default=MAX_REQUEST_BYTES, hidden=True,
               help="Request body ceiling (tests and benchmarks use smaller ones).")
 @click.option("--traces-batch-bytes", type=click.IntRange(1024), default=None, hidden=True,

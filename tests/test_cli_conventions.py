@@ -846,3 +846,15 @@ def test_a_config_file_that_cannot_be_read_is_said_not_passed_over(tmp_path: Pat
         assert "sk-in-the-file" not in line and "no API key" not in line, line
         assert not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
 
+
+
+@pytest.mark.parametrize("tag", ["", "  ", "team\nalpha", "team\x1b[31m"], ids=["empty", "blanks", "line break", "escape"])
+def test_a_tag_that_is_blank_or_holds_a_control_character_is_bad_usage(tmp_path: Path, tag: str) -> None:
+    """``--tag "$UNSET"`` (or a tag with a line break pasted in) was added to every
+    evaluation the sync created, as it was. One line, exit 2, before anything is written."""
+    build_run(tmp_path / "runs" / "r", "tagged", 1)
+    done = cli("sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "p.db"), "--tag", "ok", "--tag", tag)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert last_line(done).startswith(f"prime-runs: invalid value for '--tag': {tag!r} "), done.stderr
+    assert not (tmp_path / "p.db").exists() and not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
