@@ -10,6 +10,7 @@ process killed while holding it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -116,6 +117,31 @@ def _first_append_lands_late(platform: FakePlatform, clock: _Time) -> list:
     return held
 
 
+def _stop(seconds: float) -> None:
+    """A pass's sleep that stops it at its first wait (sleeping no time is the pass asking
+    whether to stop, Protocol.checkpoint)."""
+    if seconds > 0:
+        raise _Stop
+
+
+@contextlib.contextmanager
+def _killed():
+    """What a SIGKILL leaves of a pass: its copy lock dropped, the lock's note not rewritten."""
+    release = CopyLock.release
+    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CopyLock.release = release  # type: ignore[method-assign]
+
+
+def _timed_pass(run_dir: Path, platform: FakePlatform, clock: _Time, sleep, **options) -> RunSync:
+    """A pass of the copy at ``run_dir`` on ``clock``: requests live 30 s, and a six-episode
+    run goes in several appends."""
+    options = {"request_lifetime": 30.0, "max_request_bytes": 6_000, **options}
+    return RunSync(run_dir, _client(platform), DEST, _options(**options), clock=lambda: clock.now, sleep=sleep)
+
+
 @pytest.mark.parametrize("ending", ["stopped", "killed"])
 def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_is_read(
         tmp_path: Path, ending: str) -> None:
@@ -130,23 +156,10 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
     shutil.copytree(tmp_path / "one", tmp_path / "two")
     held = _first_append_lands_late(platform, clock)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
-            raise _Stop
-
-    release = CopyLock.release
-    if ending == "killed":  # what a SIGKILL leaves: the lock dropped, the note not rewritten
-        CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
-    try:
-        first = RunSync(builder.run_dir, _client(platform), DEST,
-                        _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=stop)
-        with pytest.raises(_Stop):
-            first.run()
-    finally:
-        CopyLock.release = release  # type: ignore[method-assign]
+    with _killed() if ending == "killed" else contextlib.nullcontext(), pytest.raises(_Stop):
+        _timed_pass(builder.run_dir, platform, clock, _stop).run()
     assert held and clock.delayed, "the first copy's append is still on its way"
-    second = RunSync(tmp_path / "two" / "r", _client(platform), DEST, _options(request_lifetime=30.0, max_request_bytes=6_000),
-                     clock=lambda: clock.now, sleep=clock.sleep).run()
+    second = _timed_pass(tmp_path / "two" / "r", platform, clock, clock.sleep).run()
     clock.sleep(60)  # whatever was still on its way lands now
     assert second.state == "synced", second.error
     assert any("another copy" in warning for warning in second.warnings), second.warnings
@@ -154,8 +167,7 @@ def test_a_request_another_copy_left_in_doubt_is_waited_out_before_the_platform_
     assert _rows(platform) == builder.ids
     # And the first copy, whose state still announces that request: the count, grown by the
     # other copy's rows too, is taken once the request is waited out (a mismatch before).
-    again = RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0, max_request_bytes=6_000),
-                    clock=lambda: clock.now, sleep=clock.sleep).run()
+    again = _timed_pass(builder.run_dir, platform, clock, clock.sleep).run()
     assert (again.state, again.pushed_now) == ("synced", 0), again.error
     assert _rows(platform) == builder.ids
 
@@ -410,19 +422,14 @@ def test_a_request_in_doubt_is_still_waited_out_after_the_copy_waiting_for_it_wa
         shutil.copytree(tmp_path / "one", tmp_path / copy)
     held = _first_append_lands_late(platform, clock)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
-            raise _Stop
-
     def sync(copy: str, sleep):
-        return RunSync(tmp_path / copy / "r", _client(platform), DEST,
-                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+        return _timed_pass(tmp_path / copy / "r", platform, clock, sleep)
 
     with pytest.raises(_Stop):
-        sync("one", stop).run()
+        sync("one", _stop).run()
     assert held and clock.delayed, "copy one's append is still on its way"
     with pytest.raises(_Stop):
-        sync("two", stop).run()  # stopped where it waits for copy one's request
+        sync("two", _stop).run()  # stopped where it waits for copy one's request
     assert clock.delayed and _rows(platform) == [], "copy two sent nothing"
     report = sync("three" if third == "another copy" else "two", clock.sleep).run()
     clock.sleep(60)  # whatever was still on its way lands now
@@ -648,21 +655,11 @@ def test_a_sync_killed_mid_append_then_its_state_deleted_waits_the_append_out(tm
     builder = build_run(tmp_path / "one" / "r", "state-gone", 6)
     held = _first_append_lands_late(platform, clock)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
-            raise _Stop
-
     def sync(sleep):
-        return RunSync(builder.run_dir, _client(platform), DEST,
-                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+        return _timed_pass(builder.run_dir, platform, clock, sleep)
 
-    release = CopyLock.release
-    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
-    try:  # what a SIGKILL leaves: the lock dropped, the note still "under way"
-        with pytest.raises(_Stop):
-            sync(stop).run()
-    finally:
-        CopyLock.release = release  # type: ignore[method-assign]
+    with _killed(), pytest.raises(_Stop):  # what a SIGKILL leaves: the lock dropped, the note still "under way"
+        sync(_stop).run()
     assert held and clock.delayed
     sync_state_path(builder.run_dir, DEST.key).unlink()
     report = sync(clock.sleep).run()
@@ -685,22 +682,12 @@ def test_a_pass_killed_before_it_announced_anything_costs_the_next_pass_no_wait(
             return httpx.Response(503, json={"detail": "down"})
         return down(platform, request)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # the first backoff; sleeping no time is the pass asking whether to stop
-            raise _Stop
-
     def sync(sleep):
-        return RunSync(builder.run_dir, _client(platform), DEST, _options(request_lifetime=30.0),
-                       clock=lambda: clock.now, sleep=sleep)
+        return _timed_pass(builder.run_dir, platform, clock, sleep)
 
     platform.handle = handle  # type: ignore[method-assign]
-    release = CopyLock.release
-    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
-    try:  # what a SIGKILL (or a second signal) leaves: the lock dropped, the note still "under way"
-        with pytest.raises(_Stop):
-            sync(stop).run()
-    finally:
-        CopyLock.release = release  # type: ignore[method-assign]
+    with _killed(), pytest.raises(_Stop):  # what a SIGKILL (or a second signal) leaves: the lock dropped, the note still "under way"
+        sync(_stop).run()
     assert not sync_state_path(builder.run_dir, DEST.key).exists()
     platform.handle = lambda request: down(platform, request)  # type: ignore[method-assign]
     report = sync(clock.sleep).run()
@@ -720,16 +707,11 @@ def test_a_request_in_doubt_is_waited_out_after_the_state_that_announced_it_was_
     builder = build_run(tmp_path / "one" / "r", "stopped-then-deleted", 6)
     held = _first_append_lands_late(platform, clock)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
-            raise _Stop
-
     def sync(sleep):
-        return RunSync(builder.run_dir, _client(platform), DEST,
-                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+        return _timed_pass(builder.run_dir, platform, clock, sleep)
 
     with pytest.raises(_Stop):
-        sync(stop).run()
+        sync(_stop).run()
     assert held and clock.delayed
     sync_state_path(builder.run_dir, DEST.key).unlink()
     report = sync(clock.sleep).run()
@@ -748,24 +730,14 @@ def test_a_pass_killed_before_it_announced_anything_hands_on_what_its_state_anno
     shutil.copytree(tmp_path / "one", tmp_path / "two")
     held = _first_append_lands_late(platform, clock)
 
-    def stop(seconds: float) -> None:
-        if seconds > 0:  # a first wait; sleeping no time is the pass asking whether to stop (Protocol.checkpoint)
-            raise _Stop
-
     def sync(copy: str, sleep):
-        return RunSync(tmp_path / copy / "r", _client(platform), DEST,
-                       _options(request_lifetime=30.0, max_request_bytes=6_000), clock=lambda: clock.now, sleep=sleep)
+        return _timed_pass(tmp_path / copy / "r", platform, clock, sleep)
 
     with pytest.raises(_Stop):
-        sync("one", stop).run()
+        sync("one", _stop).run()
     assert held and clock.delayed
-    release = CopyLock.release
-    CopyLock.release = lambda self, pending=None, store=None: os.close(self._fd)  # type: ignore[method-assign]
-    try:  # killed in its fence: the lock dropped, the note still "under way", nothing announced
-        with pytest.raises(_Stop):
-            sync("one", stop).run()
-    finally:
-        CopyLock.release = release  # type: ignore[method-assign]
+    with _killed(), pytest.raises(_Stop):  # killed in its fence: the lock dropped, the note still "under way", nothing announced
+        sync("one", _stop).run()
     report = sync("two", clock.sleep).run()
     clock.sleep(60)  # whatever was still on its way lands now
     assert report.state == "synced", report.error
