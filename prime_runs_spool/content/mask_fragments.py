@@ -19,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import orjson
-
+from prime_runs_spool.content.mask_beside import UNKNOWN
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
-from prime_runs_spool.content.mask_text import mask_new_text, mask_text
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.masking import MaskRules, _apply, _masked, _States
 from prime_runs_spool.content.written_form import children as _children
 
@@ -126,61 +125,28 @@ def _masked_of(rules: MaskRules, path: Pattern, states: _States, scoped: bool) -
     volatile = VOLATILE_KEYS.get(path)
     if volatile is None:
         return rules.memoized_masked_of()
-    _after, masked, table, starts_scope = rules._step(states, volatile)
+    _after, masked, table, _starts_scope = rules._step(states, volatile)
     if masked or table:  # a credential location: the memo's whole answer
         return rules.memoized_masked_of()
-    return _beside(rules, volatile, scoped or starts_scope)
+    return _beside(rules, volatile, states, scoped)
 
 
-#: The records :func:`_beside` keeps to compare with (own copies, each with its plan): a run's
-#: seats run in a few kinds of boxes.
-_BESIDE_ENTRIES = 8
-
-
-def _beside(rules: MaskRules, volatile: str, texted: bool) -> _MaskedOf:
+def _beside(rules: MaskRules, volatile: str, states: _States, scoped: bool) -> _MaskedOf:
     """A subtree masked for writing whose value at ``volatile`` (a runtime record's box id) is
-    new every time: the memo's plan (``MaskRules.memoized_plan_of``, which knows the subtree
-    by its serialization without that key and masks the value by itself), applied to the
-    subtree, so its keys stay in their order. A subtree of another shape (not a dict; that
-    value not a string; a ``value`` key, which a ``{name, value}`` pair's rule reads beside its
-    name) is the memo's whole answer.
-
-    The rest of each subtree planned so is also kept here (the last few, own copies, each
-    with its plan), and a subtree equal to one of those but for that value takes that plan
-    without a serialization, the value masked by itself (``texted``: as the walk masks a
-    string in a URL scope): equal data masks alike as the memo's own check holds (``==``
-    tells a string from a number, ``None`` from NaN, a tuple from a list; only the plan is
-    used, applied to the subtree)."""
+    new every time: the memo's plan of it known without that value
+    (``MaskRules.memoized_beside``: content/mask_beside.py), applied to the subtree,
+    so its keys stay in their order. A subtree of another shape (not a dict; that value not
+    a string; a ``value`` key, which a ``{name, value}`` pair's rule reads beside its name) is
+    the memo's whole answer."""
     masked_of = rules.memoized_masked_of()
-    plan_of = rules.memoized_plan_of()
-    kept: tuple[tuple[dict[str, Any], Any], ...] = ()
+    known_of, beside_plan_of = rules.memoized_beside(states, scoped)
 
     def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
-        nonlocal kept
-        if type(obj) is not dict or "value" in obj:
+        if type(obj) is not dict or "value" in obj or type(obj.get(volatile)) is not str:
             return masked_of(obj, rules, states, scoped)
-        value = obj.get(volatile)
-        if type(value) is not str:
-            return masked_of(obj, rules, states, scoped)
-        for rest, plan in kept:
-            probe = rest.copy()
-            probe[volatile] = value
-            if probe == obj:
-                masked = mask_new_text(value) if texted else value
-                if masked is not value:
-                    plan = {**(plan or {}), volatile: masked}
-                break
-        else:
-            plan = plan_of(obj, rules, states, scoped)
-            rest = obj.copy()
-            del rest[volatile]
-            try:  # an own copy: the caller's lists may change in place
-                own = orjson.loads(orjson.dumps(rest))
-            except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: not kept
-                own = None
-            if type(own) is dict:
-                rest_plan = None if plan is None else {key: change for key, change in plan.items() if key != volatile}
-                kept = ((own, rest_plan or None), *kept[:_BESIDE_ENTRIES - 1])
+        plan = known_of(obj)
+        if plan is UNKNOWN:
+            plan = beside_plan_of(obj, rules, states, scoped)
         return None if plan is None else _apply(obj, plan)
 
     return masked_beside

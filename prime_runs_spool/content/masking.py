@@ -30,8 +30,9 @@ import orjson
 
 from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTERNS, CONFIG_URL_SCOPES,
                                                      ENV_VAR_NAME, EPISODE_PATTERNS, EPISODE_URL_SCOPES,
-                                                     LIST_POSITION, MASK, SECRET_NAME, VOLATILE_KEYS, Pattern,
+                                                     LIST_POSITION, MASK, SECRET_NAME, Pattern,
                                                      is_env_var_name, is_secret_name, parse_pattern, spelling)
+from prime_runs_spool.content.mask_beside import UNKNOWN, Beside, volatile_places
 from prime_runs_spool.content.mask_text import mask_new_text, mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
@@ -96,9 +97,9 @@ class MaskRules:
         and kept with what they derive: no lookup per append)."""
         return self._memo.masked_of
 
-    def memoized_plan_of(self) -> Callable[[Any, MaskRules, _States, bool], Plan | None]:
-        """:meth:`_Memo.plan_of`, bound, as :meth:`memoized_masked_of`."""
-        return self._memo.plan_of
+    def memoized_beside(self, states: _States, scoped: bool) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
+        """The memo's kept records at ``states`` (their ``plan_of``), and :meth:`_Memo.beside_plan_of`."""
+        return self._memo.beside_of(self, states, scoped).plan_of, self._memo.beside_plan_of
 
     # -- matching ------------------------------------------------------------------
     # One automaton runs the mask patterns (indices below len(patterns)) and the URL
@@ -277,21 +278,19 @@ class _Memo:
         # A useless memo costs a serialization per config: after a window of lookups
         # with few hits, the next _BYPASS configs are walked without asking.
         self.window = self.window_hits = self.bypass = 0
-        #: Where a key of VOLATILE_KEYS lies (:meth:`_volatile`), made on the first lookup.
+        #: Where a key of VOLATILE_KEYS lies (content/mask_beside.py), made on the first lookup.
         self.volatile: dict[_States, tuple[str, bool]] | None = None
+        self.beside: dict[tuple[_States, bool], Beside] = {}
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
         """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
         of it is memoized, else walked (and memoized from its second sighting). A runtime
         record's box id, new in every rollout, is left out of what the memo knows it by."""
-        volatile = (self.volatile if self.volatile is not None else self._volatile(rules)).get(states)
+        if self.volatile is None:
+            self.volatile = volatile_places(rules)
+        volatile = self.volatile.get(states)
         if volatile is not None and type(obj) is dict and type(obj.get(volatile[0])) is str and "value" not in obj:
-            key, starts_scope = volatile  # (a ``value`` key: a {name, value} pair's rule reads it with its name)
-            rest = obj.copy()
-            value = rest.pop(key)
-            plan = self.plan_of(rest, rules, states, scoped)
-            masked = mask_new_text(value) if scoped or starts_scope else value  # as the walk masks a string
-            return plan if masked is value else {**(plan or {}), key: masked}
+            return self.beside_plan_of(obj, rules, states, scoped)  # (a ``value`` key: a {name, value} pair's rule)
         serialized = self._serialized(obj)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
@@ -302,20 +301,26 @@ class _Memo:
             return found[1]
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
 
-    def _volatile(self, rules: MaskRules) -> dict[_States, tuple[str, bool]]:
-        """The states at each subtree :data:`VOLATILE_KEYS` names (a list's index stepped as
-        ``0``), with its key and whether a URL scope starts at it; not where the key is a
-        credential location (its value masked whole)."""
-        found = {}
-        for path, key in VOLATILE_KEYS.items():
-            states = rules._start()[0]
-            for segment in path:
-                states = rules._step(states, "0" if segment == "*" else segment)[0]
-            _after, masked, table, starts_scope = rules._step(states, key)
-            if not (masked or table):
-                found[states] = (key, starts_scope)
-        self.volatile = found
-        return found
+    def beside_plan_of(self, obj: dict[str, Any], rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+        """:meth:`plan_of` of a record with a str at its key of VOLATILE_KEYS (no ``value`` key):
+        a kept record's plan (content/mask_beside.py), else the plan of the record without
+        that key, the value masked by itself (as the walk masks a string)."""
+        plan = (beside := self.beside_of(rules, states, scoped)).plan_of(obj)
+        if plan is UNKNOWN:
+            rest = obj.copy()
+            value = rest.pop(beside.key)
+            plan = self.plan_of(rest, rules, states, scoped)
+            beside.keep(obj, plan)
+            masked = mask_new_text(value) if beside.texted else value
+            plan = plan if masked is value else {**(plan or {}), beside.key: masked}
+        return plan
+
+    def beside_of(self, rules: MaskRules, states: _States, scoped: bool) -> Beside:
+        """The records kept at ``states``, a place :data:`VOLATILE_KEYS` names."""
+        if (beside := self.beside.get((states, scoped))) is None:
+            key, starts_scope = (self.volatile or volatile_places(rules))[states]
+            beside = self.beside[(states, scoped)] = Beside(key, scoped or starts_scope)
+        return beside
 
     def masked_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         """``obj`` masked for ``mask_for_writing`` (content/mask_fragments.py): ``None`` when

@@ -1,0 +1,85 @@
+"""Subtrees that repeat but for one value new every time: a runtime record's box id.
+
+verifiers gives every rollout's box a new id, so a memo keyed by a record's exact
+serialization never hits, and serializing the record without the id costs a copy and a
+dump a trace. :class:`Beside` keeps the last few records seen (own copies, each with its
+plan without the id) and knows an equal record but for the id by one ``==``, the id masked
+by itself as the walk masks a string (``mask_new_text``): both the writer
+(content/mask_fragments.py) and ``mask`` (content/masking.py's memo) ask it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from prime_runs_spool.content.mask_locations import VOLATILE_KEYS
+from prime_runs_spool.content.mask_text import _PLAIN_ID, mask_new_text
+
+#: The records kept to compare with: a run's seats run in a few kinds of boxes.
+KEPT = 8
+
+#: An id ``mask_new_text`` passes by one match: asked here first, without its call.
+_plain_id = _PLAIN_ID.fullmatch
+
+#: What :meth:`Beside.plan_of` answers for a record none of those kept equals.
+UNKNOWN: Any = object()
+
+
+class Beside:
+    """The last :data:`KEPT` records below one place, each an own copy holding the key
+    ``key``, with its plan (``None``: nothing changes) without that key's change."""
+
+    __slots__ = ("key", "texted", "kept")
+
+    def __init__(self, key: str, texted: bool) -> None:
+        self.key = key
+        #: Whether the value is masked as a string in a URL scope (else it is left as it is).
+        self.texted = texted
+        self.kept: tuple[tuple[dict[str, Any], Any], ...] = ()
+
+    def plan_of(self, obj: dict[str, Any]) -> Any:
+        """The plan of ``obj`` (a dict whose value at ``key`` is a str) when a kept record
+        equals it but for that value, else :data:`UNKNOWN`. The kept copy takes ``obj``'s
+        value in place before ``==``: its other keys never change, so equal means equal but
+        for that value, even when another thread set it meanwhile (``==`` then may say
+        unequal: a miss, never a wrong answer). ``==`` tells a string from a number,
+        ``None`` from NaN, a list from a tuple, as the memo's own check does."""
+        key = self.key
+        value = obj[key]
+        for own, plan in self.kept:
+            own[key] = value
+            if own == obj:
+                if not self.texted or _plain_id(value) is not None:
+                    return plan
+                masked = mask_new_text(value)
+                return plan if masked is value else {**(plan or {}), key: masked}
+        return UNKNOWN
+
+    def keep(self, obj: dict[str, Any], plan: Any) -> None:
+        """Keep an own copy of ``obj`` (plain JSON data only: the caller's lists may change
+        in place) with ``plan``, the walk's, less its change at ``key``."""
+        try:
+            own = orjson.loads(orjson.dumps(obj))
+        except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: not kept
+            return
+        if type(own) is dict:
+            rest = None if plan is None else {name: change for name, change in plan.items() if name != self.key}
+            self.kept = ((own, rest or None), *self.kept[:KEPT - 1])
+
+
+def volatile_places(rules: Any) -> dict[Any, tuple[str, bool]]:
+    """The states of ``rules`` (a ``MaskRules``: content/masking.py imports this module) at
+    each subtree :data:`VOLATILE_KEYS` names (a list's index stepped as ``0``), with its key
+    and whether a URL scope starts at it; not where the key is a credential location (its
+    value masked whole, as the memo's whole answer does)."""
+    found = {}
+    for path, key in VOLATILE_KEYS.items():
+        states = rules._start()[0]
+        for segment in path:
+            states = rules._step(states, "0" if segment == "*" else segment)[0]
+        _after, masked, table, starts_scope = rules._step(states, key)
+        if not (masked or table):
+            found[states] = (key, starts_scope)
+    return found
