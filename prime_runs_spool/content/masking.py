@@ -40,9 +40,8 @@ _States = frozenset[tuple[int, int]]
 _Derived = TypeVar("_Derived")
 
 
-# What one step of the automaton yields: the states below the key, whether the value
-# there is masked whole, whether it is a table's entry (a scalar there is masked), and
-# whether a URL scope starts there.
+# What one step of the automaton yields: the states below the key, whether the value there is
+# masked whole, whether it is a table's entry (a scalar there is masked), whether a URL scope starts.
 _Step = tuple[_States, bool, bool, bool]
 
 
@@ -74,10 +73,7 @@ class MaskRules:
             extra, scopes = patterns.patterns, patterns.url_scopes
         else:
             extra, scopes = tuple(map(parse_pattern, patterns)), ()
-        return MaskRules(
-            tuple(dict.fromkeys((*self.patterns, *extra))),
-            tuple(dict.fromkeys((*self.url_scopes, *scopes))),
-        )
+        return MaskRules(tuple(dict.fromkeys((*self.patterns, *extra))), tuple(dict.fromkeys((*self.url_scopes, *scopes))))
 
     def derived(self, key: Hashable, make: Callable[[MaskRules, Any], _Derived]) -> _Derived:
         """What another module derives from these rules, made by ``make(self, key)`` the
@@ -489,12 +485,10 @@ def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool, fragments
     changes: above the memoized subtrees (an episode's root, its traces, their agents) the
     walk copies as it goes instead of building a plan to walk again.
 
-    Where the patterns name exactly one key at each of a few levels (``traces``; a trace's
-    ``agent``, then its ``config``: :meth:`MaskRules._route`), the walk steps down them in a
-    loop, not a call per level, as long as each is a plain dict with str keys and the value
-    there a dict or list, and copies the dicts it passed only once something below changed:
-    what :func:`_masked_here` would do for that one child. Anything else at a level (a
-    missing key, a scalar, another container) is that level's full step.
+    Where the patterns name exactly one key at each of a few levels (``traces``, a trace's
+    ``agent``: :meth:`MaskRules._route`), the walk steps down them in a loop, as long as each
+    is a plain dict with str keys and the value there a dict or list, copying the dicts it
+    passed once something below changed. Anything else at a level is its full step.
 
     ``fragments``: ``mask_for_writing``'s walk (content/mask_fragments.py: a memoized
     subtree comes back as an ``orjson.Fragment``)."""
@@ -561,6 +555,12 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
             change: Any = MASK
         elif not after and not starts_scope and not table:
             continue  # no pattern reaches below this key
+        elif starts_scope and (type(value) is dict or type(value) is list):  # a URL scope (a trace's config,
+            memo = rules._memo  # its runtime record): the memo answers as in _masked_here, two calls fewer
+            change = memo.masked_of(value, rules, after, True) if fragments else (
+                None if (plan := memo.plan_of(value, rules, after, True)) is None else _apply(value, plan))
+            if change is None:
+                continue
         elif type(value) is dict or type(value) is list or _children(value) is not None:
             change = _masked(value, rules, after, starts_scope, fragments)
             if change is None:
