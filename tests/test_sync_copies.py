@@ -645,24 +645,24 @@ def test_rows_past_a_copy_that_repeat_its_own_are_still_a_mismatch(tmp_path: Pat
     assert report.state == "error" and "holds 4 samples" in (report.error or ""), (report.state, report.error)
 
 
-def test_a_sync_killed_mid_append_then_its_state_deleted_waits_the_append_out(tmp_path: Path) -> None:
-    """The copy lock's note names the folder's own state, "under way": the pass died. With
-    that state gone (the artifact unpacked again over the folder, the state removed to "start
-    clean"), the next pass found nothing announced, read the count and appended at once, and
-    the killed pass's late append doubled its rows. What it announced is gone: a lifetime."""
+@pytest.mark.parametrize("ending", ["stopped", "killed"])
+def test_a_request_in_doubt_is_waited_out_after_the_state_that_announced_it_was_deleted(
+        tmp_path: Path, ending: str) -> None:
+    """A pass with its append in doubt ends: stopped (it notes the request in doubt as it
+    lets go of the lock) or killed (its note still says "under way"); its state announces the
+    request. With that state deleted before the folder's next pass (the artifact unpacked
+    again, the state removed to "start clean"), the next pass found nothing announced (or
+    took the note for its own state's to settle), read the count and appended at once: the
+    late commit then doubled the rows. What it announced is gone: a lifetime."""
     platform = FakePlatform()
     clock = _Time(platform)
-    builder = build_run(tmp_path / "one" / "r", "state-gone", 6)
+    builder = build_run(tmp_path / "one" / "r", f"{ending}-then-deleted", 6)
     held = _first_append_lands_late(platform, clock)
-
-    def sync(sleep):
-        return _timed_pass(builder.run_dir, platform, clock, sleep)
-
-    with _killed(), pytest.raises(_Stop):  # what a SIGKILL leaves: the lock dropped, the note still "under way"
-        sync(_stop).run()
+    with _killed() if ending == "killed" else contextlib.nullcontext(), pytest.raises(_Stop):
+        _timed_pass(builder.run_dir, platform, clock, _stop).run()
     assert held and clock.delayed
     sync_state_path(builder.run_dir, DEST.key).unlink()
-    report = sync(clock.sleep).run()
+    report = _timed_pass(builder.run_dir, platform, clock, clock.sleep).run()
     clock.sleep(60)  # whatever was still on its way lands now
     assert report.state == "synced", report.error
     assert _rows(platform) == builder.ids
@@ -693,30 +693,6 @@ def test_a_pass_killed_before_it_announced_anything_costs_the_next_pass_no_wait(
     report = sync(clock.sleep).run()
     assert report.state == "synced" and report.warnings == [], (report.error, report.warnings)
     assert clock.slept < 1.0, "no request of the killed pass could land"
-    assert _rows(platform) == builder.ids
-
-
-def test_a_request_in_doubt_is_waited_out_after_the_state_that_announced_it_was_deleted(tmp_path: Path) -> None:
-    """A pass stopped with its append in doubt notes it as it lets go of the lock, and its
-    state announces it. With that state deleted before the folder's next pass (the artifact
-    unpacked again, the state removed to "start clean"), the next pass of the same folder
-    took the note for its own state's to settle, read the count and appended at once: the
-    late commit then doubled the rows."""
-    platform = FakePlatform()
-    clock = _Time(platform)
-    builder = build_run(tmp_path / "one" / "r", "stopped-then-deleted", 6)
-    held = _first_append_lands_late(platform, clock)
-
-    def sync(sleep):
-        return _timed_pass(builder.run_dir, platform, clock, sleep)
-
-    with pytest.raises(_Stop):
-        sync(_stop).run()
-    assert held and clock.delayed
-    sync_state_path(builder.run_dir, DEST.key).unlink()
-    report = sync(clock.sleep).run()
-    clock.sleep(60)  # whatever was still on its way lands now
-    assert report.state == "synced", report.error
     assert _rows(platform) == builder.ids
 
 

@@ -135,6 +135,17 @@ def test_an_output_dir_that_is_a_file_is_one_line_naming_the_file(tmp_path: Path
     assert (tmp_path / "afile").read_text() == "not a folder\n"
 
 
+def _refused_eval_line(tmp_path: Path) -> str:
+    """The last line of a ``prime-runs eval`` of a launch file in ``tmp_path`` that must end
+    in exit 1 without a traceback."""
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return last_line(done.stderr)
+
+
 @pytest.mark.slow  # a real vf-eval start
 def test_an_output_dir_that_is_a_dangling_symbolic_link_is_one_line_naming_the_link(tmp_path: Path) -> None:
     """``outputs`` a symbolic link to a folder not there (a scratch disk not mounted yet, a
@@ -142,17 +153,11 @@ def test_an_output_dir_that_is_a_dangling_symbolic_link_is_one_line_naming_the_l
     on 'File exists: outputs', shown as three tracebacks. One line naming the link and
     where it points, exit 1."""
     (tmp_path / "outputs").symlink_to(tmp_path / "scratch" / "outputs")
-    with FakeChatServer() as server:
-        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
-        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert last_line(done.stderr) == (
+    assert _refused_eval_line(tmp_path) == (
         "prime-runs: cannot write outputs: it is a symbolic link to "
         f"{tmp_path / 'scratch' / 'outputs'}, which does not exist; make that folder or set another output_dir, "
         "then run the eval again")
     assert not (tmp_path / "scratch").exists()
-
 
 
 @pytest.mark.slow  # a real vf-eval start
@@ -162,12 +167,7 @@ def test_an_output_dir_that_is_a_loop_of_symbolic_links_is_one_line_naming_the_l
     symbolic links', shown as a traceback. One line naming the link, exit 1."""
     (tmp_path / "outputs").symlink_to(tmp_path / "elsewhere")
     (tmp_path / "elsewhere").symlink_to(tmp_path / "outputs")
-    with FakeChatServer() as server:
-        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
-        done = run_eval(tmp_path, "@", launch.name, "--no-rich")
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert last_line(done.stderr) == (
+    assert _refused_eval_line(tmp_path) == (
         f"prime-runs: cannot write outputs/{RUN_NAME}/logs: outputs is a loop of symbolic links; point it at a folder "
         "or set another output_dir, then run the eval again")
 

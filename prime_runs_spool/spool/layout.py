@@ -155,6 +155,18 @@ def list_segments(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
     return [(index, folder / name) for index, name in _segment_names(folder)]
 
 
+def segment_follows(run_dir: str | os.PathLike[str], index: int | None) -> bool:
+    """Whether a segment follows segment ``index`` (None: whether the run has any). A local
+    run answers by one ``lstat`` of the next segment's name (a resumed writer makes the
+    segment after the last; anything by that name keeps the run open), not a listing of its
+    folder, which a sync of every new run asked at its pass's end; a run in an object store
+    from its listing, as :func:`list_segments` dispatches."""
+    if index is not None and getattr(run_dir, "list_segments", None) is None:
+        return os.path.lexists(segment_path(run_dir, index + 1))
+    segments = list_segments(run_dir)
+    return bool(segments) and segments[-1][0] != index
+
+
 def _segment_names(folder: str | os.PathLike[str]) -> list[tuple[int, str]]:
     """The segment files in a spool folder as ``(index, name)``, in index order (none when
     the folder is gone); :class:`NotASegmentFileError` for one that is not a regular file."""

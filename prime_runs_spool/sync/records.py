@@ -21,7 +21,7 @@ from prime_runs_spool.content.episodes import episode_id_of
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.supersede import is_errored, verifiers_traces_path
 from prime_runs_spool.spool.format import EPISODE, SEAL
-from prime_runs_spool.spool.layout import list_segments, segment_path
+from prime_runs_spool.spool.layout import segment_follows
 from prime_runs_spool.spool.reader import Position, iter_records, resync_records
 from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.sync.options import RunReport
@@ -108,17 +108,11 @@ def track_seal(seal: dict[str, Any] | None, seal_segment: int | None, record: An
 
 def seal_if_last(run_dir: Path, seal: dict[str, Any] | None, seal_segment: int | None) -> dict[str, Any] | None:
     """``seal`` if no segment follows its own at the end of a pass, else None: a resumed
-    writer that has written only its header yields no record, yet its run is not over. A
-    local run's answer is one ``lstat`` of the next segment's name (a resumed writer makes
-    the segment after the last; anything by that name keeps the run open), not a listing of
-    its folder, which every new run paid for at the end of its pass; a run in an object
-    store answers from the listing it keeps."""
+    writer that has written only its header yields no record, yet its run is not over
+    (spool/layout.py, ``segment_follows``)."""
     if seal is None:
         return None
-    if getattr(run_dir, "list_segments", None) is None and seal_segment is not None:
-        return None if os.path.lexists(segment_path(run_dir, seal_segment + 1)) else seal
-    segments = list_segments(run_dir)
-    return None if segments and segments[-1][0] != seal_segment else seal
+    return None if segment_follows(run_dir, seal_segment) else seal
 
 
 def record_episode_id(record: Any) -> str | None:
