@@ -25,6 +25,7 @@ from prime_runs_spool.content.episodes import (UNREADABLE_RECORD, finite_number,
                                                task_data)
 from prime_runs_spool.content.remask import travelling_error
 from prime_runs_spool.export.columns import METRIC_PREFIX
+from prime_runs_spool.files import printable
 from prime_runs_spool.platform_api.v0 import is_truncated, token_usage
 
 
@@ -230,7 +231,7 @@ def run_row(manifest: Mapping[str, Any], run_id: str | None, *, status: str, epi
         "finished_at": _text((seal or {}).get("finished_at")),
         # masked at the seal today; a spool sealed before may quote a URL with its credentials
         "error": _text(travelling_error((seal or {}).get("error"), error_forms)),
-        "path": path,
+        "path": printable(path),  # a folder name that is not UTF-8: no file format holds its surrogates
         "config": _text(manifest.get("config")),
     }
     averages = summary.get("avg_metrics")
