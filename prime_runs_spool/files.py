@@ -295,16 +295,23 @@ def unreadable_message(exc: OSError, where: str | os.PathLike[str]) -> str:
     return f"{exc.filename or where}: cannot be read ({exc.strerror or exc})"
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` (a path as Python decodes a file name) is valid UTF-8: a name that
+    is not decodes to lone surrogates, which orjson refuses to write."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def printable(text: str) -> str:
     """``text`` (a path as Python decodes a file name) as valid UTF-8: a name that is not
     UTF-8 decodes to lone surrogates, which a JSON encoder, a URL or a web page refuses;
     its undecodable bytes are shown as ``\\xNN`` instead, so one odd folder name never
     stops a report or a page that lists the other runs."""
-    try:
-        text.encode("utf-8")
+    if is_utf8(text):
         return text
-    except UnicodeEncodeError:
-        pass
     try:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate that no file name decodes to

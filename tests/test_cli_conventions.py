@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -307,6 +308,40 @@ def test_a_json_import_and_sync_report_name_a_folder_whose_name_is_not_utf8(tmp_
     document = json.loads(synced.stdout)
     assert [r["state"] for r in document["runs"]] == ["synced"], document
     assert document["runs"][0]["path"].endswith("run-\\xff\\xfe")
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl", "parquet"])
+def test_an_export_of_runs_names_a_folder_whose_name_is_not_utf8(odd_tree: Path, tmp_path: Path, suffix: str) -> None:
+    """The runs table's ``path`` held the name's surrogates, which no file format writes:
+    'prime-runs: internal error: UnicodeEncodeError' (TypeError for JSON lines, Arrow's for
+    Parquet), no file, and the other runs' rows lost with it."""
+    out = tmp_path / f"runs.{suffix}"
+    done = run_cli("export", str(odd_tree), "--runs", "-o", str(out))
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    import duckdb
+
+    paths = sorted(row[0] for row in duckdb.sql(f"select path from '{out}'").fetchall())
+    assert paths == [f"{odd_tree}/plain", f"{odd_tree}/run-\\xff\\xfe"], paths
+
+
+@pytest.mark.slow
+def test_a_resync_once_the_files_settled_keeps_going_past_a_folder_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """The caches of runs (and eval outputs) found up to date keep each by its path, and
+    orjson refused the surrogates of such a name: once the files had settled, every later
+    sync ended in 'prime-runs: internal error: TypeError: str is not valid UTF-8', exit 1,
+    and with plain vf-eval outputs there, before anything was pushed, for every run."""
+    root = tmp_path / "outputs"
+    build_run(root / ODD_NAME, "odd-spooled", 2)
+    shutil.copytree(VF040, root / os.fsdecode(b"vf-\xff"))
+    db, env = str(tmp_path / "local.db"), {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first = run_cli("sync", "--local", "--db", db, str(root), **env)
+    assert first.returncode == 0, first.stderr
+    build_run(root / "later", "later-plain", 1)  # a run to push after the settling
+    time.sleep(2.2)  # sync/unchanged.py's SETTLED: only files quiet that long are kept
+    for _ in range(2):  # the first keeps what it found up to date, the second is answered from it
+        again = run_cli("sync", "--local", "--db", db, str(root), **env)
+        assert again.returncode == 0 and "internal error" not in again.stderr, again.stderr
+    assert [line.split()[0] for line in again.stdout.splitlines()[:3]] == ["up_to_date"] * 3, again.stdout
 
 
 def test_a_base_url_with_a_password_is_a_usage_error_that_does_not_show_it(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.files import joined, replace_private
+from prime_runs_spool.files import is_utf8, joined, replace_private
 from prime_runs_spool.importer.paths import LOGS_DIRNAME, attempt_log_paths, v0_paths
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, list_segments
@@ -114,8 +114,8 @@ class ImportsUnchanged:
 
     def learn(self, output_dir: Path, state_dir: Path | None, before: list[list[Any]] | None) -> None:
         """Keep an up-to-date import's answer, resting on the files as ``before`` found them."""
-        if not before:
-            return
+        if not before or not all(is_utf8(found[0]) for found in before) or not is_utf8(_key(output_dir, state_dir)):
+            return  # none, or a name orjson cannot write (not UTF-8): read each time
         newest = max(found[5] for found in before)  # change times
         if newest / 1e9 >= time.time() - sync_unchanged.SETTLED:
             return

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from prime_runs_spool.files import joined, replace_private
+from prime_runs_spool.files import is_utf8, joined, replace_private
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, list_segments, segment_name
 from prime_runs_spool.sync.options import AUTO, UP_TO_DATE, RunReport
 from prime_runs_spool.sync.state import SYNC_DIRNAME, Destination
@@ -167,7 +167,8 @@ class Unchanged:
 
     def learn(self, before: Look | None, report: RunReport, sink: str | None) -> None:
         """Keep an up-to-date answer the probe gave from the files as ``before`` found them."""
-        if before is None or report.state != UP_TO_DATE or not before.settled(time.time()):
+        if (before is None or report.state != UP_TO_DATE or not before.settled(time.time())
+                or not is_utf8(before.state_path)):  # a name orjson cannot write: probed each time
             return
         self._entries[before.state_path] = {
             "state_file": before.state, "folder": before.folder, "segments": before.segments, "sink": sink,
