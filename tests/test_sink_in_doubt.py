@@ -7,6 +7,7 @@ the platform on the same database without it."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import httpx
@@ -185,3 +186,67 @@ def test_prime_traces_turned_off_while_a_batch_is_in_doubt_in_one_pass(tmp_path:
         done = _sync(root, db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
         assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _sync_to_traces_at(root: Path, db: Path, base_url: str, traces_url: str, to: str, *,
+                       on_retry=None):
+    """A sync whose Prime Traces uploads go to ``traces_url``, three tries each."""
+    settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url,
+                        traces_url=traces_url)
+    with PlatformClient(settings, timeout=5) as client:
+        (report,) = sync_paths([root], client, local_destination(db, None),
+                               SyncOptions(to=to, request_lifetime=0.2,
+                                           backoff=Backoff(base=0.01, cap=0.01, max_attempts=3, on_retry=on_retry)))
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", [AUTO, TRACES])
+def test_a_batch_whose_every_try_was_refused_a_connection_is_not_in_doubt(tmp_path: Path, first: str) -> None:
+    """Prime Traces' port closed: every try of the batch is refused a connection, so nothing
+    left this machine. The pass fails, and the batch is not left announced: ``--to samples``
+    then takes the run (it was refused, "this run's episodes went to traces"), each episode
+    once, and Prime Traces holds nothing of it."""
+    builder = build_run(tmp_path / "runs" / "run", "refused-connection", EPISODES)
+    db, root = tmp_path / "p.db", tmp_path / "runs"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        refused = _sync_to_traces_at(root, db, platform.base_url, f"http://127.0.0.1:{_closed_port()}", first)
+        assert refused.state == "error" and "connection refused" in refused.error, refused
+        state = _state(builder.run_dir)
+        assert (state.in_flight, state.store, state.uploads) == (None, None, []), state
+        done = _sync(root, db, platform.base_url, SAMPLES)
+        assert (done.state, done.store, done.pushed_now) == ("synced", SAMPLES, EPISODES), done
+        assert _held(platform.base_url, str(state.evaluation_id)) == (EPISODES, [])
+
+
+@pytest.mark.slow
+def test_a_batch_reset_after_it_was_sent_stays_in_doubt_though_its_last_try_was_refused(tmp_path: Path) -> None:
+    """The first try is sent whole and its connection reset instead of the answer (the fault
+    proxy: committed); the proxy is then gone, so the later tries are refused a connection.
+    One try may have landed, so the batch stays announced: ``--to samples`` is refused, and
+    a sync that reaches Prime Traces again settles it under its key, each episode once."""
+    builder = build_run(tmp_path / "runs" / "run", "reset-then-refused", EPISODES)
+    db, root = tmp_path / "p.db", tmp_path / "runs"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        proxy = FaultProxy(platform.base_url, rates={"reset_after": 1.0}, methods=["POST"], paths=r"/traces$").start()
+        try:
+            lost = _sync_to_traces_at(root, db, platform.base_url, proxy.base_url, AUTO,
+                                      on_retry=lambda _retry: proxy.stop())
+            assert [f for f in proxy.faults() if f != "none"] == ["reset_after"], proxy.faults()
+        finally:
+            proxy.stop()
+        assert lost.state == "error" and "connection refused" in lost.error, lost
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.kind == TRACES
+        refused = _sync(root, db, platform.base_url, SAMPLES)
+        assert refused.state == "error" and "went to traces" in refused.error, refused
+        assert _state(builder.run_dir).in_flight == announced
+        done = _sync(root, db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
+        assert _held(platform.base_url, str(_state(builder.run_dir).evaluation_id)) == (0, sorted(builder.ids))

@@ -218,15 +218,26 @@ class AddressedSink(Sink):
         """How to sync the run to ``other`` instead, told when this sink cannot take it: with
         ``--to`` when nothing of the run is here, nor may be (the recorded choice released, so
         that command is not refused); else with ``--replay``, a new evaluation, since a run
-        is never half in each sink: a batch committed or in doubt, episodes vf-eval pushed
-        there itself, or a sink found on the platform (whose state cannot tell it holds nothing)."""
-        state = self.state
-        if state.uploads or self.in_doubt() or state.on_platform or state.sink_from_platform:
-            return f"sync it with {replay_option(state.replay_id)} --to {other} as a new evaluation"
-        if state.store == self.name:
-            state.store = None
-            self.context.protocol.note()  # written as the pass ends (its failure flushes the state)
+        is never half in each sink."""
+        if self._may_hold_some():
+            return f"sync it with {replay_option(self.state.replay_id)} --to {other} as a new evaluation"
+        self._release_choice()
         return f"sync it with --to {other}"
+
+    def _may_hold_some(self) -> bool:
+        """Whether some of the run is here, or may be: a batch committed or in doubt,
+        episodes vf-eval or a lost state's sync pushed there, or a sink found on the platform
+        (whose state cannot tell it holds nothing)."""
+        state = self.state
+        return bool(state.uploads or self.in_doubt() or state.on_platform or state.held_there
+                    or state.sink_from_platform)
+
+    def _release_choice(self) -> None:
+        """Nothing of the run is here: the recorded choice is released, so a run is not
+        trapped in a sink that holds nothing (``--to`` another one is not refused)."""
+        if self.state.store == self.name:
+            self.state.store = None
+            self.context.protocol.note()  # written as the pass ends (its failure flushes the state)
 
     # -- the contract ------------------------------------------------------------------------
 
@@ -332,8 +343,12 @@ class AddressedSink(Sink):
     # -- committing ----------------------------------------------------------------------------
 
     def _commit(self, cut: Cut) -> None:
-        receipt = self.context.protocol.retry(f"uploading episodes to {self.title}", lambda: self._attempt(cut),
-                                              passing=(ServiceNotEnabled,))
+        try:
+            receipt = self.context.protocol.retry(f"uploading episodes to {self.title}", lambda: self._attempt(cut),
+                                                  passing=(ServiceNotEnabled,))
+        except BaseException:
+            self._withdraw_if_never_out(cut)
+            raise
         state, report = self.state, self.context.report
         assert cut.end is not None
         state.advance(cut.end, 0, cut.episodes, cut.seal)
@@ -354,13 +369,30 @@ class AddressedSink(Sink):
         return sum(1 for i in cut.ids if i not in self.there_before)
 
     def _attempt(self, cut: Cut) -> str:
-        """One try of the upload; a try with no answer leaves the batch :meth:`in_doubt`."""
+        """One try of the upload; a try that may have left with no answer saying it was not
+        stored (no answer at all, or anything but a failure whose kind says so) leaves the
+        batch :meth:`in_doubt`. ``NOT_SENT`` is a connection never made (refused, a name not
+        resolved, a connect timeout): nothing left this machine."""
         try:
             return self._upload(cut)
-        except PlatformError as exc:
-            if exc.kind is FailureKind.IN_DOUBT:
+        except BaseException as exc:
+            if not isinstance(exc, PlatformError) or exc.kind is FailureKind.IN_DOUBT:
                 self.unanswered = True
             raise
+
+    def _withdraw_if_never_out(self, cut: Cut) -> None:
+        """A batch this pass announced, given up (or the pass stopped) with no try of it in
+        doubt, was not stored: its announcement is withdrawn, and the recorded choice with it
+        when nothing else of the run is here. Left announced, every later pass took it for a
+        batch that may have landed: ``--to samples`` refused, the run kept in this sink."""
+        pending = self.state.in_flight
+        if (pending is None or pending.kind != self.name or pending.digest != cut.digest
+                or self.announced_here != cut.digest or self.unanswered):
+            return
+        self.state.in_flight = None
+        self.context.protocol.note()
+        if not self._may_hold_some():
+            self._release_choice()
 
     def _upload(self, cut: Cut) -> str:
         receipt = self.upload(cut)
