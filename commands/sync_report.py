@@ -60,8 +60,9 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         if not told:
             click.echo("no runs found")
         return
+    told: set[str] = set()  # the destination's notices, said once
     for report in reports:
-        for line in report_lines(report):
+        for line in report_lines(report, told):
             click.echo(line)
     if local_db:
         click.echo(browse_line(local_db))

@@ -154,7 +154,7 @@ def test_auto_falls_back_to_samples_on_service_not_enabled(tmp_path: Path) -> No
     db = tmp_path / "p.db"
     (report,), _ = _sync(tmp_path, db, to="auto", batch_bytes=8_000, traces=False)
     assert (report.state, report.store, report.pushed_total) == ("synced", SAMPLES, 6), report
-    assert any("not enabled" in w for w in report.warnings)
+    assert any("not enabled" in w for w in report.notices)
     state = _state(builder.run_dir)
     assert (state.store, state.uploads, state.samples_pushed) == (SAMPLES, [], 6)
     (strict,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=True)

@@ -222,6 +222,26 @@ def test_auto_on_a_platform_without_traces_sends_the_whole_run_to_samples_once(t
 
 
 @pytest.mark.slow
+def test_auto_says_once_per_sync_that_the_account_has_no_prime_traces(tmp_path: Path) -> None:
+    """Three runs, ``auto``, an account without Prime Traces: the command's text says so in one
+    line, not one under each run (each run's line says "to samples"); ``--json`` still gives
+    each run's warning, for a script reading one run."""
+    for tree in ("text", "json"):
+        for i in range(3):
+            build_run(tmp_path / tree / f"run{i}", f"traces-off-{tree}-{i}", 2)
+    with platform_process.running(tmp_path / "off.db", "--token", TOKEN) as off:
+        text = traces_sync(off.base_url, str(tmp_path / "text"), to="auto")
+        as_json = traces_sync(off.base_url, str(tmp_path / "json"), "--json", to="auto")
+    assert text.returncode == 0, text.stdout + text.stderr
+    lines = text.stdout.splitlines()
+    assert sum("to samples" in line for line in lines) == 3, text.stdout
+    assert sum("Prime Traces is not enabled" in line for line in lines) == 1, text.stdout
+    assert "Prime Traces" not in text.stderr, text.stderr
+    runs = json.loads(as_json.stdout)["runs"]
+    assert [any("not enabled" in w for w in run["warnings"]) for run in runs] == [True] * 3, as_json.stdout
+
+
+@pytest.mark.slow
 def test_follow_ships_a_live_run_to_traces_and_finishes_it(tmp_path: Path, server, api) -> None:
     builder = RunBuilder(tmp_path / "run", "traces-follow")
     builder.open_segment()

@@ -100,8 +100,9 @@ def main(paths: tuple[Path, ...], base_url: str | None, team: str | None, to: st
     if as_json:
         print(json_report({"runs": [r.as_json() for r in reports], "ok": exit_code(reports) == 0}))
     else:
+        told: set[str] = set()
         for report in reports:
-            print("\n".join(report_lines(report)))
+            print("\n".join(report_lines(report, told)))
     sys.exit(exit_code(reports))
 
 

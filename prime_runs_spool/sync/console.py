@@ -55,8 +55,10 @@ def exit_code(reports: Iterable[RunReport]) -> int:
     return EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK
 
 
-def report_lines(report: RunReport) -> list[str]:
-    """One run's report as the human-readable lines the commands print."""
+def report_lines(report: RunReport, told: set[str] | None = None) -> list[str]:
+    """One run's report as the human-readable lines the commands print. ``told``: the
+    notices (``RunReport.notices``, the destination's) said already by this sync, each said
+    under the first run that has it, so a sync of many runs says it once."""
     line = f"{report.state:<10} {shown(report.path)}"
     if report.evaluation_id:
         line += f"  evaluation {report.evaluation_id}"
@@ -74,7 +76,10 @@ def report_lines(report: RunReport) -> list[str]:
     if report.held_back:
         lines.append(f"  held back: {episodes(report.held_back)} that errored, kept for a --resume to retry; "
                      "sent once the run completes (docs/sync.md, \"Resumed runs\")")
-    lines += [f"  warning: {shown(warning)}" for warning in report.warnings]
+    notices = [n for n in report.notices if told is None or n not in told]
+    if told is not None:
+        told.update(notices)
+    lines += [f"  warning: {shown(warning)}" for warning in (*notices, *report.warnings)]
     if report.error:
         lines.append(f"  error: {shown(report.error)}")
     return lines
@@ -83,12 +88,13 @@ def report_lines(report: RunReport) -> list[str]:
 def event_printer(as_json: bool, echo: Callable[[str], None], flush: Callable[[], None]
                   ) -> Callable[[RunReport], None]:
     """While following: one line per change of a run's state (a JSON object with --json)."""
+    told: set[str] = set()
 
     def emit(report: RunReport) -> None:
         if as_json:
             echo(json_report(report.as_json()))
         else:
-            for line in report_lines(report):
+            for line in report_lines(report, told):
                 echo(line)
         flush()
 

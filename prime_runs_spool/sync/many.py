@@ -414,7 +414,8 @@ def _report(item: Path | RunReport, done: Future[RunReport] | RunReport | None, 
         return done
     assert isinstance(item, Path)
     if done is None or done.cancelled() or not done.done():
-        so_far = dataclasses.replace(made[-1].report, warnings=list(made[-1].report.warnings)) if made else None
+        so_far = dataclasses.replace(made[-1].report, warnings=list(made[-1].report.warnings),
+                                     notices=list(made[-1].report.notices)) if made else None
         return interrupted_report(item, so_far)
     return done.result()
 

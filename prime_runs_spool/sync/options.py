@@ -153,6 +153,12 @@ class RunReport:
     #: to retry, sent once the run completes (docs/sync.md, "Resumed runs"). Said, so that
     #: "pushed 0" of a crashed run is never a silent mystery.
     held_back: int = 0
+    #: What the pass learned of the destination rather than of the run (Prime Traces off
+    #: for the account): the same for every run, so a sync's text says each once
+    #: (sync/console.py, ``report_lines``); ``--json`` gives it among each run's warnings.
+    notices: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        document = dict(self.__dict__)
+        document["warnings"] = [*document.pop("notices"), *self.warnings]
+        return document

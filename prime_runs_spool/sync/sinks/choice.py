@@ -152,5 +152,5 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         state.store = fallback.name
         context.protocol.note()  # with the first announcement there; lost, the probe is asked again
         report.store = fallback.name
-        report.warnings.append(f"{exc}; the run goes to {fallback.title}")
+        report.notices.append(f"{exc}; runs with no batch there go to {fallback.title}")  # the account's: said once
     push_to(fallback)
