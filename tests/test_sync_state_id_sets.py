@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -498,3 +499,91 @@ def _digest(data: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(data).hexdigest()[:32]
+
+
+#: ``prime-runs sync`` that stops itself (SIGSTOP) once it has created an object of ids in
+#: the store, before the state that names it is written.
+_STOPS_AFTER_AN_OBJECT_OF_IDS = """
+import os, runpy, signal, sys
+from prime_runs_spool.store.objects import ObjectStore
+
+real = ObjectStore.create
+
+def create(self, key, data):
+    etag = real(self, key, data)
+    if key.rsplit("/", 1)[-1].startswith("ids-"):
+        print("between", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return etag
+
+ObjectStore.create = create
+sys.argv = ["prime-runs", *sys.argv[1:]]
+runpy.run_module("commands", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_holder_paused_past_its_lease_between_an_object_of_ids_and_its_state_writes_no_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A syncer that found the run again (its state lost) creates the object of ids, then is
+    stopped (SIGSTOP) past its lease before it writes the state naming it. Another syncer
+    takes the lease over, removes the object as one no state names, and syncs the run to
+    another platform. Woken, the first wrote its state naming the object gone, and the next
+    sync said "... which is missing (a copy made without it?)" of the bucket and waited a
+    request lifetime before reconciling. Now a holder creating an object of ids renews the
+    lease before the state names it: taken over, it writes no state and says so."""
+    import signal
+    import subprocess
+    import sys
+
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.store.objects import ObjectStore
+    from prime_runs_spool.sync.options import TRACES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.store_sync import sync_store
+    from support.children import reaped
+    from support.env import child_env
+    from support.local_client import local_settings
+
+    url, _, add, sync, stored_once = _store_run(tmp_path, monkeypatch, "id-sets-paused-holder", 3)
+    assert sync("m1").pushed_now == 3
+    store = ObjectStore(url)
+    (state_key,) = [i.key for i in store.list() if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
+    store.delete(state_key)  # lost: the next sync finds the run again, its ids an object of their own
+    timing = {"PRIME_RUNS_LEASE_TTL": "1", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+    for name, value in timing.items():
+        monkeypatch.setenv(name, value)
+    command = ["sync", url, "--local", "--db", str(tmp_path / "p.db"), "--to", "traces", "--request-lifetime", "1",
+               "--json"]
+    holder = subprocess.Popen([sys.executable, "-c", _STOPS_AFTER_AN_OBJECT_OF_IDS, *command], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=child_env(XDG_CACHE_HOME=str(tmp_path / "m2" / "cache"), **timing))
+    with reaped(holder):
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "between"
+        assert os.waitpid(holder.pid, os.WUNTRACED)[1]
+        (made,) = _objects_of_ids(url)
+        time.sleep(1.5)  # past its lease
+        other = tmp_path / "q.db"
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "m3" / "cache"))
+        with EmbeddedPlatform(other, traces=True) as platform, \
+                PlatformClient(local_settings(platform), timeout=10) as client:
+            (taker,) = sync_store(url, client, local_destination(other, None), SyncOptions(
+                to=TRACES, request_lifetime=0.5, backoff=Backoff(base=0.01, cap=0.05, max_attempts=3)), jobs=1)
+        assert (taker.state, taker.pushed_now) == ("synced", 3), taker
+        assert store.read(made) is None  # named by no state: removed under the lease taken over
+        os.kill(holder.pid, signal.SIGCONT)
+        out, err = holder.communicate(timeout=60)
+    named = [orjson.loads(store.read(i.key)[0]) for i in store.list()
+             if i.key.startswith("run/spool/sync/") and i.key.endswith(".json")]
+    for document in named:
+        for field in ("held_there", "on_platform"):
+            if document.get(field):
+                assert store.read(f"run/spool/sync/ids-{document[field]['digest']}.ids") is not None, document
+    (stopped,) = orjson.loads(out)["runs"]
+    assert holder.returncode == 1 and stopped["state"] == "error" and "taken over" in stopped["error"], (out, err)
+    add(1)
+    again = sync("m4")
+    assert (again.state, again.pushed_now, again.error) == ("synced", 1, None), again
+    assert not [w for w in again.warnings if "missing" in w], again.warnings
+    stored_once()

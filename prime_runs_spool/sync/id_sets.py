@@ -28,7 +28,9 @@ number of ids.
   an older release's reconcile stopped naming, an adopted or copied leftover, a crash's
   between a file and its state) is removed, only by the holder of the lock or lease that
   owns the folder's states, before its pass writes anything: then no writer is between a
-  file and the state that will name it. "Named" is read as text, any 32 hex digits in any
+  file and the state that will name it (in a store, a holder stopped past its lease is not:
+  it renews the lease after making an object, before its state names it, sync/store_sync.py).
+  "Named" is read as text, any 32 hex digits in any
   other file there (every state, its twin, a state moved aside, one a newer release wrote
   or a damaged one): a file that may be named is kept; a file that cannot be read keeps them all.
 """
@@ -111,8 +113,10 @@ class IdSet:
         return self._ids
 
     def data(self) -> bytes:
-        """The file's bytes (read from where it lies, when this process did not make it)."""
-        return self._data if self._data is not None else self._read()[0]
+        """The file's bytes (read from where it lies, when this process holds neither them nor the ids)."""
+        if self._data is not None:
+            return self._data
+        return orjson.dumps(sorted(self._ids)) if self._ids is not None else self._read()[0]  # as :meth:`of` made them
 
     def _read(self) -> tuple[bytes, list[str]]:
         path = self.path
@@ -155,13 +159,15 @@ class IdSet:
         if self._data is None:
             self._folder = folder
 
-    def store(self, folder: str, *, durable: bool = True) -> None:
+    def store(self, folder: str, *, durable: bool = True, again: bool = False) -> bool:
         """The file written in ``folder``, whole, and (``durable``) its bytes and its name made
-        durable, before a state there names it; once per folder."""
-        if self._folder == folder:
-            return
+        durable, before a state there names it; once per folder (``again``: once more, as a
+        file another holder may have removed). Whether it was written now."""
+        if self._folder == folder and not again:
+            return False
         replace_private(os.path.join(folder, self.name), self.data(), durable=durable)  # type: ignore[arg-type]
         self._folder, self._data = folder, None  # read there again if asked: the pass holds only the ids
+        return True
 
 
 #: A digest a file mentions, as text: 32 hex digits that are not part of a longer run.

@@ -80,23 +80,45 @@ class StoreProtocol(LeasedProtocol):
         self._stored: set[str] = set(stored)
 
     def _write_state(self) -> None:
+        made = self._store_id_sets()
+        if made:
+            # Another syncer taking the lease over while this one was stopped (SIGSTOP) past it
+            # removes them as named by no state (``StoreRunSync._sweep``): a state naming them
+            # written on waking named files gone. The lease renewed first, a holder taken over
+            # writes no state (LeaseLost).
+            self.lease.renew()
         if self.store is None:  # --state-dir: the state is a local file, the lease fences
             save_state(self.path, self.state)
-            return
-        for found in named_by(self.state):  # each an object beside it, before the state names it
-            found.store(str(self.path.parent), durable=False)  # and in this machine's cache
+        else:
+            self.state.updated_at = time.time()
+            data = self.state.to_json()
+            if self.etag is None:
+                self.etag = self.store.create(self.key, data)
+            else:
+                self.etag = self.store.replace(self.key, data, self.etag)
+            _cache(self.path, self.state, self.etag)
+        if made and self.lease.since_renewed() >= self.lease.ttl:
+            self._store_id_sets(made)  # stopped a whole lease between the renewal and the write: put back
+
+    def _store_id_sets(self, again: list[IdSet] | None = None) -> list[IdSet]:
+        """The files of ids the state names stored before it names them (sync/id_sets.py): in
+        the store, each an object beside it (and in this machine's cache), or in the
+        ``--state-dir``. Those made now (or ``again``, made anew after a write that may have
+        come a lease late); an object created before by any syncer counts, as one a sweep may remove."""
+        made = []
+        for found in again or named_by(self.state):
+            if self.store is None:  # durable: the state itself is a file here
+                if found.store(str(self.path.parent), again=again is not None):
+                    made.append(found)
+                continue
+            found.store(str(self.path.parent), durable=False)  # the cache: checked when read
             key = id_set_key(self.key, found)
-            if key not in self._stored:
+            if key not in self._stored or again is not None:
                 with contextlib.suppress(StoreConflict):  # there already: its name is its content
                     self.store.create(key, found.data())
                 self._stored.add(key)
-        self.state.updated_at = time.time()
-        data = self.state.to_json()
-        if self.etag is None:
-            self.etag = self.store.create(self.key, data)
-        else:
-            self.etag = self.store.replace(self.key, data, self.etag)
-        _cache(self.path, self.state, self.etag)
+                made.append(found)
+        return made
 
 
 def id_set_key(state_key: str, found: IdSet) -> str:
