@@ -17,8 +17,9 @@ from .import_ import nothing_found_message, quiet_library_warnings
 from .options import StateDirPath, allow_empty_option
 from .output import SkippedLinks, fail_usage, internal_error, leave, require_paths, without_unused_http_extras
 from .sync_report import browse_line, print_reports, waiting_imports
-from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, local_database, new_database_line,
+from .sync_setup import (carry_on_command, destination, exit_interrupted, local_database, new_database_line,
                          progress_for, remote_settings, stop_on_signals, stopped_following_line, sync_options)
+from .sync_setup import check_key as check_settings_key
 from .sync_store import PathOrURL, store_urls, sync_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import STATE_DIR_ENV, default_state_dir
@@ -71,6 +72,10 @@ def _checked_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
 @click.option("--state-dir", type=StateDirPath(), envvar=STATE_DIR_ENV,
               help="Keep imported spools, and the sync lock and state of spools on a read-only source, here, "
                    f"not in the sources (env {STATE_DIR_ENV}).")
+@click.option("--check-key", is_flag=True,
+              help="Ask the platform whether it accepts the API key even when there is nothing to send (a sync "
+                   "with nothing to do asks it nothing); refused: exit 2. For CI: a rotated key shows before the "
+                   "next run needs it.")
 @allow_empty_option
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks for unexpected errors.")
 def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local: bool, db: Path | None,
@@ -80,7 +85,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
          poll_interval: float, replay: bool, replay_id: str | None, name: str | None,
          tags: tuple[str, ...], max_request_bytes: int, backoff_cap: float, no_import: bool,
          state_dir: Path | None, allow_empty: bool, verbose: bool, to: str,
-         traces_batch_bytes: int | None) -> None:
+         traces_batch_bytes: int | None, check_key: bool) -> None:
     """Push the episodes of every run spool under PATHS (default: .) to the platform, exactly once.
 
     Eval outputs written without a spool (verifiers' traces.jsonl, or metadata.json +
@@ -132,6 +137,8 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     if db is not None and not local:
         fail_usage("--db goes with --local (without it, sync pushes to the platform at the base URL, not into a "
                    "database)")
+    if check_key and local:
+        fail_usage("--check-key does not combine with --local (the local platform takes no key)")
     if base_url is not None and local:
         fail_usage("--base-url does not combine with --local (the local platform runs embedded; for one served with "
                    "prime-runs platform serve, give its URL without --local)")
@@ -140,7 +147,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     params = {**click.get_current_context().params, "auto_sink": SAMPLES if local else None}
     if not store_urls(paths):
         require_paths(paths or (Path("."),))  # a mistyped path is told before a missing key
-    settings = None if local else remote_settings(base_url, team, need_key=not dry_run)
+    settings = None if local else remote_settings(base_url, team, need_key=not dry_run or check_key)
     if store_urls(paths):  # s3://bucket/prefix and the like (commands/sync_store.py)
         sync_urls(params, settings)
     given = require_paths(paths or (Path("."),))
@@ -154,13 +161,18 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
 
     def check_key_once() -> None:  # before the first write the platform could refuse
         nonlocal key_checked
-        if settings is not None and not dry_run and not key_checked:
+        if settings is not None and (check_key or not dry_run) and not key_checked:
             key_checked = True
             try:
                 with interrupt.abortable():
-                    check_key(settings, timeout)
+                    check_settings_key(settings, timeout)
             except Stopped:
                 pass  # the stop is set: nothing begins
+
+    if check_key:  # asked: whatever there is to do (a no-op sync asks the platform nothing)
+        check_key_once()
+        if interrupt.is_set():
+            exit_interrupted([])
 
     left_out: list[Path] = []
     imports: list[ImportReport] = []

@@ -72,7 +72,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     # request, so that its lease is released (the store's other syncers would otherwise wait
     # out its lifetime). --follow stops its own way once the key is checked (docs/cli.md).
     interrupt = stop_on_signals()
-    if settings is not None and not params["dry_run"]:
+    if settings is not None and (not params["dry_run"] or params.get("check_key")):
         try:  # before a lease or a state is written in the store; bounded, and a signal ends it
             with interrupt.abortable():
                 check_key(settings, params["timeout"])

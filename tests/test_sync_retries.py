@@ -189,6 +189,33 @@ def test_a_refused_key_is_told_once_before_a_follower_or_a_store_sync_writes(tmp
     assert tree(tmp_path / "outputs") == before, "a refused key wrote into the paths"
 
 
+@pytest.mark.slow
+def test_a_sync_with_nothing_to_do_asks_nothing_and_check_key_asks_all_the_same(tmp_path: Path, server) -> None:
+    """Every run up to date: a wrong key is not asked about (exit 0, offline-fast, as
+    documented); ``--check-key`` asks the platform all the same: a refused key is one line,
+    exit 2, nothing written; the right one goes on to the up-to-date lines."""
+    outputs = tmp_path / "outputs"
+    build_run(outputs / "run", "check-key", 2)
+    env = dict(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert run_piped(server.base_url, str(outputs), **env)[0] == 0
+    before = tree(outputs)
+    status, out, lines, _ = run_piped(server.base_url, str(outputs), key="not-the-token", **env)
+    assert status == 0 and out.startswith("up_to_date"), (out, lines)
+    status, out, lines, _ = run_piped(server.base_url, str(outputs), "--check-key", key="not-the-token", **env)
+    errors = [text for _, text in lines if text.strip()]
+    assert status == 2 and out == "", (out, lines)
+    assert len(errors) == 1 and "refused the API key" in errors[0] and "not-the-token" not in errors[0], errors
+    assert tree(outputs) == before
+    status, out, lines, _ = run_piped(server.base_url, str(outputs), "--check-key", **env)
+    assert status == 0 and out.startswith("up_to_date"), (out, lines)
+    status, out, lines, _ = run_piped(server.base_url, str(outputs), "--check-key", "--dry-run", key="not-the-token",
+                                      **env)
+    assert status == 2 and "refused the API key" in lines[-1][1], lines
+    local = subprocess.run(CLI + ["sync", str(outputs), "--local", "--check-key"], capture_output=True, text=True,
+                           env=child_env(**env))
+    assert local.returncode == 2 and "--check-key does not combine with --local" in local.stderr, local.stderr
+
+
 class SilentPlatform:
     """A loopback port that accepts every connection and never answers on it: a platform
     behind a proxy that hangs. ``accepted`` is set by the first connection; ``times`` holds
