@@ -185,3 +185,21 @@ def test_the_index_file_is_made_private_and_never_through_a_link_or_into_a_fifo(
         opener.join(5)
         pytest.fail("opening the search index waited on a FIFO")
     assert [type(exc) for exc in failed] == [OSError] and "not a regular file" in str(failed[0])
+
+
+
+@pytest.mark.parametrize(("text", "found"), [("zebraquartz_script", {7}), ("echo_ZEBRAQUARTZ!", {5}),
+                                             ("mentions-zebraquartz_once", {2}), ("zebraquartz _", set(PLANTED))])
+def test_words_the_index_cuts_apart_find_the_episodes_holding_each(outputs, text, found):
+    """A word ``\\w+`` keeps whole (``snake_case``) but the index's tokenizer cuts in two was
+    sent as a phrase, which an index without positions refuses: every search holding ``_``
+    answered 500. It is cut as the index cuts text, and finds the episodes holding each part."""
+    from starlette.testclient import TestClient
+
+    run = SpoolSource([outputs]).get("search")
+    run.refresh(5)
+    assert run.search().hits(text) == found
+    client = TestClient(create_viewer_app(SpoolSource([outputs])), base_url="http://127.0.0.1")
+    page = client.get("/run", params={"run": "search", "text": text})
+    assert page.status_code == 200
+    assert {int(n) for n in re.findall(r'<tr class="sample[^"]*" data-n="(\d+)"', page.text)} == found

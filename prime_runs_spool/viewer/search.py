@@ -12,7 +12,10 @@ at most a time budget per request; a background thread does the rest. A search a
 from what is indexed so far, and the page says how far that is.
 
 A query is words, each matched as a token (FTS5's own syntax is not exposed: a stray quote
-or ``AND`` in a search box must not be an error); all words must occur.
+or ``AND`` in a search box must not be an error); all words must occur. The words are cut by
+the index's own tokenizer (:meth:`SearchIndex.terms`), never by a regular expression: a word
+``\w+`` keeps whole (``snake_case``, a tool's name) is two tokens to ``unicode61``, a phrase,
+which an index without positions refuses (every search holding ``_`` was a 500).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ SCHEMA = 2
 #: Characters of context on each side of the first hit in a table row's passage.
 PASSAGE_CONTEXT = 80
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: How the index cuts text into tokens, and a query into the same (:meth:`SearchIndex.terms`).
+_TOKENIZER = "tokenize='unicode61'"
 
 
 def episode_text(episode: Any) -> str:
@@ -64,10 +69,10 @@ def episode_text(episode: Any) -> str:
     return "\n".join(part for part in parts if part)[:MAX_TEXT]
 
 
-def match_expression(text: str) -> str | None:
-    """``text``'s words as an FTS5 query that matches episodes holding all of them."""
-    words = _WORD.findall(text)
-    return " ".join(f'"{word}"' for word in words) if words else None
+def match_expression(terms: list[str]) -> str | None:
+    """An FTS5 query that matches episodes holding every one of ``terms`` (tokens as the
+    index's tokenizer cut them: :meth:`SearchIndex.terms`), each quoted as a string."""
+    return " ".join('"' + term.replace('"', '""') + '"' for term in terms) if terms else None
 
 
 def query_words(text: str) -> list[str]:
@@ -99,7 +104,7 @@ class SearchIndex:
             # (the passage shown is cut from the record the page reads), so the index keeps
             # neither the text nor where in it each word is.
             self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS episodes USING fts5(body, content='', "
-                             "detail=none, tokenize='unicode61')")
+                             f"detail=none, {_TOKENIZER})")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value)")
             found = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
             if found is not None and found[0] != key:  # another run (or content) once had this file
@@ -158,12 +163,27 @@ class SearchIndex:
         """The numbers of the indexed episodes holding every word of ``text``."""
         self.refresh()
         self.catch_up_in_background()
-        expression = match_expression(text)
-        if expression is None:
-            return set()
         with self._lock:
+            expression = match_expression(self._terms(text))
+            if expression is None:
+                return set()
             return {row[0] for row in self._db.execute("SELECT rowid FROM episodes WHERE episodes MATCH ?",
                                                        (expression,))}
+
+    def terms(self, text: str) -> list[str]:
+        """The tokens the index's tokenizer cuts ``text`` into (folded as the index holds them)."""
+        with self._lock:
+            return self._terms(text)
+
+    def _terms(self, text: str) -> list[str]:
+        """:meth:`terms`, the lock held: ``text`` put in a table of this connection's own
+        (``temp``, gone with it) tokenized as ``episodes`` is, its terms read back."""
+        self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.asked USING fts5(body, detail=none, "
+                         f"{_TOKENIZER})")
+        self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.asked_terms USING fts5vocab(temp, asked, row)")
+        self._db.execute("DELETE FROM temp.asked")
+        self._db.execute("INSERT INTO temp.asked (body) VALUES (?)", (text,))
+        return [row[0] for row in self._db.execute("SELECT term FROM temp.asked_terms")]
 
 
 def marked(text: str, words: list[str]) -> list[tuple[str, bool]]:
