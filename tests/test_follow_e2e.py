@@ -248,3 +248,45 @@ def test_a_follower_whose_pass_failed_reading_a_found_evaluation_pushes_nothing_
             proc.communicate(timeout=60)
     builder.seal()
     assert pushed(api, builder.run_id) == 4
+
+
+@pytest.mark.slow
+def test_a_followed_run_deleted_or_moved_is_said_gone_once_and_a_move_is_followed_where_it_went(
+        tmp_path: Path, server, api) -> None:
+    """A run folder deleted while followed got 'error: the spool has no manifest record', then
+    'runs/c/spool is read-only: ... give --state-dir DIR', neither true nor of use, and its
+    state's save could make the deleted folder again. A run moved under the paths was never
+    looked at again (no event on its spool), so it kept its lock and its new folder was
+    'skipped: another prime-runs sync is working on this run' for as long as it followed."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool import open_run
+
+    outputs = tmp_path / "outputs"
+    deleted = RunBuilder(outputs / "deleted", "follow-deleted")
+    deleted.open_segment()
+    deleted.add(2)
+    proc = follow(server.base_url, outputs)
+    try:
+        with open_run(outputs / "moved", name="follow-moved", environments=["gsm8k"]) as moved:  # a live writer
+            moved.log_episodes([make_episode(n, run_id=moved.id) for n in range(2)])
+            wait_for(lambda: pushed(api, deleted.run_id) == 2 and pushed(api, moved.id) == 2, what="both runs live")
+            shutil.rmtree(outputs / "deleted")
+            (outputs / "moved").rename(outputs / "moved-here")
+            moved.log_episodes([make_episode(2, run_id=moved.id)])
+            moved.finish()
+        wait_for(lambda: pushed(api, moved.id) == 3, what="the moved run followed where it went")
+        time.sleep(1.5)  # a few more looks and walks: the deleted folder must stay deleted
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    said = [(Path(e["path"]).name, e["state"]) for e in events]
+    assert said.count(("deleted", "gone")) == 1 and said.count(("moved", "gone")) == 1, said
+    assert not [e for e in events if e["state"] in ("error", "skipped")], events
+    assert ("moved-here", "synced") in said, said
+    gone = next(e for e in events if e["state"] == "gone" and Path(e["path"]).name == "deleted")
+    assert gone["evaluation_id"] == evaluations_of(api, deleted.run_id)[0]["evaluation_id"], gone
+    assert not (outputs / "deleted").exists()
+    assert len(evaluations_of(api, moved.id)) == 1

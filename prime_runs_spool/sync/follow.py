@@ -57,6 +57,8 @@ from prime_runs_spool.sync.state import Destination, adopt_states, state_home
 from prime_runs_spool.sync.watch import ChangeWatch
 from prime_runs_spool.signal_event import SignalEvent
 
+#: The state of a followed run whose folder was deleted or moved away (:meth:`Follower._gone`).
+GONE = "gone"
 #: Report states after which a run with no live writer has nothing left to follow.
 DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT, LOST})
 
@@ -138,6 +140,8 @@ class Followed:
     interval: float = 0.0
     #: Whether the kernel tells us of its changes (sync/watch.py).
     watched: bool = False
+    #: The last report that named the run's evaluation (what a :meth:`Follower._gone` line names).
+    pushed: RunReport | None = None
     #: What taking the lock found of the spool's modes (``many.spool_mode_lines``), for the
     #: next pass's report.
     mode_lines: list[str] = field(default_factory=list)
@@ -266,11 +270,15 @@ class Follower:
             self.discovered = self.discover()
             roots = self.discovered.roots
         folders: set[Path] = set()
+        missing = set(self.runs)
         for run_dir in _find(roots, note, folders.add, self.on_link):
             key = run_dir.resolve()
+            missing.discard(key)
             if key not in self.runs:
                 self.runs[key] = Followed(run_dir)
             self.runs[key].watched = self.watch.watch_run(key, spool_dir(run_dir))
+        for key in missing:  # moved or deleted, maybe with no event on its spool: looked at now (_gone)
+            self.runs[key].next_look = 0.0
         added = self.watch.watch_tree(folders)
         for path, report in unreadable.items():
             if path not in self.unreadable:
@@ -290,6 +298,9 @@ class Follower:
             current = signature(followed.run_dir)
         except OSError as exc:  # its spool became unreadable: this run waits, the others go on
             self._record(followed, unreadable_report(followed.run_dir, exc), live=False)
+            return
+        if not current[0]:  # no segment left: no longer a run (layout.is_run_dir), deleted or moved away
+            self._gone(key, followed)
             return
         if current == followed.seen and not failing:
             # Idle. When the kernel tells us of every change (sync/watch.py), the next look is
@@ -315,6 +326,22 @@ class Follower:
                             sleep=self._sleep, index=self.index)
         self._record(followed, report, live=current[1])
 
+    def _gone(self, key: Path, followed: Followed) -> None:
+        """The run's folder was deleted or moved away while followed (its spool holds no
+        segment): said once, then followed no more. A pass there would only misname it (a
+        spool with no manifest, a read-only folder) and its state's save would make the
+        folder again; a run moved under the paths is found where it is now, its lock
+        released here first. The line names the evaluation the run's passes pushed into."""
+        self._release(followed)
+        del self.runs[key]
+        before = followed.pushed or followed.report
+        self.on_report(RunReport(
+            path=str(followed.run_dir), state=GONE, local_run_id=before.local_run_id if before else None,
+            name=before.name if before else None, evaluation_id=before.evaluation_id if before else None,
+            url=before.url if before else None, pushed_total=before.pushed_total if before else 0,
+            error="its folder was deleted or moved away while followed; followed no more (what was pushed "
+                  "stays on the platform; a run moved under the paths is followed where it is now)"))
+
     def _record(self, followed: Followed, report: RunReport, *, live: bool) -> None:
         previous = followed.report
         if (previous is not None and previous.state == SYNCED and report.state == UP_TO_DATE
@@ -324,6 +351,8 @@ class Follower:
             # news, and its last line stays ``synced`` as docs/cli.md says.
             report = previous
         followed.report = report
+        if report.evaluation_id:
+            followed.pushed = report
         if report.state == ERROR:
             followed.errors += 1
             followed.retry_at = self.clock() + self.options.backoff.delay(followed.errors)
