@@ -117,3 +117,20 @@ def test_the_export_carries_each_metrics_page_and_draws_it_offline(browser, runs
     assert page.locator("table.across-table td.group").all_inner_texts() == ["env1", "env1"]
     context.close()
     assert requested and all(url.startswith("file://") for url in requested), requested
+
+
+def test_a_run_whose_model_is_not_a_string_is_grouped_beside_the_others(tmp_path):
+    """``open_run`` takes any model; a run logged with ``model=123`` (or a foreign manifest's
+    table) was sorted against the others' strings, and the page answered 500 for every run."""
+    from starlette.testclient import TestClient
+
+    for name, model in (("named", "model-x"), ("numbered", 123), ("tabled", {"id": "m", "rev": [1]})):
+        with open_run(tmp_path / name, name=name, environments=["env1"], model=model, run_id=name,
+                      mode="offline") as run:
+            run.log_episodes([_episode(name, 0, 1.0)])
+    client = TestClient(create_viewer_app(SpoolSource([tmp_path])), base_url="http://127.0.0.1")
+    for group in ("model", "environment"):
+        page = client.get("/across", params={"group": group})
+        assert page.status_code == 200, group
+        assert sorted(re.findall(r'<tr data-run="([^"]+)"', page.text)) == ["named", "numbered", "tabled"]
+    assert "123" in client.get("/", params={"sort": "model"}).text

@@ -104,7 +104,10 @@ class RunIndex:
 
     @property
     def model(self) -> str | None:
-        return self.manifest.get("model")
+        """The manifest's model as text: ``open_run`` takes any value (``model=123``), and a
+        page sorting runs by model must not compare a number with a string."""
+        model = self.manifest.get("model")
+        return None if model is None else str(model)
 
     @property
     def environments(self) -> list[str]:
