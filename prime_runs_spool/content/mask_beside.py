@@ -15,13 +15,10 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS
-from prime_runs_spool.content.mask_text import _PLAIN_ID, mask_new_text
+from prime_runs_spool.content.mask_text import mask_new_text, not_in_id
 
 #: The records kept to compare with: a run's seats run in a few kinds of boxes.
 KEPT = 8
-
-#: An id ``mask_new_text`` passes by one match: asked here first, without its call.
-_plain_id = _PLAIN_ID.fullmatch
 
 #: What :meth:`Beside.plan_of` answers for a record none of those kept equals.
 UNKNOWN: Any = object()
@@ -51,7 +48,7 @@ class Beside:
         for own, plan in self.kept:
             own[key] = value
             if own == obj:
-                if not self.texted or _plain_id(value) is not None:
+                if not self.texted or not_in_id(value) is None:  # an id mask_new_text passes: without its call
                     return plan
                 masked = mask_new_text(value)
                 return plan if masked is value else {**(plan or {}), key: masked}

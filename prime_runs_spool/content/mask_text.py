@@ -181,8 +181,8 @@ def mask_text(text: str) -> str:
 def mask_new_text(text: str) -> str:
     """:func:`mask_text` of a value new every time (a box's id, one per rollout), without the
     cache: it would never be asked again, and would only push out strings that repeat. An id
-    as runtimes write them (:data:`_PLAIN_ID`) is passed by one match."""
-    return text if _PLAIN_ID.fullmatch(text) is not None else _masked(text)
+    as runtimes write them is passed by one search (:data:`not_in_id`)."""
+    return text if not_in_id(text) is None else _masked(text)
 
 
 def _masked(text: str) -> str:
@@ -281,11 +281,16 @@ def _tool_spans(text: str) -> list[tuple[int, int]]:
 #: The starts of :data:`_TOKEN_SHAPES`' tokens that a word of letters, digits and dashes can hold
 #: (:func:`_maybe`): one search, where the substring tests cost several times more.
 _WORD_TOKEN = re.compile(r"sk-|xox|glpat-|pplx-|xai-|nvapi-|pypi-|IA|AIza|dapi")
-#: An id as a runtime writes one (``vf-5c1e9a7b0d2f``, a container's hex): lower-case letters and
-#: digits, dashes between, no part starting as a token does (a token starts a word; the shapes
-#: with an upper-case letter or ``_`` cannot match): no rule of :func:`mask_text` changes it.
-_NO_TOKEN = r"(?!sk-|xox|glpat-|pplx-|xai-|nvapi-|pypi-|dapi)"
-_PLAIN_ID = re.compile(rf"{_NO_TOKEN}[a-z0-9]+(?:-{_NO_TOKEN}[a-z0-9]+)*")
+#: The characters of an id as runtimes write them (``vf-5c1e9a7b0d2f``, a container's hex): digits,
+#: dashes and lower-case letters but k, p and x. No rule of :func:`mask_text` changes a text of
+#: them: with a letter or digit it is a word :func:`_maybe` passes unless :data:`_WORD_TOKEN` finds
+#: a token's start, and each of those holds a k, a p, an x or an upper-case letter; only dashes
+#: (or nothing), it holds no name, value, URL or token at all.
+ID_CHARACTERS = "0123456789abcdefghijlmnoqrstuvwyz-"
+#: ``not_in_id(text) is None``: ``text`` is of :data:`ID_CHARACTERS` only. One search for a
+#: character outside them (about 1.5k instructions; a match made, as a pattern of the id's
+#: whole shape makes it, 3.4k), for a box's id, new in every rollout (content/mask_beside.py).
+not_in_id = re.compile(f"[^{re.escape(ID_CHARACTERS)}]").search
 
 
 def _maybe(text: str) -> bool:
