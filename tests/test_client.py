@@ -123,6 +123,46 @@ def test_a_key_refused_by_the_traces_service_names_it(status: int) -> None:
     assert f"answered {status}" in str(caught.value) and "http://traces.test:8443" in str(caught.value), caught.value
 
 
+NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
+             "Entity Too Large</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
+
+
+@pytest.mark.parametrize("service", ["traces", "platform"])
+def test_a_proxys_413_page_is_told_by_its_title_with_what_to_do(service: str) -> None:
+    """A proxy in front of the service (nginx: 1 MiB unless set) refuses the body with an HTML
+    page: the line says what it is and what to change, one line, not the page's markup (nor
+    "answered 413 : refused", the Prime Traces line's before)."""
+    import hashlib
+
+    from prime_runs_spool.platform_api.client import classify_response
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"}, request=request)
+
+    if service == "traces":
+        data = b'{"id":"e1","traces":[]}\n'
+        batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+        uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
+                                  transport=httpx.MockTransport(answer))
+        try:
+            with pytest.raises(PlatformError) as caught:
+                uploader.upload(batch, {})
+        finally:
+            uploader.close()
+        said = str(caught.value)
+        assert said.startswith("POST /traces answered 413: the traces service at http://traces.test:8443, or a proxy "
+                               "in front of it, takes no request this large; raise the proxy's limit"), said
+        assert caught.value.kind is FailureKind.FATAL
+    else:
+        said = str(classify_response("POST", "/evaluations/e/samples",
+                                     answer(httpx.Request("POST", "http://platform.test/x"))))
+        assert "too large" in said, said
+    assert said.endswith("(an HTML page: 413 Request Entity Too Large)"), said
+    assert "<" not in said and "\n" not in said and "  " not in said, said
+
+
 def test_settings_precedence(tmp_path) -> None:
     config = tmp_path / ".prime" / "config.json"
     config.parent.mkdir()

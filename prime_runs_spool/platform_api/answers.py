@@ -18,11 +18,30 @@ sync uses).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from prime_runs_spool.errors import FailureKind, UnexpectedAnswer
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
+
+
+#: How much of an error answer's body a message quotes.
+QUOTED_CHARACTERS = 200
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def error_words(text: str) -> str:
+    """An error answer's body as words a one-line message can quote: on one line, cut to
+    :data:`QUOTED_CHARACTERS`, and an HTML page (a proxy's or a gateway's before the service:
+    nginx's 413, a load balancer's 502) by its title alone: its markup quoted whole said
+    nothing more and took the line. The key is scrubbed by the caller, before this cuts."""
+    text = " ".join(text.split())
+    lowered = text[:QUOTED_CHARACTERS * 5].lower()
+    if "<html" in lowered or "<!doctype html" in lowered:
+        title = _TITLE.search(text)
+        text = f"an HTML page: {' '.join(title.group(1).split())}" if title else "an HTML page"
+    return text[:QUOTED_CHARACTERS]
 
 
 def lacks(what: str, where: str, kind: FailureKind = FailureKind.FATAL) -> UnexpectedAnswer:

@@ -152,10 +152,10 @@ def _detail(response: httpx.Response, secret: Secret | None = None) -> str:
     """A short, single-line excerpt of an error body (never a request body), with the API
     key scrubbed out of it before it is cut (a body that echoes the request's headers
     printed the key into the report, a CI log, the shipper's log file)."""
-    text = response.text.strip().replace("\n", " ")
+    text = response.text
     if secret is not None:
         text = secret.scrub(text)
-    return text[:200]
+    return answers.error_words(text)
 
 
 def classify_response(method: str, path: str, response: httpx.Response,

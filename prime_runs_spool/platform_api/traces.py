@@ -31,6 +31,7 @@ from prime_traces import (
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
+from prime_runs_spool.platform_api.answers import error_words
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 from prime_runs_spool.platform_api.no_answer import classify_transport_error
 from prime_runs_spool.platform_api.proxy import Proxy
@@ -131,12 +132,12 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
     to, named in a refused key's line (a key sent to another platform than its own)."""
     code = exc.code or ""
     status = exc.status_code
-    said = secret.scrub(str(exc)) if secret is not None else str(exc)  # the service's words, without the key
+    said = error_words(secret.scrub(str(exc)) if secret is not None else str(exc))  # the service's, without the key
+    answered = f"POST /traces answered {status}" + (f" {code}" if code else "")
     if isinstance(exc, ForbiddenError) and code == ErrorCode.SERVICE_NOT_ENABLED.value:
         return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({said})", status=status)
     if isinstance(exc, RetryableAPIError):
-        return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status} {code}".rstrip(),
-                             status=status, retry_after=exc.retry_after)
+        return PlatformError(FailureKind.ANSWERED, answered, status=status, retry_after=exc.retry_after)
     if isinstance(exc, TransportError) and isinstance(exc.__cause__, httpx.TransportError):
         # Told in the platform requests' words ("cannot connect (connection refused by HOST)",
         # "no answer (timed out ...)"), not the library's; a connection never made is not sent.
@@ -149,7 +150,8 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
                    "is this platform's (--base-url, PRIME_TRACES_URL)",
               403: f"the API key may not write traces at {service}; check its scopes and --team",
               400: "the traces service rejected the batch",
-              409: "the traces service holds these bytes under another line format"}.get(status or 0,
-                                                                                        "refused")
-    return PlatformError(FailureKind.FATAL, f"POST /traces answered {status} {code}: {advice} ({said})",
-                         status=status)
+              409: "the traces service holds these bytes under another line format",
+              413: f"the traces service at {service}, or a proxy in front of it, takes no request this large; raise "
+                   f"the proxy's limit (nginx: client_max_body_size, 1 MiB unless set; a batch is up to "
+                   f"{TARGET_BATCH_BYTES // 2**20} MiB before gzip)"}.get(status or 0, "refused")
+    return PlatformError(FailureKind.FATAL, f"{answered}: {advice} ({said})", status=status)
