@@ -143,3 +143,20 @@ def test_ci_recipe_says_why_an_import_failed_on_its_line(tmp_path: Path, server)
     assert imported["state"] == "error" and "read-only" in imported["error"], imported
     [line] = [line for line in done.stdout.splitlines() if line.startswith("error")]
     assert "is read-only" in line and "--state-dir" in line, line
+
+
+def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:
+    """bash skips a command whose redirection fails: the sync never ran, and the script said
+    'some runs failed to sync (or nothing was found); re-run this job to carry on from the
+    saved state', exit 1, which a re-run repeats."""
+    (tmp_path / "sync-artifacts.sh").write_bytes(written_out())
+    artifact = tmp_path / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "outputs", artifact)
+    report = tmp_path / "no-such-folder" / "sync-report.json"
+    env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_KEY=TOKEN, SYNC_REPORT=str(report),
+                    PRIME_API_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path))
+    done = subprocess.run(["bash", "sync-artifacts.sh", str(artifact)], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"cannot write the sync report {report} (SYNC_REPORT): its folder is missing or "
+                                        "not writable; point SYNC_REPORT at a file this job can write"], done.stderr

@@ -28,6 +28,10 @@ if [ $# -lt 1 ]; then
 fi
 dir=$1
 shift
+if ! { : > "$report"; } 2>/dev/null; then  # else bash skips the sync and it reads as a failed one
+  echo "cannot write the sync report $report (SYNC_REPORT): its folder is missing or not writable; point SYNC_REPORT at a file this job can write" >&2
+  exit 2
+fi
 
 # shellcheck disable=SC2086  # $prime_runs is a command line on purpose
 $prime_runs sync "$dir" "${replay[@]}" --json "$@" > "$report"
