@@ -39,6 +39,8 @@ KEEPALIVE_EXPIRY = 5.0
 #: httpcore's: the most an answer's head may take, and what one read asks for.
 MAX_HEAD = 100 * 1024
 READ = 64 * 1024
+#: A request body's first piece this small is written with the head, in one write.
+JOINED = 64 * 1024
 
 # h11's grammar (h11/_abnf.py), so that what it refuses is refused here too.
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
@@ -124,19 +126,31 @@ class Connection:
 
 def _send(stream: httpcore.NetworkStream, head: bytes, content: bytes | Iterable[Any] | None,
           length: int | None, timeout: float | None) -> bool:
-    """Write the request; False when a write failed (the answer is read all the same)."""
+    """Write the request; False when a write failed (the answer is read all the same). The
+    head goes out with the body's first piece when that is at most :data:`JOINED` bytes: one
+    write, not two (each a ``poll`` and a ``send``, and a hand-over of the interpreter lock
+    among the sync's threads; every request of a new run's first sync is that small)."""
     try:
-        stream.write(head, timeout)
         if content is None:
+            stream.write(head, timeout)
             return True
         sent = 0
+        held: bytes | None = head  # until the first piece is known
         for piece in (content,) if isinstance(content, (bytes, bytearray, memoryview)) else content:
             size = memoryview(piece).nbytes
             if length is not None and sent + size > length:
                 raise httpcore.LocalProtocolError("Too much data for declared Content-Length")
+            sent += size
+            if held is not None:
+                if size <= JOINED:
+                    piece, size = held + piece, size + len(held)
+                else:
+                    stream.write(held, timeout)
+                held = None
             if size:
                 stream.write(piece, timeout)
-            sent += size
+        if held is not None:
+            stream.write(held, timeout)
         if length is not None and sent != length:
             raise httpcore.LocalProtocolError("Too little data for declared Content-Length")
     except httpcore.WriteError:
