@@ -15,6 +15,7 @@ import errno
 import os
 import shlex
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -487,5 +488,33 @@ def _names_folder(link: os.DirEntry[str]) -> bool:
     """Whether a symbolic link leads to a folder (a dangling one, or one to a file, does not)."""
     try:
         return link.is_dir(follow_symlinks=True)
+    except OSError:
+        return False
+
+
+#: Any write permission: the owner's, the group's or others'.
+_ANY_WRITE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+#: Whether ``os.access(path, os.W_OK)`` is False on a read-only mount (Linux: ``EROFS``).
+_ACCESS_SAYS_READ_ONLY_MOUNT = sys.platform.startswith("linux")
+
+
+def is_read_only(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` must not be written: the kernel says so (``os.access``: a read-only
+    mount, an immutable folder), or no one has write permission on it. The second is
+    honoured even for root, who may write anyway: a folder its owner made read-only (an
+    artifact unpacked 0555) is left as it is. One rule for spools and for plain eval outputs
+    (importer/places.py). A read-only mount: Linux's ``access`` says so (``EROFS``, a
+    read-only bind mount too), so no ``statvfs`` is asked there, a system call a run a sync
+    finds; other kernels answer for permissions only."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return True
+    if not os.access(path, os.W_OK) or not mode & _ANY_WRITE:
+        return True
+    if _ACCESS_SAYS_READ_ONLY_MOUNT:
+        return False
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False

@@ -128,3 +128,21 @@ def test_the_import_hint_for_a_read_only_folder_names_state_dir(read_only_artifa
     said = done.stdout + done.stderr
     for name in ("vf040-completed", "vf040-cancelled"):
         assert f"prime-runs import {read_only_artifact / name} --state-dir DIR" in said, said
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare to mount a folder read-only")
+def test_a_read_only_bind_mount_is_read_only(tmp_path: Path) -> None:
+    """A folder mounted read-only (a bind mount, in a user and mount namespace of its own)
+    whose modes allow writing is read-only: on Linux ``access`` says so (``EROFS``), and
+    ``is_read_only`` asks nothing else there (no ``statvfs``)."""
+    source, mount = tmp_path / "source", tmp_path / "mounted"
+    source.mkdir()
+    mount.mkdir()
+    script = (f"mount --bind {source} {mount} && mount -o remount,bind,ro {mount} && "
+              f"python3 -c 'import sys; from prime_runs_spool.files import is_read_only; "
+              f"print(is_read_only(sys.argv[1]), is_read_only(sys.argv[2]))' {mount} {source}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          env=child_env())
+    if done.returncode != 0 and "mount" in done.stderr and "python3" not in done.stderr:
+        pytest.skip(f"no read-only bind mount here: {done.stderr.strip()}")
+    assert done.stdout.split() == ["True", "False"], (done.stdout, done.stderr)

@@ -789,6 +789,23 @@ def test_only_a_spool_folder_others_may_enter_is_walked_for_its_modes(tmp_path: 
     assert listed[spools["open"]] == listed[spools["closed"]] + 1, listed
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="elsewhere statvfs asks for a read-only mount")
+def test_whether_a_new_runs_spool_is_read_only_asks_no_statvfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a spool folder is read-only (where its lock and state go) is asked of every
+    run a sync finds: on Linux ``access`` already says a read-only mount is (``EROFS``;
+    tests/test_import_readonly.py mounts one), so no ``statvfs`` is asked. Before: one a run."""
+    asked: list[str] = []
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda path: asked.append(os.fspath(path)) or real(path))
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-statvfs-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in reports] == ["synced"] * runs
+    assert asked == [], asked
+
+
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:
     """The sync lock is taken by a plain flock on a file of its own: a FIFO in its place (a
     folder received from elsewhere) is that run's error, in one line that says what to do, and

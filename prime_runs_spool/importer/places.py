@@ -20,7 +20,8 @@ from prime_runs_spool.importer.paths import (
     V0_RESULTS_NAME, find_eval_outputs, import_mark_path, state_dir_run, state_dir_source,
 )
 from prime_runs_spool.spool.layout import find_runs, is_run_dir
-from prime_runs_spool.sync.state import folder_key, is_read_only  # one rule for spools and outputs
+from prime_runs_spool.files import is_read_only  # one rule for spools and outputs
+from prime_runs_spool.sync.state import folder_key
 
 
 def source_key(source: Path) -> str:

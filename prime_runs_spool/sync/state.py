@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 import shlex
-import stat
 import time
 from dataclasses import dataclass, field
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import DISK_FULL_ERRNOS, joined, read_regular_file, replace_private
+from prime_runs_spool.files import DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, replace_private
 from prime_runs_spool.sync import state_file
 from prime_runs_spool.sync.id_sets import GLOB as ID_SET_GLOB, IdSet, named_by, unnamed, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
@@ -524,28 +523,6 @@ def disk_full_line(exc: OSError, where: Path) -> str | None:
 #: that lies on a read-only source, one folder per spool, keyed by a digest of the run folder's absolute
 #: path; each holds ``spool/sync.lock`` and ``spool/sync/``, laid out as beside a spool.
 STATE_DIR_SPOOLS = "spools"
-
-
-#: Any write permission: the owner's, the group's or others'.
-_ANY_WRITE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
-
-
-def is_read_only(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` must not be written: the kernel says so (``os.access``: a read-only
-    mount, an immutable folder), or no one has write permission on it. The second is
-    honoured even for root, who may write anyway: a folder its owner made read-only (an
-    artifact unpacked 0555) is left as it is. One rule for spools and for plain eval outputs
-    (importer/places.py)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return True
-    if not os.access(path, os.W_OK) or not mode & _ANY_WRITE:
-        return True
-    try:  # a read-only mount: os.access answers for permissions only on some kernels
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def state_home(run_dir: Path, state_dir: Path | None) -> Path | None:
