@@ -421,7 +421,12 @@ def links_outside(paths: Iterable[str | os.PathLike[str]], on_link: OnLink) -> O
     return told_of
 
 
-def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[Path, str], bool],
+#: A folder's entries by name, as one listing gave them (``DirEntry``: its type without a
+#: ``stat``); what a walk hands its ``matches`` (None: the folder could not be listed).
+Listing = dict[str, os.DirEntry[str]]
+
+
+def walk_folders(root: Path, matches: Callable[[Path, Listing | None], bool], prune: Callable[[Path, str], bool],
                  report: OnUnreadable = pass_over,
                  folder_seen: Callable[[Path], None] | None = None,
                  link_met: Callable[[Path], None] | None = None) -> Iterator[Path]:
@@ -431,6 +436,11 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
     folder entered that does not match is told to ``folder_seen``; every symbolic link to a
     folder passed over (one ``prune`` would not have refused) is told to ``link_met``, so
     that what a link leads to is never left out in silence (docs/cli.md, "Symbolic links below the paths").
+
+    Each folder is listed before ``matches`` is asked, which is given the listing: what it
+    looks for among the folder's entries is answered from it, not by a system call a name
+    (an eval's outputs, a run's ``spool/``: three a run for a sync's two walks). A folder
+    that cannot be listed (searchable, not readable) is still asked, without it.
 
     Depth first with a stack of its own, not by recursion: a tree a thousand folders deep
     ended every command in a RecursionError traceback. Each folder's children are looked
@@ -445,9 +455,20 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
         try:
             if folder is root and not folder.is_dir():  # below it, the listing said so
                 continue
-            found = matches(folder)
+        except OSError as exc:
+            report(folder, exc)
+            continue
+        unlisted = None
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
         except FileNotFoundError:
             continue  # removed while we walked: nothing there any more
+        except OSError as exc:
+            entries, unlisted = [], exc
+        try:
+            found = matches(folder, None if unlisted is not None else {entry.name: entry for entry in entries})
+        except FileNotFoundError:
+            continue
         except OSError as exc:
             report(folder, exc)
             continue
@@ -455,12 +476,8 @@ def walk_folders(root: Path, matches: Callable[[Path], bool], prune: Callable[[P
             yield folder
         elif folder_seen is not None:
             folder_seen(folder)
-        try:
-            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            report(folder, exc)
+        if unlisted is not None:
+            report(folder, unlisted)
             continue
         pending.append(_child_folders(folder, entries, prune, report, link_met))
 

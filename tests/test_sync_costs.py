@@ -4,7 +4,9 @@ per run that sets how long a sweep of thousands of small runs takes to sync
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import re
@@ -804,6 +806,45 @@ def test_whether_a_new_runs_spool_is_read_only_asks_no_statvfs(tmp_path: Path, m
         _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
     assert [r.state for r in reports] == ["synced"] * runs
     assert asked == [], asked
+
+
+def test_the_walks_that_find_new_runs_ask_their_folders_listings_not_a_call_a_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync's two walks (for eval outputs to import, for runs) list each folder they
+    enter; whether a folder holds ``traces.jsonl``, or ``metadata.json`` and
+    ``results.jsonl``, and whether its ``spool/`` is a folder, is answered from that listing:
+    no ``access`` of those names, no ``lstat`` of ``spool``. Before: two ``access`` and one
+    ``lstat`` a run, in the command's thread."""
+    asked: list[tuple[str, str]] = []
+    real_access, real_lstat = os.access, os.lstat
+
+    def access(path, mode, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if threading.current_thread() is threading.main_thread():  # the walks'
+            asked.append(("access", os.fspath(path)))
+        return real_access(path, mode, *args, **kwargs)
+
+    def lstat(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if threading.current_thread() is threading.main_thread():
+            asked.append(("lstat", os.fspath(path)))
+        return real_lstat(path, *args, **kwargs)
+
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-walks-{n}", 2)
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "lstat", lstat)
+    from commands.cli import cli
+
+    monkeypatch.setenv("PRIME_API_KEY", "local")
+    monkeypatch.delenv("PRIME_TEAM_ID", raising=False)
+    out = io.StringIO()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            cli(["sync", str(tmp_path / "runs"), "--base-url", platform.base_url, "--json"], standalone_mode=False)
+    assert out.getvalue().count('"synced"') == runs, out.getvalue()
+    names = Counter((call, Path(path).name) for call, path in asked)
+    assert names[("access", "traces.jsonl")] == names[("access", "metadata.json")] == 0, names
+    assert names[("lstat", "spool")] == 0, names
 
 
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:

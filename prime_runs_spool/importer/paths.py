@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
-from prime_runs_spool.files import OnLink, each_once, joined, walk_folders
+from prime_runs_spool.files import Listing, OnLink, each_once, joined, walk_folders
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 
 CONFIGS_DIRNAME = "configs"
@@ -94,10 +94,14 @@ def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path
     return Path(state_dir) / STATE_IMPORTS_DIRNAME / source_key
 
 
-def is_eval_output_dir(path: Path) -> bool:
+def is_eval_output_dir(path: Path, listing: Listing | None = None) -> bool:
     """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``.
     Asked of every folder a walk meets, so by plain strings: a path object per name cost more
-    than the ``stat`` calls."""
+    than the ``stat`` calls. ``listing``: the folder's, as the walk took it (``files.walk_folders``):
+    the names are looked up there, no system call a name (a link still followed to its file)."""
+    if listing is not None:
+        return (_listed_file(listing, VERIFIERS_TRACES_NAME)
+                or (_listed_file(listing, V0_METADATA_NAME) and _listed_file(listing, V0_RESULTS_NAME)))
     folder = os.fspath(path)
     if _is_file(joined(folder, VERIFIERS_TRACES_NAME)):
         return True
@@ -108,6 +112,15 @@ def _is_file(path: str) -> bool:
     """``os.path.isfile``, asked first whether the name exists: most folders have none of
     these files, and a ``stat`` that fails costs an exception, about twice the call."""
     return os.access(path, os.F_OK) and os.path.isfile(path)
+
+
+def _listed_file(listing: Listing, name: str) -> bool:
+    """``os.path.isfile`` of a name in a folder's listing: its type from the listing, a link followed."""
+    entry = listing.get(name)
+    try:
+        return entry is not None and entry.is_file()
+    except OSError:
+        return False
 
 
 def find_eval_outputs(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None = None) -> Iterator[Path]:

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import NotASegmentFileError
-from prime_runs_spool.files import OnLink, OnUnreadable, each_once, joined, make_private_dir, pass_over, walk_folders
+from prime_runs_spool.files import (Listing, OnLink, OnUnreadable, each_once, joined, make_private_dir, pass_over,
+                                   walk_folders)
 
 SPOOL_DIRNAME = "spool"
 #: Held (flock) by a writer while it opens the run: opening is atomic against another opener.
@@ -192,13 +193,23 @@ def ensure_spool_dir(run_dir: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path, listing: Listing | None = None) -> bool:
     """A run directory is one whose (real, not symlinked) ``spool/`` holds a segment.
 
     Raises :class:`OSError` (its ``filename`` the directory that could not be read) when
     ``path`` or its ``spool/`` cannot be looked into: "cannot tell" is not "no".
+    ``listing``: ``path``'s, as a walk took it (``files.walk_folders``), which says whether
+    ``spool/`` is a folder without an ``lstat``.
     """
     folder = joined(path, SPOOL_DIRNAME)  # a string: asked of every folder a walk meets
+    if listing is not None:
+        entry = listing.get(SPOOL_DIRNAME)
+        try:
+            if entry is None or not entry.is_dir(follow_symlinks=False):
+                return False
+        except OSError as exc:
+            raise _unreadable(exc, path) from None
+        return bool(_segment_names(folder))
     try:
         mode = os.lstat(folder).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -253,8 +264,8 @@ def find_runs(paths: Iterable[str | os.PathLike[str]], on_unreadable: OnUnreadab
             return iter([root.parent])
         last_run: list[Path] = []  # the folder last found a run: its spool/ is not entered
 
-        def is_run(folder: Path) -> bool:
-            if is_run_dir(folder):
+        def is_run(folder: Path, listing: Listing | None) -> bool:
+            if is_run_dir(folder, listing):
                 last_run[:] = [folder]
                 return True
             return False
