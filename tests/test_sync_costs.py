@@ -210,6 +210,42 @@ def test_a_small_requests_head_goes_out_with_its_body_in_one_write(tmp_path: Pat
     assert len(sends) == sum(client.requests.values()), sends
 
 
+def test_a_requests_socket_is_given_no_timeout_and_is_not_polled_before_a_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync's own connection keeps its socket non-blocking for its life and waits with a
+    ``poll`` of its own only where a read or a write would block: no ``settimeout`` (an
+    ``ioctl``) for a request or a read, and each ``send`` made on a socket with no timeout,
+    which Python makes without a ``poll`` first. Before: the timeout set once a request and
+    again for a read, each ``send`` after a ``poll``."""
+    import socket
+
+    timeouts_at_send: list[float | None] = []
+    set_timeouts: list[float | None] = []
+    send, settimeout = socket.socket.send, socket.socket.settimeout
+
+    def sending(self, data, *args):  # noqa: ANN001, ANN002, ANN202
+        if threading.current_thread().name.startswith("prime-runs-sync"):
+            timeouts_at_send.append(self.gettimeout())
+        return send(self, data, *args)
+
+    def setting(self, value):  # noqa: ANN001, ANN202
+        if threading.current_thread().name.startswith("prime-runs-sync"):
+            set_timeouts.append(value)
+        return settimeout(self, value)
+
+    monkeypatch.setattr(socket.socket, "send", sending, raising=False)
+    monkeypatch.setattr(socket.socket, "settimeout", setting, raising=False)
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-nonblocking-{n}", 2)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in reports] == ["synced"] * runs
+    assert len(timeouts_at_send) == sum(client.requests.values()), timeouts_at_send
+    assert set(timeouts_at_send) == {0.0}, timeouts_at_send  # non-blocking: no poll before the send
+    assert len(set_timeouts) == 1, set_timeouts  # the connect's (httpcore's), for the one connection
+
+
 def test_a_small_samples_request_is_announced_on_its_own_thread_before_it_is_sent(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A body of one piece has nothing to send before its last byte, so its announcement is

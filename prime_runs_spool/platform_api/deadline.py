@@ -15,9 +15,12 @@ place that sees every byte of an answer, whichever connection of the pool it com
 
 from __future__ import annotations
 
+import math
+import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpcore
@@ -58,15 +61,25 @@ class _AnswerDeadline:
 
 class _Stream(httpcore.NetworkStream):
     """httpcore's stream, each answer's reads bounded (:class:`_AnswerDeadline`). On httpcore's
-    own socket stream, its reads and writes are made here on its socket, as it makes them
-    (its failures raised as the same httpcore exceptions), but for the socket's timeout set
-    only when it changes: httpcore set it before every write, one ``ioctl`` each (and, with
-    the sync's threads waiting, a hand-over of the interpreter lock), 6 a new run's pass for
-    nothing, and each call went through a context manager."""
+    own plain socket stream, its reads and writes are made here on its socket, as it makes
+    them (its failures raised as the same httpcore exceptions), but on a socket left
+    non-blocking for its life, each wait a ``poll`` of its own given what is left of the
+    timeout: a socket's timeout is set by an ``ioctl`` (with the sync's threads waiting, a
+    hand-over of the interpreter lock too), and each read of an answer has a timeout of its
+    own, so a request set it once or twice; and a socket with a timeout polls before every
+    ``send``, where a write here is tried first and waits only if the socket's buffer is
+    full. A TLS socket keeps its timeout (its reads can be waiting in the TLS layer, where a
+    ``poll`` does not see them)."""
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
         self._sock = inner.get_extra_info("socket") if type(inner) is SyncStream else None
+        self._readable = self._writable = None
+        if type(self._sock) is socket.socket:  # plain TCP (or a Unix socket), not TLS
+            self._sock.setblocking(False)
+            self._readable, self._writable = select.poll(), select.poll()
+            self._readable.register(self._sock, select.POLLIN)
+            self._writable.register(self._sock, select.POLLOUT)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         timeout = _AnswerDeadline.bound(timeout)
@@ -74,9 +87,11 @@ class _Stream(httpcore.NetworkStream):
         if sock is None:
             return self._inner.read(max_bytes, timeout)
         try:
-            if sock.gettimeout() != timeout:
-                sock.settimeout(timeout)
-            return sock.recv(max_bytes)
+            if self._readable is None:
+                if sock.gettimeout() != timeout:
+                    sock.settimeout(timeout)
+                return sock.recv(max_bytes)
+            return _waited(self._readable, timeout, sock.recv, max_bytes)
         except socket.timeout as exc:
             raise httpcore.ReadTimeout(exc) from exc
         except OSError as exc:
@@ -88,10 +103,18 @@ class _Stream(httpcore.NetworkStream):
             self._inner.write(buffer, timeout)
             return
         try:
-            if buffer and sock.gettimeout() != timeout:
-                sock.settimeout(timeout)
+            if self._writable is None:
+                if buffer and sock.gettimeout() != timeout:
+                    sock.settimeout(timeout)
+                while buffer:
+                    buffer = buffer[sock.send(buffer):]
+                return
             while buffer:
-                buffer = buffer[sock.send(buffer):]
+                try:
+                    sent = sock.send(buffer)  # tried first: the socket's buffer has room, nearly always
+                except BlockingIOError:
+                    sent = _waited(self._writable, timeout, sock.send, buffer)
+                buffer = buffer[sent:]
         except socket.timeout as exc:
             raise httpcore.WriteTimeout(exc) from exc
         except OSError as exc:
@@ -106,6 +129,24 @@ class _Stream(httpcore.NetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
+
+
+def _waited(poller: select.poll, timeout: float | None, call: Callable[[Any], Any], arg: Any) -> Any:
+    """``call(arg)`` on a non-blocking socket once ``poller`` says it can go, within ``timeout``
+    seconds (None: no limit), as a socket with that timeout makes it (``socket.timeout`` past it)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if end is None else max(0, min(_MOST, math.ceil((end - time.monotonic()) * 1000)))
+        if not poller.poll(left):
+            raise socket.timeout("timed out")
+        try:
+            return call(arg)
+        except BlockingIOError:  # ready, and then not: wait again
+            continue
+
+
+#: The longest wait ``poll`` takes, in milliseconds.
+_MOST = 2**31 - 1
 
 
 class _Backend(httpcore.SyncBackend):
