@@ -8,6 +8,7 @@ URL it was given and fetches it, as a browser would) once the server answers.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import stat
 import subprocess
@@ -147,3 +148,31 @@ def test_the_viewer_lists_and_opens_a_run_whose_folder_name_is_not_utf8(odd_tree
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+@pytest.mark.slow
+def test_a_run_deleted_while_the_viewer_serves_leaves_every_page_answering(tmp_path: Path) -> None:
+    """Its spool then held no segment, and the page's standing of the run asked for the last
+    one: the list of runs (every run's) and the run's page answered 500, with a traceback in
+    the log, until the viewer was restarted; and the run stayed listed as it was."""
+    from support.runs import build_run
+
+    for name in ("kept", "deleted"):
+        build_run(tmp_path / "runs" / name, f"viewer-{name}", 2)
+    proc = subprocess.Popen(CLI + ["view", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=child_env())
+    try:
+        url = platform_process.first_line(proc).rstrip("/")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert "/run?run=deleted" in client.get("/").text
+            shutil.rmtree(tmp_path / "runs" / "deleted")
+            pages = [client.get("/run", params={"run": "deleted"}), client.get("/")]  # before and after a rescan
+            time.sleep(1.0)  # sources.RESCAN_INTERVAL
+            index = client.get("/")
+            assert [page.status_code in (200, 404) for page in pages] == [True, True], pages
+            assert index.status_code == 200
+            assert "/run?run=kept" in index.text and "/run?run=deleted" not in index.text
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert "Traceback" not in proc.stderr.read()

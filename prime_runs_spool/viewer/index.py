@@ -253,7 +253,7 @@ class SpoolIndex(RunIndex):
         segments = len(shape[0]) if shape else 0
         seal = self._seal
         sealed = None
-        if seal is not None and shape and seal[0] == shape[0][-1]:
+        if seal is not None and shape and shape[0] and seal[0] == shape[0][-1]:  # no segment: deleted since
             sealed = str(seal[1].get("status")) if seal[1].get("status") is not None else None
         return standing(self.rows, segments, sealed, self._sync_states.read())
 

@@ -106,10 +106,11 @@ class SpoolSource(Source):
             plain = [folder for folder in find_eval_outputs(self.paths) if self._unspooled(folder)]
         except (SpoolError, OSError):
             return  # a path removed since: the runs already known stay shown
-        # Outputs spooled since they were listed are shown by their spool from now on.
-        still = {path.resolve() for path in plain}
-        for key in [k for k, run in self._runs.items()
-                    if isinstance(run, PlainIndex) and run.output_dir.resolve() not in still]:
+        # Outputs spooled since they were listed are shown by their spool from now on; a
+        # run deleted (or moved) since is listed no more, or where it is now.
+        still, spooled = {path.resolve() for path in plain}, {path.resolve() for path in found}
+        for key in [k for k, run in self._runs.items() if (run.output_dir.resolve() not in still
+                    if isinstance(run, PlainIndex) else run.run_dir.resolve() not in spooled)]:
             del self._runs[key]
             self._order.remove(key)
         known = {run.run_dir.resolve() for run in self._runs.values() if isinstance(run, SpoolIndex)}
