@@ -1001,10 +1001,14 @@ def test_a_manifest_sync_cannot_send_is_that_runs_precise_error(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("refused", ["POST /evaluations/", "POST /evaluations/ev1/samples"])
-def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path: Path, refused: str) -> None:
-    """A 4xx left the request announced in the state: the next sync (the user fixed the
-    key's team, or the body) first waited a whole request lifetime, 10 minutes by default,
-    for a request the platform had refused. Now it goes at once, and sends each row once."""
+@pytest.mark.parametrize("how", ["403", "connection refused"])
+def test_a_request_refused_or_never_sent_is_not_fenced_by_the_next_sync(tmp_path: Path, refused: str,
+                                                                        how: str) -> None:
+    """A 4xx, or a connection refused at every try (nothing left this machine: the platform
+    was down), left the request announced in the state: the next sync (the user fixed the
+    key's team, or the body; the platform is back) first waited a whole request lifetime, 10
+    minutes by default, for a request the platform had refused or never got. Now it goes at
+    once, and sends each row once."""
     import httpx
 
     from prime_runs_spool.platform_api.client import PlatformClient
@@ -1018,8 +1022,14 @@ def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path:
     platform = FakePlatform()
     builder = build_run(tmp_path / "r", "refused-then-fixed", 3)
     method, path = refused.split(" ")
-    platform.fault = lambda m, p, phase: (httpx.Response(403, json={"detail": "not in this team"})
-                                          if (m, p, phase) == (method, path, "before") else None)
+    def fault(m: str, p: str, phase: str) -> httpx.Response | None:
+        if (m, p, phase) != (method, path, "before"):
+            return None
+        if how == "403":
+            return httpx.Response(403, json={"detail": "not in this team"})
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    platform.fault = fault
     slept: list[float] = []
     now = [1_000_000.0]
 
@@ -1029,13 +1039,13 @@ def test_a_request_the_platform_refused_is_not_fenced_by_the_next_sync(tmp_path:
 
     def sync():  # noqa: ANN202
         settings = Settings("http://fake", Secret("key"), None, "http://app")
-        options = SyncOptions(request_lifetime=600.0, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02))
+        options = SyncOptions(request_lifetime=600.0, to=SAMPLES, backoff=Backoff(base=0.01, cap=0.02, max_attempts=3))
         client = PlatformClient(settings, transport=platform.transport())
         return RunSync(builder.run_dir, client, Destination(key="d", base_url="http://fake"), options,
                        clock=lambda: now[0], sleep=sleep).run()
 
     first = sync()
-    assert first.state == "error" and "403" in (first.error or ""), first
+    assert first.state == "error" and ("403" if how == "403" else "connection refused") in (first.error or ""), first
     platform.fault = None
     second = sync()
     assert second.state == "synced", second

@@ -328,6 +328,7 @@ class Protocol:
         while the body goes out (:meth:`_announce_alongside`), else before ``send`` is called."""
         attempt = 0
         alongside = alongside and self.WRITES_ALONGSIDE
+        doubted = False  # whether a try got no answer after its bytes may have left
         while True:
             sent_at, started = self.clock(), self.monotonic()
             self.state.in_flight = dataclasses.replace(in_flight, sent_at=sent_at)
@@ -357,7 +358,18 @@ class Protocol:
                         sent_at, landed, in_doubt=exc.kind is FailureKind.IN_DOUBT):
                     return LANDED
                 attempt += 1
-                self.back_off(what, exc, attempt, sent)
+                doubted = doubted or exc.kind is FailureKind.IN_DOUBT
+                try:
+                    self.back_off(what, exc, attempt, sent)
+                except BaseException:
+                    if not doubted:
+                        # Given up (or stopped while waiting), no try in doubt: each one never
+                        # left (a connection refused) or was answered and read as not landed.
+                        # Left announced, the next sync fenced it for a request lifetime, as
+                        # after a platform that was down for a moment.
+                        self.state.in_flight = None
+                        self.note()
+                    raise
                 continue
             self.options.backoff.answered()
             return answer
