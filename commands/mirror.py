@@ -62,12 +62,21 @@ def mirror(paths: tuple[Any, ...], once: bool, interval: float | None, as_json: 
     stopped = SignalEvent()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
-    failed = []
+    failed = False
+    #: Each failing run's error as last printed: a run refused at every pass (its folder
+    #: renamed, say) is said once, and again when its error changes, not every --interval.
+    said: dict[str, str] = {}
 
     def show(reports: list[Any]) -> None:
+        nonlocal failed
         for report in reports:
             if report.error:
-                failed.append(report)
+                failed = True
+                if said.get(report.path) == report.error and not report.uploaded:
+                    continue
+                said[report.path] = report.error
+            else:
+                said.pop(report.path, None)
             if not (report.uploaded or report.error):
                 continue
             if as_json:

@@ -323,6 +323,28 @@ def test_a_run_folder_renamed_after_its_first_upload_is_not_mirrored_a_second_ti
 
 
 
+@pytest.mark.slow
+def test_a_mirror_that_keeps_running_says_a_refused_run_once_not_every_pass(tmp_path: Path, folder_url: str) -> None:
+    """The refusal (its folder renamed after its first upload) was printed again at every
+    pass, every --interval (5 s by default) for as long as the mirror ran, and each kept in
+    a list that grew as long."""
+    import signal
+    import time
+
+    outputs = tmp_path / "outputs"
+    build_run(outputs / "eval-1", "file-mirror-refused-once", 2)
+    assert mirror_once(outputs, folder_url).returncode == 0
+    (outputs / "eval-1").rename(outputs / "eval-1-final")
+    proc = subprocess.Popen(CLI + ["mirror", str(outputs), folder_url, "--interval", "0.05"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    time.sleep(2.0)  # dozens of passes
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert [line.split()[0] for line in out.splitlines()] == ["error"], out
+    assert "this run was first mirrored to" in out
+
+
 _NOTE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
 _NOTE_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False)
                             | _NOTE_TEXT | _NOTE_TEXT.map(lambda tail: f"s3://{tail}"),
