@@ -115,3 +115,19 @@ def test_a_state_file_is_0600_in_a_0700_folder_made_only_when_missing(tmp_path: 
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert SyncState.from_json(path.read_bytes()).local_run_id == "r"
+
+
+def test_the_cache_folder_and_every_parent_it_makes_are_0700(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``XDG_CACHE_HOME`` missing: sync's cache (copy locks, runs up to date, store states)
+    and the viewer's search indexes made it with the umask's mode (0755), as ``Path.mkdir``
+    makes a parent; every folder made is 0700 now, as the XDG specification asks too."""
+    from prime_runs_spool.sync.user_cache import private_folder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / "cache"))
+    folder = private_folder("copies")
+    assert folder == tmp_path / "home" / "cache" / "prime-runs" / "copies"
+    assert _loose(_modes(tmp_path / "home"), tmp_path / "home") == {}
+    (tmp_path / "home" / "cache" / "prime-runs" / "taken").write_bytes(b"")
+    with pytest.raises(FileExistsError):
+        private_folder("taken")
+    assert stat.S_IMODE((tmp_path / "home" / "cache" / "prime-runs" / "taken").stat().st_mode) == 0o644

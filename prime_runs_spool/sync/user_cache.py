@@ -9,11 +9,12 @@ so all follow ``XDG_CACHE_HOME`` alike.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
-from prime_runs_spool.files import DIR_MODE
+from prime_runs_spool.files import DIR_MODE, make_private_dir
 
 #: The environment variable that moves the cache (the XDG base directory convention).
 CACHE_ENV = "XDG_CACHE_HOME"
@@ -32,11 +33,14 @@ def cache_root() -> Path:
 
 def private_folder(name: str) -> Path:
     """``cache_root()/name``, created if needed, both folders 0700 (another user of the
-    machine must not read what sync keeps there, nor plant files in it). OSError when it
-    cannot be created."""
+    machine must not read what sync keeps there, nor plant files in it), and every missing
+    parent made 0700 too (``Path.mkdir`` made ``XDG_CACHE_HOME`` itself 0755), not fsync'd:
+    a cache. OSError when it cannot be created."""
     root = cache_root()
     folder = root / name
-    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    make_private_dir(folder, durable=False)
+    if not folder.is_dir():  # a file there (``Path.mkdir(exist_ok=True)`` said so): never chmod'ed
+        raise FileExistsError(errno.EEXIST, "is not a folder", str(folder))
     for path in (root, folder):
         if stat.S_IMODE(path.stat().st_mode) != DIR_MODE:
             os.chmod(path, DIR_MODE)
