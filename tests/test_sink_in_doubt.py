@@ -226,19 +226,23 @@ def test_a_batch_whose_every_try_was_refused_a_connection_is_not_in_doubt(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_batch_reset_after_it_was_sent_stays_in_doubt_though_its_last_try_was_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fault", ["reset_after", "status_504"])
+def test_a_batch_that_may_have_been_sent_stays_in_doubt_though_its_last_try_was_refused(tmp_path: Path,
+                                                                                        fault: str) -> None:
     """The first try is sent whole and its connection reset instead of the answer (the fault
-    proxy: committed); the proxy is then gone, so the later tries are refused a connection.
-    One try may have landed, so the batch stays announced: ``--to samples`` is refused, and
-    a sync that reaches Prime Traces again settles it under its key, each episode once."""
-    builder = build_run(tmp_path / "runs" / "run", "reset-then-refused", EPISODES)
+    proxy: committed), or answered 504 by the gateway before the service (the proxy: not
+    forwarded, but a gateway's 504 cannot tell); the proxy is then gone, so the later tries
+    are refused a connection. One try may have landed, so the batch stays announced: ``--to
+    samples`` is refused, and a sync that reaches Prime Traces again settles it under its
+    key, each episode once."""
+    builder = build_run(tmp_path / "runs" / "run", f"{fault}-then-refused", EPISODES)
     db, root = tmp_path / "p.db", tmp_path / "runs"
     with EmbeddedPlatform(db, traces=True) as platform:
-        proxy = FaultProxy(platform.base_url, rates={"reset_after": 1.0}, methods=["POST"], paths=r"/traces$").start()
+        proxy = FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/traces$").start()
         try:
             lost = _sync_to_traces_at(root, db, platform.base_url, proxy.base_url, AUTO,
                                       on_retry=lambda _retry: proxy.stop())
-            assert [f for f in proxy.faults() if f != "none"] == ["reset_after"], proxy.faults()
+            assert [f for f in proxy.faults() if f != "none"] == [fault], proxy.faults()
         finally:
             proxy.stop()
         assert lost.state == "error" and "connection refused" in lost.error, lost

@@ -25,7 +25,8 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer, UnknownEvaluation
 from prime_runs_spool.platform_api import answers
-from prime_runs_spool.platform_api.no_answer import classify_transport_error
+from prime_runs_spool.platform_api.no_answer import (GATEWAY_STATUSES, RATE_LIMITED, answered_kind,
+                                                     classify_transport_error)
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
@@ -162,11 +163,11 @@ def classify_response(method: str, path: str, response: httpx.Response,
                       secret: Secret | None = None) -> PlatformError:
     status = response.status_code
     what = f"{method} {path} answered {status}"
-    if status == 429:
-        return PlatformError(FailureKind.NOT_SENT, f"{what} (rate limited)", status=status,
+    if status == RATE_LIMITED:
+        return PlatformError(answered_kind(status), f"{what} (rate limited)", status=status,
                              retry_after=_retry_after(response))
-    if status in (502, 504):
-        return PlatformError(FailureKind.IN_DOUBT, f"{what} (gateway)", status=status,
+    if status in GATEWAY_STATUSES:
+        return PlatformError(answered_kind(status), f"{what} (gateway)", status=status,
                              retry_after=_retry_after(response))
     if status >= 500 and status not in _FATAL_ADVICE:
         return PlatformError(FailureKind.ANSWERED, what, status=status,

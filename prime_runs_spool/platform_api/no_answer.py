@@ -15,6 +15,23 @@ if TYPE_CHECKING:
     from prime_runs_spool.platform_api.proxy import Proxy
 
 
+#: What a gateway in front of a service answers for it (502: bad gateway; 504: its timeout):
+#: the request may have reached the service and been acted on, so it is in doubt, as one
+#: with no answer is. The platform's and Prime Traces' alike (their gateways are one).
+GATEWAY_STATUSES = (502, 504)
+#: Rate limited: the request was not acted on.
+RATE_LIMITED = 429
+
+
+def answered_kind(status: int) -> FailureKind:
+    """A retryable status as a failure kind: rate limited, not acted on (``NOT_SENT``); a
+    gateway's, in doubt; another (500, 503: the service answered, done with the request)
+    ``ANSWERED``."""
+    if status == RATE_LIMITED:
+        return FailureKind.NOT_SENT
+    return FailureKind.IN_DOUBT if status in GATEWAY_STATUSES else FailureKind.ANSWERED
+
+
 def classify_transport_error(method: str, path: str, exc: httpx.TransportError,
                              proxy: Proxy | None = None) -> PlatformError:
     """A request with no answer: not sent where it could not connect (to the platform, or to

@@ -33,7 +33,7 @@ from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, M
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.answers import error_words
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
-from prime_runs_spool.platform_api.no_answer import classify_transport_error
+from prime_runs_spool.platform_api.no_answer import GATEWAY_STATUSES, answered_kind, classify_transport_error
 from prime_runs_spool.platform_api.proxy import Proxy
 from prime_runs_spool.platform_api.settings import Secret
 
@@ -127,9 +127,11 @@ class TracesUploader:
 def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL",
              proxy: Proxy | None = None) -> PlatformError:
     """The library's typed error as a retry class. Content addressing makes every ambiguous
-    outcome safe to resend, so nothing here is ``IN_DOUBT`` in the samples sense: whatever
-    is not a refusal is sent again, with the same key. ``service``: the URL the batch went
-    to, named in a refused key's line (a key sent to another platform than its own)."""
+    outcome safe to resend: whatever is not a refusal is sent again, with the same key; the
+    kind says, as for the platform's requests, whether it may have been stored meanwhile
+    (``IN_DOUBT``: no answer after it was written, a gateway's 502 or 504) or surely was not.
+    ``service``: the URL the batch went to, named in a refused key's line (a key sent to
+    another platform than its own)."""
     code = exc.code or ""
     status = exc.status_code
     said = error_words(secret.scrub(str(exc)) if secret is not None else str(exc))  # the service's, without the key
@@ -137,7 +139,12 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
     if isinstance(exc, ForbiddenError) and code == ErrorCode.SERVICE_NOT_ENABLED.value:
         return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({said})", status=status)
     if isinstance(exc, RetryableAPIError):
-        return PlatformError(FailureKind.ANSWERED, answered, status=status, retry_after=exc.retry_after)
+        # Sent again whatever its kind; the kind says whether it may have been stored (a
+        # gateway's 502 or 504: the batch may have reached the service), which keeps a
+        # batch in doubt (sync/sinks/addressed.py) as for a platform request.
+        kind = answered_kind(status) if status is not None else FailureKind.ANSWERED
+        return PlatformError(kind, answered + (" (gateway)" if status in GATEWAY_STATUSES else ""),
+                             status=status, retry_after=exc.retry_after)
     if isinstance(exc, TransportError) and isinstance(exc.__cause__, httpx.TransportError):
         # Told in the platform requests' words ("cannot connect (connection refused by HOST)",
         # "no answer (timed out ...)"), not the library's; a connection never made is not sent.
