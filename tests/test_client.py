@@ -123,6 +123,33 @@ def test_a_key_refused_by_the_traces_service_names_it(status: int) -> None:
     assert f"answered {status}" in str(caught.value) and "http://traces.test:8443" in str(caught.value), caught.value
 
 
+@pytest.mark.parametrize(("message", "line"), [
+    ("Prime Traces is not enabled for this account", "Prime Traces is not enabled for this account"),
+    ("Ask your team admin.", "Prime Traces is not enabled for this account (Ask your team admin.)"),
+])
+def test_service_not_enabled_is_said_once_with_the_services_words_only_when_they_add_some(
+        message: str, line: str) -> None:
+    """The local platform (and a service saying the same) gave 'Prime Traces is not enabled
+    for this account (Prime Traces is not enabled for this account)' under every run."""
+    import hashlib
+
+    from prime_runs_spool.errors import ServiceNotEnabled
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
+                              transport=httpx.MockTransport(lambda request: httpx.Response(
+                                  403, json={"error": {"code": "service_not_enabled", "message": message}})))
+    try:
+        with pytest.raises(ServiceNotEnabled) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert str(caught.value) == line
+
+
 NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
              "Entity Too Large</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
 

@@ -137,7 +137,9 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
     said = error_words(secret.scrub(str(exc)) if secret is not None else str(exc))  # the service's, without the key
     answered = f"POST /traces answered {status}" + (f" {code}" if code else "")
     if isinstance(exc, ForbiddenError) and code == ErrorCode.SERVICE_NOT_ENABLED.value:
-        return ServiceNotEnabled(f"Prime Traces is not enabled for this account ({said})", status=status)
+        line = "Prime Traces is not enabled for this account"
+        quoted = said and said.rstrip(". ").lower() not in line.lower()  # the service's words, unless ours
+        return ServiceNotEnabled(line + (f" ({said})" if quoted else ""), status=status)
     if isinstance(exc, RetryableAPIError):
         # Sent again whatever its kind; the kind says whether it may have been stored (a
         # gateway's 502 or 504: the batch may have reached the service), which keeps a
