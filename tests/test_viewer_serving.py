@@ -176,3 +176,38 @@ def test_a_run_deleted_while_the_viewer_serves_leaves_every_page_answering(tmp_p
         proc.terminate()
         proc.wait(15)
     assert "Traceback" not in proc.stderr.read()
+
+
+@pytest.mark.parametrize("damage", ["spool folder made a file", "segment made a symbolic link loop"])
+def test_a_run_whose_files_cannot_be_read_since_answers_in_one_line_not_a_500(tmp_path: Path, damage: str) -> None:
+    """A run's files changed under the viewer so that reading them raises an ``OSError``
+    (``NotADirectoryError``, ``ELOOP``), not the reader's own error: its pages answered 500
+    Internal Server Error with a traceback in the log, until the next rescan at best; now
+    the run's pages say what cannot be read, and every other run's pages answer as before."""
+    from starlette.testclient import TestClient
+
+    from prime_runs_spool.spool.layout import list_segments
+    from prime_runs_spool.viewer.app import create_viewer_app
+    from prime_runs_spool.viewer.sources import SpoolSource
+    from support.runs import build_run
+
+    for name in ("kept", "damaged"):
+        build_run(tmp_path / "runs" / name, f"viewer-{name}", 3)
+    client = TestClient(create_viewer_app(SpoolSource([tmp_path / "runs"])), base_url="http://127.0.0.1")
+    pages = ["/run?run=damaged", "/episode?run=damaged&n=1", "/group?run=damaged&example=0",
+             "/pair?a=damaged&b=kept&example=0", "/run?run=damaged&fragment=1"]
+    assert [client.get(page).status_code for page in pages] == [200] * len(pages)
+    damaged = tmp_path / "runs" / "damaged"
+    if damage == "spool folder made a file":
+        shutil.rmtree(damaged / "spool")
+        (damaged / "spool").write_bytes(b"")
+    else:
+        segment = list_segments(damaged)[0][1]
+        segment.unlink()
+        segment.symlink_to(segment.name)
+    for page in pages:
+        answer = client.get(page)
+        assert answer.status_code in (200, 404, 500), page
+        assert answer.status_code == 200 or "Cannot read this run" in answer.text or "Not found" in answer.text, page
+    assert client.get("/run?run=kept").status_code == 200
+    assert client.get("/").status_code == 200

@@ -73,7 +73,7 @@ def create_viewer_app(source: Source, *, token: str | None = None, mounted: bool
             body = await run_in_threadpool(build, pages(request), dict(request.query_params), fragment_url(request))
         except UnknownRunError as exc:
             return _html(pages(request).message("Not found", str(exc)), 404)
-        except SpoolError as exc:
+        except (SpoolError, OSError) as exc:  # OSError: its files changed under the viewer (a folder made a file)
             return _html(pages(request).message("Cannot read this run", str(exc)), 500)
         return _html(body)
 
