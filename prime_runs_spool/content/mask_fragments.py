@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 from prime_runs_spool.content.mask_beside import UNKNOWN
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
 from prime_runs_spool.content.mask_text import mask_text
-from prime_runs_spool.content.masking import MaskRules, _apply, _masked, _States
+from prime_runs_spool.content.mask_plans import apply_plan
+from prime_runs_spool.content.masking import MaskRules, _masked, _States
 from prime_runs_spool.content.written_form import children as _children
 
 
@@ -147,7 +148,7 @@ def _beside(rules: MaskRules, volatile: str, states: _States, scoped: bool) -> _
         plan = known_of(obj)
         if plan is UNKNOWN:
             plan = beside_plan_of(obj, rules, states, scoped)
-        return None if plan is None else _apply(obj, plan)
+        return None if plan is None else apply_plan(obj, plan)
 
     return masked_beside
 

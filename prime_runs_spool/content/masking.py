@@ -33,6 +33,7 @@ from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTER
                                                      LIST_POSITION, MASK, SECRET_NAME, Pattern,
                                                      is_env_var_name, is_secret_name, parse_pattern, spelling)
 from prime_runs_spool.content.mask_beside import UNKNOWN, Beside, volatile_places
+from prime_runs_spool.content.mask_plans import KEYS, Plan, apply_plan, is_mask
 from prime_runs_spool.content.mask_text import mask_new_text, mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
@@ -215,29 +216,6 @@ class _Shape(NamedTuple):
     single: tuple[str, _Step] | None = None
 
 
-# -- plans -------------------------------------------------------------------------
-# A plan says what changes under a container: for each key, either the string that
-# replaces the value (MASK, or a URL with its userinfo masked) or the plan below it;
-# and under :data:`_KEYS`, the keys in a URL scope that are renamed because they hold a
-# URL's userinfo (old key to new). ``None`` means nothing changes. Plans hold keys and
-# replacement strings only, never an input value, so applying a memoized plan to an
-# equal input is exactly a fresh walk.
-Plan = dict[Union[str, int, object], Union[str, "Plan", dict[str, str]]]
-
-
-class _RenamedKeys:
-    """The type of :data:`_KEYS`, a plan key no mapping key can equal."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "_KEYS"
-
-
-#: Where a plan keeps its renamed keys: a key is written as well as its value, so a URL
-#: used as a key (``{"https://user:token@host": ...}``) has its userinfo masked too.
-_KEYS: Any = _RenamedKeys()
-
 #: Bounds on the memo: entries, the size of one memoized subtree, the step cache, and the
 #: hashes of subtrees seen once (a plan is kept from a subtree's second sighting).
 _MAX_PLANS = 256
@@ -328,7 +306,7 @@ class _Memo:
         serialized = self._serialized(obj)
         if serialized is None:
             plan = _plan(obj, rules, states, scoped, memoize=False)
-            return None if plan is None else _apply(obj, plan)
+            return None if plan is None else apply_plan(obj, plan)
         found = self.plans.get((states, scoped, serialized))
         if found is not None and (not found[3] or found[0] == obj):
             self.hits += 1
@@ -336,7 +314,7 @@ class _Memo:
             return found[2]
         entry = self._missed(obj, rules, states, scoped, serialized, found)
         plan = entry[1]
-        return None if plan is None else _apply(obj, plan)
+        return None if plan is None else apply_plan(obj, plan)
 
     def _serialized(self, obj: Any) -> bytes | None:
         """``obj`` serialized, the memo's key, or ``None`` when the memo is not asked: it is
@@ -382,7 +360,7 @@ class _Memo:
             has_null = serialized.find(b"null") >= 0
             if has_null:
                 plan = _plan(reference, rules, states, scoped, memoize=False)
-            fragment = None if plan is None else _Fragment(_dumps(_apply(reference, plan)))
+            fragment = None if plan is None else _Fragment(_dumps(apply_plan(reference, plan)))
             with self.lock:
                 while len(self.plans) >= _MAX_PLANS:
                     self.plans.pop(next(iter(self.plans)))
@@ -414,7 +392,7 @@ def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
         out = _masked(obj, rules, states, scoped)
         return obj if out is None else out
     plan = _plan(obj, rules, states, scoped, memoize=False)
-    return obj if plan is None else _apply(obj, plan)
+    return obj if plan is None else apply_plan(obj, plan)
 
 
 _Fragment = orjson.Fragment
@@ -450,14 +428,14 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
             masked_key = mask_url(key)
             if masked_key is not key:
                 if renamed is None:
-                    renamed = plan[_KEYS] = {}
+                    renamed = plan[KEYS] = {}
                 renamed[key] = masked_key
         if value is None:
             continue
         after, masked, table, starts_scope = (
             uniform or (literals[key] if literals is not None else rules._step(states, key)))
         if masked:
-            if not _is_mask(value):
+            if not is_mask(value):
                 plan[key] = MASK
             continue
         if arguments is not None and key in arguments:
@@ -471,7 +449,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
             if sub is not None:
                 plan[key] = sub
         elif table:  # a table given as one value: all of it may be the credential
-            if not _is_mask(value):
+            if not is_mask(value):
                 plan[key] = MASK
         elif below and isinstance(value, str):
             masked_text = mask_text(value)
@@ -481,7 +459,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
 
 
 def _masked(obj: Any, rules: MaskRules, states: _States, scoped: bool, fragments: bool = False) -> Any:
-    """``_apply(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
+    """``apply_plan(obj, _plan(obj, ..., memoize=True))`` in one pass, or ``None`` when nothing
     changes: above the memoized subtrees (an episode's root, its traces, their agents) the
     walk copies as it goes instead of building a plan to walk again.
 
@@ -531,7 +509,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
         if fragments:
             return rules._memo.masked_of(obj, rules, states, scoped)
         plan = rules._memo.plan_of(obj, rules, states, scoped)
-        return None if plan is None else _apply(obj, plan)
+        return None if plan is None else apply_plan(obj, plan)
     literals, uniform = shape.literals, shape.uniform
     if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
         # Look up the few keys a pattern names (only with str keys: 0 would match "0").
@@ -550,7 +528,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
         after, masked, table, starts_scope = (
             uniform or (literals[key] if literals is not None else rules._step(states, key)))
         if masked:
-            if _is_mask(value):
+            if is_mask(value):
                 continue
             change: Any = MASK
         elif not after and not starts_scope and not table:
@@ -558,7 +536,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
         elif starts_scope and (type(value) is dict or type(value) is list):  # a URL scope (a trace's config,
             memo = rules._memo  # its runtime record): the memo answers as in _masked_here, two calls fewer
             change = memo.masked_of(value, rules, after, True) if fragments else (
-                None if (plan := memo.plan_of(value, rules, after, True)) is None else _apply(value, plan))
+                None if (plan := memo.plan_of(value, rules, after, True)) is None else apply_plan(value, plan))
             if change is None:
                 continue
         elif type(value) is dict or type(value) is list or _children(value) is not None:
@@ -566,7 +544,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
             if change is None:
                 continue
         elif table:  # a table given as one value: all of it may be the credential
-            if _is_mask(value):
+            if is_mask(value):
                 continue
             change = MASK
         elif starts_scope and isinstance(value, str):
@@ -579,22 +557,3 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
             out = obj.copy() if type(obj) is dict or type(obj) is list else _copy(obj)
         out[key] = change
     return out
-
-
-def _apply(obj: Any, plan: Plan) -> Any:
-    """A copy of the container ``obj`` along the plan; everything else shared."""
-    out: Any = _copy(obj)
-    renamed = None
-    for key, change in plan.items():
-        if key is _KEYS:
-            renamed = change
-            continue
-        # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
-        out[key] = change if type(change) is str else _apply(out[key], change)
-    if renamed is not None:  # keys in place, in order; two that mask alike keep the later value
-        out = {renamed.get(key, key) if type(key) is str else key: value for key, value in out.items()}
-    return out
-
-
-def _is_mask(value: Any) -> bool:
-    return type(value) is str and value == MASK

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from prime_runs_spool.content.mask_text import mask_url
-from prime_runs_spool.content.masking import _KEYS, MaskRules, _plan, _States
+from prime_runs_spool.content.mask_plans import KEYS
+from prime_runs_spool.content.masking import MaskRules, _plan, _States
 from prime_runs_spool.content.written_form import children as _children
 
 
@@ -38,7 +39,7 @@ def _find(
     if plan is None:
         return
     for key, change in plan.items():
-        if key is _KEYS:  # URLs used as keys: each is named, its userinfo masked (_dotted)
+        if key is KEYS:  # URLs used as keys: each is named, its userinfo masked (_dotted)
             for renamed in change:
                 found[_dotted((*path, renamed))] = None
             continue
