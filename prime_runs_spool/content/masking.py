@@ -226,6 +226,9 @@ _MAX_SEEN = 4096
 #: under one in eight of a window's lookups were answered.
 _WINDOW = 64
 _BYPASS = 448
+#: The entries found last at one place, asked before the plans' dict (a place's few seats'
+#: configs come in turn): a serialization compared with theirs, not hashed.
+_RECENT = 8
 
 
 class _Memo:
@@ -245,6 +248,10 @@ class _Memo:
         #: What other modules derive from the rules (:meth:`MaskRules.derived`).
         self.derived: dict[Any, Any] = {}
         self.plans: dict[tuple[_States, bool, bytes], _Entry] = {}
+        #: Per place, the last entries found there (:data:`_RECENT`), each with its key's
+        #: serialization and scope: an entry evicted from ``plans`` may answer here a while, as
+        #: it would have (an entry's answer holds for its key whatever happens to the others).
+        self.recent: dict[_States, tuple[tuple[bytes, bool, _Entry], ...]] = {}
         self.seen_once: set[int] = set()
         self.lock = threading.Lock()
         self.hits = 0
@@ -265,10 +272,9 @@ class _Memo:
         volatile = self.volatile.get(states)
         if volatile is not None and type(obj) is dict and type(obj.get(volatile[0])) is str and "value" not in obj:
             return self.beside_plan_of(obj, rules, states, scoped)  # (a ``value`` key: a {name, value} pair's rule)
-        serialized = self._serialized(obj)
+        serialized, found = self._found(obj, states, scoped)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
-        found = self.plans.get((states, scoped, serialized))
         if found is not None and found[0] == obj:
             self.hits += 1
             self.window_hits += 1
@@ -303,11 +309,10 @@ class _Memo:
         serialization holds ``null`` (the entry knows): subtrees serialized alike mask alike
         but for ``None`` (never masked) against NaN or an infinity, all written ``null``; an
         ``Enum`` member or an ``orjson.Fragment`` is masked as the JSON it is written as."""
-        serialized = self._serialized(obj)
+        serialized, found = self._found(obj, states, scoped)
         if serialized is None:
             plan = _plan(obj, rules, states, scoped, memoize=False)
             return None if plan is None else apply_plan(obj, plan)
-        found = self.plans.get((states, scoped, serialized))
         if found is not None and (not found[3] or found[0] == obj):
             self.hits += 1
             self.window_hits += 1
@@ -316,12 +321,15 @@ class _Memo:
         plan = entry[1]
         return None if plan is None else apply_plan(obj, plan)
 
-    def _serialized(self, obj: Any) -> bytes | None:
-        """``obj`` serialized, the memo's key, or ``None`` when the memo is not asked: it is
-        not plain JSON data, it is too large, or configs have not been repeating."""
+    def _found(self, obj: Any, states: _States, scoped: bool) -> tuple[bytes | None, _Entry | None]:
+        """``obj`` serialized, the memo's key (``None`` when the memo is not asked: it is not
+        plain JSON data, it is too large, or configs have not been repeating), and the entry
+        memoized under it, if any: first among the last found at ``states`` (:data:`_RECENT`;
+        bytes compared where the dict would hash all of them, about 3k instructions for a
+        config), then in the dict."""
         if self.bypass:  # configs have not been repeating: walk without the serialization
             self.bypass -= 1
-            return None
+            return None, None
         self.window += 1
         if self.window == _WINDOW:
             if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
@@ -330,8 +338,19 @@ class _Memo:
         try:
             serialized = _dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
-            return None
-        return serialized if len(serialized) <= _MAX_PLAN_BYTES else None
+            return None, None
+        if len(serialized) > _MAX_PLAN_BYTES:
+            return None, None
+        recent = self.recent.get(states, ())
+        for seen, in_scope, entry in recent:
+            if seen == serialized and in_scope is scoped:
+                return serialized, entry
+        found = self.plans.get((states, scoped, serialized))
+        if found is not None:  # a new tuple in place: a thread reading the old one reads it whole
+            if len(self.recent) >= _MAX_PLANS:
+                self.recent.clear()
+            self.recent[states] = (*recent[1 - _RECENT:], (serialized, scoped, found))
+        return serialized, found
 
     def _missed(self, obj: Any, rules: MaskRules, states: _States, scoped: bool, serialized: bytes,
                 found: _Entry | None) -> _Entry:
