@@ -20,9 +20,6 @@ from prime_runs_spool.content.mask_text import mask_new_text, not_in_id
 #: The records kept to compare with: a run's seats run in a few kinds of boxes.
 KEPT = 8
 
-#: What :meth:`Beside.plan_of` answers for a record none of those kept equals.
-UNKNOWN: Any = object()
-
 
 class Beside:
     """The last :data:`KEPT` records below one place, each an own copy holding the key
@@ -36,34 +33,42 @@ class Beside:
         self.texted = texted
         self.kept: tuple[tuple[dict[str, Any], Any], ...] = ()
 
-    def plan_of(self, obj: dict[str, Any]) -> Any:
-        """The plan of ``obj`` (a dict whose value at ``key`` is a str) when a kept record
-        equals it but for that value, else :data:`UNKNOWN`. The kept copy takes ``obj``'s
-        value in place before ``==``: its other keys never change, so equal means equal but
-        for that value, even when another thread set it meanwhile (``==`` then may say
-        unequal: a miss, never a wrong answer). ``==`` tells a string from a number,
-        ``None`` from NaN, a list from a tuple, as the memo's own check does."""
+    def plan_of(self, obj: dict[str, Any], rules: Any, states: Any, scoped: bool) -> Any:
+        """The plan of ``obj`` (a dict whose value at ``key`` is a str, below ``states`` of
+        ``rules``, a ``MaskRules``): a kept record's, when one equals it but for that value,
+        else the memo's plan of it without that value (kept from now on); with the value
+        masked by itself (``mask_new_text``, as the walk masks a string) where it is texted.
+        The kept copy takes ``obj``'s value in place before ``==``: its other keys never
+        change, so equal means equal but for that value, even when another thread set it
+        meanwhile (``==`` then may say unequal: a miss, never a wrong answer). ``==`` tells a
+        string from a number, ``None`` from NaN, a list from a tuple, as the memo's own check
+        does. One call from the memo and from the writer's loop, where a record repeats."""
         key = self.key
         value = obj[key]
         for own, plan in self.kept:
             own[key] = value
             if own == obj:
-                if not self.texted or not_in_id(value) is None:  # an id mask_new_text passes: without its call
-                    return plan
-                masked = mask_new_text(value)
-                return plan if masked is value else {**(plan or {}), key: masked}
-        return UNKNOWN
+                break
+        else:
+            rest = obj.copy()
+            del rest[key]
+            plan = rules.memoized_plan_of(rest, states, scoped)
+            self.keep(obj, plan)
+        if self.texted and not_in_id(value) is not None:  # an id as runtimes write them passes the search
+            masked = mask_new_text(value)
+            if masked is not value:
+                return {**(plan or {}), key: masked}
+        return plan
 
     def keep(self, obj: dict[str, Any], plan: Any) -> None:
         """Keep an own copy of ``obj`` (plain JSON data only: the caller's lists may change
-        in place) with ``plan``, the walk's, less its change at ``key``."""
+        in place) with ``plan``, the memo's for ``obj`` without ``key``."""
         try:
             own = orjson.loads(orjson.dumps(obj))
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: not kept
             return
         if type(own) is dict:
-            rest = None if plan is None else {name: change for name, change in plan.items() if name != self.key}
-            self.kept = ((own, rest or None), *self.kept[:KEPT - 1])
+            self.kept = ((own, plan), *self.kept[:KEPT - 1])
 
 
 def volatile_places(rules: Any) -> dict[Any, tuple[str, bool]]:

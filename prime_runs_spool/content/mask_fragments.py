@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from prime_runs_spool.content.mask_beside import UNKNOWN
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
 from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.content.mask_plans import apply_plan
@@ -140,14 +139,12 @@ def _beside(rules: MaskRules, volatile: str, states: _States, scoped: bool) -> _
     a string; a ``value`` key, which a ``{name, value}`` pair's rule reads beside its name) is
     the memo's whole answer."""
     masked_of = rules.memoized_masked_of()
-    known_of, beside_plan_of = rules.memoized_beside(states, scoped)
+    plan_of = rules.memoized_beside(states, scoped).plan_of
 
     def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         if type(obj) is not dict or "value" in obj or type(obj.get(volatile)) is not str:
             return masked_of(obj, rules, states, scoped)
-        plan = known_of(obj)
-        if plan is UNKNOWN:
-            plan = beside_plan_of(obj, rules, states, scoped)
+        plan = plan_of(obj, rules, states, scoped)
         return None if plan is None else apply_plan(obj, plan)
 
     return masked_beside

@@ -32,9 +32,9 @@ from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTER
                                                      ENV_VAR_NAME, EPISODE_PATTERNS, EPISODE_URL_SCOPES,
                                                      LIST_POSITION, MASK, SECRET_NAME, Pattern,
                                                      is_env_var_name, is_secret_name, parse_pattern, spelling)
-from prime_runs_spool.content.mask_beside import UNKNOWN, Beside, volatile_places
+from prime_runs_spool.content.mask_beside import Beside, volatile_places
 from prime_runs_spool.content.mask_plans import KEYS, Plan, apply_plan, is_mask
-from prime_runs_spool.content.mask_text import mask_new_text, mask_text, mask_url, masked_arguments
+from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
 _States = frozenset[tuple[int, int]]
@@ -94,9 +94,14 @@ class MaskRules:
         and kept with what they derive: no lookup per append)."""
         return self._memo.masked_of
 
-    def memoized_beside(self, states: _States, scoped: bool) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
-        """The memo's kept records at ``states`` (their ``plan_of``), and :meth:`_Memo.beside_plan_of`."""
-        return self._memo.beside_of(self, states, scoped).plan_of, self._memo.beside_plan_of
+    def memoized_plan_of(self, obj: Any, states: _States, scoped: bool) -> Plan | None:
+        """:meth:`_Memo.plan_of` of a container below ``states`` (content/mask_beside.py asks it
+        for a record none of those kept equals, without its id)."""
+        return self._memo.plan_of(obj, self, states, scoped)
+
+    def memoized_beside(self, states: _States, scoped: bool) -> Beside:
+        """The memo's kept records at ``states``, a place :data:`VOLATILE_KEYS` names."""
+        return self._memo.beside_of(self, states, scoped)
 
     # -- matching ------------------------------------------------------------------
     # One automaton runs the mask patterns (indices below len(patterns)) and the URL
@@ -259,19 +264,19 @@ class _Memo:
         # A useless memo costs a serialization per config: after a window of lookups
         # with few hits, the next _BYPASS configs are walked without asking.
         self.window = self.window_hits = self.bypass = 0
-        #: Where a key of VOLATILE_KEYS lies (content/mask_beside.py), made on the first lookup.
-        self.volatile: dict[_States, tuple[str, bool]] | None = None
-        self.beside: dict[tuple[_States, bool], Beside] = {}
+        #: Where a key of VOLATILE_KEYS lies, made on the first lookup: its key and the records
+        #: kept there (content/mask_beside.py), outside a URL scope and inside one.
+        self.volatile: dict[_States, tuple[str, Beside, Beside]] | None = None
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
         """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
         of it is memoized, else walked (and memoized from its second sighting). A runtime
         record's box id, new in every rollout, is left out of what the memo knows it by."""
-        if self.volatile is None:
-            self.volatile = volatile_places(rules)
-        volatile = self.volatile.get(states)
+        places = self.volatile
+        volatile = (self._volatile(rules) if places is None else places).get(states)
         if volatile is not None and type(obj) is dict and type(obj.get(volatile[0])) is str and "value" not in obj:
-            return self.beside_plan_of(obj, rules, states, scoped)  # (a ``value`` key: a {name, value} pair's rule)
+            # (a ``value`` key: a {name, value} pair's rule reads it beside its name)
+            return volatile[2 if scoped else 1].plan_of(obj, rules, states, scoped)
         serialized, found = self._found(obj, states, scoped)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
@@ -281,26 +286,16 @@ class _Memo:
             return found[1]
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
 
-    def beside_plan_of(self, obj: dict[str, Any], rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
-        """:meth:`plan_of` of a record with a str at its key of VOLATILE_KEYS (no ``value`` key):
-        a kept record's plan (content/mask_beside.py), else the plan of the record without
-        that key, the value masked by itself (as the walk masks a string)."""
-        plan = (beside := self.beside_of(rules, states, scoped)).plan_of(obj)
-        if plan is UNKNOWN:
-            rest = obj.copy()
-            value = rest.pop(beside.key)
-            plan = self.plan_of(rest, rules, states, scoped)
-            beside.keep(obj, plan)
-            masked = mask_new_text(value) if beside.texted else value
-            plan = plan if masked is value else {**(plan or {}), beside.key: masked}
-        return plan
-
     def beside_of(self, rules: MaskRules, states: _States, scoped: bool) -> Beside:
         """The records kept at ``states``, a place :data:`VOLATILE_KEYS` names."""
-        if (beside := self.beside.get((states, scoped))) is None:
-            key, starts_scope = (self.volatile or volatile_places(rules))[states]
-            beside = self.beside[(states, scoped)] = Beside(key, scoped or starts_scope)
-        return beside
+        places = self.volatile
+        return (self._volatile(rules) if places is None else places)[states][2 if scoped else 1]
+
+    def _volatile(self, rules: MaskRules) -> dict[_States, tuple[str, Beside, Beside]]:
+        """:attr:`volatile`, made once (a thread making it too makes an equal one)."""
+        self.volatile = {states: (key, Beside(key, starts_scope), Beside(key, True))
+                         for states, (key, starts_scope) in volatile_places(rules).items()}
+        return self.volatile
 
     def masked_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
         """``obj`` masked for ``mask_for_writing`` (content/mask_fragments.py): ``None`` when
