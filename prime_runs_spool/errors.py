@@ -358,7 +358,14 @@ class SampleTooLargeError(SpoolError, ValueError):
 
 class StateProblem(SpoolError):
     """A sync state file exists but cannot be trusted (unreadable, corrupt, or someone
-    else's): sync then reconciles with the platform instead of trusting it."""
+    else's): sync then reconciles with the platform instead of trusting it, once a request
+    the state may have left in flight can no longer land. ``sent_at``: that request's send
+    time; ``inf`` (the default) when the state cannot tell (the wait lasts a whole request
+    lifetime), None when it is whole and announces none (it lost only a file of ids)."""
+
+    def __init__(self, message: str, *, sent_at: float | None = float("inf")) -> None:
+        super().__init__(message)
+        self.sent_at = sent_at
 
 
 class StateFormatError(SpoolError, ValueError):

@@ -25,7 +25,8 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import TRACES, RunReport, SyncOptions
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.state import adopt_states, local_destination, read_state, save_state, sync_state_path
+from prime_runs_spool.sync.state import local_destination, read_state, save_state, sync_state_path
+from prime_runs_spool.sync.state_adoption import adopt_states
 from support.children import reaped
 from support.env import child_env
 from support.local_client import local_settings

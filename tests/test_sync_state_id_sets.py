@@ -218,13 +218,63 @@ def test_the_sync_folder_copied_elsewhere_carries_its_ids(tmp_path: Path) -> Non
 def test_an_adopted_state_brings_its_files_of_ids(tmp_path: Path) -> None:
     """A read-only spool synced from a state directory: its states are copied there
     (``adopt_states``), and the files of ids they name with them."""
-    from prime_runs_spool.sync.state import adopt_states, sync_dir, sync_state_path
+    from prime_runs_spool.sync.state import sync_dir, sync_state_path
+    from prime_runs_spool.sync.state_adoption import adopt_states
 
     run, home = tmp_path / "run", tmp_path / "home"
     save_state(sync_state_path(run, DESTINATION.key), _state(_ids(100)))
     adopt_states(run, home)
     assert sorted(p.name for p in sync_dir(home).iterdir()) == sorted(p.name for p in sync_dir(run).iterdir())
     assert _ids_of(_load(sync_state_path(home, DESTINATION.key)), "held_there") == set(_ids(100))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("announced", [False, True], ids=["nothing-announced", "a-request-announced"])
+def test_an_adopted_state_whose_file_of_ids_cannot_be_read_is_reconciled_not_forgotten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, announced: bool) -> None:
+    """A read-only spool synced from a state directory, the file of ids its state names not
+    readable (a FIFO where it was; an I/O error). The state was left behind: the sync began
+    as if the run had never been synced, without a word, and without waiting out a request
+    the state announced, which may still land (a row twice). Now it is adopted without the
+    file: the report names the file and why, and the pass reconciles with the platform,
+    waiting out the request the state announces, and only that (none: no wait)."""
+    from prime_runs_spool.sync.options import TRACES
+    from prime_runs_spool.sync.protocol import Protocol
+    from prime_runs_spool.sync.state import InFlight
+    from support.runs import RunBuilder
+    from test_sync_id_sets_removal import _lose_state, _segment, _stored_once, _sync
+
+    builder, db = RunBuilder(tmp_path / "runs" / "run", f"adopt-unreadable-{announced}"), tmp_path / "p.db"
+    _segment(builder, 2)
+    _sync(tmp_path / "runs", db)
+    _lose_state(builder.run_dir)
+    _segment(builder, 1)
+    _sync(tmp_path / "runs", db)  # found again: its state names a file of ids
+    (path,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    state, _ = read_state(path)
+    sent_at = time.time() - 1.0
+    state.in_flight = InFlight(kind=TRACES, sent_at=sent_at, digest="0" * 64) if announced else None
+    save_state(path, state)
+    (side,) = path.parent.glob("ids-*.ids")
+    side.unlink()
+    os.mkfifo(side)  # not a file that can be read
+    _segment(builder, 1)
+    spool = builder.run_dir / "spool"
+    for found in [spool, *spool.rglob("*")]:  # archived read-only
+        found.chmod(0o555 if found.is_dir() else 0o444)
+    fences: list[tuple[float, str]] = []
+    monkeypatch.setattr(Protocol, "fence", lambda self, at, why="": fences.append((at, why)))
+    try:
+        report = _sync(tmp_path / "runs", db, state_dir=tmp_path / "state")
+    finally:
+        for found in [spool, *spool.rglob("*")]:
+            found.chmod(0o755 if found.is_dir() else 0o644)
+    assert (report.state, report.pushed_now, report.error) == ("synced", 1, None), report
+    (line,) = [w for w in report.warnings if str(side) in w]
+    assert "cannot be read" in line and "\n" not in line, line
+    assert [w for w in report.warnings if "reconciling with the platform" in w], report.warnings
+    assert [at for at, why in fences if "cannot be trusted" in why] == ([sent_at] if announced else []), fences
+    _stored_once(db, builder)
 
 
 def test_status_counts_the_ids_without_reading_them(tmp_path: Path) -> None:

@@ -216,7 +216,7 @@ class RunSync:
                                shown=self.protocol.shown)
         except StateProblem as problem:
             self.report.warnings.append(f"{problem}; reconciling with the platform")
-            state, untrusted = None, True
+            state, untrusted, self.evaluation.untrusted_sent_at = None, True, problem.sent_at
         fresh = state is None
         if state is None:
             state = SyncState(destination=self.destination, local_run_id=local_id,

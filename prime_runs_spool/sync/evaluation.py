@@ -48,6 +48,9 @@ class Evaluation:
         #: holds no row this pass did not send (the engine skips the count read before
         #: finalizing when every request since was answered).
         self.created = False
+        #: Set by the engine for a state it could not trust (errors.py, ``StateProblem``): when a
+        #: request that state may have left in flight was sent (inf: it cannot tell; None: none).
+        self.untrusted_sent_at: float | None = float("inf")
 
     def metadata(self, manifest: Mapping[str, Any], terminal: Mapping[str, Any] | None = None, *,
                  sink: str | None = None) -> dict[str, Any]:
@@ -99,9 +102,10 @@ class Evaluation:
         pending = state.in_flight if state.in_flight and state.in_flight.kind == CREATE else None
         if state.evaluation_id and pending is None:
             return False
-        if untrusted:
-            # Whatever wrote the damaged state may have had a request in flight.
-            protocol.fence(protocol.clock(), "its sync state was damaged, and a request it announced may still land")
+        if untrusted and self.untrusted_sent_at is not None:
+            # Whatever wrote the state may have had a request in flight: when, if it can tell.
+            protocol.fence(min(self.untrusted_sent_at, protocol.clock()),
+                           "its sync state cannot be trusted, and a request it announced may still land")
         if pending is not None:
             if protocol.settled(pending.sent_at, lambda: self._adopt_existing(manifest)):
                 return True

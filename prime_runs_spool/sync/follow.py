@@ -53,7 +53,8 @@ from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
 from prime_runs_spool.sync.options import ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import (SyncLock, local_pass, read_only_report, spool_mode_lines, sync_lock,
                                         unreadable_report)
-from prime_runs_spool.sync.state import Destination, adopt_states, state_home
+from prime_runs_spool.sync.state import Destination, state_home
+from prime_runs_spool.sync.state_adoption import adopt_states
 from prime_runs_spool.sync.watch import ChangeWatch
 from prime_runs_spool.signal_event import SignalEvent
 
@@ -142,8 +143,8 @@ class Followed:
     watched: bool = False
     #: The last report that named the run's evaluation (what a :meth:`Follower._gone` line names).
     pushed: RunReport | None = None
-    #: What taking the lock found of the spool's modes (``many.spool_mode_lines``), for the
-    #: next pass's report.
+    #: What taking the lock found of the spool's modes (``many.spool_mode_lines``) and of the
+    #: states it carries on from (``adopt_states``), for the next pass's report.
     mode_lines: list[str] = field(default_factory=list)
 
 
@@ -404,8 +405,8 @@ class Follower:
                 self.on_report(skipped)
             return False
         followed.lock, followed.home = lock, home
-        adopt_states(followed.run_dir, home)
-        followed.mode_lines = spool_mode_lines(followed.run_dir, home, self.options)
+        followed.mode_lines = [*adopt_states(followed.run_dir, home),  # what could not be carried on from
+                               *spool_mode_lines(followed.run_dir, home, self.options)]
         return True
 
     @staticmethod

@@ -29,7 +29,8 @@ from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.id_sets import sweep
-from prime_runs_spool.sync.state import Destination, adopt_states, disk_full_line, state_home, sync_dir
+from prime_runs_spool.sync.state import Destination, disk_full_line, state_home, sync_dir
+from prime_runs_spool.sync.state_adoption import adopt_states
 from prime_runs_spool.sync.unchanged import Unchanged, look, state_path_of
 
 if TYPE_CHECKING:
@@ -246,9 +247,9 @@ def sync_run(
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
     made = [] if made is None else made
     try:
-        adopt_states(run_dir, home)
+        adopted = adopt_states(run_dir, home)  # what could not be carried on from: said first
         return local_pass(run_dir, home, client, destination, for_run(home, destination, options),
-                          warnings=spool_mode_lines(run_dir, home, options), wait=wait, sleep=sleep,
+                          warnings=adopted + spool_mode_lines(run_dir, home, options), wait=wait, sleep=sleep,
                           made=made, on_progress=on_progress, index=index)
     except Stopped:
         return interrupted_report(run_dir, made[-1].report if made else None)

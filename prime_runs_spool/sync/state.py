@@ -28,7 +28,7 @@ import orjson
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
 from prime_runs_spool.files import DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, replace_private
 from prime_runs_spool.sync import state_file
-from prime_runs_spool.sync.id_sets import GLOB as ID_SET_GLOB, IdSet, named_by, unnamed, version_1_arrays
+from prime_runs_spool.sync.id_sets import IdSet, named_by, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 from prime_runs_spool.sync.options import AUTO
@@ -412,10 +412,12 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
     if state.local_run_id != local_run_id or state.destination.key != destination.key:
         raise StateProblem(f"{name} belongs to another run or destination")
     for found in named_by(state):
-        if found.missing():
-            raise StateProblem(f"{name} names {found.name} beside it, which is missing (a copy made without it?)")
         if shown:  # this machine's copy of an object beside the state object
             found.shown_as(f"{shown.rsplit('/', 1)[0]}/{found.name}")
+        if found.missing():  # whole but for it: what it announces is known (errors.py, StateProblem)
+            raise StateProblem(f"{name} names {found.name} beside it, which is missing ("
+                               f"{'the store does not hold it' if shown else 'a copy made without it?'})",
+                               sent_at=state.in_flight.sent_at if state.in_flight else None)
     state._written_here = _OWN_WRITES.get(str(path)) == raw.rstrip(b" ")[_MARK]  # its padding aside
     return state
 
@@ -552,26 +554,3 @@ def folder_key(folder: Path) -> str:
     path, as the file system's bytes (the UTF-8 of a name that is UTF-8, so every key stays
     what it was; a name that is not has no UTF-8, and its encoding was an internal error)."""
     return hashlib.sha256(os.fsencode(folder.resolve())).hexdigest()[:16]
-
-
-def adopt_states(run_dir: Path, home: Path) -> None:
-    """The first time a read-only spool is synced from ``home``: copy the sync states written
-    beside it while it could still be written (a run synced, then archived read-only), so this
-    sync carries on from them; each after the files of ids it names, and no other file of ids."""
-    if home == run_dir:
-        return
-    source, target = sync_dir(run_dir), sync_dir(home)
-    try:
-        states = [p.name for p in source.glob("*.json") if not (target / p.name).exists()]
-        sets = [p.name for p in source.glob(ID_SET_GLOB)] if states else []
-    except OSError:
-        return
-    for name in states:
-        try:
-            state = read_regular_file(source / name)
-            named = {found: read_regular_file(source / found) for found in set(sets) - set(unnamed(sets, [state]))
-                     if not (target / found).exists()}
-        except OSError:
-            continue  # not adopted: the sync starts over, reconciling with the platform
-        for found, data in [*sorted(named.items()), (name, state)]:
-            replace_private(target / found, data, durable=True)
