@@ -552,21 +552,29 @@ def _digest(data: bytes) -> str:
 
 
 #: ``prime-runs sync`` that stops itself (SIGSTOP) once it has created an object of ids in
-#: the store, before the state that names it is written.
+#: the store, before the state that names it is written; never while its lease's keep-alive
+#: thread replaces the lease, which holds the file:// store's lock on it (a taker would wait
+#: on that lock as long as the holder is stopped).
 _STOPS_AFTER_AN_OBJECT_OF_IDS = """
-import os, runpy, signal, sys
+import os, runpy, signal, sys, threading
+from prime_runs_spool.store.local_files import LocalFiles
 from prime_runs_spool.store.objects import ObjectStore
 
-real = ObjectStore.create
+real, real_replace, guard = ObjectStore.create, LocalFiles.replace, threading.Lock()
+
+def replace(self, *args):
+    with guard:
+        return real_replace(self, *args)
 
 def create(self, key, data):
     etag = real(self, key, data)
     if key.rsplit("/", 1)[-1].startswith("ids-"):
-        print("between", flush=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        with guard:
+            print("between", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
     return etag
 
-ObjectStore.create = create
+ObjectStore.create, LocalFiles.replace = create, replace
 sys.argv = ["prime-runs", *sys.argv[1:]]
 runpy.run_module("commands", run_name="__main__", alter_sys=True)
 """
