@@ -319,6 +319,18 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def printable_data(value: object) -> object:
+    """JSON data with every string (keys too) made :func:`printable`: what a path under a
+    folder whose name is not UTF-8 leaves in a report or a config, which orjson refuses."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): printable_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_data(v) for v in value]
+    return value
+
+
 def shown(text: str) -> str:
     """``text`` (a name from a file system, or a message quoting one) for one line of a
     terminal or a log: :func:`printable`, and each character that is not printable (a line

@@ -302,3 +302,23 @@ def test_a_header_value_a_failed_model_call_quotes_never_reaches_our_files(tmp_p
     episodes = list(read_run(run_dir(tmp_path)).episodes())
     assert [episode["traces"][0]["errors"][0]["message"] for episode in episodes] == [
         "Illegal header value b'***'"] * TASKS
+
+
+def test_an_output_dir_whose_name_is_not_utf8_gets_its_spool_and_syncs(tmp_path: Path,
+                                                                       chat_server: FakeChatServer) -> None:
+    """The run's config (its output_dir) went into the manifest as it was, and orjson
+    refused the surrogates such a name decodes to: the eval ended in a traceback from
+    content/manifest.py, where plain vf-eval runs; the manifest now holds the name with its
+    odd bytes as \\xNN, as reports show it."""
+    launch = launch_file(tmp_path, chat_server.base_url, rollouts=1)
+    odd = os.fsdecode(b"out-\xff")
+    result = subprocess.run(eval_cmd("@", launch.name, "--output-dir", odd, "--no-rich"), cwd=tmp_path,
+                            capture_output=True, text=True, errors="backslashreplace", timeout=180, env=eval_env())
+    assert result.returncode == 0 and "prime_runs_spool" not in result.stderr, result.stderr[-3000:]
+    run = read_run(tmp_path / odd / "tiny")
+    assert run.status == "completed" and len(list(run.episodes())) == TASKS
+    assert run.manifest["config"]["output_dir"] == "out-\\xff"
+    synced = subprocess.run(CLI + ["sync", "--local", "--db", str(tmp_path / "platform.db"), "--json", odd],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
+    assert synced.returncode == 0, synced.stderr
+    assert [run["state"] for run in json.loads(synced.stdout)["runs"]] == ["synced"]

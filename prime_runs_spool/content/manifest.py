@@ -27,6 +27,7 @@ import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.plural import plural
+from prime_runs_spool.files import printable_data
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list
 from prime_runs_spool.content.error_scrub import masked_away
@@ -225,7 +226,10 @@ def _config_dump(config: Any) -> dict[str, Any]:
     else:
         raise TypeError(f"config must be a pydantic model or a mapping, not {type(config).__name__}")
     # Through JSON once: a fresh copy, holding exactly what any reader of the spool will see.
-    return orjson.loads(orjson.dumps(dumped, default=_jsonable, option=orjson.OPT_NON_STR_KEYS))
+    try:
+        return orjson.loads(orjson.dumps(dumped, default=_jsonable, option=orjson.OPT_NON_STR_KEYS))
+    except TypeError:  # a path whose name is not UTF-8 (--output-dir): its odd bytes as \xNN
+        return orjson.loads(orjson.dumps(printable_data(dumped), default=_jsonable, option=orjson.OPT_NON_STR_KEYS))
 
 
 def _jsonable(value: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from prime_runs_spool.errors import Stopped
-from prime_runs_spool.files import printable, shown
+from prime_runs_spool.files import printable_data, shown
 from prime_runs_spool.plural import episodes
 from prime_runs_spool.sync.options import DRY_RUN, FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
@@ -31,23 +31,13 @@ if TYPE_CHECKING:  # the follower (and its inotify watch) is imported only for -
 def json_report(document: object, *, indent: bool = False) -> str:
     """``document`` as the JSON text every ``--json`` report prints. A path under a folder
     whose name is not UTF-8 holds lone surrogates, which orjson refuses: then, and only
-    then, every string is made printable first (``files.printable``), so such a
+    then, every string is made printable first (``files.printable_data``), so such a
     folder is named in the report instead of the report ending in a traceback."""
     option = orjson.OPT_INDENT_2 if indent else 0
     try:
         return orjson.dumps(document, option=option).decode()
     except TypeError:
-        return orjson.dumps(_printable(document), option=option).decode()
-
-
-def _printable(value: object) -> object:
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, dict):
-        return {printable(str(k)): _printable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_printable(v) for v in value]
-    return value
+        return orjson.dumps(printable_data(document), option=option).decode()
 
 
 def exit_code(reports: Iterable[RunReport]) -> int:
