@@ -28,12 +28,13 @@ DEFAULT_FRONTEND_URL = "https://app.primeintellect.ai"
 class Secret:
     """A string that does not print itself."""
 
-    __slots__ = ("_value", "_quoted")
+    __slots__ = ("_value", "_quoted", "_base64")
 
     def __init__(self, value: str) -> None:
         self._value = value
-        #: The value as an answer may quote it, as a pattern made on the first scrub.
+        #: The value as an answer may quote it, as patterns made on the first scrub.
         self._quoted: re.Pattern[str] | None = None
+        self._base64: re.Pattern[str] | None = None
 
     def reveal(self) -> str:
         return self._value
@@ -52,15 +53,15 @@ class Secret:
         have filled with the request's own ``Authorization`` header, as it is or encoded the
         way an answer quotes it: in any letter case (a header echoed lower-cased), each
         character as itself or escaped (JSON's ``\\/`` and ``\\u0070``, percent-encoding,
-        HTML's named and numeric entities ``&amp;``, ``&#112;``, ``&#x70;``), or base64."""
+        HTML's named and numeric entities ``&amp;``, ``&#112;``, ``&#x70;``), or base64; and
+        broken by white space anywhere (a page wrapped at a column, base64 cut into lines):
+        an error line joins its words with one space, which printed such a key whole."""
         if not self._value:
             return text
-        if self._quoted is None:
+        if self._quoted is None or self._base64 is None:
             self._quoted = _quoted_pattern(self._value)
-        text = self._quoted.sub(MASK, text)
-        for form in sorted(_base64_forms(self._value), key=len, reverse=True):
-            text = text.replace(form, MASK)
-        return text
+            self._base64 = _broken_anywhere(sorted(_base64_forms(self._value), key=len, reverse=True))
+        return self._base64.sub(MASK, self._quoted.sub(MASK, text))
 
 
 #: HTML's named entities for the characters ``html.escape`` and XML escape.
@@ -85,7 +86,19 @@ def _quoted_pattern(value: str) -> re.Pattern[str]:
         # taken whole, so nothing of it is left after the "***"
         return "(?:" + "|".join([*forms, re.escape(ch)]) + ")"
 
-    return re.compile("".join(one(ch) for ch in value), re.IGNORECASE)
+    return re.compile(_BLANKS.join(one(ch) for ch in value), re.IGNORECASE)
+
+
+#: What may come between two characters of the key as an answer quotes it: white space, a
+#: line break included.
+_BLANKS = r"\s*"
+
+
+def _broken_anywhere(forms: list[str]) -> re.Pattern[str]:
+    """One pattern for any of ``forms`` (longest first), white space allowed between any two
+    of its characters; for no form (a key too short for a whole base64 group), one that
+    matches nothing."""
+    return re.compile("|".join(_BLANKS.join(map(re.escape, form)) for form in forms) or "(?!)")
 
 
 def _base64_forms(value: str) -> set[str]:
