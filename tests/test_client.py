@@ -150,6 +150,36 @@ def test_service_not_enabled_is_said_once_with_the_services_words_only_when_they
     assert str(caught.value) == line
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "kind"),
+    [(429, "rate_limited", FailureKind.NOT_SENT), (503, "ingest_unavailable", FailureKind.ANSWERED),
+     (503, None, FailureKind.IN_DOUBT), (502, None, FailureKind.IN_DOUBT), (504, None, FailureKind.IN_DOUBT),
+     (500, None, FailureKind.IN_DOUBT), (400, "invalid", FailureKind.FATAL)],
+)
+def test_a_traces_answer_that_may_follow_the_services_commit_is_in_doubt(status: int, code: str | None,
+                                                                       kind: FailureKind) -> None:
+    """A gateway's answer (502, 504, a 503 without the service's refusal code) may come after
+    it forwarded the batch and the service stored it, and the service's own 500 after its
+    commit: the sink keeps such a batch announced (tests/test_sink_in_doubt.py). Only the
+    service declining it (a rate limit, a coded 503) or refusing it says it was not stored."""
+    import hashlib
+
+    from prime_runs_spool.platform_api.traces import TracesUploader
+    from prime_traces.batching import Batch
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    body = {"error": {"code": code, "message": "no"}} if code else {"detail": "upstream"}
+    uploader = TracesUploader("http://traces.test", "sk-test-key-value", None,
+                              transport=httpx.MockTransport(lambda request: httpx.Response(status, json=body)))
+    try:
+        with pytest.raises(PlatformError) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert caught.value.kind is kind, caught.value
+
+
 NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
              "Entity Too Large</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
 

@@ -254,3 +254,30 @@ def test_a_batch_that_may_have_been_sent_stays_in_doubt_though_its_last_try_was_
         done = _sync(root, db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
         assert _held(platform.base_url, str(_state(builder.run_dir).evaluation_id)) == (0, sorted(builder.ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["status_504_after", "status_503_after"])
+def test_a_batch_a_gateway_answered_for_after_forwarding_it_stays_in_doubt(tmp_path: Path, fault: str) -> None:
+    """A gateway in front of Prime Traces forwards each try of the batch and answers for it
+    (504: it stopped waiting for the service, which committed; a codeless 503: envoy's reset
+    before the answer's headers). An answer that is not the service's refusal may follow a
+    commit, so the batch stays announced when the pass gives up: ``--to samples`` is refused
+    (else the run was in both sinks, each episode twice), and a sync that reaches Prime
+    Traces settles it under its key, each episode once."""
+    builder = build_run(tmp_path / "runs" / "run", "gateway-after", EPISODES)
+    db, root = tmp_path / "p.db", tmp_path / "runs"
+    with EmbeddedPlatform(db, traces=True) as platform:
+        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+            lost = _sync_to_traces_at(root, db, platform.base_url, proxy.base_url, AUTO)
+            assert [f for f in proxy.faults() if f != "none"] == [fault] * 3, proxy.faults()
+        assert lost.state == "error", lost
+        announced = _state(builder.run_dir).in_flight
+        assert announced is not None and announced.kind == TRACES
+        refused = _sync(root, db, platform.base_url, SAMPLES)
+        assert refused.state == "error" and "went to traces" in refused.error, refused
+        assert _state(builder.run_dir).in_flight == announced
+        evaluation_id = str(_state(builder.run_dir).evaluation_id)
+        done = _sync(root, db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
+        assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))

@@ -29,6 +29,7 @@ from prime_traces import (
     TransportError,
 )
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
+from prime_traces.core.client import is_ambiguous_delete_failure
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.answers import error_words
@@ -127,11 +128,14 @@ class TracesUploader:
 def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL",
              proxy: Proxy | None = None) -> PlatformError:
     """The library's typed error as a retry class. Content addressing makes every ambiguous
-    outcome safe to resend: whatever is not a refusal is sent again, with the same key; the
-    kind says, as for the platform's requests, whether it may have been stored meanwhile
-    (``IN_DOUBT``: no answer after it was written, a gateway's 502 or 504) or surely was not.
-    ``service``: the URL the batch went to, named in a refused key's line (a key sent to
-    another platform than its own)."""
+    outcome safe to resend: whatever is not a refusal is sent again, with the same key, and
+    no fence waits. ``IN_DOUBT`` says only that the batch may be stored (the sink keeps it
+    announced, sync/sinks/addressed.py): no answer, a gateway's (502, 504, a 503 without the
+    service's refusal code: the library's own rule, which forwarded the request first, as
+    nginx's 504 and envoy's 503 do) or the service's own 500, which may follow its commit.
+    ``NOT_SENT`` or ``ANSWERED`` is the service declining it (429, a coded 503). ``service``:
+    the URL the batch went to, named in a refused key's line (a key sent to another platform
+    than its own)."""
     code = exc.code or ""
     status = exc.status_code
     said = error_words(secret.scrub(str(exc)) if secret is not None else str(exc))  # the service's, without the key
@@ -142,9 +146,10 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
         return ServiceNotEnabled(line + (f" ({said})" if quoted else ""), status=status)
     if isinstance(exc, RetryableAPIError):
         # Sent again whatever its kind; the kind says whether it may have been stored (a
-        # gateway's 502 or 504: the batch may have reached the service), which keeps a
-        # batch in doubt (sync/sinks/addressed.py) as for a platform request.
-        kind = answered_kind(status) if status is not None else FailureKind.ANSWERED
+        # gateway's 502 or 504, a codeless 503: the batch may have reached the service), which
+        # keeps a batch in doubt (sync/sinks/addressed.py) as for a platform request.
+        kind = (FailureKind.IN_DOUBT if is_ambiguous_delete_failure(exc) else
+                answered_kind(status) if status is not None else FailureKind.ANSWERED)
         return PlatformError(kind, answered + (" (gateway)" if status in GATEWAY_STATUSES else ""),
                              status=status, retry_after=exc.retry_after)
     if isinstance(exc, TransportError) and isinstance(exc.__cause__, httpx.TransportError):
@@ -154,7 +159,7 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
     if isinstance(exc, TransportError):
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
-        return PlatformError(FailureKind.ANSWERED, f"POST /traces answered {status}", status=status)
+        return PlatformError(FailureKind.IN_DOUBT, f"POST /traces answered {status}", status=status)
     advice = {401: f"the traces service at {service} refused the API key; check PRIME_API_KEY, and that the key "
                    "is this platform's (--base-url, PRIME_TRACES_URL)",
               403: f"the API key may not write traces at {service}; check its scopes and --team",

@@ -193,7 +193,8 @@ class AddressedSink(Sink):
     def in_doubt(self) -> bool:
         """The announced batch may be committed unless this pass announced it and every
         answer it got says it was not stored (a refusal such as ``service_not_enabled``, a
-        retryable status): a send with no answer leaves it in doubt, and so does an
+        rate limit): a send with no answer, or a gateway's (platform_api/traces.py,
+        ``classify``), leaves it in doubt, and so does an
         announcement from an earlier pass, which may have sent it. Content addressing settles
         it once the sink answers again: the same bytes under the same key, stored once."""
         pending = self.state.in_flight
