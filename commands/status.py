@@ -144,4 +144,6 @@ def _held(dest: DestinationStatus) -> str:
                 + (f", and {there}" if dest.held_there else ""))
     if dest.store == SAMPLES or dest.samples_pushed:
         return f"to samples: {count(dest.samples_pushed, 'sample')} pushed"
-    return theirs if dest.pushed_by_vf_eval else "nothing pushed yet"
+    if dest.pushed_by_vf_eval:
+        return theirs
+    return "nothing to push" if dest.finalized else "nothing pushed yet"  # finalized: none was ever to go

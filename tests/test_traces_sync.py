@@ -617,3 +617,15 @@ def test_a_lost_state_after_the_release_sends_nothing_again(tmp_path: Path) -> N
     items, _ = _in_traces(db, builder.run_dir)
     assert sorted(i.episode_id for i in items) == sorted(builder.ids)
     assert {i.model_extra["generation"] for i in items} == {1}
+
+
+def test_status_of_a_finalized_run_with_no_episode_says_nothing_is_left_to_push(tmp_path: Path) -> None:
+    """``auto``, a completed run with no episode: finalized, no sink ever needed. ``status``
+    said "nothing pushed yet, 0 episodes pending, finalized", as if something were to come."""
+    from support.cli import run_cli
+
+    build_run(tmp_path / "runs" / "run", "traces-no-episode", 0)
+    (report,), _ = _sync(tmp_path, tmp_path / "p.db", to="auto", batch_bytes=8_000)
+    assert (report.state, report.pushed_total) == ("synced", 0), report
+    shown = run_cli("status", str(tmp_path / "runs")).stdout
+    assert "nothing to push, 0 episodes pending, finalized" in shown and "yet" not in shown, shown
