@@ -51,7 +51,9 @@ class OutputFilePath(click.Path):
     """A file a command writes (``export -o``): an empty value (``-o "$OUT"`` with the
     variable unset) was the current folder, and the export's rename over it failed as
     'cannot be written (Device or resource busy)', exit 1; one of blanks only made a file
-    so named. Both are bad usage."""
+    so named. Both are bad usage; so is ``-`` (standard output in many tools): the export
+    replaces its file whole, at once, which a stream cannot be, and a file named ``-`` was
+    written where the user looked for rows on the terminal."""
 
     def __init__(self) -> None:
         super().__init__(path_type=Path, dir_okay=False)
@@ -61,6 +63,9 @@ class OutputFilePath(click.Path):
             self.fail("an empty path names no file", param, ctx)
         if isinstance(value, str) and not value.strip():
             self.fail(f"{value!r} is blanks only and names no file", param, ctx)
+        if value == "-":
+            self.fail("'-' is not standard output here: the file is written whole and then put in place; "
+                      "give a file name (e.g. -o episodes.jsonl)", param, ctx)
         return super().convert(value, param, ctx)
 
 

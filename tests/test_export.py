@@ -491,13 +491,15 @@ def test_an_export_to_a_fifo_a_socket_or_a_device_replaces_none_of_them(tmp_path
 
 
 
-@pytest.mark.parametrize("kind", ["empty", "blanks", "below a file", "below a dangling link", "below a link loop"])
+@pytest.mark.parametrize("kind", ["empty", "blanks", "dash", "below a file", "below a dangling link",
+                                  "below a link loop"])
 def test_an_output_no_file_can_be_written_at_is_one_line_naming_what_is_in_the_way(tmp_path: Path, kind: str) -> None:
     """``-o ""`` (``-o "$OUT"`` unset) was the current folder: 'prime-runs: .: cannot be
     written (Device or resource busy)', exit 1; ``-o "  "`` wrote a file so named; a path
     below a file, a symbolic link to nothing or a loop of them was told 'its folder ... does
-    not exist' of a folder that is a file or a link. One line naming what is wrong, exit 2,
-    nothing written."""
+    not exist' of a folder that is a file or a link; ``-o -`` wrote a file named ``-`` where
+    the user looked for standard output. One line naming what is wrong, exit 2, nothing
+    written."""
     build_run(tmp_path / "runs" / "r", "export-bad-output", 2)
     work = tmp_path / "work"
     work.mkdir()
@@ -505,11 +507,12 @@ def test_an_output_no_file_can_be_written_at_is_one_line_naming_what_is_in_the_w
     (tmp_path / "mnt").symlink_to(tmp_path / "not-mounted")
     (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
     (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
-    out = {"empty": "", "blanks": "  ", "below a file": str(tmp_path / "afile" / "t.jsonl"),
+    out = {"empty": "", "blanks": "  ", "dash": "-", "below a file": str(tmp_path / "afile" / "t.jsonl"),
            "below a dangling link": str(tmp_path / "mnt" / "t.jsonl"),
            "below a link loop": str(tmp_path / "loop-a" / "t.jsonl")}[kind]
     said = {"empty": "prime-runs: invalid value for '-o' / '--output': an empty path names no file",
             "blanks": "prime-runs: invalid value for '-o' / '--output': '  ' is blanks only and names no file",
+            "dash": "prime-runs: invalid value for '-o' / '--output': '-' is not standard output here",
             "below a file": f"prime-runs: {out}: {tmp_path / 'afile'} is a file, not a folder",
             "below a dangling link": f"prime-runs: {out}: {tmp_path / 'mnt'} is a symbolic link to "
                                      f"{tmp_path / 'not-mounted'}, which does not exist",
