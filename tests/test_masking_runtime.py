@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -204,3 +205,39 @@ def test_a_runtime_record_is_written_as_a_fresh_walk_writes_it_whatever_its_id(s
             assert orjson.dumps(mask_for_writing(episode, rules)) == orjson.dumps(walked)
             assert repr(mask(episode, rules)) == repr(walked)  # sync's and the viewer's call
             assert repr(episode) == before
+
+
+@pytest.mark.slow
+def test_the_records_kept_to_know_a_runtime_record_by_are_bounded_as_the_memos_plans_are() -> None:
+    """The memo knows a runtime record but for its box id by the last 8 records kept whole;
+    a record of any size was kept (a box's file list, a long environment): 8 copies of a
+    record of a few MB stayed in memory for the run's life. Like the memo's plans, one whose
+    serialization is over 64 KiB is not kept (walked each time, as the memo walks such a
+    config), and is masked the same."""
+    import gc
+    import tracemalloc
+
+    rules = MaskRules.defaults_for_episode()
+
+    def episode(number: int) -> dict[str, Any]:
+        runtime = {**leaky_runtime(f"vf-{number:08x}"), "started": number,
+                   "files": [f"/app/src/module_{i}.py" for i in range(4000)]}
+        return {"id": f"e{number}", "traces": [{"agent": {"config": {"model": "m"}, "runtime": runtime}}]}
+
+    mask_for_writing(episode(0), rules)  # the rules' routes and automaton made before measuring
+    written = []
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for number in range(1, 7):
+            written.append(hashlib.sha256(orjson.dumps(mask_for_writing(episode(number), rules))).digest())
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 200_000, f"{kept:,} bytes kept after masking 6 records of ~110 KB each"
+    for number, digest in enumerate(written, 1):
+        walked = orjson.dumps(mask(episode(number), rules, memo=False))
+        assert digest == hashlib.sha256(walked).digest()
+        assert SECRETS["api_key"].encode() not in walked

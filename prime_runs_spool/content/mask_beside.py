@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS
+from prime_runs_spool.content.mask_plans import MAX_PLAN_BYTES
 from prime_runs_spool.content.mask_text import mask_new_text, not_in_id
 
 #: The records kept to compare with: a run's seats run in a few kinds of boxes.
@@ -62,11 +63,16 @@ class Beside:
 
     def keep(self, obj: dict[str, Any], plan: Any) -> None:
         """Keep an own copy of ``obj`` (plain JSON data only: the caller's lists may change
-        in place) with ``plan``, the memo's for ``obj`` without ``key``."""
+        in place) with ``plan``, the memo's for ``obj`` without ``key``; not one over
+        :data:`MAX_PLAN_BYTES`, as the memo keeps no plan of one (else :data:`KEPT` copies of
+        a record of any size, a box's file list, stayed in memory for the rules' life)."""
         try:
-            own = orjson.loads(orjson.dumps(obj))
+            serialized = orjson.dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: not kept
             return
+        if len(serialized) > MAX_PLAN_BYTES:
+            return
+        own = orjson.loads(serialized)
         if type(own) is dict:
             self.kept = ((own, plan), *self.kept[:KEPT - 1])
 

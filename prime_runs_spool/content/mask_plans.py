@@ -30,6 +30,11 @@ class _RenamedKeys:
         return "KEYS"
 
 
+#: The largest subtree (its serialization, bytes) whose plan the memo keeps (content/masking.py),
+#: and whose own copy it keeps to know a runtime record by (content/mask_beside.py): a larger
+#: one is walked each time, and the memo's memory stays bounded whatever a record holds.
+MAX_PLAN_BYTES = 64 * 1024
+
 #: Where a plan keeps its renamed keys: a key is written as well as its value, so a URL
 #: used as a key (``{"https://user:token@host": ...}``) has its userinfo masked too.
 KEYS: Any = _RenamedKeys()

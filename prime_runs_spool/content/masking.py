@@ -33,7 +33,7 @@ from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTER
                                                      LIST_POSITION, MASK, SECRET_NAME, Pattern,
                                                      is_env_var_name, is_secret_name, parse_pattern, spelling)
 from prime_runs_spool.content.mask_beside import Beside, volatile_places
-from prime_runs_spool.content.mask_plans import KEYS, Plan, apply_plan, is_mask
+from prime_runs_spool.content.mask_plans import KEYS, MAX_PLAN_BYTES, Plan, apply_plan, is_mask
 from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
 from prime_runs_spool.content.written_form import children as _children, container_copy as _copy
 
@@ -221,10 +221,9 @@ class _Shape(NamedTuple):
     single: tuple[str, _Step] | None = None
 
 
-#: Bounds on the memo: entries, the size of one memoized subtree, the step cache, and the
-#: hashes of subtrees seen once (a plan is kept from a subtree's second sighting).
+#: Bounds on the memo: entries, the step cache, and the hashes of subtrees seen once (a plan is
+#: kept from a subtree's second sighting); the size of one memoized subtree is MAX_PLAN_BYTES.
 _MAX_PLANS = 256
-_MAX_PLAN_BYTES = 64 * 1024
 _MAX_STEPS = 65536
 _MAX_SEEN = 4096
 #: Lookups per window, and how many configs are then walked without the memo when
@@ -334,7 +333,7 @@ class _Memo:
             serialized = _dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
             return None, None
-        if len(serialized) > _MAX_PLAN_BYTES:
+        if len(serialized) > MAX_PLAN_BYTES:
             return None, None
         recent = self.recent.get(states, ())
         for seen, in_scope, entry in recent:
