@@ -31,7 +31,9 @@ from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.spool.reader import iter_records
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync import many
+from prime_runs_spool.sync import copies, many
+from prime_runs_spool.sync.copies import COPY_LOCKS_DIRNAME, copy_lock_path, run_key_digest
+from prime_runs_spool.sync.user_cache import cache_root
 from prime_runs_spool.sync.interrupt import Interrupt
 from prime_runs_spool.sync.many import sync_lock, sync_paths, sync_run
 from prime_runs_spool.sync.options import RunReport, SyncOptions
@@ -881,6 +883,33 @@ def test_the_walks_that_find_new_runs_ask_their_folders_listings_not_a_call_a_na
     names = Counter((call, Path(path).name) for call, path in asked)
     assert names[("access", "traces.jsonl")] == names[("access", "metadata.json")] == 0, names
     assert names[("lstat", "spool")] == 0, names
+
+
+def test_a_new_runs_copy_lock_note_is_rewritten_without_cutting_the_file(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass rewrites its copy lock's note when it takes the lock, before its first
+    announcement and at its end (sync/copies.py); a shorter note is padded with spaces to the
+    file's length, so no rewrite truncates the file. Before: the note's ``"announced": true``
+    after ``false`` is a byte shorter, an ``ftruncate`` every new run. The next pass reads
+    the note, padding and all."""
+    cut: list[int] = []
+    real = os.ftruncate
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-note-{n}", 2)
+    monkeypatch.setattr(os, "ftruncate", lambda fd, size: cut.append(size) or real(fd, size))
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+        assert [r.state for r in reports] == ["synced"] * runs
+    assert cut == [], cut
+    for n in range(runs):  # each note as the next pass reads it
+        lock = copy_lock_path(cache_root() / COPY_LOCKS_DIRNAME, run_key_digest(DEST.key, f"costs-note-{n}", None))
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            note, size = copies._read_note(fd)
+        finally:
+            os.close(fd)
+        assert size == lock.stat().st_size and note["under_way"] is False, note
 
 
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:

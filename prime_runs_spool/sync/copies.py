@@ -294,12 +294,16 @@ def _try_lock(fd: int) -> bool:
 
 def _write_note(fd: int, note: dict[str, Any], path: Path | None, before: int) -> int:
     """Replace the note in the lock file, whose bytes were ``before`` long: one write at its
-    start, then the rest cut off, if any is left. A holder killed between the two leaves the
-    new note followed by the old one's tail, which :func:`_read_note` ignores. Not fsync'd:
-    after a power cut every state is read by a new process, which checks it against the
-    platform anyway (SyncState.written_here). ``path``: the lock file's, for the error a
-    failed write raises. Returns how long the note now is."""
+    start, a note shorter than the one before padded with spaces to its length (JSON's
+    whitespace), not cut off: one system call, where the note's ``"announced": true`` after
+    ``false`` made it two for every new run. Were a holder killed mid-write, :func:`_read_note`
+    reads the note and ignores what follows it. Not fsync'd: after a power cut every state is
+    read by a new process, which checks it against the platform anyway
+    (SyncState.written_here). ``path``: the lock file's, for the error a failed write raises.
+    Returns how long the file's note (padding included) now is."""
     data = orjson.dumps(note)
+    if before > len(data) and before < 1 << 16:  # a longer file (one read's worth) is cut, as before
+        data += b" " * (before - len(data))
     try:
         os.pwrite(fd, data, 0)
         if before > len(data):
