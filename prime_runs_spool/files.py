@@ -254,6 +254,11 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+#: This process's id, asked again in a forked child: ``os.getpid`` is a system call a write.
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: bool | None = None) -> None:
     """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
     missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
@@ -265,7 +270,7 @@ def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: b
     The temporary name holds the process and the thread: two writers never share one."""
     folder, name = os.path.split(os.fspath(path))  # strings: a state is written several times a run
     folder = folder or os.curdir
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = os.path.join(folder, f".{name}.{_PID[0]}.{threading.get_ident()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     except FileNotFoundError:  # the first file of this folder: the folder first

@@ -912,6 +912,30 @@ def test_a_new_runs_copy_lock_note_is_rewritten_without_cutting_the_file(tmp_pat
         assert size == lock.stat().st_size and note["under_way"] is False, note
 
 
+def test_a_new_runs_state_writes_ask_no_process_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary file a new run's first state write renames into place is named by the
+    process and the thread (files.replace_private): the process's id is kept, asked again only
+    in a forked child (``os.getpid`` is a system call). Before: asked at every such write."""
+    asked: list[int] = []
+    real = os.getpid
+    runs = 3
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-pid-{n}", 2)
+    monkeypatch.setattr(os, "getpid", lambda: threading.current_thread().name.startswith("prime-runs-sync")
+                        and asked.append(1) or real())
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"], jobs=2)
+    assert [r.state for r in reports] == ["synced"] * runs
+    assert asked == [], len(asked)
+    pid = real()
+    child = os.fork()
+    if child == 0:  # a fork names its files by its own id
+        from prime_runs_spool import files
+
+        os._exit(0 if files._PID[0] == real() != pid else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:
     """The sync lock is taken by a plain flock on a file of its own: a FIFO in its place (a
     folder received from elsewhere) is that run's error, in one line that says what to do, and
