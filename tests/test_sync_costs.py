@@ -936,6 +936,50 @@ def test_a_new_runs_state_writes_ask_no_process_id(tmp_path: Path, monkeypatch: 
     assert os.waitpid(child, 0)[1] == 0
 
 
+def test_a_new_runs_segment_is_read_without_a_seek_and_sized_by_the_fsyncs_fstat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead writer's segment is opened, fsync'd through that descriptor and read from its
+    start: the ``fstat`` the fsync takes first gives its size (spool/writer_state.py,
+    ``make_durable``), and a file just opened is at 0 already, so no seek. Before: an
+    ``fstat`` more for the size and a seek to 0 (an ``lseek``) each segment read."""
+    import io
+
+    from prime_runs_spool.spool import reader
+
+    seeks: list[int] = []
+    sized: list[int] = []
+    walks: list[Path] = []
+
+    class Counting(io.BufferedReader):
+        def seek(self, *args):  # noqa: ANN002, ANN202
+            seeks.append(args[0])
+            return super().seek(*args)
+
+    real_open, real_fstat = reader._open_segment, os.fstat
+
+    def opened(path):  # noqa: ANN001, ANN202
+        if getattr(path, "open_bytes", None) is not None:
+            return real_open(path)
+        walks.append(path)
+        return Counting(io.FileIO(path, "rb"), reader._READ_BUFFER)
+
+    def fstat(fd):  # noqa: ANN001, ANN202
+        if isinstance(fd, int) and os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+            sized.append(fd)
+        return real_fstat(fd)
+
+    runs = 2
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-seek-{n}", 2)
+    monkeypatch.setattr(reader, "_open_segment", opened)
+    monkeypatch.setattr(os, "fstat", fstat)
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in reports] == ["synced"] * runs
+    assert walks and seeks == [], seeks
+    assert len(sized) == 2 * len(walks), (sized, walks)  # the fsync's, and the end's (where the lines end)
+
+
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:
     """The sync lock is taken by a plain flock on a file of its own: a FIFO in its place (a
     folder received from elsewhere) is that run's error, in one line that says what to do, and

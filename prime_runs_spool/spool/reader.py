@@ -89,14 +89,16 @@ class SegmentState:
     has_manifest: bool = False
 
 
-def _raw_lines(f: IO[bytes], offset: int) -> Iterator[tuple[int, bytes | None, int]]:
+def _raw_lines(f: IO[bytes], offset: int, *, there: bool = False) -> Iterator[tuple[int, bytes | None, int]]:
     """``(offset, line, end)`` for each line from ``offset``.
 
     The last line may lack its line feed (end of file). An over-long line is skipped in
     chunks, never held whole, and comes back as ``b""`` when a line feed ends it, None when
-    the file ends first.
+    the file ends first. ``there``: ``f`` is at ``offset`` already (a file just opened, at
+    0), so no seek is asked of it (an ``lseek`` a segment read).
     """
-    f.seek(offset)
+    if not there:
+        f.seek(offset)
     while True:
         line = f.readline(_LINE_LIMIT + 1)
         if not line:
@@ -211,10 +213,10 @@ class _Walk:
         alive = local and (writer_alive(path) if self.alive is None else self.alive)
         mark = durable_mark(path) if local else 0
         with _open_segment(path) as f:
-            if self.durable_first and local:
-                make_durable(path, f.fileno())
-            self.size = os.fstat(f.fileno()).st_size if local else path.stat().st_size
-            lines = _raw_lines(f, 0)
+            # The size as the fsync's own fstat found it (a dead writer's segment no longer grows).
+            found = make_durable(path, f.fileno()) if self.durable_first and local else None
+            self.size = (found or os.fstat(f.fileno())).st_size if local else path.stat().st_size
+            lines = _raw_lines(f, 0, there=True)  # just opened
             if self.start is not None:
                 first = next(lines, None)
                 parsed = parse_line(first[1]) if first and first[1] else None
