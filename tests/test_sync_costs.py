@@ -980,6 +980,36 @@ def test_a_new_runs_segment_is_read_without_a_seek_and_sized_by_the_fsyncs_fstat
     assert len(sized) == 2 * len(walks), (sized, walks)  # the fsync's, and the end's (where the lines end)
 
 
+def test_a_segments_writer_is_probed_without_unlocking_before_the_close(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a segment's writer lives is a shared ``flock`` tried on a descriptor of the
+    probe's own, dropped by closing it (spool/writer_state.py): no ``LOCK_UN`` first. A
+    writer that holds its lock is still seen alive, and the probe leaves it free for it.
+    Before: a ``LOCK_UN`` each probe."""
+    import fcntl
+
+    from prime_runs_spool.spool.writer_state import writer_alive
+
+    unlocked: list[int] = []
+    real = fcntl.flock
+    runs = 2
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-probe-{n}", 2)
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: (op & fcntl.LOCK_UN and unlocked.append(fd)) or real(fd, op))
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
+    assert [r.state for r in reports] == ["synced"] * runs
+    assert unlocked == [], unlocked
+    segment = next((tmp_path / "runs" / "run-0" / "spool").glob("seg-*.jsonl"))
+    assert writer_alive(segment) is False
+    held = os.open(segment.with_suffix(".lock"), os.O_RDWR)
+    try:
+        real(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a live writer holds it: after the probes above
+        assert writer_alive(segment) is True
+    finally:
+        os.close(held)
+
+
 def test_a_sync_lock_that_is_not_a_file_costs_only_its_run(tmp_path: Path) -> None:
     """The sync lock is taken by a plain flock on a file of its own: a FIFO in its place (a
     folder received from elsewhere) is that run's error, in one line that says what to do, and

@@ -75,9 +75,11 @@ def writer_alive(segment: Path) -> bool:
     """Whether a live process holds the segment's writer lock.
 
     Probes with a *shared*, non-blocking flock on a read-only descriptor and drops it at
-    once: it conflicts with a writer's exclusive lock only, never with another reader,
-    needs no write permission, and never creates a file. A segment in an object store
-    answers for itself (no writer lock travels with a copied spool: never alive).
+    once, by closing the descriptor (its own open file, the lock's only holder: no
+    ``LOCK_UN`` first, a system call every probe): it conflicts with a writer's exclusive
+    lock only, never with another reader, needs no write permission, and never creates a
+    file. A segment in an object store answers for itself (no writer lock travels with a
+    copied spool: never alive).
     """
     own = getattr(segment, "writer_alive", None)
     if own is not None:
@@ -95,8 +97,7 @@ def writer_alive(segment: Path) -> bool:
             return True
         except PermissionError:  # some filesystems report contention as EACCES
             return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        return False  # the close drops the shared lock
     finally:
         os.close(fd)
 
