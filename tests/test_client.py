@@ -180,6 +180,90 @@ def test_a_traces_answer_that_may_follow_the_services_commit_is_in_doubt(status:
     assert caught.value.kind is kind, caught.value
 
 
+@pytest.mark.parametrize(("status", "kind"), [(307, FailureKind.FATAL), (302, FailureKind.FATAL),
+                                             (301, FailureKind.FATAL), (303, FailureKind.IN_DOUBT)])
+def test_a_redirect_is_no_success(status: int, kind: FailureKind) -> None:
+    """The sync follows no redirect, and took any status below 400 for the platform's success:
+    a samples request a gateway redirected counted as pushed. A 303 says it was acted on
+    where it leads (in doubt, settled by reading), any other redirect that it was not."""
+    location = "https://status.example/maintenance"
+    client = client_with(lambda request: httpx.Response(status, headers={"Location": location},
+                                                        json={"detail": "moved"}))
+    with pytest.raises(PlatformError) as caught:
+        client.push_samples("ev1", b'{"samples":[]}')
+    assert (caught.value.kind, caught.value.status) == (kind, status), caught.value
+    assert location in str(caught.value) and "\n" not in str(caught.value), caught.value
+
+
+@pytest.mark.slow
+def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: Path) -> None:
+    """A gateway before the platform answers every samples request with a 307 (a maintenance
+    page), forwarding none. The pass fails in one line naming the redirect, and the next
+    sync, the platform reachable, pushes every episode; before, the run said synced, 5
+    pushed, the platform held none of them, and every later sync said up to date."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import local_destination
+    from support.runs import build_run
+
+    build_run(tmp_path / "runs" / "run", "redirected-samples", 5)
+    db = tmp_path / "p.db"
+
+    def sync(base_url: str):
+        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=2)))
+        return report
+
+    with EmbeddedPlatform(db) as platform:
+        with FaultProxy(platform.base_url, rates={"redirect": 1.0}, methods=["POST"], paths=r"/samples$") as proxy:
+            redirected = sync(proxy.base_url)
+        assert (redirected.state, redirected.pushed_now) == ("error", 0), redirected
+        assert "307" in redirected.error and "status.example" in redirected.error, redirected.error
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{redirected.evaluation_id}").json()
+        assert evaluation["total_samples"] == 0
+        done = sync(platform.base_url)
+        assert (done.state, done.pushed_now) == ("synced", 5), done
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{redirected.evaluation_id}").json()
+        assert evaluation["total_samples"] == 5
+
+
+def test_a_base_url_that_redirects_is_told_by_the_key_check() -> None:
+    """An ``http`` address the platform moved to ``https`` (a 301 to every request): the key
+    check, which any sync that sends makes first, says the redirect and where it leads, a
+    configuration error before anything is written, not an error under every run."""
+    import http.server
+    import threading
+
+    from prime_runs_spool.platform_api.key_check import refused_key
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            self.send_response(301)
+            self.send_header("Location", "https://platform.example" + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        refused = refused_key(Settings(base_url=base, api_key=Secret("k"), team_id=None, frontend_url=base))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused is not None and refused.kind is FailureKind.FATAL, refused
+    assert "301" in str(refused) and "https://platform.example" in str(refused), refused
+
+
 NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n<center><h1>413 Request "
              "Entity Too Large</h1></center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")
 

@@ -31,6 +31,13 @@ QUOTED_CHARACTERS = 200
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
 
 
+def is_success(status: int) -> bool:
+    """An answer that says the request was done: a 2xx. A redirect is not one (the sync
+    follows none): taken for a success, a gateway's 307 to a samples request counted its
+    rows as pushed (platform_api/client.py, ``classify_response``)."""
+    return 200 <= status < 300
+
+
 def error_words(text: str) -> str:
     """An error answer's body as words a one-line message can quote: on one line, cut to
     :data:`QUOTED_CHARACTERS`, and an HTML page (a proxy's or a gateway's before the service:

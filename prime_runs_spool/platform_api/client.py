@@ -163,6 +163,8 @@ def classify_response(method: str, path: str, response: httpx.Response,
                       secret: Secret | None = None) -> PlatformError:
     status = response.status_code
     what = f"{method} {path} answered {status}"
+    if status < 400:
+        return _redirected(what, response)
     if status == RATE_LIMITED:
         return PlatformError(answered_kind(status), f"{what} (rate limited)", status=status,
                              retry_after=_retry_after(response))
@@ -179,6 +181,27 @@ def classify_response(method: str, path: str, response: httpx.Response,
                                  + (f" ({detail})" if detail else ""))
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
+
+
+#: A redirect that says the request was acted on where it went (RFC 9110: the result of
+#: processing it is elsewhere), as a create answered in the post/redirect/get way.
+SEE_OTHER = 303
+
+
+def _redirected(what: str, response: httpx.Response) -> PlatformError:
+    """A redirect (a maintenance page, an ``http`` address moved to ``https``): the sync
+    follows none, its API key would go with it wherever it leads. Taken for a success, as
+    any status below 400 was, a samples request a gateway redirected counted as pushed:
+    the run said synced, the platform held none of those rows, and every later sync said
+    up to date. Any but a 303 says the request was not acted on here (``FATAL``: what was
+    announced is withdrawn); a 303, that it was: in doubt, settled by reading."""
+    where = response.headers.get("location", "")
+    said = f"{what}, a redirect to {answers.error_words(where) or 'no address'}"
+    if response.status_code == SEE_OTHER:
+        return PlatformError(FailureKind.IN_DOUBT, said, status=response.status_code)
+    return PlatformError(FailureKind.FATAL, f"{said}, which sync does not follow: is the platform down for "
+                         f"maintenance, or is --base-url (PRIME_API_BASE_URL) not its address?",
+                         status=response.status_code)
 
 
 def _origin_of(response: httpx.Response) -> str:
@@ -390,7 +413,7 @@ class PlatformClient:
         finally:
             if isinstance(content, _Chunks):
                 content.drop()
-        if status >= 400:
+        if not answers.is_success(status):
             raise classify_response(method, path, response, self.settings.api_key)  # type: ignore[arg-type]
         try:
             return orjson.loads(body) if body else None

@@ -53,6 +53,8 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
         except PlatformError as exc:
             if exc.kind is FailureKind.FATAL and exc.status in REFUSED_KEY_STATUSES:
                 refusals.append(exc)
+            elif exc.kind is FailureKind.FATAL and exc.status is not None and 300 <= exc.status < 400:
+                refusals.append(exc)  # a redirect, which no pass follows: its line says where to
             elif exc.status in NOT_THE_PLATFORM_STATUSES:
                 refusals.append(not_the_platform(settings.base_url, exc.status))
             elif isinstance(exc, UnexpectedAnswer):  # a success, but not the listing: another server

@@ -26,6 +26,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from prime_runs_spool.platform_api import answers
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 
 #: The methods httpx sends ``Content-Length: 0`` for when they carry no body.
@@ -55,8 +56,8 @@ class Wire:
     def exchange(self, method: str, path: str, query: str, content: Any,
                  length: int | None) -> tuple[int, bytes, httpx.Response | None]:
         """Send one request and read its answer whole: its status, its body (decoded), and,
-        for a refusal (400 or above), the answer as an ``httpx.Response`` for the client's
-        classification. ``content``: ``bytes`` or an iterable of them ``length`` long."""
+        for any answer but a success (``answers.is_success``), the answer as an ``httpx.Response``
+        for the client's classification. ``content``: ``bytes`` or an iterable of them ``length`` long."""
         target = self._path + path.encode("ascii")
         if query:
             target += b"?" + query.encode("ascii")
@@ -77,7 +78,7 @@ class Wire:
             exc.request = self._as_httpx(method, path, query)  # the host a failure names
             raise
         status = answer.status
-        if status >= 400 or _encoded(answer.headers):
+        if not answers.is_success(status) or _encoded(answer.headers):
             response = httpx.Response(status, headers=answer.headers, content=answer.content,
                                       request=self._as_httpx(method, path, query))
             return status, response.content, response
@@ -99,7 +100,7 @@ class Wire:
         except httpx.TransportError as exc:
             exc.request = self._as_httpx(method, path, query)  # the host a failure names
             raise
-        if status >= 400 or _encoded(headers):
+        if not answers.is_success(status) or _encoded(headers):
             response = httpx.Response(status, headers=headers, content=body,
                                       request=self._as_httpx(method, path, query))
             return status, response.content, response
