@@ -262,7 +262,7 @@ class _Memo:
         self.misses = 0
         # A useless memo costs a serialization per config: after a window of lookups
         # with few hits, the next _BYPASS configs are walked without asking.
-        self.window = self.window_hits = self.bypass = 0
+        self.window = self.window_start = self.bypass = 0  # (window_start: the hits when it began)
         #: Where a key of VOLATILE_KEYS lies, made on the first lookup: its key and the records
         #: kept there (content/mask_beside.py), outside a URL scope and inside one.
         self.volatile: dict[_States, tuple[str, Beside, Beside]] | None = None
@@ -281,7 +281,6 @@ class _Memo:
             return _plan(obj, rules, states, scoped, memoize=False)
         if found is not None and found[0] == obj:
             self.hits += 1
-            self.window_hits += 1
             return found[1]
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
 
@@ -309,7 +308,6 @@ class _Memo:
             return None if plan is None else apply_plan(obj, plan)
         if found is not None and (not found[3] or found[0] == obj):
             self.hits += 1
-            self.window_hits += 1
             return found[2]
         entry = self._missed(obj, rules, states, scoped, serialized, found)
         plan = entry[1]
@@ -326,9 +324,9 @@ class _Memo:
             return None, None
         self.window += 1
         if self.window == _WINDOW:
-            if self.window_hits * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
+            if (self.hits - self.window_start) * 8 < _WINDOW:  # under one lookup in 8 answered: stop asking
                 self.bypass = _BYPASS
-            self.window = self.window_hits = 0
+            self.window, self.window_start = 0, self.hits
         try:
             serialized = _dumps(obj)
         except (TypeError, orjson.JSONEncodeError):  # not plain JSON data: no memo
