@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS
-from prime_runs_spool.content.mask_plans import MAX_PLAN_BYTES
+from prime_runs_spool.content.mask_plans import MAX_PLAN_BYTES, apply_plan
 from prime_runs_spool.content.mask_text import mask_new_text, not_in_id
 
 #: The records kept to compare with: a run's seats run in a few kinds of boxes.
@@ -60,6 +60,25 @@ class Beside:
             if masked is not value:
                 return {**(plan or {}), key: masked}
         return plan
+
+    def masked(self, obj: Any, rules: Any, states: Any, scoped: bool) -> Any:
+        """The writer's answer for a subtree here (content/mask_fragments.py): ``None`` when
+        nothing changes, else ``obj`` copied along its plan, so its keys stay in their order.
+        A kept record equal to it and an id the search passes are answered here, one call a
+        trace; anything else is :meth:`plan_of`'s, and a subtree of another shape (not a dict,
+        its value at ``key`` not a str, a ``value`` key, which a ``{name, value}`` pair's rule
+        reads beside its name) the memo's whole answer."""
+        key = self.key
+        if type(obj) is not dict or "value" in obj or type(value := obj.get(key)) is not str:
+            return rules.memoized_masked_of()(obj, rules, states, scoped)
+        for own, plan in self.kept:
+            own[key] = value
+            if own == obj:
+                if self.texted and not_in_id(value) is not None:
+                    break
+                return None if plan is None else apply_plan(obj, plan)
+        plan = self.plan_of(obj, rules, states, scoped)
+        return None if plan is None else apply_plan(obj, plan)
 
     def keep(self, obj: dict[str, Any], plan: Any) -> None:
         """Keep an own copy of ``obj`` (plain JSON data only: the caller's lists may change

@@ -7,7 +7,7 @@ serialization copies as it is: the config is neither copied along the plan nor s
 second time. Above the configs, where the rules name their keys at each level (``traces``, a
 trace's ``agent``, its ``config`` and its ``runtime``), the walk is a loop over the traces,
 not a call per level. A runtime record's box id is new in every rollout: the memo knows the
-record without it (:func:`_beside`).
+record without it (``Beside.masked``, content/mask_beside.py).
 
 The result is written byte for byte as :func:`~prime_runs_spool.content.masking.mask`'s
 (tests/test_masking.py), and only for writing: a reader of the record must not read inside a
@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 from prime_runs_spool.content.mask_locations import VOLATILE_KEYS, Pattern
 from prime_runs_spool.content.mask_text import mask_text
-from prime_runs_spool.content.mask_plans import apply_plan
 from prime_runs_spool.content.masking import MaskRules, _masked, _States
 from prime_runs_spool.content.written_form import children as _children
 
@@ -63,7 +62,7 @@ def _lies_inside(rules: MaskRules, prefixes: tuple[Pattern, ...]) -> bool:
 
 #: How a memoized subtree is masked for writing: ``(subtree, rules, states, scoped)`` to
 #: ``None`` (nothing changes) or what is written in its place (``MaskRules.memoized_masked_of``,
-#: or :func:`_beside`'s for a subtree with a key of :data:`VOLATILE_KEYS`).
+#: or ``Beside.masked`` for a subtree with a key of :data:`VOLATILE_KEYS`).
 _MaskedOf = Callable[[Any, MaskRules, _States, bool], Any]
 
 
@@ -121,33 +120,15 @@ def _list_route(rules: MaskRules) -> _ListRoute | None:
 def _masked_of(rules: MaskRules, path: Pattern, states: _States, scoped: bool) -> _MaskedOf:
     """How the memoized subtree at ``path`` is masked for writing: the memo's answer for the
     whole subtree, or, where :data:`VOLATILE_KEYS` names a key of it whose value is not
-    masked whole there, :func:`_beside`'s."""
+    masked whole there, the records kept there (``Beside.masked``: the memo's plan of the
+    subtree known without that value, a runtime record's box id, applied to the subtree)."""
     volatile = VOLATILE_KEYS.get(path)
     if volatile is None:
         return rules.memoized_masked_of()
     _after, masked, table, _starts_scope = rules._step(states, volatile)
     if masked or table:  # a credential location: the memo's whole answer
         return rules.memoized_masked_of()
-    return _beside(rules, volatile, states, scoped)
-
-
-def _beside(rules: MaskRules, volatile: str, states: _States, scoped: bool) -> _MaskedOf:
-    """A subtree masked for writing whose value at ``volatile`` (a runtime record's box id) is
-    new every time: the memo's plan of it known without that value
-    (``MaskRules.memoized_beside``: content/mask_beside.py), applied to the subtree,
-    so its keys stay in their order. A subtree of another shape (not a dict; that value not
-    a string; a ``value`` key, which a ``{name, value}`` pair's rule reads beside its name) is
-    the memo's whole answer."""
-    masked_of = rules.memoized_masked_of()
-    plan_of = rules.memoized_beside(states, scoped).plan_of
-
-    def masked_beside(obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Any:
-        if type(obj) is not dict or "value" in obj or type(obj.get(volatile)) is not str:
-            return masked_of(obj, rules, states, scoped)
-        plan = plan_of(obj, rules, states, scoped)
-        return None if plan is None else apply_plan(obj, plan)
-
-    return masked_beside
+    return rules.memoized_beside(states, scoped).masked
 
 
 def _plain_route(rules: MaskRules, states: _States) -> list[tuple[str, _States]] | None:
