@@ -160,6 +160,7 @@ def progress_for(params: dict[str, Any]) -> Progress:
 def stop_on_signals() -> Interrupt:
     """SIGINT and SIGTERM from here on: the first ends the sync at its next safe point, a
     second at once (sync/interrupt.py)."""
+    from prime_runs_spool.store.lease import release_held
     from prime_runs_spool.sync.interrupt import Interrupt
 
     interrupt = Interrupt()
@@ -167,6 +168,8 @@ def stop_on_signals() -> Interrupt:
     def at_once() -> None:
         os.write(2, f"\n{MESSAGE_PREFIX}stopped at once (second signal); every state is consistent, "
                     "run the same prime-runs sync again to carry on\n".encode())
+        for line in release_held():  # a store's or a mirrored folder's: else skipped until they expire
+            os.write(2, f"{MESSAGE_PREFIX}{line}\n".encode())
 
     interrupt.install(on_second=at_once)
     return interrupt
@@ -199,7 +202,9 @@ def exit_interrupted(reports: list[Any]) -> None:
     """After the first signal: one line saying what was done and what is left, then exit 130.
     Through ``os._exit``, once the output is flushed: a pass still on the wire after the
     grace is not waited for (its request is announced in its state, which the next sync
-    settles), and the kernel releases its lock."""
+    settles), and the kernel releases its lock; its lease in a store (a mirrored folder's)
+    is given up unless that request may still land (store/lease.py, ``release_held``)."""
+    from prime_runs_spool.store.lease import release_held
     from prime_runs_spool.sync.options import EXIT_INTERRUPTED, INTERRUPTED
 
     left = [r for r in reports if r.state == INTERRUPTED]
@@ -208,6 +213,8 @@ def exit_interrupted(reports: list[Any]) -> None:
             if reports else "before any run's pass ended")
     click.echo(f"{MESSAGE_PREFIX}interrupted: {done}; the state is saved, run the same prime-runs sync again to "
                "carry on", err=True)
+    for line in release_held():
+        click.echo(f"{MESSAGE_PREFIX}{line}", err=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(EXIT_INTERRUPTED)

@@ -137,3 +137,41 @@ def test_the_wait_for_a_request_another_machine_announced_is_never_longer_than_a
     assert wait_out_inherited_request(lease, SyncOptions(request_lifetime=30.0), clocks.sleep) == clocks.slept == 10
     lease.wait_until = 0.0
     assert wait_out_inherited_request(lease, SyncOptions(request_lifetime=30.0), clocks.sleep) == 0.0
+
+
+@pytest.mark.parametrize("ends", ["released", "killed"])
+def test_a_request_a_holder_still_waits_out_is_announced_to_whoever_takes_the_lease_next(ends: str) -> None:
+    """A holder syncing with --state-dir killed with a request out: the lease announces it
+    (``in_flight_until``), and a taker keeping its state in the store waits it out, since it
+    cannot read it. Stopped during that wait (Ctrl-C: its lease released) or killed after a
+    renewal, that taker wrote the lease as one whose announcements are all in the state
+    object (``state_in_store``), which does not hold that request: the next taker keeping
+    its state in the store waited for nothing, and could push the rows it carries again."""
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    store, key, now = ObjectStore(f"memory:///{uuid.uuid4().hex}"), "run/spool/sync.lease.json", [1000.0]
+
+    def lease(owner: str, state_in_store: bool) -> Lease:
+        return Lease(store, key, owner=owner, ttl=60, clock_skew=5, clock=lambda: now[0], state_in_store=state_in_store)
+
+    first = lease("state-dir", state_in_store=False)
+    assert first.try_take()
+    first.in_flight_until = 1000.0 + 600  # its request's lifetime
+    first.renew()
+    now[0] += 100  # killed: its lease ran out
+    second = lease("in-store", state_in_store=True)
+    assert second.try_take() and second.wait_until == 1600.0
+    now[0] += 30  # waiting it out
+    if ends == "released":
+        second.release()
+    else:
+        second.renew()
+        now[0] += 100
+    third = lease("in-store-too", state_in_store=True)
+    assert third.try_take() and third.wait_until == 1600.0
+    now[0] = 1700.0  # once it can no longer land, the lease is as any other
+    third.renew()
+    now[0] += 100
+    fourth = lease("in-store-at-last", state_in_store=True)
+    assert fourth.try_take() and fourth.wait_until == 0.0

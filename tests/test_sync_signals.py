@@ -6,6 +6,7 @@ exactly once."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from fixtures.fault_proxy import NO_FAULT, FaultProxy
 from support.env import child_env
-from support.runs import build_run
+from support.runs import RunBuilder, build_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, run_sync, server, sync_cmd  # noqa: F401
 
 #: What the interrupted request meets, in turn: an answer slower than the grace (left
@@ -257,4 +258,99 @@ def test_a_sync_stopped_at_once_before_it_sent_anything_costs_the_next_sync_no_w
                                capture_output=True, text=True, timeout=20, env=child_env(PRIME_API_KEY=TOKEN))
     assert final.returncode == 0, final.stderr
     assert "waiting" not in final.stderr and "in doubt" not in final.stdout, final.stderr + final.stdout
+    assert_exactly_once(api, builder)
+
+
+class HeldCreate(FaultProxy):
+    """Forwards every request, and holds the answer of the evaluation's creation (announced
+    in the state, in doubt until answered) for ``delay`` seconds."""
+
+    posts = 0
+
+    def _decide(self, request: object) -> str:
+        if getattr(request, "method", "") != "POST" or "/evaluations" not in getattr(request, "target", ""):
+            return NO_FAULT
+        self.posts += 1
+        return "delay_after" if self.posts == 1 else NO_FAULT
+
+
+def _leased_run(tmp_path: Path, where: str, name: str) -> tuple[str, Path, RunBuilder]:
+    """A run synced through a lease in a file:// store: the store's URL (``where`` "store"),
+    or a folder ``prime-runs mirror`` copied there ("mirrored"); what to sync, and the lease."""
+    from support.store_runs import mirror_once
+
+    bucket, lease = tmp_path / "bucket", tmp_path / "bucket" / "run" / "spool" / "sync.lease.json"
+    if where == "store":
+        return f"file://{bucket}", lease, build_run(bucket / "run", name, 3)
+    builder = build_run(tmp_path / "outputs" / "run", name, 3)
+    bucket.mkdir()
+    mirrored = mirror_once(tmp_path / "outputs", f"file://{bucket}")
+    assert mirrored.returncode == 0, mirrored.stdout + mirrored.stderr
+    return str(tmp_path / "outputs"), lease, builder
+
+
+#: A lease of seconds, on every machine: one left to expire is free again within a test, and
+#: held still while the next sync starts on a loaded machine.
+SHORT_LEASE = {"PRIME_RUNS_LEASE_TTL": "10", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+
+
+def _sync(proxy: FaultProxy, what: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sync_cmd(proxy.base_url, what, "--json", *args), capture_output=True, text=True,
+                          timeout=60, env=child_env(PRIME_API_KEY=TOKEN, **SHORT_LEASE))
+
+
+def _stopped_twice(proxy: FaultProxy, ready, what: str, **env: str) -> str:  # noqa: ANN001
+    """``prime-runs sync WHAT`` through ``proxy``, stopped by two SIGINTs once ``ready()``:
+    its error output, after it exited 130 at once."""
+    proc = subprocess.Popen(sync_cmd(proxy.base_url, what, "--request-lifetime", "600"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(PRIME_API_KEY=TOKEN, **env))
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    time.sleep(0.2)  # the request is on its way
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # the first is handled: the pass waits for the answer
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "stopped at once (second signal)" in err, err
+    return err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["store", "mirrored"])
+def test_a_second_signal_gives_up_a_lease_nothing_in_doubt_needs(tmp_path: Path, server, api, where: str) -> None:
+    """Stopped at once by a second signal while its pass read the platform (nothing
+    announced), a sync of a store URL, or of a folder mirrored into one, kept the run's lease
+    until it expired (a lease lifetime plus the clock skew, about 65 s): the next sync said
+    ``skipped`` (or waited, ``--wait``). It gives the lease up on its way out."""
+    what, lease, builder = _leased_run(tmp_path, where, f"second-signal-free-{where}")
+    with HeldListing(server.base_url, delay=30.0) as proxy:
+        _stopped_twice(proxy, lambda: proxy.listings >= 2, what)  # its lease the default 60 s
+        assert json.loads(lease.read_bytes())["released"] is True
+        final = _sync(proxy, what)
+    assert final.returncode == 0, final.stderr
+    assert [run["state"] for run in json.loads(final.stdout)["runs"]] == ["synced"], final.stdout
+    assert "waiting" not in final.stderr, final.stderr
+    assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_a_second_signal_with_a_request_in_doubt_leaves_the_lease_to_expire_and_says_so(
+        tmp_path: Path, server, api) -> None:
+    """Stopped at once while the evaluation's creation was on its way (announced, not
+    answered): the lease must keep other syncers off while that request may still land, so
+    it is left to expire, and the line says so and for how long; the next sync skips the
+    run until then, and once it has expired finds the evaluation created, each row once."""
+    what, lease, builder = _leased_run(tmp_path, "store", "second-signal-in-doubt")
+    with HeldCreate(server.base_url, delay=30.0) as proxy:
+        err = _stopped_twice(proxy, lambda: proxy.posts >= 1, what, **SHORT_LEASE)
+        (line,) = [line for line in err.splitlines() if "left to expire" in line]
+        assert "sync.lease.json: a request announced under it may still land" in line, line
+        assert re.search(r"in about ([6-9]|10) s; until then a sync of the run skips it", line), line
+        assert json.loads(lease.read_bytes())["released"] is False
+        skipped = _sync(proxy, what)
+        assert [run["state"] for run in json.loads(skipped.stdout)["runs"]] == ["skipped"], skipped.stdout
+        final = _sync(proxy, what, "--wait")
+    assert final.returncode == 0, final.stderr
     assert_exactly_once(api, builder)

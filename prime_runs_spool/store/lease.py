@@ -20,6 +20,9 @@ grows:
   holder kept its state in its own ``--state-dir``, or the taker does) waits until that time
   before it sends anything (:attr:`Lease.wait_until`): else the holder's late request and
   the taker's resend of the same rows would both land.
+- **a process ending at once** (a second Ctrl-C) gives up every lease it holds on its way
+  out (:func:`release_held`), but one under which a request may still land: that one keeps
+  other syncers off until it expires.
 - **which sync state knows everything pushed** under the lease: ``last_state``, an id of
   the state (a state object in the store, or a file on one machine: a ``--state-dir``, or
   the folder of a run synced on the machine that mirrors it), carried on from holder to
@@ -73,6 +76,17 @@ def env_timing(env: Mapping[str, str] | None = None) -> tuple[float, float]:
         except ValueError:
             raise ValueError(f"{name}={text[:40]!r} is not a number of seconds") from None
     return out[0], out[1]
+
+
+#: The leases this process holds, taken and not yet given up: what a process ending at once
+#: (a second Ctrl-C) gives up on its way out (:func:`release_held`).
+_HELD: set[Lease] = set()
+#: Reentrant: :func:`release_held` runs in a signal handler, which may interrupt its own thread
+#: between taking this lock and letting it go.
+_HELD_LOCK = threading.RLock()
+#: Seconds a process ending at once gives its leases' releases (a store that does not answer
+#: would hold its exit for the library's retries): one not released by then expires.
+RELEASE_AT_EXIT_SECONDS = 2.0
 
 
 def default_owner() -> str:
@@ -134,10 +148,13 @@ class Lease:
 
     def _body(self, generation: int, *, released: bool = False) -> bytes:
         now = self.clock()
+        # A request the previous holder announced where this one cannot read it, not waited out
+        # yet, is in no state object either: a next holder reading ours must wait it out too.
+        in_store = self.state_in_store and self.wait_until + self.clock_skew <= now
         return json.dumps({"owner": self.owner, "generation": generation,
                            "expires_at": 0.0 if released else now + self.ttl,
                            "released": released, "written_at": now,
-                           "in_flight_until": self.in_flight_until, "state_in_store": self.state_in_store,
+                           "in_flight_until": self.in_flight_until, "state_in_store": in_store,
                            "last_state": self.last_state,
                            "nonce": uuid.uuid4().hex}, sort_keys=True).encode()
 
@@ -149,6 +166,7 @@ class Lease:
             self.etag = self.store.create(self.key, self._body(1))
             self.generation, self.renewed_at, self.created = 1, now, True
             self._renewed_here = self.monotonic()
+            self._held(True)
             return True
         except StoreConflict as refused:
             current = refused.current  # what the store read back after refusing: no second GET
@@ -175,6 +193,7 @@ class Lease:
             self.in_flight_until, self.last_state = 0.0, None
             return False  # another syncer took it first
         self.generation, self.renewed_at, self._renewed_here = generation + 1, now, self.monotonic()
+        self._held(True)
         self.taken_from = etag
         both_in_store = self.state_in_store and holder.get("state_in_store") is True
         self.wait_until = 0.0 if both_in_store else inherited
@@ -225,6 +244,7 @@ class Lease:
                 self.etag = self.store.replace(self.key, self._body(self.generation), self.etag)
             except StoreConflict:
                 self.etag = None
+                self._held(False)
                 raise self._lost() from None
             self.renewed_at, self._renewed_here = now, self.monotonic()
 
@@ -290,6 +310,63 @@ class Lease:
                 pass
             finally:
                 self.etag = None
+                self._held(False)
+
+    def in_doubt(self) -> bool:
+        """Whether a request this holder announced, or one it took over and has not waited
+        out, may still land (:attr:`in_flight_until`, as another machine's clock may read it)."""
+        return self.in_flight_until + self.clock_skew > self.clock()
+
+    def release_unless_in_doubt(self) -> bool:
+        """Give the lease up unless :meth:`in_doubt`, in one step against the sync's writes (a
+        request announced after this is refused: the lease is no longer ours); whether it is
+        given up (or was not held)."""
+        with self._lock:
+            if self.etag is not None and self.in_doubt():
+                return False
+            self.release()
+            return True
+
+    def expires_in(self) -> float:
+        """Seconds until another syncer may take the lease, left to expire now."""
+        return max(0.0, self.renewed_at + self.ttl + self.clock_skew - self.clock())
+
+    def _held(self, held: bool) -> None:
+        with _HELD_LOCK:
+            (_HELD.add if held else _HELD.discard)(self)
+
+
+def release_held(seconds: float = RELEASE_AT_EXIT_SECONDS) -> list[str]:
+    """On the way out of a process ending at once (a second signal, past the first's grace):
+    give up every lease it holds, so the next sync of the run need not wait for it to expire
+    (a lease lifetime plus the clock skew: ``skipped``, or a wait with ``--wait``). Not one
+    whose holder may have a request that can still land (:meth:`Lease.in_doubt`): that one
+    keeps other syncers off until it expires, and the line returned for it says so, and for
+    how long; so does one the store did not let go of within ``seconds``. Each release in a
+    thread of its own, none waited for past ``seconds``: a store that does not answer would
+    hold the exit for its retries."""
+    with _HELD_LOCK:
+        held = list(_HELD)
+    #: Per lease, why it is kept; "" once given up (each written by its own thread only).
+    why = [f"it was not given up within {seconds:g} s"] * len(held)
+
+    def give_up(number: int) -> None:
+        try:
+            released = held[number].release_unless_in_doubt()
+            why[number] = "" if released else "a request announced under it may still land"
+        except Exception as exc:  # noqa: BLE001 - a store error: the lease expires by itself
+            why[number] = f"it could not be given up ({exc})"
+
+    threads = [threading.Thread(target=give_up, args=(number,), daemon=True) for number in range(len(held))]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    told = [(lease, reason) for lease, reason in zip(held, list(why)) if reason]
+    return [f"{lease.store.location(lease.key)}: {reason}, so the run's "
+            f"lease is left to expire, in about {lease.expires_in():.0f} s; until then a sync of the run skips it "
+            "(or waits for it, --wait)" for lease, reason in told]
 
 
 def _in_flight_until(holder: Mapping[str, object]) -> float:

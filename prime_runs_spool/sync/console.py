@@ -5,14 +5,16 @@ so both print the same lines and exit with the same codes (docs/cli.md)."""
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import orjson
 
-from prime_runs_spool.errors import Stopped
+from prime_runs_spool.errors import MESSAGE_PREFIX, Stopped
 from prime_runs_spool.files import printable_data, shown
 from prime_runs_spool.plural import episodes
+from prime_runs_spool.store.lease import release_held
 from prime_runs_spool.sync.options import DRY_RUN, FAILED_STATES, RunReport
 from prime_runs_spool.sync.options import (  # noqa: F401  (re-exported: defined once, in options)
     DEFAULT_BACKOFF_CAP,
@@ -106,8 +108,10 @@ def follow_until_stopped(follower: Follower) -> int:
         signal.signal(signum, on_signal)
     try:
         reports = follower.run()
-    except Stopped:
+    except Stopped:  # the second: its passes not waited for, their leases given up unless in doubt
         reports = []
+        for line in release_held():
+            sys.stderr.write(f"{MESSAGE_PREFIX}{line}\n")
     if follower.stop.is_set():
         return EXIT_OK
     return exit_code(reports)
