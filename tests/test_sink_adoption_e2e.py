@@ -24,11 +24,11 @@ from support.runs import build_run
 from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
 
 
-def sync(base_url: str, runs: Path, to: str, cache: Path) -> subprocess.CompletedProcess[str]:
+def sync(base_url: str, runs: Path, to: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
     # A cache of its own (the copy locks' notes): a fresh machine, which knows nothing of the run.
     return subprocess.run(sync_cmd(base_url, str(runs), "--json", "--to", to), capture_output=True, text=True,
                           timeout=120, env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root"),
-                                                     XDG_CACHE_HOME=str(cache)))
+                                                     XDG_CACHE_HOME=str(cache), **env))
 
 
 def held(api: httpx.Client, evaluation_id: str) -> tuple[list[str], int]:
@@ -212,15 +212,22 @@ def test_a_run_killed_with_its_first_upload_out_stays_in_traces_where_traces_is_
 
 @pytest.mark.slow
 def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_first(tmp_path: Path) -> None:
-    """``--to traces`` where Prime Traces is off: the create named traces, the first upload
-    was refused (nothing stored), and the run stops advising ``--to samples (or auto)``.
-    ``auto``, as advised, falls back to samples, and the evaluation is told so before the
-    first row, so a sync that loses the state later follows the run there instead of stopping."""
+    """``--to traces`` whose Prime Traces cannot be reached (its port closed: the probe has
+    no answer, so the create names traces) and every upload is refused a connection (nothing
+    stored); then, Prime Traces off for the account, ``auto`` falls back to samples, and the
+    evaluation is told so before the first row, so a sync that loses the state later follows
+    the run there instead of stopping."""
+    import socket
+
     builder = build_run(tmp_path / "runs" / "run", "named-samples-after", 6)
     runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        closed_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
     with platform_process.running(db, "--token", TOKEN) as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        refused(sync(server.base_url, runs, "traces", tmp_path / "cache1"), "sync it with --to samples (or auto)")
+        refused(sync(server.base_url, runs, "traces", tmp_path / "cache1", PRIME_TRACES_URL=closed_url),
+                "connection refused")
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "traces"
         report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache1"))

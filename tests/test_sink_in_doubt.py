@@ -131,8 +131,9 @@ def test_a_batch_in_doubt_in_a_sink_found_on_the_platform_is_kept_where_traces_i
     builder.open_segment()
     builder.add(3)
     db, root = tmp_path / "p.db", tmp_path / "runs"
-    with EmbeddedPlatform(db, traces=False) as platform:  # the create names traces, nothing is stored
-        assert "--to samples" in _sync(root, db, platform.base_url, TRACES).error
+    with EmbeddedPlatform(db, traces=True) as platform:  # the create names traces; Prime Traces' port is closed
+        assert "connection refused" in _sync_to_traces_at(root, db, platform.base_url,
+                                                          f"http://127.0.0.1:{_closed_port()}", TRACES).error
     evaluation_id = str(_state(builder.run_dir).evaluation_id)
     for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
         path.unlink()

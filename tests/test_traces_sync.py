@@ -319,7 +319,11 @@ def test_to_traces_on_an_account_without_them_keeps_no_store_and_says_what_to_do
     db = tmp_path / "p.db"
     (refused,), _ = _sync(tmp_path, db, to=TRACES, batch_bytes=8_000, traces=False)
     assert refused.state == "error" and "--to samples" in refused.error, refused
-    assert _state(builder.run_dir).store is None  # not trapped in a store that holds nothing
+    # Asked before the create: no evaluation names a sink that holds nothing of the run
+    # (found again with the state lost, it would keep the run there for good).
+    assert refused.evaluation_id is None and "(Prime Traces is not enabled" not in refused.error, refused
+    for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
+        assert _state(builder.run_dir).store is None  # not trapped in a store that holds nothing
     (done,), _ = _sync(tmp_path, db, to=SAMPLES, batch_bytes=8_000, traces=False)
     assert (done.state, done.store, done.pushed_total) == ("synced", SAMPLES, 3), done
 

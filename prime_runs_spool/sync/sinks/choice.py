@@ -85,10 +85,30 @@ def for_create(context: PassContext) -> str:
     available one. So ``auto``'s probe is asked before the create, not after it, and its
     answer is kept for the push: the run costs the same requests."""
     options = context.options
-    name = recorded(context.state, options.to) or _unprobed(options.to, options.auto_sink)
+    name = recorded(context.state, options.to)
     if name is not None:
         return name
+    name = _unprobed(options.to, options.auto_sink)
+    if name is not None:
+        if name == options.to and not _available(context, sink := make(name, context)):
+            # Asked for by --to, and the account has it off: said before the create, whose
+            # evaluation would name a sink that holds nothing of the run (found again with
+            # its state lost, it kept the run there for good).
+            raise SyncError(_not_there(ServiceNotEnabled(f"{sink.title} is not enabled for this account"),
+                                       _following(sink.name)))
+        return name
     return next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
+
+
+def _following(name: str) -> tuple[str, ...]:
+    """The sinks ``auto`` tries after ``name``."""
+    return AUTO_ORDER[AUTO_ORDER.index(name) + 1:] if name in AUTO_ORDER else ()
+
+
+def _not_there(exc: Exception, following: tuple[str, ...]) -> str:
+    """The line for a sink the account does not have, asked for by ``--to``, nothing sent."""
+    advice = f"sync it with {_to(following[0])}" if following else "sync it with --to auto"
+    return f"{exc}; nothing of this run was sent there: {advice}"
 
 
 def _available(context: PassContext, sink: Sink) -> bool:
@@ -143,11 +163,10 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         # Nothing of the run is there (a batch announced was refused, not stored): no sink
         # is kept that would trap it.
         state.store, state.in_flight = None, None
-        following = AUTO_ORDER[AUTO_ORDER.index(sink.name) + 1:] if sink.name in AUTO_ORDER else ()
+        following = _following(sink.name)
         if asked != AUTO or not following:
             context.protocol.save()
-            advice = f"sync it with {_to(following[0])}" if following else "sync it with --to auto"
-            raise SyncError(f"{exc}; nothing of this run was sent there: {advice}") from None
+            raise SyncError(_not_there(exc, following)) from None
         fallback = make(following[0], context)
         state.store = fallback.name
         context.protocol.note()  # with the first announcement there; lost, the probe is asked again
