@@ -572,3 +572,38 @@ def test_the_traces_clients_do_not_wait_forever_for_a_trickled_answer(trickling_
     finally:
         uploader.close()
     assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize(("status", "kind"), [(307, FailureKind.FATAL), (308, FailureKind.FATAL),
+                                             (302, FailureKind.FATAL), (303, FailureKind.IN_DOUBT)])
+def test_a_traces_upload_a_gateway_redirects_goes_nowhere_else(status: int, kind: FailureKind) -> None:
+    """The traces library follows redirects: a gateway's 307 to an upload sent the batch,
+    episodes and all, to the host it named (here one that answers with a receipt), and a
+    303's page was read as the receipt. Sync follows none, for Prime Traces as for the
+    platform: one request, a redirect (any but a 303: not stored, the batch withdrawn; a
+    303: acted on, in doubt), and nothing sent to the other host."""
+    import hashlib
+
+    from prime_traces.batching import Batch
+
+    from prime_runs_spool.platform_api.traces import TracesUploader
+
+    data = b'{"id":"e1","traces":[]}\n'
+    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(f"{request.method} {request.url.host}")
+        if request.url.host == "traces.test":
+            return httpx.Response(status, headers={"Location": "http://elsewhere.test/api/v1/traces"})
+        return httpx.Response(200, json={"idempotency_key": f"sha256:{batch.digest}", "stored": True})
+
+    uploader = TracesUploader("http://traces.test", "sk-test-key-value", None, transport=httpx.MockTransport(answer))
+    try:
+        with pytest.raises(PlatformError) as caught:
+            uploader.upload(batch, {})
+    finally:
+        uploader.close()
+    assert asked == ["POST traces.test"], asked
+    assert (caught.value.kind, caught.value.status) == (kind, status), caught.value
+    assert f"answered {status}" in str(caught.value) and "redirect" in str(caught.value), caught.value

@@ -25,7 +25,7 @@ import orjson
 from prime_runs_spool._version import __version__
 from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer, UnknownEvaluation
 from prime_runs_spool.platform_api import answers
-from prime_runs_spool.platform_api.no_answer import (GATEWAY_STATUSES, RATE_LIMITED, answered_kind,
+from prime_runs_spool.platform_api.no_answer import (GATEWAY_STATUSES, RATE_LIMITED, SEE_OTHER, answered_kind,
                                                      classify_transport_error)
 from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
@@ -181,11 +181,6 @@ def classify_response(method: str, path: str, response: httpx.Response,
                                  + (f" ({detail})" if detail else ""))
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
-
-
-#: A redirect that says the request was acted on where it went (RFC 9110: the result of
-#: processing it is elsewhere), as a create answered in the post/redirect/get way.
-SEE_OTHER = 303
 
 
 def _redirected(what: str, response: httpx.Response) -> PlatformError:

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 GATEWAY_STATUSES = (502, 504)
 #: Rate limited: the request was not acted on.
 RATE_LIMITED = 429
+#: A redirect that says the request was acted on where it went (RFC 9110: the result of
+#: processing it is elsewhere), as a create answered in the post/redirect/get way: in doubt.
+#: Any other redirect says it was not acted on here. Sync follows none, to the platform or to
+#: Prime Traces: the API key, and the episodes, would go wherever it leads.
+SEE_OTHER = 303
 
 
 def answered_kind(status: int) -> FailureKind:

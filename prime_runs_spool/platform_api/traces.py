@@ -34,7 +34,7 @@ from prime_traces.core.client import is_ambiguous_delete_failure
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
 from prime_runs_spool.platform_api.answers import error_words
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
-from prime_runs_spool.platform_api.no_answer import GATEWAY_STATUSES, answered_kind, classify_transport_error
+from prime_runs_spool.platform_api.no_answer import GATEWAY_STATUSES, SEE_OTHER, answered_kind, classify_transport_error
 from prime_runs_spool.platform_api.proxy import Proxy
 from prime_runs_spool.platform_api.settings import Secret
 
@@ -109,6 +109,10 @@ class TracesUploader:
         self._client = TracesAPIClient(api_key=api_key or "", base_url=base_url, team_id=team_id or "",
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                                        transport=transport or AnswerDeadlineTransport(timeout, proxy=proxy))
+        # The library follows redirects: a gateway's 307 sent the batch, episodes and all, to
+        # whatever host it named, and a 303's page was read as the receipt. Sync follows none
+        # (platform_api/no_answer.py, SEE_OTHER): the answer is classified here instead.
+        self._client.client.follow_redirects = False
 
     def close(self) -> None:
         self._client.close()
@@ -160,6 +164,12 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces answered {status}", status=status)
+    if status is not None and 300 <= status < 400:  # followed nowhere (TracesUploader)
+        if status == SEE_OTHER:  # acted on, its result elsewhere: the batch may be stored
+            return PlatformError(FailureKind.IN_DOUBT, f"{answered}, a redirect", status=status)
+        return PlatformError(FailureKind.FATAL, f"{answered}, a redirect, which sync does not follow: is Prime "
+                             f"Traces down for maintenance, or is {service} (PRIME_TRACES_URL) not its address?",
+                             status=status)
     advice = {401: f"the traces service at {service} refused the API key; check PRIME_API_KEY, and that the key "
                    "is this platform's (--base-url, PRIME_TRACES_URL)",
               403: f"the API key may not write traces at {service}; check its scopes and --team",
