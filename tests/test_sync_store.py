@@ -174,26 +174,31 @@ def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: P
     assert lease["generation"] == 2
 
 
-#: ``prime-runs sync`` that, once its $PAUSE_NTH request whose head names $PAUSE_AT is
-#: announced (the lease renewed, its time checked), touches $PAUSING and waits a second
-#: before writing the request's head: the test stops it there (SIGSTOP), between the
-#: announcement and the send.
+#: ``prime-runs sync`` that, once its $PAUSE_NTH request of the kind $PAUSE_AT (the state's
+#: ``in_flight.kind``: create, samples, finalize) is announced (the lease renewed), touches
+#: $PAUSING and waits a second before the gate its body passes (``Protocol._in_time``, where its
+#: age is checked) and before any byte of it goes out (a small request's head leaves with its
+#: body, after the gate): the test stops it there (SIGSTOP), between the announcement and the send.
 _PAUSING = """
 import os, runpy, sys, time
 from pathlib import Path
-from prime_runs_spool.platform_api import deadline
+from prime_runs_spool.sync import protocol
 
-real, heads = deadline._Stream.write, []
+real, seen = protocol.Protocol._in_time, []
 
-def write(self, buffer, timeout=None):
-    if bytes(buffer[:5]) == b"POST " and os.environ["PAUSE_AT"].encode() in bytes(buffer[:300]):
-        heads.append(1)
-        if len(heads) == int(os.environ["PAUSE_NTH"]):
-            Path(os.environ["PAUSING"]).touch()
-            time.sleep(1.0)
-    real(self, buffer, timeout)
+def _in_time(self, durable, sent_at, started):
+    gate, kind = real(self, durable, sent_at, started), self.state.in_flight.kind
 
-deadline._Stream.write = write
+    def paused_first():
+        if kind == os.environ["PAUSE_AT"]:
+            seen.append(1)
+            if len(seen) == int(os.environ["PAUSE_NTH"]):
+                Path(os.environ["PAUSING"]).touch()
+                time.sleep(1.0)
+        gate()
+    return paused_first
+
+protocol.Protocol._in_time = _in_time
 sys.argv = ["prime-runs", *sys.argv[1:]]
 runpy.run_module("commands", run_name="__main__", alter_sys=True)
 """
@@ -207,7 +212,6 @@ runpy.run_module("commands", run_name="__main__", alter_sys=True)
 _SUSPENDED = """
 import os, runpy, sys, time
 from pathlib import Path
-from prime_runs_spool.platform_api import deadline
 from prime_runs_spool.sync import protocol
 
 
@@ -222,19 +226,23 @@ class SuspendAware:
 
 
 clock = protocol.time = SuspendAware()
-real, heads = deadline._Stream.write, []
+real, seen = protocol.Protocol._in_time, []
 
-def write(self, buffer, timeout=None):
-    if bytes(buffer[:5]) == b"POST " and os.environ["PAUSE_AT"].encode() in bytes(buffer[:300]):
-        heads.append(1)
-        if len(heads) == int(os.environ["PAUSE_NTH"]):
-            before = time.time()
-            Path(os.environ["PAUSING"]).touch()
-            time.sleep(1.0)
-            clock.asleep += time.time() - before  # the machine was asleep all along
-    real(self, buffer, timeout)
+def _in_time(self, durable, sent_at, started):
+    gate, kind = real(self, durable, sent_at, started), self.state.in_flight.kind
 
-deadline._Stream.write = write
+    def paused_first():
+        if kind == os.environ["PAUSE_AT"]:
+            seen.append(1)
+            if len(seen) == int(os.environ["PAUSE_NTH"]):
+                before = time.time()
+                Path(os.environ["PAUSING"]).touch()
+                time.sleep(1.0)
+                clock.asleep += time.time() - before  # the machine was asleep all along
+        gate()
+    return paused_first
+
+protocol.Protocol._in_time = _in_time
 sys.argv = ["prime-runs", *sys.argv[1:]]
 runpy.run_module("commands", run_name="__main__", alter_sys=True)
 """
@@ -255,7 +263,7 @@ def test_a_syncer_held_between_announcing_and_sending_past_its_lease_never_sends
     from support.sync_e2e import sample_ids
 
     builder = build_run(tmp_path / "run", f"store-{held}-send", 20)
-    _held_while_another_takes_over(held, "/samples", 3, builder, tmp_path, server, moto, bucket_url, taken=(1, 19))
+    _held_while_another_takes_over(held, "samples", 3, builder, tmp_path, server, moto, bucket_url, taken=(1, 19))
     (evaluation,) = evaluations_of(api, builder.run_id)
     rows = sample_ids(api, evaluation["evaluation_id"])
     twice = sorted({i for i in rows if rows.count(i) > 1})
@@ -276,16 +284,16 @@ def test_a_syncer_held_before_creating_or_finalizing_past_its_lease_never_sends_
     ``Protocol._in_time``): announced afresh, which renews the lease, and the syncer
     finds itself taken over."""
     builder = build_run(tmp_path / "run", f"store-held-{request_kind}", 6)
-    head, taken = ("/evaluations/ HTTP", (6, 6)) if request_kind == "create" else ("/finalize HTTP", (0, 0))
-    _held_while_another_takes_over("paused", head, 1, builder, tmp_path, server, moto, bucket_url, taken=taken)
+    taken = (6, 6) if request_kind == "create" else (0, 0)
+    _held_while_another_takes_over("paused", request_kind, 1, builder, tmp_path, server, moto, bucket_url, taken=taken)
     assert_exactly_once(api, builder)  # one evaluation, each row once, finalized once
 
 
-def _held_while_another_takes_over(held: str, head: str, nth: int, builder: RunBuilder, tmp_path: Path, server,
+def _held_while_another_takes_over(held: str, kind: str, nth: int, builder: RunBuilder, tmp_path: Path, server,
                                    moto, bucket_url: str, *, taken: tuple[int, int]) -> None:
     """Sync ``builder``'s run from the bucket with a first syncer held (``held``: paused or
-    suspended) after announcing its ``nth`` request whose head names ``head``, before that
-    head goes out, while a second syncer takes the run over and pushes ``taken`` rows (the
+    suspended) after announcing its ``nth`` request of ``kind`` (create, samples, finalize),
+    before the gate its body passes and any byte of it goes out, while a second syncer takes the run over and pushes ``taken`` rows (the
     least, the most)."""
     import sys
 
@@ -297,7 +305,7 @@ def _held_while_another_takes_over(held: str, head: str, nth: int, builder: RunB
     command = sync_cmd(server.base_url, *args)
     first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
-                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), PAUSE_AT=head,
+                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), PAUSE_AT=kind,
                                              PAUSE_NTH=str(nth), **env))
     _stopped_while_another_takes_over(first, pausing.exists, server, moto, tmp_path, args, env, taken=taken)
 
