@@ -50,7 +50,7 @@ from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
-from prime_runs_spool.sync.options import ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
+from prime_runs_spool.sync.options import ERROR, GONE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import (SyncLock, local_pass, read_only_report, spool_mode_lines, sync_lock,
                                         unreadable_report)
 from prime_runs_spool.sync.state import Destination, state_home
@@ -58,8 +58,6 @@ from prime_runs_spool.sync.state_adoption import adopt_states
 from prime_runs_spool.sync.watch import ChangeWatch
 from prime_runs_spool.signal_event import SignalEvent
 
-#: The state of a followed run whose folder was deleted or moved away (:meth:`Follower._gone`).
-GONE = "gone"
 #: Report states after which a run with no live writer has nothing left to follow.
 DONE_STATES = frozenset({SYNCED, UP_TO_DATE, FAILED, CANCELLED, CRASHED, CORRUPT, LOST})
 

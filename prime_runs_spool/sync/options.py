@@ -63,6 +63,7 @@ DRY_RUN = "dry_run"         # counted, nothing sent
 ERROR = "error"
 INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it from starting)
 LOST = "lost"               # the spool lost lines already pushed: never finalized (docs/sync.md)
+GONE = "gone"               # --follow: the run's folder was deleted or moved away (sync/follow.py)
 
 #: Report states that mean the run did not get where it should (exit 1).
 FAILED_STATES = frozenset({ERROR, CORRUPT, LOST})
