@@ -3,11 +3,12 @@ script reads one format (docs/cli.md)."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from prime_runs_spool.files import shell_word
 
 from .sync_setup import LOCAL_BROWSE_PORT
 
@@ -71,7 +72,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
 def browse_line(local_db: str) -> str:
     """How to open the links a ``--local`` sync prints: the platform it wrote, served on the
     port the links name (the embedded one is gone, or on another port, by then)."""
-    return f"browse with: prime-runs platform serve --db {shlex.quote(str(local_db))} --port {LOCAL_BROWSE_PORT}"
+    return f"browse with: prime-runs platform serve --db {shell_word(local_db)} --port {LOCAL_BROWSE_PORT}"
 
 
 def waiting_imports(imports: list[ImportReport]) -> list[ImportReport]:

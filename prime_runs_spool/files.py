@@ -138,7 +138,7 @@ def open_to_others_lines(spool: str | os.PathLike[str], *, tighten: bool) -> lis
     if left:
         lines.append(f"{count(len(left), 'file or folder', 'files or folders')} of the spool "
                      f"{plural(len(left), 'is', 'are')} open to other users (e.g. {left[0]}); "
-                     f"a spool holds what the eval saw: chmod -R go= {shlex.quote(os.fspath(spool))} (prime-runs sync does it "
+                     f"a spool holds what the eval saw: chmod -R go= {shell_word(spool)} (prime-runs sync does it "
                      "where it may write beside the spool)")
     return lines
 
@@ -309,6 +309,24 @@ def is_utf8(text: str) -> bool:
         return True
     except UnicodeEncodeError:
         return False
+
+
+def shell_word(value: str | os.PathLike[str]) -> str:
+    """``value`` (a path, an option) as one word of a command a message suggests to paste: quoted
+    as POSIX shells read it (``shlex.quote``), or, for a name that is not UTF-8, in bash's and
+    zsh's ``$'...'`` with each byte outside printable ASCII as ``\\xNN``: quoted as it was, its
+    odd bytes went to the terminal raw, and pasted back (a replacement character by then) the
+    command named another folder. Every suggested command quotes its words here."""
+    text = os.fspath(value)
+    if is_utf8(text):
+        return shlex.quote(text)
+    return "$'" + "".join(chr(byte) if 0x20 <= byte < 0x7F and byte not in b"'\\" else f"\\x{byte:02x}"
+                          for byte in os.fsencode(text)) + "'"
+
+
+def shell_line(words: Iterable[str | os.PathLike[str]]) -> str:
+    """A command a message suggests, each word :func:`shell_word`."""
+    return " ".join(map(shell_word, words))
 
 
 def printable(text: str) -> str:

@@ -6,6 +6,7 @@ import, resume, mirror and ``chmod`` commands for a folder with a space or a quo
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -13,10 +14,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixtures.fake_chat_server import FakeChatServer
 from fixtures.vf_launch import launch_file_text
 from support.env import CLI, VF040, child_env
+from support.odd_files import ODD_NAME, odd_tree  # noqa: F401 (a fixture)
 from support.runs import RunBuilder
 from support.vf_eval import KEY_VAR, eval_cmd, eval_env
 
@@ -107,3 +111,33 @@ def test_the_command_a_stopped_follower_prints_carries_on_where_it_synced(tmp_pa
     assert synced.returncode == 0, (command, synced.stderr)
     (report,) = json.loads(synced.stdout)["runs"]
     assert (report["state"], report["store"], report["pushed_total"]) == ("synced", "traces", 3), (command, report)
+
+
+def test_a_command_a_line_suggests_names_a_folder_whose_name_is_not_utf8_as_pasted_back(odd_tree: Path) -> None:
+    """verify's ``chmod -R go= SPOOL`` for a spool others may read, under a folder whose name
+    is not UTF-8: the name's odd bytes went to the terminal raw, and, pasted back (a
+    replacement character by then), the command named another folder. Now the word is
+    ``$'...'`` with ``\\xNN`` escapes, which bash and zsh read as the real path."""
+    spool = odd_tree / ODD_NAME / "spool"
+    spool.chmod(0o755)
+    result = subprocess.run(CLI + ["verify", str(odd_tree)], capture_output=True, env=child_env(), timeout=120)
+    said = (result.stdout + result.stderr).decode("utf-8")  # every line valid UTF-8: nothing raw
+    (line,) = [line for line in said.splitlines() if "chmod -R go=" in line and ODD_NAME[:4] in line]
+    word = line.split("chmod -R go= ", 1)[1].split(" (prime-runs sync", 1)[0]
+    pasted = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, timeout=30)
+    assert pasted.stdout == os.fsencode(spool), (word, pasted.stdout)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=12).filter(lambda name: b"\0" not in name), min_size=1, max_size=3))
+def test_any_file_name_a_suggested_command_quotes_is_read_back_by_bash_as_its_bytes(names: list[bytes]) -> None:
+    """Every word of a suggested command goes through ``files.shell_word``: a UTF-8 name as
+    ``shlex.quote`` quotes it (``sh`` reads it too), any other as ``$'...'``; bash reads each
+    back as the name's bytes, and the words printed are ASCII or valid UTF-8."""
+    from prime_runs_spool.files import shell_line
+
+    words = [os.fsdecode(name) for name in names]
+    line = shell_line(words)
+    line.encode("utf-8")  # printable on any terminal: no lone surrogate left
+    said = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line], capture_output=True, timeout=30)
+    assert said.stdout.split(b"\0")[:-1] == names, line

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from prime_runs_spool.importer.paths import (
     V0_RESULTS_NAME, find_eval_outputs, import_mark_path, state_dir_run, state_dir_source,
 )
 from prime_runs_spool.spool.layout import find_runs, is_run_dir
-from prime_runs_spool.files import is_read_only  # one rule for spools and outputs
+from prime_runs_spool.files import is_read_only, shell_word  # one rule for spools and outputs
 from prime_runs_spool.sync.state import folder_key
 
 
@@ -146,10 +145,10 @@ def import_command(output_dir: Path, state_dir: Path | None) -> str:
     from prime_runs_spool.importer.pushing import may_be_pushing  # reads a log: only when advising
 
     if state_dir is None and is_read_only(output_dir):
-        command = f"prime-runs import {shlex.quote(str(output_dir))} --state-dir DIR"
+        command = f"prime-runs import {shell_word(output_dir)} --state-dir DIR"
     else:
-        command = f"prime-runs import {shlex.quote(str(output_dir))}" + (
-            f" --state-dir {shlex.quote(str(state_dir))}" if state_dir is not None else "")
+        command = f"prime-runs import {shell_word(output_dir)}" + (
+            f" --state-dir {shell_word(state_dir)}" if state_dir is not None else "")
     if may_be_pushing(output_dir):  # until then the import leaves it as it is (importer/pushing.py)
         command += " once vf-eval has exited: it may still be running here, pushing"
     return command

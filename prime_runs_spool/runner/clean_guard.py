@@ -11,12 +11,12 @@ verifiers does it. A spool that cannot be read is left to verifiers' clean as it
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import CleanRefusedError, SpoolError
+from prime_runs_spool.files import shell_word
 from prime_runs_spool.plural import episodes
 from prime_runs_spool.spool.layout import is_run_dir
 from prime_runs_spool.spool.scan import read_run
@@ -34,7 +34,7 @@ def refuse_clean_of_unshipped(config: Any, run_dir: Path) -> None:
         return
     if held == 0 or any(pushed >= held for pushed in _pushed_per_destination(run_dir)):
         return
-    quoted = shlex.quote(str(run_dir))
+    quoted = shell_word(run_dir)
     raise CleanRefusedError(
         f"--clean would delete {run_dir} with its spool, whose {episodes(held)} no sync has shipped whole "
         f"anywhere (prime-runs status {quoted}); ship them first with: prime-runs sync {quoted}, or move the "

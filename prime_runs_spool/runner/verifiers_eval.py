@@ -40,7 +40,6 @@ import inspect
 import logging
 import os
 import re
-import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -52,7 +51,7 @@ from prime_runs_spool.content.platform_runs import platform_runs_in
 from prime_runs_spool.content.supersede import kept_episode_ids, superseded_ids
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import VerifiersVersionError
-from prime_runs_spool.files import DISK_FULL_ERRNOS, PERMISSION_ERRNOS, READ_ONLY_FS_ERRNOS, open_private
+from prime_runs_spool.files import DISK_FULL_ERRNOS, PERMISSION_ERRNOS, READ_ONLY_FS_ERRNOS, open_private, shell_word
 from prime_runs_spool.plural import episodes
 from prime_runs_spool.runner.clean_guard import refuse_clean_of_unshipped
 from prime_runs_spool.runner.eval_help import SUPPORTED_BELOW, SUPPORTED_MIN, SUPPORTED_RANGE
@@ -240,7 +239,7 @@ def sync_hint(session: EvalSession) -> str | None:
     if not offline:
         return None
     run_dir = offline[-1].dir
-    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {shlex.quote(str(run_dir))}"
+    return f"spool written to {spool_dir(run_dir)}; ship it with: prime-runs sync {shell_word(run_dir)}"
 
 
 def not_shipped_lines(session: EvalSession) -> list[str]:
@@ -263,7 +262,7 @@ def resume_command(session: EvalSession) -> str | None:
     from verifiers.v1.cli.output import saved_config_path  # verifiers names its own file
 
     saved = saved_config_path(run_dir)
-    return None if saved is None else f"prime-runs eval @ {shlex.quote(str(saved))} --resume"
+    return None if saved is None else f"prime-runs eval @ {shell_word(saved)} --resume"
 
 
 def interrupt_hint(session: EvalSession) -> str | None:

@@ -44,7 +44,6 @@ whenever it grows); an unchanged spool uploads nothing.
 from __future__ import annotations
 
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -55,7 +54,7 @@ from pathlib import Path
 import orjson
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError, StoreSetupError
-from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private, shown
+from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private, shell_word, shown
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
@@ -330,8 +329,8 @@ class _Copier:
                     length = rewrite_segment(segment, index, size, out, change)
                 except CorruptSpoolError as exc:
                     raise StoreError(f"{exc}; a damaged line cannot be masked again, so the segment is not "
-                                     f"mirrored (`prime-runs verify {shlex.quote(str(self.run_dir))}` says more; `prime-runs "
-                                     f"sync --skip-corrupt {shlex.quote(str(self.run_dir))}` ships the rest from here)") from None
+                                     f"mirrored (`prime-runs verify {shell_word(self.run_dir)}` says more; `prime-runs "
+                                     f"sync --skip-corrupt {shell_word(self.run_dir)}` ships the rest from here)") from None
                 except SpoolError as exc:  # a newer format, a record that cannot be framed
                     raise StoreError(f"{exc}; not mirrored") from None
             todays = there is not None and self._same_start(there, Path(temp))

@@ -19,7 +19,6 @@ it holds the id's JSON text.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from prime_runs_spool.content.episodes import check_episode
 from prime_runs_spool.content.remask import remask_episode
 from prime_runs_spool.content.recovers import cuts_recovered
 from prime_runs_spool.errors import MalformedEpisodeError, PositionLostError
+from prime_runs_spool.files import shell_word
 from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME, verifiers_traces_path
 from prime_runs_spool.spool.layout import list_segments, segment_path
@@ -143,7 +143,7 @@ def damaged_seal_advice(run_dir: Any, state: SyncState, state_path: Path | None)
             return (f"the run reads crashed because the damage at byte {offset} of {segment} ends its last segment, "
                     f"where its seal would be; if the eval ended ({traces} says how), cut the damaged line off "
                     f"(keep a copy of the segment first to keep its bytes): truncate -s {offset} "
-                    f"{shlex.quote(str(segment))}; then "
+                    f"{shell_word(segment)}; then "
                     f"{sync_command(str(run_dir), state.destination, state.store, *more)} "
                     f"seals the run as {VERIFIERS_TRACES_NAME} says, finalizing it and sending its held-back episodes "
                     "if it completed (docs/sync.md, \"A damaged seal\")")

@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import shlex
 import time
 from dataclasses import dataclass, field
 from collections.abc import Sequence
@@ -26,7 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, replace_private
+from prime_runs_spool.files import (DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, replace_private,
+                                   shell_line)
 from prime_runs_spool.sync import state_file
 from prime_runs_spool.sync.id_sets import IdSet, named_by, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
@@ -376,7 +376,7 @@ def sync_command(path: str | Sequence[str], destination: Destination | None, sin
     went, not to the default platform. ``destination`` None: a run never synced, for the user's own."""
     where = [] if destination is None else destination_options(destination, sink)
     paths = [path] if isinstance(path, str) else list(path)
-    return shlex.join(["prime-runs", "sync", *paths, *where, *more])
+    return shell_line(["prime-runs", "sync", *paths, *where, *more])
 
 
 def destination_options(destination: Destination, sink: str | None) -> list[str]:

@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import re
-import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from prime_runs_spool.files import shell_word
 from prime_runs_spool.viewer.search import marked
 from prime_runs_spool.viewer.transcript import pretty
 
@@ -197,7 +197,7 @@ def _environment() -> jinja2.Environment:
     )
     # ``argument``: a path in a command the page hands on to paste, shell-quoted as the command line's are.
     env.filters.update(num=fmt_number, seconds=fmt_seconds, when=fmt_time, pretty=pretty, marked=marked,
-                       argument=lambda value: shlex.quote(str(value)))
+                       argument=lambda value: shell_word(str(value)))
     return env
 
 
