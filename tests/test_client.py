@@ -15,6 +15,7 @@ from prime_runs_spool.platform_api.settings import Secret, Settings, load_settin
 
 from support.env import CLI, child_env
 from support.runs import build_run
+from support.traces_upload import LINE, upload_refused
 
 
 def client_with(handler) -> PlatformClient:
@@ -105,22 +106,9 @@ def test_a_refused_key_names_the_platform_it_was_sent_to(status: int) -> None:
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_key_refused_by_the_traces_service_names_it(status: int) -> None:
-    import hashlib
-
-    from prime_runs_spool.platform_api.traces import TracesUploader
-    from prime_traces.batching import Batch
-
-    data = b'{"id":"e1","traces":[]}\n'
-    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
-    uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
-                              transport=httpx.MockTransport(lambda request: httpx.Response(
-                                  status, json={"error": {"code": "unauthorized", "message": "no"}})))
-    try:
-        with pytest.raises(PlatformError) as caught:
-            uploader.upload(batch, {})
-    finally:
-        uploader.close()
-    assert f"answered {status}" in str(caught.value) and "http://traces.test:8443" in str(caught.value), caught.value
+    refused = upload_refused(lambda request: httpx.Response(
+        status, json={"error": {"code": "unauthorized", "message": "no"}}))
+    assert f"answered {status}" in str(refused) and "http://traces.test:8443" in str(refused), refused
 
 
 @pytest.mark.parametrize(("message", "line"), [
@@ -131,23 +119,11 @@ def test_service_not_enabled_is_said_once_with_the_services_words_only_when_they
         message: str, line: str) -> None:
     """The local platform (and a service saying the same) gave 'Prime Traces is not enabled
     for this account (Prime Traces is not enabled for this account)' under every run."""
-    import hashlib
-
     from prime_runs_spool.errors import ServiceNotEnabled
-    from prime_runs_spool.platform_api.traces import TracesUploader
-    from prime_traces.batching import Batch
 
-    data = b'{"id":"e1","traces":[]}\n'
-    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
-    uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
-                              transport=httpx.MockTransport(lambda request: httpx.Response(
-                                  403, json={"error": {"code": "service_not_enabled", "message": message}})))
-    try:
-        with pytest.raises(ServiceNotEnabled) as caught:
-            uploader.upload(batch, {})
-    finally:
-        uploader.close()
-    assert str(caught.value) == line
+    refused = upload_refused(lambda request: httpx.Response(
+        403, json={"error": {"code": "service_not_enabled", "message": message}}))
+    assert isinstance(refused, ServiceNotEnabled) and str(refused) == line
 
 
 @pytest.mark.parametrize(
@@ -162,22 +138,9 @@ def test_a_traces_answer_that_may_follow_the_services_commit_is_in_doubt(status:
     it forwarded the batch and the service stored it, and the service's own 500 after its
     commit: the sink keeps such a batch announced (tests/test_sink_in_doubt.py). Only the
     service declining it (a rate limit, a coded 503) or refusing it says it was not stored."""
-    import hashlib
-
-    from prime_runs_spool.platform_api.traces import TracesUploader
-    from prime_traces.batching import Batch
-
-    data = b'{"id":"e1","traces":[]}\n'
-    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
     body = {"error": {"code": code, "message": "no"}} if code else {"detail": "upstream"}
-    uploader = TracesUploader("http://traces.test", "sk-test-key-value", None,
-                              transport=httpx.MockTransport(lambda request: httpx.Response(status, json=body)))
-    try:
-        with pytest.raises(PlatformError) as caught:
-            uploader.upload(batch, {})
-    finally:
-        uploader.close()
-    assert caught.value.kind is kind, caught.value
+    refused = upload_refused(lambda request: httpx.Response(status, json=body), base_url="http://traces.test")
+    assert refused.kind is kind, refused
 
 
 @pytest.mark.parametrize(("status", "kind"), [(307, FailureKind.FATAL), (302, FailureKind.FATAL),
@@ -273,29 +236,17 @@ def test_a_proxys_413_page_is_told_by_its_title_with_what_to_do(service: str) ->
     """A proxy in front of the service (nginx: 1 MiB unless set) refuses the body with an HTML
     page: the line says what it is and what to change, one line, not the page's markup (nor
     "answered 413 : refused", the Prime Traces line's before)."""
-    import hashlib
-
     from prime_runs_spool.platform_api.client import classify_response
-    from prime_runs_spool.platform_api.traces import TracesUploader
-    from prime_traces.batching import Batch
 
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(413, text=NGINX_413, headers={"content-type": "text/html"}, request=request)
 
     if service == "traces":
-        data = b'{"id":"e1","traces":[]}\n'
-        batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
-        uploader = TracesUploader("http://traces.test:8443", "sk-test-key-value", None,
-                                  transport=httpx.MockTransport(answer))
-        try:
-            with pytest.raises(PlatformError) as caught:
-                uploader.upload(batch, {})
-        finally:
-            uploader.close()
-        said = str(caught.value)
+        refused = upload_refused(answer)
+        said = str(refused)
         assert said.startswith("POST /traces answered 413: the traces service at http://traces.test:8443, or a proxy "
                                "in front of it, takes no request this large; raise the proxy's limit"), said
-        assert caught.value.kind is FailureKind.FATAL
+        assert refused.kind is FailureKind.FATAL
     else:
         said = str(classify_response("POST", "/evaluations/e/samples",
                                      answer(httpx.Request("POST", "http://platform.test/x"))))
@@ -584,26 +535,15 @@ def test_a_traces_upload_a_gateway_redirects_goes_nowhere_else(status: int, kind
     303: acted on, in doubt), and nothing sent to the other host."""
     import hashlib
 
-    from prime_traces.batching import Batch
-
-    from prime_runs_spool.platform_api.traces import TracesUploader
-
-    data = b'{"id":"e1","traces":[]}\n'
-    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
     asked: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         asked.append(f"{request.method} {request.url.host}")
         if request.url.host == "traces.test":
             return httpx.Response(status, headers={"Location": "http://elsewhere.test/api/v1/traces"})
-        return httpx.Response(200, json={"idempotency_key": f"sha256:{batch.digest}", "stored": True})
+        return httpx.Response(200, json={"idempotency_key": f"sha256:{hashlib.sha256(LINE).hexdigest()}"})
 
-    uploader = TracesUploader("http://traces.test", "sk-test-key-value", None, transport=httpx.MockTransport(answer))
-    try:
-        with pytest.raises(PlatformError) as caught:
-            uploader.upload(batch, {})
-    finally:
-        uploader.close()
+    refused = upload_refused(answer, base_url="http://traces.test")
     assert asked == ["POST traces.test"], asked
-    assert (caught.value.kind, caught.value.status) == (kind, status), caught.value
-    assert f"answered {status}" in str(caught.value) and "redirect" in str(caught.value), caught.value
+    assert (refused.kind, refused.status) == (kind, status), refused
+    assert f"answered {status}" in str(refused) and "redirect" in str(refused), refused

@@ -158,24 +158,10 @@ def test_an_answer_that_echoes_the_api_key_does_not_print_it() -> None:
 
 
 def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
-    import hashlib
+    from support.traces_upload import upload_refused
 
-    import httpx
-
-    from prime_runs_spool.errors import PlatformError
-    from prime_runs_spool.platform_api.traces import TracesUploader
-    from prime_traces.batching import Batch
-
-    data = b'{"id":"e1","traces":[]}\n'
-    batch = Batch(data=data, digest=hashlib.sha256(data).hexdigest(), num_lines=1, first_line_number=1)
-    uploader = TracesUploader("http://traces.invalid", "sk-live-SECRET-0123456789", None,
-                              transport=httpx.MockTransport(_echo))
-    try:
-        with pytest.raises(PlatformError) as caught:
-            uploader.upload(batch, {})
-    finally:
-        uploader.close()
-    assert "400" in str(caught.value) and "SECRET" not in str(caught.value), caught.value
+    refused = upload_refused(_echo, base_url="http://traces.invalid", api_key="sk-live-SECRET-0123456789")
+    assert "400" in str(refused) and "SECRET" not in str(refused), refused
 
 
 def _quoted_as_json_percent_base64(sent: str) -> str:

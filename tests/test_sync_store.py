@@ -178,38 +178,12 @@ def test_a_syncer_paused_past_its_lease_stops_when_another_took_over(tmp_path: P
 #: ``in_flight.kind``: create, samples, finalize) is announced (the lease renewed), touches
 #: $PAUSING and waits a second before the gate its body passes (``Protocol._in_time``, where its
 #: age is checked) and before any byte of it goes out (a small request's head leaves with its
-#: body, after the gate): the test stops it there (SIGSTOP), between the announcement and the send.
-_PAUSING = """
-import os, runpy, sys, time
-from pathlib import Path
-from prime_runs_spool.sync import protocol
-
-real, seen = protocol.Protocol._in_time, []
-
-def _in_time(self, durable, sent_at, started):
-    gate, kind = real(self, durable, sent_at, started), self.state.in_flight.kind
-
-    def paused_first():
-        if kind == os.environ["PAUSE_AT"]:
-            seen.append(1)
-            if len(seen) == int(os.environ["PAUSE_NTH"]):
-                Path(os.environ["PAUSING"]).touch()
-                time.sleep(1.0)
-        gate()
-    return paused_first
-
-protocol.Protocol._in_time = _in_time
-sys.argv = ["prime-runs", *sys.argv[1:]]
-runpy.run_module("commands", run_name="__main__", alter_sys=True)
-"""
-
-
-
-#: The same wrapper, but the pause is a suspend of the whole machine, as CLOCK_MONOTONIC sees
-#: one: it does not count the time the machine was asleep (clock_gettime(2)), while the wall
-#: clock, which every fence of the request counts in, does. sync/protocol.py's clock is the
-#: real one but for that: its monotonic reading leaves out the time the process was stopped.
-_SUSPENDED = """
+#: body, after the gate): the test stops it there (SIGSTOP), between the announcement and the
+#: send. With $HELD "suspended" the pause is a suspend of the whole machine, as CLOCK_MONOTONIC
+#: sees one: it does not count the time the machine was asleep (clock_gettime(2)), while the
+#: wall clock, which every fence of the request counts in, does (sync/protocol.py's clock is the
+#: real one but for that: its monotonic reading leaves out the time the process was stopped).
+_HOLDING = """
 import os, runpy, sys, time
 from pathlib import Path
 from prime_runs_spool.sync import protocol
@@ -225,7 +199,9 @@ class SuspendAware:
         return getattr(time, name)
 
 
-clock = protocol.time = SuspendAware()
+clock, suspended = SuspendAware(), os.environ["HELD"] == "suspended"
+if suspended:
+    protocol.time = clock
 real, seen = protocol.Protocol._in_time, []
 
 def _in_time(self, durable, sent_at, started):
@@ -238,7 +214,8 @@ def _in_time(self, durable, sent_at, started):
                 before = time.time()
                 Path(os.environ["PAUSING"]).touch()
                 time.sleep(1.0)
-                clock.asleep += time.time() - before  # the machine was asleep all along
+                if suspended:
+                    clock.asleep += time.time() - before  # the machine was asleep all along
         gate()
     return paused_first
 
@@ -299,13 +276,13 @@ def _held_while_another_takes_over(held: str, kind: str, nth: int, builder: RunB
 
     upload_run(bucket_url, builder.run_dir, "run")
     pausing, wrapper = tmp_path / "pausing", tmp_path / f"{held}_sync.py"
-    wrapper.write_text(_PAUSING if held == "paused" else _SUSPENDED)
+    wrapper.write_text(_HOLDING)
     env = {"PRIME_RUNS_LEASE_TTL": "1.5", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
     args = (bucket_url, "--json", "--max-request-bytes", "5000")
     command = sync_cmd(server.base_url, *args)
     first = subprocess.Popen([sys.executable, str(wrapper), *command[len(CLI):]], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
-                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), PAUSE_AT=kind,
+                             env=machine_env(tmp_path / "a", moto.env(), PAUSING=str(pausing), PAUSE_AT=kind, HELD=held,
                                              PAUSE_NTH=str(nth), **env))
     _stopped_while_another_takes_over(first, pausing.exists, server, moto, tmp_path, args, env, taken=taken)
 
