@@ -145,18 +145,24 @@ def test_ci_recipe_says_why_an_import_failed_on_its_line(tmp_path: Path, server)
     assert "is read-only" in line and "--state-dir" in line, line
 
 
-def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_path: Path, where: str) -> None:
     """bash skips a command whose redirection fails: the sync never ran, and the script said
     'some runs failed to sync (or nothing was found); re-run this job to carry on from the
-    saved state', exit 1, which a re-run repeats."""
+    saved state', exit 1, which a re-run repeats. A report that is a folder was told as one
+    whose folder 'is missing or not writable'."""
     (tmp_path / "sync-artifacts.sh").write_bytes(written_out())
     artifact = tmp_path / "outputs"
     shutil.copytree(REPO_ROOT / "fixtures" / "outputs", artifact)
-    report = tmp_path / "no-such-folder" / "sync-report.json"
+    report = tmp_path / "no-such-folder" / "sync-report.json" if where == "missing folder" else tmp_path / "reports"
+    if where == "a folder":
+        report.mkdir()
     env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_KEY=TOKEN, SYNC_REPORT=str(report),
                     PRIME_API_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path))
     done = subprocess.run(["bash", "sync-artifacts.sh", str(artifact)], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == [f"cannot write the sync report {report} (SYNC_REPORT): its folder is missing or "
-                                        "not writable; point SYNC_REPORT at a file this job can write"], done.stderr
+    said = ("its folder is missing or not writable; point SYNC_REPORT at a file this job can write"
+            if where == "missing folder" else
+            f"it is a folder; point SYNC_REPORT at a file, e.g. {report}/sync-report.jsonl")
+    assert done.stderr.splitlines() == [f"cannot write the sync report {report} (SYNC_REPORT): {said}"], done.stderr

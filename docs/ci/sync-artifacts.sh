@@ -28,6 +28,10 @@ if [ $# -lt 1 ]; then
 fi
 dir=$1
 shift
+if [ -d "$report" ]; then
+  echo "cannot write the sync report $report (SYNC_REPORT): it is a folder; point SYNC_REPORT at a file, e.g. $report/sync-report.jsonl" >&2
+  exit 2
+fi
 if ! { : > "$report"; } 2>/dev/null; then  # else bash skips the sync and it reads as a failed one
   echo "cannot write the sync report $report (SYNC_REPORT): its folder is missing or not writable; point SYNC_REPORT at a file this job can write" >&2
   exit 2
