@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -129,8 +130,10 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
             platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=True))
         except PlatformDatabaseError as exc:  # not SQLite, a directory, a FIFO: the user's --db to fix
             fail_usage(f"{database_source(db)}: {exc}")
-        local_settings = Settings(base_url=platform.base_url, api_key=Secret("local"), team_id=team,
-                                  frontend_url=LOCAL_FRONTEND)
+        # Its key, which asks nothing of it, is one no message holds: every error line is
+        # scrubbed of the key, and "local" was scrubbed out of paths ('test_a_***_database').
+        local_settings = Settings(base_url=platform.base_url, api_key=Secret(f"local-{secrets.token_hex(16)}"),
+                                  team_id=team, frontend_url=LOCAL_FRONTEND)
         yield local_settings, local_destination(db_path, team), str(db_path)
 
 

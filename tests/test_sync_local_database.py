@@ -171,3 +171,36 @@ def test_a_link_to_a_database_not_made_yet_in_a_folder_that_is_there_is_made(tmp
     done = run_cli("sync", str(runs), "--local", "--db", str(tmp_path / "platform.db"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert samples_in(tmp_path / "disk" / "platform.db") == 1
+
+
+@pytest.mark.slow  # two syncs, the first retrying
+def test_a_local_database_that_cannot_grow_is_one_line_naming_it_and_nothing_is_pushed_twice(tmp_path: Path) -> None:
+    """``sync --local`` under a file size limit (``ulimit -f``; a full disk alike): SQLite's
+    'disk I/O error' came out of the embedded platform as a traceback per try on the
+    terminal ("Exception in ASGI application", then "cannot rollback - no transaction is
+    active") and the run's error said only 'answered 500'. Now each try's line and the run's
+    error name the database and the likely cause (its path whole: the local platform's key
+    was "local", scrubbed out of every error line as a key is); the next sync, the limit
+    lifted, pushes every episode once."""
+    import resource
+
+    runs, db = tmp_path / "runs", tmp_path / "local.db"
+    builder = RunBuilder(runs / "r", "local-db-cannot-grow")
+    builder.open_segment()
+    builder.add(40, size=20_000)
+    builder.seal()
+    limit = 200 * 1024  # the database's first pages fit, the rows do not
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    full = subprocess.run(CLI + ["sync", str(runs), "--local", "--db", str(db), "--max-attempts", "2"],
+                          capture_output=True, text=True, env=child_env(), timeout=300, preexec_fn=limited)
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr and "ASGI" not in full.stderr, full.stderr
+    said = f"the platform's database {db} failed: disk I/O error (a full disk, or a file size limit: ulimit -f?)"
+    assert said in full.stdout, full.stdout
+    assert samples_in(db) == 0
+    again = run_cli("sync", str(runs), "--local", "--db", str(db))
+    assert again.returncode == 0, again.stderr
+    assert samples_in(db) == 40

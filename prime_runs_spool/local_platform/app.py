@@ -10,6 +10,7 @@ evaluation create and finalize are not idempotent. Every state change goes strai
 from __future__ import annotations
 
 import hmac
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -214,6 +215,12 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 # -- the app --------------------------------------------------------------------------
 
 
+#: What the platform answers when its database cannot take a request (the request not stored).
+INSUFFICIENT_STORAGE = 507
+#: SQLite's words for a disk that takes no more.
+_STORAGE_ERRORS = ("disk I/O error", "database or disk is full")
+
+
 def create_app(store: Store, *, token: str | None = None, frontend_url: str | None = None,
                request_deadline: float | None = None, traces: bool = False) -> Starlette:
     """The platform app over ``store``.
@@ -349,6 +356,17 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
     async def already_closed(request: Request, exc: Exception) -> Response:
         return ORJSONResponse({"detail": str(exc)}, status_code=409)
 
+    async def cannot_store(request: Request, exc: Exception) -> Response:
+        # The database failed (a full disk, a file size limit, a read-only file): the
+        # request's transaction rolled back, nothing of it stored. Said in the answer, which
+        # a sync's error line quotes, not as a traceback on the terminal of a sync --local.
+        first = exc
+        while isinstance(first.__context__, sqlite3.OperationalError):  # the rollback's, after the write's
+            first = first.__context__
+        hint = " (a full disk, or a file size limit: ulimit -f?)" if str(first) in _STORAGE_ERRORS else ""
+        return ORJSONResponse({"detail": f"the platform's database {store.path} failed: {first}{hint}"},
+                              status_code=INSUFFICIENT_STORAGE)
+
     routes = [
         Route(f"{API}/environmentshub/resolve", resolve_environment, methods=["POST"]),
         Route(f"{API}/environmentshub/{{owner}}/{{name}}/@latest", get_environment, methods=["GET"]),
@@ -376,7 +394,8 @@ def create_app(store: Store, *, token: str | None = None, frontend_url: str | No
         routes=routes,
         middleware=middleware,
         exception_handlers={HTTPException: http_error, NotFound: not_found,
-                            DeadlineExceeded: deadline_exceeded, AlreadyClosed: already_closed},
+                            DeadlineExceeded: deadline_exceeded, AlreadyClosed: already_closed,
+                            sqlite3.OperationalError: cannot_store},
     )
 
 

@@ -171,8 +171,9 @@ def classify_response(method: str, path: str, response: httpx.Response,
     if status in GATEWAY_STATUSES:
         return PlatformError(answered_kind(status), f"{what} (gateway)", status=status,
                              retry_after=_retry_after(response))
-    if status >= 500 and status not in _FATAL_ADVICE:
-        return PlatformError(FailureKind.ANSWERED, what, status=status,
+    if status >= 500 and status not in _FATAL_ADVICE:  # its words quoted: the last try's are the error line's
+        detail = _detail(response, secret)
+        return PlatformError(FailureKind.ANSWERED, what + (f" ({detail})" if detail else ""), status=status,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request").format(platform=_origin_of(response))
     detail = _detail(response, secret)
