@@ -10,7 +10,7 @@ found it not landed and sent it itself (tests/test_sync_store.py, syncers paused
 lease: rows twice, a second evaluation carrying the run's id, a second finalize).
 
 Real parts: the local platform over real HTTP, the sync's own client and state files; the
-pause is a sleep where the client writes the request's head to the socket.
+pause is a sleep before the gate the request's body passes.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from prime_runs_spool.local_platform.server import EmbeddedPlatform
 from prime_runs_spool.platform_api import deadline
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.sync import protocol as protocol_module
+from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.many import sync_run
 from prime_runs_spool.sync.options import SyncOptions
 from prime_runs_spool.sync.state import Destination
@@ -53,7 +54,8 @@ class _SuspendAwareTime:
         return getattr(time, name)
 
 
-#: Each request announced and sent once: the head it is held before, and which one of them.
+#: Each request announced and sent once: the head that names it, and which announcement of
+#: its kind is held.
 HELD_REQUESTS = {"samples": (b"/samples", 2), "create": (b"/evaluations/ HTTP", 1), "finalize": (b"/finalize HTTP", 1)}
 
 
@@ -62,15 +64,16 @@ HELD_REQUESTS = {"samples": (b"/samples", 2), "create": (b"/evaluations/ HTTP", 
 @pytest.mark.parametrize("held", ["paused", "suspended"])
 def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced_and_sent_afresh(
         held: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Held 0.6 of a 1 s lifetime between its announcement and its head: by a pause
-    (SIGSTOP, a swapped-out machine), or by a suspend of the whole machine, which Linux's
-    monotonic clock does not count while the wall clock every fence counts on does. Either
-    way its body is never finished: the same request is announced again and sent. A batch
-    of rows, the evaluation's creation and the finalize alike: each is one a taker may have
-    sent meanwhile (tests/test_sync_store.py)."""
+    """Held 0.6 of a 1 s lifetime between its announcement and the gate its body passes
+    (a small request's head leaves with its body, after the gate): by a pause (SIGSTOP, a
+    swapped-out machine), or by a suspend of the whole machine, which Linux's monotonic
+    clock does not count while the wall clock every fence counts on does. Either way no
+    byte of it goes out: the same request is announced again and sent. A batch of rows, the
+    evaluation's creation and the finalize alike: each is one a taker may have sent
+    meanwhile (tests/test_sync_store.py)."""
     clock = _SuspendAwareTime()
     events: list = []
-    real_save, real_write = protocol_module.save_state, deadline._Stream.write
+    real_save, real_write, real_in_time = protocol_module.save_state, deadline._Stream.write, Protocol._in_time
     head, nth = HELD_REQUESTS[kind]
 
     def save(path, state, *writer):  # noqa: ANN001, ANN202
@@ -78,18 +81,27 @@ def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced
         if state.in_flight is not None and state.in_flight.kind == kind:
             events.append(("announced", repr(dataclasses.replace(state.in_flight, sent_at=0.0))))
 
-    def write(self, buffer, timeout=None):  # noqa: ANN001, ANN202
-        if bytes(buffer[:5]) == b"POST " and head in bytes(buffer[:200]):
-            if len([e for e in events if e[0] == "announced"]) == nth and ("held",) not in events:
+    def in_time(self, durable, sent_at, started):  # noqa: ANN001, ANN202
+        gate, announced = real_in_time(self, durable, sent_at, started), self.state.in_flight
+
+        def held_first() -> None:
+            if (announced.kind == kind and len([e for e in events if e[0] == "announced"]) == nth
+                    and ("held",) not in events):
                 time.sleep(LIFETIME * 0.6)  # held after announcing, before sending
                 if held == "suspended":
                     clock.asleep += LIFETIME * 0.6  # ... which CLOCK_MONOTONIC does not count
                 events.append(("held",))
+            gate()
+        return held_first
+
+    def write(self, buffer, timeout=None):  # noqa: ANN001, ANN202
+        if bytes(buffer[:5]) == b"POST " and head in bytes(buffer[:200]):
             events.append(("request",))
         elif len(buffer):
             events.append(("body",))
         real_write(self, buffer, timeout)
 
+    monkeypatch.setattr(Protocol, "_in_time", in_time)
     monkeypatch.setattr(protocol_module, "time", clock)
     monkeypatch.setattr(protocol_module, "save_state", save)
     monkeypatch.setattr(deadline._Stream, "write", write)
@@ -108,6 +120,7 @@ def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced
     at = events.index(("held",))
     held_up = [e for e in events[:at] if e[0] == "announced"][-1]
     after = [e for e in events[at + 1:] if e[0] == "announced"]
-    # Its head went out after the hold; its body was never finished: the same request was
-    # announced again (a fresh send time) and sent.
-    assert events[at + 1] == ("request",) and after and after[0] == held_up, ("finished after the hold", events)
+    # Nothing of it went out after the hold: the same request was announced again (a fresh
+    # send time), and only then sent.
+    assert events[at + 1] == held_up and events[at + 2] == ("request",), ("finished after the hold", events)
+    assert after and after[0] == held_up
