@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fixtures.fault_proxy import FaultProxy
+from fixtures.fault_proxy import NO_FAULT, FaultProxy
 from support import platform_process
 from support.env import CLI, child_env
 from support.runs import build_run
@@ -76,6 +76,61 @@ def killed_with_its_first_upload_held(proxy: FaultProxy, runs: Path, cache: Path
     assert proxy.holding(), "the first upload never came"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+class ProbeUnanswered(FaultProxy):
+    """A gateway in front of the platform: Prime Traces' probe meets its 503 (nothing said of
+    the account), and the evaluation's create lands with its answer held back."""
+
+    def _decide(self, request: object) -> str:
+        method, path = request.method, request.target.split("?", 1)[0]  # type: ignore[attr-defined]
+        if method == "GET" and path.endswith("/episodes"):
+            return "status_503"
+        return "delay_after" if method == "POST" and path.rstrip("/").endswith("/evaluations") else NO_FAULT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("traces", [False, True], ids=["traces-off", "traces-on"])
+def test_a_run_stopped_after_a_create_whose_probe_had_no_answer_is_synced_from_another_state(
+        tmp_path: Path, traces: bool) -> None:
+    """``auto``'s probe met a gateway's 503, so whether the account has Prime Traces was a
+    guess: the create names samples, not traces. Named traces, the run stopped before any
+    batch left was found again by another state (another address, a lost state) on an
+    account without Prime Traces and refused for good ("went to traces"; only --replay
+    helped). With Prime Traces on, the push names traces before its first batch goes there."""
+    builder = build_run(tmp_path / "runs" / "run", f"probe-unanswered-{traces}", 6)
+    runs = tmp_path / "runs"
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, *(["--traces"] if traces else [])) \
+            as server, httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        with ProbeUnanswered(server.base_url, delay=3.0) as proxy:
+            proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "auto"), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL,
+                                    env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(tmp_path / "cache1")))
+            deadline = time.monotonic() + 60
+            while not evaluations_of(api, builder.run_id) and time.monotonic() < deadline:
+                assert proc.poll() is None, "the sync ended before its create landed"
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGKILL)  # the create landed, its answer not back
+            proc.wait()
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == "samples"
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache2"))
+        assert (report["store"], report["pushed_now"], report["evaluation_id"]) == (
+            "samples", 6, evaluation["evaluation_id"]), report
+        assert sample_rows(api, evaluation["evaluation_id"]) == 6
+
+    fresh = build_run(tmp_path / "again" / "run", f"probe-unanswered-again-{traces}", 4)
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, *(["--traces"] if traces else [])) \
+            as server, httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api, \
+            ProbeUnanswered(server.base_url, delay=0.0) as proxy:
+        report = synced(sync(proxy.base_url, tmp_path / "again", "auto", tmp_path / "cache3"))
+        store = "traces" if traces else "samples"
+        assert report["store"] == store, report
+        (evaluation,) = evaluations_of(api, fresh.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == store
+        if traces:
+            assert held(api, evaluation["evaluation_id"]) == (sorted(fresh.ids), 0)
+        assert sample_rows(api, evaluation["evaluation_id"]) == (0 if traces else 4)
 
 
 @pytest.mark.slow

@@ -5,10 +5,12 @@ exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -29,10 +31,23 @@ PROMPT = 3.0
 
 class StepProxy(FaultProxy):
     """Forwards every request untouched but the one numbered ``step`` (0 first), which meets
-    ``fault``."""
+    ``fault``; once ``signalled`` is set, if given (:func:`interrupt_at` sets it): so the
+    signal comes while that request is out, however late the test sees it arrive. Met at
+    once, a lost answer was settled by a read and the sync had ended (exit 0) before a
+    loaded test sent the signal."""
 
     step = -1
     fault = NO_FAULT
+    signalled: threading.Event | None = None
+
+    async def _act(self, fault: str, request: object, writer: asyncio.StreamWriter, decision: object) -> None:
+        signalled = self.signalled
+        if signalled is not None and decision.index == self.step:  # type: ignore[attr-defined]
+            for _ in range(30_000):  # at most 30 s: a test that never signals fails, not hangs
+                if signalled.is_set():
+                    break
+                await asyncio.sleep(0.001)
+        await super()._act(fault, request, writer, decision)  # type: ignore[arg-type]
 
     def _decide(self, request: object) -> str:
         if len(self.log) != self.step:
@@ -60,6 +75,8 @@ def interrupt_at(proc: subprocess.Popen[str], proxy: StepProxy, step: int, patie
         time.sleep(0.002)
     proc.send_signal(signal.SIGINT)
     asked = time.monotonic()
+    if proxy.signalled is not None:
+        proxy.signalled.set()
     proc.wait(30)
     return time.monotonic() - asked
 
@@ -74,6 +91,7 @@ def test_a_sigint_at_every_request_stops_within_a_second_and_the_next_sync_is_ex
         builder = build_run(outputs / "run", f"sigint-step-{step}", 12, size=600)
         with StepProxy(server.base_url) as proxy:
             proxy.step, proxy.fault = step, STEP_FAULTS[step % len(STEP_FAULTS)]
+            proxy.signalled = threading.Event()
             proc = start_sync(proxy.base_url, str(outputs), "--max-request-bytes", "4096", "--jobs", "1")
             took = interrupt_at(proc, proxy, step)
             out, err = proc.communicate()

@@ -65,6 +65,12 @@ class TracesProbe:
         account-level answer, given to reads and writes alike). Anything else, a 403 with
         another code (a write-only token) or a failure included, is left for the upload to
         decide, so ``auto`` learns the common case without first building a 30 MiB batch."""
+        return self.answer() is not False
+
+    def answer(self) -> bool | None:
+        """:meth:`enabled` as the service said it; None when it said nothing about the
+        account (no answer, a gateway's 503): a guess then, which a new evaluation must not
+        name as its sink (sync/sinks/choice.py, ``for_create``)."""
         import httpx
 
         with self._lock:
@@ -74,12 +80,12 @@ class TracesProbe:
             try:
                 response = self._get(self._url, params={"limit": 1}, headers=self._headers)
             except httpx.HTTPError:
-                return True  # no answer from the service: nothing to remember
+                return None  # no answer from the service: nothing to remember
             if response.status_code == 403:
                 answer = not service_not_enabled(response)
             elif response.is_success:
                 answer = True
             else:
-                return True  # not an answer about the account: nothing to remember
+                return None  # not an answer about the account: nothing to remember
             self._answer = (answer, self._clock())
             return answer

@@ -58,9 +58,9 @@ class PassContext:
     remask: bool = False
     #: Then, what the run's error line is cleared of (content/remask.py, ``error_forms_of``).
     error_forms: list[str] = field(default_factory=list)
-    #: Whether each sink asked this pass is available (sync/sinks/choice.py): ``auto``'s
-    #: probe before the create answers its push too.
-    available: dict[str, bool] = field(default_factory=dict)
+    #: Whether each sink asked this pass is available, None for no answer (sync/sinks/choice.py):
+    #: ``auto``'s probe before the create answers its push too.
+    available: dict[str, bool | None] = field(default_factory=dict)
     #: The run's segments as the pass listed them to read their manifests, for the first
     #: stream to read by (:meth:`take_listing`): its superseded episodes are those manifests'.
     listing: list[tuple[int, Path]] | None = None
@@ -160,9 +160,10 @@ class Sink(ABC):
         """What the report counts as on the platform, in this sink's unit."""
         return state.episodes_pushed
 
-    def available(self) -> bool:
+    def available(self) -> bool | None:
         """Whether the account has this sink: asked before ``auto`` tries it, so an account
-        without it costs one cheap read, never a batch."""
+        without it costs one cheap read, never a batch. None: no answer about the account
+        (taken as yes, and left for the first batch to tell)."""
         return True
 
     def holds_run(self) -> bool:

@@ -97,7 +97,12 @@ def for_create(context: PassContext) -> str:
             raise SyncError(_not_there(ServiceNotEnabled(f"{sink.title} is not enabled for this account"),
                                        _following(sink.name)))
         return name
-    return next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
+    name = next((n for n in AUTO_ORDER if _available(context, make(n, context))), AUTO_ORDER[-1])
+    # Taken on no answer (a gateway's 503 to the probe), the sink is a guess: the evaluation
+    # names the last of the order, which the push renames before a batch goes to another
+    # (engine.py, name_sink). Named there, a pass stopped before any batch left the run, found
+    # again with another state where the account lacks that sink, unsyncable but by --replay.
+    return name if context.available.get(name) is not None else AUTO_ORDER[-1]
 
 
 def _following(name: str) -> tuple[str, ...]:
@@ -112,11 +117,10 @@ def _not_there(exc: Exception, following: tuple[str, ...]) -> str:
 
 
 def _available(context: PassContext, sink: Sink) -> bool:
-    """``sink.available()``, asked at most once a pass."""
-    answer = context.available.get(sink.name)
-    if answer is None:
-        answer = context.available[sink.name] = sink.available()
-    return answer
+    """``sink.available()``, asked at most once a pass; no answer is taken as yes."""
+    if sink.name not in context.available:
+        context.available[sink.name] = sink.available()
+    return context.available[sink.name] is not False
 
 
 def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,

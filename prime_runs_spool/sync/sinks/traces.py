@@ -102,9 +102,9 @@ class TracesSink(AddressedSink):
         run is there either way, and goes nowhere else."""
         return bool(state.uploads or (state.in_flight and state.in_flight.kind == cls.name))
 
-    def available(self) -> bool:
+    def available(self) -> bool | None:
         """One cheap read (``GET /episodes?limit=1``), shared by the runs of one sync."""
-        return self.context.client.traces_probe().enabled()
+        return self.context.client.traces_probe().answer()
 
     def holds_run(self) -> bool:
         """Asked of an evaluation found again with no state that names its sink: without it,
