@@ -164,6 +164,38 @@ def test_a_traces_answer_that_echoes_the_api_key_does_not_print_it() -> None:
     assert "400" in str(refused) and "SECRET" not in str(refused), refused
 
 
+@pytest.mark.parametrize("status", [307, 303, 301])
+def test_a_redirect_whose_location_quotes_the_api_key_does_not_print_it(status: int) -> None:
+    """A gateway redirects the request to a login or maintenance page and puts the request's
+    key in the address (``?token=``, percent-encoded, as userinfo): the error line names
+    where the redirect leads, and printed the key whole in the report, the CI log and the
+    shipper's log, where an answer's body had it scrubbed."""
+    from urllib.parse import quote
+
+    import httpx
+
+    from prime_runs_spool.errors import PlatformError
+    from prime_runs_spool.platform_api.client import PlatformClient
+    from prime_runs_spool.platform_api.settings import Secret, Settings
+
+    key = "sk-live/SECRET+0123456789"
+
+    def redirect(request: httpx.Request) -> httpx.Response:
+        sent = request.headers["Authorization"].removeprefix("Bearer ")
+        return httpx.Response(status, headers={"Location": f"https://u:{quote(sent, safe='')}@login.example/"
+                                                           f"?next=x&token={sent}"
+                                                           f"&again={quote(sent, safe='')}"})
+
+    settings = Settings(base_url="http://platform.invalid", api_key=Secret(key), team_id=None,
+                        frontend_url="http://platform.invalid")
+    with PlatformClient(settings, transport=httpx.MockTransport(redirect)) as client:
+        with pytest.raises(PlatformError) as caught:
+            client.list_evaluations(environment_name="gsm8k")
+    said = str(caught.value)
+    assert str(status) in said and "login.example" in said, said  # it still says where it leads
+    assert "SECRET" not in said, said
+
+
 def _quoted_as_json_percent_base64(sent: str) -> str:
     import base64
     import re

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from prime_runs_spool._version import __version__
+from prime_runs_spool.content.mask_text import mask_text
 from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer, UnknownEvaluation
 from prime_runs_spool.platform_api import answers
 from prime_runs_spool.platform_api.no_answer import (GATEWAY_STATUSES, RATE_LIMITED, SEE_OTHER, answered_kind,
@@ -164,7 +165,7 @@ def classify_response(method: str, path: str, response: httpx.Response,
     status = response.status_code
     what = f"{method} {path} answered {status}"
     if status < 400:
-        return _redirected(what, response)
+        return _redirected(what, response, secret)
     if status == RATE_LIMITED:
         return PlatformError(answered_kind(status), f"{what} (rate limited)", status=status,
                              retry_after=_retry_after(response))
@@ -184,14 +185,18 @@ def classify_response(method: str, path: str, response: httpx.Response,
                          status=status)
 
 
-def _redirected(what: str, response: httpx.Response) -> PlatformError:
+def _redirected(what: str, response: httpx.Response, secret: Secret | None = None) -> PlatformError:
     """A redirect (a maintenance page, an ``http`` address moved to ``https``): the sync
     follows none, its API key would go with it wherever it leads. Taken for a success, as
     any status below 400 was, a samples request a gateway redirected counted as pushed:
     the run said synced, the platform held none of those rows, and every later sync said
     up to date. Any but a 303 says the request was not acted on here (``FATAL``: what was
-    announced is withdrawn); a 303, that it was: in doubt, settled by reading."""
+    announced is withdrawn); a 303, that it was: in doubt, settled by reading. Where it
+    leads is quoted as an answer's body is, the key scrubbed out (a gateway's login page
+    may carry the request's key in its ``?token=``) and the address masked as a run's
+    would be (a password in its userinfo, a secret-named query parameter)."""
     where = response.headers.get("location", "")
+    where = mask_text(secret.scrub(where) if secret is not None else where)
     said = f"{what}, a redirect to {answers.error_words(where) or 'no address'}"
     if response.status_code == SEE_OTHER:
         return PlatformError(FailureKind.IN_DOUBT, said, status=response.status_code)
