@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.env import CLI, child_env
+from support.eval_outputs import spooled_as_eval, vf040_outputs
 from support.runs import build_run
 
 if os.geteuid() == 0:
@@ -119,3 +120,38 @@ def test_follow_syncs_the_readable_runs_and_names_the_unreadable_once(tree: Path
     assert final["a-good"] == final["f-good"] == "synced"
     assert [e["path"] for e in events].count(str(tree / "b-dir")) == 1
     assert final["b-dir"] == final["c-spool"] == final["d-segment"] == final["e-fifo"] == "error"
+
+
+@pytest.mark.slow
+def test_eval_outputs_whose_spool_folder_cannot_be_read_are_named_in_their_place(tmp_path: Path) -> None:
+    """The eval wrote its spool beside traces.jsonl (a run another user ran: its spool folder
+    0700, theirs). Each command that looks at whether the spool and traces.jsonl agree, or
+    whether the outputs have a spool, names the folder in the run's line as for a bare spool."""
+    root = tmp_path / "outputs"
+    vf040_outputs(root / "theirs", 3)
+    spooled_as_eval(root / "theirs")
+    build_run(root / "mine", "unreadable-mine", 2)
+    spool = root / "theirs" / "spool"
+    spool.chmod(0)
+    try:
+        status = command("status", str(root), "--json")
+        verify = command("verify", str(root))
+        synced = command("sync", str(root), "--local", "--db", str(tmp_path / "local.db"), "--json", timeout=120)
+        export = command("export", str(root), "-o", str(tmp_path / "table.csv"))
+    finally:
+        spool.chmod(0o700)
+    for done in (status, verify, synced, export):
+        assert_no_traceback(done)
+    assert status.returncode == 0, status.stderr
+    runs = {Path(r["path"]).name: r for r in json.loads(status.stdout)["runs"]}
+    assert runs["theirs"]["state"] == "error" and f"{spool}: cannot be read (Permission denied)" in runs["theirs"]["error"]
+    assert runs["mine"]["state"] == "completed"
+    assert verify.returncode == 1 and f"UNREADABLE: {spool}: cannot be read" in verify.stdout, verify.stderr
+    assert synced.returncode == 1, synced.stderr
+    reports = {Path(r["path"]).name: r for r in json.loads(synced.stdout)["runs"]}
+    assert reports["mine"]["state"] == "synced" and reports["theirs"]["state"] == "error", reports
+    assert f"{spool}: cannot be read" in reports["theirs"]["error"]
+    # The readable run exported, the other named as unreadable (not the table as unwritable).
+    assert export.returncode == 1 and f"{spool}: cannot be read (Permission denied)" in export.stderr, export.stderr
+    assert "cannot be written" not in export.stderr
+    assert "unreadable-mine" in (tmp_path / "table.csv").read_text()

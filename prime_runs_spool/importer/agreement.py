@@ -78,13 +78,16 @@ class Disagreement:
 
 def version(run_dir: Path) -> dict[str, Any] | None:
     """What the mark compares: ``traces.jsonl``'s identity and size, and each segment's.
-    None when there is no ``traces.jsonl`` (nothing to agree with)."""
+    None when there is no ``traces.jsonl`` (nothing to agree with), or when the spool folder
+    cannot be listed (another user's, a FIFO named like a segment): the spool's own verdict
+    names it, in its place among the runs."""
     try:
         traces = os.stat(verifiers_traces_path(run_dir))
+        listed = list_segments(run_dir)
     except OSError:
         return None
     segments = []
-    for index, path in list_segments(run_dir):
+    for index, path in listed:
         try:
             found = os.stat(path)
         except OSError:

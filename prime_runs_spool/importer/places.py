@@ -53,8 +53,14 @@ def is_imported(run_dir: Path) -> bool:
 
 
 def spooled_by_eval(output_dir: Path) -> bool:
-    """The eval wrote a spool beside its outputs (no import mark): sync ships that one."""
-    return is_run_dir(output_dir) and not is_imported(output_dir)
+    """The eval wrote a spool beside its outputs (no import mark): sync ships that one. A
+    spool folder that cannot be looked into (another user's) counts as one: the run is
+    then the spool's, whose own verdict names the folder among the runs, and an import
+    into it could only fail the same way."""
+    try:
+        return is_run_dir(output_dir) and not is_imported(output_dir)
+    except OSError:
+        return True
 
 
 def to_refresh(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
@@ -81,8 +87,12 @@ def to_refresh(paths: Iterable[Path], state_dir: Path | None = None) -> list[Pat
 
 
 def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
-    """An eval output folder with no spool, here or under ``state_dir``."""
-    if is_run_dir(output_dir):
+    """An eval output folder with no spool, here or under ``state_dir``; one whose spool
+    folder cannot be looked into is not known to have none (the spool's verdict names it)."""
+    try:
+        if is_run_dir(output_dir):
+            return False
+    except OSError:
         return False
     if state_dir is not None:
         folder = state_dir_source(state_dir, source_key(output_dir))
