@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,6 +63,26 @@ def _sync(tmp_path: Path, platform: EmbeddedPlatform, paths: list[Path], *, jobs
         else:
             reports = sync_paths(paths, client, DEST, options, jobs=jobs)
     return client, reports
+
+
+def _new_runs(tmp_path: Path, name: str, runs: int) -> None:
+    """``runs`` new completed runs of 2 episodes each, ``tmp_path/runs/run-N``, whose ids
+    are ``costs-NAME-N``: what the per-run count tests sync for the first time."""
+    for n in range(runs):
+        build_run(tmp_path / "runs" / f"run-{n}", f"costs-{name}-{n}", 2)
+
+
+def _first_sync(tmp_path: Path, name: str, runs: int = 3, *, jobs: int = 1,
+                before_sync: Callable[[], object] = lambda: None) -> CountingClient:
+    """:func:`_new_runs`, then one sync of ``tmp_path/runs`` against a fresh local platform,
+    each run reported synced: the client that counted its requests. ``before_sync`` is called
+    once the runs are built, so a count it sets up counts the sync and not the building."""
+    _new_runs(tmp_path, name, runs)
+    before_sync()
+    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
+        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"], jobs=jobs)
+    assert [r.state for r in reports] == ["synced"] * runs, [(r.state, r.error) for r in reports]
+    return client
 
 
 #: While a test listens (opened_under), every file this process opens: the "open" audit
@@ -174,11 +194,7 @@ def test_a_request_sets_its_sockets_timeout_only_when_it_changes(tmp_path: Path,
     for name in ("settimeout", "send", "recv"):
         monkeypatch.setattr(socket.socket, name, counting(name), raising=False)
     runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-timeouts-{n}", 2)
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    _first_sync(tmp_path, "timeouts", runs)
     requests = 3 * runs  # each run's create, samples and finalize, on a pass's thread
     assert counts["send"] >= requests, counts
     assert counts["settimeout"] <= counts["recv"] + requests, counts
@@ -203,11 +219,7 @@ def test_a_small_requests_head_goes_out_with_its_body_in_one_write(tmp_path: Pat
 
     monkeypatch.setattr(socket.socket, "send", counted, raising=False)
     runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-one-write-{n}", 2)
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    client = _first_sync(tmp_path, "one-write", runs)
     assert sum(client.requests.values()) == 3 * runs + 2, client.requests  # and the environment's resolve and listing
     assert len(sends) == sum(client.requests.values()), sends
 
@@ -237,12 +249,7 @@ def test_a_requests_socket_is_given_no_timeout_and_is_not_polled_before_a_write(
 
     monkeypatch.setattr(socket.socket, "send", sending, raising=False)
     monkeypatch.setattr(socket.socket, "settimeout", setting, raising=False)
-    runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-nonblocking-{n}", 2)
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        client, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    client = _first_sync(tmp_path, "nonblocking")
     assert len(timeouts_at_send) == sum(client.requests.values()), timeouts_at_send
     assert set(timeouts_at_send) == {0.0}, timeouts_at_send  # non-blocking: no poll before the send
     assert len(set_timeouts) == 1, set_timeouts  # the connect's (httpcore's), for the one connection
@@ -837,12 +844,7 @@ def test_whether_a_new_runs_spool_is_read_only_asks_no_statvfs(tmp_path: Path, m
     asked: list[str] = []
     real = os.statvfs
     monkeypatch.setattr(os, "statvfs", lambda path: asked.append(os.fspath(path)) or real(path))
-    runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-statvfs-{n}", 2)
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    _first_sync(tmp_path, "statvfs")
     assert asked == [], asked
 
 
@@ -867,8 +869,7 @@ def test_the_walks_that_find_new_runs_ask_their_folders_listings_not_a_call_a_na
         return real_lstat(path, *args, **kwargs)
 
     runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-walks-{n}", 2)
+    _new_runs(tmp_path, "walks", runs)
     monkeypatch.setattr(os, "access", access)
     monkeypatch.setattr(os, "lstat", lstat)
     from commands.cli import cli
@@ -895,12 +896,8 @@ def test_a_new_runs_copy_lock_note_is_rewritten_without_cutting_the_file(tmp_pat
     cut: list[int] = []
     real = os.ftruncate
     runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-note-{n}", 2)
-    monkeypatch.setattr(os, "ftruncate", lambda fd, size: cut.append(size) or real(fd, size))
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-        assert [r.state for r in reports] == ["synced"] * runs
+    _first_sync(tmp_path, "note", runs, before_sync=lambda: monkeypatch.setattr(
+        os, "ftruncate", lambda fd, size: cut.append(size) or real(fd, size)))
     assert cut == [], cut
     for n in range(runs):  # each note as the next pass reads it
         lock = copy_lock_path(cache_root() / COPY_LOCKS_DIRNAME, run_key_digest(DEST.key, f"costs-note-{n}", None))
@@ -918,14 +915,9 @@ def test_a_new_runs_state_writes_ask_no_process_id(tmp_path: Path, monkeypatch: 
     in a forked child (``os.getpid`` is a system call). Before: asked at every such write."""
     asked: list[int] = []
     real = os.getpid
-    runs = 3
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-pid-{n}", 2)
-    monkeypatch.setattr(os, "getpid", lambda: threading.current_thread().name.startswith("prime-runs-sync")
-                        and asked.append(1) or real())
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"], jobs=2)
-    assert [r.state for r in reports] == ["synced"] * runs
+    _first_sync(tmp_path, "pid", jobs=2, before_sync=lambda: monkeypatch.setattr(
+        os, "getpid", lambda: threading.current_thread().name.startswith("prime-runs-sync")
+        and asked.append(1) or real()))
     assert asked == [], len(asked)
     pid = real()
     child = os.fork()
@@ -968,14 +960,11 @@ def test_a_new_runs_segment_is_read_without_a_seek_and_sized_by_the_fsyncs_fstat
             sized.append(fd)
         return real_fstat(fd)
 
-    runs = 2
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-seek-{n}", 2)
-    monkeypatch.setattr(reader, "_open_segment", opened)
-    monkeypatch.setattr(os, "fstat", fstat)
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    def count() -> None:
+        monkeypatch.setattr(reader, "_open_segment", opened)
+        monkeypatch.setattr(os, "fstat", fstat)
+
+    _first_sync(tmp_path, "seek", 2, before_sync=count)
     assert walks and seeks == [], seeks
     assert len(sized) == 2 * len(walks), (sized, walks)  # the fsync's, and the end's (where the lines end)
 
@@ -992,13 +981,8 @@ def test_a_segments_writer_is_probed_without_unlocking_before_the_close(
 
     unlocked: list[int] = []
     real = fcntl.flock
-    runs = 2
-    for n in range(runs):
-        build_run(tmp_path / "runs" / f"run-{n}", f"costs-probe-{n}", 2)
-    monkeypatch.setattr(fcntl, "flock", lambda fd, op: (op & fcntl.LOCK_UN and unlocked.append(fd)) or real(fd, op))
-    with EmbeddedPlatform(tmp_path / "platform.db") as platform:
-        _, reports = _sync(tmp_path, platform, [tmp_path / "runs"])
-    assert [r.state for r in reports] == ["synced"] * runs
+    _first_sync(tmp_path, "probe", 2, before_sync=lambda: monkeypatch.setattr(
+        fcntl, "flock", lambda fd, op: (op & fcntl.LOCK_UN and unlocked.append(fd)) or real(fd, op)))
     assert unlocked == [], unlocked
     segment = next((tmp_path / "runs" / "run-0" / "spool").glob("seg-*.jsonl"))
     assert writer_alive(segment) is False

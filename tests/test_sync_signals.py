@@ -236,17 +236,46 @@ def test_a_sync_stopped_while_a_request_is_out_says_what_it_pushed_before(tmp_pa
     assert_exactly_once(api, builder)
 
 
-class HeldListing(FaultProxy):
-    """Holds the answer of the pass's first listing of evaluations (the key check's comes
-    first) for ``delay`` seconds, once: the pass is reading the platform, nothing announced."""
+class HeldEvaluationsRequest(FaultProxy):
+    """Forwards every request, and holds the answer of the ``held``-th ``method`` request to
+    the evaluations (counted in ``seen``) for ``delay`` seconds, once."""
 
-    listings = 0
+    method = ""
+    held = 0
+    seen = 0
 
     def _decide(self, request: object) -> str:
-        if getattr(request, "method", "") != "GET" or "/evaluations" not in getattr(request, "target", ""):
+        if getattr(request, "method", "") != self.method or "/evaluations" not in getattr(request, "target", ""):
             return NO_FAULT
-        self.listings += 1
-        return "delay_after" if self.listings == 2 else NO_FAULT
+        self.seen += 1
+        return "delay_after" if self.seen == self.held else NO_FAULT
+
+
+class HeldListing(HeldEvaluationsRequest):
+    """Holds the answer of the pass's first listing of evaluations (the key check's comes
+    first): the pass is reading the platform, nothing announced."""
+
+    method, held = "GET", 2
+
+
+def _stopped_twice(proxy: HeldEvaluationsRequest, what: str, *args: str, second: signal.Signals = signal.SIGINT,
+                   **env: str) -> str:
+    """``prime-runs sync WHAT ARGS`` through ``proxy``, stopped by a SIGINT once the request
+    it holds is out, then by ``second``: its error output, after it exited 130 at once."""
+    proc = subprocess.Popen(sync_cmd(proxy.base_url, what, *args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(PRIME_API_KEY=TOKEN, **env))
+    deadline = time.monotonic() + 60
+    while proxy.seen < proxy.held:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    time.sleep(0.2)  # the request is on its way
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)  # the first is handled: the pass waits for the answer
+    proc.send_signal(second)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "stopped at once (second signal)" in err, err
+    return err
 
 
 @pytest.mark.slow
@@ -259,18 +288,7 @@ def test_a_sync_stopped_at_once_before_it_sent_anything_costs_the_next_sync_no_w
     sync of this run, stopped mid-pass, ended with a request that may still land"."""
     builder = build_run(tmp_path / "outputs" / "run", f"stopped-early-{second.name}", 3)
     with HeldListing(server.base_url, delay=30.0) as proxy:
-        proc = start_sync(proxy.base_url, str(tmp_path / "outputs"))
-        deadline = time.monotonic() + 60
-        while proxy.listings < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
-        time.sleep(0.2)  # the listing is on its way
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)  # the first is handled: the pass waits for the listing's answer
-        proc.send_signal(second)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130, err
-        assert "stopped at once (second signal)" in err, err
+        _stopped_twice(proxy, str(tmp_path / "outputs"), second=second)
         assert not list((tmp_path / "outputs" / "run" / "spool" / "sync").glob("*.json")), "nothing was written"
         final = subprocess.run(sync_cmd(proxy.base_url, str(tmp_path / "outputs")) + ["--request-lifetime", "600"],
                                capture_output=True, text=True, timeout=20, env=child_env(PRIME_API_KEY=TOKEN))
@@ -279,17 +297,11 @@ def test_a_sync_stopped_at_once_before_it_sent_anything_costs_the_next_sync_no_w
     assert_exactly_once(api, builder)
 
 
-class HeldCreate(FaultProxy):
-    """Forwards every request, and holds the answer of the evaluation's creation (announced
-    in the state, in doubt until answered) for ``delay`` seconds."""
+class HeldCreate(HeldEvaluationsRequest):
+    """Holds the answer of the evaluation's creation (announced in the state, in doubt until
+    answered)."""
 
-    posts = 0
-
-    def _decide(self, request: object) -> str:
-        if getattr(request, "method", "") != "POST" or "/evaluations" not in getattr(request, "target", ""):
-            return NO_FAULT
-        self.posts += 1
-        return "delay_after" if self.posts == 1 else NO_FAULT
+    method, held = "POST", 1
 
 
 def _leased_run(tmp_path: Path, where: str, name: str) -> tuple[str, Path, RunBuilder]:
@@ -317,24 +329,6 @@ def _sync(proxy: FaultProxy, what: str, *args: str) -> subprocess.CompletedProce
                           timeout=60, env=child_env(PRIME_API_KEY=TOKEN, **SHORT_LEASE))
 
 
-def _stopped_twice(proxy: FaultProxy, ready, what: str, **env: str) -> str:  # noqa: ANN001
-    """``prime-runs sync WHAT`` through ``proxy``, stopped by two SIGINTs once ``ready()``:
-    its error output, after it exited 130 at once."""
-    proc = subprocess.Popen(sync_cmd(proxy.base_url, what, "--request-lifetime", "600"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env(PRIME_API_KEY=TOKEN, **env))
-    deadline = time.monotonic() + 60
-    while not ready():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.01)
-    time.sleep(0.2)  # the request is on its way
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)  # the first is handled: the pass waits for the answer
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "stopped at once (second signal)" in err, err
-    return err
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["store", "mirrored"])
 def test_a_second_signal_gives_up_a_lease_nothing_in_doubt_needs(tmp_path: Path, server, api, where: str) -> None:
@@ -344,7 +338,7 @@ def test_a_second_signal_gives_up_a_lease_nothing_in_doubt_needs(tmp_path: Path,
     ``skipped`` (or waited, ``--wait``). It gives the lease up on its way out."""
     what, lease, builder = _leased_run(tmp_path, where, f"second-signal-free-{where}")
     with HeldListing(server.base_url, delay=30.0) as proxy:
-        _stopped_twice(proxy, lambda: proxy.listings >= 2, what)  # its lease the default 60 s
+        _stopped_twice(proxy, what, "--request-lifetime", "600")  # its lease the default 60 s
         assert json.loads(lease.read_bytes())["released"] is True
         final = _sync(proxy, what)
     assert final.returncode == 0, final.stderr
@@ -362,7 +356,7 @@ def test_a_second_signal_with_a_request_in_doubt_leaves_the_lease_to_expire_and_
     run until then, and once it has expired finds the evaluation created, each row once."""
     what, lease, builder = _leased_run(tmp_path, "store", "second-signal-in-doubt")
     with HeldCreate(server.base_url, delay=30.0) as proxy:
-        err = _stopped_twice(proxy, lambda: proxy.posts >= 1, what, **SHORT_LEASE)
+        err = _stopped_twice(proxy, what, "--request-lifetime", "600", **SHORT_LEASE)
         (line,) = [line for line in err.splitlines() if "left to expire" in line]
         assert "sync.lease.json: a request announced under it may still land" in line, line
         assert re.search(r"in about ([6-9]|10) s; until then a sync of the run skips it", line), line
