@@ -49,19 +49,22 @@ def remote_settings(base_url: str | None, team: str | None, *, need_key: bool) -
     return settings
 
 
-def check_key(settings: Settings, timeout: float) -> None:
+def check_key(settings: Settings, timeout: float, to: str) -> None:
     """One read with the key, before anything is written: a key the platform refuses (401) or
-    that may not read here (403) exits 2 once, instead of once per run after the imports.
+    that may not read here (403) exits 2 once, instead of once per run after the imports; so
+    does one Prime Traces refuses (401) where it has its own URL and ``to`` may send there.
     A platform that cannot be reached, or does not answer within the check's own short bound
     (platform_api/key_check.py), is not a configuration error: the passes retry it."""
     from prime_runs_spool.platform_api.key_check import refused_key
+    from prime_runs_spool.sync.options import SAMPLES
 
-    def no_answer(waited: float) -> None:
-        click.echo(f"{MESSAGE_PREFIX}the platform at {settings.base_url} did not answer within {waited:g} s; going on: "
+    def no_answer(waited: float, url: str) -> None:
+        which = "the platform" if url == settings.base_url else "Prime Traces"
+        click.echo(f"{MESSAGE_PREFIX}{which} at {url} did not answer within {waited:g} s; going on: "
                    f"each request waits up to {timeout:g} s for its answer (--timeout), and every retry is told",
                    err=True)
 
-    refusal = refused_key(settings, within=timeout, on_no_answer=no_answer)
+    refusal = refused_key(settings, within=timeout, on_no_answer=no_answer, traces=to != SAMPLES)
     if refusal is not None:
         fail_usage(str(refusal))
 

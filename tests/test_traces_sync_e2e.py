@@ -13,8 +13,10 @@ import os
 import random
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -336,3 +338,79 @@ def test_a_prime_traces_url_that_refuses_the_connection_is_told_as_the_platform_
     retry = [line for line in done.stderr.splitlines() if "try 2 in" in line]
     assert retry and "POST /traces: cannot connect (connection refused by 127.0.0.1:9)" in retry[0], done.stderr
     assert "no answer" not in done.stderr + done.stdout and "Request failed" not in done.stdout, done.stdout
+
+
+class _RefusingTraces(BaseHTTPRequestHandler):
+    """A Prime Traces host that refuses every key, as the service does one it does not know."""
+
+    asked: list[tuple[str, str]] = []
+
+    def _refuse(self) -> None:
+        self.asked.append((self.command, self.path))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"error": {"code": "unauthorized", "message": "unknown key"}}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def refusing_traces() -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    asked: list[tuple[str, str]] = []
+    handler = type("Handler", (_RefusingTraces,), {"asked": asked})
+    http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{http.server_address[1]}", asked
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to", ["traces", "auto"])
+def test_a_key_prime_traces_refuses_at_its_own_url_is_told_once_before_anything_is_written(
+        tmp_path: Path, server, api, refusing_traces, to: str) -> None:
+    """Prime Traces at a URL of its own (PRIME_TRACES_URL) refusing a key the platform
+    accepts: the start-up check asked the platform only, so every run had an evaluation
+    created and then its own error line ('POST /traces answered 401 ...'), exit 1. Now the
+    check asks Prime Traces too: one line naming its URL and what to do, exit 2 (a refused
+    key, docs/cli.md), nothing created, no run touched, nothing uploaded."""
+    traces_url, asked = refusing_traces
+    for number in range(3):
+        build_run(tmp_path / "runs" / f"r{number}", f"traces-key-refused-{to}-{number}", 2)
+    done = subprocess.run(sync_cmd(server.base_url, str(tmp_path / "runs"), "--to", to, "--max-attempts", "2"),
+                          capture_output=True, text=True, timeout=120,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root"),
+                                        PRIME_TRACES_URL=traces_url))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert traces_url in line and "refused the API key" in line and "PRIME_TRACES_URL" in line, line
+    assert "--to samples" in line and TOKEN not in line, line
+    assert done.stdout == "", done.stdout
+    for number in range(3):
+        assert evaluations_of(api, f"traces-key-refused-{to}-{number}") == []
+        assert not (tmp_path / "runs" / f"r{number}" / "spool" / "sync").exists()
+        assert not (tmp_path / "runs" / f"r{number}" / "spool" / "sync.lock").exists()
+    assert [method for method, _ in asked] == ["GET"], asked  # one read, no upload
+
+
+@pytest.mark.slow
+def test_a_key_prime_traces_refuses_is_not_asked_about_for_samples(tmp_path: Path, server, api,
+                                                                     refusing_traces) -> None:
+    """``--to samples`` never sends to Prime Traces, so its refusal there stops nothing."""
+    traces_url, asked = refusing_traces
+    build_run(tmp_path / "runs" / "r", "traces-key-refused-samples", 2)
+    done = subprocess.run(sync_cmd(server.base_url, str(tmp_path / "runs"), "--to", "samples"),
+                          capture_output=True, text=True, timeout=120,
+                          env=child_env(PRIME_API_KEY=TOKEN, HOME=os.environ.get("HOME", "/root"),
+                                        PRIME_TRACES_URL=traces_url))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert asked == []

@@ -36,20 +36,29 @@ NOT_THE_PLATFORM_STATUSES = (404, 405, 501)
 
 
 def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
-                on_no_answer: Callable[[float], None] | None = None) -> PlatformError | None:
+                on_no_answer: Callable[[float, str], None] | None = None, *,
+                traces: bool = False) -> PlatformError | None:
     """The platform's refusal of ``settings``' key (or a base URL that is not the platform),
-    or None: accepted, or no answer within
+    or, with ``traces`` (the sync may upload to Prime Traces) where Prime Traces has a URL of
+    its own, that service's refusal of it: else every run had its evaluation created before
+    its first upload was refused. None: accepted, or no answer within
     ``within`` seconds (at most :data:`KEY_CHECK_SECONDS`), or any other failure. Waits in
     the caller's thread with a plain join, so a signal handler that raises ends the wait.
-    ``on_no_answer`` is called with those seconds when the check is given up on: a platform
-    that holds its requests is otherwise first told a whole ``--timeout`` later."""
+    ``on_no_answer`` is called with those seconds and the URL asked when the check is given
+    up on: a platform that holds its requests is otherwise first told a whole ``--timeout`` later."""
     within = min(within, KEY_CHECK_SECONDS)
     refusals: list[PlatformError] = []
+    asking = [settings.base_url]
+    own_traces = traces and settings.traces_base_url != settings.base_url
 
     def ask() -> None:
         try:
             with PlatformClient(settings, timeout=within) as client:
                 client.list_evaluations(limit=1)
+                if own_traces:
+                    asking.append(settings.traces_base_url)
+                    if (refusal := client.traces_probe().refused_key()) is not None:
+                        refusals.append(refusal)
         except PlatformError as exc:
             if exc.kind is FailureKind.FATAL and exc.status in REFUSED_KEY_STATUSES:
                 refusals.append(exc)
@@ -63,11 +72,11 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
             pass
 
     # A daemon: a check given up on is left to end by its own timeout, never joined at exit.
-    asking = threading.Thread(target=ask, name="prime-runs-key-check", daemon=True)
-    asking.start()
-    asking.join(within)
-    if asking.is_alive() and on_no_answer is not None:
-        on_no_answer(within)
+    thread = threading.Thread(target=ask, name="prime-runs-key-check", daemon=True)
+    thread.start()
+    thread.join(within)
+    if thread.is_alive() and on_no_answer is not None:
+        on_no_answer(within, asking[-1])
     return refusals[0] if refusals else None
 
 

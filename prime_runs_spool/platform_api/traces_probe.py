@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from prime_runs_spool.errors import FailureKind, PlatformError
+
 #: The error code of an account that has Prime Traces turned off
 #: (``prime_traces.ErrorCode.SERVICE_NOT_ENABLED``).
 SERVICE_NOT_ENABLED = "service_not_enabled"
@@ -89,3 +91,23 @@ class TracesProbe:
                 return None  # not an answer about the account: nothing to remember
             self._answer = (answer, self._clock())
             return answer
+
+    def refused_key(self) -> PlatformError | None:
+        """The service's refusal of the key (401), asked afresh: the start-up key check's
+        second read where Prime Traces has its own URL (platform_api/key_check.py), since
+        the platform accepting a key says nothing of another host. None for anything else:
+        a 403 may be a write-only token or ``service_not_enabled``, each left to the upload
+        and ``auto`` to decide, and no answer is for the passes to meet."""
+        import httpx
+
+        try:
+            response = self._get(self._url, params={"limit": 1}, headers=self._headers)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 401:
+            return None
+        service = self._url[:-len(PROBE_PATH)]
+        return PlatformError(FailureKind.FATAL, f"GET {PROBE_PATH} answered 401: Prime Traces at {service} refused "
+                             "the API key the platform accepts; check that PRIME_TRACES_URL (or traces_url in "
+                             "~/.prime/config.json) is this platform's Prime Traces and the key is valid there, or "
+                             "sync with --to samples", status=401)

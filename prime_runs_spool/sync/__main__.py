@@ -19,7 +19,7 @@ import click
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.sync.command_line import KEY_SOURCES, shared_options
-from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
+from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE, SAMPLES
 
 #: The name the usage lines give this command.
 PROG = "python -m prime_runs_spool.sync"
@@ -77,7 +77,8 @@ def main(paths: tuple[Path, ...], base_url: str | None, team: str | None, to: st
         _fail(f"no API key: set {KEY_SOURCES}")
     from prime_runs_spool.platform_api.key_check import refused_key
 
-    refusal = refused_key(settings, within=timeout)  # one read, as prime-runs sync does before it writes
+    # one read (two where Prime Traces has its own URL), as prime-runs sync does before it writes
+    refusal = refused_key(settings, within=timeout, traces=to != SAMPLES)
     if refusal is not None:
         _fail(str(refusal))  # a key refused at the start is not tried again on every pass
     backoff = Backoff(base=min(0.5, backoff_cap), cap=backoff_cap, max_attempts=max_attempts, retry_for=retry_for,
