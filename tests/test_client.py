@@ -196,6 +196,47 @@ def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: P
         assert evaluation["total_samples"] == 5
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after"])
+def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_path: Path, fault: str) -> None:
+    """A proxy answers a samples request 200 with an empty body, never passing it on
+    (``ok_empty``), or passes it on and answers 200 ``null`` (``ok_null_after``). Neither is
+    the platform's answer: the request is in doubt, settled by the count (in the pass, once
+    its lifetime is past, or by the next sync), each row there once. Before, an empty 2xx counted as pushed: the run said synced,
+    5 pushed, the platform held none of them, and every later sync said up to date."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import local_destination
+
+    build_run(tmp_path / "runs" / "run", "bare-2xx-samples", 5)
+    db = tmp_path / "p.db"
+
+    def sync(base_url: str):
+        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+        return report
+
+    with EmbeddedPlatform(db) as platform:
+        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/samples$") as proxy:
+            bare = sync(proxy.base_url)
+            assert fault in proxy.faults()
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{bare.evaluation_id}").json()
+        assert evaluation["total_samples"] == bare.pushed_total, bare  # what it says is there, is
+        if fault == "ok_empty":  # nothing there to settle it by: a line saying so
+            assert (bare.state, bare.pushed_now) == ("error", 0), bare
+            assert "without the platform's answer" in bare.error and "\n" not in bare.error, bare.error
+        done = sync(platform.base_url)
+        assert (done.state in ("synced", "up_to_date"), done.pushed_total) == (True, 5), done
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{bare.evaluation_id}").json()
+        assert evaluation["total_samples"] == 5
+
+
 def test_a_base_url_that_redirects_is_told_by_the_key_check() -> None:
     """An ``http`` address the platform moved to ``https`` (a 301 to every request): the key
     check, which any sync that sends makes first, says the redirect and where it leads, a

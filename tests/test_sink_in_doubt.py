@@ -282,3 +282,31 @@ def test_a_batch_a_gateway_answered_for_after_forwarding_it_stays_in_doubt(tmp_p
         done = _sync(root, db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
         assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["ok_null_after", "ok_empty"])
+def test_a_traces_upload_answered_2xx_without_a_receipt_stays_in_doubt(tmp_path: Path, fault: str) -> None:
+    """A proxy passes the upload on (the service stores it) and answers 200 ``null``
+    (``ok_null_after``), or answers 200 with no body and passes nothing on (``ok_empty``):
+    no receipt either way. The batch stays announced, ``--to samples`` is refused, and the
+    next sync settles it under its key, each episode in Prime Traces once. Before, ``null``
+    read as a refusal ('answered None: refused'): the batch was withdrawn with the run's
+    sink and ``--to samples`` pushed every stored episode again as samples; an empty body
+    ended the run in 'internal error: JSONDecodeError'."""
+    builder = build_run(tmp_path / "runs" / "run", "bare-2xx-traces", EPISODES)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db, traces=True) as platform, \
+            FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/traces$") as proxy:
+        bare = _sync(tmp_path / "runs", db, proxy.base_url, TRACES)
+        assert fault in proxy.faults()
+    assert bare.state == "error" and "without a receipt" in bare.error and "\n" not in bare.error, bare
+    announced = _state(builder.run_dir).in_flight
+    assert announced is not None and announced.kind == TRACES
+    evaluation_id = str(_state(builder.run_dir).evaluation_id)
+    with EmbeddedPlatform(db, traces=True) as platform:
+        refused = _sync(tmp_path / "runs", db, platform.base_url, SAMPLES)
+        assert refused.state == "error" and "went to traces" in refused.error, refused
+        done = _sync(tmp_path / "runs", db, platform.base_url, AUTO)
+        assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
+        assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))

@@ -12,8 +12,9 @@ which may have created an evaluation whose id the answer lost (the protocol sett
 any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
-through untouched), and none of this runs per samples request (their answers carry nothing
-sync uses).
+through untouched). A samples request's answer carries nothing sync uses, so it is checked
+for being an object at all (``appended``): a 2xx with no body or another body is not the
+platform's answer.
 """
 
 from __future__ import annotations
@@ -78,6 +79,19 @@ def environment_id(answer: Any, where: str) -> str:
     if isinstance(found, bool) or not isinstance(found, (str, int)) or found == "":
         raise lacks("data.id (the environment's id)", where)
     return str(found)
+
+
+def appended(answer: Any, where: str) -> dict[str, Any]:
+    """A samples request's answer (``{evaluation_id, samples_pushed, status}``): an object,
+    or the request is in doubt. An empty body (a 204, a proxy's bare 200 that never passed
+    the request on) or JSON that is not an object (``null`` in place of the platform's
+    answer) says nothing of the rows: taken for the platform's yes, a proxy that never sent
+    them on had the run said synced with none of its rows there, and every later sync up to
+    date. In doubt, the count settles it (docs/sync.md, "The protocol, per run")."""
+    if not isinstance(answer, dict):
+        raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an empty "
+                               "body, or JSON that is not an object), so whether its rows landed is read back")
+    return answer
 
 
 def created_evaluation(answer: Any, where: str) -> dict[str, Any]:

@@ -460,8 +460,9 @@ class PlatformClient:
         is written; what it raises leaves the request unfinished (its connection closed short
         of the declared length), so the platform never acts on it (sync/protocol.py,
         ``Protocol.send_once``)."""
-        return self._request("POST", self._evaluation(evaluation_id, "/samples"),
-                             content=_Chunks(body, on_sent, before_last))
+        path = self._evaluation(evaluation_id, "/samples")
+        return answers.appended(self._request("POST", path, content=_Chunks(body, on_sent, before_last)),
+                                f"POST {path}")
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,
