@@ -181,7 +181,8 @@ def test_a_local_database_that_cannot_grow_is_one_line_naming_it_and_nothing_is_
     active") and the run's error said only 'answered 500'. Now each try's line and the run's
     error name the database and the likely cause (its path whole: the local platform's key
     was "local", scrubbed out of every error line as a key is); the next sync, the limit
-    lifted, pushes every episode once."""
+    lifted, pushes every episode once. The answer's words are quoted, not its JSON
+    (``({"detail":"..."})``)."""
     import resource
 
     runs, db = tmp_path / "runs", tmp_path / "local.db"
@@ -199,7 +200,8 @@ def test_a_local_database_that_cannot_grow_is_one_line_naming_it_and_nothing_is_
     assert full.returncode == 1, full.stderr
     assert "Traceback" not in full.stderr and "ASGI" not in full.stderr, full.stderr
     said = f"the platform's database {db} failed: disk I/O error (a full disk, or a file size limit: ulimit -f?)"
-    assert said in full.stdout, full.stdout
+    assert f"answered 507 ({said})" in full.stdout, full.stdout  # its words, not its JSON
+    assert '{"detail"' not in full.stdout + full.stderr, full.stdout + full.stderr
     assert samples_in(db) == 0
     again = run_cli("sync", str(runs), "--local", "--db", str(db))
     assert again.returncode == 0, again.stderr

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from prime_runs_spool.errors import FailureKind, UnexpectedAnswer
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
 
@@ -30,6 +32,14 @@ from prime_runs_spool.platform_api.v0 import is_evaluation_id
 #: How much of an error answer's body a message quotes.
 QUOTED_CHARACTERS = 200
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+#: Where an error answer in JSON states its words, tried in turn: FastAPI's ``detail`` (a
+#: string, or its list of validation errors), else ``message`` or ``error`` (Prime Traces'
+#: ``{"error": {"code", "message"}}``, docs/platform-api.md).
+_WORD_FIELDS = ("detail", "message", "error")
+#: How deep in an answer its words are looked for (``{"error": {"message": ...}}`` is 2).
+_WORD_DEPTH = 4
+#: The longest error body read as JSON for its words; a longer one is quoted as it starts.
+_PARSED_CHARACTERS = 1 << 20
 
 
 def is_success(status: int) -> bool:
@@ -41,15 +51,62 @@ def is_success(status: int) -> bool:
 
 def error_words(text: str) -> str:
     """An error answer's body as words a one-line message can quote: on one line, cut to
-    :data:`QUOTED_CHARACTERS`, and an HTML page (a proxy's or a gateway's before the service:
+    :data:`QUOTED_CHARACTERS`; a JSON answer by the words it states (:data:`_WORD_FIELDS`;
+    FastAPI's validation errors each as ``where: what``), not its braces, quotes and field
+    names, which took the line's room (``({"detail":"..."})``) and quoted the escapes of the
+    words as they were sent; and an HTML page (a proxy's or a gateway's before the service:
     nginx's 413, a load balancer's 502) by its title alone: its markup quoted whole said
-    nothing more and took the line. The key is scrubbed by the caller, before this cuts."""
+    nothing more and took the line. JSON that states none of them is quoted as it was sent.
+    The key is scrubbed by the caller, before this reads or cuts (``Secret.scrub`` knows
+    JSON's escapes)."""
+    text = _json_words(text) or text
     text = " ".join(text.split())
     lowered = text[:QUOTED_CHARACTERS * 5].lower()
     if "<html" in lowered or "<!doctype html" in lowered:
         title = _TITLE.search(text)
         text = f"an HTML page: {' '.join(title.group(1).split())}" if title else "an HTML page"
-    return text[:QUOTED_CHARACTERS]
+    return text[:QUOTED_CHARACTERS].rstrip()
+
+
+def _json_words(text: str) -> str | None:
+    """The words a JSON error answer states, or None: not JSON, too long to parse for a
+    message, or none of :data:`_WORD_FIELDS` holds words."""
+    if len(text) > _PARSED_CHARACTERS or not text.lstrip().startswith("{"):
+        return None
+    try:
+        return _words_in(orjson.loads(text), _WORD_DEPTH)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _words_in(value: Any, depth: int) -> str | None:
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if depth == 0:
+        return None
+    if isinstance(value, Mapping):
+        return next(filter(None, (_words_in(value.get(field), depth - 1) for field in _WORD_FIELDS)), None)
+    if isinstance(value, list):  # FastAPI's validation errors: each where and what, until the line is full
+        said: list[str] = []
+        for item in value:
+            words = _validation_error(item, depth - 1)
+            if words:
+                said.append(words)
+            if sum(map(len, said)) > QUOTED_CHARACTERS:
+                break
+        return "; ".join(said) or None
+    return None
+
+
+def _validation_error(item: Any, depth: int) -> str | None:
+    """One of FastAPI's validation errors, ``{"loc": ["body", "name"], "msg": "Field
+    required", "input": ...}``, as ``body.name: Field required``: never its ``input``, which
+    echoes what the request sent."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("msg"), str):
+        return _words_in(item, depth)
+    where = item.get("loc")
+    where = ".".join(map(str, where)) if isinstance(where, list) else ""
+    return f"{where}: {item['msg']}" if where else item["msg"]
 
 
 def lacks(what: str, where: str, kind: FailureKind = FailureKind.FATAL) -> UnexpectedAnswer:
