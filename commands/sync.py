@@ -165,7 +165,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
             key_checked = True
             try:
                 with interrupt.abortable():
-                    check_settings_key(settings, timeout, to)
+                    check_settings_key(settings, timeout, to, asked=check_key)
             except Stopped:
                 pass  # the stop is set: nothing begins
 

@@ -49,12 +49,15 @@ def remote_settings(base_url: str | None, team: str | None, *, need_key: bool) -
     return settings
 
 
-def check_key(settings: Settings, timeout: float, to: str) -> None:
+def check_key(settings: Settings, timeout: float, to: str, asked: bool = False) -> None:
     """One read with the key, before anything is written: a key the platform refuses (401) or
     that may not read here (403) exits 2 once, instead of once per run after the imports; so
     does one Prime Traces refuses (401) where it has its own URL and ``to`` may send there.
     A platform that cannot be reached, or does not answer within the check's own short bound
-    (platform_api/key_check.py), is not a configuration error: the passes retry it."""
+    (platform_api/key_check.py), is not a configuration error: the passes retry it. ``asked``
+    (``--check-key``): a read that ended with no verdict (no connection, a 5xx) is said in one
+    line, the sync going on; with every run up to date no pass follows to say anything, and
+    a CI job offline ended 0 without a word, its key never checked."""
     from prime_runs_spool.platform_api.key_check import refused_key
     from prime_runs_spool.sync.options import SAMPLES
 
@@ -64,7 +67,12 @@ def check_key(settings: Settings, timeout: float, to: str) -> None:
                    f"each request waits up to {timeout:g} s for its answer (--timeout), and every retry is told",
                    err=True)
 
-    refusal = refused_key(settings, within=timeout, on_no_answer=no_answer, traces=to != SAMPLES)
+    def unanswered(why: str) -> None:
+        click.echo(f"{MESSAGE_PREFIX}the API key is not checked (--check-key): {why}; going on without the check",
+                   err=True)
+
+    refusal = refused_key(settings, within=timeout, on_no_answer=no_answer, traces=to != SAMPLES,
+                          on_unanswered=unanswered if asked else None)
     if refusal is not None:
         fail_usage(str(refusal))
 

@@ -75,7 +75,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     if settings is not None and (not params["dry_run"] or params.get("check_key")):
         try:  # before a lease or a state is written in the store; bounded, and a signal ends it
             with interrupt.abortable():
-                check_key(settings, params["timeout"], params["to"])
+                check_key(settings, params["timeout"], params["to"], asked=bool(params.get("check_key")))
         except Stopped:
             exit_interrupted([])
     if follow:

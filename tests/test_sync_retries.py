@@ -5,6 +5,7 @@ refusing the key."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -214,6 +215,33 @@ def test_a_sync_with_nothing_to_do_asks_nothing_and_check_key_asks_all_the_same(
     local = subprocess.run(CLI + ["sync", str(outputs), "--local", "--check-key"], capture_output=True, text=True,
                            env=child_env(**env))
     assert local.returncode == 2 and "--check-key does not combine with --local" in local.stderr, local.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["gone", "answering 500"])
+def test_check_key_that_cannot_ask_says_so_in_one_line(tmp_path: Path, server, platform: str) -> None:
+    """``--check-key`` with every run up to date and the platform out of reach (a CI job with
+    no network, a closed port) or answering 500: the key is not checked, and one line says
+    so and why, the up-to-date lines follow, nothing is written; it ended 0 without a word,
+    as if the key had been accepted."""
+    from fixtures.fault_proxy import FaultProxy
+
+    outputs = tmp_path / "outputs"
+    build_run(outputs / "run", "check-key-offline", 2)
+    env = dict(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    rates = {"status_500": 1.0} if platform == "answering 500" else {}
+    with FaultProxy(server.base_url) as proxy:
+        assert run_piped(proxy.base_url, str(outputs), **env)[0] == 0
+        base_url = proxy.base_url
+    before = tree(outputs)
+    with FaultProxy(server.base_url, rates=rates, port=int(base_url.rsplit(":", 1)[1])) if rates \
+            else contextlib.nullcontext():
+        status, out, lines, _ = run_piped(base_url, str(outputs), "--check-key", key="not-the-token", **env)
+    errors = [text for _, text in lines if text.strip()]
+    assert status == 0 and out.startswith("up_to_date"), (out, lines)
+    assert len(errors) == 1 and "the API key is not checked (--check-key)" in errors[0], errors
+    assert ("cannot connect" if platform == "gone" else "500") in errors[0], errors
+    assert tree(outputs) == before
 
 
 class SilentPlatform:

@@ -37,7 +37,7 @@ NOT_THE_PLATFORM_STATUSES = (404, 405, 501)
 
 def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
                 on_no_answer: Callable[[float, str], None] | None = None, *,
-                traces: bool = False) -> PlatformError | None:
+                traces: bool = False, on_unanswered: Callable[[str], None] | None = None) -> PlatformError | None:
     """The platform's refusal of ``settings``' key (or a base URL that is not the platform),
     or, with ``traces`` (the sync may upload to Prime Traces) where Prime Traces has a URL of
     its own, that service's refusal of it: else every run had its evaluation created before
@@ -45,9 +45,13 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
     ``within`` seconds (at most :data:`KEY_CHECK_SECONDS`), or any other failure. Waits in
     the caller's thread with a plain join, so a signal handler that raises ends the wait.
     ``on_no_answer`` is called with those seconds and the URL asked when the check is given
-    up on: a platform that holds its requests is otherwise first told a whole ``--timeout`` later."""
+    up on: a platform that holds its requests is otherwise first told a whole ``--timeout`` later.
+    ``on_unanswered`` is called with why, when the platform's read ended with no verdict on the
+    key (no connection, no name, a 5xx or a 429): for a sync that sends, the passes retry and
+    say so; for ``--check-key`` with nothing to send, it is all that says the key went unchecked."""
     within = min(within, KEY_CHECK_SECONDS)
     refusals: list[PlatformError] = []
+    unanswered: list[str] = []
     asking = [settings.base_url]
     own_traces = traces and settings.traces_base_url != settings.base_url
 
@@ -68,8 +72,10 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
                 refusals.append(not_the_platform(settings.base_url, exc.status))
             elif isinstance(exc, UnexpectedAnswer):  # a success, but not the listing: another server
                 refusals.append(not_the_platform(settings.base_url))
-        except Exception:  # noqa: BLE001 - anything else is for the passes to meet and report
-            pass
+            else:
+                unanswered.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - anything else is for the passes to meet and report
+            unanswered.append(f"{type(exc).__name__}: {exc}")
 
     # A daemon: a check given up on is left to end by its own timeout, never joined at exit.
     thread = threading.Thread(target=ask, name="prime-runs-key-check", daemon=True)
@@ -77,6 +83,8 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
     thread.join(within)
     if thread.is_alive() and on_no_answer is not None:
         on_no_answer(within, asking[-1])
+    elif unanswered and on_unanswered is not None:
+        on_unanswered(unanswered[0])
     return refusals[0] if refusals else None
 
 
