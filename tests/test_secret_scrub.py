@@ -47,6 +47,11 @@ def decoded(text: str) -> str:
     return unquote(html.unescape(text))
 
 
+def json_blanks(text: str) -> str:
+    """``text`` with the white space JSON writes as escapes in a string (``\\n``, ``\\u000a``) as white space."""
+    return re.sub(r"\\[nrtf]|\\u00(?:0[9a-dA-D]|20)", " ", text, flags=re.IGNORECASE)
+
+
 @st.composite
 def quoted_keys(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A key and its characters quoted: every one in one encoding, or each in its own."""
@@ -78,7 +83,7 @@ def test_a_key_quoted_in_any_encoding_and_case_is_scrubbed(quoted: tuple[str, li
 @settings(max_examples=150, deadline=None)
 @given(st.text(KEY_CHARS, min_size=8, max_size=48), st.text(max_size=200))
 def test_text_without_the_key_is_left_as_it_was(key: str, text: str) -> None:
-    if any(key.lower() in "".join(seen.split()).lower() for seen in (text, decoded(text))):
+    if any(key.lower() in "".join(seen.split()).lower() for seen in (text, decoded(text), json_blanks(text))):
         return  # the text holds the key after all (broken by white space, maybe): the properties here cover it
     assert Secret(key).scrub(text) == text
 
@@ -122,3 +127,32 @@ def test_a_key_in_base64_cut_into_lines_is_scrubbed(key: str, width: int, newlin
         whole = key.encode()[start:start + (len(key) - start) // 3 * 3]
         middle = base64.b64encode(whole).decode()[4:-4] if len(whole) >= 6 else ""
         assert not middle or middle not in scrubbed, (key, width, scrubbed)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(KEY_CHARS, min_size=8, max_size=48), st.data())
+def test_a_key_broken_by_white_space_inside_a_json_answer_is_scrubbed_from_the_error_line(
+        key: str, data: st.DataObject) -> None:
+    """A JSON answer echoing the header wrapped (``{"detail": "... sk-EchoKey\\nZZ99..."}``,
+    the line break written as JSON writes it, ``\\n`` or ``\\u000a``) or base64 cut into lines:
+    the key is scrubbed from the raw body, which the error line then reads as JSON for its
+    words, turning the escape into white space; it printed 'sk-EchoKey ZZ9911abcdef'."""
+    import base64
+    import json
+
+    from prime_runs_spool.platform_api.answers import error_words
+
+    breaks = [data.draw(st.sampled_from(["", "", "", "\n", "\r\n", "\t"])) for _ in key[1:]]
+    wrapped = key[0] + "".join(gap + ch for gap, ch in zip(breaks, key[1:]))
+    encoded = base64.b64encode(f"Bearer {key}".encode()).decode()
+    width = data.draw(st.integers(4, 76))
+    lines = "\n".join(encoded[at:at + width] for at in range(0, len(encoded), width))
+    body = json.dumps({"detail": f"you sent: Bearer {wrapped} ({lines})"}, ensure_ascii=data.draw(st.booleans()))
+    if data.draw(st.booleans()):
+        body = body.replace("\\n", "\\u000a").replace("\\t", "\\u0009")
+    said = "".join(error_words(Secret(key).scrub(body)).split())
+    assert key not in said, (key, body, said)
+    for start in range(3):
+        whole = key.encode()[start:start + (len(key) - start) // 3 * 3]
+        middle = base64.b64encode(whole).decode()[4:-4] if len(whole) >= 6 else ""
+        assert not middle or middle not in said, (key, body, said)

@@ -90,8 +90,10 @@ def _quoted_pattern(value: str) -> re.Pattern[str]:
 
 
 #: What may come between two characters of the key as an answer quotes it: white space, a
-#: line break included.
-_BLANKS = r"\s*"
+#: line break included, as itself or as JSON writes it in a string (``\n``, ``\r``, ``\t``,
+#: ``\u000a``...): an error line reads a JSON answer for its words after the scrub
+#: (answers.error_words), which turns those escapes into the white space it joins.
+_BLANKS = r"(?:\s|\\[nrtf]|\\u00(?:0[9a-dA-D]|20))*"
 
 
 def _broken_anywhere(forms: list[str]) -> re.Pattern[str]:
