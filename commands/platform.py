@@ -49,7 +49,7 @@ def serve_command(
       prime-runs platform serve --db platform.db --port 8000 --token s3cret
     """
     from prime_runs_spool.errors import PlatformDatabaseError, UnsafeListenError
-    from prime_runs_spool.local_platform.place import database_blocker, database_source, default_database
+    from prime_runs_spool.local_platform.place import database_blocker, database_source, default_database, folder_refused
 
     blocker = database_blocker(Path(db_path) if db_path is not None else default_database())
     if blocker is not None:
@@ -62,7 +62,7 @@ def serve_command(
         try:
             make_private_dir(default_database().parent)
         except OSError as exc:
-            fail_usage(f"cannot create {default_database().parent}: {exc.strerror}")
+            fail_usage(folder_refused(default_database().parent, None, exc.strerror))
 
     try:
         # the server stack (uvicorn, Starlette, the viewer's Jinja2) only when serving

@@ -127,7 +127,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
         assert settings is not None
         yield settings, remote_destination(settings.base_url, settings.team_id), None
         return
-    from prime_runs_spool.local_platform.place import database_source
+    from prime_runs_spool.local_platform.place import database_source, folder_refused
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
     from prime_runs_spool.files import make_private_dir
 
@@ -135,7 +135,7 @@ def destination(local: bool, db: Path | None, settings: Settings | None,
     try:
         make_private_dir(db_path.parent)
     except OSError as exc:
-        fail_usage(f"cannot create {db_path.parent}: {exc.strerror}")
+        fail_usage(folder_refused(db_path.parent, db, exc.strerror))
     with contextlib.ExitStack() as stack:
         try:
             platform = stack.enter_context(EmbeddedPlatform(db_path, frontend_url=LOCAL_FRONTEND, traces=True))

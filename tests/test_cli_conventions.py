@@ -20,6 +20,7 @@ import pytest
 
 from support.env import CLI, REPO_ROOT, VF040, child_env
 from support.runs import build_run
+from support.unprivileged import AS_UNPRIVILEGED, SKIP_REASON
 from support.cli import last_line, run_cli
 from support.odd_files import ODD_NAME, odd_tree  # noqa: F401 (a fixture)
 
@@ -269,6 +270,36 @@ def test_the_local_platforms_database_is_in_the_data_folder_and_shared(tmp_path:
     finally:
         served.terminate()
         served.wait(30)
+
+
+@pytest.mark.skipif(AS_UNPRIVILEGED is None, reason=SKIP_REASON)
+@pytest.mark.slow
+def test_a_home_that_cannot_be_written_is_one_line_saying_what_to_give_instead(tmp_path: Path) -> None:
+    """A user whose HOME cannot be written (a service account's, a read-only home in a
+    container): the default database's folder cannot be made. Each command says which
+    folder, why, and what to give instead; it said only 'cannot create DIR: Permission denied'."""
+    build_run(tmp_path / "runs" / "r", "home-not-writable", 2)
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o555)
+    env = child_env(HOME=str(home))
+    for name in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "PRIME_RUNS_LOCAL_DB"):
+        env.pop(name, None)
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*AS_UNPRIVILEGED, *CLI, *args], capture_output=True, text=True, timeout=120, env=env)
+
+    folder = home / ".local" / "share" / "prime-runs"
+    said = (f"prime-runs: cannot create {folder} for the default database: Permission denied; give --db FILE in a "
+            "folder you can write (or set PRIME_RUNS_LOCAL_DB=FILE)\n")
+    for done in (as_user("sync", str(tmp_path / "runs"), "--local"), as_user("platform", "serve", "--port", "0")):
+        assert (done.returncode, done.stderr) == (2, said), done.stderr
+    # Given a database, the copy lock's folder in the cache is the next thing HOME refuses: named too.
+    done = as_user("sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "local.db"))
+    assert done.returncode == 1 and "set XDG_CACHE_HOME to a writable folder" in done.stdout, done.stdout
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    done = as_user("sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "local.db"))
+    assert done.returncode == 0 and done.stdout.startswith("synced"), done.stdout + done.stderr
 
 
 @pytest.mark.slow

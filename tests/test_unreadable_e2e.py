@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,14 +20,9 @@ import pytest
 from support.env import CLI, child_env
 from support.eval_outputs import spooled_as_eval, vf040_outputs
 from support.runs import build_run
+from support.unprivileged import AS_UNPRIVILEGED, SKIP_REASON
 
-if os.geteuid() == 0:
-    SETPRIV = shutil.which("setpriv")
-    AS_UNPRIVILEGED = [SETPRIV, "--bounding-set=-dac_override,-dac_read_search"] if SETPRIV else None
-else:
-    AS_UNPRIVILEGED = []
-
-pytestmark = pytest.mark.skipif(AS_UNPRIVILEGED is None, reason="root without setpriv: mode 000 would not bite")
+pytestmark = pytest.mark.skipif(AS_UNPRIVILEGED is None, reason=SKIP_REASON)
 
 
 def command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

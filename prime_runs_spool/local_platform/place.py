@@ -39,6 +39,14 @@ def database_source(given: Path | None) -> str:
     return DATABASE_ENV if os.environ.get(DATABASE_ENV) else "the default database"
 
 
+def folder_refused(folder: Path, given: Path | None, reason: str) -> str:
+    """The line for a database folder that cannot be made (a HOME that is not writable,
+    another user's data folder), with what to give instead: ``sync --local`` and ``platform
+    serve`` share it."""
+    return (f"cannot create {folder} for {database_source(given)}: {reason}; give --db FILE in a folder "
+            f"you can write (or set {DATABASE_ENV}=FILE)")
+
+
 def database_blocker(path: Path) -> str | None:
     """Why ``path`` cannot be taken as the database, before anything is made for it: a name
     of blanks only (a file so named was made in the current folder); a loop of symbolic
