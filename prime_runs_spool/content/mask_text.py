@@ -332,6 +332,21 @@ def mask_url_userinfo(text: str) -> str:
     return _replaced(text, spans)
 
 
+def mask_given_url(url: str) -> str:
+    """``url``, one URL a user gave (a base URL, a proxy's), as a message may show it: any
+    ``user:password@`` masked both where a parser ends the authority (at the first ``/``,
+    which keeps a password holding white space from showing: :func:`mask_url_userinfo`
+    reads a URL up to white space) and as masking finds userinfo (up to the last ``@``,
+    which keeps a password holding ``/`` from showing)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = f"{MASK}@" + authority.rpartition("@")[2]
+    return mask_url_userinfo(f"{scheme}://{authority}{slash}{path}")
+
+
 def mask_url(text: str) -> str:
     """``text`` with the userinfo and the secret query parameters of every URL in it masked,
     and nothing else: what a key gets (a URL used as a key, ``{"https://...?token=": ...}``)."""

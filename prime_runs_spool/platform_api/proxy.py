@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from prime_runs_spool.content.mask_text import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_given_url
 from prime_runs_spool.errors import InvalidSettingsError
 
 #: The proxy schemes httpx's transport speaks without an extra package (SOCKS needs socksio).
@@ -32,8 +32,9 @@ class Proxy:
 
     @property
     def shown(self) -> str:
-        """The URL as a message may print it: a password in it masked."""
-        return mask_url_userinfo(self.url)
+        """The URL as a message may print it: a password in it masked, one holding white
+        space too (``mask_given_url``): it was printed in every retry's line."""
+        return mask_given_url(self.url)
 
     @property
     def host(self) -> str:

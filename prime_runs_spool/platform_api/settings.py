@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from prime_runs_spool.content.mask_locations import MASK
-from prime_runs_spool.content.mask_text import mask_url_userinfo
+from prime_runs_spool.content.mask_text import mask_given_url
 from prime_runs_spool.errors import InvalidBaseUrlError, InvalidSettingsError
 from prime_runs_spool.platform_api.proxy import Proxy, proxy_for
 
@@ -198,17 +198,8 @@ def _base_url_problem(url: str) -> str | None:
 
 
 def _shown(url: str) -> str:
-    """``url`` as an error message may show it: any ``user:password@`` replaced by ``***@``,
-    both where a parser ends the authority (at the first ``/``, which keeps a password with
-    white space from showing) and as masking finds userinfo (up to the last ``@``, which
-    keeps a password holding ``/`` from showing)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = f"{MASK}@" + authority.rpartition("@")[2]
-    return mask_url_userinfo(f"{scheme}://{authority}{slash}{path}")
+    """``url`` as an error message may show it (``mask_given_url``)."""
+    return mask_given_url(url)
 
 
 def load_settings(
