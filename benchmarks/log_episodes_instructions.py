@@ -35,9 +35,13 @@ episodes is the cost of one episode, start-up and imports cancelled out:
 * ``threads``: 64 threads through ``log_episodes([episode])``, fdatasync a no-op. valgrind
   runs one thread at a time, so the groups are not a loaded machine's: the count is the
   CPU of the threaded path (wake-ups and hand-offs included), which is what the threaded
-  wall-time ratio comes down to on 2 cores busy with it.
+  wall-time ratio comes down to on 2 cores busy with it;
+* ``tasks``: 64 asyncio tasks on one loop through ``log_episodes_async([episode])``,
+  fdatasync a no-op: what an episode costs from a task (the future, the loop's wake-ups,
+  the writer's helper thread) against ``threads``, the async goal's 1.0 where the CPU is
+  the bottleneck.
 
-``--threads`` adds the last three (about 4 minutes more).
+``--threads`` adds the last four (about 5 minutes more).
 
 valgrind counts a ``rep movsb`` one step per byte, so a copy of a line costs about one
 instruction a byte here (25k for an episode's), tens of times what it costs the CPU: the
@@ -63,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _instructions import bench_episodes  # noqa: E402
 from _instructions import instructions as count_instructions  # noqa: E402
 MODES = ("none", "dumps", "bare", "floor", "spool")
-THREAD_MODES = ("lean", "leanfloor", "threads")
+THREAD_MODES = ("lean", "leanfloor", "threads", "tasks")
 
 
 def run_mode(mode: str, count: int) -> None:
@@ -90,6 +94,8 @@ def run_mode(mode: str, count: int) -> None:
             for episode in episodes:
                 run.log_episodes([episode])
             run.finish()
+        elif mode == "tasks":
+            run_tasks(episodes, folder)
         elif mode in THREAD_MODES:
             run_threaded(mode, episodes, folder)
         elif mode == "dumps":
@@ -175,6 +181,27 @@ def run_threaded(mode: str, episodes: list, folder: Path) -> None:
     run.finish()
 
 
+def run_tasks(episodes: list, folder: Path) -> None:
+    """64 asyncio tasks on one loop taking the episodes in turn through ``log_episodes_async``."""
+    import asyncio
+
+    import append
+    from prime_runs_spool import open_run
+
+    run = open_run(folder / "run", name="bench", model="m", environments=["gsm8k"])
+    pending = iter(episodes)
+
+    async def work() -> None:
+        while (episode := next(pending, None)) is not None:
+            await run.log_episodes_async([episode])
+
+    async def main() -> None:
+        await asyncio.gather(*(work() for _ in range(append.THREADS)))
+
+    asyncio.run(main())
+    run.finish()
+
+
 def instructions(mode: str, count: int) -> int:
     return count_instructions(__file__, ["--mode", mode, "--episodes", str(count)])
 
@@ -207,6 +234,8 @@ def main() -> None:
         print(f"  lean / threads {lean / (per['threads'] - per['none']):.2f}; lean / leanfloor "
               f"{lean / (per['leanfloor'] - per['none']):.2f}: the 64-thread ratio's ceiling for the spool and for "
               "any spool, where the CPU is the bottleneck (goal 0.9)")
+        print(f"  threads / tasks {(per['threads'] - per['none']) / (per['tasks'] - per['none']):.2f}: the 64-task "
+              "ratio's ceiling where the CPU is the bottleneck (goal 1.0)")
 
 
 if __name__ == "__main__":
