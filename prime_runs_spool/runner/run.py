@@ -254,13 +254,15 @@ class Run:
             heard.append(self._settle(records, error is None, True))
 
         try:
-            await self._writer.append_episodes_async(lines, on_settled=settled)
+            durable = self._writer.queue_episodes(lines, settled)
         except WriterClosedError as exc:
             if self.status != OPEN:  # lost a race with finish/abort: say so plainly
                 raise self._closed_error() from exc
             raise
+        await durable
         # A cancelled call's listeners are not called: the next append or the seal is heard.
-        self._listeners.notify(self, heard[0] if heard else ())
+        if heard and heard[0]:
+            self._listeners.notify(self, heard[0])
         return len(lines)
 
     def _admit(

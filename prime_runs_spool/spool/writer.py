@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Union
@@ -284,6 +284,19 @@ class SegmentWriter:
         """
         first, count = await self._append_prepared_async(lambda: self._prepare_items(items), on_settled)
         return list(range(first, first + count))
+
+    def queue_episodes(self, lines: list[tuple[Payload, bytes]], on_settled: Settled) -> Awaitable[None]:
+        """:meth:`append_episodes_async` without its coroutine: number and queue ``lines`` (at
+        least one), and return what to await for them to be durable, for a caller that is a
+        coroutine already (``Run.log_episodes_async``): each coroutine an append goes through
+        is one more frame made, resumed and ended when its future is settled, about 2k
+        instructions (docs/benchmarks.md, "64 asyncio tasks"). ``on_settled`` as for
+        :meth:`append_many_async`: called with the error at once if they cannot be queued."""
+        try:
+            return self._group.queue_async(self._number, _checked(lines), len(lines), on_settled)[0]
+        except BaseException as exc:
+            on_settled(exc)
+            raise
 
     async def append_episodes_async(self, lines: list[tuple[Payload, bytes]], *,
                                     on_settled: Settled | None = None) -> int:
