@@ -370,6 +370,32 @@ def test_a_run_in_an_object_store_keeps_its_ids_in_an_object_beside_its_state(
 
 
 @pytest.mark.slow
+def test_a_new_object_of_ids_is_serialized_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set of ids found by a pass over a store is serialized once, when it is made: the
+    object is created from those bytes. Before, the machine's copy was written from them and
+    let them go, and the object was serialized again from the ids (once per new object; up to
+    100,000 ids)."""
+    from prime_runs_spool.sync import id_sets
+
+    url, _, _, sync, _ = _store_run(tmp_path, monkeypatch, "id-sets-once", 4)
+    assert sync("m1").pushed_now == 4
+    serialized: list[int] = []
+
+    class Counting:  # id_sets' orjson, counting the arrays of ids it serializes
+        loads, JSONDecodeError = staticmethod(orjson.loads), orjson.JSONDecodeError
+
+        @staticmethod
+        def dumps(value: object, *args: object) -> bytes:
+            serialized.append(len(value))  # type: ignore[arg-type]
+            return orjson.dumps(value, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(id_sets, "orjson", Counting)
+    _, document = _found_again(url, sync)
+    assert document["held_there"]["count"] == 4 and document.get("on_platform") is None, document
+    assert serialized == [4], serialized
+
+
+@pytest.mark.slow
 def test_a_machines_torn_copy_of_a_file_of_ids_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine's copy of a store's file of ids is a cache, written without an fsync: a
     power cut can leave it empty under its name. The store holds it whole, so the next pass

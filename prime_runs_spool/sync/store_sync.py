@@ -111,11 +111,13 @@ class StoreProtocol(LeasedProtocol):
                 if found.store(str(self.path.parent), again=again is not None):
                     made.append(found)
                 continue
-            found.store(str(self.path.parent), durable=False)  # the cache: checked when read
             key = id_set_key(self.key, found)
-            if key not in self._stored or again is not None:
+            creating = key not in self._stored or again is not None
+            data = found.data() if creating else b""  # taken before the cache's copy lets the bytes go
+            found.store(str(self.path.parent), durable=False)  # the cache: checked when read
+            if creating:
                 with contextlib.suppress(StoreConflict):  # there already: its name is its content
-                    self.store.create(key, found.data())
+                    self.store.create(key, data)
                 self._stored.add(key)
                 made.append(found)
         return made
