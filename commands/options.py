@@ -47,6 +47,14 @@ class StateDirPath(click.Path):
         super().fail(f"{message}; give a folder (made if missing)", param, ctx)
 
 
+class OutputFolderPath(StateDirPath):
+    """A folder a command writes its files into (``view --export``), made when missing: the
+    checks ``--state-dir`` gets. An empty value (``--export "$SITE"`` with the variable
+    unset) was the current folder, where the pages and ``static/`` were written over what
+    was there (an ``index.html`` of its own), 'wrote 35 files to .', exit 0; a file, a device
+    or a path below a file is told before anything is read."""
+
+
 class OutputFilePath(click.Path):
     """A file a command writes (``export -o``): an empty value (``-o "$OUT"`` with the
     variable unset) was the current folder, and the export's rename over it failed as

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from .options import LocalPath, allow_empty_option, read_state_dir_option
+from .options import LocalPath, OutputFolderPath, allow_empty_option, read_state_dir_option
 from .output import SkippedLinks, count, fail_usage, require_paths
 from prime_runs_spool.errors import MESSAGE_PREFIX
 from prime_runs_spool.importer.options import default_state_dir
@@ -29,7 +29,7 @@ from prime_runs_spool.importer.options import default_state_dir
 @click.option("--token", default=None, envvar="PRIME_RUNS_VIEW_TOKEN",
               help="Require this token (entered once in the browser) for every page. "
                    "Also read from PRIME_RUNS_VIEW_TOKEN.")
-@click.option("--export", "export_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--export", "export_dir", type=OutputFolderPath(), default=None,
               help="Write a static copy of the pages to this folder and exit, instead of serving.")
 @read_state_dir_option
 @allow_empty_option

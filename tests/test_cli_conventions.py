@@ -621,12 +621,29 @@ def test_eval_outputs_in_a_folder_whose_name_is_not_utf8_with_a_state_dir(comman
 
 
 def test_view_export_to_a_folder_that_cannot_be_made_says_which_and_why(outputs: Path, tmp_path: Path) -> None:
-    """It said "prime-runs: view --export: [Errno 20] Not a directory: '...'"."""
+    """It said "prime-runs: view --export: [Errno 20] Not a directory: '...'"; now told as the
+    option's bad value, before anything is read."""
     (tmp_path / "a-file").write_text("")
     target = tmp_path / "a-file" / "site"
     done = cli("view", str(outputs / "one-episode"), "--export", str(target))
     assert done.returncode == 2, done.stderr
-    assert one_error_line(done) == f"prime-runs: view --export: {target}: cannot be written (Not a directory)"
+    assert one_error_line(done).startswith(f"prime-runs: invalid value for '--export': no folder can be made at "
+                                           f"'{target}': {tmp_path / 'a-file'} is a file, not a folder"), done.stderr
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_view_export_to_an_empty_value_is_bad_usage_and_writes_nothing(outputs: Path, tmp_path: Path,
+                                                                        value: str) -> None:
+    """``--export "$SITE"`` with the variable unset was the current folder: the pages and
+    static/ written over what was there (its own index.html), 'wrote N files to .', exit 0."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "index.html").write_text("mine")
+    done = cli("view", str(outputs / "one-episode"), "--export", value, cwd=work)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert one_error_line(done).startswith("prime-runs: invalid value for '--export': "), done.stderr
+    assert "names no folder" in done.stderr, done.stderr
+    assert sorted(path.name for path in work.iterdir()) == ["index.html"] and (work / "index.html").read_text() == "mine"
 
 
 @pytest.mark.parametrize(("command", "url", "hint"), [
