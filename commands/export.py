@@ -21,6 +21,7 @@ from .options import OutputFilePath, read_state_dir_option
 from .output import SkippedLinks, fail_usage, require_paths
 from .sync_store import PathOrURL, store_urls
 from prime_runs_spool.errors import MESSAGE_PREFIX
+from prime_runs_spool.files import shown
 from prime_runs_spool.importer.options import default_state_dir
 from prime_runs_spool.plural import count
 from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
@@ -76,6 +77,6 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     elif written:
         click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
     for problem in problems:
-        click.echo(f"{MESSAGE_PREFIX}{problem}", err=True)
+        click.echo(shown(f"{MESSAGE_PREFIX}{problem}"), err=True)  # a run's folder name: on one line, escaped
     links.say()
     sys.exit(EXIT_RUN_FAILED if problems else EXIT_OK)

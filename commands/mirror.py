@@ -117,6 +117,6 @@ def _not_spooled(roots: list[Path]) -> list[Path]:
 
     found = [output_dir for output_dir in not_spooled(roots) if holds_an_episode(output_dir)]
     for output_dir in found:
-        click.echo(f"{MESSAGE_PREFIX}{output_dir}: eval outputs without a spool are not mirrored; spool them "
-                   f"first ({import_command(output_dir, None)}), or sync them from this machine", err=True)
+        click.echo(shown(f"{MESSAGE_PREFIX}{output_dir}: eval outputs without a spool are not mirrored; spool them "
+                         f"first ({import_command(output_dir, None)}), or sync them from this machine"), err=True)
     return found

@@ -81,7 +81,7 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
                                 indent=True))
         sys.exit(code)
     for path in missing:
-        click.echo(f"{'not spooled':<10} {path}  eval outputs without a spool (run: {import_command(path, state)})")
+        click.echo(shown(f"{'not spooled':<10} {path}  eval outputs without a spool (run: {import_command(path, state)})"))
     if not runs and not missing:
         click.echo("no runs found")
         sys.exit(code)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from prime_runs_spool.files import shell_word
+from prime_runs_spool.files import shell_word, shown
 
 from .sync_setup import LOCAL_BROWSE_PORT
 
@@ -53,7 +53,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
             click.echo(line)
             told = True
     for path in left_out:
-        click.echo(f"not spooled {path}: not imported (run: {import_command(path, state)})")
+        click.echo(shown(f"not spooled {path}: not imported (run: {import_command(path, state)})"))
         told = True
     if not reports:
         # Eval outputs that failed to import (or hold no episode yet) were found: their lines

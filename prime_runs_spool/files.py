@@ -313,12 +313,15 @@ def is_utf8(text: str) -> bool:
 
 def shell_word(value: str | os.PathLike[str]) -> str:
     """``value`` (a path, an option) as one word of a command a message suggests to paste: quoted
-    as POSIX shells read it (``shlex.quote``), or, for a name that is not UTF-8, in bash's and
+    as POSIX shells read it (``shlex.quote``), or, for a name that is not UTF-8 or holds a
+    character that is not printable (a line feed, an escape sequence's ESC), in bash's and
     zsh's ``$'...'`` with each byte outside printable ASCII as ``\\xNN``: quoted as it was, its
     odd bytes went to the terminal raw, and pasted back (a replacement character by then) the
-    command named another folder. Every suggested command quotes its words here."""
+    command named another folder; a line feed split the message's line, and :func:`shown`,
+    which keeps it on one, turned it into a backslash and an ``n`` inside quotes. Every
+    suggested command quotes its words here."""
     text = os.fspath(value)
-    if is_utf8(text):
+    if is_utf8(text) and text.isprintable():
         return shlex.quote(text)
     return "$'" + "".join(chr(byte) if 0x20 <= byte < 0x7F and byte not in b"'\\" else f"\\x{byte:02x}"
                           for byte in os.fsencode(text)) + "'"

@@ -780,6 +780,34 @@ def test_a_folder_name_with_control_characters_stays_on_its_run_s_line(tmp_path:
 
 
 @pytest.mark.slow
+def test_eval_outputs_without_a_spool_named_oddly_stay_on_one_line_with_a_command_that_pastes_back(
+        tmp_path: Path) -> None:
+    """The line that names eval outputs without a spool, with the import to run (status,
+    export, mirror, sync --no-import), printed the folder's name raw: a line feed forged a
+    line, an escape sequence drove the terminal, a name that is not UTF-8 came out as its
+    raw byte or as '\\udcfe'. The name is escaped like a run's, and the import it suggests
+    is bash's $'...', which pastes back as the folder (in plain quotes, the escaped line
+    feed was a backslash and an n)."""
+    root = tmp_path / "outputs"
+    for name in (HOSTILE_NAME, ODD_NAME):
+        shutil.copytree(VF040, root / name)
+    for command in (["status"], ["export", "-o", str(tmp_path / "table.csv")],
+                    ["mirror", "--once", (tmp_path / "store").as_uri()],
+                    ["sync", "--no-import", "--local", "--db", str(tmp_path / "local.db")]):
+        done = subprocess.run(CLI + [command[0], str(root), *command[1:]], capture_output=True, timeout=120,
+                              env=child_env(HOME=str(tmp_path)))
+        said = (done.stdout + done.stderr).decode("utf-8")  # nothing raw: every line valid UTF-8
+        assert "Traceback" not in said and not {"\r", "\x1b"} & set(said), (command, said)
+        assert not [line for line in said.splitlines() if line.startswith("forged line")], (command, said)
+        words = [line.split("prime-runs import ", 1)[1] for line in said.splitlines() if "prime-runs import " in line]
+        assert len(words) == 2, (command, said)
+        for word in words:
+            word = re.match(r"\$?'[^']*'", word).group(0)
+            pasted = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, timeout=30).stdout
+            assert pasted in (os.fsencode(root / HOSTILE_NAME), os.fsencode(root / ODD_NAME)), (command, word)
+
+
+@pytest.mark.slow
 def test_ctrl_c_of_a_command_without_a_handler_of_its_own_is_exit_130_in_the_one_voice(tmp_path: Path) -> None:
     """Ctrl-C of ``export`` (as of ``verify``, ``status``...) ended as click's "Aborted!",
     exit 1, unlike sync and import (130, one ``prime-runs:`` line). It is 130 with
