@@ -297,6 +297,35 @@ def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_f
 
 
 @pytest.mark.slow
+def test_auto_whose_prime_traces_cannot_be_reached_leaves_the_evaluation_naming_samples(tmp_path: Path) -> None:
+    """``auto`` on an account without Prime Traces, its URL unreachable (a closed port): the
+    probe has no answer, the create names samples, the push renames it traces before its
+    first batch, and every upload is refused a connection (nothing left: the batch is
+    withdrawn). The evaluation is named samples again, so a sync that lost the state, Prime
+    Traces reachable now, pushes the run there; before, it stayed named traces and that sync
+    stopped for good ('not enabled ... went to traces', --replay only)."""
+    import socket
+
+    builder = build_run(tmp_path / "runs" / "run", "traces-unreachable", 6)
+    runs, db = tmp_path / "runs", tmp_path / "platform.db"
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        closed_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with platform_process.running(db, "--token", TOKEN) as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        refused(sync(server.base_url, runs, "auto", tmp_path / "cache1", PRIME_TRACES_URL=closed_url),
+                "connection refused")
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        assert evaluation["metadata"]["prime_runs_sink"] == "samples"
+        lose_state(builder)
+        report = synced(sync(server.base_url, runs, "auto", tmp_path / "cache2"))
+        assert (report["store"], report["pushed_now"], report["evaluation_id"]) == (
+            "samples", 6, evaluation["evaluation_id"]), report
+        assert sample_rows(api, evaluation["evaluation_id"]) == 6
+        assert len(evaluations_of(api, builder.run_id)) == 1
+
+
+@pytest.mark.slow
 def test_sync_local_to_traces_then_plain_on_one_database_sends_no_samples(tmp_path: Path) -> None:
     """``sync --local --db --to traces``, then (the state lost) a plain ``--local``, whose
     ``auto`` means samples for a run with no sink: the evaluation names traces, so it is

@@ -284,28 +284,27 @@ class RunSync:
     def _push(self, sink: Sink, origin: StateOrigin) -> None:
         """Push the run to ``sink`` and finish it: the one loop every sink is driven by."""
         self.sink = sink
-        if self.state.evaluation_sink not in (None, sink.name):
-            self.evaluation.name_sink(self.manifest, sink.name)  # before anything is sent there
-        if not sink.settle(origin):
-            return
-        while True:
-            stream = sink.stream()
-            try:
-                for batch in sink.batches(stream):
-                    try:
-                        # Before the cursor can pass the damage: noted only once the pass
-                        # ended, a SIGKILL mid-pass would forget it for good.
-                        self._note_skipped(stream)
-                        if batch.count:
-                            sink.send(batch)
-                        else:
-                            self._advance_past(batch.end, batch.seal)
-                    finally:
-                        batch.release()  # its body and its large-body token, sent or not
-            finally:
-                self._note_skipped(stream)
-            if self._pass_ended(stream.seal, lambda: self._drained(sink, stream)):
+        with self.evaluation.naming(self.manifest, sink):  # named there before anything is sent
+            if not sink.settle(origin):
                 return
+            while True:
+                stream = sink.stream()
+                try:
+                    for batch in sink.batches(stream):
+                        try:
+                            # Before the cursor can pass the damage: noted only once the pass
+                            # ended, a SIGKILL mid-pass would forget it for good.
+                            self._note_skipped(stream)
+                            if batch.count:
+                                sink.send(batch)
+                            else:
+                                self._advance_past(batch.end, batch.seal)
+                        finally:
+                            batch.release()  # its body and its large-body token, sent or not
+                finally:
+                    self._note_skipped(stream)
+                if self._pass_ended(stream.seal, lambda: self._drained(sink, stream)):
+                    return
 
     def _advance_past(self, end: Any, seal: dict[str, Any] | None) -> None:
         """The one rule for records that give nothing to any sink (a seal, a resumed

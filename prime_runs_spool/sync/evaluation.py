@@ -9,8 +9,9 @@ has it: what it holds is reconciled, only the rest is sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.content.environments import environment_list
@@ -22,6 +23,9 @@ from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, InFlight, metadata_digest
+
+if TYPE_CHECKING:
+    from prime_runs_spool.sync.sinks.base import Sink
 
 #: The evaluation's metadata key naming the sink that holds the run's episodes, so a sync that
 #: finds the evaluation again with no state of its own reads it there, even where that sink
@@ -85,6 +89,31 @@ class Evaluation:
         state.metadata_sent = metadata_digest(metadata)
         state.evaluation_sink = name
         self.protocol.note()
+
+    @contextlib.contextmanager
+    def naming(self, manifest: Mapping[str, Any], sink: Sink) -> Iterator[None]:
+        """A push to ``sink`` under an evaluation that names it: renamed first where it names
+        another (:meth:`name_sink`), and named back if the push fails with nothing of the run
+        sent there (every try refused a connection, or refused: its batch withdrawn) and it
+        named the sink a create names when it cannot tell (``choice.AUTO_ORDER[-1]``, which
+        every account has). Left naming a sink that holds nothing (``auto`` whose Prime Traces
+        probe had no answer: the service's URL unreachable), the run, its state lost, was
+        followed there on an account without Prime Traces and refused for good, ``--replay``
+        only. Not on a stop (no request is sent then): a run stopped there stays named so."""
+        from prime_runs_spool.sync.sinks.choice import AUTO_ORDER
+
+        state, before = self.protocol.state, self.protocol.state.evaluation_sink
+        if before in (None, sink.name):
+            yield
+            return
+        self.name_sink(manifest, sink.name)  # before anything is sent there
+        try:
+            yield
+        except Exception:
+            if before == AUTO_ORDER[-1] and state.evaluation_sink == sink.name and not sink.used_by(state):
+                with contextlib.suppress(Exception):  # the push's own failure is the run's error
+                    self.name_sink(manifest, before)
+            raise
 
     def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False,
                sink_for_create: Callable[[], str] | None = None) -> bool:
