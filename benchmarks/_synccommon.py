@@ -124,11 +124,13 @@ class Platform:
 
 
 @contextmanager
-def platform(db: Path, *extra: str) -> Iterator[Platform]:
+def platform(db: Path, *extra: str, checkout: Path = ROOT) -> Iterator[Platform]:
     """``prime-runs platform serve`` in its own process (its own GIL) on ``db`` (``extra``:
-    more options, e.g. ``--traces``)."""
+    more options, e.g. ``--traces``; ``checkout``: the source tree whose platform runs)."""
+    env = child_env()
+    env["PYTHONPATH"] = str(checkout) + os.pathsep + env["PYTHONPATH"]
     proc = subprocess.Popen([PYTHON, "-m", "commands", "platform", "serve", "--db", str(db), "--port", "0", *extra],
-                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
     reader.start()

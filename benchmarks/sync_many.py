@@ -1,6 +1,7 @@
 """The first sync of many new runs, and the re-sync of them all with nothing to do.
 
-Run: ``python3 benchmarks/sync_many.py [--runs 2000] [--episodes 1] [--repeat 3] [--quick] [--dir DIR]``
+Run: ``python3 benchmarks/sync_many.py [--runs 2000] [--episodes 1] [--repeat 3] [--quick] [--dir DIR]
+[--tree CHECKOUT ...]``
 
 Trees of small sealed runs (``--episodes`` episodes of about ``--size`` bytes each, all in
 one environment, as an eval sweep writes them) are written outside any timing: one of
@@ -19,6 +20,11 @@ the three requests a run needs at least (create with the run's metadata, one sam
 request with its rows, finalize with its metrics), every body built beforehand, on the same
 tree. The first sync is printed as a ratio to it, measured in the same run. Goals: the
 first sync at most 1.0 x the bare loop, and the no-op re-sync of 2,000 runs under 1 s.
+
+``--tree``: the command and the platform of another checkout (a ``git worktree`` of another
+revision); given more than once, each syncs the same tree in turn after the same bare loop,
+so the load, which moves the bare loop several times over on a shared machine, moves them
+alike (an A/B of two revisions: compare their first syncs, then their ratios).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from _synccommon import API_KEY, arguments, cli_sync, now, platform, scratch, spread, write_run  # noqa: E402
+from _synccommon import API_KEY, ROOT, arguments, cli_sync, drop_state, now, platform, scratch, spread, write_run  # noqa: E402
 from prime_runs_spool.content.summary import SummaryAccumulator  # noqa: E402
 from prime_runs_spool.platform_api.v0 import MAX_REQUEST_BYTES, create_body, v0_metadata  # noqa: E402
 from prime_runs_spool.spool.format import EPISODE, SEAL  # noqa: E402
@@ -112,7 +118,30 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(work: Path, runs: int, episodes: int, size: int, repeat: int) -> tuple[float, list[float], float]:
+def first_and_noop(work: Path, tree: Path, runs: int, repeat: int, checkout: Path) -> tuple[float, list[float]]:
+    """``checkout``'s first sync of ``tree`` against its own platform on an empty database, then
+    its no-op re-syncs."""
+    drop_state(tree)
+    label = f"{runs}-{uuid.uuid4().hex[:8]}"
+    with platform(work / f"many-{label}.db", checkout=checkout) as server:
+        cpu, served = children_cpu(), process_cpu(server.proc.pid)
+        first, report = cli_sync(tree, server.base_url, checkout=checkout)
+        cpu, served = children_cpu() - cpu, process_cpu(server.proc.pid) - served
+        assert len(report["runs"]) == runs and all(r["state"] == "synced" for r in report["runs"]), report
+        print(f"  first sync ({checkout}): {first:.1f} s ({1000 * first / runs:.1f} ms a run); CPU a run: the sync's "
+              f"{1000 * cpu / runs:.1f} ms, the platform's {1000 * served / runs:.1f} ms", flush=True)
+        noop = []
+        for _ in range(repeat):
+            elapsed, report = cli_sync(tree, server.base_url, checkout=checkout)
+            assert all(r["state"] == "up_to_date" and r["pushed_now"] == 0 for r in report["runs"]), report
+            noop.append(elapsed)
+        print(f"  no-op re-sync: {spread(noop)} s", flush=True)
+    return first, noop
+
+
+def measure(work: Path, runs: int, episodes: int, size: int, repeat: int,
+            checkouts: list[Path]) -> tuple[list[tuple[float, list[float]]], float]:
+    """The bare loop, then each checkout's first sync and no-op re-syncs, of one new tree."""
     tree = work / f"tree-{runs}"
     start = now()
     for number in range(runs):
@@ -120,20 +149,7 @@ def measure(work: Path, runs: int, episodes: int, size: int, repeat: int) -> tup
     print(f"{runs} runs of {episodes} episodes written in {now() - start:.1f} s", flush=True)
     bare = time_bare(work, tree, runs)
     print(f"  bare 3-request loop: {bare:.1f} s ({1000 * bare / runs:.1f} ms a run)", flush=True)
-    with platform(work / f"many-{runs}.db") as server:
-        cpu, served = children_cpu(), process_cpu(server.proc.pid)
-        first, report = cli_sync(tree, server.base_url)
-        cpu, served = children_cpu() - cpu, process_cpu(server.proc.pid) - served
-        assert len(report["runs"]) == runs and all(r["state"] == "synced" for r in report["runs"]), report
-        print(f"  first sync: {first:.1f} s ({1000 * first / runs:.1f} ms a run); CPU a run: the sync's "
-              f"{1000 * cpu / runs:.1f} ms, the platform's {1000 * served / runs:.1f} ms", flush=True)
-        noop = []
-        for _ in range(repeat):
-            elapsed, report = cli_sync(tree, server.base_url)
-            assert all(r["state"] == "up_to_date" and r["pushed_now"] == 0 for r in report["runs"]), report
-            noop.append(elapsed)
-        print(f"  no-op re-sync: {spread(noop)} s", flush=True)
-    return first, noop, bare
+    return [first_and_noop(work, tree, runs, repeat, checkout) for checkout in checkouts], bare
 
 
 def main() -> None:
@@ -141,25 +157,31 @@ def main() -> None:
     parser.set_defaults(size=2_000)
     parser.add_argument("--runs", type=int, default=2_000)
     parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--tree", action="append", type=Path, default=None,
+                        help="a checkout whose command and platform sync (again for an A/B in turns)")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.repeat = min(args.runs, 400), 1
+    checkouts = [path.resolve() for path in args.tree or [ROOT]]
     small_runs = max(1, args.runs // 4)
     with scratch(args.dir, "syncbench-many-") as work:
-        small_first, small_noop, small_bare = measure(work, small_runs, args.episodes, args.size, args.repeat)
-        large_first, large_noop, large_bare = measure(work, args.runs, args.episodes, args.size, args.repeat)
-    per_run_ratio = (large_first / args.runs) / (small_first / small_runs)
+        small, small_bare = measure(work, small_runs, args.episodes, args.size, args.repeat, checkouts)
+        large, large_bare = measure(work, args.runs, args.episodes, args.size, args.repeat, checkouts)
     print()
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print("| runs | first sync, s | ms a run | bare loop, s | sync / bare | no-op re-sync, s, median (min-max) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for runs, first, noop, bare in ((small_runs, small_first, small_noop, small_bare),
-                                    (args.runs, large_first, large_noop, large_bare)):
-        print(f"| {runs} | {first:.1f} | {1000 * first / runs:.1f} | {bare:.1f} | {first / bare:.2f} | {spread(noop)} |")
-    print(f"\nper-run time, {args.runs} runs against {small_runs}: {per_run_ratio:.2f}x (1.0 is linear, "
-          f"4 quadratic)")
-    print(f"goals at {args.runs} runs: first sync <= {BARE_GOAL:g} x bare: {large_first / large_bare:.2f} x; "
-          f"no-op < {NOOP_GOAL:g} s: {statistics.median(large_noop):.2f} s")
+    print("| checkout | runs | first sync, s | ms a run | bare loop, s | sync / bare | no-op re-sync, s, median (min-max) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for place, checkout in enumerate(checkouts):
+        for runs, (first, noop), bare in ((small_runs, small[place], small_bare), (args.runs, large[place], large_bare)):
+            print(f"| {checkout.name} | {runs} | {first:.1f} | {1000 * first / runs:.1f} | {bare:.1f} | {first / bare:.2f} "
+                  f"| {spread(noop)} |")
+    for place, checkout in enumerate(checkouts):
+        (small_first, _), (large_first, large_noop) = small[place], large[place]
+        per_run_ratio = (large_first / args.runs) / (small_first / small_runs)
+        print(f"\n{checkout.name}: per-run time, {args.runs} runs against {small_runs}: {per_run_ratio:.2f}x (1.0 is "
+              f"linear, 4 quadratic)")
+        print(f"goals at {args.runs} runs: first sync <= {BARE_GOAL:g} x bare: {large_first / large_bare:.2f} x; "
+              f"no-op < {NOOP_GOAL:g} s: {statistics.median(large_noop):.2f} s")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ between a sync's requests and must never acknowledge a write it could lose, beca
 exactly-once checks read back what the platform says it holds (``NORMAL`` survives a
 killed server but not a power cut; docs/local-platform.md says why FULL and what it costs).
 WAL lets readers run
-while a writer commits; every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent
-appends serialise in the database rather than in this process, and every read that needs
-two facts (a page of samples and their total) reads them from one snapshot.
+while a writer commits; every write is one ``BEGIN IMMEDIATE`` transaction, and every read
+that needs two facts (a page of samples and their total) reads them from one snapshot.
+This process's writers queue for the write lock on a lock of its own first (``Store._write``
+says why); writers in other processes meet in the database.
 
 Connections are per thread (the ASGI app runs store calls in a thread pool): a sqlite3
 connection must not be shared across threads without a lock, and one per thread lets
@@ -124,6 +125,11 @@ def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+#: Seconds a write waits for the database's write lock (SQLite's busy timeout, and the
+#: queue of this process's own writers) before it fails as SQLite's would, "database is locked".
+BUSY_TIMEOUT = 60.0
+
+
 class Store:
     """The platform's evaluations, environments and samples, in SQLite at ``path``."""
 
@@ -132,6 +138,7 @@ class Store:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._writer = threading.Lock()  # this process's writers, one at a time (_write)
         try:
             private_database(self.path)  # it holds episodes and errors: 0600, like the spool
             self._conn().executescript(_SCHEMA)
@@ -153,11 +160,11 @@ class Store:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=60.0
+                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
             )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=60000")
+            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
@@ -165,18 +172,30 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front so two writers never deadlock on upgrade."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        """One write transaction, taken up front so two writers never deadlock on upgrade.
+
+        This process's writers take turns on a lock of their own before SQLite's: SQLite's
+        busy handler waits for a held write lock by sleeping (1, 2, 5, 10 ms and longer), so
+        with several requests at once the lock sat free while its waiters slept: in a first
+        sync of 400 runs (8 jobs) a write waited 10-26 ms for a lock held 1.5 ms, and each
+        retry cost CPU (docs/benchmarks.md). A thread's lock wakes the next writer as it is
+        released."""
+        if not self._writer.acquire(timeout=BUSY_TIMEOUT):
+            raise sqlite3.OperationalError("database is locked")
         try:
-            yield conn
-            deadline = write_deadline.get()
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceeded("the request outlived its deadline; nothing was written")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                deadline = write_deadline.get()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeadlineExceeded("the request outlived its deadline; nothing was written")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            self._writer.release()
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
