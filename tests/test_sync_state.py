@@ -144,7 +144,7 @@ def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from prime_runs_spool.sync import state as state_module
+    from prime_runs_spool import files
 
     target = tmp_path / "cache" / "dest.json"
     real_write = os.write
@@ -152,10 +152,10 @@ def test_a_store_state_cache_write_that_fails_leaves_no_tmp_file(tmp_path: Path,
     def full(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(state_module.os, "write", full)
+    monkeypatch.setattr(files.os, "write", full)
     with pytest.raises(OSError):
-        state_module.replace_private(target, b"{}", durable=False)  # the store state cache's writer
-    monkeypatch.setattr(state_module.os, "write", real_write)
+        files.replace_private(target, b"{}", durable=False)  # the store state cache's writer
+    monkeypatch.setattr(files.os, "write", real_write)
     assert _leftovers(target.parent) == []
 
 

@@ -56,7 +56,7 @@ from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.plural import count, episodes, plural
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE, FAILED, LIVE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.files import FILE_MODE, OnLink, replace_private
+from prime_runs_spool.files import FILE_MODE, OnLink, is_read_only, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
@@ -68,7 +68,6 @@ from prime_runs_spool.importer.options import STATE_DIR_ENV
 from prime_runs_spool.importer.pushing import still_pushing
 from prime_runs_spool.importer.places import (
     imported_run_dir,
-    is_read_only,
     spooled_by_eval,
     to_refresh,
 )

@@ -9,7 +9,6 @@ source is never written.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path

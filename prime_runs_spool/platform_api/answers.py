@@ -49,6 +49,12 @@ def is_success(status: int) -> bool:
     return 200 <= status < 300
 
 
+def is_redirect(status: int | None) -> bool:
+    """A 3xx: a redirect, which the sync follows to no address, the platform's or Prime
+    Traces' (platform_api/no_answer.py, ``SEE_OTHER``)."""
+    return status is not None and 300 <= status < 400
+
+
 def error_words(text: str) -> str:
     """An error answer's body as words a one-line message can quote: on one line, cut to
     :data:`QUOTED_CHARACTERS`; a JSON answer by the words it states (:data:`_WORD_FIELDS`;

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 
 from prime_runs_spool.errors import FailureKind, PlatformError, UnexpectedAnswer
+from prime_runs_spool.platform_api.answers import is_redirect
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.platform_api.settings import Settings
 
@@ -66,7 +67,7 @@ def refused_key(settings: Settings, within: float = KEY_CHECK_SECONDS,
         except PlatformError as exc:
             if exc.kind is FailureKind.FATAL and exc.status in REFUSED_KEY_STATUSES:
                 refusals.append(exc)
-            elif exc.kind is FailureKind.FATAL and exc.status is not None and 300 <= exc.status < 400:
+            elif exc.kind is FailureKind.FATAL and is_redirect(exc.status):
                 refusals.append(exc)  # a redirect, which no pass follows: its line says where to
             elif exc.status in NOT_THE_PLATFORM_STATUSES:
                 refusals.append(not_the_platform(settings.base_url, exc.status))

@@ -33,7 +33,7 @@ from prime_traces.core import raise_for_response
 from prime_traces.core.client import is_ambiguous_delete_failure
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
-from prime_runs_spool.platform_api.answers import error_words
+from prime_runs_spool.platform_api.answers import error_words, is_redirect
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
 from prime_runs_spool.platform_api.no_answer import GATEWAY_STATUSES, SEE_OTHER, answered_kind, classify_transport_error
 from prime_runs_spool.platform_api.proxy import Proxy
@@ -187,7 +187,7 @@ def classify(exc: APIError, secret: Secret | None = None, service: str = "this U
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces: no answer ({said})")
     if status is not None and status >= 500:
         return PlatformError(FailureKind.IN_DOUBT, f"POST /traces answered {status}", status=status)
-    if status is not None and 300 <= status < 400:  # followed nowhere (TracesUploader)
+    if is_redirect(status):  # followed nowhere (TracesUploader)
         if status == SEE_OTHER:  # acted on, its result elsewhere: the batch may be stored
             return PlatformError(FailureKind.IN_DOUBT, f"{answered}, a redirect", status=status)
         return PlatformError(FailureKind.FATAL, f"{answered}, a redirect, which sync does not follow: is Prime "

@@ -25,8 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from prime_runs_spool.errors import DocumentError, StateFormatError, StateProblem
-from prime_runs_spool.files import (DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, replace_private,
-                                   shell_line)
+from prime_runs_spool.files import DISK_FULL_ERRNOS, is_read_only, joined, read_regular_file, shell_line
 from prime_runs_spool.sync import state_file
 from prime_runs_spool.sync.id_sets import IdSet, named_by, version_1_arrays
 from prime_runs_spool.platform_api.v0 import is_evaluation_id
