@@ -25,6 +25,7 @@ from prime_traces import TracesClient
 
 from fixtures.episodes import make_episode
 from prime_runs_spool import open_run, read_run
+from prime_runs_spool.errors import RecordNotSerializableError
 from prime_runs_spool.content.mask_fragments import mask_for_writing
 from prime_runs_spool.content.mask_locations import MASK, MASKING_VERSION
 from prime_runs_spool.content.masking import MaskRules, mask
@@ -205,6 +206,38 @@ def test_a_runtime_record_is_written_as_a_fresh_walk_writes_it_whatever_its_id(s
             assert orjson.dumps(mask_for_writing(episode, rules)) == orjson.dumps(walked)
             assert repr(mask(episode, rules)) == repr(walked)  # sync's and the viewer's call
             assert repr(episode) == before
+
+
+class _Ambiguous:
+    """A value whose ``==`` raises, as an array's truth value does (numpy: 'ambiguous')."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("The truth value of an array with more than one element is ambiguous")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_runtime_record_whose_comparison_raises_is_refused_as_unwritable_not_with_a_traceback(tmp_path: Path) -> None:
+    """A runtime record holding an array where the records kept held a list: compared with
+    them, ``==`` raised the array's ValueError out of ``log_episodes`` (and of ``mask``); it is
+    a miss, so the record is walked and refused in one line naming the field, as it is with
+    no record kept."""
+    rules = MaskRules.defaults_for_episode()
+    records = [{"id": f"vf-{number:08x}", "allow": [1, 2], "api_key": "RtKey"} for number in range(3)]
+    records.append({"id": "vf-0000000a", "allow": _Ambiguous(), "api_key": "RtKey"})
+    for record in records:
+        episode = {"id": "e", "traces": [{"agent": {"config": {"model": "m"}, "runtime": record}}]}
+        masked = mask(episode, rules)["traces"][0]["agent"]["runtime"]
+        assert masked["api_key"] == MASK and masked["allow"] is record["allow"]
+    with open_run(tmp_path / "run", name="ambiguous", model="m") as run:
+        for number, record in enumerate(records):
+            episode = make_episode(number, traces=1)
+            episode["traces"][0]["agent"]["runtime"] = record
+            if number < 3:
+                run.log_episodes([episode])
+                continue
+            with pytest.raises(RecordNotSerializableError, match=r"traces\[0\]\.agent\.runtime\.allow"):
+                run.log_episodes([episode])
 
 
 def test_the_records_kept_to_know_a_runtime_record_by_are_bounded_as_the_memos_plans_are() -> None:

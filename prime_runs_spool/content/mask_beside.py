@@ -5,7 +5,8 @@ serialization never hits, and serializing the record without the id costs a copy
 dump a trace. :class:`Beside` keeps the last few records seen (own copies, each with its
 plan without the id) and knows an equal record but for the id by one ``==``, the id masked
 by itself as the walk masks a string (``mask_new_text``): both the writer
-(content/mask_fragments.py) and ``mask`` (content/masking.py's memo) ask it first.
+(content/mask_fragments.py) and ``mask`` (content/masking.py's memo) ask it first, through
+one method (``Beside.masked``), so the records are compared once a call.
 """
 
 from __future__ import annotations
@@ -34,51 +35,45 @@ class Beside:
         self.texted = texted
         self.kept: tuple[tuple[dict[str, Any], Any], ...] = ()
 
-    def plan_of(self, obj: dict[str, Any], rules: Any, states: Any, scoped: bool) -> Any:
-        """The plan of ``obj`` (a dict whose value at ``key`` is a str, below ``states`` of
-        ``rules``, a ``MaskRules``): a kept record's, when one equals it but for that value,
-        else the memo's plan of it without that value (kept from now on); with the value
-        masked by itself (``mask_new_text``, as the walk masks a string) where it is texted.
-        The kept copy takes ``obj``'s value in place before ``==``: its other keys never
-        change, so equal means equal but for that value, even when another thread set it
-        meanwhile (``==`` then may say unequal: a miss, never a wrong answer). ``==`` tells a
-        string from a number, ``None`` from NaN, a list from a tuple, as the memo's own check
-        does. One call from the memo and from the writer's loop, where a record repeats."""
+    def masked(self, obj: Any, rules: Any, states: Any, scoped: bool, as_plan: bool = False) -> Any:
+        """``obj``'s answer here (below ``states`` of ``rules``, a ``MaskRules``): the writer's
+        (content/mask_fragments.py), ``None`` when nothing changes, else ``obj`` copied along its
+        plan, so its keys stay in their order; ``as_plan``: the plan itself (``mask``'s, through
+        the memo's ``plan_of``). A dict whose value at ``key`` is a str has a kept record's plan,
+        when one equals it but for that value, else the memo's plan of it without that value
+        (kept from now on); with the value masked by itself (``mask_new_text``, as the walk
+        masks a string) where it is texted. The kept copy takes ``obj``'s value in place before
+        ``==``: its other keys never change, so equal means equal but for that value, even when
+        another thread set it meanwhile (``==`` then may say unequal: a miss, never a wrong
+        answer). ``==`` tells a string from a number, ``None`` from NaN, a list from a tuple, as
+        the memo's own check does; a comparison that raises (an array's) is a miss. A subtree of
+        another shape (not a dict, its value at ``key`` not a str, a ``value`` key, which a
+        ``{name, value}`` pair's rule reads beside its name) has the memo's whole answer. One
+        call a trace from the memo and from the writer's loop, where a record repeats."""
         key = self.key
-        value = obj[key]
+        if type(obj) is not dict or "value" in obj or type(value := obj.get(key)) is not str:
+            if as_plan:
+                return rules.memoized_plan_of(obj, states, scoped, False)
+            return rules.memoized_masked_of()(obj, rules, states, scoped)
         for own, plan in self.kept:
             own[key] = value
-            if own == obj:
-                break
+            try:
+                if own == obj:
+                    break
+            except Exception:  # noqa: BLE001 (an array's ``==`` has no truth value: a miss)
+                pass
         else:
             rest = obj.copy()
             del rest[key]
-            plan = rules.memoized_plan_of(rest, states, scoped)
+            plan = rules.memoized_plan_of(rest, states, scoped, False)
             self.keep(obj, plan)
         if self.texted and not_in_id(value) is not None:  # an id as runtimes write them passes the search
             masked = mask_new_text(value)
             if masked is not value:
-                return {**(plan or {}), key: masked}
-        return plan
-
-    def masked(self, obj: Any, rules: Any, states: Any, scoped: bool) -> Any:
-        """The writer's answer for a subtree here (content/mask_fragments.py): ``None`` when
-        nothing changes, else ``obj`` copied along its plan, so its keys stay in their order.
-        A kept record equal to it and an id the search passes are answered here, one call a
-        trace; anything else is :meth:`plan_of`'s, and a subtree of another shape (not a dict,
-        its value at ``key`` not a str, a ``value`` key, which a ``{name, value}`` pair's rule
-        reads beside its name) the memo's whole answer."""
-        key = self.key
-        if type(obj) is not dict or "value" in obj or type(value := obj.get(key)) is not str:
-            return rules.memoized_masked_of()(obj, rules, states, scoped)
-        for own, plan in self.kept:
-            own[key] = value
-            if own == obj:
-                if self.texted and not_in_id(value) is not None:
-                    break
-                return None if plan is None else apply_plan(obj, plan)
-        plan = self.plan_of(obj, rules, states, scoped)
-        return None if plan is None else apply_plan(obj, plan)
+                plan = {**(plan or {}), key: masked}
+        if as_plan or plan is None:
+            return plan
+        return apply_plan(obj, plan)
 
     def keep(self, obj: dict[str, Any], plan: Any) -> None:
         """Keep an own copy of ``obj`` (plain JSON data only: the caller's lists may change

@@ -94,10 +94,10 @@ class MaskRules:
         and kept with what they derive: no lookup per append)."""
         return self._memo.masked_of
 
-    def memoized_plan_of(self, obj: Any, states: _States, scoped: bool) -> Plan | None:
-        """:meth:`_Memo.plan_of` of a container below ``states`` (content/mask_beside.py asks it
-        for a record none of those kept equals, without its id)."""
-        return self._memo.plan_of(obj, self, states, scoped)
+    def memoized_plan_of(self, obj: Any, states: _States, scoped: bool, beside: bool = True) -> Plan | None:
+        """:meth:`_Memo.plan_of` of a container below ``states`` (content/mask_beside.py asks it,
+        ``beside`` false, for a record none of those kept equals, without its id)."""
+        return self._memo.plan_of(obj, self, states, scoped, beside)
 
     def memoized_beside(self, states: _States, scoped: bool) -> Beside:
         """The memo's kept records at ``states``, a place :data:`VOLATILE_KEYS` names."""
@@ -267,15 +267,16 @@ class _Memo:
         #: kept there (content/mask_beside.py), outside a URL scope and inside one.
         self.volatile: dict[_States, tuple[str, Beside, Beside]] | None = None
 
-    def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool) -> Plan | None:
+    def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool, beside: bool = True) -> Plan | None:
         """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
         of it is memoized, else walked (and memoized from its second sighting). A runtime
-        record's box id, new in every rollout, is left out of what the memo knows it by."""
-        places = self.volatile
-        volatile = (self._volatile(rules) if places is None else places).get(states)
-        if volatile is not None and type(obj) is dict and type(obj.get(volatile[0])) is str and "value" not in obj:
-            # (a ``value`` key: a {name, value} pair's rule reads it beside its name)
-            return volatile[2 if scoped else 1].plan_of(obj, rules, states, scoped)
+        record's box id, new in every rollout, is left out of what the memo knows it by: the
+        records kept there answer (``beside``: not when they are the ones asking)."""
+        if beside:
+            places = self.volatile
+            volatile = (self._volatile(rules) if places is None else places).get(states)
+            if volatile is not None:
+                return volatile[2 if scoped else 1].masked(obj, rules, states, scoped, True)
         serialized, found = self._found(obj, states, scoped)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
