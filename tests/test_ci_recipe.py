@@ -145,6 +145,36 @@ def test_ci_recipe_says_why_an_import_failed_on_its_line(tmp_path: Path, server)
     assert "is read-only" in line and "--state-dir" in line, line
 
 
+@pytest.mark.slow
+def test_ci_recipe_prints_each_runs_warnings_under_its_line(tmp_path: Path, server) -> None:
+    """An artifact unpacked with its modes dropped (docs/ci.md, "Modes"): the sync makes the
+    spool private again and says so in a warning. The script printed each run's state line
+    only, so the job's log never said it (the warning was in sync-report.json alone); nor
+    that a spool it may not change is open to others, with the chmod that closes it."""
+    from support.runs import build_run
+
+    artifact = tmp_path / "artifact" / "outputs"
+    build_run(artifact / "opened", "ci-warnings-opened", 2)
+    build_run(artifact / "kept", "ci-warnings-kept", 2)
+    for path in [artifact, *artifact.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    kept = artifact / "kept" / "spool"
+    for path in [kept, *kept.rglob("*")]:
+        path.chmod(path.stat().st_mode & 0o555)
+    try:
+        done, report = job(tmp_path, server.base_url, str(artifact), "--state-dir", str(tmp_path / "state"))
+    finally:
+        for path in [kept, *kept.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for run in report["runs"]:
+        assert run["warnings"], run
+        line = next(number for number, text in enumerate(lines) if text.startswith("synced") and run["path"] in text)
+        assert lines[line + 1:line + 1 + len(run["warnings"])] == [f"  warning: {w}" for w in run["warnings"]], lines
+    assert "made private" in done.stdout and f"chmod -R go= {kept}" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("where", ["missing folder", "a folder"])
 def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_path: Path, where: str) -> None:
     """bash skips a command whose redirection fails: the sync never ran, and the script said

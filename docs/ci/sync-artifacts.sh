@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sync (or, with --replay, push again as new evaluations) every run spool under DIR, for a
 # CI job: docs/ci.md. The JSON report goes to $SYNC_REPORT (default sync-report.json), a
-# one-line summary per run to stdout.
+# one-line summary per run to stdout, its warnings under it.
 #
 #   bash sync-artifacts.sh [--replay] DIR [prime-runs sync options...]
 #
@@ -59,6 +59,8 @@ for imported in report.get("imports", []):
 for run in report["runs"]:
     line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
     print(line + (f"  {run['url']}" if run.get("url") else ""))
+    for warning in run.get("warnings") or []:  # as prime-runs sync prints them: the job's log is all anyone reads
+        print(f"  warning: {warning}")
     if run["state"] in ("error", "corrupt", "lost"):  # the states that make sync exit 1
         print(f"FAILED {run['path']}: {run['error']}", file=sys.stderr)
 if not report["runs"] and not report.get("imports"):
