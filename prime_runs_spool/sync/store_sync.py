@@ -31,7 +31,7 @@ from typing import Any
 
 
 from prime_runs_spool.errors import LeaseLost, StateFormatError, Stopped, StoreConflict, StoreError, StoreSetupError
-from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file
+from prime_runs_spool.files import DIR_MODE, make_private_dir, read_regular_file, replace_private
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import LIVE
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
@@ -46,7 +46,7 @@ from prime_runs_spool.sync.many import internal_error_report
 from prime_runs_spool.sync.options import (DEFAULT_JOBS, ERROR, SKIPPED, UP_TO_DATE, RunReport, SyncOptions,
                                            seconds_problem)
 from prime_runs_spool.sync.replay import latest_unfinished, new_replay_id
-from prime_runs_spool.sync.state import (Destination, SyncState, replace_private, replay_state_glob, save_state, sync_dir,
+from prime_runs_spool.sync.state import (Destination, SyncState, replay_state_glob, save_state, sync_dir,
                                          sync_state_path)
 from prime_runs_spool.sync.status import RunStatus, run_status
 from prime_runs_spool.sync.user_cache import cache_root
