@@ -244,7 +244,7 @@ def sync(paths: tuple[Path, ...], base_url: str | None, team: str | None, local:
     if failed_imports or (empty and not allow_empty) or nothing:
         code = EXIT_RUN_FAILED
     print_reports(reports, imports, left_out, state, as_json=as_json, local_db=local_db, ok=code == EXIT_OK,
-                  empty=empty)
+                  empty=empty, dry_run=dry_run)
     links.say()
     if new_db and (line := new_database_line(reports, local_db, target, params["to"])):
         click.echo(line, err=True)

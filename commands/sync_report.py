@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def print_reports(reports: list[RunReport], imports: list[ImportReport], left_out: list[Path], state: Path | None,
-                  *, as_json: bool, local_db: str | None, ok: bool, empty: list[Path] | None = None) -> None:
+                  *, as_json: bool, local_db: str | None, ok: bool, empty: list[Path] | None = None,
+                  dry_run: bool = False) -> None:
     """Each run's report (and each import's), as lines or one JSON document. ``empty``: the
     paths that held nothing (said on stderr; in the JSON document as ``verify`` and
     ``import`` name them, so a CI step reading only stdout learns why ``ok`` is false)."""
@@ -63,7 +64,7 @@ def print_reports(reports: list[RunReport], imports: list[ImportReport], left_ou
         return
     told: set[str] = set()  # the destination's notices, said once
     for report in reports:
-        for line in report_lines(report, told):
+        for line in report_lines(report, told, dry_run):
             click.echo(line)
     if local_db:
         click.echo(browse_line(local_db))

@@ -120,7 +120,7 @@ def sync_urls(params: dict[str, Any], settings: Settings | None) -> None:
     if empty and not params.get("allow_empty"):
         code = EXIT_RUN_FAILED
     print_reports(reports, [], [], None, as_json=params["as_json"], local_db=local_db, ok=code == EXIT_OK,
-                  empty=empty)  # type: ignore[arg-type]
+                  empty=empty, dry_run=params["dry_run"])  # type: ignore[arg-type]
     for url in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(url)}", err=True)  # type: ignore[arg-type]
     sys.exit(code)

@@ -82,3 +82,24 @@ def test_a_dry_run_counts_a_read_only_spool_without_a_state_dir(tmp_path: Path) 
     finally:
         for folder in [spool, *(p for p in spool.rglob("*") if p.is_dir())]:
             folder.chmod(0o755)
+
+
+def test_a_dry_run_over_a_damaged_run_says_nothing_was_pushed(tmp_path: Path) -> None:
+    """A damaged line in a run: the dry run's line said 'corrupt ... pushed 1 (total 0)' and
+    'everything before it was pushed' while nothing was sent; it says what a sync would
+    push, and the run is left as it was."""
+    outputs = tmp_path / "outputs"
+    build_run(outputs / "damaged", "dry-run-damaged", 3)
+    segment = outputs / "damaged" / "spool" / "seg-000001.jsonl"
+    data = bytearray(segment.read_bytes())
+    second = data.index(b'"episode"', data.index(b'"episode"') + 1)  # the second episode's line
+    data[second + 100:second + 105] = b"XXXXX"
+    segment.write_bytes(bytes(data))
+    before = everything_under(outputs)
+    dry = cli(tmp_path, "sync", str(outputs), "--local", "--dry-run")
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    (line, error) = [line for line in dry.stdout.splitlines() if not line.startswith("browse with:")][:2]
+    assert line.split()[0] == "corrupt" and "would push 1 (0 pushed before)" in line, dry.stdout
+    assert "pushed 1 (total" not in line and "was pushed" not in error, dry.stdout
+    assert "everything before it would be pushed" in error, dry.stdout
+    assert everything_under(outputs) == before

@@ -47,14 +47,16 @@ def exit_code(reports: Iterable[RunReport]) -> int:
     return EXIT_RUN_FAILED if any(r.state in FAILED_STATES for r in reports) else EXIT_OK
 
 
-def report_lines(report: RunReport, told: set[str] | None = None) -> list[str]:
+def report_lines(report: RunReport, told: set[str] | None = None, dry_run: bool = False) -> list[str]:
     """One run's report as the human-readable lines the commands print. ``told``: the
     notices (``RunReport.notices``, the destination's) said already by this sync, each said
-    under the first run that has it, so a sync of many runs says it once."""
+    under the first run that has it, so a sync of many runs says it once. ``dry_run``: the
+    sync sent nothing, so a run that ended otherwise than ``dry_run`` (damaged: ``corrupt``)
+    says what it would push too, not "pushed 1 (total 0)"."""
     line = f"{report.state:<10} {shown(report.path)}"
     if report.evaluation_id:
         line += f"  evaluation {report.evaluation_id}"
-    if report.state == DRY_RUN:  # nothing was sent: what a sync would send, and what it sent before
+    if report.state == DRY_RUN or dry_run:  # nothing was sent: what a sync would send, and what it sent before
         line += f"  would push {report.pushed_now} ({report.pushed_total} pushed before)"
     else:
         line += f"  pushed {report.pushed_now} (total {report.pushed_total})"

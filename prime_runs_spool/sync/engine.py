@@ -42,7 +42,7 @@ from prime_runs_spool.spool.writer_state import run_writer_alive
 from prime_runs_spool.sync.copies import UNKNOWN, CopyLock
 from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
-from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
+from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, PUSHED, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
 from prime_runs_spool.sync.recover import SKIP_CORRUPT_ADVICE, check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.replay import replay_option
@@ -143,7 +143,7 @@ class RunSync:
                     "run's evaluation and resumes are read from, so not even --skip-corrupt passes it")
                 return report
             held = count_until_damage(self.context.held)
-            report.state, report.error = CORRUPT, f"{exc}; everything before it was pushed" + (
+            report.state, report.error = CORRUPT, f"{exc}; everything before it {PUSHED[self.options.dry_run]}" + (
                 f" but {held} errored {plural(held, 'one')}, held until the run completes" if held else "") + (
                 "" if self.options.skip_corrupt else SKIP_CORRUPT_ADVICE)
         except (SpoolError, SampleTooLargeError) as exc:

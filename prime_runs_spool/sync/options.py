@@ -65,6 +65,10 @@ INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it fr
 LOST = "lost"               # the spool lost lines already pushed: never finalized (docs/sync.md)
 GONE = "gone"               # --follow: the run's folder was deleted or moved away (sync/follow.py)
 
+#: What a run's report says was pushed, by whether the pass was a dry run (sent nothing):
+#: a damaged run's dry run said "everything before it was pushed".
+PUSHED = {False: "was pushed", True: "would be pushed"}
+
 #: Report states that mean the run did not get where it should (exit 1).
 FAILED_STATES = frozenset({ERROR, CORRUPT, LOST})
 
