@@ -237,6 +237,44 @@ def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt
         assert evaluation["total_samples"] == 5
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after"])
+def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_path: Path, fault: str) -> None:
+    """The finalize answered 200 with no body by a proxy that never passed it on, or passed
+    on and answered ``null``: in doubt, settled by the evaluation's status, so the
+    evaluation ends COMPLETED, finalized once. Before, an empty 2xx counted as done: the
+    state said finalized, the evaluation stayed RUNNING without its metrics, and every
+    later sync said up to date."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import local_destination
+
+    build_run(tmp_path / "runs" / "run", "bare-2xx-finalize", 3)
+    db = tmp_path / "p.db"
+
+    def sync(base_url: str):
+        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+        return report
+
+    with EmbeddedPlatform(db) as platform:
+        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/finalize$") as proxy:
+            first = sync(proxy.base_url)
+            assert fault in proxy.faults()
+        sync(platform.base_url)
+        again = sync(platform.base_url)
+        assert again.state == "up_to_date", again
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()
+        assert (evaluation["status"], evaluation["finalize_count"], evaluation["total_samples"]) == (
+            "COMPLETED", 1, 3), evaluation
+
+
 def test_a_base_url_that_redirects_is_told_by_the_key_check() -> None:
     """An ``http`` address the platform moved to ``https`` (a 301 to every request): the key
     check, which any sync that sends makes first, says the redirect and where it leads, a

@@ -13,7 +13,7 @@ any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
 through untouched). A samples request's answer carries nothing sync uses, so it is checked
-for being an object at all (``appended``): a 2xx with no body or another body is not the
+for being an object at all (``acted_on``), as a finalize's is: a 2xx with no body or another body is not the
 platform's answer.
 """
 
@@ -144,16 +144,18 @@ def environment_id(answer: Any, where: str) -> str:
     return str(found)
 
 
-def appended(answer: Any, where: str) -> dict[str, Any]:
-    """A samples request's answer (``{evaluation_id, samples_pushed, status}``): an object,
-    or the request is in doubt. An empty body (a 204, a proxy's bare 200 that never passed
-    the request on) or JSON that is not an object (``null`` in place of the platform's
-    answer) says nothing of the rows: taken for the platform's yes, a proxy that never sent
-    them on had the run said synced with none of its rows there, and every later sync up to
-    date. In doubt, the count settles it (docs/sync.md, "The protocol, per run")."""
+def acted_on(answer: Any, where: str) -> dict[str, Any]:
+    """The answer to a request that is not sent twice, whose fields sync does not read (a
+    samples request's ``{evaluation_id, samples_pushed, status}``, a finalize's evaluation):
+    an object, or the request is in doubt. An empty body (a 204, a proxy's bare 200 that never
+    passed the request on) or JSON that is not an object (``null`` in place of the platform's
+    answer) says nothing of the request: taken for the platform's yes, a proxy that never
+    sent it on had the run said synced with none of its rows there (or its evaluation never
+    finalized), and every later sync up to date. In doubt, a read settles it (docs/sync.md,
+    "The protocol, per run")."""
     if not isinstance(answer, dict):
         raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an empty "
-                               "body, or JSON that is not an object), so whether its rows landed is read back")
+                               "body, or JSON that is not an object), so whether it was done is read back")
     return answer
 
 

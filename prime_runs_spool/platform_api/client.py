@@ -461,7 +461,7 @@ class PlatformClient:
         of the declared length), so the platform never acts on it (sync/protocol.py,
         ``Protocol.send_once``)."""
         path = self._evaluation(evaluation_id, "/samples")
-        return answers.appended(self._request("POST", path, content=_Chunks(body, on_sent, before_last)),
+        return answers.acted_on(self._request("POST", path, content=_Chunks(body, on_sent, before_last)),
                                 f"POST {path}")
 
     def update_evaluation(
@@ -494,8 +494,9 @@ class PlatformClient:
                  before_last: Callable[[], None] | None = None) -> dict[str, Any]:
         """NOT idempotent: each call enqueues the platform's statistics job again.
         ``before_last``: as :meth:`push_samples`'s."""
-        return self._request("POST", self._evaluation(evaluation_id, "/finalize"),
-                             json_body={"metrics": dict(metrics or {})}, before_last=before_last)
+        path = self._evaluation(evaluation_id, "/finalize")
+        return answers.acted_on(self._request("POST", path, json_body={"metrics": dict(metrics or {})},
+                                              before_last=before_last), f"POST {path}")
 
     def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
         path = self._evaluation(evaluation_id)
