@@ -175,6 +175,26 @@ def test_ci_recipe_prints_each_runs_warnings_under_its_line(tmp_path: Path, serv
     assert "made private" in done.stdout and f"chmod -R go= {kept}" in done.stdout, done.stdout
 
 
+def test_ci_recipe_prints_a_runs_odd_folder_name_on_its_one_line(tmp_path: Path, server) -> None:
+    """A run folder whose name holds a line break, a carriage return and an escape sequence
+    (an artifact from another machine): the script printed the JSON report's path as it is,
+    so the name split the job's log into a forged line ('synced ... FAILED'), and drove the
+    terminal; prime-runs sync itself prints such a name escaped. Each run is one line, the
+    name escaped as prime-runs sync escapes it."""
+    from prime_runs_spool.files import shown
+    from support.runs import build_run
+
+    artifact = tmp_path / "artifact" / "outputs"
+    odd = "r\x1b]0;title\x07\nsynced     forged  pushed 9 (total 9)\rX"
+    build_run(artifact / odd, "ci-odd-name", 2)
+    build_run(artifact / "plain", "ci-plain-name", 2)
+    done, report = job(tmp_path, server.base_url, str(artifact), "--to", "samples")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and not any(ch in done.stdout for ch in "\x1b\x07\r"), lines
+    assert any(line.startswith("synced") and shown(str(artifact / odd)) in line for line in lines), lines
+
+
 @pytest.mark.parametrize("where", ["missing folder", "a folder"])
 def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_path: Path, where: str) -> None:
     """bash skips a command whose redirection fails: the sync never ran, and the script said

@@ -44,25 +44,36 @@ status=$?
 if [ -s "$report" ]; then
   python3 - "$report" <<'PY'
 import json, sys
+
+
+def shown(text):
+    """A folder's name or a message on one line of the log, as prime-runs sync prints it
+    (files.shown): a line break, a carriage return or an escape sequence's ESC as its
+    escape, so an artifact's folder name can neither forge a line nor drive the terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 report = json.load(open(sys.argv[1]))
 for imported in report.get("imports", []):
     state = imported["state"]
     if state == "spooled" and not imported["warnings"]:
         continue  # the eval wrote its own spool, and its traces.jsonl agrees: nothing was imported
+    source = shown(imported["source"])
     if state in ("imported", "appended", "up_to_date"):
-        print(f"{state:<10} {imported['source']}  (eval outputs imported into {imported['run_dir']})")
+        print(f"{state:<10} {source}  (eval outputs imported into {shown(imported['run_dir'])})")
     else:  # spooled with a warning, live (an eval may still be writing there), empty, left, error
         why = imported["error"] if state == "error" else imported["reason"] or imported["error"]
-        print(f"{state:<10} {imported['source']}  ({why})")
+        print(f"{state:<10} {source}  ({shown(why)})")
     if state == "error":
-        print(f"FAILED {imported['source']}: {imported['error']}", file=sys.stderr)
+        print(f"FAILED {source}: {shown(imported['error'])}", file=sys.stderr)
 for run in report["runs"]:
-    line = f"{run['state']:<10} {run['path']}  pushed {run['pushed_now']} (total {run['pushed_total']})"
-    print(line + (f"  {run['url']}" if run.get("url") else ""))
+    line = f"{run['state']:<10} {shown(run['path'])}  pushed {run['pushed_now']} (total {run['pushed_total']})"
+    print(line + (f"  {shown(run['url'])}" if run.get("url") else ""))
     for warning in run.get("warnings") or []:  # as prime-runs sync prints them: the job's log is all anyone reads
-        print(f"  warning: {warning}")
+        print(f"  warning: {shown(warning)}")
     if run["state"] in ("error", "corrupt", "lost"):  # the states that make sync exit 1
-        print(f"FAILED {run['path']}: {run['error']}", file=sys.stderr)
+        print(f"FAILED {shown(run['path'])}: {shown(run['error'])}", file=sys.stderr)
 if not report["runs"] and not report.get("imports"):
     print("no runs found (the job fails unless --allow-empty is passed)")
 PY
