@@ -525,11 +525,9 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
     literals, uniform = shape.literals, shape.uniform
     if literals is not None and type(obj) is dict and _STR_ONLY >= set(map(type, obj)):
         # Look up the few keys a pattern names (only with str keys: 0 would match "0").
-        if len(literals) == 1:  # the common case (``traces``, ``agent``, ``config``): no comprehension
-            (only,) = literals
-            children: Any = ((only, obj[only]),) if only in obj else ()
-        else:
-            children = [(key, obj[key]) for key in literals if key in obj]
+        # An absent key reads as None, which the loop skips as it skips None (no comprehension:
+        # its function and frame cost more than the pairs, 4.2k instructions for an agent's two).
+        children: Any = zip(literals, map(obj.get, literals))
     else:
         children = obj.items() if type(obj) is dict else enumerate(obj) if type(obj) is list else _children(obj)
         literals = None
