@@ -41,15 +41,19 @@ KEYS: Any = _RenamedKeys()
 
 
 def apply_plan(obj: Any, plan: Plan) -> Any:
-    """A copy of the container ``obj`` along the plan; everything else shared."""
-    out: Any = _copy(obj)
+    """A copy of the container ``obj`` along the plan; everything else shared. (A dict is
+    copied without a call, a leaf set before the keys' check: mask's answer from the memo is
+    mostly this copy, about 3k instructions a level.)"""
+    out: Any = obj.copy() if type(obj) is dict else _copy(obj)
     renamed = None
     for key, change in plan.items():
-        if key is KEYS:
-            renamed = change
-            continue
         # A plan's leaves are exact str (MASK, a masked URL); everything else is a plan.
-        out[key] = change if type(change) is str else apply_plan(out[key], change)
+        if type(change) is str:
+            out[key] = change
+        elif key is KEYS:
+            renamed = change
+        else:
+            out[key] = apply_plan(out[key], change)
     if renamed is not None:  # keys in place, in order; two that mask alike keep the later value
         out = {renamed.get(key, key) if type(key) is str else key: value for key, value in out.items()}
     return out
