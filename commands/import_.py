@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from prime_runs_spool.errors import MESSAGE_PREFIX
-from prime_runs_spool.files import shown
+from prime_runs_spool.files import shown, unreadable_message
 from prime_runs_spool.plural import count, episodes
 from prime_runs_spool.sync.command_line import output_option
 
@@ -131,7 +131,9 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     interrupt = _stop_on_signals()
     try:
         links = SkippedLinks()
-        reports = import_paths(roots, state_dir=state, stop=interrupt.is_set, on_link=links)
+        unreadable: list[str] = []  # folders eval outputs may hide in: named, never passed over in silence
+        reports = import_paths(roots, state_dir=state, stop=interrupt.is_set, on_link=links,
+                               on_unreadable=lambda folder, exc: unreadable.append(unreadable_message(exc, folder)))
         empty = paths_with_nothing(roots)
     except NoSuchPathError as exc:
         click.echo(f"{MESSAGE_PREFIX}{exc}", err=True)
@@ -140,15 +142,15 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
         _exit_interrupted(reports)
     failed = [r for r in reports if r.state in FAILED_STATES]
     if as_json:
-        click.echo(json_report({"ok": not failed and (allow_empty or not empty),
-                                 "imports": [r.as_json() for r in reports],
+        click.echo(json_report({"ok": not failed and not unreadable and (allow_empty or not empty),
+                                 "imports": [r.as_json() for r in reports], "unreadable": unreadable,
                                  "paths_without_runs": [str(p) for p in empty]},
                                 indent=True))
     else:
         for report in reports:
             for line in import_line(report):
                 click.echo(line)
-        if not reports and not empty:  # spools only: said, so that it shows the import looked
+        if not reports and not empty and not unreadable:  # spools only: said, so that it shows the import looked
             from prime_runs_spool.spool.layout import find_runs
 
             spooled = sum(1 for _ in find_runs(roots, on_unreadable=lambda *_: None))
@@ -157,6 +159,10 @@ def import_(paths: tuple[Path, ...], state_dir: Path | None, allow_empty: bool, 
     links.say()
     for path in empty:
         click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
+    for line in unreadable:
+        click.echo(shown(f"{MESSAGE_PREFIX}{line}: eval outputs in it, if any, were not imported"), err=True)
+    if unreadable and not failed:
+        sys.exit(EXIT_RUN_FAILED)
     if failed:
         click.echo(f"{MESSAGE_PREFIX}{len(failed)} of {count(len(reports), 'run')} could not be imported: {failed[0].error}",
                    err=True)

@@ -149,3 +149,29 @@ def test_eval_outputs_whose_spool_folder_cannot_be_read_are_named_in_their_place
     assert export.returncode == 1 and f"{spool}: cannot be read (Permission denied)" in export.stderr, export.stderr
     assert "cannot be written" not in export.stderr
     assert "unreadable-mine" in (tmp_path / "table.csv").read_text()
+
+
+@pytest.mark.slow
+def test_a_path_holding_only_a_folder_that_cannot_be_read_is_not_said_to_hold_nothing(tmp_path: Path) -> None:
+    """Under the path, one run folder another user's (mode 000 here). Every command named it
+    and then said 'PATH: nothing found: neither a spool nor eval outputs ... under it', and
+    status exited 1 for it; import named nothing at all: the folder was passed over in
+    silence, 'nothing found' its only line."""
+    root = tmp_path / "outputs"
+    vf040_outputs(root / "theirs", 2)
+    (root / "theirs").chmod(0)
+    try:
+        done = {name: command(*args) for name, args in {
+            "status": ["status", str(root)], "verify": ["verify", str(root)], "import": ["import", str(root)],
+            "sync": ["sync", str(root), "--local", "--db", str(tmp_path / "local.db")],
+            "export": ["export", str(root), "-o", str(tmp_path / "table.csv")]}.items()}
+    finally:
+        (root / "theirs").chmod(0o755)
+    named = f"{root / 'theirs'}: cannot be read (Permission denied)"
+    for name, result in done.items():
+        assert_no_traceback(result)
+        said = result.stdout + result.stderr
+        assert "nothing found" not in said and "nothing to import" not in said, (name, said)
+        assert named in said, (name, said)
+        assert result.returncode == (0 if name == "status" else 1), (name, said)
+    assert done["import"].stderr.endswith(f"{named}: eval outputs in it, if any, were not imported\n")

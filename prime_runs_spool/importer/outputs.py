@@ -56,7 +56,7 @@ from prime_runs_spool.content.supersede import superseded_ids, superseded_in_run
 from prime_runs_spool.plural import count, episodes, plural
 from prime_runs_spool.spool.format import CANCELLED, COMPLETED, EPISODE, FAILED, LIVE
 from prime_runs_spool.content.supersede import verifiers_traces_path
-from prime_runs_spool.files import FILE_MODE, OnLink, is_read_only, replace_private
+from prime_runs_spool.files import FILE_MODE, OnLink, OnUnreadable, is_read_only, pass_over, replace_private
 from prime_runs_spool.importer.paths import find_eval_outputs, import_lock_path, import_mark_path
 from prime_runs_spool.spool.layout import ensure_spool_dir, list_segments
 from prime_runs_spool.spool.durable_mark import durable_mark
@@ -150,13 +150,14 @@ def import_output(output_dir: Path, *, state_dir: Path | None = None,
 
 def import_paths(paths: Iterable[Path], *, state_dir: Path | None = None,
                  refresh_only: bool = False, stop: Callable[[], bool] | None = None,
-                 on_link: OnLink | None = None) -> list[ImportReport]:
+                 on_link: OnLink | None = None, on_unreadable: OnUnreadable = pass_over) -> list[ImportReport]:
     """Import every eval output folder under ``paths``. ``refresh_only`` (what ``sync``
     does) skips folders whose spool the eval wrote itself. ``stop`` (a signal's flag): once
     true, the folder being imported stops at its next batch and no other is begun.
     ``on_link`` (without ``refresh_only``) is told of each link to a folder outside the
-    paths, not followed (``paths.find_eval_outputs``)."""
-    found = to_refresh(paths, state_dir) if refresh_only else find_eval_outputs(paths, on_link)
+    paths, not followed (``paths.find_eval_outputs``); ``on_unreadable`` (likewise) of each
+    folder that cannot be read, in which eval outputs may hide."""
+    found = to_refresh(paths, state_dir) if refresh_only else find_eval_outputs(paths, on_link, on_unreadable)
     reports = []
     for output_dir in found:
         if stop is not None and stop():

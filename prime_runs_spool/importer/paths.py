@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from prime_runs_spool.content.supersede import VERIFIERS_TRACES_NAME
-from prime_runs_spool.files import Listing, OnLink, each_once, joined, walk_folders
+from prime_runs_spool.files import Listing, OnLink, OnUnreadable, each_once, joined, pass_over, walk_folders
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, spool_dir
 
 CONFIGS_DIRNAME = "configs"
@@ -123,14 +123,17 @@ def _listed_file(listing: Listing, name: str) -> bool:
         return False
 
 
-def find_eval_outputs(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None = None) -> Iterator[Path]:
+def find_eval_outputs(paths: Iterable[str | os.PathLike[str]], on_link: OnLink | None = None,
+                      on_unreadable: OnUnreadable = pass_over) -> Iterator[Path]:
     """Every eval output folder under ``paths``, each once, deterministic order; symbolic
     links are not followed (``on_link`` is told of each to a folder outside the paths, as
     for :func:`find_runs`) and a spool folder is never entered. A missing path raises
-    :class:`NoSuchPathError`, as for :func:`find_runs`."""
+    :class:`NoSuchPathError`, as for :func:`find_runs`; a folder that cannot be read is told
+    to ``on_unreadable`` (eval outputs may hide in it) and not entered."""
     skipped = (SPOOL_DIRNAME, LOGS_DIRNAME, CONFIGS_DIRNAME)
 
     def outputs_under(root: Path, link_met: Callable[[Path], None] | None) -> Iterator[Path]:
-        return walk_folders(root, is_eval_output_dir, lambda folder, name: name in skipped, link_met=link_met)
+        return walk_folders(root, is_eval_output_dir, lambda folder, name: name in skipped, on_unreadable,
+                            link_met=link_met)
 
-    return each_once(paths, outputs_under, on_link=on_link)
+    return each_once(paths, outputs_under, on_unreadable, on_link=on_link)

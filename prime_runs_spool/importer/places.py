@@ -102,10 +102,14 @@ def unspooled(output_dir: Path, state_dir: Path | None) -> bool:
 
 def paths_with_nothing(paths: Iterable[Path], state_dir: Path | None = None) -> list[Path]:
     """The given paths under which there is neither a spool nor an eval output folder: a
-    CI job that finds nothing must not look like one that shipped everything."""
+    CI job that finds nothing must not look like one that shipped everything. One holding a
+    folder that cannot be read is not among them: what it hides is unknown, and the
+    command names that folder (``nothing found`` beside it said the opposite)."""
     empty = []
     for path in paths:
-        if next(iter(find_runs([path])), None) is None and next(iter(find_eval_outputs([path])), None) is None:
+        unreadable: list[Path] = []
+        if (next(iter(find_runs([path], on_unreadable=lambda folder, exc: unreadable.append(folder))), None) is None
+                and not unreadable and next(iter(find_eval_outputs([path])), None) is None):
             empty.append(path)
     return empty
 
