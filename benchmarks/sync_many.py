@@ -1,7 +1,7 @@
 """The first sync of many new runs, and the re-sync of them all with nothing to do.
 
 Run: ``python3 benchmarks/sync_many.py [--runs 2000] [--episodes 1] [--repeat 3] [--quick] [--dir DIR]
-[--tree CHECKOUT ...]``
+[--tree CHECKOUT ...] [--jobs N ...]``
 
 Trees of small sealed runs (``--episodes`` episodes of about ``--size`` bytes each, all in
 one environment, as an eval sweep writes them) are written outside any timing: one of
@@ -24,7 +24,8 @@ first sync at most 1.0 x the bare loop, and the no-op re-sync of 2,000 runs unde
 ``--tree``: the command and the platform of another checkout (a ``git worktree`` of another
 revision); given more than once, each syncs the same tree in turn after the same bare loop,
 so the load, which moves the bare loop several times over on a shared machine, moves them
-alike (an A/B of two revisions: compare their first syncs, then their ratios).
+alike (an A/B of two revisions: compare their first syncs, then their ratios). ``--jobs``
+likewise: each value's first sync in turn (the command's default when not given).
 """
 
 from __future__ import annotations
@@ -118,21 +119,23 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def first_and_noop(work: Path, tree: Path, runs: int, repeat: int, checkout: Path) -> tuple[float, list[float]]:
-    """``checkout``'s first sync of ``tree`` against its own platform on an empty database, then
-    its no-op re-syncs."""
+def first_and_noop(work: Path, tree: Path, runs: int, repeat: int, checkout: Path,
+                   jobs: int | None) -> tuple[float, list[float]]:
+    """``checkout``'s first sync of ``tree`` (``--jobs jobs``, None: its default) against its own
+    platform on an empty database, then its no-op re-syncs."""
+    options = [] if jobs is None else ["--jobs", str(jobs)]
     drop_state(tree)
     label = f"{runs}-{uuid.uuid4().hex[:8]}"
     with platform(work / f"many-{label}.db", checkout=checkout) as server:
         cpu, served = children_cpu(), process_cpu(server.proc.pid)
-        first, report = cli_sync(tree, server.base_url, checkout=checkout)
+        first, report = cli_sync(tree, server.base_url, *options, checkout=checkout)
         cpu, served = children_cpu() - cpu, process_cpu(server.proc.pid) - served
         assert len(report["runs"]) == runs and all(r["state"] == "synced" for r in report["runs"]), report
-        print(f"  first sync ({checkout}): {first:.1f} s ({1000 * first / runs:.1f} ms a run); CPU a run: the sync's "
+        print(f"  first sync ({checkout}, --jobs {jobs or 'default'}): {first:.1f} s ({1000 * first / runs:.1f} ms a run); CPU a run: the sync's "
               f"{1000 * cpu / runs:.1f} ms, the platform's {1000 * served / runs:.1f} ms", flush=True)
         noop = []
         for _ in range(repeat):
-            elapsed, report = cli_sync(tree, server.base_url, checkout=checkout)
+            elapsed, report = cli_sync(tree, server.base_url, *options, checkout=checkout)
             assert all(r["state"] == "up_to_date" and r["pushed_now"] == 0 for r in report["runs"]), report
             noop.append(elapsed)
         print(f"  no-op re-sync: {spread(noop)} s", flush=True)
@@ -140,8 +143,9 @@ def first_and_noop(work: Path, tree: Path, runs: int, repeat: int, checkout: Pat
 
 
 def measure(work: Path, runs: int, episodes: int, size: int, repeat: int,
-            checkouts: list[Path]) -> tuple[list[tuple[float, list[float]]], float]:
-    """The bare loop, then each checkout's first sync and no-op re-syncs, of one new tree."""
+            turns: list[tuple[Path, int | None]]) -> tuple[list[tuple[float, list[float]]], float]:
+    """The bare loop, then each turn's (a checkout, its jobs) first sync and no-op re-syncs, of
+    one new tree."""
     tree = work / f"tree-{runs}"
     start = now()
     for number in range(runs):
@@ -149,7 +153,7 @@ def measure(work: Path, runs: int, episodes: int, size: int, repeat: int,
     print(f"{runs} runs of {episodes} episodes written in {now() - start:.1f} s", flush=True)
     bare = time_bare(work, tree, runs)
     print(f"  bare 3-request loop: {bare:.1f} s ({1000 * bare / runs:.1f} ms a run)", flush=True)
-    return [first_and_noop(work, tree, runs, repeat, checkout) for checkout in checkouts], bare
+    return [first_and_noop(work, tree, runs, repeat, checkout, jobs) for checkout, jobs in turns], bare
 
 
 def main() -> None:
@@ -159,26 +163,28 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--tree", action="append", type=Path, default=None,
                         help="a checkout whose command and platform sync (again for an A/B in turns)")
+    parser.add_argument("--jobs", action="append", type=int, default=None,
+                        help="the first sync's --jobs (again for each value in turn)")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.repeat = min(args.runs, 400), 1
-    checkouts = [path.resolve() for path in args.tree or [ROOT]]
+    turns = [(path.resolve(), jobs) for path in args.tree or [ROOT] for jobs in args.jobs or [None]]
     small_runs = max(1, args.runs // 4)
     with scratch(args.dir, "syncbench-many-") as work:
-        small, small_bare = measure(work, small_runs, args.episodes, args.size, args.repeat, checkouts)
-        large, large_bare = measure(work, args.runs, args.episodes, args.size, args.repeat, checkouts)
+        small, small_bare = measure(work, small_runs, args.episodes, args.size, args.repeat, turns)
+        large, large_bare = measure(work, args.runs, args.episodes, args.size, args.repeat, turns)
     print()
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print("| checkout | runs | first sync, s | ms a run | bare loop, s | sync / bare | no-op re-sync, s, median (min-max) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for place, checkout in enumerate(checkouts):
+    print("| checkout | jobs | runs | first sync, s | ms a run | bare loop, s | sync / bare | no-op re-sync, s, median (min-max) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for place, (checkout, jobs) in enumerate(turns):
         for runs, (first, noop), bare in ((small_runs, small[place], small_bare), (args.runs, large[place], large_bare)):
-            print(f"| {checkout.name} | {runs} | {first:.1f} | {1000 * first / runs:.1f} | {bare:.1f} | {first / bare:.2f} "
+            print(f"| {checkout.name} | {jobs or 'default'} | {runs} | {first:.1f} | {1000 * first / runs:.1f} | {bare:.1f} | {first / bare:.2f} "
                   f"| {spread(noop)} |")
-    for place, checkout in enumerate(checkouts):
+    for place, (checkout, jobs) in enumerate(turns):
         (small_first, _), (large_first, large_noop) = small[place], large[place]
         per_run_ratio = (large_first / args.runs) / (small_first / small_runs)
-        print(f"\n{checkout.name}: per-run time, {args.runs} runs against {small_runs}: {per_run_ratio:.2f}x (1.0 is "
+        print(f"\n{checkout.name}, --jobs {jobs or 'default'}: per-run time, {args.runs} runs against {small_runs}: {per_run_ratio:.2f}x (1.0 is "
               f"linear, 4 quadratic)")
         print(f"goals at {args.runs} runs: first sync <= {BARE_GOAL:g} x bare: {large_first / large_bare:.2f} x; "
               f"no-op < {NOOP_GOAL:g} s: {statistics.median(large_noop):.2f} s")

@@ -91,7 +91,11 @@ DEFAULT_POLL_INTERVAL = 0.1
 #: The threads cost no work on two cores: a new run's instructions in the whole command are
 #: the same with 1, 2 or 8 jobs (6.60, 6.55, 6.55 M over 30 and 90 runs, cachegrind), its
 #: CPU within the noise (400 runs: 5.0-5.5 ms with 1, 4.0-5.2 with 2 to 8, 5.1-6.1 with 16),
-#: while one job took 2-4x the wall time of eight (load 7-9, Dec 7).
+#: while one job took 2-4x the wall time of eight (load 7-9, Dec 7). With the local
+#: platform's writes no longer sleeping in SQLite's busy handler, 400 runs in turns, six
+#: rounds (load 7-9, Dec 7 later): 8 jobs 3.9-7.1 s (median 4.6), 16 jobs 4.1-6.9 s (4.8;
+#: slower in four rounds, and more CPU), 4 jobs 4.9-8.8 s (7.4): the GIL's hand-overs among
+#: more threads cost what the waits they overlap save (benchmarks/sync_many.py --jobs).
 #: Memory does not grow with it (at most two large bodies are alive per process,
 #: sync/rows.py): eight jobs over eight large runs peaked at 123 MB, four at 114 MB
 #: (benchmarks/sync_memory.py, Dec 1). One run is one job whatever the setting.
