@@ -11,8 +11,8 @@ lists the defaults and how another producer adds its own.
 
 Episodes repeat their seats' configs from one episode to the next, so the work of
 finding what to mask in a config is memoized (:class:`_Memo`), keyed by the subtree's
-exact serialization and verified by equality: a config that changed in any way is
-walked afresh.
+exact serialization (verified by equality where it holds ``null``): a config that changed
+in any way is walked afresh.
 
 What is masked by default (the locations, the by-name rule, the URL scopes) is data, in
 ``mask_locations``, and what is masked inside a string or an argument list in those scopes
@@ -239,8 +239,12 @@ class _Memo:
     """Per-rules caches: automaton steps, and the plans of subtrees seen before.
 
     A plan is keyed by the subtree's exact orjson serialization (keys, order, types and
-    string contents) and checked against an equal copy before use, so a subtree that
-    differs in any byte or any value (``NaN`` serializes as ``null``) is walked afresh.
+    string contents), so a subtree that differs in any byte is walked afresh; where that
+    serialization holds ``null`` (``None``, never masked, and NaN or an infinity, masked at
+    a credential location, print alike) it is checked against an equal copy before use.
+    Subtrees written alike otherwise mask alike: the plan holds keys and replacement
+    strings only, and a value written like the copy's (a str or int of a subclass, a tuple
+    for a list, a dataclass for a dict) is masked as that value is, or more.
     The identity of an object is never a key: an eval may mutate its config in place.
     """
 
@@ -268,8 +272,8 @@ class _Memo:
         self.volatile: dict[_States, tuple[str, Beside, Beside]] | None = None
 
     def plan_of(self, obj: Any, rules: MaskRules, states: _States, scoped: bool, beside: bool = True) -> Plan | None:
-        """The plan of ``obj``, a container below ``states``: from the memo when an equal copy
-        of it is memoized, else walked (and memoized from its second sighting). A runtime
+        """The plan of ``obj``, a container below ``states``: from the memo when a copy of it
+        (written alike; equal, where that holds ``null``) is memoized, else walked (and memoized from its second sighting). A runtime
         record's box id, new in every rollout, is left out of what the memo knows it by: the
         records kept there answer (``beside``: not when they are the ones asking)."""
         if beside:
@@ -280,7 +284,7 @@ class _Memo:
         serialized, found = self._found(obj, states, scoped)
         if serialized is None:
             return _plan(obj, rules, states, scoped, memoize=False)
-        if found is not None and found[0] == obj:
+        if found is not None and (not found[3] or found[0] == obj):  # (the entry's null: see masked_of)
             self.hits += 1
             return found[1]
         return self._missed(obj, rules, states, scoped, serialized, found)[1]
