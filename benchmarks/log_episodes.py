@@ -1,7 +1,7 @@
 """The runner's own append path, ``Run.log_episodes``, with realistic episodes, against
 what the disk and the interpreter allow.
 
-Run: ``python3 benchmarks/log_episodes.py [--dir DIR] [--quick] [--rounds N] [--seconds S] [--sync-delay MS]``
+Run: ``python3 benchmarks/log_episodes.py [--dir DIR] [--quick] [--rounds N] [--seconds S] [--sync-delay MS] [--only tasks]``
 
 An eval does not call the writer: it calls ``Run.log_episodes`` with verifiers episode
 records whose traces carry their seat's resolved config, so masking, admission, numbering
@@ -287,6 +287,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=8_000, help="distinct episodes per phase (default 8000)")
     parser.add_argument("--block", type=int, default=8,
                         help="appends per turn of the one-appender pairs (default 8; see the docstring)")
+    parser.add_argument("--only", choices=("tasks",),
+                        help="tasks: only the 64 threads and the 64 tasks, in turns (each going first every other round)")
     parser.add_argument("--sync-delay", type=float, default=0.0, metavar="MS",
                         help="add MS milliseconds to every sync of every figure: a slower disk (default 0)")
     args = parser.parse_args()
@@ -302,6 +304,19 @@ def main() -> None:
         delay = f"; every sync {args.sync_delay:g} ms slower" if args.sync_delay else ""
         print(f"scratch folder: {folder}; episodes of {pool.episode_bytes / 1000:.1f} KB, {os.cpu_count()} cores{delay}; "
               f"episodes per second, median of {rounds} rounds of {seconds:g} s phases; ratio: median, range")
+        if args.only == "tasks":
+            for n in range(rounds):
+                if n % 2:
+                    tasks = run_tasks(folder, pool, seconds)
+                    threads = run_threads(folder, pool, seconds)
+                else:
+                    threads = run_threads(folder, pool, seconds)
+                    tasks = run_tasks(folder, pool, seconds)
+                results["tasks"].append((threads, tasks))
+                print(f"  round {n + 1}: tasks/threads {tasks / threads:.2f}", flush=True)
+            print(f"{'path':<34} | {'base/s':>7} {'ours/s':>7} {'ratio':>5} {'range':>9} | goal")
+            print(f"{'64 asyncio tasks vs 64 threads':<34} | {summary(results['tasks'])} | 1.0")
+            return
         for n in range(rounds):
             results["single"].append(single_pair(folder, pool, seconds, args.block))
             results["single_floor"].append(single_floor(folder, pool, seconds, args.block))
