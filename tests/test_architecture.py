@@ -478,3 +478,22 @@ def test_only_masking_reads_the_rules_memo() -> None:
                      and any(isinstance(node, ast.Attribute) and node.attr == "_memo"
                              for node in ast.walk(ast.parse(path.read_text()))))
     assert readers == [], "keep what a module derives from MaskRules with MaskRules.derived"
+
+
+def test_every_module_compiles_without_a_warning() -> None:
+    """A string with an invalid escape (``\\w`` in a docstring that is not a raw string) is
+    a warning at compile time, shown to whoever first imports the module from source (a
+    SyntaxWarning from Python 3.12, an error in a later release): each module is compiled
+    here with warnings as errors."""
+    import warnings
+
+    sources = {**MODULES, **{f"commands.{p.stem}": p for p in (REPO_ROOT / "commands").glob("*.py")}}
+    problems = []
+    for module, path in sources.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                compile(path.read_text(), str(path), "exec")
+            except SyntaxError as exc:
+                problems.append(f"{module}, line {exc.lineno}: {exc.msg}")
+    assert problems == [], problems

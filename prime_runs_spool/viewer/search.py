@@ -14,7 +14,7 @@ from what is indexed so far, and the page says how far that is.
 A query is words, each matched as a token (FTS5's own syntax is not exposed: a stray quote
 or ``AND`` in a search box must not be an error); all words must occur. The words are cut by
 the index's own tokenizer (:meth:`SearchIndex.terms`), never by a regular expression: a word
-``\w+`` keeps whole (``snake_case``, a tool's name) is two tokens to ``unicode61``, a phrase,
+``\\w+`` keeps whole (``snake_case``, a tool's name) is two tokens to ``unicode61``, a phrase,
 which an index without positions refuses (every search holding ``_`` was a 500).
 """
 
