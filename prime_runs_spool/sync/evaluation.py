@@ -78,14 +78,21 @@ class Evaluation:
             metadata["prime_runs_mismatch"] = dict(state.mismatch)
         return metadata
 
-    def name_sink(self, manifest: Mapping[str, Any], name: str) -> None:
+    def name_sink(self, manifest: Mapping[str, Any], name: str, *, once: bool = False) -> None:
         """The evaluation names another sink than the one a pass is about to push to (``auto``
         fell back after the create, or ``--to`` took a run nothing was sent for elsewhere):
-        it is told ``name`` first, so a sync that finds it again follows the run. Idempotent."""
+        it is told ``name`` first, so a sync that finds it again follows the run. Idempotent.
+        ``once``: one try, not retried (its failure raised as it is)."""
         state = self.protocol.state
         metadata = self.metadata(manifest, sink=name)
-        self.protocol.retry("recording the run's sink", lambda: self.client.update_evaluation(
-            str(state.evaluation_id), metadata=metadata))
+
+        def put() -> Any:
+            return self.client.update_evaluation(str(state.evaluation_id), metadata=metadata)
+        if once:
+            self.protocol.checkpoint()  # a stopped pass sends nothing more
+            put()
+        else:
+            self.protocol.retry("recording the run's sink", put)
         state.metadata_sent = metadata_digest(metadata)
         state.evaluation_sink = name
         self.protocol.note()
@@ -111,8 +118,8 @@ class Evaluation:
             yield
         except Exception:
             if before == AUTO_ORDER[-1] and state.evaluation_sink == sink.name and not sink.used_by(state):
-                with contextlib.suppress(Exception):  # the push's own failure is the run's error
-                    self.name_sink(manifest, before)
+                with contextlib.suppress(Exception):  # one try: the push's own failure is the run's error
+                    self.name_sink(manifest, before, once=True)
             raise
 
     def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False,
