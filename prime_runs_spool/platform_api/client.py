@@ -151,8 +151,9 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _detail(response: httpx.Response, secret: Secret | None = None) -> str:
-    """A short, single-line excerpt of an error body (never a request body), with the API
-    key scrubbed out of it before it is cut (a body that echoes the request's headers
+    """An error body's words for one line (``answers.error_words``: what a JSON answer
+    states, an HTML page's title, else the text), never a request body, with the API key
+    scrubbed out of it before it is read or cut (a body that echoes the request's headers
     printed the key into the report, a CI log, the shipper's log file)."""
     text = response.text
     if secret is not None:
