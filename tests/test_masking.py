@@ -4,6 +4,7 @@ reference examples."""
 from __future__ import annotations
 
 import copy
+import enum
 import json
 import math
 import sys
@@ -15,11 +16,13 @@ import orjson
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 
+from prime_runs_spool import open_run
 from prime_runs_spool.content.mask_locations import MASK, TRACE_CONFIG, TRACE_ROOTS, is_env_var_name, is_secret_name
 from prime_runs_spool.content.mask_text import mask_text, masked_arguments
 from prime_runs_spool.content.mask_fragments import _list_route, mask_for_writing, only_inside
 from prime_runs_spool.content.masking import MaskRules, mask, parse_pattern
 from prime_runs_spool.content.set_tables import find_set_tables
+from support.files import all_bytes_under
 from support.spelling import spelled
 
 from support.threads import run_in_threads
@@ -544,6 +547,30 @@ def test_values_that_are_not_plain_json_are_walked() -> None:
         out = mask(odd, rules)
         assert "SECRET" not in repr(out) and out["big"] == 2**80
     assert rules._memo.hits == 0
+
+
+class _Endpoint(enum.Enum):
+    GATEWAY = "https://svc:SECRETENUM1@gw.internal/v1"
+
+
+def test_a_value_written_as_a_string_is_masked_inside_as_a_string_is(tmp_path: Path) -> None:
+    """An ``Enum`` member whose value is a URL with its password, or an ``orjson.Fragment``
+    of one, in a config or a runtime record: orjson writes the string, but the walk took the
+    leaf for no string and left it, so the password reached the disk and every sync in clear
+    (walked, through the memo, and through ``Run.log_episodes``)."""
+    fragment = orjson.Fragment(b'"https://svc:SECRETFRAG1@gw.internal/v1"')
+    config = {"client": {"base_url": _Endpoint.GATEWAY}, "notes": [fragment, "plain"], "seat": _Endpoint.GATEWAY}
+    rules = MaskRules.defaults_for_config()
+    for _ in range(3):  # walked, kept from the second sighting, answered from the third
+        for out in (mask(config, rules), mask(config, rules, memo=False)):
+            assert orjson.dumps(out) == (b'{"client":{"base_url":"https://***@gw.internal/v1"},'
+                                         b'"notes":["https://***@gw.internal/v1","plain"],'
+                                         b'"seat":"https://***@gw.internal/v1"}')
+    with open_run(tmp_path / "run", name="written-as", model="m") as run:
+        for number in range(3):
+            runtime = {"id": f"vf-{number:08x}", "api_base_url": _Endpoint.GATEWAY, "start": fragment}
+            run.log_episodes([{"id": f"e{number}", "traces": [{"agent": {"config": config, "runtime": runtime}}]}])
+    assert b"SECRET" not in all_bytes_under(tmp_path / "run")
 
 
 def test_threads_sharing_one_memo_each_get_their_own_answer() -> None:

@@ -51,6 +51,19 @@ def written_as(obj: Any) -> Any:
     return obj
 
 
+#: The leaves orjson writes as what they hold (:func:`written_as`).
+WRITTEN_THROUGH = (enum.Enum, _Fragment)
+
+
+def written_text(obj: Any) -> str | None:
+    """The string orjson writes for ``obj``, a leaf of :data:`WRITTEN_THROUGH` (an ``Enum``
+    member whose value is a str, a ``Fragment`` of a JSON string), else None: masking reads
+    it as the string it is written as, or a URL's password in an enum's value reached the
+    disk in clear."""
+    written = written_as(obj)
+    return written if isinstance(written, str) else None
+
+
 def container_copy(obj: Any) -> Any:
     """A shallow copy of a container, as masking returns it: a mapping or a dataclass as a
     dict, a tuple as a list, an enum member or a fragment as what it holds."""
