@@ -40,11 +40,25 @@ def _checked_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
     """``--tag``'s values: one empty or of blanks only (``--tag "$UNSET"``), or holding a line
     break or another control character, was added to every evaluation created as it was."""
     for tag in tags:
-        if not tag.strip():
-            raise click.BadParameter(f"{tag!r} is blanks only and names no tag")
-        if any(ord(char) < 32 or ord(char) == 127 for char in tag):
-            raise click.BadParameter(f"{tag!r} holds a control character (a line break?); give the tag on one line")
+        _one_line(tag, "tag")
     return tags
+
+
+def _checked_name(name: str | None) -> str | None:
+    """``--name``'s value, by ``--tag``'s rule: an empty one (``--name "$UNSET"``) was passed
+    over for the manifest's name without a word, and one of blanks or holding a line break
+    named every evaluation a replay created so."""
+    return None if name is None else _one_line(name, "name")
+
+
+def _one_line(value: str, what: str) -> str:
+    """``value``, a name or a tag a created evaluation carries: one that is empty or of
+    blanks only, or holds a control character, is bad usage."""
+    if not value.strip():
+        raise click.BadParameter(f"{value!r} is blanks only and names no {what}")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise click.BadParameter(f"{value!r} holds a control character (a line break?); give the {what} on one line")
+    return value
 
 
 @click.command("sync")
@@ -60,7 +74,8 @@ def _checked_tags(tags: tuple[str, ...]) -> tuple[str, ...]:
               help="Push runs again as new evaluations; continues a run's unfinished replay (sync.md in the "
                    "documentation, below).")
 @click.option("--replay-id", help="With --replay: the replay to start or continue, by id.")
-@click.option("--name", help="With --replay: the new evaluations' name.")
+@click.option("--name", callback=lambda ctx, param, name: _checked_name(name),
+              help="With --replay: the new evaluations' name.")
 @click.option("--tag", "tags", multiple=True, callback=lambda ctx, param, tags: _checked_tags(tags),
               help="Add a tag to created evaluations (repeatable).")
 @click.option("--max-request-bytes", type=click.IntRange(1024, MAX_REQUEST_BYTES), default=MAX_REQUEST_BYTES, hidden=True,

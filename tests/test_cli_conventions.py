@@ -969,3 +969,17 @@ def test_a_tag_that_is_blank_or_holds_a_control_character_is_bad_usage(tmp_path:
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert last_line(done).startswith(f"prime-runs: invalid value for '--tag': {tag!r} "), done.stderr
     assert not (tmp_path / "p.db").exists() and not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
+
+
+@pytest.mark.parametrize("name", ["", "  ", "replay\nof May", "replay\x1b[31m"], ids=["empty", "blanks", "line break",
+                                                                                 "escape"])
+def test_a_replay_name_that_is_blank_or_holds_a_control_character_is_bad_usage(tmp_path: Path, name: str) -> None:
+    """``--replay --name "$UNSET"`` was passed over for the manifest's name without a word;
+    a name of blanks, or with a line break or an escape sequence, named every evaluation
+    the replay created so. One line, exit 2, before anything is written, as for ``--tag``."""
+    build_run(tmp_path / "runs" / "r", "named", 1)
+    done = cli("sync", str(tmp_path / "runs"), "--local", "--db", str(tmp_path / "p.db"), "--replay", "--name", name)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert last_line(done).startswith("prime-runs: invalid value for '--name': "), done.stderr
+    assert not (tmp_path / "p.db").exists() and not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
