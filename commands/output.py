@@ -32,9 +32,30 @@ TRACEBACK_ENV = "PRIME_RUNS_TRACEBACK"
 
 def internal_error(exc: BaseException, hint: str = "run with --verbose for the traceback") -> None:
     """An error no code path expected: one line and exit 1 (``--verbose`` shows the traceback
-    instead; the caller re-raises then)."""
-    click.echo(f"{MESSAGE_PREFIX}internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
+    instead; the caller re-raises then). The command's own output that cannot be written (a
+    full disk under ``> report.json``, ``$SYNC_REPORT`` in CI) is said as that: it read
+    'internal error: OSError: [Errno 28] No space left on device', after a sync that had
+    pushed and saved everything."""
+    why = _unwritable_output(exc)
+    if why is not None:
+        click.echo(f"{MESSAGE_PREFIX}cannot write this command's output ({why}): what it did is kept, its report is "
+                   "lost; run it again where its output can be written", err=True)
+    else:
+        click.echo(f"{MESSAGE_PREFIX}internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
     sys.exit(EXIT_RUN_FAILED)
+
+
+def _unwritable_output(exc: BaseException) -> str | None:
+    """Why, when ``exc`` is the failure of writing a line of output (raised from click's
+    ``echo``, which writes and flushes the stream in C), else None."""
+    import traceback
+
+    if not isinstance(exc, OSError) or exc.filename is not None:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or frames[-1].name != "echo" or os.path.basename(os.path.dirname(frames[-1].filename)) != "click":
+        return None
+    return exc.strerror or str(exc)
 
 
 #: What the HTTP stack imports only because it is installed, and a sync never runs:

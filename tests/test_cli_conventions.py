@@ -983,3 +983,26 @@ def test_a_replay_name_that_is_blank_or_holds_a_control_character_is_bad_usage(t
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert last_line(done).startswith("prime-runs: invalid value for '--name': "), done.stderr
     assert not (tmp_path / "p.db").exists() and not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("command", [["status"], ["sync", "--local", "--json"], ["export", "-o", "table.csv"]],
+                         ids=" ".join)
+def test_an_output_that_cannot_be_written_is_said_as_that_not_an_internal_error(tmp_path: Path,
+                                                                                command: list[str]) -> None:
+    """The report a sync or a CI job writes to a full disk (``> report.json``, $SYNC_REPORT):
+    it said 'internal error: OSError: [Errno 28] No space left on device' (set
+    PRIME_RUNS_TRACEBACK=1...), after the sync had pushed and saved everything."""
+    build_run(tmp_path / "runs" / "r", "full-output", 2)
+    args = [arg if arg != "table.csv" else str(tmp_path / arg) for arg in command]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(CLI + [args[0], str(tmp_path / "runs"), *args[1:]], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                                                                    XDG_CACHE_HOME=str(tmp_path / "c")))
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("prime-runs: cannot write this command's output (No space left on device): "), line
+    if command[0] == "sync":  # what it did is kept: the run is synced
+        again = cli("sync", str(tmp_path / "runs"), "--local", HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                    XDG_CACHE_HOME=str(tmp_path / "c"))
+        assert again.returncode == 0 and again.stdout.startswith("up_to_date"), again.stdout + again.stderr
