@@ -99,3 +99,65 @@ def test_a_sync_killed_with_its_create_out_then_its_state_deleted_makes_the_next
         assert took >= LIFETIME, "the wait it told of was waited"
         assert "another copy" not in second.stdout, second.stdout
         assert_exactly_once(api, builder)
+
+
+def _local_sync(root: Path, db: Path, cache: Path, *more: str) -> list[str]:
+    return CLI + ["sync", str(root), "--local", "--db", str(db), "--json", *more]
+
+
+def _rows_and_finalizes(db: Path) -> tuple[list[int], list[int]]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        evaluations = conn.execute("SELECT id, finalize_count FROM evaluations").fetchall()
+        rows = [conn.execute("SELECT COUNT(*) FROM samples WHERE evaluation_id = ?", (e,)).fetchone()[0]
+                for e, _ in evaluations]
+    return rows, [finalized for _, finalized in evaluations]
+
+
+@pytest.mark.slow
+def test_a_state_file_of_zero_length_says_until_when_it_waits_and_how_to_end_the_wait(tmp_path: Path) -> None:
+    """A state file that exists but holds nothing (a crash as it was made, a full disk, a
+    copy cut short) cannot say what its sync had in flight, nor when: its mtime is no bound
+    (an overwrite in place is made durable by fdatasync, which leaves the mtime behind) and
+    the platform's answer is read only after the wait (docs/sync.md, "State"). So the sync
+    waits a whole request lifetime; it said only 'waiting 600 s', not until when, nor that a
+    person who knows no sync of the run ran for a lifetime may end it by removing the file.
+    Both are said now, and doing as told pushes nothing twice."""
+    runs, db, cache = tmp_path / "runs", tmp_path / "p.db", tmp_path / "cache"
+    builder = build_run(runs / "r", "zero-length-state", 3)
+    env = child_env(XDG_CACHE_HOME=str(cache), HOME=os.environ.get("HOME", "/root"))
+    first = subprocess.run(_local_sync(runs, db, cache), env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    state.write_bytes(b"")
+    before = time.time()
+    waited = subprocess.run(_local_sync(runs, db, cache, "--request-lifetime", str(LIFETIME)), env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert waited.returncode == 0, waited.stderr
+    (line,) = [line for line in waited.stderr.splitlines() if "waiting" in line]
+    until = re.search(r"until (\d\d):(\d\d):(\d\d) UTC", line)
+    assert until is not None, line
+    ends = time.gmtime(before + LIFETIME)
+    told = int(until.group(1)) * 3600 + int(until.group(2)) * 60 + int(until.group(3))
+    assert 0 <= (told - (ends.tm_hour * 3600 + ends.tm_min * 60 + ends.tm_sec)) % 86400 <= 30, line
+    assert f"remove {state} to go on at once" in line and "in the last 3 s" in line, line
+    (report,) = json.loads(waited.stdout)["runs"]
+    assert (report["state"], report["pushed_now"]) == ("synced", 0), report
+    # Done as the line says: stopped, the file removed, the next sync goes on at once.
+    state.write_bytes(b"")
+    stopped = subprocess.Popen(_local_sync(runs, db, cache), env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    told_line = stopped.stderr.readline()
+    assert "waiting 600 s" in told_line and "until" in told_line, told_line
+    stopped.send_signal(signal.SIGINT)
+    stopped.communicate(timeout=60)
+    assert stopped.returncode == 130
+    state.unlink()
+    started = time.monotonic()
+    skipped = subprocess.run(_local_sync(runs, db, cache), env=env, capture_output=True, text=True, timeout=120)
+    assert skipped.returncode == 0 and "waiting" not in skipped.stderr, skipped.stderr
+    assert time.monotonic() - started < 60
+    (report,) = json.loads(skipped.stdout)["runs"]
+    assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("synced", 0, 3), report
+    assert _rows_and_finalizes(db) == ([3], [1])

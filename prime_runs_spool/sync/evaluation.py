@@ -23,6 +23,7 @@ from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, InFlight, metadata_digest
+from prime_runs_spool.sync.state_adoption import unreadable_source
 
 if TYPE_CHECKING:
     from prime_runs_spool.sync.sinks.base import Sink
@@ -140,8 +141,9 @@ class Evaluation:
             return False
         if untrusted and self.untrusted_sent_at is not None:
             # Whatever wrote the state may have had a request in flight: when, if it can tell.
+            unknown = {"skip": self._skip_unknown_wait()} if self.untrusted_sent_at == float("inf") else {}
             protocol.fence(min(self.untrusted_sent_at, protocol.clock()),
-                           "its sync state cannot be trusted, and a request it announced may still land")
+                           "its sync state cannot be trusted, and a request it announced may still land", **unknown)
         if pending is not None:
             if protocol.settled(pending.sent_at, lambda: self._adopt_existing(manifest)):
                 return True
@@ -151,6 +153,16 @@ class Evaluation:
             state.evaluation_sink = sink_for_create()  # announced with the create, which carries it
         self._create(manifest)
         return False
+
+    def _skip_unknown_wait(self) -> str:
+        """How a person may end the wait for a state that cannot say what it had in flight:
+        nothing the sync can read bounds it (docs/sync.md, "State"), but one who knows no
+        sync of the run ran for a request lifetime knows no request of it can land."""
+        lifetime = self.options.request_lifetime
+        source = unreadable_source(self.protocol.path)
+        return (f"if no sync of this run ran in the last {lifetime:.0f} s, none can land: stop this sync"
+                + (f", make {source} readable" if source else "")
+                + f" and remove {self.protocol.shown or self.protocol.path} to go on at once")
 
     def _environment_names(self, manifest: Mapping[str, Any]) -> list[str]:
         names = [str(name) for name in environment_list(manifest.get("environments")) if name]

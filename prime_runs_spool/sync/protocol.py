@@ -223,10 +223,11 @@ class Protocol:
         self.state.in_flight = None
         self.note()  # the file announces the request: the next sync sees it landed
 
-    def fence(self, sent_at: float, why: str = IN_DOUBT) -> None:
+    def fence(self, sent_at: float, why: str = IN_DOUBT, skip: str = "") -> None:
         """Wait until a request sent at ``sent_at`` (wall clock) can no longer be processed.
-        A wait of a second or more is told first (``why``), as a retry is: it may last a
-        whole request lifetime, and a sync that says nothing for minutes looks hung.
+        A wait of a second or more is told first (``why``, when it ends, and ``skip``: how a
+        person may end it sooner), as a retry is: it may last a whole request lifetime, and a
+        sync that says nothing for minutes looks hung.
 
         Until the request is surely a lifetime old (:meth:`fence_age`), never longer than one
         lifetime of this process's monotonic clock: a request this process sent is counted
@@ -236,7 +237,8 @@ class Protocol:
         """
         lifetime = self.options.request_lifetime
         if (delay := lifetime - self.fence_age(sent_at)) >= TOLD_FENCE_SECONDS:
-            self.options.backoff.waiting(Wait(run=self.run, why=why, delay=delay))
+            self.options.backoff.waiting(Wait(run=self.run, why=why, delay=delay, until=self.clock() + delay,
+                                              skip=skip))
         while (remaining := lifetime - self.fence_age(sent_at)) > 0:
             self.sleep(min(remaining, 5.0))
 

@@ -59,10 +59,18 @@ class Wait:
     why: str
     #: Seconds the wait lasts.
     delay: float
+    #: When it ends (wall clock, seconds since the epoch; None: not said): a wait of minutes
+    #: read later in a log says whether it is over.
+    until: float | None = None
+    #: How a person who knows more than the sync may end it sooner ("" when nothing may).
+    skip: str = ""
 
     def line(self) -> str:
         """The wait as one line says it, wherever it is told."""
-        return f"{self.run}: waiting {self.delay:.0f} s before sending more: {self.why} (--request-lifetime)"
+        ends = "" if self.until is None else \
+            f", until {time.strftime('%H:%M:%S', time.gmtime(self.until))} UTC"
+        return (f"{self.run}: waiting {self.delay:.0f} s before sending more: {self.why} (--request-lifetime{ends})"
+                + (f"; {self.skip}" if self.skip else ""))
 
 
 @dataclass
