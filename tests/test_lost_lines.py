@@ -150,3 +150,29 @@ def test_a_position_that_no_longer_starts_a_line_is_refused_by_the_reader(tmp_pa
     segment.write_bytes(bytes(glued))
     assert position_lost(segment, position) is None
     assert [r.seq for r in iter_records(tmp_path, position)] == [4, 5]
+
+
+@pytest.mark.slow
+def test_a_synced_segment_cut_to_nothing_reports_what_was_pushed_before(tmp_path: Path, server, api) -> None:
+    """A synced run whose only segment is cut to zero bytes (its header and manifest gone,
+    so the pass meets the damage before it reads the run's state) is ``corrupt``; its line,
+    ``--json`` and ``status`` still count the episodes the platform holds from before
+    (not "pushed 0 (total 0)"), and nothing is sent again."""
+    builder = RunBuilder(tmp_path / "run", "e2e-cut-to-nothing")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    first = run_sync(server.base_url, str(tmp_path), "--json")
+    assert (_report(first)["state"], _report(first)["pushed_total"]) == ("synced", 3), first.stdout + first.stderr
+
+    segment_path(builder.run_dir, 1).write_bytes(b"")
+    cut = run_sync(server.base_url, str(tmp_path), "--json")
+    report = _report(cut)
+    assert cut.returncode == 1 and report["state"] == "corrupt", cut.stdout + cut.stderr
+    assert (report["pushed_now"], report["pushed_total"]) == (0, 3), report
+    text = run_sync(server.base_url, str(tmp_path))
+    assert "pushed 0 (total 3)" in text.stdout, text.stdout + text.stderr
+    status = _status(tmp_path)
+    assert status["destinations"][0]["episodes_pushed"] == 3, status
+    evaluation = evaluations_of(api, builder.run_id)
+    assert len(evaluation) == 1 and evaluation[0]["total_samples"] == 3

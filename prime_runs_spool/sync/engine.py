@@ -51,7 +51,7 @@ from prime_runs_spool.sync.sinks import choice
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import (FINALIZE, Destination, InFlight, SyncState, disk_full_line, load_state,
-                                         metadata_digest, sync_state_path)
+                                         metadata_digest, state_before_damage, sync_state_path)
 
 
 def _no_errors(seal: Mapping[str, Any] | None) -> bool:
@@ -138,6 +138,8 @@ class RunSync:
                                                 f"it with {replay_option(self.state.replay_id)} as a new evaluation")
         except CorruptSpoolError as exc:  # errored episodes before it are held (guarantee 2): not "pushed"
             if self.protocol.state is None:  # met reading the segments' first two lines: nothing pushed, none held
+                if (before := state_before_damage(self.protocol.path, self.destination)) is not None:
+                    self._show(before)  # what the platform holds from before: its total, not 0
                 report.state, report.error = CORRUPT, (
                     f"{exc}; this pass pushed nothing: the damage is in a segment's header or manifest, which the "
                     "run's evaluation and resumes are read from, so not even --skip-corrupt passes it")
@@ -368,8 +370,8 @@ class RunSync:
 
     # -- small helpers ---------------------------------------------------------------------
 
-    def _show(self) -> None:
-        state = self.state
+    def _show(self, state: SyncState | None = None) -> None:
+        state = state or self.state
         self.report.evaluation_id = state.evaluation_id
         self.report.url = state.viewer_url
         self.report.store = state.store

@@ -421,6 +421,19 @@ def load_state(path: Path, *, destination: Destination, local_run_id: str,
     return state
 
 
+def state_before_damage(path: Path, destination: Destination) -> SyncState | None:
+    """The state a pass finds beside a run whose manifest it cannot read (the damage is in
+    a segment's first two lines, e.g. a segment cut to nothing): what this destination was
+    sent before, for the run's report to count (not "pushed 0 (total 0)"). Only read, never
+    trusted for a push: the run id it would be checked against is in the lost manifest.
+    None when there is none, or none to read."""
+    try:
+        state, _ = read_state(path)
+    except (OSError, StateFormatError):
+        return None
+    return state if state.version <= STATE_VERSION and state.destination.key == destination.key else None
+
+
 def read_state(path: str | os.PathLike[str]) -> tuple[SyncState, bytes]:
     """The state file at ``path`` and the bytes it was read from: the file's, or, where a
     power cut tore the file as a pass overwrote it, its twin's (sync/state_file.py), which
