@@ -290,3 +290,53 @@ def test_a_followed_run_deleted_or_moved_is_said_gone_once_and_a_move_is_followe
     assert gone["evaluation_id"] == evaluations_of(api, deleted.run_id)[0]["evaluation_id"], gone
     assert not (outputs / "deleted").exists()
     assert len(evaluations_of(api, moved.id)) == 1
+
+
+@pytest.mark.slow
+def test_a_run_moved_while_a_pass_reads_it_is_gone_not_lost_and_another_spool_at_its_path_is_a_new_run(
+        tmp_path: Path, server, api) -> None:
+    """A run moved (``mv``) while a pass was reading it made that pass say ``lost`` (the
+    segment of the recorded position missing: recorded as a mismatch in the evaluation's
+    metadata), ``error`` (a segment or its state 'No such file or directory', 'no manifest
+    record') or, where it went, ``skipped`` by the follower's own lock on it. It is ``gone``,
+    once a move, and followed where it went: nothing lost, nothing sent twice, exit 0. A new
+    spool made at the old path is a new run, followed on its own."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool import open_run
+
+    outputs = tmp_path / "outputs"
+    proc = follow(server.base_url, outputs)
+    moves, n = 5, 0
+    try:
+        with open_run(outputs / "m0", name="follow-moving", environments=["gsm8k"]) as run:
+            for move in range(1, moves + 1):
+                end = time.monotonic() + 0.6
+                while time.monotonic() < end:  # passes all along: some run as the folder moves
+                    run.log_episodes([make_episode(n, run_id=run.id)])
+                    n += 1
+                    time.sleep(0.01)
+                (outputs / f"m{move - 1}").rename(outputs / f"m{move}")
+            run.finish()
+        wait_for(lambda: pushed(api, run.id) == n, timeout=40, what="every episode, wherever it was written")
+        again = RunBuilder(outputs / "m0", "follow-new-at-old-path")  # a new spool where the run was
+        again.open_segment()
+        again.add(2)
+        again.seal()
+        wait_for(lambda: pushed(api, again.run_id) == 2, what="the new spool at the old path")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    said = [(Path(e["path"]).name, e["state"]) for e in events]
+    assert not [e for e in events if e["state"] in ("lost", "error", "corrupt", "skipped")], events
+    gone = [name for name, state in said if state == "gone"]
+    assert len(gone) == len(set(gone)) and set(gone) <= {f"m{i}" for i in range(moves)} and gone, said
+    assert (f"m{moves}", "synced") in said and ("m0", "synced") in said, said
+    [only] = evaluations_of(api, run.id)
+    assert len(set(sample_ids(api, only["evaluation_id"]))) == n == len(sample_ids(api, only["evaluation_id"]))
+    detail = api.get(f"/evaluations/{only['evaluation_id']}").json()
+    assert "prime_runs_mismatch" not in (detail.get("metadata") or {}), detail["metadata"]
+    assert detail["status"] == "COMPLETED" and detail["finalize_count"] == 1, detail

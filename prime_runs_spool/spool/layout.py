@@ -55,6 +55,18 @@ def _spool_dir_of(run_dir: str | os.PathLike[str]) -> Path:
     return Path(run_dir) / SPOOL_DIRNAME
 
 
+def spool_identity(run_dir: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Which folder ``run_dir``'s spool is (device, inode): a run moved away while read, and
+    another spool made at its path since (outputs written again by path, imported), are
+    told apart from the spool a reader began with, which the path alone cannot. None when
+    there is none there, or it is no local folder (a run in an object store)."""
+    try:
+        info = os.stat(spool_dir(run_dir))
+    except (OSError, TypeError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
 def segment_name(index: int) -> str:
     return f"{_SEGMENT_PREFIX}{index:06d}.jsonl"
 

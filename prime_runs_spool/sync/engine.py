@@ -35,7 +35,7 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, segment_at, segment_size_and_version
+from prime_runs_spool.spool.layout import list_segments, segment_at, segment_size_and_version, spool_identity
 from prime_runs_spool.spool.manifests import first_manifest, run_manifests
 from prime_runs_spool.spool.reader import position_lost
 from prime_runs_spool.spool.writer_state import run_writer_alive
@@ -78,7 +78,7 @@ class RunSync:
         monotonic: Callable[[], float] | None = None,
         make_protocol: Callable[..., Protocol] = Protocol,
     ) -> None:
-        self.run_dir = run_dir
+        self.run_dir, self.folder = run_dir, spool_identity(run_dir)  # the spool read: moved away, nothing is lost
         self.client = client
         self.destination = destination
         self.options = options
@@ -548,7 +548,7 @@ class RunSync:
         evaluation's metadata say so, and nothing is finalized over it. Counted in episodes,
         the unit every sink shares."""
         state = self.state
-        if state.evaluation_id is None:
+        if state.evaluation_id is None or spool_identity(self.run_dir) != self.folder:  # moved: not lost
             return
         given = 0
         try:  # how many of the pushed episodes the spool still gives, read from its start

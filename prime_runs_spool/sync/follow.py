@@ -46,11 +46,11 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.errors import SpoolError, Stopped
 from prime_runs_spool.spool.format import CANCELLED, CORRUPT, CRASHED, FAILED
 from prime_runs_spool.files import OnLink, OnUnreadable, links_outside, make_private_dir
-from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir
+from prime_runs_spool.spool.layout import find_runs, list_segments, spool_dir, spool_identity
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
-from prime_runs_spool.sync.options import ERROR, GONE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
+from prime_runs_spool.sync.options import ERROR, FAILED_STATES, GONE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.many import (SyncLock, local_pass, read_only_report, spool_mode_lines, sync_lock,
                                         unreadable_report)
 from prime_runs_spool.sync.state import Destination, state_home
@@ -120,6 +120,9 @@ class Followed:
     """One run the follower knows about."""
 
     run_dir: Path
+    #: Which folder its spool is (``layout.spool_identity``): a pass that fails because the
+    #: run was moved away meanwhile, or a new spool made at its path since, is told by it.
+    folder: tuple[int, int] | None = None
     lock: SyncLock | None = None
     #: The folder whose ``spool/`` keeps its lock and state (sync/state.py, ``state_home``):
     #: the run folder, or its folder under the state directory for a read-only spool.
@@ -274,7 +277,12 @@ class Follower:
             key = run_dir.resolve()
             missing.discard(key)
             if key not in self.runs:
-                self.runs[key] = Followed(run_dir)
+                folder = spool_identity(run_dir)
+                for old, moved in list(self.runs.items()):  # moved here: its old folder is gone first,
+                    if folder is not None and moved.folder == folder and old != key:  # and its lock let go
+                        missing.discard(old)
+                        self._gone(old, moved)
+                self.runs[key] = Followed(run_dir, folder)
             self.runs[key].watched = self.watch.watch_run(key, spool_dir(run_dir))
         for key in missing:  # moved or deleted, maybe with no event on its spool: looked at now (_gone)
             self.runs[key].next_look = 0.0
@@ -298,7 +306,9 @@ class Follower:
         except OSError as exc:  # its spool became unreadable: this run waits, the others go on
             self._record(followed, unreadable_report(followed.run_dir, exc), live=False)
             return
-        if not current[0]:  # no segment left: no longer a run (layout.is_run_dir), deleted or moved away
+        if not current[0] or spool_identity(followed.run_dir) != followed.folder:
+            # No segment left (no longer a run, layout.is_run_dir), or another spool made at
+            # its path since: the run followed was deleted or moved away.
             self._gone(key, followed)
             return
         if current == followed.seen and not failing:
@@ -323,6 +333,9 @@ class Follower:
         report = local_pass(followed.run_dir, followed.home, self.client, self.destination,
                             dataclasses.replace(self.options, copy_wait=0.0), warnings=warnings, wait=False,
                             sleep=self._sleep, index=self.index)
+        if report.state in FAILED_STATES and spool_identity(followed.run_dir) != followed.folder:
+            self._gone(key, followed)  # moved away under the pass: not lost, nor an error (and nothing sent twice)
+            return
         self._record(followed, report, live=current[1])
 
     def _gone(self, key: Path, followed: Followed) -> None:
