@@ -29,7 +29,7 @@ from prime_runs_spool.sync.state import sync_dir
 
 #: How a state directory's file begins in place of a state beside a read-only spool that could
 #: not be read, the path of which follows: no state (it is read as damaged, and waited out).
-UNREADABLE = b"prime-runs: unreadable sync state: "
+UNREADABLE = b"not a sync state: it stands in for one that could not be read: "
 
 
 def unreadable_source(path: Path) -> str | None:
