@@ -35,8 +35,7 @@ from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTER
 from prime_runs_spool.content.mask_beside import Beside, volatile_places
 from prime_runs_spool.content.mask_plans import KEYS, MAX_PLAN_BYTES, Plan, apply_plan, is_mask
 from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
-from prime_runs_spool.content.written_form import (WRITTEN_THROUGH, children as _children, container_copy as _copy,
-                                                   written_text)
+from prime_runs_spool.content.written_form import children as _children, container_copy as _copy, written_text
 
 _States = frozenset[tuple[int, int]]
 _Derived = TypeVar("_Derived")
@@ -414,6 +413,8 @@ def mask(obj: Any, rules: MaskRules, *, memo: bool = True) -> Any:
 
 _Fragment = orjson.Fragment
 _STR_ONLY = frozenset((str,))
+#: Leaves never written as a string, passed without written_text's checks (an enum's is slow).
+_NUMBERS = frozenset((int, float, bool))
 
 
 def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize: bool) -> Plan | None:
@@ -472,7 +473,7 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
             masked_text = mask_text(value)
             if masked_text is not value:
                 plan[key] = masked_text
-        elif below and isinstance(value, WRITTEN_THROUGH) and (text := written_text(value)) is not None:
+        elif below and type(value) not in _NUMBERS and (text := written_text(value)) is not None:
             if (masked_text := mask_text(text)) is not text:  # an enum's value, a fragment: written as a str
                 plan[key] = masked_text
     return plan or None
@@ -569,7 +570,7 @@ def _masked_here(obj: Any, rules: MaskRules, states: _States, scoped: bool, frag
             change = mask_text(value)
             if change is value:
                 continue
-        elif starts_scope and isinstance(value, WRITTEN_THROUGH) and (text := written_text(value)) is not None:
+        elif starts_scope and type(value) not in _NUMBERS and (text := written_text(value)) is not None:
             change = mask_text(text)
             if change is text:
                 continue

@@ -51,13 +51,9 @@ def written_as(obj: Any) -> Any:
     return obj
 
 
-#: The leaves orjson writes as what they hold (:func:`written_as`).
-WRITTEN_THROUGH = (enum.Enum, _Fragment)
-
-
 def written_text(obj: Any) -> str | None:
-    """The string orjson writes for ``obj``, a leaf of :data:`WRITTEN_THROUGH` (an ``Enum``
-    member whose value is a str, a ``Fragment`` of a JSON string), else None: masking reads
+    """The string orjson writes for ``obj``, a leaf that is not a str (an ``Enum`` member
+    whose value is a str, a ``Fragment`` of a JSON string), else None: masking reads
     it as the string it is written as, or a URL's password in an enum's value reached the
     disk in clear."""
     written = written_as(obj)
