@@ -275,6 +275,41 @@ def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_pa
             "COMPLETED", 1, 3), evaluation
 
 
+@pytest.mark.slow
+def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_taken_as_recorded(tmp_path: Path) -> None:
+    """A failed run's end (the metadata PUT and the status PUT) answered 200 with no body by a
+    proxy that never passed them on: the run's error, and the next sync records the end.
+    Before, the run said failed as recorded, the evaluation stayed RUNNING without its end,
+    and every later sync said up to date."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import local_destination
+
+    build_run(tmp_path / "runs" / "run", "bare-2xx-put", 3, status="failed")
+    db = tmp_path / "p.db"
+
+    def sync(base_url: str):
+        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+        with PlatformClient(settings, timeout=5) as client:
+            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
+                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
+        return report
+
+    with EmbeddedPlatform(db) as platform:
+        with FaultProxy(platform.base_url, rates={"ok_empty": 1.0}, methods=["PUT"],
+                        paths=r"/evaluations/[^/]+$") as proxy:
+            first = sync(proxy.base_url)
+            assert "ok_empty" in proxy.faults()
+        assert first.state == "error" and "without the platform's answer" in first.error, first
+        assert sync(platform.base_url).state == "failed"
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()
+        assert (evaluation["status"], evaluation["metadata"]["prime_runs"]["status"]) == ("FAILED", "failed")
+
+
 def test_a_base_url_that_redirects_is_told_by_the_key_check() -> None:
     """An ``http`` address the platform moved to ``https`` (a 301 to every request): the key
     check, which any sync that sends makes first, says the redirect and where it leads, a

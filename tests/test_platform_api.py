@@ -579,9 +579,15 @@ def test_every_read_sync_acts_on_checks_the_fields_it_reads(answer: object) -> N
                 pytest.fail(f"{name} took {answer!r}")
 
 
-def test_a_put_answered_with_something_else_than_an_object_is_no_evaluation() -> None:
+def test_a_put_answered_with_something_else_than_an_object_is_not_taken_as_done() -> None:
+    """Not the platform's answer (a proxy's in its place): in doubt, sent again, never an
+    AttributeError (``[1].get``) nor a PUT counted as done (answers.acted_on)."""
+    from prime_runs_spool.errors import FailureKind, UnexpectedAnswer
+
     with _answering([1]) as client:
-        assert client.update_evaluation("ev1", metadata={}) == {}
+        with pytest.raises(UnexpectedAnswer) as caught:
+            client.update_evaluation("ev1", metadata={})
+    assert caught.value.kind is FailureKind.IN_DOUBT and "PUT /evaluations/ev1" in str(caught.value)
 
 
 @pytest.mark.slow

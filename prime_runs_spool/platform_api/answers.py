@@ -13,7 +13,7 @@ any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
 through untouched). A samples request's answer carries nothing sync uses, so it is checked
-for being an object at all (``acted_on``), as a finalize's is: a 2xx with no body or another body is not the
+for being an object at all (``acted_on``), as a finalize's and a ``PUT``'s are: a 2xx with no body or another body is not the
 platform's answer.
 """
 
@@ -145,17 +145,17 @@ def environment_id(answer: Any, where: str) -> str:
 
 
 def acted_on(answer: Any, where: str) -> dict[str, Any]:
-    """The answer to a request that is not sent twice, whose fields sync does not read (a
-    samples request's ``{evaluation_id, samples_pushed, status}``, a finalize's evaluation):
+    """The answer to a request that changes the evaluation (a samples request's
+    ``{evaluation_id, samples_pushed, status}``, a finalize's or a ``PUT``'s evaluation):
     an object, or the request is in doubt. An empty body (a 204, a proxy's bare 200 that never
     passed the request on) or JSON that is not an object (``null`` in place of the platform's
     answer) says nothing of the request: taken for the platform's yes, a proxy that never
-    sent it on had the run said synced with none of its rows there (or its evaluation never
-    finalized), and every later sync up to date. In doubt, a read settles it (docs/sync.md,
-    "The protocol, per run")."""
+    sent it on had the run said synced with none of its rows there (its evaluation never
+    finalized, or never closed out FAILED), and every later sync up to date. In doubt, a read
+    settles it, or (a ``PUT``) it is sent again (docs/sync.md, "The protocol, per run")."""
     if not isinstance(answer, dict):
         raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an empty "
-                               "body, or JSON that is not an object), so whether it was done is read back")
+                               "body, or JSON that is not an object), so it is not taken as done")
     return answer
 
 
@@ -215,9 +215,3 @@ def trace_episodes_page(response: Any, where: str) -> dict[str, Any]:
     if cursor is not None and not isinstance(cursor, str):
         raise lacks("next_cursor (a string or null)", where)
     return {"ids": [item["episode_id"] for item in items], "next_cursor": cursor or None}
-
-
-def optional_object(answer: Any) -> dict[str, Any]:
-    """An answer sync may read a field from when it is there (a ``PUT``'s evaluation): an
-    object, or an empty one (``[1]`` made ``.get`` an AttributeError)."""
-    return answer if isinstance(answer, dict) else {}

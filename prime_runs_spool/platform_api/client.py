@@ -475,7 +475,8 @@ class PlatformClient:
             payload["metadata"] = metadata
         if metrics is not None:
             payload["metrics"] = metrics
-        return answers.optional_object(self._request("PUT", self._evaluation(evaluation_id), json_body=payload))
+        path = self._evaluation(evaluation_id)
+        return answers.acted_on(self._request("PUT", path, json_body=payload), f"PUT {path}")
 
     def set_terminal_status(self, evaluation_id: str, body: Mapping[str, Any]) -> bool:
         """Close the evaluation out as FAILED or CANCELLED (``v0.terminal_status_body``).
@@ -484,7 +485,8 @@ class PlatformClient:
         closed, so its outcome is recorded either way (as prime-runs 0.1.4 treats it).
         """
         try:
-            self._request("PUT", self._evaluation(evaluation_id), json_body=dict(body))
+            path = self._evaluation(evaluation_id)
+            answers.acted_on(self._request("PUT", path, json_body=dict(body)), f"PUT {path}")
         except PlatformError as exc:
             if exc.status == CONFLICT:
                 return False
