@@ -158,6 +158,23 @@ def test_a_redirect_is_no_success(status: int, kind: FailureKind) -> None:
     assert location in str(caught.value) and "\n" not in str(caught.value), caught.value
 
 
+def _sync_samples(runs: Path, db: Path, base_url: str, *, attempts: int):
+    """One sync of ``runs`` to the samples of the local platform whose database is ``db``,
+    reached at ``base_url`` (the platform itself, or a fault proxy before it): request
+    lifetimes and retries short enough for a test to wait them out."""
+    from prime_runs_spool.sync.many import sync_paths
+    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
+    from prime_runs_spool.sync.retry import Backoff
+    from prime_runs_spool.sync.state import local_destination
+
+    settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
+    with PlatformClient(settings, timeout=5) as client:
+        (report,) = sync_paths([runs], client, local_destination(db, None),
+                               SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                                           backoff=Backoff(base=0.01, cap=0.01, max_attempts=attempts)))
+    return report
+
+
 @pytest.mark.slow
 def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: Path) -> None:
     """A gateway before the platform answers every samples request with a 307 (a maintenance
@@ -166,22 +183,13 @@ def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: P
     pushed, the platform held none of them, and every later sync said up to date."""
     from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.sync.many import sync_paths
-    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.sync.state import local_destination
     from support.runs import build_run
 
     build_run(tmp_path / "runs" / "run", "redirected-samples", 5)
     db = tmp_path / "p.db"
 
     def sync(base_url: str):
-        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
-        with PlatformClient(settings, timeout=5) as client:
-            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
-                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
-                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=2)))
-        return report
+        return _sync_samples(tmp_path / "runs", db, base_url, attempts=2)
 
     with EmbeddedPlatform(db) as platform:
         with FaultProxy(platform.base_url, rates={"redirect": 1.0}, methods=["POST"], paths=r"/samples$") as proxy:
@@ -206,21 +214,12 @@ def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt
     5 pushed, the platform held none of them, and every later sync said up to date."""
     from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.sync.many import sync_paths
-    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.sync.state import local_destination
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-samples", 5)
     db = tmp_path / "p.db"
 
     def sync(base_url: str):
-        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
-        with PlatformClient(settings, timeout=5) as client:
-            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
-                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
-                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
-        return report
+        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
         with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/samples$") as proxy:
@@ -247,21 +246,12 @@ def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_pa
     later sync said up to date."""
     from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.sync.many import sync_paths
-    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.sync.state import local_destination
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-finalize", 3)
     db = tmp_path / "p.db"
 
     def sync(base_url: str):
-        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
-        with PlatformClient(settings, timeout=5) as client:
-            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
-                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
-                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
-        return report
+        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
         with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/finalize$") as proxy:
@@ -283,21 +273,12 @@ def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_take
     and every later sync said up to date."""
     from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
-    from prime_runs_spool.sync.many import sync_paths
-    from prime_runs_spool.sync.options import SAMPLES, SyncOptions
-    from prime_runs_spool.sync.retry import Backoff
-    from prime_runs_spool.sync.state import local_destination
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-put", 3, status="failed")
     db = tmp_path / "p.db"
 
     def sync(base_url: str):
-        settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
-        with PlatformClient(settings, timeout=5) as client:
-            (report,) = sync_paths([tmp_path / "runs"], client, local_destination(db, None),
-                                   SyncOptions(to=SAMPLES, request_lifetime=0.2,
-                                               backoff=Backoff(base=0.01, cap=0.01, max_attempts=1)))
-        return report
+        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
         with FaultProxy(platform.base_url, rates={"ok_empty": 1.0}, methods=["PUT"],
