@@ -25,7 +25,11 @@ SCRIPT = Path(__file__).parent / "support" / "crash_writer.py"
 LOOPS = int(os.environ.get("PRIME_RUNS_CRASH_LOOPS", "30"))
 
 
-def _run_and_kill(run_dir: Path, delay: float) -> list[tuple[int, str]]:
+def _run_and_kill(run_dir: Path, delay: float, *, once_writing: bool = True) -> list[tuple[int, str]]:
+    """Start a writer and SIGKILL it ``delay`` seconds later; with ``once_writing``, seconds
+    after its first report (at most 10 s on): counted from the start, a machine so loaded
+    that the interpreter took longer than the longest delay to start killed every writer
+    before it wrote (0 reports in 30 kills), and the test proved nothing of the appends."""
     child = subprocess.Popen(
         [sys.executable, str(SCRIPT), str(run_dir), "4"], stdout=subprocess.PIPE, env=child_env()
     )
@@ -33,6 +37,9 @@ def _run_and_kill(run_dir: Path, delay: float) -> list[tuple[int, str]]:
     assert child.stdout is not None
     reader = threading.Thread(target=lambda: lines.extend(child.stdout))  # type: ignore[union-attr]
     reader.start()
+    started = time.monotonic()
+    while once_writing and not lines and child.poll() is None and time.monotonic() - started < 10:
+        time.sleep(0.005)
     time.sleep(delay)
     child.send_signal(signal.SIGKILL)
     child.wait(10)
@@ -51,8 +58,9 @@ def test_sigkilled_writers_lose_nothing_they_reported(tmp_path: Path):
     reported: list[tuple[int, int, str]] = []  # (segment, seq, id)
     segments_before = 0
     for loop in range(1, LOOPS + 1):
-        delay = rng.uniform(0.05, 0.6) if loop % 5 else rng.uniform(0.0, 0.2)  # some die while starting
-        for seq, record_id in _run_and_kill(tmp_path, delay):
+        writing = loop % 5 != 0  # every fifth dies while starting
+        delay = rng.uniform(0.05, 0.6) if writing else rng.uniform(0.0, 0.2)
+        for seq, record_id in _run_and_kill(tmp_path, delay, once_writing=writing):
             reported.append((int(record_id.split(".")[0]), seq, record_id))
 
         if not (tmp_path / "spool").exists() or not any((tmp_path / "spool").glob("seg-*.jsonl")):

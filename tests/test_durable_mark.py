@@ -134,8 +134,10 @@ def test_a_burst_of_syncs_writes_the_mark_once_an_interval_then_catches_up(tmp_p
             appends += 1
         elapsed = time.monotonic() - start
         during = len(writes.values)
+        # At most once an interval (and at the burst's edges), whatever the appends' pace:
+        # once per sync wrote it 300 times here. (A count against the appends, fewer than half,
+        # failed on a machine so loaded that an append took over half an interval.)
         assert during <= elapsed / MARK_INTERVAL + 3, (during, appends, elapsed)
-        assert during < appends / 2
         assert wait_until_caught_up(writer) < MARK_INTERVAL + 1.0
         assert writes.values == sorted(writes.values)
     finally:
