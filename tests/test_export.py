@@ -534,3 +534,36 @@ def test_a_file_in_a_read_only_folder_is_named_as_given_not_by_its_temporary_nam
         result = run_cli("export", str(tmp_path / "in"), "-o", str(folder / "episodes.csv"))
     assert result.returncode == 1, result.stderr
     assert last_line(result) == f"prime-runs: {folder / 'episodes.csv'}: cannot be written (Read-only file system)"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("where", ["created", "begun", "renamed"])
+def test_an_export_stopped_as_its_file_is_created_begun_or_renamed_leaves_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, where: str) -> None:
+    """A Ctrl-C (KeyboardInterrupt) as the temporary file was created (the open made it, the
+    call had not returned), as its header was written, or as it was renamed into place: the
+    destination as it was, no temporary file beside it. Before, the first two had no sink
+    yet for the caller to discard, and the rename was outside the discarding block: a full
+    run's Ctrl-C test met the first two, one run in a few."""
+    import prime_runs_spool.export.sinks as sinks
+
+    build_run(tmp_path / "run", f"export-stopped-{fmt}-{where}", 2)
+    out = tmp_path / "table" / f"x.{fmt}"
+    out.parent.mkdir()
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    def created(path: Path, flags: int) -> int:
+        os.close(real_open(path, flags))
+        raise KeyboardInterrupt
+
+    real_open = sinks.open_private
+    if where == "created":
+        monkeypatch.setattr(sinks, "open_private", created)
+    else:
+        monkeypatch.setattr(sinks.os, "fdopen" if where == "begun" else "replace", stop)
+    with pytest.raises(KeyboardInterrupt):
+        export_file([tmp_path / "run"], out, fmt)
+    monkeypatch.undo()
+    assert list(out.parent.iterdir()) == []

@@ -9,6 +9,7 @@ opens half a table and a failed export leaves the old file as it was.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import secrets
@@ -102,6 +103,23 @@ def require_pyarrow() -> Any:
     return pyarrow
 
 
+def _temporary_prefix(path: Path) -> str:
+    """How this process's temporary files for ``path`` begin (beside it, hidden)."""
+    return f".{path.name}.{os.getpid()}-"
+
+
+def remove_temporaries(path: Path) -> None:
+    """Remove this process's temporary files for ``path``: an export stopped (a Ctrl-C) in
+    a moment no sink could discard its own (as the file was created, before the caller held
+    the sink) left one behind, one run in a few hundred of a full test run."""
+    prefix = _temporary_prefix(path)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(path.parent):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(path.parent / name)
+
+
 class _FileSink:
     """The temporary file beside the destination, renamed into place by :meth:`close`."""
 
@@ -113,11 +131,26 @@ class _FileSink:
         if not folder.is_dir():  # say what is in the way: a file there is not 'does not exist'
             in_the_way = folder_blocker(folder / path.name)
             raise ExportSetupError(f"{path}: {in_the_way}" if in_the_way else f"{path}: its folder {folder} does not exist")
-        self.temp = folder / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        self.temp = folder / f"{_temporary_prefix(path)}{secrets.token_hex(4)}.tmp"
         self.fd = open_private(self.temp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
+        file = None
+        try:
+            file = self.file = os.fdopen(self.fd, **self._FILE)
+            self._begin()
+        except BaseException:  # a Ctrl-C as the header was written: the caller has no sink to discard
+            file.close() if file is not None else os.close(self.fd)
+            os.unlink(self.temp)
+            raise
 
+    #: How :attr:`file` is opened over the temporary file's descriptor.
+    _FILE: dict[str, Any] = {"mode": "wb"}
     #: The file object over :attr:`fd` that each kind of sink writes through.
     file: IO[Any]
+
+    def _begin(self) -> None:
+        """What a file of this kind begins with (a header), written by the constructor, which
+        removes the temporary file if anything raises there: a Ctrl-C as the header was
+        written left it behind, since the caller that discards a failed export had no sink."""
 
     def close(self) -> None:
         """The file complete: closed and renamed over the destination."""
@@ -134,9 +167,7 @@ class _FileSink:
 
 
 class JsonlSink(_FileSink):
-    def __init__(self, path: Path, columns: list[Column]) -> None:
-        super().__init__(path, columns)
-        self.file = os.fdopen(self.fd, "wb", buffering=1 << 20)
+    _FILE = {"mode": "wb", "buffering": 1 << 20}
 
     def write(self, row: dict[str, Any]) -> None:
         self.file.write(orjson.dumps({name: row.get(name) for name in self.names}) + b"\n")
@@ -156,9 +187,9 @@ class CsvSink(_FileSink):
     """RFC 4180: a header row, CRLF line ends, fields quoted where they hold a comma, a quote, a CR or an LF;
     an empty field is a missing value, ``true``/``false`` a boolean."""
 
-    def __init__(self, path: Path, columns: list[Column]) -> None:
-        super().__init__(path, columns)
-        self.file = os.fdopen(self.fd, "w", encoding="utf-8", newline="", buffering=1 << 20)
+    _FILE = {"mode": "w", "encoding": "utf-8", "newline": "", "buffering": 1 << 20}
+
+    def _begin(self) -> None:
         self.writer = csv.writer(self.file, lineterminator="\r\n")  # so a lone \r in a field is quoted too
         self.writer.writerow(self.names)
 
@@ -180,13 +211,14 @@ class ParquetSink(_FileSink):
         pa = require_pyarrow()
         import pyarrow.parquet as pq
 
-        super().__init__(path, columns)
-        self.pa = pa
+        self.pa, self.pq = pa, pq
         self.schema = arrow_schema(columns)
-        self.file = os.fdopen(self.fd, "wb")
-        self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+        super().__init__(path, columns)
         self.text_columns = [column.name for column in columns if column.kind == TEXT]
         self._reset()
+
+    def _begin(self) -> None:
+        self.writer = self.pq.ParquetWriter(self.file, self.schema, compression="zstd")
 
     def _reset(self) -> None:
         self.buffer: dict[str, list[Any]] = {name: [] for name in self.names}

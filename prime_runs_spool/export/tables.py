@@ -31,7 +31,7 @@ from prime_runs_spool.export.columns import (MAX_METRIC_COLUMNS, METRIC_PREFIX, 
 from prime_runs_spool.export.reading import ExportRun, Extent, Found, RunReading, failure_message, find
 from prime_runs_spool.export.rows import RunFacts, metric_names, run_row, sample_row
 from prime_runs_spool.export.sinks import (FrameSink, Sink, format_of, open_sink, refuse_run_file, refuse_special_file,
-                                          require_pyarrow)
+                                          remove_temporaries, require_pyarrow)
 
 
 @dataclass
@@ -175,11 +175,12 @@ def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *,
 
     try:
         sink, report = _fill(sink_for, found, per_run)
+        sink.close()  # (a Ctrl-C in its last row group's write: the temporary file goes too)
     except BaseException:
         for made in sinks:
             made.discard()
+        remove_temporaries(out)  # one a Ctrl-C left before a sink held it
         raise
-    sink.close()
     return report
 
 
