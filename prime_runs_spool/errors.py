@@ -51,6 +51,7 @@ package is defined here and drawn here):
     ├── runner
     │   ├── RunClosedError
     │   ├── RunForkedError
+    │   ├── RunNotCopyableError [TypeError]
     │   ├── EpisodeTooLargeError [ValueError]
     │   ├── RunMismatchError [ValueError]
     │   ├── UnsupportedRunConfigError [ValueError]
@@ -218,6 +219,11 @@ class RunClosedError(SpoolError):
 class RunForkedError(SpoolError):
     """A forked child used the run its parent opened: only the process that opened a run
     writes, seals or closes it (docs/integration.md, "Forked processes")."""
+
+
+class RunNotCopyableError(SpoolError, TypeError):
+    """A run was pickled (a pool's task argument, a spawned process's) or copied: a copy
+    would share the writer but count apart, so only the process that opened it logs to it."""
 
 
 class MalformedEpisodeError(SpoolError, TypeError):

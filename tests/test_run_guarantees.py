@@ -8,9 +8,11 @@ for; ``finish`` stops admitting appends; a forked child never touches its parent
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -801,3 +803,50 @@ def test_an_episode_whose_line_would_pass_the_format_limit_is_refused_not_writte
     assert spool_format.MAX_LINE_BYTES == original
     result = run_cli("verify", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_RUN_SENT_TO_A_POOL = """
+import multiprocessing, sys
+from prime_runs_spool import open_run
+
+def child_logs(run, episode):
+    return run.log_episodes([episode])
+
+if __name__ == "__main__":
+    episode = {"id": "e1", "ok": True, "traces": []}
+    with open_run(sys.argv[1], name="spawned") as run:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            try:
+                pool.apply(child_logs, (run, episode))
+            except TypeError as exc:
+                print("refused:", exc)
+        run.log_episodes([episode])
+        print("parent logged", run.episodes_logged)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_sent_to_another_process_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """A run handed to a spawn pool's task is pickled: the refusal says why and what to do
+    (it read "cannot pickle '_thread.lock' object"), and the parent's run goes on."""
+    script = tmp_path / "send_run.py"
+    script.write_text(_RUN_SENT_TO_A_POOL)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True,
+                          text=True, env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    refusal = done.stdout.split("refused: ")[1].splitlines()[0]
+    assert "_thread.lock" not in refusal and "cannot be sent to another process" in refusal, refusal
+    assert "return the episodes to" in refusal, refusal
+    assert "parent logged 1" in done.stdout
+    assert read_run(tmp_path / "run").status == "completed"
+
+
+@pytest.mark.parametrize("copier", [pickle.dumps, copy.copy, copy.deepcopy])
+def test_a_run_cannot_be_copied(tmp_path: Path, copier: Any) -> None:
+    """A copy would share the writer but count apart: a copy that logged and finished sealed
+    the run with a summary its original never saw. Refused, saying what to do instead."""
+    with open_run(tmp_path / "run", name="r") as run:
+        with pytest.raises(TypeError, match="cannot be sent to another process or copied"):
+            copier(run)
+        run.log_episodes([small_episode("e1")])
+    assert read_run(tmp_path / "run").episodes_count == 1

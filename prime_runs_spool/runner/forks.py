@@ -21,7 +21,7 @@ import os
 import weakref
 from collections.abc import Callable
 
-from prime_runs_spool.errors import RunForkedError
+from prime_runs_spool.errors import RunForkedError, RunNotCopyableError
 
 #: The owner of every run of this process, open or not (weakly): those a forked child must disown.
 _owners: weakref.WeakSet[Ownership] = weakref.WeakSet()
@@ -48,6 +48,15 @@ class Ownership:
                 "return the episodes to that process (e.g. as the results of the pool's tasks) "
                 "and log them there"
             )
+
+    def not_copyable(self, run_id: str) -> RunNotCopyableError:
+        """Why a run is not pickled or copied: a spawned process or a pool's worker gets no
+        run, a copy here would count apart from the run it writes."""
+        return RunNotCopyableError(
+            f"run {run_id} cannot be sent to another process or copied (pickled as a pool task's "
+            f"argument, say): only process {self.pid}, which opened it, logs to it; return the "
+            "episodes to that process (e.g. as the results of the pool's tasks) and log them there"
+        )
 
 
 def _disown_runs_after_fork() -> None:

@@ -446,6 +446,9 @@ class Run:
         else:
             self.abort(exc)
 
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickle, copy and deepcopy all ask this
+        raise self._ownership.not_copyable(self._id)
+
     def __repr__(self) -> str:
         return f"Run(id={self._id!r}, mode={self._mode!r}, status={self.status!r}, dir={str(self._dir)!r})"
 
