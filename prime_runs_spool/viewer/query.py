@@ -16,6 +16,7 @@ from typing import Any
 
 from prime_runs_spool.viewer.index import RunIndex
 from prime_runs_spool.viewer.rows import Row
+from prime_runs_spool.viewer.spans import EqualBins, interval, mean
 
 PAGE_SIZE = 50
 #: The reward histogram has one bin per distinct reward up to this many, else this many equal bins.
@@ -218,14 +219,14 @@ def histogram(index: RunIndex, query: TableQuery) -> list[Bin]:
         return [Bin(_fmt_float(value), counts[value], query.params(**{**base, "rmin": value, "rmax": value}),
                     query.rmin == value and query.rmax == value) for value in distinct]
     low, high = distinct[0], distinct[-1]
-    width = (high - low) / HISTOGRAM_BINS
+    equal = EqualBins(low, high, HISTOGRAM_BINS)
     bins = [0] * HISTOGRAM_BINS
     for reward in rewards:
-        bins[min(HISTOGRAM_BINS - 1, int((reward - low) / width))] += 1
+        bins[equal.index(reward)] += 1
     out = []
     for i, count in enumerate(bins):
-        a = low + i * width
-        b = high if i == HISTOGRAM_BINS - 1 else low + (i + 1) * width
+        a = equal.edge(i)
+        b = high if i == HISTOGRAM_BINS - 1 else equal.edge(i + 1)
         last = i == HISTOGRAM_BINS - 1
         change = {**base, "rmin": a, "rmax": b} if last else {**base, "rmin": a, "rlt": b}
         active = query.rmin == a and ((query.rmax == b) if last else (query.rlt == b))
@@ -261,15 +262,14 @@ class CompareRow:
 
 
 def _means(index: RunIndex) -> dict[str, tuple[Any, float | None, int]]:
-    sums: dict[str, list[Any]] = {}
+    rewards: dict[str, tuple[Any, list[float], list[int]]] = {}
     for row in index.rows:
-        key = str(row.example_id)
-        entry = sums.setdefault(key, [row.example_id, 0.0, 0, 0])
-        entry[3] += 1
+        example, values, count = rewards.setdefault(str(row.example_id), (row.example_id, [], [0]))
+        count[0] += 1
         if row.reward is not None:
-            entry[1] += row.reward
-            entry[2] += 1
-    return {key: (e[0], e[1] / e[2] if e[2] else None, e[3]) for key, e in sums.items()}
+            values.append(row.reward)
+    return {key: (example, mean(values) if values else None, count[0])
+            for key, (example, values, count) in rewards.items()}
 
 
 #: Resamples of the paired bootstrap (a fixed seed: the same runs give the same interval).
@@ -304,8 +304,7 @@ def compare_summary(rows: list[CompareRow]) -> CompareSummary:
     rng = random.Random(BOOTSTRAP_SEED)
     means = sorted(sum(rng.choices(deltas, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
     return CompareSummary(
-        paired=n, mean_a=sum(a for a, _ in pairs) / n, mean_b=sum(b for _, b in pairs) / n,
-        mean_delta=sum(deltas) / n, wins=sum(d > 0 for d in deltas), losses=sum(d < 0 for d in deltas),
+        paired=n, mean_a=mean([a for a, _ in pairs]), mean_b=mean([b for _, b in pairs]), mean_delta=mean(deltas), wins=sum(d > 0 for d in deltas), losses=sum(d < 0 for d in deltas),
         ties=sum(d == 0 for d in deltas), low=means[int(0.025 * BOOTSTRAP_RESAMPLES)],
         high=means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1])
 
@@ -447,12 +446,11 @@ def distribution(values: list[float], bins: int = PLOT_BINS) -> tuple[list[str],
         for value in values:
             counts[value] = counts.get(value, 0) + 1
         return [f"{value:.4g}" for value in distinct], [counts[value] for value in distinct]
-    low, high = distinct[0], distinct[-1]
-    width = (high - low) / bins
+    equal = EqualBins(distinct[0], distinct[-1], bins)
     out = [0] * bins
     for value in values:
-        out[min(bins - 1, int((value - low) / width))] += 1
-    return [f"{low + i * width:.3g}–{low + (i + 1) * width:.3g}" for i in range(bins)], out
+        out[equal.index(value)] += 1
+    return [f"{equal.edge(i):.3g}–{equal.edge(i + 1):.3g}" for i in range(bins)], out
 
 
 def plots(index: RunIndex, bin_link: Any) -> list[Plot]:
@@ -473,7 +471,7 @@ def plots(index: RunIndex, bin_link: Any) -> list[Plot]:
         if row.reward is not None:
             per_example.setdefault(str(row.example_id), []).append(row.reward)
     if per_example:
-        means = [sum(values) / len(values) for values in per_example.values()]
+        means = [mean(values) for values in per_example.values()]
         labels, counts = distribution(means)
         any_solved = sum(1 for values in per_example.values() if any(v > 0 for v in values))
         all_solved = sum(1 for values in per_example.values() if all(v > 0 for v in values))
@@ -534,11 +532,9 @@ def run_rewards(runs: list[RunIndex], group: str, metric: str | None = None) -> 
         values = [v for v in (_value(row, metric) for row in list(run.rows)) if v is not None]
         if not values:
             continue
-        n = len(values)
-        mean = sum(values) / n
-        spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
-        half = 1.96 * spread / n ** 0.5
+        centre = mean(values)
+        low, high = interval(values, centre, 1.96)
         label = (run.model or "–") if group == "model" else (", ".join(run.environments) or "–")
-        out.append(RunReward(run.key, run.name, label, n, mean, mean - half, mean + half))
+        out.append(RunReward(run.key, run.name, label, len(values), centre, low, high))
     out.sort(key=lambda r: (r.group, r.name, r.key))
     return out

@@ -13,6 +13,7 @@ truncation and token usage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,7 +108,10 @@ def _duration(timing: Any) -> float | None:
             end = finite_number(phase.get("end"))
             if end is not None and (latest is None or end > latest):
                 latest = end
-    return None if latest is None else max(0.0, latest - start)
+    if latest is None:
+        return None
+    span = latest - start  # inf for an end of 1e308 after a start of -1e308: no time a table holds
+    return max(0.0, span) if math.isfinite(span) else None
 
 
 def prompt_text(trace: Mapping[str, Any]) -> str:
