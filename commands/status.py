@@ -90,7 +90,9 @@ def status(paths: tuple[Path, ...], as_json: bool, state_dir: Path | None, allow
             click.echo(f"{run.status:<10} {shown(run.path)}")
             click.echo(f"  error: {shown(run.error)}")
             continue
-        click.echo(f"{run.status:<10} {shown(run.path)}  {shown(run.name or '?')}  model {shown(run.model or '?')}  "
+        # str(): a manifest's name or model is whoever wrote it (a number from another producer)
+        click.echo(f"{run.status:<10} {shown(run.path)}  {shown(str(run.name or '?'))}  "
+                   f"model {shown(str(run.model or '?'))}  "
                    f"{episodes(run.episodes)} in {count(run.segments, 'segment')}"
                    + (f", {run.superseded} superseded by a resume" if run.superseded else ""))
         if run.error:

@@ -654,3 +654,34 @@ def test_a_launch_file_that_cannot_be_read_is_a_warning_not_a_note(
     said = [r for r in caplog.records if "config_source left out" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING], caplog.text
     assert "eval.toml cannot be read (No such file or directory)" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("field, value", [("model", 3), ("model", ["a", "b"]), ("name", 7), ("framework", 5),
+                                          ("environments", [1, 2])])
+def test_an_identity_the_platform_cannot_take_is_refused_at_open(tmp_path: Path, field: str, value: Any) -> None:
+    """open_run(model=3) wrote a run that every sync then failed on ('model_name: Input should
+    be a valid string', answered 422), each episode acknowledged into it waiting forever:
+    refused before anything is written, naming the argument."""
+    from prime_runs_spool import open_run
+
+    kwargs: dict[str, Any] = {"name": "r", field: value}
+    with pytest.raises(TypeError, match=f"open_run: .*{'environment name' if field == 'environments' else field} "
+                                        f"is .*not a string.*could never be synced"):
+        open_run(tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_status_shows_a_manifest_whose_name_or_model_is_not_a_string(tmp_path: Path) -> None:
+    """Another producer's manifest (or an older open_run's) may hold a number there: status
+    ended in 'internal error: AttributeError: 'int' object has no attribute 'encode''."""
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.cli import run_cli
+    from support.runs import manifest_for
+
+    foreign = SegmentWriter.create(tmp_path / "runs" / "foreign", "foreign-numbers")
+    foreign.append("manifest", {**manifest_for("foreign-numbers"), "name": 7, "model": 3})
+    foreign.seal("completed")
+    result = run_cli("status", str(tmp_path / "runs"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "  7  model 3  0 episodes" in result.stdout, result.stdout

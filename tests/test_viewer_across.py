@@ -120,14 +120,20 @@ def test_the_export_carries_each_metrics_page_and_draws_it_offline(browser, runs
 
 
 def test_a_run_whose_model_is_not_a_string_is_grouped_beside_the_others(tmp_path):
-    """``open_run`` takes any model; a run logged with ``model=123`` (or a foreign manifest's
-    table) was sorted against the others' strings, and the page answered 500 for every run."""
+    """A foreign manifest's model may be a number or a table (``open_run`` refuses both now;
+    an older one wrote ``model=123``): sorted against the others' strings, the page answered
+    500 for every run."""
     from starlette.testclient import TestClient
 
+    from prime_runs_spool.spool.writer import SegmentWriter
+    from support.runs import manifest_for
+
     for name, model in (("named", "model-x"), ("numbered", 123), ("tabled", {"id": "m", "rev": [1]})):
-        with open_run(tmp_path / name, name=name, environments=["env1"], model=model, run_id=name,
-                      mode="offline") as run:
-            run.log_episodes([_episode(name, 0, 1.0)])
+        writer = SegmentWriter.create(tmp_path / name, name)
+        writer.append("manifest", {**manifest_for(name, name=name, environment="env1"), "model": model})
+        episode = _episode(name, 0, 1.0)
+        writer.append("episode", episode, {"episode_id": episode["id"], "rollout_number": 1})
+        writer.seal("completed")
     client = TestClient(create_viewer_app(SpoolSource([tmp_path])), base_url="http://127.0.0.1")
     for group in ("model", "environment"):
         page = client.get("/across", params={"group": group})

@@ -29,7 +29,7 @@ from prime_runs_spool._version import __version__
 from prime_runs_spool.plural import plural
 from prime_runs_spool.files import printable_data
 from prime_runs_spool.spool.format import FORMAT_VERSION
-from prime_runs_spool.content.environments import environment_list
+from prime_runs_spool.content.environments import environment_list, environment_problem
 from prime_runs_spool.content.error_scrub import masked_away
 from prime_runs_spool.content.mask_locations import MASKING_VERSION
 from prime_runs_spool.content.mask_text import mask_url
@@ -75,7 +75,19 @@ def build_manifest(
     count, ``-1`` when unknown), while the config may hold an alias or a default. An
     argument left ``None`` keeps the config's value if it has one, else the v0 default
     (``-1`` examples, ``1`` rollout).
+
+    A name, model, framework or environment name the platform cannot take (not a string, an
+    environment name over its limit) raises here, before anything is written: the platform
+    refuses to create such an evaluation, so a run opened with ``model=3`` could never be
+    synced, and every episode acknowledged into it would wait forever (:func:`identity_problem`).
     """
+    problem = identity_problem(name=name, model=model, framework=framework)
+    if problem is not None:
+        raise TypeError(f"open_run: {problem}")
+    problem = environment_problem(environments)
+    if problem is not None:
+        raise (TypeError if "not a string" in problem else ValueError)(
+            f"open_run: {problem}; the platform cannot create the evaluation, so the run could never be synced")
     rules = MaskRules.defaults_for_config()
     if extra_rules is not None:
         rules = rules.extended(extra_rules)
@@ -108,6 +120,17 @@ def build_manifest(
         if source is not None:
             manifest["config_source"] = source
     return manifest, warnings
+
+
+def identity_problem(**fields: Any) -> str | None:
+    """Why one of the run's identifying texts (``name``, ``model``, ``framework``: each None
+    or a string) cannot be recorded, saying what to pass instead; None when all can."""
+    for field, value in fields.items():
+        if value is not None and not isinstance(value, str):
+            return (f"{field} is {type(value).__name__} {str(value)[:40]!r}, not a string: the platform "
+                    f"cannot create an evaluation with it, so the run could never be synced; pass "
+                    f"{field}=str(...) or None")
+    return None
 
 
 def is_config_source_note(warning: str) -> bool:

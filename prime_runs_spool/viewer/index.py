@@ -104,8 +104,9 @@ class RunIndex:
 
     @property
     def model(self) -> str | None:
-        """The manifest's model as text: ``open_run`` takes any value (``model=123``), and a
-        page sorting runs by model must not compare a number with a string."""
+        """The manifest's model as text: a manifest holds what its producer wrote (an older
+        ``open_run`` took ``model=123``), and a page sorting runs by model must not compare
+        a number with a string."""
         model = self.manifest.get("model")
         return None if model is None else str(model)
 
