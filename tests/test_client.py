@@ -205,12 +205,13 @@ def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after"])
+@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after", "ok_object"])
 def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_path: Path, fault: str) -> None:
     """A proxy answers a samples request 200 with an empty body, never passing it on
-    (``ok_empty``), or passes it on and answers 200 ``null`` (``ok_null_after``). Neither is
+    (``ok_empty``), or with ``{}`` (``ok_object``: an object without the platform's
+    ``samples_pushed``), or passes it on and answers 200 ``null`` (``ok_null_after``). None is
     the platform's answer: the request is in doubt, settled by the count (in the pass, once
-    its lifetime is past, or by the next sync), each row there once. Before, an empty 2xx counted as pushed: the run said synced,
+    its lifetime is past, or by the next sync), each row there once. Before, an empty 2xx (and a `{}`) counted as pushed: the run said synced,
     5 pushed, the platform held none of them, and every later sync said up to date."""
     from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
@@ -227,7 +228,7 @@ def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt
             assert fault in proxy.faults()
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{bare.evaluation_id}").json()
         assert evaluation["total_samples"] == bare.pushed_total, bare  # what it says is there, is
-        if fault == "ok_empty":  # nothing there to settle it by: a line saying so
+        if fault in ("ok_empty", "ok_object"):  # nothing there to settle it by: a line saying so
             assert (bare.state, bare.pushed_now) == ("error", 0), bare
             assert "without the platform's answer" in bare.error and "\n" not in bare.error, bare.error
         done = sync(platform.base_url)

@@ -22,7 +22,7 @@ from prime_runs_spool.platform_api.settings import Secret, Settings
 KEY = "sk-wire-test-key-value"
 #: One answer every call the tests make can read.
 EVERYTHING = orjson.dumps({"evaluation_id": "ev-1", "status": "RUNNING", "total_samples": 0, "evaluations": [],
-                           "total": 0, "data": {"id": "env-1"}, "samples": []})
+                           "total": 0, "data": {"id": "env-1"}, "samples": [], "samples_pushed": 0})
 
 
 def answer(status: int = 200, body: bytes = EVERYTHING, *headers: tuple[str, str]) -> bytes:

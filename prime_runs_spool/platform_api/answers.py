@@ -12,9 +12,10 @@ which may have created an evaluation whose id the answer lost (the protocol sett
 any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
-through untouched). A samples request's answer carries nothing sync uses, so it is checked
-for being an object at all (``acted_on``), as a finalize's and a ``PUT``'s are: a 2xx with no body or another body is not the
-platform's answer.
+through untouched). A finalize's and a ``PUT``'s answer carry nothing sync uses, so each is checked
+for being an object at all (``acted_on``): a 2xx with no body or another body is not the
+platform's answer. A samples request's answer must also carry the platform's
+``samples_pushed`` (``samples_answer``): ``{}`` is no more its answer than an empty body.
 """
 
 from __future__ import annotations
@@ -157,6 +158,21 @@ def acted_on(answer: Any, where: str) -> dict[str, Any]:
         raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an empty "
                                "body, or JSON that is not an object), so it is not taken as done")
     return answer
+
+
+def samples_answer(answer: Any, where: str) -> dict[str, Any]:
+    """A samples request's answer, ``{evaluation_id, samples_pushed, status}``
+    (docs/platform-api.md): an object carrying ``samples_pushed`` (a count), or the request is
+    in doubt. The platform states the count in every answer (the local platform likewise);
+    an object without it (``{}``: a stub, a proxy or gateway answering for a request it may
+    never have passed on) says nothing of the request, as an empty body does (``acted_on``),
+    and taken for a yes it had the run said synced with none of its rows there. In doubt
+    costs one read of the evaluation's count, which settles it (sync/reconcile.py)."""
+    body = acted_on(answer, where)
+    if not _count(body, "samples_pushed"):
+        raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an object "
+                               "without samples_pushed), so it is not taken as done")
+    return body
 
 
 def created_evaluation(answer: Any, where: str) -> dict[str, Any]:

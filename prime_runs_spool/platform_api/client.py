@@ -462,8 +462,8 @@ class PlatformClient:
         of the declared length), so the platform never acts on it (sync/protocol.py,
         ``Protocol.send_once``)."""
         path = self._evaluation(evaluation_id, "/samples")
-        return answers.acted_on(self._request("POST", path, content=_Chunks(body, on_sent, before_last)),
-                                f"POST {path}")
+        return answers.samples_answer(self._request("POST", path, content=_Chunks(body, on_sent, before_last)),
+                                      f"POST {path}")
 
     def update_evaluation(
         self, evaluation_id: str, *, metadata: Mapping[str, Any] | None = None,
