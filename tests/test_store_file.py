@@ -141,6 +141,25 @@ def test_mirror_into_a_folder_url_then_sync_ships_the_run_once(tmp_path: Path, s
     assert oct(stored.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
+def test_status_and_verify_over_a_folder_url_holding_a_live_run_say_it_is_live(tmp_path: Path,
+                                                                              folder_url: str) -> None:
+    """A run mirrored while its eval still writes (the deployment's shape, docs/deploy.md):
+    both ended in 'internal error: AttributeError' (a store's segment asked for its lock file)."""
+    outputs = tmp_path / "outputs"
+    builder, _ = live_run(outputs / "eval-1", "file-live-status", 3)
+    assert mirror_once(outputs, folder_url).returncode == 0
+    status = run_cli("status", folder_url, "--json")
+    verify = run_cli("verify", folder_url, "--json")
+    builder.seal()
+    assert status.returncode == 0, status.stderr
+    [run] = json.loads(status.stdout)["runs"]
+    assert (run["state"], run["episodes"]) == ("live", 3)
+    assert verify.returncode == 0, verify.stderr
+    [run] = json.loads(verify.stdout)["runs"]
+    assert run["status"] == "live" and run["ok"], run
+
+
 def test_gs_and_az_urls_open_the_library_store_behind_the_same_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """No emulator for ``gs://`` runs here (docs/cli.md): what can be shown is that such a URL
     is opened by the store library, behind the same ObjectStore calls sync makes on S3 (only

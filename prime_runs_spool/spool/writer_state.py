@@ -111,7 +111,12 @@ def lock_deleted_under_writer(segment: Path) -> bool:
     """Whether the segment's lock file is missing while the process its header names is
     alive on this machine (docs/spool-format.md, section 5): someone deleted the lock of a
     live writer, which must still count as live. A header without the process's boot id
-    and start time (an older writer, another machine) never counts."""
+    and start time (an older writer, another machine) never counts, nor a segment in an
+    object store, which answers for its writer itself (:func:`writer_alive`) and has no lock
+    file to lose (``prime-runs status`` and ``verify`` of a bucket holding a live run ended
+    in an internal error asking it for one)."""
+    if getattr(segment, "writer_alive", None) is not None:
+        return False
     if os.path.exists(lock_path_of(segment)):
         return False
     return process_alive(_header_writer(segment))
