@@ -526,10 +526,33 @@ def test_resume_with_a_different_run_id_is_an_error(tmp_path: Path) -> None:
 
 
 def test_a_run_still_being_written_is_not_resumed(tmp_path: Path) -> None:
+    """By this very process (a notebook's cell run twice): the refusal said to wait for
+    "another process" to exit, which never happens; it names the Run to finish instead."""
     run = basic_run(tmp_path)
-    with pytest.raises(RunInUseError, match="still writing"):
+    with pytest.raises(RunInUseError, match=r"this process already has this run open .*finish\(\) or abort\(\)"):
         basic_run(tmp_path)
+    run.log_episodes([small_episode("after")])
     run.finish()
+    assert read_run(tmp_path).episodes_count == 1
+
+
+@pytest.mark.slow
+def test_a_run_another_process_writes_is_not_resumed(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from prime_runs_spool import open_run
+        run = open_run({str(tmp_path)!r}, name="r")
+        print("open", flush=True)
+        sys.stdin.readline()
+        run.finish()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "open\n"
+        with pytest.raises(RunInUseError, match="another process is still writing this run"):
+            basic_run(tmp_path)
+    finally:
+        child.communicate("\n", timeout=60)
+    basic_run(tmp_path).finish()
 
 
 def test_resumed_disabled_run_reads_and_writes_nothing(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
 from prime_runs_spool.spool.reader import iter_records, resync_records
 from prime_runs_spool.spool.resync import Damage
-from prime_runs_spool.spool.writer_state import writer_alive
+from prime_runs_spool.spool.writer_state import held_by_this_process, writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
 
 #: A header line is a few hundred bytes; reading this much of a segment always covers it.
@@ -68,6 +68,11 @@ def scan_prior_run(run_dir: str | os.PathLike[str], superseded: Collection[str] 
     segments = list_segments(run_dir)
     for _, path in segments:
         if writer_alive(path):
+            if held_by_this_process(path):
+                raise RunInUseError(
+                    f"{path}: this process already has this run open (a Run not finished yet, "
+                    "from a cell run before, say); finish() or abort() that Run, or keep logging "
+                    "to it, instead of opening the run again")
             raise RunInUseError(
                 f"{path}: another process is still writing this run; "
                 "wait for it to exit before resuming the run"

@@ -107,6 +107,13 @@ def run_writer_alive(run_dir: Path) -> bool:
     return any(writer_alive(path) for _, path in list_segments(run_dir))
 
 
+def held_by_this_process(segment: Path) -> bool:
+    """Whether the live writer of ``segment`` is this very process: a run it opened and has
+    not finished yet, opened again (a notebook's cell run twice), which no waiting ends."""
+    writer = _header_writer(segment)
+    return isinstance(writer, dict) and writer.get("pid") == os.getpid() and process_alive(writer)
+
+
 def lock_deleted_under_writer(segment: Path) -> bool:
     """Whether the segment's lock file is missing while the process its header names is
     alive on this machine (docs/spool-format.md, section 5): someone deleted the lock of a
