@@ -40,7 +40,8 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
     with no spool are shown read-only, marked "not spooled", with the command that imports them.
 
     Exit 0 after a clean stop (SIGINT/SIGTERM) or a finished export; 1 when a path given to
-    --export holds neither a spool nor eval outputs (unless --allow-empty); 2 on a usage error
+    --export holds neither a spool nor eval outputs (unless --allow-empty) or a run exported
+    cannot be read (its pages say why); 2 on a usage error
     (a path does not exist, a non-loopback --host without --token, the address cannot be bound).
 
     \b
@@ -56,6 +57,7 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
     if export_dir is not None:
         from prime_runs_spool.importer.places import paths_with_nothing
         from prime_runs_spool.viewer.export import export
+        from prime_runs_spool.viewer.index import UNREADABLE
 
         from .import_ import nothing_found_message
 
@@ -64,8 +66,9 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
         # Said after the export, so that a folder that cannot be written stays a usage error.
         empty = paths_with_nothing(roots)
         links = SkippedLinks()
+        source = SpoolSource(roots, default_state_dir(state_dir), links)
         try:
-            written = export(SpoolSource(roots, default_state_dir(state_dir), links), export_dir)
+            written = export(source, export_dir)
         except SpoolError as exc:
             fail_usage(f"view --export: {exc}")
         except OSError as exc:  # the folder written to: say which path, and why, not the errno
@@ -74,8 +77,13 @@ def view(paths: tuple[Path, ...], host: str, port: int | None, token: str | None
         click.echo(f"wrote {count(written, 'file')} to {export_dir}", err=True)
         for path in empty:
             click.echo(f"{MESSAGE_PREFIX}{nothing_found_message(path)}", err=True)
+        # A run none of whose records could be read (another user's segment): its pages in the
+        # site say why, and so does the command, as export says of a table's rows.
+        unread = [run.error for run in source.runs() if run.status == UNREADABLE and run.error]
+        for error in unread:
+            click.echo(f"{MESSAGE_PREFIX}{error} (the run's pages in the export say so)", err=True)
         links.say()
-        sys.exit(1 if empty and not allow_empty else 0)
+        sys.exit(1 if unread or (empty and not allow_empty) else 0)
     try:
         serve_viewer(roots, host=host, port=port, token=token, out=sys.stdout,
                      state_dir=default_state_dir(state_dir), open_in=sys.stderr if open_browser else None,

@@ -175,3 +175,44 @@ def test_a_path_holding_only_a_folder_that_cannot_be_read_is_not_said_to_hold_no
         assert named in said, (name, said)
         assert result.returncode == (0 if name == "status" else 1), (name, said)
     assert done["import"].stderr.endswith(f"{named}: eval outputs in it, if any, were not imported\n")
+
+
+@pytest.mark.slow
+def test_view_shows_every_run_and_names_the_unreadable_ones_in_their_rows(tree: Path) -> None:
+    """A segment that cannot be read (another user's, a resume by someone else) raised out of
+    the run's index as it was read: the runs page and the across-runs page, which read every
+    run, answered "Cannot read this run" (500) for all of them, the good ones unreachable."""
+    import httpx
+
+    from support import platform_process
+
+    proc = subprocess.Popen([*AS_UNPRIVILEGED, *CLI, "view", str(tree), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        url = platform_process.first_line(proc).rstrip("/")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            pages = {page: client.get(page) for page in ("/", "/across", "/run?run=a-good", "/run?run=d-segment")}
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert {page: answer.status_code for page, answer in pages.items()} == dict.fromkeys(pages, 200)
+    runs = pages["/"].text
+    assert 'data-run="a-good"' in runs and 'data-run="f-good"' in runs
+    row = runs[runs.index('data-run="d-segment"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-status="error"' in row and "seg-000001.jsonl: cannot be read (Permission denied)" in row, row
+    assert "cannot be read (Permission denied)" in pages["/run?run=d-segment"].text
+    assert "Traceback" not in proc.stderr.read()
+
+
+@pytest.mark.slow
+def test_view_export_writes_every_run_and_names_the_unreadable_ones(tree: Path, tmp_path: Path) -> None:
+    """It stopped at the first segment it could not read, 'view --export: ...seg-000001.jsonl:
+    cannot be written (Permission denied)', exit 2, the site's pages unwritten."""
+    done = command("view", str(tree), "--export", str(tmp_path / "site"), timeout=120)
+    assert_no_traceback(done)
+    assert "cannot be written" not in done.stderr
+    assert done.returncode == 1, done.stderr
+    assert f"{tree / 'd-segment' / 'spool' / 'seg-000001.jsonl'}: cannot be read (Permission denied)" in done.stderr
+    assert (tmp_path / "site" / "index.html").exists()
+    assert (tmp_path / "site" / "episode-a-good-3.html").exists() and (tmp_path / "site" / "episode-f-good-3.html").exists()

@@ -30,6 +30,7 @@ from prime_runs_spool.content.masking import MaskRules
 from prime_runs_spool.content.remask import needs_remask, remask_episode, remask_manifest
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
+from prime_runs_spool.files import unreadable_message
 from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
 from prime_runs_spool.spool.layout import list_segments, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
@@ -305,6 +306,17 @@ class SpoolIndex(RunIndex):
         yield from super().records(rest)
 
     def _read(self, deadline: float) -> None:
+        try:
+            self._read_spool(deadline)
+        except OSError as exc:  # another user's segment, a folder made unreadable under the viewer
+            # The run says so (status "error"), not every page listing it: the runs page and
+            # the across-runs page refresh each run, and answered "Cannot read this run" for all.
+            self.error = unreadable_message(exc, self.run_dir)
+            self.behind = False
+            self._seen_shape = None  # asked again at the next refresh: a file readable again is read
+            self._status = UNREADABLE
+
+    def _read_spool(self, deadline: float) -> None:
         if self._corrupt:
             self.behind = False
             return
