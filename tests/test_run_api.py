@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -708,3 +709,24 @@ def test_status_shows_a_manifest_whose_name_or_model_is_not_a_string(tmp_path: P
     result = run_cli("status", str(tmp_path / "runs"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "  7  model 3  0 episodes" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("summary, error", [({"avg_reward": object()}, "field summary.avg_reward"),
+                                            ([1, 2], "takes a mapping"), ("text", "takes a mapping")])
+def test_a_summary_the_seal_cannot_hold_is_refused_and_the_run_stays_open(
+        tmp_path: Path, summary: Any, error: str) -> None:
+    """Refused at the seal, finish(summary={"avg_reward": object()}) left the run crashed in
+    this process, its segment still locked ("live" to status) and finish, abort and a new
+    open_run all unable to seal it until the process exited."""
+    from prime_runs_spool.spool.writer_state import run_writer_alive
+
+    run = basic_run(tmp_path)
+    run.log_episodes([small_episode("e1")])
+    with pytest.raises(TypeError, match=f"{re.escape(error)}.*the run is still open"):
+        run.finish(summary=summary)
+    assert run.status == "open"
+    run.log_episodes([small_episode("e2")])
+    assert run.finish() == run.summary()
+    assert not run_writer_alive(tmp_path)
+    spool = read_run(tmp_path)
+    assert (spool.status, spool.episodes_count) == ("completed", 2)

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from prime_runs_spool.plural import episodes as plural_episodes
 from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
-from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED
+from prime_runs_spool.errors import RecordNotSerializableError, RecordTooLargeError
+from prime_runs_spool.spool.format import CANCELLED, COMPLETED, CRASHED, FAILED, prepare
 
 if TYPE_CHECKING:
     from prime_runs_spool.runner.forks import Ownership
@@ -91,10 +92,11 @@ class Ending:
                         "finish() would block the event loop while log_episodes_async calls are "
                         "in flight; await them first, or call finish via asyncio.to_thread"
                     )
+                given = None if summary is None else _checked_summary(summary)
                 state.status = CLOSING  # from here on, _admit refuses with RunClosedError
                 while state.inflight:
                     state.cond.wait()
-                final = dict(summary) if summary is not None else state.summary.result()
+                final = given if given is not None else state.summary.result()
                 episodes, traces = state.summary.counts
             try:
                 self._seal(COMPLETED, summary=final, error=None)
@@ -147,6 +149,25 @@ class Ending:
             self._final_summary = summary
             listeners = self._listeners.snapshot() if self._writer is not None else ()
         self._listeners.notify(self._subject, listeners)
+
+
+def _checked_summary(summary: Any) -> dict[str, Any]:
+    """``finish``'s own summary, refused before anything changes when the seal could not
+    hold it: refused at the seal, it left the run unsealable in this process (crashed, its
+    segment still locked, ``finish`` and ``abort`` doing nothing)."""
+    again = ("; the run is still open: finish it again with a summary JSON can hold, or with "
+             "none to have it computed from the episodes")
+    if not isinstance(summary, Mapping):
+        raise TypeError(f"finish(summary=...) takes a mapping (avg_reward, avg_metrics, avg_error), "
+                        f"not {type(summary).__name__}{again}")
+    given = dict(summary)
+    try:
+        prepare({"summary": given}, "finish's summary")
+    except RecordNotSerializableError as exc:
+        raise RecordNotSerializableError(exc.what, exc.field_path, exc.reason + again) from None
+    except RecordTooLargeError as exc:
+        raise RecordTooLargeError(f"{exc}{again}") from None
+    return given
 
 
 def _on_running_loop() -> bool:
