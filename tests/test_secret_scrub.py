@@ -13,6 +13,7 @@ import html
 import re
 from urllib.parse import unquote
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,3 +157,30 @@ def test_a_key_broken_by_white_space_inside_a_json_answer_is_scrubbed_from_the_e
         whole = key.encode()[start:start + (len(key) - start) // 3 * 3]
         middle = base64.b64encode(whole).decode()[4:-4] if len(whole) >= 6 else ""
         assert not middle or middle not in said, (key, body, said)
+
+
+#: Every character ``str.split()`` cuts at, which the error line's words are joined over.
+WHITE_SPACE = [chr(code) for code in range(0x3001) if chr(code).isspace()]
+
+
+@pytest.mark.parametrize("blank", WHITE_SPACE, ids=[f"U+{ord(ch):04X}" for ch in WHITE_SPACE])
+def test_a_key_broken_by_any_white_space_json_escapes_is_scrubbed_from_the_error_line(blank: str) -> None:
+    """JSON written ASCII-only (Python's json.dumps as it is, Flask's) escapes a no-break
+    space, a line separator or an information separator as ``\\u00a0``, ``\\u2028``,
+    ``\\u001f``; the error line's words are read from the parsed JSON and joined over any
+    white space, so a key broken by one of them printed whole ('sk-EchoKey ZZ9911abcdef'):
+    only ``\\u0009``-``\\u000d`` and ``\\u0020`` were known for white space."""
+    import base64
+    import json
+
+    from prime_runs_spool.platform_api.answers import error_words
+
+    key = "sk-EchoKeyZZ9911abcdef"
+    bodies = [json.dumps({"detail": f"you sent: Bearer {key[:10]}{blank}{key[10:]}"}),
+              json.dumps({"detail": f"you sent: Bearer {blank.join(key)}"}),
+              json.dumps({"detail": f"you sent: {base64.b64encode(key.encode()).decode()[:8]}{blank}"
+                                    f"{base64.b64encode(key.encode()).decode()[8:]}"})]
+    for body in [*bodies, *(re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), b) for b in bodies)]:
+        said = error_words(Secret(key).scrub(body))
+        joined = "".join(said.split())
+        assert key not in joined and base64.b64encode(key.encode()).decode()[4:-4] not in joined, (body, said)

@@ -91,9 +91,11 @@ def _quoted_pattern(value: str) -> re.Pattern[str]:
 
 #: What may come between two characters of the key as an answer quotes it: white space, a
 #: line break included, as itself or as JSON writes it in a string (``\n``, ``\r``, ``\t``,
-#: ``\u000a``...): an error line reads a JSON answer for its words after the scrub
-#: (answers.error_words), which turns those escapes into the white space it joins.
-_BLANKS = r"(?:\s|\\[nrtf]|\\u00(?:0[9a-dA-D]|20))*"
+#: ``\u000a``, and ``\u00a0``, ``\u2028``, ``\u001f``... as ASCII-only JSON writes every
+#: character ``str.split`` cuts at): an error line reads a JSON answer for its words after the
+#: scrub (answers.error_words), which turns those escapes into the white space it joins.
+_BLANKS = (r"(?:\s|\\[nrtf]|\\u(?i:"
+           + "|".join(f"{code:04x}" for code in range(0x10000) if chr(code).isspace()) + "))*")
 
 
 def _broken_anywhere(forms: list[str]) -> re.Pattern[str]:
