@@ -317,6 +317,24 @@ def test_a_value_json_cannot_hold_is_refused_naming_the_episode_and_the_field(tm
     finish_within(run, 10)
 
 
+class _Score(float):
+    """A float subclass, as numpy's float64 is: JSON's json module writes it, orjson not."""
+
+
+@pytest.mark.parametrize("value", [{"a", "b"}, _Score(0.5), b"bytes"])
+def test_a_value_json_cannot_hold_is_refused_saying_what_to_do(tmp_path: Path, value: Any) -> None:
+    """The refusal said what was wrong ('Type is not JSON serializable: numpy.float64'), not
+    that nothing was recorded nor what to do, as every other refusal of log_episodes does."""
+    run = basic_run(tmp_path)
+    episode = small_episode("odd", metrics={"m": value})
+    with pytest.raises(RecordNotSerializableError,
+                       match=r"traces\[0\]\.metrics\.m: .*nothing of this call was recorded: .*float\(x\)"):
+        run.log_episodes([episode])
+    episode["traces"][0]["metrics"]["m"] = 0.5
+    assert run.log_episodes([episode]) == 1
+    finish_within(run, 10)
+
+
 _json_leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5)
 _json_values = st.recursive(
     _json_leaves,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import RunClosedError, RunMismatchError, WriterClosedError
+from prime_runs_spool.errors import RecordNotSerializableError, RunClosedError, RunMismatchError, WriterClosedError
 from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest
 from prime_runs_spool.content.error_scrub import error_forms, scrub_text
 from prime_runs_spool.content.manifest import build_manifest, is_config_source_note, masked_config_values
@@ -53,6 +53,11 @@ from prime_runs_spool.runner.forks import Ownership
 DurableListener = Callable[["Run"], None]
 
 _log = logging.getLogger("prime_runs_spool")
+
+#: What a refusal of a value JSON cannot hold adds: a numpy number (even ``float64``, a
+#: float) or array, a set, a path, bytes are common in an eval's own loop.
+_NOT_SERIALIZABLE_ADVICE = ("; nothing of this call was recorded: make it a value JSON holds (float(x), "
+                            "x.tolist(), str(x), a list for a set) and log the episodes again")
 
 ExtraRules = MaskRules | Iterable[str | Iterable[str]] | None
 
@@ -290,19 +295,22 @@ class Run:
         plain = self._masks_plainly
         prepared = []
         skipped = 0  # counted only once the call is admitted: a call that fails counts nothing
-        for episode in list(episodes):
-            if type(episode) is dict:  # _peek_id's common case (episode_id_of's reading), without the call
-                episode_id = episode.get("id")
-                if episode_id is not None and type(episode_id) is not str:
-                    episode_id = str(episode_id)
-            else:
-                episode_id = _peek_id(episode)
-            # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
-            # a resumed run's re-logged episodes are not even serialized; the lock decides.
-            if episode_id is not None and episode_id in seen:
-                skipped += 1
-                continue
-            prepared.append(prepare_episode(episode, rules, episode_id, plain=plain, read=is_async))
+        try:
+            for episode in list(episodes):
+                if type(episode) is dict:  # _peek_id's common case (episode_id_of's reading), without the call
+                    episode_id = episode.get("id")
+                    if episode_id is not None and type(episode_id) is not str:
+                        episode_id = str(episode_id)
+                else:
+                    episode_id = _peek_id(episode)
+                # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
+                # a resumed run's re-logged episodes are not even serialized; the lock decides.
+                if episode_id is not None and episode_id in seen:
+                    skipped += 1
+                    continue
+                prepared.append(prepare_episode(episode, rules, episode_id, plain=plain, read=is_async))
+        except RecordNotSerializableError as exc:  # says what is wrong; what to do, as the other refusals
+            raise RecordNotSerializableError(exc.what, exc.field_path, exc.reason + _NOT_SERIALIZABLE_ADVICE) from None
 
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
