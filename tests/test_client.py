@@ -175,6 +175,18 @@ def _sync_samples(runs: Path, db: Path, base_url: str, *, attempts: int):
     return report
 
 
+def _sync_through_fault(platform_url: str, runs: Path, db: Path, fault: str, *, methods: list[str], paths: str):
+    """One sync (one try a request) through a fault proxy before the local platform at
+    ``platform_url`` that answers every request of ``methods`` to ``paths`` with ``fault``;
+    the fault must have been met, or the test would prove nothing."""
+    from fixtures.fault_proxy import FaultProxy
+
+    with FaultProxy(platform_url, rates={fault: 1.0}, methods=methods, paths=paths) as proxy:
+        report = _sync_samples(runs, db, proxy.base_url, attempts=1)
+        assert fault in proxy.faults()
+    return report
+
+
 @pytest.mark.slow
 def test_a_samples_request_a_gateway_redirects_is_not_counted_pushed(tmp_path: Path) -> None:
     """A gateway before the platform answers every samples request with a 307 (a maintenance
@@ -213,19 +225,16 @@ def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt
     the platform's answer: the request is in doubt, settled by the count (in the pass, once
     its lifetime is past, or by the next sync), each row there once. Before, an empty 2xx (and a `{}`) counted as pushed: the run said synced,
     5 pushed, the platform held none of them, and every later sync said up to date."""
-    from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-samples", 5)
-    db = tmp_path / "p.db"
+    runs, db = tmp_path / "runs", tmp_path / "p.db"
 
     def sync(base_url: str):
-        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
+        return _sync_samples(runs, db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
-        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/samples$") as proxy:
-            bare = sync(proxy.base_url)
-            assert fault in proxy.faults()
+        bare = _sync_through_fault(platform.base_url, runs, db, fault, methods=["POST"], paths=r"/samples$")
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{bare.evaluation_id}").json()
         assert evaluation["total_samples"] == bare.pushed_total, bare  # what it says is there, is
         if fault in ("ok_empty", "ok_object"):  # nothing there to settle it by: a line saying so
@@ -245,19 +254,16 @@ def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_pa
     evaluation ends COMPLETED, finalized once. Before, an empty 2xx counted as done: the
     state said finalized, the evaluation stayed RUNNING without its metrics, and every
     later sync said up to date."""
-    from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-finalize", 3)
-    db = tmp_path / "p.db"
+    runs, db = tmp_path / "runs", tmp_path / "p.db"
 
     def sync(base_url: str):
-        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
+        return _sync_samples(runs, db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
-        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/finalize$") as proxy:
-            first = sync(proxy.base_url)
-            assert fault in proxy.faults()
+        first = _sync_through_fault(platform.base_url, runs, db, fault, methods=["POST"], paths=r"/finalize$")
         sync(platform.base_url)
         again = sync(platform.base_url)
         assert again.state == "up_to_date", again
@@ -272,20 +278,17 @@ def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_take
     proxy that never passed them on: the run's error, and the next sync records the end.
     Before, the run said failed as recorded, the evaluation stayed RUNNING without its end,
     and every later sync said up to date."""
-    from fixtures.fault_proxy import FaultProxy
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-put", 3, status="failed")
-    db = tmp_path / "p.db"
+    runs, db = tmp_path / "runs", tmp_path / "p.db"
 
     def sync(base_url: str):
-        return _sync_samples(tmp_path / "runs", db, base_url, attempts=1)
+        return _sync_samples(runs, db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
-        with FaultProxy(platform.base_url, rates={"ok_empty": 1.0}, methods=["PUT"],
-                        paths=r"/evaluations/[^/]+$") as proxy:
-            first = sync(proxy.base_url)
-            assert "ok_empty" in proxy.faults()
+        first = _sync_through_fault(platform.base_url, runs, db, "ok_empty", methods=["PUT"],
+                                    paths=r"/evaluations/[^/]+$")
         assert first.state == "error" and "without the platform's answer" in first.error, first
         assert sync(platform.base_url).state == "failed"
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{first.evaluation_id}").json()

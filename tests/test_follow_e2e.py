@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.children import interrupted
 from support.env import REPO_ROOT, child_env
 from support.platform_process import first_line
 from fixtures.fault_proxy import FaultProxy
@@ -34,6 +35,14 @@ def follow(base_url: str, *paths: Path, extra: tuple[str, ...] = ()) -> subproce
     cmd = sync_cmd(base_url, "--follow", "--json", *map(str, paths), *extra)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=child_env(PRIME_API_KEY=TOKEN))
+
+
+def interrupted_events(proc: subprocess.Popen[str]) -> list[dict]:
+    """Every event a follower printed, read after a SIGINT (a person's Ctrl-C) ends it: it
+    must end on its own, exit 0."""
+    out, err, _ = interrupted(proc, timeout=30)
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> float:
@@ -276,12 +285,9 @@ def test_a_followed_run_deleted_or_moved_is_said_gone_once_and_a_move_is_followe
             moved.finish()
         wait_for(lambda: pushed(api, moved.id) == 3, what="the moved run followed where it went")
         time.sleep(1.5)  # a few more looks and walks: the deleted folder must stay deleted
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        events = interrupted_events(proc)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
     said = [(Path(e["path"]).name, e["state"]) for e in events]
     assert said.count(("deleted", "gone")) == 1 and said.count(("moved", "gone")) == 1, said
     assert not [e for e in events if e["state"] in ("error", "skipped")], events
@@ -324,12 +330,9 @@ def test_a_run_moved_while_a_pass_reads_it_is_gone_not_lost_and_another_spool_at
         again.seal()
         wait_for(lambda: pushed(api, again.run_id) == 2, what="the new spool at the old path")
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        events = interrupted_events(proc)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
     said = [(Path(e["path"]).name, e["state"]) for e in events]
     assert not [e for e in events if e["state"] in ("lost", "error", "corrupt", "skipped")], events
     gone = [name for name, state in said if state == "gone"]

@@ -20,6 +20,7 @@ import pytest
 from fixtures.fault_proxy import NO_FAULT, FaultProxy
 from support import platform_process
 from support.env import CLI, child_env
+from support.ports import closed_url
 from support.runs import build_run
 from support.sync_e2e import TOKEN, evaluations_of, sync_cmd
 
@@ -272,16 +273,11 @@ def test_a_run_moved_to_samples_after_its_create_named_traces_is_named_samples_f
     stored); then, Prime Traces off for the account, ``auto`` falls back to samples, and the
     evaluation is told so before the first row, so a sync that loses the state later follows
     the run there instead of stopping."""
-    import socket
-
     builder = build_run(tmp_path / "runs" / "run", "named-samples-after", 6)
     runs, db = tmp_path / "runs", tmp_path / "platform.db"
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        closed_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
     with platform_process.running(db, "--token", TOKEN) as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        refused(sync(server.base_url, runs, "traces", tmp_path / "cache1", PRIME_TRACES_URL=closed_url),
+        refused(sync(server.base_url, runs, "traces", tmp_path / "cache1", PRIME_TRACES_URL=closed_url()),
                 "connection refused")
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "traces"
@@ -304,16 +300,11 @@ def test_auto_whose_prime_traces_cannot_be_reached_leaves_the_evaluation_naming_
     withdrawn). The evaluation is named samples again, so a sync that lost the state, Prime
     Traces reachable now, pushes the run there; before, it stayed named traces and that sync
     stopped for good ('not enabled ... went to traces', --replay only)."""
-    import socket
-
     builder = build_run(tmp_path / "runs" / "run", "traces-unreachable", 6)
     runs, db = tmp_path / "runs", tmp_path / "platform.db"
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        closed_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
     with platform_process.running(db, "--token", TOKEN) as server, \
             httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        refused(sync(server.base_url, runs, "auto", tmp_path / "cache1", PRIME_TRACES_URL=closed_url),
+        refused(sync(server.base_url, runs, "auto", tmp_path / "cache1", PRIME_TRACES_URL=closed_url()),
                 "connection refused")
         (evaluation,) = evaluations_of(api, builder.run_id)
         assert evaluation["metadata"]["prime_runs_sink"] == "samples"

@@ -7,7 +7,6 @@ the platform on the same database without it."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES, SyncOptions
 from prime_runs_spool.sync.retry import Backoff
 from prime_runs_spool.sync.state import SyncState, local_destination
+from support.ports import closed_url
 from support.runs import build_run
 
 EPISODES = 5
@@ -133,7 +133,7 @@ def test_a_batch_in_doubt_in_a_sink_found_on_the_platform_is_kept_where_traces_i
     db, root = tmp_path / "p.db", tmp_path / "runs"
     with EmbeddedPlatform(db, traces=True) as platform:  # the create names traces; Prime Traces' port is closed
         assert "connection refused" in _sync_to_traces_at(root, db, platform.base_url,
-                                                          f"http://127.0.0.1:{_closed_port()}", TRACES).error
+                                                          closed_url(), TRACES).error
     evaluation_id = str(_state(builder.run_dir).evaluation_id)
     for path in (builder.run_dir / "spool" / "sync").glob("*.json"):
         path.unlink()
@@ -189,12 +189,6 @@ def test_prime_traces_turned_off_while_a_batch_is_in_doubt_in_one_pass(tmp_path:
         assert _held(platform.base_url, evaluation_id) == (0, sorted(builder.ids))
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _sync_to_traces_at(root: Path, db: Path, base_url: str, traces_url: str, to: str, *,
                        on_retry=None):
     """A sync whose Prime Traces uploads go to ``traces_url``, three tries each."""
@@ -217,7 +211,7 @@ def test_a_batch_whose_every_try_was_refused_a_connection_is_not_in_doubt(tmp_pa
     builder = build_run(tmp_path / "runs" / "run", "refused-connection", EPISODES)
     db, root = tmp_path / "p.db", tmp_path / "runs"
     with EmbeddedPlatform(db, traces=True) as platform:
-        refused = _sync_to_traces_at(root, db, platform.base_url, f"http://127.0.0.1:{_closed_port()}", first)
+        refused = _sync_to_traces_at(root, db, platform.base_url, closed_url(), first)
         assert refused.state == "error" and "connection refused" in refused.error, refused
         state = _state(builder.run_dir)
         assert (state.in_flight, state.store, state.uploads) == (None, None, []), state

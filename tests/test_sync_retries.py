@@ -25,17 +25,12 @@ import pytest
 
 from prime_runs_spool.sync.retry import Backoff
 from support.env import CLI, child_env
+from support.ports import closed_port, closed_url
 from support.runs import build_run
 from support.sync_e2e import TOKEN, server, sync_cmd  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 RETRY_LINE = re.compile(r"^prime-runs: (.+) failed: (.+); try (\d+) in (\d+\.\d) s$")
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_piped(base_url: str, *args: str, key: str | None = TOKEN, **env: str) -> tuple[int, str, list[tuple[float, str]], float]:
@@ -86,7 +81,7 @@ def test_a_host_name_that_does_not_resolve_is_named(tmp_path: Path) -> None:
 def test_retry_for_bounds_the_whole_wait_not_each_run(tmp_path: Path) -> None:
     for n in range(5):
         build_run(tmp_path / "outputs" / f"run-{n}", f"retry-budget-{n}", 2)
-    status, out, lines, took = run_piped(f"http://127.0.0.1:{closed_port()}", str(tmp_path / "outputs"),
+    status, out, lines, took = run_piped(closed_url(), str(tmp_path / "outputs"),
                                          "--jobs", "1", "--max-attempts", "1000", "--backoff-cap", "0.5",
                                          PRIME_RUNS_RETRY_FOR="2")
     assert status == 1, lines
@@ -98,7 +93,7 @@ def test_on_a_terminal_the_retries_are_on_the_progress_line(tmp_path: Path) -> N
     build_run(tmp_path / "outputs" / "run", "retry-tty", 2)
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
-    proc = subprocess.Popen(sync_cmd(f"http://127.0.0.1:{closed_port()}", str(tmp_path / "outputs"),
+    proc = subprocess.Popen(sync_cmd(closed_url(), str(tmp_path / "outputs"),
                                      "--retry-for", "2s", "--backoff-cap", "0.5"),
                             stdout=subprocess.PIPE, stderr=slave, env=child_env(PRIME_API_KEY=TOKEN))
     os.close(slave)

@@ -582,13 +582,11 @@ def test_sigint_ends_a_follow_whose_pass_is_backing_off_at_once_and_releases_the
     """The platform down: a pass backs off for minutes (10 attempts, up to 30 s apart). A
     SIGINT must end the follow at the next wait, as a local follow's, not after the pass;
     the lease is released so the next sync need not wait for it to expire."""
-    import socket
+    from support.ports import closed_url
 
     build = build_run(tmp_path / "run", "store-follow-down", 3)
     upload_run(bucket_url, build.run_dir, "run")
-    with socket.socket() as closed:  # a port nobody listens on: every request is refused
-        closed.bind(("127.0.0.1", 0))
-        down = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    down = closed_url()  # every request is refused
     follower = _follower_holding_the_lease(bucket_url, moto, tmp_path / "m", "--base-url", down,
                                            "--backoff-cap", "30", "--max-attempts", "10", "--timeout", "5")
     with reaped(follower):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from support import platform_process  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
+from support.ports import closed_port  # noqa: E402
 from support.vf_eval import RUN_NAME, TASKS, launch_file, run_eval  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real vf-eval runs
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.slow  # real vf-eval runs
 def chat_server():
     with FakeChatServer() as server:
         yield server
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def not_shipped_line(stderr: str) -> str:
