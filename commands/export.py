@@ -34,9 +34,12 @@ from prime_runs_spool.sync.options import EXIT_OK, EXIT_RUN_FAILED
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]), default=None,
               help="The file's format (default: from its suffix, .parquet, .csv or .jsonl).")
 @click.option("--runs", "per_run", is_flag=True, help="One row per run instead of one per episode.")
+@click.option("--csv-raw", "csv_raw", is_flag=True,
+              help="CSV: write text cells as they are; by default one a spreadsheet would run as a formula "
+                   "(beginning =, +, -, @, a tab or a CR) begins with ' (so does one beginning with ').")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON document.")
 @read_state_dir_option
-def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as_json: bool,
+def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, csv_raw: bool, as_json: bool,
            state_dir: Path | None) -> None:
     """Write the episodes of every run under PATHS (folders or store URLs) as a table: one
     row per episode (or per run, with --runs), each metric its own column, values as the
@@ -55,7 +58,7 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, as
     links = SkippedLinks()
     try:
         report = export_file(targets, out, fmt, per_run=per_run, state_dir=default_state_dir(state_dir),
-                             on_link=links)
+                             on_link=links, csv_raw=csv_raw)
     except (ExportSetupError, StoreSetupError, NoSuchPathError) as exc:
         fail_usage(str(exc))
     except StoreError as exc:

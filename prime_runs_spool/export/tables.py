@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.summary import SummaryAccumulator
-from prime_runs_spool.errors import ExportError, SpoolError
+from prime_runs_spool.errors import ExportError, ExportSetupError, SpoolError
 from prime_runs_spool.files import OnLink
 from prime_runs_spool.export.columns import (MAX_METRIC_COLUMNS, METRIC_PREFIX, RUN_HEAD, RUN_TAIL, SAMPLE_HEAD,
                                              SAMPLE_TAIL, Column, table_columns)
@@ -152,14 +152,18 @@ def _fill(sink_for: Any, found: Found, per_run: bool) -> tuple[Any, ExportReport
 
 
 def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *, per_run: bool = False,
-                state_dir: Path | None = None, on_link: OnLink | None = None) -> ExportReport:
+                state_dir: Path | None = None, on_link: OnLink | None = None, csv_raw: bool = False) -> ExportReport:
     """Write the samples table (or, ``per_run``, the runs table) of the runs under ``targets``
     (paths, or store URLs as text) to ``out``. Raises :class:`ExportSetupError` before
     reading anything when the export cannot be made as asked; a run that cannot be read
     whole is in ``problems``, and its rows before the damage are in the file. No file is
     written when no run was found. ``state_dir``: where ``prime-runs import --state-dir``
-    keeps the spools of eval outputs under ``targets``; ``on_link``: see ``reading.find``."""
+    keeps the spools of eval outputs under ``targets``; ``on_link``: see ``reading.find``;
+    ``csv_raw``: a CSV's text cells as they are, even those a spreadsheet runs as formulas
+    (``sinks.spreadsheet_text``)."""
     fmt = format_of(out, fmt)
+    if csv_raw and fmt != "csv":
+        raise ExportSetupError(f"--csv-raw is for CSV: a {fmt} file holds every value as it is")
     refuse_run_file(out)
     refuse_special_file(out)
     if fmt == "parquet":
@@ -170,7 +174,7 @@ def export_file(targets: list[Path | str], out: Path, fmt: str | None = None, *,
     sinks: list[Sink] = []
 
     def sink_for(columns: list[Column]) -> Sink:
-        sinks.append(open_sink(out, fmt, columns))
+        sinks.append(open_sink(out, fmt, columns, csv_raw=csv_raw))
         return sinks[-1]
 
     try:
