@@ -143,6 +143,31 @@ def test_a_traces_answer_that_may_follow_the_services_commit_is_in_doubt(status:
     assert refused.kind is kind, refused
 
 
+@pytest.mark.parametrize(("status", "body"), [(200, b""), (200, b"null"), (200, b"[]"), (201, b'"stored"'),
+                                             (204, b"")])
+def test_a_traces_upload_answered_2xx_without_a_receipt_is_in_doubt_whatever_the_library_calls_its_reader(
+        monkeypatch, status: int, body: bytes) -> None:
+    """A 2xx to an upload that holds no receipt (a proxy's: empty, ``null``, not an object)
+    may follow the service's commit: in doubt, so the batch is sent again under its key.
+    Sync read the 2xx by replacing prime-traces' private ``_upload_result``; a release
+    calling its reader by another name (here: the replacement never met) made the answer a
+    refusal ('API response was not a dictionary', FATAL: the batch withdrawn, --to samples
+    sending it again) or an internal error, without a word at start-up."""
+    from prime_traces import TracesAPIClient
+
+    original = TracesAPIClient.upload_batch
+
+    def as_if_renamed(self, *args, **kwargs):
+        vars(self).pop("_upload_result", None)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TracesAPIClient, "upload_batch", as_if_renamed)
+    refused = upload_refused(lambda request: httpx.Response(status, content=body))
+    assert (refused.kind, refused.status) == (FailureKind.IN_DOUBT, status), refused
+    assert "without a receipt" in str(refused) and "\n" not in str(refused), refused
+    assert refused.__cause__ is None
+
+
 @pytest.mark.parametrize(("status", "kind"), [(307, FailureKind.FATAL), (302, FailureKind.FATAL),
                                              (301, FailureKind.FATAL), (303, FailureKind.IN_DOUBT)])
 def test_a_redirect_is_no_success(status: int, kind: FailureKind) -> None:

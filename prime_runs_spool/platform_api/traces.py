@@ -29,7 +29,6 @@ from prime_traces import (
     TransportError,
 )
 from prime_traces.batching import DEFAULT_TARGET_BATCH_BYTES, MAX_BATCH_BYTES, MAX_LINE_BYTES, Batch
-from prime_traces.core import raise_for_response
 from prime_traces.core.client import is_ambiguous_delete_failure
 
 from prime_runs_spool.errors import FailureKind, PlatformError, ServiceNotEnabled
@@ -114,11 +113,14 @@ class TracesUploader:
         # whatever host it named, and a 303's page was read as the receipt. Sync follows none
         # (platform_api/no_answer.py, SEE_OTHER): the answer is classified here instead.
         self._client.client.follow_redirects = False
-        # A 2xx is read as a receipt here, not by the library: one whose body is no JSON
-        # object (empty, ``null``: a proxy's, not the service's) raised a bare ValueError
-        # ("internal error") or an APIError with no status, which read as a refusal: the
-        # batch, stored as likely as not, was withdrawn, and --to samples sent it again.
-        self._client._upload_result = _receipt  # type: ignore[method-assign]
+        # A 2xx is checked here before the library reads it: one whose body is no JSON object
+        # (empty, ``null``: a proxy's, not the service's) raised a bare ValueError ("internal
+        # error") or an APIError with no status, which read as a refusal: the batch, stored
+        # as likely as not, was withdrawn, and --to samples sent it again. An httpx response
+        # hook, public in both libraries: replacing the library's private reader
+        # (``_upload_result``) stopped working, without a word, the day a release renamed it.
+        hooks = self._client.client.event_hooks
+        self._client.client.event_hooks = {**hooks, "response": [*hooks.get("response", []), _receipt_or_in_doubt]}
 
     def close(self) -> None:
         self._client.close()
@@ -133,14 +135,18 @@ class TracesUploader:
                                              compress=True)
         except APIError as exc:
             raise classify(exc, self._secret, self.base_url, self._proxy) from None
+        except PlatformError as exc:  # the response hook's (a 2xx without a receipt), passed through as raised
+            raise exc from None
 
 
-def _receipt(response: httpx.Response) -> dict[str, Any]:
-    """An upload's answer: a refusal raised as the library types it, a 2xx read as its
-    receipt. A 2xx without one (an empty body, a 204, a body that is not a JSON object) may
-    follow the service's commit as well as a proxy's that never passed it on: the batch is
-    in doubt, and sent again under its key."""
-    raise_for_response(response)
+def _receipt_or_in_doubt(response: httpx.Response) -> None:
+    """Raise IN_DOUBT for an upload's 2xx without a receipt (an empty body, a 204, a body
+    that is not a JSON object): it may follow the service's commit as well as a proxy's
+    that never passed it on, so the batch stays in doubt and is sent again under its key.
+    Any other answer is left to the library (a refusal raised as it types it)."""
+    if not response.is_success:
+        return
+    response.read()
     try:
         answer = response.json()
     except ValueError:
@@ -149,7 +155,6 @@ def _receipt(response: httpx.Response) -> dict[str, Any]:
         raise PlatformError(FailureKind.IN_DOUBT, f"POST /traces answered {response.status_code} without a receipt "
                             "(an empty body, or JSON that is not an object): the batch may be stored",
                             status=response.status_code)
-    return answer
 
 
 def classify(exc: APIError, secret: Secret | None = None, service: str = "this URL",
