@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -26,12 +27,13 @@ def client_with(handler) -> PlatformClient:
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(429, FailureKind.NOT_SENT), (500, FailureKind.ANSWERED), (503, FailureKind.ANSWERED),
-     (502, FailureKind.IN_DOUBT), (504, FailureKind.IN_DOUBT), (401, FailureKind.FATAL),
+    [(429, FailureKind.NOT_SENT), (500, FailureKind.ANSWERED), (503, FailureKind.IN_DOUBT),
+     (502, FailureKind.IN_DOUBT), (504, FailureKind.IN_DOUBT), (524, FailureKind.IN_DOUBT), (401, FailureKind.FATAL),
      (402, FailureKind.FATAL), (403, FailureKind.FATAL), (404, FailureKind.FATAL),
      (409, FailureKind.FATAL), (413, FailureKind.FATAL), (422, FailureKind.FATAL)],
 )
 def test_status_codes_are_classified(status: int, kind: FailureKind) -> None:
+    """Without a body: a 503 or any 5xx but a 500 may be a gateway's, its upstream still at work."""
     client = client_with(lambda request: httpx.Response(status, headers={"Retry-After": "3"}))
     with pytest.raises(PlatformError) as caught:
         client.push_samples("ev1", b'{"samples":[]}')
@@ -39,6 +41,25 @@ def test_status_codes_are_classified(status: int, kind: FailureKind) -> None:
     assert caught.value.status == status
     if status == 429:
         assert caught.value.retry_after == 3.0
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [(503, b'{"detail": "write deadline passed"}', FailureKind.ANSWERED),
+     (507, b'{"detail": "the database is full"}', FailureKind.ANSWERED),
+     (500, b"Internal Server Error", FailureKind.ANSWERED),
+     (503, b"upstream connect error or disconnect/reset before headers", FailureKind.IN_DOUBT),
+     (503, b"[1]", FailureKind.IN_DOUBT),
+     (507, b"<html><title>507</title></html>", FailureKind.IN_DOUBT),
+     (524, b'{"detail": "a timeout occurred"}', FailureKind.IN_DOUBT)],
+)
+def test_a_5xx_is_the_services_own_only_in_its_answer(status: int, body: bytes, kind: FailureKind) -> None:
+    """The service's 503 and 507 are its JSON object; its 500 may be plain text (Starlette's).
+    Anything else is a gateway's, for a request its upstream may still be at work on."""
+    client = client_with(lambda request: httpx.Response(status, content=body))
+    with pytest.raises(PlatformError) as caught:
+        client.push_samples("ev1", b'{"samples":[]}')
+    assert (caught.value.kind, caught.value.status) == (kind, status)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +204,7 @@ def test_a_redirect_is_no_success(status: int, kind: FailureKind) -> None:
     assert location in str(caught.value) and "\n" not in str(caught.value), caught.value
 
 
-def _sync_samples(runs: Path, db: Path, base_url: str, *, attempts: int):
+def _sync_samples(runs: Path, db: Path, base_url: str, *, attempts: int, lifetime: float = 0.2):
     """One sync of ``runs`` to the samples of the local platform whose database is ``db``,
     reached at ``base_url`` (the platform itself, or a fault proxy before it): request
     lifetimes and retries short enough for a test to wait them out."""
@@ -195,7 +216,7 @@ def _sync_samples(runs: Path, db: Path, base_url: str, *, attempts: int):
     settings = Settings(base_url=base_url, api_key=Secret("local"), team_id=None, frontend_url=base_url)
     with PlatformClient(settings, timeout=5) as client:
         (report,) = sync_paths([runs], client, local_destination(db, None),
-                               SyncOptions(to=SAMPLES, request_lifetime=0.2,
+                               SyncOptions(to=SAMPLES, request_lifetime=lifetime,
                                            backoff=Backoff(base=0.01, cap=0.01, max_attempts=attempts)))
     return report
 
@@ -269,6 +290,33 @@ def test_a_samples_request_answered_2xx_without_the_platforms_answer_is_in_doubt
         assert (done.state in ("synced", "up_to_date"), done.pushed_total) == (True, 5), done
         evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{bare.evaluation_id}").json()
         assert evaluation["total_samples"] == 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["status_503_first", "status_524_first"])
+def test_a_samples_request_a_gateway_fails_while_the_platform_works_on_it_is_in_doubt(
+        tmp_path: Path, fault: str) -> None:
+    """A gateway before the platform answers the samples request with a page of its own
+    (envoy's codeless 503 for a reset, Cloudflare's 524 once the origin is slower than it
+    waits) while the platform is still at work on it: the request lands 0.3 s later, within
+    its lifetime. Not the service's answer, so in doubt: the count, short at once, is read
+    again once the request can no longer land, and each row is there once. Before, the 503
+    and the 524 read as the service's own, done with the request: one count, read before the
+    request landed, and the rows sent again, 10 rows for 5 episodes."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.local_platform.server import EmbeddedPlatform
+
+    build_run(tmp_path / "runs" / "run", "gateway-first", 5)
+    db = tmp_path / "p.db"
+    with EmbeddedPlatform(db) as platform:
+        with FaultProxy(platform.base_url, rates={fault: 1.0}, methods=["POST"], paths=r"/samples$",
+                        delay=0.3) as proxy:
+            report = _sync_samples(tmp_path / "runs", db, proxy.base_url, attempts=3, lifetime=2.0)
+            time.sleep(0.5)  # any request the gateway still holds has reached the platform
+            assert fault in proxy.faults()
+        evaluation = httpx.get(f"{platform.base_url}/api/v1/evaluations/{report.evaluation_id}").json()
+        assert evaluation["total_samples"] == 5, (report, proxy.log)
+        assert (report.state, report.pushed_total) == ("synced", 5), report
 
 
 @pytest.mark.slow

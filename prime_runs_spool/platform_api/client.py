@@ -5,10 +5,11 @@ sent again depends on what it does (an append is not idempotent), which only the
 knows. What the client adds is the classification every retry decision rests on:
 
 - ``NOT_SENT``: the platform cannot have acted (connection refused, connect timeout, 429).
-- ``ANSWERED``: the platform finished with the request and said it failed (a 500 or 503 from
-  the service): one read tells whether it acted.
+- ``ANSWERED``: the platform finished with the request and said it failed (a 500, or a 503 or
+  507 in the service's own JSON): one read tells whether it acted.
 - ``IN_DOUBT``: the request may be in flight still, or may have been processed with its
-  answer lost (a timeout after sending, a reset, 502, 504): it is reconciled only once it can
+  answer lost (a timeout after sending, a reset, 502, 504, any other 5xx: a gateway's answer
+  for a request its upstream may still be at work on): it is reconciled only once it can
   no longer land (the request-lifetime fence).
 - ``FATAL``: resending cannot help (401, 402, 403, 404, 409, 413, 422, other 4xx).
 """
@@ -175,7 +176,8 @@ def classify_response(method: str, path: str, response: httpx.Response,
                              retry_after=_retry_after(response))
     if status >= 500 and status not in _FATAL_ADVICE:  # its words quoted: the last try's are the error line's
         detail = _detail(response, secret)
-        return PlatformError(FailureKind.ANSWERED, what + (f" ({detail})" if detail else ""), status=status,
+        kind = FailureKind.ANSWERED if _the_services_failure(response) else FailureKind.IN_DOUBT
+        return PlatformError(kind, what + (f" ({detail})" if detail else ""), status=status,
                              retry_after=_retry_after(response))
     advice = _FATAL_ADVICE.get(status, "the platform refused the request").format(platform=_origin_of(response))
     detail = _detail(response, secret)
@@ -184,6 +186,32 @@ def classify_response(method: str, path: str, response: httpx.Response,
                                  + (f" ({detail})" if detail else ""))
     return PlatformError(FailureKind.FATAL, f"{what}: {advice}" + (f" ({detail})" if detail else ""),
                          status=status)
+
+
+#: The 5xx only the service answers, done with the request: a 500 (an unhandled error's, which
+#: Starlette answers in plain text) whatever its body; a 503 or a 507 with its own JSON object.
+_SERVICE_ANSWERS = {500: False, 503: True, 507: True}
+
+
+def _the_services_failure(response: httpx.Response) -> bool:
+    """Whether a 5xx is the service's own (``ANSWERED``: one read tells whether it acted),
+    not a gateway's answer for a request its upstream may still be at work on: envoy's
+    codeless 503 for a reset before the answer's headers, Cloudflare's 524 once the origin is
+    slower than it waits, any 5xx the platform never sends. Taken for the service's, the
+    count read at once came before the request landed, and the rows were sent again
+    (tests/test_client.py, a gateway's 503 and 524: 15 rows for 5 episodes)."""
+    needs_json = _SERVICE_ANSWERS.get(response.status_code)
+    if needs_json is None:
+        return False
+    if not needs_json:
+        return True
+    body = response.content
+    if len(body) > 1 << 16 or not body.lstrip().startswith(b"{"):
+        return False
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _redirected(what: str, response: httpx.Response, secret: Secret | None = None) -> PlatformError:
