@@ -566,6 +566,31 @@ def test_an_export_to_a_fifo_a_socket_or_a_device_replaces_none_of_them(tmp_path
 
 
 
+
+@pytest.mark.parametrize("target", ["/proc/self/fd/1", "/dev/stdout", "relative"])
+def test_an_export_to_a_link_to_standard_output_replaces_no_link(tmp_path: Path, target: str) -> None:
+    """``-o /dev/stdout`` with standard output sent to a file (``> table.csv``): followed, the
+    link is a regular file, so the export wrote beside it and renamed over it, 'exported 2
+    rows ... to /dev/stdout', exit 0: for root, /dev/stdout itself became a file of the
+    table (every later ``> /dev/stdout`` of the machine wrote there), and the stream got
+    nothing. A link of one's own to a stream is the same (the machine's /dev is not touched
+    here). Now bad usage, one line, nothing written."""
+    build_run(tmp_path / "runs" / "r", "export-stream", 2)
+    link = tmp_path / "out.csv"
+    if target == "relative":
+        link.symlink_to(os.path.relpath("/proc/self/fd/1", tmp_path))
+    else:
+        link.symlink_to(target)
+    with open(tmp_path / "table.csv", "wb") as stdout:
+        result = subprocess.run([*CLI, "export", str(tmp_path / "runs"), "-o", str(link)], stdout=stdout,
+                                stderr=subprocess.PIPE, text=True, env=child_env(), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "the table is never standard output" in result.stderr, result.stderr
+    assert link.is_symlink(), "the link was replaced"
+    assert (tmp_path / "table.csv").read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv", "runs", "table.csv"], "no temporary file left"
+
+
 @pytest.mark.parametrize("kind", ["empty", "blanks", "dash", "below a file", "below a dangling link",
                                   "below a link loop"])
 def test_an_output_no_file_can_be_written_at_is_one_line_naming_what_is_in_the_way(tmp_path: Path, kind: str) -> None:

@@ -83,6 +83,35 @@ def refuse_special_file(path: Path) -> None:
     if kind is not None:
         raise ExportSetupError(f"{path}: it is {kind}, not a regular file: the export writes a file and renames it "
                                "into place, which would replace it; give the path of a file")
+    stream = _system_link(path)
+    if stream is not None:
+        raise ExportSetupError(f"{path}: it is {stream}, not a file: the export writes a file and renames it into "
+                               "place, which would replace the link (the table is never standard output); give the "
+                               "path of a file")
+
+
+#: Where the system's own links live: /dev/stdout and /dev/fd/N lead to /proc/self/fd/N.
+_SYSTEM_FOLDERS = ("/dev/", "/proc/")
+
+
+def _system_link(path: Path) -> str | None:
+    """What ``path`` is when it is a link of the system's or leads through one: in /proc
+    (``/proc/self/fd/1``), or a symbolic link whose target, at any hop, is in /dev or /proc
+    (``/dev/stdout``, a link to it). Followed, such a link is a standard stream, which may be
+    a regular file (``> table.csv``), so :func:`special_file_kind` passes it; the rename then
+    put the table in place of ``/dev/stdout`` itself (for root) and nothing on the stream."""
+    where = os.path.join(os.path.realpath(path.parent), path.name)
+    if (where + "/").startswith("/proc/"):
+        return "in /proc, a standard stream or the system's"
+    for _ in range(40):  # the kernel's own limit on links followed
+        try:
+            target = os.readlink(where)
+        except OSError:  # not a link (or nothing there): what it is, a file, is the rename's to replace
+            return None
+        where = os.path.normpath(os.path.join(os.path.dirname(where), target))
+        if where.startswith(_SYSTEM_FOLDERS):
+            return f"a symbolic link to {target}, a standard stream or the system's"
+    return None
 
 
 def open_sink(path: Path, fmt: str, columns: list[Column], *, csv_raw: bool = False) -> Sink:
