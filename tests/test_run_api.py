@@ -730,3 +730,26 @@ def test_a_summary_the_seal_cannot_hold_is_refused_and_the_run_stays_open(
     assert not run_writer_alive(tmp_path)
     spool = read_run(tmp_path)
     assert (spool.status, spool.episodes_count) == ("completed", 2)
+
+
+def test_a_launch_file_whose_name_is_not_utf8_is_recorded_and_a_manifest_refused_writes_nothing(
+        tmp_path: Path) -> None:
+    """open_run(config_file=<a name that is not UTF-8>) failed writing the manifest after the
+    segment was made: a traceback, and a spool without a manifest that sync refused for good
+    ('the spool has no manifest record'). The name is recorded printable; a manifest that
+    still cannot be written (a run name of lone surrogates) is refused before any file is made."""
+    import os
+
+    from prime_runs_spool.errors import RecordNotSerializableError
+    from prime_runs_spool.spool.manifests import read_manifest
+
+    launch = tmp_path / os.fsdecode(b"ev\xe9.toml")
+    launch.write_text('model = "m"\n')
+    with open_run(tmp_path / "run", name="r", config_file=launch) as run:
+        run.log_episodes([small_episode("e1")])
+    assert read_manifest(tmp_path / "run")["config_source"]["filename"] == "ev\\xe9.toml"
+    assert read_run(tmp_path / "run").status == "completed"
+
+    with pytest.raises(RecordNotSerializableError, match="field name"):
+        open_run(tmp_path / "other", name=os.fsdecode(b"caf\xe9"))
+    assert not (tmp_path / "other").exists()

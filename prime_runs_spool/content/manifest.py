@@ -27,7 +27,7 @@ import orjson
 
 from prime_runs_spool._version import __version__
 from prime_runs_spool.plural import plural
-from prime_runs_spool.files import printable_data
+from prime_runs_spool.files import printable, printable_data
 from prime_runs_spool.spool.format import FORMAT_VERSION
 from prime_runs_spool.content.environments import environment_list, environment_problem
 from prime_runs_spool.content.error_scrub import masked_away
@@ -144,7 +144,8 @@ def read_config_source(
     config_file: str | os.PathLike[str], rules: MaskRules, warnings: list[str]
 ) -> dict[str, str] | None:
     """``{format, text, filename}`` for a clean launch file, else ``None`` plus a warning."""
-    filename = os.path.basename(os.fspath(config_file))
+    # printable: a name that is not UTF-8 (its bytes as lone surrogates) is no JSON string
+    filename = printable(os.path.basename(os.fsdecode(config_file)))
     prefix = f"{CONFIG_SOURCE_NOTE}: {filename}"
     try:
         with open(config_file, "rb") as handle:

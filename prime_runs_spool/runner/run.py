@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RecordNotSerializableError, RunClosedError, RunMismatchError, WriterClosedError
-from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest
+from prime_runs_spool.spool.format import COMPLETED, MANIFEST, SEAL_STATUSES, Payload, episode_rest, prepare
 from prime_runs_spool.content.error_scrub import error_forms, scrub_text
 from prime_runs_spool.content.manifest import build_manifest, is_config_source_note, masked_config_values
 from prime_runs_spool.content.masking import MaskRules
@@ -555,10 +555,13 @@ def open_run(
 
     writer = None
     if mode != DISABLED:
+        # Serialized first: a manifest refused after the segment was made (a name that is not
+        # UTF-8) left a segment without one, a run no sync could ever send.
+        manifest_payload = prepare(manifest, MANIFEST)
         writer = SegmentWriter.create(run_dir, run_id, expected_last=prior.last_index,
                                       prior_episodes=prior.episode_lines)
         try:
-            writer.append(MANIFEST, manifest)
+            writer.append(MANIFEST, manifest_payload)
         except BaseException:
             writer.close()
             raise
