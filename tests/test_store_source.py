@@ -286,3 +286,22 @@ def test_a_mirror_pass_over_a_writer_that_seals_meanwhile_uploads_the_sealed_seg
     assert report.uploaded == [] and report.error is None
     [run] = find_store_runs(store, store.list(), tmp_path / "local")
     assert read_run(run).status == "completed"
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_a_run_listed_again_gets_the_segments_uploaded_since_and_keeps_its_other_objects(kind: str,
+                                                                                        tmp_path: Path) -> None:
+    """What a sync lists again when a state it read is further than its listing (sync/store_sync.py,
+    ``listing_behind``): that run's folder alone, its keys still from the prefix."""
+    store = _memory_store() if kind == "memory" else ObjectStore(f"file://{tmp_path}")
+    store.create("node/other/spool/seg-000001.jsonl", b"{}\n")
+    run = _run_in_store(store, [b"one\n"])
+    store.create("node/run/spool/seg-000002.jsonl", b"two\n")
+    store.create("node/run/spool/seg-000002.jsonl.live", b"{}\n")
+    store.create("node/run/spool/sync/x.json", b"{}")
+    before = dict(run.objects)
+    source.relist_segments(run)
+    assert [(index, segment.info.key) for index, segment in run.list_segments()] == [
+        (1, "node/run/spool/seg-000001.jsonl"), (2, "node/run/spool/seg-000002.jsonl")]
+    assert run.segments[1].live_marker is not None and run.objects == before
+    assert sorted(info.key for info in store.list("node/other")) == ["node/other/spool/seg-000001.jsonl"]

@@ -65,10 +65,11 @@ class LocalFiles:
             raise StoreSetupError(f"{key!r} is not a key this store can hold")
         return self.root.joinpath(*parts)
 
-    def list(self) -> list[ObjectInfo]:
-        """Every regular file below the root (symbolic links are not followed)."""
+    def list(self, under: str = "") -> list[ObjectInfo]:
+        """Every regular file below the root, or below its folder ``under`` (symbolic links
+        are not followed)."""
         found = []
-        for folder, dirs, files in os.walk(self.root, onerror=_raise):
+        for folder, dirs, files in os.walk(self.path(under) if under else self.root, onerror=_raise):
             dirs.sort()
             for name in sorted(files):
                 if name.startswith(TEMP_PREFIX):

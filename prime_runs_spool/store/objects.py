@@ -134,19 +134,20 @@ class ObjectStore:
         with self._lock:
             self.stats[kind] += amount
 
-    def list(self) -> list[ObjectInfo]:
-        """Every object under the prefix (one listing, paged by the library)."""
+    def list(self, under: str = "") -> list[ObjectInfo]:
+        """Every object under the prefix (one listing, paged by the library), or only those
+        below its folder ``under`` (keys still from the prefix)."""
         self._count("list")
         if self._local is not None:
             try:
-                return self._local.list()
+                return self._local.list(under)
             except OSError as exc:
                 raise StoreError(f"{self.url}: cannot list: {_os_reason(exc)}") from None
         import obstore
 
         found = []
         try:
-            for page in obstore.list(self._store, chunk_size=1000):
+            for page in obstore.list(self._store, under or None, chunk_size=1000):
                 found += [ObjectInfo(str(m["path"]), int(m["size"]), _quoted(m.get("e_tag")),
                                      _epoch(m.get("last_modified"))) for m in page]
         except FileNotFoundError:

@@ -175,9 +175,29 @@ def marker_fresh(marker: ObjectInfo | None, now: float | None = None) -> bool:
 def find_store_runs(store: ObjectStore, listing: Iterable[ObjectInfo], local_root: Path) -> list[StoreRun]:
     """Every run in one listing: a folder whose ``spool/`` holds a ``seg-NNNNNN.jsonl``
     (the same rule as ``layout.find_runs``), in key order, each with its objects."""
-    segments: dict[str, list[StoreSegment]] = {}
-    objects: dict[str, dict[str, ObjectInfo]] = {}
     infos = sorted(listing, key=lambda info: info.key)
+    segments = _segments(store, infos)
+    objects: dict[str, dict[str, ObjectInfo]] = {}
+    for info in infos:
+        owner = _owner(info.key, segments)
+        if owner is not None:
+            objects.setdefault(owner, {})[info.key] = info
+    return [StoreRun(store, relative, segments[relative], objects.get(relative, {}), local_root / (relative or "_run"))
+            for relative in sorted(segments)]
+
+
+def relist_segments(run: StoreRun) -> None:
+    """List the run's ``spool/`` folder again and take its segments from there: a sync
+    state read after the listing the run was found in may describe segments that listing
+    is too old to show (another syncer read them, uploaded since), which would read as
+    lines lost. Its other objects (states, files of ids) stay as first listed."""
+    found = _segments(run.store, sorted(run.store.list(run.key(SPOOL_DIRNAME)), key=lambda info: info.key))
+    run.segments = found.get(run.relative, [])
+
+
+def _segments(store: ObjectStore, infos: list[ObjectInfo]) -> dict[str, list[StoreSegment]]:
+    """Each run's segments in a listing sorted by key, in order, by the run's folder."""
+    segments: dict[str, list[StoreSegment]] = {}
     markers = {info.key: info for info in infos if info.key.endswith(LIVE_MARKER_SUFFIX)}
     for info in infos:
         parts = info.key.split("/")
@@ -187,16 +207,7 @@ def find_store_runs(store: ObjectStore, listing: Iterable[ObjectInfo], local_roo
                 relative = "/".join(parts[:-2])
                 segments.setdefault(relative, []).append(
                     StoreSegment(store, info, index, markers.get(live_marker_key(info.key))))
-    for info in infos:
-        owner = _owner(info.key, segments)
-        if owner is not None:
-            objects.setdefault(owner, {})[info.key] = info
-    runs = []
-    for relative in sorted(segments):
-        found = sorted(segments[relative], key=lambda s: s.index)
-        runs.append(StoreRun(store, relative, found, objects.get(relative, {}),
-                             local_root / (relative or "_run")))
-    return runs
+    return {relative: sorted(found, key=lambda s: s.index) for relative, found in segments.items()}
 
 
 def _owner(key: str, runs: dict[str, list[StoreSegment]]) -> str | None:

@@ -36,7 +36,7 @@ from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.format import LIVE
 from prime_runs_spool.store.lease import LONGEST_TTL, SHORTEST_TTL, SKEW_ENV, TTL_ENV, Lease, env_timing
 from prime_runs_spool.store.objects import ObjectStore
-from prime_runs_spool.store.source import StoreRun, find_store_runs
+from prime_runs_spool.store.source import StoreRun, find_store_runs, relist_segments
 from prime_runs_spool.sync.claims import ClaimOrder
 from prime_runs_spool.sync.engine import RunSync
 from prime_runs_spool.sync.id_sets import IdSet, digest_of_name, named_by, sweep, unnamed
@@ -137,6 +137,22 @@ def _cache(path: Path, state: SyncState, etag: str | None) -> None:
     replace_private(path, state.to_json(), durable=False)
     if etag:
         replace_private(marker, etag.encode(), durable=False)
+
+
+def listing_behind(run: StoreRun, state: SyncState | None) -> bool:
+    """Whether ``state`` has been further than the run's listing shows its segments (its
+    cursor in a segment not listed, or past the listed size; a recorded end past it): it
+    was written after the listing was taken, by a syncer that read segments uploaded since
+    (a resumed run's next segment, a live one grown). Read from that listing, the run was
+    reported ``lost`` (exit 1, "sync it with --replay as a new evaluation": every episode
+    pushed twice), ``status`` said LOST, or a grown segment "changed while it was read": so
+    the run's folder is listed again (store/source.py, ``relist_segments``), only then."""
+    cursor = state.cursor if state is not None else None
+    if state is None or cursor is None:
+        return False
+    listed = {segment.index: segment.info.size for segment in run.segments}
+    reached = max(cursor.offset, state.terminal_size or 0) if state.terminal is not None else cursor.offset
+    return listed.get(cursor.segment_index, -1) < reached
 
 
 def _parse(data: bytes) -> SyncState | None:
@@ -275,6 +291,7 @@ class StoreRunSync:
         state = self._known_state()
         if state is None:
             return None
+        self._catch_up(state)
         probe = RunSync(self.run, self.client, self.destination, self.options, index=self.index)
         probe.protocol.state = state
         # The engine's own rule (sizes against the cursor), not a copy of it.
@@ -292,6 +309,8 @@ class StoreRunSync:
         lease: no syncer held the run since, so none wrote its state (one written some other
         way refuses the pass's first write, create-only, and the next pass reads it)."""
         if not self.in_store:
+            with contextlib.suppress(OSError):
+                self._catch_up(_parse(read_regular_file(self.path)))
             return None
         unread = first and self.state_absent and self.lease.created
         found = None if unread else self.run.store.read(self.key)
@@ -311,7 +330,12 @@ class StoreRunSync:
                            "another syncer; this one stops")
         self.stored = self._fetch_id_sets(state)
         _cache(self.path, state, etag)
+        self._catch_up(state)
         return etag
+
+    def _catch_up(self, state: SyncState | None) -> None:
+        if listing_behind(self.run, state):
+            relist_segments(self.run)
 
     def _fetch_id_sets(self, state: SyncState) -> frozenset[str]:
         """The files of ids ``state`` names (sync/id_sets.py), beside this machine's copy of it:
@@ -507,5 +531,7 @@ def store_status(url: str, store: ObjectStore | None = None) -> list[RunStatus]:
         keys = sorted(k for k in run.objects if k.startswith(folder) and k.endswith(".json")
                       and "/" not in k[len(folder):])
         documents = [found[0] for key in keys if (found := store.read(key)) is not None]
+        if any(listing_behind(run, _parse(document)) for document in documents):
+            relist_segments(run)
         out.append(run_status(run, states=documents))  # type: ignore[arg-type]
     return out
