@@ -175,6 +175,31 @@ def test_ci_recipe_prints_each_runs_warnings_under_its_line(tmp_path: Path, serv
     assert "made private" in done.stdout and f"chmod -R go= {kept}" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
+def test_ci_recipe_says_why_a_run_was_skipped(tmp_path: Path, server) -> None:
+    """Two jobs at once on one artifact folder: the second skips each run the first holds,
+    exit 0 as documented, and its log said 'skipped  <run>  pushed 0 (total 0)' alone; why
+    (another sync holds it, --wait to wait) was in sync-report.json only. As prime-runs sync
+    prints it, it is under the run's line now."""
+    from prime_runs_spool.sync.many import sync_lock
+    from support.runs import build_run
+
+    artifact = tmp_path / "artifact" / "outputs"
+    build_run(artifact / "held", "ci-skipped-held", 2)
+    lock = sync_lock(artifact / "held")
+    assert lock.acquire()
+    try:
+        done, report = job(tmp_path, server.base_url, str(artifact))
+    finally:
+        lock.release()
+    assert done.returncode == 0, done.stdout + done.stderr
+    [run] = report["runs"]
+    assert run["state"] == "skipped" and run["error"], run
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("skipped ") and lines[1] == f"  error: {run['error']}", lines
+    assert "--wait" in lines[1]
+
+
 def test_ci_recipe_prints_a_runs_odd_folder_name_on_its_one_line(tmp_path: Path, server) -> None:
     """A run folder whose name holds a line break, a carriage return and an escape sequence
     (an artifact from another machine): the script printed the JSON report's path as it is,

@@ -74,6 +74,8 @@ for run in report["runs"]:
         print(f"  warning: {shown(warning)}")
     if run["state"] in ("error", "corrupt", "lost"):  # the states that make sync exit 1
         print(f"FAILED {shown(run['path'])}: {shown(run['error'])}", file=sys.stderr)
+    elif run.get("error"):  # skipped (another sync holds the run): why, as prime-runs sync says it
+        print(f"  error: {shown(run['error'])}")
 if not report["runs"] and not report.get("imports"):
     print("no runs found (the job fails unless --allow-empty is passed)")
 PY
