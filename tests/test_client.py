@@ -320,7 +320,7 @@ def test_a_samples_request_a_gateway_fails_while_the_platform_works_on_it_is_in_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after"])
+@pytest.mark.parametrize("fault", ["ok_empty", "ok_null_after", "ok_object"])
 def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_path: Path, fault: str) -> None:
     """The finalize answered 200 with no body by a proxy that never passed it on, or passed
     on and answered ``null``: in doubt, settled by the evaluation's status, so the

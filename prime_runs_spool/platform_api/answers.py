@@ -12,10 +12,11 @@ which may have created an evaluation whose id the answer lost (the protocol sett
 any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
-through untouched). A finalize's and a ``PUT``'s answer carry nothing sync uses, so each is checked
-for being an object at all (``acted_on``): a 2xx with no body or another body is not the
-platform's answer. A samples request's answer must also carry the platform's
-``samples_pushed`` (``samples_answer``): ``{}`` is no more its answer than an empty body.
+through untouched). A ``PUT``'s answer carries nothing sync uses, so it is checked for being an
+object at all (``acted_on``): a 2xx with no body or another body is not the platform's answer.
+A samples request's answer must also carry the platform's ``samples_pushed``
+(``samples_answer``), a finalize's the evaluation's ``status`` COMPLETED (``finalized``): ``{}``
+is no more their answer than an empty body.
 """
 
 from __future__ import annotations
@@ -172,6 +173,20 @@ def samples_answer(answer: Any, where: str) -> dict[str, Any]:
     if not _count(body, "samples_pushed"):
         raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an object "
                                "without samples_pushed), so it is not taken as done")
+    return body
+
+
+def finalized(answer: Any, where: str) -> dict[str, Any]:
+    """A finalize's answer, the evaluation "now COMPLETED" (docs/platform-api.md): an object
+    whose ``status`` says so, or the finalize is in doubt, settled as any lost answer by the
+    evaluation's status. An object that is not that evaluation (``{}``: a stub, a proxy
+    answering for a request it never passed on; an error envelope answered 200) counted as
+    done: the state said finalized, the evaluation stayed RUNNING without its metrics, and
+    every later sync said up to date (tests/test_client.py)."""
+    body = acted_on(answer, where)
+    if body.get("status") != "COMPLETED":
+        raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an object "
+                               "whose status is not COMPLETED), so it is not taken as done")
     return body
 
 

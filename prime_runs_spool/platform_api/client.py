@@ -526,8 +526,8 @@ class PlatformClient:
         """NOT idempotent: each call enqueues the platform's statistics job again.
         ``before_last``: as :meth:`push_samples`'s."""
         path = self._evaluation(evaluation_id, "/finalize")
-        return answers.acted_on(self._request("POST", path, json_body={"metrics": dict(metrics or {})},
-                                              before_last=before_last), f"POST {path}")
+        return answers.finalized(self._request("POST", path, json_body={"metrics": dict(metrics or {})},
+                                               before_last=before_last), f"POST {path}")
 
     def get_evaluation(self, evaluation_id: str) -> dict[str, Any]:
         path = self._evaluation(evaluation_id)
