@@ -430,6 +430,16 @@ def test_durable_listeners_hear_each_append_and_the_seal(tmp_path: Path) -> None
     assert heard == [("open", 1), ("open", 2), ("completed", 2)]
 
 
+def test_a_durable_listener_that_cannot_be_called_is_refused_where_it_is_given(tmp_path: Path) -> None:
+    """It was taken, then logged as failing ('str' object is not callable) after every append
+    and the seal, never raised: the mistake was told far from where it was made."""
+    run = basic_run(tmp_path)
+    with pytest.raises(TypeError, match="add_durable_listener takes a callable"):
+        run.add_durable_listener("progress")  # type: ignore[arg-type]
+    run.log_episodes([small_episode("a")])
+    run.finish()
+
+
 # -- modes ---------------------------------------------------------------------------------
 
 

@@ -199,8 +199,11 @@ class Run:
         that there is more in the spool, and read it from there, so they never see anything
         that is not durable. (The online shipper is a separate process that watches the
         spool's files instead: docs/integration.md.) A listener's exception is logged,
-        never raised into the eval.
+        never raised into the eval; one that is not callable is refused here, where it
+        was given, not logged as failing after every append.
         """
+        if not callable(listener):
+            raise TypeError(f"add_durable_listener takes a callable (listener(run)), not {type(listener).__name__}")
         self._listeners.add(listener)
 
     # -- logging episodes -----------------------------------------------------------------
