@@ -7,6 +7,7 @@ the platform on the same database without it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,7 @@ from prime_runs_spool.platform_api.settings import Secret, Settings
 from prime_runs_spool.sync.many import sync_paths
 from prime_runs_spool.sync.options import AUTO, SAMPLES, TRACES, SyncOptions
 from prime_runs_spool.sync.retry import Backoff
-from prime_runs_spool.sync.state import SyncState, local_destination
+from prime_runs_spool.sync.state import InFlight, SyncState, local_destination
 from support.ports import closed_url
 from support.runs import build_run
 
@@ -52,6 +53,13 @@ def _state(run_dir: Path) -> SyncState:
     return SyncState.from_json(path.read_bytes())
 
 
+def _announced(run_dir: Path) -> InFlight | None:
+    """The batch the run's state announces, but for its send time (each try of it stamps
+    its own: the lease says until when it may land)."""
+    pending = _state(run_dir).in_flight
+    return None if pending is None else dataclasses.replace(pending, sent_at=0.0)
+
+
 def _held(base_url: str, evaluation_id: str) -> tuple[int, list[str]]:
     """The evaluation's samples, and the episode ids Prime Traces holds for it (one each)."""
     samples = httpx.get(f"{base_url}/api/v1/evaluations/{evaluation_id}").json()["total_samples"]
@@ -71,7 +79,7 @@ def test_a_traces_batch_in_doubt_keeps_the_run_in_traces_once_traces_is_off(tmp_
     db = tmp_path / "p.db"
     lost = _sync_losing_answers(tmp_path / "runs", db, AUTO, r"/traces$", traces=True)
     assert lost.state == "error", lost
-    announced = _state(builder.run_dir).in_flight
+    announced = _announced(builder.run_dir)
     assert announced is not None and announced.kind == TRACES
     evaluation_id = str(_state(builder.run_dir).evaluation_id)
     with EmbeddedPlatform(db, traces=False) as platform:
@@ -79,7 +87,7 @@ def test_a_traces_batch_in_doubt_keeps_the_run_in_traces_once_traces_is_off(tmp_
             refused = _sync(tmp_path / "runs", db, platform.base_url, to)
             assert refused.state == "error" and refused.pushed_now == 0, (to, refused)
             assert "\n" not in refused.error and "traces" in refused.error.lower(), refused.error
-            assert _state(builder.run_dir).in_flight == announced, to
+            assert _announced(builder.run_dir) == announced, to
             assert httpx.get(f"{platform.base_url}/api/v1/evaluations/{evaluation_id}").json()[
                 "total_samples"] == 0, to
         # its advice, as printed: a replay to samples is a new evaluation, the run's own untouched
@@ -108,7 +116,7 @@ def test_a_samples_request_in_doubt_keeps_the_run_in_samples_once_traces_is_on(t
     lost = _sync_losing_answers(tmp_path / "runs", db, AUTO, r"/evaluations/[^/]+(/samples)?$", traces=False,
                                 methods=("POST", "GET"))
     assert lost.state == "error", lost
-    announced = _state(builder.run_dir).in_flight
+    announced = _announced(builder.run_dir)
     assert announced is not None and announced.kind == SAMPLES
     evaluation_id = str(_state(builder.run_dir).evaluation_id)
     with EmbeddedPlatform(db, traces=True) as platform:
@@ -139,12 +147,12 @@ def test_a_batch_in_doubt_in_a_sink_found_on_the_platform_is_kept_where_traces_i
         path.unlink()
     lost = _sync_losing_answers(root, db, AUTO, r"/traces$", traces=True)
     assert lost.state == "error" and _state(builder.run_dir).sink_from_platform, lost
-    announced = _state(builder.run_dir).in_flight
+    announced = _announced(builder.run_dir)
     assert announced is not None and announced.kind == TRACES and announced.episodes == 3
     with EmbeddedPlatform(db, traces=False) as platform:
         refused = _sync(root, db, platform.base_url, AUTO)
         assert refused.state == "error" and "\n" not in refused.error, refused
-    assert _state(builder.run_dir).in_flight == announced
+    assert _announced(builder.run_dir) == announced
     builder.add(2)
     builder.seal()
     with EmbeddedPlatform(db, traces=True) as platform:
@@ -241,11 +249,11 @@ def test_a_batch_that_may_have_been_sent_stays_in_doubt_though_its_last_try_was_
         finally:
             proxy.stop()
         assert lost.state == "error" and "connection refused" in lost.error, lost
-        announced = _state(builder.run_dir).in_flight
+        announced = _announced(builder.run_dir)
         assert announced is not None and announced.kind == TRACES
         refused = _sync(root, db, platform.base_url, SAMPLES)
         assert refused.state == "error" and "went to traces" in refused.error, refused
-        assert _state(builder.run_dir).in_flight == announced
+        assert _announced(builder.run_dir) == announced
         done = _sync(root, db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
         assert _held(platform.base_url, str(_state(builder.run_dir).evaluation_id)) == (0, sorted(builder.ids))
@@ -267,11 +275,11 @@ def test_a_batch_a_gateway_answered_for_after_forwarding_it_stays_in_doubt(tmp_p
             lost = _sync_to_traces_at(root, db, platform.base_url, proxy.base_url, AUTO)
             assert [f for f in proxy.faults() if f != "none"] == [fault] * 3, proxy.faults()
         assert lost.state == "error", lost
-        announced = _state(builder.run_dir).in_flight
+        announced = _announced(builder.run_dir)
         assert announced is not None and announced.kind == TRACES
         refused = _sync(root, db, platform.base_url, SAMPLES)
         assert refused.state == "error" and "went to traces" in refused.error, refused
-        assert _state(builder.run_dir).in_flight == announced
+        assert _announced(builder.run_dir) == announced
         evaluation_id = str(_state(builder.run_dir).evaluation_id)
         done = _sync(root, db, platform.base_url, AUTO)
         assert (done.state, done.store, done.pushed_total) == ("synced", TRACES, EPISODES), done
@@ -295,7 +303,7 @@ def test_a_traces_upload_answered_2xx_without_a_receipt_stays_in_doubt(tmp_path:
         bare = _sync(tmp_path / "runs", db, proxy.base_url, TRACES)
         assert fault in proxy.faults()
     assert bare.state == "error" and "without a receipt" in bare.error and "\n" not in bare.error, bare
-    announced = _state(builder.run_dir).in_flight
+    announced = _announced(builder.run_dir)
     assert announced is not None and announced.kind == TRACES
     evaluation_id = str(_state(builder.run_dir).evaluation_id)
     with EmbeddedPlatform(db, traces=True) as platform:

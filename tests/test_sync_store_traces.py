@@ -4,8 +4,11 @@ episode once, with the state and the lease in the bucket as for samples."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +18,10 @@ from prime_runs_spool.store.objects import ObjectStore
 
 from support import moto_server, platform_process
 
+from fixtures.fault_proxy import NO_FAULT, FaultProxy
 from support.children import all_succeed
+from support.env import child_env
+from support.runs import build_run
 from support.store_runs import get_object, machine_env, start_sync_from_store, stored_run
 from support.sync_e2e import TOKEN, evaluations_of, kill_on_progress, sync_cmd
 from test_traces_sync_e2e import episodes_in_traces
@@ -77,6 +83,9 @@ def test_two_machines_syncing_a_bucket_to_traces_together_store_each_episode_onc
 
 
 LEASE = {"PRIME_RUNS_LEASE_TTL": "2", "PRIME_RUNS_LEASE_CLOCK_SKEW": "0"}
+#: The request lifetime of the syncs that send a batch again: longer than a test's two
+#: signals take on a loaded machine.
+LIFETIME = 5.0
 
 
 def leased_machine(moto, home: Path) -> dict[str, str]:
@@ -102,7 +111,6 @@ def test_a_traces_replay_killed_mid_push_then_continued_by_two_machines_is_one_r
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=leased_machine(moto, tmp_path / "m1"))
         if not kill_on_progress(proc, replay_episodes, 4 if kill == 0 else 3):
             break
-    import time
     time.sleep(3)  # the killed syncer's lease (2 s) runs out
     args = (bucket_url, "--to", "traces", "--replay", "--json", "--traces-batch-bytes", "3000")
     outs = all_succeed([start_sync_from_store(server.base_url, tmp_path / f"m{n}", *args, store_env=moto.env(),
@@ -137,8 +145,6 @@ def test_replay_dry_run_over_a_store_url_says_what_the_replay_would_push(tmp_pat
 @pytest.mark.slow
 def test_a_traces_sync_of_a_bucket_killed_twice_then_two_machines_stores_each_episode_once(
         tmp_path: Path, server, api, moto) -> None:
-    import time
-
     bucket_url = f"s3://{moto.new_bucket()}/out"
     builder = stored_run(bucket_url, tmp_path / "run", "attack-store-kill", 40)
 
@@ -190,3 +196,72 @@ def test_store_urls_get_the_same_option_checks_as_local_paths(tmp_path: Path, se
                            text=True, timeout=120, env=env)
     assert local.returncode == 2
     assert store.returncode == local.returncode, (store.returncode, store.stdout, store.stderr)
+
+
+class HeldUpload(FaultProxy):
+    """Forwards every request but the first two Prime Traces uploads, each held for up to
+    30 s and then dropped, never passed on (``seen`` counts the uploads)."""
+
+    seen = 0
+
+    def _decide(self, request: object) -> str:
+        if getattr(request, "method", "") != "POST" or not getattr(request, "target", "").endswith("/traces"):
+            return NO_FAULT
+        self.seen += 1
+        return "held" if self.seen <= 2 else NO_FAULT
+
+    async def _act(self, fault: str, request: object, writer: asyncio.StreamWriter, decision: object) -> None:
+        if fault != "held":
+            return await super()._act(fault, request, writer, decision)  # type: ignore[arg-type]
+        await asyncio.sleep(30)
+        writer.close()
+
+
+def _upload_held(proc: subprocess.Popen[str], proxy: HeldUpload, upload: int) -> None:
+    deadline = time.monotonic() + 60
+    while proxy.seen < upload:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    time.sleep(0.3)  # the upload is on its way
+
+
+@pytest.mark.slow
+def test_a_batch_sent_again_after_its_lifetime_keeps_the_lease_while_it_may_land(tmp_path: Path, server, api) -> None:
+    """A sync killed with a batch's upload out leaves it announced; a sync of the run more
+    than a request lifetime later sends it again under its key. While that upload is out the
+    lease says it may land until its own time plus the lifetime, so a second signal leaves
+    the lease to expire (and says so). Before, the announcement kept the first upload's send
+    time: the lease said the batch could no longer land, the second signal gave it up with
+    the upload out, and another syncer keeping its own state could take the run at once,
+    read the listing before that upload committed and cut its episodes into another batch."""
+    bucket = tmp_path / "bucket"
+    builder = build_run(bucket / "run", "traces-resent-late", 3)
+    lease_file = bucket / "run" / "spool" / "sync.lease.json"
+    env = child_env(PRIME_API_KEY=TOKEN, **LEASE)
+
+    def start(proxy: HeldUpload) -> subprocess.Popen[str]:
+        return subprocess.Popen(sync_cmd(proxy.base_url, f"file://{bucket}", "--to", "traces") + [
+            "--request-lifetime", str(LIFETIME)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    with HeldUpload(server.base_url) as proxy:
+        killed = start(proxy)  # announced, sent, then SIGKILLed before any answer
+        _upload_held(killed, proxy, 1)
+        killed.kill()
+        killed.communicate(timeout=30)
+        time.sleep(LIFETIME + 1)  # the first upload can no longer land; the killed syncer's lease has run out
+        again = start(proxy)
+        _upload_held(again, proxy, 2)
+        lease = json.loads(lease_file.read_bytes())
+        assert lease["in_flight_until"] > time.time(), lease  # the upload out may land until then
+        again.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        again.send_signal(signal.SIGINT)
+        _, err = again.communicate(timeout=30)
+        assert again.returncode == 130, err
+        assert "a request announced under it may still land" in err, err
+        assert json.loads(lease_file.read_bytes())["released"] is False
+        final = subprocess.run(sync_cmd(proxy.base_url, f"file://{bucket}", "--to", "traces", "--wait", "--json"),
+                               capture_output=True, text=True, timeout=120, env=env)
+    assert final.returncode == 0, final.stderr
+    assert json.loads(final.stdout)["runs"][0]["state"] == "synced", final.stdout
+    assert_once_in_traces(api, builder.run_id, builder.ids)

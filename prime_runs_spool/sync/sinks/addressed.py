@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,9 @@ class AddressedSink(Sink):
     #: (:meth:`in_doubt`).
     announced_here: str | None = None
     unanswered: bool = False
+    #: The digest of the batch whose announcement was just written, its send time the time
+    #: of the try about to leave (:meth:`_stamp`).
+    stamped: str | None = None
 
     def in_doubt(self) -> bool:
         """The announced batch may be committed unless this pass announced it and every
@@ -339,6 +342,7 @@ class AddressedSink(Sink):
                                         released=cut.released)
         self.announced_here, self.unanswered = cut.digest, False  # not sent yet
         protocol.save()
+        self.stamped = cut.digest
         self._commit(cut)
 
     # -- committing ----------------------------------------------------------------------------
@@ -374,12 +378,30 @@ class AddressedSink(Sink):
         stored (no answer at all, or anything but a failure whose kind says so) leaves the
         batch :meth:`in_doubt`. ``NOT_SENT`` is a connection never made (refused, a name not
         resolved, a connect timeout): nothing left this machine."""
+        self._stamp(cut)
         try:
             return self._upload(cut)
         except BaseException as exc:
             if not isinstance(exc, PlatformError) or exc.kind is FailureKind.IN_DOUBT:
                 self.unanswered = True
             raise
+
+    def _stamp(self, cut: Cut) -> None:
+        """Before a try of the announced batch, other than the one its announcement was just
+        written for (a retry, or a later pass sending it again): its send time set to now, in
+        a write of the state, which under a lease renews it and tells the next holder until
+        when the try may land (sync/leased.py, ``in_flight_until``). Left at the first try's
+        time, a retry a backoff later, or a resend an hour later, was announced as landing
+        by then: a second signal gave the lease up while it was out, and a holder with its
+        own state took the run at once, read the listing before it landed, and cut the
+        batch's episodes again, for a second copy under another key."""
+        pending = self.state.in_flight
+        if self.stamped == cut.digest:
+            self.stamped = None
+        elif pending is not None and pending.kind == self.name and pending.digest == cut.digest:
+            protocol = self.context.protocol
+            self.state.in_flight = replace(pending, sent_at=protocol.clock())
+            protocol.save()
 
     def _withdraw_if_never_out(self, cut: Cut) -> None:
         """A batch this pass announced, given up (or the pass stopped) with no try of it in
