@@ -50,12 +50,14 @@ def test_status_codes_are_classified(status: int, kind: FailureKind) -> None:
      (500, b"Internal Server Error", FailureKind.ANSWERED),
      (503, b"upstream connect error or disconnect/reset before headers", FailureKind.IN_DOUBT),
      (503, b"[1]", FailureKind.IN_DOUBT),
+     (503, b'{"message": "Service Unavailable"}', FailureKind.IN_DOUBT),
      (507, b"<html><title>507</title></html>", FailureKind.IN_DOUBT),
      (524, b'{"detail": "a timeout occurred"}', FailureKind.IN_DOUBT)],
 )
 def test_a_5xx_is_the_services_own_only_in_its_answer(status: int, body: bytes, kind: FailureKind) -> None:
-    """The service's 503 and 507 are its JSON object; its 500 may be plain text (Starlette's).
-    Anything else is a gateway's, for a request its upstream may still be at work on."""
+    """The service's 503 and 507 are in its words (FastAPI's ``detail``); its 500 may be plain
+    text (Starlette's). Anything else is a gateway's (API Gateway's and Kong's JSON say
+    ``message``), for a request its upstream may still be at work on."""
     client = client_with(lambda request: httpx.Response(status, content=body))
     with pytest.raises(PlatformError) as caught:
         client.push_samples("ev1", b'{"samples":[]}')

@@ -189,7 +189,8 @@ def classify_response(method: str, path: str, response: httpx.Response,
 
 
 #: The 5xx only the service answers, done with the request: a 500 (an unhandled error's, which
-#: Starlette answers in plain text) whatever its body; a 503 or a 507 with its own JSON object.
+#: Starlette answers in plain text) whatever its body; a 503 or a 507 in its own words,
+#: FastAPI's ``{"detail": ...}`` (a gateway's JSON says ``message``: AWS API Gateway's, Kong's).
 _SERVICE_ANSWERS = {500: False, 503: True, 507: True}
 
 
@@ -200,18 +201,19 @@ def _the_services_failure(response: httpx.Response) -> bool:
     slower than it waits, any 5xx the platform never sends. Taken for the service's, the
     count read at once came before the request landed, and the rows were sent again
     (tests/test_client.py, a gateway's 503 and 524: 15 rows for 5 episodes)."""
-    needs_json = _SERVICE_ANSWERS.get(response.status_code)
-    if needs_json is None:
+    needs_words = _SERVICE_ANSWERS.get(response.status_code)
+    if needs_words is None:
         return False
-    if not needs_json:
+    if not needs_words:
         return True
     body = response.content
     if len(body) > 1 << 16 or not body.lstrip().startswith(b"{"):
         return False
     try:
-        return isinstance(orjson.loads(body), dict)
+        answer = orjson.loads(body)
     except orjson.JSONDecodeError:
         return False
+    return isinstance(answer, dict) and "detail" in answer
 
 
 def _redirected(what: str, response: httpx.Response, secret: Secret | None = None) -> PlatformError:
