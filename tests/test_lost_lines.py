@@ -15,6 +15,7 @@ import pytest
 from prime_runs_spool.spool.layout import durable_mark_path_of, segment_path
 from prime_runs_spool.spool.reader import iter_records
 from support.disk import fsynced_files
+from support.cli import local_sync, run_cli
 from support.env import CLI, REPO_ROOT, child_env
 from support.runs import RunBuilder
 from support.sync_e2e import TOKEN, api, evaluations_of, run_sync, server  # noqa: F401
@@ -176,3 +177,43 @@ def test_a_synced_segment_cut_to_nothing_reports_what_was_pushed_before(tmp_path
     assert status["destinations"][0]["episodes_pushed"] == 3, status
     evaluation = evaluations_of(api, builder.run_id)
     assert len(evaluation) == 1 and evaluation[0]["total_samples"] == 3
+
+
+def _flip(segment: Path, offset: int) -> None:
+    data = bytearray(segment.read_bytes())
+    data[offset] ^= 1
+    segment.write_bytes(bytes(data))
+
+
+@pytest.mark.slow
+def test_damage_in_lines_already_pushed_is_said_by_every_sync_while_it_is_there(tmp_path: Path) -> None:
+    """A byte flipped in a synced segment keeps its size: sync said up_to_date, nothing more,
+    while status and verify said corrupt. The platform holds every line, so the run stays
+    up to date (exit 0), with a warning naming the damage, until the copy is whole again;
+    then the new version is recorded and nothing is said."""
+    builder = RunBuilder(tmp_path / "runs" / "run", "flipped-after-push")
+    builder.open_segment()
+    builder.add(4)
+    builder.seal()
+    db = tmp_path / "local.db"
+    first = local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0 and _report(first)["state"] == "synced", first.stdout + first.stderr
+    segment = segment_path(builder.run_dir, 1)
+    middle = segment.stat().st_size // 2
+    _flip(segment, middle)
+
+    for _ in range(2):  # said again while the damage is there: the version is not recorded over it
+        damaged = local_sync(tmp_path / "runs", db)
+        report = _report(damaged)
+        assert damaged.returncode == 0 and report["state"] == "up_to_date", damaged.stdout + damaged.stderr
+        assert report["pushed_now"] == 0 and report["pushed_total"] == 4
+        said = [w for w in report["warnings"] if "corrupt at byte" in w]
+        assert said and "in lines already pushed" in said[0] and "prime-runs verify" in said[0], report["warnings"]
+    text = run_cli("sync", "--local", "--db", str(db), "--to", "samples", str(tmp_path / "runs"))
+    assert text.returncode == 0 and "warning: " in text.stdout and "corrupt at byte" in text.stdout, text.stdout
+
+    _flip(segment, middle)  # whole again, at another version: read once, then nothing said
+    for _ in range(2):
+        whole = local_sync(tmp_path / "runs", db)
+        assert whole.returncode == 0 and _report(whole)["state"] == "up_to_date", whole.stdout + whole.stderr
+        assert _report(whole)["warnings"] == [], _report(whole)["warnings"]

@@ -44,6 +44,7 @@ from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, PUSHED, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
+from prime_runs_spool.sync.pushed_lines import read_again
 from prime_runs_spool.sync.recover import SKIP_CORRUPT_ADVICE, check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
@@ -227,7 +228,7 @@ class RunSync:
         self.protocol.loaded()
         self._show()
         choice.recorded(state, self.options.to)  # a run in one sink is never sent to another
-        if not untrusted and self._up_to_date():
+        if not untrusted and self._up_to_date(again=True):
             self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
             return
         # A segment recovering a cut this state's cursor passed holds what was shipped: lost.
@@ -379,7 +380,7 @@ class RunSync:
         self.report.held_back = state.held_back
         self.on_progress(self.report)
 
-    def _up_to_date(self) -> bool:
+    def _up_to_date(self, again: bool = False) -> bool:
         """Nothing new since the last sync: answered from file sizes, not by reading."""
         state = self.state
         if state.in_flight is not None or state.cursor is None or state.evaluation_id is None or state.mismatch:
@@ -394,12 +395,12 @@ class RunSync:
             return False  # lines already pushed are gone: the pass reads, and reports it
         size, version = segment_size_and_version(segments[-1][1])
         if state.finalized or state.terminal is not None:
-            if size == state.cursor.offset:
-                return True
-            if size != state.terminal_size:
+            if size not in (state.cursor.offset, state.terminal_size):
                 return False
-            # A state from before versions were recorded: the size alone decides, as it did.
-            return state.terminal_version is None or state.terminal_version == version
+            # Another version (a state from before versions were recorded: the size decides): changed in place, its
+            # pushed lines are read again by a pass, never by a probe (sync/pushed_lines.py).
+            return state.terminal_version in (None, version) or (again and read_again(
+                self.protocol, self.run_dir, segments, size, version, self.report.warnings))
         if not run_writer_alive(self.run_dir):
             return False
         # A live writer's lines go into padding: its mark, not its file's size, grows.
