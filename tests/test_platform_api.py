@@ -7,6 +7,7 @@ import socket
 import sqlite3
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -380,14 +381,14 @@ def test_one_process_s_writers_take_turns_before_sqlite_s_write_lock(tmp_path: P
     and longer) while the lock it waits for is free: with it switched off, a writer that met
     the write lock held would fail at once. Eight threads of writes, none refused."""
     store = Store(tmp_path / "turns.db")
-    connect = store._conn
+    connect = store._connect
 
     def no_busy_handler() -> sqlite3.Connection:
         conn = connect()
         conn.execute("PRAGMA busy_timeout=0")
         return conn
 
-    store._conn = no_busy_handler  # type: ignore[method-assign]
+    store._connect = no_busy_handler  # type: ignore[method-assign]
     refused: list[BaseException] = []
 
     def writer() -> None:
@@ -404,6 +405,124 @@ def test_one_process_s_writers_take_turns_before_sqlite_s_write_lock(tmp_path: P
         thread.join(60)
     store.close()
     assert not refused, refused[:1]
+
+
+def _counting_commits(monkeypatch: pytest.MonkeyPatch, fail: int = 0) -> list[str]:
+    """Every connection SQLite opens from now on counts the commits made on it (one entry
+    each, appended in this list); the first ``fail`` of them fail as a disk error would."""
+    commits: list[str] = []
+    failing = [fail]
+    connect = sqlite3.connect
+
+    class Counted(sqlite3.Connection):
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:  # type: ignore[override]
+            if sql.strip().upper() == "COMMIT":
+                commits.append(sql)
+                if failing[0]:
+                    failing[0] -= 1
+                    raise sqlite3.OperationalError("disk I/O error")
+            return super().execute(sql, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Counted, **k))
+    return commits
+
+
+def _queued_behind_one(store: Store, names: list[str]) -> tuple[dict[str, BaseException], threading.Event]:
+    """One write of the environment ``names[0]`` that holds the write turn until the event
+    returned is set, and a thread for each other name that resolves it meanwhile (they queue
+    behind it); what each write raised, once all are done, in the dict returned."""
+    raised: dict[str, BaseException] = {}
+    go, holding = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with store._write() as conn:
+                conn.execute("INSERT INTO environments VALUES (?, 'local', ?, NULL, 'now')", (names[0], names[0]))
+                holding.set()
+                go.wait(30)
+        except BaseException as exc:
+            raised[names[0]] = exc
+        holding.set()
+
+    def writer(name: str) -> None:
+        try:
+            store.resolve_environment(name, None)
+        except BaseException as exc:
+            raised[name] = exc
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    holding.wait(30)
+    threads += [threading.Thread(target=writer, args=(name,)) for name in names[1:]]
+    for thread in threads[1:]:
+        thread.start()
+    time.sleep(0.5)  # they queue
+    go.set()
+    for thread in threads:
+        thread.join(60)
+    return raised, go
+
+
+def _stored(path: Path, names: list[str]) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM environments") if row[0] in names}
+
+
+def test_writes_queued_behind_each_other_are_committed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write is fsync'd before its answer, and SQLite holds its write lock through the
+    fsync: concurrent requests (a sync's jobs) each waited for a whole commit of each one
+    ahead of them. The writes that queued behind one another are committed together, once
+    (local_platform/group_commit.py): eight, one commit, where each made its own (8), and
+    each answered only once it is stored."""
+    commits = _counting_commits(monkeypatch)
+    store = Store(tmp_path / "group.db")
+    names = [f"env-{n}" for n in range(8)]
+    commits.clear()
+    raised, _ = _queued_behind_one(store, names)
+    store.close()
+    assert not raised, raised
+    assert len(commits) <= 2, commits  # one; two if a writer came late to the queue
+    assert _stored(tmp_path / "group.db", names) == set(names)
+
+
+def test_a_write_that_fails_in_a_group_takes_back_only_itself(tmp_path: Path) -> None:
+    """A write refused midway (an evaluation of an unknown environment: 404) is taken back
+    to its own savepoint; the writes committed with it are kept."""
+    store = Store(tmp_path / "undo.db")
+    raised: list[BaseException] = []
+
+    def refused() -> None:
+        try:
+            store.create_evaluation(name="x", environments=[{"id": "no-such-environment"}], tags=[])
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=refused)
+    with store._write() as conn:
+        conn.execute("INSERT INTO environments VALUES ('kept-1', 'local', 'kept-1', NULL, 'now')")
+        thread.start()
+        time.sleep(0.3)  # the refused write queued behind this one
+    store.resolve_environment("kept-2", None)
+    thread.join(30)
+    assert len(raised) == 1 and "not found" in str(raised[0]), raised
+    store.close()
+    assert _stored(tmp_path / "undo.db", ["kept-1", "kept-2"]) == {"kept-1", "kept-2"}
+    with sqlite3.connect(tmp_path / "undo.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM evaluations").fetchone() == (0,)
+
+
+def test_a_write_answered_is_stored_and_one_refused_is_not_when_a_groups_commit_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit that fails (a disk error) fails every write waiting for it: none is answered
+    as stored; the writes after it commit as before."""
+    _counting_commits(monkeypatch, fail=1)  # the first commit fails
+    store = Store(tmp_path / "failed.db")
+    names = [f"env-{n}" for n in range(6)]
+    raised, _ = _queued_behind_one(store, names)
+    store.resolve_environment("after", None)
+    store.close()
+    assert raised and all("disk I/O error" in str(exc) for exc in raised.values()), raised
+    assert _stored(tmp_path / "failed.db", [*names, "after"]) == {*names, "after"} - set(raised)
 
 
 # -- auth, dashboard ------------------------------------------------------------------

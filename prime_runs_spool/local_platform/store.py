@@ -5,14 +5,13 @@ between a sync's requests and must never acknowledge a write it could lose, beca
 exactly-once checks read back what the platform says it holds (``NORMAL`` survives a
 killed server but not a power cut; docs/local-platform.md says why FULL and what it costs).
 WAL lets readers run
-while a writer commits; every write is one ``BEGIN IMMEDIATE`` transaction, and every read
-that needs two facts (a page of samples and their total) reads them from one snapshot.
-This process's writers queue for the write lock on a lock of its own first (``Store._write``
-says why); writers in other processes meet in the database.
+while a writer commits; every write is a savepoint of one ``BEGIN IMMEDIATE`` transaction
+that the writes queued behind it share, committed once for all (group_commit.py), and every
+read that needs two facts (a page of samples and their total) reads them from one snapshot.
+Writers in other processes meet in the database.
 
-Connections are per thread (the ASGI app runs store calls in a thread pool): a sqlite3
-connection must not be shared across threads without a lock, and one per thread lets
-reads proceed in parallel.
+Reads have a connection per thread (the ASGI app runs store calls in a thread pool), so
+they proceed in parallel; the writes share one, taking turns.
 """
 
 from __future__ import annotations
@@ -20,19 +19,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 import uuid
 from contextvars import ContextVar
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from prime_runs_spool.errors import AlreadyClosed, DeadlineExceeded, NotFound, PlatformDatabaseError
+from prime_runs_spool.errors import AlreadyClosed, NotFound, PlatformDatabaseError
 from prime_runs_spool.files import make_private, open_private
+from prime_runs_spool.local_platform.group_commit import GroupCommit
 
 
 #: The files SQLite keeps beside a database in WAL mode.
@@ -138,7 +137,7 @@ class Store:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._writer = threading.Lock()  # this process's writers, one at a time (_write)
+        self._writes = GroupCommit(lambda: self._connect(), BUSY_TIMEOUT, write_deadline.get)  # _write
         try:
             private_database(self.path)  # it holds episodes and errors: 0600, like the spool
             self._conn().executescript(_SCHEMA)
@@ -157,45 +156,28 @@ class Store:
     # -- connections -------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, for reads (and the schema)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+            conn = self._local.conn = self._connect()
         return conn
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front so two writers never deadlock on upgrade.
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+        with self._lock:
+            self._all.append(conn)
+        return conn
 
-        This process's writers take turns on a lock of their own before SQLite's: SQLite's
-        busy handler waits for a held write lock by sleeping (1, 2, 5, 10 ms and longer), so
-        with several requests at once the lock sat free while its waiters slept: in a first
-        sync of 400 runs (8 jobs) a write waited 10-26 ms for a lock held 1.5 ms, and each
-        retry cost CPU (docs/benchmarks.md). A thread's lock wakes the next writer as it is
-        released."""
-        if not self._writer.acquire(timeout=BUSY_TIMEOUT):
-            raise sqlite3.OperationalError("database is locked")
-        try:
-            conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                deadline = write_deadline.get()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise DeadlineExceeded("the request outlived its deadline; nothing was written")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        finally:
-            self._writer.release()
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction, committed with the writes queued behind it, answered once
+        committed (group_commit.py says why). This process's writers take turns before
+        SQLite's lock: its busy handler waits for a held write lock by sleeping (1, 2, 5, 10
+        ms and longer), so with several requests at once the lock sat free while its waiters
+        slept (docs/benchmarks.md)."""
+        return self._writes.write()
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
