@@ -40,9 +40,27 @@ def internal_error(exc: BaseException, hint: str = "run with --verbose for the t
     if why is not None:
         click.echo(f"{MESSAGE_PREFIX}cannot write this command's output ({why}): what it did is kept, its report is "
                    "lost; run it again where its output can be written", err=True)
+        _discard_output()
     else:
         click.echo(f"{MESSAGE_PREFIX}internal error: {type(exc).__name__}: {exc} ({hint})", err=True)
     sys.exit(EXIT_RUN_FAILED)
+
+
+def _discard_output() -> None:
+    """Send what standard output still holds nowhere: its report is lost already, and the
+    interpreter's last flush of it failed again on the same full disk, which printed
+    'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...> OSError' and made the exit
+    code 120 in place of 1."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stream without a descriptor of its own (a test's)
+        pass
+    finally:
+        os.close(null)
 
 
 def _unwritable_output(exc: BaseException) -> str | None:

@@ -241,3 +241,30 @@ def test_ci_recipe_says_a_report_it_cannot_write_is_a_configuration_error(tmp_pa
             if where == "missing folder" else
             f"it is a folder; point SYNC_REPORT at a file, e.g. {report}/sync-report.jsonl")
     assert done.stderr.splitlines() == [f"cannot write the sync report {report} (SYNC_REPORT): {said}"], done.stderr
+
+
+@pytest.mark.slow
+def test_ci_recipe_over_a_report_cut_short_by_a_full_disk_says_so_without_a_traceback(tmp_path: Path) -> None:
+    """$SYNC_REPORT on a disk with room for part of it: the sync exited 0 over the cut report
+    (PYTHONUNBUFFERED, as CI images set it), and the script's reading of it ended in a
+    JSONDecodeError traceback in the job's log. Now the sync says its report is lost and
+    exits 1, and the script says the report is not whole, in one line each."""
+    from support.mounts import tmpfs
+    from support.runs import build_run
+
+    for n in range(8):
+        build_run(tmp_path / "outputs" / f"a-run-with-a-long-enough-name-{n:02d}", f"ci-cut-{n}", 1)
+    (tmp_path / "sync-artifacts.sh").write_bytes(written_out())
+    with tmpfs(tmp_path / "small", "size=8k") as small:
+        (small / "filler").write_bytes(b"\0" * 4096)
+        env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", PRIME_API_KEY=TOKEN, PYTHONUNBUFFERED="1",
+                        SYNC_REPORT=str(small / "sync-report.json"), HOME=str(tmp_path))
+        done = subprocess.run(["bash", "sync-artifacts.sh", str(tmp_path / "outputs"), "--local", "--db",
+                               str(tmp_path / "local.db")], cwd=tmp_path, capture_output=True, text=True, env=env,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        assert (small / "sync-report.json").stat().st_size == 4096  # the test's premise: the report was cut
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("prime-runs: cannot write this command's output (No space left on device)"), lines
+    assert lines[1] == f"the sync report {small / 'sync-report.json'} is not whole, so no run is listed: see the line above"

@@ -985,6 +985,31 @@ def test_a_replay_name_that_is_blank_or_holds_a_control_character_is_bad_usage(t
     assert not (tmp_path / "p.db").exists() and not (tmp_path / "runs" / "r" / "spool" / "sync").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_an_output_cut_short_by_a_disk_that_fills_is_said_as_that(tmp_path: Path, unbuffered: str) -> None:
+    """A disk with room for the first part of a JSON report only: with PYTHONUNBUFFERED (a CI
+    image's habit) the text stream dropped what the file did not take, and the sync exited 0
+    over a cut report, without a word; buffered, it said so but the interpreter's last flush
+    failed again, 'Exception ignored in: <_io.TextIOWrapper name='<stdout>'...>', exit 120."""
+    from support.mounts import tmpfs
+
+    for n in range(8):
+        build_run(tmp_path / "runs" / f"a-run-with-a-long-enough-name-{n:02d}", f"cut-output-{n}", 1)
+    with tmpfs(tmp_path / "small", "size=8k") as small:
+        (small / "filler").write_bytes(b"\0" * 4096)  # one page of the two left
+        with open(small / "report.json", "w") as report:
+            done = subprocess.run(CLI + ["sync", str(tmp_path / "runs"), "--local", "--json"], stdout=report,
+                                  stderr=subprocess.PIPE, text=True, timeout=120,
+                                  env=child_env(PYTHONUNBUFFERED=unbuffered, HOME=str(tmp_path),
+                                                XDG_DATA_HOME=str(tmp_path / "d"), XDG_CACHE_HOME=str(tmp_path / "c")))
+        written = (small / "report.json").stat().st_size
+    assert written == 4096, f"the report fits: {written} bytes"  # the test's premise: it was cut
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("prime-runs: cannot write this command's output (No space left on device): "), line
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 @pytest.mark.parametrize("command", [["status"], ["sync", "--local", "--json"], ["export", "-o", "table.csv"]],
                          ids=" ".join)

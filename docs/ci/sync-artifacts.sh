@@ -54,7 +54,11 @@ def shown(text):
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-report = json.load(open(sys.argv[1]))
+try:
+    report = json.load(open(sys.argv[1]))
+except ValueError:  # cut short (a disk that filled): prime-runs sync said why, and exits 1
+    print(f"the sync report {shown(sys.argv[1])} is not whole, so no run is listed: see the line above", file=sys.stderr)
+    sys.exit(0)
 for imported in report.get("imports", []):
     state = imported["state"]
     if state == "spooled" and not imported["warnings"]:
