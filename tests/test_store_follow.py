@@ -9,6 +9,7 @@ import pytest
 from prime_runs_spool.errors import StoreError, StoreSetupError
 from prime_runs_spool.sync.options import RunReport
 from prime_runs_spool.sync.store_follow import StoreFollower
+from support.sync_e2e import api, server  # noqa: F401  (fixtures)
 
 
 def _passes(*passes):
@@ -135,3 +136,42 @@ def test_a_run_another_syncer_holds_is_not_idle():
         [RunReport(path="s3://b/p/r", state="up_to_date", pushed_total=9)],
     ), interval=0, exit_when_idle=True)
     assert [r.state for r in follower.run()] == ["up_to_date"]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(tmp_path, server, api,
+                                                                                 monkeypatch) -> None:
+    """A run that crashed, was synced so (its end recorded), then resumed: its new segment,
+    mirrored while its writer runs, is live. A sync with nothing new to push said
+    ``up_to_date`` for it (the state still held the crash recorded before the resume), so
+    ``--follow --exit-when-idle`` ended while the resumed eval still wrote: what it wrote
+    after was never pushed by that job, and the run never finalized."""
+    from support.runs import RunBuilder
+    from support.sync_e2e import assert_exactly_once
+    from test_store_listing_behind import _Fleet
+
+    fleet = _Fleet(tmp_path, server.base_url, monkeypatch)
+    builder = RunBuilder(fleet.outputs / "eval-1", "resumed-live-follow")
+    builder.open_segment()
+    builder.add(3)
+    builder.abandon()
+    fleet.mirror()
+    assert fleet.sync("m").state == "crashed"
+    builder.open_segment(counted=True)
+    builder.add(2)
+    fleet.mirror()
+    passes = []
+
+    def sync_pass(url: str) -> list[RunReport]:
+        if len(passes) == 4:  # the resumed eval ends, its mirror copies the rest
+            builder.add(2)
+            builder.seal()
+            fleet.mirror()
+        passes.append(fleet.sync("m"))
+        return [passes[-1]]
+
+    follower = StoreFollower([fleet.url], sync_pass, interval=0, exit_when_idle=True)
+    follower.run()
+    assert [(r.state, r.pushed_now) for r in passes[:4]] == [("live", 2)] + [("live", 0)] * 3, passes
+    assert [r.state for r in passes[4:]] == ["synced", "up_to_date"]
+    assert_exactly_once(api, builder)

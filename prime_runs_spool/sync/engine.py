@@ -343,6 +343,8 @@ class RunSync:
             return True
         if run_writer_alive(self.run_dir):
             self.report.state = LIVE
+            if self.state.live_again():  # an end recorded before (a resumed run's) holds no more
+                self.protocol.note()
             return True
         if drained():
             self._finish(CRASHED, None)

@@ -316,6 +316,17 @@ class SyncState:
             self.last_sample_id = last_sample_id
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
 
+    def live_again(self) -> bool:
+        """Forget the end last recorded (``terminal``) once the run's writer is live again:
+        a crashed run resumed (its new segment), a mirror that came back. Kept, every sync
+        with nothing new read the run as ended (``up_to_date``, not ``live``: a follow
+        ``--exit-when-idle`` of the store ended while the resumed eval still wrote). Whether
+        there was one to forget."""
+        if self.terminal is None:
+            return False
+        self.terminal = self.terminal_size = self.terminal_version = None
+        return True
+
 
 def metadata_digest(metadata: Any) -> str:
     """A short digest of an evaluation's metadata document, keys in any order."""
