@@ -43,10 +43,13 @@ whenever it grows); an unchanged spool uploads nothing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +57,8 @@ from pathlib import Path
 import orjson
 
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, StoreError, StoreSetupError
-from prime_runs_spool.files import fsync_folder, printable, read_regular_file, replace_private, shell_word, shown
+from prime_runs_spool.files import (fsync_folder, open_private, printable, read_regular_file, replace_private,
+                                    shell_word, shown)
 from prime_runs_spool.spool.layout import SPOOL_DIRNAME, find_runs, list_segments, segment_index, spool_dir
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import MANIFEST, MAX_LINE_BYTES, parse_line
@@ -73,6 +77,9 @@ _HEADER_BYTES = 16 * 1024
 
 #: In a mirrored run's local spool folder: the URL of the run's copy in the store.
 MIRROR_NOTE_NAME = "mirror.json"
+#: In a mirrored run's local spool folder: the lock a mirror's pass over the run holds
+#: (``flock``, dropped by the kernel when its holder dies; never deleted).
+MIRROR_LOCK_NAME = "mirror.lock"
 
 
 def mirror_note_path(run_dir: str | os.PathLike[str]) -> Path:
@@ -159,6 +166,43 @@ class MirrorReport:
 
     def as_json(self) -> dict[str, object]:
         return dict(self.__dict__)
+
+
+@contextlib.contextmanager
+def _one_mirror_at_a_time(run_dir: Path) -> Iterator[bool]:
+    """Hold the run's mirror lock for a pass over it: each upload replaces the object whole
+    with what its pass measured, so two mirrors of one spool at once (the sidecar still
+    running when the job's last ``mirror --once`` runs, docs/deploy.md) let the sidecar's
+    upload of the live segment's older, shorter size land after the last mirror's whole
+    copy, and its live marker come back: the bucket lost the run's last episodes and seal.
+    A pass that waits measures after the other's, so the last word is the latest size; it
+    yields True, and lists the run's objects again (the other may have written them since
+    its listing). A folder where the lock cannot be made (read-only: nothing writes there)
+    is mirrored without it."""
+    try:
+        fd = open_private(spool_dir(run_dir) / MIRROR_LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            waited = False
+        except BlockingIOError:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = True
+        yield waited
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def _listed_again(store: ObjectStore, listed: Mapping[str, ObjectInfo], key: str) -> dict[str, ObjectInfo]:
+    """The pass's listing with the run's objects (under ``key``) as the store holds them now."""
+    fresh = {k: info for k, info in listed.items() if not k.startswith(f"{key}/")}
+    fresh.update((info.key, info) for info in store.list(key))
+    return fresh
 
 
 def _run_key(root: Path, run_dir: Path) -> str:
@@ -424,20 +468,22 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
                     "(its name in UTF-8) and mirror again")))
                 continue
             report = MirrorReport(path=str(run_dir), url=store.location(key))
-            copier = _Copier(store, listed, run_dir, report, memory, masking)
             try:
-                _check_first_copy(run_dir, store, report.url)
-                for index, segment in list_segments(run_dir):
-                    object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
-                    size, alive = _target_size(segment)
-                    there = listed.get(object_key)
-                    if size > 0:
-                        there = copier.segment(index, segment, object_key, size, there)
-                    marker = live_marker_key(object_key)
-                    if alive and there is not None:
-                        _mark_live(store, marker, listed.get(marker))
-                    elif not alive and marker in listed:  # after its last bytes: never live without them
-                        store.delete(marker)
+                with _one_mirror_at_a_time(run_dir) as waited:
+                    seen = _listed_again(store, listed, key) if waited else listed
+                    copier = _Copier(store, seen, run_dir, report, memory, masking)
+                    _check_first_copy(run_dir, store, report.url)
+                    for index, segment in list_segments(run_dir):
+                        object_key = f"{key}/{SPOOL_DIRNAME}/{segment.name}"
+                        size, alive = _target_size(segment)
+                        there = seen.get(object_key)
+                        if size > 0:
+                            there = copier.segment(index, segment, object_key, size, there)
+                        marker = live_marker_key(object_key)
+                        if alive and there is not None:
+                            _mark_live(store, marker, seen.get(marker))
+                        elif not alive and marker in seen:  # after its last bytes: never live without them
+                            store.delete(marker)
             except (StoreError, OSError) as exc:
                 report.error = str(exc) if isinstance(exc, StoreError) else f"{exc.filename}: {exc.strerror}"
             reports.append(report)
