@@ -148,9 +148,9 @@ def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(
     after was never pushed by that job, and the run never finalized."""
     from support.runs import RunBuilder
     from support.sync_e2e import assert_exactly_once
-    from test_store_listing_behind import _Fleet
+    from support.store_runs import Fleet
 
-    fleet = _Fleet(tmp_path, server.base_url, monkeypatch)
+    fleet = Fleet(tmp_path, server.base_url, monkeypatch)
     builder = RunBuilder(fleet.outputs / "eval-1", "resumed-live-follow")
     builder.open_segment()
     builder.add(3)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from support.cli import last_line, run_cli
+from support.sync_e2e import api, server  # noqa: F401  (fixtures)
 
 
 @pytest.mark.parametrize("lease", [
@@ -175,3 +176,40 @@ def test_a_request_a_holder_still_waits_out_is_announced_to_whoever_takes_the_le
     now[0] += 100
     fourth = lease("in-store-at-last", state_in_store=True)
     assert fourth.try_take() and fourth.wait_until == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["deleted", "garbage"])
+def test_a_lease_object_lost_under_a_run_synced_before_holds_no_sync_up(tmp_path: Path, server, api,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          damage: str) -> None:
+    """The lease object of a run synced several times (generation 4) deleted (a cleanup, a
+    lifecycle rule) or overwritten: the next syncer makes or takes one at generation 1, below
+    the state's fence. Every sync of the run was then 'taken over by another syncer', one
+    generation more each, until the count caught up: a live run followed for an hour, some
+    hundreds of passes. Its lease still the one it wrote, no one took the run since it did,
+    so it outranks the fence, and a holder of the old generation stops at its next renewal."""
+    from support.store_runs import Fleet, live_run
+    from support.sync_e2e import assert_exactly_once
+
+    fleet = Fleet(tmp_path, server.base_url, monkeypatch)
+    builder, _ = live_run(fleet.outputs / "eval-1", f"lease-{damage}", 1)
+    fleet.mirror()
+    assert fleet.sync("m").pushed_now == 1
+    for _ in range(3):
+        builder.add(1)
+        fleet.mirror()
+        assert fleet.sync("m").pushed_now == 1
+    lease = tmp_path / "bucket" / "eval-1" / "spool" / "sync.lease.json"
+    assert json.loads(lease.read_bytes())["generation"] == 4
+    if damage == "deleted":
+        lease.unlink()
+    else:
+        lease.write_bytes(b"{not a lease")
+    builder.add(1)
+    builder.seal()
+    fleet.mirror()
+    last = fleet.sync("m")
+    assert (last.state, last.pushed_now) == ("synced", 1), last.error
+    assert json.loads(lease.read_bytes())["generation"] == 5
+    assert_exactly_once(api, builder)

@@ -255,6 +255,23 @@ class Lease:
         cannot shorten (renewals held off by the step let the lease expire mid-wait)."""
         return max(self.clock() - self.renewed_at, self.monotonic() - self._renewed_here)
 
+    def outrank(self, fence: int) -> None:
+        """Hold the lease at a generation above ``fence``, the one a state was written under,
+        by a renewal (``If-Match`` our last etag, so :class:`LeaseLost` if another syncer took
+        the lease since we did). The lease object lost its count (deleted, overwritten: made
+        or taken again at generation 1) while the state kept the fence of its last holder;
+        every sync stopped as taken over, one generation more each, until the count caught
+        up. Renewed, no one can have taken the run since we did, so no holder of ``fence``
+        holds it now: its next renewal fails, as a holder taken over does."""
+        with self._lock:
+            held = self.generation
+            self.generation = fence + 1
+            try:
+                self.renew()
+            except BaseException:
+                self.generation = held
+                raise
+
     def renew_if_old(self) -> None:
         """Renew once a third of the lease has passed: what long waits call between naps."""
         with self._lock:

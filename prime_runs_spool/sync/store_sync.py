@@ -324,7 +324,7 @@ class StoreRunSync:
         if state is None:  # damaged: the engine sets it aside; we replace it by etag
             replace_private(self.path, data, durable=False)
             return etag
-        if state.fence is not None and state.fence > self.lease.generation:
+        if state.fence is not None and state.fence > self.lease.generation and not self._outranked(state.fence):
             raise LeaseLost(f"{self.run.store.location(self.key)} was written under a newer lease "
                             f"(generation {state.fence} > {self.lease.generation}): the run was taken over by "
                            "another syncer; this one stops")
@@ -332,6 +332,16 @@ class StoreRunSync:
         _cache(self.path, state, etag)
         self._catch_up(state)
         return etag
+
+    def _outranked(self, fence: int) -> bool:
+        """Whether this syncer's lease now ranks above ``fence`` (``Lease.outrank``): the
+        lease object lost its count since the state was written, and no one took the run
+        since this syncer did. False when another syncer took it over: this one stops."""
+        try:
+            self.lease.outrank(fence)
+        except LeaseLost:
+            return False
+        return True
 
     def _catch_up(self, state: SyncState | None) -> None:
         if listing_behind(self.run, state):

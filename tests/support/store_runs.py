@@ -15,10 +15,20 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+from prime_runs_spool.content.remask import copy_masking
+from prime_runs_spool.platform_api.client import PlatformClient
+from prime_runs_spool.platform_api.settings import load_settings
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.layout import list_segments, segment_path
+from prime_runs_spool.store.mirror import MirrorMemory, mirror_pass
+from prime_runs_spool.store.object_info import ObjectInfo
 from prime_runs_spool.store.objects import ObjectStore
+from prime_runs_spool.sync.options import SyncOptions
+from prime_runs_spool.sync.retry import Backoff
+from prime_runs_spool.sync.state import remote_destination
+from prime_runs_spool.sync.store_sync import sync_store
 from support.children import all_succeed
 from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
@@ -204,3 +214,45 @@ def check_verify_gives_the_local_verdict(tmp_path: Path, url: str, name: str,
     assert runs["bad"]["status"] == expected["status"] == "corrupt"
     assert [s["corrupt_offset"] for s in runs["bad"]["segments"]] == [s["corrupt_offset"] for s in expected["segments"]]
     assert runs["bad"]["error"].startswith(f"{url}/bad/spool/seg-000001.jsonl: corrupt at byte")
+
+
+class ListedBefore(ObjectStore):
+    """The store as a syncer sees it whose listing of the whole prefix was taken earlier
+    (``listing``); every other request, a listing of one run's folder included, is today's."""
+
+    def __init__(self, url: str, listing: list[ObjectInfo]) -> None:
+        super().__init__(url)
+        self._listing = listing
+
+    def list(self, under: str = "") -> list[ObjectInfo]:
+        return list(self._listing) if not under else super().list(under)
+
+
+class Fleet:
+    """One run's eval machine (its spool, its mirror into a ``file://`` bucket) and the
+    machines syncing the bucket, each with its own cache (``home``)."""
+
+    def __init__(self, tmp_path: Path, base_url: str, monkeypatch: pytest.MonkeyPatch,
+                 state_dir: Path | None = None) -> None:
+        (tmp_path / "bucket").mkdir()
+        self.url, self.outputs, self.tmp_path = f"file://{tmp_path}/bucket", tmp_path / "outputs", tmp_path
+        self.base_url, self.monkeypatch, self.state_dir = base_url, monkeypatch, state_dir
+        self.memory = MirrorMemory()
+
+    def mirror(self) -> None:
+        [report] = mirror_pass([self.outputs], ObjectStore(self.url), self.memory, masking=copy_masking)
+        assert report.error is None, report.error
+
+    def listing(self) -> list[ObjectInfo]:
+        return ObjectStore(self.url).list()
+
+    def sync(self, home: str, listed: list[ObjectInfo] | None = None):  # noqa: ANN201
+        env = {"PRIME_API_KEY": TOKEN}
+        self.monkeypatch.setenv("XDG_CACHE_HOME", str(self.tmp_path / home / "cache"))
+        settings = load_settings(base_url=self.base_url, env=env)
+        options = SyncOptions(request_lifetime=1.0, backoff=Backoff(base=0.05, cap=0.2, max_attempts=10))
+        store = ObjectStore(self.url) if listed is None else ListedBefore(self.url, listed)
+        with PlatformClient(settings, timeout=5) as client:
+            [report] = sync_store(self.url, client, remote_destination(settings.base_url, None), options,
+                                  store=store, state_dir=self.state_dir)
+        return report
