@@ -21,7 +21,7 @@ from prime_runs_spool.platform_api.settings import Secret, Settings
 
 KEY = "sk-wire-test-key-value"
 #: One answer every call the tests make can read.
-EVERYTHING = orjson.dumps({"evaluation_id": "ev-1", "status": "RUNNING", "total_samples": 0, "evaluations": [],
+EVERYTHING = orjson.dumps({"evaluation_id": "ev-1", "status": "COMPLETED", "total_samples": 0, "evaluations": [],
                            "total": 0, "data": {"id": "env-1"}, "samples": [], "samples_pushed": 0})
 
 
