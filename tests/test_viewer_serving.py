@@ -211,3 +211,34 @@ def test_a_run_whose_files_cannot_be_read_since_answers_in_one_line_not_a_500(tm
         assert answer.status_code == 200 or "Cannot read this run" in answer.text or "Not found" in answer.text, page
     assert client.get("/run?run=kept").status_code == 200
     assert client.get("/").status_code == 200
+
+
+@pytest.mark.slow
+def test_a_run_deleted_and_written_again_at_its_path_is_read_afresh(tmp_path: Path) -> None:
+    """An eval run again into the same folder (rm -r, then the same command): its spool
+    folder may even get the old one's inode back. The run's index read on from where the
+    old spool ended: the page showed the old run's 3 episodes and called the new run
+    'corrupt' (bytes that were checksummed have changed) until the viewer was restarted."""
+    from starlette.testclient import TestClient
+
+    from prime_runs_spool.viewer.app import create_viewer_app
+    from prime_runs_spool.viewer.sources import RESCAN_INTERVAL, SpoolSource
+    from support.runs import build_run
+
+    build_run(tmp_path / "runs" / "x", "first-run", 3)
+    client = TestClient(create_viewer_app(SpoolSource([tmp_path / "runs"])), base_url="http://127.0.0.1")
+
+    def listed() -> str:
+        runs = client.get("/").text
+        row = runs[runs.index('data-run="x"'):]
+        return row[:row.index("</tr>")]
+
+    assert client.get("/run?run=x").status_code == 200
+    assert '<td class="num episodes">3</td>' in listed()
+    shutil.rmtree(tmp_path / "runs" / "x")
+    build_run(tmp_path / "runs" / "x", "second-run", 7)
+    time.sleep(RESCAN_INTERVAL)
+    row = listed()
+    assert '<td class="num episodes">7</td>' in row and 'data-status="completed"' in row, row
+    page = client.get("/run?run=x").text
+    assert "corrupt" not in page and "episode?run=x&amp;n=7" in page

@@ -15,6 +15,7 @@ the index has caught up.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -31,8 +32,8 @@ from prime_runs_spool.content.remask import needs_remask, remask_episode, remask
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.files import unreadable_message
-from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
-from prime_runs_spool.spool.layout import list_segments, segment_version
+from prime_runs_spool.spool.format import EPISODE, HEADER, HEADER_READ_LIMIT, LIVE, MANIFEST, SEAL, parse_line
+from prime_runs_spool.spool.layout import list_segments, segment_path, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Position, iter_records, torn_after
 from prime_runs_spool.spool.scan import derive_status, scan_segment
@@ -208,6 +209,10 @@ class SpoolIndex(RunIndex):
     def __init__(self, key: str, run_dir: Path, state_dir: Path | None = None) -> None:
         super().__init__(key)
         self.run_dir = run_dir
+        #: The id of the first segment read here: a run deleted and written again at its path
+        #: is another spool (:meth:`is_another_spool`), whatever inode its folder got.
+        self._first_segment: tuple[tuple[int, int, int], str | None] | None = None
+        self._first_id = self._first_segment_id()
         #: Where the syncs of a read-only spool kept its states (``--state-dir``).
         self.state_dir = state_dir
         self._position: Position | None = None
@@ -304,6 +309,39 @@ class SpoolIndex(RunIndex):
             pass
         rest = [] if row is None else [row, *wanted]
         yield from super().records(rest)
+
+    def is_another_spool(self) -> bool:
+        """Whether the spool at the run's path is no longer the one this index read: its
+        first segment has another id (an eval run again into the same folder). Read on
+        from where the old one ended, it showed the old run's episodes and called the new
+        one corrupt ("bytes ... have changed since") until the viewer was restarted."""
+        found = self._first_segment_id()
+        if self._first_id is None:
+            self._first_id = found
+            return False
+        return found is not None and found != self._first_id
+
+    def _first_segment_id(self) -> str | None:
+        """The ``segment_id`` in the header of the run's first segment (None: none yet), read
+        again only when the file's identity or modification time changed."""
+        path = segment_path(self.run_dir, 1)
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        seen = (info.st_dev, info.st_ino, info.st_mtime_ns)
+        if self._first_segment is not None and self._first_segment[0] == seen:
+            return self._first_segment[1]
+        try:
+            with open(path, "rb") as segment:
+                first = segment.readline(HEADER_READ_LIMIT)
+        except OSError:
+            return None
+        parsed = parse_line(first) if first.endswith(b"\n") else None
+        found = parsed.data.get("segment_id") if parsed is not None and parsed.type == HEADER \
+            and isinstance(parsed.data, dict) else None
+        self._first_segment = (seen, None if found is None else str(found))
+        return self._first_segment[1]
 
     def _read(self, deadline: float) -> None:
         try:

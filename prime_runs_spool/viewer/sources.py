@@ -107,10 +107,12 @@ class SpoolSource(Source):
         except (SpoolError, OSError):
             return  # a path removed since: the runs already known stay shown
         # Outputs spooled since they were listed are shown by their spool from now on; a
-        # run deleted (or moved) since is listed no more, or where it is now.
+        # run deleted (or moved) since is listed no more, or where it is now; a run deleted
+        # and written again at its path is read afresh, under its key.
         still, spooled = {path.resolve() for path in plain}, {path.resolve() for path in found}
         for key in [k for k, run in self._runs.items() if (run.output_dir.resolve() not in still
-                    if isinstance(run, PlainIndex) else run.run_dir.resolve() not in spooled)]:
+                    if isinstance(run, PlainIndex) else run.run_dir.resolve() not in spooled
+                    or run.is_another_spool())]:
             del self._runs[key]
             self._order.remove(key)
         known = {run.run_dir.resolve() for run in self._runs.values() if isinstance(run, SpoolIndex)}
