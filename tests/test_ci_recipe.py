@@ -268,3 +268,23 @@ def test_ci_recipe_over_a_report_cut_short_by_a_full_disk_says_so_without_a_trac
     lines = done.stderr.splitlines()
     assert lines[0].startswith("prime-runs: cannot write this command's output (No space left on device)"), lines
     assert lines[1] == f"the sync report {small / 'sync-report.json'} is not whole, so no run is listed: see the line above"
+
+
+@pytest.mark.slow
+def test_the_sync_report_is_0600_under_a_umask_of_022(tmp_path: Path) -> None:
+    """The report names runs, evaluations and their errors: written by the script's own
+    redirect, its mode would follow the job's umask (0644 under the usual 022), where every
+    file prime-runs writes is 0600. One a job left behind loses its group/other bits too."""
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "sync-artifacts.sh").write_bytes(written_out())
+    env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", HOME=str(tmp_path))
+    env.pop("PRIME_API_KEY", None)
+    report = tmp_path / "sync-report.json"
+    for left_behind in (False, True):
+        if left_behind:
+            report.write_text("{}")
+            report.chmod(0o644)
+        result = subprocess.run(["bash", "-c", "umask 022 && exec bash sync-artifacts.sh outputs"], cwd=tmp_path,
+                                capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode in (1, 2), result.stderr
+        assert report.stat().st_mode & 0o777 == 0o600, (left_behind, oct(report.stat().st_mode))

@@ -32,7 +32,9 @@ if [ -d "$report" ]; then
   echo "cannot write the sync report $report (SYNC_REPORT): it is a folder; point SYNC_REPORT at a file, e.g. $report/sync-report.jsonl" >&2
   exit 2
 fi
-if ! { : > "$report"; } 2>/dev/null; then  # else bash skips the sync and it reads as a failed one
+# The report names runs, evaluations and their errors: 0600 like every file prime-runs writes,
+# whatever the job's umask (a report left by an earlier job loses its group/other bits too).
+if ! { (umask 077 && : > "$report") && { [ ! -f "$report" ] || chmod go= "$report"; }; } 2>/dev/null; then  # else bash skips the sync and it reads as a failed one
   echo "cannot write the sync report $report (SYNC_REPORT): its folder is missing or not writable; point SYNC_REPORT at a file this job can write" >&2
   exit 2
 fi
