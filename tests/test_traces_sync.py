@@ -265,7 +265,8 @@ def test_the_probe_reads_the_service_as_the_library_does() -> None:
 
 
 @pytest.mark.parametrize(("status", "body", "answer", "kept"), [
-    (200, {"episodes": []}, True, True),
+    (200, {"items": [], "next_cursor": None}, True, True),
+    (200, {"detail": "not the listing"}, True, False),
     (403, {"error": {"code": "service_not_enabled", "message": "off"}}, False, True),
     (403, {"error": {"code": "forbidden", "message": "write-only token"}}, True, True),
     (401, {"error": {"code": "unauthorized"}}, True, False),
@@ -287,6 +288,43 @@ def test_the_probe_answers_and_keeps_only_what_the_service_said_of_the_account(
     assert len(seen) == (1 if kept else 2)
     assert str(seen[0].url) == "http://traces.test/api/v1/episodes?limit=1"
     assert seen[0].headers["X-Prime-Team-ID"] == "team-1"
+
+
+def test_a_captive_portals_page_to_the_probe_is_no_answer() -> None:
+    """A network that answers every address with its sign-in page (a captive portal: 200,
+    HTML) answered the probe for Prime Traces, which read it as "the account has it": kept
+    for a minute, and a new evaluation named traces. The page is not the service's listing,
+    so it says nothing of the account: no answer, asked again by the next run."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Portal(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            page = b"<!doctype html><html><head><title>Sign in to Cafe Wi-Fi</title></head><body>Accept</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    portal = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Portal)
+    threading.Thread(target=portal.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{portal.server_address[1]}"
+    try:
+        settings = Settings(base_url=url, api_key=Secret("key"), team_id=None, frontend_url=url, traces_url=url)
+        with PlatformClient(settings, timeout=5) as client:
+            probe = client.traces_probe()
+            assert (probe.answer(), probe.answer()) == (None, None)
+    finally:
+        portal.shutdown()
+        portal.server_close()
+    assert seen == ["/api/v1/episodes?limit=1"] * 2, seen
 
 
 def test_an_upload_answered_service_not_enabled_falls_back_too(tmp_path: Path, monkeypatch) -> None:

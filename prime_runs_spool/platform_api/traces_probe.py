@@ -42,6 +42,18 @@ def _error_code(response: Any) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
+def _is_listing(response: Any) -> bool:
+    """Whether a 2xx is the service's episode listing (``{"items": [...], ...}``, what
+    ``prime_traces`` reads): a captive portal's sign-in page, or a proxy's own 200, answers
+    every address and says nothing of the account. Taken for the service's yes, it had
+    ``auto`` name traces in a new evaluation on an account that may have no Prime Traces."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("items"), list)
+
+
 def service_not_enabled(response: Any) -> bool:
     """Whether an answer is the service's ``service_not_enabled``: a 403 about the account
     (Prime Traces off), unlike a 403 about the key (one that may write but not read)."""
@@ -71,7 +83,7 @@ class TracesProbe:
 
     def answer(self) -> bool | None:
         """:meth:`enabled` as the service said it; None when it said nothing about the
-        account (no answer, a gateway's 503): a guess then, which a new evaluation must not
+        account (no answer, a gateway's 503, a 2xx that is not its listing): a guess then, which a new evaluation must not
         name as its sink (sync/sinks/choice.py, ``for_create``)."""
         import httpx
 
@@ -85,7 +97,7 @@ class TracesProbe:
                 return None  # no answer from the service: nothing to remember
             if response.status_code == 403:
                 answer = not service_not_enabled(response)
-            elif response.is_success:
+            elif response.is_success and _is_listing(response):
                 answer = True
             else:
                 return None  # not an answer about the account: nothing to remember
