@@ -362,3 +362,50 @@ def test_a_run_whose_first_traces_batch_is_in_doubt_is_never_sent_to_samples(tmp
         report = synced(sync(proxy.base_url, runs, "auto", tmp_path / "cache1"))
         assert (report["state"], report["store"]) == ("synced", "traces"), report
         assert held(api, evaluation["evaluation_id"]) == (sorted(builder.ids), 0)
+
+
+@pytest.mark.slow
+def test_a_run_named_samples_with_nothing_there_goes_to_traces_when_asked(tmp_path: Path) -> None:
+    """``--to samples`` SIGKILLed with its first samples request held, never passed on: the
+    evaluation names samples and holds nothing. Its state lost, ``--to traces`` was refused
+    for good ("went to samples on this destination, not traces"; only ``--replay``), though
+    ``auto`` pushed the run to samples. The samples table counts nothing of the run, and the
+    request the killed sync left was waited out first (its copy lock's note), so nothing of
+    the run can land there: the person's ``--to traces`` takes it, the evaluation renamed
+    before the first batch. A run with rows in samples is still refused."""
+    builder = build_run(tmp_path / "runs" / "run", "named-samples-empty", 5)
+    full = build_run(tmp_path / "full" / "run", "named-samples-full", 3)
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        with FaultProxy(server.base_url, methods=["POST"], hold_first=r"/samples$") as proxy:
+            proc = subprocess.Popen(sync_cmd(proxy.base_url, str(runs), "--to", "samples"),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=child_env(PRIME_API_KEY=TOKEN, XDG_CACHE_HOME=str(cache)))
+            deadline = time.monotonic() + 60
+            while not proxy.holding() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert proxy.holding(), "the first samples request never came"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        evaluation_id = evaluation["evaluation_id"]
+        assert evaluation["metadata"]["prime_runs_sink"] == "samples"
+        assert held(api, evaluation_id) == ([], 0)
+
+        lose_state(builder)
+        report = synced(sync(server.base_url, runs, "traces", cache))
+        assert (report["state"], report["store"], report["evaluation_id"], report["pushed_now"]) == (
+            "synced", "traces", evaluation_id, 5), report
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+        assert api.get(f"/evaluations/{evaluation_id}").json()["metadata"]["prime_runs_sink"] == "traces"
+        assert len(evaluations_of(api, builder.run_id)) == 1
+        lose_state(builder)  # found again, it is followed into traces: never to samples
+        refused(sync(server.base_url, runs, "samples", tmp_path / "cache2"), "went to traces")
+        assert held(api, evaluation_id) == (sorted(builder.ids), 0)
+
+        assert synced(sync(server.base_url, tmp_path / "full", "samples", cache))["pushed_now"] == 3
+        lose_state(full)
+        refused(sync(server.base_url, tmp_path / "full", "traces", cache), "went to samples on this destination")
+        (other,) = evaluations_of(api, full.run_id)
+        assert held(api, other["evaluation_id"]) == ([], 3)

@@ -166,6 +166,12 @@ class Sink(ABC):
         (taken as yes, and left for the first batch to tell)."""
         return True
 
+    #: Whether :meth:`holds_run` saying no is the whole truth once this machine's copies
+    #: of the run had their requests waited out (engine.py, ``_fence_other_copy``): a
+    #: count, which nothing announced elsewhere can still add to. A listing is not (a batch
+    #: in doubt may commit behind it), nor an answer that cannot be read.
+    counts_what_it_holds: ClassVar[bool] = False
+
     def holds_run(self) -> bool:
         """Whether the sink holds episodes of the run's evaluation, found again with its
         state lost (so a choice that cannot be read from the state is read here)."""

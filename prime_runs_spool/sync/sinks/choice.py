@@ -116,6 +116,16 @@ def _not_there(exc: Exception, following: tuple[str, ...]) -> str:
     return f"{exc}; nothing of this run was sent there: {advice}"
 
 
+def _holds_nothing(context: PassContext, name: str) -> bool:
+    """Whether the sink an evaluation found again names surely holds nothing of the run: it
+    counts what it holds, and counts nothing (a request a lost state of this machine left
+    there was waited out before, engine.py ``_fence_other_copy``, so nothing can land there
+    later). Followed there anyway, ``--to`` naming another sink was refused for good, though
+    no row of the run was anywhere."""
+    sink = make(name, context)
+    return sink.counts_what_it_holds and not sink.holds_run()
+
+
 def _available(context: PassContext, sink: Sink) -> bool:
     """``sink.available()``, asked at most once a pass; no answer is taken as yes."""
     if sink.name not in context.available:
@@ -138,6 +148,8 @@ def push(context: PassContext, *, adopted: bool, other_copy_sink: str | None,
         # so a later pass from this state refuses the other sink too.
         name = (state.evaluation_sink or other_copy_sink
                 or next((n for n in known() if make(n, context).holds_run()), None))
+        if name is not None and asked not in (AUTO, name) and _holds_nothing(context, name):
+            name = None  # named, and surely empty: the person's --to takes the run (renamed before a batch)
         if name is not None:
             state.store, state.sink_from_platform = name, True
             context.protocol.note()

@@ -25,6 +25,7 @@ from prime_runs_spool.sync.state import InFlight, SyncState
 class SamplesSink(Sink):
     name = SAMPLES
     title = "legacy samples"
+    counts_what_it_holds = True  # total_samples
 
     def __init__(self, context: PassContext) -> None:
         super().__init__(context)
