@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from support.env import CLI, child_env
+from support.env import CLI, REPO_ROOT, child_env
 from support.eval_outputs import spooled_as_eval, vf040_outputs
 from support.runs import build_run
 from support.unprivileged import AS_UNPRIVILEGED, SKIP_REASON
@@ -216,3 +217,51 @@ def test_view_export_writes_every_run_and_names_the_unreadable_ones(tree: Path, 
     assert f"{tree / 'd-segment' / 'spool' / 'seg-000001.jsonl'}: cannot be read (Permission denied)" in done.stderr
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "episode-a-good-3.html").exists() and (tmp_path / "site" / "episode-f-good-3.html").exists()
+
+
+SEARCH_AFTER_A_SEGMENT_WENT_UNREADABLE = """
+import sys
+from pathlib import Path
+from starlette.testclient import TestClient
+from prime_runs_spool.spool.writer import SegmentWriter
+from prime_runs_spool.viewer.app import create_viewer_app
+from prime_runs_spool.viewer.sources import SpoolSource
+from support.episodes import episode_with_word
+
+root = Path(sys.argv[1])
+writer = SegmentWriter.create(root / "r", "r")
+writer.append_many([("episode", episode_with_word(n, "r", "zebraquartz", "x", "message" if n == 2 else None),
+                     {"episode_id": f"e{n}", "rollout_number": 1}) for n in range(5)])
+writer.seal("completed")
+source = SpoolSource([root])
+run = source.get("r")
+run.refresh(5)  # the rows are indexed; then the segment is made unreadable
+(root / "r" / "spool" / "seg-000001.jsonl").chmod(0)
+search = run.search()
+search.catch_up_in_background()
+search._catcher.join(30)
+page = TestClient(create_viewer_app(source), base_url="http://127.0.0.1").get("/run?run=r&text=zebraquartz")
+print(page.status_code, search.count, search.unread)
+print(" ".join(page.text.split()))
+"""
+
+
+@pytest.mark.slow
+def test_view_search_names_episodes_it_could_not_read_and_keeps_serving(tmp_path: Path) -> None:
+    """A segment made unreadable after its rows were indexed: the search's background thread
+    read it with only a spool error caught, and died with a traceback on stderr (the page's
+    own search then failed the same way); now the episodes are indexed empty, counted, and
+    the page says how many the search cannot find and why."""
+    root = tmp_path / "outputs"
+    env = child_env()
+    env["PYTHONPATH"] += os.pathsep + str(REPO_ROOT / "tests")  # support.episodes
+    try:
+        done = subprocess.run([*AS_UNPRIVILEGED, sys.executable, "-c", SEARCH_AFTER_A_SEGMENT_WENT_UNREADABLE,
+                               str(root)], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        (root / "r" / "spool" / "seg-000001.jsonl").chmod(0o600)
+    assert_no_traceback(done)
+    status, count, unread = done.stdout.splitlines()[0].split()
+    assert (status, count, unread) == ("200", "5", "5"), done.stdout
+    assert ("5 episodes could not be read when indexed, so the search cannot find them (the first: episode 1 "
+            "cannot be read: Permission denied:") in done.stdout

@@ -155,12 +155,16 @@ class RunIndex:
 
     def records(self, rows: list[Row]) -> Iterator[tuple[Row, Any]]:
         """Each of ``rows`` with its record, one at a time (a :class:`SpoolError` for a row
-        that cannot be read is yielded in its place)."""
+        that cannot be read is yielded in its place, a segment the OS refuses, e.g. made
+        unreadable after its rows were indexed, too: it stopped the search's thread)."""
         for row in rows:
             try:
                 yield row, self.record(row)
             except SpoolError as exc:
                 yield row, exc
+            except OSError as exc:
+                yield row, SpoolError(f"episode {row.number} cannot be read: {exc.strerror or exc}"
+                                      + (f": {exc.filename}" if exc.filename else ""))
 
     # -- indexing ----------------------------------------------------------------------
 
@@ -305,7 +309,7 @@ class SpoolIndex(RunIndex):
                     break
                 yield row, remask_episode(record.data)
                 row = next(wanted, None)
-        except SpoolError:
+        except (SpoolError, OSError):  # the rest row by row: each says why
             pass
         rest = [] if row is None else [row, *wanted]
         yield from super().records(rest)

@@ -21,6 +21,7 @@ which an index without positions refuses (every search holding ``_`` was a 500).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sqlite3
@@ -53,6 +54,7 @@ PASSAGE_CONTEXT = 80
 _WORD = re.compile(r"\w+", re.UNICODE)
 #: How the index cuts text into tokens, and a query into the same (:meth:`SearchIndex.terms`).
 _TOKENIZER = "tokenize='unicode61'"
+_log = logging.getLogger(__name__)
 
 
 def episode_text(episode: Any) -> str:
@@ -113,12 +115,19 @@ class SearchIndex:
             row = self._db.execute("SELECT value FROM meta WHERE name = 'count'").fetchone()
             #: How many of the run's first episodes are indexed.
             self.count = int(row[0]) if row else 0
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'unread'").fetchone()
+            #: How many of those could not be read (indexed empty: a search cannot find them),
+            #: and why the first could not: the page says so.
+            self.unread = int(row[0]) if row else 0
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'unread_error'").fetchone()
+            self.unread_error: str | None = row[0] if row else None
 
     def _empty(self, key: str) -> None:
         self._db.execute("INSERT INTO episodes (episodes) VALUES ('delete-all')")
         self._db.execute("DELETE FROM meta")
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
         self.count = 0
+        self.unread, self.unread_error = 0, None
 
     def reset(self, key: str) -> None:
         """Forget every episode indexed: the run was rewritten, and is now ``key``."""
@@ -135,13 +144,21 @@ class SearchIndex:
         with self._lock:
             while self.count < len(self.run.rows):
                 rows = self.run.rows[self.count:self.count + CHUNK]
-                entries = [(row.number, "" if isinstance(record, SpoolError) else episode_text(episode_of(record)))
-                           for row, record in self.run.records(rows)]
+                entries, unread, error = [], self.unread, self.unread_error
+                for row, record in self.run.records(rows):
+                    if isinstance(record, SpoolError):  # indexed empty, counted: the page says so
+                        unread, error = unread + 1, error or str(record)
+                        entries.append((row.number, ""))
+                    else:
+                        entries.append((row.number, episode_text(episode_of(record))))
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT INTO episodes (rowid, body) VALUES (?, ?)", entries)
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('count', ?)", (self.count + len(entries),))
+                self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                     [("count", self.count + len(entries)), ("unread", unread),
+                                      ("unread_error", error)])
                 self._db.execute("COMMIT")
                 self.count += len(entries)
+                self.unread, self.unread_error = unread, error
                 if time.monotonic() > deadline:
                     break
 
@@ -150,11 +167,15 @@ class SearchIndex:
             return
 
         def run() -> None:
-            while self.behind:
-                before = self.count
-                self.refresh(0.25)
-                if self.count == before:
-                    time.sleep(0.25)  # the row index is still reading: wait for its rows
+            try:
+                while self.behind:
+                    before = self.count
+                    self.refresh(0.25)
+                    if self.count == before:
+                        time.sleep(0.25)  # the row index is still reading: wait for its rows
+            except Exception as exc:  # one line, not a traceback: the next search tries again
+                _log.warning("prime-runs view: the search index of %s stopped at episode %d: %s",
+                             self.run.key, self.count, exc)
 
         self._catcher = threading.Thread(target=run, name=f"viewer-search-{self.run.key}", daemon=True)
         self._catcher.start()
