@@ -243,3 +243,124 @@ def test_the_masking_docs_name_todays_version_and_what_it_added() -> None:
     [today] = re.findall(r"`MASKING_VERSION` in `content/mask_locations.py`, `(\d+)` today", page)
     assert int(today) == MASKING_VERSION
     assert f"`{MASKING_VERSION}` " in page.split(" today: ", 1)[1].split(") and", 1)[0]
+
+
+# -- a name in lookalike letters; a {name, value} pair in any mapping ---------------------
+
+#: Letters of other scripts that read as a Latin one (Cyrillic, Greek, dotless i), written
+#: out here apart from the code's table: a name spelled with them reads as the Latin name.
+_LOOKALIKES = {"a": "аα", "c": "сϲ", "e": "еε", "i": "іιı", "j": "ј", "k": "кκ", "o": "оο", "p": "рρ", "s": "ѕ",
+               "x": "хχ", "y": "уγ", "A": "АΑ", "B": "ВΒ", "C": "С", "E": "ЕΕ", "H": "НΗ", "I": "ІΙ", "K": "КΚ",
+               "M": "МΜ", "O": "ОΟ", "P": "РΡ", "T": "ТΤ", "X": "ХΧ", "N": "Ν"}
+
+
+@st.composite
+def lookalike_spellings(draw, names: list[str]) -> tuple[str, str]:
+    """A name of ``names``, and the same name with some of its characters written another way:
+    a lookalike letter, the full-width form (U+FF01 on: ``ｐａｓｓ``), a zero-width space after."""
+    name = draw(st.sampled_from(names))
+    spelled = []
+    for char in name:
+        way = draw(st.sampled_from(["as is", "lookalike", "full width", "zero width"]))
+        if way == "lookalike" and char in _LOOKALIKES:
+            spelled.append(draw(st.sampled_from(_LOOKALIKES[char])))
+        elif way == "full width" and "!" <= char <= "~":
+            spelled.append(chr(ord(char) + 0xFEE0))
+        elif way == "zero width":
+            spelled.append(char + "\u200b")
+        else:
+            spelled.append(char)
+    return name, "".join(spelled)
+
+
+_VALUES = st.text(st.sampled_from("abcXYZ012-_аеорсΑΟｐ\u200b"), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=lookalike_spellings(SECRET_NAMES), plain=lookalike_spellings(PLAIN_NAMES), value=_VALUES,
+       memo=st.booleans())
+def test_a_name_in_lookalike_letters_is_judged_as_the_name_it_looks_like(secret, plain, value, memo) -> None:
+    """A key spelled with letters that only look like a secret name's (``pаssword`` with a
+    Cyrillic ``а``, ``ＨＦ＿ＴＯＫＥＮ`` full width, a zero-width space inside) had its value
+    written in clear: the rules compared ASCII. It is masked as the name it looks like; a
+    plain name so spelled keeps its value, and neither key nor value is changed otherwise
+    (the fold judges a name, it rewrites nothing)."""
+    (secret_name, secret_key), (plain_name, plain_key) = secret, plain
+    assert is_secret_name(secret_key) and not is_secret_name(plain_key)
+    config = {"env": {"args": {secret_key: value, plain_key: value}}}
+    if plain_key == secret_key:
+        return
+    rules = MaskRules.defaults_for_config()
+    from prime_runs_spool.content.masking import mask
+
+    for _ in range(2):  # the first sighting and the memo's
+        masked = mask(config, rules, memo=memo)["env"]["args"]
+        assert list(masked) == [secret_key, plain_key]  # the keys as written, in their order
+        assert masked[secret_key] == MASK and masked[plain_key] == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(spelled=lookalike_spellings(["headers", "extra_headers", "env_vars", "api_key"]), value=_VALUES)
+def test_a_location_name_in_lookalike_letters_is_that_location(spelled, value) -> None:
+    """``hеaders`` (Cyrillic ``е``) or ``ｅｎｖ＿ｖａｒｓ`` is the table it reads as: every entry masked."""
+    from prime_runs_spool.content.masking import mask
+
+    _, key = spelled
+    masked = mask({"client": {key: {"X-Team": value}}}, MaskRules.defaults_for_config())["client"][key]
+    assert masked in (MASK, {"X-Team": MASK}), masked
+
+
+class _PairDict(dict):
+    """A dict subclass, as a producer's config model may hand one over."""
+
+
+@dataclasses.dataclass
+class _Variable:
+    name: str
+    value: Any
+
+
+class _Pair(enum.Enum):
+    HF = {"name": "HF_TOKEN", "value": "PAIR-IN-AN-ENUM-0001"}
+
+
+def _pair_as(kind: str, name_key: str, name: str, value: str) -> Any:
+    from collections import OrderedDict
+
+    pair = {name_key: name, "value": value}
+    return {"dict": lambda: dict(pair), "subclass": lambda: _PairDict(pair), "ordered": lambda: OrderedDict(pair),
+            "dataclass": lambda: _Variable(name, value),
+            "fragment": lambda: orjson.Fragment(orjson.dumps(pair))}[kind]()
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(["dict", "subclass", "ordered", "dataclass", "fragment"]),
+       name_key=st.sampled_from(["name", "key"]), name=st.sampled_from(SECRET_NAMES + PLAIN_NAMES),
+       value=st.text("abcdef0123456789", min_size=8, max_size=16).map(lambda s: "PAIR-" + s),
+       where=st.sampled_from(["config", "episode"]), in_tuple=st.booleans(), memo=st.booleans(),
+       sightings=st.integers(1, 3))
+def test_a_name_value_pair_is_masked_in_any_mapping_it_is_written_as(kind, name_key, name, value, where, in_tuple,
+                                                                      memo, sightings) -> None:
+    """A ``{name, value}`` pair in a dict subclass (or an ``OrderedDict``, a dataclass, a
+    fragment, an enum member: anything orjson writes as that mapping) had no name rule: only a
+    plain dict's was read, so its value was written in clear wherever the walk read it (a
+    first sighting, a config in a tuple or not memoized), and masked only where the memo had
+    met its plain twin. It is written as the plain pair masks, every time."""
+    from prime_runs_spool.content.masking import mask
+
+    if kind == "dataclass" and name_key == "key":
+        name_key = "name"
+    rules = MaskRules.defaults_for_config() if where == "config" else MaskRules.defaults_for_episode()
+
+    def placed(pair: Any) -> dict[str, Any]:
+        holder = (pair,) if in_tuple else [pair]
+        config = {"seat": {"extraEnv": holder}}
+        return config if where == "config" else {"traces": [{"agent": {"config": config}}]}
+
+    plain = orjson.dumps(mask(placed({name_key: name, "value": value}), MaskRules.defaults_for_config()
+                              if where == "config" else MaskRules.defaults_for_episode(), memo=False))
+    for _ in range(sightings):
+        assert orjson.dumps(mask(placed(_pair_as(kind, name_key, name, value)), rules, memo=memo)) == plain
+    assert (value.encode() in plain) is (not is_secret_name(name))
+    enum_pair = orjson.dumps(mask(placed(_Pair.HF), rules, memo=memo))
+    assert b"PAIR-IN-AN-ENUM" not in enum_pair

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from prime_runs_spool.content.lookalikes import folded_name
+
 
 #: What a masked value becomes.
 MASK = "***"
@@ -32,7 +34,7 @@ MASK = "***"
 #: (``masking_version``). Raise it whenever a location is added: sync then masks the
 #: records of spools written under an older version again before they travel
 #: (content/remask.py). A manifest without the field predates it (version 0).
-MASKING_VERSION = 19
+MASKING_VERSION = 20
 
 #: A location: one segment per mapping key or list index, from the root (see masking.py).
 Pattern = tuple[str, ...]
@@ -60,8 +62,10 @@ def parse_pattern(pattern: str | Iterable[str]) -> Pattern:
 
 
 def spelling(name: str) -> str:
-    """``name`` as :data:`ANY_SPELLING` compares it: case folded, ``_`` and ``-`` dropped."""
-    return name.casefold().replace("_", "").replace("-", "")
+    """``name`` as :data:`ANY_SPELLING` compares it: case folded, ``_`` and ``-`` dropped, its
+    lookalike letters read as what they look like (content/lookalikes.py: ``hеaders`` with a
+    Cyrillic ``е``)."""
+    return folded_name(name).casefold().replace("_", "").replace("-", "")
 
 
 def _any_spelling(*names: str) -> Pattern:
@@ -107,8 +111,9 @@ _ENV_VAR = re.compile(r"[A-Z][A-Z0-9]*(?:_+[A-Z0-9]+)*_*\Z")
 def is_env_var_name(name: str) -> bool:
     """Whether ``name`` is written like an environment variable: upper case, digits and
     underscores, starting with a letter (``HF_TOKEN``, ``PIP_INDEX_URL``); never a
-    config's own lower-case field (``id``, ``taskset``)."""
-    return _ENV_VAR.match(name) is not None
+    config's own lower-case field (``id``, ``taskset``). Lookalike letters read as what they
+    look like (``ＨＦ＿ＴＯＫＥＮ``)."""
+    return _ENV_VAR.match(folded_name(name)) is not None
 
 #: A pattern segment matching one key whose name is secret-shaped (:func:`is_secret_name`),
 #: as ``*`` matches any one key.
@@ -166,8 +171,9 @@ def is_secret_name(name: str) -> bool:
     included (``api_keys``, ``secrets``); or the name run together ends in ``apikey``,
     ``token``, ``password``... A name that says it holds
     the *name* of a secret (``api_key_var``, ``token_env``) or counts something
-    (``max_tokens``) is not."""
-    words = [word.lower() for word in _WORD.findall(name) if not word.isdigit()]  # ``password2``: a password
+    (``max_tokens``) is not. Lookalike letters read as what they look like (content/lookalikes.py:
+    ``pаssword`` with a Cyrillic ``а``, ``ｔｏｋｅｎ``), so the rules see the name a reader sees."""
+    words = [word.lower() for word in _WORD.findall(folded_name(name)) if not word.isdigit()]  # ``password2``: a password
     if not words:
         return False
     inline = False

@@ -35,7 +35,8 @@ from prime_runs_spool.content.mask_locations import (ANY_SPELLING, CONFIG_PATTER
 from prime_runs_spool.content.mask_beside import Beside, volatile_places
 from prime_runs_spool.content.mask_plans import KEYS, MAX_PLAN_BYTES, Plan, apply_plan, is_mask
 from prime_runs_spool.content.mask_text import mask_text, mask_url, masked_arguments
-from prime_runs_spool.content.written_form import children as _children, container_copy as _copy, written_text
+from prime_runs_spool.content.written_form import (children as _children, container_copy as _copy, plain_container,
+                                                     written_text)
 
 _States = frozenset[tuple[int, int]]
 _Derived = TypeVar("_Derived")
@@ -438,9 +439,14 @@ def _plan(obj: Any, rules: MaskRules, states: _States, scoped: bool, *, memoize:
         children = _children(obj)
         literals = None
     renamed: dict[str, str] | None = None
-    # An argument list in a URL scope: what follows a flag named like a secret; a {name, value} pair (mask_text.py).
-    arguments = masked_arguments(obj) if scoped and (isinstance(obj, (list, tuple)) and len(obj) > 1 or (
-        type(obj) is dict and len(obj) == 2 and "value" in obj)) else None
+    # An argument list in a URL scope: what follows a flag named like a secret; a {name, value} pair (mask_text.py),
+    # read in the container as written: a dict subclass's pair had no rule where the walk, not the memo, read it.
+    arguments = None
+    if scoped:
+        written = obj if type(obj) is dict or type(obj) is list else plain_container(obj)
+        if type(written) is dict and len(written) == 2 and "value" in written or (
+                type(written) is list and len(written) > 1):
+            arguments = masked_arguments(written)
     for key, value in children:
         if scoped and type(key) is str and "://" in key:  # a key is written too: a URL there is masked
             masked_key = mask_url(key)

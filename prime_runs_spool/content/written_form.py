@@ -37,6 +37,18 @@ def children(obj: Any) -> Iterable[tuple[str | int, Any]] | None:
     return None if written is obj else children(written)
 
 
+def plain_container(obj: Any) -> list[Any] | dict[Any, Any] | None:
+    """``obj`` as the plain list or dict orjson writes it as (a tuple, a list or dict subclass,
+    a ``Mapping``, a dataclass, an enum member's or a fragment's container), None for a leaf:
+    for a rule that reads a container whole (a ``{name, value}`` pair), which must read a
+    subclass's as it reads the plain one it is written as."""
+    written = written_as(obj)
+    if isinstance(written, (list, tuple)):
+        return list(written)
+    pairs = children(written)
+    return None if pairs is None else dict(pairs)
+
+
 def written_as(obj: Any) -> Any:
     """What orjson writes in place of ``obj``: an ``Enum`` member's value, a ``Fragment``'s
     JSON read back; ``obj`` itself for anything else. Masking looks inside what is written,
