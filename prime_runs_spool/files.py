@@ -210,10 +210,12 @@ def folder_blocker(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True) -> None:
+def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True, parents: bool = True) -> None:
     """Create a directory ``0700``, and every missing parent ``0700`` too (``os.makedirs``
     gives parents the umask's default mode, often ``0755``), durably: the folder holding each
-    new entry is fsync'd before this returns.
+    new entry is fsync'd before this returns. ``parents`` False: a missing parent is
+    ``FileNotFoundError`` (a sync state's folder in a spool folder moved away meanwhile: a
+    run folder made again at the old path held nothing but that state).
 
     A new folder's name lives in its parent, and until that parent is fsync'd a power cut
     may take the name back, and with it every file below, fsync'd or not: the first episode
@@ -224,8 +226,11 @@ def make_private_dir(path: str | os.PathLike[str], *, durable: bool = True) -> N
     path = Path(path)
     try:  # the common case, one folder missing under one that is there: no stat asked first
         os.mkdir(path, DIR_MODE)
+    except FileNotFoundError:
+        if not parents:
+            raise
     except OSError:
-        pass  # a parent missing too, or there already, or an error: the walk below finds which
+        pass  # there already, or an error: the walk below finds which
     else:
         if durable:
             fsync_folder(path.parent)
@@ -259,7 +264,8 @@ _PID = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
-def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: bool | None = None) -> None:
+def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: bool | None = None,
+                    parents: bool = True) -> None:
     """Replace ``path`` with ``data`` in one rename: the file 0600, its folder made 0700 when
     missing, no ``.tmp`` left behind when anything fails (a full disk, a folder where the
     file goes), and an ``OSError`` that names no file (a full disk's write) naming ``path``. ``durable``: the data and the rename are fsync'd (a sync state, an import's
@@ -267,14 +273,15 @@ def replace_private(path: Path, data: bytes, *, durable: bool, rename_durable: b
     ``rename_durable`` False (with ``durable``): the data is fsync'd before the rename, so
     whichever of the two files a power cut leaves under the name is whole, but the folder is
     not, so the cut may leave the old one: for a write its reader may find one write behind.
-    The temporary name holds the process and the thread: two writers never share one."""
+    The temporary name holds the process and the thread: two writers never share one.
+    ``parents``: as :func:`make_private_dir`'s, for the file's folder."""
     folder, name = os.path.split(os.fspath(path))  # strings: a state is written several times a run
     folder = folder or os.curdir
     tmp = os.path.join(folder, f".{name}.{_PID[0]}.{threading.get_ident()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     except FileNotFoundError:  # the first file of this folder: the folder first
-        make_private_dir(folder, durable=durable)  # a durable file's new folders' names durable too
+        make_private_dir(folder, durable=durable, parents=parents)  # a durable file's new folders' names durable too
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:

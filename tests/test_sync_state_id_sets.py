@@ -142,10 +142,10 @@ def test_a_save_cut_short_leaves_the_last_state_whole(tmp_path: Path, monkeypatc
     events: list[str] = []
     real_replace, real_write = id_sets.replace_private, state_file.write
 
-    def replace(target, data, *, durable, rename_durable=None):  # noqa: ANN001, ANN202
+    def replace(target, data, *, durable, rename_durable=None, parents=True):  # noqa: ANN001, ANN202
         if failing == "ids":
             raise OSError(errno.ENOSPC, "No space left on device", str(target))
-        real_replace(target, data, durable=durable, rename_durable=rename_durable)
+        real_replace(target, data, durable=durable, rename_durable=rename_durable, parents=parents)
         events.append(f"ids durable={durable} rename_durable={rename_durable is not False}")
 
     def write(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

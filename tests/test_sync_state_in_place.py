@@ -114,6 +114,7 @@ def test_the_eval_reads_the_shippers_progress_while_it_writes_in_place(tmp_path:
     from prime_runs_spool.sync.state import remote_destination, sync_state_path
 
     run_dir = tmp_path / "run"
+    (run_dir / "spool").mkdir(parents=True)  # the run's spool folder: a pass makes only its state folder in it
     destination = remote_destination("http://platform.invalid", None)
     path = sync_state_path(run_dir, destination.key)
     shipper = SimpleNamespace(_run_dir=run_dir, destination=destination)

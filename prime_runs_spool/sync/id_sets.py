@@ -159,13 +159,15 @@ class IdSet:
         if self._data is None:
             self._folder = folder
 
-    def store(self, folder: str, *, durable: bool = True, again: bool = False) -> bool:
+    def store(self, folder: str, *, durable: bool = True, again: bool = False, parents: bool = True) -> bool:
         """The file written in ``folder``, whole, and (``durable``) its bytes and its name made
         durable, before a state there names it; once per folder (``again``: once more, as a
-        file another holder may have removed). Whether it was written now."""
+        file another holder may have removed). Whether it was written now. ``parents``: as
+        ``replace_private``'s."""
         if self._folder == folder and not again:
             return False
-        replace_private(os.path.join(folder, self.name), self.data(), durable=durable)  # type: ignore[arg-type]
+        replace_private(os.path.join(folder, self.name), self.data(), durable=durable,  # type: ignore[arg-type]
+                        parents=parents)
         self._folder, self._data = folder, None  # read there again if asked: the pass holds only the ids
         return True
 

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 from prime_runs_spool.errors import MirroredMeanwhile, Stopped, StoreError
 from prime_runs_spool.files import FILE_MODE, OnLink, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
-from prime_runs_spool.spool.layout import find_runs, spool_dir
+from prime_runs_spool.spool.layout import find_runs, spool_dir, spool_identity
 from prime_runs_spool.sync.interrupt import Interrupt
-from prime_runs_spool.sync.options import AUTO, DEFAULT_JOBS, ERROR, INTERRUPTED, SKIPPED, RunReport, SyncOptions
+from prime_runs_spool.sync.options import (AUTO, DEFAULT_JOBS, ERROR, FAILED_STATES, GONE, INTERRUPTED, SKIPPED, RunReport,
+                                          SyncOptions)
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.id_sets import sweep
 from prime_runs_spool.sync.state import Destination, disk_full_line, state_home, sync_dir
@@ -243,24 +244,43 @@ def sync_run(
             return RunReport(path=str(run_dir), state=SKIPPED,
                              error="another prime-runs sync is working on this run (use --wait to wait for it)")
     except OSError as exc:
+        if exc.errno == errno.ENOENT and home == run_dir and spool_identity(run_dir) is None:  # moved since found
+            return RunReport(path=str(run_dir), state=GONE, error=MOVED_AWAY)
         return RunReport(path=str(run_dir), state=ERROR,
                          error=f"cannot take the sync lock in {spool_dir(home)}: {exc.strerror}")
     made = [] if made is None else made
     try:
         adopted = adopt_states(run_dir, home)  # what could not be carried on from: said first
-        return local_pass(run_dir, home, client, destination, for_run(home, destination, options),
-                          warnings=adopted + spool_mode_lines(run_dir, home, options), wait=wait, sleep=sleep,
-                          made=made, on_progress=on_progress, index=index)
+        report = local_pass(run_dir, home, client, destination, for_run(home, destination, options),
+                            warnings=adopted + spool_mode_lines(run_dir, home, options), wait=wait, sleep=sleep,
+                            made=made, on_progress=on_progress, index=index)
     except Stopped:
         return interrupted_report(run_dir, made[-1].report if made else None)
     except OSError as exc:  # e.g. its state folder cannot be listed, or a state copied into a full disk: this run only
-        return RunReport(path=str(run_dir), state=ERROR,
-                         error=disk_full_line(exc, run_dir) or unreadable_message(exc, run_dir))
+        report = RunReport(path=str(run_dir), state=ERROR,
+                           error=disk_full_line(exc, run_dir) or unreadable_message(exc, run_dir))
     except Exception as exc:  # a bug met on this run must not cost the others their sync
         return internal_error_report(str(run_dir), exc)
     finally:
         if lock is not None:
             lock.release()
+    return gone_if_moved(run_dir, report, made[0].folder if made else None)
+
+
+#: What a plain sync says of a run moved away (or deleted) under its pass: ``--follow``
+#: follows it where it went (sync/follow.py); a sync that ends leaves it to the next one.
+MOVED_AWAY = ("its folder was moved away or deleted while this sync read it: nothing is lost (what was pushed stays "
+              "on the platform; no mismatch is recorded); sync it where it is now to carry on")
+
+
+def gone_if_moved(run_dir: Path, report: RunReport, folder: tuple[int, int] | None) -> RunReport:
+    """``report``, or, when it failed because the run's spool folder is no longer the one the
+    pass began with (``folder``; None: none there), ``gone``: reading on at the old path the
+    pass found a segment missing (``lost``) or no such file (``error``), for a run that lost
+    nothing. What it pushed is kept in the report."""
+    if report.state in FAILED_STATES and folder is not None and spool_identity(run_dir) != folder:
+        report.state, report.error = GONE, MOVED_AWAY
+    return report
 
 
 def interrupted_report(run_dir: Path, report: RunReport | None) -> RunReport:

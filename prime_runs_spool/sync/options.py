@@ -63,14 +63,16 @@ DRY_RUN = "dry_run"         # counted, nothing sent
 ERROR = "error"
 INTERRUPTED = "interrupted"  # a SIGINT or SIGTERM ended the pass (or kept it from starting)
 LOST = "lost"               # the spool lost lines already pushed: never finalized (docs/sync.md)
-GONE = "gone"               # --follow: the run's folder was deleted or moved away (sync/follow.py)
+GONE = "gone"               # the run's folder was deleted or moved away under the pass (sync/many.py, sync/follow.py)
 
 #: What a run's report says was pushed, by whether the pass was a dry run (sent nothing):
 #: a damaged run's dry run said "everything before it was pushed".
 PUSHED = {False: "was pushed", True: "would be pushed"}
 
-#: Report states that mean the run did not get where it should (exit 1).
-FAILED_STATES = frozenset({ERROR, CORRUPT, LOST})
+#: Report states that mean the run did not get where it should (exit 1): a run ``gone``
+#: under a plain sync too (nothing lost, but not all of it pushed, perhaps: it is synced
+#: where it went); ``--follow`` follows it there and counts it not.
+FAILED_STATES = frozenset({ERROR, CORRUPT, LOST, GONE})
 
 #: Exit codes of ``prime-runs sync`` and of the shipper's ``python -m prime_runs_spool.sync``
 #: (docs/cli.md); EXIT_INTERRUPTED (128 + SIGINT, as a shell reports Ctrl-C) after SIGINT or

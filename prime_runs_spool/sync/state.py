@@ -515,10 +515,12 @@ def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = 
     true still (every request sent since it was announced by a write whose rename was
     fsync'd, and that fsync made every earlier rename in the folder durable too), and the
     next sync settles from it as after any crash. ``writer``: the pass's, which writes in
-    place after its first announcement (sync/state_file.py); without one, a rename."""
+    place after its first announcement (sync/state_file.py); without one, a rename. The
+    pass's state folder is made in its spool folder, never that folder itself: a run moved
+    away under the pass is not made again at its old path to hold a state."""
     name = str(path)
     for found in named_by(state):  # durable before the state names them (sync/id_sets.py)
-        found.store(os.path.dirname(name) or os.curdir)
+        found.store(os.path.dirname(name) or os.curdir, parents=writer is None)
     state.updated_at = time.time()
     data = state.to_json()
     _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write

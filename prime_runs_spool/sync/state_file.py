@@ -115,12 +115,12 @@ def _remade(writer: Writer, data: bytes, *, announces: bool) -> bytes:
     _close(writer)
     padded = data.ljust(-(-(len(data) + ROOM) // BLOCK) * BLOCK)
     if not announces:  # a twin a failed write left stays: true still, no request went since
-        replace_private(path, padded, durable=True, rename_durable=False)
+        replace_private(path, padded, durable=True, rename_durable=False, parents=False)
         writer.whole = True
         return padded
     twin = _made_twin(path, padded)
     try:
-        replace_private(path, padded, durable=True, rename_durable=True)  # ... and the twin's name
+        replace_private(path, padded, durable=True, rename_durable=True, parents=False)  # and the twin's name
         file = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except BaseException:
         os.close(twin)
@@ -139,7 +139,7 @@ def _made_twin(path: str, padded: bytes) -> int:
         try:
             fd = os.open(twin, flags, FILE_MODE)
         except FileNotFoundError:  # the first state of this folder: the folder first, its name durable
-            make_private_dir(os.path.dirname(twin) or os.curdir, durable=True)
+            make_private_dir(os.path.dirname(twin) or os.curdir, durable=True, parents=False)
             fd = os.open(twin, flags, FILE_MODE)
         try:
             _write_all(fd, padded)
