@@ -4,13 +4,22 @@ start-up told as every other one is.
 Importing the command line (click, the commands' option types, the library under them)
 takes a few tenths of a second, and a Ctrl-C pressed right after Enter lands there, before
 any handler of ``cli.py`` exists: it ended in a ``KeyboardInterrupt`` traceback. This module
-imports nothing but the standard library's ``sys`` before it imports ``cli``, so what is
-left of that window is the interpreter's own start.
+imports nothing but the standard library's ``sys``, ``io`` and ``signal`` (the first two
+loaded at the interpreter's start, the third in about half a millisecond) before it
+imports ``cli``, so what is left of that window is the interpreter's own start.
+
+A shell without job control (a script's ``prime-runs sync ... &``) starts a background
+command with SIGINT ignored, and Python keeps that: ``kill -INT`` of a background sync was
+lost until its own handlers were installed (seconds of imports under load) and while a
+follow switched to its own (the ignore put back between them), and the sync went on. Every
+command but ``eval`` takes SIGINT back first thing, so it ends as Ctrl-C ends it; ``eval``
+keeps what its shell gave it, as ``vf-eval`` does, its episodes being the eval's to stop.
 """
 
 from __future__ import annotations
 
 import io
+import signal
 import sys
 
 
@@ -32,6 +41,7 @@ def whole_writes() -> None:
 
 
 def main() -> None:
+    take_sigint_back()
     if sys.argv[1:2] != ["eval"]:  # eval's output is verifiers', as the user's environment set it
         whole_writes()
     try:
@@ -43,3 +53,10 @@ def main() -> None:
         sys.stderr.write(f"\n{MESSAGE_PREFIX}interrupted\n")
         sys.exit(EXIT_INTERRUPTED)
     command_line()
+
+
+def take_sigint_back() -> None:
+    """SIGINT handled as Python handles it where no shell ignored it (``KeyboardInterrupt``,
+    then each command's own handler), unless the command is ``eval`` (see the docstring)."""
+    if sys.argv[1:2] != ["eval"] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -366,3 +366,46 @@ def test_a_second_signal_with_a_request_in_doubt_leaves_the_lease_to_expire_and_
         final = _sync(proxy, what, "--wait")
     assert final.returncode == 0, final.stderr
     assert_exactly_once(api, builder)
+
+
+def _in_background(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
+    """``cmd`` run as a shell script runs ``cmd &``: a shell without job control starts it
+    with SIGINT ignored. The shell (which waits for it and says its exit code) and its pid."""
+    script = '"$@" & echo $!; wait $!; echo "exit=$?"'
+    shell = subprocess.Popen(["sh", "-c", script, "sh", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    assert shell.stdout is not None
+    return shell, int(shell.stdout.readline())
+
+
+def _importing_the_command_line(pid: int, deadline: float) -> None:
+    """Until the process maps orjson: the command line's modules are being imported, well
+    before any command's own signal handler is installed."""
+    while "orjson" not in Path(f"/proc/{pid}/maps").read_text():
+        assert time.monotonic() < deadline, "the command never got to importing its modules"
+        time.sleep(0.002)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_background_sync_a_script_started_stops_on_sigint(tmp_path: Path, follow: bool) -> None:
+    """A script's ``prime-runs sync ... &`` has SIGINT ignored by its shell, and Python kept
+    that: ``kill -INT`` sent while it started (seconds under load) was lost, and the sync went
+    on, retrying a platform that is down. It takes SIGINT back first thing and ends as after
+    Ctrl-C (docs/cli.md, "Ctrl-C"): exit 130, one line, no traceback."""
+    build_run(tmp_path / "outputs" / "run", "background-sigint", 3)
+    cmd = sync_cmd("http://127.0.0.1:9", str(tmp_path / "outputs")) + ["--backoff-cap", "30"]
+    shell, pid = _in_background(cmd + (["--follow"] if follow else []),
+                                child_env(PRIME_API_KEY=TOKEN, PRIME_RUNS_RETRY_FOR="10m"))
+    try:
+        _importing_the_command_line(pid, time.monotonic() + 60)
+        signal_ignored = int(re.search(r"SigIgn:\s*(\w+)", Path(f"/proc/{pid}/status").read_text()).group(1), 16)
+        subprocess.run(["kill", "-INT", str(pid)], check=True)
+        out, err = shell.communicate(timeout=30)
+    finally:
+        shell.kill()
+        subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    assert not signal_ignored & (1 << (signal.SIGINT - 1)), "SIGINT still ignored as the command line loads"
+    assert out.splitlines()[-1] == "exit=130", out + err
+    assert err.strip().splitlines()[-1].startswith("prime-runs: interrupted"), err
+    assert "Traceback" not in err, err
