@@ -288,3 +288,23 @@ def test_the_sync_report_is_0600_under_a_umask_of_022(tmp_path: Path) -> None:
                                 capture_output=True, text=True, env=env, timeout=60)
         assert result.returncode in (1, 2), result.stderr
         assert report.stat().st_mode & 0o777 == 0o600, (left_behind, oct(report.stat().st_mode))
+
+
+@pytest.mark.slow
+def test_ci_recipe_says_a_report_it_could_not_write_whole_as_that_not_as_runs_that_failed(tmp_path: Path) -> None:
+    """A report on a full disk (here /dev/full): the sync did its work and said its output was
+    lost, exit 1, and the script said 'some runs failed to sync (or nothing was found);
+    re-run this job', of runs that were all synced."""
+    (tmp_path / "sync-artifacts.sh").write_bytes(written_out())
+    artifact = tmp_path / "outputs"
+    shutil.copytree(REPO_ROOT / "fixtures" / "outputs", artifact)
+    env = child_env(PRIME_RUNS=f"{sys.executable} -m commands", SYNC_REPORT="/dev/full", HOME=str(tmp_path))
+    done = subprocess.run(["bash", "sync-artifacts.sh", str(artifact), "--local", "--db", str(tmp_path / "local.db")],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    assert "some runs failed" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == "the sync report /dev/full is not whole, so no run is listed: see the line above"
+    assert "cannot write this command's output (No space left on device)" in done.stderr.splitlines()[-2]
+    again = subprocess.run(CLI + ["sync", str(artifact), "--local", "--db", str(tmp_path / "local.db"), "--json"],
+                           capture_output=True, text=True, env=child_env(HOME=str(tmp_path)), timeout=120)
+    assert again.returncode == 0 and {r["state"] for r in json.loads(again.stdout)["runs"]} == {"up_to_date"}, again

@@ -11,8 +11,8 @@
 # results.jsonl) are imported first; for a read-only artifact pass --state-dir DIR.
 # Exit codes are prime-runs sync's (docs/cli.md): 0 every run synced, up to date or its end
 # recorded; 1 some run failed to sync or import (listed on stderr; its state is kept, so
-# re-running the job carries on), or DIR holds nothing to sync; 2 usage or configuration
-# error, e.g. no PRIME_API_KEY.
+# re-running the job carries on), or DIR holds nothing to sync, or the report could not be
+# written whole (one line says so); 2 usage or configuration error, e.g. no PRIME_API_KEY.
 set -uo pipefail
 
 prime_runs=${PRIME_RUNS:-prime-runs}   # a command line; tests set "python -m commands"
@@ -43,6 +43,7 @@ fi
 $prime_runs sync "$dir" "${replay[@]}" --json "$@" > "$report"
 status=$?
 
+whole=no  # a report cut short, or empty, by a disk that filled lists no run: said once, below
 if [ -s "$report" ]; then
   python3 - "$report" <<'PY'
 import json, sys
@@ -59,8 +60,7 @@ def shown(text):
 try:
     report = json.load(open(sys.argv[1]))
 except ValueError:  # cut short (a disk that filled): prime-runs sync said why, and exits 1
-    print(f"the sync report {shown(sys.argv[1])} is not whole, so no run is listed: see the line above", file=sys.stderr)
-    sys.exit(0)
+    sys.exit(3)  # said below, as for a report with nothing in it
 for imported in report.get("imports", []):
     state = imported["state"]
     if state == "spooled" and not imported["warnings"]:
@@ -78,17 +78,22 @@ for run in report["runs"]:
     print(line + (f"  {shown(run['url'])}" if run.get("url") else ""))
     for warning in run.get("warnings") or []:  # as prime-runs sync prints them: the job's log is all anyone reads
         print(f"  warning: {shown(warning)}")
-    if run["state"] in ("error", "corrupt", "lost"):  # the states that make sync exit 1
+    if run["state"] in ("error", "corrupt", "lost", "gone"):  # the states that make sync exit 1
         print(f"FAILED {shown(run['path'])}: {shown(run['error'])}", file=sys.stderr)
     elif run.get("error"):  # skipped (another sync holds the run): why, as prime-runs sync says it
         print(f"  error: {shown(run['error'])}")
 if not report["runs"] and not report.get("imports"):
     print("no runs found (the job fails unless --allow-empty is passed)")
 PY
+  [ $? -eq 0 ] && whole=yes
 fi
 case $status in
   0) ;;
-  1) echo "some runs failed to sync (or nothing was found); re-run this job to carry on from the saved state" >&2 ;;
+  1) if [ $whole = yes ]; then
+       echo "some runs failed to sync (or nothing was found); re-run this job to carry on from the saved state" >&2
+     else  # no run is known to have failed: the sync's own line above says what went wrong
+       echo "the sync report $report is not whole, so no run is listed: see the line above" >&2
+     fi ;;
   *) echo "prime-runs sync could not start (exit $status): the line above says why (a missing PRIME_API_KEY secret, a path, an option)" >&2 ;;
 esac
 exit $status
