@@ -175,3 +175,58 @@ def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(
     assert [(r.state, r.pushed_now) for r in passes[:4]] == [("live", 2)] + [("live", 0)] * 3, passes
     assert [r.state for r in passes[4:]] == ["synced", "up_to_date"]
     assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_a_run_deleted_from_the_store_under_a_follow_is_said_gone_once(tmp_path) -> None:
+    """``sync file://... --follow``: a run deleted from the store (or moved elsewhere in it)
+    was dropped without a word; it is ``gone`` once, naming its evaluation, as a local
+    follower says it of a folder deleted, and the follow goes on with the others."""
+    import json
+    import queue
+    import shutil
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from support.children import reaped
+    from support.env import CLI, child_env
+    from support.runs import build_run
+
+    bucket = tmp_path / "bucket"
+    for name in ("kept", "deleted"):
+        build_run(bucket / name, f"store-follow-{name}", 2)
+    proc = subprocess.Popen(CLI + ["sync", f"file://{bucket}", "--follow", "--local", "--db", str(tmp_path / "l.db"),
+                                   "--to", "samples", "--poll-interval", "0.2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(HOME=str(tmp_path)))
+    events: list[dict] = []
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def until(what: str, done) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + 30
+        while not done():
+            try:
+                events.append(json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic()))))
+            except queue.Empty:
+                raise AssertionError((what, events, proc.poll())) from None
+
+    with reaped(proc):
+        until("both synced", lambda: {e["path"].rsplit("/", 1)[-1] for e in events if e["state"] == "synced"}
+              == {"kept", "deleted"})
+        shutil.rmtree(bucket / "deleted")
+        until("the deleted run gone", lambda: any(e["state"] == "gone" for e in events))
+        time.sleep(1.0)  # passes after it: said once
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)  # stdout is the reader thread's: not communicate()
+        err = proc.stderr.read()
+    time.sleep(0.2)
+    while not lines.empty():
+        events.append(json.loads(lines.get()))
+    assert proc.returncode == 0, err
+    [gone] = [e for e in events if e["state"] == "gone"]
+    assert gone["path"] == f"file://{bucket}/deleted" and gone["evaluation_id"], gone
+    assert "no longer in the store" in gone["error"] and gone["pushed_total"] == 2, gone
+    assert "0 runs finished" not in err and "1 run finished, 0 not yet" in err, err

@@ -26,7 +26,7 @@ from prime_runs_spool.errors import StoreError, StoreSetupError
 from prime_runs_spool.signal_event import SignalEvent
 from prime_runs_spool.spool.format import LIVE
 from prime_runs_spool.sync.follow import DONE_STATES
-from prime_runs_spool.sync.options import SKIPPED, UP_TO_DATE, RunReport
+from prime_runs_spool.sync.options import GONE, SKIPPED, UP_TO_DATE, RunReport
 
 #: Seconds between two passes over a store when ``--poll-interval`` is not given.
 STORE_POLL_INTERVAL = 10.0
@@ -83,6 +83,7 @@ class StoreFollower:
         seen: dict[str, tuple[str, int]] = {}
         held: set[str] = set()
         reports: list[RunReport] = []
+        last: dict[str, dict[str, RunReport]] = {url: {} for url in self.urls}  # each URL's runs, as last reported
         first = True
         while not self.stop.is_set():
             reports, changed = [], first
@@ -104,6 +105,8 @@ class StoreFollower:
                     if is_news(report, seen, held):
                         self.on_report(report)
                         changed = True
+                if not self.stop.is_set():  # a pass a stop ended may not have reached every run
+                    changed = self._gone(last[url], found, seen, held) or changed
                 # Not idle while another syncer holds a run (it may be one killed mid-pass,
                 # its lease still to expire): that run is not done, only not ours yet.
                 # Nor while a mirrored writer is live: its run has more to come.
@@ -114,3 +117,24 @@ class StoreFollower:
                 break
             self.stop.wait(self.interval)
         return reports
+
+    def _gone(self, last: dict[str, RunReport], found: list[RunReport], seen: dict[str, tuple[str, int]],
+              held: set[str]) -> bool:
+        """Say ``gone``, once, of each run an earlier pass over the URL found and this one did
+        not (deleted from the store, or moved elsewhere in it: then found as a new path), as
+        a local follower says it of a folder deleted or moved away; it was dropped without a
+        word. ``last``: the URL's runs as last reported, updated to ``found``. Whether any went."""
+        now = {report.path: report for report in found}
+        went = [before for path, before in last.items() if path not in now]
+        for before in went:
+            seen.pop(before.path, None)
+            held.discard(before.path)
+            self.finished.pop(before.path, None)  # counted no more, as a local follower's
+            self.on_report(RunReport(
+                path=before.path, state=GONE, local_run_id=before.local_run_id, name=before.name,
+                evaluation_id=before.evaluation_id, url=before.url, pushed_total=before.pushed_total,
+                store=before.store, error="it is no longer in the store (deleted, or moved elsewhere in it); followed no "
+                                          "more (what was pushed stays on the platform)"))
+        last.clear()
+        last.update(now)
+        return bool(went)
