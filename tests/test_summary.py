@@ -401,3 +401,21 @@ def test_the_one_pass_count_is_the_reading_added(episodes: list[dict[str, Any]],
         one_pass.add(episode, written)
         two_pass.add_reading(read_episode(episode, written))
         assert _state(one_pass) == _state(two_pass)
+
+
+def test_finite_rewards_whose_sum_overflows_have_a_finite_mean(tmp_path: Path) -> None:
+    """Two rewards of 1.5e308 sum past the largest float: ``avg_reward`` was ``inf``, shown
+    live as "inf" and sealed as null, though the mean of finite rewards is finite. Now it
+    is the mean, live and sealed, and the viewer's mean of the same numbers is the same."""
+    from prime_runs_spool.viewer.spans import mean
+
+    rewards = [1.5e308, 1.5e308, 1e308, -0.5]
+    run = basic_run(tmp_path / "run")
+    run.log_episodes([{"id": f"e{n}", "ok": True, "traces": [trace(True, {"r": r(reward)})]}
+                      for n, reward in enumerate(rewards)])
+    live = run.summary()["avg_reward"]
+    run.finish()
+    sealed = [rec.data for rec in iter_records(tmp_path / "run") if rec.type == "seal"][-1]["summary"]["avg_reward"]
+    assert live == sealed == mean(rewards) == pytest.approx(sum(reward / 4 for reward in rewards), rel=1e-15)
+    assert compute_summary([{"ok": True, "traces": [trace(True, {"r": r(reward)})]} for reward in rewards[:2]])[
+        "avg_reward"] == 1.5e308

@@ -26,7 +26,8 @@ Semantics (docs/platform-api.md, "What the dashboard reads"):
   ``avg_error`` 0.0, as the SDK reports them.
 - The one difference from the SDK, on purpose: non-finite numbers (NaN, ±inf) and
   non-numeric values are dropped before averaging (the SDK would carry a NaN into a JSON
-  body that cannot hold it); a mean whose every value was dropped is ``None``.
+  body that cannot hold it); a mean whose every value was dropped is ``None``. Finite
+  rewards whose sum overflows have their finite mean (``content/means.py``), not ``inf``.
 
 A run counts each episode **as it was written** (``read_episode``'s ``written``, the line's
 payload), never as it was in memory: its live summary, the one it seals, is then the
@@ -48,13 +49,17 @@ from typing import Any
 import orjson
 
 from prime_runs_spool.content.episodes import reward_and_scores
+from prime_runs_spool.content.means import BIG, SCALE, mean_of_sums
 
 
 class _Means:
     """Running sums for the reward and each metric over one population of traces."""
 
     def __init__(self) -> None:
+        #: The rewards' sums as ``content/means.py`` sums them: beyond ``BIG`` apart, scaled,
+        #: so finite rewards never sum to an infinite mean.
         self.reward_sum = 0.0
+        self.reward_big = 0.0
         self.reward_count = 0
         #: Per name, in the order the names first appear: ``[sum, count]``, one entry looked
         #: up a value, not a sum and a count in two dicts (the run adds under its lock).
@@ -62,7 +67,7 @@ class _Means:
 
     def reward(self, traces: int) -> float | None:
         if self.reward_count:
-            return self.reward_sum / self.reward_count
+            return mean_of_sums(self.reward_sum, self.reward_big, self.reward_count)
         return 0.0 if traces == 0 else None  # nothing scored (SDK: 0.0) vs every value dropped
 
     def metrics(self) -> dict[str, float]:
@@ -295,7 +300,10 @@ class SummaryAccumulator:
             means = self._others
         by_name = means.metrics_by_name
         for reward, rewards, metrics in counted:
-            means.reward_sum += reward
+            if -BIG < reward < BIG:  # content/means.py's split, inline: this runs per trace
+                means.reward_sum += reward
+            else:
+                means.reward_big += reward * SCALE
             means.reward_count += 1
             # Each reward's score by name, or the metric of its name in its place; then each
             # metric no reward's score stood for: read_episode's order.
@@ -346,7 +354,10 @@ class SummaryAccumulator:
             means = self._others
         for reward, numbers in counted:
             if reward is not None:
-                means.reward_sum += reward
+                if -BIG < reward < BIG:  # as above
+                    means.reward_sum += reward
+                else:
+                    means.reward_big += reward * SCALE
                 means.reward_count += 1
             if numbers:
                 by_name = means.metrics_by_name

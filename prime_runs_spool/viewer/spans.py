@@ -14,16 +14,15 @@ import math
 import sys
 from collections.abc import Sequence
 
+from prime_runs_spool.content.means import mean_of_sums, split_sums
+
 _LARGEST = sys.float_info.max
 
 
 def mean(values: Sequence[float]) -> float:
-    """The mean of ``values`` (finite, at least one): each is divided first when their sum
-    overflows, so the mean of numbers a float holds is one too."""
-    total = sum(values)
-    if math.isfinite(total):
-        return total / len(values)
-    return sum(value / len(values) for value in values)
+    """The mean of ``values`` (finite, at least one), finite as the run summary's is: both
+    sum as ``content/means.py`` does."""
+    return mean_of_sums(*split_sums(values))
 
 
 def interval(values: Sequence[float], centre: float, z: float) -> tuple[float, float]:
