@@ -825,3 +825,47 @@ def test_a_sync_killed_with_its_request_held_leaves_the_next_sync_a_fence(
         out, err = second.communicate(timeout=120)
         assert second.returncode == 0, out + err
         assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_a_sync_killed_with_its_samples_held_then_its_state_put_back_from_an_older_copy_waits_it_out(
+        tmp_path: Path, platform) -> None:
+    """A sync SIGKILLed while the proxy holds its samples request, then the folder's state put
+    back from an older copy that announces nothing (a backup, the CI artifact unpacked again:
+    the state an earlier sync left, its evaluation made and no row sent), and synced again on
+    this machine within the request's lifetime. The state cannot say what the killed pass had
+    on its way, so the next sync waits it out as if the state were lost, and the held request,
+    landed late, is each row's only copy. Before, the copy lock's note of a pass that died
+    mid-pass was read back only for another copy's state: this one trusted the older state,
+    read the count before the request landed and sent the rows again, 10 rows for 5."""
+    from fixtures.fault_proxy import FaultProxy
+    from support.sync_e2e import assert_exactly_once
+
+    builder = build_run(tmp_path / "one" / "r", "held-then-put-back", 5)
+    folder = str(tmp_path / "one")
+    common = ["--request-lifetime", "8", "--timeout", "30", "--backoff-cap", "0.2"]
+    with FaultProxy(platform.base_url, rates={"rate_limit": 1.0}, methods={"POST"}, paths=r"/samples$") as refusing:
+        port = int(refusing.base_url.rsplit(":", 1)[1])  # the same address after: one destination
+        earlier = _sync(folder, "--base-url", refusing.base_url, "--max-attempts", "1", *common)
+        earlier.communicate(timeout=120)
+    (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    older = state.read_bytes()  # the evaluation made, nothing announced
+    with FaultProxy(platform.base_url, methods={"POST"}, hold_first=r"/samples$", port=port) as proxy, \
+            httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        first = _sync(folder, "--base-url", proxy.base_url, *common)
+        deadline = time.monotonic() + 60
+        while not proxy.holding():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        sent = time.monotonic()
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate()
+        state.write_bytes(older)  # put back, as cp would
+        for twin in state.parent.glob(".*.twin"):
+            twin.unlink()
+        second = _sync(folder, "--base-url", proxy.base_url, *common)
+        time.sleep(max(0.0, sent + 4 - time.monotonic()))
+        proxy.release_held()  # lands late, within its lifetime (if the next sync's request did not push it first)
+        out, err = second.communicate(timeout=120)
+        assert_exactly_once(api, builder)
+        assert second.returncode == 0, out + err

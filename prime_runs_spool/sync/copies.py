@@ -22,7 +22,9 @@ checks that state against the platform before sending anything, as after a crash
 out a request that other copy may still have on its way (:meth:`CopyLock.in_doubt`), as the
 protocol waits out its own (sync/protocol.py, ``Protocol.fence``): a holder that ended with
 one says when it was sent; one that died mid-pass left its note "under way", and its state
-file, which announces every request before it is sent, says whether one was. A holder that
+file, which announces every request before it is sent, says whether one was (unless it
+announces nothing sent since that pass began, as an older copy put back over it would:
+then it cannot say, and a whole lifetime is waited). A holder that
 died before its first announcement left a note saying so (``announced: false``, rewritten
 just before that announcement): nothing of it can land, so the next pass waits for nothing,
 though its state is missing (a first sync stopped at once while it read the platform: no
@@ -52,7 +54,7 @@ import orjson
 from prime_runs_spool.errors import CopyBusyError, StateFormatError, SyncError
 from prime_runs_spool.files import FILE_MODE, printable
 from prime_runs_spool.spool.layout import LOCK_SUFFIX
-from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
+from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES, TRACES
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState, read_state
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
@@ -117,6 +119,8 @@ class CopyLock:
         self._note_bytes = 0
         #: The note this pass wrote when it took the lock.
         self._note: dict[str, Any] = {}
+        #: The wall clock the pass's send times are read on (its protocol's).
+        self._clock = time.time
 
     def hold(self, wait: float | None, protocol: Protocol | None = None) -> CopyLock:
         """Take the lock, waiting at most ``wait`` seconds (None: until it is free; the wait
@@ -160,6 +164,7 @@ class CopyLock:
             raise
         self._fd, self._path = fd, path
         if protocol is not None:
+            self._clock = protocol.clock
             protocol.before_first_announcement = self._announcing
         return self
 
@@ -167,7 +172,8 @@ class CopyLock:
         """The pass is about to announce its first request: from now on, were it to die
         mid-pass, its state file says what may still land (written before it can be sent)."""
         if self._fd is not None:
-            self._note_bytes = _write_note(self._fd, {**self._note, "announced": True}, self._path, self._note_bytes)
+            self._note_bytes = _write_note(self._fd, {**self._note, "announced": True, "announced_at": self._clock()},
+                                           self._path, self._note_bytes)
 
     def in_doubt(self) -> float | None:
         """The wall-clock send time of a request another copy's pass may still have on its
@@ -210,6 +216,8 @@ class CopyLock:
                 pending = state.in_flight
                 if self.foreign and pending is not None and pending.kind in _NOT_IDEMPOTENT:
                     times.append(pending.sent_at)  # this pass's own is its protocol's to settle
+                elif not self.foreign and _put_back(state, _send_time(note.get("announced_at"))):
+                    times.append(UNKNOWN)
         found = [sent_at for sent_at in times if sent_at is not None]
         return max(found) if found else None
 
@@ -263,6 +271,23 @@ def _folder(*, again: bool = False) -> Path:
     if folder is None:
         folder = _FOLDERS[key] = private_folder(COPY_LOCKS_DIRNAME)
     return folder
+
+
+def _put_back(state: SyncState, announced_at: float | None) -> bool:
+    """Whether this pass's own state, read after its last holder died mid-pass once it had
+    begun to announce (at ``announced_at``), may be an older copy put back since (a backup,
+    an artifact unpacked again) rather than what that holder last wrote: it announces no
+    request that holder sent (none, or one sent before it began). Such a state cannot say
+    what that holder had on its way: its create or samples request, still landing, met the
+    count this pass read, and the rows went twice (tests/test_sync_copies.py). A state whose
+    episodes went to Prime Traces, its evaluation made, risks no second request (its batches
+    are content-addressed; a finalize is settled by the evaluation's status)."""
+    if announced_at is None:
+        return False  # a note from before it was kept: as before
+    pending = state.in_flight
+    if pending is not None and pending.sent_at >= announced_at:
+        return False
+    return state.store != TRACES or state.evaluation_id is None
 
 
 def _not_idempotent(pending: InFlight | None) -> float | None:
