@@ -35,8 +35,9 @@ that failed, leaving nothing there, takes its note back.
 
 Each upload replaces the object whole, so the store holds a segment "re-uploaded as it
 grows", which store sync reads from its recorded offset. Only segments are copied: never
-locks, durable marks, sync state or logs. One pass costs one listing of the prefix and one
-``stat`` per segment (and, the first time a process sees a segment, a read of its first two
+locks, durable marks, sync state or logs. One pass costs one listing of the prefix, the
+run's mirror lock (a second mirror of the spool waits its turn, then lists that run again)
+and one ``stat`` per segment (and, the first time a process sees a segment, a read of its first two
 lines; a segment under older rules is read whole and masked again once a process, and again
 whenever it grows); an unchanged spool uploads nothing.
 """
