@@ -203,3 +203,23 @@ def test_words_the_index_cuts_apart_find_the_episodes_holding_each(outputs, text
     page = client.get("/run", params={"run": "search", "text": text})
     assert page.status_code == 200
     assert {int(n) for n in re.findall(r'<tr class="sample[^"]*" data-n="(\d+)"', page.text)} == found
+
+
+def test_the_background_indexing_stopping_is_one_logged_line(tmp_path, caplog, monkeypatch):
+    """Whatever stops the search's background thread (a cache disk that filled) is one line
+    on stderr, not a thread's traceback; the next search tries again."""
+    writer = SegmentWriter.create(tmp_path / "r", "r")
+    writer.append_many([("episode", _episode(n), {"episode_id": f"r{n}", "rollout_number": 1}) for n in range(3)])
+    run = SpoolSource([tmp_path]).get("r")
+    run.refresh(5)
+    search = run.search()
+
+    def full(rows):
+        raise OSError(28, "No space left on device")
+        yield
+
+    monkeypatch.setattr(run, "records", full)
+    search.catch_up_in_background()
+    search._catcher.join(10)
+    assert [record.getMessage() for record in caplog.records] == [
+        "prime-runs: the search index of r stopped at episode 0: [Errno 28] No space left on device"]

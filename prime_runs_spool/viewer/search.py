@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import SpoolError
+from prime_runs_spool.errors import MESSAGE_PREFIX, SpoolError
 from prime_runs_spool.files import open_private
 from prime_runs_spool.sync.user_cache import private_folder
 from prime_runs_spool.viewer.transcript import episode_of, turns_of
@@ -174,7 +174,7 @@ class SearchIndex:
                     if self.count == before:
                         time.sleep(0.25)  # the row index is still reading: wait for its rows
             except Exception as exc:  # one line, not a traceback: the next search tries again
-                _log.warning("prime-runs view: the search index of %s stopped at episode %d: %s",
+                _log.warning("%sthe search index of %s stopped at episode %d: %s", MESSAGE_PREFIX,
                              self.run.key, self.count, exc)
 
         self._catcher = threading.Thread(target=run, name=f"viewer-search-{self.run.key}", daemon=True)
