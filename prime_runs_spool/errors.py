@@ -24,6 +24,7 @@ package is defined here and drawn here):
     │   ├── NoSuchPathError [FileNotFoundError]
     │   ├── NotARunError
     │   ├── NotASegmentFileError [OSError]
+    │   ├── SegmentsGoneError [OSError]
     │   └── RunInUseError (the writer, and the runner)
     ├── store
     │   └── StoreError
@@ -119,6 +120,13 @@ class NotASegmentFileError(SpoolError, OSError):
     """Something named like a segment is not a regular file (a FIFO, a directory, a device):
     opening a FIFO would block every reader forever, so it is refused before that, as an
     unreadable file (``errno`` EINVAL, ``filename`` the path)."""
+
+
+class SegmentsGoneError(SpoolError, OSError):
+    """A spool folder whose segments are gone while a segment's durable mark is left (a
+    cleanup that deleted ``*.jsonl``): its episodes are gone from this copy, which a walk
+    must say, not pass over as a folder holding no run (``errno`` ENOENT, ``filename`` the
+    spool folder)."""
 
 
 class NotARunError(SpoolError):

@@ -217,3 +217,38 @@ def test_damage_in_lines_already_pushed_is_said_by_every_sync_while_it_is_there(
         whole = local_sync(tmp_path / "runs", db)
         assert whole.returncode == 0 and _report(whole)["state"] == "up_to_date", whole.stdout + whole.stderr
         assert _report(whole)["warnings"] == [], _report(whole)["warnings"]
+
+
+@pytest.mark.slow
+def test_a_run_whose_segments_were_deleted_is_named_by_every_walk(tmp_path: Path) -> None:
+    """A cleanup that deleted a synced run's ``*.jsonl`` (``find -name '*.jsonl' -delete``)
+    leaves its spool folder with the segment's durable mark and the sync state: the run's
+    episodes are gone from this copy. ``status``, ``verify``, ``sync`` and ``export`` of the
+    folder above it name the run and why, with the exit codes of an unreadable run (docs/cli.md);
+    they passed over it as a folder holding no run (``status``: 1 run listed of 2, exit 0;
+    the run given itself: "nothing found"). The other run is reported as before."""
+    from support.runs import build_run
+
+    gone, kept = build_run(tmp_path / "runs" / "gone", "segments-deleted", 3), build_run(
+        tmp_path / "runs" / "kept", "segments-kept", 2)
+    db = tmp_path / "local.db"
+    first = local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert durable_mark_path_of(segment_path(gone.run_dir, 1)).exists()
+    segment_path(gone.run_dir, 1).unlink()
+
+    status = run_cli("status", str(tmp_path / "runs"), "--json")
+    runs = {Path(run["path"]).name: run for run in json.loads(status.stdout)["runs"]}
+    assert status.returncode == 0 and set(runs) == {"gone", "kept"}, status.stdout + status.stderr
+    assert runs["gone"]["state"] == "error" and "no segment left" in json.dumps(runs["gone"]), runs["gone"]
+    verify = run_cli("verify", str(tmp_path / "runs"))
+    assert verify.returncode == 1 and "gone" in verify.stdout and "no segment left" in verify.stdout + verify.stderr
+    sync = local_sync(tmp_path / "runs", db)
+    reports = {Path(run["path"]).name: run for run in json.loads(sync.stdout)["runs"]}
+    assert sync.returncode == 1 and reports["gone"]["state"] == "error", sync.stdout + sync.stderr
+    assert reports["kept"]["state"] == "up_to_date", reports
+    export = run_cli("export", str(tmp_path / "runs"), "-o", str(tmp_path / "rows.jsonl"))
+    assert export.returncode == 1 and "no segment left" in export.stderr, export.stdout + export.stderr
+    alone = run_cli("status", str(gone.run_dir))
+    assert "nothing found" not in alone.stderr and "no segment left" in alone.stdout + alone.stderr, alone.stderr
+    assert kept.run_dir.is_dir()

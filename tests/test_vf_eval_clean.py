@@ -46,3 +46,21 @@ def test_clean_is_refused_while_the_spool_holds_episodes_no_sync_shipped(tmp_pat
         assert cleaned.returncode == 0, cleaned.stderr[-3000:]
     run = read_run(run_dir(tmp_path))
     assert run.run_id != old_id and run.status == "completed" and run.episodes_count == TASKS
+
+
+@pytest.mark.slow  # two real vf-eval starts
+def test_clean_goes_ahead_over_a_spool_whose_segments_were_deleted(tmp_path: Path) -> None:
+    """A spool whose segments a cleanup deleted (its durable mark left) holds no episode to
+    keep: ``--clean`` goes ahead as verifiers does it, without a traceback (the walks name
+    such a run as one that cannot be read, docs/cli.md; the guard asks the same question)."""
+    with FakeChatServer() as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=1)
+        first = run_eval(tmp_path, "@", launch.name, "--no-rich")
+        assert first.returncode == 0, first.stderr[-3000:]
+        old_id = read_run(run_dir(tmp_path)).run_id
+        for segment in (run_dir(tmp_path) / "spool").glob("seg-*.jsonl"):
+            segment.unlink()
+        cleaned = run_eval(tmp_path, "@", launch.name, "--no-rich", "--clean")
+        assert cleaned.returncode == 0 and "Traceback" not in cleaned.stderr, cleaned.stderr[-3000:]
+    run = read_run(run_dir(tmp_path))
+    assert run.run_id != old_id and run.status == "completed" and run.episodes_count == TASKS

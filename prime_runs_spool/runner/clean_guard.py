@@ -26,7 +26,12 @@ from prime_runs_spool.sync.state import read_state, sync_dir
 def refuse_clean_of_unshipped(config: Any, run_dir: Path) -> None:
     """Raise :class:`CleanRefusedError` when ``config`` asks verifiers to ``--clean``
     ``run_dir`` and its spool holds episodes no destination holds all of."""
-    if not getattr(config, "clean", False) or getattr(config, "resume", False) or not is_run_dir(run_dir):
+    if not getattr(config, "clean", False) or getattr(config, "resume", False):
+        return
+    try:
+        if not is_run_dir(run_dir):
+            return
+    except OSError:  # a spool folder that cannot be looked into, or whose segments are gone: nothing to keep
         return
     try:
         held = read_run(run_dir).episodes_count

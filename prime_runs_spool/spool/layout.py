@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import NotASegmentFileError
+from prime_runs_spool.errors import NotASegmentFileError, SegmentsGoneError
 from prime_runs_spool.files import (Listing, OnLink, OnUnreadable, each_once, joined, make_private_dir, pass_over,
                                    walk_folders)
 
@@ -39,6 +39,7 @@ RUN_LOCK_NAME = "run.lock"
 LOCK_SUFFIX = ".lock"
 _SEGMENT_PREFIX = "seg-"
 _SEGMENT_RE = re.compile(re.escape(_SEGMENT_PREFIX) + r"(\d{6,})\.jsonl\Z")
+_DURABLE_MARK_RE = re.compile(re.escape(_SEGMENT_PREFIX) + r"\d{6,}\.durable\Z")
 
 
 def spool_dir(run_dir: str | os.PathLike[str]) -> Path:
@@ -221,7 +222,7 @@ def is_run_dir(path: Path, listing: Listing | None = None) -> bool:
                 return False
         except OSError as exc:
             raise _unreadable(exc, path) from None
-        return bool(_segment_names(folder))
+        return _holds_a_segment(folder)
     try:
         mode = os.lstat(folder).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -230,7 +231,26 @@ def is_run_dir(path: Path, listing: Listing | None = None) -> bool:
         raise _unreadable(exc, path) from None
     if not stat.S_ISDIR(mode):
         return False
-    return bool(_segment_names(folder))  # its OSError names the spool folder or the file
+    return _holds_a_segment(folder)  # its OSError names the spool folder or the file
+
+
+def _holds_a_segment(folder: str) -> bool:
+    """Whether the spool folder holds a segment; :class:`SegmentsGoneError` when it holds
+    none but a segment's durable mark is left: a run was written there and its segments
+    were deleted (``find -name '*.jsonl' -delete``). Passed over, the run left every
+    command's walk without a word while its episodes were gone."""
+    if _segment_names(folder):
+        return True
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return False
+    marks = sorted(name for name in names if _DURABLE_MARK_RE.match(name))
+    if marks:
+        raise SegmentsGoneError(errno.ENOENT, f"no segment left beside the durable mark {marks[0]}: the run's "
+                                "episodes are gone from this copy (what a sync shipped is on its destination)",
+                                folder)
+    return False
 
 
 def is_segment_file(path: Path) -> bool:
