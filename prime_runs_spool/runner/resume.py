@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.errors import RunInUseError
-from prime_runs_spool.spool.format import EPISODE, HEADER, MANIFEST, parse_line
+from prime_runs_spool.spool.format import EPISODE, MANIFEST
+from prime_runs_spool.spool.header import read_header
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.content.episodes import RolloutCounter, episode_id_of, rollout_key
 from prime_runs_spool.spool.reader import iter_records, resync_records
 from prime_runs_spool.spool.resync import Damage
 from prime_runs_spool.spool.writer_state import held_by_this_process, writer_alive
 from prime_runs_spool.content.summary import SummaryAccumulator
-
-#: A header line is a few hundred bytes; reading this much of a segment always covers it.
-_HEADER_READ_LIMIT = 64 * 1024
 
 
 @dataclass
@@ -137,9 +135,6 @@ def _observe_episode(
 
 def _header_run_id(path: Path) -> str | None:
     """The run id in a segment's header line, or None when the header is not intact."""
-    with open(path, "rb") as handle:
-        line = parse_line(handle.readline(_HEADER_READ_LIMIT))
-    if line is None or line.type != HEADER or not isinstance(line.data, dict):
-        return None
-    run_id = line.data.get("run_id")
+    header = read_header(path)
+    run_id = None if header is None else header.get("run_id")
     return run_id if isinstance(run_id, str) else None

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.spool.format import HEADER, HEADER_READ_LIMIT, parse_line
+from prime_runs_spool.spool.header import read_header
 from prime_runs_spool.spool.layout import list_segments, lock_path_of
 from prime_runs_spool.spool.process import process_alive
 
@@ -146,14 +146,12 @@ def _header_writer(segment: Path) -> Any:
     if cached is not None and cached[0] == identity:
         return cached[1]
     try:
-        with open(segment, "rb") as f:
-            first = f.readline(HEADER_READ_LIMIT)
+        header = read_header(segment)
     except OSError:
         return None
-    parsed = parse_line(first) if first.endswith(b"\n") else None
-    if parsed is None or parsed.type != HEADER or not isinstance(parsed.data, dict):
+    if header is None:
         return None  # not cached: the header may not be durable yet
     if len(_WRITERS) >= _WRITERS_MAX:
         _WRITERS.clear()
-    _WRITERS[key] = (identity, parsed.data.get("writer"))
-    return parsed.data.get("writer")
+    _WRITERS[key] = (identity, header.get("writer"))
+    return header.get("writer")

@@ -32,7 +32,8 @@ from prime_runs_spool.content.remask import needs_remask, remask_episode, remask
 from prime_runs_spool.content.summary import SummaryAccumulator
 from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_message
 from prime_runs_spool.files import unreadable_message
-from prime_runs_spool.spool.format import EPISODE, HEADER, HEADER_READ_LIMIT, LIVE, MANIFEST, SEAL, parse_line
+from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
+from prime_runs_spool.spool.header import read_header
 from prime_runs_spool.spool.layout import list_segments, segment_path, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Position, iter_records, torn_after
@@ -337,13 +338,10 @@ class SpoolIndex(RunIndex):
         if self._first_segment is not None and self._first_segment[0] == seen:
             return self._first_segment[1]
         try:
-            with open(path, "rb") as segment:
-                first = segment.readline(HEADER_READ_LIMIT)
+            header = read_header(path)
         except OSError:
             return None
-        parsed = parse_line(first) if first.endswith(b"\n") else None
-        found = parsed.data.get("segment_id") if parsed is not None and parsed.type == HEADER \
-            and isinstance(parsed.data, dict) else None
+        found = None if header is None else header.get("segment_id")
         self._first_segment = (seen, None if found is None else str(found))
         return self._first_segment[1]
 
