@@ -146,20 +146,13 @@ def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(
     ``up_to_date`` for it (the state still held the crash recorded before the resume), so
     ``--follow --exit-when-idle`` ended while the resumed eval still wrote: what it wrote
     after was never pushed by that job, and the run never finalized."""
-    from support.runs import RunBuilder
     from support.sync_e2e import assert_exactly_once
     from support.store_runs import Fleet
 
     fleet = Fleet(tmp_path, server.base_url, monkeypatch)
-    builder = RunBuilder(fleet.outputs / "eval-1", "resumed-live-follow")
-    builder.open_segment()
-    builder.add(3)
-    builder.abandon()
-    fleet.mirror()
-    assert fleet.sync("m").state == "crashed"
-    builder.open_segment(counted=True)
-    builder.add(2)
-    fleet.mirror()
+    builder, first = fleet.crashed_run("resumed-live-follow", "m")
+    assert first.state == "crashed"
+    fleet.resume(builder, 2)
     passes = []
 
     def sync_pass(url: str) -> list[RunReport]:

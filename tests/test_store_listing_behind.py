@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from prime_runs_spool.sync.store_sync import store_status
-from support.runs import RunBuilder
 from support.store_runs import Fleet, ListedBefore, live_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server  # noqa: F401
 
@@ -22,17 +21,10 @@ from support.sync_e2e import TOKEN, api, assert_exactly_once, server  # noqa: F4
 def test_a_listing_taken_before_a_resumed_segment_was_synced_loses_no_line(
         tmp_path: Path, server, api, monkeypatch: pytest.MonkeyPatch, states: str) -> None:
     fleet = Fleet(tmp_path, server.base_url, monkeypatch, tmp_path / "states" if states != "in the bucket" else None)
-    builder = RunBuilder(fleet.outputs / "eval-1", f"behind-resumed-{states.split()[-1]}")
-    builder.open_segment()
-    builder.add(3)
-    builder.abandon()  # crashed: its mirror uploads all of it
-    fleet.mirror()
-    first = fleet.sync("b")
+    builder, first = fleet.crashed_run(f"behind-resumed-{states.split()[-1]}", "b")
     assert (first.state, first.pushed_now) == ("crashed", 3), first
     listed = fleet.listing()  # machine a lists the bucket: seg-000001 only
-    builder.open_segment(counted=True)  # the run resumed: its next segment
-    builder.add(2)
-    fleet.mirror()
+    fleet.resume(builder, 2)
     assert (fleet.sync("b").state, builder.count) == ("live", 5)  # machine b pushes it
     late = fleet.sync("a", listed)  # machine a comes to the run: the state names seg-000002
     assert late.state in ("live", "up_to_date") and late.pushed_now == 0, late.error
@@ -66,16 +58,9 @@ def test_a_listing_taken_before_a_live_segment_grew_and_was_synced_is_no_error(
 def test_status_over_a_listing_taken_before_a_resumed_segment_was_synced_says_nothing_lost(
         tmp_path: Path, server, api, monkeypatch: pytest.MonkeyPatch) -> None:
     fleet = Fleet(tmp_path, server.base_url, monkeypatch)
-    builder = RunBuilder(fleet.outputs / "eval-1", "behind-status")
-    builder.open_segment()
-    builder.add(3)
-    builder.abandon()
-    fleet.mirror()
-    fleet.sync("b")
+    builder, _ = fleet.crashed_run("behind-status", "b")
     listed = fleet.listing()
-    builder.open_segment(counted=True)
-    builder.add(2)
-    fleet.mirror()
+    fleet.resume(builder, 2)
     fleet.sync("b")
     [status] = store_status(fleet.url, ListedBefore(fleet.url, listed))
     [destination] = status.destinations

@@ -243,6 +243,23 @@ class Fleet:
         [report] = mirror_pass([self.outputs], ObjectStore(self.url), self.memory, masking=copy_masking)
         assert report.error is None, report.error
 
+    def crashed_run(self, run_id: str, home: str, episodes: int = 3):  # noqa: ANN201
+        """A run (``outputs/eval-1``) whose writer died after ``episodes`` episodes, mirrored
+        whole and synced once from ``home``: the run and that sync's report. A store test of
+        a resumed run begins here, then :meth:`resume`."""
+        builder = RunBuilder(self.outputs / "eval-1", run_id)
+        builder.open_segment()
+        builder.add(episodes)
+        builder.abandon()  # crashed: its mirror uploads all of it
+        self.mirror()
+        return builder, self.sync(home)
+
+    def resume(self, builder: RunBuilder, episodes: int) -> None:
+        """The run resumed: its next segment, live, with ``episodes`` more, mirrored."""
+        builder.open_segment(counted=True)
+        builder.add(episodes)
+        self.mirror()
+
     def listing(self) -> list[ObjectInfo]:
         return ObjectStore(self.url).list()
 
