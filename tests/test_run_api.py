@@ -705,6 +705,46 @@ def test_an_identity_the_platform_cannot_take_is_refused_at_open(tmp_path: Path,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("kwargs, error, said", [
+    ({"created_at": "yesterday"}, ValueError, "created_at is 'yesterday', not an ISO 8601 time"),
+    ({"created_at": "2026-01-15T12:00:00"}, ValueError, "names no timezone"),
+    ({"created_at": 1765000000}, TypeError, "created_at is int '1765000000', not a time"),
+    ({"num_examples": "10"}, TypeError, "num_examples is str '10', not a whole number; pass num_examples=int"),
+    ({"num_examples": 2.5}, TypeError, "num_examples is float '2.5', not a whole number"),
+    ({"num_examples": True}, TypeError, "num_examples is bool 'True', not a whole number"),
+    ({"num_examples": -3}, ValueError, "num_examples is -3, less than -1"),
+    ({"rollouts_per_example": "3"}, TypeError, "rollouts_per_example is str '3', not a whole number"),
+    ({"rollouts_per_example": 0}, ValueError, "rollouts_per_example is 0, less than 1"),
+])
+def test_counts_and_a_creation_time_that_are_not_what_they_say_are_refused_at_open(
+        tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], said: str) -> None:
+    """created_at="yesterday" was recorded as given (a run no listing could place in time) and
+    num_examples="10" as text the dashboard's count reads as none: refused before anything is
+    written, one line saying what is wrong and what to pass."""
+    with pytest.raises(error) as raised:
+        open_run(tmp_path / "run", name="r", **kwargs)
+    message = str(raised.value)
+    assert message.startswith("open_run: ") and said in message and "\n" not in message, message
+    assert "; pass " in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_counts_and_creation_times_that_are_what_they_say_are_recorded(tmp_path: Path) -> None:
+    """What is refused above is not what a runner passes: -1 for an unknown count, a time
+    with an offset (recorded in UTC), an aware datetime."""
+    import datetime as dt
+
+    run = open_run(tmp_path / "a", name="r", num_examples=-1, rollouts_per_example=3,
+                   created_at="2026-01-15T14:00:00+02:00")
+    assert run.manifest["created_at"] == "2026-01-15T12:00:00Z"
+    assert (run.manifest["config"]["num_examples"], run.manifest["config"]["rollouts_per_example"]) == (-1, 3)
+    run.finish()
+    when = dt.datetime(2026, 1, 15, 12, tzinfo=dt.timezone.utc)
+    run = open_run(tmp_path / "b", name="r", num_examples=0, created_at=when)
+    assert run.manifest["created_at"] == "2026-01-15T12:00:00Z"
+    run.finish()
+
+
 @pytest.mark.slow
 def test_status_shows_a_manifest_whose_name_or_model_is_not_a_string(tmp_path: Path) -> None:
     """Another producer's manifest (or an older open_run's) may hold a number there: status

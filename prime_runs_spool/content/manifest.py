@@ -80,10 +80,18 @@ def build_manifest(
     environment name over its limit) raises here, before anything is written: the platform
     refuses to create such an evaluation, so a run opened with ``model=3`` could never be
     synced, and every episode acknowledged into it would wait forever (:func:`identity_problem`).
+    So do counts that are not whole numbers and a ``created_at`` that is not a time
+    (:func:`counts_problem`, :func:`_iso_utc`): ``num_examples="10"`` was recorded as text the
+    dashboard's count reads as no count, and ``created_at="yesterday"`` as given, a run no
+    listing could place in time.
     """
     problem = identity_problem(name=name, model=model, framework=framework)
     if problem is not None:
         raise TypeError(f"open_run: {problem}")
+    problem = counts_problem(num_examples=num_examples, rollouts_per_example=rollouts_per_example)
+    if problem is not None:
+        raise (TypeError if "not a whole number" in problem else ValueError)(f"open_run: {problem}")
+    created = _iso_utc(created_at)
     problem = environment_problem(environments)
     if problem is not None:
         raise (TypeError if "not a string" in problem else ValueError)(
@@ -109,7 +117,7 @@ def build_manifest(
         "environments": environment_list(environments),
         "model": model,
         "framework": framework,
-        "created_at": _iso_utc(created_at),
+        "created_at": created,
         "package_version": __version__,
         "format_version": FORMAT_VERSION,
         "masking_version": MASKING_VERSION,
@@ -131,6 +139,32 @@ def identity_problem(**fields: Any) -> str | None:
                     f"cannot create an evaluation with it, so the run could never be synced; pass "
                     f"{field}=str(...) or None")
     return None
+
+
+#: The least each count may be: ``num_examples`` is ``-1`` when unknown (as verifiers records it).
+_COUNT_FLOORS = {"num_examples": -1, "rollouts_per_example": 1}
+
+
+def counts_problem(**fields: Any) -> str | None:
+    """Why ``num_examples`` or ``rollouts_per_example`` (each None or a whole number, at least
+    its floor) cannot be recorded, saying what to pass instead; None when both can."""
+    for field, value in fields.items():
+        if value is None:
+            continue
+        floor = _COUNT_FLOORS[field]
+        unknown = " (-1 or None when unknown)" if floor < 0 else " or None"
+        if type(value) is bool or not isinstance(value, int):
+            return (f"{field} is {type(value).__name__} {str(value)[:40]!r}, not a whole number; pass "
+                    f"{field}=int(...){unknown}")
+        if value < floor:
+            return f"{field} is {value}, less than {floor}; pass a count of at least {max(floor, 0)}{unknown}"
+    return None
+
+
+def recordable_count(field: str, value: Any) -> int | None:
+    """``value`` when ``open_run`` records it as ``field``, else None (unknown): for a reader of
+    another producer's outputs (``prime-runs import``), whose counts are read, not promised."""
+    return value if value is not None and counts_problem(**{field: value}) is None else None
 
 
 def is_config_source_note(warning: str) -> bool:
@@ -268,9 +302,26 @@ def _jsonable(value: Any) -> Any:
 
 
 def _iso_utc(created_at: dt.datetime | str | None) -> str:
+    """``created_at`` as the manifest records it: an ISO 8601 time in UTC, ``Z``-suffixed.
+
+    A string is read as ISO 8601 and must name its timezone, as a ``datetime`` must: a time
+    without one (or ``"yesterday"``) is refused, not recorded for every reader to misplace.
+    """
+    advice = ("; pass a timezone-aware datetime, an ISO 8601 string with its timezone "
+              "(2026-01-15T12:00:00Z), or None for now")
     if isinstance(created_at, str):
-        return created_at
-    when = created_at or dt.datetime.now(dt.timezone.utc)
+        text = created_at[:-1] + "+00:00" if created_at.endswith(("Z", "z")) else created_at
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"open_run: created_at is {created_at[:40]!r}, not an ISO 8601 time{advice}") from None
+    elif created_at is None:
+        when = dt.datetime.now(dt.timezone.utc)
+    elif isinstance(created_at, dt.datetime):
+        when = created_at
+    else:
+        raise TypeError(f"open_run: created_at is {type(created_at).__name__} {str(created_at)[:40]!r}, "
+                        f"not a time{advice}")
     if when.tzinfo is None:
-        raise ValueError("created_at must be timezone-aware")
+        raise ValueError(f"open_run: created_at {str(created_at)[:40]!r} names no timezone{advice}")
     return when.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.manifest import recordable_count
 from prime_runs_spool.content.supersede import verifiers_traces_path
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.files import read_regular_file
@@ -75,8 +76,9 @@ def read_v040(output_dir: Path) -> SourceRun:
         environments=identity.environments,
         config=config or None,
         config_file=launch[0] if len(launch) == 1 else None,
-        num_examples=outcome.tasks,
-        rollouts_per_example=rollouts if isinstance(rollouts, int) else outcome.rollouts,
+        num_examples=recordable_count("num_examples", outcome.tasks),
+        rollouts_per_example=(recordable_count("rollouts_per_example", rollouts)
+                              or recordable_count("rollouts_per_example", outcome.rollouts)),
         created_at=_iso(scan.started_at),
         ids=scan.ids,
         episodes=lambda: iter_episodes(scan),

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from prime_runs_spool.content.manifest import recordable_count
 from prime_runs_spool.errors import ImportSourceError
 from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.importer.outcome import v0_outcome
@@ -84,9 +85,8 @@ def read_v0(output_dir: Path) -> SourceRun:
         environments=identity.environments,
         config=config,
         config_file=None,
-        num_examples=metadata.get("num_examples") if isinstance(metadata.get("num_examples"), int) else None,
-        rollouts_per_example=(metadata.get("rollouts_per_example")
-                              if isinstance(metadata.get("rollouts_per_example"), int) else None),
+        num_examples=recordable_count("num_examples", metadata.get("num_examples")),
+        rollouts_per_example=recordable_count("rollouts_per_example", metadata.get("rollouts_per_example")),
         created_at=None,
         ids=ids,
         episodes=lambda: _episodes(results_path, end, run_id, metadata),
