@@ -8,8 +8,6 @@ package-data) and this command prints it, byte for byte.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from .doc_links import docs_folder
@@ -30,5 +28,6 @@ def ci_script() -> None:
       prime-runs ci-script > sync-artifacts.sh && bash sync-artifacts.sh outputs
       prime-runs ci-script > sync-artifacts.sh && bash sync-artifacts.sh --replay outputs --tag replayed
     """
-    sys.stdout.buffer.write(docs_folder().joinpath(*SCRIPT).read_bytes())
-    sys.stdout.flush()
+    # click's echo, as every command writes its output: a full disk under '> sync-artifacts.sh' is
+    # then said as that (output.internal_error), where a write of its own ended in exit 120
+    click.echo(docs_folder().joinpath(*SCRIPT).read_bytes(), nl=False)

@@ -40,9 +40,27 @@ def whole_writes() -> None:
                                       line_buffering=True)
 
 
+def refuse_closed_output() -> None:
+    """One line and exit 2, before anything is done, when standard output is closed (``>&-``,
+    a parent's closed descriptor): Python then has no ``sys.stdout``, and a command's output
+    went nowhere without a word: ``status`` exited 0 having printed nothing, a sync's report
+    was lost the same way, and ``sync --local``, ``view`` or ``mirror`` ended in an internal
+    error ('Unable to configure formatter', 'NoneType' object has no attribute 'flush')."""
+    if sys.stdout is not None:
+        return
+    from prime_runs_spool.errors import MESSAGE_PREFIX
+    from prime_runs_spool.sync.options import EXIT_USAGE
+
+    if sys.stderr is not None:
+        sys.stderr.write(f"{MESSAGE_PREFIX}standard output is closed, so this command's output would go nowhere: "
+                         "nothing was done; send it somewhere (> FILE, or > /dev/null to drop it)\n")
+    sys.exit(EXIT_USAGE)
+
+
 def main() -> None:
     take_sigint_back()
     if sys.argv[1:2] != ["eval"]:  # eval's output is verifiers', as the user's environment set it
+        refuse_closed_output()
         whole_writes()
     try:
         from .cli import main as command_line

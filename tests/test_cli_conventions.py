@@ -1011,7 +1011,8 @@ def test_an_output_cut_short_by_a_disk_that_fills_is_said_as_that(tmp_path: Path
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
-@pytest.mark.parametrize("command", [["status"], ["sync", "--local", "--json"], ["export", "-o", "table.csv"]],
+@pytest.mark.parametrize("command", [["status"], ["sync", "--local", "--json"], ["export", "-o", "table.csv"],
+                                     ["ci-script"]],
                          ids=" ".join)
 def test_an_output_that_cannot_be_written_is_said_as_that_not_an_internal_error(tmp_path: Path,
                                                                                 command: list[str]) -> None:
@@ -1020,8 +1021,9 @@ def test_an_output_that_cannot_be_written_is_said_as_that_not_an_internal_error(
     PRIME_RUNS_TRACEBACK=1...), after the sync had pushed and saved everything."""
     build_run(tmp_path / "runs" / "r", "full-output", 2)
     args = [arg if arg != "table.csv" else str(tmp_path / arg) for arg in command]
+    paths = [] if command == ["ci-script"] else [str(tmp_path / "runs")]  # ci-script: 120, 'Exception ignored in'
     with open("/dev/full", "w") as full:
-        done = subprocess.run(CLI + [args[0], str(tmp_path / "runs"), *args[1:]], stdout=full, stderr=subprocess.PIPE,
+        done = subprocess.run(CLI + [args[0], *paths, *args[1:]], stdout=full, stderr=subprocess.PIPE,
                               text=True, timeout=120, env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
                                                                     XDG_CACHE_HOME=str(tmp_path / "c")))
     assert done.returncode == 1, done.stderr
@@ -1031,3 +1033,27 @@ def test_an_output_that_cannot_be_written_is_said_as_that_not_an_internal_error(
         again = cli("sync", str(tmp_path / "runs"), "--local", HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
                     XDG_CACHE_HOME=str(tmp_path / "c"))
         assert again.returncode == 0 and again.stdout.startswith("up_to_date"), again.stdout + again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["status"], ["sync", "--local", "--json"], ["ci-script"], ["view", "--export"],
+                                     ["mirror"]], ids=" ".join)
+def test_a_closed_standard_output_is_said_and_nothing_is_done(tmp_path: Path, command: list[str]) -> None:
+    """Standard output closed (``>&-``, a service manager's or a parent's closed descriptor):
+    status exited 0 having printed nothing anywhere, a sync's report was lost the same way,
+    and sync --local, view, mirror and ci-script ended in 'internal error: ValueError: Unable
+    to configure formatter' or 'AttributeError: 'NoneType' object has no attribute ...'. It is
+    one line before anything is done, exit 2 (a sync pushes nothing, its state unwritten)."""
+    build_run(tmp_path / "runs" / "r", "closed-output", 2)
+    args = {"view": ["view", str(tmp_path / "runs"), "--export", str(tmp_path / "site")],
+            "mirror": ["mirror", str(tmp_path / "runs"), f"file://{tmp_path / 'bucket'}", "--once"],
+            "ci-script": ["ci-script"]}.get(command[0], [command[0], str(tmp_path / "runs"), *command[1:]])
+    done = subprocess.run(CLI + args, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1),
+                          env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                                        XDG_CACHE_HOME=str(tmp_path / "c")))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("prime-runs: standard output is closed"), line
+    assert not (tmp_path / "runs" / "r" / "spool" / "sync").exists()  # nothing pushed, no state
+    assert not (tmp_path / "site").exists() and not (tmp_path / "bucket").exists()
