@@ -322,6 +322,37 @@ def test_exit_hook_seals_an_open_run_crashed(tmp_path: Path) -> None:
     assert seal_of(tmp_path)["error"] == EXITED_OPEN_ERROR
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("ending", "status", "error"), [
+    ("raise ValueError('judge unreachable with s3cret-value')", "failed", f"ValueError: judge unreachable with {MASK}"),
+    ("sys.excepthook = lambda *a: None\nraise ValueError('boom')", "failed", "ValueError: boom"),
+    ("async def main():\n    raise RuntimeError('in the loop')\nasyncio.run(main())", "failed",
+     "RuntimeError: in the loop"),
+    ("raise KeyboardInterrupt", "cancelled", "interrupted"),
+    ("sys.exit(0)", "crashed", EXITED_OPEN_ERROR),
+    ("sys.exit(0)  # an error on record from before the run is not what ended it", "crashed", EXITED_OPEN_ERROR),
+])
+def test_a_run_left_open_by_an_uncaught_exception_is_sealed_with_what_happened(
+        tmp_path: Path, ending: str, status: str, error: str) -> None:
+    """A script whose eval loop raised, its run never finished (no ``with``), was sealed
+    ``crashed``, 'the process exited without finishing the run': the run broke, and the
+    exception that broke it was lost. Sealed as ``abort`` (and a ``with`` block) seals it,
+    whatever sys.excepthook a library set; a plain exit with the run open stays crashed."""
+    script = "\n".join([
+        "import asyncio, sys",
+        "from prime_runs_spool import open_run",
+        "sys.last_value = ValueError('shown before the run')" if "before the run" in ending else "",
+        f"run = open_run({str(tmp_path)!r}, name='left-open', config={{'client': {{'api_key': 's3cret-value'}}}})",
+        "run.log_episodes([{'id': 'a', 'ok': True, 'traces': []}])",
+        ending,
+    ])
+    subprocess.run([sys.executable, "-c", script], env=child_env(), timeout=60, capture_output=True)
+    spool = read_run(tmp_path)
+    assert spool.status == status and spool.episodes_count == 1
+    assert seal_of(tmp_path)["error"] == error
+    assert b"s3cret-value" not in all_bytes_under(tmp_path)
+
+
 def test_api_key_in_the_environment_never_reaches_the_spool(tmp_path: Path) -> None:
     key = "pit_" + uuid.uuid4().hex
     script = textwrap.dedent(f"""

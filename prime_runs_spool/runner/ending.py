@@ -1,5 +1,6 @@
 """How a run ends: sealed ``completed`` by ``finish``, ``failed``/``cancelled`` by ``abort``,
-or ``crashed`` by the exit hook for a run the process left open.
+or by the exit hook for a run the process left open: as ``abort`` would have sealed it for the
+uncaught exception that ended the process, else ``crashed``.
 
 Every way out goes through one :class:`Ending` per run, serialized, so a second caller waits
 for the first seal and then does nothing. After the seal, the online shipper is drained.
@@ -11,8 +12,9 @@ import asyncio
 import atexit
 import logging
 import os
+import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.plural import episodes as plural_episodes
@@ -59,7 +61,8 @@ class Ending:
     what the listeners are told about."""
 
     def __init__(self, run_id: str, state: RunState, writer: SegmentWriter | None, shipping: Shipping,
-                 listeners: Listeners[Any], ownership: Ownership, subject: object) -> None:
+                 listeners: Listeners[Any], ownership: Ownership, subject: object,
+                 scrub: Callable[[str], str] = str) -> None:
         self._run_id = run_id
         self._state = state
         self._writer = writer
@@ -71,6 +74,10 @@ class Ending:
         self._closing = threading.Lock()
         #: The summary sealed with the run (None until then, and for a run not finished).
         self._final_summary: dict[str, Any] | None = None
+        #: Clears an error line of what masking took out of the run's config (Run.abort's own).
+        self._scrub = scrub
+        #: The uncaught exception already on record when the run was opened: not what ended it.
+        self._uncaught_before = _uncaught()
 
     def reset_after_fork(self) -> None:
         """In a forked child (runner/forks.py): a fresh lock, never one a lost thread held."""
@@ -211,11 +218,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=forget_all_after_fork)
 
 
+def _uncaught() -> BaseException | None:
+    """The uncaught exception that is ending the process, if one is: the interpreter records
+    it (``sys.last_value``) before the exit hooks run, whatever ``sys.excepthook`` a library
+    put in place. An interactive session records every error it shows there, none of them
+    the process's end, so none is read there."""
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return None
+    error = getattr(sys, "last_value", None)
+    return error if isinstance(error, BaseException) else None
+
+
 def _seal_open_runs() -> None:
+    """Seal each run the process left open. Ended by an uncaught exception, it is sealed as
+    ``abort`` would have sealed it (``failed`` with the exception's line, ``cancelled`` for an
+    interrupt): what happened, as a ``with`` block records it. Else ``crashed``: the process
+    exited (``sys.exit`` included) with the run open, nobody saying why."""
+    error = _uncaught()
     with _open_runs_lock:
         endings = list(_open_runs)
     for ending in endings:
-        ending.close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
+        if error is not None and error is not ending._uncaught_before:
+            ending.close_without_finishing(seal_status_for(error), ending._scrub(seal_error_for(error)))
+        else:
+            ending.close_without_finishing(CRASHED, EXITED_OPEN_ERROR)
 
 
 atexit.register(_seal_open_runs)

@@ -106,7 +106,7 @@ class Run:
         self._ownership = Ownership()
         #: finish, abort and the exit hook: the one way a run is sealed.
         self._ending = Ending(run_id, self._state, writer, self._shipping, self._listeners, self._ownership,
-                              subject=self)
+                              subject=self, scrub=lambda line: scrub_text(line, error_forms))
         self._ownership.after_fork += [self._state.reset_after_fork, self._ending.reset_after_fork]
 
     # -- identity -------------------------------------------------------------------------
