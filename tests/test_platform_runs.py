@@ -95,8 +95,27 @@ def test_sync_adopts_the_evaluation_the_episodes_name_and_sends_only_what_it_lac
         store.close()
 
 
-def cli_sync(tmp_path: Path, run_dir: Path, db: Path) -> dict[str, Any]:
-    done = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "--json", str(run_dir)], capture_output=True,
-                          text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
+@pytest.mark.slow
+def test_a_run_adopted_in_prime_traces_counts_what_vf_eval_pushed_there_in_its_total(tmp_path: Path) -> None:
+    """The report's total is what the destination holds of the run, whoever sent it: in
+    Prime Traces too the episodes vf-eval pushed count, as the samples table's rows do
+    (above) and as status says them. It said "pushed 0 (total 0) to traces" of a run
+    whose every episode was there."""
+    db = tmp_path / "platform.db"
+    first = cli_sync(tmp_path, outputs(tmp_path / "a"), db, "--to", "traces")
+    [evaluation] = first["runs"]
+    rows = rows_of(tmp_path / "a" / "outputs" / "vf040-completed")
+    second_dir = outputs(tmp_path / "b", evaluation["evaluation_id"])
+    [run] = cli_sync(tmp_path, second_dir, db, "--to", "traces")["runs"]
+    assert any("adopted evaluation" in warning for warning in run["warnings"])
+    assert (run["evaluation_id"], run["store"], run["pushed_now"], run["pushed_total"]) == (
+        evaluation["evaluation_id"], "traces", 0, len(rows))
+    [again] = cli_sync(tmp_path, second_dir, db, "--to", "traces")["runs"]
+    assert (again["state"], again["pushed_total"]) == ("up_to_date", len(rows))
+
+
+def cli_sync(tmp_path: Path, run_dir: Path, db: Path, *options: str) -> dict[str, Any]:
+    done = subprocess.run(CLI + ["sync", "--local", "--db", str(db), "--json", *options, str(run_dir)],
+                          capture_output=True, text=True, timeout=120, env=child_env(HOME=str(tmp_path)))
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)

@@ -169,9 +169,11 @@ class AddressedSink(Sink):
 
     @classmethod
     def pushed_total(cls, state: SyncState) -> int:
-        """The episodes this state's batches carried, and those an earlier sync of the run
-        had committed when its state was lost (``held_there``): they are on the platform."""
-        return state.episodes_pushed + size_of(state.held_there)
+        """The episodes this state's batches carried, and those the platform held when the
+        run was found without a state that vouches for them: an earlier sync's, its state
+        lost (``held_there``), or vf-eval's own push (``on_platform``), as the samples
+        table's count holds vf-eval's rows. None of them is in a batch (``already_there``)."""
+        return state.episodes_pushed + size_of(state.held_there) + size_of(state.on_platform)
 
     def already_there(self) -> frozenset[str]:
         """The episodes that give no line because the platform held them when sync found the
