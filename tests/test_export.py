@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -667,3 +668,38 @@ def test_an_export_stopped_as_its_file_is_created_begun_or_renamed_leaves_no_tem
         export_file([tmp_path / "run"], out, fmt)
     monkeypatch.undo()
     assert list(out.parent.iterdir()) == []
+
+
+def _scored_episode(episode_id: str, correct: float) -> Any:
+    """A verifiers 0.4 Episode whose trace's ``correct`` reward scored ``correct`` (NaN: a
+    judge that failed), beside a ``style`` reward of 0.5."""
+    from verifiers.v1.episode import Episode
+
+    task = {"type": "t", "data": {"idx": 0}}
+    return Episode.model_validate({"id": episode_id, "ok": True, "task": task, "traces": [{
+        "task": task, "agent": {"name": "solver", "config": {}, "trainable": True},
+        "rewards": {"correct": {"score": correct}, "style": {"score": 0.5}}}]})
+
+
+@pytest.mark.slow
+def test_a_nan_score_is_exported_as_no_reward_in_every_format(tmp_path: Path) -> None:
+    """A score the run never had (NaN, which the line holds as null) was exported as a reward
+    of 0.5: the other reward alone, as if the failed judge had scored 0, and averaged so in
+    the seal. Its reward and its own column are empty in every format, as the platform row
+    prime-runs 0.1.4 builds of it holds null (tests/test_projection.py); the run's mean is the
+    finite rewards'."""
+    from prime_runs_spool import open_run
+
+    with open_run(tmp_path / "runs" / "r", name="nan-judge") as run:
+        run.log_episodes([_scored_episode("judged", 1.0), _scored_episode("judge-failed", float("nan"))])
+    assert run.summary()["avg_reward"] == 1.5
+    for fmt in ("parquet", "csv", "jsonl"):
+        out = tmp_path / f"samples.{fmt}"
+        result = export(str(tmp_path / "runs"), "-o", str(out))
+        assert result.returncode == 0, result.stderr
+        rows = duckdb.sql(f"SELECT episode_id, reward, \"metric:correct\", \"metric:style\" FROM {read(out)} "
+                          "ORDER BY episode_id").fetchall()
+        assert rows == [("judge-failed", None, None, 0.5), ("judged", 1.5, 1.0, 0.5)], fmt
+    out = tmp_path / "runs.csv"
+    assert export(str(tmp_path / "runs"), "--runs", "-o", str(out)).returncode == 0
+    assert duckdb.sql(f"SELECT avg_reward FROM {read(out)}").fetchall() == [(1.5,)]

@@ -300,3 +300,29 @@ def test_the_rollout_key_is_the_idx_of_the_trace_the_row_is_read_from(traces: li
     index = summary_trace_index(record)
     expected = NO_ROW if index is None else task_data(traces[index]).get("idx")
     assert rollout_key(record) == expected
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), 0.25])
+def test_a_score_json_cannot_hold_is_projected_as_prime_runs_projects_it(tmp_path: Path, score: float) -> None:
+    """A NaN (or infinite) score is a null in the line; its row's ``reward`` was 0.5 (the
+    other reward alone) and its own key missing. prime-runs 0.1.4 sums the NaN into the
+    trace's reward and sends both as null: the row of the episode read back from the spool
+    holds what upstream's row of the episode in memory holds."""
+    from prime_runs.projection import episode_to_samples
+    from verifiers.v1.episode import Episode
+
+    from prime_runs_spool import open_run, read_run
+
+    task = {"type": "t", "data": {"idx": 0}}
+    episode = Episode.model_validate({"id": "e", "ok": True, "task": task, "traces": [{
+        "task": task, "agent": {"name": "solver", "config": {}, "trainable": True},
+        "rewards": {"correct": {"score": score, "weight": 2.0}, "style": {"score": 0.5}}}]})
+    with open_run(tmp_path / "r", name="nan-judge") as run:
+        run.log_episodes([episode])
+    record = next(r.data for r in read_run(tmp_path / "r").records() if r.type == "episode")
+    ours = project_episode(record, 1)[0]
+    upstream = episode_to_samples(episode, 1)[0]
+    assert {key: ours.get(key, "missing") for key in ("reward", "correct", "style")} == {
+        key: upstream.get(key, "missing") for key in ("reward", "correct", "style")}
+    assert ours["reward"] == (None if score != 0.25 else 1.0)
+

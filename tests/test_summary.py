@@ -169,13 +169,18 @@ def _reference_summary(episodes: list[dict]) -> dict:
         try:
             reward = 0
             for entry in (trace.get("rewards") or {}).values():
-                if isinstance(entry, dict) and entry.get("score") is not None:
+                if isinstance(entry, dict):
+                    if entry.get("score") is None:  # a score JSON could not hold: no reward
+                        reward = None
+                        continue
                     weight = entry.get("weight")
-                    reward += entry["score"] * (1.0 if weight is None else weight)
+                    value = entry["score"] * (1.0 if weight is None else weight)
+                    if reward is not None:
+                        reward += value
         except TypeError:
             reward = None
         values = {name: entry.get("score") for name, entry in (trace.get("rewards") or {}).items()
-                  if isinstance(entry, dict) and entry.get("score") is not None}
+                  if isinstance(entry, dict)}
         values.update((name, value) for name, value in (trace.get("metrics") or {}).items() if value is not None)
         return finite(reward), values
 

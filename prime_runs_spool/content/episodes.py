@@ -157,13 +157,9 @@ def task_data(trace: Mapping[str, Any]) -> Mapping[str, Any]:
     return (trace.get("task") or {}).get("data") or {}
 
 
-def is_null_reward(reward: Any) -> bool:
-    # An exact dict first: an ABC check costs more than the rest of a reward's reading.
-    return (type(reward) is not dict and not isinstance(reward, Mapping)) or reward.get("score") is None
-
-
 def trace_reward(trace: Mapping[str, Any]) -> Any:
-    """Sum of ``score * weight`` over the trace's non-null rewards, in order (int 0 if none).
+    """Sum of ``score * weight`` over the trace's non-null rewards, in order (int 0 if none);
+    None when one of them has no score (a NaN or an infinity, written as null).
 
     Shared with the run summary so the dashboard's ``avg_reward`` agrees with the rows.
     """
@@ -173,23 +169,30 @@ def trace_reward(trace: Mapping[str, Any]) -> Any:
 def reward_and_scores(rewards: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any]]:
     """:func:`trace_reward` of a trace with these ``rewards``, and each non-null reward's
     own ``score`` by name, in order: read in one pass (the run summary needs both of each
-    episode). Raises ``TypeError`` as the sum does for a non-numeric score or weight."""
+    episode). Raises ``TypeError`` as the sum does for a non-numeric score or weight.
+
+    A reward whose ``score`` is null is one whose score JSON could not hold: verifiers' score
+    is a float, so a NaN or an infinity (a judge that failed), which a line holds as null. Its
+    trace's reward is then None, not the sum of the others: prime-runs 0.1.4 sums the NaN into
+    the trace's reward and sends the row's ``reward`` (and that score's own key) as null, and a
+    0.0 there is a reward the run never had. A null reward (not a mapping) is skipped, as
+    upstream skips a reward that is None."""
     total: Any = 0
     scores: dict[str, Any] = {}
     if not rewards:
         return total, scores
     for name, reward in rewards.items():
-        if type(reward) is dict:  # is_null_reward's common case, without the call
-            score = reward.get("score")
-            if score is None:
-                continue
-        elif is_null_reward(reward):
+        if type(reward) is not dict and not isinstance(reward, Mapping):  # an exact dict first: an ABC check costs more
             continue
-        else:
-            score = reward["score"]
+        score = reward.get("score")
         scores[name] = score
-        weight = reward.get("weight")
-        total += score * (1.0 if weight is None else weight)
+        if score is None:
+            total = None
+        else:
+            weight = reward.get("weight")
+            value = score * (1.0 if weight is None else weight)  # a TypeError whatever came before
+            if total is not None:
+                total += value
     return total, scores
 
 

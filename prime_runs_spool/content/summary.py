@@ -96,13 +96,9 @@ def _trace_numbers(trace: Mapping[str, Any], rewards: Any, metrics: Any, written
             reward, values = reward_and_scores(rewards)  # trace_reward, and the scores by name
         except TypeError:  # a non-numeric score or weight: not a reward we can average
             reward = None
+            # each reward's score in its place, a null one too (reward_and_scores's order)
             values = {name: entry.get("score") for name, entry in rewards.items()
-                      if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("score") is not None}
-            if written is not None and any(type(score) is float and score - score != 0.0
-                                           for score in values.values()):
-                # written null, such a score names nothing there: a metric of its name then
-                # comes after the others, not in its place (the means' order differs)
-                raise _WrittenOtherwise
+                      if type(entry) is dict or isinstance(entry, Mapping)}
         else:
             if type(reward) is not float or reward - reward != 0.0:  # NaN and infinities give NaN
                 reward = _finite(reward)
@@ -266,8 +262,8 @@ class SummaryAccumulator:
                             continue
                         raise _TwoPass
                     score = entry["score"]
-                    if score is None:
-                        continue
+                    if score is None:  # the trace's reward is dropped (reward_and_scores): read_episode's
+                        raise _TwoPass
                     weight = entry["weight"]
                     if type(score) is not float or (weight is not None and type(weight) is not float):
                         raise _TwoPass
