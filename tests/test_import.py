@@ -272,6 +272,35 @@ def test_a_changed_v0_results_file_is_left_as_imported(tmp_path: Path) -> None:
     assert spool_files(run_dir) == before
 
 
+@pytest.mark.slow
+def test_a_v0_results_file_without_its_metadata_is_named_not_passed_over(tmp_path: Path) -> None:
+    """``results.jsonl`` whose ``metadata.json`` is gone (lost in a copy, or the eval stopped
+    before writing it) cannot be imported (the run id is derived from the metadata), and a
+    walk passed it over without a word: status listed nothing, sync said nothing of it and
+    exited 0, and its episodes never reached the platform. It is now found, named in one
+    line (exit 1), the other runs synced; a ``results.jsonl`` that is no v0 run (a table
+    ``prime-runs export`` wrote) is still no run."""
+    root = copy_fixture(tmp_path, "v0-completed", "vf040-completed")
+    (root / "v0-completed" / "metadata.json").unlink()
+    table = root / "tables" / "results.jsonl"
+    table.parent.mkdir()
+    assert import_output(root / "vf040-completed").state == "imported"
+    assert run_cli("export", str(root / "vf040-completed"), "-o", str(table)).returncode == 0
+    missing = root / "v0-completed" / "metadata.json"
+
+    status = run_cli("status", str(root))
+    assert f"not spooled {root / 'v0-completed'}" in status.stdout, status.stdout
+    assert "tables" not in status.stdout + status.stderr
+    done = run_cli("sync", "--local", "--db", str(tmp_path / "platform.db"), str(root))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = f"{missing} is missing beside results.jsonl: the older layout's run is named by it"
+    assert said in done.stdout and said in done.stderr and "Traceback" not in done.stderr
+    assert "synced     " + str(root / "vf040-completed") in done.stdout
+    assert not (root / "v0-completed" / "spool").exists() and "tables" not in done.stdout + done.stderr
+    alone = run_cli("import", str(root / "v0-completed"))
+    assert alone.returncode == 1 and said in last_line(alone) and "nothing found" not in alone.stderr
+
+
 @pytest.mark.parametrize("case, status, kind", [
     ("vf040-completed", "completed", "completed"),
     ("vf040-cancelled", "cancelled", "cancelled"),

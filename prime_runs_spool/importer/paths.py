@@ -95,17 +95,45 @@ def state_dir_source(state_dir: str | os.PathLike[str], source_key: str) -> Path
 
 
 def is_eval_output_dir(path: Path, listing: Listing | None = None) -> bool:
-    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``metadata.json`` + ``results.jsonl``.
+    """A folder verifiers wrote a run to: ``traces.jsonl``, or ``results.jsonl`` with
+    ``metadata.json``, or without it when its rows are the older layout's (``_holds_v0_rows``):
+    that run cannot be imported (its id is derived from ``metadata.json``), and found, the
+    import says so in one line; not found, a walk passed its episodes over without a word.
     Asked of every folder a walk meets, so by plain strings: a path object per name cost more
     than the ``stat`` calls. ``listing``: the folder's, as the walk took it (``files.walk_folders``):
     the names are looked up there, no system call a name (a link still followed to its file)."""
-    if listing is not None:
-        return (_listed_file(listing, VERIFIERS_TRACES_NAME)
-                or (_listed_file(listing, V0_METADATA_NAME) and _listed_file(listing, V0_RESULTS_NAME)))
     folder = os.fspath(path)
+    if listing is not None:
+        if _listed_file(listing, VERIFIERS_TRACES_NAME):
+            return True
+        if not _listed_file(listing, V0_RESULTS_NAME):
+            return False
+        return _listed_file(listing, V0_METADATA_NAME) or _holds_v0_rows(joined(folder, V0_RESULTS_NAME))
     if _is_file(joined(folder, VERIFIERS_TRACES_NAME)):
         return True
-    return _is_file(joined(folder, V0_METADATA_NAME)) and _is_file(joined(folder, V0_RESULTS_NAME))
+    if not _is_file(joined(folder, V0_RESULTS_NAME)):
+        return False
+    return _is_file(joined(folder, V0_METADATA_NAME)) or _holds_v0_rows(joined(folder, V0_RESULTS_NAME))
+
+
+#: How much of a ``results.jsonl`` with no ``metadata.json`` beside it is read to tell the
+#: older layout's rows from any other file of that name (a table ``prime-runs export`` wrote).
+V0_SNIFF_BYTES = 64 * 1024
+
+
+def _holds_v0_rows(path: str) -> bool:
+    """Whether a ``results.jsonl`` begins with a row of the older layout: its first line
+    names both ``prompt`` and ``completion``, as every v0 row does and an export's row
+    (``final_answer``, never ``completion``) does not. Only a folder holding that file
+    without ``metadata.json`` is asked, so a walk reads nothing more for any other folder;
+    a file it cannot read is no run it can tell (as before)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(V0_SNIFF_BYTES)
+    except OSError:
+        return False
+    first = head.split(b"\n", 1)[0]
+    return b'"prompt"' in first and b'"completion"' in first
 
 
 def _is_file(path: str) -> bool:

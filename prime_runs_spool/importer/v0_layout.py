@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +44,12 @@ _NAMESPACE = uuid.UUID("8f1c6a52-3f9e-4d6b-9a57-2f0c1f7e4b11")
 
 def read_metadata(output_dir: Path) -> tuple[bytes, dict[str, Any]]:
     """``metadata.json``'s bytes and object; :class:`ImportSourceError` when it is not one."""
-    metadata_path, _ = v0_paths(output_dir)
+    metadata_path, results_path = v0_paths(output_dir)
+    if not os.path.lexists(metadata_path):
+        raise ImportSourceError(
+            f"{metadata_path} is missing beside {results_path.name}: the older layout's run is named by it "
+            "(its run id is derived from it; the eval writes it when it ends); nothing of this run was imported "
+            "(import it once the eval has ended, or once metadata.json is put back from where these outputs came from)")
     try:
         raw = read_regular_file(metadata_path)
         metadata = json.loads(raw)
