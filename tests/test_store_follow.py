@@ -171,6 +171,44 @@ def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(
 
 
 @pytest.mark.slow
+def test_a_completed_run_resumed_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(tmp_path, server, api,
+                                                                                          monkeypatch) -> None:
+    """A run that completed, was synced so (finalized), then resumed (``vf-eval --resume``
+    writes a new segment after the seal): its new segment, mirrored while its writer runs,
+    is live. A sync with nothing new to push said ``up_to_date`` (the state still said
+    ``finalized``), so ``--follow --exit-when-idle`` ended before the resumed eval did."""
+    from support.runs import RunBuilder
+    from support.sync_e2e import assert_exactly_once
+    from support.store_runs import Fleet
+
+    fleet = Fleet(tmp_path, server.base_url, monkeypatch)
+    builder = RunBuilder(fleet.outputs / "eval-1", "completed-resumed-live-follow")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    fleet.mirror()
+    assert fleet.sync("m").state == "synced"
+    builder.open_segment(counted=True)
+    builder.add(2)
+    fleet.mirror()
+    passes = []
+
+    def sync_pass(url: str) -> list[RunReport]:
+        if len(passes) == 4:  # the resumed eval ends, its mirror copies the rest
+            builder.add(2)
+            builder.seal()
+            fleet.mirror()
+        passes.append(fleet.sync("m"))
+        return [passes[-1]]
+
+    follower = StoreFollower([fleet.url], sync_pass, interval=0, exit_when_idle=True)
+    follower.run()
+    assert [(r.state, r.pushed_now) for r in passes[:4]] == [("live", 2)] + [("live", 0)] * 3, passes
+    assert [r.state for r in passes[4:]] == ["synced", "up_to_date"]
+    assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
 def test_a_run_deleted_from_the_store_under_a_follow_is_said_gone_once(tmp_path) -> None:
     """``sync file://... --follow``: a run deleted from the store (or moved elsewhere in it)
     was dropped without a word; it is ``gone`` once, naming its evaluation, as a local

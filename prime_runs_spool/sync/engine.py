@@ -187,7 +187,7 @@ class RunSync:
             return None
         self.report.local_run_id, self.report.name = local_id, manifest.get("name")
         self._show()
-        self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
+        self.report.state = UP_TO_DATE if state.ended else LIVE
         return self.report
 
     def _run(self) -> None:
@@ -229,7 +229,7 @@ class RunSync:
         self._show()
         choice.recorded(state, self.options.to)  # a run in one sink is never sent to another
         if not untrusted and self._up_to_date(again=True):
-            self.report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
+            self.report.state = UP_TO_DATE if state.ended else LIVE
             return
         # A segment recovering a cut this state's cursor passed holds what was shipped: lost.
         check_recovered(self.run_dir, manifests, state.cursor, state.skipped)
@@ -396,7 +396,7 @@ class RunSync:
                                                                                   state.cursor.position):
             return False  # lines already pushed are gone: the pass reads, and reports it
         size, version = segment_size_and_version(segments[-1][1])
-        if state.finalized or state.terminal is not None:
+        if state.ended:
             if size not in (state.cursor.offset, state.terminal_size):
                 return False
             # Another version (a state from before versions were recorded: the size decides): changed in place, its

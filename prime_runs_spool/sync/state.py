@@ -316,6 +316,15 @@ class SyncState:
             self.last_sample_id = last_sample_id
         self.segments[str(end.segment_index)] = {"offset": end.offset, "seq": end.next_seq}
 
+    @property
+    def ended(self) -> bool:
+        """Whether the run's end is recorded (``terminal``): a sync with nothing new says
+        ``up_to_date`` of it, not ``live``. Not ``finalized``, a fact of the platform's that a
+        resume does not undo: a completed run resumed stays finalized while its new writer
+        appends, and was said up to date, so a follow ``--exit-when-idle`` of the store
+        ended before the resumed eval did."""
+        return self.terminal is not None
+
     def live_again(self) -> bool:
         """Forget the end last recorded (``terminal``) once the run's writer is live again:
         a crashed run resumed (its new segment), a mirror that came back. Kept, every sync

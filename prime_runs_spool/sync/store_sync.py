@@ -299,7 +299,7 @@ class StoreRunSync:
             return None
         probe._show()  # the engine's own report of a state (its store, its totals), not a copy
         report = probe.report
-        report.state = UP_TO_DATE if state.finalized or state.terminal else LIVE
+        report.state = UP_TO_DATE if state.ended else LIVE
         report.local_run_id = state.local_run_id
         return report
 
