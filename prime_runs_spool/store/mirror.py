@@ -12,8 +12,8 @@ is only ever a prefix of it that is already durable:
 - the live segment is uploaded up to its writer's **durable mark** (docs/spool-format.md,
   section 5), never further: a line written but not yet fsync'd could still be lost by a
   power cut, and a sync reading the store (where no writer lock travels) would ship it.
-  Beside it the mirror keeps a **live marker** (``seg-NNNNNN.jsonl.live``, rewritten every
-  third of ``store.source.LIVE_MARKER_TTL``), removed once the writer is gone and its last
+  Beside it the mirror keeps a **live marker** (``seg-NNNNNN.jsonl.live``, written before the
+  segment's bytes, rewritten every third of ``store.source.LIVE_MARKER_TTL``), removed once the writer is gone and its last
   bytes are up: so a sync of the store takes the run for live, not crashed, and reads only
   its new lines.
 
@@ -339,10 +339,17 @@ class _Copier:
                  memory: MirrorMemory, masking: CopyMasking) -> None:
         self.store, self.listed, self.run_dir, self.report = store, listed, run_dir, report
         self.memory, self.masking = memory, masking
+        #: Whether the segment being copied has a live writer; and the live markers this
+        #: pass wrote (each before its segment's bytes: see :meth:`_upload`).
+        self.live = False
+        self.marked: set[str] = set()
 
-    def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None) -> ObjectInfo | None:
-        """Bring the object ``key`` up to the segment's first ``size`` bytes; the object as it now is."""
+    def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None, *,
+                live: bool = False) -> ObjectInfo | None:
+        """Bring the object ``key`` up to the segment's first ``size`` bytes (``live``: its
+        writer lives); the object as it now is."""
         memory = self.memory
+        self.live = live
         if there is not None and ((key in memory.checked or key in memory.masked_today) and there.size == size
                                   or memory.masked_again.get(key) == (size, there.size)):
             return there
@@ -426,6 +433,14 @@ class _Copier:
 
     def _upload(self, key: str, path: Path, size: int, segment: Path) -> None:
         noted_now = _note_mirror(self.run_dir, self.report.url)
+        if self.live:
+            # The live marker before the bytes it vouches for: a sync listing the store between
+            # the two found an unsealed segment with no marker, a run whose mirror had died,
+            # and recorded it crashed on the platform. A marker with no segment is read as
+            # nothing (store/source.py pairs them by key); it is removed once the writer is gone.
+            marker = live_marker_key(key)
+            _mark_live(self.store, marker, self.listed.get(marker))
+            self.marked.add(marker)
         try:
             self.store.upload_prefix(key, path, size)
         except (StoreError, OSError):
@@ -479,9 +494,9 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
                         size, alive = _target_size(segment)
                         there = seen.get(object_key)
                         if size > 0:
-                            there = copier.segment(index, segment, object_key, size, there)
+                            there = copier.segment(index, segment, object_key, size, there, live=alive)
                         marker = live_marker_key(object_key)
-                        if alive and there is not None:
+                        if alive and there is not None and marker not in copier.marked:
                             _mark_live(store, marker, seen.get(marker))
                         elif not alive and marker in seen:  # after its last bytes: never live without them
                             store.delete(marker)
