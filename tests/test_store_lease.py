@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from support import moto_server
 from support.cli import last_line, run_cli
 from support.sync_e2e import api, server  # noqa: F401  (fixtures)
 
@@ -213,3 +214,42 @@ def test_a_lease_object_lost_under_a_run_synced_before_holds_no_sync_up(tmp_path
     assert (last.state, last.pushed_now) == ("synced", 1), last.error
     assert json.loads(lease.read_bytes())["generation"] == 5
     assert_exactly_once(api, builder)
+
+
+moto = moto_server.module_fixture()
+
+
+@pytest.mark.slow
+def test_a_renewal_whose_answer_was_lost_after_the_retries_still_holds_the_lease(moto, monkeypatch) -> None:
+    """A renewal S3 applied whose answer was lost on the way back (a proxy drops it), the
+    store's retries spent: the next renewal, refused for the etag it no longer has, read
+    the object back, found a lease it did not recognise and said "taken over by another
+    syncer": the holder gave up a run it still held, and the lease object, renewed, kept
+    every other syncer off for a lease lifetime. The object holds this holder's own owner
+    and generation, which no other syncer writes: it is still held, and renewed over."""
+    from fixtures.fault_proxy import FaultProxy
+    from prime_runs_spool.errors import StoreError
+    from prime_runs_spool.store.lease import Lease
+    from prime_runs_spool.store.objects import ObjectStore
+
+    bucket, key = moto.new_bucket(), "run/spool/sync.lease.json"
+    with FaultProxy(moto.endpoint, methods={"PUT"}, paths=r"sync\.lease\.json$") as proxy:
+        for name, value in moto.env(proxy.base_url).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("PRIME_RUNS_STORE_RETRIES", "0")
+        store = ObjectStore(f"s3://{bucket}/p")
+        lease = Lease(store, key, ttl=60, clock_skew=5)
+        assert lease.try_take()
+        proxy.set_rates({"drop_after": 1.0})
+        with pytest.raises(StoreError):
+            lease.renew()
+        proxy.set_rates({})
+        assert [f for f in proxy.faults() if f != "none"] == ["drop_after"], proxy.faults()
+        lease.renew()  # LeaseLost before
+        held = json.loads(store.read(key)[0])
+        assert (held["owner"], held["generation"], held["released"]) == (lease.owner, 1, False), held
+        lease.release()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.endpoint)
+    other = Lease(ObjectStore(f"s3://{bucket}/p"), key, ttl=60, clock_skew=5)
+    assert other.try_take() and other.generation == 2  # released: not held for a lease lifetime
+    other.release()

@@ -9,7 +9,8 @@ grows:
   cannot both win: the store accepts one write per etag.
 - **renew** before every write of the sync state that announces a request (so before every
   non-idempotent request: each is announced in the state first), and during long waits: ``If-Match`` our own last
-  etag. Refused means another syncer took it over after it expired: :class:`LeaseLost`,
+  etag. Refused means another syncer took it over after it expired (unless the object read
+  back is our own write whose answer was lost: :meth:`Lease._replace`): :class:`LeaseLost`,
   and the syncer stops (fencing by generation: the state records the generation that wrote it).
 - **release** when done: rewrite it ``released`` (``If-Match``), so the next taker need not
   wait for the expiry.
@@ -241,12 +242,41 @@ class Lease:
                 raise self._lost()
             now = self.clock()
             try:
-                self.etag = self.store.replace(self.key, self._body(self.generation), self.etag)
+                self.etag = self._replace(self._body(self.generation))
             except StoreConflict:
                 self.etag = None
                 self._held(False)
                 raise self._lost() from None
             self.renewed_at, self._renewed_here = now, self.monotonic()
+
+    def _replace(self, body: bytes) -> str | None:
+        """Write our lease (``If-Match`` our last etag). Refused, the object read back may
+        still be ours: a write of this holder's whose answer was lost once the store's
+        retries were spent (a StoreError, our etag left behind) landed all the same. It holds
+        our owner and generation, which no other syncer writes, so no one took the lease
+        since: the write is made over it (``If-Match`` its etag). Read as taken over, the
+        holder gave up a run it still held, and its lease kept every other syncer off for a
+        lease lifetime."""
+        assert self.etag is not None
+        try:
+            return self.store.replace(self.key, body, self.etag)
+        except StoreConflict as refused:
+            found = refused.current if refused.current is not None else self.store.read(self.key)
+            own = found is not None and found[1] is not None and self._own(found[0])
+            if not own:
+                raise
+            assert found is not None and found[1] is not None
+            return self.store.replace(self.key, body, found[1])
+
+    def _own(self, data: bytes) -> bool:
+        """Whether a lease object's bytes are a write of this holder's: its owner, its
+        generation, not given up."""
+        try:
+            holder = json.loads(data)
+        except ValueError:
+            return False
+        return (isinstance(holder, dict) and holder.get("owner") == self.owner
+                and holder.get("generation") == self.generation and holder.get("released") is False)
 
     def since_renewed(self) -> float:
         """Seconds since our last write of the lease, by the clock that says more: the wall
@@ -322,7 +352,7 @@ class Lease:
             if self.etag is None:
                 return
             try:
-                self.store.replace(self.key, self._body(self.generation, released=True), self.etag)
+                self._replace(self._body(self.generation, released=True))
             except StoreConflict:
                 pass
             finally:
