@@ -3,6 +3,7 @@ when the job's last ``prime-runs mirror --once`` runs after the eval (docs/deplo
 
 from __future__ import annotations
 
+import signal
 import threading
 from pathlib import Path
 
@@ -62,3 +63,43 @@ def test_a_mirror_still_uploading_an_older_size_never_lands_it_over_the_last_mir
     stored = tmp_path / "bucket" / "eval-1" / "spool"
     assert (stored / segment.name).read_bytes() == segment.read_bytes()
     assert not (stored / f"{segment.name}.live").exists()
+
+
+@pytest.mark.slow
+def test_a_mirror_waiting_for_another_mirrors_pass_stops_on_sigint(tmp_path: Path) -> None:
+    """``prime-runs mirror`` waiting its turn at a run another mirror's pass holds (its
+    ``spool/mirror.lock``: a sidecar uploading a large segment) did not stop on SIGINT until
+    that pass ended, however long the upload. It stops at once, exit 0, having uploaded
+    nothing of that run."""
+    import fcntl
+    import os
+    import subprocess
+    import time
+
+    from support.children import reaped
+    from support.env import CLI, child_env
+    from support.runs import build_run
+
+    bucket, outputs = tmp_path / "bucket", tmp_path / "outputs"
+    bucket.mkdir()
+    build_run(outputs / "a-free", "mirror-sigint-free", 2)
+    build_run(outputs / "b-held", "mirror-sigint-held", 2)
+    fd = os.open(outputs / "b-held" / "spool" / "mirror.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another mirror's pass over the run, under way
+        proc = subprocess.Popen(CLI + ["mirror", str(outputs), f"file://{bucket}", "--interval", "0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        with reaped(proc):
+            deadline = time.monotonic() + 60
+            while not (bucket / "a-free" / "spool" / "seg-000001.jsonl").exists():  # the run before, copied
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("the mirror went on waiting for the other's pass after SIGINT") from None
+    finally:
+        os.close(fd)
+    assert proc.returncode == 0, err
+    assert not (bucket / "b-held").exists(), out

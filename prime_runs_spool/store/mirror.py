@@ -169,8 +169,13 @@ class MirrorReport:
         return dict(self.__dict__)
 
 
+#: Seconds between two looks at a run's mirror lock another mirror holds, each also a look
+#: at whether this mirror was asked to stop.
+LOCK_POLL_SECONDS = 0.05
+
+
 @contextlib.contextmanager
-def _one_mirror_at_a_time(run_dir: Path) -> Iterator[bool]:
+def _one_mirror_at_a_time(run_dir: Path, stop: Callable[[float], bool] | None = None) -> Iterator[bool | None]:
     """Hold the run's mirror lock for a pass over it: each upload replaces the object whole
     with what its pass measured, so two mirrors of one spool at once (the sidecar still
     running when the job's last ``mirror --once`` runs, docs/deploy.md) let the sidecar's
@@ -179,7 +184,10 @@ def _one_mirror_at_a_time(run_dir: Path) -> Iterator[bool]:
     A pass that waits measures after the other's, so the last word is the latest size; it
     yields True, and lists the run's objects again (the other may have written them since
     its listing). A folder where the lock cannot be made (read-only: nothing writes there)
-    is mirrored without it."""
+    is mirrored without it. ``stop`` (it waits, and is True once the mirror is asked to
+    stop) is asked between looks at the lock: it yields None when asked while waiting (a
+    mirror given SIGINT went on waiting for the other's whole pass, an upload of any size;
+    no ``stop``: it waits)."""
     try:
         fd = open_private(spool_dir(run_dir) / MIRROR_LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
     except OSError as exc:
@@ -192,11 +200,24 @@ def _one_mirror_at_a_time(run_dir: Path) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             waited = False
         except BlockingIOError:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            waited = True
+            waited = _wait_for_lock(fd, stop)
         yield waited
     finally:
         os.close(fd)  # the lock goes with it
+
+
+def _wait_for_lock(fd: int, stop: Callable[[float], bool] | None) -> bool | None:
+    """Take the lock ``fd`` another mirror holds: True once taken, None if ``stop`` said so first."""
+    if stop is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    while not stop(LOCK_POLL_SECONDS):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            continue
+    return None
 
 
 def _listed_again(store: ObjectStore, listed: Mapping[str, ObjectInfo], key: str) -> dict[str, ObjectInfo]:
@@ -466,12 +487,13 @@ def refuse_store_inside(roots: Iterable[Path], url: str) -> None:
 
 
 def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory | None = None, *,
-                masking: CopyMasking) -> list[MirrorReport]:
+                masking: CopyMasking, stop: Callable[[float], bool] | None = None) -> list[MirrorReport]:
     """Upload what changed in every run under ``roots``; one report per run. ``memory``: what
     earlier passes of this process learned (kept across passes by :func:`mirror`, so each
     object is checked to be this machine's once per process, with one small ranged read).
     ``masking``: how a segment is copied, by its manifest (``content.remask.copy_masking``:
-    one masked under older rules is masked again by today's)."""
+    one masked under older rules is masked again by today's). ``stop``: asked while a run's
+    mirror lock is another mirror's (:func:`_one_mirror_at_a_time`); True ends the pass there."""
     memory = MirrorMemory() if memory is None else memory
     listed = {info.key: info for info in store.list()}
     reports = []
@@ -485,7 +507,9 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
                 continue
             report = MirrorReport(path=str(run_dir), url=store.location(key))
             try:
-                with _one_mirror_at_a_time(run_dir) as waited:
+                with _one_mirror_at_a_time(run_dir, stop) as waited:
+                    if waited is None:
+                        return reports  # asked to stop while another mirror held the run
                     seen = _listed_again(store, listed, key) if waited else listed
                     copier = _Copier(store, seen, run_dir, report, memory, masking)
                     _check_first_copy(run_dir, store, report.url)
@@ -512,7 +536,7 @@ def mirror(roots: list[Path], store: ObjectStore, *, interval: float, once: bool
     """Mirror until ``stop(interval)`` says so (it waits, and is True once asked to stop)."""
     memory = MirrorMemory()
     while True:
-        on_pass(mirror_pass(roots, store, memory, masking=masking))
+        on_pass(mirror_pass(roots, store, memory, masking=masking, stop=stop))
         if once or stop(interval):
             return
 
