@@ -98,3 +98,24 @@ def test_mirror_then_sync_status_and_verify_over_az(tmp_path: Path, server, api,
 def test_two_syncers_on_one_container_push_each_episode_once(tmp_path: Path, server, api, azurite,
                                                              container_url: str) -> None:
     check_two_syncers_push_each_episode_once(tmp_path, server.base_url, api, container_url, "az-pair", azurite.env())
+
+
+@pytest.mark.slow
+def test_sync_of_a_folder_under_the_container_and_of_one_run_url(tmp_path: Path, server, api, azurite) -> None:
+    """``az://`` URLs naming a folder below the container (two levels), the folder above
+    it, and one run's own URL (the one a mirrored folder's note names): each finds the runs
+    under it and no others, and a run is pushed once whichever URL it was synced through."""
+    container = azurite.new_container()
+    base = f"az://{container}/team/outputs"
+    outputs = tmp_path / "outputs"
+    builders = [build_run(outputs / name, f"az-folder-{name}", 3) for name in ("eval-1", "eval-10")]
+    assert mirror_once(outputs, base, azurite.env()).returncode == 0
+    one = _runs(_sync(server.base_url, azurite, tmp_path / "m1", f"{base}/eval-1", "--json"))
+    assert [(r["path"], r["state"], r["pushed_now"]) for r in one] == [(f"{base}/eval-1", "synced", 3)]
+    above = _runs(_sync(server.base_url, azurite, tmp_path / "m2", f"az://{container}/team", "--json"))
+    assert sorted((r["path"], r["state"]) for r in above) == [
+        (f"az://{container}/team/outputs/eval-1", "up_to_date"), (f"az://{container}/team/outputs/eval-10", "synced")]
+    again = _runs(_sync(server.base_url, azurite, tmp_path / "m1", f"{base}/", "--json"))
+    assert sorted(r["state"] for r in again) == ["up_to_date", "up_to_date"]
+    for builder in builders:
+        assert_exactly_once(api, builder)

@@ -26,8 +26,8 @@ from support.env import CLI, child_env
 from support.runs import RunBuilder, build_run
 from support.store_runs import (check_live_then_sealed, check_synced_once_then_up_to_date,
                                 check_two_syncers_push_each_episode_once, check_verify_gives_the_local_verdict,
-                                get_object, keys, live_run, machine_env, mirror_once, reports, sync_from_store,
-                                upload_run)
+                                get_object, keys, live_run, machine_env, mirror_once, reports, stored_run,
+                                sync_from_store, upload_run)
 from support.sync_e2e import TOKEN, api, assert_exactly_once, evaluations_of, server, sync_cmd  # noqa: F401
 from support.children import interrupted, reaped
 from support.cli import last_line, run_cli
@@ -811,3 +811,38 @@ def test_a_huge_object_where_a_state_goes_is_not_read_into_memory(tmp_path: Path
     assert first.state == "error" and "more than a sync state or lease ever holds" in (first.error or ""), first
     assert second.state == "up_to_date", second
     assert store.stats["bytes_read"] - fetched < 10_000
+
+
+@pytest.mark.slow
+def test_a_listing_of_more_than_one_page_finds_every_run_and_every_object_of_a_run(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """S3 answers a listing 1,000 keys a page (moto as AWS): 999 other objects sort before
+    the runs, so one run's first segment ends the first page and its second segment, its
+    lease and its state are on the next, and another run is wholly there. ``sync`` finds
+    both runs whole (each episode once), and syncs again, here and on another machine,
+    find them up to date from the state on the second page."""
+    import obstore
+
+    from support.store_runs import raw_store
+
+    store = raw_store(bucket_url)
+    for n in range(999):
+        obstore.put(store, f"a-other/{n:04d}", b"x")
+    straddling = RunBuilder(tmp_path / "m-run", "store-pages-straddling")
+    straddling.open_segment()
+    straddling.add(3)
+    straddling.abandon()
+    straddling.open_segment(counted=True)
+    straddling.add(2)
+    straddling.seal()
+    upload_run(bucket_url, straddling.run_dir, "m-run")
+    after = stored_run(bucket_url, tmp_path / "z-run", "store-pages-after", 4)
+    listed = keys(bucket_url)
+    assert len(listed) == 1002 and listed.index("m-run/spool/seg-000001.jsonl") == 999, listed[995:]
+    for home, states in (("m1", ["synced", "synced"]), ("m1", ["up_to_date"] * 2), ("m2", ["up_to_date"] * 2)):
+        result = store_sync(server.base_url, moto, tmp_path / home, bucket_url, "--json")
+        assert result.returncode == 0, result.stderr
+        assert [(r["path"].rsplit("/", 1)[-1], r["state"]) for r in reports(result)] == [
+            ("m-run", states[0]), ("z-run", states[1])], result.stdout
+    for builder in (straddling, after):
+        assert_exactly_once(api, builder)
