@@ -326,3 +326,24 @@ def test_a_score_json_cannot_hold_is_projected_as_prime_runs_projects_it(tmp_pat
         key: upstream.get(key, "missing") for key in ("reward", "correct", "style")}
     assert ours["reward"] == (None if score != 0.25 else 1.0)
 
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                       st.text(max_size=8))
+_json_value = st.recursive(_json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), inner,
+                                                 max_size=4)), max_leaves=30)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _json_value, max_size=6))
+def test_a_row_measured_part_by_part_is_the_size_of_its_body(row: dict) -> None:
+    """The runner measures a large episode's rows a part at a time, never holding a row's
+    body (platform_api/row_size.py parts_size): the count is the body's length, byte for byte,
+    and stopped early only past the bound it was given."""
+    from prime_runs_spool.platform_api.row_size import encode_row, parts_size
+
+    size = len(encode_row(row))
+    assert parts_size(row) == size
+    assert parts_size(row, stop_above=size) == size
+    assert parts_size(row, stop_above=size // 2) > size // 2

@@ -18,16 +18,15 @@ for a whole ordered list.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
-
-import orjson
 
 from prime_runs_spool.errors import SampleTooLargeError
 from prime_runs_spool.spool.format import CANCELLED, CRASHED, FAILED
 from prime_runs_spool.content.environments import environment_list, environment_problem
+from prime_runs_spool.platform_api.row_size import (ENVELOPE_BYTES, encode_within, measure_within, parts_size,
+                                                   upstream_size)
 from prime_runs_spool.content.episodes import (
     RolloutCounter,
     reward_and_scores,
@@ -43,8 +42,6 @@ MAX_REQUEST_BYTES = 26_214_400
 TERMINAL_PLATFORM_STATUS = {FAILED: "FAILED", CANCELLED: "CANCELLED", CRASHED: "FAILED"}
 #: ``error_message`` is capped at this many characters (the platform caps it server-side too).
 ERROR_MESSAGE_MAX_CHARS = 4096
-#: ``{"samples":[]}``: the envelope the upstream size check adds to a row.
-ENVELOPE_BYTES = 14
 #: The metadata keys the dashboard's evaluation list reads unconditionally.
 V0_KEYS = ("model", "num_examples", "rollouts_per_example")
 
@@ -128,13 +125,18 @@ def project_episode_encoded(
     *,
     evaluation_id: str | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    _measure: Callable[[Mapping[str, Any], int], tuple[bytes, bool]] | None = None,
 ) -> list[EncodedRow]:
     """Like :func:`project_episode`, with each row's compact JSON ``body`` (UTF-8).
 
     A row fits when its compact JSON plus the 14-byte ``{"samples":[]}`` envelope is at
     most ``max_request_bytes`` (inclusive), measured as upstream measures it. Raises
     :class:`SampleTooLargeError` when a per-trace row cannot fit either.
+
+    ``_measure``: :func:`check_sendable`'s (platform_api/row_size.py ``measure_within``),
+    which measures each row without encoding it whole and keeps no body (``body`` is empty).
     """
+    measure = encode_within if _measure is None else _measure
     traces: Sequence[Mapping[str, Any]] = record.get("traces") or ()
     if not traces:
         return []
@@ -146,16 +148,17 @@ def project_episode_encoded(
     info["native_wrapper"] = wrapper
     info["native_trace_index"] = index
     row = _trace_row(trace, record.get("id"), record.get("id"), rollout_number, info)
-    body, fits = _encode_within(row, max_request_bytes)
+    body, fits = measure(row, max_request_bytes)
     if fits:
         return [EncodedRow(row, body)]
+    del body, row, info  # the whole episode's row: not held beside the next one
 
     out = []
     for trace in traces:
         row = _trace_row(trace, trace.get("id"), record.get("id"), rollout_number, trace.get("info"))
-        body, fits = _encode_within(row, max_request_bytes)
+        body, fits = measure(row, max_request_bytes)
         if not fits:
-            size = max(len(body), _upstream_size(row)) + ENVELOPE_BYTES
+            size = max(len(body) or parts_size(row), upstream_size(row)) + ENVELOPE_BYTES
             raise SampleTooLargeError(record.get("id"), trace.get("id"), size, max_request_bytes)
         out.append(EncodedRow(row, body))
     return out
@@ -212,7 +215,7 @@ def check_sendable(record: Mapping[str, Any], serialized_bytes: int, max_request
     if serialized_bytes * (3 + nodes) <= (max_request_bytes - _ROW_OVERHEAD_BYTES) // 2:  # twice the bytes, and the rest
         return
     project_episode_encoded(record, _LARGEST_ROLLOUT_NUMBER, evaluation_id=_LONGEST_EVALUATION_ID,
-                            max_request_bytes=max_request_bytes)
+                            max_request_bytes=max_request_bytes, _measure=measure_within)
 
 
 def _with_run_id(record: Mapping[str, Any], evaluation_id: str) -> dict[str, Any]:
@@ -422,44 +425,6 @@ def _drop_none_deep(value: Any) -> Any:
 
 #: What :func:`_drop_none_deep` returns as it is without a call (a timing's numbers).
 _SCALARS = frozenset({float, int, str, bool})
-
-
-# --------------------------------------------------------------------------- sizing
-
-
-def _upstream_size(row: Mapping[str, Any]) -> int:
-    """Bytes of the row as upstream measures it: compact ``json.dumps``, UTF-8."""
-    text = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-    return len(text.encode("utf-8"))
-
-
-def encode_row(row: Mapping[str, Any]) -> bytes:
-    """Compact JSON of a row (orjson; stdlib json for what orjson refuses, e.g. huge ints)."""
-    try:
-        return orjson.dumps(row)
-    except TypeError:  # orjson.JSONEncodeError subclasses TypeError
-        return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def _encode_within(row: Mapping[str, Any], limit: int) -> tuple[bytes, bool]:
-    """Encode ``row`` and decide whether it fits one request with the envelope.
-
-    A row fits when both the upstream measure (compact ``json.dumps``) and the bytes we
-    actually send (orjson) fit. The two agree byte for byte except on some floats (either
-    can print shorter: ``1e-05`` vs ``0.00001``) and non-finite ones (orjson writes
-    ``null`` where json writes ``-Infinity``); such a number, with the delimiter that
-    follows it, is never more than twice as long in json as in orjson. So the exact,
-    slower upstream measure is only needed when orjson's size is above a third of the
-    budget (a third, not a half, for margin) and within it.
-    """
-    body = encode_row(row)
-    budget = limit - ENVELOPE_BYTES
-    size = len(body)
-    if size > budget:
-        return body, False
-    if 3 * size <= budget:
-        return body, True
-    return body, _upstream_size(row) <= budget
 
 
 # --------------------------------------------------------------------------- evaluations

@@ -24,7 +24,8 @@ from prime_runs_spool.spool.format import EPISODE
 from prime_runs_spool.errors import CorruptSpoolError, SampleTooLargeError, SyncError
 from prime_runs_spool.spool.layout import list_segments
 from prime_runs_spool.platform_api.client import SEND_CHUNK
-from prime_runs_spool.platform_api.v0 import ENVELOPE_BYTES, project_episode_encoded
+from prime_runs_spool.platform_api.row_size import ENVELOPE_BYTES
+from prime_runs_spool.platform_api.v0 import project_episode_encoded
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.records import durable_records, seal_if_last, track_seal, withheld
