@@ -279,13 +279,13 @@ def _data_end(segment: Path) -> int:
     return 0
 
 
-def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> bool:
+def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> ObjectInfo:
     """Keep a live segment's marker fresh: written when missing or a third of its lifetime
-    old (by the listing). Whether it was written."""
+    old (``listed``: as the listing, or this pass's own write, has it). The marker as it now is."""
     if listed is not None and marker_fresh(listed, time.time() + 2 * LIVE_MARKER_TTL / 3):
-        return False
+        return listed
     store.overwrite(key, orjson.dumps({"mirrored_at": time.time()}) + b"\n")
-    return True
+    return ObjectInfo(key, 0, None, time.time())
 
 
 def _segment_id(first_line: bytes) -> object:
@@ -361,9 +361,9 @@ class _Copier:
         self.store, self.listed, self.run_dir, self.report = store, listed, run_dir, report
         self.memory, self.masking = memory, masking
         #: Whether the segment being copied has a live writer; and the live markers this
-        #: pass wrote (each before its segment's bytes: see :meth:`_upload`).
+        #: pass made sure of before its segment's bytes (:meth:`_upload`), as they then were.
         self.live = False
-        self.marked: set[str] = set()
+        self.marked: dict[str, ObjectInfo] = {}
 
     def segment(self, index: int, segment: Path, key: str, size: int, there: ObjectInfo | None, *,
                 live: bool = False) -> ObjectInfo | None:
@@ -460,8 +460,7 @@ class _Copier:
             # and recorded it crashed on the platform. A marker with no segment is read as
             # nothing (store/source.py pairs them by key); it is removed once the writer is gone.
             marker = live_marker_key(key)
-            _mark_live(self.store, marker, self.listed.get(marker))
-            self.marked.add(marker)
+            self.marked[marker] = _mark_live(self.store, marker, self.listed.get(marker))
         try:
             self.store.upload_prefix(key, path, size)
         except (StoreError, OSError):
@@ -520,8 +519,8 @@ def mirror_pass(roots: Iterable[Path], store: ObjectStore, memory: MirrorMemory 
                         if size > 0:
                             there = copier.segment(index, segment, object_key, size, there, live=alive)
                         marker = live_marker_key(object_key)
-                        if alive and there is not None and marker not in copier.marked:
-                            _mark_live(store, marker, seen.get(marker))
+                        if alive and there is not None:  # again after an upload long enough to age it
+                            _mark_live(store, marker, copier.marked.get(marker) or seen.get(marker))
                         elif not alive and marker in seen:  # after its last bytes: never live without them
                             store.delete(marker)
             except (StoreError, OSError) as exc:
