@@ -252,3 +252,27 @@ def test_a_run_whose_segments_were_deleted_is_named_by_every_walk(tmp_path: Path
     alone = run_cli("status", str(gone.run_dir))
     assert "nothing found" not in alone.stderr and "no segment left" in alone.stdout + alone.stderr, alone.stderr
     assert kept.run_dir.is_dir()
+
+
+@pytest.mark.slow
+def test_a_sync_of_a_run_whose_segments_were_deleted_counts_what_the_platform_holds(tmp_path: Path) -> None:
+    """A synced run whose ``*.jsonl`` a cleanup deleted (its durable mark and sync state
+    left): its sync says ``error`` and why, exit 1, as ``status`` does, and counts what its
+    destination holds from before, the state's evaluation and total. It said ``pushed 0
+    (total 0)`` of a run whose 3 episodes the platform holds (its state was not read)."""
+    from support.runs import build_run
+
+    gone = build_run(tmp_path / "runs" / "gone", "segments-deleted-count", 3)
+    db = tmp_path / "local.db"
+    first = local_sync(gone.run_dir, db)
+    assert first.returncode == 0, first.stdout + first.stderr
+    evaluation = _report(first)["evaluation_id"]
+    segment_path(gone.run_dir, 1).unlink()
+
+    sync = local_sync(gone.run_dir, db)
+    report = _report(sync)
+    assert sync.returncode == 1 and report["state"] == "error", sync.stdout + sync.stderr
+    assert "no segment left" in report["error"], report
+    assert (report["evaluation_id"], report["pushed_now"], report["pushed_total"]) == (evaluation, 0, 3), report
+    text = run_cli("sync", "--local", "--db", str(db), "--to", "samples", str(gone.run_dir))
+    assert text.returncode == 1 and "pushed 0 (total 3)" in text.stdout, text.stdout + text.stderr

@@ -1014,7 +1014,7 @@ def _calls_of_the_commands_thread(monkeypatch: pytest.MonkeyPatch, runs: int) ->
     """The Python calls the command's thread makes over ``sync_paths`` of ``runs`` new runs
     whose passes (stand-ins, 1 ms each, one at a time) end one after the other."""
     found = [Path(f"/runs/run-{n:04d}") for n in range(runs)]
-    monkeypatch.setattr(many, "discover", lambda paths, on_link=None: list(found))
+    monkeypatch.setattr(many, "discover", lambda paths, on_link=None, on_unreadable=None: list(found))
     monkeypatch.setattr(many, "up_to_date", lambda *args, **kwargs: None)
 
     def a_pass(run_dir: Path, *args: object, **kwargs: object) -> RunReport:

@@ -51,8 +51,8 @@ from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.writer_state import writer_alive
 from prime_runs_spool.sync.index import FOLLOWER_ANSWERS_FOR, EvaluationIndex
 from prime_runs_spool.sync.options import ERROR, FAILED_STATES, GONE, LOST, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
-from prime_runs_spool.sync.many import (SyncLock, local_pass, read_only_report, spool_mode_lines, sync_lock,
-                                        unreadable_report)
+from prime_runs_spool.sync.many import (SyncLock, gone_segments_report, local_pass, read_only_report, spool_mode_lines,
+                                        sync_lock, unreadable_report)
 from prime_runs_spool.sync.state import Destination, state_home
 from prime_runs_spool.sync.state_adoption import adopt_states
 from prime_runs_spool.sync.watch import ChangeWatch
@@ -265,7 +265,8 @@ class Follower:
         unreadable: dict[Path, RunReport] = {}
 
         def note(path: Path, exc: OSError) -> None:
-            unreadable[path] = self.unreadable.get(path) or unreadable_report(path, exc)
+            unreadable[path] = self.unreadable.get(path) or gone_segments_report(
+                path, exc, self.destination, self.options, self.state_dir)
 
         roots = self.paths
         if self.discover is not None:

@@ -21,7 +21,7 @@ from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prime_runs_spool.errors import MirroredMeanwhile, Stopped, StoreError
+from prime_runs_spool.errors import MirroredMeanwhile, SegmentsGoneError, Stopped, StoreError
 from prime_runs_spool.files import FILE_MODE, OnLink, OTHERS_ACCESS, make_private_dir, open_to_others_lines, unreadable_message
 from prime_runs_spool.platform_api.client import PlatformClient
 from prime_runs_spool.spool.layout import find_runs, spool_dir, spool_identity
@@ -30,7 +30,8 @@ from prime_runs_spool.sync.options import (AUTO, DEFAULT_JOBS, ERROR, FAILED_STA
                                           SyncOptions)
 from prime_runs_spool.sync.replay import replay_id_for
 from prime_runs_spool.sync.id_sets import sweep
-from prime_runs_spool.sync.state import Destination, disk_full_line, state_home, sync_dir
+from prime_runs_spool.sync.state import (Destination, disk_full_line, state_before_damage, state_home, sync_dir,
+                                         sync_state_path)
 from prime_runs_spool.sync.state_adoption import adopt_states
 from prime_runs_spool.sync.unchanged import Unchanged, look, state_path_of
 
@@ -304,12 +305,37 @@ def unreadable_report(path: Path, exc: OSError) -> RunReport:
     return RunReport(path=str(path), state=ERROR, error=unreadable_message(exc, path))
 
 
-def discover(paths: Iterable[Path], on_link: OnLink | None = None) -> list[Path | RunReport]:
-    """The runs under ``paths`` in walk order, with a ready report in place of each
-    directory that could not be read; ``on_link`` is told of each link to a folder outside
-    the paths that the walk did not follow (``layout.find_runs``)."""
+def gone_segments_report(path: Path, exc: OSError, destination: Destination, options: SyncOptions,
+                         state_dir: Path | None) -> RunReport:
+    """:func:`unreadable_report`, counting for a run whose segments were deleted
+    (``SegmentsGoneError``, its sync state left) what its state says the destination holds:
+    its evaluation and total, as a run cut to nothing reports them. Without it the run said
+    "pushed 0 (total 0)" of episodes the platform holds, all this copy has left of them."""
+    report = unreadable_report(path, exc)
+    if not isinstance(exc, SegmentsGoneError) or (options.replay and options.replay_id is None):
+        return report  # a new replay: nothing pushed before
+    run_dir = Path(exc.filename).parent if exc.filename else path  # the spool folder's run
+    try:
+        home = state_home(run_dir, state_dir)
+    except OSError:
+        return report
+    before = None if home is None else state_before_damage(sync_state_path(home, destination.key, options.replay_id),
+                                                           destination)
+    if before is not None:
+        from prime_runs_spool.sync.sinks.choice import pushed_total
+
+        report.evaluation_id, report.url, report.store = before.evaluation_id, before.viewer_url, before.store
+        report.pushed_total = pushed_total(before)
+    return report
+
+
+def discover(paths: Iterable[Path], on_link: OnLink | None = None,
+             on_unreadable: Callable[[Path, OSError], RunReport] = unreadable_report) -> list[Path | RunReport]:
+    """The runs under ``paths`` in walk order, with a ready report (``on_unreadable``'s) in
+    place of each directory that could not be read; ``on_link`` is told of each link to a
+    folder outside the paths that the walk did not follow (``layout.find_runs``)."""
     found: list[Path | RunReport] = []
-    for run_dir in find_runs(paths, lambda path, exc: found.append(unreadable_report(path, exc)), on_link=on_link):
+    for run_dir in find_runs(paths, lambda path, exc: found.append(on_unreadable(path, exc)), on_link=on_link):
         found.append(run_dir)
     return found
 
@@ -341,7 +367,8 @@ def sync_paths(
     each spool on a read-only folder are kept (without it, such a run is an ``error`` naming
     ``--state-dir``). ``on_link``: told of each symbolic link to a folder outside the paths,
     not followed, so the command can name what it left out."""
-    found = discover(paths, on_link)
+    found = discover(paths, on_link, functools.partial(gone_segments_report, destination=destination, options=options,
+                                                       state_dir=state_dir))
     if not found:
         return []
     index: EvaluationIndex | None = None  # made for the first run that takes a pass
