@@ -242,3 +242,33 @@ def test_a_run_deleted_and_written_again_at_its_path_is_read_afresh(tmp_path: Pa
     assert '<td class="num episodes">7</td>' in row and 'data-status="completed"' in row, row
     page = client.get("/run?run=x").text
     assert "corrupt" not in page and "episode?run=x&amp;n=7" in page
+
+
+@pytest.mark.parametrize("when", ["before the viewer started", "while it serves"])
+def test_a_run_whose_segments_were_deleted_is_listed_as_one_that_cannot_be_read(tmp_path: Path, when: str) -> None:
+    """A cleanup that deleted a run's ``*.jsonl`` (its durable mark and sync state left):
+    ``status`` names the run and why (layout.SegmentsGoneError); the viewer passed over it
+    in silence, listed no more, as a folder holding no run. It is listed, its status
+    ``error``, and its page says why it cannot be read; the other run is shown as before."""
+    from starlette.testclient import TestClient
+
+    from prime_runs_spool.spool.layout import segment_path
+    from prime_runs_spool.viewer.app import create_viewer_app
+    from prime_runs_spool.viewer.sources import RESCAN_INTERVAL, SpoolSource
+    from support.runs import build_run
+
+    gone = build_run(tmp_path / "runs" / "gone", "viewer-segments-deleted", 3)
+    build_run(tmp_path / "runs" / "kept", "viewer-segments-kept", 2)
+    if when == "before the viewer started":
+        segment_path(gone.run_dir, 1).unlink()
+    client = TestClient(create_viewer_app(SpoolSource([tmp_path / "runs"])), base_url="http://127.0.0.1")
+    if when == "while it serves":
+        assert 'data-run="gone"' in client.get("/").text
+        segment_path(gone.run_dir, 1).unlink()
+        time.sleep(RESCAN_INTERVAL)
+    runs = client.get("/").text
+    assert 'data-run="kept"' in runs and 'data-run="gone"' in runs, runs
+    row = runs[runs.index('data-run="gone"'):]
+    assert 'data-status="error"' in row[:row.index("</tr>")], row[:row.index("</tr>")]
+    page = client.get("/run?run=gone")
+    assert page.status_code == 200 and "no segment left beside the durable mark" in page.text, page.text

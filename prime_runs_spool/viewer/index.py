@@ -34,7 +34,7 @@ from prime_runs_spool.errors import CorruptSpoolError, SpoolError, corruption_me
 from prime_runs_spool.files import unreadable_message
 from prime_runs_spool.spool.format import EPISODE, LIVE, MANIFEST, SEAL
 from prime_runs_spool.spool.header import read_header
-from prime_runs_spool.spool.layout import list_segments, segment_path, segment_version
+from prime_runs_spool.spool.layout import is_run_dir, list_segments, segment_path, segment_version
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.reader import Position, iter_records, torn_after
 from prime_runs_spool.spool.scan import derive_status, scan_segment
@@ -413,6 +413,7 @@ class SpoolIndex(RunIndex):
         it died is read by the first look after."""
         segments = list_segments(self.run_dir)
         if not segments:
+            is_run_dir(self.run_dir)  # SegmentsGoneError when they were deleted: the run says so (_read)
             return (), 0, 0, False
         last = segments[-1][1]
         alive = writer_alive(last)

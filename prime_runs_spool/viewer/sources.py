@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prime_runs_spool.errors import NoSuchPathError, SpoolError, UnknownRunError
+from prime_runs_spool.errors import NoSuchPathError, SegmentsGoneError, SpoolError, UnknownRunError
 from prime_runs_spool.importer.places import import_command, spool_roots, unspooled
 from prime_runs_spool.files import OnLink, printable
 from prime_runs_spool.importer.paths import find_eval_outputs
@@ -101,8 +101,17 @@ class SpoolSource(Source):
             return False
 
     def _scan(self) -> None:
+        found: list[Path] = []
+
+        def gone(folder: Path, exc: OSError) -> None:
+            """A run whose segments were deleted is listed, as one that cannot be read (its
+            index says why, as ``status`` does); other folders that cannot be read are
+            passed over, as before (they may hold no run)."""
+            if isinstance(exc, SegmentsGoneError):
+                found.append(folder)
+
         try:
-            found = list(find_runs(spool_roots(self.paths, self.state_dir), on_link=self.on_link))
+            found.extend(find_runs(spool_roots(self.paths, self.state_dir), gone, on_link=self.on_link))
             plain = [folder for folder in find_eval_outputs(self.paths) if self._unspooled(folder)]
         except (SpoolError, OSError):
             return  # a path removed since: the runs already known stay shown
