@@ -223,3 +223,47 @@ def test_the_background_indexing_stopping_is_one_logged_line(tmp_path, caplog, m
     search._catcher.join(10)
     assert [record.getMessage() for record in caplog.records] == [
         "prime-runs: the search index of r stopped at episode 0: [Errno 28] No space left on device"]
+
+
+def test_episodes_the_index_could_not_read_are_read_again_once_readable(tmp_path, monkeypatch):
+    """An episode the search index could not read (its segment unreadable then, made
+    readable since) was indexed empty for good: no search found it until the index was
+    reset. It is read again at a search, at most every ``RETRY_INTERVAL`` seconds (a run
+    whose segment stays unreadable costs one reading of those episodes that often, not one
+    a search), and found once readable; the count the page gives goes down with it."""
+    import prime_runs_spool.viewer.search as search_module
+    from prime_runs_spool.errors import SpoolError
+
+    writer = SegmentWriter.create(tmp_path / "r", "r")
+    writer.append_many([("episode", _episode(n), {"episode_id": f"r{n}", "rollout_number": 1}) for n in range(3)])
+    writer.seal("completed")
+    run = SpoolSource([tmp_path]).get("r")
+    run.refresh(5)
+    readable, asked = run.records, []
+
+    def unreadable(rows):
+        asked.extend(row.number for row in rows)
+        for row in rows:
+            yield row, SpoolError(f"episode {row.number} cannot be read: Permission denied")
+
+    class Clock:  # the search module's time, moved on by the test
+        later = 0.0
+
+        @classmethod
+        def monotonic(cls) -> float:
+            return time.monotonic() + cls.later
+
+    monkeypatch.setattr(search_module, "time", Clock)
+    monkeypatch.setattr(run, "records", unreadable)
+    search = run.search()
+    for _ in range(4):
+        assert search.hits(WORD) == set()
+    assert (search.count, search.unread) == (3, 3) and "Permission denied" in search.unread_error
+    assert sorted(asked) == [1, 1, 2, 2, 3, 3], asked  # indexed, then read again once, not at every search
+
+    Clock.later = 3600.0
+    monkeypatch.setattr(run, "records", readable)
+    assert search.hits(WORD) == {2}
+    assert (search.count, search.unread, search.unread_error) == (3, 0, None)
+    again = SearchIndex(run, f"spool|{(tmp_path / 'r').resolve()}|")  # kept in the index file
+    assert (again.count, again.unread) == (3, 0) and again.hits(WORD) == {2}

@@ -49,6 +49,11 @@ CHUNK = 200
 MAX_TEXT = 1_000_000
 #: The index's layout; a file of another layout is never opened (its name differs).
 SCHEMA = 2
+#: Episodes indexed empty because they could not be read (a segment unreadable then) are
+#: read again at a search at most this often (seconds), up to :data:`CHUNK` of them a time:
+#: one made readable since is found, and one that stays unreadable costs that much, not a
+#: reading at every search.
+RETRY_INTERVAL = 10.0
 #: Characters of context on each side of the first hit in a table row's passage.
 PASSAGE_CONTEXT = 80
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -101,6 +106,7 @@ class SearchIndex:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._catcher: threading.Thread | None = None
+        self._read_again_at = 0.0  # when the episodes indexed empty may be read again
         with self._lock:
             # Contentless, without positions: a search needs only which episodes hold a word
             # (the passage shown is cut from the record the page reads), so the index keeps
@@ -108,9 +114,14 @@ class SearchIndex:
             self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS episodes USING fts5(body, content='', "
                              f"detail=none, {_TOKENIZER})")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value)")
+            #: The numbers of the episodes indexed empty, to be read again (:meth:`_read_again`).
+            self._db.execute("CREATE TABLE IF NOT EXISTS unread (number INTEGER PRIMARY KEY)")
             found = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
+            unread = self._db.execute("SELECT value FROM meta WHERE name = 'unread'").fetchone()
             if found is not None and found[0] != key:  # another run (or content) once had this file
                 self._empty(key)
+            elif unread and unread[0] and self._db.execute("SELECT 1 FROM unread LIMIT 1").fetchone() is None:
+                self._empty(key)  # counted by an index that kept no numbers: which to read again is not known
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
             row = self._db.execute("SELECT value FROM meta WHERE name = 'count'").fetchone()
             #: How many of the run's first episodes are indexed.
@@ -125,6 +136,7 @@ class SearchIndex:
     def _empty(self, key: str) -> None:
         self._db.execute("INSERT INTO episodes (episodes) VALUES ('delete-all')")
         self._db.execute("DELETE FROM meta")
+        self._db.execute("DELETE FROM unread")
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('key', ?)", (key,))
         self.count = 0
         self.unread, self.unread_error = 0, None
@@ -133,6 +145,12 @@ class SearchIndex:
         """Forget every episode indexed: the run was rewritten, and is now ``key``."""
         with self._lock:
             self._empty(key)
+
+    @property
+    def read_again_every(self) -> float:
+        """How often episodes indexed empty are read again, at most (:data:`RETRY_INTERVAL`):
+        the page says so beside their count."""
+        return RETRY_INTERVAL
 
     @property
     def behind(self) -> bool:
@@ -153,6 +171,7 @@ class SearchIndex:
                         entries.append((row.number, episode_text(episode_of(record))))
                 self._db.execute("BEGIN")
                 self._db.executemany("INSERT INTO episodes (rowid, body) VALUES (?, ?)", entries)
+                self._db.executemany("INSERT INTO unread VALUES (?)", [(n,) for n, text in entries if not text])
                 self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                      [("count", self.count + len(entries)), ("unread", unread),
                                       ("unread_error", error)])
@@ -161,6 +180,34 @@ class SearchIndex:
                 self.unread, self.unread_error = unread, error
                 if time.monotonic() > deadline:
                     break
+            if self.unread and time.monotonic() >= self._read_again_at:
+                self._read_again()
+
+    def _read_again(self) -> None:
+        """Read again up to :data:`CHUNK` of the episodes indexed empty (the lock held): each
+        one read now is indexed and counted no more. Not before :data:`RETRY_INTERVAL` has
+        passed again."""
+        self._read_again_at = time.monotonic() + RETRY_INTERVAL
+        numbers = [n for (n,) in self._db.execute("SELECT number FROM unread ORDER BY number LIMIT ?", (CHUNK,))]
+        rows = self.run.rows
+        wanted = [rows[n - 1] for n in numbers if 0 < n <= len(rows) and rows[n - 1].number == n]
+        read, error = [], None
+        for row, record in self.run.records(wanted):
+            if isinstance(record, SpoolError):
+                error = error or str(record)
+            else:
+                read.append((row.number, episode_text(episode_of(record))))
+        unread = self.unread - len(read)
+        error = None if not unread else error or self.unread_error
+        self._db.execute("BEGIN")
+        # Contentless: an entry is taken out by the text it was indexed with, here none.
+        self._db.executemany("INSERT INTO episodes (episodes, rowid, body) VALUES ('delete', ?, '')",
+                             [(n,) for n, _ in read])
+        self._db.executemany("INSERT INTO episodes (rowid, body) VALUES (?, ?)", read)
+        self._db.executemany("DELETE FROM unread WHERE number = ?", [(n,) for n, _ in read])
+        self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [("unread", unread), ("unread_error", error)])
+        self._db.execute("COMMIT")
+        self.unread, self.unread_error = unread, error
 
     def catch_up_in_background(self) -> None:
         if not self.behind or (self._catcher is not None and self._catcher.is_alive()):
