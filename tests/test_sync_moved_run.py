@@ -75,3 +75,24 @@ def test_a_run_moved_as_its_batch_is_sent_is_gone_not_lost(tmp_path: Path, serve
     assert again.returncode == 0, again.stdout + again.stderr
     detail = assert_exactly_once(api, builder, finalized=False)
     assert "prime_runs_mismatch" not in (detail.get("metadata") or {}), detail
+
+
+@pytest.mark.slow
+def test_a_mirrored_run_moved_before_its_first_state_is_not_made_again(tmp_path: Path, server, api) -> None:
+    """As a local run's (above), for a run ``prime-runs mirror`` copies into a store, synced
+    from its folder under the store's lease: that pass's state saves still made every
+    missing parent, so a run moved away before its first save got its folder back at the
+    old path, holding only that state."""
+    from support.store_runs import mirror_once
+
+    (tmp_path / "bucket").mkdir()
+    builder = RunBuilder(tmp_path / "outputs" / "run", "mirrored-moved-before-first-state")
+    builder.open_segment()
+    builder.add(3)
+    builder.seal()
+    mirrored = mirror_once(tmp_path / "outputs", f"file://{tmp_path}/bucket")
+    assert mirrored.returncode == 0, mirrored.stdout + mirrored.stderr
+    with FaultProxy(server.base_url, methods={"POST"}, hold_first=r"/resolve$") as proxy:
+        code, report = _moved_while_held(tmp_path, proxy, builder)
+    assert not builder.run_dir.exists(), sorted(str(p) for p in builder.run_dir.rglob("*"))
+    assert (code, report["state"]) == (1, "gone"), report

@@ -100,7 +100,7 @@ class LeasedProtocol(Protocol):
             raise
 
     def _write_state(self) -> None:
-        save_state(self.path, self.state)
+        save_state(self.path, self.state, parents=False)  # a run's own folder: never made again, as a local pass's
 
     def pass_ended(self, report: RunReport) -> RunReport:
         """At the pass's end: a pass that checked its state against the platform and ended

@@ -514,7 +514,8 @@ def _fields_of(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in names}
 
 
-def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None) -> None:
+def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None, *,
+               parents: bool = True) -> None:
     """Write the state file durably: its bytes fsync'd before it replaces the old (whichever
     file a power cut leaves under the name is whole, or its twin is: sync/state_file.py),
     and its name made durable (its folder fsync'd) when the state announces a request
@@ -526,14 +527,17 @@ def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = 
     next sync settles from it as after any crash. ``writer``: the pass's, which writes in
     place after its first announcement (sync/state_file.py); without one, a rename. The
     pass's state folder is made in its spool folder, never that folder itself: a run moved
-    away under the pass is not made again at its old path to hold a state."""
+    away under the pass is not made again at its old path to hold a state. ``parents``
+    False: likewise for a save by a rename (a mirrored run's pass, sync/leased.py); a
+    store's syncer keeps its states in a cache whose folders it makes."""
     name = str(path)
+    parents = parents and writer is None
     for found in named_by(state):  # durable before the state names them (sync/id_sets.py)
-        found.store(os.path.dirname(name) or os.curdir, parents=writer is None)
+        found.store(os.path.dirname(name) or os.curdir, parents=parents)
     state.updated_at = time.time()
     data = state.to_json()
     _OWN_WRITES.pop(name, None)  # until it is written, the file is not (yet) this write
-    state_file.write(name, data, announces=state.in_flight is not None, writer=writer)
+    state_file.write(name, data, announces=state.in_flight is not None, writer=writer, parents=parents)
     _OWN_WRITES[name] = data[_MARK]  # its checksum, the digest of its content: not digested again
 
 

@@ -96,12 +96,13 @@ def _close(writer: Writer) -> None:
     writer.file = writer.twin = None
 
 
-def write(path: str, data: bytes, *, announces: bool, writer: Writer | None = None) -> bytes:
+def write(path: str, data: bytes, *, announces: bool, writer: Writer | None = None, parents: bool = True) -> bytes:
     """Write ``data`` as the state file at ``path``, durably (its bytes, and for a write that
     ``announces`` a request its name too), by ``writer`` when a pass writes it (its path
-    ``path``), else by a rename; returns the bytes the file now holds."""
+    ``path``), else by a rename (``parents``: as ``replace_private``'s); returns the bytes
+    the file now holds."""
     if writer is None:
-        replace_private(path, data, durable=True, rename_durable=announces)
+        replace_private(path, data, durable=True, rename_durable=announces, parents=parents)
         return data
     assert writer.path == path, (writer.path, path)
     return writer.write(data, announces=announces)
