@@ -424,3 +424,27 @@ def test_finite_rewards_whose_sum_overflows_have_a_finite_mean(tmp_path: Path) -
     assert live == sealed == mean(rewards) == pytest.approx(sum(reward / 4 for reward in rewards), rel=1e-15)
     assert compute_summary([{"ok": True, "traces": [trace(True, {"r": r(reward)})]} for reward in rewards[:2]])[
         "avg_reward"] == 1.5e308
+
+
+def test_finite_metrics_whose_sum_overflows_have_a_finite_mean(tmp_path: Path) -> None:
+    """As ``avg_reward``: two metrics (or reward scores, averaged by name) of 1.5e308 summed
+    past the largest float, so ``avg_metrics`` held ``inf``, live and, sealed, null. Each
+    is the finite mean, summed as content/means.py sums, whichever way an episode is read
+    (the one-pass ``add`` and the two-pass ``add_reading``)."""
+    from prime_runs_spool.viewer.spans import mean
+
+    values = [1.5e308, 1.5e308, 1e308, -0.5]
+    episodes = [{"id": f"e{n}", "ok": True, "traces": [trace(True, {"s": r(value, 0.0)}, {"m": value})]}
+                for n, value in enumerate(values)]
+    run = basic_run(tmp_path / "run")
+    run.log_episodes(episodes)
+    live = run.summary()["avg_metrics"]
+    run.finish()
+    sealed = [rec.data for rec in iter_records(tmp_path / "run") if rec.type == "seal"][-1]["summary"]["avg_metrics"]
+    assert live == sealed == {"s": mean(values), "m": mean(values)}, (live, sealed)
+    assert mean(values) == pytest.approx(sum(value / 4 for value in values), rel=1e-15)
+    read_apart = SummaryAccumulator()
+    for episode in episodes:
+        read_apart.add_reading(read_episode(episode))
+    assert read_apart.result()["avg_metrics"] == live
+    assert compute_summary(episodes[:2])["avg_metrics"] == {"s": 1.5e308, "m": 1.5e308}

@@ -27,7 +27,8 @@ Semantics (docs/platform-api.md, "What the dashboard reads"):
 - The one difference from the SDK, on purpose: non-finite numbers (NaN, ±inf) and
   non-numeric values are dropped before averaging (the SDK would carry a NaN into a JSON
   body that cannot hold it); a mean whose every value was dropped is ``None``. Finite
-  rewards whose sum overflows have their finite mean (``content/means.py``), not ``inf``.
+  rewards or metrics whose sum overflows have their finite mean (``content/means.py``),
+  not ``inf``.
 
 A run counts each episode **as it was written** (``read_episode``'s ``written``, the line's
 payload), never as it was in memory: its live summary, the one it seals, is then the
@@ -51,6 +52,9 @@ import orjson
 from prime_runs_spool.content.episodes import reward_and_scores
 from prime_runs_spool.content.means import BIG, SCALE, mean_of_sums
 
+#: ``-BIG``, negated once: the split below runs per trace and per metric.
+_LOW = -BIG
+
 
 class _Means:
     """Running sums for the reward and each metric over one population of traces."""
@@ -61,8 +65,9 @@ class _Means:
         self.reward_sum = 0.0
         self.reward_big = 0.0
         self.reward_count = 0
-        #: Per name, in the order the names first appear: ``[sum, count]``, one entry looked
-        #: up a value, not a sum and a count in two dicts (the run adds under its lock).
+        #: Per name, in the order the names first appear: ``[sum, big, count]``, summed as the
+        #: rewards are, one entry looked up a value, not sums and a count in dicts of their
+        #: own (the run adds under its lock).
         self.metrics_by_name: dict[str, list[Any]] = {}
 
     def reward(self, traces: int) -> float | None:
@@ -71,7 +76,7 @@ class _Means:
         return 0.0 if traces == 0 else None  # nothing scored (SDK: 0.0) vs every value dropped
 
     def metrics(self) -> dict[str, float]:
-        return {name: total / count for name, (total, count) in self.metrics_by_name.items()}
+        return {name: mean_of_sums(*sums) for name, sums in self.metrics_by_name.items()}
 
 
 #: What a trace adds to its population's means (:func:`_trace_numbers`): its finite reward
@@ -296,7 +301,7 @@ class SummaryAccumulator:
             means = self._others
         by_name = means.metrics_by_name
         for reward, rewards, metrics in counted:
-            if -BIG < reward < BIG:  # content/means.py's split, inline: this runs per trace
+            if _LOW < reward < BIG:  # content/means.py's split, inline: this runs per trace
                 means.reward_sum += reward
             else:
                 means.reward_big += reward * SCALE
@@ -311,10 +316,12 @@ class SummaryAccumulator:
                 try:
                     sums = by_name[name]
                 except KeyError:  # once a name a run (an exception costs nothing until raised)
-                    by_name[name] = [0.0 + number, 1]  # as a sum from 0.0: -0.0 becomes 0.0
-                    continue
-                sums[0] += number
-                sums[1] += 1
+                    sums = by_name[name] = [0.0, 0.0, 0]  # a sum from 0.0: -0.0 becomes 0.0
+                if _LOW < number < BIG:  # as the rewards
+                    sums[0] += number
+                else:
+                    sums[1] += number * SCALE
+                sums[2] += 1
             for name, number in metrics.items():
                 if number is None or (name in rewards and (entry := rewards[name]) is not None
                                       and entry["score"] is not None):
@@ -322,10 +329,12 @@ class SummaryAccumulator:
                 try:
                     sums = by_name[name]
                 except KeyError:
-                    by_name[name] = [0.0 + number, 1]
-                    continue
-                sums[0] += number
-                sums[1] += 1
+                    sums = by_name[name] = [0.0, 0.0, 0]
+                if _LOW < number < BIG:
+                    sums[0] += number
+                else:
+                    sums[1] += number * SCALE
+                sums[2] += 1
         return None
 
     @property
@@ -350,7 +359,7 @@ class SummaryAccumulator:
             means = self._others
         for reward, numbers in counted:
             if reward is not None:
-                if -BIG < reward < BIG:  # as above
+                if _LOW < reward < BIG:  # as above
                     means.reward_sum += reward
                 else:
                     means.reward_big += reward * SCALE
@@ -361,10 +370,12 @@ class SummaryAccumulator:
                 for name, number in numbers.items():
                     entry = get(name)
                     if entry is None:
-                        by_name[name] = [0.0 + number, 1]  # as a sum from 0.0: -0.0 becomes 0.0
-                    else:
+                        entry = by_name[name] = [0.0, 0.0, 0]  # a sum from 0.0: -0.0 becomes 0.0
+                    if _LOW < number < BIG:
                         entry[0] += number
-                        entry[1] += 1
+                    else:
+                        entry[1] += number * SCALE
+                    entry[2] += 1
 
     def result(self) -> dict[str, Any]:
         """``{avg_reward, avg_metrics, avg_error}`` for the episodes added so far."""
