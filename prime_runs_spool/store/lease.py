@@ -47,7 +47,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 
-from prime_runs_spool.errors import LeaseLost, StoreConflict
+from prime_runs_spool.errors import LeaseLost, StoreConflict, StoreError
 from prime_runs_spool.store.objects import ObjectStore
 
 #: Seconds a lease lasts unless renewed (env ``PRIME_RUNS_LEASE_TTL``).
@@ -164,7 +164,8 @@ class Lease:
         now = self.clock()
         self.last_state = None
         try:
-            self.etag = self.store.create(self.key, self._body(1))
+            body = self._body(1)
+            self.etag = self._landed(lambda: self.store.create(self.key, body), body)
             self.generation, self.renewed_at, self.created = 1, now, True
             self._renewed_here = self.monotonic()
             self._held(True)
@@ -189,7 +190,8 @@ class Lease:
         last_state = holder.get("last_state")
         self.last_state = last_state if isinstance(last_state, str) else None
         try:
-            self.etag = self.store.replace(self.key, self._body(generation + 1), etag)
+            body = self._body(generation + 1)
+            self.etag = self._landed(lambda: self.store.replace(self.key, body, etag), body)
         except StoreConflict:
             self.in_flight_until, self.last_state = 0.0, None
             return False  # another syncer took it first
@@ -257,16 +259,36 @@ class Lease:
         since: the write is made over it (``If-Match`` its etag). Read as taken over, the
         holder gave up a run it still held, and its lease kept every other syncer off for a
         lease lifetime."""
-        assert self.etag is not None
+        etag = self.etag
+        assert etag is not None
         try:
-            return self.store.replace(self.key, body, self.etag)
+            return self._landed(lambda: self.store.replace(self.key, body, etag), body)
         except StoreConflict as refused:
             found = refused.current if refused.current is not None else self.store.read(self.key)
             own = found is not None and found[1] is not None and self._own(found[0])
             if not own:
                 raise
             assert found is not None and found[1] is not None
-            return self.store.replace(self.key, body, found[1])
+            mine = found[1]
+            return self._landed(lambda: self.store.replace(self.key, body, mine), body)
+
+    def _landed(self, write: Callable[[], str | None], body: bytes) -> str | None:
+        """``write``, a conditional write of ``body``, whose etag it returns. Failed with no
+        answer once the store's retries were spent, the object is read back before giving
+        up: holding exactly ``body`` (every body carries a nonce), the write landed, and is
+        ours. A renewal given up so stopped the pass holding a lease it had just renewed."""
+        try:
+            return write()
+        except StoreConflict:
+            raise
+        except StoreError as failed:
+            try:
+                found = self.store.read(self.key)
+            except StoreError:
+                found = None
+            if found is None or found[0] != body:
+                raise failed from None
+            return found[1]
 
     def _own(self, data: bytes) -> bool:
         """Whether a lease object's bytes are a write of this holder's: its owner, its
