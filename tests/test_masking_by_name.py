@@ -32,6 +32,7 @@ from prime_runs_spool.spool.scan import read_run
 from prime_runs_spool.spool.writer import SegmentWriter
 from support import platform_process
 from support.files import all_bytes_under
+from support.spelling import lookalike_spellings
 
 SECRET_NAMES = ["password", "hf_token", "judge_api_key", "aws_secret_access_key", "HF_TOKEN", "apiKey",
                 "X-Api-Key", "client_secret", "db_password", "credentials", "secretAccessKey", "githubtoken",
@@ -246,32 +247,6 @@ def test_the_masking_docs_name_todays_version_and_what_it_added() -> None:
 
 
 # -- a name in lookalike letters; a {name, value} pair in any mapping ---------------------
-
-#: Letters of other scripts that read as a Latin one (Cyrillic, Greek, dotless i), written
-#: out here apart from the code's table: a name spelled with them reads as the Latin name.
-_LOOKALIKES = {"a": "аα", "c": "сϲ", "e": "еε", "i": "іιı", "j": "ј", "k": "кκ", "o": "оο", "p": "рρ", "s": "ѕ",
-               "x": "хχ", "y": "уγ", "A": "АΑ", "B": "ВΒ", "C": "С", "E": "ЕΕ", "H": "НΗ", "I": "ІΙ", "K": "КΚ",
-               "M": "МΜ", "O": "ОΟ", "P": "РΡ", "T": "ТΤ", "X": "ХΧ", "N": "Ν"}
-
-
-@st.composite
-def lookalike_spellings(draw, names: list[str]) -> tuple[str, str]:
-    """A name of ``names``, and the same name with some of its characters written another way:
-    a lookalike letter, the full-width form (U+FF01 on: ``ｐａｓｓ``), a zero-width space after."""
-    name = draw(st.sampled_from(names))
-    spelled = []
-    for char in name:
-        way = draw(st.sampled_from(["as is", "lookalike", "full width", "zero width"]))
-        if way == "lookalike" and char in _LOOKALIKES:
-            spelled.append(draw(st.sampled_from(_LOOKALIKES[char])))
-        elif way == "full width" and "!" <= char <= "~":
-            spelled.append(chr(ord(char) + 0xFEE0))
-        elif way == "zero width":
-            spelled.append(char + "\u200b")
-        else:
-            spelled.append(char)
-    return name, "".join(spelled)
-
 
 _VALUES = st.text(st.sampled_from("abcXYZ012-_аеорсΑΟｐ\u200b"), min_size=1, max_size=12)
 

@@ -31,7 +31,7 @@ from prime_runs_spool.content.error_scrub import error_forms
 from prime_runs_spool.spool.writer import SegmentWriter
 from support.env import CLI, child_env
 from support.files import all_bytes_under
-from support.spelling import spelled
+from support.spelling import lookalike_spellings, spelled
 
 GHP = "ghp_" + "Zq7" * 12
 MASKED_TEXTS = [
@@ -719,3 +719,36 @@ def test_the_ids_characters_can_spell_no_token_start_and_hold_the_ids_runtimes_w
         assert set(start) - set(ID_CHARACTERS), start
     for box_id in ("vf-5c1e9a7b0d2f", "vf-solver-5c1e9a7b", "3f4e2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"):
         assert not_in_id(box_id) is None
+
+
+# -- a flag or a name inside a string, in lookalike letters ---------------------------------
+
+#: How a command line's ``--`` reaches a config pasted from a document or a chat: as typed, or
+#: made an em dash or an en dash by a word processor, minus signs, Unicode hyphens.
+_DASHES = ["--", "\u2014", "\u2013", "\u2212\u2212", "\u2010\u2010"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret=lookalike_spellings(["api-key", "hf-token", "password", "token", "auth-token"]),
+       variable=lookalike_spellings(["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD"]),
+       plain=lookalike_spellings(["max-tokens", "token-budget", "api-key-var"]),
+       dash=st.sampled_from(_DASHES), value=st.text("abcdef0123456789", min_size=6, max_size=12))
+def test_a_flag_or_a_name_in_lookalike_letters_inside_a_string_is_masked(secret, variable, plain, dash, value) -> None:
+    """A secret's flag or variable written in letters that only look like its name, inside a
+    command line (``vllm serve --аpi-key ...`` with a Cyrillic ``а``, ``ＨＦ＿ＴＯＫＥＮ=...``
+    full width, a zero-width space inside, ``—api-key`` where a word processor made an em dash
+    of ``--``) or an argument list, had its value written in clear: the rules read a string's
+    names in ASCII, where a key's name was judged as it looks since MASKING_VERSION 20. It is
+    masked as the name it looks like, the string otherwise as written; a plain flag keeps its
+    value."""
+    (_, flag), (_, name), (_, plain_flag) = secret, variable, plain
+    token, assigned, kept = "FLAGGED-" + value, "ASSIGNED-" + value, "KEPT-" + value
+    config = {"command": f"vllm serve {dash}{flag} {token} {dash}{plain_flag} {kept}",
+              "shell": f"{name}={assigned} python run.py",
+              "argv": ["vllm", "serve", f"{dash}{flag}", token, f"{dash}{plain_flag}", kept],
+              "docker": ["docker", "run", "-e", f"{name}={assigned}", "image"]}
+    masked = mask(config, MaskRules.defaults_for_config())
+    assert masked == {"command": f"vllm serve {dash}{flag} {MASK} {dash}{plain_flag} {kept}",
+                      "shell": f"{name}={MASK} python run.py",
+                      "argv": ["vllm", "serve", f"{dash}{flag}", MASK, f"{dash}{plain_flag}", kept],
+                      "docker": ["docker", "run", "-e", f"{name}={MASK}", "image"]}, masked

@@ -12,7 +12,10 @@ characters dropped, and NFKC (full-width and other compatibility forms to their 
 ``ﬁ`` to ``fi``; the lookalikes it makes of mathematical letters folded after it).
 
 Only the *judgment* of a name is folded: the key is written as it was, and a value is
-never folded (it is masked or kept byte for byte). The price: a key in Cyrillic or Greek
+never folded (it is masked or kept byte for byte). A name inside a string (a flag of a
+command line, ``NAME=value``) is judged the same way: the string is read folded
+(:func:`folded_text`, where a hyphen or a dash a word processor made of ``--`` also reads
+as ``-``), and what is found there is masked in the string as it was written. The price: a key in Cyrillic or Greek
 that reads as an English secret word once folded (``рass`` would not: only whole words
 count) has its value masked, a record's cost only.
 """
@@ -51,3 +54,26 @@ def folded_name(name: str) -> str:
         return name
     # Before NFKC too: it makes some lookalikes other letters (a lunate sigma ``ϲ`` a final ``ς``).
     return unicodedata.normalize("NFKC", name.translate(_LATIN_LOOKALIKES)).translate(_LATIN_LOOKALIKES)
+
+
+#: Hyphens and dashes that read as ``-`` before a flag's name (``—api-key``: a word
+#: processor or a chat makes an em or en dash of a command line's ``--``; U+2010, U+2011,
+#: U+2012, the minus sign, the small hyphen-minus; the full-width one NFKC folds).
+_DASHES = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
+                         "\u2212": "-", "\ufe63": "-"})
+
+
+def folded_text(text: str) -> tuple[str, list[int]]:
+    """``text`` read as its letters look (each character folded as :func:`folded_name` folds
+    a name's, and the dashes of :data:`_DASHES` as ``-``), and, for each character of the
+    folded text, the index in ``text`` of the character it comes from: what is found in the
+    folded text is masked where it was written. An ASCII text is its own fold."""
+    if text.isascii():
+        return text, list(range(len(text)))
+    folded: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        reads = char if char.isascii() else folded_name(char.translate(_DASHES))
+        folded.append(reads)
+        origin.extend([index] * len(reads))
+    return "".join(folded), origin

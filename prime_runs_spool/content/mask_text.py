@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from prime_runs_spool.content import mask_formats
+from prime_runs_spool.content.lookalikes import folded_text
 from prime_runs_spool.content.mask_locations import MASK, is_secret_name, spelling
 
 #: A URL: a scheme (a letter, then letters, digits, ``+``, ``.``, ``-``), ``://``, and
@@ -205,7 +206,28 @@ _MAX_PASSES = 8
 
 
 def _masked_once(text: str) -> str:
-    """One pass of every rule of :func:`mask_text` over ``text``."""
+    """One pass of every rule of :func:`mask_text` over ``text``, and over ``text`` read as its
+    letters look when it is not ASCII (:func:`_lookalike_spans`)."""
+    spans = _spans(text)
+    if not text.isascii():
+        spans.extend(_lookalike_spans(text))
+    return _replaced(text, spans)
+
+
+def _lookalike_spans(text: str) -> list[tuple[int, int]]:
+    """What the rules find in ``text`` read as its letters look (content/lookalikes.py): a flag
+    or a name written in lookalike letters (``--аpi-key`` with a Cyrillic ``а``,
+    ``ＨＦ＿ＴＯＫＥＮ=``, a zero-width space inside, ``—api-key`` after a word processor made
+    an em dash of ``--``) reads as the one a person sees, as a key's name does; the spans are
+    those of ``text`` as written, whose value is masked as it was, never folded."""
+    folded, origin = folded_text(text)
+    if folded == text:
+        return []
+    return [(origin[start], origin[end - 1] + 1) for start, end in _spans(folded) if end > start]
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    """Where every rule of :func:`mask_text` finds a secret in ``text``."""
     spans: list[tuple[int, int]] = []
     if "://" in text:
         for start, end in _urls(text):
@@ -242,7 +264,7 @@ def _masked_once(text: str) -> str:
         spans.extend(_tokens(text))
     if mask_formats.maybe(text):
         spans.extend(mask_formats.format_spans(text))
-    return _replaced(text, spans)
+    return spans
 
 
 def _tool_kind(name: str) -> str:
@@ -303,7 +325,8 @@ def _maybe(text: str) -> bool:
     if text.replace("-", "").isalnum():
         return _WORD_TOKEN.search(text) is not None
     return "=" in text or "://" in text or _may_hold_flag(text) or _may_hold_token(text) or mask_formats.maybe(text) \
-        or "set" in text or "config" in text or "login" in text or "authtoken" in text or "'-" in text or '"-' in text
+        or "set" in text or "config" in text or "login" in text or "authtoken" in text or "'-" in text or '"-' in text \
+        or not text.isascii()  # read as its letters look, it may hold any of them (_lookalike_spans)
 
 
 def _may_hold_flag(text: str) -> bool:
@@ -411,8 +434,9 @@ def masked_arguments(items: Sequence[Any] | dict[Any, Any]) -> dict[Any, Any] | 
             flag = None
             continue  # a value, not a flag
         if type(item) is str:
-            if item[:1] == "-" and _FLAG.match(item):
-                flag = item
+            as_flag = item if item.isascii() else folded_text(item)[0]  # ``--аpi-key``: the flag it looks like
+            if as_flag[:1] == "-" and _FLAG.match(as_flag):
+                flag = as_flag
                 continue
             named = _TOOL.fullmatch(item.rsplit("/", 1)[-1])
             if named is not None:
@@ -468,8 +492,10 @@ def _after_flag(flag: str, value: str) -> list[tuple[int, int]]:
         if value[:1] in ("{", "["):
             return mask_formats.table_spans(value, 0, len(value))
         if flag in _ENV_FLAGS:
-            assignment = _ENV_ASSIGNMENT.match(value)
-            return [(assignment.end(), len(value))] if assignment and assignment.end() < len(value) else []
+            folded, origin = folded_text(value)  # ``ＨＦ＿ＴＯＫＥＮ=...``: the name it looks like
+            assignment = _ENV_ASSIGNMENT.match(folded)
+            end = origin[assignment.end() - 1] + 1 if assignment else len(value)
+            return [(end, len(value))] if end < len(value) else []
         colon = value.find(":")
         if colon < 0:
             return [(0, len(value))]
