@@ -58,11 +58,22 @@ def proxy_for(url: str) -> Proxy | None:
     if not value or not host or _is_loopback(host) or proxy_bypass_environment(host, proxies):
         return None
     proxy = Proxy(value if "://" in value else f"http://{value}", _variable(key, value))
-    proxy_scheme = urlsplit(proxy.url).scheme.lower()
-    if proxy_scheme not in SUPPORTED_SCHEMES or not urlsplit(proxy.url).hostname:
+    try:
+        parts = urlsplit(proxy.url)
+        port = parts.port
+    except ValueError as exc:
+        # An unclosed ``[``, a port that is no port (``:99999``, ``:abc``): it ended in 'internal
+        # error: ValueError: Invalid IPv6 URL', or in every run's 'Port out of range 0-65535'.
+        # Neither the URL nor Python's words are shown: the "port" of ``http://user:secret``
+        # (the host left out) is a password, which no mask of a userinfo finds.
+        why = str(exc).split(" as '", 1)[0].rstrip(".").lower()
+        raise InvalidSettingsError(f"{proxy.variable}: not a proxy this sync can use (a URL that cannot be read: "
+                                   f"{why}); correct it, or add the platform's host to NO_PROXY") from None
+    if parts.scheme.lower() not in SUPPORTED_SCHEMES or not parts.hostname or port == 0:
         raise InvalidSettingsError(
-            f"{proxy.variable}={proxy.shown}: not a proxy this sync can use (an http:// or https:// proxy URL); "
-            f"correct it, or add the platform's host to NO_PROXY")
+            f"{proxy.variable}={proxy.shown}: not a proxy this sync can use (an http:// or https:// proxy URL"
+            f"{', port 0 cannot be connected to' if port == 0 else ''}); correct it, or add the platform's host "
+            "to NO_PROXY")
     return proxy
 
 
