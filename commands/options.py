@@ -89,6 +89,14 @@ allow_empty_option = click.option(
     "--allow-empty", is_flag=True, help="Exit 0 even when a path holds neither a spool nor eval outputs.")
 
 
+def refuse_empty_path(kind: click.ParamType, value: object, param: Any, ctx: Any) -> None:
+    """Fail, as ``kind`` fails, for a PATH given empty: ``prime-runs sync "$OUTPUTS"`` with the
+    variable unset or empty read ``""`` as ``.``, so every run under the working directory was
+    synced (or imported, exported, mirrored), where ``--state-dir ""`` and ``-o ""`` are refused."""
+    if isinstance(value, str) and not value.strip():
+        kind.fail(f"{value!r} names no folder (an unset variable?); give a folder, or . for this one", param, ctx)
+
+
 class LocalPath(click.Path):
     """A PATH argument of a command that reads local folders only. A store URL given there
     is told as one, with ``hint`` (what to run instead): as a plain path it was folded
@@ -99,6 +107,7 @@ class LocalPath(click.Path):
         self.hint = hint
 
     def convert(self, value: object, param: object, ctx: object) -> object:
+        refuse_empty_path(self, value, param, ctx)
         if isinstance(value, str) and "://" in value:  # a plain path never imports the store's code
             from prime_runs_spool.store.objects import is_store_url
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .import_ import nothing_found_message
+from .options import refuse_empty_path
 from .output import fail_usage, internal_error
 from .sync_report import print_reports
 from .sync_setup import (carry_on_command, check_key, destination, exit_interrupted, progress_for, stop_on_signals,
@@ -31,6 +32,7 @@ class PathOrURL(click.Path):
     ``//``)."""
 
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        refuse_empty_path(self, value, param, ctx)
         if isinstance(value, str) and "://" in value:  # a plain path never imports the store's code
             from prime_runs_spool.store.objects import is_store_url
 

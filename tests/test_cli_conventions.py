@@ -1057,3 +1057,43 @@ def test_a_closed_standard_output_is_said_and_nothing_is_done(tmp_path: Path, co
     assert line.startswith("prime-runs: standard output is closed"), line
     assert not (tmp_path / "runs" / "r" / "spool" / "sync").exists()  # nothing pushed, no state
     assert not (tmp_path / "site").exists() and not (tmp_path / "bucket").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["sync", "", "--local"], ["status", ""], ["verify", ""], ["import", ""], ["view", ""],
+                                     ["export", "", "-o", "table.csv"], ["mirror", "", "bucket"], ["sync", " ", "--local"]],
+                         ids=lambda command: " ".join(map(repr, command)))
+def test_an_empty_path_is_refused_not_read_as_the_working_directory(tmp_path: Path, command: list[str]) -> None:
+    """``prime-runs sync "$OUTPUTS"`` with the variable unset or empty: ``""`` was read as
+    ``.``, and every run under the working directory was synced (imported, exported,
+    mirrored, served), where ``--state-dir ""`` and ``-o ""`` are refused. One line, exit 2,
+    nothing read or written."""
+    build_run(tmp_path / "r", "empty-path", 1)
+    args = [str(tmp_path / "out" / arg) if arg == "table.csv" else f"file://{tmp_path / 'bucket'}" if arg == "bucket"
+            else arg for arg in command]
+    done = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                          env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                                        XDG_CACHE_HOME=str(tmp_path / "c")))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "names no folder (an unset variable?)" in line and done.stdout == "", line
+    assert not (tmp_path / "r" / "spool" / "sync").exists() and not (tmp_path / "bucket").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["mirror", "runs", "file://"], ["mirror", "runs", "file:///"],
+                                     ["sync", "file://", "--local"], ["status", "s3://"], ["verify", "gs://"]],
+                         ids=" ".join)
+def test_a_store_url_that_names_no_bucket_or_folder_is_refused(tmp_path: Path, command: list[str]) -> None:
+    """``prime-runs mirror outputs "file://$BUCKET_DIR"`` with the variable unset: ``file://``
+    is the whole file system, which the mirror (or a sync, a status) listed, /proc included,
+    until it failed on a loop there ('cannot list: ... File system loop found', exit 1)."""
+    build_run(tmp_path / "runs" / "r", "no-bucket", 1)
+    args = [str(tmp_path / arg) if arg == "runs" else arg for arg in command]
+    done = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                                        XDG_CACHE_HOME=str(tmp_path / "c")))
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"prime-runs: {command[2] if command[0] == 'mirror' else command[1]}: a store URL names "
+                           "a bucket"), line

@@ -55,13 +55,23 @@ def is_store_url(text: object) -> bool:
     return text.split("://", 1)[0].lower() in SCHEMES
 
 
+#: The schemes whose URL names a folder after ``://`` (``file:///srv/runs``), not a bucket.
+_PATH_SCHEMES = (LOCAL_SCHEME, "memory")
+
+
 def url_problem(url: str) -> str | None:
     """Why a store URL cannot be used as given, or None. The store library takes neither a
     ``user:password@`` nor a ``?query`` or ``#fragment`` from the URL: it drops them without
     a word (credentials and settings come from the environment), so a key pasted into the
     URL was not used, and was printed back in every report line, a CI log's included. A
     prefix cut at a ``?`` or ``#`` would be another prefix than the one named."""
-    rest = url.partition("://")[2]
+    scheme, _, rest = url.partition("://")
+    place = rest.removeprefix("localhost") if scheme.lower() in _PATH_SCHEMES else rest.partition("/")[0]
+    if not place.strip("/"):
+        # ``file://$UNSET``: the whole file system (a mirror or a sync listed all of it, /proc
+        # included, before it failed on a loop there); ``s3://$UNSET``: no bucket at all
+        return ("a store URL names a bucket, or for file:// a folder, and this one names none (an unset "
+                "variable?); give one, e.g. s3://bucket/outputs or file:///srv/runs")
     if "@" in rest.partition("/")[0]:
         return ("a store URL takes no user:password@ (the store library ignores it; credentials come from "
                 "the environment, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
@@ -75,6 +85,8 @@ def _shown(url: str) -> str:
     """``url`` as a message about it may show it: its scheme and bucket only when it holds
     what :func:`url_problem` refuses (a secret may be in that part)."""
     scheme, _, rest = url.partition("://")
+    if "@" not in rest.partition("/")[0] and "?" not in rest and "#" not in rest:
+        return url  # nothing of it is refused for what it may hide
     host = rest.partition("/")[0].rpartition("@")[2].partition("?")[0].partition("#")[0]
     return f"{scheme}://{host}/..."
 
