@@ -62,7 +62,8 @@ package is defined here and drawn here):
     │   └── ImportSourceError
     │       ├── CorruptOutputError
     │       ├── ReadOnlySourceError
-    │       └── RewrittenOutputError
+    │       ├── RewrittenOutputError
+    │       └── MissingMetadataError
     ├── export
     │   └── ExportError
     │       └── ExportSetupError
@@ -290,6 +291,22 @@ class ReadOnlySourceError(ImportSourceError):
 class RewrittenOutputError(ImportSourceError):
     """An older-layout ``results.jsonl`` no longer holds rows an earlier import recorded (that
     layout has no resume whose supersede rule would explain it)."""
+
+
+class MissingMetadataError(ImportSourceError):
+    """An older-layout ``results.jsonl`` has no ``metadata.json`` beside it: the run's id is
+    derived from that file, so the run cannot be told (or imported) without it."""
+
+    def __init__(self, metadata_path: Path, results_name: str) -> None:
+        self.metadata_path = metadata_path
+        self.results_name = results_name
+        super().__init__(f"{metadata_path} is missing beside {results_name}: the older layout's run is named by it "
+                         "(its run id is derived from it; the eval writes it when it ends); nothing of this run "
+                         "was imported (import it once the eval has ended, or once metadata.json is put back "
+                         "from where these outputs came from)")
+        #: Said instead when an earlier import spooled the run: nothing was lost.
+        self.kept = (f"{metadata_path} is missing beside {results_name}: the spool keeps what an earlier import "
+                     "took from these outputs (sync ships it); nothing more is read from them until it is back")
 
 
 class FailureKind(enum.Enum):

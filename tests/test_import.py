@@ -300,6 +300,21 @@ def test_a_v0_results_file_without_its_metadata_is_named_not_passed_over(tmp_pat
     alone = run_cli("import", str(root / "v0-completed"))
     assert alone.returncode == 1 and said in last_line(alone) and "nothing found" not in alone.stderr
 
+    # Lost after an import took the run: the spool holds it all (the file is written last), so
+    # the run is up to date as spooled, said in a warning, and sync goes on: exit 0.
+    shutil.copy(EVAL_OUTPUTS / "v0-completed" / "metadata.json", missing)
+    assert run_cli("import", str(root / "v0-completed")).returncode == 0
+    missing.unlink()
+    again = run_cli("sync", "--local", "--db", str(tmp_path / "platform.db"), "--json", str(root / "v0-completed"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    report = json.loads(again.stdout)
+    [kept] = report["imports"]
+    assert (kept["state"], kept["episodes_total"]) == ("up_to_date", 4), kept
+    assert kept["warnings"] == [f"{missing} is missing beside results.jsonl: the spool keeps what an earlier "
+                                "import took from these outputs (sync ships it); nothing more is read from them "
+                                "until it is back"]
+    assert [run["state"] for run in report["runs"]] == ["synced"]
+
 
 @pytest.mark.parametrize("case, status, kind", [
     ("vf040-completed", "completed", "completed"),

@@ -41,6 +41,7 @@ from filelock import FileLock
 from prime_runs_spool.errors import (
     CorruptSpoolError,
     ImportSourceError,
+    MissingMetadataError,
     NotARunError,
     ReadOnlySourceError,
     RewrittenOutputError,
@@ -70,6 +71,7 @@ from prime_runs_spool.importer.places import (
     imported_run_dir,
     spooled_by_eval,
     to_refresh,
+    unspooled,
 )
 from prime_runs_spool.importer.source import V0, SourceRun, read_v040
 from prime_runs_spool.importer.unchanged import fingerprints, imports_unchanged, source_files, spool_files
@@ -177,7 +179,16 @@ def _import(output_dir: Path, state_dir: Path | None, report: ImportReport,
         return
     traces_file = _file_identity(verifiers_traces_path(output_dir))  # before it is read: see _lost_in_place
     source_look = fingerprints(source_files(output_dir))  # before it is read: importer/unchanged.py
-    source = read_source(output_dir)
+    try:
+        source = read_source(output_dir)
+    except MissingMetadataError as exc:  # the eval writes it last: a spool of the run holds it whole
+        if unspooled(output_dir, state_dir):
+            raise
+        run = read_run(imported_run_dir(output_dir, "", state_dir))  # one that exists: not unspooled
+        report.state, report.run_dir, report.run_id = UP_TO_DATE, str(run.run_dir), run.run_id
+        report.episodes_total, report.status = run.episodes_count, run.status
+        report.warnings.append(exc.kept)
+        return
     report.layout, report.name, report.outcome = source.layout, source.name, source.outcome.kind
     report.reason = source.outcome.reason
     if not source.ids or source.run_id is None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from prime_runs_spool.content.manifest import recordable_count
-from prime_runs_spool.errors import ImportSourceError
+from prime_runs_spool.errors import ImportSourceError, MissingMetadataError
 from prime_runs_spool.files import read_regular_file
 from prime_runs_spool.importer.outcome import v0_outcome
 from prime_runs_spool.importer.paths import v0_paths
@@ -46,10 +46,7 @@ def read_metadata(output_dir: Path) -> tuple[bytes, dict[str, Any]]:
     """``metadata.json``'s bytes and object; :class:`ImportSourceError` when it is not one."""
     metadata_path, results_path = v0_paths(output_dir)
     if not os.path.lexists(metadata_path):
-        raise ImportSourceError(
-            f"{metadata_path} is missing beside {results_path.name}: the older layout's run is named by it "
-            "(its run id is derived from it; the eval writes it when it ends); nothing of this run was imported "
-            "(import it once the eval has ended, or once metadata.json is put back from where these outputs came from)")
+        raise MissingMetadataError(metadata_path, results_path.name)
     try:
         raw = read_regular_file(metadata_path)
         metadata = json.loads(raw)
