@@ -138,21 +138,12 @@ def test_a_run_another_syncer_holds_is_not_idle():
     assert [r.state for r in follower.run()] == ["up_to_date"]
 
 
-@pytest.mark.slow
-def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(tmp_path, server, api,
-                                                                                 monkeypatch) -> None:
-    """A run that crashed, was synced so (its end recorded), then resumed: its new segment,
-    mirrored while its writer runs, is live. A sync with nothing new to push said
-    ``up_to_date`` for it (the state still held the crash recorded before the resume), so
-    ``--follow --exit-when-idle`` ended while the resumed eval still wrote: what it wrote
-    after was never pushed by that job, and the run never finalized."""
+def _follow_until_the_resumed_eval_ends(fleet, builder, api) -> None:  # noqa: ANN001
+    """Follow ``fleet``'s store with ``--exit-when-idle`` while ``builder``'s resumed run,
+    its 2 new episodes mirrored, is live: four passes say ``live`` (none ends the follow),
+    then the eval ends and its mirror copies the rest; synced, then idle, each episode once."""
     from support.sync_e2e import assert_exactly_once
-    from support.store_runs import Fleet
 
-    fleet = Fleet(tmp_path, server.base_url, monkeypatch)
-    builder, first = fleet.crashed_run("resumed-live-follow", "m")
-    assert first.state == "crashed"
-    fleet.resume(builder, 2)
     passes = []
 
     def sync_pass(url: str) -> list[RunReport]:
@@ -163,11 +154,27 @@ def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(
         passes.append(fleet.sync("m"))
         return [passes[-1]]
 
-    follower = StoreFollower([fleet.url], sync_pass, interval=0, exit_when_idle=True)
-    follower.run()
+    StoreFollower([fleet.url], sync_pass, interval=0, exit_when_idle=True).run()
     assert [(r.state, r.pushed_now) for r in passes[:4]] == [("live", 2)] + [("live", 0)] * 3, passes
     assert [r.state for r in passes[4:]] == ["synced", "up_to_date"]
     assert_exactly_once(api, builder)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_live_in_the_store_keeps_a_follow_from_idle_until_it_ends(tmp_path, server, api,
+                                                                                 monkeypatch) -> None:
+    """A run that crashed, was synced so (its end recorded), then resumed: its new segment,
+    mirrored while its writer runs, is live. A sync with nothing new to push said
+    ``up_to_date`` for it (the state still held the crash recorded before the resume), so
+    ``--follow --exit-when-idle`` ended while the resumed eval still wrote: what it wrote
+    after was never pushed by that job, and the run never finalized."""
+    from support.store_runs import Fleet
+
+    fleet = Fleet(tmp_path, server.base_url, monkeypatch)
+    builder, first = fleet.crashed_run("resumed-live-follow", "m")
+    assert first.state == "crashed"
+    fleet.resume(builder, 2)
+    _follow_until_the_resumed_eval_ends(fleet, builder, api)
 
 
 @pytest.mark.slow
@@ -178,7 +185,6 @@ def test_a_completed_run_resumed_live_in_the_store_keeps_a_follow_from_idle_unti
     is live. A sync with nothing new to push said ``up_to_date`` (the state still said
     ``finalized``), so ``--follow --exit-when-idle`` ended before the resumed eval did."""
     from support.runs import RunBuilder
-    from support.sync_e2e import assert_exactly_once
     from support.store_runs import Fleet
 
     fleet = Fleet(tmp_path, server.base_url, monkeypatch)
@@ -188,24 +194,8 @@ def test_a_completed_run_resumed_live_in_the_store_keeps_a_follow_from_idle_unti
     builder.seal()
     fleet.mirror()
     assert fleet.sync("m").state == "synced"
-    builder.open_segment(counted=True)
-    builder.add(2)
-    fleet.mirror()
-    passes = []
-
-    def sync_pass(url: str) -> list[RunReport]:
-        if len(passes) == 4:  # the resumed eval ends, its mirror copies the rest
-            builder.add(2)
-            builder.seal()
-            fleet.mirror()
-        passes.append(fleet.sync("m"))
-        return [passes[-1]]
-
-    follower = StoreFollower([fleet.url], sync_pass, interval=0, exit_when_idle=True)
-    follower.run()
-    assert [(r.state, r.pushed_now) for r in passes[:4]] == [("live", 2)] + [("live", 0)] * 3, passes
-    assert [r.state for r in passes[4:]] == ["synced", "up_to_date"]
-    assert_exactly_once(api, builder)
+    fleet.resume(builder, 2)
+    _follow_until_the_resumed_eval_ends(fleet, builder, api)
 
 
 @pytest.mark.slow
