@@ -29,6 +29,12 @@ from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.spool.format import (EPISODE, MAX_LINE_BYTES, Payload, check_line_fits, find_unserializable,
                                            framing_rest, prepare, serialize, to_jsonable)
 
+#: What a refusal of a value JSON cannot hold adds: a numpy number (even ``float64``, a
+#: float) or array, a set, a path, bytes are common in an eval's own loop.
+NOT_SERIALIZABLE_ADVICE = ("; nothing of this call was recorded: make it a value JSON holds (float(x), "
+                           "x.tolist(), str(x), a list for a set) and log the episodes again")
+
+
 class Prepared(NamedTuple):
     """An episode ready to be numbered, with what the run's lock then needs of it read
     already, so that the lock is held for a few additions per episode."""
@@ -210,3 +216,18 @@ def _not_sendable(episode_id: str | None, exc: Exception) -> NoReturn:
         f"{_episode_name(episode_id)}: its platform rows cannot be built ({describe_error(exc)}); "
         "nothing of this call was recorded: fix the episode and log it again"
     ) from None
+
+
+def peek_id(episode: Any) -> str | None:
+    """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
+    value = episode.get("id") if type(episode) is dict or isinstance(episode, Mapping) else getattr(episode, "id", None)
+    return None if value is None else str(value)
+
+
+def extra_rules(mask_rules: Any) -> MaskRules | None:
+    """``open_run``'s ``mask_rules`` (a :class:`MaskRules`, locations, or None) as rules."""
+    if mask_rules is None:
+        return None
+    if isinstance(mask_rules, MaskRules):
+        return mask_rules
+    return MaskRules.of(*mask_rules)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prime_runs_spool.plural import episodes as plural_episodes
@@ -90,7 +91,9 @@ class Ending:
         "nothing in flight" while still admitting once starved it for good.
         """
         state = self._state
-        with self._closing:
+        if getattr(state.inside, "sealing", False):  # a signal handler's, during this thread's own seal
+            raise state.reentered(self._run_id, "finish")
+        with self._closing, _sealing(state):
             with state.cond:
                 if state.status not in (OPEN, CLOSING):  # CLOSING: a finish interrupted while waiting
                     return self._final_summary
@@ -122,10 +125,10 @@ class Ending:
         settle. An append that loses the race with the seal raises :class:`RunClosedError`.
         Does nothing in a forked child: the run is its parent's (runner/forks.py).
         """
-        if self._ownership.forked:
+        if self._ownership.forked or getattr(self._state.inside, "sealing", False):  # or a handler's, mid-seal
             return
         state = self._state
-        with self._closing:
+        with self._closing, _sealing(state):
             with state.cond:
                 if state.status not in (OPEN, CLOSING):  # CLOSING: not sealed yet
                     return
@@ -175,6 +178,18 @@ def _checked_summary(summary: Any) -> dict[str, Any]:
     except RecordTooLargeError as exc:
         raise RecordTooLargeError(f"{exc}{again}") from None
     return given
+
+
+@contextlib.contextmanager
+def _sealing(state: RunState) -> Iterator[None]:
+    """Marks this thread as sealing the run: a signal handler that interrupts the seal and
+    seals again would wait for the lock this thread holds, forever (``Run.abort`` then does
+    nothing: the run is being sealed; ``finish`` raises)."""
+    state.inside.sealing = True
+    try:
+        yield
+    finally:
+        state.inside.sealing = False
 
 
 def _on_running_loop() -> bool:

@@ -46,18 +46,14 @@ from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.runner.listeners import Listeners
 from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
 from prime_runs_spool.runner.shipping import Shipping
-from prime_runs_spool.runner.admission import Prepared, masks_plainly, prepare_episode
+from prime_runs_spool.runner.admission import (NOT_SERIALIZABLE_ADVICE, Prepared, extra_rules, masks_plainly, peek_id,
+                                               prepare_episode)
 from prime_runs_spool.runner.forks import Ownership
 
 #: Told after each durable append and after the seal, with the run (runner/listeners.py).
 DurableListener = Callable[["Run"], None]
 
 _log = logging.getLogger("prime_runs_spool")
-
-#: What a refusal of a value JSON cannot hold adds: a numpy number (even ``float64``, a
-#: float) or array, a set, a path, bytes are common in an eval's own loop.
-_NOT_SERIALIZABLE_ADVICE = ("; nothing of this call was recorded: make it a value JSON holds (float(x), "
-                            "x.tolist(), str(x), a list for a set) and log the episodes again")
 
 ExtraRules = MaskRules | Iterable[str | Iterable[str]] | None
 
@@ -219,11 +215,16 @@ class Run:
         """
         if self._ownership.forked:
             self._ownership.check(self._id)
-        lines, records = self._admit(episodes, False)
-        if not lines:
-            return 0
-        durable = False
+        inside = self._state.inside  # a signal handler's call on this thread: refused (run_state.py)
+        if getattr(inside, "append", False):
+            raise self._state.reentered(self._id, "log_episodes")
+        inside.append = True
+        durable = admitted = False
         try:
+            lines, records = self._admit(episodes, False)
+            if not lines:
+                return 0
+            admitted = True
             if self._writer is not None:
                 self._writer.append_episodes(lines)
             durable = True
@@ -232,7 +233,10 @@ class Run:
                 raise self._closed_error() from exc
             raise
         finally:
-            listeners = self._settle(records, durable, False)
+            listeners = self._settle(records, durable, False) if admitted else ()
+            inside.append = False
+            if inside.__dict__.get("deferred"):  # a handler's abort, sealed once this call is done
+                self._ending.close_without_finishing(*inside.__dict__.pop("deferred"))
         if listeners:
             self._listeners.notify(self, listeners)
         return len(lines)
@@ -305,7 +309,7 @@ class Run:
                     if episode_id is not None and type(episode_id) is not str:
                         episode_id = str(episode_id)
                 else:
-                    episode_id = _peek_id(episode)
+                    episode_id = peek_id(episode)
                 # Read without the lock: one set lookup, atomic under the GIL. Only a filter, so
                 # a resumed run's re-logged episodes are not even serialized; the lock decides.
                 if episode_id is not None and episode_id in seen:
@@ -313,7 +317,7 @@ class Run:
                     continue
                 prepared.append(prepare_episode(episode, rules, episode_id, plain=plain, read=is_async))
         except RecordNotSerializableError as exc:  # says what is wrong; what to do, as the other refusals
-            raise RecordNotSerializableError(exc.what, exc.field_path, exc.reason + _NOT_SERIALIZABLE_ADVICE) from None
+            raise RecordNotSerializableError(exc.what, exc.field_path, exc.reason + NOT_SERIALIZABLE_ADVICE) from None
 
         lines: list[tuple[Payload, bytes]] = []
         records: list[Prepared] | None = None  # the admitted ones, once a duplicate is dropped
@@ -422,6 +426,8 @@ class Run:
         was sealed and does nothing else. In a forked child it raises :class:`RunForkedError`.
         """
         self._ownership.check(self._id)
+        if getattr(self._state.inside, "append", False):
+            raise self._state.reentered(self._id, "finish")
         return self._ending.finish(summary)
 
     def abort(self, error: BaseException | str, *, status: str | None = None) -> None:
@@ -442,7 +448,10 @@ class Run:
             status, line = seal_status_for(error), seal_error_for(error)
         else:
             line = describe_error(error)
-        self._ending.close_without_finishing(status, scrub_text(line, self._error_forms))
+        if getattr(self._state.inside, "append", False):  # a handler's: sealed once the interrupted append ends
+            self._state.inside.deferred = (status, scrub_text(line, self._error_forms))
+        else:
+            self._ending.close_without_finishing(status, scrub_text(line, self._error_forms))
 
     # -- context manager ------------------------------------------------------------------
 
@@ -516,7 +525,7 @@ def open_run(
     """
     mode = resolve_mode(mode)
     run_dir = Path(run_dir)
-    extra = _extra_rules(mask_rules)
+    extra = extra_rules(mask_rules)
     episode_rules = MaskRules.defaults_for_episode().extended(extra) if extra else MaskRules.defaults_for_episode()
 
     superseded = frozenset(supersedes)
@@ -586,15 +595,3 @@ def open_run(
     return run
 
 
-def _extra_rules(mask_rules: ExtraRules) -> MaskRules | None:
-    if mask_rules is None:
-        return None
-    if isinstance(mask_rules, MaskRules):
-        return mask_rules
-    return MaskRules.of(*mask_rules)
-
-
-def _peek_id(episode: Any) -> str | None:
-    """An episode's id without serializing it (a mapping's ``id`` or an object's ``.id``)."""
-    value = episode.get("id") if type(episode) is dict or isinstance(episode, Mapping) else getattr(episode, "id", None)
-    return None if value is None else str(value)

@@ -22,7 +22,7 @@ class RunState:
     for ``finish`` to wait for the appends in flight. The append path takes ``lock`` itself
     (a Condition's ``with`` is Python code)."""
 
-    __slots__ = ("lock", "cond", "status", "inflight", "inflight_async", "summary")
+    __slots__ = ("lock", "cond", "status", "inflight", "inflight_async", "summary", "inside")
 
     def __init__(self, summary: SummaryAccumulator) -> None:
         self.lock = threading.Lock()
@@ -34,6 +34,19 @@ class RunState:
         self.inflight_async = 0
         #: The summary of every durable episode of the run, counted as they settle.
         self.summary = summary
+        #: Per thread: ``append`` while its ``log_episodes`` runs, and the seal an ``abort``
+        #: called meanwhile left for its end (``deferred``): see :meth:`reentered`.
+        self.inside = threading.local()
+
+    def reentered(self, run_id: str, what: str) -> RuntimeError:
+        """The error for ``what`` called on a thread inside the run's own ``log_episodes``: a
+        signal handler that interrupted it. The run's lock is not reentrant and the thread may
+        be the one writing the group it would join: it waited for itself forever (a hang)."""
+        return RuntimeError(
+            f"run {run_id}: {what} was called on a thread inside the run's own log_episodes or seal (a signal "
+            "handler that interrupted it), where it would wait for itself forever; nothing of this call "
+            "was done: in a signal handler set a flag or raise (KeyboardInterrupt, SystemExit), and log "
+            "or finish from the eval's own code")
 
     def reset_after_fork(self) -> None:
         """In a forked child: a fresh lock, never one a parent thread held at the fork."""
