@@ -869,3 +869,78 @@ def test_a_sync_killed_with_its_samples_held_then_its_state_put_back_from_an_old
         out, err = second.communicate(timeout=120)
         assert_exactly_once(api, builder)
         assert second.returncode == 0, out + err
+
+
+def test_a_pass_killed_just_after_writing_a_settled_state_costs_the_next_pass_no_wait(tmp_path: Path) -> None:
+    """A pass SIGKILLed right after it wrote its state with nothing in flight, after it had
+    announced (and settled) an append: here the write that records an episode no request can
+    carry, before the next append is announced. Its note says "under way"; its state is the
+    one it wrote last, which nothing told from an older copy put back: the next pass waited a
+    whole request lifetime. The mark of the last announcement, in the note and in every save
+    of the state, tells them apart."""
+    from prime_runs_spool.sync import protocol as protocol_module
+
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = RunBuilder(tmp_path / "one" / "r", "killed-after-a-settled-save")
+    builder.open_segment()
+    builder.add(3)
+    builder.add(1, size=20_000)  # no request of 6,000 bytes carries it: noted in the state, written at once
+    huge = builder.ids[-1]
+    builder.add(2)
+    builder.seal()
+    save_state = protocol_module.save_state
+
+    def killed_after_the_write(path, state, writer=None):
+        save_state(path, state, writer)
+        if state.in_flight is None and state.skipped_too_large and state.samples_pushed:
+            raise _Stop  # the process dies here: nothing after the write runs
+
+    protocol_module.save_state = killed_after_the_write
+    try:
+        with _killed(), pytest.raises(_Stop):
+            _timed_pass(builder.run_dir, platform, clock, clock.sleep).run()
+    finally:
+        protocol_module.save_state = save_state
+    assert 0 < len(_rows(platform)) < 5
+    report = _timed_pass(builder.run_dir, platform, clock, clock.sleep).run()
+    assert report.state == "synced", report.error
+    assert clock.slept < 1.0, "the state the killed pass wrote last says what it left: nothing"
+    assert _rows(platform) == [i for i in builder.ids if i != huge]
+
+
+def test_a_state_copied_mid_pass_then_put_back_after_a_kill_waits_out_the_later_request(tmp_path: Path) -> None:
+    """A copy of the state taken while a pass's first append was out (a backup, a CI
+    artifact uploaded mid-sync), put back after that pass was killed with its second append
+    in doubt (it lands 20 s later). The copy announces a request the killed pass did send,
+    so it was trusted: its append settled by the count, and the rows of the second append,
+    not landed yet, sent again: each twice once it landed. Its mark is not the one the note
+    says the pass announced last: the next pass waits the second append out."""
+    platform = FakePlatform()
+    clock = _Time(platform)
+    builder = build_run(tmp_path / "one" / "r", "copied-mid-pass", 6)
+    state_path = sync_state_path(builder.run_dir, DEST.key)
+    appends: list = []
+    copied: list[bytes] = []
+
+    def handle(request):
+        if request.url.path.endswith("/samples") and request.method == "POST":
+            appends.append(request)
+            if len(appends) == 1:
+                copied.append(state_path.read_bytes())  # it announces this append
+            elif len(appends) == 2:
+                clock.delayed.append((clock.now + 20.0, request))
+                raise httpx.ReadTimeout("no answer yet")
+        return FakePlatform.handle(platform, request)
+
+    platform.handle = handle  # type: ignore[method-assign]
+    with _killed(), pytest.raises(_Stop):  # killed in its fence of the second append
+        _timed_pass(builder.run_dir, platform, clock, _stop).run()
+    assert len(appends) == 2 and clock.delayed
+    state_path.write_bytes(copied[0])  # put back, as cp would
+    for twin in state_path.parent.glob(".*.twin"):
+        twin.unlink()
+    report = _timed_pass(builder.run_dir, platform, clock, clock.sleep).run()
+    clock.sleep(60)  # whatever was still on its way lands now
+    assert report.state == "synced", report.error
+    assert _rows(platform) == builder.ids

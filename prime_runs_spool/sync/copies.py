@@ -22,9 +22,11 @@ checks that state against the platform before sending anything, as after a crash
 out a request that other copy may still have on its way (:meth:`CopyLock.in_doubt`), as the
 protocol waits out its own (sync/protocol.py, ``Protocol.fence``): a holder that ended with
 one says when it was sent; one that died mid-pass left its note "under way", and its state
-file, which announces every request before it is sent, says whether one was (unless it
-announces nothing sent since that pass began, as an older copy put back over it would:
-then it cannot say, and a whole lifetime is waited). A holder that
+file, which announces every request before it is sent, says whether one was, when it is
+the state that pass wrote last: the note carries the mark of the pass's last announcement,
+and every state it writes from then on carries it too (``SyncState.pass_mark``). A state
+with another mark (an older copy put back over it, even one taken during that pass) cannot
+say, and a whole lifetime is waited. A holder that
 died before its first announcement left a note saying so (``announced: false``, rewritten
 just before that announcement): nothing of it can land, so the next pass waits for nothing,
 though its state is missing (a first sync stopped at once while it read the platform: no
@@ -44,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import stat
 import time
 from pathlib import Path
@@ -119,8 +122,10 @@ class CopyLock:
         self._note_bytes = 0
         #: The note this pass wrote when it took the lock.
         self._note: dict[str, Any] = {}
-        #: The wall clock the pass's send times are read on (its protocol's).
-        self._clock = time.time
+        #: What marks this pass's announcements (``pass_mark``): a token of its own, and how
+        #: many it wrote.
+        self._token = secrets.token_hex(8)
+        self._marks = 0
 
     def hold(self, wait: float | None, protocol: Protocol | None = None) -> CopyLock:
         """Take the lock, waiting at most ``wait`` seconds (None: until it is free; the wait
@@ -164,16 +169,21 @@ class CopyLock:
             raise
         self._fd, self._path = fd, path
         if protocol is not None:
-            self._clock = protocol.clock
-            protocol.before_first_announcement = self._announcing
+            protocol.before_announcement = self._announcing
         return self
 
-    def _announcing(self) -> None:
-        """The pass is about to announce its first request: from now on, were it to die
-        mid-pass, its state file says what may still land (written before it can be sent)."""
+    def _announcing(self) -> str:
+        """The pass is about to write an announcement: from now on, were it to die mid-pass,
+        its state file says what may still land (written before it can be sent), provided it
+        is the state written with the mark noted here (returned, for the state to carry until
+        the next one). One written before it, put back, is not (:func:`_put_back`). One
+        ``pwrite`` an announcement, not fsync'd (:func:`_write_note`)."""
+        self._marks += 1
+        mark = f"{self._token}.{self._marks}"
         if self._fd is not None:
-            self._note_bytes = _write_note(self._fd, {**self._note, "announced": True, "announced_at": self._clock()},
+            self._note_bytes = _write_note(self._fd, {**self._note, "announced": True, "mark": mark},
                                            self._path, self._note_bytes)
+        return mark
 
     def in_doubt(self) -> float | None:
         """The wall-clock send time of a request another copy's pass may still have on its
@@ -216,7 +226,7 @@ class CopyLock:
                 pending = state.in_flight
                 if self.foreign and pending is not None and pending.kind in _NOT_IDEMPOTENT:
                     times.append(pending.sent_at)  # this pass's own is its protocol's to settle
-                elif not self.foreign and _put_back(state, _send_time(note.get("announced_at"))):
+                elif not self.foreign and _put_back(state, note):
                     times.append(UNKNOWN)
         found = [sent_at for sent_at in times if sent_at is not None]
         return max(found) if found else None
@@ -273,19 +283,27 @@ def _folder(*, again: bool = False) -> Path:
     return folder
 
 
-def _put_back(state: SyncState, announced_at: float | None) -> bool:
+def _put_back(state: SyncState, note: dict[str, Any]) -> bool:
     """Whether this pass's own state, read after its last holder died mid-pass once it had
-    begun to announce (at ``announced_at``), may be an older copy put back since (a backup,
-    an artifact unpacked again) rather than what that holder last wrote: it announces no
-    request that holder sent (none, or one sent before it began). Such a state cannot say
-    what that holder had on its way: its create or samples request, still landing, met the
-    count this pass read, and the rows went twice (tests/test_sync_copies.py). A state whose
-    episodes went to Prime Traces, its evaluation made, risks no second request (its batches
-    are content-addressed; a finalize is settled by the evaluation's status)."""
-    if announced_at is None:
-        return False  # a note from before it was kept: as before
-    pending = state.in_flight
-    if pending is not None and pending.sent_at >= announced_at:
+    begun to announce (``note``, the holder's), may be an older copy put back since (a
+    backup, an artifact unpacked again) rather than what that holder last wrote: it is not
+    written with the mark of that holder's last announcement (``SyncState.pass_mark``; a
+    note from before marks: it announces no request sent since the holder began). Such a
+    state cannot say what that holder had on its way: its create or samples request, still
+    landing, met the count this pass read, and the rows went twice (tests/test_sync_copies.py).
+    The mark tells the holder's own last state from a copy of it, with or without a request
+    settled since (one killed between a settled request and the next announcement waited a
+    lifetime), and from a copy taken earlier in that pass (trusted, it settled its older
+    request and sent the rows of the one still on its way). A state whose episodes went to
+    Prime Traces, its evaluation made, risks no second request (its batches are content-
+    addressed; a finalize is settled by the evaluation's status)."""
+    mark = note.get("mark")
+    if isinstance(mark, str):
+        if state.pass_mark == mark:
+            return False
+    elif (announced_at := _send_time(note.get("announced_at"))) is None:
+        return False  # a note from before either was kept: as before
+    elif (pending := state.in_flight) is not None and pending.sent_at >= announced_at:
         return False
     return state.store != TRACES or state.evaluation_id is None
 

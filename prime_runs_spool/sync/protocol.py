@@ -107,10 +107,12 @@ class Protocol:
         self._durable: InFlight | None = None
         #: How the pass writes its state: in place from its first announcement on.
         self.writer = state_file.Writer(str(path))
-        #: Called once, before the pass writes its first announcement: the run's copy lock
-        #: notes then that a request of this pass may be out (sync/copies.py), so a pass
-        #: that ends before it (killed, stopped at once) costs the next one no fence.
-        self.before_first_announcement: Callable[[], None] | None = None
+        #: Called before the pass writes each announcement: the run's copy lock notes that a
+        #: request of this pass may be out (sync/copies.py), so a pass that ends before its
+        #: first (killed, stopped at once) costs the next one no fence, and returns the mark
+        #: the state is written with from then on (``SyncState.pass_mark``), which tells the
+        #: next pass that the state it reads is the one this pass wrote last.
+        self.before_announcement: Callable[[], str] | None = None
 
     def save(self) -> None:
         """Write the state now, atomically and durably: what announces a request, before it
@@ -157,12 +159,11 @@ class Protocol:
         return durable
 
     def _announcing(self) -> None:
-        """Before an announcement is written: a stopped pass sends nothing more, and the
-        pass's first one is told (:attr:`before_first_announcement`) before it can be read."""
+        """Before an announcement is written: a stopped pass sends nothing more, and each one
+        is told (:attr:`before_announcement`) before it can be read, its mark in the state."""
         self.checkpoint()
-        if (told := self.before_first_announcement) is not None:
-            told()
-            self.before_first_announcement = None
+        if (told := self.before_announcement) is not None:
+            self.state.pass_mark = told()
 
     def note(self) -> None:
         """The state changed in a way the next sync can learn again from the platform: the

@@ -240,6 +240,11 @@ class SyncState:
     #: For a run in an object store: the lease generation of the syncer that wrote this
     #: state (fencing, docs/sync.md "Object stores"); None for a local run.
     fence: int | None = None
+    #: The mark of the announcement this state was written after (``pass.count``), the same
+    #: one the run's copy lock notes first: a pass reading its own state after its holder died
+    #: mid-pass trusts it only when the marks agree; else it may be an older copy put back
+    #: (sync/copies.py, ``_put_back``). None: written before any pass marked one.
+    pass_mark: str | None = None
     updated_at: float = 0.0
     #: Whether this is, byte for byte, the file this process last wrote (and so already
     #: checked against the platform): set by :func:`load_state`, never saved (a leading
