@@ -269,6 +269,8 @@ def test_the_probe_reads_the_service_as_the_library_does() -> None:
     (200, {"detail": "not the listing"}, True, False),
     (403, {"error": {"code": "service_not_enabled", "message": "off"}}, False, True),
     (403, {"error": {"code": "forbidden", "message": "write-only token"}}, True, True),
+    (403, {"detail": "Not authenticated"}, True, True),
+    (403, {"message": "Forbidden"}, True, False),
     (401, {"error": {"code": "unauthorized"}}, True, False),
     (503, {"detail": "down"}, True, False),
 ])
@@ -290,11 +292,13 @@ def test_the_probe_answers_and_keeps_only_what_the_service_said_of_the_account(
     assert seen[0].headers["X-Prime-Team-ID"] == "team-1"
 
 
-def test_a_captive_portals_page_to_the_probe_is_no_answer() -> None:
-    """A network that answers every address with its sign-in page (a captive portal: 200,
-    HTML) answered the probe for Prime Traces, which read it as "the account has it": kept
-    for a minute, and a new evaluation named traces. The page is not the service's listing,
-    so it says nothing of the account: no answer, asked again by the next run."""
+@pytest.mark.parametrize("status", [200, 403])
+def test_a_captive_portals_page_to_the_probe_is_no_answer(status: int) -> None:
+    """A network that answers every address with its sign-in page (a captive portal: 200 or
+    403, HTML) answered the probe for Prime Traces, which read it as "the account has it"
+    (the 403 as a write-only token's): kept for a minute, and a new evaluation named traces.
+    The page is not the service's answer, so it says nothing of the account: no answer,
+    asked again by the next run."""
     import http.server
     import threading
 
@@ -304,7 +308,7 @@ def test_a_captive_portals_page_to_the_probe_is_no_answer() -> None:
         def do_GET(self) -> None:
             seen.append(self.path)
             page = b"<!doctype html><html><head><title>Sign in to Cafe Wi-Fi</title></head><body>Accept</body></html>"
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(page)))
             self.end_headers()

@@ -54,6 +54,19 @@ def _is_listing(response: Any) -> bool:
     return isinstance(body, dict) and isinstance(body.get("items"), list)
 
 
+def _in_the_services_words(response: Any) -> bool:
+    """Whether an error answer is the service's: its envelope (``{"error": {...}}``) or
+    FastAPI's ``{"detail": ...}``, the two ``prime_traces`` reads. A captive portal's or a
+    proxy's own 403 (an HTML page) answers every address and says nothing of the account:
+    taken for a write-only token's, it read as "enabled", kept for a minute, and a new
+    evaluation named traces on an account that may have none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and (isinstance(body.get("error"), dict) or "detail" in body)
+
+
 def service_not_enabled(response: Any) -> bool:
     """Whether an answer is the service's ``service_not_enabled``: a 403 about the account
     (Prime Traces off), unlike a 403 about the key (one that may write but not read)."""
@@ -83,7 +96,8 @@ class TracesProbe:
 
     def answer(self) -> bool | None:
         """:meth:`enabled` as the service said it; None when it said nothing about the
-        account (no answer, a gateway's 503, a 2xx that is not its listing): a guess then, which a new evaluation must not
+        account (no answer, a gateway's 503, a 2xx that is not its listing, a 403 not in its
+        words): a guess then, which a new evaluation must not
         name as its sink (sync/sinks/choice.py, ``for_create``)."""
         import httpx
 
@@ -95,7 +109,7 @@ class TracesProbe:
                 response = self._get(self._url, params={"limit": 1}, headers=self._headers)
             except httpx.HTTPError:
                 return None  # no answer from the service: nothing to remember
-            if response.status_code == 403:
+            if response.status_code == 403 and _in_the_services_words(response):
                 answer = not service_not_enabled(response)
             elif response.is_success and _is_listing(response):
                 answer = True
