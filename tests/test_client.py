@@ -348,11 +348,14 @@ def test_a_finalize_answered_2xx_without_the_platforms_answer_is_in_doubt(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_taken_as_recorded(tmp_path: Path) -> None:
-    """A failed run's end (the metadata PUT and the status PUT) answered 200 with no body by a
-    proxy that never passed them on: the run's error, and the next sync records the end.
-    Before, the run said failed as recorded, the evaluation stayed RUNNING without its end,
-    and every later sync said up to date."""
+@pytest.mark.parametrize("fault", ["ok_empty", "ok_object"])
+def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_taken_as_recorded(
+        tmp_path: Path, fault: str) -> None:
+    """A failed run's end (the metadata PUT and the status PUT) answered 200 with no body, or
+    with ``{}`` (a stub's), by a proxy that never passed them on: the run's error, and the
+    next sync records the end. Before, the run said failed as recorded, the evaluation stayed
+    RUNNING without its end, and every later sync said up to date. A PUT is answered with
+    the evaluation, its status in it (the local platform's, as docs/platform-api.md says)."""
     from prime_runs_spool.local_platform.server import EmbeddedPlatform
 
     build_run(tmp_path / "runs" / "run", "bare-2xx-put", 3, status="failed")
@@ -362,7 +365,7 @@ def test_a_failed_runs_end_answered_2xx_without_the_platforms_answer_is_not_take
         return _sync_samples(runs, db, base_url, attempts=1)
 
     with EmbeddedPlatform(db) as platform:
-        first = _sync_through_fault(platform.base_url, runs, db, "ok_empty", methods=["PUT"],
+        first = _sync_through_fault(platform.base_url, runs, db, fault, methods=["PUT"],
                                     paths=r"/evaluations/[^/]+$")
         assert first.state == "error" and "without the platform's answer" in first.error, first
         assert sync(platform.base_url).state == "failed"

@@ -12,11 +12,12 @@ which may have created an evaluation whose id the answer lost (the protocol sett
 any lost answer).
 
 Plain checks, not pydantic models: only the fields sync reads are checked (the rest passes
-through untouched). A ``PUT``'s answer carries nothing sync uses, so it is checked for being an
-object at all (``acted_on``): a 2xx with no body or another body is not the platform's answer.
-A samples request's answer must also carry the platform's ``samples_pushed``
-(``samples_answer``), a finalize's the evaluation's ``status`` COMPLETED (``finalized``): ``{}``
-is no more their answer than an empty body.
+through untouched). An answer to a request that changes the evaluation is first checked for
+being an object at all (``acted_on``): a 2xx with no body or another body is not the platform's
+answer. A samples request's answer must also carry the platform's ``samples_pushed``
+(``samples_answer``), a finalize's the evaluation's ``status`` COMPLETED (``finalized``), a
+``PUT``'s the evaluation's ``status`` (``updated``): ``{}`` is no more their answer than an
+empty body.
 """
 
 from __future__ import annotations
@@ -173,6 +174,19 @@ def samples_answer(answer: Any, where: str) -> dict[str, Any]:
     if not _count(body, "samples_pushed"):
         raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an object "
                                "without samples_pushed), so it is not taken as done")
+    return body
+
+
+def updated(answer: Any, where: str) -> dict[str, Any]:
+    """A ``PUT``'s answer, the evaluation (docs/platform-api.md): an object carrying its
+    ``status``, or the PUT is in doubt and, being idempotent, sent again. ``{}`` (a stub, a
+    proxy answering for a request it never passed on) counted as done: a failed run's end
+    was said recorded while the evaluation stayed RUNNING without it, the metadata the
+    state says sent (its sink, its end) never sent again (tests/test_client.py)."""
+    body = acted_on(answer, where)
+    if not isinstance(body.get("status"), str):
+        raise UnexpectedAnswer(FailureKind.IN_DOUBT, f"{where}: answered without the platform's answer (an object "
+                               "without the evaluation's status), so it is not taken as done")
     return body
 
 

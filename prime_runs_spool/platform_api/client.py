@@ -506,7 +506,7 @@ class PlatformClient:
         if metrics is not None:
             payload["metrics"] = metrics
         path = self._evaluation(evaluation_id)
-        return answers.acted_on(self._request("PUT", path, json_body=payload), f"PUT {path}")
+        return answers.updated(self._request("PUT", path, json_body=payload), f"PUT {path}")
 
     def set_terminal_status(self, evaluation_id: str, body: Mapping[str, Any]) -> bool:
         """Close the evaluation out as FAILED or CANCELLED (``v0.terminal_status_body``).
@@ -516,7 +516,7 @@ class PlatformClient:
         """
         try:
             path = self._evaluation(evaluation_id)
-            answers.acted_on(self._request("PUT", path, json_body=dict(body)), f"PUT {path}")
+            answers.updated(self._request("PUT", path, json_body=dict(body)), f"PUT {path}")
         except PlatformError as exc:
             if exc.status == CONFLICT:
                 return False
