@@ -68,7 +68,7 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, cs
         named = exc.filename if exc.filename is not None else out
         if Path(os.fsdecode(named)).parent == Path(out).parent:  # the temporary file beside it: the user's name
             named = out
-        click.echo(f"{MESSAGE_PREFIX}{named}: cannot be written ({exc.strerror or exc})", err=True)
+        click.echo(shown(f"{MESSAGE_PREFIX}{os.fsdecode(named)}: cannot be written ({exc.strerror or exc})"), err=True)
         sys.exit(EXIT_RUN_FAILED)
     written = report.runs > 0
     problems = report.problems or ([] if written else [  # only eval outputs with no episode yet
@@ -78,7 +78,7 @@ def export(paths: tuple[Any, ...], out: Path, fmt: str | None, per_run: bool, cs
                                "runs": report.runs, "rows": report.rows, "columns": report.columns,
                                "problems": problems}))
     elif written:
-        click.echo(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}")
+        click.echo(shown(f"exported {count(report.rows, 'row')} from {count(report.runs, 'run')} to {out}"))  # one line
     for problem in problems:
         click.echo(shown(f"{MESSAGE_PREFIX}{problem}"), err=True)  # a run's folder name: on one line, escaped
     links.say()

@@ -21,8 +21,12 @@ from prime_runs_spool.sync.options import EXIT_RUN_FAILED, EXIT_USAGE
 
 
 def fail_usage(message: str) -> None:
-    """One line on stderr, exit 2: a user error gets no traceback."""
-    click.echo(f"{MESSAGE_PREFIX}{message}", err=True)
+    """One line on stderr, exit 2: a user error gets no traceback. One line whatever path it
+    quotes (``files.shown``): a name given with a line feed or an ESC in it split the line,
+    or drove the terminal."""
+    from prime_runs_spool.files import shown
+
+    click.echo(shown(f"{MESSAGE_PREFIX}{message}"), err=True)
     sys.exit(EXIT_USAGE)
 
 

@@ -1097,3 +1097,22 @@ def test_a_store_url_that_names_no_bucket_or_folder_is_refused(tmp_path: Path, c
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"prime-runs: {command[2] if command[0] == 'mirror' else command[1]}: a store URL names "
                            "a bucket"), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["exported", "no such folder", "no such path"])
+def test_a_path_given_with_a_line_feed_or_an_escape_is_told_on_one_line(tmp_path: Path, case: str) -> None:
+    """A name given on the command line with a line feed or an ESC in it (``-o "$NAME"`` read
+    from a file with its newline): 'exported N rows ... to' and a usage error quoting it were
+    split in two lines, an ESC sequence sent to the terminal. Run folders' names were escaped
+    already; these are the user's own arguments, escaped the same way."""
+    build_run(tmp_path / "runs" / "r", "odd-argument", 1)
+    odd = "x\n\x1b[31mred"
+    args = {"exported": ["export", str(tmp_path / "runs"), "-o", str(tmp_path / f"{odd}.csv")],
+            "no such folder": ["export", str(tmp_path / "runs"), "-o", str(tmp_path / odd / "t.csv")],
+            "no such path": ["status", str(tmp_path / odd)]}[case]
+    done = subprocess.run(CLI + args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=child_env(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c")))
+    said = (done.stdout + done.stderr).strip()
+    assert len(said.splitlines()) == 1 and "\x1b" not in said, said
+    assert "x\\n\\x1b[31mred" in said, said
