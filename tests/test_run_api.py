@@ -834,3 +834,32 @@ def test_a_launch_file_whose_name_is_not_utf8_is_recorded_and_a_manifest_refused
     with pytest.raises(RecordNotSerializableError, match="field name"):
         open_run(tmp_path / "other", name=os.fsdecode(b"caf\xe9"))
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow
+def test_a_process_out_of_descriptors_is_told_the_runs_it_holds_open(tmp_path: Path) -> None:
+    """A long-lived process that opens runs and never finishes them runs out of file
+    descriptors (each open run keeps its segment's files): open_run ended in the bare
+    'Too many open files: '.../seg-000001.durable''. Said with how many runs it holds open
+    and what to do; finishing them is the cure (a hundred finished runs hold nothing)."""
+    script = textwrap.dedent(f"""
+        import logging, resource
+        logging.disable(logging.CRITICAL)
+        from prime_runs_spool import open_run
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        for i in range(100):  # finished: nothing held, past the limit
+            with open_run({str(tmp_path / "done")!r} + f"/r{{i}}", name="x"):
+                pass
+        held = []
+        try:
+            for i in range(100):
+                held.append(open_run({str(tmp_path / "left")!r} + f"/r{{i}}", name="x"))
+        except OSError as exc:
+            print(len(held), exc)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], env=child_env(), timeout=120, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    held, said = result.stdout.split(" ", 1)
+    assert f"holds {held} runs open" in said and "finish or abort each run when its eval is done" in said, said
+    assert "\n" not in said.strip()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -242,6 +243,21 @@ def _uncaught() -> BaseException | None:
         return None
     error = getattr(sys, "last_value", None)
     return error if isinstance(error, BaseException) else None
+
+
+def out_of_descriptors(error: OSError) -> OSError:
+    """``error`` as ``open_run`` raises it: when the process ran out of file descriptors
+    (EMFILE), a line saying how many runs it holds open, each keeping its segment's files
+    until it ends, and what to do; it was the bare ``Too many open files: '.../seg-000001.durable'``
+    of a long-lived process that opened runs and never finished them. Any other as it is."""
+    if error.errno != errno.EMFILE:
+        return error
+    with _open_runs_lock:
+        held = len(_open_runs)
+    return OSError(errno.EMFILE, f"open_run: this process has no file descriptor left (Too many open files) and "
+                                 f"holds {held} run{'s' * (held != 1)} open, each keeping its segment's files until "
+                                 f"it ends: finish or abort each run when its eval is done (with open_run(...) as "
+                                 f"run:), or raise the limit (ulimit -n)")
 
 
 def _seal_open_runs() -> None:

@@ -41,7 +41,7 @@ from prime_runs_spool.content.platform_runs import PLATFORM_RUNS_KEY
 from prime_runs_spool.content.supersede import SUPERSEDES_KEY
 from prime_runs_spool.content.recovers import RECOVERS_KEY, Cut
 from prime_runs_spool.spool.writer import SegmentWriter
-from prime_runs_spool.runner.ending import Ending, remember, seal_error_for, seal_status_for
+from prime_runs_spool.runner.ending import Ending, out_of_descriptors, remember, seal_error_for, seal_status_for
 from prime_runs_spool.runner.error_line import describe_error
 from prime_runs_spool.runner.listeners import Listeners
 from prime_runs_spool.runner.run_state import CLOSING, OPEN, RunState
@@ -570,8 +570,11 @@ def open_run(
         # Serialized first: a manifest refused after the segment was made (a name that is not
         # UTF-8) left a segment without one, a run no sync could ever send.
         manifest_payload = prepare(manifest, MANIFEST)
-        writer = SegmentWriter.create(run_dir, run_id, expected_last=prior.last_index,
-                                      prior_episodes=prior.episode_lines)
+        try:
+            writer = SegmentWriter.create(run_dir, run_id, expected_last=prior.last_index,
+                                          prior_episodes=prior.episode_lines)
+        except OSError as exc:  # out of descriptors: said with the runs this process holds open
+            raise out_of_descriptors(exc)
         try:
             writer.append(MANIFEST, manifest_payload)
         except BaseException:
