@@ -374,12 +374,7 @@ class RunSync:
     # -- small helpers ---------------------------------------------------------------------
 
     def _show(self, state: SyncState | None = None) -> None:
-        state = state or self.state
-        self.report.evaluation_id = state.evaluation_id
-        self.report.url = state.viewer_url
-        self.report.store = state.store
-        self.report.pushed_total = choice.pushed_total(state)
-        self.report.held_back = state.held_back
+        choice.show(self.report, state or self.state)
         self.on_progress(self.report)
 
     def _up_to_date(self, again: bool = False) -> bool:

@@ -322,10 +322,9 @@ def gone_segments_report(path: Path, exc: OSError, destination: Destination, opt
     before = None if home is None else state_before_damage(sync_state_path(home, destination.key, options.replay_id),
                                                            destination)
     if before is not None:
-        from prime_runs_spool.sync.sinks.choice import pushed_total
+        from prime_runs_spool.sync.sinks.choice import show
 
-        report.evaluation_id, report.url, report.store = before.evaluation_id, before.viewer_url, before.store
-        report.pushed_total = pushed_total(before)
+        show(report, before)
     return report
 
 

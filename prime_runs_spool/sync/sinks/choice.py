@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prime_runs_spool.errors import ServiceNotEnabled, SyncError
-from prime_runs_spool.sync.options import AUTO, SAMPLES
+from prime_runs_spool.sync.options import AUTO, SAMPLES, RunReport
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.sinks import samples, traces  # noqa: F401 - registered when imported
 from prime_runs_spool.sync.sinks.base import PassContext, Sink
@@ -69,6 +69,15 @@ def pushed_total(state: SyncState) -> int:
     none is recorded, as a state from before the choice counted)."""
     count: int = sink_class(state.store or SAMPLES).pushed_total(state)
     return count
+
+
+def show(report: RunReport, state: SyncState) -> None:
+    """Put in ``report`` what ``state`` says the destination holds: its evaluation, its
+    store and total, the episodes held back. One definition for a pass's report and for a
+    run that cannot be read whose state is left (sync/many.py ``gone_segments_report``)."""
+    report.evaluation_id, report.url, report.store = state.evaluation_id, state.viewer_url, state.store
+    report.pushed_total = pushed_total(state)
+    report.held_back = state.held_back
 
 
 def for_dry_run(state: SyncState, asked: str, auto_sink: str | None = None) -> tuple[str, str | None]:
