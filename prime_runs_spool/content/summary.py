@@ -7,7 +7,8 @@ memory.
 Semantics (docs/platform-api.md, "What the dashboard reads"):
 
 - A trace's reward is the projection's: the sum of ``score * weight`` over its non-null
-  rewards (0 with none), so ``avg_reward`` agrees with the rows' ``reward`` column.
+  rewards (0 with none; none, dropped, when a reward's score is null), so ``avg_reward``
+  agrees with the rows' ``reward`` column (``content.episodes.reward_and_scores``).
 - Rewards and metrics average over the trainable traces of the whole run. The fallback
   to all traces applies **per run**: only when no trace of any episode is trainable.
   That is the upstream reading (its ``run_metrics`` pooled the traces of all episodes,
@@ -34,10 +35,10 @@ A run counts each episode **as it was written** (``read_episode``'s ``written``,
 payload), never as it was in memory: its live summary, the one it seals, is then the
 summary of its spool, which a resumed run continues and sync recomputes. The two readings
 differ only where an episode holds a NaN or an infinity that the reading meets, since the
-line holds it as null: a NaN score in memory drops its trace's reward, a null one is
-skipped (the reward is the sum of the others, 0 with none); a NaN weight drops the reward,
-a null one is 1; a NaN metric is dropped in place of the reward's score of its name, a
-null one leaves that score; a NaN ``trainable`` is true, a null one false. On episodes in
+line holds it as null: a NaN score in memory drops its trace's reward, and so does a null
+one (what a NaN is once written); a NaN weight drops the reward, a null one is 1; a NaN
+metric is dropped in place of the reward's score of its name, a null one leaves that
+score; a NaN ``trainable`` is true, a null one false. On episodes in
 memory (``compute_summary``, tests/test_summary.py) the semantics above hold as they are.
 """
 
