@@ -33,12 +33,18 @@ ENABLED_ANSWER_SECONDS = 60.0
 PROBE_PATH = "/api/v1/episodes"
 
 
-def _error_code(response: Any) -> str | None:
+def _json_object(response: Any) -> dict[str, Any] | None:
+    """An answer's body when it is a JSON object, else None (an HTML page, a list): each
+    question below asks what such a body holds."""
     try:
         body = response.json()
     except ValueError:
         return None
-    error = body.get("error") if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else None
+
+
+def _error_code(response: Any) -> str | None:
+    error = (_json_object(response) or {}).get("error")
     return error.get("code") if isinstance(error, dict) else None
 
 
@@ -47,11 +53,8 @@ def _is_listing(response: Any) -> bool:
     ``prime_traces`` reads): a captive portal's sign-in page, or a proxy's own 200, answers
     every address and says nothing of the account. Taken for the service's yes, it had
     ``auto`` name traces in a new evaluation on an account that may have no Prime Traces."""
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and isinstance(body.get("items"), list)
+    body = _json_object(response)
+    return body is not None and isinstance(body.get("items"), list)
 
 
 def _in_the_services_words(response: Any) -> bool:
@@ -60,11 +63,8 @@ def _in_the_services_words(response: Any) -> bool:
     proxy's own 403 (an HTML page) answers every address and says nothing of the account:
     taken for a write-only token's, it read as "enabled", kept for a minute, and a new
     evaluation named traces on an account that may have none."""
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and (isinstance(body.get("error"), dict) or "detail" in body)
+    body = _json_object(response)
+    return body is not None and (isinstance(body.get("error"), dict) or "detail" in body)
 
 
 def service_not_enabled(response: Any) -> bool:
