@@ -302,6 +302,7 @@ def test_the_rollout_key_is_the_idx_of_the_trace_the_row_is_read_from(traces: li
     assert rollout_key(record) == expected
 
 
+@pytest.mark.slow  # imports verifiers and prime-runs: seconds, the first case
 @pytest.mark.parametrize("score", [float("nan"), float("inf"), 0.25])
 def test_a_score_json_cannot_hold_is_projected_as_prime_runs_projects_it(tmp_path: Path, score: float) -> None:
     """A NaN (or infinite) score is a null in the line; its row's ``reward`` was 0.5 (the
