@@ -102,8 +102,8 @@ def build_manifest(
     dumped = mask(_config_dump(config), rules)
     for key, value, default in (
         ("model", model, None),
-        ("num_examples", num_examples, -1),
-        ("rollouts_per_example", rollouts_per_example, 1),
+        ("num_examples", num_examples, _COUNT_FLOORS["num_examples"]),
+        ("rollouts_per_example", rollouts_per_example, _COUNT_FLOORS["rollouts_per_example"]),
     ):
         if value is not None:
             dumped[key] = value
@@ -141,7 +141,8 @@ def identity_problem(**fields: Any) -> str | None:
     return None
 
 
-#: The least each count may be: ``num_examples`` is ``-1`` when unknown (as verifiers records it).
+#: The least each count may be, which is also what the manifest records when it is not
+#: given: ``num_examples`` is ``-1`` when unknown (as verifiers records it), one rollout.
 _COUNT_FLOORS = {"num_examples": -1, "rollouts_per_example": 1}
 
 
