@@ -284,8 +284,9 @@ def _mark_live(store: ObjectStore, key: str, listed: ObjectInfo | None) -> Objec
     old (``listed``: as the listing, or this pass's own write, has it). The marker as it now is."""
     if listed is not None and marker_fresh(listed, time.time() + 2 * LIVE_MARKER_TTL / 3):
         return listed
-    store.overwrite(key, orjson.dumps({"mirrored_at": time.time()}) + b"\n")
-    return ObjectInfo(key, 0, None, time.time())
+    data = orjson.dumps({"mirrored_at": time.time()}) + b"\n"
+    store.overwrite(key, data)
+    return ObjectInfo(key, len(data), None, time.time())  # written by now: as old as that, at most
 
 
 def _segment_id(first_line: bytes) -> object:
