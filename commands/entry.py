@@ -57,9 +57,29 @@ def refuse_closed_output() -> None:
     sys.exit(EXIT_USAGE)
 
 
+def hold_closed_streams() -> None:
+    """Standard input and standard error, when closed (``<&-``, ``2>&-``), opened on
+    ``/dev/null``: as they were, click wrote a usage error to the closed descriptor 2 and
+    failed ('Bad file descriptor'), so the command ended as an internal error, exit 1 in place
+    of its documented 2; and the first file a command opened would take the free descriptor
+    (0 or 2), where a line meant for the terminal would be written into it. Closed, what goes
+    to standard error is dropped, as ``2>/dev/null`` drops it."""
+    import os
+
+    for fd, name in ((0, "stdin"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
 def main() -> None:
     take_sigint_back()
     if sys.argv[1:2] != ["eval"]:  # eval's output is verifiers', as the user's environment set it
+        hold_closed_streams()
         refuse_closed_output()
         whole_writes()
     try:

@@ -1116,3 +1116,23 @@ def test_a_path_given_with_a_line_feed_or_an_escape_is_told_on_one_line(tmp_path
     said = (done.stdout + done.stderr).strip()
     assert len(said.splitlines()) == 1 and "\x1b" not in said, said
     assert "x\\n\\x1b[31mred" in said, said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("closed", [(2,), (0, 2)], ids=["stderr", "stdin and stderr"])
+def test_a_closed_standard_error_keeps_the_documented_exit_codes(tmp_path: Path, closed: tuple[int, ...]) -> None:
+    """Standard error closed (``2>&-``): a usage error's line went to the closed descriptor,
+    click's write failed ('Bad file descriptor') and the command ended as an internal error,
+    exit 1 in place of 2. Its lines are dropped, as ``2>/dev/null`` drops them; the exit codes
+    are the documented ones, and a sync still does its work."""
+    build_run(tmp_path / "runs" / "r", "closed-stderr", 1)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(CLI + list(args), stdout=subprocess.PIPE, text=True, timeout=120,
+                              preexec_fn=lambda: [os.close(fd) for fd in closed],
+                              env=child_env(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "d"),
+                                            XDG_CACHE_HOME=str(tmp_path / "c")))
+
+    assert run("status", str(tmp_path / "missing")).returncode == 2
+    synced = run("sync", str(tmp_path / "runs"), "--local")
+    assert synced.returncode == 0 and synced.stdout.startswith("synced"), synced.stdout
