@@ -67,8 +67,8 @@ def run_stage(stage: str, run_dir: Path) -> int:
             total += len(row.data)
     elif stage == "batches":
         for batch in batches(RowStream(run_dir, None, EVALUATION_ID, MAX_REQUEST_BYTES), MAX_REQUEST_BYTES):
-            for piece in batch.parts():  # what the sending thread is handed: bytes, or a tuple of them
-                total += sum(map(len, piece)) if type(piece) is tuple else len(piece)
+            for piece in batch.parts():  # what the sending thread is handed
+                total += len(piece)
             batch.release()
     return total
 

@@ -58,8 +58,7 @@ def _watch(monkeypatch, events: list, *, slow: float = 0.0, fail_at: int | None 
     real_write = deadline._Stream.write
 
     def write(self, buffer, timeout=None):  # noqa: ANN001, ANN202
-        first = buffer[0] if isinstance(buffer, tuple) else buffer  # a tuple: buffers written as one
-        head = bytes(first[:5])
+        head = bytes(buffer[:5])
         if head in (b"POST ", b"GET /", b"PUT /"):
             events.append(("request",))
         elif len(buffer):  # not the empty write that ends a body of a declared length

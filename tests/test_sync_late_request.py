@@ -95,8 +95,7 @@ def test_a_request_held_past_half_its_lifetime_before_its_last_byte_is_announced
         return held_first
 
     def write(self, buffer, timeout=None):  # noqa: ANN001, ANN202
-        first = buffer[0] if isinstance(buffer, tuple) else buffer  # a tuple: buffers written as one
-        if bytes(first[:5]) == b"POST " and head in bytes(first[:200]):
+        if bytes(buffer[:5]) == b"POST " and head in bytes(buffer[:200]):
             events.append(("request",))
         elif len(buffer):
             events.append(("body",))

@@ -43,13 +43,16 @@ if TYPE_CHECKING:
 # request, not with this module: a sync with nothing to send makes no request, and its
 # start-up should not pay for an HTTP stack it never uses (benchmarks/startup.py).
 
-#: A samples body goes out in pieces of at most this size, each written as it is: an exact
-#: ``bytes``, or a tuple of them (the rows' own buffers, in one ``sendmsg``: sync/rows.py,
-#: ``Batch``); any other buffer goes out in views of this size (h11, through a proxy, copies
-#: each). A piece's joined part or a copy stays well under the 1 MiB mmap threshold the sync
-#: command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB every copy was a fresh mapping,
-#: zero-filled page by page and unmapped again, which cost about 0.4 s of CPU per 550 MB
-#: sent (Dec 1, benchmarks/sync_throughput.py); at 256 KiB they reuse the heap.
+#: A samples body goes out in pieces of at most this size. h11 copies every buffer it is
+#: handed, joined with its framing, except one exact ``bytes`` alone, which it passes on as
+#: it is: so the sync lays a body out as ``bytes`` pieces of at most this size (sync/rows.py,
+#: ``Batch``), each sent uncopied, and any other buffer goes out in views of this size,
+#: which h11 copies one by one (a whole 25 MiB body handed to httpx is copied again by h11
+#: and once more by every partial socket send). A piece or a copy stays well under the
+#: 1 MiB mmap threshold the sync command fixes (sync/memory.py, LARGE_BLOCK): at 1 MiB
+#: every copy was a fresh mapping, zero-filled page by page and unmapped again, which cost
+#: about 0.4 s of CPU per 550 MB sent (Dec 1, benchmarks/sync_throughput.py); at 256 KiB
+#: they reuse the heap.
 #: tests/test_client.py checks the two sizes against each other.
 SEND_CHUNK = 256 << 10
 #: The answer to a status update of an evaluation that is already closed.
@@ -59,17 +62,15 @@ TRACE_LISTING_PAGE = 100
 
 
 class _Chunks:
-    """A body, one buffer or a list of pieces, as what the connection is handed: each exact
-    ``bytes`` piece of at most ``SEND_CHUNK``, and each tuple of them (written in one
-    ``sendmsg``: platform_api/http1.py), as it is (not copied), anything else in views of at
+    """A body, one buffer or a list of pieces, as what h11 is handed: each exact ``bytes``
+    piece of at most ``SEND_CHUNK`` as it is (not copied), anything else in views of at
     most ``SEND_CHUNK``. Re-iterable, so nothing is consumed if the request has to be
     built again."""
 
-    def __init__(self, body: bytes | bytearray | memoryview | list[bytes | tuple[bytes, ...]],
+    def __init__(self, body: bytes | bytearray | memoryview | list[bytes],
                  on_sent: Callable[[], None] | None = None, before_last: Callable[[], None] | None = None) -> None:
         self._parts: list[Any] = body if isinstance(body, list) else [body]
-        self._length = sum(len(part) if type(part) is bytes else sum(map(len, part)) if type(part) is tuple
-                           else memoryview(part).nbytes for part in self._parts)
+        self._length = sum(len(part) if type(part) is bytes else memoryview(part).nbytes for part in self._parts)
         self._on_sent = on_sent
         self._before_last = before_last
 
@@ -91,7 +92,7 @@ class _Chunks:
 
     def _pieces(self) -> Any:
         for part in self._parts:
-            if (type(part) is bytes and len(part) <= SEND_CHUNK) or type(part) is tuple:
+            if type(part) is bytes and len(part) <= SEND_CHUNK:
                 yield part
                 continue
             view = memoryview(part).cast("B")
@@ -359,10 +360,6 @@ class PlatformClient:
             # A declared length (as on the wire): httpx sends a body's pieces as they are, not
             # chunked, and a body its gate leaves unfinished is one the platform never acts on.
             headers = {"Content-Type": "application/json", "Content-Length": str(length)} if content is not None else {}
-            if isinstance(content, _Chunks):
-                from prime_runs_spool.platform_api.http1 import one_buffer_a_piece
-
-                content = one_buffer_a_piece(content)  # for h11
             url = self._api + path + (f"?{query}" if query else "")
             response = http.send(http.build_request(method, httpx.URL(url), content=content, headers=headers))
             return response.status_code, response.content, response

@@ -97,12 +97,8 @@ class _Stream(httpcore.NetworkStream):
         except OSError as exc:
             raise httpcore.ReadError(exc) from exc
 
-    def write(self, buffer: bytes | tuple[bytes, ...], timeout: float | None = None) -> None:
-        """Write ``buffer`` whole: a tuple of buffers is written as one, in ``sendmsg`` calls on
-        a plain socket (none of them copied: sync/rows.py, ``Batch``), joined elsewhere."""
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
         sock = self._sock
-        if type(buffer) is tuple and (sock is None or self._writable is None):
-            buffer = b"".join(buffer)
         if sock is None:
             self._inner.write(buffer, timeout)
             return
@@ -110,45 +106,19 @@ class _Stream(httpcore.NetworkStream):
             if self._writable is None:
                 if buffer and sock.gettimeout() != timeout:
                     sock.settimeout(timeout)
-                buffer = memoryview(buffer)  # a partial send's rest is a view, not a copy
                 while buffer:
                     buffer = buffer[sock.send(buffer):]
                 return
-            if type(buffer) is tuple:
-                self._write_vector(sock, list(buffer), timeout)
-                return
-            view = None
             while buffer:
                 try:
                     sent = sock.send(buffer)  # tried first: the socket's buffer has room, nearly always
                 except BlockingIOError:
                     sent = _waited(self._writable, timeout, sock.send, buffer)
-                if sent == len(buffer):
-                    return
-                view = memoryview(buffer) if view is None else view  # the rest as a view, not a copy
-                buffer = view = view[sent:]
+                buffer = buffer[sent:]
         except socket.timeout as exc:
             raise httpcore.WriteTimeout(exc) from exc
         except OSError as exc:
             raise httpcore.WriteError(exc) from exc
-
-    def _write_vector(self, sock: socket.socket, buffers: list[Any], timeout: float | None) -> None:
-        """``buffers`` written in order on the non-blocking ``sock``, as many as one ``sendmsg`` takes a call."""
-        while buffers:
-            try:
-                sent = sock.sendmsg(buffers)
-            except BlockingIOError:
-                sent = _waited(self._writable, timeout, sock.sendmsg, buffers)
-            done = 0
-            for buffer in buffers:
-                size = len(buffer)
-                if sent < size:
-                    break
-                sent -= size
-                done += 1
-            del buffers[:done]
-            if sent:
-                buffers[0] = memoryview(buffers[0])[sent:]
 
     def close(self) -> None:
         self._inner.close()

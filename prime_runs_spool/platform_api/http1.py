@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpcore
@@ -124,14 +124,6 @@ class Connection:
                 stream.close()
 
 
-def one_buffer_a_piece(content: Iterable[Any]) -> Iterator[Any]:
-    """``content``'s pieces for a writer that takes one buffer at a time (h11, through
-    httpcore's pool or ``httpx.Client``): a tuple of buffers, which :func:`_send` writes as
-    one, joined (a copy), the rest as they are."""
-    for piece in content:
-        yield b"".join(piece) if type(piece) is tuple else piece
-
-
 def _send(stream: httpcore.NetworkStream, head: bytes, content: bytes | Iterable[Any] | None,
           length: int | None, timeout: float | None) -> bool:
     """Write the request; False when a write failed (the answer is read all the same). The
@@ -145,14 +137,13 @@ def _send(stream: httpcore.NetworkStream, head: bytes, content: bytes | Iterable
         sent = 0
         held: bytes | None = head  # until the first piece is known
         for piece in (content,) if isinstance(content, (bytes, bytearray, memoryview)) else content:
-            # a tuple: buffers written together (platform_api/client.py, ``_Chunks``)
-            size = sum(map(len, piece)) if type(piece) is tuple else memoryview(piece).nbytes
+            size = memoryview(piece).nbytes
             if length is not None and sent + size > length:
                 raise httpcore.LocalProtocolError("Too much data for declared Content-Length")
             sent += size
             if held is not None:
                 if size <= JOINED:
-                    piece, size = (held, *piece) if type(piece) is tuple else held + piece, size + len(held)
+                    piece, size = held + piece, size + len(held)
                 else:
                     stream.write(held, timeout)
                 held = None

@@ -28,7 +28,6 @@ import httpx
 
 from prime_runs_spool.platform_api import answers
 from prime_runs_spool.platform_api.deadline import AnswerDeadlineTransport
-from prime_runs_spool.platform_api.http1 import one_buffer_a_piece
 
 #: The methods httpx sends ``Content-Length: 0`` for when they carry no body.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -70,8 +69,6 @@ class Wire:
             headers.append((b"Content-Length", str(length).encode("ascii")))
         elif method in _BODY_METHODS:
             headers.append((b"Content-Length", b"0"))
-        if content is not None and not isinstance(content, (bytes, bytearray, memoryview)):
-            content = one_buffer_a_piece(content)  # for h11
         request = httpcore.Request(method.encode("ascii"),
                                    httpcore.URL(scheme=self._scheme, host=self._host, port=self._port, target=target),
                                    headers=headers, content=content, extensions={"timeout": self._timeout})

@@ -166,32 +166,26 @@ class Batch:
     """Rows for one request, already laid out as the pieces of its body; ``end`` is where the
     cursor goes once they are acknowledged.
 
-    The body is never one buffer, and a row of ROW_ALONE bytes or more is never copied: as
-    rows arrive they are laid out, with the envelope and the commas, into pieces of at most
-    SEND_CHUNK bytes, each an exact ``bytes`` or a tuple of them that the connection writes
-    in one ``sendmsg`` (platform_api/deadline.py), so the row's own buffer, made by its
-    encoding, is what goes to the socket. Rows smaller than that, with the commas, are joined
-    into one ``bytes`` a run (one copy of each, made here, on the read-ahead thread): a
-    buffer of a few bytes each would make a piece of hundreds of them. Joining every row
-    was one copy of every byte sent: 57 KB an episode of 20 KB, about 11 us of CPU (Dec 7,
-    docs/benchmarks.md). A row of SEND_CHUNK or more is a piece of its own (the client sends
-    it in slices). The pieces' buffers are heap blocks well under the sync command's mmap
-    threshold (sync/memory.py), so each body reuses the memory the last one freed instead of
-    mapping and faulting in fresh pages. A body about to grow past LARGE_BODY first takes a
-    LARGE_BODIES token, which :meth:`release` (or, for a batch dropped unsent, its
-    collection) gives back.
+    The body is never one buffer: as rows arrive they are joined, with the envelope and the
+    commas, into pieces of at most SEND_CHUNK bytes (one copy of each row, made here, on the
+    read-ahead thread), each an exact ``bytes`` that the client hands to the connection as it
+    is (platform_api/client.py): h11 copies any other buffer it is given, so a body laid out in
+    one buffer was copied twice on its way out, once into the buffer and once in slices. A row
+    of SEND_CHUNK or more is a piece of its own, never copied here (the client sends it in
+    slices). The pieces are heap blocks well under the sync command's mmap threshold
+    (sync/memory.py), so each body reuses the memory the last one freed instead of mapping
+    and faulting in fresh pages. A body about to grow past LARGE_BODY first takes a
+    LARGE_BODIES token, which :meth:`release` (or, for a batch dropped unsent, its collection)
+    gives back.
     """
 
-    __slots__ = ("_budget", "_group", "_group_bytes", "_length", "_on_wire", "_pending", "_pending_bytes",
-                 "_pieces", "count", "end", "episodes", "last_sample_id", "released", "seal")
+    __slots__ = ("_budget", "_length", "_on_wire", "_pending", "_pending_bytes", "_pieces", "count", "end",
+                 "episodes", "last_sample_id", "released", "seal")
 
     def __init__(self) -> None:
         #: The body's pieces so far, each ready to send.
-        self._pieces: list[bytes | tuple[bytes, ...]] = []
-        #: The buffers of the piece being laid out, and their bytes.
-        self._group: list[bytes] = []
-        self._group_bytes = 0
-        #: Small buffers that follow them, not joined into one yet (None once the body is finished).
+        self._pieces: list[bytes] = []
+        #: What follows them, not joined into a piece yet (None once the body is finished).
         self._pending: list[bytes] | None = [_OPEN]
         self._pending_bytes = len(_OPEN)
         #: Bytes of the body so far, without its closing ``]}``.
@@ -228,24 +222,19 @@ class Batch:
         pending = self._pending
         assert pending is not None, "a finished body takes no more rows"
         if self.count:
-            if self._group_bytes + self._pending_bytes + 1 > SEND_CHUNK:
-                self._close_piece()
+            if self._pending_bytes + 1 > SEND_CHUNK:
+                self._join()
             pending.append(_COMMA)
             self._pending_bytes += 1
             self._length += 1
         if size >= SEND_CHUNK:
-            self._close_piece()
+            self._join()
             self._pieces.append(data)  # sent as it is, in the client's slices
         else:
-            if self._group_bytes + self._pending_bytes + size > SEND_CHUNK:
-                self._close_piece()
-            if size >= ROW_ALONE:
+            if self._pending_bytes + size > SEND_CHUNK:
                 self._join()
-                self._group.append(data)  # sent as it is, one buffer of its piece
-                self._group_bytes += size
-            else:
-                pending.append(data)
-                self._pending_bytes += size
+            pending.append(data)
+            self._pending_bytes += size
         self._length += size
         self.count += 1
         self.end = row.after
@@ -253,21 +242,11 @@ class Batch:
         self.last_sample_id = row.sample_id
 
     def _join(self) -> None:
-        """The small buffers pending, as one buffer of the piece being laid out."""
         pending = self._pending
         if pending:
-            self._group.append(pending[0] if len(pending) == 1 else b"".join(pending))
-            self._group_bytes += self._pending_bytes
+            self._pieces.append(b"".join(pending))
             pending.clear()
             self._pending_bytes = 0
-
-    def _close_piece(self) -> None:
-        self._join()
-        group = self._group
-        if group:
-            self._pieces.append(group[0] if len(group) == 1 else tuple(group))
-            self._group = []
-            self._group_bytes = 0
 
     def sent(self) -> None:
         """The whole body is on the connection: the request is the platform's to answer (the client says so)."""
@@ -281,7 +260,6 @@ class Batch:
         """Drop the body once it is sent (the counts and cursor stay), and its token."""
         self._on_wire.set()  # sent or given up: nothing waits on it any more
         self._pieces = []
-        self._group = []
         self._pending = None
         budget, self._budget = self._budget, None
         if budget is not None:
@@ -294,28 +272,20 @@ class Batch:
             self._budget = None
             budget.release()
 
-    def parts(self) -> list[bytes | tuple[bytes, ...]]:
-        """The request body, ``{"samples":[row,...]}``, as the pieces it is sent in, each a
-        ``bytes`` or a tuple of them written together (the batch is finished by this)."""
+    def parts(self) -> list[bytes]:
+        """The request body, ``{"samples":[row,...]}``, as the pieces it is sent in (the batch
+        is finished by this)."""
         if self._pending is not None:
-            if self._group_bytes + self._pending_bytes + len(_CLOSE) > SEND_CHUNK:
-                self._close_piece()
+            if self._pending_bytes + len(_CLOSE) > SEND_CHUNK:
+                self._join()
             self._pending.append(_CLOSE)
-            self._pending_bytes += len(_CLOSE)
-            self._close_piece()
+            self._join()
             self._pending = None
         return self._pieces
 
     def body(self) -> bytes:
         """The request body whole: for tools and tests; a sync sends :meth:`parts`."""
-        return b"".join(buffer for piece in self.parts()
-                        for buffer in (piece if type(piece) is tuple else (piece,)))
-
-
-#: A row of at least this many bytes is a buffer of its own in its piece, never copied into
-#: the body (:class:`Batch`); below it, rows are joined: at most SEND_CHUNK // ROW_ALONE
-#: such rows and as many joined runs make a piece, well within a ``sendmsg``'s 1,024 buffers.
-ROW_ALONE = 8 << 10
+        return b"".join(self.parts())
 
 
 _OPEN = b'{"samples":['
