@@ -76,12 +76,48 @@ def hold_closed_streams() -> None:
         setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
 
 
+#: The error handler standard output encodes with (:func:`escape_what_cannot_be_encoded`).
+ESCAPE_ERRORS = "prime-runs-json-escape"
+
+
+def _json_escape(exc: UnicodeError) -> tuple[str, int]:
+    """What the output's encoding cannot hold, as JSON escapes it: ``\\uXXXX``, a character
+    beyond the BMP as its surrogate pair. Valid inside a JSON string (``--json``, ``-o json``)
+    and read back as the same character; readable in a line for a person."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    escaped = []
+    for char in exc.object[exc.start:exc.end]:
+        code = ord(char)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escaped.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escaped.append(f"\\u{code:04x}")
+    return "".join(escaped), exc.end
+
+
+def escape_what_cannot_be_encoded() -> None:
+    """Standard output in an encoding that cannot hold every character (a Latin-1 terminal,
+    ``PYTHONIOENCODING=latin-1``) writes what it cannot hold as JSON escapes it: a run named
+    ``名前`` ended ``status``, ``sync`` and their ``--json`` reports in 'internal error:
+    UnicodeEncodeError', exit 1, after the work was done. (An ASCII one click writes as
+    UTF-8 itself; the interpreter's own default is UTF-8.)"""
+    import codecs
+
+    codecs.register_error(ESCAPE_ERRORS, _json_escape)
+    stdout = sys.stdout
+    if stdout is not None and getattr(stdout, "errors", None) == "strict" and hasattr(stdout, "reconfigure"):
+        stdout.reconfigure(errors=ESCAPE_ERRORS)
+
+
 def main() -> None:
     take_sigint_back()
     if sys.argv[1:2] != ["eval"]:  # eval's output is verifiers', as the user's environment set it
         hold_closed_streams()
         refuse_closed_output()
         whole_writes()
+        escape_what_cannot_be_encoded()
     try:
         from .cli import main as command_line
     except KeyboardInterrupt:  # the words and the code every command ends a Ctrl-C with

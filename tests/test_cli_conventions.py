@@ -1136,3 +1136,27 @@ def test_a_closed_standard_error_keeps_the_documented_exit_codes(tmp_path: Path,
     assert run("status", str(tmp_path / "missing")).returncode == 2
     synced = run("sync", str(tmp_path / "runs"), "--local")
     assert synced.returncode == 0 and synced.stdout.startswith("synced"), synced.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+def test_an_output_encoding_that_cannot_hold_a_name_escapes_it(tmp_path: Path, as_json: bool) -> None:
+    """A Latin-1 terminal (``PYTHONIOENCODING=latin-1``) and a run named ``名前-😀``: status
+    and its --json report ended in 'internal error: UnicodeEncodeError', exit 1. What the
+    encoding cannot hold is written as JSON escapes it (a surrogate pair beyond the BMP), so
+    the report reads back as the same name."""
+    from fixtures.episodes import make_episode
+    from prime_runs_spool import open_run
+
+    name = "naïve-名前-😀"
+    with open_run(tmp_path / "runs" / "r", name=name, model="m", environments=["gsm8k"], config={"model": "m"}) as run:
+        run.log_episodes([make_episode(0, run_id=run.id)])
+    done = subprocess.run(CLI + ["status", str(tmp_path / "runs"), *(["--json"] if as_json else [])],
+                          capture_output=True, timeout=120,
+                          env=child_env(PYTHONIOENCODING="latin-1", HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.decode("latin-1")
+    if as_json:
+        assert [run["name"] for run in json.loads(said)["runs"]] == [name]
+    else:
+        assert "naïve-\\u540d\\u524d-\\ud83d\\ude00" in said, said
