@@ -220,6 +220,43 @@ def test_damage_in_lines_already_pushed_is_said_by_every_sync_while_it_is_there(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("damaged", [1, 2])
+def test_damage_in_an_earlier_segment_of_a_resumed_run_is_said_by_every_sync(tmp_path: Path, damaged: int) -> None:
+    """As above, in a segment before the last of a run resumed twice (its first, or one in
+    the middle): only the last segment's version was kept, so sync said up_to_date, nothing
+    more, while verify said corrupt. Each segment's version is kept when the run's end is
+    recorded; one that moved is read again by the pass, once, as the last one's is."""
+    builder = RunBuilder(tmp_path / "runs" / "run", f"flipped-earlier-{damaged}")
+    builder.open_segment()
+    builder.add(2)
+    builder.abandon()
+    builder.open_segment(counted=True)
+    builder.add(2)
+    builder.abandon()
+    builder.open_segment(counted=True)
+    builder.add(2)
+    builder.seal()
+    db = tmp_path / "local.db"
+    first = local_sync(tmp_path / "runs", db)
+    assert first.returncode == 0 and _report(first)["state"] == "synced", first.stdout + first.stderr
+    segment = segment_path(builder.run_dir, damaged)
+    middle = segment.stat().st_size // 2
+    _flip(segment, middle)
+
+    for _ in range(2):  # said again while the damage is there
+        report = _report(local_sync(tmp_path / "runs", db))
+        assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("up_to_date", 0, 6), report
+        said = [w for w in report["warnings"] if "corrupt at byte" in w]
+        assert said and "in lines already pushed" in said[0] and f"seg-00000{damaged}" in said[0], report["warnings"]
+
+    _flip(segment, middle)  # whole again, at another version: read once, then nothing said
+    for _ in range(2):
+        whole = local_sync(tmp_path / "runs", db)
+        assert whole.returncode == 0 and _report(whole)["state"] == "up_to_date", whole.stdout + whole.stderr
+        assert _report(whole)["warnings"] == [], _report(whole)["warnings"]
+
+
+@pytest.mark.slow
 def test_a_run_whose_segments_were_deleted_is_named_by_every_walk(tmp_path: Path) -> None:
     """A cleanup that deleted a synced run's ``*.jsonl`` (``find -name '*.jsonl' -delete``)
     leaves its spool folder with the segment's durable mark and the sync state: the run's

@@ -35,7 +35,7 @@ from prime_runs_spool.platform_api.v0 import TERMINAL_PLATFORM_STATUS, terminal_
 from prime_runs_spool.plural import episodes, plural
 from prime_runs_spool.spool.durable_mark import durable_mark
 from prime_runs_spool.spool.format import COMPLETED, CORRUPT, CRASHED, EPISODE, FAILED, LIVE, MANIFEST
-from prime_runs_spool.spool.layout import list_segments, segment_at, segment_size_and_version, spool_identity
+from prime_runs_spool.spool.layout import list_segments, segment_size_and_version, spool_identity
 from prime_runs_spool.spool.manifests import first_manifest, run_manifests
 from prime_runs_spool.spool.reader import position_lost
 from prime_runs_spool.spool.writer_state import run_writer_alive
@@ -44,7 +44,7 @@ from prime_runs_spool.sync.evaluation import Evaluation
 from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import DRY_RUN, ERROR, LOST, PUSHED, SKIPPED, SYNCED, UP_TO_DATE, RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import Protocol
-from prime_runs_spool.sync.pushed_lines import read_again
+from prime_runs_spool.sync.pushed_lines import read_again, record_versions, same_versions
 from prime_runs_spool.sync.recover import SKIP_CORRUPT_ADVICE, check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
@@ -396,7 +396,7 @@ class RunSync:
                 return False
             # Another version (a state from before versions were recorded: the size decides): changed in place, its
             # pushed lines are read again by a pass, never by a probe (sync/pushed_lines.py).
-            return state.terminal_version in (None, version) or (again and read_again(
+            return same_versions(state, segments, version) or (again and read_again(
                 self.protocol, self.run_dir, segments, size, version, self.report.warnings))
         if not run_writer_alive(self.run_dir):
             return False
@@ -404,16 +404,11 @@ class RunSync:
         return size == state.cursor.offset or durable_mark(segments[-1][1]) == state.cursor.offset
 
     def _record_terminal(self, status: str) -> None:
-        """Record the run's end as sent, with the cursor's segment as it is now (its size and
-        version: the bytes past the cursor, a torn tail or padding, are not read again), the
-        one _up_to_date compares, only ever while it is the last: one stat, no listing."""
+        """Record the run's end as sent, with its segments as they are now, which _up_to_date
+        compares (sync/pushed_lines.py, record_versions): a stat each, no listing."""
         state = self.state
         state.terminal = status
-        segment = segment_at(self.run_dir, state.cursor.segment_index) if state.cursor is not None else None
-        try:
-            state.terminal_size, state.terminal_version = segment_size_and_version(segment) if segment else (None, None)
-        except FileNotFoundError:  # gone since it was read: the next pass reads, and reports it
-            state.terminal_size = state.terminal_version = None
+        record_versions(state, self.run_dir)
 
     # -- finishing ---------------------------------------------------------------------------
 

@@ -190,6 +190,8 @@ class SyncState:
     #: lines into padding, so a copy of a live run re-copied or re-uploaded with more lines
     #: can keep its size. None in a state from before it: the size alone decides.
     terminal_version: str | None = None
+    #: Per index, the version of each segment before that last one (sync/pushed_lines.py).
+    earlier_versions: dict[str, str] = field(default_factory=dict)
     in_flight: InFlight | None = None
     #: The sink this run's episodes go to on this destination, once decided: "traces" or
     #: "samples" (sync/sinks/choice.py). Recorded so that one run never ends up half in
@@ -338,7 +340,7 @@ class SyncState:
         there was one to forget."""
         if self.terminal is None:
             return False
-        self.terminal = self.terminal_size = self.terminal_version = None
+        self.terminal, self.terminal_size, self.terminal_version, self.earlier_versions = None, None, None, {}
         return True
 
 
@@ -519,8 +521,7 @@ def _fields_of(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in names}
 
 
-def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None, *,
-               parents: bool = True) -> None:
+def save_state(path: Path, state: SyncState, writer: state_file.Writer | None = None, *, parents: bool = True) -> None:
     """Write the state file durably: its bytes fsync'd before it replaces the old (whichever
     file a power cut leaves under the name is whole, or its twin is: sync/state_file.py),
     and its name made durable (its folder fsync'd) when the state announces a request

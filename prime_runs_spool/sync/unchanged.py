@@ -6,9 +6,11 @@ last time: each run's state file, parsed and checked, and the first lines of its
 for every run a probe found up to date (``RunSync.probe``: finished, nothing in flight),
 this machine keeps the files that answer rested on, each by device, inode, size,
 modification and change time: the spool folder, the state file, and the run's first
-segment (its manifest) and last (the cursor's), with their indices; and the report it gave.
-A run whose files all still match is up to date again at the cost of three or four
-``stat`` calls: no file opened, no folder listed, no lock, no request.
+segment (its manifest), every segment after it to the last (the cursor's: a segment
+before it changed in place is read again, sync/pushed_lines.py), with their indices; and the
+report it gave. A run whose files all still match is up to date again at the cost of a
+``stat`` for each (three for a run never resumed): no file opened, no folder listed, no
+lock, no request.
 
 Why matching files hold what they held: a state is only ever replaced whole, by a rename,
 and any write to a file, or a ``touch``, moves its change time, which no process can set
@@ -46,7 +48,7 @@ from prime_runs_spool.sync.user_cache import private_folder
 UNCHANGED_DIRNAME = "unchanged"
 #: Changes when what an entry means does (its fields, or the rule of an up-to-date run): an
 #: entry of another number is not used, and its file is another.
-ENTRY_VERSION = 2
+ENTRY_VERSION = 3
 #: Seconds a file must have been left alone before an answer resting on it is kept.
 SETTLED = 2.0
 #: At most this many runs per destination are kept (about 450 bytes each, read whole at
@@ -71,7 +73,7 @@ class Look:
         self.state = state
         #: The spool folder's: its times move when a segment is added, removed or renamed.
         self.folder = folder
-        #: The first and the last segment: ``[index, *fingerprint]`` each.
+        #: Every segment: ``[index, *fingerprint]`` each.
         self.segments = segments
 
     def settled(self, now: float) -> bool:
@@ -96,16 +98,15 @@ def look(run_dir: Path, home: Path, destination: Destination) -> Look | None:
         segments = list_segments(run_dir)
         if not segments or segments[-1][0] != len(segments):
             return None  # none, or one missing before the last: the probe reads, and reports it
-        ends = [segments[0]] if len(segments) == 1 else [segments[0], segments[-1]]
         return Look(path, fingerprint(state), fingerprint(folder),
-                    [[index, *fingerprint(os.stat(p))] for index, p in ends])
+                    [[index, *fingerprint(os.stat(p))] for index, p in segments])
     except OSError:
         return None
 
 
 def _still(entry: dict[str, Any], run_dir: Path, state_path: str) -> bool:
     """Whether the run's files are the ones ``entry`` was kept for: its spool folder first
-    (unchanged, it lists the same segments), then the state file and the two segments."""
+    (unchanged, it lists the same segments), then the state file and the segments."""
     spool = joined(run_dir, SPOOL_DIRNAME)
     if not entry["segments"]:
         return False  # never kept so: a damaged record
