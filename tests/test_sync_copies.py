@@ -944,3 +944,134 @@ def test_a_state_copied_mid_pass_then_put_back_after_a_kill_waits_out_the_later_
     clock.sleep(60)  # whatever was still on its way lands now
     assert report.state == "synced", report.error
     assert _rows(platform) == builder.ids
+
+
+class _SnapshotThenHold:
+    """A forwarding proxy that copies the run's state file as the first samples request
+    arrives (the state then announces it) and holds the second, unanswered, until released."""
+
+    def __init__(self, upstream: str, state_folder: Path) -> None:
+        self.snapshot = b""
+        self.holding, self.release = threading.Event(), threading.Event()
+        seen: list[str] = []
+        gate = self
+
+        class Forward(BaseHTTPRequestHandler):
+            def do_any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                held = self.command == "POST" and self.path.endswith("/samples") and len(seen) == 1
+                if self.command == "POST" and self.path.endswith("/samples") and not seen:
+                    (state,) = state_folder.glob("*.json")
+                    gate.snapshot = state.read_bytes()
+                if self.command == "POST" and self.path.endswith("/samples"):
+                    seen.append(self.path)
+                if held:
+                    gate.holding.set()
+                    gate.release.wait(60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                answer = httpx.request(self.command, upstream + self.path, content=body, headers=headers, timeout=30)
+                if held:
+                    return  # to a client long gone
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PUT = do_any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.mark.slow
+def test_a_sync_killed_with_its_second_samples_held_then_a_copy_of_its_state_made_mid_pass_put_back_waits_it_out(
+        tmp_path: Path, platform) -> None:
+    """A copy of the state made during the pass (a backup or an artifact taken while the sync
+    ran), when it announced the pass's first samples request; that request landed, the pass
+    announced and sent the second, and was SIGKILLed with it held; the copy is put back and the
+    run synced again on this machine within the request's lifetime. The copy announces a
+    request the killed pass sent, so it was taken for the file that pass last wrote: the first
+    request settled by the count, the second's rows sent again, and the held one landed after
+    them: 7 rows for 6. The copy lock's note says which request the file announced last."""
+    from support.sync_e2e import assert_exactly_once
+
+    builder = build_run(tmp_path / "one" / "r", "copy-made-mid-pass", 6)
+    gate = _SnapshotThenHold(platform.base_url, builder.run_dir / "spool" / "sync")
+    common = [str(tmp_path / "one"), "--base-url", gate.url, "--request-lifetime", "6", "--timeout", "30",
+              "--max-request-bytes", "6000"]
+    try:
+        first = _sync(*common)
+        assert gate.holding.wait(60), first.communicate()
+        sent = time.monotonic()
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate()
+        (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+        assert b'"kind":"samples"' in gate.snapshot, gate.snapshot
+        state.write_bytes(gate.snapshot)  # put back, as cp would
+        for twin in state.parent.glob(".*.twin"):
+            twin.unlink()
+        second = _sync(*common)
+        time.sleep(max(0.0, sent + 3 - time.monotonic()))
+        gate.release.set()  # lands late, within its lifetime
+        out, err = second.communicate(timeout=120)
+        with httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+            assert_exactly_once(api, builder)
+        assert second.returncode == 0, out + err
+    finally:
+        gate.release.set()
+        gate.server.shutdown()
+
+
+
+@pytest.mark.slow
+def test_a_traces_sync_killed_with_its_finalize_held_then_its_state_put_back_finalizes_once(tmp_path: Path) -> None:
+    """A run whose episodes went to Prime Traces, its finalize refused once (the state then
+    kept: every batch committed, no finalize announced), synced again and SIGKILLed while the
+    proxy holds that finalize; the older state put back and the run synced again on this
+    machine within the request's lifetime. A put-back state of a run in Prime Traces was
+    trusted, as if only content-addressed batches could be on their way: the evaluation read
+    RUNNING, the pass finalized it, and the held finalize landed too: finalize_count 2 (the
+    statistics job run twice). The finalize is no batch: it is waited out."""
+    from fixtures.fault_proxy import FaultProxy
+    from support.sync_e2e import evaluations_of
+
+    builder = build_run(tmp_path / "one" / "r", "traces-finalize-put-back", 3)
+
+    def sync(url: str, *more: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(CLI + ["sync", str(tmp_path / "one"), "--to", "traces", "--base-url", url,
+                                       "--request-lifetime", "8", "--timeout", "30", "--backoff-cap", "0.2", *more],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(PRIME_API_KEY=TOKEN))
+
+    with platform_process.running(tmp_path / "platform.db", "--token", TOKEN, "--traces") as server, \
+            httpx.Client(base_url=server.api, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        with FaultProxy(server.base_url, rates={"rate_limit": 1.0}, methods={"POST"}, paths=r"/finalize$") as refusing:
+            port = int(refusing.base_url.rsplit(":", 1)[1])  # the same address after: one destination
+            sync(refusing.base_url, "--max-attempts", "1").communicate(timeout=120)
+        (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+        older = state.read_bytes()  # every batch committed, nothing announced
+        with FaultProxy(server.base_url, methods={"POST"}, hold_first=r"/finalize$", port=port) as proxy:
+            first = sync(proxy.base_url)
+            deadline = time.monotonic() + 60
+            while not proxy.holding():
+                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+                time.sleep(0.01)
+            sent = time.monotonic()
+            os.kill(first.pid, signal.SIGKILL)
+            first.communicate()
+            state.write_bytes(older)  # put back, as cp would
+            for twin in state.parent.glob(".*.twin"):
+                twin.unlink()
+            second = sync(proxy.base_url)
+            time.sleep(max(0.0, sent + 3 - time.monotonic()))
+            proxy.release_held()  # lands late, within its lifetime (if the next sync's finalize did not push it first)
+            out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, out + err
+        (evaluation,) = evaluations_of(api, builder.run_id)
+        found = api.get(f"/evaluations/{evaluation['evaluation_id']}").json()
+        assert (found["status"], found["finalize_count"]) == ("COMPLETED", 1), found

@@ -57,7 +57,7 @@ import orjson
 from prime_runs_spool.errors import CopyBusyError, StateFormatError, SyncError
 from prime_runs_spool.files import FILE_MODE, printable
 from prime_runs_spool.spool.layout import LOCK_SUFFIX
-from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES, TRACES
+from prime_runs_spool.sync.options import COPY_WAIT_ENV, SAMPLES
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import CREATE, FINALIZE, InFlight, SyncState, read_state
 from prime_runs_spool.sync.user_cache import CACHE_ENV, private_folder
@@ -294,9 +294,11 @@ def _put_back(state: SyncState, note: dict[str, Any]) -> bool:
     The mark tells the holder's own last state from a copy of it, with or without a request
     settled since (one killed between a settled request and the next announcement waited a
     lifetime), and from a copy taken earlier in that pass (trusted, it settled its older
-    request and sent the rows of the one still on its way). A state whose episodes went to
-    Prime Traces, its evaluation made, risks no second request (its batches are content-
-    addressed; a finalize is settled by the evaluation's status)."""
+    request and sent the rows of the one still on its way). A run in Prime Traces too: its
+    batches are content-addressed, but its finalize is not, and a state that does not
+    announce it cannot have it settled by the evaluation's status (read RUNNING while the
+    holder's finalize was still on its way, the pass finalized again: the statistics job run
+    twice)."""
     mark = note.get("mark")
     if isinstance(mark, str):
         if state.pass_mark == mark:
@@ -305,7 +307,7 @@ def _put_back(state: SyncState, note: dict[str, Any]) -> bool:
         return False  # a note from before either was kept: as before
     elif (pending := state.in_flight) is not None and pending.sent_at >= announced_at:
         return False
-    return state.store != TRACES or state.evaluation_id is None
+    return True
 
 
 def _not_idempotent(pending: InFlight | None) -> float | None:
