@@ -127,9 +127,11 @@ def test_a_state_file_of_zero_length_says_until_when_it_waits_and_how_to_end_the
     the platform's answer is read only after the wait (docs/sync.md, "State"). So the sync
     waits a whole request lifetime; it said only 'waiting 600 s', not until when, nor that a
     person who knows no sync of the run ran for a lifetime may end it by removing the file.
-    Both are said now, and doing as told pushes nothing twice."""
+    Both are said now, and doing as told pushes nothing twice. The run failed, so its
+    evaluation is closed out, not finalized: one finalized holding every row the run yields
+    is adopted at once (below)."""
     runs, db, cache = tmp_path / "runs", tmp_path / "p.db", tmp_path / "cache"
-    builder = build_run(runs / "r", "zero-length-state", 3)
+    builder = build_run(runs / "r", "zero-length-state", 3, status="failed")
     env = child_env(XDG_CACHE_HOME=str(cache), HOME=os.environ.get("HOME", "/root"))
     first = subprocess.run(_local_sync(runs, db, cache), env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
@@ -147,7 +149,7 @@ def test_a_state_file_of_zero_length_says_until_when_it_waits_and_how_to_end_the
     assert 0 <= (told - (ends.tm_hour * 3600 + ends.tm_min * 60 + ends.tm_sec)) % 86400 <= 30, line
     assert f"remove {state} to go on at once" in line and "in the last 3 s" in line, line
     (report,) = json.loads(waited.stdout)["runs"]
-    assert (report["state"], report["pushed_now"]) == ("synced", 0), report
+    assert (report["state"], report["pushed_now"]) == ("failed", 0), report
     # Done as the line says: stopped, the file removed, the next sync goes on at once.
     state.write_bytes(b"")
     stopped = subprocess.Popen(_local_sync(runs, db, cache), env=env, stdout=subprocess.PIPE,
@@ -163,5 +165,72 @@ def test_a_state_file_of_zero_length_says_until_when_it_waits_and_how_to_end_the
     assert skipped.returncode == 0 and "waiting" not in skipped.stderr, skipped.stderr
     assert time.monotonic() - started < 60
     (report,) = json.loads(skipped.stdout)["runs"]
+    assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("failed", 0, 3), report
+    assert _rows_and_finalizes(db) == ([3], [0])
+
+
+@pytest.mark.slow
+def test_a_zero_length_state_of_a_run_finalized_with_every_row_costs_no_wait(tmp_path: Path) -> None:
+    """A completed run synced, then its state left of zero length (a copy cut short, a full
+    disk): the sync waited a whole request lifetime (600 s) before it read the platform,
+    whose evaluation was finalized and held every row the run yields. No request of that
+    state can still land (a finalize follows only settled requests, and no row is sent
+    twice), and nothing is sent again (found, finalized, no row missing): adopted at once."""
+    runs, db, cache = tmp_path / "runs", tmp_path / "p.db", tmp_path / "cache"
+    builder = build_run(runs / "r", "zero-length-finalized", 3)
+    env = child_env(XDG_CACHE_HOME=str(cache), HOME=os.environ.get("HOME", "/root"))
+    first = subprocess.run(_local_sync(runs, db, cache), env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+    state.write_bytes(b"")
+    again = subprocess.run(_local_sync(runs, db, cache), env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "waiting" not in again.stderr, again.stderr
+    (report,) = json.loads(again.stdout)["runs"]
     assert (report["state"], report["pushed_now"], report["pushed_total"]) == ("synced", 0, 3), report
     assert _rows_and_finalizes(db) == ([3], [1])
+
+
+@pytest.mark.slow
+def test_a_zero_length_state_still_waits_for_rows_a_finalized_evaluation_lacks(tmp_path: Path) -> None:
+    """A run synced and finalized, then resumed to completion: the sync pushing the resumed
+    episodes is SIGKILLed while the proxy holds their samples request, its state left of zero
+    length, and the run synced again where no copy lock knows of the killed pass (another
+    cache: another machine's). The evaluation is finalized but lacks the two rows on their
+    way, so it does not hold every row the run yields: the sync waits, and the held request,
+    landed late, is each row's only copy."""
+    builder = build_run(tmp_path / "runs" / "r", "zero-length-rows-on-their-way", 3)
+    runs = tmp_path / "runs"
+    with platform_process.running(tmp_path / "p.db", "--token", TOKEN) as platform, \
+            httpx.Client(base_url=platform.api, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
+        upstream = platform.api.removesuffix("/api/v1")
+        with FaultProxy(upstream) as plain:
+            port = int(plain.base_url.rsplit(":", 1)[1])  # the same address after: one destination
+            done = subprocess.run(_sync(plain.base_url, runs, tmp_path / "a"), env=_env(tmp_path / "a"),
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        builder.open_segment()
+        builder.add(2)
+        builder.seal()
+        (state,) = (builder.run_dir / "spool" / "sync").glob("*.json")
+        with FaultProxy(upstream, methods={"POST"}, hold_first=r"/samples$", port=port) as proxy:
+            first = subprocess.Popen(_sync(proxy.base_url, runs, tmp_path / "a") + ["--request-lifetime", "10"],
+                                     env=_env(tmp_path / "a"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while not proxy.holding():
+                assert first.poll() is None and time.monotonic() < deadline, "the resumed rows were never sent"
+                time.sleep(0.01)
+            sent = time.monotonic()
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+            state.write_bytes(b"")
+            for twin in state.parent.glob(".*.twin"):
+                twin.unlink()
+            second = subprocess.Popen(_sync(proxy.base_url, runs, tmp_path / "b") + ["--request-lifetime", "10"],
+                                      env=_env(tmp_path / "b"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+            time.sleep(max(0.0, sent + 4 - time.monotonic()))
+            proxy.release_held()  # lands late, within its lifetime
+            out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err
+        assert "waiting" in err, err
+        assert_exactly_once(api, builder)

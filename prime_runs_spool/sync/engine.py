@@ -48,7 +48,7 @@ from prime_runs_spool.sync.pushed_lines import read_again, record_versions, same
 from prime_runs_spool.sync.recover import SKIP_CORRUPT_ADVICE, check_recovered, damaged_seal_advice
 from prime_runs_spool.sync.replay import replay_option
 from prime_runs_spool.sync.records import count_until_damage, durable_records, note_skipped, record_episode_id
-from prime_runs_spool.sync.sinks import choice
+from prime_runs_spool.sync.sinks import choice, counted
 from prime_runs_spool.sync.sinks.base import PassContext, Sink, SinkStream, StateOrigin
 from prime_runs_spool.sync.sinks.registry import is_sink
 from prime_runs_spool.sync.state import (FINALIZE, Destination, InFlight, SyncState, disk_full_line, load_state,
@@ -275,7 +275,7 @@ class RunSync:
             choice.make(pending.kind, self.context).another_copy_pushed()
         # A copy may have created the evaluation meanwhile: looked for before one is created.
         adopted = self.evaluation.ensure(self.manifest, fresh=fresh or foreign, untrusted=untrusted,
-                                         never_held=never_held,
+                                         never_held=never_held, rows=lambda: counted.rows_yielded(self.context),
                                          sink_for_create=lambda: choice.for_create(self.context))
         self.completed_elsewhere = adopted and state.finalized
         origin = StateOrigin(fresh=fresh, untrusted=untrusted, adopted=adopted, foreign=foreign)
@@ -575,16 +575,8 @@ class RunSync:
         """What the pass would send from the cursor, counted in the sink's unit and never
         sent: the batches the push loop would cut, and what a completed run releases."""
         name, shown = choice.for_dry_run(self.state, self.options.to, self.options.auto_sink)
-        sink = choice.make(name, self.context)
-        stream = sink.stream()
-        for batch in sink.batches(stream):
-            self.report.pushed_now += batch.count
-            self.report.bytes_sent += batch.size if batch.count else 0
-            batch.release()
-        if stream.seal is not None and stream.seal.get("status") == COMPLETED:
-            for batch in sink.held_batches():
-                self.report.pushed_now += batch.count
-                self.report.bytes_sent += batch.size
-                batch.release()
+        for count, size in counted.unsent(choice.make(name, self.context)):
+            self.report.pushed_now += count
+            self.report.bytes_sent += size
         self.report.store = shown
         self.report.state = DRY_RUN

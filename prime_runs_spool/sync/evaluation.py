@@ -124,13 +124,15 @@ class Evaluation:
             raise
 
     def ensure(self, manifest: Mapping[str, Any], *, fresh: bool, untrusted: bool, never_held: bool = False,
-               sink_for_create: Callable[[], str] | None = None) -> bool:
+               sink_for_create: Callable[[], str] | None = None, rows: Callable[[], int] | None = None) -> bool:
         """Make sure the state names this run's one evaluation; returns True when it was
         found on the platform rather than created now (its samples need reconciling).
         ``never_held``: no copy of the run on this machine ever held its copy lock
         (sync/copies.py), so the sync's listing of the environment answers (sync/index.py).
         ``sink_for_create``: asked only when an evaluation is to be created, for the sink its
-        metadata names (sync/sinks/choice.py, ``for_create``)."""
+        metadata names (sync/sinks/choice.py, ``for_create``). ``rows``: every row the run
+        yields, counted (sync/sinks/counted.py), asked only to pass over an untrusted state's
+        wait (:meth:`_finished_with_every_row`)."""
         problem = manifest_problem(manifest)
         if problem:  # before any request: the same spool cannot become an evaluation later either
             raise SyncError(f"the run's manifest cannot be sent: {problem} (docs/manifest.md)")
@@ -140,6 +142,8 @@ class Evaluation:
         if state.evaluation_id and pending is None:
             return False
         if untrusted and self.untrusted_sent_at is not None:
+            if rows is not None and self._finished_with_every_row(manifest, rows):
+                return True
             # Whatever wrote the state may have had a request in flight: when, if it can tell.
             unknown = {"skip": self._skip_unknown_wait()} if self.untrusted_sent_at == float("inf") else {}
             protocol.fence(min(self.untrusted_sent_at, protocol.clock()),
@@ -153,6 +157,26 @@ class Evaluation:
             state.evaluation_sink = sink_for_create()  # announced with the create, which carries it
         self._create(manifest)
         return False
+
+    def _finished_with_every_row(self, manifest: Mapping[str, Any], rows: Callable[[], int]) -> bool:
+        """Whether the run's evaluation, found finalized and holding every row the run yields,
+        is adopted at once, before an untrusted state's wait. No request that state may have
+        left can still land: a finalize follows only settled requests, and no row is sent
+        twice, so one on its way would be rows missing from the count. Nor is anything sent
+        again: the evaluation is found (no create), finalized (no finalize), and holds every
+        row (none to send); only an idempotent PUT may follow. Read in that order, cheapest
+        first: the listing, the evaluation, then the run (its rows built, never sent). When
+        it does not hold, the wait follows, and everything read here is read again after it
+        (tests/test_sync_told_waits.py: rows on their way to a finalized evaluation)."""
+        found = self._find_existing(manifest)
+        if found is None:
+            return False
+        evaluation_id = str(found.get("evaluation_id") or found.get("id"))
+        evaluation = self.protocol.retry("reading the evaluation", lambda: self.client.get_evaluation(evaluation_id))
+        if str(evaluation.get("status", "")).upper() != "COMPLETED" or evaluation["total_samples"] != rows():
+            return False
+        self._adopt_found({**found, "status": evaluation["status"]})
+        return True
 
     def _skip_unknown_wait(self) -> str:
         """How a person may end the wait for a state that cannot say what it had in flight:
@@ -208,11 +232,15 @@ class Evaluation:
     def _adopt_existing(self, manifest: Mapping[str, Any], *, never_held: bool = False) -> bool:
         found = self._find_existing(manifest, never_held=never_held) or self._pushed_by_vf_eval()
         if found is not None:
-            self._adopt(found)
-            metadata = found.get("metadata")
-            named = metadata.get(SINK_KEY) if isinstance(metadata, Mapping) else None
-            self.protocol.state.evaluation_sink = named if isinstance(named, str) and is_sink(named) else None
+            self._adopt_found(found)
         return found is not None
+
+    def _adopt_found(self, found: Mapping[str, Any]) -> None:
+        """Adopt an evaluation found on the platform, with the sink its metadata names."""
+        self._adopt(found)
+        metadata = found.get("metadata")
+        named = metadata.get(SINK_KEY) if isinstance(metadata, Mapping) else None
+        self.protocol.state.evaluation_sink = named if isinstance(named, str) and is_sink(named) else None
 
     def _pushed_by_vf_eval(self) -> dict[str, Any] | None:
         """The newest platform run vf-eval pushed this run's episodes to, if this destination
