@@ -26,7 +26,7 @@ from prime_runs_spool import read_run  # noqa: E402
 from support import platform_process  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
 from support.vf_eval import (  # noqa: E402
-    TASKS, interrupt_eval, launch_file, resolved_config, run_dir, run_plain, traces,
+    TASKS, interrupt_eval, interrupt_plain, launch_file, resolved_config, run_dir, run_plain, traces,
 )
 
 TOKEN = "vf-eval-adopt-token"
@@ -321,3 +321,54 @@ def test_a_follower_started_while_a_pushing_vf_eval_runs_adopts_it_once_vf_eval_
         samples = client.get(f"/evaluations/{platform_run}/samples", params={"limit": 1000}).json()["samples"]
     assert sorted(sample["sample_id"] for sample in samples) == sorted(row["id"] for row in final)
     assert (evaluation["status"], evaluation["finalize_count"]) == ("COMPLETED", 1)
+
+
+def _rows_of(client: httpx.Client, evaluation_id: str, sink: str) -> list[str]:
+    """The episode ids an evaluation holds on the local platform, one per row."""
+    if sink == "traces":
+        return [item["episode_id"] for item in trace_episodes(client, evaluation_id)]
+    samples = client.get(f"/evaluations/{evaluation_id}/samples", params={"limit": 1000}).json()["samples"]
+    return [sample["sample_id"] for sample in samples]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["traces", "samples"], indirect=True)
+def test_a_sync_between_a_pushing_vf_eval_and_its_pushing_resume_follows_the_resumed_run(
+        tmp_path: Path, platform: platform_process.PlatformProcess, request: pytest.FixtureRequest) -> None:
+    """Plain vf-eval pushing, Ctrl-C (platform run E1), a sync (adopts E1), then ``vf-eval
+    --resume`` pushing: it opens E2 and pushes every episode there. The next sync adopts
+    E2, which holds them all, and sends nothing more into E1. It sent the resumed episodes
+    into E1 too: with samples both held 12 rows (7 twice); with Prime Traces they moved
+    to E1, leaving E2 5 and E1 7, neither whole."""
+    sink = request.node.callspec.params["platform"]
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        interrupted = interrupt_plain(tmp_path, "@", launch.name, "--no-rich", **pushing_env(platform),
+                                      when=lambda: _lines(run_dir(tmp_path) / "traces.jsonl") >= 2 * ROLLOUTS)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        before = traces(tmp_path)
+        [first] = platform_ids(before)
+        report = sync(tmp_path, platform, sink)
+        assert [r["evaluation_id"] for r in report["runs"]] == [first]
+        server.release()
+        resumed = run_plain(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich",
+                            **pushing_env(platform))
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    [newest] = platform_ids(final) - {first}
+
+    report = sync(tmp_path, platform, sink)
+    assert [(r["evaluation_id"], r["pushed_now"]) for r in report["runs"]] == [(newest, 0)]
+    with api(platform) as client:
+        assert len(evaluations(client)) == 2
+        held = {evaluation_id: _rows_of(client, evaluation_id, sink) for evaluation_id in (first, newest)}
+        status = client.get(f"/evaluations/{newest}").json()["status"]
+    assert sorted(held[newest]) == sorted(row["id"] for row in final)  # whole, each once
+    # E1 keeps at most what vf-eval itself pushed there before Ctrl-C: nothing of sync's
+    assert set(held[first]) <= {row["id"] for row in before} and len(held[first]) == len(set(held[first]))
+    if sink == "traces":  # an episode is in one run of Prime Traces
+        assert not set(held[first]) & set(held[newest])
+    assert status == "COMPLETED"
+    again = sync(tmp_path, platform, sink)
+    assert [r["state"] for r in again["runs"]] == ["up_to_date"]

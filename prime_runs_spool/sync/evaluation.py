@@ -10,6 +10,7 @@ has it: what it holds is reconciled, only the rest is sent.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from prime_runs_spool.sync.index import EvaluationIndex
 from prime_runs_spool.sync.options import RunReport, SyncOptions
 from prime_runs_spool.sync.protocol import LANDED, Protocol
 from prime_runs_spool.sync.sinks.registry import is_sink
-from prime_runs_spool.sync.state import CREATE, InFlight, metadata_digest
+from prime_runs_spool.sync.state import CREATE, InFlight, SyncState, metadata_digest
 from prime_runs_spool.sync.state_adoption import unreadable_source
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class Evaluation:
         state = protocol.state
         pending = state.in_flight if state.in_flight and state.in_flight.kind == CREATE else None
         if state.evaluation_id and pending is None:
-            return False
+            return self._follow_vf_eval(state.evaluation_id)
         if untrusted and self.untrusted_sent_at is not None:
             if rows is not None and self._finished_with_every_row(manifest, rows):
                 return True
@@ -242,13 +243,33 @@ class Evaluation:
         named = metadata.get(SINK_KEY) if isinstance(metadata, Mapping) else None
         self.protocol.state.evaluation_sink = named if isinstance(named, str) and is_sink(named) else None
 
-    def _pushed_by_vf_eval(self) -> dict[str, Any] | None:
-        """The newest platform run vf-eval pushed this run's episodes to, if this destination
-        has it (one ``GET`` per id; a 404 or 403 means another platform's or team's run).
-        Never for a replay: a replay is a new evaluation by definition."""
+    def _follow_vf_eval(self, evaluation_id: str) -> bool:
+        """The state names platform run ``evaluation_id`` vf-eval pushed to, and the spool
+        names a newer one (a pushing ``vf-eval --resume`` opened it and pushed every episode
+        kept so far there): that one is adopted in its place, with nothing in flight, as a
+        state that starts from nothing, so only what it lacks is sent and nothing more goes
+        to the older (docs/sync.md, "Runs vf-eval pushed"). True when it was adopted."""
+        runs, state = self.platform_runs, self.protocol.state
+        if state.in_flight is not None or evaluation_id not in runs[1:]:
+            return False
+        newer = runs[:runs.index(evaluation_id)]
+        found = self._pushed_by_vf_eval(newer, before=lambda: _start_again(state))
+        if found is None:
+            return False
+        self._adopt(found)
+        self.report.warnings.append(f"vf-eval pushed this run to {found['evaluation_id']} after {evaluation_id}: "
+                                    "synced there from now on")
+        return True
+
+    def _pushed_by_vf_eval(self, runs: list[str] | None = None,
+                           before: Callable[[], None] | None = None) -> dict[str, Any] | None:
+        """The newest platform run vf-eval pushed this run's episodes to (of ``runs``, else
+        all it did), if this destination has it (one ``GET`` per id; a 404 or 403 means
+        another platform's or team's run). Never for a replay: a replay is a new evaluation
+        by definition. ``before``: called once one is found, before what it holds is noted."""
         if self.options.replay_id:
             return None
-        for run_id in self.platform_runs:
+        for run_id in self.platform_runs if runs is None else runs:
             if not is_evaluation_id(run_id):
                 continue
 
@@ -264,6 +285,8 @@ class Evaluation:
             if found:
                 held = self.protocol.retry(f"listing the episodes of the platform run {run_id}",
                                            lambda run_id=run_id: self.client.trace_run_episode_ids(run_id))
+                if before is not None:
+                    before()
                 self.protocol.state.on_platform = IdSet.of(held)
                 self.report.warnings.append(
                     f"adopted evaluation {run_id}: vf-eval already pushed this run there; only what it lacks is sent")
@@ -289,6 +312,16 @@ class Evaluation:
             self.created = True
             # What the evaluation's metadata now is: the run's end sends it again only changed.
             self.protocol.state.metadata_sent = metadata_digest(payload["metadata"])
+
+
+def _start_again(state: SyncState) -> None:
+    """``state`` as a new one for its run and destination: what it says of another
+    evaluation (cursor, counts, sink, what was held there) says nothing of the next."""
+    keep = ("version", "destination", "local_run_id", "replay_id", "fence", "pass_mark", "updated_at")
+    fresh = SyncState(destination=state.destination, local_run_id=state.local_run_id, replay_id=state.replay_id)
+    for item in dataclasses.fields(SyncState):
+        if item.init and item.name not in keep:
+            setattr(state, item.name, getattr(fresh, item.name))
 
 
 def _tags(tags: Any) -> list[str]:
