@@ -372,3 +372,34 @@ def test_a_sync_between_a_pushing_vf_eval_and_its_pushing_resume_follows_the_res
     assert status == "COMPLETED"
     again = sync(tmp_path, platform, sink)
     assert [r["state"] for r in again["runs"]] == ["up_to_date"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("platform", ["traces", "samples"], indirect=True)
+def test_a_synced_prime_runs_eval_then_a_pushing_plain_resume_follows_the_resumed_run(
+        tmp_path: Path, platform: platform_process.PlatformProcess, request: pytest.FixtureRequest) -> None:
+    """``prime-runs eval`` (offline), Ctrl-C, a sync (creates E0), then ``vf-eval --resume``
+    pushing: it opens E2, created after E0, and pushes every episode there. The next sync
+    adopts E2 and sends nothing more into E0: with Prime Traces the rest sent to E0 moved
+    those episodes out of E2, neither whole."""
+    sink = request.node.callspec.params["platform"]
+    with FakeChatServer(delay=120, slow_prompts=(SLOW,)) as server:
+        launch = launch_file(tmp_path, server.base_url, rollouts=ROLLOUTS)
+        interrupted = interrupt_eval(tmp_path, "@", launch.name, "--no-rich",
+                                     when=lambda: _episodes(run_dir(tmp_path)) >= 2 * ROLLOUTS)
+        assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+        [created] = [r["evaluation_id"] for r in sync(tmp_path, platform, sink)["runs"]]
+        server.release()
+        resumed = run_plain(tmp_path, "@", resolved_config(tmp_path), "--resume", "--no-rich",
+                            **pushing_env(platform))
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = traces(tmp_path)
+    assert len(final) == TASKS * ROLLOUTS
+    [newest] = platform_ids(final) - {read_run(run_dir(tmp_path)).run_id}
+
+    report = sync(tmp_path, platform, sink)
+    assert [(r["evaluation_id"], r["pushed_now"]) for r in report["runs"]] == [(newest, 0)]
+    with api(platform) as client:
+        held = {evaluation_id: _rows_of(client, evaluation_id, sink) for evaluation_id in (created, newest)}
+    assert sorted(held[newest]) == sorted(row["id"] for row in final)
+    assert len(held[created]) < len(final)  # nothing sent there after vf-eval's push

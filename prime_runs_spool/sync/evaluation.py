@@ -244,16 +244,27 @@ class Evaluation:
         self.protocol.state.evaluation_sink = named if isinstance(named, str) and is_sink(named) else None
 
     def _follow_vf_eval(self, evaluation_id: str) -> bool:
-        """The state names platform run ``evaluation_id`` vf-eval pushed to, and the spool
-        names a newer one (a pushing ``vf-eval --resume`` opened it and pushed every episode
-        kept so far there): that one is adopted in its place, with nothing in flight, as a
-        state that starts from nothing, so only what it lacks is sent and nothing more goes
-        to the older (docs/sync.md, "Runs vf-eval pushed"). True when it was adopted."""
+        """The spool names a platform run vf-eval pushed to after the state's evaluation (a
+        pushing ``vf-eval --resume`` opened it and pushed every episode kept so far there):
+        that one is adopted in its place, with nothing in flight, as a state that starts from
+        nothing, so only what it lacks is sent and nothing more goes to the older (docs/sync.md,
+        "Runs vf-eval pushed"). After: listed before it (newest first), or, for an evaluation
+        sync created (not listed), created later on the platform. True when it was adopted."""
         runs, state = self.platform_runs, self.protocol.state
-        if state.in_flight is not None or evaluation_id not in runs[1:]:
+        if state.in_flight is not None or not runs or runs[0] == evaluation_id:
             return False
-        newer = runs[:runs.index(evaluation_id)]
-        found = self._pushed_by_vf_eval(newer, before=lambda: _start_again(state))
+        listed = evaluation_id in runs
+        since: list[str] = []
+
+        def take(found: Mapping[str, Any]) -> bool:
+            if not listed:
+                since[:] = since or [str(self.protocol.retry("reading the run's evaluation", lambda: (
+                    self.client.get_evaluation(evaluation_id))).get("created_at") or "")]
+                if not (since[0] and str(found.get("created_at") or "") > since[0]):
+                    return False
+            _start_again(state)
+            return True
+        found = self._pushed_by_vf_eval(runs[:runs.index(evaluation_id)] if listed else runs, take=take)
         if found is None:
             return False
         self._adopt(found)
@@ -262,11 +273,12 @@ class Evaluation:
         return True
 
     def _pushed_by_vf_eval(self, runs: list[str] | None = None,
-                           before: Callable[[], None] | None = None) -> dict[str, Any] | None:
+                           take: Callable[[Mapping[str, Any]], bool] | None = None) -> dict[str, Any] | None:
         """The newest platform run vf-eval pushed this run's episodes to (of ``runs``, else
         all it did), if this destination has it (one ``GET`` per id; a 404 or 403 means
         another platform's or team's run). Never for a replay: a replay is a new evaluation
-        by definition. ``before``: called once one is found, before what it holds is noted."""
+        by definition. ``take``: asked of each found, before what it holds is listed; False
+        passes it over."""
         if self.options.replay_id:
             return None
         for run_id in self.platform_runs if runs is None else runs:
@@ -282,11 +294,9 @@ class Evaluation:
                     raise
 
             found = self.protocol.retry(f"looking up the platform run {run_id} vf-eval pushed to", get)
-            if found:
+            if found and (take is None or take(found)):
                 held = self.protocol.retry(f"listing the episodes of the platform run {run_id}",
                                            lambda run_id=run_id: self.client.trace_run_episode_ids(run_id))
-                if before is not None:
-                    before()
                 self.protocol.state.on_platform = IdSet.of(held)
                 self.report.warnings.append(
                     f"adopted evaluation {run_id}: vf-eval already pushed this run there; only what it lacks is sent")
