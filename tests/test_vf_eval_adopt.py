@@ -23,6 +23,7 @@ pytest.importorskip("verifiers.v1.cli.eval.runner")
 
 from fixtures.fake_chat_server import FakeChatServer  # noqa: E402
 from prime_runs_spool import read_run  # noqa: E402
+from prime_runs_spool.sync.state import SYNC_DIRNAME  # noqa: E402
 from support import platform_process  # noqa: E402
 from support.env import CLI, child_env  # noqa: E402
 from support.vf_eval import (  # noqa: E402
@@ -372,6 +373,13 @@ def test_a_sync_between_a_pushing_vf_eval_and_its_pushing_resume_follows_the_res
     assert status == "COMPLETED"
     again = sync(tmp_path, platform, sink)
     assert [r["state"] for r in again["runs"]] == ["up_to_date"]
+    # The state lost: both evaluations carry the run's local id; the newer vf-eval run wins
+    for state_file in [p for p in tmp_path.rglob("*") if p.parent.name == SYNC_DIRNAME and p.is_file()]:
+        state_file.unlink()
+    lost = sync(tmp_path, platform, sink)
+    assert [(r["evaluation_id"], r["pushed_now"]) for r in lost["runs"]] == [(newest, 0)]
+    with api(platform) as client:
+        assert {evaluation_id: _rows_of(client, evaluation_id, sink) for evaluation_id in held} == held
 
 
 @pytest.mark.slow

@@ -231,7 +231,12 @@ class Evaluation:
         self.protocol.note()
 
     def _adopt_existing(self, manifest: Mapping[str, Any], *, never_held: bool = False) -> bool:
-        found = self._find_existing(manifest, never_held=never_held) or self._pushed_by_vf_eval()
+        found = self._find_existing(manifest, never_held=never_held)
+        if found is not None:  # the oldest carrying the run's id: a newer vf-eval pushed to wins
+            self._adopt_found(found)
+            self._follow_vf_eval(str(self.protocol.state.evaluation_id))
+            return True
+        found = self._pushed_by_vf_eval()
         if found is not None:
             self._adopt_found(found)
         return found is not None
