@@ -23,7 +23,7 @@ from prime_runs_spool.store.objects import ObjectStore
 from support import moto_server
 from support.env import CLI, child_env
 from support.runs import build_run
-from support.store_runs import get_object, upload_run
+from support.store_runs import get_object, live_run, mirror_once, upload_run
 from support.sync_e2e import TOKEN, api, assert_exactly_once, server  # noqa: F401
 
 moto = moto_server.module_fixture()
@@ -106,3 +106,51 @@ def test_the_lease_tells_the_next_holder_what_it_cannot_read(moto, bucket_url: s
         assert json.loads(get_object(bucket_url, key))["in_flight_until"] == 1600.0
         taker.release()
         assert json.loads(get_object(bucket_url, key))["in_flight_until"] == 1600.0
+
+
+@pytest.mark.slow
+def test_a_syncer_killed_mid_pass_then_taken_over_does_not_wait_a_lifetime_when_it_syncs_again(
+        tmp_path: Path, server, api, moto, bucket_url: str) -> None:
+    """A is SIGKILLed with its request held, B (another home) takes the lease over, settles
+    that request and pushes more, then A syncs the run again in its own home. Its copy lock
+    still says A's pass died under way, and the state file it names, A's copy of the
+    store's, now holds the state B wrote, with B's pass marks: taken for an older copy put
+    back, A waited a whole request lifetime (and warned "waited"), though the lease had
+    fenced A's request (sync/copies.py). Each episode lands once."""
+    outputs = tmp_path / "outputs"
+    builder, _ = live_run(outputs / "run", "store-handover-again", 5)
+    mirrored = mirror_once(outputs, bucket_url, moto.env())
+    assert mirrored.returncode == 0, mirrored.stderr
+    with FaultProxy(server.base_url, methods={"POST"}, hold_first=r"/samples$") as proxy:
+        first = subprocess.Popen(_sync(bucket_url, proxy.base_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=_machine(tmp_path, "a", moto, False))
+        deadline = time.monotonic() + 60
+        while not proxy.holding():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        first.kill()  # A dies mid-pass, its request out
+        first.communicate()
+        builder.add(2)  # B announces requests of its own: the state it writes bears its mark, not A's
+        mirrored = mirror_once(outputs, bucket_url, moto.env())
+        assert mirrored.returncode == 0, mirrored.stderr
+        second = subprocess.Popen(_sync(bucket_url, proxy.base_url, "--wait"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=_machine(tmp_path, "b", moto, False))
+        time.sleep(1.0)
+        proxy.release_held()  # A's request lands, within its lifetime
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err
+        assert [r["state"] for r in json.loads(out)["runs"]] == ["live"], out
+        builder.add(3)
+        builder.seal()
+        mirrored = mirror_once(outputs, bucket_url, moto.env())
+        assert mirrored.returncode == 0, mirrored.stderr
+        started = time.monotonic()  # A again, in its own home: the same copy lock, the same cached state
+        again = subprocess.run(_sync(bucket_url, proxy.base_url), capture_output=True, text=True, timeout=120,
+                               env=_machine(tmp_path, "a", moto, False))
+    took = time.monotonic() - started
+    assert again.returncode == 0, again.stderr
+    [report] = json.loads(again.stdout)["runs"]
+    assert (report["state"], report["pushed_now"]) == ("synced", 3), report
+    assert not [w for w in report["warnings"] if "waited" in w], report
+    assert took < LIFETIME, took
+    assert_exactly_once(api, builder)

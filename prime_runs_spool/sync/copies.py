@@ -26,7 +26,8 @@ file, which announces every request before it is sent, says whether one was, whe
 the state that pass wrote last: the note carries the mark of the pass's last announcement,
 and every state it writes from then on carries it too (``SyncState.pass_mark``). A state
 with another mark (an older copy put back over it, even one taken during that pass) cannot
-say, and a whole lifetime is waited. A holder that
+say, and a whole lifetime is waited, unless that holder and this pass are both under the
+run's lease in an object store (sync/leased.py), which announced the request first. A holder that
 died before its first announcement left a note saying so (``announced: false``, rewritten
 just before that announcement): nothing of it can land, so the next pass waits for nothing,
 though its state is missing (a first sync stopped at once while it read the platform: no
@@ -156,13 +157,15 @@ class CopyLock:
             self.previous, found = _read_note(fd)
             self.foreign = self.previous.get("holder") != self.holder
             own = protocol.state.in_flight if protocol is not None and protocol.state is not None else None
-            self._in_doubt = self._left_in_doubt(own, known=protocol is not None)
+            leased = protocol is not None and protocol.LEASED
+            self._in_doubt = self._left_in_doubt(own, known=protocol is not None, leased=leased)
             sink = self.previous.get("store")  # the note's key, as notes already written have it
             self.sink = sink if is_sink(sink) else None
             # Until its first announcement, what this pass may leave in flight is what its
             # state announced when it was read: said here, for a pass that finds it dead.
             self._note = {"holder": self.holder, "run": self.run, "under_way": True, "announced": protocol is None,
-                          "in_doubt": _not_idempotent(own), **self._handed_on()}
+                          "in_doubt": _not_idempotent(own), **({"leased": True} if leased else {}),
+                          **self._handed_on()}
             self._note_bytes = _write_note(fd, self._note, path, found)
         except BaseException:
             os.close(fd)  # drops the lock too, if it was taken
@@ -193,7 +196,7 @@ class CopyLock:
         from it). Read by :meth:`hold`."""
         return self._in_doubt
 
-    def _left_in_doubt(self, own: InFlight | None, *, known: bool) -> float | None:
+    def _left_in_doubt(self, own: InFlight | None, *, known: bool, leased: bool) -> float | None:
         """What :meth:`in_doubt` answers, from the note :meth:`hold` found: the request the
         last holder left in doubt (its note's ``in_doubt``: when its pass ended, or, for one
         that died before it announced anything, when it began), unless this pass's own
@@ -202,7 +205,12 @@ class CopyLock:
         wait out and handed on (``others``) because it may have been stopped or killed
         before it had (this pass's own last holding too); and, for a last holder that died
         mid-pass after it began to announce (or whose note does not say), the request its
-        state file announces."""
+        state file announces. A pass under a run's lease (``leased``) taking over from a
+        holder under it too needs no put-back wait (:func:`_put_back`): that holder announced
+        every request in the lease before sending it, and the lease's next taker waits it out
+        or reads it in the state the store holds (sync/leased.py). That state, written by
+        another syncer since, bears that syncer's marks: taken for a copy put back, it cost a
+        whole lifetime (tests/test_store_lease_handover.py)."""
         note = self.previous
         if not note:
             return None
@@ -226,7 +234,7 @@ class CopyLock:
                 pending = state.in_flight
                 if self.foreign and pending is not None and pending.kind in _NOT_IDEMPOTENT:
                     times.append(pending.sent_at)  # this pass's own is its protocol's to settle
-                elif not self.foreign and _put_back(state, note):
+                elif not self.foreign and not (leased and note.get("leased") is True) and _put_back(state, note):
                     times.append(UNKNOWN)
         found = [sent_at for sent_at in times if sent_at is not None]
         return max(found) if found else None

@@ -58,6 +58,7 @@ class LeasedProtocol(Protocol):
     only once a third of its lifetime has passed) and records the lease's generation."""
 
     WRITES_ALONGSIDE = False  # the lease is renewed, its fence taken, before a request goes out
+    LEASED = True  # that renewal announces the request in the lease (in_flight_until), for its next taker
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None], lease: Lease,

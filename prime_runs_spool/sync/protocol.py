@@ -56,6 +56,9 @@ class Protocol:
     #: (:meth:`_announce_alongside`): a state file on this machine may; a pass under a lease
     #: in an object store (sync/leased.py) renews the lease with each announcement, first.
     WRITES_ALONGSIDE = True
+    #: Whether every request is announced in a run's lease before it is sent, so whoever takes
+    #: the lease next fences it (sync/leased.py): what a copy lock's note says (sync/copies.py).
+    LEASED = False
 
     def __init__(self, path: Path, options: SyncOptions, *, clock: Callable[[], float],
                  sleep: Callable[[float], None], on_save: Callable[[], None],
